@@ -1,0 +1,44 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Nothing else to install.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: test test-fast test-slow lint demo bench system-deps clean proto
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+# Debian packages the tests use (promtool for metric names). Installed only when missing.
+system-deps:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  echo "installing Debian package prometheus (for promtool)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
+	  || echo "warning: could not install promtool; its test will fail"; }
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: $(STAMP) system-deps lint
+	$(BIN)/python -m pytest -q -ra
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -ra -m 'not slow'
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -ra -m slow
+
+demo: $(STAMP)
+	$(BIN)/python -m replication_node.demo
+
+bench: $(STAMP)
+	$(BIN)/python bench/log_write.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .ruff_cache

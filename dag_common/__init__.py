@@ -1,0 +1,1 @@
+"""Pieces every component shares: the cluster config, the status vocabulary, the clock."""

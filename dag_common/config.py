@@ -1,0 +1,284 @@
+"""The cluster config (YAML), typed and validated once at start-up.
+
+Every field of the contract in DESIGN.md is accepted as written.  Relative paths are taken
+from the directory of the config file, so a config works wherever it is started from.
+A bad file raises `ConfigError` whose message names the field path and the reason.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ByteSize,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from dag_common.durations import Duration
+from dag_common.errors import ConfigError
+from dag_common.model import AutoDatabaseMountDial, DataMoveReplicationConstraint
+
+TOKEN_ENV = "DG_AUTH_TOKEN"
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EmbeddedStore(_Model):
+    """The cluster store as one SQLite file on this machine (the default)."""
+
+    kind: Literal["embedded"] = "embedded"
+    path: Path = Path("./var/cluster.db")
+
+
+class EtcdStore(_Model):
+    """The cluster store in etcd, for nodes on several hosts."""
+
+    kind: Literal["etcd"]
+    endpoints: list[str] = Field(min_length=1)
+
+
+class Defaults(_Model):
+    """Per-database settings that a database may override."""
+
+    log_file_size: ByteSize = ByteSize(1024 * 1024)
+    llr_depth: int = Field(default=10, ge=1, le=64)
+    auto_database_mount_dial: AutoDatabaseMountDial = AutoDatabaseMountDial.BEST_AVAILABILITY
+    data_move_replication_constraint: DataMoveReplicationConstraint = (
+        DataMoveReplicationConstraint.SECOND_COPY
+    )
+    # None: the seeds' formula, 15 minutes / llr_depth.
+    log_roll_interval: Duration | None = None
+    # Continuous replication circular logging: truncate without waiting for a backup.
+    circular_logging: bool = True
+
+    @field_validator("log_file_size")
+    @classmethod
+    def _sane_size(cls, value: ByteSize) -> ByteSize:
+        if not 16 * 1024 <= value <= 64 * 1024 * 1024:
+            raise ValueError("log_file_size must be between 16KiB and 64MiB")
+        return value
+
+
+class NodeConfig(_Model):
+    """One replication node: its name, site, where it listens and where it keeps data."""
+
+    name: str = Field(pattern=_NAME)
+    site: str = Field(pattern=_NAME)
+    url: str
+    data_dir: Path
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname or not parts.port:
+            raise ValueError("url must look like http://host:port")
+        return value.rstrip("/")
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.url).hostname or "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        return urlsplit(self.url).port or 0
+
+
+class CopyConfig(_Model):
+    """One copy of a database on a node."""
+
+    node: str
+    activation_preference: int = Field(ge=1)
+    replay_lag_time: Duration = timedelta(0)
+    truncation_lag_time: Duration = timedelta(0)
+
+
+class DatabaseConfig(_Model):
+    """A replicated database and its copies; unset settings come from `defaults`."""
+
+    name: str = Field(pattern=_NAME)
+    data_move_replication_constraint: DataMoveReplicationConstraint | None = None
+    auto_database_mount_dial: AutoDatabaseMountDial | None = None
+    log_file_size: ByteSize | None = None
+    llr_depth: int | None = Field(default=None, ge=1, le=64)
+    copies: list[CopyConfig] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _distinct_copies(self) -> DatabaseConfig:
+        nodes = [c.node for c in self.copies]
+        if len(set(nodes)) != len(nodes):
+            raise ValueError(f"database {self.name} has two copies on one node")
+        prefs = [c.activation_preference for c in self.copies]
+        if len(set(prefs)) != len(prefs):
+            raise ValueError(f"database {self.name} has two copies with one activation_preference")
+        return self
+
+    def copy_on(self, node: str) -> CopyConfig | None:
+        """This database's copy on `node`, if it has one."""
+        return next((c for c in self.copies if c.node == node), None)
+
+    @property
+    def preferred_copy(self) -> CopyConfig:
+        """The copy with the lowest activation preference: active when the cluster starts."""
+        return min(self.copies, key=lambda c: c.activation_preference)
+
+
+class GuaranteeApiConfig(_Model):
+    """Where the Data Guarantee service listens, how often it polls, where history goes."""
+
+    listen: str = "127.0.0.1:7200"
+    http_listen: str = "127.0.0.1:7201"
+    poll_interval: Duration = timedelta(seconds=1)
+    history_dir: Path = Path("./var/history")
+
+
+class ClusterConfig(_Model):
+    """The whole cluster config file."""
+
+    cluster: str = Field(pattern=_NAME)
+    auth_token_file: Path | None = None
+    cluster_store: Annotated[EmbeddedStore | EtcdStore, Field(discriminator="kind")] = (
+        EmbeddedStore()
+    )
+    defaults: Defaults = Defaults()
+    nodes: list[NodeConfig] = Field(min_length=1)
+    databases: list[DatabaseConfig] = []
+    guarantee_api: GuaranteeApiConfig = GuaranteeApiConfig()
+
+    @model_validator(mode="after")
+    def _references(self) -> ClusterConfig:
+        names = [n.name for n in self.nodes]
+        if len(set(names)) != len(names):
+            raise ValueError("two nodes share a name")
+        urls = [n.url for n in self.nodes]
+        if len(set(urls)) != len(urls):
+            raise ValueError("two nodes share a url")
+        dbs = [d.name for d in self.databases]
+        if len(set(dbs)) != len(dbs):
+            raise ValueError("two databases share a name")
+        for db in self.databases:
+            for copy in db.copies:
+                if copy.node not in names:
+                    raise ValueError(f"database {db.name}: copy on unknown node {copy.node!r}")
+        return self
+
+    def node(self, name: str) -> NodeConfig:
+        """The node called `name`; KeyError if there is none."""
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def database(self, name: str) -> DatabaseConfig:
+        """The database called `name`; KeyError if there is none."""
+        for db in self.databases:
+            if db.name == name:
+                return db
+        raise KeyError(name)
+
+    def constraint_of(self, db: DatabaseConfig) -> DataMoveReplicationConstraint:
+        """The database's DataMoveReplicationConstraint, or the default."""
+        return db.data_move_replication_constraint or self.defaults.data_move_replication_constraint
+
+    def mount_dial_of(self, db: DatabaseConfig) -> AutoDatabaseMountDial:
+        return db.auto_database_mount_dial or self.defaults.auto_database_mount_dial
+
+    def log_file_size_of(self, db: DatabaseConfig) -> int:
+        return int(db.log_file_size or self.defaults.log_file_size)
+
+    def llr_depth_of(self, db: DatabaseConfig) -> int:
+        """LLR depth: the configured depth, or 1 for a database with no other copy (seeds)."""
+        if db.llr_depth is not None:
+            return db.llr_depth
+        return self.defaults.llr_depth if len(db.copies) > 1 else 1
+
+    def log_roll_interval_of(self, db: DatabaseConfig) -> timedelta:
+        """Idle log roll period: configured, else 15 minutes / LLR depth (the seeds' formula)."""
+        if self.defaults.log_roll_interval is not None:
+            return self.defaults.log_roll_interval
+        return timedelta(minutes=15) / self.llr_depth_of(db)
+
+    def databases_on(self, node: str) -> list[DatabaseConfig]:
+        """The databases with a copy on `node`."""
+        return [db for db in self.databases if db.copy_on(node) is not None]
+
+
+def _resolve(config: ClusterConfig, base: Path) -> ClusterConfig:
+    def fix(path: Path) -> Path:
+        return path if path.is_absolute() else (base / path).resolve()
+
+    update: dict[str, object] = {
+        "nodes": [n.model_copy(update={"data_dir": fix(n.data_dir)}) for n in config.nodes],
+        "guarantee_api": config.guarantee_api.model_copy(
+            update={"history_dir": fix(config.guarantee_api.history_dir)}
+        ),
+    }
+    if config.auth_token_file is not None:
+        update["auth_token_file"] = fix(config.auth_token_file)
+    if isinstance(config.cluster_store, EmbeddedStore):
+        update["cluster_store"] = EmbeddedStore(path=fix(config.cluster_store.path))
+    return config.model_copy(update=update)
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        lines.append(f"  {where}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def parse_config(data: object, *, base_dir: Path, source: str = "config") -> ClusterConfig:
+    """Validate already-parsed YAML; relative paths resolve against `base_dir`."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping")
+    try:
+        config = ClusterConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{source} is invalid:\n{_describe(exc)}") from exc
+    return _resolve(config, base_dir)
+
+
+def load_config(path: str | os.PathLike[str]) -> ClusterConfig:
+    """Read, parse and validate a cluster config file."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {file}: {exc.strerror or exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{file} is not valid YAML: {exc}") from exc
+    return parse_config(data, base_dir=file.resolve().parent, source=str(file))
+
+
+def load_token(config: ClusterConfig) -> str:
+    """The cluster token: $DG_AUTH_TOKEN if set, else the token file."""
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if token:
+        return token
+    if config.auth_token_file is None:
+        raise ConfigError(f"no cluster token: set {TOKEN_ENV} or auth_token_file")
+    try:
+        token = config.auth_token_file.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read auth_token_file {config.auth_token_file}: {exc.strerror}"
+        ) from exc
+    if len(token) < 16:
+        raise ConfigError(f"auth_token_file {config.auth_token_file}: token shorter than 16 chars")
+    return token

@@ -1,0 +1,18 @@
+"""Errors shared by every component.
+
+    DagError
+    ├── ConfigError        the cluster config file is missing, unreadable or invalid (exit 2)
+    └── AuthError          a call without the cluster token, or with a wrong one
+"""
+
+
+class DagError(Exception):
+    """Base of every error this project raises on purpose."""
+
+
+class ConfigError(DagError):
+    """The cluster config cannot be used; the message names the field and the reason."""
+
+
+class AuthError(DagError):
+    """A missing or wrong cluster token."""

@@ -1,0 +1,117 @@
+"""The vocabulary of the seeds as types: copy status, roles, mount dial, constraints, and
+the frozen copy-status snapshot that `GET /v1/status` serves and the guarantee API reads.
+
+On the wire the field names are the seeds' words in snake_case; times are RFC 3339 UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from enum import IntEnum, StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dag_common.durations import Duration
+
+
+class CopyStatus(StrEnum):
+    """Copy status, as Get-MailboxDatabaseCopyStatus reports it."""
+
+    HEALTHY = "Healthy"
+    INITIALIZING = "Initializing"
+    SEEDING = "Seeding"
+    SUSPENDED = "Suspended"
+    FAILED_AND_SUSPENDED = "FailedAndSuspended"
+    FAILED = "Failed"
+    RESYNCHRONIZING = "Resynchronizing"
+    DISCONNECTED_AND_HEALTHY = "DisconnectedAndHealthy"
+    MOUNTED = "Mounted"
+    DISMOUNTED = "Dismounted"
+
+
+class CopyRole(StrEnum):
+    """Whether a copy takes writes (active) or replays the active's logs (passive)."""
+
+    ACTIVE = "Active"
+    PASSIVE = "Passive"
+
+
+class AutoDatabaseMountDial(StrEnum):
+    """How many lost logs an automatic (lossy) activation may accept."""
+
+    LOSSLESS = "Lossless"
+    GOOD_AVAILABILITY = "GoodAvailability"
+    BEST_AVAILABILITY = "BestAvailability"
+
+    @property
+    def max_lost_logs(self) -> int:
+        """Lossless = 0, GoodAvailability = 3, BestAvailability = 6 logs (the seeds' values)."""
+        return {"Lossless": 0, "GoodAvailability": 3, "BestAvailability": 6}[self.value]
+
+
+class DataMoveReplicationConstraint(StrEnum):
+    """How many copies of the target database a mailbox move must reach before it completes."""
+
+    NONE = "None"
+    SECOND_COPY = "SecondCopy"
+    SECOND_DATACENTER = "SecondDatacenter"
+    ALL_DATACENTERS = "AllDatacenters"
+    ALL_COPIES = "AllCopies"
+
+
+class ExitCode(IntEnum):
+    """Exit codes of every command line tool."""
+
+    OK = 0
+    FAILED = 1
+    BAD_INPUT = 2
+
+
+class Lsn(BaseModel):
+    """A log sequence number: the generation and the byte offset of a record in it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    generation: int = Field(ge=1)
+    offset: int = Field(ge=0)
+
+    def __lt__(self, other: Lsn) -> bool:
+        return (self.generation, self.offset) < (other.generation, other.offset)
+
+    def __le__(self, other: Lsn) -> bool:
+        return (self.generation, self.offset) <= (other.generation, other.offset)
+
+
+class CopyStatusReport(BaseModel):
+    """One database copy's replication state, as one node sees and reports it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    database: str
+    node: str
+    site: str
+    role: CopyRole
+    status: CopyStatus
+    activation_preference: int
+    last_log_generated: int = 0
+    last_log_copy_notified: int = 0
+    last_log_copied: int = 0
+    last_log_inspected: int = 0
+    last_log_replayed: int = 0
+    copy_queue_length: int = 0
+    replay_queue_length: int = 0
+    last_inspected_log_time: datetime | None = None
+    last_replayed_log_time: datetime | None = None
+    replay_lag_time: Duration = timedelta(0)
+    truncation_lag_time: Duration = timedelta(0)
+    error: str | None = None
+
+
+class NodeStatus(BaseModel):
+    """The body of `GET /v1/status`: a node and the copies it hosts."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node: str
+    site: str
+    copies: list[CopyStatusReport]
