@@ -1,0 +1,71 @@
+"""Errors of the replication node.
+
+DagError (dag_common.errors)
+└── ReplicationError
+    ├── LogFormatError            a log file is not a valid log of this format
+    │   ├── LogHeaderError        bad magic, version or header checksum
+    │   └── LogRecordError        a record's length or CRC32C is wrong, or the file is cut
+    ├── LogSequenceError          a generation missing, out of order, or from another stream
+    ├── RecoveryError             crash recovery cannot bring the database to a consistent state
+    ├── DatabaseError             the database file or its header is unusable
+    ├── StoreError                a store request that cannot be served
+    │   ├── NotFound              no such database, mailbox or item
+    │   ├── Conflict              already exists, or locked by a move
+    │   ├── NotActive             writes go to the active copy; this one is passive
+    │   └── BadRequest            a malformed request
+    └── TransactionTooLarge       a transaction that does not fit in one log file
+"""
+
+from dag_common.errors import DagError
+
+
+class ReplicationError(DagError):
+    """Base of the node's errors."""
+
+
+class LogFormatError(ReplicationError):
+    """A log file that is not a valid log of this format."""
+
+
+class LogHeaderError(LogFormatError):
+    """The header's magic, version or checksum is wrong."""
+
+
+class LogRecordError(LogFormatError):
+    """A record's frame or checksum is wrong, or the file ends inside a record."""
+
+
+class LogSequenceError(ReplicationError):
+    """A generation that is missing, out of order, or belongs to another log stream."""
+
+
+class RecoveryError(ReplicationError):
+    """Crash recovery cannot make the database consistent."""
+
+
+class DatabaseError(ReplicationError):
+    """The database file or its header cannot be used."""
+
+
+class StoreError(ReplicationError):
+    """A store request that cannot be served."""
+
+
+class NotFound(StoreError):
+    """No such database, mailbox or item."""
+
+
+class Conflict(StoreError):
+    """The object exists already, or a move holds the mailbox locked."""
+
+
+class NotActive(StoreError):
+    """This copy is passive: writes go to the active copy."""
+
+
+class BadRequest(StoreError):
+    """A malformed request."""
+
+
+class TransactionTooLarge(StoreError):
+    """A transaction larger than fits in one log generation."""

@@ -1,0 +1,270 @@
+"""The on-disk format of a transaction log file, and nothing else (no I/O policy).
+
+A log file is a 512-byte header followed by records::
+
+    header  magic "DGLOG\\r\\n\\x1a" | version u16 | header size u16 | generation u32
+            | database signature 16B | log signature 16B | creation time i64 (µs UTC)
+            | previous generation's creation time i64 (µs, 0 for generation 1)
+            | log file size u32 | CRC32C u32 of everything before it | zero padding
+    record  body length u32 | CRC32C u32 of (length field + body) | body
+    body    type u8 | commit time i64 (µs UTC) | payload
+
+Record types: TRANSACTION (payload = JSON `{"ops": [...]}`, one committed transaction) and
+CLOSE (empty payload; written once, as the last record, when the generation is closed; its
+time is the generation's close time).  A closed generation therefore proves its own
+completeness: it must end with exactly one CLOSE record at end of file, so a truncated
+transfer is caught by inspection.  The open log `E00.log` has the same header (with the
+generation it will become) and no CLOSE record yet.
+
+The LSN of a record is (generation, byte offset of its frame in the file).  The chain of
+creation times (each header carries its predecessor's) is what lets inspection and replay
+detect a log from the wrong sequence, as the seeds describe.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import IntEnum
+from typing import Any
+
+import crc32c
+
+from replication_node.errors import LogHeaderError, LogRecordError
+
+MAGIC = b"DGLOG\r\n\x1a"
+FORMAT_VERSION = 1
+HEADER_SIZE = 512
+OPEN_LOG_NAME = "E00.log"
+_HEADER = struct.Struct(">8sHHI16s16sqqI")
+_CRC = struct.Struct(">I")
+_FRAME = struct.Struct(">II")
+_BODY = struct.Struct(">Bq")
+FRAME_OVERHEAD = _FRAME.size + _BODY.size
+# A body is never this large: a frame claiming more is corrupt, not a huge record.
+MAX_BODY = 64 * 1024 * 1024
+_CLOSED_NAME = re.compile(r"^E([0-9A-F]{8})\.log$")
+
+
+class RecordType(IntEnum):
+    TRANSACTION = 1
+    CLOSE = 2
+
+
+def closed_log_name(generation: int) -> str:
+    """File name of a closed generation: `E` and 8 upper-case hex digits, e.g. E0000000A.log."""
+    if not 1 <= generation <= 0xFFFFFFFF:
+        raise ValueError(f"generation {generation} out of range")
+    return f"E{generation:08X}.log"
+
+
+def parse_closed_log_name(name: str) -> int | None:
+    """The generation a closed-log file name stands for, or None if it is not one."""
+    match = _CLOSED_NAME.match(name)
+    if not match:
+        return None
+    generation = int(match.group(1), 16)
+    return generation if generation >= 1 else None
+
+
+def to_micros(moment: datetime) -> int:
+    return int(moment.timestamp() * 1_000_000)
+
+
+def from_micros(value: int) -> datetime:
+    return datetime.fromtimestamp(value / 1_000_000, tz=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class LogHeader:
+    """The identity of one generation of one log stream."""
+
+    generation: int
+    database_signature: uuid.UUID
+    log_signature: uuid.UUID
+    creation_time: datetime
+    prev_creation_time: datetime | None
+    log_file_size: int
+    version: int = FORMAT_VERSION
+
+    def encode(self) -> bytes:
+        """The 512-byte header with its checksum."""
+        prev = to_micros(self.prev_creation_time) if self.prev_creation_time else 0
+        head = _HEADER.pack(
+            MAGIC,
+            self.version,
+            HEADER_SIZE,
+            self.generation,
+            self.database_signature.bytes,
+            self.log_signature.bytes,
+            to_micros(self.creation_time),
+            prev,
+            self.log_file_size,
+        )
+        head += _CRC.pack(crc32c.crc32c(head))
+        return head.ljust(HEADER_SIZE, b"\0")
+
+    @classmethod
+    def decode(cls, data: bytes) -> LogHeader:
+        """Parse and verify a header; LogHeaderError says what is wrong."""
+        if len(data) < HEADER_SIZE:
+            raise LogHeaderError(f"file too short for a log header ({len(data)} bytes)")
+        fixed = data[: _HEADER.size]
+        (stored_crc,) = _CRC.unpack_from(data, _HEADER.size)
+        magic, version, size, gen, dbsig, logsig, created, prev, lsize = _HEADER.unpack(fixed)
+        if magic != MAGIC:
+            raise LogHeaderError("not a log file (bad magic)")
+        if crc32c.crc32c(fixed) != stored_crc:
+            raise LogHeaderError("log header checksum mismatch")
+        if version != FORMAT_VERSION:
+            raise LogHeaderError(f"unsupported log format version {version}")
+        if size != HEADER_SIZE:
+            raise LogHeaderError(f"unexpected header size {size}")
+        if gen < 1:
+            raise LogHeaderError("generation 0 in header")
+        return cls(
+            generation=gen,
+            database_signature=uuid.UUID(bytes=dbsig),
+            log_signature=uuid.UUID(bytes=logsig),
+            creation_time=from_micros(created),
+            prev_creation_time=from_micros(prev) if prev else None,
+            log_file_size=lsize,
+            version=version,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One record of a log file, with its position (its LSN)."""
+
+    type: RecordType
+    commit_time: datetime
+    payload: bytes
+    generation: int
+    offset: int
+    size: int
+
+    @property
+    def ops(self) -> list[dict[str, Any]]:
+        """The operations of a TRANSACTION record."""
+        return json.loads(self.payload)["ops"]
+
+
+def encode_record(rtype: RecordType, commit_time: datetime, payload: bytes = b"") -> bytes:
+    """One framed record: length, CRC32C over length and body, body."""
+    body = _BODY.pack(int(rtype), to_micros(commit_time)) + payload
+    length = _FRAME.pack(len(body), 0)[:4]
+    return length + _CRC.pack(crc32c.crc32c(length + body)) + body
+
+
+def encode_transaction(ops: list[dict[str, Any]], commit_time: datetime) -> bytes:
+    """A TRANSACTION record carrying `ops`."""
+    payload = json.dumps({"ops": ops}, separators=(",", ":")).encode()
+    return encode_record(RecordType.TRANSACTION, commit_time, payload)
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    """What a scan of a log file found: its records and where the valid data ends."""
+
+    header: LogHeader
+    records: tuple[LogRecord, ...]
+    valid_end: int
+    file_size: int
+    tail_error: str | None
+
+    @property
+    def closed(self) -> bool:
+        """Whether the file ends with its CLOSE record."""
+        return bool(self.records) and self.records[-1].type is RecordType.CLOSE
+
+    @property
+    def close_time(self) -> datetime | None:
+        return self.records[-1].commit_time if self.closed else None
+
+    @property
+    def transactions(self) -> list[LogRecord]:
+        return [r for r in self.records if r.type is RecordType.TRANSACTION]
+
+
+def iter_records(data: bytes, generation: int) -> Iterator[LogRecord | str]:
+    """Yield the valid records after the header; a final string says why scanning stopped."""
+    pos = HEADER_SIZE
+    end = len(data)
+    closed = False
+    while pos < end:
+        if closed:
+            yield f"data after the CLOSE record at offset {pos}"
+            return
+        if end - pos < _FRAME.size:
+            yield f"torn record frame at offset {pos}"
+            return
+        length, stored = _FRAME.unpack_from(data, pos)
+        if length < _BODY.size or length > MAX_BODY:
+            yield f"bad record length {length} at offset {pos}"
+            return
+        body_end = pos + _FRAME.size + length
+        if body_end > end:
+            yield f"record at offset {pos} cut short ({end - pos} of {body_end - pos} bytes)"
+            return
+        computed = crc32c.crc32c(data[pos : pos + 4])
+        computed = crc32c.crc32c(data[pos + _FRAME.size : body_end], computed)
+        if computed != stored:
+            yield f"record checksum mismatch at offset {pos}"
+            return
+        rtype_raw, micros = _BODY.unpack_from(data, pos + _FRAME.size)
+        try:
+            rtype = RecordType(rtype_raw)
+        except ValueError:
+            yield f"unknown record type {rtype_raw} at offset {pos}"
+            return
+        closed = rtype is RecordType.CLOSE
+        yield LogRecord(
+            type=rtype,
+            commit_time=from_micros(micros),
+            payload=bytes(data[pos + _FRAME.size + _BODY.size : body_end]),
+            generation=generation,
+            offset=pos,
+            size=body_end - pos,
+        )
+        pos = body_end
+
+
+def scan(data: bytes) -> ScanResult:
+    """Parse a whole log file, stopping at the first invalid record (header must be valid)."""
+    header = LogHeader.decode(data)
+    records: list[LogRecord] = []
+    tail_error = None
+    valid_end = HEADER_SIZE
+    for item in iter_records(data, header.generation):
+        if isinstance(item, str):
+            tail_error = item
+            break
+        records.append(item)
+        valid_end = item.offset + item.size
+    return ScanResult(header, tuple(records), valid_end, len(data), tail_error)
+
+
+def verify_closed(data: bytes, expected_generation: int | None = None) -> ScanResult:
+    """Parse a closed generation and insist that it is whole: every record valid, CLOSE last.
+
+    Raises LogHeaderError or LogRecordError; never returns a partial result.
+    """
+    result = scan(data)
+    if expected_generation is not None and result.header.generation != expected_generation:
+        raise LogHeaderError(
+            f"header says generation {result.header.generation}, "
+            f"file name says {expected_generation}"
+        )
+    if result.tail_error:
+        raise LogRecordError(f"generation {result.header.generation}: {result.tail_error}")
+    if not result.closed:
+        raise LogRecordError(
+            f"generation {result.header.generation} has no CLOSE record (truncated?)"
+        )
+    return result

@@ -1,0 +1,362 @@
+"""The active copy's log writer: durable appends with group commit, and generation rolls.
+
+Commit is durable before it is acknowledged: `commit()` enqueues the record; one writer task
+takes every record waiting, writes them, fsyncs once, and only then resolves their futures
+(group commit: concurrent commits share one fsync).  Rolls happen in the same task, so the
+order of records and generations is the order of the queue.
+
+Roll sequence (each step durable before the next): append the CLOSE record and fsync E00.log;
+rename it to its generation name and fsync the directory; write the next E00.log as a temp
+file with its header, fsync, rename, fsync the directory.  A crash anywhere leaves either
+E00.log with a valid header or no E00.log (then the next generation is created on open).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from dag_common.clock import Clock
+from dag_common.durable import fsync_dir
+from dag_common.model import Lsn
+from replication_node import logfile
+from replication_node.database import Transaction
+from replication_node.errors import LogSequenceError, TransactionTooLarge
+from replication_node.logfile import (
+    HEADER_SIZE,
+    OPEN_LOG_NAME,
+    LogHeader,
+    LogRecord,
+    RecordType,
+    ScanResult,
+    closed_log_name,
+    encode_record,
+    encode_transaction,
+)
+
+logger = logging.getLogger(__name__)
+
+_CLOSE_SIZE = len(encode_record(RecordType.CLOSE, datetime.now()))
+# Close a generation once less than this is left; a later small record would not fit anyway.
+_ROLL_SLACK = 512
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedGeneration:
+    """Event: a generation was closed and renamed; it can now be shipped."""
+
+    generation: int
+    creation_time: datetime
+    close_time: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """The acknowledgement of one durable transaction."""
+
+    lsn: Lsn
+    commit_time: datetime
+
+
+@dataclass(slots=True)
+class _Pending:
+    data: bytes | None  # None: a roll request; b"": stop the writer
+    commit_time: datetime
+    force: bool
+    future: asyncio.Future[Any]
+    ops: list[dict[str, Any]] | None = None
+
+
+StreamEvent = Transaction | ClosedGeneration
+
+
+def list_closed_generations(log_dir: Path) -> list[int]:
+    """The generations of the closed log files in `log_dir`, ascending."""
+    gens = []
+    for entry in os.scandir(log_dir):
+        gen = logfile.parse_closed_log_name(entry.name)
+        if gen is not None and entry.is_file():
+            gens.append(gen)
+    return sorted(gens)
+
+
+class LogStream:
+    """The transaction log stream of one active database copy."""
+
+    def __init__(
+        self,
+        *,
+        log_dir: Path,
+        header: LogHeader,
+        fd: int,
+        offset: int,
+        record_count: int,
+        clock: Clock,
+    ) -> None:
+        self.log_dir = log_dir
+        self._header = header
+        self._fd = fd
+        self._offset = offset
+        self._records = record_count
+        self._clock = clock
+        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self._listeners: list[Callable[[StreamEvent], None]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self.fsyncs = 0
+
+    # ---- opening -------------------------------------------------------------------------
+
+    @classmethod
+    def create_or_open(
+        cls,
+        *,
+        log_dir: Path,
+        database_signature: uuid.UUID,
+        log_signature: uuid.UUID,
+        log_file_size: int,
+        clock: Clock,
+        open_scan: ScanResult | None = None,
+    ) -> LogStream:
+        """Open the stream for writing, creating E00.log for the next generation if needed.
+
+        `open_scan` is the scan of an existing E00.log made by recovery; its torn tail (if
+        any) is cut here, at the last valid record.
+        """
+        log_dir.mkdir(parents=True, exist_ok=True)
+        path = log_dir / OPEN_LOG_NAME
+        closed = list_closed_generations(log_dir)
+        if open_scan is not None:
+            header = open_scan.header
+            if closed and header.generation != closed[-1] + 1:
+                raise LogSequenceError(
+                    f"E00.log is generation {header.generation} but the last closed "
+                    f"generation is {closed[-1]}"
+                )
+            fd = os.open(path, os.O_WRONLY)
+            if open_scan.valid_end < open_scan.file_size:
+                os.ftruncate(fd, open_scan.valid_end)
+                os.fsync(fd)
+            os.lseek(fd, open_scan.valid_end, os.SEEK_SET)
+            return cls(
+                log_dir=log_dir,
+                header=header,
+                fd=fd,
+                offset=open_scan.valid_end,
+                record_count=len(open_scan.records),
+                clock=clock,
+            )
+        prev: LogHeader | None = None
+        if closed:
+            with open(log_dir / closed_log_name(closed[-1]), "rb") as f:
+                prev = LogHeader.decode(f.read(HEADER_SIZE))
+        header = LogHeader(
+            generation=(closed[-1] + 1) if closed else 1,
+            database_signature=database_signature,
+            log_signature=log_signature,
+            creation_time=clock.now(),
+            prev_creation_time=prev.creation_time if prev else None,
+            log_file_size=log_file_size,
+        )
+        fd = _create_open_log(log_dir, header)
+        return cls(
+            log_dir=log_dir, header=header, fd=fd, offset=HEADER_SIZE, record_count=0, clock=clock
+        )
+
+    # ---- public --------------------------------------------------------------------------
+
+    @property
+    def generation(self) -> int:
+        """The generation of the open log (E00.log): LastLogGenerated + 1 on the active."""
+        return self._header.generation
+
+    @property
+    def last_closed_generation(self) -> int:
+        return self._header.generation - 1
+
+    @property
+    def open_record_count(self) -> int:
+        return self._records
+
+    @property
+    def log_file_size(self) -> int:
+        return self._header.log_file_size
+
+    def add_listener(self, listener: Callable[[StreamEvent], None]) -> None:
+        """Call `listener` in the event loop, in log order, with every durable transaction
+        (before its committer is answered) and every closed generation."""
+        self._listeners.append(listener)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._writer(), name=f"logwriter {self.log_dir}")
+
+    async def commit(self, ops: list[dict[str, Any]], commit_time: datetime) -> Committed:
+        """Append one transaction; return once it is on disk (fsync'd)."""
+        data = encode_transaction(ops, commit_time)
+        if HEADER_SIZE + len(data) + _CLOSE_SIZE > self._header.log_file_size:
+            raise TransactionTooLarge(
+                f"transaction of {len(data)} bytes does not fit in a "
+                f"{self._header.log_file_size}-byte log file"
+            )
+        return await self._submit(_Pending(data, commit_time, False, self._future(), ops))
+
+    async def roll(self, *, force: bool = False) -> int | None:
+        """Close the open log now. Without `force`, only a log holding records is closed.
+
+        Returns the generation closed, or None if there was nothing to close.
+        """
+        return await self._submit(_Pending(None, self._clock.now(), force, self._future()))
+
+    async def run_idle_roller(self, interval: float) -> None:
+        """Every `interval` seconds, close the open log if it holds records (the seeds' roll)."""
+        while not self._closed:
+            await self._clock.sleep(interval)
+            if self._records:
+                generation = await self.roll()
+                if generation is not None:
+                    logger.info("idle log roll closed generation %d", generation)
+
+    async def close(self) -> None:
+        """Stop the writer after the records already queued; close the file (no roll)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._task is not None:
+            self._queue.put_nowait(_Pending(b"", self._clock.now(), False, self._future()))
+            await self._task
+        os.close(self._fd)
+
+    # ---- the writer task -----------------------------------------------------------------
+
+    def _future(self) -> asyncio.Future[Any]:
+        return asyncio.get_running_loop().create_future()
+
+    async def _submit(self, pending: _Pending) -> Any:
+        if self._closed:
+            raise RuntimeError("log stream is closed")
+        self.start()
+        self._queue.put_nowait(pending)
+        return await pending.future
+
+    async def _writer(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            stop = any(p.data == b"" for p in batch)
+            work = [p for p in batch if p.data != b""]
+            try:
+                results, events = await asyncio.to_thread(self._write_batch, work)
+            except BaseException as exc:
+                # The log is in an unknown state: fail every waiter and stop writing.
+                logger.critical("log write failed, stream stopped: %s", exc)
+                self._closed = True
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(exc)
+                while not self._queue.empty():
+                    p = self._queue.get_nowait()
+                    if not p.future.done():
+                        p.future.set_exception(exc)
+                raise
+            for event in events:
+                for listener in self._listeners:
+                    listener(event)
+            for p, result in zip(work, results, strict=True):
+                if not p.future.done():
+                    p.future.set_result(result)
+            for p in batch:
+                if p.data == b"" and not p.future.done():
+                    p.future.set_result(None)
+            if stop:
+                return
+
+    def _write_batch(self, work: list[_Pending]) -> tuple[list[Any], list[StreamEvent]]:
+        """Runs in a worker thread: write, roll and fsync for one batch of requests."""
+        results: list[Any] = []
+        events: list[StreamEvent] = []
+        buf = bytearray()
+        size = self._header.log_file_size
+
+        def flush() -> None:
+            if buf:
+                os.write(self._fd, bytes(buf))
+                buf.clear()
+
+        for p in work:
+            if p.data is None:
+                if self._records or p.force:
+                    flush()
+                    closed = self._roll()
+                    events.append(closed)
+                    results.append(closed.generation)
+                else:
+                    results.append(None)
+                continue
+            if self._offset + len(p.data) + _CLOSE_SIZE > size and self._records:
+                flush()
+                events.append(self._roll())
+            lsn = Lsn(generation=self._header.generation, offset=self._offset)
+            buf += p.data
+            self._offset += len(p.data)
+            self._records += 1
+            results.append(Committed(lsn=lsn, commit_time=p.commit_time))
+            events.append(Transaction(lsn.generation, lsn.offset, p.commit_time, p.ops or []))
+        flush()
+        if self._offset + _CLOSE_SIZE + _ROLL_SLACK > size and self._records:
+            events.append(self._roll())
+        elif any(p.data is not None for p in work):
+            os.fsync(self._fd)
+            self.fsyncs += 1
+        return results, events
+
+    def _roll(self) -> ClosedGeneration:
+        """Close E00.log as its generation and open the next one (worker thread)."""
+        close_time = self._clock.now()
+        os.write(self._fd, encode_record(RecordType.CLOSE, close_time))
+        os.fsync(self._fd)
+        self.fsyncs += 1
+        os.close(self._fd)
+        closed = self._header
+        os.replace(self.log_dir / OPEN_LOG_NAME, self.log_dir / closed_log_name(closed.generation))
+        fsync_dir(self.log_dir)
+        self._header = LogHeader(
+            generation=closed.generation + 1,
+            database_signature=closed.database_signature,
+            log_signature=closed.log_signature,
+            creation_time=max(close_time, closed.creation_time),
+            prev_creation_time=closed.creation_time,
+            log_file_size=closed.log_file_size,
+        )
+        self._fd = _create_open_log(self.log_dir, self._header)
+        self._offset = HEADER_SIZE
+        self._records = 0
+        return ClosedGeneration(closed.generation, closed.creation_time, close_time)
+
+
+def _create_open_log(log_dir: Path, header: LogHeader) -> int:
+    """Write a new E00.log holding only `header`, durably; return a write fd at its end."""
+    tmp = log_dir / f".{OPEN_LOG_NAME}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(header.encode())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, log_dir / OPEN_LOG_NAME)
+    fsync_dir(log_dir)
+    fd = os.open(log_dir / OPEN_LOG_NAME, os.O_WRONLY)
+    os.lseek(fd, HEADER_SIZE, os.SEEK_SET)
+    return fd
+
+
+def read_records(path: Path) -> list[LogRecord]:
+    """All records of a closed generation, verified whole (raises on any defect)."""
+    data = path.read_bytes()
+    return list(logfile.verify_closed(data, logfile.parse_closed_log_name(path.name)).records)
