@@ -94,7 +94,9 @@ class DatabaseHeader:
             "checkpoint": self.checkpoint,
             "waypoint": self.waypoint,
             "committed": self.committed,
-            "log_required": [self.checkpoint, self.waypoint] if self.waypoint else [0, 0],
+            # Always empty: a generation is written whole, so the file is consistent at its
+            # waypoint and needs no log to be usable (ESE needs checkpoint..waypoint).
+            "log_required": None,
             "log_committed": [0, self.committed],
             "last_change_number": self.last_change_number,
             "last_log_time": self.last_log_time.isoformat() if self.last_log_time else None,

@@ -23,7 +23,6 @@ detect a log from the wrong sequence, as the seeds describe.
 
 from __future__ import annotations
 
-import json
 import re
 import struct
 import uuid
@@ -34,6 +33,7 @@ from enum import IntEnum
 from typing import Any
 
 import crc32c
+import orjson
 
 from replication_node.errors import LogHeaderError, LogRecordError
 
@@ -152,7 +152,7 @@ class LogRecord:
     @property
     def ops(self) -> list[dict[str, Any]]:
         """The operations of a TRANSACTION record."""
-        return json.loads(self.payload)["ops"]
+        return orjson.loads(self.payload)["ops"]
 
 
 def encode_record(rtype: RecordType, commit_time: datetime, payload: bytes = b"") -> bytes:
@@ -164,7 +164,7 @@ def encode_record(rtype: RecordType, commit_time: datetime, payload: bytes = b""
 
 def encode_transaction(ops: list[dict[str, Any]], commit_time: datetime) -> bytes:
     """A TRANSACTION record carrying `ops`."""
-    payload = json.dumps({"ops": ops}, separators=(",", ":")).encode()
+    payload = orjson.dumps({"ops": ops})
     return encode_record(RecordType.TRANSACTION, commit_time, payload)
 
 

@@ -1,0 +1,31 @@
+"""A child process for the kill -9 test: concurrent commits, each acknowledged on stdout."""
+
+import asyncio
+import sys
+from pathlib import Path
+
+from replication_node.store import MailboxStore
+from tests.replication_node.helpers import mount
+
+
+async def main(root: Path, writers: int) -> None:
+    copy = await mount(root, log_file_size=64 * 1024, llr_depth=3)
+    store = MailboxStore(copy)
+    if copy.mailbox("m") is None:
+        await store.create_mailbox("m")
+    out = sys.stdout
+
+    async def writer(w: int) -> None:
+        i = 0
+        while True:
+            item = f"w{w}n{i}"
+            await store.put_items("m", [{"item_id": item, "subject": item, "body": "y" * 700}])
+            out.write(f"ACK {item}\n")
+            out.flush()
+            i += 1
+
+    await asyncio.gather(*(writer(w) for w in range(writers)))
+
+
+if __name__ == "__main__":
+    asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2])))

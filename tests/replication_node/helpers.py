@@ -1,0 +1,27 @@
+"""Small builders shared by the replication_node tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dag_common.clock import Clock, SystemClock
+from replication_node.active import ActiveCopy, CopyPaths
+
+
+async def mount(
+    root: Path,
+    *,
+    name: str = "DB1",
+    log_file_size: int = 64 * 1024,
+    llr_depth: int = 2,
+    clock: Clock | None = None,
+    create: bool = True,
+) -> ActiveCopy:
+    """Mount (creating if needed) an active copy under `root`."""
+    return await ActiveCopy.mount(
+        paths=CopyPaths(root, name),
+        log_file_size=log_file_size,
+        llr_depth=llr_depth,
+        clock=clock or SystemClock(),
+        create=create,
+    )

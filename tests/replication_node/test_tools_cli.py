@@ -1,0 +1,70 @@
+import json
+
+from replication_node import logfile
+from replication_node.cli import main
+from replication_node.store import MailboxStore
+from tests.replication_node.helpers import mount
+
+
+async def make(tmp_path):
+    copy = await mount(tmp_path, llr_depth=1)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    await store.put_items("m", [{"item_id": "a", "body": "hello"}, {"item_id": "b"}])
+    await copy.roll()
+    await copy.commit([])
+    await copy.dismount()
+    return copy
+
+
+async def test_log_dump_of_a_good_closed_generation(tmp_path, capsys):
+    copy = await make(tmp_path)
+    path = copy.paths.logs / logfile.closed_log_name(1)
+    assert main(["log", "dump", str(path), "--json"]) == 0
+    dump = json.loads(capsys.readouterr().out)
+    assert dump["verdict"] == "ok"
+    assert dump["header"]["generation"] == 1
+    assert dump["records"]["transactions"] == 2
+    assert dump["records"]["operations"] == 3
+    assert dump["records"]["closed"] is True
+    assert main(["log", "dump", str(path), "--records"]) == 0
+    text = capsys.readouterr().out
+    assert "Verdict:             OK" in text and "TRANSACTION" in text and "CLOSE" in text
+
+
+async def test_log_dump_reports_damage_with_exit_1(tmp_path, capsys):
+    copy = await make(tmp_path)
+    path = copy.paths.logs / logfile.closed_log_name(1)
+    data = bytearray(path.read_bytes())
+    data[-20] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert main(["log", "dump", str(path), "--json"]) == 1
+    dump = json.loads(capsys.readouterr().out)
+    assert dump["verdict"] == "damaged"
+    assert any("checksum mismatch" in p for p in dump["problems"])
+    renamed = path.with_name(logfile.closed_log_name(7))
+    path.rename(renamed)
+    assert main(["log", "dump", str(renamed)]) == 1
+    assert "file name says generation 7" in capsys.readouterr().out
+
+
+def test_log_dump_of_garbage_and_missing_files(tmp_path, capsys):
+    junk = tmp_path / "E00000001.log"
+    junk.write_bytes(b"not a log" * 100)
+    assert main(["log", "dump", str(junk)]) == 1
+    assert "bad magic" in capsys.readouterr().out
+    assert main(["log", "dump", str(tmp_path / "nope.log")]) == 2
+
+
+async def test_db_header(tmp_path, capsys):
+    copy = await make(tmp_path)
+    assert main(["db", "header", str(copy.paths.database), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["state"] == "Clean Shutdown"
+    assert info["waypoint"] == 2 and info["checkpoint"] == 3
+    assert info["log_committed"] == [0, 3]
+    assert main(["db", "header", str(copy.paths.database)]) == 0
+    out = capsys.readouterr().out
+    assert "Log Required:        none (consistent through generation 2)" in out
+    assert "Waypoint:            2" in out
+    assert main(["db", "header", str(tmp_path / "missing.sqlite")]) == 2
