@@ -1,0 +1,86 @@
+"""The seams between the node (wiring, HTTP, cluster store) and the replication pipeline.
+
+    node.py ──owns──▶ ActiveInstance ──implements──▶ LogShareSource ◀──served by── logshare.py
+                      PassiveCopy    ──reads via──▶ LogSource (logshare.HttpLogSource)
+
+The pipeline only sees these protocols and plain values, so each stage is tested with real
+files and a real aiohttp log share on port 0, without the rest of the node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class LogShareInfo:
+    """What a log share says about its stream: `GET /v1/databases/{db}/logs`."""
+
+    database: str
+    database_signature: str
+    log_signature: str
+    first_generation: int  # lowest closed generation still on disk (0: none)
+    last_generation: int  # highest closed generation (LastLogGenerated)
+    open_generation: int  # generation of E00.log
+
+
+@dataclass(frozen=True, slots=True)
+class SeedInfo:
+    """What a seed brought: the database file's header values at the time of the copy."""
+
+    database_signature: str
+    log_signature: str
+    waypoint: int  # the seeded copy replays from waypoint + 1
+
+
+class LogShareSource(Protocol):
+    """The active side of one database's log share (read-only)."""
+
+    @property
+    def log_dir(self) -> Path: ...
+
+    def share_info(self) -> LogShareInfo: ...
+
+    async def wait_for_generation(self, after: int, timeout: float) -> int:
+        """Return the last closed generation once it is > `after`, or at `timeout` anyway."""
+        ...
+
+    async def seed_to(self, dest: Path) -> SeedInfo:
+        """Write a consistent copy of the database file to `dest`."""
+        ...
+
+
+class LogSource(Protocol):
+    """A passive copy's view of its active's log share (over HTTP in production)."""
+
+    async def info(self) -> LogShareInfo: ...
+
+    async def fetch(self, generation: int) -> bytes:
+        """The bytes of a closed generation (raises LogShareError if it cannot)."""
+        ...
+
+    def notifications(self, after: int) -> AsyncIterator[int]:
+        """Yield the last closed generation each time it moves past `after` (and heartbeats
+        as the same number); ends or raises when the connection goes."""
+        ...
+
+    async def seed(self, dest: Path) -> SeedInfo:
+        """Stream a consistent copy of the database file into `dest`."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PassiveSettings:
+    """Per-copy settings of a passive copy, from the cluster config."""
+
+    database: str
+    node: str
+    site: str
+    activation_preference: int
+    replay_lag_time: timedelta = timedelta(0)
+    truncation_lag_time: timedelta = timedelta(0)
+    max_inspection_failures: int = 3
