@@ -8,6 +8,7 @@ A bad file raises `ConfigError` whose message names the field path and the reaso
 from __future__ import annotations
 
 import os
+import ssl
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Literal
@@ -145,11 +146,29 @@ class GuaranteeApiConfig(_Model):
     history_dir: Path = Path("./var/history")
 
 
+class TlsConfig(_Model):
+    """TLS for node HTTP and the guarantee API: the server's certificate and key, and the CA
+    that clients verify peers with.  Node urls then use https://."""
+
+    cert_file: Path
+    key_file: Path
+    ca_file: Path
+
+    def server_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(self.cert_file, self.key_file)
+        return ctx
+
+    def client_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+
 class ClusterConfig(_Model):
     """The whole cluster config file."""
 
     cluster: str = Field(pattern=_NAME)
     auth_token_file: Path | None = None
+    tls: TlsConfig | None = None
     cluster_store: Annotated[EmbeddedStore | EtcdStore, Field(discriminator="kind")] = (
         EmbeddedStore()
     )
@@ -228,6 +247,12 @@ def _resolve(config: ClusterConfig, base: Path) -> ClusterConfig:
     }
     if config.auth_token_file is not None:
         update["auth_token_file"] = fix(config.auth_token_file)
+    if config.tls is not None:
+        update["tls"] = TlsConfig(
+            cert_file=fix(config.tls.cert_file),
+            key_file=fix(config.tls.key_file),
+            ca_file=fix(config.tls.ca_file),
+        )
     if isinstance(config.cluster_store, EmbeddedStore):
         update["cluster_store"] = EmbeddedStore(path=fix(config.cluster_store.path))
     return config.model_copy(update=update)

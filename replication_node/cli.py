@@ -12,7 +12,7 @@ from pathlib import Path
 
 from dag_common.errors import ConfigError
 from dag_common.model import ExitCode
-from replication_node import tools
+from replication_node import cli_cluster, tools
 from replication_node.errors import DatabaseError, LogFormatError
 
 
@@ -71,9 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     header.add_argument("file")
     header.add_argument("--json", action="store_true")
     header.set_defaults(func=cmd_db_header)
-
-    from replication_node import cli_cluster  # the commands that talk to nodes
-
+    cli_cluster.register_db(db)
     cli_cluster.register(sub)
     return parser
 

@@ -1,0 +1,199 @@
+"""The replica instance of an active copy: the mounted database and what serves it.
+
+Owns the `ActiveCopy` (log stream, database, LLR), the `MailboxStore` that turns requests
+into operations, the idle log roller, the log share source that passive copies pull from,
+and the publication of LastLogGenerated to the cluster store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from dag_common.clock import Clock
+from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
+from replication_node.active import ActiveCopy, CopyPaths
+from replication_node.cluster_store import ClusterStore
+from replication_node.interfaces import LogShareInfo, SeedInfo
+from replication_node.logstream import ClosedGeneration, StreamEvent, list_closed_generations
+from replication_node.store import MailboxStore
+
+logger = logging.getLogger(__name__)
+
+
+class ActiveInstance:
+    """A mounted database copy on this node."""
+
+    role = CopyRole.ACTIVE
+
+    def __init__(
+        self,
+        *,
+        database: str,
+        node: str,
+        site: str,
+        activation_preference: int,
+        paths: CopyPaths,
+        log_file_size: int,
+        llr_depth: int,
+        roll_interval: timedelta,
+        clock: Clock,
+        cluster_store: ClusterStore,
+        epoch: int,
+    ) -> None:
+        self.database = database
+        self.node = node
+        self.site = site
+        self.activation_preference = activation_preference
+        self.paths = paths
+        self._log_file_size = log_file_size
+        self._llr_depth = llr_depth
+        self._roll_interval = roll_interval
+        self._clock = clock
+        self._cluster_store = cluster_store
+        self.epoch = epoch
+        self.copy: ActiveCopy | None = None
+        self.store: MailboxStore | None = None
+        self._closed_cond = asyncio.Condition()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.error: str | None = None
+        self.last_close_time: datetime | None = None
+
+    async def start(self) -> None:
+        """Mount the database (creating it the first time) and start serving."""
+        create = not self.paths.database.exists() and not list_closed_generations_safe(
+            self.paths.logs
+        )
+        self.copy = await ActiveCopy.mount(
+            paths=self.paths,
+            log_file_size=self._log_file_size,
+            llr_depth=self._llr_depth,
+            clock=self._clock,
+            create=create,
+        )
+        self.last_close_time = self.copy.last_closed_time
+        self.store = MailboxStore(self.copy)
+        self.copy.stream.add_listener(self._on_event)
+        self._tasks.append(
+            asyncio.create_task(
+                self.copy.stream.run_idle_roller(self._roll_interval.total_seconds()),
+                name=f"idle-roll {self.database}",
+            )
+        )
+        await self._publish()
+        logger.info(
+            "%s mounted on %s at epoch %d (generation %d, waypoint %d)%s",
+            self.database,
+            self.node,
+            self.epoch,
+            self.copy.stream.generation,
+            self.copy.header.waypoint,
+            f"; recovery: {'; '.join(self.copy.recovery_notes)}"
+            if self.copy.recovery_notes
+            else "",
+        )
+
+    async def stop(self, *, clean: bool = True) -> None:
+        """Dismount: by default cleanly (close the open log, write everything)."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if self.copy is not None:
+            if clean:
+                await self.copy.dismount()
+                await self._publish()
+            else:
+                await self.copy.crash_close()
+        async with self._closed_cond:
+            self._closed_cond.notify_all()
+
+    def _on_event(self, event: StreamEvent) -> None:
+        if isinstance(event, ClosedGeneration):
+            self.last_close_time = event.close_time
+            asyncio.get_running_loop().create_task(self._closed(event))
+
+    async def _closed(self, event: ClosedGeneration) -> None:
+        async with self._closed_cond:
+            self._closed_cond.notify_all()
+        await self._publish()
+
+    async def _publish(self) -> None:
+        if self.copy is None:
+            return
+        try:
+            await self._cluster_store.publish_last_log_generated(
+                self.database, self.node, self.epoch, self.copy.stream.last_closed_generation
+            )
+        except Exception as exc:  # the store being busy must not stop the database
+            logger.warning("%s: cannot publish LastLogGenerated: %s", self.database, exc)
+
+    # ---- LogShareSource ------------------------------------------------------------------
+
+    @property
+    def log_dir(self) -> Path:
+        return self.paths.logs
+
+    @property
+    def last_log_generated(self) -> int:
+        return self.copy.stream.last_closed_generation if self.copy else 0
+
+    def share_info(self) -> LogShareInfo:
+        assert self.copy is not None
+        gens = list_closed_generations(self.paths.logs)
+        header = self.copy.header
+        return LogShareInfo(
+            database=self.database,
+            database_signature=str(header.database_signature),
+            log_signature=str(header.log_signature),
+            first_generation=gens[0] if gens else 0,
+            last_generation=self.copy.stream.last_closed_generation,
+            open_generation=self.copy.stream.generation,
+        )
+
+    async def wait_for_generation(self, after: int, timeout: float) -> int:
+        async with self._closed_cond:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._closed_cond.wait_for(lambda: self.last_log_generated > after), timeout
+                )
+        return self.last_log_generated
+
+    async def seed_to(self, dest: Path) -> SeedInfo:
+        assert self.copy is not None
+        header = await asyncio.to_thread(self.copy.db.backup_to, dest)
+        return SeedInfo(
+            database_signature=str(header.database_signature),
+            log_signature=str(header.log_signature),
+            waypoint=header.waypoint,
+        )
+
+    # ---- status --------------------------------------------------------------------------
+
+    def status(self) -> CopyStatusReport:
+        generated = self.last_log_generated
+        return CopyStatusReport(
+            database=self.database,
+            node=self.node,
+            site=self.site,
+            role=CopyRole.ACTIVE,
+            status=CopyStatus.MOUNTED if self.copy else CopyStatus.DISMOUNTED,
+            activation_preference=self.activation_preference,
+            last_log_generated=generated,
+            last_log_copy_notified=generated,
+            last_log_copied=generated,
+            last_log_inspected=generated,
+            last_log_replayed=generated,
+            last_inspected_log_time=self.last_close_time,
+            last_replayed_log_time=self.last_close_time,
+            error=self.error,
+        )
+
+
+def list_closed_generations_safe(log_dir: Path) -> list[int]:
+    return list_closed_generations(log_dir) if log_dir.exists() else []

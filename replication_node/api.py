@@ -1,0 +1,239 @@
+"""The node's HTTP API (aiohttp): store, status and admin routes of DESIGN.md.
+
+Thin handlers: parse and check the request, call the instance, turn domain errors into
+status codes (here and nowhere else).  The log share routes live in `logshare.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from replication_node.active_instance import ActiveInstance
+from replication_node.errors import (
+    BadRequest,
+    Conflict,
+    DatabaseError,
+    NotActive,
+    NotFound,
+    ReplicationError,
+    StoreError,
+    TransactionTooLarge,
+)
+
+if TYPE_CHECKING:
+    from replication_node.node import Node
+
+logger = logging.getLogger(__name__)
+NODE: web.AppKey[Node] = web.AppKey("node")
+
+_STATUS = {
+    NotFound: 404,
+    Conflict: 409,
+    NotActive: 409,
+    BadRequest: 400,
+    TransactionTooLarge: 413,
+}
+
+
+def json_error(status: int, message: str, **extra: Any) -> web.Response:
+    return web.json_response({"error": message, **extra}, status=status)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Domain errors become JSON errors with the right status; nothing else leaks."""
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except NotActive as exc:
+        node = request.app[NODE]
+        active = node.active_of(request.match_info.get("db", ""))
+        return json_error(409, str(exc), active_node=active[0], active_url=active[1])
+    except StoreError as exc:
+        return json_error(_STATUS.get(type(exc), 400), str(exc))
+    except (DatabaseError, ReplicationError) as exc:
+        logger.error("%s %s failed: %s", request.method, request.path, exc)
+        return json_error(503, str(exc))
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    try:
+        data = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"request body is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise BadRequest("request body must be a JSON object")
+    return data
+
+
+def _flag(request: web.Request, name: str) -> bool:
+    return request.query.get(name, "").lower() in ("1", "true", "yes")
+
+
+def _active(request: web.Request) -> ActiveInstance:
+    node = request.app[NODE]
+    db = request.match_info["db"]
+    instance = node.instance(db)
+    if instance is None:
+        raise NotFound(f"no copy of database {db!r} on node {node.name}")
+    if not isinstance(instance, ActiveInstance) or instance.store is None:
+        raise NotActive(f"the copy of {db} on {node.name} is passive; write to the active copy")
+    return instance
+
+
+def _reader(request: web.Request) -> Any:
+    node = request.app[NODE]
+    db = request.match_info["db"]
+    reader = node.reader(db)
+    if reader is None:
+        raise NotFound(f"no readable copy of database {db!r} on node {node.name}")
+    return reader
+
+
+# ---- store ---------------------------------------------------------------------------
+
+
+async def put_mailbox(request: web.Request) -> web.Response:
+    body = await _body(request)
+    folders = body.get("folders")
+    if folders is not None and not (
+        isinstance(folders, list) and all(isinstance(f, str) for f in folders)
+    ):
+        raise BadRequest("folders must be a list of names")
+    result = await _active(request).store.create_mailbox(  # type: ignore[union-attr]
+        request.match_info["mailbox"],
+        display_name=str(body.get("display_name", "")),
+        folders=folders,
+        locked=bool(body.get("locked", False)),
+    )
+    return web.json_response(result.as_dict(), status=201)
+
+
+async def list_mailboxes(request: web.Request) -> web.Response:
+    return web.json_response({"mailboxes": _reader(request).mailboxes()})
+
+
+async def get_mailbox(request: web.Request) -> web.Response:
+    reader = _reader(request)
+    name = request.match_info["mailbox"]
+    row = reader.mailbox(name)
+    if row is None:
+        raise NotFound(f"no mailbox {name!r}")
+    return web.json_response({**row, "folders": reader.folders(name)})
+
+
+async def create_folder(request: web.Request) -> web.Response:
+    body = await _body(request)
+    folder = body.get("folder")
+    if not isinstance(folder, str):
+        raise BadRequest("folder (a name) is required")
+    result = await _active(request).store.create_folder(  # type: ignore[union-attr]
+        request.match_info["mailbox"], folder, override_lock=_flag(request, "override_lock")
+    )
+    return web.json_response(result.as_dict(), status=201)
+
+
+async def post_items(request: web.Request) -> web.Response:
+    body = await _body(request)
+    items = body.get("items", [body])
+    if not isinstance(items, list):
+        raise BadRequest("items must be a list")
+    result = await _active(request).store.put_items(  # type: ignore[union-attr]
+        request.match_info["mailbox"], items, override_lock=_flag(request, "override_lock")
+    )
+    return web.json_response(result.as_dict(), status=201)
+
+
+async def get_items(request: web.Request) -> web.Response:
+    reader = _reader(request)
+    name = request.match_info["mailbox"]
+    try:
+        since = int(request.query.get("since_change", "0"))
+    except ValueError as exc:
+        raise BadRequest("since_change must be an integer") from exc
+    if reader.mailbox(name) is None:
+        raise NotFound(f"no mailbox {name!r}")
+    items = reader.items(name, since)
+    return web.json_response(
+        {
+            "mailbox": name,
+            "since_change": since,
+            "items": items,
+            "last_change_number": max((i["change_number"] for i in items), default=since),
+        }
+    )
+
+
+async def delete_item(request: web.Request) -> web.Response:
+    result = await _active(request).store.delete_item(  # type: ignore[union-attr]
+        request.match_info["mailbox"],
+        request.match_info["item_id"],
+        override_lock=_flag(request, "override_lock"),
+    )
+    return web.json_response(result.as_dict())
+
+
+async def mailbox_action(request: web.Request) -> web.Response:
+    action = request.match_info["action"]
+    changes = {
+        "lock": {"locked": True},
+        "unlock": {"locked": False},
+        "soft-delete": {"soft_deleted": True},
+    }[action]
+    result = await _active(request).store.set_mailbox(  # type: ignore[union-attr]
+        request.match_info["mailbox"], **changes
+    )
+    return web.json_response(result.as_dict())
+
+
+# ---- status and admin ------------------------------------------------------------------
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True, "node": request.app[NODE].name})
+
+
+async def status(request: web.Request) -> web.Response:
+    return web.json_response(
+        request.app[NODE].status().model_dump(mode="json"),
+    )
+
+
+async def roll_log(request: web.Request) -> web.Response:
+    instance = _active(request)
+    generation = await instance.copy.roll(force=True)  # type: ignore[union-attr]
+    return web.json_response({"database": instance.database, "closed_generation": generation})
+
+
+async def copy_action(request: web.Request) -> web.Response:
+    node = request.app[NODE]
+    db, target, action = (request.match_info[k] for k in ("db", "node", "action"))
+    if target != node.name:
+        raise NotFound(f"the copy of {db} on {target} is not on this node ({node.name})")
+    body = await _body(request)
+    result = await node.copy_action(db, action, reason=str(body.get("reason", "")))
+    return web.json_response(result)
+
+
+def add_routes(app: web.Application) -> None:
+    prefix = "/v1/databases/{db}"
+    mbx = prefix + "/mailboxes/{mailbox}"
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/v1/status", status)
+    app.router.add_put(mbx, put_mailbox)
+    app.router.add_get(prefix + "/mailboxes", list_mailboxes)
+    app.router.add_get(mbx, get_mailbox)
+    app.router.add_post(mbx + "/folders", create_folder)
+    app.router.add_post(mbx + "/items", post_items)
+    app.router.add_get(mbx + "/items", get_items)
+    app.router.add_delete(mbx + "/items/{item_id}", delete_item)
+    app.router.add_post(mbx + "/{action:lock|unlock|soft-delete}", mailbox_action)
+    app.router.add_post(prefix + "/roll-log", roll_log)
+    app.router.add_post(prefix + "/copies/{node}/{action:suspend|resume|reseed}", copy_action)

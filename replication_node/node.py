@@ -1,0 +1,272 @@
+"""A replication node: wires the replica instances, the HTTP API and the replay manager.
+
+This module only wires parts together: `ActiveInstance` (active copies), `PassiveCopy`
+(the copy/inspect/replay pipeline), `api` and `logshare` (HTTP), `manager` (what to run),
+the cluster store (who is active).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from dag_common.clock import Clock
+from dag_common.config import ClusterConfig, load_config
+from dag_common.errors import ConfigError
+from dag_common.model import CopyRole, CopyStatus, CopyStatusReport, NodeStatus
+from replication_node import api
+from replication_node.active import CopyPaths
+from replication_node.active_instance import ActiveInstance
+from replication_node.cluster_store import ClusterStore
+from replication_node.database import Database
+from replication_node.errors import BadRequest, NotFound
+from replication_node.interfaces import PassiveSettings
+from replication_node.manager import InstanceSpec, desired_spec, plan_instances
+
+logger = logging.getLogger(__name__)
+
+
+class Node:
+    """One replication node and the database copies it hosts."""
+
+    def __init__(
+        self,
+        *,
+        config: ClusterConfig,
+        name: str,
+        token: str,
+        clock: Clock,
+        cluster_store: ClusterStore,
+        config_path: Path | None = None,
+        config_refresh: float = 30.0,
+    ) -> None:
+        self.config = config
+        self.name = name
+        self.site = config.node(name).site
+        self.token = token
+        self._clock = clock
+        self.cluster_store = cluster_store
+        self._config_path = config_path
+        self._config_refresh = config_refresh
+        self._instances: dict[str, Any] = {}
+        self._specs: dict[str, InstanceSpec] = {}
+        self._readers: dict[str, Database] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._refresh_task: asyncio.Task[None] | None = None
+        self._reconcile_lock = asyncio.Lock()
+
+    @property
+    def data_dir(self) -> Path:
+        return self.config.node(self.name).data_dir
+
+    def paths(self, database: str) -> CopyPaths:
+        return CopyPaths(self.data_dir / database, database)
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, connect=5, sock_read=60)
+        )
+        await self.reconcile()
+        self._refresh_task = asyncio.create_task(self._refresh_loop(), name="configupdater")
+
+    async def stop(self) -> None:
+        if self._refresh_task:
+            self._refresh_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresh_task
+        for db in list(self._instances):
+            await self._stop_instance(db)
+        if self._session:
+            await self._session.close()
+
+    async def _refresh_loop(self) -> None:
+        """The seeds' configupdater: re-read the config and reconcile every period."""
+        while True:
+            await self._clock.sleep(self._config_refresh)
+            if self._config_path is not None:
+                try:
+                    self.config = load_config(self._config_path)
+                except ConfigError as exc:
+                    logger.error("config reload failed, keeping the running config: %s", exc)
+            try:
+                await self.reconcile()
+            except Exception:
+                logger.exception("reconcile failed; will retry")
+
+    async def reconcile(self) -> None:
+        """Start, stop or restart replica instances to match the config and cluster store."""
+        async with self._reconcile_lock:
+            desired: dict[str, InstanceSpec] = {}
+            for db in self.config.databases_on(self.name):
+                record = await self.cluster_store.active(db.name)
+                if record is None or record.node not in {c.node for c in db.copies}:
+                    first = db.preferred_copy.node
+                    record = await self.cluster_store.set_active(
+                        db.name, first, expected_epoch=record.epoch if record else 0
+                    ) or await self.cluster_store.active(db.name)
+                assert record is not None
+                spec = desired_spec(self.config, self.name, db.name, record.node, record.epoch)
+                if spec is not None:
+                    desired[db.name] = spec
+            plan = plan_instances(self._specs, desired)
+            for db in plan.stop:
+                logger.info("replay manager: stopping instance %s", db)
+                await self._stop_instance(db)
+            for db in plan.start:
+                logger.info("replay manager: starting %s instance %s", desired[db].role, db)
+                await self._start_instance(desired[db])
+
+    async def _start_instance(self, spec: InstanceSpec) -> None:
+        copy = self.config.database(spec.database).copy_on(self.name)
+        assert copy is not None
+        if spec.role is CopyRole.ACTIVE:
+            instance: Any = ActiveInstance(
+                database=spec.database,
+                node=self.name,
+                site=self.site,
+                activation_preference=spec.activation_preference,
+                paths=self.paths(spec.database),
+                log_file_size=spec.log_file_size,
+                llr_depth=spec.llr_depth,
+                roll_interval=spec.roll_interval,
+                clock=self._clock,
+                cluster_store=self.cluster_store,
+                epoch=spec.epoch,
+            )
+        else:
+            from replication_node.logshare import HttpLogSource
+            from replication_node.passive import PassiveCopy
+
+            assert self._session is not None
+            instance = PassiveCopy(
+                settings=PassiveSettings(
+                    database=spec.database,
+                    node=self.name,
+                    site=self.site,
+                    activation_preference=spec.activation_preference,
+                    replay_lag_time=spec.replay_lag_time,
+                    truncation_lag_time=spec.truncation_lag_time,
+                ),
+                paths=self.paths(spec.database),
+                source=HttpLogSource(
+                    spec.active_url, spec.database, session=self._session, token=self.token
+                ),
+                clock=self._clock,
+            )
+        self._instances[spec.database] = instance
+        self._specs[spec.database] = spec
+        try:
+            await instance.start()
+        except Exception as exc:
+            logger.exception("instance %s failed to start", spec.database)
+            if isinstance(instance, ActiveInstance):
+                instance.error = f"failed to mount: {exc}"
+                instance.copy = None
+
+    async def _stop_instance(self, database: str) -> None:
+        instance = self._instances.pop(database, None)
+        self._specs.pop(database, None)
+        reader = self._readers.pop(database, None)
+        if reader is not None:
+            reader.close()
+        if instance is not None:
+            try:
+                await instance.stop()
+            except Exception:
+                logger.exception("instance %s did not stop cleanly", database)
+
+    # ---- what the API asks ---------------------------------------------------------------
+
+    def instance(self, database: str) -> Any:
+        return self._instances.get(database)
+
+    def active_of(self, database: str) -> tuple[str | None, str | None]:
+        spec = self._specs.get(database)
+        return (spec.active_node, spec.active_url) if spec else (None, None)
+
+    def reader(self, database: str) -> Any:
+        """Something with the store's read methods: the active copy, or the passive's file."""
+        instance = self._instances.get(database)
+        if instance is None:
+            return None
+        if isinstance(instance, ActiveInstance):
+            return instance.copy
+        reader = self._readers.get(database)
+        if reader is None:
+            path = self.paths(database).database
+            if not path.exists():
+                return None
+            reader = self._readers[database] = Database.open(path)
+        return reader
+
+    def status(self) -> NodeStatus:
+        copies: list[CopyStatusReport] = []
+        for db in self.config.databases_on(self.name):
+            instance = self._instances.get(db.name)
+            if instance is not None:
+                copies.append(instance.status())
+            else:
+                copy = db.copy_on(self.name)
+                assert copy is not None
+                copies.append(
+                    CopyStatusReport(
+                        database=db.name,
+                        node=self.name,
+                        site=self.site,
+                        role=CopyRole.PASSIVE,
+                        status=CopyStatus.INITIALIZING,
+                        activation_preference=copy.activation_preference,
+                    )
+                )
+        return NodeStatus(node=self.name, site=self.site, copies=copies)
+
+    async def copy_action(self, database: str, action: str, *, reason: str = "") -> dict[str, Any]:
+        instance = self._instances.get(database)
+        if instance is None:
+            raise NotFound(f"no copy of {database} on {self.name}")
+        if isinstance(instance, ActiveInstance):
+            raise BadRequest(
+                f"the copy of {database} on {self.name} is active; {action} a passive copy"
+            )
+        if action == "suspend":
+            await instance.suspend(reason or "suspended by administrator")
+        elif action == "resume":
+            await instance.resume()
+        elif action == "reseed":
+            await instance.reseed()
+        else:
+            raise BadRequest(f"unknown action {action}")
+        # Close the read handle: a reseed replaces the file under it.
+        reader = self._readers.pop(database, None)
+        if reader is not None:
+            reader.close()
+        return instance.status().model_dump(mode="json")
+
+
+def build_app(node: Node) -> web.Application:
+    """The node's aiohttp application: auth, errors, store/status/admin and log share."""
+    from replication_node.httpauth import auth_middleware
+    from replication_node.logshare import add_log_share_routes
+
+    app = web.Application(
+        middlewares=[auth_middleware(node.token), api.error_middleware],
+        client_max_size=16 * 1024 * 1024,
+    )
+    app[api.NODE] = node
+    api.add_routes(app)
+
+    def lookup(database: str) -> Any:
+        instance = node.instance(database)
+        return instance if isinstance(instance, ActiveInstance) and instance.copy else None
+
+    add_log_share_routes(app, lookup=lookup)
+    return app

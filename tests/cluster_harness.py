@@ -1,0 +1,186 @@
+"""Real node processes on loopback for end-to-end tests: write a config with free ports,
+start `replication-node serve` per node, talk to them over HTTP with the cluster token."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from dag_common.auth import bearer
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKEN = "test-token-0123456789abcdef"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalCluster:
+    """A cluster config on disk and one OS process per node."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        nodes: list[tuple[str, str]],
+        databases: list[dict[str, Any]],
+        defaults: dict[str, Any] | None = None,
+        config_refresh: str = "1s",
+    ) -> None:
+        self.root = root
+        self.ports = {name: free_port() for name, _ in nodes}
+        self.config: dict[str, Any] = {
+            "cluster": "test",
+            "cluster_store": {"kind": "embedded", "path": "cluster.db"},
+            "defaults": {"log_file_size": "64KiB", "llr_depth": 2, **(defaults or {})},
+            "nodes": [
+                {"name": n, "site": site, "url": f"http://127.0.0.1:{self.ports[n]}", "data_dir": n}
+                for n, site in nodes
+            ],
+            "databases": databases,
+            "guarantee_api": {
+                "listen": f"127.0.0.1:{free_port()}",
+                "http_listen": f"127.0.0.1:{free_port()}",
+                "poll_interval": "200ms",
+                "history_dir": "history",
+            },
+        }
+        self.config_refresh = config_refresh
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.session: aiohttp.ClientSession | None = None
+        self.write_config()
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "cluster.yaml"
+
+    def write_config(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(yaml.safe_dump(self.config, sort_keys=False))
+
+    def url(self, node: str) -> str:
+        return f"http://127.0.0.1:{self.ports[node]}"
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "DG_AUTH_TOKEN": TOKEN, "PYTHONPATH": str(ROOT)}
+
+    # ---- processes -------------------------------------------------------------------
+
+    def start_node(self, node: str) -> None:
+        log = open(self.root / f"{node}.log", "ab")  # noqa: SIM115 - the child owns it
+        self.procs[node] = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "replication_node.cli",
+                "serve",
+                "--config",
+                str(self.config_path),
+                "--node",
+                node,
+                "--config-refresh",
+                self.config_refresh,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env(),
+            cwd=ROOT,
+        )
+
+    async def start(self, *nodes: str) -> None:
+        names = nodes or tuple(self.ports)
+        for node in names:
+            self.start_node(node)
+        if self.session is None:
+            self.session = aiohttp.ClientSession(
+                headers=bearer(TOKEN), timeout=aiohttp.ClientTimeout(total=30)
+            )
+        for node in names:
+            await self.wait_healthy(node)
+
+    async def wait_healthy(self, node: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            proc = self.procs[node]
+            if proc.poll() is not None:
+                raise RuntimeError(f"{node} exited: {self.log(node)[-2000:]}")
+            try:
+                async with self.session.get(f"{self.url(node)}/healthz") as resp:  # type: ignore[union-attr]
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"{node} not healthy: {self.log(node)[-2000:]}")
+
+    def log(self, node: str) -> str:
+        path = self.root / f"{node}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def kill(self, node: str) -> None:
+        proc = self.procs.pop(node)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    def terminate(self, node: str) -> None:
+        proc = self.procs.pop(node)
+        proc.terminate()
+        proc.wait(timeout=30)
+
+    async def close(self) -> None:
+        for node in list(self.procs):
+            self.terminate(node)
+        if self.session:
+            await self.session.close()
+
+    # ---- HTTP ------------------------------------------------------------------------
+
+    async def call(self, method: str, node: str, path: str, **kw: Any) -> tuple[int, Any]:
+        async with self.session.request(method, f"{self.url(node)}{path}", **kw) as resp:  # type: ignore[union-attr]
+            try:
+                body = await resp.json()
+            except aiohttp.ContentTypeError:
+                body = await resp.read()
+            return resp.status, body
+
+    async def ok(self, method: str, node: str, path: str, **kw: Any) -> Any:
+        status, body = await self.call(method, node, path, **kw)
+        assert status < 300, f"{method} {path} on {node}: {status} {body}"
+        return body
+
+    async def status(self, node: str) -> dict[str, dict[str, Any]]:
+        """The node's copies by database."""
+        body = await self.ok("GET", node, "/v1/status")
+        return {c["database"]: c for c in body["copies"]}
+
+    async def items(self, node: str, db: str, mailbox: str) -> dict[str, dict[str, Any]]:
+        body = await self.ok("GET", node, f"/v1/databases/{db}/mailboxes/{mailbox}/items")
+        return {i["item_id"]: i for i in body["items"]}
+
+    async def wait_for(
+        self, what: str, check: Callable[[], Awaitable[bool]], timeout: float = 60
+    ) -> None:
+        """Poll `check` until it is true; fail with `what` after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if await check():
+                    return
+            except (aiohttp.ClientError, AssertionError, KeyError):
+                pass
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}")
