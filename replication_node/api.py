@@ -107,11 +107,18 @@ async def put_mailbox(request: web.Request) -> web.Response:
         isinstance(folders, list) and all(isinstance(f, str) for f in folders)
     ):
         raise BadRequest("folders must be a list of names")
-    result = await _active(request).store.create_mailbox(  # type: ignore[union-attr]
-        request.match_info["mailbox"],
+    mailbox = request.match_info["mailbox"]
+    instance = _active(request)
+    result = await instance.store.create_mailbox(  # type: ignore[union-attr]
+        mailbox,
         display_name=str(body.get("display_name", "")),
         folders=folders,
         locked=bool(body.get("locked", False)),
+    )
+    # A new mailbox enters the mailbox directory; a move's target copy does not (the
+    # directory still names the source until the move's step 8).
+    await request.app[NODE].cluster_store.set_mailbox_database(
+        mailbox, instance.database, expected=None
     )
     return web.json_response(result.as_dict(), status=201)
 

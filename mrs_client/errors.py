@@ -1,0 +1,32 @@
+"""Errors of the move-request client.
+
+DagError (dag_common.errors)
+└── MoveError
+    ├── MoveRejected      bad input: unknown mailbox or database, target = source, a
+    │                     mailbox already being moved or locked (exit 2, nothing changed)
+    ├── MoveFailed        the move stopped: stalled too long, flush never satisfied, a
+    │                     node refused; `mrs resume` continues from the last step done
+    └── NodeCallError     a store call to a node failed (retried by the move loop)
+"""
+
+from dag_common.errors import DagError
+
+
+class MoveError(DagError):
+    """Base of the mover's errors."""
+
+
+class MoveRejected(MoveError):
+    """The request is invalid; nothing was changed."""
+
+
+class MoveFailed(MoveError):
+    """The move failed; it is not resumed by itself."""
+
+
+class NodeCallError(MoveError):
+    """A call to a node's store API failed."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status

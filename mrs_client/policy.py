@@ -1,0 +1,169 @@
+"""The move's rules, as pure functions of frozen values (no I/O, no clock reads).
+
+Safety invariant: a move reaches step 8 (the directory names the target) only after step 6
+saw CheckReplicationFlush answer Satisfied for a generation closed after the final sync, and
+step 7 saw CheckReplicationHealth answer Satisfied.  Nothing here ever turns a Retry or
+NotSatisfied into progress.
+
+Timing, from the seed (all configurable):
+- steps 1-4: ask CheckReplicationHealth (every 10 s during the syncs); on NotSatisfied or
+  Retry, queue the move and ask again every 30 s, or after the service's retry_after if that
+  is longer; fail after 15 min stalled; Satisfied within that time resumes it.
+- step 6: ask CheckReplicationFlush every 10 s for at most 30 min, else fail.
+- step 7: the seed says only "as long as Satisfied, continue"; we apply the stall rule of
+  steps 1-4 to it, so a brief blip after the flush does not fail a move that is all but done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import IntEnum, StrEnum
+
+
+class MoveStep(IntEnum):
+    """The ten steps of a move (the mailbox-moves seed)."""
+
+    RECORD_REQUEST = 1
+    CLONE_STRUCTURE = 2
+    INITIAL_SYNC = 3
+    INCREMENTAL_SYNC = 4
+    LOCK_SOURCE = 5
+    FINAL_SYNC_AND_FLUSH = 6
+    FINAL_HEALTH_CHECK = 7
+    UPDATE_DIRECTORY = 8
+    UNLOCK_TARGET = 9
+    SOFT_DELETE_SOURCE = 10
+
+    @property
+    def label(self) -> str:
+        return self.name.replace("_", " ").lower()
+
+
+class MoveState(StrEnum):
+    """A move request's state, as Get-MoveRequest shows it."""
+
+    QUEUED = "Queued"
+    IN_PROGRESS = "InProgress"
+    STALLED = "Stalled"
+    FAILED = "Failed"
+    COMPLETED = "Completed"
+
+
+class GuaranteeStatus(StrEnum):
+    RETRY = "Retry"
+    SATISFIED = "Satisfied"
+    NOT_SATISFIED = "NotSatisfied"
+
+
+@dataclass(frozen=True, slots=True)
+class GuaranteeAnswer:
+    """One answer of the Data Guarantee API, as the mover keeps it."""
+
+    status: GuaranteeStatus
+    retry_after: timedelta
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class MoveSettings:
+    """The seed's timings, overridable (tests shorten them; the clock is injected anyway)."""
+
+    health_check_interval: timedelta = timedelta(seconds=10)
+    stall_retry_interval: timedelta = timedelta(seconds=30)
+    stall_limit: timedelta = timedelta(minutes=15)
+    flush_retry_interval: timedelta = timedelta(seconds=10)
+    flush_limit: timedelta = timedelta(minutes=30)
+    sync_batch: int = 500
+    # Incremental passes stop when a pass finds at most this many changes (or after max).
+    incremental_quiet_changes: int = 50
+    incremental_max_passes: int = 5
+
+
+class Verdict(StrEnum):
+    CONTINUE = "continue"
+    WAIT = "wait"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to do after a guarantee answer: go on, wait `wait` and ask again, or fail."""
+
+    verdict: Verdict
+    wait: timedelta = timedelta(0)
+    reason: str = ""
+    stalled_since: datetime | None = None
+
+
+def gate(
+    answer: GuaranteeAnswer,
+    *,
+    now: datetime,
+    stalled_since: datetime | None,
+    settings: MoveSettings,
+) -> Decision:
+    """The rule of steps 1-4 (and 7) for a CheckReplicationHealth answer."""
+    if answer.status is GuaranteeStatus.SATISFIED:
+        return Decision(Verdict.CONTINUE, reason=answer.reason)
+    since = stalled_since or now
+    stalled = now - since
+    if stalled >= settings.stall_limit:
+        return Decision(
+            Verdict.FAIL,
+            reason=(
+                f"stalled for {stalled.total_seconds():.0f}s (limit "
+                f"{settings.stall_limit.total_seconds():.0f}s) waiting for the data guarantee: "
+                f"{answer.status}: {answer.reason}"
+            ),
+            stalled_since=since,
+        )
+    wait = max(settings.stall_retry_interval, answer.retry_after)
+    wait = min(wait, since + settings.stall_limit - now) if stalled < settings.stall_limit else wait
+    return Decision(
+        Verdict.WAIT,
+        wait=max(wait, timedelta(0)),
+        reason=f"{answer.status}: {answer.reason}",
+        stalled_since=since,
+    )
+
+
+def flush_gate(
+    answer: GuaranteeAnswer,
+    *,
+    now: datetime,
+    flush_started: datetime,
+    settings: MoveSettings,
+) -> Decision:
+    """The rule of step 6 for a CheckReplicationFlush answer."""
+    if answer.status is GuaranteeStatus.SATISFIED:
+        return Decision(Verdict.CONTINUE, reason=answer.reason)
+    waited = now - flush_started
+    if waited >= settings.flush_limit:
+        return Decision(
+            Verdict.FAIL,
+            reason=(
+                f"CheckReplicationFlush not satisfied after {waited.total_seconds():.0f}s "
+                f"(limit {settings.flush_limit.total_seconds():.0f}s): "
+                f"{answer.status}: {answer.reason}"
+            ),
+            stalled_since=flush_started,
+        )
+    return Decision(
+        Verdict.WAIT,
+        wait=min(settings.flush_retry_interval, flush_started + settings.flush_limit - now),
+        reason=f"waiting for replication flush: {answer.status}: {answer.reason}",
+        stalled_since=flush_started,
+    )
+
+
+def health_check_due(last_check: datetime | None, now: datetime, settings: MoveSettings) -> bool:
+    """During the syncs, ask the guarantee every `health_check_interval`."""
+    return last_check is None or now - last_check >= settings.health_check_interval
+
+
+def incremental_done(changes_in_pass: int, passes: int, settings: MoveSettings) -> bool:
+    """Stop the incremental passes of step 4 once the source is quiet (or enough passes)."""
+    return changes_in_pass <= settings.incremental_quiet_changes or (
+        passes >= settings.incremental_max_passes
+    )

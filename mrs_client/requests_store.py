@@ -1,0 +1,193 @@
+"""Move requests on disk (SQLite, fsync on commit): they survive a crash of the client.
+
+A request is updated after every step and every batch of a sync, so `mrs resume` continues
+from the last thing done.  A mailbox can be in one unfinished move only: the claim is a row
+in `move_mailboxes`, taken in the same transaction as the request, released on completion.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import uuid
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from mrs_client.errors import MoveRejected
+from mrs_client.policy import GuaranteeAnswer, MoveState, MoveStep
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS moves(
+  id TEXT PRIMARY KEY, body TEXT NOT NULL, created TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS move_mailboxes(
+  mailbox TEXT PRIMARY KEY, move_id TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS answers(
+  move_id TEXT NOT NULL, time TEXT NOT NULL, step INTEGER NOT NULL, method TEXT NOT NULL,
+  status TEXT NOT NULL, retry_after REAL NOT NULL, reason TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS answers_by_move ON answers(move_id, time);
+"""
+
+
+@dataclass(frozen=True)
+class MoveRecord:
+    """One move request and how far it got."""
+
+    id: str
+    mailboxes: tuple[str, ...]
+    source_db: str
+    target_db: str
+    created: datetime
+    updated: datetime
+    state: MoveState = MoveState.QUEUED
+    step: MoveStep = MoveStep.RECORD_REQUEST  # the step in progress (or failed)
+    steps_done: int = 0  # the last step completed
+    stalled_since: datetime | None = None
+    stall_reason: str | None = None
+    time_stalled: float = 0.0  # seconds, over the move's life
+    failure: str | None = None
+    items_copied: int = 0
+    bytes_copied: int = 0
+    sync_cursor: dict[str, int] = field(default_factory=dict)  # mailbox -> change number
+    snapshot_change: dict[str, int] = field(default_factory=dict)
+    incremental_passes: int = 0
+    final_generation: int | None = None
+    flush_started: datetime | None = None
+    completed: datetime | None = None
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        for key, value in data.items():
+            if isinstance(value, datetime):
+                data[key] = value.isoformat()
+        data["state"] = str(self.state)
+        data["step"] = int(self.step)
+        data["mailboxes"] = list(self.mailboxes)
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> MoveRecord:
+        data = json.loads(text)
+        for key in ("created", "updated", "stalled_since", "flush_started", "completed"):
+            if data.get(key):
+                data[key] = datetime.fromisoformat(data[key])
+        data["state"] = MoveState(data["state"])
+        data["step"] = MoveStep(data["step"])
+        data["mailboxes"] = tuple(data["mailboxes"])
+        return cls(**data)
+
+    def as_dict(self) -> dict[str, Any]:
+        return json.loads(self.to_json())
+
+
+class MoveRequestStore:
+    """The move requests of this client."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=10.0
+        )
+        self._lock = threading.Lock()
+        with self._lock:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def create(
+        self, *, mailboxes: tuple[str, ...], source_db: str, target_db: str, now: datetime
+    ) -> MoveRecord:
+        """Record a new request, claiming its mailboxes; MoveRejected if one is claimed."""
+        record = MoveRecord(
+            id=uuid.uuid4().hex[:12],
+            mailboxes=mailboxes,
+            source_db=source_db,
+            target_db=target_db,
+            created=now,
+            updated=now,
+        )
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for mailbox in mailboxes:
+                    row = self._conn.execute(
+                        "SELECT move_id FROM move_mailboxes WHERE mailbox=?", (mailbox,)
+                    ).fetchone()
+                    if row:
+                        raise MoveRejected(
+                            f"mailbox {mailbox!r} is already being moved (request {row[0]})"
+                        )
+                    self._conn.execute(
+                        "INSERT INTO move_mailboxes VALUES (?, ?)", (mailbox, record.id)
+                    )
+                self._conn.execute(
+                    "INSERT INTO moves VALUES (?, ?, ?)",
+                    (record.id, record.to_json(), now.isoformat()),
+                )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return record
+
+    def save(self, record: MoveRecord, now: datetime) -> MoveRecord:
+        """Persist `record` (durably) and return it as saved."""
+        record = replace(record, updated=now)
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.execute("UPDATE moves SET body=? WHERE id=?", (record.to_json(), record.id))
+            if record.state is MoveState.COMPLETED:
+                self._conn.execute("DELETE FROM move_mailboxes WHERE move_id=?", (record.id,))
+            self._conn.execute("COMMIT")
+        return record
+
+    def get(self, move_id: str) -> MoveRecord | None:
+        with self._lock:
+            row = self._conn.execute("SELECT body FROM moves WHERE id=?", (move_id,)).fetchone()
+        return MoveRecord.from_json(row[0]) if row else None
+
+    def list(self) -> list[MoveRecord]:
+        with self._lock:
+            rows = self._conn.execute("SELECT body FROM moves ORDER BY created").fetchall()
+        return [MoveRecord.from_json(r[0]) for r in rows]
+
+    def add_answer(
+        self, move_id: str, *, step: MoveStep, method: str, answer: GuaranteeAnswer, now: datetime
+    ) -> None:
+        with self._lock:
+            self._conn.execute(
+                "INSERT INTO answers VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    move_id,
+                    now.isoformat(),
+                    int(step),
+                    method,
+                    str(answer.status),
+                    answer.retry_after.total_seconds(),
+                    answer.reason,
+                ),
+            )
+
+    def answers(self, move_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT time, step, method, status, retry_after, reason FROM answers"
+                " WHERE move_id=? ORDER BY rowid",
+                (move_id,),
+            ).fetchall()
+        return [
+            {
+                "time": t,
+                "step": s,
+                "method": m,
+                "status": st,
+                "retry_after": str(timedelta(seconds=r)),
+                "reason": reason,
+            }
+            for t, s, m, st, r, reason in rows
+        ]
