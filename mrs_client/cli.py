@@ -1,0 +1,257 @@
+"""`mrs`: move mailboxes between databases, gated on the Data Guarantee API.
+
+    mrs move --config F --mailbox M --to DB [--with-archive]
+    mrs list | show ID | stats ID | resume ID      (each with --json)
+
+Exit codes: 0 ok, 1 the move failed, 2 bad input or config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import aiohttp
+
+from dag_common.clock import SystemClock
+from dag_common.config import ClusterConfig, load_config, load_token
+from dag_common.durations import parse_duration
+from dag_common.errors import ConfigError
+from dag_common.model import ExitCode
+from mrs_client.errors import MoveRejected
+from mrs_client.policy import MoveSettings, MoveState
+from mrs_client.progress import Progress
+from mrs_client.requests_store import MoveRecord, MoveRequestStore
+
+
+def requests_path(config: ClusterConfig, override: str | None) -> Path:
+    """Move requests live beside the cluster store unless told otherwise."""
+    if override:
+        return Path(override)
+    return config.node(config.nodes[0].name).data_dir.parent / "moves.db"
+
+
+def settings_from(args: argparse.Namespace) -> MoveSettings:
+    base = MoveSettings()
+    changes = {}
+    for name in (
+        "health_check_interval",
+        "stall_retry_interval",
+        "stall_limit",
+        "flush_retry_interval",
+        "flush_limit",
+    ):
+        value = getattr(args, name, None)
+        if value:
+            changes[name] = parse_duration(value)
+    return MoveSettings(**{**base.__dict__, **changes}) if changes else base
+
+
+async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: str | None) -> int:
+    from mrs_client.guarantee_client import GrpcGuaranteeClient
+    from mrs_client.mover import Mover
+    from mrs_client.node_client import NodeStoreClient
+    from replication_node.cluster_store import open_cluster_store
+
+    token = load_token(config)
+    requests = MoveRequestStore(requests_path(config, args.requests_db))
+    directory = open_cluster_store(config)
+    progress = Progress()
+    ssl = config.tls.client_context() if config.tls else None
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl)) as session:
+        guarantee = GrpcGuaranteeClient.from_config(config, token=token)
+        mover = Mover(
+            requests=requests,
+            nodes=NodeStoreClient(config, token=token, session=session),
+            guarantee=guarantee,
+            directory=directory,
+            databases={d.name for d in config.databases},
+            clock=SystemClock(),
+            settings=settings_from(args),
+            caller_id=args.caller_id,
+            progress=progress,
+        )
+        try:
+            if move_id is None:
+                record = await mover.submit(args.mailbox, args.to, with_archive=args.with_archive)
+                move_id = record.id
+            else:
+                existing = requests.get(move_id)
+                if existing is None:
+                    raise MoveRejected(f"no move request {move_id!r}")
+                if existing.state is MoveState.COMPLETED:
+                    raise MoveRejected(f"move {move_id} is already completed")
+            final = await mover.run(move_id)
+        finally:
+            progress.close()
+            await guarantee.close()
+            directory.close()
+    print(f"move {final.id}: {final.state}" + (f": {final.failure}" if final.failure else ""))
+    return ExitCode.OK if final.state is MoveState.COMPLETED else ExitCode.FAILED
+
+
+def cmd_move(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    return asyncio.run(_run_move(args, config, None))
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    return asyncio.run(_run_move(args, config, args.id))
+
+
+def _record_line(r: MoveRecord) -> str:
+    return (
+        f"{r.id:<14}{','.join(r.mailboxes):<22}{r.source_db + ' -> ' + r.target_db:<16}"
+        f"{r.state:<12}{int(r.step):>4}  {r.items_copied:>8}"
+    )
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    records = MoveRequestStore(requests_path(config, args.requests_db)).list()
+    if args.json:
+        print(json.dumps([r.as_dict() for r in records], indent=2))
+    else:
+        print(f"{'Id':<14}{'Mailboxes':<22}{'Databases':<16}{'State':<12}{'Step':>4}  {'Items':>8}")
+        for r in records:
+            print(_record_line(r))
+    return ExitCode.OK
+
+
+def _get(args: argparse.Namespace) -> tuple[MoveRequestStore, MoveRecord]:
+    config = load_config(args.config)
+    store = MoveRequestStore(requests_path(config, args.requests_db))
+    record = store.get(args.id)
+    if record is None:
+        raise MoveRejected(f"no move request {args.id!r}")
+    return store, record
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    _, record = _get(args)
+    if args.json:
+        print(json.dumps(record.as_dict(), indent=2))
+    else:
+        for key, value in record.as_dict().items():
+            print(f"{key:<20}{value}")
+    return ExitCode.OK
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """Like Get-MoveRequestStatistics: state, step, copied, stalled time and why, answers."""
+    store, record = _get(args)
+    answers = store.answers(record.id)
+    stats = {
+        "id": record.id,
+        "mailboxes": list(record.mailboxes),
+        "source": record.source_db,
+        "target": record.target_db,
+        "state": str(record.state),
+        "step": int(record.step),
+        "step_name": record.step.label,
+        "steps_done": record.steps_done,
+        "items_copied": record.items_copied,
+        "bytes_copied": record.bytes_copied,
+        "time_stalled": str(timedelta(seconds=round(record.time_stalled))),
+        "stall_reason": record.stall_reason,
+        "failure": record.failure,
+        "final_generation": record.final_generation,
+        "guarantee_answers": answers,
+    }
+    if args.json:
+        print(json.dumps(stats, indent=2))
+    else:
+        for key, value in stats.items():
+            if key != "guarantee_answers":
+                print(f"{key:<18}{value}")
+        print("guarantee answers:")
+        for a in answers[-args.last :]:
+            print(
+                f"  {a['time']}  step {a['step']:>2}  {a['method']:<23}{a['status']:<13}"
+                f"{a['reason']}"
+            )
+    return ExitCode.OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mrs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", required=True)
+        p.add_argument("--requests-db", default=None, help="move request store (SQLite)")
+        p.add_argument("--json", action="store_true")
+
+    def timings(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--caller-id", default="mrs")
+        for name in (
+            "health_check_interval",
+            "stall_retry_interval",
+            "stall_limit",
+            "flush_retry_interval",
+            "flush_limit",
+        ):
+            p.add_argument("--" + name.replace("_", "-"), dest=name, default=None)
+        p.add_argument("-v", "--verbose", action="store_true")
+
+    move = sub.add_parser("move", help="create a move request and run it")
+    common(move)
+    timings(move)
+    move.add_argument("--mailbox", required=True)
+    move.add_argument("--to", required=True, help="target database")
+    move.add_argument(
+        "--with-archive",
+        action="store_true",
+        help="move the mailbox's archive (<mailbox>.archive) with it",
+    )
+    move.set_defaults(func=cmd_move)
+
+    resume = sub.add_parser("resume", help="resume a failed or interrupted move")
+    common(resume)
+    timings(resume)
+    resume.add_argument("id")
+    resume.set_defaults(func=cmd_resume)
+
+    lst = sub.add_parser("list", help="all move requests")
+    common(lst)
+    lst.set_defaults(func=cmd_list)
+
+    show = sub.add_parser("show", help="one move request")
+    common(show)
+    show.add_argument("id")
+    show.set_defaults(func=cmd_show)
+
+    stats = sub.add_parser("stats", help="statistics of a move, like Get-MoveRequestStatistics")
+    common(stats)
+    stats.add_argument("id")
+    stats.add_argument("--last", type=int, default=20, help="how many guarantee answers")
+    stats.set_defaults(func=cmd_stats)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0) and ExitCode.BAD_INPUT
+    logging.basicConfig(level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING)
+    try:
+        return int(args.func(args))
+    except (ConfigError, MoveRejected) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    except KeyboardInterrupt:
+        return ExitCode.FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
