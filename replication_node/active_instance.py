@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from replication_node.cluster_store import ClusterStore
 from replication_node.interfaces import LogShareInfo, SeedInfo
 from replication_node.logstream import ClosedGeneration, StreamEvent, list_closed_generations
 from replication_node.store import MailboxStore
+from replication_node.truncation import CopyProgress, active_truncation_limit, delete_through
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +45,9 @@ class ActiveInstance:
         clock: Clock,
         cluster_store: ClusterStore,
         epoch: int,
+        peer_progress: Callable[[], Awaitable[list[CopyProgress]]] | None = None,
+        circular_logging: bool = True,
+        truncation_interval: float = 5.0,
     ) -> None:
         self.database = database
         self.node = node
@@ -61,6 +66,10 @@ class ActiveInstance:
         self._tasks: list[asyncio.Task[None]] = []
         self.error: str | None = None
         self.last_close_time: datetime | None = None
+        self._peer_progress = peer_progress
+        self._circular_logging = circular_logging
+        self._truncation_interval = truncation_interval
+        self.truncated_through = 0
 
     async def start(self) -> None:
         """Mount the database (creating it the first time) and start serving."""
@@ -83,6 +92,10 @@ class ActiveInstance:
                 name=f"idle-roll {self.database}",
             )
         )
+        if self._peer_progress is not None:
+            self._tasks.append(
+                asyncio.create_task(self._truncation_loop(), name=f"truncate {self.database}")
+            )
         await self._publish()
         logger.info(
             "%s mounted on %s at epoch %d (generation %d, waypoint %d)%s",
@@ -132,6 +145,46 @@ class ActiveInstance:
             )
         except Exception as exc:  # the store being busy must not stop the database
             logger.warning("%s: cannot publish LastLogGenerated: %s", self.database, exc)
+
+    async def _truncation_loop(self) -> None:
+        """Delete closed generations no copy needs any more (the seeds' truncation rules)."""
+        assert self._peer_progress is not None
+        errors = 0
+        while True:
+            await self._clock.sleep(self._truncation_interval)
+            try:
+                await self.truncate_once(await self._peer_progress())
+            except Exception:
+                errors += 1
+                logger.exception("%s: truncation pass failed (%d so far)", self.database, errors)
+
+    async def truncate_once(self, copies: list[CopyProgress]) -> int:
+        """One truncation pass over the given copies' progress; the limit applied."""
+        if self.copy is None:
+            return 0
+        header = self.copy.header
+        limit = active_truncation_limit(
+            checkpoint=header.checkpoint,
+            copies=copies,
+            backed_up_through=header.last_backup_generation,
+            circular_logging=self._circular_logging,
+        )
+        if limit > self.truncated_through:
+            deleted = await asyncio.to_thread(delete_through, self.paths.logs, limit)
+            if deleted:
+                logger.info(
+                    "%s: truncated %d generation(s) through %d (checkpoint %d, copies %s)",
+                    self.database,
+                    len(deleted) if isinstance(deleted, list) else deleted,
+                    limit,
+                    header.checkpoint,
+                    ", ".join(
+                        f"{c.node}: inspected {c.last_log_inspected} replayed {c.last_log_replayed}"
+                        for c in copies
+                    ),
+                )
+            self.truncated_through = limit
+        return limit
 
     # ---- LogShareSource ------------------------------------------------------------------
 
