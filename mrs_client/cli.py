@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import sys
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -49,7 +50,9 @@ def settings_from(args: argparse.Namespace) -> MoveSettings:
         value = getattr(args, name, None)
         if value:
             changes[name] = parse_duration(value)
-    return MoveSettings(**{**base.__dict__, **changes}) if changes else base
+    if getattr(args, "sync_batch", None):
+        changes["sync_batch"] = args.sync_batch
+    return replace(base, **changes)
 
 
 async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: str | None) -> int:
@@ -200,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
             "flush_limit",
         ):
             p.add_argument("--" + name.replace("_", "-"), dest=name, default=None)
+        p.add_argument("--sync-batch", type=int, default=None, help="items per write")
         p.add_argument("-v", "--verbose", action="store_true")
 
     move = sub.add_parser("move", help="create a move request and run it")

@@ -1,0 +1,226 @@
+"""End to end: real node processes, the real guarantee API, the real `mrs` command."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from replication_node.cluster_store.embedded import EmbeddedClusterStore
+from tests.cluster_harness import ROOT, TOKEN, LocalCluster
+
+pytestmark = pytest.mark.slow
+
+FAST = [
+    "--health-check-interval",
+    "200ms",
+    "--stall-retry-interval",
+    "300ms",
+    "--flush-retry-interval",
+    "200ms",
+]
+
+
+def databases():
+    return [
+        {
+            "name": "DB1",
+            "copies": [
+                {"node": "mbx1", "activation_preference": 1},
+                {"node": "mbx2", "activation_preference": 2},
+            ],
+        },
+        {
+            "name": "DB2",
+            "data_move_replication_constraint": "SecondCopy",
+            "copies": [
+                {"node": "mbx2", "activation_preference": 1},
+                {"node": "mbx3", "activation_preference": 2},
+            ],
+        },
+    ]
+
+
+@pytest.fixture
+async def env(tmp_path):
+    cluster = LocalCluster(
+        tmp_path,
+        nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
+        databases=databases(),
+    )
+    await cluster.start()
+    api = subprocess.Popen(
+        [sys.executable, "-m", "guarantee_api.cli", "serve", "--config", str(cluster.config_path)],
+        stdout=open(tmp_path / "guarantee.log", "ab"),
+        stderr=subprocess.STDOUT,  # noqa: SIM115
+        env=cluster.env(),
+        cwd=ROOT,
+    )
+    yield cluster
+    api.terminate()
+    api.wait(timeout=20)
+    await cluster.close()
+
+
+def mrs(cluster, *args, timeout=180):
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mrs_client.cli",
+            *args,
+            "--config",
+            str(cluster.config_path),
+            "--requests-db",
+            str(cluster.root / "moves.db"),
+        ],
+        capture_output=True,
+        text=True,
+        env=cluster.env(),
+        cwd=ROOT,
+        timeout=timeout,
+    )
+
+
+async def seed_mailbox(cluster, n=300):
+    await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/alice", json={"display_name": "A"})
+    await cluster.ok(
+        "POST", "mbx1", "/v1/databases/DB1/mailboxes/alice/folders", json={"folder": "Projects"}
+    )
+    for start in range(0, n, 100):
+        await cluster.ok(
+            "POST",
+            "mbx1",
+            "/v1/databases/DB1/mailboxes/alice/items",
+            json={
+                "items": [
+                    {
+                        "item_id": f"m{i}",
+                        "folder": "Projects" if i % 3 else "Inbox",
+                        "subject": f"s{i}",
+                        "body": f"body {i} " * 40,
+                    }
+                    for i in range(start, min(n, start + 100))
+                ]
+            },
+        )
+    for i in range(0, n, 50):
+        await cluster.ok("DELETE", "mbx1", f"/v1/databases/DB1/mailboxes/alice/items/m{i}")
+    return {
+        k: v for k, v in (await cluster.items("mbx1", "DB1", "alice")).items() if not v["deleted"]
+    }
+
+
+def live(items):
+    return {k: (v["folder"], v["subject"], v["body"]) for k, v in items.items() if not v["deleted"]}
+
+
+async def test_move_completes_and_survives_loss_of_the_target_active(env):
+    cluster = env
+    source = await seed_mailbox(cluster)
+    result = await asyncio.to_thread(
+        mrs, cluster, "move", "--mailbox", "alice", "--to", "DB2", *FAST
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    moved = await cluster.items("mbx2", "DB2", "alice")
+    assert live(moved) == live(source)
+    mailbox = await cluster.ok("GET", "mbx1", "/v1/databases/DB1/mailboxes/alice")
+    assert mailbox["soft_deleted"] is True
+    target = await cluster.ok("GET", "mbx2", "/v1/databases/DB2/mailboxes/alice")
+    assert target["locked"] is False and set(target["folders"]) >= {"Projects", "Inbox"}
+    store = EmbeddedClusterStore(cluster.root / "cluster.db")
+    assert await store.mailbox_database("alice") == "DB2"
+    store.close()
+    # The seed's Example 1: the target's active dies right after completion. The passive
+    # copy on mbx3 must already hold the whole mailbox.
+    cluster.kill("mbx2")
+    on_passive = await cluster.items("mbx3", "DB2", "alice")
+    assert live(on_passive) == live(source)
+
+
+async def test_move_stalls_on_suspended_copies_fails_and_resumes(env):
+    cluster = env
+    source = await seed_mailbox(cluster, n=60)
+    await cluster.ok(
+        "POST", "mbx3", "/v1/databases/DB2/copies/mbx3/suspend", json={"reason": "maintenance"}
+    )
+    result = await asyncio.to_thread(
+        mrs, cluster, "move", "--mailbox", "alice", "--to", "DB2", *FAST, "--stall-limit", "2s"
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    listing = json.loads(mrs(cluster, "list", "--json").stdout)
+    (move,) = listing
+    assert move["state"] == "Failed" and move["step"] == 1
+    stats = json.loads(mrs(cluster, "stats", move["id"], "--json").stdout)
+    assert "stalled" in stats["failure"] and stats["guarantee_answers"]
+    assert all(a["status"] != "Satisfied" for a in stats["guarantee_answers"])
+    # nothing was changed on the target or the source
+    status, _ = await cluster.call("GET", "mbx2", "/v1/databases/DB2/mailboxes/alice")
+    assert status == 404
+    # a failed move is never resumed by itself; after the copy is fixed, resume completes it
+    await cluster.ok("POST", "mbx3", "/v1/databases/DB2/copies/mbx3/resume")
+    resumed = await asyncio.to_thread(mrs, cluster, "resume", move["id"], *FAST)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert live(await cluster.items("mbx2", "DB2", "alice")) == live(source)
+
+
+async def test_bad_requests_change_nothing(env):
+    cluster = env
+    await seed_mailbox(cluster, n=5)
+    for args, message in [
+        (["--mailbox", "nobody", "--to", "DB2"], "unknown mailbox"),
+        (["--mailbox", "alice", "--to", "DB9"], "unknown database"),
+        (["--mailbox", "alice", "--to", "DB1"], "already in DB1"),
+    ]:
+        result = mrs(cluster, "move", *args)
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+    await cluster.ok("POST", "mbx1", "/v1/databases/DB1/mailboxes/alice/lock")
+    result = mrs(cluster, "move", "--mailbox", "alice", "--to", "DB2")
+    assert result.returncode == 2 and "locked" in result.stderr
+    assert json.loads(mrs(cluster, "list", "--json").stdout) == []
+
+
+@pytest.mark.parametrize("kill_at", [2, 3, 6, 8, 10])
+async def test_kill_9_of_the_client_then_resume(env, kill_at):
+    cluster = env
+    source = await seed_mailbox(cluster, n=400)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mrs_client.cli",
+            "move",
+            "--mailbox",
+            "alice",
+            "--to",
+            "DB2",
+            *FAST,
+            "--sync-batch",
+            "50",
+            "--config",
+            str(cluster.config_path),
+            "--requests-db",
+            str(cluster.root / "moves.db"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=cluster.env(),
+        cwd=ROOT,
+    )
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:
+        if f"step {kill_at}:" in line or time.monotonic() > deadline:
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    (move,) = json.loads(mrs(cluster, "list", "--json").stdout)
+    resumed = await asyncio.to_thread(mrs, cluster, "resume", move["id"], *FAST)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert live(await cluster.items("mbx2", "DB2", "alice")) == live(source)
+    assert (await cluster.ok("GET", "mbx1", "/v1/databases/DB1/mailboxes/alice"))["soft_deleted"]
