@@ -13,7 +13,7 @@ import time
 import pytest
 
 from replication_node.cluster_store.embedded import EmbeddedClusterStore
-from tests.cluster_harness import ROOT, TOKEN, LocalCluster
+from tests.cluster_harness import ROOT, LocalCluster
 
 pytestmark = pytest.mark.slow
 
@@ -57,8 +57,8 @@ async def env(tmp_path):
     await cluster.start()
     api = subprocess.Popen(
         [sys.executable, "-m", "guarantee_api.cli", "serve", "--config", str(cluster.config_path)],
-        stdout=open(tmp_path / "guarantee.log", "ab"),
-        stderr=subprocess.STDOUT,  # noqa: SIM115
+        stdout=open(tmp_path / "guarantee.log", "ab"),  # noqa: SIM115
+        stderr=subprocess.STDOUT,
         env=cluster.env(),
         cwd=ROOT,
     )
