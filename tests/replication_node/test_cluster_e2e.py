@@ -1,0 +1,211 @@
+"""Three node processes on loopback, two databases: the replication pipeline end to end."""
+
+from __future__ import annotations
+
+import pytest
+
+from replication_node import logfile
+from replication_node.logstream import list_closed_generations
+from tests.cluster_harness import LocalCluster
+
+pytestmark = pytest.mark.slow
+
+
+def databases(lag="0s"):
+    return [
+        {
+            "name": "DB1",
+            "copies": [
+                {"node": "mbx1", "activation_preference": 1},
+                {"node": "mbx2", "activation_preference": 2},
+                {"node": "mbx3", "activation_preference": 3, "replay_lag_time": lag},
+            ],
+        },
+        {
+            "name": "DB2",
+            "copies": [
+                {"node": "mbx2", "activation_preference": 1},
+                {"node": "mbx3", "activation_preference": 2},
+            ],
+        },
+    ]
+
+
+@pytest.fixture
+async def cluster(tmp_path):
+    c = LocalCluster(
+        tmp_path,
+        nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
+        databases=databases(),
+    )
+    await c.start()
+    yield c
+    await c.close()
+
+
+async def write(cluster, node, db, mailbox, start, n, body=600):
+    for first in range(start, start + n, 100):
+        await cluster.ok(
+            "POST",
+            node,
+            f"/v1/databases/{db}/mailboxes/{mailbox}/items",
+            json={
+                "items": [
+                    {"item_id": f"i{i}", "subject": f"s{i}", "body": f"{i}:" + "b" * body}
+                    for i in range(first, min(start + n, first + 100))
+                ]
+            },
+        )
+
+
+async def converged(cluster, db, active, passives):
+    await cluster.ok("POST", active, f"/v1/databases/{db}/roll-log")
+    generated = (await cluster.status(active))[db]["last_log_generated"]
+
+    async def check():
+        for node in passives:
+            copy = (await cluster.status(node))[db]
+            if copy["status"] != "Healthy" or copy["last_log_replayed"] < generated:
+                return False
+        return True
+
+    await cluster.wait_for(f"{db} replayed through {generated} on {passives}", check)
+    return generated
+
+
+async def test_copies_converge_item_for_item(cluster):
+    await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/alice")
+    await cluster.ok("PUT", "mbx2", "/v1/databases/DB2/mailboxes/bob")
+    await write(cluster, "mbx1", "DB1", "alice", 0, 500)
+    await write(cluster, "mbx2", "DB2", "bob", 0, 300)
+    await cluster.ok("DELETE", "mbx1", "/v1/databases/DB1/mailboxes/alice/items/i7")
+    await converged(cluster, "DB1", "mbx1", ["mbx2", "mbx3"])
+    await converged(cluster, "DB2", "mbx2", ["mbx3"])
+    active = await cluster.items("mbx1", "DB1", "alice")
+    assert len(active) == 500 and active["i7"]["deleted"]
+    for node in ("mbx2", "mbx3"):
+        assert await cluster.items(node, "DB1", "alice") == active
+    assert await cluster.items("mbx3", "DB2", "bob") == await cluster.items("mbx2", "DB2", "bob")
+    status = await cluster.status("mbx3")
+    for field in (
+        "last_log_copy_notified",
+        "last_log_copied",
+        "last_log_inspected",
+        "last_log_replayed",
+        "last_inspected_log_time",
+        "last_replayed_log_time",
+    ):
+        assert status["DB1"][field], field
+    assert status["DB1"]["copy_queue_length"] == 0 and status["DB1"]["replay_queue_length"] == 0
+    # passive copies are read-only
+    code, body = await cluster.call(
+        "POST", "mbx2", "/v1/databases/DB1/mailboxes/alice/items", json={"subject": "x"}
+    )
+    assert code == 409 and body["active_node"] == "mbx1"
+
+
+async def test_suspend_stops_the_pipeline_and_resume_catches_up(cluster):
+    await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/alice")
+    await write(cluster, "mbx1", "DB1", "alice", 0, 100)
+    await converged(cluster, "DB1", "mbx1", ["mbx2", "mbx3"])
+    suspended = await cluster.ok(
+        "POST", "mbx3", "/v1/databases/DB1/copies/mbx3/suspend", json={"reason": "disk maintenance"}
+    )
+    assert suspended["status"] == "Suspended"
+    before = suspended["last_log_replayed"]
+    await write(cluster, "mbx1", "DB1", "alice", 100, 300)
+    generated = await converged(cluster, "DB1", "mbx1", ["mbx2"])
+    copy = (await cluster.status("mbx3"))["DB1"]
+    assert copy["status"] == "Suspended" and copy["last_log_replayed"] == before
+    # truncation keeps what the suspended copy still needs
+    logs = list_closed_generations(cluster.root / "mbx1" / "DB1" / "logs")
+    assert logs and logs[0] <= before + 1
+    await cluster.ok("POST", "mbx3", "/v1/databases/DB1/copies/mbx3/resume")
+    await converged(cluster, "DB1", "mbx1", ["mbx3"])
+    assert (await cluster.status("mbx3"))["DB1"]["last_log_replayed"] >= generated
+    assert await cluster.items("mbx3", "DB1", "alice") == await cluster.items(
+        "mbx1", "DB1", "alice"
+    )
+
+
+async def test_active_keeps_logs_for_a_dead_passive_then_truncates(cluster):
+    await cluster.ok("PUT", "mbx2", "/v1/databases/DB2/mailboxes/bob")
+    await write(cluster, "mbx2", "DB2", "bob", 0, 50)
+    await converged(cluster, "DB2", "mbx2", ["mbx3"])
+    cluster.kill("mbx3")
+    await write(cluster, "mbx2", "DB2", "bob", 50, 400)
+    await cluster.ok("POST", "mbx2", "/v1/databases/DB2/roll-log")
+    logs_dir = cluster.root / "mbx2" / "DB2" / "logs"
+    replayed_before = min(list_closed_generations(logs_dir))
+    await cluster.start("mbx3")
+    generated = await converged(cluster, "DB2", "mbx2", ["mbx3"])
+    assert replayed_before <= 2, "nothing the dead copy needed was deleted"
+
+    async def truncated():
+        gens = list_closed_generations(logs_dir)
+        return not gens or gens[0] > replayed_before
+
+    await cluster.wait_for("the active to truncate after catch-up", truncated)
+    assert max(list_closed_generations(logs_dir), default=generated) <= generated
+    assert await cluster.items("mbx3", "DB2", "bob") == await cluster.items("mbx2", "DB2", "bob")
+
+
+async def test_reseed_from_scratch(cluster):
+    await cluster.ok("PUT", "mbx2", "/v1/databases/DB2/mailboxes/bob")
+    await write(cluster, "mbx2", "DB2", "bob", 0, 200)
+    await converged(cluster, "DB2", "mbx2", ["mbx3"])
+    reseeded = await cluster.ok("POST", "mbx3", "/v1/databases/DB2/copies/mbx3/reseed")
+    assert reseeded["status"] in ("Healthy", "Initializing", "Seeding")
+    await write(cluster, "mbx2", "DB2", "bob", 200, 100)
+    await converged(cluster, "DB2", "mbx2", ["mbx3"])
+    assert await cluster.items("mbx3", "DB2", "bob") == await cluster.items("mbx2", "DB2", "bob")
+
+
+async def test_corrupt_generation_at_the_source_fails_the_copy(cluster):
+    await cluster.ok("PUT", "mbx2", "/v1/databases/DB2/mailboxes/bob")
+    await write(cluster, "mbx2", "DB2", "bob", 0, 20)
+    await converged(cluster, "DB2", "mbx2", ["mbx3"])
+    cluster.kill("mbx3")
+    await write(cluster, "mbx2", "DB2", "bob", 20, 20)
+    generation = (await cluster.ok("POST", "mbx2", "/v1/databases/DB2/roll-log"))[
+        "closed_generation"
+    ]
+    path = cluster.root / "mbx2" / "DB2" / "logs" / logfile.closed_log_name(generation)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    await cluster.start("mbx3")
+
+    async def failed():
+        copy = (await cluster.status("mbx3"))["DB2"]
+        return copy["status"] == "FailedAndSuspended"
+
+    await cluster.wait_for("the copy to fail after 3 inspections", failed)
+    copy = (await cluster.status("mbx3"))["DB2"]
+    assert str(generation) in copy["error"]
+    assert copy["last_log_replayed"] < generation
+    items = await cluster.items("mbx3", "DB2", "bob")
+    assert "i25" not in items and "i5" in items
+
+
+async def test_lagged_copy_stays_behind(tmp_path):
+    c = LocalCluster(
+        tmp_path,
+        nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
+        databases=databases(lag="1h"),
+    )
+    await c.start()
+    try:
+        await c.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/alice")
+        await write(c, "mbx1", "DB1", "alice", 0, 200)
+        generated = await converged(c, "DB1", "mbx1", ["mbx2"])
+
+        async def inspected():
+            return (await c.status("mbx3"))["DB1"]["last_log_inspected"] >= generated
+
+        await c.wait_for("the lagged copy to inspect", inspected)
+        copy = (await c.status("mbx3"))["DB1"]
+        assert copy["last_log_replayed"] < generated and copy["replay_queue_length"] > 0
+        assert copy["replay_lag_time"] == "3600s"
+    finally:
+        await c.close()
