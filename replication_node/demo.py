@@ -200,9 +200,56 @@ def main() -> int:
             )
         )
         print(f"started node {node['name']} ({node['site']}) at {node['url']}, log {log.name}")
+    api = None
     try:
         time.sleep(1.5)
         asyncio.run(run(config_path, args.items))
+        step("Start the Data Guarantee service (gRPC) over the nodes")
+        api = subprocess.Popen(
+            [sys.executable, "-m", "guarantee_api.cli", "serve", "--config", str(config_path)],
+            stdout=open(base / "guarantee-api.log", "ab"),  # noqa: SIM115 - the child owns it
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        time.sleep(2.0)
+        step("Move mailbox alice from DB1 to DB2, gated on the data guarantee (mrs move)")
+        moves = str(base / "moves.db")
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mrs_client.cli",
+                "move",
+                "--config",
+                str(config_path),
+                "--requests-db",
+                moves,
+                "--mailbox",
+                "alice",
+                "--to",
+                "DB2",
+                "--health-check-interval",
+                "1s",
+                "--flush-retry-interval",
+                "500ms",
+            ],
+            env=env,
+            check=False,
+        )
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mrs_client.cli",
+                "list",
+                "--config",
+                str(config_path),
+                "--requests-db",
+                moves,
+            ],
+            env=env,
+            check=False,
+        )
         step("The log stream of DB1 on the active (mbx1) and on a passive copy (mbx3)")
         for node in ("mbx1", "mbx3"):
             logs = sorted((base / node / "DB1" / "logs").glob("E0*.log"))
@@ -212,6 +259,8 @@ def main() -> int:
             cli.main(["log", "dump", str(first)])
         cli.main(["db", "header", str(base / "mbx1" / "DB1" / "DB1.sqlite")])
     finally:
+        if api is not None:
+            procs.append(api)
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
         for proc in procs:
