@@ -1,8 +1,8 @@
 """Errors shared by every component.
 
-    DagError
-    ├── ConfigError        the cluster config file is missing, unreadable or invalid (exit 2)
-    └── AuthError          a call without the cluster token, or with a wrong one
+DagError
+├── ConfigError        the cluster config file is missing, unreadable or invalid (exit 2)
+└── AuthError          a call without the cluster token, or with a wrong one
 """
 
 
