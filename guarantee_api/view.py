@@ -7,6 +7,10 @@ succeeded and the status is at most `stale_after` seconds old (by default 3 poll
 one slow or lost poll is tolerated, a dead node is noticed within seconds). A configured
 copy that its node does not report, or whose node cannot be reached, stays in the view with
 the reason, so the rules count it as not healthy instead of dropping it.
+
+Rates (for predicting when a draining copy will meet the conditions) are taken between the
+oldest and newest poll within `rate_window` seconds (default 5 s): short enough that a queue
+that grew and now drains is seen draining, long enough to smooth one poll's jitter.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ class LiveView:
     """Latest status per configured copy, updated by the poller, read by requests."""
 
     def __init__(
-        self, config: ClusterConfig, *, stale_after: float, rate_window: float = 30.0
+        self, config: ClusterConfig, *, stale_after: float, rate_window: float = 5.0
     ) -> None:
         self._stale_after = stale_after
         self._rate_window = rate_window
