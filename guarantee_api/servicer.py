@@ -47,6 +47,7 @@ _STATUS_TO_PB = {
     GuaranteeStatus.SATISFIED: pb.SATISFIED,
     GuaranteeStatus.NOT_SATISFIED: pb.NOT_SATISFIED,
 }
+_STATUS_FROM_PB = {v: k for k, v in _STATUS_TO_PB.items()}
 _ROLE_TO_PB = {CopyRole.ACTIVE: pb.COPY_ROLE_ACTIVE, CopyRole.PASSIVE: pb.COPY_ROLE_PASSIVE}
 MAX_CALLER_ID = 256
 
@@ -70,6 +71,22 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
         self._constraints = constraints
         self._clock = clock
         self._metrics = metrics
+        # Answers are pure functions of (view version, freshness, request, averages): while
+        # the view does not change, equal questions get the same response object. This is
+        # what keeps an answer cheap under load (see bench/README.md).
+        self._cache: dict[tuple[object, ...], pb.GuaranteeResponse] = {}
+        self._cache_version = -1
+
+    def _cached(
+        self, key: tuple[object, ...], compute: Callable[[], Answer]
+    ) -> tuple[GuaranteeStatus, pb.GuaranteeResponse]:
+        if self._view.version != self._cache_version or len(self._cache) > 4096:
+            self._cache.clear()
+            self._cache_version = self._view.version
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = to_proto(compute())
+        return _STATUS_FROM_PB[hit.status], hit
 
     def _common(self, request: object) -> tuple[str, str, Constraint]:
         database: str = request.database  # type: ignore[attr-defined]
@@ -88,14 +105,22 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
         constraint = _CONSTRAINTS.get(raw) or self._constraints[database]
         return database, caller, constraint
 
-    def _health(self, request: pb.CheckReplicationHealthRequest) -> Answer:
+    def _health(
+        self, request: pb.CheckReplicationHealthRequest
+    ) -> tuple[GuaranteeStatus, pb.GuaranteeResponse]:
         database, caller, constraint = self._common(request)
         view = self._view.snapshot(database, self._clock.monotonic())
         queues = {c.node: c.report.copy_queue_length for c in view.copies if c.fresh and c.report}
         averages = self._averages.record(caller, database, queues)
-        return evaluate_health(view, constraint, averages, self._limits)
+        key = (
+            "health", database, constraint, tuple(c.problem for c in view.copies),
+            tuple(sorted(averages.items())),
+        )  # fmt: skip
+        return self._cached(key, lambda: evaluate_health(view, constraint, averages, self._limits))
 
-    def _flush(self, request: pb.CheckReplicationFlushRequest) -> Answer:
+    def _flush(
+        self, request: pb.CheckReplicationFlushRequest
+    ) -> tuple[GuaranteeStatus, pb.GuaranteeResponse]:
         database, _, constraint = self._common(request)
         which = request.WhichOneof("target")
         if which is None:
@@ -110,16 +135,19 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
                 raise InvalidRequestError("commit_time is not a valid timestamp")
             target = FlushTarget(commit_time=ts.ToDatetime(tzinfo=UTC))
         view = self._view.snapshot(database, self._clock.monotonic())
-        return evaluate_flush(view, constraint, target, self._limits)
+        key = ("flush", database, constraint, tuple(c.problem for c in view.copies), target)
+        return self._cached(key, lambda: evaluate_flush(view, constraint, target, self._limits))
 
     async def _serve(
-        self, method: str, compute: Callable[[], Answer], context: grpc.aio.ServicerContext
+        self,
+        method: str,
+        compute: Callable[[], tuple[GuaranteeStatus, pb.GuaranteeResponse]],
+        context: grpc.aio.ServicerContext,
     ) -> pb.GuaranteeResponse:
         started = self._clock.monotonic()
         code: grpc.StatusCode | None = None
         try:
-            answer = compute()
-            response = to_proto(answer)
+            status, response = compute()
         except InvalidRequestError as exc:
             code, details = grpc.StatusCode.INVALID_ARGUMENT, str(exc)
         except UnknownDatabaseError as exc:
@@ -132,7 +160,7 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
         if code is not None:
             self._metrics.observe_request(method, code.name, elapsed)
             await context.abort(code, details)
-        self._metrics.observe_request(method, answer.status.value, elapsed)
+        self._metrics.observe_request(method, status.value, elapsed)
         return response
 
     async def CheckReplicationHealth(self, request, context):

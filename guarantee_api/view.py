@@ -61,6 +61,7 @@ class LiveView:
         self._node_error: dict[str, str | None] = {}  # absent: never polled
         self._has_status: set[str] = set()
         self.rounds_completed = 0
+        self.version = 0  # bumped by every change a poll makes; answers may be cached by it
 
     @property
     def databases(self) -> tuple[str, ...]:
@@ -72,6 +73,7 @@ class LiveView:
 
     def node_polled(self, node: str, status: NodeStatus, now: float) -> None:
         """Record a successful poll of `node` at monotonic time `now`."""
+        self.version += 1
         self._node_error[node] = None
         for report in status.copies:
             key = (report.database, node)
@@ -85,6 +87,7 @@ class LiveView:
         """Record that `node` could not be polled: its copies are not healthy for now."""
         if self._node_error.get(node) != error:
             logger.warning("node %s unreachable: %s", node, error)
+        self.version += 1
         self._node_error[node] = error
 
     def round_completed(self) -> None:
