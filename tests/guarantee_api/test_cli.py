@@ -12,12 +12,11 @@ import grpc
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from guarantee_api.cli import main
 from tests.guarantee_api.conftest import AUTH, TOKEN
 from tests.guarantee_api.test_service import health_req
-
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb  # isort: skip
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 
 
 def write_config(path: Path, urls: dict[str, str], **api: object) -> Path:

@@ -13,8 +13,12 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from guarantee_api.server import SERVICE_NAME
-from tests.guarantee_api.conftest import AUTH, start_service
+from dag_common.clock import ManualClock
+from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
+from guarantee_api.server import SERVICE_NAME, GuaranteeService, TlsFiles
+from tests.guarantee_api.conftest import AUTH, TOKEN, start_service
+from tests.guarantee_api.helpers import cluster_config
 from tests.guarantee_api.test_service import ask, health_req
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -141,3 +145,35 @@ async def test_shutdown_flushes_buffered_history(nodes, tmp_path):
     await run.service.stop(grace=0)
     files = list(run.service.config.guarantee_api.history_dir.rglob("*.parquet"))
     assert len(files) == 1 and pq.read_table(files[0]).num_rows == 4
+
+
+async def test_tls_serves_over_a_secure_channel(nodes, tmp_path):
+    openssl = shutil.which("openssl")
+    assert openssl, "openssl is needed to make a test certificate"
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    config = cluster_config(nodes.urls, tmp_path)
+    service = GuaranteeService(
+        config, node_token=TOKEN, client_token=TOKEN, clock=ManualClock(), tls=TlsFiles(cert, key)
+    )
+    await service.start()
+    try:
+        assert service.poller is not None
+        await service.poller.wait_rounds(1)
+        creds = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
+        async with grpc.aio.secure_channel(f"127.0.0.1:{service.grpc_port}", creds) as channel:
+            stub = pb_grpc.DataGuaranteeStub(channel)
+            answer = await stub.CheckReplicationHealth(health_req(), metadata=AUTH)
+            assert answer.status == pb.SATISFIED
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as plain:
+            with pytest.raises(grpc.aio.AioRpcError):
+                await pb_grpc.DataGuaranteeStub(plain).CheckReplicationHealth(
+                    health_req(), metadata=AUTH, timeout=5
+                )
+    finally:
+        await service.stop(grace=0)
