@@ -137,6 +137,21 @@ class DatabaseConfig(_Model):
         return min(self.copies, key=lambda c: c.activation_preference)
 
 
+class GuaranteeLimits(_Model):
+    """The Data Guarantee conditions a passive copy must meet (defaults: the seed's values)."""
+
+    max_copy_queue_length: int = Field(default=10, ge=1)
+    max_average_copy_queue_length: float = Field(default=10.0, gt=0)
+    # The replay queue may span at most ReplayLagTime plus this.
+    replay_queue_over_lag: Duration = timedelta(minutes=10)
+    # CheckReplicationFlush by commit time: replayed log time must pass commit_time + skew.
+    flush_clock_skew: Duration = timedelta(seconds=5)
+    # A lagged copy counts for CheckReplicationFlush only below this ReplayLagTime.
+    flush_max_replay_lag: Duration = timedelta(minutes=30)
+    # How many of a caller's last queries the average copy queue is taken over.
+    average_window: int = Field(default=60, ge=1, le=10_000)
+
+
 class GuaranteeApiConfig(_Model):
     """Where the Data Guarantee service listens, how often it polls, where history goes."""
 
@@ -144,6 +159,11 @@ class GuaranteeApiConfig(_Model):
     http_listen: str = "127.0.0.1:7201"
     poll_interval: Duration = timedelta(seconds=1)
     history_dir: Path = Path("./var/history")
+    # A copy's status is stale (not healthy) when not refreshed for this many poll intervals.
+    stale_after_polls: int = Field(default=3, ge=1, le=100)
+    # History samples are buffered and written as one Parquet file every this many polls.
+    history_flush_polls: int = Field(default=60, ge=1, le=3600)
+    limits: GuaranteeLimits = GuaranteeLimits()
 
 
 class TlsConfig(_Model):

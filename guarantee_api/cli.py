@@ -1,0 +1,92 @@
+"""`guarantee-api serve --config CLUSTER.yaml`: run the Data Guarantee service until SIGTERM.
+
+Exit codes (dag_common.model.ExitCode): 0 after a graceful shutdown, 1 when the service
+cannot run (e.g. its port is taken), 2 for a bad config or bad arguments; a bad config
+prints the field path and the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from dag_common.config import load_config, load_token
+from dag_common.errors import ConfigError
+from dag_common.model import ExitCode
+from guarantee_api.server import GuaranteeService, TlsFiles
+
+logger = logging.getLogger(__name__)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="guarantee-api", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the Data Guarantee gRPC service")
+    serve.add_argument("--config", required=True, type=Path, help="cluster config YAML")
+    serve.add_argument(
+        "--no-client-token",
+        action="store_true",
+        help="accept gRPC calls without the cluster token (development only)",
+    )
+    serve.add_argument("--tls-cert", type=Path, help="PEM certificate: serve gRPC over TLS")
+    serve.add_argument("--tls-key", type=Path, help="PEM private key for --tls-cert")
+    serve.add_argument("--grace", type=float, default=5.0, help="seconds to drain on SIGTERM")
+    serve.add_argument("--log-level", default="INFO")
+    return parser
+
+
+async def _serve(service: GuaranteeService, grace: float) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await service.start()
+    print(
+        f"guarantee-api serving gRPC on port {service.grpc_port}, HTTP on port {service.http_port}",
+        flush=True,
+    )
+    await stop.wait()
+    logger.info("shutting down: NOT_SERVING, draining for up to %gs", grace)
+    await service.stop(grace)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `guarantee-api` command."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:
+        return ExitCode.OK if exc.code == 0 else ExitCode.BAD_INPUT
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if (args.tls_cert is None) != (args.tls_key is None):
+        print("error: --tls-cert and --tls-key go together", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    try:
+        config = load_config(args.config)
+        token = load_token(config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    tls = TlsFiles(args.tls_cert, args.tls_key) if args.tls_cert else None
+    for path in (tls.cert, tls.key) if tls else ():
+        if not path.is_file():
+            print(f"error: TLS file {path} does not exist", file=sys.stderr)
+            return ExitCode.BAD_INPUT
+    service = GuaranteeService(
+        config, node_token=token, client_token=None if args.no_client_token else token, tls=tls
+    )
+    try:
+        asyncio.run(_serve(service, args.grace))
+    except (OSError, RuntimeError) as exc:
+        print(f"error: guarantee-api failed: {exc}", file=sys.stderr)
+        return ExitCode.FAILED
+    return ExitCode.OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Prometheus metrics of the Data Guarantee service, in a registry of its own (so that
+several services can live in one test process), served on `http_listen` at /metrics.
+
+Names use the DESIGN vocabulary and pass `promtool check metrics`.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from dag_common.model import CopyStatus
+from guarantee_api.policy import CopySnapshot
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+_LATENCY_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+)  # fmt: skip
+
+
+class Metrics:
+    """Every metric the service exports."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "dataguarantee_requests_total",
+            "Data Guarantee requests answered, by method and status (answer or gRPC code).",
+            ["method", "status"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "dataguarantee_request_duration_seconds",
+            "Time to answer a Data Guarantee request, by method.",
+            ["method"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.copy_queue = Gauge(
+            "dataguarantee_copy_queue_length",
+            "Copy queue length (LastLogGenerated - LastLogInspected) of a database copy, in logs.",
+            ["database", "node"],
+            registry=r,
+        )
+        self.replay_queue = Gauge(
+            "dataguarantee_replay_queue_length",
+            "Replay queue length (LastLogInspected - LastLogReplayed) of a database copy, in logs.",
+            ["database", "node"],
+            registry=r,
+        )
+        self.copy_healthy = Gauge(
+            "dataguarantee_copy_healthy",
+            "1 if a database copy is fresh and Healthy (passive) or Mounted (active), else 0.",
+            ["database", "node"],
+            registry=r,
+        )
+        self.node_up = Gauge(
+            "dataguarantee_node_up", "1 if the node's last status poll succeeded.", ["node"],
+            registry=r,
+        )  # fmt: skip
+        self.poll_errors = Counter(
+            "dataguarantee_poll_errors_total", "Failed status polls, by node.", ["node"],
+            registry=r,
+        )  # fmt: skip
+        self.poll_rounds = Counter(
+            "dataguarantee_poll_rounds_total", "Completed poll rounds over every node.",
+            registry=r,
+        )  # fmt: skip
+        self.serving = Gauge(
+            "dataguarantee_serving", "1 once the first poll round is done, until shutdown.",
+            registry=r,
+        )  # fmt: skip
+        self.history_samples = Counter(
+            "dataguarantee_history_samples_total", "Copy samples written to Parquet history.",
+            registry=r,
+        )  # fmt: skip
+        self.history_errors = Counter(
+            "dataguarantee_history_write_errors_total", "History files that failed to write.",
+            registry=r,
+        )  # fmt: skip
+        self.unexpected = Counter(
+            "dataguarantee_unexpected_errors_total", "Unexpected exceptions, by loop.", ["loop"],
+            registry=r,
+        )  # fmt: skip
+        self._request_children: dict[tuple[str, str], Counter] = {}
+        self._latency_children: dict[str, Histogram] = {}
+
+    def observe_request(self, method: str, status: str, seconds: float) -> None:
+        """Count one answered request and its latency (children cached: this is the hot path)."""
+        counter = self._request_children.get((method, status))
+        if counter is None:
+            counter = self._request_children[(method, status)] = self.requests.labels(
+                method, status
+            )
+        hist = self._latency_children.get(method)
+        if hist is None:
+            hist = self._latency_children[method] = self.latency.labels(method)
+        counter.inc()
+        hist.observe(seconds)
+
+    def observe_copies(self, copies: list[CopySnapshot]) -> None:
+        """Publish the queue lengths and health of every configured copy after a poll."""
+        for c in copies:
+            r = c.report
+            self.copy_queue.labels(c.database, c.node).set(r.copy_queue_length if r else 0)
+            self.replay_queue.labels(c.database, c.node).set(r.replay_queue_length if r else 0)
+            good = (
+                c.fresh and r is not None and r.status in (CopyStatus.HEALTHY, CopyStatus.MOUNTED)
+            )
+            self.copy_healthy.labels(c.database, c.node).set(1 if good else 0)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

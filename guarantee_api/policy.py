@@ -1,0 +1,405 @@
+"""The Data Guarantee rules, pure: frozen snapshots of copy status in, an `Answer` out.
+
+No I/O and no clock reads here: the view decides freshness (a copy whose status cannot be
+trusted carries a `problem`), the servicer supplies the caller's averages.
+
+Safety invariant: `Satisfied` is returned only when the request's constraint is met by copies
+whose status is fresh, or when the constraint is None, or when the database has no passive
+copy. Anything unknown (unreachable node, stale status, unreported copy, no active) counts
+against the guarantee, never for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+from dag_common.model import (
+    CopyRole,
+    CopyStatus,
+    CopyStatusReport,
+)
+from dag_common.model import (
+    DataMoveReplicationConstraint as Constraint,
+)
+from guarantee_api.values import (
+    Answer,
+    Check,
+    CheckOutcome,
+    CopyRates,
+    CopySnapshot,
+    CopyVerdict,
+    DatabaseView,
+    FlushTarget,
+    GuaranteeStatus,
+    Limits,
+)
+
+__all__ = [
+    "Answer",
+    "Check",
+    "CheckOutcome",
+    "CopyRates",
+    "CopySnapshot",
+    "CopyVerdict",
+    "DatabaseView",
+    "FlushTarget",
+    "GuaranteeStatus",
+    "Limits",
+    "evaluate_flush",
+    "evaluate_health",
+]
+
+
+def _s(value: float) -> str:
+    return f"{value:.3g}s" if value < 100 else f"{value:.0f}s"
+
+
+def _ok(check: Check, passed: bool, detail: str) -> CheckOutcome:
+    return CheckOutcome(check, passed, detail)
+
+
+def _verdict(copy: CopySnapshot, checks: list[CheckOutcome], **extra: object) -> CopyVerdict:
+    r = copy.report
+    return CopyVerdict(
+        database=copy.database,
+        node=copy.node,
+        site=copy.site,
+        role=r.role if r else None,
+        status=r.status if r else None,
+        meets=all(c.passed for c in checks),
+        checks=tuple(checks),
+        copy_queue_length=r.copy_queue_length if r else 0,
+        replay_queue_length=r.replay_queue_length if r else 0,
+        last_log_replayed=r.last_log_replayed if r else 0,
+        last_replayed_log_time=r.last_replayed_log_time if r else None,
+        replay_lag_time=r.replay_lag_time if r else timedelta(0),
+        healthy=copy.fresh and r is not None and r.status is CopyStatus.HEALTHY,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def _reachable(copy: CopySnapshot) -> CheckOutcome:
+    if copy.report is None and copy.problem is None:
+        return _ok(Check.REACHABLE, False, f"node {copy.node} has not reported this copy")
+    if copy.problem is not None:
+        return _ok(Check.REACHABLE, False, copy.problem)
+    return _ok(Check.REACHABLE, True, "status fresh")
+
+
+def _replay_queue_span(r: CopyStatusReport) -> float | None:
+    """Seconds of log time waiting in the replay queue; None if the times are unknown."""
+    if r.replay_queue_length <= 0:
+        return 0.0
+    if r.last_inspected_log_time is None or r.last_replayed_log_time is None:
+        return None
+    return max(0.0, (r.last_inspected_log_time - r.last_replayed_log_time).total_seconds())
+
+
+def judge_active(copy: CopySnapshot) -> CopyVerdict:
+    """The active copy must be reachable and mounted (AllDatacenters, AllCopies)."""
+    reach = _reachable(copy)
+    checks = [reach]
+    if reach.passed:
+        assert copy.report is not None
+        mounted = copy.report.status is CopyStatus.MOUNTED
+        checks.append(_ok(Check.MOUNTED, mounted, f"status {copy.report.status}"))
+    return _verdict(copy, checks)
+
+
+def judge_health(copy: CopySnapshot, average: float | None, limits: Limits) -> CopyVerdict:
+    """A passive copy against the four health conditions of the seed."""
+    reach = _reachable(copy)
+    r = copy.report
+    avg = average if average is not None else float(r.copy_queue_length if r else 0)
+    if not reach.passed or r is None:
+        return _verdict(copy, [reach], average_copy_queue_length=avg)
+    healthy = r.status is CopyStatus.HEALTHY
+    detail = f"status {r.status}" + (f" ({r.error})" if r.error else "")
+    span = _replay_queue_span(r)
+    allowed = (r.replay_lag_time + limits.replay_queue_over_lag).total_seconds()
+    if span is None:
+        replay = _ok(
+            Check.REPLAY_QUEUE, False, f"replay queue {r.replay_queue_length} logs, times unknown"
+        )
+    else:
+        replay = _ok(
+            Check.REPLAY_QUEUE,
+            span <= allowed,
+            f"replay queue {r.replay_queue_length} logs spanning {_s(span)}, limit "
+            f"ReplayLagTime {_s(r.replay_lag_time.total_seconds())} + "
+            f"{_s(limits.replay_queue_over_lag.total_seconds())}",
+        )
+    cq_limit = limits.max_copy_queue_length
+    avg_limit = limits.max_average_copy_queue_length
+    checks = [
+        reach,
+        _ok(Check.HEALTHY, healthy, detail),
+        replay,
+        _ok(
+            Check.COPY_QUEUE,
+            r.copy_queue_length < cq_limit,
+            f"copy queue {r.copy_queue_length} logs, limit < {cq_limit}",
+        ),
+        _ok(
+            Check.AVERAGE_COPY_QUEUE,
+            avg < avg_limit,
+            f"average copy queue {avg:.2f} logs over this caller's queries, limit < {avg_limit:g}",
+        ),
+    ]
+    failed = {c.check for c in checks if not c.passed}
+    eta, why = _health_eta(r, copy.rates, failed, limits)
+    return _verdict(copy, checks, average_copy_queue_length=avg, eta_s=eta, eta_why=why)
+
+
+def _health_eta(
+    r: CopyStatusReport, rates: CopyRates, failed: set[Check], limits: Limits
+) -> tuple[float | None, str]:
+    """Seconds until a draining healthy copy meets the conditions, if measurable."""
+    if not failed:
+        return 0.0, ""
+    # Only a draining copy queue is predictable; the average follows the queue down, so it
+    # does not block a prediction when the queue itself is also over the limit.
+    if not failed <= {Check.COPY_QUEUE, Check.AVERAGE_COPY_QUEUE} or Check.COPY_QUEUE not in failed:
+        return None, ""
+    rate = rates.copy_queue_per_s
+    if rate is None or rate >= 0:
+        return None, ""
+    excess = r.copy_queue_length - (limits.max_copy_queue_length - 1)
+    eta = excess / -rate
+    return eta, f"copy queue draining at {-rate:.2f} logs/s, {excess} logs over the limit"
+
+
+def judge_flush(copy: CopySnapshot, target: FlushTarget, limits: Limits) -> CopyVerdict:
+    """A passive copy against CheckReplicationFlush: has it replayed the caller's commit?"""
+    reach = _reachable(copy)
+    r = copy.report
+    if not reach.passed or r is None:
+        return _verdict(copy, [reach])
+    lag = r.replay_lag_time.total_seconds()
+    lag_limit = limits.flush_max_replay_lag.total_seconds()
+    checks = [
+        reach,
+        _ok(
+            Check.LAG_FOR_FLUSH,
+            lag < lag_limit,
+            f"ReplayLagTime {_s(lag)}, counted only under {_s(lag_limit)}",
+        ),
+    ]
+    eta: float | None = None
+    why = ""
+    if target.generation is not None:
+        done = r.last_log_replayed >= target.generation
+        checks.append(
+            _ok(
+                Check.REPLAYED,
+                done,
+                f"last log replayed {r.last_log_replayed}, needs generation {target.generation}",
+            )
+        )
+        rate = copy.rates.replayed_per_s
+        if not done and rate and rate > 0:
+            missing = target.generation - r.last_log_replayed
+            eta, why = missing / rate, f"replaying {rate:.2f} logs/s, {missing} logs to go"
+    else:
+        assert target.commit_time is not None
+        needed = target.commit_time + limits.flush_clock_skew
+        have = r.last_replayed_log_time
+        done = have is not None and have > needed
+        checks.append(
+            _ok(
+                Check.REPLAYED,
+                done,
+                f"last replayed log time {have.isoformat() if have else 'none'}, needs later "
+                f"than commit time + {_s(limits.flush_clock_skew.total_seconds())} "
+                f"= {needed.isoformat()}",
+            )
+        )
+        rate = copy.rates.replayed_log_time_per_s
+        if not done and have is not None and rate and rate > 0:
+            behind = (needed - have).total_seconds()
+            eta = behind / rate
+            why = f"replayed log time advancing {rate:.2f}s/s, {_s(behind)} behind"
+    verdict = _verdict(copy, checks)
+    if verdict.meets:
+        return _verdict(copy, checks, eta_s=0.0)
+    if not all(c.passed for c in checks[:2]):
+        return verdict
+    return _verdict(copy, checks, eta_s=eta, eta_why=why)
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    satisfied: bool
+    reason: str
+    relevant: tuple[CopyVerdict, ...]  # the passive copies the constraint looked at
+    eta_s: float | None
+    eta_why: str = ""
+
+
+def _best(verdicts: Iterable[CopyVerdict]) -> tuple[float | None, str]:
+    """The soonest predicted copy among alternatives (any one of them would do)."""
+    timed = [(v.eta_s, v) for v in verdicts if v.eta_s is not None]
+    if not timed:
+        return None, ""
+    eta, v = min(timed, key=lambda t: t[0])
+    return eta, f"{v.node}: {v.eta_why}"
+
+
+def _worst(parts: list[tuple[float | None, str]]) -> tuple[float | None, str]:
+    """The latest of predictions that must all come true; None if any is unpredictable."""
+    if not parts or any(eta is None for eta, _ in parts):
+        return None, ""
+    eta, why = max(parts, key=lambda p: p[0] or 0.0)
+    return eta, why
+
+
+def _failures(verdicts: Iterable[CopyVerdict]) -> str:
+    text = "; ".join(v.describe_failures() for v in verdicts if not v.meets)
+    return text or "no such copy"
+
+
+def _any_meets(label: str, verdicts: tuple[CopyVerdict, ...]) -> _Outcome:
+    meeting = [v.node for v in verdicts if v.meets]
+    if meeting:
+        return _Outcome(True, f"met by {label} {', '.join(meeting)}", verdicts, 0.0)
+    eta, why = _best(verdicts)
+    return _Outcome(
+        False, f"no {label} meets the conditions: {_failures(verdicts)}", verdicts, eta, why
+    )
+
+
+def _apply(
+    constraint: Constraint, active: CopyVerdict | None, passives: tuple[CopyVerdict, ...]
+) -> _Outcome:
+    if constraint is Constraint.SECOND_COPY:
+        return _any_meets("passive copy", passives)
+    if constraint is Constraint.SECOND_DATACENTER:
+        assert active is not None
+        remote = tuple(v for v in passives if v.site != active.site)
+        return _any_meets(f"passive copy outside site {active.site}", remote)
+    # AllDatacenters and AllCopies also need the active mounted.
+    if active is None or not active.meets:
+        why = "no copy reports Active" if active is None else active.describe_failures()
+        return _Outcome(False, f"the active copy is not mounted: {why}", passives, None)
+    if constraint is Constraint.ALL_COPIES:
+        bad = tuple(v for v in passives if not v.meets)
+        if not bad:
+            return _Outcome(True, "met by every passive copy", passives, 0.0)
+        eta, why = _worst([_best([v]) for v in bad])
+        return _Outcome(
+            False,
+            f"not every passive copy meets the conditions: {_failures(bad)}",
+            passives,
+            eta,
+            why,
+        )
+    sites = sorted({v.site for v in passives})
+    missing = [s for s in sites if not any(v.meets for v in passives if v.site == s)]
+    if not missing:
+        return _Outcome(
+            True, f"met in every site holding a passive copy: {', '.join(sites)}", passives, 0.0
+        )
+    parts = [_best(v for v in passives if v.site == s) for s in missing]
+    eta, why = _worst(parts)
+    bad = tuple(v for v in passives if v.site in missing)
+    return _Outcome(
+        False,
+        f"no passive copy meets the conditions in site(s) {', '.join(missing)}: {_failures(bad)}",
+        passives,
+        eta,
+        why,
+    )
+
+
+def _clamp(seconds: float, limits: Limits) -> timedelta:
+    low, high = limits.wait_min.total_seconds(), limits.wait_max.total_seconds()
+    return timedelta(seconds=min(high, max(low, seconds)))
+
+
+def _evaluate(
+    view: DatabaseView,
+    constraint: Constraint,
+    limits: Limits,
+    method: str,
+    judge: dict[str, CopyVerdict],
+) -> Answer:
+    """Common frame: pre-checks, active detection, the constraint, the wait time."""
+    db = view.database
+
+    def answer(status: GuaranteeStatus, wait: timedelta, reason: str, copies: tuple = ()) -> Answer:
+        return Answer(
+            db,
+            constraint,
+            status,
+            wait,
+            f"{method} {constraint} {status} for {db}: {reason}",
+            copies,
+        )
+
+    if constraint is Constraint.NONE:
+        return answer(GuaranteeStatus.SATISFIED, timedelta(0), "constraint None ignores copies")
+    if len(view.copies) <= 1:
+        return answer(GuaranteeStatus.SATISFIED, timedelta(0), "the database has no passive copy")
+    if not view.has_status:
+        return answer(GuaranteeStatus.RETRY, limits.wait_no_status, "no copy status collected yet")
+    fresh_active = [
+        c for c in view.copies if c.fresh and c.report and c.report.role is CopyRole.ACTIVE
+    ]
+    if len(fresh_active) > 1:
+        nodes = ", ".join(c.node for c in fresh_active)
+        return answer(
+            GuaranteeStatus.RETRY,
+            limits.wait_no_status,
+            f"copies on {nodes} all report Active (switchover in progress)",
+        )
+    if fresh_active:
+        active_copy: CopySnapshot | None = fresh_active[0]
+    else:  # an unreachable active keeps its last-known role and site, and fails Mounted
+        last = [c for c in view.copies if c.report and c.report.role is CopyRole.ACTIVE]
+        active_copy = last[0] if len(last) == 1 else None
+    if active_copy is None and constraint is Constraint.SECOND_DATACENTER:
+        return answer(
+            GuaranteeStatus.RETRY,
+            limits.wait_no_status,
+            "no copy reports Active, so the active's site is unknown",
+        )
+    active = judge_active(active_copy) if active_copy else None
+    passives = tuple(judge[c.node] for c in view.copies if c is not active_copy)
+    outcome = _apply(constraint, active, passives)
+    copies = ((active,) if active else ()) + passives
+    if outcome.satisfied:
+        return answer(GuaranteeStatus.SATISFIED, timedelta(0), outcome.reason, copies)
+    if outcome.eta_s is not None:
+        wait = _clamp(outcome.eta_s, limits)
+        reason = (
+            f"{outcome.reason}; predicted to be met in {_s(outcome.eta_s)} from measured rates "
+            f"({outcome.eta_why}), retry in {_s(wait.total_seconds())}"
+        )
+        return answer(GuaranteeStatus.NOT_SATISFIED, wait, reason, copies)
+    if any(v.healthy for v in outcome.relevant):
+        wait, why = limits.wait_behind, "a healthy copy is behind"
+    else:
+        wait, why = limits.wait_no_healthy_copy, "no healthy copy"
+    reason = f"{outcome.reason}; {why}, retry in {_s(wait.total_seconds())}"
+    return answer(GuaranteeStatus.NOT_SATISFIED, min(wait, limits.wait_max), reason, copies)
+
+
+def evaluate_health(
+    view: DatabaseView,
+    constraint: Constraint,
+    averages: Mapping[str, float],
+    limits: Limits,
+) -> Answer:
+    """CheckReplicationHealth: `averages` maps node → this caller's average copy queue."""
+    judged = {c.node: judge_health(c, averages.get(c.node), limits) for c in view.copies}
+    return _evaluate(view, constraint, limits, "CheckReplicationHealth", judged)
+
+
+def evaluate_flush(
+    view: DatabaseView, constraint: Constraint, target: FlushTarget, limits: Limits
+) -> Answer:
+    """CheckReplicationFlush: have enough copies replayed past the target?"""
+    judged = {c.node: judge_flush(c, target, limits) for c in view.copies}
+    return _evaluate(view, constraint, limits, "CheckReplicationFlush", judged)

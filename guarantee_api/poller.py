@@ -1,0 +1,121 @@
+"""The poll loop: `GET /v1/status` of every node every `interval`, into the live view.
+
+One aiohttp `ClientSession` (owned by the caller), an explicit `ClientTimeout` per call, and
+the injected clock for pacing, so tests drive rounds with `ManualClock.advance`. A node that
+does not answer in time, answers with an error, or answers with a body that is not a
+`NodeStatus` is recorded as unreachable for that round: its copies are not healthy until it
+answers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+from pydantic import ValidationError
+
+from dag_common.auth import bearer
+from dag_common.clock import Clock
+from dag_common.config import NodeConfig
+from dag_common.model import NodeStatus
+from guarantee_api.metrics import Metrics
+from guarantee_api.view import LiveView
+
+logger = logging.getLogger(__name__)
+
+
+class Poller:
+    """Polls every node's status into a `LiveView`, round after round."""
+
+    def __init__(
+        self,
+        *,
+        nodes: list[NodeConfig],
+        view: LiveView,
+        session: aiohttp.ClientSession,
+        clock: Clock,
+        interval: float,
+        token: str,
+        timeout: float | None = None,
+        metrics: Metrics | None = None,
+        on_round: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self._nodes = nodes
+        self._view = view
+        self._session = session
+        self._clock = clock
+        self._interval = interval
+        self._headers = bearer(token)
+        # A poll slower than the interval is as good as lost: the next round is due.
+        self._timeout = aiohttp.ClientTimeout(total=timeout or max(0.5, interval))
+        self._metrics = metrics
+        self._on_round = on_round
+        self._round_done = asyncio.Condition()
+
+    async def _fetch(self, node: NodeConfig) -> NodeStatus:
+        async with self._session.get(
+            f"{node.url}/v1/status", headers=self._headers, timeout=self._timeout
+        ) as resp:
+            if resp.status != 200:
+                raise _PollError(f"HTTP {resp.status} from {node.url}/v1/status")
+            body = await resp.read()
+        try:
+            status = NodeStatus.model_validate_json(body)
+        except ValidationError as exc:
+            raise _PollError(f"malformed status: {exc.error_count()} invalid field(s)") from exc
+        if status.node != node.name:
+            raise _PollError(f"{node.url} answers as node {status.node!r}")
+        return status
+
+    async def _poll_node(self, node: NodeConfig) -> None:
+        try:
+            status = await self._fetch(node)
+        except (aiohttp.ClientError, TimeoutError, _PollError) as exc:
+            error = str(exc) or type(exc).__name__
+            if isinstance(exc, TimeoutError):
+                error = f"no answer within {self._timeout.total:g}s"
+            self._view.node_failed(node.name, error)
+            if self._metrics:
+                self._metrics.poll_errors.labels(node.name).inc()
+                self._metrics.node_up.labels(node.name).set(0)
+            return
+        self._view.node_polled(node.name, status, self._clock.monotonic())
+        if self._metrics:
+            self._metrics.node_up.labels(node.name).set(1)
+
+    async def poll_once(self) -> None:
+        """One round: every node, concurrently; then the round listeners."""
+        await asyncio.gather(*(self._poll_node(n) for n in self._nodes))
+        self._view.round_completed()
+        if self._metrics:
+            self._metrics.poll_rounds.inc()
+        if self._on_round:
+            await self._on_round()
+        async with self._round_done:
+            self._round_done.notify_all()
+
+    async def run(self) -> None:
+        """Poll until cancelled; an unexpected error is counted and the loop goes on."""
+        while True:
+            started = self._clock.monotonic()
+            try:
+                await self.poll_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("unexpected error in the poll loop")
+                if self._metrics:
+                    self._metrics.unexpected.labels("poll").inc()
+            elapsed = self._clock.monotonic() - started
+            await self._clock.sleep(max(0.0, self._interval - elapsed))
+
+    async def wait_rounds(self, count: int) -> None:
+        """Wait until at least `count` rounds have completed since start."""
+        async with self._round_done:
+            await self._round_done.wait_for(lambda: self._view.rounds_completed >= count)
+
+
+class _PollError(Exception):
+    """A node answered, but not with a usable status."""

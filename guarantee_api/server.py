@@ -1,0 +1,223 @@
+"""Wires the Data Guarantee service together; it holds no rules of its own.
+
+Parts: the poller (aiohttp, one session) feeding the live view; after each round, the
+metrics and the Parquet history; the grpc.aio server with the DataGuarantee servicer,
+grpc.health.v1 (SERVING once the first poll round is done) and server reflection, behind an
+optional bearer-token interceptor and optional TLS; an aiohttp app on `http_listen` serving
+/metrics and /healthz. `stop()` is the graceful shutdown: health NOT_SERVING, then
+`server.stop(grace)`, then the poller, the last history flush and the HTTP side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import grpc
+from aiohttp import web
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+from dag_common.auth import token_matches
+from dag_common.clock import Clock, SystemClock
+from dag_common.config import ClusterConfig
+from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
+from guarantee_api.averages import CopyQueueAverages
+from guarantee_api.errors import HistoryWriteError
+from guarantee_api.history import HistoryWriter
+from guarantee_api.metrics import CONTENT_TYPE, Metrics
+from guarantee_api.policy import Limits
+from guarantee_api.poller import Poller
+from guarantee_api.servicer import DataGuaranteeServicer
+from guarantee_api.view import LiveView
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["DataGuarantee"].full_name
+_EXEMPT = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+_METRICS_KEY = web.AppKey("metrics", Metrics)
+_SERVICE_KEY: web.AppKey[GuaranteeService] = web.AppKey("service")
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """PEM files for serving gRPC over TLS."""
+
+    cert: Path
+    key: Path
+
+
+class TokenInterceptor(grpc.aio.ServerInterceptor):
+    """UNAUTHENTICATED unless the call carries `authorization: Bearer <token>`.
+
+    Health checks and reflection are exempt, so probes and tools need no secret.
+    """
+
+    def __init__(self, token: str) -> None:
+        self._token = token
+        self._deny = grpc.unary_unary_rpc_method_handler(self._abort)
+
+    @staticmethod
+    async def _abort(request: object, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+
+    async def intercept_service(self, continuation, handler_call_details):
+        method = handler_call_details.method
+        if method.startswith(_EXEMPT):
+            return await continuation(handler_call_details)
+        for key, value in handler_call_details.invocation_metadata or ():
+            if key == "authorization" and token_matches(value, self._token):
+                return await continuation(handler_call_details)
+        return self._deny
+
+
+class GuaranteeService:
+    """The running service: start it, read its ports, stop it."""
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        *,
+        node_token: str,
+        client_token: str | None,
+        clock: Clock | None = None,
+        tls: TlsFiles | None = None,
+    ) -> None:
+        self.config = config
+        api = config.guarantee_api
+        self.clock = clock or SystemClock()
+        self.metrics = Metrics()
+        interval = api.poll_interval.total_seconds()
+        self.view = LiveView(config, stale_after=interval * api.stale_after_polls)
+        self.history = HistoryWriter(api.history_dir, flush_every=api.history_flush_polls)
+        self.health = HealthServicer()
+        self._node_token = node_token
+        self._client_token = client_token
+        self._tls = tls
+        self._interval = interval
+        self._servicer = DataGuaranteeServicer(
+            view=self.view,
+            averages=CopyQueueAverages(window=api.limits.average_window),
+            limits=Limits.from_config(api.limits),
+            constraints={db.name: config.constraint_of(db) for db in config.databases},
+            clock=self.clock,
+            metrics=self.metrics,
+        )
+        self._session: aiohttp.ClientSession | None = None
+        self._grpc: grpc.aio.Server | None = None
+        self._runner: web.AppRunner | None = None
+        self._poll_task: asyncio.Task[None] | None = None
+        self.poller: Poller | None = None
+        self.grpc_port = 0
+        self.http_port = 0
+        self.serving = False
+
+    async def start(self) -> None:
+        """Bind both listeners, start polling; health says SERVING after the first round."""
+        api = self.config.guarantee_api
+        interceptors = [TokenInterceptor(self._client_token)] if self._client_token else []
+        self._grpc = grpc.aio.server(interceptors=interceptors)
+        pb_grpc.add_DataGuaranteeServicer_to_server(self._servicer, self._grpc)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._grpc)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+             reflection.SERVICE_NAME), self._grpc,
+        )  # fmt: skip
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        if self._tls:
+            creds = grpc.ssl_server_credentials(
+                [(self._tls.key.read_bytes(), self._tls.cert.read_bytes())]
+            )
+            self.grpc_port = self._grpc.add_secure_port(api.listen, creds)
+        else:
+            self.grpc_port = self._grpc.add_insecure_port(api.listen)
+        await self._grpc.start()
+        await self._start_http(api.http_listen)
+        self._session = aiohttp.ClientSession()
+        self.poller = Poller(
+            nodes=list(self.config.nodes),
+            view=self.view,
+            session=self._session,
+            clock=self.clock,
+            interval=self._interval,
+            token=self._node_token,
+            metrics=self.metrics,
+            on_round=self._after_round,
+        )
+        self._poll_task = asyncio.create_task(self.poller.run(), name="guarantee-poller")
+        logger.info("guarantee API on %s (gRPC) and port %d (HTTP)", self.grpc_port, self.http_port)
+
+    async def _start_http(self, listen: str) -> None:
+        host, _, port = listen.rpartition(":")
+        app = web.Application()
+        app[_METRICS_KEY] = self.metrics
+        app[_SERVICE_KEY] = self
+        app.router.add_get("/metrics", _metrics_handler)
+        app.router.add_get("/healthz", _healthz_handler)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host or "127.0.0.1", int(port))
+        await site.start()
+        server = site._server  # aiohttp exposes the bound socket only here
+        self.http_port = server.sockets[0].getsockname()[1] if server else int(port)  # type: ignore[union-attr]
+
+    async def _after_round(self) -> None:
+        now = self.clock.monotonic()
+        copies = [c for db in self.view.databases for c in self.view.snapshot(db, now).copies]
+        self.metrics.observe_copies(copies)
+        self.history.add_round(self.clock.now(), copies)
+        if self.history.due:
+            await self.flush_history()
+        if not self.serving and self._grpc is not None:
+            self.serving = True
+            self.metrics.serving.set(1)
+            for name in ("", SERVICE_NAME):
+                await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+            logger.info("first poll round done: SERVING")
+
+    async def flush_history(self) -> None:
+        """Write the buffered history samples (in a thread: fsync must not stall answers)."""
+        rounds = self.history.pending_rounds
+        rows = self.history.drain()
+        if not rows:
+            return
+        try:
+            await asyncio.to_thread(self.history.write, rows)
+            self.metrics.history_samples.inc(len(rows))
+        except HistoryWriteError as exc:
+            logger.error("%s", exc)
+            self.metrics.history_errors.inc()
+            self.history.give_back(rows, rounds)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Graceful shutdown: NOT_SERVING, drain in-flight calls for `grace`, then the rest."""
+        self.serving = False
+        self.metrics.serving.set(0)
+        await self.health.enter_graceful_shutdown()
+        if self._grpc is not None:
+            await self._grpc.stop(grace)
+        if self._poll_task is not None:
+            self._poll_task.cancel()
+            await asyncio.gather(self._poll_task, return_exceptions=True)
+        await self.flush_history()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+
+async def _metrics_handler(request: web.Request) -> web.Response:
+    body = request.app[_METRICS_KEY].render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+async def _healthz_handler(request: web.Request) -> web.Response:
+    if request.app[_SERVICE_KEY].serving:
+        return web.Response(text="ok\n")
+    return web.Response(status=503, text="not serving\n")

@@ -1,0 +1,214 @@
+"""The gRPC servicer, kept thin: validate the request, read a snapshot of the live view,
+call the pure rules, map the answer to protobuf. Domain errors become gRPC status codes here
+and nowhere else; no error path ever answers Satisfied.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from dag_common.clock import Clock
+from dag_common.model import CopyRole
+from dag_common.model import DataMoveReplicationConstraint as Constraint
+from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
+from guarantee_api.averages import CopyQueueAverages
+from guarantee_api.errors import InvalidRequestError, UnknownDatabaseError
+from guarantee_api.metrics import Metrics
+from guarantee_api.policy import (
+    Answer,
+    CopyVerdict,
+    FlushTarget,
+    GuaranteeStatus,
+    Limits,
+    evaluate_flush,
+    evaluate_health,
+)
+from guarantee_api.view import LiveView
+
+logger = logging.getLogger(__name__)
+
+_CONSTRAINTS = {
+    pb.CONSTRAINT_NONE: Constraint.NONE,
+    pb.CONSTRAINT_SECOND_COPY: Constraint.SECOND_COPY,
+    pb.CONSTRAINT_SECOND_DATACENTER: Constraint.SECOND_DATACENTER,
+    pb.CONSTRAINT_ALL_DATACENTERS: Constraint.ALL_DATACENTERS,
+    pb.CONSTRAINT_ALL_COPIES: Constraint.ALL_COPIES,
+}
+_CONSTRAINT_TO_PB = {v: k for k, v in _CONSTRAINTS.items()}
+_STATUS_TO_PB = {
+    GuaranteeStatus.RETRY: pb.RETRY,
+    GuaranteeStatus.SATISFIED: pb.SATISFIED,
+    GuaranteeStatus.NOT_SATISFIED: pb.NOT_SATISFIED,
+}
+_STATUS_FROM_PB = {v: k for k, v in _STATUS_TO_PB.items()}
+_ROLE_TO_PB = {CopyRole.ACTIVE: pb.COPY_ROLE_ACTIVE, CopyRole.PASSIVE: pb.COPY_ROLE_PASSIVE}
+MAX_CALLER_ID = 256
+
+
+class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
+    """CheckReplicationHealth and CheckReplicationFlush over the cached live view."""
+
+    def __init__(
+        self,
+        *,
+        view: LiveView,
+        averages: CopyQueueAverages,
+        limits: Limits,
+        constraints: dict[str, Constraint],
+        clock: Clock,
+        metrics: Metrics,
+    ) -> None:
+        self._view = view
+        self._averages = averages
+        self._limits = limits
+        self._constraints = constraints
+        self._clock = clock
+        self._metrics = metrics
+        # Answers are pure functions of (view version, freshness, request, averages): while
+        # the view does not change, equal questions get the same response object. This is
+        # what keeps an answer cheap under load (see bench/README.md).
+        self._cache: dict[tuple[object, ...], pb.GuaranteeResponse] = {}
+        self._cache_version = -1
+
+    def _cached(
+        self, key: tuple[object, ...], compute: Callable[[], Answer]
+    ) -> tuple[GuaranteeStatus, pb.GuaranteeResponse]:
+        if self._view.version != self._cache_version or len(self._cache) > 4096:
+            self._cache.clear()
+            self._cache_version = self._view.version
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = to_proto(compute())
+        return _STATUS_FROM_PB[hit.status], hit
+
+    def _common(self, request: object) -> tuple[str, str, Constraint]:
+        database: str = request.database  # type: ignore[attr-defined]
+        caller: str = request.caller_id  # type: ignore[attr-defined]
+        raw: int = request.constraint  # type: ignore[attr-defined]
+        if not database:
+            raise InvalidRequestError("database is required")
+        if not caller:
+            raise InvalidRequestError("caller_id is required")
+        if len(caller) > MAX_CALLER_ID:
+            raise InvalidRequestError(f"caller_id is longer than {MAX_CALLER_ID} characters")
+        if raw != pb.CONSTRAINT_UNSPECIFIED and raw not in _CONSTRAINTS:
+            raise InvalidRequestError(f"constraint {raw} is not a DataMoveReplicationConstraint")
+        if database not in self._constraints:
+            raise UnknownDatabaseError(f"database {database!r} is not in the cluster config")
+        constraint = _CONSTRAINTS.get(raw) or self._constraints[database]
+        return database, caller, constraint
+
+    def _health(
+        self, request: pb.CheckReplicationHealthRequest
+    ) -> tuple[GuaranteeStatus, pb.GuaranteeResponse]:
+        database, caller, constraint = self._common(request)
+        view = self._view.snapshot(database, self._clock.monotonic())
+        queues = {c.node: c.report.copy_queue_length for c in view.copies if c.fresh and c.report}
+        averages = self._averages.record(caller, database, queues)
+        key = (
+            "health", database, constraint, tuple(c.problem for c in view.copies),
+            tuple(sorted(averages.items())),
+        )  # fmt: skip
+        return self._cached(key, lambda: evaluate_health(view, constraint, averages, self._limits))
+
+    def _flush(
+        self, request: pb.CheckReplicationFlushRequest
+    ) -> tuple[GuaranteeStatus, pb.GuaranteeResponse]:
+        database, _, constraint = self._common(request)
+        which = request.WhichOneof("target")
+        if which is None:
+            raise InvalidRequestError("one of commit_time or lsn is required")
+        if which == "lsn":
+            if request.lsn.generation < 1:
+                raise InvalidRequestError("lsn.generation must be at least 1")
+            target = FlushTarget(generation=request.lsn.generation)
+        else:
+            ts = request.commit_time
+            if not 0 <= ts.nanos < 1_000_000_000 or not 0 < ts.seconds < 253402300800:
+                raise InvalidRequestError("commit_time is not a valid timestamp")
+            target = FlushTarget(commit_time=ts.ToDatetime(tzinfo=UTC))
+        view = self._view.snapshot(database, self._clock.monotonic())
+        key = ("flush", database, constraint, tuple(c.problem for c in view.copies), target)
+        return self._cached(key, lambda: evaluate_flush(view, constraint, target, self._limits))
+
+    async def _serve(
+        self,
+        method: str,
+        compute: Callable[[], tuple[GuaranteeStatus, pb.GuaranteeResponse]],
+        context: grpc.aio.ServicerContext,
+    ) -> pb.GuaranteeResponse:
+        started = self._clock.monotonic()
+        code: grpc.StatusCode | None = None
+        try:
+            status, response = compute()
+        except InvalidRequestError as exc:
+            code, details = grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+        except UnknownDatabaseError as exc:
+            code, details = grpc.StatusCode.NOT_FOUND, str(exc)
+        except Exception:
+            logger.exception("%s failed", method)
+            self._metrics.unexpected.labels("request").inc()
+            code, details = grpc.StatusCode.INTERNAL, "internal error; see the service log"
+        elapsed = self._clock.monotonic() - started
+        if code is not None:
+            self._metrics.observe_request(method, code.name, elapsed)
+            await context.abort(code, details)
+        self._metrics.observe_request(method, status.value, elapsed)
+        return response
+
+    async def CheckReplicationHealth(self, request, context):
+        """Are enough copies healthy and close enough? (CheckReplicationHealth)"""
+        return await self._serve("CheckReplicationHealth", lambda: self._health(request), context)
+
+    async def CheckReplicationFlush(self, request, context):
+        """Have enough copies replayed the caller's commit? (CheckReplicationFlush)"""
+        return await self._serve("CheckReplicationFlush", lambda: self._flush(request), context)
+
+
+def _duration(seconds: float) -> Duration:
+    d = Duration()
+    d.FromNanoseconds(round(seconds * 1e9))
+    return d
+
+
+def _verdict_to_proto(v: CopyVerdict) -> pb.CopyVerdict:
+    msg = pb.CopyVerdict(
+        database=v.database,
+        node=v.node,
+        site=v.site,
+        role=_ROLE_TO_PB.get(v.role, pb.COPY_ROLE_UNSPECIFIED) if v.role else 0,
+        copy_status=v.status.value if v.status else "",
+        meets=v.meets,
+        checks=[
+            pb.CheckResult(name=c.check.value, passed=c.passed, detail=c.detail) for c in v.checks
+        ],
+        copy_queue_length=max(0, v.copy_queue_length),
+        average_copy_queue_length=v.average_copy_queue_length,
+        replay_queue_length=max(0, v.replay_queue_length),
+        last_log_replayed=max(0, v.last_log_replayed),
+        replay_lag_time=_duration(v.replay_lag_time.total_seconds()),
+    )
+    if v.last_replayed_log_time is not None:
+        ts = Timestamp()
+        ts.FromDatetime(v.last_replayed_log_time)
+        msg.last_replayed_log_time.CopyFrom(ts)
+    return msg
+
+
+def to_proto(answer: Answer) -> pb.GuaranteeResponse:
+    """The protobuf form of an answer."""
+    return pb.GuaranteeResponse(
+        status=_STATUS_TO_PB[answer.status],
+        retry_after=_duration(answer.retry_after.total_seconds()),
+        reason=answer.reason,
+        constraint=_CONSTRAINT_TO_PB[answer.constraint],
+        copies=[_verdict_to_proto(v) for v in answer.copies],
+        database=answer.database,
+    )

@@ -1,0 +1,157 @@
+"""The values the Data Guarantee rules take and return: frozen snapshots of copy status in,
+per-copy verdicts and an `Answer` out. No behaviour beyond small derived properties.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from dag_common.config import GuaranteeLimits
+from dag_common.model import (
+    CopyRole,
+    CopyStatus,
+    CopyStatusReport,
+)
+from dag_common.model import (
+    DataMoveReplicationConstraint as Constraint,
+)
+
+
+class GuaranteeStatus(StrEnum):
+    """The seed's three answers."""
+
+    RETRY = "Retry"
+    SATISFIED = "Satisfied"
+    NOT_SATISFIED = "NotSatisfied"
+
+
+class Check(StrEnum):
+    """One condition evaluated on one copy."""
+
+    REACHABLE = "Reachable"
+    HEALTHY = "Healthy"
+    REPLAY_QUEUE = "ReplayQueue"
+    COPY_QUEUE = "CopyQueue"
+    AVERAGE_COPY_QUEUE = "AverageCopyQueue"
+    MOUNTED = "Mounted"
+    LAG_FOR_FLUSH = "LagForFlush"
+    REPLAYED = "Replayed"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The conditions' limits and the seed's wait times."""
+
+    max_copy_queue_length: int = 10
+    max_average_copy_queue_length: float = 10.0
+    replay_queue_over_lag: timedelta = timedelta(minutes=10)
+    flush_clock_skew: timedelta = timedelta(seconds=5)
+    flush_max_replay_lag: timedelta = timedelta(minutes=30)
+    wait_no_status: timedelta = timedelta(seconds=10)
+    wait_no_healthy_copy: timedelta = timedelta(minutes=2)
+    wait_behind: timedelta = timedelta(minutes=1)
+    wait_min: timedelta = timedelta(seconds=1)
+    wait_max: timedelta = timedelta(minutes=10)
+
+    @classmethod
+    def from_config(cls, config: GuaranteeLimits) -> Limits:
+        """Limits from the cluster config; wait times stay the seed's."""
+        return cls(
+            max_copy_queue_length=config.max_copy_queue_length,
+            max_average_copy_queue_length=config.max_average_copy_queue_length,
+            replay_queue_over_lag=config.replay_queue_over_lag,
+            flush_clock_skew=config.flush_clock_skew,
+            flush_max_replay_lag=config.flush_max_replay_lag,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CopyRates:
+    """A copy's progress measured over the view's recent polls (None: not measurable)."""
+
+    copy_queue_per_s: float | None = None  # net change; negative while draining
+    replayed_per_s: float | None = None  # generations replayed per second
+    replayed_log_time_per_s: float | None = None  # seconds of log time replayed per second
+
+
+@dataclass(frozen=True, slots=True)
+class CopySnapshot:
+    """One configured copy as the view knows it now."""
+
+    database: str
+    node: str
+    site: str
+    report: CopyStatusReport | None
+    problem: str | None = None  # why the report cannot be trusted now
+    rates: CopyRates = field(default_factory=CopyRates)
+
+    @property
+    def fresh(self) -> bool:
+        return self.problem is None and self.report is not None
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseView:
+    """Every configured copy of one database; `has_status` is False until a node reported."""
+
+    database: str
+    copies: tuple[CopySnapshot, ...]
+    has_status: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class FlushTarget:
+    """What CheckReplicationFlush waits for: a commit time (the seed) or a generation (exact)."""
+
+    commit_time: datetime | None = None
+    generation: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOutcome:
+    check: Check
+    passed: bool
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class CopyVerdict:
+    """How one copy fared against the request, with the numbers."""
+
+    database: str
+    node: str
+    site: str
+    role: CopyRole | None
+    status: CopyStatus | None
+    meets: bool
+    checks: tuple[CheckOutcome, ...]
+    copy_queue_length: int = 0
+    average_copy_queue_length: float = 0.0
+    replay_queue_length: int = 0
+    last_log_replayed: int = 0
+    last_replayed_log_time: datetime | None = None
+    replay_lag_time: timedelta = timedelta(0)
+    healthy: bool = False  # fresh and Healthy: decides between the 1 min and 2 min waits
+    eta_s: float | None = None  # predicted seconds until it meets (0 when it does)
+    eta_why: str = ""
+
+    @property
+    def failed(self) -> tuple[CheckOutcome, ...]:
+        return tuple(c for c in self.checks if not c.passed)
+
+    def describe_failures(self) -> str:
+        return f"{self.node}: " + "; ".join(f"{c.check} ({c.detail})" for c in self.failed)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The answer to one request."""
+
+    database: str
+    constraint: Constraint
+    status: GuaranteeStatus
+    retry_after: timedelta
+    reason: str
+    copies: tuple[CopyVerdict, ...] = ()

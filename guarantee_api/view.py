@@ -1,0 +1,151 @@
+"""The live view: the latest status of every configured database copy, when it was seen,
+and how fast it is moving.
+
+The poller writes it; requests read frozen `DatabaseView` snapshots of it. Nothing here
+waits on a node. Freshness rule: a copy's status is trusted only while its node's last poll
+succeeded and the status is at most `stale_after` seconds old (by default 3 poll intervals:
+one slow or lost poll is tolerated, a dead node is noticed within seconds). A configured
+copy that its node does not report, or whose node cannot be reached, stays in the view with
+the reason, so the rules count it as not healthy instead of dropping it.
+
+Rates (for predicting when a draining copy will meet the conditions) are taken between the
+oldest and newest poll within `rate_window` seconds (default 5 s): short enough that a queue
+that grew and now drains is seen draining, long enough to smooth one poll's jitter.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass
+
+from dag_common.config import ClusterConfig
+from dag_common.model import CopyStatusReport, NodeStatus
+from guarantee_api.policy import CopyRates, CopySnapshot, DatabaseView
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    at: float  # monotonic seconds
+    copy_queue: int
+    replayed: int
+    replayed_log_time: float | None  # POSIX seconds
+
+
+@dataclass(frozen=True, slots=True)
+class CopyState:
+    """What the view holds for one copy: its last report, when seen, its rates."""
+
+    report: CopyStatusReport
+    seen: float
+    rates: CopyRates
+
+
+class LiveView:
+    """Latest status per configured copy, updated by the poller, read by requests."""
+
+    def __init__(
+        self, config: ClusterConfig, *, stale_after: float, rate_window: float = 5.0
+    ) -> None:
+        self._stale_after = stale_after
+        self._rate_window = rate_window
+        self._sites = {n.name: n.site for n in config.nodes}
+        self._copies: dict[str, tuple[str, ...]] = {
+            db.name: tuple(c.node for c in db.copies) for db in config.databases
+        }
+        self._wanted = {(db, node) for db, nodes in self._copies.items() for node in nodes}
+        self._states: dict[tuple[str, str], CopyState] = {}
+        self._history: dict[tuple[str, str], deque[_Sample]] = {}
+        self._node_error: dict[str, str | None] = {}  # absent: never polled
+        self._has_status: set[str] = set()
+        self.rounds_completed = 0
+        self.version = 0  # bumped by every change a poll makes; answers may be cached by it
+
+    @property
+    def databases(self) -> tuple[str, ...]:
+        return tuple(self._copies)
+
+    def knows(self, database: str) -> bool:
+        """Whether `database` is in the cluster config."""
+        return database in self._copies
+
+    def node_polled(self, node: str, status: NodeStatus, now: float) -> None:
+        """Record a successful poll of `node` at monotonic time `now`."""
+        self.version += 1
+        self._node_error[node] = None
+        for report in status.copies:
+            key = (report.database, node)
+            if report.node != node or key not in self._wanted:
+                logger.debug("ignoring unconfigured copy %s on %s", report.database, node)
+                continue
+            self._has_status.add(report.database)
+            self._states[key] = CopyState(report, now, self._rates(key, report, now))
+
+    def node_failed(self, node: str, error: str) -> None:
+        """Record that `node` could not be polled: its copies are not healthy for now."""
+        if self._node_error.get(node) != error:
+            logger.warning("node %s unreachable: %s", node, error)
+        self.version += 1
+        self._node_error[node] = error
+
+    def round_completed(self) -> None:
+        self.rounds_completed += 1
+
+    def _rates(self, key: tuple[str, str], r: CopyStatusReport, now: float) -> CopyRates:
+        t = r.last_replayed_log_time.timestamp() if r.last_replayed_log_time else None
+        sample = _Sample(now, r.copy_queue_length, r.last_log_replayed, t)
+        hist = self._history.setdefault(key, deque(maxlen=64))
+        if hist and (sample.replayed < hist[-1].replayed or now <= hist[-1].at):
+            hist.clear()  # reseeded or restarted: old progress says nothing about new
+        hist.append(sample)
+        while len(hist) > 2 and now - hist[0].at > self._rate_window:
+            hist.popleft()
+        if len(hist) < 2:
+            return CopyRates()
+        first, dt = hist[0], now - hist[0].at
+        time_rate = None
+        if first.replayed_log_time is not None and sample.replayed_log_time is not None:
+            time_rate = (sample.replayed_log_time - first.replayed_log_time) / dt
+        return CopyRates(
+            copy_queue_per_s=(sample.copy_queue - first.copy_queue) / dt,
+            replayed_per_s=(sample.replayed - first.replayed) / dt,
+            replayed_log_time_per_s=time_rate,
+        )
+
+    def copy_state(self, database: str, node: str) -> CopyState | None:
+        return self._states.get((database, node))
+
+    def problem(self, database: str, node: str, now: float) -> str | None:
+        """Why the copy's status cannot be trusted at monotonic time `now`, or None."""
+        if node not in self._node_error:
+            return f"no status from node {node} yet"
+        error = self._node_error[node]
+        if error is not None:
+            return f"node {node} unreachable: {error}"
+        state = self._states.get((database, node))
+        if state is None:
+            return f"node {node} does not report a copy of {database}"
+        age = now - state.seen
+        if age > self._stale_after:
+            return f"status stale: last seen {age:.1f}s ago (limit {self._stale_after:g}s)"
+        return None
+
+    def snapshot(self, database: str, now: float) -> DatabaseView:
+        """Every configured copy of `database` as of monotonic time `now`; KeyError if unknown."""
+        copies = []
+        for node in self._copies[database]:
+            state = self._states.get((database, node))
+            report = state.report if state else None
+            copies.append(
+                CopySnapshot(
+                    database=database,
+                    node=node,
+                    site=report.site if report else self._sites[node],
+                    report=report,
+                    problem=self.problem(database, node, now),
+                    rates=state.rates if state else CopyRates(),
+                )
+            )
+        return DatabaseView(database, tuple(copies), has_status=database in self._has_status)

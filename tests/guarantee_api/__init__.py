@@ -1,0 +1,1 @@
+"""Tests of the Data Guarantee service."""

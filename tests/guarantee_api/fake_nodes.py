@@ -1,0 +1,90 @@
+"""Stand-in replication nodes for the guarantee API tests: real aiohttp servers on
+127.0.0.1 port 0 that serve a controllable `GET /v1/status` (with the bearer-token check a
+real node does). Only the status endpoint exists: that is all the guarantee API reads, so
+these can be swapped for real `replication_node` processes once those land.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from dag_common.auth import HEADER, token_matches
+from dag_common.model import NodeStatus
+
+
+class FakeNode:
+    """One node: answers `/v1/status` with whatever `status` is set to."""
+
+    def __init__(self, name: str, token: str) -> None:
+        self.name = name
+        self.token = token
+        self.status: NodeStatus | None = None
+        self.http_error: int | None = None  # answer with this HTTP status instead
+        self.raw_body: bytes | None = None  # answer with this body instead (malformed)
+        self.gate: asyncio.Event | None = None  # hold answers until set
+        self.polls = 0
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+
+    async def _status(self, request: web.Request) -> web.Response:
+        if not token_matches(request.headers.get(HEADER), self.token):
+            return web.json_response({"error": "unauthorized"}, status=401)
+        if self.gate is not None:
+            await self.gate.wait()
+        self.polls += 1
+        if self.http_error is not None:
+            return web.json_response({"error": "injected"}, status=self.http_error)
+        if self.raw_body is not None:
+            return web.Response(body=self.raw_body, content_type="application/json")
+        if self.status is None:
+            return web.json_response({"error": "no status"}, status=503)
+        return web.Response(body=self.status.model_dump_json(), content_type="application/json")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/v1/status", self._status)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+        await site.start()
+        if self.port == 0:
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        """Close the listener: polls now fail with connection refused."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+class FakeNodes:
+    """Several fake nodes, addressed by name."""
+
+    def __init__(self, names: list[str], token: str) -> None:
+        self.nodes = {n: FakeNode(n, token) for n in names}
+
+    def __getitem__(self, name: str) -> FakeNode:
+        return self.nodes[name]
+
+    @property
+    def urls(self) -> dict[str, str]:
+        return {n: node.url for n, node in self.nodes.items()}
+
+    def set(self, statuses: dict[str, NodeStatus]) -> None:
+        """Serve these statuses from now on."""
+        for name, status in statuses.items():
+            self.nodes[name].status = status
+
+    async def start(self) -> None:
+        for node in self.nodes.values():
+            await node.start()
+
+    async def close(self) -> None:
+        for node in self.nodes.values():
+            await node.stop()

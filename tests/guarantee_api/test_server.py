@@ -1,0 +1,179 @@
+"""Health, reflection, /metrics (checked by promtool on a real scrape), history files."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+
+import aiohttp
+import grpc
+import pyarrow.parquet as pq
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from dag_common.clock import ManualClock
+from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
+from guarantee_api.server import SERVICE_NAME, GuaranteeService, TlsFiles
+from tests.guarantee_api.conftest import AUTH, TOKEN, start_service
+from tests.guarantee_api.helpers import cluster_config
+from tests.guarantee_api.test_service import ask, health_req
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+async def check_health(channel: grpc.aio.Channel, service: str = "") -> int:
+    stub = health_pb2_grpc.HealthStub(channel)
+    return (await stub.Check(health_pb2.HealthCheckRequest(service=service))).status
+
+
+async def test_health_serving_only_after_the_first_poll_round(nodes, tmp_path):
+    for node in nodes.nodes.values():
+        node.gate = asyncio.Event()  # hold every node's answer
+    run = await start_service(nodes, tmp_path, first_round=False)
+    try:
+        assert await check_health(run.channel) == NOT_SERVING  # no token needed
+        assert await check_health(run.channel, SERVICE_NAME) == NOT_SERVING
+        for node in nodes.nodes.values():
+            node.gate.set()
+        assert run.service.poller is not None
+        await run.service.poller.wait_rounds(1)
+        assert await check_health(run.channel) == SERVING
+        assert await check_health(run.channel, SERVICE_NAME) == SERVING
+    finally:
+        await run.channel.close()
+        await run.service.stop(grace=0)
+
+
+async def test_graceful_shutdown_reports_not_serving_first(running):
+    assert await check_health(running.channel) == SERVING
+    await running.service.health.enter_graceful_shutdown()
+    assert await check_health(running.channel) == NOT_SERVING
+    # in-flight and new calls are still answered until stop(grace)
+    assert (await ask(running)).reason
+
+
+async def test_reflection_lists_the_service(running):
+    stub = reflection_pb2_grpc.ServerReflectionStub(running.channel)
+
+    async def one(request):
+        async for response in stub.ServerReflectionInfo(iter([request])):
+            return response
+
+    listed = await one(reflection_pb2.ServerReflectionRequest(list_services=""))
+    names = {s.name for s in listed.list_services_response.service}
+    assert {"dataguarantee.v1.DataGuarantee", "grpc.health.v1.Health"} <= names
+    found = await one(reflection_pb2.ServerReflectionRequest(file_containing_symbol=SERVICE_NAME))
+    assert found.file_descriptor_response.file_descriptor_proto
+
+
+async def scrape(running) -> str:
+    url = f"http://127.0.0.1:{running.service.http_port}/metrics"
+    async with aiohttp.ClientSession() as session, session.get(url) as resp:
+        assert resp.status == 200
+        return await resp.text()
+
+
+async def test_metrics_pass_promtool_on_a_real_scrape(running, nodes):
+    await ask(running)
+    await nodes["mbx3"].stop()
+    await running.next_round()
+    text = await scrape(running)
+    promtool = shutil.which("promtool")
+    assert promtool, (
+        "promtool is missing: install Debian's 'prometheus' package (make system-deps does)"
+    )
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (
+        'dataguarantee_requests_total{method="CheckReplicationHealth",status="Satisfied"} 1.0'
+        in text
+    )
+    assert 'dataguarantee_copy_queue_length{database="DB1",node="mbx2"} 0.0' in text
+    assert 'dataguarantee_copy_healthy{database="DB1",node="mbx3"} 0.0' in text
+    assert 'dataguarantee_poll_errors_total{node="mbx3"} 1.0' in text
+    assert "dataguarantee_request_duration_seconds_bucket" in text
+
+
+async def test_errors_are_counted_by_code(running):
+    with pytest.raises(grpc.aio.AioRpcError):
+        await running.stub.CheckReplicationHealth(health_req(database="DB9"), metadata=AUTH)
+    text = await scrape(running)
+    assert 'status="NOT_FOUND"' in text
+
+
+async def test_healthz(running):
+    url = f"http://127.0.0.1:{running.service.http_port}/healthz"
+    async with aiohttp.ClientSession() as session, session.get(url) as resp:
+        assert resp.status == 200
+
+
+async def test_history_is_written_as_partitioned_parquet(nodes, tmp_path):
+    run = await start_service(nodes, tmp_path, history_flush_polls=2)
+    try:
+        history = run.service.config.guarantee_api.history_dir
+        assert not list(history.rglob("*.parquet"))  # one round buffered, not yet written
+        await nodes["mbx3"].stop()
+        await run.next_round()
+        files = list(history.rglob("*.parquet"))
+        assert len(files) == 1
+        assert (
+            files[0].parent.name == "hour=00" and files[0].parent.parent.name == "date=2026-01-01"
+        )
+        assert not list(history.rglob(".*"))  # no temp file left behind
+        rows = pq.read_table(files[0]).to_pylist()
+        assert len(rows) == 2 * 4  # two polls x (3 copies of DB1 + 1 of DB2)
+        last = {(r["database"], r["copy"]): r for r in rows[4:]}
+        assert last[("DB1", "mbx2")]["status"] == "Healthy"
+        assert last[("DB1", "mbx2")]["copy_queue_length"] == 0
+        assert last[("DB1", "mbx3")]["reachable"] is False
+        assert last[("DB1", "mbx3")]["status"] is None
+        assert last[("DB1", "mbx1")]["role"] == "Active"
+    finally:
+        await run.channel.close()
+        await run.service.stop(grace=0)
+
+
+async def test_shutdown_flushes_buffered_history(nodes, tmp_path):
+    run = await start_service(nodes, tmp_path, history_flush_polls=100)
+    await run.channel.close()
+    await run.service.stop(grace=0)
+    files = list(run.service.config.guarantee_api.history_dir.rglob("*.parquet"))
+    assert len(files) == 1 and pq.read_table(files[0]).num_rows == 4
+
+
+async def test_tls_serves_over_a_secure_channel(nodes, tmp_path):
+    openssl = shutil.which("openssl")
+    assert openssl, "openssl is needed to make a test certificate"
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    config = cluster_config(nodes.urls, tmp_path)
+    service = GuaranteeService(
+        config, node_token=TOKEN, client_token=TOKEN, clock=ManualClock(), tls=TlsFiles(cert, key)
+    )
+    await service.start()
+    try:
+        assert service.poller is not None
+        await service.poller.wait_rounds(1)
+        creds = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
+        async with grpc.aio.secure_channel(f"127.0.0.1:{service.grpc_port}", creds) as channel:
+            stub = pb_grpc.DataGuaranteeStub(channel)
+            answer = await stub.CheckReplicationHealth(health_req(), metadata=AUTH)
+            assert answer.status == pb.SATISFIED
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as plain:
+            with pytest.raises(grpc.aio.AioRpcError):
+                await pb_grpc.DataGuaranteeStub(plain).CheckReplicationHealth(
+                    health_req(), metadata=AUTH, timeout=5
+                )
+    finally:
+        await service.stop(grace=0)

@@ -1,0 +1,231 @@
+"""The service end to end: a real grpc.aio server on port 0 over fake nodes on loopback."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import grpc
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from dag_common.model import CopyRole, CopyStatus
+from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from tests.guarantee_api.conftest import AUTH, start_service
+from tests.guarantee_api.helpers import T0, healthy_cluster, node_status, report
+
+
+def health_req(database="DB1", caller="mover-1", constraint=0):
+    return pb.CheckReplicationHealthRequest(
+        database=database, caller_id=caller, constraint=constraint
+    )
+
+
+async def ask(running, **kw):
+    return await running.stub.CheckReplicationHealth(health_req(**kw), metadata=AUTH)
+
+
+async def test_healthy_cluster_is_satisfied_with_a_verdict_per_copy(running):
+    answer = await ask(running)
+    assert answer.status == pb.SATISFIED, answer.reason
+    assert answer.constraint == pb.CONSTRAINT_SECOND_COPY  # DB1's configured constraint
+    assert [(c.node, c.site, c.role) for c in answer.copies] == [
+        ("mbx1", "redmond", pb.COPY_ROLE_ACTIVE),
+        ("mbx2", "redmond", pb.COPY_ROLE_PASSIVE),
+        ("mbx3", "dublin", pb.COPY_ROLE_PASSIVE),
+    ]
+    mbx2 = answer.copies[1]
+    assert mbx2.copy_status == "Healthy" and mbx2.meets and mbx2.last_log_replayed == 100
+    assert {c.name for c in mbx2.checks} == {
+        "Reachable", "Healthy", "ReplayQueue", "CopyQueue", "AverageCopyQueue"
+    }  # fmt: skip
+
+
+async def test_not_satisfied_names_each_copy_and_waits_a_minute(running, nodes):
+    statuses = healthy_cluster(cq=14)
+    statuses["mbx3"] = node_status("mbx3", report("mbx3", status=CopyStatus.SUSPENDED))
+    nodes.set(statuses)
+    await running.next_round()
+    answer = await ask(running)
+    assert answer.status == pb.NOT_SATISFIED
+    assert "mbx2: CopyQueue (copy queue 14 logs, limit < 10)" in answer.reason
+    assert "mbx3: Healthy (status Suspended)" in answer.reason
+    assert answer.retry_after.ToTimedelta() == timedelta(minutes=1)
+    failed = {c.name: c.detail for c in answer.copies[1].checks if not c.passed}
+    assert "CopyQueue" in failed
+
+
+async def test_unreachable_node_counts_as_not_healthy(running, nodes):
+    await nodes["mbx3"].stop()
+    await running.next_round()
+    answer = await ask(running, constraint=pb.CONSTRAINT_ALL_COPIES)
+    assert answer.status == pb.NOT_SATISFIED
+    assert answer.constraint == pb.CONSTRAINT_ALL_COPIES
+    mbx3 = answer.copies[2]
+    assert mbx3.node == "mbx3" and not mbx3.meets
+    assert "node mbx3 unreachable" in mbx3.checks[0].detail
+    # the other copies still satisfy a weaker constraint
+    assert (await ask(running, constraint=pb.CONSTRAINT_SECOND_COPY)).status == pb.SATISFIED
+
+
+async def test_malformed_node_status_counts_as_unreachable(running, nodes):
+    nodes["mbx2"].raw_body = b'{"node": "mbx2", "copies": "nope"}'
+    nodes["mbx3"].http_error = 500
+    await running.next_round()
+    answer = await ask(running)
+    assert answer.status == pb.NOT_SATISFIED
+    assert "malformed status" in answer.copies[1].checks[0].detail
+    assert "HTTP 500" in answer.copies[2].checks[0].detail
+    assert answer.retry_after.ToTimedelta() == timedelta(minutes=2)  # no healthy copy
+
+
+async def test_retry_until_status_is_known(nodes, tmp_path):
+    for node in nodes.nodes.values():
+        node.http_error = 503
+    run = await start_service(nodes, tmp_path)
+    try:
+        answer = await ask(run)
+        assert answer.status == pb.RETRY
+        assert answer.retry_after.ToTimedelta() == timedelta(seconds=10)
+        assert "no copy status" in answer.reason
+        for node in nodes.nodes.values():
+            node.http_error = None
+        await run.next_round()
+        assert (await ask(run)).status == pb.SATISFIED
+    finally:
+        await run.channel.close()
+        await run.service.stop(grace=0)
+
+
+async def test_switchover_moves_the_active_site(running, nodes):
+    # DB1 switched over to mbx3 in dublin: only redmond copies are "another datacenter" now
+    nodes.set(
+        {
+            "mbx1": node_status("mbx1", report("mbx1")),
+            "mbx2": node_status("mbx2", report("mbx2", status=CopyStatus.SUSPENDED)),
+            "mbx3": node_status("mbx3", report("mbx3", role=CopyRole.ACTIVE)),
+        }
+    )
+    await running.next_round()
+    answer = await ask(running, constraint=pb.CONSTRAINT_SECOND_DATACENTER)
+    assert answer.status == pb.SATISFIED, answer.reason
+    assert "mbx1" in answer.reason
+    nodes["mbx1"].status = node_status("mbx1", report("mbx1", cq=50))
+    await running.next_round()
+    answer = await ask(running, constraint=pb.CONSTRAINT_SECOND_DATACENTER)
+    assert answer.status == pb.NOT_SATISFIED
+    assert "outside site dublin" in answer.reason
+
+
+async def test_average_copy_queue_is_per_caller(running, nodes):
+    nodes.set(healthy_cluster(cq=30))
+    nodes["mbx3"].status = node_status("mbx3", report("mbx3", status=CopyStatus.FAILED))
+    await running.next_round()
+    assert (await ask(running, caller="a")).status == pb.NOT_SATISFIED
+    nodes.set(healthy_cluster(cq=0))
+    nodes["mbx3"].status = node_status("mbx3", report("mbx3", status=CopyStatus.FAILED))
+    await running.next_round()
+    answer = await ask(running, caller="a")  # average over a's two queries: (30 + 0) / 2
+    assert answer.status == pb.NOT_SATISFIED
+    assert answer.copies[1].average_copy_queue_length == 15.0
+    assert "average copy queue 15.00" in answer.reason
+    assert (await ask(running, caller="b")).status == pb.SATISFIED  # b never saw the queue
+
+
+async def test_draining_copy_gets_a_predicted_wait(nodes, tmp_path):
+    nodes.set(healthy_cluster(cq=40))
+    run = await start_service(nodes, tmp_path)
+    try:
+        growing = await ask(run, caller="a", constraint=pb.CONSTRAINT_ALL_COPIES)
+        assert growing.retry_after.ToTimedelta() == timedelta(minutes=1)  # no rate yet
+        nodes.set(healthy_cluster(cq=30))
+        await run.next_round()  # 10 logs drained in 1 s; 21 logs over the limit
+        answer = await ask(run, caller="b", constraint=pb.CONSTRAINT_ALL_COPIES)
+        assert answer.status == pb.NOT_SATISFIED
+        assert answer.retry_after.ToTimedelta() == timedelta(seconds=2.1)
+        assert "predicted" in answer.reason and "10.00 logs/s" in answer.reason
+    finally:
+        await run.channel.close()
+        await run.service.stop(grace=0)
+
+
+async def flush(running, **kw):
+    return await running.stub.CheckReplicationFlush(
+        pb.CheckReplicationFlushRequest(database="DB1", caller_id="mover-1", **kw), metadata=AUTH
+    )
+
+
+async def test_flush_by_lsn_and_by_commit_time(running, nodes):
+    assert (await flush(running, lsn=pb.Lsn(generation=100, offset=512))).status == pb.SATISFIED
+    answer = await flush(running, lsn=pb.Lsn(generation=101, offset=0))
+    assert answer.status == pb.NOT_SATISFIED
+    assert "needs generation 101" in answer.reason
+    before = Timestamp()
+    before.FromDatetime(T0 - timedelta(seconds=6))
+    assert (await flush(running, commit_time=before)).status == pb.SATISFIED
+    within_skew = Timestamp()
+    within_skew.FromDatetime(T0 - timedelta(seconds=4))
+    assert (await flush(running, commit_time=within_skew)).status == pb.NOT_SATISFIED
+    nodes.set(healthy_cluster(replayed=101))
+    nodes["mbx3"].status = node_status("mbx3", report("mbx3", replayed=101))
+    await running.next_round()
+    assert (await flush(running, lsn=pb.Lsn(generation=101))).status == pb.SATISFIED
+
+
+async def test_database_without_passive_copy_is_satisfied(running):
+    answer = await ask(running, database="DB2", constraint=pb.CONSTRAINT_ALL_COPIES)
+    assert answer.status == pb.SATISFIED and "no passive copy" in answer.reason
+
+
+BAD_REQUESTS = [
+    ("no database", health_req(database=""), grpc.StatusCode.INVALID_ARGUMENT, "database"),
+    ("unknown database", health_req(database="DB9"), grpc.StatusCode.NOT_FOUND, "DB9"),
+    ("no caller", health_req(caller=""), grpc.StatusCode.INVALID_ARGUMENT, "caller_id"),
+    ("long caller", health_req(caller="x" * 300), grpc.StatusCode.INVALID_ARGUMENT, "caller_id"),
+    ("bad constraint", health_req(constraint=42), grpc.StatusCode.INVALID_ARGUMENT, "constraint"),
+]
+
+
+@pytest.mark.parametrize(("name", "request_", "code", "word"), BAD_REQUESTS,
+                         ids=[b[0] for b in BAD_REQUESTS])  # fmt: skip
+async def test_bad_health_requests(running, name, request_, code, word):
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await running.stub.CheckReplicationHealth(request_, metadata=AUTH)
+    assert err.value.code() == code
+    assert word in (err.value.details() or "")
+
+
+BAD_FLUSHES = [
+    ("no target", {}, grpc.StatusCode.INVALID_ARGUMENT, "commit_time or lsn"),
+    ("generation 0", {"lsn": pb.Lsn(generation=0)}, grpc.StatusCode.INVALID_ARGUMENT, "lsn"),
+    ("zero timestamp", {"commit_time": Timestamp()}, grpc.StatusCode.INVALID_ARGUMENT,
+     "commit_time"),
+    ("bad nanos", {"commit_time": Timestamp(seconds=1, nanos=-5)},
+     grpc.StatusCode.INVALID_ARGUMENT, "commit_time"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "fields", "code", "word"), BAD_FLUSHES,
+                         ids=[b[0] for b in BAD_FLUSHES])  # fmt: skip
+async def test_bad_flush_requests(running, name, fields, code, word):
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await flush(running, **fields)
+    assert err.value.code() == code
+    assert word in (err.value.details() or "")
+
+
+async def test_unknown_database_on_flush_is_not_found(running):
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await running.stub.CheckReplicationFlush(
+            pb.CheckReplicationFlushRequest(
+                database="nope", caller_id="m", lsn=pb.Lsn(generation=1)
+            ),
+            metadata=AUTH,
+        )
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.parametrize("metadata", [(), (("authorization", "Bearer wrong-token-xxxxxxxx"),)])
+async def test_calls_without_the_token_are_unauthenticated(running, metadata):
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await running.stub.CheckReplicationHealth(health_req(), metadata=metadata)
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
