@@ -73,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     tls = TlsFiles(args.tls_cert, args.tls_key) if args.tls_cert else None
+    if tls is None and config.tls is not None:  # the cluster's TLS section serves gRPC too
+        tls = TlsFiles(config.tls.cert_file, config.tls.key_file)
     for path in (tls.cert, tls.key) if tls else ():
         if not path.is_file():
             print(f"error: TLS file {path} does not exist", file=sys.stderr)

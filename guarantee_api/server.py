@@ -139,7 +139,8 @@ class GuaranteeService:
             self.grpc_port = self._grpc.add_insecure_port(api.listen)
         await self._grpc.start()
         await self._start_http(api.http_listen)
-        self._session = aiohttp.ClientSession()
+        ssl_ctx = self.config.tls.client_context() if self.config.tls else None
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl_ctx))
         self.poller = Poller(
             nodes=list(self.config.nodes),
             view=self.view,
