@@ -9,10 +9,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import grpc
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 
 from dag_common.config import ClusterConfig
+from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from mrs_client.errors import MoveFailed
 from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus
 
