@@ -6,6 +6,10 @@ DagError (dag_common.errors)
     │   ├── LogHeaderError        bad magic, version or header checksum
     │   └── LogRecordError        a record's length or CRC32C is wrong, or the file is cut
     ├── LogSequenceError          a generation missing, out of order, or from another stream
+    ├── LogShareError             the active's log share cannot give what was asked
+    │   └── GenerationGone        the generation is no longer on the active (reseed needed)
+    ├── InspectionFailed          a copied generation failed the inspector's checks
+    ├── CopyFailed                a passive copy stopped: FailedAndSuspended, with the reason
     ├── RecoveryError             crash recovery cannot bring the database to a consistent state
     ├── DatabaseError             the database file or its header is unusable
     ├── StoreError                a store request that cannot be served
@@ -37,6 +41,22 @@ class LogRecordError(LogFormatError):
 
 class LogSequenceError(ReplicationError):
     """A generation that is missing, out of order, or belongs to another log stream."""
+
+
+class LogShareError(ReplicationError):
+    """The active's log share is unreachable, refused, or sent something incomplete."""
+
+
+class GenerationGone(LogShareError):
+    """A generation the copy needs is no longer on the active: only a reseed helps."""
+
+
+class InspectionFailed(ReplicationError):
+    """A copied generation failed inspection (checksum, header, signature or sequence)."""
+
+
+class CopyFailed(ReplicationError):
+    """A passive copy cannot go on without an operator: it becomes FailedAndSuspended."""
 
 
 class RecoveryError(ReplicationError):

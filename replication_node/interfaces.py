@@ -63,9 +63,10 @@ class LogSource(Protocol):
         """The bytes of a closed generation (raises LogShareError if it cannot)."""
         ...
 
-    def notifications(self, after: int) -> AsyncIterator[int]:
-        """Yield the last closed generation each time it moves past `after` (and heartbeats
-        as the same number); ends or raises when the connection goes."""
+    def notifications(self, after: int) -> AsyncIterator[LogShareInfo]:
+        """Yield the share's info each time its last closed generation moves past `after`,
+        and as a heartbeat in between; ends, or raises LogShareError, when the connection
+        goes."""
         ...
 
     async def seed(self, dest: Path) -> SeedInfo:

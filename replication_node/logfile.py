@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import IntEnum
+from pathlib import Path
 from typing import Any
 
 import crc32c
@@ -248,6 +249,59 @@ def scan(data: bytes) -> ScanResult:
         records.append(item)
         valid_end = item.offset + item.size
     return ScanResult(header, tuple(records), valid_end, len(data), tail_error)
+
+
+def chain_problem(prev: LogHeader | None, header: LogHeader, log_signature: object) -> str | None:
+    """Why `header` cannot follow `prev` in the stream `log_signature`, or None if it can.
+
+    The seeds' sequence checks: same log signature, next generation, and the header's
+    previous creation time equal to the predecessor's creation time.
+    """
+    if header.log_signature != log_signature:
+        return (
+            f"generation {header.generation} belongs to log stream {header.log_signature}, "
+            f"not {log_signature}"
+        )
+    if prev is None:
+        return None
+    if header.generation != prev.generation + 1:
+        return f"generation {header.generation} does not follow generation {prev.generation}"
+    if header.prev_creation_time != prev.creation_time:
+        return (
+            f"generation {header.generation} does not chain to generation {prev.generation} "
+            "(previous creation time differs)"
+        )
+    return None
+
+
+def read_header(path: Path) -> LogHeader:
+    """The verified header of the log file at `path`."""
+    with open(path, "rb") as f:
+        return LogHeader.decode(f.read(HEADER_SIZE))
+
+
+def close_time_of(path: Path) -> datetime | None:
+    """The close time of a closed generation, from its final CLOSE record alone (no scan of
+    the records before it); None if the file does not end with a valid CLOSE record."""
+    size = _FRAME.size + _BODY.size
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        if f.tell() < HEADER_SIZE + size:
+            return None
+        f.seek(-size, 2)
+        tail = f.read(size)
+    length, stored = _FRAME.unpack_from(tail)
+    if length != _BODY.size or crc32c.crc32c(tail[:4] + tail[_FRAME.size :]) != stored:
+        return None
+    rtype, micros = _BODY.unpack_from(tail, _FRAME.size)
+    return from_micros(micros) if rtype == RecordType.CLOSE else None
+
+
+def anchor_header(log_dir: Path, generation: int) -> LogHeader | None:
+    """The header of closed generation `generation` in `log_dir`, if it is there: the anchor
+    against which the next generation's place in the sequence is checked."""
+    path = log_dir / closed_log_name(generation) if generation >= 1 else None
+    return read_header(path) if path is not None and path.exists() else None
 
 
 def verify_closed(data: bytes, expected_generation: int | None = None) -> ScanResult:

@@ -155,8 +155,7 @@ class LogStream:
             )
         prev: LogHeader | None = None
         if closed:
-            with open(log_dir / closed_log_name(closed[-1]), "rb") as f:
-                prev = LogHeader.decode(f.read(HEADER_SIZE))
+            prev = logfile.read_header(log_dir / closed_log_name(closed[-1]))
         header = LogHeader(
             generation=(closed[-1] + 1) if closed else 1,
             database_signature=database_signature,

@@ -24,7 +24,6 @@ from replication_node import api
 from replication_node.active import CopyPaths
 from replication_node.active_instance import ActiveInstance
 from replication_node.cluster_store import ClusterStore
-from replication_node.database import Database
 from replication_node.errors import BadRequest, NotFound
 from replication_node.interfaces import PassiveSettings
 from replication_node.manager import InstanceSpec, desired_spec, plan_instances
@@ -56,7 +55,6 @@ class Node:
         self._config_refresh = config_refresh
         self._instances: dict[str, Any] = {}
         self._specs: dict[str, InstanceSpec] = {}
-        self._readers: dict[str, Database] = {}
         self._session: aiohttp.ClientSession | None = None
         self._refresh_task: asyncio.Task[None] | None = None
         self._reconcile_lock = asyncio.Lock()
@@ -74,8 +72,10 @@ class Node:
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        tls = self.config.tls
         self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=None, connect=5, sock_read=60)
+            connector=aiohttp.TCPConnector(ssl=tls.client_context() if tls else None),
+            timeout=aiohttp.ClientTimeout(total=None, connect=5, sock_read=60),
         )
         await self.reconcile()
         self._refresh_task = asyncio.create_task(self._refresh_loop(), name="configupdater")
@@ -179,9 +179,6 @@ class Node:
     async def _stop_instance(self, database: str) -> None:
         instance = self._instances.pop(database, None)
         self._specs.pop(database, None)
-        reader = self._readers.pop(database, None)
-        if reader is not None:
-            reader.close()
         if instance is not None:
             try:
                 await instance.stop()
@@ -246,13 +243,7 @@ class Node:
             return None
         if isinstance(instance, ActiveInstance):
             return instance.copy
-        reader = self._readers.get(database)
-        if reader is None:
-            path = self.paths(database).database
-            if not path.exists():
-                return None
-            reader = self._readers[database] = Database.open(path)
-        return reader
+        return instance.reader()
 
     def status(self) -> NodeStatus:
         copies: list[CopyStatusReport] = []
@@ -291,10 +282,6 @@ class Node:
             await instance.reseed()
         else:
             raise BadRequest(f"unknown action {action}")
-        # Close the read handle: a reseed replaces the file under it.
-        reader = self._readers.pop(database, None)
-        if reader is not None:
-            reader.close()
         return instance.status().model_dump(mode="json")
 
 

@@ -36,22 +36,9 @@ class RecoveryPlan:
 
 def check_chain(prev: LogHeader | None, header: LogHeader, log_signature: object) -> None:
     """The seeds' sequence checks between consecutive generations; RecoveryError if broken."""
-    if header.log_signature != log_signature:
-        raise RecoveryError(
-            f"generation {header.generation} belongs to log stream {header.log_signature}, "
-            f"not {log_signature}"
-        )
-    if prev is None:
-        return
-    if header.generation != prev.generation + 1:
-        raise RecoveryError(
-            f"generation {header.generation} does not follow generation {prev.generation}"
-        )
-    if header.prev_creation_time != prev.creation_time:
-        raise RecoveryError(
-            f"generation {header.generation} does not chain to generation {prev.generation} "
-            "(previous creation time differs)"
-        )
+    problem = logfile.chain_problem(prev, header, log_signature)
+    if problem:
+        raise RecoveryError(problem)
 
 
 def plan_recovery(log_dir: Path, db: DatabaseHeader) -> RecoveryPlan:
@@ -73,8 +60,7 @@ def plan_recovery(log_dir: Path, db: DatabaseHeader) -> RecoveryPlan:
     prev: LogHeader | None = None
     if db.waypoint in closed:
         try:
-            with open(log_dir / logfile.closed_log_name(db.waypoint), "rb") as f:
-                prev = LogHeader.decode(f.read(logfile.HEADER_SIZE))
+            prev = logfile.read_header(log_dir / logfile.closed_log_name(db.waypoint))
         except LogFormatError as exc:
             raise RecoveryError(f"generation {db.waypoint}: {exc}") from exc
     for gen in needed:

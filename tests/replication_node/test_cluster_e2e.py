@@ -44,7 +44,7 @@ async def cluster(tmp_path):
 
 
 async def write(cluster, node, db, mailbox, start, n, body=600):
-    for first in range(start, start + n, 100):
+    for first in range(start, start + n, 50):
         await cluster.ok(
             "POST",
             node,
@@ -52,7 +52,7 @@ async def write(cluster, node, db, mailbox, start, n, body=600):
             json={
                 "items": [
                     {"item_id": f"i{i}", "subject": f"s{i}", "body": f"{i}:" + "b" * body}
-                    for i in range(first, min(start + n, first + 100))
+                    for i in range(first, min(start + n, first + 50))
                 ]
             },
         )

@@ -1,0 +1,34 @@
+"""The replication markers of one passive copy, shared by its pipeline stages.
+
+Each marker has one writer: the copier moves LastLogGenerated, LastLogCopyNotified,
+LastLogCopied and LastLogInspected; the replayer moves LastLogReplayed.  Status reads them
+all; `PassiveCopy.status()` turns them into a frozen `CopyStatusReport`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(slots=True)
+class Markers:
+    last_log_generated: int = 0
+    last_log_copy_notified: int = 0
+    last_log_copied: int = 0
+    last_log_inspected: int = 0
+    last_log_replayed: int = 0
+    last_inspected_log_time: datetime | None = None
+    last_replayed_log_time: datetime | None = None
+    source_first_generation: int = 0  # lowest generation still on the active (0: unknown)
+    contacted: bool = False  # heard from the active since this copy started
+    connected: bool = False  # the last call to the active succeeded
+    close_times: dict[int, datetime] = field(default_factory=dict)  # local closed generations
+
+    @property
+    def copy_queue_length(self) -> int:
+        return max(0, self.last_log_generated - self.last_log_inspected)
+
+    @property
+    def replay_queue_length(self) -> int:
+        return max(0, self.last_log_inspected - self.last_log_replayed)

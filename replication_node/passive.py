@@ -1,0 +1,380 @@
+"""The replica instance of a passive copy: seeder, copier, inspector, replayer, truncator.
+
+This module wires the stages and owns the copy's lifecycle and status:
+
+    start ─▶ (no database file) seed ─▶ open: markers from the database header and the
+             local logs ─▶ Copier.run ∥ Replayer.run (passive truncation after each replay)
+
+- `CopyFailed` from any stage stops the pipeline: FailedAndSuspended, with the reason.
+- Suspension (by an operator, or by a failure) is kept in `copy-state.json` beside the
+  database, so a node restart does not quietly resume a copy someone stopped.
+- Any other error (a full disk, say) is Failed with the reason; the pipeline starts again
+  after `failed_retry` seconds, from what is durable.
+- Reads of a passive copy go to a read-only handle of its own database file (`reader`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from pathlib import Path
+
+from dag_common.clock import Clock
+from dag_common.durable import atomic_write
+from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
+from replication_node.active import CopyPaths
+from replication_node.copier import Copier
+from replication_node.database import Database
+from replication_node.errors import CopyFailed, LogFormatError, LogShareError
+from replication_node.inspector import OutOfDateLog
+from replication_node.interfaces import LogSource, PassiveSettings
+from replication_node.logfile import OPEN_LOG_NAME, close_time_of, closed_log_name, scan
+from replication_node.logstream import list_closed_generations
+from replication_node.markers import Markers
+from replication_node.replayer import Replayer
+from replication_node.seeder import seed_copy
+from replication_node.truncation import delete_through, passive_truncation_limit
+
+logger = logging.getLogger(__name__)
+
+_STATE_FILE = "copy-state.json"
+
+
+class PassiveCopy:
+    """One passive database copy on this node."""
+
+    role = CopyRole.PASSIVE
+
+    def __init__(
+        self,
+        *,
+        settings: PassiveSettings,
+        paths: CopyPaths,
+        source: LogSource,
+        clock: Clock,
+        retry_interval: float = 1.0,
+        failed_retry: float = 10.0,
+    ) -> None:
+        self.settings = settings
+        self.paths = paths
+        self._source = source
+        self._clock = clock
+        self._retry = retry_interval
+        self._failed_retry = failed_retry
+        self.markers = Markers()
+        self._task: asyncio.Task[None] | None = None
+        self._db: Database | None = None
+        self._reader: Database | None = None
+        self._phase = CopyStatus.INITIALIZING  # what the running pipeline is doing
+        self._suspended = False
+        self._failed = False
+        self.error: str | None = None
+
+    @property
+    def database(self) -> str:
+        return self.settings.database
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.paths.root.mkdir(parents=True, exist_ok=True)
+        self._load_state()
+        if self._suspended:
+            self._open_markers_only()
+            logger.info("%s: starts suspended (%s)", self.database, self.error)
+            return
+        self._launch()
+
+    async def stop(self) -> None:
+        await self._halt()
+        self._close_reader()
+
+    async def suspend(self, reason: str) -> None:
+        """Stop copying and replaying until resumed (what is replayed stays readable)."""
+        await self._halt()
+        self._suspended, self._failed, self.error = True, False, reason
+        self._save_state()
+        logger.info("%s: suspended: %s", self.database, reason)
+
+    async def resume(self) -> None:
+        """Start the pipeline again from where it stopped (also after a failure)."""
+        if not self._suspended and self._task is not None and not self._task.done():
+            return
+        await self._halt()
+        self._suspended, self._failed, self.error = False, False, None
+        self._save_state()
+        logger.info("%s: resumed", self.database)
+        self._launch()
+
+    async def reseed(self) -> None:
+        """Throw the copy away and seed it again from the active (in the background)."""
+        await self._halt()
+        self._close_reader()
+        self._suspended, self._failed, self.error = False, False, None
+        self._save_state()
+        self.markers = Markers()
+        logger.info("%s: reseed requested", self.database)
+        self._launch(reseed=True)
+
+    def _launch(self, *, reseed: bool = False) -> None:
+        self._phase = CopyStatus.SEEDING if reseed else CopyStatus.INITIALIZING
+        self._task = asyncio.create_task(self._run(reseed), name=f"passive {self.database}")
+
+    async def _halt(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    # ---- the pipeline --------------------------------------------------------------------
+
+    async def _run(self, reseed: bool) -> None:
+        while True:
+            try:
+                if reseed or not self.paths.database.exists():
+                    await self._seed()
+                    reseed = False
+                await self._pipeline()
+            except CopyFailed as exc:
+                self._fail(str(exc))
+                return
+            except Exception as exc:
+                logger.exception(
+                    "%s: pipeline failed; starting again in %ss", self.database, self._failed_retry
+                )
+                self._phase, self.error = CopyStatus.FAILED, f"{type(exc).__name__}: {exc}"
+                if self._db is not None:
+                    self._db.close()
+                    self._db = None
+                await self._clock.sleep(self._failed_retry)
+
+    async def _seed(self) -> None:
+        self._phase = CopyStatus.SEEDING
+        self._close_reader()
+        while True:
+            try:
+                info = await seed_copy(self._source, self.paths)
+                break
+            except LogShareError as exc:
+                self.error = f"seeding: {exc}"
+                logger.warning("%s: seed failed, retrying: %s", self.database, exc)
+                await self._clock.sleep(self._retry)
+        self.error = None
+        self.markers = Markers(
+            last_log_copied=info.waypoint,
+            last_log_inspected=info.waypoint,
+            last_log_replayed=info.waypoint,
+        )
+
+    async def _pipeline(self) -> None:
+        self._db = Database.open(self.paths.database)
+        out_of_date = await asyncio.to_thread(self._prepare_logs)
+        self._phase, self.error = CopyStatus.HEALTHY, None
+        header = self._db.header
+        inspected = asyncio.Event()
+        copier = Copier(
+            source=self._source,
+            paths=self.paths,
+            markers=self.markers,
+            log_signature=header.log_signature,
+            database_signature=header.database_signature,
+            clock=self._clock,
+            on_inspected=inspected.set,
+            out_of_date=out_of_date,
+            max_inspection_failures=self.settings.max_inspection_failures,
+            retry_interval=self._retry,
+        )
+        replayer = Replayer(
+            db=self._db,
+            log_dir=self.paths.logs,
+            markers=self.markers,
+            replay_lag_time=self.settings.replay_lag_time,
+            clock=self._clock,
+            wakeup=inspected,
+            after_replay=self._truncate,
+        )
+        tasks = [asyncio.create_task(copier.run()), asyncio.create_task(replayer.run())]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()  # re-raise what stopped the stage
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _prepare_logs(self) -> OutOfDateLog | None:
+        """Set the markers from the database header and the local logs (worker thread).
+
+        An E00.log from when this copy was active goes to IgnoredLogs/E00OutofDate; files
+        left in Inspector by a crash are dropped (they will be copied again); closed
+        generations beyond a gap cannot be trusted in sequence and are dropped too.
+        """
+        assert self._db is not None
+        header = self._db.header
+        for d in (self.paths.logs, self.paths.inspector, self.paths.ignored):
+            d.mkdir(parents=True, exist_ok=True)
+        for leftover in self.paths.inspector.iterdir():
+            leftover.unlink()
+        out_of_date = None
+        e00 = self.paths.logs / OPEN_LOG_NAME
+        if e00.exists():
+            data = e00.read_bytes()
+            aside = self.paths.ignored / "E00OutofDate"
+            aside.mkdir(exist_ok=True)
+            os.replace(e00, aside / OPEN_LOG_NAME)
+            try:
+                result = scan(data)
+                out_of_date = OutOfDateLog(result.header.generation, data[: result.valid_end])
+                logger.info(
+                    "%s: E00.log (generation %d) moved to E00OutofDate",
+                    self.database,
+                    result.header.generation,
+                )
+            except LogFormatError as exc:
+                logger.warning("%s: unreadable E00.log set aside: %s", self.database, exc)
+        m = self.markers
+        m.last_log_replayed = header.waypoint
+        m.last_replayed_log_time = header.last_log_time
+        inspected = header.waypoint
+        m.close_times.clear()
+        for gen in list_closed_generations(self.paths.logs):
+            path = self.paths.logs / closed_log_name(gen)
+            if gen > inspected + 1 and gen > header.waypoint:
+                logger.warning("%s: generation %d follows a gap; dropped", self.database, gen)
+                path.unlink()
+                continue
+            closed = close_time_of(path)
+            if closed is None:
+                logger.warning("%s: generation %d is incomplete; dropped", self.database, gen)
+                path.unlink()
+                continue
+            m.close_times[gen] = closed
+            if gen == inspected + 1:
+                inspected = gen
+                m.last_inspected_log_time = closed
+        m.last_log_inspected = m.last_log_copied = inspected
+        m.last_log_generated = max(m.last_log_generated, inspected)
+        m.contacted = m.connected = False
+        return out_of_date
+
+    def _truncate(self) -> None:
+        m = self.markers
+        limit = passive_truncation_limit(
+            last_log_replayed=m.last_log_replayed,
+            source_first_generation=m.source_first_generation,
+            close_times=m.close_times,
+            now=self._clock.now(),
+            replay_lag_time=self.settings.replay_lag_time,
+            truncation_lag_time=self.settings.truncation_lag_time,
+        )
+        if limit and min(m.close_times, default=limit + 1) <= limit:
+            deleted = delete_through(self.paths.logs, limit)
+            for gen in [g for g in m.close_times if g <= limit]:
+                del m.close_times[gen]
+            if deleted:
+                logger.debug(
+                    "%s: truncated generations %d-%d", self.database, deleted[0], deleted[-1]
+                )
+
+    def _fail(self, reason: str) -> None:
+        logger.error("%s: copy FailedAndSuspended: %s", self.database, reason)
+        self._suspended, self._failed, self.error = True, True, reason
+        self._save_state()
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    # ---- persistent suspension -----------------------------------------------------------
+
+    @property
+    def _state_path(self) -> Path:
+        return self.paths.root / _STATE_FILE
+
+    def _load_state(self) -> None:
+        try:
+            state = json.loads(self._state_path.read_text())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            # An unreadable state file must not let a stopped copy run: stay suspended.
+            state = {
+                "suspended": True,
+                "failed": False,
+                "reason": f"unreadable {_STATE_FILE}: {exc}",
+            }
+        self._suspended = bool(state.get("suspended"))
+        self._failed = bool(state.get("failed"))
+        self.error = state.get("reason") or None
+
+    def _save_state(self) -> None:
+        data = {"suspended": self._suspended, "failed": self._failed, "reason": self.error}
+        atomic_write(self._state_path, json.dumps(data).encode())
+
+    def _open_markers_only(self) -> None:
+        """Markers of a suspended copy, for its status: what its files say."""
+        if not self.paths.database.exists():
+            return
+        db = Database.open(self.paths.database)
+        try:
+            self._db = db
+            self._prepare_logs()
+        finally:
+            db.close()
+            self._db = None
+
+    # ---- reads and status ----------------------------------------------------------------
+
+    def reader(self) -> Database | None:
+        """A read handle on the replayed database (None while seeding or before the seed)."""
+        if self._phase is CopyStatus.SEEDING and not self._suspended:
+            return None
+        if self._reader is None and self.paths.database.exists():
+            self._reader = Database.open(self.paths.database)
+        return self._reader
+
+    def _close_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def status(self) -> CopyStatusReport:
+        m = self.markers
+        if self._suspended:
+            status = CopyStatus.FAILED_AND_SUSPENDED if self._failed else CopyStatus.SUSPENDED
+        elif self._phase is not CopyStatus.HEALTHY:
+            status = self._phase
+        elif not m.contacted:
+            status = CopyStatus.INITIALIZING
+        elif not m.connected:
+            status = CopyStatus.DISCONNECTED_AND_HEALTHY
+        else:
+            status = CopyStatus.HEALTHY
+        s = self.settings
+        return CopyStatusReport(
+            database=s.database,
+            node=s.node,
+            site=s.site,
+            role=CopyRole.PASSIVE,
+            status=status,
+            activation_preference=s.activation_preference,
+            last_log_generated=m.last_log_generated,
+            last_log_copy_notified=m.last_log_copy_notified,
+            last_log_copied=m.last_log_copied,
+            last_log_inspected=m.last_log_inspected,
+            last_log_replayed=m.last_log_replayed,
+            copy_queue_length=m.copy_queue_length,
+            replay_queue_length=m.replay_queue_length,
+            last_inspected_log_time=m.last_inspected_log_time,
+            last_replayed_log_time=m.last_replayed_log_time,
+            replay_lag_time=s.replay_lag_time,
+            truncation_lag_time=s.truncation_lag_time,
+            error=self.error,
+        )

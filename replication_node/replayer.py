@@ -1,0 +1,182 @@
+"""Log replay of a passive copy: inspected generations into the database copy, in order.
+
+`ready_generations` is the policy (pure): the inspected generations whose ReplayLagTime has
+passed, as a contiguous run after the last replayed one.  `read_batch` re-reads and
+re-verifies those files (they passed inspection, but a disk can still damage them) and
+checks the chain from the last replayed generation.  `Replayer` applies a batch in one
+database transaction that also advances the header, so LastLogReplayed moves only after the
+data is durable.  The undo phase is skipped: a passive copy only ever holds whole, closed
+generations, never the active's open log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from dag_common.clock import Clock
+from replication_node.database import Database, Transaction
+from replication_node.errors import CopyFailed, DatabaseError, LogFormatError
+from replication_node.logfile import (
+    LogHeader,
+    RecordType,
+    anchor_header,
+    chain_problem,
+    closed_log_name,
+    verify_closed,
+)
+from replication_node.markers import Markers
+
+logger = logging.getLogger(__name__)
+
+
+def ready_generations(
+    *,
+    last_log_replayed: int,
+    last_log_inspected: int,
+    close_times: Mapping[int, datetime],
+    now: datetime,
+    replay_lag_time: timedelta,
+    limit: int,
+) -> tuple[list[int], datetime | None]:
+    """The next generations to replay (at most `limit`), and when the next one that is held
+    back by the replay lag becomes ready (None if none is waiting on the lag)."""
+    ready: list[int] = []
+    for gen in range(last_log_replayed + 1, last_log_inspected + 1):
+        closed = close_times.get(gen)
+        if closed is None:
+            break
+        due = closed + replay_lag_time
+        if due > now:
+            return ready, due
+        ready.append(gen)
+        if len(ready) >= limit:
+            break
+    return ready, None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayBatch:
+    generations: tuple[int, ...]
+    transactions: tuple[Transaction, ...]
+    last_header: LogHeader
+    close_time: datetime
+
+
+def read_batch(
+    log_dir: Path, generations: list[int], *, prev: LogHeader | None, log_signature: uuid.UUID
+) -> ReplayBatch:
+    """Read, verify and chain-check `generations` (worker thread); CopyFailed if any fails."""
+    txns: list[Transaction] = []
+    close_time: datetime | None = None
+    for gen in generations:
+        try:
+            result = verify_closed((log_dir / closed_log_name(gen)).read_bytes(), gen)
+        except (OSError, LogFormatError) as exc:
+            raise CopyFailed(f"inspected generation {gen} cannot be replayed: {exc}") from exc
+        problem = chain_problem(prev, result.header, log_signature)
+        if problem:
+            raise CopyFailed(f"replay stopped before generation {gen}: {problem}")
+        prev = result.header
+        close_time = result.close_time
+        for rec in result.records:
+            if rec.type is RecordType.TRANSACTION:
+                try:
+                    ops = rec.ops
+                except ValueError as exc:
+                    raise CopyFailed(
+                        f"generation {gen} offset {rec.offset}: undecodable record"
+                    ) from exc
+                txns.append(Transaction(gen, rec.offset, rec.commit_time, ops))
+    assert prev is not None and close_time is not None
+    return ReplayBatch(tuple(generations), tuple(txns), prev, close_time)
+
+
+class Replayer:
+    """Replays what the copier inspected into the database copy; runs until cancelled."""
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        log_dir: Path,
+        markers: Markers,
+        replay_lag_time: timedelta,
+        clock: Clock,
+        wakeup: asyncio.Event,
+        after_replay: Callable[[], None],
+        max_batch: int = 16,
+    ) -> None:
+        self._db = db
+        self._log_dir = log_dir
+        self._markers = markers
+        self._lag = replay_lag_time
+        self._clock = clock
+        self._wakeup = wakeup
+        self._after_replay = after_replay
+        self._max_batch = max_batch
+        # The last replayed generation's header anchors the chain check of the next one;
+        # after a seed it is not here, and the log signature check stands alone for one step.
+        self._prev = anchor_header(log_dir, markers.last_log_replayed)
+
+    async def run(self) -> None:
+        m = self._markers
+        while True:
+            self._wakeup.clear()
+            ready, due = ready_generations(
+                last_log_replayed=m.last_log_replayed,
+                last_log_inspected=m.last_log_inspected,
+                close_times=m.close_times,
+                now=self._clock.now(),
+                replay_lag_time=self._lag,
+                limit=self._max_batch,
+            )
+            if ready:
+                await self._replay(ready)
+                continue
+            await self._wait((due - self._clock.now()).total_seconds() if due else None)
+
+    async def _wait(self, timeout: float | None) -> None:
+        waits = {asyncio.ensure_future(self._wakeup.wait())}
+        if timeout is not None:
+            waits.add(asyncio.ensure_future(self._clock.sleep(max(timeout, 0.01))))
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    async def _replay(self, generations: list[int]) -> None:
+        m = self._markers
+        batch = await asyncio.to_thread(
+            read_batch,
+            self._log_dir,
+            generations,
+            prev=self._prev,
+            log_signature=self._db.header.log_signature,
+        )
+        try:
+            header = await asyncio.to_thread(
+                self._db.apply,
+                batch.transactions,
+                waypoint=generations[-1],
+                committed=max(m.last_log_generated, generations[-1]),
+                last_log_time=batch.close_time,
+            )
+        except DatabaseError as exc:
+            raise CopyFailed(f"replay of generations {generations} failed: {exc}") from exc
+        self._prev = batch.last_header
+        m.last_log_replayed = header.waypoint
+        m.last_replayed_log_time = batch.close_time
+        logger.debug(
+            "replayed generations %d-%d (%d transactions)",
+            generations[0],
+            generations[-1],
+            len(batch.transactions),
+        )
+        self._after_replay()
