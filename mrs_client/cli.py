@@ -37,9 +37,10 @@ def requests_path(config: ClusterConfig, override: str | None) -> Path:
     return config.node(config.nodes[0].name).data_dir.parent / "moves.db"
 
 
-def settings_from(args: argparse.Namespace) -> MoveSettings:
+def settings_from(args: argparse.Namespace, config: ClusterConfig) -> MoveSettings:
     base = MoveSettings()
-    changes = {}
+    smallest_log = min(config.log_file_size_of(db) for db in config.databases)
+    changes: dict[str, object] = {"sync_batch_bytes": smallest_log // 2}
     for name in (
         "health_check_interval",
         "stall_retry_interval",
@@ -75,7 +76,7 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
             directory=directory,
             databases={d.name for d in config.databases},
             clock=SystemClock(),
-            settings=settings_from(args),
+            settings=settings_from(args, config),
             caller_id=args.caller_id,
             progress=progress,
         )

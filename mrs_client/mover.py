@@ -55,6 +55,11 @@ class Directory(Protocol):
     ) -> bool: ...
 
 
+def _write_size(entry: dict[str, Any]) -> int:
+    """About what an item costs in the target's log record (its text and the JSON around)."""
+    return sum(len(str(v).encode()) for v in entry.values()) + 200
+
+
 class Mover:
     """Creates, runs and resumes move requests."""
 
@@ -312,7 +317,8 @@ class Mover:
                 lambda n=name, c=cursor: self.nodes.items(src, n, c),
             )
             batch: list[dict[str, Any]] = []
-            for i, item in enumerate(changes):
+            size = 0
+            for item in changes:
                 if item["deleted"]:
                     if not initial:
                         await self._node_call(
@@ -321,32 +327,47 @@ class Mover:
                             lambda n=name, it=item: self.nodes.delete_item(dst, n, it["item_id"]),
                         )
                 else:
-                    batch.append({k: item[k] for k in ("item_id", "folder", "subject", "body")})
-                last = i == len(changes) - 1
-                if len(batch) >= self.settings.sync_batch or (last and batch):
-                    await self._node_call(
-                        record,
-                        "write target items",
-                        lambda n=name, b=batch: self.nodes.put_items(dst, n, b),
-                    )
-                    record = replace(
-                        record,
-                        items_copied=record.items_copied + len(batch),
-                        bytes_copied=record.bytes_copied + sum(len(b["body"]) for b in batch),
-                        sync_cursor={**record.sync_cursor, name: item["change_number"]},
-                    )
-                    record = self._save(record)
-                    self._progress(record, "")
-                    batch = []
-                    record = await self._periodic_gate(record)
-                elif last:
-                    record = self._save(
-                        replace(
-                            record, sync_cursor={**record.sync_cursor, name: item["change_number"]}
-                        )
-                    )
+                    entry = {k: item[k] for k in ("item_id", "folder", "subject", "body")}
+                    entry_size = _write_size(entry)
+                    # One write is one transaction, and a transaction must fit in one log
+                    # generation of the target: cut batches by bytes as well as by count.
+                    if batch and (
+                        len(batch) >= self.settings.sync_batch
+                        or size + entry_size > self.settings.sync_batch_bytes
+                    ):
+                        record = await self._write_batch(record, name, batch, cursor)
+                        batch, size = [], 0
+                    batch.append(entry)
+                    size += entry_size
+                cursor = item["change_number"]
+            if batch:
+                record = await self._write_batch(record, name, batch, cursor)
+            elif changes:
+                record = self._save(
+                    replace(record, sync_cursor={**record.sync_cursor, name: cursor})
+                )
             total += len(changes)
         return record, total
+
+    async def _write_batch(
+        self, record: MoveRecord, mailbox: str, batch: list[dict[str, Any]], cursor: int
+    ) -> MoveRecord:
+        """Write one batch to the target, then save the cursor that covers it."""
+        await self._node_call(
+            record,
+            "write target items",
+            lambda: self.nodes.put_items(record.target_db, mailbox, batch),
+        )
+        record = self._save(
+            replace(
+                record,
+                items_copied=record.items_copied + len(batch),
+                bytes_copied=record.bytes_copied + sum(len(b["body"]) for b in batch),
+                sync_cursor={**record.sync_cursor, mailbox: cursor},
+            )
+        )
+        self._progress(record, "")
+        return await self._periodic_gate(record)
 
     async def _step_initial_sync(self, record: MoveRecord) -> MoveRecord:
         record, _ = await self._copy_changes(record, initial=True)

@@ -75,6 +75,9 @@ class MoveSettings:
     flush_retry_interval: timedelta = timedelta(seconds=10)
     flush_limit: timedelta = timedelta(minutes=30)
     sync_batch: int = 500
+    # Bytes per write: a write is one transaction and must fit in one log generation of the
+    # target (the CLI sets half the smallest log_file_size of the cluster).
+    sync_batch_bytes: int = 256 * 1024
     # Incremental passes stop when a pass finds at most this many changes (or after max).
     incremental_quiet_changes: int = 50
     incremental_max_passes: int = 5

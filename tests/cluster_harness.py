@@ -171,6 +171,35 @@ class LocalCluster:
         body = await self.ok("GET", node, f"/v1/databases/{db}/mailboxes/{mailbox}/items")
         return {i["item_id"]: i for i in body["items"]}
 
+    async def start_guarantee_api(self, timeout: float = 30) -> subprocess.Popen[bytes]:
+        """Start `guarantee-api serve` on this cluster's config; return once it is SERVING."""
+        from grpc import aio
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        log = open(self.root / "guarantee.log", "ab")  # noqa: SIM115 - the child owns it
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "guarantee_api.cli", "serve", "--config", str(self.config_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env(),
+            cwd=ROOT,
+        )
+        deadline = time.monotonic() + timeout
+        async with aio.insecure_channel(self.config["guarantee_api"]["listen"]) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"guarantee-api exited with {proc.returncode}")
+                try:
+                    reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return proc
+                except aio.AioRpcError:
+                    pass
+                await asyncio.sleep(0.1)
+        proc.kill()
+        raise TimeoutError("guarantee-api did not become SERVING")
+
     async def wait_for(
         self, what: str, check: Callable[[], Awaitable[bool]], timeout: float = 60
     ) -> None:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import grpc
 import pytest
 
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
-from tests.cluster_harness import ROOT, TOKEN, LocalCluster
+from tests.cluster_harness import TOKEN, LocalCluster
 
 pytestmark = pytest.mark.slow
 META = (("authorization", f"Bearer {TOKEN}"),)
@@ -34,13 +31,7 @@ async def setup(tmp_path):
         ],
     )
     await cluster.start()
-    api = subprocess.Popen(
-        [sys.executable, "-m", "guarantee_api.cli", "serve", "--config", str(cluster.config_path)],
-        stdout=open(tmp_path / "guarantee.log", "ab"),  # noqa: SIM115
-        stderr=subprocess.STDOUT,
-        env=cluster.env(),
-        cwd=ROOT,
-    )
+    api = await cluster.start_guarantee_api()
     channel = grpc.aio.insecure_channel(cluster.config["guarantee_api"]["listen"])
     yield cluster, pb_grpc.DataGuaranteeStub(channel)
     await channel.close()

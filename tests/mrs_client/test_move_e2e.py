@@ -55,13 +55,7 @@ async def env(tmp_path):
         databases=databases(),
     )
     await cluster.start()
-    api = subprocess.Popen(
-        [sys.executable, "-m", "guarantee_api.cli", "serve", "--config", str(cluster.config_path)],
-        stdout=open(tmp_path / "guarantee.log", "ab"),  # noqa: SIM115
-        stderr=subprocess.STDOUT,
-        env=cluster.env(),
-        cwd=ROOT,
-    )
+    api = await cluster.start_guarantee_api()
     yield cluster
     api.terminate()
     api.wait(timeout=20)
