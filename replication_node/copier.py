@@ -2,9 +2,11 @@
 
 Pull model, as the seeds': the copier learns of newly closed generations from the active's
 notification stream (a poll of the share's info is the fallback whenever the stream breaks),
-fetches each missing generation in order into the Inspector directory (LastLogCopied),
-inspects it (`inspector.inspect_generation`), and moves it into the log directory
-(LastLogInspected).  A generation that fails inspection is set aside in
+fetches the missing generations into the Inspector directory (LastLogCopied), inspects
+each in order (`inspector.inspect_generation`), and moves it into the log directory
+(LastLogInspected).  When it is behind, it fetches a window of generations at once and
+moves the inspected ones with a single directory fsync, so catching up costs about one
+fsync per generation.  A generation that fails inspection is set aside in
 IgnoredLogs/InspectionFailed and copied again; after `max_inspection_failures` failures of
 the same generation the copy stops with `CopyFailed`.  A generation is never skipped.
 
@@ -21,13 +23,12 @@ import logging
 import os
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 from dag_common.clock import Clock
 from dag_common.durable import fsync_dir
 from replication_node.active import CopyPaths
 from replication_node.errors import CopyFailed, GenerationGone, InspectionFailed, LogShareError
-from replication_node.inspector import OutOfDateLog, inspect_generation
+from replication_node.inspector import InspectedLog, OutOfDateLog, inspect_generation
 from replication_node.interfaces import LogShareInfo, LogSource
 from replication_node.logfile import LogHeader, anchor_header, closed_log_name
 from replication_node.markers import Markers
@@ -51,6 +52,7 @@ class Copier:
         out_of_date: OutOfDateLog | None = None,
         max_inspection_failures: int = 3,
         retry_interval: float = 1.0,
+        window: int = 8,
     ) -> None:
         self._source = source
         self._paths = paths
@@ -62,6 +64,7 @@ class Copier:
         self._out_of_date = out_of_date
         self._max_failures = max_inspection_failures
         self._retry = retry_interval
+        self._window = window
         self.failures: dict[int, int] = {}
         self._prev: LogHeader | None = anchor_header(paths.logs, markers.last_log_inspected)
 
@@ -102,70 +105,94 @@ class Copier:
         m.source_first_generation = info.first_generation
 
     async def _copy_through(self, last: int) -> None:
-        while self._markers.last_log_inspected < last:
-            await self._copy_one(self._markers.last_log_inspected + 1)
-
-    async def _copy_one(self, generation: int) -> None:
+        """Copy and inspect every generation up to `last`, in order, a window at a time."""
         m = self._markers
-        name = closed_log_name(generation)
-        while True:
-            data = await self._source.fetch(generation)
-            staged = self._paths.inspector / name
-            await asyncio.to_thread(_write_synced, staged, data)
-            m.last_log_copied = max(m.last_log_copied, generation)
+        while m.last_log_inspected < last:
+            first = m.last_log_inspected + 1
+            generations = range(first, min(last, first + self._window - 1) + 1)
+            # Fetch the window's generations concurrently; stage and inspect them in order.
+            fetches = [asyncio.ensure_future(self._source.fetch(g)) for g in generations]
+            staged: list[InspectedLog] = []
             try:
-                inspected = await asyncio.to_thread(
-                    inspect_generation,
-                    data,
-                    generation=generation,
-                    log_signature=self._log_signature,
-                    database_signature=self._database_signature,
-                    prev=self._prev,
-                    highest_known=m.last_log_generated,
-                    out_of_date=self._out_of_date,
-                )
-            except InspectionFailed as exc:
-                count = self.failures[generation] = self.failures.get(generation, 0) + 1
-                await asyncio.to_thread(self._set_aside, staged, count)
-                logger.warning(
-                    "%s: inspection of generation %d failed (%d of %d): %s",
-                    self._paths.name,
-                    generation,
-                    count,
-                    self._max_failures,
-                    exc,
-                )
-                if count >= self._max_failures:
-                    raise CopyFailed(
-                        f"generation {generation} failed inspection {count} times: {exc}"
-                    ) from exc
-                await self._clock.sleep(self._retry / 4)
-                continue
-            await asyncio.to_thread(_move_synced, staged, self._paths.logs / name)
-            self.failures.pop(generation, None)
-            self._prev = inspected.header
-            m.close_times[generation] = inspected.close_time
-            m.last_log_inspected = generation
-            m.last_inspected_log_time = inspected.close_time
-            self._on_inspected()
+                for generation, fetch in zip(generations, fetches, strict=True):
+                    data = await fetch
+                    try:
+                        staged.append(await asyncio.to_thread(self._stage, generation, data))
+                    except InspectionFailed as exc:
+                        await self._inspection_failed(generation, exc)
+                        break
+                    m.last_log_copied = max(m.last_log_copied, generation)
+            except LogShareError:
+                await self._commit(staged)  # what passed inspection before the outage counts
+                raise
+            finally:
+                for fetch in fetches:
+                    fetch.cancel()
+                await asyncio.gather(*fetches, return_exceptions=True)
+            await self._commit(staged)
+
+    def _stage(self, generation: int, data: bytes) -> InspectedLog:
+        """Write a copied generation into Inspector (fsync'd) and inspect it (worker thread).
+
+        A generation that fails inspection is set aside before InspectionFailed propagates.
+        """
+        staged = self._paths.inspector / closed_log_name(generation)
+        with open(staged, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            inspected = inspect_generation(
+                data,
+                generation=generation,
+                log_signature=self._log_signature,
+                database_signature=self._database_signature,
+                prev=self._prev,
+                highest_known=self._markers.last_log_generated,
+                out_of_date=self._out_of_date,
+            )
+        except InspectionFailed:
+            count = self.failures.get(generation, 0) + 1
+            failed_dir = self._paths.ignored / "InspectionFailed"
+            failed_dir.mkdir(parents=True, exist_ok=True)
+            os.replace(staged, failed_dir / f"{staged.name}.{count}")
+            raise
+        self._prev = inspected.header
+        return inspected
+
+    async def _inspection_failed(self, generation: int, exc: InspectionFailed) -> None:
+        """Count a failed inspection: CopyFailed at the limit, else a pause before recopying."""
+        count = self.failures[generation] = self.failures.get(generation, 0) + 1
+        logger.warning(
+            "%s: inspection of generation %d failed (%d of %d): %s",
+            self._paths.name,
+            generation,
+            count,
+            self._max_failures,
+            exc,
+        )
+        if count >= self._max_failures:
+            raise CopyFailed(f"generation {generation} failed inspection {count} times: {exc}")
+        await self._clock.sleep(self._retry / 4)
+
+    async def _commit(self, staged: list[InspectedLog]) -> None:
+        """Move inspected generations into the log directory (one directory fsync for all),
+        then advance LastLogInspected."""
+        if not staged:
             return
+        await asyncio.to_thread(self._move_into_log_dir, [s.generation for s in staged])
+        m = self._markers
+        for inspected in staged:
+            self.failures.pop(inspected.generation, None)
+            m.close_times[inspected.generation] = inspected.close_time
+        m.last_log_inspected = staged[-1].generation
+        m.last_inspected_log_time = staged[-1].close_time
+        self._on_inspected()
 
-    def _set_aside(self, staged: Path, count: int) -> None:
-        """Keep a failed copy for the operator in IgnoredLogs/InspectionFailed."""
-        failed_dir = self._paths.ignored / "InspectionFailed"
-        failed_dir.mkdir(parents=True, exist_ok=True)
-        os.replace(staged, failed_dir / f"{staged.name}.{count}")
-
-
-def _write_synced(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _move_synced(src: Path, dst: Path) -> None:
-    # Only the log directory's entry must survive a crash; a file left in Inspector by a
-    # crash is deleted on start and copied again.
-    os.replace(src, dst)
-    fsync_dir(dst.parent)
+    def _move_into_log_dir(self, generations: list[int]) -> None:
+        # Only the log directory's entries must survive a crash; a file left in Inspector by
+        # a crash is deleted on start and copied again.
+        for generation in generations:
+            name = closed_log_name(generation)
+            os.replace(self._paths.inspector / name, self._paths.logs / name)
+        fsync_dir(self._paths.logs)

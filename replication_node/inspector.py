@@ -59,7 +59,10 @@ def inspect_generation(
     try:
         result = verify_closed(data, generation)
     except LogFormatError as exc:
-        raise InspectionFailed(f"generation {generation}: {exc}") from exc
+        text = str(exc)
+        raise InspectionFailed(
+            text if text.startswith("generation") else f"generation {generation}: {text}"
+        ) from exc
     header = result.header
     if header.database_signature != database_signature:
         raise InspectionFailed(

@@ -122,6 +122,9 @@ class LogHeader:
             raise LogHeaderError("not a log file (bad magic)")
         if crc32c.crc32c(fixed) != stored_crc:
             raise LogHeaderError("log header checksum mismatch")
+        if any(data[_HEADER.size + _CRC.size : HEADER_SIZE]):
+            # The padding is outside the checksum: anything but zeros there is a forgery.
+            raise LogHeaderError("log header checksum mismatch (non-zero padding)")
         if version != FORMAT_VERSION:
             raise LogHeaderError(f"unsupported log format version {version}")
         if size != HEADER_SIZE:

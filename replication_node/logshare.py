@@ -47,6 +47,7 @@ logger = logging.getLogger(__name__)
 Lookup = Callable[[str], LogShareSource | None]
 _LOOKUP: web.AppKey[Lookup] = web.AppKey("log_share_lookup")
 _HEARTBEAT: web.AppKey[float] = web.AppKey("log_share_heartbeat")
+_STREAMS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("log_share_streams")
 _CHUNK = 1024 * 1024
 _SEED_HEADERS = {
     "database_signature": "X-Database-Signature",
@@ -63,6 +64,8 @@ def add_log_share_routes(app: web.Application, *, lookup: Lookup, heartbeat: flo
     """Serve the log share of every database `lookup` finds active on this node."""
     app[_LOOKUP] = lookup
     app[_HEARTBEAT] = heartbeat
+    app[_STREAMS] = set()
+    app.on_shutdown.append(_end_streams)
     prefix = "/v1/databases/{db}"
     app.router.add_get(prefix + "/logs", _info)
     app.router.add_get(prefix + "/logs/notifications", _notifications)
@@ -116,6 +119,12 @@ async def _generation(request: web.Request) -> web.StreamResponse:
     return web.FileResponse(path, headers={"Content-Type": "application/octet-stream"})
 
 
+async def _end_streams(app: web.Application) -> None:
+    """Notification streams never end by themselves: end them so shutdown does not wait."""
+    for task in list(app[_STREAMS]):
+        task.cancel()
+
+
 async def _notifications(request: web.Request) -> web.StreamResponse:
     try:
         after = int(request.query.get("after", "0"))
@@ -126,6 +135,9 @@ async def _notifications(request: web.Request) -> web.StreamResponse:
     heartbeat = request.app[_HEARTBEAT]
     resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
     await resp.prepare(request)
+    task = asyncio.current_task()
+    assert task is not None
+    request.app[_STREAMS].add(task)
     try:
         # Ends when this copy stops being the active one (the passive then asks again).
         while request.app[_LOOKUP](db) is source:
@@ -136,6 +148,8 @@ async def _notifications(request: web.Request) -> web.StreamResponse:
         raise
     except Exception:  # the instance went away under us: end the stream, the peer re-asks
         logger.debug("notification stream for %s ended", db, exc_info=True)
+    finally:
+        request.app[_STREAMS].discard(task)
     return resp
 
 

@@ -33,8 +33,11 @@ def clear_copy(paths: CopyPaths) -> None:
 
 
 async def seed_copy(source: LogSource, paths: CopyPaths) -> SeedInfo:
-    """Replace the copy's files with a fresh seed from `source`; LogShareError if it fails."""
-    await asyncio.to_thread(clear_copy, paths)
+    """Replace the copy's files with a fresh seed from `source`; LogShareError if it fails.
+
+    The old files go only once the new seed is whole and checked: a failed or damaged
+    transfer leaves the copy as it was.
+    """
     paths.root.mkdir(parents=True, exist_ok=True)
     tmp = paths.root / f".{paths.database.name}.seed"
     try:
@@ -51,6 +54,7 @@ async def seed_copy(source: LogSource, paths: CopyPaths) -> SeedInfo:
             info.waypoint,
         ):
             raise LogShareError("the seed's database header does not match what the active said")
+        await asyncio.to_thread(clear_copy, paths)
         await asyncio.to_thread(durable_rename, tmp, paths.database)
     finally:
         for suffix in ("", "-wal", "-shm"):

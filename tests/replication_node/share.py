@@ -1,0 +1,89 @@
+"""An active instance serving its log share on a real aiohttp server on port 0 (tests)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from dag_common.clock import Clock, SystemClock
+from replication_node.active import CopyPaths
+from replication_node.active_instance import ActiveInstance
+from replication_node.cluster_store.embedded import EmbeddedClusterStore
+from replication_node.httpauth import auth_middleware
+from replication_node.logshare import HttpLogSource, add_log_share_routes
+
+TOKEN = "share-token-0123456789"
+
+
+@dataclass
+class Share:
+    active: ActiveInstance
+    url: str
+    session: aiohttp.ClientSession
+    runner: web.AppRunner
+    store: EmbeddedClusterStore
+
+    def source(self, token: str = TOKEN) -> HttpLogSource:
+        return HttpLogSource(self.url, "DB1", session=self.session, token=token, timeout=5)
+
+    async def write(self, first: int, n: int, body: int = 400) -> None:
+        store = self.active.store
+        assert store is not None
+        if store.copy.mailbox("m") is None:
+            await store.create_mailbox("m", display_name="M", folders=None, locked=False)
+        await store.put_items(
+            "m",
+            [
+                {"item_id": f"i{i}", "subject": f"s{i}", "body": "b" * body}
+                for i in range(first, first + n)
+            ],
+            override_lock=False,
+        )
+
+    async def roll(self) -> int:
+        assert self.active.copy is not None
+        await self.active.copy.roll(force=True)
+        return self.active.last_log_generated
+
+    def closed_file(self, generation: int) -> Path:
+        from replication_node.logfile import closed_log_name
+
+        return self.active.paths.logs / closed_log_name(generation)
+
+    async def close(self) -> None:
+        await self.session.close()
+        await self.runner.cleanup()
+        await self.active.stop()
+        self.store.close()
+
+
+async def start_share(root: Path, *, clock: Clock | None = None) -> Share:
+    store = EmbeddedClusterStore(root / "cluster.db")
+    active = ActiveInstance(
+        database="DB1",
+        node="a",
+        site="s",
+        activation_preference=1,
+        paths=CopyPaths(root / "active" / "DB1", "DB1"),
+        log_file_size=32 * 1024,
+        llr_depth=2,
+        roll_interval=timedelta(hours=1),
+        clock=clock or SystemClock(),
+        cluster_store=store,
+        epoch=1,
+    )
+    await active.start()
+    app = web.Application(middlewares=[auth_middleware(TOKEN)])
+    add_log_share_routes(
+        app, lookup=lambda db: active if db == "DB1" and active.copy else None, heartbeat=0.2
+    )
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return Share(active, f"http://127.0.0.1:{port}", aiohttp.ClientSession(), runner, store)

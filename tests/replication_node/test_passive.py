@@ -1,0 +1,212 @@
+"""A passive copy's pipeline in one process: a real active instance, its log share on a real
+aiohttp server on port 0, and a PassiveCopy pulling from it over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from dag_common.clock import Clock, ManualClock, SystemClock
+from dag_common.model import CopyStatus
+from replication_node.active import CopyPaths
+from replication_node.interfaces import PassiveSettings
+from replication_node.logstream import list_closed_generations
+from replication_node.passive import PassiveCopy
+from tests.replication_node.share import start_share
+
+
+@pytest.fixture
+async def share(tmp_path):
+    s = await start_share(tmp_path)
+    yield s
+    await s.close()
+
+
+def passive(share, tmp_path, *, clock: Clock | None = None, lag=timedelta(0)) -> PassiveCopy:
+    return PassiveCopy(
+        settings=PassiveSettings(
+            database="DB1", node="p", site="s", activation_preference=2, replay_lag_time=lag
+        ),
+        paths=CopyPaths(tmp_path / "passive" / "DB1", "DB1"),
+        source=share.source(),
+        clock=clock or SystemClock(),
+        retry_interval=0.05,
+        failed_retry=0.05,
+    )
+
+
+async def until(what, check, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def replayed_through(copy, generation):
+    return lambda: copy.status().last_log_replayed >= generation
+
+
+async def test_seeds_copies_inspects_replays_and_serves_reads(share, tmp_path):
+    await share.write(0, 40)
+    copy = passive(share, tmp_path)
+    await copy.start()
+    await share.write(40, 60)
+    last = await share.roll()
+    await until("replay", replayed_through(copy, last))
+    status = copy.status()
+    assert status.status is CopyStatus.HEALTHY and status.error is None
+    assert status.last_log_copied == status.last_log_inspected == last
+    assert status.copy_queue_length == status.replay_queue_length == 0
+    assert status.last_replayed_log_time is not None
+    assert copy.reader().items("m") == share.active.copy.items("m")
+    assert len(copy.reader().items("m")) == 100
+    await copy.stop()
+
+
+async def test_corrupt_generation_is_recopied_three_times_then_the_copy_fails(share, tmp_path):
+    copy = passive(share, tmp_path)
+    await share.write(0, 10)
+    first = await share.roll()
+    await copy.start()
+    await until("first replay", replayed_through(copy, first))
+    await copy.suspend("test")
+    await share.write(10, 10)
+    bad = await share.roll()
+    path = share.closed_file(bad)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    path.write_bytes(bytes(data))
+    await copy.resume()
+    await until(
+        "FailedAndSuspended", lambda: copy.status().status is CopyStatus.FAILED_AND_SUSPENDED
+    )
+    status = copy.status()
+    assert f"generation {bad} failed inspection 3 times" in status.error
+    assert status.last_log_replayed == first and status.last_log_inspected == first
+    set_aside = list((copy.paths.ignored / "InspectionFailed").iterdir())
+    assert len(set_aside) == 3
+    assert not (copy.paths.logs / path.name).exists(), "a failed file never reaches the log dir"
+    assert {i["item_id"] for i in copy.reader().items("m")} == {f"i{i}" for i in range(10)}
+    await copy.stop()
+
+    # the failure is kept across a restart of the node
+    again = passive(share, tmp_path)
+    await again.start()
+    assert again.status().status is CopyStatus.FAILED_AND_SUSPENDED
+    assert again.status().last_log_replayed == first
+    state = json.loads((copy.paths.root / "copy-state.json").read_text())
+    assert state["failed"] and str(bad) in state["reason"]
+    # the operator repairs the active's file and resumes: the copy catches up
+    path.write_bytes(
+        bytes(data[: len(data) // 2])
+        + bytes([data[len(data) // 2] ^ 0x40])
+        + bytes(data[len(data) // 2 + 1 :])
+    )
+    await again.resume()
+    await until("catch up", replayed_through(again, bad))
+    assert again.status().status is CopyStatus.HEALTHY
+    await again.stop()
+
+
+async def test_suspension_survives_a_restart_and_resume_catches_up(share, tmp_path):
+    copy = passive(share, tmp_path)
+    await copy.start()
+    await share.write(0, 10)
+    first = await share.roll()
+    await until("replay", replayed_through(copy, first))
+    await copy.suspend("disk maintenance")
+    await copy.stop()
+    await share.write(10, 30)
+    last = await share.roll()
+    again = passive(share, tmp_path)
+    await again.start()
+    await asyncio.sleep(0.3)
+    status = again.status()
+    assert status.status is CopyStatus.SUSPENDED and status.error == "disk maintenance"
+    assert status.last_log_replayed == first
+    await again.resume()
+    await until("catch up", replayed_through(again, last))
+    assert len(again.reader().items("m")) == 40
+    await again.stop()
+
+
+async def test_lagged_copy_inspects_at_once_and_replays_after_its_lag(share, tmp_path):
+    clock = ManualClock(start=datetime.now(UTC))
+    copy = passive(share, tmp_path, clock=clock, lag=timedelta(hours=1))
+    await copy.start()
+    await share.write(0, 20)
+    last = await share.roll()
+    await until("inspection", lambda: copy.status().last_log_inspected >= last)
+    await asyncio.sleep(0.2)
+    status = copy.status()
+    assert status.last_log_replayed == 0 and status.replay_queue_length == last
+    assert status.replay_lag_time == timedelta(hours=1)
+    await clock.advance(3600 + 60)
+    await until("replay after the lag", replayed_through(copy, last))
+    await copy.stop()
+
+
+async def test_passive_truncates_only_what_the_active_deleted(share, tmp_path):
+    copy = passive(share, tmp_path)
+    await copy.start()
+    for i in range(4):
+        await share.write(i * 10, 10)
+        await share.roll()
+    last = share.active.last_log_generated
+    await until("replay", replayed_through(copy, last))
+    assert list_closed_generations(copy.paths.logs) == list(range(1, last + 1))
+    # the active deletes through 2 (as its truncation would once every copy replayed it)
+    from replication_node.truncation import delete_through
+
+    delete_through(share.active.paths.logs, 2)
+    await share.write(100, 5)
+    newest = await share.roll()
+    await until("replay", replayed_through(copy, newest))
+    assert list_closed_generations(copy.paths.logs)[0] == 3
+    await copy.stop()
+
+
+async def test_a_generation_gone_from_the_active_fails_the_copy_asking_for_reseed(share, tmp_path):
+    copy = passive(share, tmp_path)
+    await copy.start()
+    await share.write(0, 10)
+    first = await share.roll()
+    await until("replay", replayed_through(copy, first))
+    await copy.suspend("offline")
+    for i in range(3):
+        await share.write(10 + i * 10, 10)
+        await share.roll()
+    from replication_node.truncation import delete_through
+
+    delete_through(share.active.paths.logs, first + 1)
+    await copy.resume()
+    await until("failure", lambda: copy.status().status is CopyStatus.FAILED_AND_SUSPENDED)
+    assert "reseed" in copy.status().error
+    await copy.reseed()
+    last = share.active.last_log_generated
+    await until("reseeded and caught up", replayed_through(copy, last))
+    assert copy.status().status is CopyStatus.HEALTHY
+    assert copy.reader().items("m") == share.active.copy.items("m")
+    await copy.stop()
+
+
+async def test_unreachable_active_is_disconnected_and_healthy_not_failed(tmp_path):
+    s = await start_share(tmp_path)
+    copy = passive(s, tmp_path)
+    await copy.start()
+    await s.write(0, 5)
+    first = await s.roll()
+    await until("replay", replayed_through(copy, first))
+    await s.runner.cleanup()  # the active's node goes away
+    await until("disconnected", lambda: copy.status().status is CopyStatus.DISCONNECTED_AND_HEALTHY)
+    assert copy.status().last_log_replayed == first
+    await copy.stop()
+    await s.session.close()
+    await s.active.stop()
+    s.store.close()
