@@ -21,7 +21,13 @@ from typing import Any
 
 from dag_common.clock import Clock
 from replication_node.database import Database, DatabaseHeader, DatabaseState, Transaction
-from replication_node.logstream import ClosedGeneration, Committed, LogStream, StreamEvent
+from replication_node.logstream import (
+    ClosedGeneration,
+    Committed,
+    LogStream,
+    StreamEvent,
+    finish_interrupted_roll,
+)
 from replication_node.overlay import LlrOverlay
 from replication_node.recovery import plan_recovery
 
@@ -99,6 +105,8 @@ class ActiveCopy:
             )
         else:
             db = Database.open(paths.database)
+        if paths.logs.exists():
+            await asyncio.to_thread(finish_interrupted_roll, paths.logs)
         plan = await asyncio.to_thread(plan_recovery, paths.logs, db.header)
         overlay = LlrOverlay()
         for txn in plan.transactions:

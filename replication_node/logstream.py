@@ -341,6 +341,31 @@ class LogStream:
         return ClosedGeneration(closed.generation, closed.creation_time, close_time)
 
 
+def finish_interrupted_roll(log_dir: Path) -> int | None:
+    """Complete a roll that a crash cut between its CLOSE record and the rename.
+
+    An E00.log that ends with a whole CLOSE record was closed durably: rename it to its
+    generation's name (durably) so recovery sees a closed generation.  Returns that
+    generation, or None if there was nothing to finish.
+    """
+    path = log_dir / OPEN_LOG_NAME
+    if not path.exists():
+        return None
+    result = logfile.scan(path.read_bytes())
+    if not result.closed or result.tail_error:
+        return None
+    target = log_dir / closed_log_name(result.header.generation)
+    if target.exists():
+        return None  # never overwrite a closed generation; recovery will report the conflict
+    os.replace(path, target)
+    fsync_dir(log_dir)
+    logger.warning(
+        "E00.log held closed generation %d (a crash cut its roll); renamed",
+        result.header.generation,
+    )
+    return result.header.generation
+
+
 def _create_open_log(log_dir: Path, header: LogHeader) -> int:
     """Write a new E00.log holding only `header`, durably; return a write fd at its end."""
     tmp = log_dir / f".{OPEN_LOG_NAME}.tmp"

@@ -79,6 +79,20 @@ async def test_torn_tail_is_cut_and_reported(tmp_path):
     await copy.crash_close()
 
 
+async def test_crash_between_close_record_and_rename_finishes_the_roll(tmp_path):
+    copy, _ = await fill(tmp_path, n=10)
+    gen = copy.stream.generation
+    await copy.crash_close()
+    e00 = copy.paths.logs / logfile.OPEN_LOG_NAME
+    with open(e00, "ab") as f:  # the CLOSE record is durable, the rename never happened
+        f.write(logfile.encode_record(logfile.RecordType.CLOSE, copy.stream._header.creation_time))
+    copy = await mount(tmp_path, create=False, log_file_size=16 * 1024)
+    assert len(items(copy)) == 10
+    assert logfile.verify_closed((copy.paths.logs / logfile.closed_log_name(gen)).read_bytes(), gen)
+    assert copy.stream.generation == gen + 1
+    await copy.crash_close()
+
+
 async def test_flipped_bit_in_closed_generation_stops_recovery(tmp_path):
     copy, _ = await fill(tmp_path, llr_depth=4)
     await copy.crash_close()
