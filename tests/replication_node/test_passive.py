@@ -26,13 +26,15 @@ async def share(tmp_path):
     await s.close()
 
 
-def passive(share, tmp_path, *, clock: Clock | None = None, lag=timedelta(0)) -> PassiveCopy:
+def passive(
+    share, tmp_path, *, clock: Clock | None = None, lag=timedelta(0), source=None
+) -> PassiveCopy:
     return PassiveCopy(
         settings=PassiveSettings(
             database="DB1", node="p", site="s", activation_preference=2, replay_lag_time=lag
         ),
         paths=CopyPaths(tmp_path / "passive" / "DB1", "DB1"),
-        source=share.source(),
+        source=source or share.source(),
         clock=clock or SystemClock(),
         retry_interval=0.05,
         failed_retry=0.05,
@@ -210,3 +212,40 @@ async def test_unreachable_active_is_disconnected_and_healthy_not_failed(tmp_pat
     await s.session.close()
     await s.active.stop()
     s.store.close()
+
+
+class CorruptingWire:
+    """The real HTTP source, with the first transfer of one generation damaged on the way."""
+
+    def __init__(self, source, generation):
+        self._source = source
+        self._generation = generation
+        self.damaged = 0
+
+    def __getattr__(self, name):
+        return getattr(self._source, name)
+
+    async def fetch(self, generation):
+        data = await self._source.fetch(generation)
+        if generation == self._generation and not self.damaged:
+            self.damaged += 1
+            data = data[:600] + bytes([data[600] ^ 0x01]) + data[601:]
+        return data
+
+
+async def test_a_generation_damaged_on_the_wire_is_set_aside_and_copied_again(share, tmp_path):
+    wire = CorruptingWire(share.source(), 2)
+    copy = passive(share, tmp_path, source=wire)
+    await copy.start()
+    for i in range(3):
+        await share.write(i * 10, 10)
+        await share.roll()
+    last = share.active.last_log_generated
+    await until("replay", replayed_through(copy, last))
+    assert wire.damaged == 1
+    assert copy.status().status is CopyStatus.HEALTHY and copy.status().error is None
+    assert [p.name for p in (copy.paths.ignored / "InspectionFailed").iterdir()] == [
+        "E00000002.log.1"
+    ]
+    assert len(copy.reader().items("m")) == 30
+    await copy.stop()
