@@ -157,7 +157,8 @@ async def run(config_path: Path, items: int) -> None:
             ):
                 break
             await asyncio.sleep(0.3)
-        cli.main(["status", "--config", str(config_path)])
+        # The status command runs its own event loop: give it a thread of its own.
+        await asyncio.to_thread(cli.main, ["status", "--config", str(config_path)])
 
         step("Every copy of DB1 holds the same items")
         for node in ("mbx1", "mbx2", "mbx3"):
@@ -234,7 +235,7 @@ def main() -> int:
                 "500ms",
             ],
             env=env,
-            check=False,
+            check=True,  # a demo whose move fails must say so with its exit code
         )
         subprocess.run(
             [
