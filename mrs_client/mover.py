@@ -136,7 +136,18 @@ class Mover:
             raise MoveRejected(f"no move request {move_id!r}")
         if record.state is MoveState.COMPLETED:
             return record
-        record = self._save(replace(record, state=MoveState.IN_PROGRESS, failure=None))
+        resumed_after_failure = record.state is MoveState.FAILED
+        record = replace(record, state=MoveState.IN_PROGRESS, failure=None)
+        if resumed_after_failure:
+            # An operator's resume starts the stall and flush limits afresh; a crash-resume
+            # (kill -9) keeps them running, since the time passed while nobody watched counts.
+            record = replace(
+                record,
+                stalled_since=None,
+                stall_reason=None,
+                flush_started=self.clock.now() if record.flush_started else None,
+            )
+        record = self._save(record)
         steps = {
             MoveStep.RECORD_REQUEST: self._step_record,
             MoveStep.CLONE_STRUCTURE: self._step_clone,
@@ -178,6 +189,11 @@ class Mover:
         return record
 
     def _save(self, record: MoveRecord) -> MoveRecord:
+        # time_stalled only grows: a step that stalled inside a node call (`_node_call`
+        # saves the stall) and then saves the record it held from before must not undo it.
+        stored = self.requests.get(record.id)
+        if stored is not None and stored.time_stalled > record.time_stalled:
+            record = replace(record, time_stalled=stored.time_stalled)
         return self.requests.save(record, self.clock.now())
 
     async def _wait(self, record: MoveRecord, decision: Decision) -> MoveRecord:
@@ -362,7 +378,7 @@ class Mover:
             replace(
                 record,
                 items_copied=record.items_copied + len(batch),
-                bytes_copied=record.bytes_copied + sum(len(b["body"]) for b in batch),
+                bytes_copied=record.bytes_copied + sum(len(b["body"].encode()) for b in batch),
                 sync_cursor={**record.sync_cursor, mailbox: cursor},
             )
         )

@@ -157,10 +157,46 @@ async def test_move_stalls_on_suspended_copies_fails_and_resumes(env):
     # nothing was changed on the target or the source
     status, _ = await cluster.call("GET", "mbx2", "/v1/databases/DB2/mailboxes/alice")
     assert status == 404
-    # a failed move is never resumed by itself; after the copy is fixed, resume completes it
-    await cluster.ok("POST", "mbx3", "/v1/databases/DB2/copies/mbx3/resume")
-    resumed = await asyncio.to_thread(mrs, cluster, "resume", move["id"], *FAST)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    # a failed move is never resumed by itself. An operator's resume starts the stall limit
+    # afresh: with the copy still suspended the move stalls again (it does not fail at once)...
+    resumed = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mrs_client.cli",
+            "resume",
+            move["id"],
+            *FAST,
+            "--stall-limit",
+            "5m",
+            "--config",
+            str(cluster.config_path),
+            "--requests-db",
+            str(cluster.root / "moves.db"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=cluster.env(),
+        cwd=ROOT,
+    )
+    try:
+
+        async def stalled_again():
+            (m,) = json.loads(mrs(cluster, "list", "--json").stdout)
+            return m["state"] == "Stalled"
+
+        await cluster.wait_for("the resumed move to stall", stalled_again)
+        # ...a second move of the same mailbox is refused while this one holds it...
+        again = mrs(cluster, "move", "--mailbox", "alice", "--to", "DB2")
+        assert again.returncode == 2 and "already" in again.stderr, again.stderr
+        # ...and once the copy is resumed, a Satisfied answer lets the move go on by itself.
+        await cluster.ok("POST", "mbx3", "/v1/databases/DB2/copies/mbx3/resume")
+        out, _ = await asyncio.to_thread(resumed.communicate, timeout=180)
+    finally:
+        if resumed.poll() is None:
+            resumed.kill()
+    assert resumed.returncode == 0, out
     assert live(await cluster.items("mbx2", "DB2", "alice")) == live(source)
 
 
@@ -180,7 +216,7 @@ async def test_bad_requests_change_nothing(env):
     assert json.loads(mrs(cluster, "list", "--json").stdout) == []
 
 
-@pytest.mark.parametrize("kill_at", [2, 3, 6, 8, 10])
+@pytest.mark.parametrize("kill_at", range(1, 11))
 async def test_kill_9_of_the_client_then_resume(env, kill_at):
     cluster = env
     source = await seed_mailbox(cluster, n=400)
@@ -208,12 +244,20 @@ async def test_kill_9_of_the_client_then_resume(env, kill_at):
         cwd=ROOT,
     )
     deadline = time.monotonic() + 120
+    seen = False
     for line in proc.stdout:
-        if f"step {kill_at}:" in line or time.monotonic() > deadline:
+        seen = f"step {kill_at}:" in line
+        if seen or time.monotonic() > deadline:
             break
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    assert seen, f"the move never reached step {kill_at}"
     (move,) = json.loads(mrs(cluster, "list", "--json").stdout)
+    assert move["state"] != "Completed"
+    if kill_at < 10:  # the source stays whole and live until step 10
+        mailbox = await cluster.ok("GET", "mbx1", "/v1/databases/DB1/mailboxes/alice")
+        assert not mailbox["soft_deleted"]
+        assert live(await cluster.items("mbx1", "DB1", "alice")) == live(source)
     resumed = await asyncio.to_thread(mrs, cluster, "resume", move["id"], *FAST)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert live(await cluster.items("mbx2", "DB2", "alice")) == live(source)
