@@ -418,11 +418,13 @@ class Mover:
             self._progress(
                 record, f"target log rolled: generation {generation} holds the final sync"
             )
-        assert record.final_generation is not None and record.flush_started is not None
+        return await self._flush_wait(record, record.final_generation)
+
+    async def _flush_wait(self, record: MoveRecord, generation: int | None) -> MoveRecord:
+        """Ask CheckReplicationFlush for `generation` until Satisfied, or fail at the limit."""
+        assert generation is not None and record.flush_started is not None
         while True:
-            answer = await self.guarantee.check_flush(
-                record.target_db, self.caller_id, record.final_generation
-            )
+            answer = await self.guarantee.check_flush(record.target_db, self.caller_id, generation)
             self.requests.add_answer(
                 record.id,
                 step=record.step,
@@ -457,13 +459,23 @@ class Mover:
         return record
 
     async def _step_unlock_target(self, record: MoveRecord) -> MoveRecord:
-        for name in record.mailboxes:
-            await self._node_call(
-                record,
-                "unlock target",
-                lambda n=name: self.nodes.set_state(record.target_db, n, "unlock"),
+        """Unlock the target, and wait until the unlock is replayed like the final sync was:
+        a failover right after completion must leave a usable mailbox, not a locked one."""
+        if record.unlock_generation is None:
+            for name in record.mailboxes:
+                await self._node_call(
+                    record,
+                    "unlock target",
+                    lambda n=name: self.nodes.set_state(record.target_db, n, "unlock"),
+                )
+            generation = await self._node_call(
+                record, "roll target log", lambda: self.nodes.roll_log(record.target_db)
             )
-        return record
+            record = self._save(
+                replace(record, unlock_generation=generation, flush_started=self.clock.now())
+            )
+            self._progress(record, f"target log rolled: generation {generation} holds the unlock")
+        return await self._flush_wait(record, record.unlock_generation)
 
     async def _step_soft_delete_source(self, record: MoveRecord) -> MoveRecord:
         for name in record.mailboxes:

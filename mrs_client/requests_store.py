@@ -54,6 +54,7 @@ class MoveRecord:
     snapshot_change: dict[str, int] = field(default_factory=dict)
     incremental_passes: int = 0
     final_generation: int | None = None
+    unlock_generation: int | None = None  # the generation holding the target's unlock
     flush_started: datetime | None = None
     completed: datetime | None = None
 

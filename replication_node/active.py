@@ -57,6 +57,11 @@ class CopyPaths:
     def ignored(self) -> Path:
         return self.logs / "IgnoredLogs"
 
+    @property
+    def was_active(self) -> Path:
+        """Marker written when the copy mounts as active: its newest logs are its own."""
+        return self.root / "was-active"
+
 
 class ActiveCopy:
     """A mounted database: takes writes, writes the log stream, serves reads."""
@@ -118,6 +123,7 @@ class ActiveCopy:
             log_file_size=log_file_size,
             clock=clock,
             open_scan=plan.open_scan,
+            next_generation=db.header.waypoint + 1,
         )
         db.mark_dirty()
         copy = cls(

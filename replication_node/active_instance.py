@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from dag_common.clock import Clock
+from dag_common.durable import atomic_write
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
 from replication_node.active import ActiveCopy, CopyPaths
 from replication_node.cluster_store import ClusterStore
@@ -76,6 +77,10 @@ class ActiveInstance:
         create = not self.paths.database.exists() and not list_closed_generations_safe(
             self.paths.logs
         )
+        # Before the first log is written as active: should this copy be passive again one
+        # day, its logs above the waypoint are its own and must be checked, not replayed.
+        self.paths.root.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.paths.was_active, f"{self.epoch}\n".encode())
         self.copy = await ActiveCopy.mount(
             paths=self.paths,
             log_file_size=self._log_file_size,

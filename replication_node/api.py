@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from dag_common.model import AutoDatabaseMountDial
 from replication_node.active_instance import ActiveInstance
 from replication_node.errors import (
     BadRequest,
@@ -229,6 +230,28 @@ async def copy_action(request: web.Request) -> web.Response:
     return web.json_response(result)
 
 
+async def reconcile(request: web.Request) -> web.Response:
+    """Re-read who is active now (after an activation) instead of at the next refresh."""
+    node = request.app[NODE]
+    await node.reconcile()
+    return web.json_response(node.status().model_dump(mode="json"))
+
+
+async def activate(request: web.Request) -> web.Response:
+    body = await _body(request)
+    target = body.get("node")
+    if not isinstance(target, str):
+        raise BadRequest("node (the copy to activate) is required")
+    dial = body.get("mount_dial_override")
+    try:
+        override = AutoDatabaseMountDial(dial) if dial is not None else None
+    except ValueError:
+        choices = ", ".join(d.value for d in AutoDatabaseMountDial)
+        raise BadRequest(f"mount_dial_override must be one of {choices}") from None
+    result = await request.app[NODE].activate(request.match_info["db"], target, override)
+    return web.json_response(result)
+
+
 def add_routes(app: web.Application) -> None:
     prefix = "/v1/databases/{db}"
     mbx = prefix + "/mailboxes/{mailbox}"
@@ -244,3 +267,5 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(mbx + "/{action:lock|unlock|soft-delete}", mailbox_action)
     app.router.add_post(prefix + "/roll-log", roll_log)
     app.router.add_post(prefix + "/copies/{node}/{action:suspend|resume|reseed}", copy_action)
+    app.router.add_post(prefix + "/activate", activate)
+    app.router.add_post("/v1/reconcile", reconcile)

@@ -24,7 +24,7 @@ from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.durations import parse_duration
 from dag_common.errors import ConfigError
-from dag_common.model import ExitCode, NodeStatus
+from dag_common.model import AutoDatabaseMountDial, ExitCode, NodeStatus
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -273,10 +273,18 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
         code, body = asyncio.run(
             _admin(config, config.node(active).url, f"/v1/databases/{db.name}/roll-log", {})
         )
+    elif db.copy_on(args.node) is None:
+        print(f"error: {db.name} has no copy on {args.node!r}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    elif args.db_cmd == "activate":
+        body = {"node": args.node}
+        if args.mount_dial:
+            body["mount_dial_override"] = args.mount_dial
+        # Asked of the copy's own node: it is the one that must be up to be activated.
+        code, body = asyncio.run(
+            _admin(config, config.node(args.node).url, f"/v1/databases/{db.name}/activate", body)
+        )
     else:
-        if db.copy_on(args.node) is None:
-            print(f"error: {db.name} has no copy on {args.node!r}", file=sys.stderr)
-            return ExitCode.BAD_INPUT
         path = f"/v1/databases/{db.name}/copies/{args.node}/{args.db_cmd}"
         code, body = asyncio.run(
             _admin(config, config.node(args.node).url, path, {"reason": args.reason or ""})
@@ -321,3 +329,16 @@ def register_db(db_sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
         p.add_argument("--config", required=True)
         p.add_argument("--reason", default=None)
         p.set_defaults(func=cmd_db_admin)
+    act = db_sub.add_parser(
+        "activate", help="mount a passive copy after the active is lost (AutoDatabaseMountDial)"
+    )
+    act.add_argument("database")
+    act.add_argument("--node", required=True)
+    act.add_argument("--config", required=True)
+    act.add_argument(
+        "--mount-dial",
+        choices=[d.value for d in AutoDatabaseMountDial],
+        default=None,
+        help="accept this many lost logs for this activation only",
+    )
+    act.set_defaults(func=cmd_db_admin)

@@ -30,10 +30,13 @@ from replication_node.active import CopyPaths
 from replication_node.errors import CopyFailed, GenerationGone, InspectionFailed, LogShareError
 from replication_node.inspector import InspectedLog, OutOfDateLog, inspect_generation
 from replication_node.interfaces import LogShareInfo, LogSource
-from replication_node.logfile import LogHeader, anchor_header, closed_log_name
+from replication_node.logfile import OPEN_LOG_NAME, LogHeader, anchor_header, closed_log_name
 from replication_node.markers import Markers
 
 logger = logging.getLogger(__name__)
+
+# Under IgnoredLogs: the logs a copy wrote when it was active, until the active's match them.
+OUT_OF_DATE_DIR = "E00OutofDate"
 
 
 class Copier:
@@ -49,7 +52,7 @@ class Copier:
         database_signature: uuid.UUID,
         clock: Clock,
         on_inspected: Callable[[], None],
-        out_of_date: OutOfDateLog | None = None,
+        out_of_date: dict[int, OutOfDateLog] | None = None,
         max_inspection_failures: int = 3,
         retry_interval: float = 1.0,
         window: int = 8,
@@ -61,7 +64,7 @@ class Copier:
         self._database_signature = database_signature
         self._clock = clock
         self._on_inspected = on_inspected
-        self._out_of_date = out_of_date
+        self._out_of_date = dict(out_of_date or {})
         self._max_failures = max_inspection_failures
         self._retry = retry_interval
         self._window = window
@@ -149,7 +152,7 @@ class Copier:
                 database_signature=self._database_signature,
                 prev=self._prev,
                 highest_known=self._markers.last_log_generated,
-                out_of_date=self._out_of_date,
+                out_of_date=self._out_of_date.get(generation),
             )
         except InspectionFailed:
             count = self.failures.get(generation, 0) + 1
@@ -196,3 +199,9 @@ class Copier:
             name = closed_log_name(generation)
             os.replace(self._paths.inspector / name, self._paths.logs / name)
         fsync_dir(self._paths.logs)
+        for generation in generations:
+            # A log set aside from when this copy was active matched: it is superseded.
+            superseded = self._out_of_date.pop(generation, None)
+            if superseded is not None:
+                name = closed_log_name(generation) if superseded.whole else OPEN_LOG_NAME
+                (self._paths.ignored / OUT_OF_DATE_DIR / name).unlink(missing_ok=True)

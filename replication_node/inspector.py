@@ -7,8 +7,9 @@
 - identity: the log and database signatures are this copy's;
 - sequence: the header's previous-generation creation time is the predecessor's creation time;
 - Exx.log: an E00.log left from when this copy was active (set aside in E00OutofDate) must be
-  a prefix of the closed generation that replaces it; if it is not, the copy has diverged
-  and only a reseed brings it back, so that is `CopyFailed`, not a recopy.
+  a prefix of the closed generation that replaces it, and a closed generation it wrote then
+  (above its database's waypoint, set aside too) must equal the active's; if not, the copy
+  has diverged and only a reseed brings it back, so that is `CopyFailed`, not a recopy.
 
 A failed check raises `InspectionFailed` (the copier recopies, up to its limit).
 """
@@ -25,10 +26,12 @@ from replication_node.logfile import LogHeader, chain_problem, verify_closed
 
 @dataclass(frozen=True, slots=True)
 class OutOfDateLog:
-    """An E00.log found on a passive copy: which generation it was, and its valid bytes."""
+    """A log this copy wrote when it was active: its generation and valid bytes; `whole` for
+    a closed generation (must equal the active's), else an E00.log (must be a prefix)."""
 
     generation: int
     data: bytes
+    whole: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,14 +75,17 @@ def inspect_generation(
     problem = chain_problem(prev, header, log_signature)
     if problem:
         raise InspectionFailed(problem)
-    if (
-        out_of_date is not None
-        and out_of_date.generation == generation
-        and not data.startswith(out_of_date.data)
-    ):
-        raise CopyFailed(
-            f"the E00.log this copy kept from when it was active (generation {generation}) is "
-            "not a prefix of the active's closed generation: the copy has diverged; reseed it"
-        )
+    if out_of_date is not None and out_of_date.generation == generation:
+        if out_of_date.whole and data != out_of_date.data:
+            raise CopyFailed(
+                f"generation {generation} as this copy wrote it when it was active differs "
+                "from the active's: the copy has diverged; reseed it"
+            )
+        if not out_of_date.whole and not data.startswith(out_of_date.data):
+            raise CopyFailed(
+                f"the E00.log this copy kept from when it was active (generation {generation})"
+                " is not a prefix of the active's closed generation: the copy has diverged; "
+                "reseed it"
+            )
     assert result.close_time is not None  # verify_closed insists on the CLOSE record
     return InspectedLog(generation, header, result.close_time, len(data))

@@ -124,11 +124,14 @@ class LogStream:
         log_file_size: int,
         clock: Clock,
         open_scan: ScanResult | None = None,
+        next_generation: int = 1,
     ) -> LogStream:
         """Open the stream for writing, creating E00.log for the next generation if needed.
 
         `open_scan` is the scan of an existing E00.log made by recovery; its torn tail (if
-        any) is cut here, at the last valid record.
+        any) is cut here, at the last valid record.  `next_generation` is the lowest
+        generation a new E00.log may have (the database's waypoint + 1): a copy that was
+        seeded and never kept a log must not start the stream again at 1.
         """
         log_dir.mkdir(parents=True, exist_ok=True)
         path = log_dir / OPEN_LOG_NAME
@@ -157,7 +160,7 @@ class LogStream:
         if closed:
             prev = logfile.read_header(log_dir / closed_log_name(closed[-1]))
         header = LogHeader(
-            generation=(closed[-1] + 1) if closed else 1,
+            generation=max((closed[-1] + 1) if closed else 1, next_generation),
             database_signature=database_signature,
             log_signature=log_signature,
             creation_time=clock.now(),

@@ -19,7 +19,13 @@ from aiohttp import web
 from dag_common.clock import Clock
 from dag_common.config import ClusterConfig, load_config
 from dag_common.errors import ConfigError
-from dag_common.model import CopyRole, CopyStatus, CopyStatusReport, NodeStatus
+from dag_common.model import (
+    AutoDatabaseMountDial,
+    CopyRole,
+    CopyStatus,
+    CopyStatusReport,
+    NodeStatus,
+)
 from replication_node import api
 from replication_node.active import CopyPaths
 from replication_node.active_instance import ActiveInstance
@@ -184,6 +190,23 @@ class Node:
                 await instance.stop()
             except Exception:
                 logger.exception("instance %s did not stop cleanly", database)
+
+    async def activate(
+        self, database: str, target: str, dial_override: AutoDatabaseMountDial | None
+    ) -> dict[str, Any]:
+        """Mount the copy of `database` on `target` after its active is lost."""
+        from replication_node.activation import activate_copy
+
+        assert self._session is not None
+        return await activate_copy(
+            config=self.config,
+            cluster_store=self.cluster_store,
+            session=self._session,
+            token=self.token,
+            database=database,
+            node=target,
+            dial_override=dial_override,
+        )
 
     async def peer_progress(self, database: str) -> list[Any]:
         """What every other copy of `database` has inspected and replayed, asked now; a copy

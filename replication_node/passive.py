@@ -23,15 +23,21 @@ import os
 from pathlib import Path
 
 from dag_common.clock import Clock
-from dag_common.durable import atomic_write
+from dag_common.durable import atomic_write, fsync_dir
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
 from replication_node.active import CopyPaths
-from replication_node.copier import Copier
+from replication_node.copier import OUT_OF_DATE_DIR, Copier
 from replication_node.database import Database
 from replication_node.errors import CopyFailed, LogFormatError, LogShareError
 from replication_node.inspector import OutOfDateLog
 from replication_node.interfaces import LogSource, PassiveSettings
-from replication_node.logfile import OPEN_LOG_NAME, close_time_of, closed_log_name, scan
+from replication_node.logfile import (
+    OPEN_LOG_NAME,
+    close_time_of,
+    closed_log_name,
+    parse_closed_log_name,
+    scan,
+)
 from replication_node.logstream import list_closed_generations
 from replication_node.markers import Markers
 from replication_node.replayer import Replayer
@@ -210,36 +216,51 @@ class PassiveCopy:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _prepare_logs(self) -> OutOfDateLog | None:
+    def _prepare_logs(self) -> dict[int, OutOfDateLog]:
         """Set the markers from the database header and the local logs (worker thread).
 
-        An E00.log from when this copy was active goes to IgnoredLogs/E00OutofDate; files
-        left in Inspector by a crash are dropped (they will be copied again); closed
-        generations beyond a gap cannot be trusted in sequence and are dropped too.
+        Logs this copy wrote when it was active (its E00.log, and its closed generations
+        above the database's waypoint when `was-active` says it was) go to
+        IgnoredLogs/E00OutofDate: they are not replayed, they are compared with what the
+        active sends (`inspector`).  Files left in Inspector by a crash are dropped (they
+        will be copied again); closed generations beyond a gap are dropped too.
         """
         assert self._db is not None
         header = self._db.header
-        for d in (self.paths.logs, self.paths.inspector, self.paths.ignored):
+        aside = self.paths.ignored / OUT_OF_DATE_DIR
+        for d in (self.paths.logs, self.paths.inspector, aside):
             d.mkdir(parents=True, exist_ok=True)
         for leftover in self.paths.inspector.iterdir():
             leftover.unlink()
-        out_of_date = None
-        e00 = self.paths.logs / OPEN_LOG_NAME
-        if e00.exists():
-            data = e00.read_bytes()
-            aside = self.paths.ignored / "E00OutofDate"
-            aside.mkdir(exist_ok=True)
-            os.replace(e00, aside / OPEN_LOG_NAME)
+        marker = self.paths.was_active
+        own = [OPEN_LOG_NAME] if (self.paths.logs / OPEN_LOG_NAME).exists() else []
+        if marker.exists():
+            own += [
+                closed_log_name(g)
+                for g in list_closed_generations(self.paths.logs)
+                if g > header.waypoint
+            ]
+        for name in own:
+            os.replace(self.paths.logs / name, aside / name)
+        if own:
+            fsync_dir(aside)
+            fsync_dir(self.paths.logs)
+            logger.info("%s: logs from when it was active set aside: %s", self.database, own)
+        marker.unlink(missing_ok=True)
+        out_of_date = {}
+        for path in sorted(aside.iterdir()):
+            gen = parse_closed_log_name(path.name)
             try:
-                result = scan(data)
-                out_of_date = OutOfDateLog(result.header.generation, data[: result.valid_end])
-                logger.info(
-                    "%s: E00.log (generation %d) moved to E00OutofDate",
-                    self.database,
-                    result.header.generation,
-                )
+                if gen is not None and gen > header.waypoint:
+                    out_of_date[gen] = OutOfDateLog(gen, path.read_bytes(), whole=True)
+                elif path.name == OPEN_LOG_NAME:
+                    data = path.read_bytes()
+                    result = scan(data)
+                    if result.header.generation > header.waypoint:
+                        g = result.header.generation
+                        out_of_date[g] = OutOfDateLog(g, data[: result.valid_end])
             except LogFormatError as exc:
-                logger.warning("%s: unreadable E00.log set aside: %s", self.database, exc)
+                logger.warning("%s: unreadable %s left aside: %s", self.database, path.name, exc)
         m = self.markers
         m.last_log_replayed = header.waypoint
         m.last_replayed_log_time = header.last_log_time

@@ -131,11 +131,39 @@ async def test_move_completes_and_survives_loss_of_the_target_active(env):
     store = EmbeddedClusterStore(cluster.root / "cluster.db")
     assert await store.mailbox_database("alice") == "DB2"
     store.close()
-    # The seed's Example 1: the target's active dies right after completion. The passive
-    # copy on mbx3 must already hold the whole mailbox.
+    # The seed's Example 1: the target's active dies right after completion and a copy is
+    # activated. The mailbox must be there, whole, on the new active.
     cluster.kill("mbx2")
-    on_passive = await cluster.items("mbx3", "DB2", "alice")
-    assert live(on_passive) == live(source)
+    activate = await asyncio.to_thread(
+        subprocess.run,
+        [
+            sys.executable,
+            "-m",
+            "replication_node.cli",
+            "db",
+            "activate",
+            "DB2",
+            "--node",
+            "mbx3",
+            "--config",
+            str(cluster.config_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=cluster.env(),
+        cwd=ROOT,
+    )
+    assert activate.returncode == 0, activate.stdout + activate.stderr
+    assert json.loads(activate.stdout)["lost_logs"] == 0
+
+    async def mounted():
+        return (await cluster.status("mbx3"))["DB2"]["status"] == "Mounted"
+
+    await cluster.wait_for("mbx3 to mount DB2", mounted)
+    on_new_active = await cluster.items("mbx3", "DB2", "alice")
+    assert live(on_new_active) == live(source)
+    mailbox = await cluster.ok("GET", "mbx3", "/v1/databases/DB2/mailboxes/alice")
+    assert mailbox["locked"] is False and not mailbox["soft_deleted"]
 
 
 async def test_move_stalls_on_suspended_copies_fails_and_resumes(env):

@@ -209,3 +209,46 @@ async def test_lagged_copy_stays_behind(tmp_path):
         assert copy["replay_lag_time"] == "3600s"
     finally:
         await c.close()
+
+
+async def test_failover_activates_the_copy_and_the_diverged_old_active_needs_a_reseed(cluster):
+    await cluster.ok("PUT", "mbx2", "/v1/databases/DB2/mailboxes/bob")
+    await write(cluster, "mbx2", "DB2", "bob", 0, 100)
+    generated = await converged(cluster, "DB2", "mbx2", ["mbx3"])
+    # while the active runs, activation is refused and changes nothing
+    code, body = await cluster.call(
+        "POST", "mbx3", "/v1/databases/DB2/activate", json={"node": "mbx3"}
+    )
+    assert code == 409 and "switchover" in body["error"]
+    assert (await cluster.status("mbx3"))["DB2"]["role"] == "Passive"
+    # acknowledged but still in the active's open log: lost with it (the seeds' lossy case)
+    await write(cluster, "mbx2", "DB2", "bob", 100, 10)
+    cluster.kill("mbx2")
+    activated = await cluster.ok(
+        "POST", "mbx3", "/v1/databases/DB2/activate", json={"node": "mbx3"}
+    )
+    assert activated["lost_logs"] == 0 and activated["previous_node"] == "mbx2"
+
+    async def mounted():
+        return (await cluster.status("mbx3"))["DB2"]["status"] == "Mounted"
+
+    await cluster.wait_for("mbx3 to mount DB2", mounted)
+    bob = await cluster.items("mbx3", "DB2", "bob")
+    assert {f"i{i}" for i in range(100)} <= set(bob)
+    # the new active takes writes and continues the same log stream
+    await write(cluster, "mbx3", "DB2", "bob", 200, 20)
+    await cluster.ok("POST", "mbx3", "/v1/databases/DB2/roll-log")
+    assert (await cluster.status("mbx3"))["DB2"]["last_log_generated"] > generated
+    # the old active comes back as a passive copy; its open log diverged from the new
+    # active's generation: it stops (never replays diverged logs) until it is reseeded
+    await cluster.start("mbx2")
+
+    async def diverged():
+        copy = (await cluster.status("mbx2"))["DB2"]
+        return copy["role"] == "Passive" and copy["status"] == "FailedAndSuspended"
+
+    await cluster.wait_for("the old active to detect divergence", diverged)
+    assert "diverged" in (await cluster.status("mbx2"))["DB2"]["error"]
+    await cluster.ok("POST", "mbx2", "/v1/databases/DB2/copies/mbx2/reseed")
+    await converged(cluster, "DB2", "mbx3", ["mbx2"])
+    assert await cluster.items("mbx2", "DB2", "bob") == await cluster.items("mbx3", "DB2", "bob")

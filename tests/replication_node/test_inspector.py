@@ -129,5 +129,9 @@ async def test_out_of_date_e00_must_be_a_prefix(stream):
     diverged = prefix[:-1] + bytes([prefix[-1] ^ 1])
     with pytest.raises(CopyFailed, match="diverged"):
         check(copy, data, 2, out_of_date=OutOfDateLog(2, diverged))
+    # a closed generation this copy wrote as active must equal the active's, byte for byte
+    assert check(copy, data, 2, out_of_date=OutOfDateLog(2, data, whole=True)).generation == 2
+    with pytest.raises(CopyFailed, match="diverged"):
+        check(copy, data, 2, out_of_date=OutOfDateLog(2, prefix, whole=True))
     # an E00.log of another generation does not concern this one
     assert check(copy, data, 2, out_of_date=OutOfDateLog(3, diverged)).generation == 2
