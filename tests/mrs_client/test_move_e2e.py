@@ -290,3 +290,39 @@ async def test_kill_9_of_the_client_then_resume(env, kill_at):
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert live(await cluster.items("mbx2", "DB2", "alice")) == live(source)
     assert (await cluster.ok("GET", "mbx1", "/v1/databases/DB1/mailboxes/alice"))["soft_deleted"]
+
+
+async def test_a_primary_mailbox_and_its_archive_move_together(env):
+    cluster = env
+    primary = await seed_mailbox(cluster, n=50)
+    await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/alice.archive")
+    await cluster.ok(
+        "POST",
+        "mbx1",
+        "/v1/databases/DB1/mailboxes/alice.archive/items",
+        json={
+            "items": [
+                {"item_id": f"a{i}", "subject": "old", "body": f"kept {i}"} for i in range(30)
+            ]
+        },
+    )
+    archive = await cluster.items("mbx1", "DB1", "alice.archive")
+    result = await asyncio.to_thread(
+        mrs, cluster, "move", "--mailbox", "alice", "--to", "DB2", "--with-archive", *FAST
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (move,) = json.loads(mrs(cluster, "list", "--json").stdout)
+    assert move["state"] == "Completed" and move["mailboxes"] == ["alice", "alice.archive"]
+    assert live(await cluster.items("mbx2", "DB2", "alice")) == live(primary)
+    assert live(await cluster.items("mbx2", "DB2", "alice.archive")) == live(archive)
+    store = EmbeddedClusterStore(cluster.root / "cluster.db")
+    assert await store.mailbox_database("alice") == "DB2"
+    assert await store.mailbox_database("alice.archive") == "DB2"
+    store.close()
+    for name in ("alice", "alice.archive"):
+        assert (await cluster.ok("GET", "mbx1", f"/v1/databases/DB1/mailboxes/{name}"))[
+            "soft_deleted"
+        ]
+        assert not (await cluster.ok("GET", "mbx2", f"/v1/databases/DB2/mailboxes/{name}"))[
+            "locked"
+        ]
