@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import subprocess
+import sys
+
 import pytest
 
 from replication_node import logfile
 from replication_node.logstream import list_closed_generations
-from tests.cluster_harness import LocalCluster
+from tests.cluster_harness import ROOT, LocalCluster
 
 pytestmark = pytest.mark.slow
 
@@ -252,3 +257,48 @@ async def test_failover_activates_the_copy_and_the_diverged_old_active_needs_a_r
     await cluster.ok("POST", "mbx2", "/v1/databases/DB2/copies/mbx2/reseed")
     await converged(cluster, "DB2", "mbx3", ["mbx2"])
     assert await cluster.items("mbx2", "DB2", "bob") == await cluster.items("mbx3", "DB2", "bob")
+
+
+def status_cli(cluster, *args):
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "replication_node.cli",
+            "status",
+            "--config",
+            str(cluster.config_path),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=cluster.env(),
+        cwd=ROOT,
+        timeout=60,
+    )
+
+
+async def test_a_copy_added_to_the_config_is_seeded_and_a_bad_config_is_ignored(cluster):
+    await cluster.ok("PUT", "mbx2", "/v1/databases/DB2/mailboxes/bob")
+    await write(cluster, "mbx2", "DB2", "bob", 0, 60)
+    await cluster.ok("POST", "mbx2", "/v1/databases/DB2/roll-log")
+    # the operator adds a copy of DB2 on mbx1; every replay manager re-reads the config
+    cluster.config["databases"][1]["copies"].append({"node": "mbx1", "activation_preference": 3})
+    cluster.write_config()
+    await converged(cluster, "DB2", "mbx2", ["mbx3", "mbx1"])
+    assert await cluster.items("mbx1", "DB2", "bob") == await cluster.items("mbx2", "DB2", "bob")
+    shown = json.loads(status_cli(cluster, "--json").stdout)
+    row = next(r for r in shown if r["database"] == "DB2" and r["node"] == "mbx1")
+    assert row["status"] == "Healthy" and row["role"] == "Passive"
+    table = status_cli(cluster)
+    assert table.returncode == 0 and "DB2\\mbx1" in table.stdout and "Healthy" in table.stdout
+    # a broken config is refused at reload: the nodes keep running the last good one
+    good = cluster.config_path.read_text()
+    cluster.config_path.write_text(
+        good.replace("activation_preference: 3", "activation_preference: x")
+    )
+    await asyncio.sleep(2.5)
+    await write(cluster, "mbx2", "DB2", "bob", 60, 10)
+    await converged(cluster, "DB2", "mbx2", ["mbx3", "mbx1"])
+    assert "config reload failed" in cluster.log("mbx1")
+    cluster.config_path.write_text(good)
