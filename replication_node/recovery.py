@@ -16,7 +16,7 @@ from pathlib import Path
 
 from replication_node import logfile
 from replication_node.database import DatabaseHeader, Transaction
-from replication_node.errors import LogFormatError, RecoveryError
+from replication_node.errors import LogFormatError, LogRecordError, RecoveryError
 from replication_node.logfile import OPEN_LOG_NAME, LogHeader, RecordType, ScanResult
 from replication_node.logstream import list_closed_generations
 
@@ -107,15 +107,24 @@ def plan_recovery(log_dir: Path, db: DatabaseHeader) -> RecoveryPlan:
     )
 
 
-def _transactions(result: ScanResult) -> list[Transaction]:
+def transactions_of(result: ScanResult) -> list[Transaction]:
+    """The committed transactions a scanned log holds, in log order (LogRecordError if one
+    cannot be decoded: its checksum held, so the writer wrote garbage)."""
     out = []
     for rec in result.records:
         if rec.type is RecordType.TRANSACTION:
             try:
                 ops = rec.ops
             except ValueError as exc:
-                raise RecoveryError(
+                raise LogRecordError(
                     f"generation {rec.generation} offset {rec.offset}: undecodable record"
                 ) from exc
             out.append(Transaction(rec.generation, rec.offset, rec.commit_time, ops))
     return out
+
+
+def _transactions(result: ScanResult) -> list[Transaction]:
+    try:
+        return transactions_of(result)
+    except LogRecordError as exc:
+        raise RecoveryError(str(exc)) from exc

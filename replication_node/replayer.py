@@ -24,13 +24,13 @@ from replication_node.database import Database, Transaction
 from replication_node.errors import CopyFailed, DatabaseError, LogFormatError
 from replication_node.logfile import (
     LogHeader,
-    RecordType,
     anchor_header,
     chain_problem,
     closed_log_name,
     verify_closed,
 )
 from replication_node.markers import Markers
+from replication_node.recovery import transactions_of
 
 logger = logging.getLogger(__name__)
 
@@ -84,15 +84,10 @@ def read_batch(
             raise CopyFailed(f"replay stopped before generation {gen}: {problem}")
         prev = result.header
         close_time = result.close_time
-        for rec in result.records:
-            if rec.type is RecordType.TRANSACTION:
-                try:
-                    ops = rec.ops
-                except ValueError as exc:
-                    raise CopyFailed(
-                        f"generation {gen} offset {rec.offset}: undecodable record"
-                    ) from exc
-                txns.append(Transaction(gen, rec.offset, rec.commit_time, ops))
+        try:
+            txns.extend(transactions_of(result))
+        except LogFormatError as exc:
+            raise CopyFailed(f"replay stopped: {exc}") from exc
     assert prev is not None and close_time is not None
     return ReplayBatch(tuple(generations), tuple(txns), prev, close_time)
 
