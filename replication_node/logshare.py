@@ -144,8 +144,8 @@ async def _notifications(request: web.Request) -> web.StreamResponse:
             last = await source.wait_for_generation(after, heartbeat)
             await resp.write(_info_json(source.share_info()) + b"\n")
             after = max(after, last)
-    except (ConnectionResetError, asyncio.CancelledError):
-        raise
+    except ConnectionResetError:
+        raise  # the peer went away: aiohttp ends the request
     except Exception:  # the instance went away under us: end the stream, the peer re-asks
         logger.debug("notification stream for %s ended", db, exc_info=True)
     finally:
