@@ -256,7 +256,11 @@ class PassiveCopy:
                 elif path.name == OPEN_LOG_NAME:
                     data = path.read_bytes()
                     result = scan(data)
-                    if result.header.generation > header.waypoint:
+                    if not result.records:
+                        # Only a header (the log a clean roll or dismount opened): no
+                        # transaction can be lost with it, so nothing can have diverged.
+                        path.unlink()
+                    elif result.header.generation > header.waypoint:
                         g = result.header.generation
                         out_of_date[g] = OutOfDateLog(g, data[: result.valid_end])
             except LogFormatError as exc:

@@ -302,3 +302,30 @@ async def test_a_copy_added_to_the_config_is_seeded_and_a_bad_config_is_ignored(
     await converged(cluster, "DB2", "mbx2", ["mbx3", "mbx1"])
     assert "config reload failed" in cluster.log("mbx1")
     cluster.config_path.write_text(good)
+
+
+async def test_lossless_failover_lets_the_old_active_rejoin_without_a_reseed(cluster):
+    await cluster.ok("PUT", "mbx2", "/v1/databases/DB2/mailboxes/bob")
+    await write(cluster, "mbx2", "DB2", "bob", 0, 100)
+    # every acknowledged write is in a closed generation the copy has replayed
+    await converged(cluster, "DB2", "mbx2", ["mbx3"])
+    cluster.kill("mbx2")
+    activated = await cluster.ok(
+        "POST", "mbx3", "/v1/databases/DB2/activate", json={"node": "mbx3"}
+    )
+    assert activated["lost_logs"] == 0
+
+    async def mounted():
+        return (await cluster.status("mbx3"))["DB2"]["status"] == "Mounted"
+
+    await cluster.wait_for("mbx3 to mount DB2", mounted)
+    await write(cluster, "mbx3", "DB2", "bob", 100, 50)
+    # the old active returns as a passive copy: its own logs match the new active's, its
+    # open log held nothing, so it catches up from where it was with no reseed
+    await cluster.start("mbx2")
+    await converged(cluster, "DB2", "mbx3", ["mbx2"])
+    copy = (await cluster.status("mbx2"))["DB2"]
+    assert copy["role"] == "Passive" and copy["status"] == "Healthy" and copy["error"] is None
+    assert await cluster.items("mbx2", "DB2", "bob") == await cluster.items("mbx3", "DB2", "bob")
+    aside = cluster.root / "mbx2" / "DB2" / "logs" / "IgnoredLogs" / "E00OutofDate"
+    assert list(aside.iterdir()) == [], "every log it wrote as active matched and was dropped"
