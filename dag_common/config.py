@@ -150,6 +150,12 @@ class GuaranteeLimits(_Model):
     flush_max_replay_lag: Duration = timedelta(minutes=30)
     # How many of a caller's last queries the average copy queue is taken over.
     average_window: int = Field(default=60, ge=1, le=10_000)
+    # The waits an answer asks for (the seed's: no status yet 10 s, no healthy copy 2 min,
+    # a healthy copy slightly behind 1 min, never more than 10 min).
+    wait_no_status: Duration = timedelta(seconds=10)
+    wait_no_healthy_copy: Duration = timedelta(minutes=2)
+    wait_behind: Duration = timedelta(minutes=1)
+    wait_max: Duration = timedelta(minutes=10)
 
 
 class GuaranteeApiConfig(_Model):

@@ -57,13 +57,17 @@ class Limits:
 
     @classmethod
     def from_config(cls, config: GuaranteeLimits) -> Limits:
-        """Limits from the cluster config; wait times stay the seed's."""
+        """Limits and wait times from the cluster config (defaults: the seed's)."""
         return cls(
             max_copy_queue_length=config.max_copy_queue_length,
             max_average_copy_queue_length=config.max_average_copy_queue_length,
             replay_queue_over_lag=config.replay_queue_over_lag,
             flush_clock_skew=config.flush_clock_skew,
             flush_max_replay_lag=config.flush_max_replay_lag,
+            wait_no_status=config.wait_no_status,
+            wait_no_healthy_copy=config.wait_no_healthy_copy,
+            wait_behind=config.wait_behind,
+            wait_max=config.wait_max,
         )
 
 

@@ -130,7 +130,13 @@ class Mover:
     # ---- running ---------------------------------------------------------------------------
 
     async def run(self, move_id: str) -> MoveRecord:
-        """Run (or resume) a move until it completes or fails; return the final record."""
+        """Run (or resume) a move until it completes or fails; return the final record.
+
+        MoveRejected if another client is running the same move right now."""
+        with self.requests.running(move_id):
+            return await self._run_held(move_id)
+
+    async def _run_held(self, move_id: str) -> MoveRecord:
         record = self.requests.get(move_id)
         if record is None:
             raise MoveRejected(f"no move request {move_id!r}")

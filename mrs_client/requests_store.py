@@ -7,10 +7,15 @@ in `move_mailboxes`, taken in the same transaction as the request, released on c
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
+import re
 import sqlite3
 import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -88,6 +93,7 @@ class MoveRequestStore:
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._locks = path.with_name(path.name + ".running")
         self._conn = sqlite3.connect(
             path, isolation_level=None, check_same_thread=False, timeout=10.0
         )
@@ -146,6 +152,32 @@ class MoveRequestStore:
                 self._conn.execute("DELETE FROM move_mailboxes WHERE move_id=?", (record.id,))
             self._conn.execute("COMMIT")
         return record
+
+    @contextlib.contextmanager
+    def running(self, move_id: str) -> Iterator[None]:
+        """Hold the right to run `move_id`; MoveRejected if another process holds it.
+
+        An exclusive flock on a file per move: the kernel drops it when its process ends,
+        so a client killed with -9 never leaves a move that cannot be resumed, and two
+        clients can never run the same move at once.
+        """
+        if not re.fullmatch(r"[0-9a-f]{1,32}", move_id):
+            raise MoveRejected(f"no move request {move_id!r}")
+        self._locks.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self._locks / f"{move_id}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                raise MoveRejected(
+                    f"move {move_id} is being run by another mrs process (pid {holder})"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     def get(self, move_id: str) -> MoveRecord | None:
         with self._lock:

@@ -464,3 +464,21 @@ def test_verdicts_list_every_configured_copy_with_role():
         ("mbx3", CopyRole.PASSIVE),
     ]
     assert answer.copies[0].meets and answer.copies[1].meets and not answer.copies[2].meets
+
+
+def test_wait_times_come_from_the_config_with_the_seeds_defaults():
+    from dag_common.config import GuaranteeLimits
+    from guarantee_api.values import Limits
+
+    seed = Limits.from_config(GuaranteeLimits())
+    assert (seed.wait_no_status, seed.wait_no_healthy_copy, seed.wait_behind, seed.wait_max) == (
+        timedelta(seconds=10),
+        timedelta(minutes=2),
+        timedelta(minutes=1),
+        timedelta(minutes=10),
+    )
+    short = Limits.from_config(
+        GuaranteeLimits.model_validate({"wait_no_healthy_copy": "3s", "wait_max": "1m"})
+    )
+    assert short.wait_no_healthy_copy == timedelta(seconds=3)
+    assert short.wait_max == timedelta(minutes=1)

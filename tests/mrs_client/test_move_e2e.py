@@ -54,6 +54,13 @@ async def env(tmp_path):
         nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
         databases=databases(),
     )
+    # The service's waits (the seed's 10 s / 2 min / 1 min) shortened like the mover's.
+    cluster.config["guarantee_api"]["limits"] = {
+        "wait_no_status": "1s",
+        "wait_no_healthy_copy": "1s",
+        "wait_behind": "1s",
+    }
+    cluster.write_config()
     await cluster.start()
     api = await cluster.start_guarantee_api()
     yield cluster
@@ -218,6 +225,9 @@ async def test_move_stalls_on_suspended_copies_fails_and_resumes(env):
         # ...a second move of the same mailbox is refused while this one holds it...
         again = mrs(cluster, "move", "--mailbox", "alice", "--to", "DB2")
         assert again.returncode == 2 and "already" in again.stderr, again.stderr
+        # ...and so is a second client resuming the same move while this one runs it...
+        twice = mrs(cluster, "resume", move["id"], *FAST)
+        assert twice.returncode == 2 and "being run by another" in twice.stderr, twice.stderr
         # ...and once the copy is resumed, a Satisfied answer lets the move go on by itself.
         await cluster.ok("POST", "mbx3", "/v1/databases/DB2/copies/mbx3/resume")
         out, _ = await asyncio.to_thread(resumed.communicate, timeout=180)
