@@ -2,11 +2,15 @@
 
 A transport failure is answered as Retry (the service may be restarting), never as
 Satisfied; a request the service refuses (unknown database, bad token) fails the move.
+
+CheckReplicationFlush goes by LSN, exact and clock-free, when the service offers it; a
+service that knows only the seed's commit-time check does not know the `lsn` field, sees no
+target and answers INVALID_ARGUMENT: the client then asks by commit time, and keeps doing so.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import grpc
 
@@ -47,6 +51,17 @@ def answer_from(response: pb.GuaranteeResponse) -> GuaranteeAnswer:
     )
 
 
+def _failed(method: str, exc: grpc.aio.AioRpcError) -> GuaranteeAnswer:
+    """A transport failure is a Retry; a refusal fails the move (MoveFailed)."""
+    if exc.code() in _TRANSIENT:
+        return GuaranteeAnswer(
+            GuaranteeStatus.RETRY,
+            timedelta(seconds=10),
+            f"the Data Guarantee service cannot be reached: {exc.code().name}",
+        )
+    raise MoveFailed(f"{method} refused: {exc.code().name}: {exc.details()}") from exc
+
+
 class GrpcGuaranteeClient:
     """CheckReplicationHealth and CheckReplicationFlush over one channel."""
 
@@ -66,6 +81,7 @@ class GrpcGuaranteeClient:
         self._stub = pb_grpc.DataGuaranteeStub(self._channel)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._timeout = timeout
+        self.flush_by_lsn = True  # until the service shows it does not know the LSN
 
     @classmethod
     def from_config(cls, config: ClusterConfig, *, token: str | None) -> GrpcGuaranteeClient:
@@ -76,18 +92,15 @@ class GrpcGuaranteeClient:
 
     async def _call(self, method: str, request: object) -> GuaranteeAnswer:
         try:
-            response = await getattr(self._stub, method)(
-                request, metadata=self._metadata, timeout=self._timeout
-            )
+            response = await self._send(method, request)
         except grpc.aio.AioRpcError as exc:
-            if exc.code() in _TRANSIENT:
-                return GuaranteeAnswer(
-                    GuaranteeStatus.RETRY,
-                    timedelta(seconds=10),
-                    f"the Data Guarantee service cannot be reached: {exc.code().name}",
-                )
-            raise MoveFailed(f"{method} refused: {exc.code().name}: {exc.details()}") from exc
+            return _failed(method, exc)
         return answer_from(response)
+
+    async def _send(self, method: str, request: object) -> pb.GuaranteeResponse:
+        return await getattr(self._stub, method)(
+            request, metadata=self._metadata, timeout=self._timeout
+        )
 
     async def check_health(self, database: str, caller_id: str) -> GuaranteeAnswer:
         return await self._call(
@@ -95,14 +108,26 @@ class GrpcGuaranteeClient:
             pb.CheckReplicationHealthRequest(database=database, caller_id=caller_id),
         )
 
-    async def check_flush(self, database: str, caller_id: str, generation: int) -> GuaranteeAnswer:
-        """Flush by LSN: satisfied once the counted copies replayed `generation`."""
-        return await self._call(
-            "CheckReplicationFlush",
-            pb.CheckReplicationFlushRequest(
+    async def check_flush(
+        self, database: str, caller_id: str, generation: int, commit_time: datetime
+    ) -> GuaranteeAnswer:
+        """Satisfied once the counted copies replayed `generation` (by LSN) or, from a service
+        without LSN, replayed a log closed after `commit_time` + its clock skew."""
+        by_time = pb.CheckReplicationFlushRequest(database=database, caller_id=caller_id)
+        by_time.commit_time.FromDatetime(commit_time)
+        if self.flush_by_lsn:
+            by_lsn = pb.CheckReplicationFlushRequest(
                 database=database, caller_id=caller_id, lsn=pb.Lsn(generation=generation, offset=0)
-            ),
-        )
+            )
+            try:
+                return answer_from(await self._send("CheckReplicationFlush", by_lsn))
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() is not grpc.StatusCode.INVALID_ARGUMENT:
+                    return _failed("CheckReplicationFlush", exc)
+                # Asked again by commit time below: if that is refused too, the service
+                # refuses the request itself and the move fails with its words.
+                self.flush_by_lsn = False
+        return await self._call("CheckReplicationFlush", by_time)
 
     async def close(self) -> None:
         await self._channel.close()

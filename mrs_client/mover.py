@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import datetime
 from typing import Any, Protocol
 
 from dag_common.clock import Clock
@@ -41,8 +42,10 @@ class GuaranteeClient(Protocol):
     async def check_health(self, database: str, caller_id: str) -> GuaranteeAnswer: ...
 
     async def check_flush(
-        self, database: str, caller_id: str, generation: int
-    ) -> GuaranteeAnswer: ...
+        self, database: str, caller_id: str, generation: int, commit_time: datetime
+    ) -> GuaranteeAnswer:
+        """By the LSN (`generation`) when the service offers it, by `commit_time` otherwise."""
+        ...
 
 
 class Directory(Protocol):
@@ -430,7 +433,11 @@ class Mover:
         """Ask CheckReplicationFlush for `generation` until Satisfied, or fail at the limit."""
         assert generation is not None and record.flush_started is not None
         while True:
-            answer = await self.guarantee.check_flush(record.target_db, self.caller_id, generation)
+            # The roll closed the generation just before flush_started: that is the commit
+            # time the seed's check compares the copies' last replayed log time with.
+            answer = await self.guarantee.check_flush(
+                record.target_db, self.caller_id, generation, record.flush_started
+            )
             self.requests.add_answer(
                 record.id,
                 step=record.step,

@@ -1,0 +1,77 @@
+"""The mover's guarantee client against real gRPC servers on port 0: the real service's LSN
+flush, a seed-only service (commit time only, as Exchange 2010 SP1 offers; it cannot run
+here, so a small servicer plays it), and a service that is down."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import grpc
+import pytest
+
+from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
+from mrs_client.errors import MoveFailed
+from mrs_client.guarantee_client import GrpcGuaranteeClient
+from mrs_client.policy import GuaranteeStatus
+
+WHEN = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+class SeedOnlyService(pb_grpc.DataGuaranteeServicer):
+    """Knows CheckReplicationFlush by commit time only; a request without one is invalid."""
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+
+    async def CheckReplicationFlush(self, request, context):
+        target = request.WhichOneof("target")
+        self.requests.append(target or "none")
+        if target != "commit_time":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "commit_time is required")
+        assert request.commit_time.ToDatetime(tzinfo=UTC) == WHEN
+        return pb.GuaranteeResponse(status=pb.SATISFIED, reason="replayed past commit time")
+
+    async def CheckReplicationHealth(self, request, context):
+        await context.abort(grpc.StatusCode.NOT_FOUND, f"no database {request.database}")
+
+
+@pytest.fixture
+async def seed_only():
+    server = grpc.aio.server()
+    service = SeedOnlyService()
+    pb_grpc.add_DataGuaranteeServicer_to_server(service, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    yield service, f"127.0.0.1:{port}"
+    await server.stop(None)
+
+
+async def test_falls_back_to_commit_time_when_the_service_has_no_lsn(seed_only):
+    service, target = seed_only
+    client = GrpcGuaranteeClient(target)
+    answer = await client.check_flush("DB2", "mrs", 7, WHEN)
+    assert answer.status is GuaranteeStatus.SATISFIED
+    assert not client.flush_by_lsn
+    await client.check_flush("DB2", "mrs", 8, WHEN)
+    assert service.requests == ["lsn", "commit_time", "commit_time"]
+    await client.close()
+
+
+async def test_a_refused_request_fails_the_move_and_is_never_satisfied(seed_only):
+    _, target = seed_only
+    client = GrpcGuaranteeClient(target)
+    with pytest.raises(MoveFailed, match="NOT_FOUND"):
+        await client.check_health("DB9", "mrs")
+    await client.close()
+
+
+async def test_a_service_that_is_down_answers_retry_never_satisfied():
+    client = GrpcGuaranteeClient("127.0.0.1:1", timeout=2)
+    for answer in (
+        await client.check_health("DB2", "mrs"),
+        await client.check_flush("DB2", "mrs", 3, WHEN),
+    ):
+        assert answer.status is GuaranteeStatus.RETRY and "cannot be reached" in answer.reason
+    assert client.flush_by_lsn, "an outage says nothing about what the service offers"
+    await client.close()
