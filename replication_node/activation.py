@@ -1,4 +1,5 @@
-"""Activating a passive copy when the active copy is lost (the seeds' failover).
+"""Moving the active role: activation after the active is lost (the seeds' failover), and
+switchover from a running active (the seeds' scheduled outage, which loses nothing).
 
 `mount_decision` is the policy (pure): may this copy be mounted, and how many logs would
 be lost?  The lost logs are the closed generations the lost active announced
@@ -9,8 +10,13 @@ GoodAvailability 3, BestAvailability 6.  An operator may override the dial for o
 `activate_copy` does it: checks the old active is really gone and the copy is fit, moves the
 active role in the cluster store with a compare-and-set on the epoch (two activations can
 never both win), and asks the database's nodes to reconcile at once instead of at their next
-config refresh.  A running active is not taken over here: moving the role away from a live
-active is a switchover, which closes its log first and loses nothing.
+config refresh.  A running active is not taken over by an activation.
+
+`switchover_copy` moves the role away from a running active: the active stops taking writes
+and closes its open log (generation G); once the target copy has replayed G, the role moves
+(compare-and-set), every node reconciles, the old active dismounts cleanly and follows the new
+one as a passive copy.  If the target does not catch up in time, or the role changed
+meanwhile, the active takes writes again and nothing else changed.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 import aiohttp
 
 from dag_common.auth import bearer
+from dag_common.clock import Clock
 from dag_common.config import ClusterConfig
 from dag_common.model import (
     AutoDatabaseMountDial,
@@ -31,7 +38,7 @@ from dag_common.model import (
     CopyStatusReport,
     NodeStatus,
 )
-from replication_node.cluster_store import ClusterStore
+from replication_node.cluster_store import ActiveRecord, ClusterStore
 from replication_node.errors import BadRequest, Conflict, NotFound
 
 logger = logging.getLogger(__name__)
@@ -93,17 +100,17 @@ async def _node_status(session: aiohttp.ClientSession, url: str, token: str) -> 
         return None
 
 
-async def activate_copy(
-    *,
-    config: ClusterConfig,
-    cluster_store: ClusterStore,
-    session: aiohttp.ClientSession,
-    token: str,
-    database: str,
-    node: str,
-    dial_override: AutoDatabaseMountDial | None = None,
-) -> dict[str, Any]:
-    """Make the copy of `database` on `node` active; Conflict (nothing changed) if it may not."""
+def _copy_in(status: NodeStatus | None, database: str) -> CopyStatusReport | None:
+    if status is None:
+        return None
+    return next((c for c in status.copies if c.database == database), None)
+
+
+async def _active_elsewhere(
+    config: ClusterConfig, cluster_store: ClusterStore, database: str, node: str
+) -> ActiveRecord:
+    """The active record of `database`, checked to be on another node than `node`, which
+    must hold a copy."""
     try:
         db = config.database(database)
     except KeyError:
@@ -115,13 +122,27 @@ async def activate_copy(
         raise Conflict(f"{database} has never been mounted")
     if record.node == node:
         raise Conflict(f"the copy on {node} is already active")
+    return record
+
+
+async def activate_copy(
+    *,
+    config: ClusterConfig,
+    cluster_store: ClusterStore,
+    session: aiohttp.ClientSession,
+    token: str,
+    database: str,
+    node: str,
+    dial_override: AutoDatabaseMountDial | None = None,
+) -> dict[str, Any]:
+    """Make the copy of `database` on `node` active; Conflict (nothing changed) if it may not."""
+    record = await _active_elsewhere(config, cluster_store, database, node)
     old, new = await asyncio.gather(
         _node_status(session, config.node(record.node).url, token),
         _node_status(session, config.node(node).url, token),
     )
-    old_copy = next((c for c in old.copies if c.database == database), None) if old else None
-    copy = next((c for c in new.copies if c.database == database), None) if new else None
-    dial = dial_override or config.mount_dial_of(db)
+    old_copy, copy = _copy_in(old, database), _copy_in(new, database)
+    dial = dial_override or config.mount_dial_of(config.database(database))
     decision = mount_decision(
         node=node,
         copy=copy,
@@ -144,18 +165,7 @@ async def activate_copy(
         decision.reason,
     )
 
-    async def reconcile(url: str) -> None:
-        try:
-            async with session.post(
-                f"{url}/v1/reconcile",
-                headers=bearer(token),
-                timeout=aiohttp.ClientTimeout(total=30),
-            ) as resp:
-                resp.raise_for_status()
-        except (aiohttp.ClientError, TimeoutError):
-            pass  # a node that cannot be told now learns it at its next config refresh
-
-    await asyncio.gather(*(reconcile(config.node(c.node).url) for c in db.copies))
+    await _reconcile_all(session, config, database, token)
     return {
         "database": database,
         "node": node,
@@ -163,4 +173,96 @@ async def activate_copy(
         "previous_node": record.node,
         "lost_logs": decision.lost_logs,
         "reason": decision.reason,
+    }
+
+
+async def _post(
+    session: aiohttp.ClientSession, url: str, token: str, body: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """POST an admin call; its JSON answer, or None if the node cannot be reached or refuses."""
+    try:
+        async with session.post(
+            url, json=body or {}, headers=bearer(token), timeout=aiohttp.ClientTimeout(total=30)
+        ) as resp:
+            if resp.status >= 300:
+                logger.warning("POST %s: HTTP %d %s", url, resp.status, (await resp.text())[:300])
+                return None
+            return dict(await resp.json())
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        logger.warning("POST %s failed: %s", url, exc)
+        return None
+
+
+async def _reconcile_all(
+    session: aiohttp.ClientSession, config: ClusterConfig, database: str, token: str
+) -> None:
+    """Ask every node of `database` to re-read who is active now; a node that cannot be told
+    now learns it at its next config refresh."""
+    urls = [config.node(c.node).url for c in config.database(database).copies]
+    await asyncio.gather(*(_post(session, f"{url}/v1/reconcile", token) for url in urls))
+
+
+async def switchover_copy(
+    *,
+    config: ClusterConfig,
+    cluster_store: ClusterStore,
+    session: aiohttp.ClientSession,
+    token: str,
+    clock: Clock,
+    database: str,
+    node: str,
+    timeout: float = 60.0,
+) -> dict[str, Any]:
+    """Move the active role of `database` to the copy on `node` without losing a log."""
+    record = await _active_elsewhere(config, cluster_store, database, node)
+
+    async def target_copy() -> CopyStatusReport | None:
+        return _copy_in(await _node_status(session, config.node(node).url, token), database)
+
+    copy = await target_copy()
+    if copy is None or copy.role is not CopyRole.PASSIVE or copy.status is not CopyStatus.HEALTHY:
+        state = f"{copy.role} {copy.status}" if copy else "unreachable"
+        raise Conflict(f"cannot switch {database} over to {node}: its copy is {state}")
+    active_url = f"{config.node(record.node).url}/v1/databases/{database}"
+    quiesced = await _post(session, f"{active_url}/quiesce", token, {"target": node})
+    if quiesced is None:
+        raise Conflict(
+            f"the active copy on {record.node} did not stop its writes; if it is lost, activate"
+        )
+    generation = int(quiesced["last_log_generated"])
+    try:
+        deadline = clock.monotonic() + timeout
+        while True:
+            copy = await target_copy()
+            if copy is not None and copy.last_log_replayed >= generation:
+                break
+            if clock.monotonic() > deadline or (copy is not None and copy.status not in MOUNTABLE):
+                where = f"{copy.status}, replayed {copy.last_log_replayed}" if copy else "gone"
+                raise Conflict(
+                    f"switchover of {database} abandoned: {node} did not replay generation "
+                    f"{generation} ({where}); {record.node} takes writes again"
+                )
+            await clock.sleep(0.1)
+        won = await cluster_store.set_active(database, node, expected_epoch=record.epoch)
+        if won is None:
+            raise Conflict(f"the active copy of {database} changed meanwhile; nothing was done")
+    except BaseException:
+        await _post(session, f"{active_url}/unquiesce", token)
+        raise
+    logger.info(
+        "%s: switched over from %s to %s at generation %d (epoch %d)",
+        database,
+        record.node,
+        node,
+        generation,
+        won.epoch,
+    )
+    await _reconcile_all(session, config, database, token)
+    return {
+        "database": database,
+        "node": node,
+        "epoch": won.epoch,
+        "previous_node": record.node,
+        "last_log_generated": generation,
+        "lost_logs": 0,
     }

@@ -71,6 +71,7 @@ class ActiveInstance:
         self._circular_logging = circular_logging
         self._truncation_interval = truncation_interval
         self.truncated_through = 0
+        self.switching_to: str | None = None  # a switchover to this node is under way
 
     async def start(self) -> None:
         """Mount the database (creating it the first time) and start serving."""
@@ -130,6 +131,30 @@ class ActiveInstance:
                 await self.copy.crash_close()
         async with self._closed_cond:
             self._closed_cond.notify_all()
+
+    async def quiesce(self, target: str) -> int:
+        """A switchover to `target` begins: take no more writes, close the open log.
+
+        Returns the last closed generation (LastLogGenerated), which the target must replay
+        before it takes over.  Every write acknowledged before is in it: writes that passed
+        the store's checks are queued on the log ahead of the roll.
+        """
+        assert self.copy is not None
+        self.switching_to = target
+        await self.copy.roll()
+        logger.info(
+            "%s: writes stopped for a switchover to %s at generation %d",
+            self.database,
+            target,
+            self.last_log_generated,
+        )
+        return self.last_log_generated
+
+    def unquiesce(self) -> None:
+        """The switchover was abandoned: take writes again."""
+        if self.switching_to is not None:
+            logger.warning("%s: switchover to %s abandoned", self.database, self.switching_to)
+        self.switching_to = None
 
     def _on_event(self, event: StreamEvent) -> None:
         if isinstance(event, ClosedGeneration):

@@ -86,6 +86,8 @@ def _active(request: web.Request) -> ActiveInstance:
         raise NotFound(f"no copy of database {db!r} on node {node.name}")
     if not isinstance(instance, ActiveInstance) or instance.store is None:
         raise NotActive(f"the copy of {db} on {node.name} is passive; write to the active copy")
+    if instance.switching_to is not None:
+        raise NotActive(f"{db} is being switched over to {instance.switching_to}; write there")
     return instance
 
 
@@ -252,6 +254,33 @@ async def activate(request: web.Request) -> web.Response:
     return web.json_response(result)
 
 
+async def switchover(request: web.Request) -> web.Response:
+    body = await _body(request)
+    target = body.get("target")
+    if not isinstance(target, str):
+        raise BadRequest("target (the node to move the active copy to) is required")
+    return web.json_response(await request.app[NODE].switchover(request.match_info["db"], target))
+
+
+async def quiesce(request: web.Request) -> web.Response:
+    """Switchover, on the active's node: stop writes and close the open log."""
+    body = await _body(request)
+    target = body.get("target")
+    if not isinstance(target, str):
+        raise BadRequest("target is required")
+    generation = await _active(request).quiesce(target)
+    return web.json_response({"last_log_generated": generation})
+
+
+async def unquiesce(request: web.Request) -> web.Response:
+    node = request.app[NODE]
+    instance = node.instance(request.match_info["db"])
+    if not isinstance(instance, ActiveInstance):
+        raise NotFound(f"no active copy of {request.match_info['db']} on {node.name}")
+    instance.unquiesce()
+    return web.json_response({"ok": True})
+
+
 def add_routes(app: web.Application) -> None:
     prefix = "/v1/databases/{db}"
     mbx = prefix + "/mailboxes/{mailbox}"
@@ -268,4 +297,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(prefix + "/roll-log", roll_log)
     app.router.add_post(prefix + "/copies/{node}/{action:suspend|resume|reseed}", copy_action)
     app.router.add_post(prefix + "/activate", activate)
+    app.router.add_post(prefix + "/switchover", switchover)
+    app.router.add_post(prefix + "/quiesce", quiesce)
+    app.router.add_post(prefix + "/unquiesce", unquiesce)
     app.router.add_post("/v1/reconcile", reconcile)

@@ -273,6 +273,18 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
         code, body = asyncio.run(
             _admin(config, config.node(active).url, f"/v1/databases/{db.name}/roll-log", {})
         )
+    elif args.db_cmd == "switchover":
+        if db.copy_on(args.to) is None:
+            print(f"error: {db.name} has no copy on {args.to!r}", file=sys.stderr)
+            return ExitCode.BAD_INPUT
+        code, body = asyncio.run(
+            _admin(
+                config,
+                config.node(args.to).url,
+                f"/v1/databases/{db.name}/switchover",
+                {"target": args.to},
+            )
+        )
     elif db.copy_on(args.node) is None:
         print(f"error: {db.name} has no copy on {args.node!r}", file=sys.stderr)
         return ExitCode.BAD_INPUT
@@ -342,3 +354,10 @@ def register_db(db_sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
         help="accept this many lost logs for this activation only",
     )
     act.set_defaults(func=cmd_db_admin)
+    switch = db_sub.add_parser(
+        "switchover", help="move the active copy to another copy, losing nothing"
+    )
+    switch.add_argument("database")
+    switch.add_argument("--to", required=True, help="the node whose copy becomes active")
+    switch.add_argument("--config", required=True)
+    switch.set_defaults(func=cmd_db_admin)

@@ -208,6 +208,21 @@ class Node:
             dial_override=dial_override,
         )
 
+    async def switchover(self, database: str, target: str) -> dict[str, Any]:
+        """Move the active copy of `database` to `target` without losing a log."""
+        from replication_node.activation import switchover_copy
+
+        assert self._session is not None
+        return await switchover_copy(
+            config=self.config,
+            cluster_store=self.cluster_store,
+            session=self._session,
+            token=self.token,
+            clock=self._clock,
+            database=database,
+            node=target,
+        )
+
     async def peer_progress(self, database: str) -> list[Any]:
         """What every other copy of `database` has inspected and replayed, asked now; a copy
         that cannot be reached counts with what it was last known to have (0 if never)."""

@@ -329,3 +329,58 @@ async def test_lossless_failover_lets_the_old_active_rejoin_without_a_reseed(clu
     assert await cluster.items("mbx2", "DB2", "bob") == await cluster.items("mbx3", "DB2", "bob")
     aside = cluster.root / "mbx2" / "DB2" / "logs" / "IgnoredLogs" / "E00OutofDate"
     assert list(aside.iterdir()) == [], "every log it wrote as active matched and was dropped"
+
+
+async def test_switchover_moves_the_active_copy_losing_nothing(cluster):
+    await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/alice")
+    await write(cluster, "mbx1", "DB1", "alice", 0, 200)
+    # refused to a copy that is not Healthy; the active goes on taking writes
+    await cluster.ok("POST", "mbx3", "/v1/databases/DB1/copies/mbx3/suspend")
+    code, body = await cluster.call(
+        "POST", "mbx1", "/v1/databases/DB1/switchover", json={"target": "mbx3"}
+    )
+    assert code == 409 and "Suspended" in body["error"], body
+    await cluster.ok("POST", "mbx3", "/v1/databases/DB1/copies/mbx3/resume")
+    await write(cluster, "mbx1", "DB1", "alice", 200, 20)  # not closed: still in E00.log
+    before = await cluster.items("mbx1", "DB1", "alice")
+    switched = await asyncio.to_thread(
+        subprocess.run,
+        [
+            sys.executable,
+            "-m",
+            "replication_node.cli",
+            "db",
+            "switchover",
+            "DB1",
+            "--to",
+            "mbx2",
+            "--config",
+            str(cluster.config_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=cluster.env(),
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert switched.returncode == 0, switched.stdout + switched.stderr
+    assert json.loads(switched.stdout)["lost_logs"] == 0
+
+    async def roles_moved():
+        new, old = (await cluster.status("mbx2"))["DB1"], (await cluster.status("mbx1"))["DB1"]
+        return new["status"] == "Mounted" and old["role"] == "Passive"
+
+    await cluster.wait_for("the roles to move", roles_moved)
+    assert await cluster.items("mbx2", "DB1", "alice") == before, "every acknowledged write"
+    code, body = await cluster.call(
+        "POST", "mbx1", "/v1/databases/DB1/mailboxes/alice/items", json={"subject": "x"}
+    )
+    assert code == 409 and body["active_node"] == "mbx2"
+    await write(cluster, "mbx2", "DB1", "alice", 300, 30)
+    # the old active follows the new one as a passive copy, without a reseed, as does mbx3
+    await converged(cluster, "DB1", "mbx2", ["mbx1", "mbx3"])
+    after = await cluster.items("mbx2", "DB1", "alice")
+    assert len(after) == 250
+    for node in ("mbx1", "mbx3"):
+        assert await cluster.items(node, "DB1", "alice") == after
+    assert (await cluster.status("mbx1"))["DB1"]["error"] is None
