@@ -334,6 +334,7 @@ async def test_lossless_failover_lets_the_old_active_rejoin_without_a_reseed(clu
 async def test_switchover_moves_the_active_copy_losing_nothing(cluster):
     await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/alice")
     await write(cluster, "mbx1", "DB1", "alice", 0, 200)
+    await converged(cluster, "DB1", "mbx1", ["mbx2", "mbx3"])
     # refused to a copy that is not Healthy; the active goes on taking writes
     await cluster.ok("POST", "mbx3", "/v1/databases/DB1/copies/mbx3/suspend")
     code, body = await cluster.call(
