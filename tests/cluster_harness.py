@@ -171,6 +171,24 @@ class LocalCluster:
         body = await self.ok("GET", node, f"/v1/databases/{db}/mailboxes/{mailbox}/items")
         return {i["item_id"]: i for i in body["items"]}
 
+    def node_cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run `replication-node ARGS --config <this cluster's config>` as an operator would."""
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "replication_node.cli",
+                *args,
+                "--config",
+                str(self.config_path),
+            ],
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            cwd=ROOT,
+            timeout=timeout,
+        )
+
     async def start_guarantee_api(self, timeout: float = 30) -> subprocess.Popen[bytes]:
         """Start `guarantee-api serve` on this cluster's config; return once it is SERVING."""
         from grpc import aio

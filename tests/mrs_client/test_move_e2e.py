@@ -141,25 +141,7 @@ async def test_move_completes_and_survives_loss_of_the_target_active(env):
     # The seed's Example 1: the target's active dies right after completion and a copy is
     # activated. The mailbox must be there, whole, on the new active.
     cluster.kill("mbx2")
-    activate = await asyncio.to_thread(
-        subprocess.run,
-        [
-            sys.executable,
-            "-m",
-            "replication_node.cli",
-            "db",
-            "activate",
-            "DB2",
-            "--node",
-            "mbx3",
-            "--config",
-            str(cluster.config_path),
-        ],
-        capture_output=True,
-        text=True,
-        env=cluster.env(),
-        cwd=ROOT,
-    )
+    activate = await asyncio.to_thread(cluster.node_cli, "db", "activate", "DB2", "--node", "mbx3")
     assert activate.returncode == 0, activate.stdout + activate.stderr
     assert json.loads(activate.stdout)["lost_logs"] == 0
 

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 
 import pytest
 
 from replication_node import logfile
 from replication_node.logstream import list_closed_generations
-from tests.cluster_harness import ROOT, LocalCluster
+from tests.cluster_harness import LocalCluster
 
 pytestmark = pytest.mark.slow
 
@@ -260,22 +258,7 @@ async def test_failover_activates_the_copy_and_the_diverged_old_active_needs_a_r
 
 
 def status_cli(cluster, *args):
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "replication_node.cli",
-            "status",
-            "--config",
-            str(cluster.config_path),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        env=cluster.env(),
-        cwd=ROOT,
-        timeout=60,
-    )
+    return cluster.node_cli("status", *args, timeout=60)
 
 
 async def test_a_copy_added_to_the_config_is_seeded_and_a_bad_config_is_ignored(cluster):
@@ -344,26 +327,7 @@ async def test_switchover_moves_the_active_copy_losing_nothing(cluster):
     await cluster.ok("POST", "mbx3", "/v1/databases/DB1/copies/mbx3/resume")
     await write(cluster, "mbx1", "DB1", "alice", 200, 20)  # not closed: still in E00.log
     before = await cluster.items("mbx1", "DB1", "alice")
-    switched = await asyncio.to_thread(
-        subprocess.run,
-        [
-            sys.executable,
-            "-m",
-            "replication_node.cli",
-            "db",
-            "switchover",
-            "DB1",
-            "--to",
-            "mbx2",
-            "--config",
-            str(cluster.config_path),
-        ],
-        capture_output=True,
-        text=True,
-        env=cluster.env(),
-        cwd=ROOT,
-        timeout=120,
-    )
+    switched = await asyncio.to_thread(cluster.node_cli, "db", "switchover", "DB1", "--to", "mbx2")
     assert switched.returncode == 0, switched.stdout + switched.stderr
     assert json.loads(switched.stdout)["lost_logs"] == 0
 
