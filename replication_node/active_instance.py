@@ -89,7 +89,8 @@ class ActiveInstance:
             clock=self._clock,
             create=create,
         )
-        self.last_close_time = self.copy.last_closed_time
+        # No generation above the waypoint (a clean mount): the file knows its last log's time.
+        self.last_close_time = self.copy.last_closed_time or self.copy.header.last_log_time
         self.store = MailboxStore(self.copy)
         self.copy.stream.add_listener(self._on_event)
         self._tasks.append(

@@ -251,6 +251,11 @@ def main() -> int:
             env=env,
             check=False,
         )
+        step("Switch DB2 over to its copy on mbx3 (no log lost), then the cluster's status")
+        if cli.main(["db", "switchover", "DB2", "--to", "mbx3", "--config", str(config_path)]):
+            raise SystemExit("the switchover failed")
+        time.sleep(1.0)  # the old active dismounts and starts following the new one
+        cli.main(["status", "--config", str(config_path)])
         step("The log stream of DB1 on the active (mbx1) and on a passive copy (mbx3)")
         for node in ("mbx1", "mbx3"):
             logs = sorted((base / node / "DB1" / "logs").glob("E0*.log"))

@@ -269,6 +269,7 @@ class PassiveCopy:
         m.last_log_replayed = header.waypoint
         m.last_replayed_log_time = header.last_log_time
         inspected = header.waypoint
+        m.last_inspected_log_time = header.last_log_time
         m.close_times.clear()
         for gen in list_closed_generations(self.paths.logs):
             path = self.paths.logs / closed_log_name(gen)
