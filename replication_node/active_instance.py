@@ -72,6 +72,7 @@ class ActiveInstance:
         self._truncation_interval = truncation_interval
         self.truncated_through = 0
         self.switching_to: str | None = None  # a switchover to this node is under way
+        self._quiesce_epoch = 0  # which quiesce a pending automatic unquiesce belongs to
 
     async def start(self) -> None:
         """Mount the database (creating it the first time) and start serving."""
@@ -133,15 +134,23 @@ class ActiveInstance:
         async with self._closed_cond:
             self._closed_cond.notify_all()
 
-    async def quiesce(self, target: str) -> int:
+    async def quiesce(self, target: str, *, hold: float = 180.0) -> int:
         """A switchover to `target` begins: take no more writes, close the open log.
 
         Returns the last closed generation (LastLogGenerated), which the target must replay
         before it takes over.  Every write acknowledged before is in it: writes that passed
-        the store's checks are queued on the log ahead of the roll.
+        the store's checks are queued on the log ahead of the roll.  Should whoever runs the
+        switchover vanish, writes resume by themselves after `hold` seconds unless the role
+        moved (this instance is then stopped).
         """
         assert self.copy is not None
         self.switching_to = target
+        self._quiesce_epoch += 1
+        self._tasks.append(
+            asyncio.create_task(
+                self._unquiesce_after(hold, self._quiesce_epoch), name=f"quiesce {self.database}"
+            )
+        )
         await self.copy.roll()
         logger.info(
             "%s: writes stopped for a switchover to %s at generation %d",
@@ -150,6 +159,12 @@ class ActiveInstance:
             self.last_log_generated,
         )
         return self.last_log_generated
+
+    async def _unquiesce_after(self, hold: float, epoch: int) -> None:
+        await self._clock.sleep(hold)
+        if self.switching_to is not None and self._quiesce_epoch == epoch:
+            logger.warning("%s: switchover did not finish in %.0fs", self.database, hold)
+            self.unquiesce()
 
     def unquiesce(self) -> None:
         """The switchover was abandoned: take writes again."""

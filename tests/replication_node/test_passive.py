@@ -249,3 +249,29 @@ async def test_a_generation_damaged_on_the_wire_is_set_aside_and_copied_again(sh
     ]
     assert len(copy.reader().items("m")) == 30
     await copy.stop()
+
+
+async def test_a_switchover_that_never_finishes_gives_the_active_its_writes_back(tmp_path):
+    clock = ManualClock(start=datetime.now(UTC))
+    s = await start_share(tmp_path, clock=clock)
+    try:
+        await s.write(0, 5)
+        last = await s.active.quiesce("mbx2", hold=60)
+        assert last == s.active.last_log_generated == 1, "the open log was closed"
+        assert s.active.switching_to == "mbx2"
+        await clock.advance(30)
+        assert s.active.switching_to == "mbx2"
+        await clock.advance(31)
+        assert s.active.switching_to is None, "writes resume once the hold runs out"
+        # a switchover abandoned by its coordinator and a new one: the first one's timer
+        # does not cut the second one short
+        await s.active.quiesce("mbx2", hold=60)
+        await clock.advance(10)
+        s.active.unquiesce()
+        await s.active.quiesce("mbx3", hold=60)
+        await clock.advance(55)  # the first timer fires here
+        assert s.active.switching_to == "mbx3"
+        await clock.advance(10)
+        assert s.active.switching_to is None
+    finally:
+        await s.close()
