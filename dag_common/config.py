@@ -64,6 +64,9 @@ class Defaults(_Model):
     log_roll_interval: Duration | None = None
     # Continuous replication circular logging: truncate without waiting for a backup.
     circular_logging: bool = True
+    # Automatic failover: a passive copy that has not reached its active for this long asks
+    # whether it is the best copy to mount (None: only an operator's activate does it).
+    failover_after: Duration | None = timedelta(seconds=15)
 
     @field_validator("log_file_size")
     @classmethod

@@ -89,7 +89,22 @@ def mount_decision(
     )
 
 
-async def _node_status(session: aiohttp.ClientSession, url: str, token: str) -> NodeStatus | None:
+def best_copy(copies: list[CopyStatusReport]) -> tuple[str | None, str]:
+    """Which passive copy an automatic failover mounts: of the copies that can be mounted,
+    the one that has inspected the most (fewest logs lost), then the lowest activation
+    preference.  The mount dial is checked on it by `mount_decision` afterwards."""
+    eligible = [c for c in copies if c.role is CopyRole.PASSIVE and c.status in MOUNTABLE]
+    if not eligible:
+        return None, "no passive copy is Healthy or DisconnectedAndHealthy"
+    best = min(eligible, key=lambda c: (-c.last_log_inspected, c.activation_preference))
+    return best.node, (
+        f"{best.node} has inspected through generation {best.last_log_inspected} "
+        f"(activation preference {best.activation_preference}) of "
+        f"{', '.join(c.node for c in eligible)}"
+    )
+
+
+async def node_status(session: aiohttp.ClientSession, url: str, token: str) -> NodeStatus | None:
     try:
         async with session.get(
             f"{url}/v1/status", headers=bearer(token), timeout=aiohttp.ClientTimeout(total=5)
@@ -100,7 +115,7 @@ async def _node_status(session: aiohttp.ClientSession, url: str, token: str) -> 
         return None
 
 
-def _copy_in(status: NodeStatus | None, database: str) -> CopyStatusReport | None:
+def copy_in(status: NodeStatus | None, database: str) -> CopyStatusReport | None:
     if status is None:
         return None
     return next((c for c in status.copies if c.database == database), None)
@@ -138,10 +153,10 @@ async def activate_copy(
     """Make the copy of `database` on `node` active; Conflict (nothing changed) if it may not."""
     record = await _active_elsewhere(config, cluster_store, database, node)
     old, new = await asyncio.gather(
-        _node_status(session, config.node(record.node).url, token),
-        _node_status(session, config.node(node).url, token),
+        node_status(session, config.node(record.node).url, token),
+        node_status(session, config.node(node).url, token),
     )
-    old_copy, copy = _copy_in(old, database), _copy_in(new, database)
+    old_copy, copy = copy_in(old, database), copy_in(new, database)
     dial = dial_override or config.mount_dial_of(config.database(database))
     decision = mount_decision(
         node=node,
@@ -217,7 +232,7 @@ async def switchover_copy(
     record = await _active_elsewhere(config, cluster_store, database, node)
 
     async def target_copy() -> CopyStatusReport | None:
-        return _copy_in(await _node_status(session, config.node(node).url, token), database)
+        return copy_in(await node_status(session, config.node(node).url, token), database)
 
     copy = await target_copy()
     if copy is None or copy.role is not CopyRole.PASSIVE or copy.status is not CopyStatus.HEALTHY:

@@ -88,6 +88,8 @@ class Copier:
                 raise CopyFailed(f"{exc}; the copy needs a reseed") from exc
             except LogShareError as exc:
                 m.connected = False
+                if m.disconnected_since is None:
+                    m.disconnected_since = self._clock.monotonic()
                 if not outage_logged:
                     logger.warning(
                         "%s: cannot reach the active, retrying: %s", self._paths.name, exc
@@ -103,6 +105,7 @@ class Copier:
             )
         m = self._markers
         m.contacted = m.connected = True
+        m.disconnected_since = None
         m.last_log_generated = max(m.last_log_generated, info.last_generation)
         m.last_log_copy_notified = max(m.last_log_copy_notified, info.last_generation)
         m.source_first_generation = info.first_generation

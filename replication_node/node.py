@@ -63,6 +63,7 @@ class Node:
         self._specs: dict[str, InstanceSpec] = {}
         self._session: aiohttp.ClientSession | None = None
         self._refresh_task: asyncio.Task[None] | None = None
+        self._failover_task: asyncio.Task[None] | None = None
         self._reconcile_lock = asyncio.Lock()
         # Last progress heard from each passive copy: (database, node) -> CopyProgress.
         self._progress: dict[tuple[str, str], Any] = {}
@@ -85,12 +86,27 @@ class Node:
         )
         await self.reconcile()
         self._refresh_task = asyncio.create_task(self._refresh_loop(), name="configupdater")
+        from replication_node.failover import FailoverMonitor
+
+        monitor = FailoverMonitor(
+            node=self.name,
+            config=lambda: self.config,
+            passive_copies=lambda: {
+                db: i for db, i in self._instances.items() if not isinstance(i, ActiveInstance)
+            },
+            cluster_store=self.cluster_store,
+            session=self._session,
+            token=self.token,
+            clock=self._clock,
+        )
+        self._failover_task = asyncio.create_task(monitor.run(), name="failover")
 
     async def stop(self) -> None:
-        if self._refresh_task:
-            self._refresh_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._refresh_task
+        for task in (self._refresh_task, self._failover_task):
+            if task:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for db in list(self._instances):
             await self._stop_instance(db)
         if self._session:

@@ -377,12 +377,14 @@ class PassiveCopy:
             status = CopyStatus.FAILED_AND_SUSPENDED if self._failed else CopyStatus.SUSPENDED
         elif self._phase is not CopyStatus.HEALTHY:
             status = self._phase
-        elif not m.contacted:
-            status = CopyStatus.INITIALIZING
-        elif not m.connected:
+        elif m.connected:
+            status = CopyStatus.HEALTHY
+        elif m.disconnected_since is not None:
+            # Its own files are fine; the active cannot be reached (since its last start,
+            # perhaps: the copy need not have reached it first to be healthy).
             status = CopyStatus.DISCONNECTED_AND_HEALTHY
         else:
-            status = CopyStatus.HEALTHY
+            status = CopyStatus.INITIALIZING
         s = self.settings
         return CopyStatusReport(
             database=s.database,

@@ -71,3 +71,22 @@ def test_mount_decision(c, generated, dial, reachable, allowed, lost, words):
     )
     assert (decision.allowed, decision.lost_logs) == (allowed, lost)
     assert words in decision.reason
+
+
+def test_best_copy_has_inspected_the_most_then_the_lowest_preference():
+    from replication_node.activation import best_copy
+
+    def at(node, inspected, pref, status=CopyStatus.DISCONNECTED_AND_HEALTHY):
+        return copy(inspected, status).model_copy(
+            update={"node": node, "activation_preference": pref}
+        )
+
+    assert best_copy([at("a", 8, 2), at("b", 9, 3)])[0] == "b"
+    assert best_copy([at("a", 9, 3), at("b", 9, 2)])[0] == "b"
+    assert best_copy([at("a", 12, 2, CopyStatus.SUSPENDED), at("b", 9, 3)])[0] == "b"
+    assert best_copy([at("a", 12, 1, CopyStatus.FAILED_AND_SUSPENDED)]) == (
+        None,
+        "no passive copy is Healthy or DisconnectedAndHealthy",
+    )
+    mounted = copy(role=CopyRole.ACTIVE, status=CopyStatus.MOUNTED)
+    assert best_copy([mounted])[0] is None

@@ -349,3 +349,64 @@ async def test_switchover_moves_the_active_copy_losing_nothing(cluster):
     for node in ("mbx1", "mbx3"):
         assert await cluster.items(node, "DB1", "alice") == after
     assert (await cluster.status("mbx1"))["DB1"]["error"] is None
+
+
+async def test_automatic_failover_mounts_the_copy_when_the_active_is_lost(tmp_path):
+    c = LocalCluster(
+        tmp_path,
+        nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
+        databases=databases(),
+        defaults={"failover_after": "1s"},
+    )
+    await c.start()
+    try:
+        await c.ok("PUT", "mbx2", "/v1/databases/DB2/mailboxes/bob")
+        await write(c, "mbx2", "DB2", "bob", 0, 100)
+        await converged(c, "DB2", "mbx2", ["mbx3"])
+        before = await c.items("mbx2", "DB2", "bob")
+        c.kill("mbx2")
+
+        async def mounted():
+            return (await c.status("mbx3"))["DB2"]["status"] == "Mounted"
+
+        await c.wait_for("an automatic failover to mbx3", mounted)
+        assert await c.items("mbx3", "DB2", "bob") == before
+        assert "mounted on mbx3" in c.log("mbx3")
+        await write(c, "mbx3", "DB2", "bob", 100, 10)
+    finally:
+        await c.close()
+
+
+async def test_automatic_failover_respects_the_mount_dial(tmp_path):
+    c = LocalCluster(
+        tmp_path,
+        nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
+        databases=databases(),
+        defaults={"failover_after": "1s", "auto_database_mount_dial": "Lossless"},
+    )
+    await c.start()
+    try:
+        await c.ok("PUT", "mbx2", "/v1/databases/DB2/mailboxes/bob")
+        await write(c, "mbx2", "DB2", "bob", 0, 50)
+        await converged(c, "DB2", "mbx2", ["mbx3"])
+        await c.ok("POST", "mbx3", "/v1/databases/DB2/copies/mbx3/suspend")
+        await write(c, "mbx2", "DB2", "bob", 50, 20)
+        await c.ok("POST", "mbx2", "/v1/databases/DB2/roll-log")  # a log mbx3 never gets
+        c.kill("mbx2")
+        await c.ok("POST", "mbx3", "/v1/databases/DB2/copies/mbx3/resume")
+
+        async def refused():
+            return "more than Lossless allows" in c.log("mbx3")
+
+        await c.wait_for("the failover to be refused", refused)
+        assert (await c.status("mbx3"))["DB2"]["role"] == "Passive"
+        # the operator accepts the loss for this one activation
+        done = await c.ok(
+            "POST",
+            "mbx3",
+            "/v1/databases/DB2/activate",
+            json={"node": "mbx3", "mount_dial_override": "GoodAvailability"},
+        )
+        assert done["lost_logs"] == 1
+    finally:
+        await c.close()

@@ -1,0 +1,111 @@
+"""Automatic failover: each node watches the actives of the passive copies it hosts.
+
+When a passive copy has not reached its active for `failover_after`, the node asks every
+copy of the database for its status.  If the active is really gone (its node does not report
+it Mounted) and `activation.best_copy` names this node's copy (it has inspected the most;
+ties go to the lower activation preference), the node activates it through the same path an
+operator's `activate` takes: AutoDatabaseMountDial bounds the logs lost, and the cluster
+store's compare-and-set on the epoch lets only one activation win.  Every pass returns the
+sentences of what it decided, and logs them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import aiohttp
+
+from dag_common.clock import Clock
+from dag_common.config import ClusterConfig
+from dag_common.model import CopyStatus
+from replication_node.activation import MOUNTABLE, activate_copy, best_copy, copy_in, node_status
+from replication_node.cluster_store import ClusterStore
+from replication_node.errors import ReplicationError
+from replication_node.passive import PassiveCopy
+
+logger = logging.getLogger(__name__)
+
+
+class FailoverMonitor:
+    """Runs the failover checks of one node every `interval` seconds."""
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        config: Callable[[], ClusterConfig],
+        passive_copies: Callable[[], dict[str, PassiveCopy]],
+        cluster_store: ClusterStore,
+        session: aiohttp.ClientSession,
+        token: str,
+        clock: Clock,
+        interval: float = 1.0,
+    ) -> None:
+        self._node = node
+        self._config = config
+        self._passive_copies = passive_copies
+        self._cluster_store = cluster_store
+        self._session = session
+        self._token = token
+        self._clock = clock
+        self._interval = interval
+        self.errors = 0
+
+    async def run(self) -> None:
+        while True:
+            await self._clock.sleep(self._interval)
+            try:
+                for decision in await self.check_once():
+                    logger.warning("failover: %s", decision)
+            except Exception:
+                self.errors += 1
+                logger.exception("failover check failed (%d so far)", self.errors)
+
+    async def check_once(self) -> list[str]:
+        """One pass over this node's passive copies; what was decided, as sentences."""
+        config = self._config()
+        after = config.defaults.failover_after
+        if after is None:
+            return []
+        decisions = []
+        for database, copy in self._passive_copies().items():
+            if copy.status().status not in MOUNTABLE:
+                continue  # suspended, failed or seeding: not a copy to mount
+            since = copy.markers.disconnected_since
+            if since is None or self._clock.monotonic() - since < after.total_seconds():
+                continue
+            decisions.append(await self._consider(config, database))
+        return decisions
+
+    async def _consider(self, config: ClusterConfig, database: str) -> str:
+        record = await self._cluster_store.active(database)
+        if record is None or record.node == self._node:
+            return f"{database}: no active to replace"
+        nodes = [c.node for c in config.database(database).copies]
+        statuses = await asyncio.gather(
+            *(node_status(self._session, config.node(n).url, self._token) for n in nodes)
+        )
+        reports = {n: copy_in(s, database) for n, s in zip(nodes, statuses, strict=True)}
+        old = reports.get(record.node)
+        if old is not None and old.status is CopyStatus.MOUNTED:
+            return f"{database}: the active on {record.node} answers its peers; no failover"
+        chosen, why = best_copy([r for r in reports.values() if r is not None])
+        if chosen != self._node:
+            return f"{database}: {record.node} is lost; {why}: not this node's to mount"
+        try:
+            result = await activate_copy(
+                config=config,
+                cluster_store=self._cluster_store,
+                session=self._session,
+                token=self._token,
+                database=database,
+                node=self._node,
+            )
+        except ReplicationError as exc:
+            return f"{database}: {record.node} is lost; not mounted here: {exc}"
+        return (
+            f"{database}: {record.node} is lost; mounted on {self._node} at epoch "
+            f"{result['epoch']}: {result['reason']}"
+        )
