@@ -152,16 +152,23 @@ async def activate_copy(
 ) -> dict[str, Any]:
     """Make the copy of `database` on `node` active; Conflict (nothing changed) if it may not."""
     record = await _active_elsewhere(config, cluster_store, database, node)
-    old, new = await asyncio.gather(
-        node_status(session, config.node(record.node).url, token),
-        node_status(session, config.node(node).url, token),
+    nodes = [c.node for c in config.database(database).copies]
+    statuses = await asyncio.gather(
+        *(node_status(session, config.node(n).url, token) for n in nodes)
     )
-    old_copy, copy = copy_in(old, database), copy_in(new, database)
+    reports = {n: copy_in(s, database) for n, s in zip(nodes, statuses, strict=True)}
+    old_copy, copy = reports[record.node], reports[node]
+    # The store's LastLogGenerated is published just after each roll and may miss the last
+    # one; any copy that was told of a later generation by the active's notifications knows
+    # better.  The higher figure counts: lost logs are never underestimated from what is known.
+    generated = max(
+        [record.last_log_generated] + [r.last_log_generated for r in reports.values() if r]
+    )
     dial = dial_override or config.mount_dial_of(config.database(database))
     decision = mount_decision(
         node=node,
         copy=copy,
-        last_log_generated=record.last_log_generated,
+        last_log_generated=generated,
         dial=dial,
         active_reachable=old_copy is not None and old_copy.status is CopyStatus.MOUNTED,
         active_node=record.node,

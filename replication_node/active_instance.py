@@ -104,7 +104,7 @@ class ActiveInstance:
             self._tasks.append(
                 asyncio.create_task(self._truncation_loop(), name=f"truncate {self.database}")
             )
-        await self._publish()
+        await self.publish()
         logger.info(
             "%s mounted on %s at epoch %d (generation %d, waypoint %d)%s",
             self.database,
@@ -128,7 +128,7 @@ class ActiveInstance:
         if self.copy is not None:
             if clean:
                 await self.copy.dismount()
-                await self._publish()
+                await self.publish()
             else:
                 await self.copy.crash_close()
         async with self._closed_cond:
@@ -180,9 +180,10 @@ class ActiveInstance:
     async def _closed(self, event: ClosedGeneration) -> None:
         async with self._closed_cond:
             self._closed_cond.notify_all()
-        await self._publish()
+        await self.publish()
 
-    async def _publish(self) -> None:
+    async def publish(self) -> None:
+        """Record LastLogGenerated in the cluster store (best effort: the store may be busy)."""
         if self.copy is None:
             return
         try:

@@ -219,6 +219,8 @@ async def status(request: web.Request) -> web.Response:
 async def roll_log(request: web.Request) -> web.Response:
     instance = _active(request)
     generation = await instance.copy.roll(force=True)  # type: ignore[union-attr]
+    # Published before the answer: an activation counts lost logs from it.
+    await instance.publish()
     return web.json_response({"database": instance.database, "closed_generation": generation})
 
 
