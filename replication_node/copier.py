@@ -27,7 +27,13 @@ from collections.abc import Callable
 from dag_common.clock import Clock
 from dag_common.durable import fsync_dir
 from replication_node.active import CopyPaths
-from replication_node.errors import CopyFailed, GenerationGone, InspectionFailed, LogShareError
+from replication_node.errors import (
+    CopyFailed,
+    Diverged,
+    GenerationGone,
+    InspectionFailed,
+    LogShareError,
+)
 from replication_node.inspector import InspectedLog, OutOfDateLog, inspect_generation
 from replication_node.interfaces import LogShareInfo, LogSource
 from replication_node.logfile import OPEN_LOG_NAME, LogHeader, anchor_header, closed_log_name
@@ -53,6 +59,7 @@ class Copier:
         clock: Clock,
         on_inspected: Callable[[], None],
         out_of_date: dict[int, OutOfDateLog] | None = None,
+        rejoining: bool = False,
         max_inspection_failures: int = 3,
         retry_interval: float = 1.0,
         window: int = 8,
@@ -65,6 +72,7 @@ class Copier:
         self._clock = clock
         self._on_inspected = on_inspected
         self._out_of_date = dict(out_of_date or {})
+        self._rejoining = rejoining
         self._max_failures = max_inspection_failures
         self._retry = retry_interval
         self._window = window
@@ -78,6 +86,8 @@ class Copier:
             try:
                 info = await self._source.info()
                 self._seen(info)
+                if self._rejoining:
+                    await self._check_rejoin(info)
                 await self._copy_through(info.last_generation)
                 async for info in self._source.notifications(m.last_log_inspected):
                     self._seen(info)
@@ -96,6 +106,34 @@ class Copier:
                     )
                     outage_logged = True
             await self._clock.sleep(self._retry)
+
+    async def _check_rejoin(self, info: LogShareInfo) -> None:
+        """A copy that was active follows a new active: is its database file on its stream?
+
+        The file holds every generation through its waypoint W.  If the active's stream has
+        not reached W, or its generation W is not this copy's, the file holds transactions
+        the active never had: diverged at or below the waypoint, only a full reseed helps.
+        (Divergence above W is in logs only, never replayed: `Diverged`, handled in _stage.)
+        """
+        waypoint = self._markers.last_log_replayed
+        if waypoint > 0:
+            if info.last_generation < waypoint:
+                raise CopyFailed(
+                    f"diverged at or below the database's waypoint: this copy's file holds "
+                    f"generation {waypoint}, the active's stream ends at "
+                    f"{info.last_generation}; a full reseed is needed"
+                )
+            ours = self._paths.logs / closed_log_name(waypoint)
+            if info.first_generation <= waypoint and ours.exists():
+                theirs = await self._source.fetch(waypoint)
+                if theirs != await asyncio.to_thread(ours.read_bytes):
+                    raise CopyFailed(
+                        f"diverged at or below the database's waypoint: generation {waypoint}"
+                        " differs from the active's; a full reseed is needed"
+                    )
+        self._rejoining = False
+        await asyncio.to_thread(self._paths.was_active.unlink, missing_ok=True)
+        logger.info("%s: rejoined the active's stream at generation %d", self._paths.name, waypoint)
 
     def _seen(self, info: LogShareInfo) -> None:
         if info.log_signature != str(self._log_signature):
@@ -148,15 +186,11 @@ class Copier:
             f.flush()
             os.fsync(f.fileno())
         try:
-            inspected = inspect_generation(
-                data,
-                generation=generation,
-                log_signature=self._log_signature,
-                database_signature=self._database_signature,
-                prev=self._prev,
-                highest_known=self._markers.last_log_generated,
-                out_of_date=self._out_of_date.get(generation),
-            )
+            try:
+                inspected = self._inspect(data, generation)
+            except Diverged as exc:
+                self._discard_diverged(exc)
+                inspected = self._inspect(data, generation)
         except InspectionFailed:
             count = self.failures.get(generation, 0) + 1
             failed_dir = self._paths.ignored / "InspectionFailed"
@@ -165,6 +199,40 @@ class Copier:
             raise
         self._prev = inspected.header
         return inspected
+
+    def _inspect(self, data: bytes, generation: int) -> InspectedLog:
+        return inspect_generation(
+            data,
+            generation=generation,
+            log_signature=self._log_signature,
+            database_signature=self._database_signature,
+            prev=self._prev,
+            highest_known=self._markers.last_log_generated,
+            out_of_date=self._out_of_date.get(generation),
+        )
+
+    def _discard_diverged(self, exc: Diverged) -> None:
+        """Incremental reseed: the logs this copy wrote as active from the divergence point
+        on were never in its database file (LLR kept them out), so they are set aside in
+        IgnoredLogs/Diverged and the active's generations take their place."""
+        kept = self._paths.ignored / "Diverged"
+        kept.mkdir(parents=True, exist_ok=True)
+        dropped = sorted(g for g in self._out_of_date if g >= exc.generation)
+        for generation in dropped:
+            superseded = self._out_of_date.pop(generation)
+            name = closed_log_name(generation) if superseded.whole else OPEN_LOG_NAME
+            src = self._paths.ignored / OUT_OF_DATE_DIR / name
+            if src.exists():
+                os.replace(src, kept / name)
+        fsync_dir(kept)
+        logger.warning(
+            "%s: incremental reseed: %s; this copy's logs of generations %s (written when it "
+            "was active, never in its database) are set aside in IgnoredLogs/Diverged and "
+            "their transactions are lost with the failover",
+            self._paths.name,
+            exc,
+            dropped,
+        )
 
     async def _inspection_failed(self, generation: int, exc: InspectionFailed) -> None:
         """Count a failed inspection: CopyFailed at the limit, else a pause before recopying."""

@@ -9,6 +9,7 @@ DagError (dag_common.errors)
     ├── LogShareError             the active's log share cannot give what was asked
     │   └── GenerationGone        the generation is no longer on the active (reseed needed)
     ├── InspectionFailed          a copied generation failed the inspector's checks
+    ├── Diverged                  a log this copy wrote as active differs from the active's
     ├── CopyFailed                a passive copy stopped: FailedAndSuspended, with the reason
     ├── RecoveryError             crash recovery cannot bring the database to a consistent state
     ├── DatabaseError             the database file or its header is unusable
@@ -53,6 +54,15 @@ class GenerationGone(LogShareError):
 
 class InspectionFailed(ReplicationError):
     """A copied generation failed inspection (checksum, header, signature or sequence)."""
+
+
+class Diverged(ReplicationError):
+    """A log this copy wrote when it was active differs from the active's: the streams
+    diverged at `generation` (a lossy failover)."""
+
+    def __init__(self, generation: int, message: str) -> None:
+        super().__init__(message)
+        self.generation = generation
 
 
 class CopyFailed(ReplicationError):

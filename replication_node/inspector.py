@@ -8,8 +8,9 @@
 - sequence: the header's previous-generation creation time is the predecessor's creation time;
 - Exx.log: an E00.log left from when this copy was active (set aside in E00OutofDate) must be
   a prefix of the closed generation that replaces it, and a closed generation it wrote then
-  (above its database's waypoint, set aside too) must equal the active's; if not, the copy
-  has diverged and only a reseed brings it back, so that is `CopyFailed`, not a recopy.
+  (above its database's waypoint, set aside too) must equal the active's; if not, the
+  streams diverged there (`Diverged`, which the copier answers with an incremental reseed:
+  those logs were never in the database file, LLR kept them out).
 
 A failed check raises `InspectionFailed` (the copier recopies, up to its limit).
 """
@@ -20,7 +21,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from replication_node.errors import CopyFailed, InspectionFailed, LogFormatError
+from replication_node.errors import Diverged, InspectionFailed, LogFormatError
 from replication_node.logfile import LogHeader, chain_problem, verify_closed
 
 
@@ -77,15 +78,16 @@ def inspect_generation(
         raise InspectionFailed(problem)
     if out_of_date is not None and out_of_date.generation == generation:
         if out_of_date.whole and data != out_of_date.data:
-            raise CopyFailed(
+            raise Diverged(
+                generation,
                 f"generation {generation} as this copy wrote it when it was active differs "
-                "from the active's: the copy has diverged; reseed it"
+                "from the active's",
             )
         if not out_of_date.whole and not data.startswith(out_of_date.data):
-            raise CopyFailed(
+            raise Diverged(
+                generation,
                 f"the E00.log this copy kept from when it was active (generation {generation})"
-                " is not a prefix of the active's closed generation: the copy has diverged; "
-                "reseed it"
+                " is not a prefix of the active's closed generation",
             )
     assert result.close_time is not None  # verify_closed insists on the CLOSE record
     return InspectedLog(generation, header, result.close_time, len(data))

@@ -181,7 +181,7 @@ class PassiveCopy:
 
     async def _pipeline(self) -> None:
         self._db = Database.open(self.paths.database)
-        out_of_date = await asyncio.to_thread(self._prepare_logs)
+        out_of_date, rejoining = await asyncio.to_thread(self._prepare_logs)
         self._phase, self.error = CopyStatus.HEALTHY, None
         header = self._db.header
         inspected = asyncio.Event()
@@ -194,6 +194,7 @@ class PassiveCopy:
             clock=self._clock,
             on_inspected=inspected.set,
             out_of_date=out_of_date,
+            rejoining=rejoining,
             max_inspection_failures=self.settings.max_inspection_failures,
             retry_interval=self._retry,
         )
@@ -216,14 +217,16 @@ class PassiveCopy:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _prepare_logs(self) -> dict[int, OutOfDateLog]:
+    def _prepare_logs(self) -> tuple[dict[int, OutOfDateLog], bool]:
         """Set the markers from the database header and the local logs (worker thread).
 
         Logs this copy wrote when it was active (its E00.log, and its closed generations
         above the database's waypoint when `was-active` says it was) go to
         IgnoredLogs/E00OutofDate: they are not replayed, they are compared with what the
         active sends (`inspector`).  Files left in Inspector by a crash are dropped (they
-        will be copied again); closed generations beyond a gap are dropped too.
+        will be copied again); closed generations beyond a gap are dropped too.  Returns
+        those logs, and whether this copy rejoins after being active (`was-active` stays
+        until the copier has checked its database against the active's stream).
         """
         assert self._db is not None
         header = self._db.header
@@ -246,7 +249,6 @@ class PassiveCopy:
             fsync_dir(aside)
             fsync_dir(self.paths.logs)
             logger.info("%s: logs from when it was active set aside: %s", self.database, own)
-        marker.unlink(missing_ok=True)
         out_of_date = {}
         for path in sorted(aside.iterdir()):
             gen = parse_closed_log_name(path.name)
@@ -289,7 +291,7 @@ class PassiveCopy:
         m.last_log_inspected = m.last_log_copied = inspected
         m.last_log_generated = max(m.last_log_generated, inspected)
         m.contacted = m.connected = False
-        return out_of_date
+        return out_of_date, marker.exists()
 
     def _truncate(self) -> None:
         m = self.markers

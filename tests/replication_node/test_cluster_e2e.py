@@ -214,7 +214,7 @@ async def test_lagged_copy_stays_behind(tmp_path):
         await c.close()
 
 
-async def test_failover_activates_the_copy_and_the_diverged_old_active_needs_a_reseed(cluster):
+async def test_failover_then_the_old_active_rejoins_by_incremental_reseed(cluster):
     await cluster.ok("PUT", "mbx2", "/v1/databases/DB2/mailboxes/bob")
     await write(cluster, "mbx2", "DB2", "bob", 0, 100)
     generated = await converged(cluster, "DB2", "mbx2", ["mbx3"])
@@ -242,19 +242,19 @@ async def test_failover_activates_the_copy_and_the_diverged_old_active_needs_a_r
     await write(cluster, "mbx3", "DB2", "bob", 200, 20)
     await cluster.ok("POST", "mbx3", "/v1/databases/DB2/roll-log")
     assert (await cluster.status("mbx3"))["DB2"]["last_log_generated"] > generated
-    # the old active comes back as a passive copy; its open log diverged from the new
-    # active's generation: it stops (never replays diverged logs) until it is reseeded
+    # the old active comes back as a passive copy. Its open log diverged from the new
+    # active's generation, but LLR kept it out of its database file: an incremental reseed
+    # sets its own logs aside and it follows the new active, serving nothing diverged.
     await cluster.start("mbx2")
-
-    async def diverged():
-        copy = (await cluster.status("mbx2"))["DB2"]
-        return copy["role"] == "Passive" and copy["status"] == "FailedAndSuspended"
-
-    await cluster.wait_for("the old active to detect divergence", diverged)
-    assert "diverged" in (await cluster.status("mbx2"))["DB2"]["error"]
-    await cluster.ok("POST", "mbx2", "/v1/databases/DB2/copies/mbx2/reseed")
     await converged(cluster, "DB2", "mbx3", ["mbx2"])
-    assert await cluster.items("mbx2", "DB2", "bob") == await cluster.items("mbx3", "DB2", "bob")
+    copy = (await cluster.status("mbx2"))["DB2"]
+    assert copy["role"] == "Passive" and copy["status"] == "Healthy"
+    on_old = await cluster.items("mbx2", "DB2", "bob")
+    assert on_old == await cluster.items("mbx3", "DB2", "bob")
+    assert not {f"i{i}" for i in range(100, 110)} & set(on_old), "the lost writes stay lost"
+    assert "incremental reseed" in cluster.log("mbx2")
+    kept = cluster.root / "mbx2" / "DB2" / "logs" / "IgnoredLogs" / "Diverged"
+    assert "E00.log" in {p.name for p in kept.iterdir()}
 
 
 def status_cli(cluster, *args):
@@ -410,3 +410,42 @@ async def test_automatic_failover_respects_the_mount_dial(tmp_path):
         assert done["lost_logs"] == 1
     finally:
         await c.close()
+
+
+async def test_an_old_active_diverged_below_its_waypoint_needs_a_full_reseed(cluster):
+    await cluster.ok("PUT", "mbx2", "/v1/databases/DB2/mailboxes/bob")
+    await write(cluster, "mbx2", "DB2", "bob", 0, 20)
+    await converged(cluster, "DB2", "mbx2", ["mbx3"])
+    await cluster.ok("POST", "mbx3", "/v1/databases/DB2/copies/mbx3/suspend")
+    for i in range(4):  # four generations the copy never gets; LLR lets 2 into the file
+        await write(cluster, "mbx2", "DB2", "bob", 100 + 10 * i, 10)
+        await cluster.ok("POST", "mbx2", "/v1/databases/DB2/roll-log")
+    cluster.kill("mbx2")
+    await cluster.ok("POST", "mbx3", "/v1/databases/DB2/copies/mbx3/resume")
+    activated = await cluster.ok(
+        "POST",
+        "mbx3",
+        "/v1/databases/DB2/activate",
+        json={"node": "mbx3", "mount_dial_override": "BestAvailability"},
+    )
+    assert activated["lost_logs"] == 4
+
+    async def mounted():
+        return (await cluster.status("mbx3"))["DB2"]["status"] == "Mounted"
+
+    await cluster.wait_for("mbx3 to mount DB2", mounted)
+    await write(cluster, "mbx3", "DB2", "bob", 200, 10)
+    await cluster.ok("POST", "mbx3", "/v1/databases/DB2/roll-log")
+    # mbx2's database file holds generations the new active never had: it must not serve
+    # them as a copy of DB2, and only a full reseed brings it back
+    await cluster.start("mbx2")
+
+    async def failed():
+        copy = (await cluster.status("mbx2"))["DB2"]
+        return copy["role"] == "Passive" and copy["status"] == "FailedAndSuspended"
+
+    await cluster.wait_for("the old active to stop", failed)
+    assert "full reseed" in (await cluster.status("mbx2"))["DB2"]["error"]
+    await cluster.ok("POST", "mbx2", "/v1/databases/DB2/copies/mbx2/reseed")
+    await converged(cluster, "DB2", "mbx3", ["mbx2"])
+    assert await cluster.items("mbx2", "DB2", "bob") == await cluster.items("mbx3", "DB2", "bob")

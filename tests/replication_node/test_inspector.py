@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from replication_node import logfile
-from replication_node.errors import CopyFailed, InspectionFailed
+from replication_node.errors import Diverged, InspectionFailed
 from replication_node.inspector import OutOfDateLog, inspect_generation
 from tests.replication_node.helpers import mount
 
@@ -127,11 +127,11 @@ async def test_out_of_date_e00_must_be_a_prefix(stream):
     prefix = data[: result.records[2].offset]
     assert check(copy, data, 2, out_of_date=OutOfDateLog(2, prefix)).generation == 2
     diverged = prefix[:-1] + bytes([prefix[-1] ^ 1])
-    with pytest.raises(CopyFailed, match="diverged"):
+    with pytest.raises(Diverged, match="not a prefix"):
         check(copy, data, 2, out_of_date=OutOfDateLog(2, diverged))
     # a closed generation this copy wrote as active must equal the active's, byte for byte
     assert check(copy, data, 2, out_of_date=OutOfDateLog(2, data, whole=True)).generation == 2
-    with pytest.raises(CopyFailed, match="diverged"):
+    with pytest.raises(Diverged, match="differs from the active's"):
         check(copy, data, 2, out_of_date=OutOfDateLog(2, prefix, whole=True))
     # an E00.log of another generation does not concern this one
     assert check(copy, data, 2, out_of_date=OutOfDateLog(3, diverged)).generation == 2
