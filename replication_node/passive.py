@@ -361,8 +361,12 @@ class PassiveCopy:
     # ---- reads and status ----------------------------------------------------------------
 
     def reader(self) -> Database | None:
-        """A read handle on the replayed database (None while seeding or before the seed)."""
+        """A read handle on the replayed database (None while seeding or before the seed, and
+        while a copy that was active has not been checked against the active's stream: its
+        file might hold transactions the active never had)."""
         if self._phase is CopyStatus.SEEDING and not self._suspended:
+            return None
+        if self.paths.was_active.exists():
             return None
         if self._reader is None and self.paths.database.exists():
             self._reader = Database.open(self.paths.database)

@@ -30,6 +30,8 @@ def clear_copy(paths: CopyPaths) -> None:
         with contextlib.suppress(FileNotFoundError):
             paths.database.with_name(paths.database.name + suffix).unlink()
     shutil.rmtree(paths.logs, ignore_errors=True)
+    # A reseeded copy is the active's own: nothing it wrote as active is left to check.
+    paths.was_active.unlink(missing_ok=True)
 
 
 async def seed_copy(source: LogSource, paths: CopyPaths) -> SeedInfo:
