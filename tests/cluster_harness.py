@@ -218,6 +218,14 @@ class LocalCluster:
         proc.kill()
         raise TimeoutError("guarantee-api did not become SERVING")
 
+    async def wait_status(self, node: str, database: str, status: str) -> None:
+        """Wait until `node` reports its copy of `database` in `status` (e.g. Mounted)."""
+
+        async def reached() -> bool:
+            return (await self.status(node))[database]["status"] == status
+
+        await self.wait_for(f"{database}\\{node} to be {status}", reached)
+
     async def wait_for(
         self, what: str, check: Callable[[], Awaitable[bool]], timeout: float = 60
     ) -> None:

@@ -145,10 +145,7 @@ async def test_move_completes_and_survives_loss_of_the_target_active(env):
     assert activate.returncode == 0, activate.stdout + activate.stderr
     assert json.loads(activate.stdout)["lost_logs"] == 0
 
-    async def mounted():
-        return (await cluster.status("mbx3"))["DB2"]["status"] == "Mounted"
-
-    await cluster.wait_for("mbx3 to mount DB2", mounted)
+    await cluster.wait_status("mbx3", "DB2", "Mounted")
     on_new_active = await cluster.items("mbx3", "DB2", "alice")
     assert live(on_new_active) == live(source)
     mailbox = await cluster.ok("GET", "mbx3", "/v1/databases/DB2/mailboxes/alice")

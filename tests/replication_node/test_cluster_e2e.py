@@ -232,10 +232,7 @@ async def test_failover_then_the_old_active_rejoins_by_incremental_reseed(cluste
     )
     assert activated["lost_logs"] == 0 and activated["previous_node"] == "mbx2"
 
-    async def mounted():
-        return (await cluster.status("mbx3"))["DB2"]["status"] == "Mounted"
-
-    await cluster.wait_for("mbx3 to mount DB2", mounted)
+    await cluster.wait_status("mbx3", "DB2", "Mounted")
     bob = await cluster.items("mbx3", "DB2", "bob")
     assert {f"i{i}" for i in range(100)} <= set(bob)
     # the new active takes writes and continues the same log stream
@@ -298,10 +295,7 @@ async def test_lossless_failover_lets_the_old_active_rejoin_without_a_reseed(clu
     )
     assert activated["lost_logs"] == 0
 
-    async def mounted():
-        return (await cluster.status("mbx3"))["DB2"]["status"] == "Mounted"
-
-    await cluster.wait_for("mbx3 to mount DB2", mounted)
+    await cluster.wait_status("mbx3", "DB2", "Mounted")
     await write(cluster, "mbx3", "DB2", "bob", 100, 50)
     # the old active returns as a passive copy: its own logs match the new active's, its
     # open log held nothing, so it catches up from where it was with no reseed
@@ -366,10 +360,7 @@ async def test_automatic_failover_mounts_the_copy_when_the_active_is_lost(tmp_pa
         before = await c.items("mbx2", "DB2", "bob")
         c.kill("mbx2")
 
-        async def mounted():
-            return (await c.status("mbx3"))["DB2"]["status"] == "Mounted"
-
-        await c.wait_for("an automatic failover to mbx3", mounted)
+        await c.wait_status("mbx3", "DB2", "Mounted")
         assert await c.items("mbx3", "DB2", "bob") == before
         assert "mounted on mbx3" in c.log("mbx3")
         await write(c, "mbx3", "DB2", "bob", 100, 10)
@@ -430,10 +421,7 @@ async def test_an_old_active_diverged_below_its_waypoint_needs_a_full_reseed(clu
     )
     assert activated["lost_logs"] == 4
 
-    async def mounted():
-        return (await cluster.status("mbx3"))["DB2"]["status"] == "Mounted"
-
-    await cluster.wait_for("mbx3 to mount DB2", mounted)
+    await cluster.wait_status("mbx3", "DB2", "Mounted")
     await write(cluster, "mbx3", "DB2", "bob", 200, 10)
     await cluster.ok("POST", "mbx3", "/v1/databases/DB2/roll-log")
     # mbx2's database file holds generations the new active never had: it must not serve
