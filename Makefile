@@ -14,12 +14,18 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# Debian packages the tests use (promtool for metric names). Installed only when missing.
+# Debian packages the tests use: prometheus (promtool checks metric names) and etcd-server
+# (the etcd cluster store's tests run a real etcd). Installed only when missing.
+SYSTEM_PACKAGES := promtool:prometheus etcd:etcd-server
+
 system-deps:
-	@command -v promtool >/dev/null 2>&1 || { \
-	  echo "installing Debian package prometheus (for promtool)"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
-	  || echo "warning: could not install promtool; its test will fail"; }
+	@missing=""; for pair in $(SYSTEM_PACKAGES); do \
+	  command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null) \
+	  || echo "warning: could not install$$missing; the tests that need them will fail"; \
+	fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -6,6 +6,7 @@ DagError (dag_common.errors)
     │   ├── LogHeaderError        bad magic, version or header checksum
     │   └── LogRecordError        a record's length or CRC32C is wrong, or the file is cut
     ├── LogSequenceError          a generation missing, out of order, or from another stream
+    ├── ClusterStoreError         the cluster store (etcd) cannot be reached or answered nonsense
     ├── LogShareError             the active's log share cannot give what was asked
     │   └── GenerationGone        the generation is no longer on the active (reseed needed)
     ├── InspectionFailed          a copied generation failed the inspector's checks
@@ -42,6 +43,10 @@ class LogRecordError(LogFormatError):
 
 class LogSequenceError(ReplicationError):
     """A generation that is missing, out of order, or belongs to another log stream."""
+
+
+class ClusterStoreError(ReplicationError):
+    """The cluster store cannot be reached or answered nonsense."""
 
 
 class LogShareError(ReplicationError):

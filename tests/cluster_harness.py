@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,39 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def start_etcd(data: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    """A one-member etcd (Debian's etcd-server) on free ports; its client URL and process."""
+    binary = shutil.which("etcd")
+    assert binary, "etcd is missing: install Debian's 'etcd-server' package (make system-deps does)"
+    client, peer = free_port(), free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--data-dir", str(data / "member"),
+            "--listen-client-urls", f"http://127.0.0.1:{client}",
+            "--advertise-client-urls", f"http://127.0.0.1:{client}",
+            "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-cluster", f"default=http://127.0.0.1:{peer}",
+        ],
+        stdout=open(data / "etcd.log", "wb"),  # noqa: SIM115 - the child owns it
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{client}"
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=1) as resp:
+                if resp.status == 200:
+                    return url, proc
+        except OSError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise RuntimeError(f"etcd did not start: {(data / 'etcd.log').read_text()[-2000:]}")
+        time.sleep(0.05)
 
 
 class LocalCluster:

@@ -3,7 +3,7 @@ generated per database, and the mailbox directory (which database holds a mailbo
 
 One abstract store, one module per engine (as patroni's dcs/): `embedded.py` is a SQLite
 file on this machine (the default: every local node process opens the same file); an etcd
-engine fits behind the same interface for nodes on several hosts.
+engine (`etcd.py`, over etcd's v3 JSON gateway) serves nodes on several hosts.
 
 Every write that decides something is a compare-and-set on an epoch or on the previous
 value, so two nodes can never both believe they won.
@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from dag_common.config import ClusterConfig, EmbeddedStore
-from dag_common.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,4 +74,6 @@ def open_cluster_store(config: ClusterConfig) -> ClusterStore:
         from replication_node.cluster_store.embedded import EmbeddedClusterStore
 
         return EmbeddedClusterStore(config.cluster_store.path)
-    raise ConfigError("cluster_store.kind etcd is not available in this build yet")
+    from replication_node.cluster_store.etcd import EtcdClusterStore
+
+    return EtcdClusterStore(config.cluster_store.endpoints, cluster=config.cluster)

@@ -439,3 +439,33 @@ async def test_an_old_active_diverged_below_its_waypoint_needs_a_full_reseed(clu
     await cluster.ok("POST", "mbx2", "/v1/databases/DB2/copies/mbx2/reseed")
     await converged(cluster, "DB2", "mbx3", ["mbx2"])
     assert await cluster.items("mbx2", "DB2", "bob") == await cluster.items("mbx3", "DB2", "bob")
+
+
+async def test_nodes_share_an_etcd_cluster_store(tmp_path):
+    from tests.cluster_harness import start_etcd
+
+    (tmp_path / "etcd").mkdir()
+    url, etcd = start_etcd(tmp_path / "etcd")
+    c = LocalCluster(
+        tmp_path / "cluster",
+        nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
+        databases=databases(),
+    )
+    c.config["cluster_store"] = {"kind": "etcd", "endpoints": [url]}
+    c.write_config()
+    await c.start()
+    try:
+        await c.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/alice")
+        await write(c, "mbx1", "DB1", "alice", 0, 100)
+        await converged(c, "DB1", "mbx1", ["mbx2", "mbx3"])
+        switched = await asyncio.to_thread(c.node_cli, "db", "switchover", "DB1", "--to", "mbx3")
+        assert switched.returncode == 0, switched.stdout + switched.stderr
+        assert json.loads(switched.stdout)["epoch"] == 2
+        await c.wait_status("mbx3", "DB1", "Mounted")
+        await write(c, "mbx3", "DB1", "alice", 100, 20)
+        await converged(c, "DB1", "mbx3", ["mbx1", "mbx2"])
+        assert await c.items("mbx1", "DB1", "alice") == await c.items("mbx3", "DB1", "alice")
+    finally:
+        await c.close()
+        etcd.terminate()
+        etcd.wait(timeout=10)
