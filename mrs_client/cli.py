@@ -40,7 +40,11 @@ def requests_path(config: ClusterConfig, override: str | None) -> Path:
 def settings_from(args: argparse.Namespace, config: ClusterConfig) -> MoveSettings:
     base = MoveSettings()
     smallest_log = min(config.log_file_size_of(db) for db in config.databases)
-    changes: dict[str, object] = {"sync_batch_bytes": smallest_log // 2}
+    changes: dict[str, object] = {
+        "sync_batch_bytes": smallest_log // 2,
+        # by then the service has polled the copies at least once since the roll
+        "flush_first_check_after": 2 * config.guarantee_api.poll_interval,
+    }
     for name in (
         "health_check_interval",
         "stall_retry_interval",

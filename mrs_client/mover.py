@@ -432,6 +432,10 @@ class Mover:
     async def _flush_wait(self, record: MoveRecord, generation: int | None) -> MoveRecord:
         """Ask CheckReplicationFlush for `generation` until Satisfied, or fail at the limit."""
         assert generation is not None and record.flush_started is not None
+        s = self.settings
+        first = record.flush_started + min(s.flush_first_check_after, s.flush_retry_interval)
+        if self.clock.now() < first:
+            await self.clock.sleep((first - self.clock.now()).total_seconds())
         while True:
             # The roll closed the generation just before flush_started: that is the commit
             # time the seed's check compares the copies' last replayed log time with.

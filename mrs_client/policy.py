@@ -73,6 +73,11 @@ class MoveSettings:
     stall_retry_interval: timedelta = timedelta(seconds=30)
     stall_limit: timedelta = timedelta(minutes=15)
     flush_retry_interval: timedelta = timedelta(seconds=10)
+    # The first CheckReplicationFlush after a roll waits this long: an answer asked sooner
+    # comes from a poll made before the roll and is NotSatisfied, which then costs a whole
+    # flush_retry_interval.  The CLI sets two of the service's poll intervals (never more
+    # than flush_retry_interval: a short retry interval needs no head start).
+    flush_first_check_after: timedelta = timedelta(0)
     flush_limit: timedelta = timedelta(minutes=30)
     sync_batch: int = 500
     # Bytes per write: a write is one transaction and must fit in one log generation of the
