@@ -242,41 +242,33 @@ class Node:
     async def peer_progress(self, database: str) -> list[Any]:
         """What every other copy of `database` has inspected and replayed, asked now; a copy
         that cannot be reached counts with what it was last known to have (0 if never)."""
+        from replication_node.activation import copy_in, node_status
         from replication_node.truncation import CopyProgress
 
         assert self._session is not None
         db = self.config.database(database)
 
         async def ask(node: str, lag: Any) -> Any:
-            known = self._progress.get((database, node))
-            try:
-                async with self._session.get(
-                    f"{self.config.node(node).url}/v1/status",
-                    headers={"Authorization": f"Bearer {self.token}"},
-                    timeout=aiohttp.ClientTimeout(total=5),
-                ) as resp:
-                    resp.raise_for_status()
-                    status = NodeStatus.model_validate(await resp.json())
-                report = next(c for c in status.copies if c.database == database)
-                if report.role is CopyRole.ACTIVE:
-                    raise LookupError("it claims to be active")
-                known = CopyProgress(
+            status = await node_status(self._session, self.config.node(node).url, self.token)
+            report = copy_in(status, database)
+            if report is not None and report.role is CopyRole.PASSIVE:
+                known = self._progress[(database, node)] = CopyProgress(
                     node=node,
                     last_log_inspected=report.last_log_inspected,
                     last_log_replayed=report.last_log_replayed,
                     replay_lag_time=lag,
                     reachable=True,
                 )
-                self._progress[(database, node)] = known
                 return known
-            except (aiohttp.ClientError, TimeoutError, StopIteration, LookupError, ValueError):
-                return CopyProgress(
-                    node=node,
-                    last_log_inspected=known.last_log_inspected if known else 0,
-                    last_log_replayed=known.last_log_replayed if known else 0,
-                    replay_lag_time=lag,
-                    reachable=False,
-                )
+            # Unreachable, or claiming to be active: what it was last known to have.
+            known = self._progress.get((database, node))
+            return CopyProgress(
+                node=node,
+                last_log_inspected=known.last_log_inspected if known else 0,
+                last_log_replayed=known.last_log_replayed if known else 0,
+                replay_lag_time=lag,
+                reachable=False,
+            )
 
         others = [c for c in db.copies if c.node != self.name]
         return list(await asyncio.gather(*(ask(c.node, c.replay_lag_time) for c in others)))
