@@ -142,7 +142,7 @@ class Copier:
                 f"({self._log_signature}); reseed the copy"
             )
         m = self._markers
-        m.contacted = m.connected = True
+        m.connected = True
         m.disconnected_since = None
         m.last_log_generated = max(m.last_log_generated, info.last_generation)
         m.last_log_copy_notified = max(m.last_log_copy_notified, info.last_generation)

@@ -290,7 +290,7 @@ class PassiveCopy:
                 m.last_inspected_log_time = closed
         m.last_log_inspected = m.last_log_copied = inspected
         m.last_log_generated = max(m.last_log_generated, inspected)
-        m.contacted = m.connected = False
+        m.connected = False
         return out_of_date, marker.exists()
 
     def _truncate(self) -> None:
