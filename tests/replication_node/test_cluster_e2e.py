@@ -413,6 +413,8 @@ async def test_an_old_active_diverged_below_its_waypoint_needs_a_full_reseed(clu
         await cluster.ok("POST", "mbx2", "/v1/databases/DB2/roll-log")
     cluster.kill("mbx2")
     await cluster.ok("POST", "mbx3", "/v1/databases/DB2/copies/mbx3/resume")
+    # resumed, the copy first has to find its active gone before it may be mounted
+    await cluster.wait_status("mbx3", "DB2", "DisconnectedAndHealthy")
     activated = await cluster.ok(
         "POST",
         "mbx3",
