@@ -68,12 +68,16 @@ class ExitCode(IntEnum):
 
 
 class Lsn(BaseModel):
-    """A log sequence number: the generation and the byte offset of a record in it."""
+    """A log sequence number: the generation and the byte offset of a record in it, and the
+    stream incarnation (epoch) of the active that wrote it (0: unknown).  Generations are
+    compared within one stream; whether (epoch, generation) survived later failovers is
+    `dag_common.incarnation.fork_below`'s question."""
 
     model_config = ConfigDict(frozen=True)
 
     generation: int = Field(ge=1)
     offset: int = Field(ge=0)
+    epoch: int = Field(default=0, ge=0)
 
     def __lt__(self, other: Lsn) -> bool:
         return (self.generation, self.offset) < (other.generation, other.offset)
@@ -105,6 +109,10 @@ class CopyStatusReport(BaseModel):
     replay_lag_time: Duration = timedelta(0)
     truncation_lag_time: Duration = timedelta(0)
     error: str | None = None
+    # The stream incarnation: the active's own epoch, or for a passive copy the epoch of the
+    # active whose stream it last reached (0: not yet).  A flush by an LSN with an epoch
+    # counts only copies on the database's current epoch.
+    epoch: int = 0
 
 
 class NodeStatus(BaseModel):

@@ -175,7 +175,12 @@ async def activate_copy(
     )
     if not decision.allowed:
         raise Conflict(f"cannot activate {database} on {node}: {decision.reason}")
-    won = await cluster_store.set_active(database, node, expected_epoch=record.epoch)
+    assert copy is not None  # mount_decision refuses an unreachable copy
+    # The new stream forks from the old one after the last generation the copy inspected:
+    # it mounts with exactly those, and writes its own from the next one on.
+    won = await cluster_store.set_active(
+        database, node, expected_epoch=record.epoch, start_generation=copy.last_log_inspected + 1
+    )
     if won is None:
         raise Conflict(f"the active copy of {database} changed meanwhile; nothing was done")
     logger.warning(
@@ -265,7 +270,11 @@ async def switchover_copy(
                     f"{generation} ({where}); {record.node} takes writes again"
                 )
             await clock.sleep(0.1)
-        won = await cluster_store.set_active(database, node, expected_epoch=record.epoch)
+        # The target replayed every generation the old active closed: the new epoch's
+        # stream goes on from the next one, and no write is lost.
+        won = await cluster_store.set_active(
+            database, node, expected_epoch=record.epoch, start_generation=generation + 1
+        )
         if won is None:
             raise Conflict(f"the active copy of {database} changed meanwhile; nothing was done")
     except BaseException:

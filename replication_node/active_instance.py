@@ -92,7 +92,7 @@ class ActiveInstance:
         )
         # No generation above the waypoint (a clean mount): the file knows its last log's time.
         self.last_close_time = self.copy.last_closed_time or self.copy.header.last_log_time
-        self.store = MailboxStore(self.copy)
+        self.store = MailboxStore(self.copy, epoch=self.epoch)
         self.copy.stream.add_listener(self._on_event)
         self._tasks.append(
             asyncio.create_task(
@@ -254,6 +254,8 @@ class ActiveInstance:
             first_generation=gens[0] if gens else 0,
             last_generation=self.copy.stream.last_closed_generation,
             open_generation=self.copy.stream.generation,
+            epoch=self.epoch,
+            open_commits=self.copy.stream.open_record_count,
         )
 
     async def wait_for_generation(self, after: int, timeout: float) -> int:
@@ -292,6 +294,7 @@ class ActiveInstance:
             last_inspected_log_time=self.last_close_time,
             last_replayed_log_time=self.last_close_time,
             error=self.error,
+            epoch=self.epoch,
         )
 
 

@@ -26,6 +26,8 @@ class LogShareInfo:
     first_generation: int  # lowest closed generation still on disk (0: none)
     last_generation: int  # highest closed generation (LastLogGenerated)
     open_generation: int  # generation of E00.log
+    epoch: int = 0  # the stream incarnation: the epoch of the active writing it (0: unknown)
+    open_commits: int = 0  # acknowledged commits in E00.log (it is LastLogGenerated if > 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -134,8 +134,14 @@ class Node:
                 record = await self.cluster_store.active(db.name)
                 if record is None or record.node not in {c.node for c in db.copies}:
                     first = db.preferred_copy.node
+                    # A new database's stream begins at generation 1; an active dropped from
+                    # the config leaves a stream whose fork point nobody knows (recorded as 1,
+                    # the safe side: no write of an earlier epoch is taken for surviving).
                     record = await self.cluster_store.set_active(
-                        db.name, first, expected_epoch=record.epoch if record else 0
+                        db.name,
+                        first,
+                        expected_epoch=record.epoch if record else 0,
+                        start_generation=1 if record is None else None,
                     ) or await self.cluster_store.active(db.name)
                 assert record is not None
                 spec = desired_spec(self.config, self.name, db.name, record.node, record.epoch)

@@ -411,4 +411,5 @@ class PassiveCopy:
             replay_lag_time=s.replay_lag_time,
             truncation_lag_time=s.truncation_lag_time,
             error=self.error,
+            epoch=m.epoch,
         )

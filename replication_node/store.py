@@ -38,7 +38,12 @@ class CommitResult:
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "change_number": self.change_number,
-            "lsn": {"generation": self.lsn.generation, "offset": self.lsn.offset},
+            "lsn": {
+                "generation": self.lsn.generation,
+                "offset": self.lsn.offset,
+                "epoch": self.lsn.epoch,
+            },
+            "epoch": self.lsn.epoch,
             "commit_time": self.commit_time.isoformat().replace("+00:00", "Z"),
         }
         if len(self.item_ids) == 1:
@@ -56,8 +61,9 @@ def _check_name(mailbox: str) -> None:
 class MailboxStore:
     """Writes and reads of the mailbox store on one active copy."""
 
-    def __init__(self, copy: ActiveCopy) -> None:
+    def __init__(self, copy: ActiveCopy, *, epoch: int = 0) -> None:
         self.copy = copy
+        self.epoch = epoch  # the stream incarnation every answer names (the active's epoch)
         # Mailboxes whose creation is in the log but not yet acknowledged.
         self._creating: set[str] = set()
 
@@ -75,7 +81,7 @@ class MailboxStore:
     ) -> CommitResult:
         committed = await self.copy.commit(ops)
         return CommitResult(
-            lsn=committed.lsn,
+            lsn=committed.lsn.model_copy(update={"epoch": self.epoch}),
             commit_time=committed.commit_time,
             change_number=max(op["cn"] for op in ops),
             item_ids=item_ids,

@@ -1,5 +1,6 @@
-"""The cluster store: which copy of each database is active (with an epoch), the last log
-generated per database, and the mailbox directory (which database holds a mailbox).
+"""The cluster store: which copy of each database is active (with an epoch), the history of
+epochs (where each one began its stream), the last log generated per database and the open
+log at risk, and the mailbox directory (which database holds a mailbox).
 
 One abstract store, one module per engine (as patroni's dcs/): `embedded.py` is a SQLite
 file on this machine (the default: every local node process opens the same file); an etcd
@@ -16,17 +17,37 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from dag_common.config import ClusterConfig, EmbeddedStore
+from dag_common.incarnation import EpochRecord
+
+__all__ = ["ActiveRecord", "ClusterStore", "EpochRecord", "open_cluster_store"]
 
 
 @dataclass(frozen=True, slots=True)
 class ActiveRecord:
-    """Which node holds the active copy of a database, since which epoch."""
+    """Which node holds the active copy of a database, since which epoch.
+
+    `last_log_generated` is the last closed generation the active announced.  `open_generation`
+    is the generation of the active's open log once it holds an acknowledged commit (0: none
+    announced at this epoch): the active writes it before it acknowledges the first commit of
+    each generation, so a copy can count the open log as lost after the active is gone.
+    `change_number_ceiling` bounds every change number the active may have handed out (it is
+    announced with `open_generation`); a new active numbers above it, so no change number is
+    ever used twice across a failover.
+    """
 
     database: str
     node: str
     epoch: int
     last_log_generated: int
     updated: datetime
+    open_generation: int = 0
+    change_number_ceiling: int = 0
+
+    @property
+    def generated_at_risk(self) -> int:
+        """The highest generation holding acknowledged commits that the active announced:
+        LastLogGenerated counting the open log once it holds an acknowledged commit."""
+        return max(self.last_log_generated, self.open_generation)
 
 
 class ClusterStore(abc.ABC):
@@ -38,16 +59,39 @@ class ClusterStore(abc.ABC):
 
     @abc.abstractmethod
     async def set_active(
-        self, database: str, node: str, *, expected_epoch: int
+        self,
+        database: str,
+        node: str,
+        *,
+        expected_epoch: int,
+        start_generation: int | None = None,
     ) -> ActiveRecord | None:
         """Make `node` active if the epoch is still `expected_epoch` (0: never set).
-        Returns the new record, or None if someone else changed it first."""
+
+        In the same atomic step, the new epoch's `EpochRecord` is added to the history: its
+        stream begins at `start_generation` (None: not known, recorded as 1, so that no write
+        of an earlier epoch is ever taken for surviving).  A known start also begins the new
+        record's LastLogGenerated at `start_generation - 1`; the open log at risk starts
+        empty; the change-number ceiling carries over.  Returns the new record, or None if
+        someone else changed it first."""
+
+    @abc.abstractmethod
+    async def history(self, database: str) -> list[EpochRecord]:
+        """Every epoch of `database` recorded by `set_active`, oldest first."""
 
     @abc.abstractmethod
     async def publish_last_log_generated(
         self, database: str, node: str, epoch: int, generation: int
     ) -> bool:
         """Record LastLogGenerated, only if `node` is still active at `epoch`."""
+
+    @abc.abstractmethod
+    async def publish_open_generation(
+        self, database: str, node: str, epoch: int, generation: int, change_number_ceiling: int
+    ) -> bool:
+        """Announce that the open log `generation` holds an acknowledged commit, with the
+        change-number ceiling, only if `node` is still active at `epoch`; never lowers either.
+        False if `node` is not the active at `epoch` (it must not acknowledge)."""
 
     @abc.abstractmethod
     async def mailbox_database(self, mailbox: str) -> str | None:

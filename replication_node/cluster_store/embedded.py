@@ -8,7 +8,7 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
-from replication_node.cluster_store import ActiveRecord, ClusterStore
+from replication_node.cluster_store import ActiveRecord, ClusterStore, EpochRecord
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS active_copy(
@@ -16,7 +16,16 @@ CREATE TABLE IF NOT EXISTS active_copy(
   last_log_generated INTEGER NOT NULL DEFAULT 0, updated TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS mailbox_directory(
   mailbox TEXT PRIMARY KEY, database TEXT NOT NULL, updated TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS stream_history(
+  database TEXT NOT NULL, epoch INTEGER NOT NULL, node TEXT NOT NULL,
+  start_generation INTEGER NOT NULL, created TEXT NOT NULL, PRIMARY KEY(database, epoch));
 """
+# Columns added after the first release: a store file from before gets them on open.
+_ADDED_COLUMNS = {
+    "open_generation": "INTEGER NOT NULL DEFAULT 0",
+    "change_number_ceiling": "INTEGER NOT NULL DEFAULT 0",
+}
+_ACTIVE_COLUMNS = "node, epoch, last_log_generated, updated, open_generation, change_number_ceiling"
 
 
 class EmbeddedClusterStore(ClusterStore):
@@ -33,6 +42,10 @@ class EmbeddedClusterStore(ClusterStore):
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.executescript(_SCHEMA)
+            have = {row[1] for row in self._conn.execute("PRAGMA table_info(active_copy)")}
+            for column, kind in _ADDED_COLUMNS.items():
+                if column not in have:
+                    self._conn.execute(f"ALTER TABLE active_copy ADD COLUMN {column} {kind}")
 
     async def _run(self, fn, *args):  # type: ignore[no-untyped-def]
         return await asyncio.to_thread(self._locked, fn, *args)
@@ -47,17 +60,27 @@ class EmbeddedClusterStore(ClusterStore):
 
     def _active(self, database: str) -> ActiveRecord | None:
         row = self._conn.execute(
-            "SELECT node, epoch, last_log_generated, updated FROM active_copy WHERE database=?",
-            (database,),
+            f"SELECT {_ACTIVE_COLUMNS} FROM active_copy WHERE database=?", (database,)
         ).fetchone()
         if row is None:
             return None
-        return ActiveRecord(database, row[0], row[1], row[2], datetime.fromisoformat(row[3]))
+        node, epoch, generated, updated, open_generation, ceiling = row
+        return ActiveRecord(
+            database,
+            node,
+            epoch,
+            generated,
+            datetime.fromisoformat(updated),
+            open_generation=open_generation,
+            change_number_ceiling=ceiling,
+        )
 
     async def active(self, database: str) -> ActiveRecord | None:
         return await self._run(self._active, database)
 
-    def _set_active(self, database: str, node: str, expected_epoch: int) -> ActiveRecord | None:
+    def _set_active(
+        self, database: str, node: str, expected_epoch: int, start_generation: int | None
+    ) -> ActiveRecord | None:
         self._conn.execute("BEGIN IMMEDIATE")
         try:
             current = self._active(database)
@@ -65,9 +88,18 @@ class EmbeddedClusterStore(ClusterStore):
                 self._conn.execute("ROLLBACK")
                 return None
             generated = current.last_log_generated if current else 0
+            if start_generation is not None:
+                generated = start_generation - 1
+            ceiling = current.change_number_ceiling if current else 0
+            now = self._now()
             self._conn.execute(
-                "INSERT OR REPLACE INTO active_copy VALUES (?, ?, ?, ?, ?)",
-                (database, node, expected_epoch + 1, generated, self._now()),
+                f"INSERT OR REPLACE INTO active_copy(database, {_ACTIVE_COLUMNS})"
+                " VALUES (?, ?, ?, ?, ?, 0, ?)",
+                (database, node, expected_epoch + 1, generated, now, ceiling),
+            )
+            self._conn.execute(
+                "INSERT OR REPLACE INTO stream_history VALUES (?, ?, ?, ?, ?)",
+                (database, expected_epoch + 1, node, start_generation or 1, now),
             )
             self._conn.execute("COMMIT")
         except BaseException:
@@ -77,9 +109,25 @@ class EmbeddedClusterStore(ClusterStore):
         return self._active(database)
 
     async def set_active(
-        self, database: str, node: str, *, expected_epoch: int
+        self,
+        database: str,
+        node: str,
+        *,
+        expected_epoch: int,
+        start_generation: int | None = None,
     ) -> ActiveRecord | None:
-        return await self._run(self._set_active, database, node, expected_epoch)
+        return await self._run(self._set_active, database, node, expected_epoch, start_generation)
+
+    def _history(self, database: str) -> list[EpochRecord]:
+        rows = self._conn.execute(
+            "SELECT epoch, node, start_generation FROM stream_history WHERE database=?"
+            " ORDER BY epoch",
+            (database,),
+        ).fetchall()
+        return [EpochRecord(database, epoch, node, start) for epoch, node, start in rows]
+
+    async def history(self, database: str) -> list[EpochRecord]:
+        return await self._run(self._history, database)
 
     def _publish(self, database: str, node: str, epoch: int, generation: int) -> bool:
         cur = self._conn.execute(
@@ -93,6 +141,24 @@ class EmbeddedClusterStore(ClusterStore):
         self, database: str, node: str, epoch: int, generation: int
     ) -> bool:
         return await self._run(self._publish, database, node, epoch, generation)
+
+    def _publish_open(
+        self, database: str, node: str, epoch: int, generation: int, ceiling: int
+    ) -> bool:
+        cur = self._conn.execute(
+            "UPDATE active_copy SET open_generation=max(open_generation, ?),"
+            " change_number_ceiling=max(change_number_ceiling, ?), updated=?"
+            " WHERE database=? AND node=? AND epoch=?",
+            (generation, ceiling, self._now(), database, node, epoch),
+        )
+        return cur.rowcount == 1
+
+    async def publish_open_generation(
+        self, database: str, node: str, epoch: int, generation: int, change_number_ceiling: int
+    ) -> bool:
+        return await self._run(
+            self._publish_open, database, node, epoch, generation, change_number_ceiling
+        )
 
     def _mailbox_database(self, mailbox: str) -> str | None:
         row = self._conn.execute(

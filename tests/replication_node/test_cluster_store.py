@@ -63,8 +63,41 @@ async def test_last_log_generated_only_from_the_active_at_its_epoch_and_only_up(
     assert not await store.publish_last_log_generated("DB1", "mbx2", 1, 9), "not the active"
     assert not await store.publish_last_log_generated("DB1", "mbx1", 2, 9), "wrong epoch"
     moved = await store.set_active("DB1", "mbx2", expected_epoch=1)
-    assert moved.last_log_generated == 7, "a new epoch keeps what was generated"
+    assert moved.last_log_generated == 7, "a new epoch of unknown start keeps what was generated"
     assert not await store.publish_last_log_generated("DB1", "mbx1", 1, 9), "deposed"
+
+
+async def test_each_epoch_is_recorded_with_where_its_stream_began(store):
+    await store.set_active("DB1", "mbx1", expected_epoch=0, start_generation=1)
+    assert await store.publish_last_log_generated("DB1", "mbx1", 1, 20)
+    # a lossy failover: mbx2 had inspected through 14, its stream goes on from 15
+    moved = await store.set_active("DB1", "mbx2", expected_epoch=1, start_generation=15)
+    assert (moved.epoch, moved.last_log_generated) == (2, 14)
+    assert await store.set_active("DB1", "mbx3", expected_epoch=1, start_generation=9) is None
+    await store.set_active("DB1", "mbx3", expected_epoch=2)  # start unknown: recorded as 1
+    history = await store.history("DB1")
+    assert [(r.epoch, r.node, r.start_generation) for r in history] == [
+        (1, "mbx1", 1),
+        (2, "mbx2", 15),
+        (3, "mbx3", 1),
+    ]
+    assert await store.history("DB2") == []
+
+
+async def test_the_open_log_at_risk_is_announced_only_by_the_active_and_only_up(store):
+    await store.set_active("DB1", "mbx1", expected_epoch=0, start_generation=1)
+    assert await store.publish_open_generation("DB1", "mbx1", 1, 4, 5000)
+    assert await store.publish_open_generation("DB1", "mbx1", 1, 3, 100)  # never goes back
+    record = await store.active("DB1")
+    assert (record.open_generation, record.change_number_ceiling) == (4, 5000)
+    assert record.generated_at_risk == 4, "the open log with commits counts"
+    assert await store.publish_last_log_generated("DB1", "mbx1", 1, 4)
+    assert (await store.active("DB1")).open_generation == 4, "closing it loses nothing"
+    assert not await store.publish_open_generation("DB1", "mbx2", 1, 9, 0), "not the active"
+    assert not await store.publish_open_generation("DB1", "mbx1", 2, 9, 0), "wrong epoch"
+    moved = await store.set_active("DB1", "mbx2", expected_epoch=1, start_generation=4)
+    assert moved.open_generation == 0, "the new epoch's open log holds nothing yet"
+    assert moved.change_number_ceiling == 5000, "change numbers go on above the old ceiling"
 
 
 async def test_the_mailbox_directory_changes_only_from_what_was_expected(store):

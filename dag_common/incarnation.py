@@ -1,0 +1,44 @@
+"""Stream incarnations: which epoch wrote which part of a database's log stream (pure).
+
+Every activation (a failover or a switchover) starts a new epoch, and the new active writes
+the stream on from `start_generation`: the generation after the last one it had when it
+mounted.  Generations below that point it inherited from the epochs before; from that point
+on they are its own.  The history of epochs is therefore a list of fork points, as
+PostgreSQL's timeline history files are, and it answers the one question a write's
+acknowledgement cannot answer by itself: is the write at (epoch, generation) still in the
+stream, or was it lost when a later epoch forked below it?
+
+A write acknowledged at (E, g) is in the current stream exactly when no later epoch began at
+or below g: each later epoch kept the generations below its own start.  A switchover starts
+the new epoch after the last generation the old active closed, so it never loses a write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class EpochRecord:
+    """One incarnation of a database's stream: written by `node` at `epoch` from
+    `start_generation` on (1 when the epoch's start is not known: the safe side)."""
+
+    database: str
+    epoch: int
+    node: str
+    start_generation: int
+
+
+def fork_below(history: Iterable[EpochRecord], epoch: int, generation: int) -> EpochRecord | None:
+    """The first epoch after `epoch` that began at or below `generation` (the write at
+    (epoch, generation) was lost with it), or None if the write is still in the stream."""
+    for record in sorted(history, key=lambda r: r.epoch):
+        if record.epoch > epoch and record.start_generation <= generation:
+            return record
+    return None
+
+
+def current_epoch(history: Iterable[EpochRecord]) -> int:
+    """The newest epoch in the history (0: none recorded)."""
+    return max((r.epoch for r in history), default=0)
