@@ -7,6 +7,16 @@ Safety invariant: `Satisfied` is returned only when the request's constraint is 
 whose status is fresh, or when the constraint is None, or when the database has no passive
 copy. Anything unknown (unreachable node, stale status, unreported copy, no active) counts
 against the guarantee, never for it.
+
+Stream incarnations: an LSN that names its epoch is judged against the database's history of
+epochs (`dag_common.incarnation`).  If a later epoch began at or below the LSN's generation,
+the write was lost in that failover: NotSatisfied with `lost`, whatever the constraint and
+however far the new stream has moved on; never Satisfied.  Otherwise only copies on the
+current epoch count, since a copy still following an older active holds that active's
+generations, not necessarily the current stream's.  An epoch the history does not know yet,
+or a history that could not be read, is Retry.  An LSN without an epoch is judged by its
+generation alone, as before: unsafe across failovers.  The seed's commit-time check cannot
+see a fork at all.
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
+from dag_common.incarnation import current_epoch, fork_below
 from dag_common.model import (
     CopyRole,
     CopyStatus,
@@ -75,6 +86,7 @@ def _verdict(copy: CopySnapshot, checks: list[CheckOutcome], **extra: object) ->
         last_log_replayed=r.last_log_replayed if r else 0,
         last_replayed_log_time=r.last_replayed_log_time if r else None,
         replay_lag_time=r.replay_lag_time if r else timedelta(0),
+        epoch=r.epoch if r else 0,
         healthy=copy.fresh and r is not None and r.status is CopyStatus.HEALTHY,
         **extra,  # type: ignore[arg-type]
     )
@@ -171,8 +183,14 @@ def _health_eta(
     return eta, f"copy queue draining at {-rate:.2f} logs/s, {excess} logs over the limit"
 
 
-def judge_flush(copy: CopySnapshot, target: FlushTarget, limits: Limits) -> CopyVerdict:
-    """A passive copy against CheckReplicationFlush: has it replayed the caller's commit?"""
+def judge_flush(
+    copy: CopySnapshot, target: FlushTarget, limits: Limits, epoch: int = 0
+) -> CopyVerdict:
+    """A passive copy against CheckReplicationFlush: has it replayed the caller's commit?
+
+    `epoch` is the database's current stream epoch; when the target names an epoch, only a
+    copy following the current epoch counts (the write is on the current stream: the caller
+    checked it was not lost)."""
     reach = _reachable(copy)
     r = copy.report
     if not reach.passed or r is None:
@@ -187,6 +205,15 @@ def judge_flush(copy: CopySnapshot, target: FlushTarget, limits: Limits) -> Copy
             f"ReplayLagTime {_s(lag)}, counted only under {_s(lag_limit)}",
         ),
     ]
+    if target.epoch:
+        checks.append(
+            _ok(
+                Check.STREAM,
+                r.epoch == epoch,
+                f"follows the stream of epoch {r.epoch or 'unknown'}, the database is at "
+                f"epoch {epoch}",
+            )
+        )
     eta: float | None = None
     why = ""
     if target.generation is not None:
@@ -224,7 +251,7 @@ def judge_flush(copy: CopySnapshot, target: FlushTarget, limits: Limits) -> Copy
     verdict = _verdict(copy, checks)
     if verdict.meets:
         return _verdict(copy, checks, eta_s=0.0)
-    if not all(c.passed for c in checks[:2]):
+    if not all(c.passed for c in checks if c.check is not Check.REPLAYED):
         return verdict
     return _verdict(copy, checks, eta_s=eta, eta_why=why)
 
@@ -327,6 +354,7 @@ def _evaluate(
 ) -> Answer:
     """Common frame: pre-checks, active detection, the constraint, the wait time."""
     db = view.database
+    epoch = current_epoch(view.history) if view.history else 0
 
     def answer(status: GuaranteeStatus, wait: timedelta, reason: str, copies: tuple = ()) -> Answer:
         return Answer(
@@ -336,6 +364,7 @@ def _evaluate(
             wait,
             f"{method} {constraint} {status} for {db}: {reason}",
             copies,
+            epoch=epoch,
         )
 
     if constraint is Constraint.NONE:
@@ -401,5 +430,59 @@ def evaluate_flush(
     view: DatabaseView, constraint: Constraint, target: FlushTarget, limits: Limits
 ) -> Answer:
     """CheckReplicationFlush: have enough copies replayed past the target?"""
-    judged = {c.node: judge_flush(c, target, limits) for c in view.copies}
-    return _evaluate(view, constraint, limits, "CheckReplicationFlush", judged)
+    method = "CheckReplicationFlush"
+    if target.epoch and target.generation is not None:
+        early = _stream_answer(view, constraint, target, limits)
+        if early is not None:
+            return early
+    epoch = current_epoch(view.history) if view.history else 0
+    judged = {c.node: judge_flush(c, target, limits, epoch) for c in view.copies}
+    return _evaluate(view, constraint, limits, method, judged)
+
+
+def _stream_answer(
+    view: DatabaseView, constraint: Constraint, target: FlushTarget, limits: Limits
+) -> Answer | None:
+    """The answer when the LSN's epoch settles the question before any copy is looked at:
+    lost in a failover (NotSatisfied, `lost`), or not judgeable yet (Retry); else None."""
+    assert target.generation is not None
+    db, where = view.database, f"generation {target.generation} of epoch {target.epoch}"
+
+    def answer(status: GuaranteeStatus, wait: timedelta, reason: str, **extra: object) -> Answer:
+        return Answer(
+            db,
+            constraint,
+            status,
+            wait,
+            f"CheckReplicationFlush {constraint} {status} for {db}: {reason}",
+            **extra,  # type: ignore[arg-type]
+        )
+
+    if view.history is None:
+        return answer(
+            GuaranteeStatus.RETRY,
+            limits.wait_no_status,
+            f"the stream history of {db} cannot be read from the cluster store, so whether "
+            f"{where} survived every failover is unknown",
+        )
+    epoch = current_epoch(view.history)
+    fork = fork_below(view.history, target.epoch, target.generation)
+    if fork is not None:
+        return answer(
+            GuaranteeStatus.NOT_SATISFIED,
+            timedelta(0),
+            f"the write at {where} was lost: the stream forked when epoch {fork.epoch} began on "
+            f"{fork.node} at generation {fork.start_generation}, at or below it; asking again "
+            "will not help, the data must be written again",
+            epoch=epoch,
+            lost=True,
+        )
+    if target.epoch > epoch:
+        return answer(
+            GuaranteeStatus.RETRY,
+            limits.wait_min,
+            f"epoch {target.epoch} is newer than the history known ({epoch}); it is read "
+            "from the cluster store every poll",
+            epoch=epoch,
+        )
+    return None

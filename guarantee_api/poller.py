@@ -1,7 +1,9 @@
 """The poll loop: `GET /v1/status` of every node every `interval`, into the live view.
 
 One aiohttp `ClientSession` (owned by the caller), an explicit `ClientTimeout` per call, and
-the injected clock for pacing, so tests drive rounds with `ManualClock.advance`. A node that
+the injected clock for pacing, so tests drive rounds with `ManualClock.advance`.  Each round
+also reads every database's stream history (its epochs) from the cluster store, when given
+one (`history_source`), concurrently with the nodes. A node that
 does not answer in time, answers with an error, or answers with a body that is not a
 `NodeStatus` is recorded as unreachable for that round: its copies are not healthy until it
 answers again.
@@ -19,6 +21,7 @@ from pydantic import ValidationError
 from dag_common.auth import bearer
 from dag_common.clock import Clock
 from dag_common.config import NodeConfig
+from dag_common.incarnation import EpochRecord
 from dag_common.model import NodeStatus
 from guarantee_api.metrics import Metrics
 from guarantee_api.view import LiveView
@@ -41,8 +44,10 @@ class Poller:
         timeout: float | None = None,
         metrics: Metrics | None = None,
         on_round: Callable[[], Awaitable[None]] | None = None,
+        history_source: Callable[[str], Awaitable[list[EpochRecord]]] | None = None,
     ) -> None:
         self._nodes = nodes
+        self._history_source = history_source
         self._view = view
         self._session = session
         self._clock = clock
@@ -85,9 +90,26 @@ class Poller:
         if self._metrics:
             self._metrics.node_up.labels(node.name).set(1)
 
+    async def _read_history(self, database: str) -> None:
+        assert self._history_source is not None
+        try:
+            records = await asyncio.wait_for(self._history_source(database), self._timeout.total)
+        except Exception as exc:  # any store failure: the history is unknown this round
+            self._view.history_failed(database, str(exc) or type(exc).__name__)
+            if self._metrics:
+                self._metrics.poll_errors.labels("cluster-store").inc()
+            return
+        self._view.history_read(database, records)
+
     async def poll_once(self) -> None:
-        """One round: every node, concurrently; then the round listeners."""
-        await asyncio.gather(*(self._poll_node(n) for n in self._nodes))
+        """One round: every node and every database's stream history, concurrently; then
+        the round listeners."""
+        histories = (
+            [self._read_history(db) for db in self._view.databases]
+            if self._history_source is not None
+            else []
+        )
+        await asyncio.gather(*(self._poll_node(n) for n in self._nodes), *histories)
         self._view.round_completed()
         if self._metrics:
             self._metrics.poll_rounds.inc()

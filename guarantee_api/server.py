@@ -35,6 +35,7 @@ from guarantee_api.policy import Limits
 from guarantee_api.poller import Poller
 from guarantee_api.servicer import DataGuaranteeServicer
 from guarantee_api.view import LiveView
+from replication_node.cluster_store import ClusterStore, open_cluster_store
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +113,7 @@ class GuaranteeService:
         self._grpc: grpc.aio.Server | None = None
         self._runner: web.AppRunner | None = None
         self._poll_task: asyncio.Task[None] | None = None
+        self._cluster_store: ClusterStore | None = None
         self.poller: Poller | None = None
         self.grpc_port = 0
         self.http_port = 0
@@ -141,6 +143,9 @@ class GuaranteeService:
         await self._start_http(api.http_listen)
         ssl_ctx = self.config.tls.client_context() if self.config.tls else None
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl_ctx))
+        # The stream history (epochs and their fork points) is the cluster store's: read it
+        # from there, the authority, not from what some node last heard.
+        self._cluster_store = open_cluster_store(self.config)
         self.poller = Poller(
             nodes=list(self.config.nodes),
             view=self.view,
@@ -150,6 +155,7 @@ class GuaranteeService:
             token=self._node_token,
             metrics=self.metrics,
             on_round=self._after_round,
+            history_source=self._cluster_store.history,
         )
         self._poll_task = asyncio.create_task(self.poller.run(), name="guarantee-poller")
         logger.info("guarantee API on %s (gRPC) and port %d (HTTP)", self.grpc_port, self.http_port)
@@ -211,6 +217,8 @@ class GuaranteeService:
             await self._runner.cleanup()
         if self._session is not None:
             await self._session.close()
+        if self._cluster_store is not None:
+            self._cluster_store.close()
 
 
 async def _metrics_handler(request: web.Request) -> web.Response:

@@ -128,7 +128,7 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
         if which == "lsn":
             if request.lsn.generation < 1:
                 raise InvalidRequestError("lsn.generation must be at least 1")
-            target = FlushTarget(generation=request.lsn.generation)
+            target = FlushTarget(generation=request.lsn.generation, epoch=request.lsn.epoch)
         else:
             ts = request.commit_time
             if not 0 <= ts.nanos < 1_000_000_000 or not 0 < ts.seconds < 253402300800:
@@ -194,6 +194,7 @@ def _verdict_to_proto(v: CopyVerdict) -> pb.CopyVerdict:
         replay_queue_length=max(0, v.replay_queue_length),
         last_log_replayed=max(0, v.last_log_replayed),
         replay_lag_time=_duration(v.replay_lag_time.total_seconds()),
+        epoch=max(0, v.epoch),
     )
     if v.last_replayed_log_time is not None:
         ts = Timestamp()
@@ -211,4 +212,6 @@ def to_proto(answer: Answer) -> pb.GuaranteeResponse:
         constraint=_CONSTRAINT_TO_PB[answer.constraint],
         copies=[_verdict_to_proto(v) for v in answer.copies],
         database=answer.database,
+        epoch=max(0, answer.epoch),
+        lost=answer.lost,
     )

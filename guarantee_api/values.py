@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from dag_common.config import GuaranteeLimits
+from dag_common.incarnation import EpochRecord
 from dag_common.model import (
     CopyRole,
     CopyStatus,
@@ -38,6 +39,7 @@ class Check(StrEnum):
     MOUNTED = "Mounted"
     LAG_FOR_FLUSH = "LagForFlush"
     REPLAYED = "Replayed"
+    STREAM = "Stream"  # the copy follows the stream incarnation the LSN must be replayed on
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,19 +100,25 @@ class CopySnapshot:
 
 @dataclass(frozen=True, slots=True)
 class DatabaseView:
-    """Every configured copy of one database; `has_status` is False until a node reported."""
+    """Every configured copy of one database; `has_status` is False until a node reported.
+
+    `history` is the database's stream incarnations as the cluster store records them
+    (None: not known, e.g. the store could not be read)."""
 
     database: str
     copies: tuple[CopySnapshot, ...]
     has_status: bool = True
+    history: tuple[EpochRecord, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class FlushTarget:
-    """What CheckReplicationFlush waits for: a commit time (the seed) or a generation (exact)."""
+    """What CheckReplicationFlush waits for: a commit time (the seed) or a generation (exact),
+    with the stream incarnation (epoch) the generation belongs to (0: not given)."""
 
     commit_time: datetime | None = None
     generation: int | None = None
+    epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +145,7 @@ class CopyVerdict:
     last_log_replayed: int = 0
     last_replayed_log_time: datetime | None = None
     replay_lag_time: timedelta = timedelta(0)
+    epoch: int = 0  # the stream epoch the copy reported following
     healthy: bool = False  # fresh and Healthy: decides between the 1 min and 2 min waits
     eta_s: float | None = None  # predicted seconds until it meets (0 when it does)
     eta_why: str = ""
@@ -159,3 +168,5 @@ class Answer:
     retry_after: timedelta
     reason: str
     copies: tuple[CopyVerdict, ...] = ()
+    epoch: int = 0  # the database's current stream epoch as the view knows it (0: unknown)
+    lost: bool = False  # the flush target was lost in a failover: asking again cannot help

@@ -8,6 +8,10 @@ one slow or lost poll is tolerated, a dead node is noticed within seconds). A co
 copy that its node does not report, or whose node cannot be reached, stays in the view with
 the reason, so the rules count it as not healthy instead of dropping it.
 
+Stream history: each database's epochs as the cluster store records them, read every poll
+round; a flush by an LSN with an epoch is judged against it.  Until it is read, or after a
+round failed to read it, it is unknown (None) and such a flush is Retry.
+
 Rates (for predicting when a draining copy will meet the conditions) are taken between the
 oldest and newest poll within `rate_window` seconds (default 5 s): short enough that a queue
 that grew and now drains is seen draining, long enough to smooth one poll's jitter.
@@ -20,6 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from dag_common.config import ClusterConfig
+from dag_common.incarnation import EpochRecord
 from dag_common.model import CopyStatusReport, NodeStatus
 from guarantee_api.policy import CopyRates, CopySnapshot, DatabaseView
 
@@ -60,6 +65,7 @@ class LiveView:
         self._history: dict[tuple[str, str], deque[_Sample]] = {}
         self._node_error: dict[str, str | None] = {}  # absent: never polled
         self._has_status: set[str] = set()
+        self._stream_history: dict[str, tuple[EpochRecord, ...] | None] = {}
         self.rounds_completed = 0
         self.version = 0  # bumped by every change a poll makes; answers may be cached by it
 
@@ -89,6 +95,20 @@ class LiveView:
             logger.warning("node %s unreachable: %s", node, error)
         self.version += 1
         self._node_error[node] = error
+
+    def history_read(self, database: str, records: list[EpochRecord]) -> None:
+        """Record the stream history of `database` as just read from the cluster store."""
+        history = tuple(sorted(records, key=lambda r: r.epoch))
+        if self._stream_history.get(database) != history:
+            self.version += 1
+            self._stream_history[database] = history
+
+    def history_failed(self, database: str, error: str) -> None:
+        """The stream history of `database` could not be read: unknown until it can."""
+        if self._stream_history.get(database, ()) is not None:
+            logger.warning("stream history of %s unknown: %s", database, error)
+            self.version += 1
+        self._stream_history[database] = None
 
     def round_completed(self) -> None:
         self.rounds_completed += 1
@@ -148,4 +168,9 @@ class LiveView:
                     rates=state.rates if state else CopyRates(),
                 )
             )
-        return DatabaseView(database, tuple(copies), has_status=database in self._has_status)
+        return DatabaseView(
+            database,
+            tuple(copies),
+            has_status=database in self._has_status,
+            history=self._stream_history.get(database),
+        )

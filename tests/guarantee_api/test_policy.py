@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from dag_common.incarnation import EpochRecord
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
 from dag_common.model import DataMoveReplicationConstraint as C
 from guarantee_api.policy import (
@@ -40,6 +41,7 @@ def copy(
     problem: str | None = None,
     reported: bool = True,
     rates: CopyRates | None = None,
+    epoch: int = 0,
 ) -> CopySnapshot:
     if status is None:
         status = CopyStatus.MOUNTED if role is CopyRole.ACTIVE else CopyStatus.HEALTHY
@@ -58,6 +60,7 @@ def copy(
         last_inspected_log_time=replayed_time + timedelta(seconds=replay_span),
         last_replayed_log_time=replayed_time,
         replay_lag_time=lag,
+        epoch=epoch,
     )
     return CopySnapshot(
         "DB1", node, site, report if reported else None, problem, rates or CopyRates()
@@ -482,3 +485,68 @@ def test_wait_times_come_from_the_config_with_the_seeds_defaults():
     )
     assert short.wait_no_healthy_copy == timedelta(seconds=3)
     assert short.wait_max == timedelta(minutes=1)
+
+
+# ---- stream incarnations: an LSN that names its epoch -------------------------------------
+
+# DB1's history: epoch 1 on mbx1 from generation 1; a lossy failover to mbx2 whose stream
+# began at generation 90 (it had inspected 89); a switchover back to mbx1 from generation 96.
+HISTORY = (
+    EpochRecord("DB1", 1, "mbx1", 1),
+    EpochRecord("DB1", 2, "mbx2", 90),
+    EpochRecord("DB1", 3, "mbx1", 96),
+)
+ON_3 = copy("mbx2", epoch=3)  # replayed 100 on the current stream
+ON_2 = copy("mbx2", epoch=2)  # replayed 100, still following the old active
+ON_3_FAR = copy("mbx2", epoch=3, replayed=500)
+
+
+def lsn(generation: int, epoch: int) -> FlushTarget:
+    return FlushTarget(generation=generation, epoch=epoch)
+
+
+H, SC = HISTORY, C.SECOND_COPY
+EPOCH_TABLE = [
+    # (name, copies, target, constraint, history, expected status, lost)
+    ("epoch 1 below the fork: survived", [ON_3], lsn(89, 1), SC, H, S, False),
+    ("epoch 1 at the fork: lost", [ON_3], lsn(90, 1), SC, H, NS, True),
+    ("epoch 1 far above the fork: lost", [ON_3], lsn(100, 1), SC, H, NS, True),
+    ("lost though the new stream replayed past it", [ON_3_FAR], lsn(95, 1), SC, H, NS, True),
+    ("lost is never Satisfied, even for constraint None", [ON_3], lsn(95, 1), C.NONE, H, NS, True),
+    ("a switchover loses nothing: epoch 2 below 96", [ON_3], lsn(95, 2), SC, H, S, False),
+    ("current epoch, replayed", [ON_3], lsn(100, 3), SC, H, S, False),
+    ("current epoch, not replayed yet", [ON_3], lsn(101, 3), SC, H, NS, False),
+    ("a copy on an older epoch does not count", [ON_2], lsn(100, 3), SC, H, NS, False),
+    ("an epoch the history does not know yet", [ON_3], lsn(100, 4), SC, H, R, False),
+    ("history unreadable", [ON_3], lsn(100, 3), SC, None, R, False),
+    ("no epoch in the LSN: by generation", [ON_2], FlushTarget(generation=100), SC, H, S, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "copies", "target", "constraint", "history", "expected", "lost"),
+    EPOCH_TABLE,
+    ids=[row[0] for row in EPOCH_TABLE],
+)
+def test_flush_by_lsn_with_its_stream_incarnation(
+    name, copies, target, constraint, history, expected, lost
+):
+    v = DatabaseView("DB1", (active(epoch=3), *copies), True, history)
+    answer = evaluate_flush(v, constraint, target, LIMITS)
+    assert answer.status is expected, answer.reason
+    assert answer.lost is lost
+    if lost:
+        assert "was lost" in answer.reason and "epoch 2 began on mbx2 at generation 90" in (
+            answer.reason
+        )
+        assert answer.retry_after == timedelta(0)
+    if history is not None:
+        assert answer.epoch == 3, "the answer names the database's current epoch"
+
+
+def test_a_copy_on_an_older_epoch_says_why_it_does_not_count():
+    v = DatabaseView("DB1", (active(epoch=3), ON_2), True, HISTORY)
+    answer = evaluate_flush(v, C.SECOND_COPY, lsn(100, 3), LIMITS)
+    stream = next(c for c in answer.copies[1].checks if c.check is Check.STREAM)
+    assert not stream.passed
+    assert "epoch 2" in stream.detail and "epoch 3" in stream.detail

@@ -108,3 +108,75 @@ async def test_unknown_database_and_missing_token(setup):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.CheckReplicationHealth(pb.CheckReplicationHealthRequest(database="DB1"))
     assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_a_flush_of_a_write_lost_in_a_failover_is_never_satisfied(setup):
+    cluster, stub = setup
+    db = "/v1/databases/DB1"
+    await cluster.ok("PUT", "mbx1", f"{db}/mailboxes/alice")
+
+    def lsn_of(ack):
+        return pb.Lsn(**{k: ack["lsn"][k] for k in ("generation", "offset", "epoch")})
+
+    async def flush(lsn):
+        return await stub.CheckReplicationFlush(
+            pb.CheckReplicationFlushRequest(database="DB1", caller_id="test", lsn=lsn),
+            metadata=META,
+        )
+
+    # A write that shipped before the failover: its generation was closed and replayed.
+    shipped = lsn_of(
+        await cluster.ok("POST", "mbx1", f"{db}/mailboxes/alice/items", json={"subject": "kept"})
+    )
+    assert shipped.epoch >= 1, "a write's answer names its stream incarnation"
+    await cluster.ok("POST", "mbx1", f"{db}/roll-log")
+
+    async def satisfied(lsn):
+        return (await flush(lsn)).status == pb.SATISFIED
+
+    await cluster.wait_for("the shipped write satisfied", lambda: satisfied(shipped))
+    # A write acknowledged in the open log, and the active's node killed before it shipped.
+    doomed = lsn_of(
+        await cluster.ok("POST", "mbx1", f"{db}/mailboxes/alice/items", json={"subject": "gone"})
+    )
+    cluster.kill("mbx1")
+    await cluster.wait_for(
+        "mbx2 to see its active gone",
+        lambda: _status_is(cluster, "mbx2", "DisconnectedAndHealthy"),
+    )
+    activated = await cluster.ok(
+        "POST",
+        "mbx2",
+        f"{db}/activate",
+        json={"node": "mbx2", "mount_dial_override": "BestAvailability"},
+    )
+    assert activated["epoch"] == doomed.epoch + 1
+    await cluster.wait_status("mbx2", "DB1", "Mounted")
+    # The new stream moves well past the lost write's generation, and is replayed.
+    for n in range(4):
+        await cluster.ok("POST", "mbx2", f"{db}/mailboxes/alice/items", json={"subject": f"n{n}"})
+        await cluster.ok("POST", "mbx2", f"{db}/roll-log")
+    fresh = lsn_of(
+        await cluster.ok("POST", "mbx2", f"{db}/mailboxes/alice/items", json={"subject": "new"})
+    )
+    await cluster.ok("POST", "mbx2", f"{db}/roll-log")
+    assert fresh.epoch == activated["epoch"] and fresh.generation > doomed.generation + 2
+    await cluster.wait_for("a write of the new epoch satisfied", lambda: satisfied(fresh))
+
+    answer = await flush(doomed)
+    assert answer.status == pb.NOT_SATISFIED and answer.lost, answer.reason
+    assert "was lost" in answer.reason and f"epoch {activated['epoch']}" in answer.reason
+    assert answer.epoch == activated["epoch"]
+    # Answered by generation alone (no epoch), the lost write looks replayed: the unsafe
+    # behaviour of the old contract, which is why the LSN names its stream.
+    blind = pb.Lsn(generation=doomed.generation, offset=doomed.offset)
+    assert (await flush(blind)).status == pb.SATISFIED
+    # The write that shipped before the failover survived it.
+    assert (await flush(shipped)).status == pb.SATISFIED
+    kept = await cluster.items("mbx2", "DB1", "alice")
+    assert {i["subject"] for i in kept.values()} >= {"kept", "new"}
+    assert "gone" not in {i["subject"] for i in kept.values()}
+
+
+async def _status_is(cluster, node, status):
+    return (await cluster.status(node))["DB1"]["status"] == status

@@ -10,6 +10,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from dag_common.model import CopyRole, CopyStatus
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from replication_node.cluster_store import open_cluster_store
 from tests.guarantee_api.conftest import AUTH, start_service
 from tests.guarantee_api.helpers import T0, healthy_cluster, node_status, report
 
@@ -169,6 +170,34 @@ async def test_flush_by_lsn_and_by_commit_time(running, nodes):
     nodes["mbx3"].status = node_status("mbx3", report("mbx3", replayed=101))
     await running.next_round()
     assert (await flush(running, lsn=pb.Lsn(generation=101))).status == pb.SATISFIED
+
+
+async def test_flush_by_an_lsn_with_its_epoch_is_judged_on_the_cluster_stores_history(
+    running, nodes
+):
+    store = open_cluster_store(running.service.config)
+    try:
+        # epoch 1 on mbx1; a lossy failover to mbx2 whose stream began at generation 90
+        await store.set_active("DB1", "mbx1", expected_epoch=0, start_generation=1)
+        await store.set_active("DB1", "mbx2", expected_epoch=1, start_generation=90)
+    finally:
+        store.close()
+    await running.next_round()
+    lost = await flush(running, lsn=pb.Lsn(generation=95, offset=0, epoch=1))
+    assert lost.status == pb.NOT_SATISFIED and lost.lost and lost.epoch == 2
+    assert "was lost" in lost.reason
+    kept = await flush(running, lsn=pb.Lsn(generation=89, offset=0, epoch=1))
+    assert kept.status == pb.NOT_SATISFIED and not kept.lost, "the copies report no epoch yet"
+    assert "epoch unknown" in kept.reason
+    epoch2 = [report("mbx1", role=CopyRole.ACTIVE), report("mbx2"), report("mbx3")]
+    for r in epoch2:
+        nodes[r.node].status = node_status(r.node, r.model_copy(update={"epoch": 2}))
+    await running.next_round()
+    kept = await flush(running, lsn=pb.Lsn(generation=89, offset=0, epoch=1))
+    assert kept.status == pb.SATISFIED and kept.epoch == 2
+    assert {c.node: c.epoch for c in kept.copies} == {"mbx1": 2, "mbx2": 2, "mbx3": 2}
+    unknown = await flush(running, lsn=pb.Lsn(generation=95, offset=0, epoch=3))
+    assert unknown.status == pb.RETRY
 
 
 async def test_database_without_passive_copy_is_satisfied(running):
