@@ -10,6 +10,14 @@ fsync per generation.  A generation that fails inspection is set aside in
 IgnoredLogs/InspectionFailed and copied again; after `max_inspection_failures` failures of
 the same generation the copy stops with `CopyFailed`.  A generation is never skipped.
 
+The copy's stream incarnation (the `epoch` its status reports, which the Data Guarantee
+service counts a flush on) is claimed only once shown: when a generation fetched from the
+active at that epoch passes inspection (the creation-time chain ties it to every local
+generation before it), or when the copy's last inspected generation is byte for byte the
+active's.  A copy that had inspected past the point where a failover forked the stream
+holds the old active's generations there: its last generation differs from the active's,
+and it stops (FailedAndSuspended, reseed) instead of claiming a stream it is not on.
+
 Transport failures are not the file's fault: the copy is DisconnectedAndHealthy and the
 copier retries every `retry_interval` for as long as it takes (the seeds: a network outage
 needs no reseed while the active keeps its logs).  A generation the active no longer has
@@ -77,6 +85,7 @@ class Copier:
         self._retry = retry_interval
         self._window = window
         self.failures: dict[int, int] = {}
+        self._active_epoch = 0  # the epoch of the active whose share this copier reads
         self._prev: LogHeader | None = anchor_header(paths.logs, markers.last_log_inspected)
 
     async def run(self) -> None:
@@ -88,6 +97,7 @@ class Copier:
                 self._seen(info)
                 if self._rejoining:
                     await self._check_rejoin(info)
+                await self._check_stream(info)
                 await self._copy_through(info.last_generation)
                 async for info in self._source.notifications(m.last_log_inspected):
                     self._seen(info)
@@ -135,6 +145,24 @@ class Copier:
         await asyncio.to_thread(self._paths.was_active.unlink, missing_ok=True)
         logger.info("%s: rejoined the active's stream at generation %d", self._paths.name, waypoint)
 
+    async def _check_stream(self, info: LogShareInfo) -> None:
+        """Claim the active's epoch now if this copy's last inspected generation is the
+        active's, byte for byte; stop if it is not (the stream forked below it)."""
+        m = self._markers
+        generation = m.last_log_inspected
+        if info.epoch == m.epoch or not info.first_generation <= generation <= info.last_generation:
+            return  # nothing to compare with yet: the next generation inspected settles it
+        ours = self._paths.logs / closed_log_name(generation)
+        if not ours.exists():
+            return
+        if await self._source.fetch(generation) != await asyncio.to_thread(ours.read_bytes):
+            raise CopyFailed(
+                f"this copy's generation {generation} is not the active's (epoch {info.epoch}): "
+                "the stream forked below it in a failover and this copy holds the old "
+                "active's logs; reseed the copy"
+            )
+        m.epoch = info.epoch
+
     def _seen(self, info: LogShareInfo) -> None:
         if info.log_signature != str(self._log_signature):
             raise CopyFailed(
@@ -147,7 +175,7 @@ class Copier:
         m.last_log_generated = max(m.last_log_generated, info.last_generation)
         m.last_log_copy_notified = max(m.last_log_copy_notified, info.last_generation)
         m.source_first_generation = info.first_generation
-        m.epoch = info.epoch
+        self._active_epoch = info.epoch
 
     async def _copy_through(self, last: int) -> None:
         """Copy and inspect every generation up to `last`, in order, a window at a time."""
@@ -262,6 +290,7 @@ class Copier:
             m.close_times[inspected.generation] = inspected.close_time
         m.last_log_inspected = staged[-1].generation
         m.last_inspected_log_time = staged[-1].close_time
+        m.epoch = self._active_epoch  # inspected from its share: chained to all before
         self._on_inspected()
 
     def _move_into_log_dir(self, generations: list[int]) -> None:

@@ -21,7 +21,7 @@ class Markers:
     last_inspected_log_time: datetime | None = None
     last_replayed_log_time: datetime | None = None
     source_first_generation: int = 0  # lowest generation still on the active (0: unknown)
-    epoch: int = 0  # the epoch of the active whose stream this copy last reached (0: none)
+    epoch: int = 0  # the epoch whose stream this copy is shown to be on (0: not yet)
     connected: bool = False  # the last call to the active succeeded
     disconnected_since: float | None = None  # monotonic time the active was last lost
     close_times: dict[int, datetime] = field(default_factory=dict)  # local closed generations

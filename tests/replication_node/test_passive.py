@@ -275,3 +275,42 @@ async def test_a_switchover_that_never_finishes_gives_the_active_its_writes_back
         assert s.active.switching_to is None
     finally:
         await s.close()
+
+
+async def test_a_copy_claims_the_actives_epoch_only_on_the_same_stream(share, tmp_path):
+    from dataclasses import replace
+
+    from replication_node.logfile import HEADER_SIZE, closed_log_name, read_header
+
+    await share.write(0, 10)
+    last = await share.roll()
+    copy = passive(share, tmp_path)
+    await copy.start()
+    await until("replay", replayed_through(copy, last))
+    assert copy.status().epoch == share.active.epoch == 1
+    await copy.stop()
+    # Started again, the copy holds nothing new to inspect: it proves its stream by its last
+    # generation, which is the active's byte for byte.
+    again = passive(share, tmp_path)
+    assert again.status().epoch == 0
+    await again.start()
+    await until("the epoch claimed", lambda: again.status().epoch == 1)
+    assert again.status().status is CopyStatus.HEALTHY
+    await again.stop()
+    # Its last generation now one of another incarnation of the stream (same number, another
+    # creation time: what a copy that inspected past a failover's fork point holds).
+    ours = tmp_path / "passive" / "DB1" / "logs" / closed_log_name(last)
+    data = ours.read_bytes()
+    header = read_header(ours)
+    forked = replace(header, creation_time=header.creation_time + timedelta(seconds=1))
+    ours.write_bytes(forked.encode() + data[HEADER_SIZE:])
+    forked_copy = passive(share, tmp_path)
+    await forked_copy.start()
+    await until(
+        "the copy to stop",
+        lambda: forked_copy.status().status is CopyStatus.FAILED_AND_SUSPENDED,
+    )
+    status = forked_copy.status()
+    assert status.epoch == 0, "never claims a stream it is not on"
+    assert f"generation {last} is not the active's" in (status.error or "")
+    await forked_copy.stop()
