@@ -50,6 +50,12 @@ _STATUS_TO_PB = {
 _STATUS_FROM_PB = {v: k for k, v in _STATUS_TO_PB.items()}
 _ROLE_TO_PB = {CopyRole.ACTIVE: pb.COPY_ROLE_ACTIVE, CopyRole.PASSIVE: pb.COPY_ROLE_PASSIVE}
 MAX_CALLER_ID = 256
+# Generations, offsets and epochs are signed 64-bit numbers everywhere else (SQLite, JSON
+# clients): a uint64 above that is no LSN any node can have written.
+MAX_LSN_FIELD = 2**63 - 1
+# Commit times from 1970 up to the year 9000: any real commit, with room for the clock-skew
+# arithmetic (datetime ends at 9999-12-31, and commit time + skew must not overflow).
+MAX_COMMIT_SECONDS = 221845392000  # 9000-01-01T00:00:00Z
 
 
 class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
@@ -126,13 +132,19 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
         if which is None:
             raise InvalidRequestError("one of commit_time or lsn is required")
         if which == "lsn":
-            if request.lsn.generation < 1:
-                raise InvalidRequestError("lsn.generation must be at least 1")
-            target = FlushTarget(generation=request.lsn.generation, epoch=request.lsn.epoch)
+            lsn = request.lsn
+            if not 1 <= lsn.generation <= MAX_LSN_FIELD:
+                raise InvalidRequestError(f"lsn.generation must be within 1..{MAX_LSN_FIELD}")
+            for name in ("offset", "epoch"):
+                if getattr(lsn, name) > MAX_LSN_FIELD:
+                    raise InvalidRequestError(f"lsn.{name} must be within 0..{MAX_LSN_FIELD}")
+            target = FlushTarget(generation=lsn.generation, epoch=lsn.epoch)
         else:
             ts = request.commit_time
-            if not 0 <= ts.nanos < 1_000_000_000 or not 0 < ts.seconds < 253402300800:
-                raise InvalidRequestError("commit_time is not a valid timestamp")
+            if not 0 <= ts.nanos < 1_000_000_000 or not 0 < ts.seconds < MAX_COMMIT_SECONDS:
+                raise InvalidRequestError(
+                    "commit_time is not a valid timestamp between 1970 and the year 9000"
+                )
             target = FlushTarget(commit_time=ts.ToDatetime(tzinfo=UTC))
         view = self._view.snapshot(database, self._clock.monotonic())
         key = ("flush", database, constraint, tuple(c.problem for c in view.copies), target)

@@ -230,6 +230,16 @@ BAD_FLUSHES = [
      "commit_time"),
     ("bad nanos", {"commit_time": Timestamp(seconds=1, nanos=-5)},
      grpc.StatusCode.INVALID_ARGUMENT, "commit_time"),
+    ("commit time 9999-12-31", {"commit_time": Timestamp(seconds=253402214400)},
+     grpc.StatusCode.INVALID_ARGUMENT, "commit_time"),
+    ("generation 2^63", {"lsn": pb.Lsn(generation=2**63)}, grpc.StatusCode.INVALID_ARGUMENT,
+     "lsn.generation"),
+    ("generation 2^64-1", {"lsn": pb.Lsn(generation=2**64 - 1)},
+     grpc.StatusCode.INVALID_ARGUMENT, "lsn.generation"),
+    ("offset 2^63", {"lsn": pb.Lsn(generation=1, offset=2**63)},
+     grpc.StatusCode.INVALID_ARGUMENT, "lsn.offset"),
+    ("epoch 2^63", {"lsn": pb.Lsn(generation=1, epoch=2**63)},
+     grpc.StatusCode.INVALID_ARGUMENT, "lsn.epoch"),
 ]  # fmt: skip
 
 
