@@ -31,6 +31,7 @@ import logging
 import os
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 
 from dag_common.clock import Clock
 from dag_common.durable import fsync_dir
@@ -283,21 +284,25 @@ class Copier:
         then advance LastLogInspected."""
         if not staged:
             return
-        await asyncio.to_thread(self._move_into_log_dir, [s.generation for s in staged])
+        copied = self._clock.now()
+        await asyncio.to_thread(self._move_into_log_dir, [s.generation for s in staged], copied)
         m = self._markers
         for inspected in staged:
             self.failures.pop(inspected.generation, None)
-            m.close_times[inspected.generation] = inspected.close_time
+            m.copied_times[inspected.generation] = copied
         m.last_log_inspected = staged[-1].generation
         m.last_inspected_log_time = staged[-1].close_time
         m.epoch = self._active_epoch  # inspected from its share: chained to all before
         self._on_inspected()
 
-    def _move_into_log_dir(self, generations: list[int]) -> None:
+    def _move_into_log_dir(self, generations: list[int], copied: datetime) -> None:
         # Only the log directory's entries must survive a crash; a file left in Inspector by
-        # a crash is deleted on start and copied again.
+        # a crash is deleted on start and copied again.  Each file's mtime is set to when the
+        # copy got it (its own clock): after a restart the replay lag counts from there.
+        stamp = copied.timestamp()
         for generation in generations:
             name = closed_log_name(generation)
+            os.utime(self._paths.inspector / name, (stamp, stamp))
             os.replace(self._paths.inspector / name, self._paths.logs / name)
         fsync_dir(self._paths.logs)
         for generation in generations:

@@ -9,6 +9,12 @@ Roll sequence (each step durable before the next): append the CLOSE record and f
 rename it to its generation name and fsync the directory; write the next E00.log as a temp
 file with its header, fsync, rename, fsync the directory.  A crash anywhere leaves either
 E00.log with a valid header or no E00.log (then the next generation is created on open).
+
+Times never go backwards, whatever the clock does: a commit time is never earlier than the
+last commit or close time of the stream, a close time never earlier than the commits it
+closes.  A clock jumping back would otherwise stamp a write in the open log earlier than a
+log the copies already replayed, and CheckReplicationFlush by commit time would call it
+replicated.
 """
 
 from __future__ import annotations
@@ -111,6 +117,11 @@ class LogStream:
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self.fsyncs = 0
+        # The latest time stamped on the stream (creation, commit or close): the floor of the
+        # next one.  Read and written on the event loop (commit) and the writer thread (roll);
+        # single assignments under the GIL, and a stale read only stamps a time a little low
+        # for a record that lands after the roll, never earlier than the roll's creation time.
+        self._last_time = header.creation_time
 
     # ---- opening -------------------------------------------------------------------------
 
@@ -148,7 +159,7 @@ class LogStream:
                 os.ftruncate(fd, open_scan.valid_end)
                 os.fsync(fd)
             os.lseek(fd, open_scan.valid_end, os.SEEK_SET)
-            return cls(
+            stream = cls(
                 log_dir=log_dir,
                 header=header,
                 fd=fd,
@@ -156,6 +167,10 @@ class LogStream:
                 record_count=len(open_scan.records),
                 clock=clock,
             )
+            stream._last_time = max(
+                [header.creation_time, *(r.commit_time for r in open_scan.records)]
+            )
+            return stream
         prev: LogHeader | None = None
         if closed:
             prev = logfile.read_header(log_dir / closed_log_name(closed[-1]))
@@ -201,7 +216,9 @@ class LogStream:
             self._task = asyncio.create_task(self._writer(), name=f"logwriter {self.log_dir}")
 
     async def commit(self, ops: list[dict[str, Any]], commit_time: datetime) -> Committed:
-        """Append one transaction; return once it is on disk (fsync'd)."""
+        """Append one transaction; return once it is on disk (fsync'd).  Its commit time is
+        `commit_time`, raised to the stream's latest time if the clock went back."""
+        commit_time = self._last_time = max(commit_time, self._last_time)
         data = encode_transaction(ops, commit_time)
         if HEADER_SIZE + len(data) + _CLOSE_SIZE > self._header.log_file_size:
             raise TransactionTooLarge(
@@ -322,7 +339,7 @@ class LogStream:
 
     def _roll(self) -> ClosedGeneration:
         """Close E00.log as its generation and open the next one (worker thread)."""
-        close_time = self._clock.now()
+        close_time = self._last_time = max(self._clock.now(), self._last_time)
         os.write(self._fd, encode_record(RecordType.CLOSE, close_time))
         os.fsync(self._fd)
         self.fsyncs += 1

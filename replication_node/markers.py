@@ -24,7 +24,10 @@ class Markers:
     epoch: int = 0  # the epoch whose stream this copy is shown to be on (0: not yet)
     connected: bool = False  # the last call to the active succeeded
     disconnected_since: float | None = None  # monotonic time the active was last lost
-    close_times: dict[int, datetime] = field(default_factory=dict)  # local closed generations
+    # Local closed generations, each with when this copy got it, by this copy's own clock:
+    # ReplayLagTime and TruncationLagTime count from there, so skew between the nodes'
+    # clocks cannot shorten or stretch them (the active's close times are its clock's).
+    copied_times: dict[int, datetime] = field(default_factory=dict)
 
     @property
     def copy_queue_length(self) -> int:

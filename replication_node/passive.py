@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 from dag_common.clock import Clock
@@ -272,7 +273,7 @@ class PassiveCopy:
         m.last_replayed_log_time = header.last_log_time
         inspected = header.waypoint
         m.last_inspected_log_time = header.last_log_time
-        m.close_times.clear()
+        m.copied_times.clear()
         for gen in list_closed_generations(self.paths.logs):
             path = self.paths.logs / closed_log_name(gen)
             if gen > inspected + 1 and gen > header.waypoint:
@@ -284,7 +285,8 @@ class PassiveCopy:
                 logger.warning("%s: generation %d is incomplete; dropped", self.database, gen)
                 path.unlink()
                 continue
-            m.close_times[gen] = closed
+            # When this copy got it: the file's mtime, which the copier set to its own clock.
+            m.copied_times[gen] = datetime.fromtimestamp(path.stat().st_mtime, UTC)
             if gen == inspected + 1:
                 inspected = gen
                 m.last_inspected_log_time = closed
@@ -298,15 +300,15 @@ class PassiveCopy:
         limit = passive_truncation_limit(
             last_log_replayed=m.last_log_replayed,
             source_first_generation=m.source_first_generation,
-            close_times=m.close_times,
+            copied_times=m.copied_times,
             now=self._clock.now(),
             replay_lag_time=self.settings.replay_lag_time,
             truncation_lag_time=self.settings.truncation_lag_time,
         )
-        if limit and min(m.close_times, default=limit + 1) <= limit:
+        if limit and min(m.copied_times, default=limit + 1) <= limit:
             deleted = delete_through(self.paths.logs, limit)
-            for gen in [g for g in m.close_times if g <= limit]:
-                del m.close_times[gen]
+            for gen in [g for g in m.copied_times if g <= limit]:
+                del m.copied_times[gen]
             if deleted:
                 logger.debug(
                     "%s: truncated generations %d-%d", self.database, deleted[0], deleted[-1]

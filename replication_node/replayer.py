@@ -1,7 +1,10 @@
 """Log replay of a passive copy: inspected generations into the database copy, in order.
 
 `ready_generations` is the policy (pure): the inspected generations whose ReplayLagTime has
-passed, as a contiguous run after the last replayed one.  `read_batch` re-reads and
+passed, as a contiguous run after the last replayed one.  The lag counts from when this copy
+got each generation, on this copy's clock (the seeds: the time the service waits before
+replaying logs that have been copied), so a skew between the active's clock and this one's
+cannot shorten it.  `read_batch` re-reads and
 re-verifies those files (they passed inspection, but a disk can still damage them) and
 checks the chain from the last replayed generation.  `Replayer` applies a batch in one
 database transaction that also advances the header, so LastLogReplayed moves only after the
@@ -39,19 +42,20 @@ def ready_generations(
     *,
     last_log_replayed: int,
     last_log_inspected: int,
-    close_times: Mapping[int, datetime],
+    copied_times: Mapping[int, datetime],
     now: datetime,
     replay_lag_time: timedelta,
     limit: int,
 ) -> tuple[list[int], datetime | None]:
     """The next generations to replay (at most `limit`), and when the next one that is held
-    back by the replay lag becomes ready (None if none is waiting on the lag)."""
+    back by the replay lag becomes ready (None if none is waiting on the lag).  `copied_times`
+    and `now` are both this copy's clock."""
     ready: list[int] = []
     for gen in range(last_log_replayed + 1, last_log_inspected + 1):
-        closed = close_times.get(gen)
-        if closed is None:
+        copied = copied_times.get(gen)
+        if copied is None:
             break
-        due = closed + replay_lag_time
+        due = copied + replay_lag_time
         if due > now:
             return ready, due
         ready.append(gen)
@@ -126,7 +130,7 @@ class Replayer:
             ready, due = ready_generations(
                 last_log_replayed=m.last_log_replayed,
                 last_log_inspected=m.last_log_inspected,
-                close_times=m.close_times,
+                copied_times=m.copied_times,
                 now=self._clock.now(),
                 replay_lag_time=self._lag,
                 limit=self._max_batch,

@@ -68,7 +68,7 @@ def passive_truncation_limit(
     *,
     last_log_replayed: int,
     source_first_generation: int,
-    close_times: Mapping[int, datetime],
+    copied_times: Mapping[int, datetime],
     now: datetime,
     replay_lag_time: timedelta,
     truncation_lag_time: timedelta,
@@ -76,14 +76,15 @@ def passive_truncation_limit(
     """The highest generation a passive copy may delete (0: none).
 
     `source_first_generation` is the lowest generation still on the active (0 if unknown,
-    which holds everything back); `close_times` maps each local generation to its close time.
+    which holds everything back); `copied_times` maps each local generation to when this
+    copy got it, and `now` is this copy's clock: the lags never mix two nodes' clocks.
     """
     if source_first_generation <= 0:
         return 0
     limit = min(last_log_replayed - 1, source_first_generation - 1)
     keep_after = now - (replay_lag_time + truncation_lag_time)
-    for gen in sorted(g for g in close_times if g <= limit):
-        if close_times[gen] > keep_after:
+    for gen in sorted(g for g in copied_times if g <= limit):
+        if copied_times[gen] > keep_after:
             return gen - 1
     return max(limit, 0)
 

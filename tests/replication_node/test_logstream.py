@@ -102,3 +102,37 @@ async def test_transaction_too_large_is_refused_and_changes_nothing(tmp_path):
     await copy.commit(op(1))
     assert copy.stream.open_record_count == 1
     await copy.crash_close()
+
+
+class JumpingClock(ManualClock):
+    """A wall clock an operator (or NTP) can set back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.offset = timedelta(0)
+
+    def now(self):
+        return super().now() + self.offset
+
+
+async def test_commit_and_close_times_never_go_backwards_when_the_clock_jumps_back(tmp_path):
+    clock = JumpingClock()
+    copy = await mount(tmp_path, log_file_size=SIZE, clock=clock)
+    await clock.advance(60)
+    before = await copy.commit(op(0))
+    closed = await copy.roll(force=True)
+    close_time = logfile.close_time_of(copy.paths.logs / logfile.closed_log_name(closed))
+    clock.offset = -timedelta(hours=1)
+    after = await copy.commit(op(1))
+    # A write after the jump is never stamped before the log the copies already have: a
+    # flush by commit time (replayed log time > commit time + skew) cannot call it replicated.
+    assert after.commit_time >= close_time >= before.commit_time
+    second = await copy.roll(force=True)
+    second_close = logfile.close_time_of(copy.paths.logs / logfile.closed_log_name(second))
+    assert second_close >= after.commit_time
+    await copy.crash_close()
+    # Reopened after a crash, the stream goes on from the latest time in its open log.
+    reopened = await mount(tmp_path, log_file_size=SIZE, clock=clock)
+    third = await reopened.commit(op(2))
+    assert third.commit_time >= second_close
+    await reopened.crash_close()

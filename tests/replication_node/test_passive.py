@@ -154,6 +154,27 @@ async def test_lagged_copy_inspects_at_once_and_replays_after_its_lag(share, tmp
     await copy.stop()
 
 
+@pytest.mark.parametrize("skew_hours", [2, -2], ids=["copy clock 2h ahead", "2h behind"])
+async def test_the_replay_lag_counts_on_the_copys_own_clock(share, tmp_path, skew_hours):
+    # The active's clock is the real one; this copy's is hours off.  The lag is counted from
+    # when the copy got each log, by its own clock, so the skew neither skips nor doubles it.
+    clock = ManualClock(start=datetime.now(UTC) + timedelta(hours=skew_hours))
+    copy = passive(share, tmp_path, clock=clock, lag=timedelta(hours=1))
+    await copy.start()
+    await share.write(0, 20)
+    last = await share.roll()
+    await until("inspection", lambda: copy.status().last_log_inspected >= last)
+    await clock.advance(3600 - 60)
+    await asyncio.sleep(0.2)
+    assert copy.status().last_log_replayed == 0, "held for its lag"
+    await clock.advance(120)
+    await until("replay after the lag", replayed_through(copy, last))
+    await copy.stop()
+    # A restart counts the lag from the file's copy time, on the copy's clock, too.
+    mtime = (copy.paths.logs / "E00000001.log").stat().st_mtime
+    assert abs(mtime - (clock.now() - timedelta(seconds=3660)).timestamp()) < 5
+
+
 async def test_passive_truncates_only_what_the_active_deleted(share, tmp_path):
     copy = passive(share, tmp_path)
     await copy.start()

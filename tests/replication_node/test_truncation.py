@@ -64,7 +64,7 @@ def test_passive_truncation_limit(replayed, source_first, now, lag, trunc, limit
     got = passive_truncation_limit(
         last_log_replayed=replayed,
         source_first_generation=source_first,
-        close_times=closes(12),
+        copied_times=closes(12),
         now=now,
         replay_lag_time=lag,
         truncation_lag_time=trunc,
@@ -87,7 +87,7 @@ def test_ready_generations_honour_the_replay_lag(replayed, inspected, now, lag, 
     got, due_at = ready_generations(
         last_log_replayed=replayed,
         last_log_inspected=inspected,
-        close_times=times,
+        copied_times=times,
         now=now,
         replay_lag_time=lag,
         limit=limit,
