@@ -40,17 +40,29 @@ _STATUS = {
 }
 
 
+MAX_CHANGE_NUMBER = 2**63 - 1  # SQLite's INTEGER: a larger number overflowed into a 500
+
+
 def json_error(status: int, message: str, **extra: Any) -> web.Response:
     return web.json_response({"error": message, **extra}, status=status)
 
 
 @web.middleware
 async def error_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Domain errors become JSON errors with the right status; nothing else leaks."""
+    """Every error answer is JSON with its cause, whatever raised it: domain errors get their
+    status, a failing disk 503 naming the OS error, aiohttp's own errors (404, 405, 413) their
+    status, and anything else 500 logged as the bug it is.  Nothing leaks as plain text."""
     try:
         return await handler(request)
-    except web.HTTPException:
-        raise
+    except web.HTTPException as exc:
+        if exc.status < 400 or exc.content_type == "application/json":
+            raise
+        kept = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "www-authenticate")}
+        return web.json_response(
+            {"error": f"{exc.status} {exc.reason}: {request.method} {request.path}"},
+            status=exc.status,
+            headers=kept,
+        )
     except NotActive as exc:
         node = request.app[NODE]
         active = node.active_of(request.match_info.get("db", ""))
@@ -60,6 +72,13 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
     except (DatabaseError, ReplicationError) as exc:
         logger.error("%s %s failed: %s", request.method, request.path, exc)
         return json_error(503, str(exc))
+    except OSError as exc:  # a full or failing disk: the node cannot serve this now
+        logger.error("%s %s failed on storage: %s", request.method, request.path, exc)
+        return json_error(503, f"storage error on node {request.app[NODE].name}: {exc}")
+    except Exception as exc:
+        request.app[NODE].unexpected_errors += 1
+        logger.exception("%s %s: unexpected error (a bug)", request.method, request.path)
+        return json_error(500, f"internal error ({type(exc).__name__}: {exc}); see the node's log")
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
@@ -168,6 +187,8 @@ async def get_items(request: web.Request) -> web.Response:
         since = int(request.query.get("since_change", "0"))
     except ValueError as exc:
         raise BadRequest("since_change must be an integer") from exc
+    if not 0 <= since <= MAX_CHANGE_NUMBER:
+        raise BadRequest(f"since_change must be within 0..{MAX_CHANGE_NUMBER}")
     if reader.mailbox(name) is None:
         raise NotFound(f"no mailbox {name!r}")
     items = reader.items(name, since)

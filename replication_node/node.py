@@ -67,6 +67,7 @@ class Node:
         self._reconcile_lock = asyncio.Lock()
         # Last progress heard from each passive copy: (database, node) -> CopyProgress.
         self._progress: dict[tuple[str, str], Any] = {}
+        self.unexpected_errors = 0  # HTTP requests that failed on a bug (the API's 500s)
 
     @property
     def data_dir(self) -> Path:

@@ -1,0 +1,72 @@
+"""The node API's error answers: JSON with a cause, whatever raised them (a real aiohttp
+server on port 0 with the node's middlewares)."""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from replication_node import api
+from replication_node.errors import NotFound
+from replication_node.httpauth import auth_middleware
+
+TOKEN = "t0ken-0123456789abcdef"
+
+
+class _Node:
+    name = "mbx9"
+    unexpected_errors = 0
+
+
+async def _bug(request: web.Request) -> web.Response:
+    raise ValueError("a bug")
+
+
+async def _disk(request: web.Request) -> web.Response:
+    raise OSError(28, "No space left on device")
+
+
+async def _missing(request: web.Request) -> web.Response:
+    raise NotFound("no mailbox 'x'")
+
+
+@pytest.fixture
+async def server():
+    app = web.Application(middlewares=[auth_middleware(TOKEN), api.error_middleware])
+    node = _Node()
+    app[api.NODE] = node  # type: ignore[assignment]
+    app.router.add_get("/bug", _bug)
+    app.router.add_get("/disk", _disk)
+    app.router.add_get("/missing", _missing)
+    app.router.add_post("/post-only", _missing)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {TOKEN}"}) as session:
+        yield f"http://127.0.0.1:{port}", session, node
+    await runner.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "fragment"),
+    [
+        ("GET", "/bug", 500, "internal error (ValueError: a bug)"),
+        ("GET", "/disk", 503, "storage error on node mbx9: [Errno 28] No space left on device"),
+        ("GET", "/missing", 404, "no mailbox 'x'"),
+        ("GET", "/no/such/route", 404, "404 Not Found: GET /no/such/route"),
+        ("GET", "/post-only", 405, "405 Method Not Allowed"),
+    ],
+)
+async def test_every_error_is_json_with_its_cause(server, method, path, status, fragment):
+    url, session, node = server
+    async with session.request(method, url + path) as resp:
+        assert resp.status == status
+        assert resp.content_type == "application/json"
+        body = await resp.json()
+    assert fragment in body["error"]
+    if status == 405:
+        assert "POST" in resp.headers["Allow"]
+    assert node.unexpected_errors == (1 if path == "/bug" else 0)
