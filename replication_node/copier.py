@@ -151,7 +151,9 @@ class Copier:
         active's, byte for byte; stop if it is not (the stream forked below it)."""
         m = self._markers
         generation = m.last_log_inspected
-        if info.epoch == m.epoch or not info.first_generation <= generation <= info.last_generation:
+        if info.epoch == m.epoch or not (
+            generation >= 1 and info.first_generation <= generation <= info.last_generation
+        ):
             return  # nothing to compare with yet: the next generation inspected settles it
         ours = self._paths.logs / closed_log_name(generation)
         if not ours.exists():
