@@ -197,8 +197,16 @@ def judge_flush(
         return _verdict(copy, [reach])
     lag = r.replay_lag_time.total_seconds()
     lag_limit = limits.flush_max_replay_lag.total_seconds()
+    # A suspended copy's replayed data counts (an operator paused it); a failed copy's does
+    # not: it failed because its data cannot be trusted (corrupt, diverged) or not replayed.
+    failed = r.status in (CopyStatus.FAILED, CopyStatus.FAILED_AND_SUSPENDED)
     checks = [
         reach,
+        _ok(
+            Check.HEALTHY,
+            not failed,
+            f"status {r.status}" + (f" ({r.error})" if r.error else ""),
+        ),
         _ok(
             Check.LAG_FOR_FLUSH,
             lag < lag_limit,

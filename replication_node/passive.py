@@ -29,7 +29,7 @@ from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
 from replication_node.active import CopyPaths
 from replication_node.copier import OUT_OF_DATE_DIR, Copier
 from replication_node.database import Database
-from replication_node.errors import CopyFailed, LogFormatError, LogShareError
+from replication_node.errors import CopyFailed, DatabaseError, LogFormatError, LogShareError
 from replication_node.inspector import OutOfDateLog
 from replication_node.interfaces import LogSource, PassiveSettings
 from replication_node.logfile import (
@@ -78,6 +78,7 @@ class PassiveCopy:
         self._phase = CopyStatus.INITIALIZING  # what the running pipeline is doing
         self._suspended = False
         self._failed = False
+        self._corrupt = False  # the file failed a check: no reads until a reseed
         self.error: str | None = None
 
     @property
@@ -121,6 +122,7 @@ class PassiveCopy:
         await self._halt()
         self._close_reader()
         self._suspended, self._failed, self.error = False, False, None
+        self._corrupt = False
         self._save_state()
         self.markers = Markers()
         logger.info("%s: reseed requested", self.database)
@@ -181,7 +183,21 @@ class PassiveCopy:
         )
 
     async def _pipeline(self) -> None:
-        self._db = Database.open(self.paths.database)
+        try:
+            self._db = Database.open(self.paths.database)
+        except DatabaseError as exc:  # the header itself cannot be read
+            self._corrupt = True
+            raise CopyFailed(f"{exc}; reseed the copy") from exc
+        # Before anything is replayed into it or read from it: a copy that stopped without a
+        # clean shutdown (a passive never shuts down cleanly: replay keeps it dirty) may have
+        # been damaged while nobody watched.  A file SQLite finds damaged is never Healthy.
+        problem = await asyncio.to_thread(self._db.quick_check)
+        if problem is not None:
+            self._corrupt = True
+            raise CopyFailed(
+                f"the database file {self.paths.database.name} is corrupt (SQLite quick_check: "
+                f"{problem}); reseed the copy"
+            )
         out_of_date, rejoining = await asyncio.to_thread(self._prepare_logs)
         self._phase, self.error = CopyStatus.HEALTHY, None
         header = self._db.header
@@ -342,10 +358,16 @@ class PassiveCopy:
             }
         self._suspended = bool(state.get("suspended"))
         self._failed = bool(state.get("failed"))
+        self._corrupt = bool(state.get("corrupt"))
         self.error = state.get("reason") or None
 
     def _save_state(self) -> None:
-        data = {"suspended": self._suspended, "failed": self._failed, "reason": self.error}
+        data = {
+            "suspended": self._suspended,
+            "failed": self._failed,
+            "corrupt": self._corrupt,
+            "reason": self.error,
+        }
         atomic_write(self._state_path, json.dumps(data).encode())
 
     def _open_markers_only(self) -> None:
@@ -368,7 +390,7 @@ class PassiveCopy:
         file might hold transactions the active never had)."""
         if self._phase is CopyStatus.SEEDING and not self._suspended:
             return None
-        if self.paths.was_active.exists():
+        if self.paths.was_active.exists() or self._corrupt:
             return None
         if self._reader is None and self.paths.database.exists():
             self._reader = Database.open(self.paths.database)

@@ -387,6 +387,13 @@ FLUSH_TABLE = [
         S,
     ),
     (
+        "a failed copy does not count, whatever it replayed",
+        [copy("mbx2", status=CopyStatus.FAILED_AND_SUSPENDED)],
+        FlushTarget(generation=100),
+        C.SECOND_COPY,
+        NS,
+    ),
+    (
         "unreachable copy does not count",
         [copy("mbx2", problem="node mbx2 unreachable: x")],
         FlushTarget(generation=1),

@@ -335,3 +335,41 @@ async def test_a_copy_claims_the_actives_epoch_only_on_the_same_stream(share, tm
     assert status.epoch == 0, "never claims a stream it is not on"
     assert f"generation {last} is not the active's" in (status.error or "")
     await forked_copy.stop()
+
+
+async def test_a_copy_damaged_while_stopped_is_never_healthy_and_a_reseed_repairs_it(
+    share, tmp_path
+):
+    for first in range(0, 300, 50):
+        await share.write(first, 50)
+    last = await share.roll()
+    copy = passive(share, tmp_path)
+    await copy.start()
+    await until("replay", replayed_through(copy, last))
+    await copy.stop()
+    # A few bytes changed in b-tree pages in the middle of the stopped copy's file.
+    path = copy.paths.database
+    data = bytearray(path.read_bytes())
+    pages = len(data) // 4096
+    assert pages > 8
+    for page in range(pages // 2, pages // 2 + 3):
+        data[page * 4096 : page * 4096 + 8] = b"\xff" * 8
+    path.write_bytes(bytes(data))
+    damaged = passive(share, tmp_path)
+    await damaged.start()
+    await until(
+        "the check on open", lambda: damaged.status().status is CopyStatus.FAILED_AND_SUSPENDED
+    )
+    assert "corrupt" in (damaged.status().error or "")
+    assert damaged.reader() is None, "no reads from a corrupt file"
+    await damaged.stop()
+    # A node restart does not make it readable or healthy again.
+    restarted = passive(share, tmp_path)
+    await restarted.start()
+    assert restarted.status().status is CopyStatus.FAILED_AND_SUSPENDED
+    assert restarted.reader() is None
+    await restarted.reseed()
+    await until("the reseed", replayed_through(restarted, last))
+    assert restarted.status().status is CopyStatus.HEALTHY
+    assert len(restarted.reader().items("m")) == 300
+    await restarted.stop()
