@@ -88,6 +88,8 @@ async def _body(request: web.Request) -> dict[str, Any]:
         data = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadRequest(f"request body is not JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise BadRequest("request body is nested too deeply") from exc
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
     return data

@@ -53,6 +53,15 @@ class CommitResult:
         return out
 
 
+def _check_text(field: str, value: str) -> None:
+    """Text must be valid Unicode that UTF-8 can carry: a lone surrogate ("\ud800", which
+    JSON can spell) cannot be written to the log."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise BadRequest(f"{field} is not valid UTF-8 text: {exc.reason} at {exc.start}") from exc
+
+
 def _check_name(mailbox: str) -> None:
     if not _NAME.match(mailbox):
         raise BadRequest(f"invalid mailbox name {mailbox!r}")
@@ -99,10 +108,12 @@ class MailboxStore:
         _check_name(mailbox)
         if self.copy.mailbox(mailbox) is not None or mailbox in self._creating:
             raise Conflict(f"mailbox {mailbox!r} exists already")
+        _check_text("display_name", display_name)
         names = tuple(folders) if folders is not None else DEFAULT_FOLDERS
         for folder in names:
             if not _FOLDER.match(folder):
                 raise BadRequest(f"invalid folder name {folder!r}")
+            _check_text("folder", folder)
         ops: list[dict[str, Any]] = [
             {
                 "op": "create_mailbox",
@@ -150,6 +161,7 @@ class MailboxStore:
         self._live_mailbox(mailbox, override_lock=override_lock)
         if not _FOLDER.match(folder):
             raise BadRequest(f"invalid folder name {folder!r}")
+        _check_text("folder", folder)
         return await self._commit(
             [
                 {
@@ -184,6 +196,8 @@ class MailboxStore:
                 raise NotFound(f"mailbox {mailbox!r} has no folder {folder!r}")
             if not isinstance(subject, str) or not isinstance(body, str):
                 raise BadRequest("subject and body must be strings")
+            _check_text("subject", subject)
+            _check_text("body", body)
             ids.append(item_id)
             ops.append(
                 {

@@ -31,6 +31,10 @@ async def _missing(request: web.Request) -> web.Response:
     raise NotFound("no mailbox 'x'")
 
 
+async def _echo(request: web.Request) -> web.Response:
+    return web.json_response(await api._body(request))
+
+
 @pytest.fixture
 async def server():
     app = web.Application(middlewares=[auth_middleware(TOKEN), api.error_middleware])
@@ -40,6 +44,7 @@ async def server():
     app.router.add_get("/disk", _disk)
     app.router.add_get("/missing", _missing)
     app.router.add_post("/post-only", _missing)
+    app.router.add_post("/echo", _echo)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -70,3 +75,20 @@ async def test_every_error_is_json_with_its_cause(server, method, path, status, 
     if status == 405:
         assert "POST" in resp.headers["Allow"]
     assert node.unexpected_errors == (1 if path == "/bug" else 0)
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b"{not json", "not JSON"),
+        (b"[1, 2]", "must be a JSON object"),
+    ],
+    ids=["100,000 deep", "not JSON", "not an object"],
+)
+async def test_a_malformed_body_is_a_400_naming_why(server, body, fragment):
+    url, session, node = server
+    async with session.post(url + "/echo", data=body) as resp:
+        assert resp.status == 400
+        assert fragment in (await resp.json())["error"]
+    assert node.unexpected_errors == 0
