@@ -13,14 +13,16 @@ from replication_node.cluster_store import ActiveRecord, ClusterStore, EpochReco
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS active_copy(
   database TEXT PRIMARY KEY, node TEXT NOT NULL, epoch INTEGER NOT NULL,
-  last_log_generated INTEGER NOT NULL DEFAULT 0, updated TEXT NOT NULL);
+  last_log_generated INTEGER NOT NULL DEFAULT 0, updated TEXT NOT NULL,
+  open_generation INTEGER NOT NULL DEFAULT 0, change_number_ceiling INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS mailbox_directory(
   mailbox TEXT PRIMARY KEY, database TEXT NOT NULL, updated TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS stream_history(
   database TEXT NOT NULL, epoch INTEGER NOT NULL, node TEXT NOT NULL,
   start_generation INTEGER NOT NULL, created TEXT NOT NULL, PRIMARY KEY(database, epoch));
 """
-# Columns added after the first release: a store file from before gets them on open.
+# Columns added after the first release: a store file from before gets them on open (several
+# node processes may open it at once: a column another one just added is no error).
 _ADDED_COLUMNS = {
     "open_generation": "INTEGER NOT NULL DEFAULT 0",
     "change_number_ceiling": "INTEGER NOT NULL DEFAULT 0",
@@ -45,7 +47,11 @@ class EmbeddedClusterStore(ClusterStore):
             have = {row[1] for row in self._conn.execute("PRAGMA table_info(active_copy)")}
             for column, kind in _ADDED_COLUMNS.items():
                 if column not in have:
-                    self._conn.execute(f"ALTER TABLE active_copy ADD COLUMN {column} {kind}")
+                    try:
+                        self._conn.execute(f"ALTER TABLE active_copy ADD COLUMN {column} {kind}")
+                    except sqlite3.OperationalError as exc:
+                        if "duplicate column" not in str(exc):
+                            raise
 
     async def _run(self, fn, *args):  # type: ignore[no-untyped-def]
         return await asyncio.to_thread(self._locked, fn, *args)

@@ -115,3 +115,25 @@ async def test_an_unreachable_etcd_is_a_clear_error():
     with pytest.raises(ClusterStoreError, match="no etcd endpoint answered"):
         await s.active("DB1")
     s.close()
+
+
+async def test_a_store_file_from_before_gets_the_new_columns_and_keeps_its_records(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "cluster.db"
+    old = sqlite3.connect(path)
+    old.executescript(
+        "CREATE TABLE active_copy(database TEXT PRIMARY KEY, node TEXT NOT NULL,"
+        " epoch INTEGER NOT NULL, last_log_generated INTEGER NOT NULL DEFAULT 0,"
+        " updated TEXT NOT NULL);"
+        "INSERT INTO active_copy VALUES ('DB1', 'mbx1', 3, 41, '2026-11-01T00:00:00+00:00');"
+    )
+    old.commit()
+    old.close()
+    first, second = EmbeddedClusterStore(path), EmbeddedClusterStore(path)  # two processes
+    record = await second.active("DB1")
+    assert (record.node, record.epoch, record.last_log_generated) == ("mbx1", 3, 41)
+    assert (record.open_generation, record.change_number_ceiling) == (0, 0)
+    assert await first.publish_open_generation("DB1", "mbx1", 3, 42, 900)
+    first.close()
+    second.close()
