@@ -181,12 +181,20 @@ class GuaranteeService:
         self.history.add_round(self.clock.now(), copies)
         if self.history.due:
             await self.flush_history()
-        if not self.serving and self._grpc is not None:
-            self.serving = True
-            self.metrics.serving.set(1)
+        # SERVING while the last round reached at least one node: with none, every answer
+        # would be Retry, and a load balancer should send movers to a replica that sees the
+        # cluster (answers stay correct either way: nothing unknown is ever Satisfied).
+        serving = self.view.reachable_nodes > 0
+        if serving != self.serving and self._grpc is not None:
+            self.serving = serving
+            self.metrics.serving.set(1 if serving else 0)
+            state = health_pb2.HealthCheckResponse
             for name in ("", SERVICE_NAME):
-                await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-            logger.info("first poll round done: SERVING")
+                await self.health.set(name, state.SERVING if serving else state.NOT_SERVING)
+            if serving:
+                logger.info("poll round reached %d node(s): SERVING", self.view.reachable_nodes)
+            else:
+                logger.warning("no node could be polled: NOT_SERVING")
 
     async def flush_history(self) -> None:
         """Write the buffered history samples (in a thread: fsync must not stall answers)."""

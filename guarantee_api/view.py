@@ -110,6 +110,11 @@ class LiveView:
             self.version += 1
         self._stream_history[database] = None
 
+    @property
+    def reachable_nodes(self) -> int:
+        """How many nodes answered their last poll."""
+        return sum(1 for error in self._node_error.values() if error is None)
+
     def round_completed(self) -> None:
         self.rounds_completed += 1
 

@@ -48,6 +48,19 @@ async def test_health_serving_only_after_the_first_poll_round(nodes, tmp_path):
         await run.service.stop(grace=0)
 
 
+async def test_not_serving_while_no_node_can_be_reached(running, nodes):
+    assert await check_health(running.channel) == SERVING
+    for node in nodes.nodes.values():
+        node.http_error = 503
+    await running.next_round()
+    assert await check_health(running.channel) == NOT_SERVING
+    assert await check_health(running.channel, SERVICE_NAME) == NOT_SERVING
+    assert (await ask(running)).status != pb.SATISFIED, "still answered, never Satisfied"
+    nodes.nodes["mbx3"].http_error = None
+    await running.next_round()
+    assert await check_health(running.channel) == SERVING
+
+
 async def test_graceful_shutdown_reports_not_serving_first(running):
     assert await check_health(running.channel) == SERVING
     await running.service.health.enter_graceful_shutdown()
