@@ -232,10 +232,30 @@ class Mover:
         self, record: MoveRecord, side: Side, what: str, fn: Callable[[], Any]
     ) -> tuple[MoveRecord, Any]:
         """A store call to one end of the move whose answer's epoch is checked (`_seen`)."""
-        answer = await self.gates.node_call(record, what, fn)
+        try:
+            answer = await self.gates.node_call(record, what, fn)
+        except MoveFailed as exc:
+            if isinstance(exc.__cause__, NodeCallError) and exc.__cause__.status == 404:
+                await self._refused(record, side, exc)
+            raise
         if answer is not None:
             record = self._seen(record, side, answer.epoch, what)
         return record, answer
+
+    async def _refused(self, record: MoveRecord, side: Side, exc: MoveFailed) -> None:
+        """A 404 names no epoch: a mailbox the move made (or read) may have been lost with a
+        failover.  NeedsReconcile if that end changed incarnation or lost a mailbox of the
+        move; otherwise the refusal stands."""
+        db = record.target_db if side is Side.TARGET else record.source_db
+        for name in record.mailboxes:
+            box = await self.gates.node_call(
+                record, "read mailbox", lambda n=name: self.nodes.mailbox(db, n)
+            )
+            if box is None:
+                raise NeedsReconcile(
+                    f"{exc}: {name!r} is gone from {db}", target_changed=side is Side.TARGET
+                )
+            self._seen(record, side, box.epoch, str(exc))
 
     def _reconcile_due(self, move_id: str, held: MoveRecord, exc: NeedsReconcile) -> MoveRecord:
         """Save that a reconcile is due (it survives a crash) and why."""
@@ -312,6 +332,25 @@ class Mover:
         record = self.gates.save(replace(record, verified_epoch=record.target_epoch))
         self._progress(
             record, f"verified: the target equals the source in epoch {record.target_epoch}"
+        )
+        return record
+
+    async def _verify_unlocked(self, record: MoveRecord) -> MoveRecord:
+        """Step 10 in a target incarnation newer than the verified one (it kept the unlock):
+        compare the digests again.  The target is its user's now and is not repaired; if it
+        differs, the move fails and the source stays whole (not soft-deleted)."""
+        watch = EpochWatch(source=record.source_epoch, target=record.target_epoch)
+        found = await differences(record, self._reconciler(record, watch), compare=True)
+        if found:
+            raise MoveFailed(
+                f"the target changed incarnation (epoch {record.verified_epoch} -> "
+                f"{record.target_epoch}) after it was verified and unlocked, and differs from "
+                f"the source: {'; '.join(found)}; the source is kept (not soft-deleted): "
+                f"compare the two and soft-delete it by hand"
+            )
+        record = self.gates.save(replace(record, verified_epoch=record.target_epoch))
+        self._progress(
+            record, f"verified again: the target equals the source in epoch {record.target_epoch}"
         )
         return record
 
@@ -518,6 +557,9 @@ class Mover:
                     "unlock target",
                     lambda n=name: self.nodes.set_state(dst, n, "unlock"),
                 )
+            # Every unlock acknowledged in this epoch: should the target change incarnation
+            # and still show an unlock, everything before it survived (reconcile_move).
+            record = self.gates.save(replace(record, unlock_epoch=record.target_epoch))
             record, generation = await self._roll_target(record, "unlock")
             record = self.gates.save(replace(record, unlock_generation=generation))
         record, _ = await self.gates.flush(
@@ -526,16 +568,12 @@ class Mover:
         return record
 
     async def _step_soft_delete_source(self, record: MoveRecord) -> MoveRecord:
-        # Only in the target incarnation the digests were found equal in (or one that kept
-        # the unlock written after that check): the source is the last copy otherwise.
+        # Only in a target incarnation where the digests were found equal: the source is
+        # the last whole copy otherwise.
         for name in record.mailboxes:
             record = await self._target_present(record, name)
         if record.verified_epoch != record.target_epoch:
-            raise NeedsReconcile(
-                f"verified in epoch {record.verified_epoch}, the target is at epoch "
-                f"{record.target_epoch}",
-                target_changed=True,
-            )
+            record = await self._verify_unlocked(record)
         src = record.source_db
         for name in record.mailboxes:
             record, row = await self._call(

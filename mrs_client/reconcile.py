@@ -13,7 +13,8 @@ when something was.
 
 For each mailbox (`Reconciler.mailbox`):
 1. read the source's mailbox (re-lock it if the move had locked it and the lock was lost)
-   and the target's (create it, locked, if the failover lost it; add missing folders);
+   and the target's (create it, locked, if the failover lost it; lock it again if it is
+   not; add missing folders);
 2. compare the digests of both ends; equal: the cursor goes on from the source's highest
    change number, nothing is written;
 3. otherwise list both ends in full (tombstones included) and repair the target: put every
@@ -213,6 +214,13 @@ class Reconciler:
             self.watch.see(Side.SOURCE, written.epoch, "lock source")
         target = await self.target_mailbox(name)
         created = target is None
+        if target is not None and not target.locked:
+            # Until its step 9 the move owns the target: an unlock that reached only an
+            # unverified incarnation is taken back before the target is compared.
+            written = await self.call(
+                "lock target", lambda: self.nodes.set_state(self.target_db, name, "lock")
+            )
+            self.watch.see(Side.TARGET, written.epoch, "lock target")
         if target is None:
             written = await self.call(
                 "create target mailbox",
@@ -266,24 +274,34 @@ async def reconcile_move(
     """Reconcile every mailbox of a move; the record to save (epochs, cursors, the steps that
     still count as done, per `policy.after_reconcile`) and what was done, in sentences.
 
-    After step 8 the directory names the target and the mailbox is its user's once unlocked:
-    if the target kept the unlock (or did not change at all), nothing is rewritten, since a
-    fork keeps a prefix of the stream and the unlock came after everything verified; a
-    target locked again lost the unlock, and is repaired like one before step 8."""
+    After step 8 the directory names the target, and once unlocked the mailbox is its
+    user's: nothing may be rewritten then.  If every unlock was acknowledged in the verified
+    epoch and the target, in its new incarnation, still shows one of them, the new stream
+    kept everything written before that unlock (a fork keeps a prefix of the stream), so
+    everything verified: step 9 is done again, and step 10 compares the digests in the new
+    epoch before it soft-deletes anything.  Otherwise (no unlock kept, or an unlock that
+    reached only the new incarnation) the target is locked again and repaired like one
+    before step 8."""
     watch = reconciler.watch
     after_directory = record.steps_done >= MoveStep.UPDATE_DIRECTORY
     targets = [await reconciler.target_mailbox(n) for n in record.mailboxes]
     for name in record.mailboxes:
         await reconciler.source_mailbox(name)
     target_changed = record.target_in_doubt or watch.epochs[Side.TARGET] != record.target_epoch
-    unlock_survived = any(t is not None and not t.locked for t in targets)
+    unlock_survived = (
+        record.unlock_epoch != 0
+        and record.unlock_epoch == record.verified_epoch
+        and all(t is not None for t in targets)
+        and any(t is not None and not t.locked for t in targets)
+    )
     cursors = dict(record.sync_cursor)
     repaired = 0
-    verified = record.verified_epoch
     if after_directory and (not target_changed or unlock_survived):
-        lines = ["the target holds what was verified (it kept its unlock)"]
-        if target_changed:
-            verified = watch.epochs[Side.TARGET]
+        lines = [
+            "the target kept its unlock, and with it everything verified"
+            if target_changed
+            else "the target did not change"
+        ]
     else:
         lines = []
         for name in record.mailboxes:
@@ -308,14 +326,13 @@ async def reconcile_move(
         sync_cursor=cursors,
         steps_done=steps_done,
         items_repaired=record.items_repaired + repaired,
-        verified_epoch=verified,
         reconcile_pending=False,
         target_in_doubt=False,
     )
     if steps_done < MoveStep.FINAL_SYNC_AND_FLUSH:
         record = replace(record, final_generation=None, flush_started=None, flush_epoch=0)
     if steps_done < MoveStep.UNLOCK_TARGET:
-        record = replace(record, unlock_generation=None)
+        record = replace(record, unlock_generation=None, unlock_epoch=0)
     return record, lines
 
 

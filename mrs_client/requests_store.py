@@ -74,6 +74,7 @@ class MoveRecord:
     source_epoch: int = 0
     flush_epoch: int = 0  # the target epoch step 6's flush was Satisfied for
     verified_epoch: int = 0  # the target epoch in which the digests were found equal
+    unlock_epoch: int = 0  # the target epoch that acknowledged every unlock of step 9
     reconcile_pending: bool = False  # saved before a reconcile, cleared once it is done
     reconcile_reason: str | None = None
     target_in_doubt: bool = False  # the reconcile due must also flush the target again
