@@ -28,6 +28,7 @@ the source's item ids, deletes of absent items are no-ops).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -188,12 +189,24 @@ class Reconciler:
         return box
 
     async def digests(self, name: str) -> tuple[Digest, Digest | None]:
-        """Both ends' digests of `name` (the target's None if it has no such mailbox)."""
-        source = await self.call("source digest", lambda: self.nodes.digest(self.source_db, name))
+        """Both ends' digests of `name` (the target's None if it has no such mailbox), asked
+        of the two nodes at once: each node hashes the whole mailbox."""
+        asked = [
+            asyncio.ensure_future(
+                self.call(f"{side} digest", lambda db=db: self.nodes.digest(db, name))
+            )
+            for side, db in ((Side.SOURCE, self.source_db), (Side.TARGET, self.target_db))
+        ]
+        try:
+            source, target = [await task for task in asked]
+        except BaseException:
+            for task in asked:
+                task.cancel()
+            await asyncio.gather(*asked, return_exceptions=True)  # retrieve, do not leak
+            raise
         if source is None:
             raise MoveFailed(f"mailbox {name!r} vanished from {self.source_db}")
         self.watch.see(Side.SOURCE, source.epoch, "source digest")
-        target = await self.call("target digest", lambda: self.nodes.digest(self.target_db, name))
         if target is not None:
             self.watch.see(Side.TARGET, target.epoch, "target digest")
         return source, target
