@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from mrs_client.errors import MoveFailed, NeedsReconcile
+from mrs_client.errors import MoveFailed, NeedsReconcile, NodeCallError
 from mrs_client.policy import MoveStep, after_reconcile
 from mrs_client.requests_store import MoveRecord
 from mrs_client.store_api import Digest, Item, Mailbox, NodeStore
@@ -165,12 +165,24 @@ class Reconciler:
         max_bytes: int,
     ) -> None:
         self.nodes = nodes
-        self.call = call
+        self._node_call = call
         self.watch = watch
         self.source_db = source_db
         self.target_db = target_db
         self.max_items = max_items
         self.max_bytes = max_bytes
+
+    async def call(self, what: str, fn: Callable[[], Awaitable[Any]]) -> Any:
+        """A node call; a 404 in the middle (a mailbox lost with yet another failover) starts
+        the reconcile over instead of failing the move: it begins by finding out which
+        mailboxes each end holds."""
+        try:
+            return await self._node_call(what, fn)
+        except MoveFailed as exc:
+            cause = exc.__cause__
+            if isinstance(cause, NodeCallError) and cause.status == 404:
+                raise NeedsReconcile(f"{what}: {cause}", target_changed=True) from exc
+            raise
 
     async def target_mailbox(self, name: str) -> Mailbox | None:
         box = await self.call(
