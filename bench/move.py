@@ -33,6 +33,15 @@ answer) + the Satisfied health calls that did not stall, costed at the latency o
 CheckReplicationHealth probed from this process.
 
 MB are 10^6 bytes of item bodies.  `--dir` is wiped at the start and left for inspection.
+
+`--compare-verification` (issue 18) instead measures what the mover's verification before
+step 8 costs (the mailbox digests of source and target compared, one request each): four
+mailboxes of `--items` items are filled in DB1 and moved to DB2 one after the other in the
+same cluster, ABBA: with verification, without (`mrs move --unsafe-skip-verification`, a
+hidden bench-only flag that skips only the digest comparison), without, with.  The report
+gives each move's seconds and items/s, the time from the mover's "verifying" line to its
+"verified" line, and the ratio of the means.  Every moved mailbox is then checked by the
+bench's own digest, so a broken move cannot be reported.
 """
 
 from __future__ import annotations
@@ -88,7 +97,8 @@ def databases() -> list[dict[str, Any]]:
 
 
 def write_size(entry: dict[str, Any]) -> int:
-    """What an item costs in a write, computed as the mover computes it (mover._write_size)."""
+    """What an item costs in a write, computed as the mover computes it
+    (mrs_client.reconcile.write_size)."""
     return sum(len(str(v).encode()) for v in entry.values()) + 200
 
 
@@ -168,11 +178,13 @@ async def mrs_json(cluster: LocalCluster, *args: str) -> Any:
     return json.loads(result.stdout)
 
 
-async def run_move(cluster: LocalCluster, timings: list[str], timeout: float) -> MoveRun:
+async def run_move(
+    cluster: LocalCluster, timings: list[str], timeout: float, mailbox: str = MAILBOX
+) -> MoveRun:
     run = MoveRun()
     start = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
-        *mrs_args(cluster, "move", "--mailbox", MAILBOX, "--to", TARGET, *timings),
+        *mrs_args(cluster, "move", "--mailbox", mailbox, "--to", TARGET, *timings),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=cluster.env(),
@@ -225,15 +237,17 @@ async def wait_healthy(cluster: LocalCluster) -> None:
     await cluster.wait_for("healthy passive copies", healthy, timeout=120)
 
 
-async def fill(cluster: LocalCluster, items: int, body: int) -> dict[str, dict[str, Any]]:
-    """Fill alice in DB1; return its items as read back from mbx1."""
-    prefix = f"/v1/databases/{SOURCE}/mailboxes/{MAILBOX}"
+async def fill(
+    cluster: LocalCluster, items: int, body: int, mailbox: str = MAILBOX
+) -> dict[str, dict[str, Any]]:
+    """Fill a mailbox (alice) in DB1; return its items as read back from mbx1."""
+    prefix = f"/v1/databases/{SOURCE}/mailboxes/{mailbox}"
     await cluster.ok(
         "PUT", "mbx1", prefix, json={"display_name": "Alice", "folders": list(FOLDERS)}
     )
     entries = []
     for i in range(items):
-        text = f"item {i:06d} of {MAILBOX}: lorem ipsum dolor sit amet. "
+        text = f"item {i:06d} of {mailbox}: lorem ipsum dolor sit amet. "
         entries.append(
             {
                 "item_id": f"m{i:06d}",
@@ -245,7 +259,7 @@ async def fill(cluster: LocalCluster, items: int, body: int) -> dict[str, dict[s
     for batch in batches(entries):
         await cluster.ok("POST", "mbx1", f"{prefix}/items", json={"items": batch})
     await settle(cluster, SOURCE)
-    return await cluster.items("mbx1", SOURCE, MAILBOX)
+    return await cluster.items("mbx1", SOURCE, mailbox)
 
 
 async def plain_copy(cluster: LocalCluster) -> tuple[float, int, int]:
@@ -477,6 +491,117 @@ def report(
     )
 
 
+VERIFY_ORDER = (("alice", True), ("bob", False), ("carol", False), ("dave", True))
+
+
+def verification_time(run: MoveRun) -> float:
+    """Seconds from the mover's "verifying" progress line to its "verified" one (with the
+    digests skipped, the same span covers the epoch check that remains)."""
+    start = next(
+        t for t, line in run.lines if line.endswith("verifying the target against the source")
+    )
+    end = next(t for t, line in run.lines if " verified: " in line)
+    return (end - start).total_seconds()
+
+
+async def compare_verification(args: argparse.Namespace, base: Path) -> None:
+    """Issue 18: the same move with and without the digest verification, ABBA, one run."""
+    cluster = LocalCluster(
+        base,
+        nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
+        databases=databases(),
+        defaults={"log_file_size": LOG_FILE_SIZE, "llr_depth": LLR_DEPTH},
+    )
+    cluster.config["guarantee_api"]["poll_interval"] = args.poll_interval
+    cluster.write_config()
+    timings = [
+        "--health-check-interval",
+        args.health_check_interval,
+        "--stall-retry-interval",
+        args.stall_retry_interval,
+        "--flush-retry-interval",
+        args.flush_retry_interval,
+    ]
+    rows = []
+    api = None
+    try:
+        await cluster.start()
+        api = await cluster.start_guarantee_api()
+        await wait_healthy(cluster)
+        sources = {}
+        for mailbox, _ in VERIFY_ORDER:
+            start = time.perf_counter()
+            sources[mailbox] = digest(await fill(cluster, args.items, args.body, mailbox))
+            print(f"filled {mailbox}: {args.items:,} items in {time.perf_counter() - start:.1f} s")
+        for mailbox, verify in VERIFY_ORDER:
+            extra = [] if verify else ["--unsafe-skip-verification"]
+            run = await run_move(cluster, timings + extra, args.timeout, mailbox)
+            if run.returncode != 0:
+                output = "\n".join(line for _, line in run.lines)
+                raise RuntimeError(f"mrs move {mailbox} exited {run.returncode}:\n{output}")
+            moved = digest(await cluster.items(ACTIVE[TARGET], TARGET, mailbox))
+            assert moved[:2] == sources[mailbox][:2], f"{mailbox} differs from its source"
+            (move,) = [m for m in await mrs_json(cluster, "list") if m["mailboxes"] == [mailbox]]
+            stats = await mrs_json(cluster, "stats", move["id"])
+            waits = guarantee_waits(stats["guarantee_answers"], [])
+            spans = {
+                label[:2]: (end - begin).total_seconds() for label, begin, end in step_times(run)
+            }
+            rows.append(
+                (
+                    mailbox,
+                    verify,
+                    run.seconds,
+                    verification_time(run),
+                    spans.get("8.", 0.0),
+                    spans.get("9.", 0.0),
+                    waits["flush_not_satisfied"],
+                )
+            )
+            print(f"moved {mailbox} ({'with' if verify else 'without'} verification): "
+                  f"{run.seconds:.2f} s")  # fmt: skip
+    except BaseException:
+        for name in (*cluster.ports, "guarantee"):
+            tail = (base / f"{name}.log").read_text(errors="replace")[-3000:]
+            print(f"--- {name} log (tail) ---\n{tail}", file=sys.stderr)
+        raise
+    finally:
+        if api is not None:
+            api.terminate()
+            api.wait(timeout=20)
+        await cluster.close()
+
+    print(
+        f"\n{args.items:,} items of {args.body:,} B per mailbox; log_file_size {LOG_FILE_SIZE}, "
+        f"llr_depth {LLR_DEPTH}; API polls every {args.poll_interval}; flush retry "
+        f"{args.flush_retry_interval}.\n"
+    )
+    print(
+        "| move | verification | seconds | items/s | verifying -> verified, s | step 8, s "
+        "| step 9, s | NotSatisfied flush answers |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for mailbox, verify, seconds, check, step8, step9, not_satisfied in rows:
+        print(
+            f"| {mailbox} | {'on' if verify else 'off'} | {seconds:.2f} | "
+            f"{args.items / seconds:,.0f} | {check:.3f} | {step8:.2f} | {step9:.2f} | "
+            f"{not_satisfied} |"
+        )
+    on = [r for r in rows if r[1]]
+    off = [r for r in rows if not r[1]]
+    mean_on = sum(r[2] for r in on) / len(on)
+    mean_off = sum(r[2] for r in off) / len(off)
+    check_on = sum(r[3] for r in on) / len(on)
+    check_off = sum(r[3] for r in off) / len(off)
+    print(
+        f"\nmean with verification {mean_on:.2f} s ({args.items / mean_on:,.0f} items/s), "
+        f"without {mean_off:.2f} s ({args.items / mean_off:,.0f} items/s): "
+        f"items/s ratio with/without {mean_off / mean_on:.3f}; "
+        f"the check itself {check_on:.3f} s vs {check_off:.3f} s without digests "
+        f"({(check_on - check_off) / mean_on:.1%} of a verified move)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=10_000, help="items in the mailbox")
@@ -487,6 +612,11 @@ def main() -> None:
     parser.add_argument("--stall-retry-interval", default="30s", help="mrs (seed: 30s)")
     parser.add_argument("--flush-retry-interval", default="1s", help="mrs (seed: 10s)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds for the move")
+    parser.add_argument(
+        "--compare-verification",
+        action="store_true",
+        help="issue 18: moves with and without the digest verification (ABBA), same run",
+    )
     args = parser.parse_args()
     base = Path(args.dir).resolve()
     shutil.rmtree(base, ignore_errors=True)
@@ -495,7 +625,10 @@ def main() -> None:
         f"{date.today().isoformat()} - nproc {os.cpu_count()}, {platform.platform()}, "
         f"Python {platform.python_version()}; --items {args.items} --body {args.body}\n"
     )
-    asyncio.run(bench(args, base))
+    if args.compare_verification:
+        asyncio.run(compare_verification(args, base))
+    else:
+        asyncio.run(bench(args, base))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,10 @@ DagError (dag_common.errors)
     │                     mailbox already being moved or locked (exit 2, nothing changed)
     ├── MoveFailed        the move stopped: stalled too long, flush never satisfied, a
     │                     node refused; `mrs resume` continues from the last step done
-    └── NodeCallError     a store call to a node failed (retried by the move loop)
+    ├── NodeCallError     a store call to a node failed (retried by the move loop)
+    └── NeedsReconcile    internal, never leaves the mover: an end of the move changed
+                          incarnation, a flush was lost, or the digests differ; the move
+                          loop reconciles by content and goes on
 """
 
 from dag_common.errors import DagError
@@ -30,3 +33,14 @@ class NodeCallError(MoveError):
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class NeedsReconcile(MoveError):
+    """The move must reconcile the target with the source before it goes on.
+
+    `target_changed`: what was written to the target is in doubt (a new target epoch, a lost
+    flush, a failed verification), so any flush already obtained must be obtained again."""
+
+    def __init__(self, reason: str, *, target_changed: bool) -> None:
+        super().__init__(reason)
+        self.target_changed = target_changed

@@ -6,6 +6,10 @@ Satisfied; a request the service refuses (unknown database, bad token) fails the
 CheckReplicationFlush goes by LSN, exact and clock-free, when the service offers it; a
 service that knows only the seed's commit-time check does not know the `lsn` field, sees no
 target and answers INVALID_ARGUMENT: the client then asks by commit time, and keeps doing so.
+The LSN names its stream incarnation (`Lsn.epoch`: the epoch of the active that rolled the
+generation), so a service that knows epochs answers for that stream and says `lost` when a
+failover forked below it.  Neither the commit-time check nor an LSN without an epoch can see
+a fork: the mover's own digest verification is what catches a loss then.
 """
 
 from __future__ import annotations
@@ -44,10 +48,15 @@ def answer_from(response: pb.GuaranteeResponse) -> GuaranteeAnswer:
     ]
     if status is not GuaranteeStatus.SATISFIED and not_met:
         reason = f"{reason} [{' | '.join(not_met)}]"
+    lost = bool(response.lost)
+    if lost and status is GuaranteeStatus.SATISFIED:
+        status = GuaranteeStatus.NOT_SATISFIED  # never progress on a lost write
     return GuaranteeAnswer(
         status=status,
         retry_after=timedelta(seconds=response.retry_after.ToTimedelta().total_seconds()),
         reason=reason,
+        epoch=int(response.epoch),
+        lost=lost,
     )
 
 
@@ -109,15 +118,23 @@ class GrpcGuaranteeClient:
         )
 
     async def check_flush(
-        self, database: str, caller_id: str, generation: int, commit_time: datetime
+        self,
+        database: str,
+        caller_id: str,
+        generation: int,
+        commit_time: datetime,
+        epoch: int = 0,
     ) -> GuaranteeAnswer:
-        """Satisfied once the counted copies replayed `generation` (by LSN) or, from a service
-        without LSN, replayed a log closed after `commit_time` + its clock skew."""
+        """Satisfied once the counted copies replayed `generation` of the stream of `epoch`
+        (by LSN) or, from a service without LSN, replayed a log closed after `commit_time` +
+        its clock skew."""
         by_time = pb.CheckReplicationFlushRequest(database=database, caller_id=caller_id)
         by_time.commit_time.FromDatetime(commit_time)
         if self.flush_by_lsn:
             by_lsn = pb.CheckReplicationFlushRequest(
-                database=database, caller_id=caller_id, lsn=pb.Lsn(generation=generation, offset=0)
+                database=database,
+                caller_id=caller_id,
+                lsn=pb.Lsn(generation=generation, offset=0, epoch=epoch),
             )
             try:
                 return answer_from(await self._send("CheckReplicationFlush", by_lsn))

@@ -1,5 +1,17 @@
 """The mover's client for the nodes' store API: finds each database's active copy and calls
-it, following the active when it moves (a 409 naming another active, or an unreachable node)."""
+it, following the active when it moves.
+
+- A 409 naming another active (the copy asked is passive now): ask that one at once.
+- A 409 from an active being switched over (it still names itself, and says `switching_to`):
+  a switchover takes a second or two, so ask again every `follow_interval` seconds, finding
+  the active afresh each time, for up to `follow_timeout` seconds, instead of failing the
+  call (which stalls the move for the seed's 30 s).
+- An unreachable node: look for the active again once, then fail the call (the move loop
+  stalls and retries: a failover takes `failover_after`).
+
+Following the active is safe only because every answer names the epoch of the copy that
+gave it (`store_api`): the mover, not this client, decides what an epoch change means.
+"""
 
 from __future__ import annotations
 
@@ -10,21 +22,49 @@ from typing import Any
 import aiohttp
 
 from dag_common.auth import bearer
+from dag_common.clock import Clock, SystemClock
 from dag_common.config import ClusterConfig
 from mrs_client.errors import NodeCallError
+from mrs_client.store_api import Digest, Item, Items, Mailbox, Rolled, Written
 
 logger = logging.getLogger(__name__)
+
+
+def _missing(status: int, body: Any) -> bool:
+    """A 404 that says the mailbox (or item) is not there, not that the node has no readable
+    copy of the database (a copy still mounting): only the first is an answer."""
+    error = body.get("error", "") if isinstance(body, dict) else ""
+    return status == 404 and not str(error).startswith("no readable copy")
+
+
+def _written(body: dict[str, Any]) -> Written:
+    lsn = body.get("lsn") or {}
+    return Written(
+        epoch=int(body.get("epoch", lsn.get("epoch", 0)) or 0),
+        change_number=int(body.get("change_number", 0)),
+        generation=int(lsn.get("generation", 0)),
+    )
 
 
 class NodeStoreClient:
     """Store calls to the active copy of a database, over one aiohttp session."""
 
     def __init__(
-        self, config: ClusterConfig, *, token: str, session: aiohttp.ClientSession
+        self,
+        config: ClusterConfig,
+        *,
+        token: str,
+        session: aiohttp.ClientSession,
+        clock: Clock | None = None,
+        follow_interval: float = 0.25,
+        follow_timeout: float = 60.0,
     ) -> None:
         self._config = config
         self._token = token
         self._session = session
+        self._clock = clock or SystemClock()
+        self._follow_interval = follow_interval
+        self._follow_timeout = follow_timeout
         self._active: dict[str, str] = {}  # database -> node url
 
     async def _find_active(self, database: str) -> str:
@@ -67,9 +107,22 @@ class NodeStoreClient:
         params: dict[str, str] | None = None,
         ok: tuple[int, ...] = (200, 201),
     ) -> tuple[int, Any]:
-        """Call `path` (below /v1/databases/{database}) on the active copy."""
-        for attempt in range(2):
-            url = self._active.get(database) or await self._find_active(database)
+        """Call `path` (below /v1/databases/{database}) on the active copy; a 404 in `ok`
+        is returned only when it means "not there" (see `_missing`)."""
+        what = f"{method} {database}{path}"
+        follow_until: float | None = None  # set while a switchover is followed
+        moved_once = False
+        unreachable_once = False
+        while True:
+            try:
+                url = self._active.get(database) or await self._find_active(database)
+            except NodeCallError:
+                # Between the old active's dismount and the new one's mount nobody is
+                # mounted: part of a switchover being followed.
+                if follow_until is not None and self._clock.monotonic() < follow_until:
+                    await self._clock.sleep(self._follow_interval)
+                    continue
+                raise
             try:
                 async with self._session.request(
                     method,
@@ -80,84 +133,129 @@ class NodeStoreClient:
                     timeout=aiohttp.ClientTimeout(total=120),
                 ) as resp:
                     body = await resp.json(content_type=None)
-                    if resp.status == 409 and isinstance(body, dict) and body.get("active_url"):
-                        self._active.pop(database, None)  # the active moved: look again
-                        if attempt == 0:
-                            continue
-                    if resp.status not in ok:
-                        message = body.get("error") if isinstance(body, dict) else body
-                        raise NodeCallError(
-                            f"{method} {database}{path}: HTTP {resp.status}: {message}",
-                            status=resp.status,
-                        )
-                    return resp.status, body
+                    status = resp.status
             except (aiohttp.ClientError, TimeoutError) as exc:
                 self._active.pop(database, None)
-                if attempt == 1:
-                    raise NodeCallError(f"{method} {database}{path}: {exc!r}") from exc
-        raise NodeCallError(f"{method} {database}{path}: the active copy kept moving")
+                if follow_until is not None and self._clock.monotonic() < follow_until:
+                    await self._clock.sleep(self._follow_interval)
+                    continue
+                if not unreachable_once:
+                    unreachable_once = True
+                    continue
+                raise NodeCallError(f"{what}: {exc!r}") from exc
+            if status == 409 and isinstance(body, dict) and body.get("active_url"):
+                self._active.pop(database, None)  # the active moved, or is moving: look again
+                if body.get("switching_to") or body["active_url"] == url:
+                    now = self._clock.monotonic()
+                    if follow_until is None:
+                        follow_until = now + self._follow_timeout
+                        logger.info(
+                            "%s: following a switchover of %s to %s",
+                            what,
+                            database,
+                            body.get("switching_to"),
+                        )
+                    if now < follow_until:
+                        await self._clock.sleep(self._follow_interval)
+                        continue
+                elif not moved_once:
+                    moved_once = True
+                    continue
+            message = body.get("error") if isinstance(body, dict) else body
+            if status == 404 and not _missing(status, body):
+                # transient (no status: the move loop stalls and asks again)
+                raise NodeCallError(f"{what}: HTTP {status}: {message}")
+            if status not in ok:
+                raise NodeCallError(f"{what}: HTTP {status}: {message}", status=status)
+            return status, body
 
-    # ---- the store calls a move makes -----------------------------------------------------
+    # ---- the store calls a move makes (store_api.NodeStore) -------------------------------
 
-    async def mailbox(self, database: str, mailbox: str) -> dict[str, Any] | None:
+    async def mailbox(self, database: str, mailbox: str) -> Mailbox | None:
         status, body = await self.call("GET", database, f"/mailboxes/{mailbox}", ok=(200, 404))
-        return body if status == 200 else None
+        if status != 200:
+            return None
+        return Mailbox(
+            name=body["mailbox"],
+            display_name=body.get("display_name", ""),
+            folders=tuple(body.get("folders", ())),
+            locked=bool(body.get("locked")),
+            soft_deleted=bool(body.get("soft_deleted")),
+            epoch=int(body.get("epoch", 0)),
+        )
 
     async def create_mailbox(
         self, database: str, mailbox: str, *, display_name: str, folders: list[str], locked: bool
-    ) -> dict[str, Any]:
+    ) -> Written:
         _, body = await self.call(
             "PUT",
             database,
             f"/mailboxes/{mailbox}",
             json={"display_name": display_name, "folders": folders, "locked": locked},
         )
-        return body
+        return _written(body)
 
-    async def create_folder(self, database: str, mailbox: str, folder: str) -> None:
-        await self.call(
+    async def create_folder(self, database: str, mailbox: str, folder: str) -> Written:
+        _, body = await self.call(
             "POST",
             database,
             f"/mailboxes/{mailbox}/folders",
             json={"folder": folder},
             params={"override_lock": "true"},
         )
+        return _written(body)
 
-    async def items(self, database: str, mailbox: str, since_change: int) -> list[dict[str, Any]]:
+    async def items(self, database: str, mailbox: str, since_change: int) -> Items:
         _, body = await self.call(
             "GET",
             database,
             f"/mailboxes/{mailbox}/items",
             params={"since_change": str(since_change)},
         )
-        return body["items"]
+        return Items(
+            items=tuple(Item.from_json(i) for i in body["items"]),
+            last_change_number=int(body.get("last_change_number", since_change)),
+            epoch=int(body.get("epoch", 0)),
+        )
 
-    async def put_items(
-        self, database: str, mailbox: str, items: list[dict[str, Any]]
-    ) -> dict[str, Any]:
+    async def put_items(self, database: str, mailbox: str, items: list[Item]) -> Written:
         _, body = await self.call(
             "POST",
             database,
             f"/mailboxes/{mailbox}/items",
-            json={"items": items},
+            json={"items": [i.entry() for i in items]},
             params={"override_lock": "true"},
         )
-        return body
+        return _written(body)
 
-    async def delete_item(self, database: str, mailbox: str, item_id: str) -> bool:
-        status, _ = await self.call(
+    async def delete_item(self, database: str, mailbox: str, item_id: str) -> Written | None:
+        status, body = await self.call(
             "DELETE",
             database,
             f"/mailboxes/{mailbox}/items/{item_id}",
             params={"override_lock": "true"},
             ok=(200, 404),
         )
-        return status == 200
+        return _written(body) if status == 200 else None
 
-    async def set_state(self, database: str, mailbox: str, action: str) -> dict[str, Any]:
+    async def set_state(self, database: str, mailbox: str, action: str) -> Written:
         _, body = await self.call("POST", database, f"/mailboxes/{mailbox}/{action}")
-        return body
+        return _written(body)
 
-    async def roll_log(self, database: str) -> int:
+    async def roll_log(self, database: str) -> Rolled:
         _, body = await self.call("POST", database, "/roll-log")
-        return int(body["closed_generation"])
+        return Rolled(generation=int(body["closed_generation"]), epoch=int(body.get("epoch", 0)))
+
+    async def digest(self, database: str, mailbox: str) -> Digest | None:
+        status, body = await self.call(
+            "GET", database, f"/mailboxes/{mailbox}/digest", ok=(200, 404)
+        )
+        if status != 200:
+            return None
+        return Digest(
+            mailbox=body["mailbox"],
+            item_count=int(body["item_count"]),
+            digest=body["digest"],
+            last_change_number=int(body["last_change_number"]),
+            epoch=int(body.get("epoch", 0)),
+        )

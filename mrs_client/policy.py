@@ -1,9 +1,14 @@
 """The move's rules, as pure functions of frozen values (no I/O, no clock reads).
 
 Safety invariant: a move reaches step 8 (the directory names the target) only after step 6
-saw CheckReplicationFlush answer Satisfied for a generation closed after the final sync, and
-step 7 saw CheckReplicationHealth answer Satisfied.  Nothing here ever turns a Retry or
-NotSatisfied into progress.
+saw CheckReplicationFlush answer Satisfied for a generation closed after the final sync, in
+the incarnation (epoch) the target is in, and step 7 saw CheckReplicationHealth answer
+Satisfied.  Nothing here ever turns a Retry or NotSatisfied into progress, nor a Satisfied
+answered for another epoch, nor a flush the service says was lost in a failover.
+
+Epochs: when either end of a move changes incarnation (a failover or a switchover), the
+mover reconciles by content before going on, and `after_reconcile` says which step it goes
+on from: anything written to the target before a step 6 flush must be flushed again.
 
 Timing, from the seed (all configurable):
 - steps 1-4: ask CheckReplicationHealth (every 10 s during the syncs); on NotSatisfied or
@@ -58,11 +63,16 @@ class GuaranteeStatus(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class GuaranteeAnswer:
-    """One answer of the Data Guarantee API, as the mover keeps it."""
+    """One answer of the Data Guarantee API, as the mover keeps it.
+
+    `epoch`: the database's epoch as the service knows it (0: the service did not say).
+    `lost`: the flush target was lost in a failover; asking again will not help."""
 
     status: GuaranteeStatus
     retry_after: timedelta
     reason: str
+    epoch: int = 0
+    lost: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,12 +96,19 @@ class MoveSettings:
     # Incremental passes stop when a pass finds at most this many changes (or after max).
     incremental_quiet_changes: int = 50
     incremental_max_passes: int = 5
+    # Before step 8, compare the mailbox digests of source and target; a mismatch is
+    # repaired and flushed again, at most this many times, then the move fails.
+    verify: bool = True  # False only for bench/move.py's same-run comparison
+    max_verify_rounds: int = 3
+    # A move whose ends keep changing incarnation fails after this many reconciles.
+    max_reconciles: int = 20
 
 
 class Verdict(StrEnum):
     CONTINUE = "continue"
     WAIT = "wait"
     FAIL = "fail"
+    RECONCILE = "reconcile"  # the target's stream moved on: compare contents, flush again
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,10 +159,31 @@ def flush_gate(
     now: datetime,
     flush_started: datetime,
     settings: MoveSettings,
+    epoch: int = 0,
 ) -> Decision:
-    """The rule of step 6 for a CheckReplicationFlush answer."""
+    """The rule of step 6 for a CheckReplicationFlush answer about a roll made at `epoch`."""
+    if answer.lost:
+        return Decision(
+            Verdict.RECONCILE,
+            reason=f"the flush target was lost in a failover (epoch {answer.epoch}): "
+            f"{answer.reason}",
+        )
     if answer.status is GuaranteeStatus.SATISFIED:
-        return Decision(Verdict.CONTINUE, reason=answer.reason)
+        if not (answer.epoch and epoch) or answer.epoch == epoch:
+            return Decision(Verdict.CONTINUE, reason=answer.reason)
+        if answer.epoch > epoch:
+            return Decision(
+                Verdict.RECONCILE,
+                reason=f"Satisfied for epoch {answer.epoch}, but the roll was made at epoch "
+                f"{epoch}: the target changed incarnation since",
+            )
+        # The service has not seen the target's new epoch yet: its Satisfied is about
+        # an older stream and proves nothing; ask again.
+        answer = GuaranteeAnswer(
+            GuaranteeStatus.RETRY,
+            answer.retry_after,
+            f"Satisfied for epoch {answer.epoch}, an older one than the roll's {epoch}",
+        )
     waited = now - flush_started
     if waited >= settings.flush_limit:
         return Decision(
@@ -163,6 +201,29 @@ def flush_gate(
         reason=f"waiting for replication flush: {answer.status}: {answer.reason}",
         stalled_since=flush_started,
     )
+
+
+def after_reconcile(
+    step: MoveStep, steps_done: int, *, target_changed: bool, unlock_survived: bool
+) -> int:
+    """Which steps still count as done after a reconcile during `step` (the new steps_done).
+
+    - Steps 1-5: the step goes on (its cursors were set by the reconcile).
+    - Steps 6-8: a target in a new incarnation, or rewritten by the reconcile, or whose
+      flush was lost (`target_changed`) needs a new final roll and flush: back to step 6.
+      A source-only change that rewrote nothing leaves the flush valid.
+    - Steps 9-10 (the directory names the target): if the target kept the unlock in its
+      new incarnation, every write before it survived too (a fork keeps a prefix of the
+      stream): only the unlock's roll and flush are done again (step 9).  A target that is
+      locked again lost the unlock, and perhaps more: it was repaired, back to step 6.
+    """
+    if step <= MoveStep.LOCK_SOURCE:
+        return steps_done
+    if step <= MoveStep.UPDATE_DIRECTORY:
+        return MoveStep.LOCK_SOURCE if target_changed else steps_done
+    if not target_changed:
+        return steps_done
+    return MoveStep.UPDATE_DIRECTORY if unlock_survived else MoveStep.LOCK_SOURCE
 
 
 def health_check_due(last_check: datetime | None, now: datetime, settings: MoveSettings) -> bool:

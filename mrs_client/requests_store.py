@@ -34,6 +34,11 @@ CREATE TABLE IF NOT EXISTS answers(
   status TEXT NOT NULL, retry_after REAL NOT NULL, reason TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS answers_by_move ON answers(move_id, time);
 """
+# Columns added since the first version; a store made before gets them on open.
+_ANSWER_COLUMNS = {
+    "epoch": "ALTER TABLE answers ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0",
+    "lost": "ALTER TABLE answers ADD COLUMN lost INTEGER NOT NULL DEFAULT 0",
+}
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,20 @@ class MoveRecord:
     unlock_generation: int | None = None  # the generation holding the target's unlock
     flush_started: datetime | None = None
     completed: datetime | None = None
+    # Stream incarnations (epochs; 0: not seen yet).  A cursor is only as good as the epochs
+    # it was read and written under: the source's it counts in, the target's that holds what
+    # it covers.  Any answer naming another epoch makes the move reconcile first.
+    target_epoch: int = 0
+    source_epoch: int = 0
+    flush_epoch: int = 0  # the target epoch step 6's flush was Satisfied for
+    verified_epoch: int = 0  # the target epoch in which the digests were found equal
+    unlock_epoch: int = 0  # the target epoch that acknowledged every unlock of step 9
+    reconcile_pending: bool = False  # saved before a reconcile, cleared once it is done
+    reconcile_reason: str | None = None
+    target_in_doubt: bool = False  # the reconcile due must also flush the target again
+    reconciles: int = 0
+    verify_rounds: int = 0  # verifications that found a difference
+    items_repaired: int = 0  # items written again or removed by reconciles
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -102,6 +121,10 @@ class MoveRequestStore:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.executescript(_SCHEMA)
+            have = {row[1] for row in self._conn.execute("PRAGMA table_info(answers)")}
+            for column, ddl in _ANSWER_COLUMNS.items():
+                if column not in have:
+                    self._conn.execute(ddl)
 
     def close(self) -> None:
         self._conn.close()
@@ -194,7 +217,8 @@ class MoveRequestStore:
     ) -> None:
         with self._lock:
             self._conn.execute(
-                "INSERT INTO answers VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO answers(move_id, time, step, method, status, retry_after, reason,"
+                " epoch, lost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     move_id,
                     now.isoformat(),
@@ -203,13 +227,15 @@ class MoveRequestStore:
                     str(answer.status),
                     answer.retry_after.total_seconds(),
                     answer.reason,
+                    answer.epoch,
+                    int(answer.lost),
                 ),
             )
 
     def answers(self, move_id: str) -> list[dict[str, Any]]:
         with self._lock:
             rows = self._conn.execute(
-                "SELECT time, step, method, status, retry_after, reason FROM answers"
+                "SELECT time, step, method, status, retry_after, reason, epoch, lost FROM answers"
                 " WHERE move_id=? ORDER BY rowid",
                 (move_id,),
             ).fetchall()
@@ -221,6 +247,8 @@ class MoveRequestStore:
                 "status": st,
                 "retry_after": str(timedelta(seconds=r)),
                 "reason": reason,
+                "epoch": epoch,
+                "lost": bool(lost),
             }
-            for t, s, m, st, r, reason in rows
+            for t, s, m, st, r, reason, epoch, lost in rows
         ]

@@ -6,12 +6,15 @@ status codes (here and nowhere else).  The log share routes live in `logshare.py
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import re
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from dag_common.mailbox_digest import mailbox_digest
 from dag_common.model import AutoDatabaseMountDial
 from replication_node.active_instance import ActiveInstance
 from replication_node.errors import (
@@ -24,12 +27,14 @@ from replication_node.errors import (
     StoreError,
     TransactionTooLarge,
 )
+from replication_node.ops import NAME_PATTERN
 
 if TYPE_CHECKING:
     from replication_node.node import Node
 
 logger = logging.getLogger(__name__)
 NODE: web.AppKey[Node] = web.AppKey("node")
+_NAME = re.compile(NAME_PATTERN)
 
 _STATUS = {
     NotFound: 404,
@@ -65,8 +70,15 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         )
     except NotActive as exc:
         node = request.app[NODE]
-        active = node.active_of(request.match_info.get("db", ""))
-        return json_error(409, str(exc), active_node=active[0], active_url=active[1])
+        db = request.match_info.get("db", "")
+        active = node.active_of(db)
+        instance = node.instance(db)
+        # A switchover under way: this node still names itself active until the role
+        # moves; `switching_to` tells a client to ask again shortly rather than give up.
+        switching = instance.switching_to if isinstance(instance, ActiveInstance) else None
+        return json_error(
+            409, str(exc), active_node=active[0], active_url=active[1], switching_to=switching
+        )
     except StoreError as exc:
         return json_error(_STATUS.get(type(exc), 400), str(exc))
     except (DatabaseError, ReplicationError) as exc:
@@ -121,6 +133,18 @@ def _reader(request: web.Request) -> Any:
     return reader
 
 
+def _epoch(request: web.Request) -> int:
+    """The stream incarnation of the copy that answers a read (0: not known yet)."""
+    return request.app[NODE].epoch_of(request.match_info["db"])
+
+
+def _mailbox_name(request: web.Request) -> str:
+    name = request.match_info["mailbox"]
+    if not _NAME.match(name):
+        raise BadRequest(f"invalid mailbox name {name!r}")
+    return name
+
+
 # ---- store ---------------------------------------------------------------------------
 
 
@@ -148,7 +172,7 @@ async def put_mailbox(request: web.Request) -> web.Response:
 
 
 async def list_mailboxes(request: web.Request) -> web.Response:
-    return web.json_response({"mailboxes": _reader(request).mailboxes()})
+    return web.json_response({"mailboxes": _reader(request).mailboxes(), "epoch": _epoch(request)})
 
 
 async def get_mailbox(request: web.Request) -> web.Response:
@@ -157,7 +181,28 @@ async def get_mailbox(request: web.Request) -> web.Response:
     row = reader.mailbox(name)
     if row is None:
         raise NotFound(f"no mailbox {name!r}")
-    return web.json_response({**row, "folders": reader.folders(name)})
+    return web.json_response({**row, "folders": reader.folders(name), "epoch": _epoch(request)})
+
+
+async def mailbox_digest_route(request: web.Request) -> web.Response:
+    """Item count and digest of a mailbox's live items, as this copy serves them."""
+    name = _mailbox_name(request)
+    reader = _reader(request)
+    epoch = _epoch(request)
+    if reader.mailbox(name) is None:
+        raise NotFound(f"no mailbox {name!r}")
+    # The items are read on the loop (the active merges its LLR overlay, which only the
+    # loop touches); hashing that snapshot, the costly part, does not hold the loop.
+    digest = await asyncio.to_thread(mailbox_digest, reader.items(name, 0))
+    return web.json_response(
+        {
+            "mailbox": name,
+            "item_count": digest.item_count,
+            "digest": digest.digest,
+            "last_change_number": digest.last_change_number,
+            "epoch": epoch,
+        }
+    )
 
 
 async def create_folder(request: web.Request) -> web.Response:
@@ -200,6 +245,7 @@ async def get_items(request: web.Request) -> web.Response:
             "since_change": since,
             "items": items,
             "last_change_number": max((i["change_number"] for i in items), default=since),
+            "epoch": _epoch(request),
         }
     )
 
@@ -244,7 +290,9 @@ async def roll_log(request: web.Request) -> web.Response:
     generation = await instance.copy.roll(force=True)  # type: ignore[union-attr]
     # Published before the answer: an activation counts lost logs from it.
     await instance.publish()
-    return web.json_response({"database": instance.database, "closed_generation": generation})
+    return web.json_response(
+        {"database": instance.database, "closed_generation": generation, "epoch": instance.epoch}
+    )
 
 
 async def copy_action(request: web.Request) -> web.Response:
@@ -314,6 +362,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_put(mbx, put_mailbox)
     app.router.add_get(prefix + "/mailboxes", list_mailboxes)
     app.router.add_get(mbx, get_mailbox)
+    app.router.add_get(mbx + "/digest", mailbox_digest_route)
     app.router.add_post(mbx + "/folders", create_folder)
     app.router.add_post(mbx + "/items", post_items)
     app.router.add_get(mbx + "/items", get_items)

@@ -289,6 +289,16 @@ class Node:
         spec = self._specs.get(database)
         return (spec.active_node, spec.active_url) if spec else (None, None)
 
+    def epoch_of(self, database: str) -> int:
+        """The stream incarnation this node's copy of `database` serves: an active's own
+        epoch, a passive's the epoch of the active whose stream it last reached (0: none)."""
+        instance = self._instances.get(database)
+        if instance is None:
+            return 0
+        if isinstance(instance, ActiveInstance):
+            return instance.epoch
+        return int(instance.status().epoch)
+
     def reader(self, database: str) -> Any:
         """Something with the store's read methods: the active copy, or the passive's file."""
         instance = self._instances.get(database)

@@ -75,3 +75,38 @@ async def test_a_service_that_is_down_answers_retry_never_satisfied():
         assert answer.status is GuaranteeStatus.RETRY and "cannot be reached" in answer.reason
     assert client.flush_by_lsn, "an outage says nothing about what the service offers"
     await client.close()
+
+
+class EpochService(pb_grpc.DataGuaranteeServicer):
+    """Answers a flush by LSN: lost when the LSN's epoch is older than the database's."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.lsns: list[tuple[int, int]] = []
+
+    async def CheckReplicationFlush(self, request, context):
+        self.lsns.append((request.lsn.generation, request.lsn.epoch))
+        if request.lsn.epoch < self.epoch:
+            # a careless service that says Satisfied while it says lost: never progress
+            return pb.GuaranteeResponse(
+                status=pb.SATISFIED, epoch=self.epoch, lost=True, reason="forked below it"
+            )
+        return pb.GuaranteeResponse(status=pb.SATISFIED, epoch=self.epoch, reason="replayed")
+
+
+async def test_the_lsn_names_its_epoch_and_a_lost_flush_is_never_satisfied():
+    server = grpc.aio.server()
+    service = EpochService(epoch=5)
+    pb_grpc.add_DataGuaranteeServicer_to_server(service, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    client = GrpcGuaranteeClient(f"127.0.0.1:{port}")
+    try:
+        lost = await client.check_flush("DB2", "mrs", 7, WHEN, 4)
+        assert lost.lost and lost.status is GuaranteeStatus.NOT_SATISFIED and lost.epoch == 5
+        ok = await client.check_flush("DB2", "mrs", 9, WHEN, 5)
+        assert ok.status is GuaranteeStatus.SATISFIED and ok.epoch == 5 and not ok.lost
+        assert service.lsns == [(7, 4), (9, 5)]
+    finally:
+        await client.close()
+        await server.stop(None)

@@ -6,7 +6,9 @@ from mrs_client.policy import (
     GuaranteeAnswer,
     GuaranteeStatus,
     MoveSettings,
+    MoveStep,
     Verdict,
+    after_reconcile,
     flush_gate,
     gate,
     health_check_due,
@@ -62,6 +64,55 @@ def test_flush_gate(answer, waited, verdict, wait):
     d = flush_gate(answer, now=T0, flush_started=T0 - waited, settings=S)
     assert d.verdict is verdict
     assert d.wait == timedelta(seconds=wait)
+
+
+def at(epoch, status=GuaranteeStatus.SATISFIED, lost=False):
+    return GuaranteeAnswer(status, timedelta(0), "replayed", epoch=epoch, lost=lost)
+
+
+@pytest.mark.parametrize(
+    ("answer", "roll_epoch", "verdict"),
+    [
+        (at(4), 4, Verdict.CONTINUE),
+        (at(0), 4, Verdict.CONTINUE),  # a service that knows no epochs: the verification decides
+        (at(4), 0, Verdict.CONTINUE),  # a target that names no epoch
+        (at(5), 4, Verdict.RECONCILE),  # the target moved on since the roll
+        (at(3), 4, Verdict.WAIT),  # the service has not seen the new epoch yet
+        (at(5, GuaranteeStatus.NOT_SATISFIED, lost=True), 4, Verdict.RECONCILE),
+        (at(4, GuaranteeStatus.SATISFIED, lost=True), 4, Verdict.RECONCILE),  # lost wins
+        (at(4, GuaranteeStatus.NOT_SATISFIED), 4, Verdict.WAIT),
+    ],
+)
+def test_flush_gate_is_satisfied_only_for_the_epoch_of_the_roll(answer, roll_epoch, verdict):
+    d = flush_gate(answer, now=T0, flush_started=T0, settings=S, epoch=roll_epoch)
+    assert d.verdict is verdict, d.reason
+
+
+@pytest.mark.parametrize(
+    ("step", "steps_done", "target_changed", "unlock_survived", "expected"),
+    [
+        (MoveStep.CLONE_STRUCTURE, 1, True, False, 1),  # the step goes on from the cursors
+        (MoveStep.INITIAL_SYNC, 2, True, False, 2),
+        (MoveStep.INCREMENTAL_SYNC, 3, False, False, 3),
+        (MoveStep.LOCK_SOURCE, 4, True, False, 4),
+        (MoveStep.FINAL_SYNC_AND_FLUSH, 5, True, False, 5),  # roll and flush again
+        (MoveStep.FINAL_HEALTH_CHECK, 6, True, False, 5),
+        (MoveStep.UPDATE_DIRECTORY, 7, True, False, 5),
+        (MoveStep.UPDATE_DIRECTORY, 7, False, False, 7),  # source-only, nothing rewritten
+        (MoveStep.UNLOCK_TARGET, 8, True, False, 5),  # the target lost the unlock: repaired
+        (MoveStep.UNLOCK_TARGET, 8, True, True, 8),  # kept it: unlock, roll, flush again
+        (MoveStep.SOFT_DELETE_SOURCE, 9, True, True, 8),
+        (MoveStep.SOFT_DELETE_SOURCE, 9, True, False, 5),
+        (MoveStep.SOFT_DELETE_SOURCE, 9, False, False, 9),  # the source changed: go on
+    ],
+)
+def test_after_reconcile(step, steps_done, target_changed, unlock_survived, expected):
+    assert (
+        after_reconcile(
+            step, steps_done, target_changed=target_changed, unlock_survived=unlock_survived
+        )
+        == expected
+    )
 
 
 def test_health_check_cadence():

@@ -1,0 +1,203 @@
+"""Where a move waits, and the record of its waiting: the Data Guarantee's answers (steps 1-4
+and 7 ask CheckReplicationHealth, steps 6 and 9 CheckReplicationFlush) and store calls to a
+node that cannot answer.  Every wait is a stall saved in the move request (why, since when,
+for how long, and every answer), so `mrs stats` shows it; the rules come from `policy`.
+
+No answer here is ever turned into progress unless `policy` says CONTINUE: a Retry or
+NotSatisfied waits, a flush answered for another epoch or lost in a failover raises
+`NeedsReconcile`, a limit passed raises `MoveFailed`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, Protocol
+
+from dag_common.clock import Clock
+from mrs_client.errors import MoveFailed, NeedsReconcile, NodeCallError
+from mrs_client.policy import (
+    Decision,
+    GuaranteeAnswer,
+    MoveSettings,
+    MoveState,
+    Verdict,
+    flush_gate,
+    gate,
+    health_check_due,
+)
+from mrs_client.requests_store import MoveRecord, MoveRequestStore
+
+
+class GuaranteeClient(Protocol):
+    """The two questions a mover asks the Data Guarantee API."""
+
+    async def check_health(self, database: str, caller_id: str) -> GuaranteeAnswer: ...
+
+    async def check_flush(
+        self,
+        database: str,
+        caller_id: str,
+        generation: int,
+        commit_time: datetime,
+        epoch: int = 0,
+    ) -> GuaranteeAnswer:
+        """By the LSN (`generation` of the stream of `epoch`) when the service offers it, by
+        `commit_time` otherwise."""
+        ...
+
+
+class Gates:
+    """The waits of one mover, saved in its move request store."""
+
+    def __init__(
+        self,
+        *,
+        requests: MoveRequestStore,
+        guarantee: GuaranteeClient,
+        clock: Clock,
+        settings: MoveSettings,
+        caller_id: str,
+        progress: Callable[[MoveRecord, str], None],
+    ) -> None:
+        self.requests = requests
+        self.guarantee = guarantee
+        self.clock = clock
+        self.settings = settings
+        self.caller_id = caller_id
+        self._progress = progress
+        self._last_check: datetime | None = None
+
+    def save(self, record: MoveRecord) -> MoveRecord:
+        """Persist `record` (durably) and return it as saved."""
+        # time_stalled only grows: a step that stalled inside a node call (`node_call`
+        # saves the stall) and then saves the record it held from before must not undo it.
+        stored = self.requests.get(record.id)
+        if stored is not None and stored.time_stalled > record.time_stalled:
+            record = replace(record, time_stalled=stored.time_stalled)
+        return self.requests.save(record, self.clock.now())
+
+    async def wait(self, record: MoveRecord, decision: Decision) -> MoveRecord:
+        """Stall: record why, sleep, and count the time stalled."""
+        record = self.save(
+            replace(
+                record,
+                state=MoveState.STALLED,
+                stalled_since=decision.stalled_since,
+                stall_reason=decision.reason,
+            )
+        )
+        self._progress(
+            record,
+            f"stalled: {decision.reason}; next check in {decision.wait.total_seconds():.0f}s",
+        )
+        await self.clock.sleep(decision.wait.total_seconds())
+        return self.save(
+            replace(record, time_stalled=record.time_stalled + decision.wait.total_seconds())
+        )
+
+    def unstall(self, record: MoveRecord) -> MoveRecord:
+        if record.state is MoveState.IN_PROGRESS:
+            return record
+        return self.save(
+            replace(record, state=MoveState.IN_PROGRESS, stalled_since=None, stall_reason=None)
+        )
+
+    def _record_answer(self, record: MoveRecord, method: str, answer: GuaranteeAnswer) -> None:
+        self.requests.add_answer(
+            record.id, step=record.step, method=method, answer=answer, now=self.clock.now()
+        )
+
+    async def health(self, record: MoveRecord) -> MoveRecord:
+        """Ask CheckReplicationHealth until Satisfied (stalling) or fail past the limit."""
+        while True:
+            answer = await self.guarantee.check_health(record.target_db, self.caller_id)
+            self._record_answer(record, "CheckReplicationHealth", answer)
+            self._last_check = self.clock.now()
+            decision = gate(
+                answer,
+                now=self.clock.now(),
+                stalled_since=record.stalled_since,
+                settings=self.settings,
+            )
+            if decision.verdict is Verdict.CONTINUE:
+                return self.unstall(record)
+            if decision.verdict is Verdict.FAIL:
+                raise MoveFailed(decision.reason)
+            record = await self.wait(record, decision)
+
+    async def periodic_health(self, record: MoveRecord) -> MoveRecord:
+        """During the syncs: the health gate every `health_check_interval`."""
+        if health_check_due(self._last_check, self.clock.now(), self.settings):
+            return await self.health(record)
+        return record
+
+    async def node_call(self, record: MoveRecord, what: str, fn: Callable[[], Any]) -> Any:
+        """A store call; a node that cannot answer stalls the move (same limit as the API)."""
+        stalled_since = None
+        while True:
+            try:
+                result = await fn()
+                if stalled_since is not None:
+                    self.unstall(record)
+                return result
+            except NodeCallError as exc:
+                if exc.status is not None and exc.status < 500 and exc.status not in (409, 423):
+                    raise MoveFailed(f"{what}: {exc}") from exc
+                now = self.clock.now()
+                stalled_since = stalled_since or now
+                if now - stalled_since >= self.settings.stall_limit:
+                    raise MoveFailed(f"{what}: stalled {self.settings.stall_limit}: {exc}") from exc
+                record = await self.wait(
+                    record,
+                    Decision(
+                        Verdict.WAIT,
+                        wait=self.settings.stall_retry_interval,
+                        reason=f"{what}: {exc}",
+                        stalled_since=stalled_since,
+                    ),
+                )
+
+    async def flush(
+        self,
+        record: MoveRecord,
+        generation: int | None,
+        *,
+        between: Callable[[MoveRecord], Awaitable[MoveRecord]],
+    ) -> tuple[MoveRecord, GuaranteeAnswer]:
+        """Ask CheckReplicationFlush for `generation` of the target's stream in its saved
+        epoch until Satisfied for that epoch; NeedsReconcile if it was lost; fail at the
+        limit.  `between` runs before each wait (the mover checks the target's epoch: a
+        flush of a lost generation would otherwise wait out its whole limit)."""
+        assert generation is not None and record.flush_started is not None
+        s = self.settings
+        first = record.flush_started + min(s.flush_first_check_after, s.flush_retry_interval)
+        if self.clock.now() < first:
+            await self.clock.sleep((first - self.clock.now()).total_seconds())
+        while True:
+            # The roll closed the generation just before flush_started: that is the commit
+            # time the seed's check compares the copies' last replayed log time with.
+            answer = await self.guarantee.check_flush(
+                record.target_db,
+                self.caller_id,
+                generation,
+                record.flush_started,
+                record.target_epoch,
+            )
+            self._record_answer(record, "CheckReplicationFlush", answer)
+            decision = flush_gate(
+                answer,
+                now=self.clock.now(),
+                flush_started=record.flush_started,
+                settings=self.settings,
+                epoch=record.target_epoch,
+            )
+            if decision.verdict is Verdict.CONTINUE:
+                return self.unstall(record), answer
+            if decision.verdict is Verdict.RECONCILE:
+                raise NeedsReconcile(decision.reason, target_changed=True)
+            if decision.verdict is Verdict.FAIL:
+                raise MoveFailed(decision.reason)
+            record = await between(record)
+            record = await self.wait(record, decision)

@@ -1,0 +1,138 @@
+"""What the mover needs from the nodes' store API: a Protocol and its frozen answers.
+
+`node_client.NodeStoreClient` implements it over HTTP; tests pass a small in-memory fake.
+Every answer names the epoch (stream incarnation) of the copy that gave it: a write is only
+as durable as the incarnation that acknowledged it, and a read only describes that
+incarnation.  0 means the node did not say (an older node): no check is possible then.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dag_common.mailbox_digest import content_hash
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One item of a mailbox, or its tombstone (`deleted`)."""
+
+    item_id: str
+    folder: str
+    subject: str
+    body: str
+    change_number: int
+    deleted: bool = False
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Item:
+        return cls(
+            item_id=data["item_id"],
+            folder=data["folder"],
+            subject=data["subject"],
+            body=data["body"],
+            change_number=int(data["change_number"]),
+            deleted=bool(data["deleted"]),
+        )
+
+    def entry(self) -> dict[str, str]:
+        """The item as a write carries it (the target numbers it itself)."""
+        return {
+            "item_id": self.item_id,
+            "folder": self.folder,
+            "subject": self.subject,
+            "body": self.body,
+        }
+
+    def same_content(self, other: Item) -> bool:
+        """Same folder and content: what the mailbox digest compares."""
+        return (self.folder, content_hash(self.subject, self.body)) == (
+            other.folder,
+            content_hash(other.subject, other.body),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Mailbox:
+    """A mailbox as one copy serves it."""
+
+    name: str
+    display_name: str
+    folders: tuple[str, ...]
+    locked: bool
+    soft_deleted: bool
+    epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Items:
+    """Items changed after a change number, by change number, tombstones included."""
+
+    items: tuple[Item, ...]
+    last_change_number: int
+    epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """A write's acknowledgement: the incarnation that made it durable."""
+
+    epoch: int = 0
+    change_number: int = 0
+    generation: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Rolled:
+    """The target's log rolled: the generation closed, in which incarnation."""
+
+    generation: int
+    epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Digest:
+    """A mailbox digest as a node computed it (dag_common.mailbox_digest)."""
+
+    mailbox: str
+    item_count: int
+    digest: str
+    last_change_number: int
+    epoch: int = 0
+
+    def matches(self, other: Digest) -> bool:
+        """The same live items: ids, folders and contents."""
+        return (self.item_count, self.digest) == (other.item_count, other.digest)
+
+
+class NodeStore(Protocol):
+    """The store calls a move makes, each to the active copy of a database.
+
+    Raises `NodeCallError` when a node cannot answer or refuses (its HTTP status, if any)."""
+
+    async def mailbox(self, database: str, mailbox: str) -> Mailbox | None: ...
+
+    async def create_mailbox(
+        self, database: str, mailbox: str, *, display_name: str, folders: list[str], locked: bool
+    ) -> Written: ...
+
+    async def create_folder(self, database: str, mailbox: str, folder: str) -> Written: ...
+
+    async def items(self, database: str, mailbox: str, since_change: int) -> Items: ...
+
+    async def put_items(self, database: str, mailbox: str, items: list[Item]) -> Written: ...
+
+    async def delete_item(self, database: str, mailbox: str, item_id: str) -> Written | None:
+        """None: the item was not there (nothing to delete)."""
+        ...
+
+    async def set_state(self, database: str, mailbox: str, action: str) -> Written:
+        """`action`: lock, unlock or soft-delete."""
+        ...
+
+    async def roll_log(self, database: str) -> Rolled: ...
+
+    async def digest(self, database: str, mailbox: str) -> Digest | None:
+        """None: no such mailbox on the active copy."""
+        ...

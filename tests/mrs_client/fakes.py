@@ -1,0 +1,261 @@
+"""Small in-memory fakes of what a mover talks to (tests only).
+
+`FakeNodes` keeps, per database, a log of acknowledged transactions and the state they
+make, in an epoch.  `failover(db, lose=N)` drops the last N transactions (an unshipped open
+log), bumps the epoch and rebuilds the state from what is left; like a real new active, it
+numbers changes again from its own highest change number, reusing the lost numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from dag_common.mailbox_digest import mailbox_digest
+from mrs_client.errors import NodeCallError
+from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus
+from mrs_client.store_api import Digest, Item, Items, Mailbox, Rolled, Written
+
+
+@dataclass
+class _Box:
+    display_name: str
+    folders: set[str]
+    locked: bool = False
+    soft_deleted: bool = False
+    items: dict[str, Item] = field(default_factory=dict)
+
+
+class FakeDatabase:
+    """One database's active copy: a log of transactions, the state it makes, an epoch."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.epoch = 1
+        self.generation = 1
+        self.log: list[tuple[str, tuple[Any, ...]]] = []
+        self.boxes: dict[str, _Box] = {}
+        self.cn = 0
+
+    def _apply(self, op: str, args: tuple[Any, ...]) -> None:
+        if op == "create":
+            name, display_name, folders, locked = args
+            self.boxes[name] = _Box(display_name, set(folders), locked)
+        elif op == "folder":
+            self.boxes[args[0]].folders.add(args[1])
+        elif op == "put":
+            name, item = args
+            self.boxes[name].items[item.item_id] = item
+            self.cn = max(self.cn, item.change_number)
+        elif op == "delete":
+            name, item_id, cn = args
+            old = self.boxes[name].items[item_id]
+            self.boxes[name].items[item_id] = replace(old, body="", deleted=True, change_number=cn)
+            self.cn = max(self.cn, cn)
+        elif op == "state":
+            name, key, value = args
+            setattr(self.boxes[name], key, value)
+
+    def commit(self, ops: list[tuple[str, tuple[Any, ...]]]) -> Written:
+        for op, args in ops:
+            self.log.append((op, args))
+            self._apply(op, args)
+        return Written(epoch=self.epoch, change_number=self.cn, generation=self.generation)
+
+    def next_cn(self) -> int:
+        self.cn += 1
+        return self.cn
+
+    def failover(self, *, lose: int = 0) -> None:
+        """A new active, in a new epoch, without the last `lose` transactions."""
+        if lose:
+            del self.log[-lose:]
+        self.boxes = {}
+        self.cn = 0
+        for op, args in self.log:
+            self._apply(op, args)
+        self.epoch += 1
+
+    def live(self, mailbox: str) -> dict[str, tuple[str, str, str]]:
+        box = self.boxes[mailbox]
+        return {k: (i.folder, i.subject, i.body) for k, i in box.items.items() if not i.deleted}
+
+
+class Crash(BaseException):
+    """What a test raises inside a call to play kill -9 of the mover."""
+
+
+class FakeNodes:
+    """store_api.NodeStore over FakeDatabases, with hooks before each call."""
+
+    def __init__(self, *names: str) -> None:
+        self.dbs = {n: FakeDatabase(n) for n in names}
+        self.calls: list[tuple[str, str]] = []
+        self.trace: list[tuple[Any, ...]] = []  # digests and soft-deletes, in order
+        self.before: list[Callable[[str, str, int], None]] = []  # (method, db, call number)
+        self.drops: set[str] = set()  # item ids the target acknowledges and loses at once
+
+    def _call(self, method: str, database: str, mailbox: str | None = None) -> FakeDatabase:
+        self.calls.append((method, database))
+        n = sum(1 for m, d in self.calls if (m, d) == (method, database))
+        for hook in list(self.before):
+            hook(method, database, n)
+        db = self.dbs[database]
+        if mailbox is not None and mailbox not in db.boxes:
+            raise NodeCallError(
+                f"{method} {database}: HTTP 404: no mailbox {mailbox!r}", status=404
+            )
+        return db
+
+    # -- the Protocol --
+
+    async def mailbox(self, database: str, mailbox: str) -> Mailbox | None:
+        db = self._call("mailbox", database)
+        box = db.boxes.get(mailbox)
+        if box is None:
+            return None
+        return Mailbox(
+            mailbox, box.display_name, tuple(sorted(box.folders)), box.locked,
+            box.soft_deleted, db.epoch,
+        )  # fmt: skip
+
+    async def create_mailbox(
+        self, database: str, mailbox: str, *, display_name: str, folders: list[str], locked: bool
+    ) -> Written:
+        db = self._call("create_mailbox", database)
+        assert mailbox not in db.boxes, "exists"
+        return db.commit([("create", (mailbox, display_name, tuple(folders), locked))])
+
+    async def create_folder(self, database: str, mailbox: str, folder: str) -> Written:
+        db = self._call("create_folder", database, mailbox)
+        return db.commit([("folder", (mailbox, folder))])
+
+    async def items(self, database: str, mailbox: str, since_change: int) -> Items:
+        db = self._call("items", database, mailbox)
+        rows = sorted(
+            (i for i in db.boxes[mailbox].items.values() if i.change_number > since_change),
+            key=lambda i: i.change_number,
+        )
+        last = max((i.change_number for i in rows), default=since_change)
+        return Items(tuple(rows), last, db.epoch)
+
+    async def put_items(self, database: str, mailbox: str, items: list[Item]) -> Written:
+        db = self._call("put_items", database, mailbox)
+        ops = [
+            ("put", (mailbox, replace(i, change_number=db.next_cn(), deleted=False))) for i in items
+        ]
+        written = db.commit(ops)
+        for item_id in self.drops & {i.item_id for i in items}:
+            del db.boxes[mailbox].items[item_id]
+        return written
+
+    async def delete_item(self, database: str, mailbox: str, item_id: str) -> Written | None:
+        db = self._call("delete_item", database, mailbox)
+        item = db.boxes[mailbox].items.get(item_id)
+        if item is None or item.deleted:
+            return None
+        return db.commit([("delete", (mailbox, item_id, db.next_cn()))])
+
+    async def set_state(self, database: str, mailbox: str, action: str) -> Written:
+        db = self._call(action, database, mailbox)
+        key, value = {
+            "lock": ("locked", True),
+            "unlock": ("locked", False),
+            "soft-delete": ("soft_deleted", True),
+        }[action]
+        if action == "soft-delete":
+            self.trace.append(("soft-delete", database, mailbox, db.epoch))
+        return db.commit([("state", (mailbox, key, value))])
+
+    async def roll_log(self, database: str) -> Rolled:
+        db = self._call("roll_log", database)
+        db.generation += 1
+        return Rolled(db.generation - 1, db.epoch)
+
+    async def digest(self, database: str, mailbox: str) -> Digest | None:
+        db = self._call("digest", database)
+        box = db.boxes.get(mailbox)
+        if box is None:
+            return None
+        d = mailbox_digest(asdict(i) for i in box.items.values())
+        self.trace.append(("digest", database, mailbox, db.epoch, d.digest))
+        return Digest(mailbox, d.item_count, d.digest, d.last_change_number, db.epoch)
+
+    # -- for tests --
+
+    def fill(self, database: str, mailbox: str, n: int, *, first: int = 0, body: str = "b") -> None:
+        """Write a mailbox's items as its users would (one transaction per 10 items)."""
+        db = self.dbs[database]
+        if mailbox not in db.boxes:
+            db.commit([("create", (mailbox, mailbox.title(), ("Inbox", "Projects"), False))])
+        for start in range(first, first + n, 10):
+            db.commit(
+                [
+                    (
+                        "put",
+                        (
+                            mailbox,
+                            Item(
+                                f"m{i}",
+                                "Projects" if i % 3 else "Inbox",
+                                f"s{i}",
+                                f"{body} {i}",
+                                db.next_cn(),
+                            ),
+                        ),
+                    )
+                    for i in range(start, min(first + n, start + 10))
+                ]
+            )
+
+    def delete(self, database: str, mailbox: str, item_id: str) -> None:
+        db = self.dbs[database]
+        db.commit([("delete", (mailbox, item_id, db.next_cn()))])
+
+
+class FakeGuarantee:
+    """Satisfied at once; the flush answer names the target's epoch if `knows_epochs`
+    (False: a service that judges by generation alone, as before the epoch contract)."""
+
+    def __init__(self, nodes: FakeNodes, *, knows_epochs: bool = True) -> None:
+        self.nodes = nodes
+        self.knows_epochs = knows_epochs
+        self.flushes: list[tuple[str, int, int]] = []  # (database, generation, epoch asked)
+        self.on_flush: Callable[[str, int, int], GuaranteeAnswer | None] | None = None
+
+    async def check_health(self, database: str, caller_id: str) -> GuaranteeAnswer:
+        return GuaranteeAnswer(GuaranteeStatus.SATISFIED, timedelta(0), "healthy")
+
+    async def check_flush(
+        self,
+        database: str,
+        caller_id: str,
+        generation: int,
+        commit_time: datetime,
+        epoch: int = 0,
+    ) -> GuaranteeAnswer:
+        self.flushes.append((database, generation, epoch))
+        if self.on_flush is not None:
+            answer = self.on_flush(database, generation, epoch)
+            if answer is not None:
+                return answer
+        current = self.nodes.dbs[database].epoch if self.knows_epochs else 0
+        return GuaranteeAnswer(GuaranteeStatus.SATISFIED, timedelta(0), "replayed", current)
+
+
+class FakeDirectory:
+    def __init__(self, entries: dict[str, str]) -> None:
+        self.entries = dict(entries)
+
+    async def mailbox_database(self, mailbox: str) -> str | None:
+        return self.entries.get(mailbox)
+
+    async def set_mailbox_database(
+        self, mailbox: str, database: str, *, expected: str | None
+    ) -> bool:
+        if self.entries.get(mailbox) != expected:
+            return False
+        self.entries[mailbox] = database
+        return True

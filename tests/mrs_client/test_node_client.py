@@ -1,0 +1,146 @@
+"""The mover's node client against two fake nodes on real aiohttp servers (port 0): it
+follows a switchover within a fraction of a second instead of failing into a stall."""
+
+from __future__ import annotations
+
+import time
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from dag_common.config import parse_config
+from mrs_client.errors import NodeCallError
+from mrs_client.node_client import NodeStoreClient
+from mrs_client.store_api import Item
+
+
+class FakeNode:
+    """Answers status and item writes for DB2 as the active, the quiesced active or a
+    passive copy, as `cluster` says."""
+
+    def __init__(self, name: str, cluster: dict) -> None:
+        self.name = name
+        self.cluster = cluster
+        self.writes = 0
+        self.url = ""
+
+    async def status(self, request: web.Request) -> web.Response:
+        active = self.cluster["active"] == self.name
+        copy = {
+            "database": "DB2",
+            "role": "Active" if active else "Passive",
+            "status": "Mounted" if active else "Healthy",
+        }
+        return web.json_response({"node": self.name, "copies": [copy]})
+
+    async def put(self, request: web.Request) -> web.Response:
+        self.writes += 1
+        self.cluster["hook"](self)
+        active = self.cluster["active"]
+        if active != self.name:
+            url = self.cluster["urls"][active]
+            return web.json_response(
+                {"error": "passive", "active_node": active, "active_url": url}, status=409
+            )
+        if self.cluster["switching_to"]:
+            return web.json_response(
+                {
+                    "error": f"DB2 is being switched over to {self.cluster['switching_to']}",
+                    "active_node": self.name,
+                    "active_url": self.url,
+                    "switching_to": self.cluster["switching_to"],
+                },
+                status=409,
+            )
+        epoch = self.cluster["epoch"]
+        return web.json_response(
+            {
+                "change_number": 9,
+                "epoch": epoch,
+                "lsn": {"generation": 4, "offset": 0, "epoch": epoch},
+            },
+            status=201,
+        )
+
+
+@pytest.fixture
+async def two_nodes(tmp_path):
+    cluster = {"active": "a", "switching_to": None, "epoch": 1, "urls": {}, "hook": lambda n: None}
+    nodes, runners = {}, []
+    for name in ("a", "b"):
+        node = FakeNode(name, cluster)
+        app = web.Application()
+        app.router.add_get("/v1/status", node.status)
+        app.router.add_post("/v1/databases/DB2/mailboxes/{m}/items", node.put)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        node.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        cluster["urls"][name] = node.url
+        nodes[name] = node
+        runners.append(runner)
+    config = parse_config(
+        {
+            "cluster": "t",
+            "nodes": [
+                {"name": n, "site": "s", "url": nodes[n].url, "data_dir": n} for n in ("a", "b")
+            ],
+            "databases": [
+                {
+                    "name": "DB2",
+                    "copies": [
+                        {"node": "a", "activation_preference": 1},
+                        {"node": "b", "activation_preference": 2},
+                    ],
+                }
+            ],
+            "guarantee_api": {"listen": "127.0.0.1:1", "http_listen": "127.0.0.1:2"},
+        },
+        base_dir=tmp_path,
+    )
+    async with aiohttp.ClientSession() as session:
+        yield cluster, nodes, config, session
+    for runner in runners:
+        await runner.cleanup()
+
+
+ITEM = [Item("m1", "Inbox", "s", "b", 0)]
+
+
+async def test_a_switchover_is_followed_within_a_second(two_nodes):
+    cluster, nodes, config, session = two_nodes
+    cluster["switching_to"] = "b"
+
+    def role_moves_on_the_fourth_write(node):
+        if node.name == "a" and node.writes == 4:
+            cluster.update(active="b", switching_to=None, epoch=2)
+
+    cluster["hook"] = role_moves_on_the_fourth_write
+    client = NodeStoreClient(config, token="t", session=session, follow_interval=0.05)
+    started = time.monotonic()
+    written = await client.put_items("DB2", "alice", ITEM)
+    assert written.epoch == 2, "the answer names the new active's epoch"
+    assert time.monotonic() - started < 1.5
+    assert nodes["a"].writes == 4 and nodes["b"].writes == 1
+
+
+async def test_a_switchover_that_never_ends_fails_the_call_after_the_follow_timeout(two_nodes):
+    cluster, _, config, session = two_nodes
+    cluster["switching_to"] = "b"
+    client = NodeStoreClient(
+        config, token="t", session=session, follow_interval=0.05, follow_timeout=0.3
+    )
+    with pytest.raises(NodeCallError, match="switched over") as caught:
+        await client.put_items("DB2", "alice", ITEM)
+    assert caught.value.status == 409
+
+
+async def test_a_moved_active_is_asked_at_once(two_nodes):
+    cluster, nodes, config, session = two_nodes
+    client = NodeStoreClient(config, token="t", session=session)
+    assert (await client.put_items("DB2", "alice", ITEM)).epoch == 1
+    cluster.update(active="b", epoch=3)  # a failover the client has not heard of
+    assert (await client.put_items("DB2", "alice", ITEM)).epoch == 3
+    assert nodes["a"].writes == 2 and nodes["b"].writes == 1
