@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 from dataclasses import replace
 from datetime import timedelta
@@ -24,7 +25,7 @@ from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.durations import parse_duration
 from dag_common.errors import ConfigError
 from dag_common.model import ExitCode
-from mrs_client.errors import MoveRejected
+from mrs_client.errors import MoveError, MoveRejected
 from mrs_client.policy import MoveSettings, MoveState
 from mrs_client.progress import Progress
 from mrs_client.requests_store import MoveRecord, MoveRequestStore
@@ -274,7 +275,20 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, MoveRejected) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
+    except MoveError as exc:  # a node or the service failed a call outside a move's loop
+        print(f"error: {exc}", file=sys.stderr)
+        return ExitCode.FAILED
     except KeyboardInterrupt:
+        return ExitCode.FAILED
+    except BrokenPipeError:  # the reader went away (`mrs list | head -1`)
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing more can be written
+        return ExitCode.FAILED
+    except Exception as exc:  # a bug: one line, never a traceback (it is in --verbose)
+        logging.getLogger(__name__).debug("unexpected error", exc_info=True)
+        print(
+            f"error: unexpected {type(exc).__name__}: {exc} (a bug; --verbose shows where)",
+            file=sys.stderr,
+        )
         return ExitCode.FAILED
 
 

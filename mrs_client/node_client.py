@@ -20,6 +20,7 @@ import logging
 from typing import Any
 
 import aiohttp
+from orjson import loads as json_loads
 
 from dag_common.auth import bearer
 from dag_common.clock import Clock, SystemClock
@@ -68,6 +69,8 @@ class NodeStoreClient:
         self._active: dict[str, str] = {}  # database -> node url
 
     async def _find_active(self, database: str) -> str:
+        refused: list[str] = []
+
         async def ask(url: str) -> str | None:
             try:
                 async with self._session.get(
@@ -75,16 +78,19 @@ class NodeStoreClient:
                     headers=bearer(self._token),
                     timeout=aiohttp.ClientTimeout(total=5),
                 ) as resp:
-                    if resp.status != 200:
-                        return None
-                    body = await resp.json()
+                    status, body = resp.status, _json_or_none(await resp.read())
             except (aiohttp.ClientError, TimeoutError):
                 return None
-            for copy in body.get("copies", []):
+            if status == 401:
+                refused.append(url)
+            if status != 200 or not isinstance(body, dict):
+                return None  # an error page, or not a status: this node cannot say
+            for copy in body.get("copies") or []:
                 if (
-                    copy["database"] == database
-                    and copy["role"] == "Active"
-                    and (copy["status"] == "Mounted")
+                    isinstance(copy, dict)
+                    and copy.get("database") == database
+                    and copy.get("role") == "Active"
+                    and copy.get("status") == "Mounted"
                 ):
                     return url
             return None
@@ -95,6 +101,10 @@ class NodeStoreClient:
             if found:
                 self._active[database] = found
                 return found
+        if refused:
+            raise NodeCallError(
+                f"authentication failed at {', '.join(refused)} (check the token)", status=401
+            )
         raise NodeCallError(f"no mounted active copy of {database} can be reached")
 
     async def call(
@@ -132,8 +142,7 @@ class NodeStoreClient:
                     headers=bearer(self._token),
                     timeout=aiohttp.ClientTimeout(total=120),
                 ) as resp:
-                    body = await resp.json(content_type=None)
-                    status = resp.status
+                    status, raw = resp.status, await resp.read()
             except (aiohttp.ClientError, TimeoutError) as exc:
                 self._active.pop(database, None)
                 if follow_until is not None and self._clock.monotonic() < follow_until:
@@ -143,6 +152,17 @@ class NodeStoreClient:
                     unreachable_once = True
                     continue
                 raise NodeCallError(f"{what}: {exc!r}") from exc
+            body = _json_or_none(raw)
+            if body is None:
+                # An error page or a cut answer (a proxy, a crashing node): a failed call with
+                # what came back, a 5xx or no status at all, so the move stalls and asks again.
+                snippet = raw[:120].decode("utf-8", "replace").strip() or "an empty body"
+                raise NodeCallError(
+                    f"{what}: HTTP {status} with a body that is not JSON: {snippet!r}",
+                    status=status if status >= 500 else None,
+                )
+            if status == 401:
+                raise NodeCallError(f"{what}: authentication failed (check the token)", status=401)
             if status == 409 and isinstance(body, dict) and body.get("active_url"):
                 self._active.pop(database, None)  # the active moved, or is moving: look again
                 if body.get("switching_to") or body["active_url"] == url:
@@ -259,3 +279,11 @@ class NodeStoreClient:
             last_change_number=int(body["last_change_number"]),
             epoch=int(body.get("epoch", 0)),
         )
+
+
+def _json_or_none(raw: bytes) -> Any:
+    """The JSON document `raw` holds, or None if it holds none."""
+    try:
+        return json_loads(raw) if raw else None
+    except ValueError:
+        return None

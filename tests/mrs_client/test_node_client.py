@@ -144,3 +144,72 @@ async def test_a_moved_active_is_asked_at_once(two_nodes):
     cluster.update(active="b", epoch=3)  # a failover the client has not heard of
     assert (await client.put_items("DB2", "alice", ITEM)).epoch == 3
     assert nodes["a"].writes == 2 and nodes["b"].writes == 1
+
+
+@pytest.fixture
+async def broken_node(tmp_path):
+    """One node that says it is DB2's active, then answers writes as `mode` says."""
+    state = {"mode": "html500"}
+
+    async def status(request: web.Request) -> web.Response:
+        if state["mode"] == "401":
+            return web.json_response({"error": "missing or wrong cluster token"}, status=401)
+        copy = {"database": "DB2", "role": "Active", "status": "Mounted"}
+        return web.json_response({"node": "a", "copies": [copy]})
+
+    async def put(request: web.Request) -> web.StreamResponse:
+        mode = state["mode"]
+        if mode == "html500":
+            return web.Response(
+                status=500, text="<html><body>500 Internal Server Error</body></html>",
+                content_type="text/html",
+            )  # fmt: skip
+        if mode == "cut":
+            resp = web.StreamResponse(status=201, headers={"Content-Length": "500"})
+            await resp.prepare(request)
+            await resp.write(b'{"change_number": 9, "ep')
+            request.transport.close()  # type: ignore[union-attr]
+            return resp
+        if mode == "empty200":
+            return web.Response(status=200, body=b"")
+        return web.json_response({"error": "missing or wrong cluster token"}, status=401)
+
+    app = web.Application()
+    app.router.add_get("/v1/status", status)
+    app.router.add_post("/v1/databases/DB2/mailboxes/{m}/items", put)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    config = parse_config(
+        {
+            "cluster": "t",
+            "nodes": [{"name": "a", "site": "s", "url": url, "data_dir": "a"}],
+            "databases": [{"name": "DB2", "copies": [{"node": "a", "activation_preference": 1}]}],
+            "guarantee_api": {"listen": "127.0.0.1:1", "http_listen": "127.0.0.1:2"},
+        },
+        base_dir=tmp_path,
+    )
+    async with aiohttp.ClientSession() as session:
+        yield state, NodeStoreClient(config, token="t", session=session)
+    await runner.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("mode", "status", "fragment"),
+    [
+        ("html500", 500, "HTTP 500 with a body that is not JSON: '<html><body>500 Internal"),
+        ("cut", None, "payload is not completed"),
+        ("empty200", None, "HTTP 200 with a body that is not JSON: 'an empty body'"),
+        ("401", 401, "authentication failed"),
+    ],
+    ids=["HTML 500", "connection closed mid-answer", "empty 200", "wrong token"],
+)
+async def test_a_broken_answer_is_a_failed_call_never_a_crash(broken_node, mode, status, fragment):
+    state, client = broken_node
+    state["mode"] = mode
+    with pytest.raises(NodeCallError) as caught:
+        await client.put_items("DB2", "alice", ITEM)
+    assert caught.value.status == status
+    assert fragment in str(caught.value)
