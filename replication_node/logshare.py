@@ -4,9 +4,10 @@ Routes (GET only; every one needs the cluster token, checked by the node's middl
 
     /v1/databases/{db}/logs                     LogShareInfo of the stream (JSON)
     /v1/databases/{db}/logs/notifications?after=N
-                                                NDJSON: one LogShareInfo line each time a
-                                                generation closes past N, and a heartbeat
-                                                line every `heartbeat` seconds
+                                                NDJSON: one LogShareInfo line at once, then
+                                                each time a generation closes past N or the
+                                                open log is announced to hold commits, and a
+                                                heartbeat line every `heartbeat` seconds
     /v1/databases/{db}/logs/{E0000000A.log}     the bytes of one closed generation
     /v1/databases/{db}/seed                     a consistent copy of the database file
 
@@ -140,10 +141,16 @@ async def _notifications(request: web.Request) -> web.StreamResponse:
     request.app[_STREAMS].add(task)
     try:
         # Ends when this copy stops being the active one (the passive then asks again).
+        # A line goes out when a generation closes past `after`, when the open log is
+        # announced to hold commits (a copy counts it in its copy queue at once), and as a
+        # heartbeat; the first goes out at once, so a copy knows the open log on connecting.
+        at_risk = -1
         while request.app[_LOOKUP](db) is source:
-            last = await source.wait_for_generation(after, heartbeat)
-            await resp.write(_info_json(source.share_info()) + b"\n")
+            last = await source.wait_for_generation(after, heartbeat, at_risk_after=at_risk)
+            info = source.share_info()
+            await resp.write(_info_json(info) + b"\n")
             after = max(after, last)
+            at_risk = max(at_risk, info.generated_at_risk)
     except ConnectionResetError:
         raise  # the peer went away: aiohttp ends the request
     except Exception:  # the instance went away under us: end the stream, the peer re-asks
