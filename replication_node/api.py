@@ -18,6 +18,7 @@ from replication_node.errors import (
     BadRequest,
     Conflict,
     DatabaseError,
+    MountRefused,
     NotActive,
     NotFound,
     ReplicationError,
@@ -55,6 +56,8 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         node = request.app[NODE]
         active = node.active_of(request.match_info.get("db", ""))
         return json_error(409, str(exc), active_node=active[0], active_url=active[1])
+    except MountRefused as exc:
+        return json_error(409, str(exc), **exc.details)
     except StoreError as exc:
         return json_error(_STATUS.get(type(exc), 400), str(exc))
     except (DatabaseError, ReplicationError) as exc:
