@@ -85,6 +85,11 @@ async def test_lossless_waits_for_the_lost_active_and_loses_nothing(tmp_path):
         shown = json.loads((await asyncio.to_thread(c.node_cli, "status", "--json")).stdout)
         row = next(r for r in shown if r.get("node") == "mbx2" and r["database"] == "DB1")
         assert row["copy_queue_length"] == 1 and row["last_log_generated"] == open_generation
+        table = (await asyncio.to_thread(c.node_cli, "status")).stdout
+        assert (
+            f"DB1: no copy is mounted; mounting mbx2 now: 1 log(s) lost: generation "
+            f"{open_generation}, the open log E00.log with at least 31 acknowledged" in table
+        ), table
 
         # the node comes back: still the active, its recovery keeps every acknowledged record
         await c.start("mbx1")
