@@ -26,6 +26,7 @@ from dag_common.durable import atomic_write
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
 from replication_node.active import ActiveCopy, CopyPaths
 from replication_node.cluster_store import ClusterStore
+from replication_node.errors import RecoveryError
 from replication_node.interfaces import LogShareInfo, SeedInfo
 from replication_node.logstream import ClosedGeneration, StreamEvent, list_closed_generations
 from replication_node.store import MailboxStore
@@ -104,6 +105,8 @@ class ActiveInstance:
             change_number_floor=record.change_number_ceiling if record else 0,
             publish_open_log=self.publish_open_log,
         )
+        if record is not None and (record.node, record.epoch) == (self.node, self.epoch):
+            await self._check_announced_logs(record.open_generation)
         # No generation above the waypoint (a clean mount): the file knows its last log's time.
         self.last_close_time = self.copy.last_closed_time or self.copy.header.last_log_time
         self.store = MailboxStore(self.copy, epoch=self.epoch)
@@ -132,6 +135,25 @@ class ActiveInstance:
             if self.copy.recovery_notes
             else "",
         )
+
+    async def _check_announced_logs(self, announced: int) -> None:
+        """Refuse to mount if this node announced, at this epoch, an open generation holding
+        acknowledged commits that its logs no longer hold (E00.log lost with a disk): a
+        fresh open log of the same generation would silently drop them.  The copy then
+        reports Dismounted with the reason; an operator decides (`activate --mount-dial`)."""
+        assert self.copy is not None
+        stream = self.copy.stream
+        held = stream.generation if stream.open_commits else stream.last_closed_generation
+        if announced > held:
+            copy, self.copy = self.copy, None
+            await copy.crash_close()
+            raise RecoveryError(
+                f"{self.database}: open generation {announced} held acknowledged commits "
+                f"(announced in the cluster store at epoch {self.epoch}), but this copy's "
+                f"logs hold generations through {held} only (E00.log lost?): not mounted, "
+                "so that nothing acknowledged is silently dropped; restore the logs, or "
+                "activate another copy accepting the loss (--mount-dial)"
+            )
 
     async def stop(self, *, clean: bool = True) -> None:
         """Dismount: by default cleanly (close the open log, write everything)."""

@@ -19,6 +19,7 @@ from replication_node.errors import (
     ClusterStoreError,
     Deposed,
     LogStreamStopped,
+    RecoveryError,
     TransactionTooLarge,
 )
 from replication_node.logfile import HEADER_SIZE, OPEN_LOG_NAME
@@ -267,4 +268,27 @@ async def test_change_numbers_after_a_failover_start_above_the_old_ceiling(tmp_p
     assert first.lsn.generation == 2
     assert first.change_number > ceiling >= lost.change_number, "no number is used twice"
     await new.stop(clean=False)
+    store.close()
+
+
+async def test_the_active_returning_without_its_open_log_does_not_mount(tmp_path):
+    store = EmbeddedClusterStore(tmp_path / "cluster.db")
+    await store.set_active("DB1", "a", expected_epoch=0, start_generation=1)
+    active = instance(tmp_path, store, "a", 1, SystemClock())
+    await active.start()
+    await active.store.create_mailbox("m")
+    await active.copy.roll()
+    await active.store.put_items("m", [{"item_id": "acknowledged"}])  # open generation 2
+    await active.stop(clean=False)
+    # the node returns with its open log intact: mounts, every acknowledged record kept
+    again = instance(tmp_path, store, "a", 1, SystemClock())
+    await again.start()
+    assert again.copy.item("m", "acknowledged") is not None
+    await again.stop(clean=False)
+    # ...and without it: a fresh E00.log of generation 2 would drop the commit silently
+    (tmp_path / "DB1" / "logs" / OPEN_LOG_NAME).unlink()
+    lost = instance(tmp_path, store, "a", 1, SystemClock())
+    with pytest.raises(RecoveryError, match="open generation 2 held acknowledged commits"):
+        await lost.start()
+    assert lost.copy is None
     store.close()
