@@ -25,7 +25,7 @@ from dag_common.clock import Clock
 from dag_common.durable import atomic_write
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
 from replication_node.active import ActiveCopy, CopyPaths
-from replication_node.cluster_store import ClusterStore
+from replication_node.cluster_store import ActiveRecord, ClusterStore
 from replication_node.errors import RecoveryError
 from replication_node.interfaces import LogShareInfo, SeedInfo
 from replication_node.logstream import ClosedGeneration, StreamEvent, list_closed_generations
@@ -95,7 +95,7 @@ class ActiveInstance:
         atomic_write(self.paths.was_active, f"{self.epoch}\n".encode())
         # Number above every change number an earlier active may have handed out, even in
         # an open log that was lost with it.
-        record = await self._cluster_store.active(self.database)
+        record = await self._active_record()
         self.copy = await ActiveCopy.mount(
             paths=self.paths,
             log_file_size=self._log_file_size,
@@ -135,6 +135,25 @@ class ActiveInstance:
             if self.copy.recovery_notes
             else "",
         )
+
+    async def _active_record(self) -> ActiveRecord | None:
+        """The cluster store's record of this database, retried while the store errs: the
+        change-number ceiling in it must be known before any number is handed out."""
+        delay, failures = 0.05, 0
+        while True:
+            try:
+                return await self._cluster_store.active(self.database)
+            except Exception as exc:
+                failures += 1
+                if failures == 1 or failures % 10 == 0:
+                    logger.warning(
+                        "%s: mount waits: cannot read the cluster store (%d attempt(s)): %s",
+                        self.database,
+                        failures,
+                        exc,
+                    )
+                await self._clock.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     async def _check_announced_logs(self, announced: int) -> None:
         """Refuse to mount if this node announced, at this epoch, an open generation holding

@@ -292,3 +292,37 @@ async def test_the_active_returning_without_its_open_log_does_not_mount(tmp_path
         await lost.start()
     assert lost.copy is None
     store.close()
+
+
+class FlakyStore(EmbeddedClusterStore):
+    """The embedded store, whose first reads of the active record fail."""
+
+    def __init__(self, path, failures):
+        super().__init__(path)
+        self.failures = failures
+
+    async def active(self, database):
+        if self.failures:
+            self.failures -= 1
+            raise ClusterStoreError("etcd unreachable")
+        return await super().active(database)
+
+
+async def test_the_mount_waits_for_the_ceiling_while_the_store_errs(tmp_path):
+    clock = ManualClock()
+    store = FlakyStore(tmp_path / "cluster.db", failures=0)
+    await store.set_active("DB1", "a", expected_epoch=0, start_generation=1)
+    await store.publish_open_generation("DB1", "a", 1, 1, 5000)  # an earlier epoch's ceiling
+    await store.set_active("DB1", "a", expected_epoch=1, start_generation=1)
+    store.failures = 2
+    active = instance(tmp_path, store, "a", 2, clock)
+    start = asyncio.create_task(active.start())
+    for _ in range(100):
+        if start.done():
+            break
+        await clock.advance(1)
+        await asyncio.sleep(0.01)
+    await start
+    assert store.failures == 0 and active.copy.highest_change_number == 5000
+    await active.stop(clean=False)
+    store.close()
