@@ -115,3 +115,26 @@ async def test_an_unreachable_etcd_is_a_clear_error():
     with pytest.raises(ClusterStoreError, match="no etcd endpoint answered"):
         await s.active("DB1")
     s.close()
+
+
+def _open_at_once(path, barrier):
+    barrier.wait()
+    EmbeddedClusterStore(path).close()
+
+
+def test_node_processes_may_open_a_new_embedded_store_at_the_same_moment(tmp_path):
+    # every node of a local cluster starts at once and opens the same new file
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    for i in range(15):
+        barrier = ctx.Barrier(3)
+        procs = [
+            ctx.Process(target=_open_at_once, args=(tmp_path / f"{i}.db", barrier))
+            for _ in range(3)
+        ]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=30)
+        assert [p.exitcode for p in procs] == [0, 0, 0]
