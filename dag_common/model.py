@@ -113,6 +113,10 @@ class CopyStatusReport(BaseModel):
     # active whose stream it last reached (0: not yet).  A flush by an LSN with an epoch
     # counts only copies on the database's current epoch.
     epoch: int = 0
+    # Acknowledged commits in the active's open log E00.log, when `last_log_generated` is that
+    # open log (0: it is a closed generation).  A passive copy reports what it last heard
+    # from its active (a lower bound once the active is gone).
+    open_commits: int = 0
 
 
 class NodeStatus(BaseModel):

@@ -1,11 +1,26 @@
 """Moving the active role: activation after the active is lost (the seeds' failover), and
 switchover from a running active (the seeds' scheduled outage, which loses nothing).
 
-`mount_decision` is the policy (pure): may this copy be mounted, and how many logs would
-be lost?  The lost logs are the closed generations the lost active announced
-(LastLogGenerated in the cluster store) that the copy has not inspected; the copy replays
-everything it inspected when it mounts.  AutoDatabaseMountDial bounds them: Lossless 0,
-GoodAvailability 3, BestAvailability 6.  An operator may override the dial for one call.
+The policy is pure:
+
+- `generations_at_risk` gathers what is known of the lost active's stream: the highest
+  generation holding acknowledged commits, from the cluster store (LastLogGenerated and the
+  open generation the active announced before acknowledging its first commit) and from every
+  reachable copy's report (what it last heard from the active), and whether that generation
+  is the open log E00.log, with the count of its acknowledged commits where a copy heard it.
+- `assess_loss` counts the logs a copy would lose (those generations above its
+  LastLogInspected, the open log included once it holds an acknowledged commit; an open log
+  holding only its header holds nothing to lose), checks them against AutoDatabaseMountDial
+  (Lossless 0, GoodAvailability 3, BestAvailability 6; an operator may override the dial for
+  one call) and says in one sentence exactly what is lost.
+- `mount_decision`: may this copy be mounted at all (the old active gone, the copy fit), and
+  then `assess_loss`.
+
+Invariant: a copy never mounts over more lost logs than the dial allows, counting the open
+log; under Lossless no copy mounts over an acknowledged write.  Under Lossless with the old
+active's node unreachable, nothing mounts: when that node returns it is still the active in
+the cluster store, its crash recovery keeps every acknowledged record of its E00.log, and its
+copies catch up from it (README: "Lossless").
 
 `activate_copy` does it: checks the old active is really gone and the copy is fit, moves the
 active role in the cluster store with a compare-and-set on the epoch (two activations can
@@ -23,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +55,7 @@ from dag_common.model import (
     NodeStatus,
 )
 from replication_node.cluster_store import ActiveRecord, ClusterStore
-from replication_node.errors import BadRequest, Conflict, NotFound
+from replication_node.errors import BadRequest, Conflict, MountRefused, NotFound
 
 logger = logging.getLogger(__name__)
 
@@ -49,19 +65,119 @@ MOUNTABLE = frozenset({CopyStatus.HEALTHY, CopyStatus.DISCONNECTED_AND_HEALTHY})
 
 
 @dataclass(frozen=True, slots=True)
+class OpenLog:
+    """The lost active's open log E00.log, known to hold acknowledged commits."""
+
+    generation: int
+    commits: int | None  # at least this many acknowledged commits (None: count unknown)
+
+
+@dataclass(frozen=True, slots=True)
+class AtRisk:
+    """The highest generation known to hold acknowledged commits (closed or open), and the
+    open log when that generation is it."""
+
+    generated: int
+    open_log: OpenLog | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LossAssessment:
+    """The logs a copy would lose by mounting, within the dial or not, in one sentence."""
+
+    allowed: bool
+    lost_logs: int
+    lost_open_log: bool
+    lost_commits: int | None  # at least this many acknowledged commits of the open log
+    sentence: str
+
+
+@dataclass(frozen=True, slots=True)
 class MountDecision:
     """Whether a copy may be mounted, with the logs it would lose and why."""
 
     allowed: bool
     lost_logs: int
     reason: str
+    lost_open_log: bool = False
+    lost_commits: int | None = None
+
+
+def generations_at_risk(
+    *, last_log_generated: int, open_generation: int, reports: Iterable[CopyStatusReport]
+) -> AtRisk:
+    """What is known to hold acknowledged commits, from the cluster store's record (its
+    LastLogGenerated and announced open generation) and the copies' reports.
+
+    A report whose `open_commits` > 0 names the open log as its `last_log_generated` (and so
+    the generation below it as closed); the store's open generation counts as the open log
+    only while no one knows it closed.  Counts heard by copies are lower bounds: the largest
+    heard for that generation is taken."""
+    closed = last_log_generated
+    heard: dict[int, int | None] = {}
+    if open_generation > 0:
+        heard[open_generation] = None
+    for r in reports:
+        if r.open_commits > 0:
+            closed = max(closed, r.last_log_generated - 1)
+            heard[r.last_log_generated] = max(heard.get(r.last_log_generated) or 0, r.open_commits)
+        else:
+            closed = max(closed, r.last_log_generated)
+    newest = max(heard, default=0)
+    if newest > closed:
+        return AtRisk(newest, OpenLog(newest, heard[newest]))
+    return AtRisk(closed)
+
+
+def assess_loss(
+    *,
+    at_risk: AtRisk,
+    last_log_inspected: int,
+    dial: AutoDatabaseMountDial,
+    node: str,
+    active_node: str,
+) -> LossAssessment:
+    """The logs the copy on `node` loses by mounting now: every generation holding
+    acknowledged commits above its LastLogInspected, the open log included."""
+    inspected = last_log_inspected
+    lost = max(0, at_risk.generated - inspected)
+    allowed = lost <= dial.max_lost_logs
+    open_log = at_risk.open_log
+    open_lost = lost > 0 and open_log is not None and open_log.generation > inspected
+    commits = open_log.commits if open_lost and open_log is not None else None
+    if lost == 0:
+        what = (
+            f"0 log(s) lost ({node} has inspected through generation {inspected}; the highest "
+            f"holding acknowledged commits is {at_risk.generated})"
+        )
+    else:
+        first, last = inspected + 1, at_risk.generated
+        span = f"generation {last}" if first == last else f"generations {first}-{last}"
+        if open_lost:
+            count = (
+                f"at least {commits} acknowledged commit(s)"
+                if commits
+                else f"acknowledged commits (count unknown: {active_node} is unreachable)"
+            )
+            being = "the open log" if first == last else f"{last} being the open log"
+            span += f", {being} E00.log with {count}"
+        what = f"{lost} log(s) lost: {span} (inspected through {inspected} on {node})"
+    if allowed:
+        verdict = f"within the {dial.max_lost_logs} {dial} allows"
+    else:
+        verdict = (
+            f"more than {dial} allows ({dial.max_lost_logs}); the copy stays passive until "
+            f"{active_node} returns with its logs, unless an operator accepts the loss "
+            "(--mount-dial)"
+        )
+    return LossAssessment(allowed, lost, open_lost, commits, f"{what}: {verdict}")
 
 
 def mount_decision(
     *,
     node: str,
     copy: CopyStatusReport | None,
-    last_log_generated: int,
+    at_risk: AtRisk,
     dial: AutoDatabaseMountDial,
     active_reachable: bool,
     active_node: str,
@@ -78,14 +194,15 @@ def mount_decision(
     if copy.status not in MOUNTABLE:
         why = f": {copy.error}" if copy.error else ""
         return MountDecision(False, 0, f"the copy on {node} is {copy.status}{why}")
-    lost = max(0, last_log_generated - copy.last_log_inspected)
-    allowed = lost <= dial.max_lost_logs
-    verdict = "within" if allowed else "more than"
+    loss = assess_loss(
+        at_risk=at_risk,
+        last_log_inspected=copy.last_log_inspected,
+        dial=dial,
+        node=node,
+        active_node=active_node,
+    )
     return MountDecision(
-        allowed,
-        lost,
-        f"{lost} log(s) lost (LastLogGenerated {last_log_generated}, inspected "
-        f"{copy.last_log_inspected} on {node}): {verdict} {dial} allows ({dial.max_lost_logs})",
+        loss.allowed, loss.lost_logs, loss.sentence, loss.lost_open_log, loss.lost_commits
     )
 
 
@@ -161,20 +278,34 @@ async def activate_copy(
     # The store's LastLogGenerated is published just after each roll and may miss the last
     # one; any copy that was told of a later generation by the active's notifications knows
     # better.  The higher figure counts: lost logs are never underestimated from what is known.
-    generated = max(
-        [record.last_log_generated] + [r.last_log_generated for r in reports.values() if r]
+    # The store's open generation was written before the open log's first acknowledgement.
+    at_risk = generations_at_risk(
+        last_log_generated=record.last_log_generated,
+        open_generation=record.open_generation,
+        reports=[r for r in reports.values() if r is not None],
     )
     dial = dial_override or config.mount_dial_of(config.database(database))
     decision = mount_decision(
         node=node,
         copy=copy,
-        last_log_generated=generated,
+        at_risk=at_risk,
         dial=dial,
         active_reachable=old_copy is not None and old_copy.status is CopyStatus.MOUNTED,
         active_node=record.node,
     )
     if not decision.allowed:
-        raise Conflict(f"cannot activate {database} on {node}: {decision.reason}")
+        message = f"cannot activate {database} on {node}: {decision.reason}"
+        if decision.lost_logs:
+            raise MountRefused(
+                message,
+                {
+                    "lost_logs": decision.lost_logs,
+                    "lost_open_log": decision.lost_open_log,
+                    "lost_commits_at_least": decision.lost_commits,
+                    "mount_dial": str(dial),
+                },
+            )
+        raise Conflict(message)
     assert copy is not None  # mount_decision refuses an unreachable copy
     # The new stream forks from the old one after the last generation the copy inspected:
     # it mounts with exactly those, and writes its own from the next one on.
@@ -199,6 +330,8 @@ async def activate_copy(
         "epoch": won.epoch,
         "previous_node": record.node,
         "lost_logs": decision.lost_logs,
+        "lost_open_log": decision.lost_open_log,
+        "lost_commits_at_least": decision.lost_commits,
         "reason": decision.reason,
     }
 
@@ -296,4 +429,5 @@ async def switchover_copy(
         "previous_node": record.node,
         "last_log_generated": generation,
         "lost_logs": 0,
+        "lost_open_log": False,
     }

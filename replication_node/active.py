@@ -7,6 +7,14 @@ committed - llr_depth are written into the database file (waypoint = committed -
 then dropped from the overlay.
 
 Reads merge the overlay over the database file.
+
+Change numbers and the ceiling: the active hands out change numbers in log order.  With the
+announcement of each generation's first commit (`LogStream`), it publishes a ceiling: the
+highest number handed out so far plus the log file size.  Each change number names one
+operation of at least one byte in the log, so no commit of that generation can carry a
+number above it (numbers of a transaction refused as too large are taken back, so every
+number handed out is written).  A newly mounted active numbers from the highest of its own
+and the cluster store's ceiling: the numbers of a lost open log are never handed out again.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -21,6 +30,7 @@ from typing import Any
 
 from dag_common.clock import Clock
 from replication_node.database import Database, DatabaseHeader, DatabaseState, Transaction
+from replication_node.errors import TransactionTooLarge
 from replication_node.logstream import (
     ClosedGeneration,
     Committed,
@@ -32,6 +42,9 @@ from replication_node.overlay import LlrOverlay
 from replication_node.recovery import plan_recovery
 
 logger = logging.getLogger(__name__)
+
+# Announce (generation, change-number ceiling) to the cluster store; False: not the active.
+OpenLogPublisher = Callable[[int, int], Awaitable[bool]]
 
 
 @dataclass(frozen=True)
@@ -77,6 +90,8 @@ class ActiveCopy:
         clock: Clock,
         close_times: dict[int, datetime],
         recovery_notes: tuple[str, ...] = (),
+        change_number_floor: int = 0,
+        publish_open_log: OpenLogPublisher | None = None,
     ) -> None:
         self.paths = paths
         self.db = db
@@ -85,7 +100,12 @@ class ActiveCopy:
         self.llr_depth = llr_depth
         self._clock = clock
         self._close_times = close_times
-        self._change_number = max(db.header.last_change_number, overlay.max_change_number)
+        self._change_number = max(
+            db.header.last_change_number, overlay.max_change_number, change_number_floor
+        )
+        self._publish_open_log = publish_open_log
+        if publish_open_log is not None:
+            stream.set_announcer(self._announce)
         self._flush_lock = asyncio.Lock()
         self._flush_tasks: set[asyncio.Task[None]] = set()
         self.recovery_notes = recovery_notes
@@ -101,8 +121,15 @@ class ActiveCopy:
         llr_depth: int,
         clock: Clock,
         create: bool = False,
+        change_number_floor: int = 0,
+        publish_open_log: OpenLogPublisher | None = None,
     ) -> ActiveCopy:
-        """Open (recovering from a crash) or create the database and its log stream."""
+        """Open (recovering from a crash) or create the database and its log stream.
+
+        `change_number_floor`: the cluster store's change-number ceiling (numbers start above
+        it).  `publish_open_log(generation, ceiling)`: announces each generation's first
+        commit before it is answered, and the records recovered in E00.log before the stream
+        takes writes (raises `Deposed` if the store names another active)."""
         paths.root.mkdir(parents=True, exist_ok=True)
         if create and not paths.database.exists():
             db = Database.create(
@@ -135,8 +162,15 @@ class ActiveCopy:
             clock=clock,
             close_times=dict(plan.close_times),
             recovery_notes=plan.notes,
+            change_number_floor=change_number_floor,
+            publish_open_log=publish_open_log,
         )
-        await copy._flush_llr()
+        try:
+            await copy._flush_llr()
+            await stream.announce_recovered()
+        except BaseException:
+            await copy.crash_close()
+            raise
         stream.start()
         return copy
 
@@ -147,9 +181,28 @@ class ActiveCopy:
         self._change_number += 1
         return self._change_number
 
+    @property
+    def highest_change_number(self) -> int:
+        """The highest change number handed out so far."""
+        return self._change_number
+
     async def commit(self, ops: list[dict[str, Any]]) -> Committed:
         """Make `ops` one durable transaction; return its LSN and commit time."""
-        return await self.stream.commit(ops, self._clock.now())
+        try:
+            return await self.stream.commit(ops, self._clock.now())
+        except TransactionTooLarge:
+            # Refused before anything was queued, with no await since its numbers were
+            # handed out: take them back, so every number handed out is in the log (the
+            # ceiling's premise).
+            numbers = [op["cn"] for op in ops if isinstance(op.get("cn"), int)]
+            if numbers and self._change_number == max(numbers):
+                self._change_number = min(numbers) - 1
+            raise
+
+    async def _announce(self, generation: int) -> bool:
+        assert self._publish_open_log is not None
+        ceiling = self._change_number + self.stream.log_file_size
+        return await self._publish_open_log(generation, ceiling)
 
     async def roll(self, *, force: bool = False) -> int | None:
         """Close the open log now (the mover's roll); the generation closed, if any."""

@@ -3,6 +3,13 @@
 Owns the `ActiveCopy` (log stream, database, LLR), the `MailboxStore` that turns requests
 into operations, the idle log roller, the log share source that passive copies pull from,
 and the publication of LastLogGenerated to the cluster store.
+
+Two figures of the stream, kept apart on purpose: `last_log_generated` is the last CLOSED
+generation (what the log share can serve, what a switchover waits for), and
+`generated_at_risk` counts the open log too once it holds an acknowledged commit (the seeds'
+LastLogGenerated for a log being written: what the status reports and what a copy would lose).
+The open log's first commit of each generation is announced to the cluster store, with the
+change-number ceiling, before it is acknowledged (`publish_open_log`).
 """
 
 from __future__ import annotations
@@ -18,7 +25,8 @@ from dag_common.clock import Clock
 from dag_common.durable import atomic_write
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
 from replication_node.active import ActiveCopy, CopyPaths
-from replication_node.cluster_store import ClusterStore
+from replication_node.cluster_store import ActiveRecord, ClusterStore
+from replication_node.errors import RecoveryError
 from replication_node.interfaces import LogShareInfo, SeedInfo
 from replication_node.logstream import ClosedGeneration, StreamEvent, list_closed_generations
 from replication_node.store import MailboxStore
@@ -63,6 +71,8 @@ class ActiveInstance:
         self.epoch = epoch
         self.copy: ActiveCopy | None = None
         self.store: MailboxStore | None = None
+        # Notified when a generation closes or an open one is announced (the log share's
+        # notification stream waits on it).
         self._closed_cond = asyncio.Condition()
         self._tasks: list[asyncio.Task[None]] = []
         self.error: str | None = None
@@ -83,13 +93,20 @@ class ActiveInstance:
         # day, its logs above the waypoint are its own and must be checked, not replayed.
         self.paths.root.mkdir(parents=True, exist_ok=True)
         atomic_write(self.paths.was_active, f"{self.epoch}\n".encode())
+        # Number above every change number an earlier active may have handed out, even in
+        # an open log that was lost with it.
+        record = await self._active_record()
         self.copy = await ActiveCopy.mount(
             paths=self.paths,
             log_file_size=self._log_file_size,
             llr_depth=self._llr_depth,
             clock=self._clock,
             create=create,
+            change_number_floor=record.change_number_ceiling if record else 0,
+            publish_open_log=self.publish_open_log,
         )
+        if record is not None and (record.node, record.epoch) == (self.node, self.epoch):
+            await self._check_announced_logs(record.open_generation)
         # No generation above the waypoint (a clean mount): the file knows its last log's time.
         self.last_close_time = self.copy.last_closed_time or self.copy.header.last_log_time
         self.store = MailboxStore(self.copy, epoch=self.epoch)
@@ -105,17 +122,57 @@ class ActiveInstance:
                 asyncio.create_task(self._truncation_loop(), name=f"truncate {self.database}")
             )
         await self.publish()
+        recovered = self.copy.stream.open_commits
         logger.info(
-            "%s mounted on %s at epoch %d (generation %d, waypoint %d)%s",
+            "%s mounted on %s at epoch %d (generation %d, waypoint %d)%s%s",
             self.database,
             self.node,
             self.epoch,
             self.copy.stream.generation,
             self.copy.header.waypoint,
+            f"; E00.log holds {recovered} recovered commit(s), every one kept" if recovered else "",
             f"; recovery: {'; '.join(self.copy.recovery_notes)}"
             if self.copy.recovery_notes
             else "",
         )
+
+    async def _active_record(self) -> ActiveRecord | None:
+        """The cluster store's record of this database, retried while the store errs: the
+        change-number ceiling in it must be known before any number is handed out."""
+        delay, failures = 0.05, 0
+        while True:
+            try:
+                return await self._cluster_store.active(self.database)
+            except Exception as exc:
+                failures += 1
+                if failures == 1 or failures % 10 == 0:
+                    logger.warning(
+                        "%s: mount waits: cannot read the cluster store (%d attempt(s)): %s",
+                        self.database,
+                        failures,
+                        exc,
+                    )
+                await self._clock.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _check_announced_logs(self, announced: int) -> None:
+        """Refuse to mount if this node announced, at this epoch, an open generation holding
+        acknowledged commits that its logs no longer hold (E00.log lost with a disk): a
+        fresh open log of the same generation would silently drop them.  The copy then
+        reports Dismounted with the reason; an operator decides (`activate --mount-dial`)."""
+        assert self.copy is not None
+        stream = self.copy.stream
+        held = stream.generation if stream.open_commits else stream.last_closed_generation
+        if announced > held:
+            copy, self.copy = self.copy, None
+            await copy.crash_close()
+            raise RecoveryError(
+                f"{self.database}: open generation {announced} held acknowledged commits "
+                f"(announced in the cluster store at epoch {self.epoch}), but this copy's "
+                f"logs hold generations through {held} only (E00.log lost?): not mounted, "
+                "so that nothing acknowledged is silently dropped; restore the logs, or "
+                "activate another copy accepting the loss (--mount-dial)"
+            )
 
     async def stop(self, *, clean: bool = True) -> None:
         """Dismount: by default cleanly (close the open log, write everything)."""
@@ -182,6 +239,29 @@ class ActiveInstance:
             self._closed_cond.notify_all()
         await self.publish()
 
+    async def publish_open_log(self, generation: int, ceiling: int) -> bool:
+        """Announce that the open log `generation` holds a commit (the stream awaits this
+        before acknowledging it); False if the store names another active.  Store errors
+        propagate: the stream retries them while its commits wait."""
+        accepted = await self._cluster_store.publish_open_generation(
+            self.database, self.node, self.epoch, generation, ceiling
+        )
+        if accepted:
+            logger.debug(
+                "%s: open generation %d announced (change-number ceiling %d)",
+                self.database,
+                generation,
+                ceiling,
+            )
+            async with self._closed_cond:
+                self._closed_cond.notify_all()  # copies see the open log at risk at once
+        else:
+            self.error = (
+                f"deposed: the cluster store no longer names {self.node} the active at epoch "
+                f"{self.epoch}; writes are refused"
+            )
+        return accepted
+
     async def publish(self) -> None:
         """Record LastLogGenerated in the cluster store (best effort: the store may be busy)."""
         if self.copy is None:
@@ -241,7 +321,20 @@ class ActiveInstance:
 
     @property
     def last_log_generated(self) -> int:
+        """The last closed generation."""
         return self.copy.stream.last_closed_generation if self.copy else 0
+
+    @property
+    def open_commits(self) -> int:
+        """Acknowledged commits in the open log E00.log."""
+        return self.copy.stream.open_commits if self.copy else 0
+
+    @property
+    def generated_at_risk(self) -> int:
+        """LastLogGenerated counting the open log once it holds an acknowledged commit."""
+        if self.copy is None:
+            return 0
+        return self.copy.stream.generation if self.open_commits else self.last_log_generated
 
     def share_info(self) -> LogShareInfo:
         assert self.copy is not None
@@ -255,15 +348,20 @@ class ActiveInstance:
             last_generation=self.copy.stream.last_closed_generation,
             open_generation=self.copy.stream.generation,
             epoch=self.epoch,
-            open_commits=self.copy.stream.open_record_count,
+            open_commits=self.open_commits,
         )
 
-    async def wait_for_generation(self, after: int, timeout: float) -> int:
+    async def wait_for_generation(
+        self, after: int, timeout: float, *, at_risk_after: int | None = None
+    ) -> int:
+        def changed() -> bool:
+            if self.last_log_generated > after:
+                return True
+            return at_risk_after is not None and self.generated_at_risk > at_risk_after
+
         async with self._closed_cond:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._closed_cond.wait_for(lambda: self.last_log_generated > after), timeout
-                )
+                await asyncio.wait_for(self._closed_cond.wait_for(changed), timeout)
         return self.last_log_generated
 
     async def seed_to(self, dest: Path) -> SeedInfo:
@@ -286,7 +384,10 @@ class ActiveInstance:
             role=CopyRole.ACTIVE,
             status=CopyStatus.MOUNTED if self.copy else CopyStatus.DISMOUNTED,
             activation_preference=self.activation_preference,
-            last_log_generated=generated,
+            # The seeds' LastLogGenerated counts the log being written once it holds an
+            # acknowledged commit; the other markers are closed generations.
+            last_log_generated=self.generated_at_risk,
+            open_commits=self.open_commits,
             last_log_copy_notified=generated,
             last_log_copied=generated,
             last_log_inspected=generated,

@@ -21,6 +21,7 @@ from replication_node.errors import (
     BadRequest,
     Conflict,
     DatabaseError,
+    MountRefused,
     NotActive,
     NotFound,
     ReplicationError,
@@ -79,6 +80,8 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         return json_error(
             409, str(exc), active_node=active[0], active_url=active[1], switching_to=switching
         )
+    except MountRefused as exc:
+        return json_error(409, str(exc), **exc.details)
     except StoreError as exc:
         return json_error(_STATUS.get(type(exc), 400), str(exc))
     except (DatabaseError, ReplicationError) as exc:

@@ -227,11 +227,73 @@ def cmd_status(args: argparse.Namespace) -> int:
                 f"{report.replay_queue_length:>12}  {_fmt_time(report.last_inspected_log_time):<22}"
                 f"{report.error or ''}"
             )
+        for note in asyncio.run(_unmounted_notes(config, rows)):
+            print(note)
     return (
         ExitCode.OK
         if all(isinstance(v, NodeStatus) for v in statuses.values())
         else ExitCode.FAILED
     )
+
+
+async def _unmounted_notes(config: ClusterConfig, rows: list[Any]) -> list[str]:
+    """For each database no node reports mounted: what mounting its best copy now would
+    lose, counting the open log (the same computation as an activation)."""
+    from dag_common.model import CopyStatus
+    from replication_node.activation import assess_loss, best_copy, generations_at_risk
+
+    reports: dict[str, list[Any]] = {}
+    for db, _, report, _ in rows:
+        reports.setdefault(db, []).append(report)
+    lost = [
+        db
+        for db, rs in reports.items()
+        if not any(r is not None and r.status is CopyStatus.MOUNTED for r in rs)
+    ]
+    if not lost:
+        return []
+    records = await _active_records(config, lost)
+    notes = []
+    for db in lost:
+        known = [r for r in reports[db] if r is not None]
+        record = records.get(db)
+        at_risk = generations_at_risk(
+            last_log_generated=record.last_log_generated if record else 0,
+            open_generation=record.open_generation if record else 0,
+            reports=known,
+        )
+        chosen, _ = best_copy(known)
+        if chosen is None:
+            notes.append(f"{db}: no copy is mounted, and no passive copy can be")
+            continue
+        copy = next(r for r in known if r.node == chosen)
+        loss = assess_loss(
+            at_risk=at_risk,
+            last_log_inspected=copy.last_log_inspected,
+            dial=config.mount_dial_of(config.database(db)),
+            node=chosen,
+            active_node=record.node if record else "the active",
+        )
+        unknown = "" if record else " (the cluster store could not be read)"
+        notes.append(f"{db}: no copy is mounted; mounting {chosen} now: {loss.sentence}{unknown}")
+    return notes
+
+
+async def _active_records(config: ClusterConfig, databases: list[str]) -> dict[str, Any]:
+    """The cluster store's active records of `databases`; {} if the store cannot be read."""
+    from replication_node.cluster_store import open_cluster_store
+
+    try:
+        store = open_cluster_store(config)
+    except Exception:
+        return {}
+    try:
+        return {db: await store.active(db) for db in databases}
+    except Exception:
+        return {}
+    finally:
+        store.close()
+        await asyncio.sleep(0)  # let an etcd session finish closing
 
 
 async def _admin(

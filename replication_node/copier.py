@@ -179,6 +179,7 @@ class Copier:
         m.last_log_copy_notified = max(m.last_log_copy_notified, info.last_generation)
         m.source_first_generation = info.first_generation
         self._active_epoch = info.epoch
+        m.open_generation, m.open_commits = info.open_generation, info.open_commits
 
     async def _copy_through(self, last: int) -> None:
         """Copy and inspect every generation up to `last`, in order, a window at a time."""

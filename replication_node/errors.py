@@ -13,11 +13,14 @@ DagError (dag_common.errors)
     ├── Diverged                  a log this copy wrote as active differs from the active's
     ├── CopyFailed                a passive copy stopped: FailedAndSuspended, with the reason
     ├── RecoveryError             crash recovery cannot bring the database to a consistent state
+    ├── LogStreamStopped          the active's log stream stopped (a failed write): no commit
     ├── DatabaseError             the database file or its header is unusable
     ├── StoreError                a store request that cannot be served
     │   ├── NotFound              no such database, mailbox or item
     │   ├── Conflict              already exists, or locked by a move
+    │   │   └── MountRefused      an activation refused: the logs it would lose, in `details`
     │   ├── NotActive             writes go to the active copy; this one is passive
+    │   │   └── Deposed           the cluster store says this node is no longer the active
     │   └── BadRequest            a malformed request
     └── TransactionTooLarge       a transaction that does not fit in one log file
 """
@@ -78,6 +81,10 @@ class RecoveryError(ReplicationError):
     """Crash recovery cannot make the database consistent."""
 
 
+class LogStreamStopped(ReplicationError):
+    """The active's log stream stopped after a failed write: nothing more is acknowledged."""
+
+
 class DatabaseError(ReplicationError):
     """The database file or its header cannot be used."""
 
@@ -94,8 +101,21 @@ class Conflict(StoreError):
     """The object exists already, or a move holds the mailbox locked."""
 
 
+class MountRefused(Conflict):
+    """An activation refused because of what it would lose; `details` go into the answer."""
+
+    def __init__(self, message: str, details: dict[str, object]) -> None:
+        super().__init__(message)
+        self.details = details
+
+
 class NotActive(StoreError):
     """This copy is passive: writes go to the active copy."""
+
+
+class Deposed(NotActive):
+    """The cluster store no longer names this node the active at its epoch (another copy was
+    activated): it must not acknowledge a write, and its log stream stops."""
 
 
 class BadRequest(StoreError):

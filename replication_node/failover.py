@@ -52,13 +52,19 @@ class FailoverMonitor:
         self._clock = clock
         self._interval = interval
         self.errors = 0
+        self._said: set[str] = set()
 
     async def run(self) -> None:
         while True:
             await self._clock.sleep(self._interval)
             try:
-                for decision in await self.check_once():
-                    logger.warning("failover: %s", decision)
+                decisions = await self.check_once()
+                # Each decision is logged when it is first taken, not again every pass while
+                # it stands (a Lossless wait can last hours).
+                for decision in decisions:
+                    if decision not in self._said:
+                        logger.warning("failover: %s", decision)
+                self._said = set(decisions)
             except Exception:
                 self.errors += 1
                 logger.exception("failover check failed (%d so far)", self.errors)

@@ -29,6 +29,11 @@ class LogShareInfo:
     epoch: int = 0  # the stream incarnation: the epoch of the active writing it (0: unknown)
     open_commits: int = 0  # acknowledged commits in E00.log (it is LastLogGenerated if > 0)
 
+    @property
+    def generated_at_risk(self) -> int:
+        """LastLogGenerated counting the open log once it holds an acknowledged commit."""
+        return self.open_generation if self.open_commits > 0 else self.last_generation
+
 
 @dataclass(frozen=True, slots=True)
 class SeedInfo:
@@ -47,8 +52,12 @@ class LogShareSource(Protocol):
 
     def share_info(self) -> LogShareInfo: ...
 
-    async def wait_for_generation(self, after: int, timeout: float) -> int:
-        """Return the last closed generation once it is > `after`, or at `timeout` anyway."""
+    async def wait_for_generation(
+        self, after: int, timeout: float, *, at_risk_after: int | None = None
+    ) -> int:
+        """Return the last closed generation once it is > `after` (or, given `at_risk_after`,
+        once the generation at risk, `LogShareInfo.generated_at_risk`, is above it), or at
+        `timeout` anyway."""
         ...
 
     async def seed_to(self, dest: Path) -> SeedInfo:

@@ -4,9 +4,12 @@ Routes (GET only; every one needs the cluster token, checked by the node's middl
 
     /v1/databases/{db}/logs                     LogShareInfo of the stream (JSON)
     /v1/databases/{db}/logs/notifications?after=N
-                                                NDJSON: one LogShareInfo line each time a
-                                                generation closes past N, and a heartbeat
-                                                line every `heartbeat` seconds
+                                                NDJSON: one LogShareInfo line at once, then
+                                                each time a generation closes past N or the
+                                                open log is announced to hold commits, within
+                                                `refresh` seconds of a change of its count of
+                                                commits, and a heartbeat line every
+                                                `heartbeat` seconds
     /v1/databases/{db}/logs/{E0000000A.log}     the bytes of one closed generation
     /v1/databases/{db}/seed                     a consistent copy of the database file
 
@@ -47,6 +50,7 @@ logger = logging.getLogger(__name__)
 Lookup = Callable[[str], LogShareSource | None]
 _LOOKUP: web.AppKey[Lookup] = web.AppKey("log_share_lookup")
 _HEARTBEAT: web.AppKey[float] = web.AppKey("log_share_heartbeat")
+_REFRESH: web.AppKey[float] = web.AppKey("log_share_refresh")
 _STREAMS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("log_share_streams")
 _CHUNK = 1024 * 1024
 _SEED_HEADERS = {
@@ -60,10 +64,13 @@ _CRC_HEADER = "X-Content-CRC32C"
 # ---- the active's side -------------------------------------------------------------------
 
 
-def add_log_share_routes(app: web.Application, *, lookup: Lookup, heartbeat: float = 5.0) -> None:
+def add_log_share_routes(
+    app: web.Application, *, lookup: Lookup, heartbeat: float = 5.0, refresh: float = 1.0
+) -> None:
     """Serve the log share of every database `lookup` finds active on this node."""
     app[_LOOKUP] = lookup
     app[_HEARTBEAT] = heartbeat
+    app[_REFRESH] = refresh
     app[_STREAMS] = set()
     app.on_shutdown.append(_end_streams)
     prefix = "/v1/databases/{db}"
@@ -140,10 +147,22 @@ async def _notifications(request: web.Request) -> web.StreamResponse:
     request.app[_STREAMS].add(task)
     try:
         # Ends when this copy stops being the active one (the passive then asks again).
+        # A line goes out at once (a copy knows the open log on connecting), when a
+        # generation closes past `after`, when the open log is announced to hold commits (a
+        # copy counts it in its copy queue at once), within `refresh` seconds when only the
+        # open log's count of commits changed (what a copy reports as lost if the active
+        # dies), and as a heartbeat.
+        loop = asyncio.get_running_loop()
+        refresh = min(request.app[_REFRESH], heartbeat)
+        at_risk, sent, sent_at = -1, None, 0.0
         while request.app[_LOOKUP](db) is source:
-            last = await source.wait_for_generation(after, heartbeat)
-            await resp.write(_info_json(source.share_info()) + b"\n")
+            last = await source.wait_for_generation(after, refresh, at_risk_after=at_risk)
+            info = source.share_info()
+            if info != sent or loop.time() - sent_at >= heartbeat:
+                await resp.write(_info_json(info) + b"\n")
+                sent, sent_at = info, loop.time()
             after = max(after, last)
+            at_risk = max(at_risk, info.generated_at_risk)
     except ConnectionResetError:
         raise  # the peer went away: aiohttp ends the request
     except Exception:  # the instance went away under us: end the stream, the peer re-asks

@@ -15,15 +15,29 @@ last commit or close time of the stream, a close time never earlier than the com
 closes.  A clock jumping back would otherwise stamp a write in the open log earlier than a
 log the copies already replayed, and CheckReplicationFlush by commit time would call it
 replicated.
+
+The open log at risk: once a generation holds a commit, the commit is lost with the active
+unless the copies can count it.  So before the first commit of each generation is answered,
+the writer awaits the injected `announce(generation)` (the cluster store's
+`publish_open_generation`): one store write per generation, never one per commit.  It runs
+after the batch is durable and before the listeners (which make the transactions visible to
+reads) and before any future is resolved.  A batch that wrote into several generations (a
+roll in the middle) announces the highest of them, which covers the ones below.  A store
+error stalls the writer (commits wait, nothing is visible or acknowledged) and retries with
+backoff while the stream is open; closing the stream then fails the batch.  An answer of
+False means another copy was activated: every waiter fails with `Deposed` and the stream
+stops, because a deposed active must not acknowledge.  Records recovered in E00.log are
+announced by `announce_recovered()` before the stream takes writes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -34,7 +48,12 @@ from dag_common.durable import fsync_dir
 from dag_common.model import Lsn
 from replication_node import logfile
 from replication_node.database import Transaction
-from replication_node.errors import LogSequenceError, TransactionTooLarge
+from replication_node.errors import (
+    Deposed,
+    LogSequenceError,
+    LogStreamStopped,
+    TransactionTooLarge,
+)
 from replication_node.logfile import (
     HEADER_SIZE,
     OPEN_LOG_NAME,
@@ -81,6 +100,10 @@ class _Pending:
 
 
 StreamEvent = Transaction | ClosedGeneration
+# Announce that an open generation holds a commit; False: this node is not the active any more.
+Announcer = Callable[[int], Awaitable[bool]]
+_ANNOUNCE_RETRY_FIRST = 0.05
+_ANNOUNCE_RETRY_MAX = 5.0
 
 
 def list_closed_generations(log_dir: Path) -> list[int]:
@@ -105,6 +128,7 @@ class LogStream:
         offset: int,
         record_count: int,
         clock: Clock,
+        announce: Announcer | None = None,
     ) -> None:
         self.log_dir = log_dir
         self._header = header
@@ -112,16 +136,25 @@ class LogStream:
         self._offset = offset
         self._records = record_count
         self._clock = clock
+        self._announce = announce
+        self._announced = 0  # the highest generation announced to hold a commit
+        # (generation, records) of the open log once every record in it is answered; read
+        # from the event loop while the worker thread may be rolling, so set only there.
+        self._acked = (header.generation, record_count)
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
         self._listeners: list[Callable[[StreamEvent], None]] = []
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self._closing = asyncio.Event()
+        self._fd_closed = False
+        self._failure: BaseException | None = None
         self.fsyncs = 0
         # The latest time stamped on the stream (creation, commit or close): the floor of the
         # next one.  Read and written on the event loop (commit) and the writer thread (roll);
         # single assignments under the GIL, and a stale read only stamps a time a little low
         # for a record that lands after the roll, never earlier than the roll's creation time.
         self._last_time = header.creation_time
+        self.announcements = 0
 
     # ---- opening -------------------------------------------------------------------------
 
@@ -203,8 +236,34 @@ class LogStream:
         return self._records
 
     @property
+    def open_commits(self) -> int:
+        """Answered (or recovered) commits in the open log; 0 while it holds none."""
+        generation, records = self._acked
+        return records if generation == self._header.generation else 0
+
+    @property
+    def announced_generation(self) -> int:
+        """The highest generation announced to hold a commit (0: none yet)."""
+        return self._announced
+
+    @property
     def log_file_size(self) -> int:
         return self._header.log_file_size
+
+    def set_announcer(self, announce: Announcer) -> None:
+        """Announce each generation's first commit through `announce` (before it starts)."""
+        self._announce = announce
+
+    async def announce_recovered(self) -> None:
+        """Announce the records recovered in E00.log before the stream takes writes: they may
+        have been acknowledged before a crash, and they are about to be visible again.
+        Raises `Deposed` if this node is no longer the active."""
+        if self._records and self._announce is not None and self.generation > self._announced:
+            failure = await self._announce_generation(self.generation)
+            if failure is not None:
+                self._closed = True
+                self._failure = failure
+                raise failure
 
     def add_listener(self, listener: Callable[[StreamEvent], None]) -> None:
         """Call `listener` in the event loop, in log order, with every durable transaction
@@ -245,13 +304,20 @@ class LogStream:
 
     async def close(self) -> None:
         """Stop the writer after the records already queued; close the file (no roll)."""
-        if self._closed:
+        if self._closing.is_set():
             return
+        self._closing.set()
+        stopped = self._closed  # a failure stopped the writer already
         self._closed = True
         if self._task is not None:
-            self._queue.put_nowait(_Pending(b"", self._clock.now(), False, self._future()))
-            await self._task
-        os.close(self._fd)
+            if not stopped:
+                self._queue.put_nowait(_Pending(b"", self._clock.now(), False, self._future()))
+            # A failure was logged and given to every waiter when it happened.
+            await asyncio.gather(self._task, return_exceptions=True)
+        if not self._fd_closed:
+            self._fd_closed = True
+            with contextlib.suppress(OSError):  # a roll that failed half-way closed it
+                os.close(self._fd)
 
     # ---- the writer task -----------------------------------------------------------------
 
@@ -260,7 +326,10 @@ class LogStream:
 
     async def _submit(self, pending: _Pending) -> Any:
         if self._closed:
-            raise RuntimeError("log stream is closed")
+            if isinstance(self._failure, Deposed):
+                raise Deposed(str(self._failure))
+            why = f": {self._failure}" if self._failure is not None else ""
+            raise LogStreamStopped(f"the log stream of {self.log_dir} is closed{why}")
         self.start()
         self._queue.put_nowait(pending)
         return await pending.future
@@ -273,19 +342,19 @@ class LogStream:
             stop = any(p.data == b"" for p in batch)
             work = [p for p in batch if p.data != b""]
             try:
-                results, events = await asyncio.to_thread(self._write_batch, work)
+                results, events, touched = await asyncio.to_thread(self._write_batch, work)
             except BaseException as exc:
                 # The log is in an unknown state: fail every waiter and stop writing.
                 logger.critical("log write failed, stream stopped: %s", exc)
-                self._closed = True
-                for p in batch:
-                    if not p.future.done():
-                        p.future.set_exception(exc)
-                while not self._queue.empty():
-                    p = self._queue.get_nowait()
-                    if not p.future.done():
-                        p.future.set_exception(exc)
+                self._fail_all(exc, batch)
                 raise
+            if self._announce is not None and touched > self._announced:
+                # Durable, but neither visible nor answered until the copies can count it.
+                failure = await self._announce_generation(touched)
+                if failure is not None:
+                    logger.critical("%s; log stream stopped", failure)
+                    self._fail_all(failure, batch)
+                    return
             for event in events:
                 for listener in self._listeners:
                     listener(event)
@@ -295,13 +364,87 @@ class LogStream:
             for p in batch:
                 if p.data == b"" and not p.future.done():
                     p.future.set_result(None)
+            self._acked = (self._header.generation, self._records)
             if stop:
                 return
 
-    def _write_batch(self, work: list[_Pending]) -> tuple[list[Any], list[StreamEvent]]:
-        """Runs in a worker thread: write, roll and fsync for one batch of requests."""
+    async def _announce_generation(self, generation: int) -> BaseException | None:
+        """Announce that `generation` holds a commit; retry store errors with backoff while
+        the stream is open.  None once announced, else the error to fail the waiters with."""
+        assert self._announce is not None
+        delay, failures = _ANNOUNCE_RETRY_FIRST, 0
+        while True:
+            try:
+                accepted = await self._announce(generation)
+            except Exception as exc:
+                failures += 1
+                if self._closed:
+                    return LogStreamStopped(
+                        f"generation {generation} could not be announced to the cluster store "
+                        f"before the stream closed ({exc}); its commits were not acknowledged"
+                    )
+                if failures == 1 or failures % 10 == 0:
+                    logger.warning(
+                        "%s: commits wait: cannot announce open generation %d to the cluster "
+                        "store (%d attempt(s)): %s",
+                        self.log_dir,
+                        generation,
+                        failures,
+                        exc,
+                    )
+                await self._pause(delay)
+                delay = min(delay * 2, _ANNOUNCE_RETRY_MAX)
+                continue
+            if not accepted:
+                return Deposed(
+                    f"the cluster store no longer names this node the active copy (open "
+                    f"generation {generation} of {self.log_dir} refused): another copy was "
+                    "activated; the commit was not acknowledged"
+                )
+            self._announced = max(self._announced, generation)
+            self.announcements += 1
+            if failures:
+                logger.warning(
+                    "%s: open generation %d announced after %d failed attempt(s); commits go on",
+                    self.log_dir,
+                    generation,
+                    failures,
+                )
+            return None
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep `seconds` on the clock, or less if the stream starts closing."""
+        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
+        closing = asyncio.ensure_future(self._closing.wait())
+        try:
+            await asyncio.wait({sleeper, closing}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            closing.cancel()
+
+    def _fail_all(self, exc: BaseException, batch: list[_Pending]) -> None:
+        """Stop the stream: every waiter of `batch` and of the queue gets `exc`."""
+        self._closed = True
+        self._failure = exc
+        waiting = list(batch)
+        while not self._queue.empty():
+            waiting.append(self._queue.get_nowait())
+        for p in waiting:
+            if p.future.done():
+                continue
+            if p.data == b"":
+                p.future.set_result(None)  # close() asked to stop: it is stopped
+            else:
+                p.future.set_exception(exc)
+
+    def _write_batch(self, work: list[_Pending]) -> tuple[list[Any], list[StreamEvent], int]:
+        """Runs in a worker thread: write, roll and fsync for one batch of requests.
+
+        Returns the results, the events, and the highest generation that received a record
+        (0: none)."""
         results: list[Any] = []
         events: list[StreamEvent] = []
+        touched = 0
         buf = bytearray()
         size = self._header.log_file_size
 
@@ -324,6 +467,7 @@ class LogStream:
                 flush()
                 events.append(self._roll())
             lsn = Lsn(generation=self._header.generation, offset=self._offset)
+            touched = lsn.generation
             buf += p.data
             self._offset += len(p.data)
             self._records += 1
@@ -335,7 +479,7 @@ class LogStream:
         elif any(p.data is not None for p in work):
             os.fsync(self._fd)
             self.fsyncs += 1
-        return results, events
+        return results, events, touched
 
     def _roll(self) -> ClosedGeneration:
         """Close E00.log as its generation and open the next one (worker thread)."""

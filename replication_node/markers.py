@@ -1,8 +1,14 @@
 """The replication markers of one passive copy, shared by its pipeline stages.
 
 Each marker has one writer: the copier moves LastLogGenerated, LastLogCopyNotified,
-LastLogCopied and LastLogInspected; the replayer moves LastLogReplayed.  Status reads them
-all; `PassiveCopy.status()` turns them into a frozen `CopyStatusReport`.
+LastLogCopied and LastLogInspected (and what it last heard of the active's open log); the
+replayer moves LastLogReplayed.  Status reads them all; `PassiveCopy.status()` turns them
+into a frozen `CopyStatusReport`.
+
+`last_log_generated` is the last CLOSED generation announced (the inspector refuses anything
+above it, the replayer records it as committed); `generated_at_risk` also counts the
+active's open log once it holds an acknowledged commit, as Exchange's LastLogGenerated does
+for a log being written: the copy queue and the status use it.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ class Markers:
     last_replayed_log_time: datetime | None = None
     source_first_generation: int = 0  # lowest generation still on the active (0: unknown)
     epoch: int = 0  # the epoch whose stream this copy is shown to be on (0: not yet)
+    open_generation: int = 0  # the active's open log (E00.log), as last heard
+    open_commits: int = 0  # acknowledged commits in it, as last heard
     connected: bool = False  # the last call to the active succeeded
     disconnected_since: float | None = None  # monotonic time the active was last lost
     # Local closed generations, each with when this copy got it, by this copy's own clock:
@@ -30,8 +38,18 @@ class Markers:
     copied_times: dict[int, datetime] = field(default_factory=dict)
 
     @property
+    def open_log_at_risk(self) -> bool:
+        """The active's open log, as last heard, holds acknowledged commits."""
+        return self.open_commits > 0 and self.open_generation > self.last_log_generated
+
+    @property
+    def generated_at_risk(self) -> int:
+        """LastLogGenerated counting the open log once it holds an acknowledged commit."""
+        return self.open_generation if self.open_log_at_risk else self.last_log_generated
+
+    @property
     def copy_queue_length(self) -> int:
-        return max(0, self.last_log_generated - self.last_log_inspected)
+        return max(0, self.generated_at_risk - self.last_log_inspected)
 
     @property
     def replay_queue_length(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -30,6 +31,20 @@ _ADDED_COLUMNS = {
 _ACTIVE_COLUMNS = "node, epoch, last_log_generated, updated, open_generation, change_number_ceiling"
 
 
+def _set_wal(conn: sqlite3.Connection, attempts: int = 200) -> None:
+    """Switch a (possibly brand-new) file to WAL.  Node processes opening a new file at the
+    same moment can meet 'database is locked' here, which SQLite's busy timeout does not
+    cover: retry for up to about ten seconds."""
+    for attempt in range(attempts):
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == attempts - 1:
+                raise
+            time.sleep(0.05)  # start-up only, before the store serves anything
+
+
 class EmbeddedClusterStore(ClusterStore):
     """SQLite, WAL, fsync on commit; writes are compare-and-set inside IMMEDIATE txns."""
 
@@ -41,17 +56,21 @@ class EmbeddedClusterStore(ClusterStore):
         )
         self._lock = threading.Lock()
         with self._lock:
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            _set_wal(self._conn)
             self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.executescript(_SCHEMA)
-            have = {row[1] for row in self._conn.execute("PRAGMA table_info(active_copy)")}
-            for column, kind in _ADDED_COLUMNS.items():
-                if column not in have:
-                    try:
+            # Node processes open a new file at the same moment: the check and the ALTER
+            # run in one write transaction, so only one of them adds a column.
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                have = {row[1] for row in self._conn.execute("PRAGMA table_info(active_copy)")}
+                for column, kind in _ADDED_COLUMNS.items():
+                    if column not in have:
                         self._conn.execute(f"ALTER TABLE active_copy ADD COLUMN {column} {kind}")
-                    except sqlite3.OperationalError as exc:
-                        if "duplicate column" not in str(exc):
-                            raise
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
 
     async def _run(self, fn, *args):  # type: ignore[no-untyped-def]
         return await asyncio.to_thread(self._locked, fn, *args)

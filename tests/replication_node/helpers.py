@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dag_common.clock import Clock, SystemClock
-from replication_node.active import ActiveCopy, CopyPaths
+from replication_node.active import ActiveCopy, CopyPaths, OpenLogPublisher
 
 
 async def mount(
@@ -16,6 +16,8 @@ async def mount(
     llr_depth: int = 2,
     clock: Clock | None = None,
     create: bool = True,
+    publish_open_log: OpenLogPublisher | None = None,
+    change_number_floor: int = 0,
 ) -> ActiveCopy:
     """Mount (creating if needed) an active copy under `root`."""
     return await ActiveCopy.mount(
@@ -24,4 +26,6 @@ async def mount(
         llr_depth=llr_depth,
         clock=clock or SystemClock(),
         create=create,
+        publish_open_log=publish_open_log,
+        change_number_floor=change_number_floor,
     )

@@ -61,8 +61,11 @@ class Share:
         self.store.close()
 
 
-async def start_share(root: Path, *, clock: Clock | None = None) -> Share:
+async def start_share(root: Path, *, clock: Clock | None = None, heartbeat: float = 0.2) -> Share:
     store = EmbeddedClusterStore(root / "cluster.db")
+    # The active announces each open generation in the store: it must be the active there.
+    record = await store.set_active("DB1", "a", expected_epoch=0, start_generation=1)
+    assert record is not None and record.epoch == 1
     active = ActiveInstance(
         database="DB1",
         node="a",
@@ -79,7 +82,7 @@ async def start_share(root: Path, *, clock: Clock | None = None) -> Share:
     await active.start()
     app = web.Application(middlewares=[auth_middleware(TOKEN)])
     add_log_share_routes(
-        app, lookup=lambda db: active if db == "DB1" and active.copy else None, heartbeat=0.2
+        app, lookup=lambda db: active if db == "DB1" and active.copy else None, heartbeat=heartbeat
     )
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

@@ -137,3 +137,26 @@ async def test_a_store_file_from_before_gets_the_new_columns_and_keeps_its_recor
     assert await first.publish_open_generation("DB1", "mbx1", 3, 42, 900)
     first.close()
     second.close()
+
+
+def _open_at_once(path, barrier):
+    barrier.wait()
+    EmbeddedClusterStore(path).close()
+
+
+def test_node_processes_may_open_a_new_embedded_store_at_the_same_moment(tmp_path):
+    # every node of a local cluster starts at once and opens the same new file
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    for i in range(15):
+        barrier = ctx.Barrier(3)
+        procs = [
+            ctx.Process(target=_open_at_once, args=(tmp_path / f"{i}.db", barrier))
+            for _ in range(3)
+        ]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=30)
+        assert [p.exitcode for p in procs] == [0, 0, 0]

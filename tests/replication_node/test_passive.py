@@ -373,3 +373,37 @@ async def test_a_copy_damaged_while_stopped_is_never_healthy_and_a_reseed_repair
     assert restarted.status().status is CopyStatus.HEALTHY
     assert len(restarted.reader().items("m")) == 300
     await restarted.stop()
+
+
+async def test_the_copy_queue_counts_the_open_log_once_it_holds_a_commit(tmp_path):
+    # heartbeats far apart: what the copy learns, it learns from the announcement's push
+    share = await start_share(tmp_path, heartbeat=60)
+    try:
+        await share.write(0, 10)
+        first = await share.roll()
+        copy = passive(share, tmp_path)
+        await copy.start()
+        await until("replay", replayed_through(copy, first))
+        assert copy.status().copy_queue_length == 0, "an open log holding only its header"
+        await share.write(10, 5)  # the open log's first commit is announced
+        await share.write(15, 5)
+
+        def queued():
+            s = copy.status()
+            return s.copy_queue_length == 1 and s.last_log_generated == first + 1
+
+        await until("the open log in the copy queue", queued)
+        assert share.active.status().last_log_generated == first + 1
+        assert share.active.status().open_commits == 2
+        assert 1 <= copy.status().open_commits <= 2, "what the copy heard: a lower bound"
+        last = await share.roll()
+        await until("replay", replayed_through(copy, last))
+        status = copy.status()
+        assert (status.copy_queue_length, status.open_commits, status.last_log_generated) == (
+            0,
+            0,
+            last,
+        )
+        await copy.stop()
+    finally:
+        await share.close()
