@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import ssl
 from datetime import timedelta
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -51,6 +52,14 @@ class EtcdStore(_Model):
     endpoints: list[str] = Field(min_length=1)
 
 
+class ActiveFailurePolicy(StrEnum):
+    """What a node does when its active copy's log write or fsync fails (a full or failing
+    disk): the database is dismounted at once either way (nothing more is acknowledged)."""
+
+    REMOUNT = "Remount"  # re-mount through crash recovery, with backoff, once writes work
+    FAILOVER = "Failover"  # stay dismounted: automatic failover moves it to the best copy
+
+
 class Defaults(_Model):
     """Per-database settings that a database may override."""
 
@@ -67,6 +76,7 @@ class Defaults(_Model):
     # Automatic failover: a passive copy that has not reached its active for this long asks
     # whether it is the best copy to mount (None: only an operator's activate does it).
     failover_after: Duration | None = timedelta(seconds=15)
+    on_active_failure: ActiveFailurePolicy = ActiveFailurePolicy.REMOUNT
 
     @field_validator("log_file_size")
     @classmethod

@@ -22,13 +22,19 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from dag_common.clock import Clock
+from dag_common.config import ActiveFailurePolicy
 from dag_common.durable import atomic_write
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
 from replication_node.active import ActiveCopy, CopyPaths
 from replication_node.cluster_store import ActiveRecord, ClusterStore
-from replication_node.errors import RecoveryError
+from replication_node.errors import Deposed, RecoveryError
 from replication_node.interfaces import LogShareInfo, SeedInfo
-from replication_node.logstream import ClosedGeneration, StreamEvent, list_closed_generations
+from replication_node.logstream import (
+    ClosedGeneration,
+    LogStream,
+    StreamEvent,
+    list_closed_generations,
+)
 from replication_node.store import MailboxStore
 from replication_node.truncation import CopyProgress, active_truncation_limit, delete_through
 
@@ -57,6 +63,7 @@ class ActiveInstance:
         peer_progress: Callable[[], Awaitable[list[CopyProgress]]] | None = None,
         circular_logging: bool = True,
         truncation_interval: float = 5.0,
+        on_failure: ActiveFailurePolicy = ActiveFailurePolicy.REMOUNT,
     ) -> None:
         self.database = database
         self.node = node
@@ -82,10 +89,22 @@ class ActiveInstance:
         self._truncation_interval = truncation_interval
         self.truncated_through = 0
         self.switching_to: str | None = None  # a switchover to this node is under way
+        self._on_failure = on_failure
+        self._mount_tasks: list[asyncio.Task[None]] = []  # the idle roller and the watch
+        self.dismounted_by_operator = False
         self._quiesce_epoch = 0  # which quiesce a pending automatic unquiesce belongs to
 
     async def start(self) -> None:
         """Mount the database (creating it the first time) and start serving."""
+        await self._mount()
+        if self._peer_progress is not None:
+            self._tasks.append(
+                asyncio.create_task(self._truncation_loop(), name=f"truncate {self.database}")
+            )
+
+    async def _mount(self) -> None:
+        """Open the files from disk (crash recovery) and serve; the first mount and every
+        re-mount after a failure go this way, never reusing a failed stream's memory."""
         create = not self.paths.database.exists() and not list_closed_generations_safe(
             self.paths.logs
         )
@@ -111,16 +130,14 @@ class ActiveInstance:
         self.last_close_time = self.copy.last_closed_time or self.copy.header.last_log_time
         self.store = MailboxStore(self.copy, epoch=self.epoch)
         self.copy.stream.add_listener(self._on_event)
-        self._tasks.append(
+        stream = self.copy.stream
+        self._mount_tasks = [
             asyncio.create_task(
-                self.copy.stream.run_idle_roller(self._roll_interval.total_seconds()),
+                stream.run_idle_roller(self._roll_interval.total_seconds()),
                 name=f"idle-roll {self.database}",
-            )
-        )
-        if self._peer_progress is not None:
-            self._tasks.append(
-                asyncio.create_task(self._truncation_loop(), name=f"truncate {self.database}")
-            )
+            ),
+            asyncio.create_task(self._watch(stream), name=f"watch {self.database}"),
+        ]
         await self.publish()
         recovered = self.copy.stream.open_commits
         logger.info(
@@ -135,6 +152,86 @@ class ActiveInstance:
             if self.copy.recovery_notes
             else "",
         )
+
+    async def _watch(self, stream: LogStream) -> None:
+        """Dismount when the log stream stops on a failure (a failed write or fsync, a full
+        disk, or this node deposed): status Failed with the reason, writes 503, and then
+        re-mount through crash recovery or leave it to automatic failover, as configured."""
+        await stream.failed.wait()
+        failure = stream.failure
+        self.error = f"dismounted after a failure of its log stream: {failure}"
+        logger.critical("%s on %s: %s", self.database, self.node, self.error)
+        copy, self.copy, self.store = self.copy, None, None
+        for task in self._mount_tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+        if copy is not None:
+            try:
+                await copy.crash_close()
+            except Exception:  # the disk that failed the write may fail the close too
+                logger.exception("%s: closing the failed copy", self.database)
+        async with self._closed_cond:
+            self._closed_cond.notify_all()
+        if isinstance(failure, Deposed):
+            return  # another copy is active: the node's reconcile makes this one passive
+        if self._on_failure is ActiveFailurePolicy.REMOUNT:
+            self._tasks.append(
+                asyncio.create_task(self._remount_loop(), name=f"remount {self.database}")
+            )
+        else:
+            logger.warning(
+                "%s: stays dismounted (on_active_failure: Failover): automatic failover moves "
+                "it to the best copy",
+                self.database,
+            )
+
+    async def _remount_loop(self, first_delay: float = 1.0, max_delay: float = 60.0) -> None:
+        """Re-mount with backoff until it works, while this node is still the active."""
+        failed, delay = self.error, first_delay
+        while self.copy is None:
+            await self._clock.sleep(delay)
+            try:
+                await self.mount_again()
+            except Deposed as exc:
+                self.error = f"{failed}; not re-mounted: {exc}"
+                return
+            except Exception as exc:
+                delay = min(delay * 2, max_delay)
+                self.error = f"{failed}; re-mount failed ({exc}); next try in {delay:g}s"
+                logger.warning("%s: %s", self.database, self.error)
+
+    async def mount_again(self) -> bool:
+        """Re-mount a dismounted copy now, through crash recovery (`db mount`); False if it
+        was mounted already.  Deposed if this node is no longer the active."""
+        if self.copy is not None:
+            return False
+        record = await self._cluster_store.active(self.database)
+        if record is None or (record.node, record.epoch) != (self.node, self.epoch):
+            raise Deposed(
+                f"{self.database} is no longer active on {self.node} at epoch {self.epoch}"
+            )
+        failed = self.error
+        await self._mount()
+        self.error = None
+        self.dismounted_by_operator = False
+        logger.warning("%s re-mounted through crash recovery (it was: %s)", self.database, failed)
+        return True
+
+    async def dismount(self) -> bool:
+        """Dismount cleanly by an operator's word (`db dismount`): status Dismounted, no
+        re-mount and no automatic failover until `db mount`.  False if not mounted."""
+        if self.copy is None:
+            return False
+        for task in self._mount_tasks:
+            task.cancel()
+        copy, self.copy, self.store = self.copy, None, None
+        self.dismounted_by_operator = True
+        await copy.dismount()
+        await self.publish()
+        async with self._closed_cond:
+            self._closed_cond.notify_all()
+        logger.warning("%s dismounted on %s by an operator", self.database, self.node)
+        return True
 
     async def _active_record(self) -> ActiveRecord | None:
         """The cluster store's record of this database, retried while the store errs: the
@@ -176,6 +273,10 @@ class ActiveInstance:
 
     async def stop(self, *, clean: bool = True) -> None:
         """Dismount: by default cleanly (close the open log, write everything)."""
+        for task in self._mount_tasks:
+            task.cancel()
+        await asyncio.gather(*self._mount_tasks, return_exceptions=True)
+        self._mount_tasks.clear()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -382,7 +483,13 @@ class ActiveInstance:
             node=self.node,
             site=self.site,
             role=CopyRole.ACTIVE,
-            status=CopyStatus.MOUNTED if self.copy else CopyStatus.DISMOUNTED,
+            status=(
+                CopyStatus.MOUNTED
+                if self.copy
+                else CopyStatus.FAILED
+                if self.error
+                else CopyStatus.DISMOUNTED
+            ),
             activation_preference=self.activation_preference,
             # The seeds' LastLogGenerated counts the log being written once it holds an
             # acknowledged commit; the other markers are closed generations.

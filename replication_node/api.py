@@ -21,6 +21,7 @@ from replication_node.errors import (
     BadRequest,
     Conflict,
     DatabaseError,
+    LogStreamStopped,
     MountRefused,
     NotActive,
     NotFound,
@@ -120,6 +121,7 @@ def _active(request: web.Request) -> ActiveInstance:
     instance = node.instance(db)
     if instance is None:
         raise NotFound(f"no copy of database {db!r} on node {node.name}")
+    _not_dismounted(instance, db, node.name)
     if not isinstance(instance, ActiveInstance) or instance.store is None:
         raise NotActive(f"the copy of {db} on {node.name} is passive; write to the active copy")
     if instance.switching_to is not None:
@@ -127,9 +129,22 @@ def _active(request: web.Request) -> ActiveInstance:
     return instance
 
 
+def _not_dismounted(instance: Any, db: str, node: str) -> None:
+    """An active copy that is dismounted (a failure, or an operator) answers 503 with why:
+    it is still the active, nothing else serves this database here, and the call may work
+    again after a re-mount or a failover."""
+    if isinstance(instance, ActiveInstance) and instance.copy is None:
+        if instance.dismounted_by_operator:
+            why = "dismounted by an operator (replication-node db mount re-mounts it)"
+        else:
+            why = instance.error or "not mounted"
+        raise LogStreamStopped(f"{db} on {node} is {why}")
+
+
 def _reader(request: web.Request) -> Any:
     node = request.app[NODE]
     db = request.match_info["db"]
+    _not_dismounted(node.instance(db), db, node.name)
     reader = node.reader(db)
     if reader is None:
         raise NotFound(f"no readable copy of database {db!r} on node {node.name}")
@@ -348,6 +363,31 @@ async def quiesce(request: web.Request) -> web.Response:
     return web.json_response({"last_log_generated": generation})
 
 
+def _active_here(request: web.Request) -> ActiveInstance:
+    node = request.app[NODE]
+    db = request.match_info["db"]
+    instance = node.instance(db)
+    if not isinstance(instance, ActiveInstance):
+        raise NotFound(f"the active copy of {db} is not on {node.name}")
+    return instance
+
+
+async def mount(request: web.Request) -> web.Response:
+    """Re-mount a dismounted active copy now, through crash recovery (`db mount`)."""
+    instance = _active_here(request)
+    mounted = await instance.mount_again()
+    return web.json_response(
+        {"database": instance.database, "mounted": True, "was_mounted": not mounted}
+    )
+
+
+async def dismount(request: web.Request) -> web.Response:
+    """Dismount the active copy cleanly; it stays dismounted until `db mount` (`db dismount`)."""
+    instance = _active_here(request)
+    done = await instance.dismount()
+    return web.json_response({"database": instance.database, "mounted": False, "was_mounted": done})
+
+
 async def unquiesce(request: web.Request) -> web.Response:
     node = request.app[NODE]
     instance = node.instance(request.match_info["db"])
@@ -377,4 +417,6 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(prefix + "/switchover", switchover)
     app.router.add_post(prefix + "/quiesce", quiesce)
     app.router.add_post(prefix + "/unquiesce", unquiesce)
+    app.router.add_post(prefix + "/mount", mount)
+    app.router.add_post(prefix + "/dismount", dismount)
     app.router.add_post("/v1/reconcile", reconcile)

@@ -317,7 +317,9 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
     except KeyError:
         print(f"error: no database {args.database!r} in {args.config}", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    if args.db_cmd == "roll-log":
+    if args.db_cmd in ("roll-log", "mount", "dismount"):
+        # The node holding the active copy, mounted or not (a failed or dismounted active
+        # still reports the role).
         statuses = asyncio.run(fetch_statuses(config, load_token(config)))
         active = next(
             (
@@ -333,7 +335,7 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
             print(f"error: no reachable active copy of {db.name}", file=sys.stderr)
             return ExitCode.FAILED
         code, body = asyncio.run(
-            _admin(config, config.node(active).url, f"/v1/databases/{db.name}/roll-log", {})
+            _admin(config, config.node(active).url, f"/v1/databases/{db.name}/{args.db_cmd}", {})
         )
     elif args.db_cmd == "switchover":
         if db.copy_on(args.to) is None:
@@ -396,6 +398,14 @@ def register_db(db_sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     roll.add_argument("database")
     roll.add_argument("--config", required=True)
     roll.set_defaults(func=cmd_db_admin)
+    for action, text in (
+        ("mount", "re-mount the active copy now, through crash recovery (after a failure)"),
+        ("dismount", "dismount the active copy cleanly; no failover until `db mount`"),
+    ):
+        p = db_sub.add_parser(action, help=text)
+        p.add_argument("database")
+        p.add_argument("--config", required=True)
+        p.set_defaults(func=cmd_db_admin)
     for action in ("suspend", "resume", "reseed"):
         p = db_sub.add_parser(action, help=f"{action} a passive copy")
         p.add_argument("database")

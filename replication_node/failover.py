@@ -97,6 +97,10 @@ class FailoverMonitor:
         old = reports.get(record.node)
         if old is not None and old.status is CopyStatus.MOUNTED:
             return f"{database}: the active on {record.node} answers its peers; no failover"
+        if old is not None and old.status is CopyStatus.DISMOUNTED:
+            # An operator's dismount is maintenance, not a failure (Exchange does not fail
+            # over an administrative dismount either); `db mount` or an activation ends it.
+            return f"{database}: dismounted on {record.node} by an operator; no failover"
         chosen, why = best_copy([r for r in reports.values() if r is not None])
         if chosen != self._node:
             return f"{database}: {record.node} is lost; {why}: not this node's to mount"

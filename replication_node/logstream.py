@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import uuid
@@ -148,6 +149,9 @@ class LogStream:
         self._closing = asyncio.Event()
         self._fd_closed = False
         self._failure: BaseException | None = None
+        # Set when a failure stops the writer (not by close()): whoever mounted the stream
+        # must dismount the database, and never reuse this in-memory state.
+        self.failed = asyncio.Event()
         self.fsyncs = 0
         # The latest time stamped on the stream (creation, commit or close): the floor of the
         # next one.  Read and written on the event loop (commit) and the writer thread (roll);
@@ -343,10 +347,15 @@ class LogStream:
             work = [p for p in batch if p.data != b""]
             try:
                 results, events, touched = await asyncio.to_thread(self._write_batch, work)
-            except BaseException as exc:
-                # The log is in an unknown state: fail every waiter and stop writing.
+            except Exception as exc:
+                # The log is in an unknown state (after a failed write or fsync the file's
+                # contents cannot be trusted): fail every waiter and stop writing.  The owner
+                # sees `failed` and dismounts; only crash recovery from disk starts again.
                 logger.critical("log write failed, stream stopped: %s", exc)
                 self._fail_all(exc, batch)
+                return
+            except BaseException as exc:  # cancelled: stop as well, and say so
+                self._fail_all(LogStreamStopped(f"the log writer was cancelled: {exc!r}"), batch)
                 raise
             if self._announce is not None and touched > self._announced:
                 # Durable, but neither visible nor answered until the copies can count it.
@@ -422,10 +431,16 @@ class LogStream:
             sleeper.cancel()
             closing.cancel()
 
+    @property
+    def failure(self) -> BaseException | None:
+        """What stopped the stream, if a failure did."""
+        return self._failure
+
     def _fail_all(self, exc: BaseException, batch: list[_Pending]) -> None:
         """Stop the stream: every waiter of `batch` and of the queue gets `exc`."""
         self._closed = True
         self._failure = exc
+        self.failed.set()
         waiting = list(batch)
         while not self._queue.empty():
             waiting.append(self._queue.get_nowait())
@@ -450,7 +465,7 @@ class LogStream:
 
         def flush() -> None:
             if buf:
-                os.write(self._fd, bytes(buf))
+                write_all(self._fd, bytes(buf))
                 buf.clear()
 
         for p in work:
@@ -484,7 +499,7 @@ class LogStream:
     def _roll(self) -> ClosedGeneration:
         """Close E00.log as its generation and open the next one (worker thread)."""
         close_time = self._last_time = max(self._clock.now(), self._last_time)
-        os.write(self._fd, encode_record(RecordType.CLOSE, close_time))
+        write_all(self._fd, encode_record(RecordType.CLOSE, close_time))
         os.fsync(self._fd)
         self.fsyncs += 1
         os.close(self._fd)
@@ -503,6 +518,19 @@ class LogStream:
         self._offset = HEADER_SIZE
         self._records = 0
         return ClosedGeneration(closed.generation, closed.creation_time, close_time)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of `data` or raise.  `os.write` may write less than asked without
+    an error (a nearly full filesystem does): the rest is written again, and a disk that
+    takes nothing more raises ENOSPC then.  Ignoring a short write once acknowledged a record
+    that was only partly on disk, and crash recovery cut it as a torn tail."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.ENOSPC, f"write of {len(view)} bytes made no progress")
+        view = view[written:]
 
 
 def finish_interrupted_roll(log_dir: Path) -> int | None:

@@ -174,6 +174,7 @@ class Node:
                 epoch=spec.epoch,
                 peer_progress=lambda db=spec.database: self.peer_progress(db),
                 circular_logging=self.config.defaults.circular_logging,
+                on_failure=self.config.defaults.on_active_failure,
             )
         else:
             from replication_node.logshare import HttpLogSource

@@ -12,6 +12,7 @@ from datetime import timedelta
 import pytest
 
 from dag_common.clock import ManualClock, SystemClock
+from dag_common.model import CopyStatus
 from replication_node.active import CopyPaths
 from replication_node.active_instance import ActiveInstance
 from replication_node.cluster_store.embedded import EmbeddedClusterStore
@@ -233,12 +234,20 @@ async def test_a_deposed_active_acknowledges_nothing_more(tmp_path):
     # another copy is activated; the old active's next generation is refused
     await active.copy.roll()
     await store.set_active("DB1", "b", expected_epoch=1, start_generation=2)
+    copy, mailboxes = active.copy, active.store
     with pytest.raises(Deposed):
-        await active.store.put_items("m", [{"item_id": "x", "subject": "lost"}])
-    assert active.copy.item("m", "x") is None
-    assert "deposed" in active.status().error
+        await mailboxes.put_items("m", [{"item_id": "x", "subject": "lost"}])
+    assert copy.item("m", "x") is None, "never visible"
     with pytest.raises(Deposed):
-        await active.store.put_items("m", [{"item_id": "y"}])
+        await mailboxes.put_items("m", [{"item_id": "y"}])
+    # The deposed copy is dismounted at once and not re-mounted (reconcile makes it passive).
+    for _ in range(100):
+        if active.copy is None:
+            break
+        await asyncio.sleep(0.01)
+    status = active.status()
+    assert active.copy is None and status.status is CopyStatus.FAILED
+    assert "no longer names this node the active" in status.error
     await active.stop(clean=False)
     store.close()
 

@@ -1,0 +1,103 @@
+"""The active's disk fills under write load, over real node processes: the database is
+dismounted at once with the reason, nothing acknowledged is lost, and it is mounted again
+through crash recovery once space returns.  The active's data directory is a size-limited
+tmpfs the test mounts (skipped, with the reason, where mounting is not allowed)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.cluster_harness import LocalCluster
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    where = tmp_path / "mbx1"
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a size-limited tmpfs here: {mounted.stderr.strip()}")
+
+    def grow() -> None:
+        subprocess.run(["mount", "-o", "remount,size=64m", str(where)], check=True)
+
+    yield grow
+    subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+async def test_a_full_disk_dismounts_the_active_and_it_remounts_with_every_acknowledged_write(
+    tmp_path, small_disk
+):
+    cluster = LocalCluster(
+        tmp_path,
+        nodes=[("mbx1", "redmond"), ("mbx2", "redmond")],
+        databases=[
+            {
+                "name": "DB1",
+                "copies": [
+                    {"node": "mbx1", "activation_preference": 1},
+                    {"node": "mbx2", "activation_preference": 2},
+                ],
+            }
+        ],
+        # no automatic failover: this test is about the node's own re-mount
+        defaults={"failover_after": None, "on_active_failure": "Remount"},
+    )
+    await cluster.start()
+    try:
+        db = "/v1/databases/DB1"
+        await cluster.ok("PUT", "mbx1", f"{db}/mailboxes/alice")
+        acknowledged: set[str] = set()
+        refusal = None
+        for n in range(2000):
+            item = {"item_id": f"i{n}", "subject": f"s{n}", "body": "x" * 4000}
+            status, body = await cluster.call(
+                "POST", "mbx1", f"{db}/mailboxes/alice/items", json=item
+            )
+            if status == 201:
+                acknowledged.add(item["item_id"])
+                continue
+            refusal = (status, body)
+            break
+        assert refusal is not None, "the 3 MiB disk never filled"
+        status, body = refusal
+        assert status == 503 and isinstance(body, dict), refusal
+        assert "No space left on device" in body["error"], body
+        assert len(acknowledged) > 50
+
+        async def failed() -> bool:
+            copy = (await cluster.status("mbx1"))["DB1"]
+            return copy["status"] == "Failed" and "No space left" in (copy["error"] or "")
+
+        await cluster.wait_for("the active to report Failed with the reason", failed, timeout=5)
+        status, body = await cluster.call(
+            "POST", "mbx1", f"{db}/mailboxes/alice/items", json={"subject": "more"}
+        )
+        assert status == 503 and "No space left on device" in body["error"]
+
+        small_disk()  # space comes back
+        await cluster.wait_status("mbx1", "DB1", "Mounted")
+        held = await cluster.items("mbx1", "DB1", "alice")
+        assert acknowledged <= set(held), "an acknowledged write was lost"
+        after = await cluster.ok(
+            "POST", "mbx1", f"{db}/mailboxes/alice/items", json={"item_id": "after"}
+        )
+        assert after["epoch"] >= 1
+        assert "re-mounted through crash recovery" in cluster.log("mbx1")
+        await cluster.ok("POST", "mbx1", f"{db}/roll-log")
+
+        async def copied() -> bool:
+            items = await cluster.items("mbx2", "DB1", "alice")
+            return acknowledged | {"after"} <= set(items)
+
+        await cluster.wait_for("the passive copy to hold every acknowledged item", copied)
+    finally:
+        await cluster.close()
