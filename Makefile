@@ -14,9 +14,10 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# Debian packages the tests use: prometheus (promtool checks metric names) and etcd-server
-# (the etcd cluster store's tests run a real etcd). Installed only when missing.
-SYSTEM_PACKAGES := promtool:prometheus etcd:etcd-server
+# Debian packages the tests use: prometheus (promtool checks metric names), etcd-server
+# (the etcd cluster store's tests run a real etcd) and faketime (clock-skew tests run node
+# processes under libfaketime). Installed only when missing.
+SYSTEM_PACKAGES := promtool:prometheus etcd:etcd-server faketime:faketime
 
 system-deps:
 	@missing=""; for pair in $(SYSTEM_PACKAGES); do \

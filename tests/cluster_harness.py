@@ -115,7 +115,7 @@ class LocalCluster:
 
     # ---- processes -------------------------------------------------------------------
 
-    def start_node(self, node: str) -> None:
+    def start_node(self, node: str, *, env: dict[str, str] | None = None) -> None:
         log = open(self.root / f"{node}.log", "ab")  # noqa: SIM115 - the child owns it
         self.procs[node] = subprocess.Popen(
             [
@@ -132,7 +132,7 @@ class LocalCluster:
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=self.env(),
+            env={**self.env(), **(env or {})},
             cwd=ROOT,
         )
 
@@ -274,3 +274,12 @@ class LocalCluster:
                 pass
             await asyncio.sleep(0.1)
         raise AssertionError(f"timed out waiting for {what}")
+
+
+FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+def faketime_env(offset: str) -> dict[str, str]:
+    """The environment that runs a process `offset` off the real clock (libfaketime, Debian's
+    `faketime` package): both wall and monotonic time, as a whole machine's clock would be."""
+    return {"LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": offset}
