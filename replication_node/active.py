@@ -108,6 +108,7 @@ class ActiveCopy:
             stream.set_announcer(self._announce)
         self._flush_lock = asyncio.Lock()
         self._flush_tasks: set[asyncio.Task[None]] = set()
+        self.llr_flush_failures = 0
         self.recovery_notes = recovery_notes
         self.last_closed_time: datetime | None = max(close_times.values(), default=None)
         stream.add_listener(self._on_event)
@@ -214,9 +215,25 @@ class ActiveCopy:
         elif isinstance(event, ClosedGeneration):
             self._close_times[event.generation] = event.close_time
             self.last_closed_time = event.close_time
-            task = asyncio.get_running_loop().create_task(self._flush_llr())
+            task = asyncio.get_running_loop().create_task(self._flush_llr_after_roll())
             self._flush_tasks.add(task)
             task.add_done_callback(self._flush_tasks.discard)
+
+    async def _flush_llr_after_roll(self) -> None:
+        """The LLR flush a roll starts in the background.  A failure (the database file's
+        disk full) is reported, never dropped: nothing is lost by it, since the transactions
+        stay in the overlay and in the log, and the next roll tries again."""
+        try:
+            await self._flush_llr()
+        except Exception as exc:
+            self.llr_flush_failures += 1
+            logger.error(
+                "LLR: writing into %s failed (%d so far; kept in memory and in the log, "
+                "tried again at the next roll): %s",
+                self.paths.database.name,
+                self.llr_flush_failures,
+                exc,
+            )
 
     async def _flush_llr(self, *, through: int | None = None) -> None:
         """Write into the database file what LLR no longer needs to hold back."""

@@ -236,7 +236,7 @@ class HttpLogSource:
         if resp.status != 200:
             body = (await resp.text())[:300]
             resp.release()
-            if resp.status == 404 and path.startswith("/logs/E"):
+            if resp.status == 404 and path.startswith("/logs/E") and _names_generation(body):
                 raise GenerationGone(f"{path[6:]} is no longer on the active: {body}")
             raise LogShareError(f"GET {self._base}{path}: HTTP {resp.status} {body}")
         return resp
@@ -304,3 +304,14 @@ class HttpLogSource:
             raise LogShareError("seed checksum mismatch: the transfer was damaged")
         fsync_dir(dest.parent)
         return info
+
+
+def _names_generation(body: str) -> bool:
+    """Whether a 404 says the generation is not in the share (it is gone: a reseed is needed),
+    as opposed to there being no active copy here right now (dismounted after a failure,
+    moved, restarting): the copy then waits and asks again, it does not give up."""
+    try:
+        detail = orjson.loads(body)
+    except ValueError:
+        return False
+    return isinstance(detail, dict) and "generation" in detail

@@ -4,6 +4,7 @@ start `replication-node serve` per node, talk to them over HTTP with the cluster
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -12,7 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -283,3 +284,28 @@ def faketime_env(offset: str) -> dict[str, str]:
     """The environment that runs a process `offset` off the real clock (libfaketime, Debian's
     `faketime` package): both wall and monotonic time, as a whole machine's clock would be."""
     return {"LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": offset}
+
+
+@contextlib.contextmanager
+def size_limited_disk(where: Path, size: str) -> Iterator[Callable[[], None]]:
+    """A tmpfs of `size` mounted at `where` (a node's data directory): a disk that fills.
+    Yields a function that grows it to 256 MiB (space comes back).  Skips the test, with the
+    reason, where mounting is not allowed."""
+    import pytest
+
+    where.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a size-limited tmpfs here: {mounted.stderr.strip()}")
+
+    def grow() -> None:
+        subprocess.run(["mount", "-o", "remount,size=256m", str(where)], check=True)
+
+    try:
+        yield grow
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)

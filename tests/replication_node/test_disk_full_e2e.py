@@ -5,32 +5,17 @@ tmpfs the test mounts (skipped, with the reason, where mounting is not allowed).
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
-from tests.cluster_harness import LocalCluster
+from tests.cluster_harness import LocalCluster, size_limited_disk
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def small_disk(tmp_path):
-    where = tmp_path / "mbx1"
-    where.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a size-limited tmpfs here: {mounted.stderr.strip()}")
-
-    def grow() -> None:
-        subprocess.run(["mount", "-o", "remount,size=64m", str(where)], check=True)
-
-    yield grow
-    subprocess.run(["umount", "-l", str(where)], check=False)
+    with size_limited_disk(tmp_path / "mbx1", "3m") as grow:
+        yield grow
 
 
 async def test_a_full_disk_dismounts_the_active_and_it_remounts_with_every_acknowledged_write(

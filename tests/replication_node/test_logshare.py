@@ -94,6 +94,18 @@ async def test_unknown_database_and_missing_generation_are_404(share):
         await share.source().fetch(9)
 
 
+async def test_an_active_that_is_dismounted_for_now_is_not_a_generation_gone(share):
+    # A dismounted active (a failure being re-mounted, an operator's dismount) shares
+    # nothing for now: the copy must wait and ask again, not ask for a reseed.
+    await share.write(0, 5)
+    await share.roll()
+    await share.active.dismount()
+    with pytest.raises(LogShareError) as caught:
+        await share.source().fetch(1)
+    assert not isinstance(caught.value, GenerationGone)
+    assert "no active copy" in str(caught.value)
+
+
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE"])
 async def test_the_share_is_read_only(share, method):
     status, _ = await get(share, "/v1/databases/DB1/logs/E00000001.log", method=method)
