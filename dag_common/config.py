@@ -77,6 +77,9 @@ class Defaults(_Model):
     # whether it is the best copy to mount (None: only an operator's activate does it).
     failover_after: Duration | None = timedelta(seconds=15)
     on_active_failure: ActiveFailurePolicy = ActiveFailurePolicy.REMOUNT
+    # The background scrub of each passive copy's file (every page read and checked by
+    # SQLite, as ESE's online checksumming); null: off.
+    scrub_interval: Duration | None = timedelta(hours=24)
 
     @field_validator("log_file_size")
     @classmethod

@@ -117,6 +117,9 @@ class CopyStatusReport(BaseModel):
     # open log (0: it is a closed generation).  A passive copy reports what it last heard
     # from its active (a lower bound once the active is gone).
     open_commits: int = 0
+    # The background scrub's last pass over the copy's file (every page checked by SQLite).
+    last_scrub_time: datetime | None = None
+    last_scrub_result: str | None = None
 
 
 class NodeStatus(BaseModel):

@@ -171,17 +171,6 @@ class Database:
         except sqlite3.DatabaseError as exc:
             raise DatabaseError(f"{path} is not a usable database: {exc}") from exc
 
-    def quick_check(self, *, max_errors: int = 10) -> str | None:
-        """SQLite's `quick_check` over every page (b-tree structure, record formats; not
-        index contents): None if the file is sound, else what SQLite found, where."""
-        try:
-            with self._lock:
-                rows = self._conn.execute(f"PRAGMA quick_check({int(max_errors)})").fetchall()
-        except sqlite3.DatabaseError as exc:  # too damaged for the check itself to run
-            return str(exc)
-        found = [str(r[0]) for r in rows]
-        return None if found == ["ok"] else "; ".join(found)
-
     def close(self, *, clean: bool = False) -> None:
         with self._lock:
             if clean:

@@ -96,3 +96,4 @@ class PassiveSettings:
     replay_lag_time: timedelta = timedelta(0)
     truncation_lag_time: timedelta = timedelta(0)
     max_inspection_failures: int = 3
+    scrub_interval: timedelta | None = None  # the background scrub's cycle (None: off)

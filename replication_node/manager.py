@@ -29,6 +29,7 @@ class InstanceSpec:
     llr_depth: int
     roll_interval: timedelta
     epoch: int
+    scrub_interval: timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,4 +73,5 @@ def desired_spec(
         llr_depth=config.llr_depth_of(db),
         roll_interval=config.log_roll_interval_of(db),
         epoch=epoch if role is CopyRole.ACTIVE else 0,
+        scrub_interval=config.defaults.scrub_interval,
     )

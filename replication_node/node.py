@@ -189,6 +189,7 @@ class Node:
                     activation_preference=spec.activation_preference,
                     replay_lag_time=spec.replay_lag_time,
                     truncation_lag_time=spec.truncation_lag_time,
+                    scrub_interval=spec.scrub_interval,
                 ),
                 paths=self.paths(spec.database),
                 source=HttpLogSource(

@@ -42,6 +42,7 @@ from replication_node.logfile import (
 from replication_node.logstream import list_closed_generations
 from replication_node.markers import Markers
 from replication_node.replayer import Replayer
+from replication_node.scrub import Scrubber, scrub_file
 from replication_node.seeder import seed_copy
 from replication_node.truncation import delete_through, passive_truncation_limit
 
@@ -79,6 +80,7 @@ class PassiveCopy:
         self._suspended = False
         self._failed = False
         self._corrupt = False  # the file failed a check: no reads until a reseed
+        self.scrubber: Scrubber | None = None  # the running pipeline's background scrub
         self.error: str | None = None
 
     @property
@@ -183,15 +185,15 @@ class PassiveCopy:
         )
 
     async def _pipeline(self) -> None:
-        try:
-            self._db = Database.open(self.paths.database)
-        except DatabaseError as exc:  # the header itself cannot be read
-            self._corrupt = True
-            raise CopyFailed(f"{exc}; reseed the copy") from exc
         # Before anything is replayed into it or read from it: a copy that stopped without a
         # clean shutdown (a passive never shuts down cleanly: replay keeps it dirty) may have
         # been damaged while nobody watched.  A file SQLite finds damaged is never Healthy.
-        problem = await asyncio.to_thread(self._db.quick_check)
+        _, problem = await asyncio.to_thread(scrub_file, self.paths.database)
+        if problem is None:
+            try:
+                self._db = Database.open(self.paths.database)
+            except DatabaseError as exc:  # the header itself cannot be read
+                problem = str(exc)
         if problem is not None:
             self._corrupt = True
             raise CopyFailed(
@@ -225,6 +227,14 @@ class PassiveCopy:
             after_replay=self._truncate,
         )
         tasks = [asyncio.create_task(copier.run()), asyncio.create_task(replayer.run())]
+        if self.settings.scrub_interval is not None:
+            self.scrubber = Scrubber(
+                path=self.paths.database,
+                clock=self._clock,
+                interval=self.settings.scrub_interval.total_seconds(),
+                on_damage=self._damaged,
+            )
+            tasks.append(asyncio.create_task(self.scrubber.run()))
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
@@ -329,6 +339,10 @@ class PassiveCopy:
                 logger.debug(
                     "%s: truncated generations %d-%d", self.database, deleted[0], deleted[-1]
                 )
+
+    def _damaged(self, reason: str) -> None:
+        """The scrub found the file damaged: no more reads from it, kept across restarts."""
+        self._corrupt = True
 
     def _fail(self, reason: str) -> None:
         logger.error("%s: copy FailedAndSuspended: %s", self.database, reason)
@@ -437,4 +451,10 @@ class PassiveCopy:
             truncation_lag_time=s.truncation_lag_time,
             error=self.error,
             epoch=m.epoch,
+            last_scrub_time=self.scrubber.last.finished
+            if self.scrubber and self.scrubber.last
+            else None,
+            last_scrub_result=self.scrubber.last.describe()
+            if self.scrubber and self.scrubber.last
+            else None,
         )

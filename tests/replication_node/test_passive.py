@@ -27,11 +27,16 @@ async def share(tmp_path):
 
 
 def passive(
-    share, tmp_path, *, clock: Clock | None = None, lag=timedelta(0), source=None
+    share, tmp_path, *, clock: Clock | None = None, lag=timedelta(0), source=None, scrub=None
 ) -> PassiveCopy:
     return PassiveCopy(
         settings=PassiveSettings(
-            database="DB1", node="p", site="s", activation_preference=2, replay_lag_time=lag
+            database="DB1",
+            node="p",
+            site="s",
+            activation_preference=2,
+            replay_lag_time=lag,
+            scrub_interval=scrub,
         ),
         paths=CopyPaths(tmp_path / "passive" / "DB1", "DB1"),
         source=source or share.source(),
@@ -407,3 +412,32 @@ async def test_the_copy_queue_counts_the_open_log_once_it_holds_a_commit(tmp_pat
         await copy.stop()
     finally:
         await share.close()
+
+
+async def test_the_background_scrub_finds_a_file_damaged_under_a_running_copy(share, tmp_path):
+    clock = ManualClock(start=datetime.now(UTC))
+    for first in range(0, 300, 50):
+        await share.write(first, 50)
+    last = await share.roll()
+    copy = passive(share, tmp_path, clock=clock, scrub=timedelta(hours=24))
+    await copy.start()
+    await until("replay", replayed_through(copy, last))
+    await clock.advance(24 * 3600)
+    await until("a first pass", lambda: copy.status().last_scrub_result is not None)
+    status = copy.status()
+    assert status.last_scrub_result.startswith("ok") and status.status is CopyStatus.HEALTHY
+    # Bytes changed in b-tree pages in the middle of the file while the copy runs.
+    with open(copy.paths.database, "r+b") as f:
+        size = f.seek(0, 2)
+        for page in range(size // 4096 // 2, size // 4096 // 2 + 3):
+            f.seek(page * 4096)
+            f.write(b"\xff" * 8)
+    await clock.advance(24 * 3600)
+    await until(
+        "the next pass to find it",
+        lambda: copy.status().status is CopyStatus.FAILED_AND_SUSPENDED,
+    )
+    status = copy.status()
+    assert "background scrub found" in status.error and "damaged" in status.error
+    assert copy.reader() is None
+    await copy.stop()
