@@ -15,8 +15,17 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from dag_common.mailbox_digest import mailbox_digest
-from dag_common.model import AutoDatabaseMountDial
 from replication_node.active_instance import ActiveInstance
+from replication_node.api_models import (
+    ActivateIn,
+    FolderIn,
+    ItemIn,
+    ItemsIn,
+    MailboxIn,
+    ReasonIn,
+    TargetIn,
+    parse,
+)
 from replication_node.errors import (
     BadRequest,
     Conflict,
@@ -167,19 +176,14 @@ def _mailbox_name(request: web.Request) -> str:
 
 
 async def put_mailbox(request: web.Request) -> web.Response:
-    body = await _body(request)
-    folders = body.get("folders")
-    if folders is not None and not (
-        isinstance(folders, list) and all(isinstance(f, str) for f in folders)
-    ):
-        raise BadRequest("folders must be a list of names")
+    body = parse(MailboxIn, await _body(request))
     mailbox = request.match_info["mailbox"]
     instance = _active(request)
     result = await instance.store.create_mailbox(  # type: ignore[union-attr]
         mailbox,
-        display_name=str(body.get("display_name", "")),
-        folders=folders,
-        locked=bool(body.get("locked", False)),
+        display_name=body.display_name,
+        folders=body.folders,
+        locked=body.locked,
     )
     # A new mailbox enters the mailbox directory; a move's target copy does not (the
     # directory still names the source until the move's step 8).
@@ -194,8 +198,8 @@ async def list_mailboxes(request: web.Request) -> web.Response:
 
 
 async def get_mailbox(request: web.Request) -> web.Response:
+    name = _mailbox_name(request)
     reader = _reader(request)
-    name = request.match_info["mailbox"]
     row = reader.mailbox(name)
     if row is None:
         raise NotFound(f"no mailbox {name!r}")
@@ -224,30 +228,28 @@ async def mailbox_digest_route(request: web.Request) -> web.Response:
 
 
 async def create_folder(request: web.Request) -> web.Response:
-    body = await _body(request)
-    folder = body.get("folder")
-    if not isinstance(folder, str):
-        raise BadRequest("folder (a name) is required")
+    body = parse(FolderIn, await _body(request))
     result = await _active(request).store.create_folder(  # type: ignore[union-attr]
-        request.match_info["mailbox"], folder, override_lock=_flag(request, "override_lock")
+        request.match_info["mailbox"], body.folder, override_lock=_flag(request, "override_lock")
     )
     return web.json_response(result.as_dict(), status=201)
 
 
 async def post_items(request: web.Request) -> web.Response:
-    body = await _body(request)
-    items = body.get("items", [body])
-    if not isinstance(items, list):
-        raise BadRequest("items must be a list")
+    raw = await _body(request)
+    # Several items ({"items": [...]}, one transaction) or one item as the body itself.
+    items = parse(ItemsIn, raw).items if "items" in raw else [parse(ItemIn, raw)]
     result = await _active(request).store.put_items(  # type: ignore[union-attr]
-        request.match_info["mailbox"], items, override_lock=_flag(request, "override_lock")
+        request.match_info["mailbox"],
+        [item.model_dump(exclude_none=True) for item in items],
+        override_lock=_flag(request, "override_lock"),
     )
     return web.json_response(result.as_dict(), status=201)
 
 
 async def get_items(request: web.Request) -> web.Response:
+    name = _mailbox_name(request)
     reader = _reader(request)
-    name = request.match_info["mailbox"]
     try:
         since = int(request.query.get("since_change", "0"))
     except ValueError as exc:
@@ -318,8 +320,8 @@ async def copy_action(request: web.Request) -> web.Response:
     db, target, action = (request.match_info[k] for k in ("db", "node", "action"))
     if target != node.name:
         raise NotFound(f"the copy of {db} on {target} is not on this node ({node.name})")
-    body = await _body(request)
-    result = await node.copy_action(db, action, reason=str(body.get("reason", "")))
+    body = parse(ReasonIn, await _body(request))
+    result = await node.copy_action(db, action, reason=body.reason)
     return web.json_response(result)
 
 
@@ -331,35 +333,24 @@ async def reconcile(request: web.Request) -> web.Response:
 
 
 async def activate(request: web.Request) -> web.Response:
-    body = await _body(request)
-    target = body.get("node")
-    if not isinstance(target, str):
-        raise BadRequest("node (the copy to activate) is required")
-    dial = body.get("mount_dial_override")
-    try:
-        override = AutoDatabaseMountDial(dial) if dial is not None else None
-    except ValueError:
-        choices = ", ".join(d.value for d in AutoDatabaseMountDial)
-        raise BadRequest(f"mount_dial_override must be one of {choices}") from None
-    result = await request.app[NODE].activate(request.match_info["db"], target, override)
+    body = parse(ActivateIn, await _body(request))
+    result = await request.app[NODE].activate(
+        request.match_info["db"], body.node, body.mount_dial_override
+    )
     return web.json_response(result)
 
 
 async def switchover(request: web.Request) -> web.Response:
-    body = await _body(request)
-    target = body.get("target")
-    if not isinstance(target, str):
-        raise BadRequest("target (the node to move the active copy to) is required")
-    return web.json_response(await request.app[NODE].switchover(request.match_info["db"], target))
+    body = parse(TargetIn, await _body(request))
+    return web.json_response(
+        await request.app[NODE].switchover(request.match_info["db"], body.target)
+    )
 
 
 async def quiesce(request: web.Request) -> web.Response:
     """Switchover, on the active's node: stop writes and close the open log."""
-    body = await _body(request)
-    target = body.get("target")
-    if not isinstance(target, str):
-        raise BadRequest("target is required")
-    generation = await _active(request).quiesce(target)
+    body = parse(TargetIn, await _body(request))
+    generation = await _active(request).quiesce(body.target)
     return web.json_response({"last_log_generated": generation})
 
 
