@@ -171,7 +171,7 @@ def satisfaction_counts(pdf: pd.DataFrame, limits: Limits) -> pd.DataFrame:
         return pd.DataFrame(columns=out_cols)
     pdf = pdf.sort_values(["database", "time", "copy"], kind="stable")
     databases = pdf["database"].tolist()
-    times = pdf["time"].to_numpy().astype("datetime64[us]").astype(np.int64)
+    times = pdf["time"].astype("int64").to_numpy()  # only compared with each other
     windows = pdf["window_start"].tolist()
     states = list(zip(*(_column(pdf, c) for c in STATE_COLUMNS), strict=True))
     change = np.flatnonzero(

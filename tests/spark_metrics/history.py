@@ -42,7 +42,7 @@ def row(
         "last_log_generated": replayed + rq + cq,
         "last_log_inspected": replayed + rq,
         "last_inspected_log_time": replayed_time + timedelta(seconds=span_s),
-        "replay_lag_time_s": lag_s,
+        "replay_lag_time_s": float(lag_s),
         "epoch": 1,
         "error": None,
         "problem": None,
