@@ -127,18 +127,18 @@ def _run_spark(
     spark: SparkSession, options: AggregateOptions, plan: Plan, progress: Progress
 ) -> dict[str, int]:
     windowed = with_window(_samples(spark, options, plan), options.window_s)
-    copies = copy_windows(windowed).persist()
-    try:
-        progress.say("[3/5] copies: per copy and window, and the worst copy per site")
-        _write(copies, options.output / "copies")
-        _write(site_worst(copies), options.output / "sites")
-        written = {"copies": copies.count()}
-    finally:
-        copies.unpersist()
+    dates = [d.isoformat() for d in plan.dates]
+    progress.say("[3/5] copies: per copy and window, then the worst copy per site")
+    _write(copy_windows(windowed), options.output / "copies")
+    # The sites come from the copy windows just written (only the dates of this run): no
+    # second pass over the samples, and no cache to hold.
+    copies = spark.read.parquet(str(options.output / "copies")).where(F.col("date").isin(dates))
+    copies = copies.withColumn("date", F.date_format("date", "yyyy-MM-dd"))
+    _write(site_worst(copies), options.output / "sites")
     progress.say("[4/5] constraints: evaluate_health per database and sample time")
     constraints = constraint_windows(windowed, options.limits, options.window_s)
     _write(constraints, options.output / "constraints")
-    return written
+    return {"copy_windows": copies.count()}
 
 
 def _named_file(exc: BaseException, plan: Plan, root: Path) -> FileInfo | None:

@@ -61,15 +61,14 @@ class StageWatcher:
                 self._last = line
 
     def describe(self) -> str:
-        """The active stages as `spark stage 7 (name): 3/8 tasks`, joined."""
+        """The active stages as `spark stage 7: 3/8 tasks`, joined."""
         parts = []
         for stage_id in sorted(self._tracker.getActiveStageIds()):
             info = self._tracker.getStageInfo(stage_id)
             if info is None:
                 continue
-            name = info.name.split(" at ")[0]
             parts.append(
-                f"stage {stage_id} ({name}): {info.numCompletedTasks}/{info.numTasks} tasks"
+                f"stage {stage_id}: {info.numCompletedTasks}/{info.numTasks} tasks"
                 + (f", {info.numActiveTasks} running" if info.numActiveTasks else "")
             )
         return ("spark " + "; ".join(parts)) if parts else ""

@@ -22,6 +22,9 @@ DEFAULT_CONF = {
     "spark.sql.session.timeZone": "UTC",  # dates and windows are UTC, whatever the host's zone
     "spark.ui.showConsoleProgress": "false",  # our own progress lines instead of the bar
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # The shuffles carry windows, not samples (partial aggregation happens before them):
+    # Spark's 200 partitions are 200 tiny tasks each here. Raise it for a large cluster.
+    "spark.sql.shuffle.partitions": "16",
 }
 
 

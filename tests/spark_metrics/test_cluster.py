@@ -1,0 +1,47 @@
+"""`spark-metrics aggregate --master spark://…` on a real standalone cluster (a master and
+two workers from the pyspark wheel) writes exactly what the local run writes."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+from pyspark.testing import assertDataFrameEqual
+
+from spark_metrics.aggregate import OUTPUTS, aggregate
+from spark_metrics.options import AggregateOptions
+from spark_metrics.progress import Progress
+from tests.spark_metrics.history import T0, hour_path, write_file
+from tests.spark_metrics.scenarios import sample_rows
+from tests.spark_metrics.standalone import StandaloneCluster
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_cluster_output_equals_the_local_run(spark, tmp_path):
+    history = tmp_path / "history"
+    write_file(hour_path(history, T0, "a"), sample_rows(200, step=timedelta(seconds=20)))
+    day2 = [{**r, "time": r["time"] + timedelta(days=1)} for r in sample_rows(50)]
+    write_file(hour_path(history, T0 + timedelta(days=1), "b"), day2)
+    local = AggregateOptions(input=history, output=tmp_path / "local")
+    aggregate(spark, local, Progress(io.StringIO()))
+
+    with StandaloneCluster(tmp_path / "cluster", workers=2) as master:
+        done = subprocess.run(
+            [sys.executable, "-m", "spark_metrics.cli", "aggregate",
+             "--input", str(history), "--output", str(tmp_path / "remote"),
+             "--master", master, "--conf", "spark.driver.host=127.0.0.1",
+             "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=768m"],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "[4/5] constraints" in done.stderr  # progress names its stages
+    assert "aggregated 750 rows from 2 files into 2 dates" in done.stdout
+    for name in OUTPUTS:
+        assertDataFrameEqual(
+            spark.read.parquet(str(tmp_path / "remote" / name)),
+            spark.read.parquet(str(tmp_path / "local" / name)),
+        )
