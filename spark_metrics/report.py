@@ -79,7 +79,7 @@ def queue_chart(copies: pd.DataFrame, database: str) -> str:
     top.set_title(f"{database}: queue length per copy and window (mean solid, max dotted)")
     for ax in (top, bottom):
         ax.grid(True, alpha=0.3)
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(bottom=0, top=max(1.0, ax.get_ylim()[1]))  # all-zero queues: 0..1 logs
     locator = AutoDateLocator()
     bottom.xaxis.set_major_locator(locator)
     bottom.xaxis.set_major_formatter(ConciseDateFormatter(locator))
