@@ -17,13 +17,13 @@ file and the dates are computed again without it, at most `MAX_RETRIES` times.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -99,10 +99,27 @@ def _discover(
     return good, skipped, len(listing.files)
 
 
+def _within_dates(dates: tuple[date, ...]) -> Column:
+    """`time` falls on one of `dates` (UTC): a few ranges of timestamps, which Parquet's row
+    group statistics can answer, rather than a date string formatted per sample."""
+    ranges: list[list[date]] = []
+    for d in sorted(dates):
+        if ranges and ranges[-1][1] + timedelta(days=1) == d:
+            ranges[-1][1] = d
+        else:
+            ranges.append([d, d])
+    cond = F.lit(False)
+    for first, last in ranges:
+        low = datetime.combine(first, time(), UTC)
+        high = datetime.combine(last + timedelta(days=1), time(), UTC)
+        cond = cond | ((F.col("time") >= F.lit(low)) & (F.col("time") < F.lit(high)))
+    return cond
+
+
 def _samples(spark: SparkSession, options: AggregateOptions, plan: Plan) -> DataFrame:
     paths = [str(options.input / f.path) for f in plan.read]
     df = spark.read.schema(SPARK_SCHEMA).parquet(*paths)
-    df = df.where(F.date_format("time", "yyyy-MM-dd").isin([d.isoformat() for d in plan.dates]))
+    df = df.where(_within_dates(plan.dates))
     if options.since is not None:
         df = df.where(F.col("time") >= F.lit(options.since))
     if options.until is not None:
@@ -129,7 +146,7 @@ def _run_spark(
     windowed = with_window(_samples(spark, options, plan), options.window_s)
     dates = [d.isoformat() for d in plan.dates]
     progress.say("[3/5] copies: per copy and window, then the worst copy per site")
-    _write(copy_windows(windowed), options.output / "copies")
+    _write(copy_windows(windowed, options.window_s), options.output / "copies")
     # The sites come from the copy windows just written (only the dates of this run): no
     # second pass over the samples, and no cache to hold.
     copies = spark.read.parquet(str(options.output / "copies")).where(F.col("date").isin(dates))

@@ -44,7 +44,7 @@ def test_copy_windows_figures(spark):
         row(at[1], "mbx1", role="Active", status="Dismounted"),
         row(T0 + timedelta(minutes=1), "mbx1", role="Active", cq=1),
     ]
-    got = copy_windows(with_window(frame(spark, rows), 60))
+    got = copy_windows(with_window(frame(spark, rows), 60), 60)
     expected = [
         _copy_row(copy="mbx2", site="redmond", samples=4, **_q("copy", 4.0, 6, 6),
                   **_q("replay", 4 / 3, 3, 3), healthy_fraction=0.5, reachable_fraction=0.75,
@@ -66,7 +66,7 @@ def test_site_worst_picks_the_highest_copy_queue(spark):
         row(T0, "mbx2", database="DB2", cq=7, rq=5),  # tie on max: DB1 before DB2
         row(T0, "mbx3", cq=3),
     ]
-    worst = site_worst(copy_windows(with_window(frame(spark, rows), 60)))
+    worst = site_worst(copy_windows(with_window(frame(spark, rows), 60), 60))
     got = worst.select("site", "copies_in_site", "database", "copy", "copy_queue_length_max")
     assertDataFrameEqual(
         got,
@@ -89,7 +89,8 @@ def test_constraint_fractions_equal_the_guarantee_rules(spark):
 def test_windows_are_utc_and_partitioned_by_date(spark):
     late = datetime.fromisoformat("2026-11-22T23:59:59+00:00")
     rows = [row(late, "mbx2"), row(late + timedelta(seconds=2), "mbx2")]
-    got = with_window(frame(spark, rows), 3600).select("date", "window_start").distinct()
+    windows = copy_windows(with_window(frame(spark, rows), 3600), 3600)
+    got = windows.select("date", "window_start")
     assertDataFrameEqual(
         got,
         [Row(date="2026-11-22", window_start=datetime(2026, 11, 22, 23)),
