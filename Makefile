@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-fast test-slow lint demo bench system-deps clean proto
+.PHONY: test test-fast test-slow lint demo bench bench-spark system-deps demo-deps clean proto
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -14,19 +14,29 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# Debian packages the tests use: prometheus (promtool checks metric names), etcd-server
-# (the etcd cluster store's tests run a real etcd) and faketime (clock-skew tests run node
-# processes under libfaketime). Installed only when missing.
-SYSTEM_PACKAGES := promtool:prometheus etcd:etcd-server faketime:faketime
+# Debian packages, each as command:package, installed only when the command is missing.
+# The tests use prometheus (promtool checks metric names), etcd-server (the etcd cluster
+# store's tests run a real etcd), faketime (clock-skew tests run node processes under
+# libfaketime), a Java runtime (pyspark starts a JVM: spark_metrics) and chromium (the
+# report's browser test). The demo needs only Java, for its Spark step.
+SYSTEM_PACKAGES := promtool:prometheus etcd:etcd-server faketime:faketime java:openjdk-17-jre-headless chromium:chromium
+DEMO_PACKAGES := java:openjdk-17-jre-headless
 
-system-deps:
-	@missing=""; for pair in $(SYSTEM_PACKAGES); do \
+define install_missing
+	@missing=""; for pair in $(1); do \
 	  command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null) \
 	  || echo "warning: could not install$$missing; the tests that need them will fail"; \
 	fi
+endef
+
+system-deps:
+	$(call install_missing,$(SYSTEM_PACKAGES))
+
+demo-deps:
+	$(call install_missing,$(DEMO_PACKAGES))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -41,11 +51,14 @@ test-fast: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -m slow
 
-demo: $(STAMP)
+demo: $(STAMP) demo-deps
 	$(BIN)/python -m replication_node.demo
 
 bench: $(STAMP)
 	$(BIN)/python bench/log_write.py
+
+bench-spark: $(STAMP) demo-deps
+	$(BIN)/python bench/spark_history.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache

@@ -1,7 +1,8 @@
 """Queue-length history: every poll's copy samples, written as Parquet for `spark_metrics`.
 
 Layout: `history_dir/date=YYYY-MM-DD/hour=HH/part-<YYYYmmddTHHMMSS>-<uuid>.parquet`, one row
-per configured copy per poll, columns in `SCHEMA`. Each file is written whole to a hidden temp
+per configured copy per poll, columns in `SCHEMA` (`dag_common.history_schema`, which the
+reader, `spark_metrics`, imports too). Each file is written whole to a hidden temp
 name (`.part-….tmp`, which Spark and pyarrow datasets skip), fsync'd, renamed, and its
 directory fsync'd, so a reader never sees half a file.
 
@@ -27,30 +28,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dag_common.durable import atomic_write, fsync_dir
+from dag_common.history_schema import SCHEMA
 from guarantee_api.errors import HistoryWriteError
 from guarantee_api.policy import CopySnapshot
 
 logger = logging.getLogger(__name__)
 
-SCHEMA = pa.schema(
-    [
-        ("time", pa.timestamp("us", tz="UTC")),
-        ("database", pa.string()),
-        ("copy", pa.string()),  # the node holding the copy
-        ("site", pa.string()),
-        ("role", pa.string()),  # Active | Passive; null if the copy's node did not report it
-        ("status", pa.string()),  # Healthy, Mounted, ...; null if not fresh
-        ("reachable", pa.bool_()),  # false: unreachable node, stale or unreported status
-        ("copy_queue_length", pa.int64()),
-        ("replay_queue_length", pa.int64()),
-        ("last_log_replayed", pa.int64()),
-        ("last_replayed_log_time", pa.timestamp("us", tz="UTC")),
-    ]
-)
-
 
 def sample_rows(at: datetime, copies: list[CopySnapshot]) -> list[dict[str, object]]:
-    """One row per copy for a poll at `at`."""
+    """One row per copy for a poll at `at`: the fresh report's fields, or nulls and why not."""
     rows = []
     for c in copies:
         r = c.report if c.fresh else None
@@ -67,6 +53,14 @@ def sample_rows(at: datetime, copies: list[CopySnapshot]) -> list[dict[str, obje
                 "replay_queue_length": r.replay_queue_length if r else None,
                 "last_log_replayed": r.last_log_replayed if r else None,
                 "last_replayed_log_time": r.last_replayed_log_time if r else None,
+                "last_log_generated": r.last_log_generated if r else None,
+                "last_log_inspected": r.last_log_inspected if r else None,
+                "last_inspected_log_time": r.last_inspected_log_time if r else None,
+                "replay_lag_time_s": r.replay_lag_time.total_seconds() if r else None,
+                "epoch": r.epoch if r else None,
+                "error": r.error if r else None,
+                "last_known_role": str(c.report.role) if c.report else None,
+                "problem": None if c.fresh else (c.problem or "no report"),
             }
         )
     return rows
