@@ -86,3 +86,62 @@ async def test_a_full_disk_dismounts_the_active_and_it_remounts_with_every_ackno
         await cluster.wait_for("the passive copy to hold every acknowledged item", copied)
     finally:
         await cluster.close()
+
+
+async def test_with_on_active_failure_failover_the_best_copy_takes_over(tmp_path, small_disk):
+    cluster = LocalCluster(
+        tmp_path,
+        nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
+        databases=[
+            {
+                "name": "DB1",
+                "copies": [
+                    {"node": "mbx1", "activation_preference": 1},
+                    {"node": "mbx2", "activation_preference": 2},
+                    {"node": "mbx3", "activation_preference": 3},
+                ],
+            }
+        ],
+        defaults={
+            "failover_after": "2s",
+            "auto_database_mount_dial": "BestAvailability",
+            "on_active_failure": "Failover",
+        },
+    )
+    await cluster.start()
+    try:
+        db = "/v1/databases/DB1"
+        await cluster.ok("PUT", "mbx1", f"{db}/mailboxes/alice")
+        for node in ("mbx2", "mbx3"):
+            await cluster.wait_status(node, "DB1", "Healthy")
+        shipped: set[str] = set()
+        for n in range(2000):
+            item = {"item_id": f"i{n}", "subject": f"s{n}", "body": "x" * 4000}
+            status, _ = await cluster.call("POST", "mbx1", f"{db}/mailboxes/alice/items", json=item)
+            if status != 201:
+                break
+            if n % 20 == 19:  # what a roll closed before the disk filled is shipped
+                status, _ = await cluster.call("POST", "mbx1", f"{db}/roll-log")
+                if status != 200:
+                    break
+                shipped |= {f"i{k}" for k in range(n - 19, n + 1)}
+        assert status == 503, "the 3 MiB disk never filled"
+        await cluster.wait_status("mbx1", "DB1", "Failed")
+
+        async def mounted_elsewhere() -> bool:
+            for node in ("mbx2", "mbx3"):
+                copy = (await cluster.status(node))["DB1"]
+                if copy["role"] == "Active" and copy["status"] == "Mounted":
+                    return True
+            return False
+
+        await cluster.wait_for("automatic failover to the best copy", mounted_elsewhere)
+        roles = {n: (await cluster.status(n))["DB1"]["role"] for n in ("mbx2", "mbx3")}
+        new = next(n for n, role in roles.items() if role == "Active")
+        held = set(await cluster.items(new, "DB1", "alice"))
+        assert shipped <= held, "a log closed and shipped before the failure was lost"
+        log = cluster.log("mbx2") + cluster.log("mbx3")
+        assert "mounted on" in log and "log(s) lost" in log
+        assert "re-mounted" not in cluster.log("mbx1"), "Failover does not re-mount in place"
+    finally:
+        await cluster.close()
