@@ -37,6 +37,7 @@ class FailoverMonitor:
         node: str,
         config: Callable[[], ClusterConfig],
         passive_copies: Callable[[], dict[str, PassiveCopy]],
+        following: Callable[[str], str | None],
         cluster_store: ClusterStore,
         session: aiohttp.ClientSession,
         token: str,
@@ -46,6 +47,7 @@ class FailoverMonitor:
         self._node = node
         self._config = config
         self._passive_copies = passive_copies
+        self._following = following  # the active node a passive copy of `database` follows
         self._cluster_store = cluster_store
         self._session = session
         self._token = token
@@ -89,6 +91,16 @@ class FailoverMonitor:
         record = await self._cluster_store.active(database)
         if record is None or record.node == self._node:
             return f"{database}: no active to replace"
+        following = self._following(database)
+        if record.node != following:
+            # Another copy was activated since this one lost its active: the lost one is
+            # replaced already.  The new active may still be mounting; this copy follows it
+            # at its next reconcile, and only a loss of *that* active, for failover_after,
+            # is a reason to fail over again.
+            return (
+                f"{database}: {following} was lost and {record.node} is active now (epoch "
+                f"{record.epoch}); this copy follows it, no failover"
+            )
         nodes = [c.node for c in config.database(database).copies]
         statuses = await asyncio.gather(
             *(node_status(self._session, config.node(n).url, self._token) for n in nodes)

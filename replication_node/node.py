@@ -95,6 +95,7 @@ class Node:
             passive_copies=lambda: {
                 db: i for db, i in self._instances.items() if not isinstance(i, ActiveInstance)
             },
+            following=lambda db: self._specs[db].active_node if db in self._specs else None,
             cluster_store=self.cluster_store,
             session=self._session,
             token=self.token,

@@ -142,6 +142,9 @@ async def test_with_on_active_failure_failover_the_best_copy_takes_over(tmp_path
         assert shipped <= held, "a log closed and shipped before the failure was lost"
         log = cluster.log("mbx2") + cluster.log("mbx3")
         assert "mounted on" in log and "log(s) lost" in log
+        # One failover, not a second one over the new active while it was still mounting.
+        assert log.count(": activated on ") == 1, log
+        assert (await cluster.status(new))["DB1"]["epoch"] == 2
         assert "re-mounted" not in cluster.log("mbx1"), "Failover does not re-mount in place"
     finally:
         await cluster.close()
