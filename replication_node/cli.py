@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 from pathlib import Path
 
@@ -88,6 +90,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     except KeyboardInterrupt:
+        return ExitCode.FAILED
+    except BrokenPipeError:  # the reader went away (`status | head -1`)
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing more can be written
+        return ExitCode.FAILED
+    except Exception as exc:  # a bug: one line, never a traceback
+        logging.getLogger(__name__).debug("unexpected error", exc_info=True)
+        print(f"error: unexpected {type(exc).__name__}: {exc} (a bug)", file=sys.stderr)
         return ExitCode.FAILED
 
 

@@ -176,9 +176,11 @@ async def fetch_statuses(config: ClusterConfig, token: str) -> dict[str, NodeSta
                     if resp.status != 200:
                         out[name] = f"HTTP {resp.status}"
                         return
-                    out[name] = NodeStatus.model_validate(await resp.json())
-            except (aiohttp.ClientError, TimeoutError) as exc:
+                    out[name] = NodeStatus.model_validate_json(await resp.read())
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 out[name] = f"unreachable: {exc.__class__.__name__}"
+            except ValueError:  # a body that is not a node's status (pydantic's error too)
+                out[name] = "answered with something that is not a node status"
 
         await asyncio.gather(*(one(n.name, n.url) for n in config.nodes))
     return out
@@ -301,13 +303,22 @@ async def _admin(
 ) -> tuple[int, Any]:
     token = load_token(config)
     conn = aiohttp.TCPConnector(ssl=_client_ssl(config))
-    async with (
-        aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=600), connector=conn, headers=bearer(token)
-        ) as s,
-        s.post(f"{url}{path}", json=body) as resp,
-    ):
-        return resp.status, await resp.json()
+    try:
+        async with (
+            aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=600), connector=conn, headers=bearer(token)
+            ) as s,
+            s.post(f"{url}{path}", json=body) as resp,
+        ):
+            status, raw = resp.status, await resp.read()
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        return 599, {"error": f"{url} cannot be reached: {exc.__class__.__name__}: {exc}"}
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        # An error page or a cut answer (a proxy, a crashing node): a failed call, said so.
+        text = raw[:200].decode("utf-8", "replace").strip() or "an empty body"
+        return max(status, 500), {"error": f"HTTP {status} with a body that is not JSON: {text!r}"}
 
 
 def cmd_db_admin(args: argparse.Namespace) -> int:
