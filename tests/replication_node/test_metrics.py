@@ -127,7 +127,9 @@ async def test_a_passive_copy_counts_what_it_copies_recopies_and_replays(share, 
     assert value(found, "replication_inspection_failures_total", **db) == 1
     assert value(found, "replication_recopies_total", **db) == 1
     copied = value(found, "replication_generations_copied_total", **db)
-    assert copied == last + 1, "every generation once, the damaged one twice"
+    # every generation at least once, the damaged one again (and, in a window fetched
+    # ahead of it, those after it)
+    assert copied >= last + 1
     sizes = sum(share.closed_file(g).stat().st_size for g in range(1, last + 1))
     assert value(found, "replication_copied_bytes_total", **db) > sizes
     assert value(found, "replication_generations_replayed_total", **db) == last
