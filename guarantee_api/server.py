@@ -40,6 +40,10 @@ from replication_node.cluster_store import ClusterStore, open_cluster_store
 logger = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["DataGuarantee"].full_name
+# A health "service" that is SERVING from start to shutdown whatever the cluster does: for a
+# liveness probe (Kubernetes' native gRPC probe), which must not restart a replica because
+# no node can be polled ("" and SERVICE_NAME say NOT_SERVING then: the readiness probe).
+LIVENESS = "liveness"
 _EXEMPT = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 _METRICS_KEY = web.AppKey("metrics", Metrics)
 _SERVICE_KEY: web.AppKey[GuaranteeService] = web.AppKey("service")
@@ -132,6 +136,7 @@ class GuaranteeService:
         )  # fmt: skip
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self.health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
         if self._tls:
             creds = grpc.ssl_server_credentials(
                 [(self._tls.key.read_bytes(), self._tls.cert.read_bytes())]

@@ -26,6 +26,7 @@ from dag_common.durations import parse_duration
 from dag_common.errors import ConfigError
 from dag_common.model import ExitCode
 from mrs_client.errors import MoveError, MoveRejected
+from mrs_client.metrics import MoveMetricsFile
 from mrs_client.policy import MoveSettings, MoveState
 from mrs_client.progress import Progress
 from mrs_client.requests_store import MoveRecord, MoveRequestStore
@@ -71,8 +72,21 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
 
     token = load_token(config)
     requests = MoveRequestStore(requests_path(config, args.requests_db))
+    clock = SystemClock()
+    textfile: MoveMetricsFile | None = None
+    if args.metrics_textfile:
+        path = Path(args.metrics_textfile)
+        if not path.parent.is_dir():
+            raise MoveRejected(f"--metrics-textfile: no directory {path.parent}")
+        textfile = MoveMetricsFile(path, answers=requests.answers, clock=clock)
     directory = open_cluster_store(config)
     progress = Progress()
+
+    def report(record: MoveRecord, line: str) -> None:
+        progress(record, line)
+        if textfile is not None:
+            textfile(record, line)
+
     ssl = config.tls.client_context() if config.tls else None
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl)) as session:
         guarantee = GrpcGuaranteeClient.from_config(config, token=token)
@@ -82,10 +96,10 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
             guarantee=guarantee,
             directory=directory,
             databases={d.name for d in config.databases},
-            clock=SystemClock(),
+            clock=clock,
             settings=settings_from(args, config),
             caller_id=args.caller_id,
-            progress=progress,
+            progress=report,
         )
         try:
             if move_id is None:
@@ -100,6 +114,8 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
             final = await mover.run(move_id)
         finally:
             progress.close()
+            if textfile is not None:
+                textfile.write(requests.get(move_id) if move_id else None)
             await guarantee.close()
             directory.close()
     print(f"move {final.id}: {final.state}" + (f": {final.failure}" if final.failure else ""))
@@ -218,6 +234,12 @@ def build_parser() -> argparse.ArgumentParser:
         ):
             p.add_argument("--" + name.replace("_", "-"), dest=name, default=None)
         p.add_argument("--sync-batch", type=int, default=None, help="items per write")
+        p.add_argument(
+            "--metrics-textfile",
+            default=None,
+            metavar="FILE.prom",
+            help="keep the move's counters in this node_exporter textfile (one file per move)",
+        )
         # bench/move.py's same-run comparison only: skips the digest comparison before step
         # 8 (epochs are still checked).  Never for a real move, so not in --help.
         p.add_argument(

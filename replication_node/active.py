@@ -35,6 +35,7 @@ from replication_node.logstream import (
     ClosedGeneration,
     Committed,
     LogStream,
+    RollCause,
     StreamEvent,
     finish_interrupted_roll,
 )
@@ -205,9 +206,9 @@ class ActiveCopy:
         ceiling = self._change_number + self.stream.log_file_size
         return await self._publish_open_log(generation, ceiling)
 
-    async def roll(self, *, force: bool = False) -> int | None:
+    async def roll(self, *, force: bool = False, cause: RollCause = RollCause.DEMAND) -> int | None:
         """Close the open log now (the mover's roll); the generation closed, if any."""
-        return await self.stream.roll(force=force)
+        return await self.stream.roll(force=force, cause=cause)
 
     def _on_event(self, event: StreamEvent) -> None:
         if isinstance(event, Transaction):
@@ -258,7 +259,7 @@ class ActiveCopy:
 
     async def dismount(self) -> DatabaseHeader:
         """Clean shutdown: close the open log, write everything, mark the file clean."""
-        await self.stream.roll()
+        await self.stream.roll(cause=RollCause.DISMOUNT)
         await self.stream.close()
         if self._flush_tasks:
             await asyncio.gather(*self._flush_tasks)

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dag_common.clock import Clock
 from dag_common.config import ActiveFailurePolicy
@@ -32,11 +33,15 @@ from replication_node.interfaces import LogShareInfo, SeedInfo
 from replication_node.logstream import (
     ClosedGeneration,
     LogStream,
+    RollCause,
     StreamEvent,
     list_closed_generations,
 )
 from replication_node.store import MailboxStore
 from replication_node.truncation import CopyProgress, active_truncation_limit, delete_through
+
+if TYPE_CHECKING:
+    from replication_node.metrics import NodeMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +69,7 @@ class ActiveInstance:
         circular_logging: bool = True,
         truncation_interval: float = 5.0,
         on_failure: ActiveFailurePolicy = ActiveFailurePolicy.REMOUNT,
+        metrics: NodeMetrics | None = None,
     ) -> None:
         self.database = database
         self.node = node
@@ -93,6 +99,8 @@ class ActiveInstance:
         self._mount_tasks: list[asyncio.Task[None]] = []  # the idle roller and the watch
         self.dismounted_by_operator = False
         self._quiesce_epoch = 0  # which quiesce a pending automatic unquiesce belongs to
+        self._stream_metrics = metrics.stream(database) if metrics else None
+        self._truncated = metrics.truncated(database) if metrics else None
 
     async def start(self) -> None:
         """Mount the database (creating it the first time) and start serving."""
@@ -129,6 +137,7 @@ class ActiveInstance:
         # No generation above the waypoint (a clean mount): the file knows its last log's time.
         self.last_close_time = self.copy.last_closed_time or self.copy.header.last_log_time
         self.store = MailboxStore(self.copy, epoch=self.epoch)
+        self.copy.stream.set_metrics(self._stream_metrics)
         self.copy.stream.add_listener(self._on_event)
         stream = self.copy.stream
         self._mount_tasks = [
@@ -309,7 +318,7 @@ class ActiveInstance:
                 self._unquiesce_after(hold, self._quiesce_epoch), name=f"quiesce {self.database}"
             )
         )
-        await self.copy.roll()
+        await self.copy.roll(cause=RollCause.SWITCHOVER)
         logger.info(
             "%s: writes stopped for a switchover to %s at generation %d",
             self.database,
@@ -399,6 +408,8 @@ class ActiveInstance:
         )
         if limit > self.truncated_through:
             deleted = await asyncio.to_thread(delete_through, self.paths.logs, limit)
+            if deleted and self._truncated is not None:
+                self._truncated.inc(len(deleted))
             if deleted:
                 logger.info(
                     "%s: truncated %d generation(s) through %d (checkpoint %d, copies %s)",

@@ -49,7 +49,9 @@ def ensure_token_file(config: ClusterConfig) -> None:
 # ---- serve ---------------------------------------------------------------------------------
 
 
-async def _serve(config_path: Path, node_name: str, refresh: float) -> int:
+async def _serve(
+    config_path: Path, node_name: str, refresh: float, listen_host: str | None = None
+) -> int:
     from replication_node.cluster_store import open_cluster_store
     from replication_node.node import Node, build_app
 
@@ -73,7 +75,10 @@ async def _serve(config_path: Path, node_name: str, refresh: float) -> int:
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     ssl_ctx = config.tls.server_context() if config.tls else None
-    site = web.TCPSite(runner, node_config.host, node_config.port, ssl_context=ssl_ctx)
+    # The url's host by default; a pod binds every address (`--listen-host 0.0.0.0`), since
+    # its url names a DNS record that points at it only once it runs.
+    host = listen_host or node_config.host
+    site = web.TCPSite(runner, host, node_config.port, ssl_context=ssl_ctx)
     await node.start()
     await site.start()
     print(f"node {node_name} listening on {node_config.url}", flush=True)
@@ -93,7 +98,12 @@ async def _serve(config_path: Path, node_name: str, refresh: float) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     _setup_logging(args.verbose)
     return asyncio.run(
-        _serve(Path(args.config), args.node, parse_duration(args.config_refresh).total_seconds())
+        _serve(
+            Path(args.config),
+            args.node,
+            parse_duration(args.config_refresh).total_seconds(),
+            args.listen_host,
+        )
     )
 
 
@@ -386,6 +396,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     serve.add_argument("--config", required=True)
     serve.add_argument("--node", required=True)
     serve.add_argument("--config-refresh", default="30s", help="configupdater period")
+    serve.add_argument(
+        "--listen-host",
+        default=None,
+        help="address to bind (default: the host of the node's url; 0.0.0.0 in a container)",
+    )
     serve.add_argument("-v", "--verbose", action="store_true")
     serve.set_defaults(func=cmd_serve)
 

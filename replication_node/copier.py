@@ -32,6 +32,7 @@ import os
 import uuid
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from dag_common.clock import Clock
 from dag_common.durable import fsync_dir
@@ -47,6 +48,9 @@ from replication_node.inspector import InspectedLog, OutOfDateLog, inspect_gener
 from replication_node.interfaces import LogShareInfo, LogSource
 from replication_node.logfile import OPEN_LOG_NAME, LogHeader, anchor_header, closed_log_name
 from replication_node.markers import Markers
+
+if TYPE_CHECKING:
+    from replication_node.metrics import CopyMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +76,7 @@ class Copier:
         max_inspection_failures: int = 3,
         retry_interval: float = 1.0,
         window: int = 8,
+        metrics: CopyMetrics | None = None,
     ) -> None:
         self._source = source
         self._paths = paths
@@ -85,6 +90,7 @@ class Copier:
         self._max_failures = max_inspection_failures
         self._retry = retry_interval
         self._window = window
+        self._metrics = metrics
         self.failures: dict[int, int] = {}
         self._active_epoch = 0  # the epoch of the active whose share this copier reads
         self._prev: LogHeader | None = anchor_header(paths.logs, markers.last_log_inspected)
@@ -193,6 +199,8 @@ class Copier:
             try:
                 for generation, fetch in zip(generations, fetches, strict=True):
                     data = await fetch
+                    if self._metrics is not None:
+                        self._metrics.copied(len(data))
                     try:
                         staged.append(await asyncio.to_thread(self._stage, generation, data))
                     except InspectionFailed as exc:
@@ -278,6 +286,8 @@ class Copier:
             self._max_failures,
             exc,
         )
+        if self._metrics is not None:
+            self._metrics.inspection_failed(recopy=count < self._max_failures)
         if count >= self._max_failures:
             raise CopyFailed(f"generation {generation} failed inspection {count} times: {exc}")
         await self._clock.sleep(self._retry / 4)

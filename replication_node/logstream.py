@@ -41,8 +41,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dag_common.clock import Clock
 from dag_common.durable import fsync_dir
@@ -66,6 +67,9 @@ from replication_node.logfile import (
     encode_record,
     encode_transaction,
 )
+
+if TYPE_CHECKING:
+    from replication_node.metrics import StreamMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +95,16 @@ class Committed:
     commit_time: datetime
 
 
+class RollCause(StrEnum):
+    """Why a generation was closed (the log roll metric's `cause`)."""
+
+    SIZE = "size"  # the open log reached log_file_size
+    DEMAND = "demand"  # roll-log (the mover's final sync, an operator)
+    IDLE = "idle"  # the idle roller: records waiting longer than 15 min / llr_depth
+    SWITCHOVER = "switchover"  # the active quiesced for a switchover
+    DISMOUNT = "dismount"  # a clean dismount
+
+
 @dataclass(slots=True)
 class _Pending:
     data: bytes | None  # None: a roll request; b"": stop the writer
@@ -98,6 +112,8 @@ class _Pending:
     force: bool
     future: asyncio.Future[Any]
     ops: list[dict[str, Any]] | None = None
+    queued: float = 0.0  # monotonic time the commit was queued (commit latency)
+    cause: RollCause = RollCause.DEMAND  # a roll request's cause
 
 
 StreamEvent = Transaction | ClosedGeneration
@@ -159,6 +175,7 @@ class LogStream:
         # for a record that lands after the roll, never earlier than the roll's creation time.
         self._last_time = header.creation_time
         self.announcements = 0
+        self._metrics: StreamMetrics | None = None
 
     # ---- opening -------------------------------------------------------------------------
 
@@ -254,6 +271,10 @@ class LogStream:
     def log_file_size(self) -> int:
         return self._header.log_file_size
 
+    def set_metrics(self, metrics: StreamMetrics | None) -> None:
+        """Count group commits, fsyncs and rolls into `metrics` (once per batch, per fsync)."""
+        self._metrics = metrics
+
     def set_announcer(self, announce: Announcer) -> None:
         """Announce each generation's first commit through `announce` (before it starts)."""
         self._announce = announce
@@ -288,21 +309,23 @@ class LogStream:
                 f"transaction of {len(data)} bytes does not fit in a "
                 f"{self._header.log_file_size}-byte log file"
             )
-        return await self._submit(_Pending(data, commit_time, False, self._future(), ops))
+        pending = _Pending(data, commit_time, False, self._future(), ops, self._clock.monotonic())
+        return await self._submit(pending)
 
-    async def roll(self, *, force: bool = False) -> int | None:
+    async def roll(self, *, force: bool = False, cause: RollCause = RollCause.DEMAND) -> int | None:
         """Close the open log now. Without `force`, only a log holding records is closed.
 
         Returns the generation closed, or None if there was nothing to close.
         """
-        return await self._submit(_Pending(None, self._clock.now(), force, self._future()))
+        pending = _Pending(None, self._clock.now(), force, self._future(), cause=cause)
+        return await self._submit(pending)
 
     async def run_idle_roller(self, interval: float) -> None:
         """Every `interval` seconds, close the open log if it holds records (the seeds' roll)."""
         while not self._closed:
             await self._clock.sleep(interval)
             if self._records:
-                generation = await self.roll()
+                generation = await self.roll(cause=RollCause.IDLE)
                 if generation is not None:
                     logger.info("idle log roll closed generation %d", generation)
 
@@ -374,6 +397,11 @@ class LogStream:
                 if p.data == b"" and not p.future.done():
                     p.future.set_result(None)
             self._acked = (self._header.generation, self._records)
+            if self._metrics is not None:
+                commits = [p for p in work if p.data is not None]
+                if commits:  # once per group commit, never per record
+                    wait = self._clock.monotonic() - min(p.queued for p in commits)
+                    self._metrics.group_commit(len(commits), wait)
             if stop:
                 return
 
@@ -472,7 +500,7 @@ class LogStream:
             if p.data is None:
                 if self._records or p.force:
                     flush()
-                    closed = self._roll()
+                    closed = self._roll(p.cause)
                     events.append(closed)
                     results.append(closed.generation)
                 else:
@@ -480,7 +508,7 @@ class LogStream:
                 continue
             if self._offset + len(p.data) + _CLOSE_SIZE > size and self._records:
                 flush()
-                events.append(self._roll())
+                events.append(self._roll(RollCause.SIZE))
             lsn = Lsn(generation=self._header.generation, offset=self._offset)
             touched = lsn.generation
             buf += p.data
@@ -490,18 +518,26 @@ class LogStream:
             events.append(Transaction(lsn.generation, lsn.offset, p.commit_time, p.ops or []))
         flush()
         if self._offset + _CLOSE_SIZE + _ROLL_SLACK > size and self._records:
-            events.append(self._roll())
+            events.append(self._roll(RollCause.SIZE))
         elif any(p.data is not None for p in work):
-            os.fsync(self._fd)
-            self.fsyncs += 1
+            self._fsync()
         return results, events, touched
 
-    def _roll(self) -> ClosedGeneration:
+    def _fsync(self) -> None:
+        """fsync the open log (worker thread), timed when metrics are on."""
+        if self._metrics is None:
+            os.fsync(self._fd)
+        else:
+            start = self._clock.monotonic()
+            os.fsync(self._fd)
+            self._metrics.fsync.observe(self._clock.monotonic() - start)
+        self.fsyncs += 1
+
+    def _roll(self, cause: RollCause) -> ClosedGeneration:
         """Close E00.log as its generation and open the next one (worker thread)."""
         close_time = self._last_time = max(self._clock.now(), self._last_time)
         write_all(self._fd, encode_record(RecordType.CLOSE, close_time))
-        os.fsync(self._fd)
-        self.fsyncs += 1
+        self._fsync()
         os.close(self._fd)
         closed = self._header
         os.replace(self.log_dir / OPEN_LOG_NAME, self.log_dir / closed_log_name(closed.generation))
@@ -517,6 +553,8 @@ class LogStream:
         self._fd = _create_open_log(self.log_dir, self._header)
         self._offset = HEADER_SIZE
         self._records = 0
+        if self._metrics is not None:
+            self._metrics.roll(cause)
         return ClosedGeneration(closed.generation, closed.creation_time, close_time)
 
 

@@ -33,6 +33,7 @@ from replication_node.cluster_store import ClusterStore
 from replication_node.errors import BadRequest, NotFound
 from replication_node.interfaces import PassiveSettings
 from replication_node.manager import InstanceSpec, desired_spec, plan_instances
+from replication_node.metrics import NodeMetrics, NodeStatusCollector, add_metrics_route
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class Node:
         cluster_store: ClusterStore,
         config_path: Path | None = None,
         config_refresh: float = 30.0,
+        metrics: NodeMetrics | None = None,
     ) -> None:
         self.config = config
         self.name = name
@@ -68,6 +70,17 @@ class Node:
         # Last progress heard from each passive copy: (database, node) -> CopyProgress.
         self._progress: dict[tuple[str, str], Any] = {}
         self.unexpected_errors = 0  # HTTP requests that failed on a bug (the API's 500s)
+        self.metrics = metrics or NodeMetrics(name)
+        self.metrics.watch(
+            NodeStatusCollector(
+                cluster=lambda: self.config.cluster,
+                status=self.status,
+                configured_copies=lambda: {
+                    db.name: len(db.copies) for db in self.config.databases_on(self.name)
+                },
+                unexpected_errors=lambda: self.unexpected_errors,
+            )
+        )
 
     @property
     def data_dir(self) -> Path:
@@ -176,6 +189,7 @@ class Node:
                 peer_progress=lambda db=spec.database: self.peer_progress(db),
                 circular_logging=self.config.defaults.circular_logging,
                 on_failure=self.config.defaults.on_active_failure,
+                metrics=self.metrics,
             )
         else:
             from replication_node.logshare import HttpLogSource
@@ -197,6 +211,7 @@ class Node:
                     spec.active_url, spec.database, session=self._session, token=self.token
                 ),
                 clock=self._clock,
+                metrics=self.metrics,
             )
         self._instances[spec.database] = instance
         self._specs[spec.database] = spec
@@ -362,6 +377,7 @@ def build_app(node: Node) -> web.Application:
     )
     app[api.NODE] = node
     api.add_routes(app)
+    add_metrics_route(app, node.metrics)
 
     def lookup(database: str) -> Any:
         instance = node.instance(database)

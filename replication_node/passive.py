@@ -22,6 +22,7 @@ import logging
 import os
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dag_common.clock import Clock
 from dag_common.durable import atomic_write, fsync_dir
@@ -46,6 +47,9 @@ from replication_node.scrub import Scrubber, scrub_file
 from replication_node.seeder import seed_copy
 from replication_node.truncation import delete_through, passive_truncation_limit
 
+if TYPE_CHECKING:
+    from replication_node.metrics import NodeMetrics
+
 logger = logging.getLogger(__name__)
 
 _STATE_FILE = "copy-state.json"
@@ -65,6 +69,7 @@ class PassiveCopy:
         clock: Clock,
         retry_interval: float = 1.0,
         failed_retry: float = 10.0,
+        metrics: NodeMetrics | None = None,
     ) -> None:
         self.settings = settings
         self.paths = paths
@@ -82,6 +87,7 @@ class PassiveCopy:
         self._corrupt = False  # the file failed a check: no reads until a reseed
         self.scrubber: Scrubber | None = None  # the running pipeline's background scrub
         self.error: str | None = None
+        self._metrics = metrics.copy(settings.database) if metrics else None
 
     @property
     def database(self) -> str:
@@ -216,6 +222,7 @@ class PassiveCopy:
             rejoining=rejoining,
             max_inspection_failures=self.settings.max_inspection_failures,
             retry_interval=self._retry,
+            metrics=self._metrics,
         )
         replayer = Replayer(
             db=self._db,
@@ -225,6 +232,7 @@ class PassiveCopy:
             clock=self._clock,
             wakeup=inspected,
             after_replay=self._truncate,
+            metrics=self._metrics,
         )
         tasks = [asyncio.create_task(copier.run()), asyncio.create_task(replayer.run())]
         if self.settings.scrub_interval is not None:
@@ -333,6 +341,8 @@ class PassiveCopy:
         )
         if limit and min(m.copied_times, default=limit + 1) <= limit:
             deleted = delete_through(self.paths.logs, limit)
+            if deleted and self._metrics is not None:
+                self._metrics.truncated.inc(len(deleted))
             for gen in [g for g in m.copied_times if g <= limit]:
                 del m.copied_times[gen]
             if deleted:

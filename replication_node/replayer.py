@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dag_common.clock import Clock
 from replication_node.database import Database, Transaction
@@ -34,6 +35,9 @@ from replication_node.logfile import (
 )
 from replication_node.markers import Markers
 from replication_node.recovery import transactions_of
+
+if TYPE_CHECKING:
+    from replication_node.metrics import CopyMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +114,7 @@ class Replayer:
         wakeup: asyncio.Event,
         after_replay: Callable[[], None],
         max_batch: int = 16,
+        metrics: CopyMetrics | None = None,
     ) -> None:
         self._db = db
         self._log_dir = log_dir
@@ -119,6 +124,7 @@ class Replayer:
         self._wakeup = wakeup
         self._after_replay = after_replay
         self._max_batch = max_batch
+        self._metrics = metrics
         # The last replayed generation's header anchors the chain check of the next one;
         # after a seed it is not here, and the log signature check stands alone for one step.
         self._prev = anchor_header(log_dir, markers.last_log_replayed)
@@ -152,6 +158,7 @@ class Replayer:
 
     async def _replay(self, generations: list[int]) -> None:
         m = self._markers
+        started = self._clock.monotonic()
         batch = await asyncio.to_thread(
             read_batch,
             self._log_dir,
@@ -172,6 +179,8 @@ class Replayer:
         self._prev = batch.last_header
         m.last_log_replayed = header.waypoint
         m.last_replayed_log_time = batch.close_time
+        if self._metrics is not None:
+            self._metrics.replayed(len(generations), self._clock.monotonic() - started)
         logger.debug(
             "replayed generations %d-%d (%d transactions)",
             generations[0],

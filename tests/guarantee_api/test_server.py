@@ -16,7 +16,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from dag_common.clock import ManualClock
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
-from guarantee_api.server import SERVICE_NAME, GuaranteeService, TlsFiles
+from guarantee_api.server import LIVENESS, SERVICE_NAME, GuaranteeService, TlsFiles
 from tests.guarantee_api.conftest import AUTH, TOKEN, start_service
 from tests.guarantee_api.helpers import cluster_config
 from tests.guarantee_api.test_service import ask, health_req
@@ -59,6 +59,18 @@ async def test_not_serving_while_no_node_can_be_reached(running, nodes):
     nodes.nodes["mbx3"].http_error = None
     await running.next_round()
     assert await check_health(running.channel) == SERVING
+
+
+async def test_liveness_stays_serving_while_no_node_can_be_reached(running, nodes):
+    """The chart's liveness probe asks LIVENESS: a replica that cannot see the cluster is
+    not ready, but restarting it would not help."""
+    for node in nodes.nodes.values():
+        node.http_error = 503
+    await running.next_round()
+    assert await check_health(running.channel) == NOT_SERVING
+    assert await check_health(running.channel, LIVENESS) == SERVING
+    await running.service.health.enter_graceful_shutdown()
+    assert await check_health(running.channel, LIVENESS) == NOT_SERVING
 
 
 async def test_graceful_shutdown_reports_not_serving_first(running):

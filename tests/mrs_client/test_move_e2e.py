@@ -315,3 +315,34 @@ async def test_a_primary_mailbox_and_its_archive_move_together(env):
         assert not (await cluster.ok("GET", "mbx2", f"/v1/databases/DB2/mailboxes/{name}"))[
             "locked"
         ]
+
+
+async def test_a_move_leaves_its_counters_in_a_node_exporter_textfile(env, tmp_path):
+    from tests.mrs_client.test_metrics import promtool_check, scrape_value
+
+    cluster = env
+    source = await seed_mailbox(cluster)
+    prom = tmp_path / "textfile" / "mrs-alice.prom"
+    args = ["move", "--mailbox", "alice", "--to", "DB2", "--metrics-textfile", str(prom)]
+    refused = await asyncio.to_thread(mrs, cluster, *args, *FAST)
+    assert refused.returncode == 2 and "no directory" in refused.stderr
+    prom.parent.mkdir()
+    result = await asyncio.to_thread(mrs, cluster, *args, *FAST)
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = prom.read_text()
+    promtool_check(text)
+    (move_id,) = {line.split('move_id="')[1].split('"')[0] for line in text.splitlines()
+                  if line.startswith("mrs_move_step{")}  # fmt: skip
+    move = {"move_id": move_id}
+    assert scrape_value(text, "mrs_move_state", **move, state="Completed") == 1
+    assert scrape_value(text, "mrs_move_state", **move, state="InProgress") == 0
+    assert scrape_value(text, "mrs_move_steps_done", **move) == 10
+    assert scrape_value(text, "mrs_move_items_copied_total", **move) >= len(source)
+    assert scrape_value(text, "mrs_move_copied_bytes_total", **move) > 0
+    satisfied = scrape_value(
+        text, "mrs_guarantee_answers_total", **move, method="CheckReplicationFlush",
+        status="Satisfied",
+    )  # fmt: skip
+    assert satisfied >= 1
+    assert scrape_value(text, "mrs_move_last_update_timestamp_seconds", **move) > time.time() - 300
+    assert not list(prom.parent.glob("*.prom.*")), "no temp file left beside it"

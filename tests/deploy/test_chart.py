@@ -1,0 +1,304 @@
+"""The Helm chart, with a real helm 4 (`make helm`): lint --strict and template for the default
+values and the ci/ value sets, every rendered manifest validated offline against the
+Kubernetes schemas (kubernetes-validate --strict), the rendered cluster config accepted by
+the project's own config model, and values.schema.json refusing bad values."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dag_common.config import parse_config
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "dag-replication"
+VALUE_SETS = ["default", "production-values.yaml", "minimal-values.yaml"]
+# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and helm 4's own.
+KUBERNETES = ["1.27", "1.35"]
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    binary = Path(os.environ.get("HELM", ROOT / ".cache" / "helm" / "helm"))
+    assert binary.is_file(), f"no helm at {binary}: run `make helm` (make test does)"
+    result = subprocess.run([str(binary), *args], capture_output=True, text=True, check=False)
+    if check:
+        assert result.returncode == 0, f"helm {' '.join(args)}:\n{result.stdout}{result.stderr}"
+    return result
+
+
+def values_args(value_set: str) -> list[str]:
+    return [] if value_set == "default" else ["-f", str(CHART / "ci" / value_set)]
+
+
+def render(value_set: str) -> str:
+    return helm(
+        "template", "dag", str(CHART), "--namespace", "mail", *values_args(value_set)
+    ).stdout
+
+
+def documents(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict[str, Any]]]:
+    return {v: documents(render(v)) for v in VALUE_SETS}
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_lint_strict(value_set):
+    helm("lint", "--strict", str(CHART), *values_args(value_set))
+
+
+def test_rendered_manifests_pass_the_kubernetes_schemas_strictly(tmp_path):
+    files = []
+    for value_set in VALUE_SETS:
+        path = tmp_path / f"{value_set}.yaml"
+        path.write_text(render(value_set))
+        files.append(str(path))
+    validate = Path(sys.executable).with_name("kubernetes-validate")
+    for version in KUBERNETES:
+        result = subprocess.run(
+            [str(validate), "--strict", "--quiet", "-k", version, *files],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        out = result.stdout + result.stderr
+        assert result.returncode == 0 and "ERROR" not in out, out
+        # Only the Prometheus Operator's kinds have no schema here (checked below instead).
+        missing = set(re.findall(r"Couldn't find schema for kind (\w+)", out))
+        assert missing <= {"ServiceMonitor", "PrometheusRule"}, out
+
+
+def test_what_each_value_set_deploys(rendered):
+    kinds = {v: sorted({d["kind"] for d in docs}) for v, docs in rendered.items()}
+    base = {"ConfigMap", "Deployment", "PodDisruptionBudget", "Service", "StatefulSet"}
+    assert set(kinds["default"]) == base | {
+        "CronJob", "NetworkPolicy", "PersistentVolumeClaim", "Secret"
+    }  # fmt: skip
+    assert set(kinds["production-values.yaml"]) == base | {
+        "CronJob", "NetworkPolicy", "PersistentVolumeClaim", "PrometheusRule", "ServiceMonitor"
+    }, "etcd: no store volume; an existing token: no Secret"  # fmt: skip
+    assert set(kinds["minimal-values.yaml"]) == base | {"PersistentVolumeClaim", "Secret"}
+    assert len(by_kind(rendered["minimal-values.yaml"], "PodDisruptionBudget")) == 1, (
+        "no PDB for a single guarantee API replica (it would block every drain)"
+    )
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_every_resource_carries_the_standard_labels(rendered, value_set):
+    for doc in rendered[value_set]:
+        labels = doc["metadata"]["labels"]
+        for key in ("name", "instance", "version", "component", "managed-by", "part-of"):
+            assert f"app.kubernetes.io/{key}" in labels, (doc["kind"], key)
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_the_cluster_config_is_one_the_nodes_accept_and_names_the_pods(rendered, value_set):
+    docs = rendered[value_set]
+    (configmap,) = by_kind(docs, "ConfigMap")[:1]
+    service = next(d for d in by_kind(docs, "Service") if d["spec"].get("clusterIP") == "None")[
+        "metadata"
+    ]["name"]
+    pods = {
+        f"{s['metadata']['name']}-{i}"
+        for s in by_kind(docs, "StatefulSet")
+        for i in range(s["spec"]["replicas"])
+    }
+    for key in ("cluster.yaml", "guarantee.yaml"):
+        config = parse_config(yaml.safe_load(configmap["data"][key]), base_dir=Path("/"))
+        assert {n.name for n in config.nodes} == pods
+        for node in config.nodes:
+            assert node.url == f"http://{node.name}.{service}.mail.svc.cluster.local:7100"
+        for db in config.databases:
+            assert {c.node for c in db.copies} <= pods
+    client = parse_config(yaml.safe_load(configmap["data"]["cluster.yaml"]), base_dir=Path("/"))
+    server = parse_config(yaml.safe_load(configmap["data"]["guarantee.yaml"]), base_dir=Path("/"))
+    assert client.guarantee_api.listen.endswith(".mail.svc.cluster.local:7200"), "what mrs dials"
+    assert server.guarantee_api.listen == "0.0.0.0:7200", "what the service binds"
+
+
+def test_sites_are_zones_and_nodes_never_share_a_host(rendered):
+    sets = {
+        s["metadata"]["name"]: s for s in by_kind(rendered["production-values.yaml"], "StatefulSet")
+    }
+    assert set(sets) == {"dag-redmond", "dag-dublin", "dag-sydney"}
+    for name, zone in (("dag-redmond", "us-west-2a"), ("dag-dublin", "eu-west-1a")):
+        spec = sets[name]["spec"]
+        assert spec["serviceName"] == "dag-nodes" and spec["volumeClaimTemplates"]
+        affinity = spec["template"]["spec"]["affinity"]
+        (term,) = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ]
+        assert term["matchExpressions"][0]["values"] == [zone]
+        anti = affinity["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert anti[0]["topologyKey"] == "kubernetes.io/hostname"
+        spread = spec["template"]["spec"]["topologySpreadConstraints"]
+        assert {c["topologyKey"] for c in spread} == {
+            "topology.kubernetes.io/zone",
+            "kubernetes.io/hostname",
+        }
+    config = yaml.safe_load(
+        by_kind(rendered["production-values.yaml"], "ConfigMap")[0]["data"]["cluster.yaml"]
+    )
+    assert {n["site"] for n in config["nodes"]} == {"redmond", "dublin", "sydney"}
+    assert config["cluster_store"] == {
+        "kind": "etcd",
+        "endpoints": [
+            "http://etcd-0.etcd.dag.svc.cluster.local:2379",
+            "http://etcd-1.etcd.dag.svc.cluster.local:2379",
+        ],
+    }
+
+
+def test_guarantee_api_replicas_grpc_probes_and_metrics_port(rendered):
+    for value_set, replicas in (("default", 2), ("production-values.yaml", 3),
+                                ("minimal-values.yaml", 1)):  # fmt: skip
+        (deployment,) = by_kind(rendered[value_set], "Deployment")
+        assert deployment["spec"]["replicas"] == replicas, "guaranteeApi.replicas"
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["command"] == ["guarantee-api"]
+        assert container["readinessProbe"]["grpc"] == {"port": 7200}
+        assert container["livenessProbe"]["grpc"] == {"port": 7200, "service": "liveness"}
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert ports == {"grpc": 7200, "http-metrics": 7201}
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_pods_run_restricted(rendered, value_set):
+    for doc in rendered[value_set]:
+        if doc["kind"] not in ("StatefulSet", "Deployment", "CronJob"):
+            continue
+        if doc["kind"] == "CronJob":
+            spec = doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        else:
+            spec = doc["spec"]["template"]["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert spec["automountServiceAccountToken"] is False
+        for container in spec["containers"]:
+            sc = container["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["capabilities"]["drop"] == ["ALL"]
+            assert container["resources"]["requests"], "resources requested"
+            assert container["command"][0] in {"replication-node", "guarantee-api",
+                                                "spark-metrics"}  # fmt: skip
+
+
+def test_the_token_secret_is_generated_or_existing(rendered):
+    (secret,) = by_kind(rendered["default"], "Secret")
+    assert len(secret["data"]["token"]) >= 48
+    statefulset = by_kind(rendered["production-values.yaml"], "StatefulSet")[0]
+    env = statefulset["spec"]["template"]["spec"]["containers"][0]["env"]
+    token = next(e for e in env if e["name"] == "DG_AUTH_TOKEN")
+    assert token["valueFrom"]["secretKeyRef"] == {
+        "name": "dag-cluster-token",
+        "key": "cluster-token",
+    }
+
+
+def test_monitoring_resources_ship_the_tested_rules_and_dashboard(rendered):
+    docs = rendered["production-values.yaml"]
+    (rule,) = by_kind(docs, "PrometheusRule")
+    shipped = yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())
+    assert rule["spec"] == shipped, "the PrometheusRule is files/alerts.yaml, unchanged"
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    (monitor,) = by_kind(docs, "ServiceMonitor")
+    assert monitor["spec"]["jobLabel"] == "app.kubernetes.io/component"
+    assert {e["port"] for e in monitor["spec"]["endpoints"]} == {"http", "http-metrics"}
+    dashboard = next(
+        d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"] == "dag-dashboard"
+    )
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["dag-replication.json"])["uid"] == "dag-replication"
+    (cronjob,) = by_kind(docs, "CronJob")
+    args = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[0] == "aggregate" and args[-2:] == [
+        "--master", "spark://spark-master.spark.svc.cluster.local:7077"
+    ]  # fmt: skip
+
+
+def test_the_dashboard_queries_only_metrics_the_code_exports(tmp_path):
+    from tests.deploy.test_alerts import exported_names
+
+    dashboard = json.loads((CHART / "files" / "grafana" / "dag-replication.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 20
+    used = {
+        re.sub(r"_(bucket|sum|count)$", "", m)
+        for e in exprs
+        for m in re.findall(r"\b((?:replication|dataguarantee)_[a-z_]+)", e)
+    }
+    exported = {re.sub(r"_total$", "", n) for n in exported_names(tmp_path)}
+    missing = {re.sub(r"_total$", "", n) for n in used} - exported
+    assert not missing, sorted(missing)
+
+
+BAD_VALUES = {
+    "a string for a count": ({"guaranteeApi": {"replicas": "3"}}, "/guaranteeApi/replicas"),
+    "no replicas at all": ({"guaranteeApi": {"replicas": 0}}, "/guaranteeApi/replicas"),
+    "an unknown dial": (
+        {"config": {"defaults": {"auto_database_mount_dial": "MostlyLossless"}}},
+        "/config/defaults/auto_database_mount_dial",
+    ),
+    "an unknown constraint": (
+        {
+            "config": {
+                "databases": [
+                    {
+                        "name": "DB1",
+                        "data_move_replication_constraint": "ThirdCopy",
+                        "copies": [{"node": "site-a-0", "activation_preference": 1}],
+                    }
+                ]
+            }
+        },
+        "data_move_replication_constraint",
+    ),
+    "an unknown key": ({"guaranteeApi": {"replica": 2}}, "replica"),
+    "a field the config refuses": (
+        {"config": {"defaults": {"lease_ttl": "10s"}}},
+        "lease_ttl",
+    ),
+    "root": ({"podSecurityContext": {"runAsNonRoot": False}}, "/podSecurityContext/runAsNonRoot"),
+    "a bad duration": ({"config": {"defaults": {"failover_after": "soon"}}}, "failover_after"),
+    "a site that is not a DNS label": (
+        {"replicationNode": {"sites": [{"name": "Site_A", "replicas": 1}]}},
+        "/replicationNode/sites",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_VALUES)
+def test_values_schema_refuses_bad_values(case, tmp_path):
+    values, where = BAD_VALUES[case]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(values))
+    for command in (["template", "dag"], ["lint", "--strict"]):
+        result = helm(*command, str(CHART), "-f", str(path), check=False)
+        assert result.returncode != 0, f"helm {command[0]} accepted {case}"
+        assert where in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+def test_a_copy_on_no_node_is_refused_with_the_nodes_there_are(tmp_path):
+    path = tmp_path / "bad.yaml"
+    copies = [{"node": "site-c-0", "activation_preference": 1}]
+    path.write_text(yaml.safe_dump({"config": {"databases": [{"name": "DB1", "copies": copies}]}}))
+    result = helm("template", "dag", str(CHART), "-f", str(path), check=False)
+    assert result.returncode != 0
+    assert 'copy on "site-c-0", which is no node' in result.stderr
+    assert "site-a-0, site-a-1, site-b-0" in result.stderr
