@@ -92,6 +92,12 @@ class Node:
     # ---- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
+        if "lease_ttl" in self.config.defaults.model_fields_set:
+            logger.warning(
+                "defaults.lease_ttl is set, but leases are not built yet: an active cut off "
+                "from its peers keeps acknowledging writes until its next config refresh "
+                "sees another active (fencing is issue 12)"
+            )
         self.data_dir.mkdir(parents=True, exist_ok=True)
         tls = self.config.tls
         self._session = aiohttp.ClientSession(
