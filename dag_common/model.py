@@ -120,6 +120,10 @@ class CopyStatusReport(BaseModel):
     # The background scrub's last pass over the copy's file (every page checked by SQLite).
     last_scrub_time: datetime | None = None
     last_scrub_result: str | None = None
+    # Attempt Copy Last Logs: an active copy that is not mounted names the copy it holds its
+    # last logs for; a passive copy names the lost active whose last logs it waits for.
+    held_for: str | None = None
+    awaiting_last_logs_from: str | None = None
 
 
 class NodeStatus(BaseModel):

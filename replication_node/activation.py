@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import orjson
 
 from dag_common.auth import bearer
 from dag_common.clock import Clock
@@ -269,12 +270,16 @@ async def activate_copy(
 ) -> dict[str, Any]:
     """Make the copy of `database` on `node` active; Conflict (nothing changed) if it may not."""
     record = await _active_elsewhere(config, cluster_store, database, node)
-    nodes = [c.node for c in config.database(database).copies]
-    statuses = await asyncio.gather(
-        *(node_status(session, config.node(n).url, token) for n in nodes)
-    )
-    reports = {n: copy_in(s, database) for n, s in zip(nodes, statuses, strict=True)}
+    reports = await _reports(session, config, token, database)
     old_copy, copy = reports[record.node], reports[node]
+    last_logs = ""
+    if last_logs_to_copy(old_copy, copy):
+        # Attempt Copy Last Logs: the old active's node answers, its copy is not mounted
+        # (failed, dismounted, or back after a crash): whatever logs it still has, the
+        # closed ones and the open one, are copied before the loss is counted.
+        last_logs = await _copy_last_logs(session, config.node(node).url, token, database)
+        reports = await _reports(session, config, token, database)
+        old_copy, copy = reports[record.node], reports[node]
     # The store's LastLogGenerated is published just after each roll and may miss the last
     # one; any copy that was told of a later generation by the active's notifications knows
     # better.  The higher figure counts: lost logs are never underestimated from what is known.
@@ -293,8 +298,9 @@ async def activate_copy(
         active_reachable=old_copy is not None and old_copy.status is CopyStatus.MOUNTED,
         active_node=record.node,
     )
+    reason = f"{last_logs}; {decision.reason}" if last_logs else decision.reason
     if not decision.allowed:
-        message = f"cannot activate {database} on {node}: {decision.reason}"
+        message = f"cannot activate {database} on {node}: {reason}"
         if decision.lost_logs:
             raise MountRefused(
                 message,
@@ -320,7 +326,7 @@ async def activate_copy(
         node,
         won.epoch,
         record.node,
-        decision.reason,
+        reason,
     )
 
     await _reconcile_all(session, config, database, token)
@@ -332,8 +338,68 @@ async def activate_copy(
         "lost_logs": decision.lost_logs,
         "lost_open_log": decision.lost_open_log,
         "lost_commits_at_least": decision.lost_commits,
-        "reason": decision.reason,
+        "last_logs": last_logs or None,
+        "reason": reason,
     }
+
+
+def last_logs_to_copy(old: CopyStatusReport | None, copy: CopyStatusReport | None) -> bool:
+    """Whether the copy taking over should first copy the old active's last logs: the old
+    active's node answers, its copy is not mounted, and the copy could be mounted."""
+    return (
+        old is not None
+        and old.role is CopyRole.ACTIVE
+        and old.status is not CopyStatus.MOUNTED
+        and copy is not None
+        and copy.role is CopyRole.PASSIVE
+        and copy.status in MOUNTABLE
+    )
+
+
+async def _reports(
+    session: aiohttp.ClientSession, config: ClusterConfig, token: str, database: str
+) -> dict[str, CopyStatusReport | None]:
+    """Every copy of `database` as its node reports it now (None: no answer)."""
+    nodes = [c.node for c in config.database(database).copies]
+    statuses = await asyncio.gather(
+        *(node_status(session, config.node(n).url, token) for n in nodes)
+    )
+    return {n: copy_in(s, database) for n, s in zip(nodes, statuses, strict=True)}
+
+
+async def _copy_last_logs(
+    session: aiohttp.ClientSession, url: str, token: str, database: str
+) -> str:
+    """Ask the node of the copy taking over to copy the old active's last logs; what came
+    of it, in a sentence (a failure is said, and the loss is then counted without them)."""
+    try:
+        async with session.post(
+            f"{url}/v1/databases/{database}/copy-last-logs",
+            headers=bearer(token),
+            timeout=aiohttp.ClientTimeout(total=45),
+        ) as resp:
+            body = await resp.read()
+            status = resp.status
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return f"copying the last logs failed ({exc!r})"
+    try:
+        answer = orjson.loads(body)
+    except ValueError:
+        answer = None
+    if status != 200 or not isinstance(answer, dict):
+        if isinstance(answer, dict):
+            error = answer.get("error")
+        else:
+            error = body[:300].decode(errors="replace")
+        return f"copying the last logs failed (HTTP {status}: {error})"
+    kept = answer.get("open_log")
+    what = (
+        f"last logs copied from {answer.get('from')}: closed generations through "
+        f"{answer.get('closed_through')}"
+    )
+    if kept:
+        return what + f", and the open log E00.log as generation {kept['generation']}"
+    return what + " (its open log held no transaction)"
 
 
 async def _post(

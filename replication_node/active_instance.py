@@ -10,6 +10,17 @@ generation (what the log share can serve, what a switchover waits for), and
 LastLogGenerated for a log being written: what the status reports and what a copy would lose).
 The open log's first commit of each generation is announced to the cluster store, with the
 change-number ceiling, before it is acknowledged (`publish_open_log`).
+
+Attempt Copy Last Logs, the old active's half.  While this copy is not mounted (failed,
+dismounted, or just back after a crash), a copy about to take over asks it to hand over
+(`hand_over`): it then holds (`held_for`), mounting neither by itself nor by `db mount`, and
+its log share serves what is on its disk, the closed generations and the open log E00.log,
+so that the copy loses nothing this node still has.  The hold ends when the role moves (the
+node's reconcile stops this instance) or after `handover_hold` seconds (the copy did not
+take over: the node mounts again as configured).  A node coming back after a crash, whose
+E00.log holds transactions, holds by itself when a copy says it waits for its last logs
+(the seeds' Lossless: "should the original active appear, its log files will be copied"),
+instead of mounting its own copy.
 """
 
 from __future__ import annotations
@@ -28,8 +39,16 @@ from dag_common.durable import atomic_write
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
 from replication_node.active import ActiveCopy, CopyPaths
 from replication_node.cluster_store import ActiveRecord, ClusterStore
-from replication_node.errors import Deposed, RecoveryError
+from replication_node.errors import (
+    Conflict,
+    Deposed,
+    HeldForHandOver,
+    LogFormatError,
+    LogShareError,
+    RecoveryError,
+)
 from replication_node.interfaces import LogShareInfo, SeedInfo
+from replication_node.logfile import OPEN_LOG_NAME, closed_log_name, read_header, scan
 from replication_node.logstream import (
     ClosedGeneration,
     LogStream,
@@ -44,6 +63,9 @@ if TYPE_CHECKING:
     from replication_node.metrics import NodeMetrics
 
 logger = logging.getLogger(__name__)
+
+# How long a copy that is not mounted holds its last logs for the copy taking over.
+HANDOVER_HOLD = 60.0
 
 
 class ActiveInstance:
@@ -70,6 +92,8 @@ class ActiveInstance:
         truncation_interval: float = 5.0,
         on_failure: ActiveFailurePolicy = ActiveFailurePolicy.REMOUNT,
         metrics: NodeMetrics | None = None,
+        copy_awaiting_logs: Callable[[], Awaitable[str | None]] | None = None,
+        handover_hold: float = HANDOVER_HOLD,
     ) -> None:
         self.database = database
         self.node = node
@@ -101,18 +125,145 @@ class ActiveInstance:
         self._quiesce_epoch = 0  # which quiesce a pending automatic unquiesce belongs to
         self._stream_metrics = metrics.stream(database) if metrics else None
         self._truncated = metrics.truncated(database) if metrics else None
+        self._copy_awaiting_logs = copy_awaiting_logs
+        self._handover_hold = handover_hold
+        self.held_for: str | None = None  # the copy this one hands its last logs over to
+        self._held_until = 0.0
+        self._held_info: LogShareInfo | None = None
 
     async def start(self) -> None:
-        """Mount the database (creating it the first time) and start serving."""
-        await self._mount()
+        """Mount the database (creating it the first time) and start serving; or, back after
+        a crash with transactions in E00.log while a copy waits for them, hold them for it."""
+        waiting = await self._copy_waiting_for_last_logs()
+        if waiting is None:
+            await self._mount()
+        else:
+            self._hold(waiting)
+            logger.warning(
+                "%s: not mounted on %s: the copy on %s waits to mount it with this node's last "
+                "logs (the open log E00.log holds transactions); they are served to it for "
+                "%gs, after which this node mounts its own copy if the role has not moved",
+                self.database,
+                self.node,
+                waiting,
+                self._handover_hold,
+            )
+            self._tasks.append(
+                asyncio.create_task(self._remount_loop(), name=f"remount {self.database}")
+            )
         if self._peer_progress is not None:
             self._tasks.append(
                 asyncio.create_task(self._truncation_loop(), name=f"truncate {self.database}")
             )
 
+    async def _copy_waiting_for_last_logs(self) -> str | None:
+        """The copy that waits for this node's last logs, if E00.log holds transactions (after
+        a clean dismount or roll it holds none, and nothing is asked)."""
+        if self._copy_awaiting_logs is None:
+            return None
+        path = self.paths.logs / OPEN_LOG_NAME
+        try:
+            data = await asyncio.to_thread(path.read_bytes)
+            if not scan(data).transactions:
+                return None
+        except (OSError, LogFormatError):
+            return None  # no open log to hand over (crash recovery says what it finds)
+        return await self._copy_awaiting_logs()
+
+    # ---- Attempt Copy Last Logs: the old active's half -----------------------------------
+
+    def _hold(self, to: str) -> None:
+        self.held_for = to
+        self._held_until = self._clock.monotonic() + self._handover_hold
+        self._held_info = None
+
+    def holding(self) -> bool:
+        """Whether the last logs are held for a copy taking over (the hold not yet ended)."""
+        if self.held_for is not None and self._clock.monotonic() >= self._held_until:
+            logger.warning(
+                "%s: the copy on %s did not take over within %gs; the hand-over ends",
+                self.database,
+                self.held_for,
+                self._handover_hold,
+            )
+            self.held_for, self._held_info = None, None
+        return self.held_for is not None
+
+    async def hand_over(self, to: str) -> LogShareInfo:
+        """Hold the last logs for the copy on `to`, which is taking over: what is on disk.
+        Conflict while mounted (a running active is moved by a switchover)."""
+        if self.copy is not None:
+            raise Conflict(
+                f"{self.database} is mounted on {self.node}: a running active is moved by a "
+                "switchover, not taken over"
+            )
+        again = self.holding() and self.held_for == to
+        self._hold(to)
+        try:
+            info = await asyncio.to_thread(self._last_logs_on_disk)
+        except (OSError, LogFormatError) as exc:
+            self.held_for = None
+            raise LogShareError(
+                f"{self.database}: cannot read the logs on {self.node}: {exc}"
+            ) from exc
+        self._held_info = info
+        async with self._closed_cond:
+            self._closed_cond.notify_all()
+        if again:
+            return info
+        logger.warning(
+            "%s: handing over to %s: closed generations %d-%d and the open log (generation %d, "
+            "%d transaction(s)) are served to it; this node does not mount for %gs",
+            self.database,
+            to,
+            info.first_generation,
+            info.last_generation,
+            info.open_generation,
+            info.open_commits,
+            self._handover_hold,
+        )
+        return info
+
+    def _last_logs_on_disk(self) -> LogShareInfo:
+        """The log share's info from the files alone (the stream is not open)."""
+        logs = self.paths.logs
+        gens = list_closed_generations_safe(logs)
+        open_path = logs / OPEN_LOG_NAME
+        open_generation, open_commits = (gens[-1] + 1 if gens else 1), 0
+        if open_path.exists():
+            result = scan(open_path.read_bytes())
+            header = result.header
+            open_generation, open_commits = header.generation, len(result.transactions)
+        elif gens:
+            header = read_header(logs / closed_log_name(gens[-1]))
+        else:
+            raise LogShareError(f"{self.database}: no log on {self.node} to hand over")
+        return LogShareInfo(
+            database=self.database,
+            database_signature=str(header.database_signature),
+            log_signature=str(header.log_signature),
+            first_generation=gens[0] if gens else 0,
+            last_generation=gens[-1] if gens else 0,
+            open_generation=open_generation,
+            epoch=self.epoch,
+            open_commits=open_commits,
+            mounted=False,
+        )
+
+    def open_log_path(self) -> Path | None:
+        """E00.log, while it is held for the copy taking over (never while mounted)."""
+        if self.copy is not None or not self.holding():
+            return None
+        return self.paths.logs / OPEN_LOG_NAME
+
     async def _mount(self) -> None:
         """Open the files from disk (crash recovery) and serve; the first mount and every
         re-mount after a failure go this way, never reusing a failed stream's memory."""
+        if self.holding():
+            raise HeldForHandOver(
+                f"{self.database} is not mounted on {self.node}: its last logs are held for "
+                f"the copy on {self.held_for}, which is taking over"
+            )
         create = not self.paths.database.exists() and not list_closed_generations_safe(
             self.paths.logs
         )
@@ -198,12 +349,15 @@ class ActiveInstance:
         """Re-mount with backoff until it works, while this node is still the active."""
         failed, delay = self.error, first_delay
         while self.copy is None:
-            await self._clock.sleep(delay)
+            held = self._held_until - self._clock.monotonic() if self.holding() else 0.0
+            await self._clock.sleep(max(delay, held))
             try:
                 await self.mount_again()
             except Deposed as exc:
-                self.error = f"{failed}; not re-mounted: {exc}"
+                self.error = f"{failed}; not re-mounted: {exc}" if failed else None
                 return
+            except HeldForHandOver:
+                continue
             except Exception as exc:
                 delay = min(delay * 2, max_delay)
                 self.error = f"{failed}; re-mount failed ({exc}); next try in {delay:g}s"
@@ -223,7 +377,11 @@ class ActiveInstance:
         await self._mount()
         self.error = None
         self.dismounted_by_operator = False
-        logger.warning("%s re-mounted through crash recovery (it was: %s)", self.database, failed)
+        logger.warning(
+            "%s re-mounted through crash recovery (it was: %s)",
+            self.database,
+            failed or "not mounted, its last logs held for a copy that did not take over",
+        )
         return True
 
     async def dismount(self) -> bool:
@@ -449,7 +607,10 @@ class ActiveInstance:
         return self.copy.stream.generation if self.open_commits else self.last_log_generated
 
     def share_info(self) -> LogShareInfo:
-        assert self.copy is not None
+        if self.copy is None:
+            if self._held_info is None:
+                self._held_info = self._last_logs_on_disk()
+            return self._held_info
         gens = list_closed_generations(self.paths.logs)
         header = self.copy.header
         return LogShareInfo(
@@ -477,7 +638,8 @@ class ActiveInstance:
         return self.last_log_generated
 
     async def seed_to(self, dest: Path) -> SeedInfo:
-        assert self.copy is not None
+        if self.copy is None:
+            raise LogShareError(f"{self.database} is not mounted on {self.node}: no seed")
         header = await asyncio.to_thread(self.copy.db.backup_to, dest)
         return SeedInfo(
             database_signature=str(header.database_signature),
@@ -489,6 +651,7 @@ class ActiveInstance:
 
     def status(self) -> CopyStatusReport:
         generated = self.last_log_generated
+        held = self._held_info if self.copy is None and self.holding() else None
         return CopyStatusReport(
             database=self.database,
             node=self.node,
@@ -504,8 +667,8 @@ class ActiveInstance:
             activation_preference=self.activation_preference,
             # The seeds' LastLogGenerated counts the log being written once it holds an
             # acknowledged commit; the other markers are closed generations.
-            last_log_generated=self.generated_at_risk,
-            open_commits=self.open_commits,
+            last_log_generated=held.generated_at_risk if held else self.generated_at_risk,
+            open_commits=held.open_commits if held else self.open_commits,
             last_log_copy_notified=generated,
             last_log_copied=generated,
             last_log_inspected=generated,
@@ -514,6 +677,7 @@ class ActiveInstance:
             last_replayed_log_time=self.last_close_time,
             error=self.error,
             epoch=self.epoch,
+            held_for=self.held_for if self.copy is None and self.holding() else None,
         )
 
 

@@ -7,6 +7,7 @@ status codes (here and nowhere else).  The log share routes live in `logshare.py
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import re
@@ -19,6 +20,7 @@ from replication_node.active_instance import ActiveInstance
 from replication_node.api_models import (
     ActivateIn,
     FolderIn,
+    HandOverIn,
     ItemIn,
     ItemsIn,
     MailboxIn,
@@ -93,7 +95,8 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
     except MountRefused as exc:
         return json_error(409, str(exc), **exc.details)
     except StoreError as exc:
-        return json_error(_STATUS.get(type(exc), 400), str(exc))
+        status = next((code for kind, code in _STATUS.items() if isinstance(exc, kind)), 400)
+        return json_error(status, str(exc))
     except (DatabaseError, ReplicationError) as exc:
         logger.error("%s %s failed: %s", request.method, request.path, exc)
         return json_error(503, str(exc))
@@ -379,6 +382,27 @@ async def dismount(request: web.Request) -> web.Response:
     return web.json_response({"database": instance.database, "mounted": False, "was_mounted": done})
 
 
+async def hand_over(request: web.Request) -> web.Response:
+    """Attempt Copy Last Logs, on the old active's node: hold the last logs for the copy
+    taking over and say what is on disk (the log share's info)."""
+    body = parse(HandOverIn, await _body(request))
+    node, name = request.app[NODE], request.match_info["db"]
+    try:
+        others = {c.node for c in node.config.database(name).copies} - {node.name}
+    except KeyError:
+        raise NotFound(f"no database {name!r}") from None
+    if body.to not in others:
+        raise BadRequest(f"to: {body.to!r} holds no other copy of {name}")
+    info = await _active_here(request).hand_over(body.to)
+    return web.json_response(dataclasses.asdict(info))
+
+
+async def copy_last_logs(request: web.Request) -> web.Response:
+    """Attempt Copy Last Logs, on the node of the copy taking over: copy every closed
+    generation and the open log from its active, which is not mounted."""
+    return web.json_response(await request.app[NODE].copy_last_logs(request.match_info["db"]))
+
+
 async def unquiesce(request: web.Request) -> web.Response:
     node = request.app[NODE]
     instance = node.instance(request.match_info["db"])
@@ -410,4 +434,6 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(prefix + "/unquiesce", unquiesce)
     app.router.add_post(prefix + "/mount", mount)
     app.router.add_post(prefix + "/dismount", dismount)
+    app.router.add_post(prefix + "/hand-over", hand_over)
+    app.router.add_post(prefix + "/copy-last-logs", copy_last_logs)
     app.router.add_post("/v1/reconcile", reconcile)

@@ -98,6 +98,12 @@ class TargetIn(_Body):
     target: Name
 
 
+class HandOverIn(_Body):
+    """POST …/hand-over: the node of the copy taking over."""
+
+    to: Name
+
+
 M = TypeVar("M", bound=BaseModel)
 
 

@@ -42,11 +42,18 @@ from replication_node.errors import (
     Diverged,
     GenerationGone,
     InspectionFailed,
+    LogFormatError,
     LogShareError,
 )
 from replication_node.inspector import InspectedLog, OutOfDateLog, inspect_generation
 from replication_node.interfaces import LogShareInfo, LogSource
-from replication_node.logfile import OPEN_LOG_NAME, LogHeader, anchor_header, closed_log_name
+from replication_node.logfile import (
+    OPEN_LOG_NAME,
+    LogHeader,
+    anchor_header,
+    closed_log_name,
+    seal_open_log,
+)
 from replication_node.markers import Markers
 
 if TYPE_CHECKING:
@@ -94,6 +101,8 @@ class Copier:
         self.failures: dict[int, int] = {}
         self._active_epoch = 0  # the epoch of the active whose share this copier reads
         self._prev: LogHeader | None = anchor_header(paths.logs, markers.last_log_inspected)
+        # One copying at a time: the run loop's, or a copy of the last logs (`copy_open_log`).
+        self._copying = asyncio.Lock()
 
     async def run(self) -> None:
         m = self._markers
@@ -179,8 +188,13 @@ class Copier:
                 f"({self._log_signature}); reseed the copy"
             )
         m = self._markers
-        m.connected = True
-        m.disconnected_since = None
+        # An active that is not mounted (it serves its last logs to a copy taking over) is
+        # not reached: the copy stays disconnected from it, for failover.
+        m.connected = info.mounted
+        if info.mounted:
+            m.disconnected_since = None
+        elif m.disconnected_since is None:
+            m.disconnected_since = self._clock.monotonic()
         m.last_log_generated = max(m.last_log_generated, info.last_generation)
         m.last_log_copy_notified = max(m.last_log_copy_notified, info.last_generation)
         m.source_first_generation = info.first_generation
@@ -189,6 +203,45 @@ class Copier:
 
     async def _copy_through(self, last: int) -> None:
         """Copy and inspect every generation up to `last`, in order, a window at a time."""
+        async with self._copying:
+            await self._copy_window_by_window(last)
+
+    async def copy_open_log(self, data: bytes) -> InspectedLog | None:
+        """Attempt Copy Last Logs, the last step: keep the lost active's open log `data` as
+        the generation it stands for (its valid records, sealed with a CLOSE record),
+        inspected like any copied generation (signatures, the creation-time chain, an
+        E00.log of this copy's own).  None if it holds no transaction.  It must be the
+        generation after LastLogInspected: the closed ones before it are copied first."""
+        try:
+            sealed = seal_open_log(data)
+        except LogFormatError as exc:
+            raise InspectionFailed(f"the active's open log: {exc}") from exc
+        if sealed is None:
+            return None
+        sealed_data, result = sealed
+        generation = result.header.generation
+        async with self._copying:
+            m = self._markers
+            if generation != m.last_log_inspected + 1:
+                raise InspectionFailed(
+                    f"the active's open log is generation {generation}, but this copy has "
+                    f"inspected through {m.last_log_inspected}: the closed generations "
+                    "between must be copied first"
+                )
+            m.last_log_generated = max(m.last_log_generated, generation)
+            inspected = await asyncio.to_thread(self._stage, generation, sealed_data)
+            m.last_log_copied = max(m.last_log_copied, generation)
+            await self._commit([inspected])
+        logger.warning(
+            "%s: kept the lost active's open log as generation %d (%d transaction(s)%s)",
+            self._paths.name,
+            generation,
+            len(result.transactions),
+            f"; a torn tail left out: {result.tail_error}" if result.tail_error else "",
+        )
+        return inspected
+
+    async def _copy_window_by_window(self, last: int) -> None:
         m = self._markers
         while m.last_log_inspected < last:
             first = m.last_log_inspected + 1

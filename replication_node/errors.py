@@ -124,3 +124,8 @@ class BadRequest(StoreError):
 
 class TransactionTooLarge(StoreError):
     """A transaction larger than fits in one log generation."""
+
+
+class HeldForHandOver(Conflict):
+    """The active copy is not mounted, and holds its last logs for the copy taking over
+    (Attempt Copy Last Logs): it does not mount until that is done or the hold ends."""

@@ -22,7 +22,7 @@ from dag_common.config import ClusterConfig
 from dag_common.model import CopyStatus
 from replication_node.activation import MOUNTABLE, activate_copy, best_copy, copy_in, node_status
 from replication_node.cluster_store import ClusterStore
-from replication_node.errors import ReplicationError
+from replication_node.errors import MountRefused, ReplicationError
 from replication_node.passive import PassiveCopy
 
 logger = logging.getLogger(__name__)
@@ -82,7 +82,10 @@ class FailoverMonitor:
             if copy.status().status not in MOUNTABLE:
                 continue  # suspended, failed or seeding: not a copy to mount
             since = copy.markers.disconnected_since
-            if since is None or self._clock.monotonic() - since < after.total_seconds():
+            if since is None:
+                copy.awaiting_last_logs_from = None  # its active is back and mounted
+                continue
+            if self._clock.monotonic() - since < after.total_seconds():
                 continue
             decisions.append(await self._consider(config, database))
         return decisions
@@ -109,13 +112,22 @@ class FailoverMonitor:
         old = reports.get(record.node)
         if old is not None and old.status is CopyStatus.MOUNTED:
             return f"{database}: the active on {record.node} answers its peers; no failover"
-        if old is not None and old.status is CopyStatus.DISMOUNTED:
+        if old is not None and old.status is CopyStatus.DISMOUNTED and old.held_for is None:
             # An operator's dismount is maintenance, not a failure (Exchange does not fail
             # over an administrative dismount either); `db mount` or an activation ends it.
+            # A copy back after a crash that holds its last logs for a copy is not that.
             return f"{database}: dismounted on {record.node} by an operator; no failover"
+        copy = self._passive_copies().get(database)
+        lost = (
+            f"{record.node} is lost"
+            if old is None
+            else f"the active on {record.node} is {old.status}"
+        )
         chosen, why = best_copy([r for r in reports.values() if r is not None])
         if chosen != self._node:
-            return f"{database}: {record.node} is lost; {why}: not this node's to mount"
+            if copy is not None:
+                copy.awaiting_last_logs_from = None
+            return f"{database}: {lost}; {why}: not this node's to mount"
         try:
             result = await activate_copy(
                 config=config,
@@ -125,9 +137,17 @@ class FailoverMonitor:
                 database=database,
                 node=self._node,
             )
+        except MountRefused as exc:
+            # Too much would be lost: wait for the lost active's last logs.  Said in this
+            # copy's status, so that its node, coming back, holds them for this copy.
+            if copy is not None:
+                copy.awaiting_last_logs_from = record.node if old is None else None
+            return f"{database}: {lost}; not mounted here: {exc}"
         except ReplicationError as exc:
-            return f"{database}: {record.node} is lost; not mounted here: {exc}"
+            return f"{database}: {lost}; not mounted here: {exc}"
+        if copy is not None:
+            copy.awaiting_last_logs_from = None
         return (
-            f"{database}: {record.node} is lost; mounted on {self._node} at epoch "
+            f"{database}: {lost}; mounted on {self._node} at epoch "
             f"{result['epoch']}: {result['reason']}"
         )

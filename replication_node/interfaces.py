@@ -28,6 +28,9 @@ class LogShareInfo:
     open_generation: int  # generation of E00.log
     epoch: int = 0  # the stream incarnation: the epoch of the active writing it (0: unknown)
     open_commits: int = 0  # acknowledged commits in E00.log (it is LastLogGenerated if > 0)
+    # False: the active is not mounted and serves its last logs to the copy taking over
+    # (Attempt Copy Last Logs); a copy does not count it as reached for failover.
+    mounted: bool = True
 
     @property
     def generated_at_risk(self) -> int:
@@ -64,6 +67,10 @@ class LogShareSource(Protocol):
         """Write a consistent copy of the database file to `dest`."""
         ...
 
+    def open_log_path(self) -> Path | None:
+        """The open log E00.log, only while it is held for the copy taking over."""
+        ...
+
 
 class LogSource(Protocol):
     """A passive copy's view of its active's log share (over HTTP in production)."""
@@ -82,6 +89,14 @@ class LogSource(Protocol):
 
     async def seed(self, dest: Path) -> SeedInfo:
         """Stream a consistent copy of the database file into `dest`."""
+        ...
+
+    async def hand_over(self, to: str) -> LogShareInfo:
+        """Ask the active, not mounted, to hold its last logs for the copy on `to`."""
+        ...
+
+    async def fetch_open_log(self) -> bytes:
+        """The bytes of the open log E00.log the active holds for this copy."""
         ...
 
 

@@ -325,3 +325,23 @@ def verify_closed(data: bytes, expected_generation: int | None = None) -> ScanRe
             f"generation {result.header.generation} has no CLOSE record (truncated?)"
         )
     return result
+
+
+def seal_open_log(data: bytes) -> tuple[bytes, ScanResult] | None:
+    """The closed generation an open log E00.log stands for: its header and every valid
+    record, then a CLOSE record at the last record's commit time.  None if it holds no
+    transaction (a header alone: nothing to keep).
+
+    This is how a copy taking over keeps a lost active's open log (Attempt Copy Last Logs):
+    the records past the first invalid one are a torn tail the active never acknowledged
+    (it acknowledges only after the fsync), so they are left out.  The result is exactly
+    the open log's valid bytes plus one record, so the old active's own E00.log is a prefix
+    of it, which is what lets that node rejoin as a passive copy without a reseed."""
+    result = scan(data)
+    if not result.transactions:
+        return None
+    if result.closed:  # a roll cut by a crash after its CLOSE record: closed already
+        return bytes(data[: result.valid_end]), result
+    close_time = result.records[-1].commit_time
+    sealed = bytes(data[: result.valid_end]) + encode_record(RecordType.CLOSE, close_time)
+    return sealed, result

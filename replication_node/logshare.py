@@ -12,10 +12,14 @@ Routes (GET only; every one needs the cluster token, checked by the node's middl
                                                 `heartbeat` seconds
     /v1/databases/{db}/logs/{E0000000A.log}     the bytes of one closed generation
     /v1/databases/{db}/seed                     a consistent copy of the database file
+    /v1/databases/{db}/open-log                 the bytes of the open log E00.log, only while
+                                                it is held for the copy taking over (409
+                                                otherwise): Attempt Copy Last Logs
 
 A name that is not a closed generation's name is refused (400) before any file is touched,
-so no path can leave the log directory; the open log E00.log is never served.  Only the
-active copy shares; any other answer is 404.
+so no path can leave the log directory; the open log is served only by `open-log`, never
+while it is being written.  Only the active copy shares (mounted, or not mounted and holding
+its last logs for the copy taking over); any other answer is 404.
 
 `HttpLogSource` is the passive side.  It translates every transport failure into
 `LogShareError` (`GenerationGone` for a generation the active no longer has), and checks
@@ -78,6 +82,7 @@ def add_log_share_routes(
     app.router.add_get(prefix + "/logs/notifications", _notifications)
     app.router.add_get(prefix + "/logs/{name}", _generation)
     app.router.add_get(prefix + "/seed", _seed)
+    app.router.add_get(prefix + "/open-log", _open_log)
 
 
 def _source(request: web.Request) -> LogShareSource:
@@ -123,6 +128,27 @@ async def _generation(request: web.Request) -> web.StreamResponse:
         )
     # Closed generations never change; a truncation that unlinks the file while it is
     # being sent does not cut the transfer (the open descriptor keeps the data).
+    return web.FileResponse(path, headers={"Content-Type": "application/octet-stream"})
+
+
+async def _open_log(request: web.Request) -> web.StreamResponse:
+    path = _source(request).open_log_path()
+    if path is None:
+        raise web.HTTPConflict(
+            text=orjson.dumps(
+                {
+                    "error": "the open log is served only while the active is not mounted and "
+                    "holds it for the copy taking over (POST .../hand-over)"
+                }
+            ).decode(),
+            content_type="application/json",
+        )
+    if not path.is_file():
+        raise web.HTTPNotFound(
+            text=orjson.dumps({"error": "there is no open log E00.log on this node"}).decode(),
+            content_type="application/json",
+        )
+    # Nothing writes it while it is held: the bytes sent are the file's.
     return web.FileResponse(path, headers={"Content-Type": "application/octet-stream"})
 
 
@@ -260,6 +286,40 @@ class HttpLogSource:
             raise LogShareError(
                 f"transfer of generation {generation} truncated: "
                 f"{len(data)} of {resp.content_length} bytes"
+            )
+        return data
+
+    async def hand_over(self, to: str) -> LogShareInfo:
+        """Ask the active, which is not mounted, to hold its last logs for the copy on `to`:
+        what it has on disk (Attempt Copy Last Logs)."""
+        try:
+            async with self._session.post(
+                self._base + "/hand-over",
+                headers=self._headers,
+                json={"to": to},
+                timeout=self._timeout,
+            ) as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    raise LogShareError(
+                        f"POST {self._base}/hand-over: HTTP {resp.status} "
+                        f"{body[:300].decode(errors='replace')}"
+                    )
+                return LogShareInfo(**orjson.loads(body))
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError, TypeError) as exc:
+            raise LogShareError(f"hand-over from {self._base} failed: {exc!r}") from exc
+
+    async def fetch_open_log(self) -> bytes:
+        """The bytes of the open log E00.log of an active holding it for this copy."""
+        resp = await self._get("/open-log")
+        async with resp:
+            try:
+                data = await resp.read()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise LogShareError(f"transfer of the open log cut: {exc!r}") from exc
+        if resp.content_length is None or len(data) != resp.content_length:
+            raise LogShareError(
+                f"transfer of the open log truncated: {len(data)} of {resp.content_length} bytes"
             )
         return data
 

@@ -196,6 +196,7 @@ class Node:
                 circular_logging=self.config.defaults.circular_logging,
                 on_failure=self.config.defaults.on_active_failure,
                 metrics=self.metrics,
+                copy_awaiting_logs=lambda db=spec.database: self.copy_awaiting_logs(db),
             )
         else:
             from replication_node.logshare import HttpLogSource
@@ -269,6 +270,32 @@ class Node:
             database=database,
             node=target,
         )
+
+    async def copy_last_logs(self, database: str) -> dict[str, Any]:
+        """Attempt Copy Last Logs into this node's passive copy of `database`, from the
+        active it follows (not mounted, but reachable)."""
+        instance = self._instances.get(database)
+        if instance is None or isinstance(instance, ActiveInstance):
+            raise BadRequest(f"{self.name} holds no passive copy of {database}")
+        active, _ = self.active_of(database)
+        assert active is not None
+        return await instance.copy_last_logs(active)
+
+    async def copy_awaiting_logs(self, database: str) -> str | None:
+        """The node of a copy of `database` that waits for this node's last logs to mount
+        without a loss (asked when this node comes back after a crash), if any answers."""
+        from replication_node.activation import copy_in, node_status
+
+        assert self._session is not None
+        others = [c.node for c in self.config.database(database).copies if c.node != self.name]
+        statuses = await asyncio.gather(
+            *(node_status(self._session, self.config.node(n).url, self.token) for n in others)
+        )
+        for status in statuses:
+            report = copy_in(status, database)
+            if report is not None and report.awaiting_last_logs_from == self.name:
+                return report.node
+        return None
 
     async def peer_progress(self, database: str) -> list[Any]:
         """What every other copy of `database` has inspected and replayed, asked now; a copy
@@ -387,7 +414,10 @@ def build_app(node: Node) -> web.Application:
 
     def lookup(database: str) -> Any:
         instance = node.instance(database)
-        return instance if isinstance(instance, ActiveInstance) and instance.copy else None
+        # Mounted, or not mounted and holding its last logs for the copy taking over.
+        if isinstance(instance, ActiveInstance) and (instance.copy or instance.holding()):
+            return instance
+        return None
 
     add_log_share_routes(app, lookup=lookup)
     return app

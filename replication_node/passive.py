@@ -22,7 +22,7 @@ import logging
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dag_common.clock import Clock
 from dag_common.durable import atomic_write, fsync_dir
@@ -30,7 +30,14 @@ from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
 from replication_node.active import CopyPaths
 from replication_node.copier import OUT_OF_DATE_DIR, Copier
 from replication_node.database import Database
-from replication_node.errors import CopyFailed, DatabaseError, LogFormatError, LogShareError
+from replication_node.errors import (
+    Conflict,
+    CopyFailed,
+    DatabaseError,
+    InspectionFailed,
+    LogFormatError,
+    LogShareError,
+)
 from replication_node.inspector import OutOfDateLog
 from replication_node.interfaces import LogSource, PassiveSettings
 from replication_node.logfile import (
@@ -88,6 +95,10 @@ class PassiveCopy:
         self.scrubber: Scrubber | None = None  # the running pipeline's background scrub
         self.error: str | None = None
         self._metrics = metrics.copy(settings.database) if metrics else None
+        self._copier: Copier | None = None  # the running pipeline's
+        # The lost active whose last logs this copy waits for, to mount without a loss
+        # (set by the failover monitor under Lossless, and while they are being copied).
+        self.awaiting_last_logs_from: str | None = None
 
     @property
     def database(self) -> str:
@@ -234,6 +245,7 @@ class PassiveCopy:
             after_replay=self._truncate,
             metrics=self._metrics,
         )
+        self._copier = copier
         tasks = [asyncio.create_task(copier.run()), asyncio.create_task(replayer.run())]
         if self.settings.scrub_interval is not None:
             self.scrubber = Scrubber(
@@ -248,9 +260,62 @@ class PassiveCopy:
             for task in done:
                 task.result()  # re-raise what stopped the stage
         finally:
+            self._copier = None
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ---- Attempt Copy Last Logs ----------------------------------------------------------
+
+    async def copy_last_logs(self, active_node: str, *, timeout: float = 20.0) -> dict[str, Any]:
+        """Before this copy takes over from `active_node`, which is not mounted but can be
+        reached: have it hold its logs (`hand_over`), copy every closed generation it has
+        (the running copier does, inspected as always), then keep its open log as the
+        generation it stands for (`Copier.copy_open_log`).  LogShareError (nothing lost
+        from what was copied before) if it cannot be done within `timeout` seconds."""
+        copier = self._copier
+        status = self.status().status
+        if copier is None or status not in (
+            CopyStatus.HEALTHY,
+            CopyStatus.DISCONNECTED_AND_HEALTHY,
+        ):
+            raise Conflict(f"the copy of {self.database} on {self.settings.node} is {status}")
+        before = self.awaiting_last_logs_from
+        self.awaiting_last_logs_from = active_node
+        try:
+            info = await self._source.hand_over(self.settings.node)
+            m = self.markers
+            deadline = self._clock.monotonic() + timeout
+            while m.last_log_inspected < info.last_generation:
+                if self._copier is not copier:
+                    raise LogShareError(f"the copy stopped: {self.error}")
+                if self._clock.monotonic() > deadline:
+                    raise LogShareError(
+                        f"the closed generations through {info.last_generation} were not "
+                        f"copied from {active_node} within {timeout:g}s (inspected through "
+                        f"{m.last_log_inspected})"
+                    )
+                await self._clock.sleep(0.05)
+            kept = None
+            if info.open_commits:
+                data = await self._source.fetch_open_log()
+                try:
+                    kept = await copier.copy_open_log(data)
+                except InspectionFailed as exc:
+                    raise LogShareError(f"the open log from {active_node}: {exc}") from exc
+            open_log = None
+            if kept is not None:
+                open_log = {"generation": kept.generation, "size": kept.size}
+            return {
+                "database": self.database,
+                "node": self.settings.node,
+                "from": active_node,
+                "closed_through": info.last_generation,
+                "open_log": open_log,
+                "last_log_inspected": m.last_log_inspected,
+            }
+        finally:
+            self.awaiting_last_logs_from = before
 
     def _prepare_logs(self) -> tuple[dict[int, OutOfDateLog], bool]:
         """Set the markers from the database header and the local logs (worker thread).
@@ -467,4 +532,5 @@ class PassiveCopy:
             last_scrub_result=self.scrubber.last.describe()
             if self.scrubber and self.scrubber.last
             else None,
+            awaiting_last_logs_from=self.awaiting_last_logs_from,
         )

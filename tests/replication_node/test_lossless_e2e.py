@@ -1,6 +1,7 @@
 """The open log at risk over real node processes: kill -9 of the active with acknowledged
-commits in its E00.log.  Under Lossless no copy mounts while its node is down, and the node
-coming back serves every acknowledged item; under BestAvailability a copy mounts and the
+commits in its E00.log.  Under Lossless no copy mounts while its node is down; the node
+coming back holds its last logs for the best copy, which copies them (the open log too) and
+mounts with every acknowledged item; under BestAvailability a copy mounts and the
 loss reported counts the open log; an open log holding only its header loses nothing."""
 
 from __future__ import annotations
@@ -91,14 +92,33 @@ async def test_lossless_waits_for_the_lost_active_and_loses_nothing(tmp_path):
             f"{open_generation}, the open log E00.log with at least 31 acknowledged" in table
         ), table
 
-        # the node comes back: still the active, its recovery keeps every acknowledged record
+        # the node comes back: it holds its last logs for the waiting copy instead of
+        # mounting; that copy copies them, the open log included, and mounts losing nothing
         await c.start("mbx1")
-        await c.wait_status("mbx1", "DB1", "Mounted")
-        assert await c.items("mbx1", "DB1", "alice") == before, "every acknowledged item"
-        await converged(c, "DB1", "mbx1", ["mbx2", "mbx3"])
-        for node in ("mbx2", "mbx3"):
-            assert await c.items(node, "DB1", "alice") == before
-            assert "DB1: activated on" not in c.log(node), "no copy ever mounted"
+        await c.wait_status("mbx2", "DB1", "Mounted")
+        assert await c.items("mbx2", "DB1", "alice") == before, "every acknowledged item"
+        log = c.log("mbx2")
+        assert (
+            f"last logs copied from mbx1: closed generations through {open_generation - 1}, "
+            f"and the open log E00.log as generation {open_generation}; 0 log(s) lost" in log
+        ), log
+        assert "the copy on mbx2 waits to mount it with this node's last logs" in c.log("mbx1")
+        assert "re-mounted" not in c.log("mbx1")
+        # a write acknowledged before the failure survived it: the new epoch begins after
+        # the open log the copy kept
+        epochs = [(await c.status(n))["DB1"]["epoch"] for n in ("mbx1", "mbx2", "mbx3")]
+        assert (await c.status("mbx2"))["DB1"]["role"] == "Active"
+        # the old active rejoins as a passive copy of the new one, without a reseed, and
+        # every copy converges on the new stream, a new write included
+        await c.ok(
+            "POST", "mbx2", "/v1/databases/DB1/mailboxes/alice/items", json={"item_id": "after"}
+        )
+        await converged(c, "DB1", "mbx2", ["mbx1", "mbx3"])
+        for node in ("mbx1", "mbx3"):
+            held = await c.items(node, "DB1", "alice")
+            assert set(held) == set(before) | {"after"}, (node, epochs)
+        assert (await c.status("mbx1"))["DB1"]["role"] == "Passive"
+        assert "reseed" not in c.log("mbx1").lower()
     finally:
         await c.close()
 
