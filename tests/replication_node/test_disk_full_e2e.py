@@ -1,8 +1,9 @@
 """The active's disk fills under write load, over real node processes: the database is
 dismounted at once with the reason, nothing acknowledged is lost, and it is mounted again
 through crash recovery once space returns, or (on_active_failure: Failover) the best copy
-takes over after copying every log the failed active still has, its open log included.  The active's data directory is a size-limited
-tmpfs the test mounts (skipped, with the reason, where mounting is not allowed)."""
+takes over after copying every log the failed active still has, its open log included.
+The active's data directory is a size-limited tmpfs the test mounts (skipped, with the
+reason, where mounting is not allowed)."""
 
 from __future__ import annotations
 
