@@ -651,7 +651,10 @@ class ActiveInstance:
 
     def status(self) -> CopyStatusReport:
         generated = self.last_log_generated
-        held = self._held_info if self.copy is None and self.holding() else None
+        held = None
+        if self.copy is None and self.holding():
+            with contextlib.suppress(OSError, LogFormatError, LogShareError):
+                held = self.share_info()  # read from disk once per hold
         return CopyStatusReport(
             database=self.database,
             node=self.node,

@@ -34,6 +34,11 @@ BAD = [
     ("a mount dial that does not exist", "POST", f"{DB}/activate", {"node": "mbx1", "mount_dial_override": "Nope"}, 400, "mount_dial_override"),
     ("a number for a switchover target", "POST", f"{DB}/switchover", {"target": 5}, 400, "target"),
     ("a mailbox name with dot segments", "GET", f"{DB}/mailboxes/..%2F..%2Fetc", None, 400, "mailbox"),
+    ("a hand-over without its copy", "POST", f"{DB}/hand-over", {}, 400, "to"),
+    ("a hand-over to a node without a copy", "POST", f"{DB}/hand-over", {"to": "mbx9"}, 400, "holds no other copy"),
+    ("the open log while it is written", "GET", f"{DB}/open-log", None, 409, "served only while the active is not mounted"),
+    ("the open log by its file name", "GET", f"{DB}/logs/E00.log", None, 400, "not a closed generation"),
+    ("last logs copied into the active", "POST", f"{DB}/copy-last-logs", None, 400, "no passive copy"),
 ]  # fmt: skip
 
 
