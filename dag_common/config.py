@@ -80,6 +80,10 @@ class Defaults(_Model):
     # The background scrub of each passive copy's file (every page read and checked by
     # SQLite, as ESE's online checksumming); null: off.
     scrub_interval: Duration | None = timedelta(hours=24)
+    # A passive copy adds its content digest up again from its rows after replaying every
+    # Nth generation (a row changed inside a valid page); null: only the scrub does.  The
+    # comparison with the active's digest at each roll is always on (it costs nothing).
+    content_check_every: int | None = Field(default=64, ge=1)
     # DESIGN's contract names these two; their features are not built yet (issues 12, 13).
     # Accepted as written so that DESIGN's config loads: the lease is not enforced yet (the
     # node says so at start), and a synchronous copy is refused rather than pretended.

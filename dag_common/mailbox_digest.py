@@ -1,19 +1,24 @@
-"""The mailbox digest: one hash over a mailbox's live items (pure).
+"""Content digests (pure): one mechanism for a mailbox and for a whole database.
 
-A mover compares the two ends of a move with one request each instead of a second copy: the
-node computes the digest of the mailbox as the answering copy serves it, the mover compares
-the source's with the target's.  Equal digests mean the same live item ids, each in the same
-folder with the same content.
+Every live row of the store contributes one 256-bit term, a SHA-256 over its
+length-prefixed fields; a digest is the sum of the terms modulo 2^256 (a multiset hash, in
+the manner of LtHash).  A sum does not depend on order, and it can be kept up to date row by
+row: adding a row adds its term, removing one subtracts it, changing one does both.
 
-    content hash = SHA-256(subject, body)
-    digest       = SHA-256 over the live items sorted by item id, each contributing
-                   (item id, folder, content hash)
+- **A mailbox's digest** (what the mover compares between the two ends of a move, with one
+  request each instead of a second copy): the sum of its live items' terms.  Equal digests
+  mean the same live item ids, each in the same folder with the same subject and body.
+- **A database's content digest** (what the copies of a database compare, `database.py`):
+  the sum of the terms of every live item, every mailbox row and every folder.  The database
+  keeps it current in the same SQLite transaction as the rows it covers; the active writes
+  it, as of a generation, into the log at each roll, and each copy compares it with its own
+  as of that generation; a copy also recomputes it from its rows to find a row changed
+  inside a valid page, which no page check sees.
 
-Every field is length-prefixed, so no two different mailboxes hash the same byte string
-(a subject ending where a body begins cannot pass for another split of the same text).
-Deleted items (tombstones) are not part of the digest; they still count for
-`last_change_number`, the highest change number the mailbox's items have reached, which is
-where a sync cursor may go on from once the digests agree.
+Every field is length-prefixed and each kind of row is tagged, so no two different rows
+hash the same byte string.  Deleted items (tombstones) contribute nothing; they still count
+for `last_change_number`, the highest change number the mailbox's items have reached, which
+is where a sync cursor may go on from once the digests agree.
 """
 
 from __future__ import annotations
@@ -23,15 +28,41 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+MODULUS = 1 << 256
 
-def _field(value: str) -> bytes:
-    data = value.encode()
-    return len(data).to_bytes(8, "big") + data
+
+def _term(*fields: str) -> int:
+    h = hashlib.sha256()
+    for value in fields:
+        data = value.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "big"))
+        h.update(data)
+    return int.from_bytes(h.digest(), "big")
+
+
+def item_term(mailbox: str, item_id: str, folder: str, subject: str, body: str) -> int:
+    """The term of one live item."""
+    return _term("item", mailbox, item_id, folder, subject, body)
+
+
+def mailbox_term(mailbox: str, display_name: str, locked: int, soft_deleted: int) -> int:
+    """The term of one mailbox row (its flags included: a lock or a soft delete is content)."""
+    return _term("mailbox", mailbox, display_name, str(int(locked)), str(int(soft_deleted)))
+
+
+def folder_term(mailbox: str, folder: str) -> int:
+    """The term of one folder."""
+    return _term("folder", mailbox, folder)
+
+
+def to_hex(digest: int) -> str:
+    return f"{digest % MODULUS:064x}"
 
 
 def content_hash(subject: str, body: str) -> str:
-    """SHA-256 (hex) of an item's content: its subject and body."""
-    return hashlib.sha256(_field(subject) + _field(body)).hexdigest()
+    """SHA-256 (hex) of an item's content: its subject and body (the mover compares two
+    versions of one item by it)."""
+    return f"{_term(subject, body):064x}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,19 +78,15 @@ class MailboxDigest:
         return (self.item_count, self.digest) == (other.item_count, other.digest)
 
 
-def mailbox_digest(items: Iterable[Mapping[str, Any]]) -> MailboxDigest:
-    """The digest of a mailbox's items (rows with item_id, folder, subject, body, deleted and
-    change_number, tombstones included)."""
-    live: list[tuple[str, str, str]] = []
-    last = 0
+def mailbox_digest(mailbox: str, items: Iterable[Mapping[str, Any]]) -> MailboxDigest:
+    """The digest of the items of `mailbox` (rows with item_id, folder, subject, body,
+    deleted and change_number, tombstones included)."""
+    total, count, last = 0, 0, 0
     for item in items:
         last = max(last, int(item["change_number"]))
         if not item["deleted"]:
-            live.append(
-                (item["item_id"], item["folder"], content_hash(item["subject"], item["body"]))
+            count += 1
+            total += item_term(
+                mailbox, item["item_id"], item["folder"], item["subject"], item["body"]
             )
-    live.sort()
-    h = hashlib.sha256()
-    for item_id, folder, content in live:
-        h.update(_field(item_id) + _field(folder) + _field(content))
-    return MailboxDigest(item_count=len(live), digest=h.hexdigest(), last_change_number=last)
+    return MailboxDigest(item_count=count, digest=to_hex(total), last_change_number=last)

@@ -31,6 +31,7 @@ from typing import Any
 from dag_common.clock import Clock
 from replication_node.database import Database, DatabaseHeader, DatabaseState, Transaction
 from replication_node.errors import TransactionTooLarge
+from replication_node.logfile import ContentDigest
 from replication_node.logstream import (
     ClosedGeneration,
     Committed,
@@ -112,6 +113,8 @@ class ActiveCopy:
         self.llr_flush_failures = 0
         self.recovery_notes = recovery_notes
         self.last_closed_time: datetime | None = max(close_times.values(), default=None)
+        # The database file's content digest as of its waypoint: what a roll writes.
+        self.flushed_digest = ContentDigest(db.header.waypoint, db.content_digest)
         stream.add_listener(self._on_event)
 
     @classmethod
@@ -167,6 +170,7 @@ class ActiveCopy:
             change_number_floor=change_number_floor,
             publish_open_log=publish_open_log,
         )
+        stream.digest_provider = lambda: copy.flushed_digest
         try:
             await copy._flush_llr()
             await stream.announce_recovered()
@@ -252,6 +256,8 @@ class ActiveCopy:
                 committed=committed,
                 last_log_time=self._close_times.get(target),
             )
+            # What the next roll writes into the log for the copies to compare.
+            self.flushed_digest = ContentDigest(target, self.db.content_digest)
             self.overlay.forget_through(target)
             for gen in [g for g in self._close_times if g < target]:
                 del self._close_times[gen]

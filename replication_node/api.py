@@ -218,7 +218,7 @@ async def mailbox_digest_route(request: web.Request) -> web.Response:
         raise NotFound(f"no mailbox {name!r}")
     # The items are read on the loop (the active merges its LLR overlay, which only the
     # loop touches); hashing that snapshot, the costly part, does not hold the loop.
-    digest = await asyncio.to_thread(mailbox_digest, reader.items(name, 0))
+    digest = await asyncio.to_thread(mailbox_digest, name, reader.items(name, 0))
     return web.json_response(
         {
             "mailbox": name,

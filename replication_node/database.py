@@ -12,6 +12,13 @@ generation up to the waypoint is in it, and nothing above.  Terms, as the seeds 
 
 Writes use `synchronous=FULL` (fsync on commit).  All methods are synchronous and
 thread-safe; async callers run `apply` in a worker thread.
+
+The content digest (`dag_common.mailbox_digest`: a sum of one term per live row) is kept by
+triggers on the three tables, in the same transaction as the rows: every write of every
+copy, through whatever path, keeps it current, and the file stores it beside its header.
+`apply` can report it as of each generation it applies, which is what copies compare with
+the active's (the DIGEST record of a roll); `recompute_digest` adds the terms up again from
+the rows, to find a row changed inside a page that is otherwise valid.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from dag_common.mailbox_digest import MODULUS, folder_term, item_term, mailbox_term, to_hex
 from replication_node.errors import DatabaseError
 from replication_node.ops import DEFAULT_FOLDERS
 
@@ -65,6 +73,56 @@ CREATE TABLE items(
 );
 CREATE INDEX items_by_change ON items(mailbox, change_number);
 """
+
+# The content digest, kept by triggers calling this connection's dg_* functions (an
+# UPDATE is a removal and an addition; with recursive triggers on, the rows INSERT OR
+# REPLACE deletes fire the delete trigger too).
+_DIGEST_SCHEMA = """
+CREATE TABLE IF NOT EXISTS db_digest(id INTEGER PRIMARY KEY CHECK (id = 1), digest TEXT NOT NULL);
+CREATE TRIGGER IF NOT EXISTS dg_items_ins AFTER INSERT ON items WHEN NEW.deleted = 0 BEGIN
+  SELECT dg_item(1, NEW.mailbox, NEW.item_id, NEW.folder, NEW.subject, NEW.body); END;
+CREATE TRIGGER IF NOT EXISTS dg_items_del AFTER DELETE ON items WHEN OLD.deleted = 0 BEGIN
+  SELECT dg_item(-1, OLD.mailbox, OLD.item_id, OLD.folder, OLD.subject, OLD.body); END;
+CREATE TRIGGER IF NOT EXISTS dg_items_upd AFTER UPDATE ON items BEGIN
+  SELECT dg_item(-1, OLD.mailbox, OLD.item_id, OLD.folder, OLD.subject, OLD.body)
+    WHERE OLD.deleted = 0;
+  SELECT dg_item(1, NEW.mailbox, NEW.item_id, NEW.folder, NEW.subject, NEW.body)
+    WHERE NEW.deleted = 0; END;
+CREATE TRIGGER IF NOT EXISTS dg_mbx_ins AFTER INSERT ON mailboxes BEGIN
+  SELECT dg_mailbox(1, NEW.mailbox, NEW.display_name, NEW.locked, NEW.soft_deleted); END;
+CREATE TRIGGER IF NOT EXISTS dg_mbx_del AFTER DELETE ON mailboxes BEGIN
+  SELECT dg_mailbox(-1, OLD.mailbox, OLD.display_name, OLD.locked, OLD.soft_deleted); END;
+CREATE TRIGGER IF NOT EXISTS dg_mbx_upd AFTER UPDATE ON mailboxes BEGIN
+  SELECT dg_mailbox(-1, OLD.mailbox, OLD.display_name, OLD.locked, OLD.soft_deleted);
+  SELECT dg_mailbox(1, NEW.mailbox, NEW.display_name, NEW.locked, NEW.soft_deleted); END;
+CREATE TRIGGER IF NOT EXISTS dg_fld_ins AFTER INSERT ON folders BEGIN
+  SELECT dg_folder(1, NEW.mailbox, NEW.folder); END;
+CREATE TRIGGER IF NOT EXISTS dg_fld_del AFTER DELETE ON folders BEGIN
+  SELECT dg_folder(-1, OLD.mailbox, OLD.folder); END;
+"""
+
+
+def recompute_digest(conn: sqlite3.Connection) -> int:
+    """The content digest added up from the rows themselves (no trigger involved)."""
+    total = 0
+    for row in conn.execute(
+        "SELECT mailbox, item_id, folder, subject, body FROM items WHERE deleted = 0"
+    ):
+        total += item_term(*row)
+    for row in conn.execute("SELECT mailbox, display_name, locked, soft_deleted FROM mailboxes"):
+        total += mailbox_term(*row)
+    for row in conn.execute("SELECT mailbox, folder FROM folders"):
+        total += folder_term(*row)
+    return total % MODULUS
+
+
+def stored_digest(conn: sqlite3.Connection) -> int | None:
+    """The content digest the file stores (None: a file from before digests)."""
+    try:
+        row = conn.execute("SELECT digest FROM db_digest WHERE id = 1").fetchone()
+    except sqlite3.OperationalError:
+        return None
+    return int(row[0], 16) if row else None
 
 
 class DatabaseState(StrEnum):
@@ -131,6 +189,53 @@ class Database:
         self._conn = conn
         self._lock = threading.RLock()
         self._header = self._read_header()
+        self._digest = 0  # the running content digest, as the triggers move it
+        self._install_digest()
+
+    # ---- the content digest --------------------------------------------------------------
+
+    def _install_digest(self) -> None:
+        """Register the trigger functions; on a file from before digests, add the table and
+        triggers and add the digest up once from the rows."""
+
+        def term(sign: int, value: int) -> None:
+            self._digest = (self._digest + sign * value) % MODULUS
+
+        conn = self._conn
+        conn.execute("PRAGMA recursive_triggers = ON")
+        conn.create_function("dg_item", 6, lambda s, *f: term(s, item_term(*f)))
+        conn.create_function("dg_mailbox", 5, lambda s, *f: term(s, mailbox_term(*f)))
+        conn.create_function("dg_folder", 3, lambda s, *f: term(s, folder_term(*f)))
+        stored = stored_digest(conn)
+        if stored is None:
+            with self._lock:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.executescript("SAVEPOINT d;" + _DIGEST_SCHEMA + "RELEASE d;")
+                    stored = recompute_digest(conn)
+                    conn.execute("INSERT INTO db_digest VALUES (1, ?)", (to_hex(stored),))
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+        self._digest = stored
+
+    @property
+    def content_digest(self) -> str:
+        """The content digest of what the file holds (at its waypoint), kept by triggers."""
+        return to_hex(self._digest)
+
+    def recompute_digest(self) -> tuple[str, str]:
+        """(stored, recomputed from the rows) in one read snapshot: unequal means a row was
+        changed behind SQLite's back (inside a valid page) or a trigger missed a change."""
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                stored = stored_digest(self._conn)
+                rows = recompute_digest(self._conn)
+            finally:
+                self._conn.execute("COMMIT")
+        return to_hex(stored or 0), to_hex(rows)
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -153,7 +258,8 @@ class Database:
         conn = cls._connect(path)
         with conn:
             conn.execute("BEGIN")
-            conn.executescript("SAVEPOINT s;" + _SCHEMA + "RELEASE s;")
+            conn.executescript("SAVEPOINT s;" + _SCHEMA + _DIGEST_SCHEMA + "RELEASE s;")
+            conn.execute("INSERT INTO db_digest VALUES (1, ?)", (to_hex(0),))
             conn.execute(
                 "INSERT INTO db_header VALUES (1, ?, ?, ?, ?, 1, 0, 0, 0, NULL, 0, NULL)",
                 (FORMAT, str(database_signature), str(log_signature), "Dirty Shutdown"),
@@ -225,12 +331,16 @@ class Database:
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
-            saved = self._header
+            saved, digest = self._header, self._digest
             try:
                 yield self._conn
+                if self._digest != digest:
+                    self._conn.execute(
+                        "UPDATE db_digest SET digest = ? WHERE id = 1", (to_hex(self._digest),)
+                    )
             except BaseException:
                 self._conn.execute("ROLLBACK")
-                self._header = saved
+                self._header, self._digest = saved, digest
                 raise
             self._conn.execute("COMMIT")
 
@@ -244,8 +354,11 @@ class Database:
         committed: int,
         last_log_time: datetime | None,
         state: DatabaseState = DatabaseState.DIRTY_SHUTDOWN,
+        digests: dict[int, str] | None = None,
     ) -> DatabaseHeader:
         """Apply whole generations of transactions and advance the header, atomically.
+        Given `digests`, it gets the content digest as of each generation that holds a
+        transaction (after its last one).
 
         A malformed operation aborts the whole call (nothing applied): DatabaseError.
         """
@@ -255,6 +368,8 @@ class Database:
             last_cn = self._header.last_change_number
             for txn in transactions:
                 last_cn = max(last_cn, _apply_ops(conn, txn))
+                if digests is not None:
+                    digests[txn.generation] = to_hex(self._digest)
             self._write_header(
                 replace(
                     self._header,

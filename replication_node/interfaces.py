@@ -112,3 +112,4 @@ class PassiveSettings:
     truncation_lag_time: timedelta = timedelta(0)
     max_inspection_failures: int = 3
     scrub_interval: timedelta | None = None  # the background scrub's cycle (None: off)
+    content_check_every: int | None = None  # recompute the content digest every N generations

@@ -9,7 +9,9 @@ A log file is a 512-byte header followed by records::
     record  body length u32 | CRC32C u32 of (length field + body) | body
     body    type u8 | commit time i64 (µs UTC) | payload
 
-Record types: TRANSACTION (payload = JSON `{"ops": [...]}`, one committed transaction) and
+Record types: TRANSACTION (payload = JSON `{"ops": [...]}`, one committed transaction),
+DIGEST (payload = JSON `{"generation": W, "digest": hex}`: the active's database content
+digest as of generation W, written just before CLOSE at a roll; copies compare theirs) and
 CLOSE (empty payload; written once, as the last record, when the generation is closed; its
 time is the generation's close time).  A closed generation therefore proves its own
 completeness: it must end with exactly one CLOSE record at end of file, so a truncated
@@ -55,6 +57,19 @@ _CLOSED_NAME = re.compile(r"^E([0-9A-F]{8})\.log$")
 class RecordType(IntEnum):
     TRANSACTION = 1
     CLOSE = 2
+    DIGEST = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ContentDigest:
+    """A DIGEST record: the database content digest as of `generation`."""
+
+    generation: int
+    digest: str
+
+    def encode(self, when: datetime) -> bytes:
+        payload = orjson.dumps({"generation": self.generation, "digest": self.digest})
+        return encode_record(RecordType.DIGEST, when, payload)
 
 
 def closed_log_name(generation: int) -> str:
@@ -172,6 +187,10 @@ def encode_transaction(ops: list[dict[str, Any]], commit_time: datetime) -> byte
     return encode_record(RecordType.TRANSACTION, commit_time, payload)
 
 
+# The most a DIGEST record takes (a generation of 10 digits, 64 hex digits).
+DIGEST_RECORD_MAX = len(ContentDigest(2**32, "0" * 64).encode(datetime.now(UTC)))
+
+
 @dataclass(frozen=True, slots=True)
 class ScanResult:
     """What a scan of a log file found: its records and where the valid data ends."""
@@ -194,6 +213,21 @@ class ScanResult:
     @property
     def transactions(self) -> list[LogRecord]:
         return [r for r in self.records if r.type is RecordType.TRANSACTION]
+
+    @property
+    def digests(self) -> list[ContentDigest]:
+        """The DIGEST records (LogRecordError if one cannot be decoded)."""
+        out = []
+        for r in self.records:
+            if r.type is RecordType.DIGEST:
+                try:
+                    fields = orjson.loads(r.payload)
+                    out.append(ContentDigest(int(fields["generation"]), str(fields["digest"])))
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise LogRecordError(
+                        f"generation {r.generation} offset {r.offset}: undecodable digest"
+                    ) from exc
+        return out
 
 
 def iter_records(data: bytes, generation: int) -> Iterator[LogRecord | str]:

@@ -57,8 +57,10 @@ from replication_node.errors import (
     TransactionTooLarge,
 )
 from replication_node.logfile import (
+    DIGEST_RECORD_MAX,
     HEADER_SIZE,
     OPEN_LOG_NAME,
+    ContentDigest,
     LogHeader,
     LogRecord,
     RecordType,
@@ -73,7 +75,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_CLOSE_SIZE = len(encode_record(RecordType.CLOSE, datetime.now()))
+# What a roll appends: the DIGEST record (when the active has one) and the CLOSE record.
+_CLOSE_SIZE = len(encode_record(RecordType.CLOSE, datetime.now())) + DIGEST_RECORD_MAX
 # Close a generation once less than this is left; a later small record would not fit anyway.
 _ROLL_SLACK = 512
 
@@ -165,6 +168,9 @@ class LogStream:
         self._closing = asyncio.Event()
         self._fd_closed = False
         self._failure: BaseException | None = None
+        # The database content digest to write at each roll (the active's, as of its
+        # database file's waypoint), if any.
+        self.digest_provider: Callable[[], ContentDigest | None] | None = None
         # Set when a failure stops the writer (not by close()): whoever mounted the stream
         # must dismount the database, and never reuse this in-memory state.
         self.failed = asyncio.Event()
@@ -536,7 +542,9 @@ class LogStream:
     def _roll(self, cause: RollCause) -> ClosedGeneration:
         """Close E00.log as its generation and open the next one (worker thread)."""
         close_time = self._last_time = max(self._clock.now(), self._last_time)
-        write_all(self._fd, encode_record(RecordType.CLOSE, close_time))
+        digest = self.digest_provider() if self.digest_provider else None
+        closing = encode_record(RecordType.CLOSE, close_time)
+        write_all(self._fd, digest.encode(close_time) + closing if digest else closing)
         self._fsync()
         os.close(self._fd)
         closed = self._header

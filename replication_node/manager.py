@@ -30,6 +30,7 @@ class InstanceSpec:
     roll_interval: timedelta
     epoch: int
     scrub_interval: timedelta | None = None
+    content_check_every: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,4 +75,5 @@ def desired_spec(
         roll_interval=config.log_roll_interval_of(db),
         epoch=epoch if role is CopyRole.ACTIVE else 0,
         scrub_interval=config.defaults.scrub_interval,
+        content_check_every=config.defaults.content_check_every,
     )

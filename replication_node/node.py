@@ -212,6 +212,7 @@ class Node:
                     replay_lag_time=spec.replay_lag_time,
                     truncation_lag_time=spec.truncation_lag_time,
                     scrub_interval=spec.scrub_interval,
+                    content_check_every=spec.content_check_every,
                 ),
                 paths=self.paths(spec.database),
                 source=HttpLogSource(

@@ -244,6 +244,7 @@ class PassiveCopy:
             wakeup=inspected,
             after_replay=self._truncate,
             metrics=self._metrics,
+            content_check_every=self.settings.content_check_every,
         )
         self._copier = copier
         tasks = [asyncio.create_task(copier.run()), asyncio.create_task(replayer.run())]

@@ -10,6 +10,14 @@ checks the chain from the last replayed generation.  `Replayer` applies a batch 
 database transaction that also advances the header, so LastLogReplayed moves only after the
 data is durable.  The undo phase is skipped: a passive copy only ever holds whole, closed
 generations, never the active's open log.
+
+Copies compared, not only checked: the database keeps its content digest current with its
+rows (`database.py`), and `apply` reports it as of each generation.  The active writes its
+own as of a generation W into the log at each roll (a DIGEST record); once this copy has
+replayed the generation holding it, it compares it with its own as of W (remembered for the
+last generations replayed): a difference is divergence, CopyFailed naming W.  Every
+`content_check_every` generations it also adds its digest up again from its rows: a row
+changed inside a page that is otherwise valid (a bit flip no page check sees) stops it too.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from dag_common.clock import Clock
 from replication_node.database import Database, Transaction
 from replication_node.errors import CopyFailed, DatabaseError, LogFormatError
 from replication_node.logfile import (
+    ContentDigest,
     LogHeader,
     anchor_header,
     chain_problem,
@@ -68,12 +77,18 @@ def ready_generations(
     return ready, None
 
 
+# How many generations' content digests a copy remembers, for the active's to be compared
+# with (the active's trails its open log by the LLR depth and a roll or two).
+_KNOWN_DIGESTS = 1024
+
+
 @dataclass(frozen=True, slots=True)
 class ReplayBatch:
     generations: tuple[int, ...]
     transactions: tuple[Transaction, ...]
     last_header: LogHeader
     close_time: datetime
+    digests: tuple[ContentDigest, ...] = ()  # the active's, from DIGEST records
 
 
 def read_batch(
@@ -81,6 +96,7 @@ def read_batch(
 ) -> ReplayBatch:
     """Read, verify and chain-check `generations` (worker thread); CopyFailed if any fails."""
     txns: list[Transaction] = []
+    digests: list[ContentDigest] = []
     close_time: datetime | None = None
     for gen in generations:
         try:
@@ -94,10 +110,11 @@ def read_batch(
         close_time = result.close_time
         try:
             txns.extend(transactions_of(result))
+            digests.extend(result.digests)
         except LogFormatError as exc:
             raise CopyFailed(f"replay stopped: {exc}") from exc
     assert prev is not None and close_time is not None
-    return ReplayBatch(tuple(generations), tuple(txns), prev, close_time)
+    return ReplayBatch(tuple(generations), tuple(txns), prev, close_time, tuple(digests))
 
 
 class Replayer:
@@ -115,6 +132,7 @@ class Replayer:
         after_replay: Callable[[], None],
         max_batch: int = 16,
         metrics: CopyMetrics | None = None,
+        content_check_every: int | None = None,
     ) -> None:
         self._db = db
         self._log_dir = log_dir
@@ -128,6 +146,10 @@ class Replayer:
         # The last replayed generation's header anchors the chain check of the next one;
         # after a seed it is not here, and the log signature check stands alone for one step.
         self._prev = anchor_header(log_dir, markers.last_log_replayed)
+        self._check_every = content_check_every
+        # This copy's content digest as of each generation it replayed lately.
+        self._known: dict[int, str] = {db.header.waypoint: db.content_digest}
+        self.digests_compared = 0
 
     async def run(self) -> None:
         m = self._markers
@@ -166,6 +188,7 @@ class Replayer:
             prev=self._prev,
             log_signature=self._db.header.log_signature,
         )
+        before, digests = self._db.content_digest, dict[int, str]()
         try:
             header = await asyncio.to_thread(
                 self._db.apply,
@@ -173,10 +196,22 @@ class Replayer:
                 waypoint=generations[-1],
                 committed=max(m.last_log_generated, generations[-1]),
                 last_log_time=batch.close_time,
+                digests=digests,
             )
         except DatabaseError as exc:
             raise CopyFailed(f"replay of generations {generations} failed: {exc}") from exc
         self._prev = batch.last_header
+        for generation in generations:
+            before = self._known[generation] = digests.get(generation, before)
+        self._compare(batch.digests)
+        if self._check_every and any(g % self._check_every == 0 for g in generations):
+            stored, rows = await asyncio.to_thread(self._db.recompute_digest)
+            if stored != rows:
+                raise CopyFailed(
+                    f"the database file's rows no longer add up to its content digest after "
+                    f"generation {generations[-1]} (stored {stored[:16]}…, rows "
+                    f"{rows[:16]}…): a row was changed inside a valid page; reseed the copy"
+                )
         m.last_log_replayed = header.waypoint
         m.last_replayed_log_time = batch.close_time
         if self._metrics is not None:
@@ -188,3 +223,19 @@ class Replayer:
             len(batch.transactions),
         )
         self._after_replay()
+
+    def _compare(self, theirs: tuple[ContentDigest, ...]) -> None:
+        """Compare the active's content digests with this copy's as of the same generation
+        (one this copy no longer remembers, after a restart, is passed over)."""
+        for digest in theirs:
+            mine = self._known.get(digest.generation)
+            if mine is None:
+                continue
+            self.digests_compared += 1
+            if mine != digest.digest:
+                raise CopyFailed(
+                    f"diverged: as of generation {digest.generation} this copy's content "
+                    f"digest is {mine[:16]}…, the active's {digest.digest[:16]}…; reseed the copy"
+                )
+        while len(self._known) > _KNOWN_DIGESTS:
+            del self._known[min(self._known)]

@@ -35,20 +35,20 @@ BASE = [item("a", cn=3), item("b", folder="Projects", cn=5)]
     ],
 )
 def test_digest_equal_exactly_when_the_live_items_are(other, equal):
-    assert mailbox_digest(BASE).matches(mailbox_digest(other)) is equal
+    assert mailbox_digest("m", BASE).matches(mailbox_digest("m", other)) is equal
 
 
 def test_fields_are_length_prefixed():
     # "ab" + "c" and "a" + "bc" are different contents, and so are the items they make
     assert content_hash("ab", "c") != content_hash("a", "bc")
-    assert not mailbox_digest([item("x", subject="ab", body="c")]).matches(
-        mailbox_digest([item("x", subject="a", body="bc")])
+    assert not mailbox_digest("m", [item("x", subject="ab", body="c")]).matches(
+        mailbox_digest("m", [item("x", subject="a", body="bc")])
     )
 
 
 def test_count_and_last_change_number_include_what_they_should():
-    d = mailbox_digest([*BASE, item("c", cn=11, deleted=True)])
+    d = mailbox_digest("m", [*BASE, item("c", cn=11, deleted=True)])
     assert (d.item_count, d.last_change_number) == (2, 11)
-    empty = mailbox_digest([])
+    empty = mailbox_digest("m", [])
     assert (empty.item_count, empty.last_change_number) == (0, 0)
-    assert empty.digest == mailbox_digest([item("z", deleted=True)]).digest
+    assert empty.digest == mailbox_digest("m", [item("z", deleted=True)]).digest

@@ -179,7 +179,7 @@ class FakeNodes:
         box = db.boxes.get(mailbox)
         if box is None:
             return None
-        d = mailbox_digest(asdict(i) for i in box.items.values())
+        d = mailbox_digest(mailbox, (asdict(i) for i in box.items.values()))
         self.trace.append(("digest", database, mailbox, db.epoch, d.digest))
         return Digest(mailbox, d.item_count, d.digest, d.last_change_number, db.epoch)
 
