@@ -209,13 +209,14 @@ class Database:
         stored = stored_digest(conn)
         if stored is None:
             with self._lock:
-                conn.execute("BEGIN IMMEDIATE")
+                # executescript commits what is pending first: the transaction begins in it
                 try:
-                    conn.executescript("SAVEPOINT d;" + _DIGEST_SCHEMA + "RELEASE d;")
+                    conn.executescript("BEGIN IMMEDIATE;" + _DIGEST_SCHEMA)
                     stored = recompute_digest(conn)
                     conn.execute("INSERT INTO db_digest VALUES (1, ?)", (to_hex(stored),))
                 except BaseException:
-                    conn.execute("ROLLBACK")
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
                     raise
                 conn.execute("COMMIT")
         self._digest = stored
