@@ -32,12 +32,15 @@ MODULUS = 1 << 256
 
 
 def _term(*fields: str) -> int:
-    h = hashlib.sha256()
+    parts = []
     for value in fields:
         data = value.encode("utf-8", "surrogatepass")
-        h.update(len(data).to_bytes(8, "big"))
-        h.update(data)
-    return int.from_bytes(h.digest(), "big")
+        parts.append(len(data).to_bytes(8, "big"))
+        parts.append(data)
+    return int.from_bytes(_sha256(b"".join(parts)).digest(), "big")
+
+
+_sha256 = hashlib.sha256
 
 
 def item_term(mailbox: str, item_id: str, folder: str, subject: str, body: str) -> int:
