@@ -41,6 +41,7 @@ from replication_node.active import ActiveCopy, CopyPaths
 from replication_node.cluster_store import ActiveRecord, ClusterStore
 from replication_node.errors import (
     Conflict,
+    CopyFailed,
     Deposed,
     HeldForHandOver,
     LogFormatError,
@@ -56,6 +57,7 @@ from replication_node.logstream import (
     StreamEvent,
     list_closed_generations,
 )
+from replication_node.scrub import Scrubber
 from replication_node.store import MailboxStore
 from replication_node.truncation import CopyProgress, active_truncation_limit, delete_through
 
@@ -94,6 +96,7 @@ class ActiveInstance:
         metrics: NodeMetrics | None = None,
         copy_awaiting_logs: Callable[[], Awaitable[str | None]] | None = None,
         handover_hold: float = HANDOVER_HOLD,
+        scrub_interval: timedelta | None = None,
     ) -> None:
         self.database = database
         self.node = node
@@ -127,6 +130,17 @@ class ActiveInstance:
         self._truncated = metrics.truncated(database) if metrics else None
         self._copy_awaiting_logs = copy_awaiting_logs
         self._handover_hold = handover_hold
+        # The background scrub of the active's own file, as of every copy's.
+        self.scrubber = (
+            Scrubber(
+                path=paths.database,
+                clock=clock,
+                interval=scrub_interval.total_seconds(),
+                on_damage=lambda reason: None,
+            )
+            if scrub_interval is not None
+            else None
+        )
         self.held_for: str | None = None  # the copy this one hands its last logs over to
         self._held_until = 0.0
         self._held_info: LogShareInfo | None = None
@@ -154,6 +168,10 @@ class ActiveInstance:
         if self._peer_progress is not None:
             self._tasks.append(
                 asyncio.create_task(self._truncation_loop(), name=f"truncate {self.database}")
+            )
+        if self.scrubber is not None:
+            self._tasks.append(
+                asyncio.create_task(self._scrub_loop(self.scrubber), name=f"scrub {self.database}")
             )
 
     async def _copy_waiting_for_last_logs(self) -> str | None:
@@ -344,6 +362,24 @@ class ActiveInstance:
                 "it to the best copy",
                 self.database,
             )
+
+    async def _scrub_loop(self, scrubber: Scrubber) -> None:
+        """Scrub the active's file every cycle.  Damage dismounts it for good (a re-mount
+        would open the same damaged file): status Failed with what the scrub found, and
+        automatic failover moves the database to a healthy copy, which first copies this
+        node's logs (Attempt Copy Last Logs), so nothing acknowledged is lost."""
+        try:
+            await scrubber.run()
+        except CopyFailed as exc:
+            self.error = f"dismounted: {exc}"
+            logger.critical("%s on %s: %s", self.database, self.node, self.error)
+            copy, self.copy, self.store = self.copy, None, None
+            for task in self._mount_tasks:
+                task.cancel()
+            if copy is not None:
+                await copy.crash_close()
+            async with self._closed_cond:
+                self._closed_cond.notify_all()
 
     async def _remount_loop(self, first_delay: float = 1.0, max_delay: float = 60.0) -> None:
         """Re-mount with backoff until it works, while this node is still the active."""
@@ -681,6 +717,12 @@ class ActiveInstance:
             error=self.error,
             epoch=self.epoch,
             held_for=self.held_for if self.copy is None and self.holding() else None,
+            last_scrub_time=self.scrubber.last.finished
+            if self.scrubber and self.scrubber.last
+            else None,
+            last_scrub_result=self.scrubber.last.describe()
+            if self.scrubber and self.scrubber.last
+            else None,
         )
 
 

@@ -197,6 +197,7 @@ class Node:
                 on_failure=self.config.defaults.on_active_failure,
                 metrics=self.metrics,
                 copy_awaiting_logs=lambda db=spec.database: self.copy_awaiting_logs(db),
+                scrub_interval=spec.scrub_interval,
             )
         else:
             from replication_node.logshare import HttpLogSource

@@ -190,3 +190,38 @@ async def test_a_running_copys_damaged_pages_are_found_by_the_scrub(tmp_path):
         await repaired_by_reseed(c)
     finally:
         await c.close()
+
+
+async def test_the_actives_damaged_file_is_found_by_its_scrub_and_a_copy_takes_over(tmp_path):
+    c = await started(tmp_path, scrub_interval="1s", failover_after="2s")
+    try:
+        for first in range(300, 1100, 200):  # rolls: LLR writes the first ones into the file
+            await write(c, first, 200)
+            await c.ok("POST", "mbx1", f"{DB}/roll-log")
+        await write(c, 1100, 20)  # acknowledged, in the open log only
+        written = {f"i{i}" for i in range(1120)}
+        path = c.root / "mbx1" / "DB1" / "DB1.sqlite"
+        checkpoint = sqlite3.connect(path)  # the pages out of the WAL, into the file
+        checkpoint.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        checkpoint.close()
+
+        async def scrubbed():
+            return ((await c.status("mbx1"))["DB1"]["last_scrub_result"] or "").startswith("ok")
+
+        await c.wait_for("a first scrub pass of the active", scrubbed)
+        with open(path, "r+b") as f:
+            size = f.seek(0, 2)
+            for page in range(size // 4096 // 2, size // 4096 // 2 + 3):
+                f.seek(page * 4096)
+                f.write(b"\xff" * 8)
+
+        async def dismounted():
+            copy = (await c.status("mbx1"))["DB1"]
+            return copy["status"] == "Failed" and "background scrub found" in (copy["error"] or "")
+
+        await c.wait_for("the active dismounted by its scrub", dismounted)
+        await c.wait_status("mbx2", "DB1", "Mounted")
+        assert set(await c.items("mbx2", "DB1", "alice")) == written, "nothing acknowledged lost"
+        assert "last logs copied from mbx1" in c.log("mbx2")
+    finally:
+        await c.close()
