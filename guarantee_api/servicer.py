@@ -58,6 +58,27 @@ MAX_LSN_FIELD = 2**63 - 1
 MAX_COMMIT_SECONDS = 221845392000  # 9000-01-01T00:00:00Z
 
 
+def flush_target(request: pb.CheckReplicationFlushRequest) -> FlushTarget:
+    """What a flush asks to be replicated, checked: InvalidRequestError naming the field."""
+    which = request.WhichOneof("target")
+    if which is None:
+        raise InvalidRequestError("one of commit_time or lsn is required")
+    if which == "lsn":
+        lsn = request.lsn
+        if not 1 <= lsn.generation <= MAX_LSN_FIELD:
+            raise InvalidRequestError(f"lsn.generation must be within 1..{MAX_LSN_FIELD}")
+        for name in ("offset", "epoch"):
+            if getattr(lsn, name) > MAX_LSN_FIELD:
+                raise InvalidRequestError(f"lsn.{name} must be within 0..{MAX_LSN_FIELD}")
+        return FlushTarget(generation=lsn.generation, epoch=lsn.epoch)
+    ts = request.commit_time
+    if not 0 <= ts.nanos < 1_000_000_000 or not 0 < ts.seconds < MAX_COMMIT_SECONDS:
+        raise InvalidRequestError(
+            "commit_time is not a valid timestamp between 1970 and the year 9000"
+        )
+    return FlushTarget(commit_time=ts.ToDatetime(tzinfo=UTC))
+
+
 class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
     """CheckReplicationHealth and CheckReplicationFlush over the cached live view."""
 
@@ -128,24 +149,7 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
         self, request: pb.CheckReplicationFlushRequest
     ) -> tuple[GuaranteeStatus, pb.GuaranteeResponse]:
         database, _, constraint = self._common(request)
-        which = request.WhichOneof("target")
-        if which is None:
-            raise InvalidRequestError("one of commit_time or lsn is required")
-        if which == "lsn":
-            lsn = request.lsn
-            if not 1 <= lsn.generation <= MAX_LSN_FIELD:
-                raise InvalidRequestError(f"lsn.generation must be within 1..{MAX_LSN_FIELD}")
-            for name in ("offset", "epoch"):
-                if getattr(lsn, name) > MAX_LSN_FIELD:
-                    raise InvalidRequestError(f"lsn.{name} must be within 0..{MAX_LSN_FIELD}")
-            target = FlushTarget(generation=lsn.generation, epoch=lsn.epoch)
-        else:
-            ts = request.commit_time
-            if not 0 <= ts.nanos < 1_000_000_000 or not 0 < ts.seconds < MAX_COMMIT_SECONDS:
-                raise InvalidRequestError(
-                    "commit_time is not a valid timestamp between 1970 and the year 9000"
-                )
-            target = FlushTarget(commit_time=ts.ToDatetime(tzinfo=UTC))
+        target = flush_target(request)
         view = self._view.snapshot(database, self._clock.monotonic())
         key = ("flush", database, constraint, tuple(c.problem for c in view.copies), target)
         return self._cached(key, lambda: evaluate_flush(view, constraint, target, self._limits))
