@@ -324,8 +324,23 @@ class NodeStatusCollector(Collector):
             "The copy's role: 1 for its current role (Active or Passive), 0 for the other.",
             [*_COPY, "role"],
         )
+        scrub_time = gauge(
+            "replication_last_scrub_timestamp_seconds",
+            "When the background scrub last finished a pass over the copy's file (Unix time; "
+            "0: none yet).",
+        )
+        scrub_ok = gauge(
+            "replication_last_scrub_ok",
+            "1 if the last scrub pass found every page sound and the rows adding up to the "
+            "content digest, 0 if it found damage (absent before the first pass).",
+        )
         for c in status.copies:
             labels = [c.database, c.node]
+            if c.last_scrub_time is not None:
+                scrub_time.add_metric(labels, _timestamp(c.last_scrub_time))
+                scrub_ok.add_metric(
+                    labels, 1 if (c.last_scrub_result or "").startswith("ok") else 0
+                )
             for field, family in families.items():
                 family.add_metric(labels, float(getattr(c, field)))
             inspected_time.add_metric(labels, _timestamp(c.last_inspected_log_time))
@@ -338,6 +353,7 @@ class NodeStatusCollector(Collector):
                 role.add_metric([*labels, r.value], 1 if c.role is r else 0)
         yield from families.values()
         yield from (inspected_time, replayed_time, replay_lag, truncation_lag, copy_status, role)
+        yield from (scrub_time, scrub_ok)
 
 
 METRICS: web.AppKey[NodeMetrics] = web.AppKey("metrics", NodeMetrics)

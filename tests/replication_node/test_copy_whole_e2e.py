@@ -90,6 +90,15 @@ def flip(path, needle: bytes, replacement: bytes):
     path.write_bytes(bytes(data))
 
 
+def checkpoint(path):
+    """Every page out of the WAL into the file, where the damage is done (a page newer in
+    the WAL would be read from there, and the damage never seen)."""
+    conn = sqlite3.connect(path, timeout=30)
+    busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    conn.close()
+    assert busy == 0, "the checkpoint could not finish"
+
+
 def copy_file(c):
     return c.root / "mbx2" / "DB1" / "DB1.sqlite"
 
@@ -181,12 +190,16 @@ async def test_a_running_copys_damaged_pages_are_found_by_the_scrub(tmp_path):
             return ((await c.status("mbx2"))["DB1"]["last_scrub_result"] or "").startswith("ok")
 
         await c.wait_for("a first scrub pass", scrubbed)
+        sample = b'replication_last_scrub_ok{database="DB1",node="mbx2"}'
+        assert sample + b" 1.0" in (await c.call("GET", "mbx2", "/metrics"))[1]
+        checkpoint(copy_file(c))
         with open(copy_file(c), "r+b") as f:
             size = f.seek(0, 2)
             for page in range(size // 4096 // 2, size // 4096 // 2 + 3):
                 f.seek(page * 4096)
                 f.write(b"\xff" * 8)
         await failed(c, "background scrub found")
+        assert sample + b" 0.0" in (await c.call("GET", "mbx2", "/metrics"))[1]
         await repaired_by_reseed(c)
     finally:
         await c.close()
@@ -201,9 +214,7 @@ async def test_the_actives_damaged_file_is_found_by_its_scrub_and_a_copy_takes_o
         await write(c, 1100, 20)  # acknowledged, in the open log only
         written = {f"i{i}" for i in range(1120)}
         path = c.root / "mbx1" / "DB1" / "DB1.sqlite"
-        checkpoint = sqlite3.connect(path)  # the pages out of the WAL, into the file
-        checkpoint.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        checkpoint.close()
+        checkpoint(path)
 
         async def scrubbed():
             return ((await c.status("mbx1"))["DB1"]["last_scrub_result"] or "").startswith("ok")
