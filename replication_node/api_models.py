@@ -24,7 +24,7 @@ from pydantic import (
 
 from dag_common.model import AutoDatabaseMountDial
 from replication_node.errors import BadRequest
-from replication_node.ops import FOLDER_PATTERN, NAME_PATTERN
+from replication_node.ops import FOLDER_PATTERN, ITEM_ID_PATTERN, NAME_PATTERN
 
 MAX_ITEMS = 1000  # items per write: one write is one transaction
 MAX_FOLDERS = 1000
@@ -41,7 +41,7 @@ def _utf8(value: str) -> str:
 Text = Annotated[StrictStr, AfterValidator(_utf8)]
 Name = Annotated[StrictStr, Field(pattern=NAME_PATTERN)]
 Folder = Annotated[Text, Field(pattern=FOLDER_PATTERN)]
-ItemId = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+ItemId = Annotated[StrictStr, Field(pattern=ITEM_ID_PATTERN)]
 
 
 class _Body(BaseModel):

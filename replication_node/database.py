@@ -36,7 +36,18 @@ from typing import Any
 
 from dag_common.mailbox_digest import MODULUS, folder_term, item_term, mailbox_term, to_hex
 from replication_node.errors import DatabaseError
-from replication_node.ops import DEFAULT_FOLDERS
+from replication_node.ops import (
+    CreateFolder,
+    CreateMailbox,
+    DeleteItem,
+    MalformedOperation,
+    PutItem,
+    SetMailbox,
+    decode,
+    item_row,
+    mailbox_row,
+    tombstone_row,
+)
 
 FORMAT = 1
 
@@ -471,7 +482,8 @@ _PUT = "INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?)"
 
 
 def _apply_ops(conn: sqlite3.Connection, txn: Transaction) -> int:
-    """Apply one transaction's operations; return its highest change number."""
+    """Apply one transaction's operations (`ops.decode`d: the same model the overlay
+    applies, the same rows); return its highest change number."""
     when = txn.commit_time.isoformat()
     puts: list[tuple[Any, ...]] = []
     last_cn = 0
@@ -481,67 +493,64 @@ def _apply_ops(conn: sqlite3.Connection, txn: Transaction) -> int:
             conn.executemany(_PUT, puts)
             puts.clear()
 
-    try:
-        for op in txn.ops:
-            kind = op["op"]
-            cn = int(op["cn"])
-            last_cn = max(last_cn, cn)
-            if kind == "put_item":
-                body = op.get("body", "")
-                puts.append(
-                    (
-                        op["mailbox"],
-                        op["item_id"],
-                        op["folder"],
-                        op.get("subject", ""),
-                        body,
-                        len(body.encode()),
-                        cn,
-                        when,
-                    )
-                )
-                continue
-            flush_puts()
-            if kind == "create_mailbox":
+    for raw in txn.ops:
+        try:
+            op = decode(raw)
+        except MalformedOperation as exc:
+            raise DatabaseError(
+                f"malformed operation in generation {txn.generation} at offset {txn.offset}: {exc}"
+            ) from exc
+        last_cn = max(last_cn, op.cn)
+        if isinstance(op, PutItem):
+            row = item_row(op, when)
+            puts.append(tuple(row[c] for c in _ITEM_COLUMNS))
+            continue
+        flush_puts()
+        match op:
+            case CreateMailbox():
+                row = mailbox_row(op)
                 conn.execute(
-                    "INSERT OR REPLACE INTO mailboxes VALUES (?, ?, 0, 0, ?)",
-                    (op["mailbox"], op.get("display_name", ""), cn),
+                    "INSERT OR REPLACE INTO mailboxes VALUES (?, ?, ?, ?, ?)",
+                    tuple(row[c] for c in _MAILBOX_COLUMNS),
                 )
                 conn.executemany(
                     "INSERT OR IGNORE INTO folders VALUES (?, ?, ?)",
-                    [(op["mailbox"], f, cn) for f in op.get("folders", DEFAULT_FOLDERS)],
+                    [(op.mailbox, f, op.cn) for f in op.folders],
                 )
-            elif kind == "set_mailbox":
-                sets, args = ["change_number=?"], [cn]
+            case SetMailbox():
+                # the row as set_mailbox_row leaves it: only the fields the operation names
+                sets, args = ["change_number=?"], [op.cn]
                 for field in ("locked", "soft_deleted"):
-                    if op.get(field) is not None:
+                    if getattr(op, field) is not None:
                         sets.append(f"{field}=?")
-                        args.append(int(bool(op[field])))
+                        args.append(int(getattr(op, field)))
                 conn.execute(
                     f"UPDATE mailboxes SET {', '.join(sets)} WHERE mailbox=?",
-                    (*args, op["mailbox"]),
+                    (*args, op.mailbox),
                 )
-            elif kind == "create_folder":
+            case CreateFolder():
                 conn.execute(
                     "INSERT OR IGNORE INTO folders VALUES (?, ?, ?)",
-                    (op["mailbox"], op["folder"], cn),
+                    (op.mailbox, op.folder, op.cn),
                 )
-            elif kind == "delete_item":
+            case DeleteItem():
+                tomb = tombstone_row(None, op, when)
                 cur = conn.execute(
                     "UPDATE items SET deleted=1, body='', size=0, change_number=?, commit_time=?"
                     " WHERE mailbox=? AND item_id=?",
-                    (cn, when, op["mailbox"], op["item_id"]),
+                    (op.cn, when, op.mailbox, op.item_id),
                 )
                 if cur.rowcount == 0:
                     conn.execute(
-                        "INSERT INTO items VALUES (?, ?, '', '', '', 0, ?, 1, ?)",
-                        (op["mailbox"], op["item_id"], cn, when),
+                        "INSERT INTO items VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)",
+                        tuple(tomb[c] for c in _ITEM_COLUMNS),
                     )
-            else:
-                raise DatabaseError(f"unknown operation {kind!r}")
-        flush_puts()
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise DatabaseError(
-            f"malformed operation in generation {txn.generation} at offset {txn.offset}: {exc!r}"
-        ) from exc
+    flush_puts()
     return last_cn
+
+
+# Column order of the tables, for the rows `ops` defines.
+_ITEM_COLUMNS = (
+    "mailbox", "item_id", "folder", "subject", "body", "size", "change_number", "commit_time",
+)  # fmt: skip
+_MAILBOX_COLUMNS = ("mailbox", "display_name", "locked", "soft_deleted", "change_number")

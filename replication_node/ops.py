@@ -1,74 +1,143 @@
-"""The logical operations a transaction carries, and their effect on one row (pure).
+"""The operations a transaction carries: one typed model, built by the store, written to the
+log as JSON, applied by the database (SQL) and by the LLR overlay (rows in memory).
 
-An operation is a small JSON object; the active builds them (assigning change numbers and
-item ids, so that replay is deterministic) and every copy applies them in log order.  The
-same `apply_*` functions serve the SQLite database (`database.py`) and the LLR overlay
-(`overlay.py`), so a passive copy and the active can never disagree on what an operation does.
+The active builds them (assigning change numbers and item ids, so that replay is
+deterministic); every copy decodes them from the log (`decode`) and applies them in log
+order.  The rows an operation produces are defined once here (`mailbox_row`,
+`set_mailbox_row`, `item_row`, `tombstone_row`): the overlay uses them as they are, the
+database writes the same columns (tests/replication_node/test_ops.py holds the two to the
+same rows for the same operations).
+
+Decoding is strict but cheap (plain frozen dataclasses, no validation library on the replay
+path): a field missing or of the wrong type is `MalformedOperation` naming it.  The request
+edge validates texts and names before an operation is ever built (`api_models`, `store`).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
-
-from replication_node.errors import BadRequest
+from dataclasses import dataclass
+from typing import Any
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}$"
 FOLDER_PATTERN = r"^[^\x00-\x1f/\\][^\x00-\x1f]{0,255}$"
+ITEM_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 DEFAULT_FOLDERS = ("Inbox", "Sent Items", "Deleted Items")
 
-
-class _Op(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    mailbox: str = Field(pattern=NAME_PATTERN)
-    cn: int = Field(ge=1, description="change number")
+Row = dict[str, Any]
 
 
-class CreateMailbox(_Op):
-    op: Literal["create_mailbox"] = "create_mailbox"
-    display_name: str = Field(default="", max_length=256)
+class MalformedOperation(ValueError):
+    """An operation read from the log that is not one (a writer's bug or a forgery)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CreateMailbox:
+    mailbox: str
+    cn: int
+    display_name: str = ""
     folders: tuple[str, ...] = DEFAULT_FOLDERS
 
 
-class SetMailbox(_Op):
-    op: Literal["set_mailbox"] = "set_mailbox"
+@dataclass(frozen=True, slots=True)
+class SetMailbox:
+    mailbox: str
+    cn: int
     locked: bool | None = None
     soft_deleted: bool | None = None
 
 
-class CreateFolder(_Op):
-    op: Literal["create_folder"] = "create_folder"
-    folder: str = Field(pattern=FOLDER_PATTERN)
+@dataclass(frozen=True, slots=True)
+class CreateFolder:
+    mailbox: str
+    cn: int
+    folder: str
 
 
-class PutItem(_Op):
-    op: Literal["put_item"] = "put_item"
-    item_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    folder: str = Field(pattern=FOLDER_PATTERN)
-    subject: str = Field(default="", max_length=1024)
+@dataclass(frozen=True, slots=True)
+class PutItem:
+    mailbox: str
+    cn: int
+    item_id: str
+    folder: str
+    subject: str = ""
     body: str = ""
 
 
-class DeleteItem(_Op):
-    op: Literal["delete_item"] = "delete_item"
-    item_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+@dataclass(frozen=True, slots=True)
+class DeleteItem:
+    mailbox: str
+    cn: int
+    item_id: str
 
 
 Operation = CreateMailbox | SetMailbox | CreateFolder | PutItem | DeleteItem
-_ADAPTER: TypeAdapter[Operation] = TypeAdapter(Annotated[Operation, Field(discriminator="op")])
+
+_KIND: dict[type, str] = {
+    CreateMailbox: "create_mailbox",
+    SetMailbox: "set_mailbox",
+    CreateFolder: "create_folder",
+    PutItem: "put_item",
+    DeleteItem: "delete_item",
+}
+_TYPE = {kind: cls for cls, kind in _KIND.items()}
 
 
-def parse_op(raw: dict[str, Any]) -> Operation:
-    """Validate one operation read from a log record."""
-    try:
-        return _ADAPTER.validate_python(raw)
-    except Exception as exc:
-        raise BadRequest(f"malformed operation {raw!r}: {exc}") from exc
+def encode(op: Operation) -> dict[str, Any]:
+    """The JSON object an operation is in the log (fields left at None are left out)."""
+    out: dict[str, Any] = {"op": _KIND[type(op)]}
+    for name in op.__dataclass_fields__:
+        value = getattr(op, name)
+        if value is not None:
+            out[name] = list(value) if isinstance(value, tuple) else value
+    return out
 
 
-def mailbox_row(op: CreateMailbox) -> dict[str, Any]:
-    """The mailbox row a CreateMailbox produces."""
+def _field(raw: dict[str, Any], name: str, kind: type, default: Any = ...) -> Any:
+    value = raw.get(name, default)
+    if value is ...:
+        raise MalformedOperation(f"{raw.get('op')}: no {name}")
+    if value is not None and value is not default and not isinstance(value, kind):
+        raise MalformedOperation(f"{raw.get('op')}: {name} is not a {kind.__name__}")
+    if kind is int and isinstance(value, bool):
+        raise MalformedOperation(f"{raw.get('op')}: {name} is not an int")
+    return value
+
+
+def decode(raw: Any) -> Operation:
+    """The operation a log record's JSON object stands for; MalformedOperation if none."""
+    if not isinstance(raw, dict):
+        raise MalformedOperation(f"an operation must be an object, not {type(raw).__name__}")
+    cls = _TYPE.get(raw.get("op"))  # type: ignore[arg-type]
+    if cls is None:
+        raise MalformedOperation(f"unknown operation {raw.get('op')!r}")
+    mailbox, cn = _field(raw, "mailbox", str), _field(raw, "cn", int)
+    if cls is CreateMailbox:
+        folders = _field(raw, "folders", list, DEFAULT_FOLDERS)
+        if not all(isinstance(f, str) for f in folders):
+            raise MalformedOperation("create_mailbox: a folder is not a str")
+        return CreateMailbox(mailbox, cn, _field(raw, "display_name", str, ""), tuple(folders))
+    if cls is SetMailbox:
+        return SetMailbox(
+            mailbox, cn, _field(raw, "locked", bool, None), _field(raw, "soft_deleted", bool, None)
+        )
+    if cls is CreateFolder:
+        return CreateFolder(mailbox, cn, _field(raw, "folder", str))
+    if cls is PutItem:
+        return PutItem(
+            mailbox,
+            cn,
+            _field(raw, "item_id", str),
+            _field(raw, "folder", str),
+            _field(raw, "subject", str, ""),
+            _field(raw, "body", str, ""),
+        )
+    return DeleteItem(mailbox, cn, _field(raw, "item_id", str))
+
+
+# ---- the rows an operation produces (the overlay's; the database writes the same) --------
+
+
+def mailbox_row(op: CreateMailbox) -> Row:
     return {
         "mailbox": op.mailbox,
         "display_name": op.display_name,
@@ -78,8 +147,7 @@ def mailbox_row(op: CreateMailbox) -> dict[str, Any]:
     }
 
 
-def apply_set_mailbox(row: dict[str, Any], op: SetMailbox) -> dict[str, Any]:
-    """A mailbox row after a SetMailbox."""
+def set_mailbox_row(row: Row, op: SetMailbox) -> Row:
     new = dict(row, change_number=op.cn)
     if op.locked is not None:
         new["locked"] = op.locked
@@ -88,8 +156,8 @@ def apply_set_mailbox(row: dict[str, Any], op: SetMailbox) -> dict[str, Any]:
     return new
 
 
-def item_row(op: PutItem, commit_time: str) -> dict[str, Any]:
-    """The item row a PutItem produces (creation or replacement)."""
+def item_row(op: PutItem, commit_time: str) -> Row:
+    """A PutItem's row (a creation or a replacement)."""
     return {
         "mailbox": op.mailbox,
         "item_id": op.item_id,
@@ -103,14 +171,7 @@ def item_row(op: PutItem, commit_time: str) -> dict[str, Any]:
     }
 
 
-def tombstone_row(row: dict[str, Any] | None, op: DeleteItem, commit_time: str) -> dict[str, Any]:
+def tombstone_row(row: Row | None, op: DeleteItem, commit_time: str) -> Row:
     """The row a DeleteItem leaves: a tombstone, so incremental sync sees the deletion."""
     base = row or {"mailbox": op.mailbox, "item_id": op.item_id, "folder": "", "subject": ""}
-    return dict(
-        base,
-        body="",
-        size=0,
-        change_number=op.cn,
-        deleted=True,
-        commit_time=commit_time,
-    )
+    return dict(base, body="", size=0, change_number=op.cn, deleted=True, commit_time=commit_time)

@@ -10,12 +10,21 @@ written to the file, exactly the entries last written at or below F are dropped.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from replication_node.database import Transaction
-from replication_node.ops import DEFAULT_FOLDERS
-
-Row = dict[str, Any]
+from replication_node.ops import (
+    CreateFolder,
+    CreateMailbox,
+    DeleteItem,
+    PutItem,
+    Row,
+    SetMailbox,
+    decode,
+    item_row,
+    mailbox_row,
+    set_mailbox_row,
+    tombstone_row,
+)
 
 
 class LlrOverlay:
@@ -46,59 +55,25 @@ class LlrOverlay:
         self._txns.setdefault(txn.generation, []).append(txn)
         gen = txn.generation
         when = txn.commit_time.isoformat()
-        for op in txn.ops:
-            kind, mailbox, cn = op["op"], op["mailbox"], int(op["cn"])
-            self.max_change_number = max(self.max_change_number, cn)
-            if kind == "create_mailbox":
-                row = {
-                    "mailbox": mailbox,
-                    "display_name": op.get("display_name", ""),
-                    "locked": False,
-                    "soft_deleted": False,
-                    "change_number": cn,
-                }
-                self.mailboxes[mailbox] = (gen, row)
-                for folder in op.get("folders", DEFAULT_FOLDERS):
-                    self.folders.setdefault((mailbox, folder), gen)
-            elif kind == "set_mailbox":
-                current = self.mailbox(mailbox) or db_mailbox(mailbox)
-                if current is None:
-                    continue
-                row = dict(current, change_number=cn)
-                for field in ("locked", "soft_deleted"):
-                    if op.get(field) is not None:
-                        row[field] = bool(op[field])
-                self.mailboxes[mailbox] = (gen, row)
-            elif kind == "create_folder":
-                self.folders[(mailbox, op["folder"])] = gen
-            elif kind == "put_item":
-                body = op.get("body", "")
-                row = {
-                    "mailbox": mailbox,
-                    "item_id": op["item_id"],
-                    "folder": op["folder"],
-                    "subject": op.get("subject", ""),
-                    "body": body,
-                    "size": len(body.encode()),
-                    "change_number": cn,
-                    "deleted": False,
-                    "commit_time": when,
-                }
-                self.items[(mailbox, op["item_id"])] = (gen, row)
-            elif kind == "delete_item":
-                key = (mailbox, op["item_id"])
-                base = (
-                    self.item(*key)
-                    or db_item(*key)
-                    or {
-                        "mailbox": mailbox,
-                        "item_id": op["item_id"],
-                        "folder": "",
-                        "subject": "",
-                    }
-                )
-                row = dict(base, body="", size=0, change_number=cn, deleted=True, commit_time=when)
-                self.items[key] = (gen, row)
+        for op in map(decode, txn.ops):
+            self.max_change_number = max(self.max_change_number, op.cn)
+            match op:
+                case CreateMailbox():
+                    self.mailboxes[op.mailbox] = (gen, mailbox_row(op))
+                    for folder in op.folders:
+                        self.folders.setdefault((op.mailbox, folder), gen)
+                case SetMailbox():
+                    current = self.mailbox(op.mailbox) or db_mailbox(op.mailbox)
+                    if current is not None:
+                        self.mailboxes[op.mailbox] = (gen, set_mailbox_row(current, op))
+                case CreateFolder():
+                    self.folders[(op.mailbox, op.folder)] = gen
+                case PutItem():
+                    self.items[(op.mailbox, op.item_id)] = (gen, item_row(op, when))
+                case DeleteItem():
+                    key = (op.mailbox, op.item_id)
+                    current = self.item(*key) or db_item(*key)
+                    self.items[key] = (gen, tombstone_row(current, op, when))
 
     def transactions_through(self, generation: int) -> list[Transaction]:
         """The transactions of generations up to `generation`, in log order."""

@@ -18,11 +18,23 @@ from typing import Any
 from dag_common.model import Lsn
 from replication_node.active import ActiveCopy
 from replication_node.errors import BadRequest, Conflict, NotFound
-from replication_node.ops import DEFAULT_FOLDERS, FOLDER_PATTERN, NAME_PATTERN
+from replication_node.ops import (
+    DEFAULT_FOLDERS,
+    FOLDER_PATTERN,
+    ITEM_ID_PATTERN,
+    NAME_PATTERN,
+    CreateFolder,
+    CreateMailbox,
+    DeleteItem,
+    Operation,
+    PutItem,
+    SetMailbox,
+    encode,
+)
 
 _NAME = re.compile(NAME_PATTERN)
 _FOLDER = re.compile(FOLDER_PATTERN)
-_ITEM_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_ITEM_ID = re.compile(ITEM_ID_PATTERN)
 MAX_BATCH = 1000
 
 
@@ -85,14 +97,12 @@ class MailboxStore:
             raise Conflict(f"mailbox {mailbox!r} is locked by a move")
         return row
 
-    async def _commit(
-        self, ops: list[dict[str, Any]], item_ids: tuple[str, ...] = ()
-    ) -> CommitResult:
-        committed = await self.copy.commit(ops)
+    async def _commit(self, ops: list[Operation], item_ids: tuple[str, ...] = ()) -> CommitResult:
+        committed = await self.copy.commit([encode(op) for op in ops])
         return CommitResult(
             lsn=committed.lsn.model_copy(update={"epoch": self.epoch}),
             commit_time=committed.commit_time,
-            change_number=max(op["cn"] for op in ops),
+            change_number=max(op.cn for op in ops),
             item_ids=item_ids,
         )
 
@@ -114,24 +124,11 @@ class MailboxStore:
             if not _FOLDER.match(folder):
                 raise BadRequest(f"invalid folder name {folder!r}")
             _check_text("folder", folder)
-        ops: list[dict[str, Any]] = [
-            {
-                "op": "create_mailbox",
-                "mailbox": mailbox,
-                "display_name": display_name[:256],
-                "folders": list(names),
-                "cn": self.copy.next_change_number(),
-            }
+        ops: list[Operation] = [
+            CreateMailbox(mailbox, self.copy.next_change_number(), display_name[:256], names)
         ]
         if locked:
-            ops.append(
-                {
-                    "op": "set_mailbox",
-                    "mailbox": mailbox,
-                    "locked": True,
-                    "cn": self.copy.next_change_number(),
-                }
-            )
+            ops.append(SetMailbox(mailbox, self.copy.next_change_number(), locked=True))
         self._creating.add(mailbox)
         try:
             return await self._commit(ops)
@@ -148,12 +145,8 @@ class MailboxStore:
             raise NotFound(f"no mailbox {mailbox!r}")
         if row["soft_deleted"] and soft_deleted is not False:
             raise NotFound(f"mailbox {mailbox!r} is soft-deleted")
-        op = {"op": "set_mailbox", "mailbox": mailbox, "cn": self.copy.next_change_number()}
-        if locked is not None:
-            op["locked"] = locked
-        if soft_deleted is not None:
-            op["soft_deleted"] = soft_deleted
-        return await self._commit([op])
+        cn = self.copy.next_change_number()
+        return await self._commit([SetMailbox(mailbox, cn, locked, soft_deleted)])
 
     async def create_folder(
         self, mailbox: str, folder: str, *, override_lock: bool = False
@@ -162,16 +155,7 @@ class MailboxStore:
         if not _FOLDER.match(folder):
             raise BadRequest(f"invalid folder name {folder!r}")
         _check_text("folder", folder)
-        return await self._commit(
-            [
-                {
-                    "op": "create_folder",
-                    "mailbox": mailbox,
-                    "folder": folder,
-                    "cn": self.copy.next_change_number(),
-                }
-            ]
-        )
+        return await self._commit([CreateFolder(mailbox, self.copy.next_change_number(), folder)])
 
     async def put_items(
         self, mailbox: str, items: list[dict[str, Any]], *, override_lock: bool = False
@@ -183,7 +167,7 @@ class MailboxStore:
         if len(items) > MAX_BATCH:
             raise BadRequest(f"at most {MAX_BATCH} items per request")
         folders = set(self.copy.folders(mailbox))
-        ops, ids = [], []
+        checked: list[tuple[str, str, str, str]] = []
         for raw in items:
             if not isinstance(raw, dict):
                 raise BadRequest("an item must be an object")
@@ -198,21 +182,13 @@ class MailboxStore:
                 raise BadRequest("subject and body must be strings")
             _check_text("subject", subject)
             _check_text("body", body)
-            ids.append(item_id)
-            ops.append(
-                {
-                    "op": "put_item",
-                    "mailbox": mailbox,
-                    "item_id": item_id,
-                    "folder": folder,
-                    "subject": subject,
-                    "body": body,
-                    "cn": 0,
-                }
-            )
-        for op in ops:  # numbered only once the whole request is valid
-            op["cn"] = self.copy.next_change_number()
-        return await self._commit(ops, tuple(ids))
+            checked.append((item_id, folder, subject, body))
+        # numbered only once the whole request is valid
+        ops: list[Operation] = [
+            PutItem(mailbox, self.copy.next_change_number(), item_id, folder, subject, body)
+            for item_id, folder, subject, body in checked
+        ]
+        return await self._commit(ops, tuple(c[0] for c in checked))
 
     async def delete_item(
         self, mailbox: str, item_id: str, *, override_lock: bool = False
@@ -221,13 +197,4 @@ class MailboxStore:
         row = self.copy.item(mailbox, item_id)
         if row is None or row["deleted"]:
             raise NotFound(f"mailbox {mailbox!r} has no item {item_id!r}")
-        return await self._commit(
-            [
-                {
-                    "op": "delete_item",
-                    "mailbox": mailbox,
-                    "item_id": item_id,
-                    "cn": self.copy.next_change_number(),
-                }
-            ]
-        )
+        return await self._commit([DeleteItem(mailbox, self.copy.next_change_number(), item_id)])

@@ -15,34 +15,9 @@ from hypothesis import strategies as st
 from dag_common.mailbox_digest import mailbox_digest, to_hex
 from replication_node.database import Database, Transaction, recompute_digest
 from replication_node.scrub import scrub_file
+from tests.replication_node.strategies import MAILBOXES, history
 
 T0 = datetime(2026, 11, 23, tzinfo=UTC)
-MAILBOXES = ["alice", "bob"]
-IDS = [f"i{n}" for n in range(6)]
-text = st.text(alphabet="ab\u00e9\U0001f600", max_size=6)
-
-
-@st.composite
-def operation(draw):
-    mailbox = draw(st.sampled_from(MAILBOXES))
-    kind = draw(
-        st.sampled_from(["create_mailbox", "set_mailbox", "create_folder", "put", "put", "del"])
-    )
-    if kind == "create_mailbox":
-        return {"op": "create_mailbox", "mailbox": mailbox, "display_name": draw(text)}
-    if kind == "set_mailbox":
-        return {"op": "set_mailbox", "mailbox": mailbox, "locked": draw(st.booleans())}
-    if kind == "create_folder":
-        return {"op": "create_folder", "mailbox": mailbox, "folder": draw(text)}
-    item = {"mailbox": mailbox, "item_id": draw(st.sampled_from(IDS))}
-    if kind == "del":
-        return {"op": "delete_item", **item}
-    folder = draw(st.sampled_from(["Inbox", "Projects"]))
-    return {"op": "put_item", **item, "folder": folder, "subject": draw(text), "body": draw(text)}
-
-
-# generations of transactions of operations
-history = st.lists(st.lists(st.lists(operation(), min_size=1, max_size=4), max_size=3), max_size=6)
 
 
 def numbered(generations):

@@ -1,0 +1,34 @@
+"""Hypothesis strategies shared by the property tests of the store's operations."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+MAILBOXES = ["alice", "bob"]
+ITEM_IDS = [f"i{n}" for n in range(6)]
+text = st.text(alphabet="ab\u00e9\U0001f600", max_size=6)
+
+
+@st.composite
+def operation(draw):
+    """One operation as the log carries it (a JSON object without its change number)."""
+    mailbox = draw(st.sampled_from(MAILBOXES))
+    kind = draw(
+        st.sampled_from(["create_mailbox", "set_mailbox", "create_folder", "put", "put", "del"])
+    )
+    if kind == "create_mailbox":
+        return {"op": "create_mailbox", "mailbox": mailbox, "display_name": draw(text)}
+    if kind == "set_mailbox":
+        flag = draw(st.sampled_from(["locked", "soft_deleted"]))
+        return {"op": "set_mailbox", "mailbox": mailbox, flag: draw(st.booleans())}
+    if kind == "create_folder":
+        return {"op": "create_folder", "mailbox": mailbox, "folder": draw(text)}
+    item = {"mailbox": mailbox, "item_id": draw(st.sampled_from(ITEM_IDS))}
+    if kind == "del":
+        return {"op": "delete_item", **item}
+    folder = draw(st.sampled_from(["Inbox", "Projects"]))
+    return {"op": "put_item", **item, "folder": folder, "subject": draw(text), "body": draw(text)}
+
+
+# generations of transactions of operations
+history = st.lists(st.lists(st.lists(operation(), min_size=1, max_size=4), max_size=3), max_size=6)
