@@ -22,7 +22,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from replication_node.database import Database, Transaction
+from replication_node.storage.database import Database, Transaction
 
 
 def transactions(items: int, body: int, per_txn: int = 50) -> list[Transaction]:

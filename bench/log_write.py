@@ -27,9 +27,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from dag_common.clock import SystemClock
-from replication_node.cluster_store.embedded import EmbeddedClusterStore
-from replication_node.logfile import encode_transaction
-from replication_node.logstream import LogStream
+from replication_node.cluster.store.embedded import EmbeddedClusterStore
+from replication_node.log.logfile import encode_transaction
+from replication_node.log.logstream import LogStream
 
 SMALL = 4 * 1024 - 120  # a ~4 KiB record on disk, to compare with a 4 KiB fsync'd append
 LARGE = 256 * 1024

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.log_write import SMALL, ops_of
 from dag_common.clock import SystemClock
-from replication_node.logstream import LogStream
+from replication_node.log.logstream import LogStream
 from replication_node.metrics import NodeMetrics
 
 

@@ -24,8 +24,8 @@ import uuid
 from pathlib import Path
 
 from dag_common.clock import SystemClock
-from replication_node.logstream import LogStream
-from replication_node.scrub import scrub_file, scrub_throttled
+from replication_node.log.logstream import LogStream
+from replication_node.storage.scrub import scrub_file, scrub_throttled
 
 
 def build_file(path: Path, mb: int) -> None:

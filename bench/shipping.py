@@ -51,18 +51,18 @@ from aiohttp import web  # noqa: E402
 
 from bench.baselines import pull_baseline, upsert_baseline  # noqa: E402
 from dag_common.clock import SystemClock  # noqa: E402
-from replication_node.active import CopyPaths  # noqa: E402
-from replication_node.active_instance import ActiveInstance  # noqa: E402
-from replication_node.cluster_store.embedded import EmbeddedClusterStore  # noqa: E402
-from replication_node.copier import Copier  # noqa: E402
-from replication_node.database import Database  # noqa: E402
-from replication_node.httpauth import auth_middleware  # noqa: E402
-from replication_node.logfile import OPEN_LOG_NAME, closed_log_name  # noqa: E402
-from replication_node.logshare import HttpLogSource, add_log_share_routes  # noqa: E402
-from replication_node.logstream import list_closed_generations  # noqa: E402
-from replication_node.markers import Markers  # noqa: E402
-from replication_node.replayer import Replayer  # noqa: E402
-from replication_node.seeder import seed_copy  # noqa: E402
+from replication_node.active.copy import CopyPaths  # noqa: E402
+from replication_node.active.instance import ActiveInstance  # noqa: E402
+from replication_node.cluster.store.embedded import EmbeddedClusterStore  # noqa: E402
+from replication_node.http.auth import auth_middleware  # noqa: E402
+from replication_node.http.logshare import HttpLogSource, add_log_share_routes  # noqa: E402
+from replication_node.log.logfile import OPEN_LOG_NAME, closed_log_name  # noqa: E402
+from replication_node.log.logstream import list_closed_generations  # noqa: E402
+from replication_node.passive.copier import Copier  # noqa: E402
+from replication_node.passive.markers import Markers  # noqa: E402
+from replication_node.passive.replayer import Replayer  # noqa: E402
+from replication_node.passive.seeder import seed_copy  # noqa: E402
+from replication_node.storage.database import Database  # noqa: E402
 from tests.cluster_harness import LocalCluster  # noqa: E402
 
 DB = "DB1"

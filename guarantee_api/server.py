@@ -35,7 +35,7 @@ from guarantee_api.policy import Limits
 from guarantee_api.poller import Poller
 from guarantee_api.servicer import DataGuaranteeServicer
 from guarantee_api.view import LiveView
-from replication_node.cluster_store import ClusterStore, open_cluster_store
+from replication_node.cluster.store import ClusterStore, open_cluster_store
 
 logger = logging.getLogger(__name__)
 

@@ -68,7 +68,7 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
     from mrs_client.guarantee_client import GrpcGuaranteeClient
     from mrs_client.mover import Mover
     from mrs_client.node_client import NodeStoreClient
-    from replication_node.cluster_store import open_cluster_store
+    from replication_node.cluster.store import open_cluster_store
 
     token = load_token(config)
     requests = MoveRequestStore(requests_path(config, args.requests_db))

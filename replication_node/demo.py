@@ -22,7 +22,7 @@ import aiohttp
 import yaml
 
 from dag_common.auth import bearer
-from replication_node import cli
+from replication_node.cli import main as cli
 
 ROOT = Path.cwd()
 
@@ -209,7 +209,7 @@ def main() -> int:
                 [
                     sys.executable,
                     "-m",
-                    "replication_node.cli",
+                    "replication_node.cli.main",
                     "serve",
                     "--config",
                     str(config_path),

@@ -26,13 +26,13 @@ from dag_common.model import (
     CopyStatusReport,
     NodeStatus,
 )
-from replication_node import api
-from replication_node.active import CopyPaths
-from replication_node.active_instance import ActiveInstance
-from replication_node.cluster_store import ClusterStore
+from replication_node.active.copy import CopyPaths
+from replication_node.active.instance import ActiveInstance
+from replication_node.cluster.manager import InstanceSpec, desired_spec, plan_instances
+from replication_node.cluster.store import ClusterStore
 from replication_node.errors import BadRequest, NotFound
+from replication_node.http import api
 from replication_node.interfaces import PassiveSettings
-from replication_node.manager import InstanceSpec, desired_spec, plan_instances
 from replication_node.metrics import NodeMetrics, NodeStatusCollector, add_metrics_route
 
 logger = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ class Node:
         )
         await self.reconcile()
         self._refresh_task = asyncio.create_task(self._refresh_loop(), name="configupdater")
-        from replication_node.failover import FailoverMonitor
+        from replication_node.cluster.failover import FailoverMonitor
 
         monitor = FailoverMonitor(
             node=self.name,
@@ -200,8 +200,8 @@ class Node:
                 scrub_interval=spec.scrub_interval,
             )
         else:
-            from replication_node.logshare import HttpLogSource
-            from replication_node.passive import PassiveCopy
+            from replication_node.http.logshare import HttpLogSource
+            from replication_node.passive.copy import PassiveCopy
 
             assert self._session is not None
             instance = PassiveCopy(
@@ -245,7 +245,7 @@ class Node:
         self, database: str, target: str, dial_override: AutoDatabaseMountDial | None
     ) -> dict[str, Any]:
         """Mount the copy of `database` on `target` after its active is lost."""
-        from replication_node.activation import activate_copy
+        from replication_node.cluster.activation import activate_copy
 
         assert self._session is not None
         return await activate_copy(
@@ -260,7 +260,7 @@ class Node:
 
     async def switchover(self, database: str, target: str) -> dict[str, Any]:
         """Move the active copy of `database` to `target` without losing a log."""
-        from replication_node.activation import switchover_copy
+        from replication_node.cluster.activation import switchover_copy
 
         assert self._session is not None
         return await switchover_copy(
@@ -286,7 +286,7 @@ class Node:
     async def copy_awaiting_logs(self, database: str) -> str | None:
         """The node of a copy of `database` that waits for this node's last logs to mount
         without a loss (asked when this node comes back after a crash), if any answers."""
-        from replication_node.activation import copy_in, node_status
+        from replication_node.cluster.activation import copy_in, node_status
 
         assert self._session is not None
         others = [c.node for c in self.config.database(database).copies if c.node != self.name]
@@ -302,8 +302,8 @@ class Node:
     async def peer_progress(self, database: str) -> list[Any]:
         """What every other copy of `database` has inspected and replayed, asked now; a copy
         that cannot be reached counts with what it was last known to have (0 if never)."""
-        from replication_node.activation import copy_in, node_status
-        from replication_node.truncation import CopyProgress
+        from replication_node.cluster.activation import copy_in, node_status
+        from replication_node.log.truncation import CopyProgress
 
         assert self._session is not None
         db = self.config.database(database)
@@ -403,8 +403,8 @@ class Node:
 
 def build_app(node: Node) -> web.Application:
     """The node's aiohttp application: auth, errors, store/status/admin and log share."""
-    from replication_node.httpauth import auth_middleware
-    from replication_node.logshare import add_log_share_routes
+    from replication_node.http.auth import auth_middleware
+    from replication_node.http.logshare import add_log_share_routes
 
     app = web.Application(
         middlewares=[auth_middleware(node.token), api.error_middleware],

@@ -122,7 +122,7 @@ class LocalCluster:
             [
                 sys.executable,
                 "-m",
-                "replication_node.cli",
+                "replication_node.cli.main",
                 "serve",
                 "--config",
                 str(self.config_path),
@@ -213,7 +213,7 @@ class LocalCluster:
             [
                 sys.executable,
                 "-m",
-                "replication_node.cli",
+                "replication_node.cli.main",
                 *args,
                 "--config",
                 str(self.config_path),

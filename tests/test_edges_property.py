@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from guarantee_api.errors import InvalidRequestError
 from guarantee_api.servicer import MAX_COMMIT_SECONDS, MAX_LSN_FIELD, flush_target
-from replication_node import api_models
 from replication_node.errors import BadRequest
+from replication_node.http import models as api_models
 
 MODELS = [
     api_models.MailboxIn,

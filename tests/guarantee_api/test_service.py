@@ -10,7 +10,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from dag_common.model import CopyRole, CopyStatus
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
-from replication_node.cluster_store import open_cluster_store
+from replication_node.cluster.store import open_cluster_store
 from tests.guarantee_api.conftest import AUTH, start_service
 from tests.guarantee_api.helpers import T0, healthy_cluster, node_status, report
 

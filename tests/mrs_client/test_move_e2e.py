@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from replication_node.cluster_store.embedded import EmbeddedClusterStore
+from replication_node.cluster.store.embedded import EmbeddedClusterStore
 from tests.cluster_harness import ROOT, LocalCluster
 
 pytestmark = pytest.mark.slow

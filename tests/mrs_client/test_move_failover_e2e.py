@@ -27,7 +27,7 @@ from mrs_client.mover import Mover
 from mrs_client.node_client import NodeStoreClient
 from mrs_client.policy import MoveSettings, MoveState
 from mrs_client.requests_store import MoveRecord, MoveRequestStore
-from replication_node.cluster_store.embedded import EmbeddedClusterStore
+from replication_node.cluster.store.embedded import EmbeddedClusterStore
 from tests.cluster_harness import TOKEN, LocalCluster
 
 pytestmark = pytest.mark.slow

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dag_common.clock import Clock, SystemClock
-from replication_node.active import ActiveCopy, CopyPaths, OpenLogPublisher
+from replication_node.active.copy import ActiveCopy, CopyPaths, OpenLogPublisher
 
 
 async def mount(

@@ -10,11 +10,11 @@ import aiohttp
 from aiohttp import web
 
 from dag_common.clock import Clock, SystemClock
-from replication_node.active import CopyPaths
-from replication_node.active_instance import ActiveInstance
-from replication_node.cluster_store.embedded import EmbeddedClusterStore
-from replication_node.httpauth import auth_middleware
-from replication_node.logshare import HttpLogSource, add_log_share_routes
+from replication_node.active.copy import CopyPaths
+from replication_node.active.instance import ActiveInstance
+from replication_node.cluster.store.embedded import EmbeddedClusterStore
+from replication_node.http.auth import auth_middleware
+from replication_node.http.logshare import HttpLogSource, add_log_share_routes
 
 TOKEN = "share-token-0123456789"
 
@@ -50,7 +50,7 @@ class Share:
         return self.active.last_log_generated
 
     def closed_file(self, generation: int) -> Path:
-        from replication_node.logfile import closed_log_name
+        from replication_node.log.logfile import closed_log_name
 
         return self.active.paths.logs / closed_log_name(generation)
 

@@ -7,9 +7,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from replication_node import api
 from replication_node.errors import NotFound
-from replication_node.httpauth import auth_middleware
+from replication_node.http import api
+from replication_node.http.auth import auth_middleware
 
 TOKEN = "t0ken-0123456789abcdef"
 

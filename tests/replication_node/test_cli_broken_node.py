@@ -60,7 +60,7 @@ async def broken_node(tmp_path):
 
 async def test_an_error_page_is_one_error_line_and_exit_1(broken_node):
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "replication_node.cli", "db", "roll-log", "DB1",
+        sys.executable, "-m", "replication_node.cli.main", "db", "roll-log", "DB1",
         "--config", str(broken_node),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=ROOT,
         env={"DG_AUTH_TOKEN": TOKEN, "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from replication_node import logfile
-from replication_node.logstream import list_closed_generations
+from replication_node.log import logfile
+from replication_node.log.logstream import list_closed_generations
 from tests.cluster_harness import LocalCluster
 
 pytestmark = pytest.mark.slow

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from replication_node.cluster_store.embedded import EmbeddedClusterStore
-from replication_node.cluster_store.etcd import EtcdClusterStore
+from replication_node.cluster.store.embedded import EmbeddedClusterStore
+from replication_node.cluster.store.etcd import EtcdClusterStore
 from replication_node.errors import ClusterStoreError
 from tests.cluster_harness import free_port, start_etcd
 

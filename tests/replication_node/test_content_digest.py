@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dag_common.mailbox_digest import mailbox_digest, to_hex
-from replication_node.database import Database, Transaction, recompute_digest
-from replication_node.scrub import scrub_file
+from replication_node.storage.database import Database, Transaction, recompute_digest
+from replication_node.storage.scrub import scrub_file
 from tests.replication_node.strategies import MAILBOXES, history
 
 T0 = datetime(2026, 11, 23, tzinfo=UTC)

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from replication_node.database import Database, Transaction
+from replication_node.storage.database import Database, Transaction
 from tests.cluster_harness import LocalCluster
 
 pytestmark = pytest.mark.slow

@@ -6,9 +6,9 @@ import uuid
 
 import pytest
 
-from replication_node import logfile
 from replication_node.errors import Diverged, InspectionFailed
-from replication_node.inspector import OutOfDateLog, inspect_generation
+from replication_node.log import logfile
+from replication_node.passive.inspector import OutOfDateLog, inspect_generation
 from tests.replication_node.helpers import mount
 
 

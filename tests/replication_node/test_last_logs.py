@@ -13,11 +13,11 @@ import pytest
 
 from dag_common.clock import ManualClock
 from dag_common.model import CopyStatus
-from replication_node.active import CopyPaths
-from replication_node.active_instance import ActiveInstance
-from replication_node.cluster_store.embedded import EmbeddedClusterStore
+from replication_node.active.copy import CopyPaths
+from replication_node.active.instance import ActiveInstance
+from replication_node.cluster.store.embedded import EmbeddedClusterStore
 from replication_node.errors import Conflict, HeldForHandOver
-from replication_node.logfile import (
+from replication_node.log.logfile import (
     OPEN_LOG_NAME,
     LogHeader,
     RecordType,

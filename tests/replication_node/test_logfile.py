@@ -3,9 +3,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from replication_node import logfile
 from replication_node.errors import LogHeaderError, LogRecordError
-from replication_node.logfile import LogHeader, RecordType
+from replication_node.log import logfile
+from replication_node.log.logfile import LogHeader, RecordType
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

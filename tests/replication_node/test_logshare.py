@@ -10,12 +10,12 @@ import pytest
 from aiohttp import web
 
 from dag_common.auth import bearer
-from replication_node.active import CopyPaths
-from replication_node.database import Database
+from replication_node.active.copy import CopyPaths
 from replication_node.errors import GenerationGone, LogShareError
-from replication_node.logfile import verify_closed
-from replication_node.logshare import HttpLogSource
-from replication_node.seeder import seed_copy
+from replication_node.http.logshare import HttpLogSource
+from replication_node.log.logfile import verify_closed
+from replication_node.passive.seeder import seed_copy
+from replication_node.storage.database import Database
 from tests.replication_node.share import TOKEN, start_share
 
 

@@ -4,9 +4,9 @@ from datetime import timedelta
 import pytest
 
 from dag_common.clock import ManualClock
-from replication_node import logfile
 from replication_node.errors import TransactionTooLarge
-from replication_node.logstream import list_closed_generations
+from replication_node.log import logfile
+from replication_node.log.logstream import list_closed_generations
 from tests.replication_node.helpers import mount
 
 SIZE = 32 * 1024

@@ -5,7 +5,7 @@ import pytest
 
 from dag_common.config import parse_config
 from dag_common.model import CopyRole
-from replication_node.manager import desired_spec, plan_instances
+from replication_node.cluster.manager import desired_spec, plan_instances
 
 CONFIG = {
     "cluster": "t",

@@ -16,11 +16,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from dag_common.auth import bearer
 from dag_common.clock import ManualClock, SystemClock
 from dag_common.config import parse_config
-from replication_node.cluster_store.embedded import EmbeddedClusterStore
-from replication_node.logstream import RollCause
+from replication_node.cluster.store.embedded import EmbeddedClusterStore
+from replication_node.log.logstream import RollCause
 from replication_node.metrics import NodeMetrics
 from replication_node.node import Node, build_app
-from replication_node.passive import PassiveCopy
+from replication_node.passive.copy import PassiveCopy
 from tests.cluster_harness import free_port
 from tests.replication_node.helpers import mount
 from tests.replication_node.test_logstream import op

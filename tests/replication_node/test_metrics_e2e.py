@@ -135,7 +135,7 @@ async def test_a_node_in_a_pod_binds_every_address_while_its_url_names_dns(tmp_p
         "databases": [{"name": "DB1", "copies": [{"node": "n0", "activation_preference": 1}]}],
     }
     (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(config))
-    args = [sys.executable, "-m", "replication_node.cli", "serve", "--node", "n0"]
+    args = [sys.executable, "-m", "replication_node.cli.main", "serve", "--node", "n0"]
     args += ["--config", str(tmp_path / "cluster.yaml"), "--listen-host", "127.0.0.1"]
     log = open(tmp_path / "n0.log", "wb")  # noqa: SIM115 - the child owns it
     env = {"DG_AUTH_TOKEN": TOKEN, "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}

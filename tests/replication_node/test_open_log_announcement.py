@@ -13,9 +13,9 @@ import pytest
 
 from dag_common.clock import ManualClock, SystemClock
 from dag_common.model import CopyStatus
-from replication_node.active import CopyPaths
-from replication_node.active_instance import ActiveInstance
-from replication_node.cluster_store.embedded import EmbeddedClusterStore
+from replication_node.active.copy import CopyPaths
+from replication_node.active.instance import ActiveInstance
+from replication_node.cluster.store.embedded import EmbeddedClusterStore
 from replication_node.errors import (
     ClusterStoreError,
     Deposed,
@@ -23,7 +23,7 @@ from replication_node.errors import (
     RecoveryError,
     TransactionTooLarge,
 )
-from replication_node.logfile import HEADER_SIZE, OPEN_LOG_NAME
+from replication_node.log.logfile import HEADER_SIZE, OPEN_LOG_NAME
 from tests.replication_node.helpers import mount
 
 

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from replication_node import ops
-from replication_node.database import Database, Transaction
-from replication_node.overlay import LlrOverlay
+from replication_node.storage import ops
+from replication_node.storage.database import Database, Transaction
+from replication_node.storage.overlay import LlrOverlay
 from tests.replication_node.strategies import ITEM_IDS, MAILBOXES, history, operation
 
 T0 = datetime(2026, 11, 23, tzinfo=UTC)

@@ -12,10 +12,10 @@ import pytest
 
 from dag_common.clock import Clock, ManualClock, SystemClock
 from dag_common.model import CopyStatus
-from replication_node.active import CopyPaths
+from replication_node.active.copy import CopyPaths
 from replication_node.interfaces import PassiveSettings
-from replication_node.logstream import list_closed_generations
-from replication_node.passive import PassiveCopy
+from replication_node.log.logstream import list_closed_generations
+from replication_node.passive.copy import PassiveCopy
 from tests.replication_node.share import start_share
 
 
@@ -190,7 +190,7 @@ async def test_passive_truncates_only_what_the_active_deleted(share, tmp_path):
     await until("replay", replayed_through(copy, last))
     assert list_closed_generations(copy.paths.logs) == list(range(1, last + 1))
     # the active deletes through 2 (as its truncation would once every copy replayed it)
-    from replication_node.truncation import delete_through
+    from replication_node.log.truncation import delete_through
 
     delete_through(share.active.paths.logs, 2)
     await share.write(100, 5)
@@ -210,7 +210,7 @@ async def test_a_generation_gone_from_the_active_fails_the_copy_asking_for_resee
     for i in range(3):
         await share.write(10 + i * 10, 10)
         await share.roll()
-    from replication_node.truncation import delete_through
+    from replication_node.log.truncation import delete_through
 
     delete_through(share.active.paths.logs, first + 1)
     await copy.resume()
@@ -306,7 +306,7 @@ async def test_a_switchover_that_never_finishes_gives_the_active_its_writes_back
 async def test_a_copy_claims_the_actives_epoch_only_on_the_same_stream(share, tmp_path):
     from dataclasses import replace
 
-    from replication_node.logfile import HEADER_SIZE, closed_log_name, read_header
+    from replication_node.log.logfile import HEADER_SIZE, closed_log_name, read_header
 
     await share.write(0, 10)
     last = await share.roll()

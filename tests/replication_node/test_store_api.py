@@ -11,7 +11,7 @@ from dag_common.auth import bearer
 from dag_common.clock import SystemClock
 from dag_common.config import parse_config
 from dag_common.mailbox_digest import item_term, to_hex
-from replication_node.cluster_store.embedded import EmbeddedClusterStore
+from replication_node.cluster.store.embedded import EmbeddedClusterStore
 from replication_node.node import Node, build_app
 from tests.cluster_harness import free_port
 

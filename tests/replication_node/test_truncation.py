@@ -6,15 +6,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from replication_node import logfile
-from replication_node.logstream import list_closed_generations
-from replication_node.replayer import ready_generations
-from replication_node.truncation import (
+from replication_node.log import logfile
+from replication_node.log.logstream import list_closed_generations
+from replication_node.log.truncation import (
     CopyProgress,
     active_truncation_limit,
     delete_through,
     passive_truncation_limit,
 )
+from replication_node.passive.replayer import ready_generations
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 H = timedelta(hours=1)

@@ -1,0 +1,317 @@
+"""The active copy of a database: log stream, database file and LLR overlay, wired.
+
+Writes: `commit(ops)` appends to the log (durable, group commit); the stream's listener adds
+the transaction to the LLR overlay before the committer is answered, so an acknowledged
+write is visible to every later read.  When a generation closes, the generations at or below
+committed - llr_depth are written into the database file (waypoint = committed - llr_depth),
+then dropped from the overlay.
+
+Reads merge the overlay over the database file.
+
+Change numbers and the ceiling: the active hands out change numbers in log order.  With the
+announcement of each generation's first commit (`LogStream`), it publishes a ceiling: the
+highest number handed out so far plus the log file size.  Each change number names one
+operation of at least one byte in the log, so no commit of that generation can carry a
+number above it (numbers of a transaction refused as too large are taken back, so every
+number handed out is written).  A newly mounted active numbers from the highest of its own
+and the cluster store's ceiling: the numbers of a lost open log are never handed out again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from dag_common.clock import Clock
+from replication_node.errors import TransactionTooLarge
+from replication_node.log.logfile import ContentDigest
+from replication_node.log.logstream import (
+    ClosedGeneration,
+    Committed,
+    LogStream,
+    RollCause,
+    StreamEvent,
+    finish_interrupted_roll,
+)
+from replication_node.log.recovery import plan_recovery
+from replication_node.storage.database import Database, DatabaseHeader, DatabaseState, Transaction
+from replication_node.storage.overlay import LlrOverlay
+
+logger = logging.getLogger(__name__)
+
+# Announce (generation, change-number ceiling) to the cluster store; False: not the active.
+OpenLogPublisher = Callable[[int, int], Awaitable[bool]]
+
+
+@dataclass(frozen=True)
+class CopyPaths:
+    """Where one database copy keeps its files."""
+
+    root: Path
+    name: str
+
+    @property
+    def database(self) -> Path:
+        return self.root / f"{self.name}.sqlite"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def inspector(self) -> Path:
+        return self.logs / "Inspector"
+
+    @property
+    def ignored(self) -> Path:
+        return self.logs / "IgnoredLogs"
+
+    @property
+    def was_active(self) -> Path:
+        """Marker written when the copy mounts as active: its newest logs are its own."""
+        return self.root / "was-active"
+
+
+class ActiveCopy:
+    """A mounted database: takes writes, writes the log stream, serves reads."""
+
+    def __init__(
+        self,
+        *,
+        paths: CopyPaths,
+        db: Database,
+        stream: LogStream,
+        overlay: LlrOverlay,
+        llr_depth: int,
+        clock: Clock,
+        close_times: dict[int, datetime],
+        recovery_notes: tuple[str, ...] = (),
+        change_number_floor: int = 0,
+        publish_open_log: OpenLogPublisher | None = None,
+    ) -> None:
+        self.paths = paths
+        self.db = db
+        self.stream = stream
+        self.overlay = overlay
+        self.llr_depth = llr_depth
+        self._clock = clock
+        self._close_times = close_times
+        self._change_number = max(
+            db.header.last_change_number, overlay.max_change_number, change_number_floor
+        )
+        self._publish_open_log = publish_open_log
+        if publish_open_log is not None:
+            stream.set_announcer(self._announce)
+        self._flush_lock = asyncio.Lock()
+        self._flush_tasks: set[asyncio.Task[None]] = set()
+        self.llr_flush_failures = 0
+        self.recovery_notes = recovery_notes
+        self.last_closed_time: datetime | None = max(close_times.values(), default=None)
+        # The database file's content digest as of its waypoint: what a roll writes.
+        self.flushed_digest = ContentDigest(db.header.waypoint, db.content_digest)
+        stream.add_listener(self._on_event)
+
+    @classmethod
+    async def mount(
+        cls,
+        *,
+        paths: CopyPaths,
+        log_file_size: int,
+        llr_depth: int,
+        clock: Clock,
+        create: bool = False,
+        change_number_floor: int = 0,
+        publish_open_log: OpenLogPublisher | None = None,
+    ) -> ActiveCopy:
+        """Open (recovering from a crash) or create the database and its log stream.
+
+        `change_number_floor`: the cluster store's change-number ceiling (numbers start above
+        it).  `publish_open_log(generation, ceiling)`: announces each generation's first
+        commit before it is answered, and the records recovered in E00.log before the stream
+        takes writes (raises `Deposed` if the store names another active)."""
+        paths.root.mkdir(parents=True, exist_ok=True)
+        if create and not paths.database.exists():
+            db = Database.create(
+                paths.database, database_signature=uuid.uuid4(), log_signature=uuid.uuid4()
+            )
+        else:
+            db = Database.open(paths.database)
+        if paths.logs.exists():
+            await asyncio.to_thread(finish_interrupted_roll, paths.logs)
+        plan = await asyncio.to_thread(plan_recovery, paths.logs, db.header)
+        overlay = LlrOverlay()
+        for txn in plan.transactions:
+            overlay.add(txn, db_mailbox=db.mailbox, db_item=db.item)
+        stream = LogStream.create_or_open(
+            log_dir=paths.logs,
+            database_signature=db.header.database_signature,
+            log_signature=db.header.log_signature,
+            log_file_size=log_file_size,
+            clock=clock,
+            open_scan=plan.open_scan,
+            next_generation=db.header.waypoint + 1,
+        )
+        db.mark_dirty()
+        copy = cls(
+            paths=paths,
+            db=db,
+            stream=stream,
+            overlay=overlay,
+            llr_depth=llr_depth,
+            clock=clock,
+            close_times=dict(plan.close_times),
+            recovery_notes=plan.notes,
+            change_number_floor=change_number_floor,
+            publish_open_log=publish_open_log,
+        )
+        stream.digest_provider = lambda: copy.flushed_digest
+        try:
+            await copy._flush_llr()
+            await stream.announce_recovered()
+        except BaseException:
+            await copy.crash_close()
+            raise
+        stream.start()
+        return copy
+
+    # ---- writes --------------------------------------------------------------------------
+
+    def next_change_number(self) -> int:
+        """Reserve the next change number (called in log order, before commit)."""
+        self._change_number += 1
+        return self._change_number
+
+    @property
+    def highest_change_number(self) -> int:
+        """The highest change number handed out so far."""
+        return self._change_number
+
+    async def commit(self, ops: list[dict[str, Any]]) -> Committed:
+        """Make `ops` one durable transaction; return its LSN and commit time."""
+        try:
+            return await self.stream.commit(ops, self._clock.now())
+        except TransactionTooLarge:
+            # Refused before anything was queued, with no await since its numbers were
+            # handed out: take them back, so every number handed out is in the log (the
+            # ceiling's premise).
+            numbers = [op["cn"] for op in ops if isinstance(op.get("cn"), int)]
+            if numbers and self._change_number == max(numbers):
+                self._change_number = min(numbers) - 1
+            raise
+
+    async def _announce(self, generation: int) -> bool:
+        assert self._publish_open_log is not None
+        ceiling = self._change_number + self.stream.log_file_size
+        return await self._publish_open_log(generation, ceiling)
+
+    async def roll(self, *, force: bool = False, cause: RollCause = RollCause.DEMAND) -> int | None:
+        """Close the open log now (the mover's roll); the generation closed, if any."""
+        return await self.stream.roll(force=force, cause=cause)
+
+    def _on_event(self, event: StreamEvent) -> None:
+        if isinstance(event, Transaction):
+            self.overlay.add(event, db_mailbox=self.db.mailbox, db_item=self.db.item)
+        elif isinstance(event, ClosedGeneration):
+            self._close_times[event.generation] = event.close_time
+            self.last_closed_time = event.close_time
+            task = asyncio.get_running_loop().create_task(self._flush_llr_after_roll())
+            self._flush_tasks.add(task)
+            task.add_done_callback(self._flush_tasks.discard)
+
+    async def _flush_llr_after_roll(self) -> None:
+        """The LLR flush a roll starts in the background.  A failure (the database file's
+        disk full) is reported, never dropped: nothing is lost by it, since the transactions
+        stay in the overlay and in the log, and the next roll tries again."""
+        try:
+            await self._flush_llr()
+        except Exception as exc:
+            self.llr_flush_failures += 1
+            logger.error(
+                "LLR: writing into %s failed (%d so far; kept in memory and in the log, "
+                "tried again at the next roll): %s",
+                self.paths.database.name,
+                self.llr_flush_failures,
+                exc,
+            )
+
+    async def _flush_llr(self, *, through: int | None = None) -> None:
+        """Write into the database file what LLR no longer needs to hold back."""
+        async with self._flush_lock:
+            committed = self.stream.generation
+            target = committed - self.llr_depth if through is None else through
+            target = min(target, self.stream.last_closed_generation)
+            if target <= self.db.header.waypoint:
+                return
+            txns = self.overlay.transactions_through(target)
+            await asyncio.to_thread(
+                self.db.apply,
+                txns,
+                waypoint=target,
+                committed=committed,
+                last_log_time=self._close_times.get(target),
+            )
+            # What the next roll writes into the log for the copies to compare.
+            self.flushed_digest = ContentDigest(target, self.db.content_digest)
+            self.overlay.forget_through(target)
+            for gen in [g for g in self._close_times if g < target]:
+                del self._close_times[gen]
+            logger.debug("LLR: database written through generation %d", target)
+
+    async def dismount(self) -> DatabaseHeader:
+        """Clean shutdown: close the open log, write everything, mark the file clean."""
+        await self.stream.roll(cause=RollCause.DISMOUNT)
+        await self.stream.close()
+        if self._flush_tasks:
+            await asyncio.gather(*self._flush_tasks)
+        await self._flush_llr(through=self.stream.last_closed_generation)
+        self.db.close(clean=True)
+        return self.db.header
+
+    async def crash_close(self) -> None:
+        """Stop without a clean shutdown (tests, and a node that must stop fast)."""
+        await self.stream.close()
+        if self._flush_tasks:
+            await asyncio.gather(*self._flush_tasks, return_exceptions=True)
+        self.db.close()
+
+    # ---- reads (database file merged with the overlay) -----------------------------------
+
+    @property
+    def header(self) -> DatabaseHeader:
+        return self.db.header
+
+    @property
+    def state(self) -> DatabaseState:
+        return self.db.header.state
+
+    def mailboxes(self) -> list[dict[str, Any]]:
+        rows = {r["mailbox"]: r for r in self.db.mailboxes()}
+        rows.update({name: row for name, (_, row) in self.overlay.mailboxes.items()})
+        return [rows[k] for k in sorted(rows)]
+
+    def mailbox(self, name: str) -> dict[str, Any] | None:
+        return self.overlay.mailbox(name) or self.db.mailbox(name)
+
+    def folders(self, mailbox: str) -> list[str]:
+        names = set(self.db.folders(mailbox))
+        names.update(f for (m, f) in self.overlay.folders if m == mailbox)
+        return sorted(names)
+
+    def items(self, mailbox: str, since_change: int = 0) -> list[dict[str, Any]]:
+        rows = {r["item_id"]: r for r in self.db.items(mailbox, since_change)}
+        for (m, item_id), (_, row) in self.overlay.items.items():
+            if m == mailbox:
+                if row["change_number"] > since_change:
+                    rows[item_id] = row
+                else:
+                    rows.pop(item_id, None)
+        return sorted(rows.values(), key=lambda r: r["change_number"])
+
+    def item(self, mailbox: str, item_id: str) -> dict[str, Any] | None:
+        return self.overlay.item(mailbox, item_id) or self.db.item(mailbox, item_id)

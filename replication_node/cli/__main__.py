@@ -1,0 +1,7 @@
+"""`python -m replication_node.cli`: the replication-node command."""
+
+import sys
+
+from replication_node.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,105 @@
+"""`replication-node`: serve a node, run a local cluster, show status, inspect files.
+
+Exit codes: 0 ok, 1 operation failed, 2 bad input or config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from dag_common.errors import ConfigError
+from dag_common.model import ExitCode
+from replication_node.cli import cluster as cli_cluster
+from replication_node.errors import DatabaseError, LogFormatError
+from replication_node.log import tools
+
+
+def _print_json(data: object) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def cmd_log_dump(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    try:
+        dump = tools.dump_log(path)
+    except OSError as exc:
+        print(f"error: cannot read {path}: {exc.strerror}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    except LogFormatError as exc:
+        if args.json:
+            _print_json({"file": str(path), "verdict": "damaged", "problems": [str(exc)]})
+        else:
+            print(f"Log file: {path}\n  Verdict: DAMAGED\n    problem: {exc}")
+        return ExitCode.FAILED
+    if args.json:
+        _print_json(dump)
+    else:
+        print(tools.render_log_dump(dump, records=args.records))
+    return ExitCode.OK if dump["verdict"] == "ok" else ExitCode.FAILED
+
+
+def cmd_db_header(args: argparse.Namespace) -> int:
+    try:
+        info = tools.db_header(Path(args.file))
+    except DatabaseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    if args.json:
+        _print_json(info)
+    else:
+        print(tools.render_db_header(info))
+    return ExitCode.OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="replication-node", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    log = sub.add_parser("log", help="log file tools").add_subparsers(dest="log_cmd", required=True)
+    dump = log.add_parser("dump", help="header, records and checksum verdicts of a log file")
+    dump.add_argument("file")
+    dump.add_argument("--json", action="store_true")
+    dump.add_argument("--records", action="store_true", help="list every record")
+    dump.set_defaults(func=cmd_log_dump)
+
+    db = sub.add_parser("db", help="database file tools").add_subparsers(
+        dest="db_cmd", required=True
+    )
+    header = db.add_parser("header", help="the database header (state, checkpoint, waypoint)")
+    header.add_argument("file")
+    header.add_argument("--json", action="store_true")
+    header.set_defaults(func=cmd_db_header)
+    cli_cluster.register_db(db)
+    cli_cluster.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0) and ExitCode.BAD_INPUT
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    except KeyboardInterrupt:
+        return ExitCode.FAILED
+    except BrokenPipeError:  # the reader went away (`status | head -1`)
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing more can be written
+        return ExitCode.FAILED
+    except Exception as exc:  # a bug: one line, never a traceback
+        logging.getLogger(__name__).debug("unexpected error", exc_info=True)
+        print(f"error: unexpected {type(exc).__name__}: {exc} (a bug)", file=sys.stderr)
+        return ExitCode.FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""The cluster store as one SQLite file shared by the node processes of one machine."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from replication_node.cluster.store import ActiveRecord, ClusterStore, EpochRecord
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS active_copy(
+  database TEXT PRIMARY KEY, node TEXT NOT NULL, epoch INTEGER NOT NULL,
+  last_log_generated INTEGER NOT NULL DEFAULT 0, updated TEXT NOT NULL,
+  open_generation INTEGER NOT NULL DEFAULT 0, change_number_ceiling INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS mailbox_directory(
+  mailbox TEXT PRIMARY KEY, database TEXT NOT NULL, updated TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS stream_history(
+  database TEXT NOT NULL, epoch INTEGER NOT NULL, node TEXT NOT NULL,
+  start_generation INTEGER NOT NULL, created TEXT NOT NULL, PRIMARY KEY(database, epoch));
+"""
+# Columns added after the first release: a store file from before gets them on open (several
+# node processes may open it at once: a column another one just added is no error).
+_ADDED_COLUMNS = {
+    "open_generation": "INTEGER NOT NULL DEFAULT 0",
+    "change_number_ceiling": "INTEGER NOT NULL DEFAULT 0",
+}
+_ACTIVE_COLUMNS = "node, epoch, last_log_generated, updated, open_generation, change_number_ceiling"
+
+
+def _set_wal(conn: sqlite3.Connection, attempts: int = 200) -> None:
+    """Switch a (possibly brand-new) file to WAL.  Node processes opening a new file at the
+    same moment can meet 'database is locked' here, which SQLite's busy timeout does not
+    cover: retry for up to about ten seconds."""
+    for attempt in range(attempts):
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == attempts - 1:
+                raise
+            time.sleep(0.05)  # start-up only, before the store serves anything
+
+
+class EmbeddedClusterStore(ClusterStore):
+    """SQLite, WAL, fsync on commit; writes are compare-and-set inside IMMEDIATE txns."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._conn = sqlite3.connect(
+            path, check_same_thread=False, isolation_level=None, timeout=10.0
+        )
+        self._lock = threading.Lock()
+        with self._lock:
+            _set_wal(self._conn)
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.executescript(_SCHEMA)
+            # Node processes open a new file at the same moment: the check and the ALTER
+            # run in one write transaction, so only one of them adds a column.
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                have = {row[1] for row in self._conn.execute("PRAGMA table_info(active_copy)")}
+                for column, kind in _ADDED_COLUMNS.items():
+                    if column not in have:
+                        self._conn.execute(f"ALTER TABLE active_copy ADD COLUMN {column} {kind}")
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    async def _run(self, fn, *args):  # type: ignore[no-untyped-def]
+        return await asyncio.to_thread(self._locked, fn, *args)
+
+    def _locked(self, fn, *args):  # type: ignore[no-untyped-def]
+        with self._lock:
+            return fn(*args)
+
+    @staticmethod
+    def _now() -> str:
+        return datetime.now(UTC).isoformat()
+
+    def _active(self, database: str) -> ActiveRecord | None:
+        row = self._conn.execute(
+            f"SELECT {_ACTIVE_COLUMNS} FROM active_copy WHERE database=?", (database,)
+        ).fetchone()
+        if row is None:
+            return None
+        node, epoch, generated, updated, open_generation, ceiling = row
+        return ActiveRecord(
+            database,
+            node,
+            epoch,
+            generated,
+            datetime.fromisoformat(updated),
+            open_generation=open_generation,
+            change_number_ceiling=ceiling,
+        )
+
+    async def active(self, database: str) -> ActiveRecord | None:
+        return await self._run(self._active, database)
+
+    def _set_active(
+        self, database: str, node: str, expected_epoch: int, start_generation: int | None
+    ) -> ActiveRecord | None:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            current = self._active(database)
+            if (current.epoch if current else 0) != expected_epoch:
+                self._conn.execute("ROLLBACK")
+                return None
+            generated = current.last_log_generated if current else 0
+            if start_generation is not None:
+                generated = start_generation - 1
+            ceiling = current.change_number_ceiling if current else 0
+            now = self._now()
+            self._conn.execute(
+                f"INSERT OR REPLACE INTO active_copy(database, {_ACTIVE_COLUMNS})"
+                " VALUES (?, ?, ?, ?, ?, 0, ?)",
+                (database, node, expected_epoch + 1, generated, now, ceiling),
+            )
+            self._conn.execute(
+                "INSERT OR REPLACE INTO stream_history VALUES (?, ?, ?, ?, ?)",
+                (database, expected_epoch + 1, node, start_generation or 1, now),
+            )
+            self._conn.execute("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+        return self._active(database)
+
+    async def set_active(
+        self,
+        database: str,
+        node: str,
+        *,
+        expected_epoch: int,
+        start_generation: int | None = None,
+    ) -> ActiveRecord | None:
+        return await self._run(self._set_active, database, node, expected_epoch, start_generation)
+
+    def _history(self, database: str) -> list[EpochRecord]:
+        rows = self._conn.execute(
+            "SELECT epoch, node, start_generation FROM stream_history WHERE database=?"
+            " ORDER BY epoch",
+            (database,),
+        ).fetchall()
+        return [EpochRecord(database, epoch, node, start) for epoch, node, start in rows]
+
+    async def history(self, database: str) -> list[EpochRecord]:
+        return await self._run(self._history, database)
+
+    def _publish(self, database: str, node: str, epoch: int, generation: int) -> bool:
+        cur = self._conn.execute(
+            "UPDATE active_copy SET last_log_generated=max(last_log_generated, ?), updated=?"
+            " WHERE database=? AND node=? AND epoch=?",
+            (generation, self._now(), database, node, epoch),
+        )
+        return cur.rowcount == 1
+
+    async def publish_last_log_generated(
+        self, database: str, node: str, epoch: int, generation: int
+    ) -> bool:
+        return await self._run(self._publish, database, node, epoch, generation)
+
+    def _publish_open(
+        self, database: str, node: str, epoch: int, generation: int, ceiling: int
+    ) -> bool:
+        cur = self._conn.execute(
+            "UPDATE active_copy SET open_generation=max(open_generation, ?),"
+            " change_number_ceiling=max(change_number_ceiling, ?), updated=?"
+            " WHERE database=? AND node=? AND epoch=?",
+            (generation, ceiling, self._now(), database, node, epoch),
+        )
+        return cur.rowcount == 1
+
+    async def publish_open_generation(
+        self, database: str, node: str, epoch: int, generation: int, change_number_ceiling: int
+    ) -> bool:
+        return await self._run(
+            self._publish_open, database, node, epoch, generation, change_number_ceiling
+        )
+
+    def _mailbox_database(self, mailbox: str) -> str | None:
+        row = self._conn.execute(
+            "SELECT database FROM mailbox_directory WHERE mailbox=?", (mailbox,)
+        ).fetchone()
+        return row[0] if row else None
+
+    async def mailbox_database(self, mailbox: str) -> str | None:
+        return await self._run(self._mailbox_database, mailbox)
+
+    def _set_mailbox(self, mailbox: str, database: str, expected: str | None) -> bool:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            if self._mailbox_database(mailbox) != expected:
+                self._conn.execute("ROLLBACK")
+                return False
+            self._conn.execute(
+                "INSERT OR REPLACE INTO mailbox_directory VALUES (?, ?, ?)",
+                (mailbox, database, self._now()),
+            )
+            self._conn.execute("COMMIT")
+            return True
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+
+    async def set_mailbox_database(
+        self, mailbox: str, database: str, *, expected: str | None
+    ) -> bool:
+        return await self._run(self._set_mailbox, mailbox, database, expected)
+
+    async def mailboxes(self) -> dict[str, str]:
+        rows = await self._run(
+            lambda: self._conn.execute("SELECT mailbox, database FROM mailbox_directory").fetchall()
+        )
+        return dict(rows)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

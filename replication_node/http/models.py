@@ -1,0 +1,117 @@
+"""The node API's request bodies as typed models: every body is parsed here, at the edge,
+before anything is looked up or written.
+
+Ranges, sizes and encodings are checked once: names match the patterns of `ops`, text must
+be valid Unicode that UTF-8 can carry (JSON can spell a lone surrogate such as "\\ud800",
+which the log cannot hold), lists are bounded, unknown fields are refused (a typo is an
+error, not a silently ignored option), and booleans are booleans.  A failure is a
+`BadRequest` naming the field, which the error middleware answers with 400.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+)
+
+from dag_common.model import AutoDatabaseMountDial
+from replication_node.errors import BadRequest
+from replication_node.storage.ops import FOLDER_PATTERN, ITEM_ID_PATTERN, NAME_PATTERN
+
+MAX_ITEMS = 1000  # items per write: one write is one transaction
+MAX_FOLDERS = 1000
+
+
+def _utf8(value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"not valid UTF-8 text ({exc.reason} at {exc.start})") from None
+    return value
+
+
+Text = Annotated[StrictStr, AfterValidator(_utf8)]
+Name = Annotated[StrictStr, Field(pattern=NAME_PATTERN)]
+Folder = Annotated[Text, Field(pattern=FOLDER_PATTERN)]
+ItemId = Annotated[StrictStr, Field(pattern=ITEM_ID_PATTERN)]
+
+
+class _Body(BaseModel):
+    # Strings and booleans are strict (StrictStr, StrictBool): a number is not a name and
+    # "yes" is not true; an enum is given by its value.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MailboxIn(_Body):
+    """PUT …/mailboxes/{mailbox}."""
+
+    display_name: Annotated[Text, Field(max_length=256)] = ""
+    folders: Annotated[list[Folder], Field(max_length=MAX_FOLDERS)] | None = None
+    locked: StrictBool = False
+
+
+class FolderIn(_Body):
+    """POST …/mailboxes/{mailbox}/folders."""
+
+    folder: Folder
+
+
+class ItemIn(_Body):
+    """One item of POST …/mailboxes/{mailbox}/items (the node numbers it)."""
+
+    item_id: ItemId | None = None
+    folder: Folder = "Inbox"
+    subject: Text = ""
+    body: Text = ""
+
+
+class ItemsIn(_Body):
+    """POST …/mailboxes/{mailbox}/items with several items, as one transaction."""
+
+    items: Annotated[list[ItemIn], Field(min_length=1, max_length=MAX_ITEMS)]
+
+
+class ReasonIn(_Body):
+    """POST …/copies/{node}/suspend|resume|reseed."""
+
+    reason: Annotated[Text, Field(max_length=1000)] = ""
+
+
+class ActivateIn(_Body):
+    """POST …/activate."""
+
+    node: Name
+    mount_dial_override: AutoDatabaseMountDial | None = None
+
+
+class TargetIn(_Body):
+    """POST …/switchover and …/quiesce."""
+
+    target: Name
+
+
+class HandOverIn(_Body):
+    """POST …/hand-over: the node of the copy taking over."""
+
+    to: Name
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse(model: type[M], data: dict[str, Any]) -> M:
+    """`data` as `model`, or BadRequest naming the first field that is wrong."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        raise BadRequest(f"{where}: {first['msg']}") from None

@@ -1,0 +1,134 @@
+"""Operator views of files, like eseutil /ml and /mh: a log file's header and records with
+checksum verdicts, and a database file's header in the seeds' terms.  Pure rendering."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from replication_node.errors import LogFormatError
+from replication_node.log import logfile
+from replication_node.log.logfile import OPEN_LOG_NAME, RecordType
+from replication_node.storage.database import Database
+
+
+def dump_log(path: Path) -> dict[str, Any]:
+    """The header, the records and the verdicts of one log file. Raises LogFormatError if
+    the header itself is unusable (then nothing else can be trusted)."""
+    data = path.read_bytes()
+    result = logfile.scan(data)
+    header = result.header
+    name_gen = logfile.parse_closed_log_name(path.name)
+    problems: list[str] = []
+    if result.tail_error:
+        problems.append(result.tail_error)
+    if name_gen is not None:
+        if name_gen != header.generation:
+            problems.append(
+                f"file name says generation {name_gen}, header says {header.generation}"
+            )
+        if not result.closed and not result.tail_error:
+            problems.append("closed generation has no CLOSE record (truncated?)")
+    elif path.name != OPEN_LOG_NAME:
+        problems.append("file name is neither E00.log nor a generation name")
+    txns = result.transactions
+    return {
+        "file": str(path),
+        "header": {
+            "checksum": "ok",
+            "format_version": header.version,
+            "generation": header.generation,
+            "database_signature": str(header.database_signature),
+            "log_signature": str(header.log_signature),
+            "creation_time": header.creation_time.isoformat(),
+            "prev_creation_time": (
+                header.prev_creation_time.isoformat() if header.prev_creation_time else None
+            ),
+            "log_file_size": header.log_file_size,
+        },
+        "records": {
+            "valid": len(result.records),
+            "transactions": len(txns),
+            "operations": sum(len(r.ops) for r in txns),
+            "bytes": result.valid_end - logfile.HEADER_SIZE,
+            "first_commit_time": txns[0].commit_time.isoformat() if txns else None,
+            "last_commit_time": txns[-1].commit_time.isoformat() if txns else None,
+            "closed": result.closed,
+            "close_time": result.close_time.isoformat() if result.close_time else None,
+            "list": [
+                {
+                    "offset": r.offset,
+                    "type": r.type.name,
+                    "size": r.size,
+                    "time": r.commit_time.isoformat(),
+                    "operations": len(r.ops) if r.type is RecordType.TRANSACTION else 0,
+                }
+                for r in result.records
+            ],
+        },
+        "file_size": result.file_size,
+        "valid_end": result.valid_end,
+        "verdict": "damaged" if problems else "ok",
+        "problems": problems,
+    }
+
+
+def render_log_dump(dump: dict[str, Any], *, records: bool = False) -> str:
+    h, r = dump["header"], dump["records"]
+    lines = [
+        f"Log file: {dump['file']}",
+        f"  Generation:          {h['generation']} (0x{h['generation']:X})",
+        f"  Header checksum:     {h['checksum']}",
+        f"  Format version:      {h['format_version']}",
+        f"  Database signature:  {h['database_signature']}",
+        f"  Log signature:       {h['log_signature']}",
+        f"  Creation time:       {h['creation_time']}",
+        f"  Previous gen time:   {h['prev_creation_time'] or '-'}",
+        f"  Log file size:       {h['log_file_size']}",
+        f"  Records:             {r['valid']} valid ({r['transactions']} transactions, "
+        f"{r['operations']} operations, {r['bytes']} bytes)",
+        f"  Closed:              {'yes at ' + r['close_time'] if r['closed'] else 'no (open log)'}",
+        f"  Verdict:             {dump['verdict'].upper()}",
+    ]
+    lines += [f"    problem: {p}" for p in dump["problems"]]
+    if records:
+        lines.append("  offset      type         size  time                              ops")
+        for rec in r["list"]:
+            lines.append(
+                f"  {rec['offset']:<10}  {rec['type']:<11}  {rec['size']:>5}  {rec['time']:<32}  "
+                f"{rec['operations']}"
+            )
+    return "\n".join(lines)
+
+
+def db_header(path: Path) -> dict[str, Any]:
+    """The database header of a database file."""
+    db = Database.open(path)
+    try:
+        return {"file": str(path), **db.header.as_dict()}
+    finally:
+        db.close()
+
+
+def render_db_header(info: dict[str, Any]) -> str:
+    com = info["log_committed"]
+    return "\n".join(
+        [
+            f"Database: {info['file']}",
+            f"  State:               {info['state']}",
+            f"  Log Required:        none (consistent through generation {info['waypoint']})",
+            f"  Log Committed:       {com[0]}-{com[1]} (0x{com[0]:X}-0x{com[1]:X})",
+            f"  Checkpoint:          {info['checkpoint']}",
+            f"  Waypoint:            {info['waypoint']}",
+            f"  Committed:           {info['committed']}",
+            f"  Database signature:  {info['database_signature']}",
+            f"  Log signature:       {info['log_signature']}",
+            f"  Last change number:  {info['last_change_number']}",
+            f"  Last log time:       {info['last_log_time'] or '-'}",
+            f"  Last backup:         generation {info['last_backup_generation']} "
+            f"at {info['last_backup_time'] or '-'}",
+        ]
+    )
+
+
+__all__ = ["LogFormatError", "db_header", "dump_log", "render_db_header", "render_log_dump"]

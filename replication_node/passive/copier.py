@@ -1,0 +1,379 @@
+"""The log copier of a passive copy: pull closed generations, inspect, move into the log dir.
+
+Pull model, as the seeds': the copier learns of newly closed generations from the active's
+notification stream (a poll of the share's info is the fallback whenever the stream breaks),
+fetches the missing generations into the Inspector directory (LastLogCopied), inspects
+each in order (`inspector.inspect_generation`), and moves it into the log directory
+(LastLogInspected).  When it is behind, it fetches a window of generations at once and
+moves the inspected ones with a single directory fsync, so catching up costs about one
+fsync per generation.  A generation that fails inspection is set aside in
+IgnoredLogs/InspectionFailed and copied again; after `max_inspection_failures` failures of
+the same generation the copy stops with `CopyFailed`.  A generation is never skipped.
+
+The copy's stream incarnation (the `epoch` its status reports, which the Data Guarantee
+service counts a flush on) is claimed only once shown: when a generation fetched from the
+active at that epoch passes inspection (the creation-time chain ties it to every local
+generation before it), or when the copy's last inspected generation is byte for byte the
+active's.  A copy that had inspected past the point where a failover forked the stream
+holds the old active's generations there: its last generation differs from the active's,
+and it stops (FailedAndSuspended, reseed) instead of claiming a stream it is not on.
+
+Transport failures are not the file's fault: the copy is DisconnectedAndHealthy and the
+copier retries every `retry_interval` for as long as it takes (the seeds: a network outage
+needs no reseed while the active keeps its logs).  A generation the active no longer has
+(`GenerationGone`) ends in `CopyFailed`: only a reseed can help.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from dag_common.clock import Clock
+from dag_common.durable import fsync_dir
+from replication_node.active.copy import CopyPaths
+from replication_node.errors import (
+    CopyFailed,
+    Diverged,
+    GenerationGone,
+    InspectionFailed,
+    LogFormatError,
+    LogShareError,
+)
+from replication_node.interfaces import LogShareInfo, LogSource
+from replication_node.log.logfile import (
+    OPEN_LOG_NAME,
+    LogHeader,
+    anchor_header,
+    closed_log_name,
+    seal_open_log,
+)
+from replication_node.passive.inspector import InspectedLog, OutOfDateLog, inspect_generation
+from replication_node.passive.markers import Markers
+
+if TYPE_CHECKING:
+    from replication_node.metrics import CopyMetrics
+
+logger = logging.getLogger(__name__)
+
+# Under IgnoredLogs: the logs a copy wrote when it was active, until the active's match them.
+OUT_OF_DATE_DIR = "E00OutofDate"
+
+
+class Copier:
+    """Copies and inspects the active's closed generations; runs until cancelled."""
+
+    def __init__(
+        self,
+        *,
+        source: LogSource,
+        paths: CopyPaths,
+        markers: Markers,
+        log_signature: uuid.UUID,
+        database_signature: uuid.UUID,
+        clock: Clock,
+        on_inspected: Callable[[], None],
+        out_of_date: dict[int, OutOfDateLog] | None = None,
+        rejoining: bool = False,
+        max_inspection_failures: int = 3,
+        retry_interval: float = 1.0,
+        window: int = 8,
+        metrics: CopyMetrics | None = None,
+    ) -> None:
+        self._source = source
+        self._paths = paths
+        self._markers = markers
+        self._log_signature = log_signature
+        self._database_signature = database_signature
+        self._clock = clock
+        self._on_inspected = on_inspected
+        self._out_of_date = dict(out_of_date or {})
+        self._rejoining = rejoining
+        self._max_failures = max_inspection_failures
+        self._retry = retry_interval
+        self._window = window
+        self._metrics = metrics
+        self.failures: dict[int, int] = {}
+        self._active_epoch = 0  # the epoch of the active whose share this copier reads
+        self._prev: LogHeader | None = anchor_header(paths.logs, markers.last_log_inspected)
+        # One copying at a time: the run loop's, or a copy of the last logs (`copy_open_log`).
+        self._copying = asyncio.Lock()
+
+    async def run(self) -> None:
+        m = self._markers
+        outage_logged = False
+        while True:
+            try:
+                info = await self._source.info()
+                self._seen(info)
+                if self._rejoining:
+                    await self._check_rejoin(info)
+                await self._check_stream(info)
+                await self._copy_through(info.last_generation)
+                async for info in self._source.notifications(m.last_log_inspected):
+                    self._seen(info)
+                    await self._copy_through(info.last_generation)
+                outage_logged = False
+                continue  # the stream ended (the active restarted?): ask again at once
+            except GenerationGone as exc:
+                raise CopyFailed(f"{exc}; the copy needs a reseed") from exc
+            except LogShareError as exc:
+                m.connected = False
+                if m.disconnected_since is None:
+                    m.disconnected_since = self._clock.monotonic()
+                if not outage_logged:
+                    logger.warning(
+                        "%s: cannot reach the active, retrying: %s", self._paths.name, exc
+                    )
+                    outage_logged = True
+            await self._clock.sleep(self._retry)
+
+    async def _check_rejoin(self, info: LogShareInfo) -> None:
+        """A copy that was active follows a new active: is its database file on its stream?
+
+        The file holds every generation through its waypoint W.  If the active's stream has
+        not reached W, or its generation W is not this copy's, the file holds transactions
+        the active never had: diverged at or below the waypoint, only a full reseed helps.
+        (Divergence above W is in logs only, never replayed: `Diverged`, handled in _stage.)
+        """
+        waypoint = self._markers.last_log_replayed
+        if waypoint > 0:
+            if info.last_generation < waypoint:
+                raise CopyFailed(
+                    f"diverged at or below the database's waypoint: this copy's file holds "
+                    f"generation {waypoint}, the active's stream ends at "
+                    f"{info.last_generation}; a full reseed is needed"
+                )
+            ours = self._paths.logs / closed_log_name(waypoint)
+            if info.first_generation <= waypoint and ours.exists():
+                theirs = await self._source.fetch(waypoint)
+                if theirs != await asyncio.to_thread(ours.read_bytes):
+                    raise CopyFailed(
+                        f"diverged at or below the database's waypoint: generation {waypoint}"
+                        " differs from the active's; a full reseed is needed"
+                    )
+        self._rejoining = False
+        await asyncio.to_thread(self._paths.was_active.unlink, missing_ok=True)
+        logger.info("%s: rejoined the active's stream at generation %d", self._paths.name, waypoint)
+
+    async def _check_stream(self, info: LogShareInfo) -> None:
+        """Claim the active's epoch now if this copy's last inspected generation is the
+        active's, byte for byte; stop if it is not (the stream forked below it)."""
+        m = self._markers
+        generation = m.last_log_inspected
+        if info.epoch == m.epoch or not (
+            generation >= 1 and info.first_generation <= generation <= info.last_generation
+        ):
+            return  # nothing to compare with yet: the next generation inspected settles it
+        ours = self._paths.logs / closed_log_name(generation)
+        if not ours.exists():
+            return
+        if await self._source.fetch(generation) != await asyncio.to_thread(ours.read_bytes):
+            raise CopyFailed(
+                f"this copy's generation {generation} is not the active's (epoch {info.epoch}): "
+                "the stream forked below it in a failover and this copy holds the old "
+                "active's logs; reseed the copy"
+            )
+        m.epoch = info.epoch
+
+    def _seen(self, info: LogShareInfo) -> None:
+        if info.log_signature != str(self._log_signature):
+            raise CopyFailed(
+                f"the active's log stream {info.log_signature} is not this copy's "
+                f"({self._log_signature}); reseed the copy"
+            )
+        m = self._markers
+        # An active that is not mounted (it serves its last logs to a copy taking over) is
+        # not reached: the copy stays disconnected from it, for failover.
+        m.connected = info.mounted
+        if info.mounted:
+            m.disconnected_since = None
+        elif m.disconnected_since is None:
+            m.disconnected_since = self._clock.monotonic()
+        m.last_log_generated = max(m.last_log_generated, info.last_generation)
+        m.last_log_copy_notified = max(m.last_log_copy_notified, info.last_generation)
+        m.source_first_generation = info.first_generation
+        self._active_epoch = info.epoch
+        m.open_generation, m.open_commits = info.open_generation, info.open_commits
+
+    async def _copy_through(self, last: int) -> None:
+        """Copy and inspect every generation up to `last`, in order, a window at a time."""
+        async with self._copying:
+            await self._copy_window_by_window(last)
+
+    async def copy_open_log(self, data: bytes) -> InspectedLog | None:
+        """Attempt Copy Last Logs, the last step: keep the lost active's open log `data` as
+        the generation it stands for (its valid records, sealed with a CLOSE record),
+        inspected like any copied generation (signatures, the creation-time chain, an
+        E00.log of this copy's own).  None if it holds no transaction.  It must be the
+        generation after LastLogInspected: the closed ones before it are copied first."""
+        try:
+            sealed = seal_open_log(data)
+        except LogFormatError as exc:
+            raise InspectionFailed(f"the active's open log: {exc}") from exc
+        if sealed is None:
+            return None
+        sealed_data, result = sealed
+        generation = result.header.generation
+        async with self._copying:
+            m = self._markers
+            if generation != m.last_log_inspected + 1:
+                raise InspectionFailed(
+                    f"the active's open log is generation {generation}, but this copy has "
+                    f"inspected through {m.last_log_inspected}: the closed generations "
+                    "between must be copied first"
+                )
+            m.last_log_generated = max(m.last_log_generated, generation)
+            inspected = await asyncio.to_thread(self._stage, generation, sealed_data)
+            m.last_log_copied = max(m.last_log_copied, generation)
+            await self._commit([inspected])
+        logger.warning(
+            "%s: kept the lost active's open log as generation %d (%d transaction(s)%s)",
+            self._paths.name,
+            generation,
+            len(result.transactions),
+            f"; a torn tail left out: {result.tail_error}" if result.tail_error else "",
+        )
+        return inspected
+
+    async def _copy_window_by_window(self, last: int) -> None:
+        m = self._markers
+        while m.last_log_inspected < last:
+            first = m.last_log_inspected + 1
+            generations = range(first, min(last, first + self._window - 1) + 1)
+            # Fetch the window's generations concurrently; stage and inspect them in order.
+            fetches = [asyncio.ensure_future(self._source.fetch(g)) for g in generations]
+            staged: list[InspectedLog] = []
+            try:
+                for generation, fetch in zip(generations, fetches, strict=True):
+                    data = await fetch
+                    if self._metrics is not None:
+                        self._metrics.copied(len(data))
+                    try:
+                        staged.append(await asyncio.to_thread(self._stage, generation, data))
+                    except InspectionFailed as exc:
+                        await self._inspection_failed(generation, exc)
+                        break
+                    m.last_log_copied = max(m.last_log_copied, generation)
+            except LogShareError:
+                await self._commit(staged)  # what passed inspection before the outage counts
+                raise
+            finally:
+                for fetch in fetches:
+                    fetch.cancel()
+                await asyncio.gather(*fetches, return_exceptions=True)
+            await self._commit(staged)
+
+    def _stage(self, generation: int, data: bytes) -> InspectedLog:
+        """Write a copied generation into Inspector (fsync'd) and inspect it (worker thread).
+
+        A generation that fails inspection is set aside before InspectionFailed propagates.
+        """
+        staged = self._paths.inspector / closed_log_name(generation)
+        with open(staged, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            try:
+                inspected = self._inspect(data, generation)
+            except Diverged as exc:
+                self._discard_diverged(exc)
+                inspected = self._inspect(data, generation)
+        except InspectionFailed:
+            count = self.failures.get(generation, 0) + 1
+            failed_dir = self._paths.ignored / "InspectionFailed"
+            failed_dir.mkdir(parents=True, exist_ok=True)
+            os.replace(staged, failed_dir / f"{staged.name}.{count}")
+            raise
+        self._prev = inspected.header
+        return inspected
+
+    def _inspect(self, data: bytes, generation: int) -> InspectedLog:
+        return inspect_generation(
+            data,
+            generation=generation,
+            log_signature=self._log_signature,
+            database_signature=self._database_signature,
+            prev=self._prev,
+            highest_known=self._markers.last_log_generated,
+            out_of_date=self._out_of_date.get(generation),
+        )
+
+    def _discard_diverged(self, exc: Diverged) -> None:
+        """Incremental reseed: the logs this copy wrote as active from the divergence point
+        on were never in its database file (LLR kept them out), so they are set aside in
+        IgnoredLogs/Diverged and the active's generations take their place."""
+        kept = self._paths.ignored / "Diverged"
+        kept.mkdir(parents=True, exist_ok=True)
+        dropped = sorted(g for g in self._out_of_date if g >= exc.generation)
+        for generation in dropped:
+            superseded = self._out_of_date.pop(generation)
+            name = closed_log_name(generation) if superseded.whole else OPEN_LOG_NAME
+            src = self._paths.ignored / OUT_OF_DATE_DIR / name
+            if src.exists():
+                os.replace(src, kept / name)
+        fsync_dir(kept)
+        logger.warning(
+            "%s: incremental reseed: %s; this copy's logs of generations %s (written when it "
+            "was active, never in its database) are set aside in IgnoredLogs/Diverged and "
+            "their transactions are lost with the failover",
+            self._paths.name,
+            exc,
+            dropped,
+        )
+
+    async def _inspection_failed(self, generation: int, exc: InspectionFailed) -> None:
+        """Count a failed inspection: CopyFailed at the limit, else a pause before recopying."""
+        count = self.failures[generation] = self.failures.get(generation, 0) + 1
+        logger.warning(
+            "%s: inspection of generation %d failed (%d of %d): %s",
+            self._paths.name,
+            generation,
+            count,
+            self._max_failures,
+            exc,
+        )
+        if self._metrics is not None:
+            self._metrics.inspection_failed(recopy=count < self._max_failures)
+        if count >= self._max_failures:
+            raise CopyFailed(f"generation {generation} failed inspection {count} times: {exc}")
+        await self._clock.sleep(self._retry / 4)
+
+    async def _commit(self, staged: list[InspectedLog]) -> None:
+        """Move inspected generations into the log directory (one directory fsync for all),
+        then advance LastLogInspected."""
+        if not staged:
+            return
+        copied = self._clock.now()
+        await asyncio.to_thread(self._move_into_log_dir, [s.generation for s in staged], copied)
+        m = self._markers
+        for inspected in staged:
+            self.failures.pop(inspected.generation, None)
+            m.copied_times[inspected.generation] = copied
+        m.last_log_inspected = staged[-1].generation
+        m.last_inspected_log_time = staged[-1].close_time
+        m.epoch = self._active_epoch  # inspected from its share: chained to all before
+        self._on_inspected()
+
+    def _move_into_log_dir(self, generations: list[int], copied: datetime) -> None:
+        # Only the log directory's entries must survive a crash; a file left in Inspector by
+        # a crash is deleted on start and copied again.  Each file's mtime is set to when the
+        # copy got it (its own clock): after a restart the replay lag counts from there.
+        stamp = copied.timestamp()
+        for generation in generations:
+            name = closed_log_name(generation)
+            os.utime(self._paths.inspector / name, (stamp, stamp))
+            os.replace(self._paths.inspector / name, self._paths.logs / name)
+        fsync_dir(self._paths.logs)
+        for generation in generations:
+            # A log set aside from when this copy was active matched: it is superseded.
+            superseded = self._out_of_date.pop(generation, None)
+            if superseded is not None:
+                name = closed_log_name(generation) if superseded.whole else OPEN_LOG_NAME
+                (self._paths.ignored / OUT_OF_DATE_DIR / name).unlink(missing_ok=True)

@@ -1,0 +1,537 @@
+"""The replica instance of a passive copy: seeder, copier, inspector, replayer, truncator.
+
+This module wires the stages and owns the copy's lifecycle and status:
+
+    start ─▶ (no database file) seed ─▶ open: markers from the database header and the
+             local logs ─▶ Copier.run ∥ Replayer.run (passive truncation after each replay)
+
+- `CopyFailed` from any stage stops the pipeline: FailedAndSuspended, with the reason.
+- Suspension (by an operator, or by a failure) is kept in `copy-state.json` beside the
+  database, so a node restart does not quietly resume a copy someone stopped.
+- Any other error (a full disk, say) is Failed with the reason; the pipeline starts again
+  after `failed_retry` seconds, from what is durable.
+- Reads of a passive copy go to a read-only handle of its own database file (`reader`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dag_common.clock import Clock
+from dag_common.durable import atomic_write, fsync_dir
+from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
+from replication_node.active.copy import CopyPaths
+from replication_node.errors import (
+    Conflict,
+    CopyFailed,
+    DatabaseError,
+    InspectionFailed,
+    LogFormatError,
+    LogShareError,
+)
+from replication_node.interfaces import LogSource, PassiveSettings
+from replication_node.log.logfile import (
+    OPEN_LOG_NAME,
+    close_time_of,
+    closed_log_name,
+    parse_closed_log_name,
+    scan,
+)
+from replication_node.log.logstream import list_closed_generations
+from replication_node.log.truncation import delete_through, passive_truncation_limit
+from replication_node.passive.copier import OUT_OF_DATE_DIR, Copier
+from replication_node.passive.inspector import OutOfDateLog
+from replication_node.passive.markers import Markers
+from replication_node.passive.replayer import Replayer
+from replication_node.passive.seeder import seed_copy
+from replication_node.storage.database import Database
+from replication_node.storage.scrub import Scrubber, scrub_file
+
+if TYPE_CHECKING:
+    from replication_node.metrics import NodeMetrics
+
+logger = logging.getLogger(__name__)
+
+_STATE_FILE = "copy-state.json"
+
+
+class PassiveCopy:
+    """One passive database copy on this node."""
+
+    role = CopyRole.PASSIVE
+
+    def __init__(
+        self,
+        *,
+        settings: PassiveSettings,
+        paths: CopyPaths,
+        source: LogSource,
+        clock: Clock,
+        retry_interval: float = 1.0,
+        failed_retry: float = 10.0,
+        metrics: NodeMetrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self.paths = paths
+        self._source = source
+        self._clock = clock
+        self._retry = retry_interval
+        self._failed_retry = failed_retry
+        self.markers = Markers()
+        self._task: asyncio.Task[None] | None = None
+        self._db: Database | None = None
+        self._reader: Database | None = None
+        self._phase = CopyStatus.INITIALIZING  # what the running pipeline is doing
+        self._suspended = False
+        self._failed = False
+        self._corrupt = False  # the file failed a check: no reads until a reseed
+        self.scrubber: Scrubber | None = None  # the running pipeline's background scrub
+        self.error: str | None = None
+        self._metrics = metrics.copy(settings.database) if metrics else None
+        self._copier: Copier | None = None  # the running pipeline's
+        # The lost active whose last logs this copy waits for, to mount without a loss
+        # (set by the failover monitor under Lossless, and while they are being copied).
+        self.awaiting_last_logs_from: str | None = None
+
+    @property
+    def database(self) -> str:
+        return self.settings.database
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.paths.root.mkdir(parents=True, exist_ok=True)
+        self._load_state()
+        if self._suspended:
+            self._open_markers_only()
+            logger.info("%s: starts suspended (%s)", self.database, self.error)
+            return
+        self._launch()
+
+    async def stop(self) -> None:
+        await self._halt()
+        self._close_reader()
+
+    async def suspend(self, reason: str) -> None:
+        """Stop copying and replaying until resumed (what is replayed stays readable)."""
+        await self._halt()
+        self._suspended, self._failed, self.error = True, False, reason
+        self._save_state()
+        logger.info("%s: suspended: %s", self.database, reason)
+
+    async def resume(self) -> None:
+        """Start the pipeline again from where it stopped (also after a failure)."""
+        if not self._suspended and self._task is not None and not self._task.done():
+            return
+        await self._halt()
+        self._suspended, self._failed, self.error = False, False, None
+        self._save_state()
+        logger.info("%s: resumed", self.database)
+        self._launch()
+
+    async def reseed(self) -> None:
+        """Throw the copy away and seed it again from the active (in the background)."""
+        await self._halt()
+        self._close_reader()
+        self._suspended, self._failed, self.error = False, False, None
+        self._corrupt = False
+        self._save_state()
+        self.markers = Markers()
+        logger.info("%s: reseed requested", self.database)
+        self._launch(reseed=True)
+
+    def _launch(self, *, reseed: bool = False) -> None:
+        self._phase = CopyStatus.SEEDING if reseed else CopyStatus.INITIALIZING
+        self._task = asyncio.create_task(self._run(reseed), name=f"passive {self.database}")
+
+    async def _halt(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    # ---- the pipeline --------------------------------------------------------------------
+
+    async def _run(self, reseed: bool) -> None:
+        while True:
+            try:
+                if reseed or not self.paths.database.exists():
+                    await self._seed()
+                    reseed = False
+                await self._pipeline()
+            except CopyFailed as exc:
+                self._fail(str(exc))
+                return
+            except Exception as exc:
+                logger.exception(
+                    "%s: pipeline failed; starting again in %ss", self.database, self._failed_retry
+                )
+                self._phase, self.error = CopyStatus.FAILED, f"{type(exc).__name__}: {exc}"
+                if self._db is not None:
+                    self._db.close()
+                    self._db = None
+                await self._clock.sleep(self._failed_retry)
+
+    async def _seed(self) -> None:
+        self._phase = CopyStatus.SEEDING
+        self._close_reader()
+        while True:
+            try:
+                info = await seed_copy(self._source, self.paths)
+                break
+            except LogShareError as exc:
+                self.error = f"seeding: {exc}"
+                logger.warning("%s: seed failed, retrying: %s", self.database, exc)
+                await self._clock.sleep(self._retry)
+        self.error = None
+        self.markers = Markers(
+            last_log_copied=info.waypoint,
+            last_log_inspected=info.waypoint,
+            last_log_replayed=info.waypoint,
+        )
+
+    async def _pipeline(self) -> None:
+        # Before anything is replayed into it or read from it: a copy that stopped without a
+        # clean shutdown (a passive never shuts down cleanly: replay keeps it dirty) may have
+        # been damaged while nobody watched.  A file SQLite finds damaged is never Healthy.
+        _, problem = await asyncio.to_thread(scrub_file, self.paths.database)
+        if problem is None:
+            try:
+                self._db = Database.open(self.paths.database)
+            except DatabaseError as exc:  # the header itself cannot be read
+                problem = str(exc)
+        if problem is not None:
+            self._corrupt = True
+            raise CopyFailed(
+                f"the database file {self.paths.database.name} is corrupt (SQLite quick_check: "
+                f"{problem}); reseed the copy"
+            )
+        out_of_date, rejoining = await asyncio.to_thread(self._prepare_logs)
+        self._phase, self.error = CopyStatus.HEALTHY, None
+        header = self._db.header
+        inspected = asyncio.Event()
+        copier = Copier(
+            source=self._source,
+            paths=self.paths,
+            markers=self.markers,
+            log_signature=header.log_signature,
+            database_signature=header.database_signature,
+            clock=self._clock,
+            on_inspected=inspected.set,
+            out_of_date=out_of_date,
+            rejoining=rejoining,
+            max_inspection_failures=self.settings.max_inspection_failures,
+            retry_interval=self._retry,
+            metrics=self._metrics,
+        )
+        replayer = Replayer(
+            db=self._db,
+            log_dir=self.paths.logs,
+            markers=self.markers,
+            replay_lag_time=self.settings.replay_lag_time,
+            clock=self._clock,
+            wakeup=inspected,
+            after_replay=self._truncate,
+            metrics=self._metrics,
+            content_check_every=self.settings.content_check_every,
+        )
+        self._copier = copier
+        tasks = [asyncio.create_task(copier.run()), asyncio.create_task(replayer.run())]
+        if self.settings.scrub_interval is not None:
+            self.scrubber = Scrubber(
+                path=self.paths.database,
+                clock=self._clock,
+                interval=self.settings.scrub_interval.total_seconds(),
+                on_damage=self._damaged,
+            )
+            tasks.append(asyncio.create_task(self.scrubber.run()))
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()  # re-raise what stopped the stage
+        finally:
+            self._copier = None
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ---- Attempt Copy Last Logs ----------------------------------------------------------
+
+    async def copy_last_logs(self, active_node: str, *, timeout: float = 20.0) -> dict[str, Any]:
+        """Before this copy takes over from `active_node`, which is not mounted but can be
+        reached: have it hold its logs (`hand_over`), copy every closed generation it has
+        (the running copier does, inspected as always), then keep its open log as the
+        generation it stands for (`Copier.copy_open_log`).  LogShareError (nothing lost
+        from what was copied before) if it cannot be done within `timeout` seconds."""
+        copier = self._copier
+        status = self.status().status
+        if copier is None or status not in (
+            CopyStatus.HEALTHY,
+            CopyStatus.DISCONNECTED_AND_HEALTHY,
+        ):
+            raise Conflict(f"the copy of {self.database} on {self.settings.node} is {status}")
+        before = self.awaiting_last_logs_from
+        self.awaiting_last_logs_from = active_node
+        try:
+            info = await self._source.hand_over(self.settings.node)
+            m = self.markers
+            deadline = self._clock.monotonic() + timeout
+            while m.last_log_inspected < info.last_generation:
+                if self._copier is not copier:
+                    raise LogShareError(f"the copy stopped: {self.error}")
+                if self._clock.monotonic() > deadline:
+                    raise LogShareError(
+                        f"the closed generations through {info.last_generation} were not "
+                        f"copied from {active_node} within {timeout:g}s (inspected through "
+                        f"{m.last_log_inspected})"
+                    )
+                await self._clock.sleep(0.05)
+            kept = None
+            if info.open_commits:
+                data = await self._source.fetch_open_log()
+                try:
+                    kept = await copier.copy_open_log(data)
+                except InspectionFailed as exc:
+                    raise LogShareError(f"the open log from {active_node}: {exc}") from exc
+            open_log = None
+            if kept is not None:
+                open_log = {"generation": kept.generation, "size": kept.size}
+            return {
+                "database": self.database,
+                "node": self.settings.node,
+                "from": active_node,
+                "closed_through": info.last_generation,
+                "open_log": open_log,
+                "last_log_inspected": m.last_log_inspected,
+            }
+        finally:
+            self.awaiting_last_logs_from = before
+
+    def _prepare_logs(self) -> tuple[dict[int, OutOfDateLog], bool]:
+        """Set the markers from the database header and the local logs (worker thread).
+
+        Logs this copy wrote when it was active (its E00.log, and its closed generations
+        above the database's waypoint when `was-active` says it was) go to
+        IgnoredLogs/E00OutofDate: they are not replayed, they are compared with what the
+        active sends (`inspector`).  Files left in Inspector by a crash are dropped (they
+        will be copied again); closed generations beyond a gap are dropped too.  Returns
+        those logs, and whether this copy rejoins after being active (`was-active` stays
+        until the copier has checked its database against the active's stream).
+        """
+        assert self._db is not None
+        header = self._db.header
+        aside = self.paths.ignored / OUT_OF_DATE_DIR
+        for d in (self.paths.logs, self.paths.inspector, aside):
+            d.mkdir(parents=True, exist_ok=True)
+        for leftover in self.paths.inspector.iterdir():
+            leftover.unlink()
+        marker = self.paths.was_active
+        own = [OPEN_LOG_NAME] if (self.paths.logs / OPEN_LOG_NAME).exists() else []
+        if marker.exists():
+            own += [
+                closed_log_name(g)
+                for g in list_closed_generations(self.paths.logs)
+                if g > header.waypoint
+            ]
+        for name in own:
+            os.replace(self.paths.logs / name, aside / name)
+        if own:
+            fsync_dir(aside)
+            fsync_dir(self.paths.logs)
+            logger.info("%s: logs from when it was active set aside: %s", self.database, own)
+        out_of_date = {}
+        for path in sorted(aside.iterdir()):
+            gen = parse_closed_log_name(path.name)
+            try:
+                if gen is not None and gen > header.waypoint:
+                    out_of_date[gen] = OutOfDateLog(gen, path.read_bytes(), whole=True)
+                elif path.name == OPEN_LOG_NAME:
+                    data = path.read_bytes()
+                    result = scan(data)
+                    if not result.records:
+                        # Only a header (the log a clean roll or dismount opened): no
+                        # transaction can be lost with it, so nothing can have diverged.
+                        path.unlink()
+                    elif result.header.generation > header.waypoint:
+                        g = result.header.generation
+                        out_of_date[g] = OutOfDateLog(g, data[: result.valid_end])
+            except LogFormatError as exc:
+                logger.warning("%s: unreadable %s left aside: %s", self.database, path.name, exc)
+        m = self.markers
+        m.last_log_replayed = header.waypoint
+        m.last_replayed_log_time = header.last_log_time
+        inspected = header.waypoint
+        m.last_inspected_log_time = header.last_log_time
+        m.copied_times.clear()
+        for gen in list_closed_generations(self.paths.logs):
+            path = self.paths.logs / closed_log_name(gen)
+            if gen > inspected + 1 and gen > header.waypoint:
+                logger.warning("%s: generation %d follows a gap; dropped", self.database, gen)
+                path.unlink()
+                continue
+            closed = close_time_of(path)
+            if closed is None:
+                logger.warning("%s: generation %d is incomplete; dropped", self.database, gen)
+                path.unlink()
+                continue
+            # When this copy got it: the file's mtime, which the copier set to its own clock.
+            m.copied_times[gen] = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+            if gen == inspected + 1:
+                inspected = gen
+                m.last_inspected_log_time = closed
+        m.last_log_inspected = m.last_log_copied = inspected
+        m.last_log_generated = max(m.last_log_generated, inspected)
+        m.connected = False
+        return out_of_date, marker.exists()
+
+    def _truncate(self) -> None:
+        m = self.markers
+        limit = passive_truncation_limit(
+            last_log_replayed=m.last_log_replayed,
+            source_first_generation=m.source_first_generation,
+            copied_times=m.copied_times,
+            now=self._clock.now(),
+            replay_lag_time=self.settings.replay_lag_time,
+            truncation_lag_time=self.settings.truncation_lag_time,
+        )
+        if limit and min(m.copied_times, default=limit + 1) <= limit:
+            deleted = delete_through(self.paths.logs, limit)
+            if deleted and self._metrics is not None:
+                self._metrics.truncated.inc(len(deleted))
+            for gen in [g for g in m.copied_times if g <= limit]:
+                del m.copied_times[gen]
+            if deleted:
+                logger.debug(
+                    "%s: truncated generations %d-%d", self.database, deleted[0], deleted[-1]
+                )
+
+    def _damaged(self, reason: str) -> None:
+        """The scrub found the file damaged: no more reads from it, kept across restarts."""
+        self._corrupt = True
+
+    def _fail(self, reason: str) -> None:
+        logger.error("%s: copy FailedAndSuspended: %s", self.database, reason)
+        self._suspended, self._failed, self.error = True, True, reason
+        self._save_state()
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    # ---- persistent suspension -----------------------------------------------------------
+
+    @property
+    def _state_path(self) -> Path:
+        return self.paths.root / _STATE_FILE
+
+    def _load_state(self) -> None:
+        try:
+            state = json.loads(self._state_path.read_text())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            # An unreadable state file must not let a stopped copy run: stay suspended.
+            state = {
+                "suspended": True,
+                "failed": False,
+                "reason": f"unreadable {_STATE_FILE}: {exc}",
+            }
+        self._suspended = bool(state.get("suspended"))
+        self._failed = bool(state.get("failed"))
+        self._corrupt = bool(state.get("corrupt"))
+        self.error = state.get("reason") or None
+
+    def _save_state(self) -> None:
+        data = {
+            "suspended": self._suspended,
+            "failed": self._failed,
+            "corrupt": self._corrupt,
+            "reason": self.error,
+        }
+        atomic_write(self._state_path, json.dumps(data).encode())
+
+    def _open_markers_only(self) -> None:
+        """Markers of a suspended copy, for its status: what its files say."""
+        if not self.paths.database.exists():
+            return
+        db = Database.open(self.paths.database)
+        try:
+            self._db = db
+            self._prepare_logs()
+        finally:
+            db.close()
+            self._db = None
+
+    # ---- reads and status ----------------------------------------------------------------
+
+    def reader(self) -> Database | None:
+        """A read handle on the replayed database (None while seeding or before the seed, and
+        while a copy that was active has not been checked against the active's stream: its
+        file might hold transactions the active never had)."""
+        if self._phase is CopyStatus.SEEDING and not self._suspended:
+            return None
+        if self.paths.was_active.exists() or self._corrupt:
+            return None
+        if self._reader is None and self.paths.database.exists():
+            self._reader = Database.open(self.paths.database)
+        return self._reader
+
+    def _close_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def status(self) -> CopyStatusReport:
+        m = self.markers
+        if self._suspended:
+            status = CopyStatus.FAILED_AND_SUSPENDED if self._failed else CopyStatus.SUSPENDED
+        elif self._phase is not CopyStatus.HEALTHY:
+            status = self._phase
+        elif m.connected:
+            status = CopyStatus.HEALTHY
+        elif m.disconnected_since is not None:
+            # Its own files are fine; the active cannot be reached (since its last start,
+            # perhaps: the copy need not have reached it first to be healthy).
+            status = CopyStatus.DISCONNECTED_AND_HEALTHY
+        else:
+            status = CopyStatus.INITIALIZING
+        s = self.settings
+        return CopyStatusReport(
+            database=s.database,
+            node=s.node,
+            site=s.site,
+            role=CopyRole.PASSIVE,
+            status=status,
+            activation_preference=s.activation_preference,
+            last_log_generated=m.generated_at_risk,
+            open_commits=m.open_commits if m.open_log_at_risk else 0,
+            last_log_copy_notified=m.last_log_copy_notified,
+            last_log_copied=m.last_log_copied,
+            last_log_inspected=m.last_log_inspected,
+            last_log_replayed=m.last_log_replayed,
+            copy_queue_length=m.copy_queue_length,
+            replay_queue_length=m.replay_queue_length,
+            last_inspected_log_time=m.last_inspected_log_time,
+            last_replayed_log_time=m.last_replayed_log_time,
+            replay_lag_time=s.replay_lag_time,
+            truncation_lag_time=s.truncation_lag_time,
+            error=self.error,
+            epoch=m.epoch,
+            last_scrub_time=self.scrubber.last.finished
+            if self.scrubber and self.scrubber.last
+            else None,
+            last_scrub_result=self.scrubber.last.describe()
+            if self.scrubber and self.scrubber.last
+            else None,
+            awaiting_last_logs_from=self.awaiting_last_logs_from,
+        )

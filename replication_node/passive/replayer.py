@@ -1,0 +1,241 @@
+"""Log replay of a passive copy: inspected generations into the database copy, in order.
+
+`ready_generations` is the policy (pure): the inspected generations whose ReplayLagTime has
+passed, as a contiguous run after the last replayed one.  The lag counts from when this copy
+got each generation, on this copy's clock (the seeds: the time the service waits before
+replaying logs that have been copied), so a skew between the active's clock and this one's
+cannot shorten it.  `read_batch` re-reads and
+re-verifies those files (they passed inspection, but a disk can still damage them) and
+checks the chain from the last replayed generation.  `Replayer` applies a batch in one
+database transaction that also advances the header, so LastLogReplayed moves only after the
+data is durable.  The undo phase is skipped: a passive copy only ever holds whole, closed
+generations, never the active's open log.
+
+Copies compared, not only checked: the database keeps its content digest current with its
+rows (`database.py`), and `apply` reports it as of each generation.  The active writes its
+own as of a generation W into the log at each roll (a DIGEST record); once this copy has
+replayed the generation holding it, it compares it with its own as of W (remembered for the
+last generations replayed): a difference is divergence, CopyFailed naming W.  Every
+`content_check_every` generations it also adds its digest up again from its rows: a row
+changed inside a page that is otherwise valid (a bit flip no page check sees) stops it too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dag_common.clock import Clock
+from replication_node.errors import CopyFailed, DatabaseError, LogFormatError
+from replication_node.log.logfile import (
+    ContentDigest,
+    LogHeader,
+    anchor_header,
+    chain_problem,
+    closed_log_name,
+    verify_closed,
+)
+from replication_node.log.recovery import transactions_of
+from replication_node.passive.markers import Markers
+from replication_node.storage.database import Database, Transaction
+
+if TYPE_CHECKING:
+    from replication_node.metrics import CopyMetrics
+
+logger = logging.getLogger(__name__)
+
+
+def ready_generations(
+    *,
+    last_log_replayed: int,
+    last_log_inspected: int,
+    copied_times: Mapping[int, datetime],
+    now: datetime,
+    replay_lag_time: timedelta,
+    limit: int,
+) -> tuple[list[int], datetime | None]:
+    """The next generations to replay (at most `limit`), and when the next one that is held
+    back by the replay lag becomes ready (None if none is waiting on the lag).  `copied_times`
+    and `now` are both this copy's clock."""
+    ready: list[int] = []
+    for gen in range(last_log_replayed + 1, last_log_inspected + 1):
+        copied = copied_times.get(gen)
+        if copied is None:
+            break
+        due = copied + replay_lag_time
+        if due > now:
+            return ready, due
+        ready.append(gen)
+        if len(ready) >= limit:
+            break
+    return ready, None
+
+
+# How many generations' content digests a copy remembers, for the active's to be compared
+# with (the active's trails its open log by the LLR depth and a roll or two).
+_KNOWN_DIGESTS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayBatch:
+    generations: tuple[int, ...]
+    transactions: tuple[Transaction, ...]
+    last_header: LogHeader
+    close_time: datetime
+    digests: tuple[ContentDigest, ...] = ()  # the active's, from DIGEST records
+
+
+def read_batch(
+    log_dir: Path, generations: list[int], *, prev: LogHeader | None, log_signature: uuid.UUID
+) -> ReplayBatch:
+    """Read, verify and chain-check `generations` (worker thread); CopyFailed if any fails."""
+    txns: list[Transaction] = []
+    digests: list[ContentDigest] = []
+    close_time: datetime | None = None
+    for gen in generations:
+        try:
+            result = verify_closed((log_dir / closed_log_name(gen)).read_bytes(), gen)
+        except (OSError, LogFormatError) as exc:
+            raise CopyFailed(f"inspected generation {gen} cannot be replayed: {exc}") from exc
+        problem = chain_problem(prev, result.header, log_signature)
+        if problem:
+            raise CopyFailed(f"replay stopped before generation {gen}: {problem}")
+        prev = result.header
+        close_time = result.close_time
+        try:
+            txns.extend(transactions_of(result))
+            digests.extend(result.digests)
+        except LogFormatError as exc:
+            raise CopyFailed(f"replay stopped: {exc}") from exc
+    assert prev is not None and close_time is not None
+    return ReplayBatch(tuple(generations), tuple(txns), prev, close_time, tuple(digests))
+
+
+class Replayer:
+    """Replays what the copier inspected into the database copy; runs until cancelled."""
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        log_dir: Path,
+        markers: Markers,
+        replay_lag_time: timedelta,
+        clock: Clock,
+        wakeup: asyncio.Event,
+        after_replay: Callable[[], None],
+        max_batch: int = 16,
+        metrics: CopyMetrics | None = None,
+        content_check_every: int | None = None,
+    ) -> None:
+        self._db = db
+        self._log_dir = log_dir
+        self._markers = markers
+        self._lag = replay_lag_time
+        self._clock = clock
+        self._wakeup = wakeup
+        self._after_replay = after_replay
+        self._max_batch = max_batch
+        self._metrics = metrics
+        # The last replayed generation's header anchors the chain check of the next one;
+        # after a seed it is not here, and the log signature check stands alone for one step.
+        self._prev = anchor_header(log_dir, markers.last_log_replayed)
+        self._check_every = content_check_every
+        # This copy's content digest as of each generation it replayed lately.
+        self._known: dict[int, str] = {db.header.waypoint: db.content_digest}
+        self.digests_compared = 0
+
+    async def run(self) -> None:
+        m = self._markers
+        while True:
+            self._wakeup.clear()
+            ready, due = ready_generations(
+                last_log_replayed=m.last_log_replayed,
+                last_log_inspected=m.last_log_inspected,
+                copied_times=m.copied_times,
+                now=self._clock.now(),
+                replay_lag_time=self._lag,
+                limit=self._max_batch,
+            )
+            if ready:
+                await self._replay(ready)
+                continue
+            await self._wait((due - self._clock.now()).total_seconds() if due else None)
+
+    async def _wait(self, timeout: float | None) -> None:
+        waits = {asyncio.ensure_future(self._wakeup.wait())}
+        if timeout is not None:
+            waits.add(asyncio.ensure_future(self._clock.sleep(max(timeout, 0.01))))
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    async def _replay(self, generations: list[int]) -> None:
+        m = self._markers
+        started = self._clock.monotonic()
+        batch = await asyncio.to_thread(
+            read_batch,
+            self._log_dir,
+            generations,
+            prev=self._prev,
+            log_signature=self._db.header.log_signature,
+        )
+        before, digests = self._db.content_digest, dict[int, str]()
+        try:
+            header = await asyncio.to_thread(
+                self._db.apply,
+                batch.transactions,
+                waypoint=generations[-1],
+                committed=max(m.last_log_generated, generations[-1]),
+                last_log_time=batch.close_time,
+                digests=digests,
+            )
+        except DatabaseError as exc:
+            raise CopyFailed(f"replay of generations {generations} failed: {exc}") from exc
+        self._prev = batch.last_header
+        for generation in generations:
+            before = self._known[generation] = digests.get(generation, before)
+        self._compare(batch.digests)
+        if self._check_every and any(g % self._check_every == 0 for g in generations):
+            stored, rows = await asyncio.to_thread(self._db.recompute_digest)
+            if stored != rows:
+                raise CopyFailed(
+                    f"the database file's rows no longer add up to its content digest after "
+                    f"generation {generations[-1]} (stored {stored[:16]}…, rows "
+                    f"{rows[:16]}…): a row was changed inside a valid page; reseed the copy"
+                )
+        m.last_log_replayed = header.waypoint
+        m.last_replayed_log_time = batch.close_time
+        if self._metrics is not None:
+            self._metrics.replayed(len(generations), self._clock.monotonic() - started)
+        logger.debug(
+            "replayed generations %d-%d (%d transactions)",
+            generations[0],
+            generations[-1],
+            len(batch.transactions),
+        )
+        self._after_replay()
+
+    def _compare(self, theirs: tuple[ContentDigest, ...]) -> None:
+        """Compare the active's content digests with this copy's as of the same generation
+        (one this copy no longer remembers, after a restart, is passed over)."""
+        for digest in theirs:
+            mine = self._known.get(digest.generation)
+            if mine is None:
+                continue
+            self.digests_compared += 1
+            if mine != digest.digest:
+                raise CopyFailed(
+                    f"diverged: as of generation {digest.generation} this copy's content "
+                    f"digest is {mine[:16]}…, the active's {digest.digest[:16]}…; reseed the copy"
+                )
+        while len(self._known) > _KNOWN_DIGESTS:
+            del self._known[min(self._known)]

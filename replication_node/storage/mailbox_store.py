@@ -1,0 +1,200 @@
+"""The mailbox store of an active copy: requests become validated operations.
+
+This is where a request is checked against the current state (the mailbox exists, is not
+locked by a move, the folder exists) and turned into operations with change numbers and item
+ids assigned, so that every copy replays exactly the same thing.  Checks and change-number
+assignment happen without an await in between, so two concurrent requests cannot both pass a
+check that only one of them may pass.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from dag_common.model import Lsn
+from replication_node.active.copy import ActiveCopy
+from replication_node.errors import BadRequest, Conflict, NotFound
+from replication_node.storage.ops import (
+    DEFAULT_FOLDERS,
+    FOLDER_PATTERN,
+    ITEM_ID_PATTERN,
+    NAME_PATTERN,
+    CreateFolder,
+    CreateMailbox,
+    DeleteItem,
+    Operation,
+    PutItem,
+    SetMailbox,
+    encode,
+)
+
+_NAME = re.compile(NAME_PATTERN)
+_FOLDER = re.compile(FOLDER_PATTERN)
+_ITEM_ID = re.compile(ITEM_ID_PATTERN)
+MAX_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What a write answers: where it is in the log and when it committed."""
+
+    lsn: Lsn
+    commit_time: datetime
+    change_number: int
+    item_ids: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "change_number": self.change_number,
+            "lsn": {
+                "generation": self.lsn.generation,
+                "offset": self.lsn.offset,
+                "epoch": self.lsn.epoch,
+            },
+            "epoch": self.lsn.epoch,
+            "commit_time": self.commit_time.isoformat().replace("+00:00", "Z"),
+        }
+        if len(self.item_ids) == 1:
+            out["item_id"] = self.item_ids[0]
+        elif self.item_ids:
+            out["item_ids"] = list(self.item_ids)
+        return out
+
+
+def _check_text(field: str, value: str) -> None:
+    """Text must be valid Unicode that UTF-8 can carry: a lone surrogate ("\ud800", which
+    JSON can spell) cannot be written to the log."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise BadRequest(f"{field} is not valid UTF-8 text: {exc.reason} at {exc.start}") from exc
+
+
+def _check_name(mailbox: str) -> None:
+    if not _NAME.match(mailbox):
+        raise BadRequest(f"invalid mailbox name {mailbox!r}")
+
+
+class MailboxStore:
+    """Writes and reads of the mailbox store on one active copy."""
+
+    def __init__(self, copy: ActiveCopy, *, epoch: int = 0) -> None:
+        self.copy = copy
+        self.epoch = epoch  # the stream incarnation every answer names (the active's epoch)
+        # Mailboxes whose creation is in the log but not yet acknowledged.
+        self._creating: set[str] = set()
+
+    def _live_mailbox(self, mailbox: str, *, override_lock: bool = False) -> dict[str, Any]:
+        _check_name(mailbox)
+        row = self.copy.mailbox(mailbox)
+        if row is None or row["soft_deleted"]:
+            raise NotFound(f"no mailbox {mailbox!r}")
+        if row["locked"] and not override_lock:
+            raise Conflict(f"mailbox {mailbox!r} is locked by a move")
+        return row
+
+    async def _commit(self, ops: list[Operation], item_ids: tuple[str, ...] = ()) -> CommitResult:
+        committed = await self.copy.commit([encode(op) for op in ops])
+        return CommitResult(
+            lsn=committed.lsn.model_copy(update={"epoch": self.epoch}),
+            commit_time=committed.commit_time,
+            change_number=max(op.cn for op in ops),
+            item_ids=item_ids,
+        )
+
+    async def create_mailbox(
+        self,
+        mailbox: str,
+        *,
+        display_name: str = "",
+        folders: list[str] | None = None,
+        locked: bool = False,
+    ) -> CommitResult:
+        """Create a mailbox (with the default folders unless told otherwise)."""
+        _check_name(mailbox)
+        if self.copy.mailbox(mailbox) is not None or mailbox in self._creating:
+            raise Conflict(f"mailbox {mailbox!r} exists already")
+        _check_text("display_name", display_name)
+        names = tuple(folders) if folders is not None else DEFAULT_FOLDERS
+        for folder in names:
+            if not _FOLDER.match(folder):
+                raise BadRequest(f"invalid folder name {folder!r}")
+            _check_text("folder", folder)
+        ops: list[Operation] = [
+            CreateMailbox(mailbox, self.copy.next_change_number(), display_name[:256], names)
+        ]
+        if locked:
+            ops.append(SetMailbox(mailbox, self.copy.next_change_number(), locked=True))
+        self._creating.add(mailbox)
+        try:
+            return await self._commit(ops)
+        finally:
+            self._creating.discard(mailbox)
+
+    async def set_mailbox(
+        self, mailbox: str, *, locked: bool | None = None, soft_deleted: bool | None = None
+    ) -> CommitResult:
+        """Lock, unlock or soft-delete a mailbox."""
+        _check_name(mailbox)
+        row = self.copy.mailbox(mailbox)
+        if row is None:
+            raise NotFound(f"no mailbox {mailbox!r}")
+        if row["soft_deleted"] and soft_deleted is not False:
+            raise NotFound(f"mailbox {mailbox!r} is soft-deleted")
+        cn = self.copy.next_change_number()
+        return await self._commit([SetMailbox(mailbox, cn, locked, soft_deleted)])
+
+    async def create_folder(
+        self, mailbox: str, folder: str, *, override_lock: bool = False
+    ) -> CommitResult:
+        self._live_mailbox(mailbox, override_lock=override_lock)
+        if not _FOLDER.match(folder):
+            raise BadRequest(f"invalid folder name {folder!r}")
+        _check_text("folder", folder)
+        return await self._commit([CreateFolder(mailbox, self.copy.next_change_number(), folder)])
+
+    async def put_items(
+        self, mailbox: str, items: list[dict[str, Any]], *, override_lock: bool = False
+    ) -> CommitResult:
+        """Create or replace items, as one transaction."""
+        self._live_mailbox(mailbox, override_lock=override_lock)
+        if not items:
+            raise BadRequest("no items")
+        if len(items) > MAX_BATCH:
+            raise BadRequest(f"at most {MAX_BATCH} items per request")
+        folders = set(self.copy.folders(mailbox))
+        checked: list[tuple[str, str, str, str]] = []
+        for raw in items:
+            if not isinstance(raw, dict):
+                raise BadRequest("an item must be an object")
+            item_id = raw.get("item_id") or uuid.uuid4().hex
+            folder = raw.get("folder", "Inbox")
+            subject, body = raw.get("subject", ""), raw.get("body", "")
+            if not isinstance(item_id, str) or not _ITEM_ID.match(item_id):
+                raise BadRequest(f"invalid item_id {item_id!r}")
+            if not isinstance(folder, str) or folder not in folders:
+                raise NotFound(f"mailbox {mailbox!r} has no folder {folder!r}")
+            if not isinstance(subject, str) or not isinstance(body, str):
+                raise BadRequest("subject and body must be strings")
+            _check_text("subject", subject)
+            _check_text("body", body)
+            checked.append((item_id, folder, subject, body))
+        # numbered only once the whole request is valid
+        ops: list[Operation] = [
+            PutItem(mailbox, self.copy.next_change_number(), item_id, folder, subject, body)
+            for item_id, folder, subject, body in checked
+        ]
+        return await self._commit(ops, tuple(c[0] for c in checked))
+
+    async def delete_item(
+        self, mailbox: str, item_id: str, *, override_lock: bool = False
+    ) -> CommitResult:
+        self._live_mailbox(mailbox, override_lock=override_lock)
+        row = self.copy.item(mailbox, item_id)
+        if row is None or row["deleted"]:
+            raise NotFound(f"mailbox {mailbox!r} has no item {item_id!r}")
+        return await self._commit([DeleteItem(mailbox, self.copy.next_change_number(), item_id)])

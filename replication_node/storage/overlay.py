@@ -1,0 +1,99 @@
+"""Lost log resilience on the active: transactions on disk in the log but not yet in the
+database file.
+
+The active writes a transaction into its database file only once `llr_depth` more
+generations exist; until then it lives here, and reads merge it over the database.  Each
+entry remembers the generation of its latest write, so that after generations up to F are
+written to the file, exactly the entries last written at or below F are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from replication_node.storage.database import Transaction
+from replication_node.storage.ops import (
+    CreateFolder,
+    CreateMailbox,
+    DeleteItem,
+    PutItem,
+    Row,
+    SetMailbox,
+    decode,
+    item_row,
+    mailbox_row,
+    set_mailbox_row,
+    tombstone_row,
+)
+
+
+class LlrOverlay:
+    """The active copy's unflushed transactions, and the rows they produce."""
+
+    def __init__(self) -> None:
+        self._txns: dict[int, list[Transaction]] = {}
+        self.mailboxes: dict[str, tuple[int, Row]] = {}
+        self.folders: dict[tuple[str, str], int] = {}
+        self.items: dict[tuple[str, str], tuple[int, Row]] = {}
+        self.max_change_number = 0
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._txns.values())
+
+    @property
+    def generations(self) -> list[int]:
+        return sorted(self._txns)
+
+    def add(
+        self,
+        txn: Transaction,
+        *,
+        db_mailbox: Callable[[str], Row | None],
+        db_item: Callable[[str, str], Row | None],
+    ) -> None:
+        """Take a durable transaction; `db_*` read rows not in the overlay yet."""
+        self._txns.setdefault(txn.generation, []).append(txn)
+        gen = txn.generation
+        when = txn.commit_time.isoformat()
+        for op in map(decode, txn.ops):
+            self.max_change_number = max(self.max_change_number, op.cn)
+            match op:
+                case CreateMailbox():
+                    self.mailboxes[op.mailbox] = (gen, mailbox_row(op))
+                    for folder in op.folders:
+                        self.folders.setdefault((op.mailbox, folder), gen)
+                case SetMailbox():
+                    current = self.mailbox(op.mailbox) or db_mailbox(op.mailbox)
+                    if current is not None:
+                        self.mailboxes[op.mailbox] = (gen, set_mailbox_row(current, op))
+                case CreateFolder():
+                    self.folders[(op.mailbox, op.folder)] = gen
+                case PutItem():
+                    self.items[(op.mailbox, op.item_id)] = (gen, item_row(op, when))
+                case DeleteItem():
+                    key = (op.mailbox, op.item_id)
+                    current = self.item(*key) or db_item(*key)
+                    self.items[key] = (gen, tombstone_row(current, op, when))
+
+    def transactions_through(self, generation: int) -> list[Transaction]:
+        """The transactions of generations up to `generation`, in log order."""
+        out: list[Transaction] = []
+        for gen in sorted(g for g in self._txns if g <= generation):
+            out.extend(self._txns[gen])
+        return out
+
+    def forget_through(self, generation: int) -> None:
+        """Drop what generations up to `generation` wrote: the database file has it now."""
+        for gen in [g for g in self._txns if g <= generation]:
+            del self._txns[gen]
+        self.mailboxes = {k: v for k, v in self.mailboxes.items() if v[0] > generation}
+        self.folders = {k: g for k, g in self.folders.items() if g > generation}
+        self.items = {k: v for k, v in self.items.items() if v[0] > generation}
+
+    def mailbox(self, name: str) -> Row | None:
+        entry = self.mailboxes.get(name)
+        return entry[1] if entry else None
+
+    def item(self, mailbox: str, item_id: str) -> Row | None:
+        entry = self.items.get((mailbox, item_id))
+        return entry[1] if entry else None

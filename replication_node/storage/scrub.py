@@ -1,0 +1,171 @@
+"""The background scrub of a database copy: every page read and checked, on a cycle.
+
+As ESE's online database checksumming does in Exchange 2010, each copy's file is read whole
+every `interval` (a day by default) and checked by SQLite (`PRAGMA quick_check`: every
+b-tree page, its structure and its records) on a connection of its own, opened read-only:
+in WAL mode a reader never blocks the writer, so the commit path (or replay) goes on while
+the scrub reads.  The throttle is the operating system's: each pass runs in a child process
+at the lowest CPU priority (nice 19) and, where `ionice` exists, the idle I/O class, so it
+reads with what the node leaves unused (bench/scrub.py measures the commit path with and
+without a pass running).  A damaged page found while the copy runs is reported to
+`on_damage` (the copy stops as it would on open) and in the result, which status shows with
+the cycle's figures.
+
+A page can be valid and wrong (a bit flip inside a row): after the pages, the scrub adds the
+file's content digest up again from its rows and compares it with the digest the file
+stores (`database.py`), in one read snapshot.
+
+`scrub_file` is the one check; `Scrubber` is the loop around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import sqlite3
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from dag_common.clock import Clock
+from dag_common.mailbox_digest import to_hex
+from replication_node.errors import CopyFailed
+from replication_node.storage.database import recompute_digest, stored_digest
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ScrubResult:
+    """One pass of the scrub over a copy's file."""
+
+    finished: datetime
+    seconds: float
+    bytes_read: int
+    problem: str | None  # None: every page checked out
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_read / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    def describe(self) -> str:
+        what = "ok" if self.ok else f"DAMAGED: {self.problem}"
+        return (
+            f"{what} ({self.bytes_read / 1e6:.1f} MB in {self.seconds:.2f}s, "
+            f"{self.mb_per_s:.0f} MB/s, at {self.finished.isoformat(timespec='seconds')})"
+        )
+
+
+def scrub_file(path: Path, *, max_errors: int = 10) -> tuple[int, str | None]:
+    """Read and check every page of the SQLite file at `path` on a read-only connection of
+    its own (worker thread): its size, and None or what SQLite found damaged."""
+    size = path.stat().st_size
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    except sqlite3.Error as exc:
+        return size, f"cannot open {path.name}: {exc}"
+    try:
+        rows = conn.execute(f"PRAGMA quick_check({int(max_errors)})").fetchall()
+        found = [str(r[0]) for r in rows]
+        if found != ["ok"]:
+            return size, "; ".join(found)
+        return size, _digest_problem(conn)
+    except sqlite3.DatabaseError as exc:  # too damaged for the check itself to run
+        return size, str(exc)
+    finally:
+        conn.close()
+
+
+def _digest_problem(conn: sqlite3.Connection) -> str | None:
+    """Whether the rows add up to the content digest the file stores (one snapshot)."""
+    conn.execute("BEGIN")
+    try:
+        stored = stored_digest(conn)
+        if stored is None:
+            return None  # a file from before digests: its first open adds it
+        rows = recompute_digest(conn)
+    finally:
+        conn.execute("COMMIT")
+    if rows == stored:
+        return None
+    return (
+        f"the rows do not add up to the content digest the file stores (stored "
+        f"{to_hex(stored)[:16]}…, rows {to_hex(rows)[:16]}…): a row was changed inside a "
+        "valid page"
+    )
+
+
+async def scrub_throttled(path: Path) -> tuple[int, str | None]:
+    """`scrub_file` in a child process at the lowest CPU and I/O priority."""
+    command = [sys.executable, "-m", "replication_node.storage.scrub", str(path)]
+    if shutil.which("ionice"):
+        command = ["ionice", "-c", "3", *command]
+    proc = await asyncio.create_subprocess_exec(
+        *command,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        preexec_fn=lambda: os.nice(19),
+    )
+    out, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise OSError(f"scrub of {path.name} could not run: {err.decode(errors='replace')[-300:]}")
+    answer = json.loads(out)
+    return int(answer["size"]), answer["problem"]
+
+
+class Scrubber:
+    """Scrubs one copy's file every `interval` seconds until cancelled."""
+
+    def __init__(
+        self,
+        *,
+        path: Path,
+        clock: Clock,
+        interval: float,
+        on_damage: Callable[[str], None],
+    ) -> None:
+        self._path = path
+        self._clock = clock
+        self._interval = interval
+        self._on_damage = on_damage
+        self.last: ScrubResult | None = None
+        self.passes = 0
+
+    async def run(self) -> None:
+        while True:
+            await self._clock.sleep(self._interval)
+            result = await self.scrub_once()
+            if not result.ok:
+                reason = f"the background scrub found {self._path.name} damaged: {result.problem}"
+                self._on_damage(reason)
+                raise CopyFailed(f"{reason}; reseed the copy")
+
+    async def scrub_once(self) -> ScrubResult:
+        """One pass now; the result is kept for status."""
+        started = time.perf_counter()  # a duration for the figures, not a decision
+        size, problem = await scrub_throttled(self._path)
+        self.last = ScrubResult(
+            finished=self._clock.now(),
+            seconds=time.perf_counter() - started,
+            bytes_read=size,
+            problem=problem,
+        )
+        self.passes += 1
+        log = logger.info if problem is None else logger.error
+        log("scrub of %s: %s", self._path, self.last.describe())
+        return self.last
+
+
+if __name__ == "__main__":  # the child process of `scrub_throttled`
+    scanned, found = scrub_file(Path(sys.argv[1]))
+    print(json.dumps({"size": scanned, "problem": found}))
