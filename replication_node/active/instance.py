@@ -38,6 +38,11 @@ from dag_common.config import ActiveFailurePolicy
 from dag_common.durable import atomic_write
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
 from replication_node.active.copy import ActiveCopy, CopyPaths
+from replication_node.active.handover import (
+    HANDOVER_HOLD,
+    LastLogsHold,
+    open_log_holds_transactions,
+)
 from replication_node.cluster.store import ActiveRecord, ClusterStore
 from replication_node.errors import (
     Conflict,
@@ -49,7 +54,6 @@ from replication_node.errors import (
     RecoveryError,
 )
 from replication_node.interfaces import LogShareInfo, SeedInfo
-from replication_node.log.logfile import OPEN_LOG_NAME, closed_log_name, read_header, scan
 from replication_node.log.logstream import (
     ClosedGeneration,
     LogStream,
@@ -65,9 +69,6 @@ if TYPE_CHECKING:
     from replication_node.metrics import NodeMetrics
 
 logger = logging.getLogger(__name__)
-
-# How long a copy that is not mounted holds its last logs for the copy taking over.
-HANDOVER_HOLD = 60.0
 
 
 class ActiveInstance:
@@ -129,7 +130,9 @@ class ActiveInstance:
         self._stream_metrics = metrics.stream(database) if metrics else None
         self._truncated = metrics.truncated(database) if metrics else None
         self._copy_awaiting_logs = copy_awaiting_logs
-        self._handover_hold = handover_hold
+        self.last_logs = LastLogsHold(
+            database=database, node=node, logs=paths.logs, clock=clock, hold=handover_hold
+        )
         # The background scrub of the active's own file, as of every copy's.
         self.scrubber = (
             Scrubber(
@@ -141,9 +144,6 @@ class ActiveInstance:
             if scrub_interval is not None
             else None
         )
-        self.held_for: str | None = None  # the copy this one hands its last logs over to
-        self._held_until = 0.0
-        self._held_info: LogShareInfo | None = None
 
     async def start(self) -> None:
         """Mount the database (creating it the first time) and start serving; or, back after
@@ -152,7 +152,7 @@ class ActiveInstance:
         if waiting is None:
             await self._mount()
         else:
-            self._hold(waiting)
+            self.last_logs.hold(waiting)
             logger.warning(
                 "%s: not mounted on %s: the copy on %s waits to mount it with this node's last "
                 "logs (the open log E00.log holds transactions); they are served to it for "
@@ -160,7 +160,7 @@ class ActiveInstance:
                 self.database,
                 self.node,
                 waiting,
-                self._handover_hold,
+                self.last_logs.seconds,
             )
             self._tasks.append(
                 asyncio.create_task(self._remount_loop(), name=f"remount {self.database}")
@@ -179,33 +179,22 @@ class ActiveInstance:
         a clean dismount or roll it holds none, and nothing is asked)."""
         if self._copy_awaiting_logs is None:
             return None
-        path = self.paths.logs / OPEN_LOG_NAME
         try:
-            data = await asyncio.to_thread(path.read_bytes)
-            if not scan(data).transactions:
+            if not await asyncio.to_thread(open_log_holds_transactions, self.paths.logs):
                 return None
         except (OSError, LogFormatError):
             return None  # no open log to hand over (crash recovery says what it finds)
         return await self._copy_awaiting_logs()
 
-    # ---- Attempt Copy Last Logs: the old active's half -----------------------------------
+    # ---- Attempt Copy Last Logs: the old active's half (active/handover.py) --------------
 
-    def _hold(self, to: str) -> None:
-        self.held_for = to
-        self._held_until = self._clock.monotonic() + self._handover_hold
-        self._held_info = None
+    @property
+    def held_for(self) -> str | None:
+        return self.last_logs.held_for
 
     def holding(self) -> bool:
         """Whether the last logs are held for a copy taking over (the hold not yet ended)."""
-        if self.held_for is not None and self._clock.monotonic() >= self._held_until:
-            logger.warning(
-                "%s: the copy on %s did not take over within %gs; the hand-over ends",
-                self.database,
-                self.held_for,
-                self._handover_hold,
-            )
-            self.held_for, self._held_info = None, None
-        return self.held_for is not None
+        return self.last_logs.active()
 
     async def hand_over(self, to: str) -> LogShareInfo:
         """Hold the last logs for the copy on `to`, which is taking over: what is on disk.
@@ -215,64 +204,33 @@ class ActiveInstance:
                 f"{self.database} is mounted on {self.node}: a running active is moved by a "
                 "switchover, not taken over"
             )
-        again = self.holding() and self.held_for == to
-        self._hold(to)
+        again = self.last_logs.hold(to)
         try:
-            info = await asyncio.to_thread(self._last_logs_on_disk)
+            info = await asyncio.to_thread(self.last_logs.share_info, self.epoch)
         except (OSError, LogFormatError) as exc:
-            self.held_for = None
+            self.last_logs.end()
             raise LogShareError(
                 f"{self.database}: cannot read the logs on {self.node}: {exc}"
             ) from exc
-        self._held_info = info
         async with self._closed_cond:
             self._closed_cond.notify_all()
-        if again:
-            return info
-        logger.warning(
-            "%s: handing over to %s: closed generations %d-%d and the open log (generation %d, "
-            "%d transaction(s)) are served to it; this node does not mount for %gs",
-            self.database,
-            to,
-            info.first_generation,
-            info.last_generation,
-            info.open_generation,
-            info.open_commits,
-            self._handover_hold,
-        )
+        if not again:
+            logger.warning(
+                "%s: handing over to %s: closed generations %d-%d and the open log (generation "
+                "%d, %d transaction(s)) are served to it; this node does not mount for %gs",
+                self.database,
+                to,
+                info.first_generation,
+                info.last_generation,
+                info.open_generation,
+                info.open_commits,
+                self.last_logs.seconds,
+            )
         return info
-
-    def _last_logs_on_disk(self) -> LogShareInfo:
-        """The log share's info from the files alone (the stream is not open)."""
-        logs = self.paths.logs
-        gens = list_closed_generations_safe(logs)
-        open_path = logs / OPEN_LOG_NAME
-        open_generation, open_commits = (gens[-1] + 1 if gens else 1), 0
-        if open_path.exists():
-            result = scan(open_path.read_bytes())
-            header = result.header
-            open_generation, open_commits = header.generation, len(result.transactions)
-        elif gens:
-            header = read_header(logs / closed_log_name(gens[-1]))
-        else:
-            raise LogShareError(f"{self.database}: no log on {self.node} to hand over")
-        return LogShareInfo(
-            database=self.database,
-            database_signature=str(header.database_signature),
-            log_signature=str(header.log_signature),
-            first_generation=gens[0] if gens else 0,
-            last_generation=gens[-1] if gens else 0,
-            open_generation=open_generation,
-            epoch=self.epoch,
-            open_commits=open_commits,
-            mounted=False,
-        )
 
     def open_log_path(self) -> Path | None:
         """E00.log, while it is held for the copy taking over (never while mounted)."""
-        if self.copy is not None or not self.holding():
-            return None
-        return self.paths.logs / OPEN_LOG_NAME
+        return None if self.copy is not None else self.last_logs.open_log_path()
 
     async def _mount(self) -> None:
         """Open the files from disk (crash recovery) and serve; the first mount and every
@@ -385,8 +343,7 @@ class ActiveInstance:
         """Re-mount with backoff until it works, while this node is still the active."""
         failed, delay = self.error, first_delay
         while self.copy is None:
-            held = self._held_until - self._clock.monotonic() if self.holding() else 0.0
-            await self._clock.sleep(max(delay, held))
+            await self._clock.sleep(max(delay, self.last_logs.remaining()))
             try:
                 await self.mount_again()
             except Deposed as exc:
@@ -644,9 +601,7 @@ class ActiveInstance:
 
     def share_info(self) -> LogShareInfo:
         if self.copy is None:
-            if self._held_info is None:
-                self._held_info = self._last_logs_on_disk()
-            return self._held_info
+            return self.last_logs.share_info(self.epoch)
         gens = list_closed_generations(self.paths.logs)
         header = self.copy.header
         return LogShareInfo(

@@ -36,7 +36,7 @@ from pathlib import Path
 from dag_common.clock import Clock
 from dag_common.mailbox_digest import to_hex
 from replication_node.errors import CopyFailed
-from replication_node.storage.database import recompute_digest, stored_digest
+from replication_node.storage.digest import recompute_digest, stored_digest
 
 logger = logging.getLogger(__name__)
 

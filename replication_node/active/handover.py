@@ -1,0 +1,109 @@
+"""Attempt Copy Last Logs, the old active's half: holding its last logs for a copy taking
+over (the seeds: "the Replication service will attempt to copy the missing log files from
+the node that experienced the failure").
+
+While an active copy is not mounted (failed, dismounted, or just back after a crash), a copy
+about to take over asks it to hand over: it then holds for `hold` seconds, mounting neither
+by itself nor by `db mount`, and its log share serves what is on its disk (the closed
+generations and the open log E00.log), so that the copy loses nothing this node still has.
+The hold ends when the role moves (the node's reconcile stops the instance) or when the time
+is up (the copy did not take over; the node mounts again as configured).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from dag_common.clock import Clock
+from replication_node.errors import LogShareError
+from replication_node.interfaces import LogShareInfo
+from replication_node.log.logfile import OPEN_LOG_NAME, closed_log_name, read_header, scan
+from replication_node.log.logstream import list_closed_generations
+
+logger = logging.getLogger(__name__)
+
+# How long a copy that is not mounted holds its last logs for the copy taking over.
+HANDOVER_HOLD = 60.0
+
+
+def open_log_holds_transactions(logs: Path) -> bool:
+    """Whether E00.log holds a transaction (after a clean dismount or roll it holds none).
+    OSError or LogFormatError if it cannot be read."""
+    return bool(scan((logs / OPEN_LOG_NAME).read_bytes()).transactions)
+
+
+def last_logs_on_disk(logs: Path, *, database: str, node: str, epoch: int) -> LogShareInfo:
+    """The log share's info from the files alone (the stream is not open)."""
+    gens = list_closed_generations(logs) if logs.exists() else []
+    open_path = logs / OPEN_LOG_NAME
+    open_generation, open_commits = (gens[-1] + 1 if gens else 1), 0
+    if open_path.exists():
+        result = scan(open_path.read_bytes())
+        header = result.header
+        open_generation, open_commits = header.generation, len(result.transactions)
+    elif gens:
+        header = read_header(logs / closed_log_name(gens[-1]))
+    else:
+        raise LogShareError(f"{database}: no log on {node} to hand over")
+    return LogShareInfo(
+        database=database,
+        database_signature=str(header.database_signature),
+        log_signature=str(header.log_signature),
+        first_generation=gens[0] if gens else 0,
+        last_generation=gens[-1] if gens else 0,
+        open_generation=open_generation,
+        epoch=epoch,
+        open_commits=open_commits,
+        mounted=False,
+    )
+
+
+class LastLogsHold:
+    """Whether, and for whom, an active copy that is not mounted holds its last logs."""
+
+    def __init__(
+        self, *, database: str, node: str, logs: Path, clock: Clock, hold: float = HANDOVER_HOLD
+    ) -> None:
+        self._database = database
+        self._node = node
+        self._logs = logs
+        self._clock = clock
+        self.seconds = hold
+        self.held_for: str | None = None
+        self._until = 0.0
+        self.info: LogShareInfo | None = None  # read from disk once per hold
+
+    def hold(self, to: str) -> bool:
+        """Hold for the copy on `to` from now; whether it was held for it already."""
+        again = self.active() and self.held_for == to
+        self.held_for, self._until, self.info = to, self._clock.monotonic() + self.seconds, None
+        return again
+
+    def active(self) -> bool:
+        """Whether the hold is on (it ends by itself when its time is up)."""
+        if self.held_for is not None and self._clock.monotonic() >= self._until:
+            logger.warning(
+                "%s: the copy on %s did not take over within %gs; the hand-over ends",
+                self._database,
+                self.held_for,
+                self.seconds,
+            )
+            self.end()
+        return self.held_for is not None
+
+    def end(self) -> None:
+        self.held_for, self.info = None, None
+
+    def remaining(self) -> float:
+        return max(0.0, self._until - self._clock.monotonic()) if self.active() else 0.0
+
+    def share_info(self, epoch: int) -> LogShareInfo:
+        if self.info is None:
+            self.info = last_logs_on_disk(
+                self._logs, database=self._database, node=self._node, epoch=epoch
+            )
+        return self.info
+
+    def open_log_path(self) -> Path | None:
+        return self._logs / OPEN_LOG_NAME if self.active() else None
