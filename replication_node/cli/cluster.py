@@ -387,7 +387,18 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
             _admin(config, config.node(args.node).url, path, {"reason": args.reason or ""})
         )
     print(json.dumps(body, indent=2))
-    return ExitCode.OK if code < 300 else (ExitCode.BAD_INPUT if code < 500 else ExitCode.FAILED)
+    return exit_code(code)
+
+
+def exit_code(status: int) -> ExitCode:
+    """The exit code of an admin call by its HTTP status: a refusal by the cluster's state
+    (409: an activation over too many lost logs, a running active) is a failed operation,
+    1, like a node that fails or cannot be reached; any other 4xx is bad input, 2."""
+    if status < 300:
+        return ExitCode.OK
+    if status == 409 or status >= 500:
+        return ExitCode.FAILED
+    return ExitCode.BAD_INPUT
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

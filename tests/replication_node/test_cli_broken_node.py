@@ -70,3 +70,13 @@ async def test_an_error_page_is_one_error_line_and_exit_1(broken_node):
     assert proc.returncode == 1, text
     assert "Traceback" not in text
     assert "HTTP 500 with a body that is not JSON" in text
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(200, 0), (201, 0), (400, 2), (401, 2), (404, 2), (409, 1), (500, 1), (503, 1), (599, 1)],
+)
+def test_an_admin_calls_status_is_its_exit_code(status, code):
+    from replication_node.cli.cluster import exit_code
+
+    assert exit_code(status) == code
