@@ -1,8 +1,7 @@
 """Errors shared by every component.
 
 DagError
-├── ConfigError        the cluster config file is missing, unreadable or invalid (exit 2)
-└── AuthError          a call without the cluster token, or with a wrong one
+└── ConfigError        the cluster config file is missing, unreadable or invalid (exit 2)
 """
 
 
@@ -12,7 +11,3 @@ class DagError(Exception):
 
 class ConfigError(DagError):
     """The cluster config cannot be used; the message names the field and the reason."""
-
-
-class AuthError(DagError):
-    """A missing or wrong cluster token."""

@@ -59,6 +59,14 @@ class DataMoveReplicationConstraint(StrEnum):
     ALL_COPIES = "AllCopies"
 
 
+class GuaranteeStatus(StrEnum):
+    """The Data Guarantee API's three answers (the seed's)."""
+
+    RETRY = "Retry"
+    SATISFIED = "Satisfied"
+    NOT_SATISFIED = "NotSatisfied"
+
+
 class ExitCode(IntEnum):
     """Exit codes of every command line tool."""
 

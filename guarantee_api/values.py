@@ -14,18 +14,11 @@ from dag_common.model import (
     CopyRole,
     CopyStatus,
     CopyStatusReport,
+    GuaranteeStatus,
 )
 from dag_common.model import (
     DataMoveReplicationConstraint as Constraint,
 )
-
-
-class GuaranteeStatus(StrEnum):
-    """The seed's three answers."""
-
-    RETRY = "Retry"
-    SATISFIED = "Satisfied"
-    NOT_SATISFIED = "NotSatisfied"
 
 
 class Check(StrEnum):

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import IntEnum, StrEnum
 
+from dag_common.model import GuaranteeStatus
+
 
 class MoveStep(IntEnum):
     """The ten steps of a move (the mailbox-moves seed)."""
@@ -53,12 +55,6 @@ class MoveState(StrEnum):
     STALLED = "Stalled"
     FAILED = "Failed"
     COMPLETED = "Completed"
-
-
-class GuaranteeStatus(StrEnum):
-    RETRY = "Retry"
-    SATISFIED = "Satisfied"
-    NOT_SATISFIED = "NotSatisfied"
 
 
 @dataclass(frozen=True, slots=True)
