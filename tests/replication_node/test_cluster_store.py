@@ -117,6 +117,31 @@ async def test_an_unreachable_etcd_is_a_clear_error():
     s.close()
 
 
+async def test_an_endpoint_answering_an_error_is_passed_over_for_the_next(etcd):
+    from aiohttp import web
+
+    async def unavailable(request):
+        return web.Response(status=503, text="<html>no quorum</html>")
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", unavailable)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    s = EtcdClusterStore([f"http://127.0.0.1:{port}", etcd], cluster=f"t{time.time_ns()}")
+    try:
+        won = await s.set_active("DB1", "mbx1", expected_epoch=0, start_generation=1)
+        assert won is not None and (await s.active("DB1")).node == "mbx1"
+        only_bad = EtcdClusterStore([f"http://127.0.0.1:{port}"], cluster="x")
+        with pytest.raises(ClusterStoreError, match="HTTP 503"):
+            await only_bad.active("DB1")
+        only_bad.close()
+    finally:
+        s.close()
+        await runner.cleanup()
+
+
 async def test_a_store_file_from_before_gets_the_new_columns_and_keeps_its_records(tmp_path):
     import sqlite3
 

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
+import orjson
 
 from replication_node.cluster.store import ActiveRecord, ClusterStore, EpochRecord
 from replication_node.errors import ClusterStoreError
@@ -58,16 +59,23 @@ class EtcdClusterStore(ClusterStore):
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(timeout=self._timeout)
         errors = []
+        # Every endpoint in turn: one that cannot be reached, or answers anything but 200
+        # (a member without quorum, a proxy's error page), is passed over for the next.
         for endpoint in self._endpoints:
             try:
                 async with self._session.post(f"{endpoint}{path}", json=body) as resp:
-                    data = await resp.json(content_type=None)
+                    raw = await resp.read()
                     if resp.status != 200:
-                        raise ClusterStoreError(f"etcd {endpoint}{path}: HTTP {resp.status} {data}")
-                    return dict(data)
+                        text = raw[:200].decode(errors="replace")
+                        errors.append(f"{endpoint}: HTTP {resp.status} {text}")
+                        continue
+                    data = orjson.loads(raw)
+                    if not isinstance(data, dict):
+                        raise ValueError(f"not a JSON object: {raw[:100]!r}")
+                    return data
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 errors.append(f"{endpoint}: {exc!r}")
-        raise ClusterStoreError(f"no etcd endpoint answered: {'; '.join(errors)}")
+        raise ClusterStoreError(f"no etcd endpoint answered {path}: {'; '.join(errors)}")
 
     async def _get(self, key: str) -> tuple[str | None, int]:
         """The value of `key` and its mod_revision (None, 0 if absent)."""
