@@ -28,12 +28,23 @@ from dag_common.model import (
 )
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
+from replication_node.cluster.activation import (
+    activate_copy,
+    copy_in,
+    node_status,
+    switchover_copy,
+)
+from replication_node.cluster.failover import FailoverMonitor
 from replication_node.cluster.manager import InstanceSpec, desired_spec, plan_instances
 from replication_node.cluster.store import ClusterStore
 from replication_node.errors import BadRequest, NotFound
 from replication_node.http import api
+from replication_node.http.auth import auth_middleware
+from replication_node.http.logshare import HttpLogSource, add_log_share_routes
 from replication_node.interfaces import PassiveSettings
+from replication_node.log.truncation import CopyProgress
 from replication_node.metrics import NodeMetrics, NodeStatusCollector, add_metrics_route
+from replication_node.passive.copy import PassiveCopy
 
 logger = logging.getLogger(__name__)
 
@@ -61,14 +72,14 @@ class Node:
         self.cluster_store = cluster_store
         self._config_path = config_path
         self._config_refresh = config_refresh
-        self._instances: dict[str, Any] = {}
+        self._instances: dict[str, ActiveInstance | PassiveCopy] = {}
         self._specs: dict[str, InstanceSpec] = {}
         self._session: aiohttp.ClientSession | None = None
         self._refresh_task: asyncio.Task[None] | None = None
         self._failover_task: asyncio.Task[None] | None = None
         self._reconcile_lock = asyncio.Lock()
         # Last progress heard from each passive copy: (database, node) -> CopyProgress.
-        self._progress: dict[tuple[str, str], Any] = {}
+        self._progress: dict[tuple[str, str], CopyProgress] = {}
         self.unexpected_errors = 0  # HTTP requests that failed on a bug (the API's 500s)
         self.metrics = metrics or NodeMetrics(name)
         self.metrics.watch(
@@ -106,7 +117,6 @@ class Node:
         )
         await self.reconcile()
         self._refresh_task = asyncio.create_task(self._refresh_loop(), name="configupdater")
-        from replication_node.cluster.failover import FailoverMonitor
 
         monitor = FailoverMonitor(
             node=self.name,
@@ -180,7 +190,7 @@ class Node:
         copy = self.config.database(spec.database).copy_on(self.name)
         assert copy is not None
         if spec.role is CopyRole.ACTIVE:
-            instance: Any = ActiveInstance(
+            instance: ActiveInstance | PassiveCopy = ActiveInstance(
                 database=spec.database,
                 node=self.name,
                 site=self.site,
@@ -200,9 +210,6 @@ class Node:
                 scrub_interval=spec.scrub_interval,
             )
         else:
-            from replication_node.http.logshare import HttpLogSource
-            from replication_node.passive.copy import PassiveCopy
-
             assert self._session is not None
             instance = PassiveCopy(
                 settings=PassiveSettings(
@@ -245,7 +252,6 @@ class Node:
         self, database: str, target: str, dial_override: AutoDatabaseMountDial | None
     ) -> dict[str, Any]:
         """Mount the copy of `database` on `target` after its active is lost."""
-        from replication_node.cluster.activation import activate_copy
 
         assert self._session is not None
         return await activate_copy(
@@ -260,7 +266,6 @@ class Node:
 
     async def switchover(self, database: str, target: str) -> dict[str, Any]:
         """Move the active copy of `database` to `target` without losing a log."""
-        from replication_node.cluster.activation import switchover_copy
 
         assert self._session is not None
         return await switchover_copy(
@@ -286,7 +291,6 @@ class Node:
     async def copy_awaiting_logs(self, database: str) -> str | None:
         """The node of a copy of `database` that waits for this node's last logs to mount
         without a loss (asked when this node comes back after a crash), if any answers."""
-        from replication_node.cluster.activation import copy_in, node_status
 
         assert self._session is not None
         others = [c.node for c in self.config.database(database).copies if c.node != self.name]
@@ -302,8 +306,6 @@ class Node:
     async def peer_progress(self, database: str) -> list[Any]:
         """What every other copy of `database` has inspected and replayed, asked now; a copy
         that cannot be reached counts with what it was last known to have (0 if never)."""
-        from replication_node.cluster.activation import copy_in, node_status
-        from replication_node.log.truncation import CopyProgress
 
         assert self._session is not None
         db = self.config.database(database)
@@ -403,8 +405,6 @@ class Node:
 
 def build_app(node: Node) -> web.Application:
     """The node's aiohttp application: auth, errors, store/status/admin and log share."""
-    from replication_node.http.auth import auth_middleware
-    from replication_node.http.logshare import add_log_share_routes
 
     app = web.Application(
         middlewares=[auth_middleware(node.token), api.error_middleware],
