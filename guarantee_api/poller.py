@@ -16,13 +16,11 @@ import logging
 from collections.abc import Awaitable, Callable
 
 import aiohttp
-from pydantic import ValidationError
 
-from dag_common.auth import bearer
 from dag_common.clock import Clock
 from dag_common.config import NodeConfig
 from dag_common.incarnation import EpochRecord
-from dag_common.model import NodeStatus
+from dag_common.node_status import StatusUnavailable, fetch_node_status
 from guarantee_api.metrics import Metrics
 from guarantee_api.view import LiveView
 
@@ -52,36 +50,24 @@ class Poller:
         self._session = session
         self._clock = clock
         self._interval = interval
-        self._headers = bearer(token)
+        self._token = token
         # A poll slower than the interval is as good as lost: the next round is due.
-        self._timeout = aiohttp.ClientTimeout(total=timeout or max(0.5, interval))
+        self._timeout = timeout or max(0.5, interval)
         self._metrics = metrics
         self._on_round = on_round
         self._round_done = asyncio.Condition()
 
-    async def _fetch(self, node: NodeConfig) -> NodeStatus:
-        async with self._session.get(
-            f"{node.url}/v1/status", headers=self._headers, timeout=self._timeout
-        ) as resp:
-            if resp.status != 200:
-                raise _PollError(f"HTTP {resp.status} from {node.url}/v1/status")
-            body = await resp.read()
-        try:
-            status = NodeStatus.model_validate_json(body)
-        except ValidationError as exc:
-            raise _PollError(f"malformed status: {exc.error_count()} invalid field(s)") from exc
-        if status.node != node.name:
-            raise _PollError(f"{node.url} answers as node {status.node!r}")
-        return status
-
     async def _poll_node(self, node: NodeConfig) -> None:
         try:
-            status = await self._fetch(node)
-        except (aiohttp.ClientError, TimeoutError, _PollError) as exc:
-            error = str(exc) or type(exc).__name__
-            if isinstance(exc, TimeoutError):
-                error = f"no answer within {self._timeout.total:g}s"
-            self._view.node_failed(node.name, error)
+            status = await fetch_node_status(
+                self._session,
+                node.url,
+                self._token,
+                timeout=self._timeout,
+                expect_node=node.name,
+            )
+        except StatusUnavailable as exc:
+            self._view.node_failed(node.name, str(exc))
             if self._metrics:
                 self._metrics.poll_errors.labels(node.name).inc()
                 self._metrics.node_up.labels(node.name).set(0)
@@ -93,7 +79,7 @@ class Poller:
     async def _read_history(self, database: str) -> None:
         assert self._history_source is not None
         try:
-            records = await asyncio.wait_for(self._history_source(database), self._timeout.total)
+            records = await asyncio.wait_for(self._history_source(database), self._timeout)
         except Exception as exc:  # any store failure: the history is unknown this round
             self._view.history_failed(database, str(exc) or type(exc).__name__)
             if self._metrics:
@@ -137,7 +123,3 @@ class Poller:
         """Wait until at least `count` rounds have completed since start."""
         async with self._round_done:
             await self._round_done.wait_for(lambda: self._view.rounds_completed >= count)
-
-
-class _PollError(Exception):
-    """A node answered, but not with a usable status."""

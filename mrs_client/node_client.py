@@ -25,6 +25,8 @@ from orjson import loads as json_loads
 from dag_common.auth import bearer
 from dag_common.clock import Clock, SystemClock
 from dag_common.config import ClusterConfig
+from dag_common.model import CopyRole, CopyStatus
+from dag_common.node_status import StatusUnavailable, fetch_node_status
 from mrs_client.errors import NodeCallError
 from mrs_client.store_api import Digest, Item, Items, Mailbox, Rolled, Written
 
@@ -73,24 +75,16 @@ class NodeStoreClient:
 
         async def ask(url: str) -> str | None:
             try:
-                async with self._session.get(
-                    f"{url}/v1/status",
-                    headers=bearer(self._token),
-                    timeout=aiohttp.ClientTimeout(total=5),
-                ) as resp:
-                    status, body = resp.status, _json_or_none(await resp.read())
-            except (aiohttp.ClientError, TimeoutError):
-                return None
-            if status == 401:
-                refused.append(url)
-            if status != 200 or not isinstance(body, dict):
-                return None  # an error page, or not a status: this node cannot say
-            for copy in body.get("copies") or []:
+                status = await fetch_node_status(self._session, url, self._token)
+            except StatusUnavailable as exc:
+                if exc.status == 401:
+                    refused.append(url)
+                return None  # unreachable, an error page, not a status: this node cannot say
+            for copy in status.copies:
                 if (
-                    isinstance(copy, dict)
-                    and copy.get("database") == database
-                    and copy.get("role") == "Active"
-                    and copy.get("status") == "Mounted"
+                    copy.database == database
+                    and copy.role is CopyRole.ACTIVE
+                    and copy.status is CopyStatus.MOUNTED
                 ):
                     return url
             return None

@@ -25,6 +25,7 @@ from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.durations import parse_duration
 from dag_common.errors import ConfigError
 from dag_common.model import AutoDatabaseMountDial, ExitCode, NodeStatus
+from dag_common.node_status import StatusUnavailable, fetch_node_status
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -176,21 +177,14 @@ def _client_ssl(config: ClusterConfig) -> Any:
 async def fetch_statuses(config: ClusterConfig, token: str) -> dict[str, NodeStatus | str]:
     """Every node's /v1/status, or the error that kept us from it."""
     out: dict[str, NodeStatus | str] = {}
-    timeout = aiohttp.ClientTimeout(total=5)
     conn = aiohttp.TCPConnector(ssl=_client_ssl(config))
-    async with aiohttp.ClientSession(timeout=timeout, connector=conn, headers=bearer(token)) as s:
+    async with aiohttp.ClientSession(connector=conn) as s:
 
         async def one(name: str, url: str) -> None:
             try:
-                async with s.get(f"{url}/v1/status") as resp:
-                    if resp.status != 200:
-                        out[name] = f"HTTP {resp.status}"
-                        return
-                    out[name] = NodeStatus.model_validate_json(await resp.read())
-            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                out[name] = f"unreachable: {exc.__class__.__name__}"
-            except ValueError:  # a body that is not a node's status (pydantic's error too)
-                out[name] = "answered with something that is not a node status"
+                out[name] = await fetch_node_status(s, url, token, expect_node=name)
+            except StatusUnavailable as exc:
+                out[name] = str(exc) if exc.status else f"unreachable: {exc}"
 
         await asyncio.gather(*(one(n.name, n.url) for n in config.nodes))
     return out

@@ -55,6 +55,7 @@ from dag_common.model import (
     CopyStatusReport,
     NodeStatus,
 )
+from dag_common.node_status import StatusUnavailable, fetch_node_status
 from replication_node.cluster.store import ActiveRecord, ClusterStore
 from replication_node.errors import BadRequest, Conflict, MountRefused, NotFound
 
@@ -223,13 +224,10 @@ def best_copy(copies: list[CopyStatusReport]) -> tuple[str | None, str]:
 
 
 async def node_status(session: aiohttp.ClientSession, url: str, token: str) -> NodeStatus | None:
+    """The node's status, or None if it cannot be had (it counts as unreachable)."""
     try:
-        async with session.get(
-            f"{url}/v1/status", headers=bearer(token), timeout=aiohttp.ClientTimeout(total=5)
-        ) as resp:
-            resp.raise_for_status()
-            return NodeStatus.model_validate(await resp.json())
-    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return await fetch_node_status(session, url, token)
+    except StatusUnavailable:
         return None
 
 

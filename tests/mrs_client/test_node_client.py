@@ -27,12 +27,11 @@ class FakeNode:
 
     async def status(self, request: web.Request) -> web.Response:
         active = self.cluster["active"] == self.name
-        copy = {
-            "database": "DB2",
-            "role": "Active" if active else "Passive",
-            "status": "Mounted" if active else "Healthy",
-        }
-        return web.json_response({"node": self.name, "copies": [copy]})
+        return web.json_response(
+            status_of(
+                self.name, "Active" if active else "Passive", "Mounted" if active else "Healthy"
+            )
+        )
 
     async def put(self, request: web.Request) -> web.Response:
         self.writes += 1
@@ -62,6 +61,12 @@ class FakeNode:
             },
             status=201,
         )
+
+
+def status_of(node: str, role: str, status: str) -> dict:
+    """A node's whole /v1/status, as a real node answers it (the mover reads it typed)."""
+    copy = {"database": "DB2", "node": node, "site": "s", "activation_preference": 1}
+    return {"node": node, "site": "s", "copies": [{**copy, "role": role, "status": status}]}
 
 
 @pytest.fixture
@@ -154,8 +159,7 @@ async def broken_node(tmp_path):
     async def status(request: web.Request) -> web.Response:
         if state["mode"] == "401":
             return web.json_response({"error": "missing or wrong cluster token"}, status=401)
-        copy = {"database": "DB2", "role": "Active", "status": "Mounted"}
-        return web.json_response({"node": "a", "copies": [copy]})
+        return web.json_response(status_of("a", "Active", "Mounted"))
 
     async def put(request: web.Request) -> web.StreamResponse:
         mode = state["mode"]

@@ -1,0 +1,59 @@
+"""The one client of a node's `GET /v1/status`, for everyone who asks it: the guarantee
+service's poller, activation and failover, the mover, the `replication-node status` table.
+
+`fetch_node_status` answers a checked `NodeStatus`, or raises `StatusUnavailable` with one
+sentence of why: unreachable, no answer in time, an HTTP error (401 kept apart: the token is
+wrong, which no retry mends), a body that is not a node's status, or a node answering under
+another name.  Each caller decides what that means for it (a copy not counted, a failover
+not taken, a row saying why); none has to know aiohttp's or pydantic's exceptions.
+"""
+
+from __future__ import annotations
+
+import aiohttp
+from pydantic import ValidationError
+
+from dag_common.auth import bearer
+from dag_common.model import NodeStatus
+
+
+class StatusUnavailable(Exception):
+    """A node's status could not be had; `status` is the HTTP status when there was one."""
+
+    def __init__(self, reason: str, *, status: int | None = None) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+async def fetch_node_status(
+    session: aiohttp.ClientSession,
+    url: str,
+    token: str,
+    *,
+    timeout: float = 5.0,
+    expect_node: str | None = None,
+) -> NodeStatus:
+    """The status of the node at `url` (and named `expect_node`, when given)."""
+    try:
+        async with session.get(
+            f"{url}/v1/status",
+            headers=bearer(token),
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as resp:
+            code, body = resp.status, await resp.read()
+    except TimeoutError:
+        raise StatusUnavailable(f"no answer within {timeout:g}s") from None
+    except (aiohttp.ClientError, OSError) as exc:
+        raise StatusUnavailable(f"{exc.__class__.__name__}: {exc}") from exc
+    if code != 200:
+        why = "the token is refused" if code == 401 else body[:120].decode(errors="replace")
+        raise StatusUnavailable(f"HTTP {code} from {url}/v1/status: {why}", status=code)
+    try:
+        status = NodeStatus.model_validate_json(body)
+    except ValidationError as exc:
+        raise StatusUnavailable(
+            f"malformed status: {exc.error_count()} invalid field(s)", status=code
+        ) from exc
+    if expect_node is not None and status.node != expect_node:
+        raise StatusUnavailable(f"{url} answers as node {status.node!r}", status=code)
+    return status
