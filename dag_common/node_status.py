@@ -1,5 +1,6 @@
-"""The one client of a node's `GET /v1/status`, for everyone who asks it: the guarantee
-service's poller, activation and failover, the mover, the `replication-node status` table.
+"""The clients of a node's API that every component shares: `GET /v1/status` (the guarantee
+service's poller, activation and failover, the mover, the `replication-node status` table)
+and the admin POSTs (activation, switchover, reconcile, the `replication-node db` commands).
 
 `fetch_node_status` answers a checked `NodeStatus`, or raises `StatusUnavailable` with one
 sentence of why: unreachable, no answer in time, an HTTP error (401 kept apart: the token is
@@ -10,7 +11,10 @@ not taken, a row saying why); none has to know aiohttp's or pydantic's exception
 
 from __future__ import annotations
 
+from typing import Any
+
 import aiohttp
+import orjson
 from pydantic import ValidationError
 
 from dag_common.auth import bearer
@@ -57,3 +61,36 @@ async def fetch_node_status(
     if expect_node is not None and status.node != expect_node:
         raise StatusUnavailable(f"{url} answers as node {status.node!r}", status=code)
     return status
+
+
+async def post_admin(
+    session: aiohttp.ClientSession,
+    url: str,
+    token: str,
+    body: dict[str, Any] | None = None,
+    *,
+    timeout: float = 30.0,
+) -> tuple[int, dict[str, Any]]:
+    """POST an admin call to a node: (HTTP status, JSON object answered).  A node that
+    cannot be reached is 599, an answer that is not a JSON object (an error page, a cut
+    body) is at least 500, each with an `error` sentence: never an exception."""
+    try:
+        async with session.post(
+            url,
+            json=body or {},
+            headers=bearer(token),
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as resp:
+            code, raw = resp.status, await resp.read()
+    except TimeoutError:
+        return 599, {"error": f"{url}: no answer within {timeout:g}s"}
+    except (aiohttp.ClientError, OSError) as exc:
+        return 599, {"error": f"{url} cannot be reached: {exc.__class__.__name__}: {exc}"}
+    try:
+        answer = orjson.loads(raw)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        text = raw[:200].decode("utf-8", "replace").strip() or "an empty body"
+        return max(code, 500), {"error": f"HTTP {code} with a body that is not JSON: {text!r}"}
+    return code, answer

@@ -19,13 +19,12 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from dag_common.auth import bearer
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.durations import parse_duration
 from dag_common.errors import ConfigError
 from dag_common.model import AutoDatabaseMountDial, ExitCode, NodeStatus
-from dag_common.node_status import StatusUnavailable, fetch_node_status
+from dag_common.node_status import StatusUnavailable, fetch_node_status, post_admin
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -305,24 +304,9 @@ async def _active_records(config: ClusterConfig, databases: list[str]) -> dict[s
 async def _admin(
     config: ClusterConfig, url: str, path: str, body: dict[str, Any]
 ) -> tuple[int, Any]:
-    token = load_token(config)
     conn = aiohttp.TCPConnector(ssl=_client_ssl(config))
-    try:
-        async with (
-            aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=600), connector=conn, headers=bearer(token)
-            ) as s,
-            s.post(f"{url}{path}", json=body) as resp,
-        ):
-            status, raw = resp.status, await resp.read()
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        return 599, {"error": f"{url} cannot be reached: {exc.__class__.__name__}: {exc}"}
-    try:
-        return status, json.loads(raw)
-    except ValueError:
-        # An error page or a cut answer (a proxy, a crashing node): a failed call, said so.
-        text = raw[:200].decode("utf-8", "replace").strip() or "an empty body"
-        return max(status, 500), {"error": f"HTTP {status} with a body that is not JSON: {text!r}"}
+    async with aiohttp.ClientSession(connector=conn) as session:
+        return await post_admin(session, f"{url}{path}", load_token(config), body, timeout=600)
 
 
 def cmd_db_admin(args: argparse.Namespace) -> int:

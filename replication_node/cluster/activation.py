@@ -43,9 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import orjson
 
-from dag_common.auth import bearer
 from dag_common.clock import Clock
 from dag_common.config import ClusterConfig
 from dag_common.model import (
@@ -55,7 +53,7 @@ from dag_common.model import (
     CopyStatusReport,
     NodeStatus,
 )
-from dag_common.node_status import StatusUnavailable, fetch_node_status
+from dag_common.node_status import StatusUnavailable, fetch_node_status, post_admin
 from replication_node.cluster.store import ActiveRecord, ClusterStore
 from replication_node.errors import BadRequest, Conflict, MountRefused, NotFound
 
@@ -370,26 +368,11 @@ async def _copy_last_logs(
 ) -> str:
     """Ask the node of the copy taking over to copy the old active's last logs; what came
     of it, in a sentence (a failure is said, and the loss is then counted without them)."""
-    try:
-        async with session.post(
-            f"{url}/v1/databases/{database}/copy-last-logs",
-            headers=bearer(token),
-            timeout=aiohttp.ClientTimeout(total=45),
-        ) as resp:
-            body = await resp.read()
-            status = resp.status
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        return f"copying the last logs failed ({exc!r})"
-    try:
-        answer = orjson.loads(body)
-    except ValueError:
-        answer = None
-    if status != 200 or not isinstance(answer, dict):
-        if isinstance(answer, dict):
-            error = answer.get("error")
-        else:
-            error = body[:300].decode(errors="replace")
-        return f"copying the last logs failed (HTTP {status}: {error})"
+    status, answer = await post_admin(
+        session, f"{url}/v1/databases/{database}/copy-last-logs", token, timeout=45
+    )
+    if status != 200:
+        return f"copying the last logs failed (HTTP {status}: {answer.get('error')})"
     kept = answer.get("open_log")
     what = (
         f"last logs copied from {answer.get('from')}: closed generations through "
@@ -403,18 +386,13 @@ async def _copy_last_logs(
 async def _post(
     session: aiohttp.ClientSession, url: str, token: str, body: dict[str, Any] | None = None
 ) -> dict[str, Any] | None:
-    """POST an admin call; its JSON answer, or None if the node cannot be reached or refuses."""
-    try:
-        async with session.post(
-            url, json=body or {}, headers=bearer(token), timeout=aiohttp.ClientTimeout(total=30)
-        ) as resp:
-            if resp.status >= 300:
-                logger.warning("POST %s: HTTP %d %s", url, resp.status, (await resp.text())[:300])
-                return None
-            return dict(await resp.json())
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        logger.warning("POST %s failed: %s", url, exc)
+    """POST an admin call; its JSON answer, or None if the node cannot be reached or refuses
+    (said in the log)."""
+    code, answer = await post_admin(session, url, token, body)
+    if code >= 300:
+        logger.warning("POST %s: HTTP %d %s", url, code, str(answer.get("error"))[:300])
         return None
+    return answer
 
 
 async def _reconcile_all(
