@@ -4,6 +4,8 @@
   into one without them (the triggers dropped, as a file from before digests had none), in
   alternating order; the ratio is what the triggers cost each copy's replay and the
   active's LLR flush (never the commit path: the log is written before either);
+- the triggers with the term replaced by a constant: what SQLite's trigger machinery costs,
+  apart from hashing;
 - the full recompute (`Database.recompute_digest`: every live row read and hashed), in MB/s
   of database file and in seconds per 10,000 items, which is what `content_check_every`
   spends every Nth generation and the scrub once a cycle.
@@ -22,6 +24,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+from replication_node.storage import digest as digest_module
 from replication_node.storage.database import Database, Transaction
 
 
@@ -69,6 +72,7 @@ def fresh(path: Path, digest: bool) -> Database:
 
 
 def replay_seconds(root: Path, txns: list[Transaction], digest: bool, batch: int = 40) -> float:
+    """Apply `txns` in batches into a fresh file, with the digest triggers or without."""
     path = root / f"{'with' if digest else 'without'}-{uuid.uuid4().hex}.sqlite"
     db = fresh(path, digest)
     start = time.perf_counter()
@@ -95,10 +99,22 @@ def main() -> None:
             order = [True, False] if r % 2 == 0 else [False, True]
             for digest in order:
                 (with_ if digest else without).append(replay_seconds(root, txns, digest))
+        real_term = digest_module.item_term
+        digest_module.item_term = lambda *fields: 1  # the machinery alone
+        try:
+            machinery = statistics.median(
+                replay_seconds(root, txns, True) for _ in range(args.rounds)
+            )
+        finally:
+            digest_module.item_term = real_term
         w, wo = statistics.median(with_), statistics.median(without)
         print(f"replay of {ops} operations ({args.items} items of {args.body} B, 1/3 replaced)")
         print(f"  without digest: {wo:.2f} s  {ops / wo:,.0f} ops/s")
         print(f"  with digest:    {w:.2f} s  {ops / w:,.0f} ops/s   ratio {wo / w:.2f}")
+        print(
+            f"  triggers, constant term: {machinery:.2f} s: {(machinery - wo) / ops * 1e6:.1f} "
+            f"us/op of machinery, {(w - machinery) / ops * 1e6:.1f} us/op of hashing"
+        )
         path = root / "recompute.sqlite"
         db = fresh(path, True)
         db.apply(txns, waypoint=txns[-1].generation, committed=0, last_log_time=None)

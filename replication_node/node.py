@@ -31,6 +31,7 @@ from replication_node.active.instance import ActiveInstance
 from replication_node.cluster.activation import (
     activate_copy,
     copy_in,
+    copy_reports,
     node_status,
     switchover_copy,
 )
@@ -293,14 +294,10 @@ class Node:
         without a loss (asked when this node comes back after a crash), if any answers."""
 
         assert self._session is not None
-        others = [c.node for c in self.config.database(database).copies if c.node != self.name]
-        statuses = await asyncio.gather(
-            *(node_status(self._session, self.config.node(n).url, self.token) for n in others)
-        )
-        for status in statuses:
-            report = copy_in(status, database)
-            if report is not None and report.awaiting_last_logs_from == self.name:
-                return report.node
+        reports = await copy_reports(self._session, self.config, self.token, database)
+        for node, report in reports.items():
+            if node != self.name and report and report.awaiting_last_logs_from == self.name:
+                return node
         return None
 
     async def peer_progress(self, database: str) -> list[Any]:

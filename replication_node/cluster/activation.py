@@ -266,7 +266,7 @@ async def activate_copy(
 ) -> dict[str, Any]:
     """Make the copy of `database` on `node` active; Conflict (nothing changed) if it may not."""
     record = await _active_elsewhere(config, cluster_store, database, node)
-    reports = await _reports(session, config, token, database)
+    reports = await copy_reports(session, config, token, database)
     old_copy, copy = reports[record.node], reports[node]
     last_logs = ""
     if last_logs_to_copy(old_copy, copy):
@@ -274,7 +274,7 @@ async def activate_copy(
         # (failed, dismounted, or back after a crash): whatever logs it still has, the
         # closed ones and the open one, are copied before the loss is counted.
         last_logs = await _copy_last_logs(session, config.node(node).url, token, database)
-        reports = await _reports(session, config, token, database)
+        reports = await copy_reports(session, config, token, database)
         old_copy, copy = reports[record.node], reports[node]
     # The store's LastLogGenerated is published just after each roll and may miss the last
     # one; any copy that was told of a later generation by the active's notifications knows
@@ -352,7 +352,7 @@ def last_logs_to_copy(old: CopyStatusReport | None, copy: CopyStatusReport | Non
     )
 
 
-async def _reports(
+async def copy_reports(
     session: aiohttp.ClientSession, config: ClusterConfig, token: str, database: str
 ) -> dict[str, CopyStatusReport | None]:
     """Every copy of `database` as its node reports it now (None: no answer)."""

@@ -11,7 +11,6 @@ sentences of what it decided, and logs them.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 
@@ -24,8 +23,7 @@ from replication_node.cluster.activation import (
     MOUNTABLE,
     activate_copy,
     best_copy,
-    copy_in,
-    node_status,
+    copy_reports,
 )
 from replication_node.cluster.store import ClusterStore
 from replication_node.errors import MountRefused, ReplicationError
@@ -110,11 +108,7 @@ class FailoverMonitor:
                 f"{database}: {following} was lost and {record.node} is active now (epoch "
                 f"{record.epoch}); this copy follows it, no failover"
             )
-        nodes = [c.node for c in config.database(database).copies]
-        statuses = await asyncio.gather(
-            *(node_status(self._session, config.node(n).url, self._token) for n in nodes)
-        )
-        reports = {n: copy_in(s, database) for n, s in zip(nodes, statuses, strict=True)}
+        reports = await copy_reports(self._session, config, self._token, database)
         old = reports.get(record.node)
         if old is not None and old.status is CopyStatus.MOUNTED:
             return f"{database}: the active on {record.node} answers its peers; no failover"

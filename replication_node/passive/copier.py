@@ -103,6 +103,7 @@ class Copier:
         self._prev: LogHeader | None = anchor_header(paths.logs, markers.last_log_inspected)
         # One copying at a time: the run loop's, or a copy of the last logs (`copy_open_log`).
         self._copying = asyncio.Lock()
+        self._inspected = asyncio.Condition()  # notified when LastLogInspected moves
 
     async def run(self) -> None:
         m = self._markers
@@ -360,6 +361,22 @@ class Copier:
         m.last_inspected_log_time = staged[-1].close_time
         m.epoch = self._active_epoch  # inspected from its share: chained to all before
         self._on_inspected()
+        async with self._inspected:
+            self._inspected.notify_all()
+
+    async def wait_inspected(self, generation: int, timeout: float) -> bool:
+        """Whether LastLogInspected reaches `generation` within `timeout` seconds."""
+        async with self._inspected:
+            try:
+                await asyncio.wait_for(
+                    self._inspected.wait_for(
+                        lambda: self._markers.last_log_inspected >= generation
+                    ),
+                    timeout,
+                )
+            except TimeoutError:
+                return False
+        return True
 
     def _move_into_log_dir(self, generations: list[int], copied: datetime) -> None:
         # Only the log directory's entries must survive a crash; a file left in Inspector by

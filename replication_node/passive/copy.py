@@ -286,17 +286,13 @@ class PassiveCopy:
         try:
             info = await self._source.hand_over(self.settings.node)
             m = self.markers
-            deadline = self._clock.monotonic() + timeout
-            while m.last_log_inspected < info.last_generation:
-                if self._copier is not copier:
-                    raise LogShareError(f"the copy stopped: {self.error}")
-                if self._clock.monotonic() > deadline:
-                    raise LogShareError(
-                        f"the closed generations through {info.last_generation} were not "
-                        f"copied from {active_node} within {timeout:g}s (inspected through "
-                        f"{m.last_log_inspected})"
-                    )
-                await self._clock.sleep(0.05)
+            if not await copier.wait_inspected(info.last_generation, timeout):
+                stopped = f"; the copy stopped: {self.error}" if self._copier is not copier else ""
+                raise LogShareError(
+                    f"the closed generations through {info.last_generation} were not copied "
+                    f"from {active_node} within {timeout:g}s (inspected through "
+                    f"{m.last_log_inspected}){stopped}"
+                )
             kept = None
             if info.open_commits:
                 data = await self._source.fetch_open_log()

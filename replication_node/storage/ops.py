@@ -9,9 +9,9 @@ database writes the same columns (tests/replication_node/test_ops.py holds the t
 same rows for the same operations).
 
 Decoding is strict but cheap (immutable named tuples, no validation library on the replay
-path: a put is decoded in under a microsecond): a field missing or of the wrong type is
-`MalformedOperation` naming it.  The request edge validates texts and names before an
-operation is ever built (`api_models`, `store`).
+path): a field missing or of the wrong type is `MalformedOperation` naming it.  The request
+edge validates texts and names before an operation is ever built (`http.models`,
+`mailbox_store`).
 """
 
 from __future__ import annotations
