@@ -56,8 +56,8 @@ from replication_node.active.instance import ActiveInstance  # noqa: E402
 from replication_node.cluster.store.embedded import EmbeddedClusterStore  # noqa: E402
 from replication_node.http.auth import auth_middleware  # noqa: E402
 from replication_node.http.logshare import HttpLogSource, add_log_share_routes  # noqa: E402
+from replication_node.log.logdir import list_closed_generations  # noqa: E402
 from replication_node.log.logfile import OPEN_LOG_NAME, closed_log_name  # noqa: E402
-from replication_node.log.logstream import list_closed_generations  # noqa: E402
 from replication_node.passive.copier import Copier  # noqa: E402
 from replication_node.passive.markers import Markers  # noqa: E402
 from replication_node.passive.replayer import Replayer  # noqa: E402
@@ -120,7 +120,7 @@ async def in_process(base: Path, mb: int) -> None:
     await instance.start()
     assert instance.copy is not None and instance.store is not None
     app = web.Application(middlewares=[auth_middleware(TOKEN)])
-    add_log_share_routes(app, lookup=lambda db: instance if db == DB else None)
+    add_log_share_routes(app, lookup=lambda db: instance.share if db == DB else None)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

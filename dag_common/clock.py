@@ -64,6 +64,11 @@ class ManualClock:
         heapq.heappush(self._sleepers, (self._elapsed + seconds, next(self._seq), fut))
         await fut
 
+    def pending_sleeps(self) -> list[float]:
+        """Seconds from now at which each task sleeping on this clock wakes, soonest first: a
+        test waits until a task waits (a replay held for its lag) rather than for a time."""
+        return sorted(d - self._elapsed for d, _, fut in self._sleepers if not fut.done())
+
     async def advance(self, seconds: float) -> None:
         """Move time forward by `seconds`, waking every sleeper whose deadline passes."""
         target = self._elapsed + seconds

@@ -46,10 +46,73 @@ class EmbeddedStore(_Model):
 
 
 class EtcdStore(_Model):
-    """The cluster store in etcd, for nodes on several hosts."""
+    """The cluster store in etcd, for nodes on several hosts.
+
+    TLS: `ca_file` is the CA that https:// endpoints are verified against (without it, the
+    system's CAs); `cert_file` and `key_file` are the client certificate that an etcd run
+    with --client-cert-auth asks for.  RBAC: `username` and `password_file`; the password is
+    read from its file at each authentication (a rotated Secret is picked up), never written
+    in the config.
+
+    The files are checked when the store is opened, not here: the config is also loaded
+    where the store is never opened (`replication-node status`, `mrs` on an operator's
+    machine, the chart's tests, a node's config refresh), and those must not need the
+    etcd client's secrets to be mounted.
+    """
 
     kind: Literal["etcd"]
     endpoints: list[str] = Field(min_length=1)
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    username: str | None = Field(default=None, min_length=1)
+    password_file: Path | None = None
+    timeout: Duration = timedelta(seconds=5)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_password_inline(cls, data: object) -> object:
+        if isinstance(data, dict) and "password" in data:
+            raise ValueError(
+                "password is not accepted: the etcd password is never written in the "
+                "config; put it in a file and name that file in password_file"
+            )
+        return data
+
+    @field_validator("endpoints")
+    @classmethod
+    def _urls(cls, value: list[str]) -> list[str]:
+        for endpoint in value:
+            parts = urlsplit(endpoint)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"{endpoint!r} is not a URL like https://host:2379")
+        return [e.rstrip("/") for e in value]
+
+    @field_validator("timeout")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("timeout must be more than 0s")
+        return value
+
+    @model_validator(mode="after")
+    def _pairs_and_https(self) -> EtcdStore:
+        for pair, needs in (
+            (("cert_file", "key_file"), "a client certificate needs both"),
+            (("username", "password_file"), "etcd authentication needs both"),
+        ):
+            given = [f for f in pair if getattr(self, f) is not None]
+            if len(given) == 1:
+                (missing,) = set(pair) - set(given)
+                raise ValueError(f"{given[0]} is set but {missing} is not: {needs}")
+        tls = [f for f in ("ca_file", "cert_file", "key_file") if getattr(self, f) is not None]
+        plain = [e for e in self.endpoints if urlsplit(e).scheme != "https"]
+        if tls and plain:
+            raise ValueError(
+                f"TLS files are set ({', '.join(tls)}), so every endpoint must be https://, "
+                f"but {', '.join(plain)} is not"
+            )
+        return self
 
 
 class ActiveFailurePolicy(StrEnum):
@@ -317,8 +380,14 @@ def _resolve(config: ClusterConfig, base: Path) -> ClusterConfig:
             key_file=fix(config.tls.key_file),
             ca_file=fix(config.tls.ca_file),
         )
-    if isinstance(config.cluster_store, EmbeddedStore):
-        update["cluster_store"] = EmbeddedStore(path=fix(config.cluster_store.path))
+    store = config.cluster_store
+    if isinstance(store, EmbeddedStore):
+        update["cluster_store"] = EmbeddedStore(path=fix(store.path))
+    else:
+        files = ("ca_file", "cert_file", "key_file", "password_file")
+        update["cluster_store"] = store.model_copy(
+            update={f: fix(getattr(store, f)) for f in files if getattr(store, f) is not None}
+        )
     return config.model_copy(update=update)
 
 

@@ -20,6 +20,9 @@ from pydantic import ValidationError
 from dag_common.auth import bearer
 from dag_common.model import NodeStatus
 
+UNREACHABLE = 599
+"""The status `post_admin` answers when the node cannot be reached or does not answer."""
+
 
 class StatusUnavailable(Exception):
     """A node's status could not be had; `status` is the HTTP status when there was one."""
@@ -72,8 +75,8 @@ async def post_admin(
     timeout: float = 30.0,
 ) -> tuple[int, dict[str, Any]]:
     """POST an admin call to a node: (HTTP status, JSON object answered).  A node that
-    cannot be reached is 599, an answer that is not a JSON object (an error page, a cut
-    body) is at least 500, each with an `error` sentence: never an exception."""
+    cannot be reached is UNREACHABLE (599), an answer that is not a JSON object (an error
+    page, a cut body) is at least 500, each with an `error` sentence: never an exception."""
     try:
         async with session.post(
             url,
@@ -83,9 +86,9 @@ async def post_admin(
         ) as resp:
             code, raw = resp.status, await resp.read()
     except TimeoutError:
-        return 599, {"error": f"{url}: no answer within {timeout:g}s"}
+        return UNREACHABLE, {"error": f"{url}: no answer within {timeout:g}s"}
     except (aiohttp.ClientError, OSError) as exc:
-        return 599, {"error": f"{url} cannot be reached: {exc.__class__.__name__}: {exc}"}
+        return UNREACHABLE, {"error": f"{url} cannot be reached: {exc.__class__.__name__}: {exc}"}
     try:
         answer = orjson.loads(raw)
     except ValueError:

@@ -14,9 +14,11 @@ import signal
 import sys
 from pathlib import Path
 
+from dag_common.cli import run
 from dag_common.config import load_config, load_token
 from dag_common.errors import ConfigError
 from dag_common.model import ExitCode
+from guarantee_api.errors import GuaranteeError
 from guarantee_api.server import GuaranteeService, TlsFiles
 
 logger = logging.getLogger(__name__)
@@ -35,7 +37,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-cert", type=Path, help="PEM certificate: serve gRPC over TLS")
     serve.add_argument("--tls-key", type=Path, help="PEM private key for --tls-cert")
     serve.add_argument("--grace", type=float, default=5.0, help="seconds to drain on SIGTERM")
-    serve.add_argument("--log-level", default="INFO")
+    serve.add_argument(
+        "--log-level", default="INFO", type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+    )  # fmt: skip
+    serve.set_defaults(func=_serve_command)
     return parser
 
 
@@ -54,40 +60,36 @@ async def _serve(service: GuaranteeService, grace: float) -> None:
     await service.stop(grace)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `guarantee-api` command."""
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:
-        return ExitCode.OK if exc.code == 0 else ExitCode.BAD_INPUT
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+def _serve_command(args: argparse.Namespace) -> int:
     if (args.tls_cert is None) != (args.tls_key is None):
-        print("error: --tls-cert and --tls-key go together", file=sys.stderr)
-        return ExitCode.BAD_INPUT
-    try:
-        config = load_config(args.config)
-        token = load_token(config)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
+        raise ConfigError("--tls-cert and --tls-key go together")
+    config = load_config(args.config)
+    token = load_token(config)
     tls = TlsFiles(args.tls_cert, args.tls_key) if args.tls_cert else None
     if tls is None and config.tls is not None:  # the cluster's TLS section serves gRPC too
         tls = TlsFiles(config.tls.cert_file, config.tls.key_file)
     for path in (tls.cert, tls.key) if tls else ():
         if not path.is_file():
-            print(f"error: TLS file {path} does not exist", file=sys.stderr)
-            return ExitCode.BAD_INPUT
+            raise ConfigError(f"TLS file {path} does not exist")
     service = GuaranteeService(
         config, node_token=token, client_token=None if args.no_client_token else token, tls=tls
     )
     try:
         asyncio.run(_serve(service, args.grace))
-    except (OSError, RuntimeError) as exc:
-        print(f"error: guarantee-api failed: {exc}", file=sys.stderr)
-        return ExitCode.FAILED
+    except (OSError, RuntimeError) as exc:  # e.g. the port is taken
+        raise GuaranteeError(f"guarantee-api failed: {exc}") from exc
     return ExitCode.OK
+
+
+def _logging(args: argparse.Namespace) -> None:
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `guarantee-api` command."""
+    return run(_parser(), argv, before=_logging)
 
 
 if __name__ == "__main__":

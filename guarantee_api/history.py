@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from dag_common.durable import atomic_write, fsync_dir
 from dag_common.history_schema import SCHEMA
 from guarantee_api.errors import HistoryWriteError
-from guarantee_api.policy import CopySnapshot
+from guarantee_api.values import CopySnapshot
 
 logger = logging.getLogger(__name__)
 

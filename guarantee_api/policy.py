@@ -1,7 +1,10 @@
 """The Data Guarantee rules, pure: frozen snapshots of copy status in, an `Answer` out.
 
-No I/O and no clock reads here: the view decides freshness (a copy whose status cannot be
-trusted carries a `problem`), the servicer supplies the caller's averages.
+The per-copy conditions (`conditions.py`) judge each copy; here the request's constraint is
+evaluated over those verdicts (SecondCopy, SecondDatacenter, AllDatacenters, AllCopies),
+with the pre-checks and the wait time, and an LSN's epoch is judged against the stream's
+history.  No I/O and no clock reads: the view decides freshness (a copy whose status cannot
+be trusted carries a `problem`), the servicer supplies the caller's averages.
 
 Safety invariant: `Satisfied` is returned only when the request's constraint is met by copies
 whose status is fresh, or when the constraint is None, or when the database has no passive
@@ -26,19 +29,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from dag_common.incarnation import current_epoch, fork_below
-from dag_common.model import (
-    CopyRole,
-    CopyStatus,
-    CopyStatusReport,
-)
-from dag_common.model import (
-    DataMoveReplicationConstraint as Constraint,
-)
+from dag_common.model import CopyRole
+from dag_common.model import DataMoveReplicationConstraint as Constraint
+from guarantee_api.conditions import judge_active, judge_flush, judge_health, seconds
 from guarantee_api.values import (
     Answer,
-    Check,
-    CheckOutcome,
-    CopyRates,
     CopySnapshot,
     CopyVerdict,
     DatabaseView,
@@ -46,222 +41,6 @@ from guarantee_api.values import (
     GuaranteeStatus,
     Limits,
 )
-
-__all__ = [
-    "Answer",
-    "Check",
-    "CheckOutcome",
-    "CopyRates",
-    "CopySnapshot",
-    "CopyVerdict",
-    "DatabaseView",
-    "FlushTarget",
-    "GuaranteeStatus",
-    "Limits",
-    "evaluate_flush",
-    "evaluate_health",
-]
-
-
-def _s(value: float) -> str:
-    return f"{value:.3g}s" if value < 100 else f"{value:.0f}s"
-
-
-def _ok(check: Check, passed: bool, detail: str) -> CheckOutcome:
-    return CheckOutcome(check, passed, detail)
-
-
-def _verdict(copy: CopySnapshot, checks: list[CheckOutcome], **extra: object) -> CopyVerdict:
-    r = copy.report
-    return CopyVerdict(
-        database=copy.database,
-        node=copy.node,
-        site=copy.site,
-        role=r.role if r else None,
-        status=r.status if r else None,
-        meets=all(c.passed for c in checks),
-        checks=tuple(checks),
-        copy_queue_length=r.copy_queue_length if r else 0,
-        replay_queue_length=r.replay_queue_length if r else 0,
-        last_log_replayed=r.last_log_replayed if r else 0,
-        last_replayed_log_time=r.last_replayed_log_time if r else None,
-        replay_lag_time=r.replay_lag_time if r else timedelta(0),
-        epoch=r.epoch if r else 0,
-        healthy=copy.fresh and r is not None and r.status is CopyStatus.HEALTHY,
-        **extra,  # type: ignore[arg-type]
-    )
-
-
-def _reachable(copy: CopySnapshot) -> CheckOutcome:
-    if copy.report is None and copy.problem is None:
-        return _ok(Check.REACHABLE, False, f"node {copy.node} has not reported this copy")
-    if copy.problem is not None:
-        return _ok(Check.REACHABLE, False, copy.problem)
-    return _ok(Check.REACHABLE, True, "status fresh")
-
-
-def _replay_queue_span(r: CopyStatusReport) -> float | None:
-    """Seconds of log time waiting in the replay queue; None if the times are unknown."""
-    if r.replay_queue_length <= 0:
-        return 0.0
-    if r.last_inspected_log_time is None or r.last_replayed_log_time is None:
-        return None
-    return max(0.0, (r.last_inspected_log_time - r.last_replayed_log_time).total_seconds())
-
-
-def judge_active(copy: CopySnapshot) -> CopyVerdict:
-    """The active copy must be reachable and mounted (AllDatacenters, AllCopies)."""
-    reach = _reachable(copy)
-    checks = [reach]
-    if reach.passed:
-        assert copy.report is not None
-        mounted = copy.report.status is CopyStatus.MOUNTED
-        checks.append(_ok(Check.MOUNTED, mounted, f"status {copy.report.status}"))
-    return _verdict(copy, checks)
-
-
-def judge_health(copy: CopySnapshot, average: float | None, limits: Limits) -> CopyVerdict:
-    """A passive copy against the four health conditions of the seed."""
-    reach = _reachable(copy)
-    r = copy.report
-    avg = average if average is not None else float(r.copy_queue_length if r else 0)
-    if not reach.passed or r is None:
-        return _verdict(copy, [reach], average_copy_queue_length=avg)
-    healthy = r.status is CopyStatus.HEALTHY
-    detail = f"status {r.status}" + (f" ({r.error})" if r.error else "")
-    span = _replay_queue_span(r)
-    allowed = (r.replay_lag_time + limits.replay_queue_over_lag).total_seconds()
-    if span is None:
-        replay = _ok(
-            Check.REPLAY_QUEUE, False, f"replay queue {r.replay_queue_length} logs, times unknown"
-        )
-    else:
-        replay = _ok(
-            Check.REPLAY_QUEUE,
-            span <= allowed,
-            f"replay queue {r.replay_queue_length} logs spanning {_s(span)}, limit "
-            f"ReplayLagTime {_s(r.replay_lag_time.total_seconds())} + "
-            f"{_s(limits.replay_queue_over_lag.total_seconds())}",
-        )
-    cq_limit = limits.max_copy_queue_length
-    avg_limit = limits.max_average_copy_queue_length
-    checks = [
-        reach,
-        _ok(Check.HEALTHY, healthy, detail),
-        replay,
-        _ok(
-            Check.COPY_QUEUE,
-            r.copy_queue_length < cq_limit,
-            f"copy queue {r.copy_queue_length} logs, limit < {cq_limit}",
-        ),
-        _ok(
-            Check.AVERAGE_COPY_QUEUE,
-            avg < avg_limit,
-            f"average copy queue {avg:.2f} logs over this caller's queries, limit < {avg_limit:g}",
-        ),
-    ]
-    failed = {c.check for c in checks if not c.passed}
-    eta, why = _health_eta(r, copy.rates, failed, limits)
-    return _verdict(copy, checks, average_copy_queue_length=avg, eta_s=eta, eta_why=why)
-
-
-def _health_eta(
-    r: CopyStatusReport, rates: CopyRates, failed: set[Check], limits: Limits
-) -> tuple[float | None, str]:
-    """Seconds until a draining healthy copy meets the conditions, if measurable."""
-    if not failed:
-        return 0.0, ""
-    # Only a draining copy queue is predictable; the average follows the queue down, so it
-    # does not block a prediction when the queue itself is also over the limit.
-    if not failed <= {Check.COPY_QUEUE, Check.AVERAGE_COPY_QUEUE} or Check.COPY_QUEUE not in failed:
-        return None, ""
-    rate = rates.copy_queue_per_s
-    if rate is None or rate >= 0:
-        return None, ""
-    excess = r.copy_queue_length - (limits.max_copy_queue_length - 1)
-    eta = excess / -rate
-    return eta, f"copy queue draining at {-rate:.2f} logs/s, {excess} logs over the limit"
-
-
-def judge_flush(
-    copy: CopySnapshot, target: FlushTarget, limits: Limits, epoch: int = 0
-) -> CopyVerdict:
-    """A passive copy against CheckReplicationFlush: has it replayed the caller's commit?
-
-    `epoch` is the database's current stream epoch; when the target names an epoch, only a
-    copy following the current epoch counts (the write is on the current stream: the caller
-    checked it was not lost)."""
-    reach = _reachable(copy)
-    r = copy.report
-    if not reach.passed or r is None:
-        return _verdict(copy, [reach])
-    lag = r.replay_lag_time.total_seconds()
-    lag_limit = limits.flush_max_replay_lag.total_seconds()
-    # A suspended copy's replayed data counts (an operator paused it); a failed copy's does
-    # not: it failed because its data cannot be trusted (corrupt, diverged) or not replayed.
-    failed = r.status in (CopyStatus.FAILED, CopyStatus.FAILED_AND_SUSPENDED)
-    checks = [
-        reach,
-        _ok(
-            Check.HEALTHY,
-            not failed,
-            f"status {r.status}" + (f" ({r.error})" if r.error else ""),
-        ),
-        _ok(
-            Check.LAG_FOR_FLUSH,
-            lag < lag_limit,
-            f"ReplayLagTime {_s(lag)}, counted only under {_s(lag_limit)}",
-        ),
-    ]
-    if target.epoch:
-        checks.append(
-            _ok(
-                Check.STREAM,
-                r.epoch == epoch,
-                f"follows the stream of epoch {r.epoch or 'unknown'}, the database is at "
-                f"epoch {epoch}",
-            )
-        )
-    eta: float | None = None
-    why = ""
-    if target.generation is not None:
-        done = r.last_log_replayed >= target.generation
-        checks.append(
-            _ok(
-                Check.REPLAYED,
-                done,
-                f"last log replayed {r.last_log_replayed}, needs generation {target.generation}",
-            )
-        )
-        rate = copy.rates.replayed_per_s
-        if not done and rate and rate > 0:
-            missing = target.generation - r.last_log_replayed
-            eta, why = missing / rate, f"replaying {rate:.2f} logs/s, {missing} logs to go"
-    else:
-        assert target.commit_time is not None
-        needed = target.commit_time + limits.flush_clock_skew
-        have = r.last_replayed_log_time
-        done = have is not None and have > needed
-        checks.append(
-            _ok(
-                Check.REPLAYED,
-                done,
-                f"last replayed log time {have.isoformat() if have else 'none'}, needs later "
-                f"than commit time + {_s(limits.flush_clock_skew.total_seconds())} "
-                f"= {needed.isoformat()}",
-            )
-        )
-        rate = copy.rates.replayed_log_time_per_s
-        if not done and have is not None and rate and rate > 0:
-            behind = (needed - have).total_seconds()
-            eta = behind / rate
-            why = f"replayed log time advancing {rate:.2f}s/s, {_s(behind)} behind"
-    verdict = _verdict(copy, checks)
-    if verdict.meets:
-        return _verdict(copy, checks, eta_s=0.0)
-    if not all(c.passed for c in checks if c.check is not Check.REPLAYED):
-        return verdict
-    return _verdict(copy, checks, eta_s=eta, eta_why=why)
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,15 +190,15 @@ def _evaluate(
     if outcome.eta_s is not None:
         wait = _clamp(outcome.eta_s, limits)
         reason = (
-            f"{outcome.reason}; predicted to be met in {_s(outcome.eta_s)} from measured rates "
-            f"({outcome.eta_why}), retry in {_s(wait.total_seconds())}"
+            f"{outcome.reason}; predicted to be met in {seconds(outcome.eta_s)} from measured "
+            f"rates ({outcome.eta_why}), retry in {seconds(wait.total_seconds())}"
         )
         return answer(GuaranteeStatus.NOT_SATISFIED, wait, reason, copies)
     if any(v.healthy for v in outcome.relevant):
         wait, why = limits.wait_behind, "a healthy copy is behind"
     else:
         wait, why = limits.wait_no_healthy_copy, "no healthy copy"
-    reason = f"{outcome.reason}; {why}, retry in {_s(wait.total_seconds())}"
+    reason = f"{outcome.reason}; {why}, retry in {seconds(wait.total_seconds())}"
     return answer(GuaranteeStatus.NOT_SATISFIED, min(wait, limits.wait_max), reason, copies)
 
 

@@ -31,9 +31,9 @@ from guarantee_api.averages import CopyQueueAverages
 from guarantee_api.errors import HistoryWriteError
 from guarantee_api.history import HistoryWriter
 from guarantee_api.metrics import CONTENT_TYPE, Metrics
-from guarantee_api.policy import Limits
 from guarantee_api.poller import Poller
 from guarantee_api.servicer import DataGuaranteeServicer
+from guarantee_api.values import Limits
 from guarantee_api.view import LiveView
 from replication_node.cluster.store import ClusterStore, open_cluster_store
 
@@ -145,7 +145,15 @@ class GuaranteeService:
         else:
             self.grpc_port = self._grpc.add_insecure_port(api.listen)
         await self._grpc.start()
-        await self._start_http(api.http_listen)
+        try:
+            await self._start_rest(api.http_listen)
+        except BaseException:  # e.g. the HTTP port is taken: nothing is left running
+            await self.stop(0)
+            raise
+        logger.info("guarantee API on %s (gRPC) and port %d (HTTP)", self.grpc_port, self.http_port)
+
+    async def _start_rest(self, http_listen: str) -> None:
+        await self._start_http(http_listen)
         ssl_ctx = self.config.tls.client_context() if self.config.tls else None
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl_ctx))
         # The stream history (epochs and their fork points) is the cluster store's: read it
@@ -163,7 +171,6 @@ class GuaranteeService:
             history_source=self._cluster_store.history,
         )
         self._poll_task = asyncio.create_task(self.poller.run(), name="guarantee-poller")
-        logger.info("guarantee API on %s (gRPC) and port %d (HTTP)", self.grpc_port, self.http_port)
 
     async def _start_http(self, listen: str) -> None:
         host, _, port = listen.rpartition(":")

@@ -21,15 +21,8 @@ from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as
 from guarantee_api.averages import CopyQueueAverages
 from guarantee_api.errors import InvalidRequestError, UnknownDatabaseError
 from guarantee_api.metrics import Metrics
-from guarantee_api.policy import (
-    Answer,
-    CopyVerdict,
-    FlushTarget,
-    GuaranteeStatus,
-    Limits,
-    evaluate_flush,
-    evaluate_health,
-)
+from guarantee_api.policy import evaluate_flush, evaluate_health
+from guarantee_api.values import Answer, CopyVerdict, FlushTarget, GuaranteeStatus, Limits
 from guarantee_api.view import LiveView
 
 logger = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from dag_common.config import ClusterConfig
 from dag_common.incarnation import EpochRecord
 from dag_common.model import CopyStatusReport, NodeStatus
-from guarantee_api.policy import CopyRates, CopySnapshot, DatabaseView
+from guarantee_api.values import CopyRates, CopySnapshot, DatabaseView
 
 logger = logging.getLogger(__name__)
 

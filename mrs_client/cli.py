@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import sys
 from dataclasses import replace
 from datetime import timedelta
@@ -20,16 +19,25 @@ from pathlib import Path
 
 import aiohttp
 
+from dag_common.cli import run
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.durations import parse_duration
-from dag_common.errors import ConfigError
 from dag_common.model import ExitCode
-from mrs_client.errors import MoveError, MoveRejected
+from mrs_client.errors import MoveRejected
 from mrs_client.metrics import MoveMetricsFile
 from mrs_client.policy import MoveSettings, MoveState
 from mrs_client.progress import Progress
 from mrs_client.requests_store import MoveRecord, MoveRequestStore
+
+# The MoveSettings durations a command line may set (`--stall-limit 2s`, …).
+TIMINGS = (
+    "health_check_interval",
+    "stall_retry_interval",
+    "stall_limit",
+    "flush_retry_interval",
+    "flush_limit",
+)
 
 
 def requests_path(config: ClusterConfig, override: str | None) -> Path:
@@ -47,13 +55,7 @@ def settings_from(args: argparse.Namespace, config: ClusterConfig) -> MoveSettin
         # by then the service has polled the copies at least once since the roll
         "flush_first_check_after": 2 * config.guarantee_api.poll_interval,
     }
-    for name in (
-        "health_check_interval",
-        "stall_retry_interval",
-        "stall_limit",
-        "flush_retry_interval",
-        "flush_limit",
-    ):
+    for name in TIMINGS:
         value = getattr(args, name, None)
         if value:
             changes[name] = parse_duration(value)
@@ -225,13 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def timings(p: argparse.ArgumentParser) -> None:
         p.add_argument("--caller-id", default="mrs")
-        for name in (
-            "health_check_interval",
-            "stall_retry_interval",
-            "stall_limit",
-            "flush_retry_interval",
-            "flush_limit",
-        ):
+        for name in TIMINGS:
             p.add_argument("--" + name.replace("_", "-"), dest=name, default=None)
         p.add_argument("--sync-batch", type=int, default=None, help="items per write")
         p.add_argument(
@@ -285,33 +281,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0) and ExitCode.BAD_INPUT
+def _logging(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING)
-    try:
-        return int(args.func(args))
-    except (ConfigError, MoveRejected) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
-    except MoveError as exc:  # a node or the service failed a call outside a move's loop
-        print(f"error: {exc}", file=sys.stderr)
-        return ExitCode.FAILED
-    except KeyboardInterrupt:
-        return ExitCode.FAILED
-    except BrokenPipeError:  # the reader went away (`mrs list | head -1`)
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing more can be written
-        return ExitCode.FAILED
-    except Exception as exc:  # a bug: one line, never a traceback (it is in --verbose)
-        logging.getLogger(__name__).debug("unexpected error", exc_info=True)
-        print(
-            f"error: unexpected {type(exc).__name__}: {exc} (a bug; --verbose shows where)",
-            file=sys.stderr,
-        )
-        return ExitCode.FAILED
+
+
+def main(argv: list[str] | None = None) -> int:
+    # A refused move (unknown mailbox, already moving, locked) changed nothing: bad input.
+    return run(build_parser(), argv, bad_input=(MoveRejected,), before=_logging)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,19 +21,15 @@ import aiohttp
 import yaml
 
 from dag_common.auth import bearer
+from dag_common.model import CopyRole, CopyStatus
+from dag_common.ports import free_port
 from replication_node.cli import main as cli
 
 ROOT = Path.cwd()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def write_config(base: Path) -> Path:
-    ports = [_free_port() for _ in range(3)]
+    ports = [free_port() for _ in range(3)]
     config = {
         "cluster": "demo",
         "auth_token_file": "./token",
@@ -83,8 +78,8 @@ def write_config(base: Path) -> Path:
             },
         ],
         "guarantee_api": {
-            "listen": f"127.0.0.1:{_free_port()}",
-            "http_listen": f"127.0.0.1:{_free_port()}",
+            "listen": f"127.0.0.1:{free_port()}",
+            "http_listen": f"127.0.0.1:{free_port()}",
             "poll_interval": "1s",
             "history_dir": "./history",
         },
@@ -172,8 +167,8 @@ async def run(config_path: Path, items: int) -> None:
                 for db in ("DB1", "DB2")
             }
             if all(
-                c["role"] == "Active"
-                or (c["status"] == "Healthy" and c["last_log_replayed"] >= generated[db])
+                c["role"] == CopyRole.ACTIVE
+                or (c["status"] == CopyStatus.HEALTHY and c["last_log_replayed"] >= generated[db])
                 for (db, _), c in states.items()
             ):
                 break

@@ -18,7 +18,8 @@ DagError (dag_common.errors)
     ├── StoreError                a store request that cannot be served
     │   ├── NotFound              no such database, mailbox or item
     │   ├── Conflict              already exists, or locked by a move
-    │   │   └── MountRefused      an activation refused: the logs it would lose, in `details`
+    │   │   ├── MountRefused      an activation refused: the logs it would lose, in `details`
+    │   │   └── LeaseHeld         another node's lease on the active role has not expired
     │   ├── NotActive             writes go to the active copy; this one is passive
     │   │   └── Deposed           the cluster store says this node is no longer the active
     │   └── BadRequest            a malformed request
@@ -124,6 +125,19 @@ class BadRequest(StoreError):
 
 class TransactionTooLarge(StoreError):
     """A transaction larger than fits in one log generation."""
+
+
+class LeaseHeld(Conflict):
+    """A copy may not be activated while another node holds an unexpired lease on the active
+    role of its database: that node may still be acknowledging writes."""
+
+    def __init__(self, database: str, holder: str, expires_in: float) -> None:
+        super().__init__(
+            f"{database}: {holder} holds the active's lease for {expires_in:.1f}s more; "
+            "a copy is activated only once it has expired or been released"
+        )
+        self.holder = holder
+        self.expires_in = expires_in
 
 
 class HeldForHandOver(Conflict):

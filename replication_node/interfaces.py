@@ -1,7 +1,9 @@
 """The seams between the node (wiring, HTTP, cluster store) and the replication pipeline.
 
-    node.py ──owns──▶ ActiveInstance ──implements──▶ LogShareSource ◀──served by── logshare.py
+    node.py ──owns──▶ ActiveInstance ──holds──▶ ActiveLogShare ──implements──▶ LogShareSource
+                                                            (served by logshare.py)
                       PassiveCopy    ──reads via──▶ LogSource (logshare.HttpLogSource)
+    both are a HostedCopy; both read through a MailboxReader (the API's GET routes)
 
 The pipeline only sees these protocols and plain values, so each stage is tested with real
 files and a real aiohttp log share on port 0, without the rest of the node.
@@ -13,7 +15,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+from dag_common.model import CopyStatusReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +102,29 @@ class LogSource(Protocol):
     async def fetch_open_log(self) -> bytes:
         """The bytes of the open log E00.log the active holds for this copy."""
         ...
+
+
+class HostedCopy(Protocol):
+    """A node's copy of one database, whichever its role: what the node asks of each."""
+
+    database: str
+
+    def status(self) -> CopyStatusReport: ...
+
+    async def stop(self) -> None: ...
+
+
+class MailboxReader(Protocol):
+    """The read side of a copy's store: the active copy (its LLR overlay merged in) or a
+    passive copy's database file."""
+
+    def mailboxes(self) -> list[dict[str, Any]]: ...
+
+    def mailbox(self, name: str) -> dict[str, Any] | None: ...
+
+    def folders(self, mailbox: str) -> list[str]: ...
+
+    def items(self, mailbox: str, since_change: int = 0) -> list[dict[str, Any]]: ...
 
 
 @dataclass(frozen=True, slots=True)

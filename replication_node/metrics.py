@@ -28,7 +28,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from dag_common.model import CopyRole, CopyStatus, NodeStatus
-from replication_node.log.logstream import RollCause
+from replication_node.log.events import RollCause
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 

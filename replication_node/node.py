@@ -1,8 +1,9 @@
-"""A replication node: wires the replica instances, the HTTP API and the replay manager.
+"""A replication node: wires the replica instances, the replay manager and the cluster.
 
 This module only wires parts together: `ActiveInstance` (active copies), `PassiveCopy`
-(the copy/inspect/replay pipeline), `api` and `logshare` (HTTP), `manager` (what to run),
-the cluster store (who is active).
+(the copy/inspect/replay pipeline), `manager` (what to run), the cluster store (who is
+active), `activation` and `failover` (moving the role), `peers` (what the other nodes
+say); `http/app.py` serves it over HTTP.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 from dag_common.clock import Clock
 from dag_common.config import ClusterConfig, load_config
@@ -28,23 +28,16 @@ from dag_common.model import (
 )
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
-from replication_node.cluster.activation import (
-    activate_copy,
-    copy_in,
-    copy_reports,
-    node_status,
-    switchover_copy,
-)
+from replication_node.cluster.activation import activate_copy, switchover_copy
 from replication_node.cluster.failover import FailoverMonitor
 from replication_node.cluster.manager import InstanceSpec, desired_spec, plan_instances
+from replication_node.cluster.peers import PeerProgress, copy_awaiting_logs
 from replication_node.cluster.store import ClusterStore
-from replication_node.errors import BadRequest, NotFound
-from replication_node.http import api
-from replication_node.http.auth import auth_middleware
-from replication_node.http.logshare import HttpLogSource, add_log_share_routes
-from replication_node.interfaces import PassiveSettings
+from replication_node.errors import BadRequest, ClusterStoreError, NotFound
+from replication_node.http.logshare import HttpLogSource
+from replication_node.interfaces import MailboxReader, PassiveSettings
 from replication_node.log.truncation import CopyProgress
-from replication_node.metrics import NodeMetrics, NodeStatusCollector, add_metrics_route
+from replication_node.metrics import NodeMetrics, NodeStatusCollector
 from replication_node.passive.copy import PassiveCopy
 
 logger = logging.getLogger(__name__)
@@ -79,8 +72,7 @@ class Node:
         self._refresh_task: asyncio.Task[None] | None = None
         self._failover_task: asyncio.Task[None] | None = None
         self._reconcile_lock = asyncio.Lock()
-        # Last progress heard from each passive copy: (database, node) -> CopyProgress.
-        self._progress: dict[tuple[str, str], CopyProgress] = {}
+        self._peers: PeerProgress | None = None  # asked for the active's truncation
         self.unexpected_errors = 0  # HTTP requests that failed on a bug (the API's 500s)
         self.metrics = metrics or NodeMetrics(name)
         self.metrics.watch(
@@ -115,6 +107,9 @@ class Node:
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=tls.client_context() if tls else None),
             timeout=aiohttp.ClientTimeout(total=None, connect=5, sock_read=60),
+        )
+        self._peers = PeerProgress(
+            node=self.name, session=self._session, token=self.token, config=lambda: self.config
         )
         await self.reconcile()
         self._refresh_task = asyncio.create_task(self._refresh_loop(), name="configupdater")
@@ -155,6 +150,8 @@ class Node:
                     logger.error("config reload failed, keeping the running config: %s", exc)
             try:
                 await self.reconcile()
+            except ClusterStoreError as exc:  # etcd down or refusing us: said, not a bug
+                logger.error("reconcile failed (cluster store): %s; will retry", exc)
             except Exception:
                 logger.exception("reconcile failed; will retry")
 
@@ -203,11 +200,11 @@ class Node:
                 clock=self._clock,
                 cluster_store=self.cluster_store,
                 epoch=spec.epoch,
-                peer_progress=lambda db=spec.database: self.peer_progress(db),
+                peer_progress=lambda db=spec.database: self._peer_progress(db),
                 circular_logging=self.config.defaults.circular_logging,
                 on_failure=self.config.defaults.on_active_failure,
                 metrics=self.metrics,
-                copy_awaiting_logs=lambda db=spec.database: self.copy_awaiting_logs(db),
+                copy_awaiting_logs=lambda db=spec.database: self._copy_awaiting_logs(db),
                 scrub_interval=spec.scrub_interval,
             )
         else:
@@ -289,53 +286,23 @@ class Node:
         assert active is not None
         return await instance.copy_last_logs(active)
 
-    async def copy_awaiting_logs(self, database: str) -> str | None:
-        """The node of a copy of `database` that waits for this node's last logs to mount
-        without a loss (asked when this node comes back after a crash), if any answers."""
+    async def _peer_progress(self, database: str) -> list[CopyProgress]:
+        assert self._peers is not None
+        return await self._peers.of(database)
 
+    async def _copy_awaiting_logs(self, database: str) -> str | None:
         assert self._session is not None
-        reports = await copy_reports(self._session, self.config, self.token, database)
-        for node, report in reports.items():
-            if node != self.name and report and report.awaiting_last_logs_from == self.name:
-                return node
-        return None
-
-    async def peer_progress(self, database: str) -> list[Any]:
-        """What every other copy of `database` has inspected and replayed, asked now; a copy
-        that cannot be reached counts with what it was last known to have (0 if never)."""
-
-        assert self._session is not None
-        db = self.config.database(database)
-
-        async def ask(node: str, lag: Any) -> Any:
-            status = await node_status(self._session, self.config.node(node).url, self.token)
-            report = copy_in(status, database)
-            if report is not None and report.role is CopyRole.PASSIVE:
-                known = self._progress[(database, node)] = CopyProgress(
-                    node=node,
-                    last_log_inspected=report.last_log_inspected,
-                    last_log_replayed=report.last_log_replayed,
-                    replay_lag_time=lag,
-                    reachable=True,
-                )
-                return known
-            # Unreachable, or claiming to be active: what it was last known to have.
-            known = self._progress.get((database, node))
-            return CopyProgress(
-                node=node,
-                last_log_inspected=known.last_log_inspected if known else 0,
-                last_log_replayed=known.last_log_replayed if known else 0,
-                replay_lag_time=lag,
-                reachable=False,
-            )
-
-        others = [c for c in db.copies if c.node != self.name]
-        return list(await asyncio.gather(*(ask(c.node, c.replay_lag_time) for c in others)))
+        return await copy_awaiting_logs(self._session, self.config, self.token, database, self.name)
 
     # ---- what the API asks ---------------------------------------------------------------
 
-    def instance(self, database: str) -> Any:
+    def instance(self, database: str) -> ActiveInstance | PassiveCopy | None:
         return self._instances.get(database)
+
+    def active_here(self, database: str) -> ActiveInstance | None:
+        """This node's copy of `database` if it is the active one (mounted or not)."""
+        instance = self._instances.get(database)
+        return instance if isinstance(instance, ActiveInstance) else None
 
     def active_of(self, database: str) -> tuple[str | None, str | None]:
         spec = self._specs.get(database)
@@ -351,7 +318,7 @@ class Node:
             return instance.epoch
         return int(instance.status().epoch)
 
-    def reader(self, database: str) -> Any:
+    def reader(self, database: str) -> MailboxReader | None:
         """Something with the store's read methods: the active copy, or the passive's file."""
         instance = self._instances.get(database)
         if instance is None:
@@ -398,25 +365,3 @@ class Node:
         else:
             raise BadRequest(f"unknown action {action}")
         return instance.status().model_dump(mode="json")
-
-
-def build_app(node: Node) -> web.Application:
-    """The node's aiohttp application: auth, errors, store/status/admin and log share."""
-
-    app = web.Application(
-        middlewares=[auth_middleware(node.token), api.error_middleware],
-        client_max_size=16 * 1024 * 1024,
-    )
-    app[api.NODE] = node
-    api.add_routes(app)
-    add_metrics_route(app, node.metrics)
-
-    def lookup(database: str) -> Any:
-        instance = node.instance(database)
-        # Mounted, or not mounted and holding its last logs for the copy taking over.
-        if isinstance(instance, ActiveInstance) and (instance.copy or instance.holding()):
-            return instance
-        return None
-
-    add_log_share_routes(app, lookup=lookup)
-    return app

@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from dag_common.cli import run
 from dag_common.config import load_config
 from dag_common.errors import ConfigError
 from dag_common.model import ExitCode
@@ -44,9 +45,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     agg.add_argument("--config", type=Path, help="cluster config: its guarantee_api.limits")
     agg.add_argument("--full", action="store_true", help="recompute every date")
+    agg.set_defaults(func=_aggregate_command)
     rep = sub.add_parser("report", help="write the HTML report of an aggregation's output")
     rep.add_argument("--input", required=True, type=Path, help="aggregate's output directory")
     rep.add_argument("--output", required=True, type=Path, help="HTML file to write")
+    rep.set_defaults(func=_report_command)
     return parser
 
 
@@ -107,25 +110,22 @@ def _report(input_dir: Path, output: Path) -> int:
     return ExitCode.OK
 
 
+def _aggregate_command(args: argparse.Namespace) -> int:
+    try:
+        return _aggregate(_options(args))
+    except (BadInputError, MetricsError):
+        raise
+    except Exception as exc:  # Spark's own failures (JVM, Python workers) arrive as anything
+        raise MetricsError(f"spark-metrics failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _report_command(args: argparse.Namespace) -> int:
+    return _report(args.input, args.output)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `spark-metrics` command."""
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:
-        return ExitCode.OK if exc.code == 0 else ExitCode.BAD_INPUT
-    try:
-        if args.command == "aggregate":
-            return _aggregate(_options(args))
-        return _report(args.input, args.output)
-    except BadInputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
-    except MetricsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return ExitCode.FAILED
-    except Exception as exc:  # Spark's own failures (JVM, Python workers) arrive as anything
-        print(f"error: spark-metrics failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return ExitCode.FAILED
+    return run(_parser(), argv, bad_input=(BadInputError,))
 
 
 if __name__ == "__main__":

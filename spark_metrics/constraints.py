@@ -43,13 +43,8 @@ import pandas as pd
 
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
 from dag_common.model import DataMoveReplicationConstraint as Constraint
-from guarantee_api.policy import (
-    CopySnapshot,
-    DatabaseView,
-    GuaranteeStatus,
-    Limits,
-    evaluate_health,
-)
+from guarantee_api.policy import evaluate_health
+from guarantee_api.values import CopySnapshot, DatabaseView, GuaranteeStatus, Limits
 
 CONSTRAINTS: tuple[Constraint, ...] = tuple(Constraint)
 # Output column per constraint: the fraction of sample times at which it was Satisfied.

@@ -18,6 +18,7 @@ import pandas as pd
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from dag_common.model import CopyRole, CopyStatus
 from guarantee_api.values import Limits
 from spark_metrics.constraints import COUNTS_SCHEMA, FRACTION_COLUMNS, INPUT_COLUMNS
 from spark_metrics.constraints import satisfaction_counts as _counts
@@ -40,8 +41,10 @@ def _window_columns(window_s: int) -> list[Column]:
 
 def _healthy() -> Column:
     """Healthy for a passive copy, Mounted for the active; false when not reachable."""
-    active = F.col("role") == F.lit("Active")
-    ok = F.when(active, F.col("status") == "Mounted").otherwise(F.col("status") == "Healthy")
+    active = F.col("role") == F.lit(CopyRole.ACTIVE.value)
+    ok = F.when(active, F.col("status") == CopyStatus.MOUNTED.value).otherwise(
+        F.col("status") == CopyStatus.HEALTHY.value
+    )
     return F.coalesce(F.col("reachable") & ok, F.lit(False))
 
 

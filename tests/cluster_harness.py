@@ -1,14 +1,16 @@
-"""Real node processes on loopback for end-to-end tests: write a config with free ports,
-start `replication-node serve` per node, talk to them over HTTP with the cluster token."""
+"""The tests' one harness: real node processes on loopback (write a config with free ports,
+start `replication-node serve` per node, talk to them over HTTP with the cluster token), and
+what every test suite shares: `wait_until` (wait for a thing, never a fixed time),
+`serve_app` (an aiohttp app on a port the OS picks), `cluster_config` (a config's dict)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,42 +21,124 @@ from typing import Any
 
 import aiohttp
 import yaml
+from aiohttp import web
 
 from dag_common.auth import bearer
+from dag_common.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "test-token-0123456789abcdef"
+# The topology most tests over real processes run: two nodes in one site, one in another.
+THREE_NODES = [("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+Check = Callable[[], bool] | Callable[[], Awaitable[bool]]
 
 
-def start_etcd(data: Path) -> tuple[str, subprocess.Popen[bytes]]:
-    """A one-member etcd (Debian's etcd-server) on free ports; its client URL and process."""
+async def wait_until(
+    what: str,
+    check: Check,
+    *,
+    timeout: float = 60,
+    every: float = 0.02,
+    tolerate: tuple[type[BaseException], ...] = (),
+) -> None:
+    """Wait until `check()` (plain or async) is true; fail naming `what` after `timeout`
+    seconds.  `tolerate`: exceptions that mean "not yet" (a node still starting)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = check()
+            if inspect.isawaitable(result):
+                result = await result
+            if result:
+                return
+        except tolerate:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        await asyncio.sleep(every)
+
+
+async def serve_app(
+    app: web.Application, *, host: str = "127.0.0.1", port: int = 0
+) -> tuple[web.AppRunner, str]:
+    """Serve `app` on `port` (0: one the OS picks); its runner (to clean up) and base URL."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    address = runner.addresses[0]
+    return runner, f"http://{host}:{address[1]}"
+
+
+def cluster_config(
+    nodes: list[tuple[str, str, str]],
+    databases: list[dict[str, Any]],
+    **sections: Any,
+) -> dict[str, Any]:
+    """A cluster config as a dict: `nodes` as (name, site, url), each node's data_dir its
+    name; `sections` (defaults, guarantee_api, cluster_store, …) as given."""
+    return {
+        "cluster": "test",
+        **sections,
+        "nodes": [
+            {"name": name, "site": site, "url": url, "data_dir": name} for name, site, url in nodes
+        ],
+        "databases": databases,
+        "guarantee_api": sections.get("guarantee_api")
+        or {"listen": f"127.0.0.1:{free_port()}", "http_listen": f"127.0.0.1:{free_port()}"},
+    }
+
+
+def write_cluster_config(path: Path, config: dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def start_etcd(
+    data: Path,
+    *,
+    server_cert: tuple[Path, Path] | None = None,
+    client_ca: Path | None = None,
+    auth_token: str | None = None,
+) -> tuple[str, subprocess.Popen[bytes]]:
+    """A one-member etcd (Debian's etcd-server) on free ports; its client URL and process.
+
+    `server_cert` (certificate, key): clients speak https:// to it.  `client_ca`: etcd asks
+    every client for a certificate signed by that CA (--client-cert-auth).  `auth_token`:
+    etcd's --auth-token (`simple`, or `jwt,pub-key=...`), used once auth is enabled.  Readiness
+    is read from /health on a plain metrics listener, which needs no client certificate."""
     binary = shutil.which("etcd")
     assert binary, "etcd is missing: install Debian's 'etcd-server' package (make system-deps does)"
-    client, peer = free_port(), free_port()
+    client, peer, metrics = free_port(), free_port(), free_port()
+    scheme = "https" if server_cert else "http"
+    url = f"{scheme}://127.0.0.1:{client}"
+    args = [
+        binary,
+        "--data-dir", str(data / "member"),
+        "--listen-client-urls", url,
+        "--advertise-client-urls", url,
+        "--listen-metrics-urls", f"http://127.0.0.1:{metrics}",
+        "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+        "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+        "--initial-cluster", f"default=http://127.0.0.1:{peer}",
+    ]  # fmt: skip
+    if server_cert:
+        args += ["--cert-file", str(server_cert[0]), "--key-file", str(server_cert[1])]
+    if client_ca:
+        args += ["--client-cert-auth", "--trusted-ca-file", str(client_ca)]
+    if auth_token:
+        args += ["--auth-token", auth_token]
     proc = subprocess.Popen(
-        [
-            binary,
-            "--data-dir", str(data / "member"),
-            "--listen-client-urls", f"http://127.0.0.1:{client}",
-            "--advertise-client-urls", f"http://127.0.0.1:{client}",
-            "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-            "--initial-cluster", f"default=http://127.0.0.1:{peer}",
-        ],
+        args,
         stdout=open(data / "etcd.log", "wb"),  # noqa: SIM115 - the child owns it
         stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{client}"
+    )
     deadline = time.monotonic() + 15
     while True:
         try:
-            with urllib.request.urlopen(f"{url}/health", timeout=1) as resp:
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/health", timeout=1) as resp:
                 if resp.status == 200:
                     return url, proc
         except OSError:
@@ -79,22 +163,18 @@ class LocalCluster:
     ) -> None:
         self.root = root
         self.ports = {name: free_port() for name, _ in nodes}
-        self.config: dict[str, Any] = {
-            "cluster": "test",
-            "cluster_store": {"kind": "embedded", "path": "cluster.db"},
-            "defaults": {"log_file_size": "64KiB", "llr_depth": 2, **(defaults or {})},
-            "nodes": [
-                {"name": n, "site": site, "url": f"http://127.0.0.1:{self.ports[n]}", "data_dir": n}
-                for n, site in nodes
-            ],
-            "databases": databases,
-            "guarantee_api": {
+        self.config = cluster_config(
+            [(n, site, f"http://127.0.0.1:{self.ports[n]}") for n, site in nodes],
+            databases,
+            cluster_store={"kind": "embedded", "path": "cluster.db"},
+            defaults={"log_file_size": "64KiB", "llr_depth": 2, **(defaults or {})},
+            guarantee_api={
                 "listen": f"127.0.0.1:{free_port()}",
                 "http_listen": f"127.0.0.1:{free_port()}",
                 "poll_interval": "200ms",
                 "history_dir": "history",
             },
-        }
+        )
         self.config_refresh = config_refresh
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.session: aiohttp.ClientSession | None = None
@@ -105,8 +185,7 @@ class LocalCluster:
         return self.root / "cluster.yaml"
 
     def write_config(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(yaml.safe_dump(self.config, sort_keys=False))
+        write_cluster_config(self.config_path, self.config)
 
     def url(self, node: str) -> str:
         return f"http://127.0.0.1:{self.ports[node]}"
@@ -149,19 +228,19 @@ class LocalCluster:
             await self.wait_healthy(node)
 
     async def wait_healthy(self, node: str, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            proc = self.procs[node]
-            if proc.poll() is not None:
+        async def healthy() -> bool:
+            if self.procs[node].poll() is not None:
                 raise RuntimeError(f"{node} exited: {self.log(node)[-2000:]}")
-            try:
-                async with self.session.get(f"{self.url(node)}/healthz") as resp:  # type: ignore[union-attr]
-                    if resp.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-        raise TimeoutError(f"{node} not healthy: {self.log(node)[-2000:]}")
+            async with self.session.get(f"{self.url(node)}/healthz") as resp:  # type: ignore[union-attr]
+                return resp.status == 200
+
+        try:
+            await wait_until(
+                f"{node} healthy", healthy, timeout=timeout, every=0.05,
+                tolerate=(aiohttp.ClientError,),
+            )  # fmt: skip
+        except AssertionError:
+            raise TimeoutError(f"{node} not healthy: {self.log(node)[-2000:]}") from None
 
     def log(self, node: str) -> str:
         path = self.root / f"{node}.log"
@@ -243,7 +322,8 @@ class LocalCluster:
             health = health_pb2_grpc.HealthStub(channel)
             while time.monotonic() < deadline:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"guarantee-api exited with {proc.returncode}")
+                    said = (self.root / "guarantee.log").read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"guarantee-api exited with {proc.returncode}: {said}")
                 try:
                     reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=1)
                     if reply.status == health_pb2.HealthCheckResponse.SERVING:
@@ -252,7 +332,8 @@ class LocalCluster:
                     pass
                 await asyncio.sleep(0.1)
         proc.kill()
-        raise TimeoutError("guarantee-api did not become SERVING")
+        said = (self.root / "guarantee.log").read_text(errors="replace")[-2000:]
+        raise TimeoutError(f"guarantee-api did not become SERVING: {said}")
 
     async def wait_status(self, node: str, database: str, status: str) -> None:
         """Wait until `node` reports its copy of `database` in `status` (e.g. Mounted)."""
@@ -262,19 +343,12 @@ class LocalCluster:
 
         await self.wait_for(f"{database}\\{node} to be {status}", reached)
 
-    async def wait_for(
-        self, what: str, check: Callable[[], Awaitable[bool]], timeout: float = 60
-    ) -> None:
-        """Poll `check` until it is true; fail with `what` after `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if await check():
-                    return
-            except (aiohttp.ClientError, AssertionError, KeyError):
-                pass
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"timed out waiting for {what}")
+    async def wait_for(self, what: str, check: Check, timeout: float = 60) -> None:
+        """`wait_until`, taking a node that does not answer yet as "not yet"."""
+        await wait_until(
+            what, check, timeout=timeout, every=0.1,
+            tolerate=(aiohttp.ClientError, AssertionError, KeyError),
+        )  # fmt: skip
 
 
 FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")

@@ -30,17 +30,13 @@ from typing import Any
 
 from dag_common.clock import Clock
 from replication_node.errors import TransactionTooLarge
+from replication_node.log.events import ClosedGeneration, Committed, RollCause, StreamEvent
+from replication_node.log.logdir import finish_interrupted_roll
 from replication_node.log.logfile import ContentDigest
-from replication_node.log.logstream import (
-    ClosedGeneration,
-    Committed,
-    LogStream,
-    RollCause,
-    StreamEvent,
-    finish_interrupted_roll,
-)
+from replication_node.log.logstream import LogStream
 from replication_node.log.recovery import plan_recovery
-from replication_node.storage.database import Database, DatabaseHeader, DatabaseState, Transaction
+from replication_node.storage.database import Database, Transaction
+from replication_node.storage.header import DatabaseHeader, DatabaseState
 from replication_node.storage.overlay import LlrOverlay
 
 logger = logging.getLogger(__name__)
@@ -170,7 +166,7 @@ class ActiveCopy:
             change_number_floor=change_number_floor,
             publish_open_log=publish_open_log,
         )
-        stream.digest_provider = lambda: copy.flushed_digest
+        stream.set_digest_provider(lambda: copy.flushed_digest)
         try:
             await copy._flush_llr()
             await stream.announce_recovered()

@@ -12,14 +12,16 @@ is up (the copy did not take over; the node mounts again as configured).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from dag_common.clock import Clock
-from replication_node.errors import LogShareError
+from replication_node.errors import LogFormatError, LogShareError
 from replication_node.interfaces import LogShareInfo
+from replication_node.log.logdir import list_closed_generations
 from replication_node.log.logfile import OPEN_LOG_NAME, closed_log_name, read_header, scan
-from replication_node.log.logstream import list_closed_generations
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +33,22 @@ def open_log_holds_transactions(logs: Path) -> bool:
     """Whether E00.log holds a transaction (after a clean dismount or roll it holds none).
     OSError or LogFormatError if it cannot be read."""
     return bool(scan((logs / OPEN_LOG_NAME).read_bytes()).transactions)
+
+
+async def copy_waiting_for_last_logs(
+    logs: Path, ask: Callable[[], Awaitable[str | None]] | None
+) -> str | None:
+    """The copy that waits for this node's last logs (`ask`ed of the other copies), if
+    E00.log holds transactions (after a clean dismount or roll it holds none, and nothing
+    is asked)."""
+    if ask is None:
+        return None
+    try:
+        if not await asyncio.to_thread(open_log_holds_transactions, logs):
+            return None
+    except (OSError, LogFormatError):
+        return None  # no open log to hand over (crash recovery says what it finds)
+    return await ask()
 
 
 def last_logs_on_disk(logs: Path, *, database: str, node: str, epoch: int) -> LogShareInfo:

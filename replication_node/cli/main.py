@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 import sys
 from pathlib import Path
 
-from dag_common.errors import ConfigError
+from dag_common.cli import run
 from dag_common.model import ExitCode
-from replication_node.cli import cluster as cli_cluster
+from replication_node.cli import admin as cli_admin
+from replication_node.cli import serve as cli_serve
+from replication_node.cli import status as cli_status
 from replication_node.errors import DatabaseError, LogFormatError
 from replication_node.log import tools
 
@@ -74,31 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
     header.add_argument("file")
     header.add_argument("--json", action="store_true")
     header.set_defaults(func=cmd_db_header)
-    cli_cluster.register_db(db)
-    cli_cluster.register(sub)
+    cli_admin.register_db(db)
+    cli_serve.register(sub)
+    cli_status.register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0) and ExitCode.BAD_INPUT
-    try:
-        return int(args.func(args))
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
-    except KeyboardInterrupt:
-        return ExitCode.FAILED
-    except BrokenPipeError:  # the reader went away (`status | head -1`)
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing more can be written
-        return ExitCode.FAILED
-    except Exception as exc:  # a bug: one line, never a traceback
-        logging.getLogger(__name__).debug("unexpected error", exc_info=True)
-        print(f"error: unexpected {type(exc).__name__}: {exc} (a bug)", file=sys.stderr)
-        return ExitCode.FAILED
+    return run(build_parser(), argv)
 
 
 if __name__ == "__main__":

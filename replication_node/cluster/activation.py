@@ -1,26 +1,8 @@
 """Moving the active role: activation after the active is lost (the seeds' failover), and
 switchover from a running active (the seeds' scheduled outage, which loses nothing).
 
-The policy is pure:
-
-- `generations_at_risk` gathers what is known of the lost active's stream: the highest
-  generation holding acknowledged commits, from the cluster store (LastLogGenerated and the
-  open generation the active announced before acknowledging its first commit) and from every
-  reachable copy's report (what it last heard from the active), and whether that generation
-  is the open log E00.log, with the count of its acknowledged commits where a copy heard it.
-- `assess_loss` counts the logs a copy would lose (those generations above its
-  LastLogInspected, the open log included once it holds an acknowledged commit; an open log
-  holding only its header holds nothing to lose), checks them against AutoDatabaseMountDial
-  (Lossless 0, GoodAvailability 3, BestAvailability 6; an operator may override the dial for
-  one call) and says in one sentence exactly what is lost.
-- `mount_decision`: may this copy be mounted at all (the old active gone, the copy fit), and
-  then `assess_loss`.
-
-Invariant: a copy never mounts over more lost logs than the dial allows, counting the open
-log; under Lossless no copy mounts over an acknowledged write.  Under Lossless with the old
-active's node unreachable, nothing mounts: when that node returns it is still the active in
-the cluster store, its crash recovery keeps every acknowledged record of its E00.log, and its
-copies catch up from it (README: "Lossless").
+The policy is pure and lives in `mount_policy.py` (what is at risk, what a copy would lose,
+whether it may mount, with the invariant); the calls to the nodes are in `peers.py`.
 
 `activate_copy` does it: checks the old active is really gone and the copy is fit, moves the
 active role in the cluster store with a compare-and-set on the epoch (two activations can
@@ -36,203 +18,32 @@ meanwhile, the active takes writes again and nothing else changed.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
 from dag_common.clock import Clock
 from dag_common.config import ClusterConfig
-from dag_common.model import (
-    AutoDatabaseMountDial,
-    CopyRole,
-    CopyStatus,
-    CopyStatusReport,
-    NodeStatus,
+from dag_common.model import AutoDatabaseMountDial, CopyRole, CopyStatus, CopyStatusReport
+from dag_common.node_status import post_admin
+from replication_node.cluster.mount_policy import (
+    MOUNTABLE,
+    generations_at_risk,
+    last_logs_to_copy,
+    mount_decision,
 )
-from dag_common.node_status import StatusUnavailable, fetch_node_status, post_admin
+from replication_node.cluster.peers import (
+    copy_in,
+    copy_reports,
+    node_status,
+    post_logged,
+    reconcile_all,
+)
 from replication_node.cluster.store import ActiveRecord, ClusterStore
 from replication_node.errors import BadRequest, Conflict, MountRefused, NotFound
 
 logger = logging.getLogger(__name__)
-
-# A copy in any other state has no consistent database to mount (seeding, failed) or was
-# stopped by an operator for a reason (suspended): resume it first.
-MOUNTABLE = frozenset({CopyStatus.HEALTHY, CopyStatus.DISCONNECTED_AND_HEALTHY})
-
-
-@dataclass(frozen=True, slots=True)
-class OpenLog:
-    """The lost active's open log E00.log, known to hold acknowledged commits."""
-
-    generation: int
-    commits: int | None  # at least this many acknowledged commits (None: count unknown)
-
-
-@dataclass(frozen=True, slots=True)
-class AtRisk:
-    """The highest generation known to hold acknowledged commits (closed or open), and the
-    open log when that generation is it."""
-
-    generated: int
-    open_log: OpenLog | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LossAssessment:
-    """The logs a copy would lose by mounting, within the dial or not, in one sentence."""
-
-    allowed: bool
-    lost_logs: int
-    lost_open_log: bool
-    lost_commits: int | None  # at least this many acknowledged commits of the open log
-    sentence: str
-
-
-@dataclass(frozen=True, slots=True)
-class MountDecision:
-    """Whether a copy may be mounted, with the logs it would lose and why."""
-
-    allowed: bool
-    lost_logs: int
-    reason: str
-    lost_open_log: bool = False
-    lost_commits: int | None = None
-
-
-def generations_at_risk(
-    *, last_log_generated: int, open_generation: int, reports: Iterable[CopyStatusReport]
-) -> AtRisk:
-    """What is known to hold acknowledged commits, from the cluster store's record (its
-    LastLogGenerated and announced open generation) and the copies' reports.
-
-    A report whose `open_commits` > 0 names the open log as its `last_log_generated` (and so
-    the generation below it as closed); the store's open generation counts as the open log
-    only while no one knows it closed.  Counts heard by copies are lower bounds: the largest
-    heard for that generation is taken."""
-    closed = last_log_generated
-    heard: dict[int, int | None] = {}
-    if open_generation > 0:
-        heard[open_generation] = None
-    for r in reports:
-        if r.open_commits > 0:
-            closed = max(closed, r.last_log_generated - 1)
-            heard[r.last_log_generated] = max(heard.get(r.last_log_generated) or 0, r.open_commits)
-        else:
-            closed = max(closed, r.last_log_generated)
-    newest = max(heard, default=0)
-    if newest > closed:
-        return AtRisk(newest, OpenLog(newest, heard[newest]))
-    return AtRisk(closed)
-
-
-def assess_loss(
-    *,
-    at_risk: AtRisk,
-    last_log_inspected: int,
-    dial: AutoDatabaseMountDial,
-    node: str,
-    active_node: str,
-) -> LossAssessment:
-    """The logs the copy on `node` loses by mounting now: every generation holding
-    acknowledged commits above its LastLogInspected, the open log included."""
-    inspected = last_log_inspected
-    lost = max(0, at_risk.generated - inspected)
-    allowed = lost <= dial.max_lost_logs
-    open_log = at_risk.open_log
-    open_lost = lost > 0 and open_log is not None and open_log.generation > inspected
-    commits = open_log.commits if open_lost and open_log is not None else None
-    if lost == 0:
-        what = (
-            f"0 log(s) lost ({node} has inspected through generation {inspected}; the highest "
-            f"holding acknowledged commits is {at_risk.generated})"
-        )
-    else:
-        first, last = inspected + 1, at_risk.generated
-        span = f"generation {last}" if first == last else f"generations {first}-{last}"
-        if open_lost:
-            count = (
-                f"at least {commits} acknowledged commit(s)"
-                if commits
-                else f"acknowledged commits (count unknown: {active_node} is unreachable)"
-            )
-            being = "the open log" if first == last else f"{last} being the open log"
-            span += f", {being} E00.log with {count}"
-        what = f"{lost} log(s) lost: {span} (inspected through {inspected} on {node})"
-    if allowed:
-        verdict = f"within the {dial.max_lost_logs} {dial} allows"
-    else:
-        verdict = (
-            f"more than {dial} allows ({dial.max_lost_logs}); the copy stays passive until "
-            f"{active_node} returns with its logs, unless an operator accepts the loss "
-            "(--mount-dial)"
-        )
-    return LossAssessment(allowed, lost, open_lost, commits, f"{what}: {verdict}")
-
-
-def mount_decision(
-    *,
-    node: str,
-    copy: CopyStatusReport | None,
-    at_risk: AtRisk,
-    dial: AutoDatabaseMountDial,
-    active_reachable: bool,
-    active_node: str,
-) -> MountDecision:
-    """May the copy on `node` become active?  Refusals change nothing."""
-    if active_reachable:
-        return MountDecision(
-            False, 0, f"the active copy on {active_node} is running; move it with a switchover"
-        )
-    if copy is None:
-        return MountDecision(False, 0, f"the copy on {node} cannot be reached")
-    if copy.role is CopyRole.ACTIVE:
-        return MountDecision(False, 0, f"the copy on {node} is already active")
-    if copy.status not in MOUNTABLE:
-        why = f": {copy.error}" if copy.error else ""
-        return MountDecision(False, 0, f"the copy on {node} is {copy.status}{why}")
-    loss = assess_loss(
-        at_risk=at_risk,
-        last_log_inspected=copy.last_log_inspected,
-        dial=dial,
-        node=node,
-        active_node=active_node,
-    )
-    return MountDecision(
-        loss.allowed, loss.lost_logs, loss.sentence, loss.lost_open_log, loss.lost_commits
-    )
-
-
-def best_copy(copies: list[CopyStatusReport]) -> tuple[str | None, str]:
-    """Which passive copy an automatic failover mounts: of the copies that can be mounted,
-    the one that has inspected the most (fewest logs lost), then the lowest activation
-    preference.  The mount dial is checked on it by `mount_decision` afterwards."""
-    eligible = [c for c in copies if c.role is CopyRole.PASSIVE and c.status in MOUNTABLE]
-    if not eligible:
-        return None, "no passive copy is Healthy or DisconnectedAndHealthy"
-    best = min(eligible, key=lambda c: (-c.last_log_inspected, c.activation_preference))
-    return best.node, (
-        f"{best.node} has inspected through generation {best.last_log_inspected} "
-        f"(activation preference {best.activation_preference}) of "
-        f"{', '.join(c.node for c in eligible)}"
-    )
-
-
-async def node_status(session: aiohttp.ClientSession, url: str, token: str) -> NodeStatus | None:
-    """The node's status, or None if it cannot be had (it counts as unreachable)."""
-    try:
-        return await fetch_node_status(session, url, token)
-    except StatusUnavailable:
-        return None
-
-
-def copy_in(status: NodeStatus | None, database: str) -> CopyStatusReport | None:
-    if status is None:
-        return None
-    return next((c for c in status.copies if c.database == database), None)
 
 
 async def _active_elsewhere(
@@ -263,10 +74,15 @@ async def activate_copy(
     database: str,
     node: str,
     dial_override: AutoDatabaseMountDial | None = None,
+    reports: dict[str, CopyStatusReport | None] | None = None,
 ) -> dict[str, Any]:
-    """Make the copy of `database` on `node` active; Conflict (nothing changed) if it may not."""
+    """Make the copy of `database` on `node` active; Conflict (nothing changed) if it may not.
+
+    `reports`: every copy's status, just gathered by the caller (the failover monitor), used
+    instead of asking each node again (the epoch's compare-and-set still decides)."""
     record = await _active_elsewhere(config, cluster_store, database, node)
-    reports = await copy_reports(session, config, token, database)
+    if reports is None:
+        reports = await copy_reports(session, config, token, database)
     old_copy, copy = reports[record.node], reports[node]
     last_logs = ""
     if last_logs_to_copy(old_copy, copy):
@@ -325,7 +141,7 @@ async def activate_copy(
         reason,
     )
 
-    await _reconcile_all(session, config, database, token)
+    await reconcile_all(session, config, database, token)
     return {
         "database": database,
         "node": node,
@@ -337,30 +153,6 @@ async def activate_copy(
         "last_logs": last_logs or None,
         "reason": reason,
     }
-
-
-def last_logs_to_copy(old: CopyStatusReport | None, copy: CopyStatusReport | None) -> bool:
-    """Whether the copy taking over should first copy the old active's last logs: the old
-    active's node answers, its copy is not mounted, and the copy could be mounted."""
-    return (
-        old is not None
-        and old.role is CopyRole.ACTIVE
-        and old.status is not CopyStatus.MOUNTED
-        and copy is not None
-        and copy.role is CopyRole.PASSIVE
-        and copy.status in MOUNTABLE
-    )
-
-
-async def copy_reports(
-    session: aiohttp.ClientSession, config: ClusterConfig, token: str, database: str
-) -> dict[str, CopyStatusReport | None]:
-    """Every copy of `database` as its node reports it now (None: no answer)."""
-    nodes = [c.node for c in config.database(database).copies]
-    statuses = await asyncio.gather(
-        *(node_status(session, config.node(n).url, token) for n in nodes)
-    )
-    return {n: copy_in(s, database) for n, s in zip(nodes, statuses, strict=True)}
 
 
 async def _copy_last_logs(
@@ -381,27 +173,6 @@ async def _copy_last_logs(
     if kept:
         return what + f", and the open log E00.log as generation {kept['generation']}"
     return what + " (its open log held no transaction)"
-
-
-async def _post(
-    session: aiohttp.ClientSession, url: str, token: str, body: dict[str, Any] | None = None
-) -> dict[str, Any] | None:
-    """POST an admin call; its JSON answer, or None if the node cannot be reached or refuses
-    (said in the log)."""
-    code, answer = await post_admin(session, url, token, body)
-    if code >= 300:
-        logger.warning("POST %s: HTTP %d %s", url, code, str(answer.get("error"))[:300])
-        return None
-    return answer
-
-
-async def _reconcile_all(
-    session: aiohttp.ClientSession, config: ClusterConfig, database: str, token: str
-) -> None:
-    """Ask every node of `database` to re-read who is active now; a node that cannot be told
-    now learns it at its next config refresh."""
-    urls = [config.node(c.node).url for c in config.database(database).copies]
-    await asyncio.gather(*(_post(session, f"{url}/v1/reconcile", token) for url in urls))
 
 
 async def switchover_copy(
@@ -426,7 +197,7 @@ async def switchover_copy(
         state = f"{copy.role} {copy.status}" if copy else "unreachable"
         raise Conflict(f"cannot switch {database} over to {node}: its copy is {state}")
     active_url = f"{config.node(record.node).url}/v1/databases/{database}"
-    quiesced = await _post(session, f"{active_url}/quiesce", token, {"target": node})
+    quiesced = await post_logged(session, f"{active_url}/quiesce", token, {"target": node})
     if quiesced is None:
         raise Conflict(
             f"the active copy on {record.node} did not stop its writes; if it is lost, activate"
@@ -453,7 +224,7 @@ async def switchover_copy(
         if won is None:
             raise Conflict(f"the active copy of {database} changed meanwhile; nothing was done")
     except BaseException:
-        await _post(session, f"{active_url}/unquiesce", token)
+        await post_logged(session, f"{active_url}/unquiesce", token)
         raise
     logger.info(
         "%s: switched over from %s to %s at generation %d (epoch %d)",
@@ -463,7 +234,7 @@ async def switchover_copy(
         generation,
         won.epoch,
     )
-    await _reconcile_all(session, config, database, token)
+    await reconcile_all(session, config, database, token)
     return {
         "database": database,
         "node": node,

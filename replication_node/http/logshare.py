@@ -64,12 +64,19 @@ _SEED_HEADERS = {
 }
 _CRC_HEADER = "X-Content-CRC32C"
 
+# A line goes down every notification stream at least every HEARTBEAT seconds; a copy that
+# hears nothing for NOTIFY_SILENCE takes its active as unreachable.  That is how a hung active
+# (a stopped process, a hung disk: its port still accepts, nothing answers) is noticed in
+# seconds: a stream read waiting for a general 30 s timeout made failover take 45 s.
+HEARTBEAT = 1.0
+NOTIFY_SILENCE = 3 * HEARTBEAT
+
 
 # ---- the active's side -------------------------------------------------------------------
 
 
 def add_log_share_routes(
-    app: web.Application, *, lookup: Lookup, heartbeat: float = 5.0, refresh: float = 1.0
+    app: web.Application, *, lookup: Lookup, heartbeat: float = HEARTBEAT, refresh: float = 1.0
 ) -> None:
     """Serve the log share of every database `lookup` finds active on this node."""
     app[_LOOKUP] = lookup
@@ -242,20 +249,29 @@ class HttpLogSource:
         session: aiohttp.ClientSession,
         token: str,
         timeout: float = 30.0,
+        notify_silence: float = NOTIFY_SILENCE,
     ) -> None:
         self._base = f"{base_url.rstrip('/')}/v1/databases/{database}"
         self.database = database
         self._session = session
         self._headers = bearer(token)
         self._timeout = aiohttp.ClientTimeout(total=None, connect=5, sock_read=timeout)
+        self._notify_timeout = aiohttp.ClientTimeout(
+            total=None, connect=notify_silence, sock_read=notify_silence
+        )
 
     def __repr__(self) -> str:
         return f"HttpLogSource({self._base})"
 
-    async def _get(self, path: str, **params: Any) -> aiohttp.ClientResponse:
+    async def _get(
+        self, path: str, *, timeout: aiohttp.ClientTimeout | None = None, **params: Any
+    ) -> aiohttp.ClientResponse:
         try:
             resp = await self._session.get(
-                self._base + path, headers=self._headers, params=params, timeout=self._timeout
+                self._base + path,
+                headers=self._headers,
+                params=params,
+                timeout=timeout or self._timeout,
             )
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise LogShareError(f"log share {self._base} unreachable: {exc!r}") from exc
@@ -268,7 +284,7 @@ class HttpLogSource:
         return resp
 
     async def info(self) -> LogShareInfo:
-        resp = await self._get("/logs")
+        resp = await self._get("/logs", timeout=self._notify_timeout)  # small: answered at once
         async with resp:
             try:
                 return LogShareInfo(**orjson.loads(await resp.read()))
@@ -324,7 +340,7 @@ class HttpLogSource:
         return data
 
     async def notifications(self, after: int) -> AsyncIterator[LogShareInfo]:
-        resp = await self._get("/logs/notifications", after=after)
+        resp = await self._get("/logs/notifications", timeout=self._notify_timeout, after=after)
         async with resp:
             try:
                 async for line in resp.content:

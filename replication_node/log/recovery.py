@@ -16,9 +16,10 @@ from pathlib import Path
 
 from replication_node.errors import LogFormatError, LogRecordError, RecoveryError
 from replication_node.log import logfile
+from replication_node.log.logdir import list_closed_generations
 from replication_node.log.logfile import OPEN_LOG_NAME, LogHeader, RecordType, ScanResult
-from replication_node.log.logstream import list_closed_generations
-from replication_node.storage.database import DatabaseHeader, Transaction
+from replication_node.storage.database import Transaction
+from replication_node.storage.header import DatabaseHeader
 
 logger = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from dag_common.durable import fsync_dir
+from replication_node.log.logdir import list_closed_generations
 from replication_node.log.logfile import closed_log_name
-from replication_node.log.logstream import list_closed_generations
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,15 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dag_common.clock import Clock
-from dag_common.durable import atomic_write, fsync_dir
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
 from replication_node.active.copy import CopyPaths
 from replication_node.errors import (
@@ -33,24 +28,17 @@ from replication_node.errors import (
     CopyFailed,
     DatabaseError,
     InspectionFailed,
-    LogFormatError,
     LogShareError,
 )
 from replication_node.interfaces import LogSource, PassiveSettings
-from replication_node.log.logfile import (
-    OPEN_LOG_NAME,
-    close_time_of,
-    closed_log_name,
-    parse_closed_log_name,
-    scan,
-)
-from replication_node.log.logstream import list_closed_generations
 from replication_node.log.truncation import delete_through, passive_truncation_limit
-from replication_node.passive.copier import OUT_OF_DATE_DIR, Copier
-from replication_node.passive.inspector import OutOfDateLog
+from replication_node.passive.copier import Copier
+from replication_node.passive.copy_state import CopyState
+from replication_node.passive.local_logs import prepare_local_logs
 from replication_node.passive.markers import Markers
 from replication_node.passive.replayer import Replayer
 from replication_node.passive.seeder import seed_copy
+from replication_node.passive.status import ScrubSummary, copy_status, status_report
 from replication_node.storage.database import Database
 from replication_node.storage.scrub import Scrubber, scrub_file
 
@@ -58,8 +46,6 @@ if TYPE_CHECKING:
     from replication_node.metrics import NodeMetrics
 
 logger = logging.getLogger(__name__)
-
-_STATE_FILE = "copy-state.json"
 
 
 class PassiveCopy:
@@ -217,7 +203,9 @@ class PassiveCopy:
                 f"the database file {self.paths.database.name} is corrupt (SQLite quick_check: "
                 f"{problem}); reseed the copy"
             )
-        out_of_date, rejoining = await asyncio.to_thread(self._prepare_logs)
+        out_of_date, rejoining = await asyncio.to_thread(
+            prepare_local_logs, self.paths, self._db.header, self.markers, self.database
+        )
         self._phase, self.error = CopyStatus.HEALTHY, None
         header = self._db.header
         inspected = asyncio.Event()
@@ -314,83 +302,6 @@ class PassiveCopy:
         finally:
             self.awaiting_last_logs_from = before
 
-    def _prepare_logs(self) -> tuple[dict[int, OutOfDateLog], bool]:
-        """Set the markers from the database header and the local logs (worker thread).
-
-        Logs this copy wrote when it was active (its E00.log, and its closed generations
-        above the database's waypoint when `was-active` says it was) go to
-        IgnoredLogs/E00OutofDate: they are not replayed, they are compared with what the
-        active sends (`inspector`).  Files left in Inspector by a crash are dropped (they
-        will be copied again); closed generations beyond a gap are dropped too.  Returns
-        those logs, and whether this copy rejoins after being active (`was-active` stays
-        until the copier has checked its database against the active's stream).
-        """
-        assert self._db is not None
-        header = self._db.header
-        aside = self.paths.ignored / OUT_OF_DATE_DIR
-        for d in (self.paths.logs, self.paths.inspector, aside):
-            d.mkdir(parents=True, exist_ok=True)
-        for leftover in self.paths.inspector.iterdir():
-            leftover.unlink()
-        marker = self.paths.was_active
-        own = [OPEN_LOG_NAME] if (self.paths.logs / OPEN_LOG_NAME).exists() else []
-        if marker.exists():
-            own += [
-                closed_log_name(g)
-                for g in list_closed_generations(self.paths.logs)
-                if g > header.waypoint
-            ]
-        for name in own:
-            os.replace(self.paths.logs / name, aside / name)
-        if own:
-            fsync_dir(aside)
-            fsync_dir(self.paths.logs)
-            logger.info("%s: logs from when it was active set aside: %s", self.database, own)
-        out_of_date = {}
-        for path in sorted(aside.iterdir()):
-            gen = parse_closed_log_name(path.name)
-            try:
-                if gen is not None and gen > header.waypoint:
-                    out_of_date[gen] = OutOfDateLog(gen, path.read_bytes(), whole=True)
-                elif path.name == OPEN_LOG_NAME:
-                    data = path.read_bytes()
-                    result = scan(data)
-                    if not result.records:
-                        # Only a header (the log a clean roll or dismount opened): no
-                        # transaction can be lost with it, so nothing can have diverged.
-                        path.unlink()
-                    elif result.header.generation > header.waypoint:
-                        g = result.header.generation
-                        out_of_date[g] = OutOfDateLog(g, data[: result.valid_end])
-            except LogFormatError as exc:
-                logger.warning("%s: unreadable %s left aside: %s", self.database, path.name, exc)
-        m = self.markers
-        m.last_log_replayed = header.waypoint
-        m.last_replayed_log_time = header.last_log_time
-        inspected = header.waypoint
-        m.last_inspected_log_time = header.last_log_time
-        m.copied_times.clear()
-        for gen in list_closed_generations(self.paths.logs):
-            path = self.paths.logs / closed_log_name(gen)
-            if gen > inspected + 1 and gen > header.waypoint:
-                logger.warning("%s: generation %d follows a gap; dropped", self.database, gen)
-                path.unlink()
-                continue
-            closed = close_time_of(path)
-            if closed is None:
-                logger.warning("%s: generation %d is incomplete; dropped", self.database, gen)
-                path.unlink()
-                continue
-            # When this copy got it: the file's mtime, which the copier set to its own clock.
-            m.copied_times[gen] = datetime.fromtimestamp(path.stat().st_mtime, UTC)
-            if gen == inspected + 1:
-                inspected = gen
-                m.last_inspected_log_time = closed
-        m.last_log_inspected = m.last_log_copied = inspected
-        m.last_log_generated = max(m.last_log_generated, inspected)
-        m.connected = False
-        return out_of_date, marker.exists()
-
     def _truncate(self) -> None:
         m = self.markers
         limit = passive_truncation_limit(
@@ -426,35 +337,13 @@ class PassiveCopy:
 
     # ---- persistent suspension -----------------------------------------------------------
 
-    @property
-    def _state_path(self) -> Path:
-        return self.paths.root / _STATE_FILE
-
     def _load_state(self) -> None:
-        try:
-            state = json.loads(self._state_path.read_text())
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError) as exc:
-            # An unreadable state file must not let a stopped copy run: stay suspended.
-            state = {
-                "suspended": True,
-                "failed": False,
-                "reason": f"unreadable {_STATE_FILE}: {exc}",
-            }
-        self._suspended = bool(state.get("suspended"))
-        self._failed = bool(state.get("failed"))
-        self._corrupt = bool(state.get("corrupt"))
-        self.error = state.get("reason") or None
+        state = CopyState.load(self.paths.root)
+        self._suspended, self._failed = state.suspended, state.failed
+        self._corrupt, self.error = state.corrupt, state.reason
 
     def _save_state(self) -> None:
-        data = {
-            "suspended": self._suspended,
-            "failed": self._failed,
-            "corrupt": self._corrupt,
-            "reason": self.error,
-        }
-        atomic_write(self._state_path, json.dumps(data).encode())
+        CopyState(self._suspended, self._failed, self._corrupt, self.error).save(self.paths.root)
 
     def _open_markers_only(self) -> None:
         """Markers of a suspended copy, for its status: what its files say."""
@@ -462,11 +351,9 @@ class PassiveCopy:
             return
         db = Database.open(self.paths.database)
         try:
-            self._db = db
-            self._prepare_logs()
+            prepare_local_logs(self.paths, db.header, self.markers, self.database)
         finally:
             db.close()
-            self._db = None
 
     # ---- reads and status ----------------------------------------------------------------
 
@@ -488,46 +375,19 @@ class PassiveCopy:
             self._reader = None
 
     def status(self) -> CopyStatusReport:
-        m = self.markers
-        if self._suspended:
-            status = CopyStatus.FAILED_AND_SUSPENDED if self._failed else CopyStatus.SUSPENDED
-        elif self._phase is not CopyStatus.HEALTHY:
-            status = self._phase
-        elif m.connected:
-            status = CopyStatus.HEALTHY
-        elif m.disconnected_since is not None:
-            # Its own files are fine; the active cannot be reached (since its last start,
-            # perhaps: the copy need not have reached it first to be healthy).
-            status = CopyStatus.DISCONNECTED_AND_HEALTHY
-        else:
-            status = CopyStatus.INITIALIZING
-        s = self.settings
-        return CopyStatusReport(
-            database=s.database,
-            node=s.node,
-            site=s.site,
-            role=CopyRole.PASSIVE,
+        m, last = self.markers, self.scrubber.last if self.scrubber else None
+        status = copy_status(
+            suspended=self._suspended,
+            failed=self._failed,
+            phase=self._phase,
+            connected=m.connected,
+            disconnected_since=m.disconnected_since,
+        )
+        return status_report(
+            settings=self.settings,
+            markers=m,
             status=status,
-            activation_preference=s.activation_preference,
-            last_log_generated=m.generated_at_risk,
-            open_commits=m.open_commits if m.open_log_at_risk else 0,
-            last_log_copy_notified=m.last_log_copy_notified,
-            last_log_copied=m.last_log_copied,
-            last_log_inspected=m.last_log_inspected,
-            last_log_replayed=m.last_log_replayed,
-            copy_queue_length=m.copy_queue_length,
-            replay_queue_length=m.replay_queue_length,
-            last_inspected_log_time=m.last_inspected_log_time,
-            last_replayed_log_time=m.last_replayed_log_time,
-            replay_lag_time=s.replay_lag_time,
-            truncation_lag_time=s.truncation_lag_time,
             error=self.error,
-            epoch=m.epoch,
-            last_scrub_time=self.scrubber.last.finished
-            if self.scrubber and self.scrubber.last
-            else None,
-            last_scrub_result=self.scrubber.last.describe()
-            if self.scrubber and self.scrubber.last
-            else None,
+            scrub=ScrubSummary(last.finished, last.describe()) if last else None,
             awaiting_last_logs_from=self.awaiting_last_logs_from,
         )

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from dag_common.config import parse_config
+from tests.prometheus import exported_names
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "dag-replication"
@@ -158,10 +159,80 @@ def test_sites_are_zones_and_nodes_never_share_a_host(rendered):
     assert config["cluster_store"] == {
         "kind": "etcd",
         "endpoints": [
-            "http://etcd-0.etcd.dag.svc.cluster.local:2379",
-            "http://etcd-1.etcd.dag.svc.cluster.local:2379",
+            "https://etcd-0.etcd.dag.svc.cluster.local:2379",
+            "https://etcd-1.etcd.dag.svc.cluster.local:2379",
         ],
+        "timeout": "3s",
+        "ca_file": "/etc/dag-etcd/tls/ca.crt",
+        "cert_file": "/etc/dag-etcd/tls/tls.crt",
+        "key_file": "/etc/dag-etcd/tls/tls.key",
+        "username": "dag",
+        "password_file": "/etc/dag-etcd/auth/password",
     }
+
+
+def test_etcds_client_certificate_and_password_are_secrets_mounted_as_files(rendered):
+    # Every pod that opens the cluster store (nodes, guarantee API) reads them as files; the
+    # password is never in the ConfigMap.
+    docs = rendered["production-values.yaml"]
+    pods = [d for d in docs if d["kind"] in ("StatefulSet", "Deployment")]
+    assert len(pods) == 4
+    for doc in pods:
+        spec = doc["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert volumes["etcd-tls"]["secret"]["secretName"] == "dag-etcd-client-tls"
+        assert volumes["etcd-auth"]["secret"] == {
+            "secretName": "dag-etcd-password",
+            "defaultMode": 0o440,
+            "items": [{"key": "etcd-password", "path": "password"}],
+        }
+        mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+        assert mounts["etcd-tls"] == {
+            "name": "etcd-tls", "mountPath": "/etc/dag-etcd/tls", "readOnly": True
+        }  # fmt: skip
+        assert mounts["etcd-auth"]["mountPath"] == "/etc/dag-etcd/auth"
+        assert mounts["etcd-auth"]["readOnly"] is True
+    for value_set in ("default", "minimal-values.yaml"):
+        for doc in rendered[value_set]:
+            if doc["kind"] in ("StatefulSet", "Deployment"):
+                names = {v["name"] for v in doc["spec"]["template"]["spec"]["volumes"]}
+                assert not names & {"etcd-tls", "etcd-auth"}, "no etcd, no etcd Secrets"
+
+
+ETCD = {"endpoints": ["https://etcd:2379"]}
+BAD_ETCD = {
+    "TLS with an http endpoint": (
+        {"endpoints": ["https://etcd-0:2379", "http://etcd-1:2379"],
+         "tls": {"existingSecret": "etcd-tls"}},
+        "every clusterStore.etcd.endpoints must be https://, but http://etcd-1:2379 is not",
+    ),
+    "a user without its Secret": (
+        {**ETCD, "auth": {"username": "dag"}},
+        "auth.username is set but auth.existingSecret is not",
+    ),
+    "a password Secret without a user": (
+        {**ETCD, "auth": {"existingSecret": "etcd-password"}},
+        "auth.existingSecret is set but auth.username is not",
+    ),
+    "a TLS Secret used for nothing": (
+        {**ETCD, "tls": {"existingSecret": "etcd-tls", "ca": False}},
+        "neither tls.ca nor tls.clientCertificate",
+    ),
+    "etcd settings without etcd": (
+        {"endpoints": [], "auth": {"username": "dag", "existingSecret": "etcd-password"}},
+        "set clusterStore.etcd.endpoints too",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", BAD_ETCD)
+def test_etcd_settings_that_cannot_work_are_refused_at_template_time(case, tmp_path):
+    etcd, error = BAD_ETCD[case]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"clusterStore": {"etcd": etcd}}))
+    result = helm("template", "dag", str(CHART), "-f", str(path), check=False)
+    assert result.returncode != 0, f"helm template accepted {case}"
+    assert error in result.stderr, result.stderr
 
 
 def test_guarantee_api_replicas_grpc_probes_and_metrics_port(rendered):
@@ -233,8 +304,6 @@ def test_monitoring_resources_ship_the_tested_rules_and_dashboard(rendered):
 
 
 def test_the_dashboard_queries_only_metrics_the_code_exports(tmp_path):
-    from tests.deploy.test_alerts import exported_names
-
     dashboard = json.loads((CHART / "files" / "grafana" / "dag-replication.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     assert len(exprs) >= 20
@@ -276,6 +345,14 @@ BAD_VALUES = {
     ),
     "root": ({"podSecurityContext": {"runAsNonRoot": False}}, "/podSecurityContext/runAsNonRoot"),
     "a bad duration": ({"config": {"defaults": {"failover_after": "soon"}}}, "failover_after"),
+    "an unknown etcd setting": (
+        {"clusterStore": {"etcd": {"endpoints": ["https://etcd:2379"], "password": "x"}}},
+        "password",
+    ),
+    "a bad etcd timeout": (
+        {"clusterStore": {"etcd": {"endpoints": ["https://etcd:2379"], "timeout": "soon"}}},
+        "/clusterStore/etcd/timeout",
+    ),
     "a site that is not a DNS label": (
         {"replicationNode": {"sites": [{"name": "Site_A", "replicas": 1}]}},
         "/replicationNode/sites",

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from dag_common.auth import HEADER, token_matches
 from dag_common.model import NodeStatus
+from tests.cluster_harness import serve_app
 
 
 class FakeNode:
@@ -49,12 +50,9 @@ class FakeNode:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_get("/v1/status", self._status)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
-        await site.start()
-        if self.port == 0:
-            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        # The same port again after a stop(): a node that comes back where it was.
+        self._runner, _ = await serve_app(app, port=self.port)
+        self.port = self._runner.addresses[0][1]
 
     async def stop(self) -> None:
         """Close the listener: polls now fail with connection refused."""

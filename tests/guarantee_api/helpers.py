@@ -1,13 +1,26 @@
-"""Building cluster configs and node status bodies for the guarantee API tests."""
+"""Shared by the guarantee API tests: cluster configs (parsed, or as a file), node status
+bodies, a service started over fake nodes, and a health request with the token."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import grpc
+
+from dag_common.clock import ManualClock
 from dag_common.config import ClusterConfig, parse_config
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport, NodeStatus
+from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
+from guarantee_api.server import GuaranteeService
+from tests.cluster_harness import TOKEN, write_cluster_config
+from tests.cluster_harness import cluster_config as config_dict
+from tests.guarantee_api.fake_nodes import FakeNodes
 
+AUTH = (("authorization", f"Bearer {TOKEN}"),)
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 SITES = {"mbx1": "redmond", "mbx2": "redmond", "mbx3": "dublin"}
 
@@ -17,13 +30,9 @@ def cluster_config(
 ) -> ClusterConfig:
     """A three-node, two-site cluster: DB1 on all three nodes, DB2 on mbx2 only."""
     return parse_config(
-        {
-            "cluster": "dag1",
-            "nodes": [
-                {"name": n, "site": SITES[n], "url": urls[n], "data_dir": f"./{n}"}
-                for n in ("mbx1", "mbx2", "mbx3")
-            ],
-            "databases": [
+        config_dict(
+            [(n, SITES[n], urls[n]) for n in ("mbx1", "mbx2", "mbx3")],
+            [
                 {
                     "name": "DB1",
                     "data_move_replication_constraint": db1_constraint,
@@ -35,14 +44,36 @@ def cluster_config(
                 },
                 {"name": "DB2", "copies": [{"node": "mbx2", "activation_preference": 1}]},
             ],
-            "guarantee_api": {
+            cluster="dag1",
+            guarantee_api={
                 "listen": "127.0.0.1:0",
                 "http_listen": "127.0.0.1:0",
                 "history_dir": str(tmp / "history"),
                 **api,
             },
-        },
+        ),
         base_dir=tmp,
+    )
+
+
+def write_config(path: Path, urls: dict[str, str], **api: object) -> Path:
+    """A config file for `guarantee-api serve`: DB1 on the nodes at `urls` (mbx3 in dublin,
+    the others in redmond)."""
+    return write_cluster_config(
+        path,
+        config_dict(
+            [(n, "redmond" if n != "mbx3" else "dublin", u) for n, u in urls.items()],
+            [
+                {
+                    "name": "DB1",
+                    "copies": [
+                        {"node": n, "activation_preference": i + 1} for i, n in enumerate(urls)
+                    ],
+                }
+            ],
+            cluster="dag1",
+            guarantee_api={"listen": "127.0.0.1:0", "http_listen": "127.0.0.1:0", **api},
+        ),
     )
 
 
@@ -95,3 +126,46 @@ def healthy_cluster(**mbx2: object) -> dict[str, NodeStatus]:
         ),
         "mbx3": node_status("mbx3", report("mbx3")),
     }
+
+
+@dataclass
+class Running:
+    """A started service, its clock, a stub and a way to run the next poll round."""
+
+    service: GuaranteeService
+    clock: ManualClock
+    channel: grpc.aio.Channel
+    stub: pb_grpc.DataGuaranteeStub
+
+    async def next_round(self) -> None:
+        assert self.service.poller is not None
+        done = self.service.view.rounds_completed
+        await self.clock.advance(self.service.config.guarantee_api.poll_interval.total_seconds())
+        await self.service.poller.wait_rounds(done + 1)
+
+
+async def start_service(
+    nodes: FakeNodes, tmp_path: Path, *, first_round: bool = True, **api: object
+) -> Running:
+    config = cluster_config(nodes.urls, tmp_path, **api)
+    clock = ManualClock()
+    service = GuaranteeService(config, node_token=TOKEN, client_token=TOKEN, clock=clock)
+    await service.start()
+    if first_round:
+        assert service.poller is not None
+        await service.poller.wait_rounds(1)
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}")
+    return Running(service, clock, channel, pb_grpc.DataGuaranteeStub(channel))
+
+
+def health_req(
+    database: str = "DB1", caller: str = "mover-1", constraint: int = 0
+) -> pb.CheckReplicationHealthRequest:
+    return pb.CheckReplicationHealthRequest(
+        database=database, caller_id=caller, constraint=constraint
+    )
+
+
+async def ask(running: Running, **kw: Any) -> pb.GuaranteeResponse:
+    """CheckReplicationHealth of the running service, with the token."""
+    return await running.stub.CheckReplicationHealth(health_req(**kw), metadata=AUTH)

@@ -6,39 +6,14 @@ import asyncio
 import os
 import signal
 import sys
-from pathlib import Path
 
 import grpc
-import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from guarantee_api.cli import main
-from tests.guarantee_api.conftest import AUTH, TOKEN
-from tests.guarantee_api.test_service import health_req
-
-
-def write_config(path: Path, urls: dict[str, str], **api: object) -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "cluster": "dag1",
-                "nodes": [
-                    {"name": n, "site": "redmond" if n != "mbx3" else "dublin", "url": u,
-                     "data_dir": f"./{n}"}
-                    for n, u in urls.items()
-                ],
-                "databases": [
-                    {"name": "DB1", "copies": [
-                        {"node": n, "activation_preference": i + 1} for i, n in enumerate(urls)
-                    ]}
-                ],
-                "guarantee_api": {"listen": "127.0.0.1:0", "http_listen": "127.0.0.1:0", **api},
-            }
-        )
-    )  # fmt: skip
-    return path
+from tests.guarantee_api.helpers import AUTH, TOKEN, health_req, write_config
 
 
 def test_bad_config_names_the_field_and_exits_2(tmp_path, capsys, monkeypatch):

@@ -9,7 +9,8 @@ import pytest
 from dag_common.incarnation import EpochRecord
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
 from dag_common.model import DataMoveReplicationConstraint as C
-from guarantee_api.policy import (
+from guarantee_api.policy import evaluate_flush, evaluate_health
+from guarantee_api.values import (
     Check,
     CopyRates,
     CopySnapshot,
@@ -17,8 +18,6 @@ from guarantee_api.policy import (
     FlushTarget,
     GuaranteeStatus,
     Limits,
-    evaluate_flush,
-    evaluate_health,
 )
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)

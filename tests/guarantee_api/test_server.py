@@ -17,9 +17,8 @@ from dag_common.clock import ManualClock
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from guarantee_api.server import LIVENESS, SERVICE_NAME, GuaranteeService, TlsFiles
-from tests.guarantee_api.conftest import AUTH, TOKEN, start_service
-from tests.guarantee_api.helpers import cluster_config
-from tests.guarantee_api.test_service import ask, health_req
+from tests.guarantee_api.helpers import AUTH, TOKEN, ask, cluster_config, health_req, start_service
+from tests.prometheus import promtool_check
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -107,14 +106,7 @@ async def test_metrics_pass_promtool_on_a_real_scrape(running, nodes):
     await nodes["mbx3"].stop()
     await running.next_round()
     text = await scrape(running)
-    promtool = shutil.which("promtool")
-    assert promtool, (
-        "promtool is missing: install Debian's 'prometheus' package (make system-deps does)"
-    )
-    result = subprocess.run(
-        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    promtool_check(text)
     assert (
         'dataguarantee_requests_total{method="CheckReplicationHealth",status="Satisfied"} 1.0'
         in text

@@ -11,18 +11,16 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from dag_common.model import CopyRole, CopyStatus
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from replication_node.cluster.store import open_cluster_store
-from tests.guarantee_api.conftest import AUTH, start_service
-from tests.guarantee_api.helpers import T0, healthy_cluster, node_status, report
-
-
-def health_req(database="DB1", caller="mover-1", constraint=0):
-    return pb.CheckReplicationHealthRequest(
-        database=database, caller_id=caller, constraint=constraint
-    )
-
-
-async def ask(running, **kw):
-    return await running.stub.CheckReplicationHealth(health_req(**kw), metadata=AUTH)
+from tests.guarantee_api.helpers import (
+    AUTH,
+    T0,
+    ask,
+    health_req,
+    healthy_cluster,
+    node_status,
+    report,
+    start_service,
+)
 
 
 async def test_healthy_cluster_is_satisfied_with_a_verdict_per_copy(running):

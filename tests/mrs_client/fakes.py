@@ -1,4 +1,5 @@
-"""Small in-memory fakes of what a mover talks to (tests only).
+"""Small in-memory fakes of what a mover talks to (tests only), and `record`, a move's
+stored record to start from.
 
 `FakeNodes` keeps, per database, a log of acknowledged transactions and the state they
 make, in an epoch.  `failover(db, lose=N)` drops the last N transactions (an unshipped open
@@ -8,14 +9,18 @@ numbers changes again from its own highest change number, reusing the lost numbe
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from dag_common.clock import ManualClock
 from dag_common.mailbox_digest import mailbox_digest
 from mrs_client.errors import NodeCallError
-from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus
+from mrs_client.mover import Mover
+from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus, MoveSettings, MoveState
+from mrs_client.requests_store import MoveRecord, MoveRequestStore
 from mrs_client.store_api import Digest, Item, Items, Mailbox, Rolled, Written
 
 
@@ -224,8 +229,17 @@ class FakeGuarantee:
         self.knows_epochs = knows_epochs
         self.flushes: list[tuple[str, int, int]] = []  # (database, generation, epoch asked)
         self.on_flush: Callable[[str, int, int], GuaranteeAnswer | None] | None = None
+        self.on_health: Callable[[str], GuaranteeAnswer | None] | None = None
+        self.health_asked: list[datetime] = []  # when each CheckReplicationHealth came
+        self.clock: ManualClock | None = None
 
     async def check_health(self, database: str, caller_id: str) -> GuaranteeAnswer:
+        if self.clock is not None:
+            self.health_asked.append(self.clock.now())
+        if self.on_health is not None:
+            answer = self.on_health(database)
+            if answer is not None:
+                return answer
         return GuaranteeAnswer(GuaranteeStatus.SATISFIED, timedelta(0), "healthy")
 
     async def check_flush(
@@ -259,3 +273,119 @@ class FakeDirectory:
             return False
         self.entries[mailbox] = database
         return True
+
+
+def record(**changes: Any) -> MoveRecord:
+    """A move's stored record (mv1: alice from DB1 to DB2), with `changes`."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    base = MoveRecord(
+        id="mv1", mailboxes=("alice",), source_db="DB1", target_db="DB2", created=now, updated=now
+    )
+    return replace(base, **changes)
+
+
+# ---- a mover over these fakes, on a ManualClock ------------------------------------------
+
+MOVER_SETTINGS = MoveSettings(
+    sync_batch=10,
+    stall_retry_interval=timedelta(seconds=1),
+    health_check_interval=timedelta(seconds=10),
+)
+
+
+class MoverEnv:
+    """A source DB1 holding alice, an empty target DB2, and a mover over fakes."""
+
+    def __init__(self, tmp_path, *, knows_epochs: bool = False, items: int = 120) -> None:
+        self.nodes = FakeNodes("DB1", "DB2")
+        self.nodes.fill("DB1", "alice", items)
+        for i in range(0, items, 25):
+            self.nodes.delete("DB1", "alice", f"m{i}")
+        self.directory = FakeDirectory({"alice": "DB1"})
+        self.guarantee = FakeGuarantee(self.nodes, knows_epochs=knows_epochs)
+        self.requests = MoveRequestStore(tmp_path / "moves.db")
+        self.clock = ManualClock()
+        self.guarantee.clock = self.clock
+        self.lines: list[str] = []
+        self.on_line: list = []
+
+    def mover(self, settings: MoveSettings = MOVER_SETTINGS) -> Mover:
+        def progress(record, line):
+            if line:
+                self.lines.append(line)
+                for hook in list(self.on_line):
+                    hook(line)
+
+        return Mover(
+            requests=self.requests,
+            nodes=self.nodes,
+            guarantee=self.guarantee,
+            directory=self.directory,
+            databases={"DB1", "DB2"},
+            clock=self.clock,
+            settings=settings,
+            progress=progress,
+        )
+
+    async def move(self, settings: MoveSettings = MOVER_SETTINGS, move_id: str | None = None):
+        task = await self.start(settings, move_id)
+        await self.drive(task)
+        return task.result()
+
+    async def start(
+        self, settings: MoveSettings = MOVER_SETTINGS, move_id: str | None = None
+    ) -> asyncio.Task[Any]:
+        """Submit (or take `move_id`) and run the move in a task the clock then drives."""
+        mover = self.mover(settings)
+        if move_id is None:
+            move_id = (await mover.submit("alice", "DB2")).id
+        return asyncio.create_task(mover.run(move_id))
+
+    async def drive(self, task: asyncio.Task[Any], until: Callable[[], bool] | None = None) -> None:
+        """Move the clock on, half a second at a time, until the task ends or `until()`."""
+        for _ in range(100_000):
+            if task.done() or (until is not None and until()):
+                return
+            await self.clock.advance(0.5)
+        task.cancel()
+        raise AssertionError("the move did not end")
+
+    def at_step(self, step: int, action) -> None:
+        """Run `action` once, when the mover starts `step`."""
+        done = []
+
+        def hook(line):
+            if line.startswith(f"step {step}:") and not done:
+                done.append(line)
+                action()
+
+        self.on_line.append(hook)
+
+    def source(self):
+        return self.nodes.dbs["DB1"].live("alice")
+
+    def target(self):
+        return self.nodes.dbs["DB2"].live("alice")
+
+    def assert_completed_equal(self, record) -> None:
+        assert record.state is MoveState.COMPLETED, record.failure
+        assert self.target() == self.source() and self.source()
+        assert not self.nodes.dbs["DB2"].boxes["alice"].locked
+        assert self.nodes.dbs["DB1"].boxes["alice"].soft_deleted
+        assert self.directory.entries["alice"] == "DB2"
+        assert_soft_delete_only_after_matching_digests(self.nodes)
+
+
+def assert_soft_delete_only_after_matching_digests(nodes: FakeNodes) -> None:
+    """Every soft-delete of a source mailbox came after its digests were seen equal, with the
+    target in the epoch it is in at the soft-delete."""
+    for i, event in enumerate(nodes.trace):
+        if event[0] != "soft-delete":
+            continue
+        _, _, mailbox, _ = event
+        target_epoch = nodes.dbs["DB2"].epoch
+        digests = [e for e in nodes.trace[:i] if e[0] == "digest" and e[2] == mailbox]
+        source = [e for e in digests if e[1] == "DB1"]
+        target = [e for e in digests if e[1] == "DB2" and e[3] == target_epoch]
+        assert source and target, f"no digests in target epoch {target_epoch} before {event}"
+        assert source[-1][4] == target[-1][4], "soft-deleted after digests that differ"

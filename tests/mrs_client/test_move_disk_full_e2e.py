@@ -10,8 +10,8 @@ import asyncio
 import pytest
 
 from mrs_client.policy import MoveState
-from tests.cluster_harness import LocalCluster, size_limited_disk
-from tests.mrs_client.test_move_failover_e2e import mover_in_process, outcome, seed
+from tests.cluster_harness import THREE_NODES, LocalCluster, size_limited_disk
+from tests.mrs_client.e2e import mover_in_process, outcome, seed, shorten_guarantee_waits
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +20,7 @@ async def test_the_targets_disk_fills_mid_move_the_move_stalls_then_completes(tm
     with size_limited_disk(tmp_path / "mbx2", "2m") as grow:
         c = LocalCluster(
             tmp_path,
-            nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
+            nodes=THREE_NODES,
             databases=[
                 {
                     "name": "DB1",
@@ -39,12 +39,7 @@ async def test_the_targets_disk_fills_mid_move_the_move_stalls_then_completes(tm
             ],
             defaults={"failover_after": None, "on_active_failure": "Remount"},
         )
-        c.config["guarantee_api"]["limits"] = {
-            "wait_no_status": "1s",
-            "wait_no_healthy_copy": "1s",
-            "wait_behind": "1s",
-        }
-        c.write_config()
+        shorten_guarantee_waits(c)
         await c.start()
         api = await c.start_guarantee_api()
         try:

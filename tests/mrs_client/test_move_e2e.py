@@ -13,7 +13,9 @@ import time
 import pytest
 
 from replication_node.cluster.store.embedded import EmbeddedClusterStore
-from tests.cluster_harness import ROOT, LocalCluster
+from tests.cluster_harness import ROOT, THREE_NODES, LocalCluster
+from tests.mrs_client.e2e import live, shorten_guarantee_waits
+from tests.prometheus import promtool_check, value
 
 pytestmark = pytest.mark.slow
 
@@ -51,16 +53,10 @@ def databases():
 async def env(tmp_path):
     cluster = LocalCluster(
         tmp_path,
-        nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
+        nodes=THREE_NODES,
         databases=databases(),
     )
-    # The service's waits (the seed's 10 s / 2 min / 1 min) shortened like the mover's.
-    cluster.config["guarantee_api"]["limits"] = {
-        "wait_no_status": "1s",
-        "wait_no_healthy_copy": "1s",
-        "wait_behind": "1s",
-    }
-    cluster.write_config()
+    shorten_guarantee_waits(cluster)
     await cluster.start()
     api = await cluster.start_guarantee_api()
     yield cluster
@@ -116,10 +112,6 @@ async def seed_mailbox(cluster, n=300):
     return {
         k: v for k, v in (await cluster.items("mbx1", "DB1", "alice")).items() if not v["deleted"]
     }
-
-
-def live(items):
-    return {k: (v["folder"], v["subject"], v["body"]) for k, v in items.items() if not v["deleted"]}
 
 
 async def test_move_completes_and_survives_loss_of_the_target_active(env):
@@ -233,7 +225,10 @@ async def test_bad_requests_change_nothing(env):
     assert json.loads(mrs(cluster, "list", "--json").stdout) == []
 
 
-@pytest.mark.parametrize("kill_at", range(1, 11))
+# A crash at each of the ten steps is tested in process (test_mover_steps.py); over real
+# processes, a real kill -9 at three: after the target is created, at the final sync and
+# flush (the source locked), and at the unlock (the directory already updated).
+@pytest.mark.parametrize("kill_at", [2, 6, 9])
 async def test_kill_9_of_the_client_then_resume(env, kill_at):
     cluster = env
     source = await seed_mailbox(cluster, n=400)
@@ -318,8 +313,6 @@ async def test_a_primary_mailbox_and_its_archive_move_together(env):
 
 
 async def test_a_move_leaves_its_counters_in_a_node_exporter_textfile(env, tmp_path):
-    from tests.mrs_client.test_metrics import promtool_check, scrape_value
-
     cluster = env
     source = await seed_mailbox(cluster)
     prom = tmp_path / "textfile" / "mrs-alice.prom"
@@ -334,15 +327,15 @@ async def test_a_move_leaves_its_counters_in_a_node_exporter_textfile(env, tmp_p
     (move_id,) = {line.split('move_id="')[1].split('"')[0] for line in text.splitlines()
                   if line.startswith("mrs_move_step{")}  # fmt: skip
     move = {"move_id": move_id}
-    assert scrape_value(text, "mrs_move_state", **move, state="Completed") == 1
-    assert scrape_value(text, "mrs_move_state", **move, state="InProgress") == 0
-    assert scrape_value(text, "mrs_move_steps_done", **move) == 10
-    assert scrape_value(text, "mrs_move_items_copied_total", **move) >= len(source)
-    assert scrape_value(text, "mrs_move_copied_bytes_total", **move) > 0
-    satisfied = scrape_value(
+    assert value(text, "mrs_move_state", **move, state="Completed") == 1
+    assert value(text, "mrs_move_state", **move, state="InProgress") == 0
+    assert value(text, "mrs_move_steps_done", **move) == 10
+    assert value(text, "mrs_move_items_copied_total", **move) >= len(source)
+    assert value(text, "mrs_move_copied_bytes_total", **move) > 0
+    satisfied = value(
         text, "mrs_guarantee_answers_total", **move, method="CheckReplicationFlush",
         status="Satisfied",
     )  # fmt: skip
     assert satisfied >= 1
-    assert scrape_value(text, "mrs_move_last_update_timestamp_seconds", **move) > time.time() - 300
+    assert value(text, "mrs_move_last_update_timestamp_seconds", **move) > time.time() - 300
     assert not list(prom.parent.glob("*.prom.*")), "no temp file left beside it"

@@ -4,114 +4,20 @@ target holding exactly the source's live items or fails with the source kept."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
-from dag_common.clock import ManualClock
 from mrs_client.errors import NodeCallError
-from mrs_client.mover import Mover
-from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus, MoveSettings, MoveState
-from mrs_client.requests_store import MoveRequestStore
-from tests.mrs_client.fakes import Crash, FakeDirectory, FakeGuarantee, FakeNodes
+from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus, MoveState
+from tests.mrs_client.fakes import MOVER_SETTINGS, Crash, MoverEnv
 
-SETTINGS = MoveSettings(
-    sync_batch=10,
-    stall_retry_interval=timedelta(seconds=1),
-    health_check_interval=timedelta(seconds=10),
-)
-
-
-class Env:
-    """A source DB1 holding alice, an empty target DB2, and a mover over fakes."""
-
-    def __init__(self, tmp_path, *, knows_epochs: bool = False, items: int = 120) -> None:
-        self.nodes = FakeNodes("DB1", "DB2")
-        self.nodes.fill("DB1", "alice", items)
-        for i in range(0, items, 25):
-            self.nodes.delete("DB1", "alice", f"m{i}")
-        self.directory = FakeDirectory({"alice": "DB1"})
-        self.guarantee = FakeGuarantee(self.nodes, knows_epochs=knows_epochs)
-        self.requests = MoveRequestStore(tmp_path / "moves.db")
-        self.clock = ManualClock()
-        self.lines: list[str] = []
-        self.on_line: list = []
-
-    def mover(self, settings: MoveSettings = SETTINGS) -> Mover:
-        def progress(record, line):
-            if line:
-                self.lines.append(line)
-                for hook in list(self.on_line):
-                    hook(line)
-
-        return Mover(
-            requests=self.requests,
-            nodes=self.nodes,
-            guarantee=self.guarantee,
-            directory=self.directory,
-            databases={"DB1", "DB2"},
-            clock=self.clock,
-            settings=settings,
-            progress=progress,
-        )
-
-    async def move(self, settings: MoveSettings = SETTINGS, move_id: str | None = None):
-        mover = self.mover(settings)
-        if move_id is None:
-            move_id = (await mover.submit("alice", "DB2")).id
-        task = asyncio.create_task(mover.run(move_id))
-        for _ in range(100_000):
-            if task.done():
-                return task.result()
-            await self.clock.advance(0.5)
-        task.cancel()
-        raise AssertionError("the move did not end")
-
-    def at_step(self, step: int, action) -> None:
-        """Run `action` once, when the mover starts `step`."""
-        done = []
-
-        def hook(line):
-            if line.startswith(f"step {step}:") and not done:
-                done.append(line)
-                action()
-
-        self.on_line.append(hook)
-
-    def source(self):
-        return self.nodes.dbs["DB1"].live("alice")
-
-    def target(self):
-        return self.nodes.dbs["DB2"].live("alice")
-
-    def assert_completed_equal(self, record) -> None:
-        assert record.state is MoveState.COMPLETED, record.failure
-        assert self.target() == self.source() and self.source()
-        assert not self.nodes.dbs["DB2"].boxes["alice"].locked
-        assert self.nodes.dbs["DB1"].boxes["alice"].soft_deleted
-        assert self.directory.entries["alice"] == "DB2"
-        assert_soft_delete_only_after_matching_digests(self.nodes)
-
-
-def assert_soft_delete_only_after_matching_digests(nodes: FakeNodes) -> None:
-    """Every soft-delete of a source mailbox came after its digests were seen equal, with the
-    target in the epoch it is in at the soft-delete."""
-    for i, event in enumerate(nodes.trace):
-        if event[0] != "soft-delete":
-            continue
-        _, _, mailbox, _ = event
-        target_epoch = nodes.dbs["DB2"].epoch
-        digests = [e for e in nodes.trace[:i] if e[0] == "digest" and e[2] == mailbox]
-        source = [e for e in digests if e[1] == "DB1"]
-        target = [e for e in digests if e[1] == "DB2" and e[3] == target_epoch]
-        assert source and target, f"no digests in target epoch {target_epoch} before {event}"
-        assert source[-1][4] == target[-1][4], "soft-deleted after digests that differ"
+SETTINGS = MOVER_SETTINGS
 
 
 async def test_a_move_without_failures_verifies_once_and_completes(tmp_path):
-    env = Env(tmp_path)
+    env = MoverEnv(tmp_path)
     record = await env.move()
     env.assert_completed_equal(record)
     assert record.reconciles == 0 and record.verified_epoch == record.target_epoch == 1
@@ -136,7 +42,7 @@ async def test_a_move_without_failures_verifies_once_and_completes(tmp_path):
 async def test_a_target_epoch_change_at_each_step_makes_the_mover_reconcile(
     tmp_path, step, lose, knows_epochs
 ):
-    env = Env(tmp_path, knows_epochs=knows_epochs)
+    env = MoverEnv(tmp_path, knows_epochs=knows_epochs)
     env.at_step(step, lambda: env.nodes.dbs["DB2"].failover(lose=lose))
     record = await env.move()
     env.assert_completed_equal(record)
@@ -148,7 +54,7 @@ async def test_a_target_epoch_change_at_each_step_makes_the_mover_reconcile(
 
 
 async def test_a_target_failover_in_the_middle_of_the_initial_sync(tmp_path):
-    env = Env(tmp_path, items=300)
+    env = MoverEnv(tmp_path, items=300)
 
     def kill(method, db, n):
         if (method, db, n) == ("put_items", "DB2", 6):
@@ -161,7 +67,7 @@ async def test_a_target_failover_in_the_middle_of_the_initial_sync(tmp_path):
 
 
 async def test_a_failover_while_a_write_fails_is_reconciled_after_the_stall(tmp_path):
-    env = Env(tmp_path)
+    env = MoverEnv(tmp_path)
     state = {"down": 0}
 
     def unreachable(method, db, n):
@@ -179,7 +85,7 @@ async def test_a_failover_while_a_write_fails_is_reconciled_after_the_stall(tmp_
 
 
 async def test_a_source_failover_with_lost_and_new_items_ends_with_the_source_as_it_is(tmp_path):
-    env = Env(tmp_path)
+    env = MoverEnv(tmp_path)
     source = env.nodes.dbs["DB1"]
 
     def failover_and_write():
@@ -198,7 +104,7 @@ async def test_a_source_failover_with_lost_and_new_items_ends_with_the_source_as
 
 @pytest.mark.parametrize("step", [6, 7, 8])
 async def test_a_source_failover_after_the_lock_locks_again_and_keeps_the_new_state(tmp_path, step):
-    env = Env(tmp_path)
+    env = MoverEnv(tmp_path)
     db = env.nodes.dbs["DB1"]
     env.at_step(step, lambda: db.failover(lose=1))  # the lock (the last transaction) is lost
     record = await env.move()
@@ -208,7 +114,7 @@ async def test_a_source_failover_after_the_lock_locks_again_and_keeps_the_new_st
 
 
 async def test_a_lost_flush_answer_leads_to_repair_and_a_new_flush(tmp_path):
-    env = Env(tmp_path, knows_epochs=True)
+    env = MoverEnv(tmp_path, knows_epochs=True)
     target = env.nodes.dbs["DB2"]
 
     def lost_once(database, generation, epoch):
@@ -235,7 +141,7 @@ async def test_a_lost_flush_answer_leads_to_repair_and_a_new_flush(tmp_path):
 
 
 async def test_a_mismatch_it_cannot_repair_fails_the_move_and_keeps_the_source(tmp_path):
-    env = Env(tmp_path)
+    env = MoverEnv(tmp_path)
     env.nodes.drops = {"m7"}  # the target acknowledges m7 and never holds it
     record = await env.move()
     assert record.state is MoveState.FAILED
@@ -248,7 +154,7 @@ async def test_a_mismatch_it_cannot_repair_fails_the_move_and_keeps_the_source(t
 
 
 async def test_a_target_that_changed_after_its_unlock_is_not_soft_deleted_over(tmp_path):
-    env = Env(tmp_path)
+    env = MoverEnv(tmp_path)
     target = env.nodes.dbs["DB2"]
 
     def switch_and_user_writes():
@@ -264,7 +170,7 @@ async def test_a_target_that_changed_after_its_unlock_is_not_soft_deleted_over(t
 
 
 async def test_kill_9_in_the_middle_of_a_reconcile_then_resume(tmp_path):
-    env = Env(tmp_path, items=200)
+    env = MoverEnv(tmp_path, items=200)
     env.at_step(4, lambda: env.nodes.dbs["DB2"].failover(lose=6))
     reconciling = []
     env.on_line.append(lambda line: line.startswith("reconciling") and reconciling.append(line))
@@ -286,7 +192,7 @@ async def test_kill_9_in_the_middle_of_a_reconcile_then_resume(tmp_path):
 
 
 async def test_an_old_record_without_epochs_reconciles_on_resume(tmp_path):
-    env = Env(tmp_path)
+    env = MoverEnv(tmp_path)
     env.at_step(4, lambda: (_ for _ in ()).throw(Crash()))
     with pytest.raises(Crash):
         await env.move()
@@ -300,7 +206,7 @@ async def test_an_old_record_without_epochs_reconciles_on_resume(tmp_path):
 
 
 async def test_the_bench_setting_skips_only_the_digest_comparison(tmp_path):
-    env = Env(tmp_path)
+    env = MoverEnv(tmp_path)
     record = await env.move(replace(SETTINGS, verify=False))
     assert record.state is MoveState.COMPLETED and env.target() == env.source()
     assert not [c for c in env.nodes.calls if c[0] == "digest"]

@@ -13,6 +13,7 @@ from dag_common.config import parse_config
 from mrs_client.errors import NodeCallError
 from mrs_client.node_client import NodeStoreClient
 from mrs_client.store_api import Item
+from tests.cluster_harness import cluster_config, serve_app
 
 
 class FakeNode:
@@ -78,21 +79,14 @@ async def two_nodes(tmp_path):
         app = web.Application()
         app.router.add_get("/v1/status", node.status)
         app.router.add_post("/v1/databases/DB2/mailboxes/{m}/items", node.put)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        node.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        runner, node.url = await serve_app(app)
         cluster["urls"][name] = node.url
         nodes[name] = node
         runners.append(runner)
     config = parse_config(
-        {
-            "cluster": "t",
-            "nodes": [
-                {"name": n, "site": "s", "url": nodes[n].url, "data_dir": n} for n in ("a", "b")
-            ],
-            "databases": [
+        cluster_config(
+            [(n, "s", nodes[n].url) for n in ("a", "b")],
+            [
                 {
                     "name": "DB2",
                     "copies": [
@@ -101,8 +95,8 @@ async def two_nodes(tmp_path):
                     ],
                 }
             ],
-            "guarantee_api": {"listen": "127.0.0.1:1", "http_listen": "127.0.0.1:2"},
-        },
+            cluster="t",
+        ),
         base_dir=tmp_path,
     )
     async with aiohttp.ClientSession() as session:
@@ -181,18 +175,13 @@ async def broken_node(tmp_path):
     app = web.Application()
     app.router.add_get("/v1/status", status)
     app.router.add_post("/v1/databases/DB2/mailboxes/{m}/items", put)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    runner, url = await serve_app(app)
     config = parse_config(
-        {
-            "cluster": "t",
-            "nodes": [{"name": "a", "site": "s", "url": url, "data_dir": "a"}],
-            "databases": [{"name": "DB2", "copies": [{"node": "a", "activation_preference": 1}]}],
-            "guarantee_api": {"listen": "127.0.0.1:1", "http_listen": "127.0.0.1:2"},
-        },
+        cluster_config(
+            [("a", "s", url)],
+            [{"name": "DB2", "copies": [{"node": "a", "activation_preference": 1}]}],
+            cluster="t",
+        ),
         base_dir=tmp_path,
     )
     async with aiohttp.ClientSession() as session:

@@ -2,10 +2,37 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
-from dag_common.clock import Clock, SystemClock
+from dag_common.clock import Clock, ManualClock, SystemClock
+from dag_common.config import ClusterConfig
 from replication_node.active.copy import ActiveCopy, CopyPaths, OpenLogPublisher
+from replication_node.cluster.store.embedded import EmbeddedClusterStore
+from replication_node.http.app import build_app
+from replication_node.interfaces import PassiveSettings
+from replication_node.node import Node
+from replication_node.passive.copy import PassiveCopy
+from tests.cluster_harness import serve_app
+from tests.replication_node.share import Share
+
+
+def op(i: int, size: int = 500) -> list[dict[str, Any]]:
+    """A transaction of one put_item (item i{i}, change number i + 1, a body of `size`)."""
+    return [
+        {
+            "op": "put_item",
+            "mailbox": "m",
+            "item_id": f"i{i}",
+            "folder": "Inbox",
+            "subject": "",
+            "body": "x" * size,
+            "cn": i + 1,
+        }
+    ]
 
 
 async def mount(
@@ -29,3 +56,78 @@ async def mount(
         publish_open_log=publish_open_log,
         change_number_floor=change_number_floor,
     )
+
+
+def passive(
+    share: Share,
+    tmp_path: Path,
+    *,
+    clock: Clock | None = None,
+    lag: timedelta = timedelta(0),
+    source: Any = None,
+    scrub: timedelta | None = None,
+) -> PassiveCopy:
+    """A passive copy of the share's DB1 (node p) under `tmp_path`, pulling from `source`
+    (the share's HTTP source unless given)."""
+    return PassiveCopy(
+        settings=PassiveSettings(
+            database="DB1",
+            node="p",
+            site="s",
+            activation_preference=2,
+            replay_lag_time=lag,
+            scrub_interval=scrub,
+        ),
+        paths=CopyPaths(tmp_path / "passive" / "DB1", "DB1"),
+        source=source or share.source(),
+        clock=clock or SystemClock(),
+        retry_interval=0.05,
+        failed_retry=0.05,
+    )
+
+
+def held_for(clock: ManualClock, seconds: float) -> bool:
+    """Whether a task (the replayer) sleeps on `clock` for `seconds` from now."""
+    return any(abs(left - seconds) < 1 for left in clock.pending_sleeps())
+
+
+def replayed_through(copy: PassiveCopy, generation: int) -> Callable[[], bool]:
+    """A check for `wait_until`: the copy has replayed through `generation`."""
+    return lambda: copy.status().last_log_replayed >= generation
+
+
+class CorruptingWire:
+    """The real HTTP source, with the first transfer of one generation damaged on the way."""
+
+    def __init__(self, source: Any, generation: int) -> None:
+        self._source = source
+        self._generation = generation
+        self.damaged = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source, name)
+
+    async def fetch(self, generation: int) -> bytes:
+        data = await self._source.fetch(generation)
+        if generation == self._generation and not self.damaged:
+            self.damaged += 1
+            data = data[:600] + bytes([data[600] ^ 0x01]) + data[601:]
+        return data
+
+
+@contextlib.asynccontextmanager
+async def serving_node(
+    config: ClusterConfig, root: Path, *, name: str, port: int, token: str
+) -> AsyncIterator[tuple[Node, str]]:
+    """Node `name` of `config` in this process (its cluster store `root`/cluster.db),
+    serving its HTTP API on `port`: the node and its base URL."""
+    store = EmbeddedClusterStore(root / "cluster.db")
+    node = Node(config=config, name=name, token=token, clock=SystemClock(), cluster_store=store)
+    await node.start()
+    runner, url = await serve_app(build_app(node), port=port)
+    try:
+        yield node, url
+    finally:
+        await runner.cleanup()
+        await node.stop()
+        store.close()

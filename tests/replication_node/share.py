@@ -15,6 +15,7 @@ from replication_node.active.instance import ActiveInstance
 from replication_node.cluster.store.embedded import EmbeddedClusterStore
 from replication_node.http.auth import auth_middleware
 from replication_node.http.logshare import HttpLogSource, add_log_share_routes
+from tests.cluster_harness import serve_app
 
 TOKEN = "share-token-0123456789"
 
@@ -82,11 +83,9 @@ async def start_share(root: Path, *, clock: Clock | None = None, heartbeat: floa
     await active.start()
     app = web.Application(middlewares=[auth_middleware(TOKEN)])
     add_log_share_routes(
-        app, lookup=lambda db: active if db == "DB1" and active.copy else None, heartbeat=heartbeat
+        app,
+        lookup=lambda db: active.share if db == "DB1" and active.copy else None,
+        heartbeat=heartbeat,
     )
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return Share(active, f"http://127.0.0.1:{port}", aiohttp.ClientSession(), runner, store)
+    runner, url = await serve_app(app)
+    return Share(active, url, aiohttp.ClientSession(), runner, store)

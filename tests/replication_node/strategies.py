@@ -1,8 +1,16 @@
-"""Hypothesis strategies shared by the property tests of the store's operations."""
+"""Hypothesis strategies shared by the property tests of the store's operations, and
+`numbered`, which turns a drawn history into the transactions a log carries."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
 from hypothesis import strategies as st
+
+from replication_node.storage.database import Transaction
+
+T0 = datetime(2026, 11, 23, tzinfo=UTC)
 
 MAILBOXES = ["alice", "bob"]
 ITEM_IDS = [f"i{n}" for n in range(6)]
@@ -32,3 +40,16 @@ def operation(draw):
 
 # generations of transactions of operations
 history = st.lists(st.lists(st.lists(operation(), min_size=1, max_size=4), max_size=3), max_size=6)
+
+
+def numbered(generations: list[list[list[dict[str, Any]]]]) -> list[Transaction]:
+    """Transactions with change numbers in log order, one generation per list."""
+    out, cn = [], 0
+    for g, txns in enumerate(generations, start=1):
+        for offset, ops in enumerate(txns):
+            numbered_ops = []
+            for op in ops:
+                cn += 1
+                numbered_ops.append({**op, "cn": cn})
+            out.append(Transaction(g, 512 + offset, T0 + timedelta(seconds=cn), numbered_ops))
+    return out

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from dag_common.model import AutoDatabaseMountDial, CopyRole, CopyStatus, CopyStatusReport
-from replication_node.cluster.activation import (
+from replication_node.cluster.mount_policy import (
     AtRisk,
     OpenLog,
     assess_loss,
+    best_copy,
     generations_at_risk,
     mount_decision,
 )
@@ -184,8 +185,6 @@ def test_mount_decision_counts_the_open_log():
 
 
 def test_best_copy_has_inspected_the_most_then_the_lowest_preference():
-    from replication_node.cluster.activation import best_copy
-
     def at(node, inspected, pref, status=CopyStatus.DISCONNECTED_AND_HEALTHY):
         return copy(inspected, status).model_copy(
             update={"node": node, "activation_preference": pref}

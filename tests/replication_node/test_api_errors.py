@@ -8,8 +8,10 @@ import pytest
 from aiohttp import web
 
 from replication_node.errors import NotFound
-from replication_node.http import api
 from replication_node.http.auth import auth_middleware
+from replication_node.http.context import NODE, json_body
+from replication_node.http.error_middleware import error_middleware
+from tests.cluster_harness import serve_app
 
 TOKEN = "t0ken-0123456789abcdef"
 
@@ -32,26 +34,22 @@ async def _missing(request: web.Request) -> web.Response:
 
 
 async def _echo(request: web.Request) -> web.Response:
-    return web.json_response(await api._body(request))
+    return web.json_response(await json_body(request))
 
 
 @pytest.fixture
 async def server():
-    app = web.Application(middlewares=[auth_middleware(TOKEN), api.error_middleware])
+    app = web.Application(middlewares=[auth_middleware(TOKEN), error_middleware])
     node = _Node()
-    app[api.NODE] = node  # type: ignore[assignment]
+    app[NODE] = node  # type: ignore[assignment]
     app.router.add_get("/bug", _bug)
     app.router.add_get("/disk", _disk)
     app.router.add_get("/missing", _missing)
     app.router.add_post("/post-only", _missing)
     app.router.add_post("/echo", _echo)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, url = await serve_app(app)
     async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {TOKEN}"}) as session:
-        yield f"http://127.0.0.1:{port}", session, node
+        yield url, session, node
     await runner.cleanup()
 
 

@@ -7,10 +7,10 @@ import asyncio
 import sys
 
 import pytest
-import yaml
 from aiohttp import web
 
-from tests.cluster_harness import ROOT, TOKEN
+from replication_node.cli.admin import exit_code
+from tests.cluster_harness import ROOT, TOKEN, cluster_config, serve_app, write_cluster_config
 
 
 @pytest.fixture
@@ -29,30 +29,13 @@ async def broken_node(tmp_path):
     app = web.Application()
     app.router.add_get("/v1/status", status)
     app.router.add_post("/v1/databases/DB1/roll-log", html500)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    config = tmp_path / "cluster.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "cluster": "t",
-                "nodes": [
-                    {
-                        "name": "mbx1",
-                        "site": "s",
-                        "url": f"http://127.0.0.1:{port}",
-                        "data_dir": "mbx1",
-                    }
-                ],
-                "databases": [
-                    {"name": "DB1", "copies": [{"node": "mbx1", "activation_preference": 1}]}
-                ],
-                "guarantee_api": {"listen": "127.0.0.1:1", "http_listen": "127.0.0.1:2"},
-            }
-        )
+    runner, url = await serve_app(app)
+    config = write_cluster_config(
+        tmp_path / "cluster.yaml",
+        cluster_config(
+            [("mbx1", "s", url)],
+            [{"name": "DB1", "copies": [{"node": "mbx1", "activation_preference": 1}]}],
+        ),
     )
     yield config
     await runner.cleanup()
@@ -77,6 +60,4 @@ async def test_an_error_page_is_one_error_line_and_exit_1(broken_node):
     [(200, 0), (201, 0), (400, 2), (401, 2), (404, 2), (409, 1), (500, 1), (503, 1), (599, 1)],
 )
 def test_an_admin_calls_status_is_its_exit_code(status, code):
-    from replication_node.cli.cluster import exit_code
-
     assert exit_code(status) == code

@@ -4,76 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 
 import pytest
 
 from replication_node.log import logfile
-from replication_node.log.logstream import list_closed_generations
-from tests.cluster_harness import LocalCluster
+from replication_node.log.logdir import list_closed_generations
+from tests.replication_node.e2e import converged, three_nodes, write
 
 pytestmark = pytest.mark.slow
 
 
-def databases(lag="0s"):
-    return [
-        {
-            "name": "DB1",
-            "copies": [
-                {"node": "mbx1", "activation_preference": 1},
-                {"node": "mbx2", "activation_preference": 2},
-                {"node": "mbx3", "activation_preference": 3, "replay_lag_time": lag},
-            ],
-        },
-        {
-            "name": "DB2",
-            "copies": [
-                {"node": "mbx2", "activation_preference": 1},
-                {"node": "mbx3", "activation_preference": 2},
-            ],
-        },
-    ]
-
-
 @pytest.fixture
 async def cluster(tmp_path):
-    c = LocalCluster(
-        tmp_path,
-        nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
-        databases=databases(),
-    )
+    c = three_nodes(tmp_path)
     await c.start()
     yield c
     await c.close()
-
-
-async def write(cluster, node, db, mailbox, start, n, body=600):
-    for first in range(start, start + n, 50):
-        await cluster.ok(
-            "POST",
-            node,
-            f"/v1/databases/{db}/mailboxes/{mailbox}/items",
-            json={
-                "items": [
-                    {"item_id": f"i{i}", "subject": f"s{i}", "body": f"{i}:" + "b" * body}
-                    for i in range(first, min(start + n, first + 50))
-                ]
-            },
-        )
-
-
-async def converged(cluster, db, active, passives):
-    await cluster.ok("POST", active, f"/v1/databases/{db}/roll-log")
-    generated = (await cluster.status(active))[db]["last_log_generated"]
-
-    async def check():
-        for node in passives:
-            copy = (await cluster.status(node))[db]
-            if copy["status"] != "Healthy" or copy["last_log_replayed"] < generated:
-                return False
-        return True
-
-    await cluster.wait_for(f"{db} replayed through {generated} on {passives}", check)
-    return generated
 
 
 async def test_copies_converge_item_for_item(cluster):
@@ -192,11 +139,7 @@ async def test_corrupt_generation_at_the_source_fails_the_copy(cluster):
 
 
 async def test_lagged_copy_stays_behind(tmp_path):
-    c = LocalCluster(
-        tmp_path,
-        nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
-        databases=databases(lag="1h"),
-    )
+    c = three_nodes(tmp_path, lag="1h")
     await c.start()
     try:
         await c.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/alice")
@@ -280,10 +223,11 @@ async def test_a_copy_added_to_the_config_is_seeded_and_a_bad_config_is_ignored(
     cluster.config_path.write_text(
         good.replace("activation_preference: 3", "activation_preference: x")
     )
-    await asyncio.sleep(2.5)
+    await cluster.wait_for(
+        "mbx1 to refuse the broken config", lambda: "config reload failed" in cluster.log("mbx1")
+    )
     await write(cluster, "mbx2", "DB2", "bob", 60, 10)
     await converged(cluster, "DB2", "mbx2", ["mbx3", "mbx1"])
-    assert "config reload failed" in cluster.log("mbx1")
     cluster.config_path.write_text(good)
 
 
@@ -349,12 +293,7 @@ async def test_switchover_moves_the_active_copy_losing_nothing(cluster):
 
 
 async def test_automatic_failover_mounts_the_copy_when_the_active_is_lost(tmp_path):
-    c = LocalCluster(
-        tmp_path,
-        nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
-        databases=databases(),
-        defaults={"failover_after": "1s"},
-    )
+    c = three_nodes(tmp_path, defaults={"failover_after": "1s"})
     await c.start()
     try:
         await c.ok("PUT", "mbx2", "/v1/databases/DB2/mailboxes/bob")
@@ -377,11 +316,8 @@ async def test_automatic_failover_mounts_the_copy_when_the_active_is_lost(tmp_pa
 
 
 async def test_automatic_failover_respects_the_mount_dial(tmp_path):
-    c = LocalCluster(
-        tmp_path,
-        nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
-        databases=databases(),
-        defaults={"failover_after": "1s", "auto_database_mount_dial": "Lossless"},
+    c = three_nodes(
+        tmp_path, defaults={"failover_after": "1s", "auto_database_mount_dial": "Lossless"}
     )
     await c.start()
     try:
@@ -456,11 +392,7 @@ async def test_nodes_share_an_etcd_cluster_store(tmp_path):
 
     (tmp_path / "etcd").mkdir()
     url, etcd = start_etcd(tmp_path / "etcd")
-    c = LocalCluster(
-        tmp_path / "cluster",
-        nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
-        databases=databases(),
-    )
+    c = three_nodes(tmp_path / "cluster")
     c.config["cluster_store"] = {"kind": "etcd", "endpoints": [url]}
     c.write_config()
     await c.start()
@@ -479,3 +411,43 @@ async def test_nodes_share_an_etcd_cluster_store(tmp_path):
         await c.close()
         etcd.terminate()
         etcd.wait(timeout=10)
+
+
+async def test_a_hung_active_is_noticed_and_replaced_and_rejoins_when_it_wakes(tmp_path):
+    # SIGSTOP, as a long GC pause or a hung disk: the port still accepts, nothing answers.
+    # Its copies hear no heartbeat on the notification stream and its status calls time
+    # out: it counts as unreachable, and the best copy is mounted (bench/failover.py times it).
+    c = three_nodes(tmp_path, defaults={"failover_after": "1s"})
+    await c.start()
+    hung = c.procs["mbx2"]
+    try:
+        await c.ok("PUT", "mbx2", "/v1/databases/DB2/mailboxes/bob")
+        await write(c, "mbx2", "DB2", "bob", 0, 100)
+        await converged(c, "DB2", "mbx2", ["mbx3"])
+        before = await c.items("mbx2", "DB2", "bob")
+        hung.send_signal(signal.SIGSTOP)
+
+        async def noticed() -> bool:
+            return (await c.status("mbx3"))["DB2"]["status"] in (
+                "DisconnectedAndHealthy", "Mounted",
+            )  # fmt: skip
+
+        await c.wait_for("mbx3 to notice its active hung", noticed)
+        await c.wait_status("mbx3", "DB2", "Mounted")
+        assert await c.items("mbx3", "DB2", "bob") == before
+        await write(c, "mbx3", "DB2", "bob", 100, 10)
+        # Woken, the old active learns it was replaced, and follows the new active.
+        hung.send_signal(signal.SIGCONT)
+        await c.wait_for(
+            "mbx2 to follow mbx3",
+            lambda: _role(c, "mbx2", "DB2", "Passive"),
+        )
+        await converged(c, "DB2", "mbx3", ["mbx2"])
+        assert await c.items("mbx2", "DB2", "bob") == await c.items("mbx3", "DB2", "bob")
+    finally:
+        hung.send_signal(signal.SIGCONT)
+        await c.close()
+
+
+async def _role(c, node: str, db: str, role: str) -> bool:
+    return (await c.status(node))[db]["role"] == role

@@ -10,8 +10,9 @@ import pytest
 
 from replication_node.cluster.store.embedded import EmbeddedClusterStore
 from replication_node.cluster.store.etcd import EtcdClusterStore
-from replication_node.errors import ClusterStoreError
-from tests.cluster_harness import free_port, start_etcd
+from replication_node.cluster.store.etcd_gateway import EtcdGateway
+from replication_node.errors import ClusterStoreError, LeaseHeld
+from tests.cluster_harness import free_port, serve_app, start_etcd, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,8 @@ async def store(request, tmp_path):
         s = EmbeddedClusterStore(tmp_path / "cluster.db")
     else:
         # a cluster name of its own per test: the module's etcd is shared
-        s = EtcdClusterStore([request.getfixturevalue("etcd")], cluster=f"t{time.time_ns()}")
+        gateway = EtcdGateway([request.getfixturevalue("etcd")])
+        s = EtcdClusterStore(gateway, cluster=f"t{time.time_ns()}")
     yield s
     s.close()
     await asyncio.sleep(0)
@@ -110,8 +112,75 @@ async def test_the_mailbox_directory_changes_only_from_what_was_expected(store):
     assert await store.mailboxes() == {"alice": "DB2", "bob": "DB1"}
 
 
+async def test_only_the_active_at_its_epoch_holds_the_lease(store):
+    await store.set_active("DB1", "mbx1", expected_epoch=0)
+    assert await store.lease("DB1") is None
+    assert await store.renew_lease("DB1", "mbx1", 1, 30)
+    assert await store.renew_lease("DB1", "mbx1", 1, 30), "renewed"
+    assert not await store.renew_lease("DB1", "mbx2", 1, 30), "not the active"
+    assert not await store.renew_lease("DB1", "mbx1", 2, 30), "not at that epoch"
+    assert not await store.renew_lease("DB2", "mbx1", 1, 30), "no active at all"
+    held = await store.lease("DB1")
+    assert (held.node, held.epoch) == ("mbx1", 1) and 0 < held.expires_in <= 30
+
+
+async def test_no_activation_while_another_node_holds_a_live_lease(store):
+    await store.set_active("DB1", "mbx1", expected_epoch=0)
+    assert await store.renew_lease("DB1", "mbx1", 1, 30)
+    with pytest.raises(LeaseHeld, match="mbx1 holds the active's lease") as refused:
+        await store.set_active("DB1", "mbx2", expected_epoch=1)
+    assert refused.value.holder == "mbx1" and refused.value.expires_in > 0
+    record = await store.active("DB1")
+    assert (record.node, record.epoch) == ("mbx1", 1), "nothing changed"
+    assert [e.epoch for e in await store.history("DB1")] == [1]
+    # Released (a switchover): the copy is activated at once, and the old holder is deposed.
+    await store.release_lease("DB1", "mbx1", 1)
+    assert await store.lease("DB1") is None
+    won = await store.set_active("DB1", "mbx2", expected_epoch=1)
+    assert (won.node, won.epoch) == ("mbx2", 2)
+    assert not await store.renew_lease("DB1", "mbx1", 1, 30)
+    assert await store.renew_lease("DB1", "mbx2", 2, 30)
+
+
+async def test_an_expired_lease_lets_the_activation_through(store):
+    await store.set_active("DB1", "mbx1", expected_epoch=0)
+    assert await store.renew_lease("DB1", "mbx1", 1, 1)
+    await wait_until("the lease to expire", lambda: _expired(store), timeout=15, every=0.1)
+    won = await store.set_active("DB1", "mbx2", expected_epoch=1)
+    assert (won.node, won.epoch) == ("mbx2", 2)
+    assert not await store.renew_lease("DB1", "mbx1", 1, 30), "deposed: no lease again"
+
+
+async def test_the_same_node_activated_again_renews_at_its_new_epoch(store):
+    await store.set_active("DB1", "mbx1", expected_epoch=0)
+    assert await store.renew_lease("DB1", "mbx1", 1, 30)
+    again = await store.set_active("DB1", "mbx1", expected_epoch=1)
+    assert again.epoch == 2
+    assert await store.renew_lease("DB1", "mbx1", 2, 30)
+    assert (await store.lease("DB1")).epoch == 2
+
+
+async def _expired(store) -> bool:
+    return await store.lease("DB1") is None
+
+
+def test_an_embedded_lease_from_another_boot_is_over(tmp_path):
+    async def scenario():
+        store = EmbeddedClusterStore(tmp_path / "cluster.db")
+        await store.set_active("DB1", "mbx1", expected_epoch=0)
+        assert await store.renew_lease("DB1", "mbx1", 1, 3600)
+        store.close()
+        rebooted = EmbeddedClusterStore(tmp_path / "cluster.db")
+        rebooted._boot = "another boot"  # the machine started again: its clock began anew
+        assert await rebooted.lease("DB1") is None
+        assert (await rebooted.set_active("DB1", "mbx2", expected_epoch=1)).epoch == 2
+        rebooted.close()
+
+    asyncio.run(scenario())
+
+
 async def test_an_unreachable_etcd_is_a_clear_error():
-    s = EtcdClusterStore([f"http://127.0.0.1:{free_port()}"], cluster="x", timeout=1)
+    s = EtcdClusterStore(EtcdGateway([f"http://127.0.0.1:{free_port()}"], timeout=1), cluster="x")
     with pytest.raises(ClusterStoreError, match="no etcd endpoint answered"):
         await s.active("DB1")
     s.close()
@@ -125,15 +194,12 @@ async def test_an_endpoint_answering_an_error_is_passed_over_for_the_next(etcd):
 
     app = web.Application()
     app.router.add_post("/{tail:.*}", unavailable)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    s = EtcdClusterStore([f"http://127.0.0.1:{port}", etcd], cluster=f"t{time.time_ns()}")
+    runner, url = await serve_app(app)
+    s = EtcdClusterStore(EtcdGateway([url, etcd]), cluster=f"t{time.time_ns()}")
     try:
         won = await s.set_active("DB1", "mbx1", expected_epoch=0, start_generation=1)
         assert won is not None and (await s.active("DB1")).node == "mbx1"
-        only_bad = EtcdClusterStore([f"http://127.0.0.1:{port}"], cluster="x")
+        only_bad = EtcdClusterStore(EtcdGateway([url]), cluster="x")
         with pytest.raises(ClusterStoreError, match="HTTP 503"):
             await only_bad.active("DB1")
         only_bad.close()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from datetime import UTC, datetime, timedelta
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,22 +15,7 @@ from dag_common.mailbox_digest import mailbox_digest, to_hex
 from replication_node.storage.database import Database, Transaction
 from replication_node.storage.digest import recompute_digest
 from replication_node.storage.scrub import scrub_file
-from tests.replication_node.strategies import MAILBOXES, history
-
-T0 = datetime(2026, 11, 23, tzinfo=UTC)
-
-
-def numbered(generations):
-    """Transactions with change numbers in log order, one generation per list."""
-    out, cn = [], 0
-    for g, txns in enumerate(generations, start=1):
-        for offset, ops in enumerate(txns):
-            numbered_ops = []
-            for op in ops:
-                cn += 1
-                numbered_ops.append({**op, "cn": cn})
-            out.append(Transaction(g, 512 + offset, T0 + timedelta(seconds=cn), numbered_ops))
-    return out
+from tests.replication_node.strategies import MAILBOXES, T0, history, numbered
 
 
 def fresh(path):

@@ -27,6 +27,7 @@ from replication_node.log.logfile import (
     seal_open_log,
     verify_closed,
 )
+from tests.cluster_harness import wait_until
 
 T0 = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
 
@@ -114,14 +115,6 @@ async def crashed_with_open_commits(tmp_path, clock):
     return store
 
 
-async def until(predicate, what):
-    for _ in range(500):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 async def test_back_after_a_crash_it_holds_its_last_logs_for_the_waiting_copy(tmp_path):
     clock = ManualClock(T0)
     store = await crashed_with_open_commits(tmp_path, clock)
@@ -132,16 +125,16 @@ async def test_back_after_a_crash_it_holds_its_last_logs_for_the_waiting_copy(tm
         assert back.copy is None and status.status is CopyStatus.DISMOUNTED
         assert status.held_for == "b"
         assert (status.last_log_generated, status.open_commits) == (2, 5)
-        info = back.share_info()
+        info = back.share.share_info()
         assert not info.mounted and (info.last_generation, info.open_generation) == (1, 2)
-        assert back.open_log_path() == tmp_path / "DB1" / "logs" / OPEN_LOG_NAME
+        assert back.share.open_log_path() == tmp_path / "DB1" / "logs" / OPEN_LOG_NAME
         with pytest.raises(HeldForHandOver, match="held for the copy on b"):
             await back.mount_again()  # `db mount` too waits for the hand-over
 
         # the copy never takes over: the hold ends and the node mounts its own copy
         await clock.advance(31)
-        await until(lambda: back.copy is not None, "the re-mount after the hold")
-        assert back.status().held_for is None and back.open_log_path() is None
+        await wait_until("the re-mount after the hold", lambda: back.copy is not None)
+        assert back.status().held_for is None and back.share.open_log_path() is None
         assert [i["item_id"] for i in back.copy.items("m")] == [f"i{i}" for i in range(5)]
     finally:
         await back.stop(clean=False)
@@ -157,8 +150,8 @@ async def test_with_no_copy_waiting_it_mounts_at_once(tmp_path):
         assert back.copy is not None and back.status().status is CopyStatus.MOUNTED
         assert len(back.copy.items("m")) == 5
         with pytest.raises(Conflict, match="a running active is moved by a switchover"):
-            await back.hand_over("b")
-        assert back.open_log_path() is None, "the open log is never served while written"
+            await back.share.hand_over("b")
+        assert back.share.open_log_path() is None, "the open log is never served while written"
     finally:
         await back.stop(clean=False)
         store.close()
@@ -170,7 +163,7 @@ async def test_a_hand_over_asked_of_a_failed_active_holds_it_from_remounting(tmp
     back = instance(tmp_path, store, clock, waiting="b", hold=30.0)
     await back.start()  # not mounted: held for b
     try:
-        info = await back.hand_over("c")  # another copy turned out the best: it asks
+        info = await back.share.hand_over("c")  # another copy turned out the best: it asks
         assert back.status().held_for == "c"
         assert (info.open_generation, info.open_commits, info.epoch) == (2, 5, 1)
         await clock.advance(20)

@@ -16,16 +16,16 @@ from replication_node.http.logshare import HttpLogSource
 from replication_node.log.logfile import verify_closed
 from replication_node.passive.seeder import seed_copy
 from replication_node.storage.database import Database
-from tests.replication_node.share import TOKEN, start_share
+from tests.cluster_harness import serve_app
+from tests.replication_node.share import TOKEN
 
 
 @pytest.fixture
-async def share(tmp_path):
-    s = await start_share(tmp_path)
-    await s.write(0, 20)
-    await s.roll()
-    yield s
-    await s.close()
+async def share(share):
+    """conftest's share, with 20 items written and its log rolled."""
+    await share.write(0, 20)
+    await share.roll()
+    return share
 
 
 async def get(share, path, token=TOKEN, method="GET"):
@@ -44,17 +44,20 @@ async def test_info_fetch_and_notifications(share):
     assert data == share.closed_file(1).read_bytes()
     assert verify_closed(data, 1).closed
 
+    stream = source.notifications(1)
+    connected = await asyncio.wait_for(anext(stream), 10)  # a line at once, on connecting
+    assert connected.last_generation == 1
+
     async def next_notification_past(after):
-        async for note in source.notifications(after):
+        async for note in stream:
             if note.last_generation > after:
                 return note
 
-    waiter = asyncio.create_task(next_notification_past(1))
-    await asyncio.sleep(0.1)
     await share.write(20, 5)
     await share.roll()
-    note = await asyncio.wait_for(waiter, 10)
+    note = await asyncio.wait_for(next_notification_past(1), 10)
     assert note.last_generation == 2
+    await stream.aclose()
 
 
 @pytest.mark.parametrize("token", [None, "wrong-token"])
@@ -161,15 +164,9 @@ async def test_a_damaged_seed_changes_nothing(share, tmp_path):
 
     app = web.Application()
     app.router.add_get("/v1/databases/DB1/seed", damaged)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
+    runner, url = await serve_app(app)
     try:
-        source = HttpLogSource(
-            f"http://127.0.0.1:{port}", "DB1", session=share.session, token=TOKEN
-        )
+        source = HttpLogSource(url, "DB1", session=share.session, token=TOKEN)
         with pytest.raises(LogShareError, match="checksum"):
             await seed_copy(source, paths)
     finally:

@@ -6,24 +6,11 @@ import pytest
 from dag_common.clock import ManualClock
 from replication_node.errors import TransactionTooLarge
 from replication_node.log import logfile
-from replication_node.log.logstream import list_closed_generations
-from tests.replication_node.helpers import mount
+from replication_node.log.logdir import list_closed_generations
+from tests.cluster_harness import wait_until
+from tests.replication_node.helpers import mount, op
 
 SIZE = 32 * 1024
-
-
-def op(i, size=500):
-    return [
-        {
-            "op": "put_item",
-            "mailbox": "m",
-            "item_id": f"i{i}",
-            "folder": "Inbox",
-            "subject": "",
-            "body": "x" * size,
-            "cn": i + 1,
-        }
-    ]
 
 
 async def test_rolls_on_size_and_headers_chain(tmp_path):
@@ -76,10 +63,7 @@ async def test_idle_roll_only_closes_a_partly_filled_log(tmp_path):
     await copy.commit(op(0))
     for _ in range(3):
         await clock.advance(90)
-    for _ in range(50):
-        if list_closed_generations(copy.paths.logs):
-            break
-        await asyncio.sleep(0.01)
+    await wait_until("the idle roll", lambda: list_closed_generations(copy.paths.logs), timeout=10)
     assert list_closed_generations(copy.paths.logs) == [1]
     roller.cancel()
     await copy.crash_close()

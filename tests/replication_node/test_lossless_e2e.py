@@ -11,21 +11,13 @@ import json
 
 import pytest
 
-from tests.cluster_harness import LocalCluster
-from tests.replication_node.test_cluster_e2e import converged, databases
+from tests.replication_node.e2e import converged, three_nodes
 
 pytestmark = pytest.mark.slow
 
-NODES = [("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")]
-
 
 async def started(tmp_path, dial):
-    c = LocalCluster(
-        tmp_path,
-        nodes=NODES,
-        databases=databases(),
-        defaults={"failover_after": "1s", "auto_database_mount_dial": dial},
-    )
+    c = three_nodes(tmp_path, defaults={"failover_after": "1s", "auto_database_mount_dial": dial})
     await c.start()
     for node in ("mbx2", "mbx3"):
         await c.wait_status(node, "DB1", "Healthy")

@@ -4,54 +4,29 @@ generation), read from status at scrape time, served at /metrics without the tok
 from __future__ import annotations
 
 import asyncio
-import shutil
-import subprocess
 from datetime import timedelta
 
 import aiohttp
 import pytest
-from aiohttp import web
-from prometheus_client.parser import text_string_to_metric_families
 
 from dag_common.auth import bearer
 from dag_common.clock import ManualClock, SystemClock
 from dag_common.config import parse_config
-from replication_node.cluster.store.embedded import EmbeddedClusterStore
-from replication_node.log.logstream import RollCause
+from replication_node.log.events import RollCause
 from replication_node.metrics import NodeMetrics
-from replication_node.node import Node, build_app
 from replication_node.passive.copy import PassiveCopy
-from tests.cluster_harness import free_port
-from tests.replication_node.helpers import mount
-from tests.replication_node.test_logstream import op
-from tests.replication_node.test_passive import CorruptingWire, passive, replayed_through, until
+from tests.cluster_harness import cluster_config, free_port, wait_until
+from tests.prometheus import promtool_check, samples, value
+from tests.replication_node.helpers import (
+    CorruptingWire,
+    mount,
+    op,
+    passive,
+    replayed_through,
+    serving_node,
+)
 
 TOKEN = "metrics-token-0123456789abcdef"
-
-
-def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    """Every sample of a scrape: (name, labels) -> value."""
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def value(text_or_samples, name: str, **labels: str) -> float:
-    found = text_or_samples if isinstance(text_or_samples, dict) else samples(text_or_samples)
-    key = (name, frozenset(labels.items()))
-    assert key in found, f"{name}{labels} not exported"
-    return found[key]
-
-
-def promtool_check(text: str) -> None:
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool is missing: install Debian's 'prometheus' (make system-deps does)"
-    result = subprocess.run(
-        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
 
 
 async def test_the_log_writer_counts_group_commits_fsyncs_and_rolls_by_cause(tmp_path):
@@ -66,10 +41,11 @@ async def test_the_log_writer_counts_group_commits_fsyncs_and_rolls_by_cause(tmp
     roller = asyncio.create_task(copy.stream.run_idle_roller(60))
     await copy.commit(op(200))
     await clock.advance(61)
-    for _ in range(100):
-        if value(metrics.render().decode(), "replication_log_rolls_total", **labels("idle")):
-            break
-        await asyncio.sleep(0.01)
+    await wait_until(
+        "an idle roll counted",
+        lambda: value(metrics.render().decode(), "replication_log_rolls_total", **labels("idle")),
+        timeout=10,
+    )
     roller.cancel()
     found = samples(metrics.render().decode())
     db = {"database": "DB1", "node": "n1"}
@@ -95,15 +71,6 @@ def labels(cause: str) -> dict[str, str]:
     return {"database": "DB1", "node": "n1", "cause": cause}
 
 
-@pytest.fixture
-async def share(tmp_path):
-    from tests.replication_node.share import start_share
-
-    s = await start_share(tmp_path)
-    yield s
-    await s.close()
-
-
 async def test_a_passive_copy_counts_what_it_copies_recopies_and_replays(share, tmp_path):
     metrics = NodeMetrics("p")
     wire = CorruptingWire(share.source(), 2)
@@ -121,7 +88,7 @@ async def test_a_passive_copy_counts_what_it_copies_recopies_and_replays(share, 
         await share.write(i * 10, 10)
         await share.roll()
     last = share.active.last_log_generated
-    await until("replay", replayed_through(copy, last))
+    await wait_until("replay", replayed_through(copy, last))
     found = samples(metrics.render().decode())
     db = {"database": "DB1", "node": "p"}
     assert value(found, "replication_inspection_failures_total", **db) == 1
@@ -141,20 +108,12 @@ async def test_a_passive_copy_counts_what_it_copies_recopies_and_replays(share, 
 async def node(tmp_path):
     port = free_port()
     config = parse_config(
-        {
-            "cluster": "t",
-            "cluster_store": {"kind": "embedded", "path": "cluster.db"},
-            "defaults": {"log_file_size": "64KiB", "llr_depth": 2, "failover_after": None},
-            "nodes": [
-                {"name": "n1", "site": "s1", "url": f"http://127.0.0.1:{port}", "data_dir": "n1"},
-                {
-                    "name": "n2",
-                    "site": "s2",
-                    "url": f"http://127.0.0.1:{free_port()}",
-                    "data_dir": "n2",
-                },
+        cluster_config(
+            [
+                ("n1", "s1", f"http://127.0.0.1:{port}"),
+                ("n2", "s2", f"http://127.0.0.1:{free_port()}"),
             ],
-            "databases": [
+            [
                 {
                     "name": "DB1",
                     "copies": [
@@ -163,20 +122,14 @@ async def node(tmp_path):
                     ],
                 }
             ],
-            "guarantee_api": {"listen": "127.0.0.1:1", "http_listen": "127.0.0.1:2"},
-        },
+            cluster="t",
+            cluster_store={"kind": "embedded", "path": "cluster.db"},
+            defaults={"log_file_size": "64KiB", "llr_depth": 2, "failover_after": None},
+        ),
         base_dir=tmp_path,
     )
-    store = EmbeddedClusterStore(tmp_path / "cluster.db")
-    n = Node(config=config, name="n1", token=TOKEN, clock=SystemClock(), cluster_store=store)
-    await n.start()
-    runner = web.AppRunner(build_app(n), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    yield n, f"http://127.0.0.1:{port}"
-    await runner.cleanup()
-    await n.stop()
-    store.close()
+    async with serving_node(config, tmp_path, name="n1", port=port, token=TOKEN) as served:
+        yield served
 
 
 async def test_metrics_need_no_token_and_every_other_route_still_does(node):

@@ -4,18 +4,23 @@ accepts the body."""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
-import time
 
 import aiohttp
 import pytest
-import yaml
 
-from tests.cluster_harness import ROOT, TOKEN, LocalCluster, free_port
-from tests.replication_node.test_cluster_e2e import converged, databases, write
-from tests.replication_node.test_metrics import promtool_check, samples, value
+from tests.cluster_harness import (
+    ROOT,
+    TOKEN,
+    LocalCluster,
+    cluster_config,
+    free_port,
+    wait_until,
+    write_cluster_config,
+)
+from tests.prometheus import promtool_check, samples, value
+from tests.replication_node.e2e import converged, three_nodes, write
 
 pytestmark = pytest.mark.slow
 
@@ -33,11 +38,7 @@ COPY_GAUGES = (
 
 @pytest.fixture
 async def cluster(tmp_path):
-    c = LocalCluster(
-        tmp_path,
-        nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
-        databases=databases(),
-    )
+    c = three_nodes(tmp_path)
     await c.start()
     yield c
     await c.close()
@@ -121,39 +122,30 @@ async def test_a_node_in_a_pod_binds_every_address_while_its_url_names_dns(tmp_p
     """In Kubernetes a node's url names its pod's DNS record, which resolves only once the
     pod runs: `serve --listen-host` binds without resolving it."""
     port = free_port()
-    config = {
-        "cluster": "pod",
-        "cluster_store": {"kind": "embedded", "path": "cluster.db"},
-        "nodes": [
-            {
-                "name": "n0",
-                "site": "zone-a",
-                "url": f"http://n0.nodes.invalid:{port}",
-                "data_dir": "n0",
-            },
-        ],
-        "databases": [{"name": "DB1", "copies": [{"node": "n0", "activation_preference": 1}]}],
-    }
-    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(config))
+    config = cluster_config(
+        [("n0", "zone-a", f"http://n0.nodes.invalid:{port}")],
+        [{"name": "DB1", "copies": [{"node": "n0", "activation_preference": 1}]}],
+        cluster="pod",
+        cluster_store={"kind": "embedded", "path": "cluster.db"},
+    )
+    write_cluster_config(tmp_path / "cluster.yaml", config)
     args = [sys.executable, "-m", "replication_node.cli.main", "serve", "--node", "n0"]
     args += ["--config", str(tmp_path / "cluster.yaml"), "--listen-host", "127.0.0.1"]
     log = open(tmp_path / "n0.log", "wb")  # noqa: SIM115 - the child owns it
     env = {"DG_AUTH_TOKEN": TOKEN, "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     try:
-        deadline = time.monotonic() + 60
         async with aiohttp.ClientSession() as anonymous:
-            while True:
+
+            async def mounted() -> bool:
                 assert proc.poll() is None, (tmp_path / "n0.log").read_text()[-2000:]
-                assert time.monotonic() < deadline, "the node never answered"
-                try:
-                    async with anonymous.get(f"http://127.0.0.1:{port}/metrics") as resp:
-                        text = await resp.text()
-                        if 'status="Mounted"} 1.0' in text:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
+                async with anonymous.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                    return 'status="Mounted"} 1.0' in await resp.text()
+
+            await wait_until(
+                "the node's metrics to show its copy mounted", mounted, every=0.1,
+                tolerate=(aiohttp.ClientError,),
+            )  # fmt: skip
     finally:
         proc.terminate()
         proc.wait(timeout=30)

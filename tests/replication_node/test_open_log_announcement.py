@@ -24,21 +24,8 @@ from replication_node.errors import (
     TransactionTooLarge,
 )
 from replication_node.log.logfile import HEADER_SIZE, OPEN_LOG_NAME
-from tests.replication_node.helpers import mount
-
-
-def op(i, size=300):
-    return [
-        {
-            "op": "put_item",
-            "mailbox": "m",
-            "item_id": f"i{i}",
-            "folder": "Inbox",
-            "subject": "",
-            "body": "x" * size,
-            "cn": i + 1,
-        }
-    ]
+from tests.cluster_harness import wait_until
+from tests.replication_node.helpers import mount, op
 
 
 class Recorder:
@@ -76,7 +63,7 @@ async def test_announced_once_per_generation_before_visibility_and_acknowledgeme
     assert rec.calls == [], "an empty open log is not announced"
 
     async def commit(i):
-        await copy.commit(op(i))
+        await copy.commit(op(i, 300))
         rec.acked.append(i)
 
     await commit(0)
@@ -121,10 +108,10 @@ async def test_a_refused_announcement_fails_the_commit_and_stops_the_stream(tmp_
     copy = await mount(tmp_path, publish_open_log=rec)
     rec.copy = copy
     with pytest.raises(Deposed, match="another copy was activated"):
-        await copy.commit(op(0))
+        await copy.commit(op(0, 300))
     assert copy.item("m", "i0") is None, "never visible"
     with pytest.raises(Deposed):
-        await copy.commit(op(1))
+        await copy.commit(op(1, 300))
     assert rec.generations == [1], "the stream stopped: nothing more is written or announced"
     await copy.crash_close()
 
@@ -140,11 +127,8 @@ async def test_a_store_error_stalls_the_commit_until_the_announcement_succeeds(t
         return True
 
     copy = await mount(tmp_path, clock=clock, publish_open_log=flaky)
-    task = asyncio.create_task(copy.commit(op(0)))
-    for _ in range(200):
-        if failures:
-            break
-        await asyncio.sleep(0.01)
+    task = asyncio.create_task(copy.commit(op(0, 300)))
+    await wait_until("the first publish to fail", lambda: failures, timeout=10)
     assert failures == [1]
     await clock.advance(0.01)
     assert not task.done() and copy.item("m", "i0") is None, "commits wait, nothing visible"
@@ -155,7 +139,7 @@ async def test_a_store_error_stalls_the_commit_until_the_announcement_succeeds(t
         await asyncio.sleep(0.01)
     assert task.done() and task.result().lsn.generation == 1
     assert failures == [1, 1, 1] and copy.item("m", "i0") is not None
-    await copy.commit(op(1))
+    await copy.commit(op(1, 300))
     await copy.crash_close()
 
 
@@ -167,11 +151,8 @@ async def test_closing_while_the_store_is_down_fails_the_stalled_commit(tmp_path
         raise ClusterStoreError("etcd unreachable")
 
     copy = await mount(tmp_path, publish_open_log=down)
-    task = asyncio.create_task(copy.commit(op(0)))
-    for _ in range(200):
-        if calls:
-            break
-        await asyncio.sleep(0.01)
+    task = asyncio.create_task(copy.commit(op(0, 300)))
+    await wait_until("a publish to the store", lambda: calls, timeout=10)
     assert calls and not task.done()
     await copy.crash_close()
     with pytest.raises(LogStreamStopped, match="not acknowledged"):
@@ -181,14 +162,14 @@ async def test_closing_while_the_store_is_down_fails_the_stalled_commit(tmp_path
 async def test_records_recovered_in_the_open_log_are_announced_before_writes(tmp_path):
     copy = await mount(tmp_path, publish_open_log=Recorder())
     for i in range(3):
-        await copy.commit(op(i))
+        await copy.commit(op(i, 300))
     await copy.crash_close()  # a crash: E00.log holds three commits
     rec = Recorder()
     again = await mount(tmp_path, publish_open_log=rec, create=False)
     assert rec.generations == [1], "announced at mount, before the stream takes writes"
     assert rec.calls[0][1] >= 3 + again.stream.log_file_size
     assert again.stream.open_commits == 3
-    await again.commit(op(3))
+    await again.commit(op(3, 300))
     assert rec.generations == [1]
     await again.crash_close()
     with pytest.raises(Deposed):
@@ -241,10 +222,7 @@ async def test_a_deposed_active_acknowledges_nothing_more(tmp_path):
     with pytest.raises(Deposed):
         await mailboxes.put_items("m", [{"item_id": "y"}])
     # The deposed copy is dismounted at once and not re-mounted (reconcile makes it passive).
-    for _ in range(100):
-        if active.copy is None:
-            break
-        await asyncio.sleep(0.01)
+    await wait_until("the deposed copy dismounted", lambda: active.copy is None, timeout=10)
     status = active.status()
     assert active.copy is None and status.status is CopyStatus.FAILED
     assert "no longer names this node the active" in status.error

@@ -5,17 +5,14 @@ operations, whatever they are (property-based, real SQLite)."""
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from replication_node.storage import ops
-from replication_node.storage.database import Database, Transaction
+from replication_node.storage.database import Database
 from replication_node.storage.overlay import LlrOverlay
-from tests.replication_node.strategies import ITEM_IDS, MAILBOXES, history, operation
-
-T0 = datetime(2026, 11, 23, tzinfo=UTC)
+from tests.replication_node.strategies import ITEM_IDS, MAILBOXES, history, numbered, operation
 
 
 @settings(max_examples=200, deadline=None)
@@ -50,14 +47,7 @@ def test_what_is_not_an_operation_is_refused_naming_why(raw, why):
 )
 @given(generations=history)
 def test_the_database_and_the_overlay_end_with_the_same_rows(tmp_path_factory, generations):
-    txns, cn = [], 0
-    for g, transactions in enumerate(generations, start=1):
-        for offset, raw_ops in enumerate(transactions):
-            numbered = []
-            for raw in raw_ops:
-                cn += 1
-                numbered.append({**raw, "cn": cn})
-            txns.append(Transaction(g, 512 + offset, T0 + timedelta(seconds=cn), numbered))
+    txns = numbered(generations)
     path = tmp_path_factory.mktemp("ops") / "db.sqlite"
     db = Database.create(path, database_signature=uuid.uuid4(), log_signature=uuid.uuid4())
     empty = Database.create(

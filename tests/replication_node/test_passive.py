@@ -3,60 +3,17 @@ aiohttp server on port 0, and a PassiveCopy pulling from it over HTTP."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dag_common.clock import Clock, ManualClock, SystemClock
+from dag_common.clock import ManualClock
 from dag_common.model import CopyStatus
-from replication_node.active.copy import CopyPaths
-from replication_node.interfaces import PassiveSettings
-from replication_node.log.logstream import list_closed_generations
-from replication_node.passive.copy import PassiveCopy
+from replication_node.log.logdir import list_closed_generations
+from tests.cluster_harness import wait_until
+from tests.replication_node.helpers import CorruptingWire, held_for, passive, replayed_through
 from tests.replication_node.share import start_share
-
-
-@pytest.fixture
-async def share(tmp_path):
-    s = await start_share(tmp_path)
-    yield s
-    await s.close()
-
-
-def passive(
-    share, tmp_path, *, clock: Clock | None = None, lag=timedelta(0), source=None, scrub=None
-) -> PassiveCopy:
-    return PassiveCopy(
-        settings=PassiveSettings(
-            database="DB1",
-            node="p",
-            site="s",
-            activation_preference=2,
-            replay_lag_time=lag,
-            scrub_interval=scrub,
-        ),
-        paths=CopyPaths(tmp_path / "passive" / "DB1", "DB1"),
-        source=source or share.source(),
-        clock=clock or SystemClock(),
-        retry_interval=0.05,
-        failed_retry=0.05,
-    )
-
-
-async def until(what, check, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def replayed_through(copy, generation):
-    return lambda: copy.status().last_log_replayed >= generation
 
 
 async def test_seeds_copies_inspects_replays_and_serves_reads(share, tmp_path):
@@ -65,7 +22,7 @@ async def test_seeds_copies_inspects_replays_and_serves_reads(share, tmp_path):
     await copy.start()
     await share.write(40, 60)
     last = await share.roll()
-    await until("replay", replayed_through(copy, last))
+    await wait_until("replay", replayed_through(copy, last))
     status = copy.status()
     assert status.status is CopyStatus.HEALTHY and status.error is None
     assert status.last_log_copied == status.last_log_inspected == last
@@ -81,7 +38,7 @@ async def test_corrupt_generation_is_recopied_three_times_then_the_copy_fails(sh
     await share.write(0, 10)
     first = await share.roll()
     await copy.start()
-    await until("first replay", replayed_through(copy, first))
+    await wait_until("first replay", replayed_through(copy, first))
     await copy.suspend("test")
     await share.write(10, 10)
     bad = await share.roll()
@@ -90,7 +47,7 @@ async def test_corrupt_generation_is_recopied_three_times_then_the_copy_fails(sh
     data[len(data) // 2] ^= 0x40
     path.write_bytes(bytes(data))
     await copy.resume()
-    await until(
+    await wait_until(
         "FailedAndSuspended", lambda: copy.status().status is CopyStatus.FAILED_AND_SUSPENDED
     )
     status = copy.status()
@@ -116,7 +73,7 @@ async def test_corrupt_generation_is_recopied_three_times_then_the_copy_fails(sh
         + bytes(data[len(data) // 2 + 1 :])
     )
     await again.resume()
-    await until("catch up", replayed_through(again, bad))
+    await wait_until("catch up", replayed_through(again, bad))
     assert again.status().status is CopyStatus.HEALTHY
     await again.stop()
 
@@ -126,19 +83,19 @@ async def test_suspension_survives_a_restart_and_resume_catches_up(share, tmp_pa
     await copy.start()
     await share.write(0, 10)
     first = await share.roll()
-    await until("replay", replayed_through(copy, first))
+    await wait_until("replay", replayed_through(copy, first))
     await copy.suspend("disk maintenance")
     await copy.stop()
     await share.write(10, 30)
     last = await share.roll()
     again = passive(share, tmp_path)
     await again.start()
-    await asyncio.sleep(0.3)
+    await wait_until("the restarted copy to say", lambda: again.status().error is not None)
     status = again.status()
     assert status.status is CopyStatus.SUSPENDED and status.error == "disk maintenance"
     assert status.last_log_replayed == first
     await again.resume()
-    await until("catch up", replayed_through(again, last))
+    await wait_until("catch up", replayed_through(again, last))
     assert len(again.reader().items("m")) == 40
     await again.stop()
 
@@ -149,13 +106,13 @@ async def test_lagged_copy_inspects_at_once_and_replays_after_its_lag(share, tmp
     await copy.start()
     await share.write(0, 20)
     last = await share.roll()
-    await until("inspection", lambda: copy.status().last_log_inspected >= last)
-    await asyncio.sleep(0.2)
+    await wait_until("inspection", lambda: copy.status().last_log_inspected >= last)
+    await wait_until("the replay held for its lag", lambda: held_for(clock, 3600))
     status = copy.status()
     assert status.last_log_replayed == 0 and status.replay_queue_length == last
     assert status.replay_lag_time == timedelta(hours=1)
     await clock.advance(3600 + 60)
-    await until("replay after the lag", replayed_through(copy, last))
+    await wait_until("replay after the lag", replayed_through(copy, last))
     await copy.stop()
 
 
@@ -168,12 +125,13 @@ async def test_the_replay_lag_counts_on_the_copys_own_clock(share, tmp_path, ske
     await copy.start()
     await share.write(0, 20)
     last = await share.roll()
-    await until("inspection", lambda: copy.status().last_log_inspected >= last)
+    await wait_until("inspection", lambda: copy.status().last_log_inspected >= last)
+    await wait_until("the replay held for its lag", lambda: held_for(clock, 3600))
     await clock.advance(3600 - 60)
-    await asyncio.sleep(0.2)
+    assert held_for(clock, 60), "a minute of the lag left, on the copy's own clock"
     assert copy.status().last_log_replayed == 0, "held for its lag"
     await clock.advance(120)
-    await until("replay after the lag", replayed_through(copy, last))
+    await wait_until("replay after the lag", replayed_through(copy, last))
     await copy.stop()
     # A restart counts the lag from the file's copy time, on the copy's clock, too.
     mtime = (copy.paths.logs / "E00000001.log").stat().st_mtime
@@ -187,7 +145,7 @@ async def test_passive_truncates_only_what_the_active_deleted(share, tmp_path):
         await share.write(i * 10, 10)
         await share.roll()
     last = share.active.last_log_generated
-    await until("replay", replayed_through(copy, last))
+    await wait_until("replay", replayed_through(copy, last))
     assert list_closed_generations(copy.paths.logs) == list(range(1, last + 1))
     # the active deletes through 2 (as its truncation would once every copy replayed it)
     from replication_node.log.truncation import delete_through
@@ -195,7 +153,7 @@ async def test_passive_truncates_only_what_the_active_deleted(share, tmp_path):
     delete_through(share.active.paths.logs, 2)
     await share.write(100, 5)
     newest = await share.roll()
-    await until("replay", replayed_through(copy, newest))
+    await wait_until("replay", replayed_through(copy, newest))
     assert list_closed_generations(copy.paths.logs)[0] == 3
     await copy.stop()
 
@@ -205,7 +163,7 @@ async def test_a_generation_gone_from_the_active_fails_the_copy_asking_for_resee
     await copy.start()
     await share.write(0, 10)
     first = await share.roll()
-    await until("replay", replayed_through(copy, first))
+    await wait_until("replay", replayed_through(copy, first))
     await copy.suspend("offline")
     for i in range(3):
         await share.write(10 + i * 10, 10)
@@ -214,11 +172,11 @@ async def test_a_generation_gone_from_the_active_fails_the_copy_asking_for_resee
 
     delete_through(share.active.paths.logs, first + 1)
     await copy.resume()
-    await until("failure", lambda: copy.status().status is CopyStatus.FAILED_AND_SUSPENDED)
+    await wait_until("failure", lambda: copy.status().status is CopyStatus.FAILED_AND_SUSPENDED)
     assert "reseed" in copy.status().error
     await copy.reseed()
     last = share.active.last_log_generated
-    await until("reseeded and caught up", replayed_through(copy, last))
+    await wait_until("reseeded and caught up", replayed_through(copy, last))
     assert copy.status().status is CopyStatus.HEALTHY
     assert copy.reader().items("m") == share.active.copy.items("m")
     await copy.stop()
@@ -230,33 +188,16 @@ async def test_unreachable_active_is_disconnected_and_healthy_not_failed(tmp_pat
     await copy.start()
     await s.write(0, 5)
     first = await s.roll()
-    await until("replay", replayed_through(copy, first))
+    await wait_until("replay", replayed_through(copy, first))
     await s.runner.cleanup()  # the active's node goes away
-    await until("disconnected", lambda: copy.status().status is CopyStatus.DISCONNECTED_AND_HEALTHY)
+    await wait_until(
+        "disconnected", lambda: copy.status().status is CopyStatus.DISCONNECTED_AND_HEALTHY
+    )
     assert copy.status().last_log_replayed == first
     await copy.stop()
     await s.session.close()
     await s.active.stop()
     s.store.close()
-
-
-class CorruptingWire:
-    """The real HTTP source, with the first transfer of one generation damaged on the way."""
-
-    def __init__(self, source, generation):
-        self._source = source
-        self._generation = generation
-        self.damaged = 0
-
-    def __getattr__(self, name):
-        return getattr(self._source, name)
-
-    async def fetch(self, generation):
-        data = await self._source.fetch(generation)
-        if generation == self._generation and not self.damaged:
-            self.damaged += 1
-            data = data[:600] + bytes([data[600] ^ 0x01]) + data[601:]
-        return data
 
 
 async def test_a_generation_damaged_on_the_wire_is_set_aside_and_copied_again(share, tmp_path):
@@ -267,7 +208,7 @@ async def test_a_generation_damaged_on_the_wire_is_set_aside_and_copied_again(sh
         await share.write(i * 10, 10)
         await share.roll()
     last = share.active.last_log_generated
-    await until("replay", replayed_through(copy, last))
+    await wait_until("replay", replayed_through(copy, last))
     assert wire.damaged == 1
     assert copy.status().status is CopyStatus.HEALTHY and copy.status().error is None
     assert [p.name for p in (copy.paths.ignored / "InspectionFailed").iterdir()] == [
@@ -312,7 +253,7 @@ async def test_a_copy_claims_the_actives_epoch_only_on_the_same_stream(share, tm
     last = await share.roll()
     copy = passive(share, tmp_path)
     await copy.start()
-    await until("replay", replayed_through(copy, last))
+    await wait_until("replay", replayed_through(copy, last))
     assert copy.status().epoch == share.active.epoch == 1
     await copy.stop()
     # Started again, the copy holds nothing new to inspect: it proves its stream by its last
@@ -320,7 +261,7 @@ async def test_a_copy_claims_the_actives_epoch_only_on_the_same_stream(share, tm
     again = passive(share, tmp_path)
     assert again.status().epoch == 0
     await again.start()
-    await until("the epoch claimed", lambda: again.status().epoch == 1)
+    await wait_until("the epoch claimed", lambda: again.status().epoch == 1)
     assert again.status().status is CopyStatus.HEALTHY
     await again.stop()
     # Its last generation now one of another incarnation of the stream (same number, another
@@ -332,7 +273,7 @@ async def test_a_copy_claims_the_actives_epoch_only_on_the_same_stream(share, tm
     ours.write_bytes(forked.encode() + data[HEADER_SIZE:])
     forked_copy = passive(share, tmp_path)
     await forked_copy.start()
-    await until(
+    await wait_until(
         "the copy to stop",
         lambda: forked_copy.status().status is CopyStatus.FAILED_AND_SUSPENDED,
     )
@@ -350,7 +291,7 @@ async def test_a_copy_damaged_while_stopped_is_never_healthy_and_a_reseed_repair
     last = await share.roll()
     copy = passive(share, tmp_path)
     await copy.start()
-    await until("replay", replayed_through(copy, last))
+    await wait_until("replay", replayed_through(copy, last))
     await copy.stop()
     # A few bytes changed in b-tree pages in the middle of the stopped copy's file.
     path = copy.paths.database
@@ -362,7 +303,7 @@ async def test_a_copy_damaged_while_stopped_is_never_healthy_and_a_reseed_repair
     path.write_bytes(bytes(data))
     damaged = passive(share, tmp_path)
     await damaged.start()
-    await until(
+    await wait_until(
         "the check on open", lambda: damaged.status().status is CopyStatus.FAILED_AND_SUSPENDED
     )
     assert "corrupt" in (damaged.status().error or "")
@@ -374,7 +315,7 @@ async def test_a_copy_damaged_while_stopped_is_never_healthy_and_a_reseed_repair
     assert restarted.status().status is CopyStatus.FAILED_AND_SUSPENDED
     assert restarted.reader() is None
     await restarted.reseed()
-    await until("the reseed", replayed_through(restarted, last))
+    await wait_until("the reseed", replayed_through(restarted, last))
     assert restarted.status().status is CopyStatus.HEALTHY
     assert len(restarted.reader().items("m")) == 300
     await restarted.stop()
@@ -388,7 +329,7 @@ async def test_the_copy_queue_counts_the_open_log_once_it_holds_a_commit(tmp_pat
         first = await share.roll()
         copy = passive(share, tmp_path)
         await copy.start()
-        await until("replay", replayed_through(copy, first))
+        await wait_until("replay", replayed_through(copy, first))
         assert copy.status().copy_queue_length == 0, "an open log holding only its header"
         await share.write(10, 5)  # the open log's first commit is announced
         await share.write(15, 5)
@@ -397,12 +338,12 @@ async def test_the_copy_queue_counts_the_open_log_once_it_holds_a_commit(tmp_pat
             s = copy.status()
             return s.copy_queue_length == 1 and s.last_log_generated == first + 1
 
-        await until("the open log in the copy queue", queued)
+        await wait_until("the open log in the copy queue", queued)
         assert share.active.status().last_log_generated == first + 1
         assert share.active.status().open_commits == 2
         assert 1 <= copy.status().open_commits <= 2, "what the copy heard: a lower bound"
         last = await share.roll()
-        await until("replay", replayed_through(copy, last))
+        await wait_until("replay", replayed_through(copy, last))
         status = copy.status()
         assert (status.copy_queue_length, status.open_commits, status.last_log_generated) == (
             0,
@@ -421,9 +362,9 @@ async def test_the_background_scrub_finds_a_file_damaged_under_a_running_copy(sh
     last = await share.roll()
     copy = passive(share, tmp_path, clock=clock, scrub=timedelta(hours=24))
     await copy.start()
-    await until("replay", replayed_through(copy, last))
+    await wait_until("replay", replayed_through(copy, last))
     await clock.advance(24 * 3600)
-    await until("a first pass", lambda: copy.status().last_scrub_result is not None)
+    await wait_until("a first pass", lambda: copy.status().last_scrub_result is not None)
     status = copy.status()
     assert status.last_scrub_result.startswith("ok") and status.status is CopyStatus.HEALTHY
     # Bytes changed in b-tree pages in the middle of the file while the copy runs (every
@@ -439,7 +380,7 @@ async def test_the_background_scrub_finds_a_file_damaged_under_a_running_copy(sh
             f.seek(page * 4096)
             f.write(b"\xff" * 8)
     await clock.advance(24 * 3600)
-    await until(
+    await wait_until(
         "the next pass to find it",
         lambda: copy.status().status is CopyStatus.FAILED_AND_SUSPENDED,
     )

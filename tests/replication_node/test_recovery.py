@@ -8,7 +8,7 @@ import pytest
 
 from replication_node.errors import RecoveryError
 from replication_node.log import logfile
-from replication_node.log.logstream import list_closed_generations
+from replication_node.log.logdir import list_closed_generations
 from replication_node.storage.mailbox_store import MailboxStore
 from tests.replication_node.helpers import mount
 
@@ -65,13 +65,12 @@ def test_kill_9_during_concurrent_commits_loses_no_acknowledged_write(tmp_path, 
 
 async def test_torn_tail_is_cut_and_reported(tmp_path):
     copy, _ = await fill(tmp_path, n=10)
+    created = copy.stream.open_header.creation_time
     await copy.crash_close()
     e00 = copy.paths.logs / logfile.OPEN_LOG_NAME
     size = e00.stat().st_size
     with open(e00, "ab") as f:  # a write that was in flight when the power went
-        f.write(
-            logfile.encode_transaction([{"op": "put_item"}], copy.stream._header.creation_time)[:-7]
-        )
+        f.write(logfile.encode_transaction([{"op": "put_item"}], created)[:-7])
     copy = await mount(tmp_path, create=False, log_file_size=16 * 1024)
     assert len(items(copy)) == 10
     assert any("cut at offset" in n for n in copy.recovery_notes)
@@ -82,10 +81,11 @@ async def test_torn_tail_is_cut_and_reported(tmp_path):
 async def test_crash_between_close_record_and_rename_finishes_the_roll(tmp_path):
     copy, _ = await fill(tmp_path, n=10)
     gen = copy.stream.generation
+    created = copy.stream.open_header.creation_time
     await copy.crash_close()
     e00 = copy.paths.logs / logfile.OPEN_LOG_NAME
     with open(e00, "ab") as f:  # the CLOSE record is durable, the rename never happened
-        f.write(logfile.encode_record(logfile.RecordType.CLOSE, copy.stream._header.creation_time))
+        f.write(logfile.encode_record(logfile.RecordType.CLOSE, created))
     copy = await mount(tmp_path, create=False, log_file_size=16 * 1024)
     assert len(items(copy)) == 10
     assert logfile.verify_closed((copy.paths.logs / logfile.closed_log_name(gen)).read_bytes(), gen)

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from dag_common.auth import bearer
-from dag_common.clock import SystemClock
 from dag_common.config import parse_config
 from dag_common.mailbox_digest import item_term, to_hex
-from replication_node.cluster.store.embedded import EmbeddedClusterStore
-from replication_node.node import Node, build_app
-from tests.cluster_harness import free_port
+from tests.cluster_harness import cluster_config, free_port
+from tests.replication_node.helpers import serving_node
 
 TOKEN = "api-token-0123456789abcdef"
 
@@ -22,31 +19,20 @@ TOKEN = "api-token-0123456789abcdef"
 async def node(tmp_path):
     port = free_port()
     config = parse_config(
-        {
-            "cluster": "t",
-            "cluster_store": {"kind": "embedded", "path": "cluster.db"},
-            "defaults": {"log_file_size": "64KiB", "llr_depth": 2, "failover_after": None},
-            "nodes": [
-                {"name": "n1", "site": "s", "url": f"http://127.0.0.1:{port}", "data_dir": "n1"}
-            ],
-            "databases": [{"name": "DB1", "copies": [{"node": "n1", "activation_preference": 1}]}],
-            "guarantee_api": {"listen": "127.0.0.1:1", "http_listen": "127.0.0.1:2"},
-        },
+        cluster_config(
+            [("n1", "s", f"http://127.0.0.1:{port}")],
+            [{"name": "DB1", "copies": [{"node": "n1", "activation_preference": 1}]}],
+            cluster="t",
+            cluster_store={"kind": "embedded", "path": "cluster.db"},
+            defaults={"log_file_size": "64KiB", "llr_depth": 2, "failover_after": None},
+        ),
         base_dir=tmp_path,
     )
-    store = EmbeddedClusterStore(tmp_path / "cluster.db")
-    n = Node(config=config, name="n1", token=TOKEN, clock=SystemClock(), cluster_store=store)
-    await n.start()
-    runner = web.AppRunner(build_app(n), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    async with aiohttp.ClientSession(
-        base_url=f"http://127.0.0.1:{port}", headers=bearer(TOKEN)
-    ) as session:
+    async with (
+        serving_node(config, tmp_path, name="n1", port=port, token=TOKEN) as (n, url),
+        aiohttp.ClientSession(base_url=url, headers=bearer(TOKEN)) as session,
+    ):
         yield n, session
-    await runner.cleanup()
-    await n.stop()
-    store.close()
 
 
 async def call(session, method, path, **kw):

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from replication_node.log import logfile
-from replication_node.log.logstream import list_closed_generations
+from replication_node.log.logdir import list_closed_generations
 from replication_node.log.truncation import (
     CopyProgress,
     active_truncation_limit,

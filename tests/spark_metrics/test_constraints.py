@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from dag_common.model import DataMoveReplicationConstraint as Constraint
-from guarantee_api.policy import Limits
+from guarantee_api.values import Limits
 from spark_metrics.constraints import CONSTRAINTS, FRACTION_COLUMNS, satisfaction_counts
 from tests.spark_metrics.scenarios import (
     pandas_input,

@@ -9,7 +9,6 @@ import io
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -21,21 +20,18 @@ from dag_common.model import CopyRole
 from spark_metrics.aggregate import aggregate
 from spark_metrics.options import AggregateOptions
 from spark_metrics.progress import Progress
-from tests.guarantee_api.conftest import TOKEN
+from tests.cluster_harness import wait_until
 from tests.guarantee_api.fake_nodes import FakeNodes
-from tests.guarantee_api.helpers import healthy_cluster, node_status, report
-from tests.guarantee_api.test_cli import write_config
+from tests.guarantee_api.helpers import TOKEN, healthy_cluster, node_status, report, write_config
 from tests.spark_metrics.scenarios import reference_fractions
 
 
 async def _files(history: Path, at_least: int, timeout: float = 120) -> list[Path]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        files = sorted(history.rglob("*.parquet"))
-        if len(files) >= at_least:
-            return files
-        await asyncio.sleep(0.1)
-    raise TimeoutError(f"fewer than {at_least} history files after {timeout}s")
+    def written() -> bool:
+        return len(list(history.rglob("*.parquet"))) >= at_least
+
+    await wait_until(f"{at_least} history files", written, timeout=timeout, every=0.1)
+    return sorted(history.rglob("*.parquet"))
 
 
 @pytest.mark.slow

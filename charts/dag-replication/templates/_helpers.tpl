@@ -60,6 +60,29 @@ app.kubernetes.io/component: {{ .component }}
 {{- if not .Values.clusterStore.etcd.endpoints }}true{{ end }}
 {{- end }}
 
+{{/* etcd's TLS Secret is mounted (and named in the config) when set with etcd endpoints. */}}
+{{- define "dag.etcdTls" -}}
+{{- $etcd := .Values.clusterStore.etcd }}
+{{- if and $etcd.endpoints $etcd.tls.existingSecret }}
+{{- if not (or $etcd.tls.ca $etcd.tls.clientCertificate) }}
+{{- fail "clusterStore.etcd.tls.existingSecret is set but neither tls.ca nor tls.clientCertificate: nothing to use it for" }}
+{{- end }}true
+{{- end }}
+{{- end }}
+
+{{/* etcd's password Secret: a user and its Secret go together. */}}
+{{- define "dag.etcdAuth" -}}
+{{- $etcd := .Values.clusterStore.etcd }}
+{{- if and $etcd.endpoints (or $etcd.auth.username $etcd.auth.existingSecret) }}
+{{- if not $etcd.auth.username }}
+{{- fail "clusterStore.etcd.auth.existingSecret is set but auth.username is not: etcd authentication needs both" }}
+{{- end }}
+{{- if not $etcd.auth.existingSecret }}
+{{- fail "clusterStore.etcd.auth.username is set but auth.existingSecret is not: the password comes from a Secret, never from values" }}
+{{- end }}true
+{{- end }}
+{{- end }}
+
 {{/* The node's pod name (= its name in the cluster config) for a site and an ordinal. */}}
 {{- define "dag.nodeName" -}}
 {{- printf "%s-%s-%d" (include "dag.fullname" .root) .site (int .ordinal) }}
@@ -94,8 +117,29 @@ app.kubernetes.io/component: {{ .component }}
 {{- $databases = append $databases (merge (dict "copies" $copies) (omit $db "copies")) }}
 {{- end }}
 {{- $store := dict "kind" "embedded" "path" "/var/lib/dag/store/cluster.db" }}
-{{- if $v.clusterStore.etcd.endpoints }}
-{{- $store = dict "kind" "etcd" "endpoints" $v.clusterStore.etcd.endpoints }}
+{{- $etcd := $v.clusterStore.etcd }}
+{{- if $etcd.endpoints }}
+{{- $store = dict "kind" "etcd" "endpoints" $etcd.endpoints "timeout" $etcd.timeout }}
+{{- if include "dag.etcdTls" $root }}
+{{- range $e := $etcd.endpoints }}
+{{- if not (hasPrefix "https://" $e) }}
+{{- fail (printf "clusterStore.etcd.tls.existingSecret is set, so every clusterStore.etcd.endpoints must be https://, but %s is not" $e) }}
+{{- end }}
+{{- end }}
+{{- if $etcd.tls.ca }}
+{{- $_ := set $store "ca_file" "/etc/dag-etcd/tls/ca.crt" }}
+{{- end }}
+{{- if $etcd.tls.clientCertificate }}
+{{- $_ := set $store "cert_file" "/etc/dag-etcd/tls/tls.crt" }}
+{{- $_ := set $store "key_file" "/etc/dag-etcd/tls/tls.key" }}
+{{- end }}
+{{- end }}
+{{- if include "dag.etcdAuth" $root }}
+{{- $_ := set $store "username" $etcd.auth.username }}
+{{- $_ := set $store "password_file" "/etc/dag-etcd/auth/password" }}
+{{- end }}
+{{- else if or $etcd.tls.existingSecret $etcd.auth.username $etcd.auth.existingSecret }}
+{{- fail "clusterStore.etcd.tls and clusterStore.etcd.auth are for etcd: set clusterStore.etcd.endpoints too" }}
 {{- end }}
 {{- $grpc := printf "%s.%s:%d" (include "dag.guaranteeService" $root) $domain (int $v.guaranteeApi.grpcPort) }}
 {{- if .server }}
@@ -106,8 +150,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- toYaml $config }}
 {{- end }}
 
-{{/* Volumes and mounts every pod of the release has: the config, a writable /tmp, and the
-     embedded cluster store when there is no etcd. */}}
+{{/* Volumes and mounts every pod of the release has: the config, a writable /tmp, the
+     embedded cluster store when there is no etcd, and etcd's TLS and password Secrets when
+     set. */}}
 {{- define "dag.commonVolumes" -}}
 - name: config
   configMap:
@@ -118,6 +163,21 @@ app.kubernetes.io/component: {{ .component }}
 - name: store
   persistentVolumeClaim:
     claimName: {{ include "dag.fullname" . }}-store
+{{- end }}
+{{- if include "dag.etcdTls" . }}
+- name: etcd-tls
+  secret:
+    secretName: {{ .Values.clusterStore.etcd.tls.existingSecret }}
+    defaultMode: 288  # 0440: the owner and the pod's fsGroup
+{{- end }}
+{{- if include "dag.etcdAuth" . }}
+- name: etcd-auth
+  secret:
+    secretName: {{ .Values.clusterStore.etcd.auth.existingSecret }}
+    defaultMode: 288  # 0440
+    items:
+      - key: {{ .Values.clusterStore.etcd.auth.existingSecretKey }}
+        path: password
 {{- end }}
 {{- end }}
 
@@ -130,6 +190,16 @@ app.kubernetes.io/component: {{ .component }}
 {{- if include "dag.embeddedStore" . }}
 - name: store
   mountPath: /var/lib/dag/store
+{{- end }}
+{{- if include "dag.etcdTls" . }}
+- name: etcd-tls
+  mountPath: /etc/dag-etcd/tls
+  readOnly: true
+{{- end }}
+{{- if include "dag.etcdAuth" . }}
+- name: etcd-auth
+  mountPath: /etc/dag-etcd/auth
+  readOnly: true
 {{- end }}
 {{- end }}
 

@@ -4,10 +4,19 @@ log at risk, and the mailbox directory (which database holds a mailbox).
 
 One abstract store, one module per engine (as patroni's dcs/): `embedded.py` is a SQLite
 file on this machine (the default: every local node process opens the same file); an etcd
-engine (`etcd.py`, over etcd's v3 JSON gateway) serves nodes on several hosts.
+engine (`etcd.py`, over etcd's v3 JSON gateway: `etcd_gateway.py`, with TLS and etcd's
+authentication) serves nodes on several hosts.
 
 Every write that decides something is a compare-and-set on an epoch or on the previous
 value, so two nodes can never both believe they won.
+
+The active holds a lease on its role (`renew_lease`): while another node's lease is live,
+`set_active` refuses with LeaseHeld, so that a copy is never activated while the old active
+may still acknowledge writes.  An engine's lease expires by its own clock: etcd's leases by
+the etcd leader's, the embedded store's by this machine's monotonic clock (with its boot, so
+that a lease written before a reboot is not taken for live).  The holder counts its lease
+from *before* it asked to renew, by its own monotonic clock, so it always believes it holds
+the lease for less time than the store does.
 """
 
 from __future__ import annotations
@@ -19,7 +28,18 @@ from datetime import datetime
 from dag_common.config import ClusterConfig, EmbeddedStore
 from dag_common.incarnation import EpochRecord
 
-__all__ = ["ActiveRecord", "ClusterStore", "EpochRecord", "open_cluster_store"]
+__all__ = ["ActiveRecord", "ClusterStore", "EpochRecord", "LeaseRecord", "open_cluster_store"]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """A live lease on the active role of `database`: held by `node` at `epoch`, for
+    `expires_in` more seconds by the store's clock when it was read."""
+
+    database: str
+    node: str
+    epoch: int
+    expires_in: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +93,23 @@ class ClusterStore(abc.ABC):
         of an earlier epoch is ever taken for surviving).  A known start also begins the new
         record's LastLogGenerated at `start_generation - 1`; the open log at risk starts
         empty; the change-number ceiling carries over.  Returns the new record, or None if
-        someone else changed it first."""
+        someone else changed it first.  LeaseHeld (nothing changed) while a node other than
+        `node` holds a live lease on the role."""
+
+    @abc.abstractmethod
+    async def renew_lease(self, database: str, node: str, epoch: int, ttl: float) -> bool:
+        """Grant or extend `node`'s lease on the active role of `database` for `ttl` seconds
+        from now, only if `node` is the active at `epoch` and no other node holds a live
+        lease; False otherwise (the caller must stop acknowledging)."""
+
+    @abc.abstractmethod
+    async def release_lease(self, database: str, node: str, epoch: int) -> None:
+        """End `node`'s lease at `epoch` now (a switchover, a clean dismount); nothing if it
+        holds none."""
+
+    @abc.abstractmethod
+    async def lease(self, database: str) -> LeaseRecord | None:
+        """The live lease on the active role of `database`, or None."""
 
     @abc.abstractmethod
     async def history(self, database: str) -> list[EpochRecord]:
@@ -113,11 +149,13 @@ class ClusterStore(abc.ABC):
 
 
 def open_cluster_store(config: ClusterConfig) -> ClusterStore:
-    """The store the config names."""
+    """The store the config names; ConfigError if a file it names (etcd's CA, client
+    certificate, password) is missing or unusable."""
     if isinstance(config.cluster_store, EmbeddedStore):
         from replication_node.cluster.store.embedded import EmbeddedClusterStore
 
         return EmbeddedClusterStore(config.cluster_store.path)
     from replication_node.cluster.store.etcd import EtcdClusterStore
+    from replication_node.cluster.store.etcd_gateway import open_gateway
 
-    return EtcdClusterStore(config.cluster_store.endpoints, cluster=config.cluster)
+    return EtcdClusterStore(open_gateway(config.cluster_store), cluster=config.cluster)

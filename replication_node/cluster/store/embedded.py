@@ -6,10 +6,12 @@ import asyncio
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from replication_node.cluster.store import ActiveRecord, ClusterStore, EpochRecord
+from replication_node.cluster.store import ActiveRecord, ClusterStore, EpochRecord, LeaseRecord
+from replication_node.errors import LeaseHeld
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS active_copy(
@@ -18,6 +20,9 @@ CREATE TABLE IF NOT EXISTS active_copy(
   open_generation INTEGER NOT NULL DEFAULT 0, change_number_ceiling INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS mailbox_directory(
   mailbox TEXT PRIMARY KEY, database TEXT NOT NULL, updated TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS active_lease(
+  database TEXT PRIMARY KEY, node TEXT NOT NULL, epoch INTEGER NOT NULL,
+  expires REAL NOT NULL, boot TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS stream_history(
   database TEXT NOT NULL, epoch INTEGER NOT NULL, node TEXT NOT NULL,
   start_generation INTEGER NOT NULL, created TEXT NOT NULL, PRIMARY KEY(database, epoch));
@@ -45,12 +50,24 @@ def _set_wal(conn: sqlite3.Connection, attempts: int = 200) -> None:
             time.sleep(0.05)  # start-up only, before the store serves anything
 
 
+def _boot_id() -> str:
+    """This boot of the machine (Linux): monotonic times of another boot mean nothing now."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
 class EmbeddedClusterStore(ClusterStore):
     """SQLite, WAL, fsync on commit; writes are compare-and-set inside IMMEDIATE txns."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, monotonic: Callable[[], float] = time.monotonic) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        # Leases expire by this machine's monotonic clock, which every process on it shares
+        # and which no one sets; a lease from another boot (its clock began again) is over.
+        self._monotonic = monotonic
+        self._boot = _boot_id()
         self._conn = sqlite3.connect(
             path, check_same_thread=False, isolation_level=None, timeout=10.0
         )
@@ -112,6 +129,10 @@ class EmbeddedClusterStore(ClusterStore):
             if (current.epoch if current else 0) != expected_epoch:
                 self._conn.execute("ROLLBACK")
                 return None
+            held = self._lease(database)
+            if held is not None and held.node != node:
+                self._conn.execute("ROLLBACK")
+                raise LeaseHeld(database, held.node, held.expires_in)
             generated = current.last_log_generated if current else 0
             if start_generation is not None:
                 generated = start_generation - 1
@@ -142,6 +163,53 @@ class EmbeddedClusterStore(ClusterStore):
         start_generation: int | None = None,
     ) -> ActiveRecord | None:
         return await self._run(self._set_active, database, node, expected_epoch, start_generation)
+
+    def _lease(self, database: str) -> LeaseRecord | None:
+        row = self._conn.execute(
+            "SELECT node, epoch, expires, boot FROM active_lease WHERE database=?", (database,)
+        ).fetchone()
+        if row is None or row[3] != self._boot:
+            return None
+        left = row[2] - self._monotonic()
+        return LeaseRecord(database, row[0], row[1], left) if left > 0 else None
+
+    async def lease(self, database: str) -> LeaseRecord | None:
+        return await self._run(self._lease, database)
+
+    def _renew_lease(self, database: str, node: str, epoch: int, ttl: float) -> bool:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            current = self._active(database)
+            held = self._lease(database)
+            if (
+                current is None
+                or (current.node, current.epoch) != (node, epoch)
+                or (held is not None and held.node != node)
+            ):
+                self._conn.execute("ROLLBACK")
+                return False
+            self._conn.execute(
+                "INSERT OR REPLACE INTO active_lease VALUES (?, ?, ?, ?, ?)",
+                (database, node, epoch, self._monotonic() + ttl, self._boot),
+            )
+            self._conn.execute("COMMIT")
+            return True
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+
+    async def renew_lease(self, database: str, node: str, epoch: int, ttl: float) -> bool:
+        return await self._run(self._renew_lease, database, node, epoch, ttl)
+
+    def _release_lease(self, database: str, node: str, epoch: int) -> None:
+        self._conn.execute(
+            "DELETE FROM active_lease WHERE database=? AND node=? AND epoch=?",
+            (database, node, epoch),
+        )
+
+    async def release_lease(self, database: str, node: str, epoch: int) -> None:
+        await self._run(self._release_lease, database, node, epoch)
 
     def _history(self, database: str) -> list[EpochRecord]:
         rows = self._conn.execute(

@@ -13,23 +13,22 @@ library to pin.  Keys live under `/dag/<cluster>/`:
 Every decision is an etcd transaction that compares the key's mod_revision (or, for a key
 that must not exist yet, its create_revision with 0) with what was read, so two writers can
 never both win; a writer that loses reads again (publish) or reports that it lost.
-Endpoints are tried in order; an unreachable etcd is `ClusterStoreError`.
+The gateway (`etcd_gateway.py`) tries the endpoints in order and carries TLS and the token;
+an etcd that cannot be reached or refuses us is `ClusterStoreError`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import json
+import math
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
 
-import aiohttp
-import orjson
-
-from replication_node.cluster.store import ActiveRecord, ClusterStore, EpochRecord
-from replication_node.errors import ClusterStoreError
+from replication_node.cluster.store import ActiveRecord, ClusterStore, EpochRecord, LeaseRecord
+from replication_node.cluster.store.etcd_gateway import EtcdGateway
+from replication_node.errors import ClusterStoreError, LeaseHeld
 
 
 def _b64(text: str) -> str:
@@ -49,58 +48,50 @@ def _prefix_end(prefix: str) -> str:
 class EtcdClusterStore(ClusterStore):
     """ClusterStore over an etcd cluster's v3 JSON gateway."""
 
-    def __init__(self, endpoints: list[str], *, cluster: str, timeout: float = 5.0) -> None:
-        self._endpoints = [e.rstrip("/") for e in endpoints]
+    def __init__(self, gateway: EtcdGateway, *, cluster: str) -> None:
+        self._gateway = gateway
         self._prefix = f"/dag/{cluster}/"
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
-        self._session: aiohttp.ClientSession | None = None
-
-    async def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
-        errors = []
-        # Every endpoint in turn: one that cannot be reached, or answers anything but 200
-        # (a member without quorum, a proxy's error page), is passed over for the next.
-        for endpoint in self._endpoints:
-            try:
-                async with self._session.post(f"{endpoint}{path}", json=body) as resp:
-                    raw = await resp.read()
-                    if resp.status != 200:
-                        text = raw[:200].decode(errors="replace")
-                        errors.append(f"{endpoint}: HTTP {resp.status} {text}")
-                        continue
-                    data = orjson.loads(raw)
-                    if not isinstance(data, dict):
-                        raise ValueError(f"not a JSON object: {raw[:100]!r}")
-                    return data
-            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                errors.append(f"{endpoint}: {exc!r}")
-        raise ClusterStoreError(f"no etcd endpoint answered {path}: {'; '.join(errors)}")
+        # The etcd leases this store granted: database -> (lease ID, node, epoch).
+        self._leases: dict[str, tuple[str, str, int]] = {}
 
     async def _get(self, key: str) -> tuple[str | None, int]:
         """The value of `key` and its mod_revision (None, 0 if absent)."""
-        data = await self._call("/v3/kv/range", {"key": _b64(self._prefix + key)})
+        data = await self._gateway.call("/v3/kv/range", {"key": _b64(self._prefix + key)})
         kvs = data.get("kvs") or []
         if not kvs:
             return None, 0
         return _unb64(kvs[0].get("value", "")), int(kvs[0]["mod_revision"])
 
+    def _unchanged(self, key: str, mod_revision: int) -> dict[str, str]:
+        """The txn compare that `key` is still at `mod_revision` (0: still absent)."""
+        k = _b64(self._prefix + key)
+        if mod_revision == 0:
+            return {"key": k, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
+        return {"key": k, "target": "MOD", "result": "EQUAL", "mod_revision": str(mod_revision)}
+
     async def _put_if(
-        self, key: str, value: str, mod_revision: int, *, also: dict[str, str] | None = None
+        self,
+        key: str,
+        value: str,
+        mod_revision: int,
+        *,
+        also: dict[str, str] | None = None,
+        unchanged: dict[str, int] | None = None,
+        lease: str | None = None,
     ) -> bool:
         """Put `value` (and the `also` keys, in the same transaction) only if `key` is still
-        at `mod_revision` (0: still absent)."""
+        at `mod_revision` (0: still absent), and each of the `unchanged` keys at its own;
+        `lease`: the etcd lease the put key is attached to."""
         k = _b64(self._prefix + key)
-        compare = (
-            {"key": k, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
-            if mod_revision == 0
-            else {"key": k, "target": "MOD", "result": "EQUAL", "mod_revision": str(mod_revision)}
-        )
-        puts = [{"request_put": {"key": k, "value": _b64(value)}}] + [
+        compare = [self._unchanged(key, mod_revision)] + [
+            self._unchanged(other, rev) for other, rev in (unchanged or {}).items()
+        ]
+        put = {"key": k, "value": _b64(value)} | ({"lease": lease} if lease else {})
+        puts = [{"request_put": put}] + [
             {"request_put": {"key": _b64(self._prefix + other), "value": _b64(v)}}
             for other, v in (also or {}).items()
         ]
-        data = await self._call("/v3/kv/txn", {"compare": [compare], "success": puts})
+        data = await self._gateway.call("/v3/kv/txn", {"compare": compare, "success": puts})
         return bool(data.get("succeeded"))
 
     @staticmethod
@@ -151,6 +142,9 @@ class EtcdClusterStore(ClusterStore):
         current = self._record(database, value) if value is not None else None
         if (current.epoch if current else 0) != expected_epoch:
             return None
+        held, lease_revision = await self._lease_key(database)
+        if held is not None and held.node != node:
+            raise LeaseHeld(database, held.node, held.expires_in)
         generated = current.last_log_generated if current else 0
         if start_generation is not None:
             generated = start_generation - 1
@@ -163,13 +157,78 @@ class EtcdClusterStore(ClusterStore):
             new,
             revision,
             also={self._history_key(database, epoch): history},
+            unchanged={f"lease/{database}": lease_revision},  # no lease taken meanwhile
         ):
             return None
         return self._record(database, new)
 
+    async def _lease_key(self, database: str) -> tuple[LeaseRecord | None, int]:
+        """The live lease on the role (None: none) and its key's mod_revision (0: absent)."""
+        data = await self._gateway.call(
+            "/v3/kv/range", {"key": _b64(self._prefix + f"lease/{database}")}
+        )
+        kvs = data.get("kvs") or []
+        if not kvs:
+            return None, 0
+        revision = int(kvs[0]["mod_revision"])
+        left = await self._gateway.call("/v3/lease/timetolive", {"ID": kvs[0].get("lease", "0")})
+        ttl = int(left.get("TTL", -1))
+        if ttl <= 0:  # expired: etcd deletes the key at once
+            return None, revision
+        holder = json.loads(_unb64(kvs[0].get("value", "")))
+        return LeaseRecord(database, holder["node"], int(holder["epoch"]), float(ttl)), revision
+
+    async def lease(self, database: str) -> LeaseRecord | None:
+        held, _ = await self._lease_key(database)
+        return held
+
+    async def renew_lease(self, database: str, node: str, epoch: int, ttl: float) -> bool:
+        value, revision = await self._get(f"active/{database}")
+        if value is None:
+            return False
+        current = self._record(database, value)
+        if (current.node, current.epoch) != (node, epoch):
+            return False
+        mine = self._leases.get(database)
+        if mine is not None and mine[1:] == (node, epoch):
+            kept = await self._gateway.call("/v3/lease/keepalive", {"ID": mine[0]})
+            if int((kept.get("result") or {}).get("TTL", 0)) > 0:
+                return True
+            del self._leases[database]  # expired: etcd deleted the key, grant another
+        held, lease_revision = await self._lease_key(database)
+        if held is not None and held.node != node:
+            return False
+        granted = await self._gateway.call("/v3/lease/grant", {"TTL": max(1, math.ceil(ttl))})
+        lease_id = str(granted["ID"])
+        key_value = json.dumps({"node": node, "epoch": epoch})
+        # Only while the record still names this node at this epoch, and no one else put
+        # the lease key since it was read.
+        if not await self._put_if(
+            f"lease/{database}",
+            key_value,
+            lease_revision,
+            unchanged={f"active/{database}": revision},
+            lease=lease_id,
+        ):
+            await self._revoke(lease_id)
+            return False
+        self._leases[database] = (lease_id, node, epoch)
+        return True
+
+    async def _revoke(self, lease_id: str) -> None:
+        # Gone already, or unreachable: it expires by its TTL anyway.
+        with contextlib.suppress(ClusterStoreError):
+            await self._gateway.call("/v3/lease/revoke", {"ID": lease_id})
+
+    async def release_lease(self, database: str, node: str, epoch: int) -> None:
+        mine = self._leases.get(database)
+        if mine is not None and mine[1:] == (node, epoch):
+            del self._leases[database]
+            await self._revoke(mine[0])
+
     async def history(self, database: str) -> list[EpochRecord]:
         prefix = self._prefix + f"history/{database}/"
-        data = await self._call(
+        data = await self._gateway.call(
             "/v3/kv/range", {"key": _b64(prefix), "range_end": _prefix_end(prefix)}
         )
         records = []
@@ -181,9 +240,12 @@ class EtcdClusterStore(ClusterStore):
             )
         return sorted(records, key=lambda r: r.epoch)
 
-    async def publish_last_log_generated(
-        self, database: str, node: str, epoch: int, generation: int
-    ) -> bool:
+    async def _publish(
+        self, database: str, node: str, epoch: int, change: Callable[[ActiveRecord], str | None]
+    ) -> bool | None:
+        """Compare-and-set the active record of `database` while it still names `node` at
+        `epoch`: `change` gives its new value (None: it says this already).  False if the
+        record names another active; None if ten writers in a row won the race."""
         for _ in range(10):  # lost races against another publish: read again
             value, revision = await self._get(f"active/{database}")
             if value is None:
@@ -191,40 +253,44 @@ class EtcdClusterStore(ClusterStore):
             current = self._record(database, value)
             if (current.node, current.epoch) != (node, epoch):
                 return False
-            if current.last_log_generated >= generation:
+            new = change(current)
+            if new is None or await self._put_if(f"active/{database}", new, revision):
                 return True
-            new = self._value(
+        return None
+
+    async def publish_last_log_generated(
+        self, database: str, node: str, epoch: int, generation: int
+    ) -> bool:
+        def change(current: ActiveRecord) -> str | None:
+            if current.last_log_generated >= generation:
+                return None
+            return self._value(
                 node, epoch, generation, current.open_generation, current.change_number_ceiling
             )
-            if await self._put_if(f"active/{database}", new, revision):
-                return True
-        return False
+
+        return bool(await self._publish(database, node, epoch, change))
 
     async def publish_open_generation(
         self, database: str, node: str, epoch: int, generation: int, change_number_ceiling: int
     ) -> bool:
-        for _ in range(10):  # lost races against another publish: read again
-            value, revision = await self._get(f"active/{database}")
-            if value is None:
-                return False
-            current = self._record(database, value)
-            if (current.node, current.epoch) != (node, epoch):
-                return False
+        def change(current: ActiveRecord) -> str | None:
             if (
                 current.open_generation >= generation
                 and current.change_number_ceiling >= change_number_ceiling
             ):
-                return True
-            new = self._value(
+                return None
+            return self._value(
                 node,
                 epoch,
                 current.last_log_generated,
                 max(current.open_generation, generation),
                 max(current.change_number_ceiling, change_number_ceiling),
             )
-            if await self._put_if(f"active/{database}", new, revision):
-                return True
-        raise ClusterStoreError(f"etcd: {database}: publishing the open generation kept racing")
+
+        published = await self._publish(database, node, epoch, change)
+        if published is None:
+            raise ClusterStoreError(f"etcd: {database}: publishing the open generation kept racing")
+        return published
 
     async def mailbox_database(self, mailbox: str) -> str | None:
         value, _ = await self._get(f"mailbox/{mailbox}")
@@ -240,7 +306,7 @@ class EtcdClusterStore(ClusterStore):
 
     async def mailboxes(self) -> dict[str, str]:
         prefix = self._prefix + "mailbox/"
-        data = await self._call(
+        data = await self._gateway.call(
             "/v3/kv/range", {"key": _b64(prefix), "range_end": _prefix_end(prefix)}
         )
         return {
@@ -249,9 +315,4 @@ class EtcdClusterStore(ClusterStore):
         }
 
     def close(self) -> None:
-        session, self._session = self._session, None
-        if session is not None and not session.closed:
-            # close() is synchronous (the embedded store's is); let the loop finish it.
-            # (no loop left: the process is ending and the socket goes with it)
-            with contextlib.suppress(RuntimeError):
-                asyncio.get_running_loop().create_task(session.close())
+        self._gateway.close()

@@ -1,0 +1,83 @@
+"""One runner for every command line of the project: parse, run, and turn what went wrong
+into one `error:` line and the exit code (dag_common.model.ExitCode).
+
+    0  ok
+    1  the operation failed: a refused or failed call, a node or service unreachable, a
+       failure of this project's own (any DagError not named bad input), an interruption
+    2  bad input: bad arguments, a bad config (ConfigError), or an error the command names
+
+A traceback is never printed: an unexpected exception is a bug, said in one line; the
+traceback goes to the debug log (`--verbose`, where a command has it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable
+
+import aiohttp
+
+from dag_common.errors import ConfigError, DagError
+from dag_common.model import ExitCode
+
+logger = logging.getLogger(__name__)
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def error(message: str) -> None:
+    """Say one error line on stderr."""
+    print(f"error: {message}", file=sys.stderr)
+
+
+def _os_error(exc: OSError) -> str:
+    if exc.filename is not None and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
+def run(
+    parser: argparse.ArgumentParser,
+    argv: list[str] | None,
+    *,
+    bad_input: tuple[type[BaseException], ...] = (),
+    before: Callable[[argparse.Namespace], None] | None = None,
+) -> int:
+    """Parse `argv` with `parser` and run the command it chose (`args.func`).
+
+    `bad_input`: the command's own errors that mean bad input (exit 2) beside ConfigError.
+    `before`: run after parsing, outside the error mapping's reach (e.g. logging setup)."""
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse said why already; --help exits 0
+        return ExitCode.OK if exc.code in (0, None) else ExitCode.BAD_INPUT
+    if before is not None:
+        before(args)
+    func: Command = args.func
+    try:
+        return int(func(args))
+    except (ConfigError, *bad_input) as exc:
+        error(str(exc))
+        return ExitCode.BAD_INPUT
+    except DagError as exc:
+        error(str(exc))
+        return ExitCode.FAILED
+    except KeyboardInterrupt:
+        return ExitCode.FAILED
+    except BrokenPipeError:  # the reader went away (`… status | head -1`)
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing more can be written
+        return ExitCode.FAILED
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        error(f"a call failed: {type(exc).__name__}: {exc}".rstrip(": "))
+        return ExitCode.FAILED
+    except OSError as exc:
+        error(_os_error(exc))
+        return ExitCode.FAILED
+    except Exception as exc:  # a bug: one line, never a traceback
+        logger.debug("unexpected error", exc_info=True)
+        hint = "; --verbose shows where" if hasattr(args, "verbose") else ""
+        error(f"unexpected {type(exc).__name__}: {exc} (a bug{hint})")
+        return ExitCode.FAILED

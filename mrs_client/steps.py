@@ -1,0 +1,309 @@
+"""The ten steps of a move, each idempotent (a crash and `mrs resume` repeat it safely).
+
+Items are copied with their own item ids (a re-copy replaces, never duplicates); sync
+cursors are saved after each batch; the final flush waits for the generation the target
+rolled *after* the final sync, saved before the wait; the unlock is flushed the same way.
+Every store call goes through `EndCalls` (its answer's epoch checked); the guarantee gates
+through `Gates`; the verification before steps 8 and 10 through `Verifier`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Protocol
+
+from dag_common.clock import Clock
+from mrs_client.end_calls import EndCalls
+from mrs_client.errors import MoveFailed, NeedsReconcile
+from mrs_client.gates import Gates
+from mrs_client.policy import MoveSettings, MoveStep, incremental_done
+from mrs_client.reconcile import Side, write_size
+from mrs_client.requests_store import MoveRecord
+from mrs_client.store_api import Item, NodeStore
+from mrs_client.verification import Verifier
+
+
+class Directory(Protocol):
+    """The mailbox directory (the cluster store)."""
+
+    async def mailbox_database(self, mailbox: str) -> str | None: ...
+
+    async def set_mailbox_database(
+        self, mailbox: str, database: str, *, expected: str | None
+    ) -> bool: ...
+
+
+class MoveSteps:
+    """Runs one step of a move on its record; returns the record to save as done."""
+
+    def __init__(
+        self,
+        *,
+        nodes: NodeStore,
+        gates: Gates,
+        calls: EndCalls,
+        verifier: Verifier,
+        directory: Directory,
+        clock: Clock,
+        settings: MoveSettings,
+        progress: Callable[[MoveRecord, str], None],
+    ) -> None:
+        self.nodes = nodes
+        self.gates = gates
+        self._call = calls.call
+        self._verifier = verifier
+        self.directory = directory
+        self.clock = clock
+        self.settings = settings
+        self._progress = progress
+
+    def step(self, step: MoveStep) -> Callable[[MoveRecord], Awaitable[MoveRecord]]:
+        """The coroutine function that runs `step`."""
+        return {
+            MoveStep.RECORD_REQUEST: self._step_record,
+            MoveStep.CLONE_STRUCTURE: self._step_clone,
+            MoveStep.INITIAL_SYNC: self._step_initial_sync,
+            MoveStep.INCREMENTAL_SYNC: self._step_incremental_sync,
+            MoveStep.LOCK_SOURCE: self._step_lock_source,
+            MoveStep.FINAL_SYNC_AND_FLUSH: self._step_final_sync_and_flush,
+            MoveStep.FINAL_HEALTH_CHECK: self._step_final_health,
+            MoveStep.UPDATE_DIRECTORY: self._step_update_directory,
+            MoveStep.UNLOCK_TARGET: self._step_unlock_target,
+            MoveStep.SOFT_DELETE_SOURCE: self._step_soft_delete_source,
+        }[step]
+
+    async def _step_record(self, record: MoveRecord) -> MoveRecord:
+        return await self.gates.health(record)
+
+    async def _step_clone(self, record: MoveRecord) -> MoveRecord:
+        src, dst = record.source_db, record.target_db
+        for name in record.mailboxes:
+            record, source = await self._call(
+                record,
+                Side.SOURCE,
+                "read source mailbox",
+                lambda n=name: self.nodes.mailbox(src, n),
+            )
+            if source is None:
+                raise MoveFailed(f"mailbox {name!r} vanished from {src}")
+            record, target = await self._call(
+                record,
+                Side.TARGET,
+                "read target mailbox",
+                lambda n=name: self.nodes.mailbox(dst, n),
+            )
+            if target is None:
+                record, _ = await self._call(
+                    record,
+                    Side.TARGET,
+                    "create target mailbox",
+                    lambda n=name, s=source: self.nodes.create_mailbox(
+                        dst, n, display_name=s.display_name, folders=list(s.folders), locked=True
+                    ),
+                )
+                continue
+            for folder in sorted(set(source.folders) - set(target.folders)):
+                record, _ = await self._call(
+                    record,
+                    Side.TARGET,
+                    "create target folder",
+                    lambda n=name, f=folder: self.nodes.create_folder(dst, n, f),
+                )
+        record = self.gates.save(record)
+        return await self.gates.health(record)
+
+    async def _copy_changes(self, record: MoveRecord, *, initial: bool) -> tuple[MoveRecord, int]:
+        """Copy changes since each mailbox's cursor; return the record and the change count."""
+        total = 0
+        src, dst = record.source_db, record.target_db
+        for name in record.mailboxes:
+            cursor = record.sync_cursor.get(name, 0)
+            # Only a target that has received nothing yet has nothing to delete.
+            skip_deletes = initial and cursor == 0
+            # The epoch is checked before anything read is used: in another incarnation the
+            # cursor may count in numbers the source now gives to other changes.
+            record, listing = await self._call(
+                record,
+                Side.SOURCE,
+                "read source items",
+                lambda n=name, c=cursor: self.nodes.items(src, n, c),
+            )
+            batch: list[Item] = []
+            size = 0
+            for item in listing.items:
+                if item.deleted:
+                    if not skip_deletes:
+                        record, _ = await self._call(
+                            record,
+                            Side.TARGET,
+                            "delete target item",
+                            lambda n=name, i=item.item_id: self.nodes.delete_item(dst, n, i),
+                        )
+                else:
+                    cost = write_size(item)
+                    # One write is one transaction, and a transaction must fit in one log
+                    # generation of the target: cut batches by bytes as well as by count.
+                    if batch and (
+                        len(batch) >= self.settings.sync_batch
+                        or size + cost > self.settings.sync_batch_bytes
+                    ):
+                        record = await self._write_batch(record, name, batch, cursor)
+                        batch, size = [], 0
+                    batch.append(item)
+                    size += cost
+                cursor = item.change_number
+            if batch:
+                record = await self._write_batch(record, name, batch, cursor)
+            elif listing.items:
+                record = self.gates.save(
+                    replace(record, sync_cursor={**record.sync_cursor, name: cursor})
+                )
+            total += len(listing.items)
+        return record, total
+
+    async def _write_batch(
+        self, record: MoveRecord, mailbox: str, batch: list[Item], cursor: int
+    ) -> MoveRecord:
+        """Write one batch to the target, then save the cursor that covers it, provided the
+        write was acknowledged in the epoch the cursor was saved under."""
+        dst = record.target_db
+        record, _ = await self._call(
+            record,
+            Side.TARGET,
+            "write target items",
+            lambda: self.nodes.put_items(dst, mailbox, batch),
+        )
+        record = self.gates.save(
+            replace(
+                record,
+                items_copied=record.items_copied + len(batch),
+                bytes_copied=record.bytes_copied + sum(len(b.body.encode()) for b in batch),
+                sync_cursor={**record.sync_cursor, mailbox: cursor},
+            )
+        )
+        self._progress(record, "")
+        return await self.gates.periodic_health(record)
+
+    async def _step_initial_sync(self, record: MoveRecord) -> MoveRecord:
+        record, _ = await self._copy_changes(record, initial=True)
+        return await self.gates.health(record)
+
+    async def _step_incremental_sync(self, record: MoveRecord) -> MoveRecord:
+        while True:
+            record, changes = await self._copy_changes(record, initial=False)
+            record = self.gates.save(
+                replace(record, incremental_passes=record.incremental_passes + 1)
+            )
+            record = await self.gates.periodic_health(record)
+            if incremental_done(changes, record.incremental_passes, self.settings):
+                return record
+
+    async def _step_lock_source(self, record: MoveRecord) -> MoveRecord:
+        src = record.source_db
+        for name in record.mailboxes:
+            record, _ = await self._call(
+                record,
+                Side.SOURCE,
+                "lock source",
+                lambda n=name: self.nodes.set_state(src, n, "lock"),
+            )
+        return record
+
+    async def _roll_target(self, record: MoveRecord, what: str) -> tuple[MoveRecord, int]:
+        dst = record.target_db
+        record, rolled = await self._call(
+            record, Side.TARGET, "roll target log", lambda: self.nodes.roll_log(dst)
+        )
+        record = self.gates.save(replace(record, flush_started=self.clock.now()))
+        self._progress(
+            record,
+            f"target log rolled: generation {rolled.generation} (epoch {record.target_epoch}) "
+            f"holds the {what}",
+        )
+        return record, rolled.generation
+
+    async def _target_still_there(self, record: MoveRecord) -> MoveRecord:
+        """Between flush answers: is the target still in the epoch the roll was made in?"""
+        return await self._target_present(record, record.mailboxes[0])
+
+    async def _target_present(self, record: MoveRecord, name: str) -> MoveRecord:
+        """Read the target's mailbox: NeedsReconcile if it is in another epoch, or gone."""
+        dst = record.target_db
+        record, box = await self._call(
+            record, Side.TARGET, "read target mailbox", lambda: self.nodes.mailbox(dst, name)
+        )
+        if box is None:
+            raise NeedsReconcile(f"{name!r} is gone from {dst}", target_changed=True)
+        return record
+
+    async def _step_final_sync_and_flush(self, record: MoveRecord) -> MoveRecord:
+        if record.final_generation is None:
+            record, _ = await self._copy_changes(record, initial=False)
+            record, generation = await self._roll_target(record, "final sync")
+            record = self.gates.save(replace(record, final_generation=generation, flush_epoch=0))
+        record, answer = await self.gates.flush(
+            record, record.final_generation, between=self._target_still_there
+        )
+        return self.gates.save(replace(record, flush_epoch=answer.epoch or record.target_epoch))
+
+    async def _step_final_health(self, record: MoveRecord) -> MoveRecord:
+        return await self.gates.health(replace(record, stalled_since=None))
+
+    async def _step_update_directory(self, record: MoveRecord) -> MoveRecord:
+        record = await self._verifier.verify(record)
+        for name in record.mailboxes:
+            current = await self.directory.mailbox_database(name)
+            if current == record.target_db:
+                continue  # done before a crash
+            if not await self.directory.set_mailbox_database(
+                name, record.target_db, expected=record.source_db
+            ):
+                raise MoveFailed(f"the mailbox directory entry of {name!r} changed under the move")
+        return record
+
+    async def _step_unlock_target(self, record: MoveRecord) -> MoveRecord:
+        """Unlock the target, and wait until the unlock is replayed like the final sync was:
+        a failover right after completion must leave a usable mailbox, not a locked one."""
+        dst = record.target_db
+        if record.unlock_generation is None:
+            for name in record.mailboxes:
+                record, _ = await self._call(
+                    record,
+                    Side.TARGET,
+                    "unlock target",
+                    lambda n=name: self.nodes.set_state(dst, n, "unlock"),
+                )
+            # Every unlock acknowledged in this epoch: should the target change incarnation
+            # and still show an unlock, everything before it survived (reconcile_move).
+            record = self.gates.save(replace(record, unlock_epoch=record.target_epoch))
+            record, generation = await self._roll_target(record, "unlock")
+            record = self.gates.save(replace(record, unlock_generation=generation))
+        record, _ = await self.gates.flush(
+            record, record.unlock_generation, between=self._target_still_there
+        )
+        return record
+
+    async def _step_soft_delete_source(self, record: MoveRecord) -> MoveRecord:
+        # Only in a target incarnation where the digests were found equal: the source is
+        # the last whole copy otherwise.
+        for name in record.mailboxes:
+            record = await self._target_present(record, name)
+        if record.verified_epoch != record.target_epoch:
+            record = await self._verifier.verify_unlocked(record)
+        src = record.source_db
+        for name in record.mailboxes:
+            record, row = await self._call(
+                record,
+                Side.SOURCE,
+                "read source mailbox",
+                lambda n=name: self.nodes.mailbox(src, n),
+            )
+            if row is not None and not row.soft_deleted:
+                record, _ = await self._call(
+                    record,
+                    Side.SOURCE,
+                    "soft-delete source",
+                    lambda n=name: self.nodes.set_state(src, n, "soft-delete"),
+                )
+        return record

@@ -1,0 +1,117 @@
+"""Reconciling and verifying a move by content: the target brought to the source's contents
+in the incarnations both are in now (`reconcile.reconcile_move`), the digests of both ends
+compared before the directory moves (step 8), and again before the source's soft delete
+(step 10) when the target changed incarnation after it was verified.
+
+A target that still differs after `max_verify_rounds` repairs, or that differs after it was
+unlocked, fails the move with the source untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
+
+from mrs_client.errors import MoveFailed, NeedsReconcile
+from mrs_client.gates import Gates
+from mrs_client.policy import MoveSettings
+from mrs_client.reconcile import EpochWatch, Reconciler, differences, reconcile_move
+from mrs_client.requests_store import MoveRecord
+from mrs_client.store_api import NodeStore
+
+
+class Verifier:
+    """Reconciles and verifies one move's target against its source."""
+
+    def __init__(
+        self,
+        *,
+        nodes: NodeStore,
+        gates: Gates,
+        settings: MoveSettings,
+        progress: Callable[[MoveRecord, str], None],
+    ) -> None:
+        self.nodes = nodes
+        self.gates = gates
+        self.settings = settings
+        self._progress = progress
+
+    def _reconciler(self, record: MoveRecord, watch: EpochWatch) -> Reconciler:
+        return Reconciler(
+            nodes=self.nodes,
+            call=partial(self.gates.node_call, record),
+            watch=watch,
+            source_db=record.source_db,
+            target_db=record.target_db,
+            max_items=self.settings.sync_batch,
+            max_bytes=self.settings.sync_batch_bytes,
+        )
+
+    async def reconcile(self, record: MoveRecord) -> MoveRecord:
+        """Bring the target to the source's contents in the incarnations both are in now
+        (`reconcile.reconcile_move`), and save where the move goes on from."""
+        if record.reconciles >= self.settings.max_reconciles:
+            raise MoveFailed(
+                f"reconciled {record.reconciles} times and the move's databases still change "
+                f"incarnation ({record.reconcile_reason}); the source is untouched"
+            )
+        record = self.gates.save(replace(record, reconciles=record.reconciles + 1))
+        self._progress(record, f"reconciling by content: {record.reconcile_reason}")
+        record, lines = await reconcile_move(record, self._reconciler(record, EpochWatch()))
+        record = self.gates.save(record)
+        self._progress(
+            record,
+            f"reconciled (source epoch {record.source_epoch}, target epoch "
+            f"{record.target_epoch}): {'; '.join(lines)}; going on at step "
+            f"{record.steps_done + 1}",
+        )
+        return record
+
+    async def verify(self, record: MoveRecord) -> MoveRecord:
+        """Before step 8: the target holds exactly the source's live items (digests equal),
+        in the epoch the final flush was answered for."""
+        self._progress(record, "verifying the target against the source")
+        watch = EpochWatch(source=record.source_epoch, target=record.target_epoch)
+        found = await differences(
+            record, self._reconciler(record, watch), compare=self.settings.verify
+        )
+        if record.flush_epoch != record.target_epoch:
+            raise NeedsReconcile(
+                f"the final flush was answered for epoch {record.flush_epoch}, the target is "
+                f"at epoch {record.target_epoch}",
+                target_changed=True,
+            )
+        if found:
+            record = self.gates.save(replace(record, verify_rounds=record.verify_rounds + 1))
+            if record.verify_rounds > self.settings.max_verify_rounds:
+                raise MoveFailed(
+                    f"the target still differs from the source after "
+                    f"{record.verify_rounds - 1} repairs: {'; '.join(found)}; the source "
+                    f"is untouched (not soft-deleted)"
+                )
+            raise NeedsReconcile(f"verification: {'; '.join(found)}", target_changed=True)
+        record = self.gates.save(replace(record, verified_epoch=record.target_epoch))
+        self._progress(
+            record, f"verified: the target equals the source in epoch {record.target_epoch}"
+        )
+        return record
+
+    async def verify_unlocked(self, record: MoveRecord) -> MoveRecord:
+        """Step 10 in a target incarnation newer than the verified one (it kept the unlock):
+        compare the digests again.  The target is its user's now and is not repaired; if it
+        differs, the move fails and the source stays whole (not soft-deleted)."""
+        watch = EpochWatch(source=record.source_epoch, target=record.target_epoch)
+        found = await differences(record, self._reconciler(record, watch), compare=True)
+        if found:
+            raise MoveFailed(
+                f"the target changed incarnation (epoch {record.verified_epoch} -> "
+                f"{record.target_epoch}) after it was verified and unlocked, and differs from "
+                f"the source: {'; '.join(found)}; the source is kept (not soft-deleted): "
+                f"compare the two and soft-delete it by hand"
+            )
+        record = self.gates.save(replace(record, verified_epoch=record.target_epoch))
+        self._progress(
+            record, f"verified again: the target equals the source in epoch {record.target_epoch}"
+        )
+        return record

@@ -1,0 +1,88 @@
+"""The active's log truncation: every cycle, delete the closed generations no copy needs.
+
+The rules are pure and live in `log/truncation.py` (`active_truncation_limit`); this loop
+asks every copy's progress, applies the limit to the log directory and counts what it
+deleted.  A failed pass is logged and counted, and the next cycle tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from prometheus_client import Counter
+
+from dag_common.clock import Clock
+from replication_node.log.truncation import CopyProgress, active_truncation_limit, delete_through
+from replication_node.storage.header import DatabaseHeader
+
+logger = logging.getLogger(__name__)
+
+
+class ActiveTruncator:
+    """Deletes the active's closed generations below the truncation limit."""
+
+    def __init__(
+        self,
+        *,
+        database: str,
+        logs: Path,
+        clock: Clock,
+        header: Callable[[], DatabaseHeader | None],
+        peer_progress: Callable[[], Awaitable[list[CopyProgress]]],
+        circular_logging: bool = True,
+        interval: float = 5.0,
+        truncated: Counter | None = None,
+    ) -> None:
+        self._database = database
+        self._logs = logs
+        self._clock = clock
+        self._header = header  # the mounted database's header, None while not mounted
+        self._peer_progress = peer_progress
+        self._circular_logging = circular_logging
+        self._interval = interval
+        self._truncated = truncated
+        self.truncated_through = 0
+
+    async def run(self) -> None:
+        """Delete closed generations no copy needs any more (the seeds' truncation rules)."""
+        errors = 0
+        while True:
+            await self._clock.sleep(self._interval)
+            try:
+                await self.truncate_once(await self._peer_progress())
+            except Exception:
+                errors += 1
+                logger.exception("%s: truncation pass failed (%d so far)", self._database, errors)
+
+    async def truncate_once(self, copies: list[CopyProgress]) -> int:
+        """One truncation pass over the given copies' progress; the limit applied."""
+        header = self._header()
+        if header is None:
+            return 0
+        limit = active_truncation_limit(
+            checkpoint=header.checkpoint,
+            copies=copies,
+            backed_up_through=header.last_backup_generation,
+            circular_logging=self._circular_logging,
+        )
+        if limit > self.truncated_through:
+            deleted = await asyncio.to_thread(delete_through, self._logs, limit)
+            if deleted and self._truncated is not None:
+                self._truncated.inc(len(deleted))
+            if deleted:
+                logger.info(
+                    "%s: truncated %d generation(s) through %d (checkpoint %d, copies %s)",
+                    self._database,
+                    len(deleted) if isinstance(deleted, list) else deleted,
+                    limit,
+                    header.checkpoint,
+                    ", ".join(
+                        f"{c.node}: inspected {c.last_log_inspected} replayed {c.last_log_replayed}"
+                        for c in copies
+                    ),
+                )
+            self.truncated_through = limit
+        return limit

@@ -1,0 +1,151 @@
+"""The admin calls under `replication-node db`: roll-log, mount, dismount, suspend, resume,
+reseed, activate and switchover, each asked of the node that must act, and its answer turned
+into an exit code (0 ok, 1 failed or refused by the cluster's state, 2 bad input)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+import aiohttp
+
+from dag_common.config import ClusterConfig, load_config, load_token
+from dag_common.model import AutoDatabaseMountDial, CopyRole, ExitCode, NodeStatus
+from dag_common.node_status import post_admin
+from replication_node.cli.status import client_ssl, fetch_statuses
+
+
+async def _admin(
+    config: ClusterConfig, url: str, path: str, body: dict[str, Any]
+) -> tuple[int, Any]:
+    conn = aiohttp.TCPConnector(ssl=client_ssl(config))
+    async with aiohttp.ClientSession(connector=conn) as session:
+        return await post_admin(session, f"{url}{path}", load_token(config), body, timeout=600)
+
+
+def cmd_db_admin(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    try:
+        db = config.database(args.database)
+    except KeyError:
+        print(f"error: no database {args.database!r} in {args.config}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    if args.db_cmd in ("roll-log", "mount", "dismount"):
+        # The node holding the active copy, mounted or not (a failed or dismounted active
+        # still reports the role).
+        statuses = asyncio.run(fetch_statuses(config, load_token(config)))
+        active = next(
+            (
+                n
+                for n, st in statuses.items()
+                if isinstance(st, NodeStatus)
+                for c in st.copies
+                if c.database == db.name and c.role is CopyRole.ACTIVE
+            ),
+            None,
+        )
+        if active is None:
+            print(f"error: no reachable active copy of {db.name}", file=sys.stderr)
+            return ExitCode.FAILED
+        code, body = asyncio.run(
+            _admin(config, config.node(active).url, f"/v1/databases/{db.name}/{args.db_cmd}", {})
+        )
+    elif args.db_cmd == "switchover":
+        if db.copy_on(args.to) is None:
+            print(f"error: {db.name} has no copy on {args.to!r}", file=sys.stderr)
+            return ExitCode.BAD_INPUT
+        code, body = asyncio.run(
+            _admin(
+                config,
+                config.node(args.to).url,
+                f"/v1/databases/{db.name}/switchover",
+                {"target": args.to},
+            )
+        )
+    elif db.copy_on(args.node) is None:
+        print(f"error: {db.name} has no copy on {args.node!r}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    elif args.db_cmd == "activate":
+        body = {"node": args.node}
+        if args.mount_dial:
+            body["mount_dial_override"] = args.mount_dial
+        # Asked of the copy's own node: it is the one that must be up to be activated.
+        code, body = asyncio.run(
+            _admin(config, config.node(args.node).url, f"/v1/databases/{db.name}/activate", body)
+        )
+    else:
+        path = f"/v1/databases/{db.name}/copies/{args.node}/{args.db_cmd}"
+        code, body = asyncio.run(
+            _admin(config, config.node(args.node).url, path, {"reason": args.reason or ""})
+        )
+    return _report_admin(code, body)
+
+
+def _report_admin(code: int, body: dict[str, Any]) -> ExitCode:
+    """An admin call's answer: JSON on stdout; a failure also one `error:` line on stderr
+    (its JSON only when it says more than the error, e.g. a refused activation's loss)."""
+    result = exit_code(code)
+    if result is ExitCode.OK:
+        print(json.dumps(body, indent=2))
+        return result
+    if set(body) - {"error"}:
+        print(json.dumps(body, indent=2))
+    print(f"error: {body.get('error') or f'HTTP {code}'}", file=sys.stderr)
+    return result
+
+
+def exit_code(status: int) -> ExitCode:
+    """The exit code of an admin call by its HTTP status: a refusal by the cluster's state
+    (409: an activation over too many lost logs, a running active) is a failed operation,
+    1, like a node that fails or cannot be reached; any other 4xx is bad input, 2."""
+    if status < 300:
+        return ExitCode.OK
+    if status == 409 or status >= 500:
+        return ExitCode.FAILED
+    return ExitCode.BAD_INPUT
+
+
+def register_db(db_sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Admin calls under `replication-node db`."""
+    roll = db_sub.add_parser("roll-log", help="close the active copy's open log now")
+    roll.add_argument("database")
+    roll.add_argument("--config", required=True)
+    roll.set_defaults(func=cmd_db_admin)
+    for action, text in (
+        ("mount", "re-mount the active copy now, through crash recovery (after a failure)"),
+        ("dismount", "dismount the active copy cleanly; no failover until `db mount`"),
+    ):
+        p = db_sub.add_parser(action, help=text)
+        p.add_argument("database")
+        p.add_argument("--config", required=True)
+        p.set_defaults(func=cmd_db_admin)
+    for action in ("suspend", "resume", "reseed"):
+        p = db_sub.add_parser(action, help=f"{action} a passive copy")
+        p.add_argument("database")
+        p.add_argument("--node", required=True)
+        p.add_argument("--config", required=True)
+        p.add_argument("--reason", default=None)
+        p.set_defaults(func=cmd_db_admin)
+    act = db_sub.add_parser(
+        "activate", help="mount a passive copy after the active is lost (AutoDatabaseMountDial)"
+    )
+    act.add_argument("database")
+    act.add_argument("--node", required=True)
+    act.add_argument("--config", required=True)
+    act.add_argument(
+        "--mount-dial",
+        choices=[d.value for d in AutoDatabaseMountDial],
+        default=None,
+        help="accept this many lost logs for this activation only",
+    )
+    act.set_defaults(func=cmd_db_admin)
+    switch = db_sub.add_parser(
+        "switchover", help="move the active copy to another copy, losing nothing"
+    )
+    switch.add_argument("database")
+    switch.add_argument("--to", required=True, help="the node whose copy becomes active")
+    switch.add_argument("--config", required=True)
+    switch.set_defaults(func=cmd_db_admin)

@@ -1,0 +1,187 @@
+"""The `replication-node` commands that run nodes: `serve` (one node) and `cluster up` (every
+node of a config as a local process)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from dag_common.clock import SystemClock
+from dag_common.config import ClusterConfig, load_config, load_token
+from dag_common.durations import parse_duration
+from dag_common.errors import ConfigError
+from dag_common.model import ExitCode
+from replication_node.cluster.store import open_cluster_store
+from replication_node.http.app import build_app
+from replication_node.node import Node
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def ensure_token_file(config: ClusterConfig) -> None:
+    """Create the token file (0600) the first time a local cluster starts, if none exists."""
+    if os.environ.get("DG_AUTH_TOKEN") or config.auth_token_file is None:
+        return
+    path = config.auth_token_file
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32) + "\n")
+
+
+async def _serve(
+    config_path: Path, node_name: str, refresh: float, listen_host: str | None = None
+) -> int:
+    config = load_config(config_path)
+    try:
+        node_config = config.node(node_name)
+    except KeyError:
+        raise ConfigError(f"{config_path}: no node named {node_name!r}") from None
+    token = load_token(config)
+    store = open_cluster_store(config)
+    node = Node(
+        config=config,
+        name=node_name,
+        token=token,
+        clock=SystemClock(),
+        cluster_store=store,
+        config_path=config_path,
+        config_refresh=refresh,
+    )
+    app = build_app(node)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    ssl_ctx = config.tls.server_context() if config.tls else None
+    # The url's host by default; a pod binds every address (`--listen-host 0.0.0.0`), since
+    # its url names a DNS record that points at it only once it runs.
+    host = listen_host or node_config.host
+    site = web.TCPSite(runner, host, node_config.port, ssl_context=ssl_ctx)
+    try:
+        await node.start()
+        await site.start()
+    except BaseException:  # e.g. etcd refused our credentials: one error line, nothing left open
+        await node.stop()
+        await runner.cleanup()
+        store.close()
+        await asyncio.sleep(0)  # the store's close() only schedules its session's close
+        raise
+    print(f"node {node_name} listening on {node_config.url}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    logging.getLogger(__name__).info("node %s stopping", node_name)
+    await site.stop()
+    await node.stop()
+    await runner.cleanup()
+    store.close()
+    return ExitCode.OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    _setup_logging(args.verbose)
+    return asyncio.run(
+        _serve(
+            Path(args.config),
+            args.node,
+            parse_duration(args.config_refresh).total_seconds(),
+            args.listen_host,
+        )
+    )
+
+
+def cmd_cluster_up(args: argparse.Namespace) -> int:
+    """Start every node of the config as a local process; stop them all on Ctrl-C/SIGTERM."""
+    config = load_config(args.config)
+    ensure_token_file(config)
+    load_token(config)
+    procs: list[subprocess.Popen[bytes]] = []
+    for node in config.nodes:
+        cmd = [
+            sys.executable,
+            "-m",
+            "replication_node.cli.main",
+            "serve",
+            "--config",
+            args.config,
+            "--node",
+            node.name,
+            "--config-refresh",
+            args.config_refresh,
+        ]
+        node.data_dir.mkdir(parents=True, exist_ok=True)
+        log_dir = Path(args.log_dir) if args.log_dir else node.data_dir.parent
+        log = open(log_dir / f"{node.name}.log", "ab")  # noqa: SIM115 - the child owns it
+        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
+        print(f"{node.name:<10} {node.site:<10} {node.url:<28} log {log.name}", flush=True)
+    stopping = False
+
+    def stop(*_: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    code = ExitCode.OK
+    try:
+        while not stopping:
+            for proc in procs:
+                if proc.poll() is not None:
+                    print(
+                        f"a node exited with code {proc.returncode}; stopping the cluster",
+                        file=sys.stderr,
+                    )
+                    stopping, code = True, ExitCode.FAILED
+            if not stopping:
+                time.sleep(0.2)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    return code
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add `serve` and `cluster up` to the parser."""
+    serve = sub.add_parser("serve", help="run one node")
+    serve.add_argument("--config", required=True)
+    serve.add_argument("--node", required=True)
+    serve.add_argument("--config-refresh", default="30s", help="configupdater period")
+    serve.add_argument(
+        "--listen-host",
+        default=None,
+        help="address to bind (default: the host of the node's url; 0.0.0.0 in a container)",
+    )
+    serve.add_argument("-v", "--verbose", action="store_true")
+    serve.set_defaults(func=cmd_serve)
+
+    cluster = sub.add_parser("cluster", help="run every node of a config locally")
+    csub = cluster.add_subparsers(dest="cluster_cmd", required=True)
+    up = csub.add_parser("up", help="start all nodes as local processes; Ctrl-C stops them")
+    up.add_argument("--config", required=True)
+    up.add_argument("--config-refresh", default="30s")
+    up.add_argument("--log-dir", default=None)
+    up.set_defaults(func=cmd_cluster_up)

@@ -1,0 +1,153 @@
+"""`replication-node status`: every copy of the cluster as its node reports it, and, for a
+database no node reports mounted, what mounting its best copy now would lose."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+
+from dag_common.config import ClusterConfig, load_config, load_token
+from dag_common.model import CopyStatus, ExitCode, NodeStatus
+from dag_common.node_status import StatusUnavailable, fetch_node_status
+from replication_node.cluster.mount_policy import assess_loss, best_copy, generations_at_risk
+from replication_node.cluster.store import open_cluster_store
+
+
+def client_ssl(config: ClusterConfig) -> Any:
+    """The TLS context of a client of the nodes (None without TLS)."""
+    return config.tls.client_context() if config.tls else None
+
+
+async def fetch_statuses(config: ClusterConfig, token: str) -> dict[str, NodeStatus | str]:
+    """Every node's /v1/status, or the error that kept us from it."""
+    out: dict[str, NodeStatus | str] = {}
+    conn = aiohttp.TCPConnector(ssl=client_ssl(config))
+    async with aiohttp.ClientSession(connector=conn) as s:
+
+        async def one(name: str, url: str) -> None:
+            try:
+                out[name] = await fetch_node_status(s, url, token, expect_node=name)
+            except StatusUnavailable as exc:
+                out[name] = str(exc) if exc.status else f"unreachable: {exc}"
+
+        await asyncio.gather(*(one(n.name, n.url) for n in config.nodes))
+    return out
+
+
+def _fmt_time(value: Any) -> str:
+    return value.strftime("%H:%M:%S") if value else "-"
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    token = load_token(config)
+    statuses = asyncio.run(fetch_statuses(config, token))
+    rows = []
+    for db in config.databases:
+        for copy in sorted(db.copies, key=lambda c: c.activation_preference):
+            st = statuses.get(copy.node)
+            report = None
+            if isinstance(st, NodeStatus):
+                report = next((c for c in st.copies if c.database == db.name), None)
+            rows.append((db.name, copy.node, report, st if isinstance(st, str) else None))
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    r.model_dump(mode="json")
+                    if r
+                    else {"database": d, "node": n, "error": e or "no status"}
+                    for d, n, r, e in rows
+                ],
+                indent=2,
+            )
+        )
+    else:
+        print(
+            f"{'Name':<20}{'Status':<24}{'CopyQueue':>10}{'ReplayQueue':>12}  "
+            f"{'LastInspectedLogTime':<22}{'ContentIndex/Error'}"
+        )
+        for db, node, report, err in rows:
+            name = f"{db}\\{node}"
+            if report is None:
+                print(f"{name:<20}{'Unknown':<24}{'-':>10}{'-':>12}  {'-':<22}{err or 'no status'}")
+                continue
+            print(
+                f"{name:<20}{report.status:<24}{report.copy_queue_length:>10}"
+                f"{report.replay_queue_length:>12}  {_fmt_time(report.last_inspected_log_time):<22}"
+                f"{report.error or ''}"
+            )
+        for note in asyncio.run(_unmounted_notes(config, rows)):
+            print(note)
+    return (
+        ExitCode.OK
+        if all(isinstance(v, NodeStatus) for v in statuses.values())
+        else ExitCode.FAILED
+    )
+
+
+async def _unmounted_notes(config: ClusterConfig, rows: list[Any]) -> list[str]:
+    """For each database no node reports mounted: what mounting its best copy now would
+    lose, counting the open log (the same computation as an activation)."""
+    reports: dict[str, list[Any]] = {}
+    for db, _, report, _ in rows:
+        reports.setdefault(db, []).append(report)
+    lost = [
+        db
+        for db, rs in reports.items()
+        if not any(r is not None and r.status is CopyStatus.MOUNTED for r in rs)
+    ]
+    if not lost:
+        return []
+    records = await _active_records(config, lost)
+    notes = []
+    for db in lost:
+        known = [r for r in reports[db] if r is not None]
+        record = records.get(db)
+        at_risk = generations_at_risk(
+            last_log_generated=record.last_log_generated if record else 0,
+            open_generation=record.open_generation if record else 0,
+            reports=known,
+        )
+        chosen, _ = best_copy(known)
+        if chosen is None:
+            notes.append(f"{db}: no copy is mounted, and no passive copy can be")
+            continue
+        copy = next(r for r in known if r.node == chosen)
+        loss = assess_loss(
+            at_risk=at_risk,
+            last_log_inspected=copy.last_log_inspected,
+            dial=config.mount_dial_of(config.database(db)),
+            node=chosen,
+            active_node=record.node if record else "the active",
+        )
+        unknown = "" if record else " (the cluster store could not be read)"
+        notes.append(f"{db}: no copy is mounted; mounting {chosen} now: {loss.sentence}{unknown}")
+    return notes
+
+
+async def _active_records(config: ClusterConfig, databases: list[str]) -> dict[str, Any]:
+    """The cluster store's active records of `databases`; {} if the store cannot be read."""
+    try:
+        store = open_cluster_store(config)
+    except Exception:
+        return {}
+    try:
+        return {db: await store.active(db) for db in databases}
+    except Exception:
+        return {}
+    finally:
+        store.close()
+        await asyncio.sleep(0)  # let an etcd session finish closing
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add `status` to the parser."""
+    status = sub.add_parser("status", help="copy status of the whole cluster")
+    status.add_argument("--config", required=True)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_status)

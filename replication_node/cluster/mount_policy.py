@@ -1,0 +1,204 @@
+"""Which copy may become active, and what mounting it would lose: pure policy.
+
+- `generations_at_risk` gathers what is known of the lost active's stream: the highest
+  generation holding acknowledged commits, from the cluster store (LastLogGenerated and the
+  open generation the active announced before acknowledging its first commit) and from every
+  reachable copy's report (what it last heard from the active), and whether that generation
+  is the open log E00.log, with the count of its acknowledged commits where a copy heard it.
+- `assess_loss` counts the logs a copy would lose (those generations above its
+  LastLogInspected, the open log included once it holds an acknowledged commit; an open log
+  holding only its header holds nothing to lose), checks them against AutoDatabaseMountDial
+  (Lossless 0, GoodAvailability 3, BestAvailability 6; an operator may override the dial for
+  one call) and says in one sentence exactly what is lost.
+- `mount_decision`: may this copy be mounted at all (the old active gone, the copy fit), and
+  then `assess_loss`.
+- `best_copy`: which passive copy an automatic failover mounts; `last_logs_to_copy`: whether
+  the copy taking over first copies the old active's last logs.
+
+Invariant: a copy never mounts over more lost logs than the dial allows, counting the open
+log; under Lossless no copy mounts over an acknowledged write.  Under Lossless with the old
+active's node unreachable, nothing mounts: when that node returns it is still the active in
+the cluster store, its crash recovery keeps every acknowledged record of its E00.log, and its
+copies catch up from it (README: "Lossless").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from dag_common.model import AutoDatabaseMountDial, CopyRole, CopyStatus, CopyStatusReport
+
+# A copy in any other state has no consistent database to mount (seeding, failed) or was
+# stopped by an operator for a reason (suspended): resume it first.
+MOUNTABLE = frozenset({CopyStatus.HEALTHY, CopyStatus.DISCONNECTED_AND_HEALTHY})
+
+
+@dataclass(frozen=True, slots=True)
+class OpenLog:
+    """The lost active's open log E00.log, known to hold acknowledged commits."""
+
+    generation: int
+    commits: int | None  # at least this many acknowledged commits (None: count unknown)
+
+
+@dataclass(frozen=True, slots=True)
+class AtRisk:
+    """The highest generation known to hold acknowledged commits (closed or open), and the
+    open log when that generation is it."""
+
+    generated: int
+    open_log: OpenLog | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LossAssessment:
+    """The logs a copy would lose by mounting, within the dial or not, in one sentence."""
+
+    allowed: bool
+    lost_logs: int
+    lost_open_log: bool
+    lost_commits: int | None  # at least this many acknowledged commits of the open log
+    sentence: str
+
+
+@dataclass(frozen=True, slots=True)
+class MountDecision:
+    """Whether a copy may be mounted, with the logs it would lose and why."""
+
+    allowed: bool
+    lost_logs: int
+    reason: str
+    lost_open_log: bool = False
+    lost_commits: int | None = None
+
+
+def generations_at_risk(
+    *, last_log_generated: int, open_generation: int, reports: Iterable[CopyStatusReport]
+) -> AtRisk:
+    """What is known to hold acknowledged commits, from the cluster store's record (its
+    LastLogGenerated and announced open generation) and the copies' reports.
+
+    A report whose `open_commits` > 0 names the open log as its `last_log_generated` (and so
+    the generation below it as closed); the store's open generation counts as the open log
+    only while no one knows it closed.  Counts heard by copies are lower bounds: the largest
+    heard for that generation is taken."""
+    closed = last_log_generated
+    heard: dict[int, int | None] = {}
+    if open_generation > 0:
+        heard[open_generation] = None
+    for r in reports:
+        if r.open_commits > 0:
+            closed = max(closed, r.last_log_generated - 1)
+            heard[r.last_log_generated] = max(heard.get(r.last_log_generated) or 0, r.open_commits)
+        else:
+            closed = max(closed, r.last_log_generated)
+    newest = max(heard, default=0)
+    if newest > closed:
+        return AtRisk(newest, OpenLog(newest, heard[newest]))
+    return AtRisk(closed)
+
+
+def assess_loss(
+    *,
+    at_risk: AtRisk,
+    last_log_inspected: int,
+    dial: AutoDatabaseMountDial,
+    node: str,
+    active_node: str,
+) -> LossAssessment:
+    """The logs the copy on `node` loses by mounting now: every generation holding
+    acknowledged commits above its LastLogInspected, the open log included."""
+    inspected = last_log_inspected
+    lost = max(0, at_risk.generated - inspected)
+    allowed = lost <= dial.max_lost_logs
+    open_log = at_risk.open_log
+    open_lost = lost > 0 and open_log is not None and open_log.generation > inspected
+    commits = open_log.commits if open_lost and open_log is not None else None
+    if lost == 0:
+        what = (
+            f"0 log(s) lost ({node} has inspected through generation {inspected}; the highest "
+            f"holding acknowledged commits is {at_risk.generated})"
+        )
+    else:
+        first, last = inspected + 1, at_risk.generated
+        span = f"generation {last}" if first == last else f"generations {first}-{last}"
+        if open_lost:
+            count = (
+                f"at least {commits} acknowledged commit(s)"
+                if commits
+                else f"acknowledged commits (count unknown: {active_node} is unreachable)"
+            )
+            being = "the open log" if first == last else f"{last} being the open log"
+            span += f", {being} E00.log with {count}"
+        what = f"{lost} log(s) lost: {span} (inspected through {inspected} on {node})"
+    if allowed:
+        verdict = f"within the {dial.max_lost_logs} {dial} allows"
+    else:
+        verdict = (
+            f"more than {dial} allows ({dial.max_lost_logs}); the copy stays passive until "
+            f"{active_node} returns with its logs, unless an operator accepts the loss "
+            "(--mount-dial)"
+        )
+    return LossAssessment(allowed, lost, open_lost, commits, f"{what}: {verdict}")
+
+
+def mount_decision(
+    *,
+    node: str,
+    copy: CopyStatusReport | None,
+    at_risk: AtRisk,
+    dial: AutoDatabaseMountDial,
+    active_reachable: bool,
+    active_node: str,
+) -> MountDecision:
+    """May the copy on `node` become active?  Refusals change nothing."""
+    if active_reachable:
+        return MountDecision(
+            False, 0, f"the active copy on {active_node} is running; move it with a switchover"
+        )
+    if copy is None:
+        return MountDecision(False, 0, f"the copy on {node} cannot be reached")
+    if copy.role is CopyRole.ACTIVE:
+        return MountDecision(False, 0, f"the copy on {node} is already active")
+    if copy.status not in MOUNTABLE:
+        why = f": {copy.error}" if copy.error else ""
+        return MountDecision(False, 0, f"the copy on {node} is {copy.status}{why}")
+    loss = assess_loss(
+        at_risk=at_risk,
+        last_log_inspected=copy.last_log_inspected,
+        dial=dial,
+        node=node,
+        active_node=active_node,
+    )
+    return MountDecision(
+        loss.allowed, loss.lost_logs, loss.sentence, loss.lost_open_log, loss.lost_commits
+    )
+
+
+def best_copy(copies: list[CopyStatusReport]) -> tuple[str | None, str]:
+    """Which passive copy an automatic failover mounts: of the copies that can be mounted,
+    the one that has inspected the most (fewest logs lost), then the lowest activation
+    preference.  The mount dial is checked on it by `mount_decision` afterwards."""
+    eligible = [c for c in copies if c.role is CopyRole.PASSIVE and c.status in MOUNTABLE]
+    if not eligible:
+        return None, "no passive copy is Healthy or DisconnectedAndHealthy"
+    best = min(eligible, key=lambda c: (-c.last_log_inspected, c.activation_preference))
+    return best.node, (
+        f"{best.node} has inspected through generation {best.last_log_inspected} "
+        f"(activation preference {best.activation_preference}) of "
+        f"{', '.join(c.node for c in eligible)}"
+    )
+
+
+def last_logs_to_copy(old: CopyStatusReport | None, copy: CopyStatusReport | None) -> bool:
+    """Whether the copy taking over should first copy the old active's last logs: the old
+    active's node answers, its copy is not mounted, and the copy could be mounted."""
+    return (
+        old is not None
+        and old.role is CopyRole.ACTIVE
+        and old.status is not CopyStatus.MOUNTED
+        and copy is not None
+        and copy.role is CopyRole.PASSIVE
+        and copy.status in MOUNTABLE
+    )

@@ -1,0 +1,136 @@
+"""The status and admin routes of the node's HTTP API: health, status, log roll, copy
+actions, activation and switchover, and the active's own admin calls (quiesce, mount,
+dismount, the hand-over of its last logs).
+
+Thin handlers: the operations themselves live in the node (`NodeApi`), the active instance
+and `cluster/activation.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from aiohttp import web
+
+from replication_node.errors import BadRequest, NotFound
+from replication_node.http.context import NODE, active_for_write, active_here, json_body
+from replication_node.http.models import ActivateIn, HandOverIn, ReasonIn, TargetIn, parse
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True, "node": request.app[NODE].name})
+
+
+async def status(request: web.Request) -> web.Response:
+    return web.json_response(
+        request.app[NODE].status().model_dump(mode="json"),
+    )
+
+
+async def roll_log(request: web.Request) -> web.Response:
+    instance = active_for_write(request)
+    generation = await instance.copy.roll(force=True)  # type: ignore[union-attr]
+    # Published before the answer: an activation counts lost logs from it.
+    await instance.publish()
+    return web.json_response(
+        {"database": instance.database, "closed_generation": generation, "epoch": instance.epoch}
+    )
+
+
+async def copy_action(request: web.Request) -> web.Response:
+    node = request.app[NODE]
+    db, target, action = (request.match_info[k] for k in ("db", "node", "action"))
+    if target != node.name:
+        raise NotFound(f"the copy of {db} on {target} is not on this node ({node.name})")
+    body = parse(ReasonIn, await json_body(request))
+    result = await node.copy_action(db, action, reason=body.reason)
+    return web.json_response(result)
+
+
+async def reconcile(request: web.Request) -> web.Response:
+    """Re-read who is active now (after an activation) instead of at the next refresh."""
+    node = request.app[NODE]
+    await node.reconcile()
+    return web.json_response(node.status().model_dump(mode="json"))
+
+
+async def activate(request: web.Request) -> web.Response:
+    body = parse(ActivateIn, await json_body(request))
+    result = await request.app[NODE].activate(
+        request.match_info["db"], body.node, body.mount_dial_override
+    )
+    return web.json_response(result)
+
+
+async def switchover(request: web.Request) -> web.Response:
+    body = parse(TargetIn, await json_body(request))
+    return web.json_response(
+        await request.app[NODE].switchover(request.match_info["db"], body.target)
+    )
+
+
+async def quiesce(request: web.Request) -> web.Response:
+    """Switchover, on the active's node: stop writes and close the open log."""
+    body = parse(TargetIn, await json_body(request))
+    generation = await active_for_write(request).quiesce(body.target)
+    return web.json_response({"last_log_generated": generation})
+
+
+async def mount(request: web.Request) -> web.Response:
+    """Re-mount a dismounted active copy now, through crash recovery (`db mount`)."""
+    instance = active_here(request)
+    mounted = await instance.mount_again()
+    return web.json_response(
+        {"database": instance.database, "mounted": True, "was_mounted": not mounted}
+    )
+
+
+async def dismount(request: web.Request) -> web.Response:
+    """Dismount the active copy cleanly; it stays dismounted until `db mount` (`db dismount`)."""
+    instance = active_here(request)
+    done = await instance.dismount()
+    return web.json_response({"database": instance.database, "mounted": False, "was_mounted": done})
+
+
+async def hand_over(request: web.Request) -> web.Response:
+    """Attempt Copy Last Logs, on the old active's node: hold the last logs for the copy
+    taking over and say what is on disk (the log share's info)."""
+    body = parse(HandOverIn, await json_body(request))
+    node, name = request.app[NODE], request.match_info["db"]
+    try:
+        others = {c.node for c in node.config.database(name).copies} - {node.name}
+    except KeyError:
+        raise NotFound(f"no database {name!r}") from None
+    if body.to not in others:
+        raise BadRequest(f"to: {body.to!r} holds no other copy of {name}")
+    info = await active_here(request).share.hand_over(body.to)
+    return web.json_response(dataclasses.asdict(info))
+
+
+async def copy_last_logs(request: web.Request) -> web.Response:
+    """Attempt Copy Last Logs, on the node of the copy taking over: copy every closed
+    generation and the open log from its active, which is not mounted."""
+    return web.json_response(await request.app[NODE].copy_last_logs(request.match_info["db"]))
+
+
+async def unquiesce(request: web.Request) -> web.Response:
+    active_here(request).unquiesce()
+    return web.json_response({"ok": True})
+
+
+def add_admin_routes(app: web.Application) -> None:
+    """Health, status and the admin calls."""
+    prefix = "/v1/databases/{db}"
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/v1/status", status)
+    app.router.add_post(prefix + "/roll-log", roll_log)
+    app.router.add_post(prefix + "/copies/{node}/{action:suspend|resume|reseed}", copy_action)
+    app.router.add_post(prefix + "/activate", activate)
+    app.router.add_post(prefix + "/switchover", switchover)
+    app.router.add_post(prefix + "/quiesce", quiesce)
+    app.router.add_post(prefix + "/unquiesce", unquiesce)
+    app.router.add_post(prefix + "/mount", mount)
+    app.router.add_post(prefix + "/dismount", dismount)
+    app.router.add_post(prefix + "/hand-over", hand_over)
+    app.router.add_post(prefix + "/copy-last-logs", copy_last_logs)
+    app.router.add_post("/v1/reconcile", reconcile)

@@ -1,0 +1,39 @@
+"""The node's aiohttp application: the token check, the one JSON error answer, the store,
+status and admin routes, `/metrics`, and the log share of the active copies here."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from replication_node.active.share import ActiveLogShare
+from replication_node.http.admin_routes import add_admin_routes
+from replication_node.http.auth import auth_middleware
+from replication_node.http.context import NODE
+from replication_node.http.error_middleware import error_middleware
+from replication_node.http.logshare import add_log_share_routes
+from replication_node.http.store_routes import add_store_routes
+from replication_node.metrics import add_metrics_route
+from replication_node.node import Node
+
+
+def build_app(node: Node) -> web.Application:
+    """The node's aiohttp application: auth, errors, store/status/admin and log share."""
+
+    app = web.Application(
+        middlewares=[auth_middleware(node.token), error_middleware],
+        client_max_size=16 * 1024 * 1024,
+    )
+    app[NODE] = node
+    add_store_routes(app)
+    add_admin_routes(app)
+    add_metrics_route(app, node.metrics)
+
+    def lookup(database: str) -> ActiveLogShare | None:
+        instance = node.active_here(database)
+        # Mounted, or not mounted and holding its last logs for the copy taking over.
+        if instance is not None and (instance.copy or instance.share.holding()):
+            return instance.share
+        return None
+
+    add_log_share_routes(app, lookup=lookup)
+    return app

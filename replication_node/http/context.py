@@ -1,0 +1,143 @@
+"""What every route of the node's HTTP API needs: the node it serves (`NodeApi`, under the
+app key `NODE`), and the request turned into what a handler acts on: its JSON body, its
+flags, the mailbox it names, the active instance or the reader it addresses.
+
+A request that addresses what is not here raises the domain error that says so (NotFound,
+NotActive, a dismounted copy's LogStreamStopped); `error_middleware.py` answers it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from dag_common.config import ClusterConfig
+from dag_common.model import AutoDatabaseMountDial, NodeStatus
+from replication_node.active.instance import ActiveInstance
+from replication_node.errors import BadRequest, LogStreamStopped, NotActive, NotFound
+from replication_node.interfaces import HostedCopy, MailboxReader
+from replication_node.storage.ops import NAME_PATTERN
+
+
+class NodeApi(Protocol):
+    """What the routes need of a node (replication_node.node.Node): its copies, its status,
+    and the operations an admin call starts."""
+
+    name: str
+    config: ClusterConfig
+    unexpected_errors: int  # the API's 500s, counted for the metrics
+
+    def instance(self, database: str) -> HostedCopy | None: ...
+
+    def active_here(self, database: str) -> ActiveInstance | None: ...
+
+    def active_of(self, database: str) -> tuple[str | None, str | None]: ...
+
+    def epoch_of(self, database: str) -> int: ...
+
+    def reader(self, database: str) -> MailboxReader | None: ...
+
+    def status(self) -> NodeStatus: ...
+
+    async def reconcile(self) -> None: ...
+
+    async def copy_action(
+        self, database: str, action: str, *, reason: str = ""
+    ) -> dict[str, Any]: ...
+
+    async def activate(
+        self, database: str, target: str, dial_override: AutoDatabaseMountDial | None
+    ) -> dict[str, Any]: ...
+
+    async def switchover(self, database: str, target: str) -> dict[str, Any]: ...
+
+    async def copy_last_logs(self, database: str) -> dict[str, Any]: ...
+
+
+NODE: web.AppKey[NodeApi] = web.AppKey("node")
+_NAME = re.compile(NAME_PATTERN)
+
+
+async def json_body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object ({} without a body); BadRequest if it is not one."""
+    if not request.can_read_body:
+        return {}
+    try:
+        data = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"request body is not JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise BadRequest("request body is nested too deeply") from exc
+    if not isinstance(data, dict):
+        raise BadRequest("request body must be a JSON object")
+    return data
+
+
+def flag(request: web.Request, name: str) -> bool:
+    """Whether the query flag `name` is set (1, true, yes)."""
+    return request.query.get(name, "").lower() in ("1", "true", "yes")
+
+
+def active_for_write(request: web.Request) -> ActiveInstance:
+    """The mounted active instance the request writes to; NotActive if it is elsewhere or
+    being switched over."""
+    node = request.app[NODE]
+    db = request.match_info["db"]
+    if node.instance(db) is None:
+        raise NotFound(f"no copy of database {db!r} on node {node.name}")
+    instance = node.active_here(db)
+    not_dismounted(instance, db, node.name)
+    if instance is None or instance.store is None:
+        raise NotActive(f"the copy of {db} on {node.name} is passive; write to the active copy")
+    if instance.switching_to is not None:
+        raise NotActive(f"{db} is being switched over to {instance.switching_to}; write there")
+    return instance
+
+
+def not_dismounted(instance: ActiveInstance | None, db: str, node: str) -> None:
+    """An active copy that is dismounted (a failure, or an operator) answers 503 with why:
+    it is still the active, nothing else serves this database here, and the call may work
+    again after a re-mount or a failover."""
+    if instance is not None and instance.copy is None:
+        if instance.dismounted_by_operator:
+            why = "dismounted by an operator (replication-node db mount re-mounts it)"
+        else:
+            why = instance.error or "not mounted"
+        raise LogStreamStopped(f"{db} on {node} is {why}")
+
+
+def reader_for(request: web.Request) -> MailboxReader:
+    """What answers a read of the request's database on this node."""
+    node = request.app[NODE]
+    db = request.match_info["db"]
+    not_dismounted(node.active_here(db), db, node.name)
+    reader = node.reader(db)
+    if reader is None:
+        raise NotFound(f"no readable copy of database {db!r} on node {node.name}")
+    return reader
+
+
+def epoch_for(request: web.Request) -> int:
+    """The stream incarnation of the copy that answers a read (0: not known yet)."""
+    return request.app[NODE].epoch_of(request.match_info["db"])
+
+
+def mailbox_name(request: web.Request) -> str:
+    """The mailbox the path names, checked against the name pattern."""
+    name = request.match_info["mailbox"]
+    if not _NAME.match(name):
+        raise BadRequest(f"invalid mailbox name {name!r}")
+    return name
+
+
+def active_here(request: web.Request) -> ActiveInstance:
+    """This node's active instance of the request's database, mounted or not."""
+    node = request.app[NODE]
+    db = request.match_info["db"]
+    instance = node.active_here(db)
+    if instance is None:
+        raise NotFound(f"the active copy of {db} is not on {node.name}")
+    return instance

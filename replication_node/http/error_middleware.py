@@ -1,0 +1,86 @@
+"""The one error answer of the node's HTTP API: every failure becomes JSON with its cause.
+
+Domain errors get their status here and nowhere else: a store error its 4xx, NotActive 409
+naming the active (and `switching_to` during a switchover), a refused mount 409 with the
+loss, a failing database or disk 503 naming the error, aiohttp's own errors (404, 405, 413)
+their status, and anything else 500, counted and logged as the bug it is.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from replication_node.errors import (
+    BadRequest,
+    Conflict,
+    DatabaseError,
+    MountRefused,
+    NotActive,
+    NotFound,
+    ReplicationError,
+    StoreError,
+    TransactionTooLarge,
+)
+from replication_node.http.context import NODE
+
+logger = logging.getLogger(__name__)
+
+_STATUS = {
+    NotFound: 404,
+    Conflict: 409,
+    NotActive: 409,
+    BadRequest: 400,
+    TransactionTooLarge: 413,
+}
+
+
+def json_error(status: int, message: str, **extra: Any) -> web.Response:
+    """An error answer: {"error": message, ...extra}."""
+    return web.json_response({"error": message, **extra}, status=status)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every error answer is JSON with its cause, whatever raised it: domain errors get their
+    status, a failing disk 503 naming the OS error, aiohttp's own errors (404, 405, 413) their
+    status, and anything else 500 logged as the bug it is.  Nothing leaks as plain text."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400 or exc.content_type == "application/json":
+            raise
+        kept = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "www-authenticate")}
+        return web.json_response(
+            {"error": f"{exc.status} {exc.reason}: {request.method} {request.path}"},
+            status=exc.status,
+            headers=kept,
+        )
+    except NotActive as exc:
+        node = request.app[NODE]
+        db = request.match_info.get("db", "")
+        active = node.active_of(db)
+        here = node.active_here(db)
+        # A switchover under way: this node still names itself active until the role
+        # moves; `switching_to` tells a client to ask again shortly rather than give up.
+        switching = here.switching_to if here is not None else None
+        return json_error(
+            409, str(exc), active_node=active[0], active_url=active[1], switching_to=switching
+        )
+    except MountRefused as exc:
+        return json_error(409, str(exc), **exc.details)
+    except StoreError as exc:
+        status = next((code for kind, code in _STATUS.items() if isinstance(exc, kind)), 400)
+        return json_error(status, str(exc))
+    except (DatabaseError, ReplicationError) as exc:
+        logger.error("%s %s failed: %s", request.method, request.path, exc)
+        return json_error(503, str(exc))
+    except OSError as exc:  # a full or failing disk: the node cannot serve this now
+        logger.error("%s %s failed on storage: %s", request.method, request.path, exc)
+        return json_error(503, f"storage error on node {request.app[NODE].name}: {exc}")
+    except Exception as exc:
+        request.app[NODE].unexpected_errors += 1
+        logger.exception("%s %s: unexpected error (a bug)", request.method, request.path)
+        return json_error(500, f"internal error ({type(exc).__name__}: {exc}); see the node's log")

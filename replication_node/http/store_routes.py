@@ -1,0 +1,160 @@
+"""The store routes of the node's HTTP API: mailboxes, folders and items.
+
+Thin handlers: writes go to the active instance's `MailboxStore` (answered once durable),
+reads to whatever copy answers here (the active merges its LLR overlay), each read with the
+epoch of the stream it reflects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from dag_common.mailbox_digest import mailbox_digest
+from replication_node.errors import BadRequest, NotFound
+from replication_node.http.context import (
+    NODE,
+    active_for_write,
+    epoch_for,
+    flag,
+    json_body,
+    mailbox_name,
+    reader_for,
+)
+from replication_node.http.models import FolderIn, ItemIn, ItemsIn, MailboxIn, parse
+
+MAX_CHANGE_NUMBER = 2**63 - 1  # SQLite's INTEGER: a larger number overflowed into a 500
+
+
+async def put_mailbox(request: web.Request) -> web.Response:
+    body = parse(MailboxIn, await json_body(request))
+    mailbox = request.match_info["mailbox"]
+    instance = active_for_write(request)
+    result = await instance.store.create_mailbox(  # type: ignore[union-attr]
+        mailbox,
+        display_name=body.display_name,
+        folders=body.folders,
+        locked=body.locked,
+    )
+    # A new mailbox enters the mailbox directory; a move's target copy does not (the
+    # directory still names the source until the move's step 8).
+    await request.app[NODE].cluster_store.set_mailbox_database(
+        mailbox, instance.database, expected=None
+    )
+    return web.json_response(result.as_dict(), status=201)
+
+
+async def list_mailboxes(request: web.Request) -> web.Response:
+    return web.json_response(
+        {"mailboxes": reader_for(request).mailboxes(), "epoch": epoch_for(request)}
+    )
+
+
+async def get_mailbox(request: web.Request) -> web.Response:
+    name = mailbox_name(request)
+    reader = reader_for(request)
+    row = reader.mailbox(name)
+    if row is None:
+        raise NotFound(f"no mailbox {name!r}")
+    return web.json_response({**row, "folders": reader.folders(name), "epoch": epoch_for(request)})
+
+
+async def mailbox_digest_route(request: web.Request) -> web.Response:
+    """Item count and digest of a mailbox's live items, as this copy serves them."""
+    name = mailbox_name(request)
+    reader = reader_for(request)
+    epoch = epoch_for(request)
+    if reader.mailbox(name) is None:
+        raise NotFound(f"no mailbox {name!r}")
+    # The items are read on the loop (the active merges its LLR overlay, which only the
+    # loop touches); hashing that snapshot, the costly part, does not hold the loop.
+    digest = await asyncio.to_thread(mailbox_digest, name, reader.items(name, 0))
+    return web.json_response(
+        {
+            "mailbox": name,
+            "item_count": digest.item_count,
+            "digest": digest.digest,
+            "last_change_number": digest.last_change_number,
+            "epoch": epoch,
+        }
+    )
+
+
+async def create_folder(request: web.Request) -> web.Response:
+    body = parse(FolderIn, await json_body(request))
+    result = await active_for_write(request).store.create_folder(  # type: ignore[union-attr]
+        request.match_info["mailbox"], body.folder, override_lock=flag(request, "override_lock")
+    )
+    return web.json_response(result.as_dict(), status=201)
+
+
+async def post_items(request: web.Request) -> web.Response:
+    raw = await json_body(request)
+    # Several items ({"items": [...]}, one transaction) or one item as the body itself.
+    items = parse(ItemsIn, raw).items if "items" in raw else [parse(ItemIn, raw)]
+    result = await active_for_write(request).store.put_items(  # type: ignore[union-attr]
+        request.match_info["mailbox"],
+        [item.model_dump(exclude_none=True) for item in items],
+        override_lock=flag(request, "override_lock"),
+    )
+    return web.json_response(result.as_dict(), status=201)
+
+
+async def get_items(request: web.Request) -> web.Response:
+    name = mailbox_name(request)
+    reader = reader_for(request)
+    try:
+        since = int(request.query.get("since_change", "0"))
+    except ValueError as exc:
+        raise BadRequest("since_change must be an integer") from exc
+    if not 0 <= since <= MAX_CHANGE_NUMBER:
+        raise BadRequest(f"since_change must be within 0..{MAX_CHANGE_NUMBER}")
+    if reader.mailbox(name) is None:
+        raise NotFound(f"no mailbox {name!r}")
+    items = reader.items(name, since)
+    return web.json_response(
+        {
+            "mailbox": name,
+            "since_change": since,
+            "items": items,
+            "last_change_number": max((i["change_number"] for i in items), default=since),
+            "epoch": epoch_for(request),
+        }
+    )
+
+
+async def delete_item(request: web.Request) -> web.Response:
+    result = await active_for_write(request).store.delete_item(  # type: ignore[union-attr]
+        request.match_info["mailbox"],
+        request.match_info["item_id"],
+        override_lock=flag(request, "override_lock"),
+    )
+    return web.json_response(result.as_dict())
+
+
+async def mailbox_action(request: web.Request) -> web.Response:
+    action = request.match_info["action"]
+    changes = {
+        "lock": {"locked": True},
+        "unlock": {"locked": False},
+        "soft-delete": {"soft_deleted": True},
+    }[action]
+    result = await active_for_write(request).store.set_mailbox(  # type: ignore[union-attr]
+        request.match_info["mailbox"], **changes
+    )
+    return web.json_response(result.as_dict())
+
+
+def add_store_routes(app: web.Application) -> None:
+    """Mailboxes, folders and items of each database."""
+    mbx = "/v1/databases/{db}/mailboxes/{mailbox}"
+    app.router.add_put(mbx, put_mailbox)
+    app.router.add_get("/v1/databases/{db}/mailboxes", list_mailboxes)
+    app.router.add_get(mbx, get_mailbox)
+    app.router.add_get(mbx + "/digest", mailbox_digest_route)
+    app.router.add_post(mbx + "/folders", create_folder)
+    app.router.add_post(mbx + "/items", post_items)
+    app.router.add_get(mbx + "/items", get_items)
+    app.router.add_delete(mbx + "/items/{item_id}", delete_item)
+    app.router.add_post(mbx + "/{action:lock|unlock|soft-delete}", mailbox_action)

@@ -1,0 +1,88 @@
+"""A passive copy's status, derived (pure): which CopyStatus its state makes, and the report
+it gives (`GET /v1/status`, the guarantee service's input, the failover's question).
+
+The order of the rules is the order of what an operator must hear first:
+
+    suspended             Suspended, or FailedAndSuspended when a failure suspended it
+    not running healthy   what the pipeline is doing: Initializing, Seeding, Failed
+    connected             Healthy
+    lost its active       DisconnectedAndHealthy (its own files are fine)
+    neither yet           Initializing
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
+from replication_node.interfaces import PassiveSettings
+from replication_node.passive.markers import Markers
+
+
+@dataclass(frozen=True, slots=True)
+class ScrubSummary:
+    """The last background scrub of the copy's file, as its status shows it."""
+
+    finished: datetime
+    result: str
+
+
+def copy_status(
+    *,
+    suspended: bool,
+    failed: bool,
+    phase: CopyStatus,
+    connected: bool,
+    disconnected_since: float | None,
+) -> CopyStatus:
+    """The copy's status from its state; `phase` is what its pipeline is doing."""
+    if suspended:
+        return CopyStatus.FAILED_AND_SUSPENDED if failed else CopyStatus.SUSPENDED
+    if phase is not CopyStatus.HEALTHY:
+        return phase
+    if connected:
+        return CopyStatus.HEALTHY
+    if disconnected_since is not None:
+        # Its own files are fine; the active cannot be reached (since its last start,
+        # perhaps: the copy need not have reached it first to be healthy).
+        return CopyStatus.DISCONNECTED_AND_HEALTHY
+    return CopyStatus.INITIALIZING
+
+
+def status_report(
+    *,
+    settings: PassiveSettings,
+    markers: Markers,
+    status: CopyStatus,
+    error: str | None,
+    scrub: ScrubSummary | None,
+    awaiting_last_logs_from: str | None,
+) -> CopyStatusReport:
+    """The report of a passive copy in `status`, from its settings and its markers."""
+    s, m = settings, markers
+    return CopyStatusReport(
+        database=s.database,
+        node=s.node,
+        site=s.site,
+        role=CopyRole.PASSIVE,
+        status=status,
+        activation_preference=s.activation_preference,
+        last_log_generated=m.generated_at_risk,
+        open_commits=m.open_commits if m.open_log_at_risk else 0,
+        last_log_copy_notified=m.last_log_copy_notified,
+        last_log_copied=m.last_log_copied,
+        last_log_inspected=m.last_log_inspected,
+        last_log_replayed=m.last_log_replayed,
+        copy_queue_length=m.copy_queue_length,
+        replay_queue_length=m.replay_queue_length,
+        last_inspected_log_time=m.last_inspected_log_time,
+        last_replayed_log_time=m.last_replayed_log_time,
+        replay_lag_time=s.replay_lag_time,
+        truncation_lag_time=s.truncation_lag_time,
+        error=error,
+        epoch=m.epoch,
+        last_scrub_time=scrub.finished if scrub else None,
+        last_scrub_result=scrub.result if scrub else None,
+        awaiting_last_logs_from=awaiting_last_logs_from,
+    )

@@ -1,0 +1,138 @@
+"""The database header: its values, as `eseutil /mh` shows them, and its row in the file.
+
+The header lives in the same SQLite file as the data (table `db_header`, one row) and is
+written in the same transaction as the data it describes (`Database`), so the file is
+always consistent at its waypoint.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from replication_node.errors import DatabaseError
+
+FORMAT = 1
+
+HEADER_SCHEMA = """
+CREATE TABLE db_header(
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  format INTEGER NOT NULL,
+  database_signature TEXT NOT NULL,
+  log_signature TEXT NOT NULL,
+  state TEXT NOT NULL,
+  checkpoint INTEGER NOT NULL,
+  waypoint INTEGER NOT NULL,
+  committed INTEGER NOT NULL,
+  last_change_number INTEGER NOT NULL,
+  last_log_time TEXT,
+  last_backup_generation INTEGER NOT NULL,
+  last_backup_time TEXT
+);
+"""
+
+
+class DatabaseState(StrEnum):
+    """Whether the file was closed cleanly (the seeds' "State" in the header)."""
+
+    CLEAN_SHUTDOWN = "Clean Shutdown"
+    DIRTY_SHUTDOWN = "Dirty Shutdown"
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseHeader:
+    """The database header, as `eseutil /mh` shows it."""
+
+    database_signature: uuid.UUID
+    log_signature: uuid.UUID
+    state: DatabaseState
+    checkpoint: int
+    waypoint: int
+    committed: int
+    last_change_number: int
+    last_log_time: datetime | None
+    last_backup_generation: int = 0
+    last_backup_time: datetime | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form, with the seeds' "Log Required / Log Committed" ranges."""
+        return {
+            "database_signature": str(self.database_signature),
+            "log_signature": str(self.log_signature),
+            "state": str(self.state),
+            "checkpoint": self.checkpoint,
+            "waypoint": self.waypoint,
+            "committed": self.committed,
+            # Always empty: a generation is written whole, so the file is consistent at its
+            # waypoint and needs no log to be usable (ESE needs checkpoint..waypoint).
+            "log_required": None,
+            "log_committed": [0, self.committed],
+            "last_change_number": self.last_change_number,
+            "last_log_time": self.last_log_time.isoformat() if self.last_log_time else None,
+            "last_backup_generation": self.last_backup_generation,
+            "last_backup_time": (
+                self.last_backup_time.isoformat() if self.last_backup_time else None
+            ),
+        }
+
+
+def _dt(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def insert_new_header(
+    conn: sqlite3.Connection, *, database_signature: uuid.UUID, log_signature: uuid.UUID
+) -> None:
+    """The header row of a new, empty database (dirty: it is about to be used)."""
+    conn.execute(
+        "INSERT INTO db_header VALUES (1, ?, ?, ?, ?, 1, 0, 0, 0, NULL, 0, NULL)",
+        (FORMAT, str(database_signature), str(log_signature), "Dirty Shutdown"),
+    )
+
+
+def read_header(conn: sqlite3.Connection, path: Path) -> DatabaseHeader:
+    """The header row of the file at `path`; DatabaseError if it has none we can use."""
+    try:
+        row = conn.execute("SELECT * FROM db_header WHERE id = 1").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise DatabaseError(f"{path} has no database header: {exc}") from exc
+    if row is None or row["format"] != FORMAT:
+        raise DatabaseError(f"{path} has no usable database header")
+    return DatabaseHeader(
+        database_signature=uuid.UUID(row["database_signature"]),
+        log_signature=uuid.UUID(row["log_signature"]),
+        state=DatabaseState(row["state"]),
+        checkpoint=row["checkpoint"],
+        waypoint=row["waypoint"],
+        committed=row["committed"],
+        last_change_number=row["last_change_number"],
+        last_log_time=_dt(row["last_log_time"]),
+        last_backup_generation=row["last_backup_generation"],
+        last_backup_time=_dt(row["last_backup_time"]),
+    )
+
+
+def write_header(conn: sqlite3.Connection, header: DatabaseHeader) -> None:
+    """Update the header row (inside the caller's transaction)."""
+    conn.execute(
+        "UPDATE db_header SET state=?, checkpoint=?, waypoint=?, committed=?,"
+        " last_change_number=?, last_log_time=?, last_backup_generation=?,"
+        " last_backup_time=?, database_signature=?, log_signature=? WHERE id = 1",
+        (
+            str(header.state),
+            header.checkpoint,
+            header.waypoint,
+            header.committed,
+            header.last_change_number,
+            header.last_log_time.isoformat() if header.last_log_time else None,
+            header.last_backup_generation,
+            header.last_backup_time.isoformat() if header.last_backup_time else None,
+            str(header.database_signature),
+            str(header.log_signature),
+        ),
+    )

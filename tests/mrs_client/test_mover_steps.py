@@ -1,0 +1,128 @@
+"""The mover's step logic in process, over in-memory fakes and a ManualClock: the stall limit
+of the health gate, the flush limit, an answer's wait time, a crash (kill -9) at each of the
+ten steps and the resume after it, two clients for one move.  Hours of waiting run in
+milliseconds; a few end-to-end runs over real processes stay in test_move_e2e.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from mrs_client.errors import MoveRejected
+from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus, MoveState
+from tests.mrs_client.fakes import MOVER_SETTINGS, Crash, MoverEnv
+
+LIMITED = replace(
+    MOVER_SETTINGS,
+    stall_retry_interval=timedelta(seconds=30),
+    stall_limit=timedelta(minutes=15),
+    flush_retry_interval=timedelta(seconds=10),
+    flush_limit=timedelta(minutes=30),
+)
+
+UNHEALTHY = GuaranteeAnswer(GuaranteeStatus.NOT_SATISFIED, timedelta(0), "DB2\\mbx3: Suspended")
+
+
+def unhealthy_target(env: MoverEnv) -> dict[str, bool]:
+    """DB2's copies unhealthy until the returned switch's "healthy" is set."""
+    switch = {"healthy": False}
+    env.guarantee.on_health = lambda db: None if switch["healthy"] or db != "DB2" else UNHEALTHY
+    return switch
+
+
+def assert_nothing_moved(env: MoverEnv) -> None:
+    assert "alice" not in env.nodes.dbs["DB2"].boxes
+    box = env.nodes.dbs["DB1"].boxes["alice"]
+    assert not box.locked and not box.soft_deleted and env.source()
+    assert env.directory.entries["alice"] == "DB1"
+
+
+async def test_a_move_stalls_on_unhealthy_copies_and_fails_at_the_stall_limit(tmp_path):
+    env = MoverEnv(tmp_path)
+    unhealthy_target(env)
+    started = env.clock.now()
+    record = await env.move(LIMITED)
+    assert record.state is MoveState.FAILED and record.step == 1
+    assert "stalled for 900s (limit 900s)" in record.failure, record.failure
+    assert "Suspended" in record.failure
+    waited = env.clock.now() - started
+    assert LIMITED.stall_limit <= waited < LIMITED.stall_limit + LIMITED.stall_retry_interval
+    asked = env.guarantee.health_asked
+    assert len(asked) == 1 + 900 // 30  # every stall_retry_interval, and once at the limit
+    answers = env.requests.answers(record.id)
+    assert answers and all(a["status"] != GuaranteeStatus.SATISFIED for a in answers)
+    assert record.time_stalled == pytest.approx(900)
+    assert_nothing_moved(env)
+
+
+async def test_a_resumed_failed_move_stalls_afresh_then_goes_on_once_satisfied(tmp_path):
+    env = MoverEnv(tmp_path)
+    switch = unhealthy_target(env)
+    failed = await env.move(LIMITED)
+    assert failed.state is MoveState.FAILED
+    # An operator's resume starts the stall limit afresh: still unhealthy, it stalls (it does
+    # not fail at once), and stays stalled short of a new limit...
+    task = await env.start(LIMITED, move_id=failed.id)
+    resumed_at = env.clock.now()
+    await env.drive(task, until=lambda: env.clock.now() - resumed_at > timedelta(minutes=14))
+    assert not task.done()
+    stored = env.requests.get(failed.id)
+    assert stored.state is MoveState.STALLED and "Suspended" in stored.stall_reason
+    # ...a second client is refused the same move while this one holds it...
+    with pytest.raises(MoveRejected, match="being run by another"):
+        await env.mover(LIMITED).run(failed.id)
+    # ...and once the copies are healthy it goes on by itself and completes.
+    switch["healthy"] = True
+    await env.drive(task)
+    env.assert_completed_equal(task.result())
+
+
+async def test_a_retry_answer_is_asked_again_after_its_wait_time(tmp_path):
+    env = MoverEnv(tmp_path)
+    retry = GuaranteeAnswer(GuaranteeStatus.RETRY, timedelta(seconds=75), "no status yet")
+    answers = iter([retry])
+    env.guarantee.on_health = lambda db: next(answers, None)
+    record = await env.move(LIMITED)
+    env.assert_completed_equal(record)
+    first, second = env.guarantee.health_asked[:2]
+    assert second - first == timedelta(seconds=75)  # the answer's wait, above the 30s retry
+
+
+async def test_a_flush_never_satisfied_fails_at_the_flush_limit_and_keeps_the_source(tmp_path):
+    env = MoverEnv(tmp_path, knows_epochs=True)
+    env.guarantee.on_flush = lambda db, generation, epoch: GuaranteeAnswer(
+        GuaranteeStatus.NOT_SATISFIED, timedelta(0), "DB2\\mbx3: ReplayQueue 7", epoch=epoch
+    )
+    record = await env.move(LIMITED)
+    assert record.state is MoveState.FAILED and record.step == 6
+    assert "not satisfied after 1800s (limit 1800s)" in record.failure, record.failure
+    flushes = len(env.guarantee.flushes)
+    assert 1800 // 10 <= flushes <= 1800 // 10 + 2  # every flush_retry_interval
+    # Never Completed on an unsatisfied flush: the source keeps its data and its directory
+    # entry; nothing was soft-deleted.
+    assert env.directory.entries["alice"] == "DB1"
+    assert not env.nodes.dbs["DB1"].boxes["alice"].soft_deleted and env.source()
+    assert not [e for e in env.nodes.trace if e[0] == "soft-delete"]
+
+
+@pytest.mark.parametrize("step", range(1, 11))
+async def test_a_crash_at_each_step_then_resume_completes(tmp_path, step):
+    env = MoverEnv(tmp_path, items=200)
+
+    def crash():
+        raise Crash()  # kill -9: nothing after this line of progress happens
+
+    env.at_step(step, crash)
+    with pytest.raises(Crash):
+        await env.move()
+    (stored,) = env.requests.list()
+    assert stored.state is not MoveState.COMPLETED and stored.step == step
+    assert stored.steps_done == step - 1
+    source = env.nodes.dbs["DB1"].boxes["alice"]
+    assert not source.soft_deleted and env.source(), "the source stays whole until step 10"
+    env.on_line.clear()
+    record = await env.move(move_id=stored.id)
+    env.assert_completed_equal(record)
+    assert record.reconciles == 0

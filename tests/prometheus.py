@@ -1,0 +1,73 @@
+"""Reading what the code exports for Prometheus (tests): promtool on a text or a rule file,
+a scrape's samples, one sample's value, and the metric names every component exports."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from dag_common.clock import ManualClock
+from dag_common.model import NodeStatus
+from guarantee_api.metrics import Metrics
+from mrs_client.metrics import MoveMetricsFile
+from replication_node.metrics import NodeMetrics, NodeStatusCollector
+from tests.cluster_harness import ROOT
+from tests.mrs_client.fakes import record
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def promtool(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `promtool ARGS` (Debian's 'prometheus' package) from the checkout's root."""
+    binary = shutil.which("promtool")
+    assert binary, "promtool is missing: install Debian's 'prometheus' (make system-deps does)"
+    return subprocess.run(
+        [binary, *args], input=input, capture_output=True, text=True, check=False, cwd=ROOT
+    )
+
+
+def promtool_check(text: str) -> None:
+    """`promtool check metrics` accepts `text` (a scrape or a textfile)."""
+    result = promtool("check", "metrics", input=text)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def samples(text: str) -> Samples:
+    """Every sample of a scrape: (name, labels) -> value."""
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(text_or_samples: str | Samples, name: str, **labels: str) -> float:
+    """The value of the sample `name` with exactly `labels`; fails if it is not exported."""
+    found = text_or_samples if isinstance(text_or_samples, dict) else samples(text_or_samples)
+    key = (name, frozenset(labels.items()))
+    assert key in found, f"{name}{labels} not exported"
+    return found[key]
+
+
+def exported_names(tmp_path: Path) -> set[str]:
+    """Every metric name the node, the guarantee service and the mover's textfile export."""
+    metrics = NodeMetrics("n")
+    metrics.watch(
+        NodeStatusCollector(
+            cluster=lambda: "c",
+            status=lambda: NodeStatus(node="n", site="s", copies=[]),
+            configured_copies=dict,
+            unexpected_errors=lambda: 0,
+        )
+    )
+    node = metrics.render().decode()
+    guarantee = Metrics().render().decode()
+    move = MoveMetricsFile(tmp_path / "m.prom", answers=lambda _: [], clock=ManualClock())
+    move(record(), "")
+    texts = [node, guarantee, (tmp_path / "m.prom").read_text()]
+    names = {m for text in texts for m in re.findall(r"^# TYPE (\S+)", text, re.M)}
+    return names
