@@ -136,9 +136,11 @@ class Defaults(_Model):
     log_roll_interval: Duration | None = None
     # Continuous replication circular logging: truncate without waiting for a backup.
     circular_logging: bool = True
-    # Automatic failover: a passive copy that has not reached its active for this long asks
-    # whether it is the best copy to mount (None: only an operator's activate does it).
-    failover_after: Duration | None = timedelta(seconds=15)
+    # Automatic failover: a passive copy without its active asks whether it is the best copy
+    # to mount as soon as the active's lease has expired in the cluster store, or, the store
+    # still showing a live lease, after this long (the activation then waits for the lease
+    # to end).  None: only an operator's activate does it.
+    failover_after: Duration | None = timedelta(seconds=10)
     on_active_failure: ActiveFailurePolicy = ActiveFailurePolicy.REMOUNT
     # The background scrub of each passive copy's file (every page read and checked by
     # SQLite, as ESE's online checksumming); null: off.
@@ -150,11 +152,22 @@ class Defaults(_Model):
     # pace on a large database.  The comparison with the active's digest at each roll is
     # always on: the digest is kept anyway.
     content_check_every: int | None = Field(default=None, ge=1)
-    # DESIGN's contract names these two; their features are not built yet (issues 12, 13).
-    # Accepted as written so that DESIGN's config loads: the lease is not enforced yet (the
-    # node says so at start), and a synchronous copy is refused rather than pretended.
-    lease_ttl: Duration = timedelta(seconds=10)
+    # The active's lease on its role (replication_node/active/lease.py): renewed every
+    # ttl/3; no commit is acknowledged without it; another copy is activated only once it
+    # has expired or been released.  With a kill -9 or a frozen process, failover comes
+    # about one TTL later (the holder counts 90 % of it, so a clock running 10 % off its
+    # peers' is safe).  Patroni's default is 30 s; 5 s gives failover in seconds.
+    lease_ttl: Duration = timedelta(seconds=5)
+    # DESIGN's contract names it; block mode is not built yet (issue 13): a synchronous
+    # copy is refused rather than pretended.
     synchronous_copies: int = Field(default=0, ge=0)
+
+    @field_validator("lease_ttl")
+    @classmethod
+    def _sane_lease(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=1) <= value <= timedelta(minutes=10):
+            raise ValueError("lease_ttl must be between 1s and 10m")
+        return value
 
     @field_validator("synchronous_copies")
     @classmethod

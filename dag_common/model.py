@@ -132,6 +132,9 @@ class CopyStatusReport(BaseModel):
     # last logs for; a passive copy names the lost active whose last logs it waits for.
     held_for: str | None = None
     awaiting_last_logs_from: str | None = None
+    # An active copy's lease on its role, by its own reckoning: seconds left (None: holds
+    # none, and acknowledges no write until it renews it).
+    lease_expires_in: float | None = None
 
 
 class NodeStatus(BaseModel):

@@ -14,6 +14,7 @@ DagError (dag_common.errors)
     ├── CopyFailed                a passive copy stopped: FailedAndSuspended, with the reason
     ├── RecoveryError             crash recovery cannot bring the database to a consistent state
     ├── LogStreamStopped          the active's log stream stopped (a failed write): no commit
+    ├── LeaseLost                 the active cannot show a live lease on its role: no commit
     ├── DatabaseError             the database file or its header is unusable
     ├── StoreError                a store request that cannot be served
     │   ├── NotFound              no such database, mailbox or item
@@ -84,6 +85,12 @@ class RecoveryError(ReplicationError):
 
 class LogStreamStopped(ReplicationError):
     """The active's log stream stopped after a failed write: nothing more is acknowledged."""
+
+
+class LeaseLost(ReplicationError):
+    """The active copy cannot show an unexpired lease on its role (the cluster store did not
+    renew it in time): it acknowledges nothing until it renews, and dismounts once the lease
+    has surely expired (another copy may then be activated)."""
 
 
 class DatabaseError(ReplicationError):

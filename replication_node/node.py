@@ -96,12 +96,6 @@ class Node:
     # ---- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        if "lease_ttl" in self.config.defaults.model_fields_set:
-            logger.warning(
-                "defaults.lease_ttl is set, but leases are not built yet: an active cut off "
-                "from its peers keeps acknowledging writes until its next config refresh "
-                "sees another active (fencing is issue 12)"
-            )
         self.data_dir.mkdir(parents=True, exist_ok=True)
         tls = self.config.tls
         self._session = aiohttp.ClientSession(
@@ -206,6 +200,7 @@ class Node:
                 metrics=self.metrics,
                 copy_awaiting_logs=lambda db=spec.database: self._copy_awaiting_logs(db),
                 scrub_interval=spec.scrub_interval,
+                lease_ttl=self.config.defaults.lease_ttl.total_seconds(),
             )
         else:
             assert self._session is not None
@@ -260,6 +255,10 @@ class Node:
             database=database,
             node=target,
             dial_override=dial_override,
+            clock=self._clock,
+            # A crashed active's lease ends within its TTL; still held after 1.5 TTL, it is
+            # renewed by an active that is alive (refused: it may still acknowledge).
+            lease_wait=self.config.defaults.lease_ttl.total_seconds() * 1.5,
         )
 
     async def switchover(self, database: str, target: str) -> dict[str, Any]:

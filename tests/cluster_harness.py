@@ -356,8 +356,14 @@ FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 
 def faketime_env(offset: str) -> dict[str, str]:
     """The environment that runs a process `offset` off the real clock (libfaketime, Debian's
-    `faketime` package): both wall and monotonic time, as a whole machine's clock would be."""
-    return {"LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": offset}
+    `faketime` package).  Wall time only: the monotonic clock is one per machine, and these
+    node processes share one machine's embedded cluster store, whose leases expire by it
+    (a node on another machine would use etcd, whose leases expire by etcd's clock)."""
+    return {
+        "LD_PRELOAD": str(FAKETIME_LIB),
+        "FAKETIME": offset,
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+    }
 
 
 @contextlib.contextmanager

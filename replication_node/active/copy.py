@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from dag_common.clock import Clock
+from replication_node.active.lease import LeaseKeeper
 from replication_node.errors import TransactionTooLarge
 from replication_node.log.events import ClosedGeneration, Committed, RollCause, StreamEvent
 from replication_node.log.logdir import finish_interrupted_roll
@@ -90,6 +91,7 @@ class ActiveCopy:
         recovery_notes: tuple[str, ...] = (),
         change_number_floor: int = 0,
         publish_open_log: OpenLogPublisher | None = None,
+        lease: LeaseKeeper | None = None,
     ) -> None:
         self.paths = paths
         self.db = db
@@ -104,6 +106,9 @@ class ActiveCopy:
         self._publish_open_log = publish_open_log
         if publish_open_log is not None:
             stream.set_announcer(self._announce)
+        self._lease = lease
+        if lease is not None:
+            stream.set_fence(lease.confirm)
         self._flush_lock = asyncio.Lock()
         self._flush_tasks: set[asyncio.Task[None]] = set()
         self.llr_flush_failures = 0
@@ -124,13 +129,15 @@ class ActiveCopy:
         create: bool = False,
         change_number_floor: int = 0,
         publish_open_log: OpenLogPublisher | None = None,
+        lease: LeaseKeeper | None = None,
     ) -> ActiveCopy:
         """Open (recovering from a crash) or create the database and its log stream.
 
         `change_number_floor`: the cluster store's change-number ceiling (numbers start above
         it).  `publish_open_log(generation, ceiling)`: announces each generation's first
         commit before it is answered, and the records recovered in E00.log before the stream
-        takes writes (raises `Deposed` if the store names another active)."""
+        takes writes (raises `Deposed` if the store names another active).  `lease`: the
+        active's lease, without which no commit is acknowledged (`lease.py`)."""
         paths.root.mkdir(parents=True, exist_ok=True)
         if create and not paths.database.exists():
             db = Database.create(
@@ -165,6 +172,7 @@ class ActiveCopy:
             recovery_notes=plan.notes,
             change_number_floor=change_number_floor,
             publish_open_log=publish_open_log,
+            lease=lease,
         )
         stream.set_digest_provider(lambda: copy.flushed_digest)
         try:
@@ -189,7 +197,10 @@ class ActiveCopy:
         return self._change_number
 
     async def commit(self, ops: list[dict[str, Any]]) -> Committed:
-        """Make `ops` one durable transaction; return its LSN and commit time."""
+        """Make `ops` one durable transaction; return its LSN and commit time.  LeaseLost
+        before anything is written while the lease cannot be renewed."""
+        if self._lease is not None:
+            self._lease.refuse_without_lease()
         try:
             return await self.stream.commit(ops, self._clock.now())
         except TransactionTooLarge:

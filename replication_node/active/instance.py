@@ -7,7 +7,9 @@ the `MailboxStore` that turns requests into operations, the idle log roller, the
 passive copies pull from (`share.py`), the log truncation (`truncator.py`), and its record
 in the cluster store (`publication.py`): each open log's first commit is announced, with
 the change-number ceiling, before it is acknowledged (`publish_open_log`), and each closed
-generation is published as LastLogGenerated.
+generation is published as LastLogGenerated.  And its lease on the role (`lease.py`): taken
+before each mount, renewed while mounted, checked before each commit is answered; lost, the
+copy dismounts; released at a switchover's quiesce and at a clean dismount.
 
 Attempt Copy Last Logs, the old active's half (`handover.py`, served by `share.py`): while
 its last logs are held for a copy taking over, this copy mounts neither by itself nor by
@@ -30,6 +32,7 @@ from dag_common.config import ActiveFailurePolicy
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
 from replication_node.active.copy import ActiveCopy, CopyPaths
 from replication_node.active.handover import HANDOVER_HOLD, copy_waiting_for_last_logs
+from replication_node.active.lease import LeaseKeeper
 from replication_node.active.mounting import open_active_copy
 from replication_node.active.publication import ActivePublication
 from replication_node.active.share import ActiveLogShare
@@ -82,6 +85,7 @@ class ActiveInstance:
         copy_awaiting_logs: Callable[[], Awaitable[str | None]] | None = None,
         handover_hold: float = HANDOVER_HOLD,
         scrub_interval: timedelta | None = None,
+        lease_ttl: float = 10.0,
     ) -> None:
         self.database = database
         self.node = node
@@ -108,6 +112,15 @@ class ActiveInstance:
         )
         self.switchover = SwitchoverQuiesce(
             database=database, clock=clock, generated=lambda: self.last_log_generated
+        )
+        self.lease = LeaseKeeper(
+            cluster_store=cluster_store,
+            database=database,
+            node=node,
+            epoch=epoch,
+            ttl=lease_ttl,
+            clock=clock,
+            paused=lambda: self.switching_to is not None,
         )
         # What passive copies pull: the stream mounted, or its last logs held for a copy
         # taking over.
@@ -183,6 +196,7 @@ class ActiveInstance:
                 f"{self.database} is not mounted on {self.node}: its last logs are held for "
                 f"the copy on {self.share.held_for}, which is taking over"
             )
+        await self.lease.acquire()
         self.copy = await open_active_copy(
             paths=self.paths,
             database=self.database,
@@ -193,6 +207,7 @@ class ActiveInstance:
             clock=self._clock,
             record=await self.publication.record(),
             publish_open_log=self.publish_open_log,
+            lease=self.lease,
         )
         # No generation above the waypoint (a clean mount): the file knows its last log's time.
         self.last_close_time = self.copy.last_closed_time or self.copy.header.last_log_time
@@ -206,6 +221,8 @@ class ActiveInstance:
                 name=f"idle-roll {self.database}",
             ),
             asyncio.create_task(self._watch(stream), name=f"watch {self.database}"),
+            asyncio.create_task(self.lease.run(), name=f"lease {self.database}"),
+            asyncio.create_task(self._watch_lease(stream), name=f"watch-lease {self.database}"),
         ]
         await self.publish()
         recovered = self.copy.stream.open_commits
@@ -247,11 +264,19 @@ class ActiveInstance:
                 asyncio.create_task(self._remount_loop(), name=f"remount {self.database}")
             )
         else:
+            await self.lease.release()  # the best copy need not wait for it to expire
             logger.warning(
                 "%s: stays dismounted (on_active_failure: Failover): automatic failover moves "
                 "it to the best copy",
                 self.database,
             )
+
+    async def _watch_lease(self, stream: LogStream) -> None:
+        """The lease lost for good (surely expired, or the store names another active): stop
+        the stream, which dismounts the copy (`_watch`)."""
+        await self.lease.lost.wait()
+        assert self.lease.lost_reason is not None
+        stream.fail(self.lease.lost_reason)
 
     async def _scrub_loop(self, scrubber: Scrubber) -> None:
         """Scrub the active's file every cycle.  Damage dismounts it for good (a re-mount
@@ -314,6 +339,7 @@ class ActiveInstance:
         copy, self.copy, self.store = self.copy, None, None
         self.dismounted_by_operator = True
         await copy.dismount()
+        await self.lease.release()
         await self.publish()
         await self.share.notify()
         logger.warning("%s dismounted on %s by an operator", self.database, self.node)
@@ -335,6 +361,7 @@ class ActiveInstance:
         if self.copy is not None:
             if clean:
                 await self.copy.dismount()
+                await self.lease.release()
                 await self.publish()
             else:
                 await self.copy.crash_close()
@@ -350,7 +377,11 @@ class ActiveInstance:
         last closed generation, which the target must replay before it takes over.  Writes
         resume by themselves after `hold` seconds unless the role moved."""
         assert self.copy is not None
-        return await self.switchover.quiesce(self.copy, target, hold)
+        generation = await self.switchover.quiesce(self.copy, target, hold)
+        # The target may be activated as soon as it has replayed: no lease to wait out.
+        # Renewed again if the switchover is abandoned (the next commit's fence does it).
+        await self.lease.release()
+        return generation
 
     def unquiesce(self) -> None:
         """The switchover was abandoned: take writes again."""
@@ -429,4 +460,5 @@ class ActiveInstance:
             last_scrub_result=self.scrubber.last.describe()
             if self.scrubber and self.scrubber.last
             else None,
+            lease_expires_in=self.lease.expires_in() if self.copy is not None else None,
         )

@@ -15,6 +15,7 @@ from pathlib import Path
 from dag_common.clock import Clock
 from dag_common.durable import atomic_write
 from replication_node.active.copy import ActiveCopy, CopyPaths, OpenLogPublisher
+from replication_node.active.lease import LeaseKeeper
 from replication_node.cluster.store import ActiveRecord
 from replication_node.errors import RecoveryError
 from replication_node.log.logdir import list_closed_generations
@@ -31,6 +32,7 @@ async def open_active_copy(
     clock: Clock,
     record: ActiveRecord | None,
     publish_open_log: OpenLogPublisher,
+    lease: LeaseKeeper | None = None,
 ) -> ActiveCopy:
     """Mount the copy from disk (creating it the first time) as the active at `epoch`;
     `record` is the cluster store's record of the database, read before."""
@@ -49,6 +51,7 @@ async def open_active_copy(
         create=create,
         change_number_floor=record.change_number_ceiling if record else 0,
         publish_open_log=publish_open_log,
+        lease=lease,
     )
     if record is not None and (record.node, record.epoch) == (node, epoch):
         await _check_announced_logs(copy, record.open_generation, database=database, epoch=epoch)

@@ -1,4 +1,5 @@
-"""`replication-node status`: every copy of the cluster as its node reports it, and, for a
+"""`replication-node status`: every copy of the cluster as its node reports it; the lease on
+each database's active role as the cluster store holds it (holder, epoch, expiry); and, for a
 database no node reports mounted, what mounting its best copy now would lose."""
 
 from __future__ import annotations
@@ -6,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -14,7 +16,7 @@ from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.model import CopyStatus, ExitCode, NodeStatus
 from dag_common.node_status import StatusUnavailable, fetch_node_status
 from replication_node.cluster.mount_policy import assess_loss, best_copy, generations_at_risk
-from replication_node.cluster.store import open_cluster_store
+from replication_node.cluster.store import ActiveRecord, LeaseRecord, open_cluster_store
 
 
 def client_ssl(config: ClusterConfig) -> Any:
@@ -81,7 +83,10 @@ def cmd_status(args: argparse.Namespace) -> int:
                 f"{report.replay_queue_length:>12}  {_fmt_time(report.last_inspected_log_time):<22}"
                 f"{report.error or ''}"
             )
-        for note in asyncio.run(_unmounted_notes(config, rows)):
+        view = asyncio.run(_store_view(config, [db.name for db in config.databases]))
+        for db in config.databases:
+            print(lease_line(db.name, view))
+        for note in _unmounted_notes(config, rows, view):
             print(note)
     return (
         ExitCode.OK
@@ -90,7 +95,33 @@ def cmd_status(args: argparse.Namespace) -> int:
     )
 
 
-async def _unmounted_notes(config: ClusterConfig, rows: list[Any]) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class StoreView:
+    """What the cluster store says of each database: its active record and live lease."""
+
+    records: dict[str, ActiveRecord | None]
+    leases: dict[str, LeaseRecord | None]
+
+
+def lease_line(database: str, view: StoreView | None) -> str:
+    """One sentence on the lease of `database`'s active role."""
+    if view is None:
+        return f"{database}: lease unknown (the cluster store could not be read)"
+    lease, record = view.leases.get(database), view.records.get(database)
+    if lease is not None:
+        return (
+            f"{database}: lease held by {lease.node} at epoch {lease.epoch}, "
+            f"expires in {lease.expires_in:.1f}s unless renewed"
+        )
+    if record is None:
+        return f"{database}: no active chosen yet, no lease"
+    return (
+        f"{database}: no live lease: {record.node} (active at epoch {record.epoch}) "
+        "acknowledges no write until it takes one"
+    )
+
+
+def _unmounted_notes(config: ClusterConfig, rows: list[Any], view: StoreView | None) -> list[str]:
     """For each database no node reports mounted: what mounting its best copy now would
     lose, counting the open log (the same computation as an activation)."""
     reports: dict[str, list[Any]] = {}
@@ -103,7 +134,7 @@ async def _unmounted_notes(config: ClusterConfig, rows: list[Any]) -> list[str]:
     ]
     if not lost:
         return []
-    records = await _active_records(config, lost)
+    records = view.records if view is not None else {}
     notes = []
     for db in lost:
         known = [r for r in reports[db] if r is not None]
@@ -130,16 +161,19 @@ async def _unmounted_notes(config: ClusterConfig, rows: list[Any]) -> list[str]:
     return notes
 
 
-async def _active_records(config: ClusterConfig, databases: list[str]) -> dict[str, Any]:
-    """The cluster store's active records of `databases`; {} if the store cannot be read."""
+async def _store_view(config: ClusterConfig, databases: list[str]) -> StoreView | None:
+    """The cluster store's records and leases of `databases`; None if it cannot be read."""
     try:
         store = open_cluster_store(config)
     except Exception:
-        return {}
+        return None
     try:
-        return {db: await store.active(db) for db in databases}
+        return StoreView(
+            records={db: await store.active(db) for db in databases},
+            leases={db: await store.lease(db) for db in databases},
+        )
     except Exception:
-        return {}
+        return None
     finally:
         store.close()
         await asyncio.sleep(0)  # let an etcd session finish closing

@@ -41,7 +41,7 @@ from replication_node.cluster.peers import (
     reconcile_all,
 )
 from replication_node.cluster.store import ActiveRecord, ClusterStore
-from replication_node.errors import BadRequest, Conflict, MountRefused, NotFound
+from replication_node.errors import BadRequest, Conflict, LeaseHeld, MountRefused, NotFound
 
 logger = logging.getLogger(__name__)
 
@@ -75,13 +75,24 @@ async def activate_copy(
     node: str,
     dial_override: AutoDatabaseMountDial | None = None,
     reports: dict[str, CopyStatusReport | None] | None = None,
+    clock: Clock | None = None,
+    lease_wait: float = 0.0,
 ) -> dict[str, Any]:
     """Make the copy of `database` on `node` active; Conflict (nothing changed) if it may not.
 
     `reports`: every copy's status, just gathered by the caller (the failover monitor), used
-    instead of asking each node again (the epoch's compare-and-set still decides)."""
+    instead of asking each node again (the epoch's compare-and-set still decides).  While the
+    old active's lease is live, wait up to `lease_wait` seconds on `clock` for it to end (an
+    operator's activate after a crash), then LeaseHeld: the old active may still acknowledge."""
     record = await _active_elsewhere(config, cluster_store, database, node)
     if reports is None:
+        reports = await copy_reports(session, config, token, database)
+    running = reports[record.node]
+    # A running active is refused below (use switchover); any other's lease is waited out.
+    mounted = running is not None and running.status is CopyStatus.MOUNTED
+    if not mounted and await wait_out_lease(
+        cluster_store, database, node, clock, longest=lease_wait
+    ):
         reports = await copy_reports(session, config, token, database)
     old_copy, copy = reports[record.node], reports[node]
     last_logs = ""
@@ -153,6 +164,39 @@ async def activate_copy(
         "last_logs": last_logs or None,
         "reason": reason,
     }
+
+
+async def wait_out_lease(
+    cluster_store: ClusterStore,
+    database: str,
+    node: str,
+    clock: Clock | None,
+    *,
+    longest: float,
+) -> bool:
+    """Return once no node but `node` holds a live lease on the active role of `database`
+    (True if that took a wait); LeaseHeld if one still does after `longest` seconds (a dead
+    active's lease ends within its TTL; one still renewed belongs to an active that is
+    alive)."""
+    deadline = clock.monotonic() + longest if clock is not None else 0.0
+    waited = False
+    while True:
+        lease = await cluster_store.lease(database)
+        if lease is None or lease.node == node:
+            return waited
+        left = deadline - clock.monotonic() if clock is not None else 0.0
+        if left <= 0:
+            raise LeaseHeld(database, lease.node, lease.expires_in)
+        assert clock is not None
+        logger.info(
+            "%s: activation on %s waits %.1fs for the lease of %s to end",
+            database,
+            node,
+            lease.expires_in,
+            lease.node,
+        )
+        await clock.sleep(min(lease.expires_in + 0.05, left))
+        waited = True
 
 
 async def _copy_last_logs(

@@ -1,12 +1,13 @@
 """Automatic failover: each node watches the actives of the passive copies it hosts.
 
-When a passive copy has not reached its active for `failover_after` (`failover_due`), the
-node reads the cluster store's active record, asks every copy of the database for its
-status, and decides (`failover_policy.decide_failover`, pure): only if the active is
-really gone and this node's copy is the best one does it activate it, through the same
-path an operator's `activate` takes: AutoDatabaseMountDial bounds the logs lost, and the
-cluster store's compare-and-set on the epoch lets only one activation win.  Every pass
-returns the sentences of what it decided, and logs them.
+When a passive copy has lost its active and the active's lease has expired in the cluster
+store, or it has not reached its active for `failover_after` (`failover_due`), the node
+reads the cluster store's active record, asks every copy of the database for its status,
+and decides (`failover_policy.decide_failover`, pure): only if the active is really gone and
+this node's copy is the best one does it activate it, through the same path an operator's
+`activate` takes: AutoDatabaseMountDial bounds the logs lost, the cluster store refuses
+while the old active's lease is live, and its compare-and-set on the epoch lets only one
+activation win.  Every pass returns the sentences of what it decided, and logs them.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from replication_node.cluster.failover_policy import (
     FailoverVerdict,
     decide_failover,
     failover_due,
+    needs_lease_check,
 )
 from replication_node.cluster.mount_policy import MOUNTABLE
 from replication_node.cluster.peers import copy_reports
 from replication_node.cluster.store import ClusterStore
-from replication_node.errors import MountRefused, ReplicationError
+from replication_node.errors import LeaseHeld, MountRefused, ReplicationError
 from replication_node.passive.copy import PassiveCopy
 
 logger = logging.getLogger(__name__)
@@ -87,11 +89,28 @@ class FailoverMonitor:
             status, since = copy.status().status, copy.markers.disconnected_since
             if since is None and status in MOUNTABLE:
                 copy.awaiting_last_logs_from = None  # its active is back and mounted
+            lease_live = True
+            if needs_lease_check(status=status, disconnected_since=since, after=after):
+                lease_live = await self._lease_live(database)
             if failover_due(
-                status=status, disconnected_since=since, now=self._clock.monotonic(), after=after
+                status=status,
+                disconnected_since=since,
+                now=self._clock.monotonic(),
+                after=after,
+                lease_live=lease_live,
             ):
                 decisions.append(await self._consider(config, database))
         return decisions
+
+    async def _lease_live(self, database: str) -> bool:
+        """Whether the active this node follows still holds a live lease (True when the
+        store cannot say: then `failover_after` decides)."""
+        try:
+            lease = await self._cluster_store.lease(database)
+        except Exception as exc:
+            logger.debug("%s: cannot read the active's lease: %s", database, exc)
+            return True
+        return lease is not None and lease.node == self._following(database)
 
     async def _consider(self, config: ClusterConfig, database: str) -> str:
         record = await self._cluster_store.active(database)
@@ -129,6 +148,12 @@ class FailoverMonitor:
             if copy is not None:
                 copy.awaiting_last_logs_from = record.node if decision.active_unreachable else None
             return f"{database}: {decision.lost}; not mounted here: {exc}"
+        except LeaseHeld as exc:
+            # Said without the seconds left, so that the sentence stands while it holds.
+            return (
+                f"{database}: {decision.lost}; not mounted here: {exc.holder} still holds the "
+                "active's lease in the cluster store (it may still acknowledge writes)"
+            )
         except ReplicationError as exc:
             return f"{database}: {decision.lost}; not mounted here: {exc}"
         if copy is not None:

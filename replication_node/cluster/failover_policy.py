@@ -37,13 +37,28 @@ class FailoverDecision:
 
 
 def failover_due(
-    *, status: CopyStatus, disconnected_since: float | None, now: float, after: timedelta | None
+    *,
+    status: CopyStatus,
+    disconnected_since: float | None,
+    now: float,
+    after: timedelta | None,
+    lease_live: bool = True,
 ) -> bool:
     """Whether a passive copy in `status`, without its active since `disconnected_since`
-    (monotonic seconds; None: connected), asks for a failover at `now`."""
+    (monotonic seconds; None: connected), asks for a failover at `now`: at once if the
+    active's lease is no longer live in the cluster store (it acknowledges nothing more: a
+    hung or dead active is known by its lease, not by slow calls), else after `after`."""
     if after is None or status not in MOUNTABLE or disconnected_since is None:
         return False
-    return now - disconnected_since >= after.total_seconds()
+    return not lease_live or now - disconnected_since >= after.total_seconds()
+
+
+def needs_lease_check(
+    *, status: CopyStatus, disconnected_since: float | None, after: timedelta | None
+) -> bool:
+    """Whether the active's lease is worth reading: the copy is without its active, and
+    could be mounted (one store read per pass, only then)."""
+    return after is not None and status in MOUNTABLE and disconnected_since is not None
 
 
 def decide_failover(

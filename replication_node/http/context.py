@@ -87,6 +87,11 @@ def active_for_write(request: web.Request) -> ActiveInstance:
     node = request.app[NODE]
     db = request.match_info["db"]
     if node.instance(db) is None:
+        if any(d.name == db for d in node.config.databases_on(node.name)):
+            # Its role is changing (an active stopping to follow a new one, or starting).
+            raise NotActive(
+                f"the copy of {db} on {node.name} is changing role; write to the active"
+            )
         raise NotFound(f"no copy of database {db!r} on node {node.name}")
     instance = node.active_here(db)
     not_dismounted(instance, db, node.name)

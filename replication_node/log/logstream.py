@@ -26,6 +26,12 @@ the writer; an answer of False (another copy was activated) fails every waiter w
 `Deposed` and stops the stream, because a deposed active must not acknowledge.  Records
 recovered in E00.log are announced by `announce_recovered()` before the stream takes writes.
 
+The fence (`set_fence`, the active's lease: `active/lease.py`): after the announcement and
+before any listener or answer, the writer awaits it; a failure (the lease lost, or this node
+deposed) fails every waiter and stops the stream, whose records are then durable but not
+acknowledged (the in-memory state is dropped with it; crash recovery reads them back).  The
+owner can also stop the stream from outside with `fail()` (the lease has surely expired).
+
 The open log's file, written in a worker thread, is `writer.py`; the file steps (a new
 E00.log written durably, whole writes, the closed generations on disk) are in `logdir.py`;
 the events the stream emits are in `events.py`.
@@ -36,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,6 +58,10 @@ if TYPE_CHECKING:
     from replication_node.metrics import StreamMetrics
 
 logger = logging.getLogger(__name__)
+
+
+# Awaited before commits are answered: None lets them go, an exception stops the stream.
+Fence = Callable[[], Awaitable[BaseException | None]]
 
 
 class LogStream:
@@ -79,6 +89,7 @@ class LogStream:
             announce=announce,
         )
         self._failure: BaseException | None = None
+        self._fence: Fence | None = None
         # Set when a failure stops the writer (not by close()): whoever mounted the stream
         # must dismount the database, and never reuse this in-memory state.
         self.failed = asyncio.Event()
@@ -169,6 +180,21 @@ class LogStream:
         """Announce each generation's first commit through `announce` (before it starts)."""
         self._announcer.announce = announce
 
+    def set_fence(self, fence: Fence) -> None:
+        """Await `fence()` before answering any commit: None lets the answers go, an
+        exception fails them and stops the stream (the active's lease)."""
+        self._fence = fence
+
+    def fail(self, exc: BaseException) -> None:
+        """Stop the stream from outside: every waiter gets `exc`, nothing more is answered,
+        and `failed` is set (the owner dismounts)."""
+        if self._closed:
+            return
+        self._fail_all(exc, [])
+        # Wake the writer if it waits for work; if it is writing, it sees the failure when
+        # the batch is durable and answers nothing.
+        self._queue.put_nowait(Pending(b"", self._clock.now(), False, self._future()))
+
     async def announce_recovered(self) -> None:
         """Announce the records recovered in E00.log before the stream takes writes: they may
         have been acknowledged before a crash, and they are about to be visible again.
@@ -253,6 +279,9 @@ class LogStream:
             batch = [await self._queue.get()]
             while not self._queue.empty():
                 batch.append(self._queue.get_nowait())
+            if self._failure is not None:  # fail() stopped the stream
+                self._fail_all(self._failure, batch)
+                return
             stop = any(p.data == b"" for p in batch)
             work = [p for p in batch if p.data != b""]
             try:
@@ -267,9 +296,19 @@ class LogStream:
             except BaseException as exc:  # cancelled: stop as well, and say so
                 self._fail_all(LogStreamStopped(f"the log writer was cancelled: {exc!r}"), batch)
                 raise
+            if self._failure is not None:  # fail() while the batch was written
+                self._fail_all(self._failure, batch)
+                return
             if self._announcer.due(touched):
                 # Durable, but neither visible nor answered until the copies can count it.
                 failure = await self._announcer.announce_generation(touched)
+                if failure is not None:
+                    logger.critical("%s; log stream stopped", failure)
+                    self._fail_all(failure, batch)
+                    return
+            if self._fence is not None and any(p.data is not None for p in work):
+                # Durable; answered only while the fence (the active's lease) allows it.
+                failure = self._failure or await self._fence()
                 if failure is not None:
                     logger.critical("%s; log stream stopped", failure)
                     self._fail_all(failure, batch)

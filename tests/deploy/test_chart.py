@@ -340,9 +340,10 @@ BAD_VALUES = {
     ),
     "an unknown key": ({"guaranteeApi": {"replica": 2}}, "replica"),
     "a field the config refuses": (
-        {"config": {"defaults": {"lease_ttl": "10s"}}},
-        "lease_ttl",
+        {"config": {"defaults": {"synchronous_copies": 1}}},
+        "synchronous_copies",
     ),
+    "a bad lease": ({"config": {"defaults": {"lease_ttl": "a while"}}}, "lease_ttl"),
     "root": ({"podSecurityContext": {"runAsNonRoot": False}}, "/podSecurityContext/runAsNonRoot"),
     "a bad duration": ({"config": {"defaults": {"failover_after": "soon"}}}, "failover_after"),
     "an unknown etcd setting": (

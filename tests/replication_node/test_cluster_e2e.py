@@ -449,5 +449,39 @@ async def test_a_hung_active_is_noticed_and_replaced_and_rejoins_when_it_wakes(t
         await c.close()
 
 
+async def test_writes_to_an_active_woken_after_its_lease_ran_out_are_never_acknowledged(tmp_path):
+    # SIGSTOP past the lease: another copy is activated.  Writes sent to the frozen node wait
+    # in its socket; more come the moment it wakes.  Each is refused, or, if answered, is
+    # on the new active: none is acknowledged and lost.
+    c = three_nodes(tmp_path, defaults={"failover_after": "1s", "lease_ttl": "2s"})
+    await c.start()
+    hung = c.procs["mbx2"]
+    path = "/v1/databases/DB2/mailboxes/bob/items"
+
+    async def put(item: str) -> tuple[str, int]:
+        code, _ = await c.call("POST", "mbx2", path, json={"items": [{"item_id": item}]})
+        return item, code
+
+    try:
+        await c.ok("PUT", "mbx2", "/v1/databases/DB2/mailboxes/bob")
+        await write(c, "mbx2", "DB2", "bob", 0, 20)
+        await converged(c, "DB2", "mbx2", ["mbx3"])
+        hung.send_signal(signal.SIGSTOP)
+        queued = [asyncio.create_task(put(f"queued{i}")) for i in range(10)]
+        await c.wait_status("mbx3", "DB2", "Mounted")
+        hung.send_signal(signal.SIGCONT)
+        answers = await asyncio.gather(*queued, *(put(f"woken{i}") for i in range(10)))
+        acknowledged = [item for item, code in answers if code < 300]
+        refused = {code for _, code in answers if code >= 300}
+        assert refused <= {409, 503}, answers
+        await c.wait_for("mbx2 to follow mbx3", lambda: _role(c, "mbx2", "DB2", "Passive"))
+        on_new_active = await c.items("mbx3", "DB2", "bob")
+        lost = [item for item in acknowledged if item not in on_new_active]
+        assert not lost, f"acknowledged by the deposed active and lost: {lost}"
+    finally:
+        hung.send_signal(signal.SIGCONT)
+        await c.close()
+
+
 async def _role(c, node: str, db: str, role: str) -> bool:
     return (await c.status(node))[db]["role"] == role

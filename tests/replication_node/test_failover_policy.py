@@ -47,6 +47,25 @@ def test_when_a_copy_asks(status, since, now, after, due):
 
 
 @pytest.mark.parametrize(
+    ("status", "since", "now", "after", "lease_live", "due"),
+    [
+        # the active's lease is gone: at once, not after `failover_after`
+        (S.DISCONNECTED_AND_HEALTHY, 100.0, 100.5, timedelta(seconds=15), False, True),
+        (S.DISCONNECTED_AND_HEALTHY, 100.0, 100.5, timedelta(seconds=15), True, False),
+        # but only for a copy without its active, that could be mounted, with failover on
+        (S.HEALTHY, None, 100.5, timedelta(seconds=15), False, False),
+        (S.SUSPENDED, 100.0, 100.5, timedelta(seconds=15), False, False),
+        (S.DISCONNECTED_AND_HEALTHY, 100.0, 100.5, None, False, False),
+    ],
+)
+def test_a_lost_lease_hurries_the_question(status, since, now, after, lease_live, due):
+    asks = failover_due(
+        status=status, disconnected_since=since, now=now, after=after, lease_live=lease_live
+    )
+    assert asks is due
+
+
+@pytest.mark.parametrize(
     ("active_node", "following", "reports", "verdict", "words"),
     [
         # no record, or this node is the active: nothing to replace
