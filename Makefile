@@ -17,9 +17,10 @@ $(STAMP): $(BIN)/python pyproject.toml
 # Debian packages, each as command:package, installed only when the command is missing.
 # The tests use prometheus (promtool checks metric names), etcd-server (the etcd cluster
 # store's tests run a real etcd), faketime (clock-skew tests run node processes under
-# libfaketime), a Java runtime (pyspark starts a JVM: spark_metrics) and chromium (the
-# report's browser test). The demo needs only Java, for its Spark step.
-SYSTEM_PACKAGES := promtool:prometheus etcd:etcd-server faketime:faketime java:openjdk-17-jre-headless chromium:chromium
+# libfaketime), a Java runtime (pyspark starts a JVM: spark_metrics), chromium (the
+# report's browser test) and iptables (the partition tests cut links between network
+# namespaces). The demo needs only Java, for its Spark step.
+SYSTEM_PACKAGES := promtool:prometheus etcd:etcd-server faketime:faketime java:openjdk-17-jre-headless chromium:chromium iptables:iptables
 DEMO_PACKAGES := java:openjdk-17-jre-headless
 
 define install_missing

@@ -102,8 +102,11 @@ def start_etcd(
     server_cert: tuple[Path, Path] | None = None,
     client_ca: Path | None = None,
     auth_token: str | None = None,
+    host: str = "127.0.0.1",
+    prefix: list[str] | None = None,
 ) -> tuple[str, subprocess.Popen[bytes]]:
     """A one-member etcd (Debian's etcd-server) on free ports; its client URL and process.
+    `host`: the address it listens on; `prefix`: the command it runs under (a netns).
 
     `server_cert` (certificate, key): clients speak https:// to it.  `client_ca`: etcd asks
     every client for a certificate signed by that CA (--client-cert-auth).  `auth_token`:
@@ -113,16 +116,17 @@ def start_etcd(
     assert binary, "etcd is missing: install Debian's 'etcd-server' package (make system-deps does)"
     client, peer, metrics = free_port(), free_port(), free_port()
     scheme = "https" if server_cert else "http"
-    url = f"{scheme}://127.0.0.1:{client}"
+    url = f"{scheme}://{host}:{client}"
     args = [
+        *(prefix or []),
         binary,
         "--data-dir", str(data / "member"),
         "--listen-client-urls", url,
         "--advertise-client-urls", url,
-        "--listen-metrics-urls", f"http://127.0.0.1:{metrics}",
-        "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-        "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-        "--initial-cluster", f"default=http://127.0.0.1:{peer}",
+        "--listen-metrics-urls", f"http://{host}:{metrics}",
+        "--listen-peer-urls", f"http://{host}:{peer}",
+        "--initial-advertise-peer-urls", f"http://{host}:{peer}",
+        "--initial-cluster", f"default=http://{host}:{peer}",
     ]  # fmt: skip
     if server_cert:
         args += ["--cert-file", str(server_cert[0]), "--key-file", str(server_cert[1])]
@@ -138,7 +142,7 @@ def start_etcd(
     deadline = time.monotonic() + 15
     while True:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/health", timeout=1) as resp:
+            with urllib.request.urlopen(f"http://{host}:{metrics}/health", timeout=1) as resp:
                 if resp.status == 200:
                     return url, proc
         except OSError:
@@ -160,13 +164,21 @@ class LocalCluster:
         databases: list[dict[str, Any]],
         defaults: dict[str, Any] | None = None,
         config_refresh: str = "1s",
+        hosts: dict[str, str] | None = None,
+        prefix: dict[str, list[str]] | None = None,
+        cluster_store: dict[str, Any] | None = None,
     ) -> None:
+        """`hosts`: the address each node listens on (127.0.0.1 if not named); `prefix`: the
+        command each node's process runs under (`ip netns exec NS`); `cluster_store`: the
+        config's cluster store (one embedded file if not given)."""
         self.root = root
-        self.ports = {name: free_port() for name, _ in nodes}
+        self.hosts = hosts or {}
+        self.prefix = prefix or {}
+        self.ports = {name: free_port() for name, _ in nodes}  # a new netns has all free
         self.config = cluster_config(
-            [(n, site, f"http://127.0.0.1:{self.ports[n]}") for n, site in nodes],
+            [(n, site, self.url(n)) for n, site in nodes],
             databases,
-            cluster_store={"kind": "embedded", "path": "cluster.db"},
+            cluster_store=cluster_store or {"kind": "embedded", "path": "cluster.db"},
             defaults={"log_file_size": "64KiB", "llr_depth": 2, **(defaults or {})},
             guarantee_api={
                 "listen": f"127.0.0.1:{free_port()}",
@@ -188,7 +200,7 @@ class LocalCluster:
         write_cluster_config(self.config_path, self.config)
 
     def url(self, node: str) -> str:
-        return f"http://127.0.0.1:{self.ports[node]}"
+        return f"http://{self.hosts.get(node, '127.0.0.1')}:{self.ports[node]}"
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "DG_AUTH_TOKEN": TOKEN, "PYTHONPATH": str(ROOT)}
@@ -199,6 +211,7 @@ class LocalCluster:
         log = open(self.root / f"{node}.log", "ab")  # noqa: SIM115 - the child owns it
         self.procs[node] = subprocess.Popen(
             [
+                *self.prefix.get(node, []),
                 sys.executable,
                 "-m",
                 "replication_node.cli.main",

@@ -1,0 +1,115 @@
+"""Hosts on one machine: a network namespace per member, wired to a bridge, and partitions
+cut with iptables inside a member's namespace.
+
+The test process stays in the root namespace, on the bridge's own address, so it reaches
+every member (a client of the cut-off node still reaches it).  Each lab takes a /24 no
+interface here uses, names its namespaces and links after this process, and removes them
+all when it closes (the veths go with their namespaces, the bridge is deleted).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class NetnsUnavailable(Exception):
+    """Namespaces, veths or iptables cannot be used here (not root, no CAP_NET_ADMIN)."""
+
+
+def _run(*args: str) -> None:
+    done = subprocess.run(args, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise NetnsUnavailable(f"{' '.join(args)}: {done.stderr.strip() or done.returncode}")
+
+
+def _free_subnet() -> ipaddress.IPv4Network:
+    used = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+    for third in range(200, 255):
+        net = ipaddress.ip_network(f"10.231.{third}.0/24")
+        if f" 10.231.{third}." not in used:
+            return net
+    raise NetnsUnavailable("no free 10.231.x.0/24 for the lab")
+
+
+class NetnsLab:
+    """A bridge and one namespace per member; `add(name)` returns the member's address."""
+
+    def __init__(self) -> None:
+        if os.geteuid() != 0 or not shutil.which("ip"):
+            raise NetnsUnavailable("network namespaces need root and iproute2")
+        if not shutil.which("iptables"):
+            raise NetnsUnavailable("iptables is missing (Debian's iptables package)")
+        tag = f"{os.getpid() % 100000}"
+        self._tag = tag
+        self.bridge = f"dgbr{tag}"
+        self.subnet = _free_subnet()
+        hosts = self.subnet.hosts()
+        self.gateway = str(next(hosts))  # the bridge: where the test process speaks from
+        self._hosts = hosts
+        self.members: dict[str, str] = {}  # name -> address
+        self._namespaces: dict[str, str] = {}  # name -> netns
+        self._links: list[str] = []  # the veths' ends on the bridge
+        _run("ip", "link", "add", self.bridge, "type", "bridge")
+        try:
+            _run("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+            _run("ip", "link", "set", self.bridge, "up")
+        except NetnsUnavailable:
+            self.close()
+            raise
+
+    def add(self, name: str) -> str:
+        """A member `name` in its own namespace, on the bridge; its address."""
+        index = len(self.members)
+        ns, outer, inner = f"dg{self._tag}{name}", f"dgv{self._tag}{index}", "eth0"
+        address = str(next(self._hosts))
+        _run("ip", "netns", "add", ns)
+        self._namespaces[name] = ns
+        _run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner, "netns", ns)
+        self._links.append(outer)
+        _run("ip", "link", "set", outer, "master", self.bridge, "up")
+        self.exec(name, "ip", "addr", "add", f"{address}/24", "dev", inner)
+        self.exec(name, "ip", "link", "set", inner, "up")
+        self.exec(name, "ip", "link", "set", "lo", "up")
+        self.members[name] = address
+        return address
+
+    def prefix(self, name: str) -> list[str]:
+        """The command prefix that runs a process in `name`'s namespace."""
+        return ["ip", "netns", "exec", self._namespaces[name]]
+
+    def exec(self, name: str, *args: str) -> None:
+        _run(*self.prefix(name), *args)
+
+    def cut(self, name: str, *others: str) -> None:
+        """Drop every packet between `name` and `others` (both ways), in `name`'s namespace;
+        everyone else, the test process included, still reaches it."""
+        for other in others:
+            address = self.members[other]
+            self.exec(name, "iptables", "-A", "INPUT", "-s", address, "-j", "DROP")
+            self.exec(name, "iptables", "-A", "OUTPUT", "-d", address, "-j", "DROP")
+
+    def heal(self, name: str) -> None:
+        """Remove every cut made in `name`'s namespace."""
+        self.exec(name, "iptables", "-F")
+
+    def close(self) -> None:
+        for link in self._links:  # its namespace's end goes with it
+            subprocess.run(["ip", "link", "del", link], capture_output=True)
+        for ns in self._namespaces.values():
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+        self._namespaces.clear()
+
+
+@contextmanager
+def netns_lab() -> Iterator[NetnsLab]:
+    lab = NetnsLab()
+    try:
+        yield lab
+    finally:
+        lab.close()
