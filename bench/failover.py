@@ -1,18 +1,34 @@
-"""How long a database is without an active that takes writes, after its active's node dies
-or hangs (issue 12): `replication-node serve` processes on loopback, the harness's three
-nodes (mbx1 and mbx2 in redmond, mbx3 in dublin), DB1 active on mbx1 with passive copies on
-mbx2 and mbx3, `failover_after` 4 s (as a new user would set it) and the config's default
-log size.
+"""How long a database is without an active that takes writes, after a switchover, after its
+active's node dies or hangs, and after a partition; and what the lease check costs a commit
+(issue 12).
 
-    .venv/bin/python bench/failover.py [--runs 20] [--events kill,stop] [--dir var/bench-fo]
+    .venv/bin/python bench/failover.py [--runs 20] [--events switchover,kill,stop,partition]
+                                       [--commits 2000] [--dir var/bench-failover]
 
-Each run starts a fresh cluster, writes 200 items and waits until both copies replayed
-them, then at time 0 either kills mbx1 (`kill`: SIGKILL, the node is gone and its port
-refuses) or freezes it (`stop`: SIGSTOP, as a long GC pause or a hung disk: its port still
-accepts connections, nothing answers).  The time measured is until a write to DB1 is
-acknowledged by the new active (found from the surviving nodes' status, polled every 50 ms).
-A frozen node is then let go (SIGCONT) and the cluster stopped.  p50 and p99 over the runs
-(p99 of 20 runs is the slowest but one... of 20: the 19.8th by linear interpolation).
+Clusters: the harness's three nodes (mbx1 and mbx2 in redmond, mbx3 in dublin), DB1 active on
+mbx1 with passive copies on mbx2 and mbx3, `failover_after` 4 s (as a new user would set it),
+the default lease TTL and log size.  switchover, kill and stop run `replication-node serve`
+processes on loopback over the embedded cluster store; partition runs them and a one-member
+etcd each in its own network namespace on a bridge (tests/netns.py; root only).
+
+Each run starts a fresh cluster, writes 200 items and waits until both copies replayed them,
+then at time 0:
+
+- `switchover`: asks mbx2's node to take the role (`POST .../switchover`);
+- `kill`: SIGKILL of mbx1 (its port refuses);
+- `stop`: SIGSTOP of mbx1, as a long GC pause or a hung disk (its port accepts, nothing
+  answers); let go (SIGCONT) after the run;
+- `partition`: iptables in mbx1's namespace drop everything to and from mbx2, mbx3 and etcd,
+  while this process still reaches it; a writer keeps writing to mbx1 meanwhile, and the
+  run counts any write mbx1 acknowledged after the new active took one (must be 0).
+
+The time is until a write to DB1 is acknowledged by another copy (tried on mbx2 and mbx3
+every 50 ms).  p50 and p99 over the runs (p99 of 20 runs by linear interpolation: between
+the slowest two).
+
+`commit`: p50/p99 latency of single-item commits to a mounted active in this process (real
+files, fsync), with the lease check (a LeaseKeeper over the embedded store, as a node runs)
+and without (none), alternating in blocks of 100 in the same run.
 """
 
 from __future__ import annotations
@@ -25,6 +41,7 @@ import shutil
 import signal
 import statistics
 import sys
+import tempfile
 import time
 from datetime import date
 from pathlib import Path
@@ -32,51 +49,170 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.cluster_harness import wait_until  # noqa: E402
-from tests.replication_node.e2e import converged, three_nodes, write  # noqa: E402
+from tests.cluster_harness import THREE_NODES, LocalCluster, start_etcd, wait_until  # noqa: E402
+from tests.replication_node.e2e import converged, databases, write  # noqa: E402
 
 FAILOVER_AFTER = "4s"
+DEFAULTS = {"failover_after": FAILOVER_AFTER, "log_file_size": "1MiB"}
+ITEMS = "/v1/databases/DB1/mailboxes/m/items"
 
 
-async def one_run(root: Path, event: str) -> float:
-    shutil.rmtree(root, ignore_errors=True)
-    cluster = three_nodes(
-        root, defaults={"failover_after": FAILOVER_AFTER, "log_file_size": "1MiB"}
-    )
+async def new_active_takes_a_write(cluster: LocalCluster, tag: str) -> None:
+    async def taken() -> bool:
+        for node in ("mbx2", "mbx3"):
+            status, _ = await cluster.call("POST", node, ITEMS, json={"item_id": tag, "body": "x"})
+            if status < 300:
+                return True
+        return False
+
+    await wait_until(
+        "a write acknowledged by a new active", taken, timeout=300, every=0.05,
+        tolerate=(OSError,),
+    )  # fmt: skip
+
+
+async def prepare(cluster: LocalCluster) -> None:
     await cluster.start()
+    await cluster.wait_status("mbx1", "DB1", "Mounted")
+    await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/m")
+    await write(cluster, "mbx1", "DB1", "m", 0, 200)
+    await converged(cluster, "DB1", "mbx1", ["mbx2", "mbx3"])
+
+
+async def loopback_run(root: Path, event: str) -> tuple[float, str]:
+    shutil.rmtree(root, ignore_errors=True)
+    cluster = LocalCluster(root, nodes=THREE_NODES, databases=databases(), defaults=DEFAULTS)
     frozen = None
     try:
-        await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/m")
-        await write(cluster, "mbx1", "DB1", "m", 0, 200)
-        await converged(cluster, "DB1", "mbx1", ["mbx2", "mbx3"])
+        await prepare(cluster)
         started = time.monotonic()
-        if event == "kill":
+        if event == "switchover":
+            await cluster.ok(
+                "POST", "mbx2", "/v1/databases/DB1/switchover", json={"target": "mbx2"}
+            )
+        elif event == "kill":
             cluster.kill("mbx1")
         else:
             frozen = cluster.procs["mbx1"]
             frozen.send_signal(signal.SIGSTOP)
-
-        async def new_active_takes_a_write() -> bool:
-            for node in ("mbx2", "mbx3"):
-                status, _ = await cluster.call(
-                    "POST",
-                    node,
-                    "/v1/databases/DB1/mailboxes/m/items",
-                    json={"item_id": f"after-{event}", "body": "x"},
-                )
-                if status < 300:
-                    return True
-            return False
-
-        await wait_until(
-            "a write acknowledged by a new active", new_active_takes_a_write, timeout=300,
-            every=0.05, tolerate=(OSError,),
-        )  # fmt: skip
-        return time.monotonic() - started
+        await new_active_takes_a_write(cluster, f"after-{event}")
+        return time.monotonic() - started, ""
     finally:
         if frozen is not None:
             frozen.send_signal(signal.SIGCONT)
         await cluster.close()
+
+
+async def partition_run(root: Path) -> tuple[float, str]:
+    from tests.netns import NetnsLab
+
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    lab = NetnsLab()
+    cluster = etcd = None
+    acked_by_old: list[tuple[float, float]] = []  # (sent, answered) of mbx1's acks
+    stop_writing = asyncio.Event()
+    try:
+        hosts = {name: lab.add(name) for name, _ in THREE_NODES}
+        (root / "etcd").mkdir()
+        url, etcd = start_etcd(root / "etcd", host=lab.add("etcd"), prefix=lab.prefix("etcd"))
+        cluster = LocalCluster(
+            root,
+            nodes=THREE_NODES,
+            databases=databases(),
+            defaults=DEFAULTS,
+            hosts=hosts,
+            prefix={name: lab.prefix(name) for name in hosts},
+            cluster_store={"kind": "etcd", "endpoints": [url], "timeout": "1s"},
+        )
+        await prepare(cluster)
+
+        async def keep_writing_to_mbx1() -> None:
+            i = 0
+            while not stop_writing.is_set():
+                sent = time.monotonic()
+                try:
+                    code, _ = await cluster.call("POST", "mbx1", ITEMS, json={"item_id": f"o{i}"})
+                except (OSError, TimeoutError):
+                    code = 0
+                if 0 < code < 300:
+                    acked_by_old.append((sent, time.monotonic()))
+                i += 1
+                await asyncio.sleep(0.01)
+
+        writer = asyncio.create_task(keep_writing_to_mbx1())
+        await wait_until("mbx1 acknowledges", lambda: len(acked_by_old) >= 10, timeout=60)
+        started = time.monotonic()
+        lab.cut("mbx1", "mbx2", "mbx3", "etcd")
+        await new_active_takes_a_write(cluster, "after-partition")
+        taken = time.monotonic()
+        seconds = taken - started
+        stop_writing.set()
+        await writer
+        overlap = sum(1 for _, answered in acked_by_old if answered > taken)
+        last = max(answered for _, answered in acked_by_old) - started
+        return seconds, f" (mbx1's last ack {last:.2f}s after the cut; {overlap} after the new)"
+    finally:
+        stop_writing.set()
+        if cluster is not None:
+            await cluster.close()
+        if etcd is not None:
+            etcd.terminate()
+            etcd.wait(timeout=30)
+        lab.close()
+
+
+async def commit_latencies(commits: int) -> dict[str, list[float]]:
+    """Per-commit latency with and without the lease check: two actives side by side in
+    this process, one mounted as a node mounts it (a LeaseKeeper over the embedded store,
+    the fence after each fsync), one with no lease; blocks of 100 commits, alternating."""
+    from datetime import timedelta
+
+    from dag_common.clock import SystemClock
+    from replication_node.active.copy import ActiveCopy, CopyPaths
+    from replication_node.active.instance import ActiveInstance
+    from replication_node.cluster.store.embedded import EmbeddedClusterStore
+    from replication_node.storage.mailbox_store import MailboxStore
+
+    with tempfile.TemporaryDirectory(dir=ROOT / "var") as tmp:
+        store = EmbeddedClusterStore(Path(tmp) / "cluster.db")
+        await store.set_active("DB1", "a", expected_epoch=0, start_generation=1)
+        leased = ActiveInstance(
+            database="DB1",
+            node="a",
+            site="s",
+            activation_preference=1,
+            paths=CopyPaths(Path(tmp) / "DB1", "DB1"),
+            log_file_size=1024 * 1024,
+            llr_depth=10,
+            roll_interval=timedelta(hours=1),
+            clock=SystemClock(),
+            cluster_store=store,
+            epoch=1,
+        )
+        await leased.start()
+        assert leased.store is not None
+        bare = await ActiveCopy.mount(
+            paths=CopyPaths(Path(tmp) / "DB2", "DB2"),
+            log_file_size=1024 * 1024,
+            llr_depth=10,
+            clock=SystemClock(),
+            create=True,
+        )
+        stores = {"with lease": leased.store, "without": MailboxStore(bare, epoch=1)}
+        out: dict[str, list[float]] = {kind: [] for kind in stores}
+        for mailboxes in stores.values():
+            await mailboxes.create_mailbox("m")
+        for block in range(commits // 100):
+            kind = "with lease" if block % 2 == 0 else "without"
+            for i in range(100):
+                started = time.perf_counter()
+                await stores[kind].put_items("m", [{"item_id": f"{block}-{i}", "body": "x"}])
+                out[kind].append(time.perf_counter() - started)
+        await leased.stop()
+        await bare.dismount()
+        store.close()
+    return out
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -92,22 +228,38 @@ def percentile(values: list[float], q: float) -> float:
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--events", default="kill,stop")
+    parser.add_argument("--events", default="switchover,kill,stop,partition,commit")
+    parser.add_argument("--commits", type=int, default=2000)
     parser.add_argument("--dir", type=Path, default=ROOT / "var" / "bench-failover")
     args = parser.parse_args()
+    (ROOT / "var").mkdir(exist_ok=True)
     print(f"# bench/failover.py, {date.today()}, {platform.node()}, {os.cpu_count()} cores")
     print(f"# failover_after {FAILOVER_AFTER}, {args.runs} runs per event")
     for event in args.events.split(","):
+        if event == "commit":
+            for kind, values in (await commit_latencies(args.commits)).items():
+                ms = [v * 1000 for v in values]
+                print(
+                    f"commit {kind}: p50 {percentile(ms, 0.5):.3f}ms "
+                    f"p99 {percentile(ms, 0.99):.3f}ms over {len(ms)} commits",
+                    flush=True,
+                )
+            continue
         times = []
         for i in range(args.runs):
-            seconds = await one_run(args.dir / f"{event}-{i}", event)
+            where = args.dir / f"{event}-{i}"
+            if event == "partition":
+                seconds, said = await partition_run(where)
+            else:
+                seconds, said = await loopback_run(where, event)
             times.append(seconds)
-            print(f"{event} run {i + 1}: {seconds:.2f}s", flush=True)
+            print(f"{event} run {i + 1}: {seconds:.2f}s{said}", flush=True)
         print(
             f"{event}: p50 {percentile(times, 0.5):.2f}s p99 {percentile(times, 0.99):.2f}s "
             f"min {min(times):.2f}s max {max(times):.2f}s mean {statistics.mean(times):.2f}s",
             flush=True,
         )
+    shutil.rmtree(args.dir, ignore_errors=True)
     return 0
 
 

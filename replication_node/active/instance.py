@@ -29,13 +29,14 @@ from typing import TYPE_CHECKING
 
 from dag_common.clock import Clock
 from dag_common.config import ActiveFailurePolicy
-from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
+from dag_common.model import CopyRole, CopyStatusReport
 from replication_node.active.copy import ActiveCopy, CopyPaths
 from replication_node.active.handover import HANDOVER_HOLD, copy_waiting_for_last_logs
 from replication_node.active.lease import LeaseKeeper
 from replication_node.active.mounting import open_active_copy
 from replication_node.active.publication import ActivePublication
 from replication_node.active.share import ActiveLogShare
+from replication_node.active.status import active_status
 from replication_node.active.switchover import SwitchoverQuiesce
 from replication_node.active.truncator import ActiveTruncator
 from replication_node.cluster.store import ClusterStore
@@ -43,8 +44,6 @@ from replication_node.errors import (
     CopyFailed,
     Deposed,
     HeldForHandOver,
-    LogFormatError,
-    LogShareError,
 )
 from replication_node.log.events import ClosedGeneration, StreamEvent
 from replication_node.log.logstream import LogStream
@@ -245,18 +244,7 @@ class ActiveInstance:
         re-mount through crash recovery or leave it to automatic failover, as configured."""
         await stream.failed.wait()
         failure = stream.failure
-        self.error = f"dismounted after a failure of its log stream: {failure}"
-        logger.critical("%s on %s: %s", self.database, self.node, self.error)
-        copy, self.copy, self.store = self.copy, None, None
-        for task in self._mount_tasks:
-            if task is not asyncio.current_task():
-                task.cancel()
-        if copy is not None:
-            try:
-                await copy.crash_close()
-            except Exception:  # the disk that failed the write may fail the close too
-                logger.exception("%s: closing the failed copy", self.database)
-        await self.share.notify()
+        await self._drop_copy(f"dismounted after a failure of its log stream: {failure}")
         if isinstance(failure, Deposed):
             return  # another copy is active: the node's reconcile makes this one passive
         if self._on_failure is ActiveFailurePolicy.REMOUNT:
@@ -286,14 +274,24 @@ class ActiveInstance:
         try:
             await scrubber.run()
         except CopyFailed as exc:
-            self.error = f"dismounted: {exc}"
-            logger.critical("%s on %s: %s", self.database, self.node, self.error)
-            copy, self.copy, self.store = self.copy, None, None
-            for task in self._mount_tasks:
+            await self._drop_copy(f"dismounted: {exc}")
+            await self.lease.release()  # for good: the best copy need not wait for it
+
+    async def _drop_copy(self, error: str) -> None:
+        """Dismount after a failure, without a clean shutdown: status Failed with `error`,
+        writes 503, the copies told at once."""
+        self.error = error
+        logger.critical("%s on %s: %s", self.database, self.node, error)
+        copy, self.copy, self.store = self.copy, None, None
+        for task in self._mount_tasks:
+            if task is not asyncio.current_task():
                 task.cancel()
-            if copy is not None:
+        if copy is not None:
+            try:
                 await copy.crash_close()
-            await self.share.notify()
+            except Exception:  # the disk that failed the write may fail the close too
+                logger.exception("%s: closing the failed copy", self.database)
+        await self.share.notify()
 
     async def _remount_loop(self, first_delay: float = 1.0, max_delay: float = 60.0) -> None:
         """Re-mount with backoff until it works, while this node is still the active."""
@@ -423,42 +421,4 @@ class ActiveInstance:
     # ---- status --------------------------------------------------------------------------
 
     def status(self) -> CopyStatusReport:
-        generated = self.last_log_generated
-        held = None
-        if self.copy is None and self.share.holding():
-            with contextlib.suppress(OSError, LogFormatError, LogShareError):
-                held = self.share.share_info()  # read from disk once per hold
-        return CopyStatusReport(
-            database=self.database,
-            node=self.node,
-            site=self.site,
-            role=CopyRole.ACTIVE,
-            status=(
-                CopyStatus.MOUNTED
-                if self.copy
-                else CopyStatus.FAILED
-                if self.error
-                else CopyStatus.DISMOUNTED
-            ),
-            activation_preference=self.activation_preference,
-            # The seeds' LastLogGenerated counts the log being written once it holds an
-            # acknowledged commit; the other markers are closed generations.
-            last_log_generated=held.generated_at_risk if held else self.share.generated_at_risk,
-            open_commits=held.open_commits if held else self.share.open_commits,
-            last_log_copy_notified=generated,
-            last_log_copied=generated,
-            last_log_inspected=generated,
-            last_log_replayed=generated,
-            last_inspected_log_time=self.last_close_time,
-            last_replayed_log_time=self.last_close_time,
-            error=self.error,
-            epoch=self.epoch,
-            held_for=self.share.held_for if self.copy is None and self.share.holding() else None,
-            last_scrub_time=self.scrubber.last.finished
-            if self.scrubber and self.scrubber.last
-            else None,
-            last_scrub_result=self.scrubber.last.describe()
-            if self.scrubber and self.scrubber.last
-            else None,
-            lease_expires_in=self.lease.expires_in() if self.copy is not None else None,
-        )
+        return active_status(self)
