@@ -53,7 +53,7 @@ from tests.cluster_harness import THREE_NODES, LocalCluster, start_etcd, wait_un
 from tests.replication_node.e2e import converged, databases, write  # noqa: E402
 
 FAILOVER_AFTER = "4s"
-DEFAULTS = {"failover_after": FAILOVER_AFTER, "log_file_size": "1MiB"}
+DEFAULTS: dict[str, str] = {"failover_after": FAILOVER_AFTER, "log_file_size": "1MiB"}
 ITEMS = "/v1/databases/DB1/mailboxes/m/items"
 
 
@@ -231,10 +231,17 @@ async def main() -> int:
     parser.add_argument("--events", default="switchover,kill,stop,partition,commit")
     parser.add_argument("--commits", type=int, default=2000)
     parser.add_argument("--dir", type=Path, default=ROOT / "var" / "bench-failover")
+    parser.add_argument(
+        "--failover-after", default=FAILOVER_AFTER, help="'default': the config's own default"
+    )
     args = parser.parse_args()
+    if args.failover_after == "default":
+        DEFAULTS.pop("failover_after")
+    else:
+        DEFAULTS["failover_after"] = args.failover_after
     (ROOT / "var").mkdir(exist_ok=True)
     print(f"# bench/failover.py, {date.today()}, {platform.node()}, {os.cpu_count()} cores")
-    print(f"# failover_after {FAILOVER_AFTER}, {args.runs} runs per event")
+    print(f"# failover_after {args.failover_after}, {args.runs} runs per event")
     for event in args.events.split(","):
         if event == "commit":
             for kind, values in (await commit_latencies(args.commits)).items():

@@ -14,6 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from dag_common.durations import Duration
 
 
+class CopyMode(StrEnum):
+    """How a passive copy receives its active's log (Exchange 2010 SP1's continuous
+    replication modes): whole closed generations, or each write as it is made durable."""
+
+    FILE = "File"
+    BLOCK = "Block"
+
+
 class CopyStatus(StrEnum):
     """Copy status, as Get-MailboxDatabaseCopyStatus reports it."""
 
@@ -135,6 +143,12 @@ class CopyStatusReport(BaseModel):
     # An active copy's lease on its role, by its own reckoning: seconds left (None: holds
     # none, and acknowledges no write until it renews it).
     lease_expires_in: float | None = None
+    # A passive copy's replication mode; in block mode, how far it holds the open log
+    # durably (generation, offset) beyond its last inspected generation.
+    copy_mode: CopyMode = CopyMode.FILE
+    copy_mode_reason: str | None = None  # why in file mode, after block mode ended
+    block_generation: int = 0
+    block_offset: int = 0
 
 
 class NodeStatus(BaseModel):

@@ -15,9 +15,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dag_common.model import CopyStatusReport
+
+if TYPE_CHECKING:
+    from replication_node.log.blocks import BlockFeed, Frame
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +78,10 @@ class LogShareSource(Protocol):
         """The open log E00.log, only while it is held for the copy taking over."""
         ...
 
+    def block_feed(self) -> BlockFeed | None:
+        """The open log's durable blocks while mounted (block mode), else None."""
+        ...
+
 
 class LogSource(Protocol):
     """A passive copy's view of its active's log share (over HTTP in production)."""
@@ -102,6 +109,25 @@ class LogSource(Protocol):
     async def fetch_open_log(self) -> bytes:
         """The bytes of the open log E00.log the active holds for this copy."""
         ...
+
+    async def open_blocks(self, generation: int, node: str) -> BlockChannel:
+        """Follow the active's open log `generation` in block mode, as the copy on `node`
+        (LogShareError if the active will not: not mounted, another generation open)."""
+        ...
+
+
+class BlockChannel(Protocol):
+    """A passive copy's block-mode connection to its active (`http/blocks.py`)."""
+
+    async def receive(self) -> Frame | None:
+        """The next frame; None when the connection ended (LogShareError if it broke)."""
+        ...
+
+    async def ack(self, generation: int, offset: int) -> None:
+        """Tell the active the copy holds `generation` durably through `offset`."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 class HostedCopy(Protocol):

@@ -27,7 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
-from dag_common.model import CopyRole, CopyStatus, NodeStatus
+from dag_common.model import CopyMode, CopyRole, CopyStatus, NodeStatus
 from replication_node.log.events import RollCause
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -319,6 +319,12 @@ class NodeStatusCollector(Collector):
             "Copy status: 1 for the copy's current status, 0 for every other one.",
             [*_COPY, "status"],
         )
+        copy_mode = gauge(
+            "replication_copy_mode",
+            "How a passive copy receives the log: 1 for its current mode (Block or File), 0 "
+            "for the other (an active copy: absent).",
+            [*_COPY, "mode"],
+        )
         role = gauge(
             "replication_copy_role",
             "The copy's role: 1 for its current role (Active or Passive), 0 for the other.",
@@ -351,8 +357,12 @@ class NodeStatusCollector(Collector):
                 copy_status.add_metric([*labels, s.value], 1 if c.status is s else 0)
             for r in CopyRole:
                 role.add_metric([*labels, r.value], 1 if c.role is r else 0)
+            if c.role is CopyRole.PASSIVE:
+                for mode in CopyMode:
+                    copy_mode.add_metric([*labels, mode.value], 1 if c.copy_mode is mode else 0)
         yield from families.values()
         yield from (inspected_time, replayed_time, replay_lag, truncation_lag, copy_status, role)
+        yield copy_mode
         yield from (scrub_time, scrub_ok)
 
 

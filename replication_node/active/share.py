@@ -24,6 +24,7 @@ from replication_node.active.copy import ActiveCopy
 from replication_node.active.handover import HANDOVER_HOLD, LastLogsHold
 from replication_node.errors import Conflict, LogFormatError, LogShareError
 from replication_node.interfaces import LogShareInfo, SeedInfo
+from replication_node.log.blocks import BlockFeed
 from replication_node.log.logdir import list_closed_generations
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,11 @@ class ActiveLogShare:
         # Notified when a generation closes or an open one is announced (the log share's
         # notification stream waits on it), and when the copy mounts or dismounts.
         self._changed = asyncio.Condition()
+
+    def block_feed(self) -> BlockFeed | None:
+        """The mounted stream's durable blocks, for copies in block mode (None: not mounted)."""
+        copy = self._mounted()
+        return copy.stream.feed if copy is not None else None
 
     async def notify(self) -> None:
         """Wake every notification stream: the figures may have moved."""

@@ -46,6 +46,7 @@ from aiohttp import web
 from dag_common.auth import bearer
 from dag_common.durable import fsync_dir
 from replication_node.errors import GenerationGone, LogShareError
+from replication_node.http.blocks import HttpBlockChannel, connect_blocks, serve_blocks
 from replication_node.interfaces import LogShareInfo, LogShareSource, SeedInfo
 from replication_node.log.logfile import closed_log_name, parse_closed_log_name
 
@@ -87,6 +88,7 @@ def add_log_share_routes(
     prefix = "/v1/databases/{db}"
     app.router.add_get(prefix + "/logs", _info)
     app.router.add_get(prefix + "/logs/notifications", _notifications)
+    app.router.add_get(prefix + "/logs/blocks", _blocks)
     app.router.add_get(prefix + "/logs/{name}", _generation)
     app.router.add_get(prefix + "/seed", _seed)
     app.router.add_get(prefix + "/open-log", _open_log)
@@ -136,6 +138,10 @@ async def _generation(request: web.Request) -> web.StreamResponse:
     # Closed generations never change; a truncation that unlinks the file while it is
     # being sent does not cut the transfer (the open descriptor keeps the data).
     return web.FileResponse(path, headers={"Content-Type": "application/octet-stream"})
+
+
+async def _blocks(request: web.Request) -> web.StreamResponse:
+    return await serve_blocks(request, _source(request), request.app[_HEARTBEAT])
 
 
 async def _open_log(request: web.Request) -> web.StreamResponse:
@@ -338,6 +344,17 @@ class HttpLogSource:
                 f"transfer of the open log truncated: {len(data)} of {resp.content_length} bytes"
             )
         return data
+
+    async def open_blocks(self, generation: int, node: str) -> HttpBlockChannel:
+        """Follow the open log `generation` in block mode (`http/blocks.py`)."""
+        return await connect_blocks(
+            self._session,
+            self._base + "/logs/blocks",
+            self._headers,
+            generation,
+            node,
+            silence=self._notify_timeout.sock_read or NOTIFY_SILENCE,
+        )
 
     async def notifications(self, after: int) -> AsyncIterator[LogShareInfo]:
         resp = await self._get("/logs/notifications", timeout=self._notify_timeout, after=after)

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 from dag_common.clock import Clock
 from replication_node.errors import Deposed, LogStreamStopped, TransactionTooLarge
 from replication_node.log.announcer import Announcer, OpenLogAnnouncer
+from replication_node.log.blocks import BlockFeed
 from replication_node.log.events import Committed, RollCause, StreamEvent
 from replication_node.log.logfile import ContentDigest, LogHeader, ScanResult, encode_transaction
 from replication_node.log.writer import OpenLogWriter, Pending
@@ -90,6 +91,8 @@ class LogStream:
         )
         self._failure: BaseException | None = None
         self._fence: Fence | None = None
+        # The open log's bytes as they become durable, for copies in block mode.
+        self.feed = BlockFeed(generation=writer.header.generation, durable=writer.offset)
         # Set when a failure stops the writer (not by close()): whoever mounted the stream
         # must dismount the database, and never reuse this in-memory state.
         self.failed = asyncio.Event()
@@ -258,6 +261,7 @@ class LogStream:
             # A failure was logged and given to every waiter when it happened.
             await asyncio.gather(self._task, return_exceptions=True)
         self._file.close()
+        await self.feed.close()
 
     # ---- the writer task -----------------------------------------------------------------
 
@@ -296,6 +300,8 @@ class LogStream:
             except BaseException as exc:  # cancelled: stop as well, and say so
                 self._fail_all(LogStreamStopped(f"the log writer was cancelled: {exc!r}"), batch)
                 raise
+            blocks, self._file.blocks = self._file.blocks, []
+            await self.feed.publish(blocks)  # durable: the copies in block mode may have it
             if self._failure is not None:  # fail() while the batch was written
                 self._fail_all(self._failure, batch)
                 return
@@ -339,6 +345,7 @@ class LogStream:
     def _fail_all(self, exc: BaseException, batch: list[Pending]) -> None:
         """Stop the stream: every waiter of `batch` and of the queue gets `exc`."""
         self._closed = True
+        self.feed.closed = True  # its followers end at their next look
         self._failure = exc
         self.failed.set()
         waiting = list(batch)

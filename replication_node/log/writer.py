@@ -28,6 +28,7 @@ from dag_common.durable import fsync_dir
 from dag_common.model import Lsn
 from replication_node.errors import LogSequenceError
 from replication_node.log import logfile
+from replication_node.log.blocks import Block
 from replication_node.log.events import ClosedGeneration, Committed, RollCause, StreamEvent
 from replication_node.log.logdir import create_open_log, list_closed_generations, write_all
 from replication_node.log.logfile import (
@@ -91,6 +92,9 @@ class OpenLogWriter:
         self.digest_provider: Callable[[], ContentDigest | None] | None = None
         self.metrics: StreamMetrics | None = None
         self.fsyncs = 0
+        # Every byte range written in this batch, in order, for block mode (`blocks.py`):
+        # taken by the stream once the batch is durable.
+        self.blocks: list[Block] = []
         # The latest time stamped on the stream (creation, commit or close): the floor of the
         # next one.  Read and written on the event loop (commit) and the writer thread (roll);
         # single assignments under the GIL, and a stale read only stamps a time a little low
@@ -156,6 +160,11 @@ class OpenLogWriter:
             log_dir=log_dir, header=header, fd=fd, offset=HEADER_SIZE, record_count=0, clock=clock
         )
 
+    @property
+    def offset(self) -> int:
+        """The open log's length: where the next record goes."""
+        return self._offset
+
     def stamp(self, commit_time: datetime) -> datetime:
         """`commit_time`, raised to the stream's latest time if the clock went back."""
         self.last_time = max(commit_time, self.last_time)
@@ -185,7 +194,9 @@ class OpenLogWriter:
 
         def flush() -> None:
             if buf:
-                write_all(self._fd, bytes(buf))
+                data = bytes(buf)
+                write_all(self._fd, data)
+                self.blocks.append(Block(self.header.generation, self._offset - len(data), data))
                 buf.clear()
 
         for p in work:
@@ -230,8 +241,10 @@ class OpenLogWriter:
         close_time = self.last_time = max(self._clock.now(), self.last_time)
         digest = self.digest_provider() if self.digest_provider else None
         closing = encode_record(RecordType.CLOSE, close_time)
-        write_all(self._fd, digest.encode(close_time) + closing if digest else closing)
+        last = digest.encode(close_time) + closing if digest else closing
+        write_all(self._fd, last)
         self.fsync()
+        self.blocks.append(Block(self.header.generation, self._offset, last, closed=True))
         os.close(self._fd)
         closed = self.header
         os.replace(self.log_dir / OPEN_LOG_NAME, self.log_dir / closed_log_name(closed.generation))
@@ -245,6 +258,7 @@ class OpenLogWriter:
             log_file_size=closed.log_file_size,
         )
         self._fd = create_open_log(self.log_dir, self.header)
+        self.blocks.append(Block(self.header.generation, 0, self.header.encode()))
         self._offset = HEADER_SIZE
         self.records = 0
         if self.metrics is not None:

@@ -58,6 +58,11 @@ from replication_node.passive.markers import Markers
 
 if TYPE_CHECKING:
     from replication_node.metrics import CopyMetrics
+    from replication_node.passive.blocks import BlockReceiver
+
+# How long the copier waits for block mode to finish receiving a generation the active just
+# closed, before it fetches it instead.
+_BLOCK_CLOSE_WAIT = 0.5
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +89,10 @@ class Copier:
         retry_interval: float = 1.0,
         window: int = 8,
         metrics: CopyMetrics | None = None,
+        blocks: BlockReceiver | None = None,
     ) -> None:
         self._source = source
+        self._blocks = blocks  # block mode: the closed generations it received
         self._paths = paths
         self._markers = markers
         self._log_signature = log_signature
@@ -248,7 +255,7 @@ class Copier:
             first = m.last_log_inspected + 1
             generations = range(first, min(last, first + self._window - 1) + 1)
             # Fetch the window's generations concurrently; stage and inspect them in order.
-            fetches = [asyncio.ensure_future(self._source.fetch(g)) for g in generations]
+            fetches = [asyncio.ensure_future(self._fetch(g)) for g in generations]
             staged: list[InspectedLog] = []
             try:
                 for generation, fetch in zip(generations, fetches, strict=True):
@@ -269,6 +276,14 @@ class Copier:
                     fetch.cancel()
                 await asyncio.gather(*fetches, return_exceptions=True)
             await self._commit(staged)
+
+    async def _fetch(self, generation: int) -> bytes:
+        """A closed generation: as block mode received it, else from the active's share."""
+        if self._blocks is not None:
+            data = await self._blocks.take(generation, wait=_BLOCK_CLOSE_WAIT)
+            if data is not None:
+                return data
+        return await self._source.fetch(generation)
 
     def _stage(self, generation: int, data: bytes) -> InspectedLog:
         """Write a copied generation into Inspector (fsync'd) and inspect it (worker thread).
@@ -332,6 +347,8 @@ class Copier:
     async def _inspection_failed(self, generation: int, exc: InspectionFailed) -> None:
         """Count a failed inspection: CopyFailed at the limit, else a pause before recopying."""
         count = self.failures[generation] = self.failures.get(generation, 0) + 1
+        if self._blocks is not None:  # a block-mode buffer that failed: fetch it next time
+            self._blocks.release_through(generation)
         logger.warning(
             "%s: inspection of generation %d failed (%d of %d): %s",
             self._paths.name,
@@ -360,6 +377,8 @@ class Copier:
         m.last_log_inspected = staged[-1].generation
         m.last_inspected_log_time = staged[-1].close_time
         m.epoch = self._active_epoch  # inspected from its share: chained to all before
+        if self._blocks is not None:
+            self._blocks.release_through(m.last_log_inspected)
         self._on_inspected()
         async with self._inspected:
             self._inspected.notify_all()

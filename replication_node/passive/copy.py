@@ -32,6 +32,7 @@ from replication_node.errors import (
 )
 from replication_node.interfaces import LogSource, PassiveSettings
 from replication_node.log.truncation import delete_through, passive_truncation_limit
+from replication_node.passive.blocks import BlockReceiver
 from replication_node.passive.copier import Copier
 from replication_node.passive.copy_state import CopyState
 from replication_node.passive.local_logs import prepare_local_logs
@@ -81,6 +82,7 @@ class PassiveCopy:
         self.scrubber: Scrubber | None = None  # the running pipeline's background scrub
         self.error: str | None = None
         self._metrics = metrics.copy(settings.database) if metrics else None
+        self._blocks: BlockReceiver | None = None  # the running pipeline's block mode
         self._copier: Copier | None = None  # the running pipeline's
         # The lost active whose last logs this copy waits for, to mount without a loss
         # (set by the failover monitor under Lossless, and while they are being copied).
@@ -209,6 +211,15 @@ class PassiveCopy:
         self._phase, self.error = CopyStatus.HEALTHY, None
         header = self._db.header
         inspected = asyncio.Event()
+        blocks = BlockReceiver(
+            source=self._source,
+            node=self.settings.node,
+            directory=self.paths.root / "Blocks",
+            markers=self.markers,
+            log_signature=header.log_signature,
+            clock=self._clock,
+            retry_interval=self._retry,
+        )
         copier = Copier(
             source=self._source,
             paths=self.paths,
@@ -222,6 +233,7 @@ class PassiveCopy:
             max_inspection_failures=self.settings.max_inspection_failures,
             retry_interval=self._retry,
             metrics=self._metrics,
+            blocks=blocks,
         )
         replayer = Replayer(
             db=self._db,
@@ -234,8 +246,12 @@ class PassiveCopy:
             metrics=self._metrics,
             content_check_every=self.settings.content_check_every,
         )
-        self._copier = copier
-        tasks = [asyncio.create_task(copier.run()), asyncio.create_task(replayer.run())]
+        self._copier, self._blocks = copier, blocks
+        tasks = [
+            asyncio.create_task(copier.run()),
+            asyncio.create_task(replayer.run()),
+            asyncio.create_task(blocks.run()),
+        ]
         if self.settings.scrub_interval is not None:
             self.scrubber = Scrubber(
                 path=self.paths.database,
@@ -249,7 +265,7 @@ class PassiveCopy:
             for task in done:
                 task.result()  # re-raise what stopped the stage
         finally:
-            self._copier = None
+            self._copier, self._blocks = None, None
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -390,4 +406,5 @@ class PassiveCopy:
             error=self.error,
             scrub=ScrubSummary(last.finished, last.describe()) if last else None,
             awaiting_last_logs_from=self.awaiting_last_logs_from,
+            blocks=self._blocks.progress() if self._blocks else None,
         )

@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
+from dag_common.model import CopyMode, CopyRole, CopyStatus, CopyStatusReport
 from replication_node.interfaces import PassiveSettings
+from replication_node.passive.blocks import BlockProgress
 from replication_node.passive.markers import Markers
 
 
@@ -58,6 +59,7 @@ def status_report(
     error: str | None,
     scrub: ScrubSummary | None,
     awaiting_last_logs_from: str | None,
+    blocks: BlockProgress | None = None,
 ) -> CopyStatusReport:
     """The report of a passive copy in `status`, from its settings and its markers."""
     s, m = settings, markers
@@ -85,4 +87,8 @@ def status_report(
         last_scrub_time=scrub.finished if scrub else None,
         last_scrub_result=scrub.result if scrub else None,
         awaiting_last_logs_from=awaiting_last_logs_from,
+        copy_mode=blocks.mode if blocks else CopyMode.FILE,
+        copy_mode_reason=blocks.reason if blocks else None,
+        block_generation=blocks.generation if blocks else 0,
+        block_offset=blocks.offset if blocks else 0,
     )

@@ -1,0 +1,189 @@
+"""Block mode over a WebSocket: the active sends its open log's bytes as they become
+durable, the copy answers how far it holds them (`log/blocks.py` has the frames).
+
+    GET /v1/databases/{db}/logs/blocks?generation=G&node=N    (WebSocket; the cluster token)
+
+Served only while the active is mounted and G is its open generation (409 otherwise: a copy
+behind catches up in file mode first).  The active sends HELLO (its log signature and epoch),
+the open log's durable prefix read from disk as one DATA frame at offset 0, then every block
+of the feed as DATA, with CLOSED after a generation's last bytes (its length and the CRC32C
+of the whole file) and the next generation from its header on; HEARTBEAT when idle.  It
+closes the connection when the copy falls further behind than the feed keeps, or when the
+stream stops.  The copy sends ACK frames (generation, offset held durably).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+
+import aiohttp
+import crc32c
+import orjson
+from aiohttp import web
+
+from replication_node.errors import LogShareError
+from replication_node.interfaces import LogShareSource
+from replication_node.log.blocks import (
+    BlockFeed,
+    BlockProtocolError,
+    FeedBehind,
+    Frame,
+    FrameKind,
+    decode_frame,
+    encode_frame,
+)
+from replication_node.log.logfile import OPEN_LOG_NAME, LogHeader
+
+logger = logging.getLogger(__name__)
+
+_MAX_FRAME = 80 * 1024 * 1024  # a prefix of the largest log file, with room
+
+
+def _conflict(message: str) -> web.HTTPConflict:
+    return web.HTTPConflict(
+        text=orjson.dumps({"error": message}).decode(), content_type="application/json"
+    )
+
+
+def _read_prefix(log_dir: Path, generation: int, length: int) -> bytes | None:
+    """The first `length` bytes of E00.log if it is still `generation` (None: it rolled)."""
+    try:
+        with open(log_dir / OPEN_LOG_NAME, "rb") as f:
+            data = f.read(length)
+    except FileNotFoundError:
+        return None
+    try:
+        header = LogHeader.decode(data)
+    except Exception:
+        return None
+    if header.generation != generation or len(data) != length:
+        return None
+    return data
+
+
+async def serve_blocks(
+    request: web.Request, source: LogShareSource, heartbeat: float
+) -> web.StreamResponse:
+    """The active's side of one copy's block-mode connection."""
+    try:
+        wanted = int(request.query["generation"])
+    except (KeyError, ValueError):
+        raise web.HTTPBadRequest(text="generation must be an integer") from None
+    node = request.query.get("node", "?")
+    feed = source.block_feed()
+    if feed is None:
+        raise _conflict("the active copy is not mounted: no block mode")
+    generation, durable, sequence = feed.position()
+    if wanted != generation:
+        raise _conflict(
+            f"generation {wanted} is not the open log (generation {generation} is): a copy "
+            "catches up in file mode before it follows in block mode"
+        )
+    prefix = await asyncio.to_thread(_read_prefix, source.log_dir, generation, durable)
+    if prefix is None:
+        raise _conflict(f"generation {generation} closed meanwhile; ask again")
+    ws = web.WebSocketResponse(max_msg_size=_MAX_FRAME)
+    await ws.prepare(request)
+    info = source.share_info()
+    hello = {"log_signature": info.log_signature, "epoch": info.epoch}
+    reader = asyncio.create_task(_read_acks(ws, feed, node))
+    try:
+        await ws.send_bytes(encode_frame(Frame(FrameKind.HELLO, payload=orjson.dumps(hello))))
+        await ws.send_bytes(encode_frame(Frame(FrameKind.DATA, generation, 0, prefix)))
+        crc, end = crc32c.crc32c(prefix), durable
+        async for block in feed.follow(sequence, idle=heartbeat):
+            if ws.closed:
+                break
+            if block is None:
+                await ws.send_bytes(encode_frame(Frame(FrameKind.HEARTBEAT)))
+                continue
+            if block.generation != generation or block.offset != end:
+                continue  # written before the prefix was read: the prefix holds it
+            await ws.send_bytes(
+                encode_frame(Frame(FrameKind.DATA, block.generation, block.offset, block.data))
+            )
+            crc, end = crc32c.crc32c(block.data, crc), block.end
+            if block.closed:
+                await ws.send_bytes(encode_frame(Frame(FrameKind.CLOSED, generation, end, crc=crc)))
+                generation, crc, end = generation + 1, 0, 0
+    except FeedBehind as exc:
+        logger.info("%s: block mode of %s ends: %s", request.path, node, exc)
+    except (ConnectionError, RuntimeError) as exc:  # the copy went away
+        logger.debug("%s: block mode of %s ends: %s", request.path, node, exc)
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+        await ws.close()
+    return ws
+
+
+async def _read_acks(ws: web.WebSocketResponse, feed: BlockFeed, node: str) -> None:
+    """The copy's ACK frames: how far it holds the log durably (for synchronous commit)."""
+    async for message in ws:
+        if message.type is not aiohttp.WSMsgType.BINARY:
+            continue
+        try:
+            frame = decode_frame(message.data)
+        except BlockProtocolError as exc:
+            logger.warning("block mode: a bad frame from %s: %s", node, exc)
+            continue
+        if frame.kind is FrameKind.ACK:
+            feed.ack(node, frame.generation, frame.offset)
+
+
+class HttpBlockChannel:
+    """A passive copy's end of the connection (implements interfaces.BlockChannel)."""
+
+    def __init__(self, session: aiohttp.ClientSession, ws: aiohttp.ClientWebSocketResponse):
+        self._session = session
+        self._ws = ws
+
+    async def receive(self) -> Frame | None:
+        try:
+            message = await self._ws.receive()
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise LogShareError(f"block mode connection broke: {exc!r}") from exc
+        if message.type is aiohttp.WSMsgType.BINARY:
+            return decode_frame(message.data)
+        if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED):
+            return None
+        if message.type is aiohttp.WSMsgType.ERROR:
+            raise LogShareError(f"block mode connection broke: {self._ws.exception()!r}")
+        raise BlockProtocolError(f"unexpected block mode message {message.type.name}")
+
+    async def ack(self, generation: int, offset: int) -> None:
+        try:
+            await self._ws.send_bytes(encode_frame(Frame(FrameKind.ACK, generation, offset)))
+        except (aiohttp.ClientError, ConnectionError, RuntimeError) as exc:
+            raise LogShareError(f"block mode connection broke: {exc!r}") from exc
+
+    async def close(self) -> None:
+        await self._ws.close()
+
+
+async def connect_blocks(
+    session: aiohttp.ClientSession,
+    url: str,
+    headers: dict[str, str],
+    generation: int,
+    node: str,
+    silence: float,
+) -> HttpBlockChannel:
+    """Open block mode at `generation` (LogShareError if the active refuses or is gone)."""
+    try:
+        ws = await session.ws_connect(
+            url,
+            headers=headers,
+            params={"generation": str(generation), "node": node},
+            max_msg_size=_MAX_FRAME,
+            timeout=aiohttp.ClientWSTimeout(ws_receive=silence, ws_close=silence),
+        )
+    except aiohttp.WSServerHandshakeError as exc:
+        raise LogShareError(f"the active refused block mode (HTTP {exc.status})") from exc
+    except (aiohttp.ClientError, TimeoutError, OSError, RuntimeError) as exc:
+        raise LogShareError(f"block mode: the active is unreachable: {exc!r}") from exc
+    return HttpBlockChannel(session, ws)

@@ -1,0 +1,245 @@
+"""Block mode, the passive copy's half: follow the active's open log as it is written.
+
+While the copy is connected and caught up (it has inspected every generation the active
+closed), it follows the open generation over the block connection (`http/blocks.py`): each
+DATA frame is appended to `Blocks/E<gen>.partial` and fsync'd, and acknowledged (how far the
+copy holds the log durably, which a synchronous commit waits for).  When the active closes
+the generation (CLOSED: the file's length and CRC32C), the buffer must equal the closed file:
+it becomes `Blocks/E<gen>.log`, and the copier takes it from there instead of fetching it
+(`take`), inspecting it exactly as a fetched one before it moves into the log directory.
+
+The copy falls back to file mode, saying why, when the connection breaks or the active
+drops it (it fell behind the feed), or a frame is malformed, fails its CRC, comes out of
+order, or is of another log stream or epoch: the buffer of the open generation is
+discarded, nothing from it is ever replayed, and the copier fetches the closed generation
+as always.  It returns to block mode once caught up again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import crc32c
+import orjson
+
+from dag_common.clock import Clock
+from dag_common.durable import fsync_dir
+from dag_common.model import CopyMode
+from replication_node.errors import LogFormatError, LogShareError
+from replication_node.interfaces import BlockChannel, LogSource
+from replication_node.log.blocks import BlockProtocolError, Frame, FrameKind
+from replication_node.log.logfile import HEADER_SIZE, LogHeader, closed_log_name
+from replication_node.passive.markers import Markers
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BlockProgress:
+    """What the copy's status says of block mode."""
+
+    mode: CopyMode
+    generation: int  # the open generation being received (0: none)
+    offset: int  # held durably through here
+    reason: str | None  # why in file mode
+
+
+class BlockReceiver:
+    """Follows the active's open log while the copy is caught up; runs until cancelled."""
+
+    def __init__(
+        self,
+        *,
+        source: LogSource,
+        node: str,
+        directory: Path,
+        markers: Markers,
+        log_signature: uuid.UUID,
+        clock: Clock,
+        retry_interval: float = 1.0,
+        check_interval: float = 0.1,
+    ) -> None:
+        self._source = source
+        self._node = node
+        self._dir = directory
+        self._markers = markers
+        self._log_signature = str(log_signature)
+        self._clock = clock
+        self._retry = retry_interval
+        self._check = check_interval
+        self.mode = CopyMode.FILE
+        self.reason: str | None = "not caught up with the active yet"
+        self.generation = 0  # the generation being received (0: none)
+        self.offset = 0  # how far it is held durably
+        self._crc = 0
+        self._closed: dict[int, asyncio.Event] = {}
+        self.fallbacks = 0
+
+    def progress(self) -> BlockProgress:
+        return BlockProgress(self.mode, self.generation, self.offset, self.reason)
+
+    # ---- what the copier asks --------------------------------------------------------------
+
+    async def take(self, generation: int, wait: float) -> bytes | None:
+        """The closed `generation` as received in block mode, or None (fetch it): waits up
+        to `wait` seconds for it to close when it is the one being received."""
+        path = self._dir / closed_log_name(generation)
+        if not path.exists() and self.mode is CopyMode.BLOCK and generation == self.generation:
+            event = self._closed.setdefault(generation, asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), wait)
+        try:
+            return await asyncio.to_thread(path.read_bytes)
+        except FileNotFoundError:
+            return None
+
+    def release_through(self, generation: int) -> None:
+        """The copier holds every generation through `generation`: drop their buffers."""
+        if not self._dir.exists():
+            return
+        for entry in self._dir.iterdir():
+            if entry.suffix == ".log" and entry.name.startswith("E"):
+                with contextlib.suppress(ValueError):
+                    if int(entry.stem[1:], 16) <= generation:
+                        entry.unlink(missing_ok=True)
+        for gen in [g for g in self._closed if g <= generation]:
+            del self._closed[gen]
+
+    # ---- the loop ----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            while not self._caught_up():
+                await self._clock.sleep(self._check)
+            try:
+                await self._follow(self._markers.last_log_inspected + 1)
+                reason = "the active ended the block connection"
+            except (LogShareError, BlockProtocolError, LogFormatError, OSError) as exc:
+                reason = str(exc)
+            except Exception as exc:  # a bug here must not stop the copy: file mode works
+                logger.exception("%s: block mode failed", self._dir)
+                reason = f"block mode failed ({type(exc).__name__}: {exc})"
+            self._fall_back(reason)
+            await self._clock.sleep(self._retry)
+
+    def _caught_up(self) -> bool:
+        m = self._markers
+        return m.connected and m.epoch > 0 and m.last_log_inspected >= m.last_log_generated
+
+    def _fall_back(self, reason: str) -> None:
+        if self.mode is CopyMode.BLOCK:
+            self.fallbacks += 1
+            logger.warning("%s: block mode ends, back to file mode: %s", self._dir, reason)
+        self.mode, self.reason = CopyMode.FILE, reason
+        self._discard_partial()
+        self.generation, self.offset = 0, 0
+
+    async def _follow(self, generation: int) -> None:
+        channel = await self._source.open_blocks(generation, self._node)
+        try:
+            await self._hello(await self._receive(channel))
+            await asyncio.to_thread(self._dir.mkdir, parents=True, exist_ok=True)
+            self._start(generation)
+            self.mode, self.reason = CopyMode.BLOCK, None
+            logger.info("%s: block mode from generation %d", self._dir, generation)
+            while True:
+                frame = await self._receive(channel)
+                if frame.kind is FrameKind.HEARTBEAT:
+                    continue
+                if frame.kind is FrameKind.DATA:
+                    await self._append(frame)
+                    await channel.ack(self.generation, self.offset)
+                elif frame.kind is FrameKind.CLOSED:
+                    await self._close(frame)
+                else:
+                    raise BlockProtocolError(f"unexpected {frame.kind.name} frame")
+        finally:
+            await channel.close()
+
+    async def _receive(self, channel: BlockChannel) -> Frame:
+        frame = await channel.receive()
+        if frame is None:
+            raise LogShareError("the active ended the block connection")
+        return frame
+
+    async def _hello(self, frame: Frame) -> None:
+        if frame.kind is not FrameKind.HELLO:
+            raise BlockProtocolError(f"the block connection began with {frame.kind.name}")
+        try:
+            hello = orjson.loads(frame.payload)
+            signature, epoch = str(hello["log_signature"]), int(hello["epoch"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise BlockProtocolError(f"a malformed HELLO frame: {exc}") from exc
+        if signature != self._log_signature:
+            raise BlockProtocolError(
+                f"block mode offered for log stream {signature}, not this copy's "
+                f"({self._log_signature})"
+            )
+        if epoch != self._markers.epoch:
+            raise BlockProtocolError(
+                f"block mode offered at epoch {epoch}; this copy follows epoch "
+                f"{self._markers.epoch}"
+            )
+
+    # ---- the buffer ------------------------------------------------------------------------
+
+    def _partial(self) -> Path:
+        return self._dir / f"E{self.generation:08X}.partial"
+
+    def _start(self, generation: int) -> None:
+        self._discard_partial()
+        self.generation, self.offset, self._crc = generation, 0, 0
+
+    def _discard_partial(self) -> None:
+        if self.generation:
+            self._partial().unlink(missing_ok=True)
+
+    async def _append(self, frame: Frame) -> None:
+        if (frame.generation, frame.offset) != (self.generation, self.offset):
+            raise BlockProtocolError(
+                f"block of generation {frame.generation} at {frame.offset} out of order: "
+                f"expected generation {self.generation} at {self.offset}"
+            )
+        if frame.offset == 0:
+            header = LogHeader.decode(frame.payload[:HEADER_SIZE])
+            if header.generation != self.generation:
+                raise BlockProtocolError(
+                    f"the block buffer of generation {self.generation} begins with the "
+                    f"header of generation {header.generation}"
+                )
+            if str(header.log_signature) != self._log_signature:
+                raise BlockProtocolError("a block header of another log stream")
+        await asyncio.to_thread(self._write, frame.payload)
+        self.offset += len(frame.payload)
+        self._crc = crc32c.crc32c(frame.payload, self._crc)
+
+    def _write(self, data: bytes) -> None:
+        new = self.offset == 0
+        with open(self._partial(), "ab") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if new:  # the buffer itself must survive a crash, not only its bytes
+            fsync_dir(self._dir)
+
+    async def _close(self, frame: Frame) -> None:
+        if frame.generation != self.generation or frame.offset != self.offset:
+            raise BlockProtocolError(
+                f"generation {frame.generation} closed at {frame.offset}, but this copy holds "
+                f"generation {self.generation} through {self.offset}"
+            )
+        if frame.crc != self._crc:
+            raise BlockProtocolError(
+                f"generation {self.generation} as received in block mode differs from the "
+                "active's closed file (CRC32C)"
+            )
+        done = self._dir / closed_log_name(self.generation)
+        await asyncio.to_thread(os.replace, self._partial(), done)
+        self._closed.setdefault(self.generation, asyncio.Event()).set()
+        self._start(self.generation + 1)

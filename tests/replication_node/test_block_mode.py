@@ -1,0 +1,197 @@
+"""Block mode in one process: a real active instance serving its log share and block
+connection on a real aiohttp server, and a PassiveCopy following it over a real WebSocket.
+Damage on the wire is made by wrapping the real channel (the bytes of a frame altered
+before they are decoded), so the copy's checks are the ones that run in production."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dag_common.model import CopyMode
+from replication_node.log.blocks import (
+    BlockFeed,
+    BlockProtocolError,
+    Frame,
+    FrameKind,
+    decode_frame,
+    encode_frame,
+)
+from replication_node.log.logfile import closed_log_name
+from tests.cluster_harness import wait_until
+from tests.replication_node.helpers import passive, replayed_through
+
+
+class CountingWire:
+    """The real HTTP source, counting the closed generations fetched over HTTP."""
+
+    def __init__(self, source: Any, tamper: Any = None) -> None:
+        self._source = source
+        self._tamper = tamper
+        self.fetched: list[int] = []
+        self.channels = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source, name)
+
+    async def fetch(self, generation: int) -> bytes:
+        self.fetched.append(generation)
+        return await self._source.fetch(generation)
+
+    async def open_blocks(self, generation: int, node: str) -> Any:
+        channel = await self._source.open_blocks(generation, node)
+        self.channels += 1
+        if self._tamper is None:
+            return channel
+        return TamperedChannel(channel, self._tamper)
+
+    def mend(self) -> None:
+        """The wire is sound from now on."""
+        self._tamper = None
+
+
+class TamperedChannel:
+    def __init__(self, channel: Any, tamper: Any) -> None:
+        self._channel = channel
+        self._tamper = tamper
+        self.frames = 0
+
+    async def receive(self) -> Frame | None:
+        frame = await self._channel.receive()
+        if frame is None:
+            return None
+        self.frames += 1
+        return self._tamper(self.frames, frame)
+
+    async def ack(self, generation: int, offset: int) -> None:
+        await self._channel.ack(generation, offset)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+
+def in_block_mode(copy) -> bool:
+    return copy.status().copy_mode is CopyMode.BLOCK
+
+
+async def test_a_caught_up_copy_follows_in_block_mode_and_builds_each_generation(share, tmp_path):
+    await share.write(0, 10)
+    first = await share.roll()
+    wire = CountingWire(share.source())
+    copy = passive(share, tmp_path, source=wire)
+    await copy.start()
+    await wait_until("replayed", replayed_through(copy, first))
+    await wait_until("block mode", lambda: in_block_mode(copy))
+    await share.write(10, 20)
+    status = copy.status()
+    await wait_until(
+        "the writes held in block mode",
+        lambda: (
+            copy.status().block_offset >= share.active.copy.stream.open_header.log_file_size
+            or copy.status().block_offset == share.active.copy.stream.feed.durable
+        ),
+    )
+    assert status.block_generation == first + 1
+    rolled = await share.roll()
+    await wait_until("replayed", replayed_through(copy, rolled))
+    assert rolled not in wire.fetched, "built from the blocks, not fetched"
+    mine = copy.paths.logs / closed_log_name(rolled)
+    assert mine.read_bytes() == share.closed_file(rolled).read_bytes()
+    assert copy.reader().items("m") == share.active.copy.items("m")
+    assert not list((copy.paths.root / "Blocks").glob("*.log")), "buffers released"
+    await copy.stop()
+
+
+def _flip_a_bit(n: int, frame: Frame) -> Frame:
+    if frame.kind is not FrameKind.DATA or n < 3:
+        return frame
+    raw = bytearray(encode_frame(frame))
+    raw[-1] ^= 0x01
+    return decode_frame(bytes(raw))  # raises: the CRC32C no longer matches
+
+
+def _skip_one(n: int, frame: Frame) -> Frame:
+    if frame.kind is FrameKind.DATA and n == 3:
+        return Frame(FrameKind.DATA, frame.generation, frame.offset + 10, frame.payload)
+    return frame
+
+
+def _another_stream(n: int, frame: Frame) -> Frame:
+    if frame.kind is FrameKind.HELLO:
+        payload = frame.payload.replace(b'"log_signature":"', b'"log_signature":"0')
+        return Frame(FrameKind.HELLO, payload=payload)
+    return frame
+
+
+def _old_epoch(n: int, frame: Frame) -> Frame:
+    if frame.kind is FrameKind.HELLO:
+        return Frame(FrameKind.HELLO, payload=frame.payload.replace(b'"epoch":1', b'"epoch":0'))
+    return frame
+
+
+def _forged_close(n: int, frame: Frame) -> Frame:
+    if frame.kind is FrameKind.CLOSED:
+        return Frame(FrameKind.CLOSED, frame.generation, frame.offset, crc=frame.crc ^ 1)
+    return frame
+
+
+@pytest.mark.parametrize(
+    ("tamper", "words"),
+    [
+        (_flip_a_bit, "fails its CRC32C"),
+        (_skip_one, "out of order"),
+        (_another_stream, "not this copy's"),
+        (_old_epoch, "at epoch 0"),
+        (_forged_close, "differs from the active's closed file"),
+    ],
+    ids=["bit flip", "out of order", "another log stream", "old epoch", "forged close"],
+)
+async def test_a_bad_block_drops_the_copy_to_file_mode_and_nothing_wrong_is_replayed(
+    share, tmp_path, tamper, words
+):
+    await share.write(0, 10)
+    first = await share.roll()
+    wire = CountingWire(share.source(), tamper)
+    copy = passive(share, tmp_path, source=wire)
+    await copy.start()
+    await wait_until("replayed", replayed_through(copy, first))
+    await wait_until("the block connection", lambda: wire.channels >= 1)
+    await share.write(10, 5)
+    await share.write(15, 5)
+    rolled = await share.roll()
+
+    def fell_back() -> bool:
+        return words in (copy.status().copy_mode_reason or "")
+
+    await wait_until(f"file mode ({words})", fell_back)
+    await wait_until("replayed", replayed_through(copy, rolled))
+    mine = copy.paths.logs / closed_log_name(rolled)
+    assert mine.read_bytes() == share.closed_file(rolled).read_bytes()
+    assert copy.reader().items("m") == share.active.copy.items("m")
+    # The wire mended and the copy caught up, it returns to block mode.
+    wire.mend()
+    await wait_until("block mode again", lambda: in_block_mode(copy))
+    await copy.stop()
+
+
+def test_a_frame_is_refused_whole_or_not_at_all():
+    frame = encode_frame(Frame(FrameKind.DATA, 3, 512, b"records"))
+    assert decode_frame(frame) == Frame(FrameKind.DATA, 3, 512, b"records", decode_frame(frame).crc)
+    with pytest.raises(BlockProtocolError, match="shorter than its header"):
+        decode_frame(frame[:10])
+    with pytest.raises(BlockProtocolError, match="bytes of payload"):
+        decode_frame(frame[:-1])
+    with pytest.raises(BlockProtocolError, match="unknown block frame kind"):
+        decode_frame(bytes([99]) + frame[1:])
+
+
+async def test_a_follower_that_falls_behind_the_feed_is_told_so():
+    from replication_node.log.blocks import Block, FeedBehind
+
+    feed = BlockFeed(generation=1, durable=512, capacity=100)
+    _, _, start = feed.position()
+    await feed.publish([Block(1, 512 + 60 * i, b"x" * 60) for i in range(5)])
+    with pytest.raises(FeedBehind):
+        async for _ in feed.follow(start, idle=0.01):
+            pass
