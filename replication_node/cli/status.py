@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 
 from dag_common.config import ClusterConfig, load_config, load_token
-from dag_common.model import CopyStatus, ExitCode, NodeStatus
+from dag_common.model import CopyRole, CopyStatus, ExitCode, NodeStatus
 from dag_common.node_status import StatusUnavailable, fetch_node_status
 from replication_node.cluster.mount_policy import assess_loss, best_copy, generations_at_risk
 from replication_node.cluster.store import ActiveRecord, LeaseRecord, open_cluster_store
@@ -70,16 +70,20 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     else:
         print(
-            f"{'Name':<20}{'Status':<24}{'CopyQueue':>10}{'ReplayQueue':>12}  "
+            f"{'Name':<20}{'Status':<24}{'Mode':<6}{'CopyQueue':>10}{'ReplayQueue':>12}  "
             f"{'LastInspectedLogTime':<22}{'ContentIndex/Error'}"
         )
         for db, node, report, err in rows:
             name = f"{db}\\{node}"
             if report is None:
-                print(f"{name:<20}{'Unknown':<24}{'-':>10}{'-':>12}  {'-':<22}{err or 'no status'}")
+                print(
+                    f"{name:<20}{'Unknown':<24}{'-':<6}{'-':>10}{'-':>12}  {'-':<22}"
+                    f"{err or 'no status'}"
+                )
                 continue
+            mode = report.copy_mode if report.role is CopyRole.PASSIVE else "-"
             print(
-                f"{name:<20}{report.status:<24}{report.copy_queue_length:>10}"
+                f"{name:<20}{report.status:<24}{mode:<6}{report.copy_queue_length:>10}"
                 f"{report.replay_queue_length:>12}  {_fmt_time(report.last_inspected_log_time):<22}"
                 f"{report.error or ''}"
             )

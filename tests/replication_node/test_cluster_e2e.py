@@ -218,6 +218,13 @@ async def test_a_copy_added_to_the_config_is_seeded_and_a_bad_config_is_ignored(
     assert row["status"] == "Healthy" and row["role"] == "Passive"
     table = status_cli(cluster)
     assert table.returncode == 0 and "DB2\\mbx1" in table.stdout and "Healthy" in table.stdout
+    assert "DB2: lease held by mbx2 at epoch 1, expires in" in table.stdout
+
+    def block_mode_shown() -> bool:  # a caught-up copy follows the open log in block mode
+        rows = status_cli(cluster).stdout.splitlines()
+        return any(r.startswith("DB2\\mbx3") and " Block " in r for r in rows)
+
+    await cluster.wait_for("DB2\\mbx3 shown in block mode", block_mode_shown)
     # a broken config is refused at reload: the nodes keep running the last good one
     good = cluster.config_path.read_text()
     cluster.config_path.write_text(
