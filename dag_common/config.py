@@ -158,25 +158,21 @@ class Defaults(_Model):
     # about one TTL later (the holder counts 90 % of it, so a clock running 10 % off its
     # peers' is safe).  Patroni's default is 30 s; 5 s gives failover in seconds.
     lease_ttl: Duration = timedelta(seconds=5)
-    # DESIGN's contract names it; block mode is not built yet (issue 13): a synchronous
-    # copy is refused rather than pretended.
+    # Block mode's synchronous commit (PostgreSQL's synchronous_standby_names FIRST n,
+    # MongoDB's w): a commit is acknowledged only once this many passive copies hold it
+    # durably in block mode; with fewer in block mode, a commit waits up to
+    # `synchronous_wait` and then fails (503), never acknowledged without them.  0: off.
     synchronous_copies: int = Field(default=0, ge=0)
+    synchronous_wait: Duration = timedelta(seconds=5)
+    # Passive copies follow the open log in block mode when caught up (Exchange 2010 SP1);
+    # false: file mode only, whole closed generations (Exchange 2010 RTM).
+    block_mode: bool = True
 
     @field_validator("lease_ttl")
     @classmethod
     def _sane_lease(cls, value: timedelta) -> timedelta:
         if not timedelta(seconds=1) <= value <= timedelta(minutes=10):
             raise ValueError("lease_ttl must be between 1s and 10m")
-        return value
-
-    @field_validator("synchronous_copies")
-    @classmethod
-    def _no_block_mode_yet(cls, value: int) -> int:
-        if value != 0:
-            raise ValueError(
-                "block mode is not built yet: a commit cannot wait for copies, so only 0 is "
-                "accepted (a synchronous copy is never pretended)"
-            )
         return value
 
     @field_validator("log_file_size")
@@ -229,6 +225,8 @@ class DatabaseConfig(_Model):
     auto_database_mount_dial: AutoDatabaseMountDial | None = None
     log_file_size: ByteSize | None = None
     llr_depth: int | None = Field(default=None, ge=1, le=64)
+    synchronous_copies: int | None = Field(default=None, ge=0)
+    block_mode: bool | None = None
     copies: list[CopyConfig] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -332,6 +330,16 @@ class ClusterConfig(_Model):
             for copy in db.copies:
                 if copy.node not in names:
                     raise ValueError(f"database {db.name}: copy on unknown node {copy.node!r}")
+            wanted = self.synchronous_copies_of(db)
+            if wanted and not self.block_mode_of(db):
+                raise ValueError(
+                    f"database {db.name}: synchronous_copies needs block mode (block_mode is off)"
+                )
+            if wanted > len(db.copies) - 1:
+                raise ValueError(
+                    f"database {db.name}: synchronous_copies is {wanted} but it has "
+                    f"{len(db.copies) - 1} passive copies: no commit could ever be acknowledged"
+                )
         return self
 
     def node(self, name: str) -> NodeConfig:
@@ -354,6 +362,15 @@ class ClusterConfig(_Model):
 
     def mount_dial_of(self, db: DatabaseConfig) -> AutoDatabaseMountDial:
         return db.auto_database_mount_dial or self.defaults.auto_database_mount_dial
+
+    def synchronous_copies_of(self, db: DatabaseConfig) -> int:
+        """How many passive copies must hold a commit before it is acknowledged."""
+        if db.synchronous_copies is not None:
+            return db.synchronous_copies
+        return self.defaults.synchronous_copies
+
+    def block_mode_of(self, db: DatabaseConfig) -> bool:
+        return db.block_mode if db.block_mode is not None else self.defaults.block_mode
 
     def log_file_size_of(self, db: DatabaseConfig) -> int:
         return int(db.log_file_size or self.defaults.log_file_size)

@@ -11,6 +11,10 @@ stream, or was it lost when a later epoch forked below it?
 A write acknowledged at (E, g) is in the current stream exactly when no later epoch began at
 or below g: each later epoch kept the generations below its own start.  A switchover starts
 the new epoch after the last generation the old active closed, so it never loses a write.
+
+One refinement: a copy activated with the open log its block-mode buffer held kept that
+generation only through the bytes it had received (`kept_through`, a prefix of what the old
+active wrote); a write in it at or past that offset was lost all the same.
 """
 
 from __future__ import annotations
@@ -28,13 +32,27 @@ class EpochRecord:
     epoch: int
     node: str
     start_generation: int
+    # The generation before `start_generation` was kept only through this byte (a block-mode
+    # buffer); None: whole.
+    kept_through: int | None = None
+
+    def loses(self, generation: int, offset: int | None) -> bool:
+        """Whether a write of an earlier epoch at (`generation`, `offset`) is not in this
+        epoch's stream (an unknown offset counts as lost in a partly kept generation)."""
+        if self.start_generation <= generation:
+            return True
+        partly_kept = self.kept_through is not None and generation == self.start_generation - 1
+        return partly_kept and (offset is None or offset >= (self.kept_through or 0))
 
 
-def fork_below(history: Iterable[EpochRecord], epoch: int, generation: int) -> EpochRecord | None:
-    """The first epoch after `epoch` that began at or below `generation` (the write at
-    (epoch, generation) was lost with it), or None if the write is still in the stream."""
+def fork_below(
+    history: Iterable[EpochRecord], epoch: int, generation: int, offset: int | None = None
+) -> EpochRecord | None:
+    """The first epoch after `epoch` whose stream does not hold the write at (`epoch`,
+    `generation`, `offset`): it was lost with it; None if the write is still in the
+    stream."""
     for record in sorted(history, key=lambda r: r.epoch):
-        if record.epoch > epoch and record.start_generation <= generation:
+        if record.epoch > epoch and record.loses(generation, offset):
             return record
     return None
 

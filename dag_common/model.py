@@ -146,6 +146,13 @@ class CopyStatusReport(BaseModel):
     # A passive copy's replication mode; in block mode, how far it holds the open log
     # durably (generation, offset) beyond its last inspected generation.
     copy_mode: CopyMode = CopyMode.FILE
+    # An active copy: the copies following its log in block mode, and how many must hold a
+    # commit before it is acknowledged (synchronous_copies).
+    block_followers: list[str] = []
+    synchronous_copies: int = 0
+    # Something an operator should know that is not a failure (commits waiting for their
+    # synchronous copies).
+    note: str | None = None
     copy_mode_reason: str | None = None  # why in file mode, after block mode ended
     block_generation: int = 0
     block_offset: int = 0

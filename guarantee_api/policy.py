@@ -253,14 +253,20 @@ def _stream_answer(
             f"{where} survived every failover is unknown",
         )
     epoch = current_epoch(view.history)
-    fork = fork_below(view.history, target.epoch, target.generation)
+    fork = fork_below(view.history, target.epoch, target.generation, target.offset)
     if fork is not None:
         return answer(
             GuaranteeStatus.NOT_SATISFIED,
             timedelta(0),
             f"the write at {where} was lost: the stream forked when epoch {fork.epoch} began on "
-            f"{fork.node} at generation {fork.start_generation}, at or below it; asking again "
-            "will not help, the data must be written again",
+            f"{fork.node} at generation {fork.start_generation}"
+            + (
+                f", keeping generation {fork.start_generation - 1} only through byte "
+                f"{fork.kept_through}"
+                if fork.kept_through is not None and target.generation == fork.start_generation - 1
+                else ", at or below it"
+            )
+            + "; asking again will not help, the data must be written again",
             epoch=epoch,
             lost=True,
         )

@@ -63,7 +63,7 @@ def flush_target(request: pb.CheckReplicationFlushRequest) -> FlushTarget:
         for name in ("offset", "epoch"):
             if getattr(lsn, name) > MAX_LSN_FIELD:
                 raise InvalidRequestError(f"lsn.{name} must be within 0..{MAX_LSN_FIELD}")
-        return FlushTarget(generation=lsn.generation, epoch=lsn.epoch)
+        return FlushTarget(generation=lsn.generation, epoch=lsn.epoch, offset=lsn.offset or None)
     ts = request.commit_time
     if not 0 <= ts.nanos < 1_000_000_000 or not 0 < ts.seconds < MAX_COMMIT_SECONDS:
         raise InvalidRequestError(

@@ -112,6 +112,7 @@ class FlushTarget:
     commit_time: datetime | None = None
     generation: int | None = None
     epoch: int = 0
+    offset: int | None = None  # the record's offset in its generation, given with an LSN
 
 
 @dataclass(frozen=True, slots=True)

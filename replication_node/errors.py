@@ -15,6 +15,7 @@ DagError (dag_common.errors)
     ├── RecoveryError             crash recovery cannot bring the database to a consistent state
     ├── LogStreamStopped          the active's log stream stopped (a failed write): no commit
     ├── LeaseLost                 the active cannot show a live lease on its role: no commit
+    ├── SynchronousCopiesMissing  fewer synchronous copies hold a commit than required
     ├── DatabaseError             the database file or its header is unusable
     ├── StoreError                a store request that cannot be served
     │   ├── NotFound              no such database, mailbox or item
@@ -91,6 +92,11 @@ class LeaseLost(ReplicationError):
     """The active copy cannot show an unexpired lease on its role (the cluster store did not
     renew it in time): it acknowledges nothing until it renews, and dismounts once the lease
     has surely expired (another copy may then be activated)."""
+
+
+class SynchronousCopiesMissing(ReplicationError):
+    """A commit not acknowledged: fewer passive copies than `synchronous_copies` follow the
+    log in block mode, or held it within `synchronous_wait`."""
 
 
 class DatabaseError(ReplicationError):

@@ -110,9 +110,10 @@ class LogSource(Protocol):
         """The bytes of the open log E00.log the active holds for this copy."""
         ...
 
-    async def open_blocks(self, generation: int, node: str) -> BlockChannel:
-        """Follow the active's open log `generation` in block mode, as the copy on `node`
-        (LogShareError if the active will not: not mounted, another generation open)."""
+    async def open_blocks(self, generation: int, offset: int, node: str) -> BlockChannel:
+        """Follow the active's open log `generation` from `offset` in block mode, as the
+        copy on `node` (LogShareError if the active will not: not mounted, another
+        generation open)."""
         ...
 
 
@@ -166,3 +167,4 @@ class PassiveSettings:
     max_inspection_failures: int = 3
     scrub_interval: timedelta | None = None  # the background scrub's cycle (None: off)
     content_check_every: int | None = None  # recompute the content digest every N generations
+    block_mode: bool = True  # follow the open log in block mode when caught up

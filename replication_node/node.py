@@ -201,6 +201,8 @@ class Node:
                 copy_awaiting_logs=lambda db=spec.database: self._copy_awaiting_logs(db),
                 scrub_interval=spec.scrub_interval,
                 lease_ttl=self.config.defaults.lease_ttl.total_seconds(),
+                synchronous_copies=spec.synchronous_copies,
+                synchronous_wait=self.config.defaults.synchronous_wait.total_seconds(),
             )
         else:
             assert self._session is not None
@@ -214,6 +216,7 @@ class Node:
                     truncation_lag_time=spec.truncation_lag_time,
                     scrub_interval=spec.scrub_interval,
                     content_check_every=spec.content_check_every,
+                    block_mode=spec.block_mode,
                 ),
                 paths=self.paths(spec.database),
                 source=HttpLogSource(
@@ -284,6 +287,14 @@ class Node:
         active, _ = self.active_of(database)
         assert active is not None
         return await instance.copy_last_logs(active)
+
+    async def keep_block_buffer(self, database: str) -> dict[str, Any]:
+        """Keep what this node's passive copy of `database` holds of the open log in block
+        mode, before it is activated (`PassiveCopy.keep_block_buffer`)."""
+        instance = self._instances.get(database)
+        if instance is None or isinstance(instance, ActiveInstance):
+            raise BadRequest(f"{self.name} holds no passive copy of {database}")
+        return await instance.keep_block_buffer()
 
     async def _peer_progress(self, database: str) -> list[CopyProgress]:
         assert self._peers is not None

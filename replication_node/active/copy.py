@@ -130,6 +130,8 @@ class ActiveCopy:
         change_number_floor: int = 0,
         publish_open_log: OpenLogPublisher | None = None,
         lease: LeaseKeeper | None = None,
+        synchronous_copies: int = 0,
+        synchronous_wait: float = 5.0,
     ) -> ActiveCopy:
         """Open (recovering from a crash) or create the database and its log stream.
 
@@ -175,6 +177,7 @@ class ActiveCopy:
             lease=lease,
         )
         stream.set_digest_provider(lambda: copy.flushed_digest)
+        stream.set_synchronous(synchronous_copies, synchronous_wait)
         try:
             await copy._flush_llr()
             await stream.announce_recovered()
@@ -195,6 +198,14 @@ class ActiveCopy:
     def highest_change_number(self) -> int:
         """The highest change number handed out so far."""
         return self._change_number
+
+    async def admit(self) -> None:
+        """Before a write hands out change numbers: LeaseLost while the lease cannot be
+        renewed; SynchronousCopiesMissing (after `synchronous_wait`) while fewer copies than
+        `synchronous_copies` follow in block mode.  Nothing is written either way."""
+        if self._lease is not None:
+            self._lease.refuse_without_lease()
+        await self.stream.await_synchronous_followers()
 
     async def commit(self, ops: list[dict[str, Any]]) -> Committed:
         """Make `ops` one durable transaction; return its LSN and commit time.  LeaseLost

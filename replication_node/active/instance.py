@@ -85,6 +85,8 @@ class ActiveInstance:
         handover_hold: float = HANDOVER_HOLD,
         scrub_interval: timedelta | None = None,
         lease_ttl: float = 10.0,
+        synchronous_copies: int = 0,
+        synchronous_wait: float = 5.0,
     ) -> None:
         self.database = database
         self.node = node
@@ -102,6 +104,7 @@ class ActiveInstance:
         self.error: str | None = None
         self.last_close_time: datetime | None = None
         self._on_failure = on_failure
+        self.synchronous_copies, self._synchronous_wait = synchronous_copies, synchronous_wait
         self._mount_tasks: list[asyncio.Task[None]] = []  # the idle roller and the watch
         self.dismounted_by_operator = False
         self._stream_metrics = metrics.stream(database) if metrics else None
@@ -207,6 +210,8 @@ class ActiveInstance:
             record=await self.publication.record(),
             publish_open_log=self.publish_open_log,
             lease=self.lease,
+            synchronous_copies=self.synchronous_copies,
+            synchronous_wait=self._synchronous_wait,
         )
         # No generation above the waypoint (a clean mount): the file knows its last log's time.
         self.last_close_time = self.copy.last_closed_time or self.copy.header.last_log_time

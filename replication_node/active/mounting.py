@@ -33,6 +33,8 @@ async def open_active_copy(
     record: ActiveRecord | None,
     publish_open_log: OpenLogPublisher,
     lease: LeaseKeeper | None = None,
+    synchronous_copies: int = 0,
+    synchronous_wait: float = 5.0,
 ) -> ActiveCopy:
     """Mount the copy from disk (creating it the first time) as the active at `epoch`;
     `record` is the cluster store's record of the database, read before."""
@@ -52,6 +54,8 @@ async def open_active_copy(
         change_number_floor=record.change_number_ceiling if record else 0,
         publish_open_log=publish_open_log,
         lease=lease,
+        synchronous_copies=synchronous_copies,
+        synchronous_wait=synchronous_wait,
     )
     if record is not None and (record.node, record.epoch) == (node, epoch):
         await _check_announced_logs(copy, record.open_generation, database=database, epoch=epoch)

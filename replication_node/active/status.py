@@ -31,6 +31,14 @@ def active_status(instance: ActiveInstance) -> CopyStatusReport:
     else:
         status = CopyStatus.FAILED if instance.error else CopyStatus.DISMOUNTED
     scrub = instance.scrubber.last if instance.scrubber else None
+    followers = sorted(instance.copy.stream.feed.followers) if instance.copy is not None else []
+    need = instance.synchronous_copies
+    note = None
+    if instance.copy is not None and len(followers) < need:
+        note = (
+            f"{len(followers)} of {need} synchronous copies follow the log in block mode: "
+            "commits are refused until enough do"
+        )
     return CopyStatusReport(
         database=instance.database,
         node=instance.node,
@@ -52,4 +60,7 @@ def active_status(instance: ActiveInstance) -> CopyStatusReport:
         last_scrub_time=scrub.finished if scrub else None,
         last_scrub_result=scrub.describe() if scrub else None,
         lease_expires_in=instance.lease.expires_in() if instance.copy is not None else None,
+        block_followers=followers,
+        synchronous_copies=need,
+        note=note,
     )

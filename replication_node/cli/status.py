@@ -85,7 +85,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(
                 f"{name:<20}{report.status:<24}{mode:<6}{report.copy_queue_length:>10}"
                 f"{report.replay_queue_length:>12}  {_fmt_time(report.last_inspected_log_time):<22}"
-                f"{report.error or ''}"
+                f"{report.error or report.note or ''}"
             )
         view = asyncio.run(_store_view(config, [db.name for db in config.databases]))
         for db in config.databases:

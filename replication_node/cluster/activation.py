@@ -29,9 +29,11 @@ from dag_common.model import AutoDatabaseMountDial, CopyRole, CopyStatus, CopySt
 from dag_common.node_status import post_admin
 from replication_node.cluster.mount_policy import (
     MOUNTABLE,
+    buffered,
     generations_at_risk,
     last_logs_to_copy,
     mount_decision,
+    synchronously_held,
 )
 from replication_node.cluster.peers import (
     copy_in,
@@ -113,15 +115,29 @@ async def activate_copy(
         reports=[r for r in reports.values() if r is not None],
     )
     dial = dial_override or config.mount_dial_of(config.database(database))
+    # Synchronous copies: every commit the lost active acknowledged was held by that many
+    # copies in block mode; if this copy's buffer must hold them all, it counts as the open
+    # generation held (kept below, before the role moves).
+    covered, held = (
+        synchronously_held(
+            copy=copy,
+            reports=reports,
+            old_active=record.node,
+            synchronous_copies=config.synchronous_copies_of(config.database(database)),
+            open_generation=at_risk.generated,
+        )
+        if copy is not None
+        else (False, "")
+    )
     decision = mount_decision(
         node=node,
-        copy=copy,
+        copy=copy.model_copy(update={"last_log_inspected": at_risk.generated}) if covered else copy,
         at_risk=at_risk,
         dial=dial,
         active_reachable=old_copy is not None and old_copy.status is CopyStatus.MOUNTED,
         active_node=record.node,
     )
-    reason = f"{last_logs}; {decision.reason}" if last_logs else decision.reason
+    reason = "; ".join(part for part in (last_logs, held, decision.reason) if part)
     if not decision.allowed:
         message = f"cannot activate {database} on {node}: {reason}"
         if decision.lost_logs:
@@ -136,10 +152,31 @@ async def activate_copy(
             )
         raise Conflict(message)
     assert copy is not None  # mount_decision refuses an unreachable copy
+    kept_through = None
+    if buffered(copy):
+        # Block mode: what the copy holds of the open log is kept as that generation (also
+        # when the dial allows losing it: less is then lost than counted).  A prefix of
+        # what the old active wrote: the epoch records where it ends, so that a write past
+        # it is known lost (CheckReplicationFlush).
+        kept, kept_through = await _keep_block_buffer(
+            session, config.node(node).url, token, database
+        )
+        reason = f"{kept}; {reason}"
+        last_logs = f"{last_logs}; {kept}" if last_logs else kept
+        copy = (await copy_reports(session, config, token, database))[node]
+        if copy is None or (covered and copy.last_log_inspected < at_risk.generated):
+            raise Conflict(
+                f"cannot activate {database} on {node}: the open log its block-mode buffer "
+                f"holds was counted as kept, and was not ({kept}); nothing was done"
+            )
     # The new stream forks from the old one after the last generation the copy inspected:
     # it mounts with exactly those, and writes its own from the next one on.
     won = await cluster_store.set_active(
-        database, node, expected_epoch=record.epoch, start_generation=copy.last_log_inspected + 1
+        database,
+        node,
+        expected_epoch=record.epoch,
+        start_generation=copy.last_log_inspected + 1,
+        kept_through=kept_through,
     )
     if won is None:
         raise Conflict(f"the active copy of {database} changed meanwhile; nothing was done")
@@ -217,6 +254,29 @@ async def _copy_last_logs(
     if kept:
         return what + f", and the open log E00.log as generation {kept['generation']}"
     return what + " (its open log held no transaction)"
+
+
+async def _keep_block_buffer(
+    session: aiohttp.ClientSession, url: str, token: str, database: str
+) -> tuple[str, int | None]:
+    """Ask the node of the copy taking over to keep its block-mode buffer: what came of it,
+    and the byte it kept the generation through (None: nothing kept)."""
+    status, answer = await post_admin(
+        session, f"{url}/v1/databases/{database}/keep-block-buffer", token, timeout=45
+    )
+    if status != 200:
+        return (
+            f"keeping the block-mode buffer failed (HTTP {status}: {answer.get('error')})",
+            None,
+        )
+    kept = answer.get("kept")
+    if not kept:
+        return "its block-mode buffer held no transaction", None
+    return (
+        f"its block-mode buffer kept as generation {kept['generation']} "
+        f"through byte {kept['kept_through']}",
+        int(kept["kept_through"]),
+    )
 
 
 async def switchover_copy(

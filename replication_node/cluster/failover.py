@@ -90,7 +90,9 @@ class FailoverMonitor:
             if since is None and status in MOUNTABLE:
                 copy.awaiting_last_logs_from = None  # its active is back and mounted
             lease_live = True
-            if needs_lease_check(status=status, disconnected_since=since, after=after):
+            if copy.markers.reached and needs_lease_check(
+                status=status, disconnected_since=since, after=after
+            ):
                 lease_live = await self._lease_live(database)
             if failover_due(
                 status=status,

@@ -31,6 +31,8 @@ class InstanceSpec:
     epoch: int
     scrub_interval: timedelta | None = None
     content_check_every: int | None = None
+    synchronous_copies: int = 0  # an active's: a change restarts it with the new setting
+    block_mode: bool = True  # a passive's
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,4 +78,6 @@ def desired_spec(
         epoch=epoch if role is CopyRole.ACTIVE else 0,
         scrub_interval=config.defaults.scrub_interval,
         content_check_every=config.defaults.content_check_every,
+        synchronous_copies=config.synchronous_copies_of(db) if role is CopyRole.ACTIVE else 0,
+        block_mode=config.block_mode_of(db),
     )

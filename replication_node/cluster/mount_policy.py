@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from dag_common.model import AutoDatabaseMountDial, CopyRole, CopyStatus, CopyStatusReport
+from replication_node.log.logfile import HEADER_SIZE
 
 # A copy in any other state has no consistent database to mount (seeding, failed) or was
 # stopped by an operator for a reason (suspended): resume it first.
@@ -176,16 +177,72 @@ def mount_decision(
     )
 
 
+def buffered(copy: CopyStatusReport) -> int:
+    """How far a copy holds the open generation after its LastLogInspected in its block-mode
+    buffer (bytes; 0: nothing beyond its last inspected generation)."""
+    if copy.block_generation == copy.last_log_inspected + 1 and copy.block_offset > HEADER_SIZE:
+        return copy.block_offset
+    return 0
+
+
+def synchronously_held(
+    *,
+    copy: CopyStatusReport,
+    reports: dict[str, CopyStatusReport | None],
+    old_active: str,
+    synchronous_copies: int,
+    open_generation: int,
+) -> tuple[bool, str]:
+    """Whether `copy`'s block-mode buffer holds every commit the lost `old_active`
+    acknowledged in its open generation, and why (a sentence; empty without synchronous
+    copies).  Each was held by `synchronous_copies` passive copies before it was answered;
+    with fewer of them unreachable than that, a reachable copy holds each one, and the copy
+    holding the most of the open log holds them all."""
+    if synchronous_copies < 1:
+        return False, ""
+    if not buffered(copy) or copy.block_generation != open_generation:
+        return False, (
+            f"{copy.node}'s block-mode buffer does not hold the open generation {open_generation}"
+        )
+    passives = {node: r for node, r in reports.items() if node != old_active}
+    unreachable = sorted(node for node, r in passives.items() if r is None)
+    if len(unreachable) >= synchronous_copies:
+        return False, (
+            f"{len(unreachable)} passive copies cannot be asked ({', '.join(unreachable)}), "
+            f"as many as the {synchronous_copies} synchronous copies a commit needed"
+        )
+    mine = (copy.last_log_inspected, buffered(copy))
+    ahead = sorted(
+        node
+        for node, r in passives.items()
+        if r is not None and (r.last_log_inspected, buffered(r)) > mine
+    )
+    if ahead:
+        return False, f"{', '.join(ahead)} hold(s) more of the open log than {copy.node}"
+    return True, (
+        f"every acknowledged commit was held by {synchronous_copies} synchronous cop(ies) "
+        f"and {copy.node} holds the most of the open log (through byte {buffered(copy)})"
+    )
+
+
 def best_copy(copies: list[CopyStatusReport]) -> tuple[str | None, str]:
     """Which passive copy an automatic failover mounts: of the copies that can be mounted,
-    the one that has inspected the most (fewest logs lost), then the lowest activation
-    preference.  The mount dial is checked on it by `mount_decision` afterwards."""
+    the one that has inspected the most (fewest logs lost), then holds the most of the open
+    log in its block-mode buffer, then the lowest activation preference.  The mount dial is
+    checked on it by `mount_decision` afterwards."""
     eligible = [c for c in copies if c.role is CopyRole.PASSIVE and c.status in MOUNTABLE]
     if not eligible:
         return None, "no passive copy is Healthy or DisconnectedAndHealthy"
-    best = min(eligible, key=lambda c: (-c.last_log_inspected, c.activation_preference))
+    best = min(
+        eligible, key=lambda c: (-c.last_log_inspected, -buffered(c), c.activation_preference)
+    )
+    held = (
+        f" and generation {best.block_generation} through byte {buffered(best)} in block mode"
+        if buffered(best)
+        else ""
+    )
     return best.node, (
-        f"{best.node} has inspected through generation {best.last_log_inspected} "
+        f"{best.node} has inspected through generation {best.last_log_inspected}{held} "
         f"(activation preference {best.activation_preference}) of "
         f"{', '.join(c.node for c in eligible)}"
     )

@@ -113,6 +113,11 @@ async def copy_last_logs(request: web.Request) -> web.Response:
     return web.json_response(await request.app[NODE].copy_last_logs(request.match_info["db"]))
 
 
+async def keep_block_buffer(request: web.Request) -> web.Response:
+    """On the node of the copy taking over: keep its block-mode buffer of the open log."""
+    return web.json_response(await request.app[NODE].keep_block_buffer(request.match_info["db"]))
+
+
 async def unquiesce(request: web.Request) -> web.Response:
     active_here(request).unquiesce()
     return web.json_response({"ok": True})
@@ -133,4 +138,5 @@ def add_admin_routes(app: web.Application) -> None:
     app.router.add_post(prefix + "/dismount", dismount)
     app.router.add_post(prefix + "/hand-over", hand_over)
     app.router.add_post(prefix + "/copy-last-logs", copy_last_logs)
+    app.router.add_post(prefix + "/keep-block-buffer", keep_block_buffer)
     app.router.add_post("/v1/reconcile", reconcile)

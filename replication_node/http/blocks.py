@@ -1,11 +1,13 @@
 """Block mode over a WebSocket: the active sends its open log's bytes as they become
 durable, the copy answers how far it holds them (`log/blocks.py` has the frames).
 
-    GET /v1/databases/{db}/logs/blocks?generation=G&node=N    (WebSocket; the cluster token)
+    GET /v1/databases/{db}/logs/blocks?generation=G&offset=O&node=N
+                                                    (WebSocket; the cluster token)
 
 Served only while the active is mounted and G is its open generation (409 otherwise: a copy
 behind catches up in file mode first).  The active sends HELLO (its log signature and epoch),
-the open log's durable prefix read from disk as one DATA frame at offset 0, then every block
+the open log's durable bytes from O (what the copy does not hold yet; 0: from its header)
+read from disk as one DATA frame, then every block
 of the feed as DATA, with CLOSED after a generation's last bytes (its length and the CRC32C
 of the whole file) and the next generation from its header on; HEARTBEAT when idle.  It
 closes the connection when the copy falls further behind than the feed keeps, or when the
@@ -70,8 +72,9 @@ async def serve_blocks(
     """The active's side of one copy's block-mode connection."""
     try:
         wanted = int(request.query["generation"])
+        start = int(request.query.get("offset", "0"))
     except (KeyError, ValueError):
-        raise web.HTTPBadRequest(text="generation must be an integer") from None
+        raise web.HTTPBadRequest(text="generation and offset must be integers") from None
     node = request.query.get("node", "?")
     feed = source.block_feed()
     if feed is None:
@@ -82,6 +85,8 @@ async def serve_blocks(
             f"generation {wanted} is not the open log (generation {generation} is): a copy "
             "catches up in file mode before it follows in block mode"
         )
+    if not 0 <= start <= durable:
+        raise _conflict(f"offset {start} is beyond generation {generation}'s durable {durable}")
     prefix = await asyncio.to_thread(_read_prefix, source.log_dir, generation, durable)
     if prefix is None:
         raise _conflict(f"generation {generation} closed meanwhile; ask again")
@@ -90,9 +95,13 @@ async def serve_blocks(
     info = source.share_info()
     hello = {"log_signature": info.log_signature, "epoch": info.epoch}
     reader = asyncio.create_task(_read_acks(ws, feed, node))
+    feed.follower_joined(node)
     try:
         await ws.send_bytes(encode_frame(Frame(FrameKind.HELLO, payload=orjson.dumps(hello))))
-        await ws.send_bytes(encode_frame(Frame(FrameKind.DATA, generation, 0, prefix)))
+        if start < durable:
+            await ws.send_bytes(
+                encode_frame(Frame(FrameKind.DATA, generation, start, prefix[start:]))
+            )
         crc, end = crc32c.crc32c(prefix), durable
         async for block in feed.follow(sequence, idle=heartbeat):
             if ws.closed:
@@ -114,6 +123,7 @@ async def serve_blocks(
     except (ConnectionError, RuntimeError) as exc:  # the copy went away
         logger.debug("%s: block mode of %s ends: %s", request.path, node, exc)
     finally:
+        feed.follower_left(node)
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await reader
@@ -170,15 +180,17 @@ async def connect_blocks(
     url: str,
     headers: dict[str, str],
     generation: int,
+    offset: int,
     node: str,
     silence: float,
 ) -> HttpBlockChannel:
-    """Open block mode at `generation` (LogShareError if the active refuses or is gone)."""
+    """Open block mode at `generation`, from `offset` (LogShareError if the active refuses
+    or is gone)."""
     try:
         ws = await session.ws_connect(
             url,
             headers=headers,
-            params={"generation": str(generation), "node": node},
+            params={"generation": str(generation), "offset": str(offset), "node": node},
             max_msg_size=_MAX_FRAME,
             timeout=aiohttp.ClientWSTimeout(ws_receive=silence, ws_close=silence),
         )

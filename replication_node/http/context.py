@@ -56,6 +56,8 @@ class NodeApi(Protocol):
 
     async def copy_last_logs(self, database: str) -> dict[str, Any]: ...
 
+    async def keep_block_buffer(self, database: str) -> dict[str, Any]: ...
+
 
 NODE: web.AppKey[NodeApi] = web.AppKey("node")
 _NAME = re.compile(NAME_PATTERN)

@@ -345,13 +345,14 @@ class HttpLogSource:
             )
         return data
 
-    async def open_blocks(self, generation: int, node: str) -> HttpBlockChannel:
-        """Follow the open log `generation` in block mode (`http/blocks.py`)."""
+    async def open_blocks(self, generation: int, offset: int, node: str) -> HttpBlockChannel:
+        """Follow the open log `generation` from `offset` in block mode (`http/blocks.py`)."""
         return await connect_blocks(
             self._session,
             self._base + "/logs/blocks",
             self._headers,
             generation,
+            offset,
             node,
             silence=self._notify_timeout.sock_read or NOTIFY_SILENCE,
         )

@@ -24,14 +24,16 @@ commit.  Decoding checks the kind, the length and the CRC; the receiver checks t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from enum import IntEnum
 
 import crc32c
 
+from dag_common.clock import Clock
 from replication_node.errors import LogFormatError
 
 
@@ -119,12 +121,56 @@ class BlockFeed:
         self.durable = durable  # its durable length
         self._changed = asyncio.Condition()
         self.closed = False
-        # How far each copy in block mode holds the log durably: (generation, offset).
+        # The copies following in block mode, and how far each holds the log durably.
+        # (A node's connection counted: its old one may end after its new one began.)
+        self._connections: dict[str, int] = {}
         self.acks: dict[str, tuple[int, int]] = {}
+        self._moved = asyncio.Event()  # an ack came, or a follower came or went
+
+    @property
+    def followers(self) -> set[str]:
+        return set(self._connections)
+
+    def follower_joined(self, node: str) -> None:
+        self._connections[node] = self._connections.get(node, 0) + 1
+        self._moved.set()
+
+    def follower_left(self, node: str) -> None:
+        left = self._connections.get(node, 1) - 1
+        if left > 0:
+            self._connections[node] = left
+        else:
+            self._connections.pop(node, None)
+            self.acks.pop(node, None)
+        self._moved.set()
 
     def ack(self, node: str, generation: int, offset: int) -> None:
         """The copy on `node` holds the log durably through (`generation`, `offset`)."""
         self.acks[node] = max(self.acks.get(node, (0, 0)), (generation, offset))
+        self._moved.set()
+
+    def holding(self, position: tuple[int, int]) -> list[str]:
+        """The followers that hold the log through `position` (generation, offset)."""
+        return sorted(n for n in self.followers if self.acks.get(n, (0, 0)) >= position)
+
+    async def wait_for(self, enough: Callable[[], bool], seconds: float, clock: Clock) -> bool:
+        """Wait up to `seconds` on `clock` until `enough()`; whether it is."""
+        deadline = clock.monotonic() + seconds
+        while not enough():
+            left = deadline - clock.monotonic()
+            if left <= 0 or self.closed:
+                return enough()
+            self._moved.clear()
+            moved = asyncio.ensure_future(self._moved.wait())
+            timer = asyncio.ensure_future(clock.sleep(left))
+            try:
+                await asyncio.wait({moved, timer}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (moved, timer):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+        return True
 
     def position(self) -> tuple[int, int, int]:
         """(open generation, its durable length, the sequence of the next block): a

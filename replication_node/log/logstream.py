@@ -48,9 +48,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dag_common.clock import Clock
-from replication_node.errors import Deposed, LogStreamStopped, TransactionTooLarge
+from replication_node.errors import (
+    Deposed,
+    LogStreamStopped,
+    SynchronousCopiesMissing,
+    TransactionTooLarge,
+)
 from replication_node.log.announcer import Announcer, OpenLogAnnouncer
-from replication_node.log.blocks import BlockFeed
+from replication_node.log.blocks import Block, BlockFeed
 from replication_node.log.events import Committed, RollCause, StreamEvent
 from replication_node.log.logfile import ContentDigest, LogHeader, ScanResult, encode_transaction
 from replication_node.log.writer import OpenLogWriter, Pending
@@ -91,6 +96,7 @@ class LogStream:
         )
         self._failure: BaseException | None = None
         self._fence: Fence | None = None
+        self._sync_copies, self._sync_wait = 0, 0.0  # block mode's synchronous commit
         # The open log's bytes as they become durable, for copies in block mode.
         self.feed = BlockFeed(generation=writer.header.generation, durable=writer.offset)
         # Set when a failure stops the writer (not by close()): whoever mounted the stream
@@ -187,6 +193,32 @@ class LogStream:
         """Await `fence()` before answering any commit: None lets the answers go, an
         exception fails them and stops the stream (the active's lease)."""
         self._fence = fence
+
+    def set_synchronous(self, copies: int, wait: float) -> None:
+        """Answer a commit only once `copies` copies hold it in block mode (waiting up to
+        `wait` seconds for them; then the stream stops, the commit unacknowledged)."""
+        self._sync_copies, self._sync_wait = copies, wait
+
+    @property
+    def synchronous_copies(self) -> int:
+        return self._sync_copies
+
+    async def await_synchronous_followers(self) -> None:
+        """Before a commit is written: SynchronousCopiesMissing (nothing written) unless at
+        least `synchronous_copies` copies follow in block mode, waiting up to the wait."""
+        need = self._sync_copies
+        if not need or len(self.feed.followers) >= need:
+            return
+        if await self.feed.wait_for(
+            lambda: len(self.feed.followers) >= need, self._sync_wait, self._clock
+        ):
+            return
+        following = ", ".join(sorted(self.feed.followers)) or "none"
+        raise SynchronousCopiesMissing(
+            f"{len(self.feed.followers)} of {need} synchronous copies follow the log in block "
+            f"mode ({following}) after {self._sync_wait:g}s: the commit was refused, nothing "
+            "was written"
+        )
 
     def fail(self, exc: BaseException) -> None:
         """Stop the stream from outside: every waiter gets `exc`, nothing more is answered,
@@ -319,6 +351,12 @@ class LogStream:
                     logger.critical("%s; log stream stopped", failure)
                     self._fail_all(failure, batch)
                     return
+            if self._sync_copies and blocks and any(p.data is not None for p in work):
+                failure = await self._held_by_synchronous_copies(blocks[-1])
+                if failure is not None:
+                    logger.critical("%s; log stream stopped", failure)
+                    self._fail_all(failure, batch)
+                    return
             for event in events:
                 for listener in self._listeners:
                     listener(event)
@@ -336,6 +374,22 @@ class LogStream:
                     self._metrics.group_commit(len(commits), wait)
             if stop:
                 return
+
+    async def _held_by_synchronous_copies(self, last: Block) -> BaseException | None:
+        """Wait until enough copies hold the batch (through `last`); else why not.  A commit
+        that is durable here but not held by them is never answered: the stream stops, and
+        crash recovery reads it back (the commit's outcome was not given)."""
+        position, need = (last.generation, last.end), self._sync_copies
+        if await self.feed.wait_for(
+            lambda: len(self.feed.holding(position)) >= need, self._sync_wait, self._clock
+        ):
+            return None
+        holding = self.feed.holding(position)
+        return SynchronousCopiesMissing(
+            f"{len(holding)} of {need} synchronous copies held the commit within "
+            f"{self._sync_wait:g}s ({', '.join(holding) or 'none'}): it is durable here but "
+            "was not acknowledged"
+        )
 
     @property
     def failure(self) -> BaseException | None:

@@ -10,9 +10,14 @@ it becomes `Blocks/E<gen>.log`, and the copier takes it from there instead of fe
 
 The copy falls back to file mode, saying why, when the connection breaks or the active
 drops it (it fell behind the feed), or a frame is malformed, fails its CRC, comes out of
-order, or is of another log stream or epoch: the buffer of the open generation is
-discarded, nothing from it is ever replayed, and the copier fetches the closed generation
-as always.  It returns to block mode once caught up again.
+order, or is of another log stream or epoch.  After bad data the buffer of the open
+generation is discarded: nothing from it is ever replayed, and the copier fetches the closed
+generation as always.  After a broken connection the buffer is kept: what it holds was
+durable on the active, and should the active be lost, an activation of this copy keeps it as
+the generation it stands for (`keep_buffer`, sealed and inspected as Attempt Copy Last Logs
+keeps an open log), so that block mode loses at most the commits in flight.  A new block
+connection starts the buffer again (the active sends the open log from its start).  It
+returns to block mode once caught up again.
 """
 
 from __future__ import annotations
@@ -114,38 +119,57 @@ class BlockReceiver:
     # ---- the loop ----------------------------------------------------------------------------
 
     async def run(self) -> None:
+        # A buffer left by an earlier run of this process is not known to be whole: gone.
+        await asyncio.to_thread(self._clear_stale)
         while True:
             while not self._caught_up():
                 await self._clock.sleep(self._check)
+            keep = False
             try:
                 await self._follow(self._markers.last_log_inspected + 1)
-                reason = "the active ended the block connection"
-            except (LogShareError, BlockProtocolError, LogFormatError, OSError) as exc:
+                reason, keep = "the active ended the block connection", True
+            except LogShareError as exc:  # the connection, not the data
+                reason, keep = str(exc), True
+            except (BlockProtocolError, LogFormatError, OSError) as exc:
                 reason = str(exc)
             except Exception as exc:  # a bug here must not stop the copy: file mode works
                 logger.exception("%s: block mode failed", self._dir)
                 reason = f"block mode failed ({type(exc).__name__}: {exc})"
-            self._fall_back(reason)
+            self._fall_back(reason, keep=keep)
             await self._clock.sleep(self._retry)
 
     def _caught_up(self) -> bool:
         m = self._markers
-        return m.connected and m.epoch > 0 and m.last_log_inspected >= m.last_log_generated
+        return m.connected and m.last_log_inspected >= m.last_log_generated
 
-    def _fall_back(self, reason: str) -> None:
+    def _fall_back(self, reason: str, *, keep: bool) -> None:
         if self.mode is CopyMode.BLOCK:
             self.fallbacks += 1
             logger.warning("%s: block mode ends, back to file mode: %s", self._dir, reason)
         self.mode, self.reason = CopyMode.FILE, reason
-        self._discard_partial()
-        self.generation, self.offset = 0, 0
+        if not keep or self.generation <= self._markers.last_log_inspected:
+            self._discard_partial()
+            self.generation, self.offset = 0, 0
+
+    async def keep_buffer(self) -> bytes | None:
+        """The buffer of the generation after LastLogInspected, for an activation to keep
+        (None: none, or only a header).  Block mode stops first: nothing appends to it."""
+        if self.generation != self._markers.last_log_inspected + 1 or self.offset <= HEADER_SIZE:
+            return None
+        return await asyncio.to_thread(self._partial().read_bytes)
 
     async def _follow(self, generation: int) -> None:
-        channel = await self._source.open_blocks(generation, self._node)
+        # A buffer kept from a broken connection goes on where it ended (what it holds was
+        # acknowledged: it is never given up for a fresh copy of the same bytes).
+        resume = self.generation == generation and self.offset > 0
+        channel = await self._source.open_blocks(
+            generation, self.offset if resume else 0, self._node
+        )
         try:
             await self._hello(await self._receive(channel))
             await asyncio.to_thread(self._dir.mkdir, parents=True, exist_ok=True)
-            self._start(generation)
+            if not resume:
+                self._start(generation)
             self.mode, self.reason = CopyMode.BLOCK, None
             logger.info("%s: block mode from generation %d", self._dir, generation)
             while True:
@@ -181,13 +205,20 @@ class BlockReceiver:
                 f"block mode offered for log stream {signature}, not this copy's "
                 f"({self._log_signature})"
             )
-        if epoch != self._markers.epoch:
+        # A copy not yet shown on any stream (nothing closed since it was seeded) takes the
+        # active's: what it builds is inspected against its own logs like a fetched log.
+        if self._markers.epoch and epoch != self._markers.epoch:
             raise BlockProtocolError(
                 f"block mode offered at epoch {epoch}; this copy follows epoch "
                 f"{self._markers.epoch}"
             )
 
     # ---- the buffer ------------------------------------------------------------------------
+
+    def _clear_stale(self) -> None:
+        if self._dir.exists():
+            for entry in self._dir.iterdir():
+                entry.unlink(missing_ok=True)
 
     def _partial(self) -> Path:
         return self._dir / f"E{self.generation:08X}.partial"

@@ -201,6 +201,7 @@ class Copier:
         m.connected = info.mounted
         if info.mounted:
             m.disconnected_since = None
+            m.reached = True
         elif m.disconnected_since is None:
             m.disconnected_since = self._clock.monotonic()
         m.last_log_generated = max(m.last_log_generated, info.last_generation)

@@ -21,7 +21,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from dag_common.clock import Clock
-from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
+from dag_common.model import CopyMode, CopyRole, CopyStatus, CopyStatusReport
 from replication_node.active.copy import CopyPaths
 from replication_node.errors import (
     Conflict,
@@ -31,6 +31,7 @@ from replication_node.errors import (
     LogShareError,
 )
 from replication_node.interfaces import LogSource, PassiveSettings
+from replication_node.log.logfile import scan
 from replication_node.log.truncation import delete_through, passive_truncation_limit
 from replication_node.passive.blocks import BlockReceiver
 from replication_node.passive.copier import Copier
@@ -233,7 +234,7 @@ class PassiveCopy:
             max_inspection_failures=self.settings.max_inspection_failures,
             retry_interval=self._retry,
             metrics=self._metrics,
-            blocks=blocks,
+            blocks=blocks if self.settings.block_mode else None,
         )
         replayer = Replayer(
             db=self._db,
@@ -247,11 +248,11 @@ class PassiveCopy:
             content_check_every=self.settings.content_check_every,
         )
         self._copier, self._blocks = copier, blocks
-        tasks = [
-            asyncio.create_task(copier.run()),
-            asyncio.create_task(replayer.run()),
-            asyncio.create_task(blocks.run()),
-        ]
+        tasks = [asyncio.create_task(copier.run()), asyncio.create_task(replayer.run())]
+        if self.settings.block_mode:
+            tasks.append(asyncio.create_task(blocks.run()))
+        else:
+            blocks.reason = "block mode is off for this database (block_mode: false)"
         if self.settings.scrub_interval is not None:
             self.scrubber = Scrubber(
                 path=self.paths.database,
@@ -317,6 +318,38 @@ class PassiveCopy:
             }
         finally:
             self.awaiting_last_logs_from = before
+
+    async def keep_block_buffer(self) -> dict[str, Any]:
+        """Before this copy takes over from a lost active: keep what its block-mode buffer
+        holds of the open generation as that generation (sealed at its last whole record and
+        inspected like a copied log), so the activation loses at most the commits that were
+        in flight.  Conflict if block mode still follows a running active."""
+        copier, blocks = self._copier, self._blocks
+        if copier is None or blocks is None:
+            raise Conflict(f"the copy of {self.database} on {self.settings.node} is not running")
+        if blocks.mode is CopyMode.BLOCK:
+            raise Conflict(
+                f"the copy of {self.database} on {self.settings.node} still follows its active "
+                "in block mode"
+            )
+        data = await blocks.keep_buffer()
+        kept, kept_through = None, None
+        if data is not None:
+            kept_through = scan(data).valid_end  # the end of its last whole record
+            try:
+                kept = await copier.copy_open_log(data)
+            except InspectionFailed as exc:
+                raise Conflict(f"the block-mode buffer cannot be kept: {exc}") from exc
+        return {
+            "database": self.database,
+            "node": self.settings.node,
+            "kept": (
+                {"generation": kept.generation, "size": kept.size, "kept_through": kept_through}
+                if kept
+                else None
+            ),
+            "last_log_inspected": self.markers.last_log_inspected,
+        }
 
     def _truncate(self) -> None:
         m = self.markers

@@ -32,6 +32,10 @@ class Markers:
     open_commits: int = 0  # acknowledged commits in it, as last heard
     connected: bool = False  # the last call to the active succeeded
     disconnected_since: float | None = None  # monotonic time the active was last lost
+    # Whether this copy has reached its active mounted since it began to follow it: only a
+    # lost active it once reached is replaced as soon as its lease is gone (a new active
+    # still mounting holds none yet).
+    reached: bool = False
     # Local closed generations, each with when this copy got it, by this copy's own clock:
     # ReplayLagTime and TruncationLagTime count from there, so skew between the nodes'
     # clocks cannot shorten or stretch them (the active's close times are its clock's).

@@ -9,11 +9,13 @@ check that only one of them may pass.
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from dag_common.model import Lsn
 from replication_node.active.copy import ActiveCopy
@@ -32,6 +34,7 @@ from replication_node.storage.ops import (
     encode,
 )
 
+T = TypeVar("T")
 _NAME = re.compile(NAME_PATTERN)
 _FOLDER = re.compile(FOLDER_PATTERN)
 _ITEM_ID = re.compile(ITEM_ID_PATTERN)
@@ -79,6 +82,18 @@ def _check_name(mailbox: str) -> None:
         raise BadRequest(f"invalid mailbox name {mailbox!r}")
 
 
+def _admitted(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """A write: the copy admits it (`ActiveCopy.admit`: its lease, its synchronous copies)
+    before any change number is handed out, so a refused write leaves no gap behind."""
+
+    @functools.wraps(method)
+    async def write(self: MailboxStore, *args: Any, **kwargs: Any) -> T:
+        await self.copy.admit()
+        return await method(self, *args, **kwargs)
+
+    return write
+
+
 class MailboxStore:
     """Writes and reads of the mailbox store on one active copy."""
 
@@ -106,6 +121,7 @@ class MailboxStore:
             item_ids=item_ids,
         )
 
+    @_admitted
     async def create_mailbox(
         self,
         mailbox: str,
@@ -135,6 +151,7 @@ class MailboxStore:
         finally:
             self._creating.discard(mailbox)
 
+    @_admitted
     async def set_mailbox(
         self, mailbox: str, *, locked: bool | None = None, soft_deleted: bool | None = None
     ) -> CommitResult:
@@ -148,6 +165,7 @@ class MailboxStore:
         cn = self.copy.next_change_number()
         return await self._commit([SetMailbox(mailbox, cn, locked, soft_deleted)])
 
+    @_admitted
     async def create_folder(
         self, mailbox: str, folder: str, *, override_lock: bool = False
     ) -> CommitResult:
@@ -157,6 +175,7 @@ class MailboxStore:
         _check_text("folder", folder)
         return await self._commit([CreateFolder(mailbox, self.copy.next_change_number(), folder)])
 
+    @_admitted
     async def put_items(
         self, mailbox: str, items: list[dict[str, Any]], *, override_lock: bool = False
     ) -> CommitResult:
@@ -190,6 +209,7 @@ class MailboxStore:
         ]
         return await self._commit(ops, tuple(c[0] for c in checked))
 
+    @_admitted
     async def delete_item(
         self, mailbox: str, item_id: str, *, override_lock: bool = False
     ) -> CommitResult:

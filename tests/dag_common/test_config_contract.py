@@ -62,7 +62,18 @@ def test_designs_example_config_loads_as_written(tmp_path):
     assert config.defaults.synchronous_copies == 0
 
 
-def test_a_synchronous_copy_is_refused_until_block_mode_exists(tmp_path):
-    bad = {**DESIGN_EXAMPLE, "defaults": {**DESIGN_EXAMPLE["defaults"], "synchronous_copies": 1}}
-    with pytest.raises(ConfigError, match=r"synchronous_copies.*block mode is not built yet"):
-        parse_config(bad, base_dir=tmp_path)
+def test_synchronous_copies_are_bounded_by_the_passive_copies_there_are(tmp_path):
+    defaults = {**DESIGN_EXAMPLE["defaults"], "synchronous_copies": 1}
+    config = parse_config({**DESIGN_EXAMPLE, "defaults": defaults}, base_dir=tmp_path)
+    assert config.synchronous_copies_of(config.database("DB1")) == 1
+    # DB2 has one passive copy: two synchronous copies could never acknowledge a commit
+    databases = [DESIGN_EXAMPLE["databases"][0], {**DESIGN_EXAMPLE["databases"][1],
+                                                  "synchronous_copies": 2}]  # fmt: skip
+    with pytest.raises(ConfigError, match=r"DB2: synchronous_copies is 2 but it has 1 passive"):
+        parse_config({**DESIGN_EXAMPLE, "databases": databases}, base_dir=tmp_path)
+
+
+def test_synchronous_copies_need_block_mode(tmp_path):
+    defaults = {**DESIGN_EXAMPLE["defaults"], "synchronous_copies": 1, "block_mode": False}
+    with pytest.raises(ConfigError, match=r"synchronous_copies needs block mode"):
+        parse_config({**DESIGN_EXAMPLE, "defaults": defaults}, base_dir=tmp_path)

@@ -339,8 +339,8 @@ BAD_VALUES = {
         "data_move_replication_constraint",
     ),
     "an unknown key": ({"guaranteeApi": {"replica": 2}}, "replica"),
-    "a field the config refuses": (
-        {"config": {"defaults": {"synchronous_copies": 1}}},
+    "a negative synchronous copy count": (
+        {"config": {"defaults": {"synchronous_copies": -1}}},
         "synchronous_copies",
     ),
     "a bad lease": ({"config": {"defaults": {"lease_ttl": "a while"}}}, "lease_ttl"),

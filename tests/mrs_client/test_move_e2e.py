@@ -55,6 +55,8 @@ async def env(tmp_path):
         tmp_path,
         nodes=THREE_NODES,
         databases=databases(),
+        # The operator activates after a kill: automatic failover would race it.
+        defaults={"failover_after": None},
     )
     shorten_guarantee_waits(cluster)
     await cluster.start()

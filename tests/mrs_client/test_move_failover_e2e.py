@@ -36,6 +36,9 @@ def databases():
     return [
         {
             "name": "DB1",
+            # File mode: the open log is lost with its active (block mode would keep what
+            # the copies held), the lossy failover the source's tests need.
+            "block_mode": False,
             "copies": [
                 {"node": "mbx1", "activation_preference": 1},
                 {"node": "mbx2", "activation_preference": 2},

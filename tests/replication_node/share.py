@@ -62,7 +62,14 @@ class Share:
         self.store.close()
 
 
-async def start_share(root: Path, *, clock: Clock | None = None, heartbeat: float = 0.2) -> Share:
+async def start_share(
+    root: Path,
+    *,
+    clock: Clock | None = None,
+    heartbeat: float = 0.2,
+    synchronous_copies: int = 0,
+    synchronous_wait: float = 5.0,
+) -> Share:
     store = EmbeddedClusterStore(root / "cluster.db")
     # The active announces each open generation in the store: it must be the active there.
     record = await store.set_active("DB1", "a", expected_epoch=0, start_generation=1)
@@ -79,6 +86,8 @@ async def start_share(root: Path, *, clock: Clock | None = None, heartbeat: floa
         clock=clock or SystemClock(),
         cluster_store=store,
         epoch=1,
+        synchronous_copies=synchronous_copies,
+        synchronous_wait=synchronous_wait,
     )
     await active.start()
     app = web.Application(middlewares=[auth_middleware(TOKEN)])

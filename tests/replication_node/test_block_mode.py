@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from dag_common.model import CopyMode
+from dag_common.model import CopyMode, CopyRole, CopyStatus, CopyStatusReport
+from replication_node.cluster.mount_policy import synchronously_held
+from replication_node.errors import SynchronousCopiesMissing
 from replication_node.log.blocks import (
     BlockFeed,
     BlockProtocolError,
@@ -21,6 +23,7 @@ from replication_node.log.blocks import (
 from replication_node.log.logfile import closed_log_name
 from tests.cluster_harness import wait_until
 from tests.replication_node.helpers import passive, replayed_through
+from tests.replication_node.share import start_share
 
 
 class CountingWire:
@@ -39,8 +42,8 @@ class CountingWire:
         self.fetched.append(generation)
         return await self._source.fetch(generation)
 
-    async def open_blocks(self, generation: int, node: str) -> Any:
-        channel = await self._source.open_blocks(generation, node)
+    async def open_blocks(self, generation: int, offset: int, node: str) -> Any:
+        channel = await self._source.open_blocks(generation, offset, node)
         self.channels += 1
         if self._tamper is None:
             return channel
@@ -195,3 +198,59 @@ async def test_a_follower_that_falls_behind_the_feed_is_told_so():
     with pytest.raises(FeedBehind):
         async for _ in feed.follow(start, idle=0.01):
             pass
+
+
+async def test_a_synchronous_commit_is_answered_only_once_its_copy_holds_it(tmp_path):
+    share = await start_share(tmp_path, synchronous_copies=1, synchronous_wait=0.3)
+    try:
+        active = share.active
+        with pytest.raises(SynchronousCopiesMissing, match="0 of 1 synchronous copies follow"):
+            await share.write(0, 1)
+        assert active.copy.stream.open_record_count == 0, "nothing written"
+        assert "0 of 1 synchronous copies" in active.status().note
+        copy = passive(share, tmp_path)
+        await copy.start()
+        await wait_until("the copy follows", lambda: active.copy.stream.feed.followers == {"p"})
+        await share.write(0, 5)
+        stream = active.copy.stream
+        position = (stream.generation, stream.feed.durable)
+        assert stream.feed.holding(position) == ["p"], "held by the copy before the answer"
+        assert copy.status().block_offset == stream.feed.durable
+        assert active.status().note is None and active.status().block_followers == ["p"]
+        await copy.stop()
+    finally:
+        await share.close()
+
+
+def report(node, inspected, generation=0, offset=0):
+    return CopyStatusReport(
+        database="DB1", node=node, site="s", role=CopyRole.PASSIVE,
+        status=CopyStatus.DISCONNECTED_AND_HEALTHY, activation_preference=2,
+        last_log_inspected=inspected, block_generation=generation, block_offset=offset,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("mine", "others", "copies", "held", "words"),
+    [
+        # the furthest buffer, every other passive asked: it holds every acknowledged commit
+        (report("b", 6, 7, 9000), {"c": report("c", 6, 7, 4000)}, 1, True, "holds the most"),
+        (report("b", 6, 7, 9000), {"c": report("c", 6, 7, 9000)}, 2, True, "holds the most"),
+        # another copy holds more: what it holds beyond may have been acknowledged
+        (report("b", 6, 7, 4000), {"c": report("c", 6, 7, 9000)}, 1, False, "c hold(s) more"),
+        # as many copies unreachable as a commit needed: they may hold what this one lacks
+        (report("b", 6, 7, 9000), {"c": None}, 1, False, "cannot be asked (c)"),
+        (report("b", 6, 7, 9000), {"c": None, "d": None}, 2, False, "cannot be asked (c, d)"),
+        # one unreachable of two a commit needed: the other holder is reachable
+        (report("b", 6, 7, 9000), {"c": None, "d": report("d", 6, 7, 100)}, 2, True, "the most"),
+        # no buffer of the open generation, or no synchronous copies at all
+        (report("b", 6), {"c": report("c", 6)}, 1, False, "does not hold the open generation"),
+        (report("b", 6, 7, 9000), {"c": report("c", 6)}, 0, False, ""),
+    ],
+)
+def test_when_a_block_buffer_holds_every_acknowledged_commit(mine, others, copies, held, words):
+    reports = {"a": None, "b": mine, **others}  # "a": the lost active
+    covered, why = synchronously_held(
+        copy=mine, reports=reports, old_active="a", synchronous_copies=copies, open_generation=7
+    )
+    assert covered is held and words in why

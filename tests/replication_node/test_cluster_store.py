@@ -77,11 +77,14 @@ async def test_each_epoch_is_recorded_with_where_its_stream_began(store):
     assert (moved.epoch, moved.last_log_generated) == (2, 14)
     assert await store.set_active("DB1", "mbx3", expected_epoch=1, start_generation=9) is None
     await store.set_active("DB1", "mbx3", expected_epoch=2)  # start unknown: recorded as 1
+    # a failover keeping a block-mode buffer: generation 29 only through byte 4096
+    await store.set_active("DB1", "mbx1", expected_epoch=3, start_generation=30, kept_through=4096)
     history = await store.history("DB1")
-    assert [(r.epoch, r.node, r.start_generation) for r in history] == [
-        (1, "mbx1", 1),
-        (2, "mbx2", 15),
-        (3, "mbx3", 1),
+    assert [(r.epoch, r.node, r.start_generation, r.kept_through) for r in history] == [
+        (1, "mbx1", 1, None),
+        (2, "mbx2", 15, None),
+        (3, "mbx3", 1, None),
+        (4, "mbx1", 30, 4096),
     ]
     assert await store.history("DB2") == []
 
@@ -218,6 +221,10 @@ async def test_a_store_file_from_before_gets_the_new_columns_and_keeps_its_recor
         " epoch INTEGER NOT NULL, last_log_generated INTEGER NOT NULL DEFAULT 0,"
         " updated TEXT NOT NULL);"
         "INSERT INTO active_copy VALUES ('DB1', 'mbx1', 3, 41, '2026-11-01T00:00:00+00:00');"
+        "CREATE TABLE stream_history(database TEXT NOT NULL, epoch INTEGER NOT NULL,"
+        " node TEXT NOT NULL, start_generation INTEGER NOT NULL, created TEXT NOT NULL,"
+        " PRIMARY KEY(database, epoch));"
+        "INSERT INTO stream_history VALUES ('DB1', 3, 'mbx1', 12, '2026-11-01T00:00:00+00:00');"
     )
     old.commit()
     old.close()
@@ -225,6 +232,9 @@ async def test_a_store_file_from_before_gets_the_new_columns_and_keeps_its_recor
     record = await second.active("DB1")
     assert (record.node, record.epoch, record.last_log_generated) == ("mbx1", 3, 41)
     assert (record.open_generation, record.change_number_ceiling) == (0, 0)
+    assert [(r.epoch, r.start_generation, r.kept_through) for r in await first.history("DB1")] == [
+        (3, 12, None)
+    ]
     assert await first.publish_open_generation("DB1", "mbx1", 3, 42, 900)
     first.close()
     second.close()

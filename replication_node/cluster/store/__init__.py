@@ -85,6 +85,7 @@ class ClusterStore(abc.ABC):
         *,
         expected_epoch: int,
         start_generation: int | None = None,
+        kept_through: int | None = None,
     ) -> ActiveRecord | None:
         """Make `node` active if the epoch is still `expected_epoch` (0: never set).
 
@@ -92,9 +93,10 @@ class ClusterStore(abc.ABC):
         stream begins at `start_generation` (None: not known, recorded as 1, so that no write
         of an earlier epoch is ever taken for surviving).  A known start also begins the new
         record's LastLogGenerated at `start_generation - 1`; the open log at risk starts
-        empty; the change-number ceiling carries over.  Returns the new record, or None if
-        someone else changed it first.  LeaseHeld (nothing changed) while a node other than
-        `node` holds a live lease on the role."""
+        empty; the change-number ceiling carries over.  `kept_through`: the generation
+        before the start was kept only through this byte (a block-mode buffer).  Returns
+        the new record, or None if someone else changed it first.  LeaseHeld (nothing
+        changed) while a node other than `node` holds a live lease on the role."""
 
     @abc.abstractmethod
     async def renew_lease(self, database: str, node: str, epoch: int, ttl: float) -> bool:

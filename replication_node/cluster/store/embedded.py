@@ -25,7 +25,8 @@ CREATE TABLE IF NOT EXISTS active_lease(
   expires REAL NOT NULL, boot TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS stream_history(
   database TEXT NOT NULL, epoch INTEGER NOT NULL, node TEXT NOT NULL,
-  start_generation INTEGER NOT NULL, created TEXT NOT NULL, PRIMARY KEY(database, epoch));
+  start_generation INTEGER NOT NULL, created TEXT NOT NULL, kept_through INTEGER,
+  PRIMARY KEY(database, epoch));
 """
 # Columns added after the first release: a store file from before gets them on open (several
 # node processes may open it at once: a column another one just added is no error).
@@ -84,6 +85,9 @@ class EmbeddedClusterStore(ClusterStore):
                 for column, kind in _ADDED_COLUMNS.items():
                     if column not in have:
                         self._conn.execute(f"ALTER TABLE active_copy ADD COLUMN {column} {kind}")
+                have = {row[1] for row in self._conn.execute("PRAGMA table_info(stream_history)")}
+                if "kept_through" not in have:
+                    self._conn.execute("ALTER TABLE stream_history ADD COLUMN kept_through INTEGER")
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
@@ -121,7 +125,12 @@ class EmbeddedClusterStore(ClusterStore):
         return await self._run(self._active, database)
 
     def _set_active(
-        self, database: str, node: str, expected_epoch: int, start_generation: int | None
+        self,
+        database: str,
+        node: str,
+        expected_epoch: int,
+        start_generation: int | None,
+        kept_through: int | None,
     ) -> ActiveRecord | None:
         self._conn.execute("BEGIN IMMEDIATE")
         try:
@@ -144,8 +153,10 @@ class EmbeddedClusterStore(ClusterStore):
                 (database, node, expected_epoch + 1, generated, now, ceiling),
             )
             self._conn.execute(
-                "INSERT OR REPLACE INTO stream_history VALUES (?, ?, ?, ?, ?)",
-                (database, expected_epoch + 1, node, start_generation or 1, now),
+                "INSERT OR REPLACE INTO stream_history"
+                "(database, epoch, node, start_generation, created, kept_through)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (database, expected_epoch + 1, node, start_generation or 1, now, kept_through),
             )
             self._conn.execute("COMMIT")
         except BaseException:
@@ -161,8 +172,11 @@ class EmbeddedClusterStore(ClusterStore):
         *,
         expected_epoch: int,
         start_generation: int | None = None,
+        kept_through: int | None = None,
     ) -> ActiveRecord | None:
-        return await self._run(self._set_active, database, node, expected_epoch, start_generation)
+        return await self._run(
+            self._set_active, database, node, expected_epoch, start_generation, kept_through
+        )
 
     def _lease(self, database: str) -> LeaseRecord | None:
         row = self._conn.execute(
@@ -213,11 +227,13 @@ class EmbeddedClusterStore(ClusterStore):
 
     def _history(self, database: str) -> list[EpochRecord]:
         rows = self._conn.execute(
-            "SELECT epoch, node, start_generation FROM stream_history WHERE database=?"
-            " ORDER BY epoch",
+            "SELECT epoch, node, start_generation, kept_through FROM stream_history"
+            " WHERE database=? ORDER BY epoch",
             (database,),
         ).fetchall()
-        return [EpochRecord(database, epoch, node, start) for epoch, node, start in rows]
+        return [
+            EpochRecord(database, epoch, node, start, kept) for epoch, node, start, kept in rows
+        ]
 
     async def history(self, database: str) -> list[EpochRecord]:
         return await self._run(self._history, database)

@@ -6,8 +6,8 @@ library to pin.  Keys live under `/dag/<cluster>/`:
     active/<database>    {"node", "epoch", "last_log_generated", "open_generation",
                           "change_number_ceiling", "updated"} (JSON)
     history/<database>/<epoch, 20 digits>
-                         {"node", "start_generation"}: put in the same transaction that
-                         moves active/<database> to that epoch
+                         {"node", "start_generation", "kept_through"}: put in the same
+                         transaction that moves active/<database> to that epoch
     mailbox/<mailbox>    the database holding the mailbox
 
 Every decision is an etcd transaction that compares the key's mod_revision (or, for a key
@@ -137,6 +137,7 @@ class EtcdClusterStore(ClusterStore):
         *,
         expected_epoch: int,
         start_generation: int | None = None,
+        kept_through: int | None = None,
     ) -> ActiveRecord | None:
         value, revision = await self._get(f"active/{database}")
         current = self._record(database, value) if value is not None else None
@@ -151,7 +152,9 @@ class EtcdClusterStore(ClusterStore):
         ceiling = current.change_number_ceiling if current else 0
         epoch = expected_epoch + 1
         new = self._value(node, epoch, generated, 0, ceiling)
-        history = json.dumps({"node": node, "start_generation": start_generation or 1})
+        history = json.dumps(
+            {"node": node, "start_generation": start_generation or 1, "kept_through": kept_through}
+        )
         if not await self._put_if(
             f"active/{database}",
             new,
@@ -235,8 +238,15 @@ class EtcdClusterStore(ClusterStore):
         for kv in data.get("kvs") or []:
             epoch = int(_unb64(kv["key"])[len(prefix) :])
             value = json.loads(_unb64(kv.get("value", "")))
+            kept = value.get("kept_through")
             records.append(
-                EpochRecord(database, epoch, value["node"], int(value["start_generation"]))
+                EpochRecord(
+                    database,
+                    epoch,
+                    value["node"],
+                    int(value["start_generation"]),
+                    int(kept) if kept is not None else None,
+                )
             )
         return sorted(records, key=lambda r: r.epoch)
 
