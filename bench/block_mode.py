@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.cluster_harness import THREE_NODES, LocalCluster  # noqa: E402
+from tests.replication_node.e2e import in_block_mode, mounted_on  # noqa: E402
 
 ITEMS = "/v1/databases/DB1/mailboxes/m/items"
 MODES = {
@@ -71,14 +72,7 @@ async def one_run(root: Path, mode: str, seconds: float) -> dict[str, float]:
     try:
         await cluster.wait_status("mbx1", "DB1", "Mounted")
         if mode != "file":
-
-            async def following() -> bool:
-                for node in ("mbx2", "mbx3"):
-                    if (await cluster.status(node))["DB1"]["copy_mode"] != "Block":
-                        return False
-                return True
-
-            await cluster.wait_for("both copies in block mode", following)
+            await in_block_mode(cluster, "DB1", ["mbx2", "mbx3"])
         await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/m")
         acked: list[str] = []
         latencies: list[float] = []
@@ -109,17 +103,8 @@ async def one_run(root: Path, mode: str, seconds: float) -> dict[str, float]:
         measured = len(latencies)
         cluster.kill("mbx1")
         await asyncio.gather(*tasks)
-        found: list[str] = []
-
-        async def mounted() -> bool:
-            for node in ("mbx2", "mbx3"):
-                if (await cluster.status(node))["DB1"]["status"] == "Mounted":
-                    found.append(node)
-                    return True
-            return False
-
-        await cluster.wait_for("automatic failover", mounted, timeout=120)
-        items = await cluster.items(found[0], "DB1", "m")
+        active = await mounted_on(cluster, "DB1", ["mbx2", "mbx3"], timeout=120)
+        items = await cluster.items(active, "DB1", "m")
         lost = sum(1 for item in acked if item not in items)
         ms = sorted(v * 1000 for v in latencies)
         return {

@@ -49,7 +49,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.cluster_harness import THREE_NODES, LocalCluster, start_etcd, wait_until  # noqa: E402
+from tests.cluster_harness import THREE_NODES, LocalCluster, wait_until  # noqa: E402
 from tests.replication_node.e2e import converged, databases, write  # noqa: E402
 
 FAILOVER_AFTER = "4s"
@@ -104,27 +104,15 @@ async def loopback_run(root: Path, event: str) -> tuple[float, str]:
 
 
 async def partition_run(root: Path) -> tuple[float, str]:
-    from tests.netns import NetnsLab
+    from tests.netns import cluster_in_namespaces
 
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    lab = NetnsLab()
-    cluster = etcd = None
     acked_by_old: list[tuple[float, float]] = []  # (sent, answered) of mbx1's acks
     stop_writing = asyncio.Event()
-    try:
-        hosts = {name: lab.add(name) for name, _ in THREE_NODES}
-        (root / "etcd").mkdir()
-        url, etcd = start_etcd(root / "etcd", host=lab.add("etcd"), prefix=lab.prefix("etcd"))
-        cluster = LocalCluster(
-            root,
-            nodes=THREE_NODES,
-            databases=databases(),
-            defaults=DEFAULTS,
-            hosts=hosts,
-            prefix={name: lab.prefix(name) for name in hosts},
-            cluster_store={"kind": "etcd", "endpoints": [url], "timeout": "1s"},
-        )
+    async with cluster_in_namespaces(
+        root, nodes=THREE_NODES, databases=databases(), defaults=DEFAULTS
+    ) as (lab, cluster):
         await prepare(cluster)
 
         async def keep_writing_to_mbx1() -> None:
@@ -141,25 +129,20 @@ async def partition_run(root: Path) -> tuple[float, str]:
                 await asyncio.sleep(0.01)
 
         writer = asyncio.create_task(keep_writing_to_mbx1())
-        await wait_until("mbx1 acknowledges", lambda: len(acked_by_old) >= 10, timeout=60)
-        started = time.monotonic()
-        lab.cut("mbx1", "mbx2", "mbx3", "etcd")
-        await new_active_takes_a_write(cluster, "after-partition")
-        taken = time.monotonic()
-        seconds = taken - started
-        stop_writing.set()
-        await writer
+        try:
+            await wait_until("mbx1 acknowledges", lambda: len(acked_by_old) >= 10, timeout=60)
+            started = time.monotonic()
+            lab.cut("mbx1", "mbx2", "mbx3", "etcd")
+            await new_active_takes_a_write(cluster, "after-partition")
+            taken = time.monotonic()
+        finally:
+            stop_writing.set()
+            await writer
         overlap = sum(1 for _, answered in acked_by_old if answered > taken)
         last = max(answered for _, answered in acked_by_old) - started
-        return seconds, f" (mbx1's last ack {last:.2f}s after the cut; {overlap} after the new)"
-    finally:
-        stop_writing.set()
-        if cluster is not None:
-            await cluster.close()
-        if etcd is not None:
-            etcd.terminate()
-            etcd.wait(timeout=30)
-        lab.close()
+        return taken - started, (
+            f" (mbx1's last ack {last:.2f}s after the cut; {overlap} after the new)"
+        )
 
 
 async def commit_latencies(commits: int) -> dict[str, list[float]]:

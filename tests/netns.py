@@ -9,12 +9,17 @@ all when it closes (the veths go with their namespaces, the bridge is deleted).
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.cluster_harness import LocalCluster, start_etcd
 
 
 class NetnsUnavailable(Exception):
@@ -113,3 +118,39 @@ def netns_lab() -> Iterator[NetnsLab]:
         yield lab
     finally:
         lab.close()
+
+
+@contextlib.asynccontextmanager
+async def cluster_in_namespaces(
+    root: Path,
+    *,
+    nodes: list[tuple[str, str]],
+    databases: list[dict[str, Any]],
+    defaults: dict[str, Any],
+) -> AsyncIterator[tuple[NetnsLab, LocalCluster]]:
+    """Each node and a one-member etcd (the cluster store) in its own namespace on one
+    bridge: the lab and the cluster, not started; everything stopped and removed after.
+    NetnsUnavailable at once where namespaces cannot be made."""
+    net = NetnsLab()
+    cluster = etcd = None
+    try:
+        hosts = {name: net.add(name) for name, _ in nodes}
+        (root / "etcd").mkdir(parents=True, exist_ok=True)
+        url, etcd = start_etcd(root / "etcd", host=net.add("etcd"), prefix=net.prefix("etcd"))
+        cluster = LocalCluster(
+            root,
+            nodes=nodes,
+            databases=databases,
+            defaults=defaults,
+            hosts=hosts,
+            prefix={name: net.prefix(name) for name in hosts},
+            cluster_store={"kind": "etcd", "endpoints": [url], "timeout": "1s"},
+        )
+        yield net, cluster
+    finally:
+        if cluster is not None:
+            await cluster.close()
+        if etcd is not None:
+            etcd.terminate()
+            etcd.wait(timeout=30)
+        net.close()

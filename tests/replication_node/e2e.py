@@ -68,3 +68,31 @@ async def converged(cluster: LocalCluster, db: str, active: str, passives: list[
 
     await cluster.wait_for(f"{db} replayed through {generated} on {passives}", check)
     return generated
+
+
+async def mounted_on(cluster: LocalCluster, db: str, nodes: list[str], timeout: float = 90) -> str:
+    """Wait until one of `nodes` reports its copy of `db` Mounted (a failover's new active);
+    that node."""
+    found: list[str] = []
+
+    async def mounted() -> bool:
+        for node in nodes:
+            if (await cluster.status(node))[db]["status"] == "Mounted":
+                found.append(node)
+                return True
+        return False
+
+    await cluster.wait_for(f"{db} mounted on one of {nodes}", mounted, timeout=timeout)
+    return found[0]
+
+
+async def in_block_mode(cluster: LocalCluster, db: str, nodes: list[str]) -> None:
+    """Wait until every copy of `db` on `nodes` follows its active in block mode."""
+
+    async def following() -> bool:
+        for node in nodes:
+            if (await cluster.status(node))[db]["copy_mode"] != "Block":
+                return False
+        return True
+
+    await cluster.wait_for(f"{db} in block mode on {nodes}", following)

@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from tests.cluster_harness import THREE_NODES, LocalCluster, wait_until
+from tests.replication_node.e2e import in_block_mode, mounted_on
 
 pytestmark = pytest.mark.slow
 
@@ -35,16 +36,6 @@ def cluster_of(tmp_path, *, dial: str, synchronous: int) -> LocalCluster:
         ],
         defaults={"failover_after": "2s", "lease_ttl": "2s", "log_file_size": "1MiB"},
     )
-
-
-async def both_in_block_mode(cluster: LocalCluster) -> None:
-    async def following() -> bool:
-        for node in ("mbx2", "mbx3"):
-            if (await cluster.status(node))["DB1"]["copy_mode"] != "Block":
-                return False
-        return True
-
-    await cluster.wait_for("both copies in block mode", following)
 
 
 async def write_until_killed(cluster: LocalCluster, writers: int = 8) -> list[str]:
@@ -73,32 +64,24 @@ async def write_until_killed(cluster: LocalCluster, writers: int = 8) -> list[st
     return acked
 
 
-async def new_active(cluster: LocalCluster) -> str:
-    found: list[str] = []
-
-    async def mounted() -> bool:
-        for node in ("mbx2", "mbx3"):
-            if (await cluster.status(node))["DB1"]["status"] == "Mounted":
-                found.append(node)
-                return True
-        return False
-
-    await cluster.wait_for("a copy mounted by automatic failover", mounted, timeout=90)
-    return found[0]
+async def kill_under_load(cluster: LocalCluster) -> tuple[list[str], str, dict]:
+    """Both copies in block mode, mbx1 killed under load, a copy mounted by automatic
+    failover: the acknowledged items, the new active, and the items it has."""
+    await cluster.start()
+    await cluster.wait_status("mbx1", "DB1", "Mounted")
+    await in_block_mode(cluster, "DB1", ["mbx2", "mbx3"])
+    await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/m")
+    acked = await write_until_killed(cluster)
+    active = await mounted_on(cluster, "DB1", ["mbx2", "mbx3"])
+    return acked, active, await cluster.items(active, "DB1", "m")
 
 
 async def test_with_one_synchronous_copy_a_kill_under_load_loses_no_acknowledged_write(
     tmp_path,
 ):
     cluster = cluster_of(tmp_path, dial="Lossless", synchronous=1)
-    await cluster.start()
     try:
-        await cluster.wait_status("mbx1", "DB1", "Mounted")
-        await both_in_block_mode(cluster)
-        await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/m")
-        acked = await write_until_killed(cluster)
-        active = await new_active(cluster)
-        items = await cluster.items(active, "DB1", "m")
+        acked, active, items = await kill_under_load(cluster)
         lost = [item for item in acked if item not in items]
         assert not lost, f"{len(lost)} of {len(acked)} acknowledged writes lost: {lost[:5]}"
         log = cluster.log(active)
@@ -109,14 +92,8 @@ async def test_with_one_synchronous_copy_a_kill_under_load_loses_no_acknowledged
 
 async def test_without_synchronous_copies_the_loss_is_counted_and_within_the_dial(tmp_path):
     cluster = cluster_of(tmp_path, dial="BestAvailability", synchronous=0)
-    await cluster.start()
     try:
-        await cluster.wait_status("mbx1", "DB1", "Mounted")
-        await both_in_block_mode(cluster)
-        await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/m")
-        acked = await write_until_killed(cluster)
-        active = await new_active(cluster)
-        items = await cluster.items(active, "DB1", "m")
+        acked, active, items = await kill_under_load(cluster)
         lost = [item for item in acked if item not in items]
         said = re.search(r"(\d+) log\(s\) lost", cluster.log(active))
         assert said is not None, cluster.log(active)[-3000:]

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import aiohttp
 import pytest
 
-from tests.cluster_harness import THREE_NODES, LocalCluster, start_etcd, wait_until
-from tests.netns import NetnsLab, NetnsUnavailable
+from tests.cluster_harness import THREE_NODES, LocalCluster, wait_until
+from tests.netns import NetnsUnavailable, cluster_in_namespaces
 from tests.replication_node.e2e import converged
 
 pytestmark = pytest.mark.slow
@@ -72,47 +72,34 @@ class Writer:
 
 @pytest.fixture
 async def lab(tmp_path, request):
-    dial = request.param
+    scope = cluster_in_namespaces(
+        tmp_path,
+        nodes=THREE_NODES,
+        databases=[
+            {
+                "name": DB,
+                "auto_database_mount_dial": request.param,
+                "copies": [
+                    {"node": "mbx1", "activation_preference": 1},
+                    {"node": "mbx2", "activation_preference": 2},
+                    {"node": "mbx3", "activation_preference": 3},
+                ],
+            }
+        ],
+        defaults={"failover_after": "2s", "lease_ttl": f"{TTL}s"},
+    )
     try:
-        net = NetnsLab()
+        net, cluster = await scope.__aenter__()
     except NetnsUnavailable as exc:
         pytest.skip(f"network namespaces cannot be made here: {exc}")
-    cluster = etcd = None
     try:
-        hosts = {name: net.add(name) for name, _ in THREE_NODES}
-        (tmp_path / "etcd").mkdir()
-        url, etcd = start_etcd(tmp_path / "etcd", host=net.add("etcd"), prefix=net.prefix("etcd"))
-        cluster = LocalCluster(
-            tmp_path,
-            nodes=THREE_NODES,
-            databases=[
-                {
-                    "name": DB,
-                    "auto_database_mount_dial": dial,
-                    "copies": [
-                        {"node": "mbx1", "activation_preference": 1},
-                        {"node": "mbx2", "activation_preference": 2},
-                        {"node": "mbx3", "activation_preference": 3},
-                    ],
-                }
-            ],
-            defaults={"failover_after": "2s", "lease_ttl": f"{TTL}s"},
-            hosts=hosts,
-            prefix={name: net.prefix(name) for name in hosts},
-            cluster_store={"kind": "etcd", "endpoints": [url], "timeout": "1s"},
-        )
         await cluster.start()
         await cluster.wait_status("mbx1", DB, "Mounted")
         await cluster.ok("PUT", "mbx1", f"/v1/databases/{DB}/mailboxes/bob")
         await converged(cluster, DB, "mbx1", ["mbx2", "mbx3"])
         yield net, cluster
     finally:
-        if cluster is not None:
-            await cluster.close()
-        if etcd is not None:
-            etcd.terminate()
-            etcd.wait(timeout=30)
-        net.close()
+        await scope.__aexit__(None, None, None)
 
 
 async def _mounted_elsewhere(cluster: LocalCluster) -> str | None:
