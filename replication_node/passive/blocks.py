@@ -10,14 +10,16 @@ it becomes `Blocks/E<gen>.log`, and the copier takes it from there instead of fe
 
 The copy falls back to file mode, saying why, when the connection breaks or the active
 drops it (it fell behind the feed), or a frame is malformed, fails its CRC, comes out of
-order, or is of another log stream or epoch.  After bad data the buffer of the open
-generation is discarded: nothing from it is ever replayed, and the copier fetches the closed
-generation as always.  After a broken connection the buffer is kept: what it holds was
-durable on the active, and should the active be lost, an activation of this copy keeps it as
-the generation it stands for (`keep_buffer`, sealed and inspected as Attempt Copy Last Logs
-keeps an open log), so that block mode loses at most the commits in flight.  A new block
-connection starts the buffer again (the active sends the open log from its start).  It
-returns to block mode once caught up again.
+order, or is of another log stream or epoch.  A bad frame is never written: the buffer keeps
+what passed every check.  The buffer is kept across a broken connection and a restart of the
+copy's process (its valid records; a torn tail, never acknowledged, cut): what it holds was
+durable on the active and acknowledged, and should the active be lost, an activation of this
+copy keeps it as the generation it stands for (`keep_buffer`, sealed and inspected as Attempt
+Copy Last Logs keeps an open log), so that block mode loses at most the commits in flight.  A
+new connection resumes it where it ended, from the same epoch only.  It is discarded when it
+is shown not to be the active's (`BufferMismatch`: a close that does not match it, another
+epoch), and once the copier holds its generation; nothing from it is replayed before its
+generation is closed, matched and inspected.  It returns to block mode once caught up again.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,10 +42,24 @@ from dag_common.model import CopyMode
 from replication_node.errors import LogFormatError, LogShareError
 from replication_node.interfaces import BlockChannel, LogSource
 from replication_node.log.blocks import BlockProtocolError, Frame, FrameKind
-from replication_node.log.logfile import HEADER_SIZE, LogHeader, closed_log_name
+from replication_node.log.logfile import HEADER_SIZE, LogHeader, closed_log_name, scan
 from replication_node.passive.markers import Markers
 
 logger = logging.getLogger(__name__)
+
+
+class BufferMismatch(BlockProtocolError):
+    """What the buffer holds is not the active's (a close that does not match, a buffer of
+    another epoch): it is discarded."""
+
+
+_PARTIAL = re.compile(r"^E([0-9A-F]{8})-(\d+)\.partial$")
+
+
+def _parse_partial(name: str) -> tuple[int, int] | None:
+    """(generation, epoch) of a buffer's file name, or None."""
+    match = _PARTIAL.match(name)
+    return (int(match[1], 16), int(match[2])) if match else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +98,7 @@ class BlockReceiver:
         self.mode = CopyMode.FILE
         self.reason: str | None = "not caught up with the active yet"
         self.generation = 0  # the generation being received (0: none)
+        self.epoch = 0  # the epoch of the active it came from
         self.offset = 0  # how far it is held durably
         self._crc = 0
         self._closed: dict[int, asyncio.Event] = {}
@@ -119,8 +137,7 @@ class BlockReceiver:
     # ---- the loop ----------------------------------------------------------------------------
 
     async def run(self) -> None:
-        # A buffer left by an earlier run of this process is not known to be whole: gone.
-        await asyncio.to_thread(self._clear_stale)
+        await asyncio.to_thread(self._recover)
         while True:
             while not self._caught_up():
                 await self._clock.sleep(self._check)
@@ -130,7 +147,12 @@ class BlockReceiver:
                 reason, keep = "the active ended the block connection", True
             except LogShareError as exc:  # the connection, not the data
                 reason, keep = str(exc), True
-            except (BlockProtocolError, LogFormatError, OSError) as exc:
+            except BufferMismatch as exc:  # what the buffer holds is not the active's
+                reason = str(exc)
+            except (BlockProtocolError, LogFormatError) as exc:
+                # The bad frame was never written: what the buffer holds passed every check.
+                reason, keep = str(exc), True
+            except OSError as exc:
                 reason = str(exc)
             except Exception as exc:  # a bug here must not stop the copy: file mode works
                 logger.exception("%s: block mode failed", self._dir)
@@ -166,10 +188,15 @@ class BlockReceiver:
             generation, self.offset if resume else 0, self._node
         )
         try:
-            await self._hello(await self._receive(channel))
+            epoch = await self._hello(await self._receive(channel))
+            if resume and epoch != self.epoch:
+                raise BufferMismatch(
+                    f"the buffer of generation {generation} came from the active at epoch "
+                    f"{self.epoch}; this one is at epoch {epoch}: received again"
+                )
             await asyncio.to_thread(self._dir.mkdir, parents=True, exist_ok=True)
             if not resume:
-                self._start(generation)
+                self._start(generation, epoch)
             self.mode, self.reason = CopyMode.BLOCK, None
             logger.info("%s: block mode from generation %d", self._dir, generation)
             while True:
@@ -192,7 +219,8 @@ class BlockReceiver:
             raise LogShareError("the active ended the block connection")
         return frame
 
-    async def _hello(self, frame: Frame) -> None:
+    async def _hello(self, frame: Frame) -> int:
+        """Check the HELLO frame; the active's epoch."""
         if frame.kind is not FrameKind.HELLO:
             raise BlockProtocolError(f"the block connection began with {frame.kind.name}")
         try:
@@ -212,20 +240,44 @@ class BlockReceiver:
                 f"block mode offered at epoch {epoch}; this copy follows epoch "
                 f"{self._markers.epoch}"
             )
+        return epoch
 
     # ---- the buffer ------------------------------------------------------------------------
 
-    def _clear_stale(self) -> None:
-        if self._dir.exists():
-            for entry in self._dir.iterdir():
+    def _recover(self) -> None:
+        """After a restart: keep the buffer of the generation after LastLogInspected (its
+        valid records; a torn tail, never acknowledged, cut), drop every other file."""
+        if not self._dir.exists():
+            return
+        wanted = self._markers.last_log_inspected + 1
+        for entry in sorted(self._dir.iterdir()):
+            parsed = _parse_partial(entry.name)
+            if parsed is None or parsed[0] != wanted or self.generation:
                 entry.unlink(missing_ok=True)
+                continue
+            data = entry.read_bytes()
+            try:
+                end = scan(data).valid_end
+            except LogFormatError:
+                entry.unlink(missing_ok=True)
+                continue
+            if end < len(data):
+                with open(entry, "r+b") as f:
+                    f.truncate(end)
+                    os.fsync(f.fileno())
+            self.generation, self.epoch = parsed
+            self.offset, self._crc = end, crc32c.crc32c(data[:end])
+            self.reason = (
+                f"resuming its buffer of generation {self.generation} (through byte {end}) "
+                "kept from before a restart"
+            )
 
     def _partial(self) -> Path:
-        return self._dir / f"E{self.generation:08X}.partial"
+        return self._dir / f"E{self.generation:08X}-{self.epoch}.partial"
 
-    def _start(self, generation: int) -> None:
+    def _start(self, generation: int, epoch: int) -> None:
         self._discard_partial()
-        self.generation, self.offset, self._crc = generation, 0, 0
+        self.generation, self.epoch, self.offset, self._crc = generation, epoch, 0, 0
 
     def _discard_partial(self) -> None:
         if self.generation:
@@ -261,16 +313,16 @@ class BlockReceiver:
 
     async def _close(self, frame: Frame) -> None:
         if frame.generation != self.generation or frame.offset != self.offset:
-            raise BlockProtocolError(
+            raise BufferMismatch(
                 f"generation {frame.generation} closed at {frame.offset}, but this copy holds "
                 f"generation {self.generation} through {self.offset}"
             )
         if frame.crc != self._crc:
-            raise BlockProtocolError(
+            raise BufferMismatch(
                 f"generation {self.generation} as received in block mode differs from the "
                 "active's closed file (CRC32C)"
             )
         done = self._dir / closed_log_name(self.generation)
         await asyncio.to_thread(os.replace, self._partial(), done)
         self._closed.setdefault(self.generation, asyncio.Event()).set()
-        self._start(self.generation + 1)
+        self._start(self.generation + 1, self.epoch)

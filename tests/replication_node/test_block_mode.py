@@ -254,3 +254,35 @@ def test_when_a_block_buffer_holds_every_acknowledged_commit(mine, others, copie
         copy=mine, reports=reports, old_active="a", synchronous_copies=copies, open_generation=7
     )
     assert covered is held and words in why
+
+
+async def test_the_buffer_outlives_the_copys_process_and_is_kept_when_the_active_is_lost(
+    share, tmp_path
+):
+    await share.write(0, 10)
+    first = await share.roll()
+    copy = passive(share, tmp_path)
+    await copy.start()
+    await wait_until("replayed", replayed_through(copy, first))
+    await wait_until("block mode", lambda: in_block_mode(copy))
+    await share.write(10, 5)  # acknowledged: in the open log, and in the copy's buffer
+    feed = share.active.copy.stream.feed
+    await wait_until("held", lambda: copy.status().block_offset == feed.durable)
+    held = feed.durable
+    await copy.stop()  # the copy's process ends
+    await share.runner.cleanup()  # and the active is lost
+    again = passive(share, tmp_path)  # the copy's process starts again
+    await again.start()
+    await wait_until("its buffer found again", lambda: again.status().block_offset == held)
+    assert again.status().block_generation == first + 1
+    kept = await again.keep_block_buffer()
+    assert kept["kept"]["generation"] == first + 1 and kept["kept"]["kept_through"] == held
+    items = {op.get("item_id") for t in read_transactions(again, first + 1) for op in t.ops}
+    assert {f"i{i}" for i in range(10, 15)} <= items
+    await again.stop()
+
+
+def read_transactions(copy, generation):
+    from replication_node.log.logfile import scan
+
+    return scan((copy.paths.logs / closed_log_name(generation)).read_bytes()).transactions
