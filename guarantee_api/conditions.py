@@ -152,6 +152,21 @@ def _health_eta(
     return eta, f"copy queue draining at {-rate:.2f} logs/s, {excess} logs over the limit"
 
 
+def held_in_block_mode(r: CopyStatusReport, target: FlushTarget) -> bool:
+    """Whether a passive copy holds the record at the target LSN in its block-mode buffer:
+    fsync'd before it acknowledged it, kept across a restart of its process, and kept as
+    that generation by an activation of the copy (the epoch then records how far), so the
+    record survives the loss of the active as a replayed one does.  The buffer grows by
+    whole group commits: holding a byte past the record's start holds the whole record."""
+    return (
+        target.generation is not None
+        and target.offset is not None
+        and r.block_generation == target.generation
+        and r.block_generation == r.last_log_inspected + 1
+        and r.block_offset > target.offset
+    )
+
+
 def judge_flush(
     copy: CopySnapshot, target: FlushTarget, limits: Limits, epoch: int = 0
 ) -> CopyVerdict:
@@ -194,12 +209,19 @@ def judge_flush(
     eta: float | None = None
     why = ""
     if target.generation is not None:
-        done = r.last_log_replayed >= target.generation
+        replayed = r.last_log_replayed >= target.generation
+        held = held_in_block_mode(r, target)
+        done = replayed or held
         checks.append(
             _ok(
                 Check.REPLAYED,
                 done,
-                f"last log replayed {r.last_log_replayed}, needs generation {target.generation}",
+                f"holds generation {target.generation} through byte {r.block_offset} in block "
+                f"mode, past the record at byte {target.offset} (durable there, and kept as "
+                "that generation if the active is lost)"
+                if held and not replayed
+                else f"last log replayed {r.last_log_replayed}, needs generation "
+                f"{target.generation}",
             )
         )
         rate = copy.rates.replayed_per_s

@@ -41,6 +41,7 @@ def copy(
     reported: bool = True,
     rates: CopyRates | None = None,
     epoch: int = 0,
+    block: tuple[int, int] = (0, 0),  # (generation, offset) held in block mode
 ) -> CopySnapshot:
     if status is None:
         status = CopyStatus.MOUNTED if role is CopyRole.ACTIVE else CopyStatus.HEALTHY
@@ -60,6 +61,8 @@ def copy(
         last_replayed_log_time=replayed_time,
         replay_lag_time=lag,
         epoch=epoch,
+        block_generation=block[0],
+        block_offset=block[1],
     )
     return CopySnapshot(
         "DB1", node, site, report if reported else None, problem, rates or CopyRates()
@@ -343,6 +346,35 @@ FLUSH_TABLE = [
     # (name, copies, target, constraint, expected)
     ("lsn replayed", [GOOD], FlushTarget(generation=100), C.SECOND_COPY, S),
     ("lsn one generation ahead", [GOOD], FlushTarget(generation=101), C.SECOND_COPY, NS),
+    # Block mode: the record held in the copy's buffer of the open generation, no roll
+    (
+        "lsn held in block mode",
+        [copy("mbx2", block=(101, 9000))],
+        FlushTarget(generation=101, offset=8192),
+        C.SECOND_COPY,
+        S,
+    ),
+    (
+        "lsn past what the block buffer holds",
+        [copy("mbx2", block=(101, 9000))],
+        FlushTarget(generation=101, offset=9000),
+        C.SECOND_COPY,
+        NS,
+    ),
+    (
+        "lsn without an offset is not judged by a block buffer",
+        [copy("mbx2", block=(101, 9000))],
+        FlushTarget(generation=101),
+        C.SECOND_COPY,
+        NS,
+    ),
+    (
+        "a block buffer of a later generation than inspected + 1 does not count",
+        [copy("mbx2", block=(102, 9000))],
+        FlushTarget(generation=102, offset=600),
+        C.SECOND_COPY,
+        NS,
+    ),
     (
         "time: replayed log 6 s after commit",
         [GOOD],
