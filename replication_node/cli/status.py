@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 
 from dag_common.config import ClusterConfig, load_config, load_token
-from dag_common.model import CopyRole, CopyStatus, ExitCode, NodeStatus
+from dag_common.model import CopyRole, CopyStatus, CopyStatusReport, ExitCode, NodeStatus
 from dag_common.node_status import StatusUnavailable, fetch_node_status
 from replication_node.cluster.mount_policy import assess_loss, best_copy, generations_at_risk
 from replication_node.cluster.store import ActiveRecord, LeaseRecord, open_cluster_store
@@ -38,6 +38,23 @@ async def fetch_statuses(config: ClusterConfig, token: str) -> dict[str, NodeSta
 
         await asyncio.gather(*(one(n.name, n.url) for n in config.nodes))
     return out
+
+
+def _mode(report: CopyStatusReport) -> str:
+    """A passive copy's replication mode (Block or File); "-" for an active copy."""
+    return report.copy_mode if report.role is CopyRole.PASSIVE else "-"
+
+
+def _followers(report: CopyStatusReport) -> str:
+    """For an active copy, the copies that follow its log in block mode, and how many must
+    hold a commit."""
+    if report.role is not CopyRole.ACTIVE or not (
+        report.block_followers or report.synchronous_copies
+    ):
+        return ""
+    following = ", ".join(report.block_followers) or "none"
+    need = f"; {report.synchronous_copies} synchronous" if report.synchronous_copies else ""
+    return f"block mode: {following}{need}"
 
 
 def _fmt_time(value: Any) -> str:
@@ -81,11 +98,10 @@ def cmd_status(args: argparse.Namespace) -> int:
                     f"{err or 'no status'}"
                 )
                 continue
-            mode = report.copy_mode if report.role is CopyRole.PASSIVE else "-"
             print(
-                f"{name:<20}{report.status:<24}{mode:<6}{report.copy_queue_length:>10}"
+                f"{name:<20}{report.status:<24}{_mode(report):<6}{report.copy_queue_length:>10}"
                 f"{report.replay_queue_length:>12}  {_fmt_time(report.last_inspected_log_time):<22}"
-                f"{report.error or report.note or ''}"
+                f"{report.error or report.note or _followers(report)}"
             )
         view = asyncio.run(_store_view(config, [db.name for db in config.databases]))
         for db in config.databases:

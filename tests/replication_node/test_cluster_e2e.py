@@ -231,6 +231,9 @@ async def test_a_copy_added_to_the_config_is_seeded_and_a_bad_config_is_ignored(
         return any(r.startswith("DB2\\mbx3") and " Block " in r for r in rows)
 
     await cluster.wait_for("DB2\\mbx3 shown in block mode", block_mode_shown)
+    rows = status_cli(cluster).stdout.splitlines()
+    active_row = next(r for r in rows if r.startswith("DB2\\mbx2"))
+    assert "block mode: " in active_row and "mbx3" in active_row, active_row
     # a broken config is refused at reload: the nodes keep running the last good one
     good = cluster.config_path.read_text()
     cluster.config_path.write_text(
