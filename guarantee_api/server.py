@@ -238,7 +238,7 @@ class GuaranteeService:
         if self._session is not None:
             await self._session.close()
         if self._cluster_store is not None:
-            self._cluster_store.close()
+            await self._cluster_store.aclose()
 
 
 async def _metrics_handler(request: web.Request) -> web.Response:

@@ -79,8 +79,7 @@ async def _serve(
     except BaseException:  # e.g. etcd refused our credentials: one error line, nothing left open
         await node.stop()
         await runner.cleanup()
-        store.close()
-        await asyncio.sleep(0)  # the store's close() only schedules its session's close
+        await store.aclose()
         raise
     print(f"node {node_name} listening on {node_config.url}", flush=True)
     stop = asyncio.Event()
@@ -92,7 +91,7 @@ async def _serve(
     await site.stop()
     await node.stop()
     await runner.cleanup()
-    store.close()
+    await store.aclose()
     return ExitCode.OK
 
 

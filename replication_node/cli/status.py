@@ -195,8 +195,7 @@ async def _store_view(config: ClusterConfig, databases: list[str]) -> StoreView 
     except Exception:
         return None
     finally:
-        store.close()
-        await asyncio.sleep(0)  # let an etcd session finish closing
+        await store.aclose()
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -142,8 +142,7 @@ async def opened(cfg: ClusterConfig) -> AsyncIterator[ClusterStore]:
     try:
         yield store
     finally:
-        store.close()
-        await asyncio.sleep(0)  # the session's close, scheduled by close()
+        await store.aclose()
 
 
 async def assert_works(store: ClusterStore, database: str = "DB1") -> None:

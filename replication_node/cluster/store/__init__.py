@@ -149,6 +149,11 @@ class ClusterStore(abc.ABC):
     def close(self) -> None:
         """Release the store."""
 
+    async def aclose(self) -> None:
+        """Release the store from async code, waiting for what close() can only schedule
+        (etcd's HTTP session)."""
+        self.close()
+
 
 def open_cluster_store(config: ClusterConfig) -> ClusterStore:
     """The store the config names; ConfigError if a file it names (etcd's CA, client

@@ -326,3 +326,6 @@ class EtcdClusterStore(ClusterStore):
 
     def close(self) -> None:
         self._gateway.close()
+
+    async def aclose(self) -> None:
+        await self._gateway.aclose()

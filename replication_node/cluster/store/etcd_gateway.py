@@ -318,6 +318,12 @@ class EtcdGateway:
             errors.append(answer.problem)
         raise ClusterStoreError(f"no etcd endpoint answered {path}: {'; '.join(errors)}")
 
+    async def aclose(self) -> None:
+        """Close the HTTP session and wait for it."""
+        session, self._session = self._session, None
+        if session is not None and not session.closed:
+            await session.close()
+
     def close(self) -> None:
         session, self._session = self._session, None
         if session is not None and not session.closed:
