@@ -37,6 +37,7 @@ TIMINGS = (
     "stall_limit",
     "flush_retry_interval",
     "flush_limit",
+    "block_flush_wait",
 )
 
 
@@ -54,6 +55,8 @@ def settings_from(args: argparse.Namespace, config: ClusterConfig) -> MoveSettin
         "sync_batch_bytes": smallest_log // 2,
         # by then the service has polled the copies at least once since the roll
         "flush_first_check_after": 2 * config.guarantee_api.poll_interval,
+        # a flush inside the open log is asked at least twice before the mover rolls instead
+        "block_flush_wait": max(base.block_flush_wait, 4 * config.guarantee_api.poll_interval),
     }
     for name in TIMINGS:
         value = getattr(args, name, None)
@@ -191,6 +194,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "stall_reason": record.stall_reason,
         "failure": record.failure,
         "final_generation": record.final_generation,
+        "final_offset": record.final_offset,
         "source_epoch": record.source_epoch,
         "target_epoch": record.target_epoch,
         "verified_epoch": record.verified_epoch,

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from dag_common.clock import Clock
 from mrs_client.errors import MoveFailed, NeedsReconcile, NodeCallError
 from mrs_client.policy import (
     Decision,
+    FlushPoint,
     GuaranteeAnswer,
     MoveSettings,
     MoveState,
@@ -42,9 +43,10 @@ class GuaranteeClient(Protocol):
         generation: int,
         commit_time: datetime,
         epoch: int = 0,
+        offset: int | None = None,
     ) -> GuaranteeAnswer:
-        """By the LSN (`generation` of the stream of `epoch`) when the service offers it, by
-        `commit_time` otherwise."""
+        """By the LSN (`generation` of the stream of `epoch`, and the record at `offset` in
+        it if given) when the service offers it, by `commit_time` otherwise."""
         ...
 
 
@@ -162,16 +164,20 @@ class Gates:
     async def flush(
         self,
         record: MoveRecord,
-        generation: int | None,
+        point: FlushPoint,
         *,
         between: Callable[[MoveRecord], Awaitable[MoveRecord]],
-    ) -> tuple[MoveRecord, GuaranteeAnswer]:
-        """Ask CheckReplicationFlush for `generation` of the target's stream in its saved
-        epoch until Satisfied for that epoch; NeedsReconcile if it was lost; fail at the
-        limit.  `between` runs before each wait (the mover checks the target's epoch: a
-        flush of a lost generation would otherwise wait out its whole limit)."""
-        assert generation is not None and record.flush_started is not None
+        give_up_after: timedelta | None = None,
+    ) -> tuple[MoveRecord, GuaranteeAnswer | None]:
+        """Ask CheckReplicationFlush for `point` of the target's stream in its saved epoch
+        until Satisfied for that epoch; NeedsReconcile if it was lost; fail at the limit.
+        With `give_up_after`: None once that long passed since the flush started without
+        Satisfied (the caller then flushes another way).  `between` runs before each wait
+        (the mover checks the target's epoch: a flush of a lost generation would otherwise
+        wait out its whole limit)."""
+        assert record.flush_started is not None
         s = self.settings
+        give_up = record.flush_started + give_up_after if give_up_after is not None else None
         first = record.flush_started + min(s.flush_first_check_after, s.flush_retry_interval)
         if self.clock.now() < first:
             await self.clock.sleep((first - self.clock.now()).total_seconds())
@@ -181,9 +187,10 @@ class Gates:
             answer = await self.guarantee.check_flush(
                 record.target_db,
                 self.caller_id,
-                generation,
+                point.generation,
                 record.flush_started,
                 record.target_epoch,
+                point.offset,
             )
             self._record_answer(record, "CheckReplicationFlush", answer)
             decision = flush_gate(
@@ -199,5 +206,9 @@ class Gates:
                 raise NeedsReconcile(decision.reason, target_changed=True)
             if decision.verdict is Verdict.FAIL:
                 raise MoveFailed(decision.reason)
+            if give_up is not None:
+                if self.clock.now() >= give_up:
+                    return record, None
+                decision = replace(decision, wait=min(decision.wait, give_up - self.clock.now()))
             record = await between(record)
             record = await self.wait(record, decision)

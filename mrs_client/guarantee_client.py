@@ -124,17 +124,19 @@ class GrpcGuaranteeClient:
         generation: int,
         commit_time: datetime,
         epoch: int = 0,
+        offset: int | None = None,
     ) -> GuaranteeAnswer:
         """Satisfied once the counted copies replayed `generation` of the stream of `epoch`
-        (by LSN) or, from a service without LSN, replayed a log closed after `commit_time` +
-        its clock skew."""
+        (by LSN; with `offset`, or hold the record at that byte of it in block mode) or,
+        from a service without LSN, replayed a log closed after `commit_time` + its clock
+        skew."""
         by_time = pb.CheckReplicationFlushRequest(database=database, caller_id=caller_id)
         by_time.commit_time.FromDatetime(commit_time)
         if self.flush_by_lsn:
             by_lsn = pb.CheckReplicationFlushRequest(
                 database=database,
                 caller_id=caller_id,
-                lsn=pb.Lsn(generation=generation, offset=0, epoch=epoch),
+                lsn=pb.Lsn(generation=generation, offset=offset or 0, epoch=epoch),
             )
             try:
                 return answer_from(await self._send("CheckReplicationFlush", by_lsn))

@@ -28,7 +28,7 @@ from dag_common.config import ClusterConfig
 from dag_common.model import CopyRole, CopyStatus
 from dag_common.node_status import StatusUnavailable, fetch_node_status
 from mrs_client.errors import NodeCallError
-from mrs_client.store_api import Digest, Item, Items, Mailbox, Rolled, Written
+from mrs_client.store_api import Digest, Item, Items, LogPosition, Mailbox, Rolled, Written
 
 logger = logging.getLogger(__name__)
 
@@ -259,6 +259,17 @@ class NodeStoreClient:
     async def roll_log(self, database: str) -> Rolled:
         _, body = await self.call("POST", database, "/roll-log")
         return Rolled(generation=int(body["closed_generation"]), epoch=int(body.get("epoch", 0)))
+
+    async def log_position(self, database: str) -> LogPosition:
+        _, body = await self.call("GET", database, "/log/position")
+        return LogPosition(
+            open_generation=int(body["open_generation"]),
+            durable=int(body["durable"]),
+            open_records=bool(body["open_records"]),
+            block_followers=tuple(body["block_followers"]),
+            passive_copies=tuple(body["passive_copies"]),
+            epoch=int(body.get("epoch", 0)),
+        )
 
     async def digest(self, database: str, mailbox: str) -> Digest | None:
         status, body = await self.call(

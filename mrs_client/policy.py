@@ -1,10 +1,12 @@
 """The move's rules, as pure functions of frozen values (no I/O, no clock reads).
 
 Safety invariant: a move reaches step 8 (the directory names the target) only after step 6
-saw CheckReplicationFlush answer Satisfied for a generation closed after the final sync, in
-the incarnation (epoch) the target is in, and step 7 saw CheckReplicationHealth answer
-Satisfied.  Nothing here ever turns a Retry or NotSatisfied into progress, nor a Satisfied
-answered for another epoch, nor a flush the service says was lost in a failover.
+saw CheckReplicationFlush answer Satisfied for a point of the target's log past every write
+of the final sync (a generation closed after it, or, with every copy in block mode, the
+durable end of the open log: `flush_point`), in the incarnation (epoch) the target is in,
+and step 7 saw CheckReplicationHealth answer Satisfied.  Nothing here ever turns a Retry or
+NotSatisfied into progress, nor a Satisfied answered for another epoch, nor a flush the
+service says was lost in a failover.
 
 Epochs: when either end of a move changes incarnation (a failover or a switchover), the
 mover reconciles by content before going on, and `after_reconcile` says which step it goes
@@ -14,7 +16,9 @@ Timing, from the seed (all configurable):
 - steps 1-4: ask CheckReplicationHealth (every 10 s during the syncs); on NotSatisfied or
   Retry, queue the move and ask again every 30 s, or after the service's retry_after if that
   is longer; fail after 15 min stalled; Satisfied within that time resumes it.
-- step 6: ask CheckReplicationFlush every 10 s for at most 30 min, else fail.
+- step 6: ask CheckReplicationFlush every 10 s for at most 30 min, else fail.  Asked by LSN
+  inside the open generation (no roll) when every copy follows in block mode, for at most
+  `block_flush_wait`; then the target's log is rolled and the flush asked for that generation.
 - step 7: the seed says only "as long as Satisfied, continue"; we apply the stall rule of
   steps 1-4 to it, so a brief blip after the flush does not fail a move that is all but done.
 """
@@ -26,6 +30,7 @@ from datetime import datetime, timedelta
 from enum import IntEnum, StrEnum
 
 from dag_common.model import GuaranteeStatus
+from mrs_client.store_api import LogPosition
 
 
 class MoveStep(IntEnum):
@@ -85,6 +90,10 @@ class MoveSettings:
     # than flush_retry_interval: a short retry interval needs no head start).
     flush_first_check_after: timedelta = timedelta(0)
     flush_limit: timedelta = timedelta(minutes=30)
+    # A flush asked inside the open generation (every copy in block mode) waits this long for
+    # Satisfied, then the target's log is rolled and the flush asked for that generation: a
+    # copy may have left block mode after the target's position was read.
+    block_flush_wait: timedelta = timedelta(seconds=30)
     sync_batch: int = 500
     # Bytes per write: a write is one transaction and must fit in one log generation of the
     # target (the CLI sets half the smallest log_file_size of the cluster).
@@ -232,3 +241,28 @@ def incremental_done(changes_in_pass: int, passes: int, settings: MoveSettings) 
     return changes_in_pass <= settings.incremental_quiet_changes or (
         passes >= settings.incremental_max_passes
     )
+
+
+@dataclass(frozen=True, slots=True)
+class FlushPoint:
+    """Where a flush of everything a database acknowledged waits: `generation` replayed, or
+    (`offset` given) the record at that byte of the open `generation` held or replayed."""
+
+    generation: int
+    offset: int | None = None
+
+
+def flush_point(position: LogPosition) -> FlushPoint | None:
+    """A flush point past every commit answered before `position` was read, without a roll;
+    None if only a roll makes one (a copy follows in file mode and replays closed logs only).
+
+    The open log holding nothing: its previous generation, closed already.  Every passive
+    copy following in block mode: the open log's last durable byte (CheckReplicationFlush by
+    LSN counts a copy holding a byte past a record's start as holding the record; a copy's
+    buffer grows by whole group commits, so holding that byte holds every commit before)."""
+    if not position.open_records:
+        return FlushPoint(position.open_generation - 1)
+    follows = set(position.block_followers)
+    if position.passive_copies and follows >= set(position.passive_copies):
+        return FlushPoint(position.open_generation, position.durable - 1)
+    return None

@@ -63,8 +63,12 @@ class MoveRecord:
     sync_cursor: dict[str, int] = field(default_factory=dict)  # mailbox -> change number
     snapshot_change: dict[str, int] = field(default_factory=dict)
     incremental_passes: int = 0
+    # The flush points of steps 6 and 9: a generation, and with an offset the record at that
+    # byte of it (flushed inside the open log, every copy in block mode: policy.flush_point).
     final_generation: int | None = None
+    final_offset: int | None = None
     unlock_generation: int | None = None  # the generation holding the target's unlock
+    unlock_offset: int | None = None
     flush_started: datetime | None = None
     completed: datetime | None = None
     # Stream incarnations (epochs; 0: not seen yet).  A cursor is only as good as the epochs

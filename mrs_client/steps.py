@@ -1,8 +1,10 @@
 """The ten steps of a move, each idempotent (a crash and `mrs resume` repeat it safely).
 
 Items are copied with their own item ids (a re-copy replaces, never duplicates); sync
-cursors are saved after each batch; the final flush waits for the generation the target
-rolled *after* the final sync, saved before the wait; the unlock is flushed the same way.
+cursors are saved after each batch; the final flush waits for a point of the target's log
+past the final sync, saved before the wait: the durable end of its open log when every copy
+follows in block mode (no roll), else a generation rolled *after* the final sync; the unlock
+is flushed the same way.
 Every store call goes through `EndCalls` (its answer's epoch checked); the guarantee gates
 through `Gates`; the verification before steps 8 and 10 through `Verifier`.
 """
@@ -17,7 +19,14 @@ from dag_common.clock import Clock
 from mrs_client.end_calls import EndCalls
 from mrs_client.errors import MoveFailed, NeedsReconcile
 from mrs_client.gates import Gates
-from mrs_client.policy import MoveSettings, MoveStep, incremental_done
+from mrs_client.policy import (
+    FlushPoint,
+    GuaranteeAnswer,
+    MoveSettings,
+    MoveStep,
+    flush_point,
+    incremental_done,
+)
 from mrs_client.reconcile import Side, write_size
 from mrs_client.requests_store import MoveRecord
 from mrs_client.store_api import Item, NodeStore
@@ -210,7 +219,7 @@ class MoveSteps:
             )
         return record
 
-    async def _roll_target(self, record: MoveRecord, what: str) -> tuple[MoveRecord, int]:
+    async def _roll_target(self, record: MoveRecord, what: str) -> tuple[MoveRecord, FlushPoint]:
         dst = record.target_db
         record, rolled = await self._call(
             record, Side.TARGET, "roll target log", lambda: self.nodes.roll_log(dst)
@@ -221,7 +230,61 @@ class MoveSteps:
             f"target log rolled: generation {rolled.generation} (epoch {record.target_epoch}) "
             f"holds the {what}",
         )
-        return record, rolled.generation
+        return record, FlushPoint(rolled.generation)
+
+    async def _mark_target(self, record: MoveRecord, what: str) -> tuple[MoveRecord, FlushPoint]:
+        """A point of the target's log past everything it acknowledged so far: read where
+        its log stands (`policy.flush_point`), or roll it."""
+        dst = record.target_db
+        record, position = await self._call(
+            record, Side.TARGET, "read target log position", lambda: self.nodes.log_position(dst)
+        )
+        point = flush_point(position)
+        if point is None:
+            return await self._roll_target(record, what)
+        record = self.gates.save(replace(record, flush_started=self.clock.now()))
+        where = (
+            f"generation {point.generation} through byte {point.offset}, held in block mode by "
+            f"{', '.join(position.block_followers)}"
+            if point.offset is not None
+            else f"closed generation {point.generation}"
+        )
+        self._progress(
+            record, f"target log holds the {what} in {where} (epoch {record.target_epoch})"
+        )
+        return record, point
+
+    async def _flush_target(
+        self,
+        record: MoveRecord,
+        what: str,
+        point: FlushPoint | None,
+        keep: Callable[[MoveRecord, FlushPoint], MoveRecord],
+    ) -> tuple[MoveRecord, GuaranteeAnswer]:
+        """Flush the target through `point`, marked first if None (`keep` saves it in the
+        record).  A point inside the open log not Satisfied within `block_flush_wait` is
+        replaced by a generation rolled for it: a copy may have left block mode."""
+        if point is None:
+            record, point = await self._mark_target(record, what)
+            record = keep(record, point)
+        if point.offset is not None:
+            record, answer = await self.gates.flush(
+                record,
+                point,
+                between=self._target_still_there,
+                give_up_after=self.settings.block_flush_wait,
+            )
+            if answer is not None:
+                return record, answer
+            record, point = await self._roll_target(
+                record,
+                f"{what} (not flushed in block mode within "
+                f"{self.settings.block_flush_wait.total_seconds():g}s)",
+            )
+            record = keep(record, point)
+        record, answer = await self.gates.flush(record, point, between=self._target_still_there)
+        assert answer is not None  # no give_up_after: Satisfied, or it raised
+        return record, answer
 
     async def _target_still_there(self, record: MoveRecord) -> MoveRecord:
         """Between flush answers: is the target still in the epoch the roll was made in?"""
@@ -238,12 +301,18 @@ class MoveSteps:
         return record
 
     async def _step_final_sync_and_flush(self, record: MoveRecord) -> MoveRecord:
+        point = None
         if record.final_generation is None:
             record, _ = await self._copy_changes(record, initial=False)
-            record, generation = await self._roll_target(record, "final sync")
-            record = self.gates.save(replace(record, final_generation=generation, flush_epoch=0))
-        record, answer = await self.gates.flush(
-            record, record.final_generation, between=self._target_still_there
+        else:
+            point = FlushPoint(record.final_generation, record.final_offset)
+        record, answer = await self._flush_target(
+            record,
+            "final sync",
+            point,
+            lambda r, p: self.gates.save(
+                replace(r, final_generation=p.generation, final_offset=p.offset, flush_epoch=0)
+            ),
         )
         return self.gates.save(replace(record, flush_epoch=answer.epoch or record.target_epoch))
 
@@ -266,6 +335,7 @@ class MoveSteps:
         """Unlock the target, and wait until the unlock is replayed like the final sync was:
         a failover right after completion must leave a usable mailbox, not a locked one."""
         dst = record.target_db
+        point = None
         if record.unlock_generation is None:
             for name in record.mailboxes:
                 record, _ = await self._call(
@@ -277,10 +347,15 @@ class MoveSteps:
             # Every unlock acknowledged in this epoch: should the target change incarnation
             # and still show an unlock, everything before it survived (reconcile_move).
             record = self.gates.save(replace(record, unlock_epoch=record.target_epoch))
-            record, generation = await self._roll_target(record, "unlock")
-            record = self.gates.save(replace(record, unlock_generation=generation))
-        record, _ = await self.gates.flush(
-            record, record.unlock_generation, between=self._target_still_there
+        else:
+            point = FlushPoint(record.unlock_generation, record.unlock_offset)
+        record, _ = await self._flush_target(
+            record,
+            "unlock",
+            point,
+            lambda r, p: self.gates.save(
+                replace(r, unlock_generation=p.generation, unlock_offset=p.offset)
+            ),
         )
         return record
 

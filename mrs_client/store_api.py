@@ -84,6 +84,19 @@ class Written:
 
 
 @dataclass(frozen=True, slots=True)
+class LogPosition:
+    """Where a database's log stands on its active copy: every commit answered before the
+    question lies below (`open_generation`, `durable`), and who follows it in block mode."""
+
+    open_generation: int
+    durable: int  # bytes of the open generation durable on the active
+    open_records: bool  # False: the open generation holds only its header
+    block_followers: tuple[str, ...]  # nodes whose copies follow the log in block mode
+    passive_copies: tuple[str, ...]  # the database's other copies
+    epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Rolled:
     """The target's log rolled: the generation closed, in which incarnation."""
 
@@ -132,6 +145,8 @@ class NodeStore(Protocol):
         ...
 
     async def roll_log(self, database: str) -> Rolled: ...
+
+    async def log_position(self, database: str) -> LogPosition: ...
 
     async def digest(self, database: str, mailbox: str) -> Digest | None:
         """None: no such mailbox on the active copy."""

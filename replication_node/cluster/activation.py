@@ -153,6 +153,7 @@ async def activate_copy(
         raise Conflict(message)
     assert copy is not None  # mount_decision refuses an unreachable copy
     kept_through = None
+    kept_generation = copy.block_generation
     if buffered(copy):
         # Block mode: what the copy holds of the open log is kept as that generation (also
         # when the dial allows losing it: less is then lost than counted).  A prefix of
@@ -198,6 +199,13 @@ async def activate_copy(
         "lost_logs": decision.lost_logs,
         "lost_open_log": decision.lost_open_log,
         "lost_commits_at_least": decision.lost_commits,
+        # The open log kept from the copy's block-mode buffer: a write at or below this byte
+        # of this generation survived even where the open log is counted lost.
+        "kept_open_log": (
+            {"generation": kept_generation, "through_byte": kept_through}
+            if kept_through is not None
+            else None
+        ),
         "last_logs": last_logs or None,
         "reason": reason,
     }

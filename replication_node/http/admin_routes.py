@@ -15,6 +15,7 @@ from aiohttp import web
 from replication_node.errors import BadRequest, NotFound
 from replication_node.http.context import NODE, active_for_write, active_here, json_body
 from replication_node.http.models import ActivateIn, HandOverIn, ReasonIn, TargetIn, parse
+from replication_node.log.logfile import HEADER_SIZE
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -34,6 +35,31 @@ async def roll_log(request: web.Request) -> web.Response:
     await instance.publish()
     return web.json_response(
         {"database": instance.database, "closed_generation": generation, "epoch": instance.epoch}
+    )
+
+
+async def log_position(request: web.Request) -> web.Response:
+    """Where the active's log stands: its open generation and how much of it is durable
+    (every commit answered so far lies below), and the copies following it in block mode.
+    The mover flushes through this point without a roll when every copy follows."""
+    instance = active_for_write(request)
+    assert instance.copy is not None  # mounted: active_for_write checked it
+    feed = instance.copy.stream.feed
+    db = instance.database
+    node = request.app[NODE]
+    return web.json_response(
+        {
+            "database": db,
+            "open_generation": feed.generation,
+            "durable": feed.durable,
+            # Only the header (512 bytes): every record is in a closed generation.
+            "open_records": feed.durable > HEADER_SIZE,
+            "block_followers": sorted(feed.followers),
+            "passive_copies": sorted(
+                c.node for c in node.config.database(db).copies if c.node != node.name
+            ),
+            "epoch": instance.epoch,
+        }
     )
 
 
@@ -129,6 +155,7 @@ def add_admin_routes(app: web.Application) -> None:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/v1/status", status)
     app.router.add_post(prefix + "/roll-log", roll_log)
+    app.router.add_get(prefix + "/log/position", log_position)
     app.router.add_post(prefix + "/copies/{node}/{action:suspend|resume|reseed}", copy_action)
     app.router.add_post(prefix + "/activate", activate)
     app.router.add_post(prefix + "/switchover", switchover)

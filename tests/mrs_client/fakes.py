@@ -21,7 +21,7 @@ from mrs_client.errors import NodeCallError
 from mrs_client.mover import Mover
 from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus, MoveSettings, MoveState
 from mrs_client.requests_store import MoveRecord, MoveRequestStore
-from mrs_client.store_api import Digest, Item, Items, Mailbox, Rolled, Written
+from mrs_client.store_api import Digest, Item, Items, LogPosition, Mailbox, Rolled, Written
 
 
 @dataclass
@@ -43,6 +43,12 @@ class FakeDatabase:
         self.log: list[tuple[str, tuple[Any, ...]]] = []
         self.boxes: dict[str, _Box] = {}
         self.cn = 0
+        # The open log: its durable length (a 512-byte header, then 100 bytes a transaction)
+        # and where its last transaction starts; who follows it in block mode.
+        self.durable = 512
+        self.last_offset = 0
+        self.passive_copies: tuple[str, ...] = ("mbx2", "mbx3")
+        self.block_followers: tuple[str, ...] = ()
 
     def _apply(self, op: str, args: tuple[Any, ...]) -> None:
         if op == "create":
@@ -67,6 +73,7 @@ class FakeDatabase:
         for op, args in ops:
             self.log.append((op, args))
             self._apply(op, args)
+        self.last_offset, self.durable = self.durable, self.durable + 100
         return Written(epoch=self.epoch, change_number=self.cn, generation=self.generation)
 
     def next_cn(self) -> int:
@@ -77,6 +84,7 @@ class FakeDatabase:
         """A new active, in a new epoch, without the last `lose` transactions."""
         if lose:
             del self.log[-lose:]
+        self.durable = 512  # the new active's open log
         self.boxes = {}
         self.cn = 0
         for op, args in self.log:
@@ -177,7 +185,19 @@ class FakeNodes:
     async def roll_log(self, database: str) -> Rolled:
         db = self._call("roll_log", database)
         db.generation += 1
+        db.durable = 512
         return Rolled(db.generation - 1, db.epoch)
+
+    async def log_position(self, database: str) -> LogPosition:
+        db = self._call("log_position", database)
+        return LogPosition(
+            db.generation,
+            db.durable,
+            db.durable > 512,
+            db.block_followers,
+            db.passive_copies,
+            db.epoch,
+        )
 
     async def digest(self, database: str, mailbox: str) -> Digest | None:
         db = self._call("digest", database)
@@ -228,6 +248,7 @@ class FakeGuarantee:
         self.nodes = nodes
         self.knows_epochs = knows_epochs
         self.flushes: list[tuple[str, int, int]] = []  # (database, generation, epoch asked)
+        self.flush_offsets: list[int | None] = []  # the offset each flush asked, if any
         self.on_flush: Callable[[str, int, int], GuaranteeAnswer | None] | None = None
         self.on_health: Callable[[str], GuaranteeAnswer | None] | None = None
         self.health_asked: list[datetime] = []  # when each CheckReplicationHealth came
@@ -249,8 +270,10 @@ class FakeGuarantee:
         generation: int,
         commit_time: datetime,
         epoch: int = 0,
+        offset: int | None = None,
     ) -> GuaranteeAnswer:
         self.flushes.append((database, generation, epoch))
+        self.flush_offsets.append(offset)
         if self.on_flush is not None:
             answer = self.on_flush(database, generation, epoch)
             if answer is not None:

@@ -15,7 +15,8 @@ import pytest
 from replication_node.cluster.store.embedded import EmbeddedClusterStore
 from tests.cluster_harness import ROOT, THREE_NODES, LocalCluster
 from tests.mrs_client.e2e import live, shorten_guarantee_waits
-from tests.prometheus import promtool_check, value
+from tests.prometheus import promtool_check, samples, value
+from tests.replication_node.e2e import in_block_mode
 
 pytestmark = pytest.mark.slow
 
@@ -116,13 +117,45 @@ async def seed_mailbox(cluster, n=300):
     }
 
 
+async def demand_rolls(cluster, node: str, db: str) -> float:
+    """Generations the active on `node` closed on demand (`roll-log`)."""
+    _, text = await cluster.call("GET", node, "/metrics")
+    found = samples(text.decode())
+    return sum(
+        v
+        for (name, labels), v in found.items()
+        if name == "replication_log_rolls_total"
+        and ("cause", "demand") in labels
+        and ("database", db) in labels
+    )
+
+
 async def test_move_completes_and_survives_loss_of_the_target_active(env):
+    """With the target's copy following in block mode (the default), the move flushes
+    through the durable end of the target's open log and never rolls it; killed right
+    after completion, the target's active leaves the moved mailbox whole on the copy, its
+    block-mode buffer kept past the move's flush point."""
     cluster = env
     source = await seed_mailbox(cluster)
+    await in_block_mode(cluster, "DB2", ["mbx3"])
     result = await asyncio.to_thread(
         mrs, cluster, "move", "--mailbox", "alice", "--to", "DB2", *FAST
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    assert "held in block mode by mbx3" in result.stdout, result.stdout
+    assert await demand_rolls(cluster, "mbx2", "DB2") == 0
+    (move,) = json.loads(mrs(cluster, "list", "--json").stdout)
+    stats = json.loads(mrs(cluster, "stats", move["id"], "--json").stdout)
+    assert stats["final_offset"] is not None, stats
+    # The position is the active's to say, behind the token like every call.
+    position = await cluster.ok("GET", "mbx2", "/v1/databases/DB2/log/position")
+    assert position["block_followers"] == ["mbx3"] and position["passive_copies"] == ["mbx3"]
+    status, body = await cluster.call("GET", "mbx3", "/v1/databases/DB2/log/position")
+    assert status == 409 and "passive" in body["error"], body
+    status, _ = await cluster.call(
+        "GET", "mbx2", "/v1/databases/DB2/log/position", headers={"Authorization": "Bearer x"}
+    )
+    assert status == 401
     moved = await cluster.items("mbx2", "DB2", "alice")
     assert live(moved) == live(source)
     mailbox = await cluster.ok("GET", "mbx1", "/v1/databases/DB1/mailboxes/alice")
@@ -137,7 +170,12 @@ async def test_move_completes_and_survives_loss_of_the_target_active(env):
     cluster.kill("mbx2")
     activate = await asyncio.to_thread(cluster.node_cli, "db", "activate", "DB2", "--node", "mbx3")
     assert activate.returncode == 0, activate.stdout + activate.stderr
-    assert json.loads(activate.stdout)["lost_logs"] == 0
+    # The open log is counted lost (nothing shows the old active wrote nothing after the
+    # buffer's end), but kept through the unlock's flush point and so past the final sync's.
+    kept = json.loads(activate.stdout)["kept_open_log"]
+    assert kept is not None, activate.stdout
+    flushed = (stats["final_generation"], stats["final_offset"])
+    assert (kept["generation"], kept["through_byte"]) > flushed, (kept, stats)
 
     await cluster.wait_status("mbx3", "DB2", "Mounted")
     on_new_active = await cluster.items("mbx3", "DB2", "alice")

@@ -131,9 +131,11 @@ async def test_kill_9_of_the_target_active_between_the_final_sync_and_the_flush(
     await seed(c, n=600)
     async with mover_in_process(c) as (start, requests):
         run = await start()
-        # The roll closes the log holding the last batches; the kill comes right after,
-        # before (most of the time) a copy has fetched it.
-        pause = run.nodes.pause(lambda method, db, n: (method, db) == ("roll_log", "DB2"))
+        # The final sync's flush point is marked (the target's log position read, its
+        # copies following in block mode; or its log rolled); the kill comes right after.
+        pause = run.nodes.pause(
+            lambda method, db, n: method in ("log_position", "roll_log") and db == "DB2"
+        )
         await kill_target_active_at(c, run, pause, requests)
         record, _ = await outcome(c, run)
     assert record.target_epoch > 1 and record.reconciles >= 1, run.lines

@@ -3,6 +3,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from mrs_client.policy import (
+    FlushPoint,
     GuaranteeAnswer,
     GuaranteeStatus,
     MoveSettings,
@@ -10,10 +11,12 @@ from mrs_client.policy import (
     Verdict,
     after_reconcile,
     flush_gate,
+    flush_point,
     gate,
     health_check_due,
     incremental_done,
 )
+from mrs_client.store_api import LogPosition
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 S = MoveSettings()
@@ -125,3 +128,34 @@ def test_incremental_passes_end():
     assert incremental_done(0, 1, S)
     assert not incremental_done(51, 1, S)
     assert incremental_done(10_000, 5, S)
+
+
+def _position(durable: int, followers: tuple[str, ...], copies=("mbx2", "mbx3")) -> LogPosition:
+    return LogPosition(
+        open_generation=9,
+        durable=durable,
+        open_records=durable > 512,
+        block_followers=followers,
+        passive_copies=copies,
+        epoch=2,
+    )
+
+
+@pytest.mark.parametrize(
+    ("position", "expected"),
+    [
+        # Every copy follows in block mode: the open log's last durable byte, no roll.
+        (_position(4096, ("mbx2", "mbx3")), FlushPoint(9, 4095)),
+        (_position(4096, ("mbx1", "mbx2", "mbx3")), FlushPoint(9, 4095)),
+        # One copy in file mode replays closed logs only: a roll is needed.
+        (_position(4096, ("mbx2",)), None),
+        (_position(4096, ()), None),
+        # No passive copy at all: nothing follows; the roll keeps today's answer.
+        (_position(4096, (), copies=()), None),
+        # The open log holds only its header: everything is in generation 8, closed.
+        (_position(512, ()), FlushPoint(8)),
+        (_position(512, ("mbx2", "mbx3")), FlushPoint(8)),
+    ],
+)
+def test_flush_point(position, expected):
+    assert flush_point(position) == expected
