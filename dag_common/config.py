@@ -281,7 +281,27 @@ class GuaranteeApiConfig(_Model):
     stale_after_polls: int = Field(default=3, ge=1, le=100)
     # History samples are buffered and written as one Parquet file every this many polls.
     history_flush_polls: int = Field(default=60, ge=1, le=3600)
+    # Pushed progress: one `GET /v1/status/watch` per node; a node whose stream says nothing
+    # (not even its heartbeat, asked every `watch_heartbeat`) for `watch_silence` counts as
+    # stale, as an unanswered poll does, and is polled until its stream is back.
+    watch: bool = True
+    watch_heartbeat: Duration = timedelta(seconds=1)
+    watch_silence: Duration = timedelta(seconds=3)
+    # The longest `wait` a request may ask for; a longer one is cut to this, and the answer
+    # says so.
+    max_wait: Duration = timedelta(seconds=60)
     limits: GuaranteeLimits = GuaranteeLimits()
+
+    @model_validator(mode="after")
+    def _watch_timings(self) -> GuaranteeApiConfig:
+        beat = self.watch_heartbeat.total_seconds()
+        if not 0.05 <= beat <= 60:
+            raise ValueError("watch_heartbeat must be within 50ms..60s")
+        if self.watch_silence <= self.watch_heartbeat:
+            raise ValueError("watch_silence must be longer than watch_heartbeat")
+        if self.max_wait <= timedelta(0):
+            raise ValueError("max_wait must be positive")
+        return self
 
 
 class TlsConfig(_Model):

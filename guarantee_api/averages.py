@@ -25,6 +25,9 @@ class _Series:
             self.total -= self.samples[0]
         self.samples.append(value)
         self.total += value
+        return self.mean()
+
+    def mean(self) -> float:
         return self.total / len(self.samples)
 
 
@@ -55,6 +58,15 @@ class CopyQueueAverages:
                 s = series[node] = _Series(self._window)
             out[node] = s.add(queue)
         return out
+
+    def current(self, caller: str, database: str, queues: Mapping[str, int]) -> dict[str, float]:
+        """The averages as `record` would give them, without adding a sample: a copy with
+        no sample yet averages its queue now."""
+        series = self._pairs.get((caller, database), {})
+        return {
+            node: series[node].mean() if node in series else float(queue)
+            for node, queue in queues.items()
+        }
 
     def __len__(self) -> int:
         return len(self._pairs)

@@ -59,6 +59,24 @@ class Metrics:
             "dataguarantee_node_up", "1 if the node's last status poll succeeded.", ["node"],
             registry=r,
         )  # fmt: skip
+        self.stream_up = Gauge(
+            "dataguarantee_node_stream_up",
+            "1 while the node's status stream (GET /v1/status/watch) is live.",
+            ["node"],
+            registry=r,
+        )
+        self.stream_events = Counter(
+            "dataguarantee_stream_events_total",
+            "Status changes pushed by the node's stream.",
+            ["node"],
+            registry=r,
+        )
+        self.stream_ends = Counter(
+            "dataguarantee_stream_ends_total",
+            "Status streams that ended or could not be opened, by node.",
+            ["node"],
+            registry=r,
+        )
         self.poll_errors = Counter(
             "dataguarantee_poll_errors_total", "Failed status polls, by node.", ["node"],
             registry=r,

@@ -6,7 +6,7 @@ also reads every database's stream history (its epochs) from the cluster store, 
 one (`history_source`), concurrently with the nodes. A node that
 does not answer in time, answers with an error, or answers with a body that is not a
 `NodeStatus` is recorded as unreachable for that round: its copies are not healthy until it
-answers again.
+answers again.  A node whose status stream is live (`watcher.py`) is not polled.
 """
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ class Poller:
         self._round_done = asyncio.Condition()
 
     async def _poll_node(self, node: NodeConfig) -> None:
+        if self._view.streaming(node.name):
+            return  # its changes come pushed (watcher.py); a poll could only set them back
         try:
             status = await fetch_node_status(
                 self._session,

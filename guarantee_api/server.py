@@ -1,6 +1,7 @@
 """Wires the Data Guarantee service together; it holds no rules of its own.
 
-Parts: the poller (aiohttp, one session) feeding the live view; after each round, the
+Parts: the poller and one status-stream watcher per node (aiohttp, one session) feeding the
+live view; after each round, the
 metrics and the Parquet history; the grpc.aio server with the DataGuarantee servicer,
 grpc.health.v1 (SERVING once the first poll round is done) and server reflection, behind an
 optional bearer-token interceptor and optional TLS; an aiohttp app on `http_listen` serving
@@ -35,6 +36,7 @@ from guarantee_api.poller import Poller
 from guarantee_api.servicer import DataGuaranteeServicer
 from guarantee_api.values import Limits
 from guarantee_api.view import LiveView
+from guarantee_api.watcher import NodeWatcher
 from replication_node.cluster.store import ClusterStore, open_cluster_store
 
 logger = logging.getLogger(__name__)
@@ -112,11 +114,13 @@ class GuaranteeService:
             constraints={db.name: config.constraint_of(db) for db in config.databases},
             clock=self.clock,
             metrics=self.metrics,
+            max_wait=api.max_wait.total_seconds(),
         )
         self._session: aiohttp.ClientSession | None = None
         self._grpc: grpc.aio.Server | None = None
         self._runner: web.AppRunner | None = None
         self._poll_task: asyncio.Task[None] | None = None
+        self._watch_tasks: list[asyncio.Task[None]] = []
         self._cluster_store: ClusterStore | None = None
         self.poller: Poller | None = None
         self.grpc_port = 0
@@ -153,6 +157,7 @@ class GuaranteeService:
         logger.info("guarantee API on %s (gRPC) and port %d (HTTP)", self.grpc_port, self.http_port)
 
     async def _start_rest(self, http_listen: str) -> None:
+        api = self.config.guarantee_api
         await self._start_http(http_listen)
         ssl_ctx = self.config.tls.client_context() if self.config.tls else None
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl_ctx))
@@ -171,6 +176,21 @@ class GuaranteeService:
             history_source=self._cluster_store.history,
         )
         self._poll_task = asyncio.create_task(self.poller.run(), name="guarantee-poller")
+        if api.watch:
+            for node in self.config.nodes:
+                watcher = NodeWatcher(
+                    node=node,
+                    view=self.view,
+                    session=self._session,
+                    clock=self.clock,
+                    token=self._node_token,
+                    heartbeat=api.watch_heartbeat.total_seconds(),
+                    silence=api.watch_silence.total_seconds(),
+                    metrics=self.metrics,
+                )
+                self._watch_tasks.append(
+                    asyncio.create_task(watcher.run(), name=f"watch {node.name}")
+                )
 
     async def _start_http(self, listen: str) -> None:
         host, _, port = listen.rpartition(":")
@@ -229,9 +249,10 @@ class GuaranteeService:
         await self.health.enter_graceful_shutdown()
         if self._grpc is not None:
             await self._grpc.stop(grace)
-        if self._poll_task is not None:
-            self._poll_task.cancel()
-            await asyncio.gather(self._poll_task, return_exceptions=True)
+        tasks = [t for t in (self._poll_task, *self._watch_tasks) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.flush_history()
         if self._runner is not None:
             await self._runner.cleanup()

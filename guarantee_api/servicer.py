@@ -1,10 +1,18 @@
 """The gRPC servicer, kept thin: validate the request, read a snapshot of the live view,
 call the pure rules, map the answer to protobuf. Domain errors become gRPC status codes here
 and nowhere else; no error path ever answers Satisfied.
+
+A request with a `wait` is judged again at every change of the view until the answer is
+Satisfied (or a flush is known lost), or the wait ends: then the answer of that moment goes
+out, with `waited`.  The wait is cut to `max_wait` and to the call's deadline (less a margin
+for the answer to travel), and the reason says so.  While it waits, the caller's copy-queue
+averages take a sample at most once a second, as if it asked that often.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from datetime import UTC
@@ -49,6 +57,32 @@ MAX_LSN_FIELD = 2**63 - 1
 # Commit times from 1970 up to the year 9000: any real commit, with room for the clock-skew
 # arithmetic (datetime ends at 9999-12-31, and commit time + skew must not overflow).
 MAX_COMMIT_SECONDS = 221845392000  # 9000-01-01T00:00:00Z
+DEADLINE_MARGIN = 0.1  # seconds kept back from the call's deadline for the answer itself
+AVERAGE_SAMPLE_EVERY = 1.0  # seconds between a waiting health check's average samples
+
+
+def requested_wait(
+    request: object, max_wait: float, time_remaining: float | None
+) -> tuple[float, str]:
+    """The seconds a request may wait, and what cut it (empty: nothing); InvalidRequestError
+    for a wait that is negative or not a valid Duration."""
+    if not request.HasField("wait"):  # type: ignore[attr-defined]
+        return 0.0, ""
+    wait: Duration = request.wait  # type: ignore[attr-defined]
+    if not -999_999_999 <= wait.nanos <= 999_999_999 or (
+        wait.seconds and wait.nanos and (wait.seconds < 0) != (wait.nanos < 0)
+    ):
+        raise InvalidRequestError("wait is not a valid Duration")
+    asked = wait.seconds + wait.nanos / 1e9
+    if asked < 0:
+        raise InvalidRequestError(f"wait must not be negative (got {asked:g}s)")
+    seconds, note = asked, ""
+    if seconds > max_wait:
+        seconds, note = max_wait, f"the wait asked, {asked:g}s, is capped at {max_wait:g}s"
+    if time_remaining is not None and seconds > time_remaining - DEADLINE_MARGIN:
+        seconds = max(0.0, time_remaining - DEADLINE_MARGIN)
+        note = f"the wait asked, {asked:g}s, is cut to the call's deadline ({seconds:.3g}s)"
+    return seconds, note
 
 
 def flush_target(request: pb.CheckReplicationFlushRequest) -> FlushTarget:
@@ -84,8 +118,10 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
         constraints: dict[str, Constraint],
         clock: Clock,
         metrics: Metrics,
+        max_wait: float = 60.0,
     ) -> None:
         self._view = view
+        self._max_wait = max_wait
         self._averages = averages
         self._limits = limits
         self._constraints = constraints
@@ -126,12 +162,15 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
         return database, caller, constraint
 
     def _health(
-        self, request: pb.CheckReplicationHealthRequest
+        self, request: pb.CheckReplicationHealthRequest, sample: bool = True
     ) -> tuple[GuaranteeStatus, pb.GuaranteeResponse]:
         database, caller, constraint = self._common(request)
         view = self._view.snapshot(database, self._clock.monotonic())
         queues = {c.node: c.report.copy_queue_length for c in view.copies if c.fresh and c.report}
-        averages = self._averages.record(caller, database, queues)
+        if sample:
+            averages = self._averages.record(caller, database, queues)
+        else:
+            averages = self._averages.current(caller, database, queues)
         key = (
             "health", database, constraint, tuple(c.problem for c in view.copies),
             tuple(sorted(averages.items())),
@@ -150,13 +189,41 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
     async def _serve(
         self,
         method: str,
-        compute: Callable[[], tuple[GuaranteeStatus, pb.GuaranteeResponse]],
+        request: object,
+        compute: Callable[[bool], tuple[GuaranteeStatus, pb.GuaranteeResponse]],
         context: grpc.aio.ServicerContext,
     ) -> pb.GuaranteeResponse:
+        """Answer `request` with `compute(sample)`, judged again at each change of the view
+        while it may wait; `sample`: whether this judgement adds to the caller's averages."""
         started = self._clock.monotonic()
         code: grpc.StatusCode | None = None
         try:
-            status, response = compute()
+            remaining = context.time_remaining()
+            wait, note = requested_wait(request, self._max_wait, remaining)
+            # The call's deadline is on the real clock, whatever clock the service keeps.
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + remaining - DEADLINE_MARGIN if remaining else None
+            version = self._view.version
+            status, response = compute(True)
+            sampled = took = self._clock.monotonic()
+            took -= started
+            while wait and status is not GuaranteeStatus.SATISFIED and not response.lost:
+                left = started + wait - self._clock.monotonic()
+                real_left = deadline - loop.time() if deadline is not None else None
+                if left <= 0 or (real_left is not None and real_left <= 0):
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._view.wait_change(version, left, self._clock), real_left
+                    )
+                version = self._view.version
+                begun = self._clock.monotonic()
+                sample = begun - sampled >= AVERAGE_SAMPLE_EVERY
+                status, response = compute(sample)
+                sampled = begun if sample else sampled
+                took = self._clock.monotonic() - begun
+            if request.HasField("wait"):  # type: ignore[attr-defined]
+                response = _with_wait(response, self._clock.monotonic() - started, note)
         except InvalidRequestError as exc:
             code, details = grpc.StatusCode.INVALID_ARGUMENT, str(exc)
         except UnknownDatabaseError as exc:
@@ -165,20 +232,34 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
             logger.exception("%s failed", method)
             self._metrics.unexpected.labels("request").inc()
             code, details = grpc.StatusCode.INTERNAL, "internal error; see the service log"
-        elapsed = self._clock.monotonic() - started
         if code is not None:
-            self._metrics.observe_request(method, code.name, elapsed)
+            self._metrics.observe_request(method, code.name, self._clock.monotonic() - started)
             await context.abort(code, details)
-        self._metrics.observe_request(method, status.value, elapsed)
+        # The latency of the answer itself: the judgement that gave it, not the wait.
+        self._metrics.observe_request(method, status.value, took)
         return response
 
     async def CheckReplicationHealth(self, request, context):
         """Are enough copies healthy and close enough? (CheckReplicationHealth)"""
-        return await self._serve("CheckReplicationHealth", lambda: self._health(request), context)
+        return await self._serve(
+            "CheckReplicationHealth", request, lambda s: self._health(request, s), context
+        )
 
     async def CheckReplicationFlush(self, request, context):
         """Have enough copies replayed the caller's commit? (CheckReplicationFlush)"""
-        return await self._serve("CheckReplicationFlush", lambda: self._flush(request), context)
+        return await self._serve(
+            "CheckReplicationFlush", request, lambda _: self._flush(request), context
+        )
+
+
+def _with_wait(response: pb.GuaranteeResponse, waited: float, note: str) -> pb.GuaranteeResponse:
+    """A copy of a (shared, cached) response that says how long it waited, and any cut."""
+    out = pb.GuaranteeResponse()
+    out.CopyFrom(response)
+    out.waited.CopyFrom(_duration(waited))
+    if note:
+        out.reason = f"{out.reason} ({note})"
+    return out
 
 
 def _duration(seconds: float) -> Duration:

@@ -1,8 +1,13 @@
 """The live view: the latest status of every configured database copy, when it was seen,
 and how fast it is moving.
 
-The poller writes it; requests read frozen `DatabaseView` snapshots of it. Nothing here
-waits on a node. Freshness rule: a copy's status is trusted only while its node's last poll
+The poller and the watchers (pushed progress, `watcher.py`) write it; requests read frozen
+`DatabaseView` snapshots of it, and a request that waits (`wait_change`) wakes at every
+change. Nothing here waits on a node.  While a node's status stream is live its changes
+arrive as they happen and its heartbeats keep what it sent fresh; the poller leaves such a
+node alone (a poll answered after a newer pushed change would set the view back).
+
+Freshness rule: a copy's status is trusted only while its node's last poll
 succeeded and the status is at most `stale_after` seconds old (by default 3 poll intervals:
 one slow or lost poll is tolerated, a dead node is noticed within seconds). A configured
 copy that its node does not report, or whose node cannot be reached, stays in the view with
@@ -19,10 +24,14 @@ that grew and now drains is seen draining, long enough to smooth one poll's jitt
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from dag_common.clock import Clock
 from dag_common.config import ClusterConfig
 from dag_common.incarnation import EpochRecord
 from dag_common.model import CopyStatusReport, NodeStatus
@@ -66,8 +75,32 @@ class LiveView:
         self._node_error: dict[str, str | None] = {}  # absent: never polled
         self._has_status: set[str] = set()
         self._stream_history: dict[str, tuple[EpochRecord, ...] | None] = {}
+        self._streaming: set[str] = set()  # nodes whose status stream is live
+        self._heard: dict[str, float] = {}  # a live stream's last line, monotonic
         self.rounds_completed = 0
-        self.version = 0  # bumped by every change a poll makes; answers may be cached by it
+        self.version = 0  # bumped by every change; answers may be cached by it
+        self._changed = asyncio.Event()
+
+    def _bump(self) -> None:
+        self.version += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_change(self, version: int, seconds: float, clock: Clock) -> bool:
+        """Wait up to `seconds` on `clock` for the view to change from `version`; whether
+        it did."""
+        if self.version != version:
+            return True
+        changed = asyncio.ensure_future(self._changed.wait())
+        timer = asyncio.ensure_future(clock.sleep(seconds))
+        try:
+            await asyncio.wait({changed, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (changed, timer):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        return self.version != version
 
     @property
     def databases(self) -> tuple[str, ...]:
@@ -78,36 +111,62 @@ class LiveView:
         return database in self._copies
 
     def node_polled(self, node: str, status: NodeStatus, now: float) -> None:
-        """Record a successful poll of `node` at monotonic time `now`."""
-        self.version += 1
+        """Record `node`'s whole status, polled (or a stream's snapshot) at monotonic `now`."""
+        self.copies_reported(node, status.copies, now)
+
+    def copies_reported(self, node: str, reports: Iterable[CopyStatusReport], now: float) -> None:
+        """Record statuses `node` gave at monotonic time `now` (all, or those that changed)."""
+        self._bump()
         self._node_error[node] = None
-        for report in status.copies:
+        for report in reports:
             key = (report.database, node)
             if report.node != node or key not in self._wanted:
                 logger.debug("ignoring unconfigured copy %s on %s", report.database, node)
                 continue
             self._has_status.add(report.database)
             self._states[key] = CopyState(report, now, self._rates(key, report, now))
+        if node in self._streaming:
+            self._heard[node] = now
 
     def node_failed(self, node: str, error: str) -> None:
         """Record that `node` could not be polled: its copies are not healthy for now."""
         if self._node_error.get(node) != error:
             logger.warning("node %s unreachable: %s", node, error)
-        self.version += 1
+        self._bump()
         self._node_error[node] = error
+
+    def stream_started(self, node: str, status: NodeStatus, now: float) -> None:
+        """`node`'s status stream is live, with its snapshot: its changes come pushed."""
+        self._streaming.add(node)
+        self.node_polled(node, status, now)
+
+    def stream_heard(self, node: str, now: float) -> None:
+        """A heartbeat: the node stands by every status its stream sent."""
+        if node in self._streaming:
+            self._heard[node] = now
+
+    def stream_ended(self, node: str, why: str) -> None:
+        """The stream ended (closed, garbage, silent past its limit): the node counts as
+        unreachable until a poll or a new stream says otherwise."""
+        self._streaming.discard(node)
+        self._heard.pop(node, None)
+        self.node_failed(node, why)
+
+    def streaming(self, node: str) -> bool:
+        return node in self._streaming
 
     def history_read(self, database: str, records: list[EpochRecord]) -> None:
         """Record the stream history of `database` as just read from the cluster store."""
         history = tuple(sorted(records, key=lambda r: r.epoch))
         if self._stream_history.get(database) != history:
-            self.version += 1
+            self._bump()
             self._stream_history[database] = history
 
     def history_failed(self, database: str, error: str) -> None:
         """The stream history of `database` could not be read: unknown until it can."""
         if self._stream_history.get(database, ()) is not None:
             logger.warning("stream history of %s unknown: %s", database, error)
-            self.version += 1
+            self._bump()
         self._stream_history[database] = None
 
     @property
@@ -152,7 +211,7 @@ class LiveView:
         state = self._states.get((database, node))
         if state is None:
             return f"node {node} does not report a copy of {database}"
-        age = now - state.seen
+        age = now - max(state.seen, self._heard.get(node, state.seen))
         if age > self._stale_after:
             return f"status stale: last seen {age:.1f}s ago (limit {self._stale_after:g}s)"
         return None

@@ -53,8 +53,9 @@ def settings_from(args: argparse.Namespace, config: ClusterConfig) -> MoveSettin
     smallest_log = min(config.log_file_size_of(db) for db in config.databases)
     changes: dict[str, object] = {
         "sync_batch_bytes": smallest_log // 2,
-        # by then the service has polled the copies at least once since the roll
-        "flush_first_check_after": 2 * config.guarantee_api.poll_interval,
+        # No head start before the first flush question: the service waits for the answer
+        # (`wait`) and hears of the copies' progress as it happens.  (A service without
+        # `wait` answers at once; the mover then asks every flush_retry_interval.)
         # a flush inside the open log is asked at least twice before the mover rolls instead
         "block_flush_wait": max(base.block_flush_wait, 4 * config.guarantee_api.poll_interval),
     }

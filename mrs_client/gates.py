@@ -34,7 +34,9 @@ from mrs_client.requests_store import MoveRecord, MoveRequestStore
 class GuaranteeClient(Protocol):
     """The two questions a mover asks the Data Guarantee API."""
 
-    async def check_health(self, database: str, caller_id: str) -> GuaranteeAnswer: ...
+    async def check_health(
+        self, database: str, caller_id: str, wait: timedelta | None = None
+    ) -> GuaranteeAnswer: ...
 
     async def check_flush(
         self,
@@ -44,9 +46,11 @@ class GuaranteeClient(Protocol):
         commit_time: datetime,
         epoch: int = 0,
         offset: int | None = None,
+        wait: timedelta | None = None,
     ) -> GuaranteeAnswer:
         """By the LSN (`generation` of the stream of `epoch`, and the record at `offset` in
-        it if given) when the service offers it, by `commit_time` otherwise."""
+        it if given) when the service offers it, by `commit_time` otherwise; with `wait`,
+        answered as soon as Satisfied or at the wait's end."""
         ...
 
 
@@ -79,6 +83,26 @@ class Gates:
         if stored is not None and stored.time_stalled > record.time_stalled:
             record = replace(record, time_stalled=stored.time_stalled)
         return self.requests.save(record, self.clock.now())
+
+    def _waited(
+        self, record: MoveRecord, answer: GuaranteeAnswer, asked: datetime, wait: timedelta
+    ) -> tuple[MoveRecord, datetime | None]:
+        """After an answer the service waited for: the time it waited counted as stalled,
+        and when the stall began (when a question it waited on was asked)."""
+        if answer.waited is None or answer.waited <= timedelta(0):
+            return record, record.stalled_since
+        record = self.save(
+            replace(record, time_stalled=record.time_stalled + answer.waited.total_seconds())
+        )
+        return record, record.stalled_since or asked
+
+    @staticmethod
+    def _ask_again(decision: Decision, answer: GuaranteeAnswer, wait: timedelta) -> Decision:
+        """A service that waited did the mover's waiting: ask again once the wait asked for
+        has passed (at once, unless it answered early), not after another bucket."""
+        if answer.waited is None:
+            return decision
+        return replace(decision, wait=max(timedelta(0), min(decision.wait, wait - answer.waited)))
 
     async def wait(self, record: MoveRecord, decision: Decision) -> MoveRecord:
         """Stall: record why, sleep, and count the time stalled."""
@@ -113,21 +137,24 @@ class Gates:
 
     async def health(self, record: MoveRecord) -> MoveRecord:
         """Ask CheckReplicationHealth until Satisfied (stalling) or fail past the limit."""
+        wait = self.settings.stall_retry_interval
         while True:
-            answer = await self.guarantee.check_health(record.target_db, self.caller_id)
+            asked = self.clock.now()
+            answer = await self.guarantee.check_health(record.target_db, self.caller_id, wait)
             self._record_answer(record, "CheckReplicationHealth", answer)
             self._last_check = self.clock.now()
+            record, since = self._waited(record, answer, asked, wait)
             decision = gate(
                 answer,
                 now=self.clock.now(),
-                stalled_since=record.stalled_since,
+                stalled_since=since,
                 settings=self.settings,
             )
             if decision.verdict is Verdict.CONTINUE:
                 return self.unstall(record)
             if decision.verdict is Verdict.FAIL:
                 raise MoveFailed(decision.reason)
-            record = await self.wait(record, decision)
+            record = await self.wait(record, self._ask_again(decision, answer, wait))
 
     async def periodic_health(self, record: MoveRecord) -> MoveRecord:
         """During the syncs: the health gate every `health_check_interval`."""
@@ -182,8 +209,12 @@ class Gates:
         if self.clock.now() < first:
             await self.clock.sleep((first - self.clock.now()).total_seconds())
         while True:
+            wait = s.flush_retry_interval
+            if give_up is not None:
+                wait = max(timedelta(0), min(wait, give_up - self.clock.now()))
             # The roll closed the generation just before flush_started: that is the commit
             # time the seed's check compares the copies' last replayed log time with.
+            asked = self.clock.now()
             answer = await self.guarantee.check_flush(
                 record.target_db,
                 self.caller_id,
@@ -191,8 +222,10 @@ class Gates:
                 record.flush_started,
                 record.target_epoch,
                 point.offset,
+                wait,
             )
             self._record_answer(record, "CheckReplicationFlush", answer)
+            record, _ = self._waited(record, answer, asked, wait)
             decision = flush_gate(
                 answer,
                 now=self.clock.now(),
@@ -211,4 +244,4 @@ class Gates:
                     return record, None
                 decision = replace(decision, wait=min(decision.wait, give_up - self.clock.now()))
             record = await between(record)
-            record = await self.wait(record, decision)
+            record = await self.wait(record, self._ask_again(decision, answer, wait))

@@ -10,6 +10,11 @@ The LSN names its stream incarnation (`Lsn.epoch`: the epoch of the active that 
 generation), so a service that knows epochs answers for that stream and says `lost` when a
 failover forked below it.  Neither the commit-time check nor an LSN without an epoch can see
 a fork: the mover's own digest verification is what catches a loss then.
+
+Both questions may carry a `wait` (issue 14): the service answers as soon as Satisfied, or
+at the wait's end with the answer of that moment, saying how long it waited (`waited`).  A
+service that predates it ignores the field and answers at once (`waited` None): the mover
+then sleeps between questions as before.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ def answer_from(response: pb.GuaranteeResponse) -> GuaranteeAnswer:
         reason=reason,
         epoch=int(response.epoch),
         lost=lost,
+        waited=response.waited.ToTimedelta() if response.HasField("waited") else None,
     )
 
 
@@ -107,15 +113,20 @@ class GrpcGuaranteeClient:
         return answer_from(response)
 
     async def _send(self, method: str, request: object) -> pb.GuaranteeResponse:
+        # The call's deadline leaves the service the whole wait asked, and then its answer.
+        wait = request.wait.ToTimedelta().total_seconds() if request.HasField("wait") else 0.0  # type: ignore[attr-defined]
         return await getattr(self._stub, method)(
-            request, metadata=self._metadata, timeout=self._timeout
+            request, metadata=self._metadata, timeout=self._timeout + wait
         )
 
-    async def check_health(self, database: str, caller_id: str) -> GuaranteeAnswer:
-        return await self._call(
-            "CheckReplicationHealth",
-            pb.CheckReplicationHealthRequest(database=database, caller_id=caller_id),
-        )
+    async def check_health(
+        self, database: str, caller_id: str, wait: timedelta | None = None
+    ) -> GuaranteeAnswer:
+        """With `wait`: the service answers as soon as Satisfied, or at its end."""
+        request = pb.CheckReplicationHealthRequest(database=database, caller_id=caller_id)
+        if wait:
+            request.wait.FromTimedelta(wait)
+        return await self._call("CheckReplicationHealth", request)
 
     async def check_flush(
         self,
@@ -125,6 +136,7 @@ class GrpcGuaranteeClient:
         commit_time: datetime,
         epoch: int = 0,
         offset: int | None = None,
+        wait: timedelta | None = None,
     ) -> GuaranteeAnswer:
         """Satisfied once the counted copies replayed `generation` of the stream of `epoch`
         (by LSN; with `offset`, or hold the record at that byte of it in block mode) or,
@@ -132,12 +144,16 @@ class GrpcGuaranteeClient:
         skew."""
         by_time = pb.CheckReplicationFlushRequest(database=database, caller_id=caller_id)
         by_time.commit_time.FromDatetime(commit_time)
+        if wait:
+            by_time.wait.FromTimedelta(wait)
         if self.flush_by_lsn:
             by_lsn = pb.CheckReplicationFlushRequest(
                 database=database,
                 caller_id=caller_id,
                 lsn=pb.Lsn(generation=generation, offset=offset or 0, epoch=epoch),
             )
+            if wait:
+                by_lsn.wait.FromTimedelta(wait)
             try:
                 return answer_from(await self._send("CheckReplicationFlush", by_lsn))
             except grpc.aio.AioRpcError as exc:

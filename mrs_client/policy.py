@@ -15,7 +15,10 @@ on from: anything written to the target before a step 6 flush must be flushed ag
 Timing, from the seed (all configurable):
 - steps 1-4: ask CheckReplicationHealth (every 10 s during the syncs); on NotSatisfied or
   Retry, queue the move and ask again every 30 s, or after the service's retry_after if that
-  is longer; fail after 15 min stalled; Satisfied within that time resumes it.
+  is longer; fail after 15 min stalled; Satisfied within that time resumes it.  Each
+  question asks the service to wait (`wait`, the 30 s): a service that does answers the
+  moment the copies recover and is asked again at once otherwise (the wait was the
+  mover's); one that does not is asked again after the 30 s (or retry_after) as above.
 - step 6: ask CheckReplicationFlush every 10 s for at most 30 min, else fail.  Asked by LSN
   inside the open generation (no roll) when every copy follows in block mode, for at most
   `block_flush_wait`; then the target's log is rolled and the flush asked for that generation.
@@ -74,6 +77,7 @@ class GuaranteeAnswer:
     reason: str
     epoch: int = 0
     lost: bool = False
+    waited: timedelta | None = None  # how long the service waited (None: it did not)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +88,10 @@ class MoveSettings:
     stall_retry_interval: timedelta = timedelta(seconds=30)
     stall_limit: timedelta = timedelta(minutes=15)
     flush_retry_interval: timedelta = timedelta(seconds=10)
-    # The first CheckReplicationFlush after a roll waits this long: an answer asked sooner
-    # comes from a poll made before the roll and is NotSatisfied, which then costs a whole
-    # flush_retry_interval.  The CLI sets two of the service's poll intervals (never more
-    # than flush_retry_interval: a short retry interval needs no head start).
+    # The first CheckReplicationFlush after a roll waits this long (never more than
+    # flush_retry_interval).  0: a service that waits (`wait`) and hears of the copies'
+    # progress as it happens answers as soon as the flush is there; a head start (two of
+    # its poll intervals) suits a service that only polls and answers at once.
     flush_first_check_after: timedelta = timedelta(0)
     flush_limit: timedelta = timedelta(minutes=30)
     # A flush asked inside the open generation (every copy in block mode) waits this long for

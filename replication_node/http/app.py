@@ -11,6 +11,7 @@ from replication_node.http.auth import auth_middleware
 from replication_node.http.context import NODE
 from replication_node.http.error_middleware import error_middleware
 from replication_node.http.logshare import add_log_share_routes
+from replication_node.http.status_watch import add_status_watch_route
 from replication_node.http.store_routes import add_store_routes
 from replication_node.metrics import add_metrics_route
 from replication_node.node import Node
@@ -26,6 +27,7 @@ def build_app(node: Node) -> web.Application:
     app[NODE] = node
     add_store_routes(app)
     add_admin_routes(app)
+    add_status_watch_route(app)
     add_metrics_route(app, node.metrics)
 
     def lookup(database: str) -> ActiveLogShare | None:

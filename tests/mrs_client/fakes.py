@@ -242,7 +242,10 @@ class FakeNodes:
 
 class FakeGuarantee:
     """Satisfied at once; the flush answer names the target's epoch if `knows_epochs`
-    (False: a service that judges by generation alone, as before the epoch contract)."""
+    (False: a service that judges by generation alone, as before the epoch contract).
+    `waits`: a service that honours a request's `wait` (issue 14): it judges again every
+    0.1 s of the clock until Satisfied or the wait's end, and says how long it waited;
+    otherwise it answers at once and does not say (a service from before)."""
 
     def __init__(self, nodes: FakeNodes, *, knows_epochs: bool = True) -> None:
         self.nodes = nodes
@@ -253,15 +256,39 @@ class FakeGuarantee:
         self.on_health: Callable[[str], GuaranteeAnswer | None] | None = None
         self.health_asked: list[datetime] = []  # when each CheckReplicationHealth came
         self.clock: ManualClock | None = None
+        self.waits = False
+        self.waits_asked: list[timedelta | None] = []
 
-    async def check_health(self, database: str, caller_id: str) -> GuaranteeAnswer:
+    async def _waiting(
+        self, wait: timedelta | None, judge: Callable[[], GuaranteeAnswer]
+    ) -> GuaranteeAnswer:
+        self.waits_asked.append(wait)
+        answer = judge()
+        if not self.waits or not wait:
+            return answer
+        assert self.clock is not None
+        start = self.clock.now()
+        while answer.status is not GuaranteeStatus.SATISFIED and not answer.lost:
+            if self.clock.now() - start >= wait:
+                break
+            await self.clock.sleep(0.1)
+            answer = judge()
+        return replace(answer, waited=self.clock.now() - start)
+
+    async def check_health(
+        self, database: str, caller_id: str, wait: timedelta | None = None
+    ) -> GuaranteeAnswer:
         if self.clock is not None:
             self.health_asked.append(self.clock.now())
-        if self.on_health is not None:
-            answer = self.on_health(database)
-            if answer is not None:
-                return answer
-        return GuaranteeAnswer(GuaranteeStatus.SATISFIED, timedelta(0), "healthy")
+
+        def judge() -> GuaranteeAnswer:
+            if self.on_health is not None:
+                answer = self.on_health(database)
+                if answer is not None:
+                    return answer
+            return GuaranteeAnswer(GuaranteeStatus.SATISFIED, timedelta(0), "healthy")
+
+        return await self._waiting(wait, judge)
 
     async def check_flush(
         self,
@@ -271,15 +298,20 @@ class FakeGuarantee:
         commit_time: datetime,
         epoch: int = 0,
         offset: int | None = None,
+        wait: timedelta | None = None,
     ) -> GuaranteeAnswer:
         self.flushes.append((database, generation, epoch))
         self.flush_offsets.append(offset)
-        if self.on_flush is not None:
-            answer = self.on_flush(database, generation, epoch)
-            if answer is not None:
-                return answer
-        current = self.nodes.dbs[database].epoch if self.knows_epochs else 0
-        return GuaranteeAnswer(GuaranteeStatus.SATISFIED, timedelta(0), "replayed", current)
+
+        def judge() -> GuaranteeAnswer:
+            if self.on_flush is not None:
+                answer = self.on_flush(database, generation, epoch)
+                if answer is not None:
+                    return answer
+            current = self.nodes.dbs[database].epoch if self.knows_epochs else 0
+            return GuaranteeAnswer(GuaranteeStatus.SATISFIED, timedelta(0), "replayed", current)
+
+        return await self._waiting(wait, judge)
 
 
 class FakeDirectory:

@@ -126,3 +126,68 @@ async def test_a_crash_at_each_step_then_resume_completes(tmp_path, step):
     record = await env.move(move_id=stored.id)
     env.assert_completed_equal(record)
     assert record.reconciles == 0
+
+
+@pytest.mark.parametrize("waits", [True, False])
+async def test_a_stalled_move_goes_on_as_soon_as_a_waiting_service_says_satisfied(tmp_path, waits):
+    """A service that honours `wait` answers the moment the copies recover, and the move
+    goes on within a step of the clock; one that does not is asked again only at the next
+    stall_retry_interval (30 s) bucket."""
+    env = MoverEnv(tmp_path)
+    env.guarantee.waits = waits
+    switch = unhealthy_target(env)
+    task = await env.start(LIMITED)
+    started = env.clock.now()
+    stalled = started + timedelta(seconds=1)  # asked at once; unhealthy from the start
+    await env.drive(task, until=lambda: env.clock.now() - stalled >= timedelta(seconds=100))
+    switch["healthy"] = True
+    healthy_at = env.clock.now()
+    record = None
+
+    def went_on() -> bool:
+        nonlocal record
+        (record,) = env.requests.list()
+        return record.steps_done >= 1
+
+    await env.drive(task, until=went_on)
+    late = env.clock.now() - healthy_at
+    if waits:
+        assert late <= timedelta(seconds=1), late
+        assert LIMITED.stall_retry_interval in env.guarantee.waits_asked
+    else:
+        assert late > timedelta(seconds=1), late  # the rest of a 30 s bucket
+    await env.drive(task)
+    env.assert_completed_equal(task.result())
+    # The time the service waited is time the move stalled, counted either way.
+    assert task.result().time_stalled >= 100
+
+
+async def test_a_flush_waits_on_the_service_instead_of_sleeping_between_answers(tmp_path):
+    env = MoverEnv(tmp_path, knows_epochs=True)
+    env.guarantee.waits = True
+    db = env.nodes.dbs["DB2"]
+    rolled = {}
+
+    def on_flush(database, generation, epoch):
+        # The copies replay each rolled generation 3.3 s after its roll.
+        if env.clock.now() < rolled[generation] + timedelta(seconds=3.3):
+            return GuaranteeAnswer(
+                GuaranteeStatus.NOT_SATISFIED, timedelta(0), "replaying", epoch=db.epoch
+            )
+        return None
+
+    env.guarantee.on_flush = on_flush
+
+    def at_roll(line):
+        if "target log rolled" in line:
+            rolled[int(line.split("generation ")[1].split()[0])] = env.clock.now()
+
+    env.on_line.append(at_roll)
+    record = await env.move(LIMITED)
+    env.assert_completed_equal(record)
+    # One question of step 6 waited 3.3 s and was Satisfied; no 10 s bucket was slept out.
+    flush_answers = [
+        a for a in env.requests.answers(record.id) if a["method"] == "CheckReplicationFlush"
+    ]
+    assert flush_answers[0]["status"] == GuaranteeStatus.SATISFIED, flush_answers
+    assert LIMITED.flush_retry_interval in env.guarantee.waits_asked

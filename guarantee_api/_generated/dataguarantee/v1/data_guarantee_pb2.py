@@ -26,31 +26,31 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%dataguarantee/v1/data_guarantee.proto\x12\x10\x64\x61taguarantee.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x89\x01\n\x1d\x43heckReplicationHealthRequest\x12\x10\n\x08\x64\x61tabase\x18\x01 \x01(\t\x12\x11\n\tcaller_id\x18\x02 \x01(\t\x12\x43\n\nconstraint\x18\x03 \x01(\x0e\x32/.dataguarantee.v1.DataMoveReplicationConstraint\"8\n\x03Lsn\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\"\xeb\x01\n\x1c\x43heckReplicationFlushRequest\x12\x10\n\x08\x64\x61tabase\x18\x01 \x01(\t\x12\x11\n\tcaller_id\x18\x02 \x01(\t\x12\x43\n\nconstraint\x18\x03 \x01(\x0e\x32/.dataguarantee.v1.DataMoveReplicationConstraint\x12\x31\n\x0b\x63ommit_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x00\x12$\n\x03lsn\x18\x05 \x01(\x0b\x32\x15.dataguarantee.v1.LsnH\x00\x42\x08\n\x06target\";\n\x0b\x43heckResult\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06passed\x18\x02 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"\xad\x03\n\x0b\x43opyVerdict\x12\x10\n\x08\x64\x61tabase\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x0c\n\x04site\x18\x03 \x01(\t\x12(\n\x04role\x18\x04 \x01(\x0e\x32\x1a.dataguarantee.v1.CopyRole\x12\x13\n\x0b\x63opy_status\x18\x05 \x01(\t\x12\r\n\x05meets\x18\x06 \x01(\x08\x12-\n\x06\x63hecks\x18\x07 \x03(\x0b\x32\x1d.dataguarantee.v1.CheckResult\x12\x19\n\x11\x63opy_queue_length\x18\x08 \x01(\x04\x12!\n\x19\x61verage_copy_queue_length\x18\t \x01(\x01\x12\x1b\n\x13replay_queue_length\x18\n \x01(\x04\x12\x19\n\x11last_log_replayed\x18\x0b \x01(\x04\x12:\n\x16last_replayed_log_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0freplay_lag_time\x18\r \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05\x65poch\x18\x0e \x01(\x04\"\xa0\x02\n\x11GuaranteeResponse\x12(\n\x06status\x18\x01 \x01(\x0e\x32\x18.dataguarantee.v1.Status\x12.\n\x0bretry_after\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x43\n\nconstraint\x18\x04 \x01(\x0e\x32/.dataguarantee.v1.DataMoveReplicationConstraint\x12-\n\x06\x63opies\x18\x05 \x03(\x0b\x32\x1d.dataguarantee.v1.CopyVerdict\x12\x10\n\x08\x64\x61tabase\x18\x06 \x01(\t\x12\r\n\x05\x65poch\x18\x07 \x01(\x04\x12\x0c\n\x04lost\x18\x08 \x01(\x08*M\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\t\n\x05RETRY\x10\x01\x12\r\n\tSATISFIED\x10\x02\x12\x11\n\rNOT_SATISFIED\x10\x03*\xc9\x01\n\x1d\x44\x61taMoveReplicationConstraint\x12\x1a\n\x16\x43ONSTRAINT_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x43ONSTRAINT_NONE\x10\x01\x12\x1a\n\x16\x43ONSTRAINT_SECOND_COPY\x10\x02\x12 \n\x1c\x43ONSTRAINT_SECOND_DATACENTER\x10\x03\x12\x1e\n\x1a\x43ONSTRAINT_ALL_DATACENTERS\x10\x04\x12\x19\n\x15\x43ONSTRAINT_ALL_COPIES\x10\x05*R\n\x08\x43opyRole\x12\x19\n\x15\x43OPY_ROLE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x43OPY_ROLE_ACTIVE\x10\x01\x12\x15\n\x11\x43OPY_ROLE_PASSIVE\x10\x02\x32\xed\x01\n\rDataGuarantee\x12n\n\x16\x43heckReplicationHealth\x12/.dataguarantee.v1.CheckReplicationHealthRequest\x1a#.dataguarantee.v1.GuaranteeResponse\x12l\n\x15\x43heckReplicationFlush\x12..dataguarantee.v1.CheckReplicationFlushRequest\x1a#.dataguarantee.v1.GuaranteeResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%dataguarantee/v1/data_guarantee.proto\x12\x10\x64\x61taguarantee.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb2\x01\n\x1d\x43heckReplicationHealthRequest\x12\x10\n\x08\x64\x61tabase\x18\x01 \x01(\t\x12\x11\n\tcaller_id\x18\x02 \x01(\t\x12\x43\n\nconstraint\x18\x03 \x01(\x0e\x32/.dataguarantee.v1.DataMoveReplicationConstraint\x12\'\n\x04wait\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"8\n\x03Lsn\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\"\x94\x02\n\x1c\x43heckReplicationFlushRequest\x12\x10\n\x08\x64\x61tabase\x18\x01 \x01(\t\x12\x11\n\tcaller_id\x18\x02 \x01(\t\x12\x43\n\nconstraint\x18\x03 \x01(\x0e\x32/.dataguarantee.v1.DataMoveReplicationConstraint\x12\x31\n\x0b\x63ommit_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x00\x12$\n\x03lsn\x18\x05 \x01(\x0b\x32\x15.dataguarantee.v1.LsnH\x00\x12\'\n\x04wait\x18\x06 \x01(\x0b\x32\x19.google.protobuf.DurationB\x08\n\x06target\";\n\x0b\x43heckResult\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06passed\x18\x02 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"\xad\x03\n\x0b\x43opyVerdict\x12\x10\n\x08\x64\x61tabase\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x0c\n\x04site\x18\x03 \x01(\t\x12(\n\x04role\x18\x04 \x01(\x0e\x32\x1a.dataguarantee.v1.CopyRole\x12\x13\n\x0b\x63opy_status\x18\x05 \x01(\t\x12\r\n\x05meets\x18\x06 \x01(\x08\x12-\n\x06\x63hecks\x18\x07 \x03(\x0b\x32\x1d.dataguarantee.v1.CheckResult\x12\x19\n\x11\x63opy_queue_length\x18\x08 \x01(\x04\x12!\n\x19\x61verage_copy_queue_length\x18\t \x01(\x01\x12\x1b\n\x13replay_queue_length\x18\n \x01(\x04\x12\x19\n\x11last_log_replayed\x18\x0b \x01(\x04\x12:\n\x16last_replayed_log_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0freplay_lag_time\x18\r \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05\x65poch\x18\x0e \x01(\x04\"\xcb\x02\n\x11GuaranteeResponse\x12(\n\x06status\x18\x01 \x01(\x0e\x32\x18.dataguarantee.v1.Status\x12.\n\x0bretry_after\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x43\n\nconstraint\x18\x04 \x01(\x0e\x32/.dataguarantee.v1.DataMoveReplicationConstraint\x12-\n\x06\x63opies\x18\x05 \x03(\x0b\x32\x1d.dataguarantee.v1.CopyVerdict\x12\x10\n\x08\x64\x61tabase\x18\x06 \x01(\t\x12\r\n\x05\x65poch\x18\x07 \x01(\x04\x12\x0c\n\x04lost\x18\x08 \x01(\x08\x12)\n\x06waited\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration*M\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\t\n\x05RETRY\x10\x01\x12\r\n\tSATISFIED\x10\x02\x12\x11\n\rNOT_SATISFIED\x10\x03*\xc9\x01\n\x1d\x44\x61taMoveReplicationConstraint\x12\x1a\n\x16\x43ONSTRAINT_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x43ONSTRAINT_NONE\x10\x01\x12\x1a\n\x16\x43ONSTRAINT_SECOND_COPY\x10\x02\x12 \n\x1c\x43ONSTRAINT_SECOND_DATACENTER\x10\x03\x12\x1e\n\x1a\x43ONSTRAINT_ALL_DATACENTERS\x10\x04\x12\x19\n\x15\x43ONSTRAINT_ALL_COPIES\x10\x05*R\n\x08\x43opyRole\x12\x19\n\x15\x43OPY_ROLE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x43OPY_ROLE_ACTIVE\x10\x01\x12\x15\n\x11\x43OPY_ROLE_PASSIVE\x10\x02\x32\xed\x01\n\rDataGuarantee\x12n\n\x16\x43heckReplicationHealth\x12/.dataguarantee.v1.CheckReplicationHealthRequest\x1a#.dataguarantee.v1.GuaranteeResponse\x12l\n\x15\x43heckReplicationFlush\x12..dataguarantee.v1.CheckReplicationFlushRequest\x1a#.dataguarantee.v1.GuaranteeResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'dataguarantee.v1.data_guarantee_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STATUS']._serialized_start=1344
-  _globals['_STATUS']._serialized_end=1421
-  _globals['_DATAMOVEREPLICATIONCONSTRAINT']._serialized_start=1424
-  _globals['_DATAMOVEREPLICATIONCONSTRAINT']._serialized_end=1625
-  _globals['_COPYROLE']._serialized_start=1627
-  _globals['_COPYROLE']._serialized_end=1709
+  _globals['_STATUS']._serialized_start=1469
+  _globals['_STATUS']._serialized_end=1546
+  _globals['_DATAMOVEREPLICATIONCONSTRAINT']._serialized_start=1549
+  _globals['_DATAMOVEREPLICATIONCONSTRAINT']._serialized_end=1750
+  _globals['_COPYROLE']._serialized_start=1752
+  _globals['_COPYROLE']._serialized_end=1834
   _globals['_CHECKREPLICATIONHEALTHREQUEST']._serialized_start=125
-  _globals['_CHECKREPLICATIONHEALTHREQUEST']._serialized_end=262
-  _globals['_LSN']._serialized_start=264
-  _globals['_LSN']._serialized_end=320
-  _globals['_CHECKREPLICATIONFLUSHREQUEST']._serialized_start=323
-  _globals['_CHECKREPLICATIONFLUSHREQUEST']._serialized_end=558
-  _globals['_CHECKRESULT']._serialized_start=560
-  _globals['_CHECKRESULT']._serialized_end=619
-  _globals['_COPYVERDICT']._serialized_start=622
-  _globals['_COPYVERDICT']._serialized_end=1051
-  _globals['_GUARANTEERESPONSE']._serialized_start=1054
-  _globals['_GUARANTEERESPONSE']._serialized_end=1342
-  _globals['_DATAGUARANTEE']._serialized_start=1712
-  _globals['_DATAGUARANTEE']._serialized_end=1949
+  _globals['_CHECKREPLICATIONHEALTHREQUEST']._serialized_end=303
+  _globals['_LSN']._serialized_start=305
+  _globals['_LSN']._serialized_end=361
+  _globals['_CHECKREPLICATIONFLUSHREQUEST']._serialized_start=364
+  _globals['_CHECKREPLICATIONFLUSHREQUEST']._serialized_end=640
+  _globals['_CHECKRESULT']._serialized_start=642
+  _globals['_CHECKRESULT']._serialized_end=701
+  _globals['_COPYVERDICT']._serialized_start=704
+  _globals['_COPYVERDICT']._serialized_end=1133
+  _globals['_GUARANTEERESPONSE']._serialized_start=1136
+  _globals['_GUARANTEERESPONSE']._serialized_end=1467
+  _globals['_DATAGUARANTEE']._serialized_start=1837
+  _globals['_DATAGUARANTEE']._serialized_end=2074
 # @@protoc_insertion_point(module_scope)
