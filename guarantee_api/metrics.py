@@ -67,7 +67,7 @@ class Metrics:
         )
         self.stream_events = Counter(
             "dataguarantee_stream_events_total",
-            "Status changes pushed by the node's stream.",
+            "Copy status changes pushed by the node's stream (one per copy).",
             ["node"],
             registry=r,
         )

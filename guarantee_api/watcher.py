@@ -115,7 +115,7 @@ class NodeWatcher:
                             raise WatchProtocolError("a copy of another node")
                         self._view.copies_reported(name, event.copies, now)
                         if self._metrics:
-                            self._metrics.stream_events.labels(name).inc()
+                            self._metrics.stream_events.labels(name).inc(len(event.copies))
                     else:
                         assert isinstance(event, Heartbeat)
                         self._view.stream_heard(name, now)
