@@ -10,10 +10,15 @@ A watcher holds the node's status as the snapshot and the changes since make it;
 (a heartbeat too) says the node still stands by what it last sent.  A line that does not
 decode whole (`WatchProtocolError`) ends the watch: nothing of it is used.
 
-`Coalescer` (pure, on the caller's clock) decides which changed copies go out now: each copy
-has a small bucket of sends (`burst`), refilled at `rate` a second, so a copy that moves once
-(a roll, a replay) is sent at once and one that moves all the time (block mode under load)
-at most `rate` times a second, always with its newest status.
+`Coalescer` (pure, on the caller's clock) decides which changed copies go out now, called
+once per look at the node's status: each copy has a small bucket of sends (`burst`),
+refilled at `rate` a second, so a copy that moves once (a roll, a replay) is sent at once
+and one that moves all the time (block mode under load) at most `rate` times a second,
+always with its newest status.  A change held back goes out as soon as the copy is found
+quiet (unchanged since the previous look), bucket or not: a burst of changes (a final sync's
+writes, then the roll's copy, inspection and replay) ends with its last state one look
+later, not a refill later, which is what a question waiting on that state needs.  (At
+worst, a copy that changes every other look is sent every other look.)
 """
 
 from __future__ import annotations
@@ -110,6 +115,7 @@ class Coalescer:
         self._burst = float(burst)
         self._sent: dict[tuple[str, str], tuple[Any, ...]] = {}
         self._tokens: dict[tuple[str, str], tuple[float, float]] = {}  # (tokens, at)
+        self._held: dict[tuple[str, str], tuple[Any, ...]] = {}  # held back at the last look
 
     def sent(self, copies: list[CopyStatusReport], now: float) -> None:
         """These statuses went out whole (a snapshot): changes count from them."""
@@ -119,7 +125,8 @@ class Coalescer:
 
     def due(self, copies: list[CopyStatusReport], now: float) -> list[CopyStatusReport]:
         """The copies whose status changed since last sent and may go out now (their sends
-        taken); a change held back is found again on a later call, newer if it moved on."""
+        taken); a change held back is found again on a later call, newer if it moved on,
+        and goes out once found quiet."""
         out = []
         for c in copies:
             key = (c.database, c.node)
@@ -128,10 +135,12 @@ class Coalescer:
                 continue
             tokens, at = self._tokens.get(key, (self._burst, now))
             tokens = min(self._burst, tokens + (now - at) * self._rate)
-            if tokens < 1.0:
+            if tokens < 1.0 and self._held.get(key) != mark:
                 self._tokens[key] = (tokens, now)
+                self._held[key] = mark  # still moving: held back
                 continue
-            self._tokens[key] = (tokens - 1.0, now)
+            self._tokens[key] = (max(0.0, tokens - 1.0), now)
             self._sent[key] = mark
+            self._held.pop(key, None)
             out.append(c)
         return out

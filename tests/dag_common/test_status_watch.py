@@ -89,3 +89,15 @@ def test_what_moves_with_time_alone_is_no_news_but_a_mode_change_is():
     assert co.due([copy(lease_expires_in=3.1)], now=1.0) == []
     moved = copy(lease_expires_in=3.0, copy_mode=CopyMode.BLOCK)
     assert co.due([moved], now=1.1) == [moved]
+
+
+def test_the_last_state_of_a_burst_goes_out_one_look_after_it_settles():
+    """A final sync's writes drain the bucket; the roll's replay that follows is not held a
+    refill long: found unchanged at the next look, it goes out then."""
+    co = Coalescer(rate=4.0, burst=2)
+    co.sent([copy(replayed=1)], now=0.0)
+    for i, t in enumerate((0.010, 0.020), start=2):
+        assert co.due([copy(replayed=i)], now=t) == [copy(replayed=i)]
+    assert co.due([copy(replayed=9)], now=0.030) == []  # held: the bucket is empty
+    assert co.due([copy(replayed=9)], now=0.055) == [copy(replayed=9)]  # quiet: out
+    assert co.due([copy(replayed=9)], now=0.080) == []  # nothing new
