@@ -163,9 +163,7 @@ class GuaranteeService:
         # No pool limit: each node holds its status stream open, and aiohttp's default of
         # 100 connections would leave the 101st node's stream (and every poll) waiting
         # (found by bench/guarantee_scale.py at 200 nodes).  At most two per node.
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=ssl_ctx, limit=0)
-        )
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl_ctx, limit=0))
         # The stream history (epochs and their fork points) is the cluster store's: read it
         # from there, the authority, not from what some node last heard.
         self._cluster_store = open_cluster_store(self.config)
