@@ -56,7 +56,8 @@ class Metrics:
             registry=r,
         )
         self.node_up = Gauge(
-            "dataguarantee_node_up", "1 if the node's last status poll succeeded.", ["node"],
+            "dataguarantee_node_up",
+            "1 if the node's status stream is live or its last status poll succeeded.", ["node"],
             registry=r,
         )  # fmt: skip
         self.stream_up = Gauge(

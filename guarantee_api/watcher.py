@@ -67,6 +67,8 @@ class NodeWatcher:
             live, why = await self.watch_once()
             if live:
                 self._view.stream_ended(name, why)
+                if self._metrics:
+                    self._metrics.node_up.labels(name).set(0)
             else:
                 logger.debug("status stream of %s not opened: %s", name, why)
             if self._metrics:
@@ -107,6 +109,7 @@ class NodeWatcher:
                         self._view.stream_started(name, event.status, now)
                         if not started and self._metrics:
                             self._metrics.stream_up.labels(name).set(1)
+                            self._metrics.node_up.labels(name).set(1)
                         started = True
                     elif not started:
                         raise WatchProtocolError("a first line that is not the snapshot")
