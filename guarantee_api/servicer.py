@@ -131,14 +131,13 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
         # the view does not change, equal questions get the same response object. This is
         # what keeps an answer cheap under load (see bench/README.md).
         self._cache: dict[tuple[object, ...], pb.GuaranteeResponse] = {}
-        self._cache_version = -1
 
     def _cached(
         self, key: tuple[object, ...], compute: Callable[[], Answer]
     ) -> tuple[GuaranteeStatus, pb.GuaranteeResponse]:
-        if self._view.version != self._cache_version or len(self._cache) > 4096:
+        # Keys name their database's version: an entry of an older one is never hit again.
+        if len(self._cache) > 4096:
             self._cache.clear()
-            self._cache_version = self._view.version
         hit = self._cache.get(key)
         if hit is None:
             hit = self._cache[key] = to_proto(compute())
@@ -172,8 +171,8 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
         else:
             averages = self._averages.current(caller, database, queues)
         key = (
-            "health", database, constraint, tuple(c.problem for c in view.copies),
-            tuple(sorted(averages.items())),
+            "health", database, self._view.version(database), constraint,
+            tuple(c.problem for c in view.copies), tuple(sorted(averages.items())),
         )  # fmt: skip
         return self._cached(key, lambda: evaluate_health(view, constraint, averages, self._limits))
 
@@ -183,7 +182,10 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
         database, _, constraint = self._common(request)
         target = flush_target(request)
         view = self._view.snapshot(database, self._clock.monotonic())
-        key = ("flush", database, constraint, tuple(c.problem for c in view.copies), target)
+        key = (
+            "flush", database, self._view.version(database), constraint,
+            tuple(c.problem for c in view.copies), target,
+        )  # fmt: skip
         return self._cached(key, lambda: evaluate_flush(view, constraint, target, self._limits))
 
     async def _serve(
@@ -203,8 +205,10 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
             # The call's deadline is on the real clock, whatever clock the service keeps.
             loop = asyncio.get_running_loop()
             deadline = loop.time() + remaining - DEADLINE_MARGIN if remaining else None
-            version = self._view.version
+            database: str = request.database  # type: ignore[attr-defined]
             status, response = compute(True)
+            # Read after the judgement, with nothing awaited between: the version it saw.
+            version = self._view.version(database)
             sampled = took = self._clock.monotonic()
             took -= started
             while wait and status is not GuaranteeStatus.SATISFIED and not response.lost:
@@ -214,12 +218,12 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
                     break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(
-                        self._view.wait_change(version, left, self._clock), real_left
+                        self._view.wait_change(database, version, left, self._clock), real_left
                     )
-                version = self._view.version
                 begun = self._clock.monotonic()
                 sample = begun - sampled >= AVERAGE_SAMPLE_EVERY
                 status, response = compute(sample)
+                version = self._view.version(database)
                 sampled = begun if sample else sampled
                 took = self._clock.monotonic() - begun
             if request.HasField("wait"):  # type: ignore[attr-defined]

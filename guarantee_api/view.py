@@ -77,21 +77,34 @@ class LiveView:
         self._stream_history: dict[str, tuple[EpochRecord, ...] | None] = {}
         self._streaming: set[str] = set()  # nodes whose status stream is live
         self._heard: dict[str, float] = {}  # a live stream's last line, monotonic
+        self._on_node: dict[str, tuple[str, ...]] = {
+            node: tuple(db for db, nodes in self._copies.items() if node in nodes)
+            for node in self._sites
+        }
         self.rounds_completed = 0
-        self.version = 0  # bumped by every change; answers may be cached by it
-        self._changed = asyncio.Event()
+        # Each database's version, bumped by every change of what its answers read (its
+        # copies, their nodes' reachability, its stream history): answers may be cached by
+        # it, and a waiting request wakes only when its own database changes.
+        self._versions: dict[str, int] = dict.fromkeys(self._copies, 0)
+        self._changed: dict[str, asyncio.Event] = {}
 
-    def _bump(self) -> None:
-        self.version += 1
-        self._changed.set()
-        self._changed = asyncio.Event()
+    def version(self, database: str) -> int:
+        return self._versions[database]
 
-    async def wait_change(self, version: int, seconds: float, clock: Clock) -> bool:
-        """Wait up to `seconds` on `clock` for the view to change from `version`; whether
+    def _bump(self, databases: Iterable[str]) -> None:
+        for db in databases:
+            self._versions[db] += 1
+            event = self._changed.pop(db, None)
+            if event is not None:
+                event.set()
+
+    async def wait_change(self, database: str, version: int, seconds: float, clock: Clock) -> bool:
+        """Wait up to `seconds` on `clock` for `database` to change from `version`; whether
         it did."""
-        if self.version != version:
+        if self._versions[database] != version:
             return True
-        changed = asyncio.ensure_future(self._changed.wait())
+        event = self._changed.setdefault(database, asyncio.Event())
+        changed = asyncio.ensure_future(event.wait())
         timer = asyncio.ensure_future(clock.sleep(seconds))
         try:
             await asyncio.wait({changed, timer}, return_when=asyncio.FIRST_COMPLETED)
@@ -100,7 +113,7 @@ class LiveView:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        return self.version != version
+        return self._versions[database] != version
 
     @property
     def databases(self) -> tuple[str, ...]:
@@ -116,7 +129,8 @@ class LiveView:
 
     def copies_reported(self, node: str, reports: Iterable[CopyStatusReport], now: float) -> None:
         """Record statuses `node` gave at monotonic time `now` (all, or those that changed)."""
-        self._bump()
+        # A node heard from again changes every one of its databases' answers.
+        changed = set() if self._node_error.get(node, "") is None else set(self._dbs_of(node))
         self._node_error[node] = None
         for report in reports:
             key = (report.database, node)
@@ -125,15 +139,20 @@ class LiveView:
                 continue
             self._has_status.add(report.database)
             self._states[key] = CopyState(report, now, self._rates(key, report, now))
+            changed.add(report.database)
         if node in self._streaming:
             self._heard[node] = now
+        self._bump(changed)
+
+    def _dbs_of(self, node: str) -> tuple[str, ...]:
+        return self._on_node.get(node, ())
 
     def node_failed(self, node: str, error: str) -> None:
         """Record that `node` could not be polled: its copies are not healthy for now."""
         if self._node_error.get(node) != error:
             logger.warning("node %s unreachable: %s", node, error)
-        self._bump()
         self._node_error[node] = error
+        self._bump(self._dbs_of(node))
 
     def stream_started(self, node: str, status: NodeStatus, now: float) -> None:
         """`node`'s status stream is live, with its snapshot: its changes come pushed."""
@@ -159,15 +178,17 @@ class LiveView:
         """Record the stream history of `database` as just read from the cluster store."""
         history = tuple(sorted(records, key=lambda r: r.epoch))
         if self._stream_history.get(database) != history:
-            self._bump()
             self._stream_history[database] = history
+            self._bump([database])
 
     def history_failed(self, database: str, error: str) -> None:
         """The stream history of `database` could not be read: unknown until it can."""
         if self._stream_history.get(database, ()) is not None:
             logger.warning("stream history of %s unknown: %s", database, error)
-            self._bump()
-        self._stream_history[database] = None
+            self._stream_history[database] = None
+            self._bump([database])
+        else:
+            self._stream_history[database] = None
 
     @property
     def reachable_nodes(self) -> int:

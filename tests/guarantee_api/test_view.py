@@ -81,3 +81,37 @@ def test_unknown_database_raises(live):
     assert not live.knows("DB9")
     with pytest.raises(KeyError):
         live.snapshot("DB9", 0.0)
+
+
+async def test_a_waiting_request_wakes_only_for_a_change_of_its_own_database(live):
+    """DB1 is on every node, DB2 on mbx2 only: a change of DB2's copy does not wake a
+    request waiting on DB1 (at scale, every change waking every waiter would cost a
+    judgement per waiter per change); a change of DB1's copy does, and so does a node of
+    DB1 going unreachable."""
+    import asyncio
+
+    from dag_common.clock import ManualClock
+    from dag_common.model import CopyRole
+
+    clock = ManualClock()
+    poll_all(live, 0.0)
+    v1, v2 = live.version("DB1"), live.version("DB2")
+    waiter = asyncio.ensure_future(live.wait_change("DB1", v1, 60, clock))
+    await asyncio.sleep(0)
+    live.copies_reported("mbx2", [report("mbx2", "DB2", role=CopyRole.ACTIVE)], 1.0)
+    await asyncio.sleep(0)
+    assert not waiter.done() and live.version("DB2") > v2 and live.version("DB1") == v1
+    live.copies_reported("mbx3", [report("mbx3", replayed=101)], 1.0)
+    assert await asyncio.wait_for(waiter, 1) is True
+    v1 = live.version("DB1")
+    waiter = asyncio.ensure_future(live.wait_change("DB1", v1, 60, clock))
+    await asyncio.sleep(0)
+    live.node_failed("mbx1", "connection refused")
+    assert await asyncio.wait_for(waiter, 1) is True
+    # And the wait ends on the clock when nothing changes.
+    v1 = live.version("DB1")
+    waiter = asyncio.ensure_future(live.wait_change("DB1", v1, 5, clock))
+    for _ in range(5):  # its timer registered with the clock
+        await asyncio.sleep(0)
+    await clock.advance(5)
+    assert await asyncio.wait_for(waiter, 1) is False
