@@ -30,6 +30,16 @@ from mrs_client.policy import (
 )
 from mrs_client.requests_store import MoveRecord, MoveRequestStore
 
+# A gate's first question waits at most this long: a move still not Satisfied is then marked
+# Stalled (what `mrs list` shows while the service waits), and its next questions wait the
+# whole retry interval.
+FIRST_WAIT = timedelta(seconds=1)
+
+
+def wait_for(record: MoveRecord, interval: timedelta) -> timedelta:
+    """The wait a question asks for: the retry interval once the move is stalled."""
+    return interval if record.state is MoveState.STALLED else min(FIRST_WAIT, interval)
+
 
 class GuaranteeClient(Protocol):
     """The two questions a mover asks the Data Guarantee API."""
@@ -137,8 +147,8 @@ class Gates:
 
     async def health(self, record: MoveRecord) -> MoveRecord:
         """Ask CheckReplicationHealth until Satisfied (stalling) or fail past the limit."""
-        wait = self.settings.stall_retry_interval
         while True:
+            wait = wait_for(record, self.settings.stall_retry_interval)
             asked = self.clock.now()
             answer = await self.guarantee.check_health(record.target_db, self.caller_id, wait)
             self._record_answer(record, "CheckReplicationHealth", answer)
@@ -209,7 +219,7 @@ class Gates:
         if self.clock.now() < first:
             await self.clock.sleep((first - self.clock.now()).total_seconds())
         while True:
-            wait = s.flush_retry_interval
+            wait = wait_for(record, s.flush_retry_interval)
             if give_up is not None:
                 wait = max(timedelta(0), min(wait, give_up - self.clock.now()))
             # The roll closed the generation just before flush_started: that is the commit
