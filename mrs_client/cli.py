@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import aiohttp
+import orjson
 
 from dag_common.cli import run
 from dag_common.clock import SystemClock
@@ -94,7 +95,12 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
             textfile(record, line)
 
     ssl = config.tls.client_context() if config.tls else None
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl)) as session:
+    # orjson for the bodies: a batch is up to half a log file of items, and the standard
+    # library's encoder spends about 3 ms on each 1 MB one.
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(ssl=ssl),
+        json_serialize=lambda body: orjson.dumps(body).decode(),
+    ) as session:
         guarantee = GrpcGuaranteeClient.from_config(config, token=token)
         mover = Mover(
             requests=requests,
