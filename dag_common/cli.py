@@ -4,7 +4,8 @@ into one `error:` line and the exit code (dag_common.model.ExitCode).
     0  ok
     1  the operation failed: a refused or failed call, a node or service unreachable, a
        failure of this project's own (any DagError not named bad input), an interruption
-    2  bad input: bad arguments, a bad config (ConfigError), or an error the command names
+    2  bad input: bad arguments, a bad config (ConfigError), what it would take held by
+       another process (InUse), or an error the command names
 
 A traceback is never printed: an unexpected exception is a bug, said in one line; the
 traceback goes to the debug log (`--verbose`, where a command has it).
@@ -20,7 +21,7 @@ from collections.abc import Callable
 
 import aiohttp
 
-from dag_common.errors import ConfigError, DagError
+from dag_common.errors import ConfigError, DagError, InUse
 from dag_common.model import ExitCode
 
 logger = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def run(
     func: Command = args.func
     try:
         return int(func(args))
-    except (ConfigError, *bad_input) as exc:
+    except (ConfigError, InUse, *bad_input) as exc:
         error(str(exc))
         return ExitCode.BAD_INPUT
     except DagError as exc:

@@ -1,7 +1,8 @@
 """Errors shared by every component.
 
 DagError
-└── ConfigError        the cluster config file is missing, unreadable or invalid (exit 2)
+├── ConfigError        the cluster config file is missing, unreadable or invalid (exit 2)
+└── InUse              a data directory or port is held by another process (exit 2)
 """
 
 
@@ -11,3 +12,8 @@ class DagError(Exception):
 
 class ConfigError(DagError):
     """The cluster config cannot be used; the message names the field and the reason."""
+
+
+class InUse(DagError):
+    """What a command would take is taken: a node's data directory locked by a running
+    process, a port another process listens on (exit 2, nothing changed)."""

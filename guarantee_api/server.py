@@ -26,6 +26,8 @@ from grpc_reflection.v1alpha import reflection
 from dag_common.auth import token_matches
 from dag_common.clock import Clock, SystemClock
 from dag_common.config import ClusterConfig
+from dag_common.errors import InUse
+from dag_common.exclusive import bind_port
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from guarantee_api.averages import CopyQueueAverages
@@ -131,7 +133,14 @@ class GuaranteeService:
         """Bind both listeners, start polling; health says SERVING after the first round."""
         api = self.config.guarantee_api
         interceptors = [TokenInterceptor(self._client_token)] if self._client_token else []
-        self._grpc = grpc.aio.server(interceptors=interceptors)
+        # No SO_REUSEPORT (gRPC's default): a second service on the same port is refused
+        # instead of sharing its calls.  Asked first with a plain bind, so that the refusal
+        # is one line (InUse) rather than gRPC's own log.
+        host, _, port = api.listen.rpartition(":")
+        if int(port):
+            for sock in bind_port(host or "0.0.0.0", int(port), "guarantee API (gRPC)"):
+                sock.close()
+        self._grpc = grpc.aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0)])
         pb_grpc.add_DataGuaranteeServicer_to_server(self._servicer, self._grpc)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._grpc)
         reflection.enable_server_reflection(
@@ -141,13 +150,16 @@ class GuaranteeService:
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
-        if self._tls:
-            creds = grpc.ssl_server_credentials(
-                [(self._tls.key.read_bytes(), self._tls.cert.read_bytes())]
-            )
-            self.grpc_port = self._grpc.add_secure_port(api.listen, creds)
-        else:
-            self.grpc_port = self._grpc.add_insecure_port(api.listen)
+        try:
+            if self._tls:
+                creds = grpc.ssl_server_credentials(
+                    [(self._tls.key.read_bytes(), self._tls.cert.read_bytes())]
+                )
+                self.grpc_port = self._grpc.add_secure_port(api.listen, creds)
+            else:
+                self.grpc_port = self._grpc.add_insecure_port(api.listen)
+        except RuntimeError as exc:  # taken between the check above and now
+            raise InUse(f"guarantee API (gRPC): cannot listen on {api.listen}: {exc}") from None
         await self._grpc.start()
         try:
             await self._start_rest(api.http_listen)
@@ -197,6 +209,7 @@ class GuaranteeService:
 
     async def _start_http(self, listen: str) -> None:
         host, _, port = listen.rpartition(":")
+        sockets = bind_port(host or "127.0.0.1", int(port), "guarantee API (HTTP)")
         app = web.Application()
         app[_METRICS_KEY] = self.metrics
         app[_SERVICE_KEY] = self
@@ -204,10 +217,9 @@ class GuaranteeService:
         app.router.add_get("/healthz", _healthz_handler)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host or "127.0.0.1", int(port))
-        await site.start()
-        server = site._server  # aiohttp exposes the bound socket only here
-        self.http_port = server.sockets[0].getsockname()[1] if server else int(port)  # type: ignore[union-attr]
+        for sock in sockets:
+            await web.SockSite(self._runner, sock).start()
+        self.http_port = sockets[0].getsockname()[1]
 
     async def _after_round(self) -> None:
         now = self.clock.monotonic()

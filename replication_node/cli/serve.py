@@ -21,6 +21,7 @@ from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.durations import parse_duration
 from dag_common.errors import ConfigError
+from dag_common.exclusive import bind_port, lock_directory
 from dag_common.model import ExitCode
 from replication_node.cluster.store import open_cluster_store
 from replication_node.http.app import build_app
@@ -55,6 +56,13 @@ async def _serve(
     except KeyError:
         raise ConfigError(f"{config_path}: no node named {node_name!r}") from None
     token = load_token(config)
+    # Before anything is opened: the node's data directory (a second process for the same
+    # node would mount its live databases) and its port.  Both kept until the process ends.
+    lock = lock_directory(node_config.data_dir, f"node {node_name}")  # noqa: F841 - held
+    # The url's host by default; a pod binds every address (`--listen-host 0.0.0.0`), since
+    # its url names a DNS record that points at it only once it runs.
+    host = listen_host or node_config.host
+    sockets = bind_port(host, node_config.port, f"node {node_name}")
     store = open_cluster_store(config)
     node = Node(
         config=config,
@@ -69,13 +77,11 @@ async def _serve(
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     ssl_ctx = config.tls.server_context() if config.tls else None
-    # The url's host by default; a pod binds every address (`--listen-host 0.0.0.0`), since
-    # its url names a DNS record that points at it only once it runs.
-    host = listen_host or node_config.host
-    site = web.TCPSite(runner, host, node_config.port, ssl_context=ssl_ctx)
+    sites = [web.SockSite(runner, sock, ssl_context=ssl_ctx) for sock in sockets]
     try:
         await node.start()
-        await site.start()
+        for site in sites:
+            await site.start()
     except BaseException:  # e.g. etcd refused our credentials: one error line, nothing left open
         await node.stop()
         await runner.cleanup()
@@ -88,7 +94,8 @@ async def _serve(
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     logging.getLogger(__name__).info("node %s stopping", node_name)
-    await site.stop()
+    for site in sites:
+        await site.stop()
     await node.stop()
     await runner.cleanup()
     await store.aclose()
