@@ -74,6 +74,7 @@ class PassiveCopy:
         self._failed_retry = failed_retry
         self.markers = Markers()
         self._task: asyncio.Task[None] | None = None
+        self._follower: asyncio.Task[None] | None = None  # while the pipeline is stopped
         self._db: Database | None = None
         self._reader: Database | None = None
         self._phase = CopyStatus.INITIALIZING  # what the running pipeline is doing
@@ -101,6 +102,7 @@ class PassiveCopy:
         if self._suspended:
             self._open_markers_only()
             logger.info("%s: starts suspended (%s)", self.database, self.error)
+            self._follow_while_stopped()
             return
         self._launch()
 
@@ -114,6 +116,7 @@ class PassiveCopy:
         self._suspended, self._failed, self.error = True, False, reason
         self._save_state()
         logger.info("%s: suspended: %s", self.database, reason)
+        self._follow_while_stopped()
 
     async def resume(self) -> None:
         """Start the pipeline again from where it stopped (also after a failure)."""
@@ -141,6 +144,11 @@ class PassiveCopy:
         self._task = asyncio.create_task(self._run(reseed), name=f"passive {self.database}")
 
     async def _halt(self) -> None:
+        if self._follower is not None:
+            self._follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follower
+            self._follower = None
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -161,6 +169,7 @@ class PassiveCopy:
                 await self._pipeline()
             except CopyFailed as exc:
                 self._fail(str(exc))
+                self._follow_while_stopped()
                 return
             except Exception as exc:
                 logger.exception(
@@ -375,6 +384,27 @@ class PassiveCopy:
     def _damaged(self, reason: str) -> None:
         """The scrub found the file damaged: no more reads from it, kept across restarts."""
         self._corrupt = True
+
+    def _follow_while_stopped(self) -> None:
+        """While the pipeline is stopped (suspended, failed), keep hearing how far the
+        active's log has gone: the copy queue counts against it whatever the copy's state,
+        as Exchange shows it (a suspended copy's queue grows as the active writes)."""
+        if self._follower is None or self._follower.done():
+            self._follower = asyncio.create_task(
+                self._follow_generated(), name=f"passive {self.database} (stopped)"
+            )
+
+    async def _follow_generated(self) -> None:
+        m = self.markers
+        while True:
+            try:
+                info = await self._source.info()
+            except LogShareError as exc:
+                logger.debug("%s: the active cannot say how far it is: %s", self.database, exc)
+            else:
+                m.last_log_generated = max(m.last_log_generated, info.last_generation)
+                m.open_generation, m.open_commits = info.open_generation, info.open_commits
+            await self._clock.sleep(self._retry)
 
     def _fail(self, reason: str) -> None:
         logger.error("%s: copy FailedAndSuspended: %s", self.database, reason)
