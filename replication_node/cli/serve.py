@@ -23,6 +23,7 @@ from dag_common.durations import parse_duration
 from dag_common.errors import ConfigError
 from dag_common.exclusive import bind_port, lock_directory
 from dag_common.model import ExitCode
+from replication_node.cli.supervisor import NodeSlot, last_line, restartable, why_exited
 from replication_node.cluster.store import open_cluster_store
 from replication_node.http.app import build_app
 from replication_node.node import Node
@@ -115,29 +116,34 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster_up(args: argparse.Namespace) -> int:
-    """Start every node of the config as a local process; stop them all on Ctrl-C/SIGTERM."""
+    """Start every node of the config as a local process and supervise them: a node that
+    exits is named with why (its exit, its log's last line) and started again after a
+    backoff while the others keep running, or, with --exit-on-failure, the cluster stops.
+    Ctrl-C/SIGTERM stops them all."""
     config = load_config(args.config)
     ensure_token_file(config)
     load_token(config)
-    procs: list[subprocess.Popen[bytes]] = []
-    for node in config.nodes:
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    slots: dict[str, NodeSlot] = {}
+
+    def start(name: str) -> None:
+        node = config.node(name)
         cmd = [
-            sys.executable,
-            "-m",
-            "replication_node.cli.main",
-            "serve",
-            "--config",
-            args.config,
-            "--node",
-            node.name,
-            "--config-refresh",
-            args.config_refresh,
-        ]
+            sys.executable, "-m", "replication_node.cli.main", "serve",
+            "--config", args.config, "--node", name, "--config-refresh", args.config_refresh,
+        ]  # fmt: skip
         node.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(slots[name].log, "ab")  # noqa: SIM115 - the child owns it
+        procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        slots[name].backoff.started_at(time.monotonic())
+
+    for node in config.nodes:
         log_dir = Path(args.log_dir) if args.log_dir else node.data_dir.parent
-        log = open(log_dir / f"{node.name}.log", "ab")  # noqa: SIM115 - the child owns it
-        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
-        print(f"{node.name:<10} {node.site:<10} {node.url:<28} log {log.name}", flush=True)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        slots[node.name] = NodeSlot(node.name, log_dir / f"{node.name}.log")
+        start(node.name)
+        log_name = slots[node.name].log
+        print(f"{node.name:<10} {node.site:<10} {node.url:<28} log {log_name}", flush=True)
     stopping = False
 
     def stop(*_: Any) -> None:
@@ -149,20 +155,48 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     code = ExitCode.OK
     try:
         while not stopping:
-            for proc in procs:
-                if proc.poll() is not None:
+            now = time.monotonic()
+            for name, slot in slots.items():
+                proc = procs.get(name)
+                if proc is not None and proc.poll() is not None:
+                    del procs[name]
+                    said = last_line(slot.log)
                     print(
-                        f"a node exited with code {proc.returncode}; stopping the cluster",
+                        f"node {name} exited ({why_exited(proc.returncode)})"
+                        + (f": {said}" if said else "")
+                        + f" [log {slot.log}]",
                         file=sys.stderr,
+                        flush=True,
                     )
-                    stopping, code = True, ExitCode.FAILED
+                    if args.exit_on_failure:
+                        print(
+                            f"stopping the cluster: node {name} exited (--exit-on-failure)",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                        stopping, code = True, ExitCode.FAILED
+                    elif not restartable(proc.returncode):
+                        print(
+                            f"node {name} is not restarted: exit code 2 is bad input, which a "
+                            "restart would meet again; the other nodes keep running",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                    else:
+                        wait = slot.backoff.exited_at(now)
+                        slot.restart_at = now + wait
+                        print(f"restarting {name} in {wait:g}s", file=sys.stderr, flush=True)
+                elif proc is None and slot.restart_at is not None and now >= slot.restart_at:
+                    slot.restart_at = None
+                    start(name)
+                    print(f"node {name} started again", file=sys.stderr, flush=True)
             if not stopping:
                 time.sleep(0.2)
     finally:
-        for proc in procs:
+        for proc in procs.values():
             if proc.poll() is None:
                 proc.terminate()
-        for proc in procs:
+        for proc in procs.values():
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
@@ -190,4 +224,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up.add_argument("--config", required=True)
     up.add_argument("--config-refresh", default="30s")
     up.add_argument("--log-dir", default=None)
+    up.add_argument(
+        "--exit-on-failure",
+        action="store_true",
+        help="stop the whole cluster (exit 1) when a node exits, instead of restarting it",
+    )
     up.set_defaults(func=cmd_cluster_up)
