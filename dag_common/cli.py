@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import aiohttp
 
-from dag_common.errors import ConfigError, DagError, InUse
+from dag_common.errors import ConfigError, DagError, InUse, TokenRefused
 from dag_common.model import ExitCode
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def run(
     func: Command = args.func
     try:
         return int(func(args))
-    except (ConfigError, InUse, *bad_input) as exc:
+    except (ConfigError, InUse, TokenRefused, *bad_input) as exc:
         error(str(exc))
         return ExitCode.BAD_INPUT
     except DagError as exc:

@@ -2,7 +2,8 @@
 
 DagError
 ├── ConfigError        the cluster config file is missing, unreadable or invalid (exit 2)
-└── InUse              a data directory or port is held by another process (exit 2)
+├── InUse              a data directory or port is held by another process (exit 2)
+└── TokenRefused       the nodes or the service refuse the token (exit 2)
 """
 
 
@@ -17,3 +18,7 @@ class ConfigError(DagError):
 class InUse(DagError):
     """What a command would take is taken: a node's data directory locked by a running
     process, a port another process listens on (exit 2, nothing changed)."""
+
+
+class TokenRefused(DagError):
+    """The nodes or the service refuse this command's token (exit 2: fix the token)."""

@@ -23,6 +23,9 @@ from dag_common.model import NodeStatus
 UNREACHABLE = 599
 """The status `post_admin` answers when the node cannot be reached or does not answer."""
 
+AUTH_FAILED = "authentication failed (check the token)"
+"""What every command says when the nodes refuse its token (exit 2)."""
+
 
 class StatusUnavailable(Exception):
     """A node's status could not be had; `status` is the HTTP status when there was one."""

@@ -1,6 +1,10 @@
 """The admin calls under `replication-node db`: roll-log, mount, dismount, suspend, resume,
 reseed, activate and switchover, each asked of the node that must act, and its answer turned
-into an exit code (0 ok, 1 failed or refused by the cluster's state, 2 bad input)."""
+into an exit code (0 ok, 1 failed or refused by the cluster's state, 2 bad input).
+
+A success prints one line saying what happened (`--json`: the node's whole answer); a
+failure one `error:` line on stderr.  A token the nodes refuse is "authentication failed
+(check the token)", exit 2, however the command found out."""
 
 from __future__ import annotations
 
@@ -13,9 +17,10 @@ from typing import Any
 import aiohttp
 
 from dag_common.config import ClusterConfig, load_config, load_token
+from dag_common.errors import TokenRefused
 from dag_common.model import AutoDatabaseMountDial, CopyRole, ExitCode, NodeStatus
-from dag_common.node_status import post_admin
-from replication_node.cli.status import client_ssl, fetch_statuses
+from dag_common.node_status import AUTH_FAILED, post_admin
+from replication_node.cli.status import client_ssl, fetch_statuses, token_refused
 
 
 async def _admin(
@@ -48,6 +53,8 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
             None,
         )
         if active is None:
+            if token_refused(statuses):
+                raise TokenRefused(AUTH_FAILED)
             print(f"error: no reachable active copy of {db.name}", file=sys.stderr)
             return ExitCode.FAILED
         code, body = asyncio.run(
@@ -81,17 +88,48 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
         code, body = asyncio.run(
             _admin(config, config.node(args.node).url, path, {"reason": args.reason or ""})
         )
-    return _report_admin(code, body)
+    return _report_admin(args, db.name, code, body)
 
 
-def _report_admin(code: int, body: dict[str, Any]) -> ExitCode:
-    """An admin call's answer: JSON on stdout; a failure also one `error:` line on stderr
-    (its JSON only when it says more than the error, e.g. a refused activation's loss)."""
+def summary(command: str, database: str, body: dict[str, Any]) -> str:
+    """One line saying what an admin call did, from the node's answer."""
+    if command == "roll-log":
+        return f"{database}: generation {body['closed_generation']} closed (epoch {body['epoch']})"
+    if command == "activate":
+        line = (
+            f"{database}: activated on {body['node']} at epoch {body['epoch']} "
+            f"(was {body['previous_node']}); {body['lost_logs']} log(s) lost"
+        )
+        return line + (f"; {body['last_logs']}" if body.get("last_logs") else "")
+    if command == "switchover":
+        return (
+            f"{database}: switched over to {body.get('node', '?')} at epoch "
+            f"{body.get('epoch', '?')} (was {body.get('previous_node', '?')}); "
+            f"{body.get('lost_logs', 0)} log(s) lost"
+        )
+    if command in ("mount", "dismount"):
+        return f"{database}: {'mounted' if body.get('mounted') else 'dismounted'}"
+    # suspend, resume, reseed: the copy's status after it
+    copy = f"{database}\\{body.get('node', '?')}"
+    done = {"suspend": "suspended", "resume": "resumed", "reseed": "reseed started"}[command]
+    status = body.get("status", "?")
+    why = f" ({body['error']})" if body.get("error") else ""
+    return f"{copy}: {done}; now {status}{why}"
+
+
+def _report_admin(
+    args: argparse.Namespace, database: str, code: int, body: dict[str, Any]
+) -> ExitCode:
+    """An admin call's answer: one line (the node's JSON with --json) on stdout; a failure
+    one `error:` line on stderr (and its JSON with --json, e.g. a refused activation's loss)."""
+    as_json = getattr(args, "json", False)
     result = exit_code(code)
     if result is ExitCode.OK:
-        print(json.dumps(body, indent=2))
+        print(json.dumps(body, indent=2) if as_json else summary(args.db_cmd, database, body))
         return result
-    if set(body) - {"error"}:
+    if code == 401:
+        raise TokenRefused(AUTH_FAILED)
+    if as_json and set(body) - {"error"}:
         print(json.dumps(body, indent=2))
     print(f"error: {body.get('error') or f'HTTP {code}'}", file=sys.stderr)
     return result
@@ -113,6 +151,7 @@ def register_db(db_sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     roll = db_sub.add_parser("roll-log", help="close the active copy's open log now")
     roll.add_argument("database")
     roll.add_argument("--config", required=True)
+    _json_flag(roll)
     roll.set_defaults(func=cmd_db_admin)
     for action, text in (
         ("mount", "re-mount the active copy now, through crash recovery (after a failure)"),
@@ -121,6 +160,7 @@ def register_db(db_sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
         p = db_sub.add_parser(action, help=text)
         p.add_argument("database")
         p.add_argument("--config", required=True)
+        _json_flag(p)
         p.set_defaults(func=cmd_db_admin)
     for action in ("suspend", "resume", "reseed"):
         p = db_sub.add_parser(action, help=f"{action} a passive copy")
@@ -128,6 +168,7 @@ def register_db(db_sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
         p.add_argument("--node", required=True)
         p.add_argument("--config", required=True)
         p.add_argument("--reason", default=None)
+        _json_flag(p)
         p.set_defaults(func=cmd_db_admin)
     act = db_sub.add_parser(
         "activate", help="mount a passive copy after the active is lost (AutoDatabaseMountDial)"
@@ -141,6 +182,7 @@ def register_db(db_sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
         default=None,
         help="accept this many lost logs for this activation only",
     )
+    _json_flag(act)
     act.set_defaults(func=cmd_db_admin)
     switch = db_sub.add_parser(
         "switchover", help="move the active copy to another copy, losing nothing"
@@ -148,4 +190,9 @@ def register_db(db_sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     switch.add_argument("database")
     switch.add_argument("--to", required=True, help="the node whose copy becomes active")
     switch.add_argument("--config", required=True)
+    _json_flag(switch)
     switch.set_defaults(func=cmd_db_admin)
+
+
+def _json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the node's whole answer as JSON")

@@ -13,8 +13,9 @@ from typing import Any
 import aiohttp
 
 from dag_common.config import ClusterConfig, load_config, load_token
+from dag_common.errors import TokenRefused
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport, ExitCode, NodeStatus
-from dag_common.node_status import StatusUnavailable, fetch_node_status
+from dag_common.node_status import AUTH_FAILED, StatusUnavailable, fetch_node_status
 from replication_node.cluster.mount_policy import assess_loss, best_copy, generations_at_risk
 from replication_node.cluster.store import ActiveRecord, LeaseRecord, open_cluster_store
 
@@ -24,9 +25,11 @@ def client_ssl(config: ClusterConfig) -> Any:
     return config.tls.client_context() if config.tls else None
 
 
-async def fetch_statuses(config: ClusterConfig, token: str) -> dict[str, NodeStatus | str]:
-    """Every node's /v1/status, or the error that kept us from it."""
-    out: dict[str, NodeStatus | str] = {}
+async def fetch_statuses(
+    config: ClusterConfig, token: str
+) -> dict[str, NodeStatus | StatusUnavailable]:
+    """Every node's /v1/status, or what kept us from it."""
+    out: dict[str, NodeStatus | StatusUnavailable] = {}
     conn = aiohttp.TCPConnector(ssl=client_ssl(config))
     async with aiohttp.ClientSession(connector=conn) as s:
 
@@ -34,10 +37,23 @@ async def fetch_statuses(config: ClusterConfig, token: str) -> dict[str, NodeSta
             try:
                 out[name] = await fetch_node_status(s, url, token, expect_node=name)
             except StatusUnavailable as exc:
-                out[name] = str(exc) if exc.status else f"unreachable: {exc}"
+                out[name] = exc
 
         await asyncio.gather(*(one(n.name, n.url) for n in config.nodes))
     return out
+
+
+def describe(problem: StatusUnavailable) -> str:
+    """Why a node's status is missing, in the words of the status table."""
+    return str(problem) if problem.status else f"unreachable: {problem}"
+
+
+def token_refused(statuses: dict[str, NodeStatus | StatusUnavailable]) -> bool:
+    """Whether the nodes that answered all refused the token (and one did)."""
+    answered = [s for s in statuses.values() if not isinstance(s, StatusUnavailable) or s.status]
+    return bool(answered) and all(
+        isinstance(s, StatusUnavailable) and s.status == 401 for s in answered
+    )
 
 
 def _mode(report: CopyStatusReport) -> str:
@@ -65,6 +81,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     token = load_token(config)
     statuses = asyncio.run(fetch_statuses(config, token))
+    if token_refused(statuses):
+        raise TokenRefused(AUTH_FAILED)
     rows = []
     for db in config.databases:
         for copy in sorted(db.copies, key=lambda c: c.activation_preference):
@@ -72,7 +90,14 @@ def cmd_status(args: argparse.Namespace) -> int:
             report = None
             if isinstance(st, NodeStatus):
                 report = next((c for c in st.copies if c.database == db.name), None)
-            rows.append((db.name, copy.node, report, st if isinstance(st, str) else None))
+            rows.append(
+                (
+                    db.name,
+                    copy.node,
+                    report,
+                    describe(st) if isinstance(st, StatusUnavailable) else None,
+                )
+            )
     if args.json:
         print(
             json.dumps(

@@ -168,7 +168,9 @@ async def test_move_completes_and_survives_loss_of_the_target_active(env):
     # The seed's Example 1: the target's active dies right after completion and a copy is
     # activated. The mailbox must be there, whole, on the new active.
     cluster.kill("mbx2")
-    activate = await asyncio.to_thread(cluster.node_cli, "db", "activate", "DB2", "--node", "mbx3")
+    activate = await asyncio.to_thread(
+        cluster.node_cli, "db", "activate", "DB2", "--node", "mbx3", "--json"
+    )
     assert activate.returncode == 0, activate.stdout + activate.stderr
     # The open log is counted lost (nothing shows the old active wrote nothing after the
     # buffer's end), but kept through the unlock's flush point and so past the final sync's.

@@ -284,7 +284,9 @@ async def test_switchover_moves_the_active_copy_losing_nothing(cluster):
     await cluster.ok("POST", "mbx3", "/v1/databases/DB1/copies/mbx3/resume")
     await write(cluster, "mbx1", "DB1", "alice", 200, 20)  # not closed: still in E00.log
     before = await cluster.items("mbx1", "DB1", "alice")
-    switched = await asyncio.to_thread(cluster.node_cli, "db", "switchover", "DB1", "--to", "mbx2")
+    switched = await asyncio.to_thread(
+        cluster.node_cli, "db", "switchover", "DB1", "--to", "mbx2", "--json"
+    )
     assert switched.returncode == 0, switched.stdout + switched.stderr
     assert json.loads(switched.stdout)["lost_logs"] == 0
 
@@ -416,7 +418,9 @@ async def test_nodes_share_an_etcd_cluster_store(tmp_path):
         await c.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/alice")
         await write(c, "mbx1", "DB1", "alice", 0, 100)
         await converged(c, "DB1", "mbx1", ["mbx2", "mbx3"])
-        switched = await asyncio.to_thread(c.node_cli, "db", "switchover", "DB1", "--to", "mbx3")
+        switched = await asyncio.to_thread(
+            c.node_cli, "db", "switchover", "DB1", "--to", "mbx3", "--json"
+        )
         assert switched.returncode == 0, switched.stdout + switched.stderr
         assert json.loads(switched.stdout)["epoch"] == 2
         await c.wait_status("mbx3", "DB1", "Mounted")

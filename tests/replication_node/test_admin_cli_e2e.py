@@ -1,0 +1,77 @@
+"""`replication-node status` and `db` admin calls as an operator runs them, over real nodes:
+one line saying what happened (the record with --json), and a refused token said as such,
+exit 2, whichever way the command found out."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.cluster_harness import ROOT, LocalCluster
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+async def cluster(tmp_path):
+    c = LocalCluster(
+        tmp_path,
+        nodes=[("mbx1", "redmond"), ("mbx2", "redmond")],
+        databases=[
+            {
+                "name": "DB1",
+                "copies": [
+                    {"node": "mbx1", "activation_preference": 1},
+                    {"node": "mbx2", "activation_preference": 2},
+                ],
+            }
+        ],
+        defaults={"failover_after": None},
+    )
+    await c.start()
+    await c.wait_status("mbx2", "DB1", "Healthy")
+    yield c
+    await c.close()
+
+
+def run(cluster: LocalCluster, *args: str, token: str | None = None):
+    """`replication-node ARGS --config …` as an operator runs it (with another token)."""
+    env = cluster.env() if token is None else {**cluster.env(), "DG_AUTH_TOKEN": token}
+    return subprocess.run(
+        [sys.executable, "-m", "replication_node.cli.main", *args,
+         "--config", str(cluster.config_path)],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=60,
+    )  # fmt: skip
+
+
+async def test_admin_calls_say_in_one_line_what_they_did(cluster):
+    rolled = run(cluster, "db", "roll-log", "DB1")
+    assert rolled.returncode == 0, rolled.stderr
+    assert rolled.stdout.startswith("DB1: generation ") and rolled.stdout.count("\n") == 1
+    assert "closed (epoch 1)" in rolled.stdout
+    suspended = run(cluster, "db", "suspend", "DB1", "--node", "mbx2", "--reason", "patching")
+    assert suspended.returncode == 0, suspended.stderr
+    assert suspended.stdout == "DB1\\mbx2: suspended; now Suspended (patching)\n"
+    resumed = run(cluster, "db", "resume", "DB1", "--node", "mbx2", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    record = json.loads(resumed.stdout)
+    assert record["node"] == "mbx2" and record["database"] == "DB1"
+    refused = run(cluster, "db", "suspend", "DB1", "--node", "mbx1")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr == "error: the copy of DB1 on mbx1 is active; suspend a passive copy\n"
+
+
+async def test_a_refused_token_is_said_as_such_with_exit_2(cluster):
+    for args in (
+        ("status",),
+        ("db", "roll-log", "DB1"),
+        ("db", "suspend", "DB1", "--node", "mbx2"),
+        ("db", "switchover", "DB1", "--to", "mbx2"),
+    ):
+        done = run(cluster, *args, token="not-the-cluster-token-0123")
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert done.stderr == "error: authentication failed (check the token)\n", (args, done)
+        assert done.stdout == "", (args, done.stdout)
