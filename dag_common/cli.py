@@ -14,6 +14,7 @@ traceback goes to the debug log (`--verbose`, where a command has it).
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 import os
 import sys
@@ -27,6 +28,36 @@ from dag_common.model import ExitCode
 logger = logging.getLogger(__name__)
 
 Command = Callable[[argparse.Namespace], int]
+
+
+DURATION = "a duration: a number and a unit (ms, s, m, h, d), e.g. 500ms, 30s, 5m"
+
+
+def package_version() -> str:
+    """This project's version, as installed."""
+    try:
+        return importlib.metadata.version("dag-replication")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def add_version(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+
+
+def add_config(parser: argparse.ArgumentParser, **kw: object) -> None:
+    """The cluster config option every command takes."""
+    parser.add_argument(
+        "--config",
+        required=True,
+        metavar="FILE",
+        help="the cluster config (YAML); relative paths in it resolve against its directory",
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def add_json(parser: argparse.ArgumentParser, what: str = "print JSON for scripts") -> None:
+    parser.add_argument("--json", action="store_true", help=what)
 
 
 def error(message: str) -> None:

@@ -14,7 +14,7 @@ import signal
 import sys
 from pathlib import Path
 
-from dag_common.cli import run
+from dag_common.cli import add_config, add_version, run
 from dag_common.config import load_config, load_token
 from dag_common.errors import ConfigError
 from dag_common.model import ExitCode
@@ -26,9 +26,10 @@ logger = logging.getLogger(__name__)
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="guarantee-api", description=__doc__.splitlines()[0])
+    add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the Data Guarantee gRPC service")
-    serve.add_argument("--config", required=True, type=Path, help="cluster config YAML")
+    add_config(serve, type=Path)
     serve.add_argument(
         "--no-client-token",
         action="store_true",
@@ -39,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--grace", type=float, default=5.0, help="seconds to drain on SIGTERM")
     serve.add_argument(
         "--log-level", default="INFO", type=str.upper,
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="the log's level (default INFO)",
     )  # fmt: skip
     serve.set_defaults(func=_serve_command)
     return parser

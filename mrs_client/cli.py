@@ -20,7 +20,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from dag_common.cli import run
+from dag_common.cli import DURATION, add_config, add_json, add_version, run
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.durations import parse_duration
@@ -40,6 +40,24 @@ TIMINGS = (
     "flush_limit",
     "block_flush_wait",
 )
+TIMING_HELP = {
+    "health_check_interval": "how often CheckReplicationHealth is asked during the syncs",
+    "stall_retry_interval": "how long each health question of a stalled move may wait",
+    "stall_limit": "how long a move may stay stalled before it fails",
+    "flush_retry_interval": "how long each flush question may wait",
+    "flush_limit": "how long the final flush may take before the move fails",
+    "block_flush_wait": "how long a flush inside the open log (block mode) may take before "
+    "the target's log is rolled instead",
+}
+
+
+def _default(name: str) -> str:
+    """A timing's default, as a duration is written (the seed's values: MoveSettings)."""
+    seconds = int(getattr(MoveSettings(), name).total_seconds())
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def requests_path(config: ClusterConfig, override: str | None) -> Path:
@@ -229,17 +247,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mrs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--config", required=True)
-        p.add_argument("--requests-db", default=None, help="move request store (SQLite)")
-        p.add_argument("--json", action="store_true")
+        add_config(p)
+        p.add_argument(
+            "--requests-db",
+            default=None,
+            help="the move request store (SQLite); default: moves.db beside the cluster store",
+        )
+        add_json(p, "print the record(s) as JSON")
 
     def timings(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--caller-id", default="mrs")
+        p.add_argument(
+            "--caller-id",
+            default="mrs",
+            help="who asks the guarantee service (it keeps an average copy queue per caller)",
+        )
         for name in TIMINGS:
-            p.add_argument("--" + name.replace("_", "-"), dest=name, default=None)
+            p.add_argument(
+                "--" + name.replace("_", "-"),
+                dest=name,
+                default=None,
+                help=f"{TIMING_HELP[name]}; {DURATION}; default {_default(name)}",
+            )
         p.add_argument("--sync-batch", type=int, default=None, help="items per write")
         p.add_argument(
             "--metrics-textfile",
@@ -255,12 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
             action="store_true",
             help=argparse.SUPPRESS,
         )
-        p.add_argument("-v", "--verbose", action="store_true")
+        p.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
 
     move = sub.add_parser("move", help="create a move request and run it")
     common(move)
     timings(move)
-    move.add_argument("--mailbox", required=True)
+    move.add_argument("--mailbox", required=True, help="the mailbox to move")
     move.add_argument("--to", required=True, help="target database")
     move.add_argument(
         "--with-archive",
@@ -272,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     resume = sub.add_parser("resume", help="resume a failed or interrupted move")
     common(resume)
     timings(resume)
-    resume.add_argument("id")
+    resume.add_argument("id", help="the move request's id (mrs list)")
     resume.set_defaults(func=cmd_resume)
 
     lst = sub.add_parser("list", help="all move requests")
@@ -281,12 +313,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     show = sub.add_parser("show", help="one move request")
     common(show)
-    show.add_argument("id")
+    show.add_argument("id", help="the move request's id (mrs list)")
     show.set_defaults(func=cmd_show)
 
     stats = sub.add_parser("stats", help="statistics of a move, like Get-MoveRequestStatistics")
     common(stats)
-    stats.add_argument("id")
+    stats.add_argument("id", help="the move request's id (mrs list)")
     stats.add_argument("--last", type=int, default=20, help="how many guarantee answers")
     stats.set_defaults(func=cmd_stats)
     return parser

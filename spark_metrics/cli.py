@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dag_common.cli import run
+from dag_common.cli import add_version, run
 from dag_common.config import load_config
 from dag_common.errors import ConfigError
 from dag_common.model import ExitCode
@@ -32,6 +32,7 @@ from spark_metrics.options import (
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spark-metrics", description=__doc__.splitlines()[0])
+    add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     agg = sub.add_parser("aggregate", help="aggregate the queue-length history with Spark")
     agg.add_argument("--input", required=True, type=Path, help="history directory")

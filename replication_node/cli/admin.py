@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 
+from dag_common.cli import add_config
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import TokenRefused
 from dag_common.model import AutoDatabaseMountDial, CopyRole, ExitCode, NodeStatus
@@ -146,11 +147,14 @@ def exit_code(status: int) -> ExitCode:
     return ExitCode.BAD_INPUT
 
 
+DATABASE = "the database, as named in the config (e.g. DB1)"
+
+
 def register_db(db_sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Admin calls under `replication-node db`."""
     roll = db_sub.add_parser("roll-log", help="close the active copy's open log now")
-    roll.add_argument("database")
-    roll.add_argument("--config", required=True)
+    roll.add_argument("database", help=DATABASE)
+    add_config(roll)
     _json_flag(roll)
     roll.set_defaults(func=cmd_db_admin)
     for action, text in (
@@ -158,24 +162,24 @@ def register_db(db_sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
         ("dismount", "dismount the active copy cleanly; no failover until `db mount`"),
     ):
         p = db_sub.add_parser(action, help=text)
-        p.add_argument("database")
-        p.add_argument("--config", required=True)
+        p.add_argument("database", help=DATABASE)
+        add_config(p)
         _json_flag(p)
         p.set_defaults(func=cmd_db_admin)
     for action in ("suspend", "resume", "reseed"):
         p = db_sub.add_parser(action, help=f"{action} a passive copy")
-        p.add_argument("database")
-        p.add_argument("--node", required=True)
-        p.add_argument("--config", required=True)
-        p.add_argument("--reason", default=None)
+        p.add_argument("database", help=DATABASE)
+        p.add_argument("--node", required=True, help="the node of the passive copy")
+        add_config(p)
+        p.add_argument("--reason", default=None, help="why (shown in status; optional)")
         _json_flag(p)
         p.set_defaults(func=cmd_db_admin)
     act = db_sub.add_parser(
         "activate", help="mount a passive copy after the active is lost (AutoDatabaseMountDial)"
     )
-    act.add_argument("database")
-    act.add_argument("--node", required=True)
-    act.add_argument("--config", required=True)
+    act.add_argument("database", help=DATABASE)
+    act.add_argument("--node", required=True, help="the node of the copy to activate")
+    add_config(act)
     act.add_argument(
         "--mount-dial",
         choices=[d.value for d in AutoDatabaseMountDial],
@@ -187,9 +191,9 @@ def register_db(db_sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     switch = db_sub.add_parser(
         "switchover", help="move the active copy to another copy, losing nothing"
     )
-    switch.add_argument("database")
+    switch.add_argument("database", help=DATABASE)
     switch.add_argument("--to", required=True, help="the node whose copy becomes active")
-    switch.add_argument("--config", required=True)
+    add_config(switch)
     _json_flag(switch)
     switch.set_defaults(func=cmd_db_admin)
 

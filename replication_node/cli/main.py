@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from dag_common.cli import run
+from dag_common.cli import add_json, add_version, run
 from dag_common.model import ExitCode
 from replication_node.cli import admin as cli_admin
 from replication_node.cli import serve as cli_serve
@@ -58,12 +58,13 @@ def cmd_db_header(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="replication-node", description=__doc__)
+    add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
     log = sub.add_parser("log", help="log file tools").add_subparsers(dest="log_cmd", required=True)
     dump = log.add_parser("dump", help="header, records and checksum verdicts of a log file")
-    dump.add_argument("file")
-    dump.add_argument("--json", action="store_true")
+    dump.add_argument("file", help="a log file (E00.log, or a closed E<generation>.log)")
+    add_json(dump, "print the header, records and verdicts as JSON")
     dump.add_argument("--records", action="store_true", help="list every record")
     dump.set_defaults(func=cmd_log_dump)
 
@@ -71,8 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
         dest="db_cmd", required=True
     )
     header = db.add_parser("header", help="the database header (state, checkpoint, waypoint)")
-    header.add_argument("file")
-    header.add_argument("--json", action="store_true")
+    header.add_argument("file", help="a database file (<database>.sqlite in a copy's directory)")
+    add_json(header, "print the header as JSON")
     header.set_defaults(func=cmd_db_header)
     cli_admin.register_db(db)
     cli_serve.register(sub)

@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from dag_common.cli import DURATION, add_config
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.durations import parse_duration
@@ -207,23 +208,35 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add `serve` and `cluster up` to the parser."""
     serve = sub.add_parser("serve", help="run one node")
-    serve.add_argument("--config", required=True)
-    serve.add_argument("--node", required=True)
-    serve.add_argument("--config-refresh", default="30s", help="configupdater period")
+    add_config(serve)
+    serve.add_argument("--node", required=True, help="the node to run, by its name in the config")
+    serve.add_argument(
+        "--config-refresh",
+        default="30s",
+        help=f"how often the config is read again (the configupdater); {DURATION}; default 30s",
+    )
     serve.add_argument(
         "--listen-host",
         default=None,
         help="address to bind (default: the host of the node's url; 0.0.0.0 in a container)",
     )
-    serve.add_argument("-v", "--verbose", action="store_true")
+    serve.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     serve.set_defaults(func=cmd_serve)
 
     cluster = sub.add_parser("cluster", help="run every node of a config locally")
     csub = cluster.add_subparsers(dest="cluster_cmd", required=True)
     up = csub.add_parser("up", help="start all nodes as local processes; Ctrl-C stops them")
-    up.add_argument("--config", required=True)
-    up.add_argument("--config-refresh", default="30s")
-    up.add_argument("--log-dir", default=None)
+    add_config(up)
+    up.add_argument(
+        "--config-refresh",
+        default="30s",
+        help=f"each node's configupdater period; {DURATION}; default 30s",
+    )
+    up.add_argument(
+        "--log-dir",
+        default=None,
+        help="where each node's log (<node>.log) goes; default: beside its data directory",
+    )
     up.add_argument(
         "--exit-on-failure",
         action="store_true",

@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 
+from dag_common.cli import add_config, add_json
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import TokenRefused
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport, ExitCode, NodeStatus
@@ -226,6 +227,6 @@ async def _store_view(config: ClusterConfig, databases: list[str]) -> StoreView 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add `status` to the parser."""
     status = sub.add_parser("status", help="copy status of the whole cluster")
-    status.add_argument("--config", required=True)
-    status.add_argument("--json", action="store_true")
+    add_config(status)
+    add_json(status, "print every copy's status report as JSON instead of the table")
     status.set_defaults(func=cmd_status)

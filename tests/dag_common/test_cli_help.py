@@ -1,0 +1,67 @@
+"""Every command line explains itself: each command, option and argument has help, a
+duration says how it is written, and `--version` answers, for the four commands."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from guarantee_api.cli import _parser as guarantee_parser
+from mrs_client.cli import build_parser as mrs_parser
+from replication_node.cli.main import build_parser as node_parser
+from spark_metrics.cli import _parser as spark_parser
+from tests.cluster_harness import ROOT
+
+PARSERS = {
+    "replication-node": node_parser,
+    "guarantee-api": guarantee_parser,
+    "mrs": mrs_parser,
+    "spark-metrics": spark_parser,
+}
+
+
+def walk(parser: argparse.ArgumentParser, path: str):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from walk(sub, f"{path} {name}")
+        elif not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            yield path, action
+
+
+@pytest.mark.parametrize("prog", PARSERS)
+def test_every_option_and_argument_has_help(prog):
+    missing = [
+        f"{path} {'/'.join(a.option_strings) or a.dest}"
+        for path, a in walk(PARSERS[prog](), prog)
+        if not a.help
+    ]
+    assert missing == []
+
+
+@pytest.mark.parametrize("prog", PARSERS)
+def test_a_duration_option_says_how_a_duration_is_written(prog):
+    for path, action in walk(PARSERS[prog](), prog):
+        name = "/".join(action.option_strings)
+        if any(w in name for w in ("interval", "limit", "wait", "refresh")):
+            assert "a duration: a number and a unit" in (action.help or ""), (path, name)
+
+
+@pytest.mark.parametrize(
+    ("module", "prog"),
+    [
+        ("replication_node.cli.main", "replication-node"),
+        ("guarantee_api.cli", "guarantee-api"),
+        ("mrs_client.cli", "mrs"),
+        ("spark_metrics.cli", "spark-metrics"),
+    ],
+)
+def test_version(module, prog):
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--version"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{prog} ") and done.stdout.strip() != f"{prog} unknown"
