@@ -441,12 +441,25 @@ def _resolve(config: ClusterConfig, base: Path) -> ClusterConfig:
     return config.model_copy(update=update)
 
 
-def _describe(exc: ValidationError) -> str:
-    lines = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        lines.append(f"  {where}: {err['msg']}")
-    return "\n".join(lines)
+def _where(data: object, loc: tuple[object, ...]) -> str:
+    """A field's place in the config, list items by their name where they have one:
+    `databases[DB1].copies[mbx3].activation_preference`, not `databases.0.copies.2...`."""
+    out = ""
+    node = data
+    for part in loc:
+        if isinstance(part, int):
+            item = node[part] if isinstance(node, list) and part < len(node) else None
+            name = item.get("name") or item.get("node") if isinstance(item, dict) else None
+            out += f"[{name}]" if isinstance(name, str) and name else f"[{part}]"
+            node = item
+        else:
+            out += f".{part}" if out else str(part)
+            node = node.get(part) if isinstance(node, dict) else None
+    return out or "(top level)"
+
+
+def _describe(exc: ValidationError, data: object) -> str:
+    return "\n".join(f"  {_where(data, err['loc'])}: {err['msg']}" for err in exc.errors())
 
 
 def parse_config(data: object, *, base_dir: Path, source: str = "config") -> ClusterConfig:
@@ -456,7 +469,7 @@ def parse_config(data: object, *, base_dir: Path, source: str = "config") -> Clu
     try:
         config = ClusterConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"{source} is invalid:\n{_describe(exc)}") from exc
+        raise ConfigError(f"{source} is invalid:\n{_describe(exc, data)}") from exc
     return _resolve(config, base_dir)
 
 
@@ -470,7 +483,10 @@ def load_config(path: str | os.PathLike[str]) -> ClusterConfig:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{file} is not valid YAML: {exc}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{file}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(file)
+        what = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{where}: not valid YAML: {what}") from exc
     return parse_config(data, base_dir=file.resolve().parent, source=str(file))
 
 

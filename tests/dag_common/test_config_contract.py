@@ -77,3 +77,34 @@ def test_synchronous_copies_need_block_mode(tmp_path):
     defaults = {**DESIGN_EXAMPLE["defaults"], "synchronous_copies": 1, "block_mode": False}
     with pytest.raises(ConfigError, match=r"synchronous_copies needs block mode"):
         parse_config({**DESIGN_EXAMPLE, "defaults": defaults}, base_dir=tmp_path)
+
+
+def test_config_errors_name_items_by_name_and_yaml_errors_by_file_and_line(tmp_path):
+    """An operator reads `databases[DB1].copies[mbx2]`, not `databases.0.copies.1`."""
+    from dag_common.config import load_config
+    from dag_common.errors import ConfigError
+
+    good = tmp_path / "cluster.yaml"
+    good.write_text(
+        "cluster: dag1\n"
+        "nodes:\n"
+        "  - {name: mbx1, site: redmond, url: 'http://127.0.0.1:7101'}\n"
+        "  - {name: mbx2, site: redmond, url: 'ftp://x'}\n"
+        "databases:\n"
+        "  - name: DB1\n"
+        "    copies:\n"
+        "      - {node: mbx1, activation_preference: 1}\n"
+        "      - {node: mbx2, activation_preference: x}\n"
+    )
+    with pytest.raises(ConfigError) as err:
+        load_config(good)
+    text = str(err.value)
+    assert "nodes[mbx2].url: Value error, url must look like http://host:port" in text, text
+    assert "databases[DB1].copies[mbx2].activation_preference: Input should be" in text, text
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("cluster: a\nnodes: [\n  - name\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(bad)
+    assert str(err.value) == (
+        f"{bad}, line 3, column 3: not valid YAML: expected the node content, but found '-'"
+    )
