@@ -84,6 +84,7 @@ class Gates:
         self.caller_id = caller_id
         self._progress = progress
         self._last_check: datetime | None = None
+        self._last_said = ""  # the last waiting line printed: not repeated while it holds
 
     def save(self, record: MoveRecord) -> MoveRecord:
         """Persist `record` (durably) and return it as saved."""
@@ -114,8 +115,9 @@ class Gates:
             return decision
         return replace(decision, wait=max(timedelta(0), min(decision.wait, wait - answer.waited)))
 
-    async def wait(self, record: MoveRecord, decision: Decision) -> MoveRecord:
-        """Stall: record why, sleep, and count the time stalled."""
+    async def wait(self, record: MoveRecord, decision: Decision, say: str = "") -> MoveRecord:
+        """Stall: record why (the full reason), say so in one short line (`say`, else the
+        reason; not again while it holds), sleep, and count the time stalled."""
         record = self.save(
             replace(
                 record,
@@ -124,16 +126,23 @@ class Gates:
                 stall_reason=decision.reason,
             )
         )
-        self._progress(
-            record,
-            f"stalled: {decision.reason}; next check in {decision.wait.total_seconds():.0f}s",
-        )
+        line = say or f"stalled: {decision.reason}"
+        if line != self._last_said:
+            self._last_said = line
+            self._progress(record, line)
         await self.clock.sleep(decision.wait.total_seconds())
         return self.save(
             replace(record, time_stalled=record.time_stalled + decision.wait.total_seconds())
         )
 
+    @staticmethod
+    def waiting_line(what: str, database: str, answer: GuaranteeAnswer) -> str:
+        """One short line while a move waits on the guarantee."""
+        why = answer.short or f"{answer.status}: {answer.reason}"
+        return f"waiting for {what} of {database}: {why}"
+
     def unstall(self, record: MoveRecord) -> MoveRecord:
+        self._last_said = ""
         if record.state is MoveState.IN_PROGRESS:
             return record
         return self.save(
@@ -164,7 +173,11 @@ class Gates:
                 return self.unstall(record)
             if decision.verdict is Verdict.FAIL:
                 raise MoveFailed(decision.reason)
-            record = await self.wait(record, self._ask_again(decision, answer, wait))
+            record = await self.wait(
+                record,
+                self._ask_again(decision, answer, wait),
+                self.waiting_line("healthy copies", record.target_db, answer),
+            )
 
     async def periodic_health(self, record: MoveRecord) -> MoveRecord:
         """During the syncs: the health gate every `health_check_interval`."""
@@ -254,4 +267,8 @@ class Gates:
                     return record, None
                 decision = replace(decision, wait=min(decision.wait, give_up - self.clock.now()))
             record = await between(record)
-            record = await self.wait(record, self._ask_again(decision, answer, wait))
+            record = await self.wait(
+                record,
+                self._ask_again(decision, answer, wait),
+                self.waiting_line("the flush", record.target_db, answer),
+            )

@@ -53,6 +53,11 @@ def answer_from(response: pb.GuaranteeResponse) -> GuaranteeAnswer:
     ]
     if status is not GuaranteeStatus.SATISFIED and not_met:
         reason = f"{reason} [{' | '.join(not_met)}]"
+    short = "; ".join(
+        f"{c.node}: {next(k.detail for k in c.checks if not k.passed)}"
+        for c in response.copies
+        if not c.meets and any(not k.passed for k in c.checks)
+    )
     lost = bool(response.lost)
     if lost and status is GuaranteeStatus.SATISFIED:
         status = GuaranteeStatus.NOT_SATISFIED  # never progress on a lost write
@@ -63,6 +68,7 @@ def answer_from(response: pb.GuaranteeResponse) -> GuaranteeAnswer:
         epoch=int(response.epoch),
         lost=lost,
         waited=response.waited.ToTimedelta() if response.HasField("waited") else None,
+        short=short if status is not GuaranteeStatus.SATISFIED else "",
     )
 
 

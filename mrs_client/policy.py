@@ -78,6 +78,10 @@ class GuaranteeAnswer:
     epoch: int = 0
     lost: bool = False
     waited: timedelta | None = None  # how long the service waited (None: it did not)
+    # What a person waiting needs to read: each copy that does not meet the conditions and
+    # the first thing it fails on (`mbx3: status Suspended (maintenance)`); the full
+    # reason stays in `reason` (and the move request's answers).
+    short: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -289,6 +289,12 @@ async def test_a_stalled_move_goes_on_as_soon_as_the_copy_is_resumed(env):
             move.kill()
     assert move.returncode == 0, out
     assert went_on_in < 120, "well inside the 10-minute bucket it would have slept out"
+    # While it waited, one short line said for what, not the whole reason again and again.
+    waiting = [line for line in out.splitlines() if "waiting for" in line]
+    assert len(waiting) == 1, out
+    assert waiting[0].endswith(
+        "waiting for healthy copies of DB2: mbx3: status Suspended (maintenance)"
+    ), waiting
     assert live(await cluster.items("mbx2", "DB2", "alice")) == live(source)
 
 
