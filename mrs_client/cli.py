@@ -14,7 +14,7 @@ import json
 import logging
 import sys
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiohttp
@@ -172,6 +172,8 @@ def _record_line(r: MoveRecord) -> str:
 def cmd_list(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     records = MoveRequestStore(requests_path(config, args.requests_db)).list()
+    if getattr(args, "state", None):
+        records = [r for r in records if r.state == args.state]
     if args.json:
         print(json.dumps([r.as_dict() for r in records], indent=2))
     else:
@@ -195,9 +197,48 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(record.as_dict(), indent=2))
     else:
-        for key, value in record.as_dict().items():
-            print(f"{key:<20}{value}")
+        for key, value in show_fields(record):
+            print(f"{key:<22}{value}")
     return ExitCode.OK
+
+
+def _when(value: datetime | None) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if value else "-"
+
+
+def _point(generation: int | None, offset: int | None) -> str:
+    if generation is None:
+        return "-"
+    return f"generation {generation}" + (f" through byte {offset}" if offset is not None else "")
+
+
+def show_fields(r: MoveRecord) -> list[tuple[str, str]]:
+    """A move request as a person reads it: times, durations and flush points in words."""
+    return [
+        ("Id", r.id),
+        ("Mailboxes", ", ".join(r.mailboxes)),
+        ("Move", f"{r.source_db} -> {r.target_db}"),
+        ("State", str(r.state)),
+        ("Step", f"{int(r.step)}/10 {r.step.label} ({r.steps_done} done)"),
+        ("Created", _when(r.created)),
+        ("Updated", _when(r.updated)),
+        ("Completed", _when(r.completed)),
+        ("Stalled since", _when(r.stalled_since)),
+        ("Stall reason", r.stall_reason or "-"),
+        ("Time stalled", str(timedelta(seconds=round(r.time_stalled)))),
+        ("Failure", r.failure or "-"),
+        ("Items copied", f"{r.items_copied:,} ({r.bytes_copied / 1e6:,.1f} MB of bodies)"),
+        ("Sync cursors", ", ".join(f"{k} at {v}" for k, v in r.sync_cursor.items()) or "-"),
+        ("Incremental passes", str(r.incremental_passes)),
+        ("Final flush point", _point(r.final_generation, r.final_offset)),
+        ("Unlock flush point", _point(r.unlock_generation, r.unlock_offset)),
+        (
+            "Epochs",
+            f"source {r.source_epoch}, target {r.target_epoch}, flushed in {r.flush_epoch}, "
+            f"verified in {r.verified_epoch}",
+        ),
+        ("Reconciles", f"{r.reconciles} ({r.items_repaired} items repaired)"),
+    ]
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -309,6 +350,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     lst = sub.add_parser("list", help="all move requests")
     common(lst)
+    lst.add_argument(
+        "--state",
+        choices=[str(s) for s in MoveState],
+        default=None,
+        help="only the moves in this state",
+    )
     lst.set_defaults(func=cmd_list)
 
     show = sub.add_parser("show", help="one move request")

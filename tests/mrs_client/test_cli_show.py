@@ -1,0 +1,68 @@
+"""`mrs show` and `mrs list --state` as a person reads them (no Python reprs)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from mrs_client.cli import main
+from mrs_client.policy import MoveState, MoveStep
+from mrs_client.requests_store import MoveRequestStore
+from tests.cluster_harness import cluster_config, write_cluster_config
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+def setup(tmp_path):
+    config = write_cluster_config(
+        tmp_path / "cluster.yaml",
+        cluster_config(
+            [("mbx1", "redmond", "http://127.0.0.1:7101")],
+            [{"name": "DB1", "copies": [{"node": "mbx1", "activation_preference": 1}]},
+             {"name": "DB2", "copies": [{"node": "mbx1", "activation_preference": 2}]}],
+        ),
+    )  # fmt: skip
+    store = MoveRequestStore(tmp_path / "moves.db")
+    stalled = store.create(mailboxes=("alice",), source_db="DB1", target_db="DB2", now=NOW)
+    store.save(
+        replace(
+            stalled,
+            state=MoveState.STALLED,
+            step=MoveStep.FINAL_SYNC_AND_FLUSH,
+            steps_done=5,
+            items_copied=1200,
+            bytes_copied=2_400_000,
+            sync_cursor={"alice": 1234},
+            final_generation=7,
+            final_offset=4095,
+            time_stalled=75.4,
+            stall_reason="waiting for the flush",
+        ),
+        NOW,
+    )
+    done = store.create(mailboxes=("bob",), source_db="DB1", target_db="DB2", now=NOW)
+    store.save(replace(done, state=MoveState.COMPLETED, completed=NOW), NOW)
+    return config, tmp_path / "moves.db", stalled.id
+
+
+def test_show_reads_as_words(tmp_path, capsys):
+    config, db, move_id = setup(tmp_path)
+    assert main(["show", move_id, "--config", str(config), "--requests-db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "Step                  6/10 final sync and flush (5 done)" in out, out
+    assert "Final flush point     generation 7 through byte 4095" in out
+    assert "Unlock flush point    -" in out
+    assert "Time stalled          0:01:15" in out
+    assert "Items copied          1,200 (2.4 MB of bodies)" in out
+    assert "Sync cursors          alice at 1234" in out
+    assert "Created               2026-11-23 12:00:00 UTC" in out
+    assert "None" not in out and "{" not in out
+
+
+def test_list_by_state(tmp_path, capsys):
+    config, db, move_id = setup(tmp_path)
+    args = ["--config", str(config), "--requests-db", str(db)]
+    assert main(["list", "--state", "Stalled", *args]) == 0
+    out = capsys.readouterr().out
+    assert move_id in out and "bob" not in out
+    assert main(["list", "--state", "Sleeping", *args]) == 2
