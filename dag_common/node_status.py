@@ -11,6 +11,8 @@ not taken, a row saying why); none has to know aiohttp's or pydantic's exception
 
 from __future__ import annotations
 
+import errno
+import socket
 from typing import Any
 
 import aiohttp
@@ -53,6 +55,8 @@ async def fetch_node_status(
             code, body = resp.status, await resp.read()
     except TimeoutError:
         raise StatusUnavailable(f"no answer within {timeout:g}s") from None
+    except aiohttp.ClientConnectorError as exc:
+        raise StatusUnavailable(connect_failure(exc)) from exc
     except (aiohttp.ClientError, OSError) as exc:
         raise StatusUnavailable(f"{exc.__class__.__name__}: {exc}") from exc
     if code != 200:
@@ -67,6 +71,26 @@ async def fetch_node_status(
     if expect_node is not None and status.node != expect_node:
         raise StatusUnavailable(f"{url} answers as node {status.node!r}", status=code)
     return status
+
+
+_CONNECT = {
+    errno.ECONNREFUSED: "connection refused",
+    errno.EHOSTUNREACH: "no route to host",
+    errno.ENETUNREACH: "network unreachable",
+    errno.ETIMEDOUT: "connection timed out",
+    errno.ECONNRESET: "connection reset",
+}
+
+
+def connect_failure(exc: aiohttp.ClientConnectorError) -> str:
+    """Why a connection could not be made, as a person says it ("connection refused")."""
+    os_error = exc.os_error
+    words = _CONNECT.get(os_error.errno or 0) if os_error is not None else None
+    if words:
+        return words
+    if isinstance(os_error, socket.gaierror):
+        return f"cannot resolve {exc.host}"
+    return (os_error.strerror if os_error is not None else None) or str(exc)
 
 
 async def post_admin(

@@ -8,13 +8,14 @@ import argparse
 import asyncio
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import aiohttp
 
 from dag_common.cli import add_config, add_json
 from dag_common.config import ClusterConfig, load_config, load_token
-from dag_common.errors import TokenRefused
+from dag_common.errors import ConfigError, TokenRefused
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport, ExitCode, NodeStatus
 from dag_common.node_status import AUTH_FAILED, StatusUnavailable, fetch_node_status
 from replication_node.cluster.mount_policy import assess_loss, best_copy, generations_at_risk
@@ -75,23 +76,44 @@ def _followers(report: CopyStatusReport) -> str:
 
 
 def _fmt_time(value: Any) -> str:
-    return value.strftime("%H:%M:%S") if value else "-"
+    """A report's time in the operator's local time, date included."""
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+def _fmt_lag(report: CopyStatusReport) -> str:
+    """A copy's ReplayLagTime (a lagged copy replays that far behind), as a duration."""
+    seconds = int(report.replay_lag_time.total_seconds())
+    if not seconds:
+        return "-"
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return (
+        (f"{hours}h" if hours else "")
+        + (f"{minutes}m" if minutes else "")
+        + (f"{secs}s" if secs else "")
+    )
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     token = load_token(config)
+    if args.database and args.database not in {db.name for db in config.databases}:
+        raise ConfigError(f"no database {args.database!r} in {args.config}")
+    if args.node and args.node not in {n.name for n in config.nodes}:
+        raise ConfigError(f"no node {args.node!r} in {args.config}")
     statuses = asyncio.run(fetch_statuses(config, token))
     if token_refused(statuses):
         raise TokenRefused(AUTH_FAILED)
-    rows = []
+    every = []  # every copy: a database's notes need all of them, whatever is shown
     for db in config.databases:
+        if args.database and db.name != args.database:
+            continue
         for copy in sorted(db.copies, key=lambda c: c.activation_preference):
             st = statuses.get(copy.node)
             report = None
             if isinstance(st, NodeStatus):
                 report = next((c for c in st.copies if c.database == db.name), None)
-            rows.append(
+            every.append(
                 (
                     db.name,
                     copy.node,
@@ -99,6 +121,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                     describe(st) if isinstance(st, StatusUnavailable) else None,
                 )
             )
+    rows = [r for r in every if not args.node or r[1] == args.node]
     if args.json:
         print(
             json.dumps(
@@ -112,27 +135,35 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
         )
     else:
+        print(f"as of {datetime.now().astimezone().strftime('%Y-%m-%d %H:%M:%S %Z')}")
         print(
-            f"{'Name':<20}{'Status':<24}{'Mode':<6}{'CopyQueue':>10}{'ReplayQueue':>12}  "
-            f"{'LastInspectedLogTime':<22}{'ContentIndex/Error'}"
+            f"{'Name':<20}{'Status':<24}{'Pref':>4} {'Mode':<6}{'CopyQueue':>10}"
+            f"{'ReplayQueue':>12} {'ReplayLag':>9}  {'LastInspectedLogTime':<21}"
+            f"{'ContentIndex/Error'}"
         )
+        prefs = {
+            (db.name, c.node): c.activation_preference for db in config.databases for c in db.copies
+        }
         for db, node, report, err in rows:
             name = f"{db}\\{node}"
+            pref = prefs[(db, node)]
             if report is None:
                 print(
-                    f"{name:<20}{'Unknown':<24}{'-':<6}{'-':>10}{'-':>12}  {'-':<22}"
-                    f"{err or 'no status'}"
+                    f"{name:<20}{'Unknown':<24}{pref:>4} {'-':<6}{'-':>10}{'-':>12} {'-':>9}  "
+                    f"{'-':<21}{err or 'no status'}"
                 )
                 continue
             print(
-                f"{name:<20}{report.status:<24}{_mode(report):<6}{report.copy_queue_length:>10}"
-                f"{report.replay_queue_length:>12}  {_fmt_time(report.last_inspected_log_time):<22}"
+                f"{name:<20}{report.status:<24}{pref:>4} {_mode(report):<6}"
+                f"{report.copy_queue_length:>10}{report.replay_queue_length:>12} "
+                f"{_fmt_lag(report):>9}  {_fmt_time(report.last_inspected_log_time):<21}"
                 f"{report.error or report.note or _followers(report)}"
             )
-        view = asyncio.run(_store_view(config, [db.name for db in config.databases]))
-        for db in config.databases:
-            print(lease_line(db.name, view))
-        for note in _unmounted_notes(config, rows, view):
+        shown = [db.name for db in config.databases if db.name in {r[0] for r in rows}]
+        view = asyncio.run(_store_view(config, shown))
+        for name in shown:
+            print(lease_line(name, view))
+        for note in _unmounted_notes(config, [r for r in every if r[0] in shown], view):
             print(note)
     return (
         ExitCode.OK
@@ -228,5 +259,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add `status` to the parser."""
     status = sub.add_parser("status", help="copy status of the whole cluster")
     add_config(status)
+    status.add_argument("--database", default=None, help="only this database's copies")
+    status.add_argument("--node", default=None, help="only the copies on this node")
     add_json(status, "print every copy's status report as JSON instead of the table")
     status.set_defaults(func=cmd_status)

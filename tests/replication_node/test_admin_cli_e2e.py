@@ -75,3 +75,24 @@ async def test_a_refused_token_is_said_as_such_with_exit_2(cluster):
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         assert done.stderr == "error: authentication failed (check the token)\n", (args, done)
         assert done.stdout == "", (args, done.stdout)
+
+
+async def test_status_reads_as_a_person_would_and_filters(cluster):
+    table = run(cluster, "status")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].startswith("as of 20")  # the date and time of the table
+    assert "Pref" in lines[1] and "ReplayLag" in lines[1]
+    mbx2 = next(line for line in lines if line.startswith("DB1\\mbx2"))
+    assert " Healthy " in mbx2 and "    2 " in mbx2  # its activation preference
+    only = run(cluster, "status", "--node", "mbx2").stdout.splitlines()
+    assert [line for line in only if line.startswith("DB1\\")] == [
+        line for line in only if line.startswith("DB1\\mbx2")
+    ]
+    assert not any("no copy is mounted" in line for line in only), only
+    cluster.kill("mbx2")
+    down = run(cluster, "status").stdout
+    row = next(line for line in down.splitlines() if line.startswith("DB1\\mbx2"))
+    assert row.endswith("unreachable: connection refused"), row
+    unknown = run(cluster, "status", "--database", "DB9")
+    assert unknown.returncode == 2 and "no database 'DB9'" in unknown.stderr
