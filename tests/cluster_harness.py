@@ -267,7 +267,17 @@ class LocalCluster:
     def terminate(self, node: str) -> None:
         proc = self.procs.pop(node)
         proc.terminate()
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            # A node that does not stop: its tasks' stacks into its log (SIGUSR1), then the
+            # log's tail in the failure, so that CI shows what it was waiting on.
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+            proc.kill()
+            proc.wait()
+            tail = "\n".join(self.log(node).splitlines()[-200:])
+            raise AssertionError(f"node {node} did not stop within 30s; its log:\n{tail}") from None
 
     async def close(self) -> None:
         for node in list(self.procs):

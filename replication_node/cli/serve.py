@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import logging
 import os
 import secrets
@@ -94,6 +95,8 @@ async def _serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # SIGUSR1: every task's stack into the log, to see what a node that hangs waits on.
+    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
     await stop.wait()
     logging.getLogger(__name__).info("node %s stopping", node_name)
     for site in sites:
@@ -102,6 +105,15 @@ async def _serve(
     await runner.cleanup()
     await store.aclose()
     return ExitCode.OK
+
+
+def _dump_tasks() -> None:
+    """Log the stack of every task of the running loop (SIGUSR1)."""
+    log = logging.getLogger(__name__)
+    for task in asyncio.all_tasks():
+        out = io.StringIO()
+        task.print_stack(file=out)
+        log.warning("task %s:\n%s", task.get_name(), out.getvalue())
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
