@@ -192,6 +192,12 @@ class GuaranteeService:
         )
         self._poll_task = asyncio.create_task(self.poller.run(), name="guarantee-poller")
         if api.watch:
+            # A heartbeat is what keeps a quiet node's pushed status fresh: at least three
+            # of them within the freshness limit (3 polls), whatever watch_heartbeat says,
+            # else a node with nothing to say would count as stale between two of them.
+            stale_after = self._interval * api.stale_after_polls
+            heartbeat = max(0.05, min(api.watch_heartbeat.total_seconds(), stale_after / 3))
+            silence = max(api.watch_silence.total_seconds(), 3 * heartbeat)
             for node in self.config.nodes:
                 watcher = NodeWatcher(
                     node=node,
@@ -199,8 +205,8 @@ class GuaranteeService:
                     session=self._session,
                     clock=self.clock,
                     token=self._node_token,
-                    heartbeat=api.watch_heartbeat.total_seconds(),
-                    silence=api.watch_silence.total_seconds(),
+                    heartbeat=heartbeat,
+                    silence=silence,
                     metrics=self.metrics,
                 )
                 self._watch_tasks.append(

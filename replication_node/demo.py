@@ -111,6 +111,29 @@ def wait_healthy(urls: list[str], timeout: float = 90.0) -> None:
             time.sleep(0.1)
 
 
+def wait_copy(config_path: Path, database: str, node: str, role: str, timeout: float = 60) -> None:
+    """Wait until `node` reports its copy of `database` in `role`, Healthy or Mounted."""
+    import json
+    import urllib.request
+
+    config = yaml.safe_load(config_path.read_text())
+    url = next(n["url"] for n in config["nodes"] if n["name"] == node)
+    token = (config_path.parent / "token").read_text().strip()
+    request = urllib.request.Request(f"{url}/v1/status", headers=bearer(token))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(request, timeout=2) as resp:
+                copies = json.load(resp)["copies"]
+            copy = next(c for c in copies if c["database"] == database)
+            if copy["role"] == role and copy["status"] in ("Healthy", "Mounted"):
+                return
+        except (OSError, ValueError, KeyError, StopIteration):
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"{database} on {node} did not become {role} within {timeout:g}s")
+
+
 def step(text: str) -> None:
     print(f"\n=== {text}", flush=True)
 
@@ -274,7 +297,8 @@ def main() -> int:
         step("Switch DB2 over to its copy on mbx3 (no log lost), then the cluster's status")
         if cli.main(["db", "switchover", "DB2", "--to", "mbx3", "--config", str(config_path)]):
             raise SystemExit("the switchover failed")
-        time.sleep(1.0)  # the old active dismounts and starts following the new one
+        # The old active dismounts and follows the new one: wait for that, not a fixed time.
+        wait_copy(config_path, "DB2", "mbx2", "Passive")
         cli.main(["status", "--config", str(config_path)])
         step("The log stream of DB1 on the active (mbx1) and on a passive copy (mbx3)")
         for node in ("mbx1", "mbx3"):

@@ -290,7 +290,7 @@ async def test_a_stalled_move_goes_on_as_soon_as_the_copy_is_resumed(env):
     assert move.returncode == 0, out
     assert went_on_in < 120, "well inside the 10-minute bucket it would have slept out"
     # While it waited, one short line said for what, not the whole reason again and again.
-    waiting = [line for line in out.splitlines() if "waiting for" in line]
+    waiting = [line for line in out.splitlines() if "waiting for healthy copies" in line]
     assert len(waiting) == 1, out
     assert waiting[0].endswith(
         "waiting for healthy copies of DB2: mbx3: status Suspended (maintenance)"
