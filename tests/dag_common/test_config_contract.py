@@ -108,3 +108,14 @@ def test_config_errors_name_items_by_name_and_yaml_errors_by_file_and_line(tmp_p
     assert str(err.value) == (
         f"{bad}, line 3, column 3: not valid YAML: expected the node content, but found '-'"
     )
+
+
+def test_the_example_config_loads_with_paths_beside_it():
+    from dag_common.config import load_config
+    from tests.cluster_harness import ROOT
+
+    config = load_config(ROOT / "examples" / "cluster.yaml")
+    assert [n.name for n in config.nodes] == ["mbx1", "mbx2", "mbx3"]
+    assert {n.site for n in config.nodes} == {"redmond", "dublin"}
+    assert [d.name for d in config.databases] == ["DB1", "DB2"]
+    assert all(n.data_dir.parent == ROOT / "examples" / "var" for n in config.nodes)
