@@ -32,14 +32,6 @@ from mrs_client.progress import Progress
 from mrs_client.requests_store import MoveRecord, MoveRequestStore
 
 # The MoveSettings durations a command line may set (`--stall-limit 2s`, …).
-TIMINGS = (
-    "health_check_interval",
-    "stall_retry_interval",
-    "stall_limit",
-    "flush_retry_interval",
-    "flush_limit",
-    "block_flush_wait",
-)
 TIMING_HELP = {
     "health_check_interval": "how often CheckReplicationHealth is asked during the syncs",
     "stall_retry_interval": "how long each health question of a stalled move may wait",
@@ -49,6 +41,7 @@ TIMING_HELP = {
     "block_flush_wait": "how long a flush inside the open log (block mode) may take before "
     "the target's log is rolled instead",
 }
+TIMINGS = tuple(TIMING_HELP)
 
 
 def _default(name: str) -> str:

@@ -272,8 +272,11 @@ class LocalCluster:
         except subprocess.TimeoutExpired:
             # A node that does not stop: its tasks' stacks into its log (SIGUSR1), then the
             # log's tail in the failure, so that CI shows what it was waiting on.
+            before = len(self.log(node))
             proc.send_signal(signal.SIGUSR1)
-            time.sleep(1)
+            deadline = time.monotonic() + 5
+            while "task " not in self.log(node)[before:] and time.monotonic() < deadline:
+                time.sleep(0.05)  # until the dump is in the log (or 5 s: a node too stuck)
             proc.kill()
             proc.wait()
             tail = "\n".join(self.log(node).splitlines()[-200:])
@@ -309,8 +312,11 @@ class LocalCluster:
         body = await self.ok("GET", node, f"/v1/databases/{db}/mailboxes/{mailbox}/items")
         return {i["item_id"]: i for i in body["items"]}
 
-    def node_cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        """Run `replication-node ARGS --config <this cluster's config>` as an operator would."""
+    def node_cli(
+        self, *args: str, timeout: float = 120, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run `replication-node ARGS --config <this cluster's config>` as an operator would
+        (`env`: variables to set beside this cluster's, e.g. another token)."""
         return subprocess.run(
             [
                 sys.executable,
@@ -322,7 +328,7 @@ class LocalCluster:
             ],
             capture_output=True,
             text=True,
-            env=self.env(),
+            env={**self.env(), **(env or {})},
             cwd=ROOT,
             timeout=timeout,
         )

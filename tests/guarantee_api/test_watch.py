@@ -24,6 +24,7 @@ from tests.guarantee_api.helpers import (
     start_service,
 )
 
+NODES = ("mbx1", "mbx2", "mbx3")
 WATCH = {"watch_heartbeat": "100ms", "watch_silence": "400ms", "max_wait": "60s"}
 
 
@@ -86,9 +87,15 @@ async def test_a_wait_ends_with_the_answer_of_that_moment(running):
     call = asyncio.ensure_future(
         running.stub.CheckReplicationFlush(flush(101, wait=wait(20)), metadata=AUTH)
     )
-    for _ in range(10):  # 20 s of the service's clock, heartbeats coming between steps
-        await asyncio.sleep(0.15)
-        await running.clock.advance(2)
+    view, clock = running.service.view, running.clock
+    # The question has reached the service and waits on DB1 (its wake-up is registered).
+    await wait_until("the question waiting", lambda: "DB1" in view._changed)
+    for _ in range(10):  # 20 s of the service's clock, a heartbeat heard at each step
+        await wait_until(
+            "a heartbeat at this step",
+            lambda: all(view.problem("DB1", n, clock.monotonic() + 2.5) is None for n in NODES),
+        )
+        await clock.advance(2)
     answer = await asyncio.wait_for(call, 10)
     assert answer.status == pb.NOT_SATISFIED
     assert "needs generation 101" in str(answer.copies), answer
@@ -181,10 +188,12 @@ async def test_a_stream_that_goes_silent_makes_its_node_stale(live_nodes, tmp_pa
 
 async def test_heartbeats_keep_a_quiet_node_fresh_and_a_dead_one_is_noticed(live_nodes, running):
     view = running.service.view
-    # Long after the staleness limit by the poll's measure, heartbeats keep it fresh...
+    # Long after the staleness limit by the poll's measure, a heartbeat makes it fresh...
     await running.clock.advance(3600)
-    await asyncio.sleep(0.3)  # a few heartbeats, on the real clock
-    assert view.problem("DB1", "mbx2", running.clock.monotonic()) is None
+    assert view.problem("DB1", "mbx2", running.clock.monotonic()) is not None
+    await wait_until(
+        "a heartbeat", lambda: view.problem("DB1", "mbx2", running.clock.monotonic()) is None
+    )
     # ...and a node that dies is counted out as soon as its stream breaks.
     await live_nodes["mbx2"].stop()
     await wait_until("mbx2 unreachable", lambda: not view.streaming("mbx2"))

@@ -35,6 +35,25 @@ def three_nodes(root: Path, *, lag: str = "0s", **settings: Any) -> LocalCluster
     return LocalCluster(root, nodes=THREE_NODES, databases=databases(lag), **settings)
 
 
+def two_nodes(root: Path) -> LocalCluster:
+    """DB1 active on mbx1 with a copy on mbx2, both in redmond; the operator activates
+    (no automatic failover)."""
+    return LocalCluster(
+        root,
+        nodes=[("mbx1", "redmond"), ("mbx2", "redmond")],
+        databases=[
+            {
+                "name": "DB1",
+                "copies": [
+                    {"node": "mbx1", "activation_preference": 1},
+                    {"node": "mbx2", "activation_preference": 2},
+                ],
+            }
+        ],
+        defaults={"failover_after": None},
+    )
+
+
 async def write(
     cluster: LocalCluster, node: str, db: str, mailbox: str, start: int, n: int, body: int = 600
 ) -> None:

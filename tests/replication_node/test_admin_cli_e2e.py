@@ -5,32 +5,18 @@ exit 2, whichever way the command found out."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.cluster_harness import ROOT, LocalCluster
+from tests.cluster_harness import LocalCluster
+from tests.replication_node.e2e import two_nodes
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 async def cluster(tmp_path):
-    c = LocalCluster(
-        tmp_path,
-        nodes=[("mbx1", "redmond"), ("mbx2", "redmond")],
-        databases=[
-            {
-                "name": "DB1",
-                "copies": [
-                    {"node": "mbx1", "activation_preference": 1},
-                    {"node": "mbx2", "activation_preference": 2},
-                ],
-            }
-        ],
-        defaults={"failover_after": None},
-    )
+    c = two_nodes(tmp_path)
     await c.start()
     await c.wait_status("mbx2", "DB1", "Healthy")
     yield c
@@ -39,12 +25,7 @@ async def cluster(tmp_path):
 
 def run(cluster: LocalCluster, *args: str, token: str | None = None):
     """`replication-node ARGS --config …` as an operator runs it (with another token)."""
-    env = cluster.env() if token is None else {**cluster.env(), "DG_AUTH_TOKEN": token}
-    return subprocess.run(
-        [sys.executable, "-m", "replication_node.cli.main", *args,
-         "--config", str(cluster.config_path)],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=60,
-    )  # fmt: skip
+    return cluster.node_cli(*args, timeout=60, env={"DG_AUTH_TOKEN": token} if token else None)
 
 
 async def test_admin_calls_say_in_one_line_what_they_did(cluster):

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.cluster_harness import ROOT, LocalCluster
+from tests.replication_node.e2e import two_nodes
 
 pytestmark = pytest.mark.slow
 
@@ -31,20 +32,7 @@ def pid_of(cluster: LocalCluster, node: str) -> int:
 
 @pytest.fixture
 async def cluster(tmp_path):
-    c = LocalCluster(
-        tmp_path,
-        nodes=[("mbx1", "redmond"), ("mbx2", "redmond")],
-        databases=[
-            {
-                "name": "DB1",
-                "copies": [
-                    {"node": "mbx1", "activation_preference": 1},
-                    {"node": "mbx2", "activation_preference": 2},
-                ],
-            }
-        ],
-        defaults={"failover_after": None},
-    )
+    c = two_nodes(tmp_path)
     await c.start()  # only to open the harness's session and check the config serves
     for node in list(c.procs):
         c.terminate(node)

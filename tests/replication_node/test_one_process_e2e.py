@@ -11,34 +11,18 @@ import sys
 import pytest
 
 from tests.cluster_harness import ROOT, LocalCluster
+from tests.replication_node.e2e import two_nodes
 
 pytestmark = pytest.mark.slow
 
 
 def serve(cluster: LocalCluster, node: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "replication_node.cli.main", "serve",
-         "--config", str(cluster.config_path), "--node", node],
-        capture_output=True, text=True, env=cluster.env(), cwd=ROOT, timeout=60,
-    )  # fmt: skip
+    return cluster.node_cli("serve", "--node", node, timeout=60)
 
 
 @pytest.fixture
 async def cluster(tmp_path):
-    c = LocalCluster(
-        tmp_path,
-        nodes=[("mbx1", "redmond"), ("mbx2", "redmond")],
-        databases=[
-            {
-                "name": "DB1",
-                "copies": [
-                    {"node": "mbx1", "activation_preference": 1},
-                    {"node": "mbx2", "activation_preference": 2},
-                ],
-            }
-        ],
-        defaults={"failover_after": None},
-    )
+    c = two_nodes(tmp_path)
     yield c
     await c.close()
 

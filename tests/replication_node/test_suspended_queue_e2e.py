@@ -6,28 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cluster_harness import LocalCluster
 from tests.prometheus import value
+from tests.replication_node.e2e import two_nodes
 
 pytestmark = pytest.mark.slow
 DB = "/v1/databases/DB1"
 
 
 async def test_a_suspended_copy_reports_the_queue_the_active_makes(tmp_path):
-    cluster = LocalCluster(
-        tmp_path,
-        nodes=[("mbx1", "redmond"), ("mbx2", "redmond")],
-        databases=[
-            {
-                "name": "DB1",
-                "copies": [
-                    {"node": "mbx1", "activation_preference": 1},
-                    {"node": "mbx2", "activation_preference": 2},
-                ],
-            }
-        ],
-        defaults={"failover_after": None},
-    )
+    cluster = two_nodes(tmp_path)
     try:
         await cluster.start()
         await cluster.ok("PUT", "mbx1", f"{DB}/mailboxes/alice")
