@@ -16,9 +16,9 @@ import sys
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiohttp
-import orjson
 
 from dag_common.cli import DURATION, add_config, add_json, add_version, run
 from dag_common.clock import SystemClock
@@ -26,10 +26,12 @@ from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.durations import parse_duration
 from dag_common.model import ExitCode
 from mrs_client.errors import MoveRejected
-from mrs_client.metrics import MoveMetricsFile
 from mrs_client.policy import MoveSettings, MoveState
 from mrs_client.progress import Progress
 from mrs_client.requests_store import MoveRecord, MoveRequestStore
+
+if TYPE_CHECKING:
+    from mrs_client.metrics import MoveMetricsFile
 
 # The MoveSettings durations a command line may set (`--stall-limit 2s`, …).
 TIMING_HELP = {
@@ -93,6 +95,8 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
     clock = SystemClock()
     textfile: MoveMetricsFile | None = None
     if args.metrics_textfile:
+        from mrs_client.metrics import MoveMetricsFile  # prometheus_client: only when asked
+
         path = Path(args.metrics_textfile)
         if not path.parent.is_dir():
             raise MoveRejected(f"--metrics-textfile: no directory {path.parent}")
@@ -106,12 +110,7 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
             textfile(record, line)
 
     ssl = config.tls.client_context() if config.tls else None
-    # orjson for the bodies: a batch is up to half a log file of items, and the standard
-    # library's encoder spends about 3 ms on each 1 MB one.
-    async with aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(ssl=ssl),
-        json_serialize=lambda body: orjson.dumps(body).decode(),
-    ) as session:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl)) as session:
         guarantee = GrpcGuaranteeClient.from_config(config, token=token)
         mover = Mover(
             requests=requests,

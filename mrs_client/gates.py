@@ -86,14 +86,15 @@ class Gates:
         self._last_check: datetime | None = None
         self._last_said = ""  # the last waiting line printed: not repeated while it holds
 
-    def save(self, record: MoveRecord) -> MoveRecord:
-        """Persist `record` (durably) and return it as saved."""
+    def save(self, record: MoveRecord, *, durable: bool = True) -> MoveRecord:
+        """Persist `record` and return it as saved; `durable=False`: see
+        `MoveRequestStore.save`."""
         # time_stalled only grows: a step that stalled inside a node call (`node_call`
         # saves the stall) and then saves the record it held from before must not undo it.
         stored = self.requests.get(record.id)
         if stored is not None and stored.time_stalled > record.time_stalled:
             record = replace(record, time_stalled=stored.time_stalled)
-        return self.requests.save(record, self.clock.now())
+        return self.requests.save(record, self.clock.now(), durable=durable)
 
     def _waited(
         self, record: MoveRecord, answer: GuaranteeAnswer, asked: datetime, wait: timedelta

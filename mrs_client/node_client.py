@@ -20,6 +20,7 @@ import logging
 from typing import Any
 
 import aiohttp
+from orjson import dumps as json_dumps
 from orjson import loads as json_loads
 
 from dag_common.auth import bearer
@@ -114,6 +115,14 @@ class NodeStoreClient:
         """Call `path` (below /v1/databases/{database}) on the active copy; a 404 in `ok`
         is returned only when it means "not there" (see `_missing`)."""
         what = f"{method} {database}{path}"
+        # Encoded once, to bytes, with orjson: a batch is up to half a log file of items
+        # (the standard library's encoder spends about 3 ms on each 1 MB, and aiohttp's
+        # `json=` would encode a str to bytes again).
+        headers = bearer(self._token)
+        data = None
+        if json is not None:
+            data = json_dumps(json)
+            headers = {**headers, "Content-Type": "application/json"}
         follow_until: float | None = None  # set while a switchover is followed
         moved_once = False
         unreachable_once = False
@@ -131,9 +140,9 @@ class NodeStoreClient:
                 async with self._session.request(
                     method,
                     f"{url}/v1/databases/{database}{path}",
-                    json=json,
+                    data=data,
                     params=params,
-                    headers=bearer(self._token),
+                    headers=headers,
                     timeout=aiohttp.ClientTimeout(total=120),
                 ) as resp:
                     status, raw = resp.status, await resp.read()
@@ -219,17 +228,18 @@ class NodeStoreClient:
         )
         return _written(body)
 
-    async def items(self, database: str, mailbox: str, since_change: int) -> Items:
-        _, body = await self.call(
-            "GET",
-            database,
-            f"/mailboxes/{mailbox}/items",
-            params={"since_change": str(since_change)},
-        )
+    async def items(
+        self, database: str, mailbox: str, since_change: int, limit: int | None = None
+    ) -> Items:
+        params = {"since_change": str(since_change)}
+        if limit is not None:
+            params["limit"] = str(limit)
+        _, body = await self.call("GET", database, f"/mailboxes/{mailbox}/items", params=params)
         return Items(
             items=tuple(Item.from_json(i) for i in body["items"]),
             last_change_number=int(body.get("last_change_number", since_change)),
             epoch=int(body.get("epoch", 0)),
+            more=bool(body.get("more", False)),
         )
 
     async def put_items(self, database: str, mailbox: str, items: list[Item]) -> Written:

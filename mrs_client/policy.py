@@ -106,6 +106,9 @@ class MoveSettings:
     # Bytes per write: a write is one transaction and must fit in one log generation of the
     # target (the CLI sets half the smallest log_file_size of the cluster).
     sync_batch_bytes: int = 256 * 1024
+    # The source is read a page of this many changes at a time, the next page asked while the
+    # current one is written: a mailbox is never held in memory whole.
+    sync_page: int = 2000
     # Incremental passes stop when a pass finds at most this many changes (or after max).
     incremental_quiet_changes: int = 50
     incremental_max_passes: int = 5

@@ -124,11 +124,19 @@ class MoveRequestStore:
         with self._lock:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=FULL")
+            self._durable = True
             self._conn.executescript(_SCHEMA)
             have = {row[1] for row in self._conn.execute("PRAGMA table_info(answers)")}
             for column, ddl in _ANSWER_COLUMNS.items():
                 if column not in have:
                     self._conn.execute(ddl)
+
+    def _synchronous(self, durable: bool) -> None:
+        """Commits wait for the disk (FULL) or not (NORMAL: WAL mode keeps them ordered and
+        safe from a crash of the process; the next FULL commit syncs them).  Under the lock."""
+        if durable != self._durable:
+            self._conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+            self._durable = durable
 
     def close(self) -> None:
         self._conn.close()
@@ -146,6 +154,7 @@ class MoveRequestStore:
             updated=now,
         )
         with self._lock:
+            self._synchronous(True)
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 for mailbox in mailboxes:
@@ -169,10 +178,14 @@ class MoveRequestStore:
                 raise
         return record
 
-    def save(self, record: MoveRecord, now: datetime) -> MoveRecord:
-        """Persist `record` (durably) and return it as saved."""
+    def save(self, record: MoveRecord, now: datetime, *, durable: bool = True) -> MoveRecord:
+        """Persist `record` and return it as saved.  Durable: on the disk when this returns.
+        Not durable (progress within a step): safe from a crash of this process, ordered
+        with every other save, and on the disk with the next durable one (one WAL, synced
+        in order), but lost to a power cut before that."""
         record = replace(record, updated=now)
         with self._lock:
+            self._synchronous(durable)
             self._conn.execute("BEGIN IMMEDIATE")
             self._conn.execute("UPDATE moves SET body=? WHERE id=?", (record.to_json(), record.id))
             if record.state is MoveState.COMPLETED:
@@ -220,6 +233,7 @@ class MoveRequestStore:
         self, move_id: str, *, step: MoveStep, method: str, answer: GuaranteeAnswer, now: datetime
     ) -> None:
         with self._lock:
+            self._synchronous(True)
             self._conn.execute(
                 "INSERT INTO answers(move_id, time, step, method, status, retry_after, reason,"
                 " epoch, lost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

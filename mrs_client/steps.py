@@ -1,6 +1,7 @@
 """The ten steps of a move, each idempotent (a crash and `mrs resume` repeat it safely).
 
-Items are copied with their own item ids (a re-copy replaces, never duplicates); sync
+Items are copied with their own item ids (a re-copy replaces, never duplicates); the source
+is read a page at a time, the next page read ahead while the current one is written; sync
 cursors are saved after each batch; the final flush waits for a point of the target's log
 past the final sync, saved before the wait: the durable end of its open log when every copy
 follows in block mode (no roll), else a generation rolled *after* the final sync; the unlock
@@ -11,13 +12,14 @@ through `Gates`; the verification before steps 8 and 10 through `Verifier`.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Protocol
 
 from dag_common.clock import Clock
 from mrs_client.end_calls import EndCalls
-from mrs_client.errors import MoveFailed, NeedsReconcile
+from mrs_client.errors import MoveFailed, NeedsReconcile, NodeCallError
 from mrs_client.gates import Gates
 from mrs_client.policy import (
     FlushPoint,
@@ -27,9 +29,9 @@ from mrs_client.policy import (
     flush_point,
     incremental_done,
 )
-from mrs_client.reconcile import Side, write_size
+from mrs_client.reconcile import Side, utf8_len, write_size
 from mrs_client.requests_store import MoveRecord
-from mrs_client.store_api import Item, NodeStore
+from mrs_client.store_api import Item, Items, NodeStore
 from mrs_client.verification import Verifier
 
 
@@ -60,6 +62,7 @@ class MoveSteps:
     ) -> None:
         self.nodes = nodes
         self.gates = gates
+        self._calls = calls
         self._call = calls.call
         self._verifier = verifier
         self.directory = directory
@@ -123,53 +126,96 @@ class MoveSteps:
         return await self.gates.health(record)
 
     async def _copy_changes(self, record: MoveRecord, *, initial: bool) -> tuple[MoveRecord, int]:
-        """Copy changes since each mailbox's cursor; return the record and the change count."""
+        """Copy changes since each mailbox's cursor; return the record and the change count.
+
+        The source is read a page at a time (`sync_page` changes), the next page asked of the
+        source while the current one is written to the target (two nodes, working at once);
+        writes are cut into batches across the pages, each saved with the cursor it covers.
+        """
         total = 0
-        src, dst = record.source_db, record.target_db
+        dst = record.target_db
         for name in record.mailboxes:
             cursor = record.sync_cursor.get(name, 0)
             # Only a target that has received nothing yet has nothing to delete.
             skip_deletes = initial and cursor == 0
-            # The epoch is checked before anything read is used: in another incarnation the
-            # cursor may count in numbers the source now gives to other changes.
-            record, listing = await self._call(
-                record,
-                Side.SOURCE,
-                "read source items",
-                lambda n=name, c=cursor: self.nodes.items(src, n, c),
-            )
             batch: list[Item] = []
             size = 0
-            for item in listing.items:
-                if item.deleted:
-                    if not skip_deletes:
-                        record, _ = await self._call(
-                            record,
-                            Side.TARGET,
-                            "delete target item",
-                            lambda n=name, i=item.item_id: self.nodes.delete_item(dst, n, i),
+            since = cursor
+            ahead: asyncio.Future[Items] | None = None
+            try:
+                while True:
+                    record, listing = await self._source_page(record, name, since, ahead)
+                    ahead = None
+                    if listing.more:
+                        ahead = asyncio.ensure_future(
+                            self.nodes.items(
+                                record.source_db,
+                                name,
+                                listing.last_change_number,
+                                self.settings.sync_page,
+                            )
                         )
-                else:
-                    cost = write_size(item)
-                    # One write is one transaction, and a transaction must fit in one log
-                    # generation of the target: cut batches by bytes as well as by count.
-                    if batch and (
-                        len(batch) >= self.settings.sync_batch
-                        or size + cost > self.settings.sync_batch_bytes
-                    ):
-                        record = await self._write_batch(record, name, batch, cursor)
-                        batch, size = [], 0
-                    batch.append(item)
-                    size += cost
-                cursor = item.change_number
+                    for item in listing.items:
+                        if item.deleted:
+                            if not skip_deletes:
+                                record, _ = await self._call(
+                                    record,
+                                    Side.TARGET,
+                                    "delete target item",
+                                    lambda n=name, i=item.item_id: self.nodes.delete_item(
+                                        dst, n, i
+                                    ),
+                                )
+                        else:
+                            cost = write_size(item)
+                            # One write is one transaction, and a transaction must fit in one
+                            # log generation of the target: cut batches by bytes and count.
+                            if batch and (
+                                len(batch) >= self.settings.sync_batch
+                                or size + cost > self.settings.sync_batch_bytes
+                            ):
+                                record = await self._write_batch(record, name, batch, cursor)
+                                batch, size = [], 0
+                            batch.append(item)
+                            size += cost
+                        cursor = item.change_number
+                    total += len(listing.items)
+                    if not listing.more:
+                        break
+                    since = listing.last_change_number
+            finally:
+                if ahead is not None:  # a failure above: the page read ahead is not wanted
+                    ahead.cancel()
+                    await asyncio.gather(ahead, return_exceptions=True)
             if batch:
                 record = await self._write_batch(record, name, batch, cursor)
-            elif listing.items:
+            elif cursor != record.sync_cursor.get(name, 0):
                 record = self.gates.save(
                     replace(record, sync_cursor={**record.sync_cursor, name: cursor})
                 )
-            total += len(listing.items)
         return record, total
+
+    async def _source_page(
+        self, record: MoveRecord, name: str, since: int, ahead: asyncio.Future[Items] | None
+    ) -> tuple[MoveRecord, Items]:
+        """The source's changes of `name` after `since`, a page of them: the page read ahead
+        if it came back, else asked now through the gates (a source that cannot answer
+        stalls the move).  Its epoch is checked either way."""
+        if ahead is not None:
+            try:
+                listing = await ahead
+            except NodeCallError:
+                pass  # asked again below, where a failure stalls or fails the move
+            else:
+                record = self._calls.seen(record, Side.SOURCE, listing.epoch, "read source items")
+                return record, listing
+        src, page = record.source_db, self.settings.sync_page
+        return await self._call(
+            record,
+            Side.SOURCE,
+            "read source items",
+            lambda: self.nodes.items(src, name, since, page),
+        )
 
     async def _write_batch(
         self, record: MoveRecord, mailbox: str, batch: list[Item], cursor: int
@@ -183,13 +229,18 @@ class MoveSteps:
             "write target items",
             lambda: self.nodes.put_items(dst, mailbox, batch),
         )
+        # Progress only, saved without waiting for the disk: a cursor lost to a power cut
+        # (never to a crash of this process) makes the move copy those items again, and a
+        # write of an item the target holds replaces it with the same content.  The next
+        # durable save (a step's end, a stall) carries it to the disk.
         record = self.gates.save(
             replace(
                 record,
                 items_copied=record.items_copied + len(batch),
-                bytes_copied=record.bytes_copied + sum(len(b.body.encode()) for b in batch),
+                bytes_copied=record.bytes_copied + sum(utf8_len(b.body) for b in batch),
                 sync_cursor={**record.sync_cursor, mailbox: cursor},
-            )
+            ),
+            durable=False,
         )
         self._progress(record, "")
         return await self.gates.periodic_health(record)

@@ -70,8 +70,9 @@ class Items:
     """Items changed after a change number, by change number, tombstones included."""
 
     items: tuple[Item, ...]
-    last_change_number: int
+    last_change_number: int  # every change up to it is in `items` (or superseded)
     epoch: int = 0
+    more: bool = False  # a page: the changes after last_change_number are not in it
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +133,11 @@ class NodeStore(Protocol):
 
     async def create_folder(self, database: str, mailbox: str, folder: str) -> Written: ...
 
-    async def items(self, database: str, mailbox: str, since_change: int) -> Items: ...
+    async def items(
+        self, database: str, mailbox: str, since_change: int, limit: int | None = None
+    ) -> Items:
+        """Changes after `since_change`; with `limit`, a page of about that many."""
+        ...
 
     async def put_items(self, database: str, mailbox: str, items: list[Item]) -> Written: ...
 

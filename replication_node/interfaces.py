@@ -153,6 +153,21 @@ class MailboxReader(Protocol):
 
     def items(self, mailbox: str, since_change: int = 0) -> list[dict[str, Any]]: ...
 
+    def items_page(self, mailbox: str, since_change: int, limit: int) -> ItemsPage: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ItemsPage:
+    """Part of a mailbox's changes after a change number, in change-number order.
+
+    `through`: every change numbered up to it is in the page (or was superseded by a later
+    one), so the next page asks for the changes after it; `complete`: nothing is after it.
+    """
+
+    items: list[dict[str, Any]]
+    through: int
+    complete: bool
+
 
 @dataclass(frozen=True, slots=True)
 class PassiveSettings:

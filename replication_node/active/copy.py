@@ -31,6 +31,7 @@ from typing import Any
 from dag_common.clock import Clock
 from replication_node.active.lease import LeaseKeeper
 from replication_node.errors import TransactionTooLarge
+from replication_node.interfaces import ItemsPage
 from replication_node.log.events import ClosedGeneration, Committed, RollCause, StreamEvent
 from replication_node.log.logdir import finish_interrupted_roll
 from replication_node.log.logfile import ContentDigest
@@ -330,6 +331,25 @@ class ActiveCopy:
                 else:
                     rows.pop(item_id, None)
         return sorted(rows.values(), key=lambda r: r["change_number"])
+
+    def items_page(self, mailbox: str, since_change: int, limit: int) -> ItemsPage:
+        """A page of the file's changes with the overlay merged in up to where the page ends:
+        an overlay change past that end supersedes the file's row but belongs to a later page
+        (it would otherwise hide the file's rows between)."""
+        page = self.db.items_page(mailbox, since_change, limit)
+        end = None if page.complete else page.through
+        rows = {r["item_id"]: r for r in page.items}
+        for (m, item_id), (_, row) in self.overlay.items.items():
+            if m == mailbox:
+                change = row["change_number"]
+                if since_change < change and (end is None or change <= end):
+                    rows[item_id] = row
+                else:
+                    rows.pop(item_id, None)
+        items = sorted(rows.values(), key=lambda r: r["change_number"])
+        if end is not None:
+            return ItemsPage(items, end, False)
+        return ItemsPage(items, max([since_change, *(r["change_number"] for r in items)]), True)
 
     def item(self, mailbox: str, item_id: str) -> dict[str, Any] | None:
         return self.overlay.item(mailbox, item_id) or self.db.item(mailbox, item_id)

@@ -23,8 +23,10 @@ from replication_node.http.context import (
     reader_for,
 )
 from replication_node.http.models import FolderIn, ItemIn, ItemsIn, MailboxIn, parse
+from replication_node.interfaces import ItemsPage
 
 MAX_CHANGE_NUMBER = 2**63 - 1  # SQLite's INTEGER: a larger number overflowed into a 500
+MAX_ITEMS_PAGE = 100_000  # a page of the items listing (`limit`), at most
 
 
 async def put_mailbox(request: web.Request) -> web.Response:
@@ -110,15 +112,29 @@ async def get_items(request: web.Request) -> web.Response:
         raise BadRequest("since_change must be an integer") from exc
     if not 0 <= since <= MAX_CHANGE_NUMBER:
         raise BadRequest(f"since_change must be within 0..{MAX_CHANGE_NUMBER}")
+    limit = None
+    if "limit" in request.query:
+        try:
+            limit = int(request.query["limit"])
+        except ValueError as exc:
+            raise BadRequest("limit must be an integer") from exc
+        if not 1 <= limit <= MAX_ITEMS_PAGE:
+            raise BadRequest(f"limit must be within 1..{MAX_ITEMS_PAGE}")
     if reader.mailbox(name) is None:
         raise NotFound(f"no mailbox {name!r}")
-    items = reader.items(name, since)
+    if limit is None:
+        items = reader.items(name, since)
+        page = ItemsPage(items, max((i["change_number"] for i in items), default=since), True)
+    else:
+        page = reader.items_page(name, since, limit)
     return web.json_response(
         {
             "mailbox": name,
             "since_change": since,
-            "items": items,
-            "last_change_number": max((i["change_number"] for i in items), default=since),
+            "items": page.items,
+            # Every change up to it is in this answer: the next page asks since it.
+            "last_change_number": page.through,
+            "more": not page.complete,
             "epoch": epoch_for(request),
         }
     )

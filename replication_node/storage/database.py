@@ -35,6 +35,7 @@ from typing import Any
 
 from dag_common.mailbox_digest import MODULUS, to_hex
 from replication_node.errors import DatabaseError
+from replication_node.interfaces import ItemsPage
 from replication_node.storage.digest import (
     DIGEST_SCHEMA,
     install_digest,
@@ -252,14 +253,25 @@ class Database:
             ).fetchall()
         return [r[0] for r in rows]
 
-    def items(self, mailbox: str, since_change: int = 0) -> list[dict[str, Any]]:
-        """Items (and tombstones) of a mailbox changed after `since_change`, by change number."""
+    def items(
+        self, mailbox: str, since_change: int = 0, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Items (and tombstones) of a mailbox changed after `since_change`, by change number;
+        the first `limit` of them when given."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT * FROM items WHERE mailbox=? AND change_number>? ORDER BY change_number",
-                (mailbox, since_change),
+                "SELECT * FROM items WHERE mailbox=? AND change_number>? ORDER BY change_number"
+                " LIMIT ?",
+                (mailbox, since_change, -1 if limit is None else limit),
             ).fetchall()
         return [item_dict(r) for r in rows]
+
+    def items_page(self, mailbox: str, since_change: int, limit: int) -> ItemsPage:
+        """The first `limit` changes after `since_change` (see `ItemsPage`)."""
+        rows = self.items(mailbox, since_change, limit)
+        if len(rows) < limit:
+            return ItemsPage(rows, max([since_change, *(r["change_number"] for r in rows)]), True)
+        return ItemsPage(rows, rows[-1]["change_number"], False)
 
     def item(self, mailbox: str, item_id: str) -> dict[str, Any] | None:
         with self._lock:

@@ -145,12 +145,17 @@ class FakeNodes:
         db = self._call("create_folder", database, mailbox)
         return db.commit([("folder", (mailbox, folder))])
 
-    async def items(self, database: str, mailbox: str, since_change: int) -> Items:
+    async def items(
+        self, database: str, mailbox: str, since_change: int, limit: int | None = None
+    ) -> Items:
         db = self._call("items", database, mailbox)
         rows = sorted(
             (i for i in db.boxes[mailbox].items.values() if i.change_number > since_change),
             key=lambda i: i.change_number,
         )
+        if limit is not None and len(rows) > limit:
+            rows = rows[:limit]
+            return Items(tuple(rows), rows[-1].change_number, db.epoch, more=True)
         last = max((i.change_number for i in rows), default=since_change)
         return Items(tuple(rows), last, db.epoch)
 
@@ -343,6 +348,7 @@ def record(**changes: Any) -> MoveRecord:
 
 MOVER_SETTINGS = MoveSettings(
     sync_batch=10,
+    sync_page=17,  # every move of the tests reads its source in pages, each read ahead
     stall_retry_interval=timedelta(seconds=1),
     health_check_interval=timedelta(seconds=10),
 )

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from mrs_client.errors import MoveRejected
+from mrs_client.errors import MoveRejected, NodeCallError
 from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus, MoveState
 from tests.mrs_client.fakes import MOVER_SETTINGS, Crash, MoverEnv
 
@@ -198,3 +198,24 @@ async def test_a_flush_waits_on_the_service_instead_of_sleeping_between_answers(
     roll = rolled[min(rolled)]  # the final sync's roll
     assert satisfied_at - roll == timedelta(seconds=3.3), satisfied_at - roll
     assert LIMITED.flush_retry_interval in env.guarantee.waits_asked
+
+
+async def test_the_source_is_read_in_pages_and_a_failed_read_ahead_is_asked_again(tmp_path):
+    """The source is read a page at a time, the next page asked while the current one is
+    written; a read-ahead that fails is asked again (through the stall path), nothing skipped."""
+    env = MoverEnv(tmp_path, items=120)
+    failed = []
+
+    def fail_second_read(method, database, n):
+        if (method, database, n) == ("items", "DB1", 2):
+            failed.append(n)
+            raise NodeCallError("items DB1: connection refused", status=None)
+
+    env.nodes.before.append(fail_second_read)
+    record = await env.move()
+    assert record.state is MoveState.COMPLETED, record.failure
+    assert failed == [2]
+    assert env.target() == env.source()
+    reads = sum(1 for m, d in env.nodes.calls if (m, d) == ("items", "DB1"))
+    # 120 changes in pages of 17: 8 pages, one read again; the verification reads none
+    assert reads >= 120 // MOVER_SETTINGS.sync_page + 1 + 1

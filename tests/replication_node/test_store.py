@@ -32,3 +32,38 @@ async def test_text_that_is_not_utf8_is_refused_and_changes_nothing(tmp_path, ca
     assert (copy.stream.generation, copy.stream.open_record_count, copy.items("m")) == before
     assert copy.mailbox("n") is None
     await copy.crash_close()
+
+
+@pytest.mark.parametrize("limit", [1, 3, 7, 50])
+async def test_pages_of_the_items_listing_add_up_to_the_whole_listing(tmp_path, limit):
+    """Changes still in the LLR overlay are merged into each page up to where it ends: an
+    item rewritten after its row in the file is not returned early (which would hide the
+    file's rows between), and none is lost or returned stale.  (The file is paged; the
+    overlay, a few generations at most, comes whole with the file's last page.)"""
+    copy = await mount(tmp_path, log_file_size=64 * 1024, llr_depth=3)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    for i in range(300):  # several generations: the older in the file, the newer in the overlay
+        await store.put_items("m", [{"item_id": f"i{i}", "body": "x" * 600}])
+    for i in range(0, 300, 7):  # rewritten: their newest change is in the overlay
+        await store.put_items("m", [{"item_id": f"i{i}", "body": f"again {i}"}])
+    for i in range(3, 300, 11):
+        await store.delete_item("m", f"i{i}")
+    assert copy.overlay.items, "the test needs changes still in the overlay"
+    whole = {r["item_id"]: r for r in copy.items("m", 40)}
+
+    held: dict[str, dict] = {}
+    since, pages = 40, 0
+    while True:
+        page = copy.items_page("m", since, limit)
+        numbers = [r["change_number"] for r in page.items]
+        assert numbers == sorted(numbers) and all(since < n <= page.through for n in numbers)
+        held.update((r["item_id"], r) for r in page.items)
+        pages += 1
+        if page.complete:
+            break
+        assert page.through > since
+        since = page.through
+    assert held == whole
+    assert pages > 1
+    await copy.crash_close()
