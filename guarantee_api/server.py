@@ -5,7 +5,8 @@ live view; after each round, the
 metrics and the Parquet history; the grpc.aio server with the DataGuarantee servicer,
 grpc.health.v1 (SERVING once the first poll round is done) and server reflection, behind an
 optional bearer-token interceptor and optional TLS; an aiohttp app on `http_listen` serving
-/metrics and /healthz. `stop()` is the graceful shutdown: health NOT_SERVING, then
+/metrics, /healthz and the status page (`/`, `/status`: `status_page.py`), plain HTTP
+without the token, as /metrics is. `stop()` is the graceful shutdown: health NOT_SERVING, then
 `server.stop(grace)`, then the poller, the last history flush and the HTTP side.
 """
 
@@ -33,9 +34,11 @@ from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as
 from guarantee_api.averages import CopyQueueAverages
 from guarantee_api.errors import HistoryWriteError
 from guarantee_api.history import HistoryWriter
+from guarantee_api.last_answers import LastAnswers
 from guarantee_api.metrics import CONTENT_TYPE, Metrics
 from guarantee_api.poller import Poller
 from guarantee_api.servicer import DataGuaranteeServicer
+from guarantee_api.status_page import render, take_snapshot
 from guarantee_api.values import Limits
 from guarantee_api.view import LiveView
 from guarantee_api.watcher import NodeWatcher
@@ -105,6 +108,7 @@ class GuaranteeService:
         self.view = LiveView(config, stale_after=interval * api.stale_after_polls)
         self.history = HistoryWriter(api.history_dir, flush_every=api.history_flush_polls)
         self.health = HealthServicer()
+        self.last_answers = LastAnswers()
         self._node_token = node_token
         self._client_token = client_token
         self._tls = tls
@@ -117,6 +121,7 @@ class GuaranteeService:
             clock=self.clock,
             metrics=self.metrics,
             max_wait=api.max_wait.total_seconds(),
+            last_answers=self.last_answers,
         )
         self._session: aiohttp.ClientSession | None = None
         self._grpc: grpc.aio.Server | None = None
@@ -221,6 +226,8 @@ class GuaranteeService:
         app[_SERVICE_KEY] = self
         app.router.add_get("/metrics", _metrics_handler)
         app.router.add_get("/healthz", _healthz_handler)
+        app.router.add_get("/", _status_page_handler)
+        app.router.add_get("/status", _status_page_handler)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         for sock in sockets:
@@ -292,3 +299,21 @@ async def _healthz_handler(request: web.Request) -> web.Response:
     if request.app[_SERVICE_KEY].serving:
         return web.Response(text="ok\n")
     return web.Response(status=503, text="not serving\n")
+
+
+async def _status_page_handler(request: web.Request) -> web.Response:
+    service = request.app[_SERVICE_KEY]
+    snapshot = take_snapshot(
+        cluster=service.config.cluster,
+        view=service.view,
+        answers=service.last_answers,
+        clock=service.clock,
+        serving=service.serving,
+        nodes=len(service.config.nodes),
+    )
+    return web.Response(
+        text=render(snapshot),
+        content_type="text/html",
+        charset="utf-8",
+        headers={"Cache-Control": "no-store"},
+    )

@@ -6,7 +6,8 @@ A request with a `wait` is judged again at every change of the view until the an
 Satisfied (or a flush is known lost), or the wait ends: then the answer of that moment goes
 out, with `waited`.  The wait is cut to `max_wait` and to the call's deadline (less a margin
 for the answer to travel), and the reason says so.  While it waits, the caller's copy-queue
-averages take a sample at most once a second, as if it asked that often.
+averages take a sample at most once a second, as if it asked that often.  Every answer
+given is remembered per (database, method) in `last_answers`, for the status page.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from guarantee_api.averages import CopyQueueAverages
 from guarantee_api.errors import InvalidRequestError, UnknownDatabaseError
+from guarantee_api.last_answers import LastAnswers, Method
 from guarantee_api.metrics import Metrics
 from guarantee_api.policy import evaluate_flush, evaluate_health
 from guarantee_api.values import Answer, CopyVerdict, FlushTarget, GuaranteeStatus, Limits
@@ -119,8 +121,10 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
         clock: Clock,
         metrics: Metrics,
         max_wait: float = 60.0,
+        last_answers: LastAnswers | None = None,
     ) -> None:
         self._view = view
+        self.last_answers = last_answers if last_answers is not None else LastAnswers()
         self._max_wait = max_wait
         self._averages = averages
         self._limits = limits
@@ -190,7 +194,7 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
 
     async def _serve(
         self,
-        method: str,
+        method: Method,
         request: object,
         compute: Callable[[bool], tuple[GuaranteeStatus, pb.GuaranteeResponse]],
         context: grpc.aio.ServicerContext,
@@ -241,19 +245,26 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
             await context.abort(code, details)
         # The latency of the answer itself: the judgement that gave it, not the wait.
         self._metrics.observe_request(method, status.value, took)
+        self.last_answers.record(
+            database=response.database,
+            method=method,
+            status=status,
+            at=self._clock.now(),
+            caller_id=request.caller_id,  # type: ignore[attr-defined]
+            constraint=_CONSTRAINTS[response.constraint],
+            reason=response.reason,
+        )
         return response
 
     async def CheckReplicationHealth(self, request, context):
         """Are enough copies healthy and close enough? (CheckReplicationHealth)"""
         return await self._serve(
-            "CheckReplicationHealth", request, lambda s: self._health(request, s), context
+            Method.HEALTH, request, lambda s: self._health(request, s), context
         )
 
     async def CheckReplicationFlush(self, request, context):
         """Have enough copies replayed the caller's commit? (CheckReplicationFlush)"""
-        return await self._serve(
-            "CheckReplicationFlush", request, lambda _: self._flush(request), context
-        )
+        return await self._serve(Method.FLUSH, request, lambda _: self._flush(request), context)
 
 
 def _with_wait(response: pb.GuaranteeResponse, waited: float, note: str) -> pb.GuaranteeResponse:

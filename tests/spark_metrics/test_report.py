@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import io
 import re
-import shutil
-import subprocess
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from spark_metrics.cli import main
 from spark_metrics.options import AggregateOptions
 from spark_metrics.progress import Progress
 from spark_metrics.report import write_report
+from tests.browser import chromium
 from tests.spark_metrics.history import T0, hour_path, write_file
 from tests.spark_metrics.scenarios import sample_rows
 
@@ -62,17 +61,7 @@ def test_report_cli_exit_codes(output, tmp_path, capsys):
 
 
 def _screenshot(page: Path, shot: Path, profile: Path) -> Image.Image:
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip(
-            "Debian's chromium is not installed and `make system-deps` could not install it"
-        )
-    subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--no-first-run", f"--user-data-dir={profile}",
-         "--hide-scrollbars", "--window-size=1280,2200", f"--screenshot={shot}", page.as_uri()],
-        check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
+    chromium(page.as_uri(), "--window-size=1280,2200", f"--screenshot={shot}", profile=profile)
     return Image.open(shot).convert("RGB")
 
 
