@@ -14,11 +14,13 @@ traceback goes to the debug log (`--verbose`, where a command has it).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import logging
 import os
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 import aiohttp
 
@@ -58,6 +60,22 @@ def add_config(parser: argparse.ArgumentParser, **kw: object) -> None:
 
 def add_json(parser: argparse.ArgumentParser, what: str = "print JSON for scripts") -> None:
     parser.add_argument("--json", action="store_true", help=what)
+
+
+def exit_now(main: Callable[[], int]) -> NoReturn:
+    """A console script's entry: run `main`, flush what it wrote, and end the process without
+    the interpreter's teardown.  Freeing the modules a command imports (aiohttp, grpc,
+    pydantic) takes about 90 ms after the command's work is done: its stores and sessions
+    are closed by then (each command closes what it opens), so only the streams and the
+    log handlers are left to flush.  An exception escaping `main` (a bug) takes the normal
+    way out, with its traceback.  In-process callers (tests) call `main` itself."""
+    code = main()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        # a reader that went away, a stream closed already: nothing more can be said
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
 
 
 def error(message: str) -> None:

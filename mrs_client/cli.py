@@ -12,15 +12,14 @@ import argparse
 import asyncio
 import json
 import logging
-import sys
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import aiohttp
 
-from dag_common.cli import DURATION, add_config, add_json, add_version, run
+from dag_common.cli import DURATION, add_config, add_json, add_version, exit_now, run
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.durations import parse_duration
@@ -372,5 +371,10 @@ def main(argv: list[str] | None = None) -> int:
     return run(build_parser(), argv, bad_input=(MoveRejected,), before=_logging)
 
 
+def entry() -> NoReturn:
+    """The `mrs` console script."""
+    exit_now(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

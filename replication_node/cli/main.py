@@ -9,8 +9,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import NoReturn
 
-from dag_common.cli import add_json, add_version, run
+from dag_common.cli import add_json, add_version, exit_now, run
 from dag_common.model import ExitCode
 from replication_node.cli import admin as cli_admin
 from replication_node.cli import serve as cli_serve
@@ -85,5 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     return run(build_parser(), argv)
 
 
+def entry() -> NoReturn:
+    """The `replication-node` console script."""
+    exit_now(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
