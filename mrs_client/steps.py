@@ -123,13 +123,16 @@ class MoveSteps:
         return await self.gates.health(record)
 
     async def _copy_changes(self, record: MoveRecord, *, initial: bool) -> tuple[MoveRecord, int]:
-        """Copy changes since each mailbox's cursor; return the record and the change count."""
+        """Copy changes since each mailbox's cursor; return the record and the change count.
+
+        Every mailbox's listing is read before any is copied, so the pass knows how many
+        items it has to copy (`items_total`) before the first: a percent of only the first
+        mailbox of a move with its archive would be a false one."""
         total = 0
         src, dst = record.source_db, record.target_db
+        listings = []
         for name in record.mailboxes:
             cursor = record.sync_cursor.get(name, 0)
-            # Only a target that has received nothing yet has nothing to delete.
-            skip_deletes = initial and cursor == 0
             # The epoch is checked before anything read is used: in another incarnation the
             # cursor may count in numbers the source now gives to other changes.
             record, listing = await self._call(
@@ -138,6 +141,14 @@ class MoveSteps:
                 "read source items",
                 lambda n=name, c=cursor: self.nodes.items(src, n, c),
             )
+            listings.append((name, cursor, listing))
+        pending = sum(not i.deleted for _, _, listing in listings for i in listing.items)
+        if record.items_total != record.items_copied + pending:
+            record = self.gates.save(replace(record, items_total=record.items_copied + pending))
+            self._progress(record, "")
+        for name, cursor, listing in listings:
+            # Only a target that has received nothing yet has nothing to delete.
+            skip_deletes = initial and cursor == 0
             batch: list[Item] = []
             size = 0
             for item in listing.items:

@@ -362,10 +362,12 @@ class MoverEnv:
         self.clock = ManualClock()
         self.guarantee.clock = self.clock
         self.lines: list[str] = []
+        self.records: list[MoveRecord] = []  # the record of every progress call, in order
         self.on_line: list = []
 
     def mover(self, settings: MoveSettings = MOVER_SETTINGS) -> Mover:
         def progress(record, line):
+            self.records.append(record)
             if line:
                 self.lines.append(line)
                 for hook in list(self.on_line):
