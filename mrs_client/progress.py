@@ -39,6 +39,7 @@ class Shown:
 
     @classmethod
     def of(cls, record: MoveRecord) -> Shown:
+        """What to show of `record` (pure)."""
         step = int(record.step)
         return cls(
             description=f"step {step}/{len(MoveStep)} {record.step.label}",
@@ -82,6 +83,7 @@ class _RateAndEta(ProgressColumn):
 
 
 def _isatty(stream: TextIO) -> bool:
+    """Whether `stream` is a terminal (False for what cannot say)."""
     try:
         return stream.isatty()
     except (AttributeError, ValueError):  # no isatty, or a closed stream
@@ -102,7 +104,9 @@ class Progress:
         get_time: Callable[[], float] | None = None,
         auto_refresh: bool = True,
     ) -> None:
-        self.stream: TextIO = stream or (console.file if console else sys.stdout)
+        if stream is None:
+            stream = console.file if console is not None else sys.stdout
+        self.stream: TextIO = stream
         if console is None and _isatty(self.stream):
             console = Console(file=self.stream)
         self._display: RichProgress | None = None
