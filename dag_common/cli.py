@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.metadata
+import io
 import logging
 import os
 import sys
@@ -89,6 +90,18 @@ def _os_error(exc: OSError) -> str:
     return exc.strerror or str(exc) or type(exc).__name__
 
 
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null: nothing more can be written to a reader that is gone, and
+    the interpreter's flush at exit would say so in a traceback (exit 120)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):  # not a file: replace the object
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - kept open to the end
+    finally:
+        os.close(devnull)
+
+
 def run(
     parser: argparse.ArgumentParser,
     argv: list[str] | None,
@@ -108,7 +121,9 @@ def run(
         before(args)
     func: Command = args.func
     try:
-        return int(func(args))
+        code = int(func(args))
+        sys.stdout.flush()  # a reader gone away is met here, not in the flush at exit
+        return code
     except (ConfigError, InUse, TokenRefused, *bad_input) as exc:
         error(str(exc))
         return ExitCode.BAD_INPUT
@@ -118,7 +133,7 @@ def run(
     except KeyboardInterrupt:
         return ExitCode.FAILED
     except BrokenPipeError:  # the reader went away (`… status | head -1`)
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing more can be written
+        _stdout_to_devnull()  # what is still buffered must not fail again at exit
         return ExitCode.FAILED
     except (TimeoutError, aiohttp.ClientError) as exc:
         error(f"a call failed: {type(exc).__name__}: {exc}".rstrip(": "))

@@ -229,17 +229,26 @@ class NodeStoreClient:
         return _written(body)
 
     async def items(
-        self, database: str, mailbox: str, since_change: int, limit: int | None = None
+        self,
+        database: str,
+        mailbox: str,
+        since_change: int,
+        limit: int | None = None,
+        *,
+        count: bool = False,
     ) -> Items:
         params = {"since_change": str(since_change)}
         if limit is not None:
             params["limit"] = str(limit)
+        if count:
+            params["count"] = "true"
         _, body = await self.call("GET", database, f"/mailboxes/{mailbox}/items", params=params)
         return Items(
             items=tuple(Item.from_json(i) for i in body["items"]),
             last_change_number=int(body.get("last_change_number", since_change)),
             epoch=int(body.get("epoch", 0)),
             more=bool(body.get("more", False)),
+            live=int(body["live_count"]) if "live_count" in body else None,
         )
 
     async def put_items(self, database: str, mailbox: str, items: list[Item]) -> Written:

@@ -60,6 +60,9 @@ class MoveRecord:
     failure: str | None = None
     items_copied: int = 0
     bytes_copied: int = 0
+    # What a sync pass knows it has to copy: the items copied so far and the live items of the
+    # pass's source listings (0: not known yet); the percent `mrs move` shows is of this.
+    items_total: int = 0
     sync_cursor: dict[str, int] = field(default_factory=dict)  # mailbox -> change number
     snapshot_change: dict[str, int] = field(default_factory=dict)
     incremental_passes: int = 0

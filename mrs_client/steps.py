@@ -131,76 +131,103 @@ class MoveSteps:
         The source is read a page at a time (`sync_page` changes), the next page asked of the
         source while the current one is written to the target (two nodes, working at once);
         writes are cut into batches across the pages, each saved with the cursor it covers.
+        The first page of every mailbox is read before any is copied, with the count of live
+        items all its pages hold: the pass knows how many items it copies (`items_total`,
+        what `mrs move` shows a percent of) before the first, archive included.
         """
-        total = 0
-        dst = record.target_db
+        first: dict[str, Items] = {}
         for name in record.mailboxes:
             cursor = record.sync_cursor.get(name, 0)
-            # Only a target that has received nothing yet has nothing to delete.
-            skip_deletes = initial and cursor == 0
-            batch: list[Item] = []
-            size = 0
-            since = cursor
-            ahead: asyncio.Future[Items] | None = None
-            try:
-                while True:
-                    record, listing = await self._source_page(record, name, since, ahead)
-                    ahead = None
-                    if listing.more:
-                        ahead = asyncio.ensure_future(
-                            self.nodes.items(
-                                record.source_db,
-                                name,
-                                listing.last_change_number,
-                                self.settings.sync_page,
-                            )
+            record, first[name] = await self._source_page(record, name, cursor, None, count=True)
+        live = [page.live for page in first.values()]
+        if all(n is not None for n in live):
+            known = record.items_copied + sum(n for n in live if n is not None)
+            if record.items_total != known:
+                record = self.gates.save(replace(record, items_total=known))
+                self._progress(record, "")
+        total = 0
+        for name in record.mailboxes:
+            record, changes = await self._copy_mailbox(record, name, first[name], initial=initial)
+            total += changes
+        return record, total
+
+    async def _copy_mailbox(
+        self, record: MoveRecord, name: str, listing: Items, *, initial: bool
+    ) -> tuple[MoveRecord, int]:
+        """Copy one mailbox's changes, from its first page (`listing`) on."""
+        dst = record.target_db
+        cursor = record.sync_cursor.get(name, 0)
+        # Only a target that has received nothing yet has nothing to delete.
+        skip_deletes = initial and cursor == 0
+        batch: list[Item] = []
+        size = 0
+        total = 0
+        ahead: asyncio.Future[Items] | None = None
+        try:
+            while True:
+                if listing.more:
+                    ahead = asyncio.ensure_future(
+                        self.nodes.items(
+                            record.source_db,
+                            name,
+                            listing.last_change_number,
+                            self.settings.sync_page,
                         )
-                    for item in listing.items:
-                        if item.deleted:
-                            if not skip_deletes:
-                                record, _ = await self._call(
-                                    record,
-                                    Side.TARGET,
-                                    "delete target item",
-                                    lambda n=name, i=item.item_id: self.nodes.delete_item(
-                                        dst, n, i
-                                    ),
-                                )
-                        else:
-                            cost = write_size(item)
-                            # One write is one transaction, and a transaction must fit in one
-                            # log generation of the target: cut batches by bytes and count.
-                            if batch and (
-                                len(batch) >= self.settings.sync_batch
-                                or size + cost > self.settings.sync_batch_bytes
-                            ):
-                                record = await self._write_batch(record, name, batch, cursor)
-                                batch, size = [], 0
-                            batch.append(item)
-                            size += cost
-                        cursor = item.change_number
-                    total += len(listing.items)
-                    if not listing.more:
-                        break
-                    since = listing.last_change_number
-            finally:
-                if ahead is not None:  # a failure above: the page read ahead is not wanted
-                    ahead.cancel()
-                    await asyncio.gather(ahead, return_exceptions=True)
-            if batch:
-                record = await self._write_batch(record, name, batch, cursor)
-            elif cursor != record.sync_cursor.get(name, 0):
-                record = self.gates.save(
-                    replace(record, sync_cursor={**record.sync_cursor, name: cursor})
+                    )
+                for item in listing.items:
+                    if item.deleted:
+                        if not skip_deletes:
+                            record, _ = await self._call(
+                                record,
+                                Side.TARGET,
+                                "delete target item",
+                                lambda i=item.item_id: self.nodes.delete_item(dst, name, i),
+                            )
+                    else:
+                        cost = write_size(item)
+                        # One write is one transaction, and a transaction must fit in one log
+                        # generation of the target: cut batches by bytes as well as by count.
+                        if batch and (
+                            len(batch) >= self.settings.sync_batch
+                            or size + cost > self.settings.sync_batch_bytes
+                        ):
+                            record = await self._write_batch(record, name, batch, cursor)
+                            batch, size = [], 0
+                        batch.append(item)
+                        size += cost
+                    cursor = item.change_number
+                total += len(listing.items)
+                if ahead is None:
+                    break
+                record, listing = await self._source_page(
+                    record, name, listing.last_change_number, ahead
                 )
+                ahead = None
+        finally:
+            if ahead is not None:  # a failure above: the page read ahead is not wanted
+                ahead.cancel()
+                await asyncio.gather(ahead, return_exceptions=True)
+        if batch:
+            record = await self._write_batch(record, name, batch, cursor)
+        elif cursor != record.sync_cursor.get(name, 0):
+            record = self.gates.save(
+                replace(record, sync_cursor={**record.sync_cursor, name: cursor})
+            )
         return record, total
 
     async def _source_page(
-        self, record: MoveRecord, name: str, since: int, ahead: asyncio.Future[Items] | None
+        self,
+        record: MoveRecord,
+        name: str,
+        since: int,
+        ahead: asyncio.Future[Items] | None,
+        *,
+        count: bool = False,
     ) -> tuple[MoveRecord, Items]:
         """The source's changes of `name` after `since`, a page of them: the page read ahead
         if it came back, else asked now through the gates (a source that cannot answer
-        stalls the move).  Its epoch is checked either way."""
+        stalls the move).  Its epoch is checked either way: in another incarnation the cursor
+        may count in numbers the source now gives to other changes."""
         if ahead is not None:
             try:
                 listing = await ahead
@@ -214,7 +241,7 @@ class MoveSteps:
             record,
             Side.SOURCE,
             "read source items",
-            lambda: self.nodes.items(src, name, since, page),
+            lambda: self.nodes.items(src, name, since, page, count=count),
         )
 
     async def _write_batch(

@@ -73,6 +73,7 @@ class Items:
     last_change_number: int  # every change up to it is in `items` (or superseded)
     epoch: int = 0
     more: bool = False  # a page: the changes after last_change_number are not in it
+    live: int | None = None  # asked with `count`: live items after since_change, all pages
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +135,16 @@ class NodeStore(Protocol):
     async def create_folder(self, database: str, mailbox: str, folder: str) -> Written: ...
 
     async def items(
-        self, database: str, mailbox: str, since_change: int, limit: int | None = None
+        self,
+        database: str,
+        mailbox: str,
+        since_change: int,
+        limit: int | None = None,
+        *,
+        count: bool = False,
     ) -> Items:
-        """Changes after `since_change`; with `limit`, a page of about that many."""
+        """Changes after `since_change`; with `limit`, a page of about that many; with
+        `count`, how many live items all the pages hold (`Items.live`)."""
         ...
 
     async def put_items(self, database: str, mailbox: str, items: list[Item]) -> Written: ...

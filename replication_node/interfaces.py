@@ -155,6 +155,8 @@ class MailboxReader(Protocol):
 
     def items_page(self, mailbox: str, since_change: int, limit: int) -> ItemsPage: ...
 
+    def live_count(self, mailbox: str, since_change: int) -> int: ...
+
 
 @dataclass(frozen=True, slots=True)
 class ItemsPage:

@@ -332,6 +332,16 @@ class ActiveCopy:
                     rows.pop(item_id, None)
         return sorted(rows.values(), key=lambda r: r["change_number"])
 
+    def live_count(self, mailbox: str, since_change: int) -> int:
+        """The file's count, corrected item by item for what the overlay changed."""
+        count = self.db.live_count(mailbox, since_change)
+        for (m, item_id), (_, row) in self.overlay.items.items():
+            if m == mailbox:
+                old = self.db.item(mailbox, item_id)
+                count -= bool(old and not old["deleted"] and old["change_number"] > since_change)
+                count += bool(not row["deleted"] and row["change_number"] > since_change)
+        return count
+
     def items_page(self, mailbox: str, since_change: int, limit: int) -> ItemsPage:
         """A page of the file's changes with the overlay merged in up to where the page ends:
         an overlay change past that end supersedes the file's row but belongs to a later page

@@ -1,23 +1,30 @@
 """`replication-node status`: every copy of the cluster as its node reports it; the lease on
 each database's active role as the cluster store holds it (holder, epoch, expiry); and, for a
-database no node reports mounted, what mounting its best copy now would lose."""
+database no node reports mounted, what mounting its best copy now would lose.
+
+On a terminal the table is drawn by rich, in colour; anywhere else it is the plain aligned
+text scripts rely on (`status_table`); `--json` for scripts that want every field."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
+import sys
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import aiohttp
+from rich.console import Console
 
 from dag_common.cli import add_config, add_json
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import ConfigError, TokenRefused
-from dag_common.model import CopyRole, CopyStatus, CopyStatusReport, ExitCode, NodeStatus
+from dag_common.model import CopyStatus, ExitCode, NodeStatus
 from dag_common.node_status import AUTH_FAILED, StatusUnavailable, fetch_node_status
+from replication_node.cli.status_table import plain_table, rich_table, status_row
 from replication_node.cluster.mount_policy import assess_loss, best_copy, generations_at_risk
 from replication_node.cluster.store import ActiveRecord, LeaseRecord, open_cluster_store
 
@@ -58,40 +65,13 @@ def token_refused(statuses: dict[str, NodeStatus | StatusUnavailable]) -> bool:
     )
 
 
-def _mode(report: CopyStatusReport) -> str:
-    """A passive copy's replication mode (Block or File); "-" for an active copy."""
-    return report.copy_mode if report.role is CopyRole.PASSIVE else "-"
-
-
-def _followers(report: CopyStatusReport) -> str:
-    """For an active copy, the copies that follow its log in block mode, and how many must
-    hold a commit."""
-    if report.role is not CopyRole.ACTIVE or not (
-        report.block_followers or report.synchronous_copies
-    ):
-        return ""
-    following = ", ".join(report.block_followers) or "none"
-    need = f"; {report.synchronous_copies} synchronous" if report.synchronous_copies else ""
-    return f"block mode: {following}{need}"
-
-
-def _fmt_time(value: Any) -> str:
-    """A report's time in the operator's local time, date included."""
-    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else "-"
-
-
-def _fmt_lag(report: CopyStatusReport) -> str:
-    """A copy's ReplayLagTime (a lagged copy replays that far behind), as a duration."""
-    seconds = int(report.replay_lag_time.total_seconds())
-    if not seconds:
-        return "-"
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return (
-        (f"{hours}h" if hours else "")
-        + (f"{minutes}m" if minutes else "")
-        + (f"{secs}s" if secs else "")
-    )
+def terminal_console() -> Console | None:
+    """A rich console on stdout if stdout is a terminal rich can draw on, else None (a pipe
+    gets the plain table whatever FORCE_COLOR says)."""
+    if not sys.stdout.isatty():
+        return None
+    console = Console()
+    return console if console.is_terminal else None
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -135,36 +115,27 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
         )
     else:
-        print(f"as of {datetime.now().astimezone().strftime('%Y-%m-%d %H:%M:%S %Z')}")
-        print(
-            f"{'Name':<20}{'Status':<24}{'Pref':>4} {'Mode':<6}{'CopyQueue':>10}"
-            f"{'ReplayQueue':>12} {'ReplayLag':>9}  {'LastInspectedLogTime':<21}"
-            f"{'ContentIndex/Error'}"
-        )
         prefs = {
             (db.name, c.node): c.activation_preference for db in config.databases for c in db.copies
         }
-        for db, node, report, err in rows:
-            name = f"{db}\\{node}"
-            pref = prefs[(db, node)]
-            if report is None:
-                print(
-                    f"{name:<20}{'Unknown':<24}{pref:>4} {'-':<6}{'-':>10}{'-':>12} {'-':>9}  "
-                    f"{'-':<21}{err or 'no status'}"
-                )
-                continue
-            print(
-                f"{name:<20}{report.status:<24}{pref:>4} {_mode(report):<6}"
-                f"{report.copy_queue_length:>10}{report.replay_queue_length:>12} "
-                f"{_fmt_lag(report):>9}  {_fmt_time(report.last_inspected_log_time):<21}"
-                f"{report.error or report.note or _followers(report)}"
-            )
+        table = [status_row(d, n, prefs[(d, n)], r, e) for d, n, r, e in rows]
+        console = terminal_console()
+        say = (
+            print
+            if console is None
+            else functools.partial(console.print, markup=False, highlight=False)
+        )
+        say(f"as of {datetime.now().astimezone().strftime('%Y-%m-%d %H:%M:%S %Z')}")
+        if console is None:
+            print("\n".join(plain_table(table)))
+        else:
+            console.print(rich_table(table))
         shown = [db.name for db in config.databases if db.name in {r[0] for r in rows}]
         view = asyncio.run(_store_view(config, shown))
         for name in shown:
-            print(lease_line(name, view))
+            say(lease_line(name, view))
         for note in _unmounted_notes(config, [r for r in every if r[0] in shown], view):
-            print(note)
+            say(note)
     return (
         ExitCode.OK
         if all(isinstance(v, NodeStatus) for v in statuses.values())

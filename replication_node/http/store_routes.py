@@ -127,17 +127,18 @@ async def get_items(request: web.Request) -> web.Response:
         page = ItemsPage(items, max((i["change_number"] for i in items), default=since), True)
     else:
         page = reader.items_page(name, since, limit)
-    return web.json_response(
-        {
-            "mailbox": name,
-            "since_change": since,
-            "items": page.items,
-            # Every change up to it is in this answer: the next page asks since it.
-            "last_change_number": page.through,
-            "more": not page.complete,
-            "epoch": epoch_for(request),
-        }
-    )
+    body = {
+        "mailbox": name,
+        "since_change": since,
+        "items": page.items,
+        # Every change up to it is in this answer: the next page asks since it.
+        "last_change_number": page.through,
+        "more": not page.complete,
+        "epoch": epoch_for(request),
+    }
+    if flag(request, "count"):  # live items changed after since_change, in every page
+        body["live_count"] = reader.live_count(name, since)
+    return web.json_response(body)
 
 
 async def delete_item(request: web.Request) -> web.Response:

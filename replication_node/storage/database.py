@@ -266,6 +266,15 @@ class Database:
             ).fetchall()
         return [item_dict(r) for r in rows]
 
+    def live_count(self, mailbox: str, since_change: int) -> int:
+        """How many live items (not tombstones) of a mailbox changed after `since_change`."""
+        with self._lock:
+            (count,) = self._conn.execute(
+                "SELECT COUNT(*) FROM items WHERE mailbox=? AND change_number>? AND deleted=0",
+                (mailbox, since_change),
+            ).fetchone()
+        return int(count)
+
     def items_page(self, mailbox: str, since_change: int, limit: int) -> ItemsPage:
         """The first `limit` changes after `since_change` (see `ItemsPage`)."""
         rows = self.items(mailbox, since_change, limit)

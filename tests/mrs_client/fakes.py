@@ -146,18 +146,25 @@ class FakeNodes:
         return db.commit([("folder", (mailbox, folder))])
 
     async def items(
-        self, database: str, mailbox: str, since_change: int, limit: int | None = None
+        self,
+        database: str,
+        mailbox: str,
+        since_change: int,
+        limit: int | None = None,
+        *,
+        count: bool = False,
     ) -> Items:
         db = self._call("items", database, mailbox)
         rows = sorted(
             (i for i in db.boxes[mailbox].items.values() if i.change_number > since_change),
             key=lambda i: i.change_number,
         )
+        live = sum(not i.deleted for i in rows) if count else None
         if limit is not None and len(rows) > limit:
             rows = rows[:limit]
-            return Items(tuple(rows), rows[-1].change_number, db.epoch, more=True)
+            return Items(tuple(rows), rows[-1].change_number, db.epoch, more=True, live=live)
         last = max((i.change_number for i in rows), default=since_change)
-        return Items(tuple(rows), last, db.epoch)
+        return Items(tuple(rows), last, db.epoch, live=live)
 
     async def put_items(self, database: str, mailbox: str, items: list[Item]) -> Written:
         db = self._call("put_items", database, mailbox)
@@ -368,10 +375,12 @@ class MoverEnv:
         self.clock = ManualClock()
         self.guarantee.clock = self.clock
         self.lines: list[str] = []
+        self.records: list[MoveRecord] = []  # the record of every progress call, in order
         self.on_line: list = []
 
     def mover(self, settings: MoveSettings = MOVER_SETTINGS) -> Mover:
         def progress(record, line):
+            self.records.append(record)
             if line:
                 self.lines.append(line)
                 for hook in list(self.on_line):

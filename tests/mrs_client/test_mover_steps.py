@@ -5,6 +5,7 @@ milliseconds; a few end-to-end runs over real processes stay in test_move_e2e.py
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -219,3 +220,24 @@ async def test_the_source_is_read_in_pages_and_a_failed_read_ahead_is_asked_agai
     reads = sum(1 for m, d in env.nodes.calls if (m, d) == ("items", "DB1"))
     # 120 changes in pages of 17: 8 pages, one read again; the verification reads none
     assert reads >= 120 // MOVER_SETTINGS.sync_page + 1 + 1
+
+
+async def test_each_sync_pass_knows_how_many_items_it_copies_before_its_first(tmp_path):
+    # What `mrs move` shows a percent of: alice's 115 live items (120 written, 5 deleted) and
+    # her archive's 30, both listed before the first is copied; then the 7 items written
+    # during the incremental sync.
+    env = MoverEnv(tmp_path)
+    env.nodes.fill("DB1", "alice.archive", 30)
+    env.directory.entries["alice.archive"] = "DB1"
+    env.at_step(4, lambda: env.nodes.fill("DB1", "alice", 7, first=500))
+    mover = env.mover()
+    move_id = (await mover.submit("alice", "DB2", with_archive=True)).id
+    task = asyncio.create_task(mover.run(move_id))
+    await env.drive(task)
+    env.assert_completed_equal(task.result())
+    shown = [(r.step, r.items_copied, r.items_total) for r in env.records]
+    initial = [(copied, total) for step, copied, total in shown if step == 3 and total]
+    assert initial[0] == (0, 145) and {total for _, total in initial} == {145}, initial
+    assert all(copied <= total for _, copied, total in shown if total), shown
+    final = env.requests.get(move_id)
+    assert final.items_copied == final.items_total == 152

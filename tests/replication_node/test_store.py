@@ -66,4 +66,6 @@ async def test_pages_of_the_items_listing_add_up_to_the_whole_listing(tmp_path, 
         since = page.through
     assert held == whole
     assert pages > 1
+    assert copy.live_count("m", 40) == sum(not r["deleted"] for r in whole.values())
+    assert copy.live_count("m", 0) == 300 - len(range(3, 300, 11))
     await copy.crash_close()
