@@ -16,15 +16,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TextIO
-
-from rich.console import Console
-from rich.progress import BarColumn, ProgressColumn, Task, TaskID, TextColumn
-from rich.progress import Progress as RichProgress
-from rich.text import Text
+from typing import TYPE_CHECKING, TextIO
 
 from mrs_client.policy import MoveState, MoveStep
 from mrs_client.requests_store import MoveRecord
+
+if TYPE_CHECKING:  # rich is imported only to draw (progress_display), not for plain lines
+    from rich.console import Console
+    from rich.progress import Progress as RichProgress
+    from rich.progress import TaskID
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,38 +48,6 @@ class Shown:
             megabytes=record.bytes_copied / 1e6,
             stalled=record.state is MoveState.STALLED,
         )
-
-
-class _Percent(ProgressColumn):
-    """The percent of the known total; nothing while the total is unknown."""
-
-    def render(self, task: Task) -> Text:
-        return Text(f"{task.percentage:>3.0f}%" if task.total else "", style="progress.percentage")
-
-
-class _Items(ProgressColumn):
-    """Items copied, of how many if known."""
-
-    def render(self, task: Task) -> Text:
-        done = f"{int(task.completed):,}"
-        return Text(f"{done}/{int(task.total):,} items" if task.total else f"{done} items")
-
-
-class _RateAndEta(ProgressColumn):
-    """Items a second and the time left while copying; "stalled" while the move waits."""
-
-    def render(self, task: Task) -> Text:
-        if task.fields.get("stalled"):
-            return Text("stalled", style="bold yellow")
-        speed = task.speed
-        if not speed or task.finished:
-            return Text("")
-        rate = f"{speed:,.0f} items/s"
-        if not task.total or task.time_remaining is None:
-            return Text(rate, style="progress.data.speed")
-        minutes, seconds = divmod(int(task.time_remaining), 60)
-        hours, minutes = divmod(minutes, 60)
-        return Text(f"{rate}  ETA {hours}:{minutes:02d}:{seconds:02d}", style="progress.remaining")
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -107,21 +75,11 @@ class Progress:
         if stream is None:
             stream = console.file if console is not None else sys.stdout
         self.stream: TextIO = stream
-        if console is None and _isatty(self.stream):
-            console = Console(file=self.stream)
         self._display: RichProgress | None = None
-        if console is not None and console.is_interactive:
-            self._display = RichProgress(
-                TextColumn("{task.description}"),
-                BarColumn(bar_width=24),
-                _Percent(),
-                _Items(),
-                TextColumn("{task.fields[megabytes]:,.1f} MB"),
-                _RateAndEta(),
-                console=console,
-                get_time=get_time,
-                auto_refresh=auto_refresh,
-            )
+        if console is not None or _isatty(self.stream):
+            from mrs_client.progress_display import display  # rich: ~30 ms of imports
+
+            self._display = display(self.stream, console, get_time, auto_refresh=auto_refresh)
         self._task: TaskID | None = None
 
     @property
