@@ -309,20 +309,24 @@ class ActiveCopy:
         return self.db.header.state
 
     def mailboxes(self) -> list[dict[str, Any]]:
-        rows = {r["mailbox"]: r for r in self.db.mailboxes()}
+        hides = self.overlay.hides
+        rows = {r["mailbox"]: r for r in self.db.mailboxes() if not hides(r["mailbox"])}
         rows.update({name: row for name, (_, row) in self.overlay.mailboxes.items()})
         return [rows[k] for k in sorted(rows)]
 
     def mailbox(self, name: str) -> dict[str, Any] | None:
-        return self.overlay.mailbox(name) or self.db.mailbox(name)
+        return self.overlay.mailbox(name) or (
+            None if self.overlay.hides(name) else self.db.mailbox(name)
+        )
 
     def folders(self, mailbox: str) -> list[str]:
-        names = set(self.db.folders(mailbox))
+        names = set() if self.overlay.hides(mailbox) else set(self.db.folders(mailbox))
         names.update(f for (m, f) in self.overlay.folders if m == mailbox)
         return sorted(names)
 
     def items(self, mailbox: str, since_change: int = 0) -> list[dict[str, Any]]:
-        rows = {r["item_id"]: r for r in self.db.items(mailbox, since_change)}
+        stored = [] if self.overlay.hides(mailbox) else self.db.items(mailbox, since_change)
+        rows = {r["item_id"]: r for r in stored}
         for (m, item_id), (_, row) in self.overlay.items.items():
             if m == mailbox:
                 if row["change_number"] > since_change:
@@ -332,4 +336,6 @@ class ActiveCopy:
         return sorted(rows.values(), key=lambda r: r["change_number"])
 
     def item(self, mailbox: str, item_id: str) -> dict[str, Any] | None:
-        return self.overlay.item(mailbox, item_id) or self.db.item(mailbox, item_id)
+        return self.overlay.item(mailbox, item_id) or (
+            None if self.overlay.hides(mailbox) else self.db.item(mailbox, item_id)
+        )
