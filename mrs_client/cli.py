@@ -203,8 +203,7 @@ async def _cancel(args: argparse.Namespace, config: ClusterConfig) -> Stopped:
     from replication_node.cluster.store import open_cluster_store
 
     requests = MoveRequestStore(requests_path(config, args.requests_db))
-    if requests.get(args.id) is None:
-        raise MoveRejected(f"no move request {args.id!r}")
+    stopping.cancellable(requests, args.id)  # refused before any token or node is needed
     token = load_token(config)
     directory = open_cluster_store(config)
     ssl = config.tls.client_context() if config.tls else None

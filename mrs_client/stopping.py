@@ -139,6 +139,18 @@ async def suspend(
     )
 
 
+def cancellable(requests: MoveRequestStore, move_id: str) -> MoveRecord:
+    """The move's record if a cancel may go on (or it is cancelled already), as its record
+    says; MoveRejected otherwise.  Asks no node: the CLI checks this first."""
+    record = _get(requests, move_id)
+    refused = None if record.state is MoveState.CANCELLED else cancel_refusal(
+        record.state, record.steps_done
+    )
+    if refused:
+        raise MoveRejected(f"move {move_id} {refused}")
+    return record
+
+
 async def cancel(
     requests: MoveRequestStore,
     move_id: str,
@@ -149,12 +161,9 @@ async def cancel(
     wait: timedelta,
 ) -> Stopped:
     """Cancel a move before step 8 (module docstring); MoveRejected after it."""
-    record = _get(requests, move_id)
+    record = cancellable(requests, move_id)
     if record.state is MoveState.CANCELLED:
         return Stopped(record, f"move {move_id} was already cancelled")
-    refused = cancel_refusal(record.state, record.steps_done)
-    if refused:
-        raise MoveRejected(f"move {move_id} {refused}")
     async with hold(requests, move_id, StopRequest.CANCEL, clock=clock, wait=wait) as holder:
         if holder is not None:
             raise MoveFailed(
