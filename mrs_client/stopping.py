@@ -143,8 +143,10 @@ def cancellable(requests: MoveRequestStore, move_id: str) -> MoveRecord:
     """The move's record if a cancel may go on (or it is cancelled already), as its record
     says; MoveRejected otherwise.  Asks no node: the CLI checks this first."""
     record = _get(requests, move_id)
-    refused = None if record.state is MoveState.CANCELLED else cancel_refusal(
-        record.state, record.steps_done
+    refused = (
+        None
+        if record.state is MoveState.CANCELLED
+        else cancel_refusal(record.state, record.steps_done)
     )
     if refused:
         raise MoveRejected(f"move {move_id} {refused}")

@@ -39,7 +39,7 @@ def setup(tmp_path):
 
 
 def test_suspend_of_a_move_nobody_runs_says_so_in_one_line(tmp_path, capsys):
-    args, ids, store = setup(tmp_path)
+    args, ids, _ = setup(tmp_path)
     move_id = ids["queued"]
     assert main(["suspend", move_id, *args]) == 0
     out = capsys.readouterr().out
