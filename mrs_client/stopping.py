@@ -31,6 +31,7 @@ from dag_common.clock import Clock
 from mrs_client.errors import MoveBusy, MoveFailed, MoveRejected, NodeCallError
 from mrs_client.policy import (
     MoveState,
+    MoveStep,
     StopRequest,
     cancel_refusal,
     source_lock_taken,
@@ -178,11 +179,14 @@ async def cancel(
         refused = cancel_refusal(record.state, record.steps_done)
         for name in record.mailboxes:
             if not refused and await directory.mailbox_database(name) == record.target_db:
-                refused = cancel_refusal(record.state, 8)  # step 8 done, not yet saved
+                # step 8 done before a crash, not yet saved as done
+                refused = cancel_refusal(record.state, MoveStep.UPDATE_DIRECTORY)
         if refused:
             # The mover reached step 8 before its safe point: the cancel is withdrawn.
             requests.clear_stop(move_id)
-            raise MoveRejected(f"move {move_id} {refused} (it is {record.state.lower()})")
+            suspended = record.state is MoveState.SUSPENDED
+            hint = f": `mrs resume {move_id}` goes on" if suspended else ""
+            raise MoveRejected(f"move {move_id} {refused} (its state: {record.state}{hint})")
         requests.request_stop(move_id, StopRequest.CANCEL, clock.now())
         try:
             done = await _undo(record, nodes)

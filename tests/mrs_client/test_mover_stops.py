@@ -240,3 +240,24 @@ async def test_a_cancel_before_any_copy_touches_nothing_but_the_request(tmp_path
     )
     assert len(env.nodes.dbs["DB1"].log) == len(MoverEnv(tmp_path / "b").nodes.dbs["DB1"].log)
     assert (await env.mover().submit("alice", "DB2")).state is MoveState.QUEUED
+
+
+async def test_cancel_is_refused_when_the_directory_moved_before_step_8_was_saved(tmp_path):
+    env = MoverEnv(tmp_path)
+    set_database = env.directory.set_mailbox_database
+
+    async def killed_after(mailbox, database, *, expected):
+        await set_database(mailbox, database, expected=expected)
+        raise Crash()  # kill -9 between the directory's update and saving step 8 done
+
+    env.directory.set_mailbox_database = killed_after
+    with pytest.raises(Crash):
+        await env.move()
+    (stored,) = env.requests.list()
+    assert stored.steps_done == 7 and env.directory.entries["alice"] == "DB2"
+    with pytest.raises(MoveRejected, match="can only go forward"):
+        await cancel(env, stored.id)
+    assert "alice" in env.nodes.dbs["DB2"].boxes  # nothing undone
+    assert env.requests.stop_requested(stored.id) is None
+    env.directory.set_mailbox_database = set_database
+    env.assert_completed_equal(await env.move(move_id=stored.id))
