@@ -2,8 +2,11 @@
 
     mrs move --config F --mailbox M --to DB [--with-archive]
     mrs list | show ID | stats ID | resume ID      (each with --json)
+    mrs suspend ID | cancel ID [--wait 60s]        (each with --json)
 
-Exit codes: 0 ok, 1 the move failed, 2 bad input or config.
+Exit codes: 0 ok, 1 the move failed or stopped before completing (a suspended move, a
+suspend or cancel the running mover has not carried out within --wait), 2 bad input or
+config (an unknown move, a completed one, a cancel after step 8).
 """
 
 from __future__ import annotations
@@ -19,18 +22,19 @@ from typing import TYPE_CHECKING, NoReturn
 
 import aiohttp
 
-from dag_common.cli import DURATION, add_config, add_json, add_version, exit_now, run
+from dag_common.cli import DURATION, Command, add_config, add_json, add_version, exit_now, run
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.durations import parse_duration
 from dag_common.model import ExitCode
 from mrs_client.errors import MoveRejected
-from mrs_client.policy import MoveSettings, MoveState
+from mrs_client.policy import MoveSettings, MoveState, StopRequest
 from mrs_client.progress import Progress
 from mrs_client.requests_store import MoveRecord, MoveRequestStore
 
 if TYPE_CHECKING:
     from mrs_client.metrics import MoveMetricsFile
+    from mrs_client.stopping import Stopped
 
 # The MoveSettings durations a command line may set (`--stall-limit 2s`, …).
 TIMING_HELP = {
@@ -139,7 +143,15 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
                 textfile.write(requests.get(move_id) if move_id else None)
             await guarantee.close()
             directory.close()
-    print(f"move {final.id}: {final.state}" + (f": {final.failure}" if final.failure else ""))
+    line = f"move {final.id}: {final.state}" + (f": {final.failure}" if final.failure else "")
+    if final.state is MoveState.SUSPENDED:
+        stop = requests.stop_requested(final.id)
+        line += (
+            f" at step {int(final.step)} for `mrs cancel`"
+            if stop is StopRequest.CANCEL
+            else f" at step {int(final.step)}; `mrs resume {final.id}` goes on"
+        )
+    print(line)
     return ExitCode.OK if final.state is MoveState.COMPLETED else ExitCode.FAILED
 
 
@@ -151,6 +163,64 @@ def cmd_move(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     return asyncio.run(_run_move(args, config, args.id))
+
+
+def _stopped(args: argparse.Namespace, stopped: Stopped) -> int:
+    if args.json:
+        print(json.dumps(stopped.record.as_dict(), indent=2))
+    else:
+        print(stopped.line)
+    return ExitCode.OK if stopped.done else ExitCode.FAILED
+
+
+def _wait(args: argparse.Namespace) -> timedelta:
+    try:
+        return parse_duration(args.wait)
+    except ValueError as exc:
+        raise MoveRejected(f"--wait: {exc}") from None
+
+
+def cmd_suspend(args: argparse.Namespace) -> int:
+    """Like Suspend-MoveRequest: the move stops at its next safe point, resumable."""
+    from mrs_client import stopping
+
+    config = load_config(args.config)
+    requests = MoveRequestStore(requests_path(config, args.requests_db))
+    stopped = asyncio.run(
+        stopping.suspend(requests, args.id, clock=SystemClock(), wait=_wait(args))
+    )
+    return _stopped(args, stopped)
+
+
+async def _cancel(args: argparse.Namespace, config: ClusterConfig) -> Stopped:
+    from mrs_client import stopping
+    from mrs_client.node_client import NodeStoreClient
+    from replication_node.cluster.store import open_cluster_store
+
+    requests = MoveRequestStore(requests_path(config, args.requests_db))
+    stopping.cancellable(requests, args.id)  # refused before any token or node is needed
+    token = load_token(config)
+    directory = open_cluster_store(config)
+    ssl = config.tls.client_context() if config.tls else None
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl)) as session:
+            return await stopping.cancel(
+                requests,
+                args.id,
+                nodes=NodeStoreClient(config, token=token, session=session),
+                directory=directory,
+                clock=SystemClock(),
+                wait=_wait(args),
+            )
+    finally:
+        directory.close()
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    """Like Remove-MoveRequest before completion: the target copy removed, the source
+    unlocked, the mailbox free to move again."""
+    config = load_config(args.config)
+    return _stopped(args, asyncio.run(_cancel(args, config)))
 
 
 def _record_line(r: MoveRecord) -> str:
@@ -184,12 +254,15 @@ def _get(args: argparse.Namespace) -> tuple[MoveRequestStore, MoveRecord]:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    _, record = _get(args)
+    store, record = _get(args)
+    stop = store.stop_requested(record.id)
     if args.json:
-        print(json.dumps(record.as_dict(), indent=2))
+        print(json.dumps({**record.as_dict(), "stop_requested": stop}, indent=2))
     else:
         for key, value in show_fields(record):
             print(f"{key:<22}{value}")
+        if stop is not None:
+            print(f"{'Stop requested':<22}{stop} (by `mrs {stop}`, not carried out yet)")
     return ExitCode.OK
 
 
@@ -333,11 +406,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     move.set_defaults(func=cmd_move)
 
-    resume = sub.add_parser("resume", help="resume a failed or interrupted move")
+    resume = sub.add_parser("resume", help="resume a failed, suspended or interrupted move")
     common(resume)
     timings(resume)
     resume.add_argument("id", help="the move request's id (mrs list)")
     resume.set_defaults(func=cmd_resume)
+
+    def stop_command(name: str, func: Command, text: str) -> None:
+        p = sub.add_parser(name, help=text)
+        common(p)
+        p.add_argument("id", help="the move request's id (mrs list)")
+        p.add_argument(
+            "--wait",
+            default="60s",
+            help=f"how long to wait for an mrs process running the move to stop at its next "
+            f"safe point; {DURATION}; default 60s",
+        )
+        p.set_defaults(func=func)
+
+    stop_command(
+        "suspend",
+        cmd_suspend,
+        "stop a move at its next safe point, keeping its claim and locks (mrs resume goes on)",
+    )
+    stop_command(
+        "cancel",
+        cmd_cancel,
+        "before step 8: remove the target copy, unlock the source, release the mailbox",
+    )
 
     lst = sub.add_parser("list", help="all move requests")
     common(lst)

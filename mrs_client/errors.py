@@ -6,7 +6,10 @@ DagError (dag_common.errors)
     │                     mailbox already being moved or locked (exit 2, nothing changed)
     ├── MoveFailed        the move stopped: stalled too long, flush never satisfied, a
     │                     node refused; `mrs resume` continues from the last step done
+    │   └── MoveBusy      another mrs process is running the move right now
     ├── NodeCallError     a store call to a node failed (retried by the move loop)
+    ├── MoveStopped       internal, never leaves the mover: an operator asked the move to
+    │                     stop (mrs suspend or cancel); the loop saves it Suspended
     └── NeedsReconcile    internal, never leaves the mover: an end of the move changed
                           incarnation, a flush was lost, or the digests differ; the move
                           loop reconciles by content and goes on
@@ -21,6 +24,14 @@ class MoveError(DagError):
 
 class MoveRejected(MoveError):
     """The request is invalid; nothing was changed."""
+
+
+class MoveBusy(MoveRejected):
+    """Another `mrs` process holds the move (`MoveRequestStore.running`)."""
+
+
+class MoveStopped(MoveError):
+    """An operator asked the running move to stop at its next safe point."""
 
 
 class MoveFailed(MoveError):

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from dag_common.clock import Clock
-from mrs_client.errors import MoveFailed, NeedsReconcile, NodeCallError
+from mrs_client.errors import MoveFailed, MoveStopped, NeedsReconcile, NodeCallError
 from mrs_client.policy import (
     Decision,
     FlushPoint,
@@ -96,6 +96,13 @@ class Gates:
             record = replace(record, time_stalled=stored.time_stalled)
         return self.requests.save(record, self.clock.now(), durable=durable)
 
+    def checkpoint(self, record: MoveRecord) -> None:
+        """A safe point (everything done so far is saved): MoveStopped if an operator asked
+        the move to stop (`mrs suspend`, `mrs cancel`)."""
+        action = self.requests.stop_requested(record.id)
+        if action is not None:
+            raise MoveStopped(action)
+
     def _waited(
         self, record: MoveRecord, answer: GuaranteeAnswer, asked: datetime, wait: timedelta
     ) -> tuple[MoveRecord, datetime | None]:
@@ -131,6 +138,7 @@ class Gates:
         if line != self._last_said:
             self._last_said = line
             self._progress(record, line)
+        self.checkpoint(record)  # a stalled move stops before it waits again
         await self.clock.sleep(decision.wait.total_seconds())
         return self.save(
             replace(record, time_stalled=record.time_stalled + decision.wait.total_seconds())

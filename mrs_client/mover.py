@@ -16,6 +16,11 @@ loop saves that a reconcile is due, reconciles by content (`reconcile.Reconciler
 on from the step `policy.after_reconcile` names.  Before step 8 the digests of both ends
 must match in the epoch the final flush was answered for; step 10 (the source's soft
 delete) runs only in that verified epoch.
+
+An operator stops a move from another process (`mrs suspend`, `mrs cancel`) through the
+request store: the loop looks for a stop request at its safe points (before each step,
+between the batches of a sync, before each stalled wait: `Gates.checkpoint`), where
+everything done is saved as it would be for a kill -9, and saves the move Suspended.
 """
 
 from __future__ import annotations
@@ -26,9 +31,15 @@ from dataclasses import replace
 
 from dag_common.clock import Clock
 from mrs_client.end_calls import EndCalls
-from mrs_client.errors import MoveFailed, MoveRejected, NeedsReconcile, NodeCallError
+from mrs_client.errors import (
+    MoveFailed,
+    MoveRejected,
+    MoveStopped,
+    NeedsReconcile,
+    NodeCallError,
+)
 from mrs_client.gates import Gates, GuaranteeClient
-from mrs_client.policy import MoveSettings, MoveState, MoveStep
+from mrs_client.policy import MoveSettings, MoveState, MoveStep, StopRequest
 from mrs_client.requests_store import MoveRecord, MoveRequestStore
 from mrs_client.steps import Directory, MoveSteps
 from mrs_client.store_api import NodeStore
@@ -141,9 +152,17 @@ class Mover:
             raise MoveRejected(f"no move request {move_id!r}")
         if record.state is MoveState.COMPLETED:
             return record
+        if record.state is MoveState.CANCELLED:
+            raise MoveRejected(f"move {move_id} was cancelled")
+        stop = self.requests.stop_requested(move_id)
+        if stop is StopRequest.CANCEL:
+            raise MoveRejected(
+                f"move {move_id} is being cancelled: `mrs cancel {move_id}` finishes it"
+            )
+        if stop is StopRequest.SUSPEND:
+            self.requests.clear_stop(move_id)  # asked while nobody ran it: this run overrides
         resumed_after_failure = record.state is MoveState.FAILED
-        record = replace(record, state=MoveState.IN_PROGRESS, failure=None)
-        if resumed_after_failure:
+        if resumed_after_failure or record.state is MoveState.SUSPENDED:
             # An operator's resume starts the stall and flush limits afresh; a crash-resume
             # (kill -9) keeps them running, since the time passed while nobody watched counts.
             record = replace(
@@ -151,9 +170,10 @@ class Mover:
                 stalled_since=None,
                 stall_reason=None,
                 flush_started=self.clock.now() if record.flush_started else None,
-                verify_rounds=0,
-                reconciles=0,
             )
+        if resumed_after_failure:
+            record = replace(record, verify_rounds=0, reconciles=0)
+        record = replace(record, state=MoveState.IN_PROGRESS, failure=None)
         if (
             record.steps_done >= MoveStep.CLONE_STRUCTURE
             and not (record.target_epoch and record.source_epoch)
@@ -169,6 +189,7 @@ class Mover:
         try:
             while record.steps_done < MoveStep.SOFT_DELETE_SOURCE or record.reconcile_pending:
                 try:
+                    self.gates.checkpoint(record)
                     if record.reconcile_pending:
                         record = await self.verifier.reconcile(record)
                         continue
@@ -186,6 +207,22 @@ class Mover:
                 )
             )
             self._progress(record, f"move failed at step {int(record.step)}: {exc}")
+            return record
+        except MoveStopped as exc:
+            # Everything done was saved before the safe point: the stored record is the move.
+            record = self.gates.save(
+                replace(
+                    self.requests.get(move_id) or record,
+                    state=MoveState.SUSPENDED,
+                    stalled_since=None,
+                    stall_reason=None,
+                )
+            )
+            why = "for `mrs cancel`" if exc.args[0] is StopRequest.CANCEL else "by `mrs suspend`"
+            self._progress(
+                record,
+                f"move stopped {why} at step {int(record.step)} ({record.steps_done} done)",
+            )
             return record
         record = self.gates.save(
             replace(

@@ -271,6 +271,10 @@ class NodeStoreClient:
         )
         return _written(body) if status == 200 else None
 
+    async def delete_mailbox(self, database: str, mailbox: str) -> bool:
+        status, _ = await self.call("DELETE", database, f"/mailboxes/{mailbox}", ok=(200, 404))
+        return status == 200
+
     async def set_state(self, database: str, mailbox: str, action: str) -> Written:
         _, body = await self.call("POST", database, f"/mailboxes/{mailbox}/{action}")
         return _written(body)

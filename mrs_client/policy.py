@@ -63,6 +63,46 @@ class MoveState(StrEnum):
     STALLED = "Stalled"
     FAILED = "Failed"
     COMPLETED = "Completed"
+    SUSPENDED = "Suspended"  # stopped by `mrs suspend`; keeps its claim and locks
+    CANCELLED = "Cancelled"  # target copy removed, source unlocked, claim released
+
+
+class StopRequest(StrEnum):
+    """What an operator asked of a move that another `mrs` process may be running: the
+    running mover stops at its next safe point (`mrs suspend`, `mrs cancel`)."""
+
+    SUSPEND = "suspend"
+    CANCEL = "cancel"
+
+
+# A move in these states never runs again.
+FINISHED = frozenset({MoveState.COMPLETED, MoveState.CANCELLED})
+
+
+def suspend_refusal(state: MoveState) -> str | None:
+    """Why a move in `state` cannot be suspended (None: it can).  A failed move is not
+    running: it is resumed or cancelled, not suspended."""
+    if state in FINISHED or state is MoveState.FAILED:
+        return f"is {state.lower()}: only a queued, running or stalled move can be suspended"
+    return None
+
+
+def cancel_refusal(state: MoveState, steps_done: int) -> str | None:
+    """Why a move cannot be cancelled (None: it can).  Once step 8 named the target in the
+    mailbox directory, the target is the mailbox its users reach: the move only goes on."""
+    if state is MoveState.COMPLETED:
+        return "is completed"
+    if steps_done >= MoveStep.UPDATE_DIRECTORY:
+        return (
+            "cannot be cancelled: the mailbox directory names the target since step 8, "
+            "the move can only go forward"
+        )
+    return None
+
+
+def source_lock_taken(step: MoveStep, steps_done: int) -> bool:
+    """Whether the move may have locked its source (step 5, or a reconcile after it)."""
+    return max(int(step), steps_done) >= MoveStep.LOCK_SOURCE
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,14 @@
 
 A request is updated after every step and every batch of a sync, so `mrs resume` continues
 from the last thing done.  A mailbox can be in one unfinished move only: the claim is a row
-in `move_mailboxes`, taken in the same transaction as the request, released on completion.
+in `move_mailboxes`, taken in the same transaction as the request, released on completion
+or cancellation.
+
+An operator's request to stop a move (`mrs suspend`, `mrs cancel`) is a row in `move_stops`,
+apart from the record: the running mover saves its whole record at every save point and
+would overwrite a state another process wrote into it.  The mover reads the row at its safe
+points (`request_stop`, `stop_requested`); a suspend request goes in the transaction that
+saves the move Suspended, a cancel request in the one that saves it Cancelled (or Completed).
 """
 
 from __future__ import annotations
@@ -21,8 +28,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from mrs_client.errors import MoveRejected
-from mrs_client.policy import GuaranteeAnswer, MoveState, MoveStep
+from mrs_client.errors import MoveBusy, MoveRejected
+from mrs_client.policy import FINISHED, GuaranteeAnswer, MoveState, MoveStep, StopRequest
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS moves(
@@ -33,6 +40,8 @@ CREATE TABLE IF NOT EXISTS answers(
   move_id TEXT NOT NULL, time TEXT NOT NULL, step INTEGER NOT NULL, method TEXT NOT NULL,
   status TEXT NOT NULL, retry_after REAL NOT NULL, reason TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS answers_by_move ON answers(move_id, time);
+CREATE TABLE IF NOT EXISTS move_stops(
+  move_id TEXT PRIMARY KEY, action TEXT NOT NULL, requested TEXT NOT NULL);
 """
 # Columns added since the first version; a store made before gets them on open.
 _ANSWER_COLUMNS = {
@@ -191,10 +200,40 @@ class MoveRequestStore:
             self._synchronous(durable)
             self._conn.execute("BEGIN IMMEDIATE")
             self._conn.execute("UPDATE moves SET body=? WHERE id=?", (record.to_json(), record.id))
-            if record.state is MoveState.COMPLETED:
+            if record.state in FINISHED:
                 self._conn.execute("DELETE FROM move_mailboxes WHERE move_id=?", (record.id,))
+                self._conn.execute("DELETE FROM move_stops WHERE move_id=?", (record.id,))
+            elif record.state is MoveState.SUSPENDED:
+                self._conn.execute(
+                    "DELETE FROM move_stops WHERE move_id=? AND action=?",
+                    (record.id, StopRequest.SUSPEND.value),
+                )
             self._conn.execute("COMMIT")
         return record
+
+    def request_stop(self, move_id: str, action: StopRequest, now: datetime) -> None:
+        """Ask the move to stop (durably); a cancel asked before is not turned into a
+        suspend."""
+        with self._lock:
+            self._conn.execute(
+                "INSERT INTO move_stops VALUES (?, ?, ?) ON CONFLICT(move_id) DO UPDATE SET"
+                " action=excluded.action, requested=excluded.requested"
+                " WHERE move_stops.action != ?",
+                (move_id, action.value, now.isoformat(), StopRequest.CANCEL.value),
+            )
+
+    def stop_requested(self, move_id: str) -> StopRequest | None:
+        """What an operator asked of the move and it has not done yet (None: nothing)."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT action FROM move_stops WHERE move_id=?", (move_id,)
+            ).fetchone()
+        return StopRequest(row[0]) if row else None
+
+    def clear_stop(self, move_id: str) -> None:
+        """Forget a request to stop (a resume overrides a suspend nobody carried out)."""
+        with self._lock:
+            self._conn.execute("DELETE FROM move_stops WHERE move_id=?", (move_id,))
 
     @contextlib.contextmanager
     def running(self, move_id: str) -> Iterator[None]:
@@ -213,7 +252,7 @@ class MoveRequestStore:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-                raise MoveRejected(
+                raise MoveBusy(
                     f"move {move_id} is being run by another mrs process (pid {holder})"
                 ) from None
             os.ftruncate(fd, 0)

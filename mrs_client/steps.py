@@ -270,6 +270,7 @@ class MoveSteps:
             durable=False,
         )
         self._progress(record, "")
+        self.gates.checkpoint(record)  # between batches: the cursor covers what was written
         return await self.gates.periodic_health(record)
 
     async def _step_initial_sync(self, record: MoveRecord) -> MoveRecord:

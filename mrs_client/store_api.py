@@ -153,6 +153,11 @@ class NodeStore(Protocol):
         """None: the item was not there (nothing to delete)."""
         ...
 
+    async def delete_mailbox(self, database: str, mailbox: str) -> bool:
+        """Remove a mailbox with its items (a cancelled move's target copy); False: it was
+        not there."""
+        ...
+
     async def set_state(self, database: str, mailbox: str, action: str) -> Written:
         """`action`: lock, unlock or soft-delete."""
         ...

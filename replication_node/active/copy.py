@@ -310,20 +310,24 @@ class ActiveCopy:
         return self.db.header.state
 
     def mailboxes(self) -> list[dict[str, Any]]:
-        rows = {r["mailbox"]: r for r in self.db.mailboxes()}
+        hides = self.overlay.hides
+        rows = {r["mailbox"]: r for r in self.db.mailboxes() if not hides(r["mailbox"])}
         rows.update({name: row for name, (_, row) in self.overlay.mailboxes.items()})
         return [rows[k] for k in sorted(rows)]
 
     def mailbox(self, name: str) -> dict[str, Any] | None:
-        return self.overlay.mailbox(name) or self.db.mailbox(name)
+        return self.overlay.mailbox(name) or (
+            None if self.overlay.hides(name) else self.db.mailbox(name)
+        )
 
     def folders(self, mailbox: str) -> list[str]:
-        names = set(self.db.folders(mailbox))
+        names = set() if self.overlay.hides(mailbox) else set(self.db.folders(mailbox))
         names.update(f for (m, f) in self.overlay.folders if m == mailbox)
         return sorted(names)
 
     def items(self, mailbox: str, since_change: int = 0) -> list[dict[str, Any]]:
-        rows = {r["item_id"]: r for r in self.db.items(mailbox, since_change)}
+        stored = [] if self.overlay.hides(mailbox) else self.db.items(mailbox, since_change)
+        rows = {r["item_id"]: r for r in stored}
         for (m, item_id), (_, row) in self.overlay.items.items():
             if m == mailbox:
                 if row["change_number"] > since_change:
@@ -334,10 +338,11 @@ class ActiveCopy:
 
     def live_count(self, mailbox: str, since_change: int) -> int:
         """The file's count, corrected item by item for what the overlay changed."""
-        count = self.db.live_count(mailbox, since_change)
+        hidden = self.overlay.hides(mailbox)  # removed: the file's rows are gone
+        count = 0 if hidden else self.db.live_count(mailbox, since_change)
         for (m, item_id), (_, row) in self.overlay.items.items():
             if m == mailbox:
-                old = self.db.item(mailbox, item_id)
+                old = None if hidden else self.db.item(mailbox, item_id)
                 count -= bool(old and not old["deleted"] and old["change_number"] > since_change)
                 count += bool(not row["deleted"] and row["change_number"] > since_change)
         return count
@@ -346,7 +351,10 @@ class ActiveCopy:
         """A page of the file's changes with the overlay merged in up to where the page ends:
         an overlay change past that end supersedes the file's row but belongs to a later page
         (it would otherwise hide the file's rows between)."""
-        page = self.db.items_page(mailbox, since_change, limit)
+        if self.overlay.hides(mailbox):  # removed: the file's rows are gone
+            page = ItemsPage([], since_change, True)
+        else:
+            page = self.db.items_page(mailbox, since_change, limit)
         end = None if page.complete else page.through
         rows = {r["item_id"]: r for r in page.items}
         for (m, item_id), (_, row) in self.overlay.items.items():
@@ -362,4 +370,6 @@ class ActiveCopy:
         return ItemsPage(items, max([since_change, *(r["change_number"] for r in items)]), True)
 
     def item(self, mailbox: str, item_id: str) -> dict[str, Any] | None:
-        return self.overlay.item(mailbox, item_id) or self.db.item(mailbox, item_id)
+        return self.overlay.item(mailbox, item_id) or (
+            None if self.overlay.hides(mailbox) else self.db.item(mailbox, item_id)
+        )

@@ -12,7 +12,7 @@ import asyncio
 from aiohttp import web
 
 from dag_common.mailbox_digest import mailbox_digest
-from replication_node.errors import BadRequest, NotFound
+from replication_node.errors import BadRequest, Conflict, NotFound
 from replication_node.http.context import (
     NODE,
     active_for_write,
@@ -45,6 +45,22 @@ async def put_mailbox(request: web.Request) -> web.Response:
         mailbox, instance.database, expected=None
     )
     return web.json_response(result.as_dict(), status=201)
+
+
+async def delete_mailbox(request: web.Request) -> web.Response:
+    """Remove a mailbox the mailbox directory does not place in this database: a move's
+    target copy before the move's step 8 (`mrs cancel`).  A mailbox its users reach here
+    is refused (409): this route never deletes a live mailbox."""
+    mailbox = mailbox_name(request)
+    instance = active_for_write(request)
+    placed = await request.app[NODE].cluster_store.mailbox_database(mailbox)
+    if placed == instance.database:
+        raise Conflict(
+            f"the mailbox directory places {mailbox!r} in {instance.database}: only a copy it "
+            "does not name (a move's target) can be removed"
+        )
+    result = await instance.store.delete_mailbox(mailbox)  # type: ignore[union-attr]
+    return web.json_response(result.as_dict())
 
 
 async def list_mailboxes(request: web.Request) -> web.Response:
@@ -169,6 +185,7 @@ def add_store_routes(app: web.Application) -> None:
     app.router.add_put(mbx, put_mailbox)
     app.router.add_get("/v1/databases/{db}/mailboxes", list_mailboxes)
     app.router.add_get(mbx, get_mailbox)
+    app.router.add_delete(mbx, delete_mailbox)
     app.router.add_get(mbx + "/digest", mailbox_digest_route)
     app.router.add_post(mbx + "/folders", create_folder)
     app.router.add_post(mbx + "/items", post_items)

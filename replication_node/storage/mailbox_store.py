@@ -28,6 +28,7 @@ from replication_node.storage.ops import (
     CreateFolder,
     CreateMailbox,
     DeleteItem,
+    DeleteMailbox,
     Operation,
     PutItem,
     SetMailbox,
@@ -164,6 +165,15 @@ class MailboxStore:
             raise NotFound(f"mailbox {mailbox!r} is soft-deleted")
         cn = self.copy.next_change_number()
         return await self._commit([SetMailbox(mailbox, cn, locked, soft_deleted)])
+
+    @_admitted
+    async def delete_mailbox(self, mailbox: str) -> CommitResult:
+        """Remove a mailbox with its folders and items, leaving no tombstone (a cancelled
+        move's target copy; the HTTP edge refuses one the mailbox directory places here)."""
+        _check_name(mailbox)
+        if self.copy.mailbox(mailbox) is None:
+            raise NotFound(f"no mailbox {mailbox!r}")
+        return await self._commit([DeleteMailbox(mailbox, self.copy.next_change_number())])
 
     @_admitted
     async def create_folder(

@@ -65,7 +65,15 @@ class DeleteItem(NamedTuple):
     item_id: str
 
 
-Operation = CreateMailbox | SetMailbox | CreateFolder | PutItem | DeleteItem
+class DeleteMailbox(NamedTuple):
+    """A mailbox removed with its folders and items (a cancelled move's target copy): no
+    tombstone is left, the name is free for a new mailbox."""
+
+    mailbox: str
+    cn: int
+
+
+Operation = CreateMailbox | SetMailbox | CreateFolder | PutItem | DeleteItem | DeleteMailbox
 
 _KIND: dict[type, str] = {
     CreateMailbox: "create_mailbox",
@@ -73,6 +81,7 @@ _KIND: dict[type, str] = {
     CreateFolder: "create_folder",
     PutItem: "put_item",
     DeleteItem: "delete_item",
+    DeleteMailbox: "delete_mailbox",
 }
 _TYPE = {kind: cls for cls, kind in _KIND.items()}
 
@@ -146,6 +155,8 @@ def decode(raw: Any) -> Operation:
             _field(raw, "subject", str, ""),
             _field(raw, "body", str, ""),
         )
+    if cls is DeleteMailbox:
+        return DeleteMailbox(mailbox, cn)
     return DeleteItem(mailbox, cn, _field(raw, "item_id", str))
 
 

@@ -5,6 +5,10 @@ The active writes a transaction into its database file only once `llr_depth` mor
 generations exist; until then it lives here, and reads merge it over the database.  Each
 entry remembers the generation of its latest write, so that after generations up to F are
 written to the file, exactly the entries last written at or below F are dropped.
+
+A mailbox removed (`DeleteMailbox`) leaves no row to merge: the overlay forgets what it held
+of it and remembers the removal's generation in `removed`, and until the file has that
+generation every read of the mailbox ignores the file's rows (`hides`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from replication_node.storage.ops import (
     CreateFolder,
     CreateMailbox,
     DeleteItem,
+    DeleteMailbox,
     PutItem,
     Row,
     SetMailbox,
@@ -35,6 +40,7 @@ class LlrOverlay:
         self.mailboxes: dict[str, tuple[int, Row]] = {}
         self.folders: dict[tuple[str, str], int] = {}
         self.items: dict[tuple[str, str], tuple[int, Row]] = {}
+        self.removed: dict[str, int] = {}  # mailbox -> generation of its removal
         self.max_change_number = 0
 
     def __len__(self) -> int:
@@ -63,7 +69,9 @@ class LlrOverlay:
                     for folder in op.folders:
                         self.folders.setdefault((op.mailbox, folder), gen)
                 case SetMailbox():
-                    current = self.mailbox(op.mailbox) or db_mailbox(op.mailbox)
+                    current = self.mailbox(op.mailbox) or (
+                        None if self.hides(op.mailbox) else db_mailbox(op.mailbox)
+                    )
                     if current is not None:
                         self.mailboxes[op.mailbox] = (gen, set_mailbox_row(current, op))
                 case CreateFolder():
@@ -72,8 +80,14 @@ class LlrOverlay:
                     self.items[(op.mailbox, op.item_id)] = (gen, item_row(op, when))
                 case DeleteItem():
                     key = (op.mailbox, op.item_id)
-                    current = self.item(*key) or db_item(*key)
+                    current = self.item(*key) or (None if self.hides(op.mailbox) else db_item(*key))
                     self.items[key] = (gen, tombstone_row(current, op, when))
+                case DeleteMailbox():
+                    name = op.mailbox
+                    self.mailboxes.pop(name, None)
+                    self.folders = {k: g for k, g in self.folders.items() if k[0] != name}
+                    self.items = {k: v for k, v in self.items.items() if k[0] != name}
+                    self.removed[name] = gen
 
     def transactions_through(self, generation: int) -> list[Transaction]:
         """The transactions of generations up to `generation`, in log order."""
@@ -89,6 +103,12 @@ class LlrOverlay:
         self.mailboxes = {k: v for k, v in self.mailboxes.items() if v[0] > generation}
         self.folders = {k: g for k, g in self.folders.items() if g > generation}
         self.items = {k: v for k, v in self.items.items() if v[0] > generation}
+        self.removed = {k: g for k, g in self.removed.items() if g > generation}
+
+    def hides(self, mailbox: str) -> bool:
+        """The mailbox was removed in a generation the database file does not have yet: its
+        rows there are gone."""
+        return mailbox in self.removed
 
     def mailbox(self, name: str) -> Row | None:
         entry = self.mailboxes.get(name)

@@ -15,6 +15,7 @@ from replication_node.storage.ops import (
     CreateFolder,
     CreateMailbox,
     DeleteItem,
+    DeleteMailbox,
     MalformedOperation,
     PutItem,
     SetMailbox,
@@ -140,6 +141,10 @@ def apply_ops(conn: sqlite3.Connection, txn: Transaction) -> int:
                         "INSERT INTO items VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)",
                         tuple(tomb[c] for c in _ITEM_COLUMNS),
                     )
+            case DeleteMailbox():
+                # every row of the mailbox (the digest triggers take each one out)
+                for table in ("items", "folders", "mailboxes"):
+                    conn.execute(f"DELETE FROM {table} WHERE mailbox=?", (op.mailbox,))
     flush_puts()
     return last_cn
 

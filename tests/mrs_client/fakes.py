@@ -65,6 +65,8 @@ class FakeDatabase:
             old = self.boxes[name].items[item_id]
             self.boxes[name].items[item_id] = replace(old, body="", deleted=True, change_number=cn)
             self.cn = max(self.cn, cn)
+        elif op == "drop":
+            del self.boxes[args[0]]
         elif op == "state":
             name, key, value = args
             setattr(self.boxes[name], key, value)
@@ -182,6 +184,13 @@ class FakeNodes:
         if item is None or item.deleted:
             return None
         return db.commit([("delete", (mailbox, item_id, db.next_cn()))])
+
+    async def delete_mailbox(self, database: str, mailbox: str) -> bool:
+        db = self._call("delete_mailbox", database)
+        if mailbox not in db.boxes:
+            return False
+        db.commit([("drop", (mailbox,))])
+        return True
 
     async def set_state(self, database: str, mailbox: str, action: str) -> Written:
         db = self._call(action, database, mailbox)

@@ -22,8 +22,12 @@ def operation(draw):
     """One operation as the log carries it (a JSON object without its change number)."""
     mailbox = draw(st.sampled_from(MAILBOXES))
     kind = draw(
-        st.sampled_from(["create_mailbox", "set_mailbox", "create_folder", "put", "put", "del"])
+        st.sampled_from(
+            ["create_mailbox", "set_mailbox", "create_folder", "put", "put", "del", "drop"]
+        )
     )
+    if kind == "drop":
+        return {"op": "delete_mailbox", "mailbox": mailbox}
     if kind == "create_mailbox":
         return {"op": "create_mailbox", "mailbox": mailbox, "display_name": draw(text)}
     if kind == "set_mailbox":

@@ -8,7 +8,10 @@ import uuid
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from dag_common.clock import ManualClock
+from replication_node.active.copy import ActiveCopy
 from replication_node.storage import ops
 from replication_node.storage.database import Database
 from replication_node.storage.overlay import LlrOverlay
@@ -67,3 +70,58 @@ def test_the_database_and_the_overlay_end_with_the_same_rows(tmp_path_factory, g
     finally:
         db.close()
         empty.close()
+
+
+class _Stream:
+    """What ActiveCopy asks of a log stream when it only serves reads."""
+
+    def add_listener(self, listener) -> None:
+        pass
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(generations=history, data=st.data())
+def test_reads_merging_the_overlay_over_the_file_are_the_whole_history(
+    tmp_path_factory, generations, data
+):
+    """The active's reads (`ActiveCopy`: the file holding the first generations, the overlay
+    the rest) equal a file that has every generation, mailboxes removed and made again
+    included."""
+    txns = numbered(generations)
+    flushed = data.draw(st.integers(0, len(generations)))
+    folder = tmp_path_factory.mktemp("merge")
+
+    def database(name: str, through: int) -> Database:
+        db = Database.create(
+            folder / name, database_signature=uuid.uuid4(), log_signature=uuid.uuid4()
+        )
+        db.apply(
+            [t for t in txns if t.generation <= through],
+            waypoint=through,
+            committed=through,
+            last_log_time=None,
+        )
+        return db
+
+    whole, part = database("whole.sqlite", len(generations)), database("part.sqlite", flushed)
+    try:
+        overlay = LlrOverlay()
+        for txn in txns:
+            if txn.generation > flushed:
+                overlay.add(txn, db_mailbox=part.mailbox, db_item=part.item)
+        active = ActiveCopy(
+            paths=None, db=part, stream=_Stream(), overlay=overlay, llr_depth=2,
+            clock=ManualClock(), close_times={},
+        )  # fmt: skip
+        assert active.mailboxes() == whole.mailboxes()
+        for mailbox in MAILBOXES:
+            assert active.mailbox(mailbox) == whole.mailbox(mailbox)
+            assert active.folders(mailbox) == whole.folders(mailbox)
+            assert active.items(mailbox) == whole.items(mailbox)
+            for item_id in ITEM_IDS:
+                assert active.item(mailbox, item_id) == whole.item(mailbox, item_id)
+    finally:
+        whole.close()
+        part.close()

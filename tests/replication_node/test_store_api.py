@@ -122,3 +122,54 @@ async def test_a_write_refused_during_a_switchover_says_where_it_goes(node):
         assert status == 409 and body["switching_to"] == "n2" and body["active_node"] == "n1"
     finally:
         n.instance("DB1").unquiesce()
+
+
+async def test_a_mailbox_the_directory_places_elsewhere_can_be_removed_and_made_again(node):
+    """DELETE of a mailbox: a move's target copy (the directory names another database) goes
+    with its folders and items, whether in the file or still in the LLR overlay, and its
+    name is free again; a mailbox the directory places here is refused."""
+    n, session = node
+    for name in ("bob", "carol"):  # move targets: the directory names their source
+        await n.cluster_store.set_mailbox_database(name, "DB9", expected=None)
+    await call(session, "PUT", BOX, json={"folders": ["Inbox"]})
+    for name in ("bob", "carol"):
+        path = f"/v1/databases/DB1/mailboxes/{name}"
+        status, _ = await call(
+            session, "PUT", path, json={"folders": ["Inbox", "Old"], "locked": True}
+        )
+        assert status == 201
+        items = [{"item_id": f"i{k}", "folder": "Old", "body": "x"} for k in range(3)]
+        status, _ = await call(
+            session,
+            "POST",
+            path + "/items",
+            params={"override_lock": "true"},
+            json={"items": items},
+        )
+        assert status == 201
+        if name == "bob":  # rolled past the LLR depth (2): bob goes to the database file
+            for _ in range(3):
+                await call(session, "POST", "/v1/databases/DB1/roll-log")
+    async with aiohttp.ClientSession(base_url=str(session._base_url)) as anonymous:
+        status, _ = await call(anonymous, "DELETE", "/v1/databases/DB1/mailboxes/bob")
+        assert status == 401
+    status, body = await call(session, "DELETE", BOX)
+    assert status == 409 and "directory places 'alice' in DB1" in body["error"]
+    assert (await call(session, "GET", BOX))[0] == 200
+    for name in ("bob", "carol"):
+        path = f"/v1/databases/DB1/mailboxes/{name}"
+        status, body = await call(session, "DELETE", path)
+        assert status == 200 and body["epoch"] == n.instance("DB1").epoch
+        assert (await call(session, "GET", path))[0] == 404
+        assert (await call(session, "GET", path + "/items"))[0] == 404
+        assert (await call(session, "DELETE", path))[0] == 404
+        status, _ = await call(session, "PUT", path, json={"folders": ["Inbox"]})
+        assert status == 201
+        _, box = await call(session, "GET", path)
+        assert box["folders"] == ["Inbox"] and not box["locked"]
+        _, listed = await call(session, "GET", path + "/items")
+        assert listed["items"] == []
+        _, paged = await call(session, "GET", path + "/items?limit=1&count=true")
+        assert paged["items"] == [] and not paged["more"] and paged["live_count"] == 0
+    _, listed = await call(session, "GET", "/v1/databases/DB1/mailboxes")
+    assert [m["mailbox"] for m in listed["mailboxes"]] == ["alice", "bob", "carol"]
