@@ -169,12 +169,14 @@ class FailoverPause(BaseModel):
     by: str
     reason: str = ""
 
+    def described(self) -> str:
+        """ "since … by …: reason", the time in the operator's local time zone."""
+        when = self.since.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+        return f"since {when} by {self.by}" + (f": {self.reason}" if self.reason else "")
+
     def sentence(self) -> str:
         """One line for an operator: "automatic failover paused since … by …: reason"."""
-        when = self.since.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
-        return f"automatic failover paused since {when} by {self.by}" + (
-            f": {self.reason}" if self.reason else ""
-        )
+        return f"automatic failover paused {self.described()}"
 
 
 class NodeStatus(BaseModel):

@@ -77,7 +77,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if ended is None:
         print("error: automatic failover is not paused", file=sys.stderr)
         return ExitCode.FAILED
-    _say(args, ended, False, f"automatic failover resumed ({ended.sentence()})")
+    _say(args, ended, False, f"automatic failover resumed (paused {ended.described()})")
     return ExitCode.OK
 
 

@@ -38,6 +38,9 @@ from replication_node.passive.copy import PassiveCopy
 
 logger = logging.getLogger(__name__)
 
+CHECK_INTERVAL = 1.0
+"""Seconds between two failover passes of a node (each reads the pause and decides)."""
+
 
 class FailoverMonitor:
     """Runs the failover checks of one node every `interval` seconds."""
@@ -53,7 +56,7 @@ class FailoverMonitor:
         session: aiohttp.ClientSession,
         token: str,
         clock: Clock,
-        interval: float = 1.0,
+        interval: float = CHECK_INTERVAL,
     ) -> None:
         self._node = node
         self._config = config
