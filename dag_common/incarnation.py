@@ -15,12 +15,31 @@ the new epoch after the last generation the old active closed, so it never loses
 One refinement: a copy activated with the open log its block-mode buffer held kept that
 generation only through the bytes it had received (`kept_through`, a prefix of what the old
 active wrote); a write in it at or past that offset was lost all the same.
+
+Each record also says why the role moved (`ActivationCause`, with the mount dial an
+activation was held to), when, and how many generations of the previous active's stream
+the new one did not hold (`lost_logs`): what `replication-node db history` shows.  A record
+written before these were kept says None: unknown.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from dag_common.model import AutoDatabaseMountDial
+
+
+class ActivationCause(StrEnum):
+    """Why a copy became the active one (why an epoch began)."""
+
+    FIRST_MOUNT = "FirstMount"  # the database's first active: its preferred copy
+    SWITCHOVER = "Switchover"  # moved from a running active, losing nothing
+    AUTOMATIC_FAILOVER = "AutomaticFailover"  # a passive copy's node, its active lost
+    MANUAL_ACTIVATION = "ManualActivation"  # an operator's `db activate`
+    CONFIG_CHANGE = "ConfigChange"  # the active's copy was removed from the config
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +54,14 @@ class EpochRecord:
     # The generation before `start_generation` was kept only through this byte (a block-mode
     # buffer); None: whole.
     kept_through: int | None = None
+    # When the role moved (the cluster store's UTC time at the compare-and-set), why, the
+    # dial an activation was held to, and how many generations holding acknowledged commits
+    # of the previous active's stream were not held by the new one (counting the open log,
+    # also when it was kept only in part: see `kept_through`).  None: not known.
+    began: datetime | None = None
+    cause: ActivationCause | None = None
+    mount_dial: AutoDatabaseMountDial | None = None
+    lost_logs: int | None = None
 
     def loses(self, generation: int, offset: int | None) -> bool:
         """Whether a write of an earlier epoch at (`generation`, `offset`) is not in this

@@ -158,6 +158,27 @@ class CopyStatusReport(BaseModel):
     block_offset: int = 0
 
 
+class FailoverPause(BaseModel):
+    """Automatic failover paused for maintenance (`replication-node cluster pause`): since
+    when (UTC), by whom, and why.  While it stands no copy is activated automatically; an
+    operator's activation and switchover still are."""
+
+    model_config = ConfigDict(frozen=True)
+
+    since: datetime
+    by: str
+    reason: str = ""
+
+    def described(self) -> str:
+        """ "since … by …: reason", the time in the operator's local time zone."""
+        when = self.since.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+        return f"since {when} by {self.by}" + (f": {self.reason}" if self.reason else "")
+
+    def sentence(self) -> str:
+        """One line for an operator: "automatic failover paused since … by …: reason"."""
+        return f"automatic failover paused {self.described()}"
+
+
 class NodeStatus(BaseModel):
     """The body of `GET /v1/status`: a node and the copies it hosts."""
 
@@ -166,3 +187,6 @@ class NodeStatus(BaseModel):
     node: str
     site: str
     copies: list[CopyStatusReport]
+    # The cluster's automatic failover pause as this node last read it from the cluster
+    # store (None: not paused).
+    failover_paused: FailoverPause | None = None

@@ -1,6 +1,7 @@
 """The clients of a node's API that every component shares: `GET /v1/status` (the guarantee
 service's poller, activation and failover, the mover, the `replication-node status` table)
-and the admin POSTs (activation, switchover, reconcile, the `replication-node db` commands).
+and the admin calls (the POSTs of activation, switchover, reconcile and the
+`replication-node db` commands; the GET of `db history`).
 
 `fetch_node_status` answers a checked `NodeStatus`, or raises `StatusUnavailable` with one
 sentence of why: unreachable, no answer in time, an HTTP error (401 kept apart: the token is
@@ -104,10 +105,29 @@ async def post_admin(
     """POST an admin call to a node: (HTTP status, JSON object answered).  A node that
     cannot be reached is UNREACHABLE (599), an answer that is not a JSON object (an error
     page, a cut body) is at least 500, each with an `error` sentence: never an exception."""
+    return await _admin_call(session, "POST", url, token, body or {}, timeout)
+
+
+async def get_admin(
+    session: aiohttp.ClientSession, url: str, token: str, *, timeout: float = 30.0
+) -> tuple[int, dict[str, Any]]:
+    """GET from a node's admin API, answered as `post_admin` answers."""
+    return await _admin_call(session, "GET", url, token, None, timeout)
+
+
+async def _admin_call(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    token: str,
+    body: dict[str, Any] | None,
+    timeout: float,
+) -> tuple[int, dict[str, Any]]:
     try:
-        async with session.post(
+        async with session.request(
+            method,
             url,
-            json=body or {},
+            json=body,
             headers=bearer(token),
             timeout=aiohttp.ClientTimeout(total=timeout),
         ) as resp:

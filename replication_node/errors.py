@@ -21,7 +21,8 @@ DagError (dag_common.errors)
     │   ├── NotFound              no such database, mailbox or item
     │   ├── Conflict              already exists, or locked by a move
     │   │   ├── MountRefused      an activation refused: the logs it would lose, in `details`
-    │   │   └── LeaseHeld         another node's lease on the active role has not expired
+    │   │   ├── LeaseHeld         another node's lease on the active role has not expired
+    │   │   └── FailoverPaused    automatic failover is paused (`cluster pause`)
     │   ├── NotActive             writes go to the active copy; this one is passive
     │   │   └── Deposed           the cluster store says this node is no longer the active
     │   └── BadRequest            a malformed request
@@ -29,6 +30,7 @@ DagError (dag_common.errors)
 """
 
 from dag_common.errors import DagError
+from dag_common.model import FailoverPause
 
 
 class ReplicationError(DagError):
@@ -151,6 +153,15 @@ class LeaseHeld(Conflict):
         )
         self.holder = holder
         self.expires_in = expires_in
+
+
+class FailoverPaused(Conflict):
+    """An automatic failover refused: an operator paused automatic failover
+    (`replication-node cluster pause`).  Only automatic activations are refused."""
+
+    def __init__(self, pause: FailoverPause) -> None:
+        super().__init__(f"{pause.sentence()}; nothing is activated automatically")
+        self.pause = pause
 
 
 class HeldForHandOver(Conflict):

@@ -32,7 +32,7 @@ from replication_node.cluster.activation import activate_copy, switchover_copy
 from replication_node.cluster.failover import FailoverMonitor
 from replication_node.cluster.manager import InstanceSpec, desired_spec, plan_instances
 from replication_node.cluster.peers import PeerProgress, copy_awaiting_logs
-from replication_node.cluster.store import ClusterStore
+from replication_node.cluster.store import ActivationCause, ClusterStore
 from replication_node.errors import BadRequest, ClusterStoreError, NotFound
 from replication_node.http.logshare import HttpLogSource
 from replication_node.interfaces import MailboxReader, PassiveSettings
@@ -71,6 +71,7 @@ class Node:
         self._session: aiohttp.ClientSession | None = None
         self._refresh_task: asyncio.Task[None] | None = None
         self._failover_task: asyncio.Task[None] | None = None
+        self._failover: FailoverMonitor | None = None
         self._reconcile_lock = asyncio.Lock()
         self._peers: PeerProgress | None = None  # asked for the active's truncation
         self.unexpected_errors = 0  # HTTP requests that failed on a bug (the API's 500s)
@@ -108,7 +109,7 @@ class Node:
         await self.reconcile()
         self._refresh_task = asyncio.create_task(self._refresh_loop(), name="configupdater")
 
-        monitor = FailoverMonitor(
+        self._failover = monitor = FailoverMonitor(
             node=self.name,
             config=lambda: self.config,
             passive_copies=lambda: {
@@ -165,6 +166,12 @@ class Node:
                         first,
                         expected_epoch=record.epoch if record else 0,
                         start_generation=1 if record is None else None,
+                        cause=(
+                            ActivationCause.FIRST_MOUNT
+                            if record is None
+                            else ActivationCause.CONFIG_CHANGE
+                        ),
+                        lost_logs=0 if record is None else None,
                     ) or await self.cluster_store.active(db.name)
                 assert record is not None
                 spec = desired_spec(self.config, self.name, db.name, record.node, record.epoch)
@@ -356,7 +363,12 @@ class Node:
                         activation_preference=copy.activation_preference,
                     )
                 )
-        return NodeStatus(node=self.name, site=self.site, copies=copies)
+        return NodeStatus(
+            node=self.name,
+            site=self.site,
+            copies=copies,
+            failover_paused=self._failover.pause if self._failover else None,
+        )
 
     async def copy_action(self, database: str, action: str, *, reason: str = "") -> dict[str, Any]:
         instance = self._instances.get(database)

@@ -1,10 +1,12 @@
 """The admin calls under `replication-node db`: roll-log, mount, dismount, suspend, resume,
-reseed, activate and switchover, each asked of the node that must act, and its answer turned
-into an exit code (0 ok, 1 failed or refused by the cluster's state, 2 bad input).
+reseed, activate and switchover, each asked of the node that must act, and history (the
+role changes, asked of any node: they share the cluster store), and its answer turned into
+an exit code (0 ok, 1 failed or refused by the cluster's state, 2 bad input).
 
-A success prints one line saying what happened (`--json`: the node's whole answer); a
-failure one `error:` line on stderr.  A token the nodes refuse is "authentication failed
-(check the token)", exit 2, however the command found out."""
+A success prints one line saying what happened (history: one line per epoch, under a
+heading; `--json`: the node's whole answer); a failure one `error:` line on stderr.  A token
+the nodes refuse is "authentication failed (check the token)", exit 2, however the command
+found out."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import argparse
 import asyncio
 import json
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -19,8 +22,9 @@ import aiohttp
 from dag_common.cli import add_config
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import TokenRefused
+from dag_common.incarnation import ActivationCause
 from dag_common.model import AutoDatabaseMountDial, CopyRole, ExitCode, NodeStatus
-from dag_common.node_status import AUTH_FAILED, post_admin
+from dag_common.node_status import AUTH_FAILED, UNREACHABLE, get_admin, post_admin
 from replication_node.cli.status import client_ssl, fetch_statuses, token_refused
 
 
@@ -30,6 +34,94 @@ async def _admin(
     conn = aiohttp.TCPConnector(ssl=client_ssl(config))
     async with aiohttp.ClientSession(connector=conn) as session:
         return await post_admin(session, f"{url}{path}", load_token(config), body, timeout=600)
+
+
+async def _history(config: ClusterConfig, database: str) -> tuple[int, Any]:
+    """GET the history of `database` from the first node that answers: its copies' nodes
+    by activation preference, then the others (every node reads the same cluster store)."""
+    db = config.database(database)
+    order = [c.node for c in sorted(db.copies, key=lambda c: c.activation_preference)]
+    order += [n.name for n in config.nodes if n.name not in order]
+    unreachable = []
+    conn = aiohttp.TCPConnector(ssl=client_ssl(config))
+    async with aiohttp.ClientSession(connector=conn) as session:
+        for name in order:
+            url = f"{config.node(name).url}/v1/databases/{database}/history"
+            code, body = await get_admin(session, url, load_token(config))
+            if code != UNREACHABLE:
+                return code, body
+            unreachable.append(f"{name}: {body.get('error')}")
+    return UNREACHABLE, {"error": "no node answered (" + "; ".join(unreachable) + ")"}
+
+
+_CAUSE_WORDS = {
+    ActivationCause.FIRST_MOUNT: "first mount",
+    ActivationCause.SWITCHOVER: "switchover",
+    ActivationCause.AUTOMATIC_FAILOVER: "automatic failover",
+    ActivationCause.MANUAL_ACTIVATION: "manual activation (db activate)",
+    ActivationCause.CONFIG_CHANGE: "config change (the active's copy was removed)",
+}
+
+
+def _cause(epoch: dict[str, Any]) -> str:
+    cause = epoch.get("cause") or "unknown"
+    words = next((w for c, w in _CAUSE_WORDS.items() if c == cause), cause)  # a newer node's
+    dial = epoch.get("mount_dial")
+    return f"{words} under {dial}" if dial else words
+
+
+def _began(epoch: dict[str, Any]) -> str:
+    began = epoch.get("began")
+    if not began:
+        return "unknown"
+    return datetime.fromisoformat(began).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _stream(epoch: dict[str, Any]) -> str:
+    start = int(epoch["start_generation"])
+    kept = epoch.get("kept_through")
+    if kept is None:
+        return f"generation {start}"
+    return f"generation {start} ({start - 1} kept through byte {kept})"
+
+
+def history_lines(body: dict[str, Any]) -> list[str]:
+    """The epochs of a `GET …/history` answer as an aligned table under one heading line."""
+    epochs = body.get("epochs") or []
+    database = body.get("database", "?")
+    if not epochs:
+        return [f"{database}: no active chosen yet (no epoch recorded)"]
+    header = ("Epoch", "Active", "Began (UTC)", "Cause", "Stream from", "LostLogs")
+    rows = [header] + [
+        (
+            str(e["epoch"]),
+            str(e["node"]),
+            _began(e),
+            _cause(e),
+            _stream(e),
+            "unknown" if e.get("lost_logs") is None else str(e["lost_logs"]),
+        )
+        for e in epochs
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    newest = epochs[-1]
+    lines = [
+        f"{database}: {len(epochs)} epoch(s); {newest['node']} active since epoch {newest['epoch']}"
+    ]
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return lines
+
+
+def cmd_db_history(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    try:
+        db = config.database(args.database)
+    except KeyError:
+        print(f"error: no database {args.database!r} in {args.config}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    code, body = asyncio.run(_history(config, db.name))
+    return _report_admin(args, db.name, code, body)
 
 
 def cmd_db_admin(args: argparse.Namespace) -> int:
@@ -93,7 +185,9 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
 
 
 def summary(command: str, database: str, body: dict[str, Any]) -> str:
-    """One line saying what an admin call did, from the node's answer."""
+    """One line saying what an admin call did, from the node's answer (history: its table)."""
+    if command == "history":
+        return "\n".join(history_lines(body))
     if command == "roll-log":
         return f"{database}: generation {body['closed_generation']} closed (epoch {body['epoch']})"
     if command == "activate":
@@ -196,6 +290,14 @@ def register_db(db_sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     add_config(switch)
     _json_flag(switch)
     switch.set_defaults(func=cmd_db_admin)
+    history = db_sub.add_parser(
+        "history",
+        help="the role changes of a database: each epoch's active, when, why, and the logs lost",
+    )
+    history.add_argument("database", help=DATABASE)
+    add_config(history)
+    _json_flag(history)
+    history.set_defaults(func=cmd_db_history)
 
 
 def _json_flag(parser: argparse.ArgumentParser) -> None:

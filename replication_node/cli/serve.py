@@ -217,8 +217,8 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     return code
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add `serve` and `cluster up` to the parser."""
+def register(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:  # type: ignore[type-arg]
+    """Add `serve` and `cluster up` to the parser; the `cluster` subcommands, for others."""
     serve = sub.add_parser("serve", help="run one node")
     add_config(serve)
     serve.add_argument("--node", required=True, help="the node to run, by its name in the config")
@@ -235,7 +235,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     serve.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     serve.set_defaults(func=cmd_serve)
 
-    cluster = sub.add_parser("cluster", help="run every node of a config locally")
+    cluster = sub.add_parser(
+        "cluster", help="run every node of a config locally; pause or resume automatic failover"
+    )
     csub = cluster.add_subparsers(dest="cluster_cmd", required=True)
     up = csub.add_parser("up", help="start all nodes as local processes; Ctrl-C stops them")
     add_config(up)
@@ -255,3 +257,4 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="stop the whole cluster (exit 1) when a node exits, instead of restarting it",
     )
     up.set_defaults(func=cmd_cluster_up)
+    return csub

@@ -1,6 +1,7 @@
 """`replication-node status`: every copy of the cluster as its node reports it; the lease on
-each database's active role as the cluster store holds it (holder, epoch, expiry); and, for a
-database no node reports mounted, what mounting its best copy now would lose.
+each database's active role as the cluster store holds it (holder, epoch, expiry); for a
+database no node reports mounted, what mounting its best copy now would lose; and, above
+the table, whether an operator paused automatic failover (`cluster pause`).
 
 On a terminal the table is drawn by rich, in colour; anywhere else it is the plain aligned
 text scripts rely on (`status_table`); `--json` for scripts that want every field."""
@@ -22,7 +23,7 @@ from rich.console import Console
 from dag_common.cli import add_config, add_json
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import ConfigError, TokenRefused
-from dag_common.model import CopyStatus, ExitCode, NodeStatus
+from dag_common.model import CopyStatus, ExitCode, FailoverPause, NodeStatus
 from dag_common.node_status import AUTH_FAILED, StatusUnavailable, fetch_node_status
 from replication_node.cli.status_table import plain_table, rich_table, status_row
 from replication_node.cluster.mount_policy import assess_loss, best_copy, generations_at_risk
@@ -102,13 +103,22 @@ def cmd_status(args: argparse.Namespace) -> int:
                 )
             )
     rows = [r for r in every if not args.node or r[1] == args.node]
+    shown = [db.name for db in config.databases if db.name in {r[0] for r in rows}]
+    view = asyncio.run(_store_view(config, [] if args.json else shown))
+    pause = failover_pause(view, statuses)
     if args.json:
+        # A list of copies, as it always was; the cluster's pause rides on each row, so
+        # that scripts reading the rows keep working.
+        paused = pause.model_dump(mode="json") if pause else None
         print(
             json.dumps(
                 [
-                    r.model_dump(mode="json")
-                    if r
-                    else {"database": d, "node": n, "error": e or "no status"}
+                    (
+                        r.model_dump(mode="json")
+                        if r
+                        else {"database": d, "node": n, "error": e or "no status"}
+                    )
+                    | {"failover_paused": paused}
                     for d, n, r, e in rows
                 ],
                 indent=2,
@@ -126,12 +136,12 @@ def cmd_status(args: argparse.Namespace) -> int:
             else functools.partial(console.print, markup=False, highlight=False)
         )
         say(f"as of {datetime.now().astimezone().strftime('%Y-%m-%d %H:%M:%S %Z')}")
+        if pause is not None:
+            say(pause.sentence())
         if console is None:
             print("\n".join(plain_table(table)))
         else:
             console.print(rich_table(table))
-        shown = [db.name for db in config.databases if db.name in {r[0] for r in rows}]
-        view = asyncio.run(_store_view(config, shown))
         for name in shown:
             say(lease_line(name, view))
         for note in _unmounted_notes(config, [r for r in every if r[0] in shown], view):
@@ -149,6 +159,18 @@ class StoreView:
 
     records: dict[str, ActiveRecord | None]
     leases: dict[str, LeaseRecord | None]
+    pause: FailoverPause | None = None
+
+
+def failover_pause(
+    view: StoreView | None, statuses: dict[str, NodeStatus | StatusUnavailable]
+) -> FailoverPause | None:
+    """The pause of automatic failover: as the cluster store says it, or, when the store
+    cannot be read here, as the nodes last read it (the first that reports one)."""
+    if view is not None:
+        return view.pause
+    reported = (s.failover_paused for s in statuses.values() if isinstance(s, NodeStatus))
+    return next((p for p in reported if p is not None), None)
 
 
 def lease_line(database: str, view: StoreView | None) -> str:
@@ -219,6 +241,7 @@ async def _store_view(config: ClusterConfig, databases: list[str]) -> StoreView 
         return StoreView(
             records={db: await store.active(db) for db in databases},
             leases={db: await store.lease(db) for db in databases},
+            pause=await store.failover_pause(),
         )
     except Exception:
         return None

@@ -42,7 +42,7 @@ from replication_node.cluster.peers import (
     post_logged,
     reconcile_all,
 )
-from replication_node.cluster.store import ActiveRecord, ClusterStore
+from replication_node.cluster.store import ActivationCause, ActiveRecord, ClusterStore
 from replication_node.errors import BadRequest, Conflict, LeaseHeld, MountRefused, NotFound
 
 logger = logging.getLogger(__name__)
@@ -79,13 +79,16 @@ async def activate_copy(
     reports: dict[str, CopyStatusReport | None] | None = None,
     clock: Clock | None = None,
     lease_wait: float = 0.0,
+    cause: ActivationCause = ActivationCause.MANUAL_ACTIVATION,
 ) -> dict[str, Any]:
     """Make the copy of `database` on `node` active; Conflict (nothing changed) if it may not.
 
     `reports`: every copy's status, just gathered by the caller (the failover monitor), used
     instead of asking each node again (the epoch's compare-and-set still decides).  While the
     old active's lease is live, wait up to `lease_wait` seconds on `clock` for it to end (an
-    operator's activate after a crash), then LeaseHeld: the old active may still acknowledge."""
+    operator's activate after a crash), then LeaseHeld: the old active may still acknowledge.
+    `cause`: who asked (an operator, or the failover monitor: refused while automatic
+    failover is paused), recorded in the epoch's history with the dial and the logs lost."""
     record = await _active_elsewhere(config, cluster_store, database, node)
     if reports is None:
         reports = await copy_reports(session, config, token, database)
@@ -178,6 +181,9 @@ async def activate_copy(
         expected_epoch=record.epoch,
         start_generation=copy.last_log_inspected + 1,
         kept_through=kept_through,
+        cause=cause,
+        mount_dial=dial,
+        lost_logs=decision.lost_logs,
     )
     if won is None:
         raise Conflict(f"the active copy of {database} changed meanwhile; nothing was done")
@@ -196,6 +202,7 @@ async def activate_copy(
         "node": node,
         "epoch": won.epoch,
         "previous_node": record.node,
+        "cause": cause,
         "lost_logs": decision.lost_logs,
         "lost_open_log": decision.lost_open_log,
         "lost_commits_at_least": decision.lost_commits,
@@ -331,7 +338,12 @@ async def switchover_copy(
         # The target replayed every generation the old active closed: the new epoch's
         # stream goes on from the next one, and no write is lost.
         won = await cluster_store.set_active(
-            database, node, expected_epoch=record.epoch, start_generation=generation + 1
+            database,
+            node,
+            expected_epoch=record.epoch,
+            start_generation=generation + 1,
+            cause=ActivationCause.SWITCHOVER,
+            lost_logs=0,
         )
         if won is None:
             raise Conflict(f"the active copy of {database} changed meanwhile; nothing was done")

@@ -8,6 +8,10 @@ this node's copy is the best one does it activate it, through the same path an o
 `activate` takes: AutoDatabaseMountDial bounds the logs lost, the cluster store refuses
 while the old active's lease is live, and its compare-and-set on the epoch lets only one
 activation win.  Every pass returns the sentences of what it decided, and logs them.
+
+Each pass first reads whether an operator paused automatic failover (`cluster pause`): a
+paused cluster decides nothing automatically (`failover_policy.FailoverVerdict.PAUSED`), and
+the node's status says the pause as it last read it (`pause`).
 """
 
 from __future__ import annotations
@@ -28,11 +32,14 @@ from replication_node.cluster.failover_policy import (
 )
 from replication_node.cluster.mount_policy import MOUNTABLE
 from replication_node.cluster.peers import copy_reports
-from replication_node.cluster.store import ClusterStore
+from replication_node.cluster.store import ActivationCause, ClusterStore, FailoverPause
 from replication_node.errors import LeaseHeld, MountRefused, ReplicationError
 from replication_node.passive.copy import PassiveCopy
 
 logger = logging.getLogger(__name__)
+
+CHECK_INTERVAL = 1.0
+"""Seconds between two failover passes of a node (each reads the pause and decides)."""
 
 
 class FailoverMonitor:
@@ -49,7 +56,7 @@ class FailoverMonitor:
         session: aiohttp.ClientSession,
         token: str,
         clock: Clock,
-        interval: float = 1.0,
+        interval: float = CHECK_INTERVAL,
     ) -> None:
         self._node = node
         self._config = config
@@ -62,6 +69,8 @@ class FailoverMonitor:
         self._interval = interval
         self.errors = 0
         self._said: set[str] = set()
+        # The pause of automatic failover as last read (None: not paused, or not read yet).
+        self.pause: FailoverPause | None = None
 
     async def run(self) -> None:
         while True:
@@ -80,6 +89,13 @@ class FailoverMonitor:
 
     async def check_once(self) -> list[str]:
         """One pass over this node's passive copies; what was decided, as sentences."""
+        # Read every pass, whether or not a failover is due, for the node's status.  A store
+        # that cannot be read leaves the last reading: no activation gets past it then, and
+        # the store's own check refuses an automatic one while paused.
+        try:
+            self.pause = await self._cluster_store.failover_pause()
+        except Exception as exc:
+            logger.debug("cannot read whether automatic failover is paused: %s", exc)
         config = self._config()
         after = config.defaults.failover_after
         if after is None:
@@ -127,6 +143,7 @@ class FailoverMonitor:
             active_epoch=record.epoch if record else 0,
             following=following,
             reports=reports,
+            paused=self.pause,
         )
         copy = self._passive_copies().get(database)
         if decision.verdict is FailoverVerdict.NOT_BEST and copy is not None:
@@ -143,6 +160,7 @@ class FailoverMonitor:
                 database=database,
                 node=self._node,
                 reports=reports,
+                cause=ActivationCause.AUTOMATIC_FAILOVER,
             )
         except MountRefused as exc:
             # Too much would be lost: wait for the lost active's last logs.  Said in this

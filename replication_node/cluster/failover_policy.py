@@ -2,7 +2,9 @@
 from the cluster store's active record and every copy's status.
 
 Safety: a copy never decides to activate while the recorded active answers its peers
-mounted, nor over an operator's dismount, nor when another copy is the best one to mount
+mounted, nor over an operator's dismount, nor while an operator has paused automatic
+failover (`cluster pause`: the cluster store refuses it too, atomically), nor when another
+copy is the best one to mount
 (`activation.best_copy`: the most inspected, then the lowest activation preference), nor
 when another copy was activated since it lost its active.  What it may lose is bounded
 afterwards by the activation itself (AutoDatabaseMountDial), and the cluster store's
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 
-from dag_common.model import CopyStatus, CopyStatusReport
+from dag_common.model import CopyStatus, CopyStatusReport, FailoverPause
 from replication_node.cluster.mount_policy import MOUNTABLE, best_copy
 
 
@@ -24,6 +26,7 @@ class FailoverVerdict(StrEnum):
     FOLLOWS_NEW_ACTIVE = "FollowsNewActive"  # another copy was activated since
     ACTIVE_ANSWERS = "ActiveAnswers"  # the active is mounted and answers its peers
     OPERATOR_DISMOUNT = "OperatorDismount"  # maintenance, not a failure
+    PAUSED = "FailoverPaused"  # an operator paused automatic failover
     NOT_BEST = "NotBestCopy"  # another copy is the one to mount
     ACTIVATE = "Activate"  # this node's copy is the best: activate it
 
@@ -69,10 +72,12 @@ def decide_failover(
     active_epoch: int,
     following: str | None,
     reports: dict[str, CopyStatusReport | None],
+    paused: FailoverPause | None = None,
 ) -> FailoverDecision:
     """What this `node`'s copy of `database` does, its active (as the cluster store names it,
-    at `active_epoch`) lost for long enough; `following` is the active it last followed and
-    `reports` every copy's status by node (None: that node did not answer)."""
+    at `active_epoch`) lost for long enough; `following` is the active it last followed,
+    `reports` every copy's status by node (None: that node did not answer), and `paused`
+    the pause of automatic failover in force (None: not paused)."""
     if active_node is None or active_node == node:
         return FailoverDecision(FailoverVerdict.NO_ACTIVE, f"{database}: no active to replace")
     if active_node != following:
@@ -101,6 +106,16 @@ def decide_failover(
     lost = (
         f"{active_node} is lost" if old is None else f"the active on {active_node} is {old.status}"
     )
+    if paused is not None:
+        # Said whichever copy is the best, without a word of who that is: the sentence
+        # stands unchanged while the pause does (logged once).
+        return FailoverDecision(
+            FailoverVerdict.PAUSED,
+            f"{database}: {lost}; {paused.sentence()}: no copy is activated automatically "
+            "(`replication-node cluster resume`, or an operator's `db activate`)",
+            lost,
+            old is None,
+        )
     chosen, why = best_copy([r for r in reports.values() if r is not None])
     if chosen != node:
         return FailoverDecision(

@@ -1,6 +1,6 @@
 """The status and admin routes of the node's HTTP API: health, status, log roll, copy
-actions, activation and switchover, and the active's own admin calls (quiesce, mount,
-dismount, the hand-over of its last logs).
+actions, activation and switchover, a database's role changes (history), and the active's
+own admin calls (quiesce, mount, dismount, the hand-over of its last logs).
 
 Thin handlers: the operations themselves live in the node (`NodeApi`), the active instance
 and `cluster/activation.py`.
@@ -9,6 +9,7 @@ and `cluster/activation.py`.
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC
 
 from aiohttp import web
 
@@ -88,6 +89,35 @@ async def activate(request: web.Request) -> web.Response:
     return web.json_response(result)
 
 
+async def history(request: web.Request) -> web.Response:
+    """The role changes of a database, oldest first, as the cluster store recorded them:
+    one entry per epoch (any node answers: they share the store)."""
+    node, name = request.app[NODE], request.match_info["db"]
+    try:
+        node.config.database(name)
+    except KeyError:
+        raise NotFound(f"no database {name!r}") from None
+    records = await node.cluster_store.history(name)
+    return web.json_response(
+        {
+            "database": name,
+            "epochs": [
+                {
+                    "epoch": r.epoch,
+                    "node": r.node,
+                    "began": r.began.astimezone(UTC).isoformat() if r.began else None,
+                    "cause": r.cause,
+                    "mount_dial": r.mount_dial,
+                    "start_generation": r.start_generation,
+                    "kept_through": r.kept_through,
+                    "lost_logs": r.lost_logs,
+                }
+                for r in records
+            ],
+        }
+    )
+
+
 async def switchover(request: web.Request) -> web.Response:
     body = parse(TargetIn, await json_body(request))
     return web.json_response(
@@ -159,6 +189,7 @@ def add_admin_routes(app: web.Application) -> None:
     app.router.add_post(prefix + "/copies/{node}/{action:suspend|resume|reseed}", copy_action)
     app.router.add_post(prefix + "/activate", activate)
     app.router.add_post(prefix + "/switchover", switchover)
+    app.router.add_get(prefix + "/history", history)
     app.router.add_post(prefix + "/quiesce", quiesce)
     app.router.add_post(prefix + "/unquiesce", unquiesce)
     app.router.add_post(prefix + "/mount", mount)

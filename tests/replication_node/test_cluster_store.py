@@ -4,14 +4,19 @@ real etcd server (Debian's etcd-server, which `make test` installs) on free port
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import time
+from datetime import UTC, datetime
 
 import pytest
 
+from dag_common.incarnation import ActivationCause
+from dag_common.model import AutoDatabaseMountDial, FailoverPause
 from replication_node.cluster.store.embedded import EmbeddedClusterStore
 from replication_node.cluster.store.etcd import EtcdClusterStore
 from replication_node.cluster.store.etcd_gateway import EtcdGateway
-from replication_node.errors import ClusterStoreError, LeaseHeld
+from replication_node.errors import ClusterStoreError, FailoverPaused, LeaseHeld
 from tests.cluster_harness import free_port, serve_app, start_etcd, wait_until
 
 
@@ -87,6 +92,117 @@ async def test_each_epoch_is_recorded_with_where_its_stream_began(store):
         (4, "mbx1", 30, 4096),
     ]
     assert await store.history("DB2") == []
+
+
+async def test_each_epoch_records_when_why_and_the_logs_lost(store):
+    before = datetime.now(UTC)
+    await store.set_active(
+        "DB1", "mbx1", expected_epoch=0, start_generation=1,
+        cause=ActivationCause.FIRST_MOUNT, lost_logs=0,
+    )  # fmt: skip
+    await store.set_active(
+        "DB1", "mbx2", expected_epoch=1, start_generation=15, kept_through=4096,
+        cause=ActivationCause.AUTOMATIC_FAILOVER,
+        mount_dial=AutoDatabaseMountDial.BEST_AVAILABILITY, lost_logs=2,
+    )  # fmt: skip
+    await store.set_active(
+        "DB1", "mbx3", expected_epoch=2, start_generation=20,
+        cause=ActivationCause.SWITCHOVER, lost_logs=0,
+    )  # fmt: skip
+    await store.set_active(
+        "DB1", "mbx1", expected_epoch=3, start_generation=25,
+        cause=ActivationCause.MANUAL_ACTIVATION,
+        mount_dial=AutoDatabaseMountDial.GOOD_AVAILABILITY, lost_logs=1,
+    )  # fmt: skip
+    await store.set_active("DB1", "mbx2", expected_epoch=4)  # said nothing: all unknown
+    after = datetime.now(UTC)
+    history = await store.history("DB1")
+    assert [(r.epoch, r.node, r.cause, r.mount_dial, r.lost_logs) for r in history] == [
+        (1, "mbx1", ActivationCause.FIRST_MOUNT, None, 0),
+        (2, "mbx2", ActivationCause.AUTOMATIC_FAILOVER, AutoDatabaseMountDial.BEST_AVAILABILITY, 2),
+        (3, "mbx3", ActivationCause.SWITCHOVER, None, 0),
+        (4, "mbx1", ActivationCause.MANUAL_ACTIVATION, AutoDatabaseMountDial.GOOD_AVAILABILITY, 1),
+        (5, "mbx2", None, None, None),
+    ]
+    assert history[1].kept_through == 4096
+    began = [r.began for r in history]
+    assert all(before <= b <= after for b in began), began
+    assert began == sorted(began)
+
+
+def _pause(reason: str = "patching mbx1") -> FailoverPause:
+    return FailoverPause(
+        since=datetime(2026, 11, 23, 9, 30, tzinfo=UTC), by="ops@admin1", reason=reason
+    )
+
+
+async def test_a_pause_refuses_only_automatic_failover_and_is_taken_once(store):
+    assert await store.failover_pause() is None
+    assert await store.resume_failover() is None, "nothing to resume"
+    await store.set_active("DB1", "mbx1", expected_epoch=0, start_generation=1)
+    assert await store.pause_failover(_pause())
+    assert not await store.pause_failover(_pause("another")), "paused already"
+    assert await store.failover_pause() == _pause(), "the first pause's reason stands"
+    with pytest.raises(FailoverPaused, match=r"paused since .* by ops@admin1: patching mbx1"):
+        await store.set_active(
+            "DB1", "mbx2", expected_epoch=1, start_generation=9,
+            cause=ActivationCause.AUTOMATIC_FAILOVER,
+        )  # fmt: skip
+    assert (await store.active("DB1")).epoch == 1, "nothing changed"
+    assert [r.epoch for r in await store.history("DB1")] == [1]
+    # an operator's activation and a switchover go on while paused
+    manual = await store.set_active(
+        "DB1", "mbx2", expected_epoch=1, cause=ActivationCause.MANUAL_ACTIVATION
+    )
+    switched = await store.set_active(
+        "DB1", "mbx3", expected_epoch=2, cause=ActivationCause.SWITCHOVER
+    )
+    assert (manual.epoch, switched.epoch) == (2, 3)
+    assert await store.resume_failover() == _pause()
+    assert await store.failover_pause() is None
+    won = await store.set_active(
+        "DB1", "mbx1", expected_epoch=3, cause=ActivationCause.AUTOMATIC_FAILOVER
+    )
+    assert won is not None and won.epoch == 4
+    assert await store.pause_failover(_pause("again")), "paused again after a resume"
+
+
+async def test_the_pause_is_one_for_every_store_of_the_cluster(store):
+    # what `cluster pause` writes from the operator's machine, each node's store reads
+    other = (
+        EmbeddedClusterStore(store.path)
+        if isinstance(store, EmbeddedClusterStore)
+        else EtcdClusterStore(store._gateway, cluster=store._prefix.split("/")[2])
+    )
+    assert await store.pause_failover(_pause())
+    assert await other.failover_pause() == _pause()
+    assert await other.resume_failover() == _pause()
+    assert await store.failover_pause() is None
+    if isinstance(other, EmbeddedClusterStore):
+        other.close()
+
+
+async def test_an_etcd_epoch_recorded_before_its_cause_was_kept_reads_as_unknown(etcd):
+    cluster = f"t{time.time_ns()}"
+    s = EtcdClusterStore(EtcdGateway([etcd]), cluster=cluster)
+    try:
+        # what an older node wrote: no began, cause, mount_dial or lost_logs
+        old = {"node": "mbx1", "start_generation": 12, "kept_through": None}
+        key = f"/dag/{cluster}/history/DB1/{3:020d}"
+        await s._gateway.call(
+            "/v3/kv/put",
+            {
+                "key": base64.b64encode(key.encode()).decode(),
+                "value": base64.b64encode(json.dumps(old).encode()).decode(),
+            },
+        )
+        [record] = await s.history("DB1")
+        assert (record.epoch, record.node, record.start_generation) == (3, "mbx1", 12)
+        assert (record.began, record.cause, record.mount_dial, record.lost_logs) == (
+            None, None, None, None,
+        )  # fmt: skip
+    finally:
+        await s.aclose()
 
 
 async def test_the_open_log_at_risk_is_announced_only_by_the_active_and_only_up(store):
@@ -232,10 +348,22 @@ async def test_a_store_file_from_before_gets_the_new_columns_and_keeps_its_recor
     record = await second.active("DB1")
     assert (record.node, record.epoch, record.last_log_generated) == ("mbx1", 3, 41)
     assert (record.open_generation, record.change_number_ceiling) == (0, 0)
-    assert [(r.epoch, r.start_generation, r.kept_through) for r in await first.history("DB1")] == [
-        (3, 12, None)
-    ]
+    [epoch] = await first.history("DB1")
+    assert (epoch.epoch, epoch.start_generation, epoch.kept_through) == (3, 12, None)
+    # kept before causes were: its time is the one it was created at, the rest unknown
+    assert epoch.began == datetime(2026, 11, 1, tzinfo=UTC)
+    assert (epoch.cause, epoch.mount_dial, epoch.lost_logs) == (None, None, None)
     assert await first.publish_open_generation("DB1", "mbx1", 3, 42, 900)
+    # and the file takes the new fields and the pause from now on
+    await first.set_active(
+        "DB1", "mbx2", expected_epoch=3, start_generation=50,
+        cause=ActivationCause.MANUAL_ACTIVATION, lost_logs=1,
+    )  # fmt: skip
+    assert [(r.cause, r.lost_logs) for r in await second.history("DB1")] == [
+        (None, None), (ActivationCause.MANUAL_ACTIVATION, 1),
+    ]  # fmt: skip
+    assert await second.pause_failover(_pause())
+    assert await first.failover_pause() == _pause()
     first.close()
     second.close()
 

@@ -3,11 +3,11 @@ decides from the active record and every copy's status."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
+from dag_common.model import CopyRole, CopyStatus, CopyStatusReport, FailoverPause
 from replication_node.cluster.failover_policy import (
     FailoverVerdict,
     decide_failover,
@@ -156,3 +156,43 @@ def test_an_unreachable_active_is_said_so_for_the_wait_on_its_last_logs():
         reports=reports,
     )  # fmt: skip
     assert not decision.active_unreachable
+
+
+PAUSE = FailoverPause(
+    since=datetime(2026, 11, 23, 9, 30, tzinfo=UTC), by="ops@admin1", reason="patching mbx1"
+)
+LOST_WITH_BEST = {
+    "mbx1": None,
+    "mbx2": report("mbx2", S.DISCONNECTED_AND_HEALTHY, inspected=12),
+    "mbx3": report("mbx3", S.DISCONNECTED_AND_HEALTHY, inspected=11, preference=3),
+}
+
+
+@pytest.mark.parametrize(
+    ("active_node", "following", "reports", "paused", "verdict", "words"),
+    [
+        # the active is lost and this copy is the best: while paused, nothing is activated
+        ("mbx1", "mbx1", LOST_WITH_BEST, PAUSE, V.PAUSED,
+         "mbx1 is lost; automatic failover paused since"),
+        ("mbx1", "mbx1", LOST_WITH_BEST, None, V.ACTIVATE, "mbx1 is lost; mbx2 has inspected"),
+        # a failed active, another copy the best: paused is what this node says too
+        ("mbx1", "mbx1",
+         {"mbx1": active(S.FAILED), "mbx2": report("mbx2", S.DISCONNECTED_AND_HEALTHY),
+          "mbx3": report("mbx3", S.DISCONNECTED_AND_HEALTHY, inspected=12, preference=3)},
+         PAUSE, V.PAUSED, "by ops@admin1: patching mbx1: no copy is activated automatically"),
+        # where there is nothing to fail over, the pause changes nothing that is said
+        ("mbx1", "mbx1", {"mbx1": active(S.MOUNTED)}, PAUSE, V.ACTIVE_ANSWERS, "answers"),
+        ("mbx1", "mbx1", {"mbx1": active(S.DISMOUNTED)}, PAUSE, V.OPERATOR_DISMOUNT, "operator"),
+        ("mbx3", "mbx1", {}, PAUSE, V.FOLLOWS_NEW_ACTIVE, "mbx3 is active now"),
+        (None, "mbx1", {}, PAUSE, V.NO_ACTIVE, "no active to replace"),
+    ],
+)  # fmt: skip
+def test_a_paused_cluster_activates_nothing_automatically(
+    active_node, following, reports, paused, verdict, words
+):
+    decision = decide_failover(
+        database="DB1", node="mbx2", active_node=active_node, active_epoch=4,
+        following=following, reports=reports, paused=paused,
+    )  # fmt: skip
+    assert decision.verdict is verdict, decision.sentence
+    assert words in decision.sentence, decision.sentence

@@ -17,6 +17,12 @@ the etcd leader's, the embedded store's by this machine's monotonic clock (with 
 that a lease written before a reboot is not taken for live).  The holder counts its lease
 from *before* it asked to renew, by its own monotonic clock, so it always believes it holds
 the lease for less time than the store does.
+
+Automatic failover can be paused for maintenance (`pause_failover`, patronictl's pause): one
+flag for the whole cluster, with who paused it, when and why.  While it stands, `set_active`
+refuses an automatic failover (FailoverPaused) in the same atomic step that would move the
+role, so a pause taken while a failover is being decided still stops it; an operator's
+activation and a switchover go on.
 """
 
 from __future__ import annotations
@@ -24,11 +30,34 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
+from typing import TypeVar
 
 from dag_common.config import ClusterConfig, EmbeddedStore
-from dag_common.incarnation import EpochRecord
+from dag_common.incarnation import ActivationCause, EpochRecord
+from dag_common.model import AutoDatabaseMountDial, FailoverPause
 
-__all__ = ["ActiveRecord", "ClusterStore", "EpochRecord", "LeaseRecord", "open_cluster_store"]
+__all__ = [
+    "ActivationCause",
+    "ActiveRecord",
+    "ClusterStore",
+    "EpochRecord",
+    "FailoverPause",
+    "LeaseRecord",
+    "known_member",
+    "open_cluster_store",
+]
+
+_E = TypeVar("_E", bound=StrEnum)
+
+
+def known_member(kind: type[_E], value: str | None) -> _E | None:
+    """A stored `value` as a member of `kind`; None for a value not recorded (a record from
+    before it was kept), or one this version does not know (written by a newer node)."""
+    try:
+        return kind(value) if value is not None else None
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +115,9 @@ class ClusterStore(abc.ABC):
         expected_epoch: int,
         start_generation: int | None = None,
         kept_through: int | None = None,
+        cause: ActivationCause | None = None,
+        mount_dial: AutoDatabaseMountDial | None = None,
+        lost_logs: int | None = None,
     ) -> ActiveRecord | None:
         """Make `node` active if the epoch is still `expected_epoch` (0: never set).
 
@@ -94,9 +126,12 @@ class ClusterStore(abc.ABC):
         of an earlier epoch is ever taken for surviving).  A known start also begins the new
         record's LastLogGenerated at `start_generation - 1`; the open log at risk starts
         empty; the change-number ceiling carries over.  `kept_through`: the generation
-        before the start was kept only through this byte (a block-mode buffer).  Returns
-        the new record, or None if someone else changed it first.  LeaseHeld (nothing
-        changed) while a node other than `node` holds a live lease on the role."""
+        before the start was kept only through this byte (a block-mode buffer).  `cause`,
+        `mount_dial` and `lost_logs` are recorded with it as said (None: unknown), and the
+        store's time as its `began`.  Returns the new record, or None if someone else
+        changed it first.  LeaseHeld (nothing changed) while a node other than `node` holds
+        a live lease on the role; FailoverPaused (nothing changed) for an automatic
+        failover while automatic failover is paused."""
 
     @abc.abstractmethod
     async def renew_lease(self, database: str, node: str, epoch: int, ttl: float) -> bool:
@@ -130,6 +165,19 @@ class ClusterStore(abc.ABC):
         """Announce that the open log `generation` holds an acknowledged commit, with the
         change-number ceiling, only if `node` is still active at `epoch`; never lowers either.
         False if `node` is not the active at `epoch` (it must not acknowledge)."""
+
+    @abc.abstractmethod
+    async def failover_pause(self) -> FailoverPause | None:
+        """The pause of automatic failover in force, or None."""
+
+    @abc.abstractmethod
+    async def pause_failover(self, pause: FailoverPause) -> bool:
+        """Pause automatic failover as `pause` says; False (nothing changed) if it is
+        paused already."""
+
+    @abc.abstractmethod
+    async def resume_failover(self) -> FailoverPause | None:
+        """End the pause of automatic failover: the pause ended, or None if there was none."""
 
     @abc.abstractmethod
     async def mailbox_database(self, mailbox: str) -> str | None:

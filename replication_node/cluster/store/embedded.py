@@ -10,8 +10,17 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from replication_node.cluster.store import ActiveRecord, ClusterStore, EpochRecord, LeaseRecord
-from replication_node.errors import LeaseHeld
+from dag_common.model import AutoDatabaseMountDial
+from replication_node.cluster.store import (
+    ActivationCause,
+    ActiveRecord,
+    ClusterStore,
+    EpochRecord,
+    FailoverPause,
+    LeaseRecord,
+    known_member,
+)
+from replication_node.errors import FailoverPaused, LeaseHeld
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS active_copy(
@@ -26,13 +35,25 @@ CREATE TABLE IF NOT EXISTS active_lease(
 CREATE TABLE IF NOT EXISTS stream_history(
   database TEXT NOT NULL, epoch INTEGER NOT NULL, node TEXT NOT NULL,
   start_generation INTEGER NOT NULL, created TEXT NOT NULL, kept_through INTEGER,
+  cause TEXT, mount_dial TEXT, lost_logs INTEGER,
   PRIMARY KEY(database, epoch));
+CREATE TABLE IF NOT EXISTS failover_pause(
+  id INTEGER PRIMARY KEY CHECK(id = 1), since TEXT NOT NULL, paused_by TEXT NOT NULL,
+  reason TEXT NOT NULL);
 """
 # Columns added after the first release: a store file from before gets them on open (several
 # node processes may open it at once: a column another one just added is no error).
 _ADDED_COLUMNS = {
     "open_generation": "INTEGER NOT NULL DEFAULT 0",
     "change_number_ceiling": "INTEGER NOT NULL DEFAULT 0",
+}
+# An epoch recorded before its cause was kept reads it as unknown (NULL); `created` was
+# always its time.
+_ADDED_HISTORY_COLUMNS = {
+    "kept_through": "INTEGER",
+    "cause": "TEXT",
+    "mount_dial": "TEXT",
+    "lost_logs": "INTEGER",
 }
 _ACTIVE_COLUMNS = "node, epoch, last_log_generated, updated, open_generation, change_number_ceiling"
 
@@ -86,8 +107,9 @@ class EmbeddedClusterStore(ClusterStore):
                     if column not in have:
                         self._conn.execute(f"ALTER TABLE active_copy ADD COLUMN {column} {kind}")
                 have = {row[1] for row in self._conn.execute("PRAGMA table_info(stream_history)")}
-                if "kept_through" not in have:
-                    self._conn.execute("ALTER TABLE stream_history ADD COLUMN kept_through INTEGER")
+                for column, kind in _ADDED_HISTORY_COLUMNS.items():
+                    if column not in have:
+                        self._conn.execute(f"ALTER TABLE stream_history ADD COLUMN {column} {kind}")
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
@@ -131,6 +153,9 @@ class EmbeddedClusterStore(ClusterStore):
         expected_epoch: int,
         start_generation: int | None,
         kept_through: int | None,
+        cause: ActivationCause | None,
+        mount_dial: AutoDatabaseMountDial | None,
+        lost_logs: int | None,
     ) -> ActiveRecord | None:
         self._conn.execute("BEGIN IMMEDIATE")
         try:
@@ -142,6 +167,10 @@ class EmbeddedClusterStore(ClusterStore):
             if held is not None and held.node != node:
                 self._conn.execute("ROLLBACK")
                 raise LeaseHeld(database, held.node, held.expires_in)
+            pause = self._failover_pause() if cause is ActivationCause.AUTOMATIC_FAILOVER else None
+            if pause is not None:
+                self._conn.execute("ROLLBACK")
+                raise FailoverPaused(pause)
             generated = current.last_log_generated if current else 0
             if start_generation is not None:
                 generated = start_generation - 1
@@ -153,10 +182,20 @@ class EmbeddedClusterStore(ClusterStore):
                 (database, node, expected_epoch + 1, generated, now, ceiling),
             )
             self._conn.execute(
-                "INSERT OR REPLACE INTO stream_history"
-                "(database, epoch, node, start_generation, created, kept_through)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (database, expected_epoch + 1, node, start_generation or 1, now, kept_through),
+                "INSERT OR REPLACE INTO stream_history(database, epoch, node,"
+                " start_generation, created, kept_through, cause, mount_dial, lost_logs)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    database,
+                    expected_epoch + 1,
+                    node,
+                    start_generation or 1,
+                    now,
+                    kept_through,
+                    cause,
+                    mount_dial,
+                    lost_logs,
+                ),
             )
             self._conn.execute("COMMIT")
         except BaseException:
@@ -173,9 +212,20 @@ class EmbeddedClusterStore(ClusterStore):
         expected_epoch: int,
         start_generation: int | None = None,
         kept_through: int | None = None,
+        cause: ActivationCause | None = None,
+        mount_dial: AutoDatabaseMountDial | None = None,
+        lost_logs: int | None = None,
     ) -> ActiveRecord | None:
         return await self._run(
-            self._set_active, database, node, expected_epoch, start_generation, kept_through
+            self._set_active,
+            database,
+            node,
+            expected_epoch,
+            start_generation,
+            kept_through,
+            cause,
+            mount_dial,
+            lost_logs,
         )
 
     def _lease(self, database: str) -> LeaseRecord | None:
@@ -227,12 +277,23 @@ class EmbeddedClusterStore(ClusterStore):
 
     def _history(self, database: str) -> list[EpochRecord]:
         rows = self._conn.execute(
-            "SELECT epoch, node, start_generation, kept_through FROM stream_history"
-            " WHERE database=? ORDER BY epoch",
+            "SELECT epoch, node, start_generation, kept_through, created, cause, mount_dial,"
+            " lost_logs FROM stream_history WHERE database=? ORDER BY epoch",
             (database,),
         ).fetchall()
         return [
-            EpochRecord(database, epoch, node, start, kept) for epoch, node, start, kept in rows
+            EpochRecord(
+                database,
+                epoch,
+                node,
+                start,
+                kept,
+                began=datetime.fromisoformat(created),
+                cause=known_member(ActivationCause, cause),
+                mount_dial=known_member(AutoDatabaseMountDial, dial),
+                lost_logs=lost,
+            )
+            for epoch, node, start, kept, created, cause, dial, lost in rows
         ]
 
     async def history(self, database: str) -> list[EpochRecord]:
@@ -268,6 +329,42 @@ class EmbeddedClusterStore(ClusterStore):
         return await self._run(
             self._publish_open, database, node, epoch, generation, change_number_ceiling
         )
+
+    def _failover_pause(self) -> FailoverPause | None:
+        row = self._conn.execute(
+            "SELECT since, paused_by, reason FROM failover_pause WHERE id=1"
+        ).fetchone()
+        if row is None:
+            return None
+        return FailoverPause(since=datetime.fromisoformat(row[0]), by=row[1], reason=row[2])
+
+    async def failover_pause(self) -> FailoverPause | None:
+        return await self._run(self._failover_pause)
+
+    def _pause_failover(self, pause: FailoverPause) -> bool:
+        cur = self._conn.execute(
+            "INSERT OR IGNORE INTO failover_pause VALUES (1, ?, ?, ?)",
+            (pause.since.isoformat(), pause.by, pause.reason),
+        )
+        return cur.rowcount == 1
+
+    async def pause_failover(self, pause: FailoverPause) -> bool:
+        return await self._run(self._pause_failover, pause)
+
+    def _resume_failover(self) -> FailoverPause | None:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            pause = self._failover_pause()
+            self._conn.execute("DELETE FROM failover_pause")
+            self._conn.execute("COMMIT")
+            return pause
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+
+    async def resume_failover(self) -> FailoverPause | None:
+        return await self._run(self._resume_failover)
 
     def _mailbox_database(self, mailbox: str) -> str | None:
         row = self._conn.execute(

@@ -6,9 +6,13 @@ library to pin.  Keys live under `/dag/<cluster>/`:
     active/<database>    {"node", "epoch", "last_log_generated", "open_generation",
                           "change_number_ceiling", "updated"} (JSON)
     history/<database>/<epoch, 20 digits>
-                         {"node", "start_generation", "kept_through"}: put in the same
-                         transaction that moves active/<database> to that epoch
+                         {"node", "start_generation", "kept_through", "began", "cause",
+                          "mount_dial", "lost_logs"}: put in the same transaction that moves
+                         active/<database> to that epoch (a record from before the last four
+                         were kept reads them as unknown)
     mailbox/<mailbox>    the database holding the mailbox
+    failover_pause       {"since", "by", "reason"}: automatic failover is paused while it
+                         exists; an automatic failover's transaction compares it absent
 
 Every decision is an etcd transaction that compares the key's mod_revision (or, for a key
 that must not exist yet, its create_revision with 0) with what was read, so two writers can
@@ -26,9 +30,20 @@ import math
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from replication_node.cluster.store import ActiveRecord, ClusterStore, EpochRecord, LeaseRecord
+from dag_common.model import AutoDatabaseMountDial
+from replication_node.cluster.store import (
+    ActivationCause,
+    ActiveRecord,
+    ClusterStore,
+    EpochRecord,
+    FailoverPause,
+    LeaseRecord,
+    known_member,
+)
 from replication_node.cluster.store.etcd_gateway import EtcdGateway
-from replication_node.errors import ClusterStoreError, LeaseHeld
+from replication_node.errors import ClusterStoreError, FailoverPaused, LeaseHeld
+
+_PAUSE = "failover_pause"
 
 
 def _b64(text: str) -> str:
@@ -138,6 +153,9 @@ class EtcdClusterStore(ClusterStore):
         expected_epoch: int,
         start_generation: int | None = None,
         kept_through: int | None = None,
+        cause: ActivationCause | None = None,
+        mount_dial: AutoDatabaseMountDial | None = None,
+        lost_logs: int | None = None,
     ) -> ActiveRecord | None:
         value, revision = await self._get(f"active/{database}")
         current = self._record(database, value) if value is not None else None
@@ -146,6 +164,11 @@ class EtcdClusterStore(ClusterStore):
         held, lease_revision = await self._lease_key(database)
         if held is not None and held.node != node:
             raise LeaseHeld(database, held.node, held.expires_in)
+        unchanged = {f"lease/{database}": lease_revision}  # no lease taken meanwhile
+        automatic = cause is ActivationCause.AUTOMATIC_FAILOVER
+        if automatic:
+            await self._refuse_if_paused()
+            unchanged[_PAUSE] = 0  # and no pause taken meanwhile
         generated = current.last_log_generated if current else 0
         if start_generation is not None:
             generated = start_generation - 1
@@ -153,17 +176,32 @@ class EtcdClusterStore(ClusterStore):
         epoch = expected_epoch + 1
         new = self._value(node, epoch, generated, 0, ceiling)
         history = json.dumps(
-            {"node": node, "start_generation": start_generation or 1, "kept_through": kept_through}
+            {
+                "node": node,
+                "start_generation": start_generation or 1,
+                "kept_through": kept_through,
+                "began": json.loads(new)["updated"],
+                "cause": cause,
+                "mount_dial": mount_dial,
+                "lost_logs": lost_logs,
+            }
         )
         if not await self._put_if(
             f"active/{database}",
             new,
             revision,
             also={self._history_key(database, epoch): history},
-            unchanged={f"lease/{database}": lease_revision},  # no lease taken meanwhile
+            unchanged=unchanged,
         ):
+            if automatic:
+                await self._refuse_if_paused()  # lost to a pause, said as such
             return None
         return self._record(database, new)
+
+    async def _refuse_if_paused(self) -> None:
+        pause = await self.failover_pause()
+        if pause is not None:
+            raise FailoverPaused(pause)
 
     async def _lease_key(self, database: str) -> tuple[LeaseRecord | None, int]:
         """The live lease on the role (None: none) and its key's mod_revision (0: absent)."""
@@ -238,7 +276,7 @@ class EtcdClusterStore(ClusterStore):
         for kv in data.get("kvs") or []:
             epoch = int(_unb64(kv["key"])[len(prefix) :])
             value = json.loads(_unb64(kv.get("value", "")))
-            kept = value.get("kept_through")
+            kept, began, lost = (value.get(k) for k in ("kept_through", "began", "lost_logs"))
             records.append(
                 EpochRecord(
                     database,
@@ -246,6 +284,10 @@ class EtcdClusterStore(ClusterStore):
                     value["node"],
                     int(value["start_generation"]),
                     int(kept) if kept is not None else None,
+                    began=datetime.fromisoformat(began) if began else None,
+                    cause=known_member(ActivationCause, value.get("cause")),
+                    mount_dial=known_member(AutoDatabaseMountDial, value.get("mount_dial")),
+                    lost_logs=int(lost) if lost is not None else None,
                 )
             )
         return sorted(records, key=lambda r: r.epoch)
@@ -301,6 +343,29 @@ class EtcdClusterStore(ClusterStore):
         if published is None:
             raise ClusterStoreError(f"etcd: {database}: publishing the open generation kept racing")
         return published
+
+    async def failover_pause(self) -> FailoverPause | None:
+        value, _ = await self._get(_PAUSE)
+        return FailoverPause.model_validate_json(value) if value is not None else None
+
+    async def pause_failover(self, pause: FailoverPause) -> bool:
+        return await self._put_if(_PAUSE, pause.model_dump_json(), 0)
+
+    async def resume_failover(self) -> FailoverPause | None:
+        for _ in range(10):  # paused again between the read and the delete: read again
+            value, revision = await self._get(_PAUSE)
+            if value is None:
+                return None
+            data = await self._gateway.call(
+                "/v3/kv/txn",
+                {
+                    "compare": [self._unchanged(_PAUSE, revision)],
+                    "success": [{"request_delete_range": {"key": _b64(self._prefix + _PAUSE)}}],
+                },
+            )
+            if data.get("succeeded"):
+                return FailoverPause.model_validate_json(value)
+        raise ClusterStoreError("etcd: resuming automatic failover kept racing")
 
     async def mailbox_database(self, mailbox: str) -> str | None:
         value, _ = await self._get(f"mailbox/{mailbox}")
