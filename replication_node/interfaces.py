@@ -11,7 +11,7 @@ files and a real aiohttp log share on port 0, without the rest of the node.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -52,6 +52,9 @@ class SeedInfo:
     database_signature: str
     log_signature: str
     waypoint: int  # the seeded copy replays from waypoint + 1
+    # The sizes of the closed generations above the waypoint that the active had when it
+    # took the copy (waypoint + 1 first): the logs the seeded copy needs next (progress).
+    log_sizes: tuple[int, ...] = ()
 
 
 class LogShareSource(Protocol):
@@ -98,8 +101,11 @@ class LogSource(Protocol):
         goes."""
         ...
 
-    async def seed(self, dest: Path) -> SeedInfo:
-        """Stream a consistent copy of the database file into `dest`."""
+    async def seed(
+        self, dest: Path, progress: Callable[[int, int | None], None] | None = None
+    ) -> SeedInfo:
+        """Stream a consistent copy of the database file into `dest`, telling `progress`
+        the bytes received so far and the file's length (None: not announced)."""
         ...
 
     async def hand_over(self, to: str) -> LogShareInfo:
