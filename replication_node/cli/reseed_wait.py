@@ -234,10 +234,10 @@ async def follow_reseed(
                 for report in copies:
                     if report.database != database or report.node != node:
                         continue
-                    display.show(report)
                     outcome = reseed_outcome(report)
                     if outcome is not None:
-                        return outcome, report
+                        return outcome, report  # the display's close says it
+                    display.show(report)
     except TimeoutError:
         raise WatchLost(f"{url} said nothing for {silence:g}s") from None
     except WatchProtocolError as exc:
