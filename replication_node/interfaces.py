@@ -11,7 +11,7 @@ files and a real aiohttp log share on port 0, without the rest of the node.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -55,6 +55,18 @@ class SeedInfo:
     # The sizes of the closed generations above the waypoint that the active had when it
     # took the copy (waypoint + 1 first): the logs the seeded copy needs next (progress).
     log_sizes: tuple[int, ...] = ()
+
+
+class SeedListener(Protocol):
+    """Follows a seed's transfer (`passive.seeder.SeedProgress`)."""
+
+    def announced(self, info: SeedInfo) -> None:
+        """The seed's header values and the logs above its waypoint, before its bytes."""
+        ...
+
+    def received(self, done: int, total: int | None) -> None:
+        """Bytes of the database file received so far, of `total` (None: not announced)."""
+        ...
 
 
 class LogShareSource(Protocol):
@@ -101,11 +113,9 @@ class LogSource(Protocol):
         goes."""
         ...
 
-    async def seed(
-        self, dest: Path, progress: Callable[[int, int | None], None] | None = None
-    ) -> SeedInfo:
-        """Stream a consistent copy of the database file into `dest`, telling `progress`
-        the bytes received so far and the file's length (None: not announced)."""
+    async def seed(self, dest: Path, listener: SeedListener | None = None) -> SeedInfo:
+        """Stream a consistent copy of the database file into `dest`, telling `listener`
+        what the active announced and the bytes as they arrive."""
         ...
 
     async def hand_over(self, to: str) -> LogShareInfo:

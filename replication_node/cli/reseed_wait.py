@@ -126,7 +126,8 @@ class SeedLines:
         now = self._monotonic()
         if report.seed_bytes_done is not None:
             self._rate.sample(now, report.seed_bytes_done)
-        kind = (report.status, report.error, report.seed_bytes_done is None)
+        kind = (report.status, report.error, report.seed_bytes_done, report.seed_bytes_total)
+        kind = (report.status, report.error, report.seed_bytes_done is None, kind[3] is None)
         moved = report.seed_bytes_done is not None and now - self._said_at >= self._every
         if kind != self._said or moved:
             self._write(f"{report.database}\\{report.node}: {progress_text(report, self._rate)}")

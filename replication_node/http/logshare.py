@@ -49,7 +49,7 @@ from dag_common.auth import bearer
 from dag_common.durable import fsync_dir
 from replication_node.errors import GenerationGone, LogShareError
 from replication_node.http.blocks import HttpBlockChannel, connect_blocks, serve_blocks
-from replication_node.interfaces import LogShareInfo, LogShareSource, SeedInfo
+from replication_node.interfaces import LogShareInfo, LogShareSource, SeedInfo, SeedListener
 from replication_node.log.logfile import closed_log_name, parse_closed_log_name
 
 logger = logging.getLogger(__name__)
@@ -390,9 +390,7 @@ class HttpLogSource:
                     f"notification stream from {self._base} broke: {exc!r}"
                 ) from exc
 
-    async def seed(
-        self, dest: Path, progress: Callable[[int, int | None], None] | None = None
-    ) -> SeedInfo:
+    async def seed(self, dest: Path, listener: SeedListener | None = None) -> SeedInfo:
         resp = await self._get("/seed")
         async with resp:
             try:
@@ -407,16 +405,17 @@ class HttpLogSource:
             except (KeyError, ValueError) as exc:
                 raise LogShareError(f"seed from {self._base} lacks its headers: {exc!r}") from exc
             crc, size = 0, 0
-            if progress is not None:
-                progress(0, resp.content_length)
+            if listener is not None:
+                listener.announced(info)
+                listener.received(0, resp.content_length)
             try:
                 with open(dest, "wb") as f:
                     async for chunk in resp.content.iter_chunked(_CHUNK):
                         crc = crc32c.crc32c(chunk, crc)
                         size += len(chunk)
                         await asyncio.to_thread(f.write, chunk)
-                        if progress is not None:
-                            progress(size, resp.content_length)
+                        if listener is not None:
+                            listener.received(size, resp.content_length)
                     f.flush()
                     await asyncio.to_thread(os.fsync, f.fileno())
             except (aiohttp.ClientError, TimeoutError) as exc:

@@ -33,8 +33,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class SeedProgress:
-    """How far a seed has come; one writer, the seed (the file) and the copier's markers
-    (the logs, through `last_log_inspected`)."""
+    """How far a seed has come (a `SeedListener`): written by the seed's transfer; the
+    logs are counted from the copier's markers (`last_log_inspected`)."""
 
     file_total: int | None = None  # None: the active did not say (yet)
     file_done: int = 0
@@ -95,7 +95,7 @@ async def seed_copy(
     paths.root.mkdir(parents=True, exist_ok=True)
     tmp = paths.root / f".{paths.database.name}.seed"
     try:
-        info = await source.seed(tmp, progress.received if progress else None)
+        info = await source.seed(tmp, progress)
         try:
             seeded = Database.open(tmp)
         except DatabaseError as exc:
@@ -111,7 +111,6 @@ async def seed_copy(
         await asyncio.to_thread(clear_copy, paths)
         await asyncio.to_thread(durable_rename, tmp, paths.database)
         if progress is not None:
-            progress.announced(info)
             progress.file_placed = True
     finally:
         for suffix in ("", "-wal", "-shm"):
