@@ -26,7 +26,8 @@ from dag_common.auth import bearer
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
 from dag_common.status_watch import MAX_LINE, Changed, Snapshot, WatchProtocolError, decode
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # rich is imported only to draw (a terminal), not for plain lines
+    from rich.console import Console
     from rich.progress import Progress
 
 _STOPPED = frozenset({CopyStatus.SUSPENDED, CopyStatus.FAILED_AND_SUSPENDED, CopyStatus.FAILED})
@@ -175,28 +176,34 @@ def seed_display(stream: TextIO, monotonic: Callable[[], float]) -> SeedDisplay:
     """The bar on a terminal (rich imported only then), plain lines anywhere else."""
     if stream.isatty():
         from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
 
         console = Console(file=stream)
         if console.is_terminal:
-            return SeedBar(
-                Progress(
-                    TextColumn("{task.description}"),
-                    BarColumn(bar_width=24),
-                    DownloadColumn(),
-                    TransferSpeedColumn(),
-                    TimeRemainingColumn(),
-                    console=console,
-                )
-            )
+            return seed_bar(console)
     return SeedLines(stream, monotonic=monotonic)
+
+
+def seed_bar(console: Console) -> SeedBar:
+    """A progress bar on `console`: the copy and its status, bytes, rate, time left."""
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    return SeedBar(
+        Progress(
+            TextColumn("{task.description}"),
+            BarColumn(bar_width=24),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+        )
+    )
 
 
 async def follow_reseed(

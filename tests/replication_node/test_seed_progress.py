@@ -7,9 +7,17 @@ from __future__ import annotations
 import io
 
 import pytest
+from rich.console import Console
 
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
-from replication_node.cli.reseed_wait import Rate, SeedLines, progress_text, reseed_outcome
+from replication_node.cli.reseed_wait import (
+    Rate,
+    SeedLines,
+    progress_text,
+    reseed_outcome,
+    seed_bar,
+    seed_display,
+)
 from replication_node.passive.seeder import SeedProgress, seed_bytes, seed_over
 
 S = CopyStatus
@@ -90,3 +98,16 @@ def test_plain_lines_say_each_change_and_the_bytes_at_most_once_a_second():
         "DB1\\mbx2: Healthy: 3.9 of 4.0 MB (98%), 2.9 MB/s, ETA 0:00:00",
         "DB1\\mbx2: reseeded; now Healthy",
     ]
+
+
+def test_on_a_terminal_a_bar_of_bytes_and_in_a_pipe_plain_lines():
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=120, color_system=None)
+    bar = seed_bar(console)
+    bar.show(report(S.SEEDING, 1_000_000, 4_000_000))
+    bar.show(report(S.HEALTHY, 3_000_000, 4_000_000))
+    bar.close(reseed_outcome(report(S.HEALTHY)))
+    drawn = out.getvalue()
+    assert "DB1\\mbx2 Healthy" in drawn and "4.0 MB" in drawn and "━" in drawn
+    assert drawn.rstrip().endswith("DB1\\mbx2: reseeded; now Healthy")
+    assert isinstance(seed_display(io.StringIO(), lambda: 0.0), SeedLines)  # not a terminal
