@@ -72,6 +72,12 @@ async def test_an_activation_suspended_copy_replicates_survives_a_restart_and_is
     assert activate.stderr == f"error: cannot activate DB1 on mbx2: {why}\n"
     assert (await cluster.status("mbx1"))["DB1"]["status"] == "Mounted"  # nothing changed
 
+    code, body = await cluster.call(
+        "POST", "mbx2", "/v1/databases/DB1/copies/mbx2/reseed", json={"activation_only": True}
+    )
+    assert code == 400 and "only suspend and resume" in body["error"], body
+    assert (await cluster.status("mbx2"))["DB1"]["status"] == "Healthy"  # not reseeded
+
     resumed = await cli(cluster, "db", "resume", "DB1", "--node", "mbx2", "--activation-only")
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout == "DB1\\mbx2: activation resumed; now Healthy\n"
