@@ -113,7 +113,8 @@ class SeedDisplay(Protocol):
 
 class SeedLines:
     """Plain lines for a pipe or a file: one when the status (or its error) changes or the
-    bytes are first known, at most one a second while they move, and the outcome's."""
+    bytes or their total are first known, at most one a second while they move, and the
+    outcome's."""
 
     def __init__(self, stream: TextIO, *, monotonic: Callable[[], float], every: float = 1.0):
         self._stream = stream
@@ -127,8 +128,13 @@ class SeedLines:
         now = self._monotonic()
         if report.seed_bytes_done is not None:
             self._rate.sample(now, report.seed_bytes_done)
-        kind = (report.status, report.error, report.seed_bytes_done, report.seed_bytes_total)
-        kind = (report.status, report.error, report.seed_bytes_done is None, kind[3] is None)
+        # what is said at once: a new status or error, the bytes or their total first known
+        kind = (
+            report.status,
+            report.error,
+            report.seed_bytes_done is None,
+            report.seed_bytes_total is None,
+        )
         moved = report.seed_bytes_done is not None and now - self._said_at >= self._every
         if kind != self._said or moved:
             self._write(f"{report.database}\\{report.node}: {progress_text(report, self._rate)}")
