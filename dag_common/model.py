@@ -156,6 +156,14 @@ class CopyStatusReport(BaseModel):
     copy_mode_reason: str | None = None  # why in file mode, after block mode ended
     block_generation: int = 0
     block_offset: int = 0
+    # A passive copy that replicates as always but is never activated, by failover or by an
+    # operator, until resumed (Exchange's ActivationSuspended; `db suspend --activation-only`).
+    activation_suspended: bool = False
+    # A passive copy's seed (or reseed), while it runs: bytes of the database file and of
+    # the logs above its waypoint it needs from the active, received and inspected so far,
+    # of how many (None: not seeding; a total of None: not known yet).
+    seed_bytes_done: int | None = None
+    seed_bytes_total: int | None = None
 
 
 class FailoverPause(BaseModel):

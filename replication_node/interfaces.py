@@ -52,6 +52,21 @@ class SeedInfo:
     database_signature: str
     log_signature: str
     waypoint: int  # the seeded copy replays from waypoint + 1
+    # The sizes of the closed generations above the waypoint that the active had when it
+    # took the copy (waypoint + 1 first): the logs the seeded copy needs next (progress).
+    log_sizes: tuple[int, ...] = ()
+
+
+class SeedListener(Protocol):
+    """Follows a seed's transfer (`passive.seeder.SeedProgress`)."""
+
+    def announced(self, info: SeedInfo) -> None:
+        """The seed's header values and the logs above its waypoint, before its bytes."""
+        ...
+
+    def received(self, done: int, total: int | None) -> None:
+        """Bytes of the database file received so far, of `total` (None: not announced)."""
+        ...
 
 
 class LogShareSource(Protocol):
@@ -98,8 +113,9 @@ class LogSource(Protocol):
         goes."""
         ...
 
-    async def seed(self, dest: Path) -> SeedInfo:
-        """Stream a consistent copy of the database file into `dest`."""
+    async def seed(self, dest: Path, listener: SeedListener | None = None) -> SeedInfo:
+        """Stream a consistent copy of the database file into `dest`, telling `listener`
+        what the active announced and the bytes as they arrive."""
         ...
 
     async def hand_over(self, to: str) -> LogShareInfo:

@@ -370,7 +370,11 @@ class Node:
             failover_paused=self._failover.pause if self._failover else None,
         )
 
-    async def copy_action(self, database: str, action: str, *, reason: str = "") -> dict[str, Any]:
+    async def copy_action(
+        self, database: str, action: str, *, reason: str = "", activation_only: bool = False
+    ) -> dict[str, Any]:
+        """Suspend, resume or reseed this node's passive copy of `database`; with
+        `activation_only`, suspend or resume only its activation (it replicates on)."""
         instance = self._instances.get(database)
         if instance is None:
             raise NotFound(f"no copy of {database} on {self.name}")
@@ -378,7 +382,13 @@ class Node:
             raise BadRequest(
                 f"the copy of {database} on {self.name} is active; {action} a passive copy"
             )
-        if action == "suspend":
+        if activation_only and action == "reseed":
+            raise BadRequest("activation_only: only suspend and resume take it")
+        if activation_only and action == "suspend":
+            instance.suspend_activation(reason or "activation suspended by administrator")
+        elif activation_only:
+            instance.resume_activation()
+        elif action == "suspend":
             await instance.suspend(reason or "suspended by administrator")
         elif action == "resume":
             await instance.resume()

@@ -4,9 +4,10 @@ role changes, asked of any node: they share the cluster store), and its answer t
 an exit code (0 ok, 1 failed or refused by the cluster's state, 2 bad input).
 
 A success prints one line saying what happened (history: one line per epoch, under a
-heading; `--json`: the node's whole answer); a failure one `error:` line on stderr.  A token
-the nodes refuse is "authentication failed (check the token)", exit 2, however the command
-found out."""
+heading; `--json`: the node's whole answer); a failure one `error:` line on stderr.
+`suspend`/`resume --activation-only` bar or allow a copy's activation only; `reseed --wait`
+follows the reseed to its end (`reseed_wait`).  A token the nodes refuse is "authentication
+failed (check the token)", exit 2, however the command found out."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +27,12 @@ from dag_common.errors import TokenRefused
 from dag_common.incarnation import ActivationCause
 from dag_common.model import AutoDatabaseMountDial, CopyRole, ExitCode, NodeStatus
 from dag_common.node_status import AUTH_FAILED, UNREACHABLE, get_admin, post_admin
+from replication_node.cli.reseed_wait import (
+    SeedDisplay,
+    WatchLost,
+    follow_reseed,
+    seed_display,
+)
 from replication_node.cli.status import client_ssl, fetch_statuses, token_refused
 
 
@@ -176,15 +184,62 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
         code, body = asyncio.run(
             _admin(config, config.node(args.node).url, f"/v1/databases/{db.name}/activate", body)
         )
+    elif args.db_cmd == "reseed" and args.wait:
+        return asyncio.run(_reseed_and_wait(args, config, db.name))
     else:
         path = f"/v1/databases/{db.name}/copies/{args.node}/{args.db_cmd}"
-        code, body = asyncio.run(
-            _admin(config, config.node(args.node).url, path, {"reason": args.reason or ""})
-        )
+        body = {"reason": args.reason or ""}
+        if getattr(args, "activation_only", False):
+            body["activation_only"] = True
+        code, body = asyncio.run(_admin(config, config.node(args.node).url, path, body))
     return _report_admin(args, db.name, code, body)
 
 
-def summary(command: str, database: str, body: dict[str, Any]) -> str:
+async def _reseed_and_wait(args: argparse.Namespace, config: ClusterConfig, database: str) -> int:
+    """Ask for the reseed, then follow the copy until it is Healthy again (0) or the
+    reseed fails (1); with --json, the copy's last report instead of the progress."""
+    url, token = config.node(args.node).url, load_token(config)
+    path = f"/v1/databases/{database}/copies/{args.node}/reseed"
+    conn = aiohttp.TCPConnector(ssl=client_ssl(config))
+    async with aiohttp.ClientSession(connector=conn) as session:
+        code, body = await post_admin(
+            session, f"{url}{path}", token, {"reason": args.reason or ""}, timeout=600
+        )
+        if exit_code(code) is not ExitCode.OK:
+            return _report_admin(args, database, code, body)
+        display: SeedDisplay = _Quiet() if args.json else seed_display(sys.stdout, time.monotonic)
+        try:
+            outcome, report = await follow_reseed(session, url, token, database, args.node, display)
+        except WatchLost as exc:
+            display.close(None)
+            print(
+                f"error: lost the reseed of {database}\\{args.node} from sight: {exc}; "
+                "it may go on (see replication-node status)",
+                file=sys.stderr,
+            )
+            return ExitCode.FAILED
+        display.close(outcome)
+    if args.json:
+        print(json.dumps(report.model_dump(mode="json"), indent=2))
+    if not outcome.ok:
+        print(f"error: {outcome.sentence}", file=sys.stderr)
+        return ExitCode.FAILED
+    return ExitCode.OK
+
+
+class _Quiet:
+    """No progress shown (--json prints the copy's last report at the end)."""
+
+    def show(self, report: Any) -> None:
+        pass
+
+    def close(self, outcome: Any) -> None:
+        pass
+
+
+def summary(
+    command: str, database: str, body: dict[str, Any], *, activation_only: bool = False
+) -> str:
     """One line saying what an admin call did, from the node's answer (history: its table)."""
     if command == "history":
         return "\n".join(history_lines(body))
@@ -206,6 +261,10 @@ def summary(command: str, database: str, body: dict[str, Any]) -> str:
         return f"{database}: {'mounted' if body.get('mounted') else 'dismounted'}"
     # suspend, resume, reseed: the copy's status after it
     copy = f"{database}\\{body.get('node', '?')}"
+    if activation_only:
+        done = "activation suspended" if command == "suspend" else "activation resumed"
+        goes_on = "; it replicates on" if command == "suspend" else ""
+        return f"{copy}: {done}{goes_on}; now {body.get('status', '?')}"
     done = {"suspend": "suspended", "resume": "resumed", "reseed": "reseed started"}[command]
     status = body.get("status", "?")
     why = f" ({body['error']})" if body.get("error") else ""
@@ -220,7 +279,12 @@ def _report_admin(
     as_json = getattr(args, "json", False)
     result = exit_code(code)
     if result is ExitCode.OK:
-        print(json.dumps(body, indent=2) if as_json else summary(args.db_cmd, database, body))
+        activation_only = getattr(args, "activation_only", False)
+        print(
+            json.dumps(body, indent=2)
+            if as_json
+            else summary(args.db_cmd, database, body, activation_only=activation_only)
+        )
         return result
     if code == 401:
         raise TokenRefused(AUTH_FAILED)
@@ -266,6 +330,24 @@ def register_db(db_sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
         p.add_argument("--node", required=True, help="the node of the passive copy")
         add_config(p)
         p.add_argument("--reason", default=None, help="why (shown in status; optional)")
+        if action == "reseed":
+            p.add_argument(
+                "--wait",
+                action="store_true",
+                help="follow the reseed (bytes, rate, time left) until the copy is Healthy "
+                "again (exit 0) or the reseed fails (exit 1)",
+            )
+        else:
+            p.add_argument(
+                "--activation-only",
+                action="store_true",
+                help=(
+                    "suspend only the copy's activation: it replicates on but is never "
+                    "activated (failover, switchover, activate) until resumed"
+                    if action == "suspend"
+                    else "allow the copy's activation again; its replication is left as it is"
+                ),
+            )
         _json_flag(p)
         p.set_defaults(func=cmd_db_admin)
     act = db_sub.add_parser(

@@ -2,7 +2,9 @@
 
 `plain_table`: aligned plain text, for a pipe, a file or a script (stable: scripts parse
 it).  `rich_table`: the same rows and cells as a rich Table for a terminal, each status in
-its colour.  Nothing here fetches or prints."""
+its colour.  An activation-suspended copy keeps its status (Healthy: it replicates) and says
+"activation suspended: <reason>" in the last column (yellow on a terminal), as a seeding
+copy says how far its seed has come.  Nothing here fetches or prints."""
 
 from __future__ import annotations
 
@@ -32,6 +34,24 @@ def _followers(report: CopyStatusReport) -> str:
     following = ", ".join(report.block_followers) or "none"
     need = f"; {report.synchronous_copies} synchronous" if report.synchronous_copies else ""
     return f"block mode: {following}{need}"
+
+
+def _seeding(report: CopyStatusReport) -> str:
+    """A running seed's progress: bytes of the database file and its logs, of how many."""
+    if report.seed_bytes_done is None:
+        return ""
+    done = report.seed_bytes_done / 1e6
+    if not report.seed_bytes_total:
+        return f"seeding: {done:,.1f} MB"
+    percent = 100 * report.seed_bytes_done / report.seed_bytes_total
+    return f"seeding: {done:,.1f} of {report.seed_bytes_total / 1e6:,.1f} MB ({percent:.0f}%)"
+
+
+def _detail(report: CopyStatusReport) -> str:
+    """What the last column says of a copy: its error, then what an operator should know
+    (activation suspended, a note), a running seed's progress; else its block followers."""
+    parts = [p for p in (report.error, report.note, _seeding(report)) if p]
+    return "; ".join(parts) or _followers(report)
 
 
 def _fmt_time(value: Any) -> str:
@@ -67,6 +87,7 @@ class StatusRow:
     inspected: str
     detail: str  # the copy's error or note, its block followers, or why it is unknown
     failing: bool  # the detail is an error (the copy's, or the node's)
+    barred: bool = False  # the copy is activation-suspended
 
 
 def status_row(database: str, node: str, pref: int, report: Any, err: str | None) -> StatusRow:
@@ -83,8 +104,9 @@ def status_row(database: str, node: str, pref: int, report: Any, err: str | None
         str(report.replay_queue_length),
         _fmt_lag(report),
         _fmt_time(report.last_inspected_log_time),
-        report.error or report.note or _followers(report),
+        _detail(report),
         bool(report.error),
+        report.activation_suspended,
     )
 
 
@@ -147,6 +169,6 @@ def rich_table(rows: list[StatusRow]) -> Table:
             r.replay_queue,
             r.lag,
             r.inspected,
-            Text(r.detail, style="red" if r.failing else ""),
+            Text(r.detail, style="red" if r.failing else "yellow" if r.barred else ""),
         )
     return table

@@ -29,6 +29,7 @@ from dag_common.model import AutoDatabaseMountDial, CopyRole, CopyStatus, CopySt
 from dag_common.node_status import post_admin
 from replication_node.cluster.mount_policy import (
     MOUNTABLE,
+    activation_suspended_reason,
     buffered,
     generations_at_risk,
     last_logs_to_copy,
@@ -92,6 +93,13 @@ async def activate_copy(
     record = await _active_elsewhere(config, cluster_store, database, node)
     if reports is None:
         reports = await copy_reports(session, config, token, database)
+    target = reports[node]
+    if target is not None and target.activation_suspended:
+        # Refused before anything is asked of the old active (its last logs held for this
+        # copy): Exchange, too, activates such a copy only once resumed.
+        raise Conflict(
+            f"cannot activate {database} on {node}: {activation_suspended_reason(target)}"
+        )
     running = reports[record.node]
     # A running active is refused below (use switchover); any other's lease is waited out.
     mounted = running is not None and running.status is CopyStatus.MOUNTED
@@ -315,6 +323,10 @@ async def switchover_copy(
     if copy is None or copy.role is not CopyRole.PASSIVE or copy.status is not CopyStatus.HEALTHY:
         state = f"{copy.role} {copy.status}" if copy else "unreachable"
         raise Conflict(f"cannot switch {database} over to {node}: its copy is {state}")
+    if copy.activation_suspended:
+        raise Conflict(
+            f"cannot switch {database} over to {node}: {activation_suspended_reason(copy)}"
+        )
     active_url = f"{config.node(record.node).url}/v1/databases/{database}"
     quiesced = await post_logged(session, f"{active_url}/quiesce", token, {"target": node})
     if quiesced is None:

@@ -10,10 +10,11 @@
   holding only its header holds nothing to lose), checks them against AutoDatabaseMountDial
   (Lossless 0, GoodAvailability 3, BestAvailability 6; an operator may override the dial for
   one call) and says in one sentence exactly what is lost.
-- `mount_decision`: may this copy be mounted at all (the old active gone, the copy fit), and
-  then `assess_loss`.
-- `best_copy`: which passive copy an automatic failover mounts; `last_logs_to_copy`: whether
-  the copy taking over first copies the old active's last logs.
+- `mount_decision`: may this copy be mounted at all (the old active gone, the copy fit and
+  not activation-suspended), and then `assess_loss`.
+- `best_copy`: which passive copy an automatic failover mounts (never an activation-suspended
+  one, as Exchange's Best Copy Selection); `last_logs_to_copy`: whether the copy taking over
+  first copies the old active's last logs.
 
 Invariant: a copy never mounts over more lost logs than the dial allows, counting the open
 log; under Lossless no copy mounts over an acknowledged write.  Under Lossless with the old
@@ -165,6 +166,8 @@ def mount_decision(
     if copy.status not in MOUNTABLE:
         why = f": {copy.error}" if copy.error else ""
         return MountDecision(False, 0, f"the copy on {node} is {copy.status}{why}")
+    if copy.activation_suspended:
+        return MountDecision(False, 0, activation_suspended_reason(copy))
     loss = assess_loss(
         at_risk=at_risk,
         last_log_inspected=copy.last_log_inspected,
@@ -174,6 +177,15 @@ def mount_decision(
     )
     return MountDecision(
         loss.allowed, loss.lost_logs, loss.sentence, loss.lost_open_log, loss.lost_commits
+    )
+
+
+def activation_suspended_reason(copy: CopyStatusReport) -> str:
+    """Why an activation-suspended copy is not activated, and what lifts it."""
+    why = copy.note.removeprefix("activation suspended") if copy.note else ""
+    return (
+        f"the copy on {copy.node} is activation-suspended{why}; resume it first "
+        f"(replication-node db resume {copy.database} --node {copy.node} --activation-only)"
     )
 
 
@@ -229,9 +241,17 @@ def best_copy(copies: list[CopyStatusReport]) -> tuple[str | None, str]:
     """Which passive copy an automatic failover mounts: of the copies that can be mounted,
     the one that has inspected the most (fewest logs lost), then holds the most of the open
     log in its block-mode buffer, then the lowest activation preference.  The mount dial is
-    checked on it by `mount_decision` afterwards."""
-    eligible = [c for c in copies if c.role is CopyRole.PASSIVE and c.status in MOUNTABLE]
+    checked on it by `mount_decision` afterwards.  An activation-suspended copy is never
+    chosen, however far ahead it is."""
+    fit = [c for c in copies if c.role is CopyRole.PASSIVE and c.status in MOUNTABLE]
+    eligible = [c for c in fit if not c.activation_suspended]
+    barred = sorted(c.node for c in fit if c.activation_suspended)
     if not eligible:
+        if barred:
+            return None, (
+                "no passive copy that is Healthy or DisconnectedAndHealthy may be activated "
+                f"({', '.join(barred)}: activation suspended)"
+            )
         return None, "no passive copy is Healthy or DisconnectedAndHealthy"
     best = min(
         eligible, key=lambda c: (-c.last_log_inspected, -buffered(c), c.activation_preference)
@@ -241,10 +261,11 @@ def best_copy(copies: list[CopyStatusReport]) -> tuple[str | None, str]:
         if buffered(best)
         else ""
     )
+    skipped = f" ({', '.join(barred)}: activation suspended)" if barred else ""
     return best.node, (
         f"{best.node} has inspected through generation {best.last_log_inspected}{held} "
         f"(activation preference {best.activation_preference}) of "
-        f"{', '.join(c.node for c in eligible)}"
+        f"{', '.join(c.node for c in eligible)}{skipped}"
     )
 
 

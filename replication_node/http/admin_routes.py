@@ -70,7 +70,9 @@ async def copy_action(request: web.Request) -> web.Response:
     if target != node.name:
         raise NotFound(f"the copy of {db} on {target} is not on this node ({node.name})")
     body = parse(ReasonIn, await json_body(request))
-    result = await node.copy_action(db, action, reason=body.reason)
+    result = await node.copy_action(
+        db, action, reason=body.reason, activation_only=body.activation_only
+    )
     return web.json_response(result)
 
 

@@ -12,6 +12,8 @@ Routes (GET only; every one needs the cluster token, checked by the node's middl
                                                 `heartbeat` seconds
     /v1/databases/{db}/logs/{E0000000A.log}     the bytes of one closed generation
     /v1/databases/{db}/seed                     a consistent copy of the database file
+                                                (X-Seed-Log-Sizes: the closed generations
+                                                above its waypoint, for the copy's progress)
     /v1/databases/{db}/open-log                 the bytes of the open log E00.log, only while
                                                 it is held for the copy taking over (409
                                                 otherwise): Attempt Copy Last Logs
@@ -47,7 +49,7 @@ from dag_common.auth import bearer
 from dag_common.durable import fsync_dir
 from replication_node.errors import GenerationGone, LogShareError
 from replication_node.http.blocks import HttpBlockChannel, connect_blocks, serve_blocks
-from replication_node.interfaces import LogShareInfo, LogShareSource, SeedInfo
+from replication_node.interfaces import LogShareInfo, LogShareSource, SeedInfo, SeedListener
 from replication_node.log.logfile import closed_log_name, parse_closed_log_name
 
 logger = logging.getLogger(__name__)
@@ -64,6 +66,11 @@ _SEED_HEADERS = {
     "waypoint": "X-Waypoint",
 }
 _CRC_HEADER = "X-Content-CRC32C"
+# The sizes of the closed generations above the seed's waypoint, comma-separated, waypoint+1
+# first: the logs the seeded copy needs next (its progress counts them).  At most
+# _MAX_SEED_LOGS of them, to keep the header short; the copy catches up on any more anyway.
+_LOG_SIZES_HEADER = "X-Seed-Log-Sizes"
+_MAX_SEED_LOGS = 512
 
 # A line goes down every notification stream at least every HEARTBEAT seconds; a copy that
 # hears nothing for NOTIFY_SILENCE takes its active as unreachable.  That is how a hung active
@@ -219,6 +226,8 @@ async def _seed(request: web.Request) -> web.StreamResponse:
         crc = await asyncio.to_thread(_file_crc, tmp)
         headers = {header: str(getattr(info, field)) for field, header in _SEED_HEADERS.items()}
         headers[_CRC_HEADER] = str(crc)
+        sizes = await asyncio.to_thread(_log_sizes, source.log_dir, info.waypoint)
+        headers[_LOG_SIZES_HEADER] = ",".join(map(str, sizes))
         headers["Content-Type"] = "application/octet-stream"
         headers["Content-Length"] = str(tmp.stat().st_size)
         resp = web.StreamResponse(headers=headers)
@@ -231,6 +240,18 @@ async def _seed(request: web.Request) -> web.StreamResponse:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def _log_sizes(log_dir: Path, waypoint: int) -> list[int]:
+    """The sizes of the closed generations waypoint+1, waypoint+2, … in `log_dir`, up to the
+    first one missing (the active never truncates above its checkpoint)."""
+    sizes = []
+    for generation in range(waypoint + 1, waypoint + 1 + _MAX_SEED_LOGS):
+        try:
+            sizes.append((log_dir / closed_log_name(generation)).stat().st_size)
+        except FileNotFoundError:
+            break
+    return sizes
 
 
 def _file_crc(path: Path) -> int:
@@ -369,25 +390,32 @@ class HttpLogSource:
                     f"notification stream from {self._base} broke: {exc!r}"
                 ) from exc
 
-    async def seed(self, dest: Path) -> SeedInfo:
+    async def seed(self, dest: Path, listener: SeedListener | None = None) -> SeedInfo:
         resp = await self._get("/seed")
         async with resp:
             try:
+                sizes = resp.headers.get(_LOG_SIZES_HEADER, "")
                 info = SeedInfo(
                     database_signature=resp.headers[_SEED_HEADERS["database_signature"]],
                     log_signature=resp.headers[_SEED_HEADERS["log_signature"]],
                     waypoint=int(resp.headers[_SEED_HEADERS["waypoint"]]),
+                    log_sizes=tuple(int(s) for s in sizes.split(",") if s),
                 )
                 expected_crc = int(resp.headers[_CRC_HEADER])
             except (KeyError, ValueError) as exc:
                 raise LogShareError(f"seed from {self._base} lacks its headers: {exc!r}") from exc
             crc, size = 0, 0
+            if listener is not None:
+                listener.announced(info)
+                listener.received(0, resp.content_length)
             try:
                 with open(dest, "wb") as f:
                     async for chunk in resp.content.iter_chunked(_CHUNK):
                         crc = crc32c.crc32c(chunk, crc)
                         size += len(chunk)
                         await asyncio.to_thread(f.write, chunk)
+                        if listener is not None:
+                            listener.received(size, resp.content_length)
                     f.flush()
                     await asyncio.to_thread(os.fsync, f.fileno())
             except (aiohttp.ClientError, TimeoutError) as exc:

@@ -80,9 +80,11 @@ class ItemsIn(_Body):
 
 
 class ReasonIn(_Body):
-    """POST …/copies/{node}/suspend|resume|reseed."""
+    """POST …/copies/{node}/suspend|resume|reseed; `activation_only` (suspend, resume): the
+    copy's activation only, its replication goes on."""
 
     reason: Annotated[Text, Field(max_length=1000)] = ""
+    activation_only: StrictBool = False
 
 
 class ActivateIn(_Body):

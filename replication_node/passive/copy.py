@@ -7,7 +7,8 @@ This module wires the stages and owns the copy's lifecycle and status:
 
 - `CopyFailed` from any stage stops the pipeline: FailedAndSuspended, with the reason.
 - Suspension (by an operator, or by a failure) is kept in `copy-state.json` beside the
-  database, so a node restart does not quietly resume a copy someone stopped.
+  database, so a node restart does not quietly resume a copy someone stopped; so is
+  activation suspension (the copy replicates, but is never activated until resumed).
 - Any other error (a full disk, say) is Failed with the reason; the pipeline starts again
   after `failed_retry` seconds, from what is durable.
 - Reads of a passive copy go to a read-only handle of its own database file (`reader`).
@@ -39,7 +40,7 @@ from replication_node.passive.copy_state import CopyState
 from replication_node.passive.local_logs import prepare_local_logs
 from replication_node.passive.markers import Markers
 from replication_node.passive.replayer import Replayer
-from replication_node.passive.seeder import seed_copy
+from replication_node.passive.seeder import SeedProgress, seed_bytes, seed_copy, seed_over
 from replication_node.passive.status import ScrubSummary, copy_status, status_report
 from replication_node.storage.database import Database
 from replication_node.storage.scrub import Scrubber, scrub_file
@@ -80,6 +81,9 @@ class PassiveCopy:
         self._phase = CopyStatus.INITIALIZING  # what the running pipeline is doing
         self._suspended = False
         self._failed = False
+        self._activation_suspended = False  # replicates, but is never activated
+        self._activation_reason: str | None = None
+        self._seed_state: SeedProgress | None = None  # the running seed's progress
         self._corrupt = False  # the file failed a check: no reads until a reseed
         self.scrubber: Scrubber | None = None  # the running pipeline's background scrub
         self.error: str | None = None
@@ -118,8 +122,27 @@ class PassiveCopy:
         logger.info("%s: suspended: %s", self.database, reason)
         self._follow_while_stopped()
 
+    def suspend_activation(self, reason: str) -> None:
+        """Keep replicating, but never be activated until resumed (ActivationSuspended)."""
+        self._activation_suspended, self._activation_reason = True, reason
+        self._save_state()
+        logger.info("%s: activation suspended: %s", self.database, reason)
+
+    def resume_activation(self) -> None:
+        """May be activated again (replication is left as it is)."""
+        if self._activation_suspended:
+            logger.info("%s: activation resumed", self.database)
+        self._activation_suspended, self._activation_reason = False, None
+        self._save_state()
+
+    @property
+    def activation_suspended(self) -> bool:
+        return self._activation_suspended
+
     async def resume(self) -> None:
-        """Start the pipeline again from where it stopped (also after a failure)."""
+        """Start the pipeline again from where it stopped (also after a failure), and allow
+        activation again (Exchange's Resume-MailboxDatabaseCopy resumes both)."""
+        self.resume_activation()
         if not self._suspended and self._task is not None and not self._task.done():
             return
         await self._halt()
@@ -186,7 +209,8 @@ class PassiveCopy:
         self._close_reader()
         while True:
             try:
-                info = await seed_copy(self._source, self.paths)
+                self._seed_state = SeedProgress()
+                info = await seed_copy(self._source, self.paths, self._seed_state)
                 break
             except LogShareError as exc:
                 self.error = f"seeding: {exc}"
@@ -420,9 +444,18 @@ class PassiveCopy:
         state = CopyState.load(self.paths.root)
         self._suspended, self._failed = state.suspended, state.failed
         self._corrupt, self.error = state.corrupt, state.reason
+        self._activation_suspended = state.activation_suspended
+        self._activation_reason = state.activation_reason
 
     def _save_state(self) -> None:
-        CopyState(self._suspended, self._failed, self._corrupt, self.error).save(self.paths.root)
+        CopyState(
+            self._suspended,
+            self._failed,
+            self._corrupt,
+            self.error,
+            self._activation_suspended,
+            self._activation_reason,
+        ).save(self.paths.root)
 
     def _open_markers_only(self) -> None:
         """Markers of a suspended copy, for its status: what its files say."""
@@ -453,6 +486,16 @@ class PassiveCopy:
             self._reader.close()
             self._reader = None
 
+    def _seed_progress(self) -> tuple[int, int | None] | None:
+        """The running seed's (bytes done, bytes in all); None once it is over, or stopped."""
+        seed = self._seed_state
+        if seed is None:
+            return None
+        if self._suspended or seed_over(seed, self.markers.last_log_inspected):
+            self._seed_state = None
+            return None
+        return seed_bytes(seed, self.markers.last_log_inspected)
+
     def status(self) -> CopyStatusReport:
         m, last = self.markers, self.scrubber.last if self.scrubber else None
         status = copy_status(
@@ -470,4 +513,7 @@ class PassiveCopy:
             scrub=ScrubSummary(last.finished, last.describe()) if last else None,
             awaiting_last_logs_from=self.awaiting_last_logs_from,
             blocks=self._blocks.progress() if self._blocks else None,
+            activation_suspended=self._activation_suspended,
+            activation_reason=self._activation_reason,
+            seed=self._seed_progress(),
         )

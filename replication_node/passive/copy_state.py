@@ -1,7 +1,9 @@
 """A passive copy's durable state, `copy-state.json` beside its database: whether it is
 suspended (by an operator or by a failure), and whether its file was found damaged.  Kept
 across restarts, so that a node restart never quietly resumes a copy someone stopped, nor
-reads from a file a scrub found corrupt."""
+reads from a file a scrub found corrupt.  Activation suspension (`activation_suspended`,
+with its own reason) is kept apart from suspension: a copy can replicate and still be
+barred from activation, and resuming it changes nothing else."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ class CopyState:
     failed: bool = False  # suspended by a failure (FailedAndSuspended)
     corrupt: bool = False  # the file failed a check: no reads until a reseed
     reason: str | None = None
+    activation_suspended: bool = False  # replicates, but is never activated
+    activation_reason: str | None = None
 
     @classmethod
     def load(cls, root: Path) -> CopyState:
@@ -38,6 +42,8 @@ class CopyState:
             failed=bool(state.get("failed")),
             corrupt=bool(state.get("corrupt")),
             reason=state.get("reason") or None,
+            activation_suspended=bool(state.get("activation_suspended")),
+            activation_reason=state.get("activation_reason") or None,
         )
 
     def save(self, root: Path) -> None:

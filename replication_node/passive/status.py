@@ -60,9 +60,16 @@ def status_report(
     scrub: ScrubSummary | None,
     awaiting_last_logs_from: str | None,
     blocks: BlockProgress | None = None,
+    activation_suspended: bool = False,
+    activation_reason: str | None = None,
+    seed: tuple[int, int | None] | None = None,
 ) -> CopyStatusReport:
-    """The report of a passive copy in `status`, from its settings and its markers."""
+    """The report of a passive copy in `status`, from its settings and its markers;
+    `seed`: a running seed's (bytes done, bytes in all)."""
     s, m = settings, markers
+    note = None
+    if activation_suspended:
+        note = "activation suspended" + (f": {activation_reason}" if activation_reason else "")
     return CopyStatusReport(
         database=s.database,
         node=s.node,
@@ -91,4 +98,8 @@ def status_report(
         copy_mode_reason=blocks.reason if blocks else None,
         block_generation=blocks.generation if blocks else 0,
         block_offset=blocks.offset if blocks else 0,
+        activation_suspended=activation_suspended,
+        note=note,
+        seed_bytes_done=seed[0] if seed else None,
+        seed_bytes_total=seed[1] if seed else None,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -588,3 +589,37 @@ def test_a_copy_on_an_older_epoch_says_why_it_does_not_count():
     stream = next(c for c in answer.copies[1].checks if c.check is Check.STREAM)
     assert not stream.passed
     assert "epoch 2" in stream.detail and "epoch 3" in stream.detail
+
+
+def _activation_suspended(snapshot: CopySnapshot) -> CopySnapshot:
+    """The same copy, activation-suspended (db suspend --activation-only): it replicates on."""
+    if snapshot.report is None or snapshot.report.role is CopyRole.ACTIVE:
+        return snapshot
+    report = snapshot.report.model_copy(
+        update={"activation_suspended": True, "note": "activation suspended: patching"}
+    )
+    return dataclasses.replace(snapshot, report=report)
+
+
+@pytest.mark.parametrize(
+    ("name", "v", "constraint", "expected"), HEALTH_TABLE, ids=[row[0] for row in HEALTH_TABLE]
+)
+def test_an_activation_suspended_copy_still_counts_for_health(name, v, constraint, expected):
+    """It holds the data: barred from activation, it is as good a copy for the guarantee."""
+    barred = dataclasses.replace(v, copies=tuple(_activation_suspended(c) for c in v.copies))
+    assert health(barred, constraint) == health(v, constraint)
+    assert health(barred, constraint).status is expected
+
+
+@pytest.mark.parametrize(
+    ("name", "copies", "target", "constraint", "expected"),
+    FLUSH_TABLE,
+    ids=[row[0] for row in FLUSH_TABLE],
+)
+def test_an_activation_suspended_copy_still_counts_for_flush(
+    name, copies, target, constraint, expected
+):
+    barred = [_activation_suspended(c) for c in copies]
+    answer = evaluate_flush(view(active(), *barred), constraint, target, LIMITS)
+    assert answer == evaluate_flush(view(active(), *copies), constraint, target, LIMITS)
+    assert answer.status is expected, answer.reason

@@ -156,6 +156,17 @@ def test_the_sentence_says_exactly_what_is_lost():
         (copy(status=CopyStatus.SUSPENDED, error="disk"), BEST, False, False, 0, "Suspended: disk"),
         (copy(status=CopyStatus.FAILED_AND_SUSPENDED), BEST, False, False, 0, "FailedAndSus"),
         (copy(status=CopyStatus.SEEDING), BEST, False, False, 0, "Seeding"),
+        (
+            copy(10).model_copy(
+                update={"activation_suspended": True, "note": "activation suspended: patching"}
+            ),
+            BEST,
+            False,
+            False,
+            0,
+            "the copy on mbx2 is activation-suspended: patching; resume it first "
+            "(replication-node db resume DB1 --node mbx2 --activation-only)",
+        ),
     ],
 )
 def test_mount_decision(c, dial, reachable, allowed, lost, words):

@@ -18,10 +18,20 @@ S = CopyStatus
 V = FailoverVerdict
 
 
-def report(node, status, *, inspected=10, preference=2, role=CopyRole.PASSIVE, held_for=None):
+def report(
+    node,
+    status,
+    *,
+    inspected=10,
+    preference=2,
+    role=CopyRole.PASSIVE,
+    held_for=None,
+    barred=False,
+):
     return CopyStatusReport(
         database="DB1", node=node, site="s", role=role, status=status,
         activation_preference=preference, last_log_inspected=inspected, held_for=held_for,
+        activation_suspended=barred, note="activation suspended: patching" if barred else None,
     )  # fmt: skip
 
 
@@ -130,6 +140,33 @@ def test_a_lost_lease_hurries_the_question(status, since, now, after, lease_live
         (
             "mbx1", "mbx1", {"mbx1": None, "mbx2": report("mbx2", S.SEEDING)},
             V.NOT_BEST, "no passive copy is Healthy or DisconnectedAndHealthy",
+        ),
+        # an activation-suspended copy is never chosen, however far ahead: the next best is
+        (
+            "mbx1", "mbx1",
+            {"mbx1": None,
+             "mbx2": report("mbx2", S.DISCONNECTED_AND_HEALTHY, inspected=12, preference=1,
+                            barred=True),
+             "mbx3": report("mbx3", S.DISCONNECTED_AND_HEALTHY, inspected=9, preference=3)},
+            V.NOT_BEST, "mbx3 has inspected through generation 9 (activation preference 3) of "
+            "mbx3 (mbx2: activation suspended)",
+        ),
+        # … and this node's copy is chosen when the better one is activation-suspended
+        (
+            "mbx1", "mbx1",
+            {"mbx1": None,
+             "mbx2": report("mbx2", S.DISCONNECTED_AND_HEALTHY, inspected=9, preference=3),
+             "mbx3": report("mbx3", S.DISCONNECTED_AND_HEALTHY, inspected=12, preference=1,
+                            barred=True)},
+            V.ACTIVATE, "mbx2 has inspected through generation 9",
+        ),
+        # every copy that could be mounted is activation-suspended: none is
+        (
+            "mbx1", "mbx1",
+            {"mbx1": None, "mbx2": report("mbx2", S.DISCONNECTED_AND_HEALTHY, barred=True),
+             "mbx3": report("mbx3", S.SUSPENDED)},
+            V.NOT_BEST, "no passive copy that is Healthy or DisconnectedAndHealthy may be "
+            "activated (mbx2: activation suspended)",
         ),
     ],
 )  # fmt: skip

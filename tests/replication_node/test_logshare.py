@@ -14,7 +14,7 @@ from replication_node.active.copy import CopyPaths
 from replication_node.errors import GenerationGone, LogShareError
 from replication_node.http.logshare import HttpLogSource
 from replication_node.log.logfile import verify_closed
-from replication_node.passive.seeder import seed_copy
+from replication_node.passive.seeder import SeedProgress, seed_bytes, seed_copy, seed_over
 from replication_node.storage.database import Database
 from tests.cluster_harness import serve_app
 from tests.replication_node.share import TOKEN
@@ -173,3 +173,25 @@ async def test_a_damaged_seed_changes_nothing(share, tmp_path):
         await runner.cleanup()
     assert paths.database.read_bytes() == before
     assert [p.name for p in paths.root.iterdir() if p.name.endswith(".seed")] == []
+
+
+async def test_a_seed_announces_its_length_and_the_logs_it_needs_and_counts_them(share, tmp_path):
+    """The seed's progress (db reseed --wait, status): the database file's bytes as they
+    arrive, then the closed generations above its waypoint, each counted once inspected."""
+    for first in range(20, 80, 20):  # LLR keeps the newest generations out of the file
+        await share.write(first, 20)
+        await share.roll()
+    paths = CopyPaths(tmp_path / "p" / "DB1", "DB1")
+    progress = SeedProgress()
+    info = await seed_copy(share.source(), paths, progress)
+    file_size = paths.database.stat().st_size
+    assert progress.file_done == progress.file_total == file_size
+    last = share.active.last_log_generated
+    assert info.waypoint < last, "the seed needs logs above its waypoint"
+    sizes = tuple(share.closed_file(g).stat().st_size for g in range(info.waypoint + 1, last + 1))
+    assert progress.log_sizes == info.log_sizes == sizes
+    total = file_size + sum(sizes)
+    assert seed_bytes(progress, info.waypoint) == (file_size, total)
+    assert not seed_over(progress, info.waypoint)
+    assert seed_bytes(progress, info.waypoint + 1) == (file_size + sizes[0], total)
+    assert seed_bytes(progress, last) == (total, total) and seed_over(progress, last)

@@ -88,6 +88,35 @@ def test_the_terminal_table_has_the_same_rows_with_statuses_in_colour():
         assert any(line.split() == plain.split() for line in lines), (plain, lines)
 
 
+def test_an_activation_suspended_copy_stays_healthy_and_says_so_and_a_seed_its_bytes():
+    barred = report(
+        "mbx2", CopyRole.PASSIVE, CopyStatus.HEALTHY, activation_suspended=True,
+        note="activation suspended: patching",
+    )  # fmt: skip
+    seeding = report(
+        "mbx3", CopyRole.PASSIVE, CopyStatus.SEEDING, seed_bytes_done=3_100_000,
+        seed_bytes_total=8_400_000,
+    )  # fmt: skip
+    table = [
+        status_row("DB1", "mbx2", 2, barred, None),
+        status_row("DB1", "mbx3", 3, seeding, None),
+    ]
+    lines = plain_table(table)
+    assert lines[1] == (
+        "DB1\\mbx2            Healthy                    2 File           0           0         -"
+        "  -                    activation suspended: patching"
+    )
+    assert lines[2].startswith("DB1\\mbx3            Seeding   ")
+    assert lines[2].endswith("  -                    seeding: 3.1 of 8.4 MB (37%)")
+    out = io.StringIO()
+    Console(file=out, force_terminal=True, width=200, color_system="standard").print(
+        rich_table(table)
+    )
+    drawn = out.getvalue()
+    assert "\x1b[32mHealthy" in drawn and "\x1b[33mactivation suspended: patching" in drawn
+    assert "seeding: 3.1 of 8.4 MB (37%)" in drawn
+
+
 @pytest.fixture
 async def one_node(tmp_path):
     """A config of one node serving DB1 (a fake node: a real aiohttp server on port 0)."""
