@@ -24,9 +24,10 @@ from dag_common.node_status import AUTH_FAILED, post_admin
 from replication_node.cli.status import client_ssl, fetch_statuses, token_refused
 
 
-async def _admin(
+async def admin_call(
     config: ClusterConfig, url: str, path: str, body: dict[str, Any]
 ) -> tuple[int, Any]:
+    """POST an admin call to the node at `url`: (HTTP status, its JSON answer)."""
     conn = aiohttp.TCPConnector(ssl=client_ssl(config))
     async with aiohttp.ClientSession(connector=conn) as session:
         return await post_admin(session, f"{url}{path}", load_token(config), body, timeout=600)
@@ -59,14 +60,16 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
             print(f"error: no reachable active copy of {db.name}", file=sys.stderr)
             return ExitCode.FAILED
         code, body = asyncio.run(
-            _admin(config, config.node(active).url, f"/v1/databases/{db.name}/{args.db_cmd}", {})
+            admin_call(
+                config, config.node(active).url, f"/v1/databases/{db.name}/{args.db_cmd}", {}
+            )
         )
     elif args.db_cmd == "switchover":
         if db.copy_on(args.to) is None:
             print(f"error: {db.name} has no copy on {args.to!r}", file=sys.stderr)
             return ExitCode.BAD_INPUT
         code, body = asyncio.run(
-            _admin(
+            admin_call(
                 config,
                 config.node(args.to).url,
                 f"/v1/databases/{db.name}/switchover",
@@ -82,12 +85,14 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
             body["mount_dial_override"] = args.mount_dial
         # Asked of the copy's own node: it is the one that must be up to be activated.
         code, body = asyncio.run(
-            _admin(config, config.node(args.node).url, f"/v1/databases/{db.name}/activate", body)
+            admin_call(
+                config, config.node(args.node).url, f"/v1/databases/{db.name}/activate", body
+            )
         )
     else:
         path = f"/v1/databases/{db.name}/copies/{args.node}/{args.db_cmd}"
         code, body = asyncio.run(
-            _admin(config, config.node(args.node).url, path, {"reason": args.reason or ""})
+            admin_call(config, config.node(args.node).url, path, {"reason": args.reason or ""})
         )
     return _report_admin(args, db.name, code, body)
 
