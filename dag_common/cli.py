@@ -4,8 +4,8 @@ into one `error:` line and the exit code (dag_common.model.ExitCode).
     0  ok
     1  the operation failed: a refused or failed call, a node or service unreachable, a
        failure of this project's own (any DagError not named bad input), an interruption
-    2  bad input: bad arguments, a bad config (ConfigError), what it would take held by
-       another process (InUse), or an error the command names
+    2  bad input: bad arguments (BadArgument, argparse's own), a bad config (ConfigError),
+       what it would take held by another process (InUse), or an error the command names
 
 A traceback is never printed: an unexpected exception is a bug, said in one line; the
 traceback goes to the debug log (`--verbose`, where a command has it).
@@ -167,7 +167,7 @@ def run(
         code = int(func(args))
         sys.stdout.flush()  # a reader gone away is met here, not in the flush at exit
         return code
-    except (ConfigError, InUse, TokenRefused, *bad_input) as exc:
+    except (ConfigError, InUse, TokenRefused, BadArgument, *bad_input) as exc:
         error(str(exc))
         return ExitCode.BAD_INPUT
     except DagError as exc:
