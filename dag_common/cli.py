@@ -4,8 +4,8 @@ into one `error:` line and the exit code (dag_common.model.ExitCode).
     0  ok
     1  the operation failed: a refused or failed call, a node or service unreachable, a
        failure of this project's own (any DagError not named bad input), an interruption
-    2  bad input: bad arguments, a bad config (ConfigError), what it would take held by
-       another process (InUse), or an error the command names
+    2  bad input: bad arguments (BadArgument, argparse's own), a bad config (ConfigError),
+       what it would take held by another process (InUse), or an error the command names
 
 A traceback is never printed: an unexpected exception is a bug, said in one line; the
 traceback goes to the debug log (`--verbose`, where a command has it).
@@ -25,7 +25,8 @@ from typing import NoReturn
 
 import aiohttp
 
-from dag_common.errors import ConfigError, DagError, InUse, TokenRefused
+from dag_common.durations import parse_duration
+from dag_common.errors import BadArgument, ConfigError, DagError, InUse, TokenRefused
 from dag_common.model import ExitCode
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,45 @@ Command = Callable[[argparse.Namespace], int]
 
 
 DURATION = "a duration: a number and a unit (ms, s, m, h, d), e.g. 500ms, 30s, 5m"
+
+
+class DurationAction(argparse.Action):
+    """Parses a duration option's value into a timedelta as the command line is read: a
+    value that is not a duration is `BadArgument` naming the option (one `error:` line from
+    `run`, exit 2), never a ValueError out of the command."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        try:
+            value = parse_duration(values)
+        except ValueError as exc:
+            raise BadArgument(f"{option_string or self.dest}: {exc}") from None
+        setattr(namespace, self.dest, value)
+
+
+def add_duration(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    *,
+    default: str | None,
+    help: str,
+    **kw: object,
+) -> None:
+    """A duration option (`--stall-limit 2s`): its value a timedelta, its default (written
+    as a duration, or None) too; its help says how a duration is written."""
+    parser.add_argument(
+        flag,
+        action=DurationAction,
+        default=parse_duration(default) if default is not None else None,
+        metavar="DURATION",
+        help=f"{help}; {DURATION}" + (f"; default {default}" if default is not None else ""),
+        **kw,  # type: ignore[arg-type]
+    )
 
 
 def package_version() -> str:
@@ -117,6 +157,9 @@ def run(
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse said why already; --help exits 0
         return ExitCode.OK if exc.code in (0, None) else ExitCode.BAD_INPUT
+    except BadArgument as exc:  # a value an option's action refused (a duration)
+        error(str(exc))
+        return ExitCode.BAD_INPUT
     if before is not None:
         before(args)
     func: Command = args.func
@@ -124,7 +167,7 @@ def run(
         code = int(func(args))
         sys.stdout.flush()  # a reader gone away is met here, not in the flush at exit
         return code
-    except (ConfigError, InUse, TokenRefused, *bad_input) as exc:
+    except (ConfigError, InUse, TokenRefused, BadArgument, *bad_input) as exc:
         error(str(exc))
         return ExitCode.BAD_INPUT
     except DagError as exc:

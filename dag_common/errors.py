@@ -3,6 +3,7 @@
 DagError
 ├── ConfigError        the cluster config file is missing, unreadable or invalid (exit 2)
 ├── InUse              a data directory or port is held by another process (exit 2)
+├── BadArgument        a command-line value the parser cannot take, named by its option (exit 2)
 └── TokenRefused       the nodes or the service refuse the token (exit 2)
 """
 
@@ -22,3 +23,8 @@ class InUse(DagError):
 
 class TokenRefused(DagError):
     """The nodes or the service refuse this command's token (exit 2: fix the token)."""
+
+
+class BadArgument(DagError):
+    """A command-line option's value cannot be taken (`--stall-limit bogus`); the message
+    names the option (exit 2, said in one line, without argparse's usage)."""

@@ -22,10 +22,17 @@ from typing import TYPE_CHECKING, NoReturn
 
 import aiohttp
 
-from dag_common.cli import DURATION, Command, add_config, add_json, add_version, exit_now, run
+from dag_common.cli import (
+    Command,
+    add_config,
+    add_duration,
+    add_json,
+    add_version,
+    exit_now,
+    run,
+)
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
-from dag_common.durations import parse_duration
 from dag_common.model import ExitCode
 from mrs_client.errors import MoveRejected
 from mrs_client.policy import MoveSettings, MoveState, StopRequest
@@ -78,8 +85,8 @@ def settings_from(args: argparse.Namespace, config: ClusterConfig) -> MoveSettin
     }
     for name in TIMINGS:
         value = getattr(args, name, None)
-        if value:
-            changes[name] = parse_duration(value)
+        if value is not None:
+            changes[name] = value
     if getattr(args, "sync_batch", None):
         changes["sync_batch"] = args.sync_batch
     if getattr(args, "unsafe_skip_verification", False):
@@ -173,22 +180,13 @@ def _stopped(args: argparse.Namespace, stopped: Stopped) -> int:
     return ExitCode.OK if stopped.done else ExitCode.FAILED
 
 
-def _wait(args: argparse.Namespace) -> timedelta:
-    try:
-        return parse_duration(args.wait)
-    except ValueError as exc:
-        raise MoveRejected(f"--wait: {exc}") from None
-
-
 def cmd_suspend(args: argparse.Namespace) -> int:
     """Like Suspend-MoveRequest: the move stops at its next safe point, resumable."""
     from mrs_client import stopping
 
     config = load_config(args.config)
     requests = MoveRequestStore(requests_path(config, args.requests_db))
-    stopped = asyncio.run(
-        stopping.suspend(requests, args.id, clock=SystemClock(), wait=_wait(args))
-    )
+    stopped = asyncio.run(stopping.suspend(requests, args.id, clock=SystemClock(), wait=args.wait))
     return _stopped(args, stopped)
 
 
@@ -210,7 +208,7 @@ async def _cancel(args: argparse.Namespace, config: ClusterConfig) -> Stopped:
                 nodes=NodeStoreClient(config, token=token, session=session),
                 directory=directory,
                 clock=SystemClock(),
-                wait=_wait(args),
+                wait=args.wait,
             )
     finally:
         directory.close()
@@ -276,6 +274,12 @@ def _point(generation: int | None, offset: int | None) -> str:
     return f"generation {generation}" + (f" through byte {offset}" if offset is not None else "")
 
 
+def _items(r: MoveRecord) -> str:
+    """Items copied, of how many the sync knows it has to copy (items_total, 0: unknown)."""
+    of = f" of {r.items_total:,}" if r.items_total else " (total not known yet)"
+    return f"{r.items_copied:,}{of} ({r.bytes_copied / 1e6:,.1f} MB of bodies)"
+
+
 def show_fields(r: MoveRecord) -> list[tuple[str, str]]:
     """A move request as a person reads it: times, durations and flush points in words."""
     return [
@@ -291,7 +295,7 @@ def show_fields(r: MoveRecord) -> list[tuple[str, str]]:
         ("Stall reason", r.stall_reason or "-"),
         ("Time stalled", str(timedelta(seconds=round(r.time_stalled)))),
         ("Failure", r.failure or "-"),
-        ("Items copied", f"{r.items_copied:,} ({r.bytes_copied / 1e6:,.1f} MB of bodies)"),
+        ("Items copied", _items(r)),
         ("Sync cursors", ", ".join(f"{k} at {v}" for k, v in r.sync_cursor.items()) or "-"),
         ("Incremental passes", str(r.incremental_passes)),
         ("Final flush point", _point(r.final_generation, r.final_offset)),
@@ -371,11 +375,12 @@ def build_parser() -> argparse.ArgumentParser:
             help="who asks the guarantee service (it keeps an average copy queue per caller)",
         )
         for name in TIMINGS:
-            p.add_argument(
+            add_duration(
+                p,
                 "--" + name.replace("_", "-"),
                 dest=name,
                 default=None,
-                help=f"{TIMING_HELP[name]}; {DURATION}; default {_default(name)}",
+                help=f"{TIMING_HELP[name]}; default {_default(name)}",
             )
         p.add_argument("--sync-batch", type=int, default=None, help="items per write")
         p.add_argument(
@@ -416,11 +421,12 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         common(p)
         p.add_argument("id", help="the move request's id (mrs list)")
-        p.add_argument(
+        add_duration(
+            p,
             "--wait",
             default="60s",
-            help=f"how long to wait for an mrs process running the move to stop at its next "
-            f"safe point; {DURATION}; default 60s",
+            help="how long to wait for an mrs process running the move to stop at its next "
+            "safe point",
         )
         p.set_defaults(func=func)
 

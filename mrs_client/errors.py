@@ -39,11 +39,15 @@ class MoveFailed(MoveError):
 
 
 class NodeCallError(MoveError):
-    """A call to a node's store API failed."""
+    """A call to a node's store API failed: `status` is the HTTP status it answered, if
+    any; `detail` the node's own `error` sentence, if it said one."""
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, detail: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.detail = detail
 
 
 class NeedsReconcile(MoveError):

@@ -187,9 +187,11 @@ class NodeStoreClient:
             message = body.get("error") if isinstance(body, dict) else body
             if status == 404 and not _missing(status, body):
                 # transient (no status: the move loop stalls and asks again)
-                raise NodeCallError(f"{what}: HTTP {status}: {message}")
+                raise NodeCallError(f"{what}: HTTP {status}: {message}", detail=str(message))
             if status not in ok:
-                raise NodeCallError(f"{what}: HTTP {status}: {message}", status=status)
+                raise NodeCallError(
+                    f"{what}: HTTP {status}: {message}", status=status, detail=str(message)
+                )
             return status, body
 
     # ---- the store calls a move makes (store_api.NodeStore) -------------------------------

@@ -36,9 +36,10 @@ from replication_node.cli.reseed_wait import (
 from replication_node.cli.status import client_ssl, fetch_statuses, token_refused
 
 
-async def _admin(
+async def admin_call(
     config: ClusterConfig, url: str, path: str, body: dict[str, Any]
 ) -> tuple[int, Any]:
+    """POST an admin call to the node at `url`: (HTTP status, its JSON answer)."""
     conn = aiohttp.TCPConnector(ssl=client_ssl(config))
     async with aiohttp.ClientSession(connector=conn) as session:
         return await post_admin(session, f"{url}{path}", load_token(config), body, timeout=600)
@@ -159,14 +160,16 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
             print(f"error: no reachable active copy of {db.name}", file=sys.stderr)
             return ExitCode.FAILED
         code, body = asyncio.run(
-            _admin(config, config.node(active).url, f"/v1/databases/{db.name}/{args.db_cmd}", {})
+            admin_call(
+                config, config.node(active).url, f"/v1/databases/{db.name}/{args.db_cmd}", {}
+            )
         )
     elif args.db_cmd == "switchover":
         if db.copy_on(args.to) is None:
             print(f"error: {db.name} has no copy on {args.to!r}", file=sys.stderr)
             return ExitCode.BAD_INPUT
         code, body = asyncio.run(
-            _admin(
+            admin_call(
                 config,
                 config.node(args.to).url,
                 f"/v1/databases/{db.name}/switchover",
@@ -182,7 +185,9 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
             body["mount_dial_override"] = args.mount_dial
         # Asked of the copy's own node: it is the one that must be up to be activated.
         code, body = asyncio.run(
-            _admin(config, config.node(args.node).url, f"/v1/databases/{db.name}/activate", body)
+            admin_call(
+                config, config.node(args.node).url, f"/v1/databases/{db.name}/activate", body
+            )
         )
     elif args.db_cmd == "reseed" and args.wait:
         return asyncio.run(_reseed_and_wait(args, config, db.name))
@@ -191,7 +196,7 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
         body = {"reason": args.reason or ""}
         if getattr(args, "activation_only", False):
             body["activation_only"] = True
-        code, body = asyncio.run(_admin(config, config.node(args.node).url, path, body))
+        code, body = asyncio.run(admin_call(config, config.node(args.node).url, path, body))
     return _report_admin(args, db.name, code, body)
 
 

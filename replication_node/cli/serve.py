@@ -18,10 +18,10 @@ from typing import Any
 
 from aiohttp import web
 
-from dag_common.cli import DURATION, add_config
+from dag_common.cli import add_config, add_duration
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
-from dag_common.durations import parse_duration
+from dag_common.durations import format_duration
 from dag_common.errors import ConfigError
 from dag_common.exclusive import bind_port, lock_directory
 from dag_common.model import ExitCode
@@ -122,7 +122,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _serve(
             Path(args.config),
             args.node,
-            parse_duration(args.config_refresh).total_seconds(),
+            args.config_refresh.total_seconds(),
             args.listen_host,
         )
     )
@@ -141,9 +141,10 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
 
     def start(name: str) -> None:
         node = config.node(name)
+        refresh = format_duration(args.config_refresh)
         cmd = [
             sys.executable, "-m", "replication_node.cli.main", "serve",
-            "--config", args.config, "--node", name, "--config-refresh", args.config_refresh,
+            "--config", args.config, "--node", name, "--config-refresh", refresh,
         ]  # fmt: skip
         node.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(slots[name].log, "ab")  # noqa: SIM115 - the child owns it
@@ -222,10 +223,11 @@ def register(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:  # 
     serve = sub.add_parser("serve", help="run one node")
     add_config(serve)
     serve.add_argument("--node", required=True, help="the node to run, by its name in the config")
-    serve.add_argument(
+    add_duration(
+        serve,
         "--config-refresh",
         default="30s",
-        help=f"how often the config is read again (the configupdater); {DURATION}; default 30s",
+        help="how often the config is read again (the configupdater)",
     )
     serve.add_argument(
         "--listen-host",
@@ -241,11 +243,7 @@ def register(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:  # 
     csub = cluster.add_subparsers(dest="cluster_cmd", required=True)
     up = csub.add_parser("up", help="start all nodes as local processes; Ctrl-C stops them")
     add_config(up)
-    up.add_argument(
-        "--config-refresh",
-        default="30s",
-        help=f"each node's configupdater period; {DURATION}; default 30s",
-    )
+    add_duration(up, "--config-refresh", default="30s", help="each node's configupdater period")
     up.add_argument(
         "--log-dir",
         default=None,

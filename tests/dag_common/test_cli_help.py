@@ -67,3 +67,43 @@ def test_version(module, prog):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"{prog} ") and done.stdout.strip() != f"{prog} unknown"
+
+
+@pytest.mark.parametrize("prog", PARSERS)
+def test_every_duration_option_is_parsed_as_one(prog):
+    """An option whose help says it takes a duration is parsed as one as the line is read,
+    so a bad value is refused by the parser (exit 2), never by the command as a bug."""
+    from dag_common.cli import DurationAction
+
+    for path, action in walk(PARSERS[prog](), prog):
+        if "a duration: a number and a unit" in (action.help or ""):
+            assert isinstance(action, DurationAction), (path, action.option_strings)
+
+
+@pytest.mark.parametrize(
+    ("module", "args", "option"),
+    [
+        ("mrs_client.cli", ["move", "--mailbox", "a", "--to", "DB2", "--stall-limit", "bogus"],
+         "--stall-limit"),
+        ("mrs_client.cli", ["move", "--mailbox", "a", "--to", "DB2", "--flush-limit", "5 parsecs"],
+         "--flush-limit"),
+        ("mrs_client.cli", ["suspend", "m-1", "--wait", "soon"], "--wait"),
+        ("replication_node.cli.main", ["serve", "--node", "mbx1", "--config-refresh", "x"],
+         "--config-refresh"),
+        ("replication_node.cli.main", ["cluster", "up", "--config-refresh", "1y"],
+         "--config-refresh"),
+    ],
+)  # fmt: skip
+def test_a_bad_duration_is_one_error_line_naming_the_option(tmp_path, module, args, option):
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args, "--config", str(tmp_path / "none.yaml")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"error: {option}: ") and done.stderr.count("\n") == 1, (
+        done.stderr
+    )
+    assert "is not a duration (use e.g. 500ms, 30s" in done.stderr
+    assert done.stdout == ""

@@ -53,7 +53,7 @@ def test_show_reads_as_words(tmp_path, capsys):
     assert "Final flush point     generation 7 through byte 4095" in out
     assert "Unlock flush point    -" in out
     assert "Time stalled          0:01:15" in out
-    assert "Items copied          1,200 (2.4 MB of bodies)" in out
+    assert "Items copied          1,200 (total not known yet) (2.4 MB of bodies)" in out
     assert "Sync cursors          alice at 1234" in out
     assert "Created               2026-11-23 12:00:00 UTC" in out
     assert "None" not in out and "{" not in out
@@ -66,3 +66,12 @@ def test_list_by_state(tmp_path, capsys):
     out = capsys.readouterr().out
     assert move_id in out and "bob" not in out
     assert main(["list", "--state", "Sleeping", *args]) == 2
+
+
+def test_show_says_how_many_items_the_sync_has_to_copy(tmp_path, capsys):
+    config, db, move_id = setup(tmp_path)
+    store = MoveRequestStore(db)
+    store.save(replace(store.get(move_id), items_copied=60, items_total=120), NOW)
+    assert main(["show", move_id, "--config", str(config), "--requests-db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "Items copied          60 of 120 (2.4 MB of bodies)" in out, out

@@ -77,3 +77,47 @@ async def test_status_reads_as_a_person_would_and_filters(cluster):
     assert row.endswith("unreachable: connection refused"), row
     unknown = run(cluster, "status", "--database", "DB9")
     assert unknown.returncode == 2 and "no database 'DB9'" in unknown.stderr
+
+
+async def test_rebalance_moves_the_active_back_to_its_preferred_copy(cluster):
+    moved = run(cluster, "db", "switchover", "DB1", "--to", "mbx2")
+    assert moved.returncode == 0, moved.stderr
+    await cluster.wait_status("mbx1", "DB1", "Healthy")
+    plan = run(cluster, "db", "rebalance", "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    assert plan.stdout.splitlines()[0] == "DB1: would switch over from mbx2 to mbx1"
+    assert (await cluster.status("mbx2"))["DB1"]["status"] == "Mounted"  # nothing done
+
+    done = run(cluster, "db", "rebalance")
+    assert done.returncode == 0, done.stderr
+    first, summary = done.stdout.splitlines()
+    assert first.startswith("DB1: switched over from mbx2 to mbx1 at epoch "), first
+    assert first.endswith("; 0 log(s) lost") and summary == "1 switched over, 0 failed, 0 skipped"
+    assert (await cluster.status("mbx1"))["DB1"]["status"] == "Mounted"
+
+    again = run(cluster, "db", "rebalance")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines() == [
+        "DB1: already on its preferred copy (mbx1)",
+        "nothing to do: every database is on its preferred copy",
+    ]
+
+
+async def test_rebalance_skips_a_database_whose_preferred_copy_cannot_take_over(cluster):
+    assert run(cluster, "db", "switchover", "DB1", "--to", "mbx2").returncode == 0
+    await cluster.wait_status("mbx1", "DB1", "Healthy")
+    suspended = run(cluster, "db", "suspend", "DB1", "--node", "mbx1", "--reason", "patching")
+    assert suspended.returncode == 0, suspended.stderr
+    skipped = run(cluster, "db", "rebalance")
+    assert skipped.returncode == 0, skipped.stderr
+    assert skipped.stdout.splitlines() == [
+        "DB1: skipped: the preferred copy cannot take over: mbx1 is Suspended (patching) "
+        "(stays on mbx2)",
+        "nothing to switch over; 1 database(s) skipped",
+    ]
+    cluster.kill("mbx1")
+    down = run(cluster, "db", "rebalance")
+    assert down.returncode == 0, down.stderr
+    assert down.stdout.startswith(
+        "DB1: skipped: the preferred copy cannot take over: mbx1: unreachable: connection refused"
+    ), down.stdout

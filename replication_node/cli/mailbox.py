@@ -1,0 +1,260 @@
+"""`replication-node mailbox create|put|list`: try a cluster without curl.  Every call goes
+to the node API of the database's active copy, found and followed as the mover finds it
+(`mrs_client.node_client.NodeStoreClient`: the active through a switchover, the token).
+
+    mailbox create NAME --database DB [--folders F …]
+    mailbox put NAME --database DB [--count N] [--size BYTES] [--folder F]
+    mailbox list NAME --database DB [--since N] [--json]
+
+`put` writes N items of generated text in batches (each one transaction, acknowledged once
+durable) and says the rate.  A failure is one `error:` line: exit 2 for what the request
+got wrong (an unknown database or mailbox, a mailbox that exists, a folder it lacks, a
+locked mailbox), 1 for a cluster that cannot answer (no mounted active copy reachable)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+
+from dag_common.cli import add_config, error
+from dag_common.clock import SystemClock
+from dag_common.config import ClusterConfig, load_config, load_token
+from dag_common.errors import BadArgument, ConfigError, TokenRefused
+from dag_common.model import ExitCode
+from dag_common.node_status import AUTH_FAILED
+from mrs_client.errors import NodeCallError
+from mrs_client.node_client import NodeStoreClient
+from replication_node.cli.status import client_ssl
+
+BATCH_ITEMS = 200  # items per write (the node takes at most 1000 in one transaction)
+PAGE = 1000  # items per page of the listing
+
+_WORDS = (
+    "replication", "log", "generation", "copy", "passive", "active", "inspect", "replay",
+    "truncate", "seed", "waypoint", "checkpoint", "mailbox", "folder", "move", "flush",
+    "guarantee", "database", "signature", "lag", "queue", "healthy",
+)  # fmt: skip
+
+
+def generated_text(k: int, size: int) -> str:
+    """`size` bytes of plain words, different for each `k` (ASCII: a byte a character)."""
+    words: list[str] = []
+    length, i = -1, k  # the joined length: a space between each two words
+    while length < size:
+        word = _WORDS[(i * 7 + k) % len(_WORDS)]
+        words.append(word)
+        length += len(word) + 1
+        i += 1
+    return " ".join(words)[:size]
+
+
+def generated_items(count: int, size: int, folder: str) -> Iterator[dict[str, str]]:
+    """The items `put` writes: ids are the node's to choose."""
+    for k in range(1, count + 1):
+        yield {
+            "folder": folder,
+            "subject": f"load item {k} of {count}",
+            "body": generated_text(k, size),
+        }
+
+
+def batches(
+    items: Iterator[dict[str, str]], *, max_items: int, max_bytes: int
+) -> Iterator[list[dict[str, str]]]:
+    """`items` in writes of at most `max_items` items and about `max_bytes` bytes of bodies
+    (a single larger item goes alone)."""
+    batch: list[dict[str, str]] = []
+    size = 0
+    for item in items:
+        item_size = len(item["body"]) + len(item["subject"])
+        if batch and (len(batch) >= max_items or size + item_size > max_bytes):
+            yield batch
+            batch, size = [], 0
+        batch.append(item)
+        size += item_size
+    if batch:
+        yield batch
+
+
+def _database(config: ClusterConfig, args: argparse.Namespace) -> str:
+    if args.database not in {db.name for db in config.databases}:
+        raise ConfigError(f"no database {args.database!r} in {args.config}")
+    return str(args.database)
+
+
+def _failed(database: str, exc: NodeCallError) -> int:
+    """A failed store call as one line and its exit code."""
+    if exc.status == 401:
+        raise TokenRefused(AUTH_FAILED)
+    if exc.status is not None and 400 <= exc.status < 500 and exc.detail:
+        error(f"{database}: {exc.detail}")
+        return ExitCode.BAD_INPUT
+    error(str(exc))
+    return ExitCode.FAILED
+
+
+async def _create(config: ClusterConfig, client: NodeStoreClient, args: argparse.Namespace) -> int:
+    db, name = args.database, args.name
+    body: dict[str, Any] = {"display_name": args.display_name or name}
+    if args.folders:
+        body["folders"] = args.folders
+    _, written = await client.call("PUT", db, f"/mailboxes/{name}", json=body)
+    mailbox = await client.mailbox(db, name)
+    folders = ", ".join(mailbox.folders) if mailbox else "?"
+    print(
+        f"{db}\\{name}: created (folders {folders}); change number "
+        f"{written.get('change_number')}, epoch {written.get('epoch')}"
+    )
+    return ExitCode.OK
+
+
+async def _put(config: ClusterConfig, client: NodeStoreClient, args: argparse.Namespace) -> int:
+    if args.count < 1:
+        raise BadArgument(f"--count: {args.count}: at least 1 item")
+    if args.size < 0:
+        raise BadArgument(f"--size: {args.size}: a number of bytes, 0 or more")
+    db, name = args.database, args.name
+    max_bytes = config.log_file_size_of(config.database(db)) // 2
+    clock = SystemClock()
+    started = clock.monotonic()
+    written: dict[str, Any] = {}
+    done = size = 0
+    for batch in batches(
+        generated_items(args.count, args.size, args.folder),
+        max_items=BATCH_ITEMS,
+        max_bytes=max_bytes,
+    ):
+        _, written = await client.call(
+            "POST", db, f"/mailboxes/{name}/items", json={"items": batch}
+        )
+        done += len(batch)
+        size += sum(len(i["body"]) for i in batch)
+    took = max(clock.monotonic() - started, 1e-6)
+    print(
+        f"{db}\\{name}: {done:,} items ({size / 1e6:,.1f} MB of bodies) put in {took:.2f}s: "
+        f"{done / took:,.0f} items/s; last change number {written.get('change_number')}, "
+        f"epoch {written.get('epoch')}"
+    )
+    return ExitCode.OK
+
+
+async def _list(config: ClusterConfig, client: NodeStoreClient, args: argparse.Namespace) -> int:
+    if args.since < 0:
+        raise BadArgument(f"--since: {args.since}: a change number, 0 or more")
+    db, name = args.database, args.name
+    rows: list[dict[str, Any]] = []
+    deleted = 0
+    since = args.since
+    while True:
+        page = await client.items(db, name, since, PAGE)
+        for item in page.items:
+            if item.deleted:
+                deleted += 1
+                continue
+            rows.append(
+                {
+                    "item_id": item.item_id,
+                    "folder": item.folder,
+                    "subject": item.subject,
+                    "size": len(item.body.encode()),
+                    "change_number": item.change_number,
+                }
+            )
+        since = page.last_change_number
+        if not page.more:
+            break
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "database": db,
+                    "mailbox": name,
+                    "since_change": args.since,
+                    "last_change_number": since,
+                    "epoch": page.epoch,
+                    "items": rows,
+                    "deleted": deleted,
+                },
+                indent=2,
+            )
+        )
+        return ExitCode.OK
+    print(f"{'Item':<34} {'Folder':<14} {'Subject':<28} {'Size':>8} {'Change':>8}")
+    for r in rows:
+        print(
+            f"{r['item_id']:<34} {r['folder'][:14]:<14} {r['subject'][:28]:<28} "
+            f"{r['size']:>8} {r['change_number']:>8}"
+        )
+    gone = f", {deleted} deleted" if deleted else ""
+    total = sum(r["size"] for r in rows)
+    print(
+        f"{len(rows):,} item(s){gone}, {total:,} bytes of bodies, changed after {args.since} "
+        f"through change number {since} (epoch {page.epoch})"
+    )
+    return ExitCode.OK
+
+
+_COMMANDS = {"create": _create, "put": _put, "list": _list}
+
+
+async def _run(config: ClusterConfig, args: argparse.Namespace) -> int:
+    conn = aiohttp.TCPConnector(ssl=client_ssl(config))
+    async with aiohttp.ClientSession(connector=conn) as session:
+        client = NodeStoreClient(config, token=load_token(config), session=session)
+        try:
+            return await _COMMANDS[args.mailbox_cmd](config, client, args)
+        except NodeCallError as exc:
+            return _failed(args.database, exc)
+
+
+def cmd_mailbox(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    _database(config, args)
+    return asyncio.run(_run(config, args))
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add `mailbox create|put|list` to the parser."""
+    mailbox = sub.add_parser(
+        "mailbox", help="create a mailbox, write test items, list them (the node API, no curl)"
+    ).add_subparsers(dest="mailbox_cmd", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("name", help="the mailbox's name (e.g. alice)")
+        p.add_argument("--database", required=True, help="the database, as named in the config")
+        add_config(p)
+        p.set_defaults(func=cmd_mailbox)
+
+    create = mailbox.add_parser("create", help="create a mailbox on the database's active copy")
+    common(create)
+    create.add_argument(
+        "--folders",
+        nargs="+",
+        default=None,
+        metavar="FOLDER",
+        help="its folders (default: Inbox, Sent Items, Deleted Items)",
+    )
+    create.add_argument("--display-name", default=None, help="its display name (default: NAME)")
+
+    put = mailbox.add_parser("put", help="write items of generated text, in batches; says items/s")
+    common(put)
+    put.add_argument("--count", type=int, default=100, help="how many items (default 100)")
+    put.add_argument(
+        "--size", type=int, default=1000, help="bytes of body text per item (default 1000)"
+    )
+    put.add_argument("--folder", default="Inbox", help="the folder to write to (default Inbox)")
+
+    lst = mailbox.add_parser("list", help="the mailbox's items: id, folder, subject, size, change")
+    common(lst)
+    lst.add_argument(
+        "--since",
+        type=int,
+        default=0,
+        help="only items changed after this change number (default 0: all)",
+    )
+    lst.add_argument("--json", action="store_true", help="print the items as JSON")

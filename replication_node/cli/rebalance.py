@@ -1,0 +1,123 @@
+"""`replication-node db rebalance`: switch each database's active back to its most preferred
+healthy copy, one database at a time, each switchover's answer awaited before the next.
+
+The plan is `replication_node.rebalance.plan_rebalance` over every node's status; this module
+only fetches the statuses, asks the target nodes for the switchovers and says what happened:
+one line per database, then a summary.  `--dry-run` prints the plan and changes nothing.
+Exit codes: 0 every planned switchover succeeded (skips are not failures), 1 one failed (the
+others are still tried), 2 bad input (an unknown database, a refused token)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from dag_common.cli import add_config, error
+from dag_common.config import ClusterConfig, load_config, load_token
+from dag_common.errors import ConfigError, TokenRefused
+from dag_common.model import ExitCode, NodeStatus
+from dag_common.node_status import AUTH_FAILED
+from replication_node.cli.admin import DATABASE, admin_call
+from replication_node.cli.status import describe, fetch_statuses, token_refused
+from replication_node.rebalance import Move, MoveKind, NodeView, plan_rebalance
+
+
+async def _plan(config: ClusterConfig, database: str | None) -> list[Move]:
+    statuses = await fetch_statuses(config, load_token(config))
+    if token_refused(statuses):
+        raise TokenRefused(AUTH_FAILED)
+    views: dict[str, NodeView] = {
+        n: s if isinstance(s, NodeStatus) else describe(s) for n, s in statuses.items()
+    }
+    chosen = [db for db in config.databases if database in (None, db.name)]
+    return plan_rebalance(chosen, views)
+
+
+def _switched(move: Move, answer: dict[str, Any]) -> str:
+    return (
+        f"{move.database}: switched over from {answer.get('previous_node', move.source)} to "
+        f"{answer.get('node', move.target)} at epoch {answer.get('epoch', '?')}; "
+        f"{answer.get('lost_logs', 0)} log(s) lost"
+    )
+
+
+def _summary(moves: list[Move], failed: int, *, dry_run: bool) -> str:
+    switches = sum(m.kind is MoveKind.SWITCH for m in moves)
+    skipped = sum(m.kind is MoveKind.SKIP for m in moves)
+    if not switches:
+        if not skipped:
+            return "nothing to do: every database is on its preferred copy"
+        return f"nothing to switch over; {skipped} database(s) skipped"
+    if dry_run:
+        return f"{switches} switchover(s) planned, {skipped} skipped (dry run: nothing was done)"
+    return f"{switches - failed} switched over, {failed} failed, {skipped} skipped"
+
+
+def cmd_rebalance(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    if args.database and args.database not in {db.name for db in config.databases}:
+        raise ConfigError(f"no database {args.database!r} in {args.config}")
+    moves = asyncio.run(_plan(config, args.database))
+    records: list[dict[str, Any]] = []
+    failed = 0
+    for move in moves:
+        record: dict[str, Any] = {
+            "database": move.database,
+            "action": str(move.kind),
+            "from": move.source,
+            "to": move.target,
+            "reason": move.reason,
+        }
+        records.append(record)
+        if move.kind is not MoveKind.SWITCH or args.dry_run:
+            if not args.json:
+                print(move.line(dry_run=args.dry_run), flush=True)
+            continue
+        assert move.target is not None
+        code, answer = asyncio.run(
+            admin_call(
+                config,
+                config.node(move.target).url,
+                f"/v1/databases/{move.database}/switchover",
+                {"target": move.target},
+            )
+        )
+        if code == 401:
+            raise TokenRefused(AUTH_FAILED)
+        if code < 300:
+            record["result"] = answer
+            if not args.json:
+                print(_switched(move, answer), flush=True)
+            continue
+        failed += 1
+        why = answer.get("error") or f"HTTP {code}"
+        record["error"] = why
+        error(f"{move.database}: switchover from {move.source} to {move.target} failed: {why}")
+        sys.stderr.flush()
+    if args.json:
+        print(json.dumps(records, indent=2))
+    else:
+        print(_summary(moves, failed, dry_run=args.dry_run))
+    return ExitCode.FAILED if failed else ExitCode.OK
+
+
+def register_db(db_sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """`db rebalance`."""
+    p = db_sub.add_parser(
+        "rebalance",
+        help="switch each database's active back to its most preferred healthy copy",
+    )
+    p.add_argument("--database", default=None, help=f"only this database ({DATABASE})")
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the plan (one line per database) only"
+    )
+    add_config(p)
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the plan and each switchover's answer as JSON",
+    )
+    p.set_defaults(func=cmd_rebalance)

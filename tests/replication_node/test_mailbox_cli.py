@@ -1,0 +1,128 @@
+"""`replication-node mailbox create|put|list` as an operator trying a cluster runs it, over a
+real node process: what it writes is what the node serves, and each mistake is one line
+with its exit code.  The generated items and their batches, pure, without a node."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from replication_node.cli.mailbox import batches, generated_items, generated_text
+from tests.cluster_harness import LocalCluster
+
+
+def test_generated_text_has_the_size_asked():
+    for k in range(1, 30):
+        for size in range(0, 400):
+            assert len(generated_text(k, size).encode()) == size, (k, size)
+    assert generated_text(3, 300) != generated_text(4, 300)  # items differ
+
+
+@pytest.mark.parametrize(
+    ("count", "size", "max_items", "max_bytes", "sizes"),
+    [
+        (5, 10, 2, 10_000, [2, 2, 1]),
+        (5, 100, 100, 250, [2, 2, 1]),  # about 116 bytes each with its subject
+        (3, 1000, 100, 500, [1, 1, 1]),  # an item larger than a batch goes alone
+        (1, 0, 100, 100, [1]),
+    ],
+)
+def test_batches_hold_at_most_the_items_and_bytes_given(count, size, max_items, max_bytes, sizes):
+    written = list(
+        batches(generated_items(count, size, "Inbox"), max_items=max_items, max_bytes=max_bytes)
+    )
+    assert [len(b) for b in written] == sizes
+    assert [i["subject"] for b in written for i in b] == [
+        f"load item {k} of {count}" for k in range(1, count + 1)
+    ]
+
+
+@pytest.fixture
+async def node(tmp_path):
+    cluster = LocalCluster(
+        tmp_path,
+        nodes=[("mbx1", "redmond")],
+        databases=[{"name": "DB1", "copies": [{"node": "mbx1", "activation_preference": 1}]}],
+        defaults={"failover_after": None},
+    )
+    await cluster.start()
+    await cluster.wait_status("mbx1", "DB1", "Mounted")
+    yield cluster
+    await cluster.close()
+
+
+def run(cluster: LocalCluster, *args: str):
+    return cluster.node_cli("mailbox", *args, timeout=60)
+
+
+@pytest.mark.slow
+async def test_create_put_and_list_through_the_active_copy(node):
+    made = run(node, "create", "alice", "--database", "DB1")
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.startswith(
+        "DB1\\alice: created (folders Deleted Items, Inbox, Sent Items); change number "
+    ), made.stdout
+    put = run(node, "put", "alice", "--database", "DB1", "--count", "450", "--size", "300")
+    assert put.returncode == 0, put.stderr
+    line = put.stdout.strip()
+    assert (
+        line.startswith("DB1\\alice: 450 items (0.1 MB of bodies) put in ") and " items/s; " in line
+    )
+
+    served = await node.items("mbx1", "DB1", "alice")
+    assert len(served) == 450
+    assert {(i["folder"], len(i["body"])) for i in served.values()} == {("Inbox", 300)}
+    last = max(i["change_number"] for i in served.values())
+    assert line.endswith(f"last change number {last}, epoch 1"), line
+
+    listed = run(node, "list", "alice", "--database", "DB1")
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split() == ["Item", "Folder", "Subject", "Size", "Change"]
+    assert len(lines) == 1 + 450 + 1
+    some_id = next(iter(served))
+    row = next(r for r in lines if r.startswith(some_id))
+    assert row.split()[1] == "Inbox" and row.split()[-2:] == [
+        "300",
+        str(served[some_id]["change_number"]),
+    ]
+    assert lines[-1] == (
+        f"450 item(s), 135,000 bytes of bodies, changed after 0 through change number {last} "
+        "(epoch 1)"
+    )
+    recent = run(node, "list", "alice", "--database", "DB1", "--since", str(last - 10), "--json")
+    assert recent.returncode == 0, recent.stderr
+    body = json.loads(recent.stdout)
+    assert [i["change_number"] for i in body["items"]] == list(range(last - 9, last + 1))
+    assert body["items"][0].keys() == {"item_id", "folder", "subject", "size", "change_number"}
+
+    archive = run(node, "create", "bob", "--database", "DB1", "--folders", "Inbox", "Archive")
+    assert archive.returncode == 0, archive.stderr
+    assert "(folders Archive, Inbox)" in archive.stdout
+    filed = run(node, "put", "bob", "--database", "DB1", "--count", "3", "--folder", "Archive")
+    assert filed.returncode == 0, filed.stderr
+    assert {i["folder"] for i in (await node.items("mbx1", "DB1", "bob")).values()} == {"Archive"}
+
+
+@pytest.mark.slow
+async def test_mistakes_are_one_line_with_their_exit_code(node):
+    assert run(node, "create", "alice", "--database", "DB1").returncode == 0
+    cases = [
+        (("create", "alice", "--database", "DB1"), 2, "DB1: mailbox 'alice' exists already"),
+        (("create", "carol", "--database", "DB9"), 2, f"no database 'DB9' in {node.config_path}"),
+        (("list", "nobody", "--database", "DB1"), 2, "DB1: no mailbox 'nobody'"),
+        (
+            ("put", "alice", "--database", "DB1", "--folder", "Nope"),
+            2,
+            "DB1: mailbox 'alice' has no folder 'Nope'",
+        ),
+        (("put", "alice", "--database", "DB1", "--count", "0"), 2, "--count: 0: at least 1 item"),
+    ]
+    for args, code, said in cases:
+        done = run(node, *args)
+        assert (done.returncode, done.stderr, done.stdout) == (code, f"error: {said}\n", ""), args
+    node.kill("mbx1")
+    down = run(node, "put", "alice", "--database", "DB1")
+    assert down.returncode == 1, down.stderr
+    assert down.stderr == "error: no mounted active copy of DB1 can be reached\n"
