@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -92,22 +93,51 @@ def write_config(base: Path) -> Path:
     return path
 
 
-def wait_healthy(urls: list[str], timeout: float = 90.0) -> None:
-    """Wait until every URL answers 200 (a node's or the guarantee service's /healthz)."""
+@dataclass(frozen=True)
+class Started:
+    """A process the demo started: its name, the URL that answers 200 once it is ready (a
+    node's or the guarantee service's /healthz), and its log."""
+
+    name: str
+    url: str
+    log: Path
+    proc: subprocess.Popen[bytes]
+
+
+def _tail(log: Path, lines: int = 15) -> str:
+    try:
+        text = log.read_text(errors="replace").splitlines()[-lines:]
+    except OSError as exc:
+        return f"  (its log cannot be read: {exc.strerror})"
+    return "\n".join(f"  {line}" for line in text) or "  (its log is empty)"
+
+
+def wait_healthy(started: list[Started], timeout: float = 90.0) -> None:
+    """Wait until each process answers 200 on its URL; one that exits or does not answer in
+    time is named, with its log's last lines."""
     import urllib.error
     import urllib.request
 
     deadline = time.monotonic() + timeout
-    for url in urls:
+    for s in started:
         while True:
+            code = s.proc.poll()
+            if code is not None:
+                raise SystemExit(
+                    f"{s.name} exited (code {code}) before it was ready; the end of {s.log}:\n"
+                    + _tail(s.log)
+                )
             try:
-                with urllib.request.urlopen(url, timeout=2) as resp:
+                with urllib.request.urlopen(s.url, timeout=2) as resp:
                     if resp.status == 200:
                         break
             except (urllib.error.URLError, OSError):
                 pass
             if time.monotonic() > deadline:
-                raise SystemExit(f"{url} did not answer 200 within {timeout:g}s")
+                raise SystemExit(
+                    f"{s.name} did not answer {s.url} within {timeout:g}s; the end of "
+                    f"{s.log}:\n" + _tail(s.log)
+                )
             time.sleep(0.1)
 
 
@@ -219,6 +249,7 @@ def main() -> int:
     step(f"Cluster config {config_path}")
     print(config_path.read_text())
     procs = []
+    nodes: list[Started] = []
     env = {k: v for k, v in os.environ.items() if k != "DG_AUTH_TOKEN"}
     for node in yaml.safe_load(config_path.read_text())["nodes"]:
         log = open(base / f"{node['name']}.log", "ab")  # noqa: SIM115 - the child owns it
@@ -239,11 +270,14 @@ def main() -> int:
                 env=env,
             )
         )
+        nodes.append(
+            Started(f"node {node['name']}", node["url"] + "/healthz", Path(log.name), procs[-1])
+        )
         print(f"started node {node['name']} ({node['site']}) at {node['url']}, log {log.name}")
     api = None
     try:
         loaded = yaml.safe_load(config_path.read_text())
-        wait_healthy([n["url"] + "/healthz" for n in loaded["nodes"]])
+        wait_healthy(nodes)
         # Started before the writes, so that its queue-length history (the report's input)
         # sees the copies fall behind under the writes and catch up.
         step("Start the Data Guarantee service (gRPC) over the nodes; it records history")
@@ -254,7 +288,8 @@ def main() -> int:
             env=env,
         )
         # /healthz answers 200 once the service has polled every node once (SERVING)
-        wait_healthy([f"http://{loaded['guarantee_api']['http_listen']}/healthz"])
+        health = f"http://{loaded['guarantee_api']['http_listen']}/healthz"
+        wait_healthy([Started("the guarantee service", health, base / "guarantee-api.log", api)])
         asyncio.run(run(config_path, args.items))
         step("Move mailbox alice from DB1 to DB2, gated on the data guarantee (mrs move)")
         moves = str(base / "moves.db")
