@@ -149,7 +149,8 @@ class CopyVerdict:
         return tuple(c for c in self.checks if not c.passed)
 
     def describe_failures(self) -> str:
-        return f"{self.node}: " + "; ".join(f"{c.check} ({c.detail})" for c in self.failed)
+        """`mbx3: Healthy not met: status Suspended (patching)`: the condition, then why."""
+        return f"{self.node}: " + "; ".join(f"{c.check} not met: {c.detail}" for c in self.failed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -235,8 +235,8 @@ def test_passive_conditions(name, c, avg, failing):
 
 def test_not_satisfied_names_numbers_per_copy():
     answer = health(view(active(), copy("mbx2", cq=14), UNREACHABLE), C.SECOND_COPY)
-    assert "mbx2: CopyQueue (copy queue 14 logs, limit < 10)" in answer.reason
-    assert "mbx3: Reachable (node mbx3 unreachable: refused)" in answer.reason
+    assert "mbx2: CopyQueue not met: copy queue 14 logs, limit < 10" in answer.reason
+    assert "mbx3: Reachable not met: node mbx3 unreachable: refused" in answer.reason
 
 
 def test_average_defaults_to_current_queue_without_history():

@@ -46,8 +46,8 @@ async def test_not_satisfied_names_each_copy_and_waits_a_minute(running, nodes):
     await running.next_round()
     answer = await ask(running)
     assert answer.status == pb.NOT_SATISFIED
-    assert "mbx2: CopyQueue (copy queue 14 logs, limit < 10)" in answer.reason
-    assert "mbx3: Healthy (status Suspended)" in answer.reason
+    assert "mbx2: CopyQueue not met: copy queue 14 logs, limit < 10" in answer.reason
+    assert "mbx3: Healthy not met: status Suspended" in answer.reason
     assert answer.retry_after.ToTimedelta() == timedelta(minutes=1)
     failed = {c.name: c.detail for c in answer.copies[1].checks if not c.passed}
     assert "CopyQueue" in failed
