@@ -1,19 +1,20 @@
 """Wires the Data Guarantee service together; it holds no rules of its own.
 
 Parts: the poller and one status-stream watcher per node (aiohttp, one session) feeding the
-live view; after each round, the
-metrics and the Parquet history; the grpc.aio server with the DataGuarantee servicer,
-grpc.health.v1 (SERVING once the first poll round is done) and server reflection, behind an
-optional bearer-token interceptor and optional TLS; an aiohttp app on `http_listen` serving
-/metrics, /healthz and the status page (`/`, `/status`: `status_page.py`), plain HTTP
-without the token, as /metrics is. `stop()` is the graceful shutdown: health NOT_SERVING, then
-`server.stop(grace)`, then the poller, the last history flush and the HTTP side.
+live view; after each round, the metrics and the Parquet history; the grpc.aio server with
+the DataGuarantee servicer, grpc.health.v1 (SERVING once the first poll round is done) and
+server reflection, behind an optional bearer-token interceptor and optional TLS; an aiohttp
+app on `http_listen` serving /metrics, /healthz and the status page (`/`, `/status`:
+`status_page.py`), without the token, as /metrics is; over TLS when the service has TLS (as
+gRPC).  `stop()` is the graceful shutdown: health NOT_SERVING, then `server.stop(grace)`,
+then the poller, the last history flush and the HTTP side.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,10 +59,16 @@ _SERVICE_KEY: web.AppKey[GuaranteeService] = web.AppKey("service")
 
 @dataclass(frozen=True, slots=True)
 class TlsFiles:
-    """PEM files for serving gRPC over TLS."""
+    """PEM files for serving gRPC and the HTTP side (/metrics, /healthz, the status page)
+    over TLS."""
 
     cert: Path
     key: Path
+
+    def server_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(self.cert, self.key)
+        return ctx
 
 
 class TokenInterceptor(grpc.aio.ServerInterceptor):
@@ -230,8 +237,10 @@ class GuaranteeService:
         app.router.add_get("/status", _status_page_handler)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
+        # With TLS, the HTTP side too: the status page shows callers and reasons.
+        ssl_ctx = self._tls.server_context() if self._tls else None
         for sock in sockets:
-            await web.SockSite(self._runner, sock).start()
+            await web.SockSite(self._runner, sock, ssl_context=ssl_ctx).start()
         self.http_port = sockets[0].getsockname()[1]
 
     async def _after_round(self) -> None:

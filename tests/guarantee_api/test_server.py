@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import ssl
 import subprocess
 
 import aiohttp
@@ -192,5 +193,15 @@ async def test_tls_serves_over_a_secure_channel(nodes, tmp_path):
                 await pb_grpc.DataGuaranteeStub(plain).CheckReplicationHealth(
                     health_req(), metadata=AUTH, timeout=5
                 )
+        # The HTTP side (metrics, health, status page) is served over TLS as well.
+        verified = ssl.create_default_context(cafile=str(cert))
+        async with aiohttp.ClientSession() as session:
+            async with session.get(
+                f"https://127.0.0.1:{service.http_port}/healthz", ssl=verified
+            ) as resp:
+                assert resp.status == 200
+            with pytest.raises(aiohttp.ClientError):
+                async with session.get(f"http://127.0.0.1:{service.http_port}/healthz") as resp:
+                    await resp.read()
     finally:
         await service.stop(grace=0)
