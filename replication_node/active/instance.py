@@ -140,7 +140,8 @@ class ActiveInstance:
                 database=database,
                 logs=paths.logs,
                 clock=clock,
-                header=lambda: self.copy.header if self.copy else None,
+                # with the backup stamps not yet in the file: the stamp is durable in the log
+                header=lambda: self.copy.merged_header if self.copy else None,
                 peer_progress=peer_progress,
                 circular_logging=circular_logging,
                 interval=truncation_interval,
