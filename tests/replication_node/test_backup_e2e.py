@@ -21,6 +21,7 @@ from tests.replication_node.e2e import converged
 pytestmark = pytest.mark.slow
 
 DB = "/v1/databases/DB1"
+HEADER_CLI = [sys.executable, "-m", "replication_node.cli.main", "db", "header"]
 
 
 def cluster(tmp_path, **defaults) -> LocalCluster:
@@ -147,8 +148,7 @@ async def test_backup_from_a_passive_under_load_then_incremental_then_restore(tm
         items = restored_items(tmp_path / "r2" / "DB1.sqlite")
         assert writer.acked_before(began_incremental) <= items
         header = subprocess.run(
-            [sys.executable, "-m", "replication_node.cli.main", "db", "header", "--json"]
-            + [str(tmp_path / "r2" / "DB1.sqlite")],
+            [*HEADER_CLI, "--json", str(tmp_path / "r2" / "DB1.sqlite")],
             capture_output=True,
             text=True,
             check=True,
@@ -156,5 +156,128 @@ async def test_backup_from_a_passive_under_load_then_incremental_then_restore(tm
         shown = json.loads(header.stdout)
         assert shown["state"] == "Clean Shutdown"
         assert shown["waypoint"] == inc_manifest["last_generation"]
+    finally:
+        await c.close()
+
+
+def log_generations(c: LocalCluster, node: str) -> list[int]:
+    logs = c.root / node / "DB1" / "logs"
+    return sorted(int(p.name[1:9], 16) for p in logs.glob("E????????.log"))
+
+
+async def test_truncation_waits_for_the_backup_without_circular_logging(tmp_path):
+    c = cluster(tmp_path, circular_logging=False)
+    await c.start()
+    try:
+        await c.ok("PUT", "mbx1", f"{DB}/mailboxes/alice")
+        refused = await backup(c, "--from", "mbx2", "--to", str(tmp_path / "i"), "--incremental")
+        assert refused.returncode == 1
+        assert "no full backup" in refused.stderr
+        assert not (tmp_path / "i").exists()
+        for n in range(6):
+            await c.ok(
+                "POST", "mbx1", f"{DB}/mailboxes/alice/items", json={"items": [{"body": str(n)}]}
+            )
+            await c.ok("POST", "mbx1", f"{DB}/roll-log")
+        generated = await converged(c, "DB1", "mbx1", ["mbx2"])
+        # Replayed everywhere, yet every generation is kept: none is backed up.
+        assert log_generations(c, "mbx1")[0] == 1
+        assert log_generations(c, "mbx2")[0] == 1
+
+        done = await backup(c, "--from", "mbx2", "--to", str(tmp_path / "full"), "--json")
+        assert done.returncode == 0, done.stderr
+        last = json.loads(done.stdout)["last_generation"]
+        assert last > generated
+
+        async def write_and_roll() -> None:
+            await c.ok(
+                "POST", "mbx1", f"{DB}/mailboxes/alice/items", json={"items": [{"body": "x"}]}
+            )
+            await c.ok("POST", "mbx1", f"{DB}/roll-log")
+
+        for _ in range(3):  # the checkpoint moves past the backup as the active writes on
+            await write_and_roll()
+        await converged(c, "DB1", "mbx1", ["mbx2"])
+        await c.wait_for(
+            "the active's truncation below the backup",
+            lambda: log_generations(c, "mbx1")[0] > 1,
+            timeout=60,
+        )
+        assert log_generations(c, "mbx1")[0] == last + 1  # through the backup, not beyond
+        # The copy truncates what the active did, after its next replay.
+        await write_and_roll()
+        await converged(c, "DB1", "mbx1", ["mbx2"])
+        await c.wait_for(
+            "the copy's truncation", lambda: log_generations(c, "mbx2")[0] > 1, timeout=30
+        )
+        assert log_generations(c, "mbx2")[0] <= last + 1
+    finally:
+        await c.close()
+
+
+async def test_refusals_change_nothing_and_a_dead_backup_lease_ends(tmp_path):
+    c = cluster(tmp_path, lease_ttl="3s")  # circular logging on: the default
+    await c.start()
+    try:
+        await c.ok("PUT", "mbx1", f"{DB}/mailboxes/alice")
+        await converged(c, "DB1", "mbx1", ["mbx2"])
+
+        inc = await backup(c, "--from", "mbx2", "--to", str(tmp_path / "i"), "--incremental")
+        assert inc.returncode == 2 and "circular_logging" in inc.stderr, inc.stderr
+
+        busy = tmp_path / "busy"
+        busy.mkdir()
+        (busy / "keep.txt").write_text("mine")
+        not_empty = await backup(c, "--from", "mbx2", "--to", str(busy))
+        assert not_empty.returncode == 2 and "not empty" in not_empty.stderr
+        assert [p.name for p in busy.iterdir()] == ["keep.txt"]
+
+        # A backup running (begun by hand on the active, as a node would): a second refused.
+        lease = await c.ok("POST", "mbx1", f"{DB}/backups", json={"node": "mbx2", "kind": "full"})
+        second = await backup(c, "--from", "mbx1", "--to", str(tmp_path / "second"))
+        assert second.returncode == 1 and "running" in second.stderr, second.stderr
+        assert not (tmp_path / "second").exists()
+        assert "mbx2" in (await c.status("mbx1"))["DB1"]["backup_in_progress"]
+        # Its side never renews (a dead backup): the lease ends by itself, and its late end
+        # is refused, so it stamps nothing.
+
+        async def lease_over() -> bool:
+            return (await c.status("mbx1"))["DB1"]["backup_in_progress"] is None
+
+        await c.wait_for("the dead backup's lease to end", lease_over, timeout=30)
+        status, body = await c.call(
+            "POST",
+            "mbx1",
+            f"{DB}/backups/{lease['backup_id']}/end",
+            json={"generation": 1, "ended_at": "2026-11-23T00:00:00+00:00"},
+        )
+        assert status == 404, body
+        assert (await c.status("mbx1"))["DB1"]["last_full_backup_generation"] == 0
+
+        await asyncio.to_thread(c.node_cli, "db", "suspend", "DB1", "--node", "mbx2")
+        suspended = await backup(c, "--from", "mbx2", "--to", str(tmp_path / "s"))
+        assert suspended.returncode == 1 and "Suspended" in suspended.stderr, suspended.stderr
+        assert not (tmp_path / "s").exists()
+        await asyncio.to_thread(c.node_cli, "db", "resume", "DB1", "--node", "mbx2")
+        await converged(c, "DB1", "mbx1", ["mbx2"])
+
+        await asyncio.to_thread(c.node_cli, "db", "dismount", "DB1")
+        dismounted = await backup(c, "--from", "mbx2", "--to", str(tmp_path / "d"))
+        assert dismounted.returncode == 1, dismounted.stderr
+        assert not (tmp_path / "d").exists()
+        # (refused by the copy, DisconnectedAndHealthy once its active is gone, or by the
+        # active, which begins no backup while it is not mounted)
+        status, body = await c.call(
+            "POST", "mbx1", f"{DB}/backups", json={"node": "mbx2", "kind": "full"}
+        )
+        assert status == 503 and "dismounted" in body["error"], body
+        await asyncio.to_thread(c.node_cli, "db", "mount", "DB1")
+
+        # From the active itself, Mounted: taken.
+        ok = await backup(c, "--from", "mbx1", "--to", str(tmp_path / "a"), "--json")
+        assert ok.returncode == 0, ok.stderr
+        assert json.loads(ok.stdout)["source_role"] == "active"
+        restored = restore(c, str(tmp_path / "a"), "--to", str(tmp_path / "ra"))
+        assert restored.returncode == 0, restored.stderr
     finally:
         await c.close()
