@@ -111,11 +111,13 @@ class BackupResult:
         return {**self.manifest.as_dict(), "seconds": round(self.seconds, 3), "stamp": self.stamp}
 
 
-def snapshot_header(path: Path) -> DatabaseHeader:
-    """The header of a snapshot file, read without writing to it."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+def settle_snapshot(path: Path) -> DatabaseHeader:
+    """Make a snapshot file stand alone (out of WAL mode, which the copy's file is in and the
+    online backup carries over: no -wal/-shm beside it) and read its header."""
+    conn = sqlite3.connect(path)
     conn.row_factory = sqlite3.Row
     try:
+        conn.execute("PRAGMA journal_mode=DELETE")
         return read_header(conn, path)
     finally:
         conn.close()
@@ -219,7 +221,7 @@ async def _take(
         target = request.to / f"{request.database}.sqlite"
         written.append(target)
         await asyncio.to_thread(source.snapshot, target)
-        header = await asyncio.to_thread(snapshot_header, target)
+        header = await asyncio.to_thread(settle_snapshot, target)
         await asyncio.to_thread(fsync_file, target)
         size, digest = await asyncio.to_thread(sha256_of, target)
         database_file = FileEntry(target.name, size, digest)
