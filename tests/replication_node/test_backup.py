@@ -34,6 +34,7 @@ from replication_node.errors import BackupDamaged, BackupError, BadRequest, Conf
 from replication_node.storage.database import Database
 from replication_node.storage.header import DatabaseState
 from replication_node.storage.ops import BackupKind
+from tests.replication_node.helpers import mount
 from tests.replication_node.share import Share
 
 # ---- the lease ---------------------------------------------------------------------------
@@ -205,6 +206,14 @@ async def test_full_then_incremental_restore_every_write_and_stamp_the_active(sh
         until_generation=full.last_generation,
     )
     assert items(part.path) == {f"i{n}" for n in range(80)}
+
+    # A node mounts the restored file as a database: its stream goes on after the waypoint.
+    copy = await mount(tmp_path / "r", create=False)
+    try:
+        assert copy.stream.generation == inc.last_generation + 1
+        assert len(copy.items("m")) == 120
+    finally:
+        await copy.dismount()
 
 
 async def test_incremental_refusals(share, tmp_path):

@@ -281,3 +281,43 @@ async def test_refusals_change_nothing_and_a_dead_backup_lease_ends(tmp_path):
         assert restored.returncode == 0, restored.stderr
     finally:
         await c.close()
+
+
+async def test_a_backup_killed_midway_leaves_no_manifest_and_no_stamp(tmp_path):
+    c = cluster(tmp_path, lease_ttl="3s", circular_logging=False, log_file_size="1MiB")
+    await c.start()
+    try:
+        await c.ok("PUT", "mbx1", f"{DB}/mailboxes/alice")
+        for first in range(0, 15_000, 50):  # a file of ~60 MB: its snapshot takes a while
+            await c.ok(
+                "POST",
+                "mbx1",
+                f"{DB}/mailboxes/alice/items",
+                json={
+                    "items": [{"item_id": f"i{first + k}", "body": "b" * 4000} for k in range(50)]
+                },
+            )
+        await converged(c, "DB1", "mbx1", ["mbx2"])
+        dest = tmp_path / "killed"
+        running = asyncio.create_task(backup(c, "--from", "mbx2", "--to", str(dest)))
+        await c.wait_for("the snapshot under way", (dest / "DB1.sqlite").exists, timeout=60)
+        c.kill("mbx2")  # kill -9 of the node taking the backup
+        killed = await running
+        assert killed.returncode == 1, killed.stdout
+        assert not (dest / "manifest.json").exists()
+        refused = restore(c, str(dest), "--to", str(tmp_path / "r"))
+        assert refused.returncode == 2 and "incomplete backup" in refused.stderr
+
+        async def lease_over() -> bool:
+            return (await c.status("mbx1"))["DB1"]["backup_in_progress"] is None
+
+        await c.wait_for("the killed backup's lease to end", lease_over, timeout=30)
+        assert (await c.status("mbx1"))["DB1"]["last_full_backup_generation"] == 0
+
+        c.start_node("mbx2")
+        await c.wait_healthy("mbx2")
+        await converged(c, "DB1", "mbx1", ["mbx2"])
+        again = await backup(c, "--from", "mbx2", "--to", str(tmp_path / "again"))
+        assert again.returncode == 0, again.stderr
+    finally:
+        await c.close()
