@@ -176,7 +176,8 @@ def _replay(
     path: Path, sets: list[tuple[Path, Manifest]], full: Manifest, until: int
 ) -> tuple[DatabaseHeader, int]:
     """Replay the sets' generations through `until` into the file at `path`; its header."""
-    db_name = f"{sets[0][0] / full.database_file.name}"  # type: ignore[union-attr]
+    assert full.database_file is not None
+    db_name = str(sets[0][0] / full.database_file.name)
     try:
         db = Database.open(path)
     except DatabaseError as exc:

@@ -12,6 +12,7 @@ from dag_common.model import CopyStatus
 from replication_node.errors import BackupError
 
 if TYPE_CHECKING:
+    from replication_node.active.copy import ActiveCopy
     from replication_node.active.instance import ActiveInstance
     from replication_node.passive.copy import PassiveCopy
 
@@ -56,7 +57,7 @@ class ActiveSource:
         self._instance = instance
         self.log_dir: Path = instance.paths.logs
 
-    def _copy(self):  # type: ignore[no-untyped-def]
+    def _copy(self) -> ActiveCopy:
         copy = self._instance.copy
         if copy is None:
             raise BackupError(f"{self._instance.database} is no longer mounted here")
@@ -69,10 +70,10 @@ class ActiveSource:
         return CopyStatus.MOUNTED
 
     def waypoint(self) -> int:
-        return int(self._copy().header.waypoint)
+        return self._copy().header.waypoint
 
     def inspected(self) -> int:
-        return int(self._copy().stream.last_closed_generation)
+        return self._copy().stream.last_closed_generation
 
     def hold_truncation(self, generation: int | None) -> None:
         if self._instance.truncator is not None:
