@@ -165,6 +165,15 @@ class CopyStatusReport(BaseModel):
     seed_bytes_done: int | None = None
     seed_bytes_total: int | None = None
 
+    # Backups, as this copy's header has them (the active's at once, from the log; a passive
+    # copy's once it has replayed the active's stamp), and a backup under way: on the active,
+    # whichever copy it is taken from; on the copy it is taken from, its own.
+    last_full_backup_generation: int = 0
+    last_full_backup_time: datetime | None = None
+    last_incremental_backup_generation: int = 0
+    last_incremental_backup_time: datetime | None = None
+    backup_in_progress: str | None = None
+
 
 class FailoverPause(BaseModel):
     """Automatic failover paused for maintenance (`replication-node cluster pause`): since

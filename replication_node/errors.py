@@ -17,6 +17,8 @@ DagError (dag_common.errors)
     ├── LeaseLost                 the active cannot show a live lease on its role: no commit
     ├── SynchronousCopiesMissing  fewer synchronous copies hold a commit than required
     ├── DatabaseError             the database file or its header is unusable
+    ├── BackupError               a backup or a restore that cannot go on (nothing stamped)
+    │   └── BackupDamaged         a backup set that fails verification: the file and why
     ├── StoreError                a store request that cannot be served
     │   ├── NotFound              no such database, mailbox or item
     │   ├── Conflict              already exists, or locked by a move
@@ -103,6 +105,16 @@ class SynchronousCopiesMissing(ReplicationError):
 
 class DatabaseError(ReplicationError):
     """The database file or its header cannot be used."""
+
+
+class BackupError(ReplicationError):
+    """A backup or a restore that cannot go on: what it wrote is left without a manifest
+    (never mistaken for a whole backup), and no header is stamped."""
+
+
+class BackupDamaged(BackupError):
+    """A backup set that fails verification (a manifest, a checksum, a log's checks or the
+    order of the sets): the message names the file and the reason."""
 
 
 class StoreError(ReplicationError):

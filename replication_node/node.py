@@ -28,17 +28,22 @@ from dag_common.model import (
 )
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
+from replication_node.backup.backup import BackupRequest, run_backup
+from replication_node.backup.client import HttpActiveCalls
+from replication_node.backup.sources import ActiveSource, PassiveSource
+from replication_node.backup.status import with_backups
 from replication_node.cluster.activation import activate_copy, switchover_copy
 from replication_node.cluster.failover import FailoverMonitor
 from replication_node.cluster.manager import InstanceSpec, desired_spec, plan_instances
 from replication_node.cluster.peers import PeerProgress, copy_awaiting_logs
 from replication_node.cluster.store import ActivationCause, ClusterStore
-from replication_node.errors import BadRequest, ClusterStoreError, NotFound
+from replication_node.errors import BadRequest, ClusterStoreError, Conflict, NotFound
 from replication_node.http.logshare import HttpLogSource
 from replication_node.interfaces import MailboxReader, PassiveSettings
 from replication_node.log.truncation import CopyProgress
 from replication_node.metrics import NodeMetrics, NodeStatusCollector
 from replication_node.passive.copy import PassiveCopy
+from replication_node.storage.ops import BackupKind
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +79,7 @@ class Node:
         self._failover: FailoverMonitor | None = None
         self._reconcile_lock = asyncio.Lock()
         self._peers: PeerProgress | None = None  # asked for the active's truncation
+        self._backups_running: dict[str, str] = {}  # database -> the backup taken here
         self.unexpected_errors = 0  # HTTP requests that failed on a bug (the API's 500s)
         self.metrics = metrics or NodeMetrics(name)
         self.metrics.watch(
@@ -303,6 +309,43 @@ class Node:
             raise BadRequest(f"{self.name} holds no passive copy of {database}")
         return await instance.keep_block_buffer()
 
+    async def backup(self, database: str, to: Path, *, incremental: bool) -> dict[str, Any]:
+        """Back up this node's copy of `database` into `to` (a directory on this host),
+        coordinated with its active (`backup/backup.py`); the manifest, once complete."""
+        instance = self._instances.get(database)
+        if instance is None:
+            raise NotFound(f"no copy of {database} on {self.name}")
+        active, url = self.active_of(database)
+        if active is None or url is None:
+            raise Conflict(f"{self.name} does not know the active copy of {database} yet")
+        assert self._session is not None
+        source = (
+            ActiveSource(instance)
+            if isinstance(instance, ActiveInstance)
+            else PassiveSource(instance)
+        )
+        result = await run_backup(
+            BackupRequest(
+                database=database,
+                node=self.name,
+                to=to,
+                kind=BackupKind.INCREMENTAL if incremental else BackupKind.FULL,
+            ),
+            source=source,
+            active=HttpActiveCalls(
+                session=self._session, url=url, token=self.token, database=database, active=active
+            ),
+            clock=self._clock,
+            on_running=lambda what: self._note_backup(database, what),
+        )
+        return result.as_dict()
+
+    def _note_backup(self, database: str, what: str | None) -> None:
+        if what is None:
+            self._backups_running.pop(database, None)
+        else:
+            self._backups_running[database] = what
+
     async def _peer_progress(self, database: str) -> list[CopyProgress]:
         assert self._peers is not None
         return await self._peers.of(database)
@@ -349,7 +392,9 @@ class Node:
         for db in self.config.databases_on(self.name):
             instance = self._instances.get(db.name)
             if instance is not None:
-                copies.append(instance.status())
+                copies.append(
+                    with_backups(instance, instance.status(), self._backups_running.get(db.name))
+                )
             else:
                 copy = db.copy_on(self.name)
                 assert copy is not None

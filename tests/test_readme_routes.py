@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 from aiohttp import web
 
 from guarantee_api.server import GuaranteeService
-from replication_node.http.admin_routes import add_admin_routes
-from replication_node.http.logshare import add_log_share_routes
-from replication_node.http.status_watch import add_status_watch_route
-from replication_node.http.store_routes import add_store_routes
-from replication_node.metrics import NodeMetrics, add_metrics_route
+from replication_node.http.app import build_app
+from replication_node.metrics import NodeMetrics
 from tests.cluster_harness import ROOT
 
 _CHOICES = re.compile(r"\(\?P<(\w+)>([\w|-]+)\)")  # a segment `{action:lock|unlock}`
@@ -56,12 +54,9 @@ def documented(heading: str) -> set[tuple[str, str]]:
 
 
 def test_the_nodes_table_is_its_routes():
-    app = web.Application()
-    add_store_routes(app)
-    add_admin_routes(app)
-    add_status_watch_route(app)
-    add_metrics_route(app, NodeMetrics("mbx1"))
-    add_log_share_routes(app, lookup=lambda db: None)
+    # The node's own application, so that a route module added to it is checked too.
+    node = SimpleNamespace(token="t", metrics=NodeMetrics("mbx1"), active_here=lambda db: None)
+    app = build_app(node)  # type: ignore[arg-type]
     assert documented("### Node (`replication-node serve`") == served(app)
 
 

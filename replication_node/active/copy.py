@@ -306,6 +306,12 @@ class ActiveCopy:
         return self.db.header
 
     @property
+    def merged_header(self) -> DatabaseHeader:
+        """The header as the log has it: the file's, with the backup stamps still in the
+        LLR overlay (the active shows a backup at once; its passive copies once replayed)."""
+        return self.overlay.over_header(self.db.header)
+
+    @property
     def state(self) -> DatabaseState:
         return self.db.header.state
 

@@ -39,6 +39,7 @@ from replication_node.active.share import ActiveLogShare
 from replication_node.active.status import active_status
 from replication_node.active.switchover import SwitchoverQuiesce
 from replication_node.active.truncator import ActiveTruncator
+from replication_node.backup.coordinator import BackupLeases
 from replication_node.cluster.store import ClusterStore
 from replication_node.errors import (
     CopyFailed,
@@ -124,6 +125,9 @@ class ActiveInstance:
             clock=clock,
             paused=lambda: self.switching_to is not None,
         )
+        # The one backup of this database that may run (from any copy), by lease.
+        self.backups = BackupLeases(clock=clock, ttl=lease_ttl)
+        self.circular_logging = circular_logging
         # What passive copies pull: the stream mounted, or its last logs held for a copy
         # taking over.
         self.share = ActiveLogShare(
@@ -140,7 +144,8 @@ class ActiveInstance:
                 database=database,
                 logs=paths.logs,
                 clock=clock,
-                header=lambda: self.copy.header if self.copy else None,
+                # with the backup stamps not yet in the file: the stamp is durable in the log
+                header=lambda: self.copy.merged_header if self.copy else None,
                 peer_progress=peer_progress,
                 circular_logging=circular_logging,
                 interval=truncation_interval,

@@ -45,6 +45,8 @@ class ActiveTruncator:
         self._interval = interval
         self._truncated = truncated
         self.truncated_through = 0
+        # A running backup of this copy needs the generations from here on (None: none).
+        self.backup_hold: int | None = None
 
     async def run(self) -> None:
         """Delete closed generations no copy needs any more (the seeds' truncation rules)."""
@@ -68,6 +70,8 @@ class ActiveTruncator:
             backed_up_through=header.last_backup_generation,
             circular_logging=self._circular_logging,
         )
+        if self.backup_hold is not None:  # a backup is copying them
+            limit = max(min(limit, self.backup_hold - 1), 0)
         if limit > self.truncated_through:
             deleted = await asyncio.to_thread(delete_through, self._logs, limit)
             if deleted and self._truncated is not None:

@@ -14,6 +14,7 @@ from typing import NoReturn
 from dag_common.cli import add_json, add_version, exit_now, run
 from dag_common.model import ExitCode
 from replication_node.cli import admin as cli_admin
+from replication_node.cli import backup as cli_backup
 from replication_node.cli import mailbox as cli_mailbox
 from replication_node.cli import pause as cli_pause
 from replication_node.cli import rebalance as cli_rebalance
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_json(header, "print the header as JSON")
     header.set_defaults(func=cmd_db_header)
     cli_admin.register_db(db)
+    cli_backup.register_backup(db)
     cli_rebalance.register_db(db)
     cli_pause.register(cli_serve.register(sub))
     cli_mailbox.register(sub)

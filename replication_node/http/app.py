@@ -8,6 +8,7 @@ from aiohttp import web
 from replication_node.active.share import ActiveLogShare
 from replication_node.http.admin_routes import add_admin_routes
 from replication_node.http.auth import auth_middleware
+from replication_node.http.backup_routes import add_backup_routes
 from replication_node.http.context import NODE
 from replication_node.http.error_middleware import error_middleware
 from replication_node.http.logshare import add_log_share_routes
@@ -27,6 +28,7 @@ def build_app(node: Node) -> web.Application:
     app[NODE] = node
     add_store_routes(app)
     add_admin_routes(app)
+    add_backup_routes(app)
     add_status_watch_route(app)
     add_metrics_route(app, node.metrics)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -57,6 +58,8 @@ class NodeApi(Protocol):
     async def copy_last_logs(self, database: str) -> dict[str, Any]: ...
 
     async def keep_block_buffer(self, database: str) -> dict[str, Any]: ...
+
+    async def backup(self, database: str, to: Path, *, incremental: bool) -> dict[str, Any]: ...
 
 
 NODE: web.AppKey[NodeApi] = web.AppKey("node")

@@ -14,6 +14,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import (
     AfterValidator,
+    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -24,7 +25,12 @@ from pydantic import (
 
 from dag_common.model import AutoDatabaseMountDial
 from replication_node.errors import BadRequest
-from replication_node.storage.ops import FOLDER_PATTERN, ITEM_ID_PATTERN, NAME_PATTERN
+from replication_node.storage.ops import (
+    FOLDER_PATTERN,
+    ITEM_ID_PATTERN,
+    NAME_PATTERN,
+    BackupKind,
+)
 
 MAX_ITEMS = 1000  # items per write: one write is one transaction
 MAX_FOLDERS = 1000
@@ -104,6 +110,28 @@ class HandOverIn(_Body):
     """POST …/hand-over: the node of the copy taking over."""
 
     to: Name
+
+
+class BackupIn(_Body):
+    """POST …/backup, on the node of the copy backed up: a directory on that node's host."""
+
+    from_: Annotated[Name, Field(alias="from")]
+    to: Annotated[Text, Field(min_length=1, max_length=4096)]
+    incremental: StrictBool = False
+
+
+class BackupBeginIn(_Body):
+    """POST …/backups, on the active: which node takes which kind of backup."""
+
+    node: Name
+    kind: BackupKind
+
+
+class BackupEndIn(_Body):
+    """POST …/backups/{id}/end: the backup holds generations through `generation`."""
+
+    generation: Annotated[int, Field(strict=True, ge=1)]
+    ended_at: AwareDatetime
 
 
 M = TypeVar("M", bound=BaseModel)

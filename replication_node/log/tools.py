@@ -127,6 +127,11 @@ def render_db_header(info: dict[str, Any]) -> str:
             f"  Last log time:       {info['last_log_time'] or '-'}",
             f"  Last backup:         generation {info['last_backup_generation']} "
             f"at {info['last_backup_time'] or '-'}",
+            f"  Last full backup:    generation {info.get('last_full_backup_generation', 0)} "
+            f"at {info.get('last_full_backup_time') or '-'}",
+            f"  Last incremental:    generation "
+            f"{info.get('last_incremental_backup_generation', 0)} "
+            f"at {info.get('last_incremental_backup_time') or '-'}",
         ]
     )
 

@@ -43,6 +43,7 @@ from replication_node.passive.replayer import Replayer
 from replication_node.passive.seeder import SeedProgress, seed_bytes, seed_copy, seed_over
 from replication_node.passive.status import ScrubSummary, copy_status, status_report
 from replication_node.storage.database import Database
+from replication_node.storage.header import DatabaseHeader
 from replication_node.storage.scrub import Scrubber, scrub_file
 
 if TYPE_CHECKING:
@@ -93,6 +94,8 @@ class PassiveCopy:
         # The lost active whose last logs this copy waits for, to mount without a loss
         # (set by the failover monitor under Lossless, and while they are being copied).
         self.awaiting_last_logs_from: str | None = None
+        # A running backup of this copy needs the generations from here on (None: none).
+        self.backup_hold: int | None = None
 
     @property
     def database(self) -> str:
@@ -394,6 +397,8 @@ class PassiveCopy:
             replay_lag_time=self.settings.replay_lag_time,
             truncation_lag_time=self.settings.truncation_lag_time,
         )
+        if self.backup_hold is not None:  # a backup is copying them
+            limit = max(min(limit, self.backup_hold - 1), 0)
         if limit and min(m.copied_times, default=limit + 1) <= limit:
             deleted = delete_through(self.paths.logs, limit)
             if deleted and self._metrics is not None:
@@ -480,6 +485,11 @@ class PassiveCopy:
         if self._reader is None and self.paths.database.exists():
             self._reader = Database.open(self.paths.database)
         return self._reader
+
+    @property
+    def header(self) -> DatabaseHeader | None:
+        """The replaying database's header (None while the pipeline is not running)."""
+        return self._db.header if self._db is not None else None
 
     def _close_reader(self) -> None:
         if self._reader is not None:

@@ -47,9 +47,11 @@ from replication_node.storage.header import (
     DatabaseHeader,
     DatabaseState,
     insert_new_header,
+    migrate_header,
     read_header,
     write_header,
 )
+from replication_node.storage.ops import RecordBackup, backup_fields
 from replication_node.storage.tables import TABLES_SCHEMA, apply_ops, item_dict, mailbox_dict
 
 
@@ -70,6 +72,7 @@ class Database:
         self.path = path
         self._conn = conn
         self._lock = threading.RLock()
+        migrate_header(conn)
         self._header = read_header(conn, path)
         self._digest = 0  # the running content digest, as the triggers move it
         self._install_digest()
@@ -142,6 +145,7 @@ class Database:
             raise DatabaseError(f"{path} is not a usable database: {exc}") from exc
 
     def close(self, *, clean: bool = False) -> None:
+        """Close the file; `clean`: mark it Clean Shutdown first (nothing more to replay)."""
         with self._lock:
             if clean:
                 self._write_header(replace(self._header, state=DatabaseState.CLEAN_SHUTDOWN))
@@ -194,13 +198,18 @@ class Database:
             raise DatabaseError(f"waypoint would go back from {self._header.waypoint}")
         with self._transaction() as conn:
             last_cn = self._header.last_change_number
+            stamps: list[RecordBackup] = []
             for txn in transactions:
-                last_cn = max(last_cn, apply_ops(conn, txn))
+                last_cn = max(last_cn, apply_ops(conn, txn, stamps))
                 if digests is not None:
                     digests[txn.generation] = to_hex(self._digest)
+            backups: dict[str, Any] = {}
+            for stamp in stamps:  # in log order: the last of each kind wins
+                backups.update(backup_fields(stamp))
             self._write_header(
                 replace(
                     self._header,
+                    **backups,
                     state=state,
                     waypoint=waypoint,
                     checkpoint=waypoint + 1,
@@ -210,13 +219,6 @@ class Database:
                 )
             )
         return self._header
-
-    def record_backup(self, generation: int, when: datetime) -> None:
-        """Stamp the header with a completed backup up to `generation`."""
-        with self._transaction():
-            self._write_header(
-                replace(self._header, last_backup_generation=generation, last_backup_time=when)
-            )
 
     def mark_dirty(self) -> None:
         """The database is in use: a crash from now on is a dirty shutdown."""

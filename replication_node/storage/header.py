@@ -32,9 +32,22 @@ CREATE TABLE db_header(
   last_change_number INTEGER NOT NULL,
   last_log_time TEXT,
   last_backup_generation INTEGER NOT NULL,
-  last_backup_time TEXT
+  last_backup_time TEXT,
+  last_full_backup_generation INTEGER NOT NULL DEFAULT 0,
+  last_full_backup_time TEXT,
+  last_incremental_backup_generation INTEGER NOT NULL DEFAULT 0,
+  last_incremental_backup_time TEXT
 );
 """
+
+# Columns added after the first files were written: (name, declaration), added by
+# `migrate_header` to a file that lacks them (the defaults are what such a file means).
+_ADDED_COLUMNS = (
+    ("last_full_backup_generation", "INTEGER NOT NULL DEFAULT 0"),
+    ("last_full_backup_time", "TEXT"),
+    ("last_incremental_backup_generation", "INTEGER NOT NULL DEFAULT 0"),
+    ("last_incremental_backup_time", "TEXT"),
+)
 
 
 class DatabaseState(StrEnum):
@@ -56,8 +69,12 @@ class DatabaseHeader:
     committed: int
     last_change_number: int
     last_log_time: datetime | None
-    last_backup_generation: int = 0
+    last_backup_generation: int = 0  # the last backup of any kind (truncation's "backed up")
     last_backup_time: datetime | None = None
+    last_full_backup_generation: int = 0
+    last_full_backup_time: datetime | None = None
+    last_incremental_backup_generation: int = 0
+    last_incremental_backup_time: datetime | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form, with the seeds' "Log Required / Log Committed" ranges."""
@@ -75,10 +92,16 @@ class DatabaseHeader:
             "last_change_number": self.last_change_number,
             "last_log_time": self.last_log_time.isoformat() if self.last_log_time else None,
             "last_backup_generation": self.last_backup_generation,
-            "last_backup_time": (
-                self.last_backup_time.isoformat() if self.last_backup_time else None
-            ),
+            "last_backup_time": _iso(self.last_backup_time),
+            "last_full_backup_generation": self.last_full_backup_generation,
+            "last_full_backup_time": _iso(self.last_full_backup_time),
+            "last_incremental_backup_generation": self.last_incremental_backup_generation,
+            "last_incremental_backup_time": _iso(self.last_incremental_backup_time),
         }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
 
 
 def _dt(value: str | None) -> datetime | None:
@@ -90,7 +113,7 @@ def insert_new_header(
 ) -> None:
     """The header row of a new, empty database (dirty: it is about to be used)."""
     conn.execute(
-        "INSERT INTO db_header VALUES (1, ?, ?, ?, ?, 1, 0, 0, 0, NULL, 0, NULL)",
+        "INSERT INTO db_header VALUES (1, ?, ?, ?, ?, 1, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL)",
         (FORMAT, str(database_signature), str(log_signature), "Dirty Shutdown"),
     )
 
@@ -114,7 +137,34 @@ def read_header(conn: sqlite3.Connection, path: Path) -> DatabaseHeader:
         last_log_time=_dt(row["last_log_time"]),
         last_backup_generation=row["last_backup_generation"],
         last_backup_time=_dt(row["last_backup_time"]),
+        last_full_backup_generation=row["last_full_backup_generation"],
+        last_full_backup_time=_dt(row["last_full_backup_time"]),
+        last_incremental_backup_generation=row["last_incremental_backup_generation"],
+        last_incremental_backup_time=_dt(row["last_incremental_backup_time"]),
     )
+
+
+def migrate_header(conn: sqlite3.Connection) -> None:
+    """Add the header columns a file written before them lacks (a no-op on a current file).
+    Checked again inside the write transaction: two handles opening the same old file
+    (a passive's pipeline and its reader) add each column once."""
+    if not _missing_columns(conn):
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for name, declaration in _missing_columns(conn):
+            conn.execute(f"ALTER TABLE db_header ADD COLUMN {name} {declaration}")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _missing_columns(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    have = {row[1] for row in conn.execute("PRAGMA table_info(db_header)")}
+    if not have:
+        return []  # no header at all: read_header says so
+    return [(name, decl) for name, decl in _ADDED_COLUMNS if name not in have]
 
 
 def write_header(conn: sqlite3.Connection, header: DatabaseHeader) -> None:
@@ -122,17 +172,23 @@ def write_header(conn: sqlite3.Connection, header: DatabaseHeader) -> None:
     conn.execute(
         "UPDATE db_header SET state=?, checkpoint=?, waypoint=?, committed=?,"
         " last_change_number=?, last_log_time=?, last_backup_generation=?,"
-        " last_backup_time=?, database_signature=?, log_signature=? WHERE id = 1",
+        " last_backup_time=?, database_signature=?, log_signature=?,"
+        " last_full_backup_generation=?, last_full_backup_time=?,"
+        " last_incremental_backup_generation=?, last_incremental_backup_time=? WHERE id = 1",
         (
             str(header.state),
             header.checkpoint,
             header.waypoint,
             header.committed,
             header.last_change_number,
-            header.last_log_time.isoformat() if header.last_log_time else None,
+            _iso(header.last_log_time),
             header.last_backup_generation,
-            header.last_backup_time.isoformat() if header.last_backup_time else None,
+            _iso(header.last_backup_time),
             str(header.database_signature),
             str(header.log_signature),
+            header.last_full_backup_generation,
+            _iso(header.last_full_backup_time),
+            header.last_incremental_backup_generation,
+            _iso(header.last_incremental_backup_time),
         ),
     )

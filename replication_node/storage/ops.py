@@ -8,6 +8,10 @@ order.  The rows an operation produces are defined once here (`mailbox_row`,
 database writes the same columns (tests/replication_node/test_ops.py holds the two to the
 same rows for the same operations).
 
+One operation touches no mailbox: `RecordBackup`, the active's stamp of a completed backup,
+which both appliers turn into header values (`backup_fields`: the database writes them into
+its header, the overlay holds them until the file has the generation that carries them).
+
 Decoding is strict but cheap (immutable named tuples, no validation library on the replay
 path): a field missing or of the wrong type is `MalformedOperation` naming it.  The request
 edge validates texts and names before an operation is ever built (`http.models`,
@@ -16,6 +20,8 @@ edge validates texts and names before an operation is ever built (`http.models`,
 
 from __future__ import annotations
 
+from datetime import datetime
+from enum import StrEnum
 from typing import Any, NamedTuple
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}$"
@@ -73,7 +79,27 @@ class DeleteMailbox(NamedTuple):
     cn: int
 
 
-Operation = CreateMailbox | SetMailbox | CreateFolder | PutItem | DeleteItem | DeleteMailbox
+class BackupKind(StrEnum):
+    """What a backup holds: the database file and its logs, or only the logs since the last."""
+
+    FULL = "full"
+    INCREMENTAL = "incremental"
+
+
+class RecordBackup(NamedTuple):
+    """A completed backup, stamped by the active into its header as a log record, so every
+    copy's header gets it by replay and none writes its own (the seeds: a passive that wrote
+    its header would diverge).  `generation`: the last generation the backup holds; `time`:
+    when it ended (RFC 3339).  It names no mailbox and takes no change number."""
+
+    kind: BackupKind
+    generation: int
+    time: str
+
+
+Operation = (
+    CreateMailbox | SetMailbox | CreateFolder | PutItem | DeleteItem | DeleteMailbox | RecordBackup
+)
 
 _KIND: dict[type, str] = {
     CreateMailbox: "create_mailbox",
@@ -82,6 +108,7 @@ _KIND: dict[type, str] = {
     PutItem: "put_item",
     DeleteItem: "delete_item",
     DeleteMailbox: "delete_mailbox",
+    RecordBackup: "record_backup",
 }
 _TYPE = {kind: cls for cls, kind in _KIND.items()}
 
@@ -90,7 +117,9 @@ def encode(op: Operation) -> dict[str, Any]:
     """The JSON object an operation is in the log (fields left at None are left out)."""
     out: dict[str, Any] = {"op": _KIND[type(op)]}
     for name, value in zip(op._fields, op, strict=True):
-        if value is not None:
+        if isinstance(value, StrEnum):
+            out[name] = str(value)
+        elif value is not None:
             out[name] = list(value) if isinstance(value, tuple) else value
     return out
 
@@ -134,6 +163,18 @@ def decode(raw: Any) -> Operation:
             and type(op.body) is str
         ):
             return op
+    if cls is RecordBackup:
+        kind, generation = _field(raw, "kind", str), _field(raw, "generation", int)
+        when = _field(raw, "time", str)
+        if kind not in BackupKind.__members__.values():
+            raise MalformedOperation(f"record_backup: kind {kind!r} is not full or incremental")
+        if generation < 1:
+            raise MalformedOperation("record_backup: generation must be at least 1")
+        try:
+            datetime.fromisoformat(when)
+        except ValueError:
+            raise MalformedOperation(f"record_backup: time {when!r} is not a time") from None
+        return RecordBackup(BackupKind(kind), generation, when)
     mailbox, cn = _field(raw, "mailbox", str), _field(raw, "cn", int)
     if cls is CreateMailbox:
         folders = _field(raw, "folders", list, DEFAULT_FOLDERS)
@@ -201,3 +242,15 @@ def tombstone_row(row: Row | None, op: DeleteItem, commit_time: str) -> Row:
     """The row a DeleteItem leaves: a tombstone, so incremental sync sees the deletion."""
     base = row or {"mailbox": op.mailbox, "item_id": op.item_id, "folder": "", "subject": ""}
     return dict(base, body="", size=0, change_number=op.cn, deleted=True, commit_time=commit_time)
+
+
+def backup_fields(op: RecordBackup) -> dict[str, Any]:
+    """The header values a backup stamp sets (`DatabaseHeader` fields): the last backup of its
+    kind, and the last backup of any kind, which truncation counts as backed up."""
+    when = datetime.fromisoformat(op.time)
+    return {
+        f"last_{op.kind}_backup_generation": op.generation,
+        f"last_{op.kind}_backup_time": when,
+        "last_backup_generation": op.generation,
+        "last_backup_time": when,
+    }

@@ -9,21 +9,30 @@ written to the file, exactly the entries last written at or below F are dropped.
 A mailbox removed (`DeleteMailbox`) leaves no row to merge: the overlay forgets what it held
 of it and remembers the removal's generation in `removed`, and until the file has that
 generation every read of the mailbox ignores the file's rows (`hides`).
+
+A backup stamp (`RecordBackup`) is held the same way (`backups`, the last of each kind), so
+the active's header as the log has it (`over_header`) shows a backup as soon as the stamp
+is durable, before its generation reaches the file.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from replication_node.storage.database import Transaction
+from replication_node.storage.header import DatabaseHeader
 from replication_node.storage.ops import (
+    BackupKind,
     CreateFolder,
     CreateMailbox,
     DeleteItem,
     DeleteMailbox,
     PutItem,
+    RecordBackup,
     Row,
     SetMailbox,
+    backup_fields,
     decode,
     item_row,
     mailbox_row,
@@ -41,6 +50,9 @@ class LlrOverlay:
         self.folders: dict[tuple[str, str], int] = {}
         self.items: dict[tuple[str, str], tuple[int, Row]] = {}
         self.removed: dict[str, int] = {}  # mailbox -> generation of its removal
+        # the last stamp of each kind: (generation, order seen, stamp)
+        self.backups: dict[BackupKind, tuple[int, int, RecordBackup]] = {}
+        self._stamps_seen = 0
         self.max_change_number = 0
 
     def __len__(self) -> int:
@@ -62,6 +74,10 @@ class LlrOverlay:
         gen = txn.generation
         when = txn.commit_time.isoformat()
         for op in map(decode, txn.ops):
+            if type(op) is RecordBackup:
+                self._stamps_seen += 1
+                self.backups[op.kind] = (gen, self._stamps_seen, op)
+                continue
             self.max_change_number = max(self.max_change_number, op.cn)
             match op:
                 case CreateMailbox():
@@ -104,6 +120,16 @@ class LlrOverlay:
         self.folders = {k: g for k, g in self.folders.items() if g > generation}
         self.items = {k: v for k, v in self.items.items() if v[0] > generation}
         self.removed = {k: g for k, g in self.removed.items() if g > generation}
+        self.backups = {k: v for k, v in self.backups.items() if v[0] > generation}
+
+    def over_header(self, header: DatabaseHeader) -> DatabaseHeader:
+        """The database file's header with the backup stamps the file does not have yet."""
+        if not self.backups:
+            return header
+        fields: dict[str, object] = {}
+        for _, _, stamp in sorted(self.backups.values(), key=lambda v: v[1]):
+            fields.update(backup_fields(stamp))
+        return replace(header, **fields)  # type: ignore[arg-type]
 
     def hides(self, mailbox: str) -> bool:
         """The mailbox was removed in a generation the database file does not have yet: its

@@ -18,6 +18,7 @@ from replication_node.storage.ops import (
     DeleteMailbox,
     MalformedOperation,
     PutItem,
+    RecordBackup,
     SetMailbox,
     decode,
     mailbox_row,
@@ -77,9 +78,13 @@ def item_dict(row: sqlite3.Row) -> dict[str, Any]:
 _PUT = "INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?)"
 
 
-def apply_ops(conn: sqlite3.Connection, txn: Transaction) -> int:
+def apply_ops(
+    conn: sqlite3.Connection, txn: Transaction, stamps: list[RecordBackup] | None = None
+) -> int:
     """Apply one transaction's operations (`ops.decode`d: the same model the overlay
-    applies, the same rows); return its highest change number."""
+    applies, the same rows); return its highest change number.  A backup stamp touches no
+    table: it is appended to `stamps`, for the caller to write into the header in the same
+    SQLite transaction."""
     when = txn.commit_time.isoformat()
     puts: list[tuple[Any, ...]] = []
     last_cn = 0
@@ -96,6 +101,10 @@ def apply_ops(conn: sqlite3.Connection, txn: Transaction) -> int:
             raise DatabaseError(
                 f"malformed operation in generation {txn.generation} at offset {txn.offset}: {exc}"
             ) from exc
+        if type(op) is RecordBackup:
+            if stamps is not None:
+                stamps.append(op)
+            continue
         last_cn = max(last_cn, op.cn)
         if type(op) is PutItem:  # item_row's columns, without the dict (the hot path)
             size = len(op.body.encode())

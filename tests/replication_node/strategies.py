@@ -21,11 +21,15 @@ text = st.text(alphabet="ab\u00e9\U0001f600", max_size=6)
 def operation(draw):
     """One operation as the log carries it (a JSON object without its change number)."""
     mailbox = draw(st.sampled_from(MAILBOXES))
-    kind = draw(
-        st.sampled_from(
-            ["create_mailbox", "set_mailbox", "create_folder", "put", "put", "del", "drop"]
-        )
-    )
+    kinds = ["create_mailbox", "set_mailbox", "create_folder", "put", "put", "del", "drop"]
+    kind = draw(st.sampled_from([*kinds, "backup"]))
+    if kind == "backup":  # the active's stamp of a completed backup: no mailbox, no number
+        return {
+            "op": "record_backup",
+            "kind": draw(st.sampled_from(["full", "incremental"])),
+            "generation": draw(st.integers(1, 50)),
+            "time": (T0 + timedelta(minutes=draw(st.integers(0, 60)))).isoformat(),
+        }
     if kind == "drop":
         return {"op": "delete_mailbox", "mailbox": mailbox}
     if kind == "create_mailbox":
@@ -53,6 +57,9 @@ def numbered(generations: list[list[list[dict[str, Any]]]]) -> list[Transaction]
         for offset, ops in enumerate(txns):
             numbered_ops = []
             for op in ops:
+                if op["op"] == "record_backup":
+                    numbered_ops.append(op)
+                    continue
                 cn += 1
                 numbered_ops.append({**op, "cn": cn})
             out.append(Transaction(g, 512 + offset, T0 + timedelta(seconds=cn), numbered_ops))

@@ -21,7 +21,8 @@ from tests.replication_node.strategies import ITEM_IDS, MAILBOXES, history, numb
 @settings(max_examples=200, deadline=None)
 @given(raw=operation())
 def test_an_operation_decodes_and_encodes_to_what_the_log_carries(raw):
-    raw = {**raw, "cn": 7}
+    if raw["op"] != "record_backup":
+        raw = {**raw, "cn": 7}
     op = ops.decode(raw)
     encoded = ops.encode(op)
     assert ops.decode(encoded) == op
@@ -38,6 +39,11 @@ def test_an_operation_decodes_and_encodes_to_what_the_log_carries(raw):
         ({"op": "delete_item", "mailbox": "m", "cn": True, "item_id": "a"}, "cn"),
         ({"op": "set_mailbox", "mailbox": "m", "cn": 1, "locked": "yes"}, "locked"),
         ({"op": "create_mailbox", "mailbox": "m", "cn": 1, "folders": [1]}, "folder"),
+        ({"op": "record_backup", "generation": 3, "time": "2026-11-23T00:00:00+00:00"}, "kind"),
+        ({"op": "record_backup", "kind": "differential", "generation": 3, "time": "x"}, "kind"),
+        ({"op": "record_backup", "kind": "full", "generation": "3", "time": "x"}, "generation"),
+        ({"op": "record_backup", "kind": "full", "generation": 0, "time": "x"}, "generation"),
+        ({"op": "record_backup", "kind": "full", "generation": 3, "time": "noon"}, "time"),
     ],
 )
 def test_what_is_not_an_operation_is_refused_naming_why(raw, why):
@@ -67,9 +73,20 @@ def test_the_database_and_the_overlay_end_with_the_same_rows(tmp_path_factory, g
                 assert overlay.item(mailbox, item_id) == db.item(mailbox, item_id)
             in_overlay = sorted(f for (m, f) in overlay.folders if m == mailbox)
             assert in_overlay == db.folders(mailbox)
+        # the backup stamps: the header as the overlay shows it is the file's after replay
+        shown, written = overlay.over_header(empty.header), db.header
+        for field in BACKUP_FIELDS:
+            assert getattr(shown, field) == getattr(written, field), field
     finally:
         db.close()
         empty.close()
+
+
+BACKUP_FIELDS = [
+    f"last_{kind}backup_{what}"
+    for kind in ("", "full_", "incremental_")
+    for what in ("generation", "time")
+]
 
 
 class _Stream:

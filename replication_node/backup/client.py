@@ -1,0 +1,59 @@
+"""The active's backup routes, called by the node taking a backup (`backup.ActiveCalls`
+over HTTP): each answer's status becomes the domain error it stands for, so the backing-up
+node's own answer carries the active's refusal as it was (409, 400, 404) and anything else
+(the active unreachable, not mounted) as a failed backup."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import aiohttp
+
+from dag_common.node_status import post_admin
+from replication_node.errors import BackupError, BadRequest, Conflict, NotFound
+from replication_node.storage.ops import BackupKind
+
+
+class HttpActiveCalls:
+    """`POST /v1/databases/{db}/backups…` on the active's node."""
+
+    def __init__(
+        self, *, session: aiohttp.ClientSession, url: str, token: str, database: str, active: str
+    ) -> None:
+        self._session = session
+        self._base = f"{url}/v1/databases/{database}/backups"
+        self._token = token
+        self._active = active
+
+    async def _post(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        code, answer = await post_admin(
+            self._session, self._base + path, self._token, body, timeout=60
+        )
+        if code < 300:
+            return answer
+        message = f"the active on {self._active}: {answer.get('error') or f'HTTP {code}'}"
+        if code == 409:
+            raise Conflict(message)
+        if code == 400:
+            raise BadRequest(message)
+        if code == 404:
+            raise NotFound(message)
+        raise BackupError(message)
+
+    async def begin(self, node: str, kind: BackupKind) -> dict[str, Any]:
+        return await self._post("", {"node": node, "kind": str(kind)})
+
+    async def renew(self, backup_id: str) -> None:
+        await self._post(f"/{backup_id}/renew")
+
+    async def roll(self, backup_id: str) -> int:
+        return int((await self._post(f"/{backup_id}/roll"))["last_generation"])
+
+    async def end(self, backup_id: str, generation: int, ended: datetime) -> dict[str, Any]:
+        return await self._post(
+            f"/{backup_id}/end", {"generation": generation, "ended_at": ended.isoformat()}
+        )
+
+    async def abort(self, backup_id: str) -> None:
+        await self._post(f"/{backup_id}/abort")

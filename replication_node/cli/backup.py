@@ -1,0 +1,149 @@
+"""`replication-node db backup` and `db restore`.
+
+`db backup DB --from NODE --to DIR [--incremental]` asks NODE (the node hosting the copy to
+back up; DIR is a directory on its host) and returns when the backup is complete or failed:
+one line (kind, generations, bytes, seconds), `--json` the manifest.  Exit 0 done, 1 failed
+or refused by the cluster's state (a copy not Healthy/Mounted, a backup already running,
+the active not mounted), 2 bad input (an unknown database or node, a destination not
+empty, an incremental without a full backup or with circular logging on).
+
+`db restore DIR [DIR …] --to DIR [--until-generation N]` runs here, on the sets' host: a full
+backup then incrementals in order become `<database>.sqlite` in Clean Shutdown.  Exit 0
+restored, 2 a set that is incomplete, damaged or out of order (the file and reason named)
+or a destination not empty, 1 a failure while writing (a full disk)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from dag_common.cli import add_config, add_json, error
+from dag_common.clock import SystemClock
+from dag_common.config import ClusterConfig, load_config, load_token
+from dag_common.errors import TokenRefused
+from dag_common.model import ExitCode
+from dag_common.node_status import AUTH_FAILED, post_admin
+from replication_node.backup.restore import restore
+from replication_node.cli.admin import DATABASE, exit_code
+from replication_node.cli.status import client_ssl
+from replication_node.errors import BackupError
+
+# A backup is answered when it is complete: as long as copying the database file takes.
+BACKUP_TIMEOUT = 24 * 3600.0
+
+
+async def _post(config: ClusterConfig, url: str, body: dict[str, Any]) -> tuple[int, Any]:
+    conn = aiohttp.TCPConnector(ssl=client_ssl(config))
+    async with aiohttp.ClientSession(connector=conn) as session:
+        return await post_admin(session, url, load_token(config), body, timeout=BACKUP_TIMEOUT)
+
+
+def backup_summary(body: dict[str, Any]) -> str:
+    """One line saying what a backup holds, from its manifest."""
+    first, last = body["after_generation"] + 1, body["last_generation"]
+    logs = f"generations {first}-{last}" if last >= first else "no log generations"
+    held = (
+        f"the database file (waypoint {body['after_generation']}) and "
+        if body["database_file"]
+        else ""
+    )
+    return (
+        f"{body['database']}: {body['kind']} backup from {body['source_node']} "
+        f"({body['source_role']}): {held}{logs}; {body['bytes']} bytes in "
+        f"{body['seconds']:.1f}s (id {body['backup_id']})"
+    )
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    try:
+        db = config.database(args.database)
+    except KeyError:
+        error(f"no database {args.database!r} in {args.config}")
+        return ExitCode.BAD_INPUT
+    if db.copy_on(args.from_node) is None:
+        error(f"{db.name} has no copy on {args.from_node!r}")
+        return ExitCode.BAD_INPUT
+    url = f"{config.node(args.from_node).url}/v1/databases/{db.name}/backup"
+    body = {"from": args.from_node, "to": args.to, "incremental": args.incremental}
+    code, answer = asyncio.run(_post(config, url, body))
+    result = exit_code(code)
+    if result is ExitCode.OK:
+        print(json.dumps(answer, indent=2) if args.json else backup_summary(answer))
+        return result
+    if code == 401:
+        raise TokenRefused(AUTH_FAILED)
+    error(answer.get("error") or f"HTTP {code}")
+    return result
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    try:
+        result = restore(
+            [Path(d) for d in args.dirs],
+            to=Path(args.to),
+            clock=SystemClock(),
+            until_generation=args.until_generation,
+        )
+    except BackupError as exc:
+        error(str(exc))
+        return ExitCode.BAD_INPUT
+    except OSError as exc:
+        error(f"restore failed writing {args.to}: {exc}")
+        return ExitCode.FAILED
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2))
+    else:
+        h = result.header
+        print(
+            f"{result.database}: restored to {result.path} through generation {h.waypoint} "
+            f"({h.state}); {result.sets} set(s), {result.generations} generation(s) replayed, "
+            f"{result.bytes} bytes verified in {result.seconds:.1f}s"
+        )
+    return ExitCode.OK
+
+
+def register_backup(db_sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """`db backup` and `db restore`."""
+    b = db_sub.add_parser(
+        "backup", help="back up a copy (passive or active), coordinated with the active"
+    )
+    b.add_argument("database", help=DATABASE)
+    b.add_argument(
+        "--from", dest="from_node", required=True, help="the node of the copy to back up"
+    )
+    b.add_argument("--to", required=True, help="an empty or new directory on that node's host")
+    b.add_argument(
+        "--incremental",
+        action="store_true",
+        help="only the logs since the last backup (needs a full backup, circular_logging off)",
+    )
+    add_config(b)
+    add_json(b, "print the backup's manifest as JSON")
+    b.set_defaults(func=cmd_backup)
+
+    r = db_sub.add_parser(
+        "restore", help="a full backup, then incrementals, into a database in Clean Shutdown"
+    )
+    r.add_argument("dirs", nargs="+", metavar="DIR", help="a full backup set, then incrementals")
+    r.add_argument("--to", required=True, help="an empty or new directory for <database>.sqlite")
+    r.add_argument(
+        "--until-generation",
+        type=int,
+        default=None,
+        metavar="N",
+        help="replay generations through N only (default: all the sets hold)",
+    )
+    r.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="accepted as by every command; a restore needs no cluster (it runs on the files)",
+    )
+    add_json(r, "print what was restored as JSON")
+    r.set_defaults(func=cmd_restore)

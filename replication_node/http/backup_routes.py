@@ -1,0 +1,97 @@
+"""The backup routes of the node's HTTP API.
+
+- On the node of the copy backed up: `POST /v1/databases/{db}/backup {from, to,
+  incremental?}` takes the backup (`Node.backup`) and answers its manifest once complete.
+- On the active: `POST /v1/databases/{db}/backups {node, kind}` begins one (a lease),
+  `…/backups/{id}/renew` keeps it, `…/backups/{id}/roll` closes the open log (where the
+  backup ends), `…/backups/{id}/end {generation, ended_at}` commits the stamp, and
+  `…/backups/{id}/abort` ends it without one.  `GET /v1/databases/{db}/backups` says which
+  backup runs.  All need the token, as every admin call.
+
+Thin handlers: the work is in `backup/` (`backup.py` on the backing-up node,
+`coordinator.py` on the active).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiohttp import web
+
+from replication_node.backup.coordinator import begin_answer, stamp
+from replication_node.errors import NotFound
+from replication_node.http.context import NODE, active_for_write, active_here, json_body
+from replication_node.http.models import BackupBeginIn, BackupEndIn, BackupIn, parse
+
+
+async def take_backup(request: web.Request) -> web.Response:
+    node, db = request.app[NODE], request.match_info["db"]
+    body = parse(BackupIn, await json_body(request))
+    if body.from_ != node.name:
+        raise NotFound(f"the copy of {db} on {body.from_} is not on this node ({node.name})")
+    return web.json_response(await node.backup(db, Path(body.to), incremental=body.incremental))
+
+
+async def begin(request: web.Request) -> web.Response:
+    body = parse(BackupBeginIn, await json_body(request))
+    instance = active_for_write(request)  # mounted, not being switched over
+    assert instance.copy is not None
+    answer = begin_answer(
+        instance.backups,
+        instance.copy.merged_header,
+        node=body.node,
+        kind=body.kind,
+        circular_logging=instance.circular_logging,
+        epoch=instance.epoch,
+    )
+    return web.json_response(answer)
+
+
+async def renew(request: web.Request) -> web.Response:
+    running = active_here(request).backups.renew(request.match_info["id"])
+    return web.json_response({"backup_id": running.backup_id})
+
+
+async def roll(request: web.Request) -> web.Response:
+    instance = active_for_write(request)
+    instance.backups.renew(request.match_info["id"])
+    assert instance.copy is not None
+    await instance.copy.roll(force=True)
+    await instance.publish()
+    return web.json_response({"last_generation": instance.copy.stream.last_closed_generation})
+
+
+async def end(request: web.Request) -> web.Response:
+    body = parse(BackupEndIn, await json_body(request))
+    instance = active_for_write(request)
+    assert instance.copy is not None
+    answer = await stamp(
+        instance.copy,
+        instance.backups,
+        request.match_info["id"],
+        generation=body.generation,
+        ended=body.ended_at,
+    )
+    return web.json_response(answer)
+
+
+async def abort(request: web.Request) -> web.Response:
+    active_here(request).backups.finish(request.match_info["id"])
+    return web.json_response({"aborted": request.match_info["id"]})
+
+
+async def running(request: web.Request) -> web.Response:
+    lease = active_here(request).backups.running()
+    return web.json_response({"running": lease.describe() if lease else None})
+
+
+def add_backup_routes(app: web.Application) -> None:
+    """The backup call and the active's backup coordination."""
+    prefix = "/v1/databases/{db}"
+    app.router.add_post(prefix + "/backup", take_backup)
+    app.router.add_post(prefix + "/backups", begin)
+    app.router.add_get(prefix + "/backups", running)
+    app.router.add_post(prefix + "/backups/{id}/renew", renew)
+    app.router.add_post(prefix + "/backups/{id}/roll", roll)
+    app.router.add_post(prefix + "/backups/{id}/end", end)
+    app.router.add_post(prefix + "/backups/{id}/abort", abort)
