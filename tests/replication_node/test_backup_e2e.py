@@ -170,6 +170,7 @@ async def test_truncation_waits_for_the_backup_without_circular_logging(tmp_path
     await c.start()
     try:
         await c.ok("PUT", "mbx1", f"{DB}/mailboxes/alice")
+        await converged(c, "DB1", "mbx1", ["mbx2"])  # Healthy: else refused as Seeding first
         refused = await backup(c, "--from", "mbx2", "--to", str(tmp_path / "i"), "--incremental")
         assert refused.returncode == 1
         assert "no full backup" in refused.stderr
