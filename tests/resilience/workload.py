@@ -201,14 +201,6 @@ class Recorder:
         return out
 
 
-FAST_MOVE = [
-    "--health-check-interval", "200ms",
-    "--stall-retry-interval", "300ms",
-    "--flush-retry-interval", "200ms",
-    "--stall-limit", "120s",
-]  # fmt: skip
-
-
 def mrs_command(cluster: LocalCluster, *args: str) -> list[str]:
     """`mrs ARGS` on the cluster's config and the suite's requests file."""
     return [
