@@ -46,6 +46,7 @@ class Epoch:
     start_generation: int
     mount_dial: str | None = None
     cause: str | None = None
+    kept_through: int | None = None  # the generation before the start: kept through this byte
 
     @classmethod
     def from_json(cls, row: Mapping[str, object]) -> Epoch:
@@ -55,6 +56,19 @@ class Epoch:
             int(row["start_generation"] or 0),  # type: ignore[arg-type]
             row.get("mount_dial"),  # type: ignore[arg-type]
             row.get("cause"),  # type: ignore[arg-type]
+            row.get("kept_through"),  # type: ignore[arg-type]
+        )
+
+    def forked_below(self, generation: int, offset: int) -> bool:
+        """Whether a write at (generation, offset) of the previous stream is in the tail
+        this epoch's activation did not keep: at or above its start, or past the byte the
+        generation before it was kept through (block mode)."""
+        if generation >= self.start_generation:
+            return True
+        return (
+            generation == self.start_generation - 1
+            and self.kept_through is not None
+            and offset > self.kept_through
         )
 
 
@@ -114,13 +128,13 @@ def acknowledged_writes_kept(
                 )
             )
             continue
-        if a.generation < fork.start_generation:
+        if not fork.forked_below(a.generation, a.offset):
+            kept = f" (kept through byte {fork.kept_through})" if fork.kept_through else ""
             out.append(
                 Violation(
                     "acknowledged-write-lost",
-                    f"{a.item} in generation "
-                    f"{a.generation}, below epoch {fork.epoch}'s start "
-                    f"{fork.start_generation}: not a lost tail",
+                    f"{a.item} at generation {a.generation} byte {a.offset}, below epoch "
+                    f"{fork.epoch}'s start {fork.start_generation}{kept}: not a lost tail",
                 )
             )
             continue

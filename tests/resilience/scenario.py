@@ -25,8 +25,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from mrs_client.policy import MoveStep
 from mrs_client.requests_store import MoveRequestStore
-from tests.cluster_harness import THREE_NODES, LocalCluster
+from tests.cluster_harness import THREE_NODES, LocalCluster, wait_until
 from tests.mrs_client.e2e import live, shorten_guarantee_waits
 from tests.mrs_client.e2e import seed as seed_mailbox
 from tests.netns import NetnsLab, NetnsUnavailable, cluster_in_namespaces
@@ -34,7 +35,7 @@ from tests.replication_node.e2e import converged as rolled_and_replayed
 from tests.resilience import invariants as inv
 from tests.resilience.conftest import LINES
 from tests.resilience.faults import Faults
-from tests.resilience.workload import Mover, Recorder, Writer, find_active
+from tests.resilience.workload import SHORT, Answer, Mover, Recorder, Writer, find_active
 
 NODES = [n for n, _ in THREE_NODES]
 COPIES = {
@@ -108,6 +109,75 @@ class Scenario:
         self.fault_at = time.monotonic()
         self.move_in_flight_at_fault = self.mover.in_flight()
         self.notes.append(f"fault after {n} acks")
+
+    async def move_reached(self, step: MoveStep, timeout: float = 120) -> None:
+        """Wait until the move's record is at `step` or past it (or the mover ended)."""
+        path = self.mover.requests_db()
+
+        def reached() -> bool:
+            if not self.mover.in_flight():
+                return True
+            if not path.exists():
+                return False
+            store = MoveRequestStore(path)
+            try:
+                return any(r.step >= step for r in store.list())
+            finally:
+                store.close()
+
+        await wait_until(f"the move at step {step.label}", reached, timeout=timeout, every=0.05)
+
+    def move_id(self) -> str:
+        store = MoveRequestStore(self.mover.requests_db())
+        try:
+            return store.list()[-1].id
+        finally:
+            store.close()
+
+    async def probe(self, node: str, n: int) -> int:
+        """Write `n` items straight to `node` (a stale active, say), recorded with the
+        writer's answers; how many it acknowledged."""
+        kept = (self.writer.target, self.writer.prefix)
+        acked = 0
+        for i in range(n):
+            code, body = await self.cluster.call(
+                "POST",
+                node,
+                f"/v1/databases/{self.writer.db}/mailboxes/bob/items",
+                json={"item_id": f"probe-{node}-{len(self.writer.answers)}-{i}"},
+                timeout=SHORT,
+            )
+            now = time.monotonic()
+            ok = 200 <= code < 300 and isinstance(body, dict)
+            self.writer.answers.append(
+                Answer(
+                    f"probe-{node}-{len(self.writer.answers)}-{i}",
+                    node,
+                    now,
+                    now,
+                    code,
+                    body["epoch"] if ok else 0,
+                    body["lsn"]["generation"] if ok else 0,
+                )
+            )
+            acked += ok
+        self.writer.target, self.writer.prefix = kept
+        return acked
+
+    async def reseed_failed(self) -> None:
+        """The operator's part: reseed every copy that stopped and asks for one."""
+        for db, nodes in COPIES.items():
+            for node in sorted(nodes):
+                try:
+                    copy = await self.copy_state(node, db)
+                except (aiohttp.ClientError, AssertionError, KeyError, TimeoutError):
+                    continue
+                if copy["status"] in ("FailedAndSuspended", "Failed") and copy["role"] != "Active":
+                    await self.cluster.ok("POST", node, f"/v1/databases/{db}/copies/{node}/reseed")
+                    self.notes.append(f"reseeded {db}\\{node} ({(copy.get('error') or '')[:80]})")
+
+    async def restart_api(self, env: dict[str, str] | None = None) -> None:
+        self.api = await self.cluster.start_guarantee_api(env=env)
 
     # ---- waiting -------------------------------------------------------------------
 
@@ -244,7 +314,9 @@ class Scenario:
         out: dict[str, dict[str, object]] = {}
         for node in COPIES[db]:
             items = await self._items(node, db, mailbox)
-            out[node] = {k: (v["subject"], v["deleted"]) for k, v in items.items()}
+            out[node] = {
+                k: (v["subject"], v["deleted"], hash(v.get("body"))) for k, v in items.items()
+            }
         return out
 
     async def _history(self, db: str) -> list[inv.Epoch]:
@@ -297,6 +369,7 @@ async def scenario(
     block_mode: bool = True,
     node_env: dict[str, dict[str, str]] | None = None,
     mover_env: dict[str, str] | None = None,
+    api_env: dict[str, str] | None = None,
     before_start: Any = None,
 ) -> AsyncIterator[Scenario]:
     """The lab up with the load's mailboxes seeded, everything replayed; torn down after.
@@ -323,7 +396,7 @@ async def scenario(
         await cluster.start(*[n for n in NODES if n not in (node_env or {})])
         for node in node_env or {}:
             await cluster.wait_healthy(node)
-        api = await cluster.start_guarantee_api()
+        api = await cluster.start_guarantee_api(env=api_env)
         await cluster.wait_status("mbx1", "DB1", "Mounted")
         await cluster.wait_status("mbx2", "DB2", "Mounted")
         await seed_mailbox(cluster, 300)

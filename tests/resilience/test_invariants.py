@@ -18,8 +18,8 @@ from tests.resilience.invariants import (
 from tests.resilience.workload import Answer, GuaranteeAnswer
 
 
-def ack(item, node="mbx1", epoch=1, generation=5, sent=0.0, answered=0.1, code=201):
-    return Answer(item, node, sent, answered, code, epoch, generation)
+def ack(item, node="mbx1", epoch=1, generation=5, sent=0.0, answered=0.1, code=201, offset=0):
+    return Answer(item, node, sent, answered, code, epoch, generation, offset)
 
 
 def names(violations):
@@ -49,6 +49,14 @@ def test_a_lost_write_below_the_new_stream_start_is_reported():
     history = [FIRST, Epoch(2, "mbx2", 7, "BestAvailability", "AutomaticFailover")]
     found = acknowledged_writes_kept([ack("a", generation=6)], set(), history)
     assert names(found) == ["acknowledged-write-lost"] and "below epoch 2" in str(found[0])
+
+
+def test_a_block_mode_activation_may_lose_the_open_log_past_the_byte_it_kept():
+    kept = Epoch(2, "mbx2", 7, "BestAvailability", "AutomaticFailover", kept_through=4096)
+    history = [FIRST, kept]
+    assert acknowledged_writes_kept([ack("a", generation=6, offset=5000)], set(), history) == []
+    found = acknowledged_writes_kept([ack("b", generation=6, offset=4000)], set(), history)
+    assert names(found) == ["acknowledged-write-lost"] and "kept through byte 4096" in str(found)
 
 
 def test_a_loss_under_lossless_or_a_switchover_is_reported():

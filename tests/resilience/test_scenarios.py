@@ -8,10 +8,16 @@ Run alone: `pytest -m resilience` (they are slow: real processes in network name
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import time
+
 import pytest
 
+from mrs_client.policy import MoveStep
+from tests.cluster_harness import wait_until
 from tests.resilience import faults as f
-from tests.resilience.scenario import scenario
+from tests.resilience.scenario import FAST_MOVE, scenario
 
 pytestmark = [pytest.mark.slow, pytest.mark.resilience]
 
@@ -29,4 +35,179 @@ async def test_kill_9_of_the_active_under_load_and_a_move(tmp_path, seed):
         await f.restart(s.cluster, "mbx1")
         s.faults.end("kill -9 mbx1")
         s.notes.append(f"DB1 failed over to {new}")
+        await s.finish()
+
+
+async def test_sigstop_of_the_active_past_its_lease(tmp_path, seed):
+    """SIGSTOP of DB1's active longer than its lease: another copy takes over; once
+    continued, the old active acknowledges nothing (it is fenced by its lost lease)."""
+    async with scenario(tmp_path, "sigstop-active", seed) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("SIGSTOP mbx1", {"mbx1"})
+        f.stop(s.cluster, "mbx1")
+        new = await s.mounted_elsewhere("DB1", "mbx1")
+        await s.writer.acks_after(10, since=s.fault_at)
+        f.cont(s.cluster, "mbx1")
+        s.faults.end("SIGSTOP mbx1")
+        stale = await s.probe("mbx1", 5)
+        s.notes.append(f"DB1 failed over to {new}; the continued mbx1 acknowledged {stale}/5")
+        await s.finish()
+
+
+async def test_kill_9_of_a_passive(tmp_path, seed):
+    """kill -9 of mbx3 (a passive of both databases) and a restart: it catches up."""
+    async with scenario(tmp_path, "kill-9-passive", seed) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("kill -9 mbx3", {"mbx3"})
+        s.cluster.kill("mbx3")
+        await s.writer.acks_after(s.rng.randint(10, 60), since=s.fault_at)
+        await f.restart(s.cluster, "mbx3")
+        s.faults.end("kill -9 mbx3")
+        await s.finish()
+
+
+async def test_sigstop_of_a_passive(tmp_path, seed):
+    """SIGSTOP/SIGCONT of mbx3, a passive of both databases (and DB2's second copy)."""
+    async with scenario(tmp_path, "sigstop-passive", seed) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("SIGSTOP mbx3", {"mbx3"})
+        f.stop(s.cluster, "mbx3")
+        await s.writer.acks_after(s.rng.randint(20, 80), since=s.fault_at)
+        f.cont(s.cluster, "mbx3")
+        s.faults.end("SIGSTOP mbx3")
+        await s.finish()
+
+
+async def test_sigstop_of_the_guarantee_service_mid_flush(tmp_path, seed):
+    """SIGSTOP of the guarantee service once the move is at its final sync and flush: the
+    mover waits (calls time out), never completes on no answer, and goes on once continued."""
+    async with scenario(tmp_path, "sigstop-guarantee", seed) as s:
+        s.start_load()
+        await s.move_reached(MoveStep.FINAL_SYNC_AND_FLUSH)
+        s.fault_at, s.move_in_flight_at_fault = time.monotonic(), s.mover.in_flight()
+        s.faults.begin("SIGSTOP guarantee-api")
+        f.signal_pid(s.api.pid, signal.SIGSTOP)
+        await wait_until(
+            "the recorder's calls to time out",
+            lambda: sum(a.status == "ERROR" and a.at > s.fault_at for a in s.recorder.answers) >= 2,
+            timeout=60,
+        )
+        completed_while_stopped = not s.mover.in_flight() and s.fault_at < s.mover.current.ended
+        f.signal_pid(s.api.pid, signal.SIGCONT)
+        s.faults.end("SIGSTOP guarantee-api")
+        s.notes.append(f"move ended while the service was stopped: {completed_while_stopped}")
+        await s.finish()
+
+
+async def test_kill_9_of_the_guarantee_service(tmp_path, seed):
+    """kill -9 of the guarantee service mid-move and a restart: the mover's answers come
+    from the new process; nothing is Satisfied that was not."""
+    async with scenario(tmp_path, "kill-9-guarantee", seed) as s:
+        s.start_load()
+        await s.move_reached(s.rng.choice(list(MoveStep)[2:7]))
+        s.fault_at, s.move_in_flight_at_fault = time.monotonic(), s.mover.in_flight()
+        s.faults.begin("kill -9 guarantee-api")
+        s.api.kill()
+        s.api.wait()
+        await s.writer.acks_after(s.rng.randint(5, 30), since=s.fault_at)
+        await s.restart_api()
+        s.faults.end("kill -9 guarantee-api")
+        await s.finish()
+
+
+async def test_kill_9_of_the_mover_and_resume(tmp_path, seed):
+    """kill -9 of `mrs move` at a step the seed chooses, then `mrs resume`: the move ends
+    completed with the target whole, or failed with the source whole."""
+    async with scenario(tmp_path, "kill-9-mover", seed) as s:
+        s.start_load()
+        step = s.rng.choice(list(MoveStep)[1:9])
+        await s.move_reached(step)
+        s.fault_at, s.move_in_flight_at_fault = time.monotonic(), s.mover.in_flight()
+        s.faults.begin("kill -9 mrs")
+        if s.mover.in_flight():
+            s.mover.current.proc.kill()
+        await asyncio.gather(s.move_task, return_exceptions=True)
+        s.faults.end("kill -9 mrs")
+        record_id = s.move_id()
+        s.move_task = asyncio.create_task(s.mover.run("resume", record_id, *FAST_MOVE))
+        s.notes.append(f"killed at step {step.label}")
+        await s.finish()
+
+
+async def test_partition_of_the_active_from_etcd(tmp_path, seed):
+    """DB1's active cut from etcd (its peers still reach it): its lease runs out, it stops
+    acknowledging, another copy is activated; healed, it rejoins."""
+    async with scenario(tmp_path, "partition-active-etcd", seed) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("cut mbx1|etcd")
+        s.net.cut("mbx1", "etcd")
+        new = await s.mounted_elsewhere("DB1", "mbx1")
+        await s.writer.acks_after(10, since=s.fault_at)
+        stale = await s.probe("mbx1", 3)
+        s.net.heal("mbx1")
+        s.faults.end("cut mbx1|etcd")
+        s.notes.append(f"DB1 failed over to {new}; the cut-off mbx1 acknowledged {stale}/3")
+        await s.finish()
+
+
+async def test_partition_of_one_node_from_the_rest(tmp_path, seed):
+    """DB1's active cut from its peers and etcd, as in the partition test, under load and a
+    move: another copy takes over, the old one rejoins by the divergence rules."""
+    async with scenario(tmp_path, "partition-node", seed) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("cut mbx1|rest", {"mbx1"})
+        s.net.cut("mbx1", "mbx2", "mbx3", "etcd")
+        new = await s.mounted_elsewhere("DB1", "mbx1")
+        await s.writer.acks_after(10, since=s.fault_at)
+        s.net.heal("mbx1")
+        s.faults.end("cut mbx1|rest")
+        s.notes.append(f"DB1 failed over to {new}")
+        await s.finish()
+
+
+async def test_partition_of_one_site_from_the_other(tmp_path, seed):
+    """dublin (mbx3) cut from redmond (mbx1, mbx2), etcd reachable from both: the copies
+    in dublin fall behind and catch up after healing."""
+    async with scenario(tmp_path, "partition-site", seed) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("cut dublin|redmond", {"mbx3"})
+        s.net.cut("mbx3", "mbx1", "mbx2")
+        await s.writer.acks_after(s.rng.randint(20, 80), since=s.fault_at)
+        s.net.heal("mbx3")
+        s.faults.end("cut dublin|redmond")
+        await s.finish()
+
+
+async def test_packet_loss_on_a_node(tmp_path, seed):
+    """A share of packets the seed chooses dropped in and out of mbx2 (DB2's active, DB1's
+    second copy) while the move runs."""
+    async with scenario(tmp_path, "packet-loss", seed) as s:
+        share = s.rng.choice([0.1, 0.2, 0.3])
+        s.start_load()
+        await s.fault_point(1, 20)
+        s.faults.begin(f"drop {share:.0%} mbx2")
+        f.lossy(s.net, "mbx2", share)
+        await s.writer.acks_after(s.rng.randint(20, 60), since=s.fault_at)
+        s.net.heal("mbx2")
+        s.faults.end(f"drop {share:.0%} mbx2")
+        await s.finish()
+
+
+async def test_slow_link_of_the_active(tmp_path, seed):
+    """A token bucket on DB1's active's link: its copies get its logs slowly."""
+    async with scenario(tmp_path, "slow-link", seed) as s:
+        rate = s.rng.choice(["256kbit", "512kbit", "1mbit"])
+        s.start_load()
+        await s.fault_point(1, 20)
+        s.faults.begin(f"tbf {rate} mbx1")
+        f.slow_link(s.net, "mbx1", rate)
+        await s.writer.acks_after(s.rng.randint(20, 60), since=s.fault_at)
+        f.fast_link(s.net, "mbx1")
+        s.faults.end(f"tbf {rate} mbx1")
         await s.finish()

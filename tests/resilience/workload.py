@@ -197,7 +197,8 @@ class Recorder:
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for a in self.answers:
-            out[a.status] = out.get(a.status, 0) + 1
+            key = f"{a.kind} {a.status}" + (f" {a.reason}" if a.status == "ERROR" else "")
+            out[key] = out.get(key, 0) + 1
         return out
 
 
