@@ -62,13 +62,14 @@ class Epoch:
     def forked_below(self, generation: int, offset: int) -> bool:
         """Whether a write at (generation, offset) of the previous stream is in the tail
         this epoch's activation did not keep: at or above its start, or past the byte the
-        generation before it was kept through (block mode)."""
+        generation before it was kept through: the record at that
+        byte and past it (block mode)."""
         if generation >= self.start_generation:
             return True
         return (
             generation == self.start_generation - 1
             and self.kept_through is not None
-            and offset > self.kept_through
+            and offset >= self.kept_through
         )
 
 

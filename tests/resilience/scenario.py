@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -279,9 +280,23 @@ class Scenario:
         LINES.append(line)
         print(line)
         if violations:
+            record = self.cluster.root / "record.json"
+            record.write_text(
+                json.dumps(
+                    {
+                        "writes": [asdict(a) for a in self.writer.answers],
+                        "guarantee": [asdict(a) for a in self.recorder.answers],
+                        "faults": [asdict(w) | {"down": sorted(w.down)} for w in faults],
+                        "history": [asdict(e) for e in history],
+                        "lost": sorted(lost),
+                    },
+                    indent=1,
+                )
+            )
             raise AssertionError(
                 f"scenario {self.name} (--seed {self.seed}) broke "
-                + "; ".join(str(v) for v in violations[:12])
+                + "; ".join(str(v) for v in dict.fromkeys(str(v) for v in violations[:12]))
+                + f" (what was recorded: {record})"
             )
 
     async def _rolled(self, db: str, active: str, passives: list[str]) -> bool:

@@ -54,7 +54,7 @@ def test_a_lost_write_below_the_new_stream_start_is_reported():
 def test_a_block_mode_activation_may_lose_the_open_log_past_the_byte_it_kept():
     kept = Epoch(2, "mbx2", 7, "BestAvailability", "AutomaticFailover", kept_through=4096)
     history = [FIRST, kept]
-    assert acknowledged_writes_kept([ack("a", generation=6, offset=5000)], set(), history) == []
+    assert acknowledged_writes_kept([ack("a", generation=6, offset=4096)], set(), history) == []
     found = acknowledged_writes_kept([ack("b", generation=6, offset=4000)], set(), history)
     assert names(found) == ["acknowledged-write-lost"] and "kept through byte 4096" in str(found)
 
