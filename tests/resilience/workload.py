@@ -111,10 +111,15 @@ class Writer:
     def acked(self) -> list[Answer]:
         return [a for a in self.answers if a.acked]
 
-    async def acks_after(self, n: int, since: float = 0.0, timeout: float = 120) -> None:
-        """Wait until `n` writes sent after `since` are acknowledged."""
+    async def acks_after(
+        self, n: int, since: float = 0.0, timeout: float = 120, node: str | None = None
+    ) -> None:
+        """Wait until `n` writes sent after `since` (to `node`, if named) are acknowledged."""
         deadline = time.monotonic() + timeout
-        while sum(1 for a in self.answers if a.acked and a.sent >= since) < n:
+        while (
+            sum(1 for a in self.answers if a.acked and a.sent >= since and node in (None, a.node))
+            < n
+        ):
             if time.monotonic() > deadline:
                 raise AssertionError(f"{n} acknowledged writes after the mark: timed out")
             await asyncio.sleep(0.05)
