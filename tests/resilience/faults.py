@@ -126,7 +126,12 @@ def drain(where: Path) -> None:
 def closed_generations(cluster: LocalCluster, node: str, db: str) -> list[Path]:
     """The closed generation files under `node`'s copy of `db` (the open log excluded)."""
     logs = cluster.root / node / db / "logs"
-    return sorted(p for p in logs.glob("*.log") if p.name[:1].isdigit())
+    return sorted(p for p in logs.glob("E????????.log"))
+
+
+def generation_of(path: Path) -> int:
+    """The generation a closed log file's name says (E0000000A.log: 10)."""
+    return int(path.name[1:9], 16)
 
 
 def database_file(cluster: LocalCluster, node: str, db: str) -> Path:

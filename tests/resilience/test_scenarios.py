@@ -9,13 +9,14 @@ Run alone: `pytest -m resilience` (they are slow: real processes in network name
 from __future__ import annotations
 
 import asyncio
+import random
 import signal
 import time
 
 import pytest
 
 from mrs_client.policy import MoveStep
-from tests.cluster_harness import wait_until
+from tests.cluster_harness import size_limited_disk, wait_until
 from tests.resilience import faults as f
 from tests.resilience.scenario import FAST_MOVE, scenario
 
@@ -210,4 +211,160 @@ async def test_slow_link_of_the_active(tmp_path, seed):
         await s.writer.acks_after(s.rng.randint(20, 60), since=s.fault_at)
         f.fast_link(s.net, "mbx1")
         s.faults.end(f"tbf {rate} mbx1")
+        await s.finish()
+
+
+async def test_a_passives_disk_filling(tmp_path, seed):
+    """mbx3's disk (a size-limited tmpfs) filled with ballast under load: its copies say why
+    in status, its process does not crash, and they catch up once space comes back."""
+    with size_limited_disk(tmp_path / "mbx3", "96m"):
+        async with scenario(tmp_path, "disk-full-passive", seed) as s:
+            s.start_load()
+            await s.fault_point()
+            s.faults.begin("fill mbx3's disk", {"mbx3"})
+            f.fill(tmp_path / "mbx3")
+
+            async def said() -> bool:
+                errors = [c.get("error") or "" for c in (await s.cluster.status("mbx3")).values()]
+                return any("No space" in e for e in errors)
+
+            await s.writer.acks_after(s.rng.randint(40, 100), since=s.fault_at)
+            await s.cluster.wait_for("mbx3's status to say its disk is full", said, timeout=60)
+            f.drain(tmp_path / "mbx3")
+            s.faults.end("fill mbx3's disk")
+            s.notes.append("status said No space left")
+            await s.reseed_failed()
+            await s.finish()
+
+
+async def test_the_actives_disk_filling(tmp_path, seed):
+    """DB1's active's disk filled: writes are refused with the reason, status says it, and
+    DB1 is mounted again (in place or on another copy) once space comes back."""
+    with size_limited_disk(tmp_path / "mbx1", "96m"):
+        async with scenario(tmp_path, "disk-full-active", seed) as s:
+            s.start_load()
+            await s.fault_point()
+            s.faults.begin("fill mbx1's disk", {"mbx1"})
+            f.fill(tmp_path / "mbx1")
+            await wait_until(
+                "a write refused for the full disk",
+                lambda: any(
+                    "No space" in a.error for a in s.writer.answers if a.sent >= s.fault_at
+                ),
+                timeout=60,
+            )
+            f.drain(tmp_path / "mbx1")
+            s.faults.end("fill mbx1's disk")
+            await s.writer.acks_after(10, since=time.monotonic())
+            s.notes.append(f"writes refused with No space; DB1 then on {s.writer.target}")
+            await s.reseed_failed()
+            await s.finish()
+
+
+async def _stop_and_damage(s, node: str, db: str, damage) -> str:
+    """Stop `node`, damage the newest closed generation of its copy of `db` it has not
+    replayed (or the newest closed one), continue it; what was done."""
+    replayed = (await s.copy_state(node, db))["last_log_replayed"]
+    f.stop(s.cluster, node)
+    try:
+        files = f.closed_generations(s.cluster, node, db)
+        assert files, f"no closed generation under {node}"
+        waiting = [p for p in files if f.generation_of(p) > replayed] or files
+        target = s.rng.choice(waiting)
+        where = damage(target, s.rng)
+    finally:
+        f.cont(s.cluster, node)
+    return f"{damage.__name__} {node}:{target.name}@{where}"
+
+
+async def test_a_bit_flip_in_a_closed_log_on_a_passive(tmp_path, seed):
+    """One bit flipped in a closed generation on mbx2 (DB1's passive) it has not replayed
+    yet: it never replays corrupt data; it copies again or stops for a reseed."""
+    async with scenario(tmp_path, "bitflip-log-passive", seed) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("bit flip mbx2 log")
+        s.notes.append(await _stop_and_damage(s, "mbx2", "DB1", f.flip_byte))
+        await s.writer.acks_after(s.rng.randint(20, 60), since=s.fault_at)
+        s.faults.end("bit flip mbx2 log")
+        await s.reseed_failed()
+        await s.finish()
+
+
+async def test_truncation_of_a_closed_log_on_the_active(tmp_path, seed):
+    """A closed generation on DB1's active cut short while mbx3 is stopped: the copies get
+    a bad transfer, refuse it, and stop for a reseed or copy it from elsewhere."""
+    async with scenario(tmp_path, "truncate-log-active", seed) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("truncate mbx1 log")
+        f.stop(s.cluster, "mbx3")
+        try:
+            await s.cluster.ok("POST", "mbx1", "/v1/databases/DB1/roll-log")
+            files = f.closed_generations(s.cluster, "mbx1", "DB1")
+            target = files[-1]
+            s.notes.append(f"truncate mbx1:{target.name}@{f.truncate(target, s.rng)}")
+        finally:
+            f.cont(s.cluster, "mbx3")
+        await s.writer.acks_after(s.rng.randint(20, 60), since=s.fault_at)
+        s.faults.end("truncate mbx1 log")
+        await s.reseed_failed()
+        await s.finish()
+
+
+async def test_a_bit_flip_in_a_passives_database_file(tmp_path, seed):
+    """One bit flipped in mbx3's DB1 database file while it is stopped: it finds the damage
+    (its content digest) and stops for a reseed, never serving it silently."""
+    async with scenario(tmp_path, "bitflip-db-passive", seed) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("bit flip mbx3 db", {"mbx3"})
+        f.stop(s.cluster, "mbx3")
+        try:
+            target = f.database_file(s.cluster, "mbx3", "DB1")
+            s.notes.append(f"flip mbx3:{target.name}@{f.flip_byte(target, s.rng)}")
+        finally:
+            f.cont(s.cluster, "mbx3")
+        await s.writer.acks_after(s.rng.randint(20, 60), since=s.fault_at)
+        s.faults.end("bit flip mbx3 db")
+        await s.reseed_failed()
+        await s.finish()
+
+
+@pytest.mark.skipif(not f.faketime_available(), reason="Debian's faketime is not installed")
+async def test_a_clock_jump_on_the_mover(tmp_path, seed):
+    """The mover's wall clock jumps (forward or back, the seed says) mid-move."""
+    clock = f.FakeClock(tmp_path / "mover.faketime")
+    async with scenario(tmp_path, "clock-jump-mover", seed, mover_env=clock.env()) as s:
+        jump = s.rng.choice(["+2h", "-2h", "+10m", "-10m"])
+        s.start_load()
+        await s.move_reached(s.rng.choice(list(MoveStep)[2:6]))
+        s.fault_at, s.move_in_flight_at_fault = time.monotonic(), s.mover.in_flight()
+        s.faults.begin(f"mover clock {jump}")
+        clock.jump(jump)
+        await asyncio.gather(s.move_task, return_exceptions=True)
+        clock.jump("+0")
+        s.faults.end(f"mover clock {jump}")
+        await s.finish()
+
+
+@pytest.mark.skipif(not f.faketime_available(), reason="Debian's faketime is not installed")
+async def test_clock_skew_and_a_jump_on_a_node_and_the_guarantee_service(tmp_path, seed):
+    """mbx2 (DB2's active, DB1's copy) and the guarantee service on clocks of their own: the
+    service skewed from the start, mbx2's clock jumping back or forward under load."""
+    node_clock = f.FakeClock(tmp_path / "mbx2.faketime")
+    api_clock = f.FakeClock(tmp_path / "api.faketime")
+    skew = random.Random(seed).choice(["+90s", "-90s", "+1h", "-1h"])
+    api_clock.spec.write_text(f"{skew}\n")
+    async with scenario(
+        tmp_path, "clock-skew", seed, node_env={"mbx2": node_clock.env()}, api_env=api_clock.env()
+    ) as s:
+        jump = s.rng.choice(["+1h", "-1h", "+5m", "-5m"])
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin(f"mbx2 clock {jump}, service {skew}")
+        node_clock.jump(jump)
+        await s.writer.acks_after(s.rng.randint(30, 80), since=s.fault_at)
+        node_clock.jump("+0")
+        s.faults.end(f"mbx2 clock {jump}, service {skew}")
         await s.finish()
