@@ -274,6 +274,7 @@ class Scenario:
             f"{'; '.join(self.notes)}; writes acked={acked} "
             f"refused={len(self.writer.answers) - acked} lost={len(lost)} epochs={epochs} "
             f"move={'/'.join(m.state for m in moves) or '-'}"
+            f" (mrs exit {','.join(str(r.returncode) for r in self.mover.runs) or '-'})"
             f"{' (in flight at the fault)' if self.move_in_flight_at_fault else ''} "
             f"guarantee={self.recorder.counts()} violations={len(violations)}"
         )
