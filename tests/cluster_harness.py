@@ -333,8 +333,11 @@ class LocalCluster:
             timeout=timeout,
         )
 
-    async def start_guarantee_api(self, timeout: float = 30) -> subprocess.Popen[bytes]:
-        """Start `guarantee-api serve` on this cluster's config; return once it is SERVING."""
+    async def start_guarantee_api(
+        self, timeout: float = 30, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start `guarantee-api serve` on this cluster's config; return once it is SERVING
+        (`env`: variables to set beside this cluster's, e.g. libfaketime's)."""
         from grpc import aio
         from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -343,7 +346,7 @@ class LocalCluster:
             [sys.executable, "-m", "guarantee_api.cli", "serve", "--config", str(self.config_path)],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=self.env(),
+            env={**self.env(), **(env or {})},
             cwd=ROOT,
         )
         deadline = time.monotonic() + timeout

@@ -240,7 +240,10 @@ class Copier:
             m.last_log_generated = max(m.last_log_generated, generation)
             inspected = await asyncio.to_thread(self._stage, generation, sealed_data)
             m.last_log_copied = max(m.last_log_copied, generation)
-            await self._commit([inspected])
+            # Sealed here from a prefix of the lost active's open log: not that epoch's
+            # generation as it wrote it, so no epoch is claimed on it (a flush by LSN past
+            # the kept prefix must not count this copy while it is being activated).
+            await self._commit([inspected], claim=False)
         logger.warning(
             "%s: kept the lost active's open log as generation %d (%d transaction(s)%s)",
             self._paths.name,
@@ -364,9 +367,10 @@ class Copier:
             raise CopyFailed(f"generation {generation} failed inspection {count} times: {exc}")
         await self._clock.sleep(self._retry / 4)
 
-    async def _commit(self, staged: list[InspectedLog]) -> None:
+    async def _commit(self, staged: list[InspectedLog], *, claim: bool = True) -> None:
         """Move inspected generations into the log directory (one directory fsync for all),
-        then advance LastLogInspected."""
+        then advance LastLogInspected; claim the active's epoch (`claim`), or no epoch (0)
+        for a generation this copy sealed itself."""
         if not staged:
             return
         copied = self._clock.now()
@@ -377,7 +381,8 @@ class Copier:
             m.copied_times[inspected.generation] = copied
         m.last_log_inspected = staged[-1].generation
         m.last_inspected_log_time = staged[-1].close_time
-        m.epoch = self._active_epoch  # inspected from its share: chained to all before
+        # inspected from its share: chained to all before
+        m.epoch = self._active_epoch if claim else 0
         if self._blocks is not None:
             self._blocks.release_through(m.last_log_inspected)
         self._on_inspected()

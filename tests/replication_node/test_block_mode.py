@@ -286,3 +286,23 @@ def read_transactions(copy, generation):
     from replication_node.log.logfile import scan
 
     return scan((copy.paths.logs / closed_log_name(generation)).read_bytes()).transactions
+
+
+async def test_a_kept_open_log_is_not_claimed_as_the_lost_actives_epoch(share, tmp_path):
+    """An open log kept as a generation (Attempt Copy Last Logs, or a block-mode buffer) is
+    sealed by the copy from what it holds, not the lost active's generation as it wrote it:
+    the copy claims no epoch on it, so a flush by LSN past what it kept is not counted on
+    it while it is being activated (found by the resilience scenario partition-node, where
+    such a flush was answered Satisfied and the write was then lost)."""
+    await share.write(0, 10)
+    first = await share.roll()
+    copy = passive(share, tmp_path)
+    await copy.start()
+    await wait_until("replayed", replayed_through(copy, first))
+    assert copy.status().epoch == 1
+    await share.write(10, 5)  # acknowledged, in the active's open log
+    data = (share.active.copy.paths.logs / "E00.log").read_bytes()
+    kept = await copy._copier.copy_open_log(data)
+    assert kept is not None and kept.generation == first + 1
+    assert copy.status().epoch == 0
+    await copy.stop()

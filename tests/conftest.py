@@ -1,0 +1,16 @@
+"""Options every test run accepts.  pytest reads options only from the conftest files it
+loads at start (this one, whatever the tests chosen), so the resilience suite's `--seed`
+is declared here and used in tests/resilience/conftest.py."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--seed",
+        type=int,
+        default=None,
+        help="the resilience scenarios' random schedule (replays a failed run's seed)",
+    )

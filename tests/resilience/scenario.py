@@ -1,0 +1,454 @@
+"""One scenario's life over the namespace lab: the cluster (three nodes in two sites and
+etcd, each in its own namespace; the guarantee service and the mover in the root
+namespace), the load (a writer on DB1, a move of a mailbox from DB1 to DB2, the guarantee
+recorder), the fault the test injects at a point its seed chooses, the healing, and then
+the reading of every copy and the invariants, ending in one line of figures and a failure
+that names the scenario, its seed and every invariant broken.
+
+DB1 (the writer's and the move's source): mbx1, mbx2 (redmond), mbx3 (dublin), mbx1 first.
+DB2 (the move's target, SecondCopy): mbx2, mbx3, mbx1, mbx2 first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from mrs_client.policy import MoveStep
+from mrs_client.requests_store import MoveRequestStore
+from tests.cluster_harness import THREE_NODES, LocalCluster, wait_until
+from tests.mrs_client.e2e import live, shorten_guarantee_waits
+from tests.mrs_client.e2e import seed as seed_mailbox
+from tests.netns import NetnsLab, NetnsUnavailable, cluster_in_namespaces
+from tests.replication_node.e2e import converged as rolled_and_replayed
+from tests.resilience import invariants as inv
+from tests.resilience.conftest import LINES
+from tests.resilience.faults import Faults
+from tests.resilience.workload import SHORT, Answer, Mover, Recorder, Writer, find_active
+
+NODES = [n for n, _ in THREE_NODES]
+COPIES = {
+    "DB1": frozenset({"mbx1", "mbx2", "mbx3"}),
+    "DB2": frozenset({"mbx2", "mbx3", "mbx1"}),
+}
+NEEDED = 2  # SecondCopy: the active and one more copy
+TTL = "3s"
+
+
+def databases(dial: str, block_mode: bool) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": "DB1",
+            "auto_database_mount_dial": dial,
+            "block_mode": block_mode,
+            "copies": [
+                {"node": "mbx1", "activation_preference": 1},
+                {"node": "mbx2", "activation_preference": 2},
+                {"node": "mbx3", "activation_preference": 3},
+            ],
+        },
+        {
+            "name": "DB2",
+            "auto_database_mount_dial": dial,
+            "data_move_replication_constraint": "SecondCopy",
+            "copies": [
+                {"node": "mbx2", "activation_preference": 1},
+                {"node": "mbx3", "activation_preference": 2},
+                {"node": "mbx1", "activation_preference": 3},
+            ],
+        },
+    ]
+
+
+@dataclass
+class Scenario:
+    """A running scenario: the lab, the cluster, the load, the faults and what was seen."""
+
+    name: str
+    seed: int
+    net: NetnsLab
+    cluster: LocalCluster
+    api: subprocess.Popen[bytes]
+    rng: random.Random
+    writer: Writer
+    recorder: Recorder
+    mover: Mover
+    faults: Faults = field(default_factory=Faults)
+    notes: list[str] = field(default_factory=list)
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    move_task: asyncio.Task[Any] | None = None
+    fault_at: float = 0.0
+    move_in_flight_at_fault: bool = False
+    stopped_on_purpose: set[str] = field(default_factory=set)
+
+    # ---- the load ------------------------------------------------------------------
+
+    def start_load(self, *, move: bool = True) -> None:
+        self.tasks.append(asyncio.create_task(self.writer.run()))
+        self.tasks.append(asyncio.create_task(self.recorder.run()))
+        if move:
+            self.move_task = asyncio.create_task(
+                self.mover.run("move", "--mailbox", "alice", "--to", "DB2", *FAST_MOVE)
+            )
+
+    async def fault_point(self, low: int = 5, high: int = 60) -> None:
+        """Wait for a number of acknowledged writes the seed chooses; mark the fault's time."""
+        n = self.rng.randint(low, high)
+        await self.writer.acks_after(n, since=time.monotonic())
+        self.fault_at = time.monotonic()
+        self.move_in_flight_at_fault = self.mover.in_flight()
+        self.notes.append(f"fault after {n} acks")
+
+    async def move_reached(self, step: MoveStep, timeout: float = 120) -> None:
+        """Wait until the move's record is at `step` or past it (or the mover ended)."""
+        path = self.mover.requests_db()
+
+        def reached() -> bool:
+            if not self.mover.in_flight():
+                return True
+            if not path.exists():
+                return False
+            store = MoveRequestStore(path)
+            try:
+                return any(r.step >= step for r in store.list())
+            finally:
+                store.close()
+
+        await wait_until(f"the move at step {step.label}", reached, timeout=timeout, every=0.05)
+
+    def move_id(self) -> str:
+        store = MoveRequestStore(self.mover.requests_db())
+        try:
+            return store.list()[-1].id
+        finally:
+            store.close()
+
+    async def probe(self, node: str, n: int) -> int:
+        """Write `n` items straight to `node` (a stale active, say), recorded with the
+        writer's answers; how many it acknowledged."""
+        kept = (self.writer.target, self.writer.prefix)
+        acked = 0
+        for i in range(n):
+            code, body = await self.cluster.call(
+                "POST",
+                node,
+                f"/v1/databases/{self.writer.db}/mailboxes/bob/items",
+                json={"item_id": f"probe-{node}-{len(self.writer.answers)}-{i}"},
+                timeout=SHORT,
+            )
+            now = time.monotonic()
+            ok = 200 <= code < 300 and isinstance(body, dict)
+            self.writer.answers.append(
+                Answer(
+                    f"probe-{node}-{len(self.writer.answers)}-{i}",
+                    node,
+                    now,
+                    now,
+                    code,
+                    body["epoch"] if ok else 0,
+                    body["lsn"]["generation"] if ok else 0,
+                )
+            )
+            acked += ok
+        self.writer.target, self.writer.prefix = kept
+        return acked
+
+    async def reseed_failed(self) -> None:
+        """The operator's part: reseed every copy that stopped and asks for one."""
+        for db, nodes in COPIES.items():
+            for node in sorted(nodes):
+                try:
+                    copy = await self.copy_state(node, db)
+                except (aiohttp.ClientError, AssertionError, KeyError, TimeoutError):
+                    continue
+                if copy["status"] in ("FailedAndSuspended", "Failed") and copy["role"] != "Active":
+                    await self.cluster.ok("POST", node, f"/v1/databases/{db}/copies/{node}/reseed")
+                    self.notes.append(f"reseeded {db}\\{node} ({(copy.get('error') or '')[:80]})")
+
+    async def restart_api(self, env: dict[str, str] | None = None) -> None:
+        self.api = await self.cluster.start_guarantee_api(env=env)
+
+    # ---- waiting -------------------------------------------------------------------
+
+    async def mounted_elsewhere(self, db: str, old: str, timeout: float = 90) -> str:
+        """Wait until a copy of `db` other than `old` is the mounted active; that node."""
+        others = [n for n in NODES if n != old]
+        found: list[str] = []
+
+        async def check() -> bool:
+            node = await find_active(self.cluster, db, others)
+            found.append(node or "")
+            return node is not None
+
+        await self.cluster.wait_for(f"{db} mounted on one of {others}", check, timeout=timeout)
+        return found[-1]
+
+    async def active(self, db: str, timeout: float = 120) -> str:
+        found: list[str] = []
+
+        async def check() -> bool:
+            node = await find_active(self.cluster, db, list(self.cluster.procs))
+            found.append(node or "")
+            return node is not None
+
+        await self.cluster.wait_for(f"a mounted copy of {db}", check, timeout=timeout)
+        return found[-1]
+
+    async def copy_state(self, node: str, db: str) -> dict[str, Any]:
+        return (await self.cluster.status(node))[db]
+
+    # ---- the end -------------------------------------------------------------------
+
+    async def finish(self) -> None:
+        """Stop the load, let the move end, read every copy, check every invariant, print the
+        line; fail naming the scenario, the seed and each invariant broken."""
+        violations: list[inv.Violation] = []
+        self.writer.stopped = self.recorder.stopped = True
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        faults = self.faults.close()
+        if self.move_task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self.move_task), timeout=240)
+            except TimeoutError:
+                violations.append(
+                    inv.Violation("move-not-finished", "the mover ran on 240s after healing")
+                )
+        actives: dict[str, str] = {}
+        for db in ("DB1", "DB2"):
+            try:
+                actives[db] = await self.active(db)
+                passives = [n for n in COPIES[db] if n != actives[db]]
+                await self.cluster.wait_for(
+                    f"{db} converged",
+                    lambda db=db, passives=passives: self._rolled(db, actives[db], passives),
+                    timeout=120,
+                )
+            except AssertionError as exc:
+                states = await self._states(db)
+                violations.append(inv.Violation("not-converged", f"{db}: {exc}; {states}"))
+        held1 = await self._held("DB1", "bob")
+        history = await self._history("DB1")
+        if "DB1" in actives:
+            on_active = set(held1.get(actives["DB1"], {}))
+            violations += inv.acknowledged_writes_kept(self.writer.answers, on_active, history)
+            violations += inv.converged(held1, actives["DB1"])
+            lost = {a.item for a in self.writer.acked()} - on_active
+        else:
+            lost = set()
+        violations += inv.one_writer_per_epoch(self.writer.answers)
+        moves = await self._moves(actives.get("DB1"))
+        if "DB2" in actives and "DB1" in actives:
+            source = live(await self._items(actives["DB1"], "DB1", "alice"))
+            target = {n: live(await self._items(n, "DB2", "alice")) for n in COPIES["DB2"]}
+            violations += inv.moves_kept(moves, source, target, NEEDED)
+            violations += inv.converged(await self._held("DB2", "alice"), actives["DB2"])
+        errors = {f"{n} log": self.cluster.log(n) for n in NODES}
+        violations += inv.no_needed_log_truncated(errors)
+        violations += inv.no_false_satisfied(
+            self.recorder.answers,
+            lost_items=lost,
+            faults=faults,
+            copies=COPIES,
+            needed=NEEDED,
+            grace=GRACE,
+        )
+        exits = {n: p.poll() for n, p in self.cluster.procs.items()}
+        exits["guarantee-api"] = self.api.poll()
+        violations += inv.processes_alive(exits)
+        epochs = max((e.epoch for e in history), default=0)
+        acked = len(self.writer.acked())
+        line = (
+            f"{self.name} seed={self.seed}: fault={faults_line(faults)} "
+            f"{'; '.join(self.notes)}; writes acked={acked} "
+            f"refused={len(self.writer.answers) - acked} lost={len(lost)} epochs={epochs} "
+            f"move={'/'.join(m.state for m in moves) or '-'}"
+            f" (mrs exit {','.join(str(r.returncode) for r in self.mover.runs) or '-'})"
+            f"{' (in flight at the fault)' if self.move_in_flight_at_fault else ''} "
+            f"guarantee={self.recorder.counts()} violations={len(violations)}"
+        )
+        LINES.append(line)
+        print(line)
+        if violations:
+            record = self.cluster.root / "record.json"
+            record.write_text(
+                json.dumps(
+                    {
+                        "writes": [asdict(a) for a in self.writer.answers],
+                        "guarantee": [asdict(a) for a in self.recorder.answers],
+                        "faults": [asdict(w) | {"down": sorted(w.down)} for w in faults],
+                        "history": [asdict(e) for e in history],
+                        "lost": sorted(lost),
+                    },
+                    indent=1,
+                )
+            )
+            raise AssertionError(
+                f"scenario {self.name} (--seed {self.seed}) broke "
+                + "; ".join(str(v) for v in dict.fromkeys(str(v) for v in violations[:12]))
+                + f" (what was recorded: {record})"
+            )
+
+    async def _rolled(self, db: str, active: str, passives: list[str]) -> bool:
+        await rolled_and_replayed(self.cluster, db, active, passives)
+        return True
+
+    async def _states(self, db: str) -> str:
+        out = []
+        for node in COPIES[db]:
+            try:
+                c = await self.copy_state(node, db)
+                out.append(
+                    f"{node} {c['role']}/{c['status']} replayed={c['last_log_replayed']} "
+                    f"error={c.get('error')}"
+                )
+            except (aiohttp.ClientError, AssertionError, KeyError, TimeoutError) as exc:
+                out.append(f"{node} unreadable ({type(exc).__name__})")
+        return ", ".join(out)
+
+    async def _items(self, node: str, db: str, mailbox: str) -> dict[str, dict[str, Any]]:
+        status, body = await self.cluster.call(
+            "GET", node, f"/v1/databases/{db}/mailboxes/{mailbox}/items"
+        )
+        if status == 404:
+            return {}
+        assert status == 200, f"items of {mailbox} on {node}/{db}: {status} {body}"
+        return {i["item_id"]: i for i in body["items"]}
+
+    async def _held(self, db: str, mailbox: str) -> dict[str, dict[str, object]]:
+        out: dict[str, dict[str, object]] = {}
+        for node in COPIES[db]:
+            items = await self._items(node, db, mailbox)
+            out[node] = {
+                k: (v["subject"], v["deleted"], hash(v.get("body"))) for k, v in items.items()
+            }
+        return out
+
+    async def _history(self, db: str) -> list[inv.Epoch]:
+        body = await self.cluster.ok("GET", NODES[0], f"/v1/databases/{db}/history")
+        return [inv.Epoch.from_json(row) for row in body["epochs"]]
+
+    async def _moves(self, source_active: str | None) -> list[inv.MoveOutcome]:
+        path = self.mover.requests_db()
+        if not path.exists():
+            return []
+        store = MoveRequestStore(path)
+        try:
+            records = store.list()
+        finally:
+            store.close()
+        soft_deleted = False
+        if source_active is not None:
+            status, box = await self.cluster.call(
+                "GET", source_active, "/v1/databases/DB1/mailboxes/alice"
+            )
+            soft_deleted = status == 200 and bool(box.get("soft_deleted"))
+        return [inv.MoveOutcome(r.id, str(r.state), soft_deleted) for r in records]
+
+
+GRACE = 3.0  # how stale the guarantee service's view of a copy may be (pushes, 200 ms polls)
+
+FAST_MOVE = [
+    "--health-check-interval",
+    "200ms",
+    "--stall-retry-interval",
+    "300ms",
+    "--flush-retry-interval",
+    "200ms",
+    "--stall-limit",
+    "120s",
+]
+
+
+def faults_line(windows: list[inv.FaultWindow]) -> str:
+    return "+".join(f"{w.name}({w.ended - w.started:.1f}s)" for w in windows) or "-"
+
+
+@contextlib.asynccontextmanager
+async def scenario(
+    tmp_path: Path,
+    name: str,
+    seed: int,
+    *,
+    dial: str = "BestAvailability",
+    block_mode: bool = True,
+    node_env: dict[str, dict[str, str]] | None = None,
+    mover_env: dict[str, str] | None = None,
+    api_env: dict[str, str] | None = None,
+    before_start: Any = None,
+) -> AsyncIterator[Scenario]:
+    """The lab up with the load's mailboxes seeded, everything replayed; torn down after.
+    `node_env`: a node's extra environment (libfaketime); `before_start(cluster)`: runs
+    once the config is written, before any node starts (a disk mounted under a node)."""
+    scope = cluster_in_namespaces(
+        tmp_path,
+        nodes=THREE_NODES,
+        databases=databases(dial, block_mode),
+        defaults={"failover_after": "2s", "lease_ttl": TTL},
+    )
+    try:
+        net, cluster = await scope.__aenter__()
+    except NetnsUnavailable as exc:
+        pytest.skip(f"network namespaces cannot be made here: {exc}")
+    api = None
+    run: Scenario | None = None
+    try:
+        shorten_guarantee_waits(cluster)
+        if before_start is not None:
+            before_start(cluster)
+        for node, env in (node_env or {}).items():
+            cluster.start_node(node, env=env)
+        await cluster.start(*[n for n in NODES if n not in (node_env or {})])
+        for node in node_env or {}:
+            await cluster.wait_healthy(node)
+        api = await cluster.start_guarantee_api(env=api_env)
+        await cluster.wait_status("mbx1", "DB1", "Mounted")
+        await cluster.wait_status("mbx2", "DB2", "Mounted")
+        await seed_mailbox(cluster, 300)
+        await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/bob")
+        await rolled_and_replayed(cluster, "DB1", "mbx1", ["mbx2", "mbx3"])
+        await rolled_and_replayed(cluster, "DB2", "mbx2", ["mbx3", "mbx1"])
+        writer = Writer(cluster, "DB1", "bob", NODES, "mbx1")
+        run = Scenario(
+            name=name,
+            seed=seed,
+            net=net,
+            cluster=cluster,
+            api=api,
+            rng=random.Random(f"{name}:{seed}"),
+            writer=writer,
+            recorder=Recorder(cluster.config["guarantee_api"]["listen"], "DB2", writer),
+            mover=Mover(cluster, env=mover_env or {}),
+        )
+        try:
+            yield run
+        finally:
+            run.writer.stopped = run.recorder.stopped = True
+            for proc in [r.proc for r in run.mover.runs if r.proc]:
+                if proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.kill()
+            await asyncio.gather(*run.tasks, return_exceptions=True)
+            if run.move_task is not None:
+                await asyncio.gather(run.move_task, return_exceptions=True)
+    finally:
+        for proc in list(cluster.procs.values()):
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGCONT)  # a stopped node would not terminate
+        api = run.api if run is not None else api
+        if api is not None and api.poll() is None:
+            api.send_signal(signal.SIGCONT)
+            api.kill()
+            api.wait(timeout=20)
+        await scope.__aexit__(None, None, None)

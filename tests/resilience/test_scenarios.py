@@ -1,0 +1,370 @@
+"""The resilience scenarios: one fault each, struck at a point the seed chooses while a
+writer loads DB1 and a mailbox moves from DB1 to DB2, then healed; every copy is then read
+and held to the invariants (`invariants.py`).  Each prints a line of figures; a failure
+names the scenario, its seed (`--seed N` replays it) and the invariants broken.
+
+Run alone: `pytest -m resilience` (they are slow: real processes in network namespaces).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import time
+
+import pytest
+
+from mrs_client.policy import MoveStep
+from tests.cluster_harness import size_limited_disk, wait_until
+from tests.resilience import faults as f
+from tests.resilience.scenario import FAST_MOVE, scenario
+
+pytestmark = [pytest.mark.slow, pytest.mark.resilience]
+
+
+async def test_kill_9_of_the_active_under_load_and_a_move(tmp_path, seed):
+    """kill -9 of DB1's active (the writer's and the move's source): another copy takes
+    over within the dial, the mover goes on or fails cleanly, the old active rejoins."""
+    async with scenario(tmp_path, "kill-9-active", seed) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("kill -9 mbx1", {"mbx1"})
+        s.cluster.kill("mbx1")
+        new = await s.mounted_elsewhere("DB1", "mbx1")
+        await s.writer.acks_after(10, since=s.fault_at, node=new)
+        await f.restart(s.cluster, "mbx1")
+        s.faults.end("kill -9 mbx1")
+        s.notes.append(f"DB1 failed over to {new}")
+        await s.finish()
+
+
+async def test_sigstop_of_the_active_past_its_lease(tmp_path, seed):
+    """SIGSTOP of DB1's active longer than its lease: another copy takes over; once
+    continued, the old active acknowledges nothing (it is fenced by its lost lease)."""
+    async with scenario(tmp_path, "sigstop-active", seed) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("SIGSTOP mbx1", {"mbx1"})
+        f.stop(s.cluster, "mbx1")
+        new = await s.mounted_elsewhere("DB1", "mbx1")
+        await s.writer.acks_after(10, since=s.fault_at, node=new)
+        f.cont(s.cluster, "mbx1")
+        s.faults.end("SIGSTOP mbx1")
+        stale = await s.probe("mbx1", 5)
+        s.notes.append(f"DB1 failed over to {new}; the continued mbx1 acknowledged {stale}/5")
+        await s.finish()
+
+
+async def test_kill_9_of_a_passive(tmp_path, seed):
+    """kill -9 of mbx3 (a passive of both databases) and a restart: it catches up."""
+    async with scenario(tmp_path, "kill-9-passive", seed) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("kill -9 mbx3", {"mbx3"})
+        s.cluster.kill("mbx3")
+        await s.writer.acks_after(s.rng.randint(10, 60), since=s.fault_at)
+        await f.restart(s.cluster, "mbx3")
+        s.faults.end("kill -9 mbx3")
+        await s.finish()
+
+
+async def test_sigstop_of_a_passive(tmp_path, seed):
+    """SIGSTOP/SIGCONT of mbx3, a passive of both databases (and DB2's second copy)."""
+    async with scenario(tmp_path, "sigstop-passive", seed) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("SIGSTOP mbx3", {"mbx3"})
+        f.stop(s.cluster, "mbx3")
+        await s.writer.acks_after(s.rng.randint(20, 80), since=s.fault_at)
+        f.cont(s.cluster, "mbx3")
+        s.faults.end("SIGSTOP mbx3")
+        await s.finish()
+
+
+async def test_sigstop_of_the_guarantee_service_mid_flush(tmp_path, seed):
+    """SIGSTOP of the guarantee service once the move is at its final sync and flush: the
+    mover waits (calls time out), never completes on no answer, and goes on once continued."""
+    async with scenario(tmp_path, "sigstop-guarantee", seed) as s:
+        s.start_load()
+        await s.move_reached(MoveStep.FINAL_SYNC_AND_FLUSH)
+        s.fault_at, s.move_in_flight_at_fault = time.monotonic(), s.mover.in_flight()
+        s.faults.begin("SIGSTOP guarantee-api")
+        f.signal_pid(s.api.pid, signal.SIGSTOP)
+        await wait_until(
+            "the recorder's calls to time out",
+            lambda: sum(a.status == "ERROR" and a.at > s.fault_at for a in s.recorder.answers) >= 2,
+            timeout=60,
+        )
+        completed_while_stopped = not s.mover.in_flight() and s.fault_at < s.mover.current.ended
+        f.signal_pid(s.api.pid, signal.SIGCONT)
+        s.faults.end("SIGSTOP guarantee-api")
+        s.notes.append(f"move ended while the service was stopped: {completed_while_stopped}")
+        await s.finish()
+
+
+async def test_kill_9_of_the_guarantee_service(tmp_path, seed):
+    """kill -9 of the guarantee service mid-move and a restart: the mover's answers come
+    from the new process; nothing is Satisfied that was not."""
+    async with scenario(tmp_path, "kill-9-guarantee", seed) as s:
+        s.start_load()
+        await s.move_reached(s.rng.choice(list(MoveStep)[2:7]))
+        s.fault_at, s.move_in_flight_at_fault = time.monotonic(), s.mover.in_flight()
+        s.faults.begin("kill -9 guarantee-api")
+        s.api.kill()
+        s.api.wait()
+        await s.writer.acks_after(s.rng.randint(5, 30), since=s.fault_at)
+        await s.restart_api()
+        s.faults.end("kill -9 guarantee-api")
+        await s.finish()
+
+
+async def test_kill_9_of_the_mover_and_resume(tmp_path, seed):
+    """kill -9 of `mrs move` at a step the seed chooses, then `mrs resume`: the move ends
+    completed with the target whole, or failed with the source whole."""
+    async with scenario(tmp_path, "kill-9-mover", seed) as s:
+        s.start_load()
+        step = s.rng.choice(list(MoveStep)[1:9])
+        await s.move_reached(step)
+        s.fault_at, s.move_in_flight_at_fault = time.monotonic(), s.mover.in_flight()
+        s.faults.begin("kill -9 mrs")
+        if s.mover.in_flight():
+            s.mover.current.proc.kill()
+        await asyncio.gather(s.move_task, return_exceptions=True)
+        s.faults.end("kill -9 mrs")
+        record_id = s.move_id()
+        s.move_task = asyncio.create_task(s.mover.run("resume", record_id, *FAST_MOVE))
+        s.notes.append(f"killed at step {step.label}")
+        await s.finish()
+
+
+async def test_partition_of_the_active_from_etcd(tmp_path, seed):
+    """DB1's active cut from etcd (its peers still reach it): its lease runs out, it stops
+    acknowledging, another copy is activated; healed, it rejoins."""
+    async with scenario(tmp_path, "partition-active-etcd", seed) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("cut mbx1|etcd")
+        s.net.cut("mbx1", "etcd")
+        new = await s.mounted_elsewhere("DB1", "mbx1")
+        await s.writer.acks_after(10, since=s.fault_at, node=new)
+        stale = await s.probe("mbx1", 3)
+        s.net.heal("mbx1")
+        s.faults.end("cut mbx1|etcd")
+        s.notes.append(f"DB1 failed over to {new}; the cut-off mbx1 acknowledged {stale}/3")
+        await s.finish()
+
+
+async def test_partition_of_one_node_from_the_rest(tmp_path, seed):
+    """DB1's active cut from its peers and etcd, as in the partition test, under load and a
+    move: another copy takes over, the old one rejoins by the divergence rules."""
+    async with scenario(tmp_path, "partition-node", seed) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("cut mbx1|rest", {"mbx1"})
+        s.net.cut("mbx1", "mbx2", "mbx3", "etcd")
+        new = await s.mounted_elsewhere("DB1", "mbx1")
+        await s.writer.acks_after(10, since=s.fault_at, node=new)
+        s.net.heal("mbx1")
+        s.faults.end("cut mbx1|rest")
+        s.notes.append(f"DB1 failed over to {new}")
+        await s.finish()
+
+
+async def test_partition_of_one_site_from_the_other(tmp_path, seed):
+    """dublin (mbx3) cut from redmond (mbx1, mbx2), etcd reachable from both: the copies
+    in dublin fall behind and catch up after healing."""
+    async with scenario(tmp_path, "partition-site", seed) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("cut dublin|redmond", {"mbx3"})
+        s.net.cut("mbx3", "mbx1", "mbx2")
+        await s.writer.acks_after(s.rng.randint(20, 80), since=s.fault_at)
+        s.net.heal("mbx3")
+        s.faults.end("cut dublin|redmond")
+        await s.finish()
+
+
+async def test_packet_loss_on_a_node(tmp_path, seed):
+    """A share of packets the seed chooses dropped in and out of mbx2 (DB2's active, DB1's
+    second copy) while the move runs."""
+    async with scenario(tmp_path, "packet-loss", seed) as s:
+        share = s.rng.choice([0.1, 0.2, 0.3])
+        s.start_load()
+        await s.fault_point(1, 20)
+        s.faults.begin(f"drop {share:.0%} mbx2")
+        f.lossy(s.net, "mbx2", share)
+        await s.writer.acks_after(s.rng.randint(20, 60), since=s.fault_at)
+        s.net.heal("mbx2")
+        s.faults.end(f"drop {share:.0%} mbx2")
+        await s.finish()
+
+
+async def test_slow_link_of_the_active(tmp_path, seed):
+    """A token bucket on DB1's active's link: its copies get its logs slowly."""
+    async with scenario(tmp_path, "slow-link", seed) as s:
+        rate = s.rng.choice(["256kbit", "512kbit", "1mbit"])
+        s.start_load()
+        await s.fault_point(1, 20)
+        s.faults.begin(f"tbf {rate} mbx1")
+        f.slow_link(s.net, "mbx1", rate)
+        await s.writer.acks_after(s.rng.randint(20, 60), since=s.fault_at)
+        f.fast_link(s.net, "mbx1")
+        s.faults.end(f"tbf {rate} mbx1")
+        await s.finish()
+
+
+async def test_a_passives_disk_filling(tmp_path, seed):
+    """mbx3's disk (a size-limited tmpfs) filled with ballast under load: its copies say why
+    in status, its process does not crash, and they catch up once space comes back."""
+    with size_limited_disk(tmp_path / "mbx3", "96m"):
+        async with scenario(tmp_path, "disk-full-passive", seed) as s:
+            s.start_load()
+            await s.fault_point()
+            s.faults.begin("fill mbx3's disk", {"mbx3"})
+            f.fill(tmp_path / "mbx3")
+
+            async def said() -> bool:
+                errors = [c.get("error") or "" for c in (await s.cluster.status("mbx3")).values()]
+                return any("No space" in e for e in errors)
+
+            await s.writer.acks_after(s.rng.randint(40, 100), since=s.fault_at)
+            await s.cluster.wait_for("mbx3's status to say its disk is full", said, timeout=60)
+            f.drain(tmp_path / "mbx3")
+            s.faults.end("fill mbx3's disk")
+            s.notes.append("status said No space left")
+            await s.reseed_failed()
+            await s.finish()
+
+
+async def test_the_actives_disk_filling(tmp_path, seed):
+    """DB1's active's disk filled: writes are refused with the reason, status says it, and
+    DB1 is mounted again (in place or on another copy) once space comes back."""
+    with size_limited_disk(tmp_path / "mbx1", "96m"):
+        async with scenario(tmp_path, "disk-full-active", seed) as s:
+            s.start_load()
+            await s.fault_point()
+            s.faults.begin("fill mbx1's disk", {"mbx1"})
+            f.fill(tmp_path / "mbx1")
+            await wait_until(
+                "a write refused for the full disk",
+                lambda: any(
+                    "No space" in a.error for a in s.writer.answers if a.sent >= s.fault_at
+                ),
+                timeout=60,
+            )
+            f.drain(tmp_path / "mbx1")
+            s.faults.end("fill mbx1's disk")
+            await s.writer.acks_after(10, since=time.monotonic())
+            s.notes.append(f"writes refused with No space; DB1 then on {s.writer.target}")
+            await s.reseed_failed()
+            await s.finish()
+
+
+async def _stop_and_damage(s, node: str, db: str, damage) -> str:
+    """Stop `node`, damage the newest closed generation of its copy of `db` it has not
+    replayed (or the newest closed one), continue it; what was done."""
+    replayed = (await s.copy_state(node, db))["last_log_replayed"]
+    f.stop(s.cluster, node)
+    try:
+        files = f.closed_generations(s.cluster, node, db)
+        assert files, f"no closed generation under {node}"
+        waiting = [p for p in files if f.generation_of(p) > replayed] or files
+        target = s.rng.choice(waiting)
+        where = damage(target, s.rng)
+    finally:
+        f.cont(s.cluster, node)
+    return f"{damage.__name__} {node}:{target.name}@{where}"
+
+
+async def test_a_bit_flip_in_a_closed_log_on_a_passive(tmp_path, seed):
+    """One bit flipped in a closed generation on mbx2 (DB1's passive) it has not replayed
+    yet: it never replays corrupt data; it copies again or stops for a reseed."""
+    async with scenario(tmp_path, "bitflip-log-passive", seed) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("bit flip mbx2 log")
+        s.notes.append(await _stop_and_damage(s, "mbx2", "DB1", f.flip_byte))
+        await s.writer.acks_after(s.rng.randint(20, 60), since=s.fault_at)
+        s.faults.end("bit flip mbx2 log")
+        await s.reseed_failed()
+        await s.finish()
+
+
+async def test_truncation_of_a_closed_log_on_the_active(tmp_path, seed):
+    """A closed generation on DB1's active cut short while mbx3 is stopped: the copies get
+    a bad transfer, refuse it, and stop for a reseed or copy it from elsewhere."""
+    async with scenario(tmp_path, "truncate-log-active", seed) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("truncate mbx1 log")
+        f.stop(s.cluster, "mbx3")
+        try:
+            await s.cluster.ok("POST", "mbx1", "/v1/databases/DB1/roll-log")
+            files = f.closed_generations(s.cluster, "mbx1", "DB1")
+            target = files[-1]
+            s.notes.append(f"truncate mbx1:{target.name}@{f.truncate(target, s.rng)}")
+        finally:
+            f.cont(s.cluster, "mbx3")
+        await s.writer.acks_after(s.rng.randint(20, 60), since=s.fault_at)
+        s.faults.end("truncate mbx1 log")
+        await s.reseed_failed()
+        await s.finish()
+
+
+async def test_a_bit_flip_in_a_passives_database_file(tmp_path, seed):
+    """One bit flipped in mbx3's DB1 database file while it is stopped: it finds the damage
+    (its content digest) and stops for a reseed, never serving it silently."""
+    async with scenario(tmp_path, "bitflip-db-passive", seed) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("bit flip mbx3 db", {"mbx3"})
+        f.stop(s.cluster, "mbx3")
+        try:
+            target = f.database_file(s.cluster, "mbx3", "DB1")
+            s.notes.append(f"flip mbx3:{target.name}@{f.flip_byte(target, s.rng)}")
+        finally:
+            f.cont(s.cluster, "mbx3")
+        await s.writer.acks_after(s.rng.randint(20, 60), since=s.fault_at)
+        s.faults.end("bit flip mbx3 db")
+        await s.reseed_failed()
+        await s.finish()
+
+
+@pytest.mark.skipif(not f.faketime_available(), reason="Debian's faketime is not installed")
+async def test_a_clock_jump_on_the_mover(tmp_path, seed):
+    """The mover's wall clock jumps (forward or back, the seed says) mid-move."""
+    clock = f.FakeClock(tmp_path / "mover.faketime")
+    async with scenario(tmp_path, "clock-jump-mover", seed, mover_env=clock.env()) as s:
+        jump = s.rng.choice(["+2h", "-2h", "+10m", "-10m"])
+        s.start_load()
+        await s.move_reached(s.rng.choice(list(MoveStep)[2:6]))
+        s.fault_at, s.move_in_flight_at_fault = time.monotonic(), s.mover.in_flight()
+        s.faults.begin(f"mover clock {jump}")
+        clock.jump(jump)
+        await asyncio.gather(s.move_task, return_exceptions=True)
+        clock.jump("+0")
+        s.faults.end(f"mover clock {jump}")
+        await s.finish()
+
+
+@pytest.mark.skipif(not f.faketime_available(), reason="Debian's faketime is not installed")
+async def test_clock_skew_and_a_jump_on_a_node_and_the_guarantee_service(tmp_path, seed):
+    """mbx2 (DB2's active, DB1's copy) and the guarantee service on clocks of their own: the
+    service skewed from the start, mbx2's clock jumping back or forward under load."""
+    node_clock = f.FakeClock(tmp_path / "mbx2.faketime")
+    api_clock = f.FakeClock(tmp_path / "api.faketime")
+    skew = random.Random(seed).choice(["+90s", "-90s", "+1h", "-1h"])
+    api_clock.spec.write_text(f"{skew}\n")
+    async with scenario(
+        tmp_path, "clock-skew", seed, node_env={"mbx2": node_clock.env()}, api_env=api_clock.env()
+    ) as s:
+        jump = s.rng.choice(["+1h", "-1h", "+5m", "-5m"])
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin(f"mbx2 clock {jump}, service {skew}")
+        node_clock.jump(jump)
+        await s.writer.acks_after(s.rng.randint(30, 80), since=s.fault_at)
+        node_clock.jump("+0")
+        s.faults.end(f"mbx2 clock {jump}, service {skew}")
+        await s.finish()
