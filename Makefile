@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-fast test-slow lint demo bench bench-spark system-deps demo-deps clean proto
+.PHONY: test test-fast test-slow test-resilience lint demo bench bench-spark system-deps demo-deps clean proto
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,10 @@ test-fast: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -m slow
+
+# The fault scenarios alone (network namespaces, iptables, faketime); SEED=N replays one run.
+test-resilience: $(STAMP) system-deps
+	$(BIN)/python -m pytest -q -ra -m resilience $(if $(SEED),--seed $(SEED))
 
 demo: $(STAMP) demo-deps
 	$(BIN)/python -m replication_node.demo
