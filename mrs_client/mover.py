@@ -121,7 +121,12 @@ class Mover:
                 row = await self.nodes.mailbox(source_db, name)
                 existing = await self.nodes.mailbox(target_db, name)
             except NodeCallError as exc:
-                raise MoveRejected(f"cannot check {name!r}: {exc}") from exc
+                # A refusal (4xx) says the request is wrong; a node down or failing says
+                # nothing about it: the move is not recorded and failed (exit 1), to be asked
+                # again, not bad input (exit 2).
+                if exc.status is not None and 400 <= exc.status < 500:
+                    raise MoveRejected(f"cannot check {name!r}: {exc}") from exc
+                raise MoveFailed(f"cannot check {name!r} now: {exc}; nothing recorded") from exc
             if row is None or row.soft_deleted:
                 raise MoveRejected(f"mailbox {name!r} is not in {source_db}")
             if row.locked:

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from mrs_client.errors import MoveRejected, NodeCallError
+from mrs_client.errors import MoveFailed, MoveRejected, NodeCallError
 from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus, MoveState
 from tests.mrs_client.fakes import MOVER_SETTINGS, Crash, MoverEnv
 
@@ -241,3 +241,25 @@ async def test_each_sync_pass_knows_how_many_items_it_copies_before_its_first(tm
     assert all(copied <= total for _, copied, total in shown if total), shown
     final = env.requests.get(move_id)
     assert final.items_copied == final.items_total == 152
+
+
+@pytest.mark.parametrize(
+    ("status", "raised"), [(None, "MoveFailed"), (503, "MoveFailed"), (400, "MoveRejected")]
+)
+async def test_a_source_that_cannot_answer_at_submit_is_a_failure_not_bad_input(
+    tmp_path, status, raised
+):
+    """A node down when a move is asked for says nothing about the request: the move fails
+    (exit 1, ask again), it is not refused as bad input (exit 2); a refusal is."""
+    env = MoverEnv(tmp_path)
+
+    def down(method, database, n):
+        if (method, database) == ("mailbox", "DB1"):
+            raise NodeCallError("GET DB1/mailboxes/alice: connection refused", status=status)
+
+    env.nodes.before.append(down)
+    with pytest.raises(MoveRejected if raised == "MoveRejected" else MoveFailed) as caught:
+        await env.mover().submit("alice", "DB2")
+    assert type(caught.value).__name__ == raised
+    assert "cannot check 'alice'" in str(caught.value)
+    assert env.requests.list() == []
