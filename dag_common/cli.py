@@ -21,13 +21,16 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import aiohttp
 
 from dag_common.durations import parse_duration
 from dag_common.errors import BadArgument, ConfigError, DagError, InUse, TokenRefused
 from dag_common.model import ExitCode
+
+if TYPE_CHECKING:
+    from dag_common.config import ClusterConfig, DatabaseConfig
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +120,15 @@ def exit_now(main: Callable[[], int]) -> NoReturn:
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     os._exit(code)
+
+
+def database_named(config: ClusterConfig, name: str, source: object) -> DatabaseConfig:
+    """The database `name` of `config` (read from `source`, a path); ConfigError (bad input,
+    exit 2, one line) if it has none."""
+    try:
+        return config.database(name)
+    except KeyError:
+        raise ConfigError(f"no database {name!r} in {source}") from None
 
 
 def error(message: str) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from dag_common.cli import add_config
+from dag_common.cli import add_config, database_named
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import TokenRefused
 from dag_common.incarnation import ActivationCause
@@ -124,22 +124,14 @@ def history_lines(body: dict[str, Any]) -> list[str]:
 
 def cmd_db_history(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    try:
-        db = config.database(args.database)
-    except KeyError:
-        print(f"error: no database {args.database!r} in {args.config}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
+    db = database_named(config, args.database, args.config)
     code, body = asyncio.run(_history(config, db.name))
     return _report_admin(args, db.name, code, body)
 
 
 def cmd_db_admin(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    try:
-        db = config.database(args.database)
-    except KeyError:
-        print(f"error: no database {args.database!r} in {args.config}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
+    db = database_named(config, args.database, args.config)
     if args.db_cmd in ("roll-log", "mount", "dismount"):
         # The node holding the active copy, mounted or not (a failed or dismounted active
         # still reports the role).

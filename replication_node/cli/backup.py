@@ -22,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from dag_common.cli import add_config, add_json, error
+from dag_common.cli import add_config, add_json, database_named, error
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import TokenRefused
@@ -61,11 +61,7 @@ def backup_summary(body: dict[str, Any]) -> str:
 
 def cmd_backup(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    try:
-        db = config.database(args.database)
-    except KeyError:
-        error(f"no database {args.database!r} in {args.config}")
-        return ExitCode.BAD_INPUT
+    db = database_named(config, args.database, args.config)
     if db.copy_on(args.from_node) is None:
         error(f"{db.name} has no copy on {args.from_node!r}")
         return ExitCode.BAD_INPUT

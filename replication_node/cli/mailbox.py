@@ -21,10 +21,10 @@ from typing import Any
 
 import aiohttp
 
-from dag_common.cli import add_config, error
+from dag_common.cli import add_config, database_named, error
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
-from dag_common.errors import BadArgument, ConfigError, TokenRefused
+from dag_common.errors import BadArgument, TokenRefused
 from dag_common.model import ExitCode
 from dag_common.node_status import AUTH_FAILED
 from mrs_client.errors import NodeCallError
@@ -82,9 +82,7 @@ def batches(
 
 
 def _database(config: ClusterConfig, args: argparse.Namespace) -> str:
-    if args.database not in {db.name for db in config.databases}:
-        raise ConfigError(f"no database {args.database!r} in {args.config}")
-    return str(args.database)
+    return database_named(config, args.database, args.config).name
 
 
 def _failed(database: str, exc: NodeCallError) -> int:

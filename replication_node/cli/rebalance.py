@@ -15,9 +15,9 @@ import json
 import sys
 from typing import Any
 
-from dag_common.cli import add_config, error
+from dag_common.cli import add_config, database_named, error
 from dag_common.config import ClusterConfig, load_config, load_token
-from dag_common.errors import ConfigError, TokenRefused
+from dag_common.errors import TokenRefused
 from dag_common.model import ExitCode, NodeStatus
 from dag_common.node_status import AUTH_FAILED
 from replication_node.cli.admin import DATABASE, admin_call
@@ -58,8 +58,8 @@ def _summary(moves: list[Move], failed: int, *, dry_run: bool) -> str:
 
 def cmd_rebalance(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    if args.database and args.database not in {db.name for db in config.databases}:
-        raise ConfigError(f"no database {args.database!r} in {args.config}")
+    if args.database:
+        database_named(config, args.database, args.config)
     moves = asyncio.run(_plan(config, args.database))
     records: list[dict[str, Any]] = []
     failed = 0

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 from rich.console import Console
 
-from dag_common.cli import add_config, add_json
+from dag_common.cli import add_config, add_json, database_named
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import ConfigError, TokenRefused
 from dag_common.model import CopyStatus, ExitCode, FailoverPause, NodeStatus
@@ -78,8 +78,8 @@ def terminal_console() -> Console | None:
 def cmd_status(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     token = load_token(config)
-    if args.database and args.database not in {db.name for db in config.databases}:
-        raise ConfigError(f"no database {args.database!r} in {args.config}")
+    if args.database:
+        database_named(config, args.database, args.config)
     if args.node and args.node not in {n.name for n in config.nodes}:
         raise ConfigError(f"no node {args.node!r} in {args.config}")
     statuses = asyncio.run(fetch_statuses(config, token))
