@@ -13,6 +13,7 @@ bar into a pipe.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -81,6 +82,7 @@ class Progress:
 
             self._display = display(self.stream, console, get_time, auto_refresh=auto_refresh)
         self._task: TaskID | None = None
+        self._handlers: list[logging.Handler] = []
 
     @property
     def live(self) -> bool:
@@ -96,6 +98,7 @@ class Progress:
         shown = Shown.of(record)
         fields = {"megabytes": shown.megabytes, "stalled": shown.stalled}
         if self._task is None:
+            self._take_logging()
             self._display.start()
             self._task = self._display.add_task(
                 shown.description, total=shown.total, completed=shown.items, **fields
@@ -112,7 +115,22 @@ class Progress:
             self._display.console.print(line, markup=False, highlight=False, soft_wrap=True)
         self._display.refresh()
 
+    def _take_logging(self) -> None:
+        """While the display is drawn, log records go above it through its console: a
+        handler writing to the terminal by itself would tear the display in two."""
+        from mrs_client.progress_display import log_handler
+
+        assert self._display is not None
+        root = logging.getLogger()
+        self._handlers = root.handlers[:]
+        handler = log_handler(self._display.console)
+        if self._handlers:
+            handler.setLevel(min(h.level for h in self._handlers))
+        root.handlers = [handler]
+
     def close(self) -> None:
-        """Leave the display's last state on the screen, and the cursor below it."""
+        """Leave the display's last state on the screen, and the cursor below it; logging
+        as it was."""
         if self._display is not None and self._task is not None:
             self._display.stop()
+            logging.getLogger().handlers = self._handlers

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from rich.console import Console
+from rich.logging import RichHandler
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn
 from rich.text import Text
 
@@ -65,3 +66,8 @@ class _RateAndEta(ProgressColumn):
         minutes, seconds = divmod(int(task.time_remaining), 60)
         hours, minutes = divmod(minutes, 60)
         return Text(f"{rate}  ETA {hours}:{minutes:02d}:{seconds:02d}", style="progress.remaining")
+
+
+def log_handler(console: Console) -> RichHandler:
+    """Log records printed above the display, through its console."""
+    return RichHandler(console=console, show_path=False, markup=False, rich_tracebacks=False)

@@ -140,3 +140,29 @@ def test_no_bar_in_a_pipe_even_when_colour_is_forced(monkeypatch):
         assert not progress.live
     with os.fdopen(read) as pipe:
         assert pipe.read() == "abc step 3: initial sync\n"
+
+
+def test_log_records_go_above_the_display_while_it_is_drawn_and_back_after():
+    """A warning written straight to the terminal would tear the bar in two: while the
+    display is drawn it goes through its console; after it, logging is as it was."""
+    import logging
+
+    console, out = terminal()
+    elsewhere = io.StringIO()
+    root = logging.getLogger()
+    before = root.handlers[:]
+    mine = logging.StreamHandler(elsewhere)
+    root.handlers = [mine]
+    try:
+        progress = Progress(console=console, get_time=FakeTime(), auto_refresh=False)
+        progress(record(step=MoveStep.INITIAL_SYNC), "step 3: initial sync")
+        logging.getLogger("mrs_client.test").warning("node mbx2 answers slowly")
+        progress(record(step=MoveStep.INITIAL_SYNC, items_copied=10), "")
+        progress.close()
+        assert "node mbx2 answers slowly" in ANSI.sub("", out.getvalue())
+        assert elsewhere.getvalue() == ""
+        assert root.handlers == [mine]
+        logging.getLogger("mrs_client.test").warning("after the move")
+        assert "after the move" in elsewhere.getvalue()
+    finally:
+        root.handlers = before
