@@ -18,7 +18,8 @@ import pytest
 from mrs_client.policy import MoveStep
 from tests.cluster_harness import size_limited_disk, wait_until
 from tests.resilience import faults as f
-from tests.resilience.scenario import FAST_MOVE, scenario
+from tests.resilience import invariants as inv
+from tests.resilience.scenario import FAST_MOVE, GRACE, scenario
 
 pytestmark = [pytest.mark.slow, pytest.mark.resilience]
 
@@ -82,41 +83,85 @@ async def test_sigstop_of_a_passive(tmp_path, seed):
         await s.finish()
 
 
-async def test_sigstop_of_the_guarantee_service_mid_flush(tmp_path, seed):
-    """SIGSTOP of the guarantee service once the move is at its final sync and flush: the
-    mover waits (calls time out), never completes on no answer, and goes on once continued."""
-    async with scenario(tmp_path, "sigstop-guarantee", seed) as s:
-        s.start_load()
-        await s.move_reached(MoveStep.FINAL_SYNC_AND_FLUSH)
-        s.fault_at, s.move_in_flight_at_fault = time.monotonic(), s.mover.in_flight()
-        s.faults.begin("SIGSTOP guarantee-api")
-        f.signal_pid(s.api.pid, signal.SIGSTOP)
-        await wait_until(
-            "the recorder's calls to time out",
-            lambda: sum(a.status == "ERROR" and a.at > s.fault_at for a in s.recorder.answers) >= 2,
-            timeout=60,
+# What the mover says just before a guarantee question it waits on: (its step, the line).
+GUARANTEE_WAITS = [(6, "holds the final sync"), (7, "step 7: final health check")]
+DB2_PASSIVES = ("mbx3", "mbx1")
+
+
+async def _guarantee_fault(s, name: str, strike, heal) -> None:
+    """Strike the guarantee service (`strike()`) just as the mover asks it the final flush or
+    health question; while it cannot answer, DB2's passives are suspended (the constraint
+    no longer met); heal it (`heal()`) and hold the window until it has answered Health
+    again MIN_ANSWERS times.  Expected: the mover waited across the fault (no next step
+    before the service answered again), never went past step 7 while DB2 had only its
+    active (beyond the service's staleness grace), and no answer was a false Satisfied."""
+    step, text = s.rng.choice(GUARANTEE_WAITS)
+    s.start_load()
+    await s.move_said(text)
+    s.faults.begin(name)
+    await strike()
+    s.faults.begin("suspend DB2's passives", set(DB2_PASSIVES))
+    suspended = time.monotonic()
+    for node in DB2_PASSIVES:
+        await s.cluster.ok("POST", node, f"/v1/databases/DB2/copies/{node}/suspend", json={})
+    await wait_until(
+        "the recorder's calls to fail (the service cannot answer)",
+        lambda: sum(a.status == "ERROR" and a.at > s.fault_at for a in s.recorder.answers) >= 2,
+        timeout=60,
+    )
+    await heal()
+    healed = time.monotonic()
+    s.faults.end(name)
+    heard = await s.guarantee_heard(healed)
+    resumed = time.monotonic()
+    for node in DB2_PASSIVES:
+        await s.cluster.ok("POST", node, f"/v1/databases/DB2/copies/{node}/resume", json={})
+    s.faults.end("suspend DB2's passives")
+    waited = s.mover.point(healed).step == step
+    past = [n for n in s.mover.steps_between(suspended + GRACE, resumed) if n > 7]
+    s.notes.append(
+        f"the mover {'waited on' if waited else 'did NOT wait on'} {text!r} across the fault; "
+        f"{heard} Health answers with DB2's passives suspended after the heal"
+    )
+    if not waited:
+        s.expectations.append(
+            inv.Violation("mover-not-waiting", f"past step {step} before the service answered")
         )
-        completed_while_stopped = not s.mover.in_flight() and s.fault_at < s.mover.current.ended
-        f.signal_pid(s.api.pid, signal.SIGCONT)
-        s.faults.end("SIGSTOP guarantee-api")
-        s.notes.append(f"move ended while the service was stopped: {completed_while_stopped}")
-        await s.finish()
+    if past:
+        s.expectations.append(
+            inv.Violation("moved-without-copies", f"step {past[0]} started with DB2 alone")
+        )
+    await s.finish()
 
 
-async def test_kill_9_of_the_guarantee_service(tmp_path, seed):
-    """kill -9 of the guarantee service mid-move and a restart: the mover's answers come
-    from the new process; nothing is Satisfied that was not."""
+async def test_sigstop_of_the_guarantee_service_mid_question(tmp_path, seed):
+    """SIGSTOP of the guarantee service as the mover asks its final flush or health question
+    (see `_guarantee_fault`), SIGCONT once its calls have failed."""
+    async with scenario(tmp_path, "sigstop-guarantee", seed) as s:
+
+        async def strike() -> None:
+            f.signal_pid(s.api.pid, signal.SIGSTOP)
+
+        async def heal() -> None:
+            f.signal_pid(s.api.pid, signal.SIGCONT)
+
+        await _guarantee_fault(s, "SIGSTOP guarantee-api", strike, heal)
+
+
+async def test_kill_9_of_the_guarantee_service_mid_question(tmp_path, seed):
+    """kill -9 of the guarantee service as the mover asks its final flush or health
+    question (see `_guarantee_fault`), and a restart: the answers come from the new
+    process, which never saw DB2's passives healthy."""
     async with scenario(tmp_path, "kill-9-guarantee", seed) as s:
-        s.start_load()
-        await s.move_reached(s.rng.choice(list(MoveStep)[2:7]))
-        s.fault_at, s.move_in_flight_at_fault = time.monotonic(), s.mover.in_flight()
-        s.faults.begin("kill -9 guarantee-api")
-        s.api.kill()
-        s.api.wait()
-        await s.writer.acks_after(s.rng.randint(5, 30), since=s.fault_at)
-        await s.restart_api()
-        s.faults.end("kill -9 guarantee-api")
-        await s.finish()
+
+        async def strike() -> None:
+            s.api.kill()
+            s.api.wait()
+
+        async def heal() -> None:
+            await s.restart_api()
+
+        await _guarantee_fault(s, "kill -9 guarantee-api", strike, heal)
 
 
 async def test_kill_9_of_the_mover_and_resume(tmp_path, seed):
@@ -124,9 +169,8 @@ async def test_kill_9_of_the_mover_and_resume(tmp_path, seed):
     completed with the target whole, or failed with the source whole."""
     async with scenario(tmp_path, "kill-9-mover", seed) as s:
         s.start_load()
-        step = s.rng.choice(list(MoveStep)[1:9])
-        await s.move_reached(step)
-        s.fault_at, s.move_in_flight_at_fault = time.monotonic(), s.mover.in_flight()
+        step = MoveStep(s.rng.randint(3, 9))
+        await s.fault_point(step, step)
         s.faults.begin("kill -9 mrs")
         if s.mover.in_flight():
             s.mover.current.proc.kill()
@@ -191,7 +235,7 @@ async def test_packet_loss_on_a_node(tmp_path, seed):
     async with scenario(tmp_path, "packet-loss", seed) as s:
         share = s.rng.choice([0.1, 0.2, 0.3])
         s.start_load()
-        await s.fault_point(1, 20)
+        await s.fault_point()
         s.faults.begin(f"drop {share:.0%} mbx2")
         f.lossy(s.net, "mbx2", share)
         await s.writer.acks_after(s.rng.randint(20, 60), since=s.fault_at)
@@ -205,7 +249,7 @@ async def test_slow_link_of_the_active(tmp_path, seed):
     async with scenario(tmp_path, "slow-link", seed) as s:
         rate = s.rng.choice(["256kbit", "512kbit", "1mbit"])
         s.start_load()
-        await s.fault_point(1, 20)
+        await s.fault_point()
         s.faults.begin(f"tbf {rate} mbx1")
         f.slow_link(s.net, "mbx1", rate)
         await s.writer.acks_after(s.rng.randint(20, 60), since=s.fault_at)
@@ -338,8 +382,7 @@ async def test_a_clock_jump_on_the_mover(tmp_path, seed):
     async with scenario(tmp_path, "clock-jump-mover", seed, mover_env=clock.env()) as s:
         jump = s.rng.choice(["+2h", "-2h", "+10m", "-10m"])
         s.start_load()
-        await s.move_reached(s.rng.choice(list(MoveStep)[2:6]))
-        s.fault_at, s.move_in_flight_at_fault = time.monotonic(), s.mover.in_flight()
+        await s.fault_point(3, 6)
         s.faults.begin(f"mover clock {jump}")
         clock.jump(jump)
         await asyncio.gather(s.move_task, return_exceptions=True)
