@@ -56,12 +56,20 @@ TTL = "3s"
 MIN_ANSWERS = 5  # the service's answers a guarantee fault's window must hold
 
 
-def databases(dial: str, block_mode: bool) -> list[dict[str, Any]]:
-    return [
+def databases(
+    dial: str,
+    block_mode: bool,
+    synchronous_copies: int | None = None,
+    copy_extra: dict[tuple[str, str], dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """The two databases; `copy_extra[(db, node)]`: a copy's own settings (a replay lag)."""
+    extra = copy_extra or {}
+    dbs = [
         {
             "name": "DB1",
             "auto_database_mount_dial": dial,
             "block_mode": block_mode,
+            **({"synchronous_copies": synchronous_copies} if synchronous_copies else {}),
             "copies": [
                 {"node": "mbx1", "activation_preference": 1},
                 {"node": "mbx2", "activation_preference": 2},
@@ -79,6 +87,10 @@ def databases(dial: str, block_mode: bool) -> list[dict[str, Any]]:
             ],
         },
     ]
+    for db in dbs:
+        for copy in db["copies"]:
+            copy.update(extra.get((db["name"], copy["node"]), {}))
+    return dbs
 
 
 @dataclass
@@ -102,6 +114,7 @@ class Scenario:
     at_fault: MovePoint | None = None  # where the move was when the fault struck
     claims_in_flight: bool = False  # the scenario says its fault strikes a move in flight
     expectations: list[inv.Violation] = field(default_factory=list)  # the scenario's own
+    kept: set[str] = field(default_factory=set)  # the writer's items on DB1's final active
     stopped_on_purpose: set[str] = field(default_factory=set)
 
     # ---- the load ------------------------------------------------------------------
@@ -163,7 +176,7 @@ class Scenario:
         DB2's health since `since`; a violation is kept if it never has."""
 
         def heard() -> int:
-            return sum(a.kind == "Health" for a in self.recorder.answered(since))
+            return len(self.recorder.answered(since, health_of="DB2"))
 
         try:
             await wait_until(f"{n} answers of the guarantee service", lambda: heard() >= n)
@@ -290,6 +303,7 @@ class Scenario:
             violations += inv.acknowledged_writes_kept(self.writer.answers, on_active, history)
             violations += inv.converged(held1, actives["DB1"])
             lost = {a.item for a in self.writer.acked()} - on_active
+            self.kept = on_active
         else:
             lost = set()
         violations += inv.one_writer_per_epoch(self.writer.answers)
@@ -453,6 +467,9 @@ async def scenario(
     mover_env: dict[str, str] | None = None,
     api_env: dict[str, str] | None = None,
     before_start: Any = None,
+    synchronous_copies: int | None = None,
+    copy_extra: dict[tuple[str, str], dict[str, Any]] | None = None,
+    defaults: dict[str, Any] | None = None,
 ) -> AsyncIterator[Scenario]:
     """The lab up with the load's mailboxes seeded, everything replayed; torn down after.
     `node_env`: a node's extra environment (libfaketime); `before_start(cluster)`: runs
@@ -460,8 +477,8 @@ async def scenario(
     scope = cluster_in_namespaces(
         tmp_path,
         nodes=THREE_NODES,
-        databases=databases(dial, block_mode),
-        defaults={"failover_after": "2s", "lease_ttl": TTL},
+        databases=databases(dial, block_mode, synchronous_copies, copy_extra),
+        defaults={"failover_after": "2s", "lease_ttl": TTL, **(defaults or {})},
     )
     try:
         net, cluster = await scope.__aenter__()
@@ -494,7 +511,7 @@ async def scenario(
             api=api,
             rng=random.Random(f"{name}:{seed}"),
             writer=writer,
-            recorder=Recorder(cluster.config["guarantee_api"]["listen"], "DB2", writer),
+            recorder=Recorder(cluster.config["guarantee_api"]["listen"], ("DB2", "DB1"), writer),
             mover=Mover(cluster, env=mover_env or {}),
         )
         try:

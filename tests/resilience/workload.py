@@ -149,11 +149,12 @@ class GuaranteeAnswer:
 
 @dataclass
 class Recorder:
-    """Asks the guarantee service, over and over, about the move's target (Health) and the
-    writer's latest acknowledged write (Flush by LSN with its epoch)."""
+    """Asks the guarantee service, over and over, about the health of `health_dbs` (the
+    move's target, the writer's database) and the writer's latest acknowledged write (Flush
+    by LSN with its epoch)."""
 
     address: str
-    health_db: str
+    health_dbs: tuple[str, ...]
     writer: Writer
     answers: list[GuaranteeAnswer] = field(default_factory=list)
     stopped: bool = False
@@ -176,16 +177,15 @@ class Recorder:
                 asks = [
                     self._ask(
                         "Health",
-                        self.health_db,
+                        db,
                         "",
                         stub.CheckReplicationHealth(
-                            pb.CheckReplicationHealthRequest(
-                                database=self.health_db, caller_id="r"
-                            ),
+                            pb.CheckReplicationHealthRequest(database=db, caller_id="r"),
                             metadata=meta,
                             timeout=2,
                         ),
                     )
+                    for db in self.health_dbs
                 ]
                 acked = self.writer.acked()
                 if acked:
@@ -209,12 +209,18 @@ class Recorder:
                 await asyncio.sleep(self.pace)  # the pace of asking
             await asyncio.gather(*calls, return_exceptions=True)
 
-    def answered(self, since: float, until: float | None = None) -> list[GuaranteeAnswer]:
-        """The service's own answers (not failed calls) recorded in [since, until]."""
+    def answered(
+        self, since: float, until: float | None = None, health_of: str | None = None
+    ) -> list[GuaranteeAnswer]:
+        """The service's own answers (not failed calls) recorded in [since, until]; only
+        its Health answers about `health_of`, if named."""
         return [
             a
             for a in self.answers
-            if a.status != "ERROR" and since <= a.at and (until is None or a.at <= until)
+            if a.status != "ERROR"
+            and since <= a.at
+            and (until is None or a.at <= until)
+            and (health_of is None or (a.kind, a.database) == ("Health", health_of))
         ]
 
     async def _ask(self, kind: str, db: str, item: str, call: Any) -> None:
