@@ -150,9 +150,11 @@ class PassiveCopy:
             return
         await self._halt()
         self._suspended, self._failed, self.error = False, False, None
-        self._save_state()
         logger.info("%s: resumed", self.database)
-        self._launch()
+        try:
+            self._save_state()
+        finally:  # a state that cannot be saved (a full disk) must not leave it halted
+            self._launch()
 
     async def reseed(self) -> None:
         """Throw the copy away and seed it again from the active (in the background)."""
@@ -160,10 +162,15 @@ class PassiveCopy:
         self._close_reader()
         self._suspended, self._failed, self.error = False, False, None
         self._corrupt = False
-        self._save_state()
         self.markers = Markers()
         logger.info("%s: reseed requested", self.database)
-        self._launch(reseed=True)
+        try:
+            self._save_state()
+        finally:
+            # The state unsaved (a full disk): the caller hears why, and the seed runs
+            # anyway, failing with the reason in status and retried, rather than the copy
+            # left halted while its status still says what it was before.
+            self._launch(reseed=True)
 
     def _launch(self, *, reseed: bool = False) -> None:
         self._phase = CopyStatus.SEEDING if reseed else CopyStatus.INITIALIZING

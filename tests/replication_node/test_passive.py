@@ -388,3 +388,33 @@ async def test_the_background_scrub_finds_a_file_damaged_under_a_running_copy(sh
     assert "background scrub found" in status.error and "damaged" in status.error
     assert copy.reader() is None
     await copy.stop()
+
+
+async def test_a_reseed_whose_state_cannot_be_saved_still_seeds_the_copy(
+    share, tmp_path, monkeypatch
+):
+    """A full disk at the reseed's state save (found by the resilience suite's
+    disk-full-seed): the request fails with the reason, and the copy is not left halted
+    while its status still says Healthy: it seeds and catches up once the disk takes it."""
+    from replication_node.passive import copy_state
+
+    copy = passive(share, tmp_path)
+    await copy.start()
+    await share.write(0, 10)
+    first = await share.roll()
+    await wait_until("replay", replayed_through(copy, first))
+    save = copy_state.CopyState.save
+
+    def full(self, root):  # the disk full for this one save
+        monkeypatch.setattr(copy_state.CopyState, "save", save)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(copy_state.CopyState, "save", full)
+    with pytest.raises(OSError, match="No space"):
+        await copy.reseed()
+    await share.write(10, 10)
+    last = await share.roll()
+    await wait_until("reseeded and caught up", replayed_through(copy, last))
+    assert copy.status().status is CopyStatus.HEALTHY
+    assert copy.reader().items("m") == share.active.copy.items("m")
+    await copy.stop()

@@ -117,6 +117,16 @@ def fill(where: Path) -> int:
     return written
 
 
+def leave_room(where: Path, room: int) -> int:
+    """After `fill`: give back about `room` bytes of the ballast; how many were freed."""
+    tail = where / (BALLAST + ".tail")
+    tail.unlink(missing_ok=True)
+    ballast = where / BALLAST
+    size = ballast.stat().st_size
+    os.truncate(ballast, max(0, size - room))
+    return size - max(0, size - room)
+
+
 def drain(where: Path) -> None:
     """Space comes back: the ballast is removed."""
     for name in (BALLAST, BALLAST + ".tail"):
@@ -150,6 +160,30 @@ def flip_byte(path: Path, rng: random.Random) -> int:
         f.flush()
         os.fsync(f.fileno())
     return offset
+
+
+def flip_in_row(path: Path, rng: random.Random, marker: bytes) -> tuple[str, int]:
+    """Flip one bit of a letter inside a row of a database: a byte inside one of the places
+    `marker` occurs, in the file or (rows not yet checkpointed) its WAL, where the running
+    process reads it through its WAL index: a page that stays valid, a row that does not.
+    The last bit of a lowercase letter: still text, another letter.  The file and offset."""
+    places: list[tuple[Path, int]] = []
+    for where in (path, path.with_name(path.name + "-wal")):
+        data = where.read_bytes() if where.exists() else b""
+        start = data.find(marker)
+        while start != -1:
+            places.append((where, start + len(marker) - 2))  # the "y" of "body"
+            start = data.find(marker, start + 1)
+    assert places, f"{marker!r} is in neither {path} nor its WAL"
+    where, offset = rng.choice(places)
+    with open(where, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([byte ^ 1]))
+        f.flush()
+        os.fsync(f.fileno())
+    return where.name, offset
 
 
 def truncate(path: Path, rng: random.Random) -> int:

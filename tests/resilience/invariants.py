@@ -75,12 +75,21 @@ class Epoch:
 
 @dataclass(frozen=True)
 class FaultWindow:
-    """A fault and the copies it took out (`down`), from `started` to `ended` (monotonic)."""
+    """A fault and the copies it took out (`down`: a node, every copy on it, or `DB\\node`,
+    one copy), from `started` to `ended` (monotonic)."""
 
     name: str
     down: frozenset[str]
     started: float
     ended: float
+
+    def down_copies(self, database: str) -> set[str]:
+        """The nodes whose copy of `database` this fault took out."""
+        return {
+            entry.partition("\\")[2] if "\\" in entry else entry
+            for entry in self.down
+            if "\\" not in entry or entry.partition("\\")[0] == database
+        }
 
 
 @dataclass(frozen=True)
@@ -277,7 +286,7 @@ def no_false_satisfied(
             )
         if a.kind == "Health":
             down = set().union(
-                *(f.down for f in faults if f.started + grace <= a.at <= f.ended)
+                *(f.down_copies(a.database) for f in faults if f.started + grace <= a.at <= f.ended)
             ) & set(copies[a.database])
             up = len(copies[a.database]) - len(down)
             if up < needed:

@@ -36,7 +36,15 @@ from tests.replication_node.e2e import converged as rolled_and_replayed
 from tests.resilience import invariants as inv
 from tests.resilience.conftest import LINES
 from tests.resilience.faults import Faults
-from tests.resilience.workload import SHORT, Answer, Mover, Recorder, Writer, find_active
+from tests.resilience.workload import (
+    SHORT,
+    Answer,
+    MovePoint,
+    Mover,
+    Recorder,
+    Writer,
+    find_active,
+)
 
 NODES = [n for n, _ in THREE_NODES]
 COPIES = {
@@ -45,14 +53,23 @@ COPIES = {
 }
 NEEDED = 2  # SecondCopy: the active and one more copy
 TTL = "3s"
+MIN_ANSWERS = 5  # the service's answers a guarantee fault's window must hold
 
 
-def databases(dial: str, block_mode: bool) -> list[dict[str, Any]]:
-    return [
+def databases(
+    dial: str,
+    block_mode: bool,
+    synchronous_copies: int | None = None,
+    copy_extra: dict[tuple[str, str], dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """The two databases; `copy_extra[(db, node)]`: a copy's own settings (a replay lag)."""
+    extra = copy_extra or {}
+    dbs = [
         {
             "name": "DB1",
             "auto_database_mount_dial": dial,
             "block_mode": block_mode,
+            **({"synchronous_copies": synchronous_copies} if synchronous_copies else {}),
             "copies": [
                 {"node": "mbx1", "activation_preference": 1},
                 {"node": "mbx2", "activation_preference": 2},
@@ -70,6 +87,10 @@ def databases(dial: str, block_mode: bool) -> list[dict[str, Any]]:
             ],
         },
     ]
+    for db in dbs:
+        for copy in db["copies"]:
+            copy.update(extra.get((db["name"], copy["node"]), {}))
+    return dbs
 
 
 @dataclass
@@ -90,7 +111,10 @@ class Scenario:
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     move_task: asyncio.Task[Any] | None = None
     fault_at: float = 0.0
-    move_in_flight_at_fault: bool = False
+    at_fault: MovePoint | None = None  # where the move was when the fault struck
+    claims_in_flight: bool = False  # the scenario says its fault strikes a move in flight
+    expectations: list[inv.Violation] = field(default_factory=list)  # the scenario's own
+    kept: set[str] = field(default_factory=set)  # the writer's items on DB1's final active
     stopped_on_purpose: set[str] = field(default_factory=set)
 
     # ---- the load ------------------------------------------------------------------
@@ -100,33 +124,67 @@ class Scenario:
         self.tasks.append(asyncio.create_task(self.recorder.run()))
         if move:
             self.move_task = asyncio.create_task(
-                self.mover.run("move", "--mailbox", "alice", "--to", "DB2", *FAST_MOVE)
+                self.mover.move("--mailbox", "alice", "--to", "DB2", *FAST_MOVE)
             )
 
-    async def fault_point(self, low: int = 5, high: int = 60) -> None:
-        """Wait for a number of acknowledged writes the seed chooses; mark the fault's time."""
-        n = self.rng.randint(low, high)
-        await self.writer.acks_after(n, since=time.monotonic())
+    async def fault_point(self, first: int = 3, last: int = 8) -> None:
+        """Wait for the move to start a step the seed chooses (its own progress line) and
+        mark the fault's time there: the scenario claims the move is in flight at it."""
+        step = self.rng.randint(first, last)
+        if step == MoveStep.INITIAL_SYNC:  # the long step: somewhere inside it
+            share = self.rng.choice([0.0, 0.25, 0.5, 0.75])
+            await self.mover.wait_for_step(step)
+            await wait_until(
+                f"{share:.0%} of alice copied",
+                lambda: self._items_copied() >= share * ALICE or not self.mover.busy,
+                timeout=120,
+                every=0.02,
+            )
+            self.notes.append(f"{share:.0%} of the initial sync done")
+        await self.move_reached(step)
+        self.claims_in_flight = True
+
+    def _items_copied(self) -> int:
+        """How many items the move's record says it has copied (0: no record yet)."""
+        if not self.mover.requests_db().exists():
+            return 0
+        store = MoveRequestStore(self.mover.requests_db())
+        try:
+            return max((r.items_copied for r in store.list()), default=0)
+        finally:
+            store.close()
+
+    async def move_reached(self, step: int, timeout: float = 120) -> MovePoint:
+        """Wait until the move starts `step` (or a later one, or ends); mark the fault's
+        time and where the move was then."""
+        await self.mover.wait_for_step(step, timeout=timeout)
         self.fault_at = time.monotonic()
-        self.move_in_flight_at_fault = self.mover.in_flight()
-        self.notes.append(f"fault after {n} acks")
+        self.at_fault = self.mover.point(self.fault_at)
+        return self.at_fault
 
-    async def move_reached(self, step: MoveStep, timeout: float = 120) -> None:
-        """Wait until the move's record is at `step` or past it (or the mover ended)."""
-        path = self.mover.requests_db()
+    async def move_said(self, text: str) -> MovePoint:
+        """Wait until the mover says `text` (the line it prints before a question it waits
+        on); mark the fault's time there: the scenario claims the move is in flight."""
+        await self.mover.wait_for_line(text)
+        self.fault_at = time.monotonic()
+        self.at_fault = self.mover.point(self.fault_at)
+        self.claims_in_flight = True
+        return self.at_fault
 
-        def reached() -> bool:
-            if not self.mover.in_flight():
-                return True
-            if not path.exists():
-                return False
-            store = MoveRequestStore(path)
-            try:
-                return any(r.step >= step for r in store.list())
-            finally:
-                store.close()
+    async def guarantee_heard(self, since: float, n: int = MIN_ANSWERS) -> int:
+        """Wait until the recorder has `n` answers of the service (not failed calls) about
+        DB2's health since `since`; a violation is kept if it never has."""
 
-        await wait_until(f"the move at step {step.label}", reached, timeout=timeout, every=0.05)
+        def heard() -> int:
+            return len(self.recorder.answered(since, health_of="DB2"))
+
+        try:
+            await wait_until(f"{n} answers of the guarantee service", lambda: heard() >= n)
+        except AssertionError:
+            self.expectations.append(
+                inv.Violation("too-few-answers", f"{heard()} Health answers since the heal")
+            )
+        return heard()
 
     def move_id(self) -> str:
         store = MoveRequestStore(self.mover.requests_db())
@@ -214,7 +272,7 @@ class Scenario:
     async def finish(self) -> None:
         """Stop the load, let the move end, read every copy, check every invariant, print the
         line; fail naming the scenario, the seed and each invariant broken."""
-        violations: list[inv.Violation] = []
+        violations: list[inv.Violation] = list(self.expectations)
         self.writer.stopped = self.recorder.stopped = True
         await asyncio.gather(*self.tasks, return_exceptions=True)
         faults = self.faults.close()
@@ -245,6 +303,7 @@ class Scenario:
             violations += inv.acknowledged_writes_kept(self.writer.answers, on_active, history)
             violations += inv.converged(held1, actives["DB1"])
             lost = {a.item for a in self.writer.acked()} - on_active
+            self.kept = on_active
         else:
             lost = set()
         violations += inv.one_writer_per_epoch(self.writer.answers)
@@ -267,6 +326,13 @@ class Scenario:
         exits = {n: p.poll() for n, p in self.cluster.procs.items()}
         exits["guarantee-api"] = self.api.poll()
         violations += inv.processes_alive(exits)
+        if self.claims_in_flight and not (self.at_fault and self.at_fault.in_flight):
+            violations.append(
+                inv.Violation(
+                    "move-not-in-flight",
+                    f"the fault was to strike the move between steps 3 and 9: {self.at_fault}",
+                )
+            )
         epochs = max((e.epoch for e in history), default=0)
         acked = len(self.writer.acked())
         line = (
@@ -275,11 +341,15 @@ class Scenario:
             f"refused={len(self.writer.answers) - acked} lost={len(lost)} epochs={epochs} "
             f"move={'/'.join(m.state for m in moves) or '-'}"
             f" (mrs exit {','.join(str(r.returncode) for r in self.mover.runs) or '-'})"
-            f"{' (in flight at the fault)' if self.move_in_flight_at_fault else ''} "
+            f" at the fault: {self.at_fault or '-'}"
+            f"{' (in flight)' if self.at_fault and self.at_fault.in_flight else ''} "
             f"guarantee={self.recorder.counts()} violations={len(violations)}"
         )
         LINES.append(line)
         print(line)
+        for run in self.mover.runs:  # shown with -s, and kept in the record
+            for t, said in run.lines:
+                print(f"  mrs +{t - run.started:6.2f}s {said}")
         if violations:
             record = self.cluster.root / "record.json"
             record.write_text(
@@ -290,6 +360,10 @@ class Scenario:
                         "faults": [asdict(w) | {"down": sorted(w.down)} for w in faults],
                         "history": [asdict(e) for e in history],
                         "lost": sorted(lost),
+                        "mover": [
+                            {"args": r.args, "exit": r.returncode, "lines": r.lines}
+                            for r in self.mover.runs
+                        ],
                     },
                     indent=1,
                 )
@@ -359,7 +433,13 @@ class Scenario:
 
 GRACE = 3.0  # how stale the guarantee service's view of a copy may be (pushes, 200 ms polls)
 
+# A move of ALICE items, SYNC_BATCH to a write: its steps 3 to 9 last seconds, not a
+# blink, so a fault timed against its progress lines strikes it in flight.
+ALICE = 600
+SYNC_BATCH = "3"
 FAST_MOVE = [
+    "--sync-batch",
+    SYNC_BATCH,
     "--health-check-interval",
     "200ms",
     "--stall-retry-interval",
@@ -387,6 +467,9 @@ async def scenario(
     mover_env: dict[str, str] | None = None,
     api_env: dict[str, str] | None = None,
     before_start: Any = None,
+    synchronous_copies: int | None = None,
+    copy_extra: dict[tuple[str, str], dict[str, Any]] | None = None,
+    defaults: dict[str, Any] | None = None,
 ) -> AsyncIterator[Scenario]:
     """The lab up with the load's mailboxes seeded, everything replayed; torn down after.
     `node_env`: a node's extra environment (libfaketime); `before_start(cluster)`: runs
@@ -394,8 +477,8 @@ async def scenario(
     scope = cluster_in_namespaces(
         tmp_path,
         nodes=THREE_NODES,
-        databases=databases(dial, block_mode),
-        defaults={"failover_after": "2s", "lease_ttl": TTL},
+        databases=databases(dial, block_mode, synchronous_copies, copy_extra),
+        defaults={"failover_after": "2s", "lease_ttl": TTL, **(defaults or {})},
     )
     try:
         net, cluster = await scope.__aenter__()
@@ -415,7 +498,7 @@ async def scenario(
         api = await cluster.start_guarantee_api(env=api_env)
         await cluster.wait_status("mbx1", "DB1", "Mounted")
         await cluster.wait_status("mbx2", "DB2", "Mounted")
-        await seed_mailbox(cluster, 300)
+        await seed_mailbox(cluster, ALICE)
         await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/bob")
         await rolled_and_replayed(cluster, "DB1", "mbx1", ["mbx2", "mbx3"])
         await rolled_and_replayed(cluster, "DB2", "mbx2", ["mbx3", "mbx1"])
@@ -428,7 +511,7 @@ async def scenario(
             api=api,
             rng=random.Random(f"{name}:{seed}"),
             writer=writer,
-            recorder=Recorder(cluster.config["guarantee_api"]["listen"], "DB2", writer),
+            recorder=Recorder(cluster.config["guarantee_api"]["listen"], ("DB2", "DB1"), writer),
             mover=Mover(cluster, env=mover_env or {}),
         )
         try:

@@ -137,3 +137,13 @@ def test_a_satisfied_health_while_too_many_copies_were_down_is_reported():
 
 def test_a_process_that_exited_is_reported():
     assert names(processes_alive({"mbx1": None, "guarantee-api": 1})) == ["process-exited"]
+
+
+def test_a_copy_taken_out_counts_for_its_database_only():
+    copies = {"DB1": frozenset({"mbx1", "mbx3"}), "DB2": frozenset({"mbx2", "mbx3"})}
+    fault = FaultWindow("suspend DB2 on mbx3", frozenset({"DB2\\mbx3"}), 10.0, 20.0)
+    kw = {"lost_items": set(), "faults": [fault], "copies": copies, "needed": 2, "grace": 2}
+    db1 = GuaranteeAnswer("Health", "DB1", 15.0, "SATISFIED")
+    db2 = GuaranteeAnswer("Health", "DB2", 15.0, "SATISFIED")
+    assert no_false_satisfied([db1], **kw) == []
+    assert names(no_false_satisfied([db2], **kw)) == ["false-satisfied"]

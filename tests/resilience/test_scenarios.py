@@ -1,7 +1,10 @@
-"""The resilience scenarios: one fault each, struck at a point the seed chooses while a
-writer loads DB1 and a mailbox moves from DB1 to DB2, then healed; every copy is then read
-and held to the invariants (`invariants.py`).  Each prints a line of figures; a failure
-names the scenario, its seed (`--seed N` replays it) and the invariants broken.
+"""The resilience scenarios: one fault each, struck while a writer loads DB1 and a mailbox
+moves from DB1 to DB2 (at a step of the move the seed chooses, read from the mover's own
+progress lines), then healed; every copy is then read and held to the invariants
+(`invariants.py`) and to the scenario's own expectations (what the product promises for
+that fault: a damaged log named and never replayed, a full disk said in status and never
+Satisfied...).  Each prints a line of figures; a failure names the scenario, its seed
+(`--seed N` replays it) and the invariants broken.
 
 Run alone: `pytest -m resilience` (they are slow: real processes in network namespaces).
 """
@@ -18,7 +21,9 @@ import pytest
 from mrs_client.policy import MoveStep
 from tests.cluster_harness import size_limited_disk, wait_until
 from tests.resilience import faults as f
-from tests.resilience.scenario import FAST_MOVE, scenario
+from tests.resilience import invariants as inv
+from tests.resilience.scenario import FAST_MOVE, GRACE, NODES, scenario
+from tests.resilience.workload import find_active
 
 pytestmark = [pytest.mark.slow, pytest.mark.resilience]
 
@@ -37,6 +42,31 @@ async def test_kill_9_of_the_active_under_load_and_a_move(tmp_path, seed):
         s.faults.end("kill -9 mbx1")
         s.notes.append(f"DB1 failed over to {new}")
         await s.finish()
+
+
+async def test_kill_9_of_the_active_under_the_lossless_dial(tmp_path, seed):
+    """DB1 under AutoDatabaseMountDial Lossless with one synchronous copy (block mode):
+    kill -9 of its active mid-move; a copy holding every acknowledged commit takes over (or
+    the node comes back and mounts): not one acknowledged write is lost."""
+    async with scenario(
+        tmp_path, "lossless-kill-9-active", seed, dial="Lossless", synchronous_copies=1
+    ) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("kill -9 mbx1", {"mbx1"})
+        s.cluster.kill("mbx1")
+        try:
+            new = await s.mounted_elsewhere("DB1", "mbx1", timeout=30)
+            await s.writer.acks_after(10, since=s.fault_at, node=new)
+            s.notes.append(f"DB1 failed over to {new}")
+        except AssertionError:
+            s.notes.append("no copy mounted DB1 within 30 s: mbx1 restarted")
+        await f.restart(s.cluster, "mbx1")
+        s.faults.end("kill -9 mbx1")
+        await s.writer.acks_after(10, since=time.monotonic())
+        await s.finish()
+        lost = [a.item for a in s.writer.acked() if a.item not in s.kept]
+        assert not lost, f"lossless-kill-9-active --seed {seed}: lost {lost[:10]}"
 
 
 async def test_sigstop_of_the_active_past_its_lease(tmp_path, seed):
@@ -82,41 +112,85 @@ async def test_sigstop_of_a_passive(tmp_path, seed):
         await s.finish()
 
 
-async def test_sigstop_of_the_guarantee_service_mid_flush(tmp_path, seed):
-    """SIGSTOP of the guarantee service once the move is at its final sync and flush: the
-    mover waits (calls time out), never completes on no answer, and goes on once continued."""
-    async with scenario(tmp_path, "sigstop-guarantee", seed) as s:
-        s.start_load()
-        await s.move_reached(MoveStep.FINAL_SYNC_AND_FLUSH)
-        s.fault_at, s.move_in_flight_at_fault = time.monotonic(), s.mover.in_flight()
-        s.faults.begin("SIGSTOP guarantee-api")
-        f.signal_pid(s.api.pid, signal.SIGSTOP)
-        await wait_until(
-            "the recorder's calls to time out",
-            lambda: sum(a.status == "ERROR" and a.at > s.fault_at for a in s.recorder.answers) >= 2,
-            timeout=60,
+# What the mover says just before a guarantee question it waits on: (its step, the line).
+GUARANTEE_WAITS = [(6, "holds the final sync"), (7, "step 7: final health check")]
+DB2_PASSIVES = ("mbx3", "mbx1")
+
+
+async def _guarantee_fault(s, name: str, strike, heal) -> None:
+    """Strike the guarantee service (`strike()`) just as the mover asks it the final flush or
+    health question; while it cannot answer, DB2's passives are suspended (the constraint
+    no longer met); heal it (`heal()`) and hold the window until it has answered Health
+    again MIN_ANSWERS times.  Expected: the mover waited across the fault (no next step
+    before the service answered again), never went past step 7 while DB2 had only its
+    active (beyond the service's staleness grace), and no answer was a false Satisfied."""
+    step, text = s.rng.choice(GUARANTEE_WAITS)
+    s.start_load()
+    await s.move_said(text)
+    s.faults.begin(name)
+    await strike()
+    s.faults.begin("suspend DB2's passives", {f"DB2\\{n}" for n in DB2_PASSIVES})
+    suspended = time.monotonic()
+    for node in DB2_PASSIVES:
+        await s.cluster.ok("POST", node, f"/v1/databases/DB2/copies/{node}/suspend", json={})
+    await wait_until(
+        "the recorder's calls to fail (the service cannot answer)",
+        lambda: sum(a.status == "ERROR" and a.at > s.fault_at for a in s.recorder.answers) >= 2,
+        timeout=60,
+    )
+    await heal()
+    healed = time.monotonic()
+    s.faults.end(name)
+    heard = await s.guarantee_heard(healed)
+    resumed = time.monotonic()
+    for node in DB2_PASSIVES:
+        await s.cluster.ok("POST", node, f"/v1/databases/DB2/copies/{node}/resume", json={})
+    s.faults.end("suspend DB2's passives")
+    waited = s.mover.point(healed).step == step
+    past = [n for n in s.mover.steps_between(suspended + GRACE, resumed) if n > 7]
+    s.notes.append(
+        f"the mover {'waited on' if waited else 'did NOT wait on'} {text!r} across the fault; "
+        f"{heard} Health answers with DB2's passives suspended after the heal"
+    )
+    if not waited:
+        s.expectations.append(
+            inv.Violation("mover-not-waiting", f"past step {step} before the service answered")
         )
-        completed_while_stopped = not s.mover.in_flight() and s.fault_at < s.mover.current.ended
-        f.signal_pid(s.api.pid, signal.SIGCONT)
-        s.faults.end("SIGSTOP guarantee-api")
-        s.notes.append(f"move ended while the service was stopped: {completed_while_stopped}")
-        await s.finish()
+    if past:
+        s.expectations.append(
+            inv.Violation("moved-without-copies", f"step {past[0]} started with DB2 alone")
+        )
+    await s.finish()
 
 
-async def test_kill_9_of_the_guarantee_service(tmp_path, seed):
-    """kill -9 of the guarantee service mid-move and a restart: the mover's answers come
-    from the new process; nothing is Satisfied that was not."""
+async def test_sigstop_of_the_guarantee_service_mid_question(tmp_path, seed):
+    """SIGSTOP of the guarantee service as the mover asks its final flush or health question
+    (see `_guarantee_fault`), SIGCONT once its calls have failed."""
+    async with scenario(tmp_path, "sigstop-guarantee", seed) as s:
+
+        async def strike() -> None:
+            f.signal_pid(s.api.pid, signal.SIGSTOP)
+
+        async def heal() -> None:
+            f.signal_pid(s.api.pid, signal.SIGCONT)
+
+        await _guarantee_fault(s, "SIGSTOP guarantee-api", strike, heal)
+
+
+async def test_kill_9_of_the_guarantee_service_mid_question(tmp_path, seed):
+    """kill -9 of the guarantee service as the mover asks its final flush or health
+    question (see `_guarantee_fault`), and a restart: the answers come from the new
+    process, which never saw DB2's passives healthy."""
     async with scenario(tmp_path, "kill-9-guarantee", seed) as s:
-        s.start_load()
-        await s.move_reached(s.rng.choice(list(MoveStep)[2:7]))
-        s.fault_at, s.move_in_flight_at_fault = time.monotonic(), s.mover.in_flight()
-        s.faults.begin("kill -9 guarantee-api")
-        s.api.kill()
-        s.api.wait()
-        await s.writer.acks_after(s.rng.randint(5, 30), since=s.fault_at)
-        await s.restart_api()
-        s.faults.end("kill -9 guarantee-api")
-        await s.finish()
+
+        async def strike() -> None:
+            s.api.kill()
+            s.api.wait()
+
+        async def heal() -> None:
+            await s.restart_api()
+
+        await _guarantee_fault(s, "kill -9 guarantee-api", strike, heal)
 
 
 async def test_kill_9_of_the_mover_and_resume(tmp_path, seed):
@@ -124,9 +198,8 @@ async def test_kill_9_of_the_mover_and_resume(tmp_path, seed):
     completed with the target whole, or failed with the source whole."""
     async with scenario(tmp_path, "kill-9-mover", seed) as s:
         s.start_load()
-        step = s.rng.choice(list(MoveStep)[1:9])
-        await s.move_reached(step)
-        s.fault_at, s.move_in_flight_at_fault = time.monotonic(), s.mover.in_flight()
+        step = MoveStep(s.rng.randint(3, 9))
+        await s.fault_point(step, step)
         s.faults.begin("kill -9 mrs")
         if s.mover.in_flight():
             s.mover.current.proc.kill()
@@ -191,7 +264,7 @@ async def test_packet_loss_on_a_node(tmp_path, seed):
     async with scenario(tmp_path, "packet-loss", seed) as s:
         share = s.rng.choice([0.1, 0.2, 0.3])
         s.start_load()
-        await s.fault_point(1, 20)
+        await s.fault_point()
         s.faults.begin(f"drop {share:.0%} mbx2")
         f.lossy(s.net, "mbx2", share)
         await s.writer.acks_after(s.rng.randint(20, 60), since=s.fault_at)
@@ -205,7 +278,7 @@ async def test_slow_link_of_the_active(tmp_path, seed):
     async with scenario(tmp_path, "slow-link", seed) as s:
         rate = s.rng.choice(["256kbit", "512kbit", "1mbit"])
         s.start_load()
-        await s.fault_point(1, 20)
+        await s.fault_point()
         s.faults.begin(f"tbf {rate} mbx1")
         f.slow_link(s.net, "mbx1", rate)
         await s.writer.acks_after(s.rng.randint(20, 60), since=s.fault_at)
@@ -214,32 +287,78 @@ async def test_slow_link_of_the_active(tmp_path, seed):
         await s.finish()
 
 
+async def _no_space_said(s, node: str) -> str:
+    """Wait until one of `node`'s copies says in status that its disk is full; the copy."""
+    found: list[str] = []
+
+    async def said() -> bool:
+        for db, c in (await s.cluster.status(node)).items():
+            if "No space" in (c.get("error") or ""):
+                found.append(f"{db}\\{node} {c['status']}: {c['error'][:60]}")
+                return True
+        return False
+
+    await s.cluster.wait_for(f"{node}'s status to say its disk is full", said, timeout=60)
+    return found[-1]
+
+
+async def _health_while(s, db: str, since: float) -> list:
+    """Hold on until the service has answered Health of `db` three times since `since`;
+    those answers."""
+    await wait_until(
+        f"three Health answers about {db}",
+        lambda: len(s.recorder.answered(since, health_of=db)) >= 3,
+        timeout=60,
+    )
+    return s.recorder.answered(since, health_of=db)
+
+
+def _expect_not_satisfied(s, db: str, answers: list, why: str) -> None:
+    """The scenario's own expectation: every Health answer about `db` in `answers` is Retry
+    or NotSatisfied (the constraint is not met while `why`)."""
+    satisfied = [a for a in answers if a.status == "SATISFIED"]
+    s.notes.append(
+        f"Health of {db} while {why}: "
+        + ",".join(sorted({a.status for a in answers}))
+        + f" ({len(answers)} answers)"
+    )
+    if satisfied:
+        s.expectations.append(
+            inv.Violation(
+                "false-satisfied", f"Health of {db} Satisfied while {why} ({satisfied[0]})"
+            )
+        )
+
+
 async def test_a_passives_disk_filling(tmp_path, seed):
-    """mbx3's disk (a size-limited tmpfs) filled with ballast under load: its copies say why
-    in status, its process does not crash, and they catch up once space comes back."""
+    """mbx3's disk (a size-limited tmpfs) filled with ballast under load, DB1's copy on mbx2
+    suspended meanwhile (so DB1's constraint rests on mbx3): status says No space, Health of
+    DB1 is Retry/NotSatisfied while it lasts, the process does not crash, and the copies
+    catch up once space comes back."""
     with size_limited_disk(tmp_path / "mbx3", "96m"):
         async with scenario(tmp_path, "disk-full-passive", seed) as s:
             s.start_load()
             await s.fault_point()
+            s.faults.begin("suspend DB1 on mbx2", {"DB1\\mbx2"})
+            await s.cluster.ok("POST", "mbx2", "/v1/databases/DB1/copies/mbx2/suspend", json={})
             s.faults.begin("fill mbx3's disk", {"mbx3"})
             f.fill(tmp_path / "mbx3")
-
-            async def said() -> bool:
-                errors = [c.get("error") or "" for c in (await s.cluster.status("mbx3")).values()]
-                return any("No space" in e for e in errors)
-
-            await s.writer.acks_after(s.rng.randint(40, 100), since=s.fault_at)
-            await s.cluster.wait_for("mbx3's status to say its disk is full", said, timeout=60)
+            s.notes.append(f"status: {await _no_space_said(s, 'mbx3')}")
+            said = time.monotonic()
+            answers = await _health_while(s, "DB1", said + GRACE)
+            _expect_not_satisfied(s, "DB1", answers, "mbx3's disk was full and mbx2 suspended")
             f.drain(tmp_path / "mbx3")
             s.faults.end("fill mbx3's disk")
-            s.notes.append("status said No space left")
+            await s.cluster.ok("POST", "mbx2", "/v1/databases/DB1/copies/mbx2/resume", json={})
+            s.faults.end("suspend DB1 on mbx2")
             await s.reseed_failed()
             await s.finish()
 
 
 async def test_the_actives_disk_filling(tmp_path, seed):
-    """DB1's active's disk filled: writes are refused with the reason, status says it, and
-    DB1 is mounted again (in place or on another copy) once space comes back."""
+    """DB1's active's disk filled: writes are refused with the reason, status says it, Health
+    of DB1 is Retry/NotSatisfied while it lasts, and DB1 is mounted again (in place or on
+    another copy) once space comes back."""
     with size_limited_disk(tmp_path / "mbx1", "96m"):
         async with scenario(tmp_path, "disk-full-active", seed) as s:
             s.start_load()
@@ -253,40 +372,124 @@ async def test_the_actives_disk_filling(tmp_path, seed):
                 ),
                 timeout=60,
             )
+            s.notes.append(f"status: {await _no_space_said(s, 'mbx1')}")
+            answers = await _health_while(s, "DB1", time.monotonic() + GRACE)
+            mounted = await find_active(s.cluster, "DB1", NODES)
+            if mounted is None:  # nothing mounted: the constraint cannot be met
+                _expect_not_satisfied(s, "DB1", answers, "its active's disk was full")
+            else:
+                s.notes.append(f"DB1 mounted on {mounted} while mbx1's disk was full")
             f.drain(tmp_path / "mbx1")
             s.faults.end("fill mbx1's disk")
             await s.writer.acks_after(10, since=time.monotonic())
-            s.notes.append(f"writes refused with No space; DB1 then on {s.writer.target}")
+            s.notes.append(f"DB1 then on {s.writer.target}")
             await s.reseed_failed()
             await s.finish()
 
 
-async def _stop_and_damage(s, node: str, db: str, damage) -> str:
-    """Stop `node`, damage the newest closed generation of its copy of `db` it has not
-    replayed (or the newest closed one), continue it; what was done."""
-    replayed = (await s.copy_state(node, db))["last_log_replayed"]
+async def test_a_disk_filling_during_a_seed(tmp_path, seed):
+    """mbx3's disk filled (a little room left) and its DB1 copy reseeded onto it: the seed
+    fails with the reason in status, the process does not crash; once space comes back a
+    reseed brings the copy back."""
+    with size_limited_disk(tmp_path / "mbx3", "96m"):
+        async with scenario(tmp_path, "disk-full-seed", seed) as s:
+            s.start_load()
+            await s.fault_point()
+            s.faults.begin("fill mbx3's disk, reseed DB1 on it", {"mbx3"})
+            f.fill(tmp_path / "mbx3")
+            room = f.leave_room(tmp_path / "mbx3", s.rng.choice([64, 256, 512]) * 1024)
+            code, body = await s.cluster.call(
+                "POST", "mbx3", "/v1/databases/DB1/copies/mbx3/reseed", json={}
+            )
+            said = str(body.get("error", "")) if isinstance(body, dict) else ""
+            s.notes.append(f"reseed with {room // 1024} KiB free: {code} {said[:70]}")
+            s.notes.append(f"status: {await _no_space_said(s, 'mbx3')}")
+            f.drain(tmp_path / "mbx3")
+            s.faults.end("fill mbx3's disk, reseed DB1 on it")
+            await s.reseed_failed()
+            await s.finish()
+
+
+async def _damage_unreplayed(s, node: str, db: str, damage) -> int:
+    """Stop `node`, damage the newest closed generation of its copy of `db` that it has
+    copied and inspected but not replayed (its replay lags), continue it; the generation."""
+
+    async def waiting() -> bool:
+        c = await s.copy_state(node, db)
+        return c["last_log_inspected"] > c["last_log_replayed"]
+
+    await s.cluster.wait_for(f"{node} to hold a generation of {db} not replayed", waiting)
+    copy = await s.copy_state(node, db)
     f.stop(s.cluster, node)
     try:
-        files = f.closed_generations(s.cluster, node, db)
-        assert files, f"no closed generation under {node}"
-        waiting = [p for p in files if f.generation_of(p) > replayed] or files
-        target = s.rng.choice(waiting)
-        where = damage(target, s.rng)
+        files = {f.generation_of(p): p for p in f.closed_generations(s.cluster, node, db)}
+        unreplayed = [
+            g for g in files if copy["last_log_replayed"] < g <= copy["last_log_inspected"]
+        ]
+        assert unreplayed, f"no unreplayed generation on disk: {copy}, {sorted(files)}"
+        gen = max(unreplayed)
+        where = damage(files[gen], s.rng)
     finally:
         f.cont(s.cluster, node)
-    return f"{damage.__name__} {node}:{target.name}@{where}"
+    s.notes.append(
+        f"{damage.__name__} {node}:{files[gen].name}@{where} (replayed "
+        f"{copy['last_log_replayed']}, inspected {copy['last_log_inspected']})"
+    )
+    return gen
+
+
+async def _refused(s, node: str, db: str, gen: int) -> None:
+    """The scenario's own expectation for a damaged generation not replayed yet: the copy
+    stops with the generation named in its status, and never replays it."""
+    seen: list[dict] = []
+
+    async def settled() -> bool:
+        c = await s.copy_state(node, db)
+        seen.append(c)
+        return c["status"] in ("FailedAndSuspended", "Failed") or c["last_log_replayed"] >= gen
+
+    await s.cluster.wait_for(f"{node}'s copy of {db} to stop or replay {gen}", settled, timeout=90)
+    c = seen[-1]
+    s.notes.append(f"{db}\\{node} {c['status']} replayed={c['last_log_replayed']}: "
+                   f"{(c.get('error') or '')[:90]}")  # fmt: skip
+    if c["last_log_replayed"] >= gen:
+        s.expectations.append(
+            inv.Violation("damaged-log-replayed", f"{node} replayed generation {gen}: {c}")
+        )
+    elif f"generation {gen}" not in (c.get("error") or ""):
+        s.expectations.append(
+            inv.Violation("damage-not-named", f"{node}'s status does not name {gen}: {c}")
+        )
+
+
+LAGGED = {("DB1", "mbx3"): {"replay_lag_time": "8s"}}  # copied generations wait for replay
 
 
 async def test_a_bit_flip_in_a_closed_log_on_a_passive(tmp_path, seed):
-    """One bit flipped in a closed generation on mbx2 (DB1's passive) it has not replayed
-    yet: it never replays corrupt data; it copies again or stops for a reseed."""
-    async with scenario(tmp_path, "bitflip-log-passive", seed) as s:
+    """One bit flipped in a generation mbx3 (DB1's third copy, its replay lagging 8 s) has
+    copied and inspected but not replayed: it never replays it; it stops with the
+    generation named in status, and a reseed brings it back."""
+    async with scenario(tmp_path, "bitflip-log-passive", seed, copy_extra=LAGGED) as s:
         s.start_load()
         await s.fault_point()
-        s.faults.begin("bit flip mbx2 log")
-        s.notes.append(await _stop_and_damage(s, "mbx2", "DB1", f.flip_byte))
-        await s.writer.acks_after(s.rng.randint(20, 60), since=s.fault_at)
-        s.faults.end("bit flip mbx2 log")
+        s.faults.begin("bit flip mbx3 log")
+        gen = await _damage_unreplayed(s, "mbx3", "DB1", f.flip_byte)
+        await _refused(s, "mbx3", "DB1", gen)
+        s.faults.end("bit flip mbx3 log")
+        await s.reseed_failed()
+        await s.finish()
+
+
+async def test_truncation_of_a_closed_log_on_a_passive(tmp_path, seed):
+    """A generation mbx3 has copied and inspected but not replayed (its replay lagging) cut
+    short: never replayed; the copy stops with the generation named, and is reseeded."""
+    async with scenario(tmp_path, "truncate-log-passive", seed, copy_extra=LAGGED) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("truncate mbx3 log")
+        gen = await _damage_unreplayed(s, "mbx3", "DB1", f.truncate)
+        await _refused(s, "mbx3", "DB1", gen)
+        s.faults.end("truncate mbx3 log")
         await s.reseed_failed()
         await s.finish()
 
@@ -313,19 +516,39 @@ async def test_truncation_of_a_closed_log_on_the_active(tmp_path, seed):
 
 
 async def test_a_bit_flip_in_a_passives_database_file(tmp_path, seed):
-    """One bit flipped in mbx3's DB1 database file while it is stopped: it finds the damage
-    (its content digest) and stops for a reseed, never serving it silently."""
-    async with scenario(tmp_path, "bitflip-db-passive", seed) as s:
+    """One bit flipped inside a row (an item's body) of mbx3's DB1 database file while it
+    is stopped, the scrub running every 5 s: the scrub finds it (the content digest added up
+    again from the rows), the copy stops with the reason in status, a reseed repairs it."""
+    async with scenario(
+        tmp_path, "bitflip-db-passive", seed, defaults={"scrub_interval": "5s"}
+    ) as s:
         s.start_load()
         await s.fault_point()
-        s.faults.begin("bit flip mbx3 db", {"mbx3"})
+        s.faults.begin("bit flip mbx3 db", {"DB1\\mbx3"})
         f.stop(s.cluster, "mbx3")
         try:
             target = f.database_file(s.cluster, "mbx3", "DB1")
-            s.notes.append(f"flip mbx3:{target.name}@{f.flip_byte(target, s.rng)}")
+            name, where = f.flip_in_row(target, s.rng, b"m body ")
+            s.notes.append(f"flip mbx3:{name}@{where} (inside an item's body)")
         finally:
             f.cont(s.cluster, "mbx3")
-        await s.writer.acks_after(s.rng.randint(20, 60), since=s.fault_at)
+        seen: list[dict] = []
+
+        async def stopped() -> bool:
+            seen.append(await s.copy_state("mbx3", "DB1"))
+            return seen[-1]["status"] in ("FailedAndSuspended", "Failed")
+
+        try:
+            await s.cluster.wait_for("mbx3's scrub to find the flip", stopped, timeout=60)
+        except AssertionError:
+            s.expectations.append(
+                inv.Violation("flip-not-found", f"mbx3's DB1 after 60 s: {seen[-1]}")
+            )
+        c = seen[-1]
+        s.notes.append(
+            f"DB1\\mbx3 {c['status']} scrub={c.get('last_scrub_result')}: "
+            f"{(c.get('error') or '')[:90]}"
+        )
         s.faults.end("bit flip mbx3 db")
         await s.reseed_failed()
         await s.finish()
@@ -338,8 +561,7 @@ async def test_a_clock_jump_on_the_mover(tmp_path, seed):
     async with scenario(tmp_path, "clock-jump-mover", seed, mover_env=clock.env()) as s:
         jump = s.rng.choice(["+2h", "-2h", "+10m", "-10m"])
         s.start_load()
-        await s.move_reached(s.rng.choice(list(MoveStep)[2:6]))
-        s.fault_at, s.move_in_flight_at_fault = time.monotonic(), s.mover.in_flight()
+        await s.fault_point(3, 6)
         s.faults.begin(f"mover clock {jump}")
         clock.jump(jump)
         await asyncio.gather(s.move_task, return_exceptions=True)

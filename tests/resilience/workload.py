@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -148,30 +149,44 @@ class GuaranteeAnswer:
 
 @dataclass
 class Recorder:
-    """Asks the guarantee service, over and over, about the move's target (Health) and the
-    writer's latest acknowledged write (Flush by LSN with its epoch)."""
+    """Asks the guarantee service, over and over, about the health of `health_dbs` (the
+    move's target, the writer's database) and the writer's latest acknowledged write (Flush
+    by LSN with its epoch)."""
 
     address: str
-    health_db: str
+    health_dbs: tuple[str, ...]
     writer: Writer
     answers: list[GuaranteeAnswer] = field(default_factory=list)
     stopped: bool = False
+    pace: float = 0.2
 
     async def run(self) -> None:
+        """Ask both questions every `pace` seconds, each call on its own (a frozen service
+        leaves calls waiting while new ones are asked), until stopped."""
         meta = (("authorization", f"Bearer {TOKEN}"),)
-        async with grpc.aio.insecure_channel(self.address) as channel:
+        # reconnect within half a second of a restarted service, not grpc's growing backoff
+        options = [
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 500),
+        ]
+        calls: set[asyncio.Task[None]] = set()
+        async with grpc.aio.insecure_channel(self.address, options=options) as channel:
             stub = pb_grpc.DataGuaranteeStub(channel)
             while not self.stopped:
-                await self._ask(
-                    "Health",
-                    self.health_db,
-                    "",
-                    stub.CheckReplicationHealth(
-                        pb.CheckReplicationHealthRequest(database=self.health_db, caller_id="r"),
-                        metadata=meta,
-                        timeout=2,
-                    ),
-                )
+                asks = [
+                    self._ask(
+                        "Health",
+                        db,
+                        "",
+                        stub.CheckReplicationHealth(
+                            pb.CheckReplicationHealthRequest(database=db, caller_id="r"),
+                            metadata=meta,
+                            timeout=2,
+                        ),
+                    )
+                    for db in self.health_dbs
+                ]
                 acked = self.writer.acked()
                 if acked:
                     last = acked[-1]
@@ -179,13 +194,34 @@ class Recorder:
                     request = pb.CheckReplicationFlushRequest(
                         database=self.writer.db, caller_id="r", lsn=lsn
                     )
-                    await self._ask(
-                        "Flush",
-                        self.writer.db,
-                        last.item,
-                        stub.CheckReplicationFlush(request, metadata=meta, timeout=2),
+                    asks.append(
+                        self._ask(
+                            "Flush",
+                            self.writer.db,
+                            last.item,
+                            stub.CheckReplicationFlush(request, metadata=meta, timeout=2),
+                        )
                     )
-                await asyncio.sleep(0.25)  # the pace of asking
+                for ask in asks:
+                    task = asyncio.create_task(ask)
+                    calls.add(task)
+                    task.add_done_callback(calls.discard)
+                await asyncio.sleep(self.pace)  # the pace of asking
+            await asyncio.gather(*calls, return_exceptions=True)
+
+    def answered(
+        self, since: float, until: float | None = None, health_of: str | None = None
+    ) -> list[GuaranteeAnswer]:
+        """The service's own answers (not failed calls) recorded in [since, until]; only
+        its Health answers about `health_of`, if named."""
+        return [
+            a
+            for a in self.answers
+            if a.status != "ERROR"
+            and since <= a.at
+            and (until is None or a.at <= until)
+            and (health_of is None or (a.kind, a.database) == ("Health", health_of))
+        ]
 
     async def _ask(self, kind: str, db: str, item: str, call: Any) -> None:
         try:
@@ -221,28 +257,73 @@ def mrs_command(cluster: LocalCluster, *args: str) -> list[str]:
     ]
 
 
+STEP_LINE = re.compile(r"^\S+ step (\d+): ")
+
+
 @dataclass
 class MoveRun:
-    """One `mrs move` (or `mrs resume`) process: when it ran, how it ended, what it said."""
+    """One `mrs move` (or `mrs resume`) process: when it ran, how it ended, what it said
+    (each line with the monotonic time it was read)."""
 
     args: tuple[str, ...]
     started: float = 0.0
     ended: float = 0.0
     returncode: int | None = None
-    output: str = ""
+    lines: list[tuple[float, str]] = field(default_factory=list)
     proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def output(self) -> str:
+        return "\n".join(line for _, line in self.lines)
+
+    @property
+    def recorded(self) -> bool:
+        """Whether this run recorded a move request (`mrs move` says so in its first line)."""
+        return any(" recorded: " in line for _, line in self.lines)
+
+    def steps(self) -> list[tuple[float, int]]:
+        """The steps this run started (its `step N: …` lines), with when each was read."""
+        return [(t, int(m.group(1))) for t, line in self.lines if (m := STEP_LINE.match(line))]
+
+
+@dataclass(frozen=True)
+class MovePoint:
+    """Where the move was at an instant: the step its last step line named (0: none yet)
+    and whether an `mrs` process was still running it."""
+
+    step: int
+    running: bool
+
+    @property
+    def in_flight(self) -> bool:
+        """Between step 3 (the initial sync) and step 9 (unlock target), still running."""
+        return self.running and 3 <= self.step <= 9
+
+    def __str__(self) -> str:
+        where = f"step {self.step}" if self.step else "no step yet"
+        return f"{where}{'' if self.running else ', mover not running'}"
 
 
 @dataclass
 class Mover:
     """Runs the real mover as a subprocess (so a fault can kill or stop it), optionally under
-    an environment of its own (libfaketime)."""
+    an environment of its own (libfaketime), reading its progress lines as they come."""
 
     cluster: LocalCluster
     env: dict[str, str] = field(default_factory=dict)
     runs: list[MoveRun] = field(default_factory=list)
+    said: asyncio.Event = field(default_factory=asyncio.Event)
+    busy: int = 0  # moves asked for (`move`, `resume`) and not yet ended, retries included
 
     async def run(self, *args: str) -> MoveRun:
+        self.busy += 1
+        try:
+            return await self._run(*args)
+        finally:
+            self.busy -= 1
+            self._wake()
+
+    async def _run(self, *args: str) -> MoveRun:
         run = MoveRun(tuple(args), started=time.monotonic())
         self.runs.append(run)
         run.proc = await asyncio.create_subprocess_exec(
@@ -252,13 +333,75 @@ class Mover:
             env={**self.cluster.env(), **self.env},
             cwd=ROOT,
         )
-        out, _ = await run.proc.communicate()
-        run.output, run.returncode, run.ended = (
-            out.decode(errors="replace"),
-            run.proc.returncode,
-            (time.monotonic()),
-        )
+        assert run.proc.stdout is not None
+        async for raw in run.proc.stdout:
+            run.lines.append((time.monotonic(), raw.decode(errors="replace").rstrip("\n")))
+            self._wake()
+        run.returncode = await run.proc.wait()
+        run.ended = time.monotonic()
         return run
+
+    async def move(self, *args: str, attempts: int = 20) -> MoveRun:
+        """`mrs move ARGS` as an operator runs it: asked again while it fails (exit 1)
+        without recording anything (a node that cannot answer at submit)."""
+        self.busy += 1
+        try:
+            for _ in range(attempts - 1):
+                run = await self._run("move", *args)
+                if run.returncode != 1 or run.recorded:
+                    return run
+                await asyncio.sleep(0.5)  # the operator's pause before asking again
+            return await self._run("move", *args)
+        finally:
+            self.busy -= 1
+            self._wake()
+
+    def _wake(self) -> None:
+        self.said.set()
+        self.said = asyncio.Event()
+
+    async def wait_for_step(self, step: int, timeout: float = 120) -> MovePoint:
+        """Wait until the move starts `step` or a later one (or no mover runs any more)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            point = self.point()
+            if point.step >= step or (self.runs and not self.busy):
+                return point
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"the move at step {step}: timed out at {point}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.said.wait(), timeout=left)
+
+    async def wait_for_line(self, text: str, timeout: float = 120) -> bool:
+        """Wait until the mover says a line containing `text`; False if it ended first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if any(text in line for run in self.runs for _, line in run.lines):
+                return True
+            if self.runs and not self.busy:
+                return False
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"the mover saying {text!r}: timed out at {self.point()}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.said.wait(), timeout=left)
+
+    def steps_between(self, start: float, end: float) -> list[int]:
+        """The steps the move started between `start` and `end` (monotonic)."""
+        return [s for run in self.runs for t, s in run.steps() if start <= t <= end]
+
+    def point(self, at: float | None = None) -> MovePoint:
+        """Where the move was at `at` (now, if None): the last step line read by then."""
+        at = time.monotonic() if at is None else at
+        steps = [s for run in self.runs for t, s in run.steps() if t <= at]
+        current = self.current
+        running = (
+            current is not None
+            and current.started <= at
+            and (current.returncode is None or current.ended > at)
+        )
+        return MovePoint(steps[-1] if steps else 0, running)
 
     @property
     def current(self) -> MoveRun | None:
