@@ -25,9 +25,11 @@ def up(cluster: LocalCluster, *flags: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def pid_of(cluster: LocalCluster, node: str) -> int:
-    """The pid holding the node's data directory (its node.lock)."""
-    return int((cluster.root / node / "node.lock").read_text().strip())
+def pid_of(cluster: LocalCluster, node: str) -> int | None:
+    """The pid holding the node's data directory (its node.lock); None between a starting
+    node's lock and its writing its pid there (the file is empty for that moment)."""
+    text = (cluster.root / node / "node.lock").read_text().strip()
+    return int(text) if text else None
 
 
 @pytest.fixture
@@ -53,12 +55,13 @@ async def test_a_node_that_dies_is_named_and_restarted_while_the_others_run(clus
         for node in ("mbx1", "mbx2"):
             await cluster.wait_for(f"{node} up", lambda n=node: healthy(cluster, n))
         first = pid_of(cluster, "mbx2")
+        assert first is not None  # healthy: its pid was written long before
         os.kill(first, signal.SIGKILL)
         await cluster.wait_for(
             "mbx2 started again",
             lambda: (
                 (cluster.root / "mbx2" / "node.lock").exists()
-                and pid_of(cluster, "mbx2") != first
+                and pid_of(cluster, "mbx2") not in (first, None)
                 and healthy(cluster, "mbx2")
             ),
         )
@@ -78,8 +81,9 @@ async def test_with_exit_on_failure_the_cluster_stops_and_says_which_node(cluste
     try:
         for node in ("mbx1", "mbx2"):
             await cluster.wait_for(f"{node} up", lambda n=node: healthy(cluster, n))
-        mbx1 = pid_of(cluster, "mbx1")
-        os.kill(pid_of(cluster, "mbx2"), signal.SIGKILL)
+        mbx1, mbx2 = pid_of(cluster, "mbx1"), pid_of(cluster, "mbx2")
+        assert mbx1 is not None and mbx2 is not None  # healthy: their pids were written
+        os.kill(mbx2, signal.SIGKILL)
         _out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
