@@ -101,8 +101,7 @@ async def test_backup_from_a_passive_under_load_then_incremental_then_restore(tm
         await converged(c, "DB1", "mbx1", ["mbx2"])
         writer = Writer(c)
         writer.start()
-        while len(writer.acked) < 200:
-            await asyncio.sleep(0.05)  # until the writer is well under way
+        await c.wait_for("200 writes acknowledged", lambda: len(writer.acked) >= 200)
 
         began = time.monotonic()
         full = await backup(c, "--from", "mbx2", "--to", str(tmp_path / "full"), "--json")
@@ -118,8 +117,9 @@ async def test_backup_from_a_passive_under_load_then_incremental_then_restore(tm
         before_full = writer.acked_before(began)
         in_full = {i for i, _, gen in writer.acked if gen <= manifest["last_generation"]}
 
-        while len(writer.acked) < len(before_full) + 200:
-            await asyncio.sleep(0.05)
+        await c.wait_for(
+            "200 more writes acknowledged", lambda: len(writer.acked) >= len(before_full) + 200
+        )
         began_incremental = time.monotonic()
         inc = await backup(c, "--from", "mbx2", "--to", str(tmp_path / "inc1"), "--incremental")
         assert inc.returncode == 0, inc.stderr

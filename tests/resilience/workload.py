@@ -23,7 +23,7 @@ import grpc
 
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
-from tests.cluster_harness import ROOT, TOKEN, LocalCluster
+from tests.cluster_harness import ROOT, TOKEN, LocalCluster, wait_until
 
 SHORT = aiohttp.ClientTimeout(total=3)
 
@@ -116,22 +116,28 @@ class Writer:
         self, n: int, since: float = 0.0, timeout: float = 120, node: str | None = None
     ) -> None:
         """Wait until `n` writes sent after `since` (to `node`, if named) are acknowledged."""
-        deadline = time.monotonic() + timeout
-        while (
-            sum(1 for a in self.answers if a.acked and a.sent >= since and node in (None, a.node))
-            < n
-        ):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{n} acknowledged writes after the mark: timed out")
-            await asyncio.sleep(0.05)
+        await wait_until(
+            f"{n} acknowledged writes after the mark",
+            lambda: (
+                sum(
+                    1
+                    for a in self.answers
+                    if a.acked and a.sent >= since and node in (None, a.node)
+                )
+                >= n
+            ),
+            timeout=timeout,
+            every=0.05,
+        )
 
     async def answers_after(self, n: int, since: float, timeout: float = 120) -> None:
         """Wait until `n` writes sent after `since` got any answer (or none: a failed one)."""
-        deadline = time.monotonic() + timeout
-        while sum(1 for a in self.answers if a.sent >= since) < n:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{n} answers after the mark: timed out")
-            await asyncio.sleep(0.05)
+        await wait_until(
+            f"{n} answers after the mark",
+            lambda: sum(1 for a in self.answers if a.sent >= since) >= n,
+            timeout=timeout,
+            every=0.05,
+        )
 
 
 @dataclass(frozen=True)
