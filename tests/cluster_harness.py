@@ -283,10 +283,19 @@ class LocalCluster:
             raise AssertionError(f"node {node} did not stop within 30s; its log:\n{tail}") from None
 
     async def close(self) -> None:
+        """Stop every node, the session closed, even when one of them does not stop: the
+        first such failure is raised after the rest are down (one hung node must not leave
+        the others running into the next test)."""
+        failure: AssertionError | None = None
         for node in list(self.procs):
-            self.terminate(node)
+            try:
+                self.terminate(node)
+            except AssertionError as exc:
+                failure = failure or exc
         if self.session:
             await self.session.close()
+        if failure is not None:
+            raise failure
 
     # ---- HTTP ------------------------------------------------------------------------
 

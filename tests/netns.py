@@ -26,10 +26,18 @@ class NetnsUnavailable(Exception):
     """Namespaces, veths or iptables cannot be used here (not root, no CAP_NET_ADMIN)."""
 
 
+class LabError(Exception):
+    """The machine allows namespaces, yet the lab could not be made or changed (a name
+    already taken by a lab left behind, a bad argument): a failure, never a skip."""
+
+
 def _run(*args: str) -> None:
     done = subprocess.run(args, capture_output=True, text=True)
     if done.returncode != 0:
-        raise NetnsUnavailable(f"{' '.join(args)}: {done.stderr.strip() or done.returncode}")
+        why = f"{' '.join(args)}: {done.stderr.strip() or done.returncode}"
+        if "not permitted" in why or "Permission denied" in why:
+            raise NetnsUnavailable(why)  # not allowed here: the suites skip
+        raise LabError(why)
 
 
 def _free_subnet() -> ipaddress.IPv4Network:
@@ -63,7 +71,7 @@ class NetnsLab:
         try:
             _run("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
             _run("ip", "link", "set", self.bridge, "up")
-        except NetnsUnavailable:
+        except (NetnsUnavailable, LabError):
             self.close()
             raise
 
@@ -148,9 +156,15 @@ async def cluster_in_namespaces(
         )
         yield net, cluster
     finally:
-        if cluster is not None:
-            await cluster.close()
-        if etcd is not None:
-            etcd.terminate()
-            etcd.wait(timeout=30)
-        net.close()
+        # Each step whatever the one before did: a node that would not stop fails the test,
+        # and the lab still goes (left behind, it would make every later lab fail to start).
+        try:
+            if cluster is not None:
+                await cluster.close()
+        finally:
+            try:
+                if etcd is not None:
+                    etcd.terminate()
+                    etcd.wait(timeout=30)
+            finally:
+                net.close()

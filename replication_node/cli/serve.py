@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import logging
 import os
 import secrets
@@ -25,10 +24,16 @@ from dag_common.durations import format_duration
 from dag_common.errors import ConfigError
 from dag_common.exclusive import bind_port, lock_directory
 from dag_common.model import ExitCode
+from dag_common.taskdump import describe_tasks
 from replication_node.cli.supervisor import NodeSlot, last_line, restartable, why_exited
 from replication_node.cluster.store import open_cluster_store
 from replication_node.http.app import build_app
+from replication_node.http.in_flight import wait_in_flight
 from replication_node.node import Node
+
+# How long a stopping node waits for the requests it is answering before it cancels them
+# (a peer that stopped reading a seed, a client gone silent): a node always stops.
+SHUTDOWN_GRACE = 5.0
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -77,7 +82,7 @@ async def _serve(
         config_refresh=refresh,
     )
     app = build_app(node)
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     ssl_ctx = config.tls.server_context() if config.tls else None
     sites = [web.SockSite(runner, sock, ssl_context=ssl_ctx) for sock in sockets]
@@ -100,20 +105,20 @@ async def _serve(
     await stop.wait()
     logging.getLogger(__name__).info("node %s stopping", node_name)
     for site in sites:
-        await site.stop()
-    await node.stop()
+        await site.stop()  # no new connections
+    await node.stop()  # the databases dismounted: a commit waiting is answered
+    await runner.shutdown()  # the app's on_shutdown: the pushed streams end
+    await wait_in_flight(app, SHUTDOWN_GRACE)  # the rest: named in the log, then cancelled
     await runner.cleanup()
     await store.aclose()
     return ExitCode.OK
 
 
 def _dump_tasks() -> None:
-    """Log the stack of every task of the running loop (SIGUSR1)."""
+    """Log every task of the running loop with its whole await chain (SIGUSR1)."""
     log = logging.getLogger(__name__)
-    for task in asyncio.all_tasks():
-        out = io.StringIO()
-        task.print_stack(file=out)
-        log.warning("task %s:\n%s", task.get_name(), out.getvalue())
+    for text in describe_tasks():
+        log.warning("%s", text)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from replication_node.http.auth import auth_middleware
 from replication_node.http.backup_routes import add_backup_routes
 from replication_node.http.context import NODE
 from replication_node.http.error_middleware import error_middleware
+from replication_node.http.in_flight import setup_in_flight
 from replication_node.http.logshare import add_log_share_routes
 from replication_node.http.status_watch import add_status_watch_route
 from replication_node.http.store_routes import add_store_routes
@@ -26,6 +27,7 @@ def build_app(node: Node) -> web.Application:
         client_max_size=16 * 1024 * 1024,
     )
     app[NODE] = node
+    setup_in_flight(app)
     add_store_routes(app)
     add_admin_routes(app)
     add_backup_routes(app)
