@@ -133,6 +133,18 @@ class LogSource(Protocol):
         ...
 
 
+class CopyLogs(Protocol):
+    """Another copy's inspected generations (`http/copy_share.py`), asked for a generation
+    the active could not give whole."""
+
+    node: str
+
+    async def fetch(self, generation: int, epoch: int) -> bytes:
+        """The generation as that copy inspected it on `epoch`'s stream (LogShareError if
+        it cannot: unreachable, another epoch, not that far, truncated)."""
+        ...
+
+
 class BlockChannel(Protocol):
     """A passive copy's block-mode connection to its active (`http/blocks.py`)."""
 

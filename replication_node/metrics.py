@@ -74,6 +74,7 @@ class CopyMetrics:
         self.copied_bytes = metrics.copied_bytes.labels(*labels)
         self.inspection_failures = metrics.inspection_failures.labels(*labels)
         self.recopies = metrics.recopies.labels(*labels)
+        self.from_other_copies = metrics.from_other_copies.labels(*labels)
         self.generations_replayed = metrics.generations_replayed.labels(*labels)
         self.replay_batch = metrics.replay_batch_duration.labels(*labels)
         self.truncated = metrics.truncated_generations.labels(*labels)
@@ -89,6 +90,11 @@ class CopyMetrics:
         self.inspection_failures.inc()
         if recopy:
             self.recopies.inc()
+
+    def from_other_copy(self) -> None:
+        """A generation that failed inspection from the active, taken from another copy."""
+        self.inspection_failures.inc()
+        self.from_other_copies.inc()
 
     def replayed(self, generations: int, seconds: float) -> None:
         self.generations_replayed.inc(generations)
@@ -166,6 +172,13 @@ class NodeMetrics:
         self.recopies = Counter(
             "replication_recopies_total",
             "Generations copied again after failing inspection.",
+            _COPY,
+            registry=r,
+        )
+        self.from_other_copies = Counter(
+            "replication_generations_from_other_copies_total",
+            "Generations that failed inspection from the active and were taken whole from "
+            "another copy on the same epoch.",
             _COPY,
             registry=r,
         )

@@ -38,6 +38,7 @@ from replication_node.cluster.manager import InstanceSpec, desired_spec, plan_in
 from replication_node.cluster.peers import PeerProgress, copy_awaiting_logs
 from replication_node.cluster.store import ActivationCause, ClusterStore
 from replication_node.errors import BadRequest, ClusterStoreError, Conflict, NotFound
+from replication_node.http.copy_share import HttpCopyLogs
 from replication_node.http.logshare import HttpLogSource
 from replication_node.interfaces import MailboxReader, PassiveSettings
 from replication_node.log.truncation import CopyProgress
@@ -237,6 +238,17 @@ class Node:
                 ),
                 clock=self._clock,
                 metrics=self.metrics,
+                peers=[
+                    HttpCopyLogs(
+                        c.node,
+                        self.config.node(c.node).url,
+                        spec.database,
+                        session=self._session,
+                        token=self.token,
+                    )
+                    for c in self.config.database(spec.database).copies
+                    if c.node not in (self.name, spec.active_node)
+                ],
             )
         self._instances[spec.database] = instance
         self._specs[spec.database] = spec

@@ -10,6 +10,7 @@ from replication_node.http.admin_routes import add_admin_routes
 from replication_node.http.auth import auth_middleware
 from replication_node.http.backup_routes import add_backup_routes
 from replication_node.http.context import NODE
+from replication_node.http.copy_share import add_copy_share_routes
 from replication_node.http.error_middleware import error_middleware
 from replication_node.http.in_flight import setup_in_flight
 from replication_node.http.logshare import add_log_share_routes
@@ -17,6 +18,7 @@ from replication_node.http.status_watch import add_status_watch_route
 from replication_node.http.store_routes import add_store_routes
 from replication_node.metrics import add_metrics_route
 from replication_node.node import Node
+from replication_node.passive.copy import PassiveCopy
 
 
 def build_app(node: Node) -> web.Application:
@@ -42,4 +44,10 @@ def build_app(node: Node) -> web.Application:
         return None
 
     add_log_share_routes(app, lookup=lookup)
+
+    def passive(database: str) -> PassiveCopy | None:
+        instance = node.instance(database)
+        return instance if isinstance(instance, PassiveCopy) else None
+
+    add_copy_share_routes(app, lookup=passive)
     return app

@@ -7,8 +7,12 @@ each in order (`inspector.inspect_generation`), and moves it into the log direct
 (LastLogInspected).  When it is behind, it fetches a window of generations at once and
 moves the inspected ones with a single directory fsync, so catching up costs about one
 fsync per generation.  A generation that fails inspection is set aside in
-IgnoredLogs/InspectionFailed and copied again; after `max_inspection_failures` failures of
-the same generation the copy stops with `CopyFailed`.  A generation is never skipped.
+IgnoredLogs/InspectionFailed and asked of the other copies of the database on the same
+epoch (`peers`, their read-only copy share): the first one's that passes this copy's own
+inspection takes its place (a bit flipped on the active's disk then costs no reseed, as long
+as one copy got the generation before).  Else it is copied again; after
+`max_inspection_failures` failures of the same generation the copy stops with `CopyFailed`.
+A generation is never skipped.
 
 The copy's stream incarnation (the `epoch` its status reports, which the Data Guarantee
 service counts a flush on) is claimed only once shown: when a generation fetched from the
@@ -30,7 +34,7 @@ import asyncio
 import logging
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -45,7 +49,7 @@ from replication_node.errors import (
     LogFormatError,
     LogShareError,
 )
-from replication_node.interfaces import LogShareInfo, LogSource
+from replication_node.interfaces import CopyLogs, LogShareInfo, LogSource
 from replication_node.log.logfile import (
     OPEN_LOG_NAME,
     LogHeader,
@@ -90,8 +94,10 @@ class Copier:
         window: int = 8,
         metrics: CopyMetrics | None = None,
         blocks: BlockReceiver | None = None,
+        peers: Sequence[CopyLogs] = (),
     ) -> None:
         self._source = source
+        self._peers = tuple(peers)  # the database's other passive copies
         self._blocks = blocks  # block mode: the closed generations it received
         self._paths = paths
         self._markers = markers
@@ -269,8 +275,11 @@ class Copier:
                     try:
                         staged.append(await asyncio.to_thread(self._stage, generation, data))
                     except InspectionFailed as exc:
-                        await self._inspection_failed(generation, exc)
-                        break
+                        whole = await self._from_peers(generation, exc)
+                        if whole is None:
+                            await self._inspection_failed(generation, exc)
+                            break
+                        staged.append(whole)
                     m.last_log_copied = max(m.last_log_copied, generation)
             except LogShareError:
                 await self._commit(staged)  # what passed inspection before the outage counts
@@ -289,10 +298,11 @@ class Copier:
                 return data
         return await self._source.fetch(generation)
 
-    def _stage(self, generation: int, data: bytes) -> InspectedLog:
+    def _stage(self, generation: int, data: bytes, origin: str | None = None) -> InspectedLog:
         """Write a copied generation into Inspector (fsync'd) and inspect it (worker thread).
 
-        A generation that fails inspection is set aside before InspectionFailed propagates.
+        A generation that fails inspection is set aside before InspectionFailed propagates
+        (named after the copy it came from, `origin`, when not from the active).
         """
         staged = self._paths.inspector / closed_log_name(generation)
         with open(staged, "wb") as f:
@@ -309,7 +319,8 @@ class Copier:
             count = self.failures.get(generation, 0) + 1
             failed_dir = self._paths.ignored / "InspectionFailed"
             failed_dir.mkdir(parents=True, exist_ok=True)
-            os.replace(staged, failed_dir / f"{staged.name}.{count}")
+            suffix = f".{count}" if origin is None else f".{count}.{origin}"
+            os.replace(staged, failed_dir / f"{staged.name}{suffix}")
             raise
         self._prev = inspected.header
         return inspected
@@ -347,6 +358,34 @@ class Copier:
             exc,
             dropped,
         )
+
+    async def _from_peers(self, generation: int, exc: InspectionFailed) -> InspectedLog | None:
+        """The generation from another copy on this epoch's stream, inspected here as the
+        active's would have been; None if no copy has it whole (each one's answer is added
+        to `exc`'s reason, for the copy's status should it fail in the end)."""
+        if not self._peers or self._active_epoch < 1:
+            return None
+        tried = []
+        for peer in self._peers:
+            try:
+                data = await peer.fetch(generation, self._active_epoch)
+                inspected = await asyncio.to_thread(self._stage, generation, data, peer.node)
+            except (LogShareError, InspectionFailed) as why:
+                tried.append(str(why))
+                continue
+            logger.warning(
+                "%s: generation %d from the active failed inspection (%s); the copy on %s "
+                "had it whole and gave it",
+                self._paths.name,
+                generation,
+                exc,
+                peer.node,
+            )
+            if self._metrics is not None:
+                self._metrics.from_other_copy()
+            return inspected
+        exc.args = (f"{exc}; no other copy had it whole ({'; '.join(tried)})",)
+        return None
 
     async def _inspection_failed(self, generation: int, exc: InspectionFailed) -> None:
         """Count a failed inspection: CopyFailed at the limit, else a pause before recopying."""

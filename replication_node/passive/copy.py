@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dag_common.clock import Clock
@@ -30,9 +32,10 @@ from replication_node.errors import (
     DatabaseError,
     InspectionFailed,
     LogShareError,
+    NotFound,
 )
-from replication_node.interfaces import LogSource, PassiveSettings
-from replication_node.log.logfile import scan
+from replication_node.interfaces import CopyLogs, LogSource, PassiveSettings
+from replication_node.log.logfile import closed_log_name, scan
 from replication_node.log.truncation import delete_through, passive_truncation_limit
 from replication_node.passive.blocks import BlockReceiver
 from replication_node.passive.copier import Copier
@@ -67,10 +70,13 @@ class PassiveCopy:
         retry_interval: float = 1.0,
         failed_retry: float = 10.0,
         metrics: NodeMetrics | None = None,
+        peers: Sequence[CopyLogs] = (),
     ) -> None:
         self.settings = settings
         self.paths = paths
         self._source = source
+        self._peers = tuple(peers)  # the other passive copies, for a generation the active
+        # could not give whole
         self._clock = clock
         self._retry = retry_interval
         self._failed_retry = failed_retry
@@ -278,6 +284,7 @@ class PassiveCopy:
             retry_interval=self._retry,
             metrics=self._metrics,
             blocks=blocks if self.settings.block_mode else None,
+            peers=self._peers,
         )
         replayer = Replayer(
             db=self._db,
@@ -492,6 +499,26 @@ class PassiveCopy:
         if self._reader is None and self.paths.database.exists():
             self._reader = Database.open(self.paths.database)
         return self._reader
+
+    def inspected_log(self, generation: int, epoch: int) -> Path:
+        """A closed generation this copy inspected on the stream of `epoch`, for another copy
+        that could not get it whole from the active (`http/copy_share.py`); NotFound or
+        Conflict naming why not."""
+        m = self.markers
+        if m.epoch != epoch:
+            raise Conflict(
+                f"{self.settings.node} follows the stream of epoch {m.epoch or 'unknown'}, "
+                f"not {epoch}: its generations are not proven to be that stream's"
+            )
+        if generation > m.last_log_inspected:
+            raise Conflict(
+                f"{self.settings.node} has inspected through generation "
+                f"{m.last_log_inspected}, not {generation}"
+            )
+        path = self.paths.logs / closed_log_name(generation)
+        if not path.is_file():
+            raise NotFound(f"generation {generation} is no longer on {self.settings.node}")
+        return path
 
     @property
     def header(self) -> DatabaseHeader | None:

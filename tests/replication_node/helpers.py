@@ -66,23 +66,27 @@ def passive(
     lag: timedelta = timedelta(0),
     source: Any = None,
     scrub: timedelta | None = None,
+    node: str = "p",
+    peers: tuple[Any, ...] = (),
 ) -> PassiveCopy:
-    """A passive copy of the share's DB1 (node p) under `tmp_path`, pulling from `source`
-    (the share's HTTP source unless given)."""
+    """A passive copy of the share's DB1 (node `node`) under `tmp_path`, pulling from
+    `source` (the share's HTTP source unless given); `peers`: the other copies it may ask
+    for a generation the active could not give whole."""
     return PassiveCopy(
         settings=PassiveSettings(
             database="DB1",
-            node="p",
+            node=node,
             site="s",
             activation_preference=2,
             replay_lag_time=lag,
             scrub_interval=scrub,
         ),
-        paths=CopyPaths(tmp_path / "passive" / "DB1", "DB1"),
+        paths=CopyPaths(tmp_path / ("passive" if node == "p" else node) / "DB1", "DB1"),
         source=source or share.source(),
         clock=clock or SystemClock(),
         retry_interval=0.05,
         failed_retry=0.05,
+        peers=peers,
     )
 
 

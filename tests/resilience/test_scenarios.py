@@ -236,10 +236,12 @@ async def test_sigstop_of_the_mover(tmp_path, seed):
 
 
 async def test_a_bit_flip_in_a_closed_log_on_the_active(tmp_path, seed):
-    """One bit flipped in a closed generation on DB1's active, closed while mbx3 was stopped
-    (file mode: mbx3 must fetch that file; in block mode it would hold the bytes already):
-    mbx3 refuses what does not pass inspection, stops with the generation named, never
-    replays it, and is reseeded; nothing acknowledged is lost and every copy converges."""
+    """One bit flipped in a closed generation on DB1's active after mbx2 inspected it, while
+    mbx3 was stopped (file mode: mbx3 must fetch that file; in block mode it would hold the
+    bytes already): mbx3 refuses the active's bytes and takes the generation whole from
+    mbx2's copy share (same epoch, its own inspection deciding), with no reseed; nothing
+    acknowledged is lost and every copy converges.  (Before the copy share, only a reseed
+    helped, and only once the active's database was past the damage: the suite found it.)"""
     async with scenario(tmp_path, "bitflip-log-active", seed, block_mode=False) as s:
         s.start_load()
         await s.fault_point()
@@ -248,17 +250,42 @@ async def test_a_bit_flip_in_a_closed_log_on_the_active(tmp_path, seed):
         try:
             await s.cluster.ok("POST", "mbx1", "/v1/databases/DB1/roll-log")
             target = f.closed_generations(s.cluster, "mbx1", "DB1")[-1]
+            gen = f.generation_of(target)
+            await s.cluster.wait_for(
+                f"mbx2 to inspect generation {gen}",
+                lambda: _inspected(s, "mbx2", "DB1", gen),
+                timeout=60,
+            )
             s.notes.append(f"flip mbx1:{target.name}@{f.flip_byte(target, s.rng)}")
         finally:
             f.cont(s.cluster, "mbx3")
-        gen = f.generation_of(target)
-        await _refused(s, "mbx3", "DB1", gen)
+        await _taken_from_copy(s, "mbx3", "DB1", gen, "mbx2")
         s.faults.end("bit flip mbx1 log")
-        # A reseed starts from the active's database file, whose waypoint trails its log by
-        # the LLR depth: until it is past the damaged generation a seeded copy needs that
-        # generation again, and the active's is the only source (passives share no logs).
-        # The operator waits for it, then reseeds (a copy fetching a damaged generation
-        # whole from another copy would not need to: not built).
+        await s.finish()
+
+
+async def test_a_bit_flip_on_the_active_no_copy_has_whole(tmp_path, seed):
+    """The same flip closed while both of DB1's passives were stopped: no copy has the
+    generation whole, so each refuses it, names it and every copy's answer, and stops; a
+    reseed starts from the active's database file, whose waypoint trails its log by the LLR
+    depth, so the operator waits until it is past the damage, then reseeds."""
+    async with scenario(tmp_path, "bitflip-log-active-alone", seed, block_mode=False) as s:
+        s.start_load()
+        await s.fault_point()
+        s.faults.begin("bit flip mbx1 log, mbx2 and mbx3 stopped", {"mbx2", "mbx3"})
+        for node in ("mbx2", "mbx3"):
+            f.stop(s.cluster, node)
+        try:
+            await s.cluster.ok("POST", "mbx1", "/v1/databases/DB1/roll-log")
+            target = f.closed_generations(s.cluster, "mbx1", "DB1")[-1]
+            s.notes.append(f"flip mbx1:{target.name}@{f.flip_byte(target, s.rng)}")
+        finally:
+            for node in ("mbx2", "mbx3"):
+                f.cont(s.cluster, node)
+        gen = f.generation_of(target)
+        for node in ("mbx2", "mbx3"):
+            await _refused(s, node, "DB1", gen)
+        s.faults.end("bit flip mbx1 log, mbx2 and mbx3 stopped")
         await s.cluster.wait_for(
             f"DB1's active database past generation {gen}",
             lambda: _active_past(s, "mbx1", "DB1", gen),
@@ -266,6 +293,38 @@ async def test_a_bit_flip_in_a_closed_log_on_the_active(tmp_path, seed):
         )
         await s.reseed_failed()
         await s.finish()
+
+
+async def _inspected(s, node: str, db: str, gen: int) -> bool:
+    return (await s.copy_state(node, db))["last_log_inspected"] >= gen
+
+
+async def _taken_from_copy(s, node: str, db: str, gen: int, peer: str) -> None:
+    """The scenario's own expectation for a generation damaged on the active that `peer`
+    has whole: `node` goes past it without stopping, and says it took it from `peer`."""
+    seen: list[dict] = []
+
+    async def settled() -> bool:
+        c = await s.copy_state(node, db)
+        seen.append(c)
+        return c["status"] in ("FailedAndSuspended", "Failed") or c["last_log_replayed"] >= gen
+
+    await s.cluster.wait_for(f"{node}'s copy of {db} to stop or replay {gen}", settled, timeout=90)
+    c = seen[-1]
+    log = s.cluster.log(node)
+    took = f"generation {gen} from the active failed inspection" in log and (
+        f"the copy on {peer} had it whole" in log
+    )
+    s.notes.append(f"{db}\\{node} {c['status']} replayed={c['last_log_replayed']}"
+                   f"{f'; took {gen} whole from {peer}' if took else ''}")  # fmt: skip
+    if c["last_log_replayed"] < gen:
+        s.expectations.append(
+            inv.Violation("damaged-log-not-replaced", f"{node} stopped at {gen}: {c}")
+        )
+    elif not took:
+        s.expectations.append(
+            inv.Violation("damage-not-seen", f"{node}'s log does not say it took {gen} from {peer}")
+        )
 
 
 async def _active_past(s, node: str, db: str, gen: int) -> bool:
