@@ -301,6 +301,39 @@ def no_false_satisfied(
     return out[:5]
 
 
+SERVICE = "guarantee-api"  # in a fault's `down`: the fault strikes the guarantee service
+
+
+def service_kept_answering(
+    answers: list[GuaranteeAnswer], faults: list[FaultWindow], *, until: float, limit: float
+) -> list[Violation]:
+    """The guarantee service never went `limit` seconds without answering a call (the
+    recorder asks several times a second), up to `until` (when it stopped asking), but during
+    a fault that struck the service itself (SERVICE in its `down`) and `limit` after: a
+    node down, a partition, a full disk or a skewed clock gets a Retry or a NotSatisfied
+    from it, never silence."""
+    times = sorted(a.at for a in answers if a.status != "ERROR")
+    if not answers:
+        return []
+    if not times:
+        return [Violation("service-silent", f"none of {len(answers)} calls was answered")]
+    excused = [(f.started, f.ended + limit) for f in faults if SERVICE in f.down]
+    out: list[Violation] = []
+    for before, after in zip(times, [*times[1:], until], strict=True):
+        if after - before <= limit or any(s <= after and before <= e for s, e in excused):
+            continue
+        failed = [a for a in answers if a.status == "ERROR" and before < a.at <= after]
+        reasons = sorted({a.reason for a in failed})
+        out.append(
+            Violation(
+                "service-silent",
+                f"no answer for {after - before:.1f}s ({len(failed)} calls failed: "
+                f"{_short(reasons)})",
+            )
+        )
+    return out[:5]
+
+
 def processes_alive(exits: Mapping[str, int | None]) -> list[Violation]:
     """Every process the scenario did not stop is still running (no crash, no crash loop)."""
     return [

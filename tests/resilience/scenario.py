@@ -54,6 +54,9 @@ COPIES = {
 NEEDED = 2  # SecondCopy: the active and one more copy
 TTL = "3s"
 MIN_ANSWERS = 5  # the service's answers a guarantee fault's window must hold
+# The longest the guarantee service may leave every call unanswered (the recorder asks
+# 15 times a second, each call with a 2 s deadline) outside a fault that strikes it.
+SILENCE_LIMIT = 5.0
 
 
 def databases(
@@ -274,6 +277,7 @@ class Scenario:
         line; fail naming the scenario, the seed and each invariant broken."""
         violations: list[inv.Violation] = list(self.expectations)
         self.writer.stopped = self.recorder.stopped = True
+        asked_until = time.monotonic()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         faults = self.faults.close()
         if self.move_task is not None:
@@ -322,6 +326,9 @@ class Scenario:
             copies=COPIES,
             needed=NEEDED,
             grace=GRACE,
+        )
+        violations += inv.service_kept_answering(
+            self.recorder.answers, faults, until=asked_until, limit=SILENCE_LIMIT
         )
         exits = {n: p.poll() for n, p in self.cluster.procs.items()}
         exits["guarantee-api"] = self.api.poll()

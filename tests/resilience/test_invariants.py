@@ -4,6 +4,7 @@ same story without the violation and must not).  Fast: no process, no network.""
 from __future__ import annotations
 
 from tests.resilience.invariants import (
+    SERVICE,
     Epoch,
     FaultWindow,
     MoveOutcome,
@@ -14,6 +15,7 @@ from tests.resilience.invariants import (
     no_needed_log_truncated,
     one_writer_per_epoch,
     processes_alive,
+    service_kept_answering,
 )
 from tests.resilience.workload import Answer, GuaranteeAnswer
 
@@ -147,3 +149,33 @@ def test_a_copy_taken_out_counts_for_its_database_only():
     db2 = GuaranteeAnswer("Health", "DB2", 15.0, "SATISFIED")
     assert no_false_satisfied([db1], **kw) == []
     assert names(no_false_satisfied([db2], **kw)) == ["false-satisfied"]
+
+
+def answered(*times, status="SATISFIED"):
+    return [GuaranteeAnswer("Health", "DB1", t, status) for t in times]
+
+
+def test_a_service_silent_past_the_limit_is_reported_with_its_failed_calls():
+    calls = answered(1.0, 2.0, 9.0, 10.0) + answered(4.0, 6.0, status="ERROR")
+    calls[-1] = GuaranteeAnswer("Health", "DB1", 6.0, "ERROR", reason="DEADLINE_EXCEEDED")
+    found = service_kept_answering(calls, [], until=10.5, limit=5)
+    assert names(found) == ["service-silent"]
+    assert "7.0s" in found[0].detail and "2 calls failed" in found[0].detail
+    assert service_kept_answering(answered(1.0, 5.0, 9.0), [], until=10, limit=5) == []
+
+
+def test_a_service_that_stops_answering_for_good_or_never_answers_is_reported():
+    assert names(service_kept_answering(answered(1.0, 2.0), [], until=20, limit=5)) == [
+        "service-silent"
+    ]
+    never = answered(1.0, 2.0, status="ERROR")
+    assert names(service_kept_answering(never, [], until=3, limit=5)) == ["service-silent"]
+    assert service_kept_answering([], [], until=3, limit=5) == []
+
+
+def test_silence_during_a_fault_of_the_service_itself_is_not_reported():
+    calls = answered(1.0, 2.0, 20.0)
+    stopped = FaultWindow("SIGSTOP guarantee-api", frozenset({SERVICE}), 3.0, 16.0)
+    other = FaultWindow("kill -9 mbx1", frozenset({"mbx1"}), 3.0, 16.0)
+    assert service_kept_answering(calls, [stopped], until=20, limit=5) == []
+    assert names(service_kept_answering(calls, [other], until=20, limit=5)) == ["service-silent"]

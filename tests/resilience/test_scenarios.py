@@ -127,7 +127,7 @@ async def _guarantee_fault(s, name: str, strike, heal) -> None:
     step, text = s.rng.choice(GUARANTEE_WAITS)
     s.start_load()
     await s.move_said(text)
-    s.faults.begin(name)
+    s.faults.begin(name, {inv.SERVICE})
     await strike()
     s.faults.begin("suspend DB2's passives", {f"DB2\\{n}" for n in DB2_PASSIVES})
     suspended = time.monotonic()
@@ -703,11 +703,13 @@ async def test_clock_skew_and_a_jump_on_a_node_and_the_guarantee_service(tmp_pat
     """mbx2 (DB2's active, DB1's copy) and the guarantee service on clocks of their own: the
     service skewed from the start, mbx2's clock jumping back or forward under load."""
     node_clock = f.FakeClock(tmp_path / "mbx2.faketime")
-    api_clock = f.FakeClock(tmp_path / "api.faketime")
     skew = random.Random(seed).choice(["+90s", "-90s", "+1h", "-1h"])
-    api_clock.spec.write_text(f"{skew}\n")
     async with scenario(
-        tmp_path, "clock-skew", seed, node_env={"mbx2": node_clock.env()}, api_env=api_clock.env()
+        tmp_path,
+        "clock-skew",
+        seed,
+        node_env={"mbx2": node_clock.env()},
+        api_env=f.skewed_clock_env(skew),
     ) as s:
         jump = s.rng.choice(["+1h", "-1h", "+5m", "-5m"])
         s.start_load()
