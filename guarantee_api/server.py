@@ -235,7 +235,9 @@ class GuaranteeService:
         app.router.add_get("/healthz", _healthz_handler)
         app.router.add_get("/", _status_page_handler)
         app.router.add_get("/status", _status_page_handler)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(
+            app, access_log=None, shutdown_timeout=5.0
+        )  # as the gRPC grace
         await self._runner.setup()
         # With TLS, the HTTP side too: the status page shows callers and reasons.
         ssl_ctx = self._tls.server_context() if self._tls else None
