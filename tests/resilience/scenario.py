@@ -55,7 +55,7 @@ NEEDED = 2  # SecondCopy: the active and one more copy
 TTL = "3s"
 MIN_ANSWERS = 5  # the service's answers a guarantee fault's window must hold
 # The longest the guarantee service may leave every call unanswered (the recorder asks
-# 15 times a second, each call with a 2 s deadline) outside a fault that strikes it.
+# three questions five times a second, each with a 2 s deadline) outside a fault on it.
 SILENCE_LIMIT = 5.0
 
 
