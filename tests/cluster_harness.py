@@ -270,17 +270,24 @@ class LocalCluster:
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            # A node that does not stop: its tasks' stacks into its log (SIGUSR1), then the
-            # log's tail in the failure, so that CI shows what it was waiting on.
-            before = len(self.log(node))
-            proc.send_signal(signal.SIGUSR1)
-            deadline = time.monotonic() + 5
-            while "task " not in self.log(node)[before:] and time.monotonic() < deadline:
-                time.sleep(0.05)  # until the dump is in the log (or 5 s: a node too stuck)
+            # A node that does not stop: what it was waiting on, so that CI shows it.
+            tail = self.dump_tasks(node, proc)
             proc.kill()
             proc.wait()
-            tail = "\n".join(self.log(node).splitlines()[-200:])
             raise AssertionError(f"node {node} did not stop within 30s; its log:\n{tail}") from None
+
+    def dump_tasks(self, node: str, proc: subprocess.Popen[bytes] | None = None) -> str:
+        """Every thread's stack (SIGUSR2, answered even while the event loop is stuck) and
+        the tasks' whole await chains (SIGUSR1) into the node's log; the log's tail."""
+        proc = proc or self.procs[node]
+        before = len(self.log(node))
+        proc.send_signal(signal.SIGUSR2)
+        proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 5
+        while "task " not in self.log(node)[before:] and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the dump is in the log (or 5 s: a node too stuck)
+        time.sleep(0.2)  # the rest of the dump
+        return "\n".join(self.log(node).splitlines()[-300:])
 
     async def close(self) -> None:
         """Stop every node, the session closed, even when one of them does not stop: the
@@ -300,12 +307,22 @@ class LocalCluster:
     # ---- HTTP ------------------------------------------------------------------------
 
     async def call(self, method: str, node: str, path: str, **kw: Any) -> tuple[int, Any]:
-        async with self.session.request(method, f"{self.url(node)}{path}", **kw) as resp:  # type: ignore[union-attr]
-            try:
-                body = await resp.json()
-            except aiohttp.ContentTypeError:
-                body = await resp.read()
-            return resp.status, body
+        try:
+            async with self.session.request(method, f"{self.url(node)}{path}", **kw) as resp:  # type: ignore[union-attr]
+                try:
+                    body = await resp.json()
+                except aiohttp.ContentTypeError:
+                    body = await resp.read()
+                return resp.status, body
+        except TimeoutError:
+            # A node that never answered within the session's 30 s: what its request waits on
+            # (a product bug to find).  A caller's own `timeout` expects it may not answer.
+            if "timeout" in kw or node not in self.procs or self.procs[node].poll() is not None:
+                raise
+            tail = self.dump_tasks(node)
+            raise AssertionError(
+                f"{method} {path} on {node}: no answer; its log:\n{tail}"
+            ) from None
 
     async def ok(self, method: str, node: str, path: str, **kw: Any) -> Any:
         status, body = await self.call(method, node, path, **kw)

@@ -45,6 +45,8 @@ from replication_node.errors import (
     CopyFailed,
     Deposed,
     HeldForHandOver,
+    LeaseLost,
+    LogStreamStopped,
 )
 from replication_node.log.events import ClosedGeneration, StreamEvent
 from replication_node.log.logstream import LogStream
@@ -367,12 +369,27 @@ class ActiveInstance:
         self._tasks.clear()
         await self.switchover.stop()
         if self.copy is not None:
-            if clean:
-                await self.copy.dismount()
-                await self.lease.release()
-                await self.publish()
-            else:
-                await self.copy.crash_close()
+            # A stream that stopped on a failure (this node deposed, a failed write) cannot
+            # close its open log cleanly: the copy is closed as after a crash, and the next
+            # mount recovers from disk.  Stopped before `_watch` dropped it, it used to raise
+            # here and leave the database file and its log open behind the new passive.
+            copy, failed = self.copy, self.copy.stream.failure
+            if clean and failed is None:
+                try:
+                    await copy.dismount()
+                    await self.lease.release()
+                    await self.publish()
+                except (Deposed, LeaseLost, LogStreamStopped) as exc:  # failed meanwhile
+                    failed = exc
+            if clean and failed is not None:
+                logger.warning(
+                    "%s on %s: stopped without a clean shutdown, its log stream had stopped: %s",
+                    self.database,
+                    self.node,
+                    failed,
+                )
+            if not clean or failed is not None:
+                await copy.crash_close()
         await self.share.notify()
 
     @property

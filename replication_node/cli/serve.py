@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import logging
 import os
 import secrets
@@ -100,8 +101,10 @@ async def _serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    # SIGUSR1: every task's stack into the log, to see what a node that hangs waits on.
+    # SIGUSR1: every task's await chain into the log, to see what a node that hangs waits
+    # on; SIGUSR2: every thread's stack, at once even while the event loop itself is stuck.
     loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
     await stop.wait()
     logging.getLogger(__name__).info("node %s stopping", node_name)
     for site in sites:

@@ -5,6 +5,7 @@ stop releases it, a crash leaves it to expire (and no copy is activated meanwhil
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from datetime import timedelta
 
 import pytest
@@ -138,6 +139,39 @@ async def test_an_active_whose_lease_expired_and_was_replaced_acknowledges_nothi
         await mailboxes.put_items("m", [{"item_id": "late"}])
     assert copy.item("m", "late") is None, "never visible, never acknowledged"
     await wait_until("dismounted", lambda: active.copy is None)
+
+
+async def test_a_deposed_active_stopped_before_it_dismounted_stops_without_an_error(env):
+    """Its node stops the instance (to make it passive) in the instant between the stream's
+    failure and the copy's own dismount: no clean shutdown is possible (the open log cannot
+    be closed), so the copy is closed as after a crash, nothing raised and nothing left open
+    (it used to raise Deposed from the dismount's roll, leaving the file open)."""
+    clock, store, active = env
+    copy = active.copy
+    copy.stream.fail(Deposed("the store names b at epoch 2 (test)"))
+    await active.stop()  # before `_watch` ran: the copy is still there
+    with pytest.raises(sqlite3.ProgrammingError, match="closed database"):
+        copy.db.mailbox("m")
+    # Mounted again, crash recovery finds what the log holds.
+    again = ActiveInstance(
+        database="DB1",
+        node="a",
+        site="s",
+        activation_preference=1,
+        paths=copy.paths,
+        log_file_size=64 * 1024,
+        llr_depth=2,
+        roll_interval=timedelta(hours=1),
+        clock=clock,
+        cluster_store=store,
+        epoch=1,
+        lease_ttl=TTL,
+    )
+    await again.start()
+    try:
+        assert again.copy is not None and again.copy.mailbox("m") is not None
+    finally:
+        await again.stop(clean=False)
 
 
 async def test_a_crashed_active_keeps_its_lease_until_it_expires(env):
