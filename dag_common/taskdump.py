@@ -12,6 +12,9 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
+# The line a dump into a log ends with: a reader of the log knows it has the dump whole.
+TASK_DUMP_END = "end of the task dump"
+
 
 def _frames(coro: Any) -> Iterator[FrameType]:
     while coro is not None:

@@ -25,6 +25,7 @@ from aiohttp import web
 
 from dag_common.auth import bearer
 from dag_common.ports import free_port
+from dag_common.taskdump import TASK_DUMP_END
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "test-token-0123456789abcdef"
@@ -284,9 +285,8 @@ class LocalCluster:
         proc.send_signal(signal.SIGUSR2)
         proc.send_signal(signal.SIGUSR1)
         deadline = time.monotonic() + 5
-        while "task " not in self.log(node)[before:] and time.monotonic() < deadline:
-            time.sleep(0.05)  # until the dump is in the log (or 5 s: a node too stuck)
-        time.sleep(0.2)  # the rest of the dump
+        while TASK_DUMP_END not in self.log(node)[before:] and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the dump ends in the log (or 5 s: its loop is stuck)
         return "\n".join(self.log(node).splitlines()[-300:])
 
     async def close(self) -> None:

@@ -25,16 +25,11 @@ from dag_common.durations import format_duration
 from dag_common.errors import ConfigError
 from dag_common.exclusive import bind_port, lock_directory
 from dag_common.model import ExitCode
-from dag_common.taskdump import describe_tasks
+from dag_common.taskdump import TASK_DUMP_END, describe_tasks
 from replication_node.cli.supervisor import NodeSlot, last_line, restartable, why_exited
 from replication_node.cluster.store import open_cluster_store
 from replication_node.http.app import build_app
-from replication_node.http.in_flight import wait_in_flight
 from replication_node.node import Node
-
-# How long a stopping node waits for the requests it is answering before it cancels them
-# (a peer that stopped reading a seed, a client gone silent): a node always stops.
-SHUTDOWN_GRACE = 5.0
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -110,8 +105,8 @@ async def _serve(
     for site in sites:
         await site.stop()  # no new connections
     await node.stop()  # the databases dismounted: a commit waiting is answered
-    await runner.shutdown()  # the app's on_shutdown: the pushed streams end
-    await wait_in_flight(app, SHUTDOWN_GRACE)  # the rest: named in the log, then cancelled
+    # The app's on_shutdown: the pushed streams end, the requests still in flight get
+    # SHUTDOWN_GRACE (http/in_flight.py); those left are named in the log and cancelled.
     await runner.cleanup()
     await store.aclose()
     return ExitCode.OK
@@ -122,6 +117,7 @@ def _dump_tasks() -> None:
     log = logging.getLogger(__name__)
     for text in describe_tasks():
         log.warning("%s", text)
+    log.warning(TASK_DUMP_END)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -29,7 +29,6 @@ def build_app(node: Node) -> web.Application:
         client_max_size=16 * 1024 * 1024,
     )
     app[NODE] = node
-    setup_in_flight(app)
     add_store_routes(app)
     add_admin_routes(app)
     add_backup_routes(app)
@@ -50,4 +49,5 @@ def build_app(node: Node) -> web.Application:
         return instance if isinstance(instance, PassiveCopy) else None
 
     add_copy_share_routes(app, lookup=passive)
+    setup_in_flight(app)  # last: its shutdown hook runs after the streams' hooks
     return app

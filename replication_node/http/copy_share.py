@@ -42,7 +42,7 @@ class InspectedLogs(Protocol):
 
 
 CopyLookup = Callable[[str], InspectedLogs | None]
-_LOOKUP = web.AppKey("copy_share_lookup", object)
+_LOOKUP: web.AppKey[CopyLookup] = web.AppKey("copy_share_lookup")
 
 
 def add_copy_share_routes(app: web.Application, *, lookup: CopyLookup) -> None:
@@ -66,7 +66,7 @@ async def _inspected_generation(request: web.Request) -> web.StreamResponse:
     if epoch < 1:
         raise BadRequest(f"epoch must be at least 1, not {epoch}")
     db = request.match_info["db"]
-    copy = request.app[_LOOKUP](db)  # type: ignore[operator]
+    copy = request.app[_LOOKUP](db)
     if copy is None:
         raise NotFound(f"no passive copy of {db!r} on this node")
     path = copy.inspected_log(generation, epoch)

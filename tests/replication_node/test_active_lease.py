@@ -47,17 +47,14 @@ class StoreWithFaults(EmbeddedClusterStore):
         return granted
 
 
-@pytest.fixture
-async def env(tmp_path):
-    clock = ManualClock()
-    store = StoreWithFaults(tmp_path / "cluster.db", clock)
-    await store.set_active("DB1", "a", expected_epoch=0, start_generation=1)
-    active = ActiveInstance(
+def instance(paths: CopyPaths, clock: ManualClock, store: StoreWithFaults) -> ActiveInstance:
+    """DB1's active copy on node a at epoch 1, under `paths` (not started)."""
+    return ActiveInstance(
         database="DB1",
         node="a",
         site="s",
         activation_preference=1,
-        paths=CopyPaths(tmp_path / "DB1", "DB1"),
+        paths=paths,
         log_file_size=64 * 1024,
         llr_depth=2,
         roll_interval=timedelta(hours=1),
@@ -66,6 +63,14 @@ async def env(tmp_path):
         epoch=1,
         lease_ttl=TTL,
     )
+
+
+@pytest.fixture
+async def env(tmp_path):
+    clock = ManualClock()
+    store = StoreWithFaults(tmp_path / "cluster.db", clock)
+    await store.set_active("DB1", "a", expected_epoch=0, start_generation=1)
+    active = instance(CopyPaths(tmp_path / "DB1", "DB1"), clock, store)
     await active.start()
     assert active.store is not None
     await active.store.create_mailbox("m")
@@ -153,20 +158,7 @@ async def test_a_deposed_active_stopped_before_it_dismounted_stops_without_an_er
     with pytest.raises(sqlite3.ProgrammingError, match="closed database"):
         copy.db.mailbox("m")
     # Mounted again, crash recovery finds what the log holds.
-    again = ActiveInstance(
-        database="DB1",
-        node="a",
-        site="s",
-        activation_preference=1,
-        paths=copy.paths,
-        log_file_size=64 * 1024,
-        llr_depth=2,
-        roll_interval=timedelta(hours=1),
-        clock=clock,
-        cluster_store=store,
-        epoch=1,
-        lease_ttl=TTL,
-    )
+    again = instance(copy.paths, clock, store)
     await again.start()
     try:
         assert again.copy is not None and again.copy.mailbox("m") is not None

@@ -6,6 +6,7 @@ reseed could help, and it failed again until the active's database was past the 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -31,9 +32,9 @@ class CopyShare:
         self.copy, self.url, self.runner = copy, url, runner
         self.session = aiohttp.ClientSession()
 
-    def logs(self, token: str = TOKEN) -> HttpCopyLogs:
+    def logs(self) -> HttpCopyLogs:
         return HttpCopyLogs(
-            self.copy.settings.node, self.url, "DB1", session=self.session, token=token
+            self.copy.settings.node, self.url, "DB1", session=self.session, token=TOKEN
         )
 
 
@@ -52,6 +53,25 @@ async def first(share: Share, tmp_path: Path) -> AsyncIterator[CopyShare]:
     await copy.stop()
 
 
+@contextlib.asynccontextmanager
+async def second_copy(
+    share: Share, first: CopyShare, tmp_path: Path
+) -> AsyncIterator[tuple[PassiveCopy, int]]:
+    """Copy p2 of DB1, asking p1's copy share: generation one written, p2 started, and both
+    copies past it; p2 and that generation; p2 stopped after."""
+    await share.write(0, 10)
+    one = await share.roll()
+    second = passive(share, tmp_path, node="p2", peers=(first.logs(),))
+    await second.start()
+    try:
+        await wait_until("both replay", lambda: all(
+            replayed_through(c, one)() for c in (first.copy, second)
+        ))  # fmt: skip
+        yield second, one
+    finally:
+        await second.stop()
+
+
 def flip(share: Share, generation: int) -> None:
     path = share.closed_file(generation)
     data = bytearray(path.read_bytes())
@@ -62,14 +82,7 @@ def flip(share: Share, generation: int) -> None:
 async def test_a_generation_damaged_on_the_active_is_taken_from_another_copy(
     share, first, tmp_path
 ):
-    await share.write(0, 10)
-    one = await share.roll()
-    second = passive(share, tmp_path, node="p2", peers=(first.logs(),))
-    await second.start()
-    try:
-        await wait_until("both replay", lambda: all(
-            replayed_through(c, one)() for c in (first.copy, second)
-        ))  # fmt: skip
+    async with second_copy(share, first, tmp_path) as (second, _):
         await second.suspend("lagging")
         await share.write(10, 10)
         bad = await share.roll()
@@ -91,19 +104,10 @@ async def test_a_generation_damaged_on_the_active_is_taken_from_another_copy(
         after = await share.roll()
         await wait_until("replay after it", replayed_through(second, after))
         assert len(second.reader().items("m")) == 25
-    finally:
-        await second.stop()
 
 
 async def test_no_copy_has_it_whole_the_copy_fails_naming_each_answer(share, first, tmp_path):
-    second = passive(share, tmp_path, node="p2", peers=(first.logs(),))
-    await share.write(0, 10)
-    one = await share.roll()
-    await second.start()
-    try:
-        await wait_until("both replay", lambda: all(
-            replayed_through(c, one)() for c in (first.copy, second)
-        ))  # fmt: skip
+    async with second_copy(share, first, tmp_path) as (second, one):
         await first.copy.suspend("down too")
         await second.suspend("lagging")
         await share.write(10, 10)
@@ -119,20 +123,11 @@ async def test_no_copy_has_it_whole_the_copy_fails_naming_each_answer(share, fir
         assert "no other copy had it whole" in error
         assert "p1: HTTP 409" in error and f"inspected through generation {one}" in error
         assert second.status().last_log_inspected == one
-    finally:
-        await second.stop()
 
 
 async def test_a_generation_damaged_on_the_other_copy_is_refused_too(share, first, tmp_path):
     """The asking copy inspects what another copy gives as it inspects the active's."""
-    await share.write(0, 10)
-    one = await share.roll()
-    second = passive(share, tmp_path, node="p2", peers=(first.logs(),))
-    await second.start()
-    try:
-        await wait_until("both replay", lambda: all(
-            replayed_through(c, one)() for c in (first.copy, second)
-        ))  # fmt: skip
+    async with second_copy(share, first, tmp_path) as (second, one):
         await second.suspend("lagging")
         await share.write(10, 10)
         bad = await share.roll()
@@ -151,8 +146,6 @@ async def test_a_generation_damaged_on_the_other_copy_is_refused_too(share, firs
         assert "no other copy had it whole (generation" in (second.status().error or "")
         names = sorted(p.name for p in (second.paths.ignored / "InspectionFailed").iterdir())
         assert f"{closed_log_name(bad)}.1.p1" in names
-    finally:
-        await second.stop()
 
 
 async def test_the_copy_share_refuses_what_it_cannot_vouch_for(share, first):
@@ -162,9 +155,9 @@ async def test_the_copy_share_refuses_what_it_cannot_vouch_for(share, first):
     logs = first.logs()
     assert len(await logs.fetch(one, 1)) == share.closed_file(one).stat().st_size
 
-    async def answer(path: str, token: str = TOKEN) -> tuple[int, str]:
+    async def answer(path: str, token: str = TOKEN, db: str = "DB1") -> tuple[int, str]:
         async with first.session.get(
-            f"{first.url}/v1/databases/DB1/copy/logs/{path}",
+            f"{first.url}/v1/databases/{db}/copy/logs/{path}",
             headers={"Authorization": f"Bearer {token}"},
         ) as resp:
             return resp.status, await resp.text()
@@ -179,8 +172,4 @@ async def test_the_copy_share_refuses_what_it_cannot_vouch_for(share, first):
     assert (await answer("..%2F..%2Fcopy-state.json?epoch=1"))[0] in (400, 404)
     assert (await answer("E00.log?epoch=1"))[0] == 400  # the open log is never shared here
     assert (await answer(f"{name}?epoch=1", token="wrong"))[0] == 401
-    async with first.session.get(
-        f"{first.url}/v1/databases/DB9/copy/logs/{name}?epoch=1",
-        headers={"Authorization": f"Bearer {TOKEN}"},
-    ) as resp:
-        assert resp.status == 404
+    assert (await answer(f"{name}?epoch=1", db="DB9"))[0] == 404  # no copy of DB9 here

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from replication_node.cli.serve import SHUTDOWN_GRACE
+from replication_node.http.in_flight import SHUTDOWN_GRACE
 from tests.cluster_harness import TOKEN, LocalCluster
 
 pytestmark = pytest.mark.slow

@@ -302,15 +302,7 @@ async def _inspected(s, node: str, db: str, gen: int) -> bool:
 async def _taken_from_copy(s, node: str, db: str, gen: int, peer: str) -> None:
     """The scenario's own expectation for a generation damaged on the active that `peer`
     has whole: `node` goes past it without stopping, and says it took it from `peer`."""
-    seen: list[dict] = []
-
-    async def settled() -> bool:
-        c = await s.copy_state(node, db)
-        seen.append(c)
-        return c["status"] in ("FailedAndSuspended", "Failed") or c["last_log_replayed"] >= gen
-
-    await s.cluster.wait_for(f"{node}'s copy of {db} to stop or replay {gen}", settled, timeout=90)
-    c = seen[-1]
+    c = await _stopped_or_past(s, node, db, gen)
     log = s.cluster.log(node)
     took = f"generation {gen} from the active failed inspection" in log and (
         f"the copy on {peer} had it whole" in log
@@ -325,6 +317,20 @@ async def _taken_from_copy(s, node: str, db: str, gen: int, peer: str) -> None:
         s.expectations.append(
             inv.Violation("damage-not-seen", f"{node}'s log does not say it took {gen} from {peer}")
         )
+
+
+async def _stopped_or_past(s, node: str, db: str, gen: int) -> dict:
+    """`node`'s copy of `db` once it has stopped (Failed, FailedAndSuspended) or replayed
+    generation `gen`, whichever comes first."""
+    seen: list[dict] = []
+
+    async def settled() -> bool:
+        c = await s.copy_state(node, db)
+        seen.append(c)
+        return c["status"] in ("FailedAndSuspended", "Failed") or c["last_log_replayed"] >= gen
+
+    await s.cluster.wait_for(f"{node}'s copy of {db} to stop or replay {gen}", settled, timeout=90)
+    return seen[-1]
 
 
 async def _active_past(s, node: str, db: str, gen: int) -> bool:
@@ -565,15 +571,7 @@ async def _damage_unreplayed(s, node: str, db: str, damage) -> int:
 async def _refused(s, node: str, db: str, gen: int) -> None:
     """The scenario's own expectation for a damaged generation not replayed yet: the copy
     stops with the generation named in its status, and never replays it."""
-    seen: list[dict] = []
-
-    async def settled() -> bool:
-        c = await s.copy_state(node, db)
-        seen.append(c)
-        return c["status"] in ("FailedAndSuspended", "Failed") or c["last_log_replayed"] >= gen
-
-    await s.cluster.wait_for(f"{node}'s copy of {db} to stop or replay {gen}", settled, timeout=90)
-    c = seen[-1]
+    c = await _stopped_or_past(s, node, db, gen)
     s.notes.append(f"{db}\\{node} {c['status']} replayed={c['last_log_replayed']}: "
                    f"{(c.get('error') or '')[:90]}")  # fmt: skip
     if c["last_log_replayed"] >= gen:

@@ -14,9 +14,10 @@ import contextlib
 import re
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import grpc
@@ -24,6 +25,8 @@ import grpc
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from tests.cluster_harness import ROOT, TOKEN, LocalCluster, wait_until
+
+T = TypeVar("T")
 
 SHORT = aiohttp.ClientTimeout(total=3)
 
@@ -368,30 +371,36 @@ class Mover:
 
     async def wait_for_step(self, step: int, timeout: float = 120) -> MovePoint:
         """Wait until the move starts `step` or a later one (or no mover runs any more)."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def reached() -> MovePoint | None:
             point = self.point()
-            if point.step >= step or (self.runs and not self.busy):
-                return point
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"the move at step {step}: timed out at {point}")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.said.wait(), timeout=left)
+            return point if point.step >= step or self._ended() else None
+
+        return await self._until_said(reached, f"the move at step {step}", timeout)
 
     async def wait_for_line(self, text: str, timeout: float = 120) -> bool:
         """Wait until the mover says a line containing `text`; False if it ended first."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def said() -> bool | None:
             if any(text in line for run in self.runs for _, line in run.lines):
                 return True
-            if self.runs and not self.busy:
-                return False
+            return False if self._ended() else None
+
+        return await self._until_said(said, f"the mover saying {text!r}", timeout)
+
+    def _ended(self) -> bool:
+        return bool(self.runs) and not self.busy
+
+    async def _until_said(self, check: Callable[[], T | None], what: str, timeout: float) -> T:
+        """`check()` again at every line the mover says, until it is not None."""
+        deadline = time.monotonic() + timeout
+        while (found := check()) is None:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise AssertionError(f"the mover saying {text!r}: timed out at {self.point()}")
+                raise AssertionError(f"{what}: timed out at {self.point()}")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.said.wait(), timeout=left)
+        return found
 
     def steps_between(self, start: float, end: float) -> list[int]:
         """The steps the move started between `start` and `end` (monotonic)."""
