@@ -2,7 +2,8 @@
 active's node dies or hangs, and after a partition; and what the lease check costs a commit
 (issue 12).
 
-    .venv/bin/python bench/failover.py [--runs 20] [--events switchover,kill,stop,partition]
+    .venv/bin/python bench/failover.py [--runs 20]
+                                       [--events switchover,switchover-load,kill,stop,partition]
                                        [--commits 2000] [--dir var/bench-failover]
 
 Clusters: the harness's three nodes (mbx1 and mbx2 in redmond, mbx3 in dublin), DB1 active on
@@ -25,6 +26,15 @@ then at time 0:
 The time is until a write to DB1 is acknowledged by another copy (tried on mbx2 and mbx3
 every 50 ms).  p50 and p99 over the runs (p99 of 20 runs by linear interpolation: between
 the slowest two).
+
+`switchover-load` (issue 28): one cluster, 16 writers writing into DB1 (each one item of
+2 KB at a time, following the active on a 409), and 20 switchovers of DB1 one after the
+other round its three copies (`POST .../switchover` to the target, each once its copy is
+Healthy).  Per switchover: the call's time (quiesce, the target's replay, the new epoch,
+the answer), the time without writes (the writers' first refusal to their first
+acknowledgement by the new active), the writes refused meanwhile (409s, asked again), and
+whether it succeeded on the first try (a failed one counts, and the run goes on).  Compare
+with `switchover` (the same call on an idle cluster) in the same run.
 
 `commit`: p50/p99 latency of single-item commits to a mounted active in this process (real
 files, fsync), with the lease check (a LeaseKeeper over the embedded store, as a node runs)
@@ -101,6 +111,56 @@ async def loopback_run(root: Path, event: str) -> tuple[float, str]:
         if frozen is not None:
             frozen.send_signal(signal.SIGCONT)
         await cluster.close()
+
+
+async def switchovers_under_load(root: Path, runs: int) -> list[tuple[float, float, int, bool]]:
+    """(call seconds, seconds without writes, writes refused, succeeded) per switchover."""
+    from tests.resilience.workload import Writer
+
+    shutil.rmtree(root, ignore_errors=True)
+    cluster = LocalCluster(root, nodes=THREE_NODES, databases=databases(), defaults=DEFAULTS)
+    nodes = ["mbx1", "mbx2", "mbx3"]
+    writers = [Writer(cluster, "DB1", "m", nodes, "mbx1", prefix=f"w{n}-", body=2000)
+               for n in range(16)]  # fmt: skip
+    tasks: list[asyncio.Task[None]] = []
+    out = []
+    try:
+        await prepare(cluster)
+        tasks = [asyncio.create_task(w.run()) for w in writers]
+        await wait_until("the writers write", lambda: all(w.acked() for w in writers), timeout=60)
+        for i in range(runs):
+            target = nodes[(i + 1) % 3]
+            await cluster.wait_status(target, "DB1", "Healthy")
+            started = time.monotonic()
+            code, body = await cluster.call(
+                "POST", target, "/v1/databases/DB1/switchover", json={"target": target}
+            )
+            took = time.monotonic() - started
+            if code != 200:
+                print(f"switchover-load {i + 1}: HTTP {code}: {body}", flush=True)
+            await wait_until(
+                "a write acknowledged by the new active",
+                lambda t=target, s=started: any(
+                    a.acked and a.sent >= s and a.node == t for w in writers for a in w.answers
+                ),
+                timeout=120,
+            )
+            answers = [a for w in writers for a in w.answers if a.sent >= started - 5]
+            refused = [a for a in answers if not a.acked and a.sent >= started]
+            first_refused = min((a.sent for a in refused), default=started)
+            first_new = min(a.answered for a in answers if a.acked and a.node == target)
+            out.append((took, max(0.0, first_new - first_refused), len(refused), code == 200))
+            print(
+                f"switchover-load {i + 1} to {target}: {took:.2f}s, "
+                f"{first_new - first_refused:.2f}s without writes, {len(refused)} refused",
+                flush=True,
+            )
+    finally:
+        for w in writers:
+            w.stopped = True
+        await asyncio.gather(*tasks)
+        await cluster.close()
+    return out
 
 
 async def partition_run(root: Path) -> tuple[float, str]:
@@ -211,7 +271,7 @@ def percentile(values: list[float], q: float) -> float:
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--events", default="switchover,kill,stop,partition,commit")
+    parser.add_argument("--events", default="switchover,switchover-load,kill,stop,partition,commit")
     parser.add_argument("--commits", type=int, default=2000)
     parser.add_argument("--dir", type=Path, default=ROOT / "var" / "bench-failover")
     parser.add_argument(
@@ -234,6 +294,21 @@ async def main() -> int:
                     f"p99 {percentile(ms, 0.99):.3f}ms over {len(ms)} commits",
                     flush=True,
                 )
+            continue
+        if event == "switchover-load":
+            runs = await switchovers_under_load(args.dir / event, args.runs)
+            for name, values, unit in (
+                ("call", [r[0] for r in runs], "s"),
+                ("without writes", [r[1] for r in runs], "s"),
+                ("refused", [float(r[2]) for r in runs], " writes"),
+            ):
+                print(
+                    f"switchover-load {name}: p50 {percentile(values, 0.5):.2f}{unit} "
+                    f"p99 {percentile(values, 0.99):.2f}{unit} max {max(values):.2f}{unit}",
+                    flush=True,
+                )
+            ok = sum(1 for r in runs if r[3])
+            print(f"switchover-load: {ok} of {len(runs)} succeeded on the first try", flush=True)
             continue
         times = []
         for i in range(args.runs):

@@ -2,8 +2,9 @@
 it, following the active when it moves.
 
 - A 409 naming another active (the copy asked is passive now): ask that one at once.
-- A 409 from an active being switched over (it still names itself, and says `switching_to`):
-  a switchover takes a second or two, so ask again every `follow_interval` seconds, finding
+- A 409 from an active being switched over (it still names itself, and says `switching_to`),
+  or from a copy changing role (naming itself or no active yet): a switchover takes a
+  second or two, so ask again every `follow_interval` seconds, finding
   the active afresh each time, for up to `follow_timeout` seconds, instead of failing the
   call (which stalls the move for the seed's 30 s).
 - An unreachable node: look for the active again once, then fail the call (the move loop
@@ -166,9 +167,11 @@ class NodeStoreClient:
                 )
             if status == 401:
                 raise NodeCallError(f"{what}: authentication failed (check the token)", status=401)
-            if status == 409 and isinstance(body, dict) and body.get("active_url"):
+            if status == 409 and isinstance(body, dict) and "active_url" in body:
                 self._active.pop(database, None)  # the active moved, or is moving: look again
-                if body.get("switching_to") or body["active_url"] == url:
+                # Switching over, or naming itself or nobody (its copy changing role, the
+                # new active's record not there yet): the role is moving, follow it.
+                if body.get("switching_to") or body["active_url"] in (url, None):
                     now = self._clock.monotonic()
                     if follow_until is None:
                         follow_until = now + self._follow_timeout

@@ -26,7 +26,8 @@ DagError (dag_common.errors)
     │   │   ├── LeaseHeld         another node's lease on the active role has not expired
     │   │   └── FailoverPaused    automatic failover is paused (`cluster pause`)
     │   ├── NotActive             writes go to the active copy; this one is passive
-    │   │   └── Deposed           the cluster store says this node is no longer the active
+    │   │   ├── Deposed           the cluster store says this node is no longer the active
+    │   │   └── SwitchingOver     a switchover hands the role on: nothing written, write there
     │   └── BadRequest            a malformed request
     └── TransactionTooLarge       a transaction that does not fit in one log file
 """
@@ -144,6 +145,11 @@ class NotActive(StoreError):
 class Deposed(NotActive):
     """The cluster store no longer names this node the active at its epoch (another copy was
     activated): it must not acknowledge a write, and its log stream stops."""
+
+
+class SwitchingOver(NotActive):
+    """A write refused before anything was written: this active is handing its role to the
+    target of a switchover (every commit already in its log stream is answered first)."""
 
 
 class BadRequest(StoreError):

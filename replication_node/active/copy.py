@@ -30,7 +30,7 @@ from typing import Any
 
 from dag_common.clock import Clock
 from replication_node.active.lease import LeaseKeeper
-from replication_node.errors import TransactionTooLarge
+from replication_node.errors import SwitchingOver, TransactionTooLarge
 from replication_node.interfaces import ItemsPage
 from replication_node.log.events import ClosedGeneration, Committed, RollCause, StreamEvent
 from replication_node.log.logdir import finish_interrupted_roll
@@ -209,13 +209,16 @@ class ActiveCopy:
         await self.stream.await_synchronous_followers()
 
     async def commit(self, ops: list[dict[str, Any]]) -> Committed:
-        """Make `ops` one durable transaction; return its LSN and commit time.  LeaseLost
-        before anything is written while the lease cannot be renewed."""
-        if self._lease is not None:
-            self._lease.refuse_without_lease()
+        """Make `ops` one durable transaction; return its LSN and commit time.  Refused
+        before anything is written: LeaseLost while the lease cannot be renewed,
+        SwitchingOver once a switchover began (the check and the stream's queueing have no
+        await between them, so the switchover's roll is queued behind every commit
+        admitted)."""
         try:
+            if self._lease is not None:
+                self._lease.refuse_without_lease()
             return await self.stream.commit(ops, self._clock.now())
-        except TransactionTooLarge:
+        except (TransactionTooLarge, SwitchingOver):
             # Refused before anything was queued, with no await since its numbers were
             # handed out: take them back, so every number handed out is in the log (the
             # ceiling's premise).

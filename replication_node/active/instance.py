@@ -125,7 +125,7 @@ class ActiveInstance:
             epoch=epoch,
             ttl=lease_ttl,
             clock=clock,
-            paused=lambda: self.switching_to is not None,
+            handing_over=lambda: self.switching_to,
         )
         # The one backup of this database that may run (from any copy), by lease.
         self.backups = BackupLeases(clock=clock, ttl=lease_ttl)

@@ -20,9 +20,18 @@ to 10 %, it never believes it holds the lease after the store has let it go.
   asked after the records were durable and granted proves that no other copy was activated
   meanwhile (activation bumps the epoch, and the renewal checks it).
 - `refuse_without_lease()` refuses a write before it is written while renewals fail and the
-  lease has run out (a clear 503), rather than writing what cannot be acknowledged.
+  lease has run out (a clear 503), rather than writing what cannot be acknowledged, and while
+  a switchover hands the role on (`handing_over()` names the target: `SwitchingOver`, 409).
 - `release()` ends it at once (a switchover's quiesce, a clean dismount): the copy taking
-  over need not wait for it to expire; renewals stop while `paused()` (the switchover).
+  over need not wait for it to expire; renewals stop while a switchover hands the role on.
+
+A switchover's order (`switchover.py`): `handing_over()` is set first, so every commit after
+it is refused before it is written; the roll that closes the open log is queued behind every
+commit admitted before, and each of those is fenced by the lease still held and answered;
+only after the roll is the lease released.  The fence never refuses a commit for the
+switchover itself: a commit between its fsync and its fence when the quiesce began is
+answered, not left durable-and-unanswered with the stream stopped (which dismounted the copy
+and sent it through crash recovery under load).
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from collections.abc import Callable
 
 from dag_common.clock import Clock
 from replication_node.cluster.store import ClusterStore
-from replication_node.errors import Deposed, LeaseLost
+from replication_node.errors import Deposed, LeaseLost, SwitchingOver
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +61,7 @@ class LeaseKeeper:
         epoch: int,
         ttl: float,
         clock: Clock,
-        paused: Callable[[], bool] = lambda: False,
+        handing_over: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._store = cluster_store
         self.database = database
@@ -60,7 +69,8 @@ class LeaseKeeper:
         self._epoch = epoch
         self.ttl = ttl
         self._clock = clock
-        self._paused = paused
+        self._handing_over = handing_over  # the target of a switchover under way
+        self._released = False  # release() gave it up; a grant takes it again
         self.valid_until: float | None = None  # by this clock; None: not held
         self._granted_at: float | None = None  # when the last grant was answered
         self.failing: str | None = None  # why the last renewal failed, while it does
@@ -92,19 +102,26 @@ class LeaseKeeper:
         acknowledged, else why not (LeaseLost, or Deposed)."""
         if self.lost_reason is not None:
             return self.lost_reason
-        if self._paused():
+        if self._released and self._handing_over() is not None:
+            # Unreachable while the gate holds (commits are refused once a switchover
+            # begins, and the lease is released only after the roll behind them): a
+            # renewal here would take back the role being handed on.
             return LeaseLost(
-                f"{self.database} on {self._node}: the lease was released for a switchover; "
-                "the commit is durable here but not acknowledged"
+                f"{self.database} on {self._node}: a commit reached the fence after the lease "
+                "was released for a switchover; it is durable here but not acknowledged"
             )
         if self.held():
             return None
         return await self._renew_now()
 
     def refuse_without_lease(self) -> None:
-        """LeaseLost, before anything is written, while renewals fail and the lease ran out."""
+        """Before anything is written: LeaseLost while renewals fail and the lease ran out,
+        SwitchingOver while a switchover hands the role on."""
         if self.lost_reason is not None:
             raise type(self.lost_reason)(str(self.lost_reason))  # Deposed stays Deposed
+        target = self._handing_over()
+        if target is not None:
+            raise SwitchingOver(f"{self.database} is being switched over to {target}; write there")
         if self.failing is not None and not self.held():
             raise LeaseLost(
                 f"{self.database} on {self._node} cannot renew its lease on the active role "
@@ -117,7 +134,7 @@ class LeaseKeeper:
         """Renew every ttl/3 until cancelled, or until the lease is lost (`lost` set)."""
         while True:
             await self._clock.sleep(self.ttl / 3 if self.failing is None else self.ttl / 10)
-            if self._paused():
+            if self._handing_over() is not None:
                 continue
             failure = await self._renew_now()
             if isinstance(failure, Deposed):
@@ -135,6 +152,7 @@ class LeaseKeeper:
     async def release(self) -> None:
         """End the lease now (best effort: unreleased, it expires by itself)."""
         self.valid_until = None
+        self._released = True
         try:
             await self._store.release_lease(self.database, self._node, self._epoch)
         except Exception as exc:
@@ -172,6 +190,7 @@ class LeaseKeeper:
         if self.failing is not None:
             logger.warning("%s: the active's lease is renewed again", self.database)
         self.failing = None
+        self._released = False
         self.valid_until = max(self.valid_until or 0.0, asked + self.ttl * SAFETY)
         self._granted_at = self._clock.monotonic()
         return None

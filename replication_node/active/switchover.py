@@ -2,8 +2,12 @@
 
 `quiesce` names the target (writes are then refused with `switching_to`, so a client asks
 again shortly), closes the open log and answers the last closed generation, which the
-target must replay before it takes over.  Should whoever runs the switchover vanish, writes
-resume by themselves after the hold unless the role moved (the instance is then stopped).
+target must replay before it takes over.  Naming the target is the gate: from then on the
+lease refuses every write before it is written (`SwitchingOver`), so the roll is queued
+behind every commit admitted before, each of which is fenced and answered as usual; the
+instance releases the lease only after the roll (`lease.py`).  Should whoever runs the
+switchover vanish, writes resume by themselves after the hold unless the role moved (the
+instance is then stopped).
 """
 
 from __future__ import annotations
@@ -33,8 +37,8 @@ class SwitchoverQuiesce:
 
     async def quiesce(self, copy: ActiveCopy, target: str, hold: float) -> int:
         """Take no more writes, close the open log; the last closed generation.  Every write
-        acknowledged before is in it: writes that passed the store's checks are queued on
-        the log ahead of the roll."""
+        acknowledged before is in it, and every write admitted before is answered: those
+        are queued on the log ahead of the roll, and every later one is refused unwritten."""
         self.switching_to = target
         self._epoch += 1
         self._timers.append(

@@ -93,6 +93,7 @@ class Run:
     task: asyncio.Task[MoveRecord]
     lines: list[str]
     move_id: str
+    mailbox: str = "alice"
 
 
 @contextlib.asynccontextmanager
@@ -117,7 +118,8 @@ async def mover_in_process(c: LocalCluster, settings: MoveSettings = SETTINGS):
 
         async def start(mailbox: str = "alice") -> Run:
             record = await mover.submit(mailbox, "DB2")
-            return Run(nodes, asyncio.create_task(mover.run(record.id)), lines, record.id)
+            task = asyncio.create_task(mover.run(record.id))
+            return Run(nodes, task, lines, record.id, mailbox)
 
         try:
             yield start, requests
@@ -127,13 +129,15 @@ async def mover_in_process(c: LocalCluster, settings: MoveSettings = SETTINGS):
             requests.close()
 
 
-async def fill(c: LocalCluster, node: str, first: int, n: int, *, tag: str = "m") -> None:
-    """Write items to alice in DB1 on `node` (its active), 40 a request."""
+async def fill(
+    c: LocalCluster, node: str, first: int, n: int, *, tag: str = "m", mailbox: str = "alice"
+) -> None:
+    """Write items to `mailbox` in DB1 on `node` (its active), 40 a request."""
     for start in range(first, first + n, 40):
         await c.ok(
             "POST",
             node,
-            "/v1/databases/DB1/mailboxes/alice/items",
+            f"/v1/databases/DB1/mailboxes/{mailbox}/items",
             json={
                 "items": [
                     {
@@ -148,14 +152,13 @@ async def fill(c: LocalCluster, node: str, first: int, n: int, *, tag: str = "m"
         )
 
 
-async def seed(c: LocalCluster, n: int = 1200) -> None:
-    await c.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/alice", json={"display_name": "A"})
-    await c.ok(
-        "POST", "mbx1", "/v1/databases/DB1/mailboxes/alice/folders", json={"folder": "Projects"}
-    )
-    await fill(c, "mbx1", 0, n)
+async def seed(c: LocalCluster, n: int = 1200, mailbox: str = "alice") -> None:
+    box = f"/v1/databases/DB1/mailboxes/{mailbox}"
+    await c.ok("PUT", "mbx1", box, json={"display_name": mailbox.title()})
+    await c.ok("POST", "mbx1", f"{box}/folders", json={"folder": "Projects"})
+    await fill(c, "mbx1", 0, n, mailbox=mailbox)
     for i in range(0, n, 97):
-        await c.ok("DELETE", "mbx1", f"/v1/databases/DB1/mailboxes/alice/items/m{i}")
+        await c.ok("DELETE", "mbx1", f"{box}/items/m{i}")
     await c.ok("POST", "mbx1", "/v1/databases/DB1/roll-log")
 
 
@@ -185,22 +188,22 @@ async def outcome(c: LocalCluster, run: Run) -> tuple[MoveRecord, dict[str, tupl
     record = await asyncio.wait_for(run.task, timeout=300)
     print("\n".join(run.lines))  # shown when a test fails
     source_node = await active_of(c, "DB1")
-    source = live(await c.items(source_node, "DB1", "alice"))
-    box = await c.ok("GET", source_node, "/v1/databases/DB1/mailboxes/alice")
+    source = live(await c.items(source_node, "DB1", run.mailbox))
+    box = await c.ok("GET", source_node, f"/v1/databases/DB1/mailboxes/{run.mailbox}")
     if record.state is not MoveState.COMPLETED:
         # the only other acceptable end: the source whole, and not soft-deleted
         assert record.state is MoveState.FAILED and not box["soft_deleted"], record
         raise AssertionError(f"the move failed (source kept): {record.failure}\n{run.lines}")
     target_node = await active_of(c, "DB2")
-    target = live(await c.items(target_node, "DB2", "alice"))
+    target = live(await c.items(target_node, "DB2", run.mailbox))
     assert target == source, (
         f"missing on the target: {sorted(set(source) - set(target))[:10]}, "
         f"extra: {sorted(set(target) - set(source))[:10]}"
     )
     assert box["soft_deleted"]
-    row = await c.ok("GET", target_node, "/v1/databases/DB2/mailboxes/alice")
+    row = await c.ok("GET", target_node, f"/v1/databases/DB2/mailboxes/{run.mailbox}")
     assert not row["locked"] and not row["soft_deleted"]
     store = EmbeddedClusterStore(c.root / "cluster.db")
-    assert await store.mailbox_database("alice") == "DB2"
+    assert await store.mailbox_database(run.mailbox) == "DB2"
     store.close()
     return record, source

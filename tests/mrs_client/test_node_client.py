@@ -3,6 +3,7 @@ follows a switchover within a fraction of a second instead of failing into a sta
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import aiohttp
@@ -38,6 +39,17 @@ class FakeNode:
         self.writes += 1
         self.cluster["hook"](self)
         active = self.cluster["active"]
+        if self.name in self.cluster.get("changing", ()):
+            # a real node whose copy changes role: it names no active yet
+            return web.json_response(
+                {
+                    "error": f"the copy of DB2 on {self.name} is changing role",
+                    "active_node": None,
+                    "active_url": None,
+                    "switching_to": None,
+                },
+                status=409,
+            )
         if active != self.name:
             url = self.cluster["urls"][active]
             return web.json_response(
@@ -123,6 +135,19 @@ async def test_a_switchover_is_followed_within_a_second(two_nodes):
     assert written.epoch == 2, "the answer names the new active's epoch"
     assert time.monotonic() - started < 1.5
     assert nodes["a"].writes == 4 and nodes["b"].writes == 1
+
+
+async def test_a_copy_changing_role_that_names_no_active_is_followed(two_nodes):
+    """The old active, asked again right after a switchover, answers 409 naming nobody while
+    its copy changes role (and no copy is mounted yet): followed, not failed into a stall."""
+    cluster, nodes, config, session = two_nodes
+    client = NodeStoreClient(config, token="t", session=session, follow_interval=0.05)
+    await client.put_items("DB2", "alice", ITEM)  # a's url remembered
+    cluster.update(active=None, changing={"a"})
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.3, lambda: cluster.update(active="b", changing=set(), epoch=2))
+    written = await client.put_items("DB2", "alice", ITEM)
+    assert written.epoch == 2 and nodes["b"].writes == 1
 
 
 async def test_a_switchover_that_never_ends_fails_the_call_after_the_follow_timeout(two_nodes):

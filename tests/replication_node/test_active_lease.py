@@ -17,7 +17,13 @@ from replication_node.active.instance import ActiveInstance
 from replication_node.active.lease import SAFETY, LeaseKeeper
 from replication_node.cluster.activation import wait_out_lease
 from replication_node.cluster.store.embedded import EmbeddedClusterStore
-from replication_node.errors import ClusterStoreError, Deposed, LeaseHeld, LeaseLost
+from replication_node.errors import (
+    ClusterStoreError,
+    Deposed,
+    LeaseHeld,
+    LeaseLost,
+    SwitchingOver,
+)
 from tests.cluster_harness import wait_until
 
 TTL = 6.0
@@ -189,6 +195,60 @@ async def test_a_switchover_releases_the_lease_and_an_abandoned_one_takes_it_aga
     active.unquiesce()  # abandoned: the next commit's fence renews it
     await active.store.put_items("m", [{"item_id": "resumed"}])
     assert (await store.lease("DB1")).node == "a"
+
+
+async def test_a_switchover_answers_the_commit_caught_between_its_fsync_and_its_fence(env):
+    """The quiesce begins while a group commit is durable but not yet fenced (the writer held
+    there): that commit is acknowledged, a write after the quiesce began is refused unwritten
+    naming the target, the lease is held until the roll and released after it, and the copy
+    stays mounted.  It used to be refused at the fence ("the lease was released for a
+    switchover"), durable and unanswered, the stream stopped and the copy re-mounted through
+    crash recovery: a switchover under write load failed."""
+    _, store, active = env
+    stream = active.copy.stream
+    fence = stream._fence
+    at_fence, go_on = asyncio.Event(), asyncio.Event()
+
+    async def held_fence() -> BaseException | None:
+        at_fence.set()
+        await go_on.wait()
+        return await fence()
+
+    stream.set_fence(held_fence)
+    caught = asyncio.create_task(active.store.put_items("m", [{"item_id": "caught"}]))
+    await asyncio.wait_for(at_fence.wait(), 10)  # durable, not yet fenced
+    quiesce = asyncio.create_task(active.quiesce("b"))
+    await wait_until("the quiesce began", lambda: active.switching_to == "b")
+    written = stream.open_record_count
+    try:
+        with pytest.raises(SwitchingOver, match="switched over to b; write there"):
+            await asyncio.wait_for(active.store.put_items("m", [{"item_id": "late"}]), 10)
+        assert stream.open_record_count == written, "refused before anything was written"
+        assert (await store.lease("DB1")).node == "a", "the lease is held until the roll"
+    finally:
+        go_on.set()
+    acknowledged = await asyncio.wait_for(caught, 10)
+    generation = await asyncio.wait_for(quiesce, 10)
+    assert acknowledged.lsn.generation <= generation, "the write is in what the target replays"
+    assert not stream.failed.is_set() and active.copy is not None and active.copy.stream is stream
+    assert active.copy.item("m", "caught") is not None
+    assert active.copy.item("m", "late") is None
+    assert await store.lease("DB1") is None, "released after the roll"
+
+
+async def test_a_write_admitted_before_the_quiesce_is_refused_unwritten_if_it_commits_after(env):
+    """A write that passed its admission (its change numbers handed out) before the quiesce
+    and reaches the log after it is refused before it is queued, its numbers taken back."""
+    _, _, active = env
+    copy = active.copy
+    before = copy.highest_change_number
+    number = copy.next_change_number()  # admitted: its number handed out
+    await active.quiesce("b")
+    records = copy.stream.open_record_count
+    with pytest.raises(SwitchingOver):
+        await copy.commit([{"op": "set_mailbox", "mailbox": "m", "cn": number}])
+    assert copy.stream.open_record_count == records
+    assert copy.highest_change_number == before, "its number taken back"
 
 
 async def test_an_activation_waits_out_a_dead_actives_lease_but_not_a_live_ones(tmp_path):
