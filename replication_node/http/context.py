@@ -128,11 +128,12 @@ def reader_for(request: web.Request) -> MailboxReader:
     if reader is None:
         if any(d.name == db for d in node.config.databases_on(node.name)):
             # Its role is changing (a switchover's old active becoming passive, a new one
-            # mounting) or it is not seeded yet: a 409 naming the active, which a client
-            # follows as it follows a write's, rather than a 404 it must take for an answer.
+            # mounting), or it is being seeded, or failed (it may hold diverged data): a 409
+            # naming the active, which a client follows as it follows a write's, rather than
+            # a 404 it must take for an answer.
             raise NotActive(
-                f"the copy of {db} on {node.name} cannot be read now (changing role, or not "
-                "seeded yet); read from the active"
+                f"the copy of {db} on {node.name} serves no reads now (changing role, being "
+                "seeded, or failed); read from the active"
             )
         raise NotFound(f"no readable copy of database {db!r} on node {node.name}")
     return reader

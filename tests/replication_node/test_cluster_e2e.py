@@ -398,8 +398,9 @@ async def test_an_old_active_diverged_below_its_waypoint_needs_a_full_reseed(clu
 
     await cluster.wait_for("the old active to stop", failed)
     assert "full reseed" in (await cluster.status("mbx2"))["DB2"]["error"]
-    code, _ = await cluster.call("GET", "mbx2", "/v1/databases/DB2/mailboxes/bob/items")
-    assert code == 404, "a copy that may hold diverged data serves no reads"
+    code, body = await cluster.call("GET", "mbx2", "/v1/databases/DB2/mailboxes/bob/items")
+    assert code == 409, "a copy that may hold diverged data serves no reads"
+    assert body["active_node"] == "mbx3" and "serves no reads" in body["error"], body
     await cluster.ok("POST", "mbx2", "/v1/databases/DB2/copies/mbx2/reseed")
     await converged(cluster, "DB2", "mbx3", ["mbx2"])
     assert await cluster.items("mbx2", "DB2", "bob") == await cluster.items("mbx3", "DB2", "bob")
