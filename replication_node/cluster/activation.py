@@ -48,6 +48,10 @@ from replication_node.errors import BadRequest, Conflict, LeaseHeld, MountRefuse
 
 logger = logging.getLogger(__name__)
 
+# A switchover's target silent this long (its status calls failing: PEER_STATUS_TIMEOUT
+# each) is taken for lost, and the switchover abandoned so the old active takes writes again.
+TARGET_SILENT_ABANDON = 5.0
+
 
 async def _active_elsewhere(
     config: ClusterConfig, cluster_store: ClusterStore, database: str, node: str
@@ -335,13 +339,24 @@ async def switchover_copy(
         )
     generation = int(quiesced["last_log_generated"])
     try:
-        deadline = clock.monotonic() + timeout
+        now = clock.monotonic()
+        deadline, heard = now + timeout, now
         while True:
             copy = await target_copy()
-            if copy is not None and copy.last_log_replayed >= generation:
-                break
-            if clock.monotonic() > deadline or (copy is not None and copy.status not in MOUNTABLE):
-                where = f"{copy.status}, replayed {copy.last_log_replayed}" if copy else "gone"
+            now = clock.monotonic()
+            if copy is not None:
+                heard = now
+                if copy.last_log_replayed >= generation:
+                    break
+            # The old active refuses writes until this ends: a target that stopped
+            # answering (killed, cut off) ends it at once, not at the catch-up deadline.
+            gone = now - heard > TARGET_SILENT_ABANDON
+            if now > deadline or gone or (copy is not None and copy.status not in MOUNTABLE):
+                where = (
+                    f"{copy.status}, replayed {copy.last_log_replayed}"
+                    if copy
+                    else f"not answering for {now - heard:.0f}s"
+                )
                 raise Conflict(
                     f"switchover of {database} abandoned: {node} did not replay generation "
                     f"{generation} ({where}); {record.node} takes writes again"
