@@ -260,14 +260,24 @@ class GuaranteeLimits(_Model):
     flush_clock_skew: Duration = timedelta(seconds=5)
     # A lagged copy counts for CheckReplicationFlush only below this ReplayLagTime.
     flush_max_replay_lag: Duration = timedelta(minutes=30)
-    # How many of a caller's last queries the average copy queue is taken over.
+    # The average copy queue is taken over a caller's queries of the last
+    # `average_window_time` (guarantee_api/averages.py says why 3 minutes), at most its last
+    # `average_window` queries (a bound on memory).
     average_window: int = Field(default=60, ge=1, le=10_000)
+    average_window_time: Duration = timedelta(minutes=3)
     # The waits an answer asks for (the seed's: no status yet 10 s, no healthy copy 2 min,
     # a healthy copy slightly behind 1 min, never more than 10 min).
     wait_no_status: Duration = timedelta(seconds=10)
     wait_no_healthy_copy: Duration = timedelta(minutes=2)
     wait_behind: Duration = timedelta(minutes=1)
     wait_max: Duration = timedelta(minutes=10)
+
+    @field_validator("average_window_time")
+    @classmethod
+    def _a_window(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("average_window_time must be more than 0s")
+        return value
 
 
 class GuaranteeApiConfig(_Model):

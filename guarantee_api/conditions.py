@@ -89,8 +89,15 @@ def judge_active(copy: CopySnapshot) -> CopyVerdict:
     return _verdict(copy, checks)
 
 
-def judge_health(copy: CopySnapshot, average: float | None, limits: Limits) -> CopyVerdict:
-    """A passive copy against the four health conditions of the seed."""
+def judge_health(
+    copy: CopySnapshot,
+    average: float | None,
+    limits: Limits,
+    average_clears_in: float | None = None,
+) -> CopyVerdict:
+    """A passive copy against the four health conditions of the seed; `average_clears_in`:
+    seconds until this caller's average falls under its limit as its older queries leave
+    the window (`averages.py`), if known."""
     reach = _reachable(copy)
     r = copy.report
     avg = average if average is not None else float(r.copy_queue_length if r else 0)
@@ -130,16 +137,26 @@ def judge_health(copy: CopySnapshot, average: float | None, limits: Limits) -> C
         ),
     ]
     failed = {c.check for c in checks if not c.passed}
-    eta, why = _health_eta(r, copy.rates, failed, limits)
+    eta, why = _health_eta(r, copy.rates, failed, limits, average_clears_in)
     return _verdict(copy, checks, average_copy_queue_length=avg, eta_s=eta, eta_why=why)
 
 
 def _health_eta(
-    r: CopyStatusReport, rates: CopyRates, failed: set[Check], limits: Limits
+    r: CopyStatusReport,
+    rates: CopyRates,
+    failed: set[Check],
+    limits: Limits,
+    average_clears_in: float | None,
 ) -> tuple[float | None, str]:
     """Seconds until a draining healthy copy meets the conditions, if measurable."""
     if not failed:
         return 0.0, ""
+    if failed == {Check.AVERAGE_COPY_QUEUE} and average_clears_in is not None:
+        window = seconds(limits.average_window_time.total_seconds())
+        return average_clears_in, (
+            f"its average copy queue falls under the limit as this caller's older queries "
+            f"leave the {window} window"
+        )
     # Only a draining copy queue is predictable; the average follows the queue down, so it
     # does not block a prediction when the queue itself is also over the limit.
     if not failed <= {Check.COPY_QUEUE, Check.AVERAGE_COPY_QUEUE} or Check.COPY_QUEUE not in failed:
@@ -149,7 +166,9 @@ def _health_eta(
         return None, ""
     excess = r.copy_queue_length - (limits.max_copy_queue_length - 1)
     eta = excess / -rate
-    return eta, f"copy queue draining at {-rate:.2f} logs/s, {excess} logs over the limit"
+    return eta, (
+        f"copy queue draining at {-rate:.2f} logs/s as measured, {excess} logs over the limit"
+    )
 
 
 def held_in_block_mode(r: CopyStatusReport, target: FlushTarget) -> bool:

@@ -143,7 +143,13 @@ def _evaluate(
     db = view.database
     epoch = current_epoch(view.history) if view.history else 0
 
-    def answer(status: GuaranteeStatus, wait: timedelta, reason: str, copies: tuple = ()) -> Answer:
+    def answer(
+        status: GuaranteeStatus,
+        wait: timedelta,
+        reason: str,
+        copies: tuple = (),
+        expected_in: timedelta | None = None,
+    ) -> Answer:
         return Answer(
             db,
             constraint,
@@ -152,6 +158,7 @@ def _evaluate(
             f"{method} {constraint} {status} for {db}: {reason}",
             copies,
             epoch=epoch,
+            expected_in=expected_in,
         )
 
     if constraint is Constraint.NONE:
@@ -190,10 +197,11 @@ def _evaluate(
     if outcome.eta_s is not None:
         wait = _clamp(outcome.eta_s, limits)
         reason = (
-            f"{outcome.reason}; predicted to be met in {seconds(outcome.eta_s)} from measured "
-            f"rates ({outcome.eta_why}), retry in {seconds(wait.total_seconds())}"
+            f"{outcome.reason}; predicted to be met in {seconds(outcome.eta_s)} "
+            f"({outcome.eta_why}), retry in {seconds(wait.total_seconds())}"
         )
-        return answer(GuaranteeStatus.NOT_SATISFIED, wait, reason, copies)
+        expected = timedelta(seconds=outcome.eta_s)
+        return answer(GuaranteeStatus.NOT_SATISFIED, wait, reason, copies, expected)
     if any(v.healthy for v in outcome.relevant):
         wait, why = limits.wait_behind, "a healthy copy is behind"
     else:
@@ -207,9 +215,15 @@ def evaluate_health(
     constraint: Constraint,
     averages: Mapping[str, float],
     limits: Limits,
+    average_clears_in: Mapping[str, float] | None = None,
 ) -> Answer:
-    """CheckReplicationHealth: `averages` maps node → this caller's average copy queue."""
-    judged = {c.node: judge_health(c, averages.get(c.node), limits) for c in view.copies}
+    """CheckReplicationHealth: `averages` maps node → this caller's average copy queue,
+    `average_clears_in` node → seconds until an average over its limit falls under it."""
+    clears = average_clears_in or {}
+    judged = {
+        c.node: judge_health(c, averages.get(c.node), limits, clears.get(c.node))
+        for c in view.copies
+    }
     return _evaluate(view, constraint, limits, "CheckReplicationHealth", judged)
 
 

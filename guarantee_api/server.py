@@ -122,7 +122,11 @@ class GuaranteeService:
         self._interval = interval
         self._servicer = DataGuaranteeServicer(
             view=self.view,
-            averages=CopyQueueAverages(window=api.limits.average_window),
+            averages=CopyQueueAverages(
+                window=api.limits.average_window,
+                span=api.limits.average_window_time.total_seconds(),
+                clock=self.clock,
+            ),
             limits=Limits.from_config(api.limits),
             constraints={db.name: config.constraint_of(db) for db in config.databases},
             clock=self.clock,

@@ -174,11 +174,20 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
             averages = self._averages.record(caller, database, queues)
         else:
             averages = self._averages.current(caller, database, queues)
+        limit = self._limits.max_average_copy_queue_length
+        clears = (
+            self._averages.clears_in(caller, database, limit)
+            if any(a >= limit for a in averages.values())
+            else {}
+        )
         key = (
             "health", database, self._view.version(database), constraint,
             tuple(c.problem for c in view.copies), tuple(sorted(averages.items())),
+            tuple(sorted((node, round(s)) for node, s in clears.items())),
         )  # fmt: skip
-        return self._cached(key, lambda: evaluate_health(view, constraint, averages, self._limits))
+        return self._cached(
+            key, lambda: evaluate_health(view, constraint, averages, self._limits, clears)
+        )
 
     def _flush(
         self, request: pb.CheckReplicationFlushRequest
@@ -319,4 +328,7 @@ def to_proto(answer: Answer) -> pb.GuaranteeResponse:
         database=answer.database,
         epoch=max(0, answer.epoch),
         lost=answer.lost,
+        expected_in=_duration(answer.expected_in.total_seconds())
+        if answer.expected_in is not None
+        else None,
     )

@@ -41,6 +41,7 @@ class Limits:
 
     max_copy_queue_length: int = 10
     max_average_copy_queue_length: float = 10.0
+    average_window_time: timedelta = timedelta(minutes=3)
     replay_queue_over_lag: timedelta = timedelta(minutes=10)
     flush_clock_skew: timedelta = timedelta(seconds=5)
     flush_max_replay_lag: timedelta = timedelta(minutes=30)
@@ -56,6 +57,7 @@ class Limits:
         return cls(
             max_copy_queue_length=config.max_copy_queue_length,
             max_average_copy_queue_length=config.max_average_copy_queue_length,
+            average_window_time=config.average_window_time,
             replay_queue_over_lag=config.replay_queue_over_lag,
             flush_clock_skew=config.flush_clock_skew,
             flush_max_replay_lag=config.flush_max_replay_lag,
@@ -165,3 +167,6 @@ class Answer:
     copies: tuple[CopyVerdict, ...] = ()
     epoch: int = 0  # the database's current stream epoch as the view knows it (0: unknown)
     lost: bool = False  # the flush target was lost in a failover: asking again cannot help
+    # NotSatisfied with a prediction: when the conditions are expected to be met (None: not
+    # predictable); the reason says from what.
+    expected_in: timedelta | None = None

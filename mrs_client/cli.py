@@ -335,6 +335,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "reconciles": record.reconciles,
         "items_repaired": record.items_repaired,
         "reconcile_reason": record.reconcile_reason,
+        # A stalled move: when the service expects its condition to clear (its last answer).
+        "expected_clear_at": answers[-1]["expected_clear_at"]
+        if record.state is MoveState.STALLED and answers
+        else None,
         "guarantee_answers": answers,
     }
     if args.json:

@@ -148,7 +148,7 @@ class Gates:
     def waiting_line(what: str, database: str, answer: GuaranteeAnswer) -> str:
         """One short line while a move waits on the guarantee."""
         why = answer.short or f"{answer.status}: {answer.reason}"
-        return f"waiting for {what} of {database}: {why}"
+        return f"waiting for {what} of {database}: {why}{answer.clears}"
 
     def unstall(self, record: MoveRecord) -> MoveRecord:
         self._last_said = ""

@@ -69,6 +69,9 @@ def answer_from(response: pb.GuaranteeResponse) -> GuaranteeAnswer:
         lost=lost,
         waited=response.waited.ToTimedelta() if response.HasField("waited") else None,
         short=short if status is not GuaranteeStatus.SATISFIED else "",
+        expected_in=response.expected_in.ToTimedelta()
+        if response.HasField("expected_in") and status is not GuaranteeStatus.SATISFIED
+        else None,
     )
 
 

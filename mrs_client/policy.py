@@ -122,6 +122,27 @@ class GuaranteeAnswer:
     # the first thing it fails on (`mbx3: status Suspended (maintenance)`); the full
     # reason stays in `reason` (and the move request's answers).
     short: str = ""
+    # When the service expects the conditions to be met (None: not predictable).
+    expected_in: timedelta | None = None
+
+    @property
+    def clears(self) -> str:
+        """ ", expected to clear in about 2 min 30 s" when the service predicts it, else ""."""
+        if self.expected_in is None or self.status is GuaranteeStatus.SATISFIED:
+            return ""
+        return f", expected to clear in about {about(self.expected_in)}"
+
+
+def about(span: timedelta) -> str:
+    """A wait as a person reads it: "40 s", "2 min 30 s", "1 h 5 min"."""
+    total = max(0, round(span.total_seconds()))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    if minutes:
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
+    return f"{secs} s"
 
 
 @dataclass(frozen=True, slots=True)

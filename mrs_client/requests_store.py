@@ -47,6 +47,7 @@ CREATE TABLE IF NOT EXISTS move_stops(
 _ANSWER_COLUMNS = {
     "epoch": "ALTER TABLE answers ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0",
     "lost": "ALTER TABLE answers ADD COLUMN lost INTEGER NOT NULL DEFAULT 0",
+    "expected_in": "ALTER TABLE answers ADD COLUMN expected_in REAL",
 }
 
 
@@ -278,7 +279,7 @@ class MoveRequestStore:
             self._synchronous(True)
             self._conn.execute(
                 "INSERT INTO answers(move_id, time, step, method, status, retry_after, reason,"
-                " epoch, lost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " epoch, lost, expected_in) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     move_id,
                     now.isoformat(),
@@ -289,14 +290,15 @@ class MoveRequestStore:
                     answer.reason,
                     answer.epoch,
                     int(answer.lost),
+                    answer.expected_in.total_seconds() if answer.expected_in else None,
                 ),
             )
 
     def answers(self, move_id: str) -> list[dict[str, Any]]:
         with self._lock:
             rows = self._conn.execute(
-                "SELECT time, step, method, status, retry_after, reason, epoch, lost FROM answers"
-                " WHERE move_id=? ORDER BY rowid",
+                "SELECT time, step, method, status, retry_after, reason, epoch, lost, expected_in"
+                " FROM answers WHERE move_id=? ORDER BY rowid",
                 (move_id,),
             ).fetchall()
         return [
@@ -309,6 +311,15 @@ class MoveRequestStore:
                 "reason": reason,
                 "epoch": epoch,
                 "lost": bool(lost),
+                "expected_in": None
+                if expected is None
+                else str(timedelta(seconds=round(expected))),
+                # when the service expected the condition to clear, as of that answer
+                "expected_clear_at": None
+                if expected is None
+                else (datetime.fromisoformat(t) + timedelta(seconds=expected)).isoformat(
+                    timespec="seconds"
+                ),
             }
-            for t, s, m, st, r, reason, epoch, lost in rows
+            for t, s, m, st, r, reason, epoch, lost, expected in rows
         ]

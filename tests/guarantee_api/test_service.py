@@ -130,6 +130,33 @@ async def test_average_copy_queue_is_per_caller(running, nodes):
     assert (await ask(running, caller="b")).status == pb.SATISFIED  # b never saw the queue
 
 
+async def test_a_callers_average_forgets_an_outage_once_it_leaves_the_window(running, nodes):
+    """The issue's stalled move: a copy 98 logs behind for 2.5 min, asked every 30 s, then
+    caught up.  The caller's average counts only its queries of the last 3 minutes: the
+    answers say when it will clear, and the first question after the outage's last query
+    left the window is Satisfied (a count of 60 queries kept it for 30 minutes)."""
+
+    async def question_at(queue: int) -> pb.GuaranteeResponse:
+        nodes.set(healthy_cluster(cq=queue))
+        nodes["mbx3"].status = node_status("mbx3", report("mbx3", status=CopyStatus.FAILED))
+        await running.next_round()
+        answer = await ask(running, caller="mover")
+        await running.clock.advance(29)  # the mover asks every 30 s (1 s was the round's)
+        return answer
+
+    for _ in range(5):  # t = 0 .. 120 s: 98 logs behind
+        assert (await question_at(98)).status == pb.NOT_SATISFIED
+    caught_up = await question_at(0)  # t = 150 s: the copy has caught up
+    assert caught_up.status == pb.NOT_SATISFIED
+    assert "average copy queue 81.67 logs" in caught_up.reason
+    assert "leave the 180s window" in caught_up.reason, caught_up.reason
+    # the last 98 (t = 120 s) leaves at t = 300 s: 150 s from now
+    assert caught_up.expected_in.ToTimedelta() == timedelta(seconds=150)
+    answers = [await question_at(0) for _ in range(6)]  # t = 180 .. 330 s
+    assert [a.status for a in answers] == [pb.NOT_SATISFIED] * 5 + [pb.SATISFIED]
+    assert not answers[-1].HasField("expected_in")
+
+
 async def test_draining_copy_gets_a_predicted_wait(nodes, tmp_path):
     nodes.set(healthy_cluster(cq=40))
     run = await start_service(nodes, tmp_path)
@@ -142,6 +169,7 @@ async def test_draining_copy_gets_a_predicted_wait(nodes, tmp_path):
         assert answer.status == pb.NOT_SATISFIED
         assert answer.retry_after.ToTimedelta() == timedelta(seconds=2.1)
         assert "predicted" in answer.reason and "10.00 logs/s" in answer.reason
+        assert answer.expected_in.ToTimedelta() == timedelta(seconds=2.1)
     finally:
         await run.channel.close()
         await run.service.stop(grace=0)

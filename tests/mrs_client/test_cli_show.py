@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from mrs_client.cli import main
-from mrs_client.policy import MoveState, MoveStep
+from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus, MoveState, MoveStep
 from mrs_client.requests_store import MoveRequestStore
 from tests.cluster_harness import cluster_config, write_cluster_config
 
@@ -43,6 +44,27 @@ def setup(tmp_path):
     done = store.create(mailboxes=("bob",), source_db="DB1", target_db="DB2", now=NOW)
     store.save(replace(done, state=MoveState.COMPLETED, completed=NOW), NOW)
     return config, tmp_path / "moves.db", stalled.id
+
+
+def test_stats_of_a_stalled_move_say_when_its_condition_is_expected_to_clear(tmp_path, capsys):
+    config, db, move_id = setup(tmp_path)
+    store = MoveRequestStore(db)
+    answer = GuaranteeAnswer(
+        GuaranteeStatus.NOT_SATISFIED,
+        timedelta(seconds=30),
+        "CheckReplicationHealth … average copy queue 81.67 logs …",
+        expected_in=timedelta(seconds=150),
+    )
+    step = MoveStep.FINAL_SYNC_AND_FLUSH
+    store.add_answer(move_id, step=step, method="CheckReplicationHealth", answer=answer, now=NOW)
+    store.close()
+    args = ["stats", move_id, "--config", str(config), "--requests-db", str(db)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "expected_clear_at 2026-11-23T12:02:30+00:00" in out, out
+    assert main([*args, "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["guarantee_answers"][-1]["expected_in"] == "0:02:30"
 
 
 def test_show_reads_as_words(tmp_path, capsys):

@@ -4,15 +4,17 @@ here, so a small servicer plays it), and a service that is down."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from mrs_client.errors import MoveFailed
-from mrs_client.guarantee_client import GrpcGuaranteeClient
+from mrs_client.gates import Gates
+from mrs_client.guarantee_client import GrpcGuaranteeClient, answer_from
 from mrs_client.policy import GuaranteeStatus
 
 WHEN = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -110,3 +112,25 @@ async def test_the_lsn_names_its_epoch_and_a_lost_flush_is_never_satisfied():
     finally:
         await client.close()
         await server.stop(None)
+
+
+def test_the_waiting_line_says_when_the_service_expects_the_condition_to_clear():
+    check = pb.CheckResult(
+        name="AverageCopyQueue", passed=False, detail="average copy queue 81.67 logs"
+    )
+    response = pb.GuaranteeResponse(
+        status=pb.NOT_SATISFIED,
+        reason="CheckReplicationHealth SecondCopy NotSatisfied for DB2: …",
+        copies=[pb.CopyVerdict(node="mbx2", meets=False, checks=[check])],
+        expected_in=Duration(seconds=150),
+    )
+    answer = answer_from(response)
+    assert answer.expected_in == timedelta(seconds=150)
+    assert Gates.waiting_line("healthy copies", "DB2", answer) == (
+        "waiting for healthy copies of DB2: mbx2: average copy queue 81.67 logs, "
+        "expected to clear in about 2 min 30 s"
+    )
+    response.ClearField("expected_in")  # not predictable: nothing said
+    assert Gates.waiting_line("healthy copies", "DB2", answer_from(response)) == (
+        "waiting for healthy copies of DB2: mbx2: average copy queue 81.67 logs"
+    )
