@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from dag_common.durable import fsync_dir
@@ -68,8 +68,8 @@ def passive_truncation_limit(
     *,
     last_log_replayed: int,
     source_first_generation: int,
-    copied_times: Mapping[int, datetime],
-    now: datetime,
+    copied_times: Mapping[int, float],
+    now: float,
     replay_lag_time: timedelta,
     truncation_lag_time: timedelta,
 ) -> int:
@@ -77,12 +77,13 @@ def passive_truncation_limit(
 
     `source_first_generation` is the lowest generation still on the active (0 if unknown,
     which holds everything back); `copied_times` maps each local generation to when this
-    copy got it, and `now` is this copy's clock: the lags never mix two nodes' clocks.
+    copy got it, and `now` is this copy's monotonic clock: the lags never mix two nodes'
+    clocks, and a jump of this node's wall clock moves neither.
     """
     if source_first_generation <= 0:
         return 0
     limit = min(last_log_replayed - 1, source_first_generation - 1)
-    keep_after = now - (replay_lag_time + truncation_lag_time)
+    keep_after = now - (replay_lag_time + truncation_lag_time).total_seconds()
     for gen in sorted(g for g in copied_times if g <= limit):
         if copied_times[gen] > keep_after:
             return gen - 1

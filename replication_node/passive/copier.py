@@ -412,12 +412,12 @@ class Copier:
         for a generation this copy sealed itself."""
         if not staged:
             return
-        copied = self._clock.now()
+        copied, copied_at = self._clock.now(), self._clock.monotonic()
         await asyncio.to_thread(self._move_into_log_dir, [s.generation for s in staged], copied)
         m = self._markers
         for inspected in staged:
             self.failures.pop(inspected.generation, None)
-            m.copied_times[inspected.generation] = copied
+            m.copied_times[inspected.generation] = copied_at
         m.last_log_inspected = staged[-1].generation
         m.last_inspected_log_time = staged[-1].close_time
         # inspected from its share: chained to all before

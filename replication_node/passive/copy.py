@@ -256,7 +256,12 @@ class PassiveCopy:
                 f"{problem}); reseed the copy"
             )
         out_of_date, rejoining = await asyncio.to_thread(
-            prepare_local_logs, self.paths, self._db.header, self.markers, self.database
+            prepare_local_logs,
+            self.paths,
+            self._db.header,
+            self.markers,
+            self.database,
+            self._clock,
         )
         self._phase, self.error = CopyStatus.HEALTHY, None
         header = self._db.header
@@ -407,7 +412,7 @@ class PassiveCopy:
             last_log_replayed=m.last_log_replayed,
             source_first_generation=m.source_first_generation,
             copied_times=m.copied_times,
-            now=self._clock.now(),
+            now=self._clock.monotonic(),
             replay_lag_time=self.settings.replay_lag_time,
             truncation_lag_time=self.settings.truncation_lag_time,
         )
@@ -482,7 +487,7 @@ class PassiveCopy:
             return
         db = Database.open(self.paths.database)
         try:
-            prepare_local_logs(self.paths, db.header, self.markers, self.database)
+            prepare_local_logs(self.paths, db.header, self.markers, self.database, self._clock)
         finally:
             db.close()
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import logging
 import os
-from datetime import UTC, datetime
 
+from dag_common.clock import Clock
 from dag_common.durable import fsync_dir
 from replication_node.active.copy import CopyPaths
 from replication_node.errors import LogFormatError
@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 
 def prepare_local_logs(
-    paths: CopyPaths, header: DatabaseHeader, markers: Markers, database: str
+    paths: CopyPaths, header: DatabaseHeader, markers: Markers, database: str, clock: Clock
 ) -> tuple[dict[int, OutOfDateLog], bool]:
     """Set `markers` from the database `header` and the local logs (blocking: a worker thread).
 
@@ -81,6 +81,7 @@ def prepare_local_logs(
     inspected = header.waypoint
     m.last_inspected_log_time = header.last_log_time
     m.copied_times.clear()
+    wall, mono = clock.now().timestamp(), clock.monotonic()
     for gen in list_closed_generations(paths.logs):
         path = paths.logs / closed_log_name(gen)
         if gen > inspected + 1 and gen > header.waypoint:
@@ -92,8 +93,10 @@ def prepare_local_logs(
             logger.warning("%s: generation %d is incomplete; dropped", database, gen)
             path.unlink()
             continue
-        # When this copy got it: the file's mtime, which the copier set to its own clock.
-        m.copied_times[gen] = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+        # When this copy got it: the file's mtime, which the copier set to its own wall
+        # clock, carried over to this process's monotonic clock (an mtime in the future, the
+        # wall clock having jumped back since, counts as now).
+        m.copied_times[gen] = mono - max(0.0, wall - path.stat().st_mtime)
         if gen == inspected + 1:
             inspected = gen
             m.last_inspected_log_time = closed

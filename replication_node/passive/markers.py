@@ -36,10 +36,12 @@ class Markers:
     # lost active it once reached is replaced as soon as its lease is gone (a new active
     # still mounting holds none yet).
     reached: bool = False
-    # Local closed generations, each with when this copy got it, by this copy's own clock:
-    # ReplayLagTime and TruncationLagTime count from there, so skew between the nodes'
-    # clocks cannot shorten or stretch them (the active's close times are its clock's).
-    copied_times: dict[int, datetime] = field(default_factory=dict)
+    # Local closed generations, each with when this copy got it, on this process's monotonic
+    # clock: ReplayLagTime and TruncationLagTime count from there, so neither skew between
+    # the nodes' clocks nor this node's wall clock jumping (forward and back) can shorten or
+    # stretch them (a copy time stamped while the wall clock was 5 min ahead held the replay
+    # of a copy without lag for those 5 min once it came back).
+    copied_times: dict[int, float] = field(default_factory=dict)
 
     @property
     def open_log_at_risk(self) -> bool:

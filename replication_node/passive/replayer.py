@@ -55,20 +55,21 @@ def ready_generations(
     *,
     last_log_replayed: int,
     last_log_inspected: int,
-    copied_times: Mapping[int, datetime],
-    now: datetime,
+    copied_times: Mapping[int, float],
+    now: float,
     replay_lag_time: timedelta,
     limit: int,
-) -> tuple[list[int], datetime | None]:
+) -> tuple[list[int], float | None]:
     """The next generations to replay (at most `limit`), and when the next one that is held
     back by the replay lag becomes ready (None if none is waiting on the lag).  `copied_times`
-    and `now` are both this copy's clock."""
+    and `now` are both this copy's monotonic clock."""
     ready: list[int] = []
+    lag = replay_lag_time.total_seconds()
     for gen in range(last_log_replayed + 1, last_log_inspected + 1):
         copied = copied_times.get(gen)
         if copied is None:
             break
-        due = copied + replay_lag_time
+        due = copied + lag
         if due > now:
             return ready, due
         ready.append(gen)
@@ -159,14 +160,14 @@ class Replayer:
                 last_log_replayed=m.last_log_replayed,
                 last_log_inspected=m.last_log_inspected,
                 copied_times=m.copied_times,
-                now=self._clock.now(),
+                now=self._clock.monotonic(),
                 replay_lag_time=self._lag,
                 limit=self._max_batch,
             )
             if ready:
                 await self._replay(ready)
                 continue
-            await self._wait((due - self._clock.now()).total_seconds() if due else None)
+            await self._wait(due - self._clock.monotonic() if due is not None else None)
 
     async def _wait(self, timeout: float | None) -> None:
         waits = {asyncio.ensure_future(self._wakeup.wait())}

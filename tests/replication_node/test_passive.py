@@ -138,6 +138,45 @@ async def test_the_replay_lag_counts_on_the_copys_own_clock(share, tmp_path, ske
     assert abs(mtime - (clock.now() - timedelta(seconds=3660)).timestamp()) < 5
 
 
+class JumpingClock(ManualClock):
+    """This node's wall clock, which an operator (or NTP) moves while monotonic time goes on."""
+
+    jump = timedelta(0)
+
+    def now(self) -> datetime:
+        return super().now() + self.jump
+
+
+@pytest.mark.parametrize(
+    ("during", "after"),
+    [(timedelta(minutes=5), timedelta(0)), (timedelta(0), timedelta(hours=1))],
+    ids=["wall clock +5m while it inspects, then back", "wall clock +1h while it waits"],
+)
+async def test_the_replay_lag_runs_on_the_monotonic_clock(share, tmp_path, during, after):
+    """The wall clock jumping neither holds a replay back (the stamp of a log inspected while
+    it was 5 min ahead held a copy's replay for those 5 min once it came back: a passive
+    Healthy, no error, behind the active with acknowledged writes missing) nor lets it go
+    early (a jump forward shortened the lag by the jump)."""
+    clock = JumpingClock(start=datetime.now(UTC))
+    copy = passive(share, tmp_path, clock=clock, lag=timedelta(minutes=1))
+    await copy.start()
+    clock.jump = during
+    await share.write(0, 20)
+    last = await share.roll()
+    await wait_until("inspection", lambda: copy.status().last_log_inspected >= last)
+    await wait_until("the replay held for its lag", lambda: held_for(clock, 60))
+    clock.jump = after
+    await clock.advance(30)
+    await share.write(20, 5)  # a new generation wakes the replayer: it looks again
+    newer = await share.roll()
+    await wait_until("inspection", lambda: copy.status().last_log_inspected >= newer)
+    await wait_until("the replayer's next look", lambda: held_for(clock, 30))
+    assert copy.status().last_log_replayed == 0, "held for the rest of its lag"
+    await clock.advance(31)
+    await wait_until("replay once its lag passed", replayed_through(copy, last))
+    await copy.stop()
+
+
 async def test_passive_truncates_only_what_the_active_deleted(share, tmp_path):
     copy = passive(share, tmp_path)
     await copy.start()

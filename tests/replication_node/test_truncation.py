@@ -45,19 +45,23 @@ def test_active_truncation_limit(checkpoint, copies, backup, crcl, limit, why):
     assert got == limit, why
 
 
-def closes(n, start=T0, step=timedelta(minutes=1)):
+def closes(n, start=0.0, step=60.0):
+    """When this copy got generations 1..n, on its monotonic clock: one a minute."""
     return {g: start + (g - 1) * step for g in range(1, n + 1)}
+
+
+M, HS = timedelta(minutes=1), 3600.0
 
 
 @pytest.mark.parametrize(
     ("replayed", "source_first", "now", "lag", "trunc", "limit", "why"),
     [
-        (10, 8, T0 + H, timedelta(0), timedelta(0), 7, "only what the source deleted"),
-        (5, 20, T0 + H, timedelta(0), timedelta(0), 4, "keeps the last replayed as anchor"),
-        (10, 0, T0 + H, timedelta(0), timedelta(0), 0, "source unknown: nothing"),
-        (10, 20, T0 + timedelta(minutes=5), timedelta(minutes=2), timedelta(0), 4, "lag"),
-        (10, 20, T0 + timedelta(minutes=5), timedelta(minutes=1), timedelta(minutes=2), 3, "both"),
-        (10, 20, T0, H, H, 0, "nothing is old enough"),
+        (10, 8, HS, timedelta(0), timedelta(0), 7, "only what the source deleted"),
+        (5, 20, HS, timedelta(0), timedelta(0), 4, "keeps the last replayed as anchor"),
+        (10, 0, HS, timedelta(0), timedelta(0), 0, "source unknown: nothing"),
+        (10, 20, 300.0, 2 * M, timedelta(0), 4, "lag"),
+        (10, 20, 300.0, M, 2 * M, 3, "both"),
+        (10, 20, 0.0, H, H, 0, "nothing is old enough"),
     ],
 )
 def test_passive_truncation_limit(replayed, source_first, now, lag, trunc, limit, why):
@@ -75,11 +79,11 @@ def test_passive_truncation_limit(replayed, source_first, now, lag, trunc, limit
 @pytest.mark.parametrize(
     ("replayed", "inspected", "now", "lag", "limit", "ready", "due"),
     [
-        (0, 5, T0 + H, timedelta(0), 16, [1, 2, 3, 4, 5], None),
-        (2, 5, T0 + H, timedelta(0), 2, [3, 4], None),
-        (0, 5, T0 + timedelta(minutes=2, seconds=30), timedelta(minutes=1), 16, [1, 2], 2),
-        (0, 5, T0, H, 16, [], 0),
-        (5, 5, T0 + H, timedelta(0), 16, [], None),
+        (0, 5, HS, timedelta(0), 16, [1, 2, 3, 4, 5], None),
+        (2, 5, HS, timedelta(0), 2, [3, 4], None),
+        (0, 5, 150.0, M, 16, [1, 2], 2),
+        (0, 5, 0.0, H, 16, [], 0),
+        (5, 5, HS, timedelta(0), 16, [], None),
     ],
 )
 def test_ready_generations_honour_the_replay_lag(replayed, inspected, now, lag, limit, ready, due):
@@ -93,7 +97,8 @@ def test_ready_generations_honour_the_replay_lag(replayed, inspected, now, lag, 
         limit=limit,
     )
     assert got == ready
-    assert due_at == (None if due is None else times[len(ready) + replayed + 1] + lag)
+    expected = None if due is None else times[len(ready) + replayed + 1] + lag.total_seconds()
+    assert due_at == expected
 
 
 def test_delete_through_removes_only_closed_generations_at_or_below(tmp_path):
