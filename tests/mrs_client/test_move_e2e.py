@@ -298,6 +298,68 @@ async def test_a_stalled_move_goes_on_as_soon_as_the_copy_is_resumed(env):
     assert live(await cluster.items("mbx2", "DB2", "alice")) == live(source)
 
 
+async def test_a_move_goes_on_once_the_average_forgets_a_copy_that_caught_up(tmp_path):
+    """A copy falls behind (suspended while the target's log grows) during a move, then
+    catches up: the move waits on the caller's average copy queue only until the questions
+    asked while the copy was behind leave the average's window (2 s here, 3 min by
+    default), saying when that will be, and then goes on. Counted over the last 60
+    questions, the average kept a move stalled long after the copies recovered."""
+    cluster = LocalCluster(tmp_path, nodes=THREE_NODES, databases=databases())
+    shorten_guarantee_waits(cluster)
+    cluster.config["guarantee_api"]["limits"]["average_window_time"] = "2s"
+    cluster.write_config()
+    await cluster.start()
+    api = await cluster.start_guarantee_api()
+    move = None
+    try:
+        source = await seed_mailbox(cluster, n=60)
+        await cluster.ok("POST", "mbx3", "/v1/databases/DB2/copies/mbx3/suspend")
+        await cluster.ok("PUT", "mbx2", "/v1/databases/DB2/mailboxes/other")
+        for i in range(14):  # 14 generations the suspended copy lacks: its queue is 14
+            await cluster.ok(
+                "POST", "mbx2", "/v1/databases/DB2/mailboxes/other/items", json={"item_id": f"o{i}"}
+            )
+            await cluster.ok("POST", "mbx2", "/v1/databases/DB2/roll-log")
+        move = subprocess.Popen(
+            [
+                sys.executable, "-m", "mrs_client.cli", "move", "--mailbox", "alice", "--to",
+                "DB2", *FAST, "--config", str(cluster.config_path),
+                "--requests-db", str(cluster.root / "moves.db"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=cluster.env(),
+            cwd=ROOT,
+        )  # fmt: skip
+
+        async def behind_on_average():
+            listing = json.loads(mrs(cluster, "list", "--json").stdout)
+            reason = (listing[0].get("stall_reason") or "") if listing else ""
+            return "AverageCopyQueue not met" in reason
+
+        await cluster.wait_for("the move to stall with the copy behind", behind_on_average)
+        await cluster.ok("POST", "mbx3", "/v1/databases/DB2/copies/mbx3/resume")
+        out, _ = await asyncio.to_thread(move.communicate, timeout=120)
+        assert move.returncode == 0, out
+        assert live(await cluster.items("mbx2", "DB2", "alice")) == live(source)
+    finally:
+        if move is not None and move.poll() is None:
+            move.kill()
+        api.terminate()
+        api.wait(timeout=20)
+        await cluster.close()
+    # Once the copy was Healthy again only its average held the move, and the line said
+    # when it would clear: within the window, as the older questions left it.
+    cleared = [
+        line
+        for line in out.splitlines()
+        if "mbx3: average copy queue" in line and "expected to clear in about" in line
+    ]
+    assert cleared, out
+    assert all(line.rsplit("about ", 1)[1] in ("0 s", "1 s", "2 s") for line in cleared), cleared
+
+
 async def test_bad_requests_change_nothing(env):
     cluster = env
     await seed_mailbox(cluster, n=5)
