@@ -27,9 +27,12 @@ DagError (dag_common.errors)
     │   │   └── FailoverPaused    automatic failover is paused (`cluster pause`)
     │   ├── NotActive             writes go to the active copy; this one is passive
     │   │   ├── Deposed           the cluster store says this node is no longer the active
-    │   │   └── SwitchingOver     a switchover hands the role on: nothing written, write there
-    │   └── BadRequest            a malformed request
-    └── TransactionTooLarge       a transaction that does not fit in one log file
+    │   │   ├── SwitchingOver     a switchover hands the role on: nothing written, write there
+    │   │   └── StagedBodyLost    the log closed (switchover, dismount) while a body was staged
+    │   ├── BadRequest            a malformed request
+    │   │   └── BodyIncomplete    the body ended early (the client went away): nothing written
+    │   └── RequestTooLarge       a body or an item over its limit (413), named in `details`
+    └── TransactionTooLarge       a transaction whose commit record does not fit in a log file
 """
 
 from dag_common.errors import DagError
@@ -152,12 +155,34 @@ class SwitchingOver(NotActive):
     target of a switchover (every commit already in its log stream is answered first)."""
 
 
+class StagedBodyLost(NotActive):
+    """A write refused after its body was staged: the log was closed for a switchover or a
+    dismount before its commit (the body aborted, nothing of the write visible); write it
+    again at the active."""
+
+
 class BadRequest(StoreError):
     """A malformed request."""
 
 
+class BodyIncomplete(BadRequest):
+    """A request body that ended before its end (the client went away mid-upload): nothing
+    of it is written."""
+
+
+class RequestTooLarge(StoreError):
+    """A request body over what a request may carry, or an item over its database's
+    `max_item_size` (413): refused before anything is written, a body before it is read.
+    `details` (the limit in bytes, the item) go into the answer."""
+
+    def __init__(self, message: str, details: dict[str, object]) -> None:
+        super().__init__(message)
+        self.details = details
+
+
 class TransactionTooLarge(StoreError):
-    """A transaction larger than fits in one log generation."""
+    """A transaction whose commit record (its operations, staged bodies aside) does not fit
+    in one log generation."""
 
 
 class LeaseHeld(Conflict):

@@ -37,6 +37,7 @@ from replication_node.log.logdir import finish_interrupted_roll
 from replication_node.log.logfile import ContentDigest
 from replication_node.log.logstream import LogStream
 from replication_node.log.recovery import plan_recovery
+from replication_node.log.spanning import BlobRef
 from replication_node.storage.database import Database, Transaction
 from replication_node.storage.header import DatabaseHeader, DatabaseState
 from replication_node.storage.overlay import LlrOverlay
@@ -89,6 +90,7 @@ class ActiveCopy:
         llr_depth: int,
         clock: Clock,
         close_times: dict[int, datetime],
+        required_after: dict[int, int] | None = None,
         recovery_notes: tuple[str, ...] = (),
         change_number_floor: int = 0,
         publish_open_log: OpenLogPublisher | None = None,
@@ -101,6 +103,8 @@ class ActiveCopy:
         self.llr_depth = llr_depth
         self._clock = clock
         self._close_times = close_times
+        # Logs Required after each closed generation the database file does not have yet.
+        self._required_after = dict(required_after or {})
         self._change_number = max(
             db.header.last_change_number, overlay.max_change_number, change_number_floor
         )
@@ -162,6 +166,7 @@ class ActiveCopy:
             clock=clock,
             open_scan=plan.open_scan,
             next_generation=db.header.waypoint + 1,
+            pending=plan.pending,
         )
         db.mark_dirty()
         copy = cls(
@@ -172,6 +177,7 @@ class ActiveCopy:
             llr_depth=llr_depth,
             clock=clock,
             close_times=dict(plan.close_times),
+            required_after=plan.required_after,
             recovery_notes=plan.notes,
             change_number_floor=change_number_floor,
             publish_open_log=publish_open_log,
@@ -182,6 +188,8 @@ class ActiveCopy:
         try:
             await copy._flush_llr()
             await stream.announce_recovered()
+            # Bodies staged before the crash and never committed: never acknowledged.
+            await stream.abort(stream.pending_bodies)
         except BaseException:
             await copy.crash_close()
             raise
@@ -208,16 +216,38 @@ class ActiveCopy:
             self._lease.refuse_without_lease()
         await self.stream.await_synchronous_followers()
 
-    async def commit(self, ops: list[dict[str, Any]]) -> Committed:
+    async def stage(self, data: bytes) -> BlobRef:
+        """Stage a large body in the log (`LogStream.stage`); refused like a commit, before
+        anything is written, while the lease cannot be shown or a switchover began."""
+        if self._lease is not None:
+            self._lease.refuse_without_lease()
+        return await self.stream.stage(data)
+
+    async def abort_staged(self, blobs: list[BlobRef]) -> None:
+        """Abort staged bodies no commit will use; best effort: a stream that stopped meanwhile
+        leaves them pending in its log, and the recovery of whoever mounts it aborts them."""
+        try:
+            await self.stream.abort([b.id for b in blobs])
+        except Exception as exc:
+            logger.warning("staged bodies left pending for recovery to abort: %s", exc)
+
+    async def commit(
+        self,
+        ops: list[dict[str, Any]],
+        *,
+        logged: list[dict[str, Any]] | None = None,
+        blobs: tuple[BlobRef, ...] = (),
+    ) -> Committed:
         """Make `ops` one durable transaction; return its LSN and commit time.  Refused
         before anything is written: LeaseLost while the lease cannot be renewed,
         SwitchingOver once a switchover began (the check and the stream's queueing have no
         await between them, so the switchover's roll is queued behind every commit
-        admitted)."""
+        admitted).  `logged` and `blobs`: the record's form of `ops` when bodies were
+        staged (`LogStream.commit`)."""
         try:
             if self._lease is not None:
                 self._lease.refuse_without_lease()
-            return await self.stream.commit(ops, self._clock.now())
+            return await self.stream.commit(ops, self._clock.now(), logged=logged, blobs=blobs)
         except (TransactionTooLarge, SwitchingOver):
             # Refused before anything was queued, with no await since its numbers were
             # handed out: take them back, so every number handed out is in the log (the
@@ -241,6 +271,7 @@ class ActiveCopy:
             self.overlay.add(event, db_mailbox=self.db.mailbox, db_item=self.db.item)
         elif isinstance(event, ClosedGeneration):
             self._close_times[event.generation] = event.close_time
+            self._required_after[event.generation] = event.required_from
             self.last_closed_time = event.close_time
             task = asyncio.get_running_loop().create_task(self._flush_llr_after_roll())
             self._flush_tasks.add(task)
@@ -271,13 +302,19 @@ class ActiveCopy:
             if target <= self.db.header.waypoint:
                 return
             txns = self.overlay.transactions_through(target)
+            # Unknown only if no roll said so: the file's own value is never above the truth
+            # (a body pending at `target` and begun at or below its waypoint was pending there).
+            required = self._required_after.get(target, self.db.header.first_required)
             await asyncio.to_thread(
                 self.db.apply,
                 txns,
                 waypoint=target,
                 committed=committed,
                 last_log_time=self._close_times.get(target),
+                required_from=required,
             )
+            for gen in [g for g in self._required_after if g <= target]:
+                del self._required_after[gen]
             # What the next roll writes into the log for the copies to compare.
             self.flushed_digest = ContentDigest(target, self.db.content_digest)
             self.overlay.forget_through(target)

@@ -69,6 +69,7 @@ class ActiveTruncator:
             copies=copies,
             backed_up_through=header.last_backup_generation,
             circular_logging=self._circular_logging,
+            required_from=header.required_from,
         )
         if self.backup_hold is not None:  # a backup is copying them
             limit = max(min(limit, self.backup_hold - 1), 0)

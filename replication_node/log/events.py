@@ -18,6 +18,9 @@ class ClosedGeneration:
     generation: int
     creation_time: datetime
     close_time: datetime
+    # Logs Required after it: the lowest generation holding a part of a staged body still
+    # pending at its close (0: none; `spanning.py`).
+    required_from: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,17 +74,18 @@ def finish_interrupted_roll(log_dir: Path) -> int | None:
     return result.header.generation
 
 
-def create_open_log(log_dir: Path, header: LogHeader) -> int:
-    """Write a new E00.log holding only `header`, durably; return a write fd at its end."""
+def create_open_log(log_dir: Path, header: LogHeader, first: bytes = b"") -> int:
+    """Write a new E00.log holding `header` and the record `first` (the CARRIED record, when
+    staged bodies are pending), durably; return a write fd at its end."""
     tmp = log_dir / f".{OPEN_LOG_NAME}.tmp"
     with open(tmp, "wb") as f:
-        f.write(header.encode())
+        f.write(header.encode() + first)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, log_dir / OPEN_LOG_NAME)
     fsync_dir(log_dir)
     fd = os.open(log_dir / OPEN_LOG_NAME, os.O_WRONLY)
-    os.lseek(fd, HEADER_SIZE, os.SEEK_SET)
+    os.lseek(fd, HEADER_SIZE + len(first), os.SEEK_SET)
     return fd
 
 

@@ -9,8 +9,12 @@ A log file is a 512-byte header followed by records::
     record  body length u32 | CRC32C u32 of (length field + body) | body
     body    type u8 | commit time i64 (µs UTC) | payload
 
-Record types: TRANSACTION (payload = JSON `{"ops": [...]}`, one committed transaction),
-DIGEST (payload = JSON `{"generation": W, "digest": hex}`: the active's database content
+Record types: TRANSACTION (payload = JSON `{"ops": [...]}`, one committed transaction,
+and `"blobs": [...]` when it commits item bodies staged in PART records before it: see
+`spanning.py`), PART (one piece of a staged body: blob id, part index, bytes), ABORT (a
+staged body no commit will use), CARRIED (JSON: the staged bodies still pending when the
+generation was created; its first record, written with its header), DIGEST (payload = JSON
+`{"generation": W, "digest": hex}`: the active's database content
 digest as of generation W, written just before CLOSE at a roll; copies compare theirs) and
 CLOSE (empty payload; written once, as the last record, when the generation is closed; its
 time is the generation's close time).  A closed generation therefore proves its own
@@ -58,6 +62,9 @@ class RecordType(IntEnum):
     TRANSACTION = 1
     CLOSE = 2
     DIGEST = 3
+    PART = 4
+    ABORT = 5
+    CARRIED = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,9 +188,11 @@ def encode_record(rtype: RecordType, commit_time: datetime, payload: bytes = b""
     return length + _CRC.pack(crc32c.crc32c(length + body)) + body
 
 
-def encode_transaction(ops: list[dict[str, Any]], commit_time: datetime) -> bytes:
-    """A TRANSACTION record carrying `ops`."""
-    payload = orjson.dumps({"ops": ops})
+def encode_transaction(
+    ops: list[dict[str, Any]], commit_time: datetime, blobs: list[list[int]] | None = None
+) -> bytes:
+    """A TRANSACTION record carrying `ops` (and the staged bodies it commits, `spanning.py`)."""
+    payload = orjson.dumps({"ops": ops, "blobs": blobs} if blobs else {"ops": ops})
     return encode_record(RecordType.TRANSACTION, commit_time, payload)
 
 

@@ -58,7 +58,8 @@ from replication_node.log.announcer import Announcer, OpenLogAnnouncer
 from replication_node.log.blocks import Block, BlockFeed
 from replication_node.log.events import Committed, RollCause, StreamEvent
 from replication_node.log.logfile import ContentDigest, LogHeader, ScanResult, encode_transaction
-from replication_node.log.writer import OpenLogWriter, Pending
+from replication_node.log.spanning import BlobId, BlobRef, PendingBlob
+from replication_node.log.writer import UNFINISHED, AbortJob, OpenLogWriter, Pending, StageJob
 
 if TYPE_CHECKING:
     from replication_node.metrics import StreamMetrics
@@ -68,6 +69,11 @@ logger = logging.getLogger(__name__)
 
 # Awaited before commits are answered: None lets them go, an exception stops the stream.
 Fence = Callable[[], Awaitable[BaseException | None]]
+
+# How much of a staged body one group commit writes: a slice while commits wait beside it
+# (they are answered after it), more when none do (fewer fsyncs).  See bench/large_items.py.
+STAGE_SLICE_BUSY = 64 * 1024
+STAGE_SLICE_IDLE = 256 * 1024
 
 
 class LogStream:
@@ -79,9 +85,11 @@ class LogStream:
         self.log_dir = writer.log_dir
         self._file = writer  # touched only by the worker thread while a batch is written
         self._clock = clock
-        # (generation, records) of the open log once every record in it is answered; read
+        # (generation, commits) of the open log once every commit in it is answered; read
         # from the event loop while the worker thread may be rolling, so set only there.
-        self._acked = (writer.header.generation, writer.records)
+        self._acked = (writer.header.generation, writer.commits)
+        # Stage requests not finished by the last batch: they go on in the next.
+        self._staging: list[Pending] = []
         self._queue: asyncio.Queue[Pending] = asyncio.Queue()
         self._listeners: list[Callable[[StreamEvent], None]] = []
         self._task: asyncio.Task[None] | None = None
@@ -117,6 +125,7 @@ class LogStream:
         clock: Clock,
         open_scan: ScanResult | None = None,
         next_generation: int = 1,
+        pending: dict[BlobId, PendingBlob] | None = None,
     ) -> LogStream:
         """Open the stream for writing, creating E00.log for the next generation if needed
         (`OpenLogWriter.open`: recovery's scan of E00.log, its torn tail cut)."""
@@ -128,6 +137,7 @@ class LogStream:
             clock=clock,
             open_scan=open_scan,
             next_generation=next_generation,
+            pending=pending,
         )
         return cls(writer=writer, clock=clock)
 
@@ -234,7 +244,7 @@ class LogStream:
         """Announce the records recovered in E00.log before the stream takes writes: they may
         have been acknowledged before a crash, and they are about to be visible again.
         Raises `Deposed` if this node is no longer the active."""
-        if self._file.records and self._announcer.due(self.generation):
+        if self._file.commits and self._announcer.due(self.generation):
             failure = await self._announcer.announce_generation(self.generation)
             if failure is not None:
                 self._closed = True
@@ -250,18 +260,57 @@ class LogStream:
         if self._task is None:
             self._task = asyncio.create_task(self._writer(), name=f"logwriter {self.log_dir}")
 
-    async def commit(self, ops: list[dict[str, Any]], commit_time: datetime) -> Committed:
+    async def commit(
+        self,
+        ops: list[dict[str, Any]],
+        commit_time: datetime,
+        *,
+        logged: list[dict[str, Any]] | None = None,
+        blobs: tuple[BlobRef, ...] = (),
+    ) -> Committed:
         """Append one transaction; return once it is on disk (fsync'd).  Its commit time is
-        `commit_time`, raised to the stream's latest time if the clock went back."""
+        `commit_time`, raised to the stream's latest time if the clock went back.  With
+        `blobs` (staged bodies), `logged` is the operations as the record carries them
+        (`body_blob` in place of each staged body) and `ops` as readers see them."""
         commit_time = self._file.stamp(commit_time)
-        data = encode_transaction(ops, commit_time)
+        data = encode_transaction(
+            logged if logged is not None else ops, commit_time, [b.encode() for b in blobs]
+        )
         if not self._file.fits(len(data)):
             raise TransactionTooLarge(
-                f"transaction of {len(data)} bytes does not fit in a "
-                f"{self.log_file_size}-byte log file"
+                f"a commit record of {len(data)} bytes does not fit in a "
+                f"{self.log_file_size}-byte log file (staged bodies aside)"
             )
-        pending = Pending(data, commit_time, False, self._future(), ops, self._clock.monotonic())
+        pending = Pending(
+            data,
+            commit_time,
+            False,
+            self._future(),
+            ops,
+            self._clock.monotonic(),
+            blobs=tuple(b.id for b in blobs),
+        )
         return await self._submit(pending)
+
+    async def stage(self, data: bytes) -> BlobRef:
+        """Write `data` into the log as a staged body (PART records, across as many
+        generations as it takes, interleaved with other commits); return its reference once
+        every part is durable.  Nothing of it is visible until a commit names it
+        (`commit(..., blobs=)`); one that never will must be aborted (`abort`)."""
+        job = StageJob(memoryview(data))
+        pending = Pending(None, self._clock.now(), False, self._future(), job=job)
+        return await self._submit(pending)
+
+    async def abort(self, blobs: list[BlobId]) -> None:
+        """Write an ABORT record for each staged body of `blobs` still pending."""
+        if blobs:
+            job = AbortJob(tuple(blobs))
+            await self._submit(Pending(None, self._clock.now(), False, self._future(), job=job))
+
+    @property
+    def pending_bodies(self) -> list[BlobId]:
+        """The staged bodies pending (recovered from the log before the stream starts)."""
+        return sorted(self._file.pending)
 
     async def roll(self, *, force: bool = False, cause: RollCause = RollCause.DEMAND) -> int | None:
         """Close the open log now. Without `force`, only a log holding records is closed.
@@ -312,7 +361,9 @@ class LogStream:
 
     async def _writer(self) -> None:
         while True:
-            batch = [await self._queue.get()]
+            batch, self._staging = self._staging, []
+            if not batch:
+                batch.append(await self._queue.get())
             while not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             if self._failure is not None:  # fail() stopped the stream
@@ -320,6 +371,8 @@ class LogStream:
                 return
             stop = any(p.data == b"" for p in batch)
             work = [p for p in batch if p.data != b""]
+            busy = any(p.is_commit for p in work) or not self._queue.empty()
+            self._file.stage_budget = STAGE_SLICE_BUSY if busy else STAGE_SLICE_IDLE
             try:
                 results, events, touched = await asyncio.to_thread(self._file.write_batch, work)
             except Exception as exc:
@@ -344,14 +397,14 @@ class LogStream:
                     logger.critical("%s; log stream stopped", failure)
                     self._fail_all(failure, batch)
                     return
-            if self._fence is not None and any(p.data is not None for p in work):
+            if self._fence is not None and any(p.is_commit for p in work):
                 # Durable; answered only while the fence (the active's lease) allows it.
                 failure = self._failure or await self._fence()
                 if failure is not None:
                     logger.critical("%s; log stream stopped", failure)
                     self._fail_all(failure, batch)
                     return
-            if self._sync_copies and blocks and any(p.data is not None for p in work):
+            if self._sync_copies and blocks and any(p.is_commit for p in work):
                 failure = await self._held_by_synchronous_copies(blocks[-1])
                 if failure is not None:
                     logger.critical("%s; log stream stopped", failure)
@@ -361,18 +414,28 @@ class LogStream:
                 for listener in self._listeners:
                     listener(event)
             for p, result in zip(work, results, strict=True):
-                if not p.future.done():
+                if result is UNFINISHED:
+                    self._staging.append(p)
+                elif p.future.done():
+                    pass
+                elif isinstance(result, BaseException):
+                    p.future.set_exception(result)
+                else:
                     p.future.set_result(result)
             for p in batch:
                 if p.data == b"" and not p.future.done():
                     p.future.set_result(None)
-            self._acked = (self._file.header.generation, self._file.records)
+            self._acked = (self._file.header.generation, self._file.commits)
             if self._metrics is not None:
-                commits = [p for p in work if p.data is not None]
+                commits = [p for p in work if p.is_commit]
                 if commits:  # once per group commit, never per record
                     wait = self._clock.monotonic() - min(p.queued for p in commits)
                     self._metrics.group_commit(len(commits), wait)
             if stop:
+                stopped = LogStreamStopped(f"the log stream of {self.log_dir} was closed")
+                for p in self._staging:  # bodies half staged: pending in the log, aborted
+                    p.future.set_exception(stopped)  # by the recovery of whoever mounts it
+                self._staging = []
                 return
 
     async def _held_by_synchronous_copies(self, last: Block) -> BaseException | None:
@@ -402,7 +465,8 @@ class LogStream:
         self.feed.closed = True  # its followers end at their next look
         self._failure = exc
         self.failed.set()
-        waiting = list(batch)
+        waiting = list(batch) + self._staging
+        self._staging = []
         while not self._queue.empty():
             waiting.append(self._queue.get_nowait())
         for p in waiting:

@@ -5,11 +5,17 @@ valid records of E00.log.  A torn or corrupt tail of E00.log is cut at the last 
 (it was never acknowledged: a commit is answered only after its fsync) and reported.  A
 defect inside a closed generation, a gap, or a log of another stream stops recovery with
 RecoveryError: a log is never skipped.
+
+Staged bodies (`spanning.py`): the log is read from the database's Logs Required (the first
+generation holding a part of a body pending at its waypoint), so a commit above the waypoint
+reads its body back whole; a body still pending at the end of the log was never committed,
+so never acknowledged: it is in `pending`, and the stream aborts it before taking writes.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -18,6 +24,7 @@ from replication_node.errors import LogFormatError, LogRecordError, RecoveryErro
 from replication_node.log import logfile
 from replication_node.log.logdir import list_closed_generations
 from replication_node.log.logfile import OPEN_LOG_NAME, LogHeader, RecordType, ScanResult
+from replication_node.log.spanning import BlobId, BodyReader, PendingBlob, required_from, track
 from replication_node.storage.database import Transaction
 from replication_node.storage.header import DatabaseHeader
 
@@ -33,6 +40,10 @@ class RecoveryPlan:
     open_scan: ScanResult | None
     last_closed: int
     notes: tuple[str, ...] = field(default=())
+    # Staged bodies pending at the end of the log: never committed, to be aborted.
+    pending: dict[BlobId, PendingBlob] = field(default_factory=dict)
+    # Logs Required after each closed generation above the waypoint (`spanning.py`).
+    required_after: dict[int, int] = field(default_factory=dict)
 
 
 def check_chain(prev: LogHeader | None, header: LogHeader, log_signature: object) -> None:
@@ -43,7 +54,8 @@ def check_chain(prev: LogHeader | None, header: LogHeader, log_signature: object
 
 
 def plan_recovery(log_dir: Path, db: DatabaseHeader) -> RecoveryPlan:
-    """Read the log above the database's waypoint; raise RecoveryError if it is unusable."""
+    """Read the log above the database's waypoint (from its Logs Required, for the staged
+    bodies a commit above it names); raise RecoveryError if it is unusable."""
     closed = list_closed_generations(log_dir) if log_dir.exists() else []
     needed = [g for g in closed if g > db.waypoint]
     expected = list(range(db.waypoint + 1, db.waypoint + 1 + len(needed)))
@@ -55,26 +67,24 @@ def plan_recovery(log_dir: Path, db: DatabaseHeader) -> RecoveryPlan:
             f"log generations {missing} required for recovery are missing "
             f"(database waypoint {db.waypoint})"
         )
+    first = db.required_from or db.waypoint + 1
+    required = [g for g in range(first, db.waypoint + 1)]
+    if not set(required) <= set(closed):
+        raise RecoveryError(
+            f"log generations {sorted(set(required) - set(closed))} required for recovery are "
+            f"missing (the database's Logs Required begin at {first}: a staged body begun "
+            "there is committed above its waypoint)"
+        )
     txns: list[Transaction] = []
     close_times: dict[int, datetime] = {}
     notes: list[str] = []
     prev: LogHeader | None = None
-    if db.waypoint in closed:
+    anchor = first - 1
+    if anchor in closed:
         try:
-            prev = logfile.read_header(log_dir / logfile.closed_log_name(db.waypoint))
+            prev = logfile.read_header(log_dir / logfile.closed_log_name(anchor))
         except LogFormatError as exc:
-            raise RecoveryError(f"generation {db.waypoint}: {exc}") from exc
-    for gen in needed:
-        path = log_dir / logfile.closed_log_name(gen)
-        try:
-            result = logfile.verify_closed(path.read_bytes(), gen)
-        except LogFormatError as exc:
-            raise RecoveryError(f"closed generation {gen} is corrupt: {exc}") from exc
-        check_chain(prev, result.header, db.log_signature)
-        prev = result.header
-        txns.extend(_transactions(result))
-        if result.close_time:
-            close_times[gen] = result.close_time
+            raise RecoveryError(f"generation {anchor}: {exc}") from exc
     open_scan = None
     open_path = log_dir / OPEN_LOG_NAME
     if open_path.exists():
@@ -82,6 +92,24 @@ def plan_recovery(log_dir: Path, db: DatabaseHeader) -> RecoveryPlan:
             open_scan = logfile.scan(open_path.read_bytes())
         except LogFormatError as exc:
             raise RecoveryError(f"E00.log is unusable: {exc}") from exc
+    reader = BodyReader(_loader(log_dir, open_scan))
+    pending: dict[BlobId, PendingBlob] | None = None
+    required_after: dict[int, int] = {}
+    for gen in required + needed:
+        path = log_dir / logfile.closed_log_name(gen)
+        try:
+            result = logfile.verify_closed(path.read_bytes(), gen)
+        except LogFormatError as exc:
+            raise RecoveryError(f"closed generation {gen} is corrupt: {exc}") from exc
+        check_chain(prev, result.header, db.log_signature)
+        prev = result.header
+        pending = _track(result, pending)
+        if gen > db.waypoint:
+            txns.extend(_transactions(result, reader))
+            required_after[gen] = required_from(pending)
+            if result.close_time:
+                close_times[gen] = result.close_time
+    if open_scan is not None:
         if open_scan.header.generation <= db.waypoint:
             raise RecoveryError(
                 f"E00.log is generation {open_scan.header.generation}, at or below the "
@@ -98,34 +126,75 @@ def plan_recovery(log_dir: Path, db: DatabaseHeader) -> RecoveryPlan:
             )
             logger.warning("recovery: %s", note)
             notes.append(note)
-        txns.extend(_transactions(open_scan))
+        pending = _track(open_scan, pending)
+        txns.extend(_transactions(open_scan, reader))
+    pending = pending or {}
+    if pending:
+        note = (
+            f"staged bodies never committed ({', '.join(str(b) for b in sorted(pending))}): "
+            "aborted, nothing of them visible"
+        )
+        logger.warning("recovery: %s", note)
+        notes.append(note)
     return RecoveryPlan(
         transactions=tuple(txns),
         close_times=close_times,
         open_scan=open_scan,
         last_closed=needed[-1] if needed else max([g for g in closed], default=0),
         notes=tuple(notes),
+        pending=pending,
+        required_after=required_after,
     )
 
 
-def transactions_of(result: ScanResult) -> list[Transaction]:
-    """The committed transactions a scanned log holds, in log order (LogRecordError if one
-    cannot be decoded: its checksum held, so the writer wrote garbage)."""
+def _loader(log_dir: Path, open_scan: ScanResult | None) -> Callable[[int], ScanResult]:
+    """Loads a generation for `BodyReader`: a closed one from its file, the open one from
+    recovery's scan of E00.log."""
+
+    def load(gen: int) -> ScanResult:
+        if open_scan is not None and gen == open_scan.header.generation:
+            return open_scan
+        return logfile.verify_closed((log_dir / logfile.closed_log_name(gen)).read_bytes(), gen)
+
+    return load
+
+
+def _track(
+    result: ScanResult, before: dict[BlobId, PendingBlob] | None
+) -> dict[BlobId, PendingBlob]:
+    try:
+        return dict(track(result, before).pending)
+    except LogRecordError as exc:
+        raise RecoveryError(str(exc)) from exc
+
+
+def transactions_of(result: ScanResult, reader: BodyReader | None = None) -> list[Transaction]:
+    """The committed transactions a scanned log holds, in log order, each staged body read
+    back whole through `reader` (LogRecordError if one cannot be decoded: its checksum held,
+    so the writer wrote garbage; or if a body cannot be read back)."""
     out = []
     for rec in result.records:
         if rec.type is RecordType.TRANSACTION:
-            try:
-                ops = rec.ops
-            except ValueError as exc:
-                raise LogRecordError(
-                    f"generation {rec.generation} offset {rec.offset}: undecodable record"
-                ) from exc
+            if reader is not None:
+                ops = reader.operations(rec, rec.generation)
+            else:
+                try:
+                    ops = rec.ops
+                except ValueError as exc:
+                    raise LogRecordError(
+                        f"generation {rec.generation} offset {rec.offset}: undecodable record"
+                    ) from exc
+                if any(isinstance(op, dict) and "body_blob" in op for op in ops):
+                    raise LogRecordError(
+                        f"generation {rec.generation} offset {rec.offset}: commits a staged "
+                        "body, read without the log it was staged in"
+                    )
             out.append(Transaction(rec.generation, rec.offset, rec.commit_time, ops))
     return out
 
 
-def _transactions(result: ScanResult) -> list[Transaction]:
+def _transactions(result: ScanResult, reader: BodyReader) -> list[Transaction]:
     try:
-        return transactions_of(result)
-    except LogRecordError as exc:
+        return transactions_of(result, reader)
+    except (LogFormatError, OSError) as exc:
         raise RecoveryError(str(exc)) from exc

@@ -4,7 +4,9 @@ The rules are the seeds' ("Log Truncation"), as pure functions of plain values; 
 the one I/O helper here, `delete_through`.
 
 Active (LCR/CCR rules, SCR-aware): a generation may go only when
-  - it is below the checkpoint (its transactions are in the database file),
+  - it is below the checkpoint (its transactions are in the database file) and below the
+    database's Logs Required (no staged body pending at the waypoint has a part in it:
+    `spanning.py`; crash recovery would read it back for a commit above the waypoint),
   - it is backed up, or continuous replication circular logging (CRCL) is on,
   - every copy has inspected it (lagged copies keep their own inspected logs), and
   - every copy without a replay lag has replayed it.
@@ -14,6 +16,8 @@ from: an unreachable copy holds truncation back, it never lets it run ahead.
 Passive (SCR target rules): a generation may go only when
   - it is replayed, and is not the last replayed one (its header is the chain anchor for the
     next generation's inspection),
+  - it is below the copy's Logs Required (a staged body pending at its replay point has
+    no part in it: a later commit reads the body back from there),
   - it is older than ReplayLagTime + TruncationLagTime, and
   - it has been deleted on the source.
 """
@@ -52,9 +56,13 @@ def active_truncation_limit(
     copies: Iterable[CopyProgress],
     backed_up_through: int,
     circular_logging: bool,
+    required_from: int = 0,
 ) -> int:
-    """The highest generation the active may delete (0: none)."""
+    """The highest generation the active may delete (0: none).  `required_from`: the
+    database's Logs Required (0: none)."""
     limit = checkpoint - 1
+    if required_from:
+        limit = min(limit, required_from - 1)
     if not circular_logging:
         limit = min(limit, backed_up_through)
     for copy in copies:
@@ -72,8 +80,10 @@ def passive_truncation_limit(
     now: float,
     replay_lag_time: timedelta,
     truncation_lag_time: timedelta,
+    required_from: int = 0,
 ) -> int:
-    """The highest generation a passive copy may delete (0: none).
+    """The highest generation a passive copy may delete (0: none).  `required_from`: its
+    database's Logs Required (0: none).
 
     `source_first_generation` is the lowest generation still on the active (0 if unknown,
     which holds everything back); `copied_times` maps each local generation to when this
@@ -83,6 +93,8 @@ def passive_truncation_limit(
     if source_first_generation <= 0:
         return 0
     limit = min(last_log_replayed - 1, source_first_generation - 1)
+    if required_from:
+        limit = min(limit, required_from - 1)
     keep_after = now - (replay_lag_time + truncation_lag_time).total_seconds()
     for gen in sorted(g for g in copied_times if g <= limit):
         if copied_times[gen] > keep_after:

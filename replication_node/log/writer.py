@@ -9,6 +9,13 @@ file with its header, fsync, rename, fsync the directory (`logdir.create_open_lo
 
 Times never go backwards: `stamp` raises a commit time to the latest time on the stream, and
 a close time is never earlier than the commits it closes.
+
+Staged bodies (`spanning.py`): a stage request writes a body as PART records, across as many
+generations as it takes.  It gets the room left in each batch after the batch's commits and
+rolls (`stage_budget`: the stream gives it a slice while commits wait and a whole generation
+when none do), so a small commit queued behind a 36 MiB body waits for one slice, not for
+the body.  The writer keeps what is pending (`pending`): every new generation is created with
+its CARRIED record, and a commit naming a body no longer pending is refused (`StagedBodyLost`).
 """
 
 from __future__ import annotations
@@ -26,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 from dag_common.clock import Clock
 from dag_common.durable import fsync_dir
 from dag_common.model import Lsn
-from replication_node.errors import LogSequenceError
-from replication_node.log import logfile
+from replication_node.errors import LogSequenceError, StagedBodyLost
+from replication_node.log import logfile, spanning
 from replication_node.log.blocks import Block
 from replication_node.log.events import ClosedGeneration, Committed, RollCause, StreamEvent
 from replication_node.log.logdir import create_open_log, list_closed_generations, write_all
@@ -42,6 +49,7 @@ from replication_node.log.logfile import (
     closed_log_name,
     encode_record,
 )
+from replication_node.log.spanning import BlobId, PendingBlob, encode_abort, encode_carried
 from replication_node.storage.database import Transaction
 
 if TYPE_CHECKING:
@@ -51,6 +59,29 @@ if TYPE_CHECKING:
 CLOSE_SIZE = len(encode_record(RecordType.CLOSE, datetime.now())) + DIGEST_RECORD_MAX
 # Close a generation once less than this is left; a later small record would not fit anyway.
 _ROLL_SLACK = 512
+# A part smaller than this is not worth its frame: the generation is closed instead.
+_MIN_PART = 4096
+
+
+@dataclass(slots=True)
+class StageJob:
+    """A body being staged: the writer thread's progress through it."""
+
+    data: memoryview
+    written: int = 0
+    blob: PendingBlob | None = None
+    abort_on: BaseException | None = None  # set by a roll that closes the stream's writes
+
+
+@dataclass(frozen=True, slots=True)
+class AbortJob:
+    """Staged bodies no commit will use: an ABORT record each (those still pending)."""
+
+    blobs: tuple[BlobId, ...]
+
+
+# Not finished in this batch: the stage request goes on in the next.
+UNFINISHED = object()
 
 
 @dataclass(slots=True)
@@ -64,6 +95,12 @@ class Pending:
     ops: list[dict[str, Any]] | None = None
     queued: float = 0.0  # monotonic time the commit was queued (commit latency)
     cause: RollCause = RollCause.DEMAND  # a roll request's cause
+    blobs: tuple[BlobId, ...] = ()  # the staged bodies a commit ends
+    job: StageJob | AbortJob | None = None  # a stage or abort request (data is None)
+
+    @property
+    def is_commit(self) -> bool:
+        return bool(self.data)
 
 
 class OpenLogWriter:
@@ -78,7 +115,9 @@ class OpenLogWriter:
         offset: int,
         record_count: int,
         clock: Clock,
+        commits: int = 0,
         last_time: datetime | None = None,
+        pending: dict[BlobId, PendingBlob] | None = None,
     ) -> None:
         self.log_dir = log_dir
         self.header = header
@@ -86,6 +125,8 @@ class OpenLogWriter:
         self._fd_closed = False
         self._offset = offset
         self.records = record_count
+        # Commits (TRANSACTION records) in the open log: records also count staged parts.
+        self.commits = commits
         self._clock = clock
         # The database content digest to write at each roll (the active's, as of its
         # database file's waypoint), if any.
@@ -100,6 +141,10 @@ class OpenLogWriter:
         # single assignments under the GIL, and a stale read only stamps a time a little low
         # for a record that lands after the roll, never earlier than the roll's creation time.
         self.last_time = last_time or header.creation_time
+        # Staged bodies not yet committed or aborted (`spanning.py`).
+        self.pending: dict[BlobId, PendingBlob] = dict(pending or {})
+        # How many bytes of staged bodies the next batch may write (set by the stream).
+        self.stage_budget = header.log_file_size
 
     @classmethod
     def open(
@@ -112,13 +157,16 @@ class OpenLogWriter:
         clock: Clock,
         open_scan: ScanResult | None = None,
         next_generation: int = 1,
+        pending: dict[BlobId, PendingBlob] | None = None,
     ) -> OpenLogWriter:
         """Open E00.log for writing, creating it for the next generation if needed.
 
         `open_scan` is the scan of an existing E00.log made by recovery; its torn tail (if
         any) is cut here, at the last valid record.  `next_generation` is the lowest
         generation a new E00.log may have (the database's waypoint + 1): a copy that was
-        seeded and never kept a log must not start the stream again at 1.
+        seeded and never kept a log must not start the stream again at 1.  `pending`: the
+        staged bodies recovery found pending at the end of the log (a new E00.log carries
+        them; the stream aborts them before it takes writes).
         """
         log_dir.mkdir(parents=True, exist_ok=True)
         path = log_dir / OPEN_LOG_NAME
@@ -141,8 +189,10 @@ class OpenLogWriter:
                 fd=fd,
                 offset=open_scan.valid_end,
                 record_count=len(open_scan.records),
+                commits=len(open_scan.transactions),
                 clock=clock,
                 last_time=max([header.creation_time, *(r.commit_time for r in open_scan.records)]),
+                pending=pending,
             )
         prev: LogHeader | None = None
         if closed:
@@ -155,9 +205,16 @@ class OpenLogWriter:
             prev_creation_time=prev.creation_time if prev else None,
             log_file_size=log_file_size,
         )
-        fd = create_open_log(log_dir, header)
+        carried = encode_carried(pending or {}, header.creation_time)
+        fd = create_open_log(log_dir, header, carried)
         return cls(
-            log_dir=log_dir, header=header, fd=fd, offset=HEADER_SIZE, record_count=0, clock=clock
+            log_dir=log_dir,
+            header=header,
+            fd=fd,
+            offset=HEADER_SIZE + len(carried),
+            record_count=0,
+            clock=clock,
+            pending=pending,
         )
 
     @property
@@ -184,11 +241,13 @@ class OpenLogWriter:
     def write_batch(self, work: list[Pending]) -> tuple[list[Any], list[StreamEvent], int]:
         """Runs in a worker thread: write, roll and fsync for one batch of requests.
 
-        Returns the results, the events, and the highest generation that received a record
-        (0: none)."""
-        results: list[Any] = []
+        Returns the results (`UNFINISHED` for a stage request that goes on in the next
+        batch, an exception for a commit refused here), the events, and the highest
+        generation that received a commit (0: none)."""
+        results: list[Any] = [None] * len(work)
         events: list[StreamEvent] = []
         touched = 0
+        wrote = False
         buf = bytearray()
         size = self.header.log_file_size
 
@@ -199,32 +258,119 @@ class OpenLogWriter:
                 self.blocks.append(Block(self.header.generation, self._offset - len(data), data))
                 buf.clear()
 
-        for p in work:
+        def append(record: bytes) -> int:
+            """Append one record to the batch, rolling first if it would not fit; its offset."""
+            if self._offset + len(record) + CLOSE_SIZE > size and self.records:
+                flush()
+                events.append(self.roll(RollCause.SIZE))
+            offset = self._offset
+            buf.extend(record)
+            self._offset += len(record)
+            self.records += 1
+            return offset
+
+        staging: list[int] = []
+        for i, p in enumerate(work):
+            if isinstance(p.job, StageJob):
+                staging.append(i)
+                continue
+            if isinstance(p.job, AbortJob):
+                for blob in p.job.blobs:
+                    if self.pending.pop(blob, None) is not None:
+                        append(encode_abort(blob, self.last_time))
+                        wrote = True
+                continue
             if p.data is None:
                 if self.records or p.force:
                     flush()
+                    if p.cause in (RollCause.SWITCHOVER, RollCause.DISMOUNT):
+                        wrote |= self._abort_staging(work, staging, results, append)
+                        flush()
                     closed = self.roll(p.cause)
                     events.append(closed)
-                    results.append(closed.generation)
-                else:
-                    results.append(None)
+                    results[i] = closed.generation
                 continue
-            if self._offset + len(p.data) + CLOSE_SIZE > size and self.records:
-                flush()
-                events.append(self.roll(RollCause.SIZE))
-            lsn = Lsn(generation=self.header.generation, offset=self._offset)
+            lost = [b for b in p.blobs if b not in self.pending]
+            if lost:
+                results[i] = StagedBodyLost(
+                    f"staged bodies {', '.join(map(str, lost))} were aborted before their "
+                    "commit: nothing of it was written"
+                )
+                continue
+            offset = append(p.data)
+            for blob in p.blobs:
+                del self.pending[blob]
+            self.commits += 1
+            lsn = Lsn(generation=self.header.generation, offset=offset)
             touched = lsn.generation
-            buf += p.data
-            self._offset += len(p.data)
-            self.records += 1
-            results.append(Committed(lsn=lsn, commit_time=p.commit_time))
+            wrote = True
+            results[i] = Committed(lsn=lsn, commit_time=p.commit_time)
             events.append(Transaction(lsn.generation, lsn.offset, p.commit_time, p.ops or []))
+        budget = self.stage_budget
+        for i in staging:
+            job = work[i].job
+            assert isinstance(job, StageJob)
+            if job.abort_on is not None:
+                results[i] = job.abort_on
+                continue
+            budget, done = self._stage(job, budget, append, flush, events)
+            wrote = True
+            results[i] = job.blob.ref() if done and job.blob else UNFINISHED
         flush()
         if self._offset + CLOSE_SIZE + _ROLL_SLACK > size and self.records:
             events.append(self.roll(RollCause.SIZE))
-        elif any(p.data is not None for p in work):
+        elif wrote:
             self.fsync()
         return results, events, touched
+
+    def _stage(
+        self,
+        job: StageJob,
+        budget: int,
+        append: Callable[[bytes], int],
+        flush: Callable[[], None],
+        events: list[StreamEvent],
+    ) -> tuple[int, bool]:
+        """Write parts of `job` up to `budget` bytes; the budget left, and whether it is done."""
+        total = len(job.data)
+        while job.written < total and budget > 0:
+            room = self.header.log_file_size - CLOSE_SIZE - self._offset - spanning.PART_OVERHEAD
+            if room < _MIN_PART and self.records:
+                flush()
+                events.append(self.roll(RollCause.SIZE))
+                continue
+            take = min(room, budget, total - job.written)
+            chunk = job.data[job.written : job.written + take]
+            if job.blob is None:
+                blob = BlobId(self.header.generation, self._offset)
+                job.blob = PendingBlob(blob)
+            index = job.blob.parts
+            append(spanning.encode_part(job.blob.id, index, chunk, self.last_time))
+            job.blob = self.pending[job.blob.id] = job.blob.add(bytes(chunk))
+            job.written += take
+            budget -= take
+        return budget, job.written >= total
+
+    def _abort_staging(
+        self,
+        work: list[Pending],
+        staging: list[int],
+        results: list[Any],
+        append: Callable[[bytes], int],
+    ) -> bool:
+        """Before a roll that ends the stream's writes (switchover, dismount): abort every
+        staged body still pending, and fail the stage requests in this batch.  A body staged
+        whole whose commit is not written yet is aborted too: the commit will be refused."""
+        for i in staging:
+            job = work[i].job
+            assert isinstance(job, StageJob)
+            job.abort_on = StagedBodyLost("the log was closed while the body was staged")
+        aborted = False
+        for blob in sorted(self.pending):
+            append(encode_abort(blob, self.last_time))
+            aborted = True
+        self.pending.clear()
+        return aborted
 
     def fsync(self) -> None:
         """fsync the open log (worker thread), timed when metrics are on."""
@@ -237,7 +383,8 @@ class OpenLogWriter:
         self.fsyncs += 1
 
     def roll(self, cause: RollCause) -> ClosedGeneration:
-        """Close E00.log as its generation and open the next one (worker thread)."""
+        """Close E00.log as its generation and open the next one, which carries the staged
+        bodies still pending (worker thread)."""
         close_time = self.last_time = max(self._clock.now(), self.last_time)
         digest = self.digest_provider() if self.digest_provider else None
         closing = encode_record(RecordType.CLOSE, close_time)
@@ -257,10 +404,16 @@ class OpenLogWriter:
             prev_creation_time=closed.creation_time,
             log_file_size=closed.log_file_size,
         )
-        self._fd = create_open_log(self.log_dir, self.header)
-        self.blocks.append(Block(self.header.generation, 0, self.header.encode()))
-        self._offset = HEADER_SIZE
-        self.records = 0
+        carried = encode_carried(self.pending, self.header.creation_time)
+        self._fd = create_open_log(self.log_dir, self.header, carried)
+        self.blocks.append(Block(self.header.generation, 0, self.header.encode() + carried))
+        self._offset = HEADER_SIZE + len(carried)
+        self.records = self.commits = 0
         if self.metrics is not None:
             self.metrics.roll(cause)
-        return ClosedGeneration(closed.generation, closed.creation_time, close_time)
+        return ClosedGeneration(
+            closed.generation,
+            closed.creation_time,
+            close_time,
+            required_from=spanning.required_from(self.pending),
+        )

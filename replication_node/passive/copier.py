@@ -22,6 +22,12 @@ active's.  A copy that had inspected past the point where a failover forked the 
 holds the old active's generations there: its last generation differs from the active's,
 and it stops (FailedAndSuspended, reseed) instead of claiming a stream it is not on.
 
+Logs Required (`log/spanning.py`): a database file whose header says a staged body pending
+at its waypoint began in a lower generation (a seed taken while a large item was staged, a
+copy whose logs were removed) needs those generations to read the body back when its commit
+comes.  They are fetched first (`required_from`), checked whole, on this stream and chained
+among themselves, and kept in the log directory without being replayed.
+
 Transport failures are not the file's fault: the copy is DisconnectedAndHealthy and the
 copier retries every `retry_interval` for as long as it takes (the seeds: a network outage
 needs no reseed while the active keeps its logs).  A generation the active no longer has
@@ -57,6 +63,7 @@ from replication_node.log.logfile import (
     closed_log_name,
     seal_open_log,
 )
+from replication_node.log.spanning import Pending
 from replication_node.passive.inspector import InspectedLog, OutOfDateLog, inspect_generation
 from replication_node.passive.markers import Markers
 
@@ -95,8 +102,11 @@ class Copier:
         metrics: CopyMetrics | None = None,
         blocks: BlockReceiver | None = None,
         peers: Sequence[CopyLogs] = (),
+        required_from: int = 0,
     ) -> None:
         self._source = source
+        # The database's Logs Required (0: none): fetched first if not on disk.
+        self._required_from = required_from
         self._peers = tuple(peers)  # the database's other passive copies
         self._blocks = blocks  # block mode: the closed generations it received
         self._paths = paths
@@ -114,6 +124,9 @@ class Copier:
         self.failures: dict[int, int] = {}
         self._active_epoch = 0  # the epoch of the active whose share this copier reads
         self._prev: LogHeader | None = anchor_header(paths.logs, markers.last_log_inspected)
+        # The staged bodies the last inspected generation left pending (None: not known here,
+        # after a start; the next generation's CARRIED record is then checked on its own).
+        self._prev_pending: Pending | None = None
         # One copying at a time: the run loop's, or a copy of the last logs (`copy_open_log`).
         self._copying = asyncio.Lock()
         self._inspected = asyncio.Condition()  # notified when LastLogInspected moves
@@ -128,6 +141,7 @@ class Copier:
                 if self._rejoining:
                     await self._check_rejoin(info)
                 await self._check_stream(info)
+                await self._fetch_required()
                 await self._copy_through(info.last_generation)
                 async for info in self._source.notifications(m.last_log_inspected):
                     self._seen(info)
@@ -215,6 +229,49 @@ class Copier:
         m.source_first_generation = info.first_generation
         self._active_epoch = info.epoch
         m.open_generation, m.open_commits = info.open_generation, info.open_commits
+
+    async def _fetch_required(self) -> None:
+        """The generations from the database's Logs Required through its waypoint that are
+        not on disk: fetched, checked and kept, never replayed (the database has them)."""
+        first, waypoint = self._required_from, self._markers.last_log_replayed
+        logs = self._paths.logs
+        missing = [
+            g
+            for g in range(first, waypoint + 1)
+            if first and not (logs / closed_log_name(g)).exists()
+        ]
+        if not missing:
+            return
+        async with self._copying:
+            for generation in missing:
+                data = await self._fetch(generation)
+                await asyncio.to_thread(self._keep_required, generation, data)
+        self._required_from = 0
+        logger.info(
+            "%s: fetched generations %d-%d below the waypoint, which hold parts of a staged "
+            "body the database still needs (Logs Required)",
+            self._paths.name,
+            missing[0],
+            missing[-1],
+        )
+
+    def _keep_required(self, generation: int, data: bytes) -> None:
+        prev = anchor_header(self._paths.logs, generation - 1)
+        inspect_generation(
+            data,
+            generation=generation,
+            log_signature=self._log_signature,
+            database_signature=self._database_signature,
+            prev=prev,
+            highest_known=max(self._markers.last_log_generated, generation),
+        )
+        staged = self._paths.inspector / closed_log_name(generation)
+        with open(staged, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(staged, self._paths.logs / closed_log_name(generation))
+        fsync_dir(self._paths.logs)
 
     async def _copy_through(self, last: int) -> None:
         """Copy and inspect every generation up to `last`, in order, a window at a time."""
@@ -323,6 +380,7 @@ class Copier:
             os.replace(staged, failed_dir / f"{staged.name}{suffix}")
             raise
         self._prev = inspected.header
+        self._prev_pending = inspected.pending
         return inspected
 
     def _inspect(self, data: bytes, generation: int) -> InspectedLog:
@@ -334,6 +392,11 @@ class Copier:
             prev=self._prev,
             highest_known=self._markers.last_log_generated,
             out_of_date=self._out_of_date.get(generation),
+            prev_pending=(
+                self._prev_pending
+                if self._prev is not None and self._prev.generation == generation - 1
+                else None
+            ),
         )
 
     def _discard_diverged(self, exc: Diverged) -> None:

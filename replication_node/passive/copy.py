@@ -290,6 +290,7 @@ class PassiveCopy:
             metrics=self._metrics,
             blocks=blocks if self.settings.block_mode else None,
             peers=self._peers,
+            required_from=header.required_from,
         )
         replayer = Replayer(
             db=self._db,
@@ -415,7 +416,10 @@ class PassiveCopy:
             now=self._clock.monotonic(),
             replay_lag_time=self.settings.replay_lag_time,
             truncation_lag_time=self.settings.truncation_lag_time,
+            required_from=self._db.header.required_from if self._db is not None else 0,
         )
+        if self._db is None:  # not open: what its Logs Required are is not known here
+            return
         if self.backup_hold is not None:  # a backup is copying them
             limit = max(min(limit, self.backup_hold - 1), 0)
         if limit and min(m.copied_times, default=limit + 1) <= limit:

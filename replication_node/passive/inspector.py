@@ -6,6 +6,9 @@
   than the highest generation the active has announced;
 - identity: the log and database signatures are this copy's;
 - sequence: the header's previous-generation creation time is the predecessor's creation time;
+- staged bodies (`log/spanning.py`): every part continues its body with the next index, a
+  commit names pending bodies at the size and CRC32C their parts add up to, and the
+  generation carries exactly what its predecessor left pending (when that one is known);
 - Exx.log: an E00.log left from when this copy was active (set aside in E00OutofDate) must be
   a prefix of the closed generation that replaces it, and a closed generation it wrote then
   (above its database's waypoint, set aside too) must equal the active's; if not, the
@@ -23,6 +26,7 @@ from datetime import datetime
 
 from replication_node.errors import Diverged, InspectionFailed, LogFormatError
 from replication_node.log.logfile import LogHeader, chain_problem, verify_closed
+from replication_node.log.spanning import Pending, track
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +47,7 @@ class InspectedLog:
     header: LogHeader
     close_time: datetime
     size: int
+    pending: Pending  # the staged bodies it leaves pending
 
 
 def inspect_generation(
@@ -54,6 +59,7 @@ def inspect_generation(
     prev: LogHeader | None,
     highest_known: int,
     out_of_date: OutOfDateLog | None = None,
+    prev_pending: Pending | None = None,
 ) -> InspectedLog:
     """Check one copied generation; InspectionFailed (or CopyFailed) says what is wrong."""
     if generation > highest_known:
@@ -76,6 +82,10 @@ def inspect_generation(
     problem = chain_problem(prev, header, log_signature)
     if problem:
         raise InspectionFailed(problem)
+    try:
+        spans = track(result, prev_pending)
+    except LogFormatError as exc:
+        raise InspectionFailed(f"generation {generation}: {exc}") from exc
     if out_of_date is not None and out_of_date.generation == generation:
         if out_of_date.whole and data != out_of_date.data:
             raise Diverged(
@@ -90,4 +100,4 @@ def inspect_generation(
                 " is not a prefix of the active's closed generation",
             )
     assert result.close_time is not None  # verify_closed insists on the CLOSE record
-    return InspectedLog(generation, header, result.close_time, len(data))
+    return InspectedLog(generation, header, result.close_time, len(data), spans.pending)

@@ -66,9 +66,10 @@ def prepare_local_logs(
             elif path.name == OPEN_LOG_NAME:
                 data = path.read_bytes()
                 result = scan(data)
-                if not result.records:
-                    # Only a header (the log a clean roll or dismount opened): no
-                    # transaction can be lost with it, so nothing can have diverged.
+                if not result.transactions:
+                    # No commit (the log a clean roll or dismount opened, perhaps with
+                    # staged parts, which nothing acknowledged): no transaction can be
+                    # lost with it, so nothing can have diverged.
                     path.unlink()
                 elif result.header.generation > header.waypoint:
                     g = result.header.generation

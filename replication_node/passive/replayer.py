@@ -11,6 +11,10 @@ database transaction that also advances the header, so LastLogReplayed moves onl
 data is durable.  The undo phase is skipped: a passive copy only ever holds whole, closed
 generations, never the active's open log.
 
+Staged bodies (`log/spanning.py`): a transaction is applied when its commit record is
+replayed, its bodies read back from the generations that hold their parts (on disk, kept by
+truncation from the database's Logs Required, which each batch advances).
+
 Copies compared, not only checked: the database keeps its content digest current with its
 rows (`database.py`), and `apply` reports it as of each generation.  The active writes its
 own as of a generation W into the log at each roll (a DIGEST record); once this copy has
@@ -42,6 +46,7 @@ from replication_node.log.logfile import (
     verify_closed,
 )
 from replication_node.log.recovery import transactions_of
+from replication_node.log.spanning import BodyReader, Pending, required_from, track
 from replication_node.passive.markers import Markers
 from replication_node.storage.database import Database, Transaction
 
@@ -90,15 +95,25 @@ class ReplayBatch:
     last_header: LogHeader
     close_time: datetime
     digests: tuple[ContentDigest, ...] = ()  # the active's, from DIGEST records
+    pending: Pending | None = None  # the staged bodies pending after its last generation
 
 
 def read_batch(
-    log_dir: Path, generations: list[int], *, prev: LogHeader | None, log_signature: uuid.UUID
+    log_dir: Path,
+    generations: list[int],
+    *,
+    prev: LogHeader | None,
+    log_signature: uuid.UUID,
+    pending: Pending | None = None,
 ) -> ReplayBatch:
-    """Read, verify and chain-check `generations` (worker thread); CopyFailed if any fails."""
+    """Read, verify and chain-check `generations` (worker thread); CopyFailed if any fails.
+    `pending`: the staged bodies the generation before them left pending, if known."""
     txns: list[Transaction] = []
     digests: list[ContentDigest] = []
     close_time: datetime | None = None
+    reader = BodyReader(
+        lambda gen: verify_closed((log_dir / closed_log_name(gen)).read_bytes(), gen)
+    )
     for gen in generations:
         try:
             result = verify_closed((log_dir / closed_log_name(gen)).read_bytes(), gen)
@@ -110,12 +125,13 @@ def read_batch(
         prev = result.header
         close_time = result.close_time
         try:
-            txns.extend(transactions_of(result))
+            pending = track(result, pending).pending
+            txns.extend(transactions_of(result, reader))
             digests.extend(result.digests)
-        except LogFormatError as exc:
-            raise CopyFailed(f"replay stopped: {exc}") from exc
+        except (OSError, LogFormatError) as exc:
+            raise CopyFailed(f"replay stopped in generation {gen}: {exc}") from exc
     assert prev is not None and close_time is not None
-    return ReplayBatch(tuple(generations), tuple(txns), prev, close_time, tuple(digests))
+    return ReplayBatch(tuple(generations), tuple(txns), prev, close_time, tuple(digests), pending)
 
 
 class Replayer:
@@ -147,6 +163,9 @@ class Replayer:
         # The last replayed generation's header anchors the chain check of the next one;
         # after a seed it is not here, and the log signature check stands alone for one step.
         self._prev = anchor_header(log_dir, markers.last_log_replayed)
+        # What the last replayed generation left pending (None after a start: the next
+        # generation's CARRIED record says it).
+        self._pending: Pending | None = None
         self._check_every = content_check_every
         # This copy's content digest as of each generation it replayed lately.
         self._known: dict[int, str] = {db.header.waypoint: db.content_digest}
@@ -188,6 +207,7 @@ class Replayer:
             generations,
             prev=self._prev,
             log_signature=self._db.header.log_signature,
+            pending=self._pending,
         )
         before, digests = self._db.content_digest, dict[int, str]()
         try:
@@ -198,10 +218,12 @@ class Replayer:
                 committed=max(m.last_log_generated, generations[-1]),
                 last_log_time=batch.close_time,
                 digests=digests,
+                required_from=required_from(batch.pending or {}),
             )
         except DatabaseError as exc:
             raise CopyFailed(f"replay of generations {generations} failed: {exc}") from exc
         self._prev = batch.last_header
+        self._pending = batch.pending
         for generation in generations:
             before = self._known[generation] = digests.get(generation, before)
         self._compare(batch.digests)

@@ -187,10 +187,12 @@ class Database:
         last_log_time: datetime | None,
         state: DatabaseState = DatabaseState.DIRTY_SHUTDOWN,
         digests: dict[int, str] | None = None,
+        required_from: int = 0,
     ) -> DatabaseHeader:
         """Apply whole generations of transactions and advance the header, atomically.
         Given `digests`, it gets the content digest as of each generation that holds a
-        transaction (after its last one).
+        transaction (after its last one).  `required_from`: Logs Required as of `waypoint`
+        (the first generation of a staged body pending there; 0: none).
 
         A malformed operation aborts the whole call (nothing applied): DatabaseError.
         """
@@ -216,6 +218,7 @@ class Database:
                     committed=max(committed, waypoint),
                     last_change_number=last_cn,
                     last_log_time=last_log_time or self._header.last_log_time,
+                    required_from=required_from,
                 )
             )
         return self._header

@@ -36,7 +36,8 @@ CREATE TABLE db_header(
   last_full_backup_generation INTEGER NOT NULL DEFAULT 0,
   last_full_backup_time TEXT,
   last_incremental_backup_generation INTEGER NOT NULL DEFAULT 0,
-  last_incremental_backup_time TEXT
+  last_incremental_backup_time TEXT,
+  required_from INTEGER NOT NULL DEFAULT 0
 );
 """
 
@@ -47,6 +48,7 @@ _ADDED_COLUMNS = (
     ("last_full_backup_time", "TEXT"),
     ("last_incremental_backup_generation", "INTEGER NOT NULL DEFAULT 0"),
     ("last_incremental_backup_time", "TEXT"),
+    ("required_from", "INTEGER NOT NULL DEFAULT 0"),
 )
 
 
@@ -75,6 +77,15 @@ class DatabaseHeader:
     last_full_backup_time: datetime | None = None
     last_incremental_backup_generation: int = 0
     last_incremental_backup_time: datetime | None = None
+    # Logs Required: the first generation holding a part of a staged body pending at the
+    # waypoint (0: none).  A commit above the waypoint reads that body back from there, so
+    # recovery, replay, truncation, seeding and backups keep the log from it.
+    required_from: int = 0
+
+    @property
+    def first_required(self) -> int:
+        """The first generation this file needs to go on from its waypoint."""
+        return self.required_from or self.waypoint + 1
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form, with the seeds' "Log Required / Log Committed" ranges."""
@@ -85,9 +96,10 @@ class DatabaseHeader:
             "checkpoint": self.checkpoint,
             "waypoint": self.waypoint,
             "committed": self.committed,
-            # Always empty: a generation is written whole, so the file is consistent at its
-            # waypoint and needs no log to be usable (ESE needs checkpoint..waypoint).
-            "log_required": None,
+            # A generation is written whole, so the file is consistent at its waypoint; the
+            # range is set only while a staged body begun at or below it is pending (a
+            # transaction spanning generations, `log/spanning.py`).
+            "log_required": [self.required_from, self.waypoint] if self.required_from else None,
             "log_committed": [0, self.committed],
             "last_change_number": self.last_change_number,
             "last_log_time": self.last_log_time.isoformat() if self.last_log_time else None,
@@ -113,7 +125,8 @@ def insert_new_header(
 ) -> None:
     """The header row of a new, empty database (dirty: it is about to be used)."""
     conn.execute(
-        "INSERT INTO db_header VALUES (1, ?, ?, ?, ?, 1, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL)",
+        "INSERT INTO db_header VALUES"
+        " (1, ?, ?, ?, ?, 1, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0)",
         (FORMAT, str(database_signature), str(log_signature), "Dirty Shutdown"),
     )
 
@@ -141,6 +154,7 @@ def read_header(conn: sqlite3.Connection, path: Path) -> DatabaseHeader:
         last_full_backup_time=_dt(row["last_full_backup_time"]),
         last_incremental_backup_generation=row["last_incremental_backup_generation"],
         last_incremental_backup_time=_dt(row["last_incremental_backup_time"]),
+        required_from=row["required_from"],
     )
 
 
@@ -174,7 +188,8 @@ def write_header(conn: sqlite3.Connection, header: DatabaseHeader) -> None:
         " last_change_number=?, last_log_time=?, last_backup_generation=?,"
         " last_backup_time=?, database_signature=?, log_signature=?,"
         " last_full_backup_generation=?, last_full_backup_time=?,"
-        " last_incremental_backup_generation=?, last_incremental_backup_time=? WHERE id = 1",
+        " last_incremental_backup_generation=?, last_incremental_backup_time=?,"
+        " required_from=? WHERE id = 1",
         (
             str(header.state),
             header.checkpoint,
@@ -190,5 +205,6 @@ def write_header(conn: sqlite3.Connection, header: DatabaseHeader) -> None:
             _iso(header.last_full_backup_time),
             header.last_incremental_backup_generation,
             _iso(header.last_incremental_backup_time),
+            header.required_from,
         ),
     )

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from dag_common.model import Lsn
 from replication_node.active.copy import ActiveCopy
 from replication_node.errors import BadRequest, Conflict, NotFound
+from replication_node.log.spanning import BlobRef
 from replication_node.storage.ops import (
     DEFAULT_FOLDERS,
     FOLDER_PATTERN,
@@ -36,6 +37,24 @@ from replication_node.storage.ops import (
 )
 
 T = TypeVar("T")
+
+
+def stage_plan(sizes: list[int], log_file_size: int) -> list[int]:
+    """Which bodies (by index, of these UTF-8 sizes) to stage rather than write inline: every
+    body over an eighth of a log file (so one record never takes most of a generation),
+    then the largest others while what stays inline is over half of one (a commit record
+    must fit in one generation, with its frame and the close after it)."""
+    large = log_file_size // 8
+    chosen = [i for i, size in enumerate(sizes) if size > large]
+    inline = sum(size for i, size in enumerate(sizes) if i not in chosen)
+    for i in sorted(set(range(len(sizes))) - set(chosen), key=lambda i: -sizes[i]):
+        if inline <= log_file_size // 2:
+            break
+        chosen.append(i)
+        inline -= sizes[i]
+    return sorted(chosen)
+
+
 _NAME = re.compile(NAME_PATTERN)
 _FOLDER = re.compile(FOLDER_PATTERN)
 _ITEM_ID = re.compile(ITEM_ID_PATTERN)
@@ -113,8 +132,27 @@ class MailboxStore:
             raise Conflict(f"mailbox {mailbox!r} is locked by a move")
         return row
 
-    async def _commit(self, ops: list[Operation], item_ids: tuple[str, ...] = ()) -> CommitResult:
-        committed = await self.copy.commit([encode(op) for op in ops])
+    async def _commit(
+        self,
+        ops: list[Operation],
+        item_ids: tuple[str, ...] = (),
+        *,
+        staged: dict[int, BlobRef] | None = None,
+    ) -> CommitResult:
+        """Commit `ops`; `staged`: the bodies staged for some of them, by op index (the record
+        names them, `body_blob`, where the body would be)."""
+        encoded = [encode(op) for op in ops]
+        if staged:
+            order = sorted(staged)
+            logged = [dict(op) for op in encoded]
+            for n, i in enumerate(order):
+                del logged[i]["body"]
+                logged[i]["body_blob"] = n
+            committed = await self.copy.commit(
+                encoded, logged=logged, blobs=tuple(staged[i] for i in order)
+            )
+        else:
+            committed = await self.copy.commit(encoded)
         return CommitResult(
             lsn=committed.lsn.model_copy(update={"epoch": self.epoch}),
             commit_time=committed.commit_time,
@@ -189,7 +227,29 @@ class MailboxStore:
     async def put_items(
         self, mailbox: str, items: list[dict[str, Any]], *, override_lock: bool = False
     ) -> CommitResult:
-        """Create or replace items, as one transaction."""
+        """Create or replace items, as one transaction.  A body too large to be written
+        inline is staged in the log first (`log/spanning.py`); the request is checked again
+        once it is, and only then numbered and committed."""
+        checked = self._checked_items(mailbox, items, override_lock=override_lock)
+        staged = await self._stage_bodies(checked)
+        try:
+            if staged:  # the awaits let other writes in: the mailbox or a folder may be gone
+                self._checked_items(mailbox, items, override_lock=override_lock)
+            # numbered only once the whole request is valid, with no await before the commit
+            ops: list[Operation] = [
+                PutItem(mailbox, self.copy.next_change_number(), item_id, folder, subject, body)
+                for item_id, folder, subject, body in checked
+            ]
+            return await self._commit(ops, tuple(c[0] for c in checked), staged=staged)
+        except BaseException:
+            if staged:
+                await self.copy.abort_staged(list(staged.values()))
+            raise
+
+    def _checked_items(
+        self, mailbox: str, items: list[dict[str, Any]], *, override_lock: bool
+    ) -> list[tuple[str, str, str, str]]:
+        """(item id, folder, subject, body) of each item, once all are valid for `mailbox`."""
         self._live_mailbox(mailbox, override_lock=override_lock)
         if not items:
             raise BadRequest("no items")
@@ -200,7 +260,8 @@ class MailboxStore:
         for raw in items:
             if not isinstance(raw, dict):
                 raise BadRequest("an item must be an object")
-            item_id = raw.get("item_id") or uuid.uuid4().hex
+            item_id = raw.setdefault("item_id", None) or uuid.uuid4().hex
+            raw["item_id"] = item_id  # the same id when checked again after staging
             folder = raw.get("folder", "Inbox")
             subject, body = raw.get("subject", ""), raw.get("body", "")
             if not isinstance(item_id, str) or not _ITEM_ID.match(item_id):
@@ -212,12 +273,20 @@ class MailboxStore:
             _check_text("subject", subject)
             _check_text("body", body)
             checked.append((item_id, folder, subject, body))
-        # numbered only once the whole request is valid
-        ops: list[Operation] = [
-            PutItem(mailbox, self.copy.next_change_number(), item_id, folder, subject, body)
-            for item_id, folder, subject, body in checked
-        ]
-        return await self._commit(ops, tuple(c[0] for c in checked))
+        return checked
+
+    async def _stage_bodies(self, checked: list[tuple[str, str, str, str]]) -> dict[int, BlobRef]:
+        """Stage the bodies a commit record cannot carry (`stage_plan`); by item index."""
+        sizes = [len(body.encode("utf-8")) for *_, body in checked]
+        staged: dict[int, BlobRef] = {}
+        try:
+            for i in stage_plan(sizes, self.copy.stream.log_file_size):
+                staged[i] = await self.copy.stage(checked[i][3].encode("utf-8"))
+        except BaseException:
+            if staged:
+                await self.copy.abort_staged(list(staged.values()))
+            raise
+        return staged
 
     @_admitted
     async def delete_item(

@@ -1,0 +1,351 @@
+"""Transactions larger than a log generation: item bodies staged in PART records, committed
+by one ordinary TRANSACTION record after their last part.
+
+Generations stay at `log_file_size` (the seeds' 1 MiB: a small loss window); a body too large
+for the room a generation has is *staged* first: written as PART records, as many as it
+takes, across as many generations as it takes, interleaved with other transactions.  The
+transaction that uses it is then committed as an ordinary TRANSACTION record whose `blobs`
+list names each staged body by (first part's generation, offset, size, CRC32C) and whose
+operations carry `"body_blob": i` where the body would be.  That record is the transaction's
+end: it is acknowledged, replayed, announced and counted as any commit is, and nothing of the
+transaction exists for a reader before it.
+
+Why staged bodies and one commit record rather than one record continued across files: the
+active hands out change numbers in log order (readers sync by `since_change`, the ceiling
+counts on it), and numbers are handed out only once the body is durable, just before the
+small commit record; small commits are not held behind a 36 MiB one (its parts interleave
+with them, a slice per group commit); and the commit record is whole in one generation, as
+every other, so every stage that already reads whole records keeps reading them.
+
+Records (`logfile.py` frames and checksums them like any other):
+
+    PART     blob generation u32 | blob offset u32 | part index u32 | bytes
+             A body's id is the LSN of its first part (index 0), which therefore names
+             itself; every later part names where its body began.
+    ABORT    blob generation u32 | blob offset u32: a staged body no commit will use (a write
+             refused after staging, a switchover, recovery after a crash).
+    CARRIED  JSON {"pending": [[generation, offset, parts, size, crc32c], ...]}: the bodies
+             pending when the generation was created, written with its header (`logdir`).
+
+Rules every stage checks alike (`track`): a first part sits at the LSN its id names and
+starts a body not pending; a later part continues a pending body with the next index; a
+commit names pending bodies with exactly the size and CRC32C their parts add up to and ends
+them; an ABORT ends a pending body; a generation created while bodies were pending begins
+with a CARRIED record listing exactly them, as the generation before it left them (checked
+whenever that one is known).  So a closed generation still proves it is whole, and a
+continuation is checked against its predecessor.
+
+Logs Required: after generation W, the lowest generation holding a part of a body still
+pending at W's end (`required_from`; 0 when none).  Recovery, replay, truncation, seeding and
+backups keep or fetch the log from there: a later commit reads those parts back from disk
+(`BodyReader`), never from memory.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import crc32c
+import orjson
+
+from replication_node.errors import LogRecordError
+from replication_node.log.logfile import (
+    FRAME_OVERHEAD,
+    HEADER_SIZE,
+    LogRecord,
+    RecordType,
+    ScanResult,
+    encode_record,
+)
+
+_ID = struct.Struct(">II")
+_PART = struct.Struct(">III")
+# What a PART record costs beyond its bytes.
+PART_OVERHEAD = FRAME_OVERHEAD + _PART.size
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class BlobId:
+    """A staged body: the LSN of its first part."""
+
+    generation: int
+    offset: int
+
+    def __str__(self) -> str:
+        return f"{self.generation}:{self.offset}"
+
+
+@dataclass(frozen=True, slots=True)
+class BlobRef:
+    """A staged body as its commit names it."""
+
+    id: BlobId
+    size: int
+    crc: int
+
+    def encode(self) -> list[int]:
+        return [self.id.generation, self.id.offset, self.size, self.crc]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingBlob:
+    """A staged body not yet committed or aborted: its parts so far."""
+
+    id: BlobId
+    parts: int = 0
+    size: int = 0
+    crc: int = 0
+
+    def add(self, chunk: bytes) -> PendingBlob:
+        return PendingBlob(
+            self.id, self.parts + 1, self.size + len(chunk), crc32c.crc32c(chunk, self.crc)
+        )
+
+    def ref(self) -> BlobRef:
+        return BlobRef(self.id, self.size, self.crc)
+
+    def encode(self) -> list[int]:
+        return [self.id.generation, self.id.offset, self.parts, self.size, self.crc]
+
+
+Pending = Mapping[BlobId, PendingBlob]
+
+
+def required_from(pending: Pending) -> int:
+    """Logs Required: the lowest generation holding a part of a pending body (0: none)."""
+    return min((b.generation for b in pending), default=0)
+
+
+# ---- encoding ------------------------------------------------------------------------------
+
+
+def encode_part(blob: BlobId, index: int, chunk: bytes | memoryview, when: datetime) -> bytes:
+    return encode_record(
+        RecordType.PART, when, _PART.pack(blob.generation, blob.offset, index) + chunk
+    )
+
+
+def encode_abort(blob: BlobId, when: datetime) -> bytes:
+    return encode_record(RecordType.ABORT, when, _ID.pack(blob.generation, blob.offset))
+
+
+def encode_carried(pending: Pending, when: datetime) -> bytes:
+    """The CARRIED record for `pending` (b"" when nothing is pending: no record)."""
+    if not pending:
+        return b""
+    rows = [pending[b].encode() for b in sorted(pending)]
+    return encode_record(RecordType.CARRIED, when, orjson.dumps({"pending": rows}))
+
+
+def decode_part(rec: LogRecord) -> tuple[BlobId, int, bytes]:
+    if len(rec.payload) < _PART.size:
+        raise LogRecordError(f"generation {rec.generation} offset {rec.offset}: short PART record")
+    gen, off, index = _PART.unpack_from(rec.payload)
+    return BlobId(gen, off), index, rec.payload[_PART.size :]
+
+
+def decode_abort(rec: LogRecord) -> BlobId:
+    if len(rec.payload) != _ID.size:
+        raise LogRecordError(f"generation {rec.generation} offset {rec.offset}: bad ABORT record")
+    return BlobId(*_ID.unpack(rec.payload))
+
+
+def decode_carried(rec: LogRecord) -> dict[BlobId, PendingBlob]:
+    try:
+        rows = orjson.loads(rec.payload)["pending"]
+        out = {}
+        for gen, off, parts, size, crc in rows:
+            blob = BlobId(int(gen), int(off))
+            out[blob] = PendingBlob(blob, int(parts), int(size), int(crc))
+        return out
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LogRecordError(
+            f"generation {rec.generation} offset {rec.offset}: undecodable CARRIED record"
+        ) from exc
+
+
+def decode_transaction(rec: LogRecord) -> tuple[list[dict[str, Any]], tuple[BlobRef, ...]]:
+    """A TRANSACTION record's operations and the staged bodies it commits."""
+    try:
+        fields = orjson.loads(rec.payload)
+        ops = fields["ops"]
+        refs = tuple(
+            BlobRef(BlobId(int(g), int(o)), int(s), int(c))
+            for g, o, s, c in fields.get("blobs") or ()
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LogRecordError(
+            f"generation {rec.generation} offset {rec.offset}: undecodable record"
+        ) from exc
+    if not isinstance(ops, list):
+        raise LogRecordError(f"generation {rec.generation} offset {rec.offset}: undecodable record")
+    return ops, refs
+
+
+# ---- the rules -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GenerationSpans:
+    """What one generation does to the staged bodies."""
+
+    generation: int
+    carried: Pending  # pending when it was created (its CARRIED record)
+    pending: Pending  # pending at its end
+    begun: tuple[BlobId, ...] = ()
+    committed: tuple[BlobRef, ...] = ()
+    aborted: tuple[BlobId, ...] = ()
+    # TRANSACTION offset -> the bodies it commits
+    commits: Mapping[int, tuple[BlobRef, ...]] = field(default_factory=dict)
+
+    @property
+    def required_from(self) -> int:
+        return required_from(self.pending)
+
+
+def track(result: ScanResult, before: Pending | None) -> GenerationSpans:
+    """Check the staged bodies of one generation against the rules (LogRecordError naming the
+    first broken one) and say what it leaves pending.  `before`: what the generation before
+    it left pending, or None when that is not known here (then its CARRIED record is taken
+    as it stands)."""
+    gen = result.header.generation
+    records = result.records
+    carried: dict[BlobId, PendingBlob] = {}
+    if records and records[0].type is RecordType.CARRIED:
+        carried = decode_carried(records[0])
+    if before is not None and dict(before) != carried:
+        raise LogRecordError(
+            f"generation {gen} carries staged bodies {_names(carried)} but generation "
+            f"{gen - 1} left {_names(before)} pending"
+        )
+    pending = dict(carried)
+    begun: list[BlobId] = []
+    committed: list[BlobRef] = []
+    aborted: list[BlobId] = []
+    commits: dict[int, tuple[BlobRef, ...]] = {}
+    for index, rec in enumerate(records):
+        where = f"generation {gen} offset {rec.offset}"
+        if rec.type is RecordType.CARRIED:
+            if index != 0 or rec.offset != HEADER_SIZE:
+                raise LogRecordError(f"{where}: a CARRIED record that is not the first record")
+        elif rec.type is RecordType.PART:
+            blob, part, chunk = decode_part(rec)
+            if part == 0:
+                if blob != BlobId(gen, rec.offset):
+                    raise LogRecordError(f"{where}: a first part naming body {blob}, not itself")
+                if blob in pending:
+                    raise LogRecordError(f"{where}: body {blob} begun twice")
+                begun.append(blob)
+                pending[blob] = PendingBlob(blob).add(chunk)
+                continue
+            state = pending.get(blob)
+            if state is None:
+                raise LogRecordError(
+                    f"{where}: part {part} continues body {blob}, which is not pending"
+                )
+            if part != state.parts:
+                raise LogRecordError(
+                    f"{where}: part {part} of body {blob} follows part {state.parts - 1}"
+                )
+            pending[blob] = state.add(chunk)
+        elif rec.type is RecordType.ABORT:
+            blob = decode_abort(rec)
+            if pending.pop(blob, None) is None:
+                raise LogRecordError(f"{where}: ABORT of body {blob}, which is not pending")
+            aborted.append(blob)
+        elif rec.type is RecordType.TRANSACTION:
+            _, refs = decode_transaction(rec)
+            for ref in refs:
+                state = pending.pop(ref.id, None)
+                if state is None:
+                    raise LogRecordError(f"{where}: commits body {ref.id}, which is not pending")
+                if state.ref() != ref:
+                    raise LogRecordError(
+                        f"{where}: commits body {ref.id} of {ref.size} bytes (CRC32C "
+                        f"{ref.crc:08x}); its parts hold {state.size} bytes (CRC32C "
+                        f"{state.crc:08x})"
+                    )
+                committed.append(ref)
+            if refs:
+                commits[rec.offset] = refs
+    return GenerationSpans(
+        gen, carried, pending, tuple(begun), tuple(committed), tuple(aborted), commits
+    )
+
+
+def _names(pending: Pending) -> str:
+    return "{" + ", ".join(str(b) for b in sorted(pending)) + "}"
+
+
+# ---- reading bodies back -------------------------------------------------------------------
+
+# Loads one generation's records (a closed generation, or the open log): LogRecordError or
+# OSError if it cannot.
+Loader = Callable[[int], ScanResult]
+
+
+class BodyReader:
+    """Reads staged bodies back from the log files, one generation at a time: only the body
+    being read, never the log, is held in memory."""
+
+    def __init__(self, load: Loader) -> None:
+        self._load = load
+        self._cached: tuple[int, ScanResult] | None = None
+
+    def _generation(self, gen: int) -> ScanResult:
+        if self._cached is None or self._cached[0] != gen:
+            self._cached = (gen, self._load(gen))
+        return self._cached[1]
+
+    def read(self, ref: BlobRef, through: int) -> bytes:
+        """The bytes of `ref`, from its first part up to generation `through` at most;
+        LogRecordError if they are not all there or do not add up to its size and CRC32C."""
+        chunks: list[bytes] = []
+        size = crc = parts = 0
+        for gen in range(ref.id.generation, through + 1):
+            for rec in self._generation(gen).records:
+                if rec.type is not RecordType.PART:
+                    continue
+                blob, part, chunk = decode_part(rec)
+                if blob != ref.id:
+                    continue
+                if part != parts:
+                    raise LogRecordError(f"body {ref.id}: part {part} where {parts} was due")
+                chunks.append(chunk)
+                parts += 1
+                size += len(chunk)
+                crc = crc32c.crc32c(chunk, crc)
+            if size >= ref.size:
+                break
+        if size != ref.size or crc != ref.crc:
+            raise LogRecordError(
+                f"body {ref.id}: its parts through generation {through} hold {size} bytes "
+                f"(CRC32C {crc:08x}), its commit names {ref.size} (CRC32C {ref.crc:08x})"
+            )
+        return b"".join(chunks)
+
+    def operations(self, rec: LogRecord, through: int) -> list[dict[str, Any]]:
+        """The operations of a TRANSACTION record, every staged body read back into place."""
+        ops, refs = decode_transaction(rec)
+        if not refs:
+            return ops
+        bodies = []
+        for ref in refs:
+            try:
+                bodies.append(self.read(ref, through).decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise LogRecordError(f"body {ref.id} is not UTF-8 text") from exc
+        for op in ops:
+            if isinstance(op, dict) and "body_blob" in op:
+                i = op.pop("body_blob")
+                if not isinstance(i, int) or not 0 <= i < len(bodies):
+                    raise LogRecordError(
+                        f"generation {rec.generation} offset {rec.offset}: an operation "
+                        f"names staged body {i!r} of {len(bodies)}"
+                    )
+                op["body"] = bodies[i]
+        return ops

@@ -1,0 +1,310 @@
+"""Items larger than a log generation: staged bodies, one commit, every stage reading them
+whole (`replication_node/log/spanning.py`).  Real files, a real active copy; logs of 32 KiB
+so a 300 KiB body spans ten generations."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from replication_node.errors import InspectionFailed, LogRecordError
+from replication_node.log import logfile
+from replication_node.log.logdir import list_closed_generations
+from replication_node.log.logfile import HEADER_SIZE, LogHeader, RecordType, encode_record
+from replication_node.log.recovery import plan_recovery
+from replication_node.log.spanning import BlobId, PendingBlob, decode_part, encode_part, track
+from replication_node.passive.inspector import inspect_generation
+from replication_node.storage.mailbox_store import MailboxStore, stage_plan
+from tests.cluster_harness import wait_until
+from tests.replication_node.helpers import mount, passive, replayed_through
+
+SIZE = 32 * 1024
+
+
+def body(n: int, seed: int = 1) -> str:
+    """`n` bytes of text that does not compress to a pattern (a bit flip shows)."""
+    rng = random.Random(seed)
+    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789 \n") for _ in range(n))
+
+
+def generations(logs) -> list[logfile.ScanResult]:
+    return [
+        logfile.verify_closed((logs / logfile.closed_log_name(g)).read_bytes(), g)
+        for g in list_closed_generations(logs)
+    ]
+
+
+def chained(results) -> list:
+    """`track` over consecutive generations, each checked against its predecessor."""
+    out, before = [], {}
+    for result in results:
+        spans = track(result, before)
+        out.append(spans)
+        before = spans.pending
+    return out
+
+
+@pytest.mark.parametrize(
+    ("sizes", "staged"),
+    [
+        ([100, 200], []),
+        ([5000], [0]),  # over an eighth of 32 KiB
+        ([300_000, 10], [0]),
+        ([3000] * 4, []),  # 12000 inline: fits in half a log file
+        ([3000] * 8, [0, 1, 2]),  # 24000 inline: the largest go until half a log file is left
+        ([4000] * 8, [0, 1, 2, 3]),
+    ],
+)
+def test_stage_plan_keeps_a_commit_record_within_half_a_log_file(sizes, staged):
+    assert stage_plan(sizes, SIZE) == staged
+    inline = sum(s for i, s in enumerate(sizes) if i not in staged)
+    assert inline <= SIZE // 2
+
+
+async def test_an_item_ten_times_a_log_file_commits_once_across_generations(tmp_path):
+    copy = await mount(tmp_path, log_file_size=SIZE)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    text = body(300_000)
+    result = await store.put_items("m", [{"item_id": "big", "body": text}])
+    assert copy.item("m", "big")["body"] == text
+    await copy.roll()
+    spans = chained(generations(copy.paths.logs))
+    (begun,) = [b for s in spans for b in s.begun]
+    (ended,) = [(s.generation, r) for s in spans for r in s.committed]
+    assert ended[0] == result.lsn.generation and ended[0] - begun.generation >= 9
+    assert ended[1].id == begun and ended[1].size == len(text)
+    assert spans[-1].pending == {}
+    # every generation between carried it, and said where its Logs Required begin
+    for s in spans:
+        if begun.generation <= s.generation < ended[0]:
+            assert s.required_from == begun.generation
+    # a crash: recovery reads the body back from the parts on disk, whole
+    await copy.crash_close()
+    copy = await mount(tmp_path, log_file_size=SIZE, create=False)
+    assert copy.item("m", "big")["body"] == text
+    await copy.crash_close()
+
+
+async def test_small_commits_interleave_with_a_staged_body_and_keep_change_number_order(
+    tmp_path,
+):
+    copy = await mount(tmp_path, log_file_size=SIZE)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+
+    async def small(i: int):
+        await asyncio.sleep(0.001 * i)
+        return await store.put_items("m", [{"item_id": f"s{i}", "body": "x" * 100}])
+
+    big, *smalls = await asyncio.gather(
+        store.put_items("m", [{"item_id": "big", "body": body(400_000)}]),
+        *(small(i) for i in range(40)),
+    )
+    await copy.roll()
+    spans = chained(generations(copy.paths.logs))
+    (begun,) = [b for s in spans for b in s.begun]
+    inside = [r for r in smalls if begun.generation < r.lsn.generation < big.lsn.generation]
+    assert inside, "no small commit was written while the body was staged"
+    by_lsn = sorted([big, *smalls], key=lambda r: (r.lsn.generation, r.lsn.offset))
+    numbers = [r.change_number for r in by_lsn]
+    assert numbers == sorted(numbers), "change numbers must follow log order"
+    await copy.crash_close()
+
+
+async def test_a_body_staged_and_never_committed_is_aborted_by_recovery(tmp_path):
+    copy = await mount(tmp_path, log_file_size=SIZE)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    ref = await copy.stage(body(100_000).encode())  # the crash comes before its commit
+    await copy.crash_close()
+    plan = plan_recovery(copy.paths.logs, copy.db.header)
+    assert set(plan.pending) == {ref.id}
+    copy = await mount(tmp_path, log_file_size=SIZE, create=False)
+    assert any("never committed" in note for note in copy.recovery_notes)
+    assert copy.stream.pending_bodies == []
+    await store_after(copy).put_items("m", [{"item_id": "next", "body": "y"}])
+    await copy.roll()
+    spans = chained(generations(copy.paths.logs))
+    assert [b for s in spans for b in s.aborted] == [ref.id]
+    assert spans[-1].pending == {}
+    assert [i["item_id"] for i in copy.items("m")] == ["next"]
+    await copy.crash_close()
+
+
+def store_after(copy) -> MailboxStore:
+    return MailboxStore(copy)
+
+
+async def test_a_torn_part_at_the_end_of_the_open_log_is_cut_and_its_body_aborted(tmp_path):
+    copy = await mount(tmp_path, log_file_size=SIZE)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    await copy.stage(body(100_000).encode())
+    await copy.crash_close()
+    open_log = copy.paths.logs / logfile.OPEN_LOG_NAME
+    data = open_log.read_bytes()
+    last = logfile.scan(data).records[-1]
+    assert last.type is RecordType.PART
+    open_log.write_bytes(data[: last.offset + last.size // 2])  # kill -9 mid-write
+    copy = await mount(tmp_path, log_file_size=SIZE, create=False)
+    assert copy.stream.pending_bodies == []
+    result = await store_after(copy).put_items("m", [{"item_id": "after", "body": "z"}])
+    assert result.change_number > 0 and copy.item("m", "after") is not None
+    await copy.crash_close()
+
+
+def _parts_of(results):
+    return [(res, r) for res in results for r in res.records if r.type is RecordType.PART]
+
+
+async def _spanning_log(tmp_path):
+    copy = await mount(tmp_path, log_file_size=SIZE)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    await store.put_items("m", [{"item_id": "big", "body": body(120_000)}])
+    await copy.roll()
+    results = generations(copy.paths.logs)
+    await copy.crash_close()
+    return copy, results
+
+
+def _inspect(copy, data, gen, prev_pending):
+    prev = logfile.read_header(copy.paths.logs / logfile.closed_log_name(gen - 1))
+    return inspect_generation(
+        data,
+        generation=gen,
+        log_signature=copy.db.header.log_signature,
+        database_signature=copy.db.header.database_signature,
+        prev=prev,
+        highest_known=10**6,
+        prev_pending=prev_pending,
+    )
+
+
+async def test_inspection_refuses_a_bit_flip_in_a_continuation_naming_it(tmp_path):
+    copy, results = await _spanning_log(tmp_path)
+    spans = chained(results)
+    res, rec = next((res, r) for res, r in _parts_of(results) if decode_part(r)[1] > 0)
+    gen = res.header.generation
+    path = copy.paths.logs / logfile.closed_log_name(gen)
+    data = bytearray(path.read_bytes())
+    data[rec.offset + rec.size - 10] ^= 0x01
+    before = spans[gen - 2].pending
+    with pytest.raises(InspectionFailed, match=f"generation {gen}: record checksum mismatch"):
+        _inspect(copy, bytes(data), gen, before)
+    assert _inspect(copy, path.read_bytes(), gen, before).pending == spans[gen - 1].pending
+
+
+async def test_inspection_refuses_a_forged_continuation_with_a_valid_checksum(tmp_path):
+    copy, results = await _spanning_log(tmp_path)
+    spans = chained(results)
+    res, rec = next((res, r) for res, r in _parts_of(results) if decode_part(r)[1] > 1)
+    gen = res.header.generation
+    blob, index, chunk = decode_part(rec)
+    forged = encode_part(blob, index + 1, chunk, rec.commit_time)  # a part skipped
+    data = bytearray((copy.paths.logs / logfile.closed_log_name(gen)).read_bytes())
+    data[rec.offset : rec.offset + rec.size] = forged
+    with pytest.raises(InspectionFailed, match=f"part {index + 1} of body {blob} follows"):
+        _inspect(copy, bytes(data), gen, spans[gen - 2].pending)
+
+
+async def test_inspection_refuses_a_generation_that_carries_other_than_its_predecessor_left(
+    tmp_path,
+):
+    copy, results = await _spanning_log(tmp_path)
+    spans = chained(results)
+    gen = next(s.generation for s in spans if s.carried)
+    data = (copy.paths.logs / logfile.closed_log_name(gen)).read_bytes()
+    with pytest.raises(InspectionFailed, match=f"generation {gen} carries staged bodies"):
+        _inspect(copy, data, gen, {})  # as if the generation before had nothing pending
+
+
+def test_a_commit_naming_a_body_of_another_size_is_refused():
+    """A forged commit record: its body reference does not match what the parts hold."""
+    now = datetime.now(UTC)
+    header = LogHeader(1, uuid.uuid4(), uuid.uuid4(), now, None, SIZE)
+    blob = BlobId(1, HEADER_SIZE)
+    part = encode_part(blob, 0, b"hello", now)
+    state = PendingBlob(blob).add(b"hello")
+    bad = [blob.generation, blob.offset, state.size + 1, state.crc]
+    commit = logfile.encode_transaction([{"op": "x", "body_blob": 0}], now, [bad])
+    data = header.encode() + part + commit + encode_record(RecordType.CLOSE, now)
+    with pytest.raises(LogRecordError, match="commits body 1:512 of 6 bytes"):
+        track(logfile.verify_closed(data, 1), {})
+
+
+async def test_a_passive_replays_a_spanning_item_whole_and_keeps_its_parts_until_the_commit(
+    share, tmp_path
+):
+    await share.write(0, 5)
+    copy = passive(share, tmp_path)
+    await copy.start()
+    active = share.active.copy
+    text = body(150_000, seed=7)
+    ref = await active.stage(text.encode())  # staged; its commit comes later
+    last = await share.roll()
+    await wait_until("replay of the parts", replayed_through(copy, last))
+    header = copy._db.header
+    assert header.required_from == ref.id.generation, "Logs Required begin at the first part"
+    assert (copy.paths.logs / logfile.closed_log_name(ref.id.generation)).exists()
+    # the passive restarts (it keeps no part in memory), then the commit arrives
+    await copy.stop()
+    copy = passive(share, tmp_path)
+    await copy.start()
+    await _put(active, text, ref)
+    last = await share.roll()
+    await wait_until("replay of the commit", replayed_through(copy, last))
+    assert copy.reader().item("m", "big")["body"] == text
+    assert copy._db.header.required_from == 0
+    await copy.stop()
+
+
+def _put(active, text: str, ref):
+    """The commit of item `big` whose body was staged as `ref`."""
+    ops = [
+        {
+            "op": "put_item",
+            "mailbox": "m",
+            "item_id": "big",
+            "folder": "Inbox",
+            "subject": "",
+            "body": text,
+            "cn": active.next_change_number(),
+        }
+    ]
+    logged = [dict(ops[0])]
+    del logged[0]["body"]
+    logged[0]["body_blob"] = 0
+    return active.commit(ops, logged=logged, blobs=(ref,))
+
+
+async def test_a_copy_seeded_while_a_body_is_staged_fetches_the_logs_required_below_its_waypoint(
+    share, tmp_path
+):
+    await share.write(0, 5)
+    active = share.active.copy
+    text = body(100_000, seed=3)
+    ref = await active.stage(text.encode())
+    for i in range(4):  # the active's database file moves past the parts (LLR depth 2)
+        await share.write(10 + i, 1)
+        await share.roll()
+    await wait_until("the LLR flush", lambda: active.db.header.waypoint > ref.id.generation + 2)
+    header = active.db.header
+    assert header.required_from == ref.id.generation
+    assert header.as_dict()["log_required"] == [ref.id.generation, header.waypoint]
+    copy = passive(share, tmp_path)  # seeded from the active's file: waypoint above the parts
+    await copy.start()
+    last = share.active.last_log_generated
+    await wait_until("replay", replayed_through(copy, last))
+    for gen in range(ref.id.generation, header.waypoint + 1):
+        assert (copy.paths.logs / logfile.closed_log_name(gen)).exists()
+    await _put(active, text, ref)
+    last = await share.roll()
+    await wait_until("replay of the commit", replayed_through(copy, last))
+    assert copy.reader().item("m", "big")["body"] == text
+    await copy.stop()
