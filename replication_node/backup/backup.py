@@ -1,7 +1,10 @@
 """A backup, on the node that hosts the source copy (the seeds' Replica VSS writer): a full
 backup is a consistent snapshot of the copy's database file (SQLite online backup) and every
 closed generation after its waypoint through the point the backup ends; an incremental, the
-generations since the last backup.  Coordinated through the active (`coordinator.py`):
+generations since the last backup.  Either set also holds, from where it begins, the start
+of every transaction its first log continues (a staged body pending there, `log/spanning.py`:
+its first log's CARRIED record says where they began).  Coordinated through the active
+(`coordinator.py`):
 
     refusals (copy not Healthy/Mounted, destination not empty)   nothing changed
     begin on the active ─▶ a lease (renewed meanwhile)           the active refuses a second
@@ -46,7 +49,9 @@ from replication_node.backup.files import (
 )
 from replication_node.backup.manifest import MANIFEST_NAME, FileEntry, LogEntry, Manifest
 from replication_node.errors import BackupError, BadRequest, Conflict, InspectionFailed
-from replication_node.log.logfile import anchor_header, closed_log_name
+from replication_node.log import logfile
+from replication_node.log.logfile import RecordType, anchor_header, closed_log_name
+from replication_node.log.spanning import decode_carried, required_from
 from replication_node.passive.inspector import inspect_generation
 from replication_node.storage.header import DatabaseHeader, read_header
 from replication_node.storage.ops import BackupKind
@@ -65,6 +70,10 @@ class BackupSource(Protocol):
     def usable_status(self) -> CopyStatus: ...
 
     def waypoint(self) -> int: ...
+
+    def first_required(self) -> int:
+        """The first generation the database file needs (`DatabaseHeader.first_required`)."""
+        ...
 
     def inspected(self) -> int:
         """The highest closed generation in `log_dir` that passed inspection."""
@@ -215,9 +224,9 @@ async def _take(
 ) -> Manifest:
     database_file: FileEntry | None = None
     if request.kind is BackupKind.FULL:
-        # Truncation keeps everything above the waypoint as of now (the snapshot's is at
-        # least that), before the snapshot is taken.
-        source.hold_truncation(source.waypoint() + 1)
+        # Truncation keeps everything the file needs as of now (the snapshot's Logs Required
+        # are at least that), before the snapshot is taken.
+        source.hold_truncation(source.first_required())
         target = request.to / f"{request.database}.sqlite"
         written.append(target)
         await asyncio.to_thread(source.snapshot, target)
@@ -234,7 +243,7 @@ async def _take(
             )
     else:
         after = int(lease["last_backup_generation"])
-        source.hold_truncation(after + 1)
+        source.hold_truncation(required_start(source.log_dir, after))
     _check_lease(lost)
     last = await active.roll(lease["backup_id"])
     deadline = clock.monotonic() + wait_timeout
@@ -261,10 +270,29 @@ async def _take(
         started_at=started,
         ended_at=clock.now(),
         after_generation=after,
+        first_generation=logs[0].generation if logs else after + 1,
         last_generation=last,
         logs=tuple(logs),
         database_file=database_file,
     )
+
+
+def required_start(log_dir: Path, after: int) -> int:
+    """The first generation a set beginning after `after` holds: after + 1, or where the
+    oldest staged body pending at `after` began (generation after + 1's CARRIED record), if
+    those generations are still here; if not, the sets before hold them (the full backup
+    held every start its own last log left pending), and a restore reads them there."""
+    path = log_dir / closed_log_name(after + 1)
+    try:
+        records = logfile.scan(path.read_bytes()).records
+    except FileNotFoundError:
+        return after + 1  # _copy_logs says it is gone
+    if not records or records[0].type is not RecordType.CARRIED:
+        return after + 1
+    first = min(required_from(decode_carried(records[0])), after + 1)
+    if all((log_dir / closed_log_name(g)).exists() for g in range(first, after + 1)):
+        return first
+    return after + 1
 
 
 def _copy_logs(
@@ -276,13 +304,14 @@ def _copy_logs(
     written: list[Path],
     node: str,
 ) -> list[LogEntry]:
-    """Copy generations after+1..last from `log_dir`, each checked as the inspector checks a
-    copied log and fsync'd (worker thread)."""
+    """Copy generations after+1..last from `log_dir` (from `required_start`), each checked as
+    the inspector checks a copied log and fsync'd (worker thread)."""
     log_signature = uuid.UUID(lease["log_signature"])
     database_signature = uuid.UUID(lease["database_signature"])
-    prev = anchor_header(log_dir, after)
+    first = required_start(log_dir, after)
+    prev = anchor_header(log_dir, first - 1)
     out = []
-    for gen in range(after + 1, last + 1):
+    for gen in range(first, last + 1):
         name = closed_log_name(gen)
         try:
             data = (log_dir / name).read_bytes()

@@ -79,6 +79,18 @@ class Manifest:
     last_generation: int
     logs: tuple[LogEntry, ...]
     database_file: FileEntry | None = None  # a full backup's
+    # The first generation the set holds: after_generation + 1, or lower when a staged body
+    # pending there began before it (Logs Required, `log/spanning.py`): the set holds the
+    # start of every transaction its first log continues.  Those logs are read, not replayed.
+    first_generation: int = 0
+
+    def __post_init__(self) -> None:
+        if self.first_generation == self.after_generation + 1:  # one spelling of the default
+            object.__setattr__(self, "first_generation", 0)
+
+    @property
+    def first(self) -> int:
+        return self.first_generation or self.after_generation + 1
 
     @property
     def files(self) -> tuple[FileEntry, ...]:
@@ -103,6 +115,7 @@ class Manifest:
             "started_at": self.started_at.isoformat(),
             "ended_at": self.ended_at.isoformat(),
             "after_generation": self.after_generation,
+            "first_generation": self.first,
             "last_generation": self.last_generation,
             "database_file": self.database_file.as_dict() if self.database_file else None,
             "logs": [log.as_dict() for log in self.logs],
@@ -118,12 +131,14 @@ class Manifest:
         if (self.kind is BackupKind.FULL) != (self.database_file is not None):
             has = "without" if self.kind is BackupKind.FULL else "with"
             return f"a {self.kind} backup {has} a database file"
-        expected = list(range(self.after_generation + 1, self.last_generation + 1))
-        if [log.generation for log in self.logs] != expected:
+        if not 1 <= self.first <= self.after_generation + 1:
             return (
-                f"the logs are not generations {self.after_generation + 1}-"
-                f"{self.last_generation} in order"
+                f"its first generation {self.first} is not between 1 and the one after "
+                f"{self.after_generation}"
             )
+        expected = list(range(self.first, self.last_generation + 1))
+        if [log.generation for log in self.logs] != expected:
+            return f"the logs are not generations {self.first}-{self.last_generation} in order"
         names = [f.name for f in self.files]
         if len(set(names)) != len(names) or any("/" in n or n.startswith(".") for n in names):
             return "file names repeat or leave the set's directory"
@@ -176,6 +191,9 @@ def parse_manifest(data: bytes, where: str) -> Manifest:
             started_at=datetime.fromisoformat(_get(raw, "started_at", str)),
             ended_at=datetime.fromisoformat(_get(raw, "ended_at", str)),
             after_generation=_get(raw, "after_generation", int),
+            first_generation=(
+                _get(raw, "first_generation", int) if "first_generation" in raw else 0
+            ),
             last_generation=_get(raw, "last_generation", int),
             logs=tuple(logs),
             database_file=_file(db_file) if db_file is not None else None,

@@ -39,6 +39,7 @@ from replication_node.errors import (
     InspectionFailed,
 )
 from replication_node.log.logfile import LogHeader
+from replication_node.log.spanning import Pending, required_from
 from replication_node.passive.inspector import inspect_generation
 from replication_node.passive.replayer import read_batch
 from replication_node.storage.database import Database
@@ -96,7 +97,9 @@ def verify_sets(sets: list[tuple[Path, Manifest]]) -> None:
     inspector's checks (checksums, signatures, the chain across sets); BackupDamaged naming
     the file and the reason."""
     first = sets[0][1]
-    prev: LogHeader | None = None
+    # Each generation's header as a set before held it: the chain across sets, where an
+    # incremental may hold again the logs of a staged body pending where it begins.
+    known: dict[int, LogHeader] = {}
     for d, manifest in sets:
         for entry in manifest.files:
             path = d / entry.name
@@ -115,14 +118,18 @@ def verify_sets(sets: list[tuple[Path, Manifest]]) -> None:
                     generation=log.generation,
                     log_signature=first.log_signature,
                     database_signature=first.database_signature,
-                    prev=prev,
+                    prev=known.get(log.generation - 1),
                     highest_known=sets[-1][1].last_generation,
                 )
             except InspectionFailed as exc:
                 raise BackupDamaged(f"{path}: {exc}") from exc
             if inspected.header.creation_time != log.creation_time:
                 raise BackupDamaged(f"{path}: creation time differs from the manifest's")
-            prev = inspected.header
+            held = known.setdefault(log.generation, inspected.header)
+            if held.creation_time != inspected.header.creation_time:
+                raise BackupDamaged(
+                    f"{path}: not the generation {log.generation} a set before held"
+                )
 
 
 def restore(
@@ -195,22 +202,38 @@ def _replay(
                 f"{full.after_generation}"
             )
         prev: LogHeader | None = None
+        pending: Pending | None = None
+        # Every generation the sets hold, where: a staged body is read back from whichever
+        # set holds its parts (an incremental's commit may name a body the full set began).
+        where = {log.generation: d / log.file.name for d, m in reversed(sets) for log in m.logs}
         replayed = 0
         for d, manifest in sets:
-            gens = [log.generation for log in manifest.logs if log.generation <= until]
+            gens = [
+                log.generation
+                for log in manifest.logs
+                if manifest.after_generation < log.generation <= until
+            ]
             for i in range(0, len(gens), REPLAY_BATCH):
                 batch_gens = gens[i : i + REPLAY_BATCH]
                 try:
-                    batch = read_batch(d, batch_gens, prev=prev, log_signature=h.log_signature)
+                    batch = read_batch(
+                        d,
+                        batch_gens,
+                        prev=prev,
+                        log_signature=h.log_signature,
+                        pending=pending,
+                        where=where,
+                    )
                     db.apply(
                         batch.transactions,
                         waypoint=batch_gens[-1],
                         committed=batch_gens[-1],
                         last_log_time=batch.close_time,
+                        required_from=required_from(batch.pending or {}),
                     )
                 except (CopyFailed, DatabaseError) as exc:
                     raise BackupDamaged(f"{d}: replay of generations {batch_gens}: {exc}") from exc
-                prev = batch.last_header
+                prev, pending = batch.last_header, batch.pending
                 replayed += len(batch_gens)
         db.close(clean=True)
     except BaseException:

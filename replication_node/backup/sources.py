@@ -35,6 +35,10 @@ class PassiveSource:
     def waypoint(self) -> int:
         return self._copy.markers.last_log_replayed
 
+    def first_required(self) -> int:
+        header = self._copy.header()
+        return header.first_required if header is not None else self.waypoint() + 1
+
     def inspected(self) -> int:
         return self._copy.markers.last_log_inspected
 
@@ -71,6 +75,9 @@ class ActiveSource:
 
     def waypoint(self) -> int:
         return self._copy().header.waypoint
+
+    def first_required(self) -> int:
+        return self._copy().db.header.first_required
 
     def inspected(self) -> int:
         return self._copy().stream.last_closed_generation

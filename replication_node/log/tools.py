@@ -7,9 +7,35 @@ from pathlib import Path
 from typing import Any
 
 from replication_node.errors import LogFormatError
-from replication_node.log import logfile
-from replication_node.log.logfile import OPEN_LOG_NAME, RecordType
+from replication_node.log import logfile, spanning
+from replication_node.log.logfile import OPEN_LOG_NAME, LogRecord, RecordType
 from replication_node.storage.database import Database
+
+
+def _detail(rec: LogRecord) -> str:
+    """Where a record stands in a transaction spanning generations (`spanning.py`)."""
+    try:
+        if rec.type is RecordType.PART:
+            blob, index, chunk = spanning.decode_part(rec)
+            return f"body {blob} part {index} ({len(chunk)} bytes)" + (
+                " begins" if index == 0 else ""
+            )
+        if rec.type is RecordType.ABORT:
+            return f"body {spanning.decode_abort(rec)} aborted"
+        if rec.type is RecordType.CARRIED:
+            carried = spanning.decode_carried(rec)
+            return "carries " + ", ".join(
+                f"body {b} ({p.parts} parts, {p.size} bytes)" for b, p in sorted(carried.items())
+            )
+        if rec.type is RecordType.TRANSACTION:
+            _, refs = spanning.decode_transaction(rec)
+            return ", ".join(
+                f"commits body {r.id} ({r.size} bytes, begun in generation {r.id.generation})"
+                for r in refs
+            )
+    except LogFormatError as exc:
+        return f"undecodable: {exc}"
+    return ""
 
 
 def dump_log(path: Path) -> dict[str, Any]:
@@ -32,6 +58,18 @@ def dump_log(path: Path) -> dict[str, Any]:
     elif path.name != OPEN_LOG_NAME:
         problems.append("file name is neither E00.log nor a generation name")
     txns = result.transactions
+    staged: dict[str, list[str]] = {}
+    try:
+        spans = spanning.track(result, None)
+        staged = {
+            "carried": [str(b) for b in sorted(spans.carried)],
+            "begun": [str(b) for b in spans.begun],
+            "committed": [str(r.id) for r in spans.committed],
+            "aborted": [str(b) for b in spans.aborted],
+            "pending_at_end": [str(b) for b in sorted(spans.pending)],
+        }
+    except LogFormatError as exc:
+        problems.append(f"staged bodies: {exc}")
     return {
         "file": str(path),
         "header": {
@@ -55,6 +93,7 @@ def dump_log(path: Path) -> dict[str, Any]:
             "last_commit_time": txns[-1].commit_time.isoformat() if txns else None,
             "closed": result.closed,
             "close_time": result.close_time.isoformat() if result.close_time else None,
+            "staged_bodies": staged,
             "list": [
                 {
                     "offset": r.offset,
@@ -62,6 +101,7 @@ def dump_log(path: Path) -> dict[str, Any]:
                     "size": r.size,
                     "time": r.commit_time.isoformat(),
                     "operations": len(r.ops) if r.type is RecordType.TRANSACTION else 0,
+                    "detail": _detail(r),
                 }
                 for r in result.records
             ],
@@ -88,15 +128,21 @@ def render_log_dump(dump: dict[str, Any], *, records: bool = False) -> str:
         f"  Records:             {r['valid']} valid ({r['transactions']} transactions, "
         f"{r['operations']} operations, {r['bytes']} bytes)",
         f"  Closed:              {'yes at ' + r['close_time'] if r['closed'] else 'no (open log)'}",
-        f"  Verdict:             {dump['verdict'].upper()}",
     ]
+    staged = r.get("staged_bodies") or {}
+    if any(staged.values()):
+        lines.append(
+            "  Staged bodies:       "
+            + "; ".join(f"{k.replace('_', ' ')} {', '.join(v)}" for k, v in staged.items() if v)
+        )
+    lines.append(f"  Verdict:             {dump['verdict'].upper()}")
     lines += [f"    problem: {p}" for p in dump["problems"]]
     if records:
         lines.append("  offset      type         size  time                              ops")
         for rec in r["list"]:
             lines.append(
                 f"  {rec['offset']:<10}  {rec['type']:<11}  {rec['size']:>5}  {rec['time']:<32}  "
-                f"{rec['operations']}"
+                f"{rec['operations']}" + (f"  {rec['detail']}" if rec.get("detail") else "")
             )
     return "\n".join(lines)
 
@@ -116,7 +162,13 @@ def render_db_header(info: dict[str, Any]) -> str:
         [
             f"Database: {info['file']}",
             f"  State:               {info['state']}",
-            f"  Log Required:        none (consistent through generation {info['waypoint']})",
+            "  Log Required:        "
+            + (
+                f"{info['log_required'][0]}-{info['log_required'][1]} (a staged body begun in "
+                f"generation {info['log_required'][0]} is committed above the waypoint)"
+                if info.get("log_required")
+                else f"none (consistent through generation {info['waypoint']})"
+            ),
             f"  Log Committed:       {com[0]}-{com[1]} (0x{com[0]:X}-0x{com[1]:X})",
             f"  Checkpoint:          {info['checkpoint']}",
             f"  Waypoint:            {info['waypoint']}",

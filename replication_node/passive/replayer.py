@@ -105,18 +105,23 @@ def read_batch(
     prev: LogHeader | None,
     log_signature: uuid.UUID,
     pending: Pending | None = None,
+    where: Mapping[int, Path] | None = None,
 ) -> ReplayBatch:
     """Read, verify and chain-check `generations` (worker thread); CopyFailed if any fails.
-    `pending`: the staged bodies the generation before them left pending, if known."""
+    `pending`: the staged bodies the generation before them left pending, if known;
+    `where`: the file of each generation, when not all in `log_dir` (a restore's sets)."""
     txns: list[Transaction] = []
     digests: list[ContentDigest] = []
     close_time: datetime | None = None
-    reader = BodyReader(
-        lambda gen: verify_closed((log_dir / closed_log_name(gen)).read_bytes(), gen)
-    )
+
+    def path(gen: int) -> Path:
+        found = where.get(gen) if where is not None else None
+        return found or log_dir / closed_log_name(gen)
+
+    reader = BodyReader(lambda gen: verify_closed(path(gen).read_bytes(), gen))
     for gen in generations:
         try:
-            result = verify_closed((log_dir / closed_log_name(gen)).read_bytes(), gen)
+            result = verify_closed(path(gen).read_bytes(), gen)
         except (OSError, LogFormatError) as exc:
             raise CopyFailed(f"inspected generation {gen} cannot be replayed: {exc}") from exc
         problem = chain_problem(prev, result.header, log_signature)

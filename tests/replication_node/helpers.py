@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import random
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -18,6 +19,31 @@ from replication_node.node import Node
 from replication_node.passive.copy import PassiveCopy
 from tests.cluster_harness import serve_app
 from tests.replication_node.share import Share
+
+
+def text_body(n: int, seed: int = 1) -> str:
+    """`n` bytes of text that does not compress to a pattern (a bit flip shows)."""
+    rng = random.Random(seed)
+    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789 \n") for _ in range(n))
+
+
+def commit_staged(active, text: str, ref):
+    """The commit of item `big` whose body was staged as `ref`."""
+    ops = [
+        {
+            "op": "put_item",
+            "mailbox": "m",
+            "item_id": "big",
+            "folder": "Inbox",
+            "subject": "",
+            "body": text,
+            "cn": active.next_change_number(),
+        }
+    ]
+    logged = [dict(ops[0])]
+    del logged[0]["body"]
+    logged[0]["body_blob"] = 0
+    return active.commit(ops, logged=logged, blobs=(ref,))
 
 
 def op(i: int, size: int = 500) -> list[dict[str, Any]]:

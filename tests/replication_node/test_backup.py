@@ -34,7 +34,8 @@ from replication_node.errors import BackupDamaged, BackupError, BadRequest, Conf
 from replication_node.storage.database import Database
 from replication_node.storage.header import DatabaseState
 from replication_node.storage.ops import BackupKind
-from tests.replication_node.helpers import mount
+from tests.cluster_harness import wait_until
+from tests.replication_node.helpers import commit_staged, mount, text_body
 from tests.replication_node.share import Share
 
 # ---- the lease ---------------------------------------------------------------------------
@@ -297,3 +298,39 @@ async def test_a_damaged_or_incomplete_backup_is_refused_naming_the_file(backed_
     (where / MANIFEST_NAME).unlink()
     refused("incomplete backup")
     assert BackupDamaged.__mro__[1] is BackupError
+
+
+async def test_a_backup_whose_first_log_continues_a_staged_body_restores_it_whole(share, tmp_path):
+    """A full backup taken while a large item's body is staged (its first parts below the
+    snapshot's waypoint), the item committed after it, an incremental: the full set holds the
+    start of the body (Logs Required), and the restore reads it back across the sets."""
+    await share.write(0, 5)
+    active = share.active.copy
+    text = text_body(90_000, seed=5)
+    ref = await active.stage(text.encode())
+    for i in range(4):  # the file's waypoint passes the body's first parts (LLR depth 2)
+        await share.write(10 + i, 1)
+        await share.roll()
+    await wait_until("the LLR flush", lambda: active.db.header.waypoint > ref.id.generation + 1)
+    full = await take(share, tmp_path / "full")
+    assert full.first <= ref.id.generation < full.after_generation, "the start is in the set"
+    assert parse_manifest((tmp_path / "full" / "manifest.json").read_bytes(), "m") == full
+    await commit_staged(active, text, ref)
+    await share.write(20, 2)
+    await take(share, tmp_path / "inc", BackupKind.INCREMENTAL)
+    result = restore([tmp_path / "full", tmp_path / "inc"], to=tmp_path / "r", clock=SystemClock())
+    assert result.header.required_from == 0
+    db = Database.open(result.path)
+    try:
+        assert db.item("m", "big")["body"] == text
+    finally:
+        db.close()
+    # restored to a point where the body is still pending: its Logs Required say so
+    part = restore(
+        [tmp_path / "full", tmp_path / "inc"],
+        to=tmp_path / "p",
+        clock=SystemClock(),
+        until_generation=full.last_generation,
+    )
+    assert part.header.required_from == ref.id.generation
+    assert "big" not in items(part.path)

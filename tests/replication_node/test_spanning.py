@@ -5,7 +5,6 @@ so a 300 KiB body spans ten generations."""
 from __future__ import annotations
 
 import asyncio
-import random
 import uuid
 from datetime import UTC, datetime
 
@@ -20,15 +19,15 @@ from replication_node.log.spanning import BlobId, PendingBlob, decode_part, enco
 from replication_node.passive.inspector import inspect_generation
 from replication_node.storage.mailbox_store import MailboxStore, stage_plan
 from tests.cluster_harness import wait_until
-from tests.replication_node.helpers import mount, passive, replayed_through
+from tests.replication_node.helpers import (
+    commit_staged,
+    mount,
+    passive,
+    replayed_through,
+    text_body,
+)
 
 SIZE = 32 * 1024
-
-
-def body(n: int, seed: int = 1) -> str:
-    """`n` bytes of text that does not compress to a pattern (a bit flip shows)."""
-    rng = random.Random(seed)
-    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789 \n") for _ in range(n))
 
 
 def generations(logs) -> list[logfile.ScanResult]:
@@ -69,7 +68,7 @@ async def test_an_item_ten_times_a_log_file_commits_once_across_generations(tmp_
     copy = await mount(tmp_path, log_file_size=SIZE)
     store = MailboxStore(copy)
     await store.create_mailbox("m")
-    text = body(300_000)
+    text = text_body(300_000)
     result = await store.put_items("m", [{"item_id": "big", "body": text}])
     assert copy.item("m", "big")["body"] == text
     await copy.roll()
@@ -102,7 +101,7 @@ async def test_small_commits_interleave_with_a_staged_body_and_keep_change_numbe
         return await store.put_items("m", [{"item_id": f"s{i}", "body": "x" * 100}])
 
     big, *smalls = await asyncio.gather(
-        store.put_items("m", [{"item_id": "big", "body": body(400_000)}]),
+        store.put_items("m", [{"item_id": "big", "body": text_body(400_000)}]),
         *(small(i) for i in range(40)),
     )
     await copy.roll()
@@ -120,7 +119,7 @@ async def test_a_body_staged_and_never_committed_is_aborted_by_recovery(tmp_path
     copy = await mount(tmp_path, log_file_size=SIZE)
     store = MailboxStore(copy)
     await store.create_mailbox("m")
-    ref = await copy.stage(body(100_000).encode())  # the crash comes before its commit
+    ref = await copy.stage(text_body(100_000).encode())  # the crash comes before its commit
     await copy.crash_close()
     plan = plan_recovery(copy.paths.logs, copy.db.header)
     assert set(plan.pending) == {ref.id}
@@ -144,7 +143,7 @@ async def test_a_torn_part_at_the_end_of_the_open_log_is_cut_and_its_body_aborte
     copy = await mount(tmp_path, log_file_size=SIZE)
     store = MailboxStore(copy)
     await store.create_mailbox("m")
-    await copy.stage(body(100_000).encode())
+    await copy.stage(text_body(100_000).encode())
     await copy.crash_close()
     open_log = copy.paths.logs / logfile.OPEN_LOG_NAME
     data = open_log.read_bytes()
@@ -166,7 +165,7 @@ async def _spanning_log(tmp_path):
     copy = await mount(tmp_path, log_file_size=SIZE)
     store = MailboxStore(copy)
     await store.create_mailbox("m")
-    await store.put_items("m", [{"item_id": "big", "body": body(120_000)}])
+    await store.put_items("m", [{"item_id": "big", "body": text_body(120_000)}])
     await copy.roll()
     results = generations(copy.paths.logs)
     await copy.crash_close()
@@ -245,7 +244,7 @@ async def test_a_passive_replays_a_spanning_item_whole_and_keeps_its_parts_until
     copy = passive(share, tmp_path)
     await copy.start()
     active = share.active.copy
-    text = body(150_000, seed=7)
+    text = text_body(150_000, seed=7)
     ref = await active.stage(text.encode())  # staged; its commit comes later
     last = await share.roll()
     await wait_until("replay of the parts", replayed_through(copy, last))
@@ -256,7 +255,7 @@ async def test_a_passive_replays_a_spanning_item_whole_and_keeps_its_parts_until
     await copy.stop()
     copy = passive(share, tmp_path)
     await copy.start()
-    await _put(active, text, ref)
+    await commit_staged(active, text, ref)
     last = await share.roll()
     await wait_until("replay of the commit", replayed_through(copy, last))
     assert copy.reader().item("m", "big")["body"] == text
@@ -264,31 +263,12 @@ async def test_a_passive_replays_a_spanning_item_whole_and_keeps_its_parts_until
     await copy.stop()
 
 
-def _put(active, text: str, ref):
-    """The commit of item `big` whose body was staged as `ref`."""
-    ops = [
-        {
-            "op": "put_item",
-            "mailbox": "m",
-            "item_id": "big",
-            "folder": "Inbox",
-            "subject": "",
-            "body": text,
-            "cn": active.next_change_number(),
-        }
-    ]
-    logged = [dict(ops[0])]
-    del logged[0]["body"]
-    logged[0]["body_blob"] = 0
-    return active.commit(ops, logged=logged, blobs=(ref,))
-
-
 async def test_a_copy_seeded_while_a_body_is_staged_fetches_the_logs_required_below_its_waypoint(
     share, tmp_path
 ):
     await share.write(0, 5)
     active = share.active.copy
-    text = body(100_000, seed=3)
+    text = text_body(100_000, seed=3)
     ref = await active.stage(text.encode())
     for i in range(4):  # the active's database file moves past the parts (LLR depth 2)
         await share.write(10 + i, 1)
@@ -303,7 +283,7 @@ async def test_a_copy_seeded_while_a_body_is_staged_fetches_the_logs_required_be
     await wait_until("replay", replayed_through(copy, last))
     for gen in range(ref.id.generation, header.waypoint + 1):
         assert (copy.paths.logs / logfile.closed_log_name(gen)).exists()
-    await _put(active, text, ref)
+    await commit_staged(active, text, ref)
     last = await share.roll()
     await wait_until("replay of the commit", replayed_through(copy, last))
     assert copy.reader().item("m", "big")["body"] == text

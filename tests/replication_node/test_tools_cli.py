@@ -68,3 +68,24 @@ async def test_db_header(tmp_path, capsys):
     assert "Log Required:        none (consistent through generation 2)" in out
     assert "Waypoint:            2" in out
     assert main(["db", "header", str(tmp_path / "missing.sqlite")]) == 2
+
+
+async def test_log_dump_shows_where_a_spanning_transaction_begins_and_ends(tmp_path, capsys):
+    copy = await mount(tmp_path, log_file_size=32 * 1024, llr_depth=1)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    result = await store.put_items("m", [{"item_id": "big", "body": "q" * 100_000}])
+    await copy.roll()
+    await copy.dismount()
+    logs = copy.paths.logs
+    assert main(["log", "dump", str(logs / logfile.closed_log_name(1)), "--json"]) == 0
+    staged = json.loads(capsys.readouterr().out)["records"]["staged_bodies"]
+    (begun,) = staged["begun"]
+    assert begun.startswith("1:")
+    assert staged["pending_at_end"] == [begun] and staged["committed"] == []
+    end = logs / logfile.closed_log_name(result.lsn.generation)
+    assert main(["log", "dump", str(end), "--records"]) == 0
+    text = capsys.readouterr().out
+    assert f"Staged bodies:       carried {begun}; committed {begun}" in text
+    assert f"commits body {begun} (100000 bytes, begun in generation 1)" in text
+    assert f"body {begun} part 0" not in text and f"body {begun} part " in text
