@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ByteSize,
     ConfigDict,
@@ -32,6 +33,24 @@ from dag_common.model import AutoDatabaseMountDial, DataMoveReplicationConstrain
 
 TOKEN_ENV = "DG_AUTH_TOKEN"
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+MIB = 1024 * 1024
+# The largest item a store write takes: Exchange Online's receive limit (36 MB) by default;
+# at most 150 MiB, Exchange's own ceiling for a message, since a write of one item holds
+# about twice its size in a node's memory at the HTTP edge.
+DEFAULT_MAX_ITEM_SIZE = 36 * MIB
+MAX_MAX_ITEM_SIZE = 150 * MIB
+
+
+def _max_item_size(value: ByteSize) -> ByteSize:
+    if not 0 < value <= MAX_MAX_ITEM_SIZE:
+        raise ValueError(
+            f"max_item_size must be more than 0 bytes and at most 150MiB ({MAX_MAX_ITEM_SIZE} "
+            f"bytes), not {int(value)} bytes"
+        )
+    return value
+
+
+ItemSize = Annotated[ByteSize, AfterValidator(_max_item_size)]
 
 
 class _Model(BaseModel):
@@ -127,6 +146,9 @@ class Defaults(_Model):
     """Per-database settings that a database may override."""
 
     log_file_size: ByteSize = ByteSize(1024 * 1024)
+    # The largest item (its subject and body, in UTF-8) a store write takes, refused with 413
+    # at the HTTP edge before it is read (replication_node/http/body.py).
+    max_item_size: ItemSize = ByteSize(DEFAULT_MAX_ITEM_SIZE)
     llr_depth: int = Field(default=10, ge=1, le=64)
     auto_database_mount_dial: AutoDatabaseMountDial = AutoDatabaseMountDial.BEST_AVAILABILITY
     data_move_replication_constraint: DataMoveReplicationConstraint = (
@@ -224,6 +246,7 @@ class DatabaseConfig(_Model):
     data_move_replication_constraint: DataMoveReplicationConstraint | None = None
     auto_database_mount_dial: AutoDatabaseMountDial | None = None
     log_file_size: ByteSize | None = None
+    max_item_size: ItemSize | None = None
     llr_depth: int | None = Field(default=None, ge=1, le=64)
     synchronous_copies: int | None = Field(default=None, ge=0)
     block_mode: bool | None = None
@@ -404,6 +427,15 @@ class ClusterConfig(_Model):
 
     def log_file_size_of(self, db: DatabaseConfig) -> int:
         return int(db.log_file_size or self.defaults.log_file_size)
+
+    def max_item_size_of(self, db: DatabaseConfig) -> int:
+        """The largest item a write to `db` takes: its own max_item_size, or the default."""
+        return int(db.max_item_size or self.defaults.max_item_size)
+
+    def largest_max_item_size(self) -> int:
+        """The largest max_item_size of any database (the default when none overrides it)."""
+        sizes = [self.max_item_size_of(db) for db in self.databases]
+        return max([int(self.defaults.max_item_size), *sizes])
 
     def llr_depth_of(self, db: DatabaseConfig) -> int:
         """LLR depth: the configured depth, or 1 for a database with no other copy (seeds)."""

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 from aiohttp import web
 
+from dag_common.config import ClusterConfig, NodeConfig
 from guarantee_api.server import GuaranteeService
 from replication_node.http.app import build_app
 from replication_node.metrics import NodeMetrics
@@ -55,7 +56,12 @@ def documented(heading: str) -> set[tuple[str, str]]:
 
 def test_the_nodes_table_is_its_routes():
     # The node's own application, so that a route module added to it is checked too.
-    node = SimpleNamespace(token="t", metrics=NodeMetrics("mbx1"), active_here=lambda db: None)
+    config = ClusterConfig(
+        cluster="c", nodes=[NodeConfig(name="mbx1", site="s", url="http://h:1", data_dir="d")]
+    )
+    node = SimpleNamespace(
+        token="t", metrics=NodeMetrics("mbx1"), active_here=lambda db: None, config=config
+    )
     app = build_app(node)  # type: ignore[arg-type]
     assert documented("### Node (`replication-node serve`") == served(app)
 

@@ -9,6 +9,7 @@ from replication_node.active.share import ActiveLogShare
 from replication_node.http.admin_routes import add_admin_routes
 from replication_node.http.auth import auth_middleware
 from replication_node.http.backup_routes import add_backup_routes
+from replication_node.http.body import items_body_size
 from replication_node.http.context import NODE
 from replication_node.http.copy_share import add_copy_share_routes
 from replication_node.http.error_middleware import error_middleware
@@ -26,7 +27,10 @@ def build_app(node: Node) -> web.Application:
 
     app = web.Application(
         middlewares=[auth_middleware(node.token), error_middleware],
-        client_max_size=16 * 1024 * 1024,
+        # Bodies are read by `body.py` within each request's own limit, from the config as
+        # it is at the request; this is aiohttp's cap for a handler that reads one itself
+        # (`request.read()`), as large as the largest write the config allows.
+        client_max_size=items_body_size(node.config.largest_max_item_size()),
     )
     app[NODE] = node
     add_store_routes(app)

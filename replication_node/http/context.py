@@ -1,6 +1,7 @@
 """What every route of the node's HTTP API needs: the node it serves (`NodeApi`, under the
-app key `NODE`), and the request turned into what a handler acts on: its JSON body, its
-flags, the mailbox it names, the active instance or the reader it addresses.
+app key `NODE`), and the request turned into what a handler acts on: its JSON body (read
+within its limit: `body.py`), its flags, the mailbox it names, the active instance or the
+reader it addresses.
 
 A request that addresses what is not here raises the domain error that says so (NotFound,
 NotActive, a dismounted copy's LogStreamStopped); `error_middleware.py` answers it.
@@ -8,7 +9,6 @@ NotActive, a dismounted copy's LogStreamStopped); `error_middleware.py` answers 
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, Protocol
@@ -19,6 +19,7 @@ from dag_common.config import ClusterConfig
 from dag_common.model import AutoDatabaseMountDial, NodeStatus
 from replication_node.active.instance import ActiveInstance
 from replication_node.errors import BadRequest, LogStreamStopped, NotActive, NotFound
+from replication_node.http.body import SMALL_BODY, BodyLimit, body_text, parse_json, read_body
 from replication_node.interfaces import HostedCopy, MailboxReader
 from replication_node.storage.ops import NAME_PATTERN
 
@@ -66,16 +67,14 @@ NODE: web.AppKey[NodeApi] = web.AppKey("node")
 _NAME = re.compile(NAME_PATTERN)
 
 
-async def json_body(request: web.Request) -> dict[str, Any]:
-    """The request's JSON object ({} without a body); BadRequest if it is not one."""
+async def json_body(request: web.Request, limit: BodyLimit = SMALL_BODY) -> dict[str, Any]:
+    """The request's JSON object ({} without a body), read within `limit`; BadRequest if it
+    is not one, RequestTooLarge (413) past the limit (`body.py`)."""
     if not request.can_read_body:
         return {}
-    try:
-        data = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"request body is not JSON: {exc}") from exc
-    except RecursionError as exc:
-        raise BadRequest("request body is nested too deeply") from exc
+    # The bytes are dropped once decoded: an item's bytes and text, then its text and the
+    # parsed item, never all three (`body.py`).
+    data = parse_json(body_text(await read_body(request, limit)))
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
     return data

@@ -2,8 +2,9 @@
 
 Domain errors get their status here and nowhere else: a store error its 4xx, NotActive 409
 naming the active (and `switching_to` during a switchover), a refused mount 409 with the
-loss, a failing database or disk 503 naming the error, aiohttp's own errors (404, 405, 413)
-their status, and anything else 500, counted and logged as the bug it is.
+loss, a body or an item over its limit 413 naming the limit (the connection closed when the
+body was not read), a failing database or disk 503 naming the error, aiohttp's own errors
+(404, 405, 413) their status, and anything else 500, counted and logged as the bug it is.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from replication_node.errors import (
     NotActive,
     NotFound,
     ReplicationError,
+    RequestTooLarge,
     StoreError,
     TransactionTooLarge,
 )
@@ -40,6 +42,16 @@ _STATUS = {
 def json_error(status: int, message: str, **extra: Any) -> web.Response:
     """An error answer: {"error": message, ...extra}."""
     return web.json_response({"error": message, **extra}, status=status)
+
+
+def _closing_if_body_unread(request: web.Request, answer: web.Response) -> web.Response:
+    """`answer`, closing the connection after it when the request's body was not read whole
+    (refused over its limit, cut short, or not decodable): the rest is never read (aiohttp
+    still drains what the client sends for a few seconds, so that it reads the answer
+    instead of a reset)."""
+    if not request.content.is_eof() or request.content.exception() is not None:
+        answer.force_close()
+    return answer
 
 
 @web.middleware
@@ -71,9 +83,11 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         )
     except MountRefused as exc:
         return json_error(409, str(exc), **exc.details)
+    except RequestTooLarge as exc:
+        return _closing_if_body_unread(request, json_error(413, str(exc), **exc.details))
     except StoreError as exc:
         status = next((code for kind, code in _STATUS.items() if isinstance(exc, kind)), 400)
-        return json_error(status, str(exc))
+        return _closing_if_body_unread(request, json_error(status, str(exc)))
     except (DatabaseError, ReplicationError) as exc:
         logger.error("%s %s failed: %s", request.method, request.path, exc)
         return json_error(503, str(exc))

@@ -13,6 +13,13 @@ from aiohttp import web
 
 from dag_common.mailbox_digest import mailbox_digest
 from replication_node.errors import BadRequest, Conflict, NotFound
+from replication_node.http.body import (
+    BodyLimit,
+    check_item_sizes,
+    expect_within,
+    items_limit,
+    max_item_size_for,
+)
 from replication_node.http.context import (
     NODE,
     active_for_write,
@@ -107,10 +114,24 @@ async def create_folder(request: web.Request) -> web.Response:
     return web.json_response(result.as_dict(), status=201)
 
 
+def _items_limit(request: web.Request) -> BodyLimit:
+    """What a write of items to the request's database may carry, by its max_item_size in
+    the config as it is now (a refreshed config's limit holds from the next request)."""
+    db = request.match_info["db"]
+    return items_limit(db, max_item_size_for(request.app[NODE].config, db))
+
+
 async def post_items(request: web.Request) -> web.Response:
-    raw = await json_body(request)
+    """Write one item, or several as one transaction.  The body is read within what a write
+    to the database may carry, and each item checked against its max_item_size (413 naming
+    it), before anything is looked up or written."""
+    db = request.match_info["db"]
+    max_item_size = max_item_size_for(request.app[NODE].config, db)
+    raw = await json_body(request, items_limit(db, max_item_size))
     # Several items ({"items": [...]}, one transaction) or one item as the body itself.
-    items = parse(ItemsIn, raw).items if "items" in raw else [parse(ItemIn, raw)]
+    batch = "items" in raw
+    items = parse(ItemsIn, raw).items if batch else [parse(ItemIn, raw)]
+    check_item_sizes(items, database=db, max_item_size=max_item_size, batch=batch)
     result = await active_for_write(request).store.put_items(  # type: ignore[union-attr]
         request.match_info["mailbox"],
         [item.model_dump(exclude_none=True) for item in items],
@@ -188,7 +209,8 @@ def add_store_routes(app: web.Application) -> None:
     app.router.add_delete(mbx, delete_mailbox)
     app.router.add_get(mbx + "/digest", mailbox_digest_route)
     app.router.add_post(mbx + "/folders", create_folder)
-    app.router.add_post(mbx + "/items", post_items)
+    # A body over the limit is refused before the client sends it (no 100 Continue).
+    app.router.add_post(mbx + "/items", post_items, expect_handler=expect_within(_items_limit))
     app.router.add_get(mbx + "/items", get_items)
     app.router.add_delete(mbx + "/items/{item_id}", delete_item)
     app.router.add_post(mbx + "/{action:lock|unlock|soft-delete}", mailbox_action)

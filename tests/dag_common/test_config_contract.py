@@ -73,6 +73,47 @@ def test_synchronous_copies_are_bounded_by_the_passive_copies_there_are(tmp_path
         parse_config({**DESIGN_EXAMPLE, "databases": databases}, base_dir=tmp_path)
 
 
+def test_max_item_size_defaults_to_36_mib_and_a_database_may_override_it(tmp_path):
+    config = parse_config(DESIGN_EXAMPLE, base_dir=tmp_path)
+    assert config.max_item_size_of(config.database("DB1")) == 36 * 1024 * 1024
+    defaults = {**DESIGN_EXAMPLE["defaults"], "max_item_size": "10MB"}
+    databases = [DESIGN_EXAMPLE["databases"][0], {**DESIGN_EXAMPLE["databases"][1],
+                                                  "max_item_size": "150MiB"}]  # fmt: skip
+    config = parse_config(
+        {**DESIGN_EXAMPLE, "defaults": defaults, "databases": databases}, base_dir=tmp_path
+    )
+    assert config.max_item_size_of(config.database("DB1")) == 10_000_000
+    assert config.max_item_size_of(config.database("DB2")) == 150 * 1024 * 1024
+    assert config.largest_max_item_size() == 150 * 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (0, "not 0 bytes"),
+        ("151MiB", "not 158334976 bytes"),
+        ("a lot", "could not parse value and unit"),
+    ],
+)
+def test_a_max_item_size_out_of_range_is_refused_naming_the_field(tmp_path, value, reason):
+    databases = [DESIGN_EXAMPLE["databases"][0], {**DESIGN_EXAMPLE["databases"][1],
+                                                  "max_item_size": value}]  # fmt: skip
+    defaults = {**DESIGN_EXAMPLE["defaults"], "max_item_size": value}
+    with pytest.raises(ConfigError) as err:
+        parse_config(
+            {**DESIGN_EXAMPLE, "defaults": defaults, "databases": databases}, base_dir=tmp_path
+        )
+    lines = str(err.value).splitlines()[1:]
+    assert [line.split(":")[0].strip() for line in lines] == [
+        "defaults.max_item_size",
+        "databases[DB2].max_item_size",
+    ]
+    assert all(reason in line for line in lines), lines
+    if value != "a lot":
+        assert all("max_item_size must be more than 0 bytes and at most 150MiB" in line
+                   for line in lines)  # fmt: skip
+
+
 def test_synchronous_copies_need_block_mode(tmp_path):
     defaults = {**DESIGN_EXAMPLE["defaults"], "synchronous_copies": 1, "block_mode": False}
     with pytest.raises(ConfigError, match=r"synchronous_copies needs block mode"):

@@ -132,6 +132,22 @@ def test_the_cluster_config_is_one_the_nodes_accept_and_names_the_pods(rendered,
     assert server.guarantee_api.listen == "0.0.0.0:7200", "what the service binds"
 
 
+def test_item_limits_and_the_average_window_reach_the_cluster_config(rendered):
+    configs = {
+        v: parse_config(
+            yaml.safe_load(by_kind(docs, "ConfigMap")[0]["data"]["cluster.yaml"]),
+            base_dir=Path("/"),
+        )
+        for v, docs in rendered.items()
+    }
+    default = configs["default"]
+    assert default.defaults.max_item_size == 36 * 1024 * 1024, "Exchange Online's limit"
+    production = configs["production-values.yaml"]
+    sizes = {db.name: production.max_item_size_of(db) for db in production.databases}
+    assert sizes == {"MBX-01": 36 * 1024 * 1024, "MBX-02": 150 * 1024 * 1024}
+    assert production.guarantee_api.limits.average_window_time.total_seconds() == 300
+
+
 def test_sites_are_zones_and_nodes_never_share_a_host(rendered):
     sets = {
         s["metadata"]["name"]: s for s in by_kind(rendered["production-values.yaml"], "StatefulSet")
@@ -344,6 +360,18 @@ BAD_VALUES = {
         "synchronous_copies",
     ),
     "a bad lease": ({"config": {"defaults": {"lease_ttl": "a while"}}}, "lease_ttl"),
+    "an item limit past 150 MiB": (
+        {"config": {"defaults": {"max_item_size": 200 * 1024 * 1024}}},
+        "/config/defaults/max_item_size",
+    ),
+    "an item limit that is not a size": (
+        {"config": {"defaults": {"max_item_size": "big"}}},
+        "/config/defaults/max_item_size",
+    ),
+    "a bad average window": (
+        {"guaranteeApi": {"config": {"limits": {"average_window_time": "a while"}}}},
+        "average_window_time",
+    ),
     "root": ({"podSecurityContext": {"runAsNonRoot": False}}, "/podSecurityContext/runAsNonRoot"),
     "a bad duration": ({"config": {"defaults": {"failover_after": "soon"}}}, "failover_after"),
     "an unknown etcd setting": (
