@@ -1,0 +1,148 @@
+"""Items of many megabytes over real node processes, with the seeds' 1 MiB log generations:
+written, replicated, read back whole; an active killed in the middle of one; a lossy
+failover with half of one shipped."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from replication_node.log import logfile
+from tests.cluster_harness import LocalCluster
+from tests.replication_node.e2e import converged, three_nodes, write
+from tests.replication_node.helpers import text_body
+
+pytestmark = pytest.mark.slow
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture
+async def cluster(tmp_path):
+    c = three_nodes(tmp_path, defaults={"failover_after": None})
+    await c.start()
+    yield c
+    await c.close()
+
+
+def logs_of(cluster: LocalCluster, node: str, db: str) -> Path:
+    (found,) = [p for p in cluster.root.glob(f"{node}/**/{db}/logs") if p.is_dir()]
+    return found
+
+
+def open_generation(logs: Path) -> int:
+    """The open log's generation (0 in the instant of a roll, between its two renames)."""
+    try:
+        return logfile.read_header(logs / logfile.OPEN_LOG_NAME).generation
+    except FileNotFoundError:
+        return 0
+
+
+def item_post(cluster: LocalCluster, node: str, item_id: str, text: str):
+    return cluster.call(
+        "POST",
+        node,
+        "/v1/databases/DB1/mailboxes/alice/items",
+        json={"item_id": item_id, "subject": item_id, "body": text},
+        timeout=aiohttp.ClientTimeout(total=600),
+    )
+
+
+async def body_hash(cluster: LocalCluster, node: str, item_id: str) -> str | None:
+    items = await cluster.items(node, "DB1", "alice")
+    item = items.get(item_id)
+    return hashlib.sha256(item["body"].encode()).hexdigest() if item else None
+
+
+async def test_items_of_2_6_and_12_mib_replicate_whole_beside_small_writes(cluster):
+    await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/alice")
+    texts = {f"big{mb}": text_body(mb * MiB, seed=mb) for mb in (2, 6, 12)}
+    before = (await cluster.status("mbx1"))["DB1"]["last_log_generated"]
+    answers = await asyncio.gather(
+        *(item_post(cluster, "mbx1", k, v) for k, v in texts.items()),
+        write(cluster, "mbx1", "DB1", "alice", 0, 200),
+    )
+    for status, answer in answers[:3]:
+        assert status == 201, answer
+    generated = await converged(cluster, "DB1", "mbx1", ["mbx2", "mbx3"])
+    assert generated - before >= 20, "20 MiB of bodies span at least 20 generations"
+    want = {k: hashlib.sha256(v.encode()).hexdigest() for k, v in texts.items()}
+    for node in ("mbx1", "mbx2", "mbx3"):
+        for item_id, digest in want.items():
+            assert await body_hash(cluster, node, item_id) == digest, (node, item_id)
+        assert len(await cluster.items(node, "DB1", "alice")) == 203
+    digests = {
+        node: await cluster.ok("GET", node, "/v1/databases/DB1/mailboxes/alice/digest")
+        for node in ("mbx1", "mbx2", "mbx3")
+    }
+    assert digests["mbx1"] == digests["mbx2"] == digests["mbx3"]
+
+
+async def _kill_while_staging(cluster: LocalCluster, node: str, text: str) -> asyncio.Task:
+    """Start writing `text` as item `huge` on `node` and kill -9 the node once the body has
+    filled a few generations (before its commit: the body is many generations long)."""
+    logs = logs_of(cluster, node, "DB1")
+    start = open_generation(logs)
+    post = asyncio.create_task(item_post(cluster, node, "huge", text))
+    await cluster.wait_for(
+        "the body to span a few generations",
+        lambda: _async(open_generation(logs) >= start + 4),
+        timeout=120,
+    )
+    cluster.kill(node)
+    return post
+
+
+async def _async(value: bool) -> bool:
+    return value
+
+
+async def never_answered(post: asyncio.Task) -> None:
+    """The write's connection went with the node: it was never acknowledged."""
+    try:
+        status, answer = await post
+    except aiohttp.ClientError:
+        return
+    pytest.fail(f"the write was answered {status}: {answer}")
+
+
+async def test_an_active_killed_in_the_middle_of_a_30_mib_commit_shows_nothing_of_it(cluster):
+    await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/alice")
+    await write(cluster, "mbx1", "DB1", "alice", 0, 20)
+    post = await _kill_while_staging(cluster, "mbx1", text_body(30 * MiB, seed=30))
+    await never_answered(post)
+    await cluster.start("mbx1")
+    await cluster.wait_status("mbx1", "DB1", "Mounted")
+    assert "never committed" in cluster.log("mbx1")
+    await write(cluster, "mbx1", "DB1", "alice", 20, 20)
+    await converged(cluster, "DB1", "mbx1", ["mbx2", "mbx3"])
+    for node in ("mbx1", "mbx2", "mbx3"):
+        items = await cluster.items(node, "DB1", "alice")
+        assert "huge" not in items and len(items) == 40, node
+
+
+async def test_a_lossy_failover_with_half_a_body_shipped_never_shows_it(cluster):
+    await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/alice")
+    await write(cluster, "mbx1", "DB1", "alice", 0, 20)
+    await converged(cluster, "DB1", "mbx1", ["mbx2", "mbx3"])
+    post = await _kill_while_staging(cluster, "mbx1", text_body(12 * MiB, seed=12))
+    await never_answered(post)
+    await cluster.wait_status("mbx2", "DB1", "DisconnectedAndHealthy")
+    assert (await cluster.status("mbx2"))["DB1"]["last_log_inspected"] >= 2
+    await cluster.ok(
+        "POST",
+        "mbx2",
+        "/v1/databases/DB1/activate",
+        json={"node": "mbx2", "mount_dial_override": "BestAvailability"},
+    )
+    await cluster.wait_status("mbx2", "DB1", "Mounted")
+    items = await cluster.items("mbx2", "DB1", "alice")
+    assert "huge" not in items and len(items) == 20
+    assert "never committed" in cluster.log("mbx2")
+    await write(cluster, "mbx2", "DB1", "alice", 20, 10)
+    await converged(cluster, "DB1", "mbx2", ["mbx3"])
+    assert len(await cluster.items("mbx3", "DB1", "alice")) == 30
