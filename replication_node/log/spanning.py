@@ -100,7 +100,7 @@ class PendingBlob:
     size: int = 0
     crc: int = 0
 
-    def add(self, chunk: bytes) -> PendingBlob:
+    def add(self, chunk: bytes | memoryview) -> PendingBlob:
         return PendingBlob(
             self.id, self.parts + 1, self.size + len(chunk), crc32c.crc32c(chunk, self.crc)
         )
@@ -301,10 +301,12 @@ class BodyReader:
             self._cached = (gen, self._load(gen))
         return self._cached[1]
 
-    def read(self, ref: BlobRef, through: int) -> bytes:
+    def read(self, ref: BlobRef, through: int) -> bytearray:
         """The bytes of `ref`, from its first part up to generation `through` at most;
-        LogRecordError if they are not all there or do not add up to its size and CRC32C."""
-        chunks: list[bytes] = []
+        LogRecordError if they are not all there or do not add up to its size and CRC32C.
+        Read into one buffer of its size: a body costs its size once, not once per step."""
+        out = bytearray(ref.size)
+        view = memoryview(out)
         size = crc = parts = 0
         for gen in range(ref.id.generation, through + 1):
             for rec in self._generation(gen).records:
@@ -313,20 +315,24 @@ class BodyReader:
                 blob, part, chunk = decode_part(rec)
                 if blob != ref.id:
                     continue
-                if part != parts:
-                    raise LogRecordError(f"body {ref.id}: part {part} where {parts} was due")
-                chunks.append(chunk)
+                if part != parts or size + len(chunk) > ref.size:
+                    raise LogRecordError(
+                        f"body {ref.id}: part {part} where {parts} was due, or past its "
+                        f"{ref.size} bytes"
+                    )
+                view[size : size + len(chunk)] = chunk
                 parts += 1
                 size += len(chunk)
                 crc = crc32c.crc32c(chunk, crc)
             if size >= ref.size:
                 break
+        view.release()
         if size != ref.size or crc != ref.crc:
             raise LogRecordError(
                 f"body {ref.id}: its parts through generation {through} hold {size} bytes "
                 f"(CRC32C {crc:08x}), its commit names {ref.size} (CRC32C {ref.crc:08x})"
             )
-        return b"".join(chunks)
+        return out
 
     def operations(self, rec: LogRecord, through: int) -> list[dict[str, Any]]:
         """The operations of a TRANSACTION record, every staged body read back into place."""

@@ -346,7 +346,7 @@ class OpenLogWriter:
                 job.blob = PendingBlob(blob)
             index = job.blob.parts
             append(spanning.encode_part(job.blob.id, index, chunk, self.last_time))
-            job.blob = self.pending[job.blob.id] = job.blob.add(bytes(chunk))
+            job.blob = self.pending[job.blob.id] = job.blob.add(chunk)
             job.written += take
             budget -= take
         return budget, job.written >= total

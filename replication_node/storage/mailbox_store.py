@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
+from dag_common.mailbox_digest import utf8_size
 from dag_common.model import Lsn
 from replication_node.active.copy import ActiveCopy
 from replication_node.errors import BadRequest, Conflict, NotFound
@@ -277,7 +278,7 @@ class MailboxStore:
 
     async def _stage_bodies(self, checked: list[tuple[str, str, str, str]]) -> dict[int, BlobRef]:
         """Stage the bodies a commit record cannot carry (`stage_plan`); by item index."""
-        sizes = [len(body.encode("utf-8")) for *_, body in checked]
+        sizes = [utf8_size(body) for *_, body in checked]
         staged: dict[int, BlobRef] = {}
         try:
             for i in stage_plan(sizes, self.copy.stream.log_file_size):

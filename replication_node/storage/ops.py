@@ -24,6 +24,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from dag_common.mailbox_digest import utf8_size
+
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}$"
 FOLDER_PATTERN = r"^[^\x00-\x1f/\\][^\x00-\x1f]{0,255}$"
 ITEM_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
@@ -231,7 +233,7 @@ def item_row(op: PutItem, commit_time: str) -> Row:
         "folder": op.folder,
         "subject": op.subject,
         "body": op.body,
-        "size": len(op.body.encode()),
+        "size": utf8_size(op.body),
         "change_number": op.cn,
         "deleted": False,
         "commit_time": commit_time,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
+from dag_common.mailbox_digest import utf8_size
 from replication_node.errors import DatabaseError
 from replication_node.storage.ops import (
     CreateFolder,
@@ -107,7 +108,7 @@ def apply_ops(
             continue
         last_cn = max(last_cn, op.cn)
         if type(op) is PutItem:  # item_row's columns, without the dict (the hot path)
-            size = len(op.body.encode())
+            size = utf8_size(op.body)
             puts.append((op.mailbox, op.item_id, op.folder, op.subject, op.body, size, op.cn, when))
             continue
         flush_puts()
