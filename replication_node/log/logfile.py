@@ -58,6 +58,10 @@ MAX_BODY = 64 * 1024 * 1024
 _CLOSED_NAME = re.compile(r"^E([0-9A-F]{8})\.log$")
 
 
+# The content digest's definition the DIGEST records of this code carry (`ContentDigest`).
+DIGEST_VERSION = 2
+
+
 class RecordType(IntEnum):
     TRANSACTION = 1
     CLOSE = 2
@@ -69,13 +73,18 @@ class RecordType(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class ContentDigest:
-    """A DIGEST record: the database content digest as of `generation`."""
+    """A DIGEST record: the database content digest as of `generation`, by the definition
+    `version` names (2: an item's body counted by its hash, `dag_common.mailbox_digest`;
+    a record without one is 1, the bodies themselves; copies compare only the current)."""
 
     generation: int
     digest: str
+    version: int = DIGEST_VERSION
 
     def encode(self, when: datetime) -> bytes:
-        payload = orjson.dumps({"generation": self.generation, "digest": self.digest})
+        payload = orjson.dumps(
+            {"generation": self.generation, "digest": self.digest, "v": self.version}
+        )
         return encode_record(RecordType.DIGEST, when, payload)
 
 
@@ -231,7 +240,13 @@ class ScanResult:
             if r.type is RecordType.DIGEST:
                 try:
                     fields = orjson.loads(r.payload)
-                    out.append(ContentDigest(int(fields["generation"]), str(fields["digest"])))
+                    out.append(
+                        ContentDigest(
+                            int(fields["generation"]),
+                            str(fields["digest"]),
+                            int(fields.get("v", 1)),
+                        )
+                    )
                 except (ValueError, KeyError, TypeError) as exc:
                     raise LogRecordError(
                         f"generation {r.generation} offset {r.offset}: undecodable digest"

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from dag_common.clock import Clock
 from replication_node.errors import CopyFailed, DatabaseError, LogFormatError
 from replication_node.log.logfile import (
+    DIGEST_VERSION,
     ContentDigest,
     LogHeader,
     anchor_header,
@@ -254,10 +255,11 @@ class Replayer:
 
     def _compare(self, theirs: tuple[ContentDigest, ...]) -> None:
         """Compare the active's content digests with this copy's as of the same generation
-        (one this copy no longer remembers, after a restart, is passed over)."""
+        (one this copy no longer remembers, after a restart, is passed over, and so is one of
+        another definition: written before an upgrade)."""
         for digest in theirs:
             mine = self._known.get(digest.generation)
-            if mine is None:
+            if mine is None or digest.version != DIGEST_VERSION:
                 continue
             self.digests_compared += 1
             if mine != digest.digest:

@@ -5,7 +5,10 @@ adding it up again from the rows.
 The triggers call this connection's `dg_*` functions (registered by `install_digest`), so
 every write through any path of ours moves the running digest in the same transaction; an
 UPDATE is a removal and an addition, and with recursive triggers on, the rows INSERT OR
-REPLACE deletes fire the delete trigger too.
+REPLACE deletes fire the delete trigger too.  An item's trigger passes its `body_hash`, not
+its body: a large body never leaves SQLite for the digest.  Adding the digest up again from
+the rows (`recompute_digest`) hashes the bodies themselves, so a body changed behind
+SQLite's back shows, and so does a hash changed with it.
 """
 
 from __future__ import annotations
@@ -13,18 +16,26 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-from dag_common.mailbox_digest import MODULUS, folder_term, item_term, mailbox_term, to_hex
+from dag_common.mailbox_digest import (
+    MODULUS,
+    body_hash,
+    folder_term,
+    item_term,
+    item_term_of_hash,
+    mailbox_term,
+    to_hex,
+)
 
 DIGEST_SCHEMA = """
 CREATE TABLE IF NOT EXISTS db_digest(id INTEGER PRIMARY KEY CHECK (id = 1), digest TEXT NOT NULL);
-CREATE TRIGGER IF NOT EXISTS dg_items_ins AFTER INSERT ON items WHEN NEW.deleted = 0 BEGIN
-  SELECT dg_item(1, NEW.mailbox, NEW.item_id, NEW.folder, NEW.subject, NEW.body); END;
-CREATE TRIGGER IF NOT EXISTS dg_items_del AFTER DELETE ON items WHEN OLD.deleted = 0 BEGIN
-  SELECT dg_item(-1, OLD.mailbox, OLD.item_id, OLD.folder, OLD.subject, OLD.body); END;
-CREATE TRIGGER IF NOT EXISTS dg_items_upd AFTER UPDATE ON items BEGIN
-  SELECT dg_item(-1, OLD.mailbox, OLD.item_id, OLD.folder, OLD.subject, OLD.body)
+CREATE TRIGGER IF NOT EXISTS dg_items_ins2 AFTER INSERT ON items WHEN NEW.deleted = 0 BEGIN
+  SELECT dg_item(1, NEW.mailbox, NEW.item_id, NEW.folder, NEW.subject, NEW.body_hash); END;
+CREATE TRIGGER IF NOT EXISTS dg_items_del2 AFTER DELETE ON items WHEN OLD.deleted = 0 BEGIN
+  SELECT dg_item(-1, OLD.mailbox, OLD.item_id, OLD.folder, OLD.subject, OLD.body_hash); END;
+CREATE TRIGGER IF NOT EXISTS dg_items_upd2 AFTER UPDATE ON items BEGIN
+  SELECT dg_item(-1, OLD.mailbox, OLD.item_id, OLD.folder, OLD.subject, OLD.body_hash)
     WHERE OLD.deleted = 0;
-  SELECT dg_item(1, NEW.mailbox, NEW.item_id, NEW.folder, NEW.subject, NEW.body)
+  SELECT dg_item(1, NEW.mailbox, NEW.item_id, NEW.folder, NEW.subject, NEW.body_hash)
     WHERE NEW.deleted = 0; END;
 CREATE TRIGGER IF NOT EXISTS dg_mbx_ins AFTER INSERT ON mailboxes BEGIN
   SELECT dg_mailbox(1, NEW.mailbox, NEW.display_name, NEW.locked, NEW.soft_deleted); END;
@@ -63,21 +74,56 @@ def stored_digest(conn: sqlite3.Connection) -> int | None:
     return int(row[0], 16) if row else None
 
 
+def _without_body_hash(conn: sqlite3.Connection) -> bool:
+    """Whether the file is from before items kept their body's hash (its digest then counts
+    bodies the old way, and its triggers pass them)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(items)")}
+    return bool(columns) and "body_hash" not in columns
+
+
+def _add_body_hash(conn: sqlite3.Connection) -> None:
+    """Give a file from before `body_hash` the column, filled, and the triggers that use it
+    (inside the caller's transaction); its digest is then added up again."""
+    conn.execute("ALTER TABLE items ADD COLUMN body_hash TEXT NOT NULL DEFAULT ''")
+    for name in ("dg_items_ins", "dg_items_del", "dg_items_upd"):
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+    rows = conn.execute("SELECT rowid, body FROM items WHERE deleted = 0").fetchall()
+    conn.executemany(
+        "UPDATE items SET body_hash = ? WHERE rowid = ?",
+        [(body_hash(body), rowid) for rowid, body in rows],
+    )
+
+
+def _statements(script: str) -> list[str]:
+    """The statements of `script` (a trigger's body holds semicolons of its own)."""
+    out, buf = [], ""
+    for line in script.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            out.append(buf)
+            buf = ""
+    return out
+
+
 def install_digest(conn: sqlite3.Connection, term: Callable[[int, int], None]) -> int:
     """Register the trigger functions (each calls `term(sign, value)`) and return the stored
-    digest; on a file from before digests, add the table and triggers and add the digest
-    up once from the rows."""
+    digest; on a file from before digests (or before `body_hash`), add the table, column and
+    triggers and add the digest up once from the rows."""
     conn.execute("PRAGMA recursive_triggers = ON")
-    conn.create_function("dg_item", 6, lambda s, *f: term(s, item_term(*f)))
+    conn.create_function("dg_item", 6, lambda s, *f: term(s, item_term_of_hash(*f)))
     conn.create_function("dg_mailbox", 5, lambda s, *f: term(s, mailbox_term(*f)))
     conn.create_function("dg_folder", 3, lambda s, *f: term(s, folder_term(*f)))
     stored = stored_digest(conn)
-    if stored is not None:
+    if stored is not None and not _without_body_hash(conn):
         return stored
     try:
-        # executescript commits what is pending first: the transaction begins in it
-        conn.executescript("BEGIN IMMEDIATE;" + DIGEST_SCHEMA)
+        conn.execute("BEGIN IMMEDIATE")
+        if _without_body_hash(conn):  # checked again inside the write transaction
+            _add_body_hash(conn)
+        for statement in _statements(DIGEST_SCHEMA):
+            conn.execute(statement)
         stored = recompute_digest(conn)
+        conn.execute("DELETE FROM db_digest")
         conn.execute("INSERT INTO db_digest VALUES (1, ?)", (to_hex(stored),))
     except BaseException:
         if conn.in_transaction:

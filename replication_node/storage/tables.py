@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
-from dag_common.mailbox_digest import utf8_size
+from dag_common.mailbox_digest import body_hash, utf8_size
 from replication_node.errors import DatabaseError
 from replication_node.storage.ops import (
     CreateFolder,
@@ -40,10 +40,12 @@ CREATE TABLE folders(
 ) WITHOUT ROWID;
 -- items keep a rowid: their bodies make rows large, and SQLite stores large rows of a
 -- WITHOUT ROWID table badly (2.7x slower upserts of 1 KB rows, measured in bench/).
+-- body_hash: the body's SHA-256, which the content digest counts (`digest.py`); last, as
+-- a file from before it has it added (`digest.migrate_body_hash`).
 CREATE TABLE items(
   mailbox TEXT NOT NULL, item_id TEXT NOT NULL, folder TEXT NOT NULL, subject TEXT NOT NULL,
   body TEXT NOT NULL, size INTEGER NOT NULL, change_number INTEGER NOT NULL,
-  deleted INTEGER NOT NULL, commit_time TEXT NOT NULL,
+  deleted INTEGER NOT NULL, commit_time TEXT NOT NULL, body_hash TEXT NOT NULL DEFAULT '',
   PRIMARY KEY (mailbox, item_id)
 );
 CREATE INDEX items_by_change ON items(mailbox, change_number);
@@ -76,7 +78,7 @@ def item_dict(row: sqlite3.Row) -> dict[str, Any]:
     }
 
 
-_PUT = "INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?)"
+_PUT = "INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?)"
 
 
 def apply_ops(
@@ -108,8 +110,10 @@ def apply_ops(
             continue
         last_cn = max(last_cn, op.cn)
         if type(op) is PutItem:  # item_row's columns, without the dict (the hot path)
-            size = utf8_size(op.body)
-            puts.append((op.mailbox, op.item_id, op.folder, op.subject, op.body, size, op.cn, when))
+            size, digest = utf8_size(op.body), body_hash(op.body)
+            puts.append(
+                (op.mailbox, op.item_id, op.folder, op.subject, op.body, size, op.cn, when, digest)
+            )
             continue
         flush_puts()
         match op:
@@ -142,13 +146,13 @@ def apply_ops(
             case DeleteItem():
                 tomb = tombstone_row(None, op, when)
                 cur = conn.execute(
-                    "UPDATE items SET deleted=1, body='', size=0, change_number=?, commit_time=?"
-                    " WHERE mailbox=? AND item_id=?",
+                    "UPDATE items SET deleted=1, body='', size=0, change_number=?, commit_time=?,"
+                    " body_hash='' WHERE mailbox=? AND item_id=?",
                     (op.cn, when, op.mailbox, op.item_id),
                 )
                 if cur.rowcount == 0:
                     conn.execute(
-                        "INSERT INTO items VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)",
+                        "INSERT INTO items VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, '')",
                         tuple(tomb[c] for c in _ITEM_COLUMNS),
                     )
             case DeleteMailbox():

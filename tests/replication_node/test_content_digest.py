@@ -115,3 +115,34 @@ def test_a_file_from_before_digests_gets_its_digest_on_first_open(tmp_path):
     upgraded = Database.open(tmp_path / "db.sqlite")
     assert upgraded.content_digest == expected
     upgraded.close()
+
+
+def test_a_file_from_before_body_hashes_is_migrated_and_its_digest_added_up_again(tmp_path):
+    """A database file whose items have no body_hash column (and whose triggers passed the
+    bodies): opened, it gets the column filled, the new triggers, and its digest added up
+    again by the current definition; writes after keep it equal to its rows."""
+
+    def put(item: str, body: str, cn: int) -> dict:
+        return {"op": "put_item", "mailbox": "m", "item_id": item, "folder": "Inbox",
+                "subject": "", "body": body, "cn": cn}  # fmt: skip
+
+    path = tmp_path / "old.sqlite"
+    db = fresh(path)
+    create = {"op": "create_mailbox", "mailbox": "m", "cn": 1}
+    apply(db, [Transaction(1, 512, T0, [create, put("a", "x" * 5000, 2)])], 1)
+    db.close()
+    conn = sqlite3.connect(path)
+    for name in ("dg_items_ins2", "dg_items_del2", "dg_items_upd2"):
+        conn.execute(f"DROP TRIGGER {name}")
+    conn.execute("ALTER TABLE items DROP COLUMN body_hash")
+    conn.execute("UPDATE db_digest SET digest = ?", ("0" * 63 + "1",))  # the old definition's
+    conn.commit()
+    conn.close()
+    db = Database.open(path)
+    stored, rows = db.recompute_digest()
+    assert stored == rows == db.content_digest
+    apply(db, [Transaction(2, 512, T0, [put("b", "y" * 10, 3), put("a", "z", 4)])], 2)
+    stored, rows = db.recompute_digest()
+    assert stored == rows == db.content_digest
+    assert {r["item_id"]: r["body"] for r in db.items("m")} == {"a": "z", "b": "y" * 10}
+    db.close()

@@ -146,3 +146,29 @@ async def test_a_lossy_failover_with_half_a_body_shipped_never_shows_it(cluster)
     await write(cluster, "mbx2", "DB1", "alice", 20, 10)
     await converged(cluster, "DB1", "mbx2", ["mbx3"])
     assert len(await cluster.items("mbx3", "DB1", "alice")) == 30
+
+
+def memory(cluster: LocalCluster, node: str) -> tuple[int, int]:
+    """(resident, peak resident) bytes of the node's process."""
+    fields = dict(
+        line.split(":", 1)
+        for line in Path(f"/proc/{cluster.procs[node].pid}/status").read_text().splitlines()
+    )
+    return int(fields["VmRSS"].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024
+
+
+async def test_a_36_mib_item_raises_no_nodes_peak_memory_by_4_times_its_size(cluster):
+    """Written on mbx1, shipped to and replayed on mbx2 and mbx3: the peak resident memory
+    of each node rises by less than 4x the item over what it held before."""
+    await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/alice")
+    await write(cluster, "mbx1", "DB1", "alice", 0, 50)
+    await converged(cluster, "DB1", "mbx1", ["mbx2", "mbx3"])
+    nodes = ("mbx1", "mbx2", "mbx3")
+    before = {node: memory(cluster, node)[0] for node in nodes}
+    size = 36 * MiB
+    # at the limit: the default max_item_size, 36 MiB of subject ("huge") and body
+    status, answer = await item_post(cluster, "mbx1", "huge", text_body(size - 4, seed=36))
+    assert status == 201, answer
+    await converged(cluster, "DB1", "mbx1", ["mbx2", "mbx3"])
+    raised = {node: memory(cluster, node)[1] - before[node] for node in nodes}
+    assert all(r < 4 * size for r in raised.values()), {n: r / MiB for n, r in raised.items()}
