@@ -192,9 +192,20 @@ class LogRecord:
 
 def encode_record(rtype: RecordType, commit_time: datetime, payload: bytes = b"") -> bytes:
     """One framed record: length, CRC32C over length and body, body."""
-    body = _BODY.pack(int(rtype), to_micros(commit_time)) + payload
-    length = _FRAME.pack(len(body), 0)[:4]
-    return length + _CRC.pack(crc32c.crc32c(length + body)) + body
+    return b"".join(record_pieces(rtype, commit_time, payload))
+
+
+def record_pieces(
+    rtype: RecordType, commit_time: datetime, *payload: bytes | memoryview
+) -> list[bytes | memoryview]:
+    """`encode_record` as the pieces to write one after the other, its payload given in
+    pieces too: a staged body's part is framed without being copied first."""
+    head = _BODY.pack(int(rtype), to_micros(commit_time))
+    length = _CRC.pack(len(head) + sum(len(p) for p in payload))
+    crc = crc32c.crc32c(head, crc32c.crc32c(length))
+    for piece in payload:
+        crc = crc32c.crc32c(piece, crc)
+    return [length, _CRC.pack(crc), head, *payload]
 
 
 def encode_transaction(

@@ -71,9 +71,10 @@ logger = logging.getLogger(__name__)
 Fence = Callable[[], Awaitable[BaseException | None]]
 
 # How much of a staged body one group commit writes: a slice while commits wait beside it
-# (they are answered after it), more when none do (fewer fsyncs).  See bench/large_items.py.
+# (they are answered after it), several generations when none do (only the rolls' fsyncs).
+# See bench/large_items.py.
 STAGE_SLICE_BUSY = 64 * 1024
-STAGE_SLICE_IDLE = 256 * 1024
+STAGE_SLICE_IDLE = 4 * 1024 * 1024
 
 
 class LogStream:

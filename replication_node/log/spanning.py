@@ -60,6 +60,7 @@ from replication_node.log.logfile import (
     RecordType,
     ScanResult,
     encode_record,
+    record_pieces,
 )
 
 _ID = struct.Struct(">II")
@@ -124,9 +125,15 @@ def required_from(pending: Pending) -> int:
 
 
 def encode_part(blob: BlobId, index: int, chunk: bytes | memoryview, when: datetime) -> bytes:
-    return encode_record(
-        RecordType.PART, when, _PART.pack(blob.generation, blob.offset, index) + chunk
-    )
+    return b"".join(part_pieces(blob, index, chunk, when))
+
+
+def part_pieces(
+    blob: BlobId, index: int, chunk: bytes | memoryview, when: datetime
+) -> list[bytes | memoryview]:
+    """A PART record as pieces to write one after the other (its chunk not copied)."""
+    head = _PART.pack(blob.generation, blob.offset, index)
+    return record_pieces(RecordType.PART, when, head, chunk)
 
 
 def encode_abort(blob: BlobId, when: datetime) -> bytes:

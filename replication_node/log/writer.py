@@ -258,14 +258,18 @@ class OpenLogWriter:
                 self.blocks.append(Block(self.header.generation, self._offset - len(data), data))
                 buf.clear()
 
-        def append(record: bytes) -> int:
-            """Append one record to the batch, rolling first if it would not fit; its offset."""
-            if self._offset + len(record) + CLOSE_SIZE > size and self.records:
+        def append(record: bytes | list[bytes | memoryview]) -> int:
+            """Append one record (whole, or in pieces) to the batch, rolling first if it
+            would not fit; its offset."""
+            pieces = [record] if isinstance(record, bytes) else record
+            length = sum(len(p) for p in pieces)
+            if self._offset + length + CLOSE_SIZE > size and self.records:
                 flush()
                 events.append(self.roll(RollCause.SIZE))
             offset = self._offset
-            buf.extend(record)
-            self._offset += len(record)
+            for piece in pieces:
+                buf.extend(piece)
+            self._offset += length
             self.records += 1
             return offset
 
@@ -327,7 +331,7 @@ class OpenLogWriter:
         self,
         job: StageJob,
         budget: int,
-        append: Callable[[bytes], int],
+        append: Callable[[bytes | list[bytes | memoryview]], int],
         flush: Callable[[], None],
         events: list[StreamEvent],
     ) -> tuple[int, bool]:
@@ -345,7 +349,7 @@ class OpenLogWriter:
                 blob = BlobId(self.header.generation, self._offset)
                 job.blob = PendingBlob(blob)
             index = job.blob.parts
-            append(spanning.encode_part(job.blob.id, index, chunk, self.last_time))
+            append(spanning.part_pieces(job.blob.id, index, chunk, self.last_time))
             job.blob = self.pending[job.blob.id] = job.blob.add(chunk)
             job.written += take
             budget -= take
@@ -356,7 +360,7 @@ class OpenLogWriter:
         work: list[Pending],
         staging: list[int],
         results: list[Any],
-        append: Callable[[bytes], int],
+        append: Callable[[bytes | list[bytes | memoryview]], int],
     ) -> bool:
         """Before a roll that ends the stream's writes (switchover, dismount): abort every
         staged body still pending, and fail the stage requests in this batch.  A body staged

@@ -101,7 +101,7 @@ async def test_small_commits_interleave_with_a_staged_body_and_keep_change_numbe
         return await store.put_items("m", [{"item_id": f"s{i}", "body": "x" * 100}])
 
     big, *smalls = await asyncio.gather(
-        store.put_items("m", [{"item_id": "big", "body": text_body(400_000)}]),
+        store.put_items("m", [{"item_id": "big", "body": text_body(6_000_000)}]),
         *(small(i) for i in range(40)),
     )
     await copy.roll()
