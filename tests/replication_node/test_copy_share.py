@@ -18,10 +18,12 @@ from dag_common.model import CopyStatus
 from replication_node.http.auth import auth_middleware
 from replication_node.http.copy_share import HttpCopyLogs, add_copy_share_routes
 from replication_node.http.error_middleware import error_middleware
-from replication_node.log.logfile import closed_log_name
+from replication_node.log import logfile
+from replication_node.log.logfile import RecordType, closed_log_name
+from replication_node.log.spanning import decode_part
 from replication_node.passive.copy import PassiveCopy
 from tests.cluster_harness import serve_app, wait_until
-from tests.replication_node.helpers import passive, replayed_through
+from tests.replication_node.helpers import passive, replayed_through, text_body
 from tests.replication_node.share import TOKEN, Share
 
 
@@ -173,3 +175,35 @@ async def test_the_copy_share_refuses_what_it_cannot_vouch_for(share, first):
     assert (await answer("E00.log?epoch=1"))[0] == 400  # the open log is never shared here
     assert (await answer(f"{name}?epoch=1", token="wrong"))[0] == 401
     assert (await answer(f"{name}?epoch=1", db="DB9"))[0] == 404  # no copy of DB9 here
+
+
+async def test_a_bit_flip_in_a_continuation_is_refused_naming_it_and_taken_from_another_copy(
+    share, first, tmp_path
+):
+    """A large item's body spans generations; a bit flips inside one of its later parts on
+    the active's disk: the lagging copy's inspection refuses that generation, naming it, and
+    takes it whole from the other copy; the item replays whole."""
+    async with second_copy(share, first, tmp_path) as (second, _):
+        await second.suspend("lagging")
+        text = text_body(200_000, seed=9)
+        store = share.active.store
+        result = await store.put_items("m", [{"item_id": "big", "body": text}])
+        last = await share.roll()
+        await wait_until("the first copy replays it", replayed_through(first.copy, last))
+        continued = [
+            (g, r)
+            for g in range(result.lsn.generation - 4, result.lsn.generation)
+            for r in logfile.verify_closed(share.closed_file(g).read_bytes(), g).records
+            if r.type is RecordType.PART and decode_part(r)[1] > 0
+        ]
+        bad, rec = continued[0]
+        path = share.closed_file(bad)
+        data = bytearray(path.read_bytes())
+        data[rec.offset + rec.size - 100] ^= 0x04  # inside the part's bytes
+        path.write_bytes(bytes(data))
+        await second.resume()
+        await wait_until("the second copy replays it", replayed_through(second, last))
+        assert second.status().status is CopyStatus.HEALTHY
+        assert second.reader().item("m", "big")["body"] == text
+        failed = second.paths.ignored / "InspectionFailed"
+        assert [p.name for p in failed.iterdir()] == [f"{closed_log_name(bad)}.1"]

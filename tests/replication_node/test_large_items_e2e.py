@@ -172,3 +172,30 @@ async def test_a_36_mib_item_raises_no_nodes_peak_memory_by_4_times_its_size(clu
     await converged(cluster, "DB1", "mbx1", ["mbx2", "mbx3"])
     raised = {node: memory(cluster, node)[1] - before[node] for node in nodes}
     assert all(r < 4 * size for r in raised.values()), {n: r / MiB for n, r in raised.items()}
+
+
+async def test_a_passive_killed_in_the_middle_of_replaying_a_spanning_item_replays_it_whole(
+    cluster,
+):
+    await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/alice")
+    start = await converged(cluster, "DB1", "mbx1", ["mbx2", "mbx3"])
+    await cluster.ok("POST", "mbx2", "/v1/databases/DB1/copies/mbx2/suspend")
+    text = text_body(30 * MiB, seed=31)
+    status, answer = await item_post(cluster, "mbx1", "huge", text)
+    assert status == 201, answer
+    end = answer["lsn"]["generation"]
+    assert end - start >= 30
+    await cluster.ok("POST", "mbx2", "/v1/databases/DB1/copies/mbx2/resume")
+    seen: list[int] = []
+
+    async def mid_body() -> bool:
+        seen.append((await cluster.status("mbx2"))["DB1"]["last_log_replayed"])
+        return seen[-1] >= start + 5
+
+    await cluster.wait_for("mbx2 replaying the body's parts", mid_body)
+    cluster.kill("mbx2")
+    assert seen[-1] < end, "killed before the commit was replayed"
+    await cluster.start("mbx2")
+    await converged(cluster, "DB1", "mbx1", ["mbx2", "mbx3"])
+    want = hashlib.sha256(text.encode()).hexdigest()
+    assert await body_hash(cluster, "mbx2", "huge") == want
