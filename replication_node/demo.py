@@ -22,9 +22,11 @@ import aiohttp
 import yaml
 
 from dag_common.auth import bearer
+from dag_common.mail_mix import mail_sizes
 from dag_common.model import CopyRole, CopyStatus
 from dag_common.ports import free_port
 from replication_node.cli import main as cli
+from replication_node.cli.mailbox import batches, generated_items
 
 ROOT = Path.cwd()
 
@@ -190,19 +192,24 @@ async def run(config_path: Path, items: int) -> None:
             )
         )
         await call("PUT", "mbx2", "/v1/databases/DB2/mailboxes/bob", json={"display_name": "Bob"})
-        step(f"Write {items} items of ~2 KiB into alice, 50 per transaction (group commit, fsync)")
+        sizes = mail_sizes(items, seed=1, large_every=400)
+        large = [s for s in sizes if s >= 1 << 20]
+        step(
+            f"Write {items} items of real mail into alice: most of a few KB, 50 per "
+            f"transaction (group commit, fsync); {len(large)} of "
+            f"{', '.join(f'{s / (1 << 20):.1f}' for s in large)} MiB, each its own "
+            "transaction across many 1 MiB log generations"
+        )
         started = time.perf_counter()
         last = None
-        for start in range(0, items, 50):
-            batch = [
-                {"subject": f"message {i}", "body": f"body of message {i} " * 100}
-                for i in range(start, min(items, start + 50))
-            ]
+        for batch in batches(
+            generated_items(items, sizes, "Inbox"), max_items=50, max_bytes=512 * 1024
+        ):
             last = await call(
                 "POST", "mbx1", "/v1/databases/DB1/mailboxes/alice/items", json={"items": batch}
             )
         print(
-            f"{items} items in {time.perf_counter() - started:.2f}s; "
+            f"{items} items ({sum(sizes) / 1e6:.0f} MB) in {time.perf_counter() - started:.2f}s; "
             f"last commit at LSN {last['lsn']}"
         )
         step("Roll the log on demand (what the mover does after its final sync)")

@@ -3,13 +3,16 @@ to the node API of the database's active copy, found and followed as the mover f
 (`mrs_client.node_client.NodeStoreClient`: the active through a switchover, the token).
 
     mailbox create NAME --database DB [--folders F …]
-    mailbox put NAME --database DB [--count N] [--size BYTES] [--folder F]
+    mailbox put NAME --database DB [--count N] [--size BYTES | --mix] [--seed S] [--folder F]
     mailbox list NAME --database DB [--since N] [--json]
 
 `put` writes N items of generated text in batches (each one transaction, acknowledged once
-durable) and says the rate.  A failure is one `error:` line: exit 2 for what the request
-got wrong (an unknown database or mailbox, a mailbox that exists, a folder it lacks, a
-locked mailbox), 1 for a cluster that cannot answer (no mounted active copy reachable)."""
+durable) and says the rate.  `--mix` draws the sizes of real mail (`dag_common.mail_mix`:
+most of a few KB, about one in 200 of 1-30 MiB, which the node stages across log
+generations); a batch is cut at half a log file and an item larger than that goes alone.
+A failure is one `error:` line: exit 2 for what the request got wrong (an unknown database
+or mailbox, a mailbox that exists, a folder it lacks, a locked mailbox), 1 for a cluster
+that cannot answer (no mounted active copy reachable)."""
 
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from dag_common.cli import add_config, database_named, error
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import BadArgument, TokenRefused
+from dag_common.mail_mix import mail_sizes
 from dag_common.model import ExitCode
 from dag_common.node_status import AUTH_FAILED
 from mrs_client.errors import NodeCallError
@@ -53,13 +57,14 @@ def generated_text(k: int, size: int) -> str:
     return " ".join(words)[:size]
 
 
-def generated_items(count: int, size: int, folder: str) -> Iterator[dict[str, str]]:
-    """The items `put` writes: ids are the node's to choose."""
+def generated_items(count: int, size: int | list[int], folder: str) -> Iterator[dict[str, str]]:
+    """The items `put` writes (`size` bytes of body each, or the sizes given one by one):
+    ids are the node's to choose."""
     for k in range(1, count + 1):
         yield {
             "folder": folder,
             "subject": f"load item {k} of {count}",
-            "body": generated_text(k, size),
+            "body": generated_text(k, size if isinstance(size, int) else size[k - 1]),
         }
 
 
@@ -118,12 +123,13 @@ async def _put(config: ClusterConfig, client: NodeStoreClient, args: argparse.Na
         raise BadArgument(f"--size: {args.size}: a number of bytes, 0 or more")
     db, name = args.database, args.name
     max_bytes = config.log_file_size_of(config.database(db)) // 2
+    sizes = mail_sizes(args.count, seed=args.seed) if args.mix else args.size
     clock = SystemClock()
     started = clock.monotonic()
     written: dict[str, Any] = {}
     done = size = 0
     for batch in batches(
-        generated_items(args.count, args.size, args.folder),
+        generated_items(args.count, sizes, args.folder),
         max_items=BATCH_ITEMS,
         max_bytes=max_bytes,
     ):
@@ -242,9 +248,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     put = mailbox.add_parser("put", help="write items of generated text, in batches; says items/s")
     common(put)
     put.add_argument("--count", type=int, default=100, help="how many items (default 100)")
-    put.add_argument(
+    sized = put.add_mutually_exclusive_group()
+    sized.add_argument(
         "--size", type=int, default=1000, help="bytes of body text per item (default 1000)"
     )
+    sized.add_argument(
+        "--mix",
+        action="store_true",
+        help="sizes of real mail: most a few KB, about 1 in 200 of 1-30 MiB (seeded)",
+    )
+    put.add_argument("--seed", type=int, default=0, help="the seed of --mix's sizes (default 0)")
     put.add_argument("--folder", default="Inbox", help="the folder to write to (default Inbox)")
 
     lst = mailbox.add_parser("list", help="the mailbox's items: id, folder, subject, size, change")

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from dag_common.mail_mix import mail_sizes
 from replication_node.cli.mailbox import batches, generated_items, generated_text
 from tests.cluster_harness import LocalCluster
 
@@ -126,3 +127,16 @@ async def test_mistakes_are_one_line_with_their_exit_code(node):
     down = run(node, "put", "alice", "--database", "DB1")
     assert down.returncode == 1, down.stderr
     assert down.stderr == "error: no mounted active copy of DB1 can be reached\n"
+
+
+@pytest.mark.slow
+async def test_put_with_the_mix_of_real_mail_writes_items_of_many_megabytes(node):
+    assert run(node, "create", "carol", "--database", "DB1").returncode == 0
+    put = run(node, "put", "carol", "--database", "DB1", "--count", "400", "--mix", "--seed", "7")
+    assert put.returncode == 0, put.stderr
+    sizes = mail_sizes(400, seed=7)
+    served = await node.items("mbx1", "DB1", "carol")
+    assert sorted(len(i["body"]) for i in served.values()) == sorted(sizes)
+    assert sum(1 for s in sizes if s > 1 << 20) == 2
+    both = run(node, "put", "carol", "--database", "DB1", "--mix", "--size", "10")
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
