@@ -22,7 +22,7 @@ from replication_node.log.blocks import (
 )
 from replication_node.log.logfile import closed_log_name
 from tests.cluster_harness import wait_until
-from tests.replication_node.helpers import passive, replayed_through
+from tests.replication_node.helpers import passive, replayed_through, text_body
 from tests.replication_node.share import start_share
 
 
@@ -306,3 +306,33 @@ async def test_a_kept_open_log_is_not_claimed_as_the_lost_actives_epoch(share, t
     assert kept is not None and kept.generation == first + 1
     assert copy.status().epoch == 0
     await copy.stop()
+
+
+async def test_a_synchronous_copy_holds_every_part_of_a_large_item_before_it_is_answered(
+    tmp_path,
+):
+    """Block mode with a synchronous copy: a large item's body spans generations; its
+    commit is answered once the copy holds every byte through it (its parts included), the
+    copy builds each generation from the blocks, and the item replays whole there."""
+    share = await start_share(tmp_path, synchronous_copies=1, synchronous_wait=5)
+    try:
+        copy = passive(share, tmp_path)
+        await copy.start()
+        active = share.active
+        await wait_until("the copy follows", lambda: active.copy.stream.feed.followers == {"p"})
+        await share.write(0, 1)
+        text = text_body(150_000, seed=13)
+        result = await active.store.put_items("m", [{"item_id": "big", "body": text}])
+        stream = active.copy.stream
+        assert stream.feed.holding((stream.generation, stream.feed.durable)) == ["p"]
+        assert result.lsn.generation >= 5, "the body spans generations (32 KiB logs)"
+        last = await share.roll()
+        await wait_until("replayed", replayed_through(copy, last))
+        assert copy.reader().item("m", "big")["body"] == text
+        for gen in range(result.lsn.generation - 3, last + 1):
+            assert (copy.paths.logs / closed_log_name(gen)).read_bytes() == (
+                share.closed_file(gen).read_bytes()
+            )
+        await copy.stop()
+    finally:
+        await share.close()
