@@ -1,6 +1,7 @@
 """`mrs`: move mailboxes between databases, gated on the Data Guarantee API.
 
     mrs move --config F --mailbox M --to DB [--with-archive]
+             [--large-item-limit N] [--bad-item-limit N]
     mrs list | show ID | stats ID | resume ID      (each with --json)
     mrs suspend ID | cancel ID [--wait 60s]        (each with --json)
 
@@ -35,6 +36,7 @@ from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.model import ExitCode
 from mrs_client.errors import MoveRejected
+from mrs_client.item_limits import SkipReason, counts
 from mrs_client.policy import MoveSettings, MoveState, StopRequest
 from mrs_client.progress import Progress
 from mrs_client.requests_store import MoveRecord, MoveRequestStore
@@ -76,6 +78,9 @@ def settings_from(args: argparse.Namespace, config: ClusterConfig) -> MoveSettin
     base = MoveSettings()
     smallest_log = min(config.log_file_size_of(db) for db in config.databases)
     changes: dict[str, object] = {
+        # Small items are cut so that a write of them fits in one generation; an item larger
+        # than the cut is written alone (reconcile.BatchCutter), up to the target's
+        # max_item_size (a larger one is a large item: item_limits).
         "sync_batch_bytes": smallest_log // 2,
         # No head start before the first flush question: the service waits for the answer
         # (`wait`) and hears of the copies' progress as it happens.  (A service without
@@ -132,10 +137,17 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
             settings=settings_from(args, config),
             caller_id=args.caller_id,
             progress=report,
+            max_item_sizes={db.name: config.max_item_size_of(db) for db in config.databases},
         )
         try:
             if move_id is None:
-                record = await mover.submit(args.mailbox, args.to, with_archive=args.with_archive)
+                record = await mover.submit(
+                    args.mailbox,
+                    args.to,
+                    with_archive=args.with_archive,
+                    large_item_limit=args.large_item_limit,
+                    bad_item_limit=args.bad_item_limit,
+                )
                 move_id = record.id
             else:
                 existing = requests.get(move_id)
@@ -143,7 +155,11 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
                     raise MoveRejected(f"no move request {move_id!r}")
                 if existing.state is MoveState.COMPLETED:
                     raise MoveRejected(f"move {move_id} is already completed")
-            final = await mover.run(move_id)
+            final = await mover.run(
+                move_id,
+                large_item_limit=args.large_item_limit,
+                bad_item_limit=args.bad_item_limit,
+            )
         finally:
             progress.close()
             if textfile is not None:
@@ -261,6 +277,10 @@ def cmd_show(args: argparse.Namespace) -> int:
             print(f"{key:<22}{value}")
         if stop is not None:
             print(f"{'Stop requested':<22}{stop} (by `mrs {stop}`, not carried out yet)")
+        if record.skipped:
+            print("Skipped items:")
+            for line in [SKIPPED_HEADER, *skipped_lines(record)]:
+                print(f"  {line}")
     return ExitCode.OK
 
 
@@ -278,6 +298,26 @@ def _items(r: MoveRecord) -> str:
     """Items copied, of how many the sync knows it has to copy (items_total, 0: unknown)."""
     of = f" of {r.items_total:,}" if r.items_total else " (total not known yet)"
     return f"{r.items_copied:,}{of} ({r.bytes_copied / 1e6:,.1f} MB of bodies)"
+
+
+def _item_limits(r: MoveRecord) -> str:
+    n = counts(r.skipped)
+    return (
+        f"{n[SkipReason.LARGE]} large skipped (limit {r.large_item_limit}), "
+        f"{n[SkipReason.BAD]} bad skipped (limit {r.bad_item_limit})"
+    )
+
+
+def skipped_lines(r: MoveRecord) -> list[str]:
+    """One line per skipped item: mailbox, item id, change, size, why."""
+    return [
+        f"{s.mailbox:<16}{s.item_id or '?':<26}{s.change_number:>10}  "
+        f"{'?' if s.size is None else f'{s.size:,}':>14}  {s.reason:<6}{s.detail}"
+        for s in r.skipped
+    ]
+
+
+SKIPPED_HEADER = f"{'Mailbox':<16}{'Item':<26}{'Change':>10}  {'Size':>14}  {'Why':<6}Detail"
 
 
 def show_fields(r: MoveRecord) -> list[tuple[str, str]]:
@@ -306,6 +346,7 @@ def show_fields(r: MoveRecord) -> list[tuple[str, str]]:
             f"verified in {r.verified_epoch}",
         ),
         ("Reconciles", f"{r.reconciles} ({r.items_repaired} items repaired)"),
+        ("Item limits", _item_limits(r)),
     ]
 
 
@@ -335,18 +376,29 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "reconciles": record.reconciles,
         "items_repaired": record.items_repaired,
         "reconcile_reason": record.reconcile_reason,
+        "large_item_limit": record.large_item_limit,
+        "bad_item_limit": record.bad_item_limit,
+        "large_skipped": counts(record.skipped)[SkipReason.LARGE],
+        "bad_skipped": counts(record.skipped)[SkipReason.BAD],
         # A stalled move: when the service expects its condition to clear (its last answer).
         "expected_clear_at": answers[-1]["expected_clear_at"]
         if record.state is MoveState.STALLED and answers
         else None,
         "guarantee_answers": answers,
+        "skipped_items": [
+            {k: v for k, v in s.as_dict().items() if k != "term"} for s in record.skipped
+        ],
     }
     if args.json:
         print(json.dumps(stats, indent=2))
     else:
         for key, value in stats.items():
-            if key != "guarantee_answers":
+            if key not in ("guarantee_answers", "skipped_items"):
                 print(f"{key:<18}{value}")
+        if record.skipped:
+            print("skipped items:")
+            for line in [SKIPPED_HEADER, *skipped_lines(record)]:
+                print(f"  {line}")
         print("guarantee answers:")
         for a in answers[-args.last :]:
             print(
@@ -387,6 +439,25 @@ def build_parser() -> argparse.ArgumentParser:
                 help=f"{TIMING_HELP[name]}; default {_default(name)}",
             )
         p.add_argument("--sync-batch", type=int, default=None, help="items per write")
+
+    def item_limits(p: argparse.ArgumentParser, default: int | None) -> None:
+        keep = "; default: the request's" if default is None else f"; default {default}"
+        p.add_argument(
+            "--large-item-limit",
+            type=_count,
+            default=default,
+            metavar="N",
+            help="skip and report up to N items larger than the target database's "
+            f"max_item_size; more fails the move before step 8{keep}",
+        )
+        p.add_argument(
+            "--bad-item-limit",
+            type=_count,
+            default=default,
+            metavar="N",
+            help=f"skip and report up to N source items that cannot be read; more fails the "
+            f"move before step 8{keep}",
+        )
         p.add_argument(
             "--metrics-textfile",
             default=None,
@@ -413,11 +484,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="move the mailbox's archive (<mailbox>.archive) with it",
     )
+    item_limits(move, 0)
     move.set_defaults(func=cmd_move)
 
     resume = sub.add_parser("resume", help="resume a failed, suspended or interrupted move")
     common(resume)
     timings(resume)
+    item_limits(resume, None)
     resume.add_argument("id", help="the move request's id (mrs list)")
     resume.set_defaults(func=cmd_resume)
 
@@ -466,6 +539,17 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--last", type=int, default=20, help="how many guarantee answers")
     stats.set_defaults(func=cmd_stats)
     return parser
+
+
+def _count(text: str) -> int:
+    """A whole number, 0 or more (an item limit)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of items (0 or more)")
+    return value
 
 
 def _logging(args: argparse.Namespace) -> None:

@@ -28,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from dag_common.clock import Clock
+from mrs_client.item_limits import counts
 from mrs_client.policy import MoveState
 from mrs_client.requests_store import MoveRecord
 
@@ -86,6 +87,16 @@ class _MoveCollector(Collector):
                       "a lost flush or a difference found).", record.reconciles)  # fmt: skip
         yield counter("mrs_move_items_repaired", "Target items put or deleted by reconciles.",
                       record.items_repaired)  # fmt: skip
+        # A gauge: an item written again small enough, or deleted, is skipped no more.
+        skipped = GaugeMetricFamily(
+            "mrs_move_items_skipped",
+            "Source items the move skips, by reason: large (over the target's "
+            "max_item_size) or bad (the source cannot read them).",
+            labels=["move_id", "reason"],
+        )
+        for reason, count in counts(record.skipped).items():
+            skipped.add_metric([record.id, reason.value], count)
+        yield skipped
         answers = CounterMetricFamily(
             "mrs_guarantee_answers",
             "Data Guarantee answers the move got, by method and status.",

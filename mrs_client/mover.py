@@ -17,6 +17,11 @@ on from the step `policy.after_reconcile` names.  Before step 8 the digests of b
 must match in the epoch the final flush was answered for; step 10 (the source's soft
 delete) runs only in that verified epoch.
 
+Large and bad items (`item_limits`): the move skips up to its limits, saved in the request
+(`mrs resume` keeps them, or takes new ones); past them it fails, naming them, before step
+8.  The target's max_item_size is the config's, read at each run: large items that fit a
+raised limit are copied by a reconcile when the move is resumed.
+
 An operator stops a move from another process (`mrs suspend`, `mrs cancel`) through the
 request store: the loop looks for a stop request at its safe points (before each step,
 between the batches of a sync, before each stalled wait: `Gates.checkpoint`), where
@@ -26,10 +31,11 @@ everything done is saved as it would be for a kill -9, and saves the move Suspen
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from dag_common.clock import Clock
+from dag_common.config import DEFAULT_MAX_ITEM_SIZE
 from mrs_client.end_calls import EndCalls
 from mrs_client.errors import (
     MoveFailed,
@@ -39,6 +45,7 @@ from mrs_client.errors import (
     NodeCallError,
 )
 from mrs_client.gates import Gates, GuaranteeClient
+from mrs_client.item_limits import now_fitting
 from mrs_client.policy import MoveSettings, MoveState, MoveStep, StopRequest
 from mrs_client.requests_store import MoveRecord, MoveRequestStore
 from mrs_client.steps import Directory, MoveSteps
@@ -64,7 +71,10 @@ class Mover:
         settings: MoveSettings | None = None,
         caller_id: str = "mrs",
         progress: Callable[[MoveRecord, str], None] | None = None,
+        max_item_sizes: Mapping[str, int] | None = None,
     ) -> None:
+        """`max_item_sizes`: each database's max_item_size, from the cluster config (a
+        database not in it: the config's default)."""
         self.requests = requests
         self.nodes = nodes
         self.guarantee = guarantee
@@ -82,9 +92,14 @@ class Mover:
             caller_id=caller_id,
             progress=self._progress,
         )
+        self.max_item_sizes = dict(max_item_sizes or {})
         self.calls = EndCalls(nodes=nodes, gates=self.gates)
         self.verifier = Verifier(
-            nodes=nodes, gates=self.gates, settings=self.settings, progress=self._progress
+            nodes=nodes,
+            gates=self.gates,
+            settings=self.settings,
+            max_item_size=self.max_item_size,
+            progress=self._progress,
         )
         self.steps = MoveSteps(
             nodes=nodes,
@@ -94,15 +109,28 @@ class Mover:
             directory=directory,
             clock=clock,
             settings=self.settings,
+            max_item_size=self.max_item_size,
             progress=self._progress,
         )
+
+    def max_item_size(self, database: str) -> int:
+        """The largest item `database` takes, as the cluster config says."""
+        return self.max_item_sizes.get(database, DEFAULT_MAX_ITEM_SIZE)
 
     # ---- creating a request ----------------------------------------------------------------
 
     async def submit(
-        self, mailbox: str, target_db: str, *, with_archive: bool = False
+        self,
+        mailbox: str,
+        target_db: str,
+        *,
+        with_archive: bool = False,
+        large_item_limit: int = 0,
+        bad_item_limit: int = 0,
     ) -> MoveRecord:
         """Validate and record a move; MoveRejected (nothing changed) if it cannot be."""
+        if large_item_limit < 0 or bad_item_limit < 0:
+            raise MoveRejected("an item limit cannot be negative")
         if target_db not in self.databases:
             raise MoveRejected(f"unknown database {target_db!r}")
         source_db = await self.directory.mailbox_database(mailbox)
@@ -138,20 +166,33 @@ class Mover:
             source_db=source_db,
             target_db=target_db,
             now=self.clock.now(),
+            large_item_limit=large_item_limit,
+            bad_item_limit=bad_item_limit,
         )
         self._progress(record, f"move {record.id} recorded: {mailboxes} {source_db} -> {target_db}")
         return record
 
     # ---- running ---------------------------------------------------------------------------
 
-    async def run(self, move_id: str) -> MoveRecord:
+    async def run(
+        self,
+        move_id: str,
+        *,
+        large_item_limit: int | None = None,
+        bad_item_limit: int | None = None,
+    ) -> MoveRecord:
         """Run (or resume) a move until it completes or fails; return the final record.
+        An item limit given replaces the request's (None: kept).
 
         MoveRejected if another client is running the same move right now."""
+        if (large_item_limit or 0) < 0 or (bad_item_limit or 0) < 0:
+            raise MoveRejected("an item limit cannot be negative")
         with self.requests.running(move_id):
-            return await self._run_held(move_id)
+            return await self._run_held(move_id, large_item_limit, bad_item_limit)
 
-    async def _run_held(self, move_id: str) -> MoveRecord:
+    async def _run_held(
+        self, move_id: str, large_item_limit: int | None, bad_item_limit: int | None
+    ) -> MoveRecord:
         record = self.requests.get(move_id)
         if record is None:
             raise MoveRejected(f"no move request {move_id!r}")
@@ -178,7 +219,16 @@ class Mover:
             )
         if resumed_after_failure:
             record = replace(record, verify_rounds=0, reconciles=0)
-        record = replace(record, state=MoveState.IN_PROGRESS, failure=None)
+        record = replace(
+            record,
+            state=MoveState.IN_PROGRESS,
+            failure=None,
+            large_item_limit=record.large_item_limit
+            if large_item_limit is None
+            else large_item_limit,
+            bad_item_limit=record.bad_item_limit if bad_item_limit is None else bad_item_limit,
+        )
+        record = self._items_now_fitting(record)
         if (
             record.steps_done >= MoveStep.CLONE_STRUCTURE
             and not (record.target_epoch and record.source_epoch)
@@ -192,6 +242,8 @@ class Mover:
             )
         record = self.gates.save(record)
         try:
+            if record.steps_done < MoveStep.UPDATE_DIRECTORY:
+                self.verifier.within_limits(record, when=" (as the move was resumed)")
             while record.steps_done < MoveStep.SOFT_DELETE_SOURCE or record.reconcile_pending:
                 try:
                     self.gates.checkpoint(record)
@@ -240,6 +292,23 @@ class Mover:
         )
         self._progress(record, "move completed")
         return record
+
+    def _items_now_fitting(self, record: MoveRecord) -> MoveRecord:
+        """Large items that fit the target's max_item_size now (the config's was raised
+        since they were skipped) are skipped no more: a reconcile copies them.  Not once
+        step 8 is done: the skipped items were verified, and the mailbox is its user's."""
+        limit = self.max_item_size(record.target_db)
+        fitting = now_fitting(record.skipped, limit)
+        if not fitting or record.steps_done >= MoveStep.UPDATE_DIRECTORY:
+            return record
+        keys = {s.key for s in fitting}
+        return replace(
+            record,
+            skipped=tuple(s for s in record.skipped if s.key not in keys),
+            reconcile_pending=True,
+            reconcile_reason=f"{len(fitting)} large items fit the target's max_item_size of "
+            f"{limit:,} bytes now: they are copied",
+        )
 
     def _reconcile_due(self, move_id: str, held: MoveRecord, exc: NeedsReconcile) -> MoveRecord:
         """Save that a reconcile is due (it survives a crash) and why."""

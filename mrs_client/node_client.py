@@ -10,6 +10,10 @@ it, following the active when it moves.
 - An unreachable node: look for the active again once, then fail the call (the move loop
   stalls and retries: a failover takes `failover_after`).
 
+A listing's item that is not an item (a field missing or of another type, text that UTF-8
+cannot carry) comes back as an unreadable item (`Item.unreadable_at`), the rest of the page
+as it is: the mover skips it as a bad item.
+
 Following the active is safe only because every answer names the epoch of the copy that
 gave it (`store_api`): the mover, not this client, decides what an epoch change means.
 """
@@ -17,6 +21,7 @@ gave it (`store_api`): the mover, not this client, decides what an epoch change 
 from __future__ import annotations
 
 import asyncio
+import json as std_json
 import logging
 from typing import Any
 
@@ -33,6 +38,19 @@ from mrs_client.errors import NodeCallError
 from mrs_client.store_api import Digest, Item, Items, LogPosition, Mailbox, Rolled, Written
 
 logger = logging.getLogger(__name__)
+
+
+CALL_TIMEOUT = 120.0  # seconds: a call, or the silence between two reads of its answer
+BODY_RATE = 256 * 1024  # bytes a second a large body is given beyond CALL_TIMEOUT
+
+
+def _timeout(body: bytes | None) -> aiohttp.ClientTimeout:
+    """A write may take CALL_TIMEOUT, and as long again as sending its body at BODY_RATE
+    takes (a 36 MiB item: 144 s more).  An answer's size is not known ahead (a page of large
+    items may be gigabytes), so a read is bounded by the silence between its bytes."""
+    if body is None:
+        return aiohttp.ClientTimeout(total=None, sock_connect=CALL_TIMEOUT, sock_read=CALL_TIMEOUT)
+    return aiohttp.ClientTimeout(total=CALL_TIMEOUT + len(body) / BODY_RATE, sock_read=CALL_TIMEOUT)
 
 
 def _missing(status: int, body: Any) -> bool:
@@ -116,9 +134,9 @@ class NodeStoreClient:
         """Call `path` (below /v1/databases/{database}) on the active copy; a 404 in `ok`
         is returned only when it means "not there" (see `_missing`)."""
         what = f"{method} {database}{path}"
-        # Encoded once, to bytes, with orjson: a batch is up to half a log file of items
-        # (the standard library's encoder spends about 3 ms on each 1 MB, and aiohttp's
-        # `json=` would encode a str to bytes again).
+        # Encoded once, to bytes, with orjson: a batch is up to half a log file of items, or
+        # one item up to the target's max_item_size (the standard library's encoder spends
+        # about 3 ms on each 1 MB, and aiohttp's `json=` would encode a str to bytes again).
         headers = bearer(self._token)
         data = None
         if json is not None:
@@ -144,7 +162,7 @@ class NodeStoreClient:
                     data=data,
                     params=params,
                     headers=headers,
-                    timeout=aiohttp.ClientTimeout(total=120),
+                    timeout=_timeout(data),
                 ) as resp:
                     status, raw = resp.status, await resp.read()
             except (aiohttp.ClientError, TimeoutError) as exc:
@@ -249,7 +267,7 @@ class NodeStoreClient:
             params["count"] = "true"
         _, body = await self.call("GET", database, f"/mailboxes/{mailbox}/items", params=params)
         return Items(
-            items=tuple(Item.from_json(i) for i in body["items"]),
+            items=tuple(_item(i) for i in body["items"]),
             last_change_number=int(body.get("last_change_number", since_change)),
             epoch=int(body.get("epoch", 0)),
             more=bool(body.get("more", False)),
@@ -315,8 +333,39 @@ class NodeStoreClient:
 
 
 def _json_or_none(raw: bytes) -> Any:
-    """The JSON document `raw` holds, or None if it holds none."""
-    try:
-        return json_loads(raw) if raw else None
-    except ValueError:
+    """The JSON document `raw` holds, or None if it holds none.  orjson refuses a document
+    spelling a lone surrogate ("\\ud800"), which is valid JSON: the standard library reads
+    it, and `_item` finds the item that holds it."""
+    if not raw:
         return None
+    try:
+        return json_loads(raw)
+    except ValueError:
+        pass
+    try:
+        return std_json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _item(data: Any) -> Item:
+    """One item of a listing, or, if it is not one, an unreadable item saying why."""
+    try:
+        item = Item.from_json(data)
+        for text in (item.item_id, item.folder, item.subject, item.body):
+            if not isinstance(text, str):
+                raise TypeError(f"a text field is {type(text).__name__}")
+            if not text.isascii():
+                text.encode()  # UnicodeEncodeError: a lone surrogate
+        return item
+    except UnicodeEncodeError:
+        why = "the source's item holds text that UTF-8 cannot carry (a lone surrogate)"
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        why = f"the source's item is not readable ({type(exc).__name__}: {exc})"[:300]
+    item_id = data.get("item_id") if isinstance(data, dict) else None
+    change = data.get("change_number") if isinstance(data, dict) else None
+    return Item.unreadable_at(
+        change if isinstance(change, int) else 0,
+        why,
+        item_id if isinstance(item_id, str) and item_id.isprintable() else "",
+    )

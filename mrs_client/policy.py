@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from enum import IntEnum, StrEnum
 
 from dag_common.model import GuaranteeStatus
-from mrs_client.store_api import LogPosition
+from mrs_client.store_api import Items, LogPosition
 
 
 class MoveStep(IntEnum):
@@ -164,12 +164,17 @@ class MoveSettings:
     # copy may have left block mode after the target's position was read.
     block_flush_wait: timedelta = timedelta(seconds=30)
     sync_batch: int = 500
-    # Bytes per write: a write is one transaction and must fit in one log generation of the
-    # target (the CLI sets half the smallest log_file_size of the cluster).
+    # Bytes per write of small items: a write is one transaction, and one of small items is
+    # cut to fit in one log generation of the target (the CLI sets half the smallest
+    # log_file_size of the cluster; never past the target's max_item_size: reconcile.
+    # write_cut).  An item larger than the cut goes alone, in its own write.
     sync_batch_bytes: int = 256 * 1024
     # The source is read a page of this many changes at a time, the next page asked while the
     # current one is written: a mailbox is never held in memory whole.
     sync_page: int = 2000
+    # After a page holding more than this (large items), the next asks for fewer changes:
+    # about as many as would hold this much at that page's average item size.
+    sync_page_bytes: int = 64 * 1024 * 1024
     # Incremental passes stop when a pass finds at most this many changes (or after max).
     incremental_quiet_changes: int = 50
     incremental_max_passes: int = 5
@@ -313,6 +318,18 @@ def incremental_done(changes_in_pass: int, passes: int, settings: MoveSettings) 
     return changes_in_pass <= settings.incremental_quiet_changes or (
         passes >= settings.incremental_max_passes
     )
+
+
+def next_page_size(page: Items, settings: MoveSettings) -> int:
+    """How many changes the next page of a sync asks for: `sync_page`, or, after a page
+    holding more than `sync_page_bytes`, as many as would hold that much at its average
+    item size (at least 1).  The node's listing counts changes, not bytes: a page of 2,000
+    items of 30 MiB would be 60 GB."""
+    held = sum(item.size for item in page.items)
+    if held <= settings.sync_page_bytes or not page.items:
+        return settings.sync_page
+    average = held / len(page.items)
+    return max(1, min(settings.sync_page, int(settings.sync_page_bytes / average)))
 
 
 @dataclass(frozen=True, slots=True)

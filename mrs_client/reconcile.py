@@ -21,6 +21,11 @@ For each mailbox (`Reconciler.mailbox`):
    live source item it lacks or holds differently, delete every item the source does not
    hold live; the cursor goes on from the highest change number of that source listing.
 
+Skipped items (`item_limits`: large and bad ones) count as not held by the source: step 2
+compares the target with the source's digest less them, step 3 never puts them and deletes
+the target's older versions of them, and the listing of step 3 says afresh which of the
+mailbox's items are skipped.
+
 Every answer goes through an `EpochWatch`: an end that changes incarnation again in the
 middle raises `NeedsReconcile`, and the reconcile starts over (it is idempotent: puts carry
 the source's item ids, deletes of absent items are no-ops).
@@ -35,9 +40,18 @@ from enum import StrEnum
 from typing import Any
 
 from mrs_client.errors import MoveFailed, NeedsReconcile, NodeCallError
-from mrs_client.policy import MoveStep, after_reconcile
+from mrs_client.item_limits import (
+    SkippedItem,
+    all_terms_known,
+    for_mailbox,
+    less_skipped,
+    sort_out,
+    summed,
+)
+from mrs_client.policy import MoveSettings, MoveStep, after_reconcile
 from mrs_client.requests_store import MoveRecord
-from mrs_client.store_api import Digest, Item, Mailbox, NodeStore
+from mrs_client.source_reader import UNREADABLE, read_page
+from mrs_client.store_api import Digest, Item, Items, Mailbox, NodeStore, utf8_len
 
 NodeCall = Callable[[str, Callable[[], Awaitable[Any]]], Awaitable[Any]]
 
@@ -68,39 +82,71 @@ class EpochWatch:
         )
 
 
-def utf8_len(text: str) -> int:
-    """The length of `text` in UTF-8, without encoding it when it is ASCII."""
-    return len(text) if text.isascii() else len(text.encode())
-
-
 def write_size(item: Item) -> int:
-    """About what an item costs in the target's log record (its text and the JSON around).
-    Called for every item of a sync: it counts without building the write's entry."""
-    return (
-        utf8_len(item.item_id)
-        + utf8_len(item.folder)
-        + utf8_len(item.subject)
-        + utf8_len(item.body)
-        + 200
-    )
+    """About what an item costs in the target's log record: its real size (subject and body
+    in UTF-8, `Item.size`), its id and folder, and the framing around them.  Called for
+    every item of a sync: it counts without building the write's entry."""
+    return item.size + utf8_len(item.item_id) + utf8_len(item.folder) + 200
+
+
+def write_cut(settings: MoveSettings, max_item_size: int) -> int:
+    """Where writes of small items are cut: `sync_batch_bytes` (half a log file, from the
+    CLI), and never past the target's max_item_size, so that a write's body stays within
+    what the target's HTTP edge takes (twice max_item_size, and 1 MiB, for JSON's escapes)
+    however small the target's limit is beside its log file."""
+    return min(settings.sync_batch_bytes, max_item_size)
+
+
+class BatchCutter:
+    """Cuts the items a sync writes into writes (one write is one transaction): at most
+    `max_items` items and about `max_bytes` each, by `write_size`.  An item larger than
+    `max_bytes` goes alone, in its own write: small items are cut so that a transaction of
+    them fits in one generation of the target's log (the CLI cuts at half a log file), and
+    a large one is a transaction the target's log continues across generations."""
+
+    def __init__(self, *, max_items: int, max_bytes: int) -> None:
+        self.max_items = max_items
+        self.max_bytes = max_bytes
+        self.batch: list[Item] = []
+        self.size = 0
+
+    def add(self, item: Item) -> list[Item] | None:
+        """Take `item`; the write it closes (to be written before it), if any."""
+        cost = write_size(item)
+        closed = None
+        # A batch holding one item larger than the cut is closed by whatever comes next.
+        if self.batch and (len(self.batch) >= self.max_items or self.size + cost > self.max_bytes):
+            closed = self.take()
+        self.batch.append(item)
+        self.size += cost
+        return closed
+
+    def take(self) -> list[Item]:
+        """The write being gathered (perhaps empty), and start another."""
+        batch, self.batch, self.size = self.batch, [], 0
+        return batch
 
 
 def cut_batches(items: Iterable[Item], *, max_items: int, max_bytes: int) -> list[list[Item]]:
-    """Writes of at most `max_items` items and about `max_bytes`: one write is one
-    transaction, and a transaction must fit in one log generation of the target."""
-    out: list[list[Item]] = []
-    batch: list[Item] = []
-    size = 0
-    for item in items:
-        cost = write_size(item)
-        if batch and (len(batch) >= max_items or size + cost > max_bytes):
-            out.append(batch)
-            batch, size = [], 0
-        batch.append(item)
-        size += cost
-    if batch:
-        out.append(batch)
+    """All of `items` cut into writes (`BatchCutter`)."""
+    cutter = BatchCutter(max_items=max_items, max_bytes=max_bytes)
+    out = [batch for item in items if (batch := cutter.add(item))]
+    if last := cutter.take():
+        out.append(last)
     return out
+
+
+def latest(items: Iterable[Item]) -> list[Item]:
+    """The last state of each item of a listing read in several pages (an item changed
+    between two pages shows in both), by change number."""
+    by_id: dict[str, Item] = {}
+    unnamed: list[Item] = []
+    for item in items:
+        if not item.item_id:
+            unnamed.append(item)
+        elif item.item_id not in by_id or by_id[item.item_id].change_number < item.change_number:
+            by_id[item.item_id] = item
+    return sorted([*by_id.values(), *unnamed], key=lambda i: i.change_number)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,18 +193,46 @@ class Reconciled:
     cursor: int
     plan: RepairPlan | None  # None: the digests were equal, nothing was listed
     created: bool = False  # the target had lost the mailbox itself
+    # What the mailbox skips, found afresh by a listing (None: not listed, unchanged).
+    skipped: tuple[SkippedItem, ...] | None = None
 
     @property
     def repaired(self) -> int:
         return len(self.plan.puts) + len(self.plan.deletes) if self.plan else 0
 
     def describe(self) -> str:
+        skips = f", {len(self.skipped)} items skipped" if self.skipped else ""
         if self.plan is None or not self.plan:
-            return f"{self.mailbox}: target equal to source, cursor {self.cursor}"
+            return f"{self.mailbox}: target equal to source{skips}, cursor {self.cursor}"
         return (
             f"{self.mailbox}: repaired {self.plan.describe()}"
             + (" (mailbox re-created)" if self.created else "")
-            + f", cursor {self.cursor}"
+            + f"{skips}, cursor {self.cursor}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Compared:
+    """One mailbox's two ends, as the verification compares them."""
+
+    source: Digest  # the source's digest less its skipped items: what the target must hold
+    target: Digest | None  # None: no such mailbox on the target
+    left_out: int = 0  # skipped items left out of the source's digest
+    skipped: tuple[SkippedItem, ...] | None = None  # found afresh by a listing, if listed
+    listed: Items | None = None  # that listing of the source, if it was listed
+
+    @property
+    def equal(self) -> bool:
+        return self.target is not None and self.source.matches(self.target)
+
+    def describe(self) -> str:
+        t = self.target
+        held = f"{t.item_count} items ({t.digest[:12]})" if t else "none"
+        n = self.left_out
+        less = f" ({n} skipped item{'s' if n != 1 else ''} left out)" if n else ""
+        return (
+            f"{self.source.mailbox}: source {self.source.item_count} items "
+            f"({self.source.digest[:12]}){less}, target {held}"
         )
 
 
@@ -175,6 +249,8 @@ class Reconciler:
         target_db: str,
         max_items: int,
         max_bytes: int,
+        max_item_size: int,
+        page: int,
     ) -> None:
         self.nodes = nodes
         self._node_call = call
@@ -183,6 +259,8 @@ class Reconciler:
         self.target_db = target_db
         self.max_items = max_items
         self.max_bytes = max_bytes
+        self.max_item_size = max_item_size  # the target's: a larger item is skipped
+        self.page = page  # changes per page when the source must be listed a page at a time
 
     async def call(self, what: str, fn: Callable[[], Awaitable[Any]]) -> Any:
         """A node call; a 404 in the middle (a mailbox lost with yet another failover) starts
@@ -235,10 +313,61 @@ class Reconciler:
             self.watch.see(Side.TARGET, target.epoch, "target digest")
         return source, target
 
+    async def compare(self, name: str, skipped: Iterable[SkippedItem]) -> Compared:
+        """The target's digest of `name` and the source's less the items it skips.  Every
+        skipped item's term known (large items): from both nodes' digests, asked at once.
+        Otherwise (a bad item: nobody knows its content, and its node, which cannot read
+        it, cannot hash the mailbox either) the source is listed and summed here, skipping
+        what `item_limits` says, which is found afresh on the way."""
+        mine = [s for s in skipped if s.mailbox == name]
+        if all_terms_known(mine):
+            source, target = await self.digests(name)
+            return Compared(less_skipped(source, mine), target, len(mine))
+        target = await self.call("target digest", lambda: self.nodes.digest(self.target_db, name))
+        if target is not None:
+            self.watch.see(Side.TARGET, target.epoch, "target digest")
+        listed = await self.source_listing(name)
+        kept, found = sort_out(listed.items, mailbox=name, max_item_size=self.max_item_size)
+        source = replace(
+            summed(name, kept, epoch=listed.epoch), last_change_number=listed.last_change_number
+        )
+        return Compared(source, target, len(found), tuple(found), listed)
+
+    async def source_listing(self, name: str) -> Items:
+        """The source's whole mailbox, tombstones included, in one listing; a listing the
+        source answers 500 (a row it cannot read) is read again a page at a time, stepping
+        over what it cannot read (`source_reader`)."""
+
+        async def listing() -> Items:
+            try:
+                return await self.nodes.items(self.source_db, name, 0)
+            except NodeCallError as exc:
+                if exc.status != UNREADABLE:
+                    raise
+            items: list[Item] = []
+            since = 0
+            while True:
+                page = await read_page(self.nodes, self.source_db, name, since, self.page)
+                self.watch.see(Side.SOURCE, page.epoch, "read source items")
+                items.extend(page.items)
+                since = page.last_change_number
+                if not page.more:
+                    return Items(tuple(latest(items)), since, page.epoch)
+
+        listed = await self.call("read source items", listing)
+        self.watch.see(Side.SOURCE, listed.epoch, "read source items")
+        return listed
+
     async def mailbox(
-        self, name: str, *, lock_source: bool, allow_soft_deleted: bool = False
+        self,
+        name: str,
+        *,
+        lock_source: bool,
+        allow_soft_deleted: bool = False,
+        skipped: Iterable[SkippedItem] = (),
     ) -> Reconciled:
-        """Make the target's `name` hold exactly the source's live items (module docstring)."""
+        """Make the target's `name` hold exactly the source's live items but the `skipped`
+        ones, which are found afresh if the mailbox is listed (module docstring)."""
         source = await self.source_mailbox(name)
         if source is None or (source.soft_deleted and not allow_soft_deleted):
             raise MoveFailed(f"mailbox {name!r} vanished from {self.source_db}")
@@ -277,18 +406,18 @@ class Reconciler:
                     lambda f=folder: self.nodes.create_folder(self.target_db, name, f),
                 )
                 self.watch.see(Side.TARGET, written.epoch, "create target folder")
-        source_digest, target_digest = await self.digests(name)
-        if target_digest is not None and source_digest.matches(target_digest):
-            return Reconciled(name, source_digest.last_change_number, None, created)
-        listed = await self.call(
-            "read source items", lambda: self.nodes.items(self.source_db, name, 0)
-        )
-        self.watch.see(Side.SOURCE, listed.epoch, "read source items")
+        compared = await self.compare(name, skipped)
+        if compared.equal:
+            return Reconciled(
+                name, compared.source.last_change_number, None, created, compared.skipped
+            )
+        listed = compared.listed or await self.source_listing(name)
         held = await self.call(
             "read target items", lambda: self.nodes.items(self.target_db, name, 0)
         )
         self.watch.see(Side.TARGET, held.epoch, "read target items")
-        plan = plan_repair(listed.items, held.items)
+        kept, found = sort_out(listed.items, mailbox=name, max_item_size=self.max_item_size)
+        plan = plan_repair(kept, held.items)
         for batch in cut_batches(plan.puts, max_items=self.max_items, max_bytes=self.max_bytes):
             written = await self.call(
                 "write target items",
@@ -302,7 +431,9 @@ class Reconciler:
             )
             if deleted is not None:
                 self.watch.see(Side.TARGET, deleted.epoch, "delete target item")
-        return Reconciled(name, max(plan.cursor, listed.last_change_number), plan, created)
+        return Reconciled(
+            name, max(plan.cursor, listed.last_change_number), plan, created, tuple(found)
+        )
 
 
 async def reconcile_move(
@@ -332,6 +463,7 @@ async def reconcile_move(
         and any(t is not None and not t.locked for t in targets)
     )
     cursors = dict(record.sync_cursor)
+    skipped = record.skipped
     repaired = 0
     if after_directory and (not target_changed or unlock_survived):
         lines = [
@@ -346,8 +478,11 @@ async def reconcile_move(
                 name,
                 lock_source=record.steps_done >= MoveStep.LOCK_SOURCE,
                 allow_soft_deleted=after_directory,
+                skipped=record.skipped,
             )
             cursors[name] = done.cursor
+            if done.skipped is not None:
+                skipped = for_mailbox(skipped, name, done.skipped)
             repaired += done.repaired
             lines.append(done.describe())
     steps_done = after_reconcile(
@@ -361,6 +496,7 @@ async def reconcile_move(
         source_epoch=watch.epochs[Side.SOURCE] or record.source_epoch,
         target_epoch=watch.epochs[Side.TARGET] or record.target_epoch,
         sync_cursor=cursors,
+        skipped=skipped,
         steps_done=steps_done,
         items_repaired=record.items_repaired + repaired,
         reconcile_pending=False,
@@ -375,20 +511,24 @@ async def reconcile_move(
     return record, lines
 
 
-async def differences(record: MoveRecord, reconciler: Reconciler, *, compare: bool) -> list[str]:
-    """How the target's mailboxes differ from the source's (empty: equal), by digest; with
-    `compare` off (the bench's comparison only), just that each target mailbox is there.
-    Every answer's epoch must be the record's (else NeedsReconcile)."""
+async def differences(
+    record: MoveRecord, reconciler: Reconciler, *, compare: bool
+) -> tuple[list[str], tuple[SkippedItem, ...]]:
+    """How the target's mailboxes differ from the source's less the items the move skips
+    (empty: equal), by digest, and the skipped items as found (afresh, for a mailbox the
+    comparison had to list); with `compare` off (the bench's comparison only), just that
+    each target mailbox is there.  Every answer's epoch must be the record's (else
+    NeedsReconcile)."""
     found = []
+    skipped = record.skipped
     for name in record.mailboxes:
         if not compare:
             if await reconciler.target_mailbox(name) is None:
                 found.append(f"{name}: no mailbox in {record.target_db}")
             continue
-        source, target = await reconciler.digests(name)
-        if target is None or not source.matches(target):
-            held = f"{target.item_count} items ({target.digest[:12]})" if target else "none"
-            found.append(
-                f"{name}: source {source.item_count} items ({source.digest[:12]}), target {held}"
-            )
-    return found
+        compared = await reconciler.compare(name, record.skipped)
+        if compared.skipped is not None:
+            skipped = for_mailbox(skipped, name, compared.skipped)
+        if not compared.equal:
+            found.append(compared.describe())
+    return found, skipped

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mrs_client.errors import MoveBusy, MoveRejected
+from mrs_client.item_limits import SkippedItem
 from mrs_client.policy import FINISHED, GuaranteeAnswer, MoveState, MoveStep, StopRequest
 
 _SCHEMA = """
@@ -98,6 +99,12 @@ class MoveRecord:
     reconciles: int = 0
     verify_rounds: int = 0  # verifications that found a difference
     items_repaired: int = 0  # items written again or removed by reconciles
+    # Exchange's -LargeItemLimit and -BadItemLimit: how many items of each kind the move may
+    # skip (item_limits), and those it skipped.  In the record, not a table of their own, so
+    # that a skip is saved in the same transaction as the cursor that passes it.
+    large_item_limit: int = 0
+    bad_item_limit: int = 0
+    skipped: tuple[SkippedItem, ...] = ()
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -107,6 +114,7 @@ class MoveRecord:
         data["state"] = str(self.state)
         data["step"] = int(self.step)
         data["mailboxes"] = list(self.mailboxes)
+        data["skipped"] = [s.as_dict() for s in self.skipped]
         return json.dumps(data)
 
     @classmethod
@@ -118,6 +126,8 @@ class MoveRecord:
         data["state"] = MoveState(data["state"])
         data["step"] = MoveStep(data["step"])
         data["mailboxes"] = tuple(data["mailboxes"])
+        # a record from before item limits has none (and loads with 0 and 0)
+        data["skipped"] = tuple(SkippedItem.from_dict(s) for s in data.get("skipped", ()))
         return cls(**data)
 
     def as_dict(self) -> dict[str, Any]:
@@ -155,7 +165,14 @@ class MoveRequestStore:
         self._conn.close()
 
     def create(
-        self, *, mailboxes: tuple[str, ...], source_db: str, target_db: str, now: datetime
+        self,
+        *,
+        mailboxes: tuple[str, ...],
+        source_db: str,
+        target_db: str,
+        now: datetime,
+        large_item_limit: int = 0,
+        bad_item_limit: int = 0,
     ) -> MoveRecord:
         """Record a new request, claiming its mailboxes; MoveRejected if one is claimed."""
         record = MoveRecord(
@@ -165,6 +182,8 @@ class MoveRequestStore:
             target_db=target_db,
             created=now,
             updated=now,
+            large_item_limit=large_item_limit,
+            bad_item_limit=bad_item_limit,
         )
         with self._lock:
             self._synchronous(True)

@@ -1,7 +1,9 @@
 """The ten steps of a move, each idempotent (a crash and `mrs resume` repeat it safely).
 
 Items are copied with their own item ids (a re-copy replaces, never duplicates); the source
-is read a page at a time, the next page read ahead while the current one is written; sync
+is read a page at a time, the next page read ahead while the current one is written, each
+page's large and bad items set aside (`item_limits`) before any of it is written; writes
+are cut by bytes, an item larger than the cut alone (`reconcile.BatchCutter`); sync
 cursors are saved after each batch; the final flush waits for a point of the target's log
 past the final sync, saved before the wait: the durable end of its open log when every copy
 follows in block mode (no roll), else a generation rolled *after* the final sync; the unlock
@@ -21,6 +23,7 @@ from dag_common.clock import Clock
 from mrs_client.end_calls import EndCalls
 from mrs_client.errors import MoveFailed, NeedsReconcile, NodeCallError
 from mrs_client.gates import Gates
+from mrs_client.item_limits import SkipReason, classify, counts, with_skipped, without
 from mrs_client.policy import (
     FlushPoint,
     GuaranteeAnswer,
@@ -28,10 +31,12 @@ from mrs_client.policy import (
     MoveStep,
     flush_point,
     incremental_done,
+    next_page_size,
 )
-from mrs_client.reconcile import Side, utf8_len, write_size
+from mrs_client.reconcile import BatchCutter, Side, write_cut
 from mrs_client.requests_store import MoveRecord
-from mrs_client.store_api import Item, Items, NodeStore
+from mrs_client.source_reader import read_page
+from mrs_client.store_api import Item, Items, NodeStore, utf8_len
 from mrs_client.verification import Verifier
 
 
@@ -58,6 +63,7 @@ class MoveSteps:
         directory: Directory,
         clock: Clock,
         settings: MoveSettings,
+        max_item_size: Callable[[str], int],
         progress: Callable[[MoveRecord, str], None],
     ) -> None:
         self.nodes = nodes
@@ -68,6 +74,7 @@ class MoveSteps:
         self.directory = directory
         self.clock = clock
         self.settings = settings
+        self.max_item_size = max_item_size  # database -> its max_item_size (the config's)
         self._progress = progress
 
     def step(self, step: MoveStep) -> Callable[[MoveRecord], Awaitable[MoveRecord]]:
@@ -159,61 +166,98 @@ class MoveSteps:
         cursor = record.sync_cursor.get(name, 0)
         # Only a target that has received nothing yet has nothing to delete.
         skip_deletes = initial and cursor == 0
-        batch: list[Item] = []
-        size = 0
+        cutter = BatchCutter(
+            max_items=self.settings.sync_batch,
+            max_bytes=write_cut(self.settings, self.max_item_size(dst)),
+        )
         total = 0
         ahead: asyncio.Future[Items] | None = None
+        page = self.settings.sync_page
         try:
             while True:
                 if listing.more:
+                    page = next_page_size(listing, self.settings)
                     ahead = asyncio.ensure_future(
-                        self.nodes.items(
+                        read_page(
+                            self.nodes,
                             record.source_db,
                             name,
                             listing.last_change_number,
-                            self.settings.sync_page,
+                            page,
                         )
                     )
+                record, skips = self._set_aside(record, name, listing.items)
                 for item in listing.items:
-                    if item.deleted:
-                        if not skip_deletes:
+                    if item.deleted or item.change_number in skips:
+                        # A skipped item is not on the target: an older version goes.
+                        if not skip_deletes and item.item_id:
                             record, _ = await self._call(
                                 record,
                                 Side.TARGET,
                                 "delete target item",
                                 lambda i=item.item_id: self.nodes.delete_item(dst, name, i),
                             )
-                    else:
-                        cost = write_size(item)
-                        # One write is one transaction, and a transaction must fit in one log
-                        # generation of the target: cut batches by bytes as well as by count.
-                        if batch and (
-                            len(batch) >= self.settings.sync_batch
-                            or size + cost > self.settings.sync_batch_bytes
-                        ):
-                            record = await self._write_batch(record, name, batch, cursor)
-                            batch, size = [], 0
-                        batch.append(item)
-                        size += cost
-                    cursor = item.change_number
+                    elif batch := cutter.add(item):
+                        record = await self._write_batch(record, name, batch, cursor)
+                    cursor = max(cursor, item.change_number)  # an unreadable item may say 0
                 total += len(listing.items)
                 if ahead is None:
                     break
                 record, listing = await self._source_page(
-                    record, name, listing.last_change_number, ahead
+                    record, name, listing.last_change_number, ahead, page=page
                 )
                 ahead = None
         finally:
             if ahead is not None:  # a failure above: the page read ahead is not wanted
                 ahead.cancel()
                 await asyncio.gather(ahead, return_exceptions=True)
-        if batch:
+        if batch := cutter.take():
             record = await self._write_batch(record, name, batch, cursor)
         elif cursor != record.sync_cursor.get(name, 0):
             record = self.gates.save(
                 replace(record, sync_cursor={**record.sync_cursor, name: cursor})
             )
         return record, total
+
+    def _set_aside(
+        self, record: MoveRecord, name: str, page: tuple[Item, ...]
+    ) -> tuple[MoveRecord, set[int]]:
+        """The change numbers of the page's items the move skips (large or bad), saved in
+        the record with what is said of them before any of the page is written; the move
+        fails here, naming them, past its limits.  An item written again small enough, or
+        deleted, is no longer skipped."""
+        limit = self.max_item_size(record.target_db)
+        found = [
+            skip
+            for item in page
+            if not item.deleted
+            and (skip := classify(item, mailbox=name, max_item_size=limit)) is not None
+        ]
+        skips = {s.change_number for s in found}
+        if not found and not any(s.mailbox == name for s in record.skipped):
+            return record, skips
+        known = {s.key for s in record.skipped}
+        settled = [i.item_id for i in page if i.item_id and i.change_number not in skips]
+        skipped = with_skipped(without(record.skipped, name, settled), found)
+        if skipped == record.skipped:
+            return record, skips
+        new = [s for s in found if s.key not in known]
+        total = record.items_total  # what the pass copies: a skipped item is not copied
+        if total:
+            total = max(record.items_copied, total - len(new))
+        record = self.gates.save(replace(record, skipped=skipped, items_total=total))
+        n = counts(s for s in skipped if s not in new)
+        for s in new:
+            n[s.reason] += 1
+            limit = (
+                record.large_item_limit if s.reason is SkipReason.LARGE else record.bad_item_limit
+            )
+            self._progress(
+                record,
+                f"skipping {s.reason} item {s.describe()} ({n[s.reason]} of at most {limit})",
+            )
+        self._verifier.within_limits(record)
+        return record, skips
 
     async def _source_page(
         self,
@@ -223,6 +267,7 @@ class MoveSteps:
         ahead: asyncio.Future[Items] | None,
         *,
         count: bool = False,
+        page: int | None = None,
     ) -> tuple[MoveRecord, Items]:
         """The source's changes of `name` after `since`, a page of them: the page read ahead
         if it came back, else asked now through the gates (a source that cannot answer
@@ -236,12 +281,12 @@ class MoveSteps:
             else:
                 record = self._calls.seen(record, Side.SOURCE, listing.epoch, "read source items")
                 return record, listing
-        src, page = record.source_db, self.settings.sync_page
+        src, size = record.source_db, page or self.settings.sync_page
         return await self._call(
             record,
             Side.SOURCE,
             "read source items",
-            lambda: self.nodes.items(src, name, since, page, count=count),
+            lambda: read_page(self.nodes, src, name, since, size, count=count),
         )
 
     async def _write_batch(

@@ -11,12 +11,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from dag_common.mailbox_digest import content_hash
+from dag_common.mailbox_digest import content_hash, utf8_size
+
+
+def utf8_len(text: str) -> int:
+    """The length of `text` in UTF-8: none of it copied when it is ASCII, a slice at a time
+    otherwise (a 36 MiB body is not encoded whole to be counted)."""
+    return utf8_size(text)
 
 
 @dataclass(frozen=True, slots=True)
 class Item:
-    """One item of a mailbox, or its tombstone (`deleted`)."""
+    """One item of a mailbox, or its tombstone (`deleted`).
+
+    `unreadable`: the source could not give this change (why, in words): its row answers an
+    error, or what came back is not an item; `item_id` is "" when not even that is known.
+    The mover skips it as a bad item (`item_limits`)."""
 
     item_id: str
     folder: str
@@ -24,6 +34,17 @@ class Item:
     body: str
     change_number: int
     deleted: bool = False
+    unreadable: str = ""
+
+    @classmethod
+    def unreadable_at(cls, change_number: int, why: str, item_id: str = "") -> Item:
+        """A change of the source that could not be read."""
+        return cls(item_id, "", "", "", change_number, unreadable=why)
+
+    @property
+    def size(self) -> int:
+        """The item's size as a node's max_item_size counts it: subject and body in UTF-8."""
+        return utf8_len(self.subject) + utf8_len(self.body)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Item:

@@ -4,7 +4,9 @@ compared before the directory moves (step 8), and again before the source's soft
 (step 10) when the target changed incarnation after it was verified.
 
 A target that still differs after `max_verify_rounds` repairs, or that differs after it was
-unlocked, fails the move with the source untouched.
+unlocked, fails the move with the source untouched.  Both compare the target with the
+source less the items the move skipped (`item_limits`): a move never reaches step 8 with
+more skipped items than its limits allow.
 """
 
 from __future__ import annotations
@@ -15,8 +17,15 @@ from functools import partial
 
 from mrs_client.errors import MoveFailed, NeedsReconcile
 from mrs_client.gates import Gates
-from mrs_client.policy import MoveSettings
-from mrs_client.reconcile import EpochWatch, Reconciler, differences, reconcile_move
+from mrs_client.item_limits import over_limits
+from mrs_client.policy import MoveSettings, source_lock_taken
+from mrs_client.reconcile import (
+    EpochWatch,
+    Reconciler,
+    differences,
+    reconcile_move,
+    write_cut,
+)
 from mrs_client.requests_store import MoveRecord
 from mrs_client.store_api import NodeStore
 
@@ -30,11 +39,13 @@ class Verifier:
         nodes: NodeStore,
         gates: Gates,
         settings: MoveSettings,
+        max_item_size: Callable[[str], int],
         progress: Callable[[MoveRecord, str], None],
     ) -> None:
         self.nodes = nodes
         self.gates = gates
         self.settings = settings
+        self.max_item_size = max_item_size  # database -> its max_item_size (the config's)
         self._progress = progress
 
     def _reconciler(self, record: MoveRecord, watch: EpochWatch) -> Reconciler:
@@ -45,7 +56,29 @@ class Verifier:
             source_db=record.source_db,
             target_db=record.target_db,
             max_items=self.settings.sync_batch,
-            max_bytes=self.settings.sync_batch_bytes,
+            max_bytes=write_cut(self.settings, self.max_item_size(record.target_db)),
+            max_item_size=self.max_item_size(record.target_db),
+            page=self.settings.sync_page,
+        )
+
+    def within_limits(self, record: MoveRecord, *, when: str = "") -> None:
+        """MoveFailed, naming them, if the move skipped more items than its limits allow.
+        The record (with what it skipped) is saved before: `mrs stats` lists them."""
+        why = over_limits(
+            record.skipped,
+            large_item_limit=record.large_item_limit,
+            bad_item_limit=record.bad_item_limit,
+        )
+        if why is None:
+            return
+        self.gates.save(record)
+        locked = (
+            ", locked since step 5" if source_lock_taken(record.step, record.steps_done) else ""
+        )
+        raise MoveFailed(
+            f"{why}{when}; the source is untouched (not soft-deleted{locked}): `mrs stats "
+            f"{record.id}` lists every skipped item; raise the limit and `mrs resume "
+            f"{record.id}`, or `mrs cancel {record.id}`"
         )
 
     async def reconcile(self, record: MoveRecord) -> MoveRecord:
@@ -60,6 +93,7 @@ class Verifier:
         self._progress(record, f"reconciling by content: {record.reconcile_reason}")
         record, lines = await reconcile_move(record, self._reconciler(record, EpochWatch()))
         record = self.gates.save(record)
+        self.within_limits(record, when=" (found by the reconcile)")
         self._progress(
             record,
             f"reconciled (source epoch {record.source_epoch}, target epoch "
@@ -72,10 +106,14 @@ class Verifier:
         """Before step 8: the target holds exactly the source's live items (digests equal),
         in the epoch the final flush was answered for."""
         self._progress(record, "verifying the target against the source")
+        self.within_limits(record)
         watch = EpochWatch(source=record.source_epoch, target=record.target_epoch)
-        found = await differences(
+        found, skipped = await differences(
             record, self._reconciler(record, watch), compare=self.settings.verify
         )
+        if skipped != record.skipped:
+            record = self.gates.save(replace(record, skipped=skipped))
+            self.within_limits(record, when=" (found by the verification)")
         if record.flush_epoch != record.target_epoch:
             raise NeedsReconcile(
                 f"the final flush was answered for epoch {record.flush_epoch}, the target is "
@@ -92,8 +130,11 @@ class Verifier:
                 )
             raise NeedsReconcile(f"verification: {'; '.join(found)}", target_changed=True)
         record = self.gates.save(replace(record, verified_epoch=record.target_epoch))
+        n = len(record.skipped)
+        left_out = f" less {n} skipped item{'s' if n != 1 else ''}" if n else ""
         self._progress(
-            record, f"verified: the target equals the source in epoch {record.target_epoch}"
+            record,
+            f"verified: the target equals the source{left_out} in epoch {record.target_epoch}",
         )
         return record
 
@@ -102,7 +143,7 @@ class Verifier:
         compare the digests again.  The target is its user's now and is not repaired; if it
         differs, the move fails and the source stays whole (not soft-deleted)."""
         watch = EpochWatch(source=record.source_epoch, target=record.target_epoch)
-        found = await differences(record, self._reconciler(record, watch), compare=True)
+        found, _ = await differences(record, self._reconciler(record, watch), compare=True)
         if found:
             raise MoveFailed(
                 f"the target changed incarnation (epoch {record.verified_epoch} -> "

@@ -114,6 +114,7 @@ async def mover_in_process(c: LocalCluster, settings: MoveSettings = SETTINGS):
             clock=SystemClock(),
             settings=settings,
             progress=lambda record, line: line and lines.append(line),
+            max_item_sizes={db.name: config.max_item_size_of(db) for db in config.databases},
         )
 
         async def start(mailbox: str = "alice") -> Run:

@@ -111,6 +111,19 @@ class FakeNodes:
         self.trace: list[tuple[Any, ...]] = []  # digests and soft-deletes, in order
         self.before: list[Callable[[str, str, int], None]] = []  # (method, db, call number)
         self.drops: set[str] = set()  # item ids the target acknowledges and loses at once
+        # (database, change number) of rows a node cannot read: any listing reaching one, and
+        # the digest of its mailbox, answer 500 as a real node does (sqlite3 cannot decode).
+        self.damaged: set[tuple[str, int]] = set()
+
+    def _unreadable(self, database: str, rows: Any) -> None:
+        for row in rows:
+            if (database, row.change_number) in self.damaged:
+                raise NodeCallError(
+                    f"GET {database}: HTTP 500: internal error (OperationalError: Could not "
+                    f"decode to UTF-8 column 'body')",
+                    status=500,
+                    detail="internal error (OperationalError: Could not decode to UTF-8 column)",
+                )
 
     def _call(self, method: str, database: str, mailbox: str | None = None) -> FakeDatabase:
         self.calls.append((method, database))
@@ -162,6 +175,7 @@ class FakeNodes:
             key=lambda i: i.change_number,
         )
         live = sum(not i.deleted for i in rows) if count else None
+        self._unreadable(database, rows if limit is None else rows[:limit])
         if limit is not None and len(rows) > limit:
             rows = rows[:limit]
             return Items(tuple(rows), rows[-1].change_number, db.epoch, more=True, live=live)
@@ -225,6 +239,7 @@ class FakeNodes:
         box = db.boxes.get(mailbox)
         if box is None:
             return None
+        self._unreadable(database, box.items.values())
         d = mailbox_digest(mailbox, (asdict(i) for i in box.items.values()))
         self.trace.append(("digest", database, mailbox, db.epoch, d.digest))
         return Digest(mailbox, d.item_count, d.digest, d.last_change_number, db.epoch)
@@ -386,6 +401,8 @@ class MoverEnv:
         self.lines: list[str] = []
         self.records: list[MoveRecord] = []  # the record of every progress call, in order
         self.on_line: list = []
+        self.max_item_sizes: dict[str, int] = {}  # as the cluster config says (else 36 MiB)
+        self.limits: dict[str, int] = {}  # large_item_limit, bad_item_limit of `start`
 
     def mover(self, settings: MoveSettings = MOVER_SETTINGS) -> Mover:
         def progress(record, line):
@@ -404,6 +421,7 @@ class MoverEnv:
             clock=self.clock,
             settings=settings,
             progress=progress,
+            max_item_sizes=self.max_item_sizes,
         )
 
     async def move(self, settings: MoveSettings = MOVER_SETTINGS, move_id: str | None = None):
@@ -417,7 +435,7 @@ class MoverEnv:
         """Submit (or take `move_id`) and run the move in a task the clock then drives."""
         mover = self.mover(settings)
         if move_id is None:
-            move_id = (await mover.submit("alice", "DB2")).id
+            move_id = (await mover.submit("alice", "DB2", **self.limits)).id
         return asyncio.create_task(mover.run(move_id))
 
     async def drive(self, task: asyncio.Task[Any], until: Callable[[], bool] | None = None) -> None:

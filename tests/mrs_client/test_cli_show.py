@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from mrs_client.cli import main
+from mrs_client.item_limits import SkippedItem, SkipReason
 from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus, MoveState, MoveStep
 from mrs_client.requests_store import MoveRequestStore
 from tests.cluster_harness import cluster_config, write_cluster_config
@@ -97,3 +98,58 @@ def test_show_says_how_many_items_the_sync_has_to_copy(tmp_path, capsys):
     assert main(["show", move_id, "--config", str(config), "--requests-db", str(db)]) == 0
     out = capsys.readouterr().out
     assert "Items copied          60 of 120 (2.4 MB of bodies)" in out, out
+
+
+def test_show_and_stats_list_the_skipped_items(tmp_path, capsys):
+    config, db, move_id = setup(tmp_path)
+    store = MoveRequestStore(db)
+    skipped = (
+        SkippedItem(
+            "alice", "m7", 42, SkipReason.LARGE, 70_000, 65_536,
+            "70,000 bytes, over the target's max_item_size of 65,536", "0f" * 32,
+        ),
+        SkippedItem(
+            "alice", "", 57, SkipReason.BAD, None, None,
+            "the source answered HTTP 500 reading it: internal error",
+        ),
+    )  # fmt: skip
+    store.save(replace(store.get(move_id), skipped=skipped, large_item_limit=2), NOW)
+    store.close()
+    args = [move_id, "--config", str(config), "--requests-db", str(db)]
+    assert main(["show", *args]) == 0
+    out = capsys.readouterr().out
+    assert "Item limits           1 large skipped (limit 2), 1 bad skipped (limit 0)" in out, out
+    lines = out.splitlines()
+    at = lines.index("Skipped items:")
+    assert lines[at + 2].split()[:6] == ["alice", "m7", "42", "70,000", "large", "70,000"]
+    assert lines[at + 3].split()[:5] == ["alice", "?", "57", "?", "bad"]
+    assert "HTTP 500" in lines[at + 3]
+
+    assert main(["stats", *args]) == 0
+    out = capsys.readouterr().out
+    assert "large_skipped     1" in out and "bad_skipped       1" in out, out
+    assert "skipped items:" in out and "max_item_size of 65,536" in out
+    assert main(["stats", *args, "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert (stats["large_item_limit"], stats["large_skipped"], stats["bad_skipped"]) == (2, 1, 1)
+    assert stats["skipped_items"][0] == {
+        "mailbox": "alice",
+        "item_id": "m7",
+        "change_number": 42,
+        "reason": "large",
+        "size": 70_000,
+        "limit": 65_536,
+        "detail": "70,000 bytes, over the target's max_item_size of 65,536",
+    }
+    assert stats["skipped_items"][1]["size"] is None
+    assert main(["show", *args, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [s["item_id"] for s in shown["skipped"]] == ["m7", ""]
+
+
+def test_an_item_limit_that_is_not_a_count_is_bad_input(tmp_path, capsys):
+    config, db, move_id = setup(tmp_path)
+    args = ["--config", str(config), "--requests-db", str(db)]
+    assert main(["resume", move_id, "--large-item-limit", "-1", *args]) == 2
+    assert "not a whole number of items" in capsys.readouterr().err
+    assert main(["move", "--mailbox", "a", "--to", "DB2", "--bad-item-limit", "x", *args]) == 2

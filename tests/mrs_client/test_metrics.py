@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dag_common.clock import ManualClock
+from mrs_client.item_limits import SkippedItem, SkipReason
 from mrs_client.metrics import MoveMetricsFile
 from mrs_client.policy import MoveState, MoveStep
 from tests.mrs_client.fakes import record
@@ -42,6 +43,19 @@ def test_the_file_says_the_moves_state_and_counts(tmp_path):
     assert value(text, "mrs_move_last_update_timestamp_seconds", **move) == (
         clock.now().timestamp()
     )
+    assert value(text, "mrs_move_items_skipped", **move, reason="large") == 0
+
+
+def test_the_file_counts_the_skipped_items_by_reason(tmp_path):
+    path = tmp_path / "mrs.prom"
+    file = MoveMetricsFile(path, answers=lambda move_id: [], clock=ManualClock())
+    big = SkippedItem("alice", "m7", 42, SkipReason.LARGE, 70_000, 65_536, "large", "0f")
+    bad = SkippedItem("alice", "", 57, SkipReason.BAD, None, None, "HTTP 500")
+    file.write(record(skipped=(big, bad, replace(big, item_id="m8"))))
+    text = path.read_text()
+    promtool_check(text)
+    assert value(text, "mrs_move_items_skipped", move_id="mv1", reason="large") == 2
+    assert value(text, "mrs_move_items_skipped", move_id="mv1", reason="bad") == 1
 
 
 def test_rewritten_at_most_once_a_second_unless_the_state_or_step_changes(tmp_path):

@@ -4,6 +4,7 @@ follows a switchover within a fraction of a second instead of failing into a sta
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import aiohttp
@@ -197,9 +198,14 @@ async def broken_node(tmp_path):
             return web.Response(status=200, body=b"")
         return web.json_response({"error": "missing or wrong cluster token"}, status=401)
 
+    async def listing(request: web.Request) -> web.Response:
+        # As the standard library's json.dumps writes it: a lone surrogate as "\ud800"
+        return web.Response(body=state["listing"], content_type="application/json")
+
     app = web.Application()
     app.router.add_get("/v1/status", status)
     app.router.add_post("/v1/databases/DB2/mailboxes/{m}/items", put)
+    app.router.add_get("/v1/databases/DB2/mailboxes/{m}/items", listing)
     runner, url = await serve_app(app)
     config = parse_config(
         cluster_config(
@@ -231,3 +237,33 @@ async def test_a_broken_answer_is_a_failed_call_never_a_crash(broken_node, mode,
         await client.put_items("DB2", "alice", ITEM)
     assert caught.value.status == status
     assert fragment in str(caught.value)
+
+
+def row(item_id, cn, **changes):
+    base = {"item_id": item_id, "folder": "Inbox", "subject": "s", "body": "b"}
+    return {**base, "change_number": cn, "deleted": False, **changes}
+
+
+async def test_an_item_of_a_listing_that_is_not_one_comes_back_unreadable(broken_node):
+    """The rest of the page as it is: the mover skips that one as a bad item."""
+    state, client = broken_node
+    rows = [
+        row("m1", 1),
+        row("m2", 2, subject="\ud800"),  # text UTF-8 cannot carry
+        row("m3", 3, body=None),
+        {"item_id": "m4", "change_number": 4},
+        row("m5", 5, body="été"),
+    ]
+    state["listing"] = json.dumps({"items": rows, "last_change_number": 5, "epoch": 2}).encode()
+    listed = await client.items("DB2", "alice", 0, 10)
+    assert [(i.item_id, i.change_number, bool(i.unreadable)) for i in listed.items] == [
+        ("m1", 1, False),
+        ("m2", 2, True),
+        ("m3", 3, True),
+        ("m4", 4, True),
+        ("m5", 5, False),
+    ]
+    assert "lone surrogate" in listed.items[1].unreadable
+    assert "NoneType" in listed.items[2].unreadable
+    assert "folder" in listed.items[3].unreadable
+    assert listed.items[4].body == "été" and listed.epoch == 2

@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 
 from mrs_client.errors import NeedsReconcile
-from mrs_client.reconcile import EpochWatch, Side, cut_batches, plan_repair
+from mrs_client.item_limits import sort_out
+from mrs_client.policy import MoveSettings
+from mrs_client.reconcile import (
+    EpochWatch,
+    Side,
+    cut_batches,
+    latest,
+    plan_repair,
+    write_cut,
+    write_size,
+)
 from mrs_client.store_api import Item
 
 
@@ -42,6 +52,82 @@ def test_batches_are_cut_by_count_and_by_bytes():
     assert [len(b) for b in cut_batches(items, max_items=4, max_bytes=10**6)] == [4, 4, 2]
     assert [len(b) for b in cut_batches(items, max_items=100, max_bytes=2500)] == [2] * 5
     assert [len(b) for b in cut_batches(items[:1], max_items=1, max_bytes=10)] == [1]
+
+
+KB = 1000
+
+
+def sized(name: str, size: int) -> Item:
+    """An item of `size` bytes of body (write_size adds its id, folder, and 200)."""
+    return Item(name, "Inbox", "", "x" * size, 1)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "max_items", "max_bytes", "batches"),
+    [
+        # small items cut by bytes (each costs its size + id + folder + 200)
+        ([1 * KB] * 6, 100, 2500, [[0, 1], [2, 3], [4, 5]]),
+        ([1 * KB] * 6, 4, 10**6, [[0, 1, 2, 3], [4, 5]]),  # and by count
+        # an item larger than the cut goes alone, in its own write, wherever it stands
+        ([1 * KB, 1 * KB, 9 * KB, 1 * KB], 100, 2500, [[0, 1], [2], [3]]),
+        ([9 * KB, 1 * KB, 1 * KB], 100, 2500, [[0], [1, 2]]),
+        ([1 * KB, 9 * KB], 100, 2500, [[0], [1]]),
+        ([9 * KB, 9 * KB, 9 * KB], 100, 2500, [[0], [1], [2]]),
+        ([9 * KB], 1, 10, [[0]]),
+        # one that just fits the room left joins the write (1,207 + 1,293 bytes); one byte
+        # more starts the next
+        ([1 * KB, 1086], 100, 2500, [[0, 1]]),
+        ([1 * KB, 1087], 100, 2500, [[0], [1]]),
+    ],
+)
+def test_writes_are_cut_by_bytes_and_a_larger_item_goes_alone(sizes, max_items, max_bytes, batches):
+    items = [sized(f"i{n}", size) for n, size in enumerate(sizes)]
+    cut = cut_batches(items, max_items=max_items, max_bytes=max_bytes)
+    assert [[int(i.item_id[1:]) for i in batch] for batch in cut] == batches
+    assert [i for batch in cut for i in batch] == items, "every item once, in order"
+
+
+def test_the_bytes_counted_are_the_items_real_size_in_utf8():
+    ascii_item = Item("m1", "Inbox", "subject", "x" * 1000, 1)
+    accented = Item("m1", "Inbox", "sujet été", "é" * 1000, 1)  # 2 bytes a character
+    assert ascii_item.size == 1007
+    assert accented.size == len("sujet été".encode()) + 2000
+    assert write_size(accented) == accented.size + len("m1") + len("Inbox") + 200
+    # 600 "é" are 1,200 bytes: two of them no longer fit a 2,500-byte cut with the framing
+    two = [Item(f"m{n}", "Inbox", "", "é" * 600, n) for n in range(2)]
+    assert [len(b) for b in cut_batches(two, max_items=10, max_bytes=2500)] == [1, 1]
+
+
+@pytest.mark.parametrize(
+    ("half_a_log_file", "max_item_size", "cut"),
+    [
+        (512 * 1024, 36 * 1024 * 1024, 512 * 1024),  # the defaults: half a log file
+        (32 * 1024 * 1024, 64 * 1024, 64 * 1024),  # a small max_item_size beside a large log
+        (8 * 1024, 8 * 1024, 8 * 1024),
+    ],
+)
+def test_small_items_are_cut_at_half_a_log_file_never_past_the_max_item_size(
+    half_a_log_file, max_item_size, cut
+):
+    assert write_cut(MoveSettings(sync_batch_bytes=half_a_log_file), max_item_size) == cut
+
+
+def test_a_listing_read_in_pages_keeps_each_items_last_state():
+    pages = [it("a", 3), it("b", 5), it("a", 9, body="new"), it("b", 11, deleted=True)]
+    assert [(i.item_id, i.change_number) for i in latest(pages)] == [("a", 9), ("b", 11)]
+    bad = Item.unreadable_at(7, "500")
+    assert latest([it("a", 3), bad]) == [it("a", 3), bad], "an unnamed change is kept as it is"
+
+
+def test_a_repair_never_puts_a_skipped_item_and_removes_its_older_version():
+    source = [it("a", 3), it("big", 8, body="x" * 500), Item.unreadable_at(9, "500"), it("d", 12)]
+    kept, skipped = sort_out(source, mailbox="alice", max_item_size=100)
+    target = [it("a", 1), it("big", 2)]  # an older, smaller version of big
+    plan = plan_repair(kept, target)
+    assert [i.item_id for i in plan.puts] == ["d"]
+    assert plan.deletes == ("big",)
+    assert plan.cursor == 12
+    assert [s.item_id for s in skipped] == ["big", ""]
 
 
 def test_an_epoch_watch_takes_the_first_epoch_and_refuses_another():

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from mrs_client.item_limits import SkippedItem, SkipReason
 from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus, MoveStep
 from mrs_client.requests_store import MoveRecord, MoveRequestStore
 
@@ -62,3 +64,27 @@ def test_a_record_and_answers_from_before_epochs_still_load(tmp_path):
     assert (first["epoch"], first["lost"]) == (0, False)
     assert (second["epoch"], second["lost"]) == (3, True)
     store.close()
+    # and from before item limits: none skipped, both limits 0
+    assert (record.large_item_limit, record.bad_item_limit, record.skipped) == (0, 0, ())
+
+
+def test_the_item_limits_and_the_skipped_items_are_kept_with_the_record(tmp_path):
+    store = MoveRequestStore(tmp_path / "moves.db")
+    record = store.create(
+        mailboxes=("alice",),
+        source_db="DB1",
+        target_db="DB2",
+        now=NOW,
+        large_item_limit=3,
+        bad_item_limit=1,
+    )
+    skipped = (
+        SkippedItem("alice", "m7", 42, SkipReason.LARGE, 70_000, 65_536, "large item", "0f" * 32),
+        SkippedItem("alice", "", 57, SkipReason.BAD, None, None, "HTTP 500"),
+    )
+    store.save(replace(record, skipped=skipped), NOW)
+    store.close()
+    again = MoveRequestStore(tmp_path / "moves.db").get(record.id)
+    assert again is not None
+    assert (again.large_item_limit, again.bad_item_limit, again.skipped) == (3, 1, skipped)
+    assert again.as_dict()["skipped"][0]["reason"] == "large"
