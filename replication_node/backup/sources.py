@@ -36,7 +36,7 @@ class PassiveSource:
         return self._copy.markers.last_log_replayed
 
     def first_required(self) -> int:
-        header = self._copy.header()
+        header = self._copy.header
         return header.first_required if header is not None else self.waypoint() + 1
 
     def inspected(self) -> int:
