@@ -16,6 +16,7 @@ import json
 import logging
 import time
 
+import aiohttp
 import pytest
 
 from mrs_client.policy import MoveState
@@ -111,6 +112,32 @@ async def test_kill_9_of_the_target_active_during_the_initial_sync(cluster):
         record, _ = await outcome(c, run)
     assert record.target_epoch > 1 and record.reconciles >= 1, run.lines
     assert any(line.startswith("reconciled") for line in run.lines)
+
+
+async def test_kill_9_of_the_target_active_while_a_mailbox_of_large_items_is_moved(cluster):
+    """Items of 1-30 MiB (each its own write, staged across many 1 MiB generations on the
+    target), the target's active killed after the first large ones were acknowledged: the
+    move completes after the failover with the target holding exactly the source's items,
+    the large ones whole."""
+    c = cluster
+    await seed(c, n=200)
+    sizes = {"L1": 1_500_000, "L2": 6_000_000, "L3": 12_000_000, "L4": 30_000_000}
+    for item_id, size in sizes.items():
+        body = (f"{item_id} " * (size // 3 + 1))[:size]
+        await c.ok(
+            "POST",
+            "mbx1",
+            "/v1/databases/DB1/mailboxes/alice/items",
+            json={"item_id": item_id, "subject": item_id, "body": body},
+            timeout=aiohttp.ClientTimeout(total=300),
+        )
+    async with mover_in_process(c) as (start, requests):
+        run = await start()
+        first_large = run.nodes.pause(target_writes(after=4))  # L1 and L2 written
+        await kill_target_active_at(c, run, first_large, requests)
+        record, source = await outcome(c, run)
+    assert record.target_epoch > 1, run.lines
+    assert {k: len(source[k][2]) for k in sizes} == sizes  # and the target equals the source
 
 
 async def test_kill_9_of_the_target_active_during_an_incremental_sync(cluster):
