@@ -65,6 +65,9 @@ from replication_node.log.logfile import (
 
 _ID = struct.Struct(">II")
 _PART = struct.Struct(">III")
+# The key a commit names its staged bodies by; a body's text holding it is escaped (`\"`),
+# so in a commit record it is only ever the key.
+_BLOBS_KEY = b'"blobs":'
 # What a PART record costs beyond its bytes.
 PART_OVERHEAD = FRAME_OVERHEAD + _PART.size
 
@@ -265,6 +268,8 @@ def track(result: ScanResult, before: Pending | None) -> GenerationSpans:
                 raise LogRecordError(f"{where}: ABORT of body {blob}, which is not pending")
             aborted.append(blob)
         elif rec.type is RecordType.TRANSACTION:
+            if _BLOBS_KEY not in rec.payload:  # most commits stage nothing: no JSON parse
+                continue
             _, refs = decode_transaction(rec)
             for ref in refs:
                 state = pending.pop(ref.id, None)
