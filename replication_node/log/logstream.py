@@ -71,10 +71,12 @@ logger = logging.getLogger(__name__)
 Fence = Callable[[], Awaitable[BaseException | None]]
 
 # How much of a staged body one group commit writes: a slice while commits wait beside it
-# (they are answered after it), several generations when none do (only the rolls' fsyncs).
-# See bench/large_items.py.
+# (they are answered after it); a generation's worth when none do, whose roll is the batch's
+# fsync.  Not more: a batch's blocks reach the copies in block mode when it is durable, so a
+# larger one leaves them further behind, and a lossy failover then loses more generations
+# (bench/large_items.py measures both).
 STAGE_SLICE_BUSY = 64 * 1024
-STAGE_SLICE_IDLE = 4 * 1024 * 1024
+STAGE_SLICE_IDLE = 1024 * 1024
 
 
 class LogStream:

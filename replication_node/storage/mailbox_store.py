@@ -42,14 +42,15 @@ T = TypeVar("T")
 
 def stage_plan(sizes: list[int], log_file_size: int) -> list[int]:
     """Which bodies (by index, of these UTF-8 sizes) to stage rather than write inline: every
-    body over an eighth of a log file (so one record never takes most of a generation),
-    then the largest others while what stays inline is over half of one (a commit record
-    must fit in one generation, with its frame and the close after it)."""
+    body over an eighth of a log file (one record never takes most of a generation), then
+    the largest others while what stays inline is over three quarters of one (the commit
+    record must fit in one generation with its frame, the operations' other fields and the
+    close after it; a batch of small items that fits is never staged)."""
     large = log_file_size // 8
     chosen = [i for i, size in enumerate(sizes) if size > large]
     inline = sum(size for i, size in enumerate(sizes) if i not in chosen)
     for i in sorted(set(range(len(sizes))) - set(chosen), key=lambda i: -sizes[i]):
-        if inline <= log_file_size // 2:
+        if inline <= log_file_size * 3 // 4:
             break
         chosen.append(i)
         inline -= sizes[i]
