@@ -300,6 +300,8 @@ class LogStream:
         generations as it takes, interleaved with other commits); return its reference once
         every part is durable.  Nothing of it is visible until a commit names it
         (`commit(..., blobs=)`); one that never will must be aborted (`abort`)."""
+        if not data:
+            raise ValueError("an empty body is written inline, never staged")
         job = StageJob(memoryview(data))
         pending = Pending(None, self._clock.now(), False, self._future(), job=job)
         return await self._submit(pending)
