@@ -13,8 +13,9 @@ a close time is never earlier than the commits it closes.
 Staged bodies (`spanning.py`): a stage request writes a body as PART records, across as many
 generations as it takes.  It gets the room left in each batch after the batch's commits and
 rolls (`stage_budget`: the stream gives it a slice while commits wait and a whole generation
-when none do), so a small commit queued behind a 36 MiB body waits for one slice, not for
-the body.  The writer keeps what is pending (`pending`): every new generation is created with
+when none do; a part that fills the open generation ends the batch, which its roll makes
+durable), so a small commit queued behind a 36 MiB body waits for one slice, not for the
+body.  The writer keeps what is pending (`pending`): every new generation is created with
 its CARRIED record, and a commit naming a body no longer pending is refused (`StagedBodyLost`).
 """
 
@@ -352,7 +353,10 @@ class OpenLogWriter:
             append(spanning.part_pieces(job.blob.id, index, chunk, self.last_time))
             job.blob = self.pending[job.blob.id] = job.blob.add(chunk)
             job.written += take
-            budget -= take
+            # A part that fills the generation ends the batch: its roll is then the batch's
+            # fsync.  Going on into the next generation would cost a second fsync there, and
+            # keep a commit that arrives meanwhile waiting for more than one generation.
+            budget = 0 if take == room else budget - take
         return budget, job.written >= total
 
     def _abort_staging(

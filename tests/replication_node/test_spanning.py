@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 from replication_node.errors import InspectionFailed, LogRecordError
-from replication_node.log import logfile
+from replication_node.log import logfile, logstream
 from replication_node.log.logdir import list_closed_generations
 from replication_node.log.logfile import HEADER_SIZE, LogHeader, RecordType, encode_record
 from replication_node.log.recovery import plan_recovery
@@ -112,6 +112,25 @@ async def test_small_commits_interleave_with_a_staged_body_and_keep_change_numbe
     by_lsn = sorted([big, *smalls], key=lambda r: (r.lsn.generation, r.lsn.offset))
     numbers = [r.change_number for r in by_lsn]
     assert numbers == sorted(numbers), "change numbers must follow log order"
+    await copy.crash_close()
+
+
+async def test_a_body_staged_while_no_commit_waits_is_made_durable_by_its_rolls(
+    tmp_path, monkeypatch
+):
+    # a generation's worth of parts per batch, as the stream gives while no commit waits
+    monkeypatch.setattr(logstream, "STAGE_SLICE_IDLE", SIZE)
+    copy = await mount(tmp_path, log_file_size=SIZE)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")  # the open log no longer empty: the body starts mid-file
+    stream = copy.stream
+    fsyncs, generation = stream.fsyncs, stream.generation
+    await copy.stage(text_body(10 * SIZE).encode())
+    rolls = stream.generation - generation
+    assert rolls >= 10
+    # each batch ends with the roll of the generation it filled, whose fsync makes it durable;
+    # only the last part, which fills none, has a batch fsync of its own
+    assert stream.fsyncs - fsyncs == rolls + 1
     await copy.crash_close()
 
 
