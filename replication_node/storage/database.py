@@ -76,6 +76,13 @@ class Database:
         self._header = read_header(conn, path)
         self._digest = 0  # the running content digest, as the triggers move it
         self._install_digest()
+        # Reads go through a connection of their own: in WAL mode they see the last commit
+        # and never wait for a write in progress.  A read on the event loop (a write's
+        # checks, the overlay's lookups) used to wait on the one connection's lock while a
+        # worker thread wrote an LLR flush into the file: up to 74 ms per 8 MiB body written,
+        # the whole node's loop stalled (bench/large_items.py found it).
+        self._reads = self._connect(path)
+        self._read_lock = threading.Lock()
 
     # ---- the content digest --------------------------------------------------------------
 
@@ -150,6 +157,8 @@ class Database:
             if clean:
                 self._write_header(replace(self._header, state=DatabaseState.CLEAN_SHUTDOWN))
             self._conn.close()
+        with self._read_lock:
+            self._reads.close()
 
     def _write_header(self, header: DatabaseHeader) -> None:
         write_header(self._conn, header)
@@ -242,18 +251,18 @@ class Database:
     # ---- reads ---------------------------------------------------------------------------
 
     def mailboxes(self) -> list[dict[str, Any]]:
-        with self._lock:
-            rows = self._conn.execute("SELECT * FROM mailboxes ORDER BY mailbox").fetchall()
+        with self._read_lock:
+            rows = self._reads.execute("SELECT * FROM mailboxes ORDER BY mailbox").fetchall()
         return [mailbox_dict(r) for r in rows]
 
     def mailbox(self, name: str) -> dict[str, Any] | None:
-        with self._lock:
-            row = self._conn.execute("SELECT * FROM mailboxes WHERE mailbox=?", (name,)).fetchone()
+        with self._read_lock:
+            row = self._reads.execute("SELECT * FROM mailboxes WHERE mailbox=?", (name,)).fetchone()
         return mailbox_dict(row) if row else None
 
     def folders(self, mailbox: str) -> list[str]:
-        with self._lock:
-            rows = self._conn.execute(
+        with self._read_lock:
+            rows = self._reads.execute(
                 "SELECT folder FROM folders WHERE mailbox=? ORDER BY folder", (mailbox,)
             ).fetchall()
         return [r[0] for r in rows]
@@ -263,8 +272,8 @@ class Database:
     ) -> list[dict[str, Any]]:
         """Items (and tombstones) of a mailbox changed after `since_change`, by change number;
         the first `limit` of them when given."""
-        with self._lock:
-            rows = self._conn.execute(
+        with self._read_lock:
+            rows = self._reads.execute(
                 "SELECT * FROM items WHERE mailbox=? AND change_number>? ORDER BY change_number"
                 " LIMIT ?",
                 (mailbox, since_change, -1 if limit is None else limit),
@@ -273,8 +282,8 @@ class Database:
 
     def live_count(self, mailbox: str, since_change: int) -> int:
         """How many live items (not tombstones) of a mailbox changed after `since_change`."""
-        with self._lock:
-            (count,) = self._conn.execute(
+        with self._read_lock:
+            (count,) = self._reads.execute(
                 "SELECT COUNT(*) FROM items WHERE mailbox=? AND change_number>? AND deleted=0",
                 (mailbox, since_change),
             ).fetchone()
@@ -288,8 +297,8 @@ class Database:
         return ItemsPage(rows, rows[-1]["change_number"], False)
 
     def item(self, mailbox: str, item_id: str) -> dict[str, Any] | None:
-        with self._lock:
-            row = self._conn.execute(
+        with self._read_lock:
+            row = self._reads.execute(
                 "SELECT * FROM items WHERE mailbox=? AND item_id=?", (mailbox, item_id)
             ).fetchone()
         return item_dict(row) if row else None
