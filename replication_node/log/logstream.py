@@ -77,6 +77,8 @@ Fence = Callable[[], Awaitable[BaseException | None]]
 # (bench/large_items.py measures both).
 STAGE_SLICE_BUSY = 64 * 1024
 STAGE_SLICE_IDLE = 1024 * 1024
+# Commits count as flowing for this long after the last one was written (seconds).
+BUSY_WINDOW = 0.05
 
 
 class LogStream:
@@ -93,6 +95,7 @@ class LogStream:
         self._acked = (writer.header.generation, writer.commits)
         # Stage requests not finished by the last batch: they go on in the next.
         self._staging: list[Pending] = []
+        self._commits_seen = float("-inf")  # monotonic time a batch last held a commit
         self._queue: asyncio.Queue[Pending] = asyncio.Queue()
         self._listeners: list[Callable[[StreamEvent], None]] = []
         self._task: asyncio.Task[None] | None = None
@@ -376,7 +379,13 @@ class LogStream:
                 return
             stop = any(p.data == b"" for p in batch)
             work = [p for p in batch if p.data != b""]
-            busy = any(p.is_commit for p in work) or not self._queue.empty()
+            now = self._clock.monotonic()
+            if any(p.is_commit and not p.blobs for p in work):  # a large item's own
+                self._commits_seen = now  # commit does not hold the next one back
+            # Busy while commits flow, not only when one is queued at this instant: a steady
+            # stream of small commits leaves most batches without one, and a generation's
+            # worth of parts in each of those kept the next commit waiting behind its roll.
+            busy = now - self._commits_seen < BUSY_WINDOW
             self._file.stage_budget = STAGE_SLICE_BUSY if busy else STAGE_SLICE_IDLE
             try:
                 results, events, touched = await asyncio.to_thread(self._file.write_batch, work)
