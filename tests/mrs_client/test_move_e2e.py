@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from mrs_client.requests_store import MoveRequestStore
 from replication_node.cluster.store.embedded import EmbeddedClusterStore
 from tests.cluster_harness import ROOT, THREE_NODES, LocalCluster
 from tests.mrs_client.e2e import live, shorten_guarantee_waits
@@ -301,12 +302,15 @@ async def test_a_stalled_move_goes_on_as_soon_as_the_copy_is_resumed(env):
 async def test_a_move_goes_on_once_the_average_forgets_a_copy_that_caught_up(tmp_path):
     """A copy falls behind (suspended while the target's log grows) during a move, then
     catches up: the move waits on the caller's average copy queue only until the questions
-    asked while the copy was behind leave the average's window (2 s here, 3 min by
+    asked while the copy was behind leave the average's window (6 s here, 3 min by
     default), saying when that will be, and then goes on. Counted over the last 60
-    questions, the average kept a move stalled long after the copies recovered."""
+    questions, the average kept a move stalled long after the copies recovered.  (The
+    window outlasts the copy's catching up, on a busy machine too: a prediction is made
+    only once the copy's own queue is under the limit; with 2 s, CI saw the average clear
+    before that, and no line said when.)"""
     cluster = LocalCluster(tmp_path, nodes=THREE_NODES, databases=databases())
     shorten_guarantee_waits(cluster)
-    cluster.config["guarantee_api"]["limits"]["average_window_time"] = "2s"
+    cluster.config["guarantee_api"]["limits"]["average_window_time"] = "6s"
     cluster.write_config()
     await cluster.start()
     api = await cluster.start_guarantee_api()
@@ -334,9 +338,17 @@ async def test_a_move_goes_on_once_the_average_forgets_a_copy_that_caught_up(tmp
         )  # fmt: skip
 
         async def behind_on_average():
+            # Several of the caller's questions while the copy is behind (not one: after it
+            # catches up, a single sample at 14 is outweighed by the next at 0 at once).
             listing = json.loads(mrs(cluster, "list", "--json").stdout)
-            reason = (listing[0].get("stall_reason") or "") if listing else ""
-            return "AverageCopyQueue not met" in reason
+            if not listing:
+                return False
+            requests = MoveRequestStore(cluster.root / "moves.db")
+            try:
+                answers = requests.answers(listing[0]["id"])
+            finally:
+                requests.close()
+            return sum("AverageCopyQueue not met" in (a["reason"] or "") for a in answers) >= 4
 
         await cluster.wait_for("the move to stall with the copy behind", behind_on_average)
         await cluster.ok("POST", "mbx3", "/v1/databases/DB2/copies/mbx3/resume")
@@ -357,7 +369,8 @@ async def test_a_move_goes_on_once_the_average_forgets_a_copy_that_caught_up(tmp
         if "mbx3: average copy queue" in line and "expected to clear in about" in line
     ]
     assert cleared, out
-    assert all(line.rsplit("about ", 1)[1] in ("0 s", "1 s", "2 s") for line in cleared), cleared
+    within = {f"{n} s" for n in range(7)}  # the 6 s window, rounded
+    assert all(line.rsplit("about ", 1)[1] in within for line in cleared), cleared
 
 
 async def test_bad_requests_change_nothing(env):
