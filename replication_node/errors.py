@@ -24,15 +24,16 @@ DagError (dag_common.errors)
     │   ├── Conflict              already exists, or locked by a move
     │   │   ├── MountRefused      an activation refused: the logs it would lose, in `details`
     │   │   ├── LeaseHeld         another node's lease on the active role has not expired
-    │   │   └── FailoverPaused    automatic failover is paused (`cluster pause`)
+    │   │   ├── FailoverPaused    automatic failover is paused (`cluster pause`)
+    │   │   └── HeldForHandOver   the active holds its last logs for the copy taking over
     │   ├── NotActive             writes go to the active copy; this one is passive
     │   │   ├── Deposed           the cluster store says this node is no longer the active
     │   │   ├── SwitchingOver     a switchover hands the role on: nothing written, write there
     │   │   └── StagedBodyLost    the log closed (switchover, dismount) while a body was staged
     │   ├── BadRequest            a malformed request
     │   │   └── BodyIncomplete    the body ended early (the client went away): nothing written
-    │   └── RequestTooLarge       a body or an item over its limit (413), named in `details`
-    └── TransactionTooLarge       a transaction whose commit record does not fit in a log file
+    │   ├── RequestTooLarge       a body or an item over its limit (413), named in `details`
+    │   └── TransactionTooLarge   a commit record (staged bodies aside) over a log file (413)
 """
 
 from dag_common.errors import DagError
