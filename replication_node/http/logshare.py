@@ -209,8 +209,8 @@ async def _notifications(request: web.Request) -> web.StreamResponse:
                 sent, sent_at = info, loop.time()
             after = max(after, last)
             at_risk = max(at_risk, info.generated_at_risk)
-    except ConnectionResetError:
-        raise  # the peer went away: aiohttp ends the request
+    except ConnectionResetError:  # the copy went away (it stopped, or re-asks): nothing to
+        logger.debug("notification stream for %s: the copy went away", db)  # say to it
     except Exception:  # the instance went away under us: end the stream, the peer re-asks
         logger.debug("notification stream for %s ended", db, exc_info=True)
     finally:
