@@ -148,6 +148,20 @@ def test_item_limits_and_the_average_window_reach_the_cluster_config(rendered):
     assert production.guarantee_api.limits.average_window_time.total_seconds() == 300
 
 
+def test_watch_timings_and_per_database_block_mode_reach_the_cluster_config(rendered):
+    """Settings the config takes that the schema once refused: the guarantee service's
+    pushed-progress timings and its longest wait, a database's synchronous copies and
+    block mode."""
+    cm = by_kind(rendered["production-values.yaml"], "ConfigMap")[0]
+    config = parse_config(yaml.safe_load(cm["data"]["cluster.yaml"]), base_dir=Path("/"))
+    api = config.guarantee_api
+    assert (api.watch_heartbeat.total_seconds(), api.watch_silence.total_seconds()) == (2, 6)
+    assert api.max_wait.total_seconds() == 120
+    dbs = {db.name: db for db in config.databases}
+    assert config.synchronous_copies_of(dbs["MBX-01"]) == 1
+    assert config.block_mode_of(dbs["MBX-02"]) is False
+
+
 def test_sites_are_zones_and_nodes_never_share_a_host(rendered):
     sets = {
         s["metadata"]["name"]: s for s in by_kind(rendered["production-values.yaml"], "StatefulSet")
@@ -367,6 +381,24 @@ BAD_VALUES = {
     "an item limit that is not a size": (
         {"config": {"defaults": {"max_item_size": "big"}}},
         "/config/defaults/max_item_size",
+    ),
+    "a watch that is not a flag": (
+        {"guaranteeApi": {"config": {"watch": "sometimes"}}},
+        "/guaranteeApi/config/watch",
+    ),
+    "a negative synchronous count for one database": (
+        {
+            "config": {
+                "databases": [
+                    {
+                        "name": "DB1",
+                        "synchronous_copies": -1,
+                        "copies": [{"node": "site-a-0", "activation_preference": 1}],
+                    }
+                ]
+            }
+        },
+        "synchronous_copies",
     ),
     "a bad average window": (
         {"guaranteeApi": {"config": {"limits": {"average_window_time": "a while"}}}},
