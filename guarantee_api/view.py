@@ -25,7 +25,6 @@ that grew and now drains is seen draining, long enough to smooth one poll's jitt
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from collections.abc import Iterable
@@ -35,6 +34,7 @@ from dag_common.clock import Clock
 from dag_common.config import ClusterConfig
 from dag_common.incarnation import EpochRecord
 from dag_common.model import CopyStatusReport, NodeStatus
+from dag_common.tasks import cancel_and_wait
 from guarantee_api.values import CopyRates, CopySnapshot, DatabaseView
 
 logger = logging.getLogger(__name__)
@@ -109,10 +109,7 @@ class LiveView:
         try:
             await asyncio.wait({changed, timer}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (changed, timer):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait([changed, timer])
         return self._versions[database] != version
 
     @property

@@ -9,7 +9,6 @@ say); `http/app.py` serves it over HTTP.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from dag_common.model import (
     CopyStatusReport,
     NodeStatus,
 )
+from dag_common.tasks import cancel_and_wait
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
 from replication_node.backup.backup import BackupRequest, run_backup
@@ -79,6 +79,7 @@ class Node:
         self._failover_task: asyncio.Task[None] | None = None
         self._failover: FailoverMonitor | None = None
         self._reconcile_lock = asyncio.Lock()
+        self._stopping = False
         self._peers: PeerProgress | None = None  # asked for the active's truncation
         self._backups_running: dict[str, str] = {}  # database -> the backup taken here
         self.unexpected_errors = 0  # HTTP requests that failed on a bug (the API's 500s)
@@ -131,13 +132,11 @@ class Node:
         self._failover_task = asyncio.create_task(monitor.run(), name="failover")
 
     async def stop(self) -> None:
-        for task in (self._refresh_task, self._failover_task):
-            if task:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        for db in list(self._instances):
-            await self._stop_instance(db)
+        self._stopping = True  # a reconcile from now on (an admin call in flight) starts nothing
+        await cancel_and_wait([self._refresh_task, self._failover_task])
+        async with self._reconcile_lock:  # one already running ends first
+            for db in list(self._instances):
+                await self._stop_instance(db)
         if self._session:
             await self._session.close()
 
@@ -160,6 +159,8 @@ class Node:
     async def reconcile(self) -> None:
         """Start, stop or restart replica instances to match the config and cluster store."""
         async with self._reconcile_lock:
+            if self._stopping:
+                return
             desired: dict[str, InstanceSpec] = {}
             for db in self.config.databases_on(self.name):
                 record = await self.cluster_store.active(db.name)

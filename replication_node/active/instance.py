@@ -21,7 +21,6 @@ original active appear, its log files will be copied"), instead of mounting its 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING
 from dag_common.clock import Clock
 from dag_common.config import ActiveFailurePolicy
 from dag_common.model import CopyRole, CopyStatusReport
+from dag_common.tasks import cancel_and_wait
 from replication_node.active.copy import ActiveCopy, CopyPaths
 from replication_node.active.handover import HANDOVER_HOLD, copy_waiting_for_last_logs
 from replication_node.active.lease import LeaseKeeper
@@ -361,11 +361,7 @@ class ActiveInstance:
             task.cancel()
         await asyncio.gather(*self._mount_tasks, return_exceptions=True)
         self._mount_tasks.clear()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
         await self.switchover.stop()
         if self.copy is not None:

@@ -13,11 +13,11 @@ instance is then stopped).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
 from dag_common.clock import Clock
+from dag_common.tasks import cancel_and_wait
 from replication_node.active.copy import ActiveCopy
 from replication_node.log.events import RollCause
 
@@ -69,9 +69,5 @@ class SwitchoverQuiesce:
 
     async def stop(self) -> None:
         """Cancel the pending automatic unquiesce (the instance stops)."""
-        for task in self._timers:
-            task.cancel()
-        for task in self._timers:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._timers)
         self._timers.clear()

@@ -17,7 +17,6 @@ stream stops.  The copy sends ACK frames (generation, offset held durably).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import crc32c
 import orjson
 from aiohttp import web
 
+from dag_common.tasks import cancel_and_wait
 from replication_node.errors import LogShareError
 from replication_node.interfaces import LogShareSource
 from replication_node.log.blocks import (
@@ -124,9 +124,7 @@ async def serve_blocks(
         logger.debug("%s: block mode of %s ends: %s", request.path, node, exc)
     finally:
         feed.follower_left(node)
-        reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reader
+        await cancel_and_wait([reader])
         await ws.close()
     return ws
 

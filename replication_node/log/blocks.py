@@ -24,7 +24,6 @@ commit.  Decoding checks the kind, the length and the CRC; the receiver checks t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import struct
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -34,6 +33,7 @@ from enum import IntEnum
 import crc32c
 
 from dag_common.clock import Clock
+from dag_common.tasks import cancel_and_wait
 from replication_node.errors import LogFormatError
 
 
@@ -166,10 +166,7 @@ class BlockFeed:
             try:
                 await asyncio.wait({moved, timer}, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                for task in (moved, timer):
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                await cancel_and_wait([moved, timer])
         return True
 
     def position(self) -> tuple[int, int, int]:

@@ -17,7 +17,6 @@ This module wires the stages and owns the copy's lifecycle and status:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from dag_common.clock import Clock
 from dag_common.model import CopyMode, CopyRole, CopyStatus, CopyStatusReport
+from dag_common.tasks import cancel_and_wait
 from replication_node.active.copy import CopyPaths
 from replication_node.errors import (
     Conflict,
@@ -183,19 +183,13 @@ class PassiveCopy:
         self._task = asyncio.create_task(self._run(reseed), name=f"passive {self.database}")
 
     async def _halt(self) -> None:
-        if self._follower is not None:
-            self._follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._follower
-            self._follower = None
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        try:
+            await cancel_and_wait([self._follower, self._task])
+        finally:
+            self._follower, self._task = None, None
+            if self._db is not None:
+                self._db.close()
+                self._db = None
 
     # ---- the pipeline --------------------------------------------------------------------
 
