@@ -98,7 +98,7 @@ from replication_node.log.writer import OpenLogWriter  # noqa: E402
 from replication_node.passive.copy import PassiveCopy  # noqa: E402
 from replication_node.storage.database import Database  # noqa: E402
 from replication_node.storage.mailbox_store import MailboxStore  # noqa: E402
-from tests.cluster_harness import LocalCluster  # noqa: E402
+from tests.cluster_harness import LocalCluster, wait_until  # noqa: E402
 
 MIB = 1 << 20
 MB = 1e6
@@ -249,7 +249,12 @@ def raw_append(path: Path, data: bytes, items: int) -> float:
 async def settled(copy: ActiveCopy) -> None:
     """Once the LLR writes the last rolls started are done (the database file as far as the
     LLR depth lets it go), everything written so far on disk (`sync`)."""
-    await until(lambda: copy.db.header.waypoint >= copy.stream.generation - LLR_DEPTH, "LLR writes")
+    await wait_until(
+        "LLR writes",
+        lambda: copy.db.header.waypoint >= copy.stream.generation - LLR_DEPTH,
+        timeout=120,
+        every=0.005,
+    )
     os.sync()
 
 
@@ -506,7 +511,12 @@ async def replication(base: Path, sizes: Sizes) -> None:
     total = sum(item_sizes)
     try:
         await passive.start()  # seeded now, at waypoint 0, then stopped while the log grows
-        await until(lambda: passive.status().status is CopyStatus.HEALTHY, "passive seeded")
+        await wait_until(
+            "passive seeded",
+            lambda: passive.status().status is CopyStatus.HEALTHY,
+            timeout=120,
+            every=0.005,
+        )
         await passive.stop()
         await active.store.create_mailbox(MAILBOX)
         start = time.perf_counter()
@@ -521,9 +531,19 @@ async def replication(base: Path, sizes: Sizes) -> None:
 
         start = time.perf_counter()
         await passive.start()
-        await until(lambda: passive.markers.last_log_inspected >= last, "passive inspected", 1800)
+        await wait_until(
+            "passive inspected",
+            lambda: passive.markers.last_log_inspected >= last,
+            timeout=1800,
+            every=0.005,
+        )
         inspect_time = time.perf_counter() - start
-        await until(lambda: passive.markers.last_log_replayed >= last, "passive replayed", 1800)
+        await wait_until(
+            "passive replayed",
+            lambda: passive.markers.last_log_replayed >= last,
+            timeout=1800,
+            every=0.005,
+        )
         replay_time = time.perf_counter() - start
         status = passive.status()
         assert status.status is CopyStatus.HEALTHY, status
@@ -566,14 +586,6 @@ async def replication(base: Path, sizes: Sizes) -> None:
         f"\nship + inspect + replay / pull + CRC32C + SQLite insert: {ratio:.2f} "
         f"(target >= 0.7); {load()}\n"
     )
-
-
-async def until(check: Any, what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:g}s waiting for: {what}")
-        await asyncio.sleep(0.005)
 
 
 # ---- 4. mrs move against a plain copy, over node processes ---------------------------------

@@ -11,29 +11,31 @@ import pytest
 from dag_common.tasks import cancel_and_wait
 
 
-async def _slow_to_stop(ended: list[str], turns: int = 5) -> None:
-    """A task whose cleanup takes a few loop turns, as a copy closing its files does."""
+async def _slow_to_stop(ended: list[str], cleaning: asyncio.Event, done: asyncio.Event) -> None:
+    """A task whose cleanup waits for `done`, as a copy closing its files does; it says when
+    its cleanup has begun (`cleaning`)."""
     try:
         await asyncio.Event().wait()
     finally:
-        for _ in range(turns):
-            await asyncio.sleep(0)
+        cleaning.set()
+        await done.wait()
         ended.append("ended")
 
 
 async def test_the_callers_cancellation_is_raised_after_the_tasks_have_ended():
     ended: list[str] = []
     went_on: list[str] = []
-    child = asyncio.create_task(_slow_to_stop(ended))
-    await asyncio.sleep(0)
+    cleaning, done = asyncio.Event(), asyncio.Event()
+    child = asyncio.create_task(_slow_to_stop(ended, cleaning, done))
 
     async def stopper() -> None:
         await cancel_and_wait([child])
         went_on.append("after the stop")  # what the swallowing idiom let happen
 
     task = asyncio.create_task(stopper())
-    await asyncio.sleep(0)  # the stopper waits on the child's cleanup
+    await cleaning.wait()  # the stopper waits on the child's cleanup
     task.cancel()
+    done.set()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert ended == ["ended"]  # the stop was finished, nothing left running
@@ -47,7 +49,7 @@ async def test_a_task_that_died_is_not_forgotten():
 
     dead = asyncio.create_task(dies())
     alive = asyncio.create_task(asyncio.Event().wait())
-    await asyncio.sleep(0)
+    await asyncio.wait({dead})  # it died before anyone stops it
     with pytest.raises(OSError, match="disk gone"):
         await cancel_and_wait([dead, None, alive])
     assert alive.cancelled()

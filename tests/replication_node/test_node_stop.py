@@ -14,7 +14,7 @@ from replication_node.cluster.store.embedded import EmbeddedClusterStore
 from replication_node.node import Node
 from replication_node.storage.database import Database
 from replication_node.storage.header import DatabaseState
-from tests.cluster_harness import cluster_config, free_port
+from tests.cluster_harness import cluster_config, free_port, wait_until
 
 TOKEN = "node-stop-token-0123456789"
 
@@ -53,7 +53,8 @@ async def test_a_stop_during_a_reconcile_leaves_every_copy_dismounted_cleanly(tm
     try:
         node.config = _config(tmp_path, ["DB1", "DB2", "DB3"])  # as a config reload brings
         reconcile = asyncio.create_task(node.reconcile())
-        await asyncio.sleep(0)  # it holds the reconcile lock and is mounting DB2
+        # the stop comes while the reconcile holds its lock (it is mounting DB2)
+        await wait_until("the reconcile under way", node._reconcile_lock.locked, every=0)
         await node.stop()
         await reconcile
         await node.reconcile()  # stopped: mounts nothing
