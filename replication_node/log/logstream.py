@@ -374,83 +374,96 @@ class LogStream:
                 batch.append(await self._queue.get())
             while not self._queue.empty():
                 batch.append(self._queue.get_nowait())
-            if self._failure is not None:  # fail() stopped the stream
-                self._fail_all(self._failure, batch)
-                return
-            stop = any(p.data == b"" for p in batch)
-            work = [p for p in batch if p.data != b""]
-            now = self._clock.monotonic()
-            if any(p.is_commit and not p.blobs for p in work):  # a large item's own
-                self._commits_seen = now  # commit does not hold the next one back
-            # Busy while commits flow, not only when one is queued at this instant: a steady
-            # stream of small commits leaves most batches without one, and a generation's
-            # worth of parts in each of those kept the next commit waiting behind its roll.
-            busy = now - self._commits_seen < BUSY_WINDOW
-            self._file.stage_budget = STAGE_SLICE_BUSY if busy else STAGE_SLICE_IDLE
             try:
-                results, events, touched = await asyncio.to_thread(self._file.write_batch, work)
-            except Exception as exc:
-                # The log is in an unknown state (after a failed write or fsync the file's
-                # contents cannot be trusted): fail every waiter and stop writing.  The owner
-                # sees `failed` and dismounts; only crash recovery from disk starts again.
-                logger.critical("log write failed, stream stopped: %s", exc)
-                self._fail_all(exc, batch)
+                if not await self._write_and_answer(batch):
+                    return
+            except Exception as exc:  # a bug: the waiters are answered all the same
+                logger.critical("log writer failed, stream stopped", exc_info=True)
+                self._fail_all(LogStreamStopped(f"the log writer failed: {exc!r}"), batch)
                 return
             except BaseException as exc:  # cancelled: stop as well, and say so
                 self._fail_all(LogStreamStopped(f"the log writer was cancelled: {exc!r}"), batch)
                 raise
-            blocks, self._file.blocks = self._file.blocks, []
-            await self.feed.publish(blocks)  # durable: the copies in block mode may have it
-            if self._failure is not None:  # fail() while the batch was written
-                self._fail_all(self._failure, batch)
-                return
-            if self._announcer.due(touched):
-                # Durable, but neither visible nor answered until the copies can count it.
-                failure = await self._announcer.announce_generation(touched)
-                if failure is not None:
-                    logger.critical("%s; log stream stopped", failure)
-                    self._fail_all(failure, batch)
-                    return
-            if self._fence is not None and any(p.is_commit for p in work):
-                # Durable; answered only while the fence (the active's lease) allows it.
-                failure = self._failure or await self._fence()
-                if failure is not None:
-                    logger.critical("%s; log stream stopped", failure)
-                    self._fail_all(failure, batch)
-                    return
-            if self._sync_copies and blocks and any(p.is_commit for p in work):
-                failure = await self._held_by_synchronous_copies(blocks[-1])
-                if failure is not None:
-                    logger.critical("%s; log stream stopped", failure)
-                    self._fail_all(failure, batch)
-                    return
-            for event in events:
-                for listener in self._listeners:
-                    listener(event)
-            for p, result in zip(work, results, strict=True):
-                if result is UNFINISHED:
-                    self._staging.append(p)
-                elif p.future.done():
-                    pass
-                elif isinstance(result, BaseException):
-                    p.future.set_exception(result)
-                else:
-                    p.future.set_result(result)
-            for p in batch:
-                if p.data == b"" and not p.future.done():
-                    p.future.set_result(None)
-            self._acked = (self._file.header.generation, self._file.commits)
-            if self._metrics is not None:
-                commits = [p for p in work if p.is_commit]
-                if commits:  # once per group commit, never per record
-                    wait = self._clock.monotonic() - min(p.queued for p in commits)
-                    self._metrics.group_commit(len(commits), wait)
-            if stop:
-                stopped = LogStreamStopped(f"the log stream of {self.log_dir} was closed")
-                for p in self._staging:  # bodies half staged: pending in the log, aborted
-                    p.future.set_exception(stopped)  # by the recovery of whoever mounts it
-                self._staging = []
-                return
+
+    async def _write_and_answer(self, batch: list[Pending]) -> bool:
+        """Write one batch and answer its waiters; False once the stream stops.  Whatever
+        escapes from here (a listener's bug, a cancellation at any await) still answers
+        every waiter of the batch (`_writer`): none is left durable and unanswered."""
+        if self._failure is not None:  # fail() stopped the stream
+            self._fail_all(self._failure, batch)
+            return False
+        stop = any(p.data == b"" for p in batch)
+        work = [p for p in batch if p.data != b""]
+        now = self._clock.monotonic()
+        if any(p.is_commit and not p.blobs for p in work):  # a large item's own
+            self._commits_seen = now  # commit does not hold the next one back
+        # Busy while commits flow, not only when one is queued at this instant: a steady
+        # stream of small commits leaves most batches without one, and a generation's
+        # worth of parts in each of those kept the next commit waiting behind its roll.
+        busy = now - self._commits_seen < BUSY_WINDOW
+        self._file.stage_budget = STAGE_SLICE_BUSY if busy else STAGE_SLICE_IDLE
+        try:
+            results, events, touched = await asyncio.to_thread(self._file.write_batch, work)
+        except Exception as exc:
+            # The log is in an unknown state (after a failed write or fsync the file's
+            # contents cannot be trusted): fail every waiter and stop writing.  The owner
+            # sees `failed` and dismounts; only crash recovery from disk starts again.
+            logger.critical("log write failed, stream stopped: %s", exc)
+            self._fail_all(exc, batch)
+            return False
+        blocks, self._file.blocks = self._file.blocks, []
+        await self.feed.publish(blocks)  # durable: the copies in block mode may have it
+        if self._failure is not None:  # fail() while the batch was written
+            self._fail_all(self._failure, batch)
+            return False
+        if self._announcer.due(touched):
+            # Durable, but neither visible nor answered until the copies can count it.
+            failure = await self._announcer.announce_generation(touched)
+            if failure is not None:
+                logger.critical("%s; log stream stopped", failure)
+                self._fail_all(failure, batch)
+                return False
+        if self._fence is not None and any(p.is_commit for p in work):
+            # Durable; answered only while the fence (the active's lease) allows it.
+            failure = self._failure or await self._fence()
+            if failure is not None:
+                logger.critical("%s; log stream stopped", failure)
+                self._fail_all(failure, batch)
+                return False
+        if self._sync_copies and blocks and any(p.is_commit for p in work):
+            failure = await self._held_by_synchronous_copies(blocks[-1])
+            if failure is not None:
+                logger.critical("%s; log stream stopped", failure)
+                self._fail_all(failure, batch)
+                return False
+        for event in events:
+            for listener in self._listeners:
+                listener(event)
+        for p, result in zip(work, results, strict=True):
+            if result is UNFINISHED:
+                self._staging.append(p)
+            elif p.future.done():
+                pass
+            elif isinstance(result, BaseException):
+                p.future.set_exception(result)
+            else:
+                p.future.set_result(result)
+        for p in batch:
+            if p.data == b"" and not p.future.done():
+                p.future.set_result(None)
+        self._acked = (self._file.header.generation, self._file.commits)
+        if self._metrics is not None:
+            commits = [p for p in work if p.is_commit]
+            if commits:  # once per group commit, never per record
+                wait = self._clock.monotonic() - min(p.queued for p in commits)
+                self._metrics.group_commit(len(commits), wait)
+        if stop:
+            stopped = LogStreamStopped(f"the log stream of {self.log_dir} was closed")
+            for p in self._staging:  # bodies half staged: pending in the log, aborted
+                p.future.set_exception(stopped)  # by the recovery of whoever mounts it
+            self._staging = []
+            return False
+        return True
 
     async def _held_by_synchronous_copies(self, last: Block) -> BaseException | None:
         """Wait until enough copies hold the batch (through `last`); else why not.  A commit

@@ -4,7 +4,7 @@ from datetime import timedelta
 import pytest
 
 from dag_common.clock import ManualClock
-from replication_node.errors import TransactionTooLarge
+from replication_node.errors import LogStreamStopped, TransactionTooLarge
 from replication_node.log import logfile
 from replication_node.log.logdir import list_closed_generations
 from tests.cluster_harness import wait_until
@@ -120,3 +120,22 @@ async def test_commit_and_close_times_never_go_backwards_when_the_clock_jumps_ba
     third = await reopened.commit(op(2))
     assert third.commit_time >= second_close
     await reopened.crash_close()
+
+
+async def test_a_writer_that_fails_after_the_fsync_answers_every_waiter(tmp_path):
+    """Whatever stops the writer after a batch is durable (here a listener's bug) answers
+    the batch's committers with the failure and stops the stream: none waits forever.  A
+    CI run saw a write on a deposed active never answered."""
+    copy = await mount(tmp_path)
+    await copy.commit(op(0))
+
+    def buggy(event) -> None:
+        raise RuntimeError("a listener's bug")
+
+    copy.stream.add_listener(buggy)
+    with pytest.raises(LogStreamStopped, match="the log writer failed"):
+        await asyncio.wait_for(copy.commit(op(1)), 10)
+    assert copy.stream.failed.is_set(), "its owner dismounts"
+    with pytest.raises(LogStreamStopped):
+        await asyncio.wait_for(copy.commit(op(2)), 10)
+    await copy.crash_close()
