@@ -158,8 +158,6 @@ def mrs_args(cluster: LocalCluster, *args: str) -> list[str]:
         *args,
         "--config",
         str(cluster.config_path),
-        "--requests-db",
-        str(cluster.root / "moves.db"),
     ]
 
 

@@ -4,6 +4,11 @@
              [--large-item-limit N] [--bad-item-limit N]
     mrs list | show ID | stats ID | resume ID      (each with --json)
     mrs suspend ID | cancel ID [--wait 60s]        (each with --json)
+    mrs serve --config F [--max-moves N] [--max-per-target-database N] …
+
+Move requests live in the cluster store the config names (etcd across hosts): every command
+works from any host.  A worker (`mrs serve`) runs queued moves under leases; `mrs move` is a
+one-move worker in the foreground.
 
 Exit codes: 0 ok, 1 the move failed or stopped before completing (a suspended move, a
 suspend or cancel the running mover has not carried out within --wait), 2 bad input or
@@ -16,10 +21,11 @@ import argparse
 import asyncio
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import aiohttp
 
@@ -37,13 +43,16 @@ from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.model import ExitCode
 from mrs_client.errors import MoveRejected
 from mrs_client.item_limits import SkipReason, counts
+from mrs_client.move_store import MoveRecord, MoveStore, open_move_store
 from mrs_client.policy import MoveSettings, MoveState, StopRequest
 from mrs_client.progress import Progress
-from mrs_client.requests_store import MoveRecord, MoveRequestStore
+from mrs_client.scheduling import MoveLimits as MoveLimitsDefaults
 
 if TYPE_CHECKING:
     from mrs_client.metrics import MoveMetricsFile
     from mrs_client.stopping import Stopped
+
+T = TypeVar("T")
 
 # The MoveSettings durations a command line may set (`--stall-limit 2s`, …).
 TIMING_HELP = {
@@ -65,13 +74,6 @@ def _default(name: str) -> str:
         if seconds and seconds % size == 0:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
-
-
-def requests_path(config: ClusterConfig, override: str | None) -> Path:
-    """Move requests live beside the cluster store unless told otherwise."""
-    if override:
-        return Path(override)
-    return config.node(config.nodes[0].name).data_dir.parent / "moves.db"
 
 
 def settings_from(args: argparse.Namespace, config: ClusterConfig) -> MoveSettings:
@@ -106,16 +108,17 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
     from replication_node.cluster.store import open_cluster_store
 
     token = load_token(config)
-    requests = MoveRequestStore(requests_path(config, args.requests_db))
+    requests = open_move_store(config)
     clock = SystemClock()
     textfile: MoveMetricsFile | None = None
+    answers: list[dict[str, Any]] = []  # the move's guarantee answers, for the textfile
     if args.metrics_textfile:
         from mrs_client.metrics import MoveMetricsFile  # prometheus_client: only when asked
 
         path = Path(args.metrics_textfile)
         if not path.parent.is_dir():
             raise MoveRejected(f"--metrics-textfile: no directory {path.parent}")
-        textfile = MoveMetricsFile(path, answers=requests.answers, clock=clock)
+        textfile = MoveMetricsFile(path, answers=lambda _: answers, clock=clock)
     directory = open_cluster_store(config)
     progress = Progress()
 
@@ -150,11 +153,13 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
                 )
                 move_id = record.id
             else:
-                existing = requests.get(move_id)
+                existing = await requests.get(move_id)
                 if existing is None:
                     raise MoveRejected(f"no move request {move_id!r}")
                 if existing.state is MoveState.COMPLETED:
                     raise MoveRejected(f"move {move_id} is already completed")
+                answers[:] = await requests.answers(move_id)
+            mover.gates.on_answer = lambda _, row: answers.append(row)
             final = await mover.run(
                 move_id,
                 large_item_limit=args.large_item_limit,
@@ -163,12 +168,13 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
         finally:
             progress.close()
             if textfile is not None:
-                textfile.write(requests.get(move_id) if move_id else None)
+                textfile.write(await requests.get(move_id) if move_id else None)
             await guarantee.close()
             directory.close()
+            stop = await requests.stop_requested(move_id) if move_id else None
+            await requests.aclose()
     line = f"move {final.id}: {final.state}" + (f": {final.failure}" if final.failure else "")
     if final.state is MoveState.SUSPENDED:
-        stop = requests.stop_requested(final.id)
         line += (
             f" at step {int(final.step)} for `mrs cancel`"
             if stop is StopRequest.CANCEL
@@ -176,6 +182,86 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
         )
     print(line)
     return ExitCode.OK if final.state is MoveState.COMPLETED else ExitCode.FAILED
+
+
+async def _serve(args: argparse.Namespace, config: ClusterConfig) -> int:
+    import signal
+
+    from mrs_client.guarantee_client import GrpcGuaranteeClient
+    from mrs_client.lease import worker_id
+    from mrs_client.mover import Mover
+    from mrs_client.node_client import NodeStoreClient
+    from mrs_client.scheduling import MoveLimits
+    from mrs_client.worker import Worker
+    from replication_node.cluster.store import open_cluster_store
+
+    token = load_token(config)
+    store = open_move_store(config)
+    directory = open_cluster_store(config)
+    clock = SystemClock()
+    me = worker_id("mrs-serve")
+    settings = settings_from(args, config)
+    ssl = config.tls.client_context() if config.tls else None
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl)) as session:
+        guarantee = GrpcGuaranteeClient.from_config(config, token=token)
+        nodes = NodeStoreClient(config, token=token, session=session)
+
+        def make_mover() -> Mover:
+            return Mover(
+                requests=store,
+                nodes=nodes,
+                guarantee=guarantee,
+                directory=directory,
+                databases={d.name for d in config.databases},
+                clock=clock,
+                settings=settings,
+                caller_id=args.caller_id,
+                worker=me,
+                progress=lambda record, line: (
+                    line and logging.getLogger("mrs.move").info("move %s: %s", record.id, line)
+                ),
+                max_item_sizes={db.name: config.max_item_size_of(db) for db in config.databases},
+            )
+
+        async def active_node(database: str) -> str | None:
+            record = await directory.active(database)
+            return record.node if record else None
+
+        worker = Worker(
+            store=store,
+            make_mover=make_mover,
+            active_node=active_node,
+            clock=clock,
+            limits=MoveLimits(
+                per_source_database=args.max_per_source_database,
+                per_target_database=args.max_per_target_database,
+                per_source_node=args.max_per_source_node,
+                per_target_node=args.max_per_target_node,
+                per_worker=args.max_moves,
+            ),
+            poll=args.poll.total_seconds(),
+            grace=args.grace.total_seconds(),
+        )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, worker.stop)
+        print(f"mrs worker {me} running (at most {args.max_moves} moves)", flush=True)
+        try:
+            await worker.run()
+        finally:
+            await guarantee.close()
+            directory.close()
+            await store.aclose()
+    ended = ", ".join(f"{n} {state}" for state, n in sorted(worker.stats.ended.items()))
+    print(f"mrs worker {me} stopped: {ended or 'no move ended'}", flush=True)
+    return ExitCode.OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """A worker: runs the cluster's queued moves (and takes over those of a lost worker)."""
+    logging.getLogger().setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    config = load_config(args.config)
+    return asyncio.run(_serve(args, config))
 
 
 def cmd_move(args: argparse.Namespace) -> int:
@@ -201,9 +287,15 @@ def cmd_suspend(args: argparse.Namespace) -> int:
     from mrs_client import stopping
 
     config = load_config(args.config)
-    requests = MoveRequestStore(requests_path(config, args.requests_db))
-    stopped = asyncio.run(stopping.suspend(requests, args.id, clock=SystemClock(), wait=args.wait))
-    return _stopped(args, stopped)
+
+    async def suspend() -> Stopped:
+        requests = open_move_store(config)
+        try:
+            return await stopping.suspend(requests, args.id, clock=SystemClock(), wait=args.wait)
+        finally:
+            await requests.aclose()
+
+    return _stopped(args, asyncio.run(suspend()))
 
 
 async def _cancel(args: argparse.Namespace, config: ClusterConfig) -> Stopped:
@@ -211,8 +303,12 @@ async def _cancel(args: argparse.Namespace, config: ClusterConfig) -> Stopped:
     from mrs_client.node_client import NodeStoreClient
     from replication_node.cluster.store import open_cluster_store
 
-    requests = MoveRequestStore(requests_path(config, args.requests_db))
-    stopping.cancellable(requests, args.id)  # refused before any token or node is needed
+    requests = open_move_store(config)
+    try:
+        await stopping.cancellable(requests, args.id)  # refused before a token or node is needed
+    except BaseException:
+        await requests.aclose()
+        raise
     token = load_token(config)
     directory = open_cluster_store(config)
     ssl = config.tls.client_context() if config.tls else None
@@ -228,6 +324,7 @@ async def _cancel(args: argparse.Namespace, config: ClusterConfig) -> Stopped:
             )
     finally:
         directory.close()
+        await requests.aclose()
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -246,9 +343,8 @@ def _record_line(r: MoveRecord) -> str:
 
 def cmd_list(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    records = MoveRequestStore(requests_path(config, args.requests_db)).list()
-    if getattr(args, "state", None):
-        records = [r for r in records if r.state == args.state]
+    states = [MoveState(args.state)] if getattr(args, "state", None) else None
+    records = asyncio.run(_read(config, lambda store: store.list(states=states)))
     if args.json:
         print(json.dumps([r.as_dict() for r in records], indent=2))
     else:
@@ -258,18 +354,45 @@ def cmd_list(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _get(args: argparse.Namespace) -> tuple[MoveRequestStore, MoveRecord]:
-    config = load_config(args.config)
-    store = MoveRequestStore(requests_path(config, args.requests_db))
-    record = store.get(args.id)
+async def _read(config: ClusterConfig, fn: Callable[[MoveStore], Awaitable[T]]) -> T:
+    """One read of the move store the config names."""
+    store = open_move_store(config)
+    try:
+        return await fn(store)
+    finally:
+        await store.aclose()
+
+
+async def _get(
+    args: argparse.Namespace, store: MoveStore
+) -> tuple[MoveRecord, StopRequest | None, list[dict[str, Any]]]:
+    """The move `args.id` names, its stop request and its guarantee answers."""
+    record = await store.get(args.id)
     if record is None:
         raise MoveRejected(f"no move request {args.id!r}")
-    return store, record
+    answers = [answer_view(a) for a in await store.answers(record.id)]
+    return record, await store.stop_requested(record.id), answers
+
+
+def answer_view(row: dict[str, Any]) -> dict[str, Any]:
+    """A kept guarantee answer as `mrs stats` shows it: durations in words, and when the
+    service expected the condition to clear, as of that answer."""
+    expected = row.get("expected_in")
+    return {
+        **row,
+        "retry_after": str(timedelta(seconds=row["retry_after"])),
+        "expected_in": None if expected is None else str(timedelta(seconds=round(expected))),
+        "expected_clear_at": None
+        if expected is None
+        else (datetime.fromisoformat(row["time"]) + timedelta(seconds=expected)).isoformat(
+            timespec="seconds"
+        ),
+    }
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    store, record = _get(args)
-    stop = store.stop_requested(record.id)
+    config = load_config(args.config)
+    record, stop, _ = asyncio.run(_read(config, lambda store: _get(args, store)))
     if args.json:
         print(json.dumps({**record.as_dict(), "stop_requested": stop}, indent=2))
     else:
@@ -352,8 +475,8 @@ def show_fields(r: MoveRecord) -> list[tuple[str, str]]:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """Like Get-MoveRequestStatistics: state, step, copied, stalled time and why, answers."""
-    store, record = _get(args)
-    answers = store.answers(record.id)
+    config = load_config(args.config)
+    record, _, answers = asyncio.run(_read(config, lambda store: _get(args, store)))
     stats = {
         "id": record.id,
         "mailboxes": list(record.mailboxes),
@@ -417,11 +540,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(p: argparse.ArgumentParser) -> None:
         add_config(p)
-        p.add_argument(
-            "--requests-db",
-            default=None,
-            help="the move request store (SQLite); default: moves.db beside the cluster store",
-        )
         add_json(p, "print the record(s) as JSON")
 
     def timings(p: argparse.ArgumentParser) -> None:
@@ -518,6 +636,36 @@ def build_parser() -> argparse.ArgumentParser:
         "before step 8: remove the target copy, unlock the source, release the mailbox",
     )
 
+    serve = sub.add_parser(
+        "serve",
+        help="run a worker: claims queued moves under a lease and runs many at once",
+    )
+    common(serve)
+    timings(serve)
+    limits = MoveLimitsDefaults()
+    for flag, default, text in (
+        ("--max-moves", limits.per_worker, "moves this worker runs at once"),
+        ("--max-per-source-database", limits.per_source_database,
+         "moves running at once from one source database (every worker counted)"),
+        ("--max-per-target-database", limits.per_target_database,
+         "moves running at once into one target database"),
+        ("--max-per-source-node", limits.per_source_node,
+         "moves running at once from databases active on one node"),
+        ("--max-per-target-node", limits.per_target_node,
+         "moves running at once into databases active on one node"),
+    ):  # fmt: skip
+        serve.add_argument(flag, type=_positive, default=default, metavar="N",
+                           help=f"{text}; default {default}")  # fmt: skip
+    add_duration(serve, "--poll", default="1s", help="how often the move store is read")
+    add_duration(
+        serve,
+        "--grace",
+        default="30s",
+        help="on SIGTERM, how long moves may take to reach a safe point and be given back",
+    )
+    serve.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    serve.set_defaults(func=cmd_serve)
+
     lst = sub.add_parser("list", help="all move requests")
     common(lst)
     lst.add_argument(
@@ -539,6 +687,17 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--last", type=int, default=20, help="how many guarantee answers")
     stats.set_defaults(func=cmd_stats)
     return parser
+
+
+def _positive(text: str) -> int:
+    """A whole number, 1 or more (a limit of concurrent moves)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of moves (1 or more)")
+    return value
 
 
 def _count(text: str) -> int:

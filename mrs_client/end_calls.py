@@ -14,8 +14,8 @@ from typing import Any
 
 from mrs_client.errors import MoveFailed, NeedsReconcile, NodeCallError
 from mrs_client.gates import Gates
+from mrs_client.move_store import MoveRecord
 from mrs_client.reconcile import EpochWatch, Side
-from mrs_client.requests_store import MoveRecord
 from mrs_client.store_api import NodeStore
 
 

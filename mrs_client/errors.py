@@ -10,6 +10,8 @@ DagError (dag_common.errors)
     ├── NodeCallError     a store call to a node failed (retried by the move loop)
     ├── MoveStopped       internal, never leaves the mover: an operator asked the move to
     │                     stop (mrs suspend or cancel); the loop saves it Suspended
+    ├── MoveReleased      internal, never leaves the mover: its worker stops and gives
+    │                     the move back at a safe point, as it is
     └── NeedsReconcile    internal, never leaves the mover: an end of the move changed
                           incarnation, a flush was lost, or the digests differ; the move
                           loop reconciles by content and goes on
@@ -32,6 +34,11 @@ class MoveBusy(MoveRejected):
 
 class MoveStopped(MoveError):
     """An operator asked the running move to stop at its next safe point."""
+
+
+class MoveReleased(MoveError):
+    """Internal, never leaves the mover: its worker is stopping and gives the move back at
+    a safe point (everything done is saved; another worker, or this one restarted, goes on)."""
 
 
 class MoveFailed(MoveError):

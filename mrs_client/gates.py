@@ -10,13 +10,21 @@ NotSatisfied waits, a flush answered for another epoch or lost in a failover rai
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from dag_common.clock import Clock
-from mrs_client.errors import MoveFailed, MoveStopped, NeedsReconcile, NodeCallError
+from mrs_client.errors import (
+    MoveFailed,
+    MoveReleased,
+    MoveStopped,
+    NeedsReconcile,
+    NodeCallError,
+)
+from mrs_client.move_store import MoveLease, MoveRecord, MoveStore, answer_row
 from mrs_client.policy import (
     Decision,
     FlushPoint,
@@ -28,7 +36,6 @@ from mrs_client.policy import (
     gate,
     health_check_due,
 )
-from mrs_client.requests_store import MoveRecord, MoveRequestStore
 
 # A gate's first question waits at most this long: a move still not Satisfied is then marked
 # Stalled (what `mrs list` shows while the service waits), and its next questions wait the
@@ -70,7 +77,7 @@ class Gates:
     def __init__(
         self,
         *,
-        requests: MoveRequestStore,
+        requests: MoveStore,
         guarantee: GuaranteeClient,
         clock: Clock,
         settings: MoveSettings,
@@ -85,32 +92,41 @@ class Gates:
         self._progress = progress
         self._last_check: datetime | None = None
         self._last_said = ""  # the last waiting line printed: not repeated while it holds
+        self.lease: MoveLease | None = None  # the lease the move runs under (Mover.run)
+        self.release = asyncio.Event()  # set: the worker stops; give the move back
+        # Told of each guarantee answer as it is kept (a move's metrics textfile counts them).
+        self.on_answer: Callable[[str, dict[str, Any]], None] | None = None
 
-    def save(self, record: MoveRecord, *, durable: bool = True) -> MoveRecord:
+    async def save(self, record: MoveRecord, *, durable: bool = True) -> MoveRecord:
         """Persist `record` and return it as saved; `durable=False`: see
-        `MoveRequestStore.save`."""
+        `MoveStore.save`.  Only under the move's lease (`lease`), which the
+        store checks: LeaseLost if it is over."""
         # time_stalled only grows: a step that stalled inside a node call (`node_call`
         # saves the stall) and then saves the record it held from before must not undo it.
-        stored = self.requests.get(record.id)
+        stored = await self.requests.get(record.id)
         if stored is not None and stored.time_stalled > record.time_stalled:
             record = replace(record, time_stalled=stored.time_stalled)
-        return self.requests.save(record, self.clock.now(), durable=durable)
+        if self.lease is None:
+            raise RuntimeError(f"move {record.id} saved without its lease")
+        return await self.requests.save(record, self.clock.now(), lease=self.lease, durable=durable)
 
-    def checkpoint(self, record: MoveRecord) -> None:
+    async def checkpoint(self, record: MoveRecord) -> None:
         """A safe point (everything done so far is saved): MoveStopped if an operator asked
         the move to stop (`mrs suspend`, `mrs cancel`)."""
-        action = self.requests.stop_requested(record.id)
+        action = await self.requests.stop_requested(record.id)
         if action is not None:
             raise MoveStopped(action)
+        if self.release.is_set():
+            raise MoveReleased(f"move {record.id} given back by its worker")
 
-    def _waited(
+    async def _waited(
         self, record: MoveRecord, answer: GuaranteeAnswer, asked: datetime, wait: timedelta
     ) -> tuple[MoveRecord, datetime | None]:
         """After an answer the service waited for: the time it waited counted as stalled,
         and when the stall began (when a question it waited on was asked)."""
         if answer.waited is None or answer.waited <= timedelta(0):
             return record, record.stalled_since
-        record = self.save(
+        record = await self.save(
             replace(record, time_stalled=record.time_stalled + answer.waited.total_seconds())
         )
         return record, record.stalled_since or asked
@@ -126,7 +142,7 @@ class Gates:
     async def wait(self, record: MoveRecord, decision: Decision, say: str = "") -> MoveRecord:
         """Stall: record why (the full reason), say so in one short line (`say`, else the
         reason; not again while it holds), sleep, and count the time stalled."""
-        record = self.save(
+        record = await self.save(
             replace(
                 record,
                 state=MoveState.STALLED,
@@ -138,9 +154,9 @@ class Gates:
         if line != self._last_said:
             self._last_said = line
             self._progress(record, line)
-        self.checkpoint(record)  # a stalled move stops before it waits again
+        await self.checkpoint(record)  # a stalled move stops before it waits again
         await self.clock.sleep(decision.wait.total_seconds())
-        return self.save(
+        return await self.save(
             replace(record, time_stalled=record.time_stalled + decision.wait.total_seconds())
         )
 
@@ -150,18 +166,23 @@ class Gates:
         why = answer.short or f"{answer.status}: {answer.reason}"
         return f"waiting for {what} of {database}: {why}{answer.clears}"
 
-    def unstall(self, record: MoveRecord) -> MoveRecord:
+    async def unstall(self, record: MoveRecord) -> MoveRecord:
         self._last_said = ""
         if record.state is MoveState.IN_PROGRESS:
             return record
-        return self.save(
+        return await self.save(
             replace(record, state=MoveState.IN_PROGRESS, stalled_since=None, stall_reason=None)
         )
 
-    def _record_answer(self, record: MoveRecord, method: str, answer: GuaranteeAnswer) -> None:
-        self.requests.add_answer(
-            record.id, step=record.step, method=method, answer=answer, now=self.clock.now()
+    async def _record_answer(
+        self, record: MoveRecord, method: str, answer: GuaranteeAnswer
+    ) -> None:
+        now = self.clock.now()
+        await self.requests.add_answer(
+            record.id, step=record.step, method=method, answer=answer, now=now
         )
+        if self.on_answer is not None:
+            self.on_answer(record.id, answer_row(record.step, method, answer, now))
 
     async def health(self, record: MoveRecord) -> MoveRecord:
         """Ask CheckReplicationHealth until Satisfied (stalling) or fail past the limit."""
@@ -169,9 +190,9 @@ class Gates:
             wait = wait_for(record, self.settings.stall_retry_interval)
             asked = self.clock.now()
             answer = await self.guarantee.check_health(record.target_db, self.caller_id, wait)
-            self._record_answer(record, "CheckReplicationHealth", answer)
+            await self._record_answer(record, "CheckReplicationHealth", answer)
             self._last_check = self.clock.now()
-            record, since = self._waited(record, answer, asked, wait)
+            record, since = await self._waited(record, answer, asked, wait)
             decision = gate(
                 answer,
                 now=self.clock.now(),
@@ -179,7 +200,7 @@ class Gates:
                 settings=self.settings,
             )
             if decision.verdict is Verdict.CONTINUE:
-                return self.unstall(record)
+                return await self.unstall(record)
             if decision.verdict is Verdict.FAIL:
                 raise MoveFailed(decision.reason)
             record = await self.wait(
@@ -201,7 +222,7 @@ class Gates:
             try:
                 result = await fn()
                 if stalled_since is not None:
-                    self.unstall(record)
+                    await self.unstall(record)
                 return result
             except NodeCallError as exc:
                 if exc.status is not None and exc.status < 500 and exc.status not in (409, 423):
@@ -256,8 +277,8 @@ class Gates:
                 point.offset,
                 wait,
             )
-            self._record_answer(record, "CheckReplicationFlush", answer)
-            record, _ = self._waited(record, answer, asked, wait)
+            await self._record_answer(record, "CheckReplicationFlush", answer)
+            record, _ = await self._waited(record, answer, asked, wait)
             decision = flush_gate(
                 answer,
                 now=self.clock.now(),
@@ -266,7 +287,7 @@ class Gates:
                 epoch=record.target_epoch,
             )
             if decision.verdict is Verdict.CONTINUE:
-                return self.unstall(record), answer
+                return await self.unstall(record), answer
             if decision.verdict is Verdict.RECONCILE:
                 raise NeedsReconcile(decision.reason, target_changed=True)
             if decision.verdict is Verdict.FAIL:

@@ -29,8 +29,8 @@ from prometheus_client.registry import Collector
 
 from dag_common.clock import Clock
 from mrs_client.item_limits import counts
+from mrs_client.move_store import MoveRecord
 from mrs_client.policy import MoveState
-from mrs_client.requests_store import MoveRecord
 
 logger = logging.getLogger(__name__)
 

@@ -31,8 +31,9 @@ everything done is saved as it would be for a kill -9, and saves the move Suspen
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
+from datetime import datetime
 
 from dag_common.clock import Clock
 from dag_common.config import DEFAULT_MAX_ITEM_SIZE
@@ -40,14 +41,16 @@ from mrs_client.end_calls import EndCalls
 from mrs_client.errors import (
     MoveFailed,
     MoveRejected,
+    MoveReleased,
     MoveStopped,
     NeedsReconcile,
     NodeCallError,
 )
 from mrs_client.gates import Gates, GuaranteeClient
 from mrs_client.item_limits import now_fitting
-from mrs_client.policy import MoveSettings, MoveState, MoveStep, StopRequest
-from mrs_client.requests_store import MoveRecord, MoveRequestStore
+from mrs_client.lease import hold, worker_id
+from mrs_client.move_store import MoveLease, MoveRecord, MoveStore, new_move_id
+from mrs_client.policy import MovePriority, MoveSettings, MoveState, MoveStep, StopRequest
 from mrs_client.steps import Directory, MoveSteps
 from mrs_client.store_api import NodeStore
 from mrs_client.verification import Verifier
@@ -62,7 +65,7 @@ class Mover:
     def __init__(
         self,
         *,
-        requests: MoveRequestStore,
+        requests: MoveStore,
         nodes: NodeStore,
         guarantee: GuaranteeClient,
         directory: Directory,
@@ -70,8 +73,10 @@ class Mover:
         clock: Clock,
         settings: MoveSettings | None = None,
         caller_id: str = "mrs",
+        worker: str | None = None,
         progress: Callable[[MoveRecord, str], None] | None = None,
         max_item_sizes: Mapping[str, int] | None = None,
+        hold_before_completion: Callable[[MoveRecord], Awaitable[datetime | None]] | None = None,
     ) -> None:
         """`max_item_sizes`: each database's max_item_size, from the cluster config (a
         database not in it: the config's default)."""
@@ -83,6 +88,10 @@ class Mover:
         self.clock = clock
         self.settings = settings or MoveSettings()
         self.caller_id = caller_id
+        self.worker = worker or worker_id()
+        # A batch's word on a move that finished its syncs (worker.Worker): None, complete
+        # now; a time, stay Synced and sync again then.
+        self.hold_before_completion = hold_before_completion
         self._progress = progress or (lambda record, line: None)
         self.gates = Gates(
             requests=requests,
@@ -129,6 +138,34 @@ class Mover:
         bad_item_limit: int = 0,
     ) -> MoveRecord:
         """Validate and record a move; MoveRejected (nothing changed) if it cannot be."""
+        record = await self.request(
+            mailbox,
+            target_db,
+            with_archive=with_archive,
+            large_item_limit=large_item_limit,
+            bad_item_limit=bad_item_limit,
+        )
+        await self.requests.create([record])
+        self._progress(
+            record,
+            f"move {record.id} recorded: {list(record.mailboxes)} "
+            f"{record.source_db} -> {record.target_db}",
+        )
+        return record
+
+    async def request(
+        self,
+        mailbox: str,
+        target_db: str,
+        *,
+        with_archive: bool = False,
+        large_item_limit: int = 0,
+        bad_item_limit: int = 0,
+        batch: str | None = None,
+        priority: MovePriority = MovePriority.NORMAL,
+    ) -> MoveRecord:
+        """A new move request, validated against the directory and the nodes but not
+        recorded; MoveRejected saying why it cannot be (MoveFailed: a node cannot say)."""
         if large_item_limit < 0 or bad_item_limit < 0:
             raise MoveRejected("an item limit cannot be negative")
         if target_db not in self.databases:
@@ -161,16 +198,19 @@ class Mover:
                 raise MoveRejected(f"mailbox {name!r} is locked")
             if existing is not None:
                 raise MoveRejected(f"{target_db} already holds a mailbox {name!r}")
-        record = self.requests.create(
+        now = self.clock.now()
+        return MoveRecord(
+            id=new_move_id(),
             mailboxes=tuple(mailboxes),
             source_db=source_db,
             target_db=target_db,
-            now=self.clock.now(),
+            created=now,
+            updated=now,
             large_item_limit=large_item_limit,
             bad_item_limit=bad_item_limit,
+            batch=batch,
+            priority=priority,
         )
-        self._progress(record, f"move {record.id} recorded: {mailboxes} {source_db} -> {target_db}")
-        return record
 
     # ---- running ---------------------------------------------------------------------------
 
@@ -180,33 +220,51 @@ class Mover:
         *,
         large_item_limit: int | None = None,
         bad_item_limit: int | None = None,
+        lease: MoveLease | None = None,
     ) -> MoveRecord:
         """Run (or resume) a move until it completes or fails; return the final record.
-        An item limit given replaces the request's (None: kept).
+        An item limit given replaces the request's (None: kept).  Under `lease` (a worker
+        claimed it), else under a lease this mover claims and renews (`lease.hold`).
 
-        MoveRejected if another client is running the same move right now."""
+        MoveBusy if another worker or client is running the same move right now;
+        LeaseLost (the move stopped where it was, for another worker to take over) if the
+        lease was lost on the way."""
         if (large_item_limit or 0) < 0 or (bad_item_limit or 0) < 0:
             raise MoveRejected("an item limit cannot be negative")
-        with self.requests.running(move_id):
+        if lease is None:
+            async with hold(self.requests, move_id, self.worker, clock=self.clock) as held:
+                return await self.run(
+                    move_id,
+                    large_item_limit=large_item_limit,
+                    bad_item_limit=bad_item_limit,
+                    lease=held,
+                )
+        self.gates.lease = lease
+        try:
             return await self._run_held(move_id, large_item_limit, bad_item_limit)
+        finally:
+            self.gates.lease = None
 
     async def _run_held(
         self, move_id: str, large_item_limit: int | None, bad_item_limit: int | None
     ) -> MoveRecord:
-        record = self.requests.get(move_id)
+        record = await self.requests.get(move_id)
         if record is None:
             raise MoveRejected(f"no move request {move_id!r}")
         if record.state is MoveState.COMPLETED:
             return record
         if record.state is MoveState.CANCELLED:
             raise MoveRejected(f"move {move_id} was cancelled")
-        stop = self.requests.stop_requested(move_id)
+        stop = await self.requests.stop_requested(move_id)
         if stop is StopRequest.CANCEL:
             raise MoveRejected(
                 f"move {move_id} is being cancelled: `mrs cancel {move_id}` finishes it"
             )
         if stop is StopRequest.SUSPEND:
-            self.requests.clear_stop(move_id)  # asked while nobody ran it: this run overrides
+            await self.requests.clear_stop(move_id)  # asked while nobody ran it: this run overrides
+        if record.state is MoveState.SYNCED and record.steps_done == MoveStep.INCREMENTAL_SYNC:
+            # Synced and waiting to complete: this run syncs again (step 4) first.
+            record = replace(record, steps_done=int(MoveStep.INITIAL_SYNC), not_before=None)
         resumed_after_failure = record.state is MoveState.FAILED
         if resumed_after_failure or record.state is MoveState.SUSPENDED:
             # An operator's resume starts the stall and flush limits afresh; a crash-resume
@@ -240,36 +298,55 @@ class Mover:
                 reconcile_pending=True,
                 reconcile_reason="resumed without the epochs its cursors were saved under",
             )
-        record = self.gates.save(record)
+        record = await self.gates.save(record)
         try:
             if record.steps_done < MoveStep.UPDATE_DIRECTORY:
-                self.verifier.within_limits(record, when=" (as the move was resumed)")
+                await self.verifier.within_limits(record, when=" (as the move was resumed)")
             while record.steps_done < MoveStep.SOFT_DELETE_SOURCE or record.reconcile_pending:
                 try:
-                    self.gates.checkpoint(record)
+                    await self.gates.checkpoint(record)
                     if record.reconcile_pending:
                         record = await self.verifier.reconcile(record)
                         continue
+                    if record.steps_done == MoveStep.INCREMENTAL_SYNC:
+                        until = await self._held_before_completion(record)
+                        if until is not None:
+                            record = await self.gates.save(
+                                replace(record, state=MoveState.SYNCED, not_before=until)
+                            )
+                            self._progress(
+                                record,
+                                "synced; waits to complete (next incremental sync at "
+                                f"{until.isoformat(timespec='seconds')})",
+                            )
+                            return record
                     step = MoveStep(record.steps_done + 1)
-                    record = self.gates.save(replace(record, step=step))
+                    record = await self.gates.save(replace(record, step=step))
                     self._progress(record, f"step {int(step)}: {step.label}")
                     record = await self.steps.step(step)(record)
-                    record = self.gates.save(replace(record, steps_done=int(step)))
+                    record = await self.gates.save(replace(record, steps_done=int(step)))
                 except NeedsReconcile as exc:
-                    record = self._reconcile_due(move_id, record, exc)
+                    record = await self._reconcile_due(move_id, record, exc)
         except MoveFailed as exc:
-            record = self.gates.save(
+            record = await self.gates.save(
                 replace(
-                    self.requests.get(move_id) or record, state=MoveState.FAILED, failure=str(exc)
+                    await self.requests.get(move_id) or record,
+                    state=MoveState.FAILED,
+                    failure=str(exc),
                 )
             )
             self._progress(record, f"move failed at step {int(record.step)}: {exc}")
             return record
+        except MoveReleased:
+            # Given back by a worker that stops: everything done was saved at the safe point,
+            # and the record stays as it is for whoever takes the lease next.
+            self._progress(record, "move given back by its worker at a safe point")
+            return await self.requests.get(move_id) or record
         except MoveStopped as exc:
             # Everything done was saved before the safe point: the stored record is the move.
-            record = self.gates.save(
+            record = await self.gates.save(
                 replace(
-                    self.requests.get(move_id) or record,
+                    await self.requests.get(move_id) or record,
                     state=MoveState.SUSPENDED,
                     stalled_since=None,
                     stall_reason=None,
@@ -281,7 +358,7 @@ class Mover:
                 f"move stopped {why} at step {int(record.step)} ({record.steps_done} done)",
             )
             return record
-        record = self.gates.save(
+        record = await self.gates.save(
             replace(
                 record,
                 state=MoveState.COMPLETED,
@@ -292,6 +369,13 @@ class Mover:
         )
         self._progress(record, "move completed")
         return record
+
+    async def _held_before_completion(self, record: MoveRecord) -> datetime | None:
+        """When a move that finished its syncs syncs next, if its batch holds it back from
+        completing (None: it completes now)."""
+        if self.hold_before_completion is None:
+            return None
+        return await self.hold_before_completion(record)
 
     def _items_now_fitting(self, record: MoveRecord) -> MoveRecord:
         """Large items that fit the target's max_item_size now (the config's was raised
@@ -310,10 +394,12 @@ class Mover:
             f"{limit:,} bytes now: they are copied",
         )
 
-    def _reconcile_due(self, move_id: str, held: MoveRecord, exc: NeedsReconcile) -> MoveRecord:
+    async def _reconcile_due(
+        self, move_id: str, held: MoveRecord, exc: NeedsReconcile
+    ) -> MoveRecord:
         """Save that a reconcile is due (it survives a crash) and why."""
-        stored = self.requests.get(move_id) or held
-        record = self.gates.save(
+        stored = await self.requests.get(move_id) or held
+        record = await self.gates.save(
             replace(
                 stored,
                 state=MoveState.IN_PROGRESS,

@@ -64,7 +64,34 @@ class MoveState(StrEnum):
     FAILED = "Failed"
     COMPLETED = "Completed"
     SUSPENDED = "Suspended"  # stopped by `mrs suspend`; keeps its claim and locks
+    # A batch's move that ran its initial and incremental syncs and waits to complete (the
+    # batch's --complete-after or --suspend-when-ready-to-complete, Exchange's Synced and
+    # AutoSuspended): a worker syncs it again every incremental_sync_interval.
+    SYNCED = "Synced"
     CANCELLED = "Cancelled"  # target copy removed, source unlocked, claim released
+
+
+class MovePriority(IntEnum):
+    """A move's priority, with Exchange's names (New-MoveRequest -Priority): workers take
+    the highest first, then the oldest."""
+
+    LOWEST = 0
+    LOWER = 1
+    LOW = 2
+    NORMAL = 3
+    HIGH = 4
+    HIGHER = 5
+    HIGHEST = 6
+    EMERGENCY = 7
+
+    @classmethod
+    def parse(cls, text: str) -> MovePriority:
+        """A priority by name, any case; ValueError naming the choices."""
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            names = ", ".join(p.name.capitalize() for p in cls)
+            raise ValueError(f"unknown priority {text!r} (one of {names})") from None
 
 
 class StopRequest(StrEnum):

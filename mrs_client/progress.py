@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
+from mrs_client.move_store import MoveRecord
 from mrs_client.policy import MoveState, MoveStep
-from mrs_client.requests_store import MoveRecord
 
 if TYPE_CHECKING:  # rich is imported only to draw (progress_display), not for plain lines
     from rich.console import Console

@@ -48,8 +48,8 @@ from mrs_client.item_limits import (
     sort_out,
     summed,
 )
+from mrs_client.move_store import MoveRecord
 from mrs_client.policy import MoveSettings, MoveStep, after_reconcile
-from mrs_client.requests_store import MoveRecord
 from mrs_client.source_reader import UNREADABLE, read_page
 from mrs_client.store_api import Digest, Item, Items, Mailbox, NodeStore, utf8_len
 

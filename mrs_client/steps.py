@@ -24,6 +24,7 @@ from mrs_client.end_calls import EndCalls
 from mrs_client.errors import MoveFailed, NeedsReconcile, NodeCallError
 from mrs_client.gates import Gates
 from mrs_client.item_limits import SkipReason, classify, counts, with_skipped, without
+from mrs_client.move_store import MoveRecord
 from mrs_client.policy import (
     FlushPoint,
     GuaranteeAnswer,
@@ -34,7 +35,6 @@ from mrs_client.policy import (
     next_page_size,
 )
 from mrs_client.reconcile import BatchCutter, Side, write_cut
-from mrs_client.requests_store import MoveRecord
 from mrs_client.source_reader import read_page
 from mrs_client.store_api import Item, Items, NodeStore, utf8_len
 from mrs_client.verification import Verifier
@@ -129,7 +129,7 @@ class MoveSteps:
                     "create target folder",
                     lambda n=name, f=folder: self.nodes.create_folder(dst, n, f),
                 )
-        record = self.gates.save(record)
+        record = await self.gates.save(record)
         return await self.gates.health(record)
 
     async def _copy_changes(self, record: MoveRecord, *, initial: bool) -> tuple[MoveRecord, int]:
@@ -150,7 +150,7 @@ class MoveSteps:
         if all(n is not None for n in live):
             known = record.items_copied + sum(n for n in live if n is not None)
             if record.items_total != known:
-                record = self.gates.save(replace(record, items_total=known))
+                record = await self.gates.save(replace(record, items_total=known))
                 self._progress(record, "")
         total = 0
         for name in record.mailboxes:
@@ -186,7 +186,7 @@ class MoveSteps:
                             page,
                         )
                     )
-                record, skips = self._set_aside(record, name, listing.items)
+                record, skips = await self._set_aside(record, name, listing.items)
                 for item in listing.items:
                     if item.deleted or item.change_number in skips:
                         # A skipped item is not on the target: an older version goes.
@@ -214,12 +214,12 @@ class MoveSteps:
         if batch := cutter.take():
             record = await self._write_batch(record, name, batch, cursor)
         elif cursor != record.sync_cursor.get(name, 0):
-            record = self.gates.save(
+            record = await self.gates.save(
                 replace(record, sync_cursor={**record.sync_cursor, name: cursor})
             )
         return record, total
 
-    def _set_aside(
+    async def _set_aside(
         self, record: MoveRecord, name: str, page: tuple[Item, ...]
     ) -> tuple[MoveRecord, set[int]]:
         """The change numbers of the page's items the move skips (large or bad), saved in
@@ -245,7 +245,7 @@ class MoveSteps:
         total = record.items_total  # what the pass copies: a skipped item is not copied
         if total:
             total = max(record.items_copied, total - len(new))
-        record = self.gates.save(replace(record, skipped=skipped, items_total=total))
+        record = await self.gates.save(replace(record, skipped=skipped, items_total=total))
         n = counts(s for s in skipped if s not in new)
         for s in new:
             n[s.reason] += 1
@@ -256,7 +256,7 @@ class MoveSteps:
                 record,
                 f"skipping {s.reason} item {s.describe()} ({n[s.reason]} of at most {limit})",
             )
-        self._verifier.within_limits(record)
+        await self._verifier.within_limits(record)
         return record, skips
 
     async def _source_page(
@@ -305,7 +305,7 @@ class MoveSteps:
         # (never to a crash of this process) makes the move copy those items again, and a
         # write of an item the target holds replaces it with the same content.  The next
         # durable save (a step's end, a stall) carries it to the disk.
-        record = self.gates.save(
+        record = await self.gates.save(
             replace(
                 record,
                 items_copied=record.items_copied + len(batch),
@@ -315,7 +315,7 @@ class MoveSteps:
             durable=False,
         )
         self._progress(record, "")
-        self.gates.checkpoint(record)  # between batches: the cursor covers what was written
+        await self.gates.checkpoint(record)  # between batches: the cursor covers what was written
         return await self.gates.periodic_health(record)
 
     async def _step_initial_sync(self, record: MoveRecord) -> MoveRecord:
@@ -325,7 +325,7 @@ class MoveSteps:
     async def _step_incremental_sync(self, record: MoveRecord) -> MoveRecord:
         while True:
             record, changes = await self._copy_changes(record, initial=False)
-            record = self.gates.save(
+            record = await self.gates.save(
                 replace(record, incremental_passes=record.incremental_passes + 1)
             )
             record = await self.gates.periodic_health(record)
@@ -348,7 +348,7 @@ class MoveSteps:
         record, rolled = await self._call(
             record, Side.TARGET, "roll target log", lambda: self.nodes.roll_log(dst)
         )
-        record = self.gates.save(replace(record, flush_started=self.clock.now()))
+        record = await self.gates.save(replace(record, flush_started=self.clock.now()))
         self._progress(
             record,
             f"target log rolled: generation {rolled.generation} (epoch {record.target_epoch}) "
@@ -366,7 +366,7 @@ class MoveSteps:
         point = flush_point(position)
         if point is None:
             return await self._roll_target(record, what)
-        record = self.gates.save(replace(record, flush_started=self.clock.now()))
+        record = await self.gates.save(replace(record, flush_started=self.clock.now()))
         where = (
             f"generation {point.generation} through byte {point.offset}, held in block mode by "
             f"{', '.join(position.block_followers)}"
@@ -383,14 +383,14 @@ class MoveSteps:
         record: MoveRecord,
         what: str,
         point: FlushPoint | None,
-        keep: Callable[[MoveRecord, FlushPoint], MoveRecord],
+        keep: Callable[[MoveRecord, FlushPoint], Awaitable[MoveRecord]],
     ) -> tuple[MoveRecord, GuaranteeAnswer]:
         """Flush the target through `point`, marked first if None (`keep` saves it in the
         record).  A point inside the open log not Satisfied within `block_flush_wait` is
         replaced by a generation rolled for it: a copy may have left block mode."""
         if point is None:
             record, point = await self._mark_target(record, what)
-            record = keep(record, point)
+            record = await keep(record, point)
         if point.offset is not None:
             record, answer = await self.gates.flush(
                 record,
@@ -405,7 +405,7 @@ class MoveSteps:
                 f"{what} (not flushed in block mode within "
                 f"{self.settings.block_flush_wait.total_seconds():g}s)",
             )
-            record = keep(record, point)
+            record = await keep(record, point)
         record, answer = await self.gates.flush(record, point, between=self._target_still_there)
         assert answer is not None  # no give_up_after: Satisfied, or it raised
         return record, answer
@@ -438,7 +438,9 @@ class MoveSteps:
                 replace(r, final_generation=p.generation, final_offset=p.offset, flush_epoch=0)
             ),
         )
-        return self.gates.save(replace(record, flush_epoch=answer.epoch or record.target_epoch))
+        return await self.gates.save(
+            replace(record, flush_epoch=answer.epoch or record.target_epoch)
+        )
 
     async def _step_final_health(self, record: MoveRecord) -> MoveRecord:
         return await self.gates.health(replace(record, stalled_since=None))
@@ -470,7 +472,7 @@ class MoveSteps:
                 )
             # Every unlock acknowledged in this epoch: should the target change incarnation
             # and still show an unlock, everything before it survived (reconcile_move).
-            record = self.gates.save(replace(record, unlock_epoch=record.target_epoch))
+            record = await self.gates.save(replace(record, unlock_epoch=record.target_epoch))
         else:
             point = FlushPoint(record.unlock_generation, record.unlock_offset)
         record, _ = await self._flush_target(

@@ -1,11 +1,12 @@
 """Suspending and cancelling a move request (Exchange's Suspend-MoveRequest and
 Remove-MoveRequest): `mrs suspend ID`, `mrs cancel ID`.
 
-Another `mrs` process may be running the move.  Nothing is sent to it: the request to stop is
-saved in the request store (`MoveRequestStore.request_stop`), the running mover stops at its
-next safe point and saves the move Suspended, and its per-move flock (`running`) is released
-when it returns.  Whoever holds that flock owns the move; these operations wait for it
-(`hold`), and do their work holding it, so a mover can never start under a cancel.
+A worker (`mrs serve`, or `mrs move` in the foreground) on any host may be running the move.
+Nothing is sent to it: the request to stop is saved in the move store
+(`MoveStore.request_stop`), the running mover stops at its next safe point and saves the move
+Suspended, and its move lease is released when it returns.  Whoever holds that lease owns
+the move; these operations wait for it (`hold`), and do their work holding it, so a mover can
+never start under a cancel.  A worker killed lets its lease run out: they wait for that.
 
 - Suspend: a move nobody runs is saved Suspended at once.  A suspended move keeps its
   mailbox claim, its target copy (locked) and, after step 5, its source lock;
@@ -29,6 +30,9 @@ from typing import TYPE_CHECKING
 
 from dag_common.clock import Clock
 from mrs_client.errors import MoveBusy, MoveFailed, MoveRejected, NodeCallError
+from mrs_client.lease import hold as lease_hold
+from mrs_client.lease import worker_id
+from mrs_client.move_store import MoveLease, MoveRecord, MoveStore
 from mrs_client.policy import (
     MoveState,
     MoveStep,
@@ -37,7 +41,6 @@ from mrs_client.policy import (
     source_lock_taken,
     suspend_refusal,
 )
-from mrs_client.requests_store import MoveRecord, MoveRequestStore
 
 if TYPE_CHECKING:
     from mrs_client.steps import Directory
@@ -56,82 +59,73 @@ class Stopped:
     done: bool = True  # False: asked, but the running mover has not stopped yet
 
 
-def _get(requests: MoveRequestStore, move_id: str) -> MoveRecord:
-    record = requests.get(move_id)
+async def _get(requests: MoveStore, move_id: str) -> MoveRecord:
+    record = await requests.get(move_id)
     if record is None:
         raise MoveRejected(f"no move request {move_id!r}")
     return record
 
 
-async def _take(
-    stack: contextlib.ExitStack,
-    requests: MoveRequestStore,
-    move_id: str,
-    action: StopRequest,
-    clock: Clock,
-    wait: timedelta,
-) -> str | None:
-    """Enter the move's flock on `stack`; None once held, else who still holds it."""
-    try:
-        stack.enter_context(requests.running(move_id))
-        return None
-    except MoveBusy:
-        requests.request_stop(move_id, action, clock.now())
-        logger.info("move %s: %s asked of the running mover", move_id, action)
-    deadline = clock.monotonic() + wait.total_seconds()
-    while True:
-        await clock.sleep(POLL)
-        try:
-            stack.enter_context(requests.running(move_id))
-            return None
-        except MoveBusy as busy:
-            if clock.monotonic() >= deadline:
-                return str(busy).removeprefix(f"move {move_id} is being run by ")
-
-
 @contextlib.asynccontextmanager
 async def hold(
-    requests: MoveRequestStore,
+    requests: MoveStore,
     move_id: str,
     action: StopRequest,
     *,
     clock: Clock,
     wait: timedelta,
-) -> AsyncIterator[str | None]:
-    """Hold the move's flock, first asking the mover that holds it to stop (`action`) and
-    waiting up to `wait` for it to let go.  Yields None once held, or, when the mover did
-    not stop in time, who holds it (the request stays: the mover still stops at its next
-    safe point)."""
-    with contextlib.ExitStack() as stack:
-        yield await _take(stack, requests, move_id, action, clock, wait)
+) -> AsyncIterator[MoveLease | str]:
+    """Hold the move's lease, first asking the worker that holds it to stop (`action`) and
+    waiting up to `wait` for it to let go.  Yields the lease once held, or, when the worker
+    did not stop in time, who holds it (the request stays: the worker still stops at its
+    next safe point)."""
+    me = worker_id(f"mrs-{action}")
+    deadline = clock.monotonic() + wait.total_seconds()
+    asked = entered = False
+    while True:
+        try:
+            async with lease_hold(requests, move_id, me, clock=clock) as lease:
+                entered = True
+                yield lease
+                return
+        except MoveBusy as busy:
+            if entered:  # the body's, not the claim's
+                raise
+            if not asked:
+                await requests.request_stop(move_id, action, clock.now())
+                logger.info("move %s: %s asked of the worker running it", move_id, action)
+                asked = True
+            if clock.monotonic() >= deadline:
+                yield str(busy).removeprefix(f"move {move_id} is being run by another worker, ")
+                return
+        await clock.sleep(POLL)
 
 
-async def suspend(
-    requests: MoveRequestStore, move_id: str, *, clock: Clock, wait: timedelta
-) -> Stopped:
+async def suspend(requests: MoveStore, move_id: str, *, clock: Clock, wait: timedelta) -> Stopped:
     """Suspend a move: at once if nobody runs it, else at the running mover's next safe
     point (waiting up to `wait` for it)."""
-    record = _get(requests, move_id)
+    record = await _get(requests, move_id)
     refused = suspend_refusal(record.state)
     if refused:
         raise MoveRejected(f"move {move_id} {refused}")
     async with hold(requests, move_id, StopRequest.SUSPEND, clock=clock, wait=wait) as holder:
-        if holder is not None:
+        if isinstance(holder, str):
             return Stopped(
-                _get(requests, move_id),
+                await _get(requests, move_id),
                 f"move {move_id}: suspend requested; {holder} has not stopped within "
                 f"{wait.total_seconds():g}s, it stops at its next safe point",
                 done=False,
             )
-        record = _get(requests, move_id)
+        record = await _get(requests, move_id)
         refused = suspend_refusal(record.state)
         if refused:  # it ended (completed, failed) before reaching a safe point
-            requests.clear_stop(move_id)
+            await requests.clear_stop(move_id)
             raise MoveFailed(f"move {move_id} {refused}")
         if record.state is not MoveState.SUSPENDED:
-            record = requests.save(
+            record = await requests.save(
                 replace(record, state=MoveState.SUSPENDED, stalled_since=None, stall_reason=None),
                 clock.now(),
+                lease=holder,
             )
     return Stopped(
         record,
@@ -140,10 +134,10 @@ async def suspend(
     )
 
 
-def cancellable(requests: MoveRequestStore, move_id: str) -> MoveRecord:
+async def cancellable(requests: MoveStore, move_id: str) -> MoveRecord:
     """The move's record if a cancel may go on (or it is cancelled already), as its record
     says; MoveRejected otherwise.  Asks no node: the CLI checks this first."""
-    record = _get(requests, move_id)
+    record = await _get(requests, move_id)
     refused = (
         None
         if record.state is MoveState.CANCELLED
@@ -155,7 +149,7 @@ def cancellable(requests: MoveRequestStore, move_id: str) -> MoveRecord:
 
 
 async def cancel(
-    requests: MoveRequestStore,
+    requests: MoveStore,
     move_id: str,
     *,
     nodes: NodeStore,
@@ -164,16 +158,16 @@ async def cancel(
     wait: timedelta,
 ) -> Stopped:
     """Cancel a move before step 8 (module docstring); MoveRejected after it."""
-    record = cancellable(requests, move_id)
+    record = await cancellable(requests, move_id)
     if record.state is MoveState.CANCELLED:
         return Stopped(record, f"move {move_id} was already cancelled")
     async with hold(requests, move_id, StopRequest.CANCEL, clock=clock, wait=wait) as holder:
-        if holder is not None:
+        if isinstance(holder, str):
             raise MoveFailed(
                 f"move {move_id}: cancel requested, but {holder} has not stopped within "
                 f"{wait.total_seconds():g}s; `mrs cancel {move_id}` again finishes it"
             )
-        record = _get(requests, move_id)
+        record = await _get(requests, move_id)
         if record.state is MoveState.CANCELLED:
             return Stopped(record, f"move {move_id} was already cancelled")
         refused = cancel_refusal(record.state, record.steps_done)
@@ -183,11 +177,11 @@ async def cancel(
                 refused = cancel_refusal(record.state, MoveStep.UPDATE_DIRECTORY)
         if refused:
             # The mover reached step 8 before its safe point: the cancel is withdrawn.
-            requests.clear_stop(move_id)
+            await requests.clear_stop(move_id)
             suspended = record.state is MoveState.SUSPENDED
             hint = f": `mrs resume {move_id}` goes on" if suspended else ""
             raise MoveRejected(f"move {move_id} {refused} (its state: {record.state}{hint})")
-        requests.request_stop(move_id, StopRequest.CANCEL, clock.now())
+        await requests.request_stop(move_id, StopRequest.CANCEL, clock.now())
         try:
             done = await _undo(record, nodes)
         except NodeCallError as exc:
@@ -195,9 +189,10 @@ async def cancel(
                 f"move {move_id}: cancel not finished: {exc}; `mrs cancel {move_id}` again "
                 "finishes it"
             ) from exc
-        record = requests.save(
+        record = await requests.save(
             replace(record, state=MoveState.CANCELLED, stalled_since=None, stall_reason=None),
             clock.now(),
+            lease=holder,
         )
     return Stopped(record, f"move {move_id} cancelled: {done}")
 

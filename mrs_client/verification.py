@@ -18,6 +18,7 @@ from functools import partial
 from mrs_client.errors import MoveFailed, NeedsReconcile
 from mrs_client.gates import Gates
 from mrs_client.item_limits import over_limits
+from mrs_client.move_store import MoveRecord
 from mrs_client.policy import MoveSettings, source_lock_taken
 from mrs_client.reconcile import (
     EpochWatch,
@@ -26,7 +27,6 @@ from mrs_client.reconcile import (
     reconcile_move,
     write_cut,
 )
-from mrs_client.requests_store import MoveRecord
 from mrs_client.store_api import NodeStore
 
 
@@ -61,7 +61,7 @@ class Verifier:
             page=self.settings.sync_page,
         )
 
-    def within_limits(self, record: MoveRecord, *, when: str = "") -> None:
+    async def within_limits(self, record: MoveRecord, *, when: str = "") -> None:
         """MoveFailed, naming them, if the move skipped more items than its limits allow.
         The record (with what it skipped) is saved before: `mrs stats` lists them."""
         why = over_limits(
@@ -71,7 +71,7 @@ class Verifier:
         )
         if why is None:
             return
-        self.gates.save(record)
+        await self.gates.save(record)
         locked = (
             ", locked since step 5" if source_lock_taken(record.step, record.steps_done) else ""
         )
@@ -89,11 +89,11 @@ class Verifier:
                 f"reconciled {record.reconciles} times and the move's databases still change "
                 f"incarnation ({record.reconcile_reason}); the source is untouched"
             )
-        record = self.gates.save(replace(record, reconciles=record.reconciles + 1))
+        record = await self.gates.save(replace(record, reconciles=record.reconciles + 1))
         self._progress(record, f"reconciling by content: {record.reconcile_reason}")
         record, lines = await reconcile_move(record, self._reconciler(record, EpochWatch()))
-        record = self.gates.save(record)
-        self.within_limits(record, when=" (found by the reconcile)")
+        record = await self.gates.save(record)
+        await self.within_limits(record, when=" (found by the reconcile)")
         self._progress(
             record,
             f"reconciled (source epoch {record.source_epoch}, target epoch "
@@ -106,14 +106,14 @@ class Verifier:
         """Before step 8: the target holds exactly the source's live items (digests equal),
         in the epoch the final flush was answered for."""
         self._progress(record, "verifying the target against the source")
-        self.within_limits(record)
+        await self.within_limits(record)
         watch = EpochWatch(source=record.source_epoch, target=record.target_epoch)
         found, skipped = await differences(
             record, self._reconciler(record, watch), compare=self.settings.verify
         )
         if skipped != record.skipped:
-            record = self.gates.save(replace(record, skipped=skipped))
-            self.within_limits(record, when=" (found by the verification)")
+            record = await self.gates.save(replace(record, skipped=skipped))
+            await self.within_limits(record, when=" (found by the verification)")
         if record.flush_epoch != record.target_epoch:
             raise NeedsReconcile(
                 f"the final flush was answered for epoch {record.flush_epoch}, the target is "
@@ -121,7 +121,7 @@ class Verifier:
                 target_changed=True,
             )
         if found:
-            record = self.gates.save(replace(record, verify_rounds=record.verify_rounds + 1))
+            record = await self.gates.save(replace(record, verify_rounds=record.verify_rounds + 1))
             if record.verify_rounds > self.settings.max_verify_rounds:
                 raise MoveFailed(
                     f"the target still differs from the source after "
@@ -129,7 +129,7 @@ class Verifier:
                     f"is untouched (not soft-deleted)"
                 )
             raise NeedsReconcile(f"verification: {'; '.join(found)}", target_changed=True)
-        record = self.gates.save(replace(record, verified_epoch=record.target_epoch))
+        record = await self.gates.save(replace(record, verified_epoch=record.target_epoch))
         n = len(record.skipped)
         left_out = f" less {n} skipped item{'s' if n != 1 else ''}" if n else ""
         self._progress(
@@ -151,7 +151,7 @@ class Verifier:
                 f"the source: {'; '.join(found)}; the source is kept (not soft-deleted): "
                 f"compare the two and soft-delete it by hand"
             )
-        record = self.gates.save(replace(record, verified_epoch=record.target_epoch))
+        record = await self.gates.save(replace(record, verified_epoch=record.target_epoch))
         self._progress(
             record, f"verified again: the target equals the source in epoch {record.target_epoch}"
         )

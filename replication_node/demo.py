@@ -299,7 +299,6 @@ def main() -> int:
         wait_healthy([Started("the guarantee service", health, base / "guarantee-api.log", api)])
         asyncio.run(run(config_path, args.items))
         step("Move mailbox alice from DB1 to DB2, gated on the data guarantee (mrs move)")
-        moves = str(base / "moves.db")
         subprocess.run(
             [
                 sys.executable,
@@ -308,8 +307,6 @@ def main() -> int:
                 "move",
                 "--config",
                 str(config_path),
-                "--requests-db",
-                moves,
                 "--mailbox",
                 "alice",
                 "--to",
@@ -330,8 +327,6 @@ def main() -> int:
                 "list",
                 "--config",
                 str(config_path),
-                "--requests-db",
-                moves,
             ],
             env=env,
             check=False,

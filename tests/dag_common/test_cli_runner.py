@@ -117,7 +117,7 @@ def test_a_bad_config_is_exit_2_for_every_command(tmp_path):
     bad.write_text("cluster: t\nnodes: [}\n")
     for args in (
         ["replication_node.cli.main", "status", "--config", str(bad)],
-        ["mrs_client.cli", "list", "--config", str(bad), "--requests-db", str(tmp_path / "m")],
+        ["mrs_client.cli", "list", "--config", str(bad)],
         ["guarantee_api.cli", "serve", "--config", str(bad)],
         ["spark_metrics.cli", "aggregate", "--input", str(tmp_path), "--output",
          str(tmp_path / "o"), "--config", str(bad)],

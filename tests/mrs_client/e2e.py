@@ -16,12 +16,14 @@ import aiohttp
 from dag_common.clock import SystemClock
 from dag_common.config import load_config
 from mrs_client.guarantee_client import GrpcGuaranteeClient
+from mrs_client.move_store import MoveRecord
+from mrs_client.move_store.embedded import EmbeddedMoveStore
 from mrs_client.mover import Mover
 from mrs_client.node_client import NodeStoreClient
 from mrs_client.policy import MoveSettings, MoveState
-from mrs_client.requests_store import MoveRecord, MoveRequestStore
 from replication_node.cluster.store.embedded import EmbeddedClusterStore
 from tests.cluster_harness import TOKEN, LocalCluster
+from tests.mrs_client.fakes import SyncMoves
 
 SETTINGS = MoveSettings(
     health_check_interval=timedelta(milliseconds=200),
@@ -100,7 +102,8 @@ class Run:
 async def mover_in_process(c: LocalCluster, settings: MoveSettings = SETTINGS):
     config = load_config(c.config_path)
     directory = EmbeddedClusterStore(c.root / "cluster.db")
-    requests = MoveRequestStore(c.root / "moves.db")
+    requests = EmbeddedMoveStore(c.root / "cluster.db")
+    stored = SyncMoves(c.root / "cluster.db")  # what a test reads, synchronously
     guarantee = GrpcGuaranteeClient(config.guarantee_api.listen, token=TOKEN)
     async with aiohttp.ClientSession() as session:
         nodes = PausingNodes(NodeStoreClient(config, token=TOKEN, session=session))
@@ -123,11 +126,12 @@ async def mover_in_process(c: LocalCluster, settings: MoveSettings = SETTINGS):
             return Run(nodes, task, lines, record.id, mailbox)
 
         try:
-            yield start, requests
+            yield start, stored
         finally:
             await guarantee.close()
             directory.close()
-            requests.close()
+            await requests.aclose()
+            stored.close()
 
 
 async def fill(

@@ -18,9 +18,10 @@ from typing import Any
 from dag_common.clock import ManualClock
 from dag_common.mailbox_digest import mailbox_digest
 from mrs_client.errors import NodeCallError
+from mrs_client.move_store import MoveLease, MoveRecord, answer_row, new_move_id
+from mrs_client.move_store.embedded import EmbeddedMoveStore
 from mrs_client.mover import Mover
 from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus, MoveSettings, MoveState
-from mrs_client.requests_store import MoveRecord, MoveRequestStore
 from mrs_client.store_api import Digest, Item, Items, LogPosition, Mailbox, Rolled, Written
 
 
@@ -385,6 +386,38 @@ MOVER_SETTINGS = MoveSettings(
 )
 
 
+class StoredMoves:
+    """The move store as a test reads it between two turns of the clock: synchronously."""
+
+    def __init__(self, store: EmbeddedMoveStore) -> None:
+        self._store = store
+
+    def get(self, move_id: str) -> MoveRecord | None:
+        return self._store.call(self._store._get, move_id)
+
+    def list(self) -> list[MoveRecord]:
+        return self._store.call(self._store._list, None, None)
+
+    def answers(self, move_id: str) -> list[dict[str, Any]]:
+        return self._store.call(self._store._answers, move_id)
+
+    def stop_requested(self, move_id: str):
+        return self._store.call(self._store._stop_requested, move_id)
+
+    def request_stop(self, move_id, action, now) -> None:
+        self._store.call(self._store._request_stop, move_id, action, now)
+
+    def save(self, record: MoveRecord, now) -> MoveRecord:
+        """Overwrite a record as an older version of the mover would have left it (under a
+        lease of its own, as any writer must)."""
+        lease = self._store.call(self._store._claim, record.id, "test", 60.0)
+        assert isinstance(lease, MoveLease), "the move is running"
+        record = replace(record, updated=now)
+        self._store.call(self._store._save, record, lease)
+        self._store.call(self._store._release, lease)
+        return record
+
+
 class MoverEnv:
     """A source DB1 holding alice, an empty target DB2, and a mover over fakes."""
 
@@ -395,7 +428,8 @@ class MoverEnv:
             self.nodes.delete("DB1", "alice", f"m{i}")
         self.directory = FakeDirectory({"alice": "DB1"})
         self.guarantee = FakeGuarantee(self.nodes, knows_epochs=knows_epochs)
-        self.requests = MoveRequestStore(tmp_path / "moves.db")
+        self.requests = EmbeddedMoveStore(tmp_path / "cluster.db")
+        self.stored = StoredMoves(self.requests)
         self.clock = ManualClock()
         self.guarantee.clock = self.clock
         self.lines: list[str] = []
@@ -441,11 +475,25 @@ class MoverEnv:
     async def drive(self, task: asyncio.Task[Any], until: Callable[[], bool] | None = None) -> None:
         """Move the clock on, half a second at a time, until the task ends or `until()`."""
         for _ in range(100_000):
+            await self.settle()
             if task.done() or (until is not None and until()):
                 return
             await self.clock.advance(0.5)
         task.cancel()
         raise AssertionError("the move did not end")
+
+    async def settle(self) -> None:
+        """Wait until no call to the move store is in flight, and none follows within a few
+        turns of the loop: time moves on only while the mover waits on the clock, never
+        while it waits on the store's thread or is on its way to its next call."""
+        quiet = 0
+        while quiet < 20:
+            if self.requests.in_flight:
+                quiet = 0
+                await asyncio.sleep(0.0005)
+            else:
+                quiet += 1
+                await asyncio.sleep(0)
 
     def at_step(self, step: int, action) -> None:
         """Run `action` once, when the mover starts `step`."""
@@ -486,3 +534,33 @@ def assert_soft_delete_only_after_matching_digests(nodes: FakeNodes) -> None:
         target = [e for e in digests if e[1] == "DB2" and e[3] == target_epoch]
         assert source and target, f"no digests in target epoch {target_epoch} before {event}"
         assert source[-1][4] == target[-1][4], "soft-deleted after digests that differ"
+
+
+class SyncMoves(StoredMoves):
+    """A move store a test fills and reads synchronously, as the CLI tests need: the
+    embedded engine of the cluster store file `path`."""
+
+    def __init__(self, path) -> None:
+        super().__init__(EmbeddedMoveStore(path))
+
+    def create(self, *, mailboxes, source_db, target_db, now, **fields) -> MoveRecord:
+        record = MoveRecord(
+            id=new_move_id(),
+            mailboxes=tuple(mailboxes),
+            source_db=source_db,
+            target_db=target_db,
+            created=now,
+            updated=now,
+            **fields,
+        )
+        self._store.call(self._store._create, [record], None)
+        return record
+
+    def add_answer(self, move_id, *, step, method, answer, now) -> None:
+        self._store.call(self._store._add_answer, move_id, answer_row(step, method, answer, now))
+
+    def claim(self, move_id, worker="test", ttl=60.0):
+        return self._store.call(self._store._claim, move_id, worker, ttl)
+
+    def close(self) -> None:
+        self._store._conn.close()

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 from mrs_client.cli import main
 from mrs_client.item_limits import SkippedItem, SkipReason
 from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus, MoveState, MoveStep
-from mrs_client.requests_store import MoveRequestStore
 from tests.cluster_harness import cluster_config, write_cluster_config
+from tests.mrs_client.fakes import SyncMoves
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
@@ -24,7 +24,7 @@ def setup(tmp_path):
              {"name": "DB2", "copies": [{"node": "mbx1", "activation_preference": 2}]}],
         ),
     )  # fmt: skip
-    store = MoveRequestStore(tmp_path / "moves.db")
+    store = SyncMoves(tmp_path / "var" / "cluster.db")
     stalled = store.create(mailboxes=("alice",), source_db="DB1", target_db="DB2", now=NOW)
     store.save(
         replace(
@@ -44,12 +44,12 @@ def setup(tmp_path):
     )
     done = store.create(mailboxes=("bob",), source_db="DB1", target_db="DB2", now=NOW)
     store.save(replace(done, state=MoveState.COMPLETED, completed=NOW), NOW)
-    return config, tmp_path / "moves.db", stalled.id
+    return config, tmp_path / "var" / "cluster.db", stalled.id
 
 
 def test_stats_of_a_stalled_move_say_when_its_condition_is_expected_to_clear(tmp_path, capsys):
     config, db, move_id = setup(tmp_path)
-    store = MoveRequestStore(db)
+    store = SyncMoves(db)
     answer = GuaranteeAnswer(
         GuaranteeStatus.NOT_SATISFIED,
         timedelta(seconds=30),
@@ -59,7 +59,7 @@ def test_stats_of_a_stalled_move_say_when_its_condition_is_expected_to_clear(tmp
     step = MoveStep.FINAL_SYNC_AND_FLUSH
     store.add_answer(move_id, step=step, method="CheckReplicationHealth", answer=answer, now=NOW)
     store.close()
-    args = ["stats", move_id, "--config", str(config), "--requests-db", str(db)]
+    args = ["stats", move_id, "--config", str(config)]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "expected_clear_at 2026-11-23T12:02:30+00:00" in out, out
@@ -69,8 +69,8 @@ def test_stats_of_a_stalled_move_say_when_its_condition_is_expected_to_clear(tmp
 
 
 def test_show_reads_as_words(tmp_path, capsys):
-    config, db, move_id = setup(tmp_path)
-    assert main(["show", move_id, "--config", str(config), "--requests-db", str(db)]) == 0
+    config, _, move_id = setup(tmp_path)
+    assert main(["show", move_id, "--config", str(config)]) == 0
     out = capsys.readouterr().out
     assert "Step                  6/10 final sync and flush (5 done)" in out, out
     assert "Final flush point     generation 7 through byte 4095" in out
@@ -83,8 +83,8 @@ def test_show_reads_as_words(tmp_path, capsys):
 
 
 def test_list_by_state(tmp_path, capsys):
-    config, db, move_id = setup(tmp_path)
-    args = ["--config", str(config), "--requests-db", str(db)]
+    config, _, move_id = setup(tmp_path)
+    args = ["--config", str(config)]
     assert main(["list", "--state", "Stalled", *args]) == 0
     out = capsys.readouterr().out
     assert move_id in out and "bob" not in out
@@ -93,16 +93,16 @@ def test_list_by_state(tmp_path, capsys):
 
 def test_show_says_how_many_items_the_sync_has_to_copy(tmp_path, capsys):
     config, db, move_id = setup(tmp_path)
-    store = MoveRequestStore(db)
+    store = SyncMoves(db)
     store.save(replace(store.get(move_id), items_copied=60, items_total=120), NOW)
-    assert main(["show", move_id, "--config", str(config), "--requests-db", str(db)]) == 0
+    assert main(["show", move_id, "--config", str(config)]) == 0
     out = capsys.readouterr().out
     assert "Items copied          60 of 120 (2.4 MB of bodies)" in out, out
 
 
 def test_show_and_stats_list_the_skipped_items(tmp_path, capsys):
     config, db, move_id = setup(tmp_path)
-    store = MoveRequestStore(db)
+    store = SyncMoves(db)
     skipped = (
         SkippedItem(
             "alice", "m7", 42, SkipReason.LARGE, 70_000, 65_536,
@@ -115,7 +115,7 @@ def test_show_and_stats_list_the_skipped_items(tmp_path, capsys):
     )  # fmt: skip
     store.save(replace(store.get(move_id), skipped=skipped, large_item_limit=2), NOW)
     store.close()
-    args = [move_id, "--config", str(config), "--requests-db", str(db)]
+    args = [move_id, "--config", str(config)]
     assert main(["show", *args]) == 0
     out = capsys.readouterr().out
     assert "Item limits           1 large skipped (limit 2), 1 bad skipped (limit 0)" in out, out
@@ -148,8 +148,8 @@ def test_show_and_stats_list_the_skipped_items(tmp_path, capsys):
 
 
 def test_an_item_limit_that_is_not_a_count_is_bad_input(tmp_path, capsys):
-    config, db, move_id = setup(tmp_path)
-    args = ["--config", str(config), "--requests-db", str(db)]
+    config, _, move_id = setup(tmp_path)
+    args = ["--config", str(config)]
     assert main(["resume", move_id, "--large-item-limit", "-1", *args]) == 2
     assert "not a whole number of items" in capsys.readouterr().err
     assert main(["move", "--mailbox", "a", "--to", "DB2", "--bad-item-limit", "x", *args]) == 2

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 
 from mrs_client.cli import main
 from mrs_client.policy import MoveState, MoveStep
-from mrs_client.requests_store import MoveRequestStore
 from tests.cluster_harness import cluster_config, write_cluster_config
+from tests.mrs_client.fakes import SyncMoves
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
@@ -24,7 +24,7 @@ def setup(tmp_path):
              {"name": "DB2", "copies": [{"node": "mbx1", "activation_preference": 2}]}],
         ),
     )  # fmt: skip
-    store = MoveRequestStore(tmp_path / "moves.db")
+    store = SyncMoves(tmp_path / "var" / "cluster.db")
     ids = {}
     for name, changes in {
         "queued": {},
@@ -34,7 +34,7 @@ def setup(tmp_path):
         record = store.create(mailboxes=(name,), source_db="DB1", target_db="DB2", now=NOW)
         store.save(replace(record, **changes), NOW)
         ids[name] = record.id
-    args = ["--config", str(config), "--requests-db", str(tmp_path / "moves.db")]
+    args = ["--config", str(config)]
     return args, ids, store
 
 

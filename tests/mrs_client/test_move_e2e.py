@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from mrs_client.requests_store import MoveRequestStore
 from replication_node.cluster.store.embedded import EmbeddedClusterStore
 from tests.cluster_harness import ROOT, THREE_NODES, LocalCluster
 from tests.mrs_client.e2e import live, shorten_guarantee_waits
+from tests.mrs_client.fakes import SyncMoves
 from tests.prometheus import promtool_check, samples, value
 from tests.replication_node.e2e import in_block_mode
 
@@ -78,8 +78,6 @@ def mrs(cluster, *args, timeout=180):
             *args,
             "--config",
             str(cluster.config_path),
-            "--requests-db",
-            str(cluster.root / "moves.db"),
         ],
         capture_output=True,
         text=True,
@@ -220,8 +218,6 @@ async def test_move_stalls_on_suspended_copies_fails_and_resumes(env):
             "5m",
             "--config",
             str(cluster.config_path),
-            "--requests-db",
-            str(cluster.root / "moves.db"),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -266,7 +262,6 @@ async def test_a_stalled_move_goes_on_as_soon_as_the_copy_is_resumed(env):
             sys.executable, "-m", "mrs_client.cli", "move", "--mailbox", "alice", "--to", "DB2",
             "--stall-retry-interval", "10m", "--flush-retry-interval", "10m",
             "--config", str(cluster.config_path),
-            "--requests-db", str(cluster.root / "moves.db"),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -328,7 +323,6 @@ async def test_a_move_goes_on_once_the_average_forgets_a_copy_that_caught_up(tmp
             [
                 sys.executable, "-m", "mrs_client.cli", "move", "--mailbox", "alice", "--to",
                 "DB2", *FAST, "--config", str(cluster.config_path),
-                "--requests-db", str(cluster.root / "moves.db"),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -343,7 +337,7 @@ async def test_a_move_goes_on_once_the_average_forgets_a_copy_that_caught_up(tmp
             listing = json.loads(mrs(cluster, "list", "--json").stdout)
             if not listing:
                 return False
-            requests = MoveRequestStore(cluster.root / "moves.db")
+            requests = SyncMoves(cluster.root / "cluster.db")
             try:
                 answers = requests.answers(listing[0]["id"])
             finally:
@@ -411,8 +405,6 @@ async def test_kill_9_of_the_client_then_resume(env, kill_at):
             "50",
             "--config",
             str(cluster.config_path),
-            "--requests-db",
-            str(cluster.root / "moves.db"),
         ],
         stdout=subprocess.PIPE,
         text=True,

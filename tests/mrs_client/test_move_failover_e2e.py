@@ -20,7 +20,6 @@ import aiohttp
 import pytest
 
 from mrs_client.policy import MoveState
-from mrs_client.requests_store import MoveRequestStore
 from tests.cluster_harness import THREE_NODES, LocalCluster
 from tests.mrs_client.e2e import (
     SETTINGS,
@@ -34,6 +33,7 @@ from tests.mrs_client.e2e import (
     seed,
     shorten_guarantee_waits,
 )
+from tests.mrs_client.fakes import SyncMoves
 from tests.resilience.workload import Writer
 
 pytestmark = pytest.mark.slow
@@ -89,7 +89,7 @@ def target_writes(after: int):
 
 
 async def kill_target_active_at(
-    c: LocalCluster, run: Run, pause: Pause, requests: MoveRequestStore
+    c: LocalCluster, run: Run, pause: Pause, requests: SyncMoves
 ) -> None:
     """At the pause: kill -9 DB2's active, wait for the failover, let the mover go on."""
     await asyncio.wait_for(pause.reached.wait(), timeout=240)

@@ -28,7 +28,6 @@ def start_move(cluster, *extra: str) -> subprocess.Popen:
             sys.executable, "-m", "mrs_client.cli", "move", "--mailbox", "alice", "--to", "DB2",
             *FAST, *extra,
             "--config", str(cluster.config_path),
-            "--requests-db", str(cluster.root / "moves.db"),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -97,7 +97,7 @@ async def test_a_block_mode_flush_not_satisfied_in_time_rolls_and_flushes_the_ge
     waited = env.clock.now() - started
     assert waited >= 2 * SETTINGS.block_flush_wait
     assert any("not flushed in block mode within 30s" in line for line in env.lines), env.lines
-    answers = env.requests.answers(record.id)
+    answers = env.stored.answers(record.id)
     unsatisfied = [a for a in answers if a["status"] == GuaranteeStatus.NOT_SATISFIED]
     assert unsatisfied, "the waits are recorded as the move's stalls"
 
@@ -114,7 +114,7 @@ async def test_a_crash_during_a_block_mode_flush_resumes_it(tmp_path, step):
     env.at_step(step + 1, crash)  # the flush of `step` was Satisfied, the next step crashes
     with pytest.raises(Crash):
         await env.move(SETTINGS)
-    (stored,) = env.requests.list()
+    (stored,) = env.stored.list()
     assert stored.steps_done == step
     point = (
         (stored.final_generation, stored.final_offset)

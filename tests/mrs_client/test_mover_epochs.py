@@ -136,7 +136,7 @@ async def test_a_lost_flush_answer_leads_to_repair_and_a_new_flush(tmp_path):
     env.assert_completed_equal(record)
     first, second = env.guarantee.flushes[0], env.guarantee.flushes[1]
     assert first[2] == 1 and second[2] == 2, "flushed again, in the new epoch"
-    answers = env.requests.answers(record.id)
+    answers = env.stored.answers(record.id)
     assert any(a["lost"] for a in answers)
 
 
@@ -182,7 +182,7 @@ async def test_kill_9_in_the_middle_of_a_reconcile_then_resume(tmp_path):
     env.nodes.before.append(crash)
     with pytest.raises(Crash):
         await env.move()
-    (stored,) = env.requests.list()
+    (stored,) = env.stored.list()
     assert stored.reconcile_pending and stored.state is not MoveState.COMPLETED
     env.nodes.before.clear()
     env.on_line.clear()
@@ -196,8 +196,8 @@ async def test_an_old_record_without_epochs_reconciles_on_resume(tmp_path):
     env.at_step(4, lambda: (_ for _ in ()).throw(Crash()))
     with pytest.raises(Crash):
         await env.move()
-    (stored,) = env.requests.list()
-    env.requests.save(replace(stored, target_epoch=0, source_epoch=0), env.clock.now())
+    (stored,) = env.stored.list()
+    env.stored.save(replace(stored, target_epoch=0, source_epoch=0), env.clock.now())
     env.nodes.dbs["DB2"].failover(lose=2)
     env.on_line.clear()
     record = await env.move(move_id=stored.id)

@@ -78,7 +78,7 @@ async def test_large_items_within_the_limit_are_skipped_listed_and_the_move_comp
     assert "m70" in env.target()
     assert any(line.startswith("skipping large item alice/big1") for line in env.lines), env.lines
     assert any("less 2 skipped items" in line for line in env.lines)
-    stored = env.requests.get(record.id)
+    stored = env.stored.get(record.id)
     assert stored is not None and stored.skipped == record.skipped
     assert stored.large_item_limit == 2
 
@@ -96,7 +96,7 @@ async def test_more_large_items_than_the_limit_fail_the_move_in_its_sync_naming_
     assert_untouched(env, before)
     assert not env.nodes.dbs["DB1"].boxes["alice"].locked
     assert env.target() == {}, "nothing of the page was written"
-    assert [s.item_id for s in env.requests.get(record.id).skipped] == ["big1", "big2"]
+    assert [s.item_id for s in env.stored.get(record.id).skipped] == ["big1", "big2"]
 
     # resumed as it was, it fails at once; with the limit raised it goes on and completes
     again = await resume(env, record.id)
@@ -202,7 +202,7 @@ async def test_kill_9_after_a_skip_then_resume_keeps_the_limits_and_the_skipped(
     env.on_line.append(crash)
     with pytest.raises(Crash):
         await env.move()
-    (stored,) = env.requests.list()
+    (stored,) = env.stored.list()
     assert [s.item_id for s in stored.skipped] == ["big"] and stored.large_item_limit == 1
     env.on_line.clear()
     record = await env.move(move_id=stored.id)

@@ -52,7 +52,7 @@ async def test_a_move_stalls_on_unhealthy_copies_and_fails_at_the_stall_limit(tm
     assert LIMITED.stall_limit <= waited < LIMITED.stall_limit + LIMITED.stall_retry_interval
     asked = env.guarantee.health_asked
     assert len(asked) == 1 + 900 // 30  # every stall_retry_interval, and once at the limit
-    answers = env.requests.answers(record.id)
+    answers = env.stored.answers(record.id)
     assert answers and all(a["status"] != GuaranteeStatus.SATISFIED for a in answers)
     assert record.time_stalled == pytest.approx(900)
     assert_nothing_moved(env)
@@ -69,7 +69,7 @@ async def test_a_resumed_failed_move_stalls_afresh_then_goes_on_once_satisfied(t
     resumed_at = env.clock.now()
     await env.drive(task, until=lambda: env.clock.now() - resumed_at > timedelta(minutes=14))
     assert not task.done()
-    stored = env.requests.get(failed.id)
+    stored = env.stored.get(failed.id)
     assert stored.state is MoveState.STALLED and "Suspended" in stored.stall_reason
     # ...a second client is refused the same move while this one holds it...
     with pytest.raises(MoveRejected, match="being run by another"):
@@ -118,7 +118,7 @@ async def test_a_crash_at_each_step_then_resume_completes(tmp_path, step):
     env.at_step(step, crash)
     with pytest.raises(Crash):
         await env.move()
-    (stored,) = env.requests.list()
+    (stored,) = env.stored.list()
     assert stored.state is not MoveState.COMPLETED and stored.step == step
     assert stored.steps_done == step - 1
     source = env.nodes.dbs["DB1"].boxes["alice"]
@@ -147,7 +147,7 @@ async def test_a_stalled_move_goes_on_as_soon_as_a_waiting_service_says_satisfie
 
     def went_on() -> bool:
         nonlocal record
-        (record,) = env.requests.list()
+        (record,) = env.stored.list()
         return record.steps_done >= 1
 
     await env.drive(task, until=went_on)
@@ -191,7 +191,7 @@ async def test_a_flush_waits_on_the_service_instead_of_sleeping_between_answers(
     # the roll, no 10 s bucket slept out.
     flush_answers = [
         a
-        for a in env.requests.answers(record.id)
+        for a in env.stored.answers(record.id)
         if a["method"] == "CheckReplicationFlush" and a["step"] == 6
     ]
     assert [a["status"] for a in flush_answers] == ["NotSatisfied", "Satisfied"], flush_answers
@@ -239,7 +239,7 @@ async def test_each_sync_pass_knows_how_many_items_it_copies_before_its_first(tm
     initial = [(copied, total) for step, copied, total in shown if step == 3 and total]
     assert initial[0] == (0, 145) and {total for _, total in initial} == {145}, initial
     assert all(copied <= total for _, copied, total in shown if total), shown
-    final = env.requests.get(move_id)
+    final = env.stored.get(move_id)
     assert final.items_copied == final.items_total == 152
 
 
@@ -262,4 +262,4 @@ async def test_a_source_that_cannot_answer_at_submit_is_a_failure_not_bad_input(
         await env.mover().submit("alice", "DB2")
     assert type(caught.value).__name__ == raised
     assert "cannot check 'alice'" in str(caught.value)
-    assert env.requests.list() == []
+    assert env.stored.list() == []

@@ -67,9 +67,9 @@ async def stalled_at(env: MoverEnv, step: int) -> tuple[asyncio.Task, str]:
     it has stopped: `env.guarantee.on_health` cleared)."""
     unhealthy_from_step(env, step)
     task = await env.start()
-    (record,) = env.requests.list()
-    await env.drive(task, until=lambda: env.requests.get(record.id).state is MoveState.STALLED)
-    assert env.requests.get(record.id).step == step
+    (record,) = env.stored.list()
+    await env.drive(task, until=lambda: env.stored.get(record.id).state is MoveState.STALLED)
+    assert env.stored.get(record.id).step == step
     return task, record.id
 
 
@@ -81,7 +81,11 @@ async def test_a_move_suspended_while_copying_stops_between_batches_and_resumes(
 
     def third_batch(method, database, n):
         if (method, database, n) == ("put_items", "DB2", 3):
-            asked.append(suspend(env, env.requests.list()[0].id))
+            # The operator's request lands while the third batch is written (the suspend's
+            # own write of it goes through the store's thread: it would land later).
+            move_id = env.stored.list()[0].id
+            env.stored.request_stop(move_id, StopRequest.SUSPEND, env.clock.now())
+            asked.append(suspend(env, move_id))
 
     env.nodes.before.append(third_batch)
     task = await env.start()
@@ -94,8 +98,8 @@ async def test_a_move_suspended_while_copying_stops_between_batches_and_resumes(
     await env.drive(asked[0])
     said = asked[0].result()
     assert said.done and said.line.startswith(f"move {stopped.id} suspended at step 3")
-    assert env.requests.get(stopped.id).state is MoveState.SUSPENDED
-    assert env.requests.stop_requested(stopped.id) is None
+    assert env.stored.get(stopped.id).state is MoveState.SUSPENDED
+    assert env.stored.stop_requested(stopped.id) is None
     # Suspended, it keeps its claim and its locked target.
     with pytest.raises(MoveRejected, match="DB2 already holds a mailbox 'alice'"):
         await env.mover().submit("alice", "DB2")
@@ -115,7 +119,7 @@ async def test_a_stalled_move_is_suspended_before_it_waits_again(tmp_path):
     assert task.result().state is MoveState.SUSPENDED
     await env.drive(asked)
     assert asked.result().done
-    stored = env.requests.get(move_id)
+    stored = env.stored.get(move_id)
     assert stored.state is MoveState.SUSPENDED and stored.stall_reason is None
     assert stored.steps_done == 1  # stopped inside step 2, before its next wait
     env.on_line.clear()
@@ -128,7 +132,7 @@ async def test_suspend_of_a_move_nobody_runs_and_of_finished_ones(tmp_path):
     queued = await env.mover().submit("alice", "DB2")
     said = await stopping.suspend(env.requests, queued.id, clock=env.clock, wait=WAIT)
     assert said.done and said.record.state is MoveState.SUSPENDED
-    assert env.requests.get(queued.id).state is MoveState.SUSPENDED
+    assert env.stored.get(queued.id).state is MoveState.SUSPENDED
     again = await stopping.suspend(env.requests, queued.id, clock=env.clock, wait=WAIT)
     assert again.done and again.record.state is MoveState.SUSPENDED
     record = await env.move(move_id=queued.id)
@@ -157,7 +161,7 @@ async def test_a_running_move_cancelled_before_step_8_leaves_the_source_whole_an
         f"move {move_id} cancelled: target mailbox removed from DB2, source unlocked"
     )
     assert said.record.state is MoveState.CANCELLED
-    assert env.requests.get(move_id).state is MoveState.CANCELLED
+    assert env.stored.get(move_id).state is MoveState.CANCELLED
     # The target copy is gone; the source holds what it held, unlocked; only the unlock was
     # written to it; the directory never moved.
     assert "alice" not in env.nodes.dbs["DB2"].boxes
@@ -184,12 +188,12 @@ async def test_cancel_is_refused_once_the_directory_names_the_target(tmp_path):
         else None
     )
     task = await env.start()
-    (record,) = env.requests.list()
-    await env.drive(task, until=lambda: env.requests.get(record.id).state is MoveState.STALLED)
-    assert env.requests.get(record.id).steps_done == 8
+    (record,) = env.stored.list()
+    await env.drive(task, until=lambda: env.stored.get(record.id).state is MoveState.STALLED)
+    assert env.stored.get(record.id).steps_done == 8
     with pytest.raises(MoveRejected, match="since step 8, the move can only go forward"):
         await cancel(env, record.id)
-    assert env.requests.stop_requested(record.id) is None  # the running move is left alone
+    assert env.stored.stop_requested(record.id) is None  # the running move is left alone
     blocked["on"] = False
     await env.drive(task)
     env.assert_completed_equal(task.result())
@@ -215,7 +219,7 @@ async def test_a_cancel_killed_half_way_is_finished_by_running_it_again(tmp_path
     assert not env.nodes.dbs["DB1"].boxes["alice"].locked
     assert "alice" in env.nodes.dbs["DB2"].boxes
     # Half cancelled, the move cannot be resumed; it says how to finish.
-    assert env.requests.stop_requested(move_id) is StopRequest.CANCEL
+    assert env.stored.stop_requested(move_id) is StopRequest.CANCEL
     with pytest.raises(MoveRejected, match=f"`mrs cancel {move_id}` finishes it"):
         await env.mover().run(move_id)
     env.nodes.before.clear()
@@ -226,7 +230,7 @@ async def test_a_cancel_killed_half_way_is_finished_by_running_it_again(tmp_path
     assert "alice" not in env.nodes.dbs["DB2"].boxes
     again = await cancel(env, move_id)
     assert again.done and again.line == f"move {move_id} was already cancelled"
-    assert env.requests.stop_requested(move_id) is None
+    assert env.stored.stop_requested(move_id) is None
     with pytest.raises(MoveRejected, match="is cancelled"):
         await stopping.suspend(env.requests, move_id, clock=env.clock, wait=WAIT)
 
@@ -253,11 +257,11 @@ async def test_cancel_is_refused_when_the_directory_moved_before_step_8_was_save
     env.directory.set_mailbox_database = killed_after
     with pytest.raises(Crash):
         await env.move()
-    (stored,) = env.requests.list()
+    (stored,) = env.stored.list()
     assert stored.steps_done == 7 and env.directory.entries["alice"] == "DB2"
     with pytest.raises(MoveRejected, match="can only go forward"):
         await cancel(env, stored.id)
     assert "alice" in env.nodes.dbs["DB2"].boxes  # nothing undone
-    assert env.requests.stop_requested(stored.id) is None
+    assert env.stored.stop_requested(stored.id) is None
     env.directory.set_mailbox_database = set_database
     env.assert_completed_equal(await env.move(move_id=stored.id))

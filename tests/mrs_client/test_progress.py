@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 
 from rich.console import Console
 
+from mrs_client.move_store import MoveRecord
 from mrs_client.policy import MoveState, MoveStep
 from mrs_client.progress import Progress
-from mrs_client.requests_store import MoveRecord
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

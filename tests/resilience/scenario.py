@@ -27,10 +27,10 @@ import aiohttp
 import pytest
 
 from mrs_client.policy import MoveStep
-from mrs_client.requests_store import MoveRequestStore
 from tests.cluster_harness import THREE_NODES, LocalCluster, wait_until
 from tests.mrs_client.e2e import live, shorten_guarantee_waits
 from tests.mrs_client.e2e import seed as seed_mailbox
+from tests.mrs_client.fakes import SyncMoves
 from tests.netns import NetnsLab, NetnsUnavailable, cluster_in_namespaces
 from tests.replication_node.e2e import converged as rolled_and_replayed
 from tests.resilience import invariants as inv
@@ -151,7 +151,7 @@ class Scenario:
         """How many items the move's record says it has copied (0: no record yet)."""
         if not self.mover.requests_db().exists():
             return 0
-        store = MoveRequestStore(self.mover.requests_db())
+        store = SyncMoves(self.mover.requests_db())
         try:
             return max((r.items_copied for r in store.list()), default=0)
         finally:
@@ -190,7 +190,7 @@ class Scenario:
         return heard()
 
     def move_id(self) -> str:
-        store = MoveRequestStore(self.mover.requests_db())
+        store = SyncMoves(self.mover.requests_db())
         try:
             return store.list()[-1].id
         finally:
@@ -424,7 +424,7 @@ class Scenario:
         path = self.mover.requests_db()
         if not path.exists():
             return []
-        store = MoveRequestStore(path)
+        store = SyncMoves(path)
         try:
             records = store.list()
         finally:

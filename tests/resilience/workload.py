@@ -261,8 +261,6 @@ def mrs_command(cluster: LocalCluster, *args: str) -> list[str]:
         *args,
         "--config",
         str(cluster.config_path),
-        "--requests-db",
-        str(cluster.root / "moves.db"),
     ]
 
 
@@ -426,4 +424,4 @@ class Mover:
         return self.current is not None and self.current.returncode is None
 
     def requests_db(self) -> Path:
-        return self.cluster.root / "moves.db"
+        return self.cluster.root / "cluster.db"

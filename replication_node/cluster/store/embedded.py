@@ -58,7 +58,7 @@ _ADDED_HISTORY_COLUMNS = {
 _ACTIVE_COLUMNS = "node, epoch, last_log_generated, updated, open_generation, change_number_ceiling"
 
 
-def _set_wal(conn: sqlite3.Connection, attempts: int = 200) -> None:
+def set_wal(conn: sqlite3.Connection, attempts: int = 200) -> None:
     """Switch a (possibly brand-new) file to WAL.  Node processes opening a new file at the
     same moment can meet 'database is locked' here, which SQLite's busy timeout does not
     cover: retry for up to about ten seconds."""
@@ -72,7 +72,7 @@ def _set_wal(conn: sqlite3.Connection, attempts: int = 200) -> None:
             time.sleep(0.05)  # start-up only, before the store serves anything
 
 
-def _boot_id() -> str:
+def boot_id() -> str:
     """This boot of the machine (Linux): monotonic times of another boot mean nothing now."""
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
@@ -89,13 +89,13 @@ class EmbeddedClusterStore(ClusterStore):
         # Leases expire by this machine's monotonic clock, which every process on it shares
         # and which no one sets; a lease from another boot (its clock began again) is over.
         self._monotonic = monotonic
-        self._boot = _boot_id()
+        self._boot = boot_id()
         self._conn = sqlite3.connect(
             path, check_same_thread=False, isolation_level=None, timeout=10.0
         )
         self._lock = threading.Lock()
         with self._lock:
-            _set_wal(self._conn)
+            set_wal(self._conn)
             self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.executescript(_SCHEMA)
             # Node processes open a new file at the same moment: the check and the ALTER

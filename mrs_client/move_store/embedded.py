@@ -1,0 +1,365 @@
+"""The move store in the cluster store's SQLite file (the embedded engine: one host).
+
+Its own tables beside the cluster store's, its own connection; WAL, fsync on commit (a
+progress save within a step may skip the fsync: `save(durable=False)`).  Every decision is
+taken inside one IMMEDIATE transaction, so node processes, workers and `mrs` commands of the
+host may use the file at once.  Move leases expire by this machine's monotonic clock with its
+boot, as the active copy's lease in the same file does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from mrs_client.errors import MoveRejected
+from mrs_client.move_store import (
+    ANSWERS_KEPT,
+    BatchExists,
+    BatchRecord,
+    LeaseLost,
+    MoveHolder,
+    MoveLease,
+    MoveRecord,
+    MoveStore,
+    answer_row,
+)
+from mrs_client.policy import FINISHED, GuaranteeAnswer, MoveState, MoveStep, StopRequest
+from replication_node.cluster.store.embedded import boot_id, set_wal
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS move_requests(
+  id TEXT PRIMARY KEY, state TEXT NOT NULL, batch TEXT, created TEXT NOT NULL,
+  body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS move_requests_by_state ON move_requests(state, created);
+CREATE INDEX IF NOT EXISTS move_requests_by_batch ON move_requests(batch, created);
+CREATE TABLE IF NOT EXISTS move_mailboxes(
+  mailbox TEXT PRIMARY KEY, move_id TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS move_leases(
+  move_id TEXT PRIMARY KEY, worker TEXT NOT NULL, token TEXT NOT NULL,
+  expires REAL NOT NULL, boot TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS move_stops(
+  move_id TEXT PRIMARY KEY, action TEXT NOT NULL, requested TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS move_answers(
+  move_id TEXT NOT NULL, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS move_answers_by_move ON move_answers(move_id);
+CREATE TABLE IF NOT EXISTS move_batches(
+  name TEXT PRIMARY KEY, created TEXT NOT NULL, body TEXT NOT NULL);
+"""
+
+
+class EmbeddedMoveStore(MoveStore):
+    """SQLite, WAL, fsync on commit; decisions inside IMMEDIATE transactions."""
+
+    def __init__(self, path: Path, *, monotonic: Callable[[], float] = time.monotonic) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._monotonic = monotonic
+        self._boot = boot_id()
+        self._conn = sqlite3.connect(
+            path, check_same_thread=False, isolation_level=None, timeout=10.0
+        )
+        self._lock = threading.Lock()
+        self._durable = True
+        # Calls sent to the store's thread and not answered yet: a test driving a manual
+        # clock moves it only while none is (the mover is waiting on the clock, not on us).
+        self.in_flight = 0
+        with self._lock:
+            set_wal(self._conn)
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.executescript(_SCHEMA)
+
+    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        self.in_flight += 1
+        try:
+            return await asyncio.to_thread(self._locked, fn, *args)
+        finally:
+            self.in_flight -= 1
+
+    def _locked(self, fn: Callable[..., Any], *args: Any) -> Any:
+        with self._lock:
+            return fn(*args)
+
+    def _transaction(self, fn: Callable[..., Any], *args: Any, durable: bool = True) -> Any:
+        """`fn` inside one IMMEDIATE transaction, under the lock; rolled back on any error."""
+        with self._lock:
+            if durable != self._durable:
+                self._conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+                self._durable = durable
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(*args)
+                self._conn.execute("COMMIT")
+                return result
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+
+    async def _write(self, fn: Callable[..., Any], *args: Any, durable: bool = True) -> Any:
+        self.in_flight += 1
+        try:
+            return await asyncio.to_thread(
+                functools.partial(self._transaction, fn, *args, durable=durable)
+            )
+        finally:
+            self.in_flight -= 1
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """One of the engine's own reads or writes (`_get`, `_save`…) on this thread, in a
+        transaction: for a test that reads the store between two turns of a manual clock."""
+        return self._transaction(fn, *args)
+
+    # ---- requests ---------------------------------------------------------------------
+
+    def _create(self, records: list[MoveRecord], batch: BatchRecord | None) -> None:
+        if (
+            batch is not None
+            and self._conn.execute(
+                "SELECT 1 FROM move_batches WHERE name=?", (batch.name,)
+            ).fetchone()
+        ):
+            raise BatchExists(f"a batch named {batch.name!r} exists already")
+        taken = []
+        for record in records:
+            for mailbox in record.mailboxes:
+                row = self._conn.execute(
+                    "SELECT move_id FROM move_mailboxes WHERE mailbox=?", (mailbox,)
+                ).fetchone()
+                if row:
+                    taken.append(f"mailbox {mailbox!r} is already being moved (request {row[0]})")
+        if taken:
+            raise MoveRejected("; ".join(taken))
+        for record in records:
+            self._conn.executemany(
+                "INSERT INTO move_mailboxes VALUES (?, ?)",
+                [(mailbox, record.id) for mailbox in record.mailboxes],
+            )
+            self._conn.execute(
+                "INSERT INTO move_requests VALUES (?, ?, ?, ?, ?)",
+                (
+                    record.id,
+                    str(record.state),
+                    record.batch,
+                    record.created.isoformat(),
+                    record.to_json(),
+                ),
+            )
+        if batch is not None:
+            self._conn.execute(
+                "INSERT INTO move_batches VALUES (?, ?, ?)",
+                (batch.name, batch.created.isoformat(), batch.to_json()),
+            )
+
+    async def create(self, records: list[MoveRecord], batch: BatchRecord | None = None) -> None:
+        try:
+            await self._write(self._create, records, batch)
+        except sqlite3.IntegrityError as exc:  # the same mailbox twice in `records`
+            raise MoveRejected(f"a mailbox is named twice: {exc}") from None
+
+    def _get(self, move_id: str) -> MoveRecord | None:
+        row = self._conn.execute("SELECT body FROM move_requests WHERE id=?", (move_id,)).fetchone()
+        return MoveRecord.from_json(row[0]) if row else None
+
+    async def get(self, move_id: str) -> MoveRecord | None:
+        return await self._run(self._get, move_id)  # type: ignore[no-any-return]
+
+    def _list(self, states: list[str] | None, batch: str | None) -> list[MoveRecord]:
+        where, args = [], []
+        if states is not None:
+            where.append(f"state IN ({','.join('?' * len(states))})")
+            args.extend(states)
+        if batch is not None:
+            where.append("batch=?")
+            args.append(batch)
+        sql = "SELECT body FROM move_requests"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        rows = self._conn.execute(sql + " ORDER BY created, id", args).fetchall()
+        return [MoveRecord.from_json(r[0]) for r in rows]
+
+    async def list(
+        self, *, states: Iterable[MoveState] | None = None, batch: str | None = None
+    ) -> list[MoveRecord]:
+        wanted = None if states is None else [str(s) for s in states]
+        return await self._run(self._list, wanted, batch)  # type: ignore[no-any-return]
+
+    def _live(self, move_id: str) -> tuple[str, str, float] | None:
+        """(worker, token, seconds left) of the move's live lease, or None."""
+        row = self._conn.execute(
+            "SELECT worker, token, expires, boot FROM move_leases WHERE move_id=?", (move_id,)
+        ).fetchone()
+        if row is None or row[3] != self._boot:
+            return None
+        left = row[2] - self._monotonic()
+        return (row[0], row[1], left) if left > 0 else None
+
+    def _save(self, record: MoveRecord, lease: MoveLease) -> None:
+        live = self._live(record.id)
+        if live is None or (live[0], live[1]) != (lease.worker, lease.token):
+            raise LeaseLost(
+                f"move {record.id}: the lease of {lease.worker} is over"
+                + (f" ({live[0]} holds the move now)" if live else "")
+                + "; nothing saved"
+            )
+        self._conn.execute(
+            "UPDATE move_requests SET body=?, state=? WHERE id=?",
+            (record.to_json(), str(record.state), record.id),
+        )
+        if record.state in FINISHED:
+            self._conn.execute("DELETE FROM move_mailboxes WHERE move_id=?", (record.id,))
+            self._conn.execute("DELETE FROM move_stops WHERE move_id=?", (record.id,))
+        elif record.state is MoveState.SUSPENDED:
+            self._conn.execute(
+                "DELETE FROM move_stops WHERE move_id=? AND action=?",
+                (record.id, StopRequest.SUSPEND.value),
+            )
+
+    async def save(
+        self, record: MoveRecord, now: datetime, *, lease: MoveLease, durable: bool = True
+    ) -> MoveRecord:
+        record = replace(record, updated=now)
+        await self._write(self._save, record, lease, durable=durable)
+        return record
+
+    # ---- leases -----------------------------------------------------------------------
+
+    def _claim(self, move_id: str, worker: str, ttl: float) -> MoveLease | None:
+        if self._live(move_id) is not None:
+            return None
+        lease = MoveLease(move_id, worker, uuid.uuid4().hex)
+        self._conn.execute(
+            "INSERT OR REPLACE INTO move_leases VALUES (?, ?, ?, ?, ?)",
+            (move_id, worker, lease.token, self._monotonic() + ttl, self._boot),
+        )
+        return lease
+
+    async def claim(self, move_id: str, worker: str, ttl: float) -> MoveLease | None:
+        return await self._write(self._claim, move_id, worker, ttl)  # type: ignore[no-any-return]
+
+    def _renew(self, lease: MoveLease, ttl: float) -> bool:
+        live = self._live(lease.move_id)
+        if live is None or (live[0], live[1]) != (lease.worker, lease.token):
+            return False
+        self._conn.execute(
+            "UPDATE move_leases SET expires=? WHERE move_id=?",
+            (self._monotonic() + ttl, lease.move_id),
+        )
+        return True
+
+    async def renew(self, lease: MoveLease, ttl: float) -> bool:
+        return await self._write(self._renew, lease, ttl)  # type: ignore[no-any-return]
+
+    def _release(self, lease: MoveLease) -> None:
+        self._conn.execute(
+            "DELETE FROM move_leases WHERE move_id=? AND worker=? AND token=?",
+            (lease.move_id, lease.worker, lease.token),
+        )
+
+    async def release(self, lease: MoveLease) -> None:
+        await self._write(self._release, lease)
+
+    def _holder(self, move_id: str) -> MoveHolder | None:
+        live = self._live(move_id)
+        return MoveHolder(live[0], live[2]) if live else None
+
+    async def holder(self, move_id: str) -> MoveHolder | None:
+        return await self._run(self._holder, move_id)  # type: ignore[no-any-return]
+
+    def _holders(self) -> dict[str, MoveHolder]:
+        ids = [r[0] for r in self._conn.execute("SELECT move_id FROM move_leases")]
+        found = {i: self._holder(i) for i in ids}
+        return {i: h for i, h in found.items() if h is not None}
+
+    async def holders(self) -> dict[str, MoveHolder]:
+        return await self._run(self._holders)  # type: ignore[no-any-return]
+
+    # ---- stop requests ------------------------------------------------------------------
+
+    def _request_stop(self, move_id: str, action: StopRequest, now: datetime) -> None:
+        self._conn.execute(
+            "INSERT INTO move_stops VALUES (?, ?, ?) ON CONFLICT(move_id) DO UPDATE SET"
+            " action=excluded.action, requested=excluded.requested"
+            " WHERE move_stops.action != ?",
+            (move_id, action.value, now.isoformat(), StopRequest.CANCEL.value),
+        )
+
+    async def request_stop(self, move_id: str, action: StopRequest, now: datetime) -> None:
+        await self._write(self._request_stop, move_id, action, now)
+
+    def _stop_requested(self, move_id: str) -> StopRequest | None:
+        row = self._conn.execute(
+            "SELECT action FROM move_stops WHERE move_id=?", (move_id,)
+        ).fetchone()
+        return StopRequest(row[0]) if row else None
+
+    async def stop_requested(self, move_id: str) -> StopRequest | None:
+        return await self._run(self._stop_requested, move_id)  # type: ignore[no-any-return]
+
+    def _clear_stop(self, move_id: str) -> None:
+        self._conn.execute("DELETE FROM move_stops WHERE move_id=?", (move_id,))
+
+    async def clear_stop(self, move_id: str) -> None:
+        await self._write(self._clear_stop, move_id)
+
+    # ---- guarantee answers ----------------------------------------------------------------
+
+    def _add_answer(self, move_id: str, row: dict[str, Any]) -> None:
+        self._conn.execute("INSERT INTO move_answers VALUES (?, ?)", (move_id, json.dumps(row)))
+        self._conn.execute(
+            "DELETE FROM move_answers WHERE move_id=? AND rowid NOT IN (SELECT rowid FROM"
+            " move_answers WHERE move_id=? ORDER BY rowid DESC LIMIT ?)",
+            (move_id, move_id, ANSWERS_KEPT),
+        )
+
+    async def add_answer(
+        self, move_id: str, *, step: MoveStep, method: str, answer: GuaranteeAnswer, now: datetime
+    ) -> None:
+        await self._write(self._add_answer, move_id, answer_row(step, method, answer, now))
+
+    def _answers(self, move_id: str) -> list[dict[str, Any]]:
+        rows = self._conn.execute(
+            "SELECT body FROM move_answers WHERE move_id=? ORDER BY rowid", (move_id,)
+        ).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    async def answers(self, move_id: str) -> list[dict[str, Any]]:
+        return await self._run(self._answers, move_id)  # type: ignore[no-any-return]
+
+    # ---- batches ------------------------------------------------------------------------
+
+    def _batch(self, name: str) -> BatchRecord | None:
+        row = self._conn.execute("SELECT body FROM move_batches WHERE name=?", (name,)).fetchone()
+        return BatchRecord.from_json(row[0]) if row else None
+
+    async def batch(self, name: str) -> BatchRecord | None:
+        return await self._run(self._batch, name)  # type: ignore[no-any-return]
+
+    def _batches(self) -> list[BatchRecord]:
+        rows = self._conn.execute("SELECT body FROM move_batches ORDER BY created, name")
+        return [BatchRecord.from_json(r[0]) for r in rows.fetchall()]
+
+    async def batches(self) -> list[BatchRecord]:
+        return await self._run(self._batches)  # type: ignore[no-any-return]
+
+    def _save_batch(self, batch: BatchRecord) -> None:
+        self._conn.execute(
+            "UPDATE move_batches SET body=? WHERE name=?", (batch.to_json(), batch.name)
+        )
+
+    async def save_batch(self, batch: BatchRecord) -> None:
+        await self._write(self._save_batch, batch)
+
+    async def aclose(self) -> None:
+        with self._lock:
+            self._conn.close()

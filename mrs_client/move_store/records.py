@@ -1,0 +1,172 @@
+"""The records of the move store: a move request (`MoveRecord`) and a batch of them
+(`BatchRecord`), frozen, each saved whole as JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from mrs_client.item_limits import SkippedItem
+from mrs_client.policy import MovePriority, MoveState, MoveStep
+
+
+@dataclass(frozen=True)
+class MoveRecord:
+    """One move request and how far it got."""
+
+    id: str
+    mailboxes: tuple[str, ...]
+    source_db: str
+    target_db: str
+    created: datetime
+    updated: datetime
+    state: MoveState = MoveState.QUEUED
+    step: MoveStep = MoveStep.RECORD_REQUEST  # the step in progress (or failed)
+    steps_done: int = 0  # the last step completed
+    stalled_since: datetime | None = None
+    stall_reason: str | None = None
+    time_stalled: float = 0.0  # seconds, over the move's life
+    failure: str | None = None
+    items_copied: int = 0
+    bytes_copied: int = 0
+    # What a sync pass knows it has to copy: the items copied so far and the live items of the
+    # pass's source listings (0: not known yet); the percent `mrs move` shows is of this.
+    items_total: int = 0
+    sync_cursor: dict[str, int] = field(default_factory=dict)  # mailbox -> change number
+    snapshot_change: dict[str, int] = field(default_factory=dict)
+    incremental_passes: int = 0
+    # The flush points of steps 6 and 9: a generation, and with an offset the record at that
+    # byte of it (flushed inside the open log, every copy in block mode: policy.flush_point).
+    final_generation: int | None = None
+    final_offset: int | None = None
+    unlock_generation: int | None = None  # the generation holding the target's unlock
+    unlock_offset: int | None = None
+    flush_started: datetime | None = None
+    completed: datetime | None = None
+    # Stream incarnations (epochs; 0: not seen yet).  A cursor is only as good as the epochs
+    # it was read and written under: the source's it counts in, the target's that holds what
+    # it covers.  Any answer naming another epoch makes the move reconcile first.
+    target_epoch: int = 0
+    source_epoch: int = 0
+    flush_epoch: int = 0  # the target epoch step 6's flush was Satisfied for
+    verified_epoch: int = 0  # the target epoch in which the digests were found equal
+    unlock_epoch: int = 0  # the target epoch that acknowledged every unlock of step 9
+    reconcile_pending: bool = False  # saved before a reconcile, cleared once it is done
+    reconcile_reason: str | None = None
+    target_in_doubt: bool = False  # the reconcile due must also flush the target again
+    reconciles: int = 0
+    verify_rounds: int = 0  # verifications that found a difference
+    items_repaired: int = 0  # items written again or removed by reconciles
+    # Exchange's -LargeItemLimit and -BadItemLimit: how many items of each kind the move may
+    # skip (item_limits), and those it skipped.  In the record, not a table of their own, so
+    # that a skip is saved in the same transaction as the cursor that passes it.
+    large_item_limit: int = 0
+    bad_item_limit: int = 0
+    skipped: tuple[SkippedItem, ...] = ()
+    # Fleet moves (a batch's, run by `mrs serve` workers): the batch, the priority the
+    # workers take moves in, when the move may run next (a synced move's next incremental
+    # sync, a failed move's retry), how often a batch re-queued it after a stall failure,
+    # and the last worker that ran it.
+    batch: str | None = None
+    priority: MovePriority = MovePriority.NORMAL
+    not_before: datetime | None = None
+    retries: int = 0
+    worker: str | None = None
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        for key, value in data.items():
+            if isinstance(value, datetime):
+                data[key] = value.isoformat()
+        data["state"] = str(self.state)
+        data["step"] = int(self.step)
+        data["priority"] = self.priority.name
+        data["mailboxes"] = list(self.mailboxes)
+        data["skipped"] = [s.as_dict() for s in self.skipped]
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> MoveRecord:
+        data = json.loads(text)
+        for key in (
+            "created",
+            "updated",
+            "stalled_since",
+            "flush_started",
+            "completed",
+            "not_before",
+        ):
+            if data.get(key):
+                data[key] = datetime.fromisoformat(data[key])
+        data["state"] = MoveState(data["state"])
+        data["step"] = MoveStep(data["step"])
+        data["mailboxes"] = tuple(data["mailboxes"])
+        data["priority"] = MovePriority[data.get("priority", "NORMAL")]
+        # a record from before item limits has none (and loads with 0 and 0)
+        data["skipped"] = tuple(SkippedItem.from_dict(s) for s in data.get("skipped", ()))
+        return cls(**data)
+
+    def as_dict(self) -> dict[str, Any]:
+        return json.loads(self.to_json())
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """What an operator sets on a batch (`mrs batch create`; some may change while it runs:
+    `mrs batch set`)."""
+
+    start_after: datetime | None = None  # no move of the batch starts before
+    complete_after: datetime | None = None  # moves wait, synced, until then
+    suspend_when_ready_to_complete: bool = False  # moves wait, synced, for `batch complete`
+    incremental_sync_interval: float = 86400.0  # seconds between two syncs of a synced move
+    priority: MovePriority = MovePriority.NORMAL
+    large_item_limit: int = 0
+    bad_item_limit: int = 0
+    max_mb_per_s: float | None = None  # the batch's throughput cap (None: none)
+    stall_retries: int = 3  # a move failed by the stall limit is queued again up to this
+    stall_retry_after: float = 900.0  # seconds before such a move is queued again
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """A migration batch: its name, its settings, and what an operator asked of it."""
+
+    name: str
+    created: datetime
+    settings: BatchSettings = field(default_factory=BatchSettings)
+    moves: tuple[str, ...] = ()
+    suspended: bool = False  # `mrs batch suspend`: no move of it runs until resumed
+    complete_requested: datetime | None = None  # `mrs batch complete`
+    cancelled: bool = False
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        settings = data["settings"]
+        for holder in (data, settings):
+            for key, value in holder.items():
+                if isinstance(value, datetime):
+                    holder[key] = value.isoformat()
+        settings["priority"] = self.settings.priority.name
+        data["moves"] = list(self.moves)
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> BatchRecord:
+        data = json.loads(text)
+        settings = data["settings"]
+        for holder, keys in (
+            (data, ("created", "complete_requested")),
+            (settings, ("start_after", "complete_after")),
+        ):
+            for key in keys:
+                if holder.get(key):
+                    holder[key] = datetime.fromisoformat(holder[key])
+        settings["priority"] = MovePriority[settings["priority"]]
+        data["settings"] = BatchSettings(**settings)
+        data["moves"] = tuple(data["moves"])
+        return cls(**data)
+
+    def as_dict(self) -> dict[str, Any]:
+        return json.loads(self.to_json())

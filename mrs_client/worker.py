@@ -1,0 +1,208 @@
+"""`mrs serve`: a worker that runs the cluster's queued moves, many at once on one event loop.
+
+Every `poll` seconds (and whenever one of its moves ends) the worker reads the unfinished
+moves, the batches and the live move leases from the move store, asks `scheduling.pick` which
+to start, and starts each in a task of its own.  A move runs only under its lease, which the
+mover claims (`lease.hold`): two workers picking the same move at once start it once, the
+other gets MoveBusy and forgets it.  A worker killed (-9) or cut off from the store stops
+renewing; once its leases have run out another worker (or itself, restarted) takes its moves
+and goes on from their saved cursors.
+
+Stopping (SIGTERM, `stop()`): the worker starts nothing more and asks each move to give
+itself back at its next safe point (`Gates.release`); the record stays as it is, the lease is
+released, and another worker takes it at once.  Moves that have not reached a safe point
+within `grace` are cancelled where they are, which is as safe as a kill -9.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from dag_common.clock import Clock
+from dag_common.tasks import cancel_and_wait
+from mrs_client.errors import MoveBusy, MoveError, MoveRejected
+from mrs_client.move_store import BatchRecord, LeaseLost, MoveRecord, MoveStore
+from mrs_client.mover import Mover
+from mrs_client.scheduling import STARTABLE, MoveLimits, pick
+from replication_node.errors import ClusterStoreError
+
+logger = logging.getLogger(__name__)
+
+
+def completion_held_until(
+    batch: BatchRecord | None, record: MoveRecord, now: datetime
+) -> datetime | None:
+    """When a synced move of `batch` syncs next, if the batch holds it back from completing
+    (None: it completes now).  A batch holds its moves while `--complete-after` has not come
+    or while `--suspend-when-ready-to-complete` waits for `mrs batch complete`."""
+    if batch is None or batch.complete_requested is not None:
+        return None
+    s = batch.settings
+    due = now + timedelta(seconds=s.incremental_sync_interval)
+    if s.complete_after is not None:
+        if s.complete_after <= now:
+            return None
+        return min(due, s.complete_after)
+    return due if s.suspend_when_ready_to_complete else None
+
+
+@dataclass
+class WorkerStats:
+    """What a worker did, for its metrics and its log."""
+
+    started: int = 0
+    ended: dict[str, int] = field(default_factory=dict)  # final state -> count
+    lost: int = 0  # moves stopped because their lease was lost
+    busy: int = 0  # moves another worker started first
+    cut_off: int = 0  # moves stopped because the move store could not be reached
+
+
+class Worker:
+    """Runs queued moves of the move store under the limits (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        store: MoveStore,
+        make_mover: Callable[[], Mover],
+        active_node: Callable[[str], Awaitable[str | None]],
+        clock: Clock,
+        limits: MoveLimits | None = None,
+        poll: float = 1.0,
+        grace: float = 30.0,
+    ) -> None:
+        """`make_mover`: a Mover for one move (each move has its own gates and lease);
+        `active_node`: a database's active node (None: not known), for the per-node
+        limits."""
+        self._store = store
+        self._make_mover = make_mover
+        self._active_node = active_node
+        self._clock = clock
+        self.limits = limits or MoveLimits()
+        self._poll = poll
+        self._grace = grace
+        self.running: dict[str, tuple[asyncio.Task[None], Mover]] = {}
+        self._ended = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self.stats = WorkerStats()
+
+    async def run(self) -> None:
+        """Start moves until `stop()`; then give back those running (module docstring)."""
+        try:
+            while not self._stopping.is_set():
+                try:
+                    await self.start_due()
+                except Exception as exc:  # the store down: the moves running go on
+                    logger.warning("worker: cannot read the move store: %s; will retry", exc)
+                self._ended.clear()
+                await self._wait_for_news()
+        finally:
+            await self._give_back()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def _wait_for_news(self) -> None:
+        waits = [
+            asyncio.ensure_future(self._clock.sleep(self._poll)),
+            asyncio.ensure_future(self._ended.wait()),
+            asyncio.ensure_future(self._stopping.wait()),
+        ]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            await cancel_and_wait(waits)
+
+    async def start_due(self) -> list[str]:
+        """One pass: start the moves due now; their ids."""
+        held = await self._store.holders()
+        moves = await self._store.list(states=STARTABLE)
+        batches = {b.name: b for b in await self._store.batches()}
+        nodes: dict[str, str | None] = {}
+        for db in {m.source_db for m in moves} | {m.target_db for m in moves}:
+            nodes[db] = await self._node(db)
+        # Running: a live lease anywhere, or started here and not yet holding its lease.
+        running = {**held, **dict.fromkeys(self.running, True)}
+        chosen = pick(
+            moves,
+            held=running,
+            batches=batches,
+            node_of=lambda db: nodes.get(db),
+            limits=self.limits,
+            mine=len(self.running),
+            now=self._clock.now(),
+        )
+        for record in chosen:
+            mover = self._make_mover()
+            batch = batches.get(record.batch or "")
+
+            async def held_until(r: MoveRecord, name: str | None = record.batch) -> datetime | None:
+                current = await self._store.batch(name) if name else None
+                return completion_held_until(current, r, self._clock.now())
+
+            mover.hold_before_completion = held_until if batch is not None else None
+            task = asyncio.create_task(self._run_one(record.id, mover), name=f"move {record.id}")
+            self.running[record.id] = (task, mover)
+        return [r.id for r in chosen]
+
+    async def _node(self, database: str) -> str | None:
+        try:
+            return await self._active_node(database)
+        except Exception:  # the store cannot say: the node limits count it under None
+            return None
+
+    async def _run_one(self, move_id: str, mover: Mover) -> None:
+        try:
+            record = await mover.run(move_id)
+            self.stats.started += 1
+            self.stats.ended[str(record.state)] = self.stats.ended.get(str(record.state), 0) + 1
+            logger.info("move %s: %s", move_id, record.state)
+        except MoveBusy:
+            self.stats.busy += 1  # another worker started it first
+        except LeaseLost as exc:
+            self.stats.lost += 1
+            logger.warning("%s", exc)
+        except MoveRejected as exc:  # cancelled meanwhile, or its request is wrong now
+            logger.warning("move %s not run: %s", move_id, exc)
+        except MoveError as exc:
+            logger.warning("move %s: %s", move_id, exc)
+        except (OSError, ClusterStoreError) as exc:  # the move store cannot be reached
+            self.stats.cut_off += 1
+            logger.warning(
+                "move %s stopped: the move store cannot be reached (%s); it goes on in the "
+                "worker that takes it once its lease ends",
+                move_id,
+                exc,
+            )
+        except Exception:
+            logger.exception("move %s: unexpected error; its record is as last saved", move_id)
+        finally:
+            self.running.pop(move_id, None)
+            self._ended.set()
+
+    async def _give_back(self) -> None:
+        """Ask each running move to give itself back at its next safe point; cancel those
+        still running after the grace."""
+        if not self.running:
+            return
+        logger.info(
+            "worker stopping: giving back %d move(s) at their safe points", len(self.running)
+        )
+        for _, mover in self.running.values():
+            mover.gates.release.set()
+        tasks = [task for task, _ in self.running.values()]
+        _, pending = await asyncio.wait(tasks, timeout=self._grace)
+        if pending:
+            logger.warning(
+                "worker stopping: %d move(s) not at a safe point after %.0f s: stopped where "
+                "they are (as after a kill -9; the next worker goes on from their cursors)",
+                len(pending),
+                self._grace,
+            )
+            with contextlib.suppress(Exception):
+                await cancel_and_wait(pending)
