@@ -93,7 +93,7 @@ class EtcdMoveStore(MoveStore):
         self._gateway = gateway
         self._prefix = f"/dag/{cluster}/moves/"
         # The move leases this store claimed or renewed, by token: (etcd lease ID, when they
-        # run out by this process's monotonic clock).
+        # run out by this process's monotonic clock), until released.
         self._leases: dict[str, tuple[str, float]] = {}
 
     # ---- etcd ---------------------------------------------------------------------------
@@ -313,7 +313,7 @@ class EtcdMoveStore(MoveStore):
             return record
         live = self._read_value(responses[0])
         if live != _lease_value(lease):
-            self._leases.pop(lease.token, None)
+            self._run_out(lease)
             raise self._lost(record.id, lease, live)
         # The lease is ours but there is no such request: nothing to update (as the
         # embedded engine, which updates no row).
@@ -352,12 +352,15 @@ class EtcdMoveStore(MoveStore):
 
     def _over(self, lease: MoveLease) -> bool:
         """Whether `lease` ran out by this process's count (a lease it claimed or renewed):
-        counted from before etcd was asked, it runs out here before it does in etcd."""
+        counted from before etcd was asked, it runs out here before it does in etcd, and
+        stays run out (until `release` forgets it)."""
         mine = self._leases.get(lease.token)
-        if mine is None or time.monotonic() < mine[1]:
-            return False
-        del self._leases[lease.token]
-        return True
+        return mine is not None and time.monotonic() >= mine[1]
+
+    def _run_out(self, lease: MoveLease) -> None:
+        """Count `lease` run out from now on: etcd said it is over."""
+        if lease.token in self._leases:
+            self._leases[lease.token] = (self._leases[lease.token][0], -math.inf)
 
     async def _mine(self, lease: MoveLease) -> tuple[str, int] | None:
         """The etcd lease holding `lease`'s key and the key's mod_revision, while the key
@@ -372,14 +375,14 @@ class EtcdMoveStore(MoveStore):
             return False
         mine = await self._mine(lease)
         if mine is None:
-            self._leases.pop(lease.token, None)
+            self._run_out(lease)
             return False
         lease_id, revision = mine
         asked = time.monotonic()
         kept = await self._gateway.call("/v3/lease/keepalive", {"ID": lease_id})
         granted = int((kept.get("result") or {}).get("TTL", 0))
         if granted <= 0:  # expired (etcd deletes the key)
-            self._leases.pop(lease.token, None)
+            self._run_out(lease)
             return False
         if granted >= ttl:
             self._leases[lease.token] = (lease_id, asked + granted)
@@ -395,7 +398,7 @@ class EtcdMoveStore(MoveStore):
         )
         if not won:
             await self._revoke(longer_id)
-            self._leases.pop(lease.token, None)
+            self._run_out(lease)
             return False
         self._leases[lease.token] = (longer_id, asked + int(longer["TTL"]))
         await self._revoke(lease_id)  # no key is attached to it any more
