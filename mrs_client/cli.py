@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import logging
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -164,6 +165,9 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
                 move_id,
                 large_item_limit=args.large_item_limit,
                 bad_item_limit=args.bad_item_limit,
+                # a resume after a kill -9 waits for the dead client's lease to run out
+                wait_for_dead_holder=args.command == "resume",
+                notify=lambda line: print(line, file=sys.stderr, flush=True),
             )
         finally:
             progress.close()

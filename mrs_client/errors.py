@@ -42,7 +42,13 @@ class MoveReleased(MoveError):
 
 
 class MoveFailed(MoveError):
-    """The move failed; it is not resumed by itself."""
+    """The move failed; it is not resumed by itself.  `stalled`: the StallStatus it failed
+    waiting on (the 15-minute stall limit, the flush limit), None for any other failure; a
+    batch queues a move that failed stalled again later (`batches.retry_due`)."""
+
+    def __init__(self, message: str, *, stalled: str | None = None) -> None:
+        super().__init__(message)
+        self.stalled = stalled
 
 
 class NodeCallError(MoveError):
@@ -50,11 +56,17 @@ class NodeCallError(MoveError):
     any; `detail` the node's own `error` sentence, if it said one."""
 
     def __init__(
-        self, message: str, *, status: int | None = None, detail: str | None = None
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        detail: str | None = None,
+        database: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.detail = detail
+        self.database = database  # the database whose active copy was called
 
 
 class NeedsReconcile(MoveError):

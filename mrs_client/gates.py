@@ -31,6 +31,7 @@ from mrs_client.policy import (
     GuaranteeAnswer,
     MoveSettings,
     MoveState,
+    StallStatus,
     Verdict,
     flush_gate,
     gate,
@@ -46,6 +47,34 @@ FIRST_WAIT = timedelta(seconds=1)
 def wait_for(record: MoveRecord, interval: timedelta) -> timedelta:
     """The wait a question asks for: the retry interval once the move is stalled."""
     return interval if record.state is MoveState.STALLED else min(FIRST_WAIT, interval)
+
+
+def node_stall(record: MoveRecord, exc: NodeCallError) -> StallStatus:
+    """Why a move waits on a node call that failed: the mailbox locked, or the active copy
+    of the end the call went to (the target when the error does not say) unreachable."""
+    if exc.status in (409, 423):
+        return StallStatus.MAILBOX_LOCK
+    if exc.database is not None and exc.database == record.source_db:
+        return StallStatus.SOURCE_AVAILABILITY
+    return StallStatus.TARGET_AVAILABILITY
+
+
+def _stalled_for(record: MoveRecord, status: StallStatus, seconds: float) -> MoveRecord:
+    """`record` with `seconds` more stalled, counted under `status` too."""
+    by = dict(record.stalled_by)
+    by[status] = by.get(status, 0.0) + seconds
+    return replace(record, time_stalled=record.time_stalled + seconds, stalled_by=by)
+
+
+def _stalled_at_least(record: MoveRecord, stored: MoveRecord) -> MoveRecord:
+    """The time stalled only grows: a step that stalled inside a node call (`node_call`
+    saves the stall) and then saves the record it held from before must not undo it."""
+    by = {k: max(v, record.stalled_by.get(k, 0.0)) for k, v in stored.stalled_by.items()}
+    return replace(
+        record,
+        time_stalled=max(stored.time_stalled, record.time_stalled),
+        stalled_by={**record.stalled_by, **by},
+    )
 
 
 class GuaranteeClient(Protocol):
@@ -101,11 +130,9 @@ class Gates:
         """Persist `record` and return it as saved; `durable=False`: see
         `MoveStore.save`.  Only under the move's lease (`lease`), which the
         store checks: LeaseLost if it is over."""
-        # time_stalled only grows: a step that stalled inside a node call (`node_call`
-        # saves the stall) and then saves the record it held from before must not undo it.
         stored = await self.requests.get(record.id)
-        if stored is not None and stored.time_stalled > record.time_stalled:
-            record = replace(record, time_stalled=stored.time_stalled)
+        if stored is not None:
+            record = _stalled_at_least(record, stored)
         if self.lease is None:
             raise RuntimeError(f"move {record.id} saved without its lease")
         return await self.requests.save(record, self.clock.now(), lease=self.lease, durable=durable)
@@ -127,7 +154,7 @@ class Gates:
         if answer.waited is None or answer.waited <= timedelta(0):
             return record, record.stalled_since
         record = await self.save(
-            replace(record, time_stalled=record.time_stalled + answer.waited.total_seconds())
+            _stalled_for(record, StallStatus.TARGET_REPLICATION, answer.waited.total_seconds())
         )
         return record, record.stalled_since or asked
 
@@ -148,6 +175,7 @@ class Gates:
                 state=MoveState.STALLED,
                 stalled_since=decision.stalled_since,
                 stall_reason=decision.reason,
+                stall_status=decision.status,
             )
         )
         line = say or f"stalled: {decision.reason}"
@@ -156,9 +184,7 @@ class Gates:
             self._progress(record, line)
         await self.checkpoint(record)  # a stalled move stops before it waits again
         await self.clock.sleep(decision.wait.total_seconds())
-        return await self.save(
-            replace(record, time_stalled=record.time_stalled + decision.wait.total_seconds())
-        )
+        return await self.save(_stalled_for(record, decision.status, decision.wait.total_seconds()))
 
     @staticmethod
     def waiting_line(what: str, database: str, answer: GuaranteeAnswer) -> str:
@@ -171,7 +197,13 @@ class Gates:
         if record.state is MoveState.IN_PROGRESS:
             return record
         return await self.save(
-            replace(record, state=MoveState.IN_PROGRESS, stalled_since=None, stall_reason=None)
+            replace(
+                record,
+                state=MoveState.IN_PROGRESS,
+                stalled_since=None,
+                stall_reason=None,
+                stall_status=None,
+            )
         )
 
     async def _record_answer(
@@ -202,7 +234,7 @@ class Gates:
             if decision.verdict is Verdict.CONTINUE:
                 return await self.unstall(record)
             if decision.verdict is Verdict.FAIL:
-                raise MoveFailed(decision.reason)
+                raise MoveFailed(decision.reason, stalled=decision.status)
             record = await self.wait(
                 record,
                 self._ask_again(decision, answer, wait),
@@ -229,8 +261,11 @@ class Gates:
                     raise MoveFailed(f"{what}: {exc}") from exc
                 now = self.clock.now()
                 stalled_since = stalled_since or now
+                status = node_stall(record, exc)
                 if now - stalled_since >= self.settings.stall_limit:
-                    raise MoveFailed(f"{what}: stalled {self.settings.stall_limit}: {exc}") from exc
+                    raise MoveFailed(
+                        f"{what}: stalled {self.settings.stall_limit}: {exc}", stalled=status
+                    ) from exc
                 record = await self.wait(
                     record,
                     Decision(
@@ -238,6 +273,7 @@ class Gates:
                         wait=self.settings.stall_retry_interval,
                         reason=f"{what}: {exc}",
                         stalled_since=stalled_since,
+                        status=status,
                     ),
                 )
 
@@ -291,7 +327,7 @@ class Gates:
             if decision.verdict is Verdict.RECONCILE:
                 raise NeedsReconcile(decision.reason, target_changed=True)
             if decision.verdict is Verdict.FAIL:
-                raise MoveFailed(decision.reason)
+                raise MoveFailed(decision.reason, stalled=decision.status)
             if give_up is not None:
                 if self.clock.now() >= give_up:
                     return record, None

@@ -17,17 +17,21 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from dag_common.clock import Clock
 from dag_common.tasks import cancel_and_wait
 from mrs_client.errors import MoveBusy
-from mrs_client.move_store import LeaseLost, MoveLease, MoveStore
+from mrs_client.move_store import LeaseLost, MoveHolder, MoveLease, MoveStore
 
 logger = logging.getLogger(__name__)
 
 # Seconds a move lease lasts in the store unless renewed; renewed every third of it.
 LEASE_TTL = 15.0
+# Waiting for a holder that may be dead: how often its lease is read again, and how much
+# longer its remaining time must have grown to count as renewed (the stores round).
+_WAIT_STEP = 1.0
+_RENEWED = 0.5
 
 
 def worker_id(kind: str = "mrs") -> str:
@@ -85,22 +89,73 @@ class _Keeper:
         self._owner.cancel(f"lease lost: {why}")
 
 
+def _who(held: MoveHolder | None) -> str:
+    if held is None:
+        return "a worker whose lease just ended"
+    return f"{held.worker} (its lease ends in {held.expires_in:.0f} s unless renewed)"
+
+
+async def _after_dead_holder(
+    store: MoveStore,
+    move_id: str,
+    worker: str,
+    *,
+    clock: Clock,
+    ttl: float,
+    notify: Callable[[str], None],
+) -> tuple[float, MoveLease | None]:
+    """Wait for a lease nobody renews to end, then claim: (when asked, the lease), or
+    (_, None) as soon as the holder renews (it is alive and running the move)."""
+    held = await store.holder(move_id)
+    if held is not None:
+        notify(
+            f"move {move_id}: held by {held.worker}; waiting up to {held.expires_in:.0f} s "
+            "for its lease to end (a live holder renews it, and then this stops)"
+        )
+    while True:
+        if held is not None:
+            await clock.sleep(min(_WAIT_STEP, max(held.expires_in, 0.0) + 0.05))
+        asked = clock.monotonic()
+        lease = await store.claim(move_id, worker, ttl)
+        if lease is not None:
+            return asked, lease
+        now = await store.holder(move_id)
+        if now is None:
+            held = None  # it ended between the claim and the read: claim again
+            continue
+        if held is not None and (
+            now.worker != held.worker or now.expires_in > held.expires_in + _RENEWED
+        ):
+            return asked, None  # renewed, or taken by another: a live holder
+        held = now
+
+
 @contextlib.asynccontextmanager
 async def hold(
-    store: MoveStore, move_id: str, worker: str, *, clock: Clock, ttl: float = LEASE_TTL
+    store: MoveStore,
+    move_id: str,
+    worker: str,
+    *,
+    clock: Clock,
+    ttl: float = LEASE_TTL,
+    wait_for_dead_holder: bool = False,
+    notify: Callable[[str], None] = lambda _: None,
 ) -> AsyncIterator[MoveLease]:
     """Run the body under the move's lease: MoveBusy if another holder has it; LeaseLost
-    (the body cancelled) if it is lost on the way; released at the end."""
+    (the body cancelled) if it is lost on the way; released at the end.
+
+    `wait_for_dead_holder` (an operator's `mrs resume` after a kill -9): a holder that does
+    not renew its lease is waited for until the lease ends (saying so through `notify`);
+    one that renews is running the move, and MoveBusy comes as soon as that is seen."""
     asked = clock.monotonic()
     lease = await store.claim(move_id, worker, ttl)
+    if lease is None and wait_for_dead_holder:
+        asked, lease = await _after_dead_holder(
+            store, move_id, worker, clock=clock, ttl=ttl, notify=notify
+        )
     if lease is None:
         held = await store.holder(move_id)
-        who = (
-            f"{held.worker} (its lease ends in {held.expires_in:.0f} s unless renewed)"
-            if held
-            else "a worker whose lease just ended"
-        )
-        raise MoveBusy(f"move {move_id} is being run by another worker, {who}")
+        raise MoveBusy(f"move {move_id} is being run by another worker, {_who(held)}")
     owner = asyncio.current_task()
     assert owner is not None
     keeper = _Keeper(store, lease, clock=clock, ttl=ttl, asked_at=asked, owner=owner)

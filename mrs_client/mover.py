@@ -221,6 +221,8 @@ class Mover:
         large_item_limit: int | None = None,
         bad_item_limit: int | None = None,
         lease: MoveLease | None = None,
+        wait_for_dead_holder: bool = False,
+        notify: Callable[[str], None] = lambda _: None,
     ) -> MoveRecord:
         """Run (or resume) a move until it completes or fails; return the final record.
         An item limit given replaces the request's (None: kept).  Under `lease` (a worker
@@ -228,11 +230,19 @@ class Mover:
 
         MoveBusy if another worker or client is running the same move right now;
         LeaseLost (the move stopped where it was, for another worker to take over) if the
-        lease was lost on the way."""
+        lease was lost on the way.  `wait_for_dead_holder`: see `lease.hold` (an operator's
+        resume after the process running the move died), told through `notify`."""
         if (large_item_limit or 0) < 0 or (bad_item_limit or 0) < 0:
             raise MoveRejected("an item limit cannot be negative")
         if lease is None:
-            async with hold(self.requests, move_id, self.worker, clock=self.clock) as held:
+            async with hold(
+                self.requests,
+                move_id,
+                self.worker,
+                clock=self.clock,
+                wait_for_dead_holder=wait_for_dead_holder,
+                notify=notify,
+            ) as held:
                 return await self.run(
                     move_id,
                     large_item_limit=large_item_limit,
@@ -273,6 +283,8 @@ class Mover:
                 record,
                 stalled_since=None,
                 stall_reason=None,
+                stall_status=None,
+                failed_stalled=None,
                 flush_started=self.clock.now() if record.flush_started else None,
             )
         if resumed_after_failure:
@@ -333,6 +345,7 @@ class Mover:
                     await self.requests.get(move_id) or record,
                     state=MoveState.FAILED,
                     failure=str(exc),
+                    failed_stalled=exc.stalled,
                 )
             )
             self._progress(record, f"move failed at step {int(record.step)}: {exc}")
@@ -350,6 +363,7 @@ class Mover:
                     state=MoveState.SUSPENDED,
                     stalled_since=None,
                     stall_reason=None,
+                    stall_status=None,
                 )
             )
             why = "for `mrs cancel`" if exc.args[0] is StopRequest.CANCEL else "by `mrs suspend`"
@@ -365,6 +379,7 @@ class Mover:
                 completed=self.clock.now(),
                 stalled_since=None,
                 stall_reason=None,
+                stall_status=None,
             )
         )
         self._progress(record, "move completed")
@@ -405,6 +420,7 @@ class Mover:
                 state=MoveState.IN_PROGRESS,
                 stalled_since=None,
                 stall_reason=None,
+                stall_status=None,
                 reconcile_pending=True,
                 reconcile_reason=str(exc),
                 target_in_doubt=stored.target_in_doubt or exc.target_changed,

@@ -132,7 +132,24 @@ class NodeStoreClient:
         ok: tuple[int, ...] = (200, 201),
     ) -> tuple[int, Any]:
         """Call `path` (below /v1/databases/{database}) on the active copy; a 404 in `ok`
-        is returned only when it means "not there" (see `_missing`)."""
+        is returned only when it means "not there" (see `_missing`).  A NodeCallError names
+        the database (a stalled move says which end it waits on)."""
+        try:
+            return await self._call(method, database, path, json=json, params=params, ok=ok)
+        except NodeCallError as exc:
+            exc.database = database
+            raise
+
+    async def _call(
+        self,
+        method: str,
+        database: str,
+        path: str,
+        *,
+        json: Any,
+        params: dict[str, str] | None,
+        ok: tuple[int, ...],
+    ) -> tuple[int, Any]:
         what = f"{method} {database}{path}"
         # Encoded once, to bytes, with orjson: a batch is up to half a log file of items, or
         # one item up to the target's max_item_size (the standard library's encoder spends

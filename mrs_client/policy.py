@@ -213,6 +213,17 @@ class MoveSettings:
     max_reconciles: int = 20
 
 
+class StallStatus(StrEnum):
+    """Why a move waits, by the status details of Exchange's Get-MoveRequestStatistics:
+    the data guarantee of the target's copies not met (health or flush), an end's active
+    copy unreachable, or a mailbox locked by another operation."""
+
+    TARGET_REPLICATION = "StalledDueToTarget_MdbReplication"
+    TARGET_AVAILABILITY = "StalledDueToTarget_MdbAvailability"
+    SOURCE_AVAILABILITY = "StalledDueToSource_MdbAvailability"
+    MAILBOX_LOCK = "StalledDueToMailboxLock"
+
+
 class Verdict(StrEnum):
     CONTINUE = "continue"
     WAIT = "wait"
@@ -228,6 +239,7 @@ class Decision:
     wait: timedelta = timedelta(0)
     reason: str = ""
     stalled_since: datetime | None = None
+    status: StallStatus = StallStatus.TARGET_REPLICATION  # while waiting (or failed waiting)
 
 
 def gate(

@@ -123,7 +123,13 @@ async def suspend(requests: MoveStore, move_id: str, *, clock: Clock, wait: time
             raise MoveFailed(f"move {move_id} {refused}")
         if record.state is not MoveState.SUSPENDED:
             record = await requests.save(
-                replace(record, state=MoveState.SUSPENDED, stalled_since=None, stall_reason=None),
+                replace(
+                    record,
+                    state=MoveState.SUSPENDED,
+                    stalled_since=None,
+                    stall_reason=None,
+                    stall_status=None,
+                ),
                 clock.now(),
                 lease=holder,
             )
@@ -190,7 +196,13 @@ async def cancel(
                 "finishes it"
             ) from exc
         record = await requests.save(
-            replace(record, state=MoveState.CANCELLED, stalled_since=None, stall_reason=None),
+            replace(
+                record,
+                state=MoveState.CANCELLED,
+                stalled_since=None,
+                stall_reason=None,
+                stall_status=None,
+            ),
             clock.now(),
             lease=holder,
         )

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from mrs_client.item_limits import SkippedItem
-from mrs_client.policy import MovePriority, MoveState, MoveStep
+from mrs_client.policy import MovePriority, MoveState, MoveStep, StallStatus
 
 
 @dataclass(frozen=True)
@@ -27,8 +27,11 @@ class MoveRecord:
     steps_done: int = 0  # the last step completed
     stalled_since: datetime | None = None
     stall_reason: str | None = None
+    stall_status: StallStatus | None = None  # Exchange's name for why it waits now
     time_stalled: float = 0.0  # seconds, over the move's life
+    stalled_by: dict[str, float] = field(default_factory=dict)  # StallStatus -> seconds
     failure: str | None = None
+    failed_stalled: StallStatus | None = None  # failed by a stall limit, waiting on this
     items_copied: int = 0
     bytes_copied: int = 0
     # What a sync pass knows it has to copy: the items copied so far and the live items of the
@@ -104,6 +107,9 @@ class MoveRecord:
         data["step"] = MoveStep(data["step"])
         data["mailboxes"] = tuple(data["mailboxes"])
         data["priority"] = MovePriority[data.get("priority", "NORMAL")]
+        for key in ("stall_status", "failed_stalled"):
+            if data.get(key):
+                data[key] = StallStatus(data[key])
         # a record from before item limits has none (and loads with 0 and 0)
         data["skipped"] = tuple(SkippedItem.from_dict(s) for s in data.get("skipped", ()))
         return cls(**data)

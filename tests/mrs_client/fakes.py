@@ -129,8 +129,12 @@ class FakeNodes:
     def _call(self, method: str, database: str, mailbox: str | None = None) -> FakeDatabase:
         self.calls.append((method, database))
         n = sum(1 for m, d in self.calls if (m, d) == (method, database))
-        for hook in list(self.before):
-            hook(method, database, n)
+        try:  # as node_client does: an error names the database called
+            for hook in list(self.before):
+                hook(method, database, n)
+        except NodeCallError as exc:
+            exc.database = database
+            raise
         db = self.dbs[database]
         if mailbox is not None and mailbox not in db.boxes:
             raise NodeCallError(

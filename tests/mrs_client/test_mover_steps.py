@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from mrs_client.errors import MoveFailed, MoveRejected, NodeCallError
-from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus, MoveState
+from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus, MoveState, StallStatus
 from tests.mrs_client.fakes import MOVER_SETTINGS, Crash, MoverEnv
 
 LIMITED = replace(
@@ -55,6 +55,10 @@ async def test_a_move_stalls_on_unhealthy_copies_and_fails_at_the_stall_limit(tm
     answers = env.stored.answers(record.id)
     assert answers and all(a["status"] != GuaranteeStatus.SATISFIED for a in answers)
     assert record.time_stalled == pytest.approx(900)
+    # Exchange's names: why it waited, and that it failed by the stall limit (a batch
+    # queues such a move again later).
+    assert record.stalled_by == {"StalledDueToTarget_MdbReplication": pytest.approx(900)}
+    assert record.failed_stalled is StallStatus.TARGET_REPLICATION
     assert_nothing_moved(env)
 
 
@@ -71,6 +75,8 @@ async def test_a_resumed_failed_move_stalls_afresh_then_goes_on_once_satisfied(t
     assert not task.done()
     stored = env.stored.get(failed.id)
     assert stored.state is MoveState.STALLED and "Suspended" in stored.stall_reason
+    assert stored.stall_status == "StalledDueToTarget_MdbReplication"
+    assert stored.failed_stalled is None  # the resume forgot the failure
     # ...a second client is refused the same move while this one holds it...
     with pytest.raises(MoveRejected, match="being run by another"):
         await env.mover(LIMITED).run(failed.id)
@@ -220,6 +226,40 @@ async def test_the_source_is_read_in_pages_and_a_failed_read_ahead_is_asked_agai
     reads = sum(1 for m, d in env.nodes.calls if (m, d) == ("items", "DB1"))
     # 120 changes in pages of 17: 8 pages, one read again; the verification reads none
     assert reads >= 120 // MOVER_SETTINGS.sync_page + 1 + 1
+
+
+@pytest.mark.parametrize(
+    ("database", "status", "stalled"),
+    [
+        ("DB2", 503, StallStatus.TARGET_AVAILABILITY),
+        ("DB1", None, StallStatus.SOURCE_AVAILABILITY),
+        ("DB2", 423, StallStatus.MAILBOX_LOCK),
+    ],
+)
+async def test_a_node_call_that_fails_stalls_the_move_under_the_name_of_its_end(
+    tmp_path, database, status, stalled
+):
+    """A write to the target (or a mailbox read of the source) that fails stalls the move
+    under Exchange's name for why, as `mrs show` and a batch report show it; the time is
+    counted under that name and the move goes on once the call succeeds."""
+    env = MoverEnv(tmp_path)
+    method = "put_items" if database == "DB2" else "mailbox"
+
+    def fail_twice(m, db, n):
+        if (m, db) == (method, database) and n in (2, 3):
+            raise NodeCallError(f"{m} {db}: refused", status=status)
+
+    env.nodes.before.append(fail_twice)
+    settings = replace(MOVER_SETTINGS, stall_retry_interval=timedelta(seconds=7))
+    record = await env.move(settings)
+    env.assert_completed_equal(record)
+    assert record.stalled_by == {stalled: pytest.approx(14)}
+    assert record.time_stalled == pytest.approx(14)
+    # while it waited, `mrs show` said why by that name
+    assert any(r.stall_status is stalled for r in env.records), [
+        r.stall_status for r in env.records
+    ]
+    assert record.stall_status is None
 
 
 async def test_each_sync_pass_knows_how_many_items_it_copies_before_its_first(tmp_path):
