@@ -5,6 +5,7 @@
     mrs list | show ID | stats ID | resume ID      (each with --json)
     mrs suspend ID | cancel ID [--wait 60s]        (each with --json)
     mrs serve --config F [--max-moves N] [--max-per-target-database N] …
+    mrs batch create NAME --csv F | list | show | report | suspend | resume | complete | …
 
 Move requests live in the cluster store the config names (etcd across hosts): every command
 works from any host.  A worker (`mrs serve`) runs queued moves under leases; `mrs move` is a
@@ -19,11 +20,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import sys
-from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -51,6 +53,7 @@ from mrs_client.scheduling import MoveLimits as MoveLimitsDefaults
 
 if TYPE_CHECKING:
     from mrs_client.metrics import MoveMetricsFile
+    from mrs_client.mover import Mover
     from mrs_client.stopping import Stopped
 
 T = TypeVar("T")
@@ -102,14 +105,70 @@ def settings_from(args: argparse.Namespace, config: ClusterConfig) -> MoveSettin
     return replace(base, **changes)
 
 
-async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: str | None) -> int:
+@dataclass
+class Connected:
+    """What a mover needs, opened once per command: the move store, the mailbox directory,
+    the nodes and the guarantee service (`connected`)."""
+
+    config: ClusterConfig
+    args: argparse.Namespace
+    store: MoveStore
+    directory: Any
+    nodes: Any
+    guarantee: Any
+
+    def mover(self, *, progress: Callable[[MoveRecord, str], None] | None = None,
+              worker: str | None = None) -> Mover:  # fmt: skip
+        from mrs_client.mover import Mover
+
+        config = self.config
+        return Mover(
+            requests=self.store,
+            nodes=self.nodes,
+            guarantee=self.guarantee,
+            directory=self.directory,
+            databases={d.name for d in config.databases},
+            clock=SystemClock(),
+            settings=settings_from(self.args, config),
+            caller_id=getattr(self.args, "caller_id", "mrs"),
+            worker=worker,
+            progress=progress,
+            max_item_sizes={db.name: config.max_item_size_of(db) for db in config.databases},
+        )
+
+
+@contextlib.asynccontextmanager
+async def connected(args: argparse.Namespace, config: ClusterConfig) -> AsyncIterator[Connected]:
+    """Open the move store, the directory, an HTTP session to the nodes and the guarantee
+    client; close them all at the end."""
     from mrs_client.guarantee_client import GrpcGuaranteeClient
-    from mrs_client.mover import Mover
     from mrs_client.node_client import NodeStoreClient
     from replication_node.cluster.store import open_cluster_store
 
     token = load_token(config)
-    requests = open_move_store(config)
+    store = open_move_store(config)
+    directory = open_cluster_store(config)
+    ssl = config.tls.client_context() if config.tls else None
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl)) as session:
+            guarantee = GrpcGuaranteeClient.from_config(config, token=token)
+            try:
+                yield Connected(
+                    config,
+                    args,
+                    store,
+                    directory,
+                    NodeStoreClient(config, token=token, session=session),
+                    guarantee,
+                )
+            finally:
+                await guarantee.close()
+    finally:
+        directory.close()
+        await store.aclose()
+
+
+async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: str | None) -> int:
     clock = SystemClock()
     textfile: MoveMetricsFile | None = None
     answers: list[dict[str, Any]] = []  # the move's guarantee answers, for the textfile
@@ -120,7 +179,6 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
         if not path.parent.is_dir():
             raise MoveRejected(f"--metrics-textfile: no directory {path.parent}")
         textfile = MoveMetricsFile(path, answers=lambda _: answers, clock=clock)
-    directory = open_cluster_store(config)
     progress = Progress()
 
     def report(record: MoveRecord, line: str) -> None:
@@ -128,21 +186,9 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
         if textfile is not None:
             textfile(record, line)
 
-    ssl = config.tls.client_context() if config.tls else None
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl)) as session:
-        guarantee = GrpcGuaranteeClient.from_config(config, token=token)
-        mover = Mover(
-            requests=requests,
-            nodes=NodeStoreClient(config, token=token, session=session),
-            guarantee=guarantee,
-            directory=directory,
-            databases={d.name for d in config.databases},
-            clock=clock,
-            settings=settings_from(args, config),
-            caller_id=args.caller_id,
-            progress=report,
-            max_item_sizes={db.name: config.max_item_size_of(db) for db in config.databases},
-        )
+    async with connected(args, config) as on:
+        requests = on.store
+        mover = on.mover(progress=report)
         try:
             if move_id is None:
                 record = await mover.submit(
@@ -173,10 +219,7 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
             progress.close()
             if textfile is not None:
                 textfile.write(await requests.get(move_id) if move_id else None)
-            await guarantee.close()
-            directory.close()
             stop = await requests.stop_requested(move_id) if move_id else None
-            await requests.aclose()
     line = f"move {final.id}: {final.state}" + (f": {final.failure}" if final.failure else "")
     if final.state is MoveState.SUSPENDED:
         line += (
@@ -191,51 +234,27 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
 async def _serve(args: argparse.Namespace, config: ClusterConfig) -> int:
     import signal
 
-    from mrs_client.guarantee_client import GrpcGuaranteeClient
     from mrs_client.lease import worker_id
-    from mrs_client.mover import Mover
-    from mrs_client.node_client import NodeStoreClient
     from mrs_client.scheduling import MoveLimits
     from mrs_client.worker import Worker
-    from replication_node.cluster.store import open_cluster_store
 
-    token = load_token(config)
-    store = open_move_store(config)
-    directory = open_cluster_store(config)
-    clock = SystemClock()
     me = worker_id("mrs-serve")
-    settings = settings_from(args, config)
-    ssl = config.tls.client_context() if config.tls else None
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl)) as session:
-        guarantee = GrpcGuaranteeClient.from_config(config, token=token)
-        nodes = NodeStoreClient(config, token=token, session=session)
 
-        def make_mover() -> Mover:
-            return Mover(
-                requests=store,
-                nodes=nodes,
-                guarantee=guarantee,
-                directory=directory,
-                databases={d.name for d in config.databases},
-                clock=clock,
-                settings=settings,
-                caller_id=args.caller_id,
-                worker=me,
-                progress=lambda record, line: (
-                    line and logging.getLogger("mrs.move").info("move %s: %s", record.id, line)
-                ),
-                max_item_sizes={db.name: config.max_item_size_of(db) for db in config.databases},
-            )
+    def log_line(record: MoveRecord, line: str) -> None:
+        if line:
+            logging.getLogger("mrs.move").info("move %s: %s", record.id, line)
+
+    async with connected(args, config) as on:
 
         async def active_node(database: str) -> str | None:
-            record = await directory.active(database)
+            record = await on.directory.active(database)
             return record.node if record else None
 
         worker = Worker(
-            store=store,
-            make_mover=make_mover,
+            store=on.store,
+            make_mover=lambda: on.mover(progress=log_line, worker=me),
             active_node=active_node,
-            clock=clock,
+            clock=SystemClock(),
             limits=MoveLimits(
                 per_source_database=args.max_per_source_database,
                 per_target_database=args.max_per_target_database,
@@ -245,17 +264,13 @@ async def _serve(args: argparse.Namespace, config: ClusterConfig) -> int:
             ),
             poll=args.poll.total_seconds(),
             grace=args.grace.total_seconds(),
+            worker=me,
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.stop)
         print(f"mrs worker {me} running (at most {args.max_moves} moves)", flush=True)
-        try:
-            await worker.run()
-        finally:
-            await guarantee.close()
-            directory.close()
-            await store.aclose()
+        await worker.run()
     ended = ", ".join(f"{n} {state}" for state, n in sorted(worker.stats.ended.items()))
     print(f"mrs worker {me} stopped: {ended or 'no move ended'}", flush=True)
     return ExitCode.OK
@@ -535,6 +550,23 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def timings(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--caller-id",
+        default="mrs",
+        help="who asks the guarantee service (it keeps an average copy queue per caller)",
+    )
+    for name in TIMINGS:
+        add_duration(
+            p,
+            "--" + name.replace("_", "-"),
+            dest=name,
+            default=None,
+            help=f"{TIMING_HELP[name]}; default {_default(name)}",
+        )
+    p.add_argument("--sync-batch", type=int, default=None, help="items per write")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mrs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -545,22 +577,6 @@ def build_parser() -> argparse.ArgumentParser:
     def common(p: argparse.ArgumentParser) -> None:
         add_config(p)
         add_json(p, "print the record(s) as JSON")
-
-    def timings(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--caller-id",
-            default="mrs",
-            help="who asks the guarantee service (it keeps an average copy queue per caller)",
-        )
-        for name in TIMINGS:
-            add_duration(
-                p,
-                "--" + name.replace("_", "-"),
-                dest=name,
-                default=None,
-                help=f"{TIMING_HELP[name]}; default {_default(name)}",
-            )
-        p.add_argument("--sync-batch", type=int, default=None, help="items per write")
 
     def item_limits(p: argparse.ArgumentParser, default: int | None) -> None:
         keep = "; default: the request's" if default is None else f"; default {default}"
@@ -669,6 +685,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     serve.set_defaults(func=cmd_serve)
+
+    from mrs_client import batch_cli
+
+    batch_cli.add_parser(sub)
 
     lst = sub.add_parser("list", help="all move requests")
     common(lst)

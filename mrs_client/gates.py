@@ -37,6 +37,7 @@ from mrs_client.policy import (
     gate,
     health_check_due,
 )
+from mrs_client.throttle import Throttle
 
 # A gate's first question waits at most this long: a move still not Satisfied is then marked
 # Stalled (what `mrs list` shows while the service waits), and its next questions wait the
@@ -125,6 +126,13 @@ class Gates:
         self.release = asyncio.Event()  # set: the worker stops; give the move back
         # Told of each guarantee answer as it is kept (a move's metrics textfile counts them).
         self.on_answer: Callable[[str, dict[str, Any]], None] | None = None
+        # The batch's throughput cap, shared with its other moves in this worker (None: none).
+        self.throttle: Throttle | None = None
+
+    async def pace(self, size: int) -> None:
+        """Before a write of `size` bytes to the target: wait for the batch's cap."""
+        if self.throttle is not None:
+            await self.throttle.take(size)
 
     async def save(self, record: MoveRecord, *, durable: bool = True) -> MoveRecord:
         """Persist `record` and return it as saved; `durable=False`: see

@@ -293,6 +293,8 @@ class Mover:
             record,
             state=MoveState.IN_PROGRESS,
             failure=None,
+            started=record.started or self.clock.now(),
+            worker=self.worker,
             large_item_limit=record.large_item_limit
             if large_item_limit is None
             else large_item_limit,

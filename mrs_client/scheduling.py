@@ -44,6 +44,15 @@ class MoveLimits:
     per_worker: int = 50
 
 
+def completes_now(record: MoveRecord, batch: BatchRecord | None, now: datetime) -> bool:
+    """A synced move whose batch may complete now (`mrs batch complete`, or its
+    `--complete-after` come) runs at once, not at its next incremental sync."""
+    if record.state is not MoveState.SYNCED or batch is None:
+        return False
+    after = batch.settings.complete_after
+    return batch.complete_requested is not None or (after is not None and after <= now)
+
+
 def waiting_reason(
     record: MoveRecord, batch: BatchRecord | None, now: datetime, held: bool
 ) -> str | None:
@@ -52,7 +61,11 @@ def waiting_reason(
         return "running"
     if record.state not in STARTABLE:
         return f"{record.state.lower()}"
-    if record.not_before is not None and record.not_before > now:
+    if (
+        record.not_before is not None
+        and record.not_before > now
+        and not completes_now(record, batch, now)
+    ):
         return f"not before {record.not_before.isoformat(timespec='seconds')}"
     if batch is not None:
         if batch.cancelled:

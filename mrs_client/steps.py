@@ -295,6 +295,8 @@ class MoveSteps:
         """Write one batch to the target, then save the cursor that covers it, provided the
         write was acknowledged in the epoch the cursor was saved under."""
         dst = record.target_db
+        size = sum(utf8_len(b.body) for b in batch)
+        await self.gates.pace(size)
         record, _ = await self._call(
             record,
             Side.TARGET,
@@ -309,7 +311,7 @@ class MoveSteps:
             replace(
                 record,
                 items_copied=record.items_copied + len(batch),
-                bytes_copied=record.bytes_copied + sum(utf8_len(b.body) for b in batch),
+                bytes_copied=record.bytes_copied + size,
                 sync_cursor={**record.sync_cursor, mailbox: cursor},
             ),
             durable=False,

@@ -25,10 +25,14 @@ from datetime import datetime, timedelta
 
 from dag_common.clock import Clock
 from dag_common.tasks import cancel_and_wait
+from mrs_client.batches import requeue, retry_due
 from mrs_client.errors import MoveBusy, MoveError, MoveRejected
+from mrs_client.lease import worker_id
 from mrs_client.move_store import BatchRecord, LeaseLost, MoveRecord, MoveStore
 from mrs_client.mover import Mover
+from mrs_client.policy import MoveState
 from mrs_client.scheduling import STARTABLE, MoveLimits, pick
+from mrs_client.throttle import Throttle
 from replication_node.errors import ClusterStoreError
 
 logger = logging.getLogger(__name__)
@@ -60,6 +64,7 @@ class WorkerStats:
     lost: int = 0  # moves stopped because their lease was lost
     busy: int = 0  # moves another worker started first
     cut_off: int = 0  # moves stopped because the move store could not be reached
+    retried: int = 0  # failed moves a batch queued again
 
 
 class Worker:
@@ -75,6 +80,7 @@ class Worker:
         limits: MoveLimits | None = None,
         poll: float = 1.0,
         grace: float = 30.0,
+        worker: str | None = None,
     ) -> None:
         """`make_mover`: a Mover for one move (each move has its own gates and lease);
         `active_node`: a database's active node (None: not known), for the per-node
@@ -90,6 +96,8 @@ class Worker:
         self._ended = asyncio.Event()
         self._stopping = asyncio.Event()
         self.stats = WorkerStats()
+        self._me = worker or worker_id("mrs-serve")
+        self._throttles: dict[str, Throttle] = {}  # batch -> its cap's share here
 
     async def run(self) -> None:
         """Start moves until `stop()`; then give back those running (module docstring)."""
@@ -119,10 +127,16 @@ class Worker:
             await cancel_and_wait(waits)
 
     async def start_due(self) -> list[str]:
-        """One pass: start the moves due now; their ids."""
+        """One pass: queue again the failed moves a batch retries, share each batch's
+        throughput cap, start the moves due now; their ids."""
         held = await self._store.holders()
-        moves = await self._store.list(states=STARTABLE)
         batches = {b.name: b for b in await self._store.batches()}
+        moves = [
+            await self._retry(m, batches.get(m.batch or "")) if m.state is MoveState.FAILED else m
+            for m in await self._store.list(states=STARTABLE | {MoveState.FAILED})
+        ]
+        moves = [m for m in moves if m is not None and m.state in STARTABLE]
+        self._share_caps(batches, moves, held)
         nodes: dict[str, str | None] = {}
         for db in {m.source_db for m in moves} | {m.target_db for m in moves}:
             nodes[db] = await self._node(db)
@@ -146,9 +160,56 @@ class Worker:
                 return completion_held_until(current, r, self._clock.now())
 
             mover.hold_before_completion = held_until if batch is not None else None
+            mover.gates.throttle = self._throttles.get(record.batch or "")
             task = asyncio.create_task(self._run_one(record.id, mover), name=f"move {record.id}")
             self.running[record.id] = (task, mover)
         return [r.id for r in chosen]
+
+    async def _retry(self, record: MoveRecord, batch: BatchRecord | None) -> MoveRecord | None:
+        """A failed move of a batch that retries it (it failed by a stall limit): queued
+        again, to run after the batch's stall_retry_after.  None: it stays failed."""
+        due = retry_due(record, batch)
+        if due is None:
+            return None
+        queued = await requeue(
+            self._store,
+            record,
+            worker=self._me,
+            clock=self._clock,
+            from_states={MoveState.FAILED},
+            retries=record.retries + 1,
+            not_before=due,
+        )
+        if queued is not None:
+            self.stats.retried += 1
+            logger.info(
+                "move %s failed stalled (%s); batch %s queues it again for %s (retry %d of %d)",
+                record.id,
+                record.failed_stalled,
+                record.batch,
+                due.isoformat(timespec="seconds"),
+                queued.retries,
+                batch.settings.stall_retries if batch else 0,
+            )
+        return queued
+
+    def _share_caps(
+        self, batches: dict[str, BatchRecord], moves: list[MoveRecord], held: dict[str, object]
+    ) -> None:
+        """Each capped batch's throttle here gets the share of its cap that the batch's
+        moves running here are of those running anywhere (the workers share no state but
+        the store: each takes its part)."""
+        of_batch = {m.id: m.batch for m in moves}
+        for name, batch in batches.items():
+            cap = batch.settings.max_mb_per_s
+            throttle = self._throttles.setdefault(name, Throttle(self._clock))
+            if cap is None:
+                throttle.rate = None
+                continue
+            anywhere = sum(1 for move_id in held if of_batch.get(move_id) == name)
+            here = sum(1 for move_id in self.running if of_batch.get(move_id) == name)
+            share = 1.0 if anywhere == 0 else max(here, 1) / max(anywhere, here, 1)
+            throttle.rate = cap * 1e6 * share
 
     async def _node(self, database: str) -> str | None:
         try:

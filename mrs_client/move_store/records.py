@@ -23,6 +23,7 @@ class MoveRecord:
     created: datetime
     updated: datetime
     state: MoveState = MoveState.QUEUED
+    started: datetime | None = None  # first run by a worker
     step: MoveStep = MoveStep.RECORD_REQUEST  # the step in progress (or failed)
     steps_done: int = 0  # the last step completed
     stalled_since: datetime | None = None
@@ -96,6 +97,7 @@ class MoveRecord:
         for key in (
             "created",
             "updated",
+            "started",
             "stalled_since",
             "flush_started",
             "completed",
