@@ -22,7 +22,7 @@ from mrs_client.policy import (
 )
 from mrs_client.scheduling import MoveLimits
 from mrs_client.worker import Worker
-from tests.mrs_client.fakes import MoverEnv, StoredMoves
+from tests.mrs_client.fakes import MOVER_SETTINGS, MoverEnv, StoredMoves
 
 BOXES = ["alice", "bob", "carol", "dave", "erin", "frank"]
 
@@ -38,11 +38,11 @@ def fleet(tmp_path) -> MoverEnv:
     return env
 
 
-def worker(env: MoverEnv, store=None, **limits) -> Worker:
+def worker(env: MoverEnv, store=None, settings=MOVER_SETTINGS, **limits) -> Worker:
     store = store or env.requests
 
     def make_mover():
-        mover = env.mover()
+        mover = env.mover(settings)
         mover.requests = mover.gates.requests = store
         return mover
 
