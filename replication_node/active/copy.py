@@ -121,6 +121,12 @@ class ActiveCopy:
         self.last_closed_time: datetime | None = max(close_times.values(), default=None)
         # The database file's content digest as of its waypoint: what a roll writes.
         self.flushed_digest = ContentDigest(db.header.waypoint, db.content_digest)
+        # The last generation whose close this copy has heard of (`_on_event`): every
+        # transaction of it and before is in the overlay.  The stream's own generation runs
+        # ahead of that while a batch is written (the writer thread rolls in the middle of
+        # it, and its transactions reach the overlay only once it is written), so the LLR
+        # flush never goes past this one.
+        self._closed_seen = stream.last_closed_generation
         stream.add_listener(self._on_event)
 
     @classmethod
@@ -270,6 +276,7 @@ class ActiveCopy:
         if isinstance(event, Transaction):
             self.overlay.add(event, db_mailbox=self.db.mailbox, db_item=self.db.item)
         elif isinstance(event, ClosedGeneration):
+            self._closed_seen = max(self._closed_seen, event.generation)
             self._close_times[event.generation] = event.close_time
             self._required_after[event.generation] = event.required_from
             self.last_closed_time = event.close_time
@@ -297,8 +304,9 @@ class ActiveCopy:
         """Write into the database file what LLR no longer needs to hold back."""
         async with self._flush_lock:
             committed = self.stream.generation
-            target = committed - self.llr_depth if through is None else through
-            target = min(target, self.stream.last_closed_generation)
+            closed = self._closed_seen  # not the stream's: see __init__
+            target = closed + 1 - self.llr_depth if through is None else through
+            target = min(target, closed)
             if target <= self.db.header.waypoint:
                 return
             txns = self.overlay.transactions_through(target)

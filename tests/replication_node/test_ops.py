@@ -92,6 +92,8 @@ BACKUP_FIELDS = [
 class _Stream:
     """What ActiveCopy asks of a log stream when it only serves reads."""
 
+    last_closed_generation = 0
+
     def add_listener(self, listener) -> None:
         pass
 
