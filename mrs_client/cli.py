@@ -269,11 +269,37 @@ async def _serve(args: argparse.Namespace, config: ClusterConfig) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.stop)
-        print(f"mrs worker {me} running (at most {args.max_moves} moves)", flush=True)
-        await worker.run()
+        runner = await _serve_http(args.http_listen, worker, config) if args.http_listen else None
+        where = f"; metrics and status page on {args.http_listen}" if runner else ""
+        print(f"mrs worker {me} running (at most {args.max_moves} moves){where}", flush=True)
+        try:
+            await worker.run()
+        finally:
+            if runner is not None:
+                await runner.cleanup()
     ended = ", ".join(f"{n} {state}" for state, n in sorted(worker.stats.ended.items()))
     print(f"mrs worker {me} stopped: {ended or 'no move ended'}", flush=True)
     return ExitCode.OK
+
+
+async def _serve_http(listen: str, worker: Any, config: ClusterConfig) -> Any:
+    """/metrics, the status page and /batches of `mrs serve` (fleet_view), TLS as the
+    cluster config says."""
+    from aiohttp import web
+
+    from dag_common.exclusive import bind_port
+    from mrs_client.fleet_view import app
+
+    host, _, port = listen.rpartition(":")
+    if not port.isdigit():
+        raise MoveRejected(f"--http-listen {listen!r}: not HOST:PORT")
+    sockets = bind_port(host or "127.0.0.1", int(port), "mrs serve (HTTP)")
+    runner = web.AppRunner(app(worker), access_log=None)
+    await runner.setup()
+    ssl = config.tls.server_context() if config.tls else None
+    for sock in sockets:
+        await web.SockSite(runner, sock, ssl_context=ssl).start()
+    return runner
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -677,6 +703,12 @@ def build_parser() -> argparse.ArgumentParser:
         serve.add_argument(flag, type=_positive, default=default, metavar="N",
                            help=f"{text}; default {default}")  # fmt: skip
     add_duration(serve, "--poll", default="1s", help="how often the move store is read")
+    serve.add_argument(
+        "--http-listen",
+        metavar="HOST:PORT",
+        default=None,
+        help="serve /metrics, a status page of the batches (/) and /batches (JSON) here",
+    )
     add_duration(
         serve,
         "--grace",

@@ -27,6 +27,7 @@ from dag_common.clock import Clock
 from dag_common.tasks import cancel_and_wait
 from mrs_client.batches import requeue, retry_due
 from mrs_client.errors import MoveBusy, MoveError, MoveRejected
+from mrs_client.fleet_view import FleetSnapshot
 from mrs_client.lease import worker_id
 from mrs_client.move_store import BatchRecord, LeaseLost, MoveRecord, MoveStore
 from mrs_client.mover import Mover
@@ -81,6 +82,7 @@ class Worker:
         poll: float = 1.0,
         grace: float = 30.0,
         worker: str | None = None,
+        count_every: float = 10.0,
     ) -> None:
         """`make_mover`: a Mover for one move (each move has its own gates and lease);
         `active_node`: a database's active node (None: not known), for the per-node
@@ -96,7 +98,12 @@ class Worker:
         self._ended = asyncio.Event()
         self._stopping = asyncio.Event()
         self.stats = WorkerStats()
-        self._me = worker or worker_id("mrs-serve")
+        self.me = worker or worker_id("mrs-serve")
+        # The move store counted for the metrics and the status page (fleet_view), at
+        # most every `count_every` seconds.
+        self.snapshot: FleetSnapshot | None = None
+        self._count_every = count_every
+        self._counted_at: float | None = None
         self._throttles: dict[str, Throttle] = {}  # batch -> its cap's share here
 
     async def run(self) -> None:
@@ -105,6 +112,7 @@ class Worker:
             while not self._stopping.is_set():
                 try:
                     await self.start_due()
+                    await self._count()
                 except Exception as exc:  # the store down: the moves running go on
                     logger.warning("worker: cannot read the move store: %s; will retry", exc)
                 self._ended.clear()
@@ -165,6 +173,17 @@ class Worker:
             self.running[record.id] = (task, mover)
         return [r.id for r in chosen]
 
+    async def _count(self) -> None:
+        """Count the move store for the metrics and the page, when due."""
+        now = self._clock.monotonic()
+        if self._counted_at is not None and now - self._counted_at < self._count_every:
+            return
+        self._counted_at = now
+        holders = {i: h.worker for i, h in (await self._store.holders()).items()}
+        self.snapshot = FleetSnapshot.of(
+            await self._store.list(), await self._store.batches(), holders, self._clock.now()
+        )
+
     async def _retry(self, record: MoveRecord, batch: BatchRecord | None) -> MoveRecord | None:
         """A failed move of a batch that retries it (it failed by a stall limit): queued
         again, to run after the batch's stall_retry_after.  None: it stays failed."""
@@ -174,7 +193,7 @@ class Worker:
         queued = await requeue(
             self._store,
             record,
-            worker=self._me,
+            worker=self.me,
             clock=self._clock,
             from_states={MoveState.FAILED},
             retries=record.retries + 1,

@@ -6,18 +6,26 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dag_common.clock import ManualClock
 from dag_common.model import NodeStatus
 from guarantee_api.metrics import Metrics
+from mrs_client.fleet_view import FleetCollector, FleetSnapshot
 from mrs_client.metrics import MoveMetricsFile
+from mrs_client.move_store import BatchRecord
+from mrs_client.move_store.records import BatchSettings
+from mrs_client.worker import WorkerStats
 from replication_node.metrics import NodeMetrics, NodeStatusCollector
 from tests.cluster_harness import ROOT
 from tests.mrs_client.fakes import record
 
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
@@ -54,7 +62,8 @@ def value(text_or_samples: str | Samples, name: str, **labels: str) -> float:
 
 
 def exported_names(tmp_path: Path) -> set[str]:
-    """Every metric name the node, the guarantee service and the mover's textfile export."""
+    """Every metric name the node, the guarantee service, the mover's textfile and the
+    worker (`mrs serve`) export."""
     metrics = NodeMetrics("n")
     metrics.watch(
         NodeStatusCollector(
@@ -68,6 +77,19 @@ def exported_names(tmp_path: Path) -> set[str]:
     guarantee = Metrics().render().decode()
     move = MoveMetricsFile(tmp_path / "m.prom", answers=lambda _: [], clock=ManualClock())
     move(record(), "")
-    texts = [node, guarantee, (tmp_path / "m.prom").read_text()]
+    worker = SimpleNamespace(
+        stats=WorkerStats(ended={"Completed": 1}),
+        running={},
+        snapshot=FleetSnapshot.of(
+            [record(batch="b", stalled_by={"StalledDueToTarget_MdbReplication": 1.0})],
+            [BatchRecord("b", T0, BatchSettings(max_mb_per_s=1))],
+            {},
+            T0,
+        ),
+    )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FleetCollector(worker))  # type: ignore[arg-type]
+    fleet = generate_latest(registry).decode()
+    texts = [node, guarantee, (tmp_path / "m.prom").read_text(), fleet]
     names = {m for text in texts for m in re.findall(r"^# TYPE (\S+)", text, re.M)}
     return names

@@ -340,7 +340,7 @@ def test_the_dashboard_queries_only_metrics_the_code_exports(tmp_path):
     used = {
         re.sub(r"_(bucket|sum|count)$", "", m)
         for e in exprs
-        for m in re.findall(r"\b((?:replication|dataguarantee)_[a-z_]+)", e)
+        for m in re.findall(r"\b((?:replication|dataguarantee|mrs)_[a-z_]+)", e)
     }
     exported = {re.sub(r"_total$", "", n) for n in exported_names(tmp_path)}
     missing = {re.sub(r"_total$", "", n) for n in used} - exported
