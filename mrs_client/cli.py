@@ -304,7 +304,10 @@ async def _serve_http(listen: str, worker: Any, config: ClusterConfig) -> Any:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """A worker: runs the cluster's queued moves (and takes over those of a lost worker)."""
-    logging.getLogger().setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    root = logging.getLogger()
+    root.setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    for handler in root.handlers:  # a long-running service: every line time-stamped
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     config = load_config(args.config)
     return asyncio.run(_serve(args, config))
 

@@ -24,7 +24,8 @@ from mrs_client.errors import (
     NeedsReconcile,
     NodeCallError,
 )
-from mrs_client.move_store import MoveLease, MoveRecord, MoveStore, answer_row
+from mrs_client.lease import seconds_left
+from mrs_client.move_store import LeaseLost, MoveLease, MoveRecord, MoveStore, answer_row
 from mrs_client.policy import (
     Decision,
     FlushPoint,
@@ -145,6 +146,13 @@ class Gates:
             raise RuntimeError(f"move {record.id} saved without its lease")
         return await self.requests.save(record, self.clock.now(), lease=self.lease, durable=durable)
 
+    def check_lease(self, record: MoveRecord) -> None:
+        """LeaseLost if the move's lease may be over by this process's own count (a pause
+        the keeper has not seen yet: `lease.seconds_left`)."""
+        left = seconds_left(self.lease) if self.lease is not None else None
+        if left is not None and left <= 0:
+            raise LeaseLost(f"move {record.id}: its lease ran out ({-left:.1f} s ago); stopped")
+
     async def checkpoint(self, record: MoveRecord) -> None:
         """A safe point (everything done so far is saved): MoveStopped if an operator asked
         the move to stop (`mrs suspend`, `mrs cancel`)."""
@@ -256,9 +264,11 @@ class Gates:
         return record
 
     async def node_call(self, record: MoveRecord, what: str, fn: Callable[[], Any]) -> Any:
-        """A store call; a node that cannot answer stalls the move (same limit as the API)."""
+        """A store call; a node that cannot answer stalls the move (same limit as the API).
+        Never once the move's lease may be over by this process's count (LeaseLost)."""
         stalled_since = None
         while True:
+            self.check_lease(record)
             try:
                 result = await fn()
                 if stalled_since is not None:

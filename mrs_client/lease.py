@@ -62,23 +62,25 @@ class _Keeper:
 
     async def run(self) -> None:
         while True:
-            await self._clock.sleep(max(0.0, min(self._ttl / 3, self._left())))
+            await self._clock.sleep(max(0.0, min(self._ttl / 3, self.left())))
+            if self.left() <= 0:  # woken late: paused (SIGSTOP, a frozen VM) or starved
+                return self._lose(f"the lease ran out {-self.left():.1f} s before it was renewed")
             asked = self._clock.monotonic()
             try:
-                async with asyncio.timeout(max(0.0, self._left())):
+                async with asyncio.timeout(max(0.0, self.left())):
                     renewed = await self._store.renew(self._lease, self._ttl)
             except TimeoutError:
                 return self._lose("the store did not answer before the lease ran out")
             except Exception as exc:  # the store refused or cannot be reached: try again
                 logger.warning("move %s: renewing its lease: %s", self._lease.move_id, exc)
-                if self._left() <= 0:
+                if self.left() <= 0:
                     return self._lose(f"the lease ran out: {exc}")
                 continue
             if not renewed:
                 return self._lose("the store says the lease is over")
             self._deadline = asked + self._ttl
 
-    def _left(self) -> float:
+    def left(self) -> float:
         return self._deadline - self._clock.monotonic()
 
     def _lose(self, why: str) -> None:
@@ -87,6 +89,19 @@ class _Keeper:
             "move %s: lease of %s lost: %s", self._lease.move_id, self._lease.worker, why
         )
         self._owner.cancel(f"lease lost: {why}")
+
+
+# The keeper of each lease held in this process, by token: `seconds_left` reads its count.
+_KEEPERS: dict[str, _Keeper] = {}
+
+
+def seconds_left(lease: MoveLease) -> float | None:
+    """How long this process may still act under `lease`, by its own count (None: not a
+    lease `hold` keeps here).  Checked before each node call (`Gates.node_call`): after a
+    pause (SIGSTOP, a VM frozen) the move's own continuation may run before the keeper does,
+    and must not write past the lease."""
+    keeper = _KEEPERS.get(lease.token)
+    return None if keeper is None else keeper.left()
 
 
 def _who(held: MoveHolder | None) -> str:
@@ -160,6 +175,7 @@ async def hold(
     assert owner is not None
     keeper = _Keeper(store, lease, clock=clock, ttl=ttl, asked_at=asked, owner=owner)
     renewing = asyncio.create_task(keeper.run(), name=f"lease {move_id}")
+    _KEEPERS[lease.token] = keeper
     try:
         yield lease
     except asyncio.CancelledError:
@@ -168,6 +184,7 @@ async def hold(
         owner.uncancel()
         raise LeaseLost(f"move {move_id}: {keeper.lost}; stopped") from None
     finally:
+        _KEEPERS.pop(lease.token, None)
         renewing.cancel()  # at once: from here on the keeper cancels nothing
         await cancel_and_wait([renewing])
         if keeper.lost is None:

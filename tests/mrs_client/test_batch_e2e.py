@@ -1,8 +1,10 @@
 """Batches end to end: real node processes, the real guarantee API, the real `mrs batch` and
 `mrs serve` commands.  A bad CSV is refused whole (exit 2, each bad line named, nothing
 queued); a worker killed (-9) with 20 moves running: the other worker finishes them after
-their leases end, every mailbox whole, none moved twice; the guarantee service down for a
-while: the moves are held, none fails, all complete once it is back."""
+their leases end, every mailbox whole, none moved twice; a worker paused (SIGSTOP) past its
+leases writes nothing more once resumed; the target's active killed during a batch; the
+guarantee service down for a while: the moves are held, none fails, all complete once it is
+back."""
 
 from __future__ import annotations
 
@@ -17,8 +19,9 @@ import pytest
 
 from mrs_client.move_store.embedded import EmbeddedMoveStore
 from tests.cluster_harness import ROOT, THREE_NODES, LocalCluster, wait_until
-from tests.mrs_client.e2e import live, shorten_guarantee_waits
+from tests.mrs_client.e2e import active_of, live, shorten_guarantee_waits
 from tests.mrs_client.test_move_e2e import FAST, databases, mrs
+from tests.mrs_client.test_move_failover_e2e import databases as failover_databases
 
 pytestmark = pytest.mark.slow
 
@@ -86,6 +89,12 @@ def serve(cluster, name: str, *extra: str) -> subprocess.Popen:
         env=cluster.env(),
         cwd=ROOT,
     )
+
+
+def b_holds(moves: EmbeddedMoveStore, a_pid: int) -> bool:
+    """Some move leases are held, none by the worker of pid `a_pid`."""
+    held = moves.call(moves._holders)
+    return bool(held) and all(f":{a_pid}:" not in h.worker for h in held.values())
 
 
 def store(cluster) -> EmbeddedMoveStore:
@@ -208,4 +217,121 @@ async def test_the_guarantee_service_down_holds_the_moves_and_none_fails(env):
     assert all(r.retries == 0 and r.failure is None for r in records)
     assert all(r.time_stalled > 0 for r in records)
     await assert_moved(cluster, sources)
+    await moves.aclose()
+
+
+async def test_a_worker_paused_past_its_leases_stops_its_moves_and_another_finishes_them(env):
+    """SIGSTOP of a worker with four moves running (a batch capped to keep them running):
+    its leases end, another worker takes the moves over; resumed, the paused worker stops
+    each move before any node call (its own count says the lease is over) and writes no
+    record; the other completes them all, every mailbox whole."""
+    cluster = env
+    names = BOXES[:4]
+    sources = await seed(cluster, names)
+    made = await asyncio.to_thread(
+        mrs, cluster, "batch", "create", "wave1", "--mailboxes", *names, "--to", "DB2",
+        "--max-mb-per-s", "0.02",
+    )  # fmt: skip
+    assert made.returncode == 0, made.stdout + made.stderr
+    moves = store(cluster)
+    a = serve(cluster, "worker-a")
+    b = None
+    try:
+        await wait_until(
+            "worker A copies the four mailboxes",
+            lambda: (
+                all(r.items_copied > 0 for r in moves.call(moves._list, None, None))
+                and len(moves.call(moves._holders)) == 4
+            ),
+            timeout=120,
+        )
+        a.send_signal(signal.SIGSTOP)
+        paused = {r.id: r.updated for r in moves.call(moves._list, None, None)}
+        changed = await asyncio.to_thread(
+            mrs, cluster, "batch", "set", "wave1", "--max-mb-per-s", "none"
+        )
+        assert changed.returncode == 0, changed.stderr
+        b = serve(cluster, "worker-b")
+        await wait_until(
+            "worker B holds the moves",
+            lambda: b_holds(moves, a.pid),
+            timeout=120,
+        )
+        a.send_signal(signal.SIGCONT)
+        await wait_until(
+            "worker B completes the batch",
+            lambda: all(r.state == "Completed" for r in moves.call(moves._list, None, None)),
+            timeout=240,
+        )
+        a.send_signal(signal.SIGTERM)
+        assert a.wait(timeout=60) == 0
+    finally:
+        for p in (a, b):
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.kill()
+    await assert_moved(cluster, sources)
+    a_log = (cluster.root / "worker-a.log").read_text()
+    assert "lease" in a_log and "Completed" not in a_log.splitlines()[-1], a_log[-3000:]
+    records = moves.call(moves._list, None, None)
+    assert all(r.updated > paused[r.id] for r in records)
+    await moves.aclose()
+
+
+@pytest.fixture
+async def three_copies(tmp_path):
+    """DB2 (the target) with three copies and automatic failover after 2 s."""
+    cluster = LocalCluster(
+        tmp_path,
+        nodes=THREE_NODES,
+        databases=failover_databases(),
+        defaults={"failover_after": "2s", "auto_database_mount_dial": "BestAvailability"},
+    )
+    shorten_guarantee_waits(cluster)
+    await cluster.start()
+    cluster.api = await cluster.start_guarantee_api()
+    for node in ("mbx3", "mbx1"):
+        await cluster.wait_status(node, "DB2", "Healthy")
+    yield cluster
+    cluster.api.terminate()
+    cluster.api.wait(timeout=20)
+    await cluster.close()
+
+
+async def test_the_target_active_killed_during_a_batch_every_move_completes_whole(three_copies):
+    """kill -9 of the target database's active while a worker runs six moves into it: the
+    copy that is activated lacks what the dead one's open log held; each move notices the new
+    epoch, reconciles by content and completes, every mailbox whole on the new active."""
+    cluster = three_copies
+    names = BOXES[:6]
+    sources = await seed(cluster, names)
+    made = await asyncio.to_thread(
+        mrs, cluster, "batch", "create", "wave1", "--mailboxes", *names, "--to", "DB2",
+        "--max-mb-per-s", "0.05",
+    )  # fmt: skip
+    assert made.returncode == 0, made.stdout + made.stderr
+    moves = store(cluster)
+    w = serve(cluster, "worker")
+    try:
+        await wait_until(
+            "the six moves write into DB2",
+            lambda: all(r.items_copied > 0 for r in moves.call(moves._list, None, None)),
+            timeout=120,
+        )
+        cluster.kill("mbx2")  # DB2's active
+        new_active = await active_of(cluster, "DB2")
+        assert new_active != "mbx2"
+        await asyncio.to_thread(mrs, cluster, "batch", "set", "wave1", "--max-mb-per-s", "none")
+        await wait_until(
+            "the batch completes after the failover",
+            lambda: all(r.state == "Completed" for r in moves.call(moves._list, None, None)),
+            timeout=300,
+        )
+    finally:
+        w.send_signal(signal.SIGTERM)
+        w.wait(timeout=60)
+    for name, items in sources.items():
+        assert live(await cluster.items(new_active, "DB2", name)) == items, name
+    records = moves.call(moves._list, None, None)
+    assert any(r.reconciles for r in records), "no move saw the failover"
     await moves.aclose()

@@ -11,8 +11,11 @@ import pytest
 
 from dag_common.clock import ManualClock
 from mrs_client.errors import MoveBusy
+from mrs_client.gates import Gates
 from mrs_client.lease import LEASE_TTL, hold
+from mrs_client.move_store import LeaseLost
 from mrs_client.move_store.embedded import EmbeddedMoveStore
+from mrs_client.policy import MoveSettings
 from tests.mrs_client.fakes import record
 
 
@@ -86,4 +89,33 @@ async def test_without_waiting_a_held_move_is_refused_at_once(tmp_path):
     with pytest.raises(MoveBusy, match=r"its lease ends in 15 s unless renewed"):
         async with hold(store, move_id, "mrs@other", clock=clock):
             raise AssertionError("ran a move another worker holds")
+    await store.aclose()
+
+
+async def test_after_a_pause_past_the_lease_no_node_call_is_made(tmp_path):
+    """A process paused (SIGSTOP) past its lease: when it runs again, the move's own
+    continuation may come before the keeper; its next node call is refused before it is
+    made, so nothing is written past the lease."""
+    clock, store, move_id = await setup(tmp_path)
+    gates = Gates(
+        requests=store,
+        guarantee=None,
+        clock=clock,
+        settings=MoveSettings(),
+        caller_id="test",
+        progress=lambda record, line: None,
+    )
+    made: list[str] = []
+
+    async def write() -> None:
+        made.append("write")
+
+    async with hold(store, move_id, "mrs@paused", clock=clock) as lease:
+        gates.lease = lease
+        record = await store.get(move_id)
+        await gates.node_call(record, "write target items", write)
+        clock._elapsed += LEASE_TTL + 1  # paused: the time passed, no task ran meanwhile
+        with pytest.raises(LeaseLost, match="its lease ran out"):
+            await gates.node_call(record, "write target items", write)
+    assert made == ["write"]
     await store.aclose()
