@@ -21,9 +21,14 @@ claims are deleted in the same transaction, each only while it still names the m
 nested transaction), as is a suspend request by a save Suspended (compared at the
 mod_revision it was read at).
 
-etcd takes at most 128 operations in one transaction (its --max-txn-ops default): a
-`create` of more keys (a request and each of its mailboxes, per record, and the batch)
-is refused, nothing written, rather than split into transactions that could half succeed.
+etcd takes at most 128 operations in one transaction (its --max-txn-ops default).  Single
+requests never need more.  A batch that does is created in parts, and never half: its
+record is written first, suspended (no worker starts a move of a suspended batch), then its
+requests a transaction of at most 128 keys at a time, each compared absent; a part that
+loses (a mailbox taken meanwhile) deletes every key written so far, batch included, and the
+create is refused.  Only when all are in is the batch written as asked.  A process killed
+in the middle leaves the batch suspended with the requests written so far, for `mrs batch
+cancel` (or resume, to run those).
 
 An etcd lease lasts whole seconds, at least etcd's minimum (2 s with its default timing): a
 move lease lasts at least its ttl, never less, so its holder always gives up first.  This
@@ -214,12 +219,20 @@ class EtcdMoveStore(MoveStore):
             keys[f"req/{record.id}"] = record.to_json()
         if batch is not None:
             keys[f"batch/{batch.name}"] = batch.to_json()
-        if len(keys) > MAX_TXN_OPS:
+        if len(keys) <= MAX_TXN_OPS:
+            refusal = await self._put_absent(keys)
+            if refusal is not None:
+                raise refusal
+            return
+        if batch is None:
             raise MoveRejected(
                 f"etcd takes at most {MAX_TXN_OPS} keys in one transaction: these "
-                f"{len(records)} requests need {len(keys)} (a request and each of its "
-                "mailboxes, and the batch); record fewer at once"
+                f"{len(records)} requests need {len(keys)}; record fewer at once, or a batch"
             )
+        await self._create_in_parts(records, batch)
+
+    async def _put_absent(self, keys: dict[str, str]) -> MoveRejected | None:
+        """Put every key if none exists, in one transaction; else why not (nothing put)."""
         order = list(keys)
         won, responses = await self._txn(
             [self._absent(k) for k in order],
@@ -227,17 +240,47 @@ class EtcdMoveStore(MoveStore):
             [self._read(k) for k in order],  # lost: what is there, read in the same txn
         )
         if won:
-            return
+            return None
         found = {k: self._read_value(r) for k, r in zip(order, responses, strict=True)}
-        if batch is not None and found[f"batch/{batch.name}"] is not None:
-            raise BatchExists(f"a batch named {batch.name!r} exists already")
-        taken = [
-            f"mailbox {m!r} is already being moved (request {found[f'mailbox/{m}']})"
-            for m in named
-            if found[f"mailbox/{m}"] is not None
-        ]
-        taken += [f"a move request {i} exists already" for i in ids if found[f"req/{i}"]]
-        raise MoveRejected("; ".join(taken))
+        taken: list[str] = []
+        for key, value in found.items():
+            if value is None:
+                continue
+            kind, _, name = key.partition("/")
+            if kind == "batch":
+                return BatchExists(f"a batch named {name!r} exists already")
+            if kind == "mailbox":
+                taken.append(f"mailbox {name!r} is already being moved (request {value})")
+            else:
+                taken.append(f"a move request {name} exists already")
+        return MoveRejected("; ".join(taken))
+
+    async def _create_in_parts(self, records: list[MoveRecord], batch: BatchRecord) -> None:
+        """A batch too large for one transaction (module docstring)."""
+        key = f"batch/{batch.name}"
+        refusal = await self._put_absent({key: replace(batch, suspended=True).to_json()})
+        if refusal is not None:
+            raise refusal
+        written: list[str] = [key]
+        part: dict[str, str] = {}
+        try:
+            for record in [*records, None]:
+                keys = {} if record is None else {
+                    **{f"mailbox/{m}": record.id for m in record.mailboxes},
+                    f"req/{record.id}": record.to_json(),
+                }  # fmt: skip
+                if part and (record is None or len(part) + len(keys) > MAX_TXN_OPS):
+                    refusal = await self._put_absent(part)
+                    if refusal is not None:
+                        raise refusal
+                    written += part
+                    part = {}
+                part |= keys
+        except BaseException:
+            for start in range(0, len(written), MAX_TXN_OPS):
+                await self._txn([], [self._delete(k) for k in written[start : start + MAX_TXN_OPS]])
+            raise
+        await self._txn([], [self._put(key, batch.to_json())])
 
     async def get(self, move_id: str) -> MoveRecord | None:
         value, _ = await self._get(f"req/{move_id}")

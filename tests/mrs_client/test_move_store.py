@@ -181,6 +181,23 @@ async def test_a_batch_name_taken_is_refused_and_nothing_is_recorded(store):
     await store.create([move("m3", "bob")])  # bob was not claimed
 
 
+async def test_a_batch_larger_than_one_etcd_transaction_is_created_whole_or_not_at_all(store):
+    """300 requests of two mailboxes each are 900 keys, far over etcd's 128 per transaction:
+    created all; and another batch whose 250th request names a mailbox already moving is
+    refused with nothing of it left (no request, no claim, no batch)."""
+    big = [move(f"a{i:03d}", f"a{i:03d}", f"a{i:03d}.archive", batch="A") for i in range(300)]
+    await store.create(big, batch_of("A", *(r.id for r in big)))
+    assert len(await store.list(batch="A")) == 300
+    assert not (await store.batch("A")).suspended
+    await store.create([move("x", "taken")])
+    other = [move(f"b{i:03d}", f"b{i:03d}", batch="B") for i in range(300)]
+    other[250] = move("b250", "taken", batch="B")
+    with pytest.raises(MoveRejected, match=r"'taken' is already being moved \(request x\)"):
+        await store.create(other, batch_of("B", *(r.id for r in other)))
+    assert await store.list(batch="B") == [] and await store.batch("B") is None
+    await store.create([move("y", "b000", "b249", "b299")])  # none of its mailboxes claimed
+
+
 # ---- leases -------------------------------------------------------------------------------
 
 
@@ -426,14 +443,16 @@ async def test_batches_round_trip_oldest_first(store):
 # ---- etcd only ----------------------------------------------------------------------------
 
 
-async def test_etcd_refuses_a_create_larger_than_one_transaction(etcd):
+async def test_etcd_refuses_single_requests_larger_than_one_transaction(etcd):
+    """Requests without a batch are created in one transaction or refused (a batch is
+    created in parts: the contract test above)."""
     store = _etcd_store(etcd)
     try:
-        many = [move(f"m{i:03d}") for i in range(64)]  # 128 keys, and the batch's
+        many = [move(f"m{i:03d}") for i in range(65)]  # 130 keys
         with pytest.raises(MoveRejected, match="at most 128 keys in one transaction"):
-            await store.create(many, batch_of("B", *(r.id for r in many)))
-        assert await store.list() == [] and await store.batches() == []
-        await store.create(many)  # 128 keys: one transaction
+            await store.create(many)
+        assert await store.list() == []
+        await store.create(many[:64])  # 128 keys: one transaction
         assert len(await store.list()) == 64
     finally:
         await store.aclose()
