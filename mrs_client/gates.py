@@ -127,6 +127,7 @@ class Gates:
         self.release = asyncio.Event()  # set: the worker stops; give the move back
         # Told of each guarantee answer as it is kept (a move's metrics textfile counts them).
         self.on_answer: Callable[[str, dict[str, Any]], None] | None = None
+        self._saved: tuple[MoveLease, MoveRecord] | None = None  # the last save, its lease
         # The batch's throughput cap, shared with its other moves in this worker (None: none).
         self.throttle: Throttle | None = None
 
@@ -139,12 +140,21 @@ class Gates:
         """Persist `record` and return it as saved; `durable=False`: see
         `MoveStore.save`.  Only under the move's lease (`lease`), which the
         store checks: LeaseLost if it is over."""
-        stored = await self.requests.get(record.id)
-        if stored is not None:
-            record = _stalled_at_least(record, stored)
         if self.lease is None:
             raise RuntimeError(f"move {record.id} saved without its lease")
-        return await self.requests.save(record, self.clock.now(), lease=self.lease, durable=durable)
+        # Under the lease nobody else saves the record: the last one this mover saved is
+        # the stored one (read from the store only at the first save under a lease).
+        saved = self._saved
+        if saved is None or saved[0] != self.lease or saved[1].id != record.id:
+            stored = await self.requests.get(record.id)
+        else:
+            stored = saved[1]
+        if stored is not None:
+            record = _stalled_at_least(record, stored)
+        lease = self.lease
+        record = await self.requests.save(record, self.clock.now(), lease=lease, durable=durable)
+        self._saved = (lease, record)
+        return record
 
     def check_lease(self, record: MoveRecord) -> None:
         """LeaseLost if the move's lease may be over by this process's own count (a pause
