@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from typing import Any
 
 
-async def cancel_and_wait(tasks: Iterable[asyncio.Future[object] | None]) -> None:
+async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any] | None]) -> None:
     """Cancel `tasks` (None entries skipped) and wait until every one has ended, even if
     the caller is cancelled meanwhile: a stop half done leaves nothing running.  Then the
     caller's own cancellation, if it came, is raised; else the first exception a task ended

@@ -28,10 +28,11 @@ from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config
 from dag_common.model import ExitCode
 from mrs_client import batches
+from mrs_client.cli import answer_view
 from mrs_client.errors import MoveRejected
 from mrs_client.move_store import BatchRecord, MoveStore, open_move_store
 from mrs_client.move_store.records import BatchSettings
-from mrs_client.policy import FINISHED, GuaranteeStatus, MovePriority
+from mrs_client.policy import FINISHED, GuaranteeStatus, MovePriority, MoveState
 
 
 def _time(text: str) -> datetime:
@@ -169,11 +170,15 @@ async def _report(store: MoveStore, name: str) -> dict[str, Any]:
     batch = await batches.get(store, name)
     records = await store.list(batch=name)
     held_back: Counter[str] = Counter()
+    clears: dict[str, str | None] = {}
     for r in records:
-        for a in await store.answers(r.id):
+        answers = await store.answers(r.id)
+        for a in answers:
             if a["status"] != GuaranteeStatus.SATISFIED:
                 held_back[a["reason"]] += 1
-    return batches.report(batch, records, held_back, SystemClock().now())
+        if r.state is MoveState.STALLED and answers:
+            clears[r.id] = answer_view(answers[-1])["expected_clear_at"]
+    return batches.report(batch, records, held_back, SystemClock().now(), clears)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -196,8 +201,13 @@ def cmd_show(args: argparse.Namespace) -> int:
     for m in rep["move_reports"]:
         print(f"{m['id']:<14}{','.join(m['mailboxes']):<26}"
               f"{m['source'] + ' -> ' + m['target']:<16}{m['state']:<12}{m['step']:>4}  "
-              f"{m['stall_status'] or '-'}")  # fmt: skip
+              f"{m['stall_status'] or '-'}{_clears(m)}")  # fmt: skip
     return ExitCode.OK
+
+
+def _clears(move: dict[str, Any]) -> str:
+    when = move.get("expected_clear_at")
+    return f" (expected to clear at {when})" if when else ""
 
 
 def _by_state(n: dict[str, int]) -> str:

@@ -324,8 +324,9 @@ def counts(records: Iterable[MoveRecord]) -> dict[str, int]:
     return {str(s): n.get(str(s), 0) for s in MoveState}
 
 
-def move_report(record: MoveRecord) -> dict[str, object]:
-    """One move of a batch report: state, timeline, MB, items, time stalled by reason."""
+def move_report(record: MoveRecord, clears: str | None = None) -> dict[str, object]:
+    """One move of a batch report: state, timeline, MB, items, time stalled by reason, and
+    for a stalled move when the guarantee service expected its condition to clear."""
     return {
         "id": record.id,
         "mailboxes": list(record.mailboxes),
@@ -343,6 +344,7 @@ def move_report(record: MoveRecord) -> dict[str, object]:
         "stalled_seconds": round(record.time_stalled, 1),
         "stalled_by": {k: round(v, 1) for k, v in sorted(record.stalled_by.items())},
         "stall_status": record.stall_status,
+        "expected_clear_at": clears if record.state is MoveState.STALLED else None,
         "retries": record.retries,
         "failure": record.failure,
         "worker": record.worker,
@@ -354,10 +356,12 @@ def report(
     records: list[MoveRecord],
     held_back: Counter[str],
     now: datetime,
+    clears: dict[str, str | None] | None = None,
 ) -> dict[str, object]:
     """A batch report (`mrs batch report`): counts by state, MB moved, throughput, the time
     its moves stalled by reason, which copies held it back (`held_back`: the reasons of its
-    guarantee answers that were not Satisfied, counted), and every move."""
+    guarantee answers that were not Satisfied, counted), and every move (`clears`: when the
+    service expected a stalled one's condition to clear, by move id)."""
     started = [r.started for r in records if r.started]
     ended = [r.completed for r in records if r.completed]
     done = all(r.state in FINISHED for r in records)
@@ -383,7 +387,7 @@ def report(
         "mb_per_s": None if span is None else round(megabytes / span, 3),
         "stalled_seconds_by_reason": {k: round(v, 1) for k, v in sorted(stalled.items())},
         "held_back_by": [{"reason": why, "answers": n} for why, n in held_back.most_common(10)],
-        "move_reports": [move_report(r) for r in records],
+        "move_reports": [move_report(r, (clears or {}).get(r.id)) for r in records],
     }
 
 

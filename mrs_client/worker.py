@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -139,11 +139,14 @@ class Worker:
         throughput cap, start the moves due now; their ids."""
         held = await self._store.holders()
         batches = {b.name: b for b in await self._store.batches()}
-        moves = [
-            await self._retry(m, batches.get(m.batch or "")) if m.state is MoveState.FAILED else m
-            for m in await self._store.list(states=STARTABLE | {MoveState.FAILED})
-        ]
-        moves = [m for m in moves if m is not None and m.state in STARTABLE]
+        moves: list[MoveRecord] = []
+        for record in await self._store.list(states=STARTABLE | {MoveState.FAILED}):
+            if record.state is MoveState.FAILED:  # queued again, if its batch retries it
+                queued = await self._retry(record, batches.get(record.batch or ""))
+                if queued is None:
+                    continue
+                record = queued
+            moves.append(record)
         self._share_caps(batches, moves, held)
         nodes: dict[str, str | None] = {}
         for db in {m.source_db for m in moves} | {m.target_db for m in moves}:
@@ -213,7 +216,7 @@ class Worker:
         return queued
 
     def _share_caps(
-        self, batches: dict[str, BatchRecord], moves: list[MoveRecord], held: dict[str, object]
+        self, batches: dict[str, BatchRecord], moves: list[MoveRecord], held: Mapping[str, object]
     ) -> None:
         """Each capped batch's throttle here gets the share of its cap that the batch's
         moves running here are of those running anywhere (the workers share no state but

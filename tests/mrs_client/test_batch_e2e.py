@@ -204,6 +204,8 @@ async def test_the_guarantee_service_down_holds_the_moves_and_none_fails(env):
             lambda: all(r.state == "Stalled" for r in moves.call(moves._list, None, None)),
             timeout=120,
         )
+        shown = await asyncio.to_thread(mrs, cluster, "batch", "show", "wave1")
+        assert shown.stdout.count("StalledDueToTarget_MdbReplication") == 4, shown.stdout
         cluster.api = await cluster.start_guarantee_api()
         await wait_until(
             "the batch completes once the service is back",
