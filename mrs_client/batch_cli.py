@@ -298,8 +298,6 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`mrs batch` and its commands."""
-    from mrs_client.cli import timings
-
     parent = sub.add_parser("batch", help="migration batches: many moves run by the workers")
     cmds = parent.add_subparsers(dest="batch_command", required=True)
 
@@ -312,8 +310,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         p.set_defaults(func=func)
         return p
 
+    # No move timings here: the workers that run the moves use their own (`mrs serve`).
     create = command("create", cmd_create, "validate and queue a batch of moves")
-    timings(create)
     source = create.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--csv",

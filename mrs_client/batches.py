@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from dag_common.clock import Clock
-from mrs_client.errors import MoveFailed, MoveRejected
+from mrs_client.errors import MoveFailed, MoveRejected, NodeCallError
 from mrs_client.lease import worker_id
 from mrs_client.move_store import BatchRecord, MoveRecord, MoveStore
 from mrs_client.move_store.records import BatchSettings
@@ -194,6 +194,9 @@ async def create(
             except MoveFailed:
                 raise  # a node cannot say now: nothing is bad input, nothing recorded
             except MoveRejected as exc:
+                cause = exc.__cause__
+                if isinstance(cause, NodeCallError) and cause.status in (401, 403):
+                    raise  # the token, not the line: said once, not for every line
                 refuse(line, str(exc))
                 return None
 

@@ -15,6 +15,7 @@ import pytest
 from dag_common.clock import ManualClock
 from mrs_client import batches
 from mrs_client.batches import BatchLine, BatchRejected, parse_csv
+from mrs_client.errors import MoveRejected, NodeCallError
 from mrs_client.move_store.records import BatchSettings
 from mrs_client.policy import MovePriority, MoveState, MoveStep
 from mrs_client.throttle import Throttle
@@ -264,3 +265,24 @@ async def test_a_capped_batch_moves_no_faster_than_its_cap(tmp_path):
     assert moved > 5e6
     assert moved / 1e6 <= 0.5 * took + 1.5, (moved, took)  # the cap, and a second's burst each
     assert_whole(env, BOXES[:3])
+
+
+async def test_a_wrong_token_is_said_once_not_for_every_line(tmp_path):
+    env = fleet(tmp_path)
+
+    def refused(method, database, n):
+        raise NodeCallError(f"{method} {database}: authentication failed", status=401)
+
+    env.nodes.before.append(refused)
+    with pytest.raises(MoveRejected) as caught:
+        await batches.create(
+            env.requests,
+            env.mover(),
+            "wave1",
+            [BatchLine(0, n, "DB2") for n in BOXES],
+            BatchSettings(),
+            now=env.clock.now(),
+        )
+    assert not isinstance(caught.value, BatchRejected)
+    assert "authentication failed" in str(caught.value)
+    assert env.stored.list() == []
