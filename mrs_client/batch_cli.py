@@ -352,8 +352,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=MovePriority.NORMAL,
         help="Lowest … Normal … Emergency (a CSV line may say its own)",
     )
-    create.add_argument("--large-item-limit", type=_count, default=0, metavar="N")
-    create.add_argument("--bad-item-limit", type=_count, default=0, metavar="N")
+    create.add_argument(
+        "--large-item-limit",
+        type=_count,
+        default=0,
+        metavar="N",
+        help="each move skips and reports up to N items over the target's max_item_size",
+    )
+    create.add_argument(
+        "--bad-item-limit",
+        type=_count,
+        default=0,
+        metavar="N",
+        help="each move skips and reports up to N source items that cannot be read",
+    )
     create.add_argument(
         "--max-mb-per-s",
         type=_rate,
