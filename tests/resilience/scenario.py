@@ -26,11 +26,12 @@ from typing import Any
 import aiohttp
 import pytest
 
+from dag_common.config import load_config
+from mrs_client.move_store import MoveRecord, MoveStore, open_move_store
 from mrs_client.policy import MoveStep
 from tests.cluster_harness import THREE_NODES, LocalCluster, wait_until
 from tests.mrs_client.e2e import live, shorten_guarantee_waits
 from tests.mrs_client.e2e import seed as seed_mailbox
-from tests.mrs_client.fakes import SyncMoves
 from tests.netns import NetnsLab, NetnsUnavailable, cluster_in_namespaces
 from tests.replication_node.e2e import converged as rolled_and_replayed
 from tests.resilience import invariants as inv
@@ -119,6 +120,7 @@ class Scenario:
     expectations: list[inv.Violation] = field(default_factory=list)  # the scenario's own
     kept: set[str] = field(default_factory=set)  # the writer's items on DB1's final active
     stopped_on_purpose: set[str] = field(default_factory=set)
+    move_store: MoveStore | None = None  # opened at its first read, closed at the end
 
     # ---- the load ------------------------------------------------------------------
 
@@ -137,25 +139,24 @@ class Scenario:
         if step == MoveStep.INITIAL_SYNC:  # the long step: somewhere inside it
             share = self.rng.choice([0.0, 0.25, 0.5, 0.75])
             await self.mover.wait_for_step(step)
-            await wait_until(
-                f"{share:.0%} of alice copied",
-                lambda: self._items_copied() >= share * ALICE or not self.mover.busy,
-                timeout=120,
-                every=0.02,
-            )
+
+            async def copied() -> bool:
+                return await self._items_copied() >= share * ALICE or not self.mover.busy
+
+            await wait_until(f"{share:.0%} of alice copied", copied, timeout=120, every=0.02)
             self.notes.append(f"{share:.0%} of the initial sync done")
         await self.move_reached(step)
         self.claims_in_flight = True
 
-    def _items_copied(self) -> int:
+    async def _records(self) -> list[MoveRecord]:
+        """The move requests, read from the move store in the cluster store (etcd here)."""
+        if self.move_store is None:
+            self.move_store = open_move_store(load_config(self.cluster.config_path))
+        return await self.move_store.list()
+
+    async def _items_copied(self) -> int:
         """How many items the move's record says it has copied (0: no record yet)."""
-        if not self.mover.requests_db().exists():
-            return 0
-        store = SyncMoves(self.mover.requests_db())
-        try:
-            return max((r.items_copied for r in store.list()), default=0)
-        finally:
-            store.close()
+        return max((r.items_copied for r in await self._records()), default=0)
 
     async def move_reached(self, step: int, timeout: float = 120) -> MovePoint:
         """Wait until the move starts `step` (or a later one, or ends); mark the fault's
@@ -189,12 +190,8 @@ class Scenario:
             )
         return heard()
 
-    def move_id(self) -> str:
-        store = SyncMoves(self.mover.requests_db())
-        try:
-            return store.list()[-1].id
-        finally:
-            store.close()
+    async def move_id(self) -> str:
+        return (await self._records())[-1].id
 
     async def probe(self, node: str, n: int) -> int:
         """Write `n` items straight to `node` (a stale active, say), recorded with the
@@ -421,14 +418,7 @@ class Scenario:
         return [inv.Epoch.from_json(row) for row in body["epochs"]]
 
     async def _moves(self, source_active: str | None) -> list[inv.MoveOutcome]:
-        path = self.mover.requests_db()
-        if not path.exists():
-            return []
-        store = SyncMoves(path)
-        try:
-            records = store.list()
-        finally:
-            store.close()
+        records = await self._records()
         soft_deleted = False
         if source_active is not None:
             status, box = await self.cluster.call(
@@ -532,6 +522,8 @@ async def scenario(
             await asyncio.gather(*run.tasks, return_exceptions=True)
             if run.move_task is not None:
                 await asyncio.gather(run.move_task, return_exceptions=True)
+            if run.move_store is not None:
+                await run.move_store.aclose()
     finally:
         for proc in list(cluster.procs.values()):
             with contextlib.suppress(ProcessLookupError):

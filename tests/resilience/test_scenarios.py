@@ -205,7 +205,7 @@ async def test_kill_9_of_the_mover_and_resume(tmp_path, seed):
             s.mover.current.proc.kill()
         await asyncio.gather(s.move_task, return_exceptions=True)
         s.faults.end("kill -9 mrs")
-        record_id = s.move_id()
+        record_id = await s.move_id()
         s.move_task = asyncio.create_task(s.mover.run("resume", record_id, *FAST_MOVE))
         s.notes.append(f"killed at step {step.label}")
         await s.finish()
@@ -213,7 +213,7 @@ async def test_kill_9_of_the_mover_and_resume(tmp_path, seed):
 
 async def test_sigstop_of_the_mover(tmp_path, seed):
     """`mrs move` stopped (SIGSTOP) at a step the seed chooses, for a few seconds while the
-    copies go on, then continued: a stopped mover holds its move (its flock), misses nothing
+    copies go on, then continued: a stopped mover holds its move (its lease), misses nothing
     it has not read, and ends completed with the target whole, or failed with the source
     whole."""
     async with scenario(tmp_path, "sigstop-mover", seed) as s:

@@ -16,7 +16,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
@@ -422,6 +421,3 @@ class Mover:
 
     def in_flight(self) -> bool:
         return self.current is not None and self.current.returncode is None
-
-    def requests_db(self) -> Path:
-        return self.cluster.root / "cluster.db"
