@@ -202,11 +202,11 @@ def test_sites_are_zones_and_nodes_never_share_a_host(rendered):
 
 
 def test_etcds_client_certificate_and_password_are_secrets_mounted_as_files(rendered):
-    # Every pod that opens the cluster store (nodes, guarantee API) reads them as files; the
-    # password is never in the ConfigMap.
+    # Every pod that opens the cluster store (nodes, guarantee API, mrs workers) reads them
+    # as files; the password is never in the ConfigMap.
     docs = rendered["production-values.yaml"]
     pods = [d for d in docs if d["kind"] in ("StatefulSet", "Deployment")]
-    assert len(pods) == 4
+    assert len(pods) == 5
     for doc in pods:
         spec = doc["spec"]["template"]["spec"]
         volumes = {v["name"]: v for v in spec["volumes"]}
@@ -268,7 +268,7 @@ def test_etcd_settings_that_cannot_work_are_refused_at_template_time(case, tmp_p
 def test_guarantee_api_replicas_grpc_probes_and_metrics_port(rendered):
     for value_set, replicas in (("default", 2), ("production-values.yaml", 3),
                                 ("minimal-values.yaml", 1)):  # fmt: skip
-        (deployment,) = by_kind(rendered[value_set], "Deployment")
+        (deployment,) = component(rendered[value_set], "Deployment", "guarantee-api")
         assert deployment["spec"]["replicas"] == replicas, "guaranteeApi.replicas"
         (container,) = deployment["spec"]["template"]["spec"]["containers"]
         assert container["command"] == ["guarantee-api"]
@@ -276,6 +276,41 @@ def test_guarantee_api_replicas_grpc_probes_and_metrics_port(rendered):
         assert container["livenessProbe"]["grpc"] == {"port": 7200, "service": "liveness"}
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         assert ports == {"grpc": 7200, "http-metrics": 7201}
+
+
+def component(docs: list[dict[str, Any]], kind: str, name: str) -> list[dict[str, Any]]:
+    return [d for d in by_kind(docs, kind) if d["metadata"]["labels"].get(
+        "app.kubernetes.io/component") == name]  # fmt: skip
+
+
+def test_mrs_workers_run_serve_with_their_limits_and_are_scraped(rendered):
+    assert not component(rendered["default"], "Deployment", "mrs-worker"), "0 by default"
+    docs = rendered["production-values.yaml"]
+    (deployment,) = component(docs, "Deployment", "mrs-worker")
+    assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] == ["mrs"]
+    args = container["args"]
+    assert args[:3] == ["serve", "--config", "/etc/dag/cluster.yaml"]
+    flags = dict(zip(args[3::2], args[4::2], strict=True))
+    assert flags == {
+        "--http-listen": "0.0.0.0:7301", "--grace": "30s", "--max-moves": "50",
+        "--max-per-source-database": "5", "--max-per-target-database": "3",
+        "--max-per-source-node": "20", "--max-per-target-node": "5",
+    }  # fmt: skip
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 40, "the grace, and a little more"
+    assert {e["name"] for e in container["env"]} == {"DG_AUTH_TOKEN"}
+    # a client of the nodes and the guarantee API (their network policies let it in)
+    assert pod["metadata"]["labels"]["dag-replication-client"] == "true"
+    (service,) = component(docs, "Service", "mrs-worker")
+    assert [p["name"] for p in service["spec"]["ports"]] == ["http-metrics"], "scraped"
+    (monitor,) = by_kind(docs, "ServiceMonitor")
+    assert "http-metrics" in {e["port"] for e in monitor["spec"]["endpoints"]}
+    # the worker reads the cluster config every node reads: etcd here, from any host
+    (config_map,) = [d for d in by_kind(docs, "ConfigMap") if "cluster.yaml" in d["data"]]
+    config = parse_config(yaml.safe_load(config_map["data"]["cluster.yaml"]), base_dir=Path("/"))
+    assert config.cluster_store.kind == "etcd"
 
 
 @pytest.mark.parametrize("value_set", VALUE_SETS)
@@ -297,7 +332,7 @@ def test_pods_run_restricted(rendered, value_set):
             assert sc["capabilities"]["drop"] == ["ALL"]
             assert container["resources"]["requests"], "resources requested"
             assert container["command"][0] in {"replication-node", "guarantee-api",
-                                                "spark-metrics"}  # fmt: skip
+                                                "spark-metrics", "mrs"}  # fmt: skip
 
 
 def test_the_token_secret_is_generated_or_existing(rendered):
@@ -348,6 +383,11 @@ def test_the_dashboard_queries_only_metrics_the_code_exports(tmp_path):
 
 
 BAD_VALUES = {
+    "negative workers": ({"mrsWorkers": {"replicas": -1}}, "/mrsWorkers/replicas"),
+    "a worker limit of none": (
+        {"mrsWorkers": {"limits": {"perTargetDatabase": 0}}},
+        "/mrsWorkers/limits/perTargetDatabase",
+    ),
     "a string for a count": ({"guaranteeApi": {"replicas": "3"}}, "/guaranteeApi/replicas"),
     "no replicas at all": ({"guaranteeApi": {"replicas": 0}}, "/guaranteeApi/replicas"),
     "an unknown dial": (
