@@ -210,11 +210,14 @@ class NodeStoreClient:
                     now = self._clock.monotonic()
                     if follow_until is None:
                         follow_until = now + self._follow_timeout
+                        to = body.get("switching_to")
                         logger.info(
-                            "%s: following a switchover of %s to %s",
+                            "%s: following a switchover of %s %s",
                             what,
                             database,
-                            body.get("switching_to"),
+                            f"to {to}"
+                            if to
+                            else "(its copies changing role; the new active not named yet)",
                         )
                     if now < follow_until:
                         await self._clock.sleep(self._follow_interval)

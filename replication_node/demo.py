@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import secrets
 import shutil
@@ -141,6 +142,60 @@ def wait_healthy(started: list[Started], timeout: float = 90.0) -> None:
                     f"{s.log}:\n" + _tail(s.log)
                 )
             time.sleep(0.1)
+
+
+def batch_move(config_path: Path, base: Path, env: dict[str, str]) -> None:
+    """Two mailboxes in DB1, a batch moving them to DB2, a worker running it; its report."""
+    conf = ["--config", str(config_path)]
+    for name in ("carol", "dave"):
+        if cli.main(["mailbox", "create", name, "--database", "DB1", *conf]):
+            raise SystemExit(f"could not create {name}")
+        if cli.main(["mailbox", "put", name, "--database", "DB1", "--count", "200", *conf]):
+            raise SystemExit(f"could not fill {name}")
+    mrs = [sys.executable, "-m", "mrs_client.cli"]
+    subprocess.run(
+        [*mrs, "batch", "create", "wave1", "--mailboxes", "carol", "dave", "--to", "DB2", *conf],
+        env=env,
+        check=True,
+    )
+    worker = subprocess.Popen(
+        [
+            *mrs,
+            "serve",
+            *conf,
+            "--poll",
+            "200ms",
+            "--health-check-interval",
+            "1s",
+            "--flush-retry-interval",
+            "500ms",
+        ],
+        stdout=open(base / "mrs-worker.log", "ab"),  # noqa: SIM115 - the child owns it
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while True:  # the batch's own word that its moves are done, not a fixed wait
+            listed = subprocess.run(
+                [*mrs, "batch", "list", "--json", *conf],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            (wave,) = [b for b in json.loads(listed.stdout) if b["name"] == "wave1"]
+            if wave["by_state"]["Completed"] == 2:
+                break
+            if wave["by_state"]["Failed"] or worker.poll() is not None:
+                raise SystemExit(f"the batch did not complete: {wave['by_state']} (mrs-worker.log)")
+            if time.monotonic() > deadline:
+                raise SystemExit("the batch did not complete within 5 minutes (mrs-worker.log)")
+            time.sleep(0.5)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+    subprocess.run([*mrs, "batch", "report", "wave1", *conf], env=env, check=True)
 
 
 def wait_copy(config_path: Path, database: str, node: str, role: str, timeout: float = 60) -> None:
@@ -331,6 +386,8 @@ def main() -> int:
             env=env,
             check=False,
         )
+        step("A migration batch: carol and dave moved by an mrs serve worker (mrs batch)")
+        batch_move(config_path, base, env)
         step("Switch DB2 over to its copy on mbx3 (no log lost), then the cluster's status")
         if cli.main(["db", "switchover", "DB2", "--to", "mbx3", "--config", str(config_path)]):
             raise SystemExit("the switchover failed")

@@ -202,8 +202,10 @@ async def test_a_switchover_of_the_target_mid_move_is_followed_without_a_stall(c
         assert held >= acknowledged, "a switchover loses nothing"
         record, _ = await outcome(c, run)
     # The writes refused while the old active was quiesced were asked again shortly,
-    # without a stall (before, each cost the seed's 30 s stall_retry_interval).
-    assert "following a switchover of DB2 to mbx3" in caplog.text
+    # without a stall (before, each cost the seed's 30 s stall_retry_interval).  The first
+    # refusal names mbx3 (quiesced) or no one yet (the copies changing role): either way the
+    # mover follows.
+    assert "following a switchover of DB2" in caplog.text
     stalls = [line for line in run.lines if line.startswith("stalled:") and "409" in line]
     assert not stalls, stalls
     assert record.target_epoch > 1 and record.reconciles >= 1, run.lines
