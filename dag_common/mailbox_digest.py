@@ -118,14 +118,16 @@ class MailboxDigest:
 
 
 def mailbox_digest(mailbox: str, items: Iterable[Mapping[str, Any]]) -> MailboxDigest:
-    """The digest of the items of `mailbox` (rows with item_id, folder, subject, body,
-    deleted and change_number, tombstones included)."""
+    """The digest of the items of `mailbox` (rows with item_id, folder, subject, deleted,
+    change_number, and either `body_hash`, as a database keeps it, or the `body` itself;
+    tombstones included)."""
     total, count, last = 0, 0, 0
     for item in items:
         last = max(last, int(item["change_number"]))
         if not item["deleted"]:
             count += 1
-            total += item_term(
-                mailbox, item["item_id"], item["folder"], item["subject"], item["body"]
+            hashed = item.get("body_hash") or body_hash(item["body"])
+            total += item_term_of_hash(
+                mailbox, item["item_id"], item["folder"], item["subject"], hashed
             )
     return MailboxDigest(item_count=count, digest=to_hex(total), last_change_number=last)

@@ -185,6 +185,8 @@ class MailboxReader(Protocol):
 
     def live_count(self, mailbox: str, since_change: int) -> int: ...
 
+    def digest_rows(self, mailbox: str) -> list[dict[str, Any]]: ...
+
 
 @dataclass(frozen=True, slots=True)
 class ItemsPage:

@@ -390,6 +390,16 @@ class ActiveCopy:
                     rows.pop(item_id, None)
         return sorted(rows.values(), key=lambda r: r["change_number"])
 
+    def digest_rows(self, mailbox: str) -> list[dict[str, Any]]:
+        """The file's digest rows (`Database.digest_rows`) with the overlay's items over
+        them (those carry their bodies, in memory: the digest hashes them)."""
+        stored = [] if self.overlay.hides(mailbox) else self.db.digest_rows(mailbox)
+        rows = {r["item_id"]: r for r in stored}
+        for (m, item_id), (_, row) in self.overlay.items.items():
+            if m == mailbox:
+                rows[item_id] = row
+        return list(rows.values())
+
     def live_count(self, mailbox: str, since_change: int) -> int:
         """The file's count, corrected item by item for what the overlay changed."""
         hidden = self.overlay.hides(mailbox)  # removed: the file's rows are gone

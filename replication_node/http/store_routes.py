@@ -92,9 +92,10 @@ async def mailbox_digest_route(request: web.Request) -> web.Response:
     epoch = epoch_for(request)
     if reader.mailbox(name) is None:
         raise NotFound(f"no mailbox {name!r}")
-    # The items are read on the loop (the active merges its LLR overlay, which only the
-    # loop touches); hashing that snapshot, the costly part, does not hold the loop.
-    digest = await asyncio.to_thread(mailbox_digest, name, reader.items(name, 0))
+    # The rows are read on the loop (the active merges its LLR overlay, which only the
+    # loop touches), bodies by the hash each row keeps; summing the terms (and hashing the
+    # overlay's few bodies) does not hold the loop.
+    digest = await asyncio.to_thread(mailbox_digest, name, reader.digest_rows(name))
     return web.json_response(
         {
             "mailbox": name,

@@ -280,6 +280,29 @@ class Database:
             ).fetchall()
         return [item_dict(r) for r in rows]
 
+    def digest_rows(self, mailbox: str) -> list[dict[str, Any]]:
+        """A mailbox's items and tombstones as its digest counts them: each body by the
+        `body_hash` the row keeps, never the body (a mailbox of gigabytes is not read back
+        to be hashed).  The hash was taken from the body as it was written; a body damaged
+        on disk since is the scrub's to find (`recompute_digest`)."""
+        with self._read_lock:
+            rows = self._reads.execute(
+                "SELECT item_id, folder, subject, body_hash, deleted, change_number"
+                " FROM items WHERE mailbox=?",
+                (mailbox,),
+            ).fetchall()
+        return [
+            {
+                "item_id": r["item_id"],
+                "folder": r["folder"],
+                "subject": r["subject"],
+                "body_hash": r["body_hash"],
+                "deleted": bool(r["deleted"]),
+                "change_number": r["change_number"],
+            }
+            for r in rows
+        ]
+
     def live_count(self, mailbox: str, since_change: int) -> int:
         """How many live items (not tombstones) of a mailbox changed after `since_change`."""
         with self._read_lock:

@@ -83,6 +83,35 @@ async def test_digest_and_reads_name_the_epoch_of_the_answering_copy(node):
     assert rolled["epoch"] == epoch
 
 
+async def test_the_digest_counts_the_files_rows_by_their_hash_and_the_overlays_over_them(node):
+    """Items written into the database file (their generations flushed by LLR) count by the
+    body hash each row keeps; changes still in the LLR overlay (a replacement, a deletion, a
+    new item) count over them: the same digest as hashing every live body."""
+    n, session = node
+    await call(session, "PUT", BOX, json={"folders": ["Inbox"]})
+    old = [
+        {"item_id": f"i{k}", "folder": "Inbox", "subject": "s", "body": f"old {k}"}
+        for k in range(3)
+    ]
+    await call(session, "POST", BOX + "/items", json={"items": old})
+    for k in range(4):  # generations past the LLR depth (2): the file holds the old items
+        filler = {"item_id": f"f{k}", "folder": "Inbox", "subject": "f", "body": "filler"}
+        await call(session, "POST", BOX + "/items", json={"items": [filler]})
+        await call(session, "POST", "/v1/databases/DB1/roll-log")
+    copy = n.instance("DB1").copy
+    assert {r["item_id"] for r in copy.db.digest_rows("alice")} >= {"i0", "i1", "i2"}
+    await call(session, "POST", BOX + "/items", json={"items": [
+        {"item_id": "i0", "folder": "Inbox", "subject": "s", "body": "new 0"},
+        {"item_id": "n1", "folder": "Inbox", "subject": "s", "body": "new item"}]})  # fmt: skip
+    await call(session, "DELETE", BOX + "/items/i1")
+    status, digest = await call(session, "GET", BOX + "/digest")
+    assert status == 200
+    live = {"i0": "new 0", "i2": "old 2", "n1": "new item"}
+    terms = sum(item_term("alice", i, "Inbox", "s", b) for i, b in live.items())
+    terms += sum(item_term("alice", f"f{k}", "Inbox", "f", "filler") for k in range(4))
+    assert (digest["item_count"], digest["digest"]) == (7, to_hex(terms))
+
+
 @pytest.mark.parametrize(
     ("path", "status", "words"),
     [
