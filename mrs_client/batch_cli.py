@@ -28,7 +28,7 @@ from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config
 from dag_common.model import ExitCode
 from mrs_client import batches
-from mrs_client.cli import answer_view
+from mrs_client.cli import _read, answer_view, whole_number
 from mrs_client.errors import MoveRejected
 from mrs_client.move_store import BatchRecord, MoveStore, open_move_store
 from mrs_client.move_store.records import BatchSettings
@@ -64,22 +64,7 @@ def _rate(text: str) -> float | None:
     return value
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (0 or more)")
-    return value
-
-
-async def _with_store(config: ClusterConfig, fn: Any) -> Any:
-    store = open_move_store(config)
-    try:
-        return await fn(store)
-    finally:
-        await store.aclose()
+_count = whole_number(0, "items")
 
 
 # ---- create ---------------------------------------------------------------------------------
@@ -143,7 +128,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     async def read(store: MoveStore) -> list[tuple[BatchRecord, dict[str, int]]]:
         return [(b, batches.counts(await store.list(batch=b.name))) for b in await store.batches()]
 
-    rows = asyncio.run(_with_store(config, read))
+    rows = asyncio.run(_read(config, read))
     if args.json:
         print(json.dumps([{**b.as_dict(), "by_state": n} for b, n in rows], indent=2))
         return ExitCode.OK
@@ -183,7 +168,7 @@ async def _report(store: MoveStore, name: str) -> dict[str, Any]:
 
 def cmd_show(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    rep = asyncio.run(_with_store(config, lambda store: _report(store, args.name)))
+    rep = asyncio.run(_read(config, lambda store: _report(store, args.name)))
     if args.json:
         print(json.dumps(rep, indent=2))
         return ExitCode.OK
@@ -216,7 +201,7 @@ def _by_state(n: dict[str, int]) -> str:
 
 def cmd_report(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    rep = asyncio.run(_with_store(config, lambda store: _report(store, args.name)))
+    rep = asyncio.run(_read(config, lambda store: _report(store, args.name)))
     if args.json:
         print(json.dumps(rep, indent=2))
         return ExitCode.OK
@@ -375,7 +360,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     create.add_argument(
         "--stall-retries",
-        type=_count,
+        type=whole_number(0, "retries"),
         default=3,
         metavar="N",
         help="queue a move failed by the stall limit again, up to N times",

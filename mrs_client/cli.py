@@ -49,7 +49,7 @@ from mrs_client.item_limits import SkipReason, counts
 from mrs_client.move_store import MoveRecord, MoveStore, open_move_store
 from mrs_client.policy import MoveSettings, MoveState, StopRequest
 from mrs_client.progress import Progress
-from mrs_client.scheduling import MoveLimits as MoveLimitsDefaults
+from mrs_client.scheduling import MoveLimits
 
 if TYPE_CHECKING:
     from mrs_client.metrics import MoveMetricsFile
@@ -235,7 +235,6 @@ async def _serve(args: argparse.Namespace, config: ClusterConfig) -> int:
     import signal
 
     from mrs_client.lease import worker_id
-    from mrs_client.scheduling import MoveLimits
     from mrs_client.worker import Worker
 
     me = worker_id("mrs-serve")
@@ -691,7 +690,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common(serve)
     timings(serve)
-    limits = MoveLimitsDefaults()
+    limits = MoveLimits()
     for flag, default, text in (
         ("--max-moves", limits.per_worker, "moves this worker runs at once"),
         ("--max-per-source-database", limits.per_source_database,
@@ -748,26 +747,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _positive(text: str) -> int:
-    """A whole number, 1 or more (a limit of concurrent moves)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of moves (1 or more)")
-    return value
+def whole_number(least: int, of: str) -> Callable[[str], int]:
+    """An argparse type: a whole number of `of`, `least` or more."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a whole number of {of} ({least} or more)"
+            )
+        return value
+
+    return parse
 
 
-def _count(text: str) -> int:
-    """A whole number, 0 or more (an item limit)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of items (0 or more)")
-    return value
+_positive = whole_number(1, "moves")  # a limit of concurrent moves
+_count = whole_number(0, "items")  # an item limit
 
 
 def _logging(args: argparse.Namespace) -> None:

@@ -60,7 +60,6 @@ def completion_held_until(
 class WorkerStats:
     """What a worker did, for its metrics and its log."""
 
-    started: int = 0
     ended: dict[str, int] = field(default_factory=dict)  # final state -> count
     lost: int = 0  # moves stopped because their lease was lost
     busy: int = 0  # moves another worker started first
@@ -242,7 +241,6 @@ class Worker:
     async def _run_one(self, move_id: str, mover: Mover) -> None:
         try:
             record = await mover.run(move_id)
-            self.stats.started += 1
             self.stats.ended[str(record.state)] = self.stats.ended.get(str(record.state), 0) + 1
             logger.info("move %s: %s", move_id, record.state)
         except MoveBusy:

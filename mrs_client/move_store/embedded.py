@@ -35,7 +35,7 @@ from mrs_client.move_store import (
     answer_row,
 )
 from mrs_client.policy import FINISHED, GuaranteeAnswer, MoveState, MoveStep, StopRequest
-from replication_node.cluster.store.embedded import boot_id, set_wal
+from replication_node.cluster.store.embedded import boot_id, open_store_file
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS move_requests(
@@ -62,22 +62,15 @@ class EmbeddedMoveStore(MoveStore):
     """SQLite, WAL, fsync on commit; decisions inside IMMEDIATE transactions."""
 
     def __init__(self, path: Path, *, monotonic: Callable[[], float] = time.monotonic) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._monotonic = monotonic
         self._boot = boot_id()
-        self._conn = sqlite3.connect(
-            path, check_same_thread=False, isolation_level=None, timeout=10.0
-        )
+        self._conn = open_store_file(path, _SCHEMA)
         self._lock = threading.Lock()
         self._durable = True
         # Calls sent to the store's thread and not answered yet: a test driving a manual
         # clock moves it only while none is (the mover is waiting on the clock, not on us).
         self.in_flight = 0
-        with self._lock:
-            set_wal(self._conn)
-            self._conn.execute("PRAGMA synchronous=FULL")
-            self._conn.executescript(_SCHEMA)
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         self.in_flight += 1

@@ -422,6 +422,20 @@ class StoredMoves:
         return record
 
 
+async def settle(store: EmbeddedMoveStore) -> None:
+    """Wait until no call to the move store is in flight, and none follows within a few
+    turns of the loop: a test's clock moves on only while the code under test waits on the
+    clock, never while it waits on the store's thread or is on its way to its next call."""
+    quiet = 0
+    while quiet < 20:
+        if store.in_flight:
+            quiet = 0
+            await asyncio.sleep(0.0005)  # a poll of the thread's answer, not a wait for time
+        else:
+            quiet += 1
+            await asyncio.sleep(0)
+
+
 class MoverEnv:
     """A source DB1 holding alice, an empty target DB2, and a mover over fakes."""
 
@@ -487,17 +501,7 @@ class MoverEnv:
         raise AssertionError("the move did not end")
 
     async def settle(self) -> None:
-        """Wait until no call to the move store is in flight, and none follows within a few
-        turns of the loop: time moves on only while the mover waits on the clock, never
-        while it waits on the store's thread or is on its way to its next call."""
-        quiet = 0
-        while quiet < 20:
-            if self.requests.in_flight:
-                quiet = 0
-                await asyncio.sleep(0.0005)
-            else:
-                quiet += 1
-                await asyncio.sleep(0)
+        await settle(self.requests)
 
     def at_step(self, step: int, action) -> None:
         """Run `action` once, when the mover starts `step`."""

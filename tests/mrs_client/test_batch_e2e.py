@@ -91,6 +91,19 @@ def serve(cluster, name: str, *extra: str) -> subprocess.Popen:
     )
 
 
+async def queue_batch(cluster, names, *extra: str) -> None:
+    """`mrs batch create wave1 --mailboxes NAMES --to DB2 EXTRA`, which must succeed."""
+    made = await asyncio.to_thread(
+        mrs, cluster, "batch", "create", "wave1", "--mailboxes", *names, "--to", "DB2", *extra
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+
+
+def all_in(moves: EmbeddedMoveStore, state: str) -> bool:
+    """Every move request of the store is in `state`."""
+    return all(r.state == state for r in moves.call(moves._list, None, None))
+
+
 def b_holds(moves: EmbeddedMoveStore, a_pid: int) -> bool:
     """Some move leases are held, none by the worker of pid `a_pid`."""
     held = moves.call(moves._holders)
@@ -165,7 +178,7 @@ async def test_a_worker_killed_with_twenty_moves_running_the_other_finishes_them
         try:
             await wait_until(
                 "worker B completes the batch",
-                lambda: all(r.state == "Completed" for r in moves.call(moves._list, None, None)),
+                lambda: all_in(moves, "Completed"),
                 timeout=240,
             )
         finally:
@@ -190,10 +203,7 @@ async def test_the_guarantee_service_down_holds_the_moves_and_none_fails(env):
     cluster = env
     names = BOXES[:4]
     sources = await seed(cluster, names)
-    made = await asyncio.to_thread(
-        mrs, cluster, "batch", "create", "wave1", "--mailboxes", *names, "--to", "DB2"
-    )
-    assert made.returncode == 0, made.stdout + made.stderr
+    await queue_batch(cluster, names)
     cluster.api.terminate()
     cluster.api.wait(timeout=20)
     moves = store(cluster)
@@ -201,7 +211,7 @@ async def test_the_guarantee_service_down_holds_the_moves_and_none_fails(env):
     try:
         await wait_until(
             "the moves are held, stalled",
-            lambda: all(r.state == "Stalled" for r in moves.call(moves._list, None, None)),
+            lambda: all_in(moves, "Stalled"),
             timeout=120,
         )
         shown = await asyncio.to_thread(mrs, cluster, "batch", "show", "wave1")
@@ -209,7 +219,7 @@ async def test_the_guarantee_service_down_holds_the_moves_and_none_fails(env):
         cluster.api = await cluster.start_guarantee_api()
         await wait_until(
             "the batch completes once the service is back",
-            lambda: all(r.state == "Completed" for r in moves.call(moves._list, None, None)),
+            lambda: all_in(moves, "Completed"),
             timeout=240,
         )
     finally:
@@ -230,11 +240,7 @@ async def test_a_worker_paused_past_its_leases_stops_its_moves_and_another_finis
     cluster = env
     names = BOXES[:4]
     sources = await seed(cluster, names)
-    made = await asyncio.to_thread(
-        mrs, cluster, "batch", "create", "wave1", "--mailboxes", *names, "--to", "DB2",
-        "--max-mb-per-s", "0.02",
-    )  # fmt: skip
-    assert made.returncode == 0, made.stdout + made.stderr
+    await queue_batch(cluster, names, "--max-mb-per-s", "0.02")
     moves = store(cluster)
     a = serve(cluster, "worker-a")
     b = None
@@ -262,7 +268,7 @@ async def test_a_worker_paused_past_its_leases_stops_its_moves_and_another_finis
         a.send_signal(signal.SIGCONT)
         await wait_until(
             "worker B completes the batch",
-            lambda: all(r.state == "Completed" for r in moves.call(moves._list, None, None)),
+            lambda: all_in(moves, "Completed"),
             timeout=240,
         )
         a.send_signal(signal.SIGTERM)
@@ -307,11 +313,7 @@ async def test_the_target_active_killed_during_a_batch_every_move_completes_whol
     cluster = three_copies
     names = BOXES[:6]
     sources = await seed(cluster, names)
-    made = await asyncio.to_thread(
-        mrs, cluster, "batch", "create", "wave1", "--mailboxes", *names, "--to", "DB2",
-        "--max-mb-per-s", "0.05",
-    )  # fmt: skip
-    assert made.returncode == 0, made.stdout + made.stderr
+    await queue_batch(cluster, names, "--max-mb-per-s", "0.05")
     moves = store(cluster)
     w = serve(cluster, "worker")
     try:
@@ -326,7 +328,7 @@ async def test_the_target_active_killed_during_a_batch_every_move_completes_whol
         await asyncio.to_thread(mrs, cluster, "batch", "set", "wave1", "--max-mb-per-s", "none")
         await wait_until(
             "the batch completes after the failover",
-            lambda: all(r.state == "Completed" for r in moves.call(moves._list, None, None)),
+            lambda: all_in(moves, "Completed"),
             timeout=300,
         )
     finally:

@@ -31,6 +31,14 @@ from tests.mrs_client.test_worker import (
 )
 
 
+async def make_batch(env, names, settings: BatchSettings):
+    """Batch wave1 of `names`, DB1 to DB2, created as `mrs batch create` does."""
+    lines = [BatchLine(0, name, "DB2") for name in names]
+    return await batches.create(
+        env.requests, env.mover(), "wave1", lines, settings, now=env.clock.now()
+    )
+
+
 def test_a_csv_is_read_with_exchanges_headers_or_ours():
     lines = parse_csv(
         "EmailAddress,TargetDatabase,Priority,Archive\nalice,DB2,High,yes\n\nbob,DB2,,no\n"
@@ -129,14 +137,7 @@ async def test_a_move_failed_by_the_stall_limit_is_queued_again_a_bounded_number
     env = fleet(tmp_path)
     short = replace(MOVER_SETTINGS, stall_limit=timedelta(seconds=20))
     settings = BatchSettings(stall_retries=2, stall_retry_after=100)
-    await batches.create(
-        env.requests,
-        env.mover(),
-        "wave1",
-        [BatchLine(0, "alice", "DB2"), BatchLine(0, "bob", "DB2")],
-        settings,
-        now=env.clock.now(),
-    )
+    await make_batch(env, ("alice", "bob"), settings)
     healthy = stall_when_unhealthy(env)
     w = worker(env, settings=short)
     run = asyncio.create_task(w.run())
@@ -169,14 +170,7 @@ async def test_a_move_failed_by_the_stall_limit_is_queued_again_a_bounded_number
 
 async def test_a_suspended_batch_stops_its_moves_and_resumes_them(tmp_path):
     env = fleet(tmp_path)
-    await batches.create(
-        env.requests,
-        env.mover(),
-        "wave1",
-        [BatchLine(0, name, "DB2") for name in BOXES[:3]],
-        BatchSettings(),
-        now=env.clock.now(),
-    )
+    await make_batch(env, BOXES[:3], BatchSettings())
     healthy = stall_when_unhealthy(env)
     w = worker(env, per_target_database=3)
     run = asyncio.create_task(w.run())
@@ -198,14 +192,7 @@ async def test_a_suspended_batch_stops_its_moves_and_resumes_them(tmp_path):
 async def test_batch_complete_completes_synced_moves_at_once(tmp_path):
     env = fleet(tmp_path)
     settings = BatchSettings(suspend_when_ready_to_complete=True, incremental_sync_interval=3600)
-    await batches.create(
-        env.requests,
-        env.mover(),
-        "wave1",
-        [BatchLine(0, "alice", "DB2"), BatchLine(0, "bob", "DB2")],
-        settings,
-        now=env.clock.now(),
-    )
+    await make_batch(env, ("alice", "bob"), settings)
     w = worker(env)
     run = asyncio.create_task(w.run())
     await until_done(env, run, lambda: all(s is MoveState.SYNCED for s in states(env).values()))
@@ -246,14 +233,7 @@ async def test_a_capped_batch_moves_no_faster_than_its_cap(tmp_path):
     env = fleet(tmp_path)
     for name in BOXES[:3]:
         env.nodes.fill("DB1", name, 40, body="x" * 50_000)
-    await batches.create(
-        env.requests,
-        env.mover(),
-        "wave1",
-        [BatchLine(0, name, "DB2") for name in BOXES[:3]],
-        BatchSettings(max_mb_per_s=0.5),
-        now=env.clock.now(),
-    )
+    await make_batch(env, BOXES[:3], BatchSettings(max_mb_per_s=0.5))
     w = worker(env, per_target_database=3)
     started = env.clock.now()
     run = asyncio.create_task(w.run())
@@ -275,14 +255,7 @@ async def test_a_wrong_token_is_said_once_not_for_every_line(tmp_path):
 
     env.nodes.before.append(refused)
     with pytest.raises(MoveRejected) as caught:
-        await batches.create(
-            env.requests,
-            env.mover(),
-            "wave1",
-            [BatchLine(0, n, "DB2") for n in BOXES],
-            BatchSettings(),
-            now=env.clock.now(),
-        )
+        await make_batch(env, BOXES, BatchSettings())
     assert not isinstance(caught.value, BatchRejected)
     assert "authentication failed" in str(caught.value)
     assert env.stored.list() == []

@@ -10,11 +10,10 @@ from dataclasses import replace
 import aiohttp
 from aiohttp.test_utils import TestServer
 
-from mrs_client import batches
-from mrs_client.batches import BatchLine
 from mrs_client.fleet_view import app
 from mrs_client.move_store.records import BatchSettings
 from mrs_client.policy import MoveState
+from tests.mrs_client.test_batches import make_batch
 from tests.mrs_client.test_worker import fleet, stall_when_unhealthy, states, until_done, worker
 from tests.prometheus import promtool_check, samples, value
 
@@ -23,14 +22,7 @@ NAME = "wave<1>&"
 
 async def test_the_metrics_page_and_batches_of_a_worker(tmp_path):
     env = fleet(tmp_path)
-    await batches.create(
-        env.requests,
-        env.mover(),
-        "wave1",
-        [BatchLine(0, n, "DB2") for n in ("alice", "bob")],
-        BatchSettings(max_mb_per_s=5),
-        now=env.clock.now(),
-    )
+    await make_batch(env, ("alice", "bob"), BatchSettings(max_mb_per_s=5))
     healthy = stall_when_unhealthy(env)
     w = worker(env)
     w._count_every = 0  # counted at every poll

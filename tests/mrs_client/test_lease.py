@@ -16,7 +16,7 @@ from mrs_client.lease import LEASE_TTL, hold
 from mrs_client.move_store import LeaseLost
 from mrs_client.move_store.embedded import EmbeddedMoveStore
 from mrs_client.policy import MoveSettings
-from tests.mrs_client.fakes import record
+from tests.mrs_client.fakes import record, settle
 
 
 async def setup(tmp_path):
@@ -27,11 +27,14 @@ async def setup(tmp_path):
     return clock, store, move.id
 
 
-async def advance_until(clock: ManualClock, task: asyncio.Task, step: float = 0.25) -> float:
-    """Turn the clock until `task` ends; the seconds it took by that clock."""
+async def advance_until(
+    clock: ManualClock, store: EmbeddedMoveStore, task: asyncio.Task, step: float = 0.25
+) -> float:
+    """Turn the clock until `task` ends, only while no store call is in flight; the seconds
+    it took by that clock."""
     start = clock.monotonic()
     while not task.done():
-        await asyncio.sleep(0.01)  # the store's thread answers
+        await settle(store)
         await clock.advance(step)
         assert clock.monotonic() - start < 10 * LEASE_TTL, "never ended"
     return clock.monotonic() - start
@@ -50,7 +53,7 @@ async def test_a_resume_waits_for_the_lease_of_a_dead_holder_and_then_runs(tmp_p
         ) as lease:  # fmt: skip
             return lease.worker
 
-    took = await advance_until(clock, asyncio.create_task(resume()))
+    took = await advance_until(clock, store, asyncio.create_task(resume()))
     assert LEASE_TTL - 1 <= took <= LEASE_TTL + 2
     assert lines and "mrs@killed" in lines[0] and "waiting up to 15 s" in lines[0]
     assert await store.holder(move_id) is None  # released at the end of the body
@@ -74,7 +77,7 @@ async def test_a_resume_meeting_a_live_holder_is_refused_once_it_renews(tmp_path
             raise AssertionError("ran a move another worker holds")
 
     attempt = asyncio.create_task(resume())
-    took = await advance_until(clock, attempt)
+    took = await advance_until(clock, store, attempt)
     with pytest.raises(MoveBusy, match=r"being run by another worker, mrs serve@host"):
         attempt.result()
     assert took <= LEASE_TTL / 3 + 2  # seen at its first renewal, not after the lease

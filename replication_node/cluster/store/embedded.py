@@ -72,6 +72,17 @@ def set_wal(conn: sqlite3.Connection, attempts: int = 200) -> None:
             time.sleep(0.05)  # start-up only, before the store serves anything
 
 
+def open_store_file(path: Path, schema: str) -> sqlite3.Connection:
+    """A connection to the cluster store's file (created if need be), shared by threads
+    under its owner's lock, in WAL with fsync on commit, `schema` applied."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10.0)
+    set_wal(conn)
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.executescript(schema)
+    return conn
+
+
 def boot_id() -> str:
     """This boot of the machine (Linux): monotonic times of another boot mean nothing now."""
     try:
@@ -84,20 +95,14 @@ class EmbeddedClusterStore(ClusterStore):
     """SQLite, WAL, fsync on commit; writes are compare-and-set inside IMMEDIATE txns."""
 
     def __init__(self, path: Path, *, monotonic: Callable[[], float] = time.monotonic) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         # Leases expire by this machine's monotonic clock, which every process on it shares
         # and which no one sets; a lease from another boot (its clock began again) is over.
         self._monotonic = monotonic
         self._boot = boot_id()
-        self._conn = sqlite3.connect(
-            path, check_same_thread=False, isolation_level=None, timeout=10.0
-        )
+        self._conn = open_store_file(path, _SCHEMA)
         self._lock = threading.Lock()
         with self._lock:
-            set_wal(self._conn)
-            self._conn.execute("PRAGMA synchronous=FULL")
-            self._conn.executescript(_SCHEMA)
             # Node processes open a new file at the same moment: the check and the ALTER
             # run in one write transaction, so only one of them adds a column.
             self._conn.execute("BEGIN IMMEDIATE")
