@@ -1,7 +1,11 @@
 """The mover's client for the nodes' store API: finds each database's active copy and calls
 it, following the active when it moves.
 
-- A 409 naming another active (the copy asked is passive now): ask that one at once.
+- A 409 naming another active (the copy asked is passive now): ask that one at once, by the
+  url it names (its status may not say Mounted yet).
+- No copy says it is the mounted active: if one says it is the active and not mounted yet
+  (Active, Dismounted), a mount is under way: follow it as a switchover (below); if none
+  does, it is an outage, and the call fails at once with that reason.
 - A 409 from an active being switched over (it still names itself, and says `switching_to`),
   or from a copy changing role (naming itself or no active yet): a switchover takes a
   second or two, so ask again every `follow_interval` seconds, finding
@@ -69,6 +73,15 @@ def _written(body: dict[str, Any]) -> Written:
     )
 
 
+class NoMountedActive(NodeCallError):
+    """No copy of the database says it is the mounted active; `mounting` names the nodes
+    whose copy is the active and not mounted yet (a mount under way)."""
+
+    def __init__(self, database: str, mounting: tuple[str, ...]) -> None:
+        super().__init__(f"no mounted active copy of {database} can be reached")
+        self.mounting = mounting
+
+
 class NodeStoreClient:
     """Store calls to the active copy of a database, over one aiohttp session."""
 
@@ -92,6 +105,7 @@ class NodeStoreClient:
 
     async def _find_active(self, database: str) -> str:
         refused: list[str] = []
+        mounting: list[str] = []
 
         async def ask(url: str) -> str | None:
             try:
@@ -101,12 +115,11 @@ class NodeStoreClient:
                     refused.append(url)
                 return None  # unreachable, an error page, not a status: this node cannot say
             for copy in status.copies:
-                if (
-                    copy.database == database
-                    and copy.role is CopyRole.ACTIVE
-                    and copy.status is CopyStatus.MOUNTED
-                ):
-                    return url
+                if copy.database == database and copy.role is CopyRole.ACTIVE:
+                    if copy.status is CopyStatus.MOUNTED:
+                        return url
+                    if copy.status is CopyStatus.DISMOUNTED:
+                        mounting.append(copy.node)  # made active, not mounted yet
             return None
 
         db = self._config.database(database)
@@ -119,7 +132,7 @@ class NodeStoreClient:
             raise NodeCallError(
                 f"authentication failed at {', '.join(refused)} (check the token)", status=401
             )
-        raise NodeCallError(f"no mounted active copy of {database} can be reached")
+        raise NoMountedActive(database, tuple(mounting))
 
     async def call(
         self,
@@ -165,9 +178,17 @@ class NodeStoreClient:
         while True:
             try:
                 url = self._active.get(database) or await self._find_active(database)
-            except NodeCallError:
+            except NoMountedActive as exc:
                 # Between the old active's dismount and the new one's mount nobody is
-                # mounted: part of a switchover being followed.
+                # mounted: part of a switchover being followed, or, when a copy says it is
+                # the active and not mounted yet, a mount under way that is followed from
+                # here.  Nobody mounted and nobody mounting is an outage: fail at once.
+                if follow_until is None and exc.mounting:
+                    follow_until = self._clock.monotonic() + self._follow_timeout
+                    logger.info(
+                        "%s: following the mount of %s on %s", what, database,
+                        ", ".join(exc.mounting),
+                    )  # fmt: skip
                 if follow_until is not None and self._clock.monotonic() < follow_until:
                     await self._clock.sleep(self._follow_interval)
                     continue
@@ -223,7 +244,11 @@ class NodeStoreClient:
                         await self._clock.sleep(self._follow_interval)
                         continue
                 elif not moved_once:
+                    # Asked at once, by the url it names, not through the copies' statuses:
+                    # the new active may not say Mounted yet, and then answers 409 naming
+                    # itself or nobody, which is followed above.
                     moved_once = True
+                    self._active[database] = body["active_url"]
                     continue
             message = body.get("error") if isinstance(body, dict) else body
             if status == 404 and not _missing(status, body):

@@ -29,6 +29,8 @@ class FakeNode:
         self.url = ""
 
     async def status(self, request: web.Request) -> web.Response:
+        if self.name in self.cluster.get("mounting", ()):
+            return web.json_response(status_of(self.name, "Active", "Dismounted"))
         active = self.cluster["active"] == self.name
         return web.json_response(
             status_of(
@@ -40,7 +42,7 @@ class FakeNode:
         self.writes += 1
         self.cluster["hook"](self)
         active = self.cluster["active"]
-        if self.name in self.cluster.get("changing", ()):
+        if self.name in {*self.cluster.get("changing", ()), *self.cluster.get("mounting", ())}:
             # a real node whose copy changes role: it names no active yet
             return web.json_response(
                 {
@@ -169,6 +171,44 @@ async def test_a_moved_active_is_asked_at_once(two_nodes):
     cluster.update(active="b", epoch=3)  # a failover the client has not heard of
     assert (await client.put_items("DB2", "alice", ITEM)).epoch == 3
     assert nodes["a"].writes == 2 and nodes["b"].writes == 1
+
+
+async def test_a_moved_active_still_mounting_is_followed(two_nodes):
+    """The switchover's race CI saw: the old active names the new one, whose copy is the
+    active and not mounted yet (its status says Dismounted, a write 409 naming nobody).  The
+    call follows the mount instead of failing with 'no mounted active copy'."""
+    cluster, nodes, config, session = two_nodes
+    client = NodeStoreClient(config, token="t", session=session, follow_interval=0.05)
+    await client.put_items("DB2", "alice", ITEM)  # a's url remembered
+    cluster.update(active="b", mounting={"b"})
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.3, lambda: cluster.update(mounting=set(), epoch=2))
+    written = await client.put_items("DB2", "alice", ITEM)
+    assert written.epoch == 2 and nodes["b"].writes >= 2
+
+
+async def test_a_mount_under_way_is_followed_by_a_client_that_knows_no_active(two_nodes):
+    cluster, nodes, config, session = two_nodes
+    cluster.update(active=None, mounting={"b"})
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.3, lambda: cluster.update(active="b", mounting=set(), epoch=2))
+    client = NodeStoreClient(config, token="t", session=session, follow_interval=0.05)
+    written = await client.put_items("DB2", "alice", ITEM)
+    assert written.epoch == 2 and nodes["b"].writes == 1
+
+
+async def test_no_active_and_no_mount_under_way_fails_at_once(two_nodes):
+    """An outage (every copy passive, none mounting) is not followed: the call fails with the
+    reason, well before the follow timeout."""
+    cluster, _, config, session = two_nodes
+    cluster.update(active=None)
+    client = NodeStoreClient(
+        config, token="t", session=session, follow_interval=0.05, follow_timeout=30.0
+    )
+    started = time.monotonic()
+    with pytest.raises(NodeCallError, match="no mounted active copy of DB2 can be reached"):
+        await client.put_items("DB2", "alice", ITEM)
+    assert time.monotonic() - started < 10, "failed at once, not after following for 30 s"
 
 
 @pytest.fixture
