@@ -45,22 +45,28 @@ async def admin_call(
         return await post_admin(session, f"{url}{path}", load_token(config), body, timeout=600)
 
 
+async def get_from_first(config: ClusterConfig, nodes: list[str], path: str) -> tuple[int, Any]:
+    """GET `path` from the first of `nodes` that answers (any HTTP status is an answer):
+    (HTTP status, its JSON answer); UNREACHABLE saying why of each node if none does."""
+    token = load_token(config)
+    unreachable = []
+    conn = aiohttp.TCPConnector(ssl=client_ssl(config))
+    async with aiohttp.ClientSession(connector=conn) as session:
+        for name in nodes:
+            code, body = await get_admin(session, f"{config.node(name).url}{path}", token)
+            if code != UNREACHABLE:
+                return code, body
+            unreachable.append(f"{name}: {body.get('error')}")
+    return UNREACHABLE, {"error": "no node answered (" + "; ".join(unreachable) + ")"}
+
+
 async def _history(config: ClusterConfig, database: str) -> tuple[int, Any]:
     """GET the history of `database` from the first node that answers: its copies' nodes
     by activation preference, then the others (every node reads the same cluster store)."""
     db = config.database(database)
     order = [c.node for c in sorted(db.copies, key=lambda c: c.activation_preference)]
     order += [n.name for n in config.nodes if n.name not in order]
-    unreachable = []
-    conn = aiohttp.TCPConnector(ssl=client_ssl(config))
-    async with aiohttp.ClientSession(connector=conn) as session:
-        for name in order:
-            url = f"{config.node(name).url}/v1/databases/{database}/history"
-            code, body = await get_admin(session, url, load_token(config))
-            if code != UNREACHABLE:
-                return code, body
-            unreachable.append(f"{name}: {body.get('error')}")
-    return UNREACHABLE, {"error": "no node answered (" + "; ".join(unreachable) + ")"}
+    return await get_from_first(config, order, f"/v1/databases/{database}/history")
 
 
 _CAUSE_WORDS = {

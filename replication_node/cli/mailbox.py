@@ -1,10 +1,16 @@
-"""`replication-node mailbox create|put|list`: try a cluster without curl.  Every call goes
-to the node API of the database's active copy, found and followed as the mover finds it
-(`mrs_client.node_client.NodeStoreClient`: the active through a switchover, the token).
+"""`replication-node mailbox create|put|list|where`: try a cluster without curl.  Every call
+but `where` goes to the node API of the database's active copy, found and followed as the
+mover finds it (`mrs_client.node_client.NodeStoreClient`: the active through a switchover,
+the token).
 
     mailbox create NAME --database DB [--folders F …]
     mailbox put NAME --database DB [--count N] [--size BYTES | --mix] [--seed S] [--folder F]
     mailbox list NAME --database DB [--since N] [--json]
+    mailbox where NAME [--json]
+
+`where` says where the mailbox directory places a mailbox (its database, that database's
+active and the move holding the mailbox), asked of the nodes in config order, the first that
+answers (every node reads the same cluster store).
 
 `put` writes N items of generated text in batches (each one transaction, acknowledged once
 durable) and says the rate.  `--mix` draws the sizes of real mail (`dag_common.mail_mix`:
@@ -12,7 +18,7 @@ most of a few KB, about one in 200 of 1-30 MiB, which the node stages across log
 generations); a batch is cut at half a log file and an item larger than that goes alone.
 A failure is one `error:` line: exit 2 for what the request got wrong (an unknown database
 or mailbox, a mailbox that exists, a folder it lacks, a locked mailbox), 1 for a cluster
-that cannot answer (no mounted active copy reachable)."""
+that cannot answer (no mounted active copy reachable; for `where`, no node)."""
 
 from __future__ import annotations
 
@@ -21,10 +27,11 @@ import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
-from dag_common.cli import add_config, database_named, error
+from dag_common.cli import add_config, add_json, database_named, error
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import BadArgument, TokenRefused
@@ -33,6 +40,7 @@ from dag_common.model import ExitCode
 from dag_common.node_status import AUTH_FAILED
 from mrs_client.errors import NodeCallError
 from mrs_client.node_client import NodeStoreClient
+from replication_node.cli.admin import exit_code, get_from_first
 from replication_node.cli.status import client_ssl
 
 BATCH_ITEMS = 200  # items per write (the node takes at most 1000 in one transaction)
@@ -222,10 +230,39 @@ def cmd_mailbox(args: argparse.Namespace) -> int:
     return asyncio.run(_run(config, args))
 
 
+def where_line(answer: dict[str, Any]) -> str:
+    """A `GET /v1/mailboxes/{mailbox}` answer as one line."""
+    line = f"{answer['mailbox']}: {answer['database']}, "
+    if answer.get("active_node"):
+        line += f"active on {answer['active_node']} (epoch {answer['epoch']})"
+    else:
+        line += "no active copy chosen yet"
+    moving = answer.get("moving")
+    if moving:
+        target = moving.get("target_database")
+        where = f"moving to {target}" if target else "moving (its target unknown)"
+        line += f"; {where} (move {moving['move_id']})"
+    return line
+
+
+def cmd_where(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    path = f"/v1/mailboxes/{quote(args.name, safe='')}"
+    code, answer = asyncio.run(get_from_first(config, [n.name for n in config.nodes], path))
+    if code == 401:
+        raise TokenRefused(AUTH_FAILED)
+    if code != 200:
+        error(answer.get("error") or f"HTTP {code}")
+        return exit_code(code)
+    print(json.dumps(answer, indent=2) if args.json else where_line(answer))
+    return ExitCode.OK
+
+
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add `mailbox create|put|list` to the parser."""
+    """Add `mailbox create|put|list|where` to the parser."""
     mailbox = sub.add_parser(
-        "mailbox", help="create a mailbox, write test items, list them (the node API, no curl)"
+        "mailbox",
+        help="create a mailbox, write test items, list them, say where one is (the node API)",
     ).add_subparsers(dest="mailbox_cmd", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
@@ -269,3 +306,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="only items changed after this change number (default 0: all)",
     )
     lst.add_argument("--json", action="store_true", help="print the items as JSON")
+
+    where = mailbox.add_parser(
+        "where", help="the mailbox's database, its active copy and the move holding it"
+    )
+    where.add_argument("name", help="the mailbox's name (e.g. alice)")
+    add_config(where)
+    add_json(where, "print the node's answer as JSON")
+    where.set_defaults(func=cmd_where)

@@ -1,13 +1,16 @@
-"""The store routes of the node's HTTP API: mailboxes, folders and items.
+"""The store routes of the node's HTTP API: mailboxes, folders and items, and where the
+mailbox directory places a mailbox.
 
 Thin handlers: writes go to the active instance's `MailboxStore` (answered once durable),
 reads to whatever copy answers here (the active merges its LLR overlay), each read with the
-epoch of the stream it reflects.
+epoch of the stream it reflects; the directory is read from the cluster store, which every
+node shares.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from aiohttp import web
 
@@ -107,6 +110,32 @@ async def mailbox_digest_route(request: web.Request) -> web.Response:
     )
 
 
+async def where_mailbox(request: web.Request) -> web.Response:
+    """Where the mailbox directory places a mailbox: its database, that database's active
+    (node, url, epoch; null while none was chosen) and the move holding it (any node
+    answers: they share the cluster store)."""
+    name = mailbox_name(request)
+    node = request.app[NODE]
+    entry = await node.cluster_store.mailbox_entry(name)
+    if entry is None:
+        raise NotFound(f"no mailbox {name!r} in the mailbox directory")
+    active = await node.cluster_store.active(entry.database)
+    url = None
+    if active is not None:
+        url = next((n.url for n in node.config.nodes if n.name == active.node), None)
+    return web.json_response(
+        {
+            "mailbox": name,
+            "database": entry.database,
+            "active_node": active.node if active else None,
+            "active_url": url,
+            "epoch": active.epoch if active else None,
+            # {"move_id", "target_database"}
+            "moving": dataclasses.asdict(entry.moving) if entry.moving else None,
+        }
+    )
+
+
 async def create_folder(request: web.Request) -> web.Response:
     body = parse(FolderIn, await json_body(request))
     result = await active_for_write(request).store.create_folder(  # type: ignore[union-attr]
@@ -202,7 +231,7 @@ async def mailbox_action(request: web.Request) -> web.Response:
 
 
 def add_store_routes(app: web.Application) -> None:
-    """Mailboxes, folders and items of each database."""
+    """Mailboxes, folders and items of each database; the mailbox directory."""
     mbx = "/v1/databases/{db}/mailboxes/{mailbox}"
     app.router.add_put(mbx, put_mailbox)
     app.router.add_get("/v1/databases/{db}/mailboxes", list_mailboxes)
@@ -215,3 +244,4 @@ def add_store_routes(app: web.Application) -> None:
     app.router.add_get(mbx + "/items", get_items)
     app.router.add_delete(mbx + "/items/{item_id}", delete_item)
     app.router.add_post(mbx + "/{action:lock|unlock|soft-delete}", mailbox_action)
+    app.router.add_get("/v1/mailboxes/{mailbox}", where_mailbox)

@@ -6,18 +6,26 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import subprocess
+import sys
 import time
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from dag_common.incarnation import ActivationCause
 from dag_common.model import AutoDatabaseMountDial, FailoverPause
+from mrs_client.move_store import MoveRecord, MoveStore
+from mrs_client.move_store.embedded import EmbeddedMoveStore
+from mrs_client.move_store.etcd import EtcdMoveStore
+from mrs_client.policy import MoveState
+from replication_node.cluster.store import DirectoryEntry, MoveHold, RedeliveryRecord
 from replication_node.cluster.store.embedded import EmbeddedClusterStore
 from replication_node.cluster.store.etcd import EtcdClusterStore
 from replication_node.cluster.store.etcd_gateway import EtcdGateway
 from replication_node.errors import ClusterStoreError, FailoverPaused, LeaseHeld
-from tests.cluster_harness import free_port, serve_app, start_etcd, wait_until
+from tests.cluster_harness import ROOT, free_port, serve_app, start_etcd, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -231,6 +239,157 @@ async def test_the_mailbox_directory_changes_only_from_what_was_expected(store):
     assert await store.mailboxes() == {"alice": "DB2", "bob": "DB1"}
 
 
+def _move_store_beside(store) -> MoveStore:
+    """The move store in the same SQLite file or etcd prefix as `store` (an etcd one shares
+    its gateway: only an embedded one is closed after)."""
+    if isinstance(store, EmbeddedClusterStore):
+        return EmbeddedMoveStore(store.path)
+    return EtcdMoveStore(store._gateway, cluster=store._prefix.split("/")[2])
+
+
+async def test_the_directory_entry_says_the_move_the_move_store_made(store):
+    """The move store's layout, read by the cluster store as a contract: a real move made
+    through `mrs_client.move_store` is what `mailbox_entry` reports, in both engines."""
+    assert await store.mailbox_entry("alice") is None
+    assert await store.set_mailbox_database("alice", "DB1", expected=None)
+    assert await store.set_mailbox_database("bob", "DB1", expected=None)
+    # no mover ever ran here: the embedded file has no move tables yet
+    assert await store.mailbox_entry("alice") == DirectoryEntry("alice", "DB1", None)
+
+    moves = _move_store_beside(store)
+    now = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
+    record = MoveRecord(
+        id="3fa2b1c4d5e6", mailboxes=("alice", "carol"), source_db="DB1", target_db="DB2",
+        created=now, updated=now,
+    )  # fmt: skip
+    await moves.create([record])
+    assert await store.mailbox_entry("alice") == DirectoryEntry(
+        "alice", "DB1", MoveHold("3fa2b1c4d5e6", "DB2")
+    )
+    assert await store.mailbox_entry("bob") == DirectoryEntry("bob", "DB1", None)
+    assert await store.mailbox_entry("carol") is None, "claimed, but not in the directory"
+
+    # step 8 points the directory at the target; completing releases the claim
+    assert await store.set_mailbox_database("alice", "DB2", expected="DB1")
+    assert (await store.mailbox_entry("alice")).moving == MoveHold("3fa2b1c4d5e6", "DB2")
+    lease = await moves.claim(record.id, "w1", 60)
+    await moves.save(replace(record, state=MoveState.COMPLETED), now, lease=lease)
+    await moves.release(lease)
+    assert await store.mailbox_entry("alice") == DirectoryEntry("alice", "DB2", None)
+    if isinstance(moves, EmbeddedMoveStore):
+        await moves.aclose()
+
+
+def test_the_cluster_store_does_not_import_the_mover():
+    check = (
+        "import sys\n"
+        "import replication_node.cluster.store.embedded, replication_node.cluster.store.etcd\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'mrs_client'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr
+
+
+# ---- the transport dumpster's redelivery record ---------------------------------------------
+
+T0 = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
+
+
+def _minutes(n: int) -> datetime:
+    return T0 + timedelta(minutes=n)
+
+
+async def _lossy(store, epoch: int, start: int, end: int, *servers: str, now: int = 60):
+    """`require_redelivery` for the lossy activation `epoch`, times in minutes past T0."""
+    return await store.require_redelivery(
+        "DB1",
+        epoch=epoch,
+        start=_minutes(start),
+        end=_minutes(end),
+        servers=servers or ("hub2", "hub1"),
+        now=_minutes(now),
+    )
+
+
+async def test_a_lossy_activation_requires_redelivery_once_per_epoch(store):
+    assert await store.redelivery("DB1") is None
+    first = await _lossy(store, 4, 10, 20)
+    assert first == RedeliveryRecord(
+        "DB1", (4,), _minutes(10), _minutes(20), ("hub1", "hub2"), (), _minutes(60), None
+    )
+    assert first.required and await store.redelivery("DB1") == first
+    assert (await store.redelivery("DB1")).start.utcoffset() == timedelta(0)
+    # the new active asks again at every mount: the record stands as it was
+    again = await _lossy(store, 4, 0, 30, "hub3", now=90)
+    assert again == first and await store.redelivery("DB1") == first
+    assert await store.redelivery("DB2") is None
+
+
+async def test_a_second_lossy_epoch_widens_the_window_and_asks_every_server_again(store):
+    await _lossy(store, 4, 10, 20)
+    assert (await store.redelivered("DB1", "hub1", epochs=(4,))).answered == ("hub1",)
+    wider = await _lossy(store, 6, 15, 40, "hub1", "hub2", "hub3", now=95)
+    assert (wider.epochs, wider.start, wider.end) == ((4, 6), _minutes(10), _minutes(40))
+    assert (wider.servers, wider.answered) == (("hub1", "hub2", "hub3"), ())
+    assert wider.requested == _minutes(60), "when the first of its epochs required it"
+    assert wider.required and await store.redelivery("DB1") == wider
+    earlier = await _lossy(store, 7, 5, 12, "hub1")
+    assert (earlier.start, earlier.end, earlier.servers) == (_minutes(5), _minutes(40), ("hub1",))
+
+
+async def test_answers_count_only_for_the_window_asked_and_all_of_them_end_it(store):
+    assert await store.redelivered("DB1", "hub1", epochs=(4,)) is None, "nothing required"
+    await _lossy(store, 4, 10, 20)
+    wider = await _lossy(store, 6, 15, 40)
+    # an answer for the narrower window (sent before the second epoch) does not count
+    assert await store.redelivered("DB1", "hub1", epochs=(4,)) == wider
+    assert await store.redelivered("DB1", "hub9", epochs=(4, 6)) == wider, "not asked"
+    one = await store.redelivered("DB1", "hub2", epochs=(4, 6))
+    assert (one.servers, one.answered, one.required) == (("hub1",), ("hub2",), True)
+    assert await store.redelivered("DB1", "hub2", epochs=(4, 6)) == one, "answered already"
+    done = await store.redelivered("DB1", "hub1", epochs=(4, 6))
+    assert (done.servers, done.answered, done.ended) == ((), ("hub1", "hub2"), "Success")
+    assert not done.required and await store.redelivery("DB1") == done
+
+
+async def test_every_transport_answering_at_once_is_counted(store):
+    hubs = [f"hub{i}" for i in range(6)]
+    await _lossy(store, 4, 10, 20, *hubs)
+    await asyncio.gather(*(store.redelivered("DB1", h, epochs=(4,)) for h in hubs))
+    record = await store.redelivery("DB1")
+    assert (record.servers, record.answered, record.ended) == ((), tuple(hubs), "Success")
+
+
+async def test_a_redelivery_given_up_ends_only_for_its_own_window(store):
+    assert await store.end_redelivery("DB1", epochs=(4,), reason="Expired") is None
+    await _lossy(store, 4, 10, 20)
+    wider = await _lossy(store, 6, 15, 40)
+    assert await store.end_redelivery("DB1", epochs=(4,), reason="Expired") == wider
+    ended = await store.end_redelivery("DB1", epochs=(4, 6), reason="Expired")
+    assert (ended.ended, ended.required, ended.servers) == ("Expired", False, ("hub1", "hub2"))
+    assert await store.redelivered("DB1", "hub1", epochs=(4, 6)) == ended, "ended: no answers"
+    assert await store.end_redelivery("DB1", epochs=(4, 6), reason="Success") == ended
+
+
+async def test_after_a_record_ended_a_new_lossy_epoch_starts_a_new_one(store):
+    await _lossy(store, 4, 10, 20, "hub1")
+    ended = await store.redelivered("DB1", "hub1", epochs=(4,))
+    assert ended.ended == "Success"
+    assert await _lossy(store, 4, 10, 20, "hub1", now=70) == ended, "its epoch asked again"
+    new = await _lossy(store, 9, 50, 55, now=120)
+    assert new == RedeliveryRecord(
+        "DB1", (9,), _minutes(50), _minutes(55), ("hub1", "hub2"), (), _minutes(120), None
+    )
+    assert await store.redelivery("DB1") == new
+    # with no transport to ask, nothing is to be redelivered
+    none = await store.require_redelivery(
+        "DB2", epoch=2, start=T0, end=T0, servers=[], now=_minutes(1)
+    )
+    assert (none.servers, none.ended) == ((), "Success")
+
+
 async def test_only_the_active_at_its_epoch_holds_the_lease(store):
     await store.set_active("DB1", "mbx1", expected_epoch=0)
     assert await store.lease("DB1") is None
@@ -364,6 +523,10 @@ async def test_a_store_file_from_before_gets_the_new_columns_and_keeps_its_recor
     ]  # fmt: skip
     assert await second.pause_failover(_pause())
     assert await first.failover_pause() == _pause()
+    required = await first.require_redelivery(
+        "DB1", epoch=4, start=_minutes(1), end=_minutes(2), servers=["hub1"], now=_minutes(3)
+    )
+    assert await second.redelivery("DB1") == required
     first.close()
     second.close()
 

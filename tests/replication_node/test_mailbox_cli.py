@@ -1,15 +1,19 @@
-"""`replication-node mailbox create|put|list` as an operator trying a cluster runs it, over a
-real node process: what it writes is what the node serves, and each mistake is one line
-with its exit code.  The generated items and their batches, pure, without a node."""
+"""`replication-node mailbox create|put|list|where` as an operator trying a cluster runs it,
+over a real node process: what it writes is what the node serves, where the directory places
+a mailbox is what the cluster store holds, and each mistake is one line with its exit code.
+The generated items and their batches, and `where`'s line, pure, without a node."""
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 
 from dag_common.mail_mix import mail_sizes
-from replication_node.cli.mailbox import batches, generated_items, generated_text
+from mrs_client.move_store import MoveRecord
+from mrs_client.move_store.embedded import EmbeddedMoveStore
+from replication_node.cli.mailbox import batches, generated_items, generated_text, where_line
 from tests.cluster_harness import LocalCluster
 
 
@@ -37,6 +41,35 @@ def test_batches_hold_at_most_the_items_and_bytes_given(count, size, max_items, 
     assert [i["subject"] for b in written for i in b] == [
         f"load item {k} of {count}" for k in range(1, count + 1)
     ]
+
+
+@pytest.mark.parametrize(
+    ("moving", "active", "line"),
+    [
+        (None, ("mbx3", 4), "alice: DB2, active on mbx3 (epoch 4)"),
+        (
+            {"move_id": "3fa2b1c4d5e6", "target_database": "DB1"},
+            ("mbx3", 4),
+            "alice: DB2, active on mbx3 (epoch 4); moving to DB1 (move 3fa2b1c4d5e6)",
+        ),
+        (
+            {"move_id": "3fa2b1c4d5e6", "target_database": None},
+            (None, None),
+            "alice: DB2, no active copy chosen yet; moving (its target unknown) "
+            "(move 3fa2b1c4d5e6)",
+        ),
+    ],
+)
+def test_where_says_the_database_its_active_and_the_move_in_one_line(moving, active, line):
+    answer = {
+        "mailbox": "alice",
+        "database": "DB2",
+        "active_node": active[0],
+        "active_url": None,
+        "epoch": active[1],
+        "moving": moving,
+    }
+    assert where_line(answer) == line
 
 
 @pytest.fixture
@@ -140,3 +173,49 @@ async def test_put_with_the_mix_of_real_mail_writes_items_of_many_megabytes(node
     assert sum(1 for s in sizes if s > 1 << 20) == 2
     both = run(node, "put", "carol", "--database", "DB1", "--mix", "--size", "10")
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+
+@pytest.mark.slow
+async def test_where_a_mailbox_is_asked_of_the_node_and_said_in_one_line(node):
+    assert await node.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/alice", json={})
+    moves = EmbeddedMoveStore(node.root / "cluster.db")  # the node's own cluster store file
+    now = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
+    await moves.create(
+        [MoveRecord("3fa2b1c4d5e6", ("alice",), "DB1", "DB2", created=now, updated=now)]
+    )
+    await moves.aclose()
+    answer = {
+        "mailbox": "alice",
+        "database": "DB1",
+        "active_node": "mbx1",
+        "active_url": node.url("mbx1"),
+        "epoch": 1,
+        "moving": {"move_id": "3fa2b1c4d5e6", "target_database": "DB2"},
+    }
+    assert await node.call("GET", "mbx1", "/v1/mailboxes/alice") == (200, answer)
+    assert await node.call("GET", "mbx1", "/v1/mailboxes/nobody") == (
+        404, {"error": "no mailbox 'nobody' in the mailbox directory"},
+    )  # fmt: skip
+    assert await node.call("GET", "mbx1", "/v1/mailboxes/bad%20name") == (
+        400, {"error": "invalid mailbox name 'bad name'"},
+    )  # fmt: skip
+    refused, _ = await node.call(
+        "GET", "mbx1", "/v1/mailboxes/alice", headers={"Authorization": "Bearer wrong"}
+    )
+    assert refused == 401
+
+    said = run(node, "where", "alice")
+    assert (said.returncode, said.stderr) == (0, ""), said.stderr
+    assert (
+        said.stdout == "alice: DB1, active on mbx1 (epoch 1); moving to DB2 (move 3fa2b1c4d5e6)\n"
+    )
+    as_json = run(node, "where", "alice", "--json")
+    assert as_json.returncode == 0 and json.loads(as_json.stdout) == answer
+    unknown = run(node, "where", "nobody")
+    assert (unknown.returncode, unknown.stderr, unknown.stdout) == (
+        2, "error: no mailbox 'nobody' in the mailbox directory\n", "",
+    )  # fmt: skip
+    node.kill("mbx1")
+    down = run(node, "where", "alice")
+    assert down.returncode == 1 and down.stdout == ""
+    assert down.stderr.startswith("error: no node answered (mbx1: "), down.stderr

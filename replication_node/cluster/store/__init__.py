@@ -23,13 +23,27 @@ flag for the whole cluster, with who paused it, when and why.  While it stands, 
 refuses an automatic failover (FailoverPaused) in the same atomic step that would move the
 role, so a pause taken while a failover is being decided still stops it; an operator's
 activation and a switchover go on.
+
+The mailbox directory is read with the move holding each mailbox (`mailbox_entry`): the move
+store keeps its claims beside the cluster store's records (the same SQLite file, the same etcd
+prefix), and the cluster store reads them, never writes them, by the layout named below.
+
+After a lossy activation the new active asks every transport to resubmit, from its transport
+dumpster, what it delivered to the database over the window the lost logs may have held
+(Exchange's DumpsterRedelivery* properties of the database, kept in the cluster database):
+one `RedeliveryRecord` per database, its rules pure (`redelivery_required`,
+`redelivery_answered`, `redelivery_ended`), each change one atomic read-modify-write of the
+engine (`_change_redelivery`, as patroni's dcs/ keeps its public methods over private
+per-engine writes).
 """
 
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
-from datetime import datetime
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TypeVar
 
@@ -38,15 +52,40 @@ from dag_common.incarnation import ActivationCause, EpochRecord
 from dag_common.model import AutoDatabaseMountDial, FailoverPause
 
 __all__ = [
+    "MOVE_CLAIMS_KEY",
+    "MOVE_CLAIMS_TABLE",
+    "MOVE_REQUESTS_KEY",
+    "MOVE_REQUESTS_TABLE",
+    "MOVE_TARGET_FIELD",
     "ActivationCause",
     "ActiveRecord",
     "ClusterStore",
+    "DirectoryEntry",
     "EpochRecord",
     "FailoverPause",
     "LeaseRecord",
+    "MoveHold",
+    "RedeliveryChange",
+    "RedeliveryEnd",
+    "RedeliveryRecord",
     "known_member",
+    "move_hold",
     "open_cluster_store",
+    "redelivery_answered",
+    "redelivery_ended",
+    "redelivery_required",
 ]
+
+# The move store's layout (mrs_client.move_store: embedded.py, etcd.py), read here as a
+# contract, never written: the cluster store does not import the mover, so what it reads of
+# the mover's records is named here, and only here.  A test creates a real move through the
+# move store and reads it back through `mailbox_entry` (tests/replication_node/
+# test_cluster_store.py), so a change of the move store's layout fails there.
+MOVE_CLAIMS_TABLE = "move_mailboxes"  # SQLite: (mailbox PRIMARY KEY, move_id) of unfinished moves
+MOVE_REQUESTS_TABLE = "move_requests"  # SQLite: (id PRIMARY KEY, …, body: the MoveRecord JSON)
+MOVE_CLAIMS_KEY = "moves/mailbox/"  # etcd, under /dag/<cluster>/: + mailbox -> the move id
+MOVE_REQUESTS_KEY = "moves/req/"  # etcd: + move id -> the MoveRecord JSON
+MOVE_TARGET_FIELD = "target_db"  # the MoveRecord JSON's target database
 
 _E = TypeVar("_E", bound=StrEnum)
 
@@ -97,6 +136,170 @@ class ActiveRecord:
         """The highest generation holding acknowledged commits that the active announced:
         LastLogGenerated counting the open log once it holds an acknowledged commit."""
         return max(self.last_log_generated, self.open_generation)
+
+
+@dataclass(frozen=True, slots=True)
+class MoveHold:
+    """The unfinished move that claimed a mailbox, and the database it moves it to (None: its
+    request was not found)."""
+
+    move_id: str
+    target_database: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DirectoryEntry:
+    """A mailbox of the mailbox directory: the database its users reach it in, and the move
+    holding it (None: none)."""
+
+    mailbox: str
+    database: str
+    moving: MoveHold | None
+
+
+def move_hold(move_id: str | None, request: str | None) -> MoveHold | None:
+    """The move holding a mailbox, from the move store's claim (`move_id`, None: no claim) and
+    that move's request (its MoveRecord JSON, None: not found)."""
+    if move_id is None:
+        return None
+    target = json.loads(request).get(MOVE_TARGET_FIELD) if request is not None else None
+    return MoveHold(move_id, target)
+
+
+class RedeliveryEnd(StrEnum):
+    """Why a redelivery request stopped being required."""
+
+    SUCCESS = "Success"  # every transport answered Success for the whole window
+    EXPIRED = "Expired"  # given up
+
+
+@dataclass(frozen=True, slots=True)
+class RedeliveryRecord:
+    """The transport dumpster's redelivery request of `database` (Exchange's
+    DumpsterRedeliveryRequired, -Servers, -StartTime, -EndTime): every transport of `servers`
+    is to resubmit what it delivered to the database from `start` to `end` (UTC) and answer
+    Success, which moves it to `answered`.
+
+    `epochs`: the lossy activations the window covers (a second one before every transport
+    answered widens the window, and every transport is asked again); `requested`: when the
+    first of them required it; `ended`: None while required, else why it ended
+    (RedeliveryEnd).  Tuples are sorted, so that two records saying the same are equal."""
+
+    database: str
+    epochs: tuple[int, ...]
+    start: datetime
+    end: datetime
+    servers: tuple[str, ...]
+    answered: tuple[str, ...]
+    requested: datetime
+    ended: str | None = None
+
+    @property
+    def required(self) -> bool:
+        """Still to be answered (DumpsterRedeliveryRequired)."""
+        return self.ended is None
+
+    def to_json(self) -> str:
+        """The record as the engines keep it (its database is the key's)."""
+        return json.dumps(
+            {
+                "epochs": list(self.epochs),
+                "start": self.start.isoformat(),
+                "end": self.end.isoformat(),
+                "servers": list(self.servers),
+                "answered": list(self.answered),
+                "requested": self.requested.isoformat(),
+                "ended": self.ended,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, database: str, text: str) -> RedeliveryRecord:
+        """The record of `database` as `to_json` wrote it."""
+        data = json.loads(text)
+        return cls(
+            database,
+            tuple(int(e) for e in data["epochs"]),
+            datetime.fromisoformat(data["start"]),
+            datetime.fromisoformat(data["end"]),
+            tuple(data["servers"]),
+            tuple(data["answered"]),
+            datetime.fromisoformat(data["requested"]),
+            data.get("ended"),
+        )
+
+
+def _utc(moment: datetime) -> datetime:
+    if moment.tzinfo is None:
+        raise ValueError(f"{moment.isoformat()}: a time without its zone (UTC expected)")
+    return moment.astimezone(UTC)
+
+
+def redelivery_required(
+    current: RedeliveryRecord | None,
+    database: str,
+    *,
+    epoch: int,
+    start: datetime,
+    end: datetime,
+    servers: Iterable[str],
+    now: datetime,
+) -> RedeliveryRecord:
+    """`current` once the lossy activation `epoch` required redelivery from `start` to `end`
+    of `servers`: unchanged if it covers `epoch` already (the new active asks at every mount);
+    a new record if there was none or it ended; else widened to cover both windows, every
+    server asked again (an answer for the narrower window does not cover the wider one).
+    A record with no server to ask ends Success at once."""
+    if current is not None and epoch in current.epochs:
+        return current
+    everyone = tuple(sorted(set(servers)))
+    start, end = _utc(start), _utc(end)
+    if current is None or not current.required:
+        record = RedeliveryRecord(database, (epoch,), start, end, everyone, (), _utc(now))
+    else:
+        record = replace(
+            current,
+            epochs=tuple(sorted({*current.epochs, epoch})),
+            start=min(current.start, start),
+            end=max(current.end, end),
+            servers=everyone,
+            answered=(),
+        )
+    return record if everyone else replace(record, ended=RedeliveryEnd.SUCCESS.value)
+
+
+def redelivery_answered(
+    current: RedeliveryRecord | None, server: str, epochs: Iterable[int]
+) -> RedeliveryRecord | None:
+    """`current` once `server` answered Success for the window of `epochs`: counted only while
+    required and for that same window; Success once every server answered."""
+    if (
+        current is None
+        or not current.required
+        or current.epochs != tuple(sorted(epochs))
+        or server not in current.servers
+    ):
+        return current
+    left = tuple(s for s in current.servers if s != server)
+    return replace(
+        current,
+        servers=left,
+        answered=tuple(sorted({*current.answered, server})),
+        ended=None if left else RedeliveryEnd.SUCCESS.value,
+    )
+
+
+def redelivery_ended(
+    current: RedeliveryRecord | None, epochs: Iterable[int], reason: str
+) -> RedeliveryRecord | None:
+    """`current` ended for `reason`, only while required and still for the window of
+    `epochs` (a window widened meanwhile is not given up by a decision about the narrower)."""
+    if current is None or not current.required or current.epochs != tuple(sorted(epochs)):
+        return current
+    return replace(current, ended=reason)
+
+
+RedeliveryChange = Callable[[RedeliveryRecord | None], RedeliveryRecord | None]
 
 
 class ClusterStore(abc.ABC):
@@ -192,6 +395,65 @@ class ClusterStore(abc.ABC):
     @abc.abstractmethod
     async def mailboxes(self) -> dict[str, str]:
         """The whole mailbox directory."""
+
+    @abc.abstractmethod
+    async def mailbox_entry(self, mailbox: str) -> DirectoryEntry | None:
+        """`mailbox` in the mailbox directory, with the unfinished move that claimed it (read
+        from the move store, which may never have run); None if the directory has no such
+        mailbox."""
+
+    @abc.abstractmethod
+    async def redelivery(self, database: str) -> RedeliveryRecord | None:
+        """The dumpster redelivery record of `database`, required or ended; None if none."""
+
+    @abc.abstractmethod
+    async def _change_redelivery(
+        self, database: str, change: RedeliveryChange
+    ) -> RedeliveryRecord | None:
+        """In one atomic step: read the redelivery record of `database`, store what `change`
+        makes of it (nothing if the same), and return that.  `change` is pure: an engine may
+        call it again on a fresher read."""
+
+    async def require_redelivery(
+        self,
+        database: str,
+        *,
+        epoch: int,
+        start: datetime,
+        end: datetime,
+        servers: Iterable[str],
+        now: datetime,
+    ) -> RedeliveryRecord:
+        """Require redelivery of `start`..`end` from every server of `servers` for the lossy
+        activation `epoch` (`redelivery_required`); the record as stored."""
+        everyone = tuple(servers)  # `change` may run more than once
+
+        def change(current: RedeliveryRecord | None) -> RedeliveryRecord:
+            return redelivery_required(
+                current, database, epoch=epoch, start=start, end=end, servers=everyone, now=now
+            )
+
+        record = await self._change_redelivery(database, change)
+        assert record is not None  # redelivery_required always makes one
+        return record
+
+    async def redelivered(
+        self, database: str, server: str, *, epochs: tuple[int, ...]
+    ) -> RedeliveryRecord | None:
+        """`server` answered Success for the window of `epochs` (`redelivery_answered`); the
+        record as stored (None if none)."""
+        return await self._change_redelivery(
+            database, lambda current: redelivery_answered(current, server, epochs)
+        )
+
+    async def end_redelivery(
+        self, database: str, *, epochs: tuple[int, ...], reason: str
+    ) -> RedeliveryRecord | None:
+        """Stop requiring redelivery for the window of `epochs`, for `reason`
+        (`redelivery_ended`); the record as stored (None if none)."""
+        return await self._change_redelivery(
+            database, lambda current: redelivery_ended(current, epochs, reason)
+        )
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -12,13 +12,19 @@ from pathlib import Path
 
 from dag_common.model import AutoDatabaseMountDial
 from replication_node.cluster.store import (
+    MOVE_CLAIMS_TABLE,
+    MOVE_REQUESTS_TABLE,
     ActivationCause,
     ActiveRecord,
     ClusterStore,
+    DirectoryEntry,
     EpochRecord,
     FailoverPause,
     LeaseRecord,
+    RedeliveryChange,
+    RedeliveryRecord,
     known_member,
+    move_hold,
 )
 from replication_node.errors import FailoverPaused, LeaseHeld
 
@@ -40,6 +46,8 @@ CREATE TABLE IF NOT EXISTS stream_history(
 CREATE TABLE IF NOT EXISTS failover_pause(
   id INTEGER PRIMARY KEY CHECK(id = 1), since TEXT NOT NULL, paused_by TEXT NOT NULL,
   reason TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS dumpster_redelivery(
+  database TEXT PRIMARY KEY, body TEXT NOT NULL);
 """
 # Columns added after the first release: a store file from before gets them on open (several
 # node processes may open it at once: a column another one just added is no error).
@@ -56,6 +64,14 @@ _ADDED_HISTORY_COLUMNS = {
     "lost_logs": "INTEGER",
 }
 _ACTIVE_COLUMNS = "node, epoch, last_log_generated, updated, open_generation, change_number_ceiling"
+# A mailbox with the move that claimed it and that move's request, in one statement (one
+# snapshot); without the move store's tables (no mover ever ran here), the mailbox alone.
+_ENTRY = "SELECT database, NULL, NULL FROM mailbox_directory WHERE mailbox=?"
+_ENTRY_WITH_MOVE = (
+    "SELECT d.database, c.move_id, r.body FROM mailbox_directory d"
+    f" LEFT JOIN {MOVE_CLAIMS_TABLE} c ON c.mailbox = d.mailbox"
+    f" LEFT JOIN {MOVE_REQUESTS_TABLE} r ON r.id = c.move_id WHERE d.mailbox=?"
+)
 
 
 def set_wal(conn: sqlite3.Connection, attempts: int = 200) -> None:
@@ -102,6 +118,7 @@ class EmbeddedClusterStore(ClusterStore):
         self._boot = boot_id()
         self._conn = open_store_file(path, _SCHEMA)
         self._lock = threading.Lock()
+        self._move_tables = False  # seen the move store's tables (never dropped once made)
         with self._lock:
             # Node processes open a new file at the same moment: the check and the ALTER
             # run in one write transaction, so only one of them adds a column.
@@ -407,6 +424,53 @@ class EmbeddedClusterStore(ClusterStore):
             lambda: self._conn.execute("SELECT mailbox, database FROM mailbox_directory").fetchall()
         )
         return dict(rows)
+
+    def _mailbox_entry(self, mailbox: str) -> DirectoryEntry | None:
+        if not self._move_tables:
+            (found,) = self._conn.execute(
+                "SELECT count(*) FROM sqlite_master WHERE type='table' AND name IN (?, ?)",
+                (MOVE_CLAIMS_TABLE, MOVE_REQUESTS_TABLE),
+            ).fetchone()
+            self._move_tables = found == 2
+        sql = _ENTRY_WITH_MOVE if self._move_tables else _ENTRY
+        row = self._conn.execute(sql, (mailbox,)).fetchone()
+        return DirectoryEntry(mailbox, row[0], move_hold(row[1], row[2])) if row else None
+
+    async def mailbox_entry(self, mailbox: str) -> DirectoryEntry | None:
+        return await self._run(self._mailbox_entry, mailbox)
+
+    def _redelivery(self, database: str) -> RedeliveryRecord | None:
+        row = self._conn.execute(
+            "SELECT body FROM dumpster_redelivery WHERE database=?", (database,)
+        ).fetchone()
+        return RedeliveryRecord.from_json(database, row[0]) if row else None
+
+    async def redelivery(self, database: str) -> RedeliveryRecord | None:
+        return await self._run(self._redelivery, database)
+
+    def _change_redelivery_now(
+        self, database: str, change: RedeliveryChange
+    ) -> RedeliveryRecord | None:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            current = self._redelivery(database)
+            new = change(current)
+            if new is not None and new != current:
+                self._conn.execute(
+                    "INSERT OR REPLACE INTO dumpster_redelivery VALUES (?, ?)",
+                    (database, new.to_json()),
+                )
+            self._conn.execute("COMMIT")
+            return new
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+
+    async def _change_redelivery(
+        self, database: str, change: RedeliveryChange
+    ) -> RedeliveryRecord | None:
+        return await self._run(self._change_redelivery_now, database, change)
 
     def close(self) -> None:
         with self._lock:

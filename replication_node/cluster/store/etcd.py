@@ -13,10 +13,19 @@ library to pin.  Keys live under `/dag/<cluster>/`:
     mailbox/<mailbox>    the database holding the mailbox
     failover_pause       {"since", "by", "reason"}: automatic failover is paused while it
                          exists; an automatic failover's transaction compares it absent
+    redelivery/<database>
+                         {"epochs", "start", "end", "servers", "answered", "requested",
+                          "ended"}: the transport dumpster's redelivery request of the
+                         database (RedeliveryRecord JSON)
+
+and, read only, the move store's claims and requests (`moves/mailbox/<mailbox>`,
+`moves/req/<move id>`: the layout named in the package, `MOVE_CLAIMS_KEY`…), for the move
+holding a mailbox of the directory.
 
 Every decision is an etcd transaction that compares the key's mod_revision (or, for a key
 that must not exist yet, its create_revision with 0) with what was read, so two writers can
-never both win; a writer that loses reads again (publish) or reports that it lost.
+never both win; a writer that loses reads again (publish, a change of the redelivery record)
+or reports that it lost.
 The gateway (`etcd_gateway.py`) tries the endpoints in order and carries TLS and the token;
 an etcd that cannot be reached or refuses us is `ClusterStoreError`.
 """
@@ -32,13 +41,19 @@ from datetime import UTC, datetime
 
 from dag_common.model import AutoDatabaseMountDial
 from replication_node.cluster.store import (
+    MOVE_CLAIMS_KEY,
+    MOVE_REQUESTS_KEY,
     ActivationCause,
     ActiveRecord,
     ClusterStore,
+    DirectoryEntry,
     EpochRecord,
     FailoverPause,
     LeaseRecord,
+    RedeliveryChange,
+    RedeliveryRecord,
     known_member,
+    move_hold,
 )
 from replication_node.cluster.store.etcd_gateway import EtcdGateway
 from replication_node.errors import ClusterStoreError, FailoverPaused, LeaseHeld
@@ -76,6 +91,18 @@ class EtcdClusterStore(ClusterStore):
         if not kvs:
             return None, 0
         return _unb64(kvs[0].get("value", "")), int(kvs[0]["mod_revision"])
+
+    async def _get_all(self, *keys: str) -> list[str | None]:
+        """The values of `keys` (None: absent), read in one transaction: one snapshot."""
+        ranges = [{"request_range": {"key": _b64(self._prefix + key)}} for key in keys]
+        data = await self._gateway.call("/v3/kv/txn", {"success": ranges})
+        values: list[str | None] = []
+        for answer in data.get("responses") or []:
+            kvs = (answer.get("response_range") or {}).get("kvs") or []
+            values.append(_unb64(kvs[0].get("value", "")) if kvs else None)
+        if len(values) != len(keys):
+            raise ClusterStoreError(f"etcd: a read of {len(keys)} keys answered {len(values)}")
+        return values
 
     def _unchanged(self, key: str, mod_revision: int) -> dict[str, str]:
         """The txn compare that `key` is still at `mod_revision` (0: still absent)."""
@@ -388,6 +415,33 @@ class EtcdClusterStore(ClusterStore):
             _unb64(kv["key"])[len(prefix) :]: _unb64(kv.get("value", ""))
             for kv in data.get("kvs") or []
         }
+
+    async def mailbox_entry(self, mailbox: str) -> DirectoryEntry | None:
+        # The directory and the claim in one snapshot: a move finishing between two reads
+        # would show the database it left, and no move.
+        database, move_id = await self._get_all(f"mailbox/{mailbox}", MOVE_CLAIMS_KEY + mailbox)
+        if database is None:
+            return None
+        request = None
+        if move_id is not None:  # a move's target never changes, and its request outlives it
+            request, _ = await self._get(MOVE_REQUESTS_KEY + move_id)
+        return DirectoryEntry(mailbox, database, move_hold(move_id, request))
+
+    async def redelivery(self, database: str) -> RedeliveryRecord | None:
+        value, _ = await self._get(f"redelivery/{database}")
+        return RedeliveryRecord.from_json(database, value) if value is not None else None
+
+    async def _change_redelivery(
+        self, database: str, change: RedeliveryChange
+    ) -> RedeliveryRecord | None:
+        key = f"redelivery/{database}"
+        for _ in range(10):  # another writer between the read and the write: read again
+            value, revision = await self._get(key)
+            current = RedeliveryRecord.from_json(database, value) if value is not None else None
+            new = change(current)
+            if new is None or new == current or await self._put_if(key, new.to_json(), revision):
+                return new
+        raise ClusterStoreError(f"etcd: {database}: changing the redelivery record kept racing")
 
     def close(self) -> None:
         self._gateway.close()
