@@ -216,10 +216,7 @@ class NodeConfig(_Model):
     @field_validator("url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname or not parts.port:
-            raise ValueError("url must look like http://host:port")
-        return value.rstrip("/")
+        return _http_url(value)
 
     @property
     def host(self) -> str:
@@ -228,6 +225,13 @@ class NodeConfig(_Model):
     @property
     def port(self) -> int:
         return urlsplit(self.url).port or 0
+
+
+def _http_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or not parts.port:
+        raise ValueError("url must look like http://host:port")
+    return value.rstrip("/")
 
 
 class CopyConfig(_Model):
@@ -354,6 +358,33 @@ class TlsConfig(_Model):
         return ssl.create_default_context(cafile=str(self.ca_file))
 
 
+class TransportNode(NodeConfig):
+    """One transport (the seeds' Hub Transport server): its name, site, where it listens and
+    where it keeps its queue and dumpster; the same fields as a node's."""
+
+
+class TransportSettings(_Model):
+    """What every transport does with the messages it accepts (`transport serve`).
+
+    The dumpster's two bounds are the seeds' (MaxDumpsterTime 7 days;
+    MaxDumpsterSizePerStorageGroup 18 MB, "1.5 times the maximum message size": set it to
+    1.5 x max_item_size where large mail is usual).  A message waits in the queue while
+    its mailbox is locked, moving or its database failing over, retried with backoff up to
+    `retry_max_interval` apart, for up to `message_expiration` (Exchange's default, 2 days);
+    an answer that says the message itself is wrong (an unknown mailbox after the directory
+    was read again, too large) counts towards `max_tries`.  Either way, it ends in the
+    poison queue, never dropped."""
+
+    max_dumpster_time: Duration = timedelta(days=7)
+    max_dumpster_size_per_database: ByteSize = ByteSize(18 * 1000 * 1000)
+    redelivery_interval: Duration = timedelta(seconds=30)
+    retry_interval: Duration = timedelta(seconds=1)
+    retry_max_interval: Duration = timedelta(seconds=60)
+    message_expiration: Duration = timedelta(days=2)
+    max_tries: int = Field(default=5, ge=1, le=1000)
+    concurrency: int = Field(default=32, ge=1, le=1024)
+
+
 class ClusterConfig(_Model):
     """The whole cluster config file."""
 
@@ -367,15 +398,20 @@ class ClusterConfig(_Model):
     nodes: list[NodeConfig] = Field(min_length=1)
     databases: list[DatabaseConfig] = []
     guarantee_api: GuaranteeApiConfig = GuaranteeApiConfig()
+    transports: list[TransportNode] = []
+    transport: TransportSettings = TransportSettings()
 
     @model_validator(mode="after")
     def _references(self) -> ClusterConfig:
         names = [n.name for n in self.nodes]
         if len(set(names)) != len(names):
             raise ValueError("two nodes share a name")
-        urls = [n.url for n in self.nodes]
+        hubs = [t.name for t in self.transports]
+        if len(set(hubs)) != len(hubs):
+            raise ValueError("two transports share a name")
+        urls = [n.url for n in self.nodes] + [t.url for t in self.transports]
         if len(set(urls)) != len(urls):
-            raise ValueError("two nodes share a url")
+            raise ValueError("two nodes or transports share a url")
         dbs = [d.name for d in self.databases]
         if len(set(dbs)) != len(dbs):
             raise ValueError("two databases share a name")
@@ -400,6 +436,13 @@ class ClusterConfig(_Model):
         for node in self.nodes:
             if node.name == name:
                 return node
+        raise KeyError(name)
+
+    def transport_node(self, name: str) -> TransportNode:
+        """The transport called `name`; KeyError if there is none."""
+        for hub in self.transports:
+            if hub.name == name:
+                return hub
         raise KeyError(name)
 
     def database(self, name: str) -> DatabaseConfig:
@@ -460,6 +503,9 @@ def _resolve(config: ClusterConfig, base: Path) -> ClusterConfig:
 
     update: dict[str, object] = {
         "nodes": [n.model_copy(update={"data_dir": fix(n.data_dir)}) for n in config.nodes],
+        "transports": [
+            t.model_copy(update={"data_dir": fix(t.data_dir)}) for t in config.transports
+        ],
         "guarantee_api": config.guarantee_api.model_copy(
             update={"history_dir": fix(config.guarantee_api.history_dir)}
         ),

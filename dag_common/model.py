@@ -153,6 +153,9 @@ class CopyStatusReport(BaseModel):
     # Something an operator should know that is not a failure (commits waiting for their
     # synchronous copies).
     note: str | None = None
+    # An active copy after a lossy activation: the transport dumpster redelivery it asks
+    # for, or how the last one ended (`replication_node.active.redelivery.describe`).
+    redelivery: str | None = None
     copy_mode_reason: str | None = None  # why in file mode, after block mode ended
     block_generation: int = 0
     block_offset: int = 0

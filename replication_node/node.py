@@ -28,6 +28,7 @@ from dag_common.model import (
 from dag_common.tasks import cancel_and_wait
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
+from replication_node.active.redelivery import DumpsterRedelivery
 from replication_node.backup.backup import BackupRequest, run_backup
 from replication_node.backup.client import HttpActiveCalls
 from replication_node.backup.sources import ActiveSource, PassiveSource
@@ -218,6 +219,18 @@ class Node:
                 lease_ttl=self.config.defaults.lease_ttl.total_seconds(),
                 synchronous_copies=spec.synchronous_copies,
                 synchronous_wait=self.config.defaults.synchronous_wait.total_seconds(),
+                redelivery=DumpsterRedelivery(
+                    config=self.config,
+                    database=spec.database,
+                    node=self.name,
+                    epoch=spec.epoch,
+                    cluster_store=self.cluster_store,
+                    clock=self._clock,
+                    token=self.token,
+                    session=self._session,
+                )
+                if self._session is not None
+                else None,
             )
         else:
             assert self._session is not None

@@ -35,6 +35,7 @@ from replication_node.active.handover import HANDOVER_HOLD, copy_waiting_for_las
 from replication_node.active.lease import LeaseKeeper
 from replication_node.active.mounting import open_active_copy
 from replication_node.active.publication import ActivePublication
+from replication_node.active.redelivery import DumpsterRedelivery
 from replication_node.active.share import ActiveLogShare
 from replication_node.active.status import active_status
 from replication_node.active.switchover import SwitchoverQuiesce
@@ -90,6 +91,7 @@ class ActiveInstance:
         lease_ttl: float = 10.0,
         synchronous_copies: int = 0,
         synchronous_wait: float = 5.0,
+        redelivery: DumpsterRedelivery | None = None,
     ) -> None:
         self.database = database
         self.node = node
@@ -129,6 +131,8 @@ class ActiveInstance:
         )
         # The one backup of this database that may run (from any copy), by lease.
         self.backups = BackupLeases(clock=clock, ttl=lease_ttl)
+        # Asks the transports to redeliver after a lossy activation (`redelivery.py`).
+        self.redelivery = redelivery
         self.circular_logging = circular_logging
         # What passive copies pull: the stream mounted, or its last logs held for a copy
         # taking over.
@@ -187,6 +191,13 @@ class ActiveInstance:
             )
             self._tasks.append(
                 asyncio.create_task(self._remount_loop(), name=f"remount {self.database}")
+            )
+        if self.redelivery is not None:
+            # the time of the last log this copy had when it mounted: LastLogInspected's
+            self._tasks.append(
+                asyncio.create_task(
+                    self.redelivery.run(self.last_close_time), name=f"redelivery {self.database}"
+                )
             )
         if self.truncator is not None:
             self._tasks.append(

@@ -50,7 +50,7 @@ def _seeding(report: CopyStatusReport) -> str:
 def _detail(report: CopyStatusReport) -> str:
     """What the last column says of a copy: its error, then what an operator should know
     (activation suspended, a note), a running seed's progress; else its block followers."""
-    parts = [p for p in (report.error, report.note, _seeding(report)) if p]
+    parts = [p for p in (report.error, report.note, report.redelivery, _seeding(report)) if p]
     return "; ".join(parts) or _followers(report)
 
 

@@ -1,0 +1,98 @@
+"""A transport process beside a LocalCluster: added to its config, started, asked, killed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import aiohttp
+
+from dag_common.ports import free_port
+from tests.cluster_harness import ROOT, LocalCluster, wait_until
+
+
+class Hubs:
+    """The transports of `cluster`, as processes."""
+
+    def __init__(self, cluster: LocalCluster, *names: str, **settings: Any) -> None:
+        self.cluster = cluster
+        self.ports = {name: free_port() for name in names}
+        cluster.config["transports"] = [
+            {"name": n, "site": "redmond", "url": self.url(n), "data_dir": n} for n in names
+        ]
+        cluster.config["transport"] = {
+            "redelivery_interval": "200ms", "retry_interval": "50ms",
+            "retry_max_interval": "500ms", **settings,
+        }  # fmt: skip
+        cluster.write_config()
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.ports[name]}"
+
+    def log(self, name: str) -> str:
+        path = self.cluster.root / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    async def start(self, name: str) -> None:
+        log = open(self.cluster.root / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "transport.cli", "serve", "--config",
+             str(self.cluster.config_path), "--name", name],
+            stdout=log, stderr=subprocess.STDOUT, env=self.cluster.env(), cwd=ROOT,
+        )  # fmt: skip
+        self.procs[name] = proc
+
+        async def healthy() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"transport {name} exited: {self.log(name)[-2000:]}")
+            status, _ = await self.call("GET", name, "/healthz")
+            return status == 200
+
+        await wait_until(f"transport {name} healthy", healthy, timeout=30, every=0.05,
+                         tolerate=(aiohttp.ClientError,))  # fmt: skip
+
+    def kill(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        proc.kill()
+        proc.wait()
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            proc = self.procs.pop(name)
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                tail = self.log(name)[-3000:]
+                raise AssertionError(f"transport {name} did not stop: {tail}") from None
+
+    async def call(self, method: str, name: str, path: str, **kw: Any) -> tuple[int, Any]:
+        session = self.cluster.session
+        assert session is not None
+        async with session.request(method, self.url(name) + path, **kw) as resp:
+            return resp.status, await resp.json(content_type=None)
+
+    async def submit(self, name: str, message_id: str, *to: str, body: str = "") -> tuple[int, Any]:
+        message = {
+            "message_id": message_id,
+            "recipients": list(to),
+            "subject": f"subject of {message_id}",
+            "body": body or f"body of {message_id}",
+        }
+        return await self.call("POST", name, "/v1/messages", json=message)  # fmt: skip
+
+    async def drained(self, name: str, timeout: float = 60) -> dict[str, Any]:
+        """Wait until nothing waits in the transport's queue; its /v1/queue."""
+        state: dict[str, Any] = {}
+
+        async def empty() -> bool:
+            nonlocal state
+            _, state = await self.call("GET", name, "/v1/queue")
+            return state["waiting"] == 0 and state["deliveries"]["Queued"] == 0
+
+        await wait_until(f"transport {name} drained", empty, timeout=timeout, every=0.05)
+        return state

@@ -1,0 +1,114 @@
+"""The transport's queue file: accepted once committed, each message once, the dumpster's
+bounds, a redelivery window, and what survives a reopen (a transport killed)."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+
+from transport.messages import MessageIn
+from transport.queue import DELIVERED, POISON, QUEUED, QueueStore
+
+DAY = 86400.0
+
+
+def _store(tmp_path, *, max_size=10_000_000, max_time=7 * DAY) -> QueueStore:
+    return QueueStore(tmp_path / "queue.db", max_dumpster_time=max_time, max_dumpster_size=max_size)
+
+
+def _message(n: int, *to: str, body: str = "hello") -> MessageIn:
+    return MessageIn(message_id=f"<{n}@example>", recipients=list(to or ["alice"]), body=body)
+
+
+async def test_a_message_is_queued_once_per_recipient_and_once_per_message_id(tmp_path):
+    store = _store(tmp_path)
+    first = await store.submit(_message(1, "alice", "bob", "alice"), now=10.0)
+    assert first.new and [d.recipient for d in first.deliveries] == ["alice", "bob"]
+    again = await store.submit(_message(1, "carol"), now=11.0)
+    assert not again.new and again.deliveries == []
+    assert [d.recipient for d in await store.queued()] == ["alice", "bob"]
+    store.close()
+
+
+async def test_many_submissions_share_commits(tmp_path):
+    store = _store(tmp_path)
+    await asyncio.gather(*(store.submit(_message(n), now=1.0) for n in range(200)))
+    assert len(await store.queued()) == 200
+    assert store.commits < 100, "waiting submissions join one transaction"
+    store.close()
+
+
+async def test_delivered_goes_to_the_dumpster_and_redelivery_queues_the_window_again(tmp_path):
+    store = _store(tmp_path)
+    ids = []
+    for n, at in enumerate((100.0, 200.0, 300.0)):
+        ids += [d.id for d in (await store.submit(_message(n), now=at)).deliveries]
+    for i, at in zip(ids, (100.0, 200.0, 300.0), strict=True):
+        await store.delivered([i], "DB1", now=at + 1)
+    states, dumpsters = await store.counts()
+    assert states[DELIVERED] == 3 and dumpsters[0].database == "DB1"
+    again = await store.redeliver("DB1", 150.0, 250.0)
+    assert [d.message_id for d in again] == ["<1@example>"]
+    assert [d.message_id for d in await store.queued()] == ["<1@example>"]
+    assert await store.redeliver("DB2", 0.0, 1e9) == []
+    (entry,) = await store.message("<1@example>")
+    assert entry["state"] == QUEUED and entry["redeliveries"] == 1
+    store.close()
+
+
+async def test_the_dumpster_keeps_within_its_size_oldest_out_first(tmp_path):
+    store = _store(tmp_path, max_size=25)
+    for n in range(5):
+        (d,) = (await store.submit(_message(n, body="x" * 10), now=float(n))).deliveries
+        await store.delivered([d.id], "DB1", now=float(n))
+    _, (dump,) = await store.counts()
+    assert (dump.messages, dump.bytes) == (2, 20)
+    assert await store.message("<0@example>") == [], "the message itself is gone with it"
+    assert [e["state"] for e in await store.message("<4@example>")] == [DELIVERED]
+    store.close()
+
+
+async def test_a_poisoned_delivery_stays_with_its_reason(tmp_path):
+    store = _store(tmp_path)
+    (d,) = (await store.submit(_message(1), now=1.0)).deliveries
+    await store.failed(d.id, "DB1: HTTP 404", counts=True)
+    await store.poison(d.id, "DB1: HTTP 404 (after 5 tries)")
+    assert await store.queued() == []
+    (p,) = await store.poisoned()
+    assert p["reason"] == "DB1: HTTP 404 (after 5 tries)" and p["tries"] == 1
+    states, _ = await store.counts()
+    assert states[POISON] == 1
+    store.close()
+
+
+def _submit_then_die(path: str, ready) -> None:  # in a child process
+    async def go() -> None:
+        store = QueueStore(
+            __import__("pathlib").Path(path), max_dumpster_time=DAY, max_dumpster_size=10**9
+        )
+        for n in range(50):
+            await store.submit(_message(n), now=1.0)
+            ready.put(n)  # acknowledged: committed
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    asyncio.run(go())
+
+
+async def test_every_acknowledged_submission_survives_a_kill_9(tmp_path):
+    path = tmp_path / "queue.db"
+    ctx = multiprocessing.get_context("spawn")
+    acks = ctx.Queue()
+    child = ctx.Process(target=_submit_then_die, args=(str(path), acks))
+    child.start()
+    await asyncio.to_thread(child.join, 60)
+    assert child.exitcode == -signal.SIGKILL
+    acknowledged = []
+    while not acks.empty():
+        acknowledged.append(acks.get())
+    store = QueueStore(path, max_dumpster_time=DAY, max_dumpster_size=10**9)
+    kept = {d.message_id for d in await store.queued()}
+    # (the last acknowledgements may not have left the child's queue before the kill)
+    assert acknowledged and {f"<{n}@example>" for n in acknowledged} <= kept
+    store.close()

@@ -1,0 +1,140 @@
+"""The transport's HTTP API (aiohttp, JSON, the cluster token on every call but /healthz and
+/metrics).
+
+    POST /v1/messages            {message_id, recipients, folder?, subject?, body?}
+                                 201 accepted (queued and fsync'd), 200 already accepted
+                                 (the same message id: nothing queued twice), 400 malformed
+                                 or an unknown recipient, 413 over a recipient database's
+                                 max_item_size, 503 the directory cannot be read (not
+                                 accepted: submit again)
+    GET  /v1/messages/{id}       each recipient's delivery: state, tries, last error, database
+    POST /v1/redeliver           {database, start, end} (RFC 3339): a new active's request
+                                 after a lossy failover; 200 {"status": "Success", messages}
+                                 once the window's messages are queued again
+    GET  /v1/queue               deliveries by state, what waits, each database's dumpster
+    GET  /v1/poison              the poison queue, each with why
+    GET  /healthz, GET /metrics
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from dag_common.config import MIB, ClusterConfig
+from replication_node.errors import BadRequest, RequestTooLarge
+from replication_node.http.auth import auth_middleware
+from replication_node.http.body import BodyLimit, body_text, parse_json, read_body
+from transport.messages import MessageIn
+from transport.service import Transport
+
+logger = logging.getLogger(__name__)
+
+TRANSPORT: web.AppKey[Transport] = web.AppKey("transport")
+
+
+class RedeliverIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    database: str
+    start: datetime
+    end: datetime
+
+
+def _error(status: int, message: str, **extra: Any) -> web.Response:
+    return web.json_response({"error": message, **extra}, status=status)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except RequestTooLarge as exc:
+        return _error(413, str(exc), **exc.details)
+    except BadRequest as exc:
+        return _error(400, str(exc))
+
+
+def _parse(model: type[BaseModel], data: Any) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        where = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()
+        )
+        raise BadRequest(f"bad request: {where}") from None
+
+
+async def _json(request: web.Request, limit: BodyLimit) -> Any:
+    return parse_json(body_text(await read_body(request, limit)))
+
+
+def message_limit(config: ClusterConfig) -> BodyLimit:
+    """What a submission may carry: as a node's write of items to the database with the
+    largest max_item_size (twice it, for JSON's escapes, and 1 MiB: `body.py`)."""
+    largest = config.largest_max_item_size()
+    return BodyLimit(2 * largest + MIB, "for a message", largest)
+
+
+async def post_message(request: web.Request) -> web.Response:
+    transport = request.app[TRANSPORT]
+    message = _parse(MessageIn, await _json(request, message_limit(transport.config)))
+    outcome = await transport.submit(message)
+    return web.json_response(outcome.body, status=outcome.status)
+
+
+async def get_message(request: web.Request) -> web.Response:
+    message_id = request.match_info["message_id"]
+    deliveries = await request.app[TRANSPORT].store.message(message_id)
+    if not deliveries:
+        return _error(404, f"no message {message_id!r} in the queue or the dumpster")
+    return web.json_response({"message_id": message_id, "deliveries": deliveries})
+
+
+async def redeliver(request: web.Request) -> web.Response:
+    body = _parse(RedeliverIn, await _json(request, BodyLimit(64 * 1024, "for a request")))
+    if body.start.tzinfo is None or body.end.tzinfo is None:
+        raise BadRequest("start and end must name their time zone (RFC 3339)")
+    if body.end < body.start:
+        raise BadRequest("end is before start")
+    count = await request.app[TRANSPORT].redeliver(body.database, body.start, body.end)
+    return web.json_response({"status": "Success", "database": body.database, "messages": count})
+
+
+async def queue_state(request: web.Request) -> web.Response:
+    return web.json_response(await request.app[TRANSPORT].queue_state())
+
+
+async def poison(request: web.Request) -> web.Response:
+    return web.json_response({"poison": await request.app[TRANSPORT].store.poisoned()})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok", "transport": request.app[TRANSPORT].name})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    transport = request.app[TRANSPORT]
+    await transport.refresh_gauges()
+    return web.Response(
+        body=generate_latest(transport.metrics.registry),
+        headers={"Content-Type": CONTENT_TYPE_LATEST},
+    )
+
+
+def build_app(transport: Transport) -> web.Application:
+    app = web.Application(middlewares=[auth_middleware(transport.token), _errors])
+    app[TRANSPORT] = transport
+    app.router.add_post("/v1/messages", post_message)
+    app.router.add_get("/v1/messages/{message_id}", get_message)
+    app.router.add_post("/v1/redeliver", redeliver)
+    app.router.add_get("/v1/queue", queue_state)
+    app.router.add_get("/v1/poison", poison)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
+    return app

@@ -1,0 +1,225 @@
+"""The delivery loop: every Queued delivery to the active copy of its recipient's database.
+
+Deliveries wait per recipient mailbox, in the order they were queued.  A worker takes a
+ready mailbox (none is worked on by two workers at once, so a mailbox gets its messages in
+order), resolves it through the mailbox directory, and writes what waits for it as one
+transaction of items (up to BATCH_ITEMS, BATCH_BYTES; a larger message alone): one node
+round trip and one fsync for many messages, which is how the transport keeps up with a
+client writing items itself.  The node's client (`mrs_client.node_client`) finds the
+database's active and follows a switchover.
+
+What a failure does is `retry.py`'s rule; a mailbox that failed waits on the monotonic
+clock before its next try, the others go on.  Durable state is `queue.QueueStore`'s: a
+delivery is marked Delivered only after the node acknowledged it (durable there), so a
+transport killed in between delivers it again after its restart, as the same item.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections import deque
+from collections.abc import Iterable
+from typing import Protocol
+
+from dag_common.clock import Clock
+from mrs_client.errors import NodeCallError
+from mrs_client.node_client import NodeStoreClient
+from transport.messages import Delivery
+from transport.metrics import TransportMetrics
+from transport.queue import QueueStore
+from transport.retry import Failure, RetryPolicy, classify, next_try
+
+logger = logging.getLogger(__name__)
+
+BATCH_ITEMS = 200
+BATCH_BYTES = 512 * 1024  # half of a default log file: a batch is never a spanning write
+
+
+class Directory(Protocol):
+    async def mailbox_database(self, mailbox: str) -> str | None: ...
+
+
+class Deliverer:
+    """Delivers the queue's deliveries with `concurrency` workers."""
+
+    def __init__(
+        self,
+        *,
+        store: QueueStore,
+        directory: Directory,
+        nodes: NodeStoreClient,
+        policy: RetryPolicy,
+        clock: Clock,
+        metrics: TransportMetrics,
+        concurrency: int,
+    ) -> None:
+        self._store = store
+        self._directory = directory
+        self._nodes = nodes
+        self._policy = policy
+        self._clock = clock
+        self._metrics = metrics
+        self._concurrency = concurrency
+        self._waiting: dict[str, deque[Delivery]] = {}
+        self._ready: deque[str] = deque()
+        self._busy: set[str] = set()  # being delivered, or waiting out a backoff
+        self._streak: dict[str, int] = {}  # tries failed in a row, per recipient
+        self._alone: set[int] = set()  # deliveries to send one at a time (a batch refused)
+        self._wake = asyncio.Condition()
+        self._timers: set[asyncio.Task[None]] = set()
+
+    @property
+    def waiting(self) -> int:
+        """Deliveries queued and not yet delivered or given up."""
+        return sum(len(q) for q in self._waiting.values())
+
+    async def add(self, deliveries: Iterable[Delivery]) -> None:
+        async with self._wake:
+            for d in deliveries:
+                self._waiting.setdefault(d.recipient, deque()).append(d)
+                self._make_ready(d.recipient)
+            self._wake.notify_all()
+        self._metrics.queue_length.set(self.waiting)
+
+    def _make_ready(self, recipient: str) -> None:
+        if recipient not in self._busy and recipient not in self._ready:
+            self._ready.append(recipient)
+
+    async def run(self) -> None:
+        """Load what the queue holds, then deliver until cancelled."""
+        await self.add(await self._store.queued())
+        workers = [
+            asyncio.create_task(self._worker(), name=f"delivery {n}")
+            for n in range(self._concurrency)
+        ]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for task in [*workers, *self._timers]:
+                task.cancel()
+            await asyncio.gather(*workers, *self._timers, return_exceptions=True)
+
+    async def _worker(self) -> None:
+        while True:
+            async with self._wake:
+                await self._wake.wait_for(lambda: bool(self._ready))
+                recipient = self._ready.popleft()
+                self._busy.add(recipient)
+                batch = self._take(self._waiting[recipient])
+            try:
+                await self._deliver(recipient, batch)
+            except Exception:  # a bug or the queue's disk: put the batch back, say it
+                logger.exception("delivering %d messages to %s failed", len(batch), recipient)
+                await self._back_off(recipient, batch, delay=self._policy.max_interval)
+
+    def _take(self, waiting: deque[Delivery]) -> list[Delivery]:
+        first = waiting.popleft()
+        batch, size = [first], first.size
+        if first.id in self._alone:
+            return batch
+        while waiting and len(batch) < BATCH_ITEMS:
+            d = waiting[0]
+            if d.id in self._alone or size + d.size > BATCH_BYTES:
+                break
+            batch.append(waiting.popleft())
+            size += d.size
+        return batch
+
+    async def _deliver(self, recipient: str, batch: list[Delivery]) -> None:
+        database = await self._directory.mailbox_database(recipient)
+        if database is None:
+            await self._failed(recipient, batch, Failure.COUNTS, "not in the mailbox directory")
+            return
+        started = self._clock.monotonic()
+        try:
+            await self._nodes.call(
+                "POST",
+                database,
+                f"/mailboxes/{recipient}/items",
+                json={"items": [d.item() for d in batch]},
+                ok=(201,),
+            )
+        except NodeCallError as exc:
+            moved = False
+            if exc.status == 404:  # no such mailbox there: has it moved?
+                moved = await self._directory.mailbox_database(recipient) not in (None, database)
+            failure = classify(exc.status, directory_moved=moved)
+            if failure is Failure.POISON and len(batch) > 1:
+                self._alone.update(d.id for d in batch)  # which one? each alone finds out
+                failure = Failure.MOVED
+            await self._failed(recipient, batch, failure, f"{database}: {exc}")
+            return
+        now = self._clock.now().timestamp()
+        self._metrics.delivery_seconds.observe(self._clock.monotonic() - started)
+        evicted = await self._store.delivered([d.id for d in batch], database, now)
+        self._metrics.delivered.labels(database).inc(len(batch))
+        self._metrics.dumpster_evicted.labels(database).inc(evicted)
+        for d in batch:
+            self._alone.discard(d.id)
+            latency = now - d.queued
+            if latency >= 0:
+                self._metrics.submit_to_durable_seconds.observe(latency)
+        self._streak.pop(recipient, None)
+        await self._release(recipient)
+
+    async def _failed(
+        self, recipient: str, batch: list[Delivery], failure: Failure, error: str
+    ) -> None:
+        self._metrics.failed.labels(str(failure)).inc()
+        streak = self._streak.get(recipient, 0) + 1
+        self._streak[recipient] = streak
+        now = self._clock.now().timestamp()
+        again: list[Delivery] = []
+        delay = 0.0
+        for d in batch:
+            counts = failure is Failure.COUNTS
+            d = dataclasses.replace(d, tries=d.tries + 1, failures=d.failures + int(counts))
+            step = next_try(
+                self._policy,
+                failure,
+                streak=streak,
+                failures=d.failures,
+                waited=now - d.queued,
+                error=error,
+            )
+            if step.poison is not None:
+                await self._store.poison(d.id, step.poison)
+                self._alone.discard(d.id)
+                self._metrics.poison.inc()
+                logger.warning("%s for %s: poison: %s", d.message_id, recipient, step.poison)
+                continue
+            await self._store.failed(d.id, error, counts=counts)
+            again.append(d)
+            delay = max(delay, step.delay)
+        if again and delay > 0:
+            logger.info("%s: %s; %d waiting, next try in %.1f s", recipient, error, len(again),
+                        delay)  # fmt: skip
+        await self._back_off(recipient, again, delay=delay)
+
+    async def _back_off(self, recipient: str, batch: list[Delivery], *, delay: float) -> None:
+        """Put `batch` back at the head of the recipient's queue; it is ready again after
+        `delay` seconds."""
+        self._waiting[recipient].extendleft(reversed(batch))
+        if delay <= 0:
+            await self._release(recipient)
+            return
+
+        async def later() -> None:
+            await self._clock.sleep(delay)
+            await self._release(recipient)
+
+        timer = asyncio.create_task(later(), name=f"retry {recipient}")
+        self._timers.add(timer)
+        timer.add_done_callback(self._timers.discard)
+
+    async def _release(self, recipient: str) -> None:
+        async with self._wake:
+            self._busy.discard(recipient)
+            if self._waiting.get(recipient):
+                self._make_ready(recipient)
+                self._wake.notify()
+            else:
+                self._waiting.pop(recipient, None)
+        self._metrics.queue_length.set(self.waiting)

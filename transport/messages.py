@@ -1,0 +1,71 @@
+"""A message as the transport takes it, and the item it becomes in a mailbox."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
+
+from replication_node.http.models import Folder, Name, Text
+
+# A message id is the sender's (RFC 5322 Message-ID or any unique text): printable, bounded.
+MessageId = Annotated[StrictStr, Field(min_length=1, max_length=998, pattern=r"^[\x21-\x7e]+$")]
+MAX_RECIPIENTS = 1000
+
+
+class MessageIn(BaseModel):
+    """POST /v1/messages: one message for one or more mailboxes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    message_id: MessageId
+    # the mailbox names and folders a node takes, and text UTF-8 can carry
+    recipients: Annotated[list[Name], Field(min_length=1, max_length=MAX_RECIPIENTS)]
+    folder: Folder = "Inbox"
+    subject: Text = ""
+    body: Text = ""
+
+    @property
+    def size(self) -> int:
+        """The item's size as the node counts it against max_item_size: subject and body
+        in UTF-8."""
+        return len(self.subject.encode()) + len(self.body.encode())
+
+
+def item_id_for(message_id: str) -> str:
+    """The id of the item `message_id` becomes in every mailbox it is delivered to: the same
+    for every delivery of it, so a second delivery replaces the first with the same content.
+    A node's item id is at most 64 of [A-Za-z0-9_-], so it is a digest of the message id
+    (SHA-256, 40 hex digits: 160 bits, no collision among any number of messages a
+    mailbox will ever hold), prefixed so it is never taken for a mover's or a client's id."""
+    return "m-" + hashlib.sha256(message_id.encode()).hexdigest()[:40]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One recipient's copy of a queued message: what the delivery loop works on."""
+
+    id: int
+    message_id: str
+    recipient: str
+    folder: str
+    subject: str
+    body: str
+    tries: int
+    failures: int
+    queued: float  # wall time (epoch seconds) it was first queued: message_expiration
+
+    @property
+    def size(self) -> int:
+        return len(self.subject.encode()) + len(self.body.encode())
+
+    def item(self) -> dict[str, str]:
+        """The item of POST …/mailboxes/{recipient}/items."""
+        return {
+            "item_id": item_id_for(self.message_id),
+            "folder": self.folder,
+            "subject": self.subject,
+            "body": self.body,
+        }

@@ -1,0 +1,53 @@
+"""The transport's Prometheus metrics, in a registry of its own (one per service)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class TransportMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.accepted = Counter(
+            "transport_messages_accepted", "Messages accepted (queued, fsync'd)", registry=r
+        )
+        self.refused = Counter(
+            "transport_messages_refused", "Messages refused at submission", ["reason"],
+            registry=r,
+        )  # fmt: skip
+        self.delivered = Counter(
+            "transport_deliveries", "Deliveries durable on their database", ["database"],
+            registry=r,
+        )  # fmt: skip
+        self.failed = Counter(
+            "transport_delivery_failures", "Delivery tries that failed, by kind", ["kind"],
+            registry=r,
+        )  # fmt: skip
+        self.poison = Counter(
+            "transport_poison", "Deliveries moved to the poison queue", registry=r
+        )
+        self.redelivered = Counter(
+            "transport_redelivered", "Messages queued again from the dumpster", ["database"],
+            registry=r,
+        )  # fmt: skip
+        self.dumpster_evicted = Counter(
+            "transport_dumpster_evicted", "Messages let out of the dumpster by its bounds",
+            ["database"], registry=r,
+        )  # fmt: skip
+        self.queue_length = Gauge(
+            "transport_queue_length", "Deliveries waiting in the queue", registry=r
+        )
+        self.dumpster_bytes = Gauge(
+            "transport_dumpster_bytes", "Bytes in each database's dumpster", ["database"],
+            registry=r,
+        )  # fmt: skip
+        self.delivery_seconds = Histogram(
+            "transport_delivery_seconds", "One delivery call to a node", registry=r
+        )
+        self.submit_to_durable_seconds = Histogram(
+            "transport_submit_to_durable_seconds",
+            "From a message's submission to its delivery durable on the active copy",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            registry=r,
+        )

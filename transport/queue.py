@@ -1,0 +1,345 @@
+"""The transport's queue and dumpster: one SQLite file on the transport's own disk.
+
+    messages(message_id, folder, subject, body, size, submitted)
+    deliveries(id, message_id, recipient, state, tries, failures, last_error, database,
+               delivered, queued, redeliveries, size)
+
+A delivery is one recipient's copy of a message; its state is Queued (waiting or being
+tried), Delivered (durable on the recipient's database: it is then in that database's
+dumpster) or Poison (given up, with the reason; kept until an operator looks).  A message's
+row lives as long as one of its deliveries does.
+
+Every change is a transaction with fsync (WAL, synchronous=FULL) and is acknowledged only
+once committed: a message is accepted (the submitter's 201) only once it is on disk, and a
+transport killed at any point delivers every accepted message after its restart (Queued
+deliveries are tried again; one already durable on its database is replaced by the same
+item).  One writer thread commits whatever is waiting as one transaction (a group commit):
+many submitters and deliveries pay one fsync.
+
+Times are wall times (epoch seconds): the dumpster's window is defined by delivery times
+(the seeds' loss window) and its MaxDumpsterTime by age.  When to try a delivery again is
+not kept here: it is the delivery loop's, on the monotonic clock, and a restart tries every
+Queued delivery at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from transport.dumpster import Entry, evicted
+from transport.messages import Delivery, MessageIn
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS messages(
+  message_id TEXT PRIMARY KEY, folder TEXT NOT NULL, subject TEXT NOT NULL,
+  body TEXT NOT NULL, size INTEGER NOT NULL, submitted REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS deliveries(
+  id INTEGER PRIMARY KEY, message_id TEXT NOT NULL REFERENCES messages(message_id),
+  recipient TEXT NOT NULL, state TEXT NOT NULL, tries INTEGER NOT NULL DEFAULT 0,
+  failures INTEGER NOT NULL DEFAULT 0, last_error TEXT, database TEXT, delivered REAL,
+  queued REAL NOT NULL, redeliveries INTEGER NOT NULL DEFAULT 0, size INTEGER NOT NULL,
+  UNIQUE(message_id, recipient));
+CREATE INDEX IF NOT EXISTS deliveries_state ON deliveries(state);
+CREATE INDEX IF NOT EXISTS dumpster ON deliveries(database, delivered) WHERE state = 'Delivered';
+"""
+
+QUEUED, DELIVERED, POISON = "Queued", "Delivered", "Poison"
+
+_DELIVERY = (
+    "SELECT d.id, d.message_id, d.recipient, m.folder, m.subject, m.body, d.tries, d.failures,"
+    " d.queued FROM deliveries d JOIN messages m USING (message_id)"
+)
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What `submit` did: `new` False when the message id was already known (nothing
+    queued: a client's retry of a submission it did not hear answered)."""
+
+    new: bool
+    deliveries: list[Delivery]
+
+
+@dataclass(frozen=True)
+class DumpsterSize:
+    database: str
+    messages: int
+    bytes: int
+
+
+class QueueStore:
+    """The queue file, written by one thread in group commits."""
+
+    def __init__(self, path: Path, *, max_dumpster_time: float, max_dumpster_size: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.executescript(_SCHEMA)
+        self._max_time = max_dumpster_time
+        self._max_size = max_dumpster_size
+        self._work: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._writer, name=f"queue {path}", daemon=True)
+        self._thread.start()
+        self.commits = 0  # transactions committed (each one fsync)
+
+    # ---- the writer thread ------------------------------------------------------------------
+
+    def _writer(self) -> None:
+        while True:
+            first = self._work.get()
+            if first is None:
+                return
+            batch = [first]
+            while True:  # everything waiting joins this transaction
+                try:
+                    more = self._work.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._work.put(None)
+                    break
+                batch.append(more)
+            self._commit(batch)
+
+    def _commit(self, batch: list[tuple[Callable[[], Any], asyncio.Future[Any]]]) -> None:
+        results: list[tuple[asyncio.Future[Any], bool, Any]] = []
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            for n, (work, fut) in enumerate(batch):
+                self._conn.execute(f"SAVEPOINT w{n}")
+                try:
+                    results.append((fut, True, work()))
+                    self._conn.execute(f"RELEASE w{n}")
+                except Exception as exc:  # this one's error, the rest go on
+                    self._conn.execute(f"ROLLBACK TO w{n}")
+                    self._conn.execute(f"RELEASE w{n}")
+                    results.append((fut, False, exc))
+            self._conn.execute("COMMIT")
+            self.commits += 1
+        except Exception as exc:  # the commit failed (disk full, I/O): nothing of it holds
+            logger.exception("the transport queue could not commit")
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            results = [(fut, False, exc) for _, fut in batch]
+        for fut, ok, value in results:
+            self._answer(fut, ok, value)
+
+    def _answer(self, fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
+        def settle() -> None:
+            if fut.done():
+                return
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(value)
+
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(settle)
+
+    async def _run(self, work: Callable[[], T]) -> T:
+        """Run `work` (on the connection) in the next group commit; its result once
+        committed."""
+        self._loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = self._loop.create_future()
+        self._work.put((work, fut))
+        return await fut
+
+    def close(self) -> None:
+        self._work.put(None)
+        self._thread.join(timeout=10)
+        self._conn.close()
+
+    # ---- the operations -------------------------------------------------------------------
+
+    async def submit(self, message: MessageIn, now: float) -> Submitted:
+        recipients = list(dict.fromkeys(message.recipients))  # a mailbox named twice: once
+
+        def work() -> Submitted:
+            known = self._conn.execute(
+                "SELECT 1 FROM messages WHERE message_id=?", (message.message_id,)
+            ).fetchone()
+            if known:
+                return Submitted(False, [])
+            self._conn.execute(
+                "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?)",
+                (message.message_id, message.folder, message.subject, message.body,
+                 message.size, now),
+            )  # fmt: skip
+            ids = [
+                self._conn.execute(
+                    "INSERT INTO deliveries(message_id, recipient, state, queued, size) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (message.message_id, r, QUEUED, now, message.size),
+                ).lastrowid
+                for r in recipients
+            ]
+            return Submitted(True, [
+                Delivery(int(i or 0), message.message_id, r, message.folder, message.subject,
+                         message.body, 0, 0, now)
+                for i, r in zip(ids, recipients, strict=True)
+            ])  # fmt: skip
+
+        return await self._run(work)
+
+    async def queued(self) -> list[Delivery]:
+        """Every Queued delivery, oldest first (a restart tries them all)."""
+        return await self._run(lambda: self._deliveries("WHERE d.state=? ORDER BY d.id", QUEUED))
+
+    def _deliveries(self, where: str, *args: Any) -> list[Delivery]:
+        rows = self._conn.execute(f"{_DELIVERY} {where}", args).fetchall()
+        return [Delivery(*row) for row in rows]
+
+    async def delivered(self, ids: list[int], database: str, now: float) -> int:
+        """Mark `ids` Delivered to `database` (into its dumpster), then let out of that
+        dumpster what its bounds say; the number of messages let out."""
+
+        def work() -> int:
+            self._conn.executemany(
+                "UPDATE deliveries SET state=?, database=?, delivered=?, tries=tries+1, "
+                "last_error=NULL WHERE id=? AND state=?",
+                [(DELIVERED, database, now, i, QUEUED) for i in ids],
+            )
+            return self._evict(database, now)
+
+        return await self._run(work)
+
+    def _evict(self, database: str, now: float) -> int:
+        total, oldest = self._conn.execute(
+            "SELECT COALESCE(SUM(size), 0), MIN(delivered) FROM deliveries "
+            "WHERE database=? AND state=?",
+            (database, DELIVERED),
+        ).fetchone()
+        if total <= self._max_size and (oldest is None or now - oldest <= self._max_time):
+            return 0
+        rows = self._conn.execute(
+            "SELECT id, delivered, size FROM deliveries WHERE database=? AND state=? "
+            "ORDER BY delivered, id",
+            (database, DELIVERED),
+        ).fetchall()
+        out = evicted(
+            (Entry(*row) for row in rows),
+            now=now,
+            max_time=self._max_time,
+            max_size=self._max_size,
+        )
+        if out:
+            self._forget(out)
+        return len(out)
+
+    def _forget(self, ids: list[int]) -> None:
+        """Delete the deliveries `ids`, and each message none of whose deliveries is left."""
+        for start in range(0, len(ids), 500):  # within SQLite's bound on parameters
+            part = ids[start : start + 500]
+            marks = ",".join("?" * len(part))
+            messages = [row[0] for row in self._conn.execute(
+                f"SELECT DISTINCT message_id FROM deliveries WHERE id IN ({marks})", part
+            )]  # fmt: skip
+            self._conn.execute(f"DELETE FROM deliveries WHERE id IN ({marks})", part)
+            self._conn.executemany(
+                "DELETE FROM messages WHERE message_id=? AND NOT EXISTS "
+                "(SELECT 1 FROM deliveries WHERE deliveries.message_id=messages.message_id)",
+                [(m,) for m in messages],
+            )
+
+    async def failed(self, delivery_id: int, error: str, *, counts: bool) -> None:
+        """A try that failed; `counts`: the answer says the message itself is wrong (it
+        counts towards max_tries)."""
+        await self._run(
+            lambda: self._conn.execute(
+                "UPDATE deliveries SET tries=tries+1, failures=failures+?, last_error=? "
+                "WHERE id=? AND state=?",
+                (int(counts), error[:1000], delivery_id, QUEUED),
+            )
+        )
+
+    async def poison(self, delivery_id: int, reason: str) -> None:
+        await self._run(
+            lambda: self._conn.execute(
+                "UPDATE deliveries SET state=?, last_error=? WHERE id=? AND state=?",
+                (POISON, reason[:1000], delivery_id, QUEUED),
+            )
+        )
+
+    async def redeliver(self, database: str, start: float, end: float) -> list[Delivery]:
+        """Take the messages delivered to `database` within [start, end] out of its dumpster
+        and queue them again (the seeds: "once the message is resubmitted for delivery, the
+        message is removed from the transport dumpster"; it comes back in once delivered)."""
+
+        def work() -> list[Delivery]:
+            found = self._deliveries(
+                "WHERE d.state=? AND d.database=? AND d.delivered BETWEEN ? AND ? ORDER BY d.id",
+                DELIVERED, database, start, end,
+            )  # fmt: skip
+            self._conn.executemany(
+                "UPDATE deliveries SET state=?, redeliveries=redeliveries+1, tries=0, "
+                "failures=0 WHERE id=?",
+                [(QUEUED, d.id) for d in found],
+            )
+            return found
+
+        return await self._run(work)
+
+    async def message(self, message_id: str) -> list[dict[str, Any]]:
+        """Each recipient's delivery of `message_id` (empty: not known, or let out of the
+        dumpster)."""
+
+        def work() -> list[dict[str, Any]]:
+            rows = self._conn.execute(
+                "SELECT recipient, state, tries, last_error, database, delivered, redeliveries "
+                "FROM deliveries WHERE message_id=? ORDER BY recipient",
+                (message_id,),
+            ).fetchall()
+            keys = ("recipient", "state", "tries", "last_error", "database", "delivered",
+                    "redeliveries")  # fmt: skip
+            return [dict(zip(keys, row, strict=True)) for row in rows]
+
+        return await self._run(work)
+
+    async def poisoned(self) -> list[dict[str, Any]]:
+        """The poison queue: each delivery given up, with why."""
+
+        def work() -> list[dict[str, Any]]:
+            rows = self._conn.execute(
+                "SELECT message_id, recipient, tries, last_error FROM deliveries WHERE state=? "
+                "ORDER BY id",
+                (POISON,),
+            ).fetchall()
+            keys = ("message_id", "recipient", "tries", "reason")
+            return [dict(zip(keys, row, strict=True)) for row in rows]
+
+        return await self._run(work)
+
+    async def counts(self) -> tuple[dict[str, int], list[DumpsterSize]]:
+        """Deliveries by state, and each database's dumpster (messages, bytes)."""
+
+        def work() -> tuple[dict[str, int], list[DumpsterSize]]:
+            states = dict.fromkeys((QUEUED, DELIVERED, POISON), 0)
+            states.update(
+                self._conn.execute(
+                    "SELECT state, COUNT(*) FROM deliveries GROUP BY state"
+                ).fetchall()
+            )
+            sizes = self._conn.execute(
+                "SELECT d.database, COUNT(*), SUM(m.size) FROM deliveries d JOIN messages m "
+                "USING (message_id) WHERE d.state=? GROUP BY d.database ORDER BY d.database",
+                (DELIVERED,),
+            ).fetchall()
+            return states, [DumpsterSize(db, n, int(b or 0)) for db, n, b in sizes]
+
+        return await self._run(work)

@@ -1,0 +1,141 @@
+"""One transport: its queue, its delivery loop, and what its API asks of them.
+
+A submission is checked whole before anything is queued: every recipient must be in the
+mailbox directory, and the message within each recipient database's max_item_size (a
+message no database would take is refused now, with the reason, rather than poisoned
+later).  A directory that cannot be read refuses the submission (503): the message is not
+accepted, and its sender submits it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from dag_common.clock import Clock
+from dag_common.config import ClusterConfig
+from replication_node.errors import ClusterStoreError
+from transport.delivery import Deliverer, Directory
+from transport.messages import MessageIn
+from transport.metrics import TransportMetrics
+from transport.queue import QueueStore
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A submission's answer: HTTP status and body."""
+
+    status: int
+    body: dict[str, Any]
+
+
+class Transport:
+    def __init__(
+        self,
+        *,
+        config: ClusterConfig,
+        name: str,
+        token: str,
+        store: QueueStore,
+        directory: Directory,
+        deliverer: Deliverer,
+        clock: Clock,
+        metrics: TransportMetrics,
+    ) -> None:
+        self.config = config
+        self.name = name
+        self.token = token
+        self.store = store
+        self.metrics = metrics
+        self._directory = directory
+        self._deliverer = deliverer
+        self._clock = clock
+
+    async def submit(self, message: MessageIn) -> Outcome:
+        try:
+            refused = await self._check(message)
+        except ClusterStoreError as exc:
+            self.metrics.refused.labels("directory").inc()
+            return Outcome(503, {"error": f"the mailbox directory cannot be read: {exc}; "
+                                          "not accepted, submit again"})  # fmt: skip
+        if refused is not None:
+            self.metrics.refused.labels(refused.body.pop("reason")).inc()
+            return refused
+        try:
+            submitted = await self.store.submit(message, self._clock.now().timestamp())
+        except sqlite3.Error as exc:
+            self.metrics.refused.labels("queue").inc()
+            logger.error("queueing %s failed: %s", message.message_id, exc)
+            return Outcome(503, {"error": f"the queue cannot take it ({exc}); not accepted"})
+        if not submitted.new:
+            return Outcome(200, {"message_id": message.message_id, "accepted": False,
+                                 "reason": "already accepted: nothing queued again"})  # fmt: skip
+        self.metrics.accepted.inc()
+        await self._deliverer.add(submitted.deliveries)
+        recipients = [d.recipient for d in submitted.deliveries]
+        return Outcome(
+            201, {"message_id": message.message_id, "accepted": True, "recipients": recipients}
+        )
+
+    async def _check(self, message: MessageIn) -> Outcome | None:
+        unknown, over = [], []
+        for recipient in dict.fromkeys(message.recipients):
+            database = await self._directory.mailbox_database(recipient)
+            if database is None:
+                unknown.append(recipient)
+                continue
+            try:
+                limit = self.config.max_item_size_of(self.config.database(database))
+            except KeyError:  # a database the config no longer has: no node takes it
+                unknown.append(recipient)
+                continue
+            if message.size > limit:
+                over.append((recipient, database, limit))
+        if unknown:
+            return Outcome(400, {
+                "error": f"unknown recipient{'s' if len(unknown) > 1 else ''}: "
+                         f"{', '.join(unknown)} (not in the mailbox directory); nothing queued",
+                "unknown_recipients": unknown, "reason": "unknown recipient",
+            })  # fmt: skip
+        if over:
+            recipient, database, limit = over[0]
+            return Outcome(413, {
+                "error": f"the message is {message.size} bytes, over {database}'s "
+                         f"max_item_size of {limit} bytes (recipient {recipient}); nothing "
+                         "queued",
+                "max_item_size": limit, "item_size": message.size, "reason": "too large",
+            })  # fmt: skip
+        return None
+
+    async def redeliver(self, database: str, start: datetime, end: datetime) -> int:
+        """Queue again what this transport delivered to `database` within [start, end]."""
+        found = await self.store.redeliver(database, start.timestamp(), end.timestamp())
+        await self._deliverer.add(found)
+        self.metrics.redelivered.labels(database).inc(len(found))
+        logger.warning(
+            "redelivery of %s from %s to %s: %d messages queued again",
+            database, start.isoformat(), end.isoformat(), len(found),
+        )  # fmt: skip
+        return len(found)
+
+    async def queue_state(self) -> dict[str, Any]:
+        states, dumpsters = await self.store.counts()
+        return {
+            "transport": self.name,
+            "deliveries": states,
+            "waiting": self._deliverer.waiting,
+            "dumpsters": [
+                {"database": d.database, "messages": d.messages, "bytes": d.bytes}
+                for d in dumpsters
+            ],
+        }
+
+    async def refresh_gauges(self) -> None:
+        _, dumpsters = await self.store.counts()
+        for d in dumpsters:
+            self.metrics.dumpster_bytes.labels(d.database).set(d.bytes)
