@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from dag_common.model import CopyRole, CopyStatus
 from dag_common.ports import free_port
 from replication_node.cli import main as cli
 from replication_node.cli.mailbox import batches, generated_items
+from transport.messages import item_id_for
 
 ROOT = Path.cwd()
 
@@ -88,6 +90,10 @@ def write_config(base: Path) -> Path:
             "history_dir": "./history",
         },
     }
+    config["transports"] = [
+        {"name": "hub1", "site": "redmond", "url": f"http://127.0.0.1:{free_port()}",
+         "data_dir": "./hub1"},
+    ]  # fmt: skip
     base.mkdir(parents=True, exist_ok=True)
     (base / "token").write_text(secrets.token_urlsafe(32) + "\n")
     os.chmod(base / "token", 0o600)
@@ -196,6 +202,79 @@ def batch_move(config_path: Path, base: Path, env: dict[str, str]) -> None:
         worker.terminate()
         worker.wait(timeout=60)
     subprocess.run([*mrs, "batch", "report", "wave1", *conf], env=env, check=True)
+
+
+class MailDuring:
+    """Messages for alice and bob given to the transport, one every 20 ms, in a thread,
+    while something else runs (a move of alice): each must arrive once, wherever its
+    mailbox is by then."""
+
+    def __init__(self, config_path: Path) -> None:
+        config = yaml.safe_load(config_path.read_text())
+        self.url = config["transports"][0]["url"]
+        self.token = (config_path.parent / "token").read_text().strip()
+        self.sent: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._send, name="mail", daemon=True)
+
+    def _post(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        import urllib.request
+
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            self.url + path, data=data, headers={**bearer(self.token), "Content-Type":
+                                                 "application/json"},
+        )  # fmt: skip
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return dict(json.load(resp))
+
+    def _send(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            message_id = f"<demo.{n}@example.com>"
+            self._post("/v1/messages", {
+                "message_id": message_id, "recipients": ["alice", "bob"],
+                "subject": f"message {n}", "body": f"delivered wherever alice is: {n}",
+            })  # fmt: skip
+            self.sent.append(message_id)
+            n += 1
+            time.sleep(0.02)
+
+    def __enter__(self) -> MailDuring:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def drained(self, timeout: float = 120) -> dict[str, Any]:
+        """The transport's queue once nothing waits in it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self._get("/v1/queue")
+            if state["waiting"] == 0 and state["deliveries"]["Queued"] == 0:
+                return state
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the transport did not deliver everything: {state}")
+            time.sleep(0.2)
+
+    def delivered_once(self, node_url: str, database: str, mailbox: str) -> str:
+        """Each message sent is in `mailbox` exactly once (the item its id names); the line
+        that says so, or SystemExit."""
+        items = self._get(f"/v1/databases/{database}/mailboxes/{mailbox}/items", node_url)
+        live = {i["item_id"] for i in items["items"] if not i["deleted"]}
+        missing = [m for m in self.sent if item_id_for(m) not in live]
+        if missing:
+            raise SystemExit(f"{len(missing)} messages are not in {mailbox}: {missing[:3]}")
+        return f"all {len(self.sent)} messages, each once, in {database}"
+
+    def _get(self, path: str, base: str | None = None) -> dict[str, Any]:
+        import urllib.request
+
+        request = urllib.request.Request((base or self.url) + path, headers=bearer(self.token))
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return dict(json.load(resp))
 
 
 def wait_copy(config_path: Path, database: str, node: str, role: str, timeout: float = 60) -> None:
@@ -339,7 +418,19 @@ def main() -> int:
     api = None
     try:
         loaded = yaml.safe_load(config_path.read_text())
+        hub = loaded["transports"][0]
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "transport.cli", "serve", "--config", str(config_path),
+                 "--name", hub["name"]],
+                stdout=open(base / "hub1.log", "ab"),  # noqa: SIM115 - the child owns it
+                stderr=subprocess.STDOUT, env=env,
+            )
+        )  # fmt: skip
+        print(f"started transport {hub['name']} at {hub['url']}, log {base / 'hub1.log'}")
         wait_healthy(nodes)
+        wait_healthy([Started("transport hub1", hub["url"] + "/healthz", base / "hub1.log",
+                              procs[-1])])  # fmt: skip
         # Started before the writes, so that its queue-length history (the report's input)
         # sees the copies fall behind under the writes and catch up.
         step("Start the Data Guarantee service (gRPC) over the nodes; it records history")
@@ -353,27 +444,29 @@ def main() -> int:
         health = f"http://{loaded['guarantee_api']['http_listen']}/healthz"
         wait_healthy([Started("the guarantee service", health, base / "guarantee-api.log", api)])
         asyncio.run(run(config_path, args.items))
-        step("Move mailbox alice from DB1 to DB2, gated on the data guarantee (mrs move)")
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "mrs_client.cli",
-                "move",
-                "--config",
-                str(config_path),
-                "--mailbox",
-                "alice",
-                "--to",
-                "DB2",
-                "--health-check-interval",
-                "1s",
-                "--flush-retry-interval",
-                "500ms",
-            ],
-            env=env,
-            check=True,  # a demo whose move fails must say so with its exit code
+        step(
+            "Move mailbox alice from DB1 to DB2, gated on the data guarantee (mrs move), while "
+            "the transport delivers mail to alice and bob"
         )
+        with MailDuring(config_path) as mail:
+            subprocess.run(
+                [
+                    sys.executable, "-m", "mrs_client.cli", "move", "--config", str(config_path),
+                    "--mailbox", "alice", "--to", "DB2", "--health-check-interval", "1s",
+                    "--flush-retry-interval", "500ms",
+                ],
+                env=env,
+                check=True,  # a demo whose move fails must say so with its exit code
+            )  # fmt: skip
+        mail.drained()
+        subprocess.run(
+            [sys.executable, "-m", "transport.cli", "status", "--config", str(config_path),
+             "--via", "hub1"], env=env, check=True,
+        )  # fmt: skip
+        cli.main(["mailbox", "where", "alice", "--config", str(config_path)])
+        mbx2 = next(n["url"] for n in loaded["nodes"] if n["name"] == "mbx2")
+        for mailbox in ("alice", "bob"):
+            print(f"  {mailbox}: {mail.delivered_once(mbx2, 'DB2', mailbox)}")
         subprocess.run(
             [
                 sys.executable,

@@ -43,7 +43,14 @@ while running:
 print(f"checked {len(names)}", flush=True)
 """
 
-PACKAGES = ("dag_common", "replication_node", "guarantee_api", "mrs_client", "spark_metrics")
+PACKAGES = (
+    "dag_common",
+    "replication_node",
+    "guarantee_api",
+    "mrs_client",
+    "spark_metrics",
+    "transport",
+)
 
 
 def test_every_module_imports_first_on_its_own():

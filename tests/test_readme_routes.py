@@ -1,6 +1,7 @@
-"""The README's route tables are the routes the services serve: every route of the node's
-and the guarantee service's aiohttp route tables is in its table, and nothing else is.
-(A route added without its line, or a line left for a route removed, fails here.)"""
+"""The README's route tables are the routes the services serve: every route of the node's,
+the transport's and the guarantee service's aiohttp route tables is in its table, and
+nothing else is.  (A route added without its line, or a line left for a route removed,
+fails here.)"""
 
 from __future__ import annotations
 
@@ -72,3 +73,11 @@ def test_the_guarantee_services_table_is_its_http_routes():
     assert documented("### Guarantee service (`guarantee-api serve`") == {
         ("GET", r) for r in routes
     }
+
+
+def test_the_transports_table_is_its_routes():
+    from transport.app import build_app as transport_app
+
+    transport = SimpleNamespace(token="t")
+    app = transport_app(transport)  # type: ignore[arg-type]
+    assert documented("### Transport (`transport serve`") == served(app)

@@ -17,6 +17,7 @@ transport killed in between delivers it again after its restart, as the same ite
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 from collections import deque
@@ -26,6 +27,7 @@ from typing import Protocol
 from dag_common.clock import Clock
 from mrs_client.errors import NodeCallError
 from mrs_client.node_client import NodeStoreClient
+from replication_node.errors import ClusterStoreError
 from transport.messages import Delivery
 from transport.metrics import TransportMetrics
 from transport.queue import QueueStore
@@ -35,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 BATCH_ITEMS = 200
 BATCH_BYTES = 512 * 1024  # half of a default log file: a batch is never a spanning write
+SWEEP_INTERVAL = 3600.0  # seconds between two sweeps of every dumpster
 
 
 class Directory(Protocol):
@@ -94,12 +97,23 @@ class Deliverer:
             asyncio.create_task(self._worker(), name=f"delivery {n}")
             for n in range(self._concurrency)
         ]
+        workers.append(asyncio.create_task(self._sweep(), name="dumpster sweep"))
         try:
             await asyncio.gather(*workers)
         finally:
             for task in [*workers, *self._timers]:
                 task.cancel()
             await asyncio.gather(*workers, *self._timers, return_exceptions=True)
+
+    async def _sweep(self) -> None:
+        """The dumpster's bounds on every database, every SWEEP_INTERVAL (a delivery applies
+        them to its own database at once)."""
+        while True:
+            await self._clock.sleep(SWEEP_INTERVAL)
+            try:
+                await self._store.sweep(self._clock.now().timestamp())
+            except Exception:
+                logger.exception("the dumpster's sweep failed; again in %g s", SWEEP_INTERVAL)
 
     async def _worker(self) -> None:
         while True:
@@ -128,7 +142,11 @@ class Deliverer:
         return batch
 
     async def _deliver(self, recipient: str, batch: list[Delivery]) -> None:
-        database = await self._directory.mailbox_database(recipient)
+        try:
+            database = await self._directory.mailbox_database(recipient)
+        except ClusterStoreError as exc:  # the store away: nothing is wrong with the message
+            await self._failed(recipient, batch, Failure.WAIT, f"the directory: {exc}")
+            return
         if database is None:
             await self._failed(recipient, batch, Failure.COUNTS, "not in the mailbox directory")
             return
@@ -144,7 +162,9 @@ class Deliverer:
         except NodeCallError as exc:
             moved = False
             if exc.status == 404:  # no such mailbox there: has it moved?
-                moved = await self._directory.mailbox_database(recipient) not in (None, database)
+                with contextlib.suppress(ClusterStoreError):
+                    now_in = await self._directory.mailbox_database(recipient)
+                    moved = now_in not in (None, database)
             failure = classify(exc.status, directory_moved=moved)
             if failure is Failure.POISON and len(batch) > 1:
                 self._alone.update(d.id for d in batch)  # which one? each alone finds out

@@ -25,6 +25,7 @@ Queued delivery at once.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import queue
 import sqlite3
@@ -257,6 +258,18 @@ class QueueStore:
                 [(m,) for m in messages],
             )
 
+    async def sweep(self, now: float) -> int:
+        """Let out of every database's dumpster what its bounds say (MaxDumpsterTime passes
+        on a database that nothing is delivered to); the number let out."""
+
+        def work() -> int:
+            databases = [row[0] for row in self._conn.execute(
+                "SELECT DISTINCT database FROM deliveries WHERE state=?", (DELIVERED,)
+            )]  # fmt: skip
+            return sum(self._evict(db, now) for db in databases)
+
+        return await self._run(work)
+
     async def failed(self, delivery_id: int, error: str, *, counts: bool) -> None:
         """A try that failed; `counts`: the answer says the message itself is wrong (it
         counts towards max_tries)."""
@@ -276,10 +289,14 @@ class QueueStore:
             )
         )
 
-    async def redeliver(self, database: str, start: float, end: float) -> list[Delivery]:
+    async def redeliver(
+        self, database: str, start: float, end: float, now: float
+    ) -> list[Delivery]:
         """Take the messages delivered to `database` within [start, end] out of its dumpster
         and queue them again (the seeds: "once the message is resubmitted for delivery, the
-        message is removed from the transport dumpster"; it comes back in once delivered)."""
+        message is removed from the transport dumpster"; it comes back in once delivered).
+        Each is queued as of `now`: a message delivered days ago has its whole
+        message_expiration again."""
 
         def work() -> list[Delivery]:
             found = self._deliveries(
@@ -288,10 +305,10 @@ class QueueStore:
             )  # fmt: skip
             self._conn.executemany(
                 "UPDATE deliveries SET state=?, redeliveries=redeliveries+1, tries=0, "
-                "failures=0 WHERE id=?",
-                [(QUEUED, d.id) for d in found],
+                "failures=0, queued=? WHERE id=?",
+                [(QUEUED, now, d.id) for d in found],
             )
-            return found
+            return [dataclasses.replace(d, tries=0, failures=0, queued=now) for d in found]
 
         return await self._run(work)
 

@@ -114,7 +114,8 @@ class Transport:
 
     async def redeliver(self, database: str, start: datetime, end: datetime) -> int:
         """Queue again what this transport delivered to `database` within [start, end]."""
-        found = await self.store.redeliver(database, start.timestamp(), end.timestamp())
+        now = self._clock.now().timestamp()
+        found = await self.store.redeliver(database, start.timestamp(), end.timestamp(), now)
         await self._deliverer.add(found)
         self.metrics.redelivered.labels(database).inc(len(found))
         logger.warning(

@@ -125,6 +125,8 @@ def history_lines(body: dict[str, Any]) -> list[str]:
     ]
     for row in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    if body.get("redelivery"):
+        lines.append(f"{database}: {body['redelivery']['summary']}")
     return lines
 
 

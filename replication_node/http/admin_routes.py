@@ -9,10 +9,12 @@ and `cluster/activation.py`.
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import UTC
 
 from aiohttp import web
 
+from replication_node.active.redelivery import describe
 from replication_node.errors import BadRequest, NotFound
 from replication_node.http.context import NODE, active_for_write, active_here, json_body
 from replication_node.http.models import ActivateIn, HandOverIn, ReasonIn, TargetIn, parse
@@ -100,9 +102,18 @@ async def history(request: web.Request) -> web.Response:
     except KeyError:
         raise NotFound(f"no database {name!r}") from None
     records = await node.cluster_store.history(name)
+    redelivery = await node.cluster_store.redelivery(name)
     return web.json_response(
         {
             "database": name,
+            # the transport dumpster's redelivery after a lossy activation: the last one
+            "redelivery": {
+                **json.loads(redelivery.to_json()),
+                "required": redelivery.required,
+                "summary": describe(redelivery),
+            }
+            if redelivery
+            else None,
             "epochs": [
                 {
                     "epoch": r.epoch,

@@ -49,10 +49,10 @@ async def test_delivered_goes_to_the_dumpster_and_redelivery_queues_the_window_a
         await store.delivered([i], "DB1", now=at + 1)
     states, dumpsters = await store.counts()
     assert states[DELIVERED] == 3 and dumpsters[0].database == "DB1"
-    again = await store.redeliver("DB1", 150.0, 250.0)
+    again = await store.redeliver("DB1", 150.0, 250.0, now=400.0)
     assert [d.message_id for d in again] == ["<1@example>"]
     assert [d.message_id for d in await store.queued()] == ["<1@example>"]
-    assert await store.redeliver("DB2", 0.0, 1e9) == []
+    assert await store.redeliver("DB2", 0.0, 1e9, now=400.0) == []
     (entry,) = await store.message("<1@example>")
     assert entry["state"] == QUEUED and entry["redeliveries"] == 1
     store.close()
@@ -111,4 +111,17 @@ async def test_every_acknowledged_submission_survives_a_kill_9(tmp_path):
     kept = {d.message_id for d in await store.queued()}
     # (the last acknowledgements may not have left the child's queue before the kill)
     assert acknowledged and {f"<{n}@example>" for n in acknowledged} <= kept
+    store.close()
+
+
+async def test_a_redelivered_message_is_queued_as_of_now_and_a_sweep_ages_out_the_rest(tmp_path):
+    store = _store(tmp_path)
+    for n in range(2):
+        (d,) = (await store.submit(_message(n), now=0.0)).deliveries
+        await store.delivered([d.id], "DB1", now=float(n))
+    (again,) = await store.redeliver("DB1", 0.5, 1.5, now=3 * DAY)
+    assert again.queued == 3 * DAY, "its message_expiration counts from the redelivery"
+    assert [d.queued for d in await store.queued()] == [3 * DAY]
+    assert await store.sweep(now=7 * DAY + 1) == 1, "the other, older than MaxDumpsterTime"
+    assert await store.message("<0@example>") == []
     store.close()

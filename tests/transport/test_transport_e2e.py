@@ -9,6 +9,8 @@ import json
 
 import pytest
 
+from tests.mrs_client.e2e import shorten_guarantee_waits
+from tests.mrs_client.test_move_e2e import FAST, mrs
 from tests.replication_node.e2e import converged, three_nodes
 from tests.transport.harness import Hubs
 from transport.messages import item_id_for
@@ -151,3 +153,111 @@ async def test_a_lossy_failover_is_made_whole_by_the_dumpster(lab):
     copies = json.loads(status.stdout)
     (db2,) = [c for c in copies if c["database"] == "DB2" and c.get("role") == "Active"]
     assert "Success" in db2["redelivery"]
+
+
+async def test_two_lossy_failovers_in_a_row_with_the_transport_down_widen_one_redelivery(lab):
+    """The seeds: "if multiple lossy failures take place, the new loss window is added to
+    the previous one"; a transport that cannot be reached is asked again every interval,
+    until it answers (here: once it is back, after the second failover)."""
+    cluster, hubs = lab
+    await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/carol")
+    first = [f"<c{n}@example>" for n in range(20)]
+    for m in first:
+        await hubs.submit("hub1", m, "carol")
+    await hubs.drained("hub1")
+    await converged(cluster, "DB1", "mbx1", ["mbx2", "mbx3"])
+    for node in ("mbx2", "mbx3"):
+        await cluster.ok("POST", node, f"/v1/databases/DB1/copies/{node}/suspend")
+    lost = [f"<d{n}@example>" for n in range(10)]
+    for m in lost:
+        await hubs.submit("hub1", m, "carol")
+    await hubs.drained("hub1")
+    hubs.kill("hub1")  # down through both failovers
+    cluster.kill("mbx1")
+    for node in ("mbx2", "mbx3"):
+        await cluster.ok("POST", node, f"/v1/databases/DB1/copies/{node}/resume")
+    await cluster.wait_status("mbx2", "DB1", "DisconnectedAndHealthy")
+    one = await cluster.ok("POST", "mbx2", "/v1/databases/DB1/activate", json={"node": "mbx2"})
+    assert one["lost_logs"] >= 1
+    await cluster.wait_status("mbx2", "DB1", "Mounted")
+    history = await asyncio.to_thread(cluster.node_cli, "db", "history", "DB1")
+    assert "pending from hub1" in history.stdout, history.stdout
+    # the second: mbx2 acknowledges writes mbx3 never copies, then is lost too
+    await converged(cluster, "DB1", "mbx2", ["mbx3"])
+    await cluster.ok("POST", "mbx3", "/v1/databases/DB1/copies/mbx3/suspend")
+    await cluster.ok(
+        "POST", "mbx2", "/v1/databases/DB1/mailboxes/carol/items",
+        json={"item_id": "direct", "subject": "not through a transport"},
+    )  # fmt: skip
+    cluster.kill("mbx2")
+    await cluster.ok("POST", "mbx3", "/v1/databases/DB1/copies/mbx3/resume")
+    await cluster.wait_status("mbx3", "DB1", "DisconnectedAndHealthy")
+    two = await cluster.ok("POST", "mbx3", "/v1/databases/DB1/activate", json={"node": "mbx3"})
+    assert two["lost_logs"] >= 1
+    await cluster.wait_status("mbx3", "DB1", "Mounted")
+    history = await cluster.ok("GET", "mbx3", "/v1/databases/DB1/history")
+    record = history["redelivery"]
+    assert record["epochs"] == [one["epoch"], two["epoch"]] and record["servers"] == ["hub1"]
+    assert record["required"] is True
+
+    await hubs.start("hub1")
+
+    async def answered() -> bool:
+        body = await cluster.ok("GET", "mbx3", "/v1/databases/DB1/history")
+        return body["redelivery"]["ended"] == "Success"
+
+    await cluster.wait_for("hub1's answer to the widened redelivery", answered)
+    await hubs.drained("hub1")
+    carol = await cluster.items("mbx3", "DB1", "carol")
+    assert set(carol) == ids(*first, *lost), "every message, once; the direct write is lost"
+    history = await asyncio.to_thread(cluster.node_cli, "db", "history", "DB1")
+    assert "Success" in history.stdout.splitlines()[-1], history.stdout
+
+
+async def test_delivery_follows_a_move_of_the_mailbox(tmp_path):
+    """Messages for bob keep coming while a real `mrs move` takes bob from DB2 to DB1: the
+    transport waits out the locked source and follows the directory to the new database;
+    nobody needs to tell it where bob went."""
+    cluster = three_nodes(tmp_path, defaults={"failover_after": None})
+    shorten_guarantee_waits(cluster)
+    hubs = Hubs(cluster, "hub1")
+    await cluster.start()
+    api = await cluster.start_guarantee_api()
+    try:
+        await cluster.wait_status("mbx2", "DB2", "Mounted")
+        await cluster.ok("PUT", "mbx2", "/v1/databases/DB2/mailboxes/bob")
+        await hubs.start("hub1")
+        sent: list[str] = []
+        moving = asyncio.Event()
+
+        async def keep_sending() -> None:
+            n = 0
+            while not moving.is_set() or n < 40:
+                m = f"<v{n}@example>"
+                status, body = await hubs.submit("hub1", m, "bob", body="x" * 2000)
+                assert status == 201, body
+                sent.append(m)
+                n += 1
+                await asyncio.sleep(0.02)
+
+        sender = asyncio.create_task(keep_sending())
+        await asyncio.sleep(0.5)
+        moved = await asyncio.to_thread(
+            mrs, cluster, "move", "--mailbox", "bob", "--to", "DB1", *FAST
+        )
+        moving.set()
+        await sender
+        assert moved.returncode == 0, moved.stdout + moved.stderr
+        where = await asyncio.to_thread(cluster.node_cli, "mailbox", "where", "bob", "--json")
+        assert json.loads(where.stdout)["database"] == "DB1"
+        await hubs.drained("hub1")
+        bob = {k: v for k, v in (await cluster.items("mbx1", "DB1", "bob")).items()}
+        assert {k for k, v in bob.items() if not v["deleted"]} == ids(*sent)
+        _, state = await hubs.call("GET", "hub1", "/v1/queue")
+        databases = {d["database"] for d in state["dumpsters"]}
+        assert databases == {"DB1", "DB2"}, "delivered to both, each kept in its dumpster"
+    finally:
+        hubs.stop_all()
+        api.terminate()
+        api.wait(timeout=20)
+        await cluster.close()
