@@ -255,6 +255,8 @@ class NodeStoreClient:
                 # transient (no status: the move loop stalls and asks again)
                 raise NodeCallError(f"{what}: HTTP {status}: {message}", detail=str(message))
             if status not in ok:
+                if status >= 500:  # a dismounted or failing active: find it again next time
+                    self._active.pop(database, None)
                 raise NodeCallError(
                     f"{what}: HTTP {status}: {message}", status=status, detail=str(message)
                 )

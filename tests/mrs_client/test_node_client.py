@@ -42,6 +42,8 @@ class FakeNode:
         self.writes += 1
         self.cluster["hook"](self)
         active = self.cluster["active"]
+        if self.name in self.cluster.get("failing", ()):  # a dismounted active: 503
+            return web.json_response({"error": "dismounted after a failure"}, status=503)
         if self.name in {*self.cluster.get("changing", ()), *self.cluster.get("mounting", ())}:
             # a real node whose copy changes role: it names no active yet
             return web.json_response(
@@ -209,6 +211,20 @@ async def test_no_active_and_no_mount_under_way_fails_at_once(two_nodes):
     with pytest.raises(NodeCallError, match="no mounted active copy of DB2 can be reached"):
         await client.put_items("DB2", "alice", ITEM)
     assert time.monotonic() - started < 10, "failed at once, not after following for 30 s"
+
+
+async def test_an_active_answering_503_is_looked_for_again_on_the_next_call(two_nodes):
+    """A dismounted active (503) is not asked again and again while another copy has been
+    made active: the next call finds the active afresh."""
+    cluster, nodes, config, session = two_nodes
+    client = NodeStoreClient(config, token="t", session=session)
+    await client.put_items("DB2", "alice", ITEM)  # a's url remembered
+    cluster.update(failing={"a"})
+    with pytest.raises(NodeCallError) as caught:
+        await client.put_items("DB2", "alice", ITEM)
+    assert caught.value.status == 503
+    cluster.update(active="b", epoch=2)  # a still answers 503: it is the failed old active
+    assert (await client.put_items("DB2", "alice", ITEM)).epoch == 2
 
 
 @pytest.fixture

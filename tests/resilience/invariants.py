@@ -15,7 +15,10 @@ clock, a file or a socket, so each is unit-tested by feeding it a violation
 - truncation: no copy ever needed a log the active had already deleted;
 - guarantee answers: no Flush answered Satisfied for a write that was then lost; no Health
   answered Satisfied while the faults left fewer copies up than the constraint needs;
-- processes: nothing crashed or exited that the scenario did not stop.
+- processes: nothing crashed or exited that the scenario did not stop;
+- messages: every message the transport accepted is in its mailbox exactly once after the
+  queue drained (a lossy failover's loss made whole by the dumpster), none it refused is,
+  one never answered may be or not, but once; none ended in the poison queue.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from dag_common.model import AutoDatabaseMountDial
-from tests.resilience.workload import Answer, GuaranteeAnswer
+from tests.resilience.workload import Answer, GuaranteeAnswer, Submission
+from transport.messages import item_id_for
 
 
 @dataclass(frozen=True)
@@ -341,3 +345,54 @@ def processes_alive(exits: Mapping[str, int | None]) -> list[Violation]:
         for name, code in sorted(exits.items())
         if code is not None
     ]
+
+
+def messages_delivered_once(
+    submissions: list[Submission], items: Mapping[str, str]
+) -> list[Violation]:
+    """The mailbox's items (item id -> subject; the sender's subject is the message id),
+    read on the active once the transport's queue drained, against what was submitted:
+    every accepted message under its item id (`item_id_for`), no message in two items, no
+    item for a message never accepted.  A message whose submissions were never answered
+    (and none accepted) may have been queued: present or absent, but once."""
+    accepted = {s.message_id for s in submissions if s.accepted}
+    maybe = {s.message_id for s in submissions if not s.refused} - accepted
+    out: list[Violation] = []
+    missing = [m for m in accepted if items.get(item_id_for(m)) != m]
+    if missing:
+        out.append(
+            Violation(
+                "accepted-message-missing",
+                f"{len(missing)} of {len(accepted)} accepted messages: {_short(missing)}",
+            )
+        )
+    holders: dict[str, list[str]] = defaultdict(list)
+    for item_id, subject in items.items():
+        holders[subject].append(item_id)
+    twice = {m: ids for m, ids in holders.items() if len(ids) > 1}
+    if twice:
+        out.append(
+            Violation(
+                "message-delivered-twice",
+                f"{len(twice)} messages: "
+                + _short(f"{m} as {' and '.join(sorted(ids))}" for m, ids in twice.items()),
+            )
+        )
+    stray = [f"{i} ({s})" for i, s in items.items() if s not in accepted | maybe]
+    if stray:
+        out.append(
+            Violation(
+                "message-never-accepted",
+                f"{len(stray)} items for messages not accepted: {_short(stray)}",
+            )
+        )
+    return out
+
+
+def no_poison(count: int, poisoned: list[Mapping[str, object]]) -> list[Violation]:
+    """No delivery ended in the transport's poison queue (nothing the suite sends is a bad
+    message): `count` from its queue's states, `poisoned` its poison queue, with why."""
+    if not count and not poisoned:
+        return []
+    why = [f"{p.get('message_id')} -> {p.get('recipient')}: {p.get('reason')}" for p in poisoned]
+    return [Violation("message-poisoned", f"{max(count, len(poisoned))} deliveries: {_short(why)}")]

@@ -1,9 +1,12 @@
 """One scenario's life over the namespace lab: the cluster (three nodes in two sites and
-etcd, each in its own namespace; the guarantee service and the mover in the root
-namespace), the load (a writer on DB1, a move of a mailbox from DB1 to DB2, the guarantee
-recorder), the fault the test injects at a point its seed chooses, the healing, and then
-the reading of every copy and the invariants, ending in one line of figures and a failure
+etcd, each in its own namespace; the guarantee service, a transport and the mover in the
+root namespace), the load (a writer on DB1, messages through the transport to a mailbox on
+DB1, a move of a mailbox from DB1 to DB2, the guarantee recorder), the fault the test
+injects at a point its seed chooses, the healing, and then the reading of every copy, the
+transport's queue drained, and the invariants, ending in one line of figures and a failure
 that names the scenario, its seed and every invariant broken.
+
+Mailboxes on DB1: bob (the writer's), alice (the move's, to DB2), carol (the transport's).
 
 DB1 (the writer's and the move's source): mbx1, mbx2 (redmond), mbx3 (dublin), mbx1 first.
 DB2 (the move's target, SecondCopy): mbx2, mbx3, mbx1, mbx2 first.
@@ -43,9 +46,11 @@ from tests.resilience.workload import (
     MovePoint,
     Mover,
     Recorder,
+    Sender,
     Writer,
     find_active,
 )
+from tests.transport.harness import Hubs
 
 NODES = [n for n, _ in THREE_NODES]
 COPIES = {
@@ -58,6 +63,23 @@ MIN_ANSWERS = 5  # the service's answers a guarantee fault's window must hold
 # The longest the guarantee service may leave every call unanswered (the recorder asks
 # three questions five times a second, each with a 2 s deadline) outside a fault on it.
 SILENCE_LIMIT = 5.0
+HUB = "hub1"  # the lab's transport
+MAIL = "carol"  # its recipient, on DB1 (the writer's database)
+SETTLE = 120  # seconds the end waits for a settling step (convergence, a drained queue)
+# What a call to a node or the transport may raise while it cannot answer yet: "not yet".
+UNANSWERED = (aiohttp.ClientError, AssertionError, KeyError, TimeoutError, ValueError)
+
+
+class LabHubs(Hubs):
+    """The lab's transports, listening on the bridge's address (`host`): the nodes, each in
+    its own namespace, must reach them to ask for a dumpster redelivery."""
+
+    def __init__(self, cluster: LocalCluster, host: str, *names: str, **settings: Any) -> None:
+        self.host = host  # before Hubs writes the config with each url
+        super().__init__(cluster, *names, **settings)
+
+    def url(self, name: str) -> str:
+        return f"http://{self.host}:{self.ports[name]}"
 
 
 def databases(
@@ -110,6 +132,8 @@ class Scenario:
     writer: Writer
     recorder: Recorder
     mover: Mover
+    hubs: Hubs
+    sender: Sender
     faults: Faults = field(default_factory=Faults)
     notes: list[str] = field(default_factory=list)
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
@@ -126,6 +150,7 @@ class Scenario:
 
     def start_load(self, *, move: bool = True) -> None:
         self.tasks.append(asyncio.create_task(self.writer.run()))
+        self.tasks.append(asyncio.create_task(self.sender.run()))
         self.tasks.append(asyncio.create_task(self.recorder.run()))
         if move:
             self.move_task = asyncio.create_task(
@@ -273,7 +298,7 @@ class Scenario:
         """Stop the load, let the move end, read every copy, check every invariant, print the
         line; fail naming the scenario, the seed and each invariant broken."""
         violations: list[inv.Violation] = list(self.expectations)
-        self.writer.stopped = self.recorder.stopped = True
+        self.writer.stopped = self.recorder.stopped = self.sender.stopped = True
         asked_until = time.monotonic()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         faults = self.faults.close()
@@ -292,7 +317,7 @@ class Scenario:
                 await self.cluster.wait_for(
                     f"{db} converged",
                     lambda db=db, passives=passives: self._rolled(db, actives[db], passives),
-                    timeout=120,
+                    timeout=SETTLE,
                 )
             except AssertionError as exc:
                 states = await self._states(db)
@@ -308,6 +333,13 @@ class Scenario:
         else:
             lost = set()
         violations += inv.one_writer_per_epoch(self.writer.answers)
+        held_mail = -1
+        if "DB1" in actives:
+            mail, settled = await self._mail_settled(actives["DB1"])
+            violations += settled
+            violations += inv.messages_delivered_once(self.sender.answers, mail)
+            held_mail = len(mail)
+        violations += await self._no_poison()
         moves = await self._moves(actives.get("DB1"))
         if "DB2" in actives and "DB1" in actives:
             source = live(await self._items(actives["DB1"], "DB1", "alice"))
@@ -329,6 +361,7 @@ class Scenario:
         )
         exits = {n: p.poll() for n, p in self.cluster.procs.items()}
         exits["guarantee-api"] = self.api.poll()
+        exits |= {f"transport {n}": p.poll() for n, p in self.hubs.procs.items()}
         violations += inv.processes_alive(exits)
         if self.claims_in_flight and not (self.at_fault and self.at_fault.in_flight):
             violations.append(
@@ -347,6 +380,7 @@ class Scenario:
             f" (mrs exit {','.join(str(r.returncode) for r in self.mover.runs) or '-'})"
             f" at the fault: {self.at_fault or '-'}"
             f"{' (in flight)' if self.at_fault and self.at_fault.in_flight else ''} "
+            f"messages accepted/unanswered/refused={self.sender.counts()} held={held_mail} "
             f"guarantee={self.recorder.counts()} violations={len(violations)}"
         )
         LINES.append(line)
@@ -361,6 +395,7 @@ class Scenario:
                     {
                         "writes": [asdict(a) for a in self.writer.answers],
                         "guarantee": [asdict(a) for a in self.recorder.answers],
+                        "messages": [asdict(a) for a in self.sender.answers],
                         "faults": [asdict(w) | {"down": sorted(w.down)} for w in faults],
                         "history": [asdict(e) for e in history],
                         "lost": sorted(lost),
@@ -377,6 +412,45 @@ class Scenario:
                 + "; ".join(str(v) for v in dict.fromkeys(str(v) for v in violations[:12]))
                 + f" (what was recorded: {record})"
             )
+
+    async def _mail_settled(self, active: str) -> tuple[dict[str, str], list[inv.Violation]]:
+        """Wait until no redelivery of DB1 is still asked of a transport (a lossy failover's
+        new active asks every redelivery_interval until each answers) and the transport's
+        queue has drained; then the transport's mailbox on DB1's active (item id -> subject,
+        live items), and a violation for each wait that timed out."""
+        out: list[inv.Violation] = []
+        seen: dict[str, Any] = {}
+
+        async def answered() -> bool:
+            seen["redelivery"] = (
+                await self.cluster.ok("GET", active, "/v1/databases/DB1/history")
+            )["redelivery"]
+            return not (seen["redelivery"] or {}).get("required")
+
+        async def drained() -> bool:
+            _, seen["queue"] = await self.hubs.call("GET", HUB, "/v1/queue", timeout=SHORT)
+            return seen["queue"]["waiting"] == 0 and seen["queue"]["deliveries"]["Queued"] == 0
+
+        for what, check, name in (
+            ("DB1's dumpster redelivery answered", answered, "redelivery-not-answered"),
+            (f"transport {HUB} drained", drained, "transport-not-drained"),
+        ):
+            try:
+                await wait_until(what, check, timeout=SETTLE, every=0.1, tolerate=UNANSWERED)
+            except AssertionError as exc:
+                out.append(inv.Violation(name, f"{exc}: {seen}"))
+        if (seen.get("redelivery") or {}).get("summary"):
+            self.notes.append(f"DB1 {seen['redelivery']['summary']}")
+        items = await self._items(active, "DB1", MAIL)
+        return {k: v["subject"] for k, v in items.items() if not v["deleted"]}, out
+
+    async def _no_poison(self) -> list[inv.Violation]:
+        try:
+            _, queue = await self.hubs.call("GET", HUB, "/v1/queue", timeout=SHORT)
+            _, poison = await self.hubs.call("GET", HUB, "/v1/poison", timeout=SHORT)
+            return inv.no_poison(queue["deliveries"]["Poison"], poison["poison"])
+        except UNANSWERED as exc:
+            return [inv.Violation("transport-unreadable", f"{HUB}: {type(exc).__name__} {exc}")]
 
     async def _rolled(self, db: str, active: str, passives: list[str]) -> bool:
         await rolled_and_replayed(self.cluster, db, active, passives)
@@ -483,8 +557,10 @@ async def scenario(
         pytest.skip(f"network namespaces cannot be made here: {exc}")
     api = None
     run: Scenario | None = None
+    hubs: Hubs | None = None
     try:
         shorten_guarantee_waits(cluster)
+        hubs = LabHubs(cluster, net.gateway, HUB)
         if before_start is not None:
             before_start(cluster)
         for node, env in (node_env or {}).items():
@@ -493,10 +569,12 @@ async def scenario(
         for node in node_env or {}:
             await cluster.wait_healthy(node)
         api = await cluster.start_guarantee_api(env=api_env)
+        await hubs.start(HUB)
         await cluster.wait_status("mbx1", "DB1", "Mounted")
         await cluster.wait_status("mbx2", "DB2", "Mounted")
         await seed_mailbox(cluster, ALICE)
         await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/bob")
+        await cluster.ok("PUT", "mbx1", f"/v1/databases/DB1/mailboxes/{MAIL}")
         await rolled_and_replayed(cluster, "DB1", "mbx1", ["mbx2", "mbx3"])
         await rolled_and_replayed(cluster, "DB2", "mbx2", ["mbx3", "mbx1"])
         writer = Writer(cluster, "DB1", "bob", NODES, "mbx1")
@@ -510,11 +588,13 @@ async def scenario(
             writer=writer,
             recorder=Recorder(cluster.config["guarantee_api"]["listen"], ("DB2", "DB1"), writer),
             mover=Mover(cluster, env=mover_env or {}),
+            hubs=hubs,
+            sender=Sender(hubs, HUB, MAIL),
         )
         try:
             yield run
         finally:
-            run.writer.stopped = run.recorder.stopped = True
+            run.writer.stopped = run.recorder.stopped = run.sender.stopped = True
             for proc in [r.proc for r in run.mover.runs if r.proc]:
                 if proc.returncode is None:
                     with contextlib.suppress(ProcessLookupError):
@@ -533,4 +613,8 @@ async def scenario(
             api.send_signal(signal.SIGCONT)
             api.kill()
             api.wait(timeout=20)
-        await scope.__aexit__(None, None, None)
+        try:
+            if hubs is not None:
+                hubs.stop_all()
+        finally:
+            await scope.__aexit__(None, None, None)

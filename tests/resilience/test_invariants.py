@@ -10,14 +10,17 @@ from tests.resilience.invariants import (
     MoveOutcome,
     acknowledged_writes_kept,
     converged,
+    messages_delivered_once,
     moves_kept,
     no_false_satisfied,
     no_needed_log_truncated,
+    no_poison,
     one_writer_per_epoch,
     processes_alive,
     service_kept_answering,
 )
-from tests.resilience.workload import Answer, GuaranteeAnswer
+from tests.resilience.workload import Answer, GuaranteeAnswer, Submission
+from transport.messages import item_id_for
 
 
 def ack(item, node="mbx1", epoch=1, generation=5, sent=0.0, answered=0.1, code=201, offset=0):
@@ -179,3 +182,59 @@ def test_silence_during_a_fault_of_the_service_itself_is_not_reported():
     other = FaultWindow("kill -9 mbx1", frozenset({"mbx1"}), 3.0, 16.0)
     assert service_kept_answering(calls, [stopped], until=20, limit=5) == []
     assert names(service_kept_answering(calls, [other], until=20, limit=5)) == ["service-silent"]
+
+
+def sub(message_id, *codes):
+    """A message's submissions, one per answer code in turn (0: no answer)."""
+    return [Submission(message_id, float(n), n + 0.1, code) for n, code in enumerate(codes)]
+
+
+def held(*message_ids):
+    """A mailbox holding each message once, as the transport names its item."""
+    return {item_id_for(m): m for m in message_ids}
+
+
+def test_every_accepted_message_once_and_nothing_else_is_clean():
+    # accepted at once; accepted on the second try (200: the unanswered first one was queued)
+    submissions = sub("a", 201) + sub("b", 0, 200) + sub("c", 503, 201)
+    assert messages_delivered_once(submissions, held("a", "b", "c")) == []
+
+
+def test_an_accepted_message_missing_is_reported():
+    found = messages_delivered_once(sub("a", 201) + sub("b", 201), held("a"))
+    assert names(found) == ["accepted-message-missing"] and "1 of 2" in found[0].detail
+    assert found[0].detail.endswith(": b")
+
+
+def test_an_accepted_message_under_another_subject_is_missing():
+    found = messages_delivered_once(sub("a", 201), {item_id_for("a"): "z"})
+    assert "accepted-message-missing" in names(found)
+
+
+def test_a_message_in_two_items_is_reported():
+    items = held("a") | {"m-0123456789": "a"}  # a second item under another id
+    found = messages_delivered_once(sub("a", 201), items)
+    assert names(found) == ["message-delivered-twice"] and "m-0123456789" in found[0].detail
+
+
+def test_an_unanswered_message_may_be_there_or_not_but_once():
+    submissions = sub("a", 0, 0, 0) + sub("b", 0, 0, 0) + sub("c", 0, 503, 503)
+    assert messages_delivered_once(submissions, held("b", "c")) == []
+    assert messages_delivered_once(submissions, {}) == []
+    twice = held("b") | {"m-1": "b"}
+    assert names(messages_delivered_once(submissions, twice)) == ["message-delivered-twice"]
+
+
+def test_a_refused_message_delivered_is_reported():
+    submissions = sub("a", 400) + sub("b", 503, 503, 503) + sub("c", 201)
+    found = messages_delivered_once(submissions, held("a", "b", "c") | {"m-x": "never sent"})
+    assert names(found) == ["message-never-accepted"] and "3 items" in found[0].detail
+    assert messages_delivered_once(submissions, held("c")) == []
+
+
+def test_a_poisoned_delivery_is_reported_with_its_reason():
+    poisoned = [{"message_id": "a", "recipient": "carol", "reason": "too large"}]
+    found = no_poison(1, poisoned)
+    assert names(found) == ["message-poisoned"] and "a -> carol: too large" in found[0].detail
+    assert names(no_poison(2, [])) == ["message-poisoned"]
+    assert no_poison(0, []) == []

@@ -1,7 +1,8 @@
 """What runs while a fault strikes, and what it records: a writer (every answer to every
-write, with the epoch and generation of an acknowledged one), a mover (a real `mrs move`
-subprocess), and a recorder of the guarantee service's answers (Health for the move's
-target, Flush for the writer's latest acknowledged write).
+write, with the epoch and generation of an acknowledged one), a sender of messages to the
+transport (every answer to every submission), a mover (a real `mrs move` subprocess), and
+a recorder of the guarantee service's answers (Health for the move's target, Flush for the
+writer's latest acknowledged write).
 
 Nothing here judges: `invariants.py` reads what these recorded.  Every record is frozen and
 carries the monotonic time it was made, so a fault's window can be laid over it.
@@ -24,6 +25,7 @@ import grpc
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from tests.cluster_harness import ROOT, TOKEN, LocalCluster, wait_until
+from tests.transport.harness import Hubs
 
 T = TypeVar("T")
 
@@ -140,6 +142,89 @@ class Writer:
             timeout=timeout,
             every=0.05,
         )
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One submission of a message to the transport and what came back (code 0: no answer:
+    refused, reset or timed out).  The message's subject is its id."""
+
+    message_id: str
+    sent: float
+    answered: float
+    code: int
+    error: str = ""
+
+    @property
+    def accepted(self) -> bool:
+        """201: queued durably; 200: the same id was accepted before."""
+        return self.code in (200, 201)
+
+    @property
+    def refused(self) -> bool:
+        """A definite no: 4xx (the message is wrong) or 503 (not accepted, submit again).
+        Anything else not accepted (no answer, another 5xx) may have been accepted."""
+        return 400 <= self.code < 500 or self.code == 503
+
+
+@dataclass
+class Sender:
+    """Submits messages to the transport `hub` for `recipient`, a few a second, each with a
+    unique id (its subject too) and a small body; one not accepted is submitted again under
+    the same id, as a mail server does, up to `attempts` times, unless refused as wrong
+    (4xx).  Every answer is recorded."""
+
+    hubs: Hubs
+    hub: str
+    recipient: str
+    prefix: str = "msg"
+    pace: float = 0.25
+    body: int = 100
+    attempts: int = 3
+    answers: list[Submission] = field(default_factory=list)
+    stopped: bool = False
+
+    async def run(self) -> None:
+        n = 0
+        while not self.stopped:
+            message_id = f"<{self.prefix}{n}@resilience>"
+            for _ in range(self.attempts):
+                answer = await self._submit(message_id)
+                self.answers.append(answer)
+                if answer.accepted or 400 <= answer.code < 500 or self.stopped:
+                    break
+                await asyncio.sleep(self.pace)  # the sender's pause before submitting again
+            n += 1
+            await asyncio.sleep(self.pace)  # pace the load, not a wait for readiness
+
+    async def _submit(self, message_id: str) -> Submission:
+        message = {
+            "message_id": message_id,
+            "recipients": [self.recipient],
+            "subject": message_id,
+            "body": "t" * self.body,
+        }
+        sent = time.monotonic()
+        error = ""
+        try:
+            code, body = await self.hubs.call(
+                "POST", self.hub, "/v1/messages", json=message, timeout=SHORT
+            )
+            if isinstance(body, dict) and not 200 <= code < 300:
+                error = str(body.get("error", ""))
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            code, error = 0, type(exc).__name__
+        return Submission(message_id, sent, time.monotonic(), code, error)
+
+    def accepted(self) -> set[str]:
+        return {a.message_id for a in self.answers if a.accepted}
+
+    def counts(self) -> str:
+        """Messages accepted, never answered (maybe accepted) and refused, in one word."""
+        accepted = self.accepted()
+        maybe = {a.message_id for a in self.answers if not a.refused} - accepted
+        refused = {a.message_id for a in self.answers} - accepted - maybe
+        return f"{len(accepted)}/{len(maybe)}/{len(refused)}"
 
 
 @dataclass(frozen=True)
