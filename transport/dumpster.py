@@ -23,17 +23,22 @@ class Entry:
     size: int
 
 
-def evicted(entries: Iterable[Entry], *, now: float, max_time: float, max_size: int) -> list[int]:
-    """The ids of `entries` (one database's, oldest first) that leave the dumpster: those
-    older than `max_time`, then the oldest until the rest fit in `max_size` bytes (the
-    newest one always stays)."""
-    kept = list(entries)
-    out = [e.id for e in kept if now - e.delivered > max_time]
-    kept = [e for e in kept if now - e.delivered <= max_time]
-    total = sum(e.size for e in kept)
-    for entry in kept[:-1]:
-        if total <= max_size:
+def evicted(
+    entries: Iterable[Entry], *, total: int, now: float, max_time: float, max_size: int
+) -> list[int]:
+    """The ids of `entries` (one database's dumpster, oldest first, `total` bytes in all)
+    that leave it: those older than `max_time`, and the oldest until the rest fit in
+    `max_size` bytes (the newest one always stays).  `entries` is read only as far as
+    needed: a dumpster within its bounds costs one entry, however large it is."""
+    out: list[int] = []
+    ahead = iter(entries)
+    entry = next(ahead, None)
+    while entry is not None:
+        following = next(ahead, None)
+        too_old = now - entry.delivered > max_time
+        if not too_old and (total <= max_size or following is None):
             break
         out.append(entry.id)
         total -= entry.size
+        entry = following
     return out

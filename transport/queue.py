@@ -3,6 +3,11 @@
     messages(message_id, folder, subject, body, size, submitted)
     deliveries(id, message_id, recipient, state, tries, failures, last_error, database,
                delivered, queued, redeliveries, size)
+    dumpster_size(database, messages, bytes)   kept by triggers in the same transactions
+
+What a delivery costs does not grow with the dumpster: its size per database is a row the
+triggers keep, its oldest entry one step down the partial index `dumpster`, and only what
+leaves it is read.
 
 A delivery is one recipient's copy of a message; its state is Queued (waiting or being
 tried), Delivered (durable on the recipient's database: it is then in that database's
@@ -54,6 +59,20 @@ CREATE TABLE IF NOT EXISTS deliveries(
   UNIQUE(message_id, recipient));
 CREATE INDEX IF NOT EXISTS deliveries_state ON deliveries(state);
 CREATE INDEX IF NOT EXISTS dumpster ON deliveries(database, delivered) WHERE state = 'Delivered';
+CREATE TABLE IF NOT EXISTS dumpster_size(
+  database TEXT PRIMARY KEY, messages INTEGER NOT NULL, bytes INTEGER NOT NULL);
+CREATE TRIGGER IF NOT EXISTS dumpster_in AFTER UPDATE OF state ON deliveries
+  WHEN new.state = 'Delivered' AND old.state != 'Delivered' BEGIN
+  INSERT INTO dumpster_size VALUES (new.database, 1, new.size) ON CONFLICT(database)
+    DO UPDATE SET messages = messages + 1, bytes = bytes + new.size; END;
+CREATE TRIGGER IF NOT EXISTS dumpster_out AFTER UPDATE OF state ON deliveries
+  WHEN old.state = 'Delivered' AND new.state != 'Delivered' BEGIN
+  UPDATE dumpster_size SET messages = messages - 1, bytes = bytes - old.size
+    WHERE database = old.database; END;
+CREATE TRIGGER IF NOT EXISTS dumpster_gone AFTER DELETE ON deliveries
+  WHEN old.state = 'Delivered' BEGIN
+  UPDATE dumpster_size SET messages = messages - 1, bytes = bytes - old.size
+    WHERE database = old.database; END;
 """
 
 QUEUED, DELIVERED, POISON = "Queued", "Delivered", "Poison"
@@ -221,24 +240,32 @@ class QueueStore:
         return await self._run(work)
 
     def _evict(self, database: str, now: float) -> int:
-        total, oldest = self._conn.execute(
-            "SELECT COALESCE(SUM(size), 0), MIN(delivered) FROM deliveries "
-            "WHERE database=? AND state=?",
-            (database, DELIVERED),
+        row = self._conn.execute(
+            "SELECT bytes FROM dumpster_size WHERE database=?", (database,)
+        ).fetchone()
+        total = row[0] if row else 0
+        # a literal state, so that SQLite may use the partial index
+        (oldest,) = self._conn.execute(
+            "SELECT MIN(delivered) FROM deliveries WHERE database=? AND state='Delivered'",
+            (database,),
         ).fetchone()
         if total <= self._max_size and (oldest is None or now - oldest <= self._max_time):
             return 0
-        rows = self._conn.execute(
-            "SELECT id, delivered, size FROM deliveries WHERE database=? AND state=? "
+        cursor = self._conn.execute(
+            "SELECT id, delivered, size FROM deliveries WHERE database=? AND state='Delivered' "
             "ORDER BY delivered, id",
-            (database, DELIVERED),
-        ).fetchall()
-        out = evicted(
-            (Entry(*row) for row in rows),
-            now=now,
-            max_time=self._max_time,
-            max_size=self._max_size,
+            (database,),
         )
+        try:
+            out = evicted(
+                (Entry(*row) for row in cursor),
+                total=total,
+                now=now,
+                max_time=self._max_time,
+                max_size=self._max_size,
+            )
+        finally:
+            cursor.close()
         if out:
             self._forget(out)
         return len(out)
@@ -264,7 +291,7 @@ class QueueStore:
 
         def work() -> int:
             databases = [row[0] for row in self._conn.execute(
-                "SELECT DISTINCT database FROM deliveries WHERE state=?", (DELIVERED,)
+                "SELECT database FROM dumpster_size WHERE messages > 0"
             )]  # fmt: skip
             return sum(self._evict(db, now) for db in databases)
 
@@ -353,10 +380,9 @@ class QueueStore:
                 ).fetchall()
             )
             sizes = self._conn.execute(
-                "SELECT d.database, COUNT(*), SUM(m.size) FROM deliveries d JOIN messages m "
-                "USING (message_id) WHERE d.state=? GROUP BY d.database ORDER BY d.database",
-                (DELIVERED,),
+                "SELECT database, messages, bytes FROM dumpster_size WHERE messages > 0 "
+                "ORDER BY database"
             ).fetchall()
-            return states, [DumpsterSize(db, n, int(b or 0)) for db, n, b in sizes]
+            return states, [DumpsterSize(*row) for row in sizes]
 
         return await self._run(work)

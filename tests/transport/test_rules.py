@@ -29,8 +29,23 @@ DAY = 86400.0
     ],
 )
 def test_what_leaves_the_dumpster(entries, now, max_size, out):
-    got = evicted((Entry(*e) for e in entries), now=now, max_time=7 * DAY, max_size=max_size)
+    total = sum(e[2] for e in entries)
+    got = evicted(
+        (Entry(*e) for e in entries), total=total, now=now, max_time=7 * DAY, max_size=max_size
+    )
     assert got == out
+
+
+def test_a_dumpster_within_its_bounds_is_read_no_further_than_its_oldest_entry():
+    read = []
+
+    def entries():
+        for n in range(1000):
+            read.append(n)
+            yield Entry(n, float(n), 10)
+
+    assert evicted(entries(), total=10_000, now=1000.0, max_time=DAY, max_size=20_000) == []
+    assert read == [0, 1], "the oldest, and one to know it is not the newest"
 
 
 POLICY = RetryPolicy(interval=1.0, max_interval=60.0, expiration=2 * DAY, max_tries=5)
