@@ -24,6 +24,7 @@ from mrs_client.worker import WorkerStats
 from replication_node.metrics import NodeMetrics, NodeStatusCollector
 from tests.cluster_harness import ROOT
 from tests.mrs_client.fakes import record
+from transport.metrics import TransportMetrics
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -61,9 +62,13 @@ def value(text_or_samples: str | Samples, name: str, **labels: str) -> float:
     return found[key]
 
 
+# A metric of ours, as a rule or a dashboard panel names it.
+OURS = re.compile(r"\b((?:replication|dataguarantee|mrs|transport)_[a-z_]+)")
+
+
 def exported_names(tmp_path: Path) -> set[str]:
-    """Every metric name the node, the guarantee service, the mover's textfile and the
-    worker (`mrs serve`) export."""
+    """Every metric name the node, the guarantee service, the mover's textfile, the worker
+    (`mrs serve`) and the transport export (counters with their `_total`)."""
     metrics = NodeMetrics("n")
     metrics.watch(
         NodeStatusCollector(
@@ -90,6 +95,7 @@ def exported_names(tmp_path: Path) -> set[str]:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(FleetCollector(worker))  # type: ignore[arg-type]
     fleet = generate_latest(registry).decode()
-    texts = [node, guarantee, (tmp_path / "m.prom").read_text(), fleet]
+    transport = generate_latest(TransportMetrics().registry).decode()
+    texts = [node, guarantee, (tmp_path / "m.prom").read_text(), fleet, transport]
     names = {m for text in texts for m in re.findall(r"^# TYPE (\S+)", text, re.M)}
     return names

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from dag_common.config import parse_config
-from tests.prometheus import exported_names
+from dag_common.config import TransportSettings, parse_config
+from tests.prometheus import OURS, exported_names
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "dag-replication"
@@ -111,12 +111,10 @@ def test_every_resource_carries_the_standard_labels(rendered, value_set):
 def test_the_cluster_config_is_one_the_nodes_accept_and_names_the_pods(rendered, value_set):
     docs = rendered[value_set]
     (configmap,) = by_kind(docs, "ConfigMap")[:1]
-    service = next(d for d in by_kind(docs, "Service") if d["spec"].get("clusterIP") == "None")[
-        "metadata"
-    ]["name"]
+    (service,) = [s["metadata"]["name"] for s in component(docs, "Service", "replication-node")]
     pods = {
         f"{s['metadata']['name']}-{i}"
-        for s in by_kind(docs, "StatefulSet")
+        for s in component(docs, "StatefulSet", "replication-node")
         for i in range(s["spec"]["replicas"])
     }
     for key in ("cluster.yaml", "guarantee.yaml"):
@@ -164,7 +162,8 @@ def test_watch_timings_and_per_database_block_mode_reach_the_cluster_config(rend
 
 def test_sites_are_zones_and_nodes_never_share_a_host(rendered):
     sets = {
-        s["metadata"]["name"]: s for s in by_kind(rendered["production-values.yaml"], "StatefulSet")
+        s["metadata"]["name"]: s
+        for s in component(rendered["production-values.yaml"], "StatefulSet", "replication-node")
     }
     assert set(sets) == {"dag-redmond", "dag-dublin", "dag-sydney"}
     for name, zone in (("dag-redmond", "us-west-2a"), ("dag-dublin", "eu-west-1a")):
@@ -202,11 +201,11 @@ def test_sites_are_zones_and_nodes_never_share_a_host(rendered):
 
 
 def test_etcds_client_certificate_and_password_are_secrets_mounted_as_files(rendered):
-    # Every pod that opens the cluster store (nodes, guarantee API, mrs workers) reads them
-    # as files; the password is never in the ConfigMap.
+    # Every pod that opens the cluster store (nodes, guarantee API, mrs workers, transports)
+    # reads them as files; the password is never in the ConfigMap.
     docs = rendered["production-values.yaml"]
     pods = [d for d in docs if d["kind"] in ("StatefulSet", "Deployment")]
-    assert len(pods) == 5
+    assert len(pods) == 6
     for doc in pods:
         spec = doc["spec"]["template"]["spec"]
         volumes = {v["name"]: v for v in spec["volumes"]}
@@ -313,6 +312,161 @@ def test_mrs_workers_run_serve_with_their_limits_and_are_scraped(rendered):
     assert config.cluster_store.kind == "etcd"
 
 
+def cluster_config(docs: list[dict[str, Any]], key: str = "cluster.yaml") -> dict[str, Any]:
+    """The rendered cluster config, as the YAML the pods read."""
+    (config_map,) = [d for d in by_kind(docs, "ConfigMap") if key in d["data"]]
+    return yaml.safe_load(config_map["data"][key])
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a matchLabels selector picks a pod with these labels."""
+    return selector["matchLabels"].items() <= labels.items()
+
+
+def test_transports_are_off_by_default(rendered):
+    for value_set in ("default", "minimal-values.yaml"):
+        docs = rendered[value_set]
+        assert not [d for d in docs if d["metadata"]["labels"].get(
+            "app.kubernetes.io/component") == "transport"], value_set  # fmt: skip
+        for key in ("cluster.yaml", "guarantee.yaml"):
+            config = cluster_config(docs, key)
+            assert "transports" not in config and "transport" not in config, (
+                "without transports, the config the nodes read is the one they always read"
+            )
+
+
+def test_the_cluster_config_names_each_transport_by_its_pods_dns_and_volume(rendered):
+    docs = rendered["production-values.yaml"]
+    (statefulset,) = component(docs, "StatefulSet", "transport")
+    assert statefulset["spec"]["replicas"] == 2
+    (headless,) = [s for s in component(docs, "Service", "transport")
+                   if s["spec"].get("clusterIP") == "None"]  # fmt: skip
+    assert statefulset["spec"]["serviceName"] == headless["metadata"]["name"] == "dag-transports"
+    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "data"]
+    (claim,) = statefulset["spec"]["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "data", "data_dir is on the pod's own volume"
+    assert claim["spec"]["resources"]["requests"]["storage"] == "50Gi"
+    assert claim["spec"]["storageClassName"] == "fast-ssd"
+    for key in ("cluster.yaml", "guarantee.yaml"):
+        config = parse_config(cluster_config(docs, key), base_dir=Path("/"))
+        assert [(t.name, t.site, t.url, str(t.data_dir)) for t in config.transports] == [
+            (f"dag-transport-{i}", "redmond",
+             f"http://dag-transport-{i}.dag-transports.mail.svc.cluster.local:7400",
+             mount["mountPath"])
+            for i in range(2)
+        ]  # fmt: skip
+        assert {t.name for t in config.transports} == {
+            f"{statefulset['metadata']['name']}-{i}" for i in range(2)
+        }, "each transport is named by its pod: `--name $(POD_NAME)`"
+    settings = parse_config(cluster_config(docs), base_dir=Path("/")).transport
+    assert settings == TransportSettings(
+        max_dumpster_size_per_database=225 * 1024 * 1024, message_expiration="1d"
+    ), "the production overrides, and the defaults for the rest"
+
+
+def test_transports_with_default_values_take_the_first_site_and_the_default_settings():
+    docs = documents(helm("template", "dag", str(CHART), "--namespace", "mail",
+                          "--set", "transports.replicas=2").stdout)  # fmt: skip
+    config = parse_config(cluster_config(docs), base_dir=Path("/"))
+    assert [(t.name, t.site) for t in config.transports] == [
+        ("dag-dag-replication-transport-0", "site-a"),
+        ("dag-dag-replication-transport-1", "site-a"),
+    ]
+    assert config.transport == TransportSettings(), "values.yaml repeats the config's defaults"
+    assert {n.url for n in config.nodes}.isdisjoint({t.url for t in config.transports})
+
+
+def test_a_site_named_as_the_transports_is_refused_at_template_time(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({
+        "transports": {"replicas": 1},
+        "replicationNode": {"sites": [{"name": "transport", "replicas": 1}]},
+        "config": {"databases": []},
+    }))  # fmt: skip
+    result = helm("template", "dag", str(CHART), "-f", str(path), check=False)
+    assert result.returncode != 0
+    assert 'a site named "transport" would share its StatefulSet and pod names' in result.stderr
+    # Without transports the name is free.
+    path.write_text(yaml.safe_dump({
+        "replicationNode": {"sites": [{"name": "transport", "replicas": 1}]},
+        "config": {"databases": []},
+    }))  # fmt: skip
+    helm("template", "dag", str(CHART), "-f", str(path))
+
+
+def test_the_transport_pods_serve_with_the_token_probes_and_a_grace(rendered):
+    docs = rendered["production-values.yaml"]
+    (statefulset,) = component(docs, "StatefulSet", "transport")
+    pod = statefulset["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] == ["transport"]
+    assert container["args"] == [
+        "serve", "--config", "/etc/dag/cluster.yaml", "--name", "$(POD_NAME)",
+        "--listen-host", "0.0.0.0",
+    ]  # fmt: skip
+    env = {e["name"]: e["valueFrom"] for e in container["env"]}
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["DG_AUTH_TOKEN"]["secretKeyRef"] == {"name": "dag-cluster-token",
+                                                    "key": "cluster-token"}  # fmt: skip
+    assert container["ports"] == [{"name": "http", "containerPort": 7400, "protocol": "TCP"}]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http"}, probe
+    assert container["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 30
+    assert "checksum/config" in pod["metadata"]["annotations"], "it reads its config once"
+    assert {v["name"] for v in pod["spec"]["volumes"]} >= {"config", "etcd-tls", "etcd-auth"}
+    (pdb,) = component(docs, "PodDisruptionBudget", "transport")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert selects(pdb["spec"]["selector"], pod["metadata"]["labels"])
+    services = {s["metadata"]["name"]: s["spec"] for s in component(docs, "Service", "transport")}
+    assert set(services) == {"dag-transports", "dag-transport"}
+    headless, submit = services["dag-transports"], services["dag-transport"]
+    assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
+    assert headless["ports"] == [{"name": "http", "port": 7400, "targetPort": "http",
+                                  "appProtocol": "http"}]  # fmt: skip
+    assert submit["type"] == "ClusterIP"
+    assert submit["ports"] == [{"name": "submit", "port": 7400, "targetPort": "http",
+                                "appProtocol": "http"}]  # fmt: skip
+    for spec in services.values():
+        assert selects({"matchLabels": spec["selector"]}, pod["metadata"]["labels"])
+
+
+def test_transports_are_scraped_once_and_the_network_lets_them_and_the_nodes_talk(rendered):
+    docs = rendered["production-values.yaml"]
+    (monitor,) = by_kind(docs, "ServiceMonitor")
+    scraped = {e["port"] for e in monitor["spec"]["endpoints"]}
+    services = component(docs, "Service", "transport")
+    named = {s["metadata"]["name"]: {p["name"] for p in s["spec"]["ports"]} for s in services}
+    assert all(selects(monitor["spec"]["selector"], s["metadata"]["labels"]) for s in services)
+    assert [n for n, ports in named.items() if ports & scraped] == ["dag-transports"], (
+        "each transport scraped through one Service, not twice"
+    )
+    transport = component(docs, "StatefulSet", "transport")[0]["spec"]["template"]["metadata"]
+    node = component(docs, "StatefulSet", "replication-node")[0]["spec"]["template"]["metadata"]
+    policies = {p["metadata"]["labels"]["app.kubernetes.io/component"]: p["spec"]
+                for p in by_kind(docs, "NetworkPolicy")}  # fmt: skip
+
+    def admits(policy: dict[str, Any], labels: dict[str, str], port: str) -> bool:
+        return any(
+            any("podSelector" in f and "namespaceSelector" not in f
+                and selects(f["podSelector"], labels) for f in rule["from"])
+            and {"port": port, "protocol": "TCP"} in rule["ports"]
+            for rule in policy["ingress"]
+        )  # fmt: skip
+
+    assert selects(policies["transport"]["podSelector"], transport["labels"])
+    assert admits(policies["transport"], node["labels"], "http"), "redelivery: nodes to transports"
+    assert admits(policies["replication-node"], transport["labels"], "http"), "delivery"
+    assert admits(policies["transport"], {"dag-replication-client": "true"}, "http"), "senders"
+    assert not admits(policies["transport"], {"app": "anything-else"}, "http")
+    (prometheus,) = [f for rule in policies["replication-node"]["ingress"]
+                     for f in rule["from"] if "namespaceSelector" in f]  # fmt: skip
+    assert any(prometheus in rule["from"] for rule in policies["transport"]["ingress"]), (
+        "Prometheus scrapes the transports as it scrapes the nodes"
+    )
+
+
 @pytest.mark.parametrize("value_set", VALUE_SETS)
 def test_pods_run_restricted(rendered, value_set):
     for doc in rendered[value_set]:
@@ -332,7 +486,7 @@ def test_pods_run_restricted(rendered, value_set):
             assert sc["capabilities"]["drop"] == ["ALL"]
             assert container["resources"]["requests"], "resources requested"
             assert container["command"][0] in {"replication-node", "guarantee-api",
-                                                "spark-metrics", "mrs"}  # fmt: skip
+                                                "spark-metrics", "mrs", "transport"}  # fmt: skip
 
 
 def test_the_token_secret_is_generated_or_existing(rendered):
@@ -372,18 +526,36 @@ def test_the_dashboard_queries_only_metrics_the_code_exports(tmp_path):
     dashboard = json.loads((CHART / "files" / "grafana" / "dag-replication.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     assert len(exprs) >= 20
-    used = {
-        re.sub(r"_(bucket|sum|count)$", "", m)
-        for e in exprs
-        for m in re.findall(r"\b((?:replication|dataguarantee|mrs)_[a-z_]+)", e)
-    }
-    exported = {re.sub(r"_total$", "", n) for n in exported_names(tmp_path)}
-    missing = {re.sub(r"_total$", "", n) for n in used} - exported
+    used = {re.sub(r"_(bucket|sum|count)$", "", m) for e in exprs for m in OURS.findall(e)}
+    assert any(m.startswith("transport_") for m in used), "the transport's row"
+    names = {re.sub(r"_total$", "", n) for n in exported_names(tmp_path)}
+    missing = {re.sub(r"_total$", "", n) for n in used} - names
     assert not missing, sorted(missing)
 
 
 BAD_VALUES = {
     "negative workers": ({"mrsWorkers": {"replicas": -1}}, "/mrsWorkers/replicas"),
+    "a string for the transports": ({"transports": {"replicas": "2"}}, "/transports/replicas"),
+    "a transport setting the config lacks": (
+        {"transports": {"config": {"max_retries": 3}}},
+        "max_retries",
+    ),
+    "a transport duration that is not one": (
+        {"transports": {"config": {"message_expiration": "two days"}}},
+        "/transports/config/message_expiration",
+    ),
+    "no tries before the poison queue": (
+        {"transports": {"config": {"max_tries": 0}}},
+        "/transports/config/max_tries",
+    ),
+    "a transport site that is not a DNS label": (
+        {"transports": {"site": "Site_A"}},
+        "/transports/site",
+    ),
+    "an emptyDir for acknowledged mail": (
+        {"transports": {"persistence": {"size": ""}}},
+        "/transports/persistence/size",
+    ),
     "a worker limit of none": (
         {"mrsWorkers": {"limits": {"perTargetDatabase": 0}}},
         "/mrsWorkers/limits/perTargetDatabase",

@@ -48,6 +48,19 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-guarantee-api" (include "dag.fullname" .) }}
 {{- end }}
 
+{{- define "dag.transportsService" -}}
+{{- printf "%s-transports" (include "dag.fullname" .) }}
+{{- end }}
+
+{{- define "dag.transportService" -}}
+{{- printf "%s-transport" (include "dag.fullname" .) }}
+{{- end }}
+
+{{/* The transports' site: transports.site, or the first site of the nodes. */}}
+{{- define "dag.transportSite" -}}
+{{- default (index .Values.replicationNode.sites 0).name .Values.transports.site }}
+{{- end }}
+
 {{- define "dag.tokenSecret" -}}
 {{- default (printf "%s-token" (include "dag.fullname" .)) .Values.auth.existingSecret }}
 {{- end }}
@@ -147,6 +160,23 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- $api := merge (dict "listen" $grpc "http_listen" (printf "0.0.0.0:%d" (int $v.guaranteeApi.httpPort)) "history_dir" "/var/lib/dag/history/samples") $v.guaranteeApi.config }}
 {{- $config := dict "cluster" $v.config.cluster "cluster_store" $store "defaults" $v.config.defaults "nodes" $nodes "databases" $databases "guarantee_api" $api }}
+{{- /* Without transports the config names none (and says nothing of their settings), so an
+     install without them renders the config it always did. */}}
+{{- if gt (int $v.transports.replicas) 0 }}
+{{- range $site := $v.replicationNode.sites }}
+{{- if eq $site.name "transport" }}
+{{- fail "replicationNode.sites: a site named \"transport\" would share its StatefulSet and pod names with the transports (transports.replicas > 0): rename the site" }}
+{{- end }}
+{{- end }}
+{{- $hubs := list }}
+{{- range $i := until (int $v.transports.replicas) }}
+{{- $name := printf "%s-transport-%d" $fullname $i }}
+{{- $url := printf "http://%s.%s.%s:%d" $name (include "dag.transportsService" $root) $domain (int $v.transports.port) }}
+{{- $hubs = append $hubs (dict "name" $name "site" (include "dag.transportSite" $root) "url" $url "data_dir" "/var/lib/dag/transport") }}
+{{- end }}
+{{- $_ := set $config "transports" $hubs }}
+{{- $_ := set $config "transport" $v.transports.config }}
+{{- end }}
 {{- toYaml $config }}
 {{- end }}
 
