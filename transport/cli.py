@@ -35,6 +35,7 @@ from replication_node.cli.status import client_ssl
 from replication_node.cluster.store import open_cluster_store
 from transport.app import build_app
 from transport.delivery import Deliverer
+from transport.directory import CachedDirectory
 from transport.metrics import TransportMetrics
 from transport.queue import QueueStore
 from transport.retry import RetryPolicy
@@ -64,7 +65,8 @@ async def _serve(config_path: Path, name: str, listen_host: str | None) -> int:
         max_dumpster_time=settings.max_dumpster_time.total_seconds(),
         max_dumpster_size=int(settings.max_dumpster_size_per_database),
     )
-    directory = open_cluster_store(config)
+    store_of_cluster = open_cluster_store(config)
+    directory = CachedDirectory(store_of_cluster, clock)
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ssl(config)))
     nodes = NodeStoreClient(config, token=token, session=session, clock=clock)
     policy = RetryPolicy(
@@ -102,7 +104,7 @@ async def _serve(config_path: Path, name: str, listen_host: str | None) -> int:
         delivering.cancel()
         await asyncio.gather(delivering, return_exceptions=True)
         await session.close()
-        await directory.aclose()
+        await store_of_cluster.aclose()
         store.close()
     if delivering.done() and not delivering.cancelled() and delivering.exception():
         raise delivering.exception()  # type: ignore[misc]

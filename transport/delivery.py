@@ -44,6 +44,12 @@ class Directory(Protocol):
     async def mailbox_database(self, mailbox: str) -> str | None: ...
 
 
+class FreshDirectory(Directory, Protocol):
+    async def fresh(self, mailbox: str) -> str | None:
+        """The directory's answer now, not one remembered."""
+        ...
+
+
 class Deliverer:
     """Delivers the queue's deliveries with `concurrency` workers."""
 
@@ -51,7 +57,7 @@ class Deliverer:
         self,
         *,
         store: QueueStore,
-        directory: Directory,
+        directory: FreshDirectory,
         nodes: NodeStoreClient,
         policy: RetryPolicy,
         clock: Clock,
@@ -163,7 +169,7 @@ class Deliverer:
             moved = False
             if exc.status == 404:  # no such mailbox there: has it moved?
                 with contextlib.suppress(ClusterStoreError):
-                    now_in = await self._directory.mailbox_database(recipient)
+                    now_in = await self._directory.fresh(recipient)
                     moved = now_in not in (None, database)
             failure = classify(exc.status, directory_moved=moved)
             if failure is Failure.POISON and len(batch) > 1:

@@ -309,9 +309,10 @@ class QueueStore:
         )
 
     async def poison(self, delivery_id: int, reason: str) -> None:
+        """Give up a delivery after a try that failed: into the poison queue with `reason`."""
         await self._run(
             lambda: self._conn.execute(
-                "UPDATE deliveries SET state=?, last_error=? WHERE id=? AND state=?",
+                "UPDATE deliveries SET state=?, last_error=?, tries=tries+1 WHERE id=? AND state=?",
                 (POISON, reason[:1000], delivery_id, QUEUED),
             )
         )

@@ -6,11 +6,12 @@ A node's answer sorts the failure:
   `message_expiration` after it was queued.
 - MOVED: the database answered that it has no such mailbox and the directory now names
   another database (a move finished): tried again at once, at the new one.
-- COUNTS: the database has no such mailbox and the directory still names it (or names no
-  database): tried again with backoff, and counted towards `max_tries`: a mailbox removed
-  for good ends in the poison queue after a few tries, one restored meanwhile is delivered.
-- POISON: the message itself is refused (too large for the database, a folder it does not
-  have, a bad request): no try can succeed; into the poison queue at once with the answer.
+- COUNTS: the database has no such mailbox (or no such folder in it) and the directory
+  still names it (or names no database): tried again with backoff, and counted towards
+  `max_tries`: a mailbox removed for good ends in the poison queue after a few tries, one
+  restored meanwhile is delivered.
+- POISON: the message itself is refused (too large for the database, a bad request): no
+  try can succeed; into the poison queue at once with the answer.
 """
 
 from __future__ import annotations

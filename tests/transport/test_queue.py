@@ -77,7 +77,7 @@ async def test_a_poisoned_delivery_stays_with_its_reason(tmp_path):
     await store.poison(d.id, "DB1: HTTP 404 (after 5 tries)")
     assert await store.queued() == []
     (p,) = await store.poisoned()
-    assert p["reason"] == "DB1: HTTP 404 (after 5 tries)" and p["tries"] == 1
+    assert p["reason"] == "DB1: HTTP 404 (after 5 tries)" and p["tries"] == 2
     states, _ = await store.counts()
     assert states[POISON] == 1
     store.close()

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 
 import pytest
 
+from tests.cluster_harness import ROOT
 from tests.mrs_client.e2e import shorten_guarantee_waits
 from tests.mrs_client.test_move_e2e import FAST, mrs
 from tests.replication_node.e2e import converged, three_nodes
@@ -261,3 +264,26 @@ async def test_delivery_follows_a_move_of_the_mailbox(tmp_path):
         api.terminate()
         api.wait(timeout=20)
         await cluster.close()
+
+
+async def test_a_message_no_try_can_deliver_ends_in_the_poison_queue_with_why(lab):
+    cluster, hubs = lab
+    message = {"message_id": "<nofolder@example>", "recipients": ["bob"], "folder": "Archive"}
+    status, _ = await hubs.call("POST", "hub1", "/v1/messages", json=message)
+    assert status == 201, "accepted: the folder is the mailbox's to have or not"
+
+    async def poisoned() -> bool:
+        _, body = await hubs.call("GET", "hub1", "/v1/poison")
+        return bool(body["poison"])
+
+    await cluster.wait_for("the message in the poison queue", poisoned)
+    listed = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "transport.cli", "poison", "--config", str(cluster.config_path),
+         "--via", "hub1"],
+        capture_output=True, text=True, env=cluster.env(), cwd=ROOT, timeout=60,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    assert "<nofolder@example> -> bob after 5 tries" in listed.stdout
+    assert "has no folder 'Archive'" in listed.stdout
+    assert set(await items_of(cluster, "mbx2")) == set(), "nothing written"
