@@ -78,17 +78,14 @@ class Deliverer:
         self._alone: set[int] = set()  # deliveries to send one at a time (a batch refused)
         self._wake = asyncio.Condition()
         self._timers: set[asyncio.Task[None]] = set()
-
-    @property
-    def waiting(self) -> int:
-        """Deliveries queued and not yet delivered or given up."""
-        return sum(len(q) for q in self._waiting.values())
+        self.waiting = 0  # deliveries queued here, and not yet delivered or given up
 
     async def add(self, deliveries: Iterable[Delivery]) -> None:
         async with self._wake:
             for d in deliveries:
                 self._waiting.setdefault(d.recipient, deque()).append(d)
                 self._make_ready(d.recipient)
+                self.waiting += 1
             self._wake.notify_all()
         self._metrics.queue_length.set(self.waiting)
 
@@ -182,6 +179,7 @@ class Deliverer:
         evicted = await self._store.delivered([d.id for d in batch], database, now)
         self._metrics.delivered.labels(database).inc(len(batch))
         self._metrics.dumpster_evicted.labels(database).inc(evicted)
+        self.waiting -= len(batch)
         for d in batch:
             self._alone.discard(d.id)
             latency = now - d.queued
@@ -212,6 +210,7 @@ class Deliverer:
             )
             if step.poison is not None:
                 await self._store.poison(d.id, step.poison)
+                self.waiting -= 1
                 self._alone.discard(d.id)
                 self._metrics.poison.inc()
                 logger.warning("%s for %s: poison: %s", d.message_id, recipient, step.poison)
