@@ -216,7 +216,7 @@ async def test_no_active_and_no_mount_under_way_fails_at_once(two_nodes):
 async def test_an_active_answering_503_is_looked_for_again_on_the_next_call(two_nodes):
     """A dismounted active (503) is not asked again and again while another copy has been
     made active: the next call finds the active afresh."""
-    cluster, nodes, config, session = two_nodes
+    cluster, _, config, session = two_nodes
     client = NodeStoreClient(config, token="t", session=session)
     await client.put_items("DB2", "alice", ITEM)  # a's url remembered
     cluster.update(failing={"a"})
