@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import aiohttp
 
+from dag_common.config import CREDENTIAL_FILE_ENV, TOKEN_ENV
 from dag_common.durations import parse_duration
 from dag_common.errors import BadArgument, ConfigError, DagError, InUse, TokenRefused
 from dag_common.model import ExitCode
@@ -92,13 +93,19 @@ def add_version(parser: argparse.ArgumentParser) -> None:
 
 
 def add_config(parser: argparse.ArgumentParser, **kw: object) -> None:
-    """The cluster config option every command takes."""
+    """The cluster config option every command takes, and the credential it presents."""
     parser.add_argument(
         "--config",
         required=True,
         metavar="FILE",
         help="the cluster config (YAML); relative paths in it resolve against its directory",
         **kw,  # type: ignore[arg-type]
+    )
+    parser.add_argument(
+        "--credential-file",
+        metavar="FILE",
+        help=f"the credential to present (its first line; ${CREDENTIAL_FILE_ENV} does the "
+        f"same; default: the cluster token, ${TOKEN_ENV} or auth_token_file)",
     )
 
 
@@ -172,6 +179,8 @@ def run(
     except BadArgument as exc:  # a value an option's action refused (a duration)
         error(str(exc))
         return ExitCode.BAD_INPUT
+    if getattr(args, "credential_file", None):  # what load_token presents from now on
+        os.environ[CREDENTIAL_FILE_ENV] = args.credential_file
     if before is not None:
         before(args)
     func: Command = args.func

@@ -27,11 +27,23 @@ from pydantic import (
     model_validator,
 )
 
+from dag_common.credentials import (
+    CLUSTER_CREDENTIAL,
+    Accepted,
+    Credential,
+    CredentialError,
+    Credentials,
+    Role,
+    digest,
+    environment_secret,
+    read_secrets,
+)
 from dag_common.durations import Duration
 from dag_common.errors import ConfigError
 from dag_common.model import AutoDatabaseMountDial, DataMoveReplicationConstraint
 
 TOKEN_ENV = "DG_AUTH_TOKEN"
+CREDENTIAL_FILE_ENV = "DG_CREDENTIAL_FILE"  # the credential this process presents
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 MIB = 1024 * 1024
 # The largest item a store write takes: Exchange Online's receive limit (36 MB) by default;
@@ -385,6 +397,23 @@ class TransportSettings(_Model):
     concurrency: int = Field(default=32, ge=1, le=1024)
 
 
+class CredentialConfig(_Model):
+    """A credential the services accept: its name (in the audit log and in refusals), its
+    roles, and where its secrets are (a file of one a line, or an environment variable;
+    never this file)."""
+
+    name: str = Field(pattern=_NAME)
+    roles: list[Role] = Field(min_length=1)
+    file: Path | None = None
+    env: str | None = Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]*$")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> CredentialConfig:
+        if (self.file is None) == (self.env is None):
+            raise ValueError(f"credential {self.name}: name its secrets' file or env, one of them")
+        return self
+
+
 class ClusterConfig(_Model):
     """The whole cluster config file."""
 
@@ -400,12 +429,21 @@ class ClusterConfig(_Model):
     guarantee_api: GuaranteeApiConfig = GuaranteeApiConfig()
     transports: list[TransportNode] = []
     transport: TransportSettings = TransportSettings()
+    # The credentials every service accepts, besides the cluster token (which holds every
+    # role); see dag_common/credentials.py.
+    credentials: list[CredentialConfig] = []
 
     @model_validator(mode="after")
     def _references(self) -> ClusterConfig:
         names = [n.name for n in self.nodes]
         if len(set(names)) != len(names):
             raise ValueError("two nodes share a name")
+        held = [c.name for c in self.credentials]
+        if len(set(held)) != len(held) or CLUSTER_CREDENTIAL in held:
+            raise ValueError(
+                f"two credentials share a name (or one is called {CLUSTER_CREDENTIAL!r}, the "
+                "cluster token's)"
+            )
         hubs = [t.name for t in self.transports]
         if len(set(hubs)) != len(hubs):
             raise ValueError("two transports share a name")
@@ -512,6 +550,10 @@ def _resolve(config: ClusterConfig, base: Path) -> ClusterConfig:
     }
     if config.auth_token_file is not None:
         update["auth_token_file"] = fix(config.auth_token_file)
+    update["credentials"] = [
+        c.model_copy(update={"file": fix(c.file)}) if c.file is not None else c
+        for c in config.credentials
+    ]
     if config.tls is not None:
         update["tls"] = TlsConfig(
             cert_file=fix(config.tls.cert_file),
@@ -579,6 +621,21 @@ def load_config(path: str | os.PathLike[str]) -> ClusterConfig:
 
 
 def load_token(config: ClusterConfig) -> str:
+    """The credential this process presents: the first secret of $DG_CREDENTIAL_FILE (a
+    process given a credential of its own), else the cluster token."""
+    own = os.environ.get(CREDENTIAL_FILE_ENV, "").strip()
+    if not own:
+        return cluster_token(config)
+    try:
+        secrets = read_secrets(Path(own))
+    except CredentialError as exc:
+        raise ConfigError(f"${CREDENTIAL_FILE_ENV}: {exc}") from None
+    if not secrets:
+        raise ConfigError(f"${CREDENTIAL_FILE_ENV}: {own} holds no secret")
+    return secrets[0]
+
+
+def cluster_token(config: ClusterConfig) -> str:
     """The cluster token: $DG_AUTH_TOKEN if set, else the token file."""
     token = os.environ.get(TOKEN_ENV, "").strip()
     if token:
@@ -594,3 +651,42 @@ def load_token(config: ClusterConfig) -> str:
     if len(token) < 16:
         raise ConfigError(f"auth_token_file {config.auth_token_file}: token shorter than 16 chars")
     return token
+
+
+def load_credentials(config: ClusterConfig) -> Credentials:
+    """The credentials a service accepts: the cluster token, if the config or the
+    environment has one, as the credential `cluster` holding every role, and each of the
+    config's `credentials`.  ConfigError naming a credential that cannot be read."""
+    accepted = []
+    if os.environ.get(TOKEN_ENV, "").strip() or config.auth_token_file is not None:
+        every = frozenset(Role)
+        accepted.append(Credential(CLUSTER_CREDENTIAL, every, (digest(cluster_token(config)),)))
+    for c in config.credentials:
+        try:
+            secrets = read_secrets(c.file) if c.file else environment_secret(c.env or "")
+        except CredentialError as exc:
+            raise ConfigError(f"credential {c.name}: {exc}") from None
+        accepted.append(Credential(c.name, frozenset(c.roles), tuple(map(digest, secrets))))
+    if not accepted:
+        raise ConfigError(
+            f"no credential to accept: set {TOKEN_ENV}, auth_token_file or credentials"
+        )
+    return Credentials(accepted)
+
+
+def credential_files(config: ClusterConfig) -> list[Path]:
+    """The files a service's accepted credentials are read from (watched for changes)."""
+    files = [c.file for c in config.credentials if c.file is not None]
+    if config.auth_token_file is not None:
+        files.append(config.auth_token_file)
+    return files
+
+
+def accepted_credentials(config_path: str | os.PathLike[str]) -> Accepted:
+    """What a service started from `config_path` accepts, reloaded from that file (its
+    `credentials` and their files) on SIGHUP and whenever a credential file changes."""
+
+    def config() -> ClusterConfig:
+        return load_config(config_path)
+
+    return Accepted(lambda: load_credentials(config()), lambda: credential_files(config()))

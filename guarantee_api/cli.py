@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 from dag_common.cli import add_config, add_version, run
-from dag_common.config import load_config, load_token
+from dag_common.config import accepted_credentials, load_config, load_token
+from dag_common.credentials import Accepted
 from dag_common.errors import ConfigError
 from dag_common.model import ExitCode
 from guarantee_api.errors import GuaranteeError
@@ -46,17 +47,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _serve(service: GuaranteeService, grace: float) -> None:
+async def _serve(service: GuaranteeService, grace: float, clients: Accepted | None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if clients is not None:  # credentials rotate without a restart
+        loop.add_signal_handler(signal.SIGHUP, clients.reload)
+        watching = asyncio.create_task(clients.watch(asyncio.sleep), name="credentials")
     await service.start()
     print(
         f"guarantee-api serving gRPC on port {service.grpc_port}, HTTP on port {service.http_port}",
         flush=True,
     )
     await stop.wait()
+    if clients is not None:
+        watching.cancel()
     logger.info("shutting down: NOT_SERVING, draining for up to %gs", grace)
     await service.stop(grace)
 
@@ -72,11 +78,12 @@ def _serve_command(args: argparse.Namespace) -> int:
     for path in (tls.cert, tls.key) if tls else ():
         if not path.is_file():
             raise ConfigError(f"TLS file {path} does not exist")
-    service = GuaranteeService(
-        config, node_token=token, client_token=None if args.no_client_token else token, tls=tls
-    )
+    # Its own credential to the nodes (`monitor`), and the movers' it accepts (`mover`),
+    # reloaded on SIGHUP and when a credential file changes.
+    clients = None if args.no_client_token else accepted_credentials(args.config)
+    service = GuaranteeService(config, node_token=token, clients=clients, tls=tls)
     try:
-        asyncio.run(_serve(service, args.grace))
+        asyncio.run(_serve(service, args.grace, clients))
     except (OSError, RuntimeError) as exc:  # e.g. the port is taken
         raise GuaranteeError(f"guarantee-api failed: {exc}") from exc
     return ExitCode.OK

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,11 +26,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
-from dag_common.auth import token_matches
 from dag_common.clock import Clock, SystemClock
 from dag_common.config import ClusterConfig
+from dag_common.credentials import Credentials, Role, cluster_only, from_header
 from dag_common.errors import InUse
 from dag_common.exclusive import bind_port
+from dag_common.route_roles import refusal
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from guarantee_api.averages import CopyQueueAverages
@@ -71,28 +73,39 @@ class TlsFiles:
         return ctx
 
 
-class TokenInterceptor(grpc.aio.ServerInterceptor):
-    """UNAUTHENTICATED unless the call carries `authorization: Bearer <token>`.
+class RoleInterceptor(grpc.aio.ServerInterceptor):
+    """The DataGuarantee calls need a credential holding the `mover` role (the movers ask
+    them): UNAUTHENTICATED without a known one (`authorization: Bearer <secret>`),
+    PERMISSION_DENIED naming the role for one without it.
 
     Health checks and reflection are exempt, so probes and tools need no secret.
     """
 
-    def __init__(self, token: str) -> None:
-        self._token = token
-        self._deny = grpc.unary_unary_rpc_method_handler(self._abort)
+    def __init__(self, credentials: Callable[[], Credentials], role: Role = Role.MOVER) -> None:
+        self._credentials = credentials
+        self._role = role
 
     @staticmethod
-    async def _abort(request: object, context: grpc.aio.ServicerContext) -> None:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+    def _deny(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+        async def abort(request: object, context: grpc.aio.ServicerContext) -> None:
+            await context.abort(code, message)
+
+        return grpc.unary_unary_rpc_method_handler(abort)
 
     async def intercept_service(self, continuation, handler_call_details):
         method = handler_call_details.method
         if method.startswith(_EXEMPT):
             return await continuation(handler_call_details)
+        secret = None
         for key, value in handler_call_details.invocation_metadata or ():
-            if key == "authorization" and token_matches(value, self._token):
-                return await continuation(handler_call_details)
-        return self._deny
+            if key == "authorization":
+                secret = from_header(value)
+        who = self._credentials().identify(secret)
+        if who is None:
+            return self._deny(grpc.StatusCode.UNAUTHENTICATED, "missing or unknown credential")
+        if not who.holds(self._role):
+            return self._deny(grpc.StatusCode.PERMISSION_DENIED, refusal(self._role, who, method))
+        return await continuation(handler_call_details)
 
 
 class GuaranteeService:
@@ -103,7 +116,8 @@ class GuaranteeService:
         config: ClusterConfig,
         *,
         node_token: str,
-        client_token: str | None,
+        client_token: str | None = None,
+        clients: Callable[[], Credentials] | None = None,
         clock: Clock | None = None,
         tls: TlsFiles | None = None,
     ) -> None:
@@ -117,7 +131,11 @@ class GuaranteeService:
         self.health = HealthServicer()
         self.last_answers = LastAnswers()
         self._node_token = node_token
-        self._client_token = client_token
+        # Who may ask: `clients` (a service's accepted credentials), or one `client_token`
+        # holding every role; neither: anyone (`--no-client-token`, development only).
+        if clients is None and client_token is not None:
+            clients = cluster_only(client_token)
+        self._clients = clients
         self._tls = tls
         self._interval = interval
         self._servicer = DataGuaranteeServicer(
@@ -148,7 +166,7 @@ class GuaranteeService:
     async def start(self) -> None:
         """Bind both listeners, start polling; health says SERVING after the first round."""
         api = self.config.guarantee_api
-        interceptors = [TokenInterceptor(self._client_token)] if self._client_token else []
+        interceptors = [RoleInterceptor(self._clients)] if self._clients else []
         # No SO_REUSEPORT (gRPC's default): a second service on the same port is refused
         # instead of sharing its calls.  Asked first with a plain bind, so that the refusal
         # is one line (InUse) rather than gRPC's own log.

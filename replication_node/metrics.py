@@ -28,6 +28,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from dag_common.model import CopyMode, CopyRole, CopyStatus, NodeStatus
+from dag_common.route_roles import PUBLIC, add_route
 from replication_node.log.events import RollCause
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -389,4 +390,4 @@ async def metrics_handler(request: web.Request) -> web.Response:
 
 def add_metrics_route(app: web.Application, metrics: NodeMetrics) -> None:
     app[METRICS] = metrics
-    app.router.add_get("/metrics", metrics_handler)
+    add_route(app, "GET", "/metrics", metrics_handler, PUBLIC)

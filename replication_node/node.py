@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import aiohttp
 
 from dag_common.clock import Clock
 from dag_common.config import ClusterConfig, load_config
+from dag_common.credentials import Credentials, cluster_only
 from dag_common.errors import ConfigError
 from dag_common.model import (
     AutoDatabaseMountDial,
@@ -25,6 +27,7 @@ from dag_common.model import (
     CopyStatusReport,
     NodeStatus,
 )
+from dag_common.route_roles import OnCall
 from dag_common.tasks import cancel_and_wait
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
@@ -64,11 +67,16 @@ class Node:
         config_path: Path | None = None,
         config_refresh: float = 30.0,
         metrics: NodeMetrics | None = None,
+        credentials: Callable[[], Credentials] | None = None,
+        audit: OnCall | None = None,
     ) -> None:
         self.config = config
         self.name = name
         self.site = config.node(name).site
-        self.token = token
+        self.token = token  # what this node presents to its peers and the transports
+        # What its API accepts (by default its own token, holding every role).
+        self.credentials: Callable[[], Credentials] = credentials or cluster_only(token)
+        self.audit: OnCall | None = audit
         self._clock = clock
         self.cluster_store = cluster_store
         self._config_path = config_path

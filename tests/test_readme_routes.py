@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from aiohttp import web
 
 from dag_common.config import ClusterConfig, NodeConfig
+from dag_common.credentials import Credentials
 from guarantee_api.server import GuaranteeService
 from replication_node.http.app import build_app
 from replication_node.metrics import NodeMetrics
@@ -61,7 +62,12 @@ def test_the_nodes_table_is_its_routes():
         cluster="c", nodes=[NodeConfig(name="mbx1", site="s", url="http://h:1", data_dir="d")]
     )
     node = SimpleNamespace(
-        token="t", metrics=NodeMetrics("mbx1"), active_here=lambda db: None, config=config
+        token="t",
+        metrics=NodeMetrics("mbx1"),
+        active_here=lambda db: None,
+        config=config,
+        credentials=lambda: Credentials([]),
+        audit=None,
     )
     app = build_app(node)  # type: ignore[arg-type]
     assert documented("### Node (`replication-node serve`") == served(app)
@@ -78,6 +84,6 @@ def test_the_guarantee_services_table_is_its_http_routes():
 def test_the_transports_table_is_its_routes():
     from transport.app import build_app as transport_app
 
-    transport = SimpleNamespace(token="t")
+    transport = SimpleNamespace(token="t", credentials=lambda: Credentials([]))
     app = transport_app(transport)  # type: ignore[arg-type]
     assert documented("### Transport (`transport serve`") == served(app)

@@ -27,8 +27,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dag_common.config import MIB, ClusterConfig
+from dag_common.credentials import Role
+from dag_common.route_roles import PUBLIC, add_route, role_middleware
 from replication_node.errors import BadRequest, RequestTooLarge
-from replication_node.http.auth import auth_middleware
 from replication_node.http.body import BodyLimit, body_text, parse_json, read_body
 from transport.messages import MessageIn
 from transport.service import Transport
@@ -128,13 +129,15 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 def build_app(transport: Transport) -> web.Application:
-    app = web.Application(middlewares=[auth_middleware(transport.token), _errors])
+    """The API, each route held to its role: senders hold `store`, the nodes asking for
+    redelivery `replication`, dashboards `monitor`."""
+    app = web.Application(middlewares=[role_middleware(transport.credentials), _errors])
     app[TRANSPORT] = transport
-    app.router.add_post("/v1/messages", post_message)
-    app.router.add_get("/v1/messages/{message_id}", get_message)
-    app.router.add_post("/v1/redeliver", redeliver)
-    app.router.add_get("/v1/queue", queue_state)
-    app.router.add_get("/v1/poison", poison)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/metrics", metrics)
+    add_route(app, "POST", "/v1/messages", post_message, Role.STORE)
+    add_route(app, "GET", "/v1/messages/{message_id}", get_message, Role.STORE)
+    add_route(app, "POST", "/v1/redeliver", redeliver, Role.REPLICATION)
+    add_route(app, "GET", "/v1/queue", queue_state, Role.MONITOR)
+    add_route(app, "GET", "/v1/poison", poison, Role.MONITOR)
+    add_route(app, "GET", "/healthz", healthz, PUBLIC)
+    add_route(app, "GET", "/metrics", metrics, PUBLIC)
     return app

@@ -26,7 +26,13 @@ from aiohttp import web
 from dag_common.auth import bearer
 from dag_common.cli import add_config, add_json, add_version, error, exit_now, run
 from dag_common.clock import SystemClock
-from dag_common.config import ClusterConfig, TransportNode, load_config, load_token
+from dag_common.config import (
+    ClusterConfig,
+    TransportNode,
+    accepted_credentials,
+    load_config,
+    load_token,
+)
 from dag_common.errors import ConfigError
 from dag_common.exclusive import bind_port, lock_directory
 from dag_common.model import ExitCode
@@ -79,9 +85,10 @@ async def _serve(config_path: Path, name: str, listen_host: str | None) -> int:
         store=store, directory=directory, nodes=nodes, policy=policy, clock=clock,
         metrics=metrics, concurrency=settings.concurrency,
     )  # fmt: skip
+    accepted = accepted_credentials(config_path)
     transport = Transport(
         config=config, name=name, token=token, store=store, directory=directory,
-        deliverer=deliverer, clock=clock, metrics=metrics,
+        deliverer=deliverer, clock=clock, metrics=metrics, credentials=accepted,
     )  # fmt: skip
     runner = web.AppRunner(build_app(transport), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
@@ -95,10 +102,13 @@ async def _serve(config_path: Path, name: str, listen_host: str | None) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, accepted.reload)  # credentials rotated
+        watching = asyncio.create_task(accepted.watch(clock.sleep), name="credentials")
         await asyncio.wait(
             [asyncio.ensure_future(stop.wait()), delivering], return_when=asyncio.FIRST_COMPLETED
         )
         logger.info("transport %s stopping", name)
+        watching.cancel()
     finally:
         await runner.cleanup()  # no new submissions; those in flight answered
         delivering.cancel()

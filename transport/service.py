@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from dag_common.clock import Clock
 from dag_common.config import ClusterConfig
+from dag_common.credentials import Credentials
 from replication_node.errors import ClusterStoreError
 from transport.delivery import Deliverer, Directory
 from transport.messages import MessageIn
@@ -46,10 +48,12 @@ class Transport:
         deliverer: Deliverer,
         clock: Clock,
         metrics: TransportMetrics,
+        credentials: Callable[[], Credentials],
     ) -> None:
         self.config = config
         self.name = name
         self.token = token
+        self.credentials = credentials  # what its API accepts
         self.store = store
         self.metrics = metrics
         self._directory = directory

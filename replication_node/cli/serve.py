@@ -20,7 +20,7 @@ from aiohttp import web
 
 from dag_common.cli import add_config, add_duration
 from dag_common.clock import SystemClock
-from dag_common.config import ClusterConfig, load_config, load_token
+from dag_common.config import ClusterConfig, accepted_credentials, load_config, load_token
 from dag_common.durations import format_duration
 from dag_common.errors import ConfigError
 from dag_common.exclusive import bind_port, lock_directory
@@ -68,14 +68,17 @@ async def _serve(
     host = listen_host or node_config.host
     sockets = bind_port(host, node_config.port, f"node {node_name}")
     store = open_cluster_store(config)
+    accepted = accepted_credentials(config_path)
+    clock = SystemClock()
     node = Node(
         config=config,
         name=node_name,
         token=token,
-        clock=SystemClock(),
+        clock=clock,
         cluster_store=store,
         config_path=config_path,
         config_refresh=refresh,
+        credentials=accepted,
     )
     app = build_app(node)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
@@ -100,7 +103,11 @@ async def _serve(
     # on; SIGUSR2: every thread's stack, at once even while the event loop itself is stuck.
     loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
     faulthandler.register(signal.SIGUSR2, all_threads=True)
+    # Credentials rotate without a restart: SIGHUP, or a change of a credential file.
+    loop.add_signal_handler(signal.SIGHUP, accepted.reload)
+    watching = asyncio.create_task(accepted.watch(clock.sleep), name="credentials")
     await stop.wait()
+    watching.cancel()
     logging.getLogger(__name__).info("node %s stopping", node_name)
     for site in sites:
         await site.stop()  # no new connections

@@ -14,6 +14,8 @@ from datetime import UTC
 
 from aiohttp import web
 
+from dag_common.credentials import Role
+from dag_common.route_roles import PUBLIC, add_route
 from replication_node.active.redelivery import describe
 from replication_node.errors import BadRequest, NotFound
 from replication_node.http.context import NODE, active_for_write, active_here, json_body
@@ -195,19 +197,35 @@ async def unquiesce(request: web.Request) -> web.Response:
 def add_admin_routes(app: web.Application) -> None:
     """Health, status and the admin calls."""
     prefix = "/v1/databases/{db}"
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/v1/status", status)
-    app.router.add_post(prefix + "/roll-log", roll_log)
-    app.router.add_get(prefix + "/log/position", log_position)
-    app.router.add_post(prefix + "/copies/{node}/{action:suspend|resume|reseed}", copy_action)
-    app.router.add_post(prefix + "/activate", activate)
-    app.router.add_post(prefix + "/switchover", switchover)
-    app.router.add_get(prefix + "/history", history)
-    app.router.add_post(prefix + "/quiesce", quiesce)
-    app.router.add_post(prefix + "/unquiesce", unquiesce)
-    app.router.add_post(prefix + "/mount", mount)
-    app.router.add_post(prefix + "/dismount", dismount)
-    app.router.add_post(prefix + "/hand-over", hand_over)
-    app.router.add_post(prefix + "/copy-last-logs", copy_last_logs)
-    app.router.add_post(prefix + "/keep-block-buffer", keep_block_buffer)
-    app.router.add_post("/v1/reconcile", reconcile)
+    add_route(app, "GET", "/healthz", healthz, PUBLIC)
+    add_route(app, "GET", "/v1/status", status, Role.MONITOR)
+    add_route(app, "POST", prefix + "/roll-log", roll_log, Role.MOVER, audited=True)
+    add_route(app, "GET", prefix + "/log/position", log_position, Role.MOVER)
+    add_route(
+        app,
+        "POST",
+        prefix + "/copies/{node}/{action:suspend|resume|reseed}",
+        copy_action,
+        Role.OPERATOR,
+        audited=True,
+    )
+    add_route(app, "POST", prefix + "/activate", activate, Role.OPERATOR, audited=True)
+    add_route(app, "POST", prefix + "/switchover", switchover, Role.OPERATOR, audited=True)
+    add_route(app, "GET", prefix + "/history", history, Role.MONITOR)
+    add_route(app, "POST", prefix + "/quiesce", quiesce, Role.REPLICATION, audited=True)
+    add_route(app, "POST", prefix + "/unquiesce", unquiesce, Role.REPLICATION, audited=True)
+    add_route(app, "POST", prefix + "/mount", mount, Role.OPERATOR, audited=True)
+    add_route(app, "POST", prefix + "/dismount", dismount, Role.OPERATOR, audited=True)
+    add_route(app, "POST", prefix + "/hand-over", hand_over, Role.REPLICATION, audited=True)
+    add_route(
+        app, "POST", prefix + "/copy-last-logs", copy_last_logs, Role.REPLICATION, audited=True
+    )
+    add_route(
+        app,
+        "POST",
+        prefix + "/keep-block-buffer",
+        keep_block_buffer,
+        Role.REPLICATION,
+        audited=True,
+    )
+    add_route(app, "POST", "/v1/reconcile", reconcile, Role.REPLICATION)

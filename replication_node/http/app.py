@@ -1,13 +1,14 @@
-"""The node's aiohttp application: the token check, the one JSON error answer, the store,
-status and admin routes, `/metrics`, and the log share of the active copies here."""
+"""The node's aiohttp application: each route held to its role (`dag_common.route_roles`),
+the one JSON error answer, the store, status and admin routes, `/metrics`, and the log share
+of the active copies here."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
+from dag_common.route_roles import role_middleware
 from replication_node.active.share import ActiveLogShare
 from replication_node.http.admin_routes import add_admin_routes
-from replication_node.http.auth import auth_middleware
 from replication_node.http.backup_routes import add_backup_routes
 from replication_node.http.body import items_body_size
 from replication_node.http.context import NODE
@@ -26,7 +27,7 @@ def build_app(node: Node) -> web.Application:
     """The node's aiohttp application: auth, errors, store/status/admin and log share."""
 
     app = web.Application(
-        middlewares=[auth_middleware(node.token), error_middleware],
+        middlewares=[role_middleware(node.credentials, on_call=node.audit), error_middleware],
         # Bodies are read by `body.py` within each request's own limit, from the config as
         # it is at the request; this is aiohttp's cap for a handler that reads one itself
         # (`request.read()`), as large as the largest write the config allows.

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from dag_common.credentials import Role
+from dag_common.route_roles import add_route
 from replication_node.backup.coordinator import begin_answer, stamp
 from replication_node.errors import NotFound
 from replication_node.http.context import NODE, active_for_write, active_here, json_body
@@ -88,10 +90,10 @@ async def running(request: web.Request) -> web.Response:
 def add_backup_routes(app: web.Application) -> None:
     """The backup call and the active's backup coordination."""
     prefix = "/v1/databases/{db}"
-    app.router.add_post(prefix + "/backup", take_backup)
-    app.router.add_post(prefix + "/backups", begin)
-    app.router.add_get(prefix + "/backups", running)
-    app.router.add_post(prefix + "/backups/{id}/renew", renew)
-    app.router.add_post(prefix + "/backups/{id}/roll", roll)
-    app.router.add_post(prefix + "/backups/{id}/end", end)
-    app.router.add_post(prefix + "/backups/{id}/abort", abort)
+    add_route(app, "POST", prefix + "/backup", take_backup, Role.OPERATOR, audited=True)
+    add_route(app, "POST", prefix + "/backups", begin, Role.REPLICATION, audited=True)
+    add_route(app, "GET", prefix + "/backups", running, Role.MONITOR)
+    add_route(app, "POST", prefix + "/backups/{id}/renew", renew, Role.REPLICATION)
+    add_route(app, "POST", prefix + "/backups/{id}/roll", roll, Role.REPLICATION)
+    add_route(app, "POST", prefix + "/backups/{id}/end", end, Role.REPLICATION, audited=True)
+    add_route(app, "POST", prefix + "/backups/{id}/abort", abort, Role.REPLICATION, audited=True)

@@ -28,6 +28,8 @@ import aiohttp
 from aiohttp import web
 
 from dag_common.auth import bearer
+from dag_common.credentials import Role
+from dag_common.route_roles import add_route
 from replication_node.errors import BadRequest, LogShareError, NotFound
 from replication_node.log.logfile import closed_log_name, parse_closed_log_name
 
@@ -48,7 +50,9 @@ _LOOKUP: web.AppKey[CopyLookup] = web.AppKey("copy_share_lookup")
 def add_copy_share_routes(app: web.Application, *, lookup: CopyLookup) -> None:
     """Serve the inspected generations of every passive copy `lookup` finds on this node."""
     app[_LOOKUP] = lookup
-    app.router.add_get("/v1/databases/{db}/copy/logs/{name}", _inspected_generation)
+    add_route(
+        app, "GET", "/v1/databases/{db}/copy/logs/{name}", _inspected_generation, Role.REPLICATION
+    )
 
 
 async def _inspected_generation(request: web.Request) -> web.StreamResponse:

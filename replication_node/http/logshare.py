@@ -46,7 +46,9 @@ import orjson
 from aiohttp import web
 
 from dag_common.auth import bearer
+from dag_common.credentials import Role
 from dag_common.durable import fsync_dir
+from dag_common.route_roles import add_route
 from replication_node.errors import GenerationGone, LogShareError
 from replication_node.http.blocks import HttpBlockChannel, connect_blocks, serve_blocks
 from replication_node.interfaces import LogShareInfo, LogShareSource, SeedInfo, SeedListener
@@ -93,12 +95,12 @@ def add_log_share_routes(
     app[_STREAMS] = set()
     app.on_shutdown.append(_end_streams)
     prefix = "/v1/databases/{db}"
-    app.router.add_get(prefix + "/logs", _info)
-    app.router.add_get(prefix + "/logs/notifications", _notifications)
-    app.router.add_get(prefix + "/logs/blocks", _blocks)
-    app.router.add_get(prefix + "/logs/{name}", _generation)
-    app.router.add_get(prefix + "/seed", _seed)
-    app.router.add_get(prefix + "/open-log", _open_log)
+    add_route(app, "GET", prefix + "/logs", _info, Role.REPLICATION)
+    add_route(app, "GET", prefix + "/logs/notifications", _notifications, Role.REPLICATION)
+    add_route(app, "GET", prefix + "/logs/blocks", _blocks, Role.REPLICATION)
+    add_route(app, "GET", prefix + "/logs/{name}", _generation, Role.REPLICATION)
+    add_route(app, "GET", prefix + "/seed", _seed, Role.REPLICATION)
+    add_route(app, "GET", prefix + "/open-log", _open_log, Role.REPLICATION)
 
 
 def _source(request: web.Request) -> LogShareSource:

@@ -18,6 +18,8 @@ import logging
 
 from aiohttp import web
 
+from dag_common.credentials import Role
+from dag_common.route_roles import add_route
 from dag_common.status_watch import CONTENT_TYPE, Changed, Coalescer, Heartbeat, Snapshot, encode
 from replication_node.errors import BadRequest
 from replication_node.http.context import NODE
@@ -83,4 +85,4 @@ def setup_status_watch(app: web.Application) -> None:
 
 def add_status_watch_route(app: web.Application) -> None:
     setup_status_watch(app)
-    app.router.add_get("/v1/status/watch", status_watch)
+    add_route(app, "GET", "/v1/status/watch", status_watch, Role.MONITOR)

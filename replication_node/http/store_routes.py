@@ -14,7 +14,9 @@ import dataclasses
 
 from aiohttp import web
 
+from dag_common.credentials import Role
 from dag_common.mailbox_digest import mailbox_digest
+from dag_common.route_roles import add_route, require
 from replication_node.errors import BadRequest, Conflict, NotFound
 from replication_node.http.body import (
     BodyLimit,
@@ -39,8 +41,19 @@ MAX_CHANGE_NUMBER = 2**63 - 1  # SQLite's INTEGER: a larger number overflowed in
 MAX_ITEMS_PAGE = 100_000  # a page of the items listing (`limit`), at most
 
 
+def overriding(request: web.Request) -> bool:
+    """`?override_lock=true`: a move's own write to the mailbox it locked, which only the
+    `mover` role may make (403 otherwise)."""
+    if not flag(request, "override_lock"):
+        return False
+    require(request, Role.MOVER, "a write with override_lock")
+    return True
+
+
 async def put_mailbox(request: web.Request) -> web.Response:
     body = parse(MailboxIn, await json_body(request))
+    if body.locked:  # a move's target, created locked
+        require(request, Role.MOVER, "creating a locked mailbox")
     mailbox = request.match_info["mailbox"]
     instance = active_for_write(request)
     result = await instance.store.create_mailbox(  # type: ignore[union-attr]
@@ -139,7 +152,7 @@ async def where_mailbox(request: web.Request) -> web.Response:
 async def create_folder(request: web.Request) -> web.Response:
     body = parse(FolderIn, await json_body(request))
     result = await active_for_write(request).store.create_folder(  # type: ignore[union-attr]
-        request.match_info["mailbox"], body.folder, override_lock=flag(request, "override_lock")
+        request.match_info["mailbox"], body.folder, override_lock=overriding(request)
     )
     return web.json_response(result.as_dict(), status=201)
 
@@ -165,7 +178,7 @@ async def post_items(request: web.Request) -> web.Response:
     result = await active_for_write(request).store.put_items(  # type: ignore[union-attr]
         request.match_info["mailbox"],
         [item.model_dump(exclude_none=True) for item in items],
-        override_lock=flag(request, "override_lock"),
+        override_lock=overriding(request),
     )
     return web.json_response(result.as_dict(), status=201)
 
@@ -212,7 +225,7 @@ async def delete_item(request: web.Request) -> web.Response:
     result = await active_for_write(request).store.delete_item(  # type: ignore[union-attr]
         request.match_info["mailbox"],
         request.match_info["item_id"],
-        override_lock=flag(request, "override_lock"),
+        override_lock=overriding(request),
     )
     return web.json_response(result.as_dict())
 
@@ -233,15 +246,29 @@ async def mailbox_action(request: web.Request) -> web.Response:
 def add_store_routes(app: web.Application) -> None:
     """Mailboxes, folders and items of each database; the mailbox directory."""
     mbx = "/v1/databases/{db}/mailboxes/{mailbox}"
-    app.router.add_put(mbx, put_mailbox)
-    app.router.add_get("/v1/databases/{db}/mailboxes", list_mailboxes)
-    app.router.add_get(mbx, get_mailbox)
-    app.router.add_delete(mbx, delete_mailbox)
-    app.router.add_get(mbx + "/digest", mailbox_digest_route)
-    app.router.add_post(mbx + "/folders", create_folder)
+    add_route(app, "PUT", mbx, put_mailbox, Role.STORE)
+    add_route(app, "GET", "/v1/databases/{db}/mailboxes", list_mailboxes, Role.STORE)
+    add_route(app, "GET", mbx, get_mailbox, Role.STORE)
+    add_route(app, "DELETE", mbx, delete_mailbox, Role.MOVER, audited=True)
+    add_route(app, "GET", mbx + "/digest", mailbox_digest_route, Role.MOVER)
+    add_route(app, "POST", mbx + "/folders", create_folder, Role.STORE)
     # A body over the limit is refused before the client sends it (no 100 Continue).
-    app.router.add_post(mbx + "/items", post_items, expect_handler=expect_within(_items_limit))
-    app.router.add_get(mbx + "/items", get_items)
-    app.router.add_delete(mbx + "/items/{item_id}", delete_item)
-    app.router.add_post(mbx + "/{action:lock|unlock|soft-delete}", mailbox_action)
-    app.router.add_get("/v1/mailboxes/{mailbox}", where_mailbox)
+    add_route(
+        app,
+        "POST",
+        mbx + "/items",
+        post_items,
+        Role.STORE,
+        expect_handler=expect_within(_items_limit),
+    )
+    add_route(app, "GET", mbx + "/items", get_items, Role.STORE)
+    add_route(app, "DELETE", mbx + "/items/{item_id}", delete_item, Role.STORE)
+    add_route(
+        app,
+        "POST",
+        mbx + "/{action:lock|unlock|soft-delete}",
+        mailbox_action,
+        Role.MOVER,
+        audited=True,
+    )
+    add_route(app, "GET", "/v1/mailboxes/{mailbox}", where_mailbox, Role.STORE)

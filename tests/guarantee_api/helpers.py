@@ -12,6 +12,7 @@ import grpc
 
 from dag_common.clock import ManualClock
 from dag_common.config import ClusterConfig, parse_config
+from dag_common.credentials import Credentials
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport, NodeStatus
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
@@ -145,11 +146,20 @@ class Running:
 
 
 async def start_service(
-    nodes: FakeNodes, tmp_path: Path, *, first_round: bool = True, **api: object
+    nodes: FakeNodes,
+    tmp_path: Path,
+    *,
+    first_round: bool = True,
+    clients: Credentials | None = None,
+    **api: object,
 ) -> Running:
+    """The service over `nodes`, asked by callers with TOKEN (or `clients`' credentials)."""
     config = cluster_config(nodes.urls, tmp_path, **api)
     clock = ManualClock()
-    service = GuaranteeService(config, node_token=TOKEN, client_token=TOKEN, clock=clock)
+    service = GuaranteeService(
+        config, node_token=TOKEN, client_token=TOKEN if clients is None else None,
+        clients=None if clients is None else (lambda: clients), clock=clock,
+    )  # fmt: skip
     await service.start()
     if first_round:
         assert service.poller is not None

@@ -8,6 +8,7 @@ import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from dag_common.credentials import Credential, Credentials, Role, digest
 from dag_common.model import CopyRole, CopyStatus
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from replication_node.cluster.store import open_cluster_store
@@ -294,3 +295,29 @@ async def test_calls_without_the_token_are_unauthenticated(running, metadata):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await running.stub.CheckReplicationHealth(health_req(), metadata=metadata)
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_a_caller_needs_the_mover_role_and_is_told_so(nodes, tmp_path):
+    """The movers ask the guarantee: a credential without the mover role (a mail client's)
+    is refused PERMISSION_DENIED naming the role; one with it is answered."""
+    store, mover = "a-store-credential-secret", "a-mover-credential-secret"
+    clients = Credentials([
+        Credential("mail", frozenset({Role.STORE}), (digest(store),)),
+        Credential("movers", frozenset({Role.MOVER}), (digest(mover),)),
+    ])  # fmt: skip
+    run = await start_service(nodes, tmp_path, clients=clients)
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await run.stub.CheckReplicationHealth(
+                health_req(), metadata=(("authorization", f"Bearer {store}"),)
+            )
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "needs the mover role" in err.value.details()
+        assert "'mail'" in err.value.details()
+        answer = await run.stub.CheckReplicationHealth(
+            health_req(), metadata=(("authorization", f"Bearer {mover}"),)
+        )
+        assert answer.status in (pb.RETRY, pb.SATISFIED, pb.NOT_SATISFIED)
+    finally:
+        await run.channel.close()
+        await run.service.stop(grace=0)

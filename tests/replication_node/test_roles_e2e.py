@@ -1,0 +1,176 @@
+"""Least privilege over real node processes: nodes that hold only their own credential
+(replication and monitor) replicate; a mail client's credential (store) can write mail and
+nothing else — no activation, reseed, log share, seed or block stream, and nothing changed;
+and a credential rotated while writes flow refuses none of them."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import pytest
+
+from tests.cluster_harness import wait_until
+from tests.replication_node.e2e import converged, three_nodes
+
+pytestmark = pytest.mark.slow
+
+SECRETS = {
+    "nodes": "nodes-secret-0123456789",
+    "ops": "ops-secret-0123456789ab",
+    "mail": "mail-secret-0123456789a",
+    "admin": "admin-secret-0123456789",
+}
+ROLES = {
+    "nodes": ["replication", "monitor"],
+    "ops": ["operator", "monitor"],
+    "mail": ["store"],
+    "admin": ["replication", "operator", "mover", "store", "monitor"],
+}
+
+
+def bearer(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+@pytest.fixture
+async def cluster(tmp_path):
+    c = three_nodes(tmp_path, defaults={"failover_after": None})
+    c.config["credentials"] = [
+        {"name": name, "roles": ROLES[name], "file": f"{name}.cred"} for name in SECRETS
+    ]
+    c.write_config()
+    for name, secret in SECRETS.items():
+        (tmp_path / f"{name}.cred").write_text(secret + "\n")
+    # No cluster token anywhere: each node presents and accepts only the credentials above.
+    env = {"DG_AUTH_TOKEN": "", "DG_CREDENTIAL_FILE": str(tmp_path / "nodes.cred")}
+    for node in c.ports:
+        c.start_node(node, env=env)
+    import aiohttp
+
+    c.session = aiohttp.ClientSession(
+        headers=bearer(SECRETS["admin"]), timeout=aiohttp.ClientTimeout(total=30)
+    )
+    for node in c.ports:
+        await c.wait_healthy(node)
+    yield c
+    await c.close()
+
+
+async def write(cluster, secret: str, first: int, n: int) -> list[int]:
+    statuses = []
+    for i in range(first, first + n):
+        status, _ = await cluster.call(
+            "POST", "mbx1", "/v1/databases/DB1/mailboxes/carol/items",
+            json={"item_id": f"i{i}", "subject": f"s{i}", "body": "b" * 200},
+            headers=bearer(secret),
+        )  # fmt: skip
+        statuses.append(status)
+    return statuses
+
+
+async def test_nodes_with_their_own_credential_replicate_and_a_store_credential_writes_mail_only(
+    cluster,
+):
+    await cluster.wait_status("mbx1", "DB1", "Mounted")
+    mail = bearer(SECRETS["mail"])
+    status, _ = await cluster.call("PUT", "mbx1", "/v1/databases/DB1/mailboxes/carol", headers=mail)
+    assert status == 201
+    assert set(await write(cluster, SECRETS["mail"], 0, 30)) == {201}
+    await converged(cluster, "DB1", "mbx1", ["mbx2", "mbx3"])  # shipped with nodes' credential
+    assert len(await cluster.items("mbx3", "DB1", "carol")) == 30
+
+    before = await cluster.status("mbx2")
+    refused = [
+        ("POST", "mbx2", "/v1/databases/DB1/activate", {"node": "mbx2"}, "operator"),
+        ("POST", "mbx2", "/v1/databases/DB1/copies/mbx2/reseed", {}, "operator"),
+        ("POST", "mbx1", "/v1/databases/DB1/dismount", {}, "operator"),
+        ("GET", "mbx1", "/v1/databases/DB1/logs", None, "replication"),
+        ("GET", "mbx1", "/v1/databases/DB1/logs/E00000001.log", None, "replication"),
+        ("GET", "mbx1", "/v1/databases/DB1/seed", None, "replication"),
+        ("GET", "mbx1", "/v1/databases/DB1/logs/blocks?generation=1&offset=0&node=x", None,
+         "replication"),
+        ("POST", "mbx1", "/v1/databases/DB1/mailboxes/carol/lock", {}, "mover"),
+        ("DELETE", "mbx1", "/v1/databases/DB1/mailboxes/carol", None, "mover"),
+        ("POST", "mbx1", "/v1/databases/DB1/mailboxes/carol/items?override_lock=true",
+         {"item_id": "x1", "subject": "s"}, "mover"),
+        ("GET", "mbx1", "/v1/status", None, "monitor"),
+    ]  # fmt: skip
+    for method, node, path, body, role in refused:
+        status, answer = await cluster.call(method, node, path, json=body, headers=mail)
+        assert status == 403, (path, status, answer)
+        assert answer["role"] == role and f"needs the {role} role" in answer["error"], answer
+    after = await cluster.status("mbx2")
+    assert (after["DB1"]["role"], after["DB1"]["status"]) == ("Passive", "Healthy")
+    assert after["DB1"]["epoch"] == before["DB1"]["epoch"], "nothing was activated"
+    assert (await cluster.status("mbx1"))["DB1"]["status"] == "Mounted", "nor dismounted"
+    items = await cluster.items("mbx1", "DB1", "carol")
+    assert len(items) == 30 and "x1" not in items
+    status, _ = await cluster.call("GET", "mbx1", "/v1/status", headers=bearer("x" * 20))
+    assert status == 401
+
+    # the operator's credential does what it is for
+    ops = bearer(SECRETS["ops"])
+    status, answer = await cluster.call(
+        "POST", "mbx2", "/v1/databases/DB1/copies/mbx2/suspend", json={"reason": "t"}, headers=ops
+    )
+    assert status == 200, answer
+    said = await asyncio.to_thread(
+        cluster.node_cli, "db", "resume", "DB1", "--node", "mbx2", "--credential-file",
+        str(cluster.root / "mail.cred"),
+    )  # fmt: skip
+    assert said.returncode == 2 and "needs the operator role" in said.stderr, said.stderr
+    said = await asyncio.to_thread(
+        cluster.node_cli, "db", "resume", "DB1", "--node", "mbx2", "--credential-file",
+        str(cluster.root / "ops.cred"),
+    )  # fmt: skip
+    assert said.returncode == 0, said.stderr
+
+
+async def test_a_credential_rotated_while_writes_flow_refuses_none_of_them(cluster):
+    await cluster.wait_status("mbx1", "DB1", "Mounted")
+    old, new = SECRETS["mail"], "mail-secret-rotated-9876543"
+    status, _ = await cluster.call(
+        "PUT", "mbx1", "/v1/databases/DB1/mailboxes/carol", headers=bearer(old)
+    )
+    assert status == 201
+    using = {"secret": old}
+    answers: list[int] = []
+    stop = asyncio.Event()
+
+    async def writer() -> None:
+        i = 0
+        while not stop.is_set():
+            answers.extend(await write(cluster, using["secret"], i, 1))
+            i += 1
+
+    task = asyncio.create_task(writer())
+    path = cluster.root / "mail.cred"
+
+    def hup() -> None:  # every node rereads its credentials now
+        for proc in cluster.procs.values():
+            proc.send_signal(signal.SIGHUP)
+
+    await asyncio.sleep(0.3)
+    path.write_text(f"{old}\n{new}\n")  # 1. add the new secret beside the old
+    hup()
+
+    async def accepted(secret: str) -> bool:
+        status, _ = await cluster.call("GET", "mbx1", "/v1/databases/DB1/mailboxes",
+                                       headers=bearer(secret))  # fmt: skip
+        return status == 200
+
+    await wait_until("the new secret accepted", lambda: accepted(new), timeout=30)
+    using["secret"] = new  # 2. the client moves to it
+    await asyncio.sleep(0.3)
+    path.write_text(f"{new}\n")  # 3. the old one removed
+    hup()
+    await wait_until("the old secret refused", lambda: _not(accepted(old)), timeout=30)
+    await asyncio.sleep(0.3)
+    stop.set()
+    await task
+    assert answers and set(answers) == {201}, f"a write refused during the rotation: {answers}"
+
+
+async def _not(result) -> bool:
+    return not await result
