@@ -109,6 +109,23 @@ def add_config(parser: argparse.ArgumentParser, **kw: object) -> None:
     )
 
 
+def whole_number(least: int, of: str) -> Callable[[str], int]:
+    """An argparse type: a whole number of `of`, `least` or more."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a whole number of {of} ({least} or more)"
+            )
+        return value
+
+    return parse
+
+
 def add_json(parser: argparse.ArgumentParser, what: str = "print JSON for scripts") -> None:
     parser.add_argument("--json", action="store_true", help=what)
 

@@ -46,14 +46,19 @@ CREDENTIAL: web.RequestKey[Credential] = web.RequestKey("credential")  # the cal
 
 @dataclass(frozen=True)
 class Call:
-    """One call as the audit sees it."""
+    """One call as the audit sees it: who (the credential's name; None: no known one), the
+    role the call needed, the route, its target (the route's parameters) and its status."""
 
     method: str
     path: str
     credential: str | None
     role: Role | None
     status: int
-    target: str
+    target: dict[str, str]
+
+    @property
+    def database(self) -> str | None:
+        return self.target.get("db")
 
 
 OnCall = Callable[[Call], None]
@@ -104,9 +109,8 @@ def require(request: web.Request, role: Role, what: str) -> None:
         raise web.HTTPForbidden(text=json.dumps(body), content_type="application/json")
 
 
-def _target(request: web.Request) -> str:
-    info = request.match_info
-    return "/".join(f"{k}={v}" for k, v in info.items())
+def _target(request: web.Request) -> dict[str, str]:
+    return dict(request.match_info)
 
 
 def role_middleware(credentials: Callable[[], Credentials], on_call: OnCall | None = None) -> Any:

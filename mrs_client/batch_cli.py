@@ -23,12 +23,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from dag_common.cli import add_config, add_duration, add_json
+from dag_common.cli import add_config, add_duration, add_json, whole_number
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config
 from dag_common.model import ExitCode
 from mrs_client import batches
-from mrs_client.cli import _read, answer_view, whole_number
+from mrs_client.cli import _read, answer_view
 from mrs_client.errors import MoveRejected
 from mrs_client.move_store import BatchRecord, MoveStore, open_move_store
 from mrs_client.move_store.records import BatchSettings

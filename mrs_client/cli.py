@@ -40,6 +40,7 @@ from dag_common.cli import (
     add_version,
     exit_now,
     run,
+    whole_number,
 )
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
@@ -745,23 +746,6 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--last", type=int, default=20, help="how many guarantee answers")
     stats.set_defaults(func=cmd_stats)
     return parser
-
-
-def whole_number(least: int, of: str) -> Callable[[str], int]:
-    """An argparse type: a whole number of `of`, `least` or more."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = least - 1
-        if value < least:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not a whole number of {of} ({least} or more)"
-            )
-        return value
-
-    return parse
 
 
 _positive = whole_number(1, "moves")  # a limit of concurrent moves

@@ -138,6 +138,14 @@ class NodeMetrics:
             buckets=_FSYNC_BUCKETS,
             registry=r,
         )
+        self.audit_events = Counter(
+            "replication_audit_events_total",
+            "Audited calls to this node (operator and mover actions, role changes between "
+            "nodes, every refused call), by the role they needed and their result (done, "
+            "refused, failed).",
+            ["role", "result"],
+            registry=r,
+        )
         self.log_rolls = Counter(
             "replication_log_rolls_total",
             "Generations closed by the active, by cause (size, demand, idle, switchover, "

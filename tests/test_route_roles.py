@@ -29,6 +29,7 @@ NODE_ROLES = {
     ("GET", "/v1/status"): N,
     ("GET", "/v1/status/watch"): N,
     ("GET", DB + "/history"): N,
+    ("GET", "/v1/audit"): N,
     ("GET", DB + "/backups"): N,
     # mail clients and the transport
     ("PUT", MBX): S,

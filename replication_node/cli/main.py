@@ -14,6 +14,7 @@ from typing import NoReturn
 from dag_common.cli import add_json, add_version, exit_now, run
 from dag_common.model import ExitCode
 from replication_node.cli import admin as cli_admin
+from replication_node.cli import audit as cli_audit
 from replication_node.cli import backup as cli_backup
 from replication_node.cli import mailbox as cli_mailbox
 from replication_node.cli import pause as cli_pause
@@ -86,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_pause.register(cli_serve.register(sub))
     cli_mailbox.register(sub)
     cli_status.register(sub)
+    cli_audit.register(sub)
     return parser
 
 

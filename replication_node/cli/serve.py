@@ -26,9 +26,11 @@ from dag_common.errors import ConfigError
 from dag_common.exclusive import bind_port, lock_directory
 from dag_common.model import ExitCode
 from dag_common.taskdump import TASK_DUMP_END, describe_tasks
+from replication_node.audit import AUDIT_FILE, AuditLog
 from replication_node.cli.supervisor import NodeSlot, last_line, restartable, why_exited
 from replication_node.cluster.store import open_cluster_store
 from replication_node.http.app import build_app
+from replication_node.metrics import NodeMetrics
 from replication_node.node import Node
 
 
@@ -70,6 +72,11 @@ async def _serve(
     store = open_cluster_store(config)
     accepted = accepted_credentials(config_path)
     clock = SystemClock()
+    metrics = NodeMetrics(node_name)
+    audit = AuditLog(
+        node_config.data_dir / AUDIT_FILE, node=node_name, clock=clock,
+        counter=metrics.audit_events,
+    )  # fmt: skip
     node = Node(
         config=config,
         name=node_name,
@@ -79,6 +86,8 @@ async def _serve(
         config_path=config_path,
         config_refresh=refresh,
         credentials=accepted,
+        audit=audit,
+        metrics=metrics,
     )
     app = build_app(node)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)

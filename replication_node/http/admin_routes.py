@@ -17,6 +17,7 @@ from aiohttp import web
 from dag_common.credentials import Role
 from dag_common.route_roles import PUBLIC, add_route
 from replication_node.active.redelivery import describe
+from replication_node.audit import AuditLog
 from replication_node.errors import BadRequest, NotFound
 from replication_node.http.context import NODE, active_for_write, active_here, json_body
 from replication_node.http.models import ActivateIn, HandOverIn, ReasonIn, TargetIn, parse
@@ -93,6 +94,21 @@ async def activate(request: web.Request) -> web.Response:
         request.match_info["db"], body.node, body.mount_dial_override
     )
     return web.json_response(result)
+
+
+async def audit(request: web.Request) -> web.Response:
+    """This node's audit lines, oldest first: `?database=` only that database's, `?limit=`
+    the newest that many (100; at most 10,000)."""
+    node = request.app[NODE]
+    try:
+        limit = int(request.query.get("limit", "100"))
+    except ValueError:
+        raise BadRequest("limit must be an integer") from None
+    if not 1 <= limit <= 10_000:
+        raise BadRequest("limit must be within 1..10000")
+    log = node.audit if isinstance(node.audit, AuditLog) else None
+    lines = log.read(database=request.query.get("database"), limit=limit) if log else []
+    return web.json_response({"node": node.name, "lines": lines})
 
 
 async def history(request: web.Request) -> web.Response:
@@ -212,6 +228,7 @@ def add_admin_routes(app: web.Application) -> None:
     add_route(app, "POST", prefix + "/activate", activate, Role.OPERATOR, audited=True)
     add_route(app, "POST", prefix + "/switchover", switchover, Role.OPERATOR, audited=True)
     add_route(app, "GET", prefix + "/history", history, Role.MONITOR)
+    add_route(app, "GET", "/v1/audit", audit, Role.MONITOR)
     add_route(app, "POST", prefix + "/quiesce", quiesce, Role.REPLICATION, audited=True)
     add_route(app, "POST", prefix + "/unquiesce", unquiesce, Role.REPLICATION, audited=True)
     add_route(app, "POST", prefix + "/mount", mount, Role.OPERATOR, audited=True)

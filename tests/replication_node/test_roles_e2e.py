@@ -6,6 +6,7 @@ and a credential rotated while writes flow refuses none of them."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 
 import pytest
@@ -125,6 +126,23 @@ async def test_nodes_with_their_own_credential_replicate_and_a_store_credential_
         str(cluster.root / "ops.cred"),
     )  # fmt: skip
     assert said.returncode == 0, said.stderr
+
+    # the audit trail: who asked what, refused or done, never a secret
+    said = await asyncio.to_thread(
+        cluster.node_cli, "audit", "--database", "DB1", "--json", "--limit", "100",
+        "--credential-file", str(cluster.root / "ops.cred"),
+    )  # fmt: skip
+    assert said.returncode == 0, said.stderr
+    lines = json.loads(said.stdout)
+    seen = {(e["credential"], e["method"], e["path"].rsplit("/", 1)[-1], e["result"])
+            for e in lines}  # fmt: skip
+    assert ("mail", "POST", "activate", "refused") in seen
+    assert ("mail", "GET", "seed", "refused") in seen
+    assert ("ops", "POST", "suspend", "done") in seen and ("ops", "POST", "resume", "done") in seen
+    assert ("mail", "POST", "resume", "refused") in seen
+    assert not any(s in said.stdout for s in SECRETS.values())
+    _, metrics = await cluster.call("GET", "mbx2", "/metrics")
+    assert 'replication_audit_events_total{result="refused",role="operator"}' in metrics.decode()
 
 
 async def test_a_credential_rotated_while_writes_flow_refuses_none_of_them(cluster):

@@ -1,0 +1,78 @@
+"""`replication-node audit [--database DB] [--limit N] [--json]`: the recent audited calls
+of every node (each keeps its own trail: `replication_node/audit.py`), merged by time.
+
+A node that cannot be reached is named on stderr and the others are shown; exit 1 if none
+answered."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+import aiohttp
+
+from dag_common.cli import add_config, add_json, database_named, whole_number
+from dag_common.config import ClusterConfig, load_config, load_token
+from dag_common.model import ExitCode
+from dag_common.node_status import UNREACHABLE, get_admin
+from replication_node.cli.status import client_ssl
+
+
+async def _every_node(config: ClusterConfig, query: str) -> dict[str, tuple[int, Any]]:
+    token = load_token(config)
+    conn = aiohttp.TCPConnector(ssl=client_ssl(config))
+    async with aiohttp.ClientSession(connector=conn) as session:
+        answers = await asyncio.gather(
+            *(get_admin(session, f"{n.url}/v1/audit{query}", token) for n in config.nodes)
+        )
+    return {n.name: a for n, a in zip(config.nodes, answers, strict=True)}
+
+
+def line_of(entry: dict[str, Any]) -> str:
+    target = ",".join(f"{k}={v}" for k, v in (entry.get("target") or {}).items())
+    return (
+        f"{entry['time'][:23]}  {entry['node']:<8} {entry.get('credential') or '-':<12} "
+        f"{entry.get('role') or '-':<11} {entry['method']:<6} {entry['path']}  {target}  "
+        f"{entry['status']} {entry['result']}"
+    ).rstrip()
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    query = f"?limit={args.limit}"
+    if args.database:
+        query += f"&database={database_named(config, args.database, args.config).name}"
+    answers = asyncio.run(_every_node(config, query))
+    lines: list[dict[str, Any]] = []
+    answered = 0
+    for node, (status, body) in answers.items():
+        if status == 200:
+            answered += 1
+            lines.extend(body.get("lines", []))
+        else:
+            why = body.get("error") if status != UNREACHABLE else body.get("error", "unreachable")
+            print(f"{node}: not asked ({why})", file=sys.stderr)
+    lines.sort(key=lambda e: e.get("time", ""))
+    lines = lines[-args.limit :]
+    if args.json:
+        print(json.dumps(lines, indent=2))
+    else:
+        for entry in lines:
+            print(line_of(entry))
+    return ExitCode.OK if answered else ExitCode.FAILED
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    audit = sub.add_parser(
+        "audit", help="recent operator, mover and refused calls on every node, by time"
+    )
+    audit.add_argument("--database", help="only this database's")
+    audit.add_argument(
+        "--limit", type=whole_number(1, "lines"), default=50, help="lines (default 50)"
+    )
+    add_config(audit)
+    add_json(audit)
+    audit.set_defaults(func=cmd_audit)
