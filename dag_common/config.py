@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import ssl
+from collections.abc import Callable
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
@@ -355,19 +356,50 @@ class GuaranteeApiConfig(_Model):
 
 class TlsConfig(_Model):
     """TLS for node HTTP and the guarantee API: the server's certificate and key, and the CA
-    that clients verify peers with.  Node urls then use https://."""
+    that clients verify peers with.  Node urls then use https://.
+
+    Node identity (mutual TLS), optional: with `client_ca_file`, a node presents its own
+    certificate when it calls a peer or a transport, and the `replication` role is granted
+    only to a caller whose client certificate that CA issued and names a node of the config
+    (its CN or a DNS name); a certificate of another CA is refused in the handshake.
+    `{node}` in `cert_file` and `key_file` stands for the process's node name, so one config
+    names every node's own pair (`./tls/{node}.crt`)."""
 
     cert_file: Path
     key_file: Path
     ca_file: Path
+    client_ca_file: Path | None = None
+
+    def for_node(self, node: str) -> TlsConfig:
+        """These settings as node `node` reads them (`{node}` replaced)."""
+        return self.model_copy(
+            update={
+                "cert_file": Path(str(self.cert_file).replace("{node}", node)),
+                "key_file": Path(str(self.key_file).replace("{node}", node)),
+            }
+        )
 
     def server_context(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(self.cert_file, self.key_file)
+        if self.client_ca_file is not None:
+            ctx.verify_mode = ssl.CERT_OPTIONAL  # a client without one holds no replication
+            ctx.load_verify_locations(cafile=str(self.client_ca_file))
         return ctx
 
-    def client_context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=str(self.ca_file))
+    def client_context(self, *, identify: bool = False) -> ssl.SSLContext:
+        """A client's context; `identify`: present this process's certificate (a node
+        calling a peer or a transport, under node identity)."""
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        if identify and self.client_ca_file is not None:
+            ctx.load_cert_chain(self.cert_file, self.key_file)
+        return ctx
+
+    def reload(self, ctx: ssl.SSLContext, *, server: bool) -> None:
+        """Load the certificate and key again into `ctx` (a rotation: new handshakes use
+        them; connections open keep theirs)."""
+        if server or self.client_ca_file is not None:
+            ctx.load_cert_chain(self.cert_file, self.key_file)
 
 
 class TransportNode(NodeConfig):
@@ -555,10 +587,12 @@ def _resolve(config: ClusterConfig, base: Path) -> ClusterConfig:
         for c in config.credentials
     ]
     if config.tls is not None:
+        client_ca = config.tls.client_ca_file
         update["tls"] = TlsConfig(
             cert_file=fix(config.tls.cert_file),
             key_file=fix(config.tls.key_file),
             ca_file=fix(config.tls.ca_file),
+            client_ca_file=fix(client_ca) if client_ca is not None else None,
         )
     store = config.cluster_store
     if isinstance(store, EmbeddedStore):
@@ -674,19 +708,33 @@ def load_credentials(config: ClusterConfig) -> Credentials:
     return Credentials(accepted)
 
 
-def credential_files(config: ClusterConfig) -> list[Path]:
-    """The files a service's accepted credentials are read from (watched for changes)."""
+def credential_files(config: ClusterConfig, node: str | None = None) -> list[Path]:
+    """The files a service's accepted credentials are read from, and (for node `node`, if
+    named) its TLS certificate and key: watched for changes."""
     files = [c.file for c in config.credentials if c.file is not None]
     if config.auth_token_file is not None:
         files.append(config.auth_token_file)
+    if config.tls is not None:
+        tls = config.tls.for_node(node) if node else config.tls
+        files += [tls.cert_file, tls.key_file]
     return files
 
 
-def accepted_credentials(config_path: str | os.PathLike[str]) -> Accepted:
+def accepted_credentials(
+    config_path: str | os.PathLike[str],
+    *,
+    node: str | None = None,
+    on_reload: Callable[[], None] | None = None,
+) -> Accepted:
     """What a service started from `config_path` accepts, reloaded from that file (its
-    `credentials` and their files) on SIGHUP and whenever a credential file changes."""
+    `credentials` and their files) on SIGHUP and whenever a credential file or (node
+    `node`'s) certificate changes; `on_reload` then runs too (the TLS contexts' reload)."""
 
     def config() -> ClusterConfig:
         return load_config(config_path)
 
-    return Accepted(lambda: load_credentials(config()), lambda: credential_files(config()))
+    return Accepted(
+        lambda: load_credentials(config()),
+        lambda: credential_files(config(), node),
+        on_reload=on_reload,
+    )

@@ -143,10 +143,12 @@ class Accepted:
         files: Callable[[], list[Path]],
         *,
         interval: float = 2.0,
+        on_reload: Callable[[], None] | None = None,
     ) -> None:
         self._load = load
         self._files = files
         self._interval = interval
+        self._on_reload = on_reload  # what else reloads with them (certificates)
         self.current = load()
         self._seen = self._stamps()
 
@@ -166,6 +168,11 @@ class Accepted:
     def reload(self) -> bool:
         """Load again; False (and the old ones kept) if that fails."""
         self._seen = self._stamps()
+        if self._on_reload is not None:
+            try:
+                self._on_reload()
+            except Exception as exc:  # a certificate half written: the old one kept
+                logger.error("certificates not reloaded, the previous ones kept: %s", exc)
         try:
             loaded = self._load()
         except Exception as exc:  # ConfigError, CredentialError: said, the old ones kept

@@ -113,8 +113,26 @@ def _target(request: web.Request) -> dict[str, str]:
     return dict(request.match_info)
 
 
-def role_middleware(credentials: Callable[[], Credentials], on_call: OnCall | None = None) -> Any:
-    """The middleware holding every route to its role (`credentials()`: as last loaded)."""
+def peer_names(request: web.Request) -> set[str]:
+    """The names a verified client certificate gives its holder: its CN and DNS names
+    (none without a certificate)."""
+    transport = request.transport
+    cert = transport.get_extra_info("peercert") if transport is not None else None
+    if not cert:
+        return set()
+    names = {v for rdn in cert.get("subject", ()) for k, v in rdn if k == "commonName"}
+    return names | {v for k, v in cert.get("subjectAltName", ()) if k == "DNS"}
+
+
+def role_middleware(
+    credentials: Callable[[], Credentials],
+    on_call: OnCall | None = None,
+    *,
+    nodes: Callable[[], set[str]] | None = None,
+) -> Any:
+    """The middleware holding every route to its role (`credentials()`: as last loaded).
+    `nodes`: under node identity (mutual TLS), the names a client certificate must give
+    for the `replication` role (the config's nodes)."""
 
     def tell(request: web.Request, who: Credential | None, role: Role | None, status: int) -> None:
         if on_call is not None:
@@ -141,6 +159,14 @@ def role_middleware(credentials: Callable[[], Credentials], on_call: OnCall | No
             return web.json_response(
                 {"error": refusal(needed, who, what), "role": str(needed)}, status=403
             )
+        if needed is Role.REPLICATION and nodes is not None and not peer_names(request) & nodes():
+            tell(request, who, needed, 403)
+            return web.json_response(
+                {"error": f"{request.method} {request.path} needs the replication role, which "
+                          "is a node's: its client certificate, issued by the nodes' CA and "
+                          "naming a node of the config (mutual TLS)", "role": str(needed)},
+                status=403,
+            )  # fmt: skip
         request[CREDENTIAL] = who
         try:
             response = await handler(request)

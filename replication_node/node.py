@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,7 @@ class Node:
         self._instances: dict[str, ActiveInstance | PassiveCopy] = {}
         self._specs: dict[str, InstanceSpec] = {}
         self._session: aiohttp.ClientSession | None = None
+        self._client_ssl: ssl.SSLContext | None = None
         self._refresh_task: asyncio.Task[None] | None = None
         self._failover_task: asyncio.Task[None] | None = None
         self._failover: FailoverMonitor | None = None
@@ -115,9 +117,11 @@ class Node:
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        tls = self.config.tls
+        tls = self.config.tls.for_node(self.name) if self.config.tls else None
+        # Under node identity it presents its own certificate to its peers and transports.
+        self._client_ssl = tls.client_context(identify=True) if tls else None
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=tls.client_context() if tls else None),
+            connector=aiohttp.TCPConnector(ssl=self._client_ssl if tls else None),
             timeout=aiohttp.ClientTimeout(total=None, connect=5, sock_read=60),
         )
         self._peers = PeerProgress(
@@ -139,6 +143,11 @@ class Node:
             clock=self._clock,
         )
         self._failover_task = asyncio.create_task(monitor.run(), name="failover")
+
+    def reload_client_certificate(self) -> None:
+        """This node's certificate again, for the next connections it opens (a rotation)."""
+        if self.config.tls is not None and self._client_ssl is not None:
+            self.config.tls.for_node(self.name).reload(self._client_ssl, server=False)
 
     async def stop(self) -> None:
         self._stopping = True  # a reconcile from now on (an admin call in flight) starts nothing

@@ -21,6 +21,11 @@ from tests.cluster_harness import ROOT
 _CHOICES = re.compile(r"\(\?P<(\w+)>([\w|-]+)\)")  # a segment `{action:lock|unlock}`
 
 
+CONFIG = ClusterConfig(
+    cluster="c", nodes=[NodeConfig(name="mbx1", site="s", url="http://h:1", data_dir="d")]
+)
+
+
 def served(app: web.Application) -> set[tuple[str, str]]:
     """(method, path) of every route, a `{name:a|b}` segment written out once per choice."""
     out = set()
@@ -58,9 +63,7 @@ def documented(heading: str) -> set[tuple[str, str]]:
 
 def test_the_nodes_table_is_its_routes():
     # The node's own application, so that a route module added to it is checked too.
-    config = ClusterConfig(
-        cluster="c", nodes=[NodeConfig(name="mbx1", site="s", url="http://h:1", data_dir="d")]
-    )
+    config = CONFIG
     node = SimpleNamespace(
         token="t",
         metrics=NodeMetrics("mbx1"),
@@ -84,6 +87,6 @@ def test_the_guarantee_services_table_is_its_http_routes():
 def test_the_transports_table_is_its_routes():
     from transport.app import build_app as transport_app
 
-    transport = SimpleNamespace(token="t", credentials=lambda: Credentials([]))
+    transport = SimpleNamespace(token="t", credentials=lambda: Credentials([]), config=CONFIG)
     app = transport_app(transport)  # type: ignore[arg-type]
     assert documented("### Transport (`transport serve`") == served(app)

@@ -85,10 +85,13 @@ TRANSPORT_ROLES = {
 }
 
 
+CONFIG = ClusterConfig(
+    cluster="c", nodes=[NodeConfig(name="mbx1", site="s", url="http://h:1", data_dir="d")]
+)
+
+
 def the_node_app() -> web.Application:
-    config = ClusterConfig(
-        cluster="c", nodes=[NodeConfig(name="mbx1", site="s", url="http://h:1", data_dir="d")]
-    )
+    config = CONFIG
     node = SimpleNamespace(
         token="t", metrics=NodeMetrics("mbx1"), active_here=lambda db: None, config=config,
         credentials=lambda: Credentials([]), audit=None,
@@ -97,7 +100,8 @@ def the_node_app() -> web.Application:
 
 
 def the_transport_app() -> web.Application:
-    return transport_app(SimpleNamespace(token="t", credentials=lambda: Credentials([])))  # type: ignore[arg-type]
+    transport = SimpleNamespace(token="t", credentials=lambda: Credentials([]), config=CONFIG)
+    return transport_app(transport)  # type: ignore[arg-type]
 
 
 def declared(app: web.Application) -> dict[tuple[str, str], Role | None]:

@@ -131,7 +131,13 @@ async def metrics(request: web.Request) -> web.Response:
 def build_app(transport: Transport) -> web.Application:
     """The API, each route held to its role: senders hold `store`, the nodes asking for
     redelivery `replication`, dashboards `monitor`."""
-    app = web.Application(middlewares=[role_middleware(transport.credentials), _errors])
+    tls = transport.config.tls
+    nodes = None
+    if tls is not None and tls.client_ca_file is not None:  # redelivery: a node's certificate
+        nodes = lambda: {n.name for n in transport.config.nodes}  # noqa: E731
+    app = web.Application(
+        middlewares=[role_middleware(transport.credentials, nodes=nodes), _errors]
+    )
     app[TRANSPORT] = transport
     add_route(app, "POST", "/v1/messages", post_message, Role.STORE)
     add_route(app, "GET", "/v1/messages/{message_id}", get_message, Role.STORE)

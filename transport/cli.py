@@ -92,7 +92,7 @@ async def _serve(config_path: Path, name: str, listen_host: str | None) -> int:
     )  # fmt: skip
     runner = web.AppRunner(build_app(transport), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
-    ssl_ctx = config.tls.server_context() if config.tls else None
+    ssl_ctx = config.tls.for_node(name).server_context() if config.tls else None
     delivering = asyncio.create_task(deliverer.run(), name="delivery")
     try:
         for sock in sockets:

@@ -70,7 +70,15 @@ async def _serve(
     host = listen_host or node_config.host
     sockets = bind_port(host, node_config.port, f"node {node_name}")
     store = open_cluster_store(config)
-    accepted = accepted_credentials(config_path)
+    tls = config.tls.for_node(node_name) if config.tls else None
+    ssl_ctx = tls.server_context() if tls else None
+
+    def reload_certificates() -> None:  # a rotated certificate, for new handshakes
+        if tls is not None and ssl_ctx is not None:
+            tls.reload(ssl_ctx, server=True)
+            node.reload_client_certificate()
+
+    accepted = accepted_credentials(config_path, node=node_name, on_reload=reload_certificates)
     clock = SystemClock()
     metrics = NodeMetrics(node_name)
     audit = AuditLog(
@@ -92,7 +100,6 @@ async def _serve(
     app = build_app(node)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
-    ssl_ctx = config.tls.server_context() if config.tls else None
     sites = [web.SockSite(runner, sock, ssl_context=ssl_ctx) for sock in sockets]
     try:
         await node.start()

@@ -4,6 +4,8 @@ of the active copies here."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aiohttp import web
 
 from dag_common.route_roles import role_middleware
@@ -23,11 +25,23 @@ from replication_node.node import Node
 from replication_node.passive.copy import PassiveCopy
 
 
+def _node_identity(node: Node) -> Callable[[], set[str]] | None:
+    """Under node identity (`tls.client_ca_file`), the names a replication caller's client
+    certificate must give: the config's nodes, as it is now."""
+    tls = node.config.tls
+    if tls is None or tls.client_ca_file is None:
+        return None
+    return lambda: {n.name for n in node.config.nodes}
+
+
 def build_app(node: Node) -> web.Application:
     """The node's aiohttp application: auth, errors, store/status/admin and log share."""
 
     app = web.Application(
-        middlewares=[role_middleware(node.credentials, on_call=node.audit), error_middleware],
+        middlewares=[
+            role_middleware(node.credentials, on_call=node.audit, nodes=_node_identity(node)),
+            error_middleware,
+        ],
         # Bodies are read by `body.py` within each request's own limit, from the config as
         # it is at the request; this is aiohttp's cap for a handler that reads one itself
         # (`request.read()`), as large as the largest write the config allows.

@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from replication_node.cluster.store.etcd import EtcdClusterStore
 from replication_node.cluster.store.etcd_gateway import EtcdCredentials, EtcdGateway
 from replication_node.errors import ClusterStoreError
 from tests.cluster_harness import ROOT, TOKEN, free_port, start_etcd
+from tests.pki import issue, make_ca, openssl
 
 GATEWAY_LOG = "replication_node.cluster.store.etcd_gateway"
 PASSWORD = "first password"  # a space in it: only the file's line end is cut
@@ -50,42 +50,19 @@ class Pki:
     jwt_keys: tuple[Path, Path]  # public, private
 
 
-def _openssl(*args: str | Path) -> None:
-    openssl = shutil.which("openssl")
-    assert openssl, "openssl is needed to make test certificates"
-    subprocess.run([openssl, *map(str, args)], check=True, capture_output=True)
-
-
-def _ca(d: Path, name: str) -> tuple[Path, Path]:
-    cert, key = d / f"{name}.pem", d / f"{name}.key"
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-             "-subj", f"/CN={name}", "-keyout", key, "-out", cert)  # fmt: skip
-    return cert, key
-
-
-def _issue(d: Path, name: str, ca: tuple[Path, Path], extensions: str) -> tuple[Path, Path]:
-    cert, key, csr, ext = (d / f"{name}{s}" for s in (".pem", ".key", ".csr", ".ext"))
-    ext.write_text(extensions)
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
-             "-keyout", key, "-out", csr)  # fmt: skip
-    _openssl("x509", "-req", "-in", csr, "-CA", ca[0], "-CAkey", ca[1], "-CAcreateserial",
-             "-days", "1", "-extfile", ext, "-out", cert)  # fmt: skip
-    return cert, key
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> Pki:
     d = tmp_path_factory.mktemp("pki")
-    ca = _ca(d, "test-ca")
+    ca = make_ca(d, "test-ca")
     # clientAuth too: with --client-cert-auth, etcd's own JSON gateway dials its gRPC server
     # with the server certificate (without it, every gateway call is "503 connection closed")
-    server = _issue(
+    server = issue(
         d, "etcd", ca, "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n"
     )
-    client = _issue(d, "dag-node", ca, "extendedKeyUsage=clientAuth\n")
-    other_ca, _ = _ca(d, "other-ca")
-    _openssl("genrsa", "-out", d / "jwt.key", "2048")
-    _openssl("rsa", "-in", d / "jwt.key", "-pubout", "-out", d / "jwt.pub")
+    client = issue(d, "dag-node", ca, "extendedKeyUsage=clientAuth\n")
+    other_ca, _ = make_ca(d, "other-ca")
+    openssl("genrsa", "-out", d / "jwt.key", "2048")
+    openssl("rsa", "-in", d / "jwt.key", "-pubout", "-out", d / "jwt.pub")
     return Pki(ca[0], server, client, other_ca, (d / "jwt.pub", d / "jwt.key"))
 
 
