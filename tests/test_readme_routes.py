@@ -1,7 +1,7 @@
 """The README's route tables are the routes the services serve: every route of the node's,
-the transport's and the guarantee service's aiohttp route tables is in its table, and
-nothing else is.  (A route added without its line, or a line left for a route removed,
-fails here.)"""
+the transport's and the guarantee service's aiohttp route tables is in its table with the
+role it declares, and nothing else is.  (A route added without its line, a line left for a
+route removed, or a role changed on one side only, fails here.)"""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from aiohttp import web
 
 from dag_common.config import ClusterConfig, NodeConfig
 from dag_common.credentials import Credentials
+from dag_common.route_roles import ROUTE_ROLES
 from guarantee_api.server import GuaranteeService
 from replication_node.http.app import build_app
 from replication_node.metrics import NodeMetrics
@@ -26,39 +27,54 @@ CONFIG = ClusterConfig(
 )
 
 
-def served(app: web.Application) -> set[tuple[str, str]]:
-    """(method, path) of every route, a `{name:a|b}` segment written out once per choice."""
-    out = set()
+def served_roles(app: web.Application) -> dict[tuple[str, str], str]:
+    """(method, path) -> the role word of every route ("none": public; "?": no role
+    declared), a `{name:a|b}` segment written out once per choice."""
+    roles = app.get(ROUTE_ROLES, {})
+    out = {}
     for route in app.router.routes():
         if route.method == "HEAD":  # aiohttp's own beside each GET
             continue
+        declared = roles.get(route)
+        word = "?" if declared is None else (declared.role or "none")
         info = route.resource.get_info()  # type: ignore[union-attr]
         path = info.get("formatter") or info["path"]
         match = _CHOICES.search(info["pattern"].pattern) if "pattern" in info else None
         if match:
             for choice in match.group(2).split("|"):
-                out.add((route.method, path.replace("{" + match.group(1) + "}", choice)))
+                out[(route.method, path.replace("{" + match.group(1) + "}", choice))] = word
         else:
-            out.add((route.method, path))
+            out[(route.method, path)] = word
     return out
 
 
-def documented(heading: str) -> set[tuple[str, str]]:
-    """(method, path) of every row of the table under `heading` in the README; a row
-    `/a/b`, `/c` stands for `/a/b` and `/a/c`."""
+def served(app: web.Application) -> set[tuple[str, str]]:
+    """(method, path) of every route, a `{name:a|b}` segment written out once per choice."""
+    return set(served_roles(app))
+
+
+def documented_roles(heading: str) -> dict[tuple[str, str], str]:
+    """(method, path) -> the Role cell of every row of the table under `heading` in the
+    README; a row `/a/b`, `/c` stands for `/a/b` and `/a/c`."""
     text = (ROOT / "README.md").read_text()
     section = text.split(heading, 1)[1].split("\n### ", 1)[0].split("\n## ", 1)[0]
-    out = set()
+    out = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) != 4 or cells[0] not in ("GET", "PUT", "POST", "DELETE"):
             continue
         paths = re.findall(r"`([^`]+)`", cells[1])
         base = paths[0]
-        out.add((cells[0], base))
+        out[(cells[0], base)] = cells[3]
         for other in paths[1:]:
-            out.add((cells[0], other if other.count("/") > 1 else base.rsplit("/", 1)[0] + other))
-    return {(m, re.sub(r"\{E0000000A\.log\}", "{name}", p)) for m, p in out}
+            path = other if other.count("/") > 1 else base.rsplit("/", 1)[0] + other
+            out[(cells[0], path)] = cells[3]
+    return {(m, re.sub(r"\{E0000000A\.log\}", "{name}", p)): r for (m, p), r in out.items()}
+
+
+def documented(heading: str) -> set[tuple[str, str]]:
+    """(method, path) of every row of the table under `heading` in the README."""
+    return set(documented_roles(heading))
 
 
 def test_the_nodes_table_is_its_routes():
@@ -73,7 +89,7 @@ def test_the_nodes_table_is_its_routes():
         audit=None,
     )
     app = build_app(node)  # type: ignore[arg-type]
-    assert documented("### Node (`replication-node serve`") == served(app)
+    assert documented_roles("### Node (`replication-node serve`") == served_roles(app)
 
 
 def test_the_guarantee_services_table_is_its_http_routes():
@@ -89,4 +105,4 @@ def test_the_transports_table_is_its_routes():
 
     transport = SimpleNamespace(token="t", credentials=lambda: Credentials([]), config=CONFIG)
     app = transport_app(transport)  # type: ignore[arg-type]
-    assert documented("### Transport (`transport serve`") == served(app)
+    assert documented_roles("### Transport (`transport serve`") == served_roles(app)
