@@ -7,6 +7,7 @@ from datetime import timedelta
 import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from dag_common.credentials import Credential, Credentials, Role, digest
 from dag_common.model import CopyRole, CopyStatus
@@ -297,27 +298,38 @@ async def test_calls_without_the_token_are_unauthenticated(running, metadata):
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
-async def test_a_caller_needs_the_mover_role_and_is_told_so(nodes, tmp_path):
-    """The movers ask the guarantee: a credential without the mover role (a mail client's)
-    is refused PERMISSION_DENIED naming the role; one with it is answered."""
-    store, mover = "a-store-credential-secret", "a-mover-credential-secret"
+async def test_each_guarantee_call_lets_exactly_the_mover_role_through(nodes, tmp_path):
+    """The movers ask the guarantee: every DataGuarantee call with a credential of each
+    role; only `mover` is answered, the others PERMISSION_DENIED naming the role and the
+    credential; an unknown secret UNAUTHENTICATED; the health check needs none."""
+    secret = {role: f"a-{role}-credential-secret" for role in Role}
     clients = Credentials([
-        Credential("mail", frozenset({Role.STORE}), (digest(store),)),
-        Credential("movers", frozenset({Role.MOVER}), (digest(mover),)),
+        Credential(f"only-{role}", frozenset({role}), (digest(s),)) for role, s in secret.items()
     ])  # fmt: skip
     run = await start_service(nodes, tmp_path, clients=clients)
+    flush = pb.CheckReplicationFlushRequest(database="DB1", caller_id="m", lsn=pb.Lsn(generation=1))
+    calls = {
+        "Health": lambda md: run.stub.CheckReplicationHealth(health_req(), metadata=md),
+        "Flush": lambda md: run.stub.CheckReplicationFlush(flush, metadata=md),
+    }
     try:
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            await run.stub.CheckReplicationHealth(
-                health_req(), metadata=(("authorization", f"Bearer {store}"),)
-            )
-        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
-        assert "needs the mover role" in err.value.details()
-        assert "'mail'" in err.value.details()
-        answer = await run.stub.CheckReplicationHealth(
-            health_req(), metadata=(("authorization", f"Bearer {mover}"),)
-        )
-        assert answer.status in (pb.RETRY, pb.SATISFIED, pb.NOT_SATISFIED)
+        for name, call in calls.items():
+            for role, s in secret.items():
+                metadata = (("authorization", f"Bearer {s}"),)
+                if role is Role.MOVER:
+                    answer = await call(metadata)
+                    assert answer.status in (pb.RETRY, pb.SATISFIED, pb.NOT_SATISFIED), name
+                    continue
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await call(metadata)
+                assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED, (name, role)
+                assert "needs the mover role" in err.value.details()
+                assert f"'only-{role}'" in err.value.details()
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call((("authorization", "Bearer not-a-known-secret-at-all"),))
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        health = health_pb2_grpc.HealthStub(run.channel)
+        assert (await health.Check(health_pb2.HealthCheckRequest())).status
     finally:
         await run.channel.close()
         await run.service.stop(grace=0)
