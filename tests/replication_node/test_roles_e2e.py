@@ -8,10 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import subprocess
+import sys
 
 import pytest
 
-from tests.cluster_harness import wait_until
+from tests.cluster_harness import ROOT, wait_until
+from tests.mrs_client.e2e import shorten_guarantee_waits
 from tests.replication_node.e2e import converged, three_nodes
 
 pytestmark = pytest.mark.slow
@@ -192,3 +195,50 @@ async def test_a_credential_rotated_while_writes_flow_refuses_none_of_them(clust
 
 async def _not(result) -> bool:
     return not await result
+
+
+async def test_a_move_runs_with_each_process_holding_only_its_own_credential(cluster):
+    """The guarantee service presents `monitor` to the nodes and asks its callers for
+    `mover`; `mrs move` holds mover, store and monitor, which are every role its calls
+    need: the move completes."""
+    creds = cluster.root
+    (creds / "guarantee.cred").write_text("guarantee-secret-0123456789\n")
+    (creds / "movers.cred").write_text("movers-secret-0123456789\n")
+    cluster.config["credentials"] += [
+        {"name": "guarantee", "roles": ["monitor"], "file": "guarantee.cred"},
+        {"name": "movers", "roles": ["mover", "store", "monitor"], "file": "movers.cred"},
+    ]
+    cluster.write_config()
+    for proc in cluster.procs.values():
+        proc.send_signal(signal.SIGHUP)  # the new credentials, without a restart
+    shorten_guarantee_waits(cluster)
+    cluster.write_config()
+    api = await cluster.start_guarantee_api(
+        env={"DG_AUTH_TOKEN": "", "DG_CREDENTIAL_FILE": str(creds / "guarantee.cred")}
+    )
+    try:
+        await cluster.wait_status("mbx1", "DB1", "Mounted")
+        mail = bearer(SECRETS["mail"])
+        status, _ = await cluster.call(
+            "PUT", "mbx1", "/v1/databases/DB1/mailboxes/carol", headers=mail
+        )
+        assert status == 201
+        assert set(await write(cluster, SECRETS["mail"], 0, 40)) == {201}
+
+        def mrs(credential: str) -> subprocess.CompletedProcess[str]:
+            env = {**cluster.env(), "DG_AUTH_TOKEN": "",
+                   "DG_CREDENTIAL_FILE": str(creds / credential)}  # fmt: skip
+            return subprocess.run(
+                [sys.executable, "-m", "mrs_client.cli", "move", "--mailbox", "carol",
+                 "--to", "DB2", "--health-check-interval", "200ms", "--stall-retry-interval",
+                 "300ms", "--flush-retry-interval", "200ms", "--config",
+                 str(cluster.config_path)],
+                capture_output=True, text=True, env=env, cwd=ROOT, timeout=180,
+            )  # fmt: skip
+
+        moved = await asyncio.to_thread(mrs, "movers.cred")
+        assert moved.returncode == 0, moved.stdout + moved.stderr
+        assert len(await cluster.items("mbx2", "DB2", "carol")) == 40
+    finally:
+        api.terminate()
+        api.wait(timeout=20)
