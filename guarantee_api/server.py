@@ -31,7 +31,7 @@ from dag_common.config import ClusterConfig
 from dag_common.credentials import Credentials, Role, cluster_only, from_header
 from dag_common.errors import InUse
 from dag_common.exclusive import bind_port
-from dag_common.route_roles import refusal
+from dag_common.route_roles import PUBLIC, add_route, refusal
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from guarantee_api.averages import CopyQueueAverages
@@ -253,10 +253,11 @@ class GuaranteeService:
         app = web.Application()
         app[_METRICS_KEY] = self.metrics
         app[_SERVICE_KEY] = self
-        app.router.add_get("/metrics", _metrics_handler)
-        app.router.add_get("/healthz", _healthz_handler)
-        app.router.add_get("/", _status_page_handler)
-        app.router.add_get("/status", _status_page_handler)
+        # Public by design (Prometheus, probes, a browser): see the module's docstring.
+        add_route(app, "GET", "/metrics", _metrics_handler, PUBLIC)
+        add_route(app, "GET", "/healthz", _healthz_handler, PUBLIC)
+        add_route(app, "GET", "/", _status_page_handler, PUBLIC)
+        add_route(app, "GET", "/status", _status_page_handler, PUBLIC)
         self._runner = web.AppRunner(
             app, access_log=None, shutdown_timeout=5.0
         )  # as the gRPC grace

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from dag_common.route_roles import PUBLIC, add_route
 from mrs_client.move_store import BatchRecord, MoveRecord
 from mrs_client.policy import MoveState
 
@@ -254,8 +255,11 @@ def app(worker: Worker) -> web.Application:
         body = json.dumps(as_json(worker.snapshot), indent=2)
         return web.Response(text=body, content_type="application/json")
 
+    # Public by design, as the guarantee service's status page and every /metrics: read by
+    # Prometheus and a browser, which present no credential; keep the port on the cluster's
+    # own network (the chart's NetworkPolicy does).
     application = web.Application()
-    application.router.add_get("/metrics", metrics)
-    application.router.add_get("/", page)
-    application.router.add_get("/batches", batches)
+    add_route(application, "GET", "/metrics", metrics, PUBLIC)
+    add_route(application, "GET", "/", page, PUBLIC)
+    add_route(application, "GET", "/batches", batches, PUBLIC)
     return application

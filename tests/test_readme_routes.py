@@ -94,7 +94,7 @@ def test_the_nodes_table_is_its_routes():
 
 def test_the_guarantee_services_table_is_its_http_routes():
     source = Path(GuaranteeService.__module__.replace(".", "/") + ".py")
-    routes = set(re.findall(r'add_get\("([^"]+)"', (ROOT / source).read_text()))
+    routes = set(re.findall(r'add_route\(app, "GET", "([^"]+)"', (ROOT / source).read_text()))
     assert documented("### Guarantee service (`guarantee-api serve`") == {
         ("GET", r) for r in routes
     }
