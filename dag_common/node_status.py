@@ -13,6 +13,7 @@ not taken, a row saying why); none has to know aiohttp's or pydantic's exception
 from __future__ import annotations
 
 import errno
+import json
 import socket
 from typing import Any
 
@@ -61,7 +62,12 @@ async def fetch_node_status(
     except (aiohttp.ClientError, OSError) as exc:
         raise StatusUnavailable(f"{exc.__class__.__name__}: {exc}") from exc
     if code != 200:
-        why = "the token is refused" if code == 401 else body[:120].decode(errors="replace")
+        if code == 401:
+            why = "the credential is refused (check the token or --credential-file)"
+        elif code == 403:  # the node's sentence: the role needed, the credential's roles
+            why = _error_of(body)
+        else:
+            why = body[:120].decode(errors="replace")
         raise StatusUnavailable(f"HTTP {code} from {url}/v1/status: {why}", status=code)
     try:
         status = NodeStatus.model_validate_json(body)
@@ -72,6 +78,15 @@ async def fetch_node_status(
     if expect_node is not None and status.node != expect_node:
         raise StatusUnavailable(f"{url} answers as node {status.node!r}", status=code)
     return status
+
+
+def _error_of(body: bytes) -> str:
+    """The `error` sentence of a JSON answer, else its first bytes."""
+    try:
+        said = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        said = None
+    return str(said) if said else body[:200].decode(errors="replace")
 
 
 _CONNECT = {
