@@ -35,6 +35,7 @@ from dag_common.credentials import (
     CredentialError,
     Credentials,
     Role,
+    accepted_digest,
     digest,
     environment_secret,
     read_secrets,
@@ -700,7 +701,8 @@ def load_credentials(config: ClusterConfig) -> Credentials:
             secrets = read_secrets(c.file) if c.file else environment_secret(c.env or "")
         except CredentialError as exc:
             raise ConfigError(f"credential {c.name}: {exc}") from None
-        accepted.append(Credential(c.name, frozenset(c.roles), tuple(map(digest, secrets))))
+        digests = tuple(map(accepted_digest, secrets))
+        accepted.append(Credential(c.name, frozenset(c.roles), digests))
     if not accepted:
         raise ConfigError(
             f"no credential to accept: set {TOKEN_ENV}, auth_token_file or credentials"

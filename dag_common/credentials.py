@@ -12,7 +12,9 @@ credential `cluster` holding every role, so that a cluster configured as before 
 before; a cluster drawing the lines leaves it out and gives each process its own
 credential (`$DG_CREDENTIAL_FILE`, `--credential-file`).
 
-A presented secret is compared with every accepted one in constant time (`hmac.compare_digest`
+A service may hold only the SHA-256 digests of the secrets it accepts (a line
+`sha256:<64 hex digits>`): then it cannot present them.  A presented secret is compared
+with every accepted one in constant time (`hmac.compare_digest`
 over SHA-256 digests, every one compared whatever matched), so neither a secret nor which
 credential it is leaks through timing.  Secrets are never logged: a `Credential` prints
 only its name and roles.
@@ -24,6 +26,7 @@ import hashlib
 import hmac
 import logging
 import os
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -66,6 +69,17 @@ class Credential:
 
 def digest(secret: str) -> bytes:
     return hashlib.sha256(secret.encode()).digest()
+
+
+DIGEST_LINE = re.compile(r"^sha256:([0-9a-f]{64})$")
+
+
+def accepted_digest(line: str) -> bytes:
+    """What a line of an accepting side's credential file stands for: `sha256:<64 hex>` is
+    the digest of a secret (so a service can accept a credential without holding it:
+    `printf %s "$SECRET" | sha256sum`), anything else the secret itself."""
+    found = DIGEST_LINE.match(line)
+    return bytes.fromhex(found.group(1)) if found else digest(line)
 
 
 def read_secrets(path: Path) -> list[str]:

@@ -85,14 +85,21 @@ async def _serve(config_path: Path, name: str, listen_host: str | None) -> int:
         store=store, directory=directory, nodes=nodes, policy=policy, clock=clock,
         metrics=metrics, concurrency=settings.concurrency,
     )  # fmt: skip
-    accepted = accepted_credentials(config_path)
+    tls = config.tls.for_node(name) if config.tls else None
+    ssl_ctx = tls.server_context() if tls else None
+
+    def reload_certificate() -> None:  # a rotated certificate, for new handshakes
+        if tls is not None and ssl_ctx is not None:
+            tls.reload(ssl_ctx, server=True)
+
+    accepted = accepted_credentials(config_path, node=name, on_reload=reload_certificate)
     transport = Transport(
         config=config, name=name, token=token, store=store, directory=directory,
         deliverer=deliverer, clock=clock, metrics=metrics, credentials=accepted,
     )  # fmt: skip
     runner = web.AppRunner(build_app(transport), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
-    ssl_ctx = config.tls.for_node(name).server_context() if config.tls else None
+
     delivering = asyncio.create_task(deliverer.run(), name="delivery")
     try:
         for sock in sockets:

@@ -140,3 +140,14 @@ def test_accepted_starts_with_what_load_gives():
     fixed = Credentials([Credential("x", frozenset({Role.STORE}), (digest(A),))])
     accepted = Accepted(lambda: fixed, list)
     assert accepted() is fixed
+
+
+def test_a_service_may_accept_a_secret_by_its_digest_without_holding_it(tmp_path, monkeypatch):
+    import hashlib
+
+    monkeypatch.delenv("DG_AUTH_TOKEN", raising=False)
+    (tmp_path / "ops").write_text(f"sha256:{hashlib.sha256(A.encode()).hexdigest()}\n")
+    cfg = config(tmp_path, [{"name": "ops", "roles": ["operator"], "file": "ops"}])
+    accepted = load_credentials(cfg)
+    assert accepted.identify(A).name == "ops"
+    assert accepted.identify(f"sha256:{hashlib.sha256(A.encode()).hexdigest()}") is None

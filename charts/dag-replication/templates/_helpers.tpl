@@ -102,19 +102,22 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{/* The cluster config as YAML; (dict "root" . "server" true) for the guarantee API's own
-     copy, which binds every address instead of naming its Service. */}}
+     copy, which binds every address instead of naming its Service.  Under auth.roles,
+     "component" names whose copy it is: its `credentials` are those that component accepts
+     (default: the nodes', cluster.yaml). */}}
 {{- define "dag.clusterConfig" -}}
 {{- $root := .root }}
 {{- $v := $root.Values }}
 {{- $fullname := include "dag.fullname" $root }}
 {{- $domain := printf "%s.svc.%s" $root.Release.Namespace $v.clusterDomain }}
+{{- $scheme := ternary "https" "http" (eq (include "dag.tls" $root) "true") }}
 {{- $nodes := list }}
 {{- $known := dict }}
 {{- range $site := $v.replicationNode.sites }}
 {{- range $i := until (int $site.replicas) }}
 {{- $name := include "dag.nodeName" (dict "root" $root "site" $site.name "ordinal" $i) }}
 {{- $_ := set $known (printf "%s-%d" $site.name $i) $name }}
-{{- $url := printf "http://%s.%s.%s:%d" $name (include "dag.nodesService" $root) $domain (int $v.replicationNode.port) }}
+{{- $url := printf "%s://%s.%s.%s:%d" $scheme $name (include "dag.nodesService" $root) $domain (int $v.replicationNode.port) }}
 {{- $nodes = append $nodes (dict "name" $name "site" $site.name "url" $url "data_dir" "/var/lib/dag/data") }}
 {{- end }}
 {{- end }}
@@ -171,13 +174,42 @@ app.kubernetes.io/component: {{ .component }}
 {{- $hubs := list }}
 {{- range $i := until (int $v.transports.replicas) }}
 {{- $name := printf "%s-transport-%d" $fullname $i }}
-{{- $url := printf "http://%s.%s.%s:%d" $name (include "dag.transportsService" $root) $domain (int $v.transports.port) }}
+{{- $url := printf "%s://%s.%s.%s:%d" $scheme $name (include "dag.transportsService" $root) $domain (int $v.transports.port) }}
 {{- $hubs = append $hubs (dict "name" $name "site" (include "dag.transportSite" $root) "url" $url "data_dir" "/var/lib/dag/transport") }}
 {{- end }}
 {{- $_ := set $config "transports" $hubs }}
 {{- $_ := set $config "transport" $v.transports.config }}
 {{- end }}
+{{- if include "dag.roles" $root }}
+{{- /* No auth_token_file and no $DG_AUTH_TOKEN: the cluster credential is gone. */}}
+{{- $roles := fromYaml (include "dag.credentialRoles" $root) }}
+{{- $accepts := (get (fromYaml (include "dag.credentialUse" $root)) (default "replication-node" .component)).accepts }}
+{{- $credentials := list }}
+{{- range $key := fromYamlArray (include "dag.credentialOrder" $root) }}
+{{- if has $key $accepts }}
+{{- $name := (index $v.auth.roles.credentials $key).name }}
+{{- $credentials = append $credentials (dict "name" $name "roles" (get $roles $key) "file" (printf "/etc/dag-credentials/%s/secret" $key)) }}
+{{- end }}
+{{- end }}
+{{- $_ := set $config "credentials" $credentials }}
+{{- end }}
+{{- if include "dag.tls" $root }}
+{{- /* Under node identity each process serves (and a node presents) pod/<its name>/;
+     dag.secretVolumes lays the files out. */}}
+{{- $pair := ternary "/etc/dag-tls/pod/{node}" "/etc/dag-tls/server" $v.tls.nodeIdentity }}
+{{- $tls := dict "cert_file" (printf "%s/tls.crt" $pair) "key_file" (printf "%s/tls.key" $pair) "ca_file" "/etc/dag-tls/server/ca.crt" }}
+{{- if $v.tls.nodeIdentity }}
+{{- $_ := set $tls "client_ca_file" "/etc/dag-tls/server/ca.crt" }}
+{{- end }}
+{{- $_ := set $config "tls" $tls }}
+{{- end }}
 {{- toYaml $config }}
+{{- end }}
+
+{{/* The config key a transport reads: its own copy under auth.roles (it accepts fewer
+     credentials than a node), else cluster.yaml. */}}
+{{- define "dag.transportConfigKey" -}}
+{{- if include "dag.roles" . }}transport.yaml{{ else }}cluster.yaml{{ end }}
 {{- end }}
 
 {{/* Volumes and mounts every pod of the release has: the config, a writable /tmp, the
@@ -239,4 +271,174 @@ app.kubernetes.io/component: {{ .component }}
     secretKeyRef:
       name: {{ include "dag.tokenSecret" . }}
       key: {{ include "dag.tokenKey" . }}
+{{- end }}
+
+{{/* Least privilege (auth.roles.enabled): "true" when on, after checking the credentials'
+     names (distinct, and none "cluster": the cluster token's). */}}
+{{- define "dag.roles" -}}
+{{- if .Values.auth.roles.enabled }}
+{{- $seen := dict }}
+{{- range $key, $c := .Values.auth.roles.credentials }}
+{{- if eq $c.name "cluster" }}
+{{- fail (printf "auth.roles.credentials.%s.name: \"cluster\" is the cluster token's name" $key) }}
+{{- end }}
+{{- if hasKey $seen $c.name }}
+{{- fail (printf "auth.roles.credentials: %s and %s are both named %q" (get $seen $c.name) $key $c.name) }}
+{{- end }}
+{{- $_ := set $seen $c.name $key }}
+{{- end }}true
+{{- end }}
+{{- end }}
+
+{{/* Each credential's roles (README "Credentials, roles and node identity"). */}}
+{{- define "dag.credentialRoles" -}}
+nodes: [replication, monitor]
+guarantee: [monitor]
+movers: [mover, store, monitor]
+transports: [store, monitor]
+operators: [operator, monitor]
+{{- end }}
+
+{{/* The order the configs list the credentials and the pods mount them. */}}
+{{- define "dag.credentialOrder" -}}
+[nodes, guarantee, movers, transports, operators]
+{{- end }}
+
+{{/* The credential each component presents, and those it accepts: the nodes are called by
+     everyone; the guarantee API by movers; a transport by the nodes (redelivery) and by
+     senders and its own CLI (the transports' credential).  A pod mounts these and no
+     other: a service reads every credential its config names. */}}
+{{- define "dag.credentialUse" -}}
+replication-node: {presents: nodes, accepts: [nodes, guarantee, movers, transports, operators]}
+guarantee-api: {presents: guarantee, accepts: [movers]}
+mrs-worker: {presents: movers, accepts: []}
+transport: {presents: transports, accepts: [nodes, transports]}
+{{- end }}
+
+{{/* The credentials a component's pods mount (what it presents and what it accepts), in
+     the config's order, as a YAML list; call with (dict "root" . "component" ...). */}}
+{{- define "dag.credentialsMounted" -}}
+{{- $use := get (fromYaml (include "dag.credentialUse" .root)) .component }}
+{{- $mounted := list }}
+{{- range $key := fromYamlArray (include "dag.credentialOrder" .root) }}
+{{- if or (eq $key $use.presents) (has $key $use.accepts) }}
+{{- $mounted = append $mounted $key }}
+{{- end }}
+{{- end }}
+{{- toYaml $mounted }}
+{{- end }}
+
+{{- define "dag.credentialSecret" -}}
+{{- $c := index .root.Values.auth.roles.credentials .key }}
+{{- default (printf "%s-credential-%s" (include "dag.fullname" .root) .key) $c.existingSecret }}
+{{- end }}
+
+{{/* What a component's container presents: its own credential's file under
+     auth.roles, else the cluster token. */}}
+{{- define "dag.credentialEnv" -}}
+{{- if include "dag.roles" .root }}
+- name: DG_CREDENTIAL_FILE
+  value: /etc/dag-credentials/{{ (get (fromYaml (include "dag.credentialUse" .root)) .component).presents }}/secret
+{{- else }}
+{{- include "dag.tokenEnv" .root }}
+{{- end }}
+{{- end }}
+
+{{/* TLS (tls.enabled): "true" when on, after checking the values go together. */}}
+{{- define "dag.tls" -}}
+{{- $tls := .Values.tls }}
+{{- if $tls.enabled }}
+{{- if not $tls.existingSecret }}
+{{- fail "tls.enabled needs tls.existingSecret: a Secret with tls.crt, tls.key and ca.crt (the chart issues no certificate)" }}
+{{- end }}true
+{{- else if $tls.nodeIdentity }}
+{{- fail "tls.nodeIdentity needs tls.enabled: node identity is mutual TLS" }}
+{{- end }}
+{{- end }}
+
+{{- define "dag.nodeTlsSecret" -}}
+{{- printf "%s-%s" (default (printf "%s-tls" (include "dag.fullname" .root)) .root.Values.tls.nodeSecretPrefix) .pod }}
+{{- end }}
+
+{{/* The Secrets a component's pods mount besides the common ones: its credentials
+     (auth.roles) and its TLS files (tls.enabled), each read-only and whole (no subPath:
+     Kubernetes updates a mounted Secret in place, and the services reload it).  Call with
+     (dict "root" . "component" ... ["site" <a site of replicationNode.sites>]). */}}
+{{- define "dag.secretVolumes" -}}
+{{- $root := .root }}
+{{- if include "dag.roles" $root }}
+{{- range $key := fromYamlArray (include "dag.credentialsMounted" .) }}
+{{- $c := index $root.Values.auth.roles.credentials $key }}
+- name: credential-{{ $key }}
+  secret:
+    secretName: {{ include "dag.credentialSecret" (dict "root" $root "key" $key) }}
+    defaultMode: 288  # 0440: the owner and the pod's fsGroup
+    items:
+      - key: {{ if $c.existingSecret }}{{ $c.existingSecretKey }}{{ else }}secret{{ end }}
+        path: secret
+{{- end }}
+{{- end }}
+{{- if include "dag.tls" $root }}
+{{- $server := $root.Values.tls.existingSecret }}
+{{- $identity := $root.Values.tls.nodeIdentity }}
+{{- /* ca.crt, and the pair a process serves with: server/ (the config's cert_file, and
+     the guarantee API's --tls-cert), or, under node identity, pod/<its name>/ ({node} in
+     cert_file): a node's own Secret; for a transport the shared pair under its pod's name;
+     for an mrs worker, which reads cert_file as written (it has no node name), under a
+     directory named "{node}" itself. */}}
+- name: tls
+  projected:
+    defaultMode: 288  # 0440
+    sources:
+      - secret:
+          name: {{ $server }}
+          items:
+            - {key: ca.crt, path: server/ca.crt}
+            {{- if or (not $identity) (eq .component "guarantee-api") }}
+            - {key: tls.crt, path: server/tls.crt}
+            - {key: tls.key, path: server/tls.key}
+            {{- end }}
+            {{- if and $identity (eq .component "transport") }}
+            {{- range $i := until (int $root.Values.transports.replicas) }}
+            {{- $pod := printf "%s-transport-%d" (include "dag.fullname" $root) $i }}
+            - {key: tls.crt, path: pod/{{ $pod }}/tls.crt}
+            - {key: tls.key, path: pod/{{ $pod }}/tls.key}
+            {{- end }}
+            {{- end }}
+            {{- if and $identity (eq .component "mrs-worker") }}
+            - {key: tls.crt, path: "pod/{node}/tls.crt"}
+            - {key: tls.key, path: "pod/{node}/tls.key"}
+            {{- end }}
+      {{- if and $identity (eq .component "replication-node") }}
+      {{- range $i := until (int .site.replicas) }}
+      {{- $pod := include "dag.nodeName" (dict "root" $root "site" $.site.name "ordinal" $i) }}
+      - secret:
+          name: {{ include "dag.nodeTlsSecret" (dict "root" $root "pod" $pod) }}
+          items:
+            - {key: tls.crt, path: pod/{{ $pod }}/tls.crt}
+            - {key: tls.key, path: pod/{{ $pod }}/tls.key}
+      {{- end }}
+      {{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "dag.secretMounts" -}}
+{{- $root := .root }}
+{{- if include "dag.roles" $root }}
+{{- range $key := fromYamlArray (include "dag.credentialsMounted" .) }}
+- name: credential-{{ $key }}
+  mountPath: /etc/dag-credentials/{{ $key }}
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- if include "dag.tls" $root }}
+- name: tls
+  mountPath: /etc/dag-tls
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* The scheme of the HTTP probes: HTTPS under tls.enabled (the kubelet does not verify). */}}
+{{- define "dag.probeScheme" -}}
+{{- if include "dag.tls" . }}, scheme: HTTPS{{ end }}
 {{- end }}
