@@ -16,7 +16,8 @@ where a commit pays it, against the same cluster without it, in one run.
    `credentials:`, read from files), no cluster token, and the clients present a `store`
    credential listed last (every digest compared whatever matches first).  The two
    clusters run one after the other in each round, in alternating order, on a quiet disk
-   (`sync` before each); items/s and p50/p99 per side over every round.  Target: within
+   (`sync` before each), after a warm-up of half a round each (not counted); items/s and
+   p50/p99 per side over every round.  Target: within
    noise (the commit path itself, `bench/log_write.py`'s subject, is not touched: the check
    happens once per HTTP call, before the handler).
 
@@ -166,6 +167,11 @@ async def main() -> int:
         await start(c, secret, env, admin_secret)
         sides[name] = {"cluster": c, "seconds": 0.0, "latencies": [], "written": 0}
     try:
+        for side in sides.values():  # warm-up, not counted: past the LLR depth, warm caches
+            await writes(side["cluster"], args.items // 2, args.clients, 0)
+            side["written"] = args.items // 2
+        for side in sides.values():
+            side["counted"] = side["written"]
         for r in range(args.rounds):
             order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
             for name in order:
@@ -184,7 +190,7 @@ async def main() -> int:
     finally:
         for side in sides.values():
             await side["cluster"].close()
-    rate = {k: v["written"] / v["seconds"] for k, v in sides.items()}
+    rate = {k: (v["written"] - v["counted"]) / v["seconds"] for k, v in sides.items()}
     q = {k: statistics.quantiles(v["latencies"], n=100) for k, v in sides.items()}
     print()
     machine = f"nproc {os.cpu_count()}, {platform.platform()}"
