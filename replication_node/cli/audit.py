@@ -71,7 +71,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     audit.add_argument("--database", help="only this database's")
     audit.add_argument(
-        "--limit", type=whole_number(1, "lines"), default=50, help="lines (default 50)"
+        "--limit",
+        type=whole_number(1, "lines"),
+        default=50,
+        metavar="N",
+        help="lines (default 50)",
     )
     add_config(audit)
     add_json(audit)
