@@ -216,9 +216,9 @@ async def commit_latencies(commits: int) -> dict[str, list[float]]:
     from datetime import timedelta
 
     from dag_common.clock import SystemClock
+    from dag_common.cluster_store.embedded import EmbeddedClusterStore
     from replication_node.active.copy import ActiveCopy, CopyPaths
     from replication_node.active.instance import ActiveInstance
-    from replication_node.cluster.store.embedded import EmbeddedClusterStore
     from replication_node.storage.mailbox_store import MailboxStore
 
     with tempfile.TemporaryDirectory(dir=ROOT / "var") as tmp:

@@ -82,11 +82,11 @@ from bench.move import (  # noqa: E402
     wait_healthy,
 )
 from dag_common.clock import SystemClock  # noqa: E402
+from dag_common.cluster_store.embedded import EmbeddedClusterStore  # noqa: E402
 from dag_common.mailbox_digest import MailboxDigest, mailbox_digest  # noqa: E402
 from dag_common.model import CopyStatus  # noqa: E402
 from replication_node.active.copy import ActiveCopy, CopyPaths  # noqa: E402
 from replication_node.active.instance import ActiveInstance  # noqa: E402
-from replication_node.cluster.store.embedded import EmbeddedClusterStore  # noqa: E402
 from replication_node.http.auth import auth_middleware  # noqa: E402
 from replication_node.http.logshare import HttpLogSource, add_log_share_routes  # noqa: E402
 from replication_node.interfaces import PassiveSettings  # noqa: E402

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from dag_common.clock import SystemClock
-from replication_node.cluster.store.embedded import EmbeddedClusterStore
+from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from replication_node.log.logfile import encode_transaction
 from replication_node.log.logstream import LogStream
 

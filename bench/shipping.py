@@ -51,9 +51,9 @@ from aiohttp import web  # noqa: E402
 
 from bench.baselines import pull_baseline, upsert_baseline  # noqa: E402
 from dag_common.clock import SystemClock  # noqa: E402
+from dag_common.cluster_store.embedded import EmbeddedClusterStore  # noqa: E402
 from replication_node.active.copy import CopyPaths  # noqa: E402
 from replication_node.active.instance import ActiveInstance  # noqa: E402
-from replication_node.cluster.store.embedded import EmbeddedClusterStore  # noqa: E402
 from replication_node.http.auth import auth_middleware  # noqa: E402
 from replication_node.http.logshare import HttpLogSource, add_log_share_routes  # noqa: E402
 from replication_node.log.logdir import list_closed_generations  # noqa: E402

@@ -4,8 +4,19 @@ DagError
 ├── ConfigError        the cluster config file is missing, unreadable or invalid (exit 2)
 ├── InUse              a data directory or port is held by another process (exit 2)
 ├── BadArgument        a command-line value the parser cannot take, named by its option (exit 2)
-└── TokenRefused       the nodes or the service refuse the token (exit 2)
+├── TokenRefused       the nodes or the service refuse the token (exit 2)
+├── ClusterStoreError  the cluster store cannot be reached or answered nonsense
+└── StoreConflict      the cluster store refused a change for the cluster's state
+    ├── LeaseHeld      another node holds the active's lease
+    └── FailoverPaused automatic failover is paused
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dag_common.model import FailoverPause
 
 
 class DagError(Exception):
@@ -28,3 +39,33 @@ class TokenRefused(DagError):
 class BadArgument(DagError):
     """A command-line option's value cannot be taken (`--stall-limit bogus`); the message
     names the option (exit 2, said in one line, without argparse's usage)."""
+
+
+class ClusterStoreError(DagError):
+    """The cluster store cannot be reached or answered nonsense."""
+
+
+class StoreConflict(DagError):
+    """The cluster store refused a change for the cluster's state (HTTP 409 at a node)."""
+
+
+class LeaseHeld(StoreConflict):
+    """A copy may not be activated while another node holds an unexpired lease on the active
+    role of its database: that node may still be acknowledging writes."""
+
+    def __init__(self, database: str, holder: str, expires_in: float) -> None:
+        super().__init__(
+            f"{database}: {holder} holds the active's lease for {expires_in:.1f}s more; "
+            "a copy is activated only once it has expired or been released"
+        )
+        self.holder = holder
+        self.expires_in = expires_in
+
+
+class FailoverPaused(StoreConflict):
+    """An automatic failover refused: an operator paused automatic failover
+    (`replication-node cluster pause`).  Only automatic activations are refused."""
+
+    def __init__(self, pause: FailoverPause) -> None:
+        super().__init__(f"{pause.sentence()}; nothing is activated automatically")
+        self.pause = pause

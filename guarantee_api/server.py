@@ -27,6 +27,7 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from dag_common.clock import Clock, SystemClock
+from dag_common.cluster_store import ClusterStore, open_cluster_store
 from dag_common.config import ClusterConfig
 from dag_common.credentials import Credentials, Role, cluster_only, from_header
 from dag_common.errors import InUse
@@ -45,7 +46,6 @@ from guarantee_api.status_page import render, take_snapshot
 from guarantee_api.values import Limits
 from guarantee_api.view import LiveView
 from guarantee_api.watcher import NodeWatcher
-from replication_node.cluster.store import ClusterStore, open_cluster_store
 
 logger = logging.getLogger(__name__)
 

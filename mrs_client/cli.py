@@ -142,9 +142,9 @@ class Connected:
 async def connected(args: argparse.Namespace, config: ClusterConfig) -> AsyncIterator[Connected]:
     """Open the move store, the directory, an HTTP session to the nodes and the guarantee
     client; close them all at the end."""
+    from dag_common.cluster_store import open_cluster_store
     from mrs_client.guarantee_client import GrpcGuaranteeClient
     from mrs_client.node_client import NodeStoreClient
-    from replication_node.cluster.store import open_cluster_store
 
     token = load_token(config)
     store = open_move_store(config)
@@ -347,9 +347,9 @@ def cmd_suspend(args: argparse.Namespace) -> int:
 
 
 async def _cancel(args: argparse.Namespace, config: ClusterConfig) -> Stopped:
+    from dag_common.cluster_store import open_cluster_store
     from mrs_client import stopping
     from mrs_client.node_client import NodeStoreClient
-    from replication_node.cluster.store import open_cluster_store
 
     requests = open_move_store(config)
     try:

@@ -1,4 +1,6 @@
-"""Errors of the replication node.
+"""Errors of the replication node.  The cluster store's own (ClusterStoreError, and the
+StoreConflicts LeaseHeld and FailoverPaused) are on the ground floor, in dag_common.errors,
+and named here too.
 
 DagError (dag_common.errors)
 └── ReplicationError
@@ -6,7 +8,6 @@ DagError (dag_common.errors)
     │   ├── LogHeaderError        bad magic, version or header checksum
     │   └── LogRecordError        a record's length or CRC32C is wrong, or the file is cut
     ├── LogSequenceError          a generation missing, out of order, or from another stream
-    ├── ClusterStoreError         the cluster store (etcd) cannot be reached or answered nonsense
     ├── LogShareError             the active's log share cannot give what was asked
     │   └── GenerationGone        the generation is no longer on the active (reseed needed)
     ├── InspectionFailed          a copied generation failed the inspector's checks
@@ -23,8 +24,6 @@ DagError (dag_common.errors)
     │   ├── NotFound              no such database, mailbox or item
     │   ├── Conflict              already exists, or locked by a move
     │   │   ├── MountRefused      an activation refused: the logs it would lose, in `details`
-    │   │   ├── LeaseHeld         another node's lease on the active role has not expired
-    │   │   ├── FailoverPaused    automatic failover is paused (`cluster pause`)
     │   │   └── HeldForHandOver   the active holds its last logs for the copy taking over
     │   ├── NotActive             writes go to the active copy; this one is passive
     │   │   ├── Deposed           the cluster store says this node is no longer the active
@@ -36,8 +35,11 @@ DagError (dag_common.errors)
     │   └── TransactionTooLarge   a commit record (staged bodies aside) over a log file (413)
 """
 
+from dag_common.errors import ClusterStoreError as ClusterStoreError  # the store's, shared
 from dag_common.errors import DagError
-from dag_common.model import FailoverPause
+from dag_common.errors import FailoverPaused as FailoverPaused
+from dag_common.errors import LeaseHeld as LeaseHeld
+from dag_common.errors import StoreConflict as StoreConflict
 
 
 class ReplicationError(DagError):
@@ -58,10 +60,6 @@ class LogRecordError(LogFormatError):
 
 class LogSequenceError(ReplicationError):
     """A generation that is missing, out of order, or belongs to another log stream."""
-
-
-class ClusterStoreError(ReplicationError):
-    """The cluster store cannot be reached or answered nonsense."""
 
 
 class LogShareError(ReplicationError):
@@ -184,28 +182,6 @@ class RequestTooLarge(StoreError):
 class TransactionTooLarge(StoreError):
     """A transaction whose commit record (its operations, staged bodies aside) does not fit
     in one log generation."""
-
-
-class LeaseHeld(Conflict):
-    """A copy may not be activated while another node holds an unexpired lease on the active
-    role of its database: that node may still be acknowledging writes."""
-
-    def __init__(self, database: str, holder: str, expires_in: float) -> None:
-        super().__init__(
-            f"{database}: {holder} holds the active's lease for {expires_in:.1f}s more; "
-            "a copy is activated only once it has expired or been released"
-        )
-        self.holder = holder
-        self.expires_in = expires_in
-
-
-class FailoverPaused(Conflict):
-    """An automatic failover refused: an operator paused automatic failover
-    (`replication-node cluster pause`).  Only automatic activations are refused."""
-
-    def __init__(self, pause: FailoverPause) -> None:
-        super().__init__(f"{pause.sentence()}; nothing is activated automatically")
-        self.pause = pause
 
 
 class HeldForHandOver(Conflict):

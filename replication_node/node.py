@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 
 from dag_common.clock import Clock
+from dag_common.cluster_store import ActivationCause, ClusterStore
 from dag_common.config import ClusterConfig, load_config
 from dag_common.credentials import Credentials, cluster_only
 from dag_common.errors import ConfigError
@@ -41,7 +42,6 @@ from replication_node.cluster.activation import activate_copy, switchover_copy
 from replication_node.cluster.failover import FailoverMonitor
 from replication_node.cluster.manager import InstanceSpec, desired_spec, plan_instances
 from replication_node.cluster.peers import PeerProgress, copy_awaiting_logs
-from replication_node.cluster.store import ActivationCause, ClusterStore
 from replication_node.errors import BadRequest, ClusterStoreError, Conflict, NotFound
 from replication_node.http.copy_share import HttpCopyLogs
 from replication_node.http.logshare import HttpLogSource

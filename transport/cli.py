@@ -26,6 +26,7 @@ from aiohttp import web
 from dag_common.auth import bearer
 from dag_common.cli import add_config, add_json, add_version, error, exit_now, run
 from dag_common.clock import SystemClock
+from dag_common.cluster_store import open_cluster_store
 from dag_common.config import (
     ClusterConfig,
     TransportNode,
@@ -38,7 +39,6 @@ from dag_common.exclusive import bind_port, lock_directory
 from dag_common.model import ExitCode
 from mrs_client.node_client import NodeStoreClient
 from replication_node.cli.status import client_ssl
-from replication_node.cluster.store import open_cluster_store
 from transport.app import build_app
 from transport.delivery import Deliverer
 from transport.directory import CachedDirectory

@@ -213,7 +213,7 @@ def open_move_store(config: ClusterConfig) -> MoveStore:
         from mrs_client.move_store.embedded import EmbeddedMoveStore
 
         return EmbeddedMoveStore(config.cluster_store.path)
+    from dag_common.cluster_store.etcd_gateway import open_gateway
     from mrs_client.move_store.etcd import EtcdMoveStore
-    from replication_node.cluster.store.etcd_gateway import open_gateway
 
     return EtcdMoveStore(open_gateway(config.cluster_store), cluster=config.cluster)

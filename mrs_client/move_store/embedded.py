@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from dag_common.cluster_store.embedded import boot_id, open_store_file
 from mrs_client.errors import MoveRejected
 from mrs_client.move_store import (
     ANSWERS_KEPT,
@@ -35,7 +36,6 @@ from mrs_client.move_store import (
     answer_row,
 )
 from mrs_client.policy import FINISHED, GuaranteeAnswer, MoveState, MoveStep, StopRequest
-from replication_node.cluster.store.embedded import boot_id, open_store_file
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS move_requests(

@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from dag_common.clock import Clock
+from dag_common.cluster_store import ClusterStore
 from dag_common.config import ActiveFailurePolicy
 from dag_common.model import CopyRole, CopyStatusReport
 from dag_common.tasks import cancel_and_wait
@@ -41,7 +42,6 @@ from replication_node.active.status import active_status
 from replication_node.active.switchover import SwitchoverQuiesce
 from replication_node.active.truncator import ActiveTruncator
 from replication_node.backup.coordinator import BackupLeases
-from replication_node.cluster.store import ClusterStore
 from replication_node.errors import (
     CopyFailed,
     Deposed,

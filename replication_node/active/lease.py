@@ -41,7 +41,7 @@ import logging
 from collections.abc import Callable
 
 from dag_common.clock import Clock
-from replication_node.cluster.store import ClusterStore
+from dag_common.cluster_store import ClusterStore
 from replication_node.errors import Deposed, LeaseLost, SwitchingOver
 
 logger = logging.getLogger(__name__)

@@ -13,10 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from dag_common.clock import Clock
+from dag_common.cluster_store import ActiveRecord
 from dag_common.durable import atomic_write
 from replication_node.active.copy import ActiveCopy, CopyPaths, OpenLogPublisher
 from replication_node.active.lease import LeaseKeeper
-from replication_node.cluster.store import ActiveRecord
 from replication_node.errors import RecoveryError
 from replication_node.log.logdir import list_closed_generations
 

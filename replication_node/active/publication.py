@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from dag_common.clock import Clock
-from replication_node.cluster.store import ActiveRecord, ClusterStore
+from dag_common.cluster_store import ActiveRecord, ClusterStore
 from replication_node.errors import Deposed
 
 logger = logging.getLogger(__name__)

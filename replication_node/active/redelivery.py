@@ -28,8 +28,8 @@ import aiohttp
 
 from dag_common.auth import bearer
 from dag_common.clock import Clock
+from dag_common.cluster_store import ClusterStore, RedeliveryRecord
 from dag_common.config import ClusterConfig
-from replication_node.cluster.store import ClusterStore, RedeliveryRecord
 
 logger = logging.getLogger(__name__)
 

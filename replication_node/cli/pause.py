@@ -22,9 +22,9 @@ from typing import TypeVar
 
 from dag_common.cli import add_config, add_json
 from dag_common.clock import SystemClock
+from dag_common.cluster_store import ClusterStore, open_cluster_store
 from dag_common.config import load_config
 from dag_common.model import ExitCode, FailoverPause
-from replication_node.cluster.store import ClusterStore, open_cluster_store
 
 T = TypeVar("T")
 

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from dag_common.cli import add_config, add_duration
 from dag_common.clock import SystemClock
+from dag_common.cluster_store import open_cluster_store
 from dag_common.config import ClusterConfig, accepted_credentials, load_config, load_token
 from dag_common.durations import format_duration
 from dag_common.errors import ConfigError
@@ -28,7 +29,6 @@ from dag_common.model import ExitCode
 from dag_common.taskdump import TASK_DUMP_END, describe_tasks
 from replication_node.audit import AUDIT_FILE, AuditLog
 from replication_node.cli.supervisor import NodeSlot, last_line, restartable, why_exited
-from replication_node.cluster.store import open_cluster_store
 from replication_node.http.app import build_app
 from replication_node.metrics import NodeMetrics
 from replication_node.node import Node

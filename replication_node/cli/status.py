@@ -21,13 +21,13 @@ import aiohttp
 from rich.console import Console
 
 from dag_common.cli import add_config, add_json, database_named
+from dag_common.cluster_store import ActiveRecord, LeaseRecord, open_cluster_store
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import ConfigError, TokenRefused
 from dag_common.model import CopyStatus, ExitCode, FailoverPause, NodeStatus
 from dag_common.node_status import AUTH_FAILED, StatusUnavailable, fetch_node_status
 from replication_node.cli.status_table import plain_table, rich_table, status_row
 from replication_node.cluster.mount_policy import assess_loss, best_copy, generations_at_risk
-from replication_node.cluster.store import ActiveRecord, LeaseRecord, open_cluster_store
 
 
 def client_ssl(config: ClusterConfig) -> Any:

@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 
 from dag_common.clock import Clock
+from dag_common.cluster_store import ActivationCause, ActiveRecord, ClusterStore
 from dag_common.config import ClusterConfig
 from dag_common.model import AutoDatabaseMountDial, CopyRole, CopyStatus, CopyStatusReport
 from dag_common.node_status import post_admin
@@ -43,7 +44,6 @@ from replication_node.cluster.peers import (
     post_logged,
     reconcile_all,
 )
-from replication_node.cluster.store import ActivationCause, ActiveRecord, ClusterStore
 from replication_node.errors import BadRequest, Conflict, LeaseHeld, MountRefused, NotFound
 
 logger = logging.getLogger(__name__)

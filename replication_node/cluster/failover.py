@@ -22,7 +22,9 @@ from collections.abc import Callable
 import aiohttp
 
 from dag_common.clock import Clock
+from dag_common.cluster_store import ActivationCause, ClusterStore, FailoverPause
 from dag_common.config import ClusterConfig
+from dag_common.errors import ClusterStoreError, StoreConflict
 from replication_node.cluster.activation import activate_copy
 from replication_node.cluster.failover_policy import (
     FailoverVerdict,
@@ -32,7 +34,6 @@ from replication_node.cluster.failover_policy import (
 )
 from replication_node.cluster.mount_policy import MOUNTABLE
 from replication_node.cluster.peers import copy_reports
-from replication_node.cluster.store import ActivationCause, ClusterStore, FailoverPause
 from replication_node.errors import LeaseHeld, MountRefused, ReplicationError
 from replication_node.passive.copy import PassiveCopy
 
@@ -174,7 +175,7 @@ class FailoverMonitor:
                 f"{database}: {decision.lost}; not mounted here: {exc.holder} still holds the "
                 "active's lease in the cluster store (it may still acknowledge writes)"
             )
-        except ReplicationError as exc:
+        except (ReplicationError, ClusterStoreError, StoreConflict) as exc:
             return f"{database}: {decision.lost}; not mounted here: {exc}"
         if copy is not None:
             copy.awaiting_last_logs_from = None

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from replication_node.cluster.store.embedded import EmbeddedClusterStore
+from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from tests.cluster_harness import ROOT, THREE_NODES, LocalCluster
 from tests.mrs_client.e2e import live, shorten_guarantee_waits
 from tests.mrs_client.fakes import SyncMoves

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from dag_common.cluster_store.etcd_gateway import EtcdGateway
 from mrs_client.errors import MoveRejected
 from mrs_client.move_store import (
     BatchExists,
@@ -33,7 +34,6 @@ from mrs_client.policy import (
     MoveStep,
     StopRequest,
 )
-from replication_node.cluster.store.etcd_gateway import EtcdGateway
 from tests.cluster_harness import start_etcd, wait_until
 
 NOW = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)

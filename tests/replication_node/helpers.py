@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from dag_common.clock import Clock, ManualClock, SystemClock
+from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from dag_common.config import ClusterConfig
 from replication_node.active.copy import ActiveCopy, CopyPaths, OpenLogPublisher
-from replication_node.cluster.store.embedded import EmbeddedClusterStore
 from replication_node.http.app import build_app
 from replication_node.interfaces import PassiveSettings
 from replication_node.node import Node

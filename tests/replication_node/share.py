@@ -10,9 +10,9 @@ import aiohttp
 from aiohttp import web
 
 from dag_common.clock import Clock, SystemClock
+from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
-from replication_node.cluster.store.embedded import EmbeddedClusterStore
 from replication_node.http.auth import auth_middleware
 from replication_node.http.logshare import HttpLogSource, add_log_share_routes
 from tests.cluster_harness import serve_app

@@ -14,16 +14,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from dag_common.cluster_store import DirectoryEntry, MoveHold, RedeliveryRecord
+from dag_common.cluster_store.embedded import EmbeddedClusterStore
+from dag_common.cluster_store.etcd import EtcdClusterStore
+from dag_common.cluster_store.etcd_gateway import EtcdGateway
 from dag_common.incarnation import ActivationCause
 from dag_common.model import AutoDatabaseMountDial, FailoverPause
 from mrs_client.move_store import MoveRecord, MoveStore
 from mrs_client.move_store.embedded import EmbeddedMoveStore
 from mrs_client.move_store.etcd import EtcdMoveStore
 from mrs_client.policy import MoveState
-from replication_node.cluster.store import DirectoryEntry, MoveHold, RedeliveryRecord
-from replication_node.cluster.store.embedded import EmbeddedClusterStore
-from replication_node.cluster.store.etcd import EtcdClusterStore
-from replication_node.cluster.store.etcd_gateway import EtcdGateway
 from replication_node.errors import ClusterStoreError, FailoverPaused, LeaseHeld
 from tests.cluster_harness import ROOT, free_port, serve_app, start_etcd, wait_until
 
@@ -283,7 +283,7 @@ async def test_the_directory_entry_says_the_move_the_move_store_made(store):
 def test_the_cluster_store_does_not_import_the_mover():
     check = (
         "import sys\n"
-        "import replication_node.cluster.store.embedded, replication_node.cluster.store.etcd\n"
+        "import dag_common.cluster_store.embedded, dag_common.cluster_store.etcd\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'mrs_client'))"
     )
     done = subprocess.run(

@@ -22,16 +22,16 @@ import pytest
 import yaml
 from aiohttp import web
 
+from dag_common.cluster_store import ClusterStore, open_cluster_store
+from dag_common.cluster_store.etcd import EtcdClusterStore
+from dag_common.cluster_store.etcd_gateway import EtcdCredentials, EtcdGateway
 from dag_common.config import ClusterConfig, parse_config
 from dag_common.errors import ConfigError
-from replication_node.cluster.store import ClusterStore, open_cluster_store
-from replication_node.cluster.store.etcd import EtcdClusterStore
-from replication_node.cluster.store.etcd_gateway import EtcdCredentials, EtcdGateway
 from replication_node.errors import ClusterStoreError
 from tests.cluster_harness import ROOT, TOKEN, free_port, start_etcd
 from tests.pki import issue, make_ca, openssl
 
-GATEWAY_LOG = "replication_node.cluster.store.etcd_gateway"
+GATEWAY_LOG = "dag_common.cluster_store.etcd_gateway"
 PASSWORD = "first password"  # a space in it: only the file's line end is cut
 
 

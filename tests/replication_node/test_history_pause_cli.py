@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 
+from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from replication_node.cli.admin import history_lines
 from replication_node.cli.main import main
-from replication_node.cluster.store.embedded import EmbeddedClusterStore
 from tests.cluster_harness import cluster_config, write_cluster_config
 
 ANSWER = {

@@ -12,10 +12,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from dag_common.clock import ManualClock
+from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from dag_common.model import CopyStatus
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
-from replication_node.cluster.store.embedded import EmbeddedClusterStore
 from replication_node.errors import Conflict, HeldForHandOver
 from replication_node.log.logfile import (
     OPEN_LOG_NAME,

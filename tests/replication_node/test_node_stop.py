@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 
 from dag_common.clock import SystemClock
+from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from dag_common.config import parse_config
-from replication_node.cluster.store.embedded import EmbeddedClusterStore
 from replication_node.node import Node
 from replication_node.storage.database import Database
 from replication_node.storage.header import DatabaseState

@@ -10,9 +10,9 @@ import pytest
 from aiohttp import web
 
 from dag_common.clock import ManualClock
+from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from dag_common.config import parse_config
 from replication_node.active.redelivery import DumpsterRedelivery, describe, loss_window
-from replication_node.cluster.store.embedded import EmbeddedClusterStore
 from tests.cluster_harness import cluster_config, serve_app
 
 

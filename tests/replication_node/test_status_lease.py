@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from dag_common.cluster_store import ActiveRecord, LeaseRecord
 from replication_node.cli.status import StoreView, lease_line
-from replication_node.cluster.store import ActiveRecord, LeaseRecord
 
 NOW = datetime(2026, 11, 23, tzinfo=UTC)
 

@@ -12,9 +12,9 @@ import pytest
 from aiohttp import web
 
 from dag_common.clock import ManualClock
+from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from dag_common.config import parse_config
 from replication_node.cluster.activation import TARGET_SILENT_ABANDON, switchover_copy
-from replication_node.cluster.store.embedded import EmbeddedClusterStore
 from replication_node.errors import Conflict
 from tests.cluster_harness import cluster_config, serve_app
 

@@ -10,8 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from dag_common.model import AutoDatabaseMountDial
-from replication_node.cluster.store import (
+from dag_common.cluster_store import (
     MOVE_CLAIMS_TABLE,
     MOVE_REQUESTS_TABLE,
     ActivationCause,
@@ -26,7 +25,8 @@ from replication_node.cluster.store import (
     known_member,
     move_hold,
 )
-from replication_node.errors import FailoverPaused, LeaseHeld
+from dag_common.errors import FailoverPaused, LeaseHeld
+from dag_common.model import AutoDatabaseMountDial
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS active_copy(

@@ -39,8 +39,7 @@ import aiohttp
 import orjson
 
 from dag_common.config import EtcdStore
-from dag_common.errors import ConfigError
-from replication_node.errors import ClusterStoreError
+from dag_common.errors import ClusterStoreError, ConfigError
 
 logger = logging.getLogger(__name__)
 

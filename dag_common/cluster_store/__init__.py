@@ -469,10 +469,10 @@ def open_cluster_store(config: ClusterConfig) -> ClusterStore:
     """The store the config names; ConfigError if a file it names (etcd's CA, client
     certificate, password) is missing or unusable."""
     if isinstance(config.cluster_store, EmbeddedStore):
-        from replication_node.cluster.store.embedded import EmbeddedClusterStore
+        from dag_common.cluster_store.embedded import EmbeddedClusterStore
 
         return EmbeddedClusterStore(config.cluster_store.path)
-    from replication_node.cluster.store.etcd import EtcdClusterStore
-    from replication_node.cluster.store.etcd_gateway import open_gateway
+    from dag_common.cluster_store.etcd import EtcdClusterStore
+    from dag_common.cluster_store.etcd_gateway import open_gateway
 
     return EtcdClusterStore(open_gateway(config.cluster_store), cluster=config.cluster)

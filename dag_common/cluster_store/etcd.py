@@ -39,8 +39,7 @@ import math
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from dag_common.model import AutoDatabaseMountDial
-from replication_node.cluster.store import (
+from dag_common.cluster_store import (
     MOVE_CLAIMS_KEY,
     MOVE_REQUESTS_KEY,
     ActivationCause,
@@ -55,8 +54,9 @@ from replication_node.cluster.store import (
     known_member,
     move_hold,
 )
-from replication_node.cluster.store.etcd_gateway import EtcdGateway
-from replication_node.errors import ClusterStoreError, FailoverPaused, LeaseHeld
+from dag_common.cluster_store.etcd_gateway import EtcdGateway
+from dag_common.errors import ClusterStoreError, FailoverPaused, LeaseHeld
+from dag_common.model import AutoDatabaseMountDial
 
 _PAUSE = "failover_pause"
 
