@@ -219,7 +219,7 @@ async def commit_latencies(commits: int) -> dict[str, list[float]]:
     from dag_common.cluster_store.embedded import EmbeddedClusterStore
     from replication_node.active.copy import ActiveCopy, CopyPaths
     from replication_node.active.instance import ActiveInstance
-    from replication_node.storage.mailbox_store import MailboxStore
+    from replication_node.active.mailbox_store import MailboxStore
 
     with tempfile.TemporaryDirectory(dir=ROOT / "var") as tmp:
         store = EmbeddedClusterStore(Path(tmp) / "cluster.db")

@@ -87,6 +87,7 @@ from dag_common.mailbox_digest import MailboxDigest, mailbox_digest  # noqa: E40
 from dag_common.model import CopyStatus  # noqa: E402
 from replication_node.active.copy import ActiveCopy, CopyPaths  # noqa: E402
 from replication_node.active.instance import ActiveInstance  # noqa: E402
+from replication_node.active.mailbox_store import MailboxStore  # noqa: E402
 from replication_node.http.auth import auth_middleware  # noqa: E402
 from replication_node.http.logshare import HttpLogSource, add_log_share_routes  # noqa: E402
 from replication_node.interfaces import PassiveSettings  # noqa: E402
@@ -97,7 +98,6 @@ from replication_node.log.logfile import closed_log_name  # noqa: E402
 from replication_node.log.writer import OpenLogWriter  # noqa: E402
 from replication_node.passive.copy import PassiveCopy  # noqa: E402
 from replication_node.storage.database import Database  # noqa: E402
-from replication_node.storage.mailbox_store import MailboxStore  # noqa: E402
 from tests.cluster_harness import LocalCluster, wait_until  # noqa: E402
 
 MIB = 1 << 20

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from dag_common.clock import Clock
+from dag_common.errors import ClusterStoreError
 from dag_common.tasks import cancel_and_wait
 from mrs_client.batches import requeue, retry_due
 from mrs_client.errors import MoveBusy, MoveError, MoveRejected
@@ -34,7 +35,6 @@ from mrs_client.mover import Mover
 from mrs_client.policy import MoveState
 from mrs_client.scheduling import STARTABLE, MoveLimits, pick
 from mrs_client.throttle import Throttle
-from replication_node.errors import ClusterStoreError
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,8 @@ importing only the floors below it and its own room, never one beside it:
     cluster      activation, failover, the store
     node, rebalance
     http
-    cli, demo
+    cli
+    demo         the main job, over everything
 
 Every import a module makes (at its top or inside a function: both run) is read from its
 syntax tree.  An import that breaks a rule fails here, unless it is in KNOWN: the breaches
@@ -44,17 +45,48 @@ FLOORS: list[tuple[str, ...]] = [
     ("cluster",),
     ("node", "rebalance"),
     ("http",),
-    ("cli", "demo"),
+    ("cli",),
+    ("demo",),
 ]
 FLOOR = {room: n for n, rooms in enumerate(FLOORS) for room in rooms}
 
-# The breaches the contract found when it was written (module, imported module): each is
-# issue 33's to mend.  Only ever remove lines.
-KNOWN = {
-    line.split()[0]: None
-    for line in ()  # filled below from KNOWN_TEXT
-}
+# The breaches the contract found when it was written, "importer imported": each is
+# issue 33's to mend by moving code to the floor it belongs on.  Only ever remove lines.
 KNOWN_TEXT = """
+mrs_client.guarantee_client guarantee_api._generated.dataguarantee.v1
+replication_node.active.instance replication_node.backup.coordinator
+replication_node.backup.backup replication_node.passive.inspector
+replication_node.backup.coordinator replication_node.active.copy
+replication_node.backup.restore replication_node.passive.inspector
+replication_node.backup.restore replication_node.passive.replayer
+replication_node.backup.sources replication_node.active.copy
+replication_node.backup.sources replication_node.active.instance
+replication_node.backup.sources replication_node.passive.copy
+replication_node.backup.status replication_node.active.instance
+replication_node.backup.status replication_node.passive.copy
+replication_node.cli.mailbox mrs_client.errors
+replication_node.cli.mailbox mrs_client.node_client
+replication_node.demo transport.messages
+replication_node.interfaces replication_node.log.blocks
+replication_node.log.events replication_node.storage.database
+replication_node.log.recovery replication_node.storage.database
+replication_node.log.recovery replication_node.storage.header
+replication_node.log.tools replication_node.storage.database
+replication_node.log.writer replication_node.storage.database
+replication_node.metrics replication_node.log.events
+replication_node.node replication_node.http.copy_share
+replication_node.node replication_node.http.logshare
+spark_metrics.cli guarantee_api.values
+spark_metrics.constraints guarantee_api.policy
+spark_metrics.constraints guarantee_api.values
+spark_metrics.options guarantee_api.values
+spark_metrics.windows guarantee_api.values
+transport.app replication_node.errors
+transport.app replication_node.http.body
+transport.cli mrs_client.node_client
+transport.delivery mrs_client.errors
+transport.delivery mrs_client.node_client
+transport.messages replication_node.http.models
 """
 
 
@@ -130,7 +162,8 @@ def breaches() -> dict[tuple[str, str], str]:
 
 
 def known() -> set[tuple[str, str]]:
-    return {tuple(line.split()[:2]) for line in KNOWN_TEXT.strip().splitlines() if line.strip()}  # type: ignore[misc]
+    pairs = (line.split()[:2] for line in KNOWN_TEXT.strip().splitlines() if line.strip())
+    return {(a, b) for a, b in pairs}
 
 
 def test_no_import_breaks_a_layer_but_the_known_ones_and_those_only_shrink():
@@ -149,7 +182,8 @@ def test_the_contract_catches_what_it_says_it_catches():
     assert breach("replication_node.log.writer", "replication_node.storage.ops")
     assert breach("replication_node.active.copy", "replication_node.passive.copy")
     assert breach("dag_common.config", "replication_node.errors")
-    assert breach("mrs_client.mover", "dag_common.cluster_store")
+    assert breach("mrs_client.mover", "replication_node.errors")
+    assert not breach("mrs_client.mover", "dag_common.cluster_store")
     assert breach("transport.delivery", "mrs_client.node_client")
     assert not breach("replication_node.http.app", "replication_node.node")
     assert not breach("replication_node.active.copy", "replication_node.log.writer")

@@ -25,9 +25,9 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from dag_common.clock import Clock
+from dag_common.errors import ClusterStoreError
 from mrs_client.errors import NodeCallError
 from mrs_client.node_client import NodeStoreClient
-from replication_node.errors import ClusterStoreError
 from transport.messages import Delivery
 from transport.metrics import TransportMetrics
 from transport.queue import QueueStore

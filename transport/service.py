@@ -19,7 +19,7 @@ from typing import Any
 from dag_common.clock import Clock
 from dag_common.config import ClusterConfig
 from dag_common.credentials import Credentials
-from replication_node.errors import ClusterStoreError
+from dag_common.errors import ClusterStoreError
 from transport.delivery import Deliverer, Directory
 from transport.messages import MessageIn
 from transport.metrics import TransportMetrics

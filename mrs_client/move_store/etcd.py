@@ -53,6 +53,7 @@ from datetime import datetime
 from typing import Any
 
 from dag_common.cluster_store.etcd_gateway import EtcdGateway
+from dag_common.errors import ClusterStoreError
 from mrs_client.errors import MoveRejected
 from mrs_client.move_store import (
     ANSWERS_KEPT,
@@ -66,7 +67,6 @@ from mrs_client.move_store import (
     answer_row,
 )
 from mrs_client.policy import FINISHED, GuaranteeAnswer, MoveState, MoveStep, StopRequest
-from replication_node.errors import ClusterStoreError
 
 # etcd's --max-txn-ops default: compares, and operations of either branch, per transaction.
 MAX_TXN_OPS = 128

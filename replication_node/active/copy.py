@@ -23,9 +23,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from dag_common.clock import Clock
@@ -41,40 +39,12 @@ from replication_node.log.spanning import BlobRef
 from replication_node.storage.database import Database, Transaction
 from replication_node.storage.header import DatabaseHeader, DatabaseState
 from replication_node.storage.overlay import LlrOverlay
+from replication_node.storage.paths import CopyPaths
 
 logger = logging.getLogger(__name__)
 
 # Announce (generation, change-number ceiling) to the cluster store; False: not the active.
 OpenLogPublisher = Callable[[int, int], Awaitable[bool]]
-
-
-@dataclass(frozen=True)
-class CopyPaths:
-    """Where one database copy keeps its files."""
-
-    root: Path
-    name: str
-
-    @property
-    def database(self) -> Path:
-        return self.root / f"{self.name}.sqlite"
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def inspector(self) -> Path:
-        return self.logs / "Inspector"
-
-    @property
-    def ignored(self) -> Path:
-        return self.logs / "IgnoredLogs"
-
-    @property
-    def was_active(self) -> Path:
-        """Marker written when the copy mounts as active: its newest logs are its own."""
-        return self.root / "was-active"
 
 
 class ActiveCopy:

@@ -34,6 +34,7 @@ from dag_common.tasks import cancel_and_wait
 from replication_node.active.copy import ActiveCopy, CopyPaths
 from replication_node.active.handover import HANDOVER_HOLD, copy_waiting_for_last_logs
 from replication_node.active.lease import LeaseKeeper
+from replication_node.active.mailbox_store import MailboxStore
 from replication_node.active.mounting import open_active_copy
 from replication_node.active.publication import ActivePublication
 from replication_node.active.redelivery import DumpsterRedelivery
@@ -52,7 +53,6 @@ from replication_node.errors import (
 from replication_node.log.events import ClosedGeneration, StreamEvent
 from replication_node.log.logstream import LogStream
 from replication_node.log.truncation import CopyProgress
-from replication_node.storage.mailbox_store import MailboxStore
 from replication_node.storage.scrub import Scrubber
 
 if TYPE_CHECKING:

@@ -24,6 +24,7 @@ import aiohttp
 from dag_common.cli import add_config, database_named
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import TokenRefused
+from dag_common.http_client import client_ssl
 from dag_common.incarnation import ActivationCause
 from dag_common.model import AutoDatabaseMountDial, CopyRole, ExitCode, NodeStatus
 from dag_common.node_status import AUTH_FAILED, UNREACHABLE, get_admin, post_admin
@@ -33,7 +34,7 @@ from replication_node.cli.reseed_wait import (
     follow_reseed,
     seed_display,
 )
-from replication_node.cli.status import client_ssl, fetch_statuses, token_refused
+from replication_node.cli.status import fetch_statuses, token_refused
 
 
 async def admin_call(

@@ -16,9 +16,9 @@ import aiohttp
 
 from dag_common.cli import add_config, add_json, database_named, whole_number
 from dag_common.config import ClusterConfig, load_config, load_token
+from dag_common.http_client import client_ssl
 from dag_common.model import ExitCode
 from dag_common.node_status import UNREACHABLE, get_admin
-from replication_node.cli.status import client_ssl
 
 
 async def _every_node(config: ClusterConfig, query: str) -> dict[str, tuple[int, Any]]:

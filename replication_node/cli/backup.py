@@ -26,11 +26,11 @@ from dag_common.cli import add_config, add_json, database_named, error
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import TokenRefused
+from dag_common.http_client import client_ssl
 from dag_common.model import ExitCode
 from dag_common.node_status import AUTH_FAILED, post_admin
 from replication_node.backup.restore import restore
 from replication_node.cli.admin import DATABASE, exit_code
-from replication_node.cli.status import client_ssl
 from replication_node.errors import BackupError
 
 # A backup is answered when it is complete: as long as copying the database file takes.

@@ -35,13 +35,13 @@ from dag_common.cli import add_config, add_json, database_named, error
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import BadArgument, TokenRefused
+from dag_common.http_client import client_ssl
 from dag_common.mail_mix import mail_sizes
 from dag_common.model import ExitCode
 from dag_common.node_status import AUTH_FAILED
 from mrs_client.errors import NodeCallError
 from mrs_client.node_client import NodeStoreClient
 from replication_node.cli.admin import exit_code, get_from_first
-from replication_node.cli.status import client_ssl
 
 BATCH_ITEMS = 200  # items per write (the node takes at most 1000 in one transaction)
 PAGE = 1000  # items per page of the listing

@@ -24,15 +24,11 @@ from dag_common.cli import add_config, add_json, database_named
 from dag_common.cluster_store import ActiveRecord, LeaseRecord, open_cluster_store
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import ConfigError, TokenRefused
+from dag_common.http_client import client_ssl
 from dag_common.model import CopyStatus, ExitCode, FailoverPause, NodeStatus
 from dag_common.node_status import AUTH_FAILED, StatusUnavailable, fetch_node_status
 from replication_node.cli.status_table import plain_table, rich_table, status_row
 from replication_node.cluster.mount_policy import assess_loss, best_copy, generations_at_risk
-
-
-def client_ssl(config: ClusterConfig) -> Any:
-    """The TLS context of a client of the nodes (None without TLS)."""
-    return config.tls.client_context() if config.tls else None
 
 
 async def fetch_statuses(

@@ -46,7 +46,6 @@ from typing import TYPE_CHECKING
 
 from dag_common.clock import Clock
 from dag_common.durable import fsync_dir
-from replication_node.active.copy import CopyPaths
 from replication_node.errors import (
     CopyFailed,
     Diverged,
@@ -66,6 +65,7 @@ from replication_node.log.logfile import (
 from replication_node.log.spanning import Pending
 from replication_node.passive.inspector import InspectedLog, OutOfDateLog, inspect_generation
 from replication_node.passive.markers import Markers
+from replication_node.storage.paths import CopyPaths
 
 if TYPE_CHECKING:
     from replication_node.metrics import CopyMetrics

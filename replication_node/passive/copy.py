@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 from dag_common.clock import Clock
 from dag_common.model import CopyMode, CopyRole, CopyStatus, CopyStatusReport
 from dag_common.tasks import cancel_and_wait
-from replication_node.active.copy import CopyPaths
 from replication_node.errors import (
     Conflict,
     CopyFailed,
@@ -47,6 +46,7 @@ from replication_node.passive.seeder import SeedProgress, seed_bytes, seed_copy,
 from replication_node.passive.status import ScrubSummary, copy_status, status_report
 from replication_node.storage.database import Database
 from replication_node.storage.header import DatabaseHeader
+from replication_node.storage.paths import CopyPaths
 from replication_node.storage.scrub import Scrubber, scrub_file
 
 if TYPE_CHECKING:

@@ -9,7 +9,6 @@ import os
 
 from dag_common.clock import Clock
 from dag_common.durable import fsync_dir
-from replication_node.active.copy import CopyPaths
 from replication_node.errors import LogFormatError
 from replication_node.log.logdir import list_closed_generations
 from replication_node.log.logfile import (
@@ -23,6 +22,7 @@ from replication_node.passive.copier import OUT_OF_DATE_DIR
 from replication_node.passive.inspector import OutOfDateLog
 from replication_node.passive.markers import Markers
 from replication_node.storage.header import DatabaseHeader
+from replication_node.storage.paths import CopyPaths
 
 logger = logging.getLogger(__name__)
 

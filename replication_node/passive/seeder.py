@@ -23,10 +23,10 @@ import shutil
 from dataclasses import dataclass
 
 from dag_common.durable import durable_rename
-from replication_node.active.copy import CopyPaths
 from replication_node.errors import DatabaseError, LogShareError
 from replication_node.interfaces import LogSource, SeedInfo
 from replication_node.storage.database import Database
+from replication_node.storage.paths import CopyPaths
 
 logger = logging.getLogger(__name__)
 

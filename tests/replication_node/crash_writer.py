@@ -4,7 +4,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from replication_node.storage.mailbox_store import MailboxStore
+from replication_node.active.mailbox_store import MailboxStore
 from tests.replication_node.helpers import mount
 
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from replication_node.active.mailbox_store import MailboxStore
 from replication_node.errors import RecoveryError
 from replication_node.log import logfile
 from replication_node.log.logdir import list_closed_generations
-from replication_node.storage.mailbox_store import MailboxStore
 from tests.replication_node.helpers import mount
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from replication_node.active.mailbox_store import MailboxStore, stage_plan
 from replication_node.errors import InspectionFailed, LogRecordError
 from replication_node.log import logfile, logstream
 from replication_node.log.logdir import list_closed_generations
@@ -17,7 +18,6 @@ from replication_node.log.logfile import HEADER_SIZE, LogHeader, RecordType, enc
 from replication_node.log.recovery import plan_recovery
 from replication_node.log.spanning import BlobId, PendingBlob, decode_part, encode_part, track
 from replication_node.passive.inspector import inspect_generation
-from replication_node.storage.mailbox_store import MailboxStore, stage_plan
 from tests.cluster_harness import wait_until
 from tests.replication_node.helpers import (
     commit_staged,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from replication_node.active.mailbox_store import MailboxStore
 from replication_node.errors import BadRequest
-from replication_node.storage.mailbox_store import MailboxStore
 from tests.replication_node.helpers import mount
 
 LONE = "\ud800"  # a lone surrogate: valid in JSON text, not in UTF-8

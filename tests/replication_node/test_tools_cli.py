@@ -1,8 +1,8 @@
 import json
 
+from replication_node.active.mailbox_store import MailboxStore
 from replication_node.cli.main import main
 from replication_node.log import logfile
-from replication_node.storage.mailbox_store import MailboxStore
 from tests.replication_node.helpers import mount
 
 
