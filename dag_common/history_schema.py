@@ -6,7 +6,7 @@ only ever added, nullable, at the end: a file written before a column existed is
 that column null. `FIRST_COLUMNS` are those of the first version; a file without one of them,
 or with any column of another type than below, is not history and a reader skips it.
 
-The columns added in the second version carry what `guarantee_api.policy.evaluate_health`
+The columns added in the second version carry what `dag_common.guarantee.policy.evaluate_health`
 reads beyond the first version's (the inspected log time, the configured ReplayLagTime, the
 last-known role of a copy whose status is not trusted), so that a reader can ask the
 service's own rules what they would have answered at every sample.

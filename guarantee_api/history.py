@@ -28,9 +28,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dag_common.durable import atomic_write, fsync_dir
+from dag_common.guarantee.values import CopySnapshot
 from dag_common.history_schema import SCHEMA
 from guarantee_api.errors import HistoryWriteError
-from guarantee_api.values import CopySnapshot
 
 logger = logging.getLogger(__name__)
 

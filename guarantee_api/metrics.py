@@ -9,8 +9,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from dag_common.guarantee.values import CopySnapshot
 from dag_common.model import CopyStatus
-from guarantee_api.values import CopySnapshot
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LATENCY_BUCKETS = (

@@ -32,6 +32,7 @@ from dag_common.config import ClusterConfig
 from dag_common.credentials import Credentials, Role, cluster_only, from_header
 from dag_common.errors import InUse
 from dag_common.exclusive import bind_port
+from dag_common.guarantee.values import Limits
 from dag_common.route_roles import PUBLIC, add_route, refusal
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
@@ -43,7 +44,6 @@ from guarantee_api.metrics import CONTENT_TYPE, Metrics
 from guarantee_api.poller import Poller
 from guarantee_api.servicer import DataGuaranteeServicer
 from guarantee_api.status_page import render, take_snapshot
-from guarantee_api.values import Limits
 from guarantee_api.view import LiveView
 from guarantee_api.watcher import NodeWatcher
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from dag_common.clock import Clock
+from dag_common.guarantee.values import CopySnapshot, DatabaseView
 from guarantee_api.last_answers import LastAnswer, LastAnswers, Method, shorten
-from guarantee_api.values import CopySnapshot, DatabaseView
 from guarantee_api.view import LiveView
 
 REFRESH_SECONDS = 5

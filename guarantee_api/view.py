@@ -32,10 +32,10 @@ from dataclasses import dataclass
 
 from dag_common.clock import Clock
 from dag_common.config import ClusterConfig
+from dag_common.guarantee.values import CopyRates, CopySnapshot, DatabaseView
 from dag_common.incarnation import EpochRecord
 from dag_common.model import CopyStatusReport, NodeStatus
 from dag_common.tasks import cancel_and_wait
-from guarantee_api.values import CopyRates, CopySnapshot, DatabaseView
 
 logger = logging.getLogger(__name__)
 

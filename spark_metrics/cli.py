@@ -18,8 +18,8 @@ from pathlib import Path
 from dag_common.cli import add_version, run
 from dag_common.config import load_config
 from dag_common.errors import ConfigError
+from dag_common.guarantee.values import Limits
 from dag_common.model import ExitCode
-from guarantee_api.values import Limits
 from spark_metrics.errors import BadInputError, MetricsError
 from spark_metrics.options import (
     AggregateOptions,

@@ -1,5 +1,5 @@
 """How often each DataMoveReplicationConstraint would have been Satisfied: the guarantee
-service's own rules (`guarantee_api.policy.evaluate_health`) applied to every sample time of
+service's own rules (`dag_common.guarantee.policy.evaluate_health`) applied to every sample time of
 every database in the history. Nothing here restates a rule; this module only rebuilds the
 rules' inputs from history rows.
 
@@ -41,10 +41,10 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from dag_common.guarantee.policy import evaluate_health
+from dag_common.guarantee.values import CopySnapshot, DatabaseView, GuaranteeStatus, Limits
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
 from dag_common.model import DataMoveReplicationConstraint as Constraint
-from guarantee_api.policy import evaluate_health
-from guarantee_api.values import CopySnapshot, DatabaseView, GuaranteeStatus, Limits
 
 CONSTRAINTS: tuple[Constraint, ...] = tuple(Constraint)
 # Output column per constraint: the fraction of sample times at which it was Satisfied.

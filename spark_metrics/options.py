@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from dag_common.durations import parse_duration
-from guarantee_api.values import Limits
+from dag_common.guarantee.values import Limits
 from spark_metrics.errors import BadInputError
 
 DAY_S = 86_400

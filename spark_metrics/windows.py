@@ -18,8 +18,8 @@ import pandas as pd
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from dag_common.guarantee.values import Limits
 from dag_common.model import CopyRole, CopyStatus
-from guarantee_api.values import Limits
 from spark_metrics.constraints import COUNTS_SCHEMA, FRACTION_COLUMNS, INPUT_COLUMNS
 from spark_metrics.constraints import satisfaction_counts as _counts
 
@@ -156,7 +156,7 @@ def site_worst(copies: DataFrame) -> DataFrame:
 
 def constraint_windows(windowed: DataFrame, limits: Limits, window_s: int) -> DataFrame:
     """Per database and window: sample times, and the fraction at which each constraint would
-    have been Satisfied by `guarantee_api.policy.evaluate_health`."""
+    have been Satisfied by `dag_common.guarantee.policy.evaluate_health`."""
     prepared = windowed.withColumn("replay_span_us", _replay_span_us()).withColumn(
         "hour", F.floor(F.unix_seconds("time") / 3600)
     )

@@ -76,11 +76,6 @@ replication_node.log.writer replication_node.storage.database
 replication_node.metrics replication_node.log.events
 replication_node.node replication_node.http.copy_share
 replication_node.node replication_node.http.logshare
-spark_metrics.cli guarantee_api.values
-spark_metrics.constraints guarantee_api.policy
-spark_metrics.constraints guarantee_api.values
-spark_metrics.options guarantee_api.values
-spark_metrics.windows guarantee_api.values
 transport.app replication_node.errors
 transport.app replication_node.http.body
 transport.cli mrs_client.node_client

@@ -8,10 +8,10 @@ from datetime import timedelta
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dag_common.guarantee.values import CopySnapshot
 from dag_common.history_schema import FIRST_COLUMNS, SCHEMA, schema_problems
 from dag_common.model import CopyRole
 from guarantee_api.history import HistoryWriter, sample_rows
-from guarantee_api.values import CopySnapshot
 from tests.guarantee_api.helpers import T0, report
 
 

@@ -7,11 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dag_common.incarnation import EpochRecord
-from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
-from dag_common.model import DataMoveReplicationConstraint as C
-from guarantee_api.policy import evaluate_flush, evaluate_health
-from guarantee_api.values import (
+from dag_common.guarantee.policy import evaluate_flush, evaluate_health
+from dag_common.guarantee.values import (
     Check,
     CopyRates,
     CopySnapshot,
@@ -20,6 +17,9 @@ from guarantee_api.values import (
     GuaranteeStatus,
     Limits,
 )
+from dag_common.incarnation import EpochRecord
+from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
+from dag_common.model import DataMoveReplicationConstraint as C
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 S, NS, R = GuaranteeStatus.SATISFIED, GuaranteeStatus.NOT_SATISFIED, GuaranteeStatus.RETRY
@@ -510,7 +510,7 @@ def test_verdicts_list_every_configured_copy_with_role():
 
 def test_wait_times_come_from_the_config_with_the_seeds_defaults():
     from dag_common.config import GuaranteeLimits
-    from guarantee_api.values import Limits
+    from dag_common.guarantee.values import Limits
 
     seed = Limits.from_config(GuaranteeLimits())
     assert (seed.wait_no_status, seed.wait_no_healthy_copy, seed.wait_behind, seed.wait_max) == (

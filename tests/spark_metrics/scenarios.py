@@ -7,9 +7,9 @@ from datetime import datetime, timedelta
 
 import pandas as pd
 
+from dag_common.guarantee.policy import evaluate_health
+from dag_common.guarantee.values import CopySnapshot, DatabaseView, GuaranteeStatus, Limits
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
-from guarantee_api.policy import evaluate_health
-from guarantee_api.values import CopySnapshot, DatabaseView, GuaranteeStatus, Limits
 from spark_metrics.constraints import CONSTRAINTS, FRACTION_COLUMNS, INPUT_COLUMNS
 from tests.spark_metrics.history import T0, row
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from dag_common.guarantee.values import Limits
 from dag_common.model import DataMoveReplicationConstraint as Constraint
-from guarantee_api.values import Limits
 from spark_metrics.constraints import CONSTRAINTS, FRACTION_COLUMNS, satisfaction_counts
 from tests.spark_metrics.scenarios import (
     pandas_input,

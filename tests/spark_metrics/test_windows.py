@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
-from guarantee_api.values import Limits
+from dag_common.guarantee.values import Limits
 from spark_metrics.aggregate import SPARK_SCHEMA
 from spark_metrics.windows import constraint_windows, copy_windows, site_worst, with_window
 from tests.spark_metrics.history import T0, row

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from dag_common.model import CopyStatus, CopyStatusReport
-from guarantee_api.values import (
+from dag_common.guarantee.values import (
     Check,
     CheckOutcome,
     CopyRates,
@@ -29,6 +28,7 @@ from guarantee_api.values import (
     FlushTarget,
     Limits,
 )
+from dag_common.model import CopyStatus, CopyStatusReport
 
 
 def seconds(value: float) -> str:

@@ -28,11 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from dag_common.incarnation import current_epoch, fork_below
-from dag_common.model import CopyRole
-from dag_common.model import DataMoveReplicationConstraint as Constraint
-from guarantee_api.conditions import judge_active, judge_flush, judge_health, seconds
-from guarantee_api.values import (
+from dag_common.guarantee.conditions import judge_active, judge_flush, judge_health, seconds
+from dag_common.guarantee.values import (
     Answer,
     CopySnapshot,
     CopyVerdict,
@@ -41,6 +38,9 @@ from guarantee_api.values import (
     GuaranteeStatus,
     Limits,
 )
+from dag_common.incarnation import current_epoch, fork_below
+from dag_common.model import CopyRole
+from dag_common.model import DataMoveReplicationConstraint as Constraint
 
 
 @dataclass(frozen=True, slots=True)
