@@ -6,6 +6,7 @@ DagError
 ├── BadArgument        a command-line value the parser cannot take, named by its option (exit 2)
 ├── TokenRefused       the nodes or the service refuse the token (exit 2)
 ├── ClusterStoreError  the cluster store cannot be reached or answered nonsense
+├── NodeCallError      a store call to a node failed (the node client's: `status`, `detail`)
 └── StoreConflict      the cluster store refused a change for the cluster's state
     ├── LeaseHeld      another node holds the active's lease
     └── FailoverPaused automatic failover is paused
@@ -69,3 +70,21 @@ class FailoverPaused(StoreConflict):
     def __init__(self, pause: FailoverPause) -> None:
         super().__init__(f"{pause.sentence()}; nothing is activated automatically")
         self.pause = pause
+
+
+class NodeCallError(DagError):
+    """A call to a node's store API failed: `status` is the HTTP status it answered, if
+    any; `detail` the node's own `error` sentence, if it said one."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        detail: str | None = None,
+        database: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.detail = detail
+        self.database = database  # the database whose active copy was called

@@ -143,8 +143,8 @@ async def connected(args: argparse.Namespace, config: ClusterConfig) -> AsyncIte
     """Open the move store, the directory, an HTTP session to the nodes and the guarantee
     client; close them all at the end."""
     from dag_common.cluster_store import open_cluster_store
+    from dag_common.node_client import NodeStoreClient
     from mrs_client.guarantee_client import GrpcGuaranteeClient
-    from mrs_client.node_client import NodeStoreClient
 
     token = load_token(config)
     store = open_move_store(config)
@@ -348,8 +348,8 @@ def cmd_suspend(args: argparse.Namespace) -> int:
 
 async def _cancel(args: argparse.Namespace, config: ClusterConfig) -> Stopped:
     from dag_common.cluster_store import open_cluster_store
+    from dag_common.node_client import NodeStoreClient
     from mrs_client import stopping
-    from mrs_client.node_client import NodeStoreClient
 
     requests = open_move_store(config)
     try:

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from dag_common.store_api import NodeStore
 from mrs_client.errors import MoveFailed, NeedsReconcile, NodeCallError
 from mrs_client.gates import Gates
 from mrs_client.move_store import MoveRecord
 from mrs_client.reconcile import EpochWatch, Side
-from mrs_client.store_api import NodeStore
 
 
 class EndCalls:

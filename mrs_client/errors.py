@@ -7,7 +7,6 @@ DagError (dag_common.errors)
     ├── MoveFailed        the move stopped: stalled too long, flush never satisfied, a
     │                     node refused; `mrs resume` continues from the last step done
     │   └── MoveBusy      another mrs process is running the move right now
-    ├── NodeCallError     a store call to a node failed (retried by the move loop)
     ├── MoveStopped       internal, never leaves the mover: an operator asked the move to
     │                     stop (mrs suspend or cancel); the loop saves it Suspended
     ├── MoveReleased      internal, never leaves the mover: its worker stops and gives
@@ -15,9 +14,13 @@ DagError (dag_common.errors)
     └── NeedsReconcile    internal, never leaves the mover: an end of the move changed
                           incarnation, a flush was lost, or the digests differ; the move
                           loop reconciles by content and goes on
+
+NodeCallError (a store call to a node failed, retried by the move loop) is the node client's,
+on the ground floor (dag_common.errors), and named here too.
 """
 
 from dag_common.errors import DagError
+from dag_common.errors import NodeCallError as NodeCallError
 
 
 class MoveError(DagError):
@@ -49,24 +52,6 @@ class MoveFailed(MoveError):
     def __init__(self, message: str, *, stalled: str | None = None) -> None:
         super().__init__(message)
         self.stalled = stalled
-
-
-class NodeCallError(MoveError):
-    """A call to a node's store API failed: `status` is the HTTP status it answered, if
-    any; `detail` the node's own `error` sentence, if it said one."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        detail: str | None = None,
-        database: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.detail = detail
-        self.database = database  # the database whose active copy was called
 
 
 class NeedsReconcile(MoveError):

@@ -31,7 +31,7 @@ from enum import StrEnum
 from typing import Any
 
 from dag_common.mailbox_digest import MODULUS, item_term, to_hex
-from mrs_client.store_api import Digest, Item
+from dag_common.store_api import Digest, Item
 
 # How many skipped items a failure sentence names; `mrs stats` lists them all.
 NAMED = 20

@@ -37,6 +37,7 @@ from datetime import datetime
 
 from dag_common.clock import Clock
 from dag_common.config import DEFAULT_MAX_ITEM_SIZE
+from dag_common.store_api import NodeStore
 from mrs_client.end_calls import EndCalls
 from mrs_client.errors import (
     MoveFailed,
@@ -52,7 +53,6 @@ from mrs_client.lease import hold, worker_id
 from mrs_client.move_store import MoveLease, MoveRecord, MoveStore, new_move_id
 from mrs_client.policy import MovePriority, MoveSettings, MoveState, MoveStep, StopRequest
 from mrs_client.steps import Directory, MoveSteps
-from mrs_client.store_api import NodeStore
 from mrs_client.verification import Verifier
 
 logger = logging.getLogger(__name__)

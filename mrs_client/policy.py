@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from enum import IntEnum, StrEnum
 
 from dag_common.model import GuaranteeStatus
-from mrs_client.store_api import Items, LogPosition
+from dag_common.store_api import Items, LogPosition
 
 
 class MoveStep(IntEnum):

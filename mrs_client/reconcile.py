@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from dag_common.store_api import Digest, Item, Items, Mailbox, NodeStore, utf8_len
 from mrs_client.errors import MoveFailed, NeedsReconcile, NodeCallError
 from mrs_client.item_limits import (
     SkippedItem,
@@ -51,7 +52,6 @@ from mrs_client.item_limits import (
 from mrs_client.move_store import MoveRecord
 from mrs_client.policy import MoveSettings, MoveStep, after_reconcile
 from mrs_client.source_reader import UNREADABLE, read_page
-from mrs_client.store_api import Digest, Item, Items, Mailbox, NodeStore, utf8_len
 
 NodeCall = Callable[[str, Callable[[], Awaitable[Any]]], Awaitable[Any]]
 

@@ -17,8 +17,8 @@ it is: the move stalls and asks again, as for any read.
 
 from __future__ import annotations
 
+from dag_common.store_api import Item, Items, NodeStore
 from mrs_client.errors import NodeCallError
-from mrs_client.store_api import Item, Items, NodeStore
 
 UNREADABLE = 500  # the node's answer for a row it cannot read (its "internal error")
 MAX_CHANGE_NUMBER = 2**63 - 1  # the node's largest change number

@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from dag_common.clock import Clock
+from dag_common.store_api import Item, Items, NodeStore, utf8_len
 from mrs_client.end_calls import EndCalls
 from mrs_client.errors import MoveFailed, NeedsReconcile, NodeCallError
 from mrs_client.gates import Gates
@@ -36,7 +37,6 @@ from mrs_client.policy import (
 )
 from mrs_client.reconcile import BatchCutter, Side, write_cut
 from mrs_client.source_reader import read_page
-from mrs_client.store_api import Item, Items, NodeStore, utf8_len
 from mrs_client.verification import Verifier
 
 

@@ -43,8 +43,8 @@ from mrs_client.policy import (
 )
 
 if TYPE_CHECKING:
+    from dag_common.store_api import NodeStore
     from mrs_client.steps import Directory
-    from mrs_client.store_api import NodeStore
 
 logger = logging.getLogger(__name__)
 POLL = 0.1  # seconds between two looks at whether the running mover has let the move go

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 
+from dag_common.store_api import NodeStore
 from mrs_client.errors import MoveFailed, NeedsReconcile
 from mrs_client.gates import Gates
 from mrs_client.item_limits import over_limits
@@ -27,7 +28,6 @@ from mrs_client.reconcile import (
     reconcile_move,
     write_cut,
 )
-from mrs_client.store_api import NodeStore
 
 
 class Verifier:

@@ -27,7 +27,7 @@ from dag_common.clock import Clock
 from dag_common.errors import ClusterStoreError
 from dag_common.tasks import cancel_and_wait
 from mrs_client.batches import requeue, retry_due
-from mrs_client.errors import MoveBusy, MoveError, MoveRejected
+from mrs_client.errors import MoveBusy, MoveError, MoveRejected, NodeCallError
 from mrs_client.fleet_view import FleetSnapshot
 from mrs_client.lease import worker_id
 from mrs_client.move_store import BatchRecord, LeaseLost, MoveRecord, MoveStore
@@ -250,7 +250,7 @@ class Worker:
             logger.warning("%s", exc)
         except MoveRejected as exc:  # cancelled meanwhile, or its request is wrong now
             logger.warning("move %s not run: %s", move_id, exc)
-        except MoveError as exc:
+        except (MoveError, NodeCallError) as exc:
             logger.warning("move %s: %s", move_id, exc)
         except (OSError, ClusterStoreError) as exc:  # the move store cannot be reached
             self.stats.cut_off += 1

@@ -38,7 +38,7 @@ from dag_common.errors import ConfigError
 from dag_common.exclusive import bind_port, lock_directory
 from dag_common.http_client import client_ssl
 from dag_common.model import ExitCode
-from mrs_client.node_client import NodeStoreClient
+from dag_common.node_client import NodeStoreClient
 from transport.app import build_app
 from transport.delivery import Deliverer
 from transport.directory import CachedDirectory

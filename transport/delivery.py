@@ -5,7 +5,7 @@ ready mailbox (none is worked on by two workers at once, so a mailbox gets its m
 order), resolves it through the mailbox directory, and writes what waits for it as one
 transaction of items (up to BATCH_ITEMS, BATCH_BYTES; a larger message alone): one node
 round trip and one fsync for many messages, which is how the transport keeps up with a
-client writing items itself.  The node's client (`mrs_client.node_client`) finds the
+client writing items itself.  The node's client (`dag_common.node_client`) finds the
 database's active and follows a switchover.
 
 What a failure does is `retry.py`'s rule; a mailbox that failed waits on the monotonic
@@ -25,9 +25,8 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from dag_common.clock import Clock
-from dag_common.errors import ClusterStoreError
-from mrs_client.errors import NodeCallError
-from mrs_client.node_client import NodeStoreClient
+from dag_common.errors import ClusterStoreError, NodeCallError
+from dag_common.node_client import NodeStoreClient
 from transport.messages import Delivery
 from transport.metrics import TransportMetrics
 from transport.queue import QueueStore

@@ -1,6 +1,6 @@
 """`replication-node mailbox create|put|list|where`: try a cluster without curl.  Every call
 but `where` goes to the node API of the database's active copy, found and followed as the
-mover finds it (`mrs_client.node_client.NodeStoreClient`: the active through a switchover,
+mover finds it (`dag_common.node_client.NodeStoreClient`: the active through a switchover,
 the token).
 
     mailbox create NAME --database DB [--folders F …]
@@ -34,13 +34,12 @@ import aiohttp
 from dag_common.cli import add_config, add_json, database_named, error
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
-from dag_common.errors import BadArgument, TokenRefused
+from dag_common.errors import BadArgument, NodeCallError, TokenRefused
 from dag_common.http_client import client_ssl
 from dag_common.mail_mix import mail_sizes
 from dag_common.model import ExitCode
+from dag_common.node_client import NodeStoreClient
 from dag_common.node_status import AUTH_FAILED
-from mrs_client.errors import NodeCallError
-from mrs_client.node_client import NodeStoreClient
 from replication_node.cli.admin import exit_code, get_from_first
 
 BATCH_ITEMS = 200  # items per write (the node takes at most 1000 in one transaction)

@@ -16,11 +16,11 @@ import aiohttp
 from dag_common.clock import SystemClock
 from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from dag_common.config import load_config
+from dag_common.node_client import NodeStoreClient
 from mrs_client.guarantee_client import GrpcGuaranteeClient
 from mrs_client.move_store import MoveRecord
 from mrs_client.move_store.embedded import EmbeddedMoveStore
 from mrs_client.mover import Mover
-from mrs_client.node_client import NodeStoreClient
 from mrs_client.policy import MoveSettings, MoveState
 from tests.cluster_harness import TOKEN, LocalCluster
 from tests.mrs_client.fakes import SyncMoves

@@ -17,12 +17,12 @@ from typing import Any
 
 from dag_common.clock import ManualClock
 from dag_common.mailbox_digest import mailbox_digest
+from dag_common.store_api import Digest, Item, Items, LogPosition, Mailbox, Rolled, Written
 from mrs_client.errors import NodeCallError
 from mrs_client.move_store import MoveLease, MoveRecord, answer_row, new_move_id
 from mrs_client.move_store.embedded import EmbeddedMoveStore
 from mrs_client.mover import Mover
 from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus, MoveSettings, MoveState
-from mrs_client.store_api import Digest, Item, Items, LogPosition, Mailbox, Rolled, Written
 
 
 @dataclass

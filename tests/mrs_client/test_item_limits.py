@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dag_common.mailbox_digest import mailbox_digest
+from dag_common.store_api import Digest, Item
 from mrs_client.item_limits import (
     SkippedItem,
     SkipReason,
@@ -20,7 +21,6 @@ from mrs_client.item_limits import (
     with_skipped,
     without,
 )
-from mrs_client.store_api import Digest, Item
 
 KIB = 1024
 

@@ -176,7 +176,7 @@ async def test_kill_9_of_the_target_active_between_the_final_sync_and_the_flush(
 
 async def test_a_switchover_of_the_target_mid_move_is_followed_without_a_stall(cluster, caplog):
     c = cluster
-    caplog.set_level(logging.INFO, logger="mrs_client.node_client")
+    caplog.set_level(logging.INFO, logger="dag_common.node_client")
     await seed(c)
     async with mover_in_process(c) as (start, requests):
         run = await start()

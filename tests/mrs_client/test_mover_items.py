@@ -9,9 +9,9 @@ import asyncio
 
 import pytest
 
+from dag_common.store_api import Item
 from mrs_client.item_limits import SkipReason
 from mrs_client.policy import MoveState, MoveStep
-from mrs_client.store_api import Item
 from tests.mrs_client.fakes import Crash, MoverEnv
 
 LIMIT = 1000  # DB2's max_item_size in these tests

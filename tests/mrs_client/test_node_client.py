@@ -12,9 +12,9 @@ import pytest
 from aiohttp import web
 
 from dag_common.config import parse_config
+from dag_common.node_client import NodeStoreClient
+from dag_common.store_api import Item
 from mrs_client.errors import NodeCallError
-from mrs_client.node_client import NodeStoreClient
-from mrs_client.store_api import Item
 from tests.cluster_harness import cluster_config, serve_app
 
 

@@ -2,6 +2,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from dag_common.store_api import Item, Items, LogPosition
 from mrs_client.policy import (
     FlushPoint,
     GuaranteeAnswer,
@@ -17,7 +18,6 @@ from mrs_client.policy import (
     incremental_done,
     next_page_size,
 )
-from mrs_client.store_api import Item, Items, LogPosition
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 S = MoveSettings()

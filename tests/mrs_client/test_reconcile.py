@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from dag_common.store_api import Item
 from mrs_client.errors import NeedsReconcile
 from mrs_client.item_limits import sort_out
 from mrs_client.policy import MoveSettings
@@ -16,7 +17,6 @@ from mrs_client.reconcile import (
     write_cut,
     write_size,
 )
-from mrs_client.store_api import Item
 
 
 def it(item_id, cn, body="b", folder="Inbox", deleted=False):

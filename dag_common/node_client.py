@@ -36,10 +36,10 @@ from orjson import loads as json_loads
 from dag_common.auth import bearer
 from dag_common.clock import Clock, SystemClock
 from dag_common.config import ClusterConfig
+from dag_common.errors import NodeCallError
 from dag_common.model import CopyRole, CopyStatus
 from dag_common.node_status import StatusUnavailable, fetch_node_status
-from mrs_client.errors import NodeCallError
-from mrs_client.store_api import Digest, Item, Items, LogPosition, Mailbox, Rolled, Written
+from dag_common.store_api import Digest, Item, Items, LogPosition, Mailbox, Rolled, Written
 
 logger = logging.getLogger(__name__)
 
