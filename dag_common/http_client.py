@@ -1,9 +1,12 @@
 """The one way a client of the nodes (and transports) speaks HTTP: TLS as the cluster's
-`tls:` section says (the CA to verify them with), spelled once for every command."""
+`tls:` section says (the CA to verify them with), spelled once for every command and
+service (`client_session`)."""
 
 from __future__ import annotations
 
 import ssl
+
+import aiohttp
 
 from dag_common.config import ClusterConfig
 
@@ -11,3 +14,17 @@ from dag_common.config import ClusterConfig
 def client_ssl(config: ClusterConfig) -> ssl.SSLContext | None:
     """The TLS context of a client of the nodes (None without TLS)."""
     return config.tls.client_context() if config.tls else None
+
+
+def client_session(
+    config: ClusterConfig,
+    *,
+    timeout: aiohttp.ClientTimeout | None = None,
+    limit: int = 100,
+) -> aiohttp.ClientSession:
+    """A session to the cluster's nodes and transports, TLS as configured (`limit`: open
+    connections at most, 0 for none; `timeout`: aiohttp's default of 5 minutes if None)."""
+    connector = aiohttp.TCPConnector(ssl=client_ssl(config), limit=limit)
+    if timeout is None:
+        return aiohttp.ClientSession(connector=connector)
+    return aiohttp.ClientSession(connector=connector, timeout=timeout)

@@ -33,6 +33,7 @@ from dag_common.credentials import Credentials, Role, cluster_only, from_header
 from dag_common.errors import InUse
 from dag_common.exclusive import bind_port
 from dag_common.guarantee.values import Limits
+from dag_common.http_client import client_session
 from dag_common.route_roles import PUBLIC, add_route, refusal
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
@@ -205,11 +206,10 @@ class GuaranteeService:
     async def _start_rest(self, http_listen: str) -> None:
         api = self.config.guarantee_api
         await self._start_http(http_listen)
-        ssl_ctx = self.config.tls.client_context() if self.config.tls else None
         # No pool limit: each node holds its status stream open, and aiohttp's default of
         # 100 connections would leave the 101st node's stream (and every poll) waiting
         # (found by bench/guarantee_scale.py at 200 nodes).  At most two per node.
-        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl_ctx, limit=0))
+        self._session = client_session(self.config, limit=0)
         # The stream history (epochs and their fork points) is the cluster store's: read it
         # from there, the authority, not from what some node last heard.
         self._cluster_store = open_cluster_store(self.config)

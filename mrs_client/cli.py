@@ -30,8 +30,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-import aiohttp
-
 from dag_common.cli import (
     Command,
     add_config,
@@ -44,6 +42,7 @@ from dag_common.cli import (
 )
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
+from dag_common.http_client import client_session
 from dag_common.model import ExitCode
 from mrs_client.errors import MoveRejected
 from mrs_client.item_limits import SkipReason, counts
@@ -149,9 +148,8 @@ async def connected(args: argparse.Namespace, config: ClusterConfig) -> AsyncIte
     token = load_token(config)
     store = open_move_store(config)
     directory = open_cluster_store(config)
-    ssl = config.tls.client_context() if config.tls else None
     try:
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl)) as session:
+        async with client_session(config) as session:
             guarantee = GrpcGuaranteeClient.from_config(config, token=token)
             try:
                 yield Connected(
@@ -359,9 +357,8 @@ async def _cancel(args: argparse.Namespace, config: ClusterConfig) -> Stopped:
         raise
     token = load_token(config)
     directory = open_cluster_store(config)
-    ssl = config.tls.client_context() if config.tls else None
     try:
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl)) as session:
+        async with client_session(config) as session:
             return await stopping.cancel(
                 requests,
                 args.id,

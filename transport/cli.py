@@ -36,7 +36,7 @@ from dag_common.config import (
 )
 from dag_common.errors import ConfigError
 from dag_common.exclusive import bind_port, lock_directory
-from dag_common.http_client import client_ssl
+from dag_common.http_client import client_session
 from dag_common.model import ExitCode
 from dag_common.node_client import NodeStoreClient
 from transport.app import build_app
@@ -73,7 +73,7 @@ async def _serve(config_path: Path, name: str, listen_host: str | None) -> int:
     )
     store_of_cluster = open_cluster_store(config)
     directory = CachedDirectory(store_of_cluster, clock)
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ssl(config)))
+    session = client_session(config)
     nodes = NodeStoreClient(config, token=token, session=session, clock=clock)
     policy = RetryPolicy(
         interval=settings.retry_interval.total_seconds(),
@@ -132,9 +132,7 @@ async def _call(
     config: ClusterConfig, hub: TransportNode, method: str, path: str, body: Any = None
 ) -> tuple[int, Any]:
     token = load_token(config)
-    conn = aiohttp.TCPConnector(ssl=client_ssl(config))
-    timeout = aiohttp.ClientTimeout(total=60)
-    async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
+    async with client_session(config, timeout=aiohttp.ClientTimeout(total=60)) as session:
         try:
             async with session.request(
                 method, hub.url + path, json=body, headers=bearer(token)

@@ -19,12 +19,10 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-import aiohttp
-
 from dag_common.cli import add_config, database_named
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import TokenRefused
-from dag_common.http_client import client_ssl
+from dag_common.http_client import client_session
 from dag_common.incarnation import ActivationCause
 from dag_common.model import AutoDatabaseMountDial, CopyRole, ExitCode, NodeStatus
 from dag_common.node_status import AUTH_FAILED, UNREACHABLE, get_admin, post_admin
@@ -41,8 +39,7 @@ async def admin_call(
     config: ClusterConfig, url: str, path: str, body: dict[str, Any]
 ) -> tuple[int, Any]:
     """POST an admin call to the node at `url`: (HTTP status, its JSON answer)."""
-    conn = aiohttp.TCPConnector(ssl=client_ssl(config))
-    async with aiohttp.ClientSession(connector=conn) as session:
+    async with client_session(config) as session:
         return await post_admin(session, f"{url}{path}", load_token(config), body, timeout=600)
 
 
@@ -51,8 +48,7 @@ async def get_from_first(config: ClusterConfig, nodes: list[str], path: str) -> 
     (HTTP status, its JSON answer); UNREACHABLE saying why of each node if none does."""
     token = load_token(config)
     unreachable = []
-    conn = aiohttp.TCPConnector(ssl=client_ssl(config))
-    async with aiohttp.ClientSession(connector=conn) as session:
+    async with client_session(config) as session:
         for name in nodes:
             code, body = await get_admin(session, f"{config.node(name).url}{path}", token)
             if code != UNREACHABLE:
@@ -206,8 +202,7 @@ async def _reseed_and_wait(args: argparse.Namespace, config: ClusterConfig, data
     reseed fails (1); with --json, the copy's last report instead of the progress."""
     url, token = config.node(args.node).url, load_token(config)
     path = f"/v1/databases/{database}/copies/{args.node}/reseed"
-    conn = aiohttp.TCPConnector(ssl=client_ssl(config))
-    async with aiohttp.ClientSession(connector=conn) as session:
+    async with client_session(config) as session:
         code, body = await post_admin(
             session, f"{url}{path}", token, {"reason": args.reason or ""}, timeout=600
         )

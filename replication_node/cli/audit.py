@@ -12,19 +12,16 @@ import json
 import sys
 from typing import Any
 
-import aiohttp
-
 from dag_common.cli import add_config, add_json, database_named, whole_number
 from dag_common.config import ClusterConfig, load_config, load_token
-from dag_common.http_client import client_ssl
+from dag_common.http_client import client_session
 from dag_common.model import ExitCode
 from dag_common.node_status import UNREACHABLE, get_admin
 
 
 async def _every_node(config: ClusterConfig, query: str) -> dict[str, tuple[int, Any]]:
     token = load_token(config)
-    conn = aiohttp.TCPConnector(ssl=client_ssl(config))
-    async with aiohttp.ClientSession(connector=conn) as session:
+    async with client_session(config) as session:
         answers = await asyncio.gather(
             *(get_admin(session, f"{n.url}/v1/audit{query}", token) for n in config.nodes)
         )

@@ -20,13 +20,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from dag_common.cli import add_config, add_json, database_named, error
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import TokenRefused
-from dag_common.http_client import client_ssl
+from dag_common.http_client import client_session
 from dag_common.model import ExitCode
 from dag_common.node_status import AUTH_FAILED, post_admin
 from replication_node.backup.restore import restore
@@ -38,8 +36,7 @@ BACKUP_TIMEOUT = 24 * 3600.0
 
 
 async def _post(config: ClusterConfig, url: str, body: dict[str, Any]) -> tuple[int, Any]:
-    conn = aiohttp.TCPConnector(ssl=client_ssl(config))
-    async with aiohttp.ClientSession(connector=conn) as session:
+    async with client_session(config) as session:
         return await post_admin(session, url, load_token(config), body, timeout=BACKUP_TIMEOUT)
 
 

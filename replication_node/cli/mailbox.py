@@ -29,13 +29,11 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
-
 from dag_common.cli import add_config, add_json, database_named, error
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import BadArgument, NodeCallError, TokenRefused
-from dag_common.http_client import client_ssl
+from dag_common.http_client import client_session
 from dag_common.mail_mix import mail_sizes
 from dag_common.model import ExitCode
 from dag_common.node_client import NodeStoreClient
@@ -214,8 +212,7 @@ _COMMANDS = {"create": _create, "put": _put, "list": _list}
 
 
 async def _run(config: ClusterConfig, args: argparse.Namespace) -> int:
-    conn = aiohttp.TCPConnector(ssl=client_ssl(config))
-    async with aiohttp.ClientSession(connector=conn) as session:
+    async with client_session(config) as session:
         client = NodeStoreClient(config, token=load_token(config), session=session)
         try:
             return await _COMMANDS[args.mailbox_cmd](config, client, args)

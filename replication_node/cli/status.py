@@ -17,14 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import aiohttp
 from rich.console import Console
 
 from dag_common.cli import add_config, add_json, database_named
 from dag_common.cluster_store import ActiveRecord, LeaseRecord, open_cluster_store
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import ConfigError, TokenRefused
-from dag_common.http_client import client_ssl
+from dag_common.http_client import client_session
 from dag_common.model import CopyStatus, ExitCode, FailoverPause, NodeStatus
 from dag_common.node_status import AUTH_FAILED, StatusUnavailable, fetch_node_status
 from replication_node.cli.status_table import plain_table, rich_table, status_row
@@ -36,8 +35,7 @@ async def fetch_statuses(
 ) -> dict[str, NodeStatus | StatusUnavailable]:
     """Every node's /v1/status, or what kept us from it."""
     out: dict[str, NodeStatus | StatusUnavailable] = {}
-    conn = aiohttp.TCPConnector(ssl=client_ssl(config))
-    async with aiohttp.ClientSession(connector=conn) as s:
+    async with client_session(config) as s:
 
         async def one(name: str, url: str) -> None:
             try:
