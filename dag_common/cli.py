@@ -27,7 +27,7 @@ import aiohttp
 
 from dag_common.config import CREDENTIAL_FILE_ENV, TOKEN_ENV
 from dag_common.durations import parse_duration
-from dag_common.errors import BadArgument, ConfigError, DagError, InUse, TokenRefused
+from dag_common.errors import BadArgument, BadInput, ConfigError, DagError, InUse, TokenRefused
 from dag_common.model import ExitCode
 
 if TYPE_CHECKING:
@@ -205,7 +205,7 @@ def run(
         code = int(func(args))
         sys.stdout.flush()  # a reader gone away is met here, not in the flush at exit
         return code
-    except (ConfigError, InUse, TokenRefused, BadArgument, *bad_input) as exc:
+    except (ConfigError, InUse, TokenRefused, BadArgument, BadInput, *bad_input) as exc:
         error(str(exc))
         return ExitCode.BAD_INPUT
     except DagError as exc:

@@ -729,14 +729,16 @@ def accepted_credentials(
     on_reload: Callable[[], None] | None = None,
 ) -> Accepted:
     """What a service started from `config_path` accepts, reloaded from that file (its
-    `credentials` and their files) on SIGHUP and whenever a credential file or (node
-    `node`'s) certificate changes; `on_reload` then runs too (the TLS contexts' reload)."""
+    `credentials` and their files) on SIGHUP and whenever the config, a credential file or
+    (node `node`'s) certificate changes; `on_reload` then runs too (the TLS contexts')."""
 
     def config() -> ClusterConfig:
         return load_config(config_path)
 
-    return Accepted(
-        lambda: load_credentials(config()),
-        lambda: credential_files(config(), node),
-        on_reload=on_reload,
-    )
+    def files() -> list[Path]:  # the config itself too: a credential added to it counts
+        try:
+            return [Path(config_path), *credential_files(config(), node)]
+        except ConfigError:  # being rewritten: its change is seen on the next look
+            return [Path(config_path)]
+
+    return Accepted(lambda: load_credentials(config()), files, on_reload=on_reload)

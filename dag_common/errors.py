@@ -33,6 +33,20 @@ class InUse(DagError):
     process, a port another process listens on (exit 2, nothing changed)."""
 
 
+class BadInput(DagError):
+    """What the command was asked cannot be done as asked (exit 2): said in one line."""
+
+
+class CommandFailed(DagError):
+    """The operation was tried and did not happen (exit 1): said in one line."""
+
+
+def failure(code: int, message: str) -> DagError:
+    """The error a command raises for an outcome of exit `code` (2: BadInput, else
+    CommandFailed)."""
+    return BadInput(message) if code == 2 else CommandFailed(message)
+
+
 class TokenRefused(DagError):
     """The nodes or the service refuse this command's token (exit 2: fix the token)."""
 

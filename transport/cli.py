@@ -24,7 +24,7 @@ import aiohttp
 from aiohttp import web
 
 from dag_common.auth import bearer
-from dag_common.cli import add_config, add_json, add_version, error, exit_now, run
+from dag_common.cli import add_config, add_json, add_version, exit_now, run
 from dag_common.clock import SystemClock
 from dag_common.cluster_store import open_cluster_store
 from dag_common.config import (
@@ -34,7 +34,7 @@ from dag_common.config import (
     load_config,
     load_token,
 )
-from dag_common.errors import ConfigError
+from dag_common.errors import ConfigError, failure
 from dag_common.exclusive import bind_port, lock_directory
 from dag_common.http_client import client_session
 from dag_common.model import ExitCode
@@ -153,8 +153,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _answer(status: int, body: Any, *, as_json: bool, ok: str) -> int:
     if status >= 400 or not isinstance(body, dict):
         said = body.get("error") if isinstance(body, dict) else body
-        error(f"HTTP {status}: {said}")
-        return ExitCode.BAD_INPUT if 400 <= status < 500 and status != 401 else ExitCode.FAILED
+        code = ExitCode.BAD_INPUT if 400 <= status < 500 and status != 401 else ExitCode.FAILED
+        raise failure(code, f"HTTP {status}: {said}")
     print(json.dumps(body, indent=2) if as_json else ok.format(**body))
     return ExitCode.OK
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from dag_common.cli import add_config, database_named
 from dag_common.config import ClusterConfig, load_config, load_token
-from dag_common.errors import TokenRefused
+from dag_common.errors import BadInput, CommandFailed, TokenRefused, failure
 from dag_common.http_client import client_session
 from dag_common.incarnation import ActivationCause
 from dag_common.model import AutoDatabaseMountDial, CopyRole, ExitCode, NodeStatus
@@ -154,8 +154,7 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
         if active is None:
             if token_refused(statuses):
                 raise TokenRefused(AUTH_FAILED)
-            print(f"error: no reachable active copy of {db.name}", file=sys.stderr)
-            return ExitCode.FAILED
+            raise CommandFailed(f"no reachable active copy of {db.name}")
         code, body = asyncio.run(
             admin_call(
                 config, config.node(active).url, f"/v1/databases/{db.name}/{args.db_cmd}", {}
@@ -163,8 +162,7 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
         )
     elif args.db_cmd == "switchover":
         if db.copy_on(args.to) is None:
-            print(f"error: {db.name} has no copy on {args.to!r}", file=sys.stderr)
-            return ExitCode.BAD_INPUT
+            raise BadInput(f"{db.name} has no copy on {args.to!r}")
         code, body = asyncio.run(
             admin_call(
                 config,
@@ -174,8 +172,7 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
             )
         )
     elif db.copy_on(args.node) is None:
-        print(f"error: {db.name} has no copy on {args.node!r}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
+        raise BadInput(f"{db.name} has no copy on {args.node!r}")
     elif args.db_cmd == "activate":
         body = {"node": args.node}
         if args.mount_dial:
@@ -223,8 +220,7 @@ async def _reseed_and_wait(args: argparse.Namespace, config: ClusterConfig, data
     if args.json:
         print(json.dumps(report.model_dump(mode="json"), indent=2))
     if not outcome.ok:
-        print(f"error: {outcome.sentence}", file=sys.stderr)
-        return ExitCode.FAILED
+        raise CommandFailed(outcome.sentence)
     return ExitCode.OK
 
 
@@ -291,8 +287,7 @@ def _report_admin(
         raise TokenRefused(AUTH_FAILED)
     if as_json and set(body) - {"error"}:
         print(json.dumps(body, indent=2))
-    print(f"error: {body.get('error') or f'HTTP {code}'}", file=sys.stderr)
-    return result
+    raise failure(result, body.get("error") or f"HTTP {code}")
 
 
 def exit_code(status: int) -> ExitCode:

@@ -20,10 +20,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dag_common.cli import add_config, add_json, database_named, error
+from dag_common.cli import add_config, add_json, database_named
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
-from dag_common.errors import TokenRefused
+from dag_common.errors import BadInput, CommandFailed, TokenRefused, failure
 from dag_common.http_client import client_session
 from dag_common.model import ExitCode
 from dag_common.node_status import AUTH_FAILED, post_admin
@@ -60,8 +60,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     db = database_named(config, args.database, args.config)
     if db.copy_on(args.from_node) is None:
-        error(f"{db.name} has no copy on {args.from_node!r}")
-        return ExitCode.BAD_INPUT
+        raise BadInput(f"{db.name} has no copy on {args.from_node!r}")
     url = f"{config.node(args.from_node).url}/v1/databases/{db.name}/backup"
     body = {"from": args.from_node, "to": args.to, "incremental": args.incremental}
     code, answer = asyncio.run(_post(config, url, body))
@@ -71,8 +70,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
         return result
     if code == 401:
         raise TokenRefused(AUTH_FAILED)
-    error(answer.get("error") or f"HTTP {code}")
-    return result
+    raise failure(result, answer.get("error") or f"HTTP {code}")
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
@@ -84,11 +82,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
             until_generation=args.until_generation,
         )
     except BackupError as exc:
-        error(str(exc))
-        return ExitCode.BAD_INPUT
+        raise BadInput(str(exc)) from None
     except OSError as exc:
-        error(f"restore failed writing {args.to}: {exc}")
-        return ExitCode.FAILED
+        raise CommandFailed(f"restore failed writing {args.to}: {exc}") from None
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
     else:

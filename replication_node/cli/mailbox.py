@@ -29,10 +29,17 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
-from dag_common.cli import add_config, add_json, database_named, error
+from dag_common.cli import add_config, add_json, database_named
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
-from dag_common.errors import BadArgument, NodeCallError, TokenRefused
+from dag_common.errors import (
+    BadArgument,
+    BadInput,
+    CommandFailed,
+    NodeCallError,
+    TokenRefused,
+    failure,
+)
 from dag_common.http_client import client_session
 from dag_common.mail_mix import mail_sizes
 from dag_common.model import ExitCode
@@ -100,10 +107,8 @@ def _failed(database: str, exc: NodeCallError) -> int:
     if exc.status == 401:
         raise TokenRefused(AUTH_FAILED)
     if exc.status is not None and 400 <= exc.status < 500 and exc.detail:
-        error(f"{database}: {exc.detail}")
-        return ExitCode.BAD_INPUT
-    error(str(exc))
-    return ExitCode.FAILED
+        raise BadInput(f"{database}: {exc.detail}")
+    raise CommandFailed(str(exc))
 
 
 async def _create(config: ClusterConfig, client: NodeStoreClient, args: argparse.Namespace) -> int:
@@ -248,8 +253,7 @@ def cmd_where(args: argparse.Namespace) -> int:
     if code == 401:
         raise TokenRefused(AUTH_FAILED)
     if code != 200:
-        error(answer.get("error") or f"HTTP {code}")
-        return exit_code(code)
+        raise failure(exit_code(code), answer.get("error") or f"HTTP {code}")
     print(json.dumps(answer, indent=2) if args.json else where_line(answer))
     return ExitCode.OK
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import NoReturn
 
 from dag_common.cli import add_json, add_version, exit_now, run
+from dag_common.errors import BadInput
 from dag_common.model import ExitCode
 from replication_node.cli import admin as cli_admin
 from replication_node.cli import audit as cli_audit
@@ -34,8 +34,7 @@ def cmd_log_dump(args: argparse.Namespace) -> int:
     try:
         dump = tools.dump_log(path)
     except OSError as exc:
-        print(f"error: cannot read {path}: {exc.strerror}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
+        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
     except LogFormatError as exc:
         if args.json:
             _print_json({"file": str(path), "verdict": "damaged", "problems": [str(exc)]})
@@ -53,8 +52,7 @@ def cmd_db_header(args: argparse.Namespace) -> int:
     try:
         info = tools.db_header(Path(args.file))
     except DatabaseError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
+        raise BadInput(str(exc)) from None
     if args.json:
         _print_json(info)
     else:

@@ -16,7 +16,6 @@ import asyncio
 import getpass
 import json
 import socket
-import sys
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -24,6 +23,7 @@ from dag_common.cli import add_config, add_json
 from dag_common.clock import SystemClock
 from dag_common.cluster_store import ClusterStore, open_cluster_store
 from dag_common.config import load_config
+from dag_common.errors import CommandFailed
 from dag_common.model import ExitCode, FailoverPause
 
 T = TypeVar("T")
@@ -66,8 +66,7 @@ def cmd_pause(args: argparse.Namespace) -> int:
     if not done:
         # patronictl refuses a second pause too: the first one's reason stands
         said = pause_now.sentence() if pause_now else "automatic failover was paused"
-        print(f"error: already paused: {said}", file=sys.stderr)
-        return ExitCode.FAILED
+        raise CommandFailed(f"already paused: {said}")
     _say(args, pause_now, True, pause_now.sentence() if pause_now else "")
     return ExitCode.OK
 
@@ -75,8 +74,7 @@ def cmd_pause(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     ended = asyncio.run(_with_store(args.config, lambda store: store.resume_failover()))
     if ended is None:
-        print("error: automatic failover is not paused", file=sys.stderr)
-        return ExitCode.FAILED
+        raise CommandFailed("automatic failover is not paused")
     _say(args, ended, False, f"automatic failover resumed (paused {ended.described()})")
     return ExitCode.OK
 

@@ -208,11 +208,21 @@ async def test_a_move_runs_with_each_process_holding_only_its_own_credential(clu
         {"name": "guarantee", "roles": ["monitor"], "file": "guarantee.cred"},
         {"name": "movers", "roles": ["mover", "store", "monitor"], "file": "movers.cred"},
     ]
+    shorten_guarantee_waits(cluster)
     cluster.write_config()
     for proc in cluster.procs.values():
         proc.send_signal(signal.SIGHUP)  # the new credentials, without a restart
-    shorten_guarantee_waits(cluster)
-    cluster.write_config()
+
+    async def accepted() -> bool:
+        for node in cluster.procs:
+            status, _ = await cluster.call(
+                "GET", node, "/v1/status", headers=bearer("movers-secret-0123456789")
+            )
+            if status != 200:
+                return False
+        return True
+
+    await wait_until("the movers' credential accepted by every node", accepted, timeout=30)
     api = await cluster.start_guarantee_api(
         env={"DG_AUTH_TOKEN": "", "DG_CREDENTIAL_FILE": str(creds / "guarantee.cred")}
     )
