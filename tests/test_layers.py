@@ -76,7 +76,6 @@ replication_node.node replication_node.http.copy_share
 replication_node.node replication_node.http.logshare
 transport.app replication_node.errors
 transport.app replication_node.http.body
-transport.messages replication_node.http.models
 """
 
 

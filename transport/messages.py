@@ -8,7 +8,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from replication_node.http.models import Folder, Name, Text
+from dag_common.api_types import Folder, Name, Text
 
 # A message id is the sender's (RFC 5322 Message-ID or any unique text): printable, bounded.
 MessageId = Annotated[StrictStr, Field(min_length=1, max_length=998, pattern=r"^[\x21-\x7e]+$")]

@@ -13,43 +13,21 @@ from __future__ import annotations
 from typing import Annotated, Any, TypeVar
 
 from pydantic import (
-    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
     StrictBool,
-    StrictStr,
     ValidationError,
 )
 
+from dag_common.api_types import Folder, ItemId, Name, Text
 from dag_common.model import AutoDatabaseMountDial
 from replication_node.errors import BadRequest
-from replication_node.storage.ops import (
-    FOLDER_PATTERN,
-    ITEM_ID_PATTERN,
-    NAME_PATTERN,
-    BackupKind,
-)
+from replication_node.storage.ops import BackupKind
 
 MAX_ITEMS = 1000  # items per write: one write is one transaction
 MAX_FOLDERS = 1000
-
-
-def _utf8(value: str) -> str:
-    if value.isascii():  # nothing to check, and no copy of a 36 MiB body to find that out
-        return value
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"not valid UTF-8 text ({exc.reason} at {exc.start})") from None
-    return value
-
-
-Text = Annotated[StrictStr, AfterValidator(_utf8)]
-Name = Annotated[StrictStr, Field(pattern=NAME_PATTERN)]
-Folder = Annotated[Text, Field(pattern=FOLDER_PATTERN)]
-ItemId = Annotated[StrictStr, Field(pattern=ITEM_ID_PATTERN)]
 
 
 class _Body(BaseModel):

@@ -24,11 +24,11 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from dag_common.api_types import FOLDER_PATTERN as FOLDER_PATTERN
+from dag_common.api_types import ITEM_ID_PATTERN as ITEM_ID_PATTERN
+from dag_common.api_types import NAME_PATTERN as NAME_PATTERN
 from dag_common.mailbox_digest import utf8_size
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}$"
-FOLDER_PATTERN = r"^[^\x00-\x1f/\\][^\x00-\x1f]{0,255}$"
-ITEM_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 DEFAULT_FOLDERS = ("Inbox", "Sent Items", "Deleted Items")
 
 Row = dict[str, Any]

@@ -1,0 +1,29 @@
+"""The field types of the store API, shared by the node that serves it and every client
+that speaks it (the mover, the transport): what a mailbox name, a folder, an item id and a
+text are, checked the same way on both sides."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator, Field, StrictStr
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}$"
+FOLDER_PATTERN = r"^[^\x00-\x1f/\\][^\x00-\x1f]{0,255}$"
+ITEM_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+
+
+def _utf8(value: str) -> str:
+    if value.isascii():  # nothing to check, and no copy of a 36 MiB body to find that out
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"not valid UTF-8 text ({exc.reason} at {exc.start})") from None
+    return value
+
+
+Text = Annotated[StrictStr, AfterValidator(_utf8)]
+Name = Annotated[StrictStr, Field(pattern=NAME_PATTERN)]
+Folder = Annotated[Text, Field(pattern=FOLDER_PATTERN)]
+ItemId = Annotated[StrictStr, Field(pattern=ITEM_ID_PATTERN)]
