@@ -172,7 +172,7 @@ async def test_a_credential_rotated_while_writes_flow_refuses_none_of_them(clust
         for proc in cluster.procs.values():
             proc.send_signal(signal.SIGHUP)
 
-    await asyncio.sleep(0.3)
+    await flowing(answers)
     path.write_text(f"{old}\n{new}\n")  # 1. add the new secret beside the old
     hup()
 
@@ -183,14 +183,20 @@ async def test_a_credential_rotated_while_writes_flow_refuses_none_of_them(clust
 
     await wait_until("the new secret accepted", lambda: accepted(new), timeout=30)
     using["secret"] = new  # 2. the client moves to it
-    await asyncio.sleep(0.3)
+    await flowing(answers)
     path.write_text(f"{new}\n")  # 3. the old one removed
     hup()
     await wait_until("the old secret refused", lambda: _not(accepted(old)), timeout=30)
-    await asyncio.sleep(0.3)
+    await flowing(answers)
     stop.set()
     await task
     assert answers and set(answers) == {201}, f"a write refused during the rotation: {answers}"
+
+
+async def flowing(answers: list[int], more: int = 5) -> None:
+    """Until the writer has had `more` answers beyond those it has now."""
+    start = len(answers)
+    await wait_until("writes flowing", lambda: len(answers) >= start + more, timeout=30)
 
 
 async def _not(result) -> bool:

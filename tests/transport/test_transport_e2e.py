@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.cluster_harness import ROOT
+from tests.cluster_harness import ROOT, wait_until
 from tests.mrs_client.e2e import shorten_guarantee_waits
 from tests.mrs_client.test_move_e2e import FAST, mrs
 from tests.replication_node.e2e import converged, three_nodes
@@ -107,7 +107,7 @@ async def test_delivery_follows_a_switchover_losing_and_doubling_nothing(lab):
             await asyncio.sleep(0.01)
 
     sender = asyncio.create_task(keep_sending())
-    await asyncio.sleep(0.3)
+    await wait_until("messages flowing", lambda: len(sent) >= 10)
     switched = await asyncio.to_thread(
         cluster.node_cli, "db", "switchover", "DB2", "--to", "mbx3", "--json"
     )
