@@ -34,8 +34,8 @@ import grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb  # noqa: E402
-from guarantee_api._generated.dataguarantee.v1 import (  # noqa: E402
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb  # noqa: E402
+from dag_common._generated.dataguarantee.v1 import (  # noqa: E402
     data_guarantee_pb2_grpc as pb_grpc,
 )
 from tests.cluster_harness import TOKEN, LocalCluster, wait_until  # noqa: E402

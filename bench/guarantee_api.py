@@ -26,8 +26,8 @@ import grpc  # noqa: E402
 import yaml  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb  # noqa: E402
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc  # noqa: E402
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb  # noqa: E402
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc  # noqa: E402
 from tests.guarantee_api.fake_nodes import FakeNodes  # noqa: E402
 from tests.guarantee_api.helpers import SITES, healthy_cluster  # noqa: E402
 

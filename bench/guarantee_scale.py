@@ -41,12 +41,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dag_common.model import CopyRole, CopyStatus, CopyStatusReport, NodeStatus  # noqa: E402
-from dag_common.ports import free_port  # noqa: E402
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb  # noqa: E402
-from guarantee_api._generated.dataguarantee.v1 import (  # noqa: E402
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb  # noqa: E402
+from dag_common._generated.dataguarantee.v1 import (  # noqa: E402
     data_guarantee_pb2_grpc as pb_grpc,
 )
+from dag_common.model import CopyRole, CopyStatus, CopyStatusReport, NodeStatus  # noqa: E402
+from dag_common.ports import free_port  # noqa: E402
 from replication_node.http.context import NODE  # noqa: E402
 from replication_node.http.status_watch import WATCH_TICK, add_status_watch_route  # noqa: E402
 from tests.cluster_harness import TOKEN, cluster_config, wait_until, write_cluster_config  # noqa: E402

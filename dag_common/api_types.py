@@ -4,6 +4,7 @@ text are, checked the same way on both sides."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Annotated
 
 from pydantic import AfterValidator, Field, StrictStr
@@ -27,3 +28,12 @@ Text = Annotated[StrictStr, AfterValidator(_utf8)]
 Name = Annotated[StrictStr, Field(pattern=NAME_PATTERN)]
 Folder = Annotated[Text, Field(pattern=FOLDER_PATTERN)]
 ItemId = Annotated[StrictStr, Field(pattern=ITEM_ID_PATTERN)]
+
+
+def item_id_for(message_id: str) -> str:
+    """The id of the item `message_id` becomes in every mailbox it is delivered to: the same
+    for every delivery of it, so a second delivery replaces the first with the same content.
+    A node's item id is at most 64 of [A-Za-z0-9_-], so it is a digest of the message id
+    (SHA-256, 40 hex digits: 160 bits, no collision among any number of messages a
+    mailbox will ever hold), prefixed so it is never taken for a mover's or a client's id."""
+    return "m-" + hashlib.sha256(message_id.encode()).hexdigest()[:40]

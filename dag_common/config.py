@@ -161,7 +161,7 @@ class Defaults(_Model):
 
     log_file_size: ByteSize = ByteSize(1024 * 1024)
     # The largest item (its subject and body, in UTF-8) a store write takes, refused with 413
-    # at the HTTP edge before it is read (replication_node/http/body.py).
+    # at the HTTP edge before it is read (dag_common/http_body.py).
     max_item_size: ItemSize = ByteSize(DEFAULT_MAX_ITEM_SIZE)
     llr_depth: int = Field(default=10, ge=1, le=64)
     auto_database_mount_dial: AutoDatabaseMountDial = AutoDatabaseMountDial.BEST_AVAILABILITY

@@ -7,6 +7,10 @@ DagError
 ├── TokenRefused       the nodes or the service refuse the token (exit 2)
 ├── ClusterStoreError  the cluster store cannot be reached or answered nonsense
 ├── NodeCallError      a store call to a node failed (the node client's: `status`, `detail`)
+├── RequestError       a request to one of our HTTP servers that cannot be served as sent
+│   ├── BadRequest     a malformed request (400)
+│   │   └── BodyIncomplete  the body ended early (the client went away): nothing written
+│   └── RequestTooLarge     a body or an item over its limit (413), named in `details`
 └── StoreConflict      the cluster store refused a change for the cluster's state
     ├── LeaseHeld      another node holds the active's lease
     └── FailoverPaused automatic failover is paused
@@ -102,3 +106,27 @@ class NodeCallError(DagError):
         self.status = status
         self.detail = detail
         self.database = database  # the database whose active copy was called
+
+
+class RequestError(DagError):
+    """A request to one of our HTTP servers (a node, the transport) that cannot be served as
+    it was sent: a 4xx, nothing changed."""
+
+
+class BadRequest(RequestError):
+    """A malformed request."""
+
+
+class BodyIncomplete(BadRequest):
+    """A request body that ended before its end (the client went away mid-upload): nothing
+    of it is written."""
+
+
+class RequestTooLarge(RequestError):
+    """A request body over what a request may carry, or an item over its database's
+    `max_item_size` (413): refused before anything is written, a body before it is read.
+    `details` (the limit in bytes, the item) go into the answer."""
+
+    def __init__(self, message: str, details: dict[str, object]) -> None:
+        super().__init__(message)
+        self.details = details

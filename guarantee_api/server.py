@@ -26,6 +26,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from dag_common.clock import Clock, SystemClock
 from dag_common.cluster_store import ClusterStore, open_cluster_store
 from dag_common.config import ClusterConfig
@@ -35,8 +37,6 @@ from dag_common.exclusive import bind_port
 from dag_common.guarantee.values import Limits
 from dag_common.http_client import client_session
 from dag_common.route_roles import PUBLIC, add_route, refusal
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from guarantee_api.averages import CopyQueueAverages
 from guarantee_api.errors import HistoryWriteError
 from guarantee_api.history import HistoryWriter

@@ -22,13 +22,13 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from dag_common.clock import Clock
 from dag_common.guarantee.policy import evaluate_flush, evaluate_health
 from dag_common.guarantee.values import Answer, CopyVerdict, FlushTarget, GuaranteeStatus, Limits
 from dag_common.model import CopyRole
 from dag_common.model import DataMoveReplicationConstraint as Constraint
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from guarantee_api.averages import CopyQueueAverages
 from guarantee_api.errors import InvalidRequestError, UnknownDatabaseError
 from guarantee_api.last_answers import LastAnswers, Method

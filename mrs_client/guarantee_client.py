@@ -23,9 +23,9 @@ from datetime import datetime, timedelta
 
 import grpc
 
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from dag_common.config import ClusterConfig
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from mrs_client.errors import MoveFailed
 from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus
 

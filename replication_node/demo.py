@@ -23,13 +23,13 @@ from typing import Any
 import aiohttp
 import yaml
 
+from dag_common.api_types import item_id_for
 from dag_common.auth import bearer
 from dag_common.mail_mix import mail_sizes
 from dag_common.model import CopyRole, CopyStatus
 from dag_common.ports import free_port
 from replication_node.cli import main as cli
 from replication_node.cli.mailbox import batches, generated_items
-from transport.messages import item_id_for
 
 ROOT = Path.cwd()
 

@@ -1,6 +1,7 @@
 """Errors of the replication node.  The cluster store's own (ClusterStoreError, and the
-StoreConflicts LeaseHeld and FailoverPaused) are on the ground floor, in dag_common.errors,
-and named here too.
+StoreConflicts LeaseHeld and FailoverPaused) and a request's (BadRequest, BodyIncomplete,
+RequestTooLarge: the transport's HTTP edge raises them too) are on the ground floor, in
+dag_common.errors, and named here too.
 
 DagError (dag_common.errors)
 └── ReplicationError
@@ -29,16 +30,16 @@ DagError (dag_common.errors)
     │   │   ├── Deposed           the cluster store says this node is no longer the active
     │   │   ├── SwitchingOver     a switchover hands the role on: nothing written, write there
     │   │   └── StagedBodyLost    the log closed (switchover, dismount) while a body was staged
-    │   ├── BadRequest            a malformed request
-    │   │   └── BodyIncomplete    the body ended early (the client went away): nothing written
-    │   ├── RequestTooLarge       a body or an item over its limit (413), named in `details`
     │   └── TransactionTooLarge   a commit record (staged bodies aside) over a log file (413)
 """
 
+from dag_common.errors import BadRequest as BadRequest  # a request's, shared with the transport
+from dag_common.errors import BodyIncomplete as BodyIncomplete
 from dag_common.errors import ClusterStoreError as ClusterStoreError  # the store's, shared
 from dag_common.errors import DagError
 from dag_common.errors import FailoverPaused as FailoverPaused
 from dag_common.errors import LeaseHeld as LeaseHeld
+from dag_common.errors import RequestTooLarge as RequestTooLarge
 from dag_common.errors import StoreConflict as StoreConflict
 
 
@@ -158,25 +159,6 @@ class StagedBodyLost(NotActive):
     """A write refused after its body was staged: the log was closed for a switchover or a
     dismount before its commit (the body aborted, nothing of the write visible); write it
     again at the active."""
-
-
-class BadRequest(StoreError):
-    """A malformed request."""
-
-
-class BodyIncomplete(BadRequest):
-    """A request body that ended before its end (the client went away mid-upload): nothing
-    of it is written."""
-
-
-class RequestTooLarge(StoreError):
-    """A request body over what a request may carry, or an item over its database's
-    `max_item_size` (413): refused before anything is written, a body before it is read.
-    `details` (the limit in bytes, the item) go into the answer."""
-
-    def __init__(self, message: str, details: dict[str, object]) -> None:
-        super().__init__(message)
-        self.details = details
 
 
 class TransactionTooLarge(StoreError):

@@ -12,7 +12,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from guarantee_api.errors import InvalidRequestError
 from guarantee_api.servicer import MAX_COMMIT_SECONDS, MAX_LSN_FIELD, flush_target
 from replication_node.errors import BadRequest

@@ -53,7 +53,6 @@ FLOOR = {room: n for n, rooms in enumerate(FLOORS) for room in rooms}
 # The breaches the contract found when it was written, "importer imported": each is
 # issue 33's to mend by moving code to the floor it belongs on.  Only ever remove lines.
 KNOWN_TEXT = """
-mrs_client.guarantee_client guarantee_api._generated.dataguarantee.v1
 replication_node.active.instance replication_node.backup.coordinator
 replication_node.backup.backup replication_node.passive.inspector
 replication_node.backup.coordinator replication_node.active.copy
@@ -64,7 +63,6 @@ replication_node.backup.sources replication_node.active.instance
 replication_node.backup.sources replication_node.passive.copy
 replication_node.backup.status replication_node.active.instance
 replication_node.backup.status replication_node.passive.copy
-replication_node.demo transport.messages
 replication_node.interfaces replication_node.log.blocks
 replication_node.log.events replication_node.storage.database
 replication_node.log.recovery replication_node.storage.database
@@ -74,8 +72,6 @@ replication_node.log.writer replication_node.storage.database
 replication_node.metrics replication_node.log.events
 replication_node.node replication_node.http.copy_share
 replication_node.node replication_node.http.logshare
-transport.app replication_node.errors
-transport.app replication_node.http.body
 """
 
 

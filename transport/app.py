@@ -26,11 +26,11 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from dag_common.config import MIB, ClusterConfig
+from dag_common.config import ClusterConfig
 from dag_common.credentials import Role
+from dag_common.errors import BadRequest, RequestTooLarge
+from dag_common.http_body import BodyLimit, body_text, items_body_size, parse_json, read_body
 from dag_common.route_roles import PUBLIC, add_route, role_middleware
-from replication_node.errors import BadRequest, RequestTooLarge
-from replication_node.http.body import BodyLimit, body_text, parse_json, read_body
 from transport.messages import MessageIn
 from transport.service import Transport
 
@@ -77,9 +77,9 @@ async def _json(request: web.Request, limit: BodyLimit) -> Any:
 
 def message_limit(config: ClusterConfig) -> BodyLimit:
     """What a submission may carry: as a node's write of items to the database with the
-    largest max_item_size (twice it, for JSON's escapes, and 1 MiB: `body.py`)."""
+    largest max_item_size (twice it, for JSON's escapes, and 1 MiB: `http_body.py`)."""
     largest = config.largest_max_item_size()
-    return BodyLimit(2 * largest + MIB, "for a message", largest)
+    return BodyLimit(items_body_size(largest), "for a message", largest)
 
 
 async def post_message(request: web.Request) -> web.Response:

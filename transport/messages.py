@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from dag_common.api_types import Folder, Name, Text
+from dag_common.api_types import Folder, Name, Text, item_id_for
 
 # A message id is the sender's (RFC 5322 Message-ID or any unique text): printable, bounded.
 MessageId = Annotated[StrictStr, Field(min_length=1, max_length=998, pattern=r"^[\x21-\x7e]+$")]
@@ -32,15 +31,6 @@ class MessageIn(BaseModel):
         """The item's size as the node counts it against max_item_size: subject and body
         in UTF-8."""
         return len(self.subject.encode()) + len(self.body.encode())
-
-
-def item_id_for(message_id: str) -> str:
-    """The id of the item `message_id` becomes in every mailbox it is delivered to: the same
-    for every delivery of it, so a second delivery replaces the first with the same content.
-    A node's item id is at most 64 of [A-Za-z0-9_-], so it is a digest of the message id
-    (SHA-256, 40 hex digits: 160 bits, no collision among any number of messages a
-    mailbox will ever hold), prefixed so it is never taken for a mover's or a client's id."""
-    return "m-" + hashlib.sha256(message_id.encode()).hexdigest()[:40]
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,11 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from dag_common.http_body import items_body_size
 from dag_common.route_roles import role_middleware
 from replication_node.active.share import ActiveLogShare
 from replication_node.http.admin_routes import add_admin_routes
 from replication_node.http.backup_routes import add_backup_routes
-from replication_node.http.body import items_body_size
 from replication_node.http.context import NODE
 from replication_node.http.copy_share import add_copy_share_routes
 from replication_node.http.error_middleware import error_middleware

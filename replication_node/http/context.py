@@ -17,10 +17,10 @@ from aiohttp import web
 
 from dag_common.api_types import NAME_PATTERN
 from dag_common.config import ClusterConfig
+from dag_common.http_body import SMALL_BODY, BodyLimit, body_text, parse_json, read_body
 from dag_common.model import AutoDatabaseMountDial, NodeStatus
 from replication_node.active.instance import ActiveInstance
 from replication_node.errors import BadRequest, LogStreamStopped, NotActive, NotFound
-from replication_node.http.body import SMALL_BODY, BodyLimit, body_text, parse_json, read_body
 from replication_node.interfaces import HostedCopy, MailboxReader
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from dag_common.errors import ClusterStoreError, StoreConflict
+from dag_common.errors import ClusterStoreError, RequestError, StoreConflict
 from replication_node.errors import (
     BadRequest,
     Conflict,
@@ -88,7 +88,7 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         return _closing_if_body_unread(request, json_error(413, str(exc), **exc.details))
     except StoreConflict as exc:  # the cluster store's refusal (a lease held, a pause)
         return _closing_if_body_unread(request, json_error(409, str(exc)))
-    except StoreError as exc:
+    except (StoreError, RequestError) as exc:
         status = next((code for kind, code in _STATUS.items() if isinstance(exc, kind)), 400)
         return _closing_if_body_unread(request, json_error(status, str(exc)))
     except (DatabaseError, ReplicationError, ClusterStoreError) as exc:

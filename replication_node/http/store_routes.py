@@ -15,16 +15,16 @@ import dataclasses
 from aiohttp import web
 
 from dag_common.credentials import Role
-from dag_common.mailbox_digest import mailbox_digest
-from dag_common.route_roles import add_route, require
-from replication_node.errors import BadRequest, Conflict, NotFound
-from replication_node.http.body import (
+from dag_common.http_body import (
     BodyLimit,
     check_item_sizes,
     expect_within,
     items_limit,
     max_item_size_for,
 )
+from dag_common.mailbox_digest import mailbox_digest
+from dag_common.route_roles import add_route, require
+from replication_node.errors import BadRequest, Conflict, NotFound
 from replication_node.http.context import (
     NODE,
     active_for_write,

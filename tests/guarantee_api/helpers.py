@@ -10,12 +10,12 @@ from typing import Any
 
 import grpc
 
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from dag_common.clock import ManualClock
 from dag_common.config import ClusterConfig, parse_config
 from dag_common.credentials import Credentials
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport, NodeStatus
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from guarantee_api.server import GuaranteeService
 from tests.cluster_harness import TOKEN, write_cluster_config
 from tests.cluster_harness import cluster_config as config_dict

@@ -10,8 +10,8 @@ import sys
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from guarantee_api.cli import main
 from tests.guarantee_api.helpers import AUTH, TOKEN, health_req, write_config
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from google.protobuf import descriptor_pb2
 
-from guarantee_api import codegen
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2, data_guarantee_pb2_grpc
+from dag_common import codegen
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2, data_guarantee_pb2_grpc
 
 
 def _drop_json_names(file: descriptor_pb2.FileDescriptorProto) -> None:
@@ -28,18 +28,18 @@ def test_message_stubs_match_the_proto(tmp_path: Path):
     checked_in = descriptor_pb2.FileDescriptorProto.FromString(
         data_guarantee_pb2.DESCRIPTOR.serialized_pb
     )
-    assert checked_in == compiled, "stubs are stale: run python -m guarantee_api.codegen"
+    assert checked_in == compiled, "stubs are stale: run python -m dag_common.codegen"
 
 
 def test_service_stubs_match_the_proto(tmp_path: Path):
     generate = codegen.generate(tmp_path)
     fresh_grpc = next(p for p in generate if p.name.endswith("_grpc.py")).read_text()
     checked_in = Path(data_guarantee_pb2_grpc.__file__).read_text()
-    assert fresh_grpc == checked_in, "stubs are stale: run python -m guarantee_api.codegen"
+    assert fresh_grpc == checked_in, "stubs are stale: run python -m dag_common.codegen"
 
 
 def test_generated_imports_work_as_a_package():
     assert (
-        "from guarantee_api._generated.dataguarantee.v1 import"
+        "from dag_common._generated.dataguarantee.v1 import"
         in Path(data_guarantee_pb2_grpc.__file__).read_text()
     )

@@ -11,8 +11,8 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from tests.cluster_harness import TOKEN, LocalCluster
 from tests.prometheus import samples
 

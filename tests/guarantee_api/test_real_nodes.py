@@ -5,8 +5,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from tests.cluster_harness import TOKEN, LocalCluster
 
 pytestmark = pytest.mark.slow

@@ -14,9 +14,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from dag_common.clock import ManualClock
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from guarantee_api.server import LIVENESS, SERVICE_NAME, GuaranteeService, TlsFiles
 from tests.guarantee_api.helpers import AUTH, TOKEN, ask, cluster_config, health_req, start_service
 from tests.prometheus import promtool_check

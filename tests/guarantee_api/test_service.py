@@ -9,10 +9,10 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from dag_common.cluster_store import open_cluster_store
 from dag_common.credentials import Credential, Credentials, Role, digest
 from dag_common.model import CopyRole, CopyStatus
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from tests.guarantee_api.helpers import (
     AUTH,
     T0,

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from dag_common.guarantee.values import CopySnapshot, DatabaseView
 from dag_common.model import CopyRole, GuaranteeStatus
 from dag_common.model import DataMoveReplicationConstraint as Constraint
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from guarantee_api.last_answers import MAX_REASON, LastAnswer, LastAnswers, Method, shorten
 from guarantee_api.status_page import REFRESH_SECONDS, StatusSnapshot, render
 from tests.browser import chromium

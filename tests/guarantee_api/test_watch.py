@@ -12,8 +12,8 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from dag_common.status_watch import Snapshot, encode
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from tests.cluster_harness import wait_until
 from tests.guarantee_api.fake_nodes import FakeNodes
 from tests.guarantee_api.helpers import (

@@ -10,8 +10,8 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from mrs_client.errors import MoveFailed
 from mrs_client.gates import Gates
 from mrs_client.guarantee_client import GrpcGuaranteeClient, answer_from

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from dag_common.auth import bearer
 from dag_common.config import parse_config
-from replication_node.http.body import items_body_size, items_limit
+from dag_common.http_body import items_body_size, items_limit
 from replication_node.http.context import json_body
 from replication_node.http.models import ItemIn, parse
 from tests.cluster_harness import cluster_config, free_port, serve_app, wait_until

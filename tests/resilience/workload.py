@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 import aiohttp
 import grpc
 
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from tests.cluster_harness import ROOT, TOKEN, LocalCluster, wait_until
 from tests.transport.harness import Hubs
 

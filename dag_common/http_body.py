@@ -1,4 +1,5 @@
-"""Request bodies: what a request may carry, reading it within that, and parsing it as JSON.
+"""Request bodies at the HTTP edge of a node and of the transport: what a request may
+carry, reading it within that, and parsing it as JSON.
 
 A write of items may be large (an item of up to its database's `max_item_size`, 36 MiB by
 default), so a body is never taken at its word.  A Content-Length over the limit is refused
@@ -31,14 +32,13 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 from aiohttp.web_urldispatcher import _default_expect_handler  # aiohttp's 100 Continue
 
 from dag_common.config import MIB, ClusterConfig
-from replication_node.errors import BadRequest, BodyIncomplete, RequestTooLarge
-from replication_node.http.models import ItemIn
+from dag_common.errors import BadRequest, BodyIncomplete, RequestTooLarge
 
 logger = logging.getLogger(__name__)
 
@@ -182,8 +182,19 @@ def utf8_size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
+class SizedItem(Protocol):
+    """An item as its size is counted: its subject and body (and its id, to name it)."""
+
+    @property
+    def subject(self) -> str: ...
+    @property
+    def body(self) -> str: ...
+    @property
+    def item_id(self) -> str | None: ...
+
+
 def check_item_sizes(
-    items: Sequence[ItemIn], *, database: str, max_item_size: int, batch: bool
+    items: Sequence[SizedItem], *, database: str, max_item_size: int, batch: bool
 ) -> None:
     """RequestTooLarge naming the first item whose subject and body are over
     `max_item_size` bytes in UTF-8 (`items.N` in a batch)."""

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from guarantee_api._generated.dataguarantee.v1 import data_guarantee_pb2 as dataguarantee_dot_v1_dot_data__guarantee__pb2
+from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as dataguarantee_dot_v1_dot_data__guarantee__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
