@@ -24,8 +24,9 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+from replication_node.log.events import Transaction
 from replication_node.storage import digest as digest_module
-from replication_node.storage.database import Database, Transaction
+from replication_node.storage.database import Database
 
 
 def transactions(items: int, body: int, per_txn: int = 50) -> list[Transaction]:

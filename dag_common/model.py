@@ -44,6 +44,16 @@ class CopyRole(StrEnum):
     PASSIVE = "Passive"
 
 
+class RollCause(StrEnum):
+    """Why a generation was closed (the log roll metric's `cause`)."""
+
+    SIZE = "size"  # the open log reached log_file_size
+    DEMAND = "demand"  # roll-log (the mover's final sync, an operator)
+    IDLE = "idle"  # the idle roller: records waiting longer than 15 min / llr_depth
+    SWITCHOVER = "switchover"  # the active quiesced for a switchover
+    DISMOUNT = "dismount"  # a clean dismount
+
+
 class AutoDatabaseMountDial(StrEnum):
     """How many lost logs an automatic (lossy) activation may accept."""
 

@@ -27,9 +27,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
-from dag_common.model import CopyMode, CopyRole, CopyStatus, NodeStatus
+from dag_common.model import CopyMode, CopyRole, CopyStatus, NodeStatus, RollCause
 from dag_common.route_roles import PUBLIC, add_route
-from replication_node.log.events import RollCause
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 

@@ -64,12 +64,6 @@ replication_node.backup.sources replication_node.passive.copy
 replication_node.backup.status replication_node.active.instance
 replication_node.backup.status replication_node.passive.copy
 replication_node.interfaces replication_node.log.blocks
-replication_node.log.events replication_node.storage.database
-replication_node.log.recovery replication_node.storage.database
-replication_node.log.recovery replication_node.storage.header
-replication_node.log.tools replication_node.storage.database
-replication_node.log.writer replication_node.storage.database
-replication_node.metrics replication_node.log.events
 replication_node.node replication_node.http.copy_share
 replication_node.node replication_node.http.logshare
 """

@@ -27,16 +27,22 @@ from datetime import datetime
 from typing import Any
 
 from dag_common.clock import Clock
+from dag_common.model import RollCause
 from replication_node.active.lease import LeaseKeeper
 from replication_node.errors import SwitchingOver, TransactionTooLarge
 from replication_node.interfaces import ItemsPage
-from replication_node.log.events import ClosedGeneration, Committed, RollCause, StreamEvent
+from replication_node.log.events import (
+    ClosedGeneration,
+    Committed,
+    StreamEvent,
+    Transaction,
+)
 from replication_node.log.logdir import finish_interrupted_roll
 from replication_node.log.logfile import ContentDigest
 from replication_node.log.logstream import LogStream
 from replication_node.log.recovery import plan_recovery
 from replication_node.log.spanning import BlobRef
-from replication_node.storage.database import Database, Transaction
+from replication_node.storage.database import Database
 from replication_node.storage.header import DatabaseHeader, DatabaseState
 from replication_node.storage.overlay import LlrOverlay
 from replication_node.storage.paths import CopyPaths

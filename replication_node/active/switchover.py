@@ -17,9 +17,9 @@ import logging
 from collections.abc import Callable
 
 from dag_common.clock import Clock
+from dag_common.model import RollCause
 from dag_common.tasks import cancel_and_wait
 from replication_node.active.copy import ActiveCopy
-from replication_node.log.events import RollCause
 
 logger = logging.getLogger(__name__)
 

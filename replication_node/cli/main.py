@@ -23,6 +23,7 @@ from replication_node.cli import serve as cli_serve
 from replication_node.cli import status as cli_status
 from replication_node.errors import DatabaseError, LogFormatError
 from replication_node.log import tools
+from replication_node.storage import tools as db_tools
 
 
 def _print_json(data: object) -> None:
@@ -50,13 +51,13 @@ def cmd_log_dump(args: argparse.Namespace) -> int:
 
 def cmd_db_header(args: argparse.Namespace) -> int:
     try:
-        info = tools.db_header(Path(args.file))
+        info = db_tools.db_header(Path(args.file))
     except DatabaseError as exc:
         raise BadInput(str(exc)) from None
     if args.json:
         _print_json(info)
     else:
-        print(tools.render_db_header(info))
+        print(db_tools.render_db_header(info))
     return ExitCode.OK
 
 

@@ -1,14 +1,24 @@
 """What the active's log stream tells the rest: its events, in log order, and the
-acknowledgement of a commit.  Frozen values, so a listener can keep them."""
+acknowledgement of a commit.  Frozen values, so a listener can keep them.  (Why a
+generation closed, `RollCause`, is vocabulary: dag_common.model.)"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
+from typing import Any
 
 from dag_common.model import Lsn
-from replication_node.storage.database import Transaction
+
+
+@dataclass(frozen=True, slots=True)
+class Transaction:
+    """One committed transaction read from the log: where it is, when, and what it does."""
+
+    generation: int
+    offset: int
+    commit_time: datetime
+    ops: list[dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,16 +39,6 @@ class Committed:
 
     lsn: Lsn
     commit_time: datetime
-
-
-class RollCause(StrEnum):
-    """Why a generation was closed (the log roll metric's `cause`)."""
-
-    SIZE = "size"  # the open log reached log_file_size
-    DEMAND = "demand"  # roll-log (the mover's final sync, an operator)
-    IDLE = "idle"  # the idle roller: records waiting longer than 15 min / llr_depth
-    SWITCHOVER = "switchover"  # the active quiesced for a switchover
-    DISMOUNT = "dismount"  # a clean dismount
 
 
 # Every durable transaction (before its committer is answered) and every closed generation.

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dag_common.clock import Clock
+from dag_common.model import RollCause
 from replication_node.errors import (
     Deposed,
     LogStreamStopped,
@@ -56,7 +57,7 @@ from replication_node.errors import (
 )
 from replication_node.log.announcer import Announcer, OpenLogAnnouncer
 from replication_node.log.blocks import Block, BlockFeed
-from replication_node.log.events import Committed, RollCause, StreamEvent
+from replication_node.log.events import Committed, StreamEvent
 from replication_node.log.logfile import ContentDigest, LogHeader, ScanResult, encode_transaction
 from replication_node.log.spanning import BlobId, BlobRef, PendingBlob
 from replication_node.log.writer import UNFINISHED, AbortJob, OpenLogWriter, Pending, StageJob

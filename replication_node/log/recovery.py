@@ -19,16 +19,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Protocol
 
 from replication_node.errors import LogFormatError, LogRecordError, RecoveryError
 from replication_node.log import logfile
+from replication_node.log.events import Transaction
 from replication_node.log.logdir import list_closed_generations
 from replication_node.log.logfile import OPEN_LOG_NAME, LogHeader, RecordType, ScanResult
 from replication_node.log.spanning import BlobId, BodyReader, PendingBlob, required_from, track
-from replication_node.storage.database import Transaction
-from replication_node.storage.header import DatabaseHeader
 
 logger = logging.getLogger(__name__)
+
+
+class Consistency(Protocol):
+    """Where a database file stands, as recovery needs it (its header: `storage.header`)."""
+
+    @property
+    def waypoint(self) -> int: ...
+    @property
+    def required_from(self) -> int: ...
+    @property
+    def log_signature(self) -> object: ...
 
 
 @dataclass(frozen=True)
@@ -53,7 +64,7 @@ def check_chain(prev: LogHeader | None, header: LogHeader, log_signature: object
         raise RecoveryError(problem)
 
 
-def plan_recovery(log_dir: Path, db: DatabaseHeader) -> RecoveryPlan:
+def plan_recovery(log_dir: Path, db: Consistency) -> RecoveryPlan:
     """Read the log above the database's waypoint (from its Logs Required, for the staged
     bodies a commit above it names); raise RecoveryError if it is unusable."""
     closed = list_closed_generations(log_dir) if log_dir.exists() else []

@@ -33,11 +33,16 @@ from typing import TYPE_CHECKING, Any
 
 from dag_common.clock import Clock
 from dag_common.durable import fsync_dir
-from dag_common.model import Lsn
+from dag_common.model import Lsn, RollCause
 from replication_node.errors import LogSequenceError, StagedBodyLost
 from replication_node.log import logfile, spanning
 from replication_node.log.blocks import Block
-from replication_node.log.events import ClosedGeneration, Committed, RollCause, StreamEvent
+from replication_node.log.events import (
+    ClosedGeneration,
+    Committed,
+    StreamEvent,
+    Transaction,
+)
 from replication_node.log.logdir import create_open_log, list_closed_generations, write_all
 from replication_node.log.logfile import (
     DIGEST_RECORD_MAX,
@@ -51,7 +56,6 @@ from replication_node.log.logfile import (
     encode_record,
 )
 from replication_node.log.spanning import BlobId, PendingBlob, encode_abort, encode_carried
-from replication_node.storage.database import Transaction
 
 if TYPE_CHECKING:
     from replication_node.metrics import StreamMetrics

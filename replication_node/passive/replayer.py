@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from dag_common.clock import Clock
 from replication_node.errors import CopyFailed, DatabaseError, LogFormatError
+from replication_node.log.events import Transaction
 from replication_node.log.logfile import (
     DIGEST_VERSION,
     ContentDigest,
@@ -49,7 +50,7 @@ from replication_node.log.logfile import (
 from replication_node.log.recovery import transactions_of
 from replication_node.log.spanning import BodyReader, Pending, required_from, track
 from replication_node.passive.markers import Markers
-from replication_node.storage.database import Database, Transaction
+from replication_node.storage.database import Database
 
 if TYPE_CHECKING:
     from replication_node.metrics import CopyMetrics

@@ -28,7 +28,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from typing import Any
 from dag_common.mailbox_digest import MODULUS, to_hex
 from replication_node.errors import DatabaseError
 from replication_node.interfaces import ItemsPage
+from replication_node.log.events import Transaction
 from replication_node.storage.digest import (
     DIGEST_SCHEMA,
     install_digest,
@@ -53,16 +54,6 @@ from replication_node.storage.header import (
 )
 from replication_node.storage.ops import RecordBackup, backup_fields
 from replication_node.storage.tables import TABLES_SCHEMA, apply_ops, item_dict, mailbox_dict
-
-
-@dataclass(frozen=True, slots=True)
-class Transaction:
-    """One committed transaction read from the log: where it is, when, and what it does."""
-
-    generation: int
-    offset: int
-    commit_time: datetime
-    ops: list[dict[str, Any]]
 
 
 class Database:

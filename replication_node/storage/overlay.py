@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from replication_node.storage.database import Transaction
+from replication_node.log.events import Transaction
 from replication_node.storage.header import DatabaseHeader
 from replication_node.storage.ops import (
     BackupKind,

@@ -27,7 +27,7 @@ from replication_node.storage.ops import (
 )
 
 if TYPE_CHECKING:
-    from replication_node.storage.database import Transaction
+    from replication_node.log.events import Transaction
 
 TABLES_SCHEMA = """
 CREATE TABLE mailboxes(

@@ -8,7 +8,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from replication_node.storage.database import Transaction
+from replication_node.log.events import Transaction
 
 T0 = datetime(2026, 11, 23, tzinfo=UTC)
 

@@ -8,7 +8,8 @@ import sqlite3
 import uuid
 from datetime import UTC, datetime
 
-from replication_node.storage.database import Database, Transaction
+from replication_node.log.events import Transaction
+from replication_node.storage.database import Database
 from replication_node.storage.header import DatabaseState
 from replication_node.storage.ops import BackupKind, RecordBackup, encode
 from replication_node.storage.overlay import LlrOverlay

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dag_common.mailbox_digest import mailbox_digest, to_hex
-from replication_node.storage.database import Database, Transaction
+from replication_node.log.events import Transaction
+from replication_node.storage.database import Database
 from replication_node.storage.digest import recompute_digest
 from replication_node.storage.scrub import scrub_file
 from tests.replication_node.strategies import MAILBOXES, T0, history, numbered

@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from replication_node.storage.database import Database, Transaction
+from replication_node.log.events import Transaction
+from replication_node.storage.database import Database
 from tests.cluster_harness import LocalCluster
 
 pytestmark = pytest.mark.slow

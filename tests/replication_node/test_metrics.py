@@ -12,7 +12,7 @@ import pytest
 from dag_common.auth import bearer
 from dag_common.clock import ManualClock, SystemClock
 from dag_common.config import parse_config
-from replication_node.log.events import RollCause
+from dag_common.model import RollCause
 from replication_node.metrics import NodeMetrics
 from replication_node.passive.copy import PassiveCopy
 from tests.cluster_harness import cluster_config, free_port, wait_until
