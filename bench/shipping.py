@@ -55,13 +55,14 @@ from dag_common.cluster_store.embedded import EmbeddedClusterStore  # noqa: E402
 from replication_node.active.copy import CopyPaths  # noqa: E402
 from replication_node.active.instance import ActiveInstance  # noqa: E402
 from replication_node.http.auth import auth_middleware  # noqa: E402
-from replication_node.http.logshare import HttpLogSource, add_log_share_routes  # noqa: E402
 from replication_node.log.logdir import list_closed_generations  # noqa: E402
 from replication_node.log.logfile import OPEN_LOG_NAME, closed_log_name  # noqa: E402
 from replication_node.passive.copier import Copier  # noqa: E402
 from replication_node.passive.markers import Markers  # noqa: E402
 from replication_node.passive.replayer import Replayer  # noqa: E402
 from replication_node.passive.seeder import seed_copy  # noqa: E402
+from replication_node.shipping.logshare import add_log_share_routes  # noqa: E402
+from replication_node.shipping.logshare_client import HttpLogSource  # noqa: E402
 from replication_node.storage.database import Database  # noqa: E402
 from tests.cluster_harness import LocalCluster  # noqa: E402
 

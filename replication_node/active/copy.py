@@ -30,7 +30,6 @@ from dag_common.clock import Clock
 from dag_common.model import RollCause
 from replication_node.active.lease import LeaseKeeper
 from replication_node.errors import SwitchingOver, TransactionTooLarge
-from replication_node.interfaces import ItemsPage
 from replication_node.log.events import (
     ClosedGeneration,
     Committed,
@@ -46,6 +45,7 @@ from replication_node.storage.database import Database
 from replication_node.storage.header import DatabaseHeader, DatabaseState
 from replication_node.storage.overlay import LlrOverlay
 from replication_node.storage.paths import CopyPaths
+from replication_node.storage.reader import ItemsPage
 
 logger = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from dag_common.clock import Clock
 from replication_node.errors import LogFormatError, LogShareError
-from replication_node.interfaces import LogShareInfo
 from replication_node.log.logdir import list_closed_generations
 from replication_node.log.logfile import OPEN_LOG_NAME, closed_log_name, read_header, scan
+from replication_node.shipping.interfaces import LogShareInfo
 
 logger = logging.getLogger(__name__)
 

@@ -31,6 +31,7 @@ from dag_common.cluster_store import ClusterStore
 from dag_common.config import ActiveFailurePolicy
 from dag_common.model import CopyRole, CopyStatusReport
 from dag_common.tasks import cancel_and_wait
+from replication_node.active.backup_leases import BackupLeases
 from replication_node.active.copy import ActiveCopy, CopyPaths
 from replication_node.active.handover import HANDOVER_HOLD, copy_waiting_for_last_logs
 from replication_node.active.lease import LeaseKeeper
@@ -42,7 +43,6 @@ from replication_node.active.share import ActiveLogShare
 from replication_node.active.status import active_status
 from replication_node.active.switchover import SwitchoverQuiesce
 from replication_node.active.truncator import ActiveTruncator
-from replication_node.backup.coordinator import BackupLeases
 from replication_node.errors import (
     CopyFailed,
     Deposed,

@@ -23,9 +23,9 @@ from dag_common.clock import Clock
 from replication_node.active.copy import ActiveCopy
 from replication_node.active.handover import HANDOVER_HOLD, LastLogsHold
 from replication_node.errors import Conflict, LogFormatError, LogShareError
-from replication_node.interfaces import LogShareInfo, SeedInfo
 from replication_node.log.blocks import BlockFeed
 from replication_node.log.logdir import list_closed_generations
+from replication_node.shipping.interfaces import LogShareInfo, SeedInfo
 
 logger = logging.getLogger(__name__)
 

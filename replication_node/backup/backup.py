@@ -4,7 +4,7 @@ closed generation after its waypoint through the point the backup ends; an incre
 generations since the last backup.  Either set also holds, from where it begins, the start
 of every transaction its first log continues (a staged body pending there, `log/spanning.py`:
 its first log's CARRIED record says where they began).  Coordinated through the active
-(`coordinator.py`):
+(`active/backup_leases.py`):
 
     refusals (copy not Healthy/Mounted, destination not empty)   nothing changed
     begin on the active ─▶ a lease (renewed meanwhile)           the active refuses a second

@@ -14,15 +14,15 @@ from replication_node.active.share import ActiveLogShare
 from replication_node.http.admin_routes import add_admin_routes
 from replication_node.http.backup_routes import add_backup_routes
 from replication_node.http.context import NODE
-from replication_node.http.copy_share import add_copy_share_routes
 from replication_node.http.error_middleware import error_middleware
 from replication_node.http.in_flight import setup_in_flight
-from replication_node.http.logshare import add_log_share_routes
 from replication_node.http.status_watch import add_status_watch_route
 from replication_node.http.store_routes import add_store_routes
 from replication_node.metrics import add_metrics_route
 from replication_node.node import Node
 from replication_node.passive.copy import PassiveCopy
+from replication_node.shipping.copy_share import add_copy_share_routes
+from replication_node.shipping.logshare import add_log_share_routes
 
 
 def _node_identity(node: Node) -> Callable[[], set[str]] | None:

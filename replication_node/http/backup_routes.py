@@ -9,7 +9,7 @@
   backup runs.  All need the token, as every admin call.
 
 Thin handlers: the work is in `backup/` (`backup.py` on the backing-up node,
-`coordinator.py` on the active).
+`active/backup_leases.py`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from aiohttp import web
 
 from dag_common.credentials import Role
 from dag_common.route_roles import add_route
-from replication_node.backup.coordinator import begin_answer, stamp
+from replication_node.active.backup_leases import begin_answer, stamp
 from replication_node.errors import NotFound
 from replication_node.http.context import NODE, active_for_write, active_here, json_body
 from replication_node.http.models import BackupBeginIn, BackupEndIn, BackupIn, parse

@@ -21,7 +21,8 @@ from dag_common.http_body import SMALL_BODY, BodyLimit, body_text, parse_json, r
 from dag_common.model import AutoDatabaseMountDial, NodeStatus
 from replication_node.active.instance import ActiveInstance
 from replication_node.errors import BadRequest, LogStreamStopped, NotActive, NotFound
-from replication_node.interfaces import HostedCopy, MailboxReader
+from replication_node.interfaces import HostedCopy
+from replication_node.storage.reader import MailboxReader
 
 
 class NodeApi(Protocol):

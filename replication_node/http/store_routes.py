@@ -35,7 +35,7 @@ from replication_node.http.context import (
     reader_for,
 )
 from replication_node.http.models import FolderIn, ItemIn, ItemsIn, MailboxIn, parse
-from replication_node.interfaces import ItemsPage
+from replication_node.storage.reader import ItemsPage
 
 MAX_CHANGE_NUMBER = 2**63 - 1  # SQLite's INTEGER: a larger number overflowed into a 500
 MAX_ITEMS_PAGE = 100_000  # a page of the items listing (`limit`), at most

@@ -1,93 +1,25 @@
-"""Block mode's source and wire: the open log's bytes as they become durable, in order.
+"""Block mode's source: the open log's bytes as they become durable, in order.
 
 The log stream's writer records every byte range it makes durable in the open log (`Block`:
 the records of a group commit, a roll's DIGEST and CLOSE records with `closed` set, the next
 generation's header at offset 0) and the stream publishes them to its `BlockFeed` after the
 fsync, before any commit of the batch is answered.  Passive copies in block mode follow the
-feed over a WebSocket (`http/blocks.py`): the open log's durable prefix read from disk, then
+feed over a WebSocket (`shipping/blocks.py`): the open log's durable prefix read from disk, then
 every block as it is published.  The feed keeps the most recent blocks only (`capacity`
 bytes); a follower that falls further behind is dropped and goes back to file mode.
 
-Frames (binary WebSocket messages), big-endian: kind (1 byte), generation (8), offset (8),
-length (4), CRC32C (4), then `length` bytes of payload:
-
-- DATA: the generation's file bytes at [offset, offset + length); the CRC is the payload's;
-- CLOSED: the generation is closed; offset is the closed file's length and the CRC that of
-  the whole file (what the copy's buffer must equal);
-- HELLO: the payload is JSON: the stream's log signature, the active's node and epoch;
-- HEARTBEAT: nothing happened for a while.
-
-The copy answers ACK frames (generation, offset: durable through there) for synchronous
-commit.  Decoding checks the kind, the length and the CRC; the receiver checks the order.
+The frames that carry them over the wire are `shipping/frames.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import struct
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from enum import IntEnum
-
-import crc32c
 
 from dag_common.clock import Clock
 from dag_common.tasks import cancel_and_wait
-from replication_node.errors import LogFormatError
-
-
-class BlockProtocolError(LogFormatError):
-    """A block frame that is malformed, fails its CRC, or comes out of order."""
-
-
-class FrameKind(IntEnum):
-    HELLO = 1
-    DATA = 2
-    CLOSED = 3
-    HEARTBEAT = 4
-    ACK = 5
-
-
-_FRAME = struct.Struct("!BQQII")
-FRAME_HEADER = _FRAME.size
-
-
-@dataclass(frozen=True, slots=True)
-class Frame:
-    kind: FrameKind
-    generation: int = 0
-    offset: int = 0
-    payload: bytes = b""
-    crc: int = 0  # DATA: the payload's; CLOSED: the whole closed file's
-
-
-def encode_frame(frame: Frame) -> bytes:
-    crc = crc32c.crc32c(frame.payload) if frame.kind is not FrameKind.CLOSED else frame.crc
-    head = _FRAME.pack(frame.kind, frame.generation, frame.offset, len(frame.payload), crc)
-    return head + frame.payload
-
-
-def decode_frame(data: bytes) -> Frame:
-    """One frame; BlockProtocolError if it is not a whole, valid one."""
-    if len(data) < FRAME_HEADER:
-        raise BlockProtocolError(f"a block frame of {len(data)} bytes is shorter than its header")
-    kind, generation, offset, length, crc = _FRAME.unpack_from(data)
-    try:
-        kind = FrameKind(kind)
-    except ValueError:
-        raise BlockProtocolError(f"unknown block frame kind {kind}") from None
-    payload = data[FRAME_HEADER:]
-    if len(payload) != length:
-        raise BlockProtocolError(
-            f"block frame of generation {generation} at {offset}: {len(payload)} bytes of "
-            f"payload, its header says {length}"
-        )
-    if kind is not FrameKind.CLOSED and crc32c.crc32c(payload) != crc:
-        raise BlockProtocolError(
-            f"block frame of generation {generation} at {offset} fails its CRC32C"
-        )
-    return Frame(kind, generation, offset, payload, crc)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """Block mode, the passive copy's half: follow the active's open log as it is written.
 
 While the copy is connected and caught up (it has inspected every generation the active
-closed), it follows the open generation over the block connection (`http/blocks.py`): each
+closed), it follows the open generation over the block connection (`shipping/blocks.py`): each
 DATA frame is appended to `Blocks/E<gen>.partial` and fsync'd, and acknowledged (how far the
 copy holds the log durably, which a synchronous commit waits for).  When the active closes
 the generation (CLOSED: the file's length and CRC32C), the buffer must equal the closed file:
@@ -40,10 +40,10 @@ from dag_common.clock import Clock
 from dag_common.durable import fsync_dir
 from dag_common.model import CopyMode
 from replication_node.errors import LogFormatError, LogShareError
-from replication_node.interfaces import BlockChannel, LogSource
-from replication_node.log.blocks import BlockProtocolError, Frame, FrameKind
 from replication_node.log.logfile import HEADER_SIZE, LogHeader, closed_log_name, scan
 from replication_node.passive.markers import Markers
+from replication_node.shipping.frames import BlockProtocolError, Frame, FrameKind
+from replication_node.shipping.interfaces import BlockChannel, LogSource
 
 logger = logging.getLogger(__name__)
 

@@ -54,7 +54,6 @@ from replication_node.errors import (
     LogFormatError,
     LogShareError,
 )
-from replication_node.interfaces import CopyLogs, LogShareInfo, LogSource
 from replication_node.log.logfile import (
     OPEN_LOG_NAME,
     LogHeader,
@@ -65,6 +64,7 @@ from replication_node.log.logfile import (
 from replication_node.log.spanning import Pending
 from replication_node.passive.inspector import InspectedLog, OutOfDateLog, inspect_generation
 from replication_node.passive.markers import Markers
+from replication_node.shipping.interfaces import CopyLogs, LogShareInfo, LogSource
 from replication_node.storage.paths import CopyPaths
 
 if TYPE_CHECKING:

@@ -33,7 +33,6 @@ from replication_node.errors import (
     LogShareError,
     NotFound,
 )
-from replication_node.interfaces import CopyLogs, LogSource, PassiveSettings
 from replication_node.log.logfile import closed_log_name, scan
 from replication_node.log.truncation import delete_through, passive_truncation_limit
 from replication_node.passive.blocks import BlockReceiver
@@ -43,7 +42,9 @@ from replication_node.passive.local_logs import prepare_local_logs
 from replication_node.passive.markers import Markers
 from replication_node.passive.replayer import Replayer
 from replication_node.passive.seeder import SeedProgress, seed_bytes, seed_copy, seed_over
+from replication_node.passive.settings import PassiveSettings
 from replication_node.passive.status import ScrubSummary, copy_status, status_report
+from replication_node.shipping.interfaces import CopyLogs, LogSource
 from replication_node.storage.database import Database
 from replication_node.storage.header import DatabaseHeader
 from replication_node.storage.paths import CopyPaths
@@ -505,7 +506,7 @@ class PassiveCopy:
 
     def inspected_log(self, generation: int, epoch: int) -> Path:
         """A closed generation this copy inspected on the stream of `epoch`, for another copy
-        that could not get it whole from the active (`http/copy_share.py`); NotFound or
+        that could not get it whole from the active (`shipping/copy_share.py`); NotFound or
         Conflict naming why not."""
         m = self.markers
         if m.epoch != epoch:

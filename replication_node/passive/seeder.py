@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from dag_common.durable import durable_rename
 from replication_node.errors import DatabaseError, LogShareError
-from replication_node.interfaces import LogSource, SeedInfo
+from replication_node.shipping.interfaces import LogSource, SeedInfo
 from replication_node.storage.database import Database
 from replication_node.storage.paths import CopyPaths
 

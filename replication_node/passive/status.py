@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from dag_common.model import CopyMode, CopyRole, CopyStatus, CopyStatusReport
-from replication_node.interfaces import PassiveSettings
 from replication_node.passive.blocks import BlockProgress
 from replication_node.passive.markers import Markers
+from replication_node.passive.settings import PassiveSettings
 
 
 @dataclass(frozen=True, slots=True)

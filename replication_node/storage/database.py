@@ -35,7 +35,6 @@ from typing import Any
 
 from dag_common.mailbox_digest import MODULUS, to_hex
 from replication_node.errors import DatabaseError
-from replication_node.interfaces import ItemsPage
 from replication_node.log.events import Transaction
 from replication_node.storage.digest import (
     DIGEST_SCHEMA,
@@ -53,6 +52,7 @@ from replication_node.storage.header import (
     write_header,
 )
 from replication_node.storage.ops import RecordBackup, backup_fields
+from replication_node.storage.reader import ItemsPage
 from replication_node.storage.tables import TABLES_SCHEMA, apply_ops, item_dict, mailbox_dict
 
 

@@ -14,9 +14,9 @@ from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from dag_common.config import ClusterConfig
 from replication_node.active.copy import ActiveCopy, CopyPaths, OpenLogPublisher
 from replication_node.http.app import build_app
-from replication_node.interfaces import PassiveSettings
 from replication_node.node import Node
 from replication_node.passive.copy import PassiveCopy
+from replication_node.passive.settings import PassiveSettings
 from tests.cluster_harness import serve_app
 from tests.replication_node.share import Share
 

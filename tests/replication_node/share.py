@@ -14,7 +14,8 @@ from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
 from replication_node.http.auth import auth_middleware
-from replication_node.http.logshare import HttpLogSource, add_log_share_routes
+from replication_node.shipping.logshare import add_log_share_routes
+from replication_node.shipping.logshare_client import HttpLogSource
 from tests.cluster_harness import serve_app
 
 TOKEN = "share-token-0123456789"

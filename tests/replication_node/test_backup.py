@@ -1,6 +1,6 @@
 """Backup and restore in one process: the backup lease's rules (a manual clock), the
 manifest's checks (table-driven), and a backup taken from a real active copy through the
-active's own coordination code (`coordinator.py`, as its routes call it), restored, then
+active's own coordination code (`active/backup_leases.py`, as its routes call it), restored, then
 damaged in each way a restore must refuse, naming the file and the reason; and a backup that
 fails before its end (a disk full, the active refusing the end) leaves no manifest and no
 stamp."""
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from dag_common.clock import ManualClock, SystemClock
+from replication_node.active.backup_leases import BackupLeases, begin_answer, stamp
 from replication_node.active.instance import ActiveInstance
 from replication_node.backup.backup import BackupRequest, run_backup
-from replication_node.backup.coordinator import BackupLeases, begin_answer, stamp
 from replication_node.backup.files import sha256_of
 from replication_node.backup.manifest import (
     MANIFEST_NAME,

@@ -12,15 +12,15 @@ import pytest
 from dag_common.model import CopyMode, CopyRole, CopyStatus, CopyStatusReport
 from replication_node.cluster.mount_policy import synchronously_held
 from replication_node.errors import SynchronousCopiesMissing
-from replication_node.log.blocks import (
-    BlockFeed,
+from replication_node.log.blocks import BlockFeed
+from replication_node.log.logfile import closed_log_name
+from replication_node.shipping.frames import (
     BlockProtocolError,
     Frame,
     FrameKind,
     decode_frame,
     encode_frame,
 )
-from replication_node.log.logfile import closed_log_name
 from tests.cluster_harness import wait_until
 from tests.replication_node.helpers import passive, replayed_through, text_body
 from tests.replication_node.share import start_share

@@ -16,12 +16,12 @@ from aiohttp import web
 
 from dag_common.model import CopyStatus
 from replication_node.http.auth import auth_middleware
-from replication_node.http.copy_share import HttpCopyLogs, add_copy_share_routes
 from replication_node.http.error_middleware import error_middleware
 from replication_node.log import logfile
 from replication_node.log.logfile import RecordType, closed_log_name
 from replication_node.log.spanning import decode_part
 from replication_node.passive.copy import PassiveCopy
+from replication_node.shipping.copy_share import HttpCopyLogs, add_copy_share_routes
 from tests.cluster_harness import serve_app, wait_until
 from tests.replication_node.helpers import passive, replayed_through, text_body
 from tests.replication_node.share import TOKEN, Share

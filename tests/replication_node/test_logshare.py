@@ -12,9 +12,9 @@ from aiohttp import web
 from dag_common.auth import bearer
 from replication_node.active.copy import CopyPaths
 from replication_node.errors import GenerationGone, LogShareError
-from replication_node.http.logshare import HttpLogSource
 from replication_node.log.logfile import verify_closed
 from replication_node.passive.seeder import SeedProgress, seed_bytes, seed_copy, seed_over
+from replication_node.shipping.logshare_client import HttpLogSource
 from replication_node.storage.database import Database
 from tests.cluster_harness import serve_app
 from tests.replication_node.share import TOKEN

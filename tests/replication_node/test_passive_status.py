@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from dag_common.model import CopyRole, CopyStatus
-from replication_node.interfaces import PassiveSettings
 from replication_node.passive.markers import Markers
+from replication_node.passive.settings import PassiveSettings
 from replication_node.passive.status import ScrubSummary, copy_status, status_report
 
 S = CopyStatus

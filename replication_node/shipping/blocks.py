@@ -1,5 +1,6 @@
 """Block mode over a WebSocket: the active sends its open log's bytes as they become
-durable, the copy answers how far it holds them (`log/blocks.py` has the frames).
+durable, the copy answers how far it holds them (`frames.py` has the frames, `log/blocks.py`
+the feed).
 
     GET /v1/databases/{db}/logs/blocks?generation=G&offset=O&node=N
                                                     (WebSocket; the cluster token)
@@ -27,17 +28,16 @@ from aiohttp import web
 
 from dag_common.tasks import cancel_and_wait
 from replication_node.errors import LogShareError
-from replication_node.interfaces import LogShareSource
-from replication_node.log.blocks import (
-    BlockFeed,
+from replication_node.log.blocks import BlockFeed, FeedBehind
+from replication_node.log.logfile import OPEN_LOG_NAME, LogHeader
+from replication_node.shipping.frames import (
     BlockProtocolError,
-    FeedBehind,
     Frame,
     FrameKind,
     decode_frame,
     encode_frame,
 )
-from replication_node.log.logfile import OPEN_LOG_NAME, LogHeader
+from replication_node.shipping.interfaces import LogShareSource
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The log share over HTTP: the active's read-only routes, and a passive copy's client.
+"""The log share over HTTP: the active's read-only routes.
 
 Routes (GET only; every one needs the cluster token, checked by the node's middleware):
 
@@ -23,9 +23,7 @@ so no path can leave the log directory; the open log is served only by `open-log
 while it is being written.  Only the active copy shares (mounted, or not mounted and holding
 its last logs for the copy taking over); any other answer is 404.
 
-`HttpLogSource` is the passive side.  It translates every transport failure into
-`LogShareError` (`GenerationGone` for a generation the active no longer has), and checks
-what it received: the length the server announced and, for a seed, its CRC32C.
+The passive side, `HttpLogSource`, is in `logshare_client.py`.
 """
 
 from __future__ import annotations
@@ -34,25 +32,23 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import os
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import crc32c
 import orjson
 from aiohttp import web
 
-from dag_common.auth import bearer
 from dag_common.credentials import Role
-from dag_common.durable import fsync_dir
 from dag_common.route_roles import add_route
-from replication_node.errors import GenerationGone, LogShareError
-from replication_node.http.blocks import HttpBlockChannel, connect_blocks, serve_blocks
-from replication_node.interfaces import LogShareInfo, LogShareSource, SeedInfo, SeedListener
 from replication_node.log.logfile import closed_log_name, parse_closed_log_name
+from replication_node.shipping.blocks import serve_blocks
+from replication_node.shipping.interfaces import (
+    LogShareInfo,
+    LogShareSource,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -61,17 +57,17 @@ _LOOKUP: web.AppKey[Lookup] = web.AppKey("log_share_lookup")
 _HEARTBEAT: web.AppKey[float] = web.AppKey("log_share_heartbeat")
 _REFRESH: web.AppKey[float] = web.AppKey("log_share_refresh")
 _STREAMS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("log_share_streams")
-_CHUNK = 1024 * 1024
-_SEED_HEADERS = {
+CHUNK = 1024 * 1024
+SEED_HEADERS = {
     "database_signature": "X-Database-Signature",
     "log_signature": "X-Log-Signature",
     "waypoint": "X-Waypoint",
 }
-_CRC_HEADER = "X-Content-CRC32C"
+CRC_HEADER = "X-Content-CRC32C"
 # The sizes of the closed generations above the seed's waypoint, comma-separated, waypoint+1
 # first: the logs the seeded copy needs next (its progress counts them).  At most
 # _MAX_SEED_LOGS of them, to keep the header short; the copy catches up on any more anyway.
-_LOG_SIZES_HEADER = "X-Seed-Log-Sizes"
+LOG_SIZES_HEADER = "X-Seed-Log-Sizes"
 _MAX_SEED_LOGS = 512
 
 # A line goes down every notification stream at least every HEARTBEAT seconds; a copy that
@@ -80,9 +76,6 @@ _MAX_SEED_LOGS = 512
 # seconds: a stream read waiting for a general 30 s timeout made failover take 45 s.
 HEARTBEAT = 1.0
 NOTIFY_SILENCE = 3 * HEARTBEAT
-
-
-# ---- the active's side -------------------------------------------------------------------
 
 
 def add_log_share_routes(
@@ -226,16 +219,16 @@ async def _seed(request: web.Request) -> web.StreamResponse:
     try:
         info = await source.seed_to(tmp)
         crc = await asyncio.to_thread(_file_crc, tmp)
-        headers = {header: str(getattr(info, field)) for field, header in _SEED_HEADERS.items()}
-        headers[_CRC_HEADER] = str(crc)
+        headers = {header: str(getattr(info, field)) for field, header in SEED_HEADERS.items()}
+        headers[CRC_HEADER] = str(crc)
         sizes = await asyncio.to_thread(_log_sizes, source.log_dir, info.waypoint)
-        headers[_LOG_SIZES_HEADER] = ",".join(map(str, sizes))
+        headers[LOG_SIZES_HEADER] = ",".join(map(str, sizes))
         headers["Content-Type"] = "application/octet-stream"
         headers["Content-Length"] = str(tmp.stat().st_size)
         resp = web.StreamResponse(headers=headers)
         await resp.prepare(request)
         with open(tmp, "rb") as f:
-            while chunk := await asyncio.to_thread(f.read, _CHUNK):
+            while chunk := await asyncio.to_thread(f.read, CHUNK):
                 await resp.write(chunk)
         await resp.write_eof()
         return resp
@@ -259,183 +252,6 @@ def _log_sizes(log_dir: Path, waypoint: int) -> list[int]:
 def _file_crc(path: Path) -> int:
     crc = 0
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
+        while chunk := f.read(CHUNK):
             crc = crc32c.crc32c(chunk, crc)
     return crc
-
-
-# ---- the passive's side ------------------------------------------------------------------
-
-
-class HttpLogSource:
-    """A passive copy's view of its active's log share, over HTTP (implements LogSource)."""
-
-    def __init__(
-        self,
-        base_url: str,
-        database: str,
-        *,
-        session: aiohttp.ClientSession,
-        token: str,
-        timeout: float = 30.0,
-        notify_silence: float = NOTIFY_SILENCE,
-    ) -> None:
-        self._base = f"{base_url.rstrip('/')}/v1/databases/{database}"
-        self.database = database
-        self._session = session
-        self._headers = bearer(token)
-        self._timeout = aiohttp.ClientTimeout(total=None, connect=5, sock_read=timeout)
-        self._notify_timeout = aiohttp.ClientTimeout(
-            total=None, connect=notify_silence, sock_read=notify_silence
-        )
-
-    def __repr__(self) -> str:
-        return f"HttpLogSource({self._base})"
-
-    async def _get(
-        self, path: str, *, timeout: aiohttp.ClientTimeout | None = None, **params: Any
-    ) -> aiohttp.ClientResponse:
-        try:
-            resp = await self._session.get(
-                self._base + path,
-                headers=self._headers,
-                params=params,
-                timeout=timeout or self._timeout,
-            )
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise LogShareError(f"log share {self._base} unreachable: {exc!r}") from exc
-        if resp.status != 200:
-            body = (await resp.text())[:300]
-            resp.release()
-            if resp.status == 404 and path.startswith("/logs/E") and _names_generation(body):
-                raise GenerationGone(f"{path[6:]} is no longer on the active: {body}")
-            raise LogShareError(f"GET {self._base}{path}: HTTP {resp.status} {body}")
-        return resp
-
-    async def info(self) -> LogShareInfo:
-        resp = await self._get("/logs", timeout=self._notify_timeout)  # small: answered at once
-        async with resp:
-            try:
-                return LogShareInfo(**orjson.loads(await resp.read()))
-            except (aiohttp.ClientError, TimeoutError, ValueError, TypeError) as exc:
-                raise LogShareError(f"bad log share info from {self._base}: {exc!r}") from exc
-
-    async def fetch(self, generation: int) -> bytes:
-        resp = await self._get(f"/logs/{closed_log_name(generation)}")
-        async with resp:
-            try:
-                data = await resp.read()
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                raise LogShareError(f"transfer of generation {generation} cut: {exc!r}") from exc
-        if resp.content_length is not None and len(data) != resp.content_length:
-            raise LogShareError(
-                f"transfer of generation {generation} truncated: "
-                f"{len(data)} of {resp.content_length} bytes"
-            )
-        return data
-
-    async def hand_over(self, to: str) -> LogShareInfo:
-        """Ask the active, which is not mounted, to hold its last logs for the copy on `to`:
-        what it has on disk (Attempt Copy Last Logs)."""
-        try:
-            async with self._session.post(
-                self._base + "/hand-over",
-                headers=self._headers,
-                json={"to": to},
-                timeout=self._timeout,
-            ) as resp:
-                body = await resp.read()
-                if resp.status != 200:
-                    raise LogShareError(
-                        f"POST {self._base}/hand-over: HTTP {resp.status} "
-                        f"{body[:300].decode(errors='replace')}"
-                    )
-                return LogShareInfo(**orjson.loads(body))
-        except (aiohttp.ClientError, TimeoutError, OSError, ValueError, TypeError) as exc:
-            raise LogShareError(f"hand-over from {self._base} failed: {exc!r}") from exc
-
-    async def fetch_open_log(self) -> bytes:
-        """The bytes of the open log E00.log of an active holding it for this copy."""
-        resp = await self._get("/open-log")
-        async with resp:
-            try:
-                data = await resp.read()
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                raise LogShareError(f"transfer of the open log cut: {exc!r}") from exc
-        if resp.content_length is None or len(data) != resp.content_length:
-            raise LogShareError(
-                f"transfer of the open log truncated: {len(data)} of {resp.content_length} bytes"
-            )
-        return data
-
-    async def open_blocks(self, generation: int, offset: int, node: str) -> HttpBlockChannel:
-        """Follow the open log `generation` from `offset` in block mode (`http/blocks.py`)."""
-        return await connect_blocks(
-            self._session,
-            self._base + "/logs/blocks",
-            self._headers,
-            generation,
-            offset,
-            node,
-            silence=self._notify_timeout.sock_read or NOTIFY_SILENCE,
-        )
-
-    async def notifications(self, after: int) -> AsyncIterator[LogShareInfo]:
-        resp = await self._get("/logs/notifications", timeout=self._notify_timeout, after=after)
-        async with resp:
-            try:
-                async for line in resp.content:
-                    if line.strip():
-                        yield LogShareInfo(**orjson.loads(line))
-            except (aiohttp.ClientError, TimeoutError, ValueError, TypeError) as exc:
-                raise LogShareError(
-                    f"notification stream from {self._base} broke: {exc!r}"
-                ) from exc
-
-    async def seed(self, dest: Path, listener: SeedListener | None = None) -> SeedInfo:
-        resp = await self._get("/seed")
-        async with resp:
-            try:
-                sizes = resp.headers.get(_LOG_SIZES_HEADER, "")
-                info = SeedInfo(
-                    database_signature=resp.headers[_SEED_HEADERS["database_signature"]],
-                    log_signature=resp.headers[_SEED_HEADERS["log_signature"]],
-                    waypoint=int(resp.headers[_SEED_HEADERS["waypoint"]]),
-                    log_sizes=tuple(int(s) for s in sizes.split(",") if s),
-                )
-                expected_crc = int(resp.headers[_CRC_HEADER])
-            except (KeyError, ValueError) as exc:
-                raise LogShareError(f"seed from {self._base} lacks its headers: {exc!r}") from exc
-            crc, size = 0, 0
-            if listener is not None:
-                listener.announced(info)
-                listener.received(0, resp.content_length)
-            try:
-                with open(dest, "wb") as f:
-                    async for chunk in resp.content.iter_chunked(_CHUNK):
-                        crc = crc32c.crc32c(chunk, crc)
-                        size += len(chunk)
-                        await asyncio.to_thread(f.write, chunk)
-                        if listener is not None:
-                            listener.received(size, resp.content_length)
-                    f.flush()
-                    await asyncio.to_thread(os.fsync, f.fileno())
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                raise LogShareError(f"seed transfer from {self._base} cut: {exc!r}") from exc
-        if resp.content_length is not None and size != resp.content_length:
-            raise LogShareError(f"seed truncated: {size} of {resp.content_length} bytes")
-        if crc != expected_crc:
-            raise LogShareError("seed checksum mismatch: the transfer was damaged")
-        fsync_dir(dest.parent)
-        return info
-
-
-def _names_generation(body: str) -> bool:
-    """Whether a 404 says the generation is not in the share (it is gone: a reseed is needed),
-    as opposed to there being no active copy here right now (dismounted after a failure,
-    moved, restarting): the copy then waits and asks again, it does not give up."""
-    try:
-        detail = orjson.loads(body)
-    except ValueError:
-        return False
-    return isinstance(detail, dict) and "generation" in detail

@@ -1,0 +1,22 @@
+"""A passive copy's settings, from the cluster config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class PassiveSettings:
+    """Per-copy settings of a passive copy, from the cluster config."""
+
+    database: str
+    node: str
+    site: str
+    activation_preference: int
+    replay_lag_time: timedelta = timedelta(0)
+    truncation_lag_time: timedelta = timedelta(0)
+    max_inspection_failures: int = 3
+    scrub_interval: timedelta | None = None  # the background scrub's cycle (None: off)
+    content_check_every: int | None = None  # recompute the content digest every N generations
+    block_mode: bool = True  # follow the open log in block mode when caught up
