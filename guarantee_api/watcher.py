@@ -13,20 +13,15 @@ are opened again after 0.2 s, doubling to 5 s while they keep failing.
 from __future__ import annotations
 
 import logging
+from contextlib import aclosing
 
 import aiohttp
 
-from dag_common.auth import bearer
+from dag_common.backoff import Backoff
 from dag_common.clock import Clock
 from dag_common.config import NodeConfig
-from dag_common.status_watch import (
-    MAX_LINE,
-    Changed,
-    Heartbeat,
-    Snapshot,
-    WatchProtocolError,
-    decode,
-)
+from dag_common.status_watch import Changed, Snapshot
+from dag_common.watch_reader import WatchLost, watch_events
 from guarantee_api.metrics import Metrics
 from guarantee_api.view import LiveView
 
@@ -61,7 +56,7 @@ class NodeWatcher:
 
     async def run(self) -> None:
         """Watch until cancelled, opening the stream again after each end."""
-        delay = FIRST_RETRY
+        backoff = Backoff(FIRST_RETRY, MAX_RETRY)
         name = self._node.name
         while True:
             live, why = await self.watch_once()
@@ -74,59 +69,39 @@ class NodeWatcher:
             if self._metrics:
                 self._metrics.stream_up.labels(name).set(0)
                 self._metrics.stream_ends.labels(name).inc()
-            delay = FIRST_RETRY if live else min(MAX_RETRY, delay * 2)
-            await self._clock.sleep(delay)
+            if live:
+                backoff.reset()
+            await self._clock.sleep(backoff.next())
 
     async def watch_once(self) -> tuple[bool, str]:
         """One stream, until it ends: (whether it was live: its snapshot came; why it
         ended)."""
         name, url = self._node.name, self._node.url
         started = False
+        events = watch_events(
+            self._session,
+            url,
+            self._token,
+            node=name,
+            heartbeat=self._heartbeat,
+            silence=self._silence,
+        )
         try:
-            async with self._session.get(
-                f"{url}/v1/status/watch",
-                params={"heartbeat": f"{self._heartbeat:g}"},
-                headers=bearer(self._token),
-                timeout=aiohttp.ClientTimeout(
-                    total=None, connect=self._silence, sock_read=self._silence
-                ),
-                read_bufsize=MAX_LINE,
-            ) as resp:
-                if resp.status != 200:
-                    why = "the token is refused" if resp.status == 401 else "no status stream"
-                    return False, f"status stream: HTTP {resp.status} ({why})"
-                while True:
-                    line = await resp.content.readline()
-                    if not line:
-                        return started, "status stream closed by the node"
-                    if not line.endswith(b"\n"):
-                        return started, "status stream cut in the middle of a line"
-                    event = decode(line)
+            async with aclosing(events):
+                async for event in events:
                     now = self._clock.monotonic()
                     if isinstance(event, Snapshot):
-                        if event.status.node != name:
-                            raise WatchProtocolError(f"a snapshot of node {event.status.node!r}")
                         self._view.stream_started(name, event.status, now)
                         if not started and self._metrics:
                             self._metrics.stream_up.labels(name).set(1)
                             self._metrics.node_up.labels(name).set(1)
                         started = True
-                    elif not started:
-                        raise WatchProtocolError("a first line that is not the snapshot")
                     elif isinstance(event, Changed):
-                        if any(c.node != name for c in event.copies):
-                            raise WatchProtocolError("a copy of another node")
                         self._view.copies_reported(name, event.copies, now)
                         if self._metrics:
                             self._metrics.stream_events.labels(name).inc(len(event.copies))
                     else:
-                        assert isinstance(event, Heartbeat)
                         self._view.stream_heard(name, now)
-        except WatchProtocolError as exc:
-            return started, f"status stream sent {exc}"
-        except ValueError as exc:  # aiohttp: a line longer than the buffer
-            return started, f"status stream sent a line too long ({exc})"
-        except TimeoutError:
-            return started, f"status stream silent for {self._silence:g}s"
-        except (aiohttp.ClientError, OSError) as exc:
-            return started, f"status stream: {exc.__class__.__name__}: {exc}"
+        except WatchLost as exc:
+            return started, str(exc)
+        return started, "status stream ended"

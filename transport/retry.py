@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from dag_common.backoff import wait_after
+
 
 class Failure(StrEnum):
     WAIT = "Wait"
@@ -73,5 +75,5 @@ def next_try(
         return Next(poison=f"expired after {waited:.0f} s in the queue; last: {error}")
     if failure is Failure.MOVED:
         return Next(delay=0.0)
-    delay = min(policy.max_interval, policy.interval * 2 ** max(0, streak - 1))
+    delay = wait_after(policy.interval, policy.max_interval, streak)
     return Next(delay=min(delay, policy.expiration - waited))

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from dag_common.backoff import Backoff
 from dag_common.clock import Clock
 from dag_common.cluster_store import ClusterStore
 from dag_common.config import ActiveFailurePolicy
@@ -318,9 +319,10 @@ class ActiveInstance:
 
     async def _remount_loop(self, first_delay: float = 1.0, max_delay: float = 60.0) -> None:
         """Re-mount with backoff until it works, while this node is still the active."""
-        failed, delay = self.error, first_delay
+        failed, backoff = self.error, Backoff(first_delay, max_delay)
+        wait = backoff.next()  # the mount failed: the first try after `first_delay`
         while self.copy is None:
-            await self._clock.sleep(max(delay, self.share.last_logs.remaining()))
+            await self._clock.sleep(max(wait, self.share.last_logs.remaining()))
             try:
                 await self.mount_again()
             except Deposed as exc:
@@ -329,8 +331,8 @@ class ActiveInstance:
             except HeldForHandOver:
                 continue
             except Exception as exc:
-                delay = min(delay * 2, max_delay)
-                self.error = f"{failed}; re-mount failed ({exc}); next try in {delay:g}s"
+                wait = backoff.next()
+                self.error = f"{failed}; re-mount failed ({exc}); next try in {wait:g}s"
                 logger.warning("%s: %s", self.database, self.error)
 
     async def mount_again(self) -> bool:

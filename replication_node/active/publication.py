@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import logging
 
+from dag_common.backoff import Backoff
 from dag_common.clock import Clock
 from dag_common.cluster_store import ActiveRecord, ClusterStore
 from replication_node.errors import Deposed
 
 logger = logging.getLogger(__name__)
+
+
+# A cluster store that errs is asked again after 50 ms, doubling to 5 s.
+STORE_RETRY_FIRST, STORE_RETRY_LONGEST = 0.05, 5.0
 
 
 class ActivePublication:
@@ -34,21 +39,20 @@ class ActivePublication:
     async def record(self) -> ActiveRecord | None:
         """The store's record of the database, retried while the store errs: the
         change-number ceiling in it must be known before any number is handed out."""
-        delay, failures = 0.05, 0
+        backoff = Backoff(STORE_RETRY_FIRST, STORE_RETRY_LONGEST)
         while True:
             try:
                 return await self._store.active(self._database)
             except Exception as exc:
-                failures += 1
-                if failures == 1 or failures % 10 == 0:
+                wait = backoff.next()
+                if backoff.worth_saying():
                     logger.warning(
                         "%s: mount waits: cannot read the cluster store (%d attempt(s)): %s",
                         self._database,
-                        failures,
+                        backoff.failures,
                         exc,
                     )
-                await self._clock.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                await self._clock.sleep(wait)
 
     async def check_still_active(self) -> None:
         """Deposed if the store no longer names this node the active at its epoch."""

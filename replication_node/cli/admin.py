@@ -210,12 +210,10 @@ async def _reseed_and_wait(args: argparse.Namespace, config: ClusterConfig, data
             outcome, report = await follow_reseed(session, url, token, database, args.node, display)
         except WatchLost as exc:
             display.close(None)
-            print(
-                f"error: lost the reseed of {database}\\{args.node} from sight: {exc}; "
-                "it may go on (see replication-node status)",
-                file=sys.stderr,
-            )
-            return ExitCode.FAILED
+            raise CommandFailed(
+                f"lost the reseed of {database}\\{args.node} from sight: {exc}; "
+                "it may go on (see replication-node status)"
+            ) from None
         display.close(outcome)
     if args.json:
         print(json.dumps(report.model_dump(mode="json"), indent=2))

@@ -17,14 +17,15 @@ silent before the end is a failure (exit 1): the reseed may still go on, as `sta
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TextIO
 
 import aiohttp
 
-from dag_common.auth import bearer
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
-from dag_common.status_watch import MAX_LINE, Changed, Snapshot, WatchProtocolError, decode
+from dag_common.status_watch import Changed, Snapshot
+from dag_common.watch_reader import WatchLost, watch_events
 
 if TYPE_CHECKING:  # rich is imported only to draw (a terminal), not for plain lines
     from rich.console import Console
@@ -32,10 +33,6 @@ if TYPE_CHECKING:  # rich is imported only to draw (a terminal), not for plain l
 
 _STOPPED = frozenset({CopyStatus.SUSPENDED, CopyStatus.FAILED_AND_SUSPENDED, CopyStatus.FAILED})
 SILENCE = 10.0  # seconds without a line (heartbeats come every second) before giving up
-
-
-class WatchLost(Exception):
-    """The node's status stream ended, or fell silent, before the reseed did."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,37 +221,20 @@ async def follow_reseed(
 ) -> tuple[Outcome, CopyStatusReport]:
     """Follow the copy of `database` on `node` (at `url`) until its reseed ends: the
     outcome and the copy's last report; WatchLost if the stream ends first."""
-    try:
-        async with session.get(
-            f"{url}/v1/status/watch",
-            params={"heartbeat": "1"},
-            headers=bearer(token),
-            timeout=aiohttp.ClientTimeout(total=None, connect=silence, sock_read=silence),
-            read_bufsize=MAX_LINE,
-        ) as resp:
-            if resp.status != 200:
-                raise WatchLost(f"HTTP {resp.status} from {url}/v1/status/watch")
-            while True:
-                line = await resp.content.readline()
-                if not line.endswith(b"\n"):
-                    raise WatchLost(f"{url} closed its status stream")
-                event = decode(line)
-                if isinstance(event, Snapshot):
-                    copies: tuple[CopyStatusReport, ...] = tuple(event.status.copies)
-                elif isinstance(event, Changed):
-                    copies = event.copies
-                else:
+    events = watch_events(session, url, token, node=node, heartbeat=1.0, silence=silence)
+    async with aclosing(events):
+        async for event in events:
+            if isinstance(event, Snapshot):
+                copies: tuple[CopyStatusReport, ...] = tuple(event.status.copies)
+            elif isinstance(event, Changed):
+                copies = event.copies
+            else:
+                continue
+            for report in copies:
+                if report.database != database:
                     continue
-                for report in copies:
-                    if report.database != database or report.node != node:
-                        continue
-                    outcome = reseed_outcome(report)
-                    if outcome is not None:
-                        return outcome, report  # the display's close says it
-                    display.show(report)
-    except TimeoutError:
-        raise WatchLost(f"{url} said nothing for {silence:g}s") from None
-    except WatchProtocolError as exc:
-        raise WatchLost(f"{url} sent {exc}") from None
-    except (aiohttp.ClientError, OSError) as exc:
-        raise WatchLost(f"{url}: {type(exc).__name__}: {exc}") from None
+                outcome = reseed_outcome(report)
+                if outcome is not None:
+                    return outcome, report  # the display's close says it
+                display.show(report)
+    raise WatchLost(f"{url}: status stream ended")

@@ -176,7 +176,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         node.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(slots[name].log, "ab")  # noqa: SIM115 - the child owns it
         procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        slots[name].backoff.started_at(time.monotonic())
+        slots[name].restarts.started_at(time.monotonic())
 
     for node in config.nodes:
         log_dir = Path(args.log_dir) if args.log_dir else node.data_dir.parent
@@ -224,7 +224,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
                             flush=True,
                         )
                     else:
-                        wait = slot.backoff.exited_at(now)
+                        wait = slot.restarts.exited_at(now)
                         slot.restart_at = now + wait
                         print(f"restarting {name} in {wait:g}s", file=sys.stderr, flush=True)
                 elif proc is None and slot.restart_at is not None and now >= slot.restart_at:

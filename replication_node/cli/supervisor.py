@@ -1,7 +1,7 @@
 """`cluster up`'s supervision of its node processes: a node that exits is named, with why,
 and started again after a backoff, while the others keep running.
 
-`Backoff` is the rule, pure and on the caller's clock: the first restart after 1 s, doubling
+`Restarts` is the rule, pure and on the caller's clock: the first restart after 1 s, doubling
 to 60 s while a node keeps dying soon after it starts, back to 1 s once it ran a minute.
 A node that exits 2 (bad input: its config, its data directory or port held by another
 process) is not restarted: the same start would fail the same way.
@@ -13,16 +13,18 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dag_common.backoff import Backoff
 from dag_common.model import ExitCode
 
 FIRST, LONGEST, STEADY = 1.0, 60.0, 60.0
 
 
 @dataclass
-class Backoff:
-    """When a node that exited may start again."""
+class Restarts:
+    """When a node that exited may start again (`dag_common.backoff`, reset by a steady
+    run)."""
 
-    delay: float = FIRST
+    backoff: Backoff = field(default_factory=lambda: Backoff(FIRST, LONGEST))
     started: float = 0.0
 
     def started_at(self, now: float) -> None:
@@ -31,9 +33,8 @@ class Backoff:
     def exited_at(self, now: float) -> float:
         """The delay before the next start, after an exit at `now`."""
         if now - self.started >= STEADY:
-            self.delay = FIRST
-        wait, self.delay = self.delay, min(LONGEST, self.delay * 2)
-        return wait
+            self.backoff.reset()
+        return self.backoff.next()
 
 
 def why_exited(returncode: int) -> str:
@@ -68,5 +69,5 @@ class NodeSlot:
 
     name: str
     log: Path
-    backoff: Backoff = field(default_factory=Backoff)
+    restarts: Restarts = field(default_factory=Restarts)
     restart_at: float | None = None  # when it starts again, while it is down

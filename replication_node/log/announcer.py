@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from dag_common.backoff import Backoff
 from dag_common.clock import Clock
 from replication_node.errors import Deposed, LogStreamStopped
 
@@ -55,28 +56,27 @@ class OpenLogAnnouncer:
         """Announce that `generation` holds a commit; retry store errors with backoff while
         the stream is open.  None once announced, else the error to fail the waiters with."""
         assert self.announce is not None
-        delay, failures = _ANNOUNCE_RETRY_FIRST, 0
+        backoff = Backoff(_ANNOUNCE_RETRY_FIRST, _ANNOUNCE_RETRY_MAX)
         while True:
             try:
                 accepted = await self.announce(generation)
             except Exception as exc:
-                failures += 1
+                wait = backoff.next()
                 if self._stopped():
                     return LogStreamStopped(
                         f"generation {generation} could not be announced to the cluster store "
                         f"before the stream closed ({exc}); its commits were not acknowledged"
                     )
-                if failures == 1 or failures % 10 == 0:
+                if backoff.worth_saying():
                     logger.warning(
                         "%s: commits wait: cannot announce open generation %d to the cluster "
                         "store (%d attempt(s)): %s",
                         self._log_dir,
                         generation,
-                        failures,
+                        backoff.failures,
                         exc,
                     )
-                await self._pause(delay)
-                delay = min(delay * 2, _ANNOUNCE_RETRY_MAX)
+                await self._pause(wait)
                 continue
             if not accepted:
                 return Deposed(
@@ -86,12 +86,12 @@ class OpenLogAnnouncer:
                 )
             self.announced = max(self.announced, generation)
             self.announcements += 1
-            if failures:
+            if backoff.failures:
                 logger.warning(
                     "%s: open generation %d announced after %d failed attempt(s); commits go on",
                     self._log_dir,
                     generation,
-                    failures,
+                    backoff.failures,
                 )
             return None
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import signal
 
-from replication_node.cli.supervisor import Backoff, last_line, restartable, why_exited
+from replication_node.cli.supervisor import Restarts, last_line, restartable, why_exited
 
 
 def test_a_node_that_keeps_dying_waits_longer_each_time_and_one_that_ran_starts_at_once():
-    b = Backoff()
+    b = Restarts()
     b.started_at(0.0)
     assert [b.exited_at(t) for t in (1.0, 2.0, 3.0, 4.0)] == [1.0, 2.0, 4.0, 8.0]
     for _ in range(10):
