@@ -82,3 +82,20 @@ class ManualClock:
                 await asyncio.sleep(0)
         self._elapsed = target
         await asyncio.sleep(0)
+
+
+async def sleep_unless(clock: Clock, seconds: float, event: asyncio.Event) -> bool:
+    """Sleep `seconds` on `clock`, or less if `event` is set meanwhile: whether it is set.
+    (The one way a loop on an injected clock waits for a time or a wake-up, whichever
+    comes first.)"""
+    if event.is_set():
+        return True
+    sleeper = asyncio.ensure_future(clock.sleep(seconds))
+    woken = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({sleeper, woken}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (sleeper, woken):
+            task.cancel()
+        await asyncio.gather(sleeper, woken, return_exceptions=True)
+    return event.is_set()

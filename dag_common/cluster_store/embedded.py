@@ -6,10 +6,10 @@ import asyncio
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
+from dag_common.clock import Clock, SystemClock
 from dag_common.cluster_store import (
     MOVE_CLAIMS_TABLE,
     MOVE_REQUESTS_TABLE,
@@ -110,11 +110,13 @@ def boot_id() -> str:
 class EmbeddedClusterStore(ClusterStore):
     """SQLite, WAL, fsync on commit; writes are compare-and-set inside IMMEDIATE txns."""
 
-    def __init__(self, path: Path, *, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, path: Path, *, clock: Clock | None = None) -> None:
         self.path = path
         # Leases expire by this machine's monotonic clock, which every process on it shares
         # and which no one sets; a lease from another boot (its clock began again) is over.
-        self._monotonic = monotonic
+        # The records' stamps are its wall time.  (Tests inject a ManualClock.)
+        self._clock: Clock = clock or SystemClock()
+        self._monotonic = self._clock.monotonic
         self._boot = boot_id()
         self._conn = open_store_file(path, _SCHEMA)
         self._lock = threading.Lock()
@@ -144,9 +146,8 @@ class EmbeddedClusterStore(ClusterStore):
         with self._lock:
             return fn(*args)
 
-    @staticmethod
-    def _now() -> str:
-        return datetime.now(UTC).isoformat()
+    def _now(self) -> str:
+        return self._clock.now().isoformat()
 
     def _active(self, database: str) -> ActiveRecord | None:
         row = self._conn.execute(

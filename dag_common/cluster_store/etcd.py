@@ -37,8 +37,9 @@ import contextlib
 import json
 import math
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 
+from dag_common.clock import Clock, SystemClock
 from dag_common.cluster_store import (
     MOVE_CLAIMS_KEY,
     MOVE_REQUESTS_KEY,
@@ -78,8 +79,9 @@ def _prefix_end(prefix: str) -> str:
 class EtcdClusterStore(ClusterStore):
     """ClusterStore over an etcd cluster's v3 JSON gateway."""
 
-    def __init__(self, gateway: EtcdGateway, *, cluster: str) -> None:
+    def __init__(self, gateway: EtcdGateway, *, cluster: str, clock: Clock | None = None) -> None:
         self._gateway = gateway
+        self._clock: Clock = clock or SystemClock()  # the records' stamps (leases are etcd's)
         self._prefix = f"/dag/{cluster}/"
         # The etcd leases this store granted: database -> (lease ID, node, epoch).
         self._leases: dict[str, tuple[str, str, int]] = {}
@@ -149,9 +151,8 @@ class EtcdClusterStore(ClusterStore):
             change_number_ceiling=int(data.get("change_number_ceiling", 0)),
         )
 
-    @staticmethod
     def _value(
-        node: str, epoch: int, generated: int, open_generation: int = 0, ceiling: int = 0
+        self, node: str, epoch: int, generated: int, open_generation: int = 0, ceiling: int = 0
     ) -> str:
         return json.dumps(
             {
@@ -160,7 +161,7 @@ class EtcdClusterStore(ClusterStore):
                 "last_log_generated": generated,
                 "open_generation": open_generation,
                 "change_number_ceiling": ceiling,
-                "updated": datetime.now(UTC).isoformat(),
+                "updated": self._clock.now().isoformat(),
             }
         )
 

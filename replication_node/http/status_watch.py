@@ -46,6 +46,9 @@ async def status_watch(request: web.Request) -> web.StreamResponse:
     heartbeat = _heartbeat(request)
     tick = request.app.get(WATCH_TICK, 0.025)
     stop = request.app[_STOP]
+    # The heartbeat runs on the event loop's clock, not the node's injected one: the watcher
+    # takes silence for a dead node by a socket read timeout, which is real time, so a
+    # heartbeat held back by a test's ManualClock would make a live node look dead.
     loop = asyncio.get_running_loop()
     response = web.StreamResponse(
         headers={"Content-Type": CONTENT_TYPE, "Cache-Control": "no-store"}

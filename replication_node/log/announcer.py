@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from dag_common.backoff import Backoff
-from dag_common.clock import Clock
+from dag_common.clock import Clock, sleep_unless
 from replication_node.errors import Deposed, LogStreamStopped
 
 logger = logging.getLogger(__name__)
@@ -97,10 +97,4 @@ class OpenLogAnnouncer:
 
     async def _pause(self, seconds: float) -> None:
         """Sleep `seconds` on the clock, or less if the stream starts closing."""
-        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
-        closing = asyncio.ensure_future(self._closing.wait())
-        try:
-            await asyncio.wait({sleeper, closing}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            closing.cancel()
+        await sleep_unless(self._clock, seconds, self._closing)

@@ -18,8 +18,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from dag_common.clock import Clock
-from dag_common.tasks import cancel_and_wait
+from dag_common.clock import Clock, sleep_unless
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,12 +92,7 @@ class BlockFeed:
             if left <= 0 or self.closed:
                 return enough()
             self._moved.clear()
-            moved = asyncio.ensure_future(self._moved.wait())
-            timer = asyncio.ensure_future(clock.sleep(left))
-            try:
-                await asyncio.wait({moved, timer}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                await cancel_and_wait([moved, timer])
+            await sleep_unless(clock, left, self._moved)
         return True
 
     def position(self) -> tuple[int, int, int]:

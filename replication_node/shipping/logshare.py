@@ -193,6 +193,8 @@ async def _notifications(request: web.Request) -> web.StreamResponse:
         # copy counts it in its copy queue at once), within `refresh` seconds when only the
         # open log's count of commits changed (what a copy reports as lost if the active
         # dies), and as a heartbeat.
+        # Heartbeats on the event loop's clock, as the copy's silence detection (a socket
+        # read timeout) is real time: see NOTIFY_SILENCE.
         loop = asyncio.get_running_loop()
         refresh = min(request.app[_REFRESH], heartbeat)
         at_risk, sent, sent_at = -1, None, 0.0

@@ -208,8 +208,8 @@ async def test_a_deposed_active_acknowledges_nothing_more(tmp_path):
     # The store's clock runs ahead of the active's (beyond the 10 % its lease allows for):
     # the active believes its lease live when the store has let it go and activated another
     # copy.  The open log's announcement, a compare-and-set on the epoch, still refuses it.
-    store_time = [0.0]
-    store = EmbeddedClusterStore(tmp_path / "cluster.db", monotonic=lambda: store_time[0])
+    store_clock = ManualClock()  # the store's clock, apart from the active's
+    store = EmbeddedClusterStore(tmp_path / "cluster.db", clock=store_clock)
     await store.set_active("DB1", "a", expected_epoch=0, start_generation=1)
     active = instance(tmp_path, store, "a", 1, SystemClock(), lease_ttl=60.0)
     await active.start()
@@ -219,7 +219,7 @@ async def test_a_deposed_active_acknowledges_nothing_more(tmp_path):
     assert (record.open_generation, record.generated_at_risk) == (1, 1)
     # another copy is activated; the old active's next generation is refused
     await active.copy.roll()
-    store_time[0] += 61
+    await store_clock.advance(61)
     await store.set_active("DB1", "b", expected_epoch=1, start_generation=2)
     copy, mailboxes = active.copy, active.store
     with pytest.raises(Deposed):
@@ -238,8 +238,8 @@ async def test_a_deposed_active_acknowledges_nothing_more(tmp_path):
 
 async def test_change_numbers_after_a_failover_start_above_the_old_ceiling(tmp_path):
     clock = SystemClock()
-    store_time = [0.0]
-    store = EmbeddedClusterStore(tmp_path / "cluster.db", monotonic=lambda: store_time[0])
+    store_clock = ManualClock()  # the store's clock, apart from the active's
+    store = EmbeddedClusterStore(tmp_path / "cluster.db", clock=store_clock)
     await store.set_active("DB1", "a", expected_epoch=0, start_generation=1)
     old = instance(tmp_path, store, "a", 1, clock)
     await old.start()
@@ -251,7 +251,7 @@ async def test_change_numbers_after_a_failover_start_above_the_old_ceiling(tmp_p
     ceiling = (await store.active("DB1")).change_number_ceiling
     assert ceiling >= lost.change_number
     await old.stop(clean=False)  # kill -9: generation 2 exists only in its E00.log
-    store_time[0] += 11  # its lease expires
+    await store_clock.advance(11)  # its lease expires
     (tmp_path / "DB1" / "logs" / OPEN_LOG_NAME).unlink()  # what a copy has: generation 1
 
     won = await store.set_active("DB1", "b", expected_epoch=1, start_generation=2)
