@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from dag_common.model import CopyStatusReport
+from replication_node.storage.reader import MailboxReader
 
 
 class HostedCopy(Protocol):
@@ -22,5 +23,9 @@ class HostedCopy(Protocol):
     database: str
 
     def status(self) -> CopyStatusReport: ...
+
+    def reader(self) -> MailboxReader | None:
+        """The copy's store to read (None while it cannot be read: dismounted, seeding)."""
+        ...
 
     async def stop(self) -> None: ...

@@ -338,9 +338,7 @@ class Node:
     async def copy_last_logs(self, database: str) -> dict[str, Any]:
         """Attempt Copy Last Logs into this node's passive copy of `database`, from the
         active it follows (not mounted, but reachable)."""
-        instance = self._instances.get(database)
-        if instance is None or isinstance(instance, ActiveInstance):
-            raise BadRequest(f"{self.name} holds no passive copy of {database}")
+        instance = self._passive(database)
         active, _ = self.active_of(database)
         assert active is not None
         return await instance.copy_last_logs(active)
@@ -348,10 +346,7 @@ class Node:
     async def keep_block_buffer(self, database: str) -> dict[str, Any]:
         """Keep what this node's passive copy of `database` holds of the open log in block
         mode, before it is activated (`PassiveCopy.keep_block_buffer`)."""
-        instance = self._instances.get(database)
-        if instance is None or isinstance(instance, ActiveInstance):
-            raise BadRequest(f"{self.name} holds no passive copy of {database}")
-        return await instance.keep_block_buffer()
+        return await self._passive(database).keep_block_buffer()
 
     async def backup(self, database: str, to: Path, *, incremental: bool) -> dict[str, Any]:
         """Back up this node's copy of `database` into `to` (a directory on this host),
@@ -403,6 +398,13 @@ class Node:
     def instance(self, database: str) -> ActiveInstance | PassiveCopy | None:
         return self._instances.get(database)
 
+    def _passive(self, database: str, refusal: str = "") -> PassiveCopy:
+        """This node's passive copy of `database`; BadRequest (`refusal`) if it holds none."""
+        instance = self._instances.get(database)
+        if instance is None or isinstance(instance, ActiveInstance):
+            raise BadRequest(refusal or f"{self.name} holds no passive copy of {database}")
+        return instance
+
     def active_here(self, database: str) -> ActiveInstance | None:
         """This node's copy of `database` if it is the active one (mounted or not)."""
         instance = self._instances.get(database)
@@ -425,11 +427,7 @@ class Node:
     def reader(self, database: str) -> MailboxReader | None:
         """Something with the store's read methods: the active copy, or the passive's file."""
         instance = self._instances.get(database)
-        if instance is None:
-            return None
-        if isinstance(instance, ActiveInstance):
-            return instance.copy
-        return instance.reader()
+        return instance.reader() if instance is not None else None
 
     def status(self) -> NodeStatus:
         copies: list[CopyStatusReport] = []
@@ -464,13 +462,11 @@ class Node:
     ) -> dict[str, Any]:
         """Suspend, resume or reseed this node's passive copy of `database`; with
         `activation_only`, suspend or resume only its activation (it replicates on)."""
-        instance = self._instances.get(database)
-        if instance is None:
+        if database not in self._instances:
             raise NotFound(f"no copy of {database} on {self.name}")
-        if isinstance(instance, ActiveInstance):
-            raise BadRequest(
-                f"the copy of {database} on {self.name} is active; {action} a passive copy"
-            )
+        instance = self._passive(
+            database, f"the copy of {database} on {self.name} is active; {action} a passive copy"
+        )
         if activation_only and action == "reseed":
             raise BadRequest("activation_only: only suspend and resume take it")
         if activation_only and action == "suspend":

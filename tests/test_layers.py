@@ -6,13 +6,13 @@ the ground floor and itself.  Inside `replication_node` the rooms stand on each 
 importing only the floors below it and its own room, never one beside it:
 
     dag_common                                   (the ground floor)
-    errors, interfaces, metrics, audit           (the node's vocabulary)
+    errors, metrics, audit                       (the node's vocabulary)
     log          the log stream and its files
     storage      the database, its operations, a copy's paths, its read side
     shipping     how generations travel: share, client, blocks, frames, copy share
     active | passive                             (beside each other: neither imports the other)
     backup       backups and restores, taken from either
-    cluster      activation, failover
+    cluster, interfaces   activation, failover; what the node asks of a copy it hosts
     node, rebalance
     http
     cli
@@ -39,13 +39,13 @@ PACKAGES = ("dag_common", "replication_node", "mrs_client", "guarantee_api", "sp
 
 # replication_node's rooms, bottom up; rooms on one floor stand beside each other.
 FLOORS: list[tuple[str, ...]] = [
-    ("errors", "interfaces", "metrics", "audit"),
+    ("errors", "metrics", "audit"),
     ("log",),
     ("storage",),
     ("shipping",),
     ("active", "passive"),
     ("backup",),
-    ("cluster",),
+    ("cluster", "interfaces"),
     ("node", "rebalance"),
     ("http",),
     ("cli",),

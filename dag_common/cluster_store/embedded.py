@@ -6,6 +6,8 @@ import asyncio
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -99,6 +101,22 @@ def open_store_file(path: Path, schema: str) -> sqlite3.Connection:
     return conn
 
 
+@contextmanager
+def immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """One IMMEDIATE write transaction (the write lock taken at its start, so a check and
+    the write it allows are one step for every process): committed when the block ends,
+    an early return included (a refusal that wrote nothing commits nothing), rolled back
+    if it raises."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
 def boot_id() -> str:
     """This boot of the machine (Linux): monotonic times of another boot mean nothing now."""
     try:
@@ -121,23 +139,17 @@ class EmbeddedClusterStore(ClusterStore):
         self._conn = open_store_file(path, _SCHEMA)
         self._lock = threading.Lock()
         self._move_tables = False  # seen the move store's tables (never dropped once made)
-        with self._lock:
-            # Node processes open a new file at the same moment: the check and the ALTER
-            # run in one write transaction, so only one of them adds a column.
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                have = {row[1] for row in self._conn.execute("PRAGMA table_info(active_copy)")}
-                for column, kind in _ADDED_COLUMNS.items():
-                    if column not in have:
-                        self._conn.execute(f"ALTER TABLE active_copy ADD COLUMN {column} {kind}")
-                have = {row[1] for row in self._conn.execute("PRAGMA table_info(stream_history)")}
-                for column, kind in _ADDED_HISTORY_COLUMNS.items():
-                    if column not in have:
-                        self._conn.execute(f"ALTER TABLE stream_history ADD COLUMN {column} {kind}")
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+        # Node processes open a new file at the same moment: the check and the ALTER run in
+        # one write transaction, so only one of them adds a column.
+        with self._lock, immediate(self._conn):
+            have = {row[1] for row in self._conn.execute("PRAGMA table_info(active_copy)")}
+            for column, kind in _ADDED_COLUMNS.items():
+                if column not in have:
+                    self._conn.execute(f"ALTER TABLE active_copy ADD COLUMN {column} {kind}")
+            have = {row[1] for row in self._conn.execute("PRAGMA table_info(stream_history)")}
+            for column, kind in _ADDED_HISTORY_COLUMNS.items():
+                if column not in have:
+                    self._conn.execute(f"ALTER TABLE stream_history ADD COLUMN {column} {kind}")
 
     async def _run(self, fn, *args):  # type: ignore[no-untyped-def]
         return await asyncio.to_thread(self._locked, fn, *args)
@@ -180,19 +192,15 @@ class EmbeddedClusterStore(ClusterStore):
         mount_dial: AutoDatabaseMountDial | None,
         lost_logs: int | None,
     ) -> ActiveRecord | None:
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(self._conn):
             current = self._active(database)
             if (current.epoch if current else 0) != expected_epoch:
-                self._conn.execute("ROLLBACK")
                 return None
             held = self._lease(database)
             if held is not None and held.node != node:
-                self._conn.execute("ROLLBACK")
                 raise LeaseHeld(database, held.node, held.expires_in)
             pause = self._failover_pause() if cause is ActivationCause.AUTOMATIC_FAILOVER else None
             if pause is not None:
-                self._conn.execute("ROLLBACK")
                 raise FailoverPaused(pause)
             generated = current.last_log_generated if current else 0
             if start_generation is not None:
@@ -220,11 +228,6 @@ class EmbeddedClusterStore(ClusterStore):
                     lost_logs,
                 ),
             )
-            self._conn.execute("COMMIT")
-        except BaseException:
-            if self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
-            raise
         return self._active(database)
 
     async def set_active(
@@ -264,8 +267,7 @@ class EmbeddedClusterStore(ClusterStore):
         return await self._run(self._lease, database)
 
     def _renew_lease(self, database: str, node: str, epoch: int, ttl: float) -> bool:
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(self._conn):
             current = self._active(database)
             held = self._lease(database)
             if (
@@ -273,18 +275,12 @@ class EmbeddedClusterStore(ClusterStore):
                 or (current.node, current.epoch) != (node, epoch)
                 or (held is not None and held.node != node)
             ):
-                self._conn.execute("ROLLBACK")
                 return False
             self._conn.execute(
                 "INSERT OR REPLACE INTO active_lease VALUES (?, ?, ?, ?, ?)",
                 (database, node, epoch, self._monotonic() + ttl, self._boot),
             )
-            self._conn.execute("COMMIT")
             return True
-        except BaseException:
-            if self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
-            raise
 
     async def renew_lease(self, database: str, node: str, epoch: int, ttl: float) -> bool:
         return await self._run(self._renew_lease, database, node, epoch, ttl)
@@ -375,16 +371,10 @@ class EmbeddedClusterStore(ClusterStore):
         return await self._run(self._pause_failover, pause)
 
     def _resume_failover(self) -> FailoverPause | None:
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(self._conn):
             pause = self._failover_pause()
             self._conn.execute("DELETE FROM failover_pause")
-            self._conn.execute("COMMIT")
             return pause
-        except BaseException:
-            if self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
-            raise
 
     async def resume_failover(self) -> FailoverPause | None:
         return await self._run(self._resume_failover)
@@ -399,21 +389,14 @@ class EmbeddedClusterStore(ClusterStore):
         return await self._run(self._mailbox_database, mailbox)
 
     def _set_mailbox(self, mailbox: str, database: str, expected: str | None) -> bool:
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(self._conn):
             if self._mailbox_database(mailbox) != expected:
-                self._conn.execute("ROLLBACK")
                 return False
             self._conn.execute(
                 "INSERT OR REPLACE INTO mailbox_directory VALUES (?, ?, ?)",
                 (mailbox, database, self._now()),
             )
-            self._conn.execute("COMMIT")
             return True
-        except BaseException:
-            if self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
-            raise
 
     async def set_mailbox_database(
         self, mailbox: str, database: str, *, expected: str | None
@@ -452,8 +435,7 @@ class EmbeddedClusterStore(ClusterStore):
     def _change_redelivery_now(
         self, database: str, change: RedeliveryChange
     ) -> RedeliveryRecord | None:
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(self._conn):
             current = self._redelivery(database)
             new = change(current)
             if new is not None and new != current:
@@ -461,12 +443,7 @@ class EmbeddedClusterStore(ClusterStore):
                     "INSERT OR REPLACE INTO dumpster_redelivery VALUES (?, ?)",
                     (database, new.to_json()),
                 )
-            self._conn.execute("COMMIT")
             return new
-        except BaseException:
-            if self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
-            raise
 
     async def _change_redelivery(
         self, database: str, change: RedeliveryChange

@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from dag_common.cluster_store.embedded import boot_id, open_store_file
+from dag_common.cluster_store.embedded import boot_id, immediate, open_store_file
 from mrs_client.errors import MoveRejected
 from mrs_client.move_store import (
     ANSWERS_KEPT,
@@ -89,15 +89,8 @@ class EmbeddedMoveStore(MoveStore):
             if durable != self._durable:
                 self._conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
                 self._durable = durable
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = fn(*args)
-                self._conn.execute("COMMIT")
-                return result
-            except BaseException:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                raise
+            with immediate(self._conn):
+                return fn(*args)
 
     async def _write(self, fn: Callable[..., Any], *args: Any, durable: bool = True) -> Any:
         self.in_flight += 1

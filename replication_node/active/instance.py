@@ -456,5 +456,10 @@ class ActiveInstance:
 
     # ---- status --------------------------------------------------------------------------
 
+    def reader(self) -> ActiveCopy | None:
+        """The store's read side: the mounted copy, its LLR overlay merged in (None while
+        dismounted)."""
+        return self.copy
+
     def status(self) -> CopyStatusReport:
         return active_status(self)

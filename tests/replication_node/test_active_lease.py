@@ -29,6 +29,22 @@ from tests.cluster_harness import wait_until
 TTL = 6.0
 
 
+class _Ahead:
+    """The test's clock, as the store reads it: `store.ahead` seconds further on."""
+
+    def __init__(self, clock: ManualClock, store: StoreWithFaults) -> None:
+        self._clock, self._store = clock, store
+
+    def now(self):
+        return self._clock.now()
+
+    def monotonic(self) -> float:
+        return self._clock.monotonic() + self._store.ahead
+
+    async def sleep(self, seconds: float) -> None:
+        await self._clock.sleep(seconds)
+
+
 class StoreWithFaults(EmbeddedClusterStore):
     """A real store file whose lease renewals can be made to fail (etcd out of reach) or to
     take time on the test's clock (a slow round trip); everything else is the real store."""
@@ -37,7 +53,7 @@ class StoreWithFaults(EmbeddedClusterStore):
         # The store's clock is the holder's, plus `ahead`: time that passed while the holder's
         # process stood still (its own clock catches up when the test advances it).
         self.ahead = 0.0
-        super().__init__(path, monotonic=lambda: clock.monotonic() + self.ahead)
+        super().__init__(path, clock=_Ahead(clock, self))
         self.clock = clock
         self.unreachable = False
         self.renew_takes = 0.0
