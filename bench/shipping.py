@@ -1,6 +1,7 @@
 """Replication throughput (issue 3): log shipping, replay, and a real cluster under load.
 
     .venv/bin/python bench/shipping.py --mb 64 --seconds 20 [--dir var/bench-shipping]
+        [--only in-process|cluster]
 
 One run, one process, three parts:
 
@@ -137,20 +138,25 @@ async def in_process(base: Path, mb: int) -> None:
 
         # -- write --mb MiB of log, then roll
         await instance.store.create_mailbox(MAILBOX)
-        batch = [{"body": BODY} for _ in range(LOCAL_BATCH)]
+
+        def batch() -> list[dict[str, str]]:
+            # New dicts each time: put_items writes the item id it assigns into each one, so
+            # a list passed twice would replace the same 200 items instead of adding more.
+            return [{"body": BODY} for _ in range(LOCAL_BATCH)]
+
         open_log = instance.paths.logs / OPEN_LOG_NAME
         start = time.perf_counter()
         before = open_log.stat().st_size
-        await instance.store.put_items(MAILBOX, batch)  # one record, to learn its size
-        written = len(batch)
+        await instance.store.put_items(MAILBOX, batch())  # one record, to learn its size
+        written = LOCAL_BATCH
         remaining = math.ceil(mb * MIB / (open_log.stat().st_size - before)) - 1
 
         async def writer() -> None:
             nonlocal written, remaining
             while remaining > 0:
                 remaining -= 1
-                await instance.store.put_items(MAILBOX, batch)  # type: ignore[union-attr]
-                written += len(batch)
+                await instance.store.put_items(MAILBOX, batch())  # type: ignore[union-attr]
+                written += LOCAL_BATCH
 
         await asyncio.gather(*(writer() for _ in range(LOCAL_WRITERS)))
         await instance.copy.roll(force=True)
@@ -365,16 +371,22 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=64, help="MiB of log for the in-process part")
     parser.add_argument("--seconds", type=float, default=20.0, help="end-to-end load duration")
     parser.add_argument("--dir", default="var/bench-shipping", help="work directory (wiped)")
+    parser.add_argument(
+        "--only", choices=("in-process", "cluster"), help="run one part (default: both)"
+    )
     args = parser.parse_args()
     base = Path(args.dir).resolve()
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)
     print(
         f"{date.today().isoformat()} - nproc {os.cpu_count()}, {platform.platform()}, "
-        f"Python {platform.python_version()}; --mb {args.mb} --seconds {args.seconds:g}\n"
+        f"Python {platform.python_version()}; --mb {args.mb} --seconds {args.seconds:g}"
+        f"{f' --only {args.only}' if args.only else ''}\n"
     )
-    asyncio.run(in_process(base / "in-process", args.mb))
-    asyncio.run(end_to_end(base / "cluster", args.seconds))
+    if args.only != "cluster":
+        asyncio.run(in_process(base / "in-process", args.mb))
+    if args.only != "in-process":
+        asyncio.run(end_to_end(base / "cluster", args.seconds))
 
 
 if __name__ == "__main__":
