@@ -14,11 +14,12 @@ Writes use `synchronous=FULL` (fsync on commit).  All methods are synchronous an
 thread-safe; async callers run `apply` in a worker thread.
 
 The content digest (`dag_common.mailbox_digest`: a sum of one term per live row) is kept by
-triggers on the three tables, in the same transaction as the rows: every write of every
-copy, through whatever path, keeps it current, and the file stores it beside its header.
+`apply`, the one path that writes the rows (`tables.TableWriter` says what each transaction
+adds to it), in the same transaction as the rows, and the file stores it beside its header.
 `apply` can report it as of each generation it applies, which is what copies compare with
 the active's (the DIGEST record of a roll); `recompute_digest` adds the terms up again from
-the rows, to find a row changed inside a page that is otherwise valid.
+the rows, to find a row changed inside a page that is otherwise valid, or a write that did
+not go through `apply`.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from replication_node.storage.header import (
     write_header,
 )
 from replication_node.storage.ops import RecordBackup, backup_fields
-from replication_node.storage.tables import TABLES_SCHEMA, apply_ops, item_dict, mailbox_dict
+from replication_node.storage.tables import TABLES_SCHEMA, TableWriter, item_dict, mailbox_dict
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +75,8 @@ class Database:
         self._lock = threading.RLock()
         migrate_header(conn)
         self._header = read_header(conn, path)
-        self._digest = 0  # the running content digest, as the triggers move it
-        self._install_digest()
+        with self._lock:
+            self._digest = install_digest(conn)  # the running content digest, as apply moves it
         # Reads go through a connection of their own: in WAL mode they see the last commit
         # and never wait for a write in progress.  A read on the event loop (a write's
         # checks, the overlay's lookups) used to wait on the one connection's lock while a
@@ -86,21 +87,14 @@ class Database:
 
     # ---- the content digest --------------------------------------------------------------
 
-    def _install_digest(self) -> None:
-        def term(sign: int, value: int) -> None:
-            self._digest = (self._digest + sign * value) % MODULUS
-
-        with self._lock:
-            self._digest = install_digest(self._conn, term)
-
     @property
     def content_digest(self) -> str:
-        """The content digest of what the file holds (at its waypoint), kept by triggers."""
+        """The content digest of what the file holds (at its waypoint), kept by `apply`."""
         return to_hex(self._digest)
 
     def recompute_digest(self) -> tuple[str, str]:
         """(stored, recomputed from the rows) in one read snapshot: unequal means a row was
-        changed behind SQLite's back (inside a valid page) or a trigger missed a change."""
+        changed behind SQLite's back (inside a valid page) or written around `apply`."""
         with self._lock:
             self._conn.execute("BEGIN")
             try:
@@ -210,10 +204,13 @@ class Database:
         with self._transaction() as conn:
             last_cn = self._header.last_change_number
             stamps: list[RecordBackup] = []
+            writer = TableWriter(conn, stamps)
             for txn in transactions:
-                last_cn = max(last_cn, apply_ops(conn, txn, stamps))
+                last_cn = max(last_cn, writer.apply(txn))
                 if digests is not None:
-                    digests[txn.generation] = to_hex(self._digest)
+                    digests[txn.generation] = to_hex(self._digest + writer.delta)
+            writer.flush()
+            self._digest = (self._digest + writer.delta) % MODULUS
             backups: dict[str, Any] = {}
             for stamp in stamps:  # in log order: the last of each kind wins
                 backups.update(backup_fields(stamp))
