@@ -66,6 +66,10 @@ class Transaction:
     ops: list[dict[str, Any]]
 
 
+_WRITE_CACHE_KIB = 16 * 1024
+_CHECKPOINT_PAGES = 4096
+
+
 class Database:
     """One database copy's SQLite file."""
 
@@ -73,6 +77,13 @@ class Database:
         self.path = path
         self._conn = conn
         self._lock = threading.RLock()
+        # The writing connection: a page cache that holds a replay batch's index pages
+        # (item ids are random, so a batch touches index pages all over the file: with
+        # SQLite's 2 MiB default they were read back and spilled to the WAL mid-batch),
+        # and a checkpoint every 16 MiB of WAL instead of 4 MiB (an index page written by
+        # several commits is copied into the file once).  bench/shipping.py, issue 33.
+        conn.execute(f"PRAGMA cache_size = -{_WRITE_CACHE_KIB}")
+        conn.execute(f"PRAGMA wal_autocheckpoint = {_CHECKPOINT_PAGES}")
         migrate_header(conn)
         self._header = read_header(conn, path)
         with self._lock:

@@ -14,6 +14,7 @@ from dag_common.mailbox_digest import (
     content_hash,
     folder_term,
     item_term,
+    item_term_of_hash,
     mailbox_digest,
     mailbox_term,
     to_hex,
@@ -92,6 +93,8 @@ def test_a_term_hashed_in_one_call_is_the_term_hashed_a_slice_at_a_time(fields):
     too); with a slice of 7 code points, the slice path splits the fields drawn, and a
     field longer than a slice makes `_term` take it."""
     one_call = mailbox_digest_module._term(*fields)
+    five = (fields + [""] * 5)[:5]
+    assert item_term_of_hash(*five) == mailbox_digest_module._term("item", *five)
     body = "".join(fields)
     whole = body_hash(body)
     with patch.object(mailbox_digest_module, "_SLICE", 7):
