@@ -26,6 +26,7 @@ is where a sync cursor may go on from once the digests agree.
 from __future__ import annotations
 
 import hashlib
+import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,16 +35,26 @@ MODULUS = 1 << 256
 
 
 def _term(*fields: str) -> int:
-    """SHA-256 of the fields, each as its UTF-8 length (8 bytes) and bytes.  A long field
-    is encoded a slice at a time: an item body of 36 MiB costs 1 MiB here, not twice its
-    size (code points are encoded one by one, so the slices add up to the whole)."""
+    """SHA-256 of the fields, each as its UTF-8 length (8 bytes) and bytes.  Fields of a
+    slice or less (every field of every row but a large body, which is counted by its hash)
+    are hashed as one joined string in one call: the same bytes, so the same hash, for a
+    third less time than an update per piece; a longer field is encoded a slice at a time
+    (`_term_by_slices`)."""
+    parts = []
+    for value in fields:
+        if len(value) > _SLICE:
+            return _term_by_slices(fields)
+        data = value.encode("utf-8", "surrogatepass")
+        parts.append(len(data).to_bytes(8, "big"))
+        parts.append(data)
+    return int.from_bytes(_sha256(b"".join(parts)).digest(), "big")
+
+
+def _term_by_slices(fields: tuple[str, ...]) -> int:
+    """`_term` for fields that may be long: an item body of 36 MiB costs 1 MiB here, not
+    twice its size (code points are encoded one by one, so the slices add up to the whole)."""
     h = _sha256()
     for value in fields:
-        if len(value) <= _SLICE:
-            data = value.encode("utf-8", "surrogatepass")
-            h.update(len(data).to_bytes(8, "big"))
-            h.update(data)
-            continue
         h.update(utf8_size(value).to_bytes(8, "big"))
         for i in range(0, len(value), _SLICE):
             h.update(value[i : i + _SLICE].encode("utf-8", "surrogatepass"))
@@ -71,13 +82,29 @@ def item_term(mailbox: str, item_id: str, folder: str, subject: str, body: str) 
 
 def item_term_of_hash(mailbox: str, item_id: str, folder: str, subject: str, body: str) -> int:
     """The term of one live item whose body is given by its `body_hash`: a database keeps
-    that hash beside the body, so its digest triggers never carry a 36 MiB body out of
-    SQLite (twice its size again, per write)."""
-    return _term("item", mailbox, item_id, folder, subject, body)
+    that hash beside the body, so its digest never reads a 36 MiB body back out of SQLite
+    (twice its size again, per write).  `_term` spelled out for the five fields (the
+    database hashes one per item it writes): the same bytes."""
+    if len(subject) > _SLICE or len(body) > _SLICE:
+        return _term("item", mailbox, item_id, folder, subject, body)
+    m, i = mailbox.encode("utf-8", "surrogatepass"), item_id.encode("utf-8", "surrogatepass")
+    f, s = folder.encode("utf-8", "surrogatepass"), subject.encode("utf-8", "surrogatepass")
+    b = body.encode("utf-8", "surrogatepass")
+    data = b"".join(
+        (_ITEM, _u64(len(m)), m, _u64(len(i)), i, _u64(len(f)), f, _u64(len(s)), s, _u64(len(b)), b)
+    )
+    return int.from_bytes(_sha256(data).digest(), "big")
+
+
+_u64 = struct.Struct(">Q").pack
+_ITEM = _u64(4) + b"item"
 
 
 def body_hash(body: str) -> str:
-    """SHA-256 (hex) of a body's UTF-8 bytes, a slice at a time."""
+    """SHA-256 (hex) of a body's UTF-8 bytes, a slice at a time (a body of a slice or less
+    in one call: the same bytes)."""
+    if len(body) <= _SLICE:
+        return _sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
     h = _sha256()
     for i in range(0, len(body), _SLICE):
         h.update(body[i : i + _SLICE].encode("utf-8", "surrogatepass"))

@@ -14,11 +14,12 @@ Writes use `synchronous=FULL` (fsync on commit).  All methods are synchronous an
 thread-safe; async callers run `apply` in a worker thread.
 
 The content digest (`dag_common.mailbox_digest`: a sum of one term per live row) is kept by
-triggers on the three tables, in the same transaction as the rows: every write of every
-copy, through whatever path, keeps it current, and the file stores it beside its header.
+`apply`, the one path that writes the rows (`tables.TableWriter` says what each transaction
+adds to it), in the same transaction as the rows, and the file stores it beside its header.
 `apply` can report it as of each generation it applies, which is what copies compare with
 the active's (the DIGEST record of a roll); `recompute_digest` adds the terms up again from
-the rows, to find a row changed inside a page that is otherwise valid.
+the rows, to find a row changed inside a page that is otherwise valid, or a write that did
+not go through `apply`.
 """
 
 from __future__ import annotations
@@ -53,7 +54,10 @@ from replication_node.storage.header import (
 )
 from replication_node.storage.ops import RecordBackup, backup_fields
 from replication_node.storage.reader import ItemsPage
-from replication_node.storage.tables import TABLES_SCHEMA, apply_ops, item_dict, mailbox_dict
+from replication_node.storage.tables import TABLES_SCHEMA, TableWriter, item_dict, mailbox_dict
+
+_WRITE_CACHE_KIB = 16 * 1024
+_CHECKPOINT_PAGES = 4096
 
 
 class Database:
@@ -63,10 +67,17 @@ class Database:
         self.path = path
         self._conn = conn
         self._lock = threading.RLock()
+        # The writing connection: a page cache that holds a replay batch's index pages
+        # (item ids are random, so a batch touches index pages all over the file: with
+        # SQLite's 2 MiB default they were read back and spilled to the WAL mid-batch),
+        # and a checkpoint every 16 MiB of WAL instead of 4 MiB (an index page written by
+        # several commits is copied into the file once).  bench/shipping.py, issue 33.
+        conn.execute(f"PRAGMA cache_size = -{_WRITE_CACHE_KIB}")
+        conn.execute(f"PRAGMA wal_autocheckpoint = {_CHECKPOINT_PAGES}")
         migrate_header(conn)
         self._header = read_header(conn, path)
-        self._digest = 0  # the running content digest, as the triggers move it
-        self._install_digest()
+        with self._lock:
+            self._digest = install_digest(conn)  # the running content digest, as apply moves it
         # Reads go through a connection of their own: in WAL mode they see the last commit
         # and never wait for a write in progress.  A read on the event loop (a write's
         # checks, the overlay's lookups) used to wait on the one connection's lock while a
@@ -77,21 +88,14 @@ class Database:
 
     # ---- the content digest --------------------------------------------------------------
 
-    def _install_digest(self) -> None:
-        def term(sign: int, value: int) -> None:
-            self._digest = (self._digest + sign * value) % MODULUS
-
-        with self._lock:
-            self._digest = install_digest(self._conn, term)
-
     @property
     def content_digest(self) -> str:
-        """The content digest of what the file holds (at its waypoint), kept by triggers."""
+        """The content digest of what the file holds (at its waypoint), kept by `apply`."""
         return to_hex(self._digest)
 
     def recompute_digest(self) -> tuple[str, str]:
         """(stored, recomputed from the rows) in one read snapshot: unequal means a row was
-        changed behind SQLite's back (inside a valid page) or a trigger missed a change."""
+        changed behind SQLite's back (inside a valid page) or written around `apply`."""
         with self._lock:
             self._conn.execute("BEGIN")
             try:
@@ -201,10 +205,13 @@ class Database:
         with self._transaction() as conn:
             last_cn = self._header.last_change_number
             stamps: list[RecordBackup] = []
+            writer = TableWriter(conn, stamps)
             for txn in transactions:
-                last_cn = max(last_cn, apply_ops(conn, txn, stamps))
+                last_cn = max(last_cn, writer.apply(txn))
                 if digests is not None:
-                    digests[txn.generation] = to_hex(self._digest)
+                    digests[txn.generation] = to_hex(self._digest + writer.delta)
+            writer.flush()
+            self._digest = (self._digest + writer.delta) % MODULUS
             backups: dict[str, Any] = {}
             for stamp in stamps:  # in log order: the last of each kind wins
                 backups.update(backup_fields(stamp))

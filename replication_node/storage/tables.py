@@ -8,9 +8,18 @@ replayed into the file and the same generation held in memory read the same.
 from __future__ import annotations
 
 import sqlite3
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from dag_common.mailbox_digest import body_hash, utf8_size
+import orjson
+
+from dag_common.mailbox_digest import (
+    body_hash,
+    folder_term,
+    item_term_of_hash,
+    mailbox_term,
+    utf8_size,
+)
 from replication_node.errors import DatabaseError
 from replication_node.storage.ops import (
     CreateFolder,
@@ -18,6 +27,7 @@ from replication_node.storage.ops import (
     DeleteItem,
     DeleteMailbox,
     MalformedOperation,
+    Operation,
     PutItem,
     RecordBackup,
     SetMailbox,
@@ -79,88 +89,183 @@ def item_dict(row: sqlite3.Row) -> dict[str, Any]:
 
 
 _PUT = "INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?)"
+# The live rows among some items of one mailbox (their ids as one JSON array: one statement
+# for a whole transaction's puts, whatever their number).
+_LIVE_ITEMS = (
+    "SELECT item_id, folder, subject, body_hash FROM items"
+    " WHERE mailbox = ? AND deleted = 0 AND item_id IN (SELECT value FROM json_each(?))"
+)
 
 
-def apply_ops(
-    conn: sqlite3.Connection, txn: Transaction, stamps: list[RecordBackup] | None = None
-) -> int:
-    """Apply one transaction's operations (`ops.decode`d: the same model the overlay
-    applies, the same rows); return its highest change number.  A backup stamp touches no
-    table: it is appended to `stamps`, for the caller to write into the header in the same
-    SQLite transaction."""
-    when = txn.commit_time.isoformat()
-    puts: list[tuple[Any, ...]] = []
-    last_cn = 0
+class TableWriter:
+    """Applies transactions' operations (`ops.decode`d: the same model the overlay applies,
+    the same rows) inside the caller's SQLite transaction, and keeps what they add to the
+    content digest (`delta`: the terms of the rows they write, less those of the rows they
+    replace or remove; `digest.py`).
 
-    def flush_puts() -> None:
-        if puts:
-            conn.executemany(_PUT, puts)
-            puts.clear()
+    Puts, nearly every operation, are held and written together by `flush` (at the next
+    other operation, or when the caller is done): sorted by key, so that a batch of random
+    item ids goes into the primary-key index in one pass instead of at random pages; the
+    same rows in the end, an item put twice in the order it was put.  A put's term and the
+    term of the live row it replaces (in the file, looked up with one statement per
+    mailbox and transaction, or among the rows held) are counted when its transaction is
+    applied, so `delta` is exact after each one.  A backup stamp touches no table: it is
+    appended to `stamps`, for the caller to write into the header in the same SQLite
+    transaction."""
 
-    for raw in txn.ops:
-        try:
-            op = decode(raw)
-        except MalformedOperation as exc:
-            raise DatabaseError(
-                f"malformed operation in generation {txn.generation} at offset {txn.offset}: {exc}"
-            ) from exc
-        if type(op) is RecordBackup:
-            if stamps is not None:
-                stamps.append(op)
-            continue
-        last_cn = max(last_cn, op.cn)
-        if type(op) is PutItem:  # item_row's columns, without the dict (the hot path)
-            size, digest = utf8_size(op.body), body_hash(op.body)
-            puts.append(
-                (op.mailbox, op.item_id, op.folder, op.subject, op.body, size, op.cn, when, digest)
+    def __init__(self, conn: sqlite3.Connection, stamps: list[RecordBackup] | None = None):
+        self._conn = conn
+        self._stamps = stamps
+        self._puts: list[tuple[Any, ...]] = []  # rows for _PUT, held, in log order
+        self._held: dict[tuple[str, str], int] = {}  # the term each key held has (0: none)
+        self.delta = 0
+
+    def apply(self, txn: Transaction) -> int:
+        """Apply one transaction; its highest change number."""
+        when = txn.commit_time.isoformat()
+        segment: list[tuple[Any, ...]] = []
+        last_cn = 0
+        for raw in txn.ops:
+            try:
+                op = decode(raw)
+            except MalformedOperation as exc:
+                raise DatabaseError(
+                    f"malformed operation in generation {txn.generation} at offset "
+                    f"{txn.offset}: {exc}"
+                ) from exc
+            if type(op) is RecordBackup:
+                if self._stamps is not None:
+                    self._stamps.append(op)
+                continue
+            last_cn = max(last_cn, op.cn)
+            if type(op) is PutItem:  # item_row's columns, without the dict (the hot path)
+                size, digest = utf8_size(op.body), body_hash(op.body)
+                segment.append(
+                    (op.mailbox, op.item_id, op.folder, op.subject, op.body, size, op.cn, when,
+                     digest)
+                )  # fmt: skip
+                continue
+            self._hold(segment)
+            segment = []
+            self.flush()
+            self.delta += _other(self._conn, op, when)
+        self._hold(segment)
+        return last_cn
+
+    def _hold(self, rows: list[tuple[Any, ...]]) -> None:
+        """Count put rows into `delta` and hold them for `flush`."""
+        if not rows:
+            return
+        held = self._held
+        ids: dict[str, list[str]] = {}
+        for row in rows:
+            if (row[0], row[1]) not in held:
+                ids.setdefault(row[0], []).append(row[1])
+        for mailbox, item_ids in ids.items():
+            found = self._conn.execute(_LIVE_ITEMS, (mailbox, orjson.dumps(item_ids).decode()))
+            for item_id, *fields in found:
+                held[mailbox, item_id] = item_term_of_hash(mailbox, item_id, *fields)
+        change = 0
+        for mailbox, item_id, folder, subject, _, _, _, _, hashed in rows:
+            term = item_term_of_hash(mailbox, item_id, folder, subject, hashed)
+            change += term - held.get((mailbox, item_id), 0)
+            held[mailbox, item_id] = term
+        self.delta += change
+        self._puts.extend(rows)
+
+    def flush(self) -> None:
+        """Write the rows held."""
+        if self._puts:
+            self._puts.sort(key=_KEY)  # stable: an item put twice keeps its last row
+            self._conn.executemany(_PUT, self._puts)
+            self._puts.clear()
+            self._held.clear()
+
+
+# By item id alone (a batch is nearly always one mailbox's): a string compares faster than a
+# tuple, and the order within a mailbox is the index's.
+_KEY = itemgetter(1)
+
+
+def _other(conn: sqlite3.Connection, op: Operation, when: str) -> int:
+    """Apply one operation other than a put or a backup stamp; what it adds to the digest."""
+    delta = 0
+    match op:
+        case CreateMailbox():
+            row = mailbox_row(op)
+            delta -= _mailbox_term(conn, op.mailbox)
+            conn.execute(
+                "INSERT OR REPLACE INTO mailboxes VALUES (?, ?, ?, ?, ?)",
+                tuple(row[c] for c in _MAILBOX_COLUMNS),
             )
-            continue
-        flush_puts()
-        match op:
-            case CreateMailbox():
-                row = mailbox_row(op)
+            delta += mailbox_term(op.mailbox, op.display_name, False, False)
+            for folder in op.folders:
+                delta += _create_folder(conn, op.mailbox, folder, op.cn)
+        case SetMailbox():
+            # the row as set_mailbox_row leaves it: only the fields the operation names
+            sets, args = ["change_number=?"], [op.cn]
+            for field in ("locked", "soft_deleted"):
+                if getattr(op, field) is not None:
+                    sets.append(f"{field}=?")
+                    args.append(int(getattr(op, field)))
+            delta -= _mailbox_term(conn, op.mailbox)
+            conn.execute(
+                f"UPDATE mailboxes SET {', '.join(sets)} WHERE mailbox=?", (*args, op.mailbox)
+            )
+            delta += _mailbox_term(conn, op.mailbox)
+        case CreateFolder():
+            delta += _create_folder(conn, op.mailbox, op.folder, op.cn)
+        case DeleteItem():
+            tomb = tombstone_row(None, op, when)
+            live = conn.execute(
+                _LIVE_ITEMS, (op.mailbox, orjson.dumps([op.item_id]).decode())
+            ).fetchone()
+            if live is not None:
+                delta -= item_term_of_hash(op.mailbox, *live)
+            cur = conn.execute(
+                "UPDATE items SET deleted=1, body='', size=0, change_number=?, commit_time=?,"
+                " body_hash='' WHERE mailbox=? AND item_id=?",
+                (op.cn, when, op.mailbox, op.item_id),
+            )
+            if cur.rowcount == 0:
                 conn.execute(
-                    "INSERT OR REPLACE INTO mailboxes VALUES (?, ?, ?, ?, ?)",
-                    tuple(row[c] for c in _MAILBOX_COLUMNS),
+                    "INSERT INTO items VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, '')",
+                    tuple(tomb[c] for c in _ITEM_COLUMNS),
                 )
-                conn.executemany(
-                    "INSERT OR IGNORE INTO folders VALUES (?, ?, ?)",
-                    [(op.mailbox, f, op.cn) for f in op.folders],
-                )
-            case SetMailbox():
-                # the row as set_mailbox_row leaves it: only the fields the operation names
-                sets, args = ["change_number=?"], [op.cn]
-                for field in ("locked", "soft_deleted"):
-                    if getattr(op, field) is not None:
-                        sets.append(f"{field}=?")
-                        args.append(int(getattr(op, field)))
-                conn.execute(
-                    f"UPDATE mailboxes SET {', '.join(sets)} WHERE mailbox=?",
-                    (*args, op.mailbox),
-                )
-            case CreateFolder():
-                conn.execute(
-                    "INSERT OR IGNORE INTO folders VALUES (?, ?, ?)",
-                    (op.mailbox, op.folder, op.cn),
-                )
-            case DeleteItem():
-                tomb = tombstone_row(None, op, when)
-                cur = conn.execute(
-                    "UPDATE items SET deleted=1, body='', size=0, change_number=?, commit_time=?,"
-                    " body_hash='' WHERE mailbox=? AND item_id=?",
-                    (op.cn, when, op.mailbox, op.item_id),
-                )
-                if cur.rowcount == 0:
-                    conn.execute(
-                        "INSERT INTO items VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, '')",
-                        tuple(tomb[c] for c in _ITEM_COLUMNS),
-                    )
-            case DeleteMailbox():
-                # every row of the mailbox (the digest triggers take each one out)
-                for table in ("items", "folders", "mailboxes"):
-                    conn.execute(f"DELETE FROM {table} WHERE mailbox=?", (op.mailbox,))
-    flush_puts()
-    return last_cn
+        case DeleteMailbox():
+            # every row of the mailbox, each one's term taken out of the digest
+            delta -= mailbox_rows_digest(conn, op.mailbox)
+            for table in ("items", "folders", "mailboxes"):
+                conn.execute(f"DELETE FROM {table} WHERE mailbox=?", (op.mailbox,))
+    return delta
+
+
+def _mailbox_term(conn: sqlite3.Connection, mailbox: str) -> int:
+    """The term of a mailbox's row in the file (0: it has none)."""
+    row = conn.execute(
+        "SELECT display_name, locked, soft_deleted FROM mailboxes WHERE mailbox=?", (mailbox,)
+    ).fetchone()
+    return mailbox_term(mailbox, *row) if row is not None else 0
+
+
+def _create_folder(conn: sqlite3.Connection, mailbox: str, folder: str, cn: int) -> int:
+    """Create a folder unless the mailbox has it; its term if it was created, else 0."""
+    cur = conn.execute("INSERT OR IGNORE INTO folders VALUES (?, ?, ?)", (mailbox, folder, cn))
+    return folder_term(mailbox, folder) if cur.rowcount == 1 else 0
+
+
+def mailbox_rows_digest(conn: sqlite3.Connection, mailbox: str) -> int:
+    """The sum of the terms of every row of a mailbox: its live items, its folders and its
+    own row (not reduced)."""
+    total = _mailbox_term(conn, mailbox)
+    for row in conn.execute(
+        "SELECT item_id, folder, subject, body_hash FROM items WHERE mailbox=? AND deleted=0",
+        (mailbox,),
+    ):
+        total += item_term_of_hash(mailbox, *row)
+    for (folder,) in conn.execute("SELECT folder FROM folders WHERE mailbox=?", (mailbox,)):
+        total += folder_term(mailbox, folder)
+    return total
 
 
 # Column order of the tables, for the rows `ops` defines.

@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
-import pytest
+from unittest.mock import patch
 
-from dag_common.mailbox_digest import content_hash, mailbox_digest
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dag_common import mailbox_digest as mailbox_digest_module
+from dag_common.mailbox_digest import (
+    body_hash,
+    content_hash,
+    folder_term,
+    item_term,
+    item_term_of_hash,
+    mailbox_digest,
+    mailbox_term,
+    to_hex,
+)
 
 
 def item(item_id, folder="Inbox", subject="s", body="b", cn=1, deleted=False):
@@ -52,3 +66,44 @@ def test_count_and_last_change_number_include_what_they_should():
     empty = mailbox_digest("m", [])
     assert (empty.item_count, empty.last_change_number) == (0, 0)
     assert empty.digest == mailbox_digest("m", [item("z", deleted=True)]).digest
+
+
+def test_the_terms_are_pinned():
+    """The digest's definition never moves (copies, backups and moves compare digests made
+    by different versions): these values were computed before the terms were hashed in one
+    call (issue 33)."""
+    assert to_hex(item_term("alice", "i1", "Inbox", "s\u00e9", "body \U0001f600")) == (
+        "a59123f5099ce528f862edc56e7de90d706f80207fb198d3cc327a04cd513c88"
+    )
+    assert to_hex(mailbox_term("alice", "Alice", 1, 0)) == (
+        "52b40627a5b6d644f43f33a859d087cafb8bf750cf46d437a77b200d72c6b0cc"
+    )
+    assert to_hex(folder_term("alice", "Inbox")) == (
+        "9da234cd7563c4edc2ce7f7d76b87fba306bb35802670e5d53e566acad4822d9"
+    )
+    assert content_hash("s", "b") == (
+        "9c4afcf196ddefa840e0790e6079a4fbf0875cefa9a3af46f6c253e70a6de53b"
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(fields=st.lists(st.text(alphabet="ab\u00e9\U0001f600\ud800", max_size=40), max_size=6))
+def test_a_term_hashed_in_one_call_is_the_term_hashed_a_slice_at_a_time(fields):
+    """The one-call hash and the slice-by-slice one read the same bytes (lone surrogates
+    too); with a slice of 7 code points, the slice path splits the fields drawn, and a
+    field longer than a slice makes `_term` take it."""
+    one_call = mailbox_digest_module._term(*fields)
+    five = (fields + [""] * 5)[:5]
+    assert item_term_of_hash(*five) == mailbox_digest_module._term("item", *five)
+    body = "".join(fields)
+    whole = body_hash(body)
+    with patch.object(mailbox_digest_module, "_SLICE", 7):
+        assert mailbox_digest_module._term_by_slices(tuple(fields)) == one_call
+        assert body_hash(body) == whole
+        longer = [*fields, "x" * 8]
+        assert mailbox_digest_module._term(*longer) == (
+            mailbox_digest_module._term_by_slices(tuple(longer))
+        )
+    assert mailbox_digest_module._term(*longer) == mailbox_digest_module._term_by_slices(
+        tuple(longer)
+    )

@@ -1,7 +1,8 @@
-"""The database content digest: kept by triggers, it always equals the digest added up from
-the rows; copies that apply the same operations in any batching agree on it generation by
-generation; a row changed behind SQLite's back is found by adding up again (property-based
-with hypothesis over operation sequences, real SQLite files)."""
+"""The database content digest: kept by `apply`, it always equals the digest added up from
+the rows, and what the triggers that kept it before issue 33 kept; copies that apply the same
+operations in any batching agree on it generation by generation; a row changed behind
+SQLite's back is found by adding up again (property-based with hypothesis over operation
+sequences, real SQLite files)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ import uuid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dag_common.mailbox_digest import mailbox_digest, to_hex
+from dag_common.mailbox_digest import (
+    MODULUS,
+    folder_term,
+    item_term_of_hash,
+    mailbox_digest,
+    mailbox_term,
+    to_hex,
+)
 from replication_node.log.events import Transaction
 from replication_node.storage.database import Database
 from replication_node.storage.digest import recompute_digest
@@ -45,7 +53,7 @@ def test_the_kept_digest_is_the_rows_digest_in_any_batching(tmp_path_factory, ge
         apply(parts, [t for t in txns if t.generation <= cut], cut)
         at_cut = parts.content_digest
         apply(parts, [t for t in txns if t.generation > cut], last)
-        # kept by the triggers == added up from the rows, on both
+        # kept by apply == added up from the rows, on both
         for db in (whole, parts):
             stored, rows = db.recompute_digest()
             assert stored == rows == db.content_digest
@@ -119,9 +127,9 @@ def test_a_file_from_before_digests_gets_its_digest_on_first_open(tmp_path):
 
 
 def test_a_file_from_before_body_hashes_is_migrated_and_its_digest_added_up_again(tmp_path):
-    """A database file whose items have no body_hash column (and whose triggers passed the
-    bodies): opened, it gets the column filled, the new triggers, and its digest added up
-    again by the current definition; writes after keep it equal to its rows."""
+    """A database file whose items have no body_hash column: opened, it gets the column
+    filled and its digest added up again by the current definition; writes after keep it
+    equal to its rows."""
 
     def put(item: str, body: str, cn: int) -> dict:
         return {"op": "put_item", "mailbox": "m", "item_id": item, "folder": "Inbox",
@@ -133,8 +141,6 @@ def test_a_file_from_before_body_hashes_is_migrated_and_its_digest_added_up_agai
     apply(db, [Transaction(1, 512, T0, [create, put("a", "x" * 5000, 2)])], 1)
     db.close()
     conn = sqlite3.connect(path)
-    for name in ("dg_items_ins2", "dg_items_del2", "dg_items_upd2"):
-        conn.execute(f"DROP TRIGGER {name}")
     conn.execute("ALTER TABLE items DROP COLUMN body_hash")
     conn.execute("UPDATE db_digest SET digest = ?", ("0" * 63 + "1",))  # the old definition's
     conn.commit()
@@ -146,4 +152,91 @@ def test_a_file_from_before_body_hashes_is_migrated_and_its_digest_added_up_agai
     stored, rows = db.recompute_digest()
     assert stored == rows == db.content_digest
     assert {r["item_id"]: r["body"] for r in db.items("m")} == {"a": "z", "b": "y" * 10}
+    db.close()
+
+
+# How files kept their content digest before issue 33: a trigger per table and change,
+# calling a Python function per row.  The oracle of the two tests below.
+TRIGGERS_BEFORE_33 = """
+CREATE TRIGGER dg_items_ins2 AFTER INSERT ON items WHEN NEW.deleted = 0 BEGIN
+  SELECT dg_item(1, NEW.mailbox, NEW.item_id, NEW.folder, NEW.subject, NEW.body_hash); END;
+CREATE TRIGGER dg_items_del2 AFTER DELETE ON items WHEN OLD.deleted = 0 BEGIN
+  SELECT dg_item(-1, OLD.mailbox, OLD.item_id, OLD.folder, OLD.subject, OLD.body_hash); END;
+CREATE TRIGGER dg_items_upd2 AFTER UPDATE ON items BEGIN
+  SELECT dg_item(-1, OLD.mailbox, OLD.item_id, OLD.folder, OLD.subject, OLD.body_hash)
+    WHERE OLD.deleted = 0;
+  SELECT dg_item(1, NEW.mailbox, NEW.item_id, NEW.folder, NEW.subject, NEW.body_hash)
+    WHERE NEW.deleted = 0; END;
+CREATE TRIGGER dg_mbx_ins AFTER INSERT ON mailboxes BEGIN
+  SELECT dg_mailbox(1, NEW.mailbox, NEW.display_name, NEW.locked, NEW.soft_deleted); END;
+CREATE TRIGGER dg_mbx_del AFTER DELETE ON mailboxes BEGIN
+  SELECT dg_mailbox(-1, OLD.mailbox, OLD.display_name, OLD.locked, OLD.soft_deleted); END;
+CREATE TRIGGER dg_mbx_upd AFTER UPDATE ON mailboxes BEGIN
+  SELECT dg_mailbox(-1, OLD.mailbox, OLD.display_name, OLD.locked, OLD.soft_deleted);
+  SELECT dg_mailbox(1, NEW.mailbox, NEW.display_name, NEW.locked, NEW.soft_deleted); END;
+CREATE TRIGGER dg_fld_ins AFTER INSERT ON folders BEGIN
+  SELECT dg_folder(1, NEW.mailbox, NEW.folder); END;
+CREATE TRIGGER dg_fld_del AFTER DELETE ON folders BEGIN
+  SELECT dg_folder(-1, OLD.mailbox, OLD.folder); END;
+"""
+
+
+def with_old_triggers(conn: sqlite3.Connection, kept: list[int]) -> None:
+    """Give `conn` the pre-issue-33 trigger functions, adding each term into `kept[0]`."""
+
+    def term(sign: int, value: int) -> None:
+        kept[0] = (kept[0] + sign * value) % MODULUS
+
+    conn.execute("PRAGMA recursive_triggers = ON")
+    conn.create_function("dg_item", 6, lambda s, *f: term(s, item_term_of_hash(*f)))
+    conn.create_function("dg_mailbox", 5, lambda s, *f: term(s, mailbox_term(*f)))
+    conn.create_function("dg_folder", 3, lambda s, *f: term(s, folder_term(*f)))
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(generations=history)
+def test_apply_keeps_the_digest_the_old_triggers_kept(tmp_path_factory, generations):
+    """The same writes, the old triggers watching them on the same connection: after every
+    transaction, the digest apply keeps is the one the triggers add up, row by row."""
+    txns = numbered(generations)
+    db = fresh(tmp_path_factory.mktemp("oracle") / "db.sqlite")
+    kept = [0]
+    try:
+        with_old_triggers(db._conn, kept)
+        db._conn.executescript(TRIGGERS_BEFORE_33)
+        for txn in txns:
+            apply(db, [txn], txn.generation)
+            assert db.content_digest == to_hex(kept[0])
+        stored, rows = db.recompute_digest()
+        assert stored == rows == db.content_digest
+    finally:
+        db.close()
+
+
+def test_a_file_from_before_33_loses_its_triggers_and_keeps_its_digest(tmp_path):
+    """A file whose digest triggers called Python functions: opened, the triggers are
+    dropped (their functions are no longer registered: a write would fail) and the digest
+    they kept stays; writes after keep it equal to its rows."""
+    path = tmp_path / "db.sqlite"
+    fresh(path).close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    kept = [0]
+    with_old_triggers(conn, kept)
+    conn.executescript(TRIGGERS_BEFORE_33)
+    conn.execute("BEGIN")  # rows written as before issue 33, the triggers keeping the digest
+    conn.execute("INSERT INTO mailboxes VALUES ('m', 'M', 0, 0, 1)")
+    conn.execute("INSERT INTO folders VALUES ('m', 'Inbox', 1)")
+    conn.execute("UPDATE db_digest SET digest = ?", (to_hex(kept[0]),))
+    conn.execute("COMMIT")
+    conn.close()
+    db = Database.open(path)
+    names = db._conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall()
+    assert names == []
+    assert db.content_digest == to_hex(kept[0])
+    put = {"op": "put_item", "mailbox": "m", "item_id": "a", "folder": "Inbox", "cn": 2}
+    apply(db, [Transaction(1, 512, T0, [put])], 1)
+    stored, rows = db.recompute_digest()
+    assert stored == rows == db.content_digest != to_hex(kept[0])
     db.close()
