@@ -19,6 +19,8 @@ from dag_common.api_types import NAME_PATTERN
 from dag_common.config import ClusterConfig
 from dag_common.model import AutoDatabaseMountDial, NodeStatus
 from replication_node.active.instance import ActiveInstance
+from replication_node.cluster.activation import ActivationResult
+from replication_node.cluster.switchover import SwitchoverResult
 from replication_node.errors import BadRequest, LogStreamStopped, NotActive, NotFound
 from replication_node.http.body import SMALL_BODY, BodyLimit, body_text, parse_json, read_body
 from replication_node.interfaces import HostedCopy, MailboxReader
@@ -52,9 +54,9 @@ class NodeApi(Protocol):
 
     async def activate(
         self, database: str, target: str, dial_override: AutoDatabaseMountDial | None
-    ) -> dict[str, Any]: ...
+    ) -> ActivationResult: ...
 
-    async def switchover(self, database: str, target: str) -> dict[str, Any]: ...
+    async def switchover(self, database: str, target: str) -> SwitchoverResult: ...
 
     async def copy_last_logs(self, database: str) -> dict[str, Any]: ...
 
