@@ -334,7 +334,11 @@ def assess_activation(
     )
     decision = mount_decision(
         node=node,
-        copy=copy.model_copy(update={"last_log_inspected": at_risk.generated}) if covered else copy,
+        copy=(
+            copy.model_copy(update={"last_log_inspected": at_risk.generated})
+            if covered and copy is not None
+            else copy
+        ),
         at_risk=at_risk,
         dial=dial,
         active_reachable=old is not None and old.status is CopyStatus.MOUNTED,
