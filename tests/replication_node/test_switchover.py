@@ -1,7 +1,7 @@
-"""The switchover's coordinator (`Switchover` over `HttpPeers`) against two fake nodes on real aiohttp
-servers (port 0) and a real cluster store file, on an injected clock: what it does when the
-copy taking over stops answering in the middle (the old active must not stay quiesced, its
-writes refused, until the catch-up deadline)."""
+"""The switchover's coordinator (`Switchover` over `HttpPeers`) against two fake nodes on
+real aiohttp servers (port 0) and a real cluster store file, on an injected clock: what it
+does when the copy taking over stops answering in the middle (the old active must not stay
+quiesced, its writes refused, until the catch-up deadline)."""
 
 from __future__ import annotations
 
