@@ -91,12 +91,12 @@ class Node:
         self._failover_task: asyncio.Task[None] | None = None
         self._failover: FailoverMonitor | None = None
         # What moves the active role, once the session to the other nodes is open (start).
-        self._others: HttpPeers | None = None
+        self._peers: HttpPeers | None = None
         self._activation: Activation | None = None
         self._switchover: Switchover | None = None
         self._reconcile_lock = asyncio.Lock()
         self._stopping = False
-        self._peers: PeerProgress | None = None  # asked for the active's truncation
+        self._progress: PeerProgress | None = None  # asked for the active's truncation
         self._backups_running: dict[str, str] = {}  # database -> the backup taken here
         self.unexpected_errors = 0  # HTTP requests that failed on a bug (the API's 500s)
         self.metrics = metrics or NodeMetrics(name)
@@ -129,22 +129,20 @@ class Node:
             connector=aiohttp.TCPConnector(ssl=self._client_ssl if tls else None),
             timeout=aiohttp.ClientTimeout(total=None, connect=5, sock_read=60),
         )
-        self._peers = PeerProgress(
+        self._progress = PeerProgress(
             node=self.name, session=self._session, token=self.token, config=lambda: self.config
         )
-        self._others = HttpPeers(
-            session=self._session, token=self.token, config=lambda: self.config
-        )
+        self._peers = HttpPeers(session=self._session, token=self.token, config=lambda: self.config)
         self._activation = Activation(
             config=lambda: self.config,
             cluster_store=self.cluster_store,
-            peers=self._others,
+            peers=self._peers,
             clock=self._clock,
         )
         self._switchover = Switchover(
             config=lambda: self.config,
             cluster_store=self.cluster_store,
-            peers=self._others,
+            peers=self._peers,
             clock=self._clock,
         )
         await self.reconcile()
@@ -158,7 +156,7 @@ class Node:
             },
             following=lambda db: self._specs[db].active_node if db in self._specs else None,
             cluster_store=self.cluster_store,
-            peers=self._others,
+            peers=self._peers,
             activation=self._activation,
             clock=self._clock,
         )
@@ -395,12 +393,12 @@ class Node:
             self._backups_running[database] = what
 
     async def _peer_progress(self, database: str) -> list[CopyProgress]:
-        assert self._peers is not None
-        return await self._peers.of(database)
+        assert self._progress is not None
+        return await self._progress.of(database)
 
     async def _copy_awaiting_logs(self, database: str) -> str | None:
-        assert self._others is not None
-        return await copy_awaiting_logs(self._others, database, self.name)
+        assert self._peers is not None
+        return await copy_awaiting_logs(self._peers, database, self.name)
 
     # ---- what the API asks ---------------------------------------------------------------
 
