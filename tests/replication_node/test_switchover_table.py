@@ -56,7 +56,10 @@ UNMOVED = [(1, "a", ActivationCause.FIRST_MOUNT, 1)]
 
 
 def replays(peers: FakePeers, node: str, **changes) -> None:
-    peers.reports[node] = peers.reports[node].model_copy(update=changes)
+    """The copy on `node` moves on: its next report says `changes`."""
+    now = peers.reports[node]
+    assert now is not None
+    peers.reports[node] = now.model_copy(update=changes)
 
 
 async def test_the_role_moves_once_the_target_replayed_the_last_generation(tmp_path, store, clock):
