@@ -8,6 +8,7 @@ for what only processes show."""
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 
 import pytest
@@ -17,7 +18,9 @@ from dag_common.cluster_store import ActivationCause
 from dag_common.model import AutoDatabaseMountDial, CopyRole, CopyStatus
 from replication_node.cluster.activation import Activation, ActivationResult, KeptOpenLog
 from replication_node.cluster.peers import BlockBufferKept, LastLogsCopied
+from replication_node.cluster.switchover import SwitchoverResult
 from replication_node.errors import BadRequest, Conflict, LeaseHeld, MountRefused, NotFound
+from replication_node.http.admin_routes import activation_answer, switchover_answer
 from replication_node.log.logfile import HEADER_SIZE
 from tests.replication_node.fake_peers import (
     TTL,
@@ -460,3 +463,48 @@ async def test_a_covering_buffer_that_is_not_kept_refuses_the_activation(tmp_pat
     assert await epochs(store) == [FIRST]
     assert "reconcile_all" not in peers.names()
     store.close()
+
+
+# ---- the HTTP answer ---------------------------------------------------------------------
+
+
+def test_the_routes_answer_the_documented_json_of_a_result():
+    """`POST …/activate` and `…/switchover` answer the fields operators script against."""
+    result = ActivationResult(
+        database="DB1",
+        node="b",
+        epoch=2,
+        previous_node="a",
+        cause=ActivationCause.MANUAL_ACTIVATION,
+        lost_logs=1,
+        lost_open_log=True,
+        lost_commits_at_least=3,
+        kept_open_log=KeptOpenLog(generation=11, through_byte=4800),
+        last_logs="its block-mode buffer kept as generation 11 through byte 4800",
+        reason="why",
+    )
+    assert json.loads(json.dumps(activation_answer(result))) == {
+        "database": "DB1",
+        "node": "b",
+        "epoch": 2,
+        "previous_node": "a",
+        "cause": "ManualActivation",
+        "lost_logs": 1,
+        "lost_open_log": True,
+        "lost_commits_at_least": 3,
+        "kept_open_log": {"generation": 11, "through_byte": 4800},
+        "last_logs": "its block-mode buffer kept as generation 11 through byte 4800",
+        "reason": "why",
+    }
+    switched = SwitchoverResult(
+        database="DB1", node="b", epoch=3, previous_node="a", last_log_generated=7
+    )
+    assert switchover_answer(switched) == {
+        "database": "DB1",
+        "node": "b",
+        "epoch": 3,
+        "previous_node": "a",
+        "last_log_generated": 7,
+        "lost_logs": 0,
+        "lost_open_log": False,
+    }
