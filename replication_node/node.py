@@ -38,10 +38,11 @@ from replication_node.backup.backup import BackupRequest, run_backup
 from replication_node.backup.client import HttpActiveCalls
 from replication_node.backup.sources import ActiveSource, PassiveSource
 from replication_node.backup.status import with_backups
-from replication_node.cluster.activation import activate_copy, switchover_copy
+from replication_node.cluster.activation import Activation, ActivationResult
 from replication_node.cluster.failover import FailoverMonitor
 from replication_node.cluster.manager import InstanceSpec, desired_spec, plan_instances
-from replication_node.cluster.peers import PeerProgress, copy_awaiting_logs
+from replication_node.cluster.peers import HttpPeers, PeerProgress, copy_awaiting_logs
+from replication_node.cluster.switchover import Switchover, SwitchoverResult
 from replication_node.errors import BadRequest, ClusterStoreError, Conflict, NotFound
 from replication_node.log.truncation import CopyProgress
 from replication_node.metrics import NodeMetrics, NodeStatusCollector
@@ -90,9 +91,13 @@ class Node:
         self._refresh_task: asyncio.Task[None] | None = None
         self._failover_task: asyncio.Task[None] | None = None
         self._failover: FailoverMonitor | None = None
+        # What moves the active role, once the session to the other nodes is open (start).
+        self._peers: HttpPeers | None = None
+        self._activation: Activation | None = None
+        self._switchover: Switchover | None = None
         self._reconcile_lock = asyncio.Lock()
         self._stopping = False
-        self._peers: PeerProgress | None = None  # asked for the active's truncation
+        self._progress: PeerProgress | None = None  # asked for the active's truncation
         self._backups_running: dict[str, str] = {}  # database -> the backup taken here
         self.unexpected_errors = 0  # HTTP requests that failed on a bug (the API's 500s)
         self.metrics = metrics or NodeMetrics(name)
@@ -125,8 +130,21 @@ class Node:
             connector=aiohttp.TCPConnector(ssl=self._client_ssl if tls else None),
             timeout=aiohttp.ClientTimeout(total=None, connect=5, sock_read=60),
         )
-        self._peers = PeerProgress(
+        self._progress = PeerProgress(
             node=self.name, session=self._session, token=self.token, config=lambda: self.config
+        )
+        self._peers = HttpPeers(session=self._session, token=self.token, config=lambda: self.config)
+        self._activation = Activation(
+            config=lambda: self.config,
+            cluster_store=self.cluster_store,
+            peers=self._peers,
+            clock=self._clock,
+        )
+        self._switchover = Switchover(
+            config=lambda: self.config,
+            cluster_store=self.cluster_store,
+            peers=self._peers,
+            clock=self._clock,
         )
         await self.reconcile()
         self._refresh_task = asyncio.create_task(self._refresh_loop(), name="configupdater")
@@ -139,8 +157,8 @@ class Node:
             },
             following=lambda db: self._specs[db].active_node if db in self._specs else None,
             cluster_store=self.cluster_store,
-            session=self._session,
-            token=self.token,
+            peers=self._peers,
+            activation=self._activation,
             clock=self._clock,
         )
         self._failover_task = asyncio.create_task(monitor.run(), name="failover")
@@ -303,37 +321,22 @@ class Node:
 
     async def activate(
         self, database: str, target: str, dial_override: AutoDatabaseMountDial | None
-    ) -> dict[str, Any]:
+    ) -> ActivationResult:
         """Mount the copy of `database` on `target` after its active is lost."""
-
-        assert self._session is not None
-        return await activate_copy(
-            config=self.config,
-            cluster_store=self.cluster_store,
-            session=self._session,
-            token=self.token,
-            database=database,
-            node=target,
+        assert self._activation is not None
+        return await self._activation.activate(
+            database,
+            target,
             dial_override=dial_override,
-            clock=self._clock,
             # A crashed active's lease ends within its TTL; still held after 1.5 TTL, it is
             # renewed by an active that is alive (refused: it may still acknowledge).
             lease_wait=self.config.defaults.lease_ttl.total_seconds() * 1.5,
         )
 
-    async def switchover(self, database: str, target: str) -> dict[str, Any]:
+    async def switchover(self, database: str, target: str) -> SwitchoverResult:
         """Move the active copy of `database` to `target` without losing a log."""
-
-        assert self._session is not None
-        return await switchover_copy(
-            config=self.config,
-            cluster_store=self.cluster_store,
-            session=self._session,
-            token=self.token,
-            clock=self._clock,
-            database=database,
-            node=target,
-        )
+        assert self._switchover is not None
+        return await self._switchover.switch(database, target)
 
     async def copy_last_logs(self, database: str) -> dict[str, Any]:
         """Attempt Copy Last Logs into this node's passive copy of `database`, from the
@@ -386,12 +389,12 @@ class Node:
             self._backups_running[database] = what
 
     async def _peer_progress(self, database: str) -> list[CopyProgress]:
-        assert self._peers is not None
-        return await self._peers.of(database)
+        assert self._progress is not None
+        return await self._progress.of(database)
 
     async def _copy_awaiting_logs(self, database: str) -> str | None:
-        assert self._session is not None
-        return await copy_awaiting_logs(self._session, self.config, self.token, database, self.name)
+        assert self._peers is not None
+        return await copy_awaiting_logs(self._peers, database, self.name)
 
     # ---- what the API asks ---------------------------------------------------------------
 

@@ -12,20 +12,24 @@ activation win.  Every pass returns the sentences of what it decided, and logs t
 Each pass first reads whether an operator paused automatic failover (`cluster pause`): a
 paused cluster decides nothing automatically (`failover_policy.FailoverVerdict.PAUSED`), and
 the node's status says the pause as it last read it (`pause`).
+
+The monitor sees the copies it watches as `WatchedCopy` (a `PassiveCopy` is one), asks the
+other nodes through a `Peers`, activates through an `Activation`, and reads time from the
+injected clock: a test drives it with fakes and a manual clock, pass by pass (`check_once`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-
-import aiohttp
+from typing import Protocol
 
 from dag_common.clock import Clock
 from dag_common.cluster_store import ActivationCause, ClusterStore, FailoverPause
 from dag_common.config import ClusterConfig
-from dag_common.errors import ClusterStoreError, StoreConflict
-from replication_node.cluster.activation import activate_copy
+from dag_common.errors import ClusterStoreError, RequestError, StoreConflict
+from dag_common.model import CopyStatusReport
+from replication_node.cluster.activation import Activation
 from replication_node.cluster.failover_policy import (
     FailoverVerdict,
     decide_failover,
@@ -33,14 +37,24 @@ from replication_node.cluster.failover_policy import (
     needs_lease_check,
 )
 from replication_node.cluster.mount_policy import MOUNTABLE
-from replication_node.cluster.peers import copy_reports
+from replication_node.cluster.peers import Peers
 from replication_node.errors import LeaseHeld, MountRefused, ReplicationError
-from replication_node.passive.copy import PassiveCopy
+from replication_node.passive.markers import Markers
 
 logger = logging.getLogger(__name__)
 
 CHECK_INTERVAL = 1.0
 """Seconds between two failover passes of a node (each reads the pause and decides)."""
+
+
+class WatchedCopy(Protocol):
+    """What the monitor reads of a passive copy (`PassiveCopy`), and the one thing it
+    sets: the lost active whose last logs the copy waits for, said in its status."""
+
+    markers: Markers
+    awaiting_last_logs_from: str | None
+
+    def status(self) -> CopyStatusReport: ...
 
 
 class FailoverMonitor:
@@ -51,11 +65,11 @@ class FailoverMonitor:
         *,
         node: str,
         config: Callable[[], ClusterConfig],
-        passive_copies: Callable[[], dict[str, PassiveCopy]],
+        passive_copies: Callable[[], dict[str, WatchedCopy]],
         following: Callable[[str], str | None],
         cluster_store: ClusterStore,
-        session: aiohttp.ClientSession,
-        token: str,
+        peers: Peers,
+        activation: Activation,
         clock: Clock,
         interval: float = CHECK_INTERVAL,
     ) -> None:
@@ -64,8 +78,8 @@ class FailoverMonitor:
         self._passive_copies = passive_copies
         self._following = following  # the active node a passive copy of `database` follows
         self._cluster_store = cluster_store
-        self._session = session
-        self._token = token
+        self._peers = peers
+        self._activation = activation
         self._clock = clock
         self._interval = interval
         self.errors = 0
@@ -74,6 +88,7 @@ class FailoverMonitor:
         self.pause: FailoverPause | None = None
 
     async def run(self) -> None:
+        """A failover pass every `interval` seconds on the clock, until cancelled."""
         while True:
             await self._clock.sleep(self._interval)
             try:
@@ -118,7 +133,7 @@ class FailoverMonitor:
                 after=after,
                 lease_live=lease_live,
             ):
-                decisions.append(await self._consider(config, database))
+                decisions.append(await self._consider(database))
         return decisions
 
     async def _lease_live(self, database: str) -> bool:
@@ -131,12 +146,12 @@ class FailoverMonitor:
             return True
         return lease is not None and lease.node == self._following(database)
 
-    async def _consider(self, config: ClusterConfig, database: str) -> str:
+    async def _consider(self, database: str) -> str:
         record = await self._cluster_store.active(database)
         following = self._following(database)
         reports = {}
         if record is not None and record.node != self._node and record.node == following:
-            reports = await copy_reports(self._session, config, self._token, database)
+            reports = await self._peers.copy_reports(database)
         decision = decide_failover(
             database=database,
             node=self._node,
@@ -153,15 +168,8 @@ class FailoverMonitor:
             return decision.sentence
         assert record is not None
         try:
-            result = await activate_copy(
-                config=config,
-                cluster_store=self._cluster_store,
-                session=self._session,
-                token=self._token,
-                database=database,
-                node=self._node,
-                reports=reports,
-                cause=ActivationCause.AUTOMATIC_FAILOVER,
+            result = await self._activation.activate(
+                database, self._node, reports=reports, cause=ActivationCause.AUTOMATIC_FAILOVER
             )
         except MountRefused as exc:
             # Too much would be lost: wait for the lost active's last logs.  Said in this
@@ -175,11 +183,11 @@ class FailoverMonitor:
                 f"{database}: {decision.lost}; not mounted here: {exc.holder} still holds the "
                 "active's lease in the cluster store (it may still acknowledge writes)"
             )
-        except (ReplicationError, ClusterStoreError, StoreConflict) as exc:
+        except (ReplicationError, RequestError, ClusterStoreError, StoreConflict) as exc:
             return f"{database}: {decision.lost}; not mounted here: {exc}"
         if copy is not None:
             copy.awaiting_last_logs_from = None
         return (
             f"{database}: {decision.lost}; mounted on {self._node} at epoch "
-            f"{result['epoch']}: {result['reason']}"
+            f"{result.epoch}: {result.reason}"
         )

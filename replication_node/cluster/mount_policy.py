@@ -12,6 +12,8 @@
   one call) and says in one sentence exactly what is lost.
 - `mount_decision`: may this copy be mounted at all (the old active gone, the copy fit and
   not activation-suspended), and then `assess_loss`.
+- `assess_activation`: all of the above for one activation, from the cluster store's record
+  and every copy's report (with what a synchronous copy's block-mode buffer covers).
 - `best_copy`: which passive copy an automatic failover mounts (never an activation-suspended
   one, as Exchange's Best Copy Selection); `last_logs_to_copy`: whether the copy taking over
   first copies the old active's last logs.
@@ -280,3 +282,66 @@ def last_logs_to_copy(old: CopyStatusReport | None, copy: CopyStatusReport | Non
         and copy.role is CopyRole.PASSIVE
         and copy.status in MOUNTABLE
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ActivationAssessment:
+    """What activating a copy now would lose and whether it may: the generations at risk,
+    whether its block-mode buffer counts as holding the open generation (synchronous
+    copies), why it does or does not (empty without synchronous copies), and the decision."""
+
+    at_risk: AtRisk
+    covered: bool
+    held: str
+    decision: MountDecision
+
+
+def assess_activation(
+    *,
+    node: str,
+    old_active: str,
+    last_log_generated: int,
+    open_generation: int,
+    reports: dict[str, CopyStatusReport | None],
+    dial: AutoDatabaseMountDial,
+    synchronous_copies: int,
+) -> ActivationAssessment:
+    """May the copy on `node` take over from the lost `old_active`, whose stream the cluster
+    store knows through `last_log_generated` (and `open_generation`, announced before the
+    open log's first acknowledgement), with every copy's report by node (None: no answer)?"""
+    # The store's LastLogGenerated is published just after each roll and may miss the last
+    # one; any copy that was told of a later generation by the active's notifications knows
+    # better.  The higher figure counts: lost logs are never underestimated from what is known.
+    at_risk = generations_at_risk(
+        last_log_generated=last_log_generated,
+        open_generation=open_generation,
+        reports=[r for r in reports.values() if r is not None],
+    )
+    copy, old = reports.get(node), reports.get(old_active)
+    # Synchronous copies: every commit the lost active acknowledged was held by that many
+    # copies in block mode; if this copy's buffer must hold them all, it counts as the open
+    # generation held (kept before the role moves).
+    covered, held = (
+        synchronously_held(
+            copy=copy,
+            reports=reports,
+            old_active=old_active,
+            synchronous_copies=synchronous_copies,
+            open_generation=at_risk.generated,
+        )
+        if copy is not None
+        else (False, "")
+    )
+    decision = mount_decision(
+        node=node,
+        copy=(
+            copy.model_copy(update={"last_log_inspected": at_risk.generated})
+            if covered and copy is not None
+            else copy
+        ),
+        at_risk=at_risk,
+        dial=dial,
+        active_reachable=old is not None and old.status is CopyStatus.MOUNTED,
+        active_node=old_active,
+    )
+    return ActivationAssessment(at_risk, covered, held, decision)

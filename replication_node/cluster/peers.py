@@ -3,8 +3,11 @@ follows the copies: each node's status, every copy's report, an admin call, a re
 whether a copy waits for this node's last logs, and every other copy's progress (for the
 active's truncation).
 
-A node that does not answer counts as unreachable (None), never as an error: the callers
-decide what an unreachable node means.
+`Peers` is what activation, switchover and the failover monitor ask of the other nodes,
+as a protocol over plain values (tests pass a fake); `HttpPeers` asks them over aiohttp.
+
+A node that does not answer counts as unreachable (None, or a value saying the call
+failed), never as an error: the callers decide what an unreachable node means.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -29,6 +33,81 @@ logger = logging.getLogger(__name__)
 # by calls waiting for a general timeout.
 PEER_STATUS_TIMEOUT = 2.0
 
+# Copying the last logs or keeping a block-mode buffer copies and inspects files first.
+TAKE_OVER_CALL_TIMEOUT = 45.0
+
+
+@dataclass(frozen=True, slots=True)
+class LastLogsCopied:
+    """What the copy taking over answered when asked to copy the old active's last logs
+    (Attempt Copy Last Logs)."""
+
+    failure: str | None = None  # "HTTP 409: why" when it could not (nothing else is set)
+    source: str | None = None  # the node they were copied from
+    closed_through: int | None = None  # every closed generation through this one
+    open_log_generation: int | None = None  # the open log kept as this generation (None: empty)
+
+
+@dataclass(frozen=True, slots=True)
+class BlockBufferKept:
+    """What the copy taking over answered when asked to keep its block-mode buffer."""
+
+    failure: str | None = None  # "HTTP 409: why" when it could not (nothing else is set)
+    generation: int | None = None  # kept as this generation (None: it held no transaction)
+    kept_through: int | None = None  # through this byte of it
+
+
+class Peers(Protocol):
+    """What moving the active role asks of the nodes holding copies of a database."""
+
+    async def copy_report(self, node: str, database: str) -> CopyStatusReport | None:
+        """The copy of `database` on `node` as its node reports it now (None: no answer,
+        or no such copy there)."""
+        ...
+
+    async def copy_reports(self, database: str) -> dict[str, CopyStatusReport | None]:
+        """Every copy of `database` as its node reports it now, by node (None: no answer)."""
+        ...
+
+    async def quiesce(self, node: str, database: str, target: str) -> int | None:
+        """Ask the active on `node` to stop taking writes and close its open log for a
+        switchover to `target`: the last generation it closed (None: it did not)."""
+        ...
+
+    async def unquiesce(self, node: str, database: str) -> None:
+        """Tell the active on `node` to take writes again (a switchover abandoned)."""
+        ...
+
+    async def copy_last_logs(self, node: str, database: str) -> LastLogsCopied:
+        """Ask the copy on `node` to copy the last logs of the active it followed."""
+        ...
+
+    async def keep_block_buffer(self, node: str, database: str) -> BlockBufferKept:
+        """Ask the copy on `node` to keep what its block-mode buffer holds of the open log."""
+        ...
+
+    async def reconcile_all(self, database: str) -> None:
+        """Ask every node of `database` to re-read who is active now (a node that cannot be
+        told learns it at its next config refresh)."""
+        ...
+
+
+def copy_in(status: NodeStatus | None, database: str) -> CopyStatusReport | None:
+    """The report of `database`'s copy in a node's status (None: no status, or no copy)."""
+    if status is None:
+        return None
+    return next((c for c in status.copies if c.database == database), None)
+
+
+async def copy_awaiting_logs(peers: Peers, database: str, me: str) -> str | None:
+    """The node of a copy of `database` that waits for the last logs of the node `me` to
+    mount without a loss (asked when `me` comes back after a crash), if any answers."""
+    reports = await peers.copy_reports(database)
+    for node, report in reports.items():
+        if node != me and report and report.awaiting_last_logs_from == me:
+            return node
+    return None
+
 
 async def node_status(session: aiohttp.ClientSession, url: str, token: str) -> NodeStatus | None:
     """The node's status, or None if it cannot be had in PEER_STATUS_TIMEOUT seconds (it
@@ -39,55 +118,85 @@ async def node_status(session: aiohttp.ClientSession, url: str, token: str) -> N
         return None
 
 
-def copy_in(status: NodeStatus | None, database: str) -> CopyStatusReport | None:
-    """The report of `database`'s copy in a node's status (None: no status, or no copy)."""
-    if status is None:
-        return None
-    return next((c for c in status.copies if c.database == database), None)
+class HttpPeers:
+    """`Peers` over the nodes' HTTP API, with the running config (it is reloaded) saying
+    where each node is."""
 
+    def __init__(
+        self,
+        *,
+        session: aiohttp.ClientSession,
+        token: str,
+        config: Callable[[], ClusterConfig],
+    ) -> None:
+        self._session = session
+        self._token = token
+        self._config = config
 
-async def copy_reports(
-    session: aiohttp.ClientSession, config: ClusterConfig, token: str, database: str
-) -> dict[str, CopyStatusReport | None]:
-    """Every copy of `database` as its node reports it now (None: no answer)."""
-    nodes = [c.node for c in config.database(database).copies]
-    statuses = await asyncio.gather(
-        *(node_status(session, config.node(n).url, token) for n in nodes)
-    )
-    return {n: copy_in(s, database) for n, s in zip(nodes, statuses, strict=True)}
+    def _db_url(self, node: str, database: str) -> str:
+        return f"{self._config().node(node).url}/v1/databases/{database}"
 
+    async def copy_report(self, node: str, database: str) -> CopyStatusReport | None:
+        url = self._config().node(node).url
+        return copy_in(await node_status(self._session, url, self._token), database)
 
-async def post_logged(
-    session: aiohttp.ClientSession, url: str, token: str, body: dict[str, Any] | None = None
-) -> dict[str, Any] | None:
-    """POST an admin call; its JSON answer, or None if the node cannot be reached or refuses
-    (said in the log)."""
-    code, answer = await post_admin(session, url, token, body)
-    if code >= 300:
-        logger.warning("POST %s: HTTP %d %s", url, code, str(answer.get("error"))[:300])
-        return None
-    return answer
+    async def copy_reports(self, database: str) -> dict[str, CopyStatusReport | None]:
+        nodes = [c.node for c in self._config().database(database).copies]
+        reports = await asyncio.gather(*(self.copy_report(n, database) for n in nodes))
+        return dict(zip(nodes, reports, strict=True))
 
+    async def quiesce(self, node: str, database: str, target: str) -> int | None:
+        answer = await self._post(f"{self._db_url(node, database)}/quiesce", {"target": target})
+        return None if answer is None else int(answer["last_log_generated"])
 
-async def reconcile_all(
-    session: aiohttp.ClientSession, config: ClusterConfig, database: str, token: str
-) -> None:
-    """Ask every node of `database` to re-read who is active now; a node that cannot be told
-    now learns it at its next config refresh."""
-    urls = [config.node(c.node).url for c in config.database(database).copies]
-    await asyncio.gather(*(post_logged(session, f"{url}/v1/reconcile", token) for url in urls))
+    async def unquiesce(self, node: str, database: str) -> None:
+        await self._post(f"{self._db_url(node, database)}/unquiesce")
 
+    async def copy_last_logs(self, node: str, database: str) -> LastLogsCopied:
+        status, answer = await post_admin(
+            self._session,
+            f"{self._db_url(node, database)}/copy-last-logs",
+            self._token,
+            timeout=TAKE_OVER_CALL_TIMEOUT,
+        )
+        if status != 200:
+            return LastLogsCopied(failure=f"HTTP {status}: {answer.get('error')}")
+        open_log = answer.get("open_log")
+        return LastLogsCopied(
+            source=answer.get("from"),
+            closed_through=answer.get("closed_through"),
+            open_log_generation=int(open_log["generation"]) if open_log else None,
+        )
 
-async def copy_awaiting_logs(
-    session: aiohttp.ClientSession, config: ClusterConfig, token: str, database: str, me: str
-) -> str | None:
-    """The node of a copy of `database` that waits for the last logs of the node `me` to
-    mount without a loss (asked when `me` comes back after a crash), if any answers."""
-    reports = await copy_reports(session, config, token, database)
-    for node, report in reports.items():
-        if node != me and report and report.awaiting_last_logs_from == me:
-            return node
-    return None
+    async def keep_block_buffer(self, node: str, database: str) -> BlockBufferKept:
+        status, answer = await post_admin(
+            self._session,
+            f"{self._db_url(node, database)}/keep-block-buffer",
+            self._token,
+            timeout=TAKE_OVER_CALL_TIMEOUT,
+        )
+        if status != 200:
+            return BlockBufferKept(failure=f"HTTP {status}: {answer.get('error')}")
+        kept = answer.get("kept")
+        if not kept:
+            return BlockBufferKept()
+        return BlockBufferKept(
+            generation=int(kept["generation"]), kept_through=int(kept["kept_through"])
+        )
+
+    async def reconcile_all(self, database: str) -> None:
+        config = self._config()
+        urls = [config.node(c.node).url for c in config.database(database).copies]
+        await asyncio.gather(*(self._post(f"{url}/v1/reconcile") for url in urls))
+
+    async def _post(self, url: str, body: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """POST an admin call; its JSON answer, or None if the node cannot be reached or
+        refuses (said in the log)."""
+        code, answer = await post_admin(self._session, url, self._token, body)
+        if code >= 300:
+            logger.warning("POST %s: HTTP %d %s", url, code, str(answer.get("error"))[:300])
+            return None
+        return answer
 
 
 class PeerProgress:

@@ -2,8 +2,9 @@
 actions, activation and switchover, a database's role changes (history), and the active's
 own admin calls (quiesce, mount, dismount, the hand-over of its last logs).
 
-Thin handlers: the operations themselves live in the node (`NodeApi`), the active instance
-and `cluster/activation.py`.
+Thin handlers: the operations themselves live in the node (`NodeApi`), the active instance,
+`cluster/activation.py` and `cluster/switchover.py`; their frozen results become the JSON
+answers here (`activation_answer`, `switchover_answer`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import UTC
+from typing import Any
 
 from aiohttp import web
 
@@ -18,6 +20,8 @@ from dag_common.credentials import Role
 from dag_common.route_roles import PUBLIC, add_route
 from replication_node.active.redelivery import describe
 from replication_node.audit import AuditLog
+from replication_node.cluster.activation import ActivationResult
+from replication_node.cluster.switchover import SwitchoverResult
 from replication_node.errors import BadRequest, NotFound
 from replication_node.http.context import NODE, active_for_write, active_here, json_body
 from replication_node.http.models import ActivateIn, HandOverIn, ReasonIn, TargetIn, parse
@@ -88,12 +92,47 @@ async def reconcile(request: web.Request) -> web.Response:
     return web.json_response(node.status().model_dump(mode="json"))
 
 
+def activation_answer(result: ActivationResult) -> dict[str, Any]:
+    """The JSON answer of `POST …/activate` (README: the activation's answer)."""
+    kept = result.kept_open_log
+    return {
+        "database": result.database,
+        "node": result.node,
+        "epoch": result.epoch,
+        "previous_node": result.previous_node,
+        "cause": str(result.cause),
+        "lost_logs": result.lost_logs,
+        "lost_open_log": result.lost_open_log,
+        "lost_commits_at_least": result.lost_commits_at_least,
+        # The open log kept from the copy's block-mode buffer: a write at or below this byte
+        # of this generation survived even where the open log is counted lost.
+        "kept_open_log": (
+            {"generation": kept.generation, "through_byte": kept.through_byte} if kept else None
+        ),
+        "last_logs": result.last_logs,
+        "reason": result.reason,
+    }
+
+
+def switchover_answer(result: SwitchoverResult) -> dict[str, Any]:
+    """The JSON answer of `POST …/switchover`."""
+    return {
+        "database": result.database,
+        "node": result.node,
+        "epoch": result.epoch,
+        "previous_node": result.previous_node,
+        "last_log_generated": result.last_log_generated,
+        "lost_logs": result.lost_logs,
+        "lost_open_log": result.lost_open_log,
+    }
+
+
 async def activate(request: web.Request) -> web.Response:
     body = parse(ActivateIn, await json_body(request))
     result = await request.app[NODE].activate(
         request.match_info["db"], body.node, body.mount_dial_override
     )
-    return web.json_response(result)
+    return web.json_response(activation_answer(result))
 
 
 async def audit(request: web.Request) -> web.Response:
@@ -151,9 +190,8 @@ async def history(request: web.Request) -> web.Response:
 
 async def switchover(request: web.Request) -> web.Response:
     body = parse(TargetIn, await json_body(request))
-    return web.json_response(
-        await request.app[NODE].switchover(request.match_info["db"], body.target)
-    )
+    result = await request.app[NODE].switchover(request.match_info["db"], body.target)
+    return web.json_response(switchover_answer(result))
 
 
 async def quiesce(request: web.Request) -> web.Response:

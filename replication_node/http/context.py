@@ -20,6 +20,8 @@ from dag_common.config import ClusterConfig
 from dag_common.http_body import SMALL_BODY, BodyLimit, body_text, parse_json, read_body
 from dag_common.model import AutoDatabaseMountDial, NodeStatus
 from replication_node.active.instance import ActiveInstance
+from replication_node.cluster.activation import ActivationResult
+from replication_node.cluster.switchover import SwitchoverResult
 from replication_node.errors import BadRequest, LogStreamStopped, NotActive, NotFound
 from replication_node.interfaces import HostedCopy
 from replication_node.storage.reader import MailboxReader
@@ -53,9 +55,9 @@ class NodeApi(Protocol):
 
     async def activate(
         self, database: str, target: str, dial_override: AutoDatabaseMountDial | None
-    ) -> dict[str, Any]: ...
+    ) -> ActivationResult: ...
 
-    async def switchover(self, database: str, target: str) -> dict[str, Any]: ...
+    async def switchover(self, database: str, target: str) -> SwitchoverResult: ...
 
     async def copy_last_logs(self, database: str) -> dict[str, Any]: ...
 

@@ -1,7 +1,7 @@
-"""The switchover's coordinator (`switchover_copy`) against two fake nodes on real aiohttp
-servers (port 0) and a real cluster store file, on an injected clock: what it does when the
-copy taking over stops answering in the middle (the old active must not stay quiesced, its
-writes refused, until the catch-up deadline)."""
+"""The switchover's coordinator (`Switchover` over `HttpPeers`) against two fake nodes on
+real aiohttp servers (port 0) and a real cluster store file, on an injected clock: what it
+does when the copy taking over stops answering in the middle (the old active must not stay
+quiesced, its writes refused, until the catch-up deadline)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from aiohttp import web
 from dag_common.clock import ManualClock
 from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from dag_common.config import parse_config
-from replication_node.cluster.activation import TARGET_SILENT_ABANDON, switchover_copy
+from replication_node.cluster.peers import HttpPeers
+from replication_node.cluster.switchover import TARGET_SILENT_ABANDON, Switchover
 from replication_node.errors import Conflict
 from tests.cluster_harness import cluster_config, serve_app
 
@@ -107,18 +108,14 @@ async def two_nodes(tmp_path):
 async def test_a_target_that_stops_answering_ends_the_switchover_at_once(two_nodes):
     config, store, session, active, target = two_nodes
     clock = ManualClock()
-    switching = asyncio.create_task(
-        switchover_copy(
-            config=config,
-            cluster_store=store,
-            session=session,
-            token="t",
-            clock=clock,
-            database="DB1",
-            node="b",
-            timeout=60.0,
-        )
+    switchover = Switchover(
+        config=lambda: config,
+        cluster_store=store,
+        peers=HttpPeers(session=session, token="t", config=lambda: config),
+        clock=clock,
+        timeout=60.0,
     )
+    switching = asyncio.create_task(switchover.switch("DB1", "b"))
     while "quiesce" not in active.calls:
         await asyncio.sleep(0.01)
     target.gone.set()  # killed while it catches up: its status calls fail from now on
