@@ -32,7 +32,6 @@ an etcd that cannot be reached or refuses us is `ClusterStoreError`.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import math
@@ -55,25 +54,11 @@ from dag_common.cluster_store import (
     known_member,
     move_hold,
 )
-from dag_common.cluster_store.etcd_gateway import EtcdGateway
+from dag_common.cluster_store.etcd_gateway import EtcdGateway, b64, prefix_end, unb64
 from dag_common.errors import ClusterStoreError, FailoverPaused, LeaseHeld
 from dag_common.model import AutoDatabaseMountDial
 
 _PAUSE = "failover_pause"
-
-
-def _b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
-
-
-def _unb64(text: str) -> str:
-    return base64.b64decode(text).decode()
-
-
-def _prefix_end(prefix: str) -> str:
-    """The range end that selects every key starting with `prefix`."""
-    raw = prefix.encode()
-    return base64.b64encode(raw[:-1] + bytes([raw[-1] + 1])).decode()
 
 
 class EtcdClusterStore(ClusterStore):
@@ -88,27 +73,27 @@ class EtcdClusterStore(ClusterStore):
 
     async def _get(self, key: str) -> tuple[str | None, int]:
         """The value of `key` and its mod_revision (None, 0 if absent)."""
-        data = await self._gateway.call("/v3/kv/range", {"key": _b64(self._prefix + key)})
+        data = await self._gateway.call("/v3/kv/range", {"key": b64(self._prefix + key)})
         kvs = data.get("kvs") or []
         if not kvs:
             return None, 0
-        return _unb64(kvs[0].get("value", "")), int(kvs[0]["mod_revision"])
+        return unb64(kvs[0].get("value", "")), int(kvs[0]["mod_revision"])
 
     async def _get_all(self, *keys: str) -> list[str | None]:
         """The values of `keys` (None: absent), read in one transaction: one snapshot."""
-        ranges = [{"request_range": {"key": _b64(self._prefix + key)}} for key in keys]
+        ranges = [{"request_range": {"key": b64(self._prefix + key)}} for key in keys]
         data = await self._gateway.call("/v3/kv/txn", {"success": ranges})
         values: list[str | None] = []
         for answer in data.get("responses") or []:
             kvs = (answer.get("response_range") or {}).get("kvs") or []
-            values.append(_unb64(kvs[0].get("value", "")) if kvs else None)
+            values.append(unb64(kvs[0].get("value", "")) if kvs else None)
         if len(values) != len(keys):
             raise ClusterStoreError(f"etcd: a read of {len(keys)} keys answered {len(values)}")
         return values
 
     def _unchanged(self, key: str, mod_revision: int) -> dict[str, str]:
         """The txn compare that `key` is still at `mod_revision` (0: still absent)."""
-        k = _b64(self._prefix + key)
+        k = b64(self._prefix + key)
         if mod_revision == 0:
             return {"key": k, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
         return {"key": k, "target": "MOD", "result": "EQUAL", "mod_revision": str(mod_revision)}
@@ -126,13 +111,13 @@ class EtcdClusterStore(ClusterStore):
         """Put `value` (and the `also` keys, in the same transaction) only if `key` is still
         at `mod_revision` (0: still absent), and each of the `unchanged` keys at its own;
         `lease`: the etcd lease the put key is attached to."""
-        k = _b64(self._prefix + key)
+        k = b64(self._prefix + key)
         compare = [self._unchanged(key, mod_revision)] + [
             self._unchanged(other, rev) for other, rev in (unchanged or {}).items()
         ]
-        put = {"key": k, "value": _b64(value)} | ({"lease": lease} if lease else {})
+        put = {"key": k, "value": b64(value)} | ({"lease": lease} if lease else {})
         puts = [{"request_put": put}] + [
-            {"request_put": {"key": _b64(self._prefix + other), "value": _b64(v)}}
+            {"request_put": {"key": b64(self._prefix + other), "value": b64(v)}}
             for other, v in (also or {}).items()
         ]
         data = await self._gateway.call("/v3/kv/txn", {"compare": compare, "success": puts})
@@ -234,7 +219,7 @@ class EtcdClusterStore(ClusterStore):
     async def _lease_key(self, database: str) -> tuple[LeaseRecord | None, int]:
         """The live lease on the role (None: none) and its key's mod_revision (0: absent)."""
         data = await self._gateway.call(
-            "/v3/kv/range", {"key": _b64(self._prefix + f"lease/{database}")}
+            "/v3/kv/range", {"key": b64(self._prefix + f"lease/{database}")}
         )
         kvs = data.get("kvs") or []
         if not kvs:
@@ -244,7 +229,7 @@ class EtcdClusterStore(ClusterStore):
         ttl = int(left.get("TTL", -1))
         if ttl <= 0:  # expired: etcd deletes the key at once
             return None, revision
-        holder = json.loads(_unb64(kvs[0].get("value", "")))
+        holder = json.loads(unb64(kvs[0].get("value", "")))
         return LeaseRecord(database, holder["node"], int(holder["epoch"]), float(ttl)), revision
 
     async def lease(self, database: str) -> LeaseRecord | None:
@@ -298,12 +283,12 @@ class EtcdClusterStore(ClusterStore):
     async def history(self, database: str) -> list[EpochRecord]:
         prefix = self._prefix + f"history/{database}/"
         data = await self._gateway.call(
-            "/v3/kv/range", {"key": _b64(prefix), "range_end": _prefix_end(prefix)}
+            "/v3/kv/range", {"key": b64(prefix), "range_end": prefix_end(prefix)}
         )
         records = []
         for kv in data.get("kvs") or []:
-            epoch = int(_unb64(kv["key"])[len(prefix) :])
-            value = json.loads(_unb64(kv.get("value", "")))
+            epoch = int(unb64(kv["key"])[len(prefix) :])
+            value = json.loads(unb64(kv.get("value", "")))
             kept, began, lost = (value.get(k) for k in ("kept_through", "began", "lost_logs"))
             records.append(
                 EpochRecord(
@@ -388,7 +373,7 @@ class EtcdClusterStore(ClusterStore):
                 "/v3/kv/txn",
                 {
                     "compare": [self._unchanged(_PAUSE, revision)],
-                    "success": [{"request_delete_range": {"key": _b64(self._prefix + _PAUSE)}}],
+                    "success": [{"request_delete_range": {"key": b64(self._prefix + _PAUSE)}}],
                 },
             )
             if data.get("succeeded"):
@@ -410,10 +395,10 @@ class EtcdClusterStore(ClusterStore):
     async def mailboxes(self) -> dict[str, str]:
         prefix = self._prefix + "mailbox/"
         data = await self._gateway.call(
-            "/v3/kv/range", {"key": _b64(prefix), "range_end": _prefix_end(prefix)}
+            "/v3/kv/range", {"key": b64(prefix), "range_end": prefix_end(prefix)}
         )
         return {
-            _unb64(kv["key"])[len(prefix) :]: _unb64(kv.get("value", ""))
+            unb64(kv["key"])[len(prefix) :]: unb64(kv.get("value", ""))
             for kv in data.get("kvs") or []
         }
 

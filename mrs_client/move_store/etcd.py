@@ -40,7 +40,6 @@ runs out: before etcd's leader lets the lease go, never after.  A lease it does 
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import math
@@ -52,7 +51,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from dag_common.cluster_store.etcd_gateway import EtcdGateway
+from dag_common.cluster_store.etcd_gateway import EtcdGateway, b64, prefix_end, unb64
 from dag_common.errors import ClusterStoreError
 from mrs_client.errors import MoveRejected
 from mrs_client.move_store import (
@@ -70,20 +69,6 @@ from mrs_client.policy import FINISHED, GuaranteeAnswer, MoveState, MoveStep, St
 
 # etcd's --max-txn-ops default: compares, and operations of either branch, per transaction.
 MAX_TXN_OPS = 128
-
-
-def _b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
-
-
-def _unb64(text: str) -> str:
-    return base64.b64decode(text).decode()
-
-
-def _prefix_end(prefix: str) -> str:
-    """The range end that selects every key starting with `prefix`."""
-    raw = prefix.encode()
-    return base64.b64encode(raw[:-1] + bytes([raw[-1] + 1])).decode()
 
 
 def _lease_value(lease: MoveLease) -> str:
@@ -104,7 +89,7 @@ class EtcdMoveStore(MoveStore):
     # ---- etcd ---------------------------------------------------------------------------
 
     def _key(self, key: str) -> str:
-        return _b64(self._prefix + key)
+        return b64(self._prefix + key)
 
     async def _get_kv(self, key: str) -> dict[str, Any] | None:
         """The key's kv as etcd's gateway gives it (base64 value, revisions, lease), or None."""
@@ -117,12 +102,12 @@ class EtcdMoveStore(MoveStore):
         kv = await self._get_kv(key)
         if kv is None:
             return None, 0
-        return _unb64(kv.get("value", "")), int(kv["mod_revision"])
+        return unb64(kv.get("value", "")), int(kv["mod_revision"])
 
     async def _range(self, under: str, **options: Any) -> list[dict[str, Any]]:
         """Every kv whose key starts with `under` (options: etcd's range fields)."""
         prefix = self._prefix + under
-        body = {"key": _b64(prefix), "range_end": _prefix_end(prefix)} | options
+        body = {"key": b64(prefix), "range_end": prefix_end(prefix)} | options
         data = await self._gateway.call("/v3/kv/range", body)
         return list(data.get("kvs") or [])
 
@@ -146,7 +131,7 @@ class EtcdMoveStore(MoveStore):
 
     def _holds(self, key: str, value: str) -> dict[str, str]:
         """The txn compare that `key` holds `value` (false when the key is absent)."""
-        return {"key": self._key(key), "target": "VALUE", "result": "EQUAL", "value": _b64(value)}
+        return {"key": self._key(key), "target": "VALUE", "result": "EQUAL", "value": b64(value)}
 
     def _unchanged(self, key: str, mod_revision: int) -> dict[str, str]:
         """The txn compare that `key` is still at `mod_revision`."""
@@ -158,7 +143,7 @@ class EtcdMoveStore(MoveStore):
         }
 
     def _put(self, key: str, value: str, lease: str | None = None) -> dict[str, Any]:
-        put = {"key": self._key(key), "value": _b64(value)} | ({"lease": lease} if lease else {})
+        put = {"key": self._key(key), "value": b64(value)} | ({"lease": lease} if lease else {})
         return {"request_put": put}
 
     def _delete(self, key: str) -> dict[str, Any]:
@@ -184,7 +169,7 @@ class EtcdMoveStore(MoveStore):
     def _read_value(response: dict[str, Any]) -> str | None:
         """The value a `request_range` of one key found (None: absent)."""
         kvs = (response.get("response_range") or {}).get("kvs") or []
-        return _unb64(kvs[0].get("value", "")) if kvs else None
+        return unb64(kvs[0].get("value", "")) if kvs else None
 
     async def _revoke(self, lease_id: str) -> None:
         # Gone already, or unreachable: it expires by its TTL anyway.
@@ -291,7 +276,7 @@ class EtcdMoveStore(MoveStore):
     ) -> list[MoveRecord]:
         wanted = None if states is None else {str(s) for s in states}
         records = [
-            MoveRecord.from_json(_unb64(kv.get("value", ""))) for kv in await self._range("req/")
+            MoveRecord.from_json(unb64(kv.get("value", ""))) for kv in await self._range("req/")
         ]
         return sorted(
             (
@@ -317,7 +302,7 @@ class EtcdMoveStore(MoveStore):
         known = lease.token in self._leases
         if not known or self._over(lease):
             kv = await self._get_kv(lease_key)
-            live = _unb64(kv.get("value", "")) if kv is not None else None
+            live = unb64(kv.get("value", "")) if kv is not None else None
             if (
                 known
                 or kv is None
@@ -409,7 +394,7 @@ class EtcdMoveStore(MoveStore):
         """The etcd lease holding `lease`'s key and the key's mod_revision, while the key
         still names `lease` (None: released, expired or claimed again)."""
         kv = await self._get_kv(f"lease/{lease.move_id}")
-        if kv is None or _unb64(kv.get("value", "")) != _lease_value(lease):
+        if kv is None or unb64(kv.get("value", "")) != _lease_value(lease):
             return None
         return str(kv.get("lease", "0")), int(kv["mod_revision"])
 
@@ -457,7 +442,7 @@ class EtcdMoveStore(MoveStore):
         left = await self._time_to_live(kv)
         if left < 0:  # run out: etcd deletes the key once its leader revoked the lease
             return None
-        return MoveHolder(json.loads(_unb64(kv.get("value", "")))["worker"], float(left))
+        return MoveHolder(json.loads(unb64(kv.get("value", "")))["worker"], float(left))
 
     async def holder(self, move_id: str) -> MoveHolder | None:
         kv = await self._get_kv(f"lease/{move_id}")
@@ -469,7 +454,7 @@ class EtcdMoveStore(MoveStore):
         for kv in await self._range("lease/"):
             held = await self._holder(kv)
             if held is not None:
-                found[_unb64(kv["key"])[len(prefix) :]] = held
+                found[unb64(kv["key"])[len(prefix) :]] = held
         return found
 
     # ---- stop requests ------------------------------------------------------------------
@@ -503,14 +488,14 @@ class EtcdMoveStore(MoveStore):
         under = f"answer/{move_id}/"
         key = f"{under}{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
         await self._gateway.call(
-            "/v3/kv/put", {"key": self._key(key), "value": _b64(json.dumps(row))}
+            "/v3/kv/put", {"key": self._key(key), "value": b64(json.dumps(row))}
         )
         # Then the oldest beyond those kept (etcd's create order: the hosts' clocks differ).
         count = await self._gateway.call(
             "/v3/kv/range",
             {
-                "key": _b64(self._prefix + under),
-                "range_end": _prefix_end(self._prefix + under),
+                "key": b64(self._prefix + under),
+                "range_end": prefix_end(self._prefix + under),
                 "count_only": True,
             },
         )
@@ -526,7 +511,7 @@ class EtcdMoveStore(MoveStore):
 
     async def answers(self, move_id: str) -> list[dict[str, Any]]:
         kvs = await self._range(f"answer/{move_id}/", sort_order="ASCEND", sort_target="CREATE")
-        return [json.loads(_unb64(kv.get("value", ""))) for kv in kvs]
+        return [json.loads(unb64(kv.get("value", ""))) for kv in kvs]
 
     # ---- batches ------------------------------------------------------------------------
 
@@ -536,7 +521,7 @@ class EtcdMoveStore(MoveStore):
 
     async def batches(self) -> list[BatchRecord]:
         found = [
-            BatchRecord.from_json(_unb64(kv.get("value", ""))) for kv in await self._range("batch/")
+            BatchRecord.from_json(unb64(kv.get("value", ""))) for kv in await self._range("batch/")
         ]
         return sorted(found, key=lambda b: (b.created, b.name))
 
