@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar, TypeVarTuple, Unpack
 
 from dag_common.cluster_store import (
     MOVE_CLAIMS_TABLE,
@@ -27,6 +28,9 @@ from dag_common.cluster_store import (
 )
 from dag_common.errors import FailoverPaused, LeaseHeld
 from dag_common.model import AutoDatabaseMountDial
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS active_copy(
@@ -137,10 +141,10 @@ class EmbeddedClusterStore(ClusterStore):
                 self._conn.execute("ROLLBACK")
                 raise
 
-    async def _run(self, fn, *args):  # type: ignore[no-untyped-def]
-        return await asyncio.to_thread(self._locked, fn, *args)
+    async def _run(self, fn: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
+        return await asyncio.to_thread(lambda: self._locked(fn, *args))
 
-    def _locked(self, fn, *args):  # type: ignore[no-untyped-def]
+    def _locked(self, fn: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
         with self._lock:
             return fn(*args)
 
