@@ -245,8 +245,9 @@ async def commit_latencies(commits: int) -> dict[str, list[float]]:
             llr_depth=10,
             clock=SystemClock(),
             create=True,
+            epoch=1,
         )
-        stores = {"with lease": leased.store, "without": MailboxStore(bare, epoch=1)}
+        stores = {"with lease": leased.store, "without": MailboxStore(bare)}
         out: dict[str, list[float]] = {kind: [] for kind in stores}
         for mailboxes in stores.values():
             await mailboxes.create_mailbox("m")

@@ -66,7 +66,7 @@ def add_duration(
     *,
     default: str | None,
     help: str,
-    **kw: object,
+    dest: str | None = None,
 ) -> None:
     """A duration option (`--stall-limit 2s`): its value a timedelta, its default (written
     as a duration, or None) too; its help says how a duration is written."""
@@ -76,7 +76,7 @@ def add_duration(
         default=parse_duration(default) if default is not None else None,
         metavar="DURATION",
         help=f"{help}; {DURATION}" + (f"; default {default}" if default is not None else ""),
-        **kw,  # type: ignore[arg-type]
+        dest=dest,
     )
 
 
@@ -92,14 +92,14 @@ def add_version(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
 
 
-def add_config(parser: argparse.ArgumentParser, **kw: object) -> None:
+def add_config(parser: argparse.ArgumentParser, type: Callable[[str], object] = str) -> None:
     """The cluster config option every command takes, and the credential it presents."""
     parser.add_argument(
         "--config",
         required=True,
         metavar="FILE",
         help="the cluster config (YAML); relative paths in it resolve against its directory",
-        **kw,  # type: ignore[arg-type]
+        type=type,
     )
     parser.add_argument(
         "--credential-file",

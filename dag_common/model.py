@@ -97,13 +97,27 @@ class Lsn(BaseModel):
     """A log sequence number: the generation and the byte offset of a record in it, and the
     stream incarnation (epoch) of the active that wrote it (0: unknown).  Generations are
     compared within one stream; whether (epoch, generation) survived later failovers is
-    `dag_common.incarnation.fork_below`'s question."""
+    `dag_common.incarnation.fork_below`'s question.
+
+    One type from the writer to the Data Guarantee's `FlushTarget`: the log writer makes it
+    with its stream's epoch, a write's answer carries it (`store_api.Written`), the mover
+    flushes to it, and CheckReplicationFlush's `pb.Lsn` is it on the wire.
+
+    Offset 0 names the whole generation: no record starts there (the log's header does), so
+    `Lsn(generation=g)` is "generation g replayed", which is what a flush after a roll waits
+    for, and what CheckReplicationFlush's wire has always said with an offset of 0.  A flush
+    point is therefore an `Lsn` too, with no second type beside it."""
 
     model_config = ConfigDict(frozen=True)
 
     generation: int = Field(ge=1)
-    offset: int = Field(ge=0)
+    offset: int = Field(default=0, ge=0)
     epoch: int = Field(default=0, ge=0)
+
+    @property
+    def record_offset(self) -> int | None:
+        """The offset of the record this LSN names; None: the whole generation."""
+        return self.offset or None
 
     def __lt__(self, other: Lsn) -> bool:
         return (self.generation, self.offset) < (other.generation, other.offset)

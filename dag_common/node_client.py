@@ -39,7 +39,16 @@ from dag_common.config import ClusterConfig
 from dag_common.errors import NodeCallError
 from dag_common.model import CopyRole, CopyStatus
 from dag_common.node_status import StatusUnavailable, fetch_node_status
-from dag_common.store_api import Digest, Item, Items, LogPosition, Mailbox, Rolled, Written
+from dag_common.store_api import (
+    Digest,
+    Item,
+    Items,
+    ItemsAnswer,
+    LogPosition,
+    Mailbox,
+    Rolled,
+    Written,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -62,15 +71,6 @@ def _missing(status: int, body: Any) -> bool:
     copy of the database (a copy still mounting): only the first is an answer."""
     error = body.get("error", "") if isinstance(body, dict) else ""
     return status == 404 and not str(error).startswith("no readable copy")
-
-
-def _written(body: dict[str, Any]) -> Written:
-    lsn = body.get("lsn") or {}
-    return Written(
-        epoch=int(body.get("epoch", lsn.get("epoch", 0)) or 0),
-        change_number=int(body.get("change_number", 0)),
-        generation=int(lsn.get("generation", 0)),
-    )
 
 
 class NoMountedActive(NodeCallError):
@@ -268,14 +268,7 @@ class NodeStoreClient:
         status, body = await self.call("GET", database, f"/mailboxes/{mailbox}", ok=(200, 404))
         if status != 200:
             return None
-        return Mailbox(
-            name=body["mailbox"],
-            display_name=body.get("display_name", ""),
-            folders=tuple(body.get("folders", ())),
-            locked=bool(body.get("locked")),
-            soft_deleted=bool(body.get("soft_deleted")),
-            epoch=int(body.get("epoch", 0)),
-        )
+        return Mailbox.model_validate(body)
 
     async def create_mailbox(
         self, database: str, mailbox: str, *, display_name: str, folders: list[str], locked: bool
@@ -286,7 +279,7 @@ class NodeStoreClient:
             f"/mailboxes/{mailbox}",
             json={"display_name": display_name, "folders": folders, "locked": locked},
         )
-        return _written(body)
+        return Written.model_validate(body)
 
     async def create_folder(self, database: str, mailbox: str, folder: str) -> Written:
         _, body = await self.call(
@@ -296,7 +289,7 @@ class NodeStoreClient:
             json={"folder": folder},
             params={"override_lock": "true"},
         )
-        return _written(body)
+        return Written.model_validate(body)
 
     async def items(
         self,
@@ -313,12 +306,15 @@ class NodeStoreClient:
         if count:
             params["count"] = "true"
         _, body = await self.call("GET", database, f"/mailboxes/{mailbox}/items", params=params)
+        page = ItemsAnswer.model_validate(body)
         return Items(
-            items=tuple(_item(i) for i in body["items"]),
-            last_change_number=int(body.get("last_change_number", since_change)),
-            epoch=int(body.get("epoch", 0)),
-            more=bool(body.get("more", False)),
-            live=int(body["live_count"]) if "live_count" in body else None,
+            items=tuple(_item(i) for i in page.items),
+            last_change_number=(
+                since_change if page.last_change_number is None else page.last_change_number
+            ),
+            epoch=page.epoch,
+            more=page.more,
+            live=page.live_count,
         )
 
     async def put_items(self, database: str, mailbox: str, items: list[Item]) -> Written:
@@ -329,7 +325,7 @@ class NodeStoreClient:
             json={"items": [i.entry() for i in items]},
             params={"override_lock": "true"},
         )
-        return _written(body)
+        return Written.model_validate(body)
 
     async def delete_item(self, database: str, mailbox: str, item_id: str) -> Written | None:
         status, body = await self.call(
@@ -339,7 +335,7 @@ class NodeStoreClient:
             params={"override_lock": "true"},
             ok=(200, 404),
         )
-        return _written(body) if status == 200 else None
+        return Written.model_validate(body) if status == 200 else None
 
     async def delete_mailbox(self, database: str, mailbox: str) -> bool:
         status, _ = await self.call("DELETE", database, f"/mailboxes/{mailbox}", ok=(200, 404))
@@ -347,22 +343,15 @@ class NodeStoreClient:
 
     async def set_state(self, database: str, mailbox: str, action: str) -> Written:
         _, body = await self.call("POST", database, f"/mailboxes/{mailbox}/{action}")
-        return _written(body)
+        return Written.model_validate(body)
 
     async def roll_log(self, database: str) -> Rolled:
         _, body = await self.call("POST", database, "/roll-log")
-        return Rolled(generation=int(body["closed_generation"]), epoch=int(body.get("epoch", 0)))
+        return Rolled.model_validate(body)
 
     async def log_position(self, database: str) -> LogPosition:
         _, body = await self.call("GET", database, "/log/position")
-        return LogPosition(
-            open_generation=int(body["open_generation"]),
-            durable=int(body["durable"]),
-            open_records=bool(body["open_records"]),
-            block_followers=tuple(body["block_followers"]),
-            passive_copies=tuple(body["passive_copies"]),
-            epoch=int(body.get("epoch", 0)),
-        )
+        return LogPosition.model_validate(body)
 
     async def digest(self, database: str, mailbox: str) -> Digest | None:
         status, body = await self.call(
@@ -370,13 +359,7 @@ class NodeStoreClient:
         )
         if status != 200:
             return None
-        return Digest(
-            mailbox=body["mailbox"],
-            item_count=int(body["item_count"]),
-            digest=body["digest"],
-            last_change_number=int(body["last_change_number"]),
-            epoch=int(body.get("epoch", 0)),
-        )
+        return Digest.model_validate(body)
 
 
 def _json_or_none(raw: bytes) -> Any:

@@ -8,10 +8,15 @@ incarnation.  0 means the node did not say (an older node): no check is possible
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+
 from dag_common.mailbox_digest import content_hash, utf8_size
+from dag_common.model import Lsn
 
 
 def utf8_len(text: str) -> int:
@@ -74,21 +79,38 @@ class Item:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Mailbox:
-    """A mailbox as one copy serves it."""
+class _Answer(BaseModel):
+    """An answer of the store API as both ends read it: frozen, and lenient about fields it
+    does not know (a newer node may say more)."""
 
-    name: str
-    display_name: str
-    folders: tuple[str, ...]
-    locked: bool
-    soft_deleted: bool
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    def wire(self) -> dict[str, object]:
+        """The answer as the node sends it (the wire's field names, nothing unset)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class Mailbox(_Answer):
+    """A mailbox as one copy serves it (GET …/mailboxes/{mailbox})."""
+
+    name: str = Field(
+        validation_alias=AliasChoices("mailbox", "name"), serialization_alias="mailbox"
+    )
+    display_name: str = ""
+    folders: tuple[str, ...] = ()
+    locked: bool = False
+    soft_deleted: bool = False
+    change_number: int = 0
     epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class Items:
-    """Items changed after a change number, by change number, tombstones included."""
+    """Items changed after a change number, by change number, tombstones included.
+
+    A dataclass, not an `_Answer`: a page may hold thousands of items, each read leniently
+    (`node_client._item`: an item that is not one is kept as unreadable, not refused); the
+    page's envelope is `ItemsAnswer`."""
 
     items: tuple[Item, ...]
     last_change_number: int  # every change up to it is in `items` (or superseded)
@@ -97,20 +119,68 @@ class Items:
     live: int | None = None  # asked with `count`: live items after since_change, all pages
 
 
-@dataclass(frozen=True, slots=True)
-class Written:
-    """A write's acknowledgement: the incarnation that made it durable."""
+class ItemsAnswer(_Answer):
+    """The body of GET …/mailboxes/{mailbox}/items: a page of changes.  Its items are the
+    rows as the copy holds them, read one by one by the client (`Items`)."""
 
+    mailbox: str = ""
+    since_change: int = 0
+    items: Sequence[object]
+    # Every change up to it is in this answer: the next page asks since it (None: not said,
+    # the page holds everything after since_change).
+    last_change_number: int | None = None
+    more: bool = False
     epoch: int = 0
+    live_count: int | None = None  # asked with `count`: live items changed after since_change
+
+
+class Written(_Answer):
+    """A write's acknowledgement (the body of every store write's answer): where the commit
+    is in the log (`lsn`, naming the incarnation that made it durable), when it committed,
+    the highest change number it holds, and the ids of the items it wrote.  `epoch` repeats
+    `lsn.epoch` at the top, where clients have always read it."""
+
     change_number: int = 0
-    generation: int = 0
+    lsn: Lsn | None = None
+    epoch: int = 0
+    commit_time: datetime | None = None
+    item_id: str | None = None  # one item written
+    item_ids: tuple[str, ...] | None = None  # several
+
+    @model_validator(mode="before")
+    @classmethod
+    def _epoch_of_lsn(cls, data: object) -> object:
+        """An answer naming its epoch only in its LSN says it all the same."""
+        if isinstance(data, dict) and "epoch" not in data and isinstance(data.get("lsn"), dict):
+            return {**data, "epoch": data["lsn"].get("epoch", 0)}
+        return data
+
+    @classmethod
+    def of(
+        cls, lsn: Lsn, commit_time: datetime, change_number: int, item_ids: tuple[str, ...] = ()
+    ) -> Written:
+        """The answer to a commit at `lsn` (the node's side)."""
+        return cls(
+            change_number=change_number,
+            lsn=lsn,
+            epoch=lsn.epoch,
+            commit_time=commit_time,
+            item_id=item_ids[0] if len(item_ids) == 1 else None,
+            item_ids=item_ids if len(item_ids) > 1 else None,
+        )
+
+    @property
+    def generation(self) -> int:
+        """The generation holding the write (0: the node did not say)."""
+        return self.lsn.generation if self.lsn else 0
 
 
-@dataclass(frozen=True, slots=True)
-class LogPosition:
-    """Where a database's log stands on its active copy: every commit answered before the
-    question lies below (`open_generation`, `durable`), and who follows it in block mode."""
+class LogPosition(_Answer):
+    """Where a database's log stands on its active copy (GET …/log/position): every commit
+    answered before the question lies below (`open_generation`, `durable`), and who follows
+    it in block mode."""
 
+    database: str = ""
     open_generation: int
     durable: int  # bytes of the open generation durable on the active
     open_records: bool  # False: the open generation holds only its header
@@ -119,17 +189,21 @@ class LogPosition:
     epoch: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Rolled:
-    """The target's log rolled: the generation closed, in which incarnation."""
+class Rolled(_Answer):
+    """The target's log rolled (POST …/roll-log): the generation closed, in which
+    incarnation."""
 
-    generation: int
+    database: str = ""
+    generation: int = Field(
+        validation_alias=AliasChoices("closed_generation", "generation"),
+        serialization_alias="closed_generation",
+    )
     epoch: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Digest:
-    """A mailbox digest as a node computed it (dag_common.mailbox_digest)."""
+class Digest(_Answer):
+    """A mailbox digest as a node computed it (GET …/mailboxes/{mailbox}/digest;
+    dag_common.mailbox_digest)."""
 
     mailbox: str
     item_count: int

@@ -23,6 +23,7 @@ import uuid
 from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
+from typing import cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -127,8 +128,7 @@ class HistoryWriter:
     def _write_part(self, date: str, hour: str, rows: list[dict[str, object]]) -> Path:
         directory = self.history_dir / f"date={date}" / f"hour={hour}"
         self._make_dirs(directory)
-        first = min(row["time"] for row in rows)  # type: ignore[type-var]
-        assert isinstance(first, datetime)
+        first = min(cast(datetime, row["time"]) for row in rows)  # every row has its time
         name = f"part-{first.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}.parquet"
         buf = io.BytesIO()
         pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), buf, compression="zstd")

@@ -27,6 +27,7 @@ from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb
 from dag_common.clock import Clock
 from dag_common.guarantee.policy import evaluate_flush, evaluate_health
 from dag_common.guarantee.values import Answer, CopyVerdict, FlushTarget, GuaranteeStatus, Limits
+from dag_common.guarantee_wire import GuaranteeRequest, lsn_from_pb
 from dag_common.model import CopyRole
 from dag_common.model import DataMoveReplicationConstraint as Constraint
 from guarantee_api.averages import CopyQueueAverages
@@ -53,9 +54,6 @@ _STATUS_TO_PB = {
 _STATUS_FROM_PB = {v: k for k, v in _STATUS_TO_PB.items()}
 _ROLE_TO_PB = {CopyRole.ACTIVE: pb.COPY_ROLE_ACTIVE, CopyRole.PASSIVE: pb.COPY_ROLE_PASSIVE}
 MAX_CALLER_ID = 256
-# Generations, offsets and epochs are signed 64-bit numbers everywhere else (SQLite, JSON
-# clients): a uint64 above that is no LSN any node can have written.
-MAX_LSN_FIELD = 2**63 - 1
 # Commit times from 1970 up to the year 9000: any real commit, with room for the clock-skew
 # arithmetic (datetime ends at 9999-12-31, and commit time + skew must not overflow).
 MAX_COMMIT_SECONDS = 221845392000  # 9000-01-01T00:00:00Z
@@ -64,13 +62,13 @@ AVERAGE_SAMPLE_EVERY = 1.0  # seconds between a waiting health check's average s
 
 
 def requested_wait(
-    request: object, max_wait: float, time_remaining: float | None
+    request: GuaranteeRequest, max_wait: float, time_remaining: float | None
 ) -> tuple[float, str]:
     """The seconds a request may wait, and what cut it (empty: nothing); InvalidRequestError
     for a wait that is negative or not a valid Duration."""
-    if not request.HasField("wait"):  # type: ignore[attr-defined]
+    if not request.HasField("wait"):
         return 0.0, ""
-    wait: Duration = request.wait  # type: ignore[attr-defined]
+    wait = request.wait
     if not -999_999_999 <= wait.nanos <= 999_999_999 or (
         wait.seconds and wait.nanos and (wait.seconds < 0) != (wait.nanos < 0)
     ):
@@ -93,13 +91,10 @@ def flush_target(request: pb.CheckReplicationFlushRequest) -> FlushTarget:
     if which is None:
         raise InvalidRequestError("one of commit_time or lsn is required")
     if which == "lsn":
-        lsn = request.lsn
-        if not 1 <= lsn.generation <= MAX_LSN_FIELD:
-            raise InvalidRequestError(f"lsn.generation must be within 1..{MAX_LSN_FIELD}")
-        for name in ("offset", "epoch"):
-            if getattr(lsn, name) > MAX_LSN_FIELD:
-                raise InvalidRequestError(f"lsn.{name} must be within 0..{MAX_LSN_FIELD}")
-        return FlushTarget(generation=lsn.generation, epoch=lsn.epoch, offset=lsn.offset or None)
+        try:
+            return FlushTarget(lsn=lsn_from_pb(request.lsn))
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc)) from exc
     ts = request.commit_time
     if not 0 <= ts.nanos < 1_000_000_000 or not 0 < ts.seconds < MAX_COMMIT_SECONDS:
         raise InvalidRequestError(
@@ -147,10 +142,8 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
             hit = self._cache[key] = to_proto(compute())
         return _STATUS_FROM_PB[hit.status], hit
 
-    def _common(self, request: object) -> tuple[str, str, Constraint]:
-        database: str = request.database  # type: ignore[attr-defined]
-        caller: str = request.caller_id  # type: ignore[attr-defined]
-        raw: int = request.constraint  # type: ignore[attr-defined]
+    def _common(self, request: GuaranteeRequest) -> tuple[str, str, Constraint]:
+        database, caller, raw = request.database, request.caller_id, request.constraint
         if not database:
             raise InvalidRequestError("database is required")
         if not caller:
@@ -204,7 +197,7 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
     async def _serve(
         self,
         method: Method,
-        request: object,
+        request: GuaranteeRequest,
         compute: Callable[[bool], tuple[GuaranteeStatus, pb.GuaranteeResponse]],
         context: grpc.aio.ServicerContext,
     ) -> pb.GuaranteeResponse:
@@ -218,7 +211,7 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
             # The call's deadline is on the real clock, whatever clock the service keeps.
             loop = asyncio.get_running_loop()
             deadline = loop.time() + remaining - DEADLINE_MARGIN if remaining else None
-            database: str = request.database  # type: ignore[attr-defined]
+            database = request.database
             status, response = compute(True)
             # Read after the judgement, with nothing awaited between: the version it saw.
             version = self._view.version(database)
@@ -239,7 +232,7 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
                 version = self._view.version(database)
                 sampled = begun if sample else sampled
                 took = self._clock.monotonic() - begun
-            if request.HasField("wait"):  # type: ignore[attr-defined]
+            if request.HasField("wait"):
                 response = _with_wait(response, self._clock.monotonic() - started, note)
         except InvalidRequestError as exc:
             code, details = grpc.StatusCode.INVALID_ARGUMENT, str(exc)
@@ -259,7 +252,7 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
             method=method,
             status=status,
             at=self._clock.now(),
-            caller_id=request.caller_id,  # type: ignore[attr-defined]
+            caller_id=request.caller_id,
             constraint=_CONSTRAINTS[response.constraint],
             reason=response.reason,
         )

@@ -278,7 +278,8 @@ async def requeue(
     worker: str,
     clock: Clock,
     from_states: Iterable[MoveState],
-    **changes: object,
+    retries: int | None = None,
+    not_before: datetime | None = None,
 ) -> MoveRecord | None:
     """Queue a stopped move again (a suspended one, a failed one retried), as an operator's
     resume does: the stall and flush limits start afresh.  Under the move's lease: None if
@@ -300,7 +301,8 @@ async def requeue(
             failure=None,
             failed_stalled=None,
             flush_started=now if current.flush_started else None,
-            **changes,  # type: ignore[arg-type]
+            retries=current.retries if retries is None else retries,
+            not_before=current.not_before if not_before is None else not_before,
         )
         return await store.save(queued, now, lease=lease)
     finally:

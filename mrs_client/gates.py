@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from dag_common.clock import Clock
+from dag_common.model import Lsn
 from mrs_client.errors import (
     MoveFailed,
     MoveReleased,
@@ -28,7 +29,6 @@ from mrs_client.lease import seconds_left
 from mrs_client.move_store import LeaseLost, MoveLease, MoveRecord, MoveStore, answer_row
 from mrs_client.policy import (
     Decision,
-    FlushPoint,
     GuaranteeAnswer,
     MoveSettings,
     MoveState,
@@ -90,15 +90,13 @@ class GuaranteeClient(Protocol):
         self,
         database: str,
         caller_id: str,
-        generation: int,
+        lsn: Lsn,
         commit_time: datetime,
-        epoch: int = 0,
-        offset: int | None = None,
         wait: timedelta | None = None,
     ) -> GuaranteeAnswer:
-        """By the LSN (`generation` of the stream of `epoch`, and the record at `offset` in
-        it if given) when the service offers it, by `commit_time` otherwise; with `wait`,
-        answered as soon as Satisfied or at the wait's end."""
+        """By the LSN (its generation of the stream of its epoch, or the record at its
+        offset: `Lsn.record_offset`) when the service offers it, by `commit_time` otherwise;
+        with `wait`, answered as soon as Satisfied or at the wait's end."""
         ...
 
 
@@ -308,17 +306,17 @@ class Gates:
     async def flush(
         self,
         record: MoveRecord,
-        point: FlushPoint,
+        point: Lsn,
         *,
         between: Callable[[MoveRecord], Awaitable[MoveRecord]],
         give_up_after: timedelta | None = None,
     ) -> tuple[MoveRecord, GuaranteeAnswer | None]:
-        """Ask CheckReplicationFlush for `point` of the target's stream in its saved epoch
-        until Satisfied for that epoch; NeedsReconcile if it was lost; fail at the limit.
-        With `give_up_after`: None once that long passed since the flush started without
-        Satisfied (the caller then flushes another way).  `between` runs before each wait
-        (the mover checks the target's epoch: a flush of a lost generation would otherwise
-        wait out its whole limit)."""
+        """Ask CheckReplicationFlush for `point` of the target's stream (in the epoch it
+        names, the move's saved one) until Satisfied for that epoch; NeedsReconcile if it was
+        lost; fail at the limit.  With `give_up_after`: None once that long passed since the
+        flush started without Satisfied (the caller then flushes another way).  `between` runs
+        before each wait (the mover checks the target's epoch: a flush of a lost generation
+        would otherwise wait out its whole limit)."""
         assert record.flush_started is not None
         s = self.settings
         give_up = record.flush_started + give_up_after if give_up_after is not None else None
@@ -333,13 +331,7 @@ class Gates:
             # time the seed's check compares the copies' last replayed log time with.
             asked = self.clock.now()
             answer = await self.guarantee.check_flush(
-                record.target_db,
-                self.caller_id,
-                point.generation,
-                record.flush_started,
-                record.target_epoch,
-                point.offset,
-                wait,
+                record.target_db, self.caller_id, point, record.flush_started, wait
             )
             await self._record_answer(record, "CheckReplicationFlush", answer)
             record, _ = await self._waited(record, answer, asked, wait)
@@ -348,7 +340,7 @@ class Gates:
                 now=self.clock.now(),
                 flush_started=record.flush_started,
                 settings=self.settings,
-                epoch=record.target_epoch,
+                epoch=point.epoch,
             )
             if decision.verdict is Verdict.CONTINUE:
                 return await self.unstall(record), answer

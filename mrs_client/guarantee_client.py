@@ -26,6 +26,8 @@ import grpc
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from dag_common.config import ClusterConfig
+from dag_common.guarantee_wire import GuaranteeRequest, lsn_to_pb
+from dag_common.model import Lsn
 from mrs_client.errors import MoveFailed
 from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus
 
@@ -114,16 +116,16 @@ class GrpcGuaranteeClient:
             credentials = grpc.ssl_channel_credentials(config.tls.ca_file.read_bytes())
         return cls(config.guarantee_api.listen, token=token, credentials=credentials)
 
-    async def _call(self, method: str, request: object) -> GuaranteeAnswer:
+    async def _call(self, method: str, request: GuaranteeRequest) -> GuaranteeAnswer:
         try:
             response = await self._send(method, request)
         except grpc.aio.AioRpcError as exc:
             return _failed(method, exc)
         return answer_from(response)
 
-    async def _send(self, method: str, request: object) -> pb.GuaranteeResponse:
+    async def _send(self, method: str, request: GuaranteeRequest) -> pb.GuaranteeResponse:
         # The call's deadline leaves the service the whole wait asked, and then its answer.
-        wait = request.wait.ToTimedelta().total_seconds() if request.HasField("wait") else 0.0  # type: ignore[attr-defined]
+        wait = request.wait.ToTimedelta().total_seconds() if request.HasField("wait") else 0.0
         return await getattr(self._stub, method)(
             request, metadata=self._metadata, timeout=self._timeout + wait
         )
@@ -141,16 +143,13 @@ class GrpcGuaranteeClient:
         self,
         database: str,
         caller_id: str,
-        generation: int,
+        lsn: Lsn,
         commit_time: datetime,
-        epoch: int = 0,
-        offset: int | None = None,
         wait: timedelta | None = None,
     ) -> GuaranteeAnswer:
-        """Satisfied once the counted copies replayed `generation` of the stream of `epoch`
-        (by LSN; with `offset`, or hold the record at that byte of it in block mode) or,
-        from a service without LSN, replayed a log closed after `commit_time` + its clock
-        skew."""
+        """Satisfied once the counted copies replayed `lsn`'s generation of the stream of its
+        epoch (or, naming a record, `Lsn.record_offset`, hold it in block mode) or, from a
+        service without LSN, replayed a log closed after `commit_time` + its clock skew."""
         by_time = pb.CheckReplicationFlushRequest(database=database, caller_id=caller_id)
         by_time.commit_time.FromDatetime(commit_time)
         if wait:
@@ -159,7 +158,7 @@ class GrpcGuaranteeClient:
             by_lsn = pb.CheckReplicationFlushRequest(
                 database=database,
                 caller_id=caller_id,
-                lsn=pb.Lsn(generation=generation, offset=offset or 0, epoch=epoch),
+                lsn=lsn_to_pb(lsn),
             )
             if wait:
                 by_lsn.wait.FromTimedelta(wait)

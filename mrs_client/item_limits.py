@@ -26,7 +26,7 @@ longer skipped; a reconcile's full listing of a mailbox replaces that mailbox's 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -208,7 +208,9 @@ def less_skipped(digest: Digest, skipped: Iterable[SkippedItem]) -> Digest:
     if not items:
         return digest
     total = int(digest.digest, 16) - sum(int(s.term, 16) for s in items)
-    return replace(digest, item_count=digest.item_count - len(items), digest=to_hex(total))
+    return digest.model_copy(
+        update={"item_count": digest.item_count - len(items), "digest": to_hex(total)}
+    )
 
 
 def summed(mailbox: str, items: Iterable[Item], *, epoch: int = 0) -> Digest:
@@ -221,4 +223,10 @@ def summed(mailbox: str, items: Iterable[Item], *, epoch: int = 0) -> Digest:
             continue
         count += 1
         total += item_term(mailbox, item.item_id, item.folder, item.subject, item.body)
-    return Digest(mailbox, count, to_hex(total % MODULUS), last, epoch)
+    return Digest(
+        mailbox=mailbox,
+        item_count=count,
+        digest=to_hex(total % MODULUS),
+        last_change_number=last,
+        epoch=epoch,
+    )

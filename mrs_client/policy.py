@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import IntEnum, StrEnum
 
-from dag_common.model import GuaranteeStatus
+from dag_common.model import GuaranteeStatus, Lsn
 from dag_common.store_api import Items, LogPosition
 
 
@@ -371,26 +371,22 @@ def next_page_size(page: Items, settings: MoveSettings) -> int:
     return max(1, min(settings.sync_page, int(settings.sync_page_bytes / average)))
 
 
-@dataclass(frozen=True, slots=True)
-class FlushPoint:
-    """Where a flush of everything a database acknowledged waits: `generation` replayed, or
-    (`offset` given) the record at that byte of the open `generation` held or replayed."""
+def flush_point(position: LogPosition, epoch: int) -> Lsn | None:
+    """A flush point past every commit answered before `position` was read, without a roll,
+    in the stream of `epoch` (the target's, as the move saw it); None if only a roll makes
+    one (a copy follows in file mode and replays closed logs only).
 
-    generation: int
-    offset: int | None = None
-
-
-def flush_point(position: LogPosition) -> FlushPoint | None:
-    """A flush point past every commit answered before `position` was read, without a roll;
-    None if only a roll makes one (a copy follows in file mode and replays closed logs only).
+    A flush point is an `Lsn`, not a type of its own: the whole generation (offset 0,
+    `Lsn.record_offset` None) or the record at a byte of the open one, which is what
+    CheckReplicationFlush takes, so it goes to the service as it is.
 
     The open log holding nothing: its previous generation, closed already.  Every passive
     copy following in block mode: the open log's last durable byte (CheckReplicationFlush by
     LSN counts a copy holding a byte past a record's start as holding the record; a copy's
     buffer grows by whole group commits, so holding that byte holds every commit before)."""
     if not position.open_records:
-        return FlushPoint(position.open_generation - 1)
+        return Lsn(generation=position.open_generation - 1, epoch=epoch)
     follows = set(position.block_followers)
     if position.passive_copies and follows >= set(position.passive_copies):
-        return FlushPoint(position.open_generation, position.durable - 1)
+        return Lsn(generation=position.open_generation, offset=position.durable - 1, epoch=epoch)
     return None

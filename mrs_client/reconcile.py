@@ -328,8 +328,8 @@ class Reconciler:
             self.watch.see(Side.TARGET, target.epoch, "target digest")
         listed = await self.source_listing(name)
         kept, found = sort_out(listed.items, mailbox=name, max_item_size=self.max_item_size)
-        source = replace(
-            summed(name, kept, epoch=listed.epoch), last_change_number=listed.last_change_number
+        source = summed(name, kept, epoch=listed.epoch).model_copy(
+            update={"last_change_number": listed.last_change_number}
         )
         return Compared(source, target, len(found), tuple(found), listed)
 

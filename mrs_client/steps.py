@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from dag_common.clock import Clock
+from dag_common.model import Lsn
 from dag_common.store_api import Item, Items, NodeStore, utf8_len
 from mrs_client.end_calls import EndCalls
 from mrs_client.errors import MoveFailed, NeedsReconcile, NodeCallError
@@ -27,7 +28,6 @@ from mrs_client.gates import Gates
 from mrs_client.item_limits import SkipReason, classify, counts, with_skipped, without
 from mrs_client.move_store import MoveRecord
 from mrs_client.policy import (
-    FlushPoint,
     GuaranteeAnswer,
     MoveSettings,
     MoveStep,
@@ -345,7 +345,7 @@ class MoveSteps:
             )
         return record
 
-    async def _roll_target(self, record: MoveRecord, what: str) -> tuple[MoveRecord, FlushPoint]:
+    async def _roll_target(self, record: MoveRecord, what: str) -> tuple[MoveRecord, Lsn]:
         dst = record.target_db
         record, rolled = await self._call(
             record, Side.TARGET, "roll target log", lambda: self.nodes.roll_log(dst)
@@ -356,23 +356,23 @@ class MoveSteps:
             f"target log rolled: generation {rolled.generation} (epoch {record.target_epoch}) "
             f"holds the {what}",
         )
-        return record, FlushPoint(rolled.generation)
+        return record, Lsn(generation=rolled.generation, epoch=record.target_epoch)
 
-    async def _mark_target(self, record: MoveRecord, what: str) -> tuple[MoveRecord, FlushPoint]:
+    async def _mark_target(self, record: MoveRecord, what: str) -> tuple[MoveRecord, Lsn]:
         """A point of the target's log past everything it acknowledged so far: read where
         its log stands (`policy.flush_point`), or roll it."""
         dst = record.target_db
         record, position = await self._call(
             record, Side.TARGET, "read target log position", lambda: self.nodes.log_position(dst)
         )
-        point = flush_point(position)
+        point = flush_point(position, record.target_epoch)
         if point is None:
             return await self._roll_target(record, what)
         record = await self.gates.save(replace(record, flush_started=self.clock.now()))
         where = (
             f"generation {point.generation} through byte {point.offset}, held in block mode by "
             f"{', '.join(position.block_followers)}"
-            if point.offset is not None
+            if point.record_offset is not None
             else f"closed generation {point.generation}"
         )
         self._progress(
@@ -384,8 +384,8 @@ class MoveSteps:
         self,
         record: MoveRecord,
         what: str,
-        point: FlushPoint | None,
-        keep: Callable[[MoveRecord, FlushPoint], Awaitable[MoveRecord]],
+        point: Lsn | None,
+        keep: Callable[[MoveRecord, Lsn], Awaitable[MoveRecord]],
     ) -> tuple[MoveRecord, GuaranteeAnswer]:
         """Flush the target through `point`, marked first if None (`keep` saves it in the
         record).  A point inside the open log not Satisfied within `block_flush_wait` is
@@ -393,7 +393,7 @@ class MoveSteps:
         if point is None:
             record, point = await self._mark_target(record, what)
             record = await keep(record, point)
-        if point.offset is not None:
+        if point.record_offset is not None:
             record, answer = await self.gates.flush(
                 record,
                 point,
@@ -427,17 +427,17 @@ class MoveSteps:
         return record
 
     async def _step_final_sync_and_flush(self, record: MoveRecord) -> MoveRecord:
-        point = None
-        if record.final_generation is None:
+        point = record.final_point
+        if point is None:
             record, _ = await self._copy_changes(record, initial=False)
-        else:
-            point = FlushPoint(record.final_generation, record.final_offset)
         record, answer = await self._flush_target(
             record,
             "final sync",
             point,
             lambda r, p: self.gates.save(
-                replace(r, final_generation=p.generation, final_offset=p.offset, flush_epoch=0)
+                replace(
+                    r, final_generation=p.generation, final_offset=p.record_offset, flush_epoch=0
+                )
             ),
         )
         return await self.gates.save(
@@ -463,8 +463,8 @@ class MoveSteps:
         """Unlock the target, and wait until the unlock is replayed like the final sync was:
         a failover right after completion must leave a usable mailbox, not a locked one."""
         dst = record.target_db
-        point = None
-        if record.unlock_generation is None:
+        point = record.unlock_point
+        if point is None:
             for name in record.mailboxes:
                 record, _ = await self._call(
                     record,
@@ -475,14 +475,12 @@ class MoveSteps:
             # Every unlock acknowledged in this epoch: should the target change incarnation
             # and still show an unlock, everything before it survived (reconcile_move).
             record = await self.gates.save(replace(record, unlock_epoch=record.target_epoch))
-        else:
-            point = FlushPoint(record.unlock_generation, record.unlock_offset)
         record, _ = await self._flush_target(
             record,
             "unlock",
             point,
             lambda r, p: self.gates.save(
-                replace(r, unlock_generation=p.generation, unlock_offset=p.offset)
+                replace(r, unlock_generation=p.generation, unlock_offset=p.record_offset)
             ),
         )
         return record

@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from dag_common.guarantee_wire import MAX_LSN_FIELD
 from guarantee_api.errors import InvalidRequestError
-from guarantee_api.servicer import MAX_COMMIT_SECONDS, MAX_LSN_FIELD, flush_target
+from guarantee_api.servicer import MAX_COMMIT_SECONDS, flush_target
 from replication_node.errors import BadRequest
 from replication_node.http import models as api_models
 
@@ -80,7 +81,12 @@ def test_an_lsn_target_is_in_range_or_invalid_argument(generation, offset, epoch
     except InvalidRequestError as exc:
         assert not valid and "lsn." in str(exc)
         return
-    assert valid and (target.generation, target.epoch) == (generation, epoch)
+    assert valid and target.lsn is not None
+    assert (target.lsn.generation, target.lsn.offset, target.lsn.epoch) == (
+        generation,
+        offset,
+        epoch,
+    )
 
 
 @settings(max_examples=300, deadline=None)

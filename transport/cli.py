@@ -123,8 +123,9 @@ async def _serve(config_path: Path, name: str, listen_host: str | None) -> int:
         await session.close()
         await store_of_cluster.aclose()
         store.close()
-    if delivering.done() and not delivering.cancelled() and delivering.exception():
-        raise delivering.exception()  # type: ignore[misc]
+    failure = None if not delivering.done() or delivering.cancelled() else delivering.exception()
+    if failure is not None:
+        raise failure
     return ExitCode.OK
 
 

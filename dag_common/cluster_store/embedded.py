@@ -6,10 +6,11 @@ import asyncio
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import TypeVar, TypeVarTuple, Unpack
 
 from dag_common.clock import Clock, SystemClock
 from dag_common.cluster_store import (
@@ -29,6 +30,9 @@ from dag_common.cluster_store import (
 )
 from dag_common.errors import FailoverPaused, LeaseHeld
 from dag_common.model import AutoDatabaseMountDial
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS active_copy(
@@ -151,10 +155,10 @@ class EmbeddedClusterStore(ClusterStore):
                 if column not in have:
                     self._conn.execute(f"ALTER TABLE stream_history ADD COLUMN {column} {kind}")
 
-    async def _run(self, fn, *args):  # type: ignore[no-untyped-def]
-        return await asyncio.to_thread(self._locked, fn, *args)
+    async def _run(self, fn: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
+        return await asyncio.to_thread(lambda: self._locked(fn, *args))
 
-    def _locked(self, fn, *args):  # type: ignore[no-untyped-def]
+    def _locked(self, fn: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
         with self._lock:
             return fn(*args)
 

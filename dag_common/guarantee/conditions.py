@@ -28,7 +28,7 @@ from dag_common.guarantee.values import (
     FlushTarget,
     Limits,
 )
-from dag_common.model import CopyStatus, CopyStatusReport
+from dag_common.model import CopyStatus, CopyStatusReport, Lsn
 
 
 def seconds(value: float) -> str:
@@ -40,7 +40,14 @@ def _ok(check: Check, passed: bool, detail: str) -> CheckOutcome:
     return CheckOutcome(check, passed, detail)
 
 
-def _verdict(copy: CopySnapshot, checks: list[CheckOutcome], **extra: object) -> CopyVerdict:
+def _verdict(
+    copy: CopySnapshot,
+    checks: list[CheckOutcome],
+    *,
+    average_copy_queue_length: float = 0.0,
+    eta_s: float | None = None,
+    eta_why: str = "",
+) -> CopyVerdict:
     r = copy.report
     return CopyVerdict(
         database=copy.database,
@@ -57,7 +64,9 @@ def _verdict(copy: CopySnapshot, checks: list[CheckOutcome], **extra: object) ->
         replay_lag_time=r.replay_lag_time if r else timedelta(0),
         epoch=r.epoch if r else 0,
         healthy=copy.fresh and r is not None and r.status is CopyStatus.HEALTHY,
-        **extra,  # type: ignore[arg-type]
+        average_copy_queue_length=average_copy_queue_length,
+        eta_s=eta_s,
+        eta_why=eta_why,
     )
 
 
@@ -171,18 +180,17 @@ def _health_eta(
     )
 
 
-def held_in_block_mode(r: CopyStatusReport, target: FlushTarget) -> bool:
+def held_in_block_mode(r: CopyStatusReport, lsn: Lsn) -> bool:
     """Whether a passive copy holds the record at the target LSN in its block-mode buffer:
     fsync'd before it acknowledged it, kept across a restart of its process, and kept as
     that generation by an activation of the copy (the epoch then records how far), so the
     record survives the loss of the active as a replayed one does.  The buffer grows by
     whole group commits: holding a byte past the record's start holds the whole record."""
     return (
-        target.generation is not None
-        and target.offset is not None
-        and r.block_generation == target.generation
+        lsn.record_offset is not None
+        and r.block_generation == lsn.generation
         and r.block_generation == r.last_log_inspected + 1
-        and r.block_offset > target.offset
+        and r.block_offset > lsn.offset
     )
 
 
@@ -216,7 +224,8 @@ def judge_flush(
             f"ReplayLagTime {seconds(lag)}, counted only under {seconds(lag_limit)}",
         ),
     ]
-    if target.epoch:
+    lsn = target.lsn
+    if lsn is not None and lsn.epoch:
         checks.append(
             _ok(
                 Check.STREAM,
@@ -227,25 +236,24 @@ def judge_flush(
         )
     eta: float | None = None
     why = ""
-    if target.generation is not None:
-        replayed = r.last_log_replayed >= target.generation
-        held = held_in_block_mode(r, target)
+    if lsn is not None:
+        replayed = r.last_log_replayed >= lsn.generation
+        held = held_in_block_mode(r, lsn)
         done = replayed or held
         checks.append(
             _ok(
                 Check.REPLAYED,
                 done,
-                f"holds generation {target.generation} through byte {r.block_offset} in block "
-                f"mode, past the record at byte {target.offset} (durable there, and kept as "
+                f"holds generation {lsn.generation} through byte {r.block_offset} in block "
+                f"mode, past the record at byte {lsn.offset} (durable there, and kept as "
                 "that generation if the active is lost)"
                 if held and not replayed
-                else f"last log replayed {r.last_log_replayed}, needs generation "
-                f"{target.generation}",
+                else f"last log replayed {r.last_log_replayed}, needs generation {lsn.generation}",
             )
         )
         rate = copy.rates.replayed_per_s
         if not done and rate and rate > 0:
-            missing = target.generation - r.last_log_replayed
+            missing = lsn.generation - r.last_log_replayed
             eta, why = missing / rate, f"replaying {rate:.2f} logs/s, {missing} logs to go"
     else:
         assert target.commit_time is not None

@@ -39,7 +39,7 @@ from dag_common.guarantee.values import (
     Limits,
 )
 from dag_common.incarnation import current_epoch, fork_below
-from dag_common.model import CopyRole
+from dag_common.model import CopyRole, Lsn
 from dag_common.model import DataMoveReplicationConstraint as Constraint
 
 
@@ -232,8 +232,8 @@ def evaluate_flush(
 ) -> Answer:
     """CheckReplicationFlush: have enough copies replayed past the target?"""
     method = "CheckReplicationFlush"
-    if target.epoch and target.generation is not None:
-        early = _stream_answer(view, constraint, target, limits)
+    if target.lsn is not None and target.lsn.epoch:
+        early = _stream_answer(view, constraint, target.lsn, limits)
         if early is not None:
             return early
     epoch = current_epoch(view.history) if view.history else 0
@@ -242,21 +242,23 @@ def evaluate_flush(
 
 
 def _stream_answer(
-    view: DatabaseView, constraint: Constraint, target: FlushTarget, limits: Limits
+    view: DatabaseView, constraint: Constraint, lsn: Lsn, limits: Limits
 ) -> Answer | None:
     """The answer when the LSN's epoch settles the question before any copy is looked at:
     lost in a failover (NotSatisfied, `lost`), or not judgeable yet (Retry); else None."""
-    assert target.generation is not None
-    db, where = view.database, f"generation {target.generation} of epoch {target.epoch}"
+    db, where = view.database, f"generation {lsn.generation} of epoch {lsn.epoch}"
 
-    def answer(status: GuaranteeStatus, wait: timedelta, reason: str, **extra: object) -> Answer:
+    def answer(
+        status: GuaranteeStatus, wait: timedelta, reason: str, *, epoch: int = 0, lost: bool = False
+    ) -> Answer:
         return Answer(
             db,
             constraint,
             status,
             wait,
             f"CheckReplicationFlush {constraint} {status} for {db}: {reason}",
-            **extra,  # type: ignore[arg-type]
+            epoch=epoch,
+            lost=lost,
         )
 
     if view.history is None:
@@ -267,7 +269,7 @@ def _stream_answer(
             f"{where} survived every failover is unknown",
         )
     epoch = current_epoch(view.history)
-    fork = fork_below(view.history, target.epoch, target.generation, target.offset)
+    fork = fork_below(view.history, lsn.epoch, lsn.generation, lsn.record_offset)
     if fork is not None:
         return answer(
             GuaranteeStatus.NOT_SATISFIED,
@@ -277,18 +279,18 @@ def _stream_answer(
             + (
                 f", keeping generation {fork.start_generation - 1} only through byte "
                 f"{fork.kept_through}"
-                if fork.kept_through is not None and target.generation == fork.start_generation - 1
+                if fork.kept_through is not None and lsn.generation == fork.start_generation - 1
                 else ", at or below it"
             )
             + "; asking again will not help, the data must be written again",
             epoch=epoch,
             lost=True,
         )
-    if target.epoch > epoch:
+    if lsn.epoch > epoch:
         return answer(
             GuaranteeStatus.RETRY,
             limits.wait_min,
-            f"epoch {target.epoch} is newer than the history known ({epoch}); it is read "
+            f"epoch {lsn.epoch} is newer than the history known ({epoch}); it is read "
             "from the cluster store every poll",
             epoch=epoch,
         )

@@ -15,6 +15,7 @@ from dag_common.model import (
     CopyStatus,
     CopyStatusReport,
     GuaranteeStatus,
+    Lsn,
 )
 from dag_common.model import (
     DataMoveReplicationConstraint as Constraint,
@@ -108,13 +109,12 @@ class DatabaseView:
 
 @dataclass(frozen=True, slots=True)
 class FlushTarget:
-    """What CheckReplicationFlush waits for: a commit time (the seed) or a generation (exact),
-    with the stream incarnation (epoch) the generation belongs to (0: not given)."""
+    """What CheckReplicationFlush waits for: a commit time (the seed) or an LSN (exact): its
+    generation replayed, or with an offset the record there held or replayed
+    (`Lsn.record_offset`), in the stream incarnation it names (epoch 0: not given)."""
 
     commit_time: datetime | None = None
-    generation: int | None = None
-    epoch: int = 0
-    offset: int | None = None  # the record's offset in its generation, given with an LSN
+    lsn: Lsn | None = None
 
 
 @dataclass(frozen=True, slots=True)

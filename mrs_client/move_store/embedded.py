@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, TypeVarTuple, Unpack
 
 from dag_common.cluster_store.embedded import boot_id, immediate, open_store_file
 from mrs_client.errors import MoveRejected
@@ -36,6 +36,9 @@ from mrs_client.move_store import (
     answer_row,
 )
 from mrs_client.policy import FINISHED, GuaranteeAnswer, MoveState, MoveStep, StopRequest
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS move_requests(
@@ -72,18 +75,18 @@ class EmbeddedMoveStore(MoveStore):
         # clock moves it only while none is (the mover is waiting on the clock, not on us).
         self.in_flight = 0
 
-    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def _run(self, fn: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
         self.in_flight += 1
         try:
-            return await asyncio.to_thread(self._locked, fn, *args)
+            return await asyncio.to_thread(lambda: self._locked(fn, *args))
         finally:
             self.in_flight -= 1
 
-    def _locked(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def _locked(self, fn: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
         with self._lock:
             return fn(*args)
 
-    def _transaction(self, fn: Callable[..., Any], *args: Any, durable: bool = True) -> Any:
+    def _transaction(self, fn: Callable[[Unpack[Ts]], T], *args: *Ts, durable: bool = True) -> T:
         """`fn` inside one IMMEDIATE transaction, under the lock; rolled back on any error."""
         with self._lock:
             if durable != self._durable:
@@ -92,7 +95,7 @@ class EmbeddedMoveStore(MoveStore):
             with immediate(self._conn):
                 return fn(*args)
 
-    async def _write(self, fn: Callable[..., Any], *args: Any, durable: bool = True) -> Any:
+    async def _write(self, fn: Callable[[Unpack[Ts]], T], *args: *Ts, durable: bool = True) -> T:
         self.in_flight += 1
         try:
             return await asyncio.to_thread(
@@ -158,7 +161,7 @@ class EmbeddedMoveStore(MoveStore):
         return MoveRecord.from_json(row[0]) if row else None
 
     async def get(self, move_id: str) -> MoveRecord | None:
-        return await self._run(self._get, move_id)  # type: ignore[no-any-return]
+        return await self._run(self._get, move_id)
 
     def _list(self, states: list[str] | None, batch: str | None) -> list[MoveRecord]:
         where, args = [], []
@@ -178,7 +181,7 @@ class EmbeddedMoveStore(MoveStore):
         self, *, states: Iterable[MoveState] | None = None, batch: str | None = None
     ) -> list[MoveRecord]:
         wanted = None if states is None else [str(s) for s in states]
-        return await self._run(self._list, wanted, batch)  # type: ignore[no-any-return]
+        return await self._run(self._list, wanted, batch)
 
     def _live(self, move_id: str) -> tuple[str, str, float] | None:
         """(worker, token, seconds left) of the move's live lease, or None."""
@@ -231,7 +234,7 @@ class EmbeddedMoveStore(MoveStore):
         return lease
 
     async def claim(self, move_id: str, worker: str, ttl: float) -> MoveLease | None:
-        return await self._write(self._claim, move_id, worker, ttl)  # type: ignore[no-any-return]
+        return await self._write(self._claim, move_id, worker, ttl)
 
     def _renew(self, lease: MoveLease, ttl: float) -> bool:
         live = self._live(lease.move_id)
@@ -244,7 +247,7 @@ class EmbeddedMoveStore(MoveStore):
         return True
 
     async def renew(self, lease: MoveLease, ttl: float) -> bool:
-        return await self._write(self._renew, lease, ttl)  # type: ignore[no-any-return]
+        return await self._write(self._renew, lease, ttl)
 
     def _release(self, lease: MoveLease) -> None:
         self._conn.execute(
@@ -260,7 +263,7 @@ class EmbeddedMoveStore(MoveStore):
         return MoveHolder(live[0], live[2]) if live else None
 
     async def holder(self, move_id: str) -> MoveHolder | None:
-        return await self._run(self._holder, move_id)  # type: ignore[no-any-return]
+        return await self._run(self._holder, move_id)
 
     def _holders(self) -> dict[str, MoveHolder]:
         ids = [r[0] for r in self._conn.execute("SELECT move_id FROM move_leases")]
@@ -268,7 +271,7 @@ class EmbeddedMoveStore(MoveStore):
         return {i: h for i, h in found.items() if h is not None}
 
     async def holders(self) -> dict[str, MoveHolder]:
-        return await self._run(self._holders)  # type: ignore[no-any-return]
+        return await self._run(self._holders)
 
     # ---- stop requests ------------------------------------------------------------------
 
@@ -290,7 +293,7 @@ class EmbeddedMoveStore(MoveStore):
         return StopRequest(row[0]) if row else None
 
     async def stop_requested(self, move_id: str) -> StopRequest | None:
-        return await self._run(self._stop_requested, move_id)  # type: ignore[no-any-return]
+        return await self._run(self._stop_requested, move_id)
 
     def _clear_stop(self, move_id: str) -> None:
         self._conn.execute("DELETE FROM move_stops WHERE move_id=?", (move_id,))
@@ -320,7 +323,7 @@ class EmbeddedMoveStore(MoveStore):
         return [json.loads(r[0]) for r in rows]
 
     async def answers(self, move_id: str) -> list[dict[str, Any]]:
-        return await self._run(self._answers, move_id)  # type: ignore[no-any-return]
+        return await self._run(self._answers, move_id)
 
     # ---- batches ------------------------------------------------------------------------
 
@@ -329,14 +332,14 @@ class EmbeddedMoveStore(MoveStore):
         return BatchRecord.from_json(row[0]) if row else None
 
     async def batch(self, name: str) -> BatchRecord | None:
-        return await self._run(self._batch, name)  # type: ignore[no-any-return]
+        return await self._run(self._batch, name)
 
     def _batches(self) -> list[BatchRecord]:
         rows = self._conn.execute("SELECT body FROM move_batches ORDER BY created, name")
         return [BatchRecord.from_json(r[0]) for r in rows.fetchall()]
 
     async def batches(self) -> list[BatchRecord]:
-        return await self._run(self._batches)  # type: ignore[no-any-return]
+        return await self._run(self._batches)
 
     def _save_batch(self, batch: BatchRecord) -> None:
         self._conn.execute(

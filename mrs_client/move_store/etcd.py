@@ -46,12 +46,20 @@ import math
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from dag_common.cluster_store.etcd_gateway import EtcdGateway, b64, prefix_end, unb64
+from dag_common.cluster_store.etcd_json import (
+    Compare,
+    KeyValue,
+    TxnOp,
+    TxnResponse,
+    as_range,
+    as_txn,
+)
 from dag_common.errors import ClusterStoreError
 from mrs_client.errors import MoveRejected
 from mrs_client.move_store import (
@@ -91,9 +99,9 @@ class EtcdMoveStore(MoveStore):
     def _key(self, key: str) -> str:
         return b64(self._prefix + key)
 
-    async def _get_kv(self, key: str) -> dict[str, Any] | None:
+    async def _get_kv(self, key: str) -> KeyValue | None:
         """The key's kv as etcd's gateway gives it (base64 value, revisions, lease), or None."""
-        data = await self._gateway.call("/v3/kv/range", {"key": self._key(key)})
+        data = as_range(await self._gateway.call("/v3/kv/range", {"key": self._key(key)}))
         kvs = data.get("kvs") or []
         return kvs[0] if kvs else None
 
@@ -104,14 +112,14 @@ class EtcdMoveStore(MoveStore):
             return None, 0
         return unb64(kv.get("value", "")), int(kv["mod_revision"])
 
-    async def _range(self, under: str, **options: Any) -> list[dict[str, Any]]:
+    async def _range(self, under: str, **options: object) -> list[KeyValue]:
         """Every kv whose key starts with `under` (options: etcd's range fields)."""
         prefix = self._prefix + under
         body = {"key": b64(prefix), "range_end": prefix_end(prefix)} | options
-        data = await self._gateway.call("/v3/kv/range", body)
+        data = as_range(await self._gateway.call("/v3/kv/range", body))
         return list(data.get("kvs") or [])
 
-    def _absent(self, key: str) -> dict[str, str]:
+    def _absent(self, key: str) -> Compare:
         """The txn compare that `key` does not exist."""
         return {
             "key": self._key(key),
@@ -120,7 +128,7 @@ class EtcdMoveStore(MoveStore):
             "create_revision": "0",
         }
 
-    def _present(self, key: str) -> dict[str, str]:
+    def _present(self, key: str) -> Compare:
         """The txn compare that `key` exists."""
         return {
             "key": self._key(key),
@@ -129,11 +137,11 @@ class EtcdMoveStore(MoveStore):
             "create_revision": "0",
         }
 
-    def _holds(self, key: str, value: str) -> dict[str, str]:
+    def _holds(self, key: str, value: str) -> Compare:
         """The txn compare that `key` holds `value` (false when the key is absent)."""
         return {"key": self._key(key), "target": "VALUE", "result": "EQUAL", "value": b64(value)}
 
-    def _unchanged(self, key: str, mod_revision: int) -> dict[str, str]:
+    def _unchanged(self, key: str, mod_revision: int) -> Compare:
         """The txn compare that `key` is still at `mod_revision`."""
         return {
             "key": self._key(key),
@@ -142,31 +150,31 @@ class EtcdMoveStore(MoveStore):
             "mod_revision": str(mod_revision),
         }
 
-    def _put(self, key: str, value: str, lease: str | None = None) -> dict[str, Any]:
+    def _put(self, key: str, value: str, lease: str | None = None) -> TxnOp:
         put = {"key": self._key(key), "value": b64(value)} | ({"lease": lease} if lease else {})
         return {"request_put": put}
 
-    def _delete(self, key: str) -> dict[str, Any]:
+    def _delete(self, key: str) -> TxnOp:
         return {"request_delete_range": {"key": self._key(key)}}
 
-    def _read(self, key: str) -> dict[str, Any]:
+    def _read(self, key: str) -> TxnOp:
         return {"request_range": {"key": self._key(key)}}
 
     async def _txn(
         self,
-        compare: list[dict[str, Any]],
-        success: list[dict[str, Any]],
-        failure: list[dict[str, Any]] | None = None,
-    ) -> tuple[bool, list[dict[str, Any]]]:
+        compare: Sequence[Compare],
+        success: Sequence[TxnOp],
+        failure: Sequence[TxnOp] | None = None,
+    ) -> tuple[bool, list[TxnResponse]]:
         """One transaction: whether its compares held, and the responses of the branch run."""
-        body: dict[str, Any] = {"compare": compare, "success": success}
+        body: dict[str, object] = {"compare": compare, "success": success}
         if failure:
             body["failure"] = failure
-        data = await self._gateway.call("/v3/kv/txn", body)
+        data = as_txn(await self._gateway.call("/v3/kv/txn", body))
         return bool(data.get("succeeded")), list(data.get("responses") or [])
 
     @staticmethod
-    def _read_value(response: dict[str, Any]) -> str | None:
+    def _read_value(response: TxnResponse) -> str | None:
         """The value a `request_range` of one key found (None: absent)."""
         kvs = (response.get("response_range") or {}).get("kvs") or []
         return unb64(kvs[0].get("value", "")) if kvs else None
@@ -176,7 +184,7 @@ class EtcdMoveStore(MoveStore):
         with contextlib.suppress(ClusterStoreError):
             await self._gateway.call("/v3/lease/revoke", {"ID": lease_id})
 
-    async def _time_to_live(self, kv: dict[str, Any]) -> int:
+    async def _time_to_live(self, kv: KeyValue) -> int:
         """The whole seconds left to the etcd lease `kv` is attached to; -1: not found (run
         out and revoked, its keys deleted with it).
 
@@ -438,7 +446,7 @@ class EtcdMoveStore(MoveStore):
         if mine is not None:
             await self._revoke(mine[0])  # etcd deletes the key with it
 
-    async def _holder(self, kv: dict[str, Any]) -> MoveHolder | None:
+    async def _holder(self, kv: KeyValue) -> MoveHolder | None:
         left = await self._time_to_live(kv)
         if left < 0:  # run out: etcd deletes the key once its leader revoked the lease
             return None

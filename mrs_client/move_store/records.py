@@ -8,8 +8,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from dag_common.model import Lsn
 from mrs_client.item_limits import SkippedItem
 from mrs_client.policy import MovePriority, MoveState, MoveStep, StallStatus
+
+
+def _point(generation: int | None, offset: int | None, epoch: int) -> Lsn | None:
+    if generation is None:
+        return None
+    return Lsn(generation=generation, offset=offset or 0, epoch=epoch)
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,18 @@ class MoveRecord:
     not_before: datetime | None = None
     retries: int = 0
     worker: str | None = None
+
+    @property
+    def final_point(self) -> Lsn | None:
+        """Step 6's flush point, in the target's stream as the move saw it (None: none yet).
+        Saved as a generation and an offset (None: the whole generation), the record's
+        format since before the LSN was one type."""
+        return _point(self.final_generation, self.final_offset, self.target_epoch)
+
+    @property
+    def unlock_point(self) -> Lsn | None:
+        """Step 9's flush point (see `final_point`)."""
+        return _point(self.unlock_generation, self.unlock_offset, self.target_epoch)
 
     def to_json(self) -> str:
         data = asdict(self)

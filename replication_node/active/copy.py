@@ -119,6 +119,7 @@ class ActiveCopy:
         lease: LeaseKeeper | None = None,
         synchronous_copies: int = 0,
         synchronous_wait: float = 5.0,
+        epoch: int = 0,
     ) -> ActiveCopy:
         """Open (recovering from a crash) or create the database and its log stream.
 
@@ -126,7 +127,8 @@ class ActiveCopy:
         it).  `publish_open_log(generation, ceiling)`: announces each generation's first
         commit before it is answered, and the records recovered in E00.log before the stream
         takes writes (raises `Deposed` if the store names another active).  `lease`: the
-        active's lease, without which no commit is acknowledged (`lease.py`)."""
+        active's lease, without which no commit is acknowledged (`lease.py`).  `epoch`: the
+        stream incarnation of this mount, named by every commit's LSN."""
         paths.root.mkdir(parents=True, exist_ok=True)
         if create and not paths.database.exists():
             db = Database.create(
@@ -149,6 +151,7 @@ class ActiveCopy:
             open_scan=plan.open_scan,
             next_generation=db.header.waypoint + 1,
             pending=plan.pending,
+            epoch=epoch,
         )
         db.mark_dirty()
         copy = cls(

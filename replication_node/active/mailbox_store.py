@@ -13,12 +13,10 @@ import functools
 import re
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, TypeVar
 
 from dag_common.mailbox_digest import utf8_size
-from dag_common.model import Lsn
+from dag_common.store_api import Written
 from replication_node.active.copy import ActiveCopy
 from replication_node.errors import BadRequest, Conflict, NotFound
 from replication_node.log.spanning import BlobRef
@@ -63,33 +61,6 @@ _ITEM_ID = re.compile(ITEM_ID_PATTERN)
 MAX_BATCH = 1000
 
 
-@dataclass(frozen=True)
-class CommitResult:
-    """What a write answers: where it is in the log and when it committed."""
-
-    lsn: Lsn
-    commit_time: datetime
-    change_number: int
-    item_ids: tuple[str, ...] = ()
-
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "change_number": self.change_number,
-            "lsn": {
-                "generation": self.lsn.generation,
-                "offset": self.lsn.offset,
-                "epoch": self.lsn.epoch,
-            },
-            "epoch": self.lsn.epoch,
-            "commit_time": self.commit_time.isoformat().replace("+00:00", "Z"),
-        }
-        if len(self.item_ids) == 1:
-            out["item_id"] = self.item_ids[0]
-        elif self.item_ids:
-            out["item_ids"] = list(self.item_ids)
-        return out
-
-
 def _check_text(field: str, value: str) -> None:
     """Text must be valid Unicode that UTF-8 can carry: a lone surrogate ("\ud800", which
     JSON can spell) cannot be written to the log.  ASCII text (most mail) is UTF-8 as it
@@ -122,9 +93,8 @@ def _admitted(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]
 class MailboxStore:
     """Writes and reads of the mailbox store on one active copy."""
 
-    def __init__(self, copy: ActiveCopy, *, epoch: int = 0) -> None:
+    def __init__(self, copy: ActiveCopy) -> None:
         self.copy = copy
-        self.epoch = epoch  # the stream incarnation every answer names (the active's epoch)
         # Mailboxes whose creation is in the log but not yet acknowledged.
         self._creating: set[str] = set()
 
@@ -143,7 +113,7 @@ class MailboxStore:
         item_ids: tuple[str, ...] = (),
         *,
         staged: dict[int, BlobRef] | None = None,
-    ) -> CommitResult:
+    ) -> Written:
         """Commit `ops`; `staged`: the bodies staged for some of them, by op index (the record
         names them, `body_blob`, where the body would be)."""
         encoded = [encode(op) for op in ops]
@@ -158,12 +128,8 @@ class MailboxStore:
             )
         else:
             committed = await self.copy.commit(encoded)
-        return CommitResult(
-            lsn=committed.lsn.model_copy(update={"epoch": self.epoch}),
-            commit_time=committed.commit_time,
-            change_number=max(op.cn for op in ops),
-            item_ids=item_ids,
-        )
+        # The LSN names the stream's epoch as the writer made it (`log/writer.py`).
+        return Written.of(committed.lsn, committed.commit_time, max(op.cn for op in ops), item_ids)
 
     @_admitted
     async def create_mailbox(
@@ -173,7 +139,7 @@ class MailboxStore:
         display_name: str = "",
         folders: list[str] | None = None,
         locked: bool = False,
-    ) -> CommitResult:
+    ) -> Written:
         """Create a mailbox (with the default folders unless told otherwise)."""
         _check_name(mailbox)
         if self.copy.mailbox(mailbox) is not None or mailbox in self._creating:
@@ -198,7 +164,7 @@ class MailboxStore:
     @_admitted
     async def set_mailbox(
         self, mailbox: str, *, locked: bool | None = None, soft_deleted: bool | None = None
-    ) -> CommitResult:
+    ) -> Written:
         """Lock, unlock or soft-delete a mailbox."""
         _check_name(mailbox)
         row = self.copy.mailbox(mailbox)
@@ -210,7 +176,7 @@ class MailboxStore:
         return await self._commit([SetMailbox(mailbox, cn, locked, soft_deleted)])
 
     @_admitted
-    async def delete_mailbox(self, mailbox: str) -> CommitResult:
+    async def delete_mailbox(self, mailbox: str) -> Written:
         """Remove a mailbox with its folders and items, leaving no tombstone (a cancelled
         move's target copy; the HTTP edge refuses one the mailbox directory places here)."""
         _check_name(mailbox)
@@ -221,7 +187,7 @@ class MailboxStore:
     @_admitted
     async def create_folder(
         self, mailbox: str, folder: str, *, override_lock: bool = False
-    ) -> CommitResult:
+    ) -> Written:
         self._live_mailbox(mailbox, override_lock=override_lock)
         if not _FOLDER.match(folder):
             raise BadRequest(f"invalid folder name {folder!r}")
@@ -231,7 +197,7 @@ class MailboxStore:
     @_admitted
     async def put_items(
         self, mailbox: str, items: list[dict[str, Any]], *, override_lock: bool = False
-    ) -> CommitResult:
+    ) -> Written:
         """Create or replace items, as one transaction.  A body too large to be written
         inline is staged in the log first (`log/spanning.py`); the request is checked again
         once it is, and only then numbered and committed."""
@@ -296,7 +262,7 @@ class MailboxStore:
     @_admitted
     async def delete_item(
         self, mailbox: str, item_id: str, *, override_lock: bool = False
-    ) -> CommitResult:
+    ) -> Written:
         self._live_mailbox(mailbox, override_lock=override_lock)
         row = self.copy.item(mailbox, item_id)
         if row is None or row["deleted"]:

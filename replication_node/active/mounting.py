@@ -56,6 +56,7 @@ async def open_active_copy(
         lease=lease,
         synchronous_copies=synchronous_copies,
         synchronous_wait=synchronous_wait,
+        epoch=epoch,
     )
     if record is not None and (record.node, record.epoch) == (node, epoch):
         await _check_announced_logs(copy, record.open_generation, database=database, epoch=epoch)

@@ -302,7 +302,7 @@ def exit_code(status: int) -> ExitCode:
 DATABASE = "the database, as named in the config (e.g. DB1)"
 
 
-def register_db(db_sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_db(db_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Admin calls under `replication-node db`."""
     roll = db_sub.add_parser("roll-log", help="close the active copy's open log now")
     roll.add_argument("database", help=DATABASE)

@@ -62,7 +62,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return ExitCode.OK if answered else ExitCode.FAILED
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     audit = sub.add_parser(
         "audit", help="recent operator, mover and refused calls on every node, by time"
     )

@@ -97,7 +97,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def register_backup(db_sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_backup(db_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`db backup` and `db restore`."""
     b = db_sub.add_parser(
         "backup", help="back up a copy (passive or active), coordinated with the active"

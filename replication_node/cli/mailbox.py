@@ -258,7 +258,7 @@ def cmd_where(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `mailbox create|put|list|where` to the parser."""
     mailbox = sub.add_parser(
         "mailbox",

@@ -79,7 +79,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def register(csub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(csub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `cluster pause` and `cluster resume` to the `cluster` subcommands."""
     pause = csub.add_parser(
         "pause", help="pause automatic failover for maintenance (an operator may still activate)"

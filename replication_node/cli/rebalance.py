@@ -104,7 +104,7 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
     return ExitCode.FAILED if failed else ExitCode.OK
 
 
-def register_db(db_sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_db(db_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`db rebalance`."""
     p = db_sub.add_parser(
         "rebalance",

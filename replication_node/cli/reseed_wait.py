@@ -29,7 +29,7 @@ from dag_common.watch_reader import WatchLost, watch_events
 
 if TYPE_CHECKING:  # rich is imported only to draw (a terminal), not for plain lines
     from rich.console import Console
-    from rich.progress import Progress
+    from rich.progress import Progress, TaskID
 
 _STOPPED = frozenset({CopyStatus.SUSPENDED, CopyStatus.FAILED_AND_SUSPENDED, CopyStatus.FAILED})
 SILENCE = 10.0  # seconds without a line (heartbeats come every second) before giving up
@@ -151,7 +151,7 @@ class SeedBar:
 
     def __init__(self, progress: Progress) -> None:
         self._progress = progress
-        self._task: int | None = None
+        self._task: TaskID | None = None
 
     def show(self, report: CopyStatusReport) -> None:
         name = f"{report.database}\\{report.node} {report.status}"
@@ -159,7 +159,7 @@ class SeedBar:
             self._progress.start()
             self._task = self._progress.add_task(name, total=None)
         self._progress.update(
-            self._task,  # type: ignore[arg-type]
+            self._task,
             description=name,
             completed=report.seed_bytes_done or 0,
             total=report.seed_bytes_total,
@@ -169,7 +169,7 @@ class SeedBar:
         if self._task is not None:
             if outcome is not None and outcome.ok:
                 task = self._progress.tasks[0]
-                self._progress.update(self._task, completed=task.total or task.completed)  # type: ignore[arg-type]
+                self._progress.update(self._task, completed=task.total or task.completed)
             self._progress.stop()
         if outcome is not None and outcome.ok:
             self._progress.console.print(outcome.sentence, markup=False, highlight=False)

@@ -245,7 +245,9 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     return code
 
 
-def register(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:  # type: ignore[type-arg]
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
     """Add `serve` and `cluster up` to the parser; the `cluster` subcommands, for others."""
     serve = sub.add_parser("serve", help="run one node")
     add_config(serve)

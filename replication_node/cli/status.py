@@ -243,7 +243,7 @@ async def _store_view(config: ClusterConfig, databases: list[str]) -> StoreView 
         await store.aclose()
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `status` to the parser."""
     status = sub.add_parser("status", help="copy status of the whole cluster")
     add_config(status)

@@ -18,12 +18,19 @@ from aiohttp import web
 
 from dag_common.credentials import Role
 from dag_common.route_roles import PUBLIC, add_route
+from dag_common.store_api import LogPosition, Rolled
 from replication_node.active.redelivery import describe
 from replication_node.audit import AuditLog
 from replication_node.cluster.activation import ActivationResult
 from replication_node.cluster.switchover import SwitchoverResult
 from replication_node.errors import BadRequest, NotFound
-from replication_node.http.context import NODE, active_for_write, active_here, json_body
+from replication_node.http.context import (
+    NODE,
+    active_for_write,
+    active_here,
+    json_body,
+    mounted_copy,
+)
 from replication_node.http.models import ActivateIn, HandOverIn, ReasonIn, TargetIn, parse
 from replication_node.log.logfile import HEADER_SIZE
 
@@ -40,12 +47,11 @@ async def status(request: web.Request) -> web.Response:
 
 async def roll_log(request: web.Request) -> web.Response:
     instance = active_for_write(request)
-    generation = await instance.copy.roll(force=True)  # type: ignore[union-attr]
+    generation = await mounted_copy(instance).roll(force=True)
     # Published before the answer: an activation counts lost logs from it.
     await instance.publish()
-    return web.json_response(
-        {"database": instance.database, "closed_generation": generation, "epoch": instance.epoch}
-    )
+    answer = Rolled(database=instance.database, generation=generation, epoch=instance.epoch)
+    return web.json_response(answer.wire())
 
 
 async def log_position(request: web.Request) -> web.Response:
@@ -53,24 +59,22 @@ async def log_position(request: web.Request) -> web.Response:
     (every commit answered so far lies below), and the copies following it in block mode.
     The mover flushes through this point without a roll when every copy follows."""
     instance = active_for_write(request)
-    assert instance.copy is not None  # mounted: active_for_write checked it
-    feed = instance.copy.stream.feed
+    feed = mounted_copy(instance).stream.feed
     db = instance.database
     node = request.app[NODE]
-    return web.json_response(
-        {
-            "database": db,
-            "open_generation": feed.generation,
-            "durable": feed.durable,
-            # Only the header (512 bytes): every record is in a closed generation.
-            "open_records": feed.durable > HEADER_SIZE,
-            "block_followers": sorted(feed.followers),
-            "passive_copies": sorted(
-                c.node for c in node.config.database(db).copies if c.node != node.name
-            ),
-            "epoch": instance.epoch,
-        }
+    answer = LogPosition(
+        database=db,
+        open_generation=feed.generation,
+        durable=feed.durable,
+        # Only the header (512 bytes): every record is in a closed generation.
+        open_records=feed.durable > HEADER_SIZE,
+        block_followers=tuple(sorted(feed.followers)),
+        passive_copies=tuple(
+            sorted(c.node for c in node.config.database(db).copies if c.node != node.name)
+        ),
+        epoch=instance.epoch,
     )
+    return web.json_response(answer.wire())
 
 
 async def copy_action(request: web.Request) -> web.Response:

@@ -19,7 +19,9 @@ from dag_common.api_types import NAME_PATTERN
 from dag_common.config import ClusterConfig
 from dag_common.http_body import SMALL_BODY, BodyLimit, body_text, parse_json, read_body
 from dag_common.model import AutoDatabaseMountDial, NodeStatus
+from replication_node.active.copy import ActiveCopy
 from replication_node.active.instance import ActiveInstance
+from replication_node.active.mailbox_store import MailboxStore
 from replication_node.cluster.activation import ActivationResult
 from replication_node.cluster.switchover import SwitchoverResult
 from replication_node.errors import BadRequest, LogStreamStopped, NotActive, NotFound
@@ -107,6 +109,26 @@ def active_for_write(request: web.Request) -> ActiveInstance:
     if instance.switching_to is not None:
         raise NotActive(f"{db} is being switched over to {instance.switching_to}; write there")
     return instance
+
+
+def store_of(instance: ActiveInstance) -> MailboxStore:
+    """The mailbox store of an instance `active_for_write` returned (NotActive should it have
+    been dismounted since)."""
+    if instance.store is None:
+        raise NotActive(f"the copy of {instance.database} is not mounted; write to the active")
+    return instance.store
+
+
+def store_for_write(request: web.Request) -> MailboxStore:
+    """The mailbox store of the mounted active instance the request writes to."""
+    return store_of(active_for_write(request))
+
+
+def mounted_copy(instance: ActiveInstance) -> ActiveCopy:
+    """The mounted copy of an instance `active_for_write` returned."""
+    if instance.copy is None:
+        raise NotActive(f"the copy of {instance.database} is not mounted; write to the active")
+    return instance.copy
 
 
 def not_dismounted(instance: ActiveInstance | None, db: str, node: str) -> None:

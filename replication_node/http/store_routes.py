@@ -24,6 +24,7 @@ from dag_common.http_body import (
 )
 from dag_common.mailbox_digest import mailbox_digest
 from dag_common.route_roles import add_route, require
+from dag_common.store_api import Digest, ItemsAnswer, Mailbox
 from replication_node.errors import BadRequest, Conflict, NotFound
 from replication_node.http.context import (
     NODE,
@@ -33,6 +34,8 @@ from replication_node.http.context import (
     json_body,
     mailbox_name,
     reader_for,
+    store_for_write,
+    store_of,
 )
 from replication_node.http.models import FolderIn, ItemIn, ItemsIn, MailboxIn, parse
 from replication_node.storage.reader import ItemsPage
@@ -56,7 +59,7 @@ async def put_mailbox(request: web.Request) -> web.Response:
         require(request, Role.MOVER, "creating a locked mailbox")
     mailbox = request.match_info["mailbox"]
     instance = active_for_write(request)
-    result = await instance.store.create_mailbox(  # type: ignore[union-attr]
+    result = await store_of(instance).create_mailbox(
         mailbox,
         display_name=body.display_name,
         folders=body.folders,
@@ -67,7 +70,7 @@ async def put_mailbox(request: web.Request) -> web.Response:
     await request.app[NODE].cluster_store.set_mailbox_database(
         mailbox, instance.database, expected=None
     )
-    return web.json_response(result.as_dict(), status=201)
+    return web.json_response(result.wire(), status=201)
 
 
 async def delete_mailbox(request: web.Request) -> web.Response:
@@ -82,8 +85,8 @@ async def delete_mailbox(request: web.Request) -> web.Response:
             f"the mailbox directory places {mailbox!r} in {instance.database}: only a copy it "
             "does not name (a move's target) can be removed"
         )
-    result = await instance.store.delete_mailbox(mailbox)  # type: ignore[union-attr]
-    return web.json_response(result.as_dict())
+    result = await store_of(instance).delete_mailbox(mailbox)
+    return web.json_response(result.wire())
 
 
 async def list_mailboxes(request: web.Request) -> web.Response:
@@ -98,7 +101,10 @@ async def get_mailbox(request: web.Request) -> web.Response:
     row = reader.mailbox(name)
     if row is None:
         raise NotFound(f"no mailbox {name!r}")
-    return web.json_response({**row, "folders": reader.folders(name), "epoch": epoch_for(request)})
+    answer = Mailbox.model_validate(
+        {**row, "folders": reader.folders(name), "epoch": epoch_for(request)}
+    )
+    return web.json_response(answer.wire())
 
 
 async def mailbox_digest_route(request: web.Request) -> web.Response:
@@ -112,15 +118,14 @@ async def mailbox_digest_route(request: web.Request) -> web.Response:
     # loop touches), bodies by the hash each row keeps; summing the terms (and hashing the
     # overlay's few bodies) does not hold the loop.
     digest = await asyncio.to_thread(mailbox_digest, name, reader.digest_rows(name))
-    return web.json_response(
-        {
-            "mailbox": name,
-            "item_count": digest.item_count,
-            "digest": digest.digest,
-            "last_change_number": digest.last_change_number,
-            "epoch": epoch,
-        }
+    answer = Digest(
+        mailbox=name,
+        item_count=digest.item_count,
+        digest=digest.digest,
+        last_change_number=digest.last_change_number,
+        epoch=epoch,
     )
+    return web.json_response(answer.wire())
 
 
 async def where_mailbox(request: web.Request) -> web.Response:
@@ -151,10 +156,10 @@ async def where_mailbox(request: web.Request) -> web.Response:
 
 async def create_folder(request: web.Request) -> web.Response:
     body = parse(FolderIn, await json_body(request))
-    result = await active_for_write(request).store.create_folder(  # type: ignore[union-attr]
+    result = await store_for_write(request).create_folder(
         request.match_info["mailbox"], body.folder, override_lock=overriding(request)
     )
-    return web.json_response(result.as_dict(), status=201)
+    return web.json_response(result.wire(), status=201)
 
 
 def _items_limit(request: web.Request) -> BodyLimit:
@@ -175,12 +180,12 @@ async def post_items(request: web.Request) -> web.Response:
     batch = "items" in raw
     items = parse(ItemsIn, raw).items if batch else [parse(ItemIn, raw)]
     check_item_sizes(items, database=db, max_item_size=max_item_size, batch=batch)
-    result = await active_for_write(request).store.put_items(  # type: ignore[union-attr]
+    result = await store_for_write(request).put_items(
         request.match_info["mailbox"],
         [item.model_dump(exclude_none=True) for item in items],
         override_lock=overriding(request),
     )
-    return web.json_response(result.as_dict(), status=201)
+    return web.json_response(result.wire(), status=201)
 
 
 async def get_items(request: web.Request) -> web.Response:
@@ -207,27 +212,26 @@ async def get_items(request: web.Request) -> web.Response:
         page = ItemsPage(items, max((i["change_number"] for i in items), default=since), True)
     else:
         page = reader.items_page(name, since, limit)
-    body = {
-        "mailbox": name,
-        "since_change": since,
-        "items": page.items,
-        # Every change up to it is in this answer: the next page asks since it.
-        "last_change_number": page.through,
-        "more": not page.complete,
-        "epoch": epoch_for(request),
-    }
-    if flag(request, "count"):  # live items changed after since_change, in every page
-        body["live_count"] = reader.live_count(name, since)
-    return web.json_response(body)
+    answer = ItemsAnswer(
+        mailbox=name,
+        since_change=since,
+        items=page.items,
+        last_change_number=page.through,
+        more=not page.complete,
+        epoch=epoch_for(request),
+        # live items changed after since_change, in every page
+        live_count=reader.live_count(name, since) if flag(request, "count") else None,
+    )
+    return web.json_response(answer.wire())
 
 
 async def delete_item(request: web.Request) -> web.Response:
-    result = await active_for_write(request).store.delete_item(  # type: ignore[union-attr]
+    result = await store_for_write(request).delete_item(
         request.match_info["mailbox"],
         request.match_info["item_id"],
         override_lock=overriding(request),
     )
-    return web.json_response(result.as_dict())
+    return web.json_response(result.wire())
 
 
 async def mailbox_action(request: web.Request) -> web.Response:
@@ -237,10 +241,8 @@ async def mailbox_action(request: web.Request) -> web.Response:
         "unlock": {"locked": False},
         "soft-delete": {"soft_deleted": True},
     }[action]
-    result = await active_for_write(request).store.set_mailbox(  # type: ignore[union-attr]
-        request.match_info["mailbox"], **changes
-    )
-    return web.json_response(result.as_dict())
+    result = await store_for_write(request).set_mailbox(request.match_info["mailbox"], **changes)
+    return web.json_response(result.wire())
 
 
 def add_store_routes(app: web.Application) -> None:

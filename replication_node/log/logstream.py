@@ -133,9 +133,11 @@ class LogStream:
         open_scan: ScanResult | None = None,
         next_generation: int = 1,
         pending: dict[BlobId, PendingBlob] | None = None,
+        epoch: int = 0,
     ) -> LogStream:
         """Open the stream for writing, creating E00.log for the next generation if needed
-        (`OpenLogWriter.open`: recovery's scan of E00.log, its torn tail cut)."""
+        (`OpenLogWriter.open`: recovery's scan of E00.log, its torn tail cut); every commit's
+        LSN names `epoch`, the incarnation of the stream."""
         writer = OpenLogWriter.open(
             log_dir=log_dir,
             database_signature=database_signature,
@@ -145,6 +147,7 @@ class LogStream:
             open_scan=open_scan,
             next_generation=next_generation,
             pending=pending,
+            epoch=epoch,
         )
         return cls(writer=writer, clock=clock)
 
@@ -154,6 +157,11 @@ class LogStream:
     def generation(self) -> int:
         """The generation of the open log (E00.log): LastLogGenerated + 1 on the active."""
         return self._file.header.generation
+
+    @property
+    def epoch(self) -> int:
+        """The stream incarnation every commit's LSN names (0: not known)."""
+        return self._file.epoch
 
     @property
     def last_closed_generation(self) -> int:

@@ -123,9 +123,14 @@ class OpenLogWriter:
         commits: int = 0,
         last_time: datetime | None = None,
         pending: dict[BlobId, PendingBlob] | None = None,
+        epoch: int = 0,
     ) -> None:
         self.log_dir = log_dir
         self.header = header
+        # The stream incarnation this writer writes (the active's epoch; 0: not known, a
+        # tool's stream): every commit's LSN names it, so its acknowledgement says which
+        # stream holds it without anyone patching it in later.
+        self.epoch = epoch
         self._fd = fd
         self._fd_closed = False
         self._offset = offset
@@ -163,6 +168,7 @@ class OpenLogWriter:
         open_scan: ScanResult | None = None,
         next_generation: int = 1,
         pending: dict[BlobId, PendingBlob] | None = None,
+        epoch: int = 0,
     ) -> OpenLogWriter:
         """Open E00.log for writing, creating it for the next generation if needed.
 
@@ -171,7 +177,8 @@ class OpenLogWriter:
         generation a new E00.log may have (the database's waypoint + 1): a copy that was
         seeded and never kept a log must not start the stream again at 1.  `pending`: the
         staged bodies recovery found pending at the end of the log (a new E00.log carries
-        them; the stream aborts them before it takes writes).
+        them; the stream aborts them before it takes writes).  `epoch`: the stream
+        incarnation every commit's LSN names.
         """
         log_dir.mkdir(parents=True, exist_ok=True)
         path = log_dir / OPEN_LOG_NAME
@@ -198,6 +205,7 @@ class OpenLogWriter:
                 clock=clock,
                 last_time=max([header.creation_time, *(r.commit_time for r in open_scan.records)]),
                 pending=pending,
+                epoch=epoch,
             )
         prev: LogHeader | None = None
         if closed:
@@ -220,6 +228,7 @@ class OpenLogWriter:
             record_count=0,
             clock=clock,
             pending=pending,
+            epoch=epoch,
         )
 
     @property
@@ -310,7 +319,7 @@ class OpenLogWriter:
             for blob in p.blobs:
                 del self.pending[blob]
             self.commits += 1
-            lsn = Lsn(generation=self.header.generation, offset=offset)
+            lsn = Lsn(generation=self.header.generation, offset=offset, epoch=self.epoch)
             touched = lsn.generation
             wrote = True
             results[i] = Committed(lsn=lsn, commit_time=p.commit_time)

@@ -18,7 +18,7 @@ from dag_common.guarantee.values import (
     Limits,
 )
 from dag_common.incarnation import EpochRecord
-from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
+from dag_common.model import CopyRole, CopyStatus, CopyStatusReport, Lsn
 from dag_common.model import DataMoveReplicationConstraint as C
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -345,34 +345,34 @@ def test_wait_times(name, v, constraint, wait, fragment):
 LSN_AT = 100  # copies in this table replayed generation 100, closed at T0
 FLUSH_TABLE = [
     # (name, copies, target, constraint, expected)
-    ("lsn replayed", [GOOD], FlushTarget(generation=100), C.SECOND_COPY, S),
-    ("lsn one generation ahead", [GOOD], FlushTarget(generation=101), C.SECOND_COPY, NS),
+    ("lsn replayed", [GOOD], FlushTarget(lsn=Lsn(generation=100)), C.SECOND_COPY, S),
+    ("lsn one generation ahead", [GOOD], FlushTarget(lsn=Lsn(generation=101)), C.SECOND_COPY, NS),
     # Block mode: the record held in the copy's buffer of the open generation, no roll
     (
         "lsn held in block mode",
         [copy("mbx2", block=(101, 9000))],
-        FlushTarget(generation=101, offset=8192),
+        FlushTarget(lsn=Lsn(generation=101, offset=8192)),
         C.SECOND_COPY,
         S,
     ),
     (
         "lsn past what the block buffer holds",
         [copy("mbx2", block=(101, 9000))],
-        FlushTarget(generation=101, offset=9000),
+        FlushTarget(lsn=Lsn(generation=101, offset=9000)),
         C.SECOND_COPY,
         NS,
     ),
     (
         "lsn without an offset is not judged by a block buffer",
         [copy("mbx2", block=(101, 9000))],
-        FlushTarget(generation=101),
+        FlushTarget(lsn=Lsn(generation=101)),
         C.SECOND_COPY,
         NS,
     ),
     (
         "a block buffer of a later generation than inspected + 1 does not count",
         [copy("mbx2", block=(102, 9000))],
-        FlushTarget(generation=102, offset=600),
+        FlushTarget(lsn=Lsn(generation=102, offset=600)),
         C.SECOND_COPY,
         NS,
     ),
@@ -400,63 +400,63 @@ FLUSH_TABLE = [
     (
         "lagged 29 min counts",
         [copy("mbx2", lag=timedelta(minutes=29))],
-        FlushTarget(generation=100),
+        FlushTarget(lsn=Lsn(generation=100)),
         C.SECOND_COPY,
         S,
     ),
     (
         "lagged 30 min does not count",
         [copy("mbx2", lag=timedelta(minutes=30))],
-        FlushTarget(generation=100),
+        FlushTarget(lsn=Lsn(generation=100)),
         C.SECOND_COPY,
         NS,
     ),
     (
         "suspended copy that replayed it counts",
         [copy("mbx2", status=CopyStatus.SUSPENDED)],
-        FlushTarget(generation=100),
+        FlushTarget(lsn=Lsn(generation=100)),
         C.SECOND_COPY,
         S,
     ),
     (
         "a failed copy does not count, whatever it replayed",
         [copy("mbx2", status=CopyStatus.FAILED_AND_SUSPENDED)],
-        FlushTarget(generation=100),
+        FlushTarget(lsn=Lsn(generation=100)),
         C.SECOND_COPY,
         NS,
     ),
     (
         "unreachable copy does not count",
         [copy("mbx2", problem="node mbx2 unreachable: x")],
-        FlushTarget(generation=1),
+        FlushTarget(lsn=Lsn(generation=1)),
         C.SECOND_COPY,
         NS,
     ),
     (
         "second dc: only local replayed",
         [GOOD, copy("mbx3", "dublin", replayed=99)],
-        FlushTarget(generation=100),
+        FlushTarget(lsn=Lsn(generation=100)),
         C.SECOND_DATACENTER,
         NS,
     ),
     (
         "second dc: remote replayed",
         [copy("mbx2", replayed=99), REMOTE_GOOD],
-        FlushTarget(generation=100),
+        FlushTarget(lsn=Lsn(generation=100)),
         C.SECOND_DATACENTER,
         S,
     ),
     (
         "all copies: one behind",
         [GOOD, copy("mbx3", "dublin", replayed=99)],
-        FlushTarget(generation=100),
+        FlushTarget(lsn=Lsn(generation=100)),
         C.ALL_COPIES,
         NS,
     ),
     (
         "all dc: every site replayed",
         [GOOD, REMOTE_GOOD],
-        FlushTarget(generation=100),
+        FlushTarget(lsn=Lsn(generation=100)),
         C.ALL_DATACENTERS,
         S,
     ),
@@ -484,7 +484,7 @@ def test_flush_skew_is_configurable():
 def test_flush_predicts_from_replay_rate():
     draining = copy("mbx2", replayed=90, rates=CopyRates(replayed_per_s=2.0))
     answer = evaluate_flush(
-        view(active(), draining), C.SECOND_COPY, FlushTarget(generation=100), LIMITS
+        view(active(), draining), C.SECOND_COPY, FlushTarget(lsn=Lsn(generation=100)), LIMITS
     )
     assert answer.status is NS
     assert answer.retry_after == timedelta(seconds=5)
@@ -541,7 +541,7 @@ ON_3_FAR = copy("mbx2", epoch=3, replayed=500)
 
 
 def lsn(generation: int, epoch: int) -> FlushTarget:
-    return FlushTarget(generation=generation, epoch=epoch)
+    return FlushTarget(lsn=Lsn(generation=generation, epoch=epoch))
 
 
 H, SC = HISTORY, C.SECOND_COPY
@@ -558,7 +558,15 @@ EPOCH_TABLE = [
     ("a copy on an older epoch does not count", [ON_2], lsn(100, 3), SC, H, NS, False),
     ("an epoch the history does not know yet", [ON_3], lsn(100, 4), SC, H, R, False),
     ("history unreadable", [ON_3], lsn(100, 3), SC, None, R, False),
-    ("no epoch in the LSN: by generation", [ON_2], FlushTarget(generation=100), SC, H, S, False),
+    (
+        "no epoch in the LSN: by generation",
+        [ON_2],
+        FlushTarget(lsn=Lsn(generation=100)),
+        SC,
+        H,
+        S,
+        False,
+    ),
 ]
 
 

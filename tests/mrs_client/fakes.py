@@ -17,6 +17,7 @@ from typing import Any
 
 from dag_common.clock import ManualClock
 from dag_common.mailbox_digest import mailbox_digest
+from dag_common.model import Lsn
 from dag_common.store_api import Digest, Item, Items, LogPosition, Mailbox, Rolled, Written
 from mrs_client.errors import NodeCallError
 from mrs_client.move_store import MoveLease, MoveRecord, answer_row, new_move_id
@@ -77,7 +78,8 @@ class FakeDatabase:
             self.log.append((op, args))
             self._apply(op, args)
         self.last_offset, self.durable = self.durable, self.durable + 100
-        return Written(epoch=self.epoch, change_number=self.cn, generation=self.generation)
+        lsn = Lsn(generation=self.generation, offset=self.last_offset or 512, epoch=self.epoch)
+        return Written(epoch=self.epoch, change_number=self.cn, lsn=lsn)
 
     def next_cn(self) -> int:
         self.cn += 1
@@ -150,9 +152,13 @@ class FakeNodes:
         if box is None:
             return None
         return Mailbox(
-            mailbox, box.display_name, tuple(sorted(box.folders)), box.locked,
-            box.soft_deleted, db.epoch,
-        )  # fmt: skip
+            name=mailbox,
+            display_name=box.display_name,
+            folders=tuple(sorted(box.folders)),
+            locked=box.locked,
+            soft_deleted=box.soft_deleted,
+            epoch=db.epoch,
+        )
 
     async def create_mailbox(
         self, database: str, mailbox: str, *, display_name: str, folders: list[str], locked: bool
@@ -226,17 +232,17 @@ class FakeNodes:
         db = self._call("roll_log", database)
         db.generation += 1
         db.durable = 512
-        return Rolled(db.generation - 1, db.epoch)
+        return Rolled(generation=db.generation - 1, epoch=db.epoch)
 
     async def log_position(self, database: str) -> LogPosition:
         db = self._call("log_position", database)
         return LogPosition(
-            db.generation,
-            db.durable,
-            db.durable > 512,
-            db.block_followers,
-            db.passive_copies,
-            db.epoch,
+            open_generation=db.generation,
+            durable=db.durable,
+            open_records=db.durable > 512,
+            block_followers=db.block_followers,
+            passive_copies=db.passive_copies,
+            epoch=db.epoch,
         )
 
     async def digest(self, database: str, mailbox: str) -> Digest | None:
@@ -247,7 +253,13 @@ class FakeNodes:
         self._unreadable(database, box.items.values())
         d = mailbox_digest(mailbox, (asdict(i) for i in box.items.values()))
         self.trace.append(("digest", database, mailbox, db.epoch, d.digest))
-        return Digest(mailbox, d.item_count, d.digest, d.last_change_number, db.epoch)
+        return Digest(
+            mailbox=mailbox,
+            item_count=d.item_count,
+            digest=d.digest,
+            last_change_number=d.last_change_number,
+            epoch=db.epoch,
+        )
 
     # -- for tests --
 
@@ -335,14 +347,13 @@ class FakeGuarantee:
         self,
         database: str,
         caller_id: str,
-        generation: int,
+        lsn: Lsn,
         commit_time: datetime,
-        epoch: int = 0,
-        offset: int | None = None,
         wait: timedelta | None = None,
     ) -> GuaranteeAnswer:
+        generation, epoch = lsn.generation, lsn.epoch
         self.flushes.append((database, generation, epoch))
-        self.flush_offsets.append(offset)
+        self.flush_offsets.append(lsn.record_offset)
 
         def judge() -> GuaranteeAnswer:
             if self.on_flush is not None:

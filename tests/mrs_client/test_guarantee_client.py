@@ -12,6 +12,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
+from dag_common.model import Lsn
 from mrs_client.errors import MoveFailed
 from mrs_client.gates import Gates
 from mrs_client.guarantee_client import GrpcGuaranteeClient, answer_from
@@ -52,10 +53,10 @@ async def seed_only():
 async def test_falls_back_to_commit_time_when_the_service_has_no_lsn(seed_only):
     service, target = seed_only
     client = GrpcGuaranteeClient(target)
-    answer = await client.check_flush("DB2", "mrs", 7, WHEN)
+    answer = await client.check_flush("DB2", "mrs", Lsn(generation=7), WHEN)
     assert answer.status is GuaranteeStatus.SATISFIED
     assert not client.flush_by_lsn
-    await client.check_flush("DB2", "mrs", 8, WHEN)
+    await client.check_flush("DB2", "mrs", Lsn(generation=8), WHEN)
     assert service.requests == ["lsn", "commit_time", "commit_time"]
     await client.close()
 
@@ -72,7 +73,7 @@ async def test_a_service_that_is_down_answers_retry_never_satisfied():
     client = GrpcGuaranteeClient("127.0.0.1:1", timeout=2)
     for answer in (
         await client.check_health("DB2", "mrs"),
-        await client.check_flush("DB2", "mrs", 3, WHEN),
+        await client.check_flush("DB2", "mrs", Lsn(generation=3), WHEN),
     ):
         assert answer.status is GuaranteeStatus.RETRY and "cannot be reached" in answer.reason
     assert client.flush_by_lsn, "an outage says nothing about what the service offers"
@@ -104,9 +105,9 @@ async def test_the_lsn_names_its_epoch_and_a_lost_flush_is_never_satisfied():
     await server.start()
     client = GrpcGuaranteeClient(f"127.0.0.1:{port}")
     try:
-        lost = await client.check_flush("DB2", "mrs", 7, WHEN, 4)
+        lost = await client.check_flush("DB2", "mrs", Lsn(generation=7, epoch=4), WHEN)
         assert lost.lost and lost.status is GuaranteeStatus.NOT_SATISFIED and lost.epoch == 5
-        ok = await client.check_flush("DB2", "mrs", 9, WHEN, 5)
+        ok = await client.check_flush("DB2", "mrs", Lsn(generation=9, epoch=5), WHEN)
         assert ok.status is GuaranteeStatus.SATISFIED and ok.epoch == 5 and not ok.lost
         assert service.lsns == [(7, 4), (9, 5)]
     finally:

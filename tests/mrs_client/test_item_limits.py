@@ -120,7 +120,12 @@ ITEMS = [
 def node_digest(rows) -> Digest:
     """What a node answers for a mailbox holding `rows`."""
     d = mailbox_digest("alice", rows)
-    return Digest("alice", d.item_count, d.digest, d.last_change_number)
+    return Digest(
+        mailbox="alice",
+        item_count=d.item_count,
+        digest=d.digest,
+        last_change_number=d.last_change_number,
+    )
 
 
 def row(i: Item) -> dict:

@@ -2,9 +2,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from dag_common.model import Lsn
 from dag_common.store_api import Item, Items, LogPosition
 from mrs_client.policy import (
-    FlushPoint,
     GuaranteeAnswer,
     GuaranteeStatus,
     MoveSettings,
@@ -146,20 +146,20 @@ def _position(durable: int, followers: tuple[str, ...], copies=("mbx2", "mbx3"))
     ("position", "expected"),
     [
         # Every copy follows in block mode: the open log's last durable byte, no roll.
-        (_position(4096, ("mbx2", "mbx3")), FlushPoint(9, 4095)),
-        (_position(4096, ("mbx1", "mbx2", "mbx3")), FlushPoint(9, 4095)),
+        (_position(4096, ("mbx2", "mbx3")), Lsn(generation=9, offset=4095, epoch=2)),
+        (_position(4096, ("mbx1", "mbx2", "mbx3")), Lsn(generation=9, offset=4095, epoch=2)),
         # One copy in file mode replays closed logs only: a roll is needed.
         (_position(4096, ("mbx2",)), None),
         (_position(4096, ()), None),
         # No passive copy at all: nothing follows; the roll keeps today's answer.
         (_position(4096, (), copies=()), None),
         # The open log holds only its header: everything is in generation 8, closed.
-        (_position(512, ()), FlushPoint(8)),
-        (_position(512, ("mbx2", "mbx3")), FlushPoint(8)),
+        (_position(512, ()), Lsn(generation=8, epoch=2)),
+        (_position(512, ("mbx2", "mbx3")), Lsn(generation=8, epoch=2)),
     ],
 )
 def test_flush_point(position, expected):
-    assert flush_point(position) == expected
+    assert flush_point(position, 2) == expected
 
 
 MIB = 1024 * 1024
