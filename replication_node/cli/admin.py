@@ -16,9 +16,12 @@ import asyncio
 import json
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
 
+from pydantic import ValidationError
+
+from dag_common.admin_api import EpochEntry, History
 from dag_common.cli import add_config, database_named
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import BadInput, CommandFailed, TokenRefused, failure
@@ -75,55 +78,49 @@ _CAUSE_WORDS = {
 }
 
 
-def _cause(epoch: dict[str, Any]) -> str:
-    cause = epoch.get("cause") or "unknown"
+def _cause(epoch: EpochEntry) -> str:
+    cause = epoch.cause or "unknown"
     words = next((w for c, w in _CAUSE_WORDS.items() if c == cause), cause)  # a newer node's
-    dial = epoch.get("mount_dial")
-    return f"{words} under {dial}" if dial else words
+    return f"{words} under {epoch.mount_dial}" if epoch.mount_dial else words
 
 
-def _began(epoch: dict[str, Any]) -> str:
-    began = epoch.get("began")
-    if not began:
+def _began(epoch: EpochEntry) -> str:
+    if epoch.began is None:
         return "unknown"
-    return datetime.fromisoformat(began).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return epoch.began.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _stream(epoch: dict[str, Any]) -> str:
-    start = int(epoch["start_generation"])
-    kept = epoch.get("kept_through")
+def _stream(epoch: EpochEntry) -> str:
+    start, kept = epoch.start_generation, epoch.kept_through
     if kept is None:
         return f"generation {start}"
     return f"generation {start} ({start - 1} kept through byte {kept})"
 
 
-def history_lines(body: dict[str, Any]) -> list[str]:
+def history_lines(history: History) -> list[str]:
     """The epochs of a `GET …/history` answer as an aligned table under one heading line."""
-    epochs = body.get("epochs") or []
-    database = body.get("database", "?")
+    epochs, database = history.epochs, history.database
     if not epochs:
         return [f"{database}: no active chosen yet (no epoch recorded)"]
     header = ("Epoch", "Active", "Began (UTC)", "Cause", "Stream from", "LostLogs")
     rows = [header] + [
         (
-            str(e["epoch"]),
-            str(e["node"]),
+            str(e.epoch),
+            e.node,
             _began(e),
             _cause(e),
             _stream(e),
-            "unknown" if e.get("lost_logs") is None else str(e["lost_logs"]),
+            "unknown" if e.lost_logs is None else str(e.lost_logs),
         )
         for e in epochs
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     newest = epochs[-1]
-    lines = [
-        f"{database}: {len(epochs)} epoch(s); {newest['node']} active since epoch {newest['epoch']}"
-    ]
+    lines = [f"{database}: {len(epochs)} epoch(s); {newest.node} active since epoch {newest.epoch}"]
     for row in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-    if body.get("redelivery"):
-        lines.append(f"{database}: {body['redelivery']['summary']}")
+    if history.redelivery is not None:
+        lines.append(f"{database}: {history.redelivery.summary}")
     return lines
 
 
@@ -237,7 +234,13 @@ def summary(
 ) -> str:
     """One line saying what an admin call did, from the node's answer (history: its table)."""
     if command == "history":
-        return "\n".join(history_lines(body))
+        try:
+            history = History.model_validate(body)
+        except ValidationError as exc:
+            raise CommandFailed(
+                f"{database}: the node's history answer is malformed: {exc}"
+            ) from None
+        return "\n".join(history_lines(history))
     if command == "roll-log":
         return f"{database}: generation {body['closed_generation']} closed (epoch {body['epoch']})"
     if command == "activate":

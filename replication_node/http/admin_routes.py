@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import UTC
 from typing import Any
 
 from aiohttp import web
 
+from dag_common.admin_api import EpochEntry, History, RedeliveryEntry
 from dag_common.credentials import Role
 from dag_common.route_roles import PUBLIC, add_route
 from dag_common.store_api import LogPosition, Rolled
@@ -164,32 +164,19 @@ async def history(request: web.Request) -> web.Response:
         raise NotFound(f"no database {name!r}") from None
     records = await node.cluster_store.history(name)
     redelivery = await node.cluster_store.redelivery(name)
-    return web.json_response(
-        {
-            "database": name,
-            # the transport dumpster's redelivery after a lossy activation: the last one
-            "redelivery": {
-                **json.loads(redelivery.to_json()),
-                "required": redelivery.required,
-                "summary": describe(redelivery),
-            }
-            if redelivery
-            else None,
-            "epochs": [
-                {
-                    "epoch": r.epoch,
-                    "node": r.node,
-                    "began": r.began.astimezone(UTC).isoformat() if r.began else None,
-                    "cause": r.cause,
-                    "mount_dial": r.mount_dial,
-                    "start_generation": r.start_generation,
-                    "kept_through": r.kept_through,
-                    "lost_logs": r.lost_logs,
-                }
-                for r in records
-            ],
-        }
+    answer = History(
+        database=name,
+        # the transport dumpster's redelivery after a lossy activation: the last one
+        redelivery=RedeliveryEntry(
+            **json.loads(redelivery.to_json()),
+            required=redelivery.required,
+            summary=describe(redelivery),
+        )
+        if redelivery
+        else None,
+        epochs=[EpochEntry.of(r) for r in records],
     )
+    return web.json_response(text=answer.model_dump_json())
 
 
 async def switchover(request: web.Request) -> web.Response:

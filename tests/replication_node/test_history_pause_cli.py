@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+from dag_common.admin_api import History
 from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from replication_node.cli.admin import history_lines
 from replication_node.cli.main import main
@@ -29,7 +30,7 @@ ANSWER = {
 
 
 def test_the_history_table_says_each_epoch_and_what_is_unknown():
-    lines = history_lines(ANSWER)
+    lines = history_lines(History.model_validate(ANSWER))
     assert lines[0] == "DB1: 3 epoch(s); mbx1 active since epoch 5"
     assert lines[1].split() == ["Epoch", "Active", "Began", "(UTC)", "Cause", "Stream", "from",
                                 "LostLogs"]  # fmt: skip
@@ -44,7 +45,7 @@ def test_the_history_table_says_each_epoch_and_what_is_unknown():
         "manual activation (db activate) under GoodAvailability",
         "switchover",
     ]
-    assert history_lines({"database": "DB2", "epochs": []}) == [
+    assert history_lines(History(database="DB2")) == [
         "DB2: no active chosen yet (no epoch recorded)"
     ]
 
