@@ -1,5 +1,5 @@
 """The answers of a node's admin routes that a client reads back: one model each, built by
-the node and parsed by the CLI, so the two cannot drift.
+the node and parsed by its client (the CLI, another node), so the two cannot drift.
 
 `GET /v1/databases/{db}/history` is the database's role changes, one entry per epoch, as the
 cluster store recorded them, and the transport dumpster's last redelivery after a lossy
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from pydantic import BaseModel, ConfigDict, field_serializer
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from dag_common.incarnation import EpochRecord
 
@@ -64,3 +64,39 @@ class History(BaseModel):
     database: str
     redelivery: RedeliveryEntry | None = None
     epochs: list[EpochEntry] = []
+
+
+class OpenLogKept(BaseModel):
+    """An open log a copy taking over kept as a generation of its own."""
+
+    model_config = ConfigDict(frozen=True)
+
+    generation: int
+    size: int
+    kept_through: int | None = None  # a block-mode buffer: through this byte (its last record)
+
+
+class LastLogsAnswer(BaseModel):
+    """`POST …/copy-last-logs` (Attempt Copy Last Logs): what the copy taking over copied
+    from the old active, not mounted but reachable."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    database: str
+    node: str
+    source: str = Field(alias="from")  # the node they were copied from
+    closed_through: int  # every closed generation through this one
+    open_log: OpenLogKept | None = None  # the open log, kept (None: it held nothing)
+    last_log_inspected: int
+
+
+class BlockBufferAnswer(BaseModel):
+    """`POST …/keep-block-buffer`: what the copy taking over kept of the open generation
+    from its block-mode buffer (None: it held no transaction)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    database: str
+    node: str
+    kept: OpenLogKept | None = None
+    last_log_inspected: int

@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 
+from dag_common.admin_api import BlockBufferAnswer, LastLogsAnswer
 from dag_common.clock import Clock
 from dag_common.cluster_store import ActivationCause, ClusterStore
 from dag_common.config import ClusterConfig, load_config
@@ -338,7 +339,7 @@ class Node:
         assert self._switchover is not None
         return await self._switchover.switch(database, target)
 
-    async def copy_last_logs(self, database: str) -> dict[str, Any]:
+    async def copy_last_logs(self, database: str) -> LastLogsAnswer:
         """Attempt Copy Last Logs into this node's passive copy of `database`, from the
         active it follows (not mounted, but reachable)."""
         instance = self._passive(database)
@@ -346,7 +347,7 @@ class Node:
         assert active is not None
         return await instance.copy_last_logs(active)
 
-    async def keep_block_buffer(self, database: str) -> dict[str, Any]:
+    async def keep_block_buffer(self, database: str) -> BlockBufferAnswer:
         """Keep what this node's passive copy of `database` holds of the open log in block
         mode, before it is activated (`PassiveCopy.keep_block_buffer`)."""
         return await self._passive(database).keep_block_buffer()

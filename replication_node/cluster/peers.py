@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import aiohttp
+from pydantic import ValidationError
 
+from dag_common.admin_api import BlockBufferAnswer, LastLogsAnswer
 from dag_common.config import ClusterConfig
 from dag_common.model import CopyRole, CopyStatusReport, NodeStatus
 from dag_common.node_status import StatusUnavailable, fetch_node_status, post_admin
@@ -161,11 +163,14 @@ class HttpPeers:
         )
         if status != 200:
             return LastLogsCopied(failure=f"HTTP {status}: {answer.get('error')}")
-        open_log = answer.get("open_log")
+        try:
+            copied = LastLogsAnswer.model_validate(answer)
+        except ValidationError as exc:
+            return LastLogsCopied(failure=f"a malformed answer ({exc.error_count()} errors)")
         return LastLogsCopied(
-            source=answer.get("from"),
-            closed_through=answer.get("closed_through"),
-            open_log_generation=int(open_log["generation"]) if open_log else None,
+            source=copied.source,
+            closed_through=copied.closed_through,
+            open_log_generation=copied.open_log.generation if copied.open_log else None,
         )
 
     async def keep_block_buffer(self, node: str, database: str) -> BlockBufferKept:
@@ -177,12 +182,13 @@ class HttpPeers:
         )
         if status != 200:
             return BlockBufferKept(failure=f"HTTP {status}: {answer.get('error')}")
-        kept = answer.get("kept")
-        if not kept:
+        try:
+            kept = BlockBufferAnswer.model_validate(answer).kept
+        except ValidationError as exc:
+            return BlockBufferKept(failure=f"a malformed answer ({exc.error_count()} errors)")
+        if kept is None:
             return BlockBufferKept()
-        return BlockBufferKept(
-            generation=int(kept["generation"]), kept_through=int(kept["kept_through"])
-        )
+        return BlockBufferKept(generation=kept.generation, kept_through=kept.kept_through)
 
     async def reconcile_all(self, database: str) -> None:
         config = self._config()

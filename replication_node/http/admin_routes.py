@@ -226,12 +226,14 @@ async def hand_over(request: web.Request) -> web.Response:
 async def copy_last_logs(request: web.Request) -> web.Response:
     """Attempt Copy Last Logs, on the node of the copy taking over: copy every closed
     generation and the open log from its active, which is not mounted."""
-    return web.json_response(await request.app[NODE].copy_last_logs(request.match_info["db"]))
+    answer = await request.app[NODE].copy_last_logs(request.match_info["db"])
+    return web.json_response(text=answer.model_dump_json(by_alias=True))
 
 
 async def keep_block_buffer(request: web.Request) -> web.Response:
     """On the node of the copy taking over: keep its block-mode buffer of the open log."""
-    return web.json_response(await request.app[NODE].keep_block_buffer(request.match_info["db"]))
+    answer = await request.app[NODE].keep_block_buffer(request.match_info["db"])
+    return web.json_response(text=answer.model_dump_json())
 
 
 async def unquiesce(request: web.Request) -> web.Response:

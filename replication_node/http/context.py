@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from dag_common.admin_api import BlockBufferAnswer, LastLogsAnswer
 from dag_common.api_types import NAME_PATTERN
 from dag_common.config import ClusterConfig
 from dag_common.http_body import SMALL_BODY, BodyLimit, body_text, parse_json, read_body
@@ -61,9 +62,9 @@ class NodeApi(Protocol):
 
     async def switchover(self, database: str, target: str) -> SwitchoverResult: ...
 
-    async def copy_last_logs(self, database: str) -> dict[str, Any]: ...
+    async def copy_last_logs(self, database: str) -> LastLogsAnswer: ...
 
-    async def keep_block_buffer(self, database: str) -> dict[str, Any]: ...
+    async def keep_block_buffer(self, database: str) -> BlockBufferAnswer: ...
 
     async def backup(self, database: str, to: Path, *, incremental: bool) -> dict[str, Any]: ...
 

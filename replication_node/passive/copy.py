@@ -20,8 +20,9 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from dag_common.admin_api import BlockBufferAnswer, LastLogsAnswer, OpenLogKept
 from dag_common.clock import Clock
 from dag_common.model import CopyMode, CopyRole, CopyStatus, CopyStatusReport
 from dag_common.tasks import cancel_and_wait
@@ -324,7 +325,7 @@ class PassiveCopy:
 
     # ---- Attempt Copy Last Logs ----------------------------------------------------------
 
-    async def copy_last_logs(self, active_node: str, *, timeout: float = 20.0) -> dict[str, Any]:
+    async def copy_last_logs(self, active_node: str, *, timeout: float = 20.0) -> LastLogsAnswer:
         """Before this copy takes over from `active_node`, which is not mounted but can be
         reached: have it hold its logs (`hand_over`), copy every closed generation it has
         (the running copier does, inspected as always), then keep its open log as the
@@ -356,21 +357,20 @@ class PassiveCopy:
                     kept = await copier.copy_open_log(data)
                 except InspectionFailed as exc:
                     raise LogShareError(f"the open log from {active_node}: {exc}") from exc
-            open_log = None
-            if kept is not None:
-                open_log = {"generation": kept.generation, "size": kept.size}
-            return {
-                "database": self.database,
-                "node": self.settings.node,
-                "from": active_node,
-                "closed_through": info.last_generation,
-                "open_log": open_log,
-                "last_log_inspected": m.last_log_inspected,
-            }
+            return LastLogsAnswer(
+                database=self.database,
+                node=self.settings.node,
+                source=active_node,
+                closed_through=info.last_generation,
+                open_log=OpenLogKept(generation=kept.generation, size=kept.size)
+                if kept is not None
+                else None,
+                last_log_inspected=m.last_log_inspected,
+            )
         finally:
             self.awaiting_last_logs_from = before
 
-    async def keep_block_buffer(self) -> dict[str, Any]:
+    async def keep_block_buffer(self) -> BlockBufferAnswer:
         """Before this copy takes over from a lost active: keep what its block-mode buffer
         holds of the open generation as that generation (sealed at its last whole record and
         inspected like a copied log), so the activation loses at most the commits that were
@@ -391,16 +391,14 @@ class PassiveCopy:
                 kept = await copier.copy_open_log(data)
             except InspectionFailed as exc:
                 raise Conflict(f"the block-mode buffer cannot be kept: {exc}") from exc
-        return {
-            "database": self.database,
-            "node": self.settings.node,
-            "kept": (
-                {"generation": kept.generation, "size": kept.size, "kept_through": kept_through}
-                if kept
-                else None
-            ),
-            "last_log_inspected": self.markers.last_log_inspected,
-        }
+        return BlockBufferAnswer(
+            database=self.database,
+            node=self.settings.node,
+            kept=OpenLogKept(generation=kept.generation, size=kept.size, kept_through=kept_through)
+            if kept
+            else None,
+            last_log_inspected=self.markers.last_log_inspected,
+        )
 
     def _truncate(self) -> None:
         m = self.markers

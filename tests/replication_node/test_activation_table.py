@@ -290,7 +290,7 @@ async def test_a_lease_still_renewed_is_refused_after_the_wait(tmp_path, store, 
     renewing = asyncio.create_task(alive())
     try:
         with pytest.raises(LeaseHeld, match="a holds the active's lease"):
-            await drive(clock, act.activate("DB1", "b", lease_wait=TTL * 1.5))
+            await drive(clock, act.activate("DB1", "b", lease_wait=TTL * 1.5), sleepers=2)
     finally:
         renewing.cancel()
     assert clock.monotonic() >= TTL * 1.5

@@ -276,7 +276,8 @@ async def test_the_buffer_outlives_the_copys_process_and_is_kept_when_the_active
     await wait_until("its buffer found again", lambda: again.status().block_offset == held)
     assert again.status().block_generation == first + 1
     kept = await again.keep_block_buffer()
-    assert kept["kept"]["generation"] == first + 1 and kept["kept"]["kept_through"] == held
+    assert kept.kept is not None
+    assert (kept.kept.generation, kept.kept.kept_through) == (first + 1, held)
     items = {op.get("item_id") for t in read_transactions(again, first + 1) for op in t.ops}
     assert {f"i{i}" for i in range(10, 15)} <= items
     await again.stop()
