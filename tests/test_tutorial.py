@@ -35,9 +35,7 @@ def test_the_page_includes_every_output_and_nothing_else():
 def test_the_readmes_tour_shows_lines_the_tutorial_printed():
     readme = (ROOT / "README.md").read_text()
     tour = readme.split("## A five-minute tour", 1)[1].split("\n## ", 1)[0]
-    printed = {
-        line for p in SHOWN.glob("*.txt") for line in normalize(p.read_text()).splitlines()
-    }
+    printed = {line for p in SHOWN.glob("*.txt") for line in normalize(p.read_text()).splitlines()}
     blocks = [b for b in tour.split("```")[1::2] if b.lstrip().startswith("$ ")]
     assert len(blocks) >= 3
     for block in blocks:
