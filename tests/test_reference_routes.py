@@ -1,11 +1,17 @@
-"""The README's route tables are the routes the services serve: every route of the node's,
-the transport's and the guarantee service's aiohttp route tables is in its table with the
-role it declares, and nothing else is.  (A route added without its line, a line left for a
-route removed, or a role changed on one side only, fails here.)"""
+"""The HTTP reference's route tables are the routes the services serve: every route of the
+node's, the transport's and the guarantee service's aiohttp route tables is in its table of
+the generated page (`docs/reference/http.md`, made by docs/gen_reference.py at each docs
+build) with the role it declares, and nothing else is.  The generator refuses a route
+without its line in docs/reference/http_routes.yaml; this reads the page it made, against
+the route tables read here on their own.  (A route added without its line, a line left for
+a route removed, or a role changed on one side only, fails here.)"""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import re
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -53,10 +59,21 @@ def served(app: web.Application) -> set[tuple[str, str]]:
     return set(served_roles(app))
 
 
+@functools.cache
+def http_page() -> str:
+    """The generated HTTP reference page."""
+    spec = importlib.util.spec_from_file_location("gen_reference", ROOT / "docs/gen_reference.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.http_page()
+
+
 def documented_roles(heading: str) -> dict[tuple[str, str], str]:
     """(method, path) -> the Role cell of every row of the table under `heading` in the
-    README; a row `/a/b`, `/c` stands for `/a/b` and `/a/c`."""
-    text = (ROOT / "README.md").read_text()
+    HTTP reference; a row `/a/b`, `/c` stands for `/a/b` and `/a/c`."""
+    text = http_page()
     section = text.split(heading, 1)[1].split("\n### ", 1)[0].split("\n## ", 1)[0]
     out = {}
     for line in section.splitlines():
@@ -73,7 +90,7 @@ def documented_roles(heading: str) -> dict[tuple[str, str], str]:
 
 
 def documented(heading: str) -> set[tuple[str, str]]:
-    """(method, path) of every row of the table under `heading` in the README."""
+    """(method, path) of every row of the table under `heading` in the HTTP reference."""
     return set(documented_roles(heading))
 
 
@@ -89,15 +106,13 @@ def test_the_nodes_table_is_its_routes():
         audit=None,
     )
     app = build_app(node)  # type: ignore[arg-type]
-    assert documented_roles("### Node (`replication-node serve`") == served_roles(app)
+    assert documented_roles("## Node (`replication-node serve`") == served_roles(app)
 
 
 def test_the_guarantee_services_table_is_its_http_routes():
     source = Path(GuaranteeService.__module__.replace(".", "/") + ".py")
     routes = set(re.findall(r'add_route\(app, "GET", "([^"]+)"', (ROOT / source).read_text()))
-    assert documented("### Guarantee service (`guarantee-api serve`") == {
-        ("GET", r) for r in routes
-    }
+    assert documented("## Guarantee service (`guarantee-api serve`") == {("GET", r) for r in routes}
 
 
 def test_the_transports_table_is_its_routes():
@@ -105,4 +120,4 @@ def test_the_transports_table_is_its_routes():
 
     transport = SimpleNamespace(token="t", credentials=lambda: Credentials([]), config=CONFIG)
     app = transport_app(transport)  # type: ignore[arg-type]
-    assert documented_roles("### Transport (`transport serve`") == served_roles(app)
+    assert documented_roles("## Transport (`transport serve`") == served_roles(app)
