@@ -282,6 +282,7 @@ class Node:
                     scrub_interval=spec.scrub_interval,
                     content_check_every=spec.content_check_every,
                     block_mode=spec.block_mode,
+                    log_file_size=spec.log_file_size,
                 ),
                 paths=self.paths(spec.database),
                 source=HttpLogSource(

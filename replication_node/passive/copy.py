@@ -17,7 +17,9 @@ This module wires the stages and owns the copy's lifecycle and status:
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -451,6 +453,25 @@ class PassiveCopy:
                 m.open_generation, m.open_commits = info.open_generation, info.open_commits
             await self._clock.sleep(self._retry)
 
+    def _no_room(self) -> str | None:
+        """Why the copy's volume cannot take the next generation, or None.  Said in the
+        status at once, not only when the next write fails: a copy whose disk filled while
+        nothing was shipped to it would otherwise stay Healthy, and count toward a
+        guarantee, until the active's next log came (seconds under load).  One statvfs per
+        status; the copy's state is left as it is, so that it is Healthy again as soon as
+        there is room."""
+        try:
+            free = shutil.disk_usage(self.paths.root).free
+        except OSError:
+            return None  # not there yet (before its first start): nothing to say
+        need = self.settings.log_file_size
+        if free >= need:
+            return None
+        return (
+            f"OSError: [Errno {errno.ENOSPC}] No space left on device: {free} bytes free for "
+            f"{self.paths.root}, less than the {need} bytes of the next log generation"
+        )
+
     def _fail(self, reason: str) -> None:
         logger.error("%s: copy FailedAndSuspended: %s", self.database, reason)
         self._suspended, self._failed, self.error = True, True, reason
@@ -544,18 +565,20 @@ class PassiveCopy:
 
     def status(self) -> CopyStatusReport:
         m, last = self.markers, self.scrubber.last if self.scrubber else None
+        no_room = None if self._suspended else self._no_room()
         status = copy_status(
             suspended=self._suspended,
             failed=self._failed,
             phase=self._phase,
             connected=m.connected,
             disconnected_since=m.disconnected_since,
+            no_room=no_room is not None,
         )
         return status_report(
             settings=self.settings,
             markers=m,
             status=status,
-            error=self.error,
+            error=no_room or self.error,
             scrub=ScrubSummary(last.finished, last.describe()) if last else None,
             awaiting_last_logs_from=self.awaiting_last_logs_from,
             blocks=self._blocks.progress() if self._blocks else None,

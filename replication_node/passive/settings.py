@@ -20,3 +20,6 @@ class PassiveSettings:
     scrub_interval: timedelta | None = None  # the background scrub's cycle (None: off)
     content_check_every: int | None = None  # recompute the content digest every N generations
     block_mode: bool = True  # follow the open log in block mode when caught up
+    # The database's log generation size: a copy whose volume has less room than one
+    # generation cannot take the next one (its status says so before a write fails).
+    log_file_size: int = 1024 * 1024

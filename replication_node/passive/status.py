@@ -36,10 +36,14 @@ def copy_status(
     phase: CopyStatus,
     connected: bool,
     disconnected_since: float | None,
+    no_room: bool = False,
 ) -> CopyStatus:
-    """The copy's status from its state; `phase` is what its pipeline is doing."""
+    """The copy's status from its state; `phase` is what its pipeline is doing; `no_room`:
+    its volume cannot hold the next generation (Failed, as the write would make it)."""
     if suspended:
         return CopyStatus.FAILED_AND_SUSPENDED if failed else CopyStatus.SUSPENDED
+    if no_room:
+        return CopyStatus.FAILED
     if phase is not CopyStatus.HEALTHY:
         return phase
     if connected:
