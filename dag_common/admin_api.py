@@ -100,3 +100,20 @@ class BlockBufferAnswer(BaseModel):
     node: str
     kept: OpenLogKept | None = None
     last_log_inspected: int
+
+
+class BackupLease(BaseModel):
+    """`POST /v1/databases/{db}/backups`: the active's answer to a backup's begin, what the
+    backing-up node needs: the lease it renews, and the header values it checks its
+    snapshot against (the signatures) and counts from (the last backups)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    backup_id: str
+    lease_seconds: float
+    epoch: int
+    kind: str  # a BackupKind
+    last_backup_generation: int
+    last_full_backup_generation: int
+    database_signature: str
+    log_signature: str

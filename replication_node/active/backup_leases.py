@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from dag_common.admin_api import BackupLease
 from dag_common.clock import Clock
 from replication_node.active.copy import ActiveCopy
 from replication_node.errors import BadRequest, Conflict, NotFound
@@ -112,7 +113,7 @@ def begin_answer(
     kind: BackupKind,
     circular_logging: bool,
     epoch: int,
-) -> dict[str, Any]:
+) -> BackupLease:
     """Start a backup's lease, after the refusals an incremental meets; what the backing-up
     side needs (`header`: the active's, as the log has it)."""
     if kind is BackupKind.INCREMENTAL:
@@ -124,16 +125,16 @@ def begin_answer(
         if header.last_full_backup_generation == 0:
             raise Conflict("no full backup of this database yet: take a full backup first")
     running = leases.begin(node, kind)
-    return {
-        "backup_id": running.backup_id,
-        "lease_seconds": leases.ttl,
-        "epoch": epoch,
-        "kind": str(kind),
-        "last_backup_generation": header.last_backup_generation,
-        "last_full_backup_generation": header.last_full_backup_generation,
-        "database_signature": str(header.database_signature),
-        "log_signature": str(header.log_signature),
-    }
+    return BackupLease(
+        backup_id=running.backup_id,
+        lease_seconds=leases.ttl,
+        epoch=epoch,
+        kind=str(kind),
+        last_backup_generation=header.last_backup_generation,
+        last_full_backup_generation=header.last_full_backup_generation,
+        database_signature=str(header.database_signature),
+        log_signature=str(header.log_signature),
+    )
 
 
 async def stamp(

@@ -38,6 +38,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from dag_common.admin_api import BackupLease
 from dag_common.clock import Clock
 from dag_common.durable import atomic_write, fsync_dir
 from dag_common.model import CopyStatus
@@ -91,7 +92,7 @@ class BackupSource(Protocol):
 class ActiveCalls(Protocol):
     """The active's backup routes, as the backing-up node calls them."""
 
-    async def begin(self, node: str, kind: BackupKind) -> dict[str, Any]: ...
+    async def begin(self, node: str, kind: BackupKind) -> BackupLease: ...
 
     async def renew(self, backup_id: str) -> None: ...
 
@@ -154,9 +155,9 @@ async def run_backup(
         raise BadRequest(f"to: {problem}")
     started, t0 = clock.now(), clock.monotonic()
     lease = await active.begin(request.node, request.kind)
-    backup_id = lease["backup_id"]
+    backup_id = lease.backup_id
     lost: list[str] = []
-    renewer = asyncio.create_task(_renew(active, backup_id, lease["lease_seconds"], clock, lost))
+    renewer = asyncio.create_task(_renew(active, backup_id, lease.lease_seconds, clock, lost))
     created = not request.to.exists()
     written: list[Path] = []
     on_running(f"a {request.kind} backup to {request.to} (id {backup_id})")
@@ -214,7 +215,7 @@ async def _take(
     request: BackupRequest,
     source: BackupSource,
     active: ActiveCalls,
-    lease: dict[str, Any],
+    lease: BackupLease,
     clock: Clock,
     started: datetime,
     written: list[Path],
@@ -236,16 +237,16 @@ async def _take(
         database_file = FileEntry(target.name, size, digest)
         after = header.waypoint
         signatures = (str(header.database_signature), str(header.log_signature))
-        if signatures != (lease["database_signature"], lease["log_signature"]):
+        if signatures != (lease.database_signature, lease.log_signature):
             raise BackupError(
                 f"the copy of {request.database} on {request.node} is of another database or "
                 "log stream than its active's"
             )
     else:
-        after = int(lease["last_backup_generation"])
+        after = int(lease.last_backup_generation)
         source.hold_truncation(required_start(source.log_dir, after))
     _check_lease(lost)
-    last = await active.roll(lease["backup_id"])
+    last = await active.roll(lease.backup_id)
     deadline = clock.monotonic() + wait_timeout
     while source.inspected() < last:
         _check_lease(lost)
@@ -261,12 +262,12 @@ async def _take(
     _check_lease(lost)
     return Manifest(
         kind=request.kind,
-        backup_id=lease["backup_id"],
+        backup_id=lease.backup_id,
         database=request.database,
         source_node=request.node,
         source_role=source.role,
-        database_signature=uuid.UUID(lease["database_signature"]),
-        log_signature=uuid.UUID(lease["log_signature"]),
+        database_signature=uuid.UUID(lease.database_signature),
+        log_signature=uuid.UUID(lease.log_signature),
         started_at=started,
         ended_at=clock.now(),
         after_generation=after,
@@ -300,14 +301,14 @@ def _copy_logs(
     to: Path,
     after: int,
     last: int,
-    lease: dict[str, Any],
+    lease: BackupLease,
     written: list[Path],
     node: str,
 ) -> list[LogEntry]:
     """Copy generations after+1..last from `log_dir` (from `required_start`), each checked as
     the inspector checks a copied log and fsync'd (worker thread)."""
-    log_signature = uuid.UUID(lease["log_signature"])
-    database_signature = uuid.UUID(lease["database_signature"])
+    log_signature = uuid.UUID(lease.log_signature)
+    database_signature = uuid.UUID(lease.database_signature)
     first = required_start(log_dir, after)
     prev = anchor_header(log_dir, first - 1)
     out = []

@@ -9,7 +9,9 @@ from datetime import datetime
 from typing import Any
 
 import aiohttp
+from pydantic import ValidationError
 
+from dag_common.admin_api import BackupLease
 from dag_common.node_status import post_admin
 from replication_node.errors import BackupError, BadRequest, Conflict, NotFound
 from replication_node.storage.ops import BackupKind
@@ -41,8 +43,13 @@ class HttpActiveCalls:
             raise NotFound(message)
         raise BackupError(message)
 
-    async def begin(self, node: str, kind: BackupKind) -> dict[str, Any]:
-        return await self._post("", {"node": node, "kind": str(kind)})
+    async def begin(self, node: str, kind: BackupKind) -> BackupLease:
+        answer = await self._post("", {"node": node, "kind": str(kind)})
+        try:
+            return BackupLease.model_validate(answer)
+        except ValidationError as exc:
+            why = f"the active on {self._active} answered a malformed lease: {exc}"
+            raise BackupError(why) from None
 
     async def renew(self, backup_id: str) -> None:
         await self._post(f"/{backup_id}/renew")

@@ -46,7 +46,7 @@ async def begin(request: web.Request) -> web.Response:
         circular_logging=instance.circular_logging,
         epoch=instance.epoch,
     )
-    return web.json_response(answer)
+    return web.json_response(text=answer.model_dump_json())
 
 
 async def renew(request: web.Request) -> web.Response:
