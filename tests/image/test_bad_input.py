@@ -9,6 +9,7 @@ Secret's, the data claim's owner); everything else is the chart's own pod."""
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -92,6 +93,4 @@ def test_bad_input_exits_with_one_line_and_is_not_ready(cluster: Kubelet, case: 
         for claim in pod.claims.values():
             path = cluster.root / "claims" / claim
             if path.exists():
-                import shutil
-
                 shutil.rmtree(path)

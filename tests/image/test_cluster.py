@@ -189,10 +189,12 @@ def test_a_cluster_from_the_chart_s_containers(images: dict[str, str], tmp_path:
 
         # Every container stopped as the kubelet stops a pod: SIGTERM, then SIGKILL once
         # the grace has passed.  Each must end by itself, well within it, and exit 0.
-        for pod in [worker, guarantee, a0, a1]:
+        by_name = {p.name: p for p in nodes}
+        for pod in [worker, guarantee, by_name[a0], by_name[a1]]:
             started = time.monotonic()
             podman("stop", "--time", str(pod.grace), k.running[pod.name].container)
             took = time.monotonic() - started
+            print(f"{pod.name}: stopped in {took:.1f}s of a {pod.grace}s grace")
             state = k.state(pod)
             assert state["ExitCode"] == 0 and took < pod.grace, (
                 f"{pod.name}: exit {state['ExitCode']} after {took:.1f}s of a {pod.grace}s grace"
