@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-fast test-slow test-resilience lint demo docs docs-serve tutorial bench bench-spark system-deps demo-deps clean proto
+.PHONY: image-deps test test-fast test-slow test-resilience test-image image lint demo docs docs-serve tutorial bench bench-spark system-deps demo-deps clean proto
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,9 @@ $(STAMP): $(BIN)/python pyproject.toml
 # libfaketime), a Java runtime (pyspark starts a JVM: spark_metrics), chromium (the
 # report's browser test) and iptables (the partition tests cut links between network
 # namespaces). The demo needs only Java, for its Spark step.
+# podman, buildah, runc and debootstrap build and run the images (make image, tests/image).
 SYSTEM_PACKAGES := promtool:prometheus etcd:etcd-server faketime:faketime java:openjdk-17-jre-headless chromium:chromium iptables:iptables
+IMAGE_PACKAGES := podman:podman buildah:buildah runc:runc debootstrap:debootstrap
 DEMO_PACKAGES := java:openjdk-17-jre-headless
 
 define install_missing
@@ -34,7 +36,10 @@ define install_missing
 endef
 
 system-deps:
-	$(call install_missing,$(SYSTEM_PACKAGES))
+	$(call install_missing,$(SYSTEM_PACKAGES) $(IMAGE_PACKAGES))
+
+image-deps:
+	$(call install_missing,$(IMAGE_PACKAGES))
 
 demo-deps:
 	$(call install_missing,$(DEMO_PACKAGES))
@@ -51,6 +56,17 @@ test-fast: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -m slow
+
+# The chart's containers alone (tests/image): the images built, checked, run as a cluster.
+test-image: $(STAMP) system-deps helm
+	$(BIN)/python -m pytest -q -ra -m image
+
+# The chart's two images (Dockerfile targets runtime and spark, tagged as values.yaml names
+# them), from a Debian bookworm base made here with debootstrap (no registry is needed):
+# the base tarball is kept in .cache/image/, the images in podman's store, each labelled
+# with a digest of what it is built from, so an unchanged tree builds nothing.
+image: $(STAMP) image-deps
+	$(BIN)/python tools/build_image.py
 
 # The fault scenarios alone (network namespaces, iptables, faketime); SEED=N replays one run.
 test-resilience: $(STAMP) system-deps

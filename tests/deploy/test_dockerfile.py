@@ -1,4 +1,4 @@
-"""The Dockerfile, parsed (no Docker engine here, and CI does not build the image): its
+"""The Dockerfile, parsed (no container runtime needed; tests/image builds and runs it): its
 stages, a slim base, a non-root user, Java only where Spark runs, and entrypoints that are
 the project's console scripts."""
 
