@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -39,6 +39,7 @@ from replication_node.log.events import (
 from replication_node.log.logdir import finish_interrupted_roll
 from replication_node.log.logfile import ContentDigest
 from replication_node.log.logstream import LogStream
+from replication_node.log.operations import Operation, RecordBackup
 from replication_node.log.recovery import plan_recovery
 from replication_node.log.spanning import BlobRef
 from replication_node.storage.database import Database
@@ -217,27 +218,23 @@ class ActiveCopy:
             logger.warning("staged bodies left pending for recovery to abort: %s", exc)
 
     async def commit(
-        self,
-        ops: list[dict[str, Any]],
-        *,
-        logged: list[dict[str, Any]] | None = None,
-        blobs: tuple[BlobRef, ...] = (),
+        self, ops: Sequence[Operation], *, staged: Mapping[int, BlobRef] | None = None
     ) -> Committed:
         """Make `ops` one durable transaction; return its LSN and commit time.  Refused
         before anything is written: LeaseLost while the lease cannot be renewed,
         SwitchingOver once a switchover began (the check and the stream's queueing have no
         await between them, so the switchover's roll is queued behind every commit
-        admitted).  `logged` and `blobs`: the record's form of `ops` when bodies were
-        staged (`LogStream.commit`)."""
+        admitted).  `staged`: the bodies staged for some of its puts, by index
+        (`LogStream.commit`)."""
         try:
             if self._lease is not None:
                 self._lease.refuse_without_lease()
-            return await self.stream.commit(ops, self._clock.now(), logged=logged, blobs=blobs)
+            return await self.stream.commit(ops, self._clock.now(), staged=staged)
         except (TransactionTooLarge, SwitchingOver):
             # Refused before anything was queued, with no await since its numbers were
             # handed out: take them back, so every number handed out is in the log (the
             # ceiling's premise).
-            numbers = [op["cn"] for op in ops if isinstance(op.get("cn"), int)]
+            numbers = [op.cn for op in ops if not isinstance(op, RecordBackup)]
             if numbers and self._change_number == max(numbers):
                 self._change_number = min(numbers) - 1
             raise

@@ -182,7 +182,7 @@ async def post_items(request: web.Request) -> web.Response:
     check_item_sizes(items, database=db, max_item_size=max_item_size, batch=batch)
     result = await store_for_write(request).put_items(
         request.match_info["mailbox"],
-        [item.model_dump(exclude_none=True) for item in items],
+        items,
         override_lock=overriding(request),
     )
     return web.json_response(result.wire(), status=201)

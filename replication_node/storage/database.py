@@ -37,6 +37,7 @@ from typing import Any
 from dag_common.mailbox_digest import MODULUS, to_hex
 from replication_node.errors import DatabaseError
 from replication_node.log.events import Transaction
+from replication_node.log.operations import RecordBackup
 from replication_node.storage.digest import (
     DIGEST_SCHEMA,
     install_digest,
@@ -52,7 +53,7 @@ from replication_node.storage.header import (
     read_header,
     write_header,
 )
-from replication_node.storage.ops import RecordBackup, backup_fields
+from replication_node.storage.ops import with_backup
 from replication_node.storage.reader import ItemsPage
 from replication_node.storage.tables import TABLES_SCHEMA, TableWriter, item_dict, mailbox_dict
 
@@ -212,13 +213,12 @@ class Database:
                     digests[txn.generation] = to_hex(self._digest + writer.delta)
             writer.flush()
             self._digest = (self._digest + writer.delta) % MODULUS
-            backups: dict[str, Any] = {}
+            header = self._header
             for stamp in stamps:  # in log order: the last of each kind wins
-                backups.update(backup_fields(stamp))
+                header = with_backup(header, stamp)
             self._write_header(
                 replace(
-                    self._header,
-                    **backups,
+                    header,
                     state=state,
                     waypoint=waypoint,
                     checkpoint=waypoint + 1,

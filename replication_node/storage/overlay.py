@@ -18,11 +18,9 @@ is durable, before its generation reaches the file.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from replication_node.log.events import Transaction
-from replication_node.storage.header import DatabaseHeader
-from replication_node.storage.ops import (
+from replication_node.log.operations import (
     BackupKind,
     CreateFolder,
     CreateMailbox,
@@ -30,14 +28,16 @@ from replication_node.storage.ops import (
     DeleteMailbox,
     PutItem,
     RecordBackup,
-    Row,
     SetMailbox,
-    backup_fields,
-    decode,
+)
+from replication_node.storage.header import DatabaseHeader
+from replication_node.storage.ops import (
+    Row,
     item_row,
     mailbox_row,
     set_mailbox_row,
     tombstone_row,
+    with_backup,
 )
 
 
@@ -73,7 +73,7 @@ class LlrOverlay:
         self._txns.setdefault(txn.generation, []).append(txn)
         gen = txn.generation
         when = txn.commit_time.isoformat()
-        for op in map(decode, txn.ops):
+        for op in txn.ops:
             if type(op) is RecordBackup:
                 self._stamps_seen += 1
                 self.backups[op.kind] = (gen, self._stamps_seen, op)
@@ -126,10 +126,9 @@ class LlrOverlay:
         """The database file's header with the backup stamps the file does not have yet."""
         if not self.backups:
             return header
-        fields: dict[str, object] = {}
         for _, _, stamp in sorted(self.backups.values(), key=lambda v: v[1]):
-            fields.update(backup_fields(stamp))
-        return replace(header, **fields)  # type: ignore[arg-type]
+            header = with_backup(header, stamp)
+        return header
 
     def hides(self, mailbox: str) -> bool:
         """The mailbox was removed in a generation the database file does not have yet: its

@@ -20,21 +20,17 @@ from dag_common.mailbox_digest import (
     mailbox_term,
     utf8_size,
 )
-from replication_node.errors import DatabaseError
-from replication_node.storage.ops import (
+from replication_node.log.operations import (
     CreateFolder,
     CreateMailbox,
     DeleteItem,
     DeleteMailbox,
-    MalformedOperation,
     Operation,
     PutItem,
     RecordBackup,
     SetMailbox,
-    decode,
-    mailbox_row,
-    tombstone_row,
 )
+from replication_node.storage.ops import mailbox_row, tombstone_row
 
 if TYPE_CHECKING:
     from replication_node.log.events import Transaction
@@ -98,10 +94,10 @@ _LIVE_ITEMS = (
 
 
 class TableWriter:
-    """Applies transactions' operations (`ops.decode`d: the same model the overlay applies,
-    the same rows) inside the caller's SQLite transaction, and keeps what they add to the
-    content digest (`delta`: the terms of the rows they write, less those of the rows they
-    replace or remove; `digest.py`).
+    """Applies transactions' operations (typed, as the log stream carries them: the same model
+    the overlay applies, the same rows) inside the caller's SQLite transaction, and keeps what
+    they add to the content digest (`delta`: the terms of the rows they write, less those of
+    the rows they replace or remove; `digest.py`).
 
     Puts, nearly every operation, are held and written together by `flush` (at the next
     other operation, or when the caller is done): sorted by key, so that a batch of random
@@ -125,14 +121,7 @@ class TableWriter:
         when = txn.commit_time.isoformat()
         segment: list[tuple[Any, ...]] = []
         last_cn = 0
-        for raw in txn.ops:
-            try:
-                op = decode(raw)
-            except MalformedOperation as exc:
-                raise DatabaseError(
-                    f"malformed operation in generation {txn.generation} at offset "
-                    f"{txn.offset}: {exc}"
-                ) from exc
+        for op in txn.ops:
             if type(op) is RecordBackup:
                 if self._stamps is not None:
                     self._stamps.append(op)

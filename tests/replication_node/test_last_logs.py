@@ -14,6 +14,7 @@ import pytest
 from dag_common.clock import ManualClock
 from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from dag_common.model import CopyStatus
+from dag_common.store_api import ItemIn
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
 from replication_node.errors import Conflict, HeldForHandOver
@@ -110,7 +111,7 @@ async def crashed_with_open_commits(tmp_path, clock):
     await old.store.create_mailbox("m")
     await old.copy.roll()
     for i in range(5):
-        await old.store.put_items("m", [{"item_id": f"i{i}"}])
+        await old.store.put_items("m", [ItemIn(item_id=f"i{i}")])
     await old.stop(clean=False)
     return store
 
