@@ -293,7 +293,7 @@ async def large_commits(base: Path, sizes: Sizes) -> None:
             ratios.append(raw / log)
             print(f"  round {r + 1}: raw {raw:.3f} s, log {log:.3f} s, ratio {raw / log:.2f}")
         generations = copy.stream.generation - first_gen
-        assert copy.item(MAILBOX, f"big{n - 1}")["body"] == body
+        assert copy.item(MAILBOX, f"big{n - 1}").body == body
     finally:
         await copy.crash_close()
     total = sizes.items * sizes.rounds
@@ -550,7 +550,7 @@ async def replication(base: Path, sizes: Sizes) -> None:
         status = passive.status()
         assert status.status is CopyStatus.HEALTHY, status
         reader = passive.reader()
-        assert reader is not None
+        replayed = {i.item_id: i.body for i in reader.items(MAILBOX)}
         replayed = {i["item_id"]: i["body"] for i in reader.items(MAILBOX)}
         assert body_digest([replayed[f"i{i}"] for i in range(len(bodies))]) == body_digest(
             bodies

@@ -31,6 +31,7 @@ from replication_node.log.operations import (
     SetMailbox,
 )
 from replication_node.log.spanning import BlobRef
+from replication_node.storage.reader import MailboxRow
 
 T = TypeVar("T")
 
@@ -94,12 +95,12 @@ class MailboxStore:
         # Mailboxes whose creation is in the log but not yet acknowledged.
         self._creating: set[str] = set()
 
-    def _live_mailbox(self, mailbox: str, *, override_lock: bool = False) -> dict[str, Any]:
+    def _live_mailbox(self, mailbox: str, *, override_lock: bool = False) -> MailboxRow:
         _check_name(mailbox)
         row = self.copy.mailbox(mailbox)
-        if row is None or row["soft_deleted"]:
+        if row is None or row.soft_deleted:
             raise NotFound(f"no mailbox {mailbox!r}")
-        if row["locked"] and not override_lock:
+        if row.locked and not override_lock:
             raise Conflict(f"mailbox {mailbox!r} is locked by a move")
         return row
 
@@ -155,7 +156,7 @@ class MailboxStore:
         row = self.copy.mailbox(mailbox)
         if row is None:
             raise NotFound(f"no mailbox {mailbox!r}")
-        if row["soft_deleted"] and soft_deleted is not False:
+        if row.soft_deleted and soft_deleted is not False:
             raise NotFound(f"mailbox {mailbox!r} is soft-deleted")
         cn = self.copy.next_change_number()
         return await self._commit([SetMailbox(mailbox, cn, locked, soft_deleted)])
@@ -239,6 +240,6 @@ class MailboxStore:
     ) -> Written:
         self._live_mailbox(mailbox, override_lock=override_lock)
         row = self.copy.item(mailbox, item_id)
-        if row is None or row["deleted"]:
+        if row is None or row.deleted:
             raise NotFound(f"mailbox {mailbox!r} has no item {item_id!r}")
         return await self._commit([DeleteItem(mailbox, self.copy.next_change_number(), item_id)])

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
 from dag_common.mailbox_digest import utf8_size
 from replication_node.log.operations import BackupKind as BackupKind  # backups name it here
@@ -24,48 +23,31 @@ from replication_node.log.operations import (
     SetMailbox,
 )
 from replication_node.storage.header import DatabaseHeader
-
-Row = dict[str, Any]
-
-
-def mailbox_row(op: CreateMailbox) -> Row:
-    return {
-        "mailbox": op.mailbox,
-        "display_name": op.display_name,
-        "locked": False,
-        "soft_deleted": False,
-        "change_number": op.cn,
-    }
+from replication_node.storage.reader import ItemRow, MailboxRow
 
 
-def set_mailbox_row(row: Row, op: SetMailbox) -> Row:
-    new = dict(row, change_number=op.cn)
-    if op.locked is not None:
-        new["locked"] = op.locked
-    if op.soft_deleted is not None:
-        new["soft_deleted"] = op.soft_deleted
-    return new
+def mailbox_row(op: CreateMailbox) -> MailboxRow:
+    return MailboxRow(op.mailbox, op.display_name, False, False, op.cn)
 
 
-def item_row(op: PutItem, commit_time: str) -> Row:
+def set_mailbox_row(row: MailboxRow, op: SetMailbox) -> MailboxRow:
+    locked = row.locked if op.locked is None else op.locked
+    soft_deleted = row.soft_deleted if op.soft_deleted is None else op.soft_deleted
+    return row._replace(locked=locked, soft_deleted=soft_deleted, change_number=op.cn)
+
+
+def item_row(op: PutItem, commit_time: str) -> ItemRow:
     """A PutItem's row (a creation or a replacement)."""
-    return {
-        "mailbox": op.mailbox,
-        "item_id": op.item_id,
-        "folder": op.folder,
-        "subject": op.subject,
-        "body": op.body,
-        "size": utf8_size(op.body),
-        "change_number": op.cn,
-        "deleted": False,
-        "commit_time": commit_time,
-    }
+    return ItemRow(
+        op.mailbox, op.item_id, op.folder, op.subject, op.body, utf8_size(op.body), op.cn, False,
+        commit_time,
+    )  # fmt: skip
 
 
-def tombstone_row(row: Row | None, op: DeleteItem, commit_time: str) -> Row:
+def tombstone_row(row: ItemRow | None, op: DeleteItem, commit_time: str) -> ItemRow:
     """The row a DeleteItem leaves: a tombstone, so incremental sync sees the deletion."""
-    base = row or {"mailbox": op.mailbox, "item_id": op.item_id, "folder": "", "subject": ""}
-    return dict(base, body="", size=0, change_number=op.cn, deleted=True, commit_time=commit_time)
+    folder, subject = (row.folder, row.subject) if row is not None else ("", "")
+    return ItemRow(op.mailbox, op.item_id, folder, subject, "", 0, op.cn, True, commit_time)
 
 
 def with_backup(header: DatabaseHeader, op: RecordBackup) -> DatabaseHeader:

@@ -32,13 +32,13 @@ from replication_node.log.operations import (
 )
 from replication_node.storage.header import DatabaseHeader
 from replication_node.storage.ops import (
-    Row,
     item_row,
     mailbox_row,
     set_mailbox_row,
     tombstone_row,
     with_backup,
 )
+from replication_node.storage.reader import ItemRow, MailboxRow
 
 
 class LlrOverlay:
@@ -46,9 +46,9 @@ class LlrOverlay:
 
     def __init__(self) -> None:
         self._txns: dict[int, list[Transaction]] = {}
-        self.mailboxes: dict[str, tuple[int, Row]] = {}
+        self.mailboxes: dict[str, tuple[int, MailboxRow]] = {}
         self.folders: dict[tuple[str, str], int] = {}
-        self.items: dict[tuple[str, str], tuple[int, Row]] = {}
+        self.items: dict[tuple[str, str], tuple[int, ItemRow]] = {}
         self.removed: dict[str, int] = {}  # mailbox -> generation of its removal
         # the last stamp of each kind: (generation, order seen, stamp)
         self.backups: dict[BackupKind, tuple[int, int, RecordBackup]] = {}
@@ -66,8 +66,8 @@ class LlrOverlay:
         self,
         txn: Transaction,
         *,
-        db_mailbox: Callable[[str], Row | None],
-        db_item: Callable[[str, str], Row | None],
+        db_mailbox: Callable[[str], MailboxRow | None],
+        db_item: Callable[[str, str], ItemRow | None],
     ) -> None:
         """Take a durable transaction; `db_*` read rows not in the overlay yet."""
         self._txns.setdefault(txn.generation, []).append(txn)
@@ -135,10 +135,10 @@ class LlrOverlay:
         rows there are gone."""
         return mailbox in self.removed
 
-    def mailbox(self, name: str) -> Row | None:
+    def mailbox(self, name: str) -> MailboxRow | None:
         entry = self.mailboxes.get(name)
         return entry[1] if entry else None
 
-    def item(self, mailbox: str, item_id: str) -> Row | None:
+    def item(self, mailbox: str, item_id: str) -> ItemRow | None:
         entry = self.items.get((mailbox, item_id))
         return entry[1] if entry else None

@@ -24,6 +24,7 @@ from replication_node.log.events import Transaction
 from replication_node.log.operations import CreateMailbox, PutItem
 from replication_node.storage.database import Database
 from replication_node.storage.digest import recompute_digest
+from replication_node.storage.reader import ItemRow
 from replication_node.storage.scrub import scrub_file
 from tests.replication_node.strategies import MAILBOXES, T0, history, numbered
 
@@ -65,8 +66,8 @@ def test_the_kept_digest_is_the_rows_digest_in_any_batching(tmp_path_factory, ge
         # one mechanism: a mailbox's digest is its live items' part of the sum
         for mailbox in MAILBOXES:
             items = whole.items(mailbox)
-            assert mailbox_digest(mailbox, items).item_count == sum(
-                1 for i in items if not i["deleted"]
+            assert mailbox_digest(mailbox, map(ItemRow._asdict, items)).item_count == sum(
+                1 for i in items if not i.deleted
             )
     finally:
         whole.close()
@@ -142,7 +143,7 @@ def test_a_file_from_before_body_hashes_is_migrated_and_its_digest_added_up_agai
     apply(db, [Transaction(2, 512, T0, (put("b", "y" * 10, 3), put("a", "z", 4)))], 2)
     stored, rows = db.recompute_digest()
     assert stored == rows == db.content_digest
-    assert {r["item_id"]: r["body"] for r in db.items("m")} == {"a": "z", "b": "y" * 10}
+    assert {r.item_id: r.body for r in db.items("m")} == {"a": "z", "b": "y" * 10}
     db.close()
 
 

@@ -205,6 +205,6 @@ async def test_a_bit_flip_in_a_continuation_is_refused_naming_it_and_taken_from_
         await second.resume()
         await wait_until("the second copy replays it", replayed_through(second, last))
         assert second.status().status is CopyStatus.HEALTHY
-        assert second.reader().item("m", "big")["body"] == text
+        assert second.reader().item("m", "big").body == text
         failed = second.paths.ignored / "InspectionFailed"
         assert [p.name for p in failed.iterdir()] == [f"{closed_log_name(bad)}.1"]

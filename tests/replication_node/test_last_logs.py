@@ -136,7 +136,7 @@ async def test_back_after_a_crash_it_holds_its_last_logs_for_the_waiting_copy(tm
         await clock.advance(31)
         await wait_until("the re-mount after the hold", lambda: back.copy is not None)
         assert back.status().held_for is None and back.share.open_log_path() is None
-        assert [i["item_id"] for i in back.copy.items("m")] == [f"i{i}" for i in range(5)]
+        assert [i.item_id for i in back.copy.items("m")] == [f"i{i}" for i in range(5)]
     finally:
         await back.stop(clean=False)
         store.close()

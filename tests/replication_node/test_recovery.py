@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def items(copy):
-    return {r["item_id"]: r for r in copy.items("m") if not r["deleted"]}
+    return {r.item_id: r for r in copy.items("m") if not r.deleted}
 
 
 async def fill(tmp_path, n=120, llr_depth=2):
@@ -54,7 +54,7 @@ def test_kill_9_during_concurrent_commits_loses_no_acknowledged_write(tmp_path, 
         missing = [a for a in acked if a not in present]
         assert not missing, f"{len(missing)} acknowledged writes lost, e.g. {missing[:3]}"
         for row in present.values():  # nothing half-applied
-            assert row["subject"] == row["item_id"] and row["body"] == "y" * 700
+            assert row.subject == row.item_id and row.body == "y" * 700
         # the stream continues where it stopped
         store = MailboxStore(copy)
         ack = await store.put_items("m", [ItemIn(item_id="after", body=".")])
@@ -173,7 +173,7 @@ async def test_llr_waypoint_stays_llr_depth_behind_committed(tmp_path, llr_depth
     assert header.waypoint == committed - llr_depth
     assert header.checkpoint == header.waypoint + 1
     # the database file holds exactly the transactions of generations <= waypoint
-    on_disk = {r["item_id"]: r for r in copy.db.items("m")}
+    on_disk = {r.item_id: r for r in copy.db.items("m")}
     gens = {}
     for gen in list_closed_generations(copy.paths.logs):
         data = (copy.paths.logs / logfile.closed_log_name(gen)).read_bytes()

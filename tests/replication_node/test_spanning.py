@@ -71,7 +71,7 @@ async def test_an_item_ten_times_a_log_file_commits_once_across_generations(tmp_
     await store.create_mailbox("m")
     text = text_body(300_000)
     result = await store.put_items("m", [ItemIn(item_id="big", body=text)])
-    assert copy.item("m", "big")["body"] == text
+    assert copy.item("m", "big").body == text
     await copy.roll()
     spans = chained(generations(copy.paths.logs))
     (begun,) = [b for s in spans for b in s.begun]
@@ -86,7 +86,7 @@ async def test_an_item_ten_times_a_log_file_commits_once_across_generations(tmp_
     # a crash: recovery reads the body back from the parts on disk, whole
     await copy.crash_close()
     copy = await mount(tmp_path, log_file_size=SIZE, create=False)
-    assert copy.item("m", "big")["body"] == text
+    assert copy.item("m", "big").body == text
     await copy.crash_close()
 
 
@@ -151,7 +151,7 @@ async def test_a_body_staged_and_never_committed_is_aborted_by_recovery(tmp_path
     spans = chained(generations(copy.paths.logs))
     assert [b for s in spans for b in s.aborted] == [ref.id]
     assert spans[-1].pending == {}
-    assert [i["item_id"] for i in copy.items("m")] == ["next"]
+    assert [i.item_id for i in copy.items("m")] == ["next"]
     await copy.crash_close()
 
 
@@ -278,7 +278,7 @@ async def test_a_passive_replays_a_spanning_item_whole_and_keeps_its_parts_until
     await commit_staged(active, text, ref)
     last = await share.roll()
     await wait_until("replay of the commit", replayed_through(copy, last))
-    assert copy.reader().item("m", "big")["body"] == text
+    assert copy.reader().item("m", "big").body == text
     assert copy._db.header.required_from == 0
     await copy.stop()
 
@@ -306,5 +306,5 @@ async def test_a_copy_seeded_while_a_body_is_staged_fetches_the_logs_required_be
     await commit_staged(active, text, ref)
     last = await share.roll()
     await wait_until("replay of the commit", replayed_through(copy, last))
-    assert copy.reader().item("m", "big")["body"] == text
+    assert copy.reader().item("m", "big").body == text
     await copy.stop()

@@ -50,10 +50,10 @@ async def test_the_store_assigns_ids_without_changing_the_items_it_is_given(tmp_
     written = await store.put_items("m", items)
     assert items == [ItemIn(body="one"), ItemIn(item_id="two", body="two")]
     assert written.item_ids is not None and written.item_ids[1] == "two"
-    assert copy.item("m", written.item_ids[0])["body"] == "one"
+    assert copy.item("m", written.item_ids[0]).body == "one"
     again = await store.put_items("m", items)  # the same items again: a new item, a replacement
     assert again.item_ids[0] != written.item_ids[0] and again.item_ids[1] == "two"
-    assert len([i for i in copy.items("m") if not i["deleted"]]) == 3
+    assert len([i for i in copy.items("m") if not i.deleted]) == 3
     await copy.crash_close()
 
 
@@ -73,15 +73,15 @@ async def test_pages_of_the_items_listing_add_up_to_the_whole_listing(tmp_path, 
     for i in range(3, 300, 11):
         await store.delete_item("m", f"i{i}")
     assert copy.overlay.items, "the test needs changes still in the overlay"
-    whole = {r["item_id"]: r for r in copy.items("m", 40)}
+    whole = {r.item_id: r for r in copy.items("m", 40)}
 
     held: dict[str, dict] = {}
     since, pages = 40, 0
     while True:
         page = copy.items_page("m", since, limit)
-        numbers = [r["change_number"] for r in page.items]
+        numbers = [r.change_number for r in page.items]
         assert numbers == sorted(numbers) and all(since < n <= page.through for n in numbers)
-        held.update((r["item_id"], r) for r in page.items)
+        held.update((r.item_id, r) for r in page.items)
         pages += 1
         if page.complete:
             break
@@ -89,6 +89,6 @@ async def test_pages_of_the_items_listing_add_up_to_the_whole_listing(tmp_path, 
         since = page.through
     assert held == whole
     assert pages > 1
-    assert copy.live_count("m", 40) == sum(not r["deleted"] for r in whole.values())
+    assert copy.live_count("m", 40) == sum(not r.deleted for r in whole.values())
     assert copy.live_count("m", 0) == 300 - len(range(3, 300, 11))
     await copy.crash_close()
