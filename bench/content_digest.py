@@ -25,38 +25,30 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from replication_node.log.events import Transaction
+from replication_node.log.operations import CreateMailbox, PutItem
 from replication_node.storage import digest as digest_module
 from replication_node.storage.database import Database
 
 
 def transactions(items: int, body: int, per_txn: int = 50) -> list[Transaction]:
     when = datetime.now(UTC)
-    txns = [Transaction(1, 512, when, [{"op": "create_mailbox", "mailbox": "m", "cn": 1}])]
+    txns = [Transaction(1, 512, when, (CreateMailbox("m", 1),))]
     cn = 1
     for first in range(0, items, per_txn):
-        ops = []
+        ops: list[PutItem] = []
         for i in range(first, min(items, first + per_txn)):
             cn += 1
-            ops.append(
-                {
-                    "op": "put_item",
-                    "mailbox": "m",
-                    "item_id": f"i{i}",
-                    "folder": "Inbox",
-                    "subject": f"subject {i}",
-                    "body": "x" * body,
-                    "cn": cn,
-                }
-            )
-        txns.append(Transaction(1 + first // (per_txn * 10), 512, when, ops))
+            ops.append(PutItem("m", cn, f"i{i}", "Inbox", f"subject {i}", "x" * body))
+        txns.append(Transaction(1 + first // (per_txn * 10), 512, when, tuple(ops)))
     # a second pass replacing a third of the items: updates subtract the old row's term
     for first in range(0, items, 3 * per_txn):
         cn += 1
-        ops = [
-            {**op, "body": "y" * body, "cn": cn}
+        again = tuple(
+            op._replace(body="y" * body, cn=cn)
             for op in txns[1 + first // per_txn].ops[: per_txn // 3]
-        ]
-        txns.append(Transaction(txns[-1].generation + 1, 512, when, ops))
+            if isinstance(op, PutItem)
+        )
+        txns.append(Transaction(txns[-1].generation + 1, 512, when, again))
     return txns
 
 

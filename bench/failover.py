@@ -59,6 +59,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from dag_common.store_api import ItemIn  # noqa: E402
 from tests.cluster_harness import THREE_NODES, LocalCluster, wait_until  # noqa: E402
 from tests.replication_node.e2e import converged, databases, write  # noqa: E402
 
@@ -255,7 +256,7 @@ async def commit_latencies(commits: int) -> dict[str, list[float]]:
             kind = "with lease" if block % 2 == 0 else "without"
             for i in range(100):
                 started = time.perf_counter()
-                await stores[kind].put_items("m", [{"item_id": f"{block}-{i}", "body": "x"}])
+                await stores[kind].put_items("m", [ItemIn(item_id=f"{block}-{i}", body="x")])
                 out[kind].append(time.perf_counter() - started)
         await leased.stop()
         await bare.dismount()

@@ -85,6 +85,7 @@ from dag_common.clock import SystemClock  # noqa: E402
 from dag_common.cluster_store.embedded import EmbeddedClusterStore  # noqa: E402
 from dag_common.mailbox_digest import MailboxDigest, mailbox_digest  # noqa: E402
 from dag_common.model import CopyStatus  # noqa: E402
+from dag_common.store_api import ItemIn  # noqa: E402
 from replication_node.active.copy import ActiveCopy, CopyPaths  # noqa: E402
 from replication_node.active.instance import ActiveInstance  # noqa: E402
 from replication_node.active.mailbox_store import MailboxStore  # noqa: E402
@@ -272,7 +273,7 @@ async def large_commits(base: Path, sizes: Sizes) -> None:
         # every roll also writes an older generation into the database file).
         raw_append(base / "raw-warm", data, 1)
         while copy.stream.generation <= LLR_DEPTH + 1:
-            await store.put_items(MAILBOX, [{"item_id": f"big{n}", "body": body}])
+            await store.put_items(MAILBOX, [ItemIn(item_id=f"big{n}", body=body)])
             n += 1
         first_gen = copy.stream.generation
         for r in range(sizes.rounds):
@@ -284,7 +285,7 @@ async def large_commits(base: Path, sizes: Sizes) -> None:
             with stages.timing():
                 start = time.perf_counter()
                 for _ in range(sizes.items):
-                    await store.put_items(MAILBOX, [{"item_id": f"big{n}", "body": body}])
+                    await store.put_items(MAILBOX, [ItemIn(item_id=f"big{n}", body=body)])
                     n += 1
                 log = time.perf_counter() - start
             (base / f"raw-{r}").unlink()
@@ -292,7 +293,7 @@ async def large_commits(base: Path, sizes: Sizes) -> None:
             ratios.append(raw / log)
             print(f"  round {r + 1}: raw {raw:.3f} s, log {log:.3f} s, ratio {raw / log:.2f}")
         generations = copy.stream.generation - first_gen
-        assert copy.item(MAILBOX, f"big{n - 1}")["body"] == body
+        assert copy.item(MAILBOX, f"big{n - 1}").body == body
     finally:
         await copy.crash_close()
     total = sizes.items * sizes.rounds
@@ -361,7 +362,7 @@ async def small_beside_large(base: Path, sizes: Sizes) -> None:
     async def one(due: float, out: list[float]) -> None:
         nonlocal n
         n += 1
-        await store.put_items(MAILBOX, [{"item_id": f"s{n}", "body": small}])
+        await store.put_items(MAILBOX, [ItemIn(item_id=f"s{n}", body=small)])
         out.append(time.perf_counter() - due)
 
     async def stream(seconds: float, out: list[float]) -> None:
@@ -378,7 +379,7 @@ async def small_beside_large(base: Path, sizes: Sizes) -> None:
     async def large_writer(stop: asyncio.Event) -> int:
         written = 0
         while not stop.is_set():
-            await store.put_items(MAILBOX, [{"item_id": f"big{written}", "body": large}])
+            await store.put_items(MAILBOX, [ItemIn(item_id=f"big{written}", body=large)])
             written += 1
         return written
 
@@ -522,7 +523,7 @@ async def replication(base: Path, sizes: Sizes) -> None:
         await active.store.create_mailbox(MAILBOX)
         start = time.perf_counter()
         for i, body in enumerate(bodies):
-            await active.store.put_items(MAILBOX, [{"item_id": f"i{i}", "body": body}])
+            await active.store.put_items(MAILBOX, [ItemIn(item_id=f"i{i}", body=body)])
         last = await active.copy.roll(force=True)
         write_time = time.perf_counter() - start
         assert last is not None
@@ -549,7 +550,7 @@ async def replication(base: Path, sizes: Sizes) -> None:
         status = passive.status()
         assert status.status is CopyStatus.HEALTHY, status
         reader = passive.reader()
-        assert reader is not None
+        replayed = {i.item_id: i.body for i in reader.items(MAILBOX)}
         replayed = {i["item_id"]: i["body"] for i in reader.items(MAILBOX)}
         assert body_digest([replayed[f"i{i}"] for i in range(len(bodies))]) == body_digest(
             bodies

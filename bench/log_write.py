@@ -30,23 +30,14 @@ from dag_common.clock import SystemClock
 from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from replication_node.log.logfile import encode_transaction
 from replication_node.log.logstream import LogStream
+from replication_node.log.operations import PutItem, encode_record_ops
 
 SMALL = 4 * 1024 - 120  # a ~4 KiB record on disk, to compare with a 4 KiB fsync'd append
 LARGE = 256 * 1024
 
 
-def ops_of(size: int) -> list[dict]:
-    return [
-        {
-            "op": "put_item",
-            "mailbox": "bench",
-            "item_id": "x",
-            "folder": "Inbox",
-            "subject": "",
-            "body": "b" * size,
-            "cn": 1,
-        }
-    ]
+def ops_of(size: int) -> list[PutItem]:
+    return [PutItem("bench", 1, "x", "Inbox", "", "b" * size)]
 
 
 def raw_append(path: Path, record: bytes, seconds: float) -> tuple[float, float]:
@@ -85,7 +76,7 @@ async def stream_commits(
     stream.start()
     clock = SystemClock()
     ops = ops_of(size)
-    record_size = len(encode_transaction(ops, clock.now()))
+    record_size = len(encode_transaction(encode_record_ops(ops), clock.now()))
     deadline = time.perf_counter() + seconds
     count = 0
 
@@ -194,8 +185,8 @@ def main() -> None:
 
 def issue_2(base: Path, seconds: float) -> None:
     """Group commit and large transactions against the raw fsync'd append (issue 2)."""
-    record_small = encode_transaction(ops_of(SMALL), SystemClock().now())
-    record_large = encode_transaction(ops_of(LARGE), SystemClock().now())
+    record_small = encode_transaction(encode_record_ops(ops_of(SMALL)), SystemClock().now())
+    record_large = encode_transaction(encode_record_ops(ops_of(LARGE)), SystemClock().now())
     raw_small = raw_append(base / "raw-small", record_small, seconds)
     raw_large = raw_append(base / "raw-large", record_large, seconds)
     print(f"record sizes: small {len(record_small)} B, large {len(record_large)} B")

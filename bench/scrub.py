@@ -25,6 +25,7 @@ from pathlib import Path
 
 from dag_common.clock import SystemClock
 from replication_node.log.logstream import LogStream
+from replication_node.log.operations import PutItem
 from replication_node.storage.scrub import scrub_file, scrub_throttled
 
 
@@ -54,8 +55,7 @@ async def commit_load(log_dir: Path, seconds: float, writers: int) -> tuple[list
     stream.start()
     latencies: list[float] = []
     deadline = time.perf_counter() + seconds
-    op = [{"op": "put_item", "mailbox": "m", "item_id": "i", "folder": "Inbox",
-           "subject": "", "body": "y" * 4000, "cn": 1}]  # fmt: skip
+    op = [PutItem("m", 1, "i", "Inbox", "", "y" * 4000)]
 
     async def writer() -> None:
         while time.perf_counter() < deadline:

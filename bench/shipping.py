@@ -55,6 +55,7 @@ from aiohttp import web  # noqa: E402
 from bench.baselines import pull_baseline, upsert_baseline  # noqa: E402
 from dag_common.clock import SystemClock  # noqa: E402
 from dag_common.cluster_store.embedded import EmbeddedClusterStore  # noqa: E402
+from dag_common.store_api import ItemIn  # noqa: E402
 from replication_node.active.copy import CopyPaths  # noqa: E402
 from replication_node.active.instance import ActiveInstance  # noqa: E402
 from replication_node.http.auth import auth_middleware  # noqa: E402
@@ -142,10 +143,10 @@ async def in_process(base: Path, mb: int) -> None:
         # -- write --mb MiB of log, then roll
         await instance.store.create_mailbox(MAILBOX)
 
-        def batch() -> list[dict[str, str]]:
-            # New dicts each time: put_items writes the item id it assigns into each one, so
-            # a list passed twice would replace the same 200 items instead of adding more.
-            return [{"body": BODY} for _ in range(LOCAL_BATCH)]
+        item = ItemIn(body=BODY)  # no id: the store assigns a new one each time
+
+        def batch() -> list[ItemIn]:
+            return [item] * LOCAL_BATCH
 
         open_log = instance.paths.logs / OPEN_LOG_NAME
         start = time.perf_counter()

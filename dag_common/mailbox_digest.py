@@ -29,7 +29,7 @@ import hashlib
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 MODULUS = 1 << 256
 
@@ -144,17 +144,47 @@ class MailboxDigest:
         return (self.item_count, self.digest) == (other.item_count, other.digest)
 
 
-def mailbox_digest(mailbox: str, items: Iterable[Mapping[str, Any]]) -> MailboxDigest:
-    """The digest of the items of `mailbox` (rows with item_id, folder, subject, deleted,
-    change_number, and either `body_hash`, as a database keeps it, or the `body` itself;
-    tombstones included)."""
+class DigestRow(NamedTuple):
+    """One item or tombstone as its mailbox's digest counts it: the body by the hash a
+    database keeps (`body_hash`), or the body itself, hashed when counted."""
+
+    item_id: str
+    folder: str
+    subject: str
+    deleted: bool
+    change_number: int
+    body_hash: str = ""
+    body: str = ""
+
+
+def rows_digest(mailbox: str, rows: Iterable[DigestRow]) -> MailboxDigest:
+    """The digest of the items of `mailbox` (tombstones included: they count only for the
+    last change number)."""
     total, count, last = 0, 0, 0
-    for item in items:
-        last = max(last, int(item["change_number"]))
-        if not item["deleted"]:
+    for row in rows:
+        last = max(last, row.change_number)
+        if not row.deleted:
             count += 1
-            hashed = item.get("body_hash") or body_hash(item["body"])
-            total += item_term_of_hash(
-                mailbox, item["item_id"], item["folder"], item["subject"], hashed
-            )
+            hashed = row.body_hash or body_hash(row.body)
+            total += item_term_of_hash(mailbox, row.item_id, row.folder, row.subject, hashed)
     return MailboxDigest(item_count=count, digest=to_hex(total), last_change_number=last)
+
+
+def mailbox_digest(mailbox: str, items: Iterable[Mapping[str, Any]]) -> MailboxDigest:
+    """`rows_digest` of items as JSON objects (rows with item_id, folder, subject, deleted,
+    change_number, and either `body_hash` or the `body` itself; tombstones included)."""
+    return rows_digest(
+        mailbox,
+        (
+            DigestRow(
+                item["item_id"],
+                item["folder"],
+                item["subject"],
+                bool(item["deleted"]),
+                int(item["change_number"]),
+                item.get("body_hash") or "",
+                item.get("body") or "",
+            )
+            for item in items
+        ),
+    )

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
+from dag_common.api_types import Folder, ItemId, Text
 from dag_common.mailbox_digest import content_hash, utf8_size
 from dag_common.model import Lsn
 
@@ -77,6 +78,22 @@ class Item:
             other.folder,
             content_hash(other.subject, other.body),
         )
+
+
+class ItemIn(BaseModel):
+    """One item a write gives the store (POST …/mailboxes/{mailbox}/items), validated once,
+    where it is built: by the node's HTTP edge from the request's JSON, or by a caller in
+    process.  The node assigns an id when it has none, and numbers it.  Its size (subject
+    and body in UTF-8) is held to the database's max_item_size by the route: the bound
+    comes from the config, not from here."""
+
+    # Strict strings (a number is not a name); a field it does not know is a typo, refused.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    item_id: ItemId | None = None
+    folder: Folder = "Inbox"
+    subject: Text = ""
+    body: Text = ""
 
 
 class _Answer(BaseModel):

@@ -45,13 +45,13 @@ from replication_node.cluster.manager import InstanceSpec, desired_spec, plan_in
 from replication_node.cluster.peers import HttpPeers, PeerProgress, copy_awaiting_logs
 from replication_node.cluster.switchover import Switchover, SwitchoverResult
 from replication_node.errors import BadRequest, ClusterStoreError, Conflict, NotFound
+from replication_node.log.operations import BackupKind
 from replication_node.log.truncation import CopyProgress
 from replication_node.metrics import NodeMetrics, NodeStatusCollector
 from replication_node.passive.copy import PassiveCopy
 from replication_node.passive.settings import PassiveSettings
 from replication_node.shipping.copy_share import HttpCopyLogs
 from replication_node.shipping.logshare_client import HttpLogSource
-from replication_node.storage.ops import BackupKind
 from replication_node.storage.reader import MailboxReader
 
 logger = logging.getLogger(__name__)

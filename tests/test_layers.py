@@ -7,8 +7,8 @@ importing only the floors below it and its own room, never one beside it:
 
     dag_common                                   (the ground floor)
     errors, metrics, audit                       (the node's vocabulary)
-    log          the log stream and its files
-    storage      the database, its operations, a copy's paths, its read side
+    log          the log stream, its files, the operations it carries
+    storage      the database, the rows operations make, a copy's paths, its read side
     shipping     how generations travel: share, client, blocks, frames, copy share
     active | passive                             (beside each other: neither imports the other)
     backup       backups and restores, taken from either

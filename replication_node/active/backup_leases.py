@@ -28,8 +28,8 @@ from dag_common.admin_api import BackupLease
 from dag_common.clock import Clock
 from replication_node.active.copy import ActiveCopy
 from replication_node.errors import BadRequest, Conflict, NotFound
+from replication_node.log.operations import BackupKind, RecordBackup
 from replication_node.storage.header import DatabaseHeader
-from replication_node.storage.ops import BackupKind, RecordBackup, encode
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,9 +158,7 @@ async def stamp(
             f"{copy.stream.last_closed_generation})"
         )
     await copy.admit()
-    committed = await copy.commit(
-        [encode(RecordBackup(running.kind, generation, ended.isoformat()))]
-    )
+    committed = await copy.commit([RecordBackup(running.kind, generation, ended.isoformat())])
     # Only once the stamp is durable (a failed commit may be retried while the lease lives),
     # and whatever the lease says now: the stamp is in the log, the backup is done.
     leases.release(backup_id)

@@ -22,11 +22,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
 
 from dag_common.clock import Clock
+from dag_common.mailbox_digest import DigestRow
 from dag_common.model import RollCause
 from replication_node.active.lease import LeaseKeeper
 from replication_node.errors import SwitchingOver, TransactionTooLarge
@@ -39,13 +39,14 @@ from replication_node.log.events import (
 from replication_node.log.logdir import finish_interrupted_roll
 from replication_node.log.logfile import ContentDigest
 from replication_node.log.logstream import LogStream
+from replication_node.log.operations import Operation, RecordBackup
 from replication_node.log.recovery import plan_recovery
 from replication_node.log.spanning import BlobRef
 from replication_node.storage.database import Database
 from replication_node.storage.header import DatabaseHeader, DatabaseState
 from replication_node.storage.overlay import LlrOverlay
 from replication_node.storage.paths import CopyPaths
-from replication_node.storage.reader import ItemsPage
+from replication_node.storage.reader import ItemRow, ItemsPage, MailboxRow
 
 logger = logging.getLogger(__name__)
 
@@ -217,27 +218,23 @@ class ActiveCopy:
             logger.warning("staged bodies left pending for recovery to abort: %s", exc)
 
     async def commit(
-        self,
-        ops: list[dict[str, Any]],
-        *,
-        logged: list[dict[str, Any]] | None = None,
-        blobs: tuple[BlobRef, ...] = (),
+        self, ops: Sequence[Operation], *, staged: Mapping[int, BlobRef] | None = None
     ) -> Committed:
         """Make `ops` one durable transaction; return its LSN and commit time.  Refused
         before anything is written: LeaseLost while the lease cannot be renewed,
         SwitchingOver once a switchover began (the check and the stream's queueing have no
         await between them, so the switchover's roll is queued behind every commit
-        admitted).  `logged` and `blobs`: the record's form of `ops` when bodies were
-        staged (`LogStream.commit`)."""
+        admitted).  `staged`: the bodies staged for some of its puts, by index
+        (`LogStream.commit`)."""
         try:
             if self._lease is not None:
                 self._lease.refuse_without_lease()
-            return await self.stream.commit(ops, self._clock.now(), logged=logged, blobs=blobs)
+            return await self.stream.commit(ops, self._clock.now(), staged=staged)
         except (TransactionTooLarge, SwitchingOver):
             # Refused before anything was queued, with no await since its numbers were
             # handed out: take them back, so every number handed out is in the log (the
             # ceiling's premise).
-            numbers = [op["cn"] for op in ops if isinstance(op.get("cn"), int)]
+            numbers = [op.cn for op in ops if not isinstance(op, RecordBackup)]
             if numbers and self._change_number == max(numbers):
                 self._change_number = min(numbers) - 1
             raise
@@ -342,13 +339,13 @@ class ActiveCopy:
     def state(self) -> DatabaseState:
         return self.db.header.state
 
-    def mailboxes(self) -> list[dict[str, Any]]:
+    def mailboxes(self) -> list[MailboxRow]:
         hides = self.overlay.hides
-        rows = {r["mailbox"]: r for r in self.db.mailboxes() if not hides(r["mailbox"])}
+        rows = {r.mailbox: r for r in self.db.mailboxes() if not hides(r.mailbox)}
         rows.update({name: row for name, (_, row) in self.overlay.mailboxes.items()})
         return [rows[k] for k in sorted(rows)]
 
-    def mailbox(self, name: str) -> dict[str, Any] | None:
+    def mailbox(self, name: str) -> MailboxRow | None:
         return self.overlay.mailbox(name) or (
             None if self.overlay.hides(name) else self.db.mailbox(name)
         )
@@ -358,25 +355,27 @@ class ActiveCopy:
         names.update(f for (m, f) in self.overlay.folders if m == mailbox)
         return sorted(names)
 
-    def items(self, mailbox: str, since_change: int = 0) -> list[dict[str, Any]]:
+    def items(self, mailbox: str, since_change: int = 0) -> list[ItemRow]:
         stored = [] if self.overlay.hides(mailbox) else self.db.items(mailbox, since_change)
-        rows = {r["item_id"]: r for r in stored}
+        rows = {r.item_id: r for r in stored}
         for (m, item_id), (_, row) in self.overlay.items.items():
             if m == mailbox:
-                if row["change_number"] > since_change:
+                if row.change_number > since_change:
                     rows[item_id] = row
                 else:
                     rows.pop(item_id, None)
-        return sorted(rows.values(), key=lambda r: r["change_number"])
+        return sorted(rows.values(), key=_change_number)
 
-    def digest_rows(self, mailbox: str) -> list[dict[str, Any]]:
+    def digest_rows(self, mailbox: str) -> list[DigestRow]:
         """The file's digest rows (`Database.digest_rows`) with the overlay's items over
         them (those carry their bodies, in memory: the digest hashes them)."""
         stored = [] if self.overlay.hides(mailbox) else self.db.digest_rows(mailbox)
-        rows = {r["item_id"]: r for r in stored}
+        rows = {r.item_id: r for r in stored}
         for (m, item_id), (_, row) in self.overlay.items.items():
             if m == mailbox:
-                rows[item_id] = row
+                rows[item_id] = DigestRow(
+                    item_id, row.folder, row.subject, row.deleted, row.change_number, body=row.body
+                )
         return list(rows.values())
 
     def live_count(self, mailbox: str, since_change: int) -> int:
@@ -386,8 +385,8 @@ class ActiveCopy:
         for (m, item_id), (_, row) in self.overlay.items.items():
             if m == mailbox:
                 old = None if hidden else self.db.item(mailbox, item_id)
-                count -= bool(old and not old["deleted"] and old["change_number"] > since_change)
-                count += bool(not row["deleted"] and row["change_number"] > since_change)
+                count -= bool(old and not old.deleted and old.change_number > since_change)
+                count += bool(not row.deleted and row.change_number > since_change)
         return count
 
     def items_page(self, mailbox: str, since_change: int, limit: int) -> ItemsPage:
@@ -399,20 +398,24 @@ class ActiveCopy:
         else:
             page = self.db.items_page(mailbox, since_change, limit)
         end = None if page.complete else page.through
-        rows = {r["item_id"]: r for r in page.items}
+        rows = {r.item_id: r for r in page.items}
         for (m, item_id), (_, row) in self.overlay.items.items():
             if m == mailbox:
-                change = row["change_number"]
+                change = row.change_number
                 if since_change < change and (end is None or change <= end):
                     rows[item_id] = row
                 else:
                     rows.pop(item_id, None)
-        items = sorted(rows.values(), key=lambda r: r["change_number"])
+        items = sorted(rows.values(), key=_change_number)
         if end is not None:
             return ItemsPage(items, end, False)
-        return ItemsPage(items, max([since_change, *(r["change_number"] for r in items)]), True)
+        return ItemsPage(items, max([since_change, *(r.change_number for r in items)]), True)
 
-    def item(self, mailbox: str, item_id: str) -> dict[str, Any] | None:
+    def item(self, mailbox: str, item_id: str) -> ItemRow | None:
         return self.overlay.item(mailbox, item_id) or (
             None if self.overlay.hides(mailbox) else self.db.item(mailbox, item_id)
         )
+
+
+def _change_number(row: ItemRow) -> int:
+    return row.change_number

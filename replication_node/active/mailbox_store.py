@@ -12,19 +12,16 @@ from __future__ import annotations
 import functools
 import re
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+from dag_common.api_types import FOLDER_PATTERN, NAME_PATTERN
 from dag_common.mailbox_digest import utf8_size
-from dag_common.store_api import Written
+from dag_common.store_api import ItemIn, Written
 from replication_node.active.copy import ActiveCopy
 from replication_node.errors import BadRequest, Conflict, NotFound
-from replication_node.log.spanning import BlobRef
-from replication_node.storage.ops import (
+from replication_node.log.operations import (
     DEFAULT_FOLDERS,
-    FOLDER_PATTERN,
-    ITEM_ID_PATTERN,
-    NAME_PATTERN,
     CreateFolder,
     CreateMailbox,
     DeleteItem,
@@ -32,8 +29,9 @@ from replication_node.storage.ops import (
     Operation,
     PutItem,
     SetMailbox,
-    encode,
 )
+from replication_node.log.spanning import BlobRef
+from replication_node.storage.reader import MailboxRow
 
 T = TypeVar("T")
 
@@ -57,7 +55,6 @@ def stage_plan(sizes: list[int], log_file_size: int) -> list[int]:
 
 _NAME = re.compile(NAME_PATTERN)
 _FOLDER = re.compile(FOLDER_PATTERN)
-_ITEM_ID = re.compile(ITEM_ID_PATTERN)
 MAX_BATCH = 1000
 
 
@@ -98,12 +95,12 @@ class MailboxStore:
         # Mailboxes whose creation is in the log but not yet acknowledged.
         self._creating: set[str] = set()
 
-    def _live_mailbox(self, mailbox: str, *, override_lock: bool = False) -> dict[str, Any]:
+    def _live_mailbox(self, mailbox: str, *, override_lock: bool = False) -> MailboxRow:
         _check_name(mailbox)
         row = self.copy.mailbox(mailbox)
-        if row is None or row["soft_deleted"]:
+        if row is None or row.soft_deleted:
             raise NotFound(f"no mailbox {mailbox!r}")
-        if row["locked"] and not override_lock:
+        if row.locked and not override_lock:
             raise Conflict(f"mailbox {mailbox!r} is locked by a move")
         return row
 
@@ -115,19 +112,8 @@ class MailboxStore:
         staged: dict[int, BlobRef] | None = None,
     ) -> Written:
         """Commit `ops`; `staged`: the bodies staged for some of them, by op index (the record
-        names them, `body_blob`, where the body would be)."""
-        encoded = [encode(op) for op in ops]
-        if staged:
-            order = sorted(staged)
-            logged = [dict(op) for op in encoded]
-            for n, i in enumerate(order):
-                del logged[i]["body"]
-                logged[i]["body_blob"] = n
-            committed = await self.copy.commit(
-                encoded, logged=logged, blobs=tuple(staged[i] for i in order)
-            )
-        else:
-            committed = await self.copy.commit(encoded)
+        names them where the body would be: `LogStream.commit`)."""
+        committed = await self.copy.commit(ops, staged=staged)
         # The LSN names the stream's epoch as the writer made it (`log/writer.py`).
         return Written.of(committed.lsn, committed.commit_time, max(op.cn for op in ops), item_ids)
 
@@ -170,7 +156,7 @@ class MailboxStore:
         row = self.copy.mailbox(mailbox)
         if row is None:
             raise NotFound(f"no mailbox {mailbox!r}")
-        if row["soft_deleted"] and soft_deleted is not False:
+        if row.soft_deleted and soft_deleted is not False:
             raise NotFound(f"mailbox {mailbox!r} is soft-deleted")
         cn = self.copy.next_change_number()
         return await self._commit([SetMailbox(mailbox, cn, locked, soft_deleted)])
@@ -196,63 +182,52 @@ class MailboxStore:
 
     @_admitted
     async def put_items(
-        self, mailbox: str, items: list[dict[str, Any]], *, override_lock: bool = False
+        self, mailbox: str, items: Sequence[ItemIn], *, override_lock: bool = False
     ) -> Written:
-        """Create or replace items, as one transaction.  A body too large to be written
-        inline is staged in the log first (`log/spanning.py`); the request is checked again
-        once it is, and only then numbered and committed."""
-        checked = self._checked_items(mailbox, items, override_lock=override_lock)
-        staged = await self._stage_bodies(checked)
+        """Create or replace items, as one transaction; an item without an id gets one (the
+        items given are left as they are: the ids are in the answer).  A body too large to
+        be written inline is staged in the log first (`log/spanning.py`); the request is
+        checked again once it is, and only then numbered and committed.  The items were
+        validated where they were built (`ItemIn`): here they are checked against the
+        mailbox."""
+        self._check_items(mailbox, items, override_lock=override_lock)
+        item_ids = tuple(item.item_id or uuid.uuid4().hex for item in items)
+        staged = await self._stage_bodies(items)
         try:
             if staged:  # the awaits let other writes in: the mailbox or a folder may be gone
-                self._checked_items(mailbox, items, override_lock=override_lock)
+                self._check_items(mailbox, items, override_lock=override_lock)
             # numbered only once the whole request is valid, with no await before the commit
             ops: list[Operation] = [
-                PutItem(mailbox, self.copy.next_change_number(), item_id, folder, subject, body)
-                for item_id, folder, subject, body in checked
+                PutItem(
+                    mailbox, self.copy.next_change_number(), item_id, i.folder, i.subject, i.body
+                )
+                for item_id, i in zip(item_ids, items, strict=True)
             ]
-            return await self._commit(ops, tuple(c[0] for c in checked), staged=staged)
+            return await self._commit(ops, item_ids, staged=staged)
         except BaseException:
             if staged:
                 await self.copy.abort_staged(list(staged.values()))
             raise
 
-    def _checked_items(
-        self, mailbox: str, items: list[dict[str, Any]], *, override_lock: bool
-    ) -> list[tuple[str, str, str, str]]:
-        """(item id, folder, subject, body) of each item, once all are valid for `mailbox`."""
+    def _check_items(self, mailbox: str, items: Sequence[ItemIn], *, override_lock: bool) -> None:
+        """The items can be written to `mailbox`: it is live, and has their folders."""
         self._live_mailbox(mailbox, override_lock=override_lock)
         if not items:
             raise BadRequest("no items")
         if len(items) > MAX_BATCH:
             raise BadRequest(f"at most {MAX_BATCH} items per request")
         folders = set(self.copy.folders(mailbox))
-        checked: list[tuple[str, str, str, str]] = []
-        for raw in items:
-            if not isinstance(raw, dict):
-                raise BadRequest("an item must be an object")
-            item_id = raw.setdefault("item_id", None) or uuid.uuid4().hex
-            raw["item_id"] = item_id  # the same id when checked again after staging
-            folder = raw.get("folder", "Inbox")
-            subject, body = raw.get("subject", ""), raw.get("body", "")
-            if not isinstance(item_id, str) or not _ITEM_ID.match(item_id):
-                raise BadRequest(f"invalid item_id {item_id!r}")
-            if not isinstance(folder, str) or folder not in folders:
-                raise NotFound(f"mailbox {mailbox!r} has no folder {folder!r}")
-            if not isinstance(subject, str) or not isinstance(body, str):
-                raise BadRequest("subject and body must be strings")
-            _check_text("subject", subject)
-            _check_text("body", body)
-            checked.append((item_id, folder, subject, body))
-        return checked
+        for item in items:
+            if item.folder not in folders:
+                raise NotFound(f"mailbox {mailbox!r} has no folder {item.folder!r}")
 
-    async def _stage_bodies(self, checked: list[tuple[str, str, str, str]]) -> dict[int, BlobRef]:
+    async def _stage_bodies(self, items: Sequence[ItemIn]) -> dict[int, BlobRef]:
         """Stage the bodies a commit record cannot carry (`stage_plan`); by item index."""
-        sizes = [utf8_size(body) for *_, body in checked]
+        sizes = [utf8_size(item.body) for item in items]
         staged: dict[int, BlobRef] = {}
         try:
             for i in stage_plan(sizes, self.copy.stream.log_file_size):
-                staged[i] = await self.copy.stage(checked[i][3].encode("utf-8"))
+                staged[i] = await self.copy.stage(items[i].body.encode("utf-8"))
         except BaseException:
             if staged:
                 await self.copy.abort_staged(list(staged.values()))
@@ -265,6 +240,6 @@ class MailboxStore:
     ) -> Written:
         self._live_mailbox(mailbox, override_lock=override_lock)
         row = self.copy.item(mailbox, item_id)
-        if row is None or row["deleted"]:
+        if row is None or row.deleted:
             raise NotFound(f"mailbox {mailbox!r} has no item {item_id!r}")
         return await self._commit([DeleteItem(mailbox, self.copy.next_change_number(), item_id)])

@@ -21,10 +21,11 @@ from pydantic import (
     ValidationError,
 )
 
-from dag_common.api_types import Folder, ItemId, Name, Text
+from dag_common.api_types import Folder, Name, Text
 from dag_common.model import AutoDatabaseMountDial
+from dag_common.store_api import ItemIn
 from replication_node.errors import BadRequest
-from replication_node.storage.ops import BackupKind
+from replication_node.log.operations import BackupKind
 
 MAX_ITEMS = 1000  # items per write: one write is one transaction
 MAX_FOLDERS = 1000
@@ -50,19 +51,9 @@ class FolderIn(_Body):
     folder: Folder
 
 
-class ItemIn(_Body):
-    """One item of POST …/mailboxes/{mailbox}/items (the node numbers it).  Its size, the
-    subject and body in UTF-8, is held to its database's max_item_size by the route
-    (`body.check_item_sizes`): the bound comes from the config, not from here."""
-
-    item_id: ItemId | None = None
-    folder: Folder = "Inbox"
-    subject: Text = ""
-    body: Text = ""
-
-
 class ItemsIn(_Body):
-    """POST …/mailboxes/{mailbox}/items with several items, as one transaction."""
+    """POST …/mailboxes/{mailbox}/items with several items, as one transaction (one item is
+    the body itself: `store_api.ItemIn`, which the store takes as it is)."""
 
     items: Annotated[list[ItemIn], Field(min_length=1, max_length=MAX_ITEMS)]
 

@@ -22,7 +22,7 @@ from dag_common.http_body import (
     items_limit,
     max_item_size_for,
 )
-from dag_common.mailbox_digest import mailbox_digest
+from dag_common.mailbox_digest import rows_digest
 from dag_common.route_roles import add_route, require
 from dag_common.store_api import Digest, ItemsAnswer, Mailbox
 from replication_node.errors import BadRequest, Conflict, NotFound
@@ -90,9 +90,8 @@ async def delete_mailbox(request: web.Request) -> web.Response:
 
 
 async def list_mailboxes(request: web.Request) -> web.Response:
-    return web.json_response(
-        {"mailboxes": reader_for(request).mailboxes(), "epoch": epoch_for(request)}
-    )
+    mailboxes = [row._asdict() for row in reader_for(request).mailboxes()]
+    return web.json_response({"mailboxes": mailboxes, "epoch": epoch_for(request)})
 
 
 async def get_mailbox(request: web.Request) -> web.Response:
@@ -101,8 +100,14 @@ async def get_mailbox(request: web.Request) -> web.Response:
     row = reader.mailbox(name)
     if row is None:
         raise NotFound(f"no mailbox {name!r}")
-    answer = Mailbox.model_validate(
-        {**row, "folders": reader.folders(name), "epoch": epoch_for(request)}
+    answer = Mailbox(
+        name=row.mailbox,
+        display_name=row.display_name,
+        folders=tuple(reader.folders(name)),
+        locked=row.locked,
+        soft_deleted=row.soft_deleted,
+        change_number=row.change_number,
+        epoch=epoch_for(request),
     )
     return web.json_response(answer.wire())
 
@@ -117,7 +122,7 @@ async def mailbox_digest_route(request: web.Request) -> web.Response:
     # The rows are read on the loop (the active merges its LLR overlay, which only the
     # loop touches), bodies by the hash each row keeps; summing the terms (and hashing the
     # overlay's few bodies) does not hold the loop.
-    digest = await asyncio.to_thread(mailbox_digest, name, reader.digest_rows(name))
+    digest = await asyncio.to_thread(rows_digest, name, reader.digest_rows(name))
     answer = Digest(
         mailbox=name,
         item_count=digest.item_count,
@@ -182,7 +187,7 @@ async def post_items(request: web.Request) -> web.Response:
     check_item_sizes(items, database=db, max_item_size=max_item_size, batch=batch)
     result = await store_for_write(request).put_items(
         request.match_info["mailbox"],
-        [item.model_dump(exclude_none=True) for item in items],
+        items,
         override_lock=overriding(request),
     )
     return web.json_response(result.wire(), status=201)
@@ -209,13 +214,13 @@ async def get_items(request: web.Request) -> web.Response:
         raise NotFound(f"no mailbox {name!r}")
     if limit is None:
         items = reader.items(name, since)
-        page = ItemsPage(items, max((i["change_number"] for i in items), default=since), True)
+        page = ItemsPage(items, max((i.change_number for i in items), default=since), True)
     else:
         page = reader.items_page(name, since, limit)
     answer = ItemsAnswer(
         mailbox=name,
         since_change=since,
-        items=page.items,
+        items=[row._asdict() for row in page.items],
         last_change_number=page.through,
         more=not page.complete,
         epoch=epoch_for(request),

@@ -6,19 +6,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from dag_common.model import Lsn
+from replication_node.log.operations import Operation
 
 
 @dataclass(frozen=True, slots=True)
 class Transaction:
-    """One committed transaction read from the log: where it is, when, and what it does."""
+    """One committed transaction: where it is in the log, when, and what it does (as the
+    store built it, or decoded once from the log where it is read)."""
 
     generation: int
     offset: int
     commit_time: datetime
-    ops: list[dict[str, Any]]
+    ops: tuple[Operation, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,12 +32,11 @@ from __future__ import annotations
 import re
 import struct
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import IntEnum
 from pathlib import Path
-from typing import Any
 
 import crc32c
 import orjson
@@ -185,9 +184,11 @@ class LogRecord:
     size: int
 
     @property
-    def ops(self) -> list[dict[str, Any]]:
-        """The operations of a TRANSACTION record."""
-        return orjson.loads(self.payload)["ops"]
+    def ops(self) -> list[object]:
+        """The operations of a TRANSACTION record as its JSON has them (a count, a look at
+        the file; what they mean is `operations.decode_record_ops`)."""
+        ops: list[object] = orjson.loads(self.payload)["ops"]
+        return ops
 
 
 def encode_record(rtype: RecordType, commit_time: datetime, payload: bytes = b"") -> bytes:
@@ -209,9 +210,10 @@ def record_pieces(
 
 
 def encode_transaction(
-    ops: list[dict[str, Any]], commit_time: datetime, blobs: list[list[int]] | None = None
+    ops: Sequence[object], commit_time: datetime, blobs: list[list[int]] | None = None
 ) -> bytes:
-    """A TRANSACTION record carrying `ops` (and the staged bodies it commits, `spanning.py`)."""
+    """A TRANSACTION record carrying `ops`, the JSON objects of its operations
+    (`operations.encode_record_ops`), and the staged bodies it commits (`spanning.py`)."""
     payload = orjson.dumps({"ops": ops, "blobs": blobs} if blobs else {"ops": ops})
     return encode_record(RecordType.TRANSACTION, commit_time, payload)
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,6 +59,7 @@ from replication_node.log.announcer import Announcer, OpenLogAnnouncer
 from replication_node.log.blocks import Block, BlockFeed
 from replication_node.log.events import Committed, StreamEvent
 from replication_node.log.logfile import ContentDigest, LogHeader, ScanResult, encode_transaction
+from replication_node.log.operations import Operation, encode_record_ops
 from replication_node.log.spanning import BlobId, BlobRef, PendingBlob
 from replication_node.log.writer import UNFINISHED, AbortJob, OpenLogWriter, Pending, StageJob
 
@@ -277,19 +278,22 @@ class LogStream:
 
     async def commit(
         self,
-        ops: list[dict[str, Any]],
+        ops: Sequence[Operation],
         commit_time: datetime,
         *,
-        logged: list[dict[str, Any]] | None = None,
-        blobs: tuple[BlobRef, ...] = (),
+        staged: Mapping[int, BlobRef] | None = None,
     ) -> Committed:
         """Append one transaction; return once it is on disk (fsync'd).  Its commit time is
-        `commit_time`, raised to the stream's latest time if the clock went back.  With
-        `blobs` (staged bodies), `logged` is the operations as the record carries them
-        (`body_blob` in place of each staged body) and `ops` as readers see them."""
+        `commit_time`, raised to the stream's latest time if the clock went back.  `staged`:
+        the bodies staged for some of its puts, by the put's index (the record names each
+        where its body would be; readers of the log get the body back in its place).  The
+        operations are encoded into the record here, once; the stream's events carry them
+        as given."""
         commit_time = self._file.stamp(commit_time)
+        order = sorted(staged) if staged else []
+        blobs = tuple(staged[i] for i in order) if staged else ()
         data = encode_transaction(
-            logged if logged is not None else ops, commit_time, [b.encode() for b in blobs]
+            encode_record_ops(ops, order), commit_time, [b.encode() for b in blobs]
         )
         if not self._file.fits(len(data)):
             raise TransactionTooLarge(
@@ -301,7 +305,7 @@ class LogStream:
             commit_time,
             False,
             self._future(),
-            ops,
+            tuple(ops),
             self._clock.monotonic(),
             blobs=tuple(b.id for b in blobs),
         )

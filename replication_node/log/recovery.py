@@ -26,7 +26,15 @@ from replication_node.log import logfile
 from replication_node.log.events import Transaction
 from replication_node.log.logdir import list_closed_generations
 from replication_node.log.logfile import OPEN_LOG_NAME, LogHeader, RecordType, ScanResult
-from replication_node.log.spanning import BlobId, BodyReader, PendingBlob, required_from, track
+from replication_node.log.operations import MalformedOperation, decode_record_ops
+from replication_node.log.spanning import (
+    BlobId,
+    BodyReader,
+    PendingBlob,
+    decode_transaction,
+    required_from,
+    track,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -180,26 +188,28 @@ def _track(
 
 
 def transactions_of(result: ScanResult, reader: BodyReader | None = None) -> list[Transaction]:
-    """The committed transactions a scanned log holds, in log order, each staged body read
-    back whole through `reader` (LogRecordError if one cannot be decoded: its checksum held,
-    so the writer wrote garbage; or if a body cannot be read back)."""
+    """The committed transactions a scanned log holds, in log order, their operations typed
+    (decoded here, once) and each staged body read back whole through `reader`.
+    LogRecordError if one cannot be decoded (its checksum held, so the writer wrote garbage
+    or the record is forged: never skipped), or if a body cannot be read back."""
     out = []
     for rec in result.records:
         if rec.type is RecordType.TRANSACTION:
-            if reader is not None:
-                ops = reader.operations(rec, rec.generation)
-            else:
-                try:
-                    ops = rec.ops
-                except ValueError as exc:
-                    raise LogRecordError(
-                        f"generation {rec.generation} offset {rec.offset}: undecodable record"
-                    ) from exc
-                if any(isinstance(op, dict) and "body_blob" in op for op in ops):
+            raw, refs = decode_transaction(rec)
+            bodies: list[str] = []
+            if refs:
+                if reader is None:
                     raise LogRecordError(
                         f"generation {rec.generation} offset {rec.offset}: commits a staged "
                         "body, read without the log it was staged in"
                     )
+                bodies = reader.bodies(refs, rec.generation)
+            try:
+                ops = decode_record_ops(raw, bodies)
+            except MalformedOperation as exc:
+                raise LogRecordError(
+                    f"generation {rec.generation} offset {rec.offset}: malformed operation: {exc}"
+                ) from exc
             out.append(Transaction(rec.generation, rec.offset, rec.commit_time, ops))
     return out
 

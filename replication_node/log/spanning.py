@@ -47,7 +47,6 @@ import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 import crc32c
 import orjson
@@ -178,8 +177,9 @@ def decode_carried(rec: LogRecord) -> dict[BlobId, PendingBlob]:
         ) from exc
 
 
-def decode_transaction(rec: LogRecord) -> tuple[list[dict[str, Any]], tuple[BlobRef, ...]]:
-    """A TRANSACTION record's operations and the staged bodies it commits."""
+def decode_transaction(rec: LogRecord) -> tuple[list[object], tuple[BlobRef, ...]]:
+    """A TRANSACTION record's operations as its JSON has them (`operations.decode_record_ops`
+    types them), and the staged bodies it commits."""
     try:
         fields = orjson.loads(rec.payload)
         ops = fields["ops"]
@@ -346,24 +346,13 @@ class BodyReader:
             )
         return out
 
-    def operations(self, rec: LogRecord, through: int) -> list[dict[str, Any]]:
-        """The operations of a TRANSACTION record, every staged body read back into place."""
-        ops, refs = decode_transaction(rec)
-        if not refs:
-            return ops
-        bodies = []
+    def bodies(self, refs: tuple[BlobRef, ...], through: int) -> list[str]:
+        """The staged bodies a TRANSACTION record commits (`decode_transaction`'s refs), read
+        back whole, as text, in the order it names them."""
+        out = []
         for ref in refs:
             try:
-                bodies.append(self.read(ref, through).decode("utf-8"))
+                out.append(self.read(ref, through).decode("utf-8"))
             except UnicodeDecodeError as exc:
                 raise LogRecordError(f"body {ref.id} is not UTF-8 text") from exc
-        for op in ops:
-            if isinstance(op, dict) and "body_blob" in op:
-                i = op.pop("body_blob")
-                if not isinstance(i, int) or not 0 <= i < len(bodies):
-                    raise LogRecordError(
-                        f"generation {rec.generation} offset {rec.offset}: an operation "
-                        f"names staged body {i!r} of {len(bodies)}"
-                    )
-                op["body"] = bodies[i]
-        return ops
+        return out

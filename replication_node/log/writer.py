@@ -55,6 +55,7 @@ from replication_node.log.logfile import (
     closed_log_name,
     encode_record,
 )
+from replication_node.log.operations import Operation
 from replication_node.log.spanning import BlobId, PendingBlob, encode_abort, encode_carried
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ class Pending:
     commit_time: datetime
     force: bool
     future: asyncio.Future[Any]
-    ops: list[dict[str, Any]] | None = None
+    ops: tuple[Operation, ...] = ()
     queued: float = 0.0  # monotonic time the commit was queued (commit latency)
     cause: RollCause = RollCause.DEMAND  # a roll request's cause
     blobs: tuple[BlobId, ...] = ()  # the staged bodies a commit ends
@@ -323,7 +324,7 @@ class OpenLogWriter:
             touched = lsn.generation
             wrote = True
             results[i] = Committed(lsn=lsn, commit_time=p.commit_time)
-            events.append(Transaction(lsn.generation, lsn.offset, p.commit_time, p.ops or []))
+            events.append(Transaction(lsn.generation, lsn.offset, p.commit_time, p.ops))
         budget = self.stage_budget
         for i in staging:
             job = work[i].job

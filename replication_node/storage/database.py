@@ -32,11 +32,11 @@ from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
-from dag_common.mailbox_digest import MODULUS, to_hex
+from dag_common.mailbox_digest import MODULUS, DigestRow, to_hex
 from replication_node.errors import DatabaseError
 from replication_node.log.events import Transaction
+from replication_node.log.operations import RecordBackup
 from replication_node.storage.digest import (
     DIGEST_SCHEMA,
     install_digest,
@@ -52,9 +52,16 @@ from replication_node.storage.header import (
     read_header,
     write_header,
 )
-from replication_node.storage.ops import RecordBackup, backup_fields
-from replication_node.storage.reader import ItemsPage
-from replication_node.storage.tables import TABLES_SCHEMA, TableWriter, item_dict, mailbox_dict
+from replication_node.storage.ops import with_backup
+from replication_node.storage.reader import ItemRow, ItemsPage, MailboxRow
+from replication_node.storage.tables import (
+    ITEM_COLUMNS,
+    MAILBOX_COLUMNS,
+    TABLES_SCHEMA,
+    TableWriter,
+    item_of,
+    mailbox_of,
+)
 
 _WRITE_CACHE_KIB = 16 * 1024
 _CHECKPOINT_PAGES = 4096
@@ -212,13 +219,12 @@ class Database:
                     digests[txn.generation] = to_hex(self._digest + writer.delta)
             writer.flush()
             self._digest = (self._digest + writer.delta) % MODULUS
-            backups: dict[str, Any] = {}
+            header = self._header
             for stamp in stamps:  # in log order: the last of each kind wins
-                backups.update(backup_fields(stamp))
+                header = with_backup(header, stamp)
             self._write_header(
                 replace(
-                    self._header,
-                    **backups,
+                    header,
                     state=state,
                     waypoint=waypoint,
                     checkpoint=waypoint + 1,
@@ -248,15 +254,19 @@ class Database:
 
     # ---- reads ---------------------------------------------------------------------------
 
-    def mailboxes(self) -> list[dict[str, Any]]:
+    def mailboxes(self) -> list[MailboxRow]:
         with self._read_lock:
-            rows = self._reads.execute("SELECT * FROM mailboxes ORDER BY mailbox").fetchall()
-        return [mailbox_dict(r) for r in rows]
+            rows = self._reads.execute(
+                f"SELECT {MAILBOX_COLUMNS} FROM mailboxes ORDER BY mailbox"
+            ).fetchall()
+        return [mailbox_of(r) for r in rows]
 
-    def mailbox(self, name: str) -> dict[str, Any] | None:
+    def mailbox(self, name: str) -> MailboxRow | None:
         with self._read_lock:
-            row = self._reads.execute("SELECT * FROM mailboxes WHERE mailbox=?", (name,)).fetchone()
-        return mailbox_dict(row) if row else None
+            row = self._reads.execute(
+                f"SELECT {MAILBOX_COLUMNS} FROM mailboxes WHERE mailbox=?", (name,)
+            ).fetchone()
+        return mailbox_of(row) if row else None
 
     def folders(self, mailbox: str) -> list[str]:
         with self._read_lock:
@@ -265,41 +275,29 @@ class Database:
             ).fetchall()
         return [r[0] for r in rows]
 
-    def items(
-        self, mailbox: str, since_change: int = 0, limit: int | None = None
-    ) -> list[dict[str, Any]]:
+    def items(self, mailbox: str, since_change: int = 0, limit: int | None = None) -> list[ItemRow]:
         """Items (and tombstones) of a mailbox changed after `since_change`, by change number;
         the first `limit` of them when given."""
         with self._read_lock:
             rows = self._reads.execute(
-                "SELECT * FROM items WHERE mailbox=? AND change_number>? ORDER BY change_number"
-                " LIMIT ?",
+                f"SELECT {ITEM_COLUMNS} FROM items WHERE mailbox=? AND change_number>?"
+                " ORDER BY change_number LIMIT ?",
                 (mailbox, since_change, -1 if limit is None else limit),
             ).fetchall()
-        return [item_dict(r) for r in rows]
+        return [item_of(r) for r in rows]
 
-    def digest_rows(self, mailbox: str) -> list[dict[str, Any]]:
+    def digest_rows(self, mailbox: str) -> list[DigestRow]:
         """A mailbox's items and tombstones as its digest counts them: each body by the
         `body_hash` the row keeps, never the body (a mailbox of gigabytes is not read back
         to be hashed).  The hash was taken from the body as it was written; a body damaged
         on disk since is the scrub's to find (`recompute_digest`)."""
         with self._read_lock:
             rows = self._reads.execute(
-                "SELECT item_id, folder, subject, body_hash, deleted, change_number"
+                "SELECT item_id, folder, subject, deleted, change_number, body_hash"
                 " FROM items WHERE mailbox=?",
                 (mailbox,),
             ).fetchall()
-        return [
-            {
-                "item_id": r["item_id"],
-                "folder": r["folder"],
-                "subject": r["subject"],
-                "body_hash": r["body_hash"],
-                "deleted": bool(r["deleted"]),
-                "change_number": r["change_number"],
-            }
-            for r in rows
-        ]
+        return [DigestRow(r[0], r[1], r[2], bool(r[3]), r[4], r[5]) for r in rows]
 
     def live_count(self, mailbox: str, since_change: int) -> int:
         """How many live items (not tombstones) of a mailbox changed after `since_change`."""
@@ -314,12 +312,13 @@ class Database:
         """The first `limit` changes after `since_change` (see `ItemsPage`)."""
         rows = self.items(mailbox, since_change, limit)
         if len(rows) < limit:
-            return ItemsPage(rows, max([since_change, *(r["change_number"] for r in rows)]), True)
-        return ItemsPage(rows, rows[-1]["change_number"], False)
+            return ItemsPage(rows, max([since_change, *(r.change_number for r in rows)]), True)
+        return ItemsPage(rows, rows[-1].change_number, False)
 
-    def item(self, mailbox: str, item_id: str) -> dict[str, Any] | None:
+    def item(self, mailbox: str, item_id: str) -> ItemRow | None:
         with self._read_lock:
             row = self._reads.execute(
-                "SELECT * FROM items WHERE mailbox=? AND item_id=?", (mailbox, item_id)
+                f"SELECT {ITEM_COLUMNS} FROM items WHERE mailbox=? AND item_id=?",
+                (mailbox, item_id),
             ).fetchone()
-        return item_dict(row) if row else None
+        return item_of(row) if row else None

@@ -18,11 +18,9 @@ is durable, before its generation reaches the file.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from replication_node.log.events import Transaction
-from replication_node.storage.header import DatabaseHeader
-from replication_node.storage.ops import (
+from replication_node.log.operations import (
     BackupKind,
     CreateFolder,
     CreateMailbox,
@@ -30,15 +28,17 @@ from replication_node.storage.ops import (
     DeleteMailbox,
     PutItem,
     RecordBackup,
-    Row,
     SetMailbox,
-    backup_fields,
-    decode,
+)
+from replication_node.storage.header import DatabaseHeader
+from replication_node.storage.ops import (
     item_row,
     mailbox_row,
     set_mailbox_row,
     tombstone_row,
+    with_backup,
 )
+from replication_node.storage.reader import ItemRow, MailboxRow
 
 
 class LlrOverlay:
@@ -46,9 +46,9 @@ class LlrOverlay:
 
     def __init__(self) -> None:
         self._txns: dict[int, list[Transaction]] = {}
-        self.mailboxes: dict[str, tuple[int, Row]] = {}
+        self.mailboxes: dict[str, tuple[int, MailboxRow]] = {}
         self.folders: dict[tuple[str, str], int] = {}
-        self.items: dict[tuple[str, str], tuple[int, Row]] = {}
+        self.items: dict[tuple[str, str], tuple[int, ItemRow]] = {}
         self.removed: dict[str, int] = {}  # mailbox -> generation of its removal
         # the last stamp of each kind: (generation, order seen, stamp)
         self.backups: dict[BackupKind, tuple[int, int, RecordBackup]] = {}
@@ -66,14 +66,14 @@ class LlrOverlay:
         self,
         txn: Transaction,
         *,
-        db_mailbox: Callable[[str], Row | None],
-        db_item: Callable[[str, str], Row | None],
+        db_mailbox: Callable[[str], MailboxRow | None],
+        db_item: Callable[[str, str], ItemRow | None],
     ) -> None:
         """Take a durable transaction; `db_*` read rows not in the overlay yet."""
         self._txns.setdefault(txn.generation, []).append(txn)
         gen = txn.generation
         when = txn.commit_time.isoformat()
-        for op in map(decode, txn.ops):
+        for op in txn.ops:
             if type(op) is RecordBackup:
                 self._stamps_seen += 1
                 self.backups[op.kind] = (gen, self._stamps_seen, op)
@@ -126,20 +126,19 @@ class LlrOverlay:
         """The database file's header with the backup stamps the file does not have yet."""
         if not self.backups:
             return header
-        fields: dict[str, object] = {}
         for _, _, stamp in sorted(self.backups.values(), key=lambda v: v[1]):
-            fields.update(backup_fields(stamp))
-        return replace(header, **fields)  # type: ignore[arg-type]
+            header = with_backup(header, stamp)
+        return header
 
     def hides(self, mailbox: str) -> bool:
         """The mailbox was removed in a generation the database file does not have yet: its
         rows there are gone."""
         return mailbox in self.removed
 
-    def mailbox(self, name: str) -> Row | None:
+    def mailbox(self, name: str) -> MailboxRow | None:
         entry = self.mailboxes.get(name)
         return entry[1] if entry else None
 
-    def item(self, mailbox: str, item_id: str) -> Row | None:
+    def item(self, mailbox: str, item_id: str) -> ItemRow | None:
         entry = self.items.get((mailbox, item_id))
         return entry[1] if entry else None

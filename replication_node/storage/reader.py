@@ -1,29 +1,56 @@
 """The read side of a copy's store, as the API's GET routes see it: the active copy (its LLR
-overlay merged in) or a passive copy's database file."""
+overlay merged in) or a passive copy's database file.  Its rows are typed (frozen named
+tuples, the tables' columns); the routes turn them into JSON."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import NamedTuple, Protocol
+
+from dag_common.mailbox_digest import DigestRow
+
+
+class MailboxRow(NamedTuple):
+    """A mailbox as its copy holds it (a `mailboxes` row)."""
+
+    mailbox: str
+    display_name: str
+    locked: bool
+    soft_deleted: bool
+    change_number: int
+
+
+class ItemRow(NamedTuple):
+    """An item, or its tombstone (`deleted`), as its copy holds it (an `items` row)."""
+
+    mailbox: str
+    item_id: str
+    folder: str
+    subject: str
+    body: str
+    size: int
+    change_number: int
+    deleted: bool
+    commit_time: str
 
 
 class MailboxReader(Protocol):
     """The read side of a copy's store: the active copy (its LLR overlay merged in) or a
     passive copy's database file."""
 
-    def mailboxes(self) -> list[dict[str, Any]]: ...
+    def mailboxes(self) -> list[MailboxRow]: ...
 
-    def mailbox(self, name: str) -> dict[str, Any] | None: ...
+    def mailbox(self, name: str) -> MailboxRow | None: ...
 
     def folders(self, mailbox: str) -> list[str]: ...
 
-    def items(self, mailbox: str, since_change: int = 0) -> list[dict[str, Any]]: ...
+    def items(self, mailbox: str, since_change: int = 0) -> list[ItemRow]: ...
 
     def items_page(self, mailbox: str, since_change: int, limit: int) -> ItemsPage: ...
 
     def live_count(self, mailbox: str, since_change: int) -> int: ...
 
-    def digest_rows(self, mailbox: str) -> list[dict[str, Any]]: ...
+    def digest_rows(self, mailbox: str) -> list[DigestRow]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +61,6 @@ class ItemsPage:
     one), so the next page asks for the changes after it; `complete`: nothing is after it.
     """
 
-    items: list[dict[str, Any]]
+    items: list[ItemRow]
     through: int
     complete: bool

@@ -1,5 +1,5 @@
 """The mailbox tables in SQL: their schema, a transaction's operations applied as rows,
-and rows read back as the store's dicts.
+and rows read back as the store's typed rows.
 
 The rows are those `ops` defines (the same model the LLR overlay applies), so a generation
 replayed into the file and the same generation held in memory read the same.
@@ -20,21 +20,18 @@ from dag_common.mailbox_digest import (
     mailbox_term,
     utf8_size,
 )
-from replication_node.errors import DatabaseError
-from replication_node.storage.ops import (
+from replication_node.log.operations import (
     CreateFolder,
     CreateMailbox,
     DeleteItem,
     DeleteMailbox,
-    MalformedOperation,
     Operation,
     PutItem,
     RecordBackup,
     SetMailbox,
-    decode,
-    mailbox_row,
-    tombstone_row,
 )
+from replication_node.storage.ops import mailbox_row, tombstone_row
+from replication_node.storage.reader import ItemRow, MailboxRow
 
 if TYPE_CHECKING:
     from replication_node.log.events import Transaction
@@ -62,30 +59,19 @@ CREATE INDEX items_by_change ON items(mailbox, change_number);
 """
 
 
-def mailbox_dict(row: sqlite3.Row) -> dict[str, Any]:
-    """A `mailboxes` row as the store's dict."""
-    return {
-        "mailbox": row["mailbox"],
-        "display_name": row["display_name"],
-        "locked": bool(row["locked"]),
-        "soft_deleted": bool(row["soft_deleted"]),
-        "change_number": row["change_number"],
-    }
+# The columns a read gives back, in the order of the row types (`reader.py`).
+MAILBOX_COLUMNS = "mailbox, display_name, locked, soft_deleted, change_number"
+ITEM_COLUMNS = "mailbox, item_id, folder, subject, body, size, change_number, deleted, commit_time"
 
 
-def item_dict(row: sqlite3.Row) -> dict[str, Any]:
-    """An `items` row (an item or a tombstone) as the store's dict."""
-    return {
-        "mailbox": row["mailbox"],
-        "item_id": row["item_id"],
-        "folder": row["folder"],
-        "subject": row["subject"],
-        "body": row["body"],
-        "size": row["size"],
-        "change_number": row["change_number"],
-        "deleted": bool(row["deleted"]),
-        "commit_time": row["commit_time"],
-    }
+def mailbox_of(row: sqlite3.Row) -> MailboxRow:
+    """A `mailboxes` row (read as MAILBOX_COLUMNS) as the store's typed row."""
+    return MailboxRow(row[0], row[1], bool(row[2]), bool(row[3]), row[4])
+
+
+def item_of(row: sqlite3.Row) -> ItemRow:
+    """An `items` row (read as ITEM_COLUMNS: an item or a tombstone) as the store's row."""
+    return ItemRow(row[0], row[1], row[2], row[3], row[4], row[5], row[6], bool(row[7]), row[8])
 
 
 _PUT = "INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?)"
@@ -98,10 +84,10 @@ _LIVE_ITEMS = (
 
 
 class TableWriter:
-    """Applies transactions' operations (`ops.decode`d: the same model the overlay applies,
-    the same rows) inside the caller's SQLite transaction, and keeps what they add to the
-    content digest (`delta`: the terms of the rows they write, less those of the rows they
-    replace or remove; `digest.py`).
+    """Applies transactions' operations (typed, as the log stream carries them: the same model
+    the overlay applies, the same rows) inside the caller's SQLite transaction, and keeps what
+    they add to the content digest (`delta`: the terms of the rows they write, less those of
+    the rows they replace or remove; `digest.py`).
 
     Puts, nearly every operation, are held and written together by `flush` (at the next
     other operation, or when the caller is done): sorted by key, so that a batch of random
@@ -125,14 +111,7 @@ class TableWriter:
         when = txn.commit_time.isoformat()
         segment: list[tuple[Any, ...]] = []
         last_cn = 0
-        for raw in txn.ops:
-            try:
-                op = decode(raw)
-            except MalformedOperation as exc:
-                raise DatabaseError(
-                    f"malformed operation in generation {txn.generation} at offset "
-                    f"{txn.offset}: {exc}"
-                ) from exc
+        for op in txn.ops:
             if type(op) is RecordBackup:
                 if self._stamps is not None:
                     self._stamps.append(op)
@@ -194,10 +173,7 @@ def _other(conn: sqlite3.Connection, op: Operation, when: str) -> int:
         case CreateMailbox():
             row = mailbox_row(op)
             delta -= _mailbox_term(conn, op.mailbox)
-            conn.execute(
-                "INSERT OR REPLACE INTO mailboxes VALUES (?, ?, ?, ?, ?)",
-                tuple(row[c] for c in _MAILBOX_COLUMNS),
-            )
+            conn.execute("INSERT OR REPLACE INTO mailboxes VALUES (?, ?, ?, ?, ?)", row)
             delta += mailbox_term(op.mailbox, op.display_name, False, False)
             for folder in op.folders:
                 delta += _create_folder(conn, op.mailbox, folder, op.cn)
@@ -230,7 +206,7 @@ def _other(conn: sqlite3.Connection, op: Operation, when: str) -> int:
             if cur.rowcount == 0:
                 conn.execute(
                     "INSERT INTO items VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, '')",
-                    tuple(tomb[c] for c in _ITEM_COLUMNS),
+                    (*tomb[:7], tomb.commit_time),
                 )
         case DeleteMailbox():
             # every row of the mailbox, each one's term taken out of the digest
@@ -266,10 +242,3 @@ def mailbox_rows_digest(conn: sqlite3.Connection, mailbox: str) -> int:
     for (folder,) in conn.execute("SELECT folder FROM folders WHERE mailbox=?", (mailbox,)):
         total += folder_term(mailbox, folder)
     return total
-
-
-# Column order of the tables, for the rows `ops` defines.
-_ITEM_COLUMNS = (
-    "mailbox", "item_id", "folder", "subject", "body", "size", "change_number", "commit_time",
-)  # fmt: skip
-_MAILBOX_COLUMNS = ("mailbox", "display_name", "locked", "soft_deleted", "change_number")

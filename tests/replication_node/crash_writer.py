@@ -4,6 +4,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+from dag_common.store_api import ItemIn
 from replication_node.active.mailbox_store import MailboxStore
 from tests.replication_node.helpers import mount
 
@@ -19,7 +20,7 @@ async def main(root: Path, writers: int) -> None:
         i = 0
         while True:
             item = f"w{w}n{i}"
-            await store.put_items("m", [{"item_id": item, "subject": item, "body": "y" * 700}])
+            await store.put_items("m", [ItemIn(item_id=item, subject=item, body="y" * 700)])
             out.write(f"ACK {item}\n")
             out.flush()
             i += 1

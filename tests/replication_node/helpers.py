@@ -14,6 +14,7 @@ from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from dag_common.config import ClusterConfig
 from replication_node.active.copy import ActiveCopy, CopyPaths, OpenLogPublisher
 from replication_node.http.app import build_app
+from replication_node.log.operations import Operation, PutItem
 from replication_node.node import Node
 from replication_node.passive.copy import PassiveCopy
 from replication_node.passive.settings import PassiveSettings
@@ -28,36 +29,13 @@ def text_body(n: int, seed: int = 1) -> str:
 
 def commit_staged(active, text: str, ref):
     """The commit of item `big` whose body was staged as `ref`."""
-    ops = [
-        {
-            "op": "put_item",
-            "mailbox": "m",
-            "item_id": "big",
-            "folder": "Inbox",
-            "subject": "",
-            "body": text,
-            "cn": active.next_change_number(),
-        }
-    ]
-    logged = [dict(ops[0])]
-    del logged[0]["body"]
-    logged[0]["body_blob"] = 0
-    return active.commit(ops, logged=logged, blobs=(ref,))
+    put = PutItem("m", active.next_change_number(), "big", "Inbox", "", text)
+    return active.commit([put], staged={0: ref})
 
 
-def op(i: int, size: int = 500) -> list[dict[str, Any]]:
+def op(i: int, size: int = 500) -> list[Operation]:
     """A transaction of one put_item (item i{i}, change number i + 1, a body of `size`)."""
-    return [
-        {
-            "op": "put_item",
-            "mailbox": "m",
-            "item_id": f"i{i}",
-            "folder": "Inbox",
-            "subject": "",
-            "body": "x" * size,
-            "cn": i + 1,
-        }
-    ]
+    return [PutItem("m", i + 1, f"i{i}", "Inbox", "", "x" * size)]
 
 
 async def mount(

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from dag_common.clock import Clock, SystemClock
 from dag_common.cluster_store.embedded import EmbeddedClusterStore
+from dag_common.store_api import ItemIn
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
 from replication_node.http.auth import auth_middleware
@@ -40,7 +41,7 @@ class Share:
         await store.put_items(
             "m",
             [
-                {"item_id": f"i{i}", "subject": f"s{i}", "body": "b" * body}
+                ItemIn(item_id=f"i{i}", subject=f"s{i}", body="b" * body)
                 for i in range(first, first + n)
             ],
             override_lock=False,

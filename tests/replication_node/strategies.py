@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from replication_node.log.events import Transaction
+from replication_node.log.operations import decode
 
 T0 = datetime(2026, 11, 23, tzinfo=UTC)
 
@@ -51,16 +52,18 @@ history = st.lists(st.lists(st.lists(operation(), min_size=1, max_size=4), max_s
 
 
 def numbered(generations: list[list[list[dict[str, Any]]]]) -> list[Transaction]:
-    """Transactions with change numbers in log order, one generation per list."""
+    """Transactions with change numbers in log order, one generation per list, their
+    operations typed as the log's reader decodes them."""
     out, cn = [], 0
     for g, txns in enumerate(generations, start=1):
         for offset, ops in enumerate(txns):
             numbered_ops = []
             for op in ops:
                 if op["op"] == "record_backup":
-                    numbered_ops.append(op)
+                    numbered_ops.append(decode(op))
                     continue
                 cn += 1
-                numbered_ops.append({**op, "cn": cn})
-            out.append(Transaction(g, 512 + offset, T0 + timedelta(seconds=cn), numbered_ops))
+                numbered_ops.append(decode({**op, "cn": cn}))
+            txn = Transaction(g, 512 + offset, T0 + timedelta(seconds=cn), tuple(numbered_ops))
+            out.append(txn)
     return out

@@ -13,6 +13,7 @@ import pytest
 from dag_common.clock import ManualClock
 from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from dag_common.model import CopyStatus
+from dag_common.store_api import ItemIn
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
 from replication_node.active.lease import SAFETY, LeaseKeeper
@@ -24,6 +25,7 @@ from replication_node.errors import (
     LeaseLost,
     SwitchingOver,
 )
+from replication_node.log.operations import SetMailbox
 from tests.cluster_harness import wait_until
 
 TTL = 6.0
@@ -121,7 +123,7 @@ async def test_a_commit_after_a_long_pause_is_answered_only_after_a_renewal(env)
     clock, store, active = env
     await clock.advance(TTL * 3)  # the process stood still; nobody else was activated
     before = store.renewals
-    await active.store.put_items("m", [{"item_id": "x"}])
+    await active.store.put_items("m", [ItemIn(item_id="x")])
     assert store.renewals > before, "the fence renewed the lease before answering"
     assert active.copy.item("m", "x") is not None
 
@@ -133,7 +135,7 @@ async def test_writes_are_refused_while_the_lease_cannot_be_renewed_then_the_cop
     await clock.advance(TTL)  # renewals fail; the lease runs out by the active's clock
     await wait_until("a failed renewal", lambda: active.lease.failing is not None)
     with pytest.raises(LeaseLost, match="cannot renew its lease"):
-        await active.store.put_items("m", [{"item_id": "refused"}])
+        await active.store.put_items("m", [ItemIn(item_id="refused")])
     assert active.copy.stream.open_record_count == written, "nothing written"
     assert active.status().lease_expires_in == 0
     # Once the store has surely let it go too, the copy dismounts (status Failed, the reason)
@@ -150,7 +152,7 @@ async def test_writes_are_refused_while_the_lease_cannot_be_renewed_then_the_cop
         return active.copy is not None
 
     await wait_until("re-mounted", remounted)
-    await active.store.put_items("m", [{"item_id": "after"}])
+    await active.store.put_items("m", [ItemIn(item_id="after")])
     assert (await store.lease("DB1")).node == "a"
 
 
@@ -163,7 +165,7 @@ async def test_an_active_whose_lease_expired_and_was_replaced_acknowledges_nothi
     copy, mailboxes = active.copy, active.store
     await clock.advance(TTL * 2)  # it wakes: its own clock moved on as well
     with pytest.raises(Deposed):  # at the fence, or its renewal noticed first
-        await mailboxes.put_items("m", [{"item_id": "late"}])
+        await mailboxes.put_items("m", [ItemIn(item_id="late")])
     assert copy.item("m", "late") is None, "never visible, never acknowledged"
     await wait_until("dismounted", lambda: active.copy is None)
 
@@ -209,7 +211,7 @@ async def test_a_switchover_releases_the_lease_and_an_abandoned_one_takes_it_aga
     await active.quiesce("b")
     assert await store.lease("DB1") is None, "the target need not wait for it to expire"
     active.unquiesce()  # abandoned: the next commit's fence renews it
-    await active.store.put_items("m", [{"item_id": "resumed"}])
+    await active.store.put_items("m", [ItemIn(item_id="resumed")])
     assert (await store.lease("DB1")).node == "a"
 
 
@@ -231,14 +233,14 @@ async def test_a_switchover_answers_the_commit_caught_between_its_fsync_and_its_
         return await fence()
 
     stream.set_fence(held_fence)
-    caught = asyncio.create_task(active.store.put_items("m", [{"item_id": "caught"}]))
+    caught = asyncio.create_task(active.store.put_items("m", [ItemIn(item_id="caught")]))
     await asyncio.wait_for(at_fence.wait(), 10)  # durable, not yet fenced
     quiesce = asyncio.create_task(active.quiesce("b"))
     await wait_until("the quiesce began", lambda: active.switching_to == "b")
     written = stream.open_record_count
     try:
         with pytest.raises(SwitchingOver, match="switched over to b; write there"):
-            await asyncio.wait_for(active.store.put_items("m", [{"item_id": "late"}]), 10)
+            await asyncio.wait_for(active.store.put_items("m", [ItemIn(item_id="late")]), 10)
         assert stream.open_record_count == written, "refused before anything was written"
         assert (await store.lease("DB1")).node == "a", "the lease is held until the roll"
     finally:
@@ -262,7 +264,7 @@ async def test_a_write_admitted_before_the_quiesce_is_refused_unwritten_if_it_co
     await active.quiesce("b")
     records = copy.stream.open_record_count
     with pytest.raises(SwitchingOver):
-        await copy.commit([{"op": "set_mailbox", "mailbox": "m", "cn": number}])
+        await copy.commit([SetMailbox("m", number)])
     assert copy.stream.open_record_count == records
     assert copy.highest_change_number == before, "its number taken back"
 

@@ -173,7 +173,7 @@ async def take(share: Share, to: Path, kind=BackupKind.FULL, **kw) -> Manifest:
 def items(path: Path) -> set[str]:
     db = Database.open(path)
     try:
-        return {r["item_id"] for r in db.items("m") if not r["deleted"]}
+        return {r.item_id for r in db.items("m") if not r.deleted}
     finally:
         db.close()
 
@@ -322,7 +322,7 @@ async def test_a_backup_whose_first_log_continues_a_staged_body_restores_it_whol
     assert result.header.required_from == 0
     db = Database.open(result.path)
     try:
-        assert db.item("m", "big")["body"] == text
+        assert db.item("m", "big").body == text
     finally:
         db.close()
     # restored to a point where the body is still pending: its Logs Required say so

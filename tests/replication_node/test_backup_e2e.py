@@ -88,7 +88,7 @@ def restore(c: LocalCluster, *args: str):
 def restored_items(path) -> set[str]:
     db = Database.open(path)
     try:
-        return {r["item_id"] for r in db.items("alice") if not r["deleted"]}
+        return {r.item_id for r in db.items("alice") if not r.deleted}
     finally:
         db.close()
 

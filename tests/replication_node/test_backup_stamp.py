@@ -9,9 +9,9 @@ import uuid
 from datetime import UTC, datetime
 
 from replication_node.log.events import Transaction
+from replication_node.log.operations import BackupKind, RecordBackup
 from replication_node.storage.database import Database
 from replication_node.storage.header import DatabaseState
-from replication_node.storage.ops import BackupKind, RecordBackup, encode
 from replication_node.storage.overlay import LlrOverlay
 
 T = datetime(2026, 11, 23, 12, tzinfo=UTC)
@@ -19,7 +19,7 @@ T = datetime(2026, 11, 23, 12, tzinfo=UTC)
 
 def stamp(kind: BackupKind, generation: int, minute: int) -> Transaction:
     op = RecordBackup(kind, generation, T.replace(minute=minute).isoformat())
-    return Transaction(generation + 1, 512, T, [encode(op)])
+    return Transaction(generation + 1, 512, T, (op,))
 
 
 def new_db(path) -> Database:

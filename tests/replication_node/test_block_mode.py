@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from dag_common.model import CopyMode, CopyRole, CopyStatus, CopyStatusReport
+from dag_common.store_api import ItemIn
 from replication_node.cluster.mount_policy import synchronously_held
 from replication_node.errors import SynchronousCopiesMissing
 from replication_node.log.blocks import BlockFeed
@@ -323,13 +324,13 @@ async def test_a_synchronous_copy_holds_every_part_of_a_large_item_before_it_is_
         await wait_until("the copy follows", lambda: active.copy.stream.feed.followers == {"p"})
         await share.write(0, 1)
         text = text_body(150_000, seed=13)
-        result = await active.store.put_items("m", [{"item_id": "big", "body": text}])
+        result = await active.store.put_items("m", [ItemIn(item_id="big", body=text)])
         stream = active.copy.stream
         assert stream.feed.holding((stream.generation, stream.feed.durable)) == ["p"]
         assert result.lsn.generation >= 5, "the body spans generations (32 KiB logs)"
         last = await share.roll()
         await wait_until("replayed", replayed_through(copy, last))
-        assert copy.reader().item("m", "big")["body"] == text
+        assert copy.reader().item("m", "big").body == text
         for gen in range(result.lsn.generation - 3, last + 1):
             assert (copy.paths.logs / closed_log_name(gen)).read_bytes() == (
                 share.closed_file(gen).read_bytes()

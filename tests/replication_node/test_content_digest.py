@@ -21,8 +21,10 @@ from dag_common.mailbox_digest import (
     to_hex,
 )
 from replication_node.log.events import Transaction
+from replication_node.log.operations import CreateMailbox, PutItem
 from replication_node.storage.database import Database
 from replication_node.storage.digest import recompute_digest
+from replication_node.storage.reader import ItemRow
 from replication_node.storage.scrub import scrub_file
 from tests.replication_node.strategies import MAILBOXES, T0, history, numbered
 
@@ -64,8 +66,8 @@ def test_the_kept_digest_is_the_rows_digest_in_any_batching(tmp_path_factory, ge
         # one mechanism: a mailbox's digest is its live items' part of the sum
         for mailbox in MAILBOXES:
             items = whole.items(mailbox)
-            assert mailbox_digest(mailbox, items).item_count == sum(
-                1 for i in items if not i["deleted"]
+            assert mailbox_digest(mailbox, map(ItemRow._asdict, items)).item_count == sum(
+                1 for i in items if not i.deleted
             )
     finally:
         whole.close()
@@ -74,19 +76,10 @@ def test_the_kept_digest_is_the_rows_digest_in_any_batching(tmp_path_factory, ge
 
 def test_a_row_changed_inside_a_valid_page_is_found_by_adding_up_again(tmp_path):
     db = fresh(tmp_path / "db.sqlite")
-    ops = [{"op": "create_mailbox", "mailbox": "m", "cn": 1}] + [
-        {
-            "op": "put_item",
-            "mailbox": "m",
-            "item_id": f"i{n}",
-            "folder": "Inbox",
-            "subject": f"subject-{n:06d}",
-            "body": "b" * 300,
-            "cn": n + 2,
-        }
-        for n in range(200)
+    ops = [CreateMailbox("m", 1)] + [
+        PutItem("m", n + 2, f"i{n}", "Inbox", f"subject-{n:06d}", "b" * 300) for n in range(200)
     ]
-    apply(db, [Transaction(1, 512, T0, ops)], 1)
+    apply(db, [Transaction(1, 512, T0, tuple(ops))], 1)
     kept = db.content_digest
     db.close(clean=True)
     assert scrub_file(tmp_path / "db.sqlite")[1] is None
@@ -131,14 +124,13 @@ def test_a_file_from_before_body_hashes_is_migrated_and_its_digest_added_up_agai
     filled and its digest added up again by the current definition; writes after keep it
     equal to its rows."""
 
-    def put(item: str, body: str, cn: int) -> dict:
-        return {"op": "put_item", "mailbox": "m", "item_id": item, "folder": "Inbox",
-                "subject": "", "body": body, "cn": cn}  # fmt: skip
+    def put(item: str, body: str, cn: int) -> PutItem:
+        return PutItem("m", cn, item, "Inbox", "", body)
 
     path = tmp_path / "old.sqlite"
     db = fresh(path)
-    create = {"op": "create_mailbox", "mailbox": "m", "cn": 1}
-    apply(db, [Transaction(1, 512, T0, [create, put("a", "x" * 5000, 2)])], 1)
+    create = CreateMailbox("m", 1)
+    apply(db, [Transaction(1, 512, T0, (create, put("a", "x" * 5000, 2)))], 1)
     db.close()
     conn = sqlite3.connect(path)
     conn.execute("ALTER TABLE items DROP COLUMN body_hash")
@@ -148,10 +140,10 @@ def test_a_file_from_before_body_hashes_is_migrated_and_its_digest_added_up_agai
     db = Database.open(path)
     stored, rows = db.recompute_digest()
     assert stored == rows == db.content_digest
-    apply(db, [Transaction(2, 512, T0, [put("b", "y" * 10, 3), put("a", "z", 4)])], 2)
+    apply(db, [Transaction(2, 512, T0, (put("b", "y" * 10, 3), put("a", "z", 4)))], 2)
     stored, rows = db.recompute_digest()
     assert stored == rows == db.content_digest
-    assert {r["item_id"]: r["body"] for r in db.items("m")} == {"a": "z", "b": "y" * 10}
+    assert {r.item_id: r.body for r in db.items("m")} == {"a": "z", "b": "y" * 10}
     db.close()
 
 
@@ -235,8 +227,7 @@ def test_a_file_from_before_33_loses_its_triggers_and_keeps_its_digest(tmp_path)
     names = db._conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall()
     assert names == []
     assert db.content_digest == to_hex(kept[0])
-    put = {"op": "put_item", "mailbox": "m", "item_id": "a", "folder": "Inbox", "cn": 2}
-    apply(db, [Transaction(1, 512, T0, [put])], 1)
+    apply(db, [Transaction(1, 512, T0, (PutItem("m", 2, "a", "Inbox"),))], 1)
     stored, rows = db.recompute_digest()
     assert stored == rows == db.content_digest != to_hex(kept[0])
     db.close()

@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 
 from dag_common.model import CopyStatus
+from dag_common.store_api import ItemIn
 from replication_node.http.auth import auth_middleware
 from replication_node.http.error_middleware import error_middleware
 from replication_node.log import logfile
@@ -187,7 +188,7 @@ async def test_a_bit_flip_in_a_continuation_is_refused_naming_it_and_taken_from_
         await second.suspend("lagging")
         text = text_body(200_000, seed=9)
         store = share.active.store
-        result = await store.put_items("m", [{"item_id": "big", "body": text}])
+        result = await store.put_items("m", [ItemIn(item_id="big", body=text)])
         last = await share.roll()
         await wait_until("the first copy replays it", replayed_through(first.copy, last))
         continued = [
@@ -204,6 +205,6 @@ async def test_a_bit_flip_in_a_continuation_is_refused_naming_it_and_taken_from_
         await second.resume()
         await wait_until("the second copy replays it", replayed_through(second, last))
         assert second.status().status is CopyStatus.HEALTHY
-        assert second.reader().item("m", "big")["body"] == text
+        assert second.reader().item("m", "big").body == text
         failed = second.paths.ignored / "InspectionFailed"
         assert [p.name for p in failed.iterdir()] == [f"{closed_log_name(bad)}.1"]

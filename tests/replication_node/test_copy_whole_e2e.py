@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import pytest
 
 from replication_node.log.events import Transaction
+from replication_node.log.operations import PutItem
 from replication_node.storage.database import Database
 from tests.cluster_harness import LocalCluster
 
@@ -162,11 +163,10 @@ async def test_a_copy_that_went_its_own_way_is_found_by_the_actives_digest(tmp_p
         # a row and the digest changed together, as a replay bug would write them: the copy's
         # file is consistent with itself, and every check of its own passes
         db = Database.open(copy_file(c))
-        wrong = {"op": "put_item", "mailbox": "alice", "item_id": "i7", "folder": "Inbox"}
-        wrong |= {"subject": "not what the active has", "body": "", "cn": 1}
+        wrong = PutItem("alice", 1, "i7", "Inbox", "not what the active has", "")
         waypoint = db.header.waypoint
         db.apply(
-            [Transaction(waypoint, 512, datetime.now(UTC), [wrong])],
+            [Transaction(waypoint, 512, datetime.now(UTC), (wrong,))],
             waypoint=waypoint,
             committed=waypoint,
             last_log_time=None,

@@ -8,21 +8,13 @@ import pytest
 
 from replication_node.errors import Diverged, InspectionFailed
 from replication_node.log import logfile
+from replication_node.log.operations import PutItem
 from replication_node.passive.inspector import OutOfDateLog, inspect_generation
 from tests.replication_node.helpers import mount
 
 
 def put(i):
-    return [
-        {
-            "op": "put_item",
-            "mailbox": "m",
-            "item_id": f"i{i}",
-            "folder": "Inbox",
-            "body": "x" * 300,
-            "cn": i + 1,
-        }
-    ]
+    return [PutItem("m", i + 1, f"i{i}", "Inbox", "", "x" * 300)]
 
 
 @pytest.fixture

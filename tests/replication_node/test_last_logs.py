@@ -14,6 +14,7 @@ import pytest
 from dag_common.clock import ManualClock
 from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from dag_common.model import CopyStatus
+from dag_common.store_api import ItemIn
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
 from replication_node.errors import Conflict, HeldForHandOver
@@ -110,7 +111,7 @@ async def crashed_with_open_commits(tmp_path, clock):
     await old.store.create_mailbox("m")
     await old.copy.roll()
     for i in range(5):
-        await old.store.put_items("m", [{"item_id": f"i{i}"}])
+        await old.store.put_items("m", [ItemIn(item_id=f"i{i}")])
     await old.stop(clean=False)
     return store
 
@@ -135,7 +136,7 @@ async def test_back_after_a_crash_it_holds_its_last_logs_for_the_waiting_copy(tm
         await clock.advance(31)
         await wait_until("the re-mount after the hold", lambda: back.copy is not None)
         assert back.status().held_for is None and back.share.open_log_path() is None
-        assert [i["item_id"] for i in back.copy.items("m")] == [f"i{i}" for i in range(5)]
+        assert [i.item_id for i in back.copy.items("m")] == [f"i{i}" for i in range(5)]
     finally:
         await back.stop(clean=False)
         store.close()

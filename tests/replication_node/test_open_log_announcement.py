@@ -14,6 +14,7 @@ import pytest
 from dag_common.clock import ManualClock, SystemClock
 from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from dag_common.model import CopyStatus
+from dag_common.store_api import ItemIn
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
 from replication_node.errors import (
@@ -180,7 +181,7 @@ async def test_numbers_refused_as_too_large_are_taken_back(tmp_path):
     copy = await mount(tmp_path, log_file_size=4096)
     first = copy.next_change_number()
     numbers = [copy.next_change_number() for _ in range(3)]
-    big = [dict(op(0, 5000)[0], cn=n) for n in numbers]
+    big = [op(0, 5000)[0]._replace(cn=n) for n in numbers]
     with pytest.raises(TransactionTooLarge):
         await copy.commit(big)
     assert copy.next_change_number() == first + 1, "every number handed out is in the log"
@@ -223,10 +224,10 @@ async def test_a_deposed_active_acknowledges_nothing_more(tmp_path):
     await store.set_active("DB1", "b", expected_epoch=1, start_generation=2)
     copy, mailboxes = active.copy, active.store
     with pytest.raises(Deposed):
-        await mailboxes.put_items("m", [{"item_id": "x", "subject": "lost"}])
+        await mailboxes.put_items("m", [ItemIn(item_id="x", subject="lost")])
     assert copy.item("m", "x") is None, "never visible"
     with pytest.raises(Deposed):
-        await mailboxes.put_items("m", [{"item_id": "y"}])
+        await mailboxes.put_items("m", [ItemIn(item_id="y")])
     # The deposed copy is dismounted at once and not re-mounted (reconcile makes it passive).
     await wait_until("the deposed copy dismounted", lambda: active.copy is None, timeout=10)
     status = active.status()
@@ -244,9 +245,9 @@ async def test_change_numbers_after_a_failover_start_above_the_old_ceiling(tmp_p
     old = instance(tmp_path, store, "a", 1, clock)
     await old.start()
     await old.store.create_mailbox("m")
-    await old.store.put_items("m", [{"item_id": f"a{i}"} for i in range(5)])
+    await old.store.put_items("m", [ItemIn(item_id=f"a{i}") for i in range(5)])
     await old.copy.roll()  # generation 1 closed: the copies have it
-    lost = await old.store.put_items("m", [{"item_id": f"b{i}"} for i in range(20)])
+    lost = await old.store.put_items("m", [ItemIn(item_id=f"b{i}") for i in range(20)])
     assert lost.lsn.generation == 2
     ceiling = (await store.active("DB1")).change_number_ceiling
     assert ceiling >= lost.change_number
@@ -259,7 +260,7 @@ async def test_change_numbers_after_a_failover_start_above_the_old_ceiling(tmp_p
     new = instance(tmp_path, store, "b", 2, clock)
     await new.start()
     assert new.copy.highest_change_number == ceiling
-    first = await new.store.put_items("m", [{"item_id": "c0"}])
+    first = await new.store.put_items("m", [ItemIn(item_id="c0")])
     assert first.lsn.generation == 2
     assert first.change_number > ceiling >= lost.change_number, "no number is used twice"
     await new.stop(clean=False)
@@ -273,7 +274,7 @@ async def test_the_active_returning_without_its_open_log_does_not_mount(tmp_path
     await active.start()
     await active.store.create_mailbox("m")
     await active.copy.roll()
-    await active.store.put_items("m", [{"item_id": "acknowledged"}])  # open generation 2
+    await active.store.put_items("m", [ItemIn(item_id="acknowledged")])  # open generation 2
     await active.stop(clean=False)
     # the node returns with its open log intact: mounts, every acknowledged record kept
     again = instance(tmp_path, store, "a", 1, SystemClock())

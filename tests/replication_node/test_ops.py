@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from dag_common.clock import ManualClock
 from replication_node.active.copy import ActiveCopy
-from replication_node.storage import ops
+from replication_node.log import operations as ops
 from replication_node.storage.database import Database
 from replication_node.storage.overlay import LlrOverlay
 from tests.replication_node.strategies import ITEM_IDS, MAILBOXES, history, numbered, operation
@@ -49,6 +49,43 @@ def test_an_operation_decodes_and_encodes_to_what_the_log_carries(raw):
 def test_what_is_not_an_operation_is_refused_naming_why(raw, why):
     with pytest.raises(ops.MalformedOperation, match=why):
         ops.decode(raw)
+
+
+def test_a_records_operations_name_their_staged_bodies_and_get_them_back():
+    put = ops.PutItem("m", 1, "a", "Inbox", "s", "inline")
+    big = ops.PutItem("m", 2, "b", "Inbox", "", "staged " * 100)
+    drop = ops.DeleteItem("m", 3, "c")
+    raw = ops.encode_record_ops([put, big, drop], staged=[1])
+    assert raw[1] == {"op": "put_item", "mailbox": "m", "cn": 2, "item_id": "b",
+                      "folder": "Inbox", "subject": "", "body_blob": 0}  # fmt: skip
+    assert raw[0] == ops.encode(put) and "body" in raw[0]
+    assert ops.decode_record_ops(raw, [big.body]) == (put, big, drop)
+
+
+PUT = {"op": "put_item", "mailbox": "m", "cn": 1, "item_id": "a", "folder": "Inbox"}
+DELETE = {"op": "delete_item", "mailbox": "m", "cn": 1, "item_id": "a"}
+
+
+@pytest.mark.parametrize(
+    ("raw", "bodies", "why"),
+    [
+        ({"ops": 1}, [], "must be a list"),
+        ([{**PUT, "body_blob": 1}], ["x"], "staged body 1 of 1"),
+        ([{**PUT, "body_blob": 0}], [], "staged body 0 of 0"),
+        ([{**PUT, "body_blob": True}], ["x"], "staged body True"),
+        ([{**PUT, "body": "y", "body_blob": 0}], ["x"], "both"),
+        ([{**DELETE, "body_blob": 0}], ["x"], "only a put"),
+        ([{**PUT, "subject": 5}], [], "subject and body"),
+    ],
+)
+def test_what_a_record_cannot_mean_is_refused_naming_why(raw, bodies, why):
+    with pytest.raises(ops.MalformedOperation, match=why):
+        ops.decode_record_ops(raw, bodies)
+
+
+def test_only_a_put_has_a_body_to_stage():
+    with pytest.raises(ValueError, match="not a put"):
+        ops.encode_record_ops([ops.DeleteItem("m", 1, "a")], staged=[0])
 
 
 @settings(

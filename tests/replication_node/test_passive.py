@@ -56,7 +56,7 @@ async def test_corrupt_generation_is_recopied_three_times_then_the_copy_fails(sh
     set_aside = list((copy.paths.ignored / "InspectionFailed").iterdir())
     assert len(set_aside) == 3
     assert not (copy.paths.logs / path.name).exists(), "a failed file never reaches the log dir"
-    assert {i["item_id"] for i in copy.reader().items("m")} == {f"i{i}" for i in range(10)}
+    assert {i.item_id for i in copy.reader().items("m")} == {f"i{i}" for i in range(10)}
     await copy.stop()
 
     # the failure is kept across a restart of the node

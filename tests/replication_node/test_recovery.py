@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from dag_common.store_api import ItemIn
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.errors import RecoveryError
 from replication_node.log import logfile
@@ -16,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def items(copy):
-    return {r["item_id"]: r for r in copy.items("m") if not r["deleted"]}
+    return {r.item_id: r for r in copy.items("m") if not r.deleted}
 
 
 async def fill(tmp_path, n=120, llr_depth=2):
@@ -24,7 +25,7 @@ async def fill(tmp_path, n=120, llr_depth=2):
     store = MailboxStore(copy)
     await store.create_mailbox("m")
     for i in range(n):
-        await store.put_items("m", [{"item_id": f"i{i}", "body": "z" * 900}])
+        await store.put_items("m", [ItemIn(item_id=f"i{i}", body="z" * 900)])
     return copy, store
 
 
@@ -53,10 +54,10 @@ def test_kill_9_during_concurrent_commits_loses_no_acknowledged_write(tmp_path, 
         missing = [a for a in acked if a not in present]
         assert not missing, f"{len(missing)} acknowledged writes lost, e.g. {missing[:3]}"
         for row in present.values():  # nothing half-applied
-            assert row["subject"] == row["item_id"] and row["body"] == "y" * 700
+            assert row.subject == row.item_id and row.body == "y" * 700
         # the stream continues where it stopped
         store = MailboxStore(copy)
-        ack = await store.put_items("m", [{"item_id": "after", "body": "."}])
+        ack = await store.put_items("m", [ItemIn(item_id="after", body=".")])
         assert ack.lsn.generation == copy.stream.generation
         await copy.crash_close()
 
@@ -76,6 +77,27 @@ async def test_torn_tail_is_cut_and_reported(tmp_path):
     assert any("cut at offset" in n for n in copy.recovery_notes)
     assert e00.stat().st_size == size
     await copy.crash_close()
+
+
+@pytest.mark.parametrize(
+    ("op", "why"),
+    [
+        ({"op": "put_item", "mailbox": "m", "cn": 99, "folder": "Inbox"}, "put_item: no item_id"),
+        ({"op": "drop_table", "mailbox": "m", "cn": 99}, "unknown operation 'drop_table'"),
+    ],
+)
+async def test_a_forged_operation_with_a_valid_checksum_stops_recovery_naming_it(tmp_path, op, why):
+    """A whole record (its CRC32C holds) whose operation is not one: decoded once, where the
+    log is read, and refused there with where it is and why; never skipped."""
+    copy, _ = await fill(tmp_path, n=3)
+    created = copy.stream.open_header.creation_time
+    await copy.crash_close()
+    e00 = copy.paths.logs / logfile.OPEN_LOG_NAME
+    offset = e00.stat().st_size
+    with open(e00, "ab") as f:
+        f.write(logfile.encode_transaction([op], created))
+    with pytest.raises(RecoveryError, match=f"offset {offset}: malformed operation: {why}"):
+        await mount(tmp_path, create=False, log_file_size=16 * 1024)
 
 
 async def test_crash_between_close_record_and_rename_finishes_the_roll(tmp_path):
@@ -151,7 +173,7 @@ async def test_llr_waypoint_stays_llr_depth_behind_committed(tmp_path, llr_depth
     assert header.waypoint == committed - llr_depth
     assert header.checkpoint == header.waypoint + 1
     # the database file holds exactly the transactions of generations <= waypoint
-    on_disk = {r["item_id"]: r for r in copy.db.items("m")}
+    on_disk = {r.item_id: r for r in copy.db.items("m")}
     gens = {}
     for gen in list_closed_generations(copy.paths.logs):
         data = (copy.paths.logs / logfile.closed_log_name(gen)).read_bytes()

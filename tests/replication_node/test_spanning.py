@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from dag_common.store_api import ItemIn
 from replication_node.active.mailbox_store import MailboxStore, stage_plan
 from replication_node.errors import InspectionFailed, LogRecordError
 from replication_node.log import logfile, logstream
@@ -69,8 +70,8 @@ async def test_an_item_ten_times_a_log_file_commits_once_across_generations(tmp_
     store = MailboxStore(copy)
     await store.create_mailbox("m")
     text = text_body(300_000)
-    result = await store.put_items("m", [{"item_id": "big", "body": text}])
-    assert copy.item("m", "big")["body"] == text
+    result = await store.put_items("m", [ItemIn(item_id="big", body=text)])
+    assert copy.item("m", "big").body == text
     await copy.roll()
     spans = chained(generations(copy.paths.logs))
     (begun,) = [b for s in spans for b in s.begun]
@@ -85,7 +86,7 @@ async def test_an_item_ten_times_a_log_file_commits_once_across_generations(tmp_
     # a crash: recovery reads the body back from the parts on disk, whole
     await copy.crash_close()
     copy = await mount(tmp_path, log_file_size=SIZE, create=False)
-    assert copy.item("m", "big")["body"] == text
+    assert copy.item("m", "big").body == text
     await copy.crash_close()
 
 
@@ -98,10 +99,10 @@ async def test_small_commits_interleave_with_a_staged_body_and_keep_change_numbe
 
     async def small(i: int):
         await asyncio.sleep(0.001 * i)
-        return await store.put_items("m", [{"item_id": f"s{i}", "body": "x" * 100}])
+        return await store.put_items("m", [ItemIn(item_id=f"s{i}", body="x" * 100)])
 
     big, *smalls = await asyncio.gather(
-        store.put_items("m", [{"item_id": "big", "body": text_body(6_000_000)}]),
+        store.put_items("m", [ItemIn(item_id="big", body=text_body(6_000_000))]),
         *(small(i) for i in range(40)),
     )
     await copy.roll()
@@ -145,12 +146,12 @@ async def test_a_body_staged_and_never_committed_is_aborted_by_recovery(tmp_path
     copy = await mount(tmp_path, log_file_size=SIZE, create=False)
     assert any("never committed" in note for note in copy.recovery_notes)
     assert copy.stream.pending_bodies == []
-    await store_after(copy).put_items("m", [{"item_id": "next", "body": "y"}])
+    await store_after(copy).put_items("m", [ItemIn(item_id="next", body="y")])
     await copy.roll()
     spans = chained(generations(copy.paths.logs))
     assert [b for s in spans for b in s.aborted] == [ref.id]
     assert spans[-1].pending == {}
-    assert [i["item_id"] for i in copy.items("m")] == ["next"]
+    assert [i.item_id for i in copy.items("m")] == ["next"]
     await copy.crash_close()
 
 
@@ -171,7 +172,7 @@ async def test_a_torn_part_at_the_end_of_the_open_log_is_cut_and_its_body_aborte
     open_log.write_bytes(data[: last.offset + last.size // 2])  # kill -9 mid-write
     copy = await mount(tmp_path, log_file_size=SIZE, create=False)
     assert copy.stream.pending_bodies == []
-    result = await store_after(copy).put_items("m", [{"item_id": "after", "body": "z"}])
+    result = await store_after(copy).put_items("m", [ItemIn(item_id="after", body="z")])
     assert result.change_number > 0 and copy.item("m", "after") is not None
     await copy.crash_close()
 
@@ -184,7 +185,7 @@ async def _spanning_log(tmp_path):
     copy = await mount(tmp_path, log_file_size=SIZE)
     store = MailboxStore(copy)
     await store.create_mailbox("m")
-    await store.put_items("m", [{"item_id": "big", "body": text_body(120_000)}])
+    await store.put_items("m", [ItemIn(item_id="big", body=text_body(120_000))])
     await copy.roll()
     results = generations(copy.paths.logs)
     await copy.crash_close()
@@ -277,7 +278,7 @@ async def test_a_passive_replays_a_spanning_item_whole_and_keeps_its_parts_until
     await commit_staged(active, text, ref)
     last = await share.roll()
     await wait_until("replay of the commit", replayed_through(copy, last))
-    assert copy.reader().item("m", "big")["body"] == text
+    assert copy.reader().item("m", "big").body == text
     assert copy._db.header.required_from == 0
     await copy.stop()
 
@@ -305,5 +306,5 @@ async def test_a_copy_seeded_while_a_body_is_staged_fetches_the_logs_required_be
     await commit_staged(active, text, ref)
     last = await share.roll()
     await wait_until("replay of the commit", replayed_through(copy, last))
-    assert copy.reader().item("m", "big")["body"] == text
+    assert copy.reader().item("m", "big").body == text
     await copy.stop()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
+from dag_common.store_api import ItemIn
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.errors import BadRequest
 from tests.replication_node.helpers import mount
@@ -14,13 +16,11 @@ LONE = "\ud800"  # a lone surrogate: valid in JSON text, not in UTF-8
 @pytest.mark.parametrize(
     ("call", "field"),
     [
-        (lambda s: s.put_items("m", [{"subject": LONE}]), "subject"),
-        (lambda s: s.put_items("m", [{"body": "ok " + LONE}]), "body"),
         (lambda s: s.create_mailbox("n", display_name=LONE), "display_name"),
         (lambda s: s.create_mailbox("n", folders=["Inbox", LONE]), "folder"),
         (lambda s: s.create_folder("m", "x" + LONE), "folder"),
     ],
-    ids=["subject", "body", "display name", "folder of a new mailbox", "new folder"],
+    ids=["display name", "folder of a new mailbox", "new folder"],
 )
 async def test_text_that_is_not_utf8_is_refused_and_changes_nothing(tmp_path, call, field):
     copy = await mount(tmp_path)
@@ -34,6 +34,29 @@ async def test_text_that_is_not_utf8_is_refused_and_changes_nothing(tmp_path, ca
     await copy.crash_close()
 
 
+@pytest.mark.parametrize("field", ["subject", "body"])
+def test_an_item_whose_text_is_not_utf8_cannot_be_given_to_the_store(field):
+    """An item is validated where it is built (the HTTP edge, or a caller in process), once:
+    the store takes it as it is."""
+    with pytest.raises(ValidationError, match=f"{field}\n.*not valid UTF-8"):
+        ItemIn(**{field: "ok " + LONE})
+
+
+async def test_the_store_assigns_ids_without_changing_the_items_it_is_given(tmp_path):
+    copy = await mount(tmp_path)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    items = [ItemIn(body="one"), ItemIn(item_id="two", body="two")]
+    written = await store.put_items("m", items)
+    assert items == [ItemIn(body="one"), ItemIn(item_id="two", body="two")]
+    assert written.item_ids is not None and written.item_ids[1] == "two"
+    assert copy.item("m", written.item_ids[0]).body == "one"
+    again = await store.put_items("m", items)  # the same items again: a new item, a replacement
+    assert again.item_ids[0] != written.item_ids[0] and again.item_ids[1] == "two"
+    assert len([i for i in copy.items("m") if not i.deleted]) == 3
+    await copy.crash_close()
+
+
 @pytest.mark.parametrize("limit", [1, 3, 7, 50])
 async def test_pages_of_the_items_listing_add_up_to_the_whole_listing(tmp_path, limit):
     """Changes still in the LLR overlay are merged into each page up to where it ends: an
@@ -44,21 +67,21 @@ async def test_pages_of_the_items_listing_add_up_to_the_whole_listing(tmp_path, 
     store = MailboxStore(copy)
     await store.create_mailbox("m")
     for i in range(300):  # several generations: the older in the file, the newer in the overlay
-        await store.put_items("m", [{"item_id": f"i{i}", "body": "x" * 600}])
+        await store.put_items("m", [ItemIn(item_id=f"i{i}", body="x" * 600)])
     for i in range(0, 300, 7):  # rewritten: their newest change is in the overlay
-        await store.put_items("m", [{"item_id": f"i{i}", "body": f"again {i}"}])
+        await store.put_items("m", [ItemIn(item_id=f"i{i}", body=f"again {i}")])
     for i in range(3, 300, 11):
         await store.delete_item("m", f"i{i}")
     assert copy.overlay.items, "the test needs changes still in the overlay"
-    whole = {r["item_id"]: r for r in copy.items("m", 40)}
+    whole = {r.item_id: r for r in copy.items("m", 40)}
 
     held: dict[str, dict] = {}
     since, pages = 40, 0
     while True:
         page = copy.items_page("m", since, limit)
-        numbers = [r["change_number"] for r in page.items]
+        numbers = [r.change_number for r in page.items]
         assert numbers == sorted(numbers) and all(since < n <= page.through for n in numbers)
-        held.update((r["item_id"], r) for r in page.items)
+        held.update((r.item_id, r) for r in page.items)
         pages += 1
         if page.complete:
             break
@@ -66,6 +89,6 @@ async def test_pages_of_the_items_listing_add_up_to_the_whole_listing(tmp_path, 
         since = page.through
     assert held == whole
     assert pages > 1
-    assert copy.live_count("m", 40) == sum(not r["deleted"] for r in whole.values())
+    assert copy.live_count("m", 40) == sum(not r.deleted for r in whole.values())
     assert copy.live_count("m", 0) == 300 - len(range(3, 300, 11))
     await copy.crash_close()

@@ -99,7 +99,7 @@ async def test_the_digest_counts_the_files_rows_by_their_hash_and_the_overlays_o
         await call(session, "POST", BOX + "/items", json={"items": [filler]})
         await call(session, "POST", "/v1/databases/DB1/roll-log")
     copy = n.instance("DB1").copy
-    assert {r["item_id"] for r in copy.db.digest_rows("alice")} >= {"i0", "i1", "i2"}
+    assert {r.item_id for r in copy.db.digest_rows("alice")} >= {"i0", "i1", "i2"}
     await call(session, "POST", BOX + "/items", json={"items": [
         {"item_id": "i0", "folder": "Inbox", "subject": "s", "body": "new 0"},
         {"item_id": "n1", "folder": "Inbox", "subject": "s", "body": "new item"}]})  # fmt: skip

@@ -1,5 +1,6 @@
 import json
 
+from dag_common.store_api import ItemIn
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.cli.main import main
 from replication_node.log import logfile
@@ -10,7 +11,7 @@ async def make(tmp_path):
     copy = await mount(tmp_path, llr_depth=1)
     store = MailboxStore(copy)
     await store.create_mailbox("m")
-    await store.put_items("m", [{"item_id": "a", "body": "hello"}, {"item_id": "b"}])
+    await store.put_items("m", [ItemIn(item_id="a", body="hello"), ItemIn(item_id="b")])
     await copy.roll()
     await copy.commit([])
     await copy.dismount()
@@ -74,7 +75,7 @@ async def test_log_dump_shows_where_a_spanning_transaction_begins_and_ends(tmp_p
     copy = await mount(tmp_path, log_file_size=32 * 1024, llr_depth=1)
     store = MailboxStore(copy)
     await store.create_mailbox("m")
-    result = await store.put_items("m", [{"item_id": "big", "body": "q" * 100_000}])
+    result = await store.put_items("m", [ItemIn(item_id="big", body="q" * 100_000)])
     await copy.roll()
     await copy.dismount()
     logs = copy.paths.logs
