@@ -46,7 +46,7 @@ from dag_common.http_client import client_session
 from dag_common.model import ExitCode
 from mrs_client.errors import MoveRejected
 from mrs_client.item_limits import SkipReason, counts
-from mrs_client.move_store import MoveRecord, MoveStore, open_move_store
+from mrs_client.move_store import AnswerRow, MoveRecord, MoveStore, open_move_store
 from mrs_client.policy import MoveSettings, MoveState, StopRequest
 from mrs_client.progress import Progress
 from mrs_client.scheduling import MoveLimits
@@ -170,7 +170,7 @@ async def connected(args: argparse.Namespace, config: ClusterConfig) -> AsyncIte
 async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: str | None) -> int:
     clock = SystemClock()
     textfile: MoveMetricsFile | None = None
-    answers: list[dict[str, Any]] = []  # the move's guarantee answers, for the textfile
+    answers: list[AnswerRow] = []  # the move's guarantee answers, for the textfile
     if args.metrics_textfile:
         from mrs_client.metrics import MoveMetricsFile  # prometheus_client: only when asked
 
@@ -410,7 +410,7 @@ async def _read(config: ClusterConfig, fn: Callable[[MoveStore], Awaitable[T]]) 
 
 async def _get(
     args: argparse.Namespace, store: MoveStore
-) -> tuple[MoveRecord, StopRequest | None, list[dict[str, Any]]]:
+) -> tuple[MoveRecord, StopRequest | None, list[dict[str, object]]]:
     """The move `args.id` names, its stop request and its guarantee answers."""
     record = await store.get(args.id)
     if record is None:
@@ -419,17 +419,17 @@ async def _get(
     return record, await store.stop_requested(record.id), answers
 
 
-def answer_view(row: dict[str, Any]) -> dict[str, Any]:
-    """A kept guarantee answer as `mrs stats` shows it: durations in words, and when the
-    service expected the condition to clear, as of that answer."""
-    expected = row.get("expected_in")
+def answer_view(row: AnswerRow) -> dict[str, object]:
+    """A kept guarantee answer as `mrs stats` shows it (JSON): durations in words, and when
+    the service expected the condition to clear, as of that answer."""
+    expected = row.expected_in
     return {
-        **row,
-        "retry_after": str(timedelta(seconds=row["retry_after"])),
+        **row.model_dump(),
+        "retry_after": str(timedelta(seconds=row.retry_after)),
         "expected_in": None if expected is None else str(timedelta(seconds=round(expected))),
         "expected_clear_at": None
         if expected is None
-        else (datetime.fromisoformat(row["time"]) + timedelta(seconds=expected)).isoformat(
+        else (datetime.fromisoformat(row.time) + timedelta(seconds=expected)).isoformat(
             timespec="seconds"
         ),
     }

@@ -26,7 +26,14 @@ from mrs_client.errors import (
     NodeCallError,
 )
 from mrs_client.lease import seconds_left
-from mrs_client.move_store import LeaseLost, MoveLease, MoveRecord, MoveStore, answer_row
+from mrs_client.move_store import (
+    AnswerRow,
+    LeaseLost,
+    MoveLease,
+    MoveRecord,
+    MoveStore,
+    answer_row,
+)
 from mrs_client.policy import (
     Decision,
     GuaranteeAnswer,
@@ -124,7 +131,7 @@ class Gates:
         self.lease: MoveLease | None = None  # the lease the move runs under (Mover.run)
         self.release = asyncio.Event()  # set: the worker stops; give the move back
         # Told of each guarantee answer as it is kept (a move's metrics textfile counts them).
-        self.on_answer: Callable[[str, dict[str, Any]], None] | None = None
+        self.on_answer: Callable[[str, AnswerRow], None] | None = None
         self._saved: tuple[MoveLease, MoveRecord] | None = None  # the last save, its lease
         # The batch's throughput cap, shared with its other moves in this worker (None: none).
         self.throttle: Throttle | None = None

@@ -21,7 +21,6 @@ import logging
 from collections import Counter as Tally
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -29,7 +28,7 @@ from prometheus_client.registry import Collector
 
 from dag_common.clock import Clock
 from mrs_client.item_limits import counts
-from mrs_client.move_store import MoveRecord
+from mrs_client.move_store import AnswerRow, MoveRecord
 from mrs_client.policy import MoveState
 
 logger = logging.getLogger(__name__)
@@ -117,7 +116,7 @@ class MoveMetricsFile:
         self,
         path: Path,
         *,
-        answers: Callable[[str], list[dict[str, Any]]],
+        answers: Callable[[str], list[AnswerRow]],
         clock: Clock,
         min_interval: float = 1.0,
     ) -> None:
@@ -134,7 +133,7 @@ class MoveMetricsFile:
 
     def answer_counts(self) -> dict[tuple[str, str], int]:
         assert self.record is not None
-        return dict(Tally((a["method"], a["status"]) for a in self._answers(self.record.id)))
+        return dict(Tally((a.method, a.status) for a in self._answers(self.record.id)))
 
     def __call__(self, record: MoveRecord, line: str) -> None:
         self.record = record

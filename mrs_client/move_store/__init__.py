@@ -31,7 +31,8 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from dag_common.config import ClusterConfig, EmbeddedStore
 from mrs_client.errors import MoveError, MoveRejected
@@ -82,21 +83,35 @@ class MoveHolder:
     expires_in: float
 
 
-def answer_row(
-    step: MoveStep, method: str, answer: GuaranteeAnswer, now: datetime
-) -> dict[str, Any]:
+class AnswerRow(BaseModel):
+    """One guarantee answer as the store keeps it (JSON) and `mrs stats` shows it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    time: str  # when it was answered, ISO 8601
+    step: int
+    method: str  # CheckReplicationHealth | CheckReplicationFlush
+    status: str  # a GuaranteeStatus
+    retry_after: float  # seconds
+    reason: str
+    epoch: int = 0
+    lost: bool = False
+    expected_in: float | None = None  # seconds until the condition was expected to clear
+
+
+def answer_row(step: MoveStep, method: str, answer: GuaranteeAnswer, now: datetime) -> AnswerRow:
     """One guarantee answer as the store keeps it (and `mrs stats` shows it)."""
-    return {
-        "time": now.isoformat(),
-        "step": int(step),
-        "method": method,
-        "status": str(answer.status),
-        "retry_after": answer.retry_after.total_seconds(),
-        "reason": answer.reason,
-        "epoch": answer.epoch,
-        "lost": answer.lost,
-        "expected_in": answer.expected_in.total_seconds() if answer.expected_in else None,
-    }
+    return AnswerRow(
+        time=now.isoformat(),
+        step=int(step),
+        method=method,
+        status=str(answer.status),
+        retry_after=answer.retry_after.total_seconds(),
+        reason=answer.reason,
+        epoch=answer.epoch,
+        lost=answer.lost,
+        expected_in=answer.expected_in.total_seconds() if answer.expected_in else None,
+    )
 
 
 class MoveStore(abc.ABC):
@@ -179,7 +194,7 @@ class MoveStore(abc.ABC):
         """Keep one answer of the guarantee service (the newest ANSWERS_KEPT are kept)."""
 
     @abc.abstractmethod
-    async def answers(self, move_id: str) -> list[dict[str, Any]]:
+    async def answers(self, move_id: str) -> list[AnswerRow]:
         """The answers kept, oldest first, as `answer_row` makes them."""
 
     # ---- batches ------------------------------------------------------------------------

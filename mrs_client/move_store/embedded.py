@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import sqlite3
 import threading
 import time
@@ -26,6 +25,7 @@ from dag_common.cluster_store.embedded import boot_id, immediate, open_store_fil
 from mrs_client.errors import MoveRejected
 from mrs_client.move_store import (
     ANSWERS_KEPT,
+    AnswerRow,
     BatchExists,
     BatchRecord,
     LeaseLost,
@@ -303,8 +303,10 @@ class EmbeddedMoveStore(MoveStore):
 
     # ---- guarantee answers ----------------------------------------------------------------
 
-    def _add_answer(self, move_id: str, row: dict[str, Any]) -> None:
-        self._conn.execute("INSERT INTO move_answers VALUES (?, ?)", (move_id, json.dumps(row)))
+    def _add_answer(self, move_id: str, row: AnswerRow) -> None:
+        self._conn.execute(
+            "INSERT INTO move_answers VALUES (?, ?)", (move_id, row.model_dump_json())
+        )
         self._conn.execute(
             "DELETE FROM move_answers WHERE move_id=? AND rowid NOT IN (SELECT rowid FROM"
             " move_answers WHERE move_id=? ORDER BY rowid DESC LIMIT ?)",
@@ -316,13 +318,13 @@ class EmbeddedMoveStore(MoveStore):
     ) -> None:
         await self._write(self._add_answer, move_id, answer_row(step, method, answer, now))
 
-    def _answers(self, move_id: str) -> list[dict[str, Any]]:
+    def _answers(self, move_id: str) -> list[AnswerRow]:
         rows = self._conn.execute(
             "SELECT body FROM move_answers WHERE move_id=? ORDER BY rowid", (move_id,)
         ).fetchall()
-        return [json.loads(r[0]) for r in rows]
+        return [AnswerRow.model_validate_json(r[0]) for r in rows]
 
-    async def answers(self, move_id: str) -> list[dict[str, Any]]:
+    async def answers(self, move_id: str) -> list[AnswerRow]:
         return await self._run(self._answers, move_id)
 
     # ---- batches ------------------------------------------------------------------------

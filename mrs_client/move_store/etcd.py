@@ -49,7 +49,6 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
 from dag_common.cluster_store.etcd_gateway import EtcdGateway, b64, prefix_end, unb64
 from dag_common.cluster_store.etcd_json import (
@@ -64,6 +63,7 @@ from dag_common.errors import ClusterStoreError
 from mrs_client.errors import MoveRejected
 from mrs_client.move_store import (
     ANSWERS_KEPT,
+    AnswerRow,
     BatchExists,
     BatchRecord,
     LeaseLost,
@@ -496,7 +496,7 @@ class EtcdMoveStore(MoveStore):
         under = f"answer/{move_id}/"
         key = f"{under}{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
         await self._gateway.call(
-            "/v3/kv/put", {"key": self._key(key), "value": b64(json.dumps(row))}
+            "/v3/kv/put", {"key": self._key(key), "value": b64(row.model_dump_json())}
         )
         # Then the oldest beyond those kept (etcd's create order: the hosts' clocks differ).
         count = await self._gateway.call(
@@ -517,9 +517,9 @@ class EtcdMoveStore(MoveStore):
         for start in range(0, len(deletes), MAX_TXN_OPS):
             await self._txn([], deletes[start : start + MAX_TXN_OPS])
 
-    async def answers(self, move_id: str) -> list[dict[str, Any]]:
+    async def answers(self, move_id: str) -> list[AnswerRow]:
         kvs = await self._range(f"answer/{move_id}/", sort_order="ASCEND", sort_target="CREATE")
-        return [json.loads(unb64(kv.get("value", ""))) for kv in kvs]
+        return [AnswerRow.model_validate_json(unb64(kv.get("value", ""))) for kv in kvs]
 
     # ---- batches ------------------------------------------------------------------------
 

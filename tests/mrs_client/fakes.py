@@ -20,7 +20,7 @@ from dag_common.mailbox_digest import mailbox_digest
 from dag_common.model import Lsn
 from dag_common.store_api import Digest, Item, Items, LogPosition, Mailbox, Rolled, Written
 from mrs_client.errors import NodeCallError
-from mrs_client.move_store import MoveLease, MoveRecord, answer_row, new_move_id
+from mrs_client.move_store import AnswerRow, MoveLease, MoveRecord, answer_row, new_move_id
 from mrs_client.move_store.embedded import EmbeddedMoveStore
 from mrs_client.mover import Mover
 from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus, MoveSettings, MoveState
@@ -413,7 +413,7 @@ class StoredMoves:
     def list(self) -> list[MoveRecord]:
         return self._store.call(self._store._list, None, None)
 
-    def answers(self, move_id: str) -> list[dict[str, Any]]:
+    def answers(self, move_id: str) -> list[AnswerRow]:
         return self._store.call(self._store._answers, move_id)
 
     def stop_requested(self, move_id: str):

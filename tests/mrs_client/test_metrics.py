@@ -7,15 +7,24 @@ from dataclasses import replace
 from dag_common.clock import ManualClock
 from mrs_client.item_limits import SkippedItem, SkipReason
 from mrs_client.metrics import MoveMetricsFile
+from mrs_client.move_store import AnswerRow
 from mrs_client.policy import MoveState, MoveStep
 from tests.mrs_client.fakes import record
 from tests.prometheus import promtool_check, value
 
-ANSWERS = [
-    {"method": "CheckReplicationHealth", "status": "Satisfied"},
-    {"method": "CheckReplicationHealth", "status": "Retry"},
-    {"method": "CheckReplicationHealth", "status": "Retry"},
-]
+
+def _answer(status: str) -> AnswerRow:
+    return AnswerRow(
+        time="2026-01-01T00:00:00+00:00",
+        step=6,
+        method="CheckReplicationHealth",
+        status=status,
+        retry_after=1.0,
+        reason="",
+    )
+
+
+ANSWERS = [_answer("Satisfied"), _answer("Retry"), _answer("Retry")]
 
 
 def test_the_file_says_the_moves_state_and_counts(tmp_path):

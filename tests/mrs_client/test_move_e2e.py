@@ -342,7 +342,7 @@ async def test_a_move_goes_on_once_the_average_forgets_a_copy_that_caught_up(tmp
                 answers = requests.answers(listing[0]["id"])
             finally:
                 requests.close()
-            return sum("AverageCopyQueue not met" in (a["reason"] or "") for a in answers) >= 4
+            return sum("AverageCopyQueue not met" in (a.reason or "") for a in answers) >= 4
 
         await cluster.wait_for("the move to stall with the copy behind", behind_on_average)
         await cluster.ok("POST", "mbx3", "/v1/databases/DB2/copies/mbx3/resume")

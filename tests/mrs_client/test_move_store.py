@@ -376,7 +376,7 @@ async def test_the_newest_answers_are_kept_oldest_first(store, monkeypatch):
     assert kept == [
         answer_row(step, method, _answer(n), NOW + timedelta(seconds=n)) for n in (2, 3, 4)
     ]
-    assert [a["reason"] for a in await store.answers("m2")] == ["answer 9"]
+    assert [a.reason for a in await store.answers("m2")] == ["answer 9"]
 
 
 # ---- listing and batches ------------------------------------------------------------------

@@ -98,7 +98,7 @@ async def test_a_block_mode_flush_not_satisfied_in_time_rolls_and_flushes_the_ge
     assert waited >= 2 * SETTINGS.block_flush_wait
     assert any("not flushed in block mode within 30s" in line for line in env.lines), env.lines
     answers = env.stored.answers(record.id)
-    unsatisfied = [a for a in answers if a["status"] == GuaranteeStatus.NOT_SATISFIED]
+    unsatisfied = [a for a in answers if a.status == GuaranteeStatus.NOT_SATISFIED]
     assert unsatisfied, "the waits are recorded as the move's stalls"
 
 

@@ -137,7 +137,7 @@ async def test_a_lost_flush_answer_leads_to_repair_and_a_new_flush(tmp_path):
     first, second = env.guarantee.flushes[0], env.guarantee.flushes[1]
     assert first[2] == 1 and second[2] == 2, "flushed again, in the new epoch"
     answers = env.stored.answers(record.id)
-    assert any(a["lost"] for a in answers)
+    assert any(a.lost for a in answers)
 
 
 async def test_a_mismatch_it_cannot_repair_fails_the_move_and_keeps_the_source(tmp_path):

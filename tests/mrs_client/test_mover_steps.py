@@ -53,7 +53,7 @@ async def test_a_move_stalls_on_unhealthy_copies_and_fails_at_the_stall_limit(tm
     asked = env.guarantee.health_asked
     assert len(asked) == 1 + 900 // 30  # every stall_retry_interval, and once at the limit
     answers = env.stored.answers(record.id)
-    assert answers and all(a["status"] != GuaranteeStatus.SATISFIED for a in answers)
+    assert answers and all(a.status != GuaranteeStatus.SATISFIED for a in answers)
     assert record.time_stalled == pytest.approx(900)
     # Exchange's names: why it waited, and that it failed by the stall limit (a batch
     # queues such a move again later).
@@ -198,10 +198,10 @@ async def test_a_flush_waits_on_the_service_instead_of_sleeping_between_answers(
     flush_answers = [
         a
         for a in env.stored.answers(record.id)
-        if a["method"] == "CheckReplicationFlush" and a["step"] == 6
+        if a.method == "CheckReplicationFlush" and a.step == 6
     ]
-    assert [a["status"] for a in flush_answers] == ["NotSatisfied", "Satisfied"], flush_answers
-    satisfied_at = datetime.fromisoformat(flush_answers[1]["time"])
+    assert [a.status for a in flush_answers] == ["NotSatisfied", "Satisfied"], flush_answers
+    satisfied_at = datetime.fromisoformat(flush_answers[1].time)
     roll = rolled[min(rolled)]  # the final sync's roll
     assert satisfied_at - roll == timedelta(seconds=3.3), satisfied_at - roll
     assert LIMITED.flush_retry_interval in env.guarantee.waits_asked
