@@ -117,3 +117,45 @@ class BackupLease(BaseModel):
     last_full_backup_generation: int
     database_signature: str
     log_signature: str
+
+
+class KeptOpenLogAnswer(BaseModel):
+    """The open log an activation kept from the copy's block-mode buffer: a write at or below
+    `through_byte` of `generation` survived even where the open log is counted lost."""
+
+    model_config = ConfigDict(frozen=True)
+
+    generation: int
+    through_byte: int
+
+
+class ActivationAnswer(BaseModel):
+    """`POST /v1/databases/{db}/activate`: the activation that won."""
+
+    model_config = ConfigDict(frozen=True)
+
+    database: str
+    node: str
+    epoch: int
+    previous_node: str
+    cause: str  # an ActivationCause
+    lost_logs: int
+    lost_open_log: bool
+    lost_commits_at_least: int | None = None
+    kept_open_log: KeptOpenLogAnswer | None = None
+    last_logs: str | None = None  # what Attempt Copy Last Logs and the block buffer brought
+    reason: str
+
+
+class SwitchoverAnswer(BaseModel):
+    """`POST /v1/databases/{db}/switchover`: the role moved, nothing lost."""
+
+    model_config = ConfigDict(frozen=True)
+
+    database: str
+    node: str
+    epoch: int
+    previous_node: str
+    last_log_generated: int
+    lost_logs: int = 0
+    lost_open_log: bool = False

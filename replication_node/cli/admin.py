@@ -17,11 +17,11 @@ import json
 import sys
 import time
 from datetime import UTC
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from dag_common.admin_api import EpochEntry, History
+from dag_common.admin_api import ActivationAnswer, EpochEntry, History, SwitchoverAnswer
 from dag_common.cli import add_config, database_named
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import BadInput, CommandFailed, TokenRefused, failure
@@ -229,31 +229,39 @@ class _Quiet:
         pass
 
 
+A = TypeVar("A", bound=BaseModel)
+
+
+def _answer(model: type[A], database: str, command: str, body: object) -> A:
+    """The node's answer to `command` as its model; CommandFailed if it is not one."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise CommandFailed(
+            f"{database}: the node's {command} answer is malformed: {exc}"
+        ) from None
+
+
 def summary(
     command: str, database: str, body: dict[str, Any], *, activation_only: bool = False
 ) -> str:
     """One line saying what an admin call did, from the node's answer (history: its table)."""
     if command == "history":
-        try:
-            history = History.model_validate(body)
-        except ValidationError as exc:
-            raise CommandFailed(
-                f"{database}: the node's history answer is malformed: {exc}"
-            ) from None
-        return "\n".join(history_lines(history))
+        return "\n".join(history_lines(_answer(History, database, command, body)))
     if command == "roll-log":
         return f"{database}: generation {body['closed_generation']} closed (epoch {body['epoch']})"
     if command == "activate":
+        won = _answer(ActivationAnswer, database, command, body)
         line = (
-            f"{database}: activated on {body['node']} at epoch {body['epoch']} "
-            f"(was {body['previous_node']}); {body['lost_logs']} log(s) lost"
+            f"{database}: activated on {won.node} at epoch {won.epoch} "
+            f"(was {won.previous_node}); {won.lost_logs} log(s) lost"
         )
-        return line + (f"; {body['last_logs']}" if body.get("last_logs") else "")
+        return line + (f"; {won.last_logs}" if won.last_logs else "")
     if command == "switchover":
+        moved = _answer(SwitchoverAnswer, database, command, body)
         return (
-            f"{database}: switched over to {body.get('node', '?')} at epoch "
-            f"{body.get('epoch', '?')} (was {body.get('previous_node', '?')}); "
-            f"{body.get('lost_logs', 0)} log(s) lost"
+            f"{database}: switched over to {moved.node} at epoch {moved.epoch} "
+            f"(was {moved.previous_node}); {moved.lost_logs} log(s) lost"
         )
     if command in ("mount", "dismount"):
         return f"{database}: {'mounted' if body.get('mounted') else 'dismounted'}"

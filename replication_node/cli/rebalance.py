@@ -13,8 +13,10 @@ import argparse
 import asyncio
 import json
 import sys
-from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dag_common.admin_api import SwitchoverAnswer
 from dag_common.cli import add_config, database_named, error
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import TokenRefused
@@ -36,11 +38,24 @@ async def _plan(config: ClusterConfig, database: str | None) -> list[Move]:
     return plan_rebalance(chosen, views)
 
 
-def _switched(move: Move, answer: dict[str, Any]) -> str:
+class Done(BaseModel):
+    """What `db rebalance --json` says of one database: the planned move and how it went."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    database: str
+    action: str
+    source: str | None = Field(alias="from")
+    to: str | None
+    reason: str
+    result: SwitchoverAnswer | None = None  # only when it was switched over
+    error: str | None = None  # only when the switchover failed
+
+
+def _switched(move: Move, answer: SwitchoverAnswer) -> str:
     return (
-        f"{move.database}: switched over from {answer.get('previous_node', move.source)} to "
-        f"{answer.get('node', move.target)} at epoch {answer.get('epoch', '?')}; "
-        f"{answer.get('lost_logs', 0)} log(s) lost"
+        f"{move.database}: switched over from {answer.previous_node} to {answer.node} at "
+        f"epoch {answer.epoch}; {answer.lost_logs} log(s) lost"
     )
 
 
@@ -61,16 +76,16 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
     if args.database:
         database_named(config, args.database, args.config)
     moves = asyncio.run(_plan(config, args.database))
-    records: list[dict[str, Any]] = []
+    records: list[Done] = []
     failed = 0
     for move in moves:
-        record: dict[str, Any] = {
-            "database": move.database,
-            "action": str(move.kind),
-            "from": move.source,
-            "to": move.target,
-            "reason": move.reason,
-        }
+        record = Done(
+            database=move.database,
+            action=str(move.kind),
+            source=move.source,
+            to=move.target,
+            reason=move.reason,
+        )
         records.append(record)
         if move.kind is not MoveKind.SWITCH or args.dry_run:
             if not args.json:
@@ -87,18 +102,23 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
         )
         if code == 401:
             raise TokenRefused(AUTH_FAILED)
-        if code < 300:
-            record["result"] = answer
-            if not args.json:
-                print(_switched(move, answer), flush=True)
-            continue
-        failed += 1
         why = answer.get("error") or f"HTTP {code}"
-        record["error"] = why
+        if code < 300:
+            try:
+                record.result = SwitchoverAnswer.model_validate(answer)
+            except ValidationError as exc:
+                why = f"its answer is malformed ({exc.error_count()} errors): {answer}"
+            else:
+                if not args.json:
+                    print(_switched(move, record.result), flush=True)
+                continue
+        failed += 1
+        record.error = why
         error(f"{move.database}: switchover from {move.source} to {move.target} failed: {why}")
         sys.stderr.flush()
     if args.json:
-        print(json.dumps(records, indent=2))
+        rows = [r.model_dump(mode="json", by_alias=True, exclude_unset=True) for r in records]
+        print(json.dumps(rows, indent=2))
     else:
         print(_summary(moves, failed, dry_run=args.dry_run))
     return ExitCode.FAILED if failed else ExitCode.OK

@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
 
 from aiohttp import web
 
-from dag_common.admin_api import EpochEntry, History, RedeliveryEntry
+from dag_common.admin_api import (
+    ActivationAnswer,
+    EpochEntry,
+    History,
+    KeptOpenLogAnswer,
+    RedeliveryEntry,
+    SwitchoverAnswer,
+)
 from dag_common.credentials import Role
 from dag_common.route_roles import PUBLIC, add_route
 from dag_common.store_api import LogPosition, Rolled
@@ -96,39 +102,37 @@ async def reconcile(request: web.Request) -> web.Response:
     return web.json_response(node.status().model_dump(mode="json"))
 
 
-def activation_answer(result: ActivationResult) -> dict[str, Any]:
-    """The JSON answer of `POST …/activate` (README: the activation's answer)."""
+def activation_answer(result: ActivationResult) -> ActivationAnswer:
+    """The answer of `POST …/activate` (README: the activation's answer)."""
     kept = result.kept_open_log
-    return {
-        "database": result.database,
-        "node": result.node,
-        "epoch": result.epoch,
-        "previous_node": result.previous_node,
-        "cause": str(result.cause),
-        "lost_logs": result.lost_logs,
-        "lost_open_log": result.lost_open_log,
-        "lost_commits_at_least": result.lost_commits_at_least,
-        # The open log kept from the copy's block-mode buffer: a write at or below this byte
-        # of this generation survived even where the open log is counted lost.
-        "kept_open_log": (
-            {"generation": kept.generation, "through_byte": kept.through_byte} if kept else None
-        ),
-        "last_logs": result.last_logs,
-        "reason": result.reason,
-    }
+    return ActivationAnswer(
+        database=result.database,
+        node=result.node,
+        epoch=result.epoch,
+        previous_node=result.previous_node,
+        cause=str(result.cause),
+        lost_logs=result.lost_logs,
+        lost_open_log=result.lost_open_log,
+        lost_commits_at_least=result.lost_commits_at_least,
+        kept_open_log=KeptOpenLogAnswer(generation=kept.generation, through_byte=kept.through_byte)
+        if kept
+        else None,
+        last_logs=result.last_logs,
+        reason=result.reason,
+    )
 
 
-def switchover_answer(result: SwitchoverResult) -> dict[str, Any]:
-    """The JSON answer of `POST …/switchover`."""
-    return {
-        "database": result.database,
-        "node": result.node,
-        "epoch": result.epoch,
-        "previous_node": result.previous_node,
-        "last_log_generated": result.last_log_generated,
-        "lost_logs": result.lost_logs,
-        "lost_open_log": result.lost_open_log,
-    }
+def switchover_answer(result: SwitchoverResult) -> SwitchoverAnswer:
+    """The answer of `POST …/switchover`."""
+    return SwitchoverAnswer(
+        database=result.database,
+        node=result.node,
+        epoch=result.epoch,
+        previous_node=result.previous_node,
+        last_log_generated=result.last_log_generated,
+        lost_logs=result.lost_logs,
+        lost_open_log=result.lost_open_log,
+    )
 
 
 async def activate(request: web.Request) -> web.Response:
@@ -136,7 +140,7 @@ async def activate(request: web.Request) -> web.Response:
     result = await request.app[NODE].activate(
         request.match_info["db"], body.node, body.mount_dial_override
     )
-    return web.json_response(activation_answer(result))
+    return web.json_response(text=activation_answer(result).model_dump_json())
 
 
 async def audit(request: web.Request) -> web.Response:
@@ -182,7 +186,7 @@ async def history(request: web.Request) -> web.Response:
 async def switchover(request: web.Request) -> web.Response:
     body = parse(TargetIn, await json_body(request))
     result = await request.app[NODE].switchover(request.match_info["db"], body.target)
-    return web.json_response(switchover_answer(result))
+    return web.json_response(text=switchover_answer(result).model_dump_json())
 
 
 async def quiesce(request: web.Request) -> web.Response:

@@ -483,7 +483,7 @@ def test_the_routes_answer_the_documented_json_of_a_result():
         last_logs="its block-mode buffer kept as generation 11 through byte 4800",
         reason="why",
     )
-    assert json.loads(json.dumps(activation_answer(result))) == {
+    assert json.loads(activation_answer(result).model_dump_json()) == {
         "database": "DB1",
         "node": "b",
         "epoch": 2,
@@ -499,7 +499,7 @@ def test_the_routes_answer_the_documented_json_of_a_result():
     switched = SwitchoverResult(
         database="DB1", node="b", epoch=3, previous_node="a", last_log_generated=7
     )
-    assert switchover_answer(switched) == {
+    assert json.loads(switchover_answer(switched).model_dump_json()) == {
         "database": "DB1",
         "node": "b",
         "epoch": 3,

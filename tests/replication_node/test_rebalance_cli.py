@@ -49,7 +49,7 @@ async def nodes(tmp_path):
         body = await request.json()
         return web.json_response(
             {"database": db, "node": body["target"], "epoch": 3, "previous_node": "mbx2",
-             "lost_logs": 0}
+             "last_log_generated": 41, "lost_logs": 0, "lost_open_log": False}
         )  # fmt: skip
 
     runners, urls = [], {}
