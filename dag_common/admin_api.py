@@ -159,3 +159,29 @@ class SwitchoverAnswer(BaseModel):
     last_log_generated: int
     lost_logs: int = 0
     lost_open_log: bool = False
+
+
+class AuditEntry(BaseModel):
+    """One line of a node's audit trail (`replication_node/audit.py`): who asked what of
+    which node, and what came of it (`done`, `refused`, `failed`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    time: str  # ISO 8601, the node's clock
+    node: str
+    credential: str | None = None  # its name (None: none known), never its secret
+    role: str | None = None
+    method: str
+    path: str
+    target: dict[str, str] = {}  # the route's parameters: db, node, mailbox, ...
+    status: int
+    result: str
+
+
+class AuditAnswer(BaseModel):
+    """`GET /v1/audit`: a node's audit lines, oldest first."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node: str
+    lines: list[AuditEntry] = []

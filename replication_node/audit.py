@@ -15,13 +15,13 @@ what was asked; what was done is in the cluster store and the logs, which are du
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections import deque
 from pathlib import Path
 from typing import Any
 
+from dag_common.admin_api import AuditEntry
 from dag_common.clock import Clock
 from dag_common.route_roles import Call
 
@@ -49,18 +49,18 @@ class AuditLog:
 
     def __call__(self, call: Call) -> None:
         result = result_of(call.status)
-        line = {
-            "time": self._clock.now().isoformat(),
-            "node": self._node,
-            "credential": call.credential,
-            "role": str(call.role) if call.role else None,
-            "method": call.method,
-            "path": call.path,
-            "target": call.target,
-            "status": call.status,
-            "result": result,
-        }
-        data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
+        line = AuditEntry(
+            time=self._clock.now().isoformat(),
+            node=self._node,
+            credential=call.credential,
+            role=str(call.role) if call.role else None,
+            method=call.method,
+            path=call.path,
+            target=call.target,
+            status=call.status,
+            result=result,
+        )
+        data = (line.model_dump_json() + "\n").encode()
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             try:
@@ -70,19 +70,19 @@ class AuditLog:
         except OSError as exc:  # a full disk must not fail the call it audits
             logger.error("audit line not written (%s): %s", exc, line)
         if self._counter is not None:
-            self._counter.labels(line["role"] or "none", result).inc()
+            self._counter.labels(line.role or "none", result).inc()
 
-    def read(self, *, database: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    def read(self, *, database: str | None = None, limit: int = 100) -> list[AuditEntry]:
         """The newest `limit` lines (of `database`'s calls, if named), oldest first."""
-        kept: deque[dict[str, Any]] = deque(maxlen=limit)
+        kept: deque[AuditEntry] = deque(maxlen=limit)
         try:
             with open(self.path, encoding="utf-8") as f:
                 for text in f:
                     try:
-                        line = json.loads(text)
+                        line = AuditEntry.model_validate_json(text)
                     except ValueError:
                         continue  # a line cut by a crash mid-write
-                    if database is None or (line.get("target") or {}).get("db") == database:
+                    if database is None or line.target.get("db") == database:
                         kept.append(line)
         except FileNotFoundError:
             return []

@@ -12,6 +12,9 @@ import json
 import sys
 from typing import Any
 
+from pydantic import ValidationError
+
+from dag_common.admin_api import AuditAnswer, AuditEntry
 from dag_common.cli import add_config, add_json, database_named, whole_number
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.http_client import client_session
@@ -28,12 +31,12 @@ async def _every_node(config: ClusterConfig, query: str) -> dict[str, tuple[int,
     return {n.name: a for n, a in zip(config.nodes, answers, strict=True)}
 
 
-def line_of(entry: dict[str, Any]) -> str:
-    target = ",".join(f"{k}={v}" for k, v in (entry.get("target") or {}).items())
+def line_of(entry: AuditEntry) -> str:
+    target = ",".join(f"{k}={v}" for k, v in entry.target.items())
     return (
-        f"{entry['time'][:23]}  {entry['node']:<8} {entry.get('credential') or '-':<12} "
-        f"{entry.get('role') or '-':<11} {entry['method']:<6} {entry['path']}  {target}  "
-        f"{entry['status']} {entry['result']}"
+        f"{entry.time[:23]}  {entry.node:<8} {entry.credential or '-':<12} "
+        f"{entry.role or '-':<11} {entry.method:<6} {entry.path}  {target}  "
+        f"{entry.status} {entry.result}"
     ).rstrip()
 
 
@@ -43,19 +46,23 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.database:
         query += f"&database={database_named(config, args.database, args.config).name}"
     answers = asyncio.run(_every_node(config, query))
-    lines: list[dict[str, Any]] = []
+    lines: list[AuditEntry] = []
     answered = 0
     for node, (status, body) in answers.items():
         if status == 200:
+            try:
+                lines.extend(AuditAnswer.model_validate(body).lines)
+            except ValidationError as exc:
+                print(f"{node}: a malformed answer ({exc.error_count()} errors)", file=sys.stderr)
+                continue
             answered += 1
-            lines.extend(body.get("lines", []))
         else:
             why = body.get("error") if status != UNREACHABLE else body.get("error", "unreachable")
             print(f"{node}: not asked ({why})", file=sys.stderr)
-    lines.sort(key=lambda e: e.get("time", ""))
+    lines.sort(key=lambda e: e.time)
     lines = lines[-args.limit :]
     if args.json:
-        print(json.dumps(lines, indent=2))
+        print(json.dumps([e.model_dump(mode="json") for e in lines], indent=2))
     else:
         for entry in lines:
             print(line_of(entry))

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from dag_common.admin_api import (
     ActivationAnswer,
+    AuditAnswer,
     EpochEntry,
     History,
     KeptOpenLogAnswer,
@@ -155,7 +156,7 @@ async def audit(request: web.Request) -> web.Response:
         raise BadRequest("limit must be within 1..10000")
     log = node.audit if isinstance(node.audit, AuditLog) else None
     lines = log.read(database=request.query.get("database"), limit=limit) if log else []
-    return web.json_response({"node": node.name, "lines": lines})
+    return web.json_response(text=AuditAnswer(node=node.name, lines=lines).model_dump_json())
 
 
 async def history(request: web.Request) -> web.Response:

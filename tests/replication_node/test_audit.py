@@ -17,10 +17,10 @@ def test_calls_are_read_back_by_database_newest_last_and_a_cut_line_is_skipped(t
     with open(tmp_path / "audit.log", "a") as f:
         f.write('{"time": "cut mid-wr')  # a crash mid-line
     db1 = log.read(database="DB1")
-    assert [(e["status"], e["result"]) for e in db1] == [(200, "done"), (409, "failed"),
+    assert [(e.status, e.result) for e in db1] == [(200, "done"), (409, "failed"),
                                                          (401, "refused")]  # fmt: skip
-    assert db1[0]["credential"] is None and db1[1]["credential"] == "ops"
-    assert [e["status"] for e in log.read(limit=2)] == [409, 401]
+    assert db1[0].credential is None and db1[1].credential == "ops"
+    assert [e.status for e in log.read(limit=2)] == [409, 401]
     assert AuditLog(tmp_path / "none.log", node="x", clock=clock).read() == []
 
 
