@@ -94,7 +94,8 @@ async def get_message(request: web.Request) -> web.Response:
     deliveries = await request.app[TRANSPORT].store.message(message_id)
     if not deliveries:
         return _error(404, f"no message {message_id!r} in the queue or the dumpster")
-    return web.json_response({"message_id": message_id, "deliveries": deliveries})
+    rows = [d._asdict() for d in deliveries]
+    return web.json_response({"message_id": message_id, "deliveries": rows})
 
 
 async def redeliver(request: web.Request) -> web.Response:
@@ -108,11 +109,13 @@ async def redeliver(request: web.Request) -> web.Response:
 
 
 async def queue_state(request: web.Request) -> web.Response:
-    return web.json_response(await request.app[TRANSPORT].queue_state())
+    state = await request.app[TRANSPORT].queue_state()
+    return web.json_response(text=state.model_dump_json())
 
 
 async def poison(request: web.Request) -> web.Response:
-    return web.json_response({"poison": await request.app[TRANSPORT].store.poisoned()})
+    poisoned = await request.app[TRANSPORT].store.poisoned()
+    return web.json_response({"poison": [p._asdict() for p in poisoned]})
 
 
 async def healthz(request: web.Request) -> web.Response:

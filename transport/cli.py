@@ -22,6 +22,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from pydantic import ValidationError
 
 from dag_common.auth import bearer
 from dag_common.cli import add_config, add_json, add_version, exit_now, run
@@ -34,7 +35,7 @@ from dag_common.config import (
     load_config,
     load_token,
 )
-from dag_common.errors import ConfigError, failure
+from dag_common.errors import CommandFailed, ConfigError, failure
 from dag_common.exclusive import bind_port, lock_directory
 from dag_common.http_client import client_session
 from dag_common.model import ExitCode
@@ -45,7 +46,7 @@ from transport.directory import CachedDirectory
 from transport.metrics import TransportMetrics
 from transport.queue import QueueStore
 from transport.retry import RetryPolicy
-from transport.service import Transport
+from transport.service import QueueState, Transport
 
 logger = logging.getLogger(__name__)
 
@@ -179,11 +180,15 @@ def _cmd_status(args: argparse.Namespace) -> int:
     status, body = asyncio.run(_call(config, hub, "GET", "/v1/queue"))
     if status != 200 or args.json:
         return _answer(status, body, as_json=True, ok="")
-    d = body["deliveries"]
-    print(f"transport {body['transport']}: {body['waiting']} waiting, {d['Queued']} queued, "
-          f"{d['Delivered']} in the dumpster, {d['Poison']} poison")  # fmt: skip
-    for dump in body["dumpsters"]:
-        print(f"  dumpster {dump['database']}: {dump['messages']} messages, {dump['bytes']} bytes")
+    try:
+        state = QueueState.model_validate(body)
+    except ValidationError as exc:
+        raise CommandFailed(f"transport {hub.name}: a malformed queue answer: {exc}") from None
+    d = state.deliveries
+    print(f"transport {state.transport}: {state.waiting} waiting, {d.get('Queued', 0)} queued, "
+          f"{d.get('Delivered', 0)} in the dumpster, {d.get('Poison', 0)} poison")  # fmt: skip
+    for dump in state.dumpsters:
+        print(f"  dumpster {dump.database}: {dump.messages} messages, {dump.bytes} bytes")
     return ExitCode.OK
 
 

@@ -38,7 +38,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from transport.dumpster import Entry, evicted
 from transport.messages import Delivery, MessageIn
@@ -97,6 +97,27 @@ class DumpsterSize:
     database: str
     messages: int
     bytes: int
+
+
+class RecipientState(NamedTuple):
+    """One recipient's delivery of a message, as `GET /v1/messages/{id}` shows it."""
+
+    recipient: str
+    state: str
+    tries: int
+    last_error: str | None
+    database: str | None
+    delivered: float | None  # wall time it was durable on the active (epoch seconds)
+    redeliveries: int
+
+
+class Poisoned(NamedTuple):
+    """A delivery given up (the poison queue), with why."""
+
+    message_id: str
+    recipient: str
+    tries: int
+    reason: str | None
 
 
 class QueueStore:
@@ -340,33 +361,30 @@ class QueueStore:
 
         return await self._run(work)
 
-    async def message(self, message_id: str) -> list[dict[str, Any]]:
+    async def message(self, message_id: str) -> list[RecipientState]:
         """Each recipient's delivery of `message_id` (empty: not known, or let out of the
         dumpster)."""
 
-        def work() -> list[dict[str, Any]]:
+        def work() -> list[RecipientState]:
             rows = self._conn.execute(
                 "SELECT recipient, state, tries, last_error, database, delivered, redeliveries "
                 "FROM deliveries WHERE message_id=? ORDER BY recipient",
                 (message_id,),
             ).fetchall()
-            keys = ("recipient", "state", "tries", "last_error", "database", "delivered",
-                    "redeliveries")  # fmt: skip
-            return [dict(zip(keys, row, strict=True)) for row in rows]
+            return [RecipientState(*row) for row in rows]
 
         return await self._run(work)
 
-    async def poisoned(self) -> list[dict[str, Any]]:
+    async def poisoned(self) -> list[Poisoned]:
         """The poison queue: each delivery given up, with why."""
 
-        def work() -> list[dict[str, Any]]:
+        def work() -> list[Poisoned]:
             rows = self._conn.execute(
                 "SELECT message_id, recipient, tries, last_error FROM deliveries WHERE state=? "
                 "ORDER BY id",
                 (POISON,),
             ).fetchall()
-            keys = ("message_id", "recipient", "tries", "reason")
-            return [dict(zip(keys, row, strict=True)) for row in rows]
+            return [Poisoned(*row) for row in rows]
 
         return await self._run(work)
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pydantic import BaseModel
+
 from dag_common.clock import Clock
 from dag_common.config import ClusterConfig
 from dag_common.credentials import Credentials
@@ -26,6 +28,23 @@ from transport.metrics import TransportMetrics
 from transport.queue import QueueStore
 
 logger = logging.getLogger(__name__)
+
+
+class DumpsterState(BaseModel):
+    """One database's transport dumpster: the delivered messages it keeps."""
+
+    database: str
+    messages: int
+    bytes: int
+
+
+class QueueState(BaseModel):
+    """`GET /v1/queue`: deliveries by state, those waiting now, and the dumpsters."""
+
+    transport: str
+    deliveries: dict[str, int]
+    waiting: int
+    dumpsters: list[DumpsterState]
 
 
 @dataclass(frozen=True)
@@ -128,17 +147,17 @@ class Transport:
         )  # fmt: skip
         return len(found)
 
-    async def queue_state(self) -> dict[str, Any]:
+    async def queue_state(self) -> QueueState:
         states, dumpsters = await self.store.counts()
-        return {
-            "transport": self.name,
-            "deliveries": states,
-            "waiting": self._deliverer.waiting,
-            "dumpsters": [
-                {"database": d.database, "messages": d.messages, "bytes": d.bytes}
+        return QueueState(
+            transport=self.name,
+            deliveries=states,
+            waiting=self._deliverer.waiting,
+            dumpsters=[
+                DumpsterState(database=d.database, messages=d.messages, bytes=d.bytes)
                 for d in dumpsters
             ],
-        }
+        )
 
     async def refresh_gauges(self) -> None:
         _, dumpsters = await self.store.counts()

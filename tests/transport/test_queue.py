@@ -54,7 +54,7 @@ async def test_delivered_goes_to_the_dumpster_and_redelivery_queues_the_window_a
     assert [d.message_id for d in await store.queued()] == ["<1@example>"]
     assert await store.redeliver("DB2", 0.0, 1e9, now=400.0) == []
     (entry,) = await store.message("<1@example>")
-    assert entry["state"] == QUEUED and entry["redeliveries"] == 1
+    assert entry.state == QUEUED and entry.redeliveries == 1
     store.close()
 
 
@@ -66,7 +66,7 @@ async def test_the_dumpster_keeps_within_its_size_oldest_out_first(tmp_path):
     _, (dump,) = await store.counts()
     assert (dump.messages, dump.bytes) == (2, 20)
     assert await store.message("<0@example>") == [], "the message itself is gone with it"
-    assert [e["state"] for e in await store.message("<4@example>")] == [DELIVERED]
+    assert [e.state for e in await store.message("<4@example>")] == [DELIVERED]
     store.close()
 
 
@@ -77,7 +77,7 @@ async def test_a_poisoned_delivery_stays_with_its_reason(tmp_path):
     await store.poison(d.id, "DB1: HTTP 404 (after 5 tries)")
     assert await store.queued() == []
     (p,) = await store.poisoned()
-    assert p["reason"] == "DB1: HTTP 404 (after 5 tries)" and p["tries"] == 2
+    assert p.reason == "DB1: HTTP 404 (after 5 tries)" and p.tries == 2
     states, _ = await store.counts()
     assert states[POISON] == 1
     store.close()
