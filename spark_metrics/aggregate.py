@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
-from typing import Any
 
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
@@ -32,6 +31,7 @@ from spark_metrics import manifest as state
 from spark_metrics.discover import FileInfo, Skipped, examine_all, list_history
 from spark_metrics.errors import BadInputError, PipelineError
 from spark_metrics.incremental import Plan, plan_run
+from spark_metrics.manifest import LastRun, SkippedFile
 from spark_metrics.options import AggregateOptions
 from spark_metrics.progress import Progress, StageWatcher
 from spark_metrics.windows import constraint_windows, copy_windows, site_worst, with_window
@@ -54,18 +54,19 @@ class RunSummary:
     seconds: float = 0.0
     rows_written: dict[str, int] = field(default_factory=dict)
 
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "finished": datetime.now(UTC).isoformat(),
-            "window_s": self.window_s,
-            "files_seen": self.files_seen,
-            "files_read": self.files_read,
-            "rows_read": self.rows_read,
-            "dates_written": list(self.dates),
-            "rows_written": self.rows_written,
-            "skipped": [{"path": s.path, "reason": s.reason} for s in self.skipped],
-            "seconds": round(self.seconds, 3),
-        }
+    def last_run(self, finished: datetime) -> LastRun:
+        """The run as `_state/last_run.json` keeps it."""
+        return LastRun(
+            finished=finished,
+            window_s=self.window_s,
+            files_seen=self.files_seen,
+            files_read=self.files_read,
+            rows_read=self.rows_read,
+            dates_written=list(self.dates),
+            rows_written=self.rows_written,
+            skipped=[SkippedFile(path=s.path, reason=s.reason) for s in self.skipped],
+            seconds=round(self.seconds, 3),
+        )
 
 
 def _discover(
@@ -222,7 +223,7 @@ def aggregate(spark: SparkSession, options: AggregateOptions, progress: Progress
     )
     try:
         state.save_manifest(options.output, manifest)
-        state.save_run(options.output, summary.as_json())
+        state.save_run(options.output, summary.last_run(datetime.now(UTC)))
     except OSError as exc:
         raise PipelineError(f"cannot record the run under {options.output}: {exc}") from exc
     return summary

@@ -16,7 +16,8 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+
+from pydantic import BaseModel
 
 from dag_common.durable import atomic_write
 from spark_metrics.discover import FileInfo, Skipped
@@ -76,19 +77,40 @@ def save_manifest(output: Path, manifest: Manifest) -> None:
     _write(state_dir(output) / "manifest.json", body)
 
 
-def save_run(output: Path, summary: dict[str, Any]) -> None:
+class SkippedFile(BaseModel):
+    """A history file the run did not read, and why."""
+
+    path: str
+    reason: str
+
+
+class LastRun(BaseModel):
+    """What the last aggregation did (`_state/last_run.json`): the report shows its skips."""
+
+    finished: datetime
+    window_s: int
+    files_seen: int
+    files_read: int
+    rows_read: int
+    dates_written: list[str]
+    rows_written: dict[str, int]
+    skipped: list[SkippedFile]
+    seconds: float
+
+
+def save_run(output: Path, run: LastRun) -> None:
     """Replace the last run's summary durably."""
-    _write(state_dir(output) / "last_run.json", summary)
+    _write(state_dir(output) / "last_run.json", run.model_dump(mode="json"))
 
 
-def load_run(output: Path) -> dict[str, Any] | None:
-    """The last run's summary, if any."""
+def load_run(output: Path) -> LastRun | None:
+    """The last run's summary, if any (None also for one this version cannot read)."""
     try:
-        return json.loads((state_dir(output) / "last_run.json").read_text(encoding="utf-8"))
+        return LastRun.model_validate_json((state_dir(output) / "last_run.json").read_bytes())
     except (OSError, ValueError):
         return None
 
 
-def _write(path: Path, body: dict[str, Any]) -> None:
+def _write(path: Path, body: dict[str, object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps(body, indent=1, default=str).encode() + b"\n")

@@ -182,7 +182,7 @@ def render(out_dir: Path) -> str:
     width = describe_window(
         int((copies["window_end"] - copies["window_start"]).iloc[0].total_seconds())
     )
-    run = load_run(out_dir) or {}
+    run = load_run(out_dir)
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         "<title>Replication history report</title>",
@@ -193,11 +193,10 @@ def render(out_dir: Path) -> str:
         f"{copies['samples'].sum():,} copy samples "
         f"&middot; generated {datetime.now(UTC):%Y-%m-%d %H:%M} UTC</p>",
     ]
-    skipped = run.get("skipped") or []
+    skipped = run.skipped if run is not None else []
     if skipped:
         items = "".join(
-            f"<li><code>{html.escape(s['path'])}</code>: {html.escape(s['reason'])}</li>"
-            for s in skipped
+            f"<li><code>{html.escape(s.path)}</code>: {html.escape(s.reason)}</li>" for s in skipped
         )
         parts.append(
             f"<p class='skipped'>The last aggregation skipped {len(skipped)} history "
