@@ -185,3 +185,25 @@ class AuditAnswer(BaseModel):
 
     node: str
     lines: list[AuditEntry] = []
+
+
+class StampAt(BaseModel):
+    """Where the backup's stamp record is in the active's log."""
+
+    model_config = ConfigDict(frozen=True)
+
+    generation: int
+    offset: int
+
+
+class BackupStamp(BaseModel):
+    """`POST /v1/databases/{db}/backups/{id}/end`: the active committed the backup's stamp
+    (durable in its log); its header as it now shows."""
+
+    model_config = ConfigDict(frozen=True)
+
+    backup_id: str
+    kind: str  # a BackupKind
+    generation: int  # the backup holds the log through this generation
+    stamp_lsn: StampAt
+    header: dict[str, object]  # the database header's fields (`replication-node db-header`)

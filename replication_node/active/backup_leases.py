@@ -22,9 +22,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
 
-from dag_common.admin_api import BackupLease
+from dag_common.admin_api import BackupLease, BackupStamp, StampAt
 from dag_common.clock import Clock
 from replication_node.active.copy import ActiveCopy
 from replication_node.errors import BadRequest, Conflict, NotFound
@@ -139,7 +138,7 @@ def begin_answer(
 
 async def stamp(
     copy: ActiveCopy, leases: BackupLeases, backup_id: str, *, generation: int, ended: datetime
-) -> dict[str, Any]:
+) -> BackupStamp:
     """The backup `backup_id` completed through `generation`: end its lease and commit the
     stamp (durable in the log when this returns); the active's header as it now shows."""
     running = leases.running()
@@ -162,10 +161,10 @@ async def stamp(
     # Only once the stamp is durable (a failed commit may be retried while the lease lives),
     # and whatever the lease says now: the stamp is in the log, the backup is done.
     leases.release(backup_id)
-    return {
-        "backup_id": backup_id,
-        "kind": str(running.kind),
-        "generation": generation,
-        "stamp_lsn": {"generation": committed.lsn.generation, "offset": committed.lsn.offset},
-        "header": copy.merged_header.as_dict(),
-    }
+    return BackupStamp(
+        backup_id=backup_id,
+        kind=str(running.kind),
+        generation=generation,
+        stamp_lsn=StampAt(generation=committed.lsn.generation, offset=committed.lsn.offset),
+        header=copy.merged_header.as_dict(),
+    )

@@ -38,7 +38,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from dag_common.admin_api import BackupLease
+from dag_common.admin_api import BackupLease, BackupStamp
 from dag_common.clock import Clock
 from dag_common.durable import atomic_write, fsync_dir
 from dag_common.model import CopyStatus
@@ -98,7 +98,7 @@ class ActiveCalls(Protocol):
 
     async def roll(self, backup_id: str) -> int: ...
 
-    async def end(self, backup_id: str, generation: int, ended: datetime) -> dict[str, Any]: ...
+    async def end(self, backup_id: str, generation: int, ended: datetime) -> BackupStamp: ...
 
     async def abort(self, backup_id: str) -> None: ...
 
@@ -115,10 +115,14 @@ class BackupRequest:
 class BackupResult:
     manifest: Manifest
     seconds: float
-    stamp: dict[str, Any]
+    stamp: BackupStamp
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.manifest.as_dict(), "seconds": round(self.seconds, 3), "stamp": self.stamp}
+        return {
+            **self.manifest.as_dict(),
+            "seconds": round(self.seconds, 3),
+            "stamp": self.stamp.model_dump(mode="json"),
+        }
 
 
 def settle_snapshot(path: Path) -> DatabaseHeader:
@@ -346,7 +350,7 @@ async def _finish(
     manifest: Manifest,
     written: list[Path],
     lost: list[str],
-) -> dict[str, Any]:
+) -> BackupStamp:
     """Write the manifest, then have the active stamp the backup; taken back if it refuses."""
     _check_lease(lost)
     path = request.to / MANIFEST_NAME

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 from pydantic import ValidationError
 
-from dag_common.admin_api import BackupLease
+from dag_common.admin_api import BackupLease, BackupStamp
 from dag_common.node_status import post_admin
 from replication_node.errors import BackupError, BadRequest, Conflict, NotFound
 from replication_node.storage.ops import BackupKind
@@ -57,10 +57,15 @@ class HttpActiveCalls:
     async def roll(self, backup_id: str) -> int:
         return int((await self._post(f"/{backup_id}/roll"))["last_generation"])
 
-    async def end(self, backup_id: str, generation: int, ended: datetime) -> dict[str, Any]:
-        return await self._post(
+    async def end(self, backup_id: str, generation: int, ended: datetime) -> BackupStamp:
+        answer = await self._post(
             f"/{backup_id}/end", {"generation": generation, "ended_at": ended.isoformat()}
         )
+        try:
+            return BackupStamp.model_validate(answer)
+        except ValidationError as exc:
+            why = f"the active on {self._active} answered a malformed stamp: {exc}"
+            raise BackupError(why) from None
 
     async def abort(self, backup_id: str) -> None:
         await self._post(f"/{backup_id}/abort")

@@ -74,7 +74,7 @@ async def end(request: web.Request) -> web.Response:
         generation=body.generation,
         ended=body.ended_at,
     )
-    return web.json_response(answer)
+    return web.json_response(text=answer.model_dump_json())
 
 
 async def abort(request: web.Request) -> web.Response:
