@@ -159,8 +159,8 @@ async def _report(store: MoveStore, name: str) -> dict[str, Any]:
     for r in records:
         answers = await store.answers(r.id)
         for a in answers:
-            if a["status"] != GuaranteeStatus.SATISFIED:
-                held_back[a["reason"]] += 1
+            if a.status != GuaranteeStatus.SATISFIED:
+                held_back[a.reason] += 1
         if r.state is MoveState.STALLED and answers:
             clears[r.id] = answer_view(answers[-1])["expected_clear_at"]
     return batches.report(batch, records, held_back, SystemClock().now(), clears)
