@@ -106,6 +106,9 @@ async def test_delivery_follows_a_switchover_losing_and_doubling_nothing(lab):
             sent.append(m)
             await asyncio.sleep(0.01)
 
+    # the target must be a copy a switchover may move to (seeded, following): the
+    # switchover is what is under test, under delivery, not its refusal of a new copy
+    await cluster.wait_status("mbx3", "DB2", "Healthy")
     sender = asyncio.create_task(keep_sending())
     await wait_until("messages flowing", lambda: len(sent) >= 10)
     switched = await asyncio.to_thread(
