@@ -16,10 +16,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from dag_common.admin_api import BlockBufferAnswer, LastLogsAnswer
 from dag_common.config import ClusterConfig
@@ -28,6 +28,7 @@ from dag_common.node_status import StatusUnavailable, fetch_node_status, post_ad
 from replication_node.log.truncation import CopyProgress
 
 logger = logging.getLogger(__name__)
+A = TypeVar("A", bound=BaseModel)  # a take-over call's answer
 
 
 # Between nodes, a status is answered from memory at once: a node that takes longer is hung
@@ -81,12 +82,40 @@ class Peers(Protocol):
         ...
 
     async def copy_last_logs(self, node: str, database: str) -> LastLogsCopied:
-        """Ask the copy on `node` to copy the last logs of the active it followed."""
-        ...
+        copied = await self._take_over(node, database, "copy-last-logs", LastLogsAnswer)
+        if isinstance(copied, str):
+            return LastLogsCopied(failure=copied)
+        return LastLogsCopied(
+            source=copied.source,
+            closed_through=copied.closed_through,
+            open_log_generation=copied.open_log.generation if copied.open_log else None,
+        )
 
     async def keep_block_buffer(self, node: str, database: str) -> BlockBufferKept:
-        """Ask the copy on `node` to keep what its block-mode buffer holds of the open log."""
-        ...
+        answer = await self._take_over(node, database, "keep-block-buffer", BlockBufferAnswer)
+        if isinstance(answer, str):
+            return BlockBufferKept(failure=answer)
+        if answer.kept is None:
+            return BlockBufferKept()
+        return BlockBufferKept(
+            generation=answer.kept.generation, kept_through=answer.kept.kept_through
+        )
+
+    async def _take_over(self, node: str, database: str, action: str, model: type[A]) -> A | str:
+        """A call the copy taking over is asked (`action` on its database): its answer as
+        `model`, or why not ("HTTP 409: …", or a malformed answer) as a sentence."""
+        status, answer = await post_admin(
+            self._session,
+            f"{self._db_url(node, database)}/{action}",
+            self._token,
+            timeout=TAKE_OVER_CALL_TIMEOUT,
+        )
+        if status != 200:
+            return f"HTTP {status}: {answer.get('error')}"
+        try:
+            return model.model_validate(answer)
+        except ValidationError as exc:
+            return f"a malformed answer ({exc.error_count()} errors)"
 
     async def reconcile_all(self, database: str) -> None:
         """Ask every node of `database` to re-read who is active now (a node that cannot be
