@@ -174,3 +174,8 @@ async def drive(
         if not task.done():
             task.cancel()
     return task.result()
+
+
+def lost_active() -> dict:
+    """a does not answer; b has inspected through 10 (all the store knows), c through 9."""
+    return {"a": None, "b": report("b"), "c": report("c", inspected=9)}

@@ -27,6 +27,7 @@ from tests.replication_node.fake_peers import (
     FakePeers,
     config,
     drive,
+    lost_active,
     report,
     store_with_active,
 )
@@ -44,11 +45,6 @@ async def store(tmp_path, clock):
     store = await store_with_active(tmp_path, clock)
     yield store
     store.close()
-
-
-def lost_active() -> dict:
-    """a does not answer; b has inspected through 10 (all the store knows), c through 9."""
-    return {"a": None, "b": report("b"), "c": report("c", inspected=9)}
 
 
 def activation(tmp_path, store, peers, clock, **defaults) -> Activation:

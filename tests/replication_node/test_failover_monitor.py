@@ -22,7 +22,13 @@ from replication_node.cluster.activation import Activation
 from replication_node.cluster.failover import FailoverMonitor
 from replication_node.passive.markers import Markers
 from tests.cluster_harness import wait_until
-from tests.replication_node.fake_peers import FakePeers, config, report, store_with_active
+from tests.replication_node.fake_peers import (
+    FakePeers,
+    config,
+    lost_active,
+    report,
+    store_with_active,
+)
 
 AFTER = 15.0  # failover_after
 
@@ -55,11 +61,6 @@ async def store(tmp_path, clock):
     store = await store_with_active(tmp_path, clock)
     yield store
     store.close()
-
-
-def lost_active() -> dict:
-    """a does not answer; b has inspected through 10 (all the store knows), c through 9."""
-    return {"a": None, "b": report("b"), "c": report("c", inspected=9)}
 
 
 def monitor(tmp_path, store, peers, clock, copy, *, following="a", **defaults):
