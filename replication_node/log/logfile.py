@@ -271,6 +271,7 @@ def iter_records(data: bytes, generation: int) -> Iterator[LogRecord | str]:
     """Yield the valid records after the header; a final string says why scanning stopped."""
     pos = HEADER_SIZE
     end = len(data)
+    view = memoryview(data)  # the checksums read the bytes where they are, without a copy
     closed = False
     while pos < end:
         if closed:
@@ -287,8 +288,8 @@ def iter_records(data: bytes, generation: int) -> Iterator[LogRecord | str]:
         if body_end > end:
             yield f"record at offset {pos} cut short ({end - pos} of {body_end - pos} bytes)"
             return
-        computed = crc32c.crc32c(data[pos : pos + 4])
-        computed = crc32c.crc32c(data[pos + _FRAME.size : body_end], computed)
+        computed = crc32c.crc32c(view[pos : pos + 4])
+        computed = crc32c.crc32c(view[pos + _FRAME.size : body_end], computed)
         if computed != stored:
             yield f"record checksum mismatch at offset {pos}"
             return

@@ -37,11 +37,13 @@ needs no reseed while the active keeps its logs).  A generation the active no lo
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dag_common.clock import Clock
@@ -129,6 +131,7 @@ class Copier:
         self._prev_pending: Pending | None = None
         # One copying at a time: the run loop's, or a copy of the last logs (`copy_open_log`).
         self._copying = asyncio.Lock()
+        self._writes = itertools.count()  # names the files written into Inspector
         self._inspected = asyncio.Condition()  # notified when LastLogInspected moves
 
     async def run(self) -> None:
@@ -317,35 +320,52 @@ class Copier:
         return inspected
 
     async def _copy_window_by_window(self, last: int) -> None:
+        """Fetches run a window ahead of inspection: while a window's generations are
+        written, inspected and moved in (one directory fsync for the window), the next ones
+        are already on their way, instead of the next window's fetches waiting for this
+        one's move (bench/shipping.py, issue 33).  A generation whose inspection failed is
+        fetched again: the fetches beyond it stay good."""
         m = self._markers
-        while m.last_log_inspected < last:
-            first = m.last_log_inspected + 1
-            generations = range(first, min(last, first + self._window - 1) + 1)
-            # Fetch the window's generations concurrently; stage and inspect them in order.
-            fetches = [asyncio.ensure_future(self._fetch(g)) for g in generations]
-            staged: list[InspectedLog] = []
-            try:
-                for generation, fetch in zip(generations, fetches, strict=True):
-                    data = await fetch
-                    if self._metrics is not None:
-                        self._metrics.copied(len(data))
-                    try:
-                        staged.append(await asyncio.to_thread(self._stage, generation, data))
-                    except InspectionFailed as exc:
-                        whole = await self._from_peers(generation, exc)
-                        if whole is None:
-                            await self._inspection_failed(generation, exc)
-                            break
-                        staged.append(whole)
-                    m.last_log_copied = max(m.last_log_copied, generation)
-            except LogShareError:
-                await self._commit(staged)  # what passed inspection before the outage counts
-                raise
-            finally:
-                for fetch in fetches:
-                    fetch.cancel()
-                await asyncio.gather(*fetches, return_exceptions=True)
-            await self._commit(staged)
+        fetches: dict[int, asyncio.Future[tuple[bytes, Path]]] = {}
+        try:
+            while m.last_log_inspected < last:
+                first = m.last_log_inspected + 1
+                generations = range(first, min(last, first + self._window - 1) + 1)
+                staged: list[InspectedLog] = []
+                try:
+                    for generation in generations:
+                        for ahead in range(generation, min(last, generation + self._window) + 1):
+                            if ahead not in fetches:
+                                fetches[ahead] = asyncio.ensure_future(self._fetch_written(ahead))
+                        data, written = await fetches.pop(generation)
+                        try:
+                            inspect = self._inspect_staged
+                            staged.append(
+                                await asyncio.to_thread(inspect, generation, data, written)
+                            )
+                        except InspectionFailed as exc:
+                            whole = await self._from_peers(generation, exc)
+                            if whole is None:
+                                await self._inspection_failed(generation, exc)
+                                break
+                            staged.append(whole)
+                        m.last_log_copied = max(m.last_log_copied, generation)
+                except LogShareError:
+                    await self._commit(staged)  # what passed inspection before the outage counts
+                    raise
+                await self._commit(staged)
+        finally:
+            for fetch in fetches.values():
+                fetch.cancel()
+            await asyncio.gather(*fetches.values(), return_exceptions=True)
+
+    async def _fetch_written(self, generation: int) -> tuple[bytes, Path]:
+        """A closed generation fetched and written into Inspector: the fetches of a window
+        write their files side by side (their fsyncs overlap), inspection follows in order."""
+        data = await self._fetch(generation)
+        if self._metrics is not None:
+            self._metrics.copied(len(data))
+        return data, await asyncio.to_thread(self._write, generation, data)
 
     async def _fetch(self, generation: int) -> bytes:
         """A closed generation: as block mode received it, else from the active's share."""
@@ -356,16 +376,30 @@ class Copier:
         return await self._source.fetch(generation)
 
     def _stage(self, generation: int, data: bytes, origin: str | None = None) -> InspectedLog:
-        """Write a copied generation into Inspector (fsync'd) and inspect it (worker thread).
+        """Write a copied generation into Inspector (fsync'd) and inspect it (worker thread)."""
+        return self._inspect_staged(generation, data, self._write(generation, data), origin)
 
-        A generation that fails inspection is set aside before InspectionFailed propagates
-        (named after the copy it came from, `origin`, when not from the active).
-        """
-        staged = self._paths.inspector / closed_log_name(generation)
-        with open(staged, "wb") as f:
+    def _write(self, generation: int, data: bytes) -> Path:
+        """Write a copied generation into Inspector, fsync'd, under a name of its own (worker
+        thread): a write whose fetch was cancelled may still be running when the generation
+        is fetched again, and must not write into the file that one inspects.  A file left
+        there by a crash (or by such a write) is deleted on start."""
+        written = self._paths.inspector / f"{closed_log_name(generation)}.{next(self._writes)}"
+        with open(written, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        return written
+
+    def _inspect_staged(
+        self, generation: int, data: bytes, written: Path, origin: str | None = None
+    ) -> InspectedLog:
+        """Inspect a generation `written` into Inspector (worker thread), in the stream's
+        order; it takes its generation's name there.  One that fails is set aside before
+        InspectionFailed propagates (named after the copy it came from, `origin`, when not
+        from the active)."""
+        staged = self._paths.inspector / closed_log_name(generation)
+        os.replace(written, staged)
         try:
             try:
                 inspected = self._inspect(data, generation)

@@ -500,10 +500,16 @@ class PassiveCopy:
         ).save(self.paths.root)
 
     def _open_markers_only(self) -> None:
-        """Markers of a suspended copy, for its status: what its files say."""
+        """Markers of a suspended copy, for its status: what its files say (nothing, when
+        its damaged file cannot even be opened: it stays suspended with its error, for a
+        reseed, instead of stopping the node's start)."""
         if not self.paths.database.exists():
             return
-        db = Database.open(self.paths.database)
+        try:
+            db = Database.open(self.paths.database)
+        except DatabaseError as exc:
+            logger.warning("%s: a suspended copy's file cannot be read: %s", self.database, exc)
+            return
         try:
             prepare_local_logs(self.paths, db.header, self.markers, self.database, self._clock)
         finally:

@@ -138,3 +138,18 @@ async def serving_node(
         await runner.cleanup()
         await node.stop()
         store.close()
+
+
+def damage_middle_pages(path: Path, count: int = 3) -> int:
+    """Bytes changed at the start of `count` pages in the middle of the SQLite file at
+    `path` (their b-tree page headers), at the file's own page size (its header says it:
+    bytes 16-17, 1 for 65536); how many pages the file has."""
+    with open(path, "r+b") as f:
+        f.seek(16)
+        page_size = int.from_bytes(f.read(2), "big")
+        page_size = 65536 if page_size == 1 else page_size
+        pages = f.seek(0, 2) // page_size
+        for page in range(pages // 2, pages // 2 + count):
+            f.seek(page * page_size)
+            f.write(b"\xff" * 8)
+    return pages

@@ -16,6 +16,7 @@ from replication_node.log.events import Transaction
 from replication_node.log.operations import PutItem
 from replication_node.storage.database import Database
 from tests.cluster_harness import LocalCluster
+from tests.replication_node.helpers import damage_middle_pages
 
 pytestmark = pytest.mark.slow
 
@@ -110,11 +111,7 @@ async def test_damaged_pages_of_a_stopped_copy_are_found_on_start(tmp_path):
     try:
         c.terminate("mbx2")
         path = copy_file(c)
-        data = bytearray(path.read_bytes())
-        middle = len(data) // 4096 // 2
-        for page in range(middle, middle + 3):
-            data[page * 4096 : page * 4096 + 8] = b"\xff" * 8
-        path.write_bytes(bytes(data))
+        damage_middle_pages(path)
         await c.start("mbx2")
         await failed(c, "corrupt")
         code, _ = await c.call("GET", "mbx2", f"{DB}/mailboxes/alice/items")
@@ -194,11 +191,7 @@ async def test_a_running_copys_damaged_pages_are_found_by_the_scrub(tmp_path):
         sample = b'replication_last_scrub_ok{database="DB1",node="mbx2"}'
         assert sample + b" 1.0" in (await c.call("GET", "mbx2", "/metrics"))[1]
         checkpoint(copy_file(c))
-        with open(copy_file(c), "r+b") as f:
-            size = f.seek(0, 2)
-            for page in range(size // 4096 // 2, size // 4096 // 2 + 3):
-                f.seek(page * 4096)
-                f.write(b"\xff" * 8)
+        damage_middle_pages(copy_file(c))
         await failed(c, "background scrub found")
         assert sample + b" 0.0" in (await c.call("GET", "mbx2", "/metrics"))[1]
         await repaired_by_reseed(c)
@@ -221,11 +214,7 @@ async def test_the_actives_damaged_file_is_found_by_its_scrub_and_a_copy_takes_o
             return ((await c.status("mbx1"))["DB1"]["last_scrub_result"] or "").startswith("ok")
 
         await c.wait_for("a first scrub pass of the active", scrubbed)
-        with open(path, "r+b") as f:
-            size = f.seek(0, 2)
-            for page in range(size // 4096 // 2, size // 4096 // 2 + 3):
-                f.seek(page * 4096)
-                f.write(b"\xff" * 8)
+        damage_middle_pages(path)
 
         async def dismounted():
             copy = (await c.status("mbx1"))["DB1"]

@@ -12,7 +12,13 @@ from dag_common.clock import ManualClock
 from dag_common.model import CopyStatus
 from replication_node.log.logdir import list_closed_generations
 from tests.cluster_harness import wait_until
-from tests.replication_node.helpers import CorruptingWire, held_for, passive, replayed_through
+from tests.replication_node.helpers import (
+    CorruptingWire,
+    damage_middle_pages,
+    held_for,
+    passive,
+    replayed_through,
+)
 from tests.replication_node.share import start_share
 
 
@@ -334,12 +340,7 @@ async def test_a_copy_damaged_while_stopped_is_never_healthy_and_a_reseed_repair
     await copy.stop()
     # A few bytes changed in b-tree pages in the middle of the stopped copy's file.
     path = copy.paths.database
-    data = bytearray(path.read_bytes())
-    pages = len(data) // 4096
-    assert pages > 8
-    for page in range(pages // 2, pages // 2 + 3):
-        data[page * 4096 : page * 4096 + 8] = b"\xff" * 8
-    path.write_bytes(bytes(data))
+    assert damage_middle_pages(path) > 8
     damaged = passive(share, tmp_path)
     await damaged.start()
     await wait_until(
@@ -413,11 +414,7 @@ async def test_the_background_scrub_finds_a_file_damaged_under_a_running_copy(sh
     conn = sqlite3.connect(copy.paths.database, timeout=30)
     assert conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
     conn.close()
-    with open(copy.paths.database, "r+b") as f:
-        size = f.seek(0, 2)
-        for page in range(size // 4096 // 2, size // 4096 // 2 + 3):
-            f.seek(page * 4096)
-            f.write(b"\xff" * 8)
+    damage_middle_pages(copy.paths.database)
     await clock.advance(24 * 3600)
     await wait_until(
         "the next pass to find it",
