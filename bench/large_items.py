@@ -90,7 +90,7 @@ from replication_node.active.copy import ActiveCopy, CopyPaths  # noqa: E402
 from replication_node.active.instance import ActiveInstance  # noqa: E402
 from replication_node.active.mailbox_store import MailboxStore  # noqa: E402
 from replication_node.http.auth import auth_middleware  # noqa: E402
-from replication_node.interfaces import PassiveSettings  # noqa: E402
+from replication_node.passive.settings import PassiveSettings  # noqa: E402
 from replication_node.log import logstream  # noqa: E402
 from replication_node.log import writer as writer_module  # noqa: E402
 from replication_node.log.logdir import list_closed_generations, write_all  # noqa: E402
