@@ -1,11 +1,13 @@
-"""What the content digest costs (issue 21), in one run:
+"""What the content digest costs (issues 21 and 33), in one run:
 
-- replay: `Database.apply` of the same transactions into a file with the digest triggers and
-  into one without them (the triggers dropped, as a file from before digests had none), in
-  alternating order; the ratio is what the triggers cost each copy's replay and the
-  active's LLR flush (never the commit path: the log is written before either);
-- the triggers with the term replaced by a constant: what SQLite's trigger machinery costs,
-  apart from hashing;
+- replay: `Database.apply` of the same transactions into a fresh file, three ways, in
+  rotating order: as the product does it (`TableWriter` counts each put's term and the term
+  of the live row it replaces, looked up once per mailbox and transaction); with the terms
+  a constant (the lookups and the bookkeeping, no hashing); and without the digest (the
+  rows written as they are, nothing looked up or hashed: what a file from before digests
+  paid).  The digest is kept by `apply` itself since issue 33 (it was SQLite triggers
+  calling a Python function per row); the last two cases patch `storage.tables` in this
+  process only, they are what-ifs, not modes of the product;
 - the full recompute (`Database.recompute_digest`: every live row read and hashed), in MB/s
   of database file and in seconds per 10,000 items, which is what `content_check_every`
   spends every Nth generation and the scrub once a cycle.
@@ -16,18 +18,25 @@
 from __future__ import annotations
 
 import argparse
-import sqlite3
+import contextlib
 import statistics
+import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from replication_node.log.events import Transaction
-from replication_node.log.operations import CreateMailbox, PutItem
-from replication_node.storage import digest as digest_module
-from replication_node.storage.database import Database
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from replication_node.log.events import Transaction  # noqa: E402
+from replication_node.log.operations import CreateMailbox, PutItem  # noqa: E402
+from replication_node.storage import tables  # noqa: E402
+from replication_node.storage.database import Database  # noqa: E402
+
+CASES = ("with the digest", "terms constant", "without the digest")
 
 
 def transactions(items: int, body: int, per_txn: int = 50) -> list[Transaction]:
@@ -52,27 +61,36 @@ def transactions(items: int, body: int, per_txn: int = 50) -> list[Transaction]:
     return txns
 
 
-def fresh(path: Path, digest: bool) -> Database:
+@contextlib.contextmanager
+def case(name: str) -> Iterator[None]:
+    """`storage.tables` as the case has it, for the duration."""
+    saved = tables.item_term_of_hash, tables.body_hash, tables.TableWriter._hold
+    if name == "terms constant":
+        tables.item_term_of_hash = lambda *fields: 1
+        tables.body_hash = lambda body: ""
+    elif name == "without the digest":
+        tables.body_hash = lambda body: ""
+
+        def hold(self: tables.TableWriter, rows: list) -> None:
+            self._puts.extend(rows)
+
+        tables.TableWriter._hold = hold  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        tables.item_term_of_hash, tables.body_hash, tables.TableWriter._hold = saved
+
+
+def replay_seconds(root: Path, txns: list[Transaction], name: str, batch: int = 40) -> float:
+    """Apply `txns` in batches of `batch` into a fresh file, as the case `name` has it."""
+    path = root / f"{uuid.uuid4().hex}.sqlite"
     db = Database.create(path, database_signature=uuid.uuid4(), log_signature=uuid.uuid4())
-    if not digest:
-        db.close()
-        conn = sqlite3.connect(path)
-        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'")]
-        conn.executescript("".join(f"DROP TRIGGER {n};" for n in names))
-        conn.close()
-        db = Database.open(path)  # the digest table is there: the triggers stay dropped
-    return db
-
-
-def replay_seconds(root: Path, txns: list[Transaction], digest: bool, batch: int = 40) -> float:
-    """Apply `txns` in batches into a fresh file, with the digest triggers or without."""
-    path = root / f"{'with' if digest else 'without'}-{uuid.uuid4().hex}.sqlite"
-    db = fresh(path, digest)
-    start = time.perf_counter()
-    for i in range(0, len(txns), batch):
-        chunk = txns[i : i + batch]
-        db.apply(chunk, waypoint=chunk[-1].generation, committed=0, last_log_time=None)
-    seconds = time.perf_counter() - start
+    with case(name):
+        start = time.perf_counter()
+        for i in range(0, len(txns), batch):
+            chunk = txns[i : i + batch]
+            db.apply(chunk, waypoint=chunk[-1].generation, committed=0, last_log_time=None)
+        seconds = time.perf_counter() - start
     db.close()
     return seconds
 
@@ -87,29 +105,22 @@ def main() -> None:
     ops = sum(len(t.ops) for t in txns)
     with tempfile.TemporaryDirectory(dir="var" if Path("var").is_dir() else None) as tmp:
         root = Path(tmp)
-        with_, without = [], []
+        seconds: dict[str, list[float]] = {name: [] for name in CASES}
         for r in range(args.rounds):
-            order = [True, False] if r % 2 == 0 else [False, True]
-            for digest in order:
-                (with_ if digest else without).append(replay_seconds(root, txns, digest))
-        real_term = digest_module.item_term
-        digest_module.item_term = lambda *fields: 1  # the machinery alone
-        try:
-            machinery = statistics.median(
-                replay_seconds(root, txns, True) for _ in range(args.rounds)
-            )
-        finally:
-            digest_module.item_term = real_term
-        w, wo = statistics.median(with_), statistics.median(without)
+            for i in range(len(CASES)):
+                name = CASES[(r + i) % len(CASES)]
+                seconds[name].append(replay_seconds(root, txns, name))
+        w, c, wo = (statistics.median(seconds[name]) for name in CASES)
         print(f"replay of {ops} operations ({args.items} items of {args.body} B, 1/3 replaced)")
         print(f"  without digest: {wo:.2f} s  {ops / wo:,.0f} ops/s")
+        print(f"  terms constant: {c:.2f} s  {ops / c:,.0f} ops/s   ratio {wo / c:.2f}")
         print(f"  with digest:    {w:.2f} s  {ops / w:,.0f} ops/s   ratio {wo / w:.2f}")
         print(
-            f"  triggers, constant term: {machinery:.2f} s: {(machinery - wo) / ops * 1e6:.1f} "
-            f"us/op of machinery, {(w - machinery) / ops * 1e6:.1f} us/op of hashing"
+            f"  {(c - wo) / ops * 1e6:.1f} us/op of lookups and bookkeeping, "
+            f"{(w - c) / ops * 1e6:.1f} us/op of hashing (the body's hash and the row's term)"
         )
         path = root / "recompute.sqlite"
-        db = fresh(path, True)
+        db = Database.create(path, database_signature=uuid.uuid4(), log_signature=uuid.uuid4())
         db.apply(txns, waypoint=txns[-1].generation, committed=0, last_log_time=None)
         size = path.stat().st_size + Path(f"{path}-wal").stat().st_size
         times = []
