@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
-from dag_common.incarnation import EpochRecord
+from dag_common.incarnation import ActivationCause, EpochRecord
 
 
 class EpochEntry(BaseModel):
@@ -130,7 +130,8 @@ class KeptOpenLogAnswer(BaseModel):
 
 
 class ActivationAnswer(BaseModel):
-    """`POST /v1/databases/{db}/activate`: the activation that won."""
+    """`POST /v1/databases/{db}/activate`: the activation that won, as `cluster/activation`
+    returns it: the new epoch, what it lost, and why it was allowed."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -138,7 +139,7 @@ class ActivationAnswer(BaseModel):
     node: str
     epoch: int
     previous_node: str
-    cause: str  # an ActivationCause
+    cause: ActivationCause
     lost_logs: int
     lost_open_log: bool
     lost_commits_at_least: int | None = None
@@ -148,7 +149,9 @@ class ActivationAnswer(BaseModel):
 
 
 class SwitchoverAnswer(BaseModel):
-    """`POST /v1/databases/{db}/switchover`: the role moved, nothing lost."""
+    """`POST /v1/databases/{db}/switchover`: the role moved, nothing lost, as
+    `cluster/switchover` returns it: the new epoch and the last generation the old active
+    closed (the new stream goes on from the next one)."""
 
     model_config = ConfigDict(frozen=True)
 

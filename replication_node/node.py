@@ -17,7 +17,12 @@ from typing import Any
 
 import aiohttp
 
-from dag_common.admin_api import BlockBufferAnswer, LastLogsAnswer
+from dag_common.admin_api import (
+    ActivationAnswer,
+    BlockBufferAnswer,
+    LastLogsAnswer,
+    SwitchoverAnswer,
+)
 from dag_common.clock import Clock
 from dag_common.cluster_store import ActivationCause, ClusterStore
 from dag_common.config import ClusterConfig, load_config
@@ -39,11 +44,11 @@ from replication_node.backup.backup import BackupRequest, run_backup
 from replication_node.backup.client import HttpActiveCalls
 from replication_node.backup.sources import ActiveSource, PassiveSource
 from replication_node.backup.status import with_backups
-from replication_node.cluster.activation import Activation, ActivationResult
+from replication_node.cluster.activation import Activation
 from replication_node.cluster.failover import FailoverMonitor
 from replication_node.cluster.manager import InstanceSpec, desired_spec, plan_instances
 from replication_node.cluster.peers import HttpPeers, PeerProgress, copy_awaiting_logs
-from replication_node.cluster.switchover import Switchover, SwitchoverResult
+from replication_node.cluster.switchover import Switchover
 from replication_node.errors import BadRequest, ClusterStoreError, Conflict, NotFound
 from replication_node.log.operations import BackupKind
 from replication_node.log.truncation import CopyProgress
@@ -323,7 +328,7 @@ class Node:
 
     async def activate(
         self, database: str, target: str, dial_override: AutoDatabaseMountDial | None
-    ) -> ActivationResult:
+    ) -> ActivationAnswer:
         """Mount the copy of `database` on `target` after its active is lost."""
         assert self._activation is not None
         return await self._activation.activate(
@@ -335,7 +340,7 @@ class Node:
             lease_wait=self.config.defaults.lease_ttl.total_seconds() * 1.5,
         )
 
-    async def switchover(self, database: str, target: str) -> SwitchoverResult:
+    async def switchover(self, database: str, target: str) -> SwitchoverAnswer:
         """Move the active copy of `database` to `target` without losing a log."""
         assert self._switchover is not None
         return await self._switchover.switch(database, target)

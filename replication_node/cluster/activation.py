@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from dag_common.admin_api import ActivationAnswer, KeptOpenLogAnswer
 from dag_common.clock import Clock
 from dag_common.cluster_store import ActivationCause, ActiveRecord, ClusterStore
 from dag_common.config import ClusterConfig
@@ -33,32 +33,6 @@ from replication_node.cluster.peers import BlockBufferKept, LastLogsCopied, Peer
 from replication_node.errors import BadRequest, Conflict, LeaseHeld, MountRefused, NotFound
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class KeptOpenLog:
-    """The open log kept from the copy's block-mode buffer: a write at or below this byte of
-    this generation survived even where the open log is counted lost."""
-
-    generation: int
-    through_byte: int
-
-
-@dataclass(frozen=True, slots=True)
-class ActivationResult:
-    """An activation that won: the new epoch, what it lost, and why it was allowed."""
-
-    database: str
-    node: str
-    epoch: int
-    previous_node: str
-    cause: ActivationCause
-    lost_logs: int
-    lost_open_log: bool
-    lost_commits_at_least: int | None
-    kept_open_log: KeptOpenLog | None
-    last_logs: str | None  # what Attempt Copy Last Logs and the block-mode buffer brought
-    reason: str
 
 
 async def active_elsewhere(
@@ -159,7 +133,7 @@ class Activation:
         reports: dict[str, CopyStatusReport | None] | None = None,
         lease_wait: float = 0.0,
         cause: ActivationCause = ActivationCause.MANUAL_ACTIVATION,
-    ) -> ActivationResult:
+    ) -> ActivationAnswer:
         """Make the copy of `database` on `node` active.
 
         `reports`: every copy's status, just gathered by the caller (the failover monitor),
@@ -234,7 +208,9 @@ class Activation:
             reason = f"{said}; {reason}"
             last_logs = f"{last_logs}; {said}" if last_logs else said
             if kept.kept_through is not None:
-                kept_open_log = KeptOpenLog(generation, kept.kept_through)
+                kept_open_log = KeptOpenLogAnswer(
+                    generation=generation, through_byte=kept.kept_through
+                )
             copy = await self._peers.copy_report(node, database)
             if copy is None or (
                 assessment.covered and copy.last_log_inspected < assessment.at_risk.generated
@@ -266,7 +242,7 @@ class Activation:
             reason,
         )
         await self._peers.reconcile_all(database)
-        return ActivationResult(
+        return ActivationAnswer(
             database=database,
             node=node,
             epoch=won.epoch,

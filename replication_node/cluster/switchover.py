@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from dag_common.admin_api import SwitchoverAnswer
 from dag_common.clock import Clock
 from dag_common.cluster_store import ActivationCause, ClusterStore
 from dag_common.config import ClusterConfig
@@ -37,20 +37,6 @@ POLL_INTERVAL = 0.1
 """Seconds between two questions to the target while it catches up."""
 
 
-@dataclass(frozen=True, slots=True)
-class SwitchoverResult:
-    """A switchover that moved the role: the new epoch and the last generation the old
-    active closed (the new stream goes on from the next one).  It loses nothing."""
-
-    database: str
-    node: str
-    epoch: int
-    previous_node: str
-    last_log_generated: int
-    lost_logs: int = 0
-    lost_open_log: bool = False
-
-
 class Switchover:
     """Moves the active role of a database to a passive copy without losing a log;
     Conflict (the old active takes writes again, nothing else changed) if it cannot."""
@@ -70,7 +56,7 @@ class Switchover:
         self._clock = clock
         self._timeout = timeout
 
-    async def switch(self, database: str, node: str) -> SwitchoverResult:
+    async def switch(self, database: str, node: str) -> SwitchoverAnswer:
         """Move the active role of `database` to the copy on `node`."""
         record = await active_elsewhere(self._config(), self._store, database, node)
         copy = await self._peers.copy_report(node, database)
@@ -116,7 +102,7 @@ class Switchover:
             won.epoch,
         )
         await self._peers.reconcile_all(database)
-        return SwitchoverResult(
+        return SwitchoverAnswer(
             database=database,
             node=node,
             epoch=won.epoch,

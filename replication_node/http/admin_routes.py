@@ -3,8 +3,8 @@ actions, activation and switchover, a database's role changes (history), and the
 own admin calls (quiesce, mount, dismount, the hand-over of its last logs).
 
 Thin handlers: the operations themselves live in the node (`NodeApi`), the active instance,
-`cluster/activation.py` and `cluster/switchover.py`; their frozen results become the JSON
-answers here (`activation_answer`, `switchover_answer`).
+`cluster/activation.py` and `cluster/switchover.py`, whose frozen results are the answers'
+models (`dag_common/admin_api.py`), written here as they are.
 """
 
 from __future__ import annotations
@@ -15,21 +15,16 @@ import json
 from aiohttp import web
 
 from dag_common.admin_api import (
-    ActivationAnswer,
     AuditAnswer,
     EpochEntry,
     History,
-    KeptOpenLogAnswer,
     RedeliveryEntry,
-    SwitchoverAnswer,
 )
 from dag_common.credentials import Role
 from dag_common.route_roles import PUBLIC, add_route
 from dag_common.store_api import LogPosition, Rolled
 from replication_node.active.redelivery import describe
 from replication_node.audit import AuditLog
-from replication_node.cluster.activation import ActivationResult
-from replication_node.cluster.switchover import SwitchoverResult
 from replication_node.errors import BadRequest, NotFound
 from replication_node.http.context import (
     NODE,
@@ -103,45 +98,12 @@ async def reconcile(request: web.Request) -> web.Response:
     return web.json_response(node.status().model_dump(mode="json"))
 
 
-def activation_answer(result: ActivationResult) -> ActivationAnswer:
-    """The answer of `POST …/activate` (README: the activation's answer)."""
-    kept = result.kept_open_log
-    return ActivationAnswer(
-        database=result.database,
-        node=result.node,
-        epoch=result.epoch,
-        previous_node=result.previous_node,
-        cause=str(result.cause),
-        lost_logs=result.lost_logs,
-        lost_open_log=result.lost_open_log,
-        lost_commits_at_least=result.lost_commits_at_least,
-        kept_open_log=KeptOpenLogAnswer(generation=kept.generation, through_byte=kept.through_byte)
-        if kept
-        else None,
-        last_logs=result.last_logs,
-        reason=result.reason,
-    )
-
-
-def switchover_answer(result: SwitchoverResult) -> SwitchoverAnswer:
-    """The answer of `POST …/switchover`."""
-    return SwitchoverAnswer(
-        database=result.database,
-        node=result.node,
-        epoch=result.epoch,
-        previous_node=result.previous_node,
-        last_log_generated=result.last_log_generated,
-        lost_logs=result.lost_logs,
-        lost_open_log=result.lost_open_log,
-    )
-
-
 async def activate(request: web.Request) -> web.Response:
     body = parse(ActivateIn, await json_body(request))
     result = await request.app[NODE].activate(
         request.match_info["db"], body.node, body.mount_dial_override
     )
-    return web.json_response(text=activation_answer(result).model_dump_json())
+    return web.json_response(text=result.model_dump_json())
 
 
 async def audit(request: web.Request) -> web.Response:
@@ -187,7 +149,7 @@ async def history(request: web.Request) -> web.Response:
 async def switchover(request: web.Request) -> web.Response:
     body = parse(TargetIn, await json_body(request))
     result = await request.app[NODE].switchover(request.match_info["db"], body.target)
-    return web.json_response(text=switchover_answer(result).model_dump_json())
+    return web.json_response(text=result.model_dump_json())
 
 
 async def quiesce(request: web.Request) -> web.Response:

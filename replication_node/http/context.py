@@ -15,7 +15,12 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from dag_common.admin_api import BlockBufferAnswer, LastLogsAnswer
+from dag_common.admin_api import (
+    ActivationAnswer,
+    BlockBufferAnswer,
+    LastLogsAnswer,
+    SwitchoverAnswer,
+)
 from dag_common.api_types import NAME_PATTERN
 from dag_common.config import ClusterConfig
 from dag_common.http_body import SMALL_BODY, BodyLimit, body_text, parse_json, read_body
@@ -23,8 +28,6 @@ from dag_common.model import AutoDatabaseMountDial, NodeStatus
 from replication_node.active.copy import ActiveCopy
 from replication_node.active.instance import ActiveInstance
 from replication_node.active.mailbox_store import MailboxStore
-from replication_node.cluster.activation import ActivationResult
-from replication_node.cluster.switchover import SwitchoverResult
 from replication_node.errors import BadRequest, LogStreamStopped, NotActive, NotFound
 from replication_node.interfaces import HostedCopy
 from replication_node.storage.reader import MailboxReader
@@ -58,9 +61,9 @@ class NodeApi(Protocol):
 
     async def activate(
         self, database: str, target: str, dial_override: AutoDatabaseMountDial | None
-    ) -> ActivationResult: ...
+    ) -> ActivationAnswer: ...
 
-    async def switchover(self, database: str, target: str) -> SwitchoverResult: ...
+    async def switchover(self, database: str, target: str) -> SwitchoverAnswer: ...
 
     async def copy_last_logs(self, database: str) -> LastLogsAnswer: ...
 

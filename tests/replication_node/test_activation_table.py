@@ -13,14 +13,13 @@ from dataclasses import dataclass
 
 import pytest
 
+from dag_common.admin_api import ActivationAnswer, KeptOpenLogAnswer, SwitchoverAnswer
 from dag_common.clock import ManualClock
 from dag_common.cluster_store import ActivationCause
 from dag_common.model import AutoDatabaseMountDial, CopyRole, CopyStatus
-from replication_node.cluster.activation import Activation, ActivationResult, KeptOpenLog
+from replication_node.cluster.activation import Activation
 from replication_node.cluster.peers import BlockBufferKept, LastLogsCopied
-from replication_node.cluster.switchover import SwitchoverResult
 from replication_node.errors import BadRequest, Conflict, LeaseHeld, MountRefused, NotFound
-from replication_node.http.admin_routes import activation_answer, switchover_answer
 from replication_node.log.logfile import HEADER_SIZE
 from tests.replication_node.fake_peers import (
     TTL,
@@ -242,7 +241,7 @@ async def test_a_generation_a_copy_heard_of_counts_though_the_store_missed_it(
 async def test_the_answer_of_a_won_activation(tmp_path, store, clock):
     peers = FakePeers(lost_active())
     result = await drive(clock, activation(tmp_path, store, peers, clock).activate("DB1", "b"))
-    assert result == ActivationResult(
+    assert result == ActivationAnswer(
         database="DB1",
         node="b",
         epoch=2,
@@ -312,7 +311,7 @@ async def test_two_activations_at_once_exactly_one_wins(tmp_path, store, clock):
     answers = await asyncio.gather(
         act.activate("DB1", "b"), act.activate("DB1", "c"), return_exceptions=True
     )
-    won = [a for a in answers if isinstance(a, ActivationResult)]
+    won = [a for a in answers if isinstance(a, ActivationAnswer)]
     lost = [a for a in answers if isinstance(a, Conflict)]
     assert len(won) == 1 and len(lost) == 1, answers
     assert "changed meanwhile; nothing was done" in str(lost[0])
@@ -406,7 +405,7 @@ async def test_the_block_mode_buffer_is_kept_and_recorded_in_the_epoch(tmp_path,
     peers.buffer_brings = {"b": report("b", inspected=11)}
     result = await drive(clock, activation(tmp_path, store, peers, clock).activate("DB1", "b"))
     said = "its block-mode buffer kept as generation 11 through byte 4800"
-    assert result.kept_open_log == KeptOpenLog(generation=11, through_byte=4800)
+    assert result.kept_open_log == KeptOpenLogAnswer(generation=11, through_byte=4800)
     assert result.last_logs == said and result.reason.startswith(said + "; 1 log(s) lost")
     assert (result.lost_logs, result.lost_open_log) == (1, True)
     assert (await epochs(store))[-1][4:] == (1, 12, 4800)
@@ -466,7 +465,7 @@ async def test_a_covering_buffer_that_is_not_kept_refuses_the_activation(tmp_pat
 
 def test_the_routes_answer_the_documented_json_of_a_result():
     """`POST …/activate` and `…/switchover` answer the fields operators script against."""
-    result = ActivationResult(
+    result = ActivationAnswer(
         database="DB1",
         node="b",
         epoch=2,
@@ -475,11 +474,11 @@ def test_the_routes_answer_the_documented_json_of_a_result():
         lost_logs=1,
         lost_open_log=True,
         lost_commits_at_least=3,
-        kept_open_log=KeptOpenLog(generation=11, through_byte=4800),
+        kept_open_log=KeptOpenLogAnswer(generation=11, through_byte=4800),
         last_logs="its block-mode buffer kept as generation 11 through byte 4800",
         reason="why",
     )
-    assert json.loads(activation_answer(result).model_dump_json()) == {
+    assert json.loads(result.model_dump_json()) == {
         "database": "DB1",
         "node": "b",
         "epoch": 2,
@@ -492,10 +491,10 @@ def test_the_routes_answer_the_documented_json_of_a_result():
         "last_logs": "its block-mode buffer kept as generation 11 through byte 4800",
         "reason": "why",
     }
-    switched = SwitchoverResult(
+    switched = SwitchoverAnswer(
         database="DB1", node="b", epoch=3, previous_node="a", last_log_generated=7
     )
-    assert json.loads(switchover_answer(switched).model_dump_json()) == {
+    assert json.loads(switched.model_dump_json()) == {
         "database": "DB1",
         "node": "b",
         "epoch": 3,

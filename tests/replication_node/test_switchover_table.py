@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from dag_common.admin_api import SwitchoverAnswer
 from dag_common.clock import ManualClock
 from dag_common.cluster_store import ActivationCause
 from dag_common.model import CopyRole, CopyStatus
@@ -16,7 +17,6 @@ from replication_node.cluster.switchover import (
     CATCH_UP_TIMEOUT,
     TARGET_SILENT_ABANDON,
     Switchover,
-    SwitchoverResult,
 )
 from replication_node.errors import Conflict
 from tests.replication_node.fake_peers import FakePeers, config, drive, report, store_with_active
@@ -72,7 +72,7 @@ async def test_the_role_moves_once_the_target_replayed_the_last_generation(tmp_p
     result = await drive(
         clock, switchover(tmp_path, store, peers, clock).switch("DB1", "b"), on_tick=catch_up
     )
-    assert result == SwitchoverResult(
+    assert result == SwitchoverAnswer(
         database="DB1", node="b", epoch=2, previous_node="a", last_log_generated=7
     )
     assert (result.lost_logs, result.lost_open_log) == (0, False)
