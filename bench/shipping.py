@@ -8,7 +8,8 @@ One run, one process, three parts:
 1. In process: an `ActiveInstance` (1 MiB logs, LLR depth 10, no truncation) serves its log
    share on loopback (aiohttp, token middleware); a passive copy is seeded from it before any
    write, so it starts at waypoint 0.  `--mb` MiB of log records are written (200 items of
-   ~1 KB per transaction, 8 concurrent writers) and the log is rolled.
+   ~1 KB per transaction, 8 concurrent writers), the log is rolled, and the active's LLR
+   flush that the roll starts is waited for (both sides of (a) then meet a quiet disk).
    (a) copy + inspect: a `Copier`, wired as `PassiveCopy` wires it, pulls every closed
        generation over HTTP, writes and fsyncs it, inspects it and moves it into the log
        directory; MB/s of closed log bytes, beside `pull_baseline` (GET + CRC32C + fsync per
@@ -165,6 +166,9 @@ async def in_process(base: Path, mb: int) -> None:
         await asyncio.gather(*(writer() for _ in range(LOCAL_WRITERS)))
         await instance.copy.roll(force=True)
         write_time = time.perf_counter() - start
+        # The active's LLR writes its last generations into its file after the roll: (a)
+        # and its pull baseline both start once it is done, on the same quiet disk.
+        await instance.copy.llr_settled()
         gens = list_closed_generations(instance.paths.logs)
         files = [instance.paths.logs / closed_log_name(g) for g in gens]
         size = sum(f.stat().st_size for f in files)

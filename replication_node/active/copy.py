@@ -319,9 +319,14 @@ class ActiveCopy:
     async def crash_close(self) -> None:
         """Stop without a clean shutdown (tests, and a node that must stop fast)."""
         await self.stream.close()
+        await self.llr_settled()
+        self.db.close()
+
+    async def llr_settled(self) -> None:
+        """Return once the LLR flushes that the rolls so far started have ended (each one
+        reports its own failure; none is raised here)."""
         if self._flush_tasks:
             await asyncio.gather(*self._flush_tasks, return_exceptions=True)
-        self.db.close()
 
     # ---- reads (database file merged with the overlay) -----------------------------------
 
