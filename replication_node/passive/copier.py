@@ -354,18 +354,26 @@ class Copier:
                     await self._commit(staged)  # what passed inspection before the outage counts
                     raise
                 await self._commit(staged)
-        finally:
+        finally:  # the fetches run ahead and not inspected: their files go
             for fetch in fetches.values():
                 fetch.cancel()
-            await asyncio.gather(*fetches.values(), return_exceptions=True)
+            for done in await asyncio.gather(*fetches.values(), return_exceptions=True):
+                if isinstance(done, tuple):
+                    done[1].unlink(missing_ok=True)
 
     async def _fetch_written(self, generation: int) -> tuple[bytes, Path]:
         """A closed generation fetched and written into Inspector: the fetches of a window
-        write their files side by side (their fsyncs overlap), inspection follows in order."""
+        write their files side by side (their fsyncs overlap), inspection follows in order.
+        Cancelled while its file is being written, the file goes once it is."""
         data = await self._fetch(generation)
         if self._metrics is not None:
             self._metrics.copied(len(data))
-        return data, await asyncio.to_thread(self._write, generation, data)
+        write = asyncio.ensure_future(asyncio.to_thread(self._write, generation, data))
+        try:
+            return data, await asyncio.shield(write)
+        except asyncio.CancelledError:
+            write.add_done_callback(_drop_written)
+            raise
 
     async def _fetch(self, generation: int) -> bytes:
         """A closed generation: as block mode received it, else from the active's share."""
@@ -555,3 +563,9 @@ class Copier:
             if superseded is not None:
                 name = closed_log_name(generation) if superseded.whole else OPEN_LOG_NAME
                 (self._paths.ignored / OUT_OF_DATE_DIR / name).unlink(missing_ok=True)
+
+
+def _drop_written(write: asyncio.Future[Path]) -> None:
+    """Delete the file a cancelled fetch wrote into Inspector (if it got that far)."""
+    if not write.cancelled() and write.exception() is None:
+        write.result().unlink(missing_ok=True)

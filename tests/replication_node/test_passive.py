@@ -10,6 +10,7 @@ import pytest
 
 from dag_common.clock import ManualClock
 from dag_common.model import CopyStatus
+from replication_node.errors import LogShareError
 from replication_node.log.logdir import list_closed_generations
 from tests.cluster_harness import wait_until
 from tests.replication_node.helpers import (
@@ -260,6 +261,51 @@ async def test_a_generation_damaged_on_the_wire_is_set_aside_and_copied_again(sh
         "E00000002.log.1"
     ]
     assert len(copy.reader().items("m")) == 30
+    await copy.stop()
+
+
+class OutageWire:
+    """The real HTTP source, failing the first transfer of one generation (a cut)."""
+
+    def __init__(self, source, generation: int) -> None:
+        self._source = source
+        self._generation = generation
+        self.fetched: list[int] = []
+
+    def __getattr__(self, name):
+        return getattr(self._source, name)
+
+    async def fetch(self, generation: int) -> bytes:
+        self.fetched.append(generation)
+        if generation == self._generation and self.fetched.count(generation) == 1:
+            raise LogShareError(f"transfer of generation {generation} cut")
+        return await self._source.fetch(generation)
+
+
+async def test_a_cut_in_the_middle_of_a_window_leaves_nothing_behind_in_inspector(share, tmp_path):
+    """The copier fetches a window ahead of inspection: the generations fetched and written
+    past a transfer that failed are dropped with it (copied again after the retry), and
+    none of their files stays in Inspector."""
+    await share.write(0, 10)
+    first = await share.roll()
+    seeded = passive(share, tmp_path)
+    await seeded.start()
+    await wait_until("replay", replayed_through(seeded, first))
+    await seeded.stop()
+    for i in range(1, 8):  # while the copy is stopped: one pass copies them all
+        await share.write(i * 10, 10)
+        await share.roll()
+    last = share.active.last_log_generated
+    wire = OutageWire(share.source(), last - 3)
+    copy = passive(share, tmp_path, source=wire)
+    await copy.start()
+    await wait_until("replay", replayed_through(copy, last))
+    cut = wire.fetched.index(last - 3)
+    assert last - 2 in wire.fetched[cut:], f"no fetch ahead of the cut: {wire.fetched}"
+    assert wire.fetched.count(last - 3) == 2
+    assert copy.status().status is CopyStatus.HEALTHY
+    assert list(copy.paths.inspector.iterdir()) == []
+    assert len(copy.reader().items("m")) == 80
     await copy.stop()
 
 
