@@ -28,6 +28,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -53,7 +55,7 @@ def transactions(items: int, body: int, per_txn: int = 50) -> list[Transaction]:
     for first in range(0, items, 3 * per_txn):
         cn += 1
         again = tuple(
-            op._replace(body="y" * body, cn=cn)
+            msgspec.structs.replace(op, body="y" * body, cn=cn)
             for op in txns[1 + first // per_txn].ops[: per_txn // 3]
             if isinstance(op, PutItem)
         )

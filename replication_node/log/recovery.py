@@ -25,9 +25,15 @@ from replication_node.errors import LogFormatError, LogRecordError, RecoveryErro
 from replication_node.log import logfile
 from replication_node.log.events import Transaction
 from replication_node.log.logdir import list_closed_generations
-from replication_node.log.logfile import OPEN_LOG_NAME, LogHeader, RecordType, ScanResult
-from replication_node.log.operations import MalformedOperation, decode_record_ops
+from replication_node.log.logfile import OPEN_LOG_NAME, LogHeader, LogRecord, RecordType, ScanResult
+from replication_node.log.operations import (
+    MalformedOperation,
+    Operation,
+    decode_payload,
+    decode_record_ops,
+)
 from replication_node.log.spanning import (
+    BLOBS_KEY,
     BlobId,
     BodyReader,
     PendingBlob,
@@ -195,23 +201,32 @@ def transactions_of(result: ScanResult, reader: BodyReader | None = None) -> lis
     out = []
     for rec in result.records:
         if rec.type is RecordType.TRANSACTION:
-            raw, refs = decode_transaction(rec)
-            bodies: list[str] = []
-            if refs:
-                if reader is None:
-                    raise LogRecordError(
-                        f"generation {rec.generation} offset {rec.offset}: commits a staged "
-                        "body, read without the log it was staged in"
-                    )
-                bodies = reader.bodies(refs, rec.generation)
             try:
-                ops = decode_record_ops(raw, bodies)
+                ops = (
+                    _staged_ops(rec, reader)
+                    if BLOBS_KEY in rec.payload
+                    else decode_payload(rec.payload)  # nearly every record: one pass, typed
+                )
             except MalformedOperation as exc:
                 raise LogRecordError(
                     f"generation {rec.generation} offset {rec.offset}: malformed operation: {exc}"
                 ) from exc
             out.append(Transaction(rec.generation, rec.offset, rec.commit_time, ops))
     return out
+
+
+def _staged_ops(rec: LogRecord, reader: BodyReader | None) -> tuple[Operation, ...]:
+    """The operations of a record that commits staged bodies, each body read back whole."""
+    raw, refs = decode_transaction(rec)
+    bodies: list[str] = []
+    if refs:
+        if reader is None:
+            raise LogRecordError(
+                f"generation {rec.generation} offset {rec.offset}: commits a staged "
+                "body, read without the log it was staged in"
+            )
+        bodies = reader.bodies(refs, rec.generation)
+    return decode_record_ops(raw, bodies)
 
 
 def _transactions(result: ScanResult, reader: BodyReader) -> list[Transaction]:

@@ -66,7 +66,7 @@ _ID = struct.Struct(">II")
 _PART = struct.Struct(">III")
 # The key a commit names its staged bodies by; a body's text holding it is escaped (`\"`),
 # so in a commit record it is only ever the key.
-_BLOBS_KEY = b'"blobs":'
+BLOBS_KEY = b'"blobs":'
 # What a PART record costs beyond its bytes.
 PART_OVERHEAD = FRAME_OVERHEAD + _PART.size
 
@@ -268,7 +268,7 @@ def track(result: ScanResult, before: Pending | None) -> GenerationSpans:
                 raise LogRecordError(f"{where}: ABORT of body {blob}, which is not pending")
             aborted.append(blob)
         elif rec.type is RecordType.TRANSACTION:
-            if _BLOBS_KEY not in rec.payload:  # most commits stage nothing: no JSON parse
+            if BLOBS_KEY not in rec.payload:  # most commits stage nothing: no JSON parse
                 continue
             _, refs = decode_transaction(rec)
             for ref in refs:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+import msgspec
 import pytest
 
 from dag_common.clock import ManualClock, SystemClock
@@ -181,7 +182,7 @@ async def test_numbers_refused_as_too_large_are_taken_back(tmp_path):
     copy = await mount(tmp_path, log_file_size=4096)
     first = copy.next_change_number()
     numbers = [copy.next_change_number() for _ in range(3)]
-    big = [op(0, 5000)[0]._replace(cn=n) for n in numbers]
+    big = [msgspec.structs.replace(op(0, 5000)[0], cn=n) for n in numbers]
     with pytest.raises(TransactionTooLarge):
         await copy.commit(big)
     assert copy.next_change_number() == first + 1, "every number handed out is in the log"

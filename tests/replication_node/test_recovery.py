@@ -82,8 +82,8 @@ async def test_torn_tail_is_cut_and_reported(tmp_path):
 @pytest.mark.parametrize(
     ("op", "why"),
     [
-        ({"op": "put_item", "mailbox": "m", "cn": 99, "folder": "Inbox"}, "put_item: no item_id"),
-        ({"op": "drop_table", "mailbox": "m", "cn": 99}, "unknown operation 'drop_table'"),
+        ({"op": "put_item", "mailbox": "m", "cn": 99, "folder": "Inbox"}, "field `item_id`"),
+        ({"op": "drop_table", "mailbox": "m", "cn": 99}, "Invalid value 'drop_table'"),
     ],
 )
 async def test_a_forged_operation_with_a_valid_checksum_stops_recovery_naming_it(tmp_path, op, why):
@@ -96,7 +96,7 @@ async def test_a_forged_operation_with_a_valid_checksum_stops_recovery_naming_it
     offset = e00.stat().st_size
     with open(e00, "ab") as f:
         f.write(logfile.encode_transaction([op], created))
-    with pytest.raises(RecoveryError, match=f"offset {offset}: malformed operation: {why}"):
+    with pytest.raises(RecoveryError, match=f"offset {offset}: malformed operation: .*{why}"):
         await mount(tmp_path, create=False, log_file_size=16 * 1024)
 
 
