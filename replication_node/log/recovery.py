@@ -202,11 +202,15 @@ def transactions_of(result: ScanResult, reader: BodyReader | None = None) -> lis
     for rec in result.records:
         if rec.type is RecordType.TRANSACTION:
             try:
-                ops = (
-                    _staged_ops(rec, reader)
-                    if BLOBS_KEY in rec.payload
-                    else decode_payload(rec.payload)  # nearly every record: one pass, typed
-                )
+                try:  # nearly every record: one pass, typed
+                    ops = decode_payload(rec.payload)
+                except MalformedOperation:
+                    # One that commits staged bodies has fields the one pass refuses (its
+                    # "blobs", its puts' "body_blob"): read the slow way; any other stays
+                    # refused, by the slow way's own checks.
+                    if BLOBS_KEY not in rec.payload:
+                        raise
+                    ops = _staged_ops(rec, reader)
             except MalformedOperation as exc:
                 raise LogRecordError(
                     f"generation {rec.generation} offset {rec.offset}: malformed operation: {exc}"
