@@ -90,13 +90,13 @@ from replication_node.active.copy import ActiveCopy, CopyPaths  # noqa: E402
 from replication_node.active.instance import ActiveInstance  # noqa: E402
 from replication_node.active.mailbox_store import MailboxStore  # noqa: E402
 from replication_node.http.auth import auth_middleware  # noqa: E402
-from replication_node.interfaces import PassiveSettings  # noqa: E402
 from replication_node.log import logstream  # noqa: E402
 from replication_node.log import writer as writer_module  # noqa: E402
 from replication_node.log.logdir import list_closed_generations, write_all  # noqa: E402
 from replication_node.log.logfile import closed_log_name  # noqa: E402
 from replication_node.log.writer import OpenLogWriter  # noqa: E402
 from replication_node.passive.copy import PassiveCopy  # noqa: E402
+from replication_node.passive.settings import PassiveSettings  # noqa: E402
 from replication_node.shipping.logshare import add_log_share_routes  # noqa: E402
 from replication_node.shipping.logshare_client import HttpLogSource  # noqa: E402
 from replication_node.storage.database import Database  # noqa: E402
