@@ -6,9 +6,10 @@ its header, fsync'd, renamed and the directory fsync'd (`create_open_log`).  At 
 next one is a file prepared ahead of time (`prepare_open_log`, off the commit path: created
 with a `PreparedHeader`, fsync'd) and installed by `install_prepared`: its real header
 written over the prepared one, the closed generation renamed, the prepared file renamed
-E00.log, one directory fsync for both renames.  Every write is written whole or raises.
-Before recovery looks, `finish_interrupted_roll` finishes a roll a crash cut between its
-CLOSE record and the rename, and removes prepared files never installed.
+E00.log (the writer fsyncs the directory once for both, before anything depends on them).
+Every write is written whole or raises.  Before recovery looks, `finish_interrupted_roll`
+finishes a roll a crash cut between its CLOSE record and the rename, and removes prepared
+files never installed.
 """
 
 from __future__ import annotations
@@ -131,28 +132,31 @@ def install_prepared(
 ) -> None:
     """The roll's file steps once the CLOSE record is durable: the prepared file at `path`
     (write fd `fd`) becomes E00.log for `header`, the old E00.log closed generation
-    `closed_generation`.
+    `closed_generation`.  Nothing here is fsync'd: the writer makes the two renames durable
+    (one directory fsync) before it answers anything or hands the copies any byte of the new
+    generation, and the header with the new E00.log's first fsync (`writer.py`).
 
-    Why this order is safe at every instant (the crash states, `tests/.../test_recovery.py`):
-    1. `header` and `first` (the CARRIED record) are written over the prepared header, not
-       fsync'd: they become durable with the new E00.log's first fsync (its first batch, or
-       the writer's own fsync when a batch ends with the roll), which comes before any
-       record in it is acknowledged.  Until then a power loss may leave the prepared header:
-       recovery knows that nothing in such a file was acknowledged.
-    2. E00.log is renamed to its generation's name, and 3. the prepared file to E00.log.
-    4. One directory fsync makes both renames durable.  A kill -9 leaves the kernel's view,
-       a prefix of these steps.  A power loss leaves a prefix too: the file systems the log
-       is meant for (ext4, XFS: a journal that commits metadata operations in the order they
-       were made) never make the second rename durable without the first.  Were one to, the
-       closed generation would be missing below E00.log, and recovery stops there with
-       RecoveryError (a gap, or a prepared file for the wrong generation): never silent.
-    Nothing is acknowledged between 1 and 4: the roll is inside one batch, answered after.
+    The steps, and why each crash state is one recovery knows (`tests/replication_node/
+    test_prepared_roll.py` builds each):
+    1. `header` and `first` (the CARRIED record) are written over the prepared header.  Until
+       the new E00.log is fsync'd a power loss may leave the prepared header there; nothing
+       in such a file was acknowledged (the fsync that would have made a record in it
+       durable makes the header durable too), and recovery replaces it.
+    2. E00.log is renamed to its generation's name, and 3. the prepared file to E00.log.  A
+       kill -9 leaves the kernel's view, a prefix of these steps.  A power loss before the
+       directory fsync leaves a prefix too on the file systems the log is meant for (ext4,
+       XFS: a journal that commits metadata operations in the order they were made): no
+       E00.log beside the closed generation, or E00.log still the closed generation (the
+       roll is finished on open); the prepared file, whatever it holds, was never part of
+       the log anyone was told of, and is removed.  Were a file system to make the second
+       rename durable without the first, the closed generation would be missing below
+       E00.log and recovery stops with RecoveryError (a gap, or a prepared file for the
+       wrong generation): never silently.
     """
     os.lseek(fd, 0, os.SEEK_SET)
     write_all(fd, header.encode() + first)
     os.replace(log_dir / OPEN_LOG_NAME, log_dir / closed_log_name(closed_generation))
     os.replace(path, log_dir / OPEN_LOG_NAME)
-    fsync_dir(log_dir)
 
 
 def remove_prepared(log_dir: Path) -> list[str]:

@@ -5,23 +5,28 @@ records are appended, the log is rolled when the next record would not fit (or o
 and the batch is fsync'd once.
 
 The roll: append the CLOSE record (after the DIGEST record, when the active has one) and
-fsync E00.log; then install the file prepared for the next generation
-(`logdir.install_prepared`: its header and CARRIED record written over its prepared header,
-E00.log renamed to its generation name, the prepared file renamed E00.log, one directory
-fsync).  The new header is made durable by the next fsync of the new E00.log: the next
-batch's, when a staged body goes on writing into it (its block for the copies in block mode
-is held back until then), otherwise this batch's own, before anything is answered.
+fsync E00.log; fsync the directory if the last roll's renames are not durable yet; then
+install the file prepared for the next generation (`logdir.install_prepared`: its header and
+CARRIED record written over its prepared header, E00.log renamed to its generation name, the
+prepared file renamed E00.log).  Those renames and the new header are made durable before
+anything depends on them: before a batch answers a request or hands the copies in block mode
+a byte of the new generation, the directory is fsync'd (once, for both renames) and the new
+E00.log too.  A batch that ends with the roll while a staged body goes on into the new
+generation in the next batch answers nothing of it: its header's block is held back, and the
+next batch's fsync, or the next roll's (the CLOSE record's fsync, then the directory's,
+which on ext4 finds the renames already committed by the first), makes them durable.  So an
+8 MiB body staged across nine generations costs a data fsync and a directory fsync at each.
 
 Why a prepared file: creating the next E00.log durably at the roll (a temp file written,
-fsync'd, renamed, the directory fsync'd again) took a third of an 8 MiB item's commit on
-the bench's disk, eight rolls an item at the seeds' 1 MiB generations (bench/README.md,
-large_items).  Its header's creation time and CARRIED record are known only at the roll,
-but the file itself is not: a helper thread creates it, with a `PreparedHeader` naming the
-generation and stream it is for, and fsyncs it while the current generation fills.  The
-roll then costs two fsyncs (CLOSE, the directory) instead of four and no file creation.  A
-crash at any step leaves states recovery knows (`logdir.finish_interrupted_roll`,
-`recovery.plan_recovery`): a stray prepared file is removed (it never held a record); an
-E00.log still carrying the prepared header held nothing acknowledged and is replaced.
+fsync'd, renamed, the directory fsync'd again, after the closed generation's rename and its
+own directory fsync) took a third of an 8 MiB item's commit on the bench's disk, eight rolls
+an item at the seeds' 1 MiB generations (bench/README.md, large_items).  Its header's
+creation time and CARRIED record are known only at the roll, but the file itself is not: a
+helper thread creates it, with a `PreparedHeader` naming the generation and stream it is
+for, and fsyncs it while the current generation fills.  A crash at any step leaves states
+recovery knows (`logdir.finish_interrupted_roll`, `recovery.plan_recovery`): a stray
+prepared file is removed (nothing in it was acknowledged or sent to a copy); an E00.log
+still carrying the prepared header held nothing acknowledged and is replaced.
 Not done: preallocating the file's blocks (`fallocate`) so that fsyncs could be
 `fdatasync`s: the log's files end where their records end (a closed generation proves it
 is whole by its CLOSE record at end of file), so every append changes the file's size, which
@@ -54,6 +59,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dag_common.clock import Clock
+from dag_common.durable import fsync_dir
 from dag_common.model import Lsn, RollCause
 from replication_node.errors import LogSequenceError, StagedBodyLost
 from replication_node.log import logfile, spanning
@@ -188,6 +194,8 @@ class OpenLogWriter:
         # is durable), and its header's block, held back from block mode until it is.
         self._header_durable = True
         self._held: list[Block] = []
+        # Whether the last roll's renames wait for a directory fsync.
+        self._dir_dirty = False
         # The file prepared for the next generation (`_prepare_next`): its fd and path.
         self._prepared: Future[tuple[int, Path]] | None = None
         self._prepare_next()
@@ -325,6 +333,7 @@ class OpenLogWriter:
             raise
         self._fd = fd
         self._header_durable = False
+        self._dir_dirty = True
         self._prepare_next()
 
     def _take_prepared(self) -> tuple[int, Path]:
@@ -431,17 +440,20 @@ class OpenLogWriter:
             events.append(self.roll(RollCause.SIZE))
         elif wrote:
             self.fsync()
-        if not self._header_durable:
-            # The batch ended with a roll.  While a staged body goes on in the next batch,
-            # whose fsync (or roll) makes the new header durable anyway, its block waits for
-            # that; otherwise the header is made durable now, as a roll always left it.
-            if any(r is UNFINISHED for r in results):
-                header_block = self.blocks.pop()
-                assert header_block.generation == self.header.generation
-                assert header_block.offset == 0
-                self._held = [header_block]
-            else:
+        if not self._header_durable and any(r is UNFINISHED for r in results):
+            # The batch ended with a roll, and a staged body goes on into the new generation
+            # in the next batch: nothing of the new generation is answered or sent to the
+            # copies now (its header's block waits), so its header and its renames are made
+            # durable by the next batch's fsyncs, not by two more here.
+            header_block = self.blocks.pop()
+            assert header_block.generation == self.header.generation
+            assert header_block.offset == 0
+            self._held = [header_block]
+        else:
+            if not self._header_durable:
                 self.fsync()
+            if self._dir_dirty:
+                self.fsync_dir()
         return results, events, touched
 
     def _stage(
@@ -507,6 +519,11 @@ class OpenLogWriter:
         self.fsyncs += 1
         self._header_durable = True
 
+    def fsync_dir(self) -> None:
+        """fsync the log directory: the last roll's renames are durable (worker thread)."""
+        fsync_dir(self.log_dir)
+        self._dir_dirty = False
+
     def roll(self, cause: RollCause) -> ClosedGeneration:
         """Close E00.log as its generation and open the next one, which carries the staged
         bodies still pending (worker thread)."""
@@ -519,6 +536,10 @@ class OpenLogWriter:
         self.blocks.append(Block(self.header.generation, self._offset, last, closed=True))
         os.close(self._fd)
         self._fd = -1  # closed: a roll that fails from here on leaves nothing to close
+        if self._dir_dirty:
+            # The last roll's renames, before this one's: the generation closed here was
+            # installed by them, and its blocks go to the copies with this batch.
+            self.fsync_dir()
         closed = self.header
         self.header = LogHeader(
             generation=closed.generation + 1,

@@ -30,6 +30,7 @@ from replication_node.active.handover import last_logs_on_disk
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.errors import LogHeaderError, RecoveryError
 from replication_node.log import logdir, logfile, logstream
+from replication_node.log.events import Transaction
 from replication_node.log.logfile import (
     HEADER_SIZE,
     OPEN_LOG_NAME,
@@ -193,41 +194,88 @@ async def test_a_roll_whose_prepared_file_failed_prepares_it_itself(tmp_path, mo
     await copy.crash_close()
 
 
-async def test_block_mode_gets_a_new_generations_header_only_once_it_is_durable(
-    tmp_path, monkeypatch
-):
-    """A staged body that fills a generation ends its batch with the roll, and the next
-    batch goes on in the new one: its header is not fsync'd by the first, so its block waits
-    for the second's fsync; a batch that answers a request leaves it durable."""
-    monkeypatch.setattr(logstream, "STAGE_SLICE_IDLE", SIZE)
-    copy = await mount(tmp_path, log_file_size=SIZE)
-    await MailboxStore(copy).create_mailbox("m")
-    stream, writer = copy.stream, copy.stream._file
-    published: list[tuple[int, int]] = []
-    real_publish = stream.feed.publish
-    real_fsync = writer.fsync
-    synced: set[int] = set()
+def watch_durability(monkeypatch, copy) -> dict[str, set[int]]:
+    """Which generations' headers an fsync of E00.log, and whose installs (the renames of
+    the roll that opened them) a directory fsync, made durable, as the writer goes."""
+    writer = copy.stream._file
+    seen = {"header": {writer.header.generation}, "installed": {writer.header.generation}}
+    waiting: set[int] = set()
+    real_fsync, real_fsync_dir, real_open_next = writer.fsync, writer.fsync_dir, writer._open_next
 
     def fsync() -> None:
         real_fsync()
-        synced.add(writer.header.generation)  # what an fsync of E00.log made durable
+        seen["header"].add(writer.header.generation)
+
+    def fsync_dir() -> None:
+        real_fsync_dir()
+        seen["installed"].update(waiting)
+        waiting.clear()
+
+    def open_next(closed: int, carried: bytes) -> None:
+        real_open_next(closed, carried)
+        waiting.add(writer.header.generation)
+
+    monkeypatch.setattr(writer, "fsync", fsync)
+    monkeypatch.setattr(writer, "fsync_dir", fsync_dir)
+    monkeypatch.setattr(writer, "_open_next", open_next)
+    return seen
+
+
+async def test_block_mode_gets_a_new_generation_only_once_it_is_durable(tmp_path, monkeypatch):
+    """A staged body that fills a generation ends its batch with the roll, and the next
+    batch goes on in the new one: its header and renames are not made durable by the first,
+    so its header's block waits for the second; a batch that answers a request leaves it
+    all durable."""
+    monkeypatch.setattr(logstream, "STAGE_SLICE_IDLE", SIZE)
+    copy = await mount(tmp_path, log_file_size=SIZE)
+    await MailboxStore(copy).create_mailbox("m")
+    stream = copy.stream
+    seen = watch_durability(monkeypatch, copy)
+    published: list[tuple[int, int]] = []
+    real_publish = stream.feed.publish
 
     async def publish(blocks):
         for block in blocks:
+            assert block.generation in seen["installed"], f"{block.generation}'s renames"
             if block.offset == 0:
-                assert block.generation in synced, f"header of {block.generation} not durable"
+                assert block.generation in seen["header"], f"header of {block.generation}"
             published.append((block.generation, block.offset))
         await real_publish(blocks)
 
-    monkeypatch.setattr(writer, "fsync", fsync)
     monkeypatch.setattr(stream.feed, "publish", publish)
     first = stream.generation
     await copy.stage(text_body(5 * SIZE).encode())
     headers = [g for g, offset in published if offset == 0]
     assert headers == list(range(first + 1, stream.generation + 1))
     assert published == sorted(published), "blocks in log order"
-    await copy.roll(force=True)  # a roll alone answers: its new header is durable at once
+    await copy.roll(force=True)  # a roll alone answers: the new generation is durable at once
     assert (stream.generation, 0) in published
+    assert stream.generation in seen["installed"]
+    await copy.crash_close()
+
+
+async def test_commits_beside_a_staged_body_are_answered_only_in_durable_generations(
+    tmp_path, monkeypatch
+):
+    copy = await mount(tmp_path, log_file_size=SIZE)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    seen = watch_durability(monkeypatch, copy)
+    answered: list[int] = []
+
+    def on_event(event) -> None:  # before any commit of the batch is answered
+        if isinstance(event, Transaction):
+            assert event.generation in seen["installed"] and event.generation in seen["header"]
+            answered.append(event.generation)
+
+    copy.stream.add_listener(on_event)
+    big = asyncio.create_task(copy.stage(text_body(12 * SIZE).encode()))
+    i = 0
+    while not big.done():
+        await store.put_items("m", [ItemIn(item_id=f"s{i}", body="x" * 300)])
+        i += 1
+    await big
+    assert len(set(answered)) > 3, "commits in several generations the body crossed"
     await copy.crash_close()
 
 
@@ -343,6 +391,32 @@ async def test_a_torn_prepared_header_stops_recovery(tmp_path):
     os.replace(stray, logs / OPEN_LOG_NAME)
     with pytest.raises(RecoveryError, match=r"E00\.log is unusable: prepared log file"):
         await remount(tmp_path)
+
+
+@pytest.mark.parametrize("open_log", ["closed", "renamed"])
+async def test_a_prepared_file_holding_a_generation_nobody_was_told_of_is_removed(
+    tmp_path, open_log
+):
+    """A power loss after a roll whose renames were not yet durable (the writer defers the
+    directory fsync while a staged body goes on into the new generation, and answers
+    nothing of it meanwhile): the prepared file may hold that generation's header, records,
+    even its CLOSE record, fsync'd.  Nothing of it was answered or sent to a copy."""
+    logs, acked, header = await crashed_copy(tmp_path)
+    stray = prepare(logs, header)
+    close_open_log(logs, header)
+    ghost = logfile.encode_transaction(
+        [{"op": "put_item", "mailbox": "m", "cn": 10_000, "item_id": "ghost", "folder": "Inbox"}],
+        header.creation_time + timedelta(seconds=2),
+    )
+    with open(stray, "r+b") as f:
+        f.write(next_header(header).encode() + ghost)
+        f.write(logfile.encode_record(RecordType.CLOSE, header.creation_time + timedelta(3)))
+    if open_log == "renamed":
+        os.replace(logs / OPEN_LOG_NAME, logs / logfile.closed_log_name(header.generation))
+    copy = await remount(tmp_path)
+    assert stray_removed(copy, stray)
+    assert "ghost" not in items(copy)
+    await goes_on(copy, acked, header.generation + 1)
 
 
 # ---- the other readers of a log directory --------------------------------------------------
