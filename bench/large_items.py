@@ -91,7 +91,6 @@ from replication_node.active.instance import ActiveInstance  # noqa: E402
 from replication_node.active.mailbox_store import MailboxStore  # noqa: E402
 from replication_node.http.auth import auth_middleware  # noqa: E402
 from replication_node.log import logstream  # noqa: E402
-from replication_node.log import writer as writer_module  # noqa: E402
 from replication_node.log.logdir import list_closed_generations, write_all  # noqa: E402
 from replication_node.log.logfile import closed_log_name  # noqa: E402
 from replication_node.log.writer import OpenLogWriter  # noqa: E402
@@ -210,7 +209,8 @@ def log_stages() -> Timers:
             "fsync": (os, "fsync"),
             "write": (os, "write"),
             "roll": (OpenLogWriter, "roll"),
-            "next E00.log": (writer_module, "create_open_log"),
+            "next E00.log": (OpenLogWriter, "_open_next"),
+            "prepared wait": (OpenLogWriter, "_take_prepared"),
             "batch": (OpenLogWriter, "write_batch"),
             "store reads": (ActiveCopy, "mailbox"),
             "folder reads": (ActiveCopy, "folders"),
@@ -332,9 +332,14 @@ async def large_commits(base: Path, sizes: Sizes) -> None:
     row("raw append: fsync", raw_sys, "fsync")
     row("raw append: write", raw_sys, "write")
     row("log writer thread: batches (parts, rolls, fsync)", stages, "batch")
-    row("- rolls (CLOSE, fsync, rename, fsync dir, next E00.log)", stages, "roll")
-    row("- - of which the next E00.log (write, fsync, rename, fsync dir)", stages, "next E00.log")
-    row("- every fsync of the log (file and directory)", stages, "fsync")
+    row("- rolls (CLOSE, fsync, the prepared next E00.log installed)", stages, "roll")
+    row(
+        "- - of which the next E00.log (header written, 2 renames, fsync dir)",
+        stages,
+        "next E00.log",
+    )
+    row("- - - of which waiting for the helper thread's prepared file", stages, "prepared wait")
+    row("- every fsync (file and directory; the helper's, beside, too)", stages, "fsync")
     row("- every write of the log", stages, "write")
     row("event loop: mailbox reads (wait on the database lock)", stages, "store reads")
     row("event loop: folder reads (the same)", stages, "folder reads")

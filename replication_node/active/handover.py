@@ -20,7 +20,13 @@ from pathlib import Path
 from dag_common.clock import Clock
 from replication_node.errors import LogFormatError, LogShareError
 from replication_node.log.logdir import list_closed_generations
-from replication_node.log.logfile import OPEN_LOG_NAME, closed_log_name, read_header, scan
+from replication_node.log.logfile import (
+    OPEN_LOG_NAME,
+    PreparedHeader,
+    closed_log_name,
+    read_header,
+    scan,
+)
 from replication_node.shipping.interfaces import LogShareInfo
 
 logger = logging.getLogger(__name__)
@@ -56,8 +62,11 @@ def last_logs_on_disk(logs: Path, *, database: str, node: str, epoch: int) -> Lo
     gens = list_closed_generations(logs) if logs.exists() else []
     open_path = logs / OPEN_LOG_NAME
     open_generation, open_commits = (gens[-1] + 1 if gens else 1), 0
-    if open_path.exists():
-        result = scan(open_path.read_bytes())
+    data = open_path.read_bytes() if open_path.exists() else None
+    if data is not None and PreparedHeader.decode(data) is None:
+        # (An E00.log still a prepared file, its header never written, holds no commit: as
+        # if there were none, the generation after the last closed one is the open one.)
+        result = scan(data)
         header = result.header
         open_generation, open_commits = header.generation, len(result.transactions)
     elif gens:

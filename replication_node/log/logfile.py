@@ -22,6 +22,13 @@ completeness: it must end with exactly one CLOSE record at end of file, so a tru
 transfer is caught by inspection.  The open log `E00.log` has the same header (with the
 generation it will become) and no CLOSE record yet.
 
+A prepared file (`PreparedHeader`, `writer.py`'s roll) is made ahead of a roll to become the
+next E00.log: a 512-byte header of its own (magic "DGPREP\r\n", the generation and stream it
+was prepared for, CRC32C), fsync'd.  The roll writes the generation's real header over it
+before naming it E00.log; a file whose header is still the prepared one was never fsync'd
+since, so nothing in it was acknowledged.  It is never a generation: `LogHeader.decode`
+refuses it by its magic.
+
 The LSN of a record is (generation, byte offset of its frame in the file).  The chain of
 creation times (each header carries its predecessor's) is what lets inspection and replay
 detect a log from the wrong sequence, as the seeds describe.
@@ -44,10 +51,15 @@ import orjson
 from replication_node.errors import LogHeaderError, LogRecordError
 
 MAGIC = b"DGLOG\r\n\x1a"
+PREPARED_MAGIC = b"DGPREP\r\n"
 FORMAT_VERSION = 1
 HEADER_SIZE = 512
 OPEN_LOG_NAME = "E00.log"
+# Files prepared to become the next E00.log: this prefix and a unique suffix (hidden, and
+# no generation's name: nothing that lists generations or globs E0*.log sees them).
+PREPARED_PREFIX = ".E00.prepared."
 _HEADER = struct.Struct(">8sHHI16s16sqqI")
+_PREPARED = struct.Struct(">8sHHI16s16s")
 _CRC = struct.Struct(">I")
 _FRAME = struct.Struct(">II")
 _BODY = struct.Struct(">Bq")
@@ -148,6 +160,11 @@ class LogHeader:
         fixed = data[: _HEADER.size]
         (stored_crc,) = _CRC.unpack_from(data, _HEADER.size)
         magic, version, size, gen, dbsig, logsig, created, prev, lsize = _HEADER.unpack(fixed)
+        if magic == PREPARED_MAGIC:
+            raise LogHeaderError(
+                "a log file prepared ahead of a roll, its header never written (nothing in it "
+                "was acknowledged)"
+            )
         if magic != MAGIC:
             raise LogHeaderError("not a log file (bad magic)")
         if crc32c.crc32c(fixed) != stored_crc:
@@ -170,6 +187,53 @@ class LogHeader:
             log_file_size=lsize,
             version=version,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedHeader:
+    """The header of a file prepared to become E00.log for `generation` of a stream.
+
+    Written and fsync'd before the roll that uses it; that roll writes the generation's
+    `LogHeader` over it (the same 512 bytes) before the file is named E00.log.  An E00.log
+    still carrying this header after a crash was never fsync'd after its roll (the first
+    fsync would have made the real header durable), so nothing in it was acknowledged:
+    recovery replaces it.  Its own checksum keeps a torn or forged one from passing as that.
+    """
+
+    generation: int
+    database_signature: uuid.UUID
+    log_signature: uuid.UUID
+
+    def encode(self) -> bytes:
+        head = _PREPARED.pack(
+            PREPARED_MAGIC,
+            FORMAT_VERSION,
+            HEADER_SIZE,
+            self.generation,
+            self.database_signature.bytes,
+            self.log_signature.bytes,
+        )
+        head += _CRC.pack(crc32c.crc32c(head))
+        return head.ljust(HEADER_SIZE, b"\0")
+
+    @classmethod
+    def decode(cls, data: bytes) -> PreparedHeader | None:
+        """The prepared header `data` begins with; None if it begins with anything else (a
+        log header, a torn or foreign file: `LogHeader.decode` says which).  LogHeaderError
+        if it has the prepared magic but is not whole."""
+        if not data.startswith(PREPARED_MAGIC):
+            return None
+        if len(data) < HEADER_SIZE:
+            raise LogHeaderError(f"prepared log file too short ({len(data)} bytes)")
+        (stored,) = _CRC.unpack_from(data, _PREPARED.size)
+        if crc32c.crc32c(data[: _PREPARED.size]) != stored or any(
+            data[_PREPARED.size + _CRC.size : HEADER_SIZE]
+        ):
+            raise LogHeaderError("prepared log file: header checksum mismatch")
+        _, version, size, gen, dbsig, logsig = _PREPARED.unpack_from(data)
+        if version != FORMAT_VERSION or size != HEADER_SIZE or gen < 1:
+            raise LogHeaderError(f"prepared log file: version {version}, size {size}, gen {gen}")
+        return cls(gen, uuid.UUID(bytes=dbsig), uuid.UUID(bytes=logsig))
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,7 +472,11 @@ def seal_open_log(data: bytes) -> tuple[bytes, ScanResult] | None:
     the records past the first invalid one are a torn tail the active never acknowledged
     (it acknowledges only after the fsync), so they are left out.  The result is exactly
     the open log's valid bytes plus one record, so the old active's own E00.log is a prefix
-    of it, which is what lets that node rejoin as a passive copy without a reseed."""
+    of it, which is what lets that node rejoin as a passive copy without a reseed.  An
+    E00.log that is still a prepared file (a crash cut the roll that opened it, before its
+    header reached the disk) holds nothing acknowledged: None as well."""
+    if PreparedHeader.decode(data) is not None:
+        return None
     result = scan(data)
     if not result.transactions:
         return None

@@ -5,11 +5,13 @@ takes every record waiting, writes them, fsyncs once, and only then resolves the
 (group commit: concurrent commits share one fsync).  Rolls happen in the same task, so the
 order of records and generations is the order of the queue.
 
-Roll sequence (each step durable before the next; `writer.py` writes it): append the CLOSE
-record and fsync E00.log; rename it to its generation name and fsync the directory; write the
-next E00.log as a temp file with its header, fsync, rename, fsync the directory.  A crash
-anywhere leaves either E00.log with a valid header or no E00.log (then the next generation
-is created on open).
+Roll sequence (`writer.py` writes it, `logdir.install_prepared` says why each step is
+safe): append the CLOSE record and fsync E00.log; write the next generation's header over a
+file prepared for it beforehand (off the commit path), rename E00.log to its generation name
+and the prepared file to E00.log, fsync the directory once.  A crash anywhere leaves E00.log
+with a valid header, no E00.log (then the next generation is created on open), a closed
+E00.log (its rename is finished on open), or, after a power loss, an E00.log still carrying
+the prepared header, which held nothing acknowledged (recovery replaces it).
 
 Times never go backwards, whatever the clock does: a commit time is never earlier than the
 last commit or close time of the stream, a close time never earlier than the commits it

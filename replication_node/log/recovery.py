@@ -6,6 +6,13 @@ valid records of E00.log.  A torn or corrupt tail of E00.log is cut at the last 
 defect inside a closed generation, a gap, or a log of another stream stops recovery with
 RecoveryError: a log is never skipped.
 
+An E00.log that still carries the header of a prepared file (`logfile.PreparedHeader`: a
+power loss cut the roll that installed it before its real header reached the disk) was never
+fsync'd after that roll, so nothing in it was acknowledged.  It is accepted only if it was
+prepared for the generation after the last one in the log, of this stream; then it is
+dropped (with a note) and a new E00.log opened as after a roll.  Anything else stops
+recovery with RecoveryError.
+
 Staged bodies (`spanning.py`): the log is read from the database's Logs Required (the first
 generation holding a part of a body pending at its waypoint), so a commit above the waypoint
 reads its body back whole; a body still pending at the end of the log was never committed,
@@ -25,7 +32,15 @@ from replication_node.errors import LogFormatError, LogRecordError, RecoveryErro
 from replication_node.log import logfile
 from replication_node.log.events import Transaction
 from replication_node.log.logdir import list_closed_generations
-from replication_node.log.logfile import OPEN_LOG_NAME, LogHeader, LogRecord, RecordType, ScanResult
+from replication_node.log.logfile import (
+    HEADER_SIZE,
+    OPEN_LOG_NAME,
+    LogHeader,
+    LogRecord,
+    PreparedHeader,
+    RecordType,
+    ScanResult,
+)
 from replication_node.log.operations import (
     MalformedOperation,
     Operation,
@@ -111,12 +126,18 @@ def plan_recovery(log_dir: Path, db: Consistency) -> RecoveryPlan:
         except LogFormatError as exc:
             raise RecoveryError(f"generation {anchor}: {exc}") from exc
     open_scan = None
+    prepared: PreparedHeader | None = None
     open_path = log_dir / OPEN_LOG_NAME
     if open_path.exists():
+        data = open_path.read_bytes()
         try:
-            open_scan = logfile.scan(open_path.read_bytes())
+            prepared = PreparedHeader.decode(data)
+            if prepared is None:
+                open_scan = logfile.scan(data)
         except LogFormatError as exc:
             raise RecoveryError(f"E00.log is unusable: {exc}") from exc
+        if prepared is not None:
+            notes.append(_prepared_open_log(prepared, len(data), closed, db))
     reader = BodyReader(_loader(log_dir, open_scan))
     pending: dict[BlobId, PendingBlob] | None = None
     required_after: dict[int, int] = {}
@@ -170,6 +191,34 @@ def plan_recovery(log_dir: Path, db: Consistency) -> RecoveryPlan:
         pending=pending,
         required_after=required_after,
     )
+
+
+def _prepared_open_log(
+    prepared: PreparedHeader, size: int, closed: list[int], db: Consistency
+) -> str:
+    """Why an E00.log that is still a prepared file may be dropped (its note), or
+    RecoveryError if it does not stand where the roll that installed it would have put it:
+    the generation after the last closed one (the waypoint's next when none is above it),
+    of this log stream."""
+    last = max(closed[-1] if closed else 0, db.waypoint)
+    if prepared.log_signature != db.log_signature:
+        raise RecoveryError(
+            f"E00.log is a file prepared for log stream {prepared.log_signature}, "
+            f"not {db.log_signature}"
+        )
+    if prepared.generation != last + 1:
+        raise RecoveryError(
+            f"E00.log is a file prepared for generation {prepared.generation}, but the log "
+            f"ends at generation {last}: a generation is missing or misplaced"
+        )
+    note = (
+        f"E00.log (generation {prepared.generation}) was installed by a roll and its header "
+        "never reached the disk: no fsync of it finished, so nothing in it was acknowledged "
+        f"({size - HEADER_SIZE} bytes after the prepared header dropped); a new E00.log "
+        "replaces it"
+    )
+    logger.warning("recovery: %s", note)
+    return note
 
 
 def _loader(log_dir: Path, open_scan: ScanResult | None) -> Callable[[int], ScanResult]:

@@ -2,10 +2,35 @@
 
 One batch of requests at a time, in queue order, off the event loop (`write_batch`): the
 records are appended, the log is rolled when the next record would not fit (or on demand),
-and the batch is fsync'd once.  Roll sequence (each step durable before the next): append
-the CLOSE record (after the DIGEST record, when the active has one) and fsync E00.log;
-rename it to its generation name and fsync the directory; write the next E00.log as a temp
-file with its header, fsync, rename, fsync the directory (`logdir.create_open_log`).
+and the batch is fsync'd once.
+
+The roll: append the CLOSE record (after the DIGEST record, when the active has one) and
+fsync E00.log; fsync the directory if the last roll's renames are not durable yet; then
+install the file prepared for the next generation (`logdir.install_prepared`: its header and
+CARRIED record written over its prepared header, E00.log renamed to its generation name, the
+prepared file renamed E00.log).  Those renames and the new header are made durable before
+anything depends on them: before a batch answers a request or hands the copies in block mode
+a byte of the new generation, the directory is fsync'd (once, for both renames) and the new
+E00.log too.  A batch that ends with the roll while a staged body goes on into the new
+generation in the next batch answers nothing of it: its header's block is held back, and the
+next batch's fsync, or the next roll's (the CLOSE record's fsync, then the directory's,
+which on ext4 finds the renames already committed by the first), makes them durable.  So an
+8 MiB body staged across nine generations costs a data fsync and a directory fsync at each.
+
+Why a prepared file: creating the next E00.log durably at the roll (a temp file written,
+fsync'd, renamed, the directory fsync'd again, after the closed generation's rename and its
+own directory fsync) took a third of an 8 MiB item's commit on the bench's disk, eight rolls
+an item at the seeds' 1 MiB generations (bench/README.md, large_items).  Its header's
+creation time and CARRIED record are known only at the roll, but the file itself is not: a
+helper thread creates it, with a `PreparedHeader` naming the generation and stream it is
+for, and fsyncs it while the current generation fills.  A crash at any step leaves states
+recovery knows (`logdir.finish_interrupted_roll`, `recovery.plan_recovery`): a stray
+prepared file is removed (nothing in it was acknowledged or sent to a copy); an E00.log
+still carrying the prepared header held nothing acknowledged and is replaced.
+Not done: preallocating the file's blocks (`fallocate`) so that fsyncs could be
+`fdatasync`s: the log's files end where their records end (a closed generation proves it
+is whole by its CLOSE record at end of file), so every append changes the file's size, which
+`fdatasync` must make durable as well.
 
 Times never go backwards: `stamp` raises a commit time to the latest time on the stream, and
 a close time is never earlier than the commits it closes.
@@ -24,8 +49,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -43,13 +70,20 @@ from replication_node.log.events import (
     StreamEvent,
     Transaction,
 )
-from replication_node.log.logdir import create_open_log, list_closed_generations, write_all
+from replication_node.log.logdir import (
+    create_open_log,
+    install_prepared,
+    list_closed_generations,
+    prepare_open_log,
+    write_all,
+)
 from replication_node.log.logfile import (
     DIGEST_RECORD_MAX,
     HEADER_SIZE,
     OPEN_LOG_NAME,
     ContentDigest,
     LogHeader,
+    PreparedHeader,
     RecordType,
     ScanResult,
     closed_log_name,
@@ -156,6 +190,15 @@ class OpenLogWriter:
         self.pending: dict[BlobId, PendingBlob] = dict(pending or {})
         # How many bytes of staged bodies the next batch may write (set by the stream).
         self.stage_budget = header.log_file_size
+        # Whether the open log has been fsync'd since the roll that installed it (its header
+        # is durable), and its header's block, held back from block mode until it is.
+        self._header_durable = True
+        self._held: list[Block] = []
+        # Whether the last roll's renames wait for a directory fsync.
+        self._dir_dirty = False
+        # The file prepared for the next generation (`_prepare_next`): its fd and path.
+        self._prepared: Future[tuple[int, Path]] | None = None
+        self._prepare_next()
 
     @classmethod
     def open(
@@ -247,11 +290,67 @@ class OpenLogWriter:
         return HEADER_SIZE + size + CLOSE_SIZE <= self.header.log_file_size
 
     def close(self) -> None:
-        """Close the file (no roll); once."""
+        """Close the file (no roll); once.  The file prepared for the next generation is
+        closed and removed once its helper thread is done with it."""
         if not self._fd_closed:
             self._fd_closed = True
             with contextlib.suppress(OSError):  # a roll that failed half-way closed it
                 os.close(self._fd)
+            if self._prepared is not None:
+                self._prepared.add_done_callback(_discard_prepared)
+                self._prepared = None
+
+    def _prepare_next(self) -> None:
+        """Start preparing the file for the generation after the open one, in a helper
+        thread (its fsync off the commit path; the roll waits for it only if it is slower
+        than a whole generation)."""
+        prepared = PreparedHeader(
+            self.header.generation + 1, self.header.database_signature, self.header.log_signature
+        )
+        future: Future[tuple[int, Path]] = Future()
+        log_dir = self.log_dir
+
+        def run() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(prepare_open_log(log_dir, prepared))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        self._prepared = future
+        threading.Thread(target=run, name=f"logprep {log_dir}", daemon=True).start()
+
+    def _open_next(self, closed: int, carried: bytes) -> None:
+        """The roll's second half, once generation `closed` is durable with its CLOSE
+        record: the prepared file becomes E00.log for `self.header` (`install_prepared`),
+        and the one after it is begun."""
+        fd, path = self._take_prepared()
+        try:
+            install_prepared(self.log_dir, closed, fd, path, self.header, carried)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._header_durable = False
+        self._dir_dirty = True
+        self._prepare_next()
+
+    def _take_prepared(self) -> tuple[int, Path]:
+        """The file prepared for the generation the roll opens: the helper's, once it is
+        done; made here if the helper failed (the error, if any, is then the roll's)."""
+        future, self._prepared = self._prepared, None
+        if future is not None:
+            try:
+                return future.result()
+            except OSError:
+                pass  # a disk error there may be passing: try once more, here
+        return prepare_open_log(
+            self.log_dir,
+            PreparedHeader(
+                self.header.generation, self.header.database_signature, self.header.log_signature
+            ),
+        )
 
     def write_batch(self, work: list[Pending]) -> tuple[list[Any], list[StreamEvent], int]:
         """Runs in a worker thread: write, roll and fsync for one batch of requests.
@@ -263,6 +362,7 @@ class OpenLogWriter:
         events: list[StreamEvent] = []
         touched = 0
         wrote = False
+        self.blocks[:0], self._held = self._held, []
         buf = bytearray()
         size = self.header.log_file_size
 
@@ -340,6 +440,20 @@ class OpenLogWriter:
             events.append(self.roll(RollCause.SIZE))
         elif wrote:
             self.fsync()
+        if not self._header_durable and any(r is UNFINISHED for r in results):
+            # The batch ended with a roll, and a staged body goes on into the new generation
+            # in the next batch: nothing of the new generation is answered or sent to the
+            # copies now (its header's block waits), so its header and its renames are made
+            # durable by the next batch's fsyncs, not by two more here.
+            header_block = self.blocks.pop()
+            assert header_block.generation == self.header.generation
+            assert header_block.offset == 0
+            self._held = [header_block]
+        else:
+            if not self._header_durable:
+                self.fsync()
+            if self._dir_dirty:
+                self.fsync_dir()
         return results, events, touched
 
     def _stage(
@@ -403,6 +517,12 @@ class OpenLogWriter:
             os.fsync(self._fd)
             self.metrics.fsync.observe(self._clock.monotonic() - start)
         self.fsyncs += 1
+        self._header_durable = True
+
+    def fsync_dir(self) -> None:
+        """fsync the log directory: the last roll's renames are durable (worker thread)."""
+        fsync_dir(self.log_dir)
+        self._dir_dirty = False
 
     def roll(self, cause: RollCause) -> ClosedGeneration:
         """Close E00.log as its generation and open the next one, which carries the staged
@@ -415,9 +535,12 @@ class OpenLogWriter:
         self.fsync()
         self.blocks.append(Block(self.header.generation, self._offset, last, closed=True))
         os.close(self._fd)
+        self._fd = -1  # closed: a roll that fails from here on leaves nothing to close
+        if self._dir_dirty:
+            # The last roll's renames, before this one's: the generation closed here was
+            # installed by them, and its blocks go to the copies with this batch.
+            self.fsync_dir()
         closed = self.header
-        os.replace(self.log_dir / OPEN_LOG_NAME, self.log_dir / closed_log_name(closed.generation))
-        fsync_dir(self.log_dir)
         self.header = LogHeader(
             generation=closed.generation + 1,
             database_signature=closed.database_signature,
@@ -427,7 +550,7 @@ class OpenLogWriter:
             log_file_size=closed.log_file_size,
         )
         carried = encode_carried(self.pending, self.header.creation_time)
-        self._fd = create_open_log(self.log_dir, self.header, carried)
+        self._open_next(closed.generation, carried)
         self.blocks.append(Block(self.header.generation, 0, self.header.encode() + carried))
         self._offset = HEADER_SIZE + len(carried)
         self.records = self.commits = 0
@@ -439,3 +562,14 @@ class OpenLogWriter:
             close_time,
             required_from=spanning.required_from(self.pending),
         )
+
+
+def _discard_prepared(future: Future[tuple[int, Path]]) -> None:
+    """Close and remove a prepared file no roll will use (the writer was closed)."""
+    if future.cancelled() or future.exception() is not None:
+        return
+    fd, path = future.result()
+    with contextlib.suppress(OSError):
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        path.unlink()

@@ -10,9 +10,10 @@ import os
 from dag_common.clock import Clock
 from dag_common.durable import fsync_dir
 from replication_node.errors import LogFormatError
-from replication_node.log.logdir import list_closed_generations
+from replication_node.log.logdir import list_closed_generations, remove_prepared
 from replication_node.log.logfile import (
     OPEN_LOG_NAME,
+    PreparedHeader,
     close_time_of,
     closed_log_name,
     parse_closed_log_name,
@@ -45,6 +46,7 @@ def prepare_local_logs(
         d.mkdir(parents=True, exist_ok=True)
     for leftover in paths.inspector.iterdir():
         leftover.unlink()
+    remove_prepared(paths.logs)  # files an active's writer made for a roll that never came
     marker = paths.was_active
     own = [OPEN_LOG_NAME] if (paths.logs / OPEN_LOG_NAME).exists() else []
     if marker.exists():
@@ -65,6 +67,11 @@ def prepare_local_logs(
                 out_of_date[gen] = OutOfDateLog(gen, path.read_bytes(), whole=True)
             elif path.name == OPEN_LOG_NAME:
                 data = path.read_bytes()
+                if PreparedHeader.decode(data) is not None:
+                    # Installed by a roll whose header never reached the disk: never
+                    # fsync'd since, so it holds nothing acknowledged either.
+                    path.unlink()
+                    continue
                 result = scan(data)
                 if not result.transactions:
                     # No commit (the log a clean roll or dismount opened, perhaps with

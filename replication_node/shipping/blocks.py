@@ -51,7 +51,12 @@ def _conflict(message: str) -> web.HTTPConflict:
 
 
 def _read_prefix(log_dir: Path, generation: int, length: int) -> bytes | None:
-    """The first `length` bytes of E00.log if it is still `generation` (None: it rolled)."""
+    """The first `length` bytes of E00.log if it is still `generation` (None: it rolled).
+    Nothing of a generation may be durable yet (the roll that opened it held its header's
+    block back while a staged body goes on into it, `log/writer.py`): then there is nothing
+    to read, and the copy gets the generation from its header on, as the feed publishes it."""
+    if length == 0:
+        return b""
     try:
         with open(log_dir / OPEN_LOG_NAME, "rb") as f:
             data = f.read(length)

@@ -1,4 +1,7 @@
-"""A child process for the kill -9 test: concurrent commits, each acknowledged on stdout."""
+"""A child process for the kill -9 tests: concurrent commits, each acknowledged on stdout.
+
+python -m tests.replication_node.crash_writer ROOT WRITERS [LOG_FILE_SIZE BODY]
+"""
 
 import asyncio
 import sys
@@ -9,8 +12,8 @@ from replication_node.active.mailbox_store import MailboxStore
 from tests.replication_node.helpers import mount
 
 
-async def main(root: Path, writers: int) -> None:
-    copy = await mount(root, log_file_size=64 * 1024, llr_depth=3)
+async def main(root: Path, writers: int, log_file_size: int = 64 * 1024, body: int = 700) -> None:
+    copy = await mount(root, log_file_size=log_file_size, llr_depth=3)
     store = MailboxStore(copy)
     if copy.mailbox("m") is None:
         await store.create_mailbox("m")
@@ -20,7 +23,7 @@ async def main(root: Path, writers: int) -> None:
         i = 0
         while True:
             item = f"w{w}n{i}"
-            await store.put_items("m", [ItemIn(item_id=item, subject=item, body="y" * 700)])
+            await store.put_items("m", [ItemIn(item_id=item, subject=item, body="y" * body)])
             out.write(f"ACK {item}\n")
             out.flush()
             i += 1
@@ -29,4 +32,4 @@ async def main(root: Path, writers: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2])))
+    asyncio.run(main(Path(sys.argv[1]), *map(int, sys.argv[2:])))

@@ -338,3 +338,30 @@ async def test_a_synchronous_copy_holds_every_part_of_a_large_item_before_it_is_
         await copy.stop()
     finally:
         await share.close()
+
+
+async def test_a_copy_may_follow_a_generation_nothing_of_which_is_durable_yet(tmp_path):
+    """While a staged body fills generation after generation, the roll that opens each holds
+    its header's block back until the next batch makes it durable: the feed stands at the
+    new generation with nothing durable.  A copy connecting then is taken, and gets the
+    generation from its header on."""
+    share = await start_share(tmp_path)
+    try:
+        await share.write(0, 1)
+        await share.roll()
+        stream = share.active.copy.stream
+        feed, generation = stream.feed, stream.generation
+        (header_seq,) = [n for n, b in feed._blocks if (b.generation, b.offset) == (generation, 0)]
+        # the feed as it stands between the roll and the batch that publishes the header
+        feed.position = lambda: (generation, 0, header_seq)
+        channel = await share.source().open_blocks(generation, 0, "t")
+        try:
+            assert (await channel.receive()).kind is FrameKind.HELLO
+            first = await channel.receive()
+            assert (first.kind, first.generation, first.offset) == (FrameKind.DATA, generation, 0)
+            on_disk = share.active.paths.logs / "E00.log"
+            assert first.payload == on_disk.read_bytes()[: len(first.payload)]
+        finally:
+            await channel.close()
+    finally:
+        await share.close()
