@@ -261,6 +261,7 @@ class Mover:
         record = await self.requests.get(move_id)
         if record is None:
             raise MoveRejected(f"no move request {move_id!r}")
+        self.gates.stored(record)
         if record.state is MoveState.COMPLETED:
             return record
         if record.state is MoveState.CANCELLED:
