@@ -331,7 +331,7 @@ class Mover:
                     if record.reconcile_pending:
                         record = await self.verifier.reconcile(record)
                         continue
-                    if record.steps_done == MoveStep.INCREMENTAL_SYNC:
+                    if record.steps_done == MoveStep.INCREMENTAL_SYNC and not begun:
                         until = await self._held_before_completion(record)
                         if until is not None:
                             record = await self.gates.save(
@@ -344,7 +344,7 @@ class Mover:
                             )
                             return record
                     step = MoveStep(record.steps_done + 1)
-                    if not begun:
+                    if not begun and record.step is not step:  # (as saved: a new move's 1)
                         record = await self.gates.save(replace(record, step=step))
                     begun = False
                     self._progress(record, f"step {int(step)}: {step.label}")
@@ -352,10 +352,14 @@ class Mover:
                     record = replace(record, steps_done=int(step))
                     if step is MoveStep.SOFT_DELETE_SOURCE and not record.reconcile_pending:
                         break  # the last: saved done with the completion, below
-                    if step is not MoveStep.INCREMENTAL_SYNC and not record.reconcile_pending:
+                    if not record.reconcile_pending and (
+                        step is not MoveStep.INCREMENTAL_SYNC
+                        or await self._held_before_completion(record) is None
+                    ):
                         # One save for "step N done" and "step N+1 begun": nothing runs
                         # between them but the safe point, which looks as of this save.
-                        # (After step 4 a batch may hold the move Synced instead.)
+                        # (After step 4, unless its batch holds the move Synced: asked
+                        # here, before the save, not after it at the top of the loop.)
                         record, begun = replace(record, step=MoveStep(step + 1)), True
                     record = await self.gates.save(record)
                 except NeedsReconcile as exc:

@@ -129,7 +129,7 @@ class MoveSteps:
                     "create target folder",
                     lambda n=name, f=folder: self.nodes.create_folder(dst, n, f),
                 )
-        record = await self.gates.save(record)
+        # The epochs seen are saved with the step's end (or the stall's, should it wait).
         return await self.gates.health(record)
 
     async def _copy_changes(self, record: MoveRecord, *, initial: bool) -> tuple[MoveRecord, int]:
@@ -149,8 +149,8 @@ class MoveSteps:
         live = [page.live for page in first.values()]
         if all(n is not None for n in live):
             known = record.items_copied + sum(n for n in live if n is not None)
-            if record.items_total != known:
-                record = await self.gates.save(replace(record, items_total=known))
+            if record.items_total != known:  # shown at once, saved with the next save
+                record = replace(record, items_total=known)
                 self._progress(record, "")
         total = 0
         for name in record.mailboxes:
