@@ -40,6 +40,7 @@ from mrs_client.policy import (
     MoveSettings,
     MoveState,
     StallStatus,
+    StopRequest,
     Verdict,
     flush_gate,
     gate,
@@ -133,6 +134,12 @@ class Gates:
         # Told of each guarantee answer as it is kept (a move's metrics textfile counts them).
         self.on_answer: Callable[[str, AnswerRow], None] | None = None
         self._saved: tuple[MoveLease, MoveRecord] | None = None  # the last save, its lease
+        # Answers given since the last save, kept with the next one (one round trip: a
+        # step's answers are kept with the save that ends it, or with the stall's).
+        self._answers: list[AnswerRow] = []
+        # What an operator asked of the move as the last save found it (move id, request),
+        # for the safe point that follows the save; read at most once.
+        self._looked: tuple[str, StopRequest | None] | None = None
         # The batch's throughput cap, shared with its other moves in this worker (None: none).
         self.throttle: Throttle | None = None
 
@@ -157,9 +164,19 @@ class Gates:
         if stored is not None:
             record = _stalled_at_least(record, stored)
         lease = self.lease
-        record = await self.requests.save(record, self.clock.now(), lease=lease, durable=durable)
+        answers, self._answers = self._answers, []
+        record, stop = await self.requests.save_and_look(
+            record, self.clock.now(), lease=lease, durable=durable, answers=answers
+        )
         self._saved = (lease, record)
+        self._looked = (record.id, stop)
         return record
+
+    def stored(self, record: MoveRecord) -> None:
+        """`record` is the move as the store holds it, read under the move's lease: the
+        first save need not read it again."""
+        if self.lease is not None:
+            self._saved = (self.lease, record)
 
     def check_lease(self, record: MoveRecord) -> None:
         """LeaseLost if the move's lease may be over by this process's own count (a pause
@@ -170,8 +187,14 @@ class Gates:
 
     async def checkpoint(self, record: MoveRecord) -> None:
         """A safe point (everything done so far is saved): MoveStopped if an operator asked
-        the move to stop (`mrs suspend`, `mrs cancel`)."""
-        action = await self.requests.stop_requested(record.id)
+        the move to stop (`mrs suspend`, `mrs cancel`).  Every safe point follows a save,
+        which read the stop requests in its own transaction: that answer is taken (once),
+        else the store is asked."""
+        looked, self._looked = self._looked, None
+        if looked is not None and looked[0] == record.id:
+            action = looked[1]
+        else:
+            action = await self.requests.stop_requested(record.id)
         if action is not None:
             raise MoveStopped(action)
         if self.release.is_set():
@@ -237,15 +260,14 @@ class Gates:
             )
         )
 
-    async def _record_answer(
-        self, record: MoveRecord, method: str, answer: GuaranteeAnswer
-    ) -> None:
-        now = self.clock.now()
-        await self.requests.add_answer(
-            record.id, step=record.step, method=method, answer=answer, now=now
-        )
+    def _record_answer(self, record: MoveRecord, method: str, answer: GuaranteeAnswer) -> None:
+        """Keep an answer with the move's next save (every path from an answer saves: the
+        step's end, a stall, a failure, a reconcile; a move killed before keeps neither the
+        answer nor what it allowed)."""
+        row = answer_row(record.step, method, answer, self.clock.now())
+        self._answers.append(row)
         if self.on_answer is not None:
-            self.on_answer(record.id, answer_row(record.step, method, answer, now))
+            self.on_answer(record.id, row)
 
     async def health(self, record: MoveRecord) -> MoveRecord:
         """Ask CheckReplicationHealth until Satisfied (stalling) or fail past the limit."""
@@ -253,7 +275,7 @@ class Gates:
             wait = wait_for(record, self.settings.stall_retry_interval)
             asked = self.clock.now()
             answer = await self.guarantee.check_health(record.target_db, self.caller_id, wait)
-            await self._record_answer(record, "CheckReplicationHealth", answer)
+            self._record_answer(record, "CheckReplicationHealth", answer)
             self._last_check = self.clock.now()
             record, since = await self._waited(record, answer, asked, wait)
             decision = gate(
@@ -340,7 +362,7 @@ class Gates:
             answer = await self.guarantee.check_flush(
                 record.target_db, self.caller_id, point, record.flush_started, wait
             )
-            await self._record_answer(record, "CheckReplicationFlush", answer)
+            self._record_answer(record, "CheckReplicationFlush", answer)
             record, _ = await self._waited(record, answer, asked, wait)
             decision = flush_gate(
                 answer,

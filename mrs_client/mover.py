@@ -261,6 +261,7 @@ class Mover:
         record = await self.requests.get(move_id)
         if record is None:
             raise MoveRejected(f"no move request {move_id!r}")
+        self.gates.stored(record)
         if record.state is MoveState.COMPLETED:
             return record
         if record.state is MoveState.CANCELLED:
@@ -313,16 +314,24 @@ class Mover:
                 reconcile_reason="resumed without the epochs its cursors were saved under",
             )
         record = await self.gates.save(record)
+        begun = False  # the step after steps_done was saved begun with the step before's end
         try:
             if record.steps_done < MoveStep.UPDATE_DIRECTORY:
                 await self.verifier.within_limits(record, when=" (as the move was resumed)")
             while record.steps_done < MoveStep.SOFT_DELETE_SOURCE or record.reconcile_pending:
                 try:
-                    await self.gates.checkpoint(record)
+                    try:
+                        await self.gates.checkpoint(record)
+                    except MoveStopped:
+                        if begun:  # it stops between the two steps, the next one not begun
+                            record = await self.gates.save(
+                                replace(record, step=MoveStep(record.steps_done))
+                            )
+                        raise
                     if record.reconcile_pending:
                         record = await self.verifier.reconcile(record)
                         continue
-                    if record.steps_done == MoveStep.INCREMENTAL_SYNC:
+                    if record.steps_done == MoveStep.INCREMENTAL_SYNC and not begun:
                         until = await self._held_before_completion(record)
                         if until is not None:
                             record = await self.gates.save(
@@ -335,10 +344,24 @@ class Mover:
                             )
                             return record
                     step = MoveStep(record.steps_done + 1)
-                    record = await self.gates.save(replace(record, step=step))
+                    if not begun and record.step is not step:  # (as saved: a new move's 1)
+                        record = await self.gates.save(replace(record, step=step))
+                    begun = False
                     self._progress(record, f"step {int(step)}: {step.label}")
                     record = await self.steps.step(step)(record)
-                    record = await self.gates.save(replace(record, steps_done=int(step)))
+                    record = replace(record, steps_done=int(step))
+                    if step is MoveStep.SOFT_DELETE_SOURCE and not record.reconcile_pending:
+                        break  # the last: saved done with the completion, below
+                    if not record.reconcile_pending and (
+                        step is not MoveStep.INCREMENTAL_SYNC
+                        or await self._held_before_completion(record) is None
+                    ):
+                        # One save for "step N done" and "step N+1 begun": nothing runs
+                        # between them but the safe point, which looks as of this save.
+                        # (After step 4, unless its batch holds the move Synced: asked
+                        # here, before the save, not after it at the top of the loop.)
+                        record, begun = replace(record, step=MoveStep(step + 1)), True
+                    record = await self.gates.save(record)
                 except NeedsReconcile as exc:
                     record = await self._reconcile_due(move_id, record, exc)
         except MoveFailed as exc:

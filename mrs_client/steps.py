@@ -129,7 +129,7 @@ class MoveSteps:
                     "create target folder",
                     lambda n=name, f=folder: self.nodes.create_folder(dst, n, f),
                 )
-        record = await self.gates.save(record)
+        # The epochs seen are saved with the step's end (or the stall's, should it wait).
         return await self.gates.health(record)
 
     async def _copy_changes(self, record: MoveRecord, *, initial: bool) -> tuple[MoveRecord, int]:
@@ -149,8 +149,8 @@ class MoveSteps:
         live = [page.live for page in first.values()]
         if all(n is not None for n in live):
             known = record.items_copied + sum(n for n in live if n is not None)
-            if record.items_total != known:
-                record = await self.gates.save(replace(record, items_total=known))
+            if record.items_total != known:  # shown at once, saved with the next save
+                record = replace(record, items_total=known)
                 self._progress(record, "")
         total = 0
         for name in record.mailboxes:
@@ -327,11 +327,12 @@ class MoveSteps:
     async def _step_incremental_sync(self, record: MoveRecord) -> MoveRecord:
         while True:
             record, changes = await self._copy_changes(record, initial=False)
-            record = await self.gates.save(
-                replace(record, incremental_passes=record.incremental_passes + 1)
-            )
+            record = replace(record, incremental_passes=record.incremental_passes + 1)
+            done = incremental_done(changes, record.incremental_passes, self.settings)
+            if not done:  # the last pass is saved with the step's end (Mover)
+                record = await self.gates.save(record)
             record = await self.gates.periodic_health(record)
-            if incremental_done(changes, record.incremental_passes, self.settings):
+            if done:
                 return record
 
     async def _step_lock_source(self, record: MoveRecord) -> MoveRecord:
@@ -346,11 +347,13 @@ class MoveSteps:
         return record
 
     async def _roll_target(self, record: MoveRecord, what: str) -> tuple[MoveRecord, Lsn]:
+        """Roll the target's log: the generation it closed holds everything acknowledged
+        so far.  The record's flush_started is set, to be saved with the point (`keep`)."""
         dst = record.target_db
         record, rolled = await self._call(
             record, Side.TARGET, "roll target log", lambda: self.nodes.roll_log(dst)
         )
-        record = await self.gates.save(replace(record, flush_started=self.clock.now()))
+        record = replace(record, flush_started=self.clock.now())  # saved with the point
         self._progress(
             record,
             f"target log rolled: generation {rolled.generation} (epoch {record.target_epoch}) "
@@ -360,7 +363,8 @@ class MoveSteps:
 
     async def _mark_target(self, record: MoveRecord, what: str) -> tuple[MoveRecord, Lsn]:
         """A point of the target's log past everything it acknowledged so far: read where
-        its log stands (`policy.flush_point`), or roll it."""
+        its log stands (`policy.flush_point`), or roll it.  As `_roll_target`, the record's
+        flush_started is set, not saved: the caller saves it with the point (`keep`)."""
         dst = record.target_db
         record, position = await self._call(
             record, Side.TARGET, "read target log position", lambda: self.nodes.log_position(dst)
@@ -368,7 +372,7 @@ class MoveSteps:
         point = flush_point(position, record.target_epoch)
         if point is None:
             return await self._roll_target(record, what)
-        record = await self.gates.save(replace(record, flush_started=self.clock.now()))
+        record = replace(record, flush_started=self.clock.now())  # saved with the point
         where = (
             f"generation {point.generation} through byte {point.offset}, held in block mode by "
             f"{', '.join(position.block_followers)}"
@@ -388,8 +392,9 @@ class MoveSteps:
         keep: Callable[[MoveRecord, Lsn], Awaitable[MoveRecord]],
     ) -> tuple[MoveRecord, GuaranteeAnswer]:
         """Flush the target through `point`, marked first if None (`keep` saves it in the
-        record).  A point inside the open log not Satisfied within `block_flush_wait` is
-        replaced by a generation rolled for it: a copy may have left block mode."""
+        record, with when the flush started, before any question is asked).  A point inside
+        the open log not Satisfied within `block_flush_wait` is replaced by a generation
+        rolled for it: a copy may have left block mode."""
         if point is None:
             record, point = await self._mark_target(record, what)
             record = await keep(record, point)
@@ -440,9 +445,8 @@ class MoveSteps:
                 )
             ),
         )
-        return await self.gates.save(
-            replace(record, flush_epoch=answer.epoch or record.target_epoch)
-        )
+        # Saved with the step's end (Mover): nothing runs between.
+        return replace(record, flush_epoch=answer.epoch or record.target_epoch)
 
     async def _step_final_health(self, record: MoveRecord) -> MoveRecord:
         return await self.gates.health(replace(record, stalled_since=None))

@@ -121,7 +121,13 @@ async def suspend(requests: MoveStore, move_id: str, *, clock: Clock, wait: time
         if refused:  # it ended (completed, failed) before reaching a safe point
             await requests.clear_stop(move_id)
             raise MoveFailed(f"move {move_id} {refused}")
-        if record.state is not MoveState.SUSPENDED:
+        # Saved Suspended, the store carries out the suspend request; so again for a move
+        # its mover suspended already (for another request), lest this one's own request,
+        # written after the mover looked, be left standing.
+        if (
+            record.state is not MoveState.SUSPENDED
+            or await requests.stop_requested(move_id) is StopRequest.SUSPEND
+        ):
             record = await requests.save(
                 replace(
                     record,

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import abc
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -146,6 +146,24 @@ class MoveStore(abc.ABC):
         crash of this process, and ordered with every other save, but an engine may lose it
         to a power cut until the next durable save."""
 
+    async def save_and_look(
+        self,
+        record: MoveRecord,
+        now: datetime,
+        *,
+        lease: MoveLease,
+        durable: bool = True,
+        answers: Sequence[AnswerRow] = (),
+    ) -> tuple[MoveRecord, StopRequest | None]:
+        """`save`, keeping with it the guarantee answers given since the last save
+        (`keep_answer`; a save refused keeps none), and what an operator asks of the move as
+        of the save (`stop_requested`): the running mover's save and its look at the safe
+        point after it.  One round trip where an engine can; this is the three calls."""
+        saved = await self.save(record, now, lease=lease, durable=durable)
+        for row in answers:
+            await self.keep_answer(record.id, row)
+        return saved, await self.stop_requested(record.id)
+
     # ---- leases -----------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -187,11 +205,15 @@ class MoveStore(abc.ABC):
 
     # ---- guarantee answers ----------------------------------------------------------------
 
-    @abc.abstractmethod
     async def add_answer(
         self, move_id: str, *, step: MoveStep, method: str, answer: GuaranteeAnswer, now: datetime
     ) -> None:
         """Keep one answer of the guarantee service (the newest ANSWERS_KEPT are kept)."""
+        await self.keep_answer(move_id, answer_row(step, method, answer, now))
+
+    @abc.abstractmethod
+    async def keep_answer(self, move_id: str, row: AnswerRow) -> None:
+        """Keep one answer as `answer_row` made it (the newest ANSWERS_KEPT are kept)."""
 
     @abc.abstractmethod
     async def answers(self, move_id: str) -> list[AnswerRow]:

@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -33,9 +33,8 @@ from mrs_client.move_store import (
     MoveLease,
     MoveRecord,
     MoveStore,
-    answer_row,
 )
-from mrs_client.policy import FINISHED, GuaranteeAnswer, MoveState, MoveStep, StopRequest
+from mrs_client.policy import FINISHED, MoveState, StopRequest
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -221,6 +220,28 @@ class EmbeddedMoveStore(MoveStore):
         await self._write(self._save, record, lease, durable=durable)
         return record
 
+    def _save_and_look(
+        self, record: MoveRecord, lease: MoveLease, answers: Sequence[AnswerRow]
+    ) -> StopRequest | None:
+        for row in answers:
+            self._add_answer(record.id, row)
+        self._save(record, lease)  # LeaseLost: the transaction, answers and all, rolls back
+        return self._stop_requested(record.id)
+
+    async def save_and_look(
+        self,
+        record: MoveRecord,
+        now: datetime,
+        *,
+        lease: MoveLease,
+        durable: bool = True,
+        answers: Sequence[AnswerRow] = (),
+    ) -> tuple[MoveRecord, StopRequest | None]:
+        """One transaction (one commit) for the three (`MoveStore.save_and_look`)."""
+        record = replace(record, updated=now)
+        stop = await self._write(self._save_and_look, record, lease, answers, durable=durable)
+        return record, stop
+
     # ---- leases -----------------------------------------------------------------------
 
     def _claim(self, move_id: str, worker: str, ttl: float) -> MoveLease | None:
@@ -313,10 +334,8 @@ class EmbeddedMoveStore(MoveStore):
             (move_id, move_id, ANSWERS_KEPT),
         )
 
-    async def add_answer(
-        self, move_id: str, *, step: MoveStep, method: str, answer: GuaranteeAnswer, now: datetime
-    ) -> None:
-        await self._write(self._add_answer, move_id, answer_row(step, method, answer, now))
+    async def keep_answer(self, move_id: str, row: AnswerRow) -> None:
+        await self._write(self._add_answer, move_id, row)
 
     def _answers(self, move_id: str) -> list[AnswerRow]:
         rows = self._conn.execute(

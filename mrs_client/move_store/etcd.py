@@ -71,9 +71,8 @@ from mrs_client.move_store import (
     MoveLease,
     MoveRecord,
     MoveStore,
-    answer_row,
 )
-from mrs_client.policy import FINISHED, GuaranteeAnswer, MoveState, MoveStep, StopRequest
+from mrs_client.policy import FINISHED, MoveState, StopRequest
 
 # etcd's --max-txn-ops default: compares, and operations of either branch, per transaction.
 MAX_TXN_OPS = 128
@@ -489,10 +488,7 @@ class EtcdMoveStore(MoveStore):
 
     # ---- guarantee answers ----------------------------------------------------------------
 
-    async def add_answer(
-        self, move_id: str, *, step: MoveStep, method: str, answer: GuaranteeAnswer, now: datetime
-    ) -> None:
-        row = answer_row(step, method, answer, now)
+    async def keep_answer(self, move_id: str, row: AnswerRow) -> None:
         under = f"answer/{move_id}/"
         key = f"{under}{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
         await self._gateway.call(

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -99,7 +99,9 @@ class MoveRecord:
         return _point(self.unlock_generation, self.unlock_offset, self.target_epoch)
 
     def to_json(self) -> str:
-        data = asdict(self)
+        # The fields one level deep (not `asdict`, which deep-copies every value): the
+        # record is saved many times a move, and its containers hold plain values.
+        data = {name: getattr(self, name) for name in _MOVE_FIELDS}
         for key, value in data.items():
             if isinstance(value, datetime):
                 data[key] = value.isoformat()
@@ -137,6 +139,9 @@ class MoveRecord:
 
     def as_dict(self) -> dict[str, Any]:
         return json.loads(self.to_json())
+
+
+_MOVE_FIELDS = tuple(f.name for f in fields(MoveRecord))
 
 
 @dataclass(frozen=True)

@@ -351,6 +351,32 @@ async def test_a_suspended_save_carries_out_a_suspend_and_a_resume_clears_one(st
     assert await store.stop_requested("m1") is None, "a finished move keeps no stop request"
 
 
+async def test_save_and_look_keeps_the_answers_with_the_save_and_says_what_is_asked(store):
+    record = move("m1")
+    await store.create([record])
+    lease = await claimed(store, "m1")
+    step, method = MoveStep.FINAL_SYNC_AND_FLUSH, "CheckReplicationFlush"
+    rows = [answer_row(step, method, _answer(n), NOW) for n in (1, 2)]
+    saved, stop = await store.save_and_look(
+        replace(record, steps_done=5), NOW, lease=lease, answers=rows
+    )
+    assert (saved, stop) == (replace(record, steps_done=5), None)
+    assert await store.get("m1") == saved and await store.answers("m1") == rows
+    await store.request_stop("m1", StopRequest.SUSPEND, NOW)
+    _, stop = await store.save_and_look(saved, NOW, lease=lease, durable=False)
+    assert stop is StopRequest.SUSPEND, "seen as of the save"
+    suspended = replace(saved, state=MoveState.SUSPENDED)
+    _, stop = await store.save_and_look(suspended, NOW, lease=lease)
+    assert stop is None, "a suspended save carries out the suspend it looks for"
+    # Under a lease that is over: nothing saved, and the answers given with it not kept.
+    await store.release(lease)
+    with pytest.raises(LeaseLost):
+        await store.save_and_look(
+            saved, NOW, lease=lease, answers=[answer_row(step, method, _answer(3), NOW)]
+        )
+    assert await store.get("m1") == suspended and await store.answers("m1") == rows
+
+
 # ---- guarantee answers --------------------------------------------------------------------
 
 

@@ -178,6 +178,33 @@ async def test_a_running_move_cancelled_before_step_8_leaves_the_source_whole_an
     env.assert_completed_equal(await env.move())
 
 
+async def test_a_cancel_asked_during_a_step_stops_the_move_before_the_next_one_begins(tmp_path):
+    # The end of step 5 and the beginning of step 6 are saved together: the safe point
+    # between them stops the move with step 6 not begun, as if saved one after the other.
+    env = MoverEnv(tmp_path)
+    asked: list[asyncio.Task] = []
+
+    def during_the_lock(method, database, n):
+        if (method, database) == ("lock", "DB1"):
+            move_id = env.stored.list()[0].id
+            env.stored.request_stop(move_id, StopRequest.CANCEL, env.clock.now())
+            asked.append(asyncio.ensure_future(cancel(env, move_id)))
+
+    env.nodes.before.append(during_the_lock)
+    task = await env.start()
+    await env.drive(task)
+    stopped = task.result()
+    assert stopped.state is MoveState.SUSPENDED
+    assert (int(stopped.step), stopped.steps_done) == (5, 5)
+    assert "move stopped for `mrs cancel` at step 5 (5 done)" in env.lines, env.lines[-3:]
+    assert not any(line.startswith("step 6:") for line in env.lines)
+    await env.drive(asked[0])
+    assert asked[0].result().record.state is MoveState.CANCELLED
+    source = env.nodes.dbs["DB1"].boxes["alice"]
+    assert not source.locked and not source.soft_deleted, "the lock taken was undone"
+    assert "alice" not in env.nodes.dbs["DB2"].boxes
+
+
 async def test_cancel_is_refused_once_the_directory_names_the_target(tmp_path):
     env = MoverEnv(tmp_path, knows_epochs=True)
     blocked = {"on": False}
