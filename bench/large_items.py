@@ -556,7 +556,6 @@ async def replication(base: Path, sizes: Sizes) -> None:
         assert status.status is CopyStatus.HEALTHY, status
         reader = passive.reader()
         replayed = {i.item_id: i.body for i in reader.items(MAILBOX)}
-        replayed = {i["item_id"]: i["body"] for i in reader.items(MAILBOX)}
         assert body_digest([replayed[f"i{i}"] for i in range(len(bodies))]) == body_digest(
             bodies
         ), "the passive's bodies differ from the active's"
