@@ -110,9 +110,7 @@ class Coalescer:
     """Which copies' changes go out now: at once while a copy has sends in its bucket, then
     at most `rate` a second, each time the copy's newest status."""
 
-    # 20 a second: a copy in block mode under a batch of moves changes at every look, and a
-    # flush waiting on it waited for the next send (4 a second: 0.1-0.25 s a flush).
-    def __init__(self, *, rate: float = 20.0, burst: int = 4) -> None:
+    def __init__(self, *, rate: float = 4.0, burst: int = 4) -> None:
         self._rate = rate
         self._burst = float(burst)
         self._sent: dict[tuple[str, str], tuple[Any, ...]] = {}
