@@ -163,6 +163,12 @@ class Tutorial:
                 return False
         return True
 
+    def in_block_mode(self, database: str) -> bool:
+        """Every passive copy of `database` follows its active in block mode (a copy that
+        caught up after a failover enters it a moment after it is Healthy)."""
+        passive = [c for c in self.copies() if c["database"] == database and c["role"] == "Passive"]
+        return bool(passive) and all(c["copy_mode"] == "Block" for c in passive)
+
     def active_of(self, database: str) -> str | None:
         for c in self.copies():
             if c["database"] == database and c["role"] == "Active" and c["status"] == "Mounted":
@@ -280,7 +286,11 @@ guarantee_api:
         restarted = self.start("mbx1", f"replication-node serve {C} --node mbx1")
         self.wait("mbx1's /healthz", lambda: bool(self.get(self.url("mbx1") + "/healthz", False)))
         self.run(f"replication-node db roll-log DB1 {C}")
-        self.wait("mbx1 back as a passive copy of DB1", lambda: self.converged("DB1"), 90)
+        self.wait(
+            "mbx1 back as a passive copy of DB1, both passives following in block mode",
+            lambda: self.converged("DB1") and self.in_block_mode("DB1"),
+            90,
+        )
         self.save("09-rejoined", restarted, self.run(f"replication-node status --database DB1 {C}"))
 
         # 6. Backups, full then incremental, and a restore.
