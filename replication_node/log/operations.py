@@ -175,7 +175,7 @@ class _Record(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 _RECORD = msgspec.json.Decoder(_Record)
 
 
-def decode_payload(payload: bytes) -> tuple[Operation, ...]:
+def decode_payload(payload: bytes | memoryview) -> tuple[Operation, ...]:
     """The operations of a TRANSACTION record's JSON that commits no staged body, typed in
     one pass; MalformedOperation naming the first field that is not what its type says."""
     try:

@@ -257,7 +257,7 @@ def transactions_of(result: ScanResult, reader: BodyReader | None = None) -> lis
                     # One that commits staged bodies has fields the one pass refuses (its
                     # "blobs", its puts' "body_blob"): read the slow way; any other stays
                     # refused, by the slow way's own checks.
-                    if BLOBS_KEY not in rec.payload:
+                    if not rec.has(BLOBS_KEY):
                         raise
                     ops = _staged_ops(rec, reader)
             except MalformedOperation as exc:

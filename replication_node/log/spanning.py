@@ -268,7 +268,7 @@ def track(result: ScanResult, before: Pending | None) -> GenerationSpans:
                 raise LogRecordError(f"{where}: ABORT of body {blob}, which is not pending")
             aborted.append(blob)
         elif rec.type is RecordType.TRANSACTION:
-            if BLOBS_KEY not in rec.payload:  # most commits stage nothing: no JSON parse
+            if not rec.has(BLOBS_KEY):  # most commits stage nothing: no JSON parse
                 continue
             _, refs = decode_transaction(rec)
             for ref in refs:

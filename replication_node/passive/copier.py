@@ -320,18 +320,27 @@ class Copier:
         return inspected
 
     async def _copy_window_by_window(self, last: int) -> None:
-        """Fetches run a window ahead of inspection: while a window's generations are
-        written, inspected and moved in (one directory fsync for the window), the next ones
-        are already on their way, instead of the next window's fetches waiting for this
-        one's move (bench/shipping.py, issue 33).  A generation whose inspection failed is
-        fetched again: the fetches beyond it stay good."""
-        m = self._markers
+        """Fetches run a window ahead of inspection, and inspection runs ahead of the moves
+        into the log directory: while a window's generations are moved in (one directory
+        fsync for the window, then LastLogInspected), the next window's are inspected, and
+        further ones are on their way (bench/shipping.py, issue 33).  The moves go in order,
+        one window at a time.  A generation whose inspection failed is fetched again once
+        what was inspected before it is moved in: the fetches beyond it stay good."""
         fetches: dict[int, asyncio.Future[tuple[bytes, Path]]] = {}
+        moving: asyncio.Future[None] | None = None  # the last window's move into the log dir
+
+        async def move_in(staged: list[InspectedLog]) -> None:
+            nonlocal moving
+            if moving is not None:
+                await moving  # the windows before, in order (raises what theirs raised)
+            moving = asyncio.ensure_future(self._commit(staged)) if staged else None
+
         try:
-            while m.last_log_inspected < last:
-                first = m.last_log_inspected + 1
+            first = self._markers.last_log_inspected + 1
+            while first <= last:
                 generations = range(first, min(last, first + self._window - 1) + 1)
                 staged: list[InspectedLog] = []
+                failed = False
                 try:
                     for generation in generations:
                         for ahead in range(generation, min(last, generation + self._window) + 1):
@@ -346,20 +355,34 @@ class Copier:
                         except InspectionFailed as exc:
                             whole = await self._from_peers(generation, exc)
                             if whole is None:
+                                await move_in(staged)  # what passed before it counts
+                                staged, failed = [], True
                                 await self._inspection_failed(generation, exc)
                                 break
                             staged.append(whole)
-                        m.last_log_copied = max(m.last_log_copied, generation)
+                        self._markers.last_log_copied = max(
+                            self._markers.last_log_copied, generation
+                        )
                 except LogShareError:
-                    await self._commit(staged)  # what passed inspection before the outage counts
+                    await move_in(staged)  # what passed inspection before the outage counts
                     raise
-                await self._commit(staged)
+                await move_in(staged)
+                first = generation if failed else generations[-1] + 1
+            await move_in([])  # the last window is in before the copy says it is done
         finally:  # the fetches run ahead and not inspected: their files go
             for fetch in fetches.values():
                 fetch.cancel()
             for done in await asyncio.gather(*fetches.values(), return_exceptions=True):
                 if isinstance(done, tuple):
                     done[1].unlink(missing_ok=True)
+            if moving is not None:  # left by an error: it ends before the error goes on
+                await asyncio.wait([moving])
+                if not moving.cancelled() and moving.exception() is not None:
+                    logger.warning(
+                        "%s: a move into the log directory failed: %s",
+                        self._paths.name,
+                        moving.exception(),
+                    )
 
     async def _fetch_written(self, generation: int) -> tuple[bytes, Path]:
         """A closed generation fetched and written into Inspector: the fetches of a window
@@ -447,9 +470,12 @@ class Copier:
         IgnoredLogs/Diverged and the active's generations take their place."""
         kept = self._paths.ignored / "Diverged"
         kept.mkdir(parents=True, exist_ok=True)
-        dropped = sorted(g for g in self._out_of_date if g >= exc.generation)
+        # (a list first: the move of the window before may be dropping superseded ones)
+        dropped = sorted(g for g in list(self._out_of_date) if g >= exc.generation)
         for generation in dropped:
-            superseded = self._out_of_date.pop(generation)
+            superseded = self._out_of_date.pop(generation, None)
+            if superseded is None:
+                continue
             name = closed_log_name(generation) if superseded.whole else OPEN_LOG_NAME
             src = self._paths.ignored / OUT_OF_DATE_DIR / name
             if src.exists():

@@ -309,6 +309,39 @@ async def test_a_cut_in_the_middle_of_a_window_leaves_nothing_behind_in_inspecto
     await copy.stop()
 
 
+async def test_a_generation_damaged_in_a_later_window_is_copied_again_after_the_moves_before(
+    share, tmp_path
+):
+    """Catching up, the copier inspects a window while the one before is moved into the log
+    directory: a generation that fails inspection there is fetched again only once every
+    generation before it is in; none is skipped, none is left in Inspector."""
+    await share.write(0, 10)
+    first = await share.roll()
+    seeded = passive(share, tmp_path)
+    await seeded.start()
+    await wait_until("replay", replayed_through(seeded, first))
+    await seeded.stop()
+    for i in range(1, 21):  # while the copy is stopped: three windows of eight to copy
+        await share.write(i * 10, 10)
+        await share.roll()
+    last = share.active.last_log_generated
+    bad = first + 12  # the second window's fourth
+    wire = CorruptingWire(share.source(), bad)
+    copy = passive(share, tmp_path, source=wire)
+    await copy.start()
+    await wait_until("replay", replayed_through(copy, last))
+    assert wire.damaged == 1
+    status = copy.status()
+    assert status.status is CopyStatus.HEALTHY
+    assert status.last_log_inspected == status.last_log_replayed == last
+    assert list_closed_generations(copy.paths.logs) == list(range(first, last + 1))
+    assert list(copy.paths.inspector.iterdir()) == []
+    failed = [p.name for p in (copy.paths.ignored / "InspectionFailed").iterdir()]
+    assert len(failed) == 1 and failed[0].startswith(share.closed_file(bad).name)
+    assert len(copy.reader().items("m")) == 210
+    await copy.stop()
+
+
 async def test_a_switchover_that_never_finishes_gives_the_active_its_writes_back(tmp_path):
     clock = ManualClock(start=datetime.now(UTC))
     s = await start_share(tmp_path, clock=clock)
