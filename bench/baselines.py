@@ -56,8 +56,8 @@ def upsert_baseline(
 ) -> float:
     """Rows/s of SQLite executemany upserts of item-shaped rows (synchronous=FULL, WAL).
     Item ids `i0`, `i1`, … by default (nearly in index order); `random_ids`: 32 hex digits
-    at random, as the active assigns them, which spread the inserts over the whole primary
-    key index (issue 33: reported beside the default, never instead of it)."""
+    at random (uuid4, as the active gave them before issue 33), which spread the inserts
+    over the whole primary key index (reported beside the default, never instead of it)."""
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")

@@ -17,8 +17,9 @@ One run, one process, three parts:
    (b) replay: a `Replayer` (no replay lag) applies those generations to the seeded database;
        items/s, beside `upsert_baseline` (SQLite executemany upserts of the same number of
        item-shaped rows).  Target >= 0.50 of the baseline (issue 3), >= 0.8 (issue 33).
-       (b') the same upserts with random 32-hex item ids, as the active assigns them and
-       replay writes them: reported beside (b), not instead of it.
+       (b') the same upserts with random 32-hex item ids (uuid4, as the active gave them
+       before issue 33's ordered ids, and as items moved in from elsewhere may still have
+       them): reported beside (b), not instead of it.
 2. End to end: three `replication-node serve` processes on loopback (tests.cluster_harness;
    mbx1 and mbx2 in redmond, mbx3 in dublin), DB1 active on mbx1 with passive copies on mbx2
    and mbx3, 1 MiB logs.  16 writers POST batches of 20 items of 1 KB for `--seconds`, while
@@ -254,7 +255,7 @@ async def in_process(base: Path, mb: int) -> None:
         f"{replay_rate / upsert_rate:.2f} |"
     )
     print(
-        f"| (b') the upserts with random item ids, as replayed | {written:,} rows | | | "
+        f"| (b') the upserts with random item ids (uuid4) | {written:,} rows | | | "
         f"{random_rate:,.0f} rows/s | {replay_rate / random_rate:.2f} |"
     )
     print(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import re
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -19,6 +18,7 @@ from dag_common.api_types import FOLDER_PATTERN, NAME_PATTERN
 from dag_common.mailbox_digest import utf8_size
 from dag_common.store_api import ItemIn, Written
 from replication_node.active.copy import ActiveCopy
+from replication_node.active.item_ids import new_item_id
 from replication_node.errors import BadRequest, Conflict, NotFound
 from replication_node.log.operations import (
     DEFAULT_FOLDERS,
@@ -191,7 +191,7 @@ class MailboxStore:
         validated where they were built (`ItemIn`): here they are checked against the
         mailbox."""
         self._check_items(mailbox, items, override_lock=override_lock)
-        item_ids = tuple(item.item_id or uuid.uuid4().hex for item in items)
+        item_ids = tuple(item.item_id or new_item_id() for item in items)
         staged = await self._stage_bodies(items)
         try:
             if staged:  # the awaits let other writes in: the mailbox or a folder may be gone
