@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -174,26 +175,35 @@ class Replayer:
         # generation's CARRIED record says it).
         self._pending: Pending | None = None
         self._check_every = content_check_every
+        # The next batch, read while the last one commits: its first generation, the read.
+        self._ahead: tuple[int, asyncio.Future[ReplayBatch]] | None = None
         # This copy's content digest as of each generation it replayed lately.
         self._known: dict[int, str] = {db.header.waypoint: db.content_digest}
         self.digests_compared = 0
 
     async def run(self) -> None:
         m = self._markers
-        while True:
-            self._wakeup.clear()
-            ready, due = ready_generations(
-                last_log_replayed=m.last_log_replayed,
-                last_log_inspected=m.last_log_inspected,
-                copied_times=m.copied_times,
-                now=self._clock.monotonic(),
-                replay_lag_time=self._lag,
-                limit=self._max_batch,
-            )
-            if ready:
-                await self._replay(ready)
-                continue
-            await self._wait(due - self._clock.monotonic() if due is not None else None)
+        try:
+            while True:
+                self._wakeup.clear()
+                ready, due = self._ready(after=m.last_log_replayed)
+                if ready:
+                    await self._replay(ready)
+                    continue
+                await self._wait(due - self._clock.monotonic() if due is not None else None)
+        finally:
+            self._drop_ahead()
+
+    def _ready(self, *, after: int) -> tuple[list[int], float | None]:
+        m = self._markers
+        return ready_generations(
+            last_log_replayed=after,
+            last_log_inspected=m.last_log_inspected,
+            copied_times=m.copied_times,
+            now=self._clock.monotonic(),
+            replay_lag_time=self._lag,
+            limit=self._max_batch,
+        )
 
     async def _wait(self, timeout: float | None) -> None:
         waits = {asyncio.ensure_future(self._wakeup.wait())}
@@ -208,14 +218,15 @@ class Replayer:
     async def _replay(self, generations: list[int]) -> None:
         m = self._markers
         started = self._clock.monotonic()
-        batch = await asyncio.to_thread(
-            read_batch,
-            self._log_dir,
-            generations,
-            prev=self._prev,
-            log_signature=self._db.header.log_signature,
-            pending=self._pending,
-        )
+        generations, batch = await self._read(generations)
+        # The next batch is read while this one's COMMIT waits on the disk (the commit lets
+        # go of the GIL; the rows' writes before it do not, between rows, so reading any
+        # earlier would only take turns with them): bench/shipping.py, issue 33.
+        committing = threading.Event()
+        following, _ = self._ready(after=generations[-1])
+        if following:
+            read = asyncio.to_thread(self._read_after, committing, following, batch)
+            self._ahead = (following[0], asyncio.ensure_future(read))
         before, digests = self._db.content_digest, dict[int, str]()
         try:
             header = await asyncio.to_thread(
@@ -226,9 +237,12 @@ class Replayer:
                 last_log_time=batch.close_time,
                 digests=digests,
                 required_from=required_from(batch.pending or {}),
+                committing=committing,
             )
         except DatabaseError as exc:
             raise CopyFailed(f"replay of generations {generations} failed: {exc}") from exc
+        finally:
+            committing.set()
         self._prev = batch.last_header
         self._pending = batch.pending
         for generation in generations:
@@ -254,6 +268,45 @@ class Replayer:
         )
         self._after_replay()
 
+    async def _read(self, generations: list[int]) -> tuple[list[int], ReplayBatch]:
+        """The batch starting at `generations[0]`: the one read ahead if it starts there
+        (its generations, which may be fewer than are ready now), else `generations` read
+        now.  A read ahead that failed raises here, after the batch before it is in."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == generations[0]:
+            batch = await ahead[1]
+            return list(batch.generations), batch
+        if ahead is not None:
+            _forget(ahead[1])
+        batch = await asyncio.to_thread(
+            read_batch,
+            self._log_dir,
+            generations,
+            prev=self._prev,
+            log_signature=self._db.header.log_signature,
+            pending=self._pending,
+        )
+        return generations, batch
+
+    def _read_after(
+        self, committing: threading.Event, generations: list[int], before: ReplayBatch
+    ) -> ReplayBatch:
+        """`read_batch` of the generations after `before`, once `committing` is set (worker
+        thread)."""
+        committing.wait()
+        return read_batch(
+            self._log_dir,
+            generations,
+            prev=before.last_header,
+            log_signature=self._db.header.log_signature,
+            pending=before.pending,
+        )
+
+    def _drop_ahead(self) -> None:
+        if self._ahead is not None:
+            _forget(self._ahead[1])
+            self._ahead = None
+
     def _compare(self, theirs: tuple[ContentDigest, ...]) -> None:
         """Compare the active's content digests with this copy's as of the same generation
         (one this copy no longer remembers, after a restart, is passed over, and so is one of
@@ -270,3 +323,8 @@ class Replayer:
                 )
         while len(self._known) > _KNOWN_DIGESTS:
             del self._known[min(self._known)]
+
+
+def _forget(read: asyncio.Future[ReplayBatch]) -> None:
+    """A read ahead no longer wanted: its result, or its error, goes unread."""
+    read.add_done_callback(lambda done: done.cancelled() or done.exception())

@@ -183,7 +183,9 @@ class Database:
         return self._header
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(
+        self, committing: threading.Event | None = None
+    ) -> Iterator[sqlite3.Connection]:
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             saved, digest = self._header, self._digest
@@ -197,6 +199,9 @@ class Database:
                 self._conn.execute("ROLLBACK")
                 self._header, self._digest = saved, digest
                 raise
+            finally:
+                if committing is not None:
+                    committing.set()
             self._conn.execute("COMMIT")
 
     # ---- writes --------------------------------------------------------------------------
@@ -211,17 +216,20 @@ class Database:
         state: DatabaseState = DatabaseState.DIRTY_SHUTDOWN,
         digests: dict[int, str] | None = None,
         required_from: int = 0,
+        committing: threading.Event | None = None,
     ) -> DatabaseHeader:
         """Apply whole generations of transactions and advance the header, atomically.
         Given `digests`, it gets the content digest as of each generation that holds a
         transaction (after its last one).  `required_from`: Logs Required as of `waypoint`
-        (the first generation of a staged body pending there; 0: none).
+        (the first generation of a staged body pending there; 0: none).  `committing` is
+        set once the rows are written and the COMMIT starts waiting on the disk (or the call
+        fails): a replay reads its next batch meanwhile (`passive/replayer.py`).
 
         A malformed operation aborts the whole call (nothing applied): DatabaseError.
         """
         if waypoint < self._header.waypoint:
             raise DatabaseError(f"waypoint would go back from {self._header.waypoint}")
-        with self._transaction() as conn:
+        with self._transaction(committing) as conn:
             last_cn = self._header.last_change_number
             stamps: list[RecordBackup] = []
             writer = TableWriter(conn, stamps)

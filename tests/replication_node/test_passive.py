@@ -123,6 +123,36 @@ async def test_lagged_copy_inspects_at_once_and_replays_after_its_lag(share, tmp
     await copy.stop()
 
 
+async def test_a_generation_damaged_after_inspection_stops_replay_after_the_batch_before_it(
+    share, tmp_path
+):
+    """Replay reads its next batch while the last one commits: a generation of that batch
+    damaged on this copy's disk after inspection stops the copy, naming it, once the batch
+    before it is in (nothing of its own batch is)."""
+    clock = ManualClock(start=datetime.now(UTC))
+    copy = passive(share, tmp_path, clock=clock, lag=timedelta(hours=1))
+    await copy.start()
+    for i in range(20):  # more than one replay batch (16 generations)
+        await share.write(i * 5, 5)
+        last = await share.roll()
+    await wait_until("inspection", lambda: copy.status().last_log_inspected >= last)
+    await wait_until("the replay held for its lag", lambda: held_for(clock, 3600))
+    bad = last - 2  # in the second batch
+    path = copy.paths.logs / share.closed_file(bad).name
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    path.write_bytes(bytes(data))
+    await clock.advance(3600 + 60)
+    await wait_until(
+        "FailedAndSuspended", lambda: copy.status().status is CopyStatus.FAILED_AND_SUSPENDED
+    )
+    status = copy.status()
+    assert f"generation {bad}" in (status.error or "")
+    assert status.last_log_replayed == 16, "the first batch is in, nothing after it"
+    assert len(copy.reader().items("m")) == 16 * 5
+    await copy.stop()
+
+
 @pytest.mark.parametrize("skew_hours", [2, -2], ids=["copy clock 2h ahead", "2h behind"])
 async def test_the_replay_lag_counts_on_the_copys_own_clock(share, tmp_path, skew_hours):
     # The active's clock is the real one; this copy's is hours off.  The lag is counted from
