@@ -225,25 +225,26 @@ class Database:
         set once the rows are written and the COMMIT starts waiting on the disk (or the call
         fails): a replay reads its next batch meanwhile (`passive/replayer.py`).
 
-        A malformed operation aborts the whole call (nothing applied): DatabaseError.
+        A malformed operation aborts the whole call (nothing applied, nothing published);
+        a waypoint lower than the file's: DatabaseError.
         """
         if waypoint < self._header.waypoint:
             raise DatabaseError(f"waypoint would go back from {self._header.waypoint}")
-        with self._transaction(committing) as conn:
-            last_cn = self._header.last_change_number
-            stamps: list[RecordBackup] = []
-            writer = TableWriter(conn, stamps)
-            for txn in transactions:
-                last_cn = max(last_cn, writer.apply(txn))
-                if digests is not None:
-                    digests[txn.generation] = to_hex(self._digest + writer.delta)
-            writer.flush()
-            self._digest = (self._digest + writer.delta) % MODULUS
-            header = self._header
-            for stamp in stamps:  # in log order: the last of each kind wins
-                header = with_backup(header, stamp)
-            self._write_header(
-                replace(
+        with self._lock:
+            with self._transaction(committing) as conn:
+                last_cn = self._header.last_change_number
+                stamps: list[RecordBackup] = []
+                writer = TableWriter(conn, stamps)
+                for txn in transactions:
+                    last_cn = max(last_cn, writer.apply(txn))
+                    if digests is not None:
+                        digests[txn.generation] = to_hex(self._digest + writer.delta)
+                writer.flush()
+                self._digest = (self._digest + writer.delta) % MODULUS
+                header = self._header
+                for stamp in stamps:  # in log order: the last of each kind wins
+                    header = with_backup(header, stamp)
+                header = replace(
                     header,
                     state=state,
                     waypoint=waypoint,
@@ -253,8 +254,11 @@ class Database:
                     last_log_time=last_log_time or self._header.last_log_time,
                     required_from=required_from,
                 )
-            )
-        return self._header
+                write_header(conn, header)
+            # Published once committed: a reader of the header (the truncator, Logs Required)
+            # never acts on a waypoint that a crash during the COMMIT would take back.
+            self._header = header
+        return header
 
     def mark_dirty(self) -> None:
         """The database is in use: a crash from now on is a dirty shutdown."""
