@@ -165,10 +165,10 @@ class EmbeddedMoveStore(MoveStore):
                     job.done.get_loop().call_soon_threadsafe(_settle, job.done, outcome)
 
     def _commit_group(self, group: list[_Write]) -> list[tuple[bool, Any]]:
-        """One IMMEDIATE transaction for `group`, each write in a savepoint: per write
-        (True, its result) or (False, its error).  Should the transaction itself fail
-        (BEGIN, a savepoint's rollback, COMMIT), every write of the group gets that error:
-        none was committed."""
+        """One IMMEDIATE transaction for `group`, each write in a savepoint (a write alone
+        needs none): per write (True, its result) or (False, its error).  Should the
+        transaction itself fail (BEGIN, a savepoint's rollback, COMMIT, a write alone),
+        every write of the group gets that error: none was committed."""
         outcomes: list[tuple[bool, Any]] = []
         try:
             with self._lock:
@@ -177,14 +177,17 @@ class EmbeddedMoveStore(MoveStore):
                     self._conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
                     self._durable = durable
                 with immediate(self._conn):
-                    for job in group:
-                        self._conn.execute("SAVEPOINT move_write")
-                        try:
-                            outcomes.append((True, job.call()))
-                        except Exception as exc:
-                            self._conn.execute("ROLLBACK TO move_write")
-                            outcomes.append((False, exc))
-                        self._conn.execute("RELEASE move_write")
+                    if len(group) == 1:  # alone: its error rolls the transaction back
+                        outcomes.append((True, group[0].call()))
+                    else:
+                        for job in group:
+                            self._conn.execute("SAVEPOINT move_write")
+                            try:
+                                outcomes.append((True, job.call()))
+                            except Exception as exc:
+                                self._conn.execute("ROLLBACK TO move_write")
+                                outcomes.append((False, exc))
+                            self._conn.execute("RELEASE move_write")
                 self.commits += 1
         except Exception as exc:
             return [(False, exc)] * len(group)
