@@ -153,16 +153,21 @@ class EmbeddedMoveStore(MoveStore):
 
     def _commit_queued(self) -> None:
         """In a thread: commit the queued writes, a group at a time, until none is left."""
-        while True:
+        try:
+            while True:
+                with self._queue_lock:
+                    group, self._queue = self._queue[:GROUP_MOST], self._queue[GROUP_MOST:]
+                    if not group:
+                        self._committing = False
+                        return
+                outcomes = self._commit_group(group)
+                for job, outcome in zip(group, outcomes, strict=True):
+                    with contextlib.suppress(RuntimeError):  # its loop closed: nobody waits
+                        job.done.get_loop().call_soon_threadsafe(_settle, job.done, outcome)
+        except BaseException:  # not one of a write's errors: the next write commits again
             with self._queue_lock:
-                group, self._queue = self._queue[:GROUP_MOST], self._queue[GROUP_MOST:]
-                if not group:
-                    self._committing = False
-                    return
-            outcomes = self._commit_group(group)
-            for job, outcome in zip(group, outcomes, strict=True):
-                with contextlib.suppress(RuntimeError):  # its loop closed: nobody waits
-                    job.done.get_loop().call_soon_threadsafe(_settle, job.done, outcome)
+                self._committing = False
+            raise
 
     def _commit_group(self, group: list[_Write]) -> list[tuple[bool, Any]]:
         """One IMMEDIATE transaction for `group`, each write in a savepoint (a write alone
