@@ -386,7 +386,7 @@ class Gates:
                 if self.clock.now() >= give_up:
                     return record, None
                 decision = replace(decision, wait=min(decision.wait, give_up - self.clock.now()))
-            record = await between(record)
+            record = await between(await self.save(record))  # `between` may raise
             record = await self.wait(
                 record,
                 self._ask_again(decision, answer, wait),
