@@ -329,7 +329,14 @@ async def bench(args: argparse.Namespace, base: Path) -> dict[str, Any]:
         await check_moved(cluster, big)
         small = names_of("tiny", args.overhead_moves)
         await fill(cluster, small, 1, 1000)
+        procs = (
+            {n: p.pid for n, p in cluster.procs.items()}
+            | {"guarantee-api": api.pid}
+            | {f"worker-{w}": p.pid for w, p in zip("ab", workers, strict=True)}
+        )
+        before = {n: cpu_seconds(pid) for n, pid in procs.items()}
         out["overhead_batch_s"] = await run_batch(cluster, "tiny", small)
+        out["overhead_cpu"] = {n: cpu_seconds(pid) - before[n] for n, pid in procs.items()}
         await check_moved(cluster, small)
         stop(workers)
         # the same, one move at a time: each one-item move's own time, no other beside it
@@ -420,6 +427,8 @@ def main() -> None:
     print(f"overhead per move: {args.overhead_moves} one-item moves run in "
           f"{running:.1f} s after their batch was created, {args.concurrency} at once: "
           f"**{overhead:.2f} s** per move (target < 0.3 s)")  # fmt: skip
+    cpu = ", ".join(f"{n} {v:.2f}" for n, v in out["overhead_cpu"].items())
+    print(f"CPU seconds while the {args.overhead_moves} one-item moves ran: {cpu}")
     single = (out["single_batch_s"] - created["single"]) / (args.overhead_moves // 2)
     print(f"one at a time (one worker, --max-moves 1): {args.overhead_moves // 2} one-item "
           f"moves, **{single:.2f} s** each")  # fmt: skip

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from mrs_client.stopping import Stopped
 
 T = TypeVar("T")
+SWITCH_INTERVAL = 0.001  # seconds: `mrs serve`'s GIL switch interval (cmd_serve says why)
 
 # The MoveSettings durations a command line may set (`--stall-limit 2s`, …).
 TIMING_HELP = {
@@ -307,6 +308,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for handler in root.handlers:  # a long-running service: every line time-stamped
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     config = load_config(args.config)
+    # The move store's SQLite calls run in a thread that gives up the GIL at each statement
+    # and must take it back from the event loop: at the default switch interval (5 ms) a
+    # loop kept busy by many moves makes every statement of every save wait up to 5 ms.
+    sys.setswitchinterval(SWITCH_INTERVAL)
     return asyncio.run(_serve(args, config))
 
 

@@ -200,16 +200,18 @@ class Gates:
         if self.release.is_set():
             raise MoveReleased(f"move {record.id} given back by its worker")
 
-    async def _waited(
-        self, record: MoveRecord, answer: GuaranteeAnswer, asked: datetime, wait: timedelta
+    @staticmethod
+    def _waited(
+        record: MoveRecord, answer: GuaranteeAnswer, asked: datetime
     ) -> tuple[MoveRecord, datetime | None]:
         """After an answer the service waited for: the time it waited counted as stalled,
-        and when the stall began (when a question it waited on was asked)."""
+        and when the stall began (when a question it waited on was asked).  Not saved here:
+        every path from an answer saves the record it is given (as the answer itself is
+        kept: `_record_answer`), and the paths that raise save it first.  (A save here cost
+        every gate a durable commit of its own: six of a one-item move's 24.)"""
         if answer.waited is None or answer.waited <= timedelta(0):
             return record, record.stalled_since
-        record = await self.save(
-            _stalled_for(record, StallStatus.TARGET_REPLICATION, answer.waited.total_seconds())
-        )
+        record = _stalled_for(record, StallStatus.TARGET_REPLICATION, answer.waited.total_seconds())
         return record, record.stalled_since or asked
 
     @staticmethod
@@ -277,7 +279,7 @@ class Gates:
             answer = await self.guarantee.check_health(record.target_db, self.caller_id, wait)
             self._record_answer(record, "CheckReplicationHealth", answer)
             self._last_check = self.clock.now()
-            record, since = await self._waited(record, answer, asked, wait)
+            record, since = self._waited(record, answer, asked)
             decision = gate(
                 answer,
                 now=self.clock.now(),
@@ -287,6 +289,7 @@ class Gates:
             if decision.verdict is Verdict.CONTINUE:
                 return await self.unstall(record)
             if decision.verdict is Verdict.FAIL:
+                await self.save(record)  # the mover fails the record as stored
                 raise MoveFailed(decision.reason, stalled=decision.status)
             record = await self.wait(
                 record,
@@ -363,7 +366,7 @@ class Gates:
                 record.target_db, self.caller_id, point, record.flush_started, wait
             )
             self._record_answer(record, "CheckReplicationFlush", answer)
-            record, _ = await self._waited(record, answer, asked, wait)
+            record, _ = self._waited(record, answer, asked)
             decision = flush_gate(
                 answer,
                 now=self.clock.now(),
@@ -373,6 +376,8 @@ class Gates:
             )
             if decision.verdict is Verdict.CONTINUE:
                 return await self.unstall(record), answer
+            if decision.verdict in (Verdict.RECONCILE, Verdict.FAIL):
+                await self.save(record)  # the mover goes on from the record as stored
             if decision.verdict is Verdict.RECONCILE:
                 raise NeedsReconcile(decision.reason, target_changed=True)
             if decision.verdict is Verdict.FAIL:
@@ -381,7 +386,7 @@ class Gates:
                 if self.clock.now() >= give_up:
                     return record, None
                 decision = replace(decision, wait=min(decision.wait, give_up - self.clock.now()))
-            record = await between(record)
+            record = await between(await self.save(record))  # `between` may raise
             record = await self.wait(
                 record,
                 self._ask_again(decision, answer, wait),

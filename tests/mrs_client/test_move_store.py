@@ -4,6 +4,7 @@ etcd server (Debian's etcd-server, which `make test` installs) on free ports."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -503,3 +504,96 @@ async def test_etcd_fences_a_lease_claimed_through_another_store_object(etcd):
     finally:
         await first.aclose()
         await second.aclose()
+
+
+# ---- the embedded engine's group commit ---------------------------------------------------
+
+
+class _FileHeld:
+    """Another process's write transaction on the store's file, as `mrs batch create` or a
+    node holds one: the store's writes queue behind it."""
+
+    def __init__(self, path):
+        self._conn = sqlite3.connect(path, isolation_level=None)
+        self._conn.execute("BEGIN IMMEDIATE")
+
+    def release(self) -> None:
+        self._conn.execute("COMMIT")
+        self._conn.close()
+
+
+async def test_writes_waiting_together_commit_together_and_a_refused_one_alone_rolls_back(
+    tmp_path,
+):
+    store = EmbeddedMoveStore(tmp_path / "cluster.db")
+    try:
+        records = [move(f"m{i}") for i in range(8)]
+        await store.create(records)
+        leases = [await claimed(store, r.id) for r in records]
+        await store.release(leases[3])  # m3's save is refused: its lease is over
+        step, method = MoveStep.FINAL_SYNC_AND_FLUSH, "CheckReplicationFlush"
+        rows = [answer_row(step, method, _answer(1), NOW)]
+        commits = store.commits
+        held = _FileHeld(tmp_path / "cluster.db")
+        saves = [
+            asyncio.ensure_future(
+                store.save_and_look(replace(r, items_copied=i), NOW, lease=lease, answers=rows)
+            )
+            for i, (r, lease) in enumerate(zip(records, leases, strict=True))
+        ]
+        await wait_until("the eight saves queued", lambda: store.in_flight == 8, timeout=10)
+        held.release()
+        results = await asyncio.gather(*saves, return_exceptions=True)
+        assert isinstance(results[3], LeaseLost)
+        assert await store.get("m3") == records[3] and await store.answers("m3") == []
+        for i, r in enumerate(records):
+            if i != 3:
+                assert results[i] == (replace(r, items_copied=i), None)
+                assert await store.get(r.id) == replace(r, items_copied=i)
+                assert await store.answers(r.id) == rows
+        # the first write's group may have been taken before the others queued: one or two
+        assert store.commits - commits <= 2
+    finally:
+        await store.aclose()
+
+
+async def test_a_group_with_one_durable_write_is_committed_with_fsync(tmp_path):
+    store = EmbeddedMoveStore(tmp_path / "cluster.db")
+    try:
+        records = [move(f"m{i}") for i in range(3)]
+        await store.create(records)
+        leases = [await claimed(store, r.id) for r in records]
+        held = _FileHeld(tmp_path / "cluster.db")
+        first = asyncio.ensure_future(store.save(records[0], NOW, lease=leases[0], durable=False))
+        await wait_until("the first save waits", lambda: store.in_flight == 1, timeout=10)
+        rest = [
+            asyncio.ensure_future(store.save(records[1], NOW, lease=leases[1], durable=False)),
+            asyncio.ensure_future(store.save(records[2], NOW, lease=leases[2], durable=True)),
+        ]
+        await wait_until("all three wait", lambda: store.in_flight == 3, timeout=10)
+        held.release()
+        await asyncio.gather(first, *rest)
+        # FULL (2): the group of the two last, one of them durable, went to the disk
+        assert store.call(lambda: store._conn.execute("PRAGMA synchronous").fetchone()[0]) == 2
+    finally:
+        await store.aclose()
+
+
+async def test_a_write_whose_caller_gave_up_is_committed_all_the_same(tmp_path):
+    store = EmbeddedMoveStore(tmp_path / "cluster.db")
+    try:
+        record = move("m1")
+        await store.create([record])
+        lease = await claimed(store, "m1")
+        held = _FileHeld(tmp_path / "cluster.db")
+        save = asyncio.ensure_future(store.save(replace(record, items_copied=5), NOW, lease=lease))
+        await wait_until("the save waits", lambda: store.in_flight == 1, timeout=10)
+        save.cancel()
+        held.release()
+        await wait_until(
+            "the save committed",
+            lambda: store.call(store._get, "m1").items_copied == 5,
+            timeout=10,
+        )
+    finally:
+        await store.aclose()

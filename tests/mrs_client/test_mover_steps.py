@@ -303,3 +303,47 @@ async def test_a_source_that_cannot_answer_at_submit_is_a_failure_not_bad_input(
     assert type(caught.value).__name__ == raised
     assert "cannot check 'alice'" in str(caught.value)
     assert env.stored.list() == []
+
+
+def _answers_waited(env: MoverEnv, waited: timedelta) -> None:
+    """Every answer says the service waited `waited` for it, as a real service does when
+    asked with a wait (a Satisfied at once waited a fraction of a millisecond)."""
+    health, flush = env.guarantee.check_health, env.guarantee.check_flush
+
+    async def check_health(*args, **kwargs):
+        return replace(await health(*args, **kwargs), waited=waited)
+
+    async def check_flush(*args, **kwargs):
+        return replace(await flush(*args, **kwargs), waited=waited)
+
+    env.guarantee.check_health, env.guarantee.check_flush = check_health, check_flush
+
+
+async def test_an_answer_the_service_waited_for_is_counted_stalled_with_the_next_save(tmp_path):
+    commits = {}
+    for waited in (timedelta(0), timedelta(milliseconds=5)):
+        env = MoverEnv(tmp_path / f"w{waited.microseconds}", knows_epochs=True)
+        _answers_waited(env, waited)
+        record = await env.move(LIMITED)
+        env.assert_completed_equal(record)
+        commits[waited] = env.requests.commits
+        gates = len(env.stored.answers(record.id))
+    # no save of its own for a gate the service waited on: as many commits either way
+    assert commits[timedelta(milliseconds=5)] == commits[timedelta(0)]
+    assert record.time_stalled == pytest.approx(gates * 0.005)
+    assert env.stored.get(record.id).time_stalled == record.time_stalled
+
+
+async def test_a_flush_failed_at_its_limit_keeps_the_time_the_service_waited(tmp_path):
+    env = MoverEnv(tmp_path, knows_epochs=True)
+    env.guarantee.waits = True
+    env.guarantee.on_flush = lambda db, generation, epoch: GuaranteeAnswer(
+        GuaranteeStatus.NOT_SATISFIED, timedelta(0), "DB2\\mbx3: ReplayQueue 7", epoch=epoch
+    )
+    record = await env.move(LIMITED)
+    assert record.state is MoveState.FAILED and record.step == 6
+    # The service waited out the flush limit but the block-mode flush's first 30 s and
+    # the first bucket; its last answer's wait (10 s) is counted too: the record is saved
+    # before the move is failed from the store's copy.
+    slack = LIMITED.block_flush_wait + LIMITED.flush_retry_interval
+    assert record.time_stalled >= (LIMITED.flush_limit - slack).total_seconds()
