@@ -383,10 +383,14 @@ def flush_point(position: LogPosition, epoch: int) -> Lsn | None:
     The open log holding nothing: its previous generation, closed already.  Every passive
     copy following in block mode: the open log's last durable byte (CheckReplicationFlush by
     LSN counts a copy holding a byte past a record's start as holding the record; a copy's
-    buffer grows by whole group commits, so holding that byte holds every commit before)."""
+    buffer grows by whole group commits, so holding that byte holds every commit before).
+    Not in a stream that has closed no generation yet (a new database): its copies claim its
+    epoch when they first inspect a generation of it, so none could be counted by LSN inside
+    the open log, and the flush would wait `block_flush_wait` out before rolling."""
     if not position.open_records:
         return Lsn(generation=position.open_generation - 1, epoch=epoch)
     follows = set(position.block_followers)
-    if position.passive_copies and follows >= set(position.passive_copies):
+    first = position.open_generation <= 1
+    if position.passive_copies and follows >= set(position.passive_copies) and not first:
         return Lsn(generation=position.open_generation, offset=position.durable - 1, epoch=epoch)
     return None

@@ -20,6 +20,7 @@ SETTINGS = replace(MOVER_SETTINGS, block_flush_wait=timedelta(seconds=30))
 def in_block_mode(env: MoverEnv) -> None:
     db = env.nodes.dbs["DB2"]
     db.block_followers = db.passive_copies
+    db.generation = 5  # a stream that has closed generations: its copies claimed its epoch
 
 
 def rolls(env: MoverEnv) -> int:
@@ -155,3 +156,19 @@ async def test_a_failover_of_the_target_during_a_block_mode_flush_flushes_again(
     env.assert_completed_equal(record)
     assert lost and record.reconciles >= 1
     assert record.flush_epoch == target.epoch != lost[0][2]
+
+
+async def test_a_new_database_is_rolled_even_with_every_copy_in_block_mode(tmp_path):
+    """No generation closed yet: the copies have claimed no epoch to be counted by inside the
+    open log, so the final sync's flush rolls at once instead of waiting `block_flush_wait`
+    out; the unlock's, after that roll, goes by offset."""
+    env = MoverEnv(tmp_path, knows_epochs=True)
+    in_block_mode(env)
+    env.nodes.dbs["DB2"].generation = 1
+    started = env.clock.now()
+    record = await env.move(SETTINGS)
+    env.assert_completed_equal(record)
+    assert rolls(env) == 1
+    offsets = env.guarantee.flush_offsets
+    assert offsets[0] is None and len(offsets) == 2 and offsets[1] is not None
+    assert env.clock.now() - started < SETTINGS.block_flush_wait

@@ -131,9 +131,11 @@ def test_incremental_passes_end():
     assert incremental_done(10_000, 5, S)
 
 
-def _position(durable: int, followers: tuple[str, ...], copies=("mbx2", "mbx3")) -> LogPosition:
+def _position(
+    durable: int, followers: tuple[str, ...], copies=("mbx2", "mbx3"), generation: int = 9
+) -> LogPosition:
     return LogPosition(
-        open_generation=9,
+        open_generation=generation,
         durable=durable,
         open_records=durable > 512,
         block_followers=followers,
@@ -156,6 +158,9 @@ def _position(durable: int, followers: tuple[str, ...], copies=("mbx2", "mbx3"))
         # The open log holds only its header: everything is in generation 8, closed.
         (_position(512, ()), Lsn(generation=8, epoch=2)),
         (_position(512, ("mbx2", "mbx3")), Lsn(generation=8, epoch=2)),
+        # A new database, no generation closed yet: its copies have claimed no epoch to be
+        # counted by inside the open log, so the roll gives them one.
+        (_position(4096, ("mbx2", "mbx3"), generation=1), None),
     ],
 )
 def test_flush_point(position, expected):
