@@ -93,6 +93,7 @@ class Database:
         conn.execute(f"PRAGMA wal_autocheckpoint = {max(1, _CHECKPOINT_BYTES // page_size)}")
         migrate_header(conn)
         self._header = read_header(conn, path)
+        self._written: DatabaseHeader | None = None  # written in a transaction, not committed
         with self._lock:
             self._digest = install_digest(conn)  # the running content digest, as apply moves it
         # Reads go through a connection of their own: in WAL mode they see the last commit
@@ -175,8 +176,14 @@ class Database:
             self._reads.close()
 
     def _write_header(self, header: DatabaseHeader) -> None:
+        """Write the header row; inside `_transaction` it is published (`header`) once the
+        COMMIT returns, so a reader of the header (the truncator, Logs Required) never acts
+        on a waypoint that a crash during the COMMIT would take back."""
         write_header(self._conn, header)
-        self._header = header
+        if self._conn.in_transaction:
+            self._written = header
+        else:
+            self._header = header
 
     @property
     def header(self) -> DatabaseHeader:
@@ -188,7 +195,7 @@ class Database:
     ) -> Iterator[sqlite3.Connection]:
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
-            saved, digest = self._header, self._digest
+            digest, self._written = self._digest, None
             try:
                 yield self._conn
                 if self._digest != digest:
@@ -197,12 +204,14 @@ class Database:
                     )
             except BaseException:
                 self._conn.execute("ROLLBACK")
-                self._header, self._digest = saved, digest
+                self._digest, self._written = digest, None
                 raise
             finally:
                 if committing is not None:
                     committing.set()
             self._conn.execute("COMMIT")
+            if self._written is not None:
+                self._header, self._written = self._written, None
 
     # ---- writes --------------------------------------------------------------------------
 
@@ -230,21 +239,21 @@ class Database:
         """
         if waypoint < self._header.waypoint:
             raise DatabaseError(f"waypoint would go back from {self._header.waypoint}")
-        with self._lock:
-            with self._transaction(committing) as conn:
-                last_cn = self._header.last_change_number
-                stamps: list[RecordBackup] = []
-                writer = TableWriter(conn, stamps)
-                for txn in transactions:
-                    last_cn = max(last_cn, writer.apply(txn))
-                    if digests is not None:
-                        digests[txn.generation] = to_hex(self._digest + writer.delta)
-                writer.flush()
-                self._digest = (self._digest + writer.delta) % MODULUS
-                header = self._header
-                for stamp in stamps:  # in log order: the last of each kind wins
-                    header = with_backup(header, stamp)
-                header = replace(
+        with self._transaction(committing) as conn:
+            last_cn = self._header.last_change_number
+            stamps: list[RecordBackup] = []
+            writer = TableWriter(conn, stamps)
+            for txn in transactions:
+                last_cn = max(last_cn, writer.apply(txn))
+                if digests is not None:
+                    digests[txn.generation] = to_hex(self._digest + writer.delta)
+            writer.flush()
+            self._digest = (self._digest + writer.delta) % MODULUS
+            header = self._header
+            for stamp in stamps:  # in log order: the last of each kind wins
+                header = with_backup(header, stamp)
+            self._write_header(
+                replace(
                     header,
                     state=state,
                     waypoint=waypoint,
@@ -254,11 +263,8 @@ class Database:
                     last_log_time=last_log_time or self._header.last_log_time,
                     required_from=required_from,
                 )
-                write_header(conn, header)
-            # Published once committed: a reader of the header (the truncator, Logs Required)
-            # never acts on a waypoint that a crash during the COMMIT would take back.
-            self._header = header
-        return header
+            )
+        return self._header
 
     def mark_dirty(self) -> None:
         """The database is in use: a crash from now on is a dirty shutdown."""
