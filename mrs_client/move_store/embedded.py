@@ -123,14 +123,19 @@ class EmbeddedMoveStore(MoveStore):
         with self._lock:
             return fn(*args)
 
-    def _transaction(self, fn: Callable[[Unpack[Ts]], T], *args: *Ts, durable: bool = True) -> T:
-        """`fn` inside one IMMEDIATE transaction, under the lock; rolled back on any error."""
+    def _transaction(self, fn: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
+        """`fn` inside one IMMEDIATE transaction, fsync'd, under the lock; rolled back on
+        any error."""
         with self._lock:
-            if durable != self._durable:
-                self._conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-                self._durable = durable
+            self._synchronous(durable=True)
             with immediate(self._conn):
                 return fn(*args)
+
+    def _synchronous(self, *, durable: bool) -> None:
+        """The next commit fsync'd or not (under the lock)."""
+        if durable != self._durable:
+            self._conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+            self._durable = durable
 
     async def _write(self, fn: Callable[[Unpack[Ts]], T], *args: *Ts, durable: bool = True) -> T:
         """`fn` in the next group commit (module docstring); its result or its error."""
@@ -177,10 +182,7 @@ class EmbeddedMoveStore(MoveStore):
         outcomes: list[tuple[bool, Any]] = []
         try:
             with self._lock:
-                durable = any(job.durable for job in group)
-                if durable != self._durable:
-                    self._conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-                    self._durable = durable
+                self._synchronous(durable=any(job.durable for job in group))
                 with immediate(self._conn):
                     if len(group) == 1:  # alone: its error rolls the transaction back
                         outcomes.append((True, group[0].call()))
