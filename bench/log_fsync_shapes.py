@@ -55,9 +55,15 @@ import os
 import platform
 import shutil
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from dag_common.durable import fsync_dir  # noqa: E402
 
 MIB = 1 << 20
 MB = 1e6
@@ -90,12 +96,11 @@ def parts_of(item: int) -> list[int]:
     return parts
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def append(path: Path, part: memoryview) -> int:
+    """`part` appended to the file at `path`; its descriptor, left open."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    os.write(fd, part)
+    return fd
 
 
 class Round:
@@ -138,8 +143,7 @@ def shape_now(root: Path, data: list[memoryview]) -> float:
     r = Round(root, [len(d) for d in data])
     start = time.perf_counter()
     for i, part in enumerate(data):
-        fd = os.open(root / "E00.log", os.O_WRONLY | os.O_APPEND)
-        os.write(fd, part)
+        fd = append(root / "E00.log", part)
         os.fsync(fd)
         os.close(fd)
         r.roll(i)
@@ -153,8 +157,7 @@ def batched(start_writeback: bool, file_sync: Callable[[int], None]) -> Callable
         fds = []
         start = time.perf_counter()
         for i, part in enumerate(data):
-            fd = os.open(root / "E00.log", os.O_WRONLY | os.O_APPEND)
-            os.write(fd, part)
+            fd = append(root / "E00.log", part)
             if start_writeback:
                 sync_file_range(fd, WRITE)
             fds.append(fd)
@@ -180,8 +183,7 @@ def shape_pipelined(root: Path, data: list[memoryview], dir_each_roll: bool = Tr
         # Generation i's bytes go into its file before generation i - 1 is closed: E00.log
         # for the first, the prepared file that becomes E00.log at the roll for the rest.
         name = "E00.log" if i == 0 else f".prepared.{i}"
-        fd = os.open(root / name, os.O_WRONLY | os.O_APPEND)
-        os.write(fd, part)
+        fd = append(root / name, part)
         sync_file_range(fd, WRITE)
         if prev is not None:
             os.fsync(prev)
@@ -202,8 +204,7 @@ def shape_syncfs(root: Path, data: list[memoryview]) -> float:
     r = Round(root, [len(d) for d in data])
     start = time.perf_counter()
     for i, part in enumerate(data):
-        fd = os.open(root / "E00.log", os.O_WRONLY | os.O_APPEND)
-        os.write(fd, part)
+        fd = append(root / "E00.log", part)
         os.close(fd)
         r.roll(i)
     fd = os.open(root, os.O_RDONLY)
@@ -219,8 +220,7 @@ def shape_sfr_one_fsync(root: Path, data: list[memoryview]) -> float:
     fds = []
     start = time.perf_counter()
     for i, part in enumerate(data):
-        fd = os.open(root / "E00.log", os.O_WRONLY | os.O_APPEND)
-        os.write(fd, part)
+        fd = append(root / "E00.log", part)
         sync_file_range(fd, WRITE)
         fds.append(fd)
         r.roll(i)
