@@ -312,20 +312,26 @@ class OutageWire:
         return await self._source.fetch(generation)
 
 
-async def test_a_cut_in_the_middle_of_a_window_leaves_nothing_behind_in_inspector(share, tmp_path):
-    """The copier fetches a window ahead of inspection: the generations fetched and written
-    past a transfer that failed are dropped with it (copied again after the retry), and
-    none of their files stays in Inspector."""
+async def copy_stopped_behind(share, tmp_path, generations: int) -> tuple[int, int]:
+    """A copy seeded and replayed through the first generation (10 items), then stopped
+    while `generations` more of 10 items each are written and rolled: (first, last)."""
     await share.write(0, 10)
     first = await share.roll()
     seeded = passive(share, tmp_path)
     await seeded.start()
     await wait_until("replay", replayed_through(seeded, first))
     await seeded.stop()
-    for i in range(1, 8):  # while the copy is stopped: one pass copies them all
+    for i in range(1, generations + 1):
         await share.write(i * 10, 10)
         await share.roll()
-    last = share.active.last_log_generated
+    return first, share.active.last_log_generated
+
+
+async def test_a_cut_in_the_middle_of_a_window_leaves_nothing_behind_in_inspector(share, tmp_path):
+    """The copier fetches a window ahead of inspection: the generations fetched and written
+    past a transfer that failed are dropped with it (copied again after the retry), and
+    none of their files stays in Inspector."""
+    _, last = await copy_stopped_behind(share, tmp_path, 7)  # one pass copies them all
     wire = OutageWire(share.source(), last - 3)
     copy = passive(share, tmp_path, source=wire)
     await copy.start()
@@ -345,16 +351,7 @@ async def test_a_generation_damaged_in_a_later_window_is_copied_again_after_the_
     """Catching up, the copier inspects a window while the one before is moved into the log
     directory: a generation that fails inspection there is fetched again only once every
     generation before it is in; none is skipped, none is left in Inspector."""
-    await share.write(0, 10)
-    first = await share.roll()
-    seeded = passive(share, tmp_path)
-    await seeded.start()
-    await wait_until("replay", replayed_through(seeded, first))
-    await seeded.stop()
-    for i in range(1, 21):  # while the copy is stopped: three windows of eight to copy
-        await share.write(i * 10, 10)
-        await share.roll()
-    last = share.active.last_log_generated
+    first, last = await copy_stopped_behind(share, tmp_path, 20)  # three windows of eight
     bad = first + 12  # the second window's fourth
     wire = CorruptingWire(share.source(), bad)
     copy = passive(share, tmp_path, source=wire)
