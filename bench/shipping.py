@@ -1,7 +1,7 @@
 """Replication throughput (issue 3): log shipping, replay, and a real cluster under load.
 
-    .venv/bin/python bench/shipping.py --mb 64 --seconds 20 [--dir var/bench-shipping]
-        [--only in-process|cluster]
+    .venv/bin/python bench/shipping.py --mb 64 --seconds 20 [--rounds 5]
+        [--dir var/bench-shipping] [--only in-process|cluster]
 
 One run, one process, three parts:
 
@@ -17,6 +17,10 @@ One run, one process, three parts:
    (b) replay: a `Replayer` (no replay lag) applies those generations to the seeded database;
        items/s, beside `upsert_baseline` (SQLite executemany upserts of the same number of
        item-shaped rows).  Target >= 0.50 of the baseline (issue 3), >= 0.8 (issue 33).
+   (a) and (b) run `--rounds` times (default 5), each round into a passive copy of its own
+   (all seeded before the write), each figure right before its baseline; the ratio is the
+   median of the rounds' (a single round of 64 MiB lasts 0.2-0.7 s, and one round's ratio
+   moved by 0.3 between runs on a quiet machine).
        (b') the same upserts with random 32-hex item ids (uuid4, as the active gave them
        before issue 33's ordered ids, and as items moved in from elsewhere may still have
        them): reported beside (b), not instead of it.
@@ -45,7 +49,7 @@ import time
 from collections.abc import Callable
 from datetime import date, timedelta
 from pathlib import Path
-from statistics import fmean
+from statistics import fmean, median
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -105,7 +109,7 @@ async def cancel(task: asyncio.Task[None]) -> None:
 # ---- 1. in process: copy + inspect, and replay, against their baselines -----------------
 
 
-async def in_process(base: Path, mb: int) -> None:
+async def in_process(base: Path, mb: int, rounds: int) -> None:
     clock = SystemClock()
     store = EmbeddedClusterStore(base / "cluster.db")
     record = await store.set_active(DB, "bench", expected_epoch=0)
@@ -138,9 +142,11 @@ async def in_process(base: Path, mb: int) -> None:
     tasks: list[asyncio.Task[None]] = []
     try:
         source = HttpLogSource(f"http://127.0.0.1:{port}", DB, session=session, token=TOKEN)
-        paths = CopyPaths(base / "passive", DB)
-        seed = await seed_copy(source, paths)
-        assert seed.waypoint == 0, seed
+        # One passive copy a round, each seeded before any write (waypoint 0).
+        passives = [CopyPaths(base / f"passive-{r + 1}", DB) for r in range(rounds)]
+        for paths in passives:
+            seed = await seed_copy(source, paths)
+            assert seed.waypoint == 0, seed
 
         # -- write --mb MiB of log, then roll
         await instance.store.create_mailbox(MAILBOX)
@@ -176,50 +182,66 @@ async def in_process(base: Path, mb: int) -> None:
         last = gens[-1]
         assert gens == list(range(1, last + 1)), "closed generations are not contiguous"
 
-        # -- (a) copy + inspect, as PassiveCopy._pipeline wires the copier
-        for d in (paths.logs, paths.inspector, paths.ignored):
-            d.mkdir(parents=True, exist_ok=True)
-        db = Database.open(paths.database)
-        markers = Markers()  # the seed's waypoint 0: copied = inspected = replayed = 0
-        inspected = asyncio.Event()
-        copier = Copier(
-            source=source,
-            paths=paths,
-            markers=markers,
-            log_signature=db.header.log_signature,
-            database_signature=db.header.database_signature,
-            clock=clock,
-            on_inspected=inspected.set,
-        )
-        start = time.perf_counter()
-        tasks.append(asyncio.create_task(copier.run(), name="copier"))
-        await run_until(tasks[-1], inspected, lambda: markers.last_log_inspected >= last)
-        copy_time = time.perf_counter() - start
-        await cancel(tasks[-1])
-        pull_mbps, _ = await pull_baseline(files, base / "pull-baseline")
+        # -- (a) copy + inspect, as PassiveCopy._pipeline wires the copier, each round into a
+        # passive of its own, its pull baseline right after it
+        copy_times: list[float] = []
+        pull_rates: list[float] = []
+        copied: list[Markers] = []
+        for r, paths in enumerate(passives):
+            for d in (paths.logs, paths.inspector, paths.ignored):
+                d.mkdir(parents=True, exist_ok=True)
+            with contextlib.closing(Database.open(paths.database)) as db:
+                signatures = db.header.log_signature, db.header.database_signature
+            markers = Markers()  # the seed's waypoint 0: copied = inspected = replayed = 0
+            inspected = asyncio.Event()
+            copier = Copier(
+                source=source,
+                paths=paths,
+                markers=markers,
+                log_signature=signatures[0],
+                database_signature=signatures[1],
+                clock=clock,
+                on_inspected=inspected.set,
+            )
+            start = time.perf_counter()
+            tasks.append(asyncio.create_task(copier.run(), name="copier"))
+            await run_until(tasks[-1], inspected, lambda m=markers: m.last_log_inspected >= last)
+            copy_times.append(time.perf_counter() - start)
+            await cancel(tasks[-1])
+            copied.append(markers)
+            pull_mbps, _ = await pull_baseline(files, base / f"pull-baseline-{r + 1}")
+            pull_rates.append(pull_mbps)
 
-        # -- (b) replay into the seeded database
-        wakeup, replayed = asyncio.Event(), asyncio.Event()
-        wakeup.set()
-        replayer = Replayer(
-            db=db,
-            log_dir=paths.logs,
-            markers=markers,
-            replay_lag_time=timedelta(0),
-            clock=clock,
-            wakeup=wakeup,
-            after_replay=replayed.set,  # no truncation: only tells the bench to look
-        )
-        start = time.perf_counter()
-        tasks.append(asyncio.create_task(replayer.run(), name="replayer"))
-        await run_until(tasks[-1], replayed, lambda: markers.last_log_replayed >= last)
-        replay_time = time.perf_counter() - start
-        await cancel(tasks[-1])
-        with contextlib.closing(sqlite3.connect(paths.database)) as conn:
-            query = "SELECT count(*) FROM items WHERE mailbox = ?"
-            (replayed_items,) = conn.execute(query, (MAILBOX,)).fetchone()
-        assert replayed_items == written, (replayed_items, written)
-        upsert_rate = upsert_baseline(base / "upsert-baseline.sqlite", rows=written, body=1000)
+        # -- (b) replay into each round's seeded database, its upsert baseline right after
+        replay_times: list[float] = []
+        upsert_rates: list[float] = []
+        for r, (paths, markers) in enumerate(zip(passives, copied, strict=True)):
+            db = Database.open(paths.database)
+            wakeup, replayed = asyncio.Event(), asyncio.Event()
+            wakeup.set()
+            replayer = Replayer(
+                db=db,
+                log_dir=paths.logs,
+                markers=markers,
+                replay_lag_time=timedelta(0),
+                clock=clock,
+                wakeup=wakeup,
+                after_replay=replayed.set,  # no truncation: only tells the bench to look
+            )
+            start = time.perf_counter()
+            tasks.append(asyncio.create_task(replayer.run(), name="replayer"))
+            await run_until(tasks[-1], replayed, lambda m=markers: m.last_log_replayed >= last)
+            replay_times.append(time.perf_counter() - start)
+            await cancel(tasks[-1])
+            db.close()
+            db = None
+            with contextlib.closing(sqlite3.connect(paths.database)) as conn:
+                query = "SELECT count(*) FROM items WHERE mailbox = ?"
+                (replayed_items,) = conn.execute(query, (MAILBOX,)).fetchone()
+            assert replayed_items == written, (replayed_items, written)
+            upsert_rates.append(
+                upsert_baseline(base / f"upsert-baseline-{r + 1}.sqlite", rows=written, body=1000)
+            )
         random_rate = upsert_baseline(
             base / "upsert-random-ids.sqlite", rows=written, body=1000, random_ids=True
         )
@@ -233,36 +255,55 @@ async def in_process(base: Path, mb: int) -> None:
         await instance.stop()
         store.close()
 
-    copy_mbps = size / copy_time / MB
-    replay_rate = written / replay_time
+    copy_ratios = sorted(
+        size / t / MB / pull for t, pull in zip(copy_times, pull_rates, strict=True)
+    )
+    replay_ratios = sorted(
+        written / t / up for t, up in zip(replay_times, upsert_rates, strict=True)
+    )
+    copy_mbps = size * rounds / sum(copy_times) / MB
+    replay_rate = written * rounds / sum(replay_times)
     print(
         f"in process: {len(gens)} closed generations, {size / MB:.1f} MB, {written:,} items "
-        f"of {len(BODY)} B in transactions of {LOCAL_BATCH} ({LOCAL_WRITERS} writers)\n"
+        f"of {len(BODY)} B in transactions of {LOCAL_BATCH} ({LOCAL_WRITERS} writers); "
+        f"{rounds} rounds, each a copy (a passive of its own) then its baseline\n"
     )
-    print("| stage | work | seconds | rate | baseline rate | vs baseline |")
+    print("| stage | work a round | seconds (rounds) | rate | baseline rate | vs baseline |")
     print("|---|---|---:|---:|---:|---:|")
     print(
         f"| log write on the active | {size / MB:.1f} MB | {write_time:.2f} | "
         f"{size / write_time / MB:.1f} MB/s | | |"
     )
     print(
-        f"| (a) copy + inspect (Copier over HTTP) | {len(gens)} files | {copy_time:.2f} | "
-        f"{copy_mbps:.1f} MB/s | {pull_mbps:.1f} MB/s | {copy_mbps / pull_mbps:.2f} |"
+        f"| (a) copy + inspect (Copier over HTTP) | {len(gens)} files | {seconds(copy_times)} | "
+        f"{copy_mbps:.1f} MB/s | {fmean(pull_rates):.1f} MB/s | {spread(copy_ratios)} |"
     )
     print(
-        f"| (b) replay (Replayer) | {written:,} items | {replay_time:.2f} | "
-        f"{replay_rate:,.0f} items/s | {upsert_rate:,.0f} rows/s | "
-        f"{replay_rate / upsert_rate:.2f} |"
+        f"| (b) replay (Replayer) | {written:,} items | {seconds(replay_times)} | "
+        f"{replay_rate:,.0f} items/s | {fmean(upsert_rates):,.0f} rows/s | "
+        f"{spread(replay_ratios)} |"
     )
     print(
-        f"| (b') the upserts with random item ids (uuid4) | {written:,} rows | | | "
+        f"| (b') the upserts with random item ids (uuid4), once | {written:,} rows | | | "
         f"{random_rate:,.0f} rows/s | {replay_rate / random_rate:.2f} |"
     )
     print(
-        f"\ncopy + inspect / aiohttp pull + CRC32C + fsync: {copy_mbps / pull_mbps:.2f} "
-        "(target >= 0.90)"
+        f"\ncopy + inspect / aiohttp pull + CRC32C + fsync: {median(copy_ratios):.2f} "
+        f"(median of {rounds} rounds; target >= 0.90)"
     )
-    print(f"replay / SQLite batched upserts: {replay_rate / upsert_rate:.2f} (target >= 0.80)\n")
+    print(
+        f"replay / SQLite batched upserts: {median(replay_ratios):.2f} (median of {rounds} "
+        "rounds; target >= 0.80)\n"
+    )
+
+
+def seconds(times: list[float]) -> str:
+    return ", ".join(f"{t:.2f}" for t in times)
+
+
+def spread(ratios: list[float]) -> str:
+    """Median of the rounds' ratios (their range)."""
+    return f"{median(ratios):.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})"
 
 
 # ---- 2. end to end over three node processes ---------------------------------------------
@@ -385,6 +426,9 @@ async def end_to_end(base: Path, seconds: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=64, help="MiB of log for the in-process part")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="in-process rounds of (a) and (b), interleaved"
+    )
     parser.add_argument("--seconds", type=float, default=20.0, help="end-to-end load duration")
     parser.add_argument("--dir", default="var/bench-shipping", help="work directory (wiped)")
     parser.add_argument(
@@ -396,11 +440,12 @@ def main() -> None:
     base.mkdir(parents=True)
     print(
         f"{date.today().isoformat()} - nproc {os.cpu_count()}, {platform.platform()}, "
-        f"Python {platform.python_version()}; --mb {args.mb} --seconds {args.seconds:g}"
+        f"Python {platform.python_version()}; --mb {args.mb} --rounds {args.rounds} "
+        f"--seconds {args.seconds:g}"
         f"{f' --only {args.only}' if args.only else ''}\n"
     )
     if args.only != "cluster":
-        asyncio.run(in_process(base / "in-process", args.mb))
+        asyncio.run(in_process(base / "in-process", args.mb, args.rounds))
     if args.only != "in-process":
         asyncio.run(end_to_end(base / "cluster", args.seconds))
 

@@ -230,6 +230,7 @@ def _replay(
                         committed=batch_gens[-1],
                         last_log_time=batch.close_time,
                         required_from=required_from(batch.pending or {}),
+                        puts=batch.puts,
                     )
                 except (CopyFailed, DatabaseError) as exc:
                     raise BackupDamaged(f"{d}: replay of generations {batch_gens}: {exc}") from exc

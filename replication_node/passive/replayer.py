@@ -52,6 +52,7 @@ from replication_node.log.recovery import transactions_of
 from replication_node.log.spanning import BodyReader, Pending, required_from, track
 from replication_node.passive.markers import Markers
 from replication_node.storage.database import Database
+from replication_node.storage.tables import PutRow, put_rows
 
 if TYPE_CHECKING:
     from replication_node.metrics import CopyMetrics
@@ -99,6 +100,8 @@ class ReplayBatch:
     close_time: datetime
     digests: tuple[ContentDigest, ...] = ()  # the active's, from DIGEST records
     pending: Pending | None = None  # the staged bodies pending after its last generation
+    # `put_rows` of each transaction, computed with the read, for `Database.apply`
+    puts: tuple[list[PutRow], ...] = ()
 
 
 def read_batch(
@@ -112,7 +115,9 @@ def read_batch(
 ) -> ReplayBatch:
     """Read, verify and chain-check `generations` (worker thread); CopyFailed if any fails.
     `pending`: the staged bodies the generation before them left pending, if known;
-    `where`: the file of each generation, when not all in `log_dir` (a restore's sets)."""
+    `where`: the file of each generation, when not all in `log_dir` (a restore's sets).
+    The rows of the transactions' puts are computed with the read (`tables.put_rows`: the
+    items' hashes), so that a read ahead does that work while a COMMIT waits."""
     txns: list[Transaction] = []
     digests: list[ContentDigest] = []
     close_time: datetime | None = None
@@ -139,7 +144,10 @@ def read_batch(
         except (OSError, LogFormatError) as exc:
             raise CopyFailed(f"replay stopped in generation {gen}: {exc}") from exc
     assert prev is not None and close_time is not None
-    return ReplayBatch(tuple(generations), tuple(txns), prev, close_time, tuple(digests), pending)
+    puts = tuple(put_rows(txn) for txn in txns)
+    return ReplayBatch(
+        tuple(generations), tuple(txns), prev, close_time, tuple(digests), pending, puts
+    )
 
 
 class Replayer:
@@ -219,9 +227,10 @@ class Replayer:
         m = self._markers
         started = self._clock.monotonic()
         generations, batch = await self._read(generations)
-        # The next batch is read while this one's COMMIT waits on the disk (the commit lets
-        # go of the GIL; the rows' writes before it do not, between rows, so reading any
-        # earlier would only take turns with them): bench/shipping.py, issue 33.
+        # The next batch is read, and its rows and their digest terms computed, while this
+        # one's COMMIT waits on the disk (the commit lets go of the GIL; the rows' writes
+        # before it do not, between rows, so starting any earlier would only take turns with
+        # them): bench/shipping.py, issue 33.
         committing = threading.Event()
         following, _ = self._ready(after=generations[-1])
         if following:
@@ -238,6 +247,7 @@ class Replayer:
                 digests=digests,
                 required_from=required_from(batch.pending or {}),
                 committing=committing,
+                puts=batch.puts,
             )
         except DatabaseError as exc:
             raise CopyFailed(f"replay of generations {generations} failed: {exc}") from exc

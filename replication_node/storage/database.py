@@ -24,6 +24,7 @@ not go through `apply`.
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import threading
 import uuid
@@ -58,6 +59,7 @@ from replication_node.storage.tables import (
     ITEM_COLUMNS,
     MAILBOX_COLUMNS,
     TABLES_SCHEMA,
+    PutRow,
     TableWriter,
     item_of,
     mailbox_of,
@@ -226,13 +228,15 @@ class Database:
         digests: dict[int, str] | None = None,
         required_from: int = 0,
         committing: threading.Event | None = None,
+        puts: Iterable[list[PutRow]] | None = None,
     ) -> DatabaseHeader:
         """Apply whole generations of transactions and advance the header, atomically.
         Given `digests`, it gets the content digest as of each generation that holds a
         transaction (after its last one).  `required_from`: Logs Required as of `waypoint`
         (the first generation of a staged body pending there; 0: none).  `committing` is
         set once the rows are written and the COMMIT starts waiting on the disk (or the call
-        fails): a replay reads its next batch meanwhile (`passive/replayer.py`).
+        fails): a replay reads its next batch meanwhile (`passive/replayer.py`), and has
+        that batch's `puts` (`tables.put_rows` of each transaction) computed with it.
 
         A malformed operation aborts the whole call (nothing applied, nothing published);
         a waypoint lower than the file's: DatabaseError.
@@ -243,8 +247,9 @@ class Database:
             last_cn = self._header.last_change_number
             stamps: list[RecordBackup] = []
             writer = TableWriter(conn, stamps)
+            prepared = iter(puts) if puts is not None else itertools.repeat(None)
             for txn in transactions:
-                last_cn = max(last_cn, writer.apply(txn))
+                last_cn = max(last_cn, writer.apply(txn, next(prepared)))
                 if digests is not None:
                     digests[txn.generation] = to_hex(self._digest + writer.delta)
             writer.flush()

@@ -26,6 +26,7 @@ from replication_node.storage.database import Database
 from replication_node.storage.digest import recompute_digest
 from replication_node.storage.reader import ItemRow
 from replication_node.storage.scrub import scrub_file
+from replication_node.storage.tables import put_rows
 from tests.replication_node.strategies import MAILBOXES, T0, history, numbered
 
 
@@ -48,6 +49,7 @@ def test_the_kept_digest_is_the_rows_digest_in_any_batching(tmp_path_factory, ge
     last = len(generations)
     root = tmp_path_factory.mktemp("digest")
     whole, parts = fresh(root / "whole.sqlite"), fresh(root / "parts.sqlite")
+    prepared = fresh(root / "prepared.sqlite")
     try:
         per_generation: dict[int, str] = {}
         apply(whole, txns, last, per_generation)
@@ -55,11 +57,17 @@ def test_the_kept_digest_is_the_rows_digest_in_any_batching(tmp_path_factory, ge
         apply(parts, [t for t in txns if t.generation <= cut], cut)
         at_cut = parts.content_digest
         apply(parts, [t for t in txns if t.generation > cut], last)
-        # kept by apply == added up from the rows, on both
-        for db in (whole, parts):
+        # the puts' rows and terms computed beforehand, as a replay's read does: the same
+        prepared.apply(
+            txns, waypoint=last, committed=last, last_log_time=T0, puts=map(put_rows, txns)
+        )
+        # kept by apply == added up from the rows, on all three
+        for db in (whole, parts, prepared):
             stored, rows = db.recompute_digest()
             assert stored == rows == db.content_digest
-        assert whole.content_digest == parts.content_digest
+        assert whole.content_digest == parts.content_digest == prepared.content_digest
+        for mailbox in MAILBOXES:
+            assert prepared.items(mailbox) == whole.items(mailbox)
         # as of a generation: what the whole batch reported is what the parts held there
         if cut and any(t.generation == cut for t in txns):
             assert per_generation[cut] == at_cut
@@ -72,6 +80,7 @@ def test_the_kept_digest_is_the_rows_digest_in_any_batching(tmp_path_factory, ge
     finally:
         whole.close()
         parts.close()
+        prepared.close()
 
 
 def test_a_row_changed_inside_a_valid_page_is_found_by_adding_up_again(tmp_path):
