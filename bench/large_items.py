@@ -10,8 +10,9 @@ wiped at the start and left behind for inspection.
    `MailboxStore.put_items` of one 8 MiB item at a time (staged across nine generations,
    then committed); MB/s against a raw append of the same bytes to one file, `write` +
    `fsync` per item.  Interleaved rounds (raw, log, raw, log, ...), totals over the rounds,
-   after a warm-up past the LLR depth; each side starts on a quiet disk (the LLR writes
-   the log's rolls started done, then `sync`), so that neither pays the other's writeback.
+   after a warm-up past the LLR depth (at most 10); each side starts on a quiet disk (the
+   LLR writes the log's rolls started done, then `sync`), so that neither pays the other's
+   writeback.
    Every `os.fsync` and `os.write` of the process, the writer's batches and rolls, the
    store's reads on the event loop and the LLR writes into the database file are timed
    meanwhile (`Timers`): where the log's time goes.  Target >= 0.8.
@@ -272,7 +273,7 @@ async def large_commits(base: Path, sizes: Sizes) -> None:
         # Not counted: the first file of each, and the log up to its LLR depth (from then on
         # every roll also writes an older generation into the database file).
         raw_append(base / "raw-warm", data, 1)
-        while copy.stream.generation <= LLR_DEPTH + 1:
+        while copy.stream.generation <= min(LLR_DEPTH, 10) + 1:
             await store.put_items(MAILBOX, [ItemIn(item_id=f"big{n}", body=body)])
             n += 1
         first_gen = copy.stream.generation
@@ -776,7 +777,17 @@ def main() -> None:
         help="the active's mailbox and folder reads answered from memory after the first: "
         "reads on the event loop that never wait on the database lock during LLR writes",
     )
+    what_if.add_argument(
+        "--llr-depth",
+        type=int,
+        metavar="N",
+        help=f"LLR depth (default {LLR_DEPTH}); part 1 with a depth past its rounds' "
+        "generations (e.g. 1000) is the log's commits with no LLR write beside them",
+    )
     args = parser.parse_args()
+    if args.llr_depth is not None:
+        global LLR_DEPTH
+        LLR_DEPTH = args.llr_depth
     if args.idle_slice is not None:
         logstream.STAGE_SLICE_IDLE = args.idle_slice * 1024
     if args.busy_slice is not None:
@@ -794,7 +805,8 @@ def main() -> None:
         f"{platform.python_version()}; {'--quick' if args.quick else 'full sizes'}; "
         f"STAGE_SLICE_IDLE {logstream.STAGE_SLICE_IDLE >> 10} KiB, STAGE_SLICE_BUSY "
         f"{logstream.STAGE_SLICE_BUSY >> 10} KiB"
-        f"{'; WHAT IF: reads from memory' if args.reads_from_memory else ''}; {load()}\n"
+        f"{'; WHAT IF: reads from memory' if args.reads_from_memory else ''}"
+        f"{f'; WHAT IF: LLR depth {LLR_DEPTH}' if args.llr_depth is not None else ''}; {load()}\n"
     )
     for part in args.parts.split(","):
         title, run = PARTS[part.strip()]
