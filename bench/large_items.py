@@ -763,6 +763,7 @@ PARTS = {
 
 
 def main() -> None:
+    global LLR_DEPTH
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, in seconds")
     parser.add_argument("--parts", default="1,2,3,4", help="which parts, e.g. 1,2")
@@ -786,7 +787,6 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.llr_depth is not None:
-        global LLR_DEPTH
         LLR_DEPTH = args.llr_depth
     if args.idle_slice is not None:
         logstream.STAGE_SLICE_IDLE = args.idle_slice * 1024
