@@ -27,7 +27,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
@@ -36,7 +36,7 @@ from pathlib import Path
 from dag_common.mailbox_digest import MODULUS, DigestRow, to_hex
 from replication_node.errors import DatabaseError
 from replication_node.log.events import Transaction
-from replication_node.log.operations import RecordBackup
+from replication_node.log.operations import PutItem, RecordBackup
 from replication_node.storage.digest import (
     DIGEST_SCHEMA,
     install_digest,
@@ -62,6 +62,7 @@ from replication_node.storage.tables import (
     item_of,
     mailbox_of,
 )
+from replication_node.storage.writebehind import wal_page_ranges, write_behind
 
 _WRITE_CACHE_KIB = 16 * 1024
 _CHECKPOINT_BYTES = 16 << 20
@@ -74,6 +75,8 @@ _CHECKPOINT_BYTES = 16 << 20
 # changes it only by rewriting the whole file), and a seed, a backup or a restore copies the
 # file and its page size with it.
 PAGE_SIZE = 32768
+# An `apply` whose bodies add up to this many characters or more is paced (`_apply_paced`).
+PACED_BYTES = 1 << 20
 
 
 class Database:
@@ -90,7 +93,12 @@ class Database:
         # several commits is copied into the file once).  bench/shipping.py, issue 33.
         conn.execute(f"PRAGMA cache_size = -{_WRITE_CACHE_KIB}")
         (page_size,) = conn.execute("PRAGMA page_size").fetchone()
-        conn.execute(f"PRAGMA wal_autocheckpoint = {max(1, _CHECKPOINT_BYTES // page_size)}")
+        self._page_size = page_size
+        self._autocheckpoint = max(1, _CHECKPOINT_BYTES // page_size)
+        conn.execute(f"PRAGMA wal_autocheckpoint = {self._autocheckpoint}")
+        # Called between two chunks of a paced write (`_make_durable`): the active sets it
+        # to give way to its log's commits.
+        self.pace: Callable[[], None] | None = None
         migrate_header(conn)
         self._header = read_header(conn, path)
         with self._lock:
@@ -221,11 +229,45 @@ class Database:
         """
         if waypoint < self._header.waypoint:
             raise DatabaseError(f"waypoint would go back from {self._header.waypoint}")
+        txns = list(transactions)
+        paced = sum(_body_chars(t) for t in txns) >= PACED_BYTES
+        with self._lock:
+            if paced:
+                # The commit writes its WAL frames without fsyncing them, and no automatic
+                # checkpoint follows it: `_make_durable` does both, paced.
+                self._conn.execute("PRAGMA synchronous=NORMAL")
+                self._conn.execute("PRAGMA wal_autocheckpoint=0")
+            try:
+                header = self._apply(txns, waypoint, committed, last_log_time, state, digests,
+                                     required_from)  # fmt: skip
+                if paced:
+                    self._make_durable()
+            finally:
+                if paced:
+                    self._conn.execute("PRAGMA synchronous=FULL")
+                    self._conn.execute(f"PRAGMA wal_autocheckpoint = {self._autocheckpoint}")
+            # Published once durable: a reader of the header (the truncator, Logs Required)
+            # never acts on a waypoint a power loss could take back.
+            self._header = header
+        return header
+
+    def _apply(
+        self,
+        txns: list[Transaction],
+        waypoint: int,
+        committed: int,
+        last_log_time: datetime | None,
+        state: DatabaseState,
+        digests: dict[int, str] | None,
+        required_from: int,
+    ) -> DatabaseHeader:
+        """`apply`'s SQLite transaction: the rows, the digest and the header (written, not yet
+        published), committed."""
         with self._transaction() as conn:
             last_cn = self._header.last_change_number
             stamps: list[RecordBackup] = []
             writer = TableWriter(conn, stamps)
-            for txn in transactions:
+            for txn in txns:
                 last_cn = max(last_cn, writer.apply(txn))
                 if digests is not None:
                     digests[txn.generation] = to_hex(self._digest + writer.delta)
@@ -234,19 +276,50 @@ class Database:
             header = self._header
             for stamp in stamps:  # in log order: the last of each kind wins
                 header = with_backup(header, stamp)
-            self._write_header(
-                replace(
-                    header,
-                    state=state,
-                    waypoint=waypoint,
-                    checkpoint=waypoint + 1,
-                    committed=max(committed, waypoint),
-                    last_change_number=last_cn,
-                    last_log_time=last_log_time or self._header.last_log_time,
-                    required_from=required_from,
-                )
+            header = replace(
+                header,
+                state=state,
+                waypoint=waypoint,
+                checkpoint=waypoint + 1,
+                committed=max(committed, waypoint),
+                last_change_number=last_cn,
+                last_log_time=last_log_time or self._header.last_log_time,
+                required_from=required_from,
             )
-        return self._header
+            write_header(conn, header)
+        return header
+
+    def _make_durable(self) -> None:
+        """After a paced commit (synchronous=NORMAL: its WAL frames written, not fsync'd):
+        the WAL written a chunk at a time and fdatasync'd (the commit is durable from here),
+        then checkpointed into the database file without SQLite's own fsync, and the file's
+        pages the WAL named written a chunk at a time and fdatasync'd (`writebehind.py`).
+
+        Why every crash state is safe.  Before the WAL's fdatasync, the commit's frames may be
+        partly on disk: SQLite's recovery takes frames only along an unbroken checksum chain
+        from the WAL header, which ends at the last commit frame whose every frame is there,
+        so the file is at its previous commit, whose waypoint the header still published (it
+        is published only once this returns).  SQLite still fsyncs the WAL header when it
+        restarts the WAL (synchronous=NORMAL does; only OFF does not), so frames of an
+        earlier WAL can never be read as the new one's.  The checkpoint (synchronous=OFF, so
+        that SQLite does not fsync the database file in one burst) writes pages the WAL
+        holds durably; a crash before the file's fdatasync leaves the WAL whole, and SQLite's
+        recovery copies it again.  The WAL is restarted (its frames overwritten) only by the
+        next write transaction, which takes this object's lock, held until the database
+        file's fdatasync.  A failure (EIO, ENOSPC) raises DatabaseError with the header not
+        published: the rows are in the file, and the next `apply` of the same generations
+        writes the same rows again and makes them durable."""
+        wal = self.path.with_name(self.path.name + "-wal")
+        try:
+            write_behind(wal, pause=self.pace)
+            self._conn.execute("PRAGMA synchronous=OFF")
+            try:
+                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            finally:
+                self._conn.execute("PRAGMA synchronous=NORMAL")
+            write_behind(self.path, wal_page_ranges(wal, self._page_size), pause=self.pace)
+        except (OSError, sqlite3.Error) as exc:
+            raise DatabaseError(f"{self.path}: making an LLR write durable failed: {exc}") from exc
 
     def mark_dirty(self) -> None:
         """The database is in use: a crash from now on is a dirty shutdown."""
@@ -334,3 +407,7 @@ class Database:
                 (mailbox, item_id),
             ).fetchone()
         return item_of(row) if row else None
+
+
+def _body_chars(txn: Transaction) -> int:
+    return sum(len(op.body) for op in txn.ops if type(op) is PutItem)
