@@ -1,0 +1,300 @@
+"""Which sequence of file steps makes an item spread over nine log generations durable fastest,
+against a raw fsync'd append of the same bytes (issue 29, target 1: >= 0.8)?
+
+    .venv/bin/python bench/log_fsync_shapes.py [--rounds 30] [--item-mib 8] [--dir DIR]
+
+No log, no LLR, no Python objects: only the file system calls, so each figure is a ceiling for
+a log that took that shape.  An item of `--item-mib` MiB is cut as the log cuts a staged body
+into 1 MiB generations (the rest of the open generation, full ones, the last part: 0.5 MiB,
+seven of 1 MiB, 0.5 MiB for 8 MiB), each generation written with one `write` into an E00.log
+that a helper prepared beforehand (made, fsync'd, its directory entry fsync'd: off the clock,
+as the log's helper thread does it beside the commit), then renamed to its closed name, and
+the next prepared file renamed to E00.log (two renames a roll, as `logdir.install_prepared`).
+Every shape ends in the same durable state: every generation's bytes and both renames of every
+roll on disk.  Shapes:
+
+- `raw`: the baseline: the same bytes appended to one file, one `write` + `fsync`.
+- `now`: the log today: each generation fsync'd at its roll (its CLOSE record's fsync), the
+  directory fsync'd after its renames, before the next generation's bytes.
+- `batch-fsync`: every generation written and renamed first, then each file fsync'd and the
+  directory fsync'd once (a spanning transaction's intermediate generations hold only parts
+  of a transaction nobody was answered for yet; only its end needs to be durable to answer).
+- `batch-fdatasync`: the same with `fdatasync` for the files.
+- `sfr-fsync`: as `batch-fsync`, and each generation's writeback started
+  (`sync_file_range(WRITE)`) as soon as it is written, so the disk works while the next
+  generation is written.
+- `sfr-fdatasync`: the same with `fdatasync`.
+- `pipelined`: today's durable order kept (each generation fsync'd before it is renamed to its
+  closed name, the directory fsync'd after each roll's renames), but each generation's bytes
+  are written, and their writeback started, before the previous generation's fsync and roll:
+  generation i + 1 goes into the prepared file that becomes E00.log at the roll, so the disk
+  writes it while generation i is made durable and closed.
+- `pipelined-dir-once`: the same, the directory fsync'd once at the end (each file's fsync
+  still makes it whole before its rename; the renames reach the disk with the next file
+  fsync's journal commit, or the last directory fsync; closed generations would be shipped
+  only after that).
+- `syncfs`: every generation written and renamed, then one `syncfs` (the whole file system:
+  other processes' dirty data too, so it is noisy on a shared disk).
+- `sfr-one-fsync` (ext4 only, not a POSIX guarantee): writeback started and waited for on
+  every file, then one `fsync` of the last file and one of the directory: on ext4 with one
+  journal, that fsync's journal commit carries every file's size and blocks and its cache
+  flush every file's data.  Shown as the floor of what fewer flushes could give.
+
+Rounds: every shape once a round, in a rotated order, each after `sync` (a quiet disk: none
+pays for another's writeback); the ratio raw / shape is taken within the round (the disk's
+rate varies by 5x from minute to minute here).  Prints each shape's median MB/s and the
+median and quartiles of its per-round ratio, and the load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import ctypes.util
+import os
+import platform
+import shutil
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+MIB = 1 << 20
+MB = 1e6
+WRITE, WAIT_BEFORE, WAIT_AFTER = 2, 1, 4
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc.sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+_libc.syncfs.argtypes = [ctypes.c_int]
+
+
+def sync_file_range(fd: int, flags: int) -> None:
+    if _libc.sync_file_range(fd, 0, 0, flags) != 0:
+        raise OSError(ctypes.get_errno(), "sync_file_range")
+
+
+def syncfs(fd: int) -> None:
+    if _libc.syncfs(fd) != 0:
+        raise OSError(ctypes.get_errno(), "syncfs")
+
+
+def parts_of(item: int) -> list[int]:
+    """The item's bytes per generation: half a generation, full ones, the rest."""
+    first = MIB // 2
+    parts = [first]
+    left = item - first
+    while left > MIB // 2:
+        parts.append(MIB)
+        left -= MIB
+    parts.append(left)
+    return parts
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Round:
+    """One shape's files: prepared E00.log files made and made durable before the clock."""
+
+    def __init__(self, root: Path, parts: list[int]) -> None:
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        self.root = root
+        self.parts = parts
+        for i in range(len(parts) + 1):
+            fd = os.open(root / f".prepared.{i}", os.O_WRONLY | os.O_CREAT, 0o644)
+            os.write(fd, b"H" * 4096)  # the prepared file's header
+            os.fsync(fd)
+            os.close(fd)
+        os.rename(root / ".prepared.0", root / "E00.log")
+        fsync_dir(root)
+
+    def roll(self, i: int) -> None:
+        """Close generation i: E00.log to its closed name, the next prepared file in."""
+        os.rename(self.root / "E00.log", self.root / f"{i + 1:08d}.log")
+        os.rename(self.root / f".prepared.{i + 1}", self.root / "E00.log")
+
+
+def shape_raw(root: Path, data: list[memoryview]) -> float:
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    whole = b"".join(data)
+    fd = os.open(root / "raw", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        start = time.perf_counter()
+        os.write(fd, whole)
+        os.fsync(fd)
+        return time.perf_counter() - start
+    finally:
+        os.close(fd)
+
+
+def shape_now(root: Path, data: list[memoryview]) -> float:
+    r = Round(root, [len(d) for d in data])
+    start = time.perf_counter()
+    for i, part in enumerate(data):
+        fd = os.open(root / "E00.log", os.O_WRONLY | os.O_APPEND)
+        os.write(fd, part)
+        os.fsync(fd)
+        os.close(fd)
+        r.roll(i)
+        fsync_dir(root)
+    return time.perf_counter() - start
+
+
+def batched(start_writeback: bool, file_sync: Callable[[int], None]) -> Callable[..., float]:
+    def shape(root: Path, data: list[memoryview]) -> float:
+        r = Round(root, [len(d) for d in data])
+        fds = []
+        start = time.perf_counter()
+        for i, part in enumerate(data):
+            fd = os.open(root / "E00.log", os.O_WRONLY | os.O_APPEND)
+            os.write(fd, part)
+            if start_writeback:
+                sync_file_range(fd, WRITE)
+            fds.append(fd)
+            r.roll(i)
+        for fd in fds:
+            file_sync(fd)
+            os.close(fd)
+        fsync_dir(root)
+        return time.perf_counter() - start
+
+    return shape
+
+
+def pipelined(dir_each_roll: bool) -> Callable[..., float]:
+    return lambda root, data: shape_pipelined(root, data, dir_each_roll)
+
+
+def shape_pipelined(root: Path, data: list[memoryview], dir_each_roll: bool = True) -> float:
+    r = Round(root, [len(d) for d in data])
+    start = time.perf_counter()
+    prev: int | None = None
+    for i, part in enumerate(data):
+        # Generation i's bytes go into its file before generation i - 1 is closed: E00.log
+        # for the first, the prepared file that becomes E00.log at the roll for the rest.
+        name = "E00.log" if i == 0 else f".prepared.{i}"
+        fd = os.open(root / name, os.O_WRONLY | os.O_APPEND)
+        os.write(fd, part)
+        sync_file_range(fd, WRITE)
+        if prev is not None:
+            os.fsync(prev)
+            os.close(prev)
+            r.roll(i - 1)
+            if dir_each_roll:
+                fsync_dir(root)
+        prev = fd
+    assert prev is not None
+    os.fsync(prev)
+    os.close(prev)
+    r.roll(len(data) - 1)
+    fsync_dir(root)
+    return time.perf_counter() - start
+
+
+def shape_syncfs(root: Path, data: list[memoryview]) -> float:
+    r = Round(root, [len(d) for d in data])
+    start = time.perf_counter()
+    for i, part in enumerate(data):
+        fd = os.open(root / "E00.log", os.O_WRONLY | os.O_APPEND)
+        os.write(fd, part)
+        os.close(fd)
+        r.roll(i)
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        syncfs(fd)
+    finally:
+        os.close(fd)
+    return time.perf_counter() - start
+
+
+def shape_sfr_one_fsync(root: Path, data: list[memoryview]) -> float:
+    r = Round(root, [len(d) for d in data])
+    fds = []
+    start = time.perf_counter()
+    for i, part in enumerate(data):
+        fd = os.open(root / "E00.log", os.O_WRONLY | os.O_APPEND)
+        os.write(fd, part)
+        sync_file_range(fd, WRITE)
+        fds.append(fd)
+        r.roll(i)
+    for fd in fds:
+        sync_file_range(fd, WAIT_BEFORE | WRITE | WAIT_AFTER)
+    os.fsync(fds[-1])
+    for fd in fds:
+        os.close(fd)
+    fsync_dir(root)
+    return time.perf_counter() - start
+
+
+SHAPES: dict[str, Callable[[Path, list[memoryview]], float]] = {
+    "raw": shape_raw,
+    "now": shape_now,
+    "batch-fsync": batched(False, os.fsync),
+    "batch-fdatasync": batched(False, os.fdatasync),
+    "sfr-fsync": batched(True, os.fsync),
+    "sfr-fdatasync": batched(True, os.fdatasync),
+    "pipelined": pipelined(True),
+    "pipelined-dir-once": pipelined(False),
+    "syncfs": shape_syncfs,
+    "sfr-one-fsync": shape_sfr_one_fsync,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--item-mib", type=int, default=8)
+    parser.add_argument("--dir", default="var/bench-log-fsync-shapes", help="wiped, then removed")
+    args = parser.parse_args()
+    base = Path(args.dir).resolve()
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    parts = parts_of(args.item_mib * MIB)
+    blob = os.urandom(args.item_mib * MIB)
+    data, at = [], 0
+    for size in parts:
+        data.append(memoryview(blob)[at : at + size])
+        at += size
+    one, five, _ = os.getloadavg()
+    print(
+        f"{platform.platform()}, nproc {os.cpu_count()}; item {args.item_mib} MiB in "
+        f"{len(parts)} generations; {args.rounds} rounds; load {one:.2f} (1 min) {five:.2f} (5 min)"
+    )
+    names = list(SHAPES)
+    seconds: dict[str, list[float]] = {n: [] for n in names}
+    ratios: dict[str, list[float]] = {n: [] for n in names}
+    try:
+        for r in range(args.rounds):
+            order = names[r % len(names) :] + names[: r % len(names)]
+            took: dict[str, float] = {}
+            for name in order:
+                os.sync()
+                took[name] = SHAPES[name](base / name, data)
+            for name in names:
+                seconds[name].append(took[name])
+                ratios[name].append(took["raw"] / took[name])
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    mb = args.item_mib * MIB / MB
+    print("\n| shape | MB/s, median | vs raw, median of rounds | quartiles | min-max |")
+    print("|---|---:|---:|---:|---:|")
+    for name in names:
+        q = statistics.quantiles(ratios[name], n=4)
+        print(
+            f"| {name} | {mb / statistics.median(seconds[name]):.0f} | "
+            f"{statistics.median(ratios[name]):.2f} | {q[0]:.2f}-{q[2]:.2f} | "
+            f"{min(ratios[name]):.2f}-{max(ratios[name]):.2f} |"
+        )
+    one, five, _ = os.getloadavg()
+    print(f"\nload after: {one:.2f} (1 min) {five:.2f} (5 min)")
+
+
+if __name__ == "__main__":
+    main()
