@@ -75,7 +75,7 @@ _CHECKPOINT_BYTES = 16 << 20
 # changes it only by rewriting the whole file), and a seed, a backup or a restore copies the
 # file and its page size with it.
 PAGE_SIZE = 32768
-# An `apply` whose bodies add up to this many characters or more is paced (`_apply_paced`).
+# An `apply` whose bodies add up to this many characters or more is paced (`_make_durable`).
 PACED_BYTES = 1 << 20
 
 
