@@ -87,6 +87,7 @@ from dag_common.cluster_store.embedded import EmbeddedClusterStore  # noqa: E402
 from dag_common.mailbox_digest import MailboxDigest, mailbox_digest  # noqa: E402
 from dag_common.model import CopyStatus  # noqa: E402
 from dag_common.store_api import ItemIn  # noqa: E402
+from replication_node.active import llr_pacing  # noqa: E402
 from replication_node.active.copy import ActiveCopy, CopyPaths  # noqa: E402
 from replication_node.active.instance import ActiveInstance  # noqa: E402
 from replication_node.active.mailbox_store import MailboxStore  # noqa: E402
@@ -99,6 +100,7 @@ from replication_node.passive.copy import PassiveCopy  # noqa: E402
 from replication_node.passive.settings import PassiveSettings  # noqa: E402
 from replication_node.shipping.logshare import add_log_share_routes  # noqa: E402
 from replication_node.shipping.logshare_client import HttpLogSource  # noqa: E402
+from replication_node.storage import writebehind  # noqa: E402
 from replication_node.storage.database import Database  # noqa: E402
 from tests.cluster_harness import LocalCluster, wait_until  # noqa: E402
 
@@ -773,6 +775,10 @@ def main() -> None:
     what_if.add_argument("--idle-slice", type=int, metavar="KIB", help="STAGE_SLICE_IDLE")
     what_if.add_argument("--busy-slice", type=int, metavar="KIB", help="STAGE_SLICE_BUSY")
     what_if.add_argument(
+        "--llr-pause", type=float, metavar="MS", help="llr_pacing.PAUSE (0: no pause)"
+    )
+    what_if.add_argument("--llr-chunk", type=int, metavar="KIB", help="writebehind.CHUNK")
+    what_if.add_argument(
         "--reads-from-memory",
         action="store_true",
         help="the active's mailbox and folder reads answered from memory after the first: "
@@ -794,6 +800,10 @@ def main() -> None:
         logstream.STAGE_SLICE_BUSY = args.busy_slice * 1024
     if args.reads_from_memory:
         reads_from_memory()
+    if args.llr_pause is not None:
+        llr_pacing.PAUSE = args.llr_pause / 1000
+    if args.llr_chunk is not None:
+        writebehind.CHUNK = args.llr_chunk * 1024
     sizes = QUICK if args.quick else FULL
     if args.rate is not None:
         sizes = dataclasses.replace(sizes, rate=args.rate)
@@ -804,7 +814,8 @@ def main() -> None:
         f"{date.today().isoformat()} - nproc {os.cpu_count()}, {platform.platform()}, Python "
         f"{platform.python_version()}; {'--quick' if args.quick else 'full sizes'}; "
         f"STAGE_SLICE_IDLE {logstream.STAGE_SLICE_IDLE >> 10} KiB, STAGE_SLICE_BUSY "
-        f"{logstream.STAGE_SLICE_BUSY >> 10} KiB"
+        f"{logstream.STAGE_SLICE_BUSY >> 10} KiB; LLR write-behind chunk "
+        f"{writebehind.CHUNK >> 10} KiB, pause {llr_pacing.PAUSE * 1e3:g} ms"
         f"{'; WHAT IF: reads from memory' if args.reads_from_memory else ''}"
         f"{f'; WHAT IF: LLR depth {LLR_DEPTH}' if args.llr_depth is not None else ''}; {load()}\n"
     )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
@@ -29,6 +30,7 @@ from dag_common.clock import Clock
 from dag_common.mailbox_digest import DigestRow
 from dag_common.model import RollCause
 from replication_node.active.lease import LeaseKeeper
+from replication_node.active.llr_pacing import llr_pause
 from replication_node.errors import SwitchingOver, TransactionTooLarge
 from replication_node.log.events import (
     ClosedGeneration,
@@ -72,6 +74,7 @@ class ActiveCopy:
         change_number_floor: int = 0,
         publish_open_log: OpenLogPublisher | None = None,
         lease: LeaseKeeper | None = None,
+        pause: Callable[[float], None] = time.sleep,
     ) -> None:
         self.paths = paths
         self.db = db
@@ -105,6 +108,9 @@ class ActiveCopy:
         # flush never goes past this one.
         self._closed_seen = stream.last_closed_generation
         stream.add_listener(self._on_event)
+        # LLR's paced writes of large bodies give way to the log's commits (`llr_pacing`).
+        self._pause = pause
+        db.pace = self._give_way
 
     @classmethod
     async def mount(
@@ -121,6 +127,7 @@ class ActiveCopy:
         synchronous_copies: int = 0,
         synchronous_wait: float = 5.0,
         epoch: int = 0,
+        pause: Callable[[float], None] = time.sleep,
     ) -> ActiveCopy:
         """Open (recovering from a crash) or create the database and its log stream.
 
@@ -129,7 +136,8 @@ class ActiveCopy:
         commit before it is answered, and the records recovered in E00.log before the stream
         takes writes (raises `Deposed` if the store names another active).  `lease`: the
         active's lease, without which no commit is acknowledged (`lease.py`).  `epoch`: the
-        stream incarnation of this mount, named by every commit's LSN."""
+        stream incarnation of this mount, named by every commit's LSN.  `pause`: how LLR's
+        paced writes wait (`llr_pacing`; a worker thread calls it)."""
         paths.root.mkdir(parents=True, exist_ok=True)
         if create and not paths.database.exists():
             db = Database.create(
@@ -168,6 +176,7 @@ class ActiveCopy:
             change_number_floor=change_number_floor,
             publish_open_log=publish_open_log,
             lease=lease,
+            pause=pause,
         )
         stream.set_digest_provider(lambda: copy.flushed_digest)
         stream.set_synchronous(synchronous_copies, synchronous_wait)
@@ -259,6 +268,16 @@ class ActiveCopy:
             task = asyncio.get_running_loop().create_task(self._flush_llr_after_roll())
             self._flush_tasks.add(task)
             task.add_done_callback(self._flush_tasks.discard)
+
+    def _give_way(self) -> None:
+        """Between two chunks of LLR's paced write of a large body (worker thread): a pause
+        while small commits flow, unless LLR is too far behind (`llr_pacing`)."""
+        due = self._closed_seen + 1 - self.llr_depth
+        seconds = llr_pause(
+            commits_flowing=self.stream.commits_flowing, backlog=due - self.db.header.waypoint
+        )
+        if seconds:
+            self._pause(seconds)
 
     async def _flush_llr_after_roll(self) -> None:
         """The LLR flush a roll starts in the background.  A failure (the database file's

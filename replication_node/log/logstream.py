@@ -222,6 +222,12 @@ class LogStream:
         exception fails them and stops the stream (the active's lease)."""
         self._fence = fence
 
+    @property
+    def commits_flowing(self) -> bool:
+        """Whether a batch held a commit (other than a large item's own) within the last
+        BUSY_WINDOW: the stream's small commits are flowing.  Read from any thread."""
+        return self._clock.monotonic() - self._commits_seen < BUSY_WINDOW
+
     def set_synchronous(self, copies: int, wait: float) -> None:
         """Answer a commit only once `copies` copies hold it in block mode (waiting up to
         `wait` seconds for them; then the stream stops, the commit unacknowledged)."""

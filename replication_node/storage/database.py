@@ -28,7 +28,7 @@ import itertools
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
@@ -37,7 +37,7 @@ from pathlib import Path
 from dag_common.mailbox_digest import MODULUS, DigestRow, to_hex
 from replication_node.errors import DatabaseError
 from replication_node.log.events import Transaction
-from replication_node.log.operations import RecordBackup
+from replication_node.log.operations import PutItem, RecordBackup
 from replication_node.storage.digest import (
     DIGEST_SCHEMA,
     install_digest,
@@ -64,6 +64,7 @@ from replication_node.storage.tables import (
     item_of,
     mailbox_of,
 )
+from replication_node.storage.writebehind import wal_page_ranges, write_behind
 
 _WRITE_CACHE_KIB = 16 * 1024
 _CHECKPOINT_BYTES = 16 << 20
@@ -76,6 +77,8 @@ _CHECKPOINT_BYTES = 16 << 20
 # changes it only by rewriting the whole file), and a seed, a backup or a restore copies the
 # file and its page size with it.
 PAGE_SIZE = 32768
+# An `apply` whose bodies add up to this many characters or more is paced (`_make_durable`).
+PACED_BYTES = 1 << 20
 
 
 class Database:
@@ -92,7 +95,12 @@ class Database:
         # several commits is copied into the file once).  bench/shipping.py, issue 33.
         conn.execute(f"PRAGMA cache_size = -{_WRITE_CACHE_KIB}")
         (page_size,) = conn.execute("PRAGMA page_size").fetchone()
-        conn.execute(f"PRAGMA wal_autocheckpoint = {max(1, _CHECKPOINT_BYTES // page_size)}")
+        self._page_size = page_size
+        self._autocheckpoint = max(1, _CHECKPOINT_BYTES // page_size)
+        conn.execute(f"PRAGMA wal_autocheckpoint = {self._autocheckpoint}")
+        # Called between two chunks of a paced write (`_make_durable`): the active sets it
+        # to give way to its log's commits.
+        self.pace: Callable[[], None] | None = None
         migrate_header(conn)
         self._header = read_header(conn, path)
         self._written: DatabaseHeader | None = None  # written in a transaction, not committed
@@ -193,8 +201,11 @@ class Database:
 
     @contextmanager
     def _transaction(
-        self, committing: threading.Event | None = None
+        self, committing: threading.Event | None = None, *, publish: bool = True
     ) -> Iterator[sqlite3.Connection]:
+        """One write transaction.  A header written in it (`_write_header`) is published once
+        the COMMIT returns, or, not `publish`, left for the caller to publish (a paced write
+        does once it has made the commit durable itself)."""
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             digest, self._written = self._digest, None
@@ -212,7 +223,7 @@ class Database:
                 if committing is not None:
                     committing.set()
             self._conn.execute("COMMIT")
-            if self._written is not None:
+            if publish and self._written is not None:
                 self._header, self._written = self._written, None
 
     # ---- writes --------------------------------------------------------------------------
@@ -243,12 +254,18 @@ class Database:
         """
         if waypoint < self._header.waypoint:
             raise DatabaseError(f"waypoint would go back from {self._header.waypoint}")
-        with self._transaction(committing) as conn:
+        txns = list(transactions)
+        paced = sum(_body_chars(t) for t in txns) >= PACED_BYTES
+        with (
+            self._lock,
+            self._paced(paced),
+            self._transaction(committing, publish=not paced) as conn,
+        ):
             last_cn = self._header.last_change_number
             stamps: list[RecordBackup] = []
             writer = TableWriter(conn, stamps)
             prepared = iter(puts) if puts is not None else itertools.repeat(None)
-            for txn in transactions:
+            for txn in txns:
                 last_cn = max(last_cn, writer.apply(txn, next(prepared)))
                 if digests is not None:
                     digests[txn.generation] = to_hex(self._digest + writer.delta)
@@ -270,6 +287,61 @@ class Database:
                 )
             )
         return self._header
+
+    @contextmanager
+    def _paced(self, paced: bool) -> Iterator[None]:
+        """Around a write transaction whose bodies add up to PACED_BYTES or more (under the
+        lock): it commits without SQLite's fsync and automatic checkpoint, `_make_durable`
+        does both a chunk at a time, and only then is the header it wrote published (as
+        `_transaction` publishes it after the COMMIT of a write SQLite makes durable itself):
+        a reader of the header (the truncator, Logs Required) never acts on a waypoint a
+        power loss could take back."""
+        if not paced:
+            yield
+            return
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA wal_autocheckpoint=0")
+        try:
+            yield
+            self._make_durable()
+            if self._written is not None:
+                self._header = self._written
+        finally:
+            self._written = None
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.execute(f"PRAGMA wal_autocheckpoint = {self._autocheckpoint}")
+
+    def _make_durable(self) -> None:
+        """After a paced commit (synchronous=NORMAL: its WAL frames written, not fsync'd):
+        the WAL written a chunk at a time and fdatasync'd (the commit is durable from here),
+        then checkpointed into the database file without SQLite's own fsync, and the file's
+        pages the WAL named written a chunk at a time and fdatasync'd (`writebehind.py`).
+
+        Why every crash state is safe.  Before the WAL's fdatasync, the commit's frames may be
+        partly on disk: SQLite's recovery takes frames only along an unbroken checksum chain
+        from the WAL header, which ends at the last commit frame whose every frame is there,
+        so the file is at its previous commit, whose waypoint the header still published (it
+        is published only once this returns).  SQLite still fsyncs the WAL header when it
+        restarts the WAL (synchronous=NORMAL does; only OFF does not), so frames of an
+        earlier WAL can never be read as the new one's.  The checkpoint (synchronous=OFF, so
+        that SQLite does not fsync the database file in one burst) writes pages the WAL
+        holds durably; a crash before the file's fdatasync leaves the WAL whole, and SQLite's
+        recovery copies it again.  The WAL is restarted (its frames overwritten) only by the
+        next write transaction, which takes this object's lock, held until the database
+        file's fdatasync.  A failure (EIO, ENOSPC) raises DatabaseError with the header not
+        published: the rows are in the file, and the next `apply` of the same generations
+        writes the same rows again and makes them durable."""
+        wal = self.path.with_name(self.path.name + "-wal")
+        try:
+            write_behind(wal, pause=self.pace)
+            self._conn.execute("PRAGMA synchronous=OFF")
+            try:
+                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            finally:
+                self._conn.execute("PRAGMA synchronous=NORMAL")
+            write_behind(self.path, wal_page_ranges(wal, self._page_size), pause=self.pace)
+        except (OSError, sqlite3.Error) as exc:
+            raise DatabaseError(f"{self.path}: making an LLR write durable failed: {exc}") from exc
 
     def mark_dirty(self) -> None:
         """The database is in use: a crash from now on is a dirty shutdown."""
@@ -357,3 +429,7 @@ class Database:
                 (mailbox, item_id),
             ).fetchone()
         return item_of(row) if row else None
+
+
+def _body_chars(txn: Transaction) -> int:
+    return sum(len(op.body) for op in txn.ops if type(op) is PutItem)

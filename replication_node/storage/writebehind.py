@@ -1,0 +1,118 @@
+"""Paced write-behind: a file's dirty pages written a chunk at a time, then fdatasync'd.
+
+Why: an LLR write of a large body is one SQLite transaction, and SQLite's commit writes all
+of it (8 MiB for an 8 MiB item) and fsyncs it at once; its checkpoint then copies it into the
+database file and fsyncs that at once.  On a disk whose requests are up to 4 MiB
+(`max_sectors_kb`) and dispatched as soon as they are queued, a small commit's log fsync then
+waits behind megabytes of the database file's writes (bench/large_items.py, part 2: the tail
+of small commits beside large ones).  Written here a chunk at a time instead
+(`sync_file_range`: start the chunk's writeback, wait for it), the device never holds more than
+one chunk of them, and the log's writes queue behind at most that.
+
+Durability is only ever the final `fdatasync`: the chunks shape the I/O, they prove nothing,
+so a chunk missed (a page dirtied outside the ranges given) is still made durable by it.
+Where `sync_file_range` does not exist (not Linux), only the `fdatasync` is done.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import struct
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+SYNC_FILE_RANGE_WAIT_BEFORE = 1
+SYNC_FILE_RANGE_WRITE = 2
+SYNC_FILE_RANGE_WAIT_AFTER = 4
+_WRITE_AND_WAIT = SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER
+
+# One request of the bench's disk at most is 4 MiB; 1 MiB of writes is 1-2 ms on it.
+CHUNK = 1 << 20
+
+
+def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        func = libc.sync_file_range
+    except (OSError, AttributeError):
+        return None
+    func.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    func.restype = ctypes.c_int
+    return func
+
+
+_sync_file_range = _load_sync_file_range()
+
+
+def write_chunk(fd: int, offset: int, length: int) -> None:
+    """Write a range's dirty pages and wait for them (no device cache flush, no metadata)."""
+    if _sync_file_range is None:
+        return
+    if _sync_file_range(fd, offset, length, _WRITE_AND_WAIT) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def write_behind(
+    path: Path,
+    ranges: Iterable[tuple[int, int]] | None = None,
+    *,
+    chunk: int | None = None,
+    pause: Callable[[], None] | None = None,
+) -> int:
+    """Write `path`'s dirty pages in `ranges` ((offset, length); None: the whole file) a
+    `chunk` (default CHUNK) at a time, calling `pause` between chunks, then fdatasync the
+    file.  Returns the number of chunks written."""
+    chunk = chunk or CHUNK
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if ranges is None:
+            ranges = [(0, os.fstat(fd).st_size)]
+        chunks = 0
+        for offset, length in ranges:
+            end = offset + length
+            while offset < end:
+                if chunks and pause is not None:
+                    pause()
+                step = min(chunk, end - offset)
+                write_chunk(fd, offset, step)
+                offset += step
+                chunks += 1
+        os.fdatasync(fd)
+        return chunks
+    finally:
+        os.close(fd)
+
+
+_WAL_HEADER = 32
+_FRAME_HEADER = 24
+
+
+def wal_page_ranges(wal: Path, page_size: int) -> list[tuple[int, int]]:
+    """The byte ranges of the database file that a checkpoint of `wal` writes: the pages its
+    frames name (every frame in the file, stale ones too: a range with nothing dirty costs a
+    look-up, not a write), merged into runs, in file order."""
+    frame = _FRAME_HEADER + page_size
+    pages: set[int] = set()
+    with open(wal, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        offset = _WAL_HEADER
+        while offset + frame <= size:
+            f.seek(offset)
+            header = f.read(4)
+            if len(header) < 4:
+                break
+            (page,) = struct.unpack(">I", header)
+            if page:
+                pages.add(page)
+            offset += frame
+    ranges: list[tuple[int, int]] = []
+    for page in sorted(pages):
+        start = (page - 1) * page_size
+        if ranges and ranges[-1][0] + ranges[-1][1] == start:
+            ranges[-1] = (ranges[-1][0], ranges[-1][1] + page_size)
+        else:
+            ranges.append((start, page_size))
+    return ranges

@@ -1,0 +1,248 @@
+"""LLR writes of large bodies, paced (`Database._make_durable`, `storage/writebehind.py`):
+the same rows and header as a plain commit; pauses between chunks only while small commits
+flow and LLR is not far behind (`active/llr_pacing.py`); the header published only once
+durable; a failure leaves the header where it was and the next apply of the same generations
+makes it right; and every crash state of the paced sequence reopens at the old waypoint or
+the new one, whole, never half of it (real SQLite files: the WAL as the commit left it, cut or
+holed as a crash could leave it on disk, and the database file part-checkpointed)."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from dag_common.clock import ManualClock
+from dag_common.store_api import ItemIn
+from replication_node.active import llr_pacing
+from replication_node.active.copy import ActiveCopy
+from replication_node.active.mailbox_store import MailboxStore
+from replication_node.errors import DatabaseError
+from replication_node.log.events import Transaction
+from replication_node.log.operations import CreateMailbox, PutItem
+from replication_node.storage import database as database_module
+from replication_node.storage import writebehind
+from replication_node.storage.database import PACED_BYTES, PAGE_SIZE, Database
+from replication_node.storage.paths import CopyPaths
+
+T0 = datetime(2026, 11, 26, tzinfo=UTC)
+BIG = "".join(chr(ord("a") + i % 26) for i in range(PACED_BYTES + 300_000))
+
+
+def fresh(path: Path) -> Database:
+    return Database.create(
+        path, database_signature=uuid.UUID(int=1), log_signature=uuid.UUID(int=2)
+    )
+
+
+def mailbox_txn() -> Transaction:
+    return Transaction(1, 0, T0, (CreateMailbox(mailbox="m", cn=1),))
+
+
+def big_txn(body: str = BIG) -> Transaction:
+    op = PutItem(mailbox="m", cn=2, item_id="big", folder="Inbox", body=body)
+    return Transaction(2, 0, T0, (op,))
+
+
+def apply(db: Database, txns: list[Transaction], through: int) -> None:
+    db.apply(txns, waypoint=through, committed=through, last_log_time=T0)
+
+
+def pragma(db: Database, name: str) -> int:
+    return db._conn.execute(f"PRAGMA {name}").fetchone()[0]
+
+
+def test_write_behind_writes_a_chunk_at_a_time_and_pauses_between(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * (5 * 4096 + 10))
+    pauses = []
+    chunks = writebehind.write_behind(path, chunk=4096, pause=lambda: pauses.append(1))
+    assert chunks == 6 and len(pauses) == 5
+    assert path.read_bytes() == b"x" * (5 * 4096 + 10)
+    assert writebehind.write_behind(path, [(4096, 100), (8192, 8192)], chunk=4096) == 3
+
+
+def test_a_large_body_is_paced_and_reads_as_a_plain_commit_would(tmp_path):
+    paced, plain = fresh(tmp_path / "paced.sqlite"), fresh(tmp_path / "plain.sqlite")
+    pauses = []
+    paced.pace = lambda: pauses.append(1)
+    apply(paced, [mailbox_txn()], 1)
+    apply(plain, [mailbox_txn()], 1)
+    apply(paced, [big_txn()], 2)
+    # Below the threshold, as before: SQLite's own fsync at commit.
+    small = big_txn(body="x" * 1000)
+    plain.apply([small], waypoint=2, committed=2, last_log_time=T0)
+    apply(plain, [big_txn()], 2)
+    assert pauses, "a body of PACED_BYTES or more is written a chunk at a time"
+    assert paced.item("m", "big").body == BIG
+    assert paced.header.waypoint == 2 and paced.header.checkpoint == 3
+    assert paced.content_digest == plain.content_digest
+    assert paced.recompute_digest()[0] == paced.recompute_digest()[1]
+    # The connection is back to what the other writes expect.
+    assert pragma(paced, "synchronous") == 2  # FULL
+    assert pragma(paced, "wal_autocheckpoint") == 16 * 1024 * 1024 // PAGE_SIZE
+    # Checkpointed: the database file alone (no WAL) holds the body.
+    alone = tmp_path / "alone.sqlite"
+    shutil.copyfile(paced.path, alone)
+    conn = sqlite3.connect(alone)
+    assert conn.execute("SELECT length(body) FROM items WHERE item_id='big'").fetchone() == (
+        len(BIG),
+    )
+    conn.close()
+    paced.close()
+    plain.close()
+
+
+def test_a_failure_to_make_it_durable_leaves_the_header_and_the_next_apply_mends_it(tmp_path):
+    db = fresh(tmp_path / "db.sqlite")
+    apply(db, [mailbox_txn()], 1)
+
+    def failing() -> None:
+        raise OSError(5, "Input/output error")
+
+    db.pace = failing
+    with pytest.raises(DatabaseError, match="durable"):
+        apply(db, [big_txn()], 2)
+    assert db.header.waypoint == 1, "a waypoint not known durable is not published"
+    assert pragma(db, "synchronous") == 2
+    db.pace = None
+    apply(db, [big_txn()], 2)  # LLR's retry: the same generation again
+    assert db.header.waypoint == 2
+    stored, rows = db.recompute_digest()
+    assert stored == rows
+    assert db.item("m", "big").body == BIG
+    db.close()
+
+
+@pytest.fixture
+def crash_material(tmp_path, monkeypatch):
+    """(database file before the paced apply, its WAL as the commit left it, the database
+    file after the checkpoint, the page ranges the checkpoint wrote)."""
+    db = fresh(tmp_path / "db.sqlite")
+    apply(db, [mailbox_txn()], 1)
+    db._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    before = db.path.read_bytes()
+    seen: dict[str, bytes] = {}
+    real = writebehind.write_behind
+
+    def watching(path, ranges=None, **kwargs):
+        if path.name.endswith("-wal") and "wal" not in seen:
+            seen["wal"] = path.read_bytes()  # the commit's frames, none fsync'd yet
+        return real(path, ranges, **kwargs)
+
+    monkeypatch.setattr(database_module, "write_behind", watching)
+    apply(db, [big_txn()], 2)
+    after = db.path.read_bytes()
+    ranges = writebehind.wal_page_ranges(Path(str(db.path) + "-wal"), PAGE_SIZE)
+    db.close()
+    return before, seen["wal"], after, ranges
+
+
+def reopen(tmp_path: Path, name: str, db_bytes: bytes, wal: bytes | None) -> tuple[int, str | None]:
+    """Open a crash state as recovery would; (waypoint, the big body or None)."""
+    root = tmp_path / name
+    root.mkdir()
+    path = root / "db.sqlite"
+    path.write_bytes(db_bytes)
+    if wal is not None:
+        (root / "db.sqlite-wal").write_bytes(wal)
+    db = Database.open(path)
+    try:
+        (check,) = db._conn.execute("PRAGMA integrity_check").fetchone()
+        assert check == "ok", name
+        stored, rows = db.recompute_digest()
+        assert stored == rows, name
+        item = db.item("m", "big")
+        return db.header.waypoint, None if item is None else item.body
+    finally:
+        db.close()
+
+
+def test_every_crash_state_reopens_at_the_old_waypoint_or_the_new_whole(tmp_path, crash_material):
+    before, wal, after, ranges = crash_material
+    frame = 24 + PAGE_SIZE
+    frames = (len(wal) - 32) // frame
+    assert frames > PACED_BYTES // PAGE_SIZE
+    outcomes = set()
+    # Before the WAL's fdatasync: any prefix of it on disk (cut at frame boundaries and
+    # inside frames), or a hole (a frame the writeback had not reached).
+    cuts = sorted({0, 16, 32, *(32 + k * frame for k in range(frames + 1)), 32 + frame // 2,
+                   len(wal) - 10})  # fmt: skip
+    for cut in cuts:
+        state = reopen(tmp_path, f"cut{cut}", before, wal[:cut])
+        outcomes.add(state)
+        assert state in {(1, None), (2, BIG)}, cut
+    for k in (0, frames // 2, frames - 1):
+        holed = bytearray(wal)
+        start = 32 + k * frame
+        holed[start : start + frame] = bytes(frame)
+        state = reopen(tmp_path, f"hole{k}", before, bytes(holed))
+        assert state == (1, None), k
+    assert reopen(tmp_path, "whole", before, wal) == (2, BIG)
+    # After the WAL's fdatasync, during the checkpoint: the WAL whole, any part of the pages
+    # the checkpoint writes in the file.
+    pages = [p for offset, length in ranges for p in range(offset, offset + length, PAGE_SIZE)]
+    assert len(pages) > PACED_BYTES // PAGE_SIZE
+    for part in sorted({1, len(pages) // 2, len(pages) - 1, len(pages)}):
+        mixed = bytearray(before.ljust(len(after), b"\0"))
+        for offset in pages[:part]:
+            mixed[offset : offset + PAGE_SIZE] = after[offset : offset + PAGE_SIZE]
+        assert reopen(tmp_path, f"ckpt{part}", bytes(mixed), wal) == (2, BIG)
+    # After the database file's fdatasync: it alone is the new state.
+    assert reopen(tmp_path, "done", after, None) == (2, BIG)
+    assert outcomes == {(1, None), (2, BIG)}
+
+
+@pytest.mark.parametrize(
+    ("commits_flowing", "backlog", "expected"),
+    [
+        (False, 0, 0.0),  # nothing to give way to
+        (False, 50, 0.0),
+        (True, 0, llr_pacing.PAUSE),
+        (True, 1, llr_pacing.PAUSE),  # one generation due: the steady state beside large items
+        (True, llr_pacing.MAX_BACKLOG, llr_pacing.PAUSE),
+        (True, llr_pacing.MAX_BACKLOG + 1, 0.0),  # too far behind: catch up at the disk's pace
+    ],
+)
+def test_llr_pauses_only_while_commits_flow_and_it_is_not_behind(
+    commits_flowing, backlog, expected
+):
+    assert llr_pacing.llr_pause(commits_flowing=commits_flowing, backlog=backlog) == expected
+
+
+async def test_the_active_paces_a_large_body_while_small_commits_flow(tmp_path):
+    clock = ManualClock()
+    paused: list[float] = []
+    copy = await ActiveCopy.mount(
+        paths=CopyPaths(tmp_path, "DB1"),
+        log_file_size=256 * 1024,
+        llr_depth=1,
+        clock=clock,
+        create=True,
+        pause=paused.append,
+    )
+    try:
+        copy.db.pace()
+        assert paused == [], "no commit has flowed yet"
+        store = MailboxStore(copy)
+        await store.create_mailbox("m")
+        await store.put_items("m", [ItemIn(item_id="small", body="s" * 100)])
+        copy.db.pace()
+        assert paused == [llr_pacing.PAUSE]
+        await clock.advance(1.0)
+        copy.db.pace()
+        assert paused == [llr_pacing.PAUSE], "a second without commits: no pause"
+        # A small commit, then a large body (its own commit does not count) written by LLR.
+        await store.put_items("m", [ItemIn(item_id="small2", body="s" * 100)])
+        await store.put_items("m", [ItemIn(item_id="big", body=BIG)])
+        for _ in range(3):
+            await copy.roll(force=True)
+        await copy.llr_settled()
+        assert copy.db.item("m", "big").body == BIG  # in the database file, not the overlay
+        assert len(paused) > 2, "the large body's chunks gave way to the flowing commits"
+    finally:
+        await copy.crash_close()
