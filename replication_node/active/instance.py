@@ -113,6 +113,8 @@ class ActiveInstance:
         self.synchronous_copies, self._synchronous_wait = synchronous_copies, synchronous_wait
         self._mount_tasks: list[asyncio.Task[None]] = []  # the idle roller and the watch
         self.dismounted_by_operator = False
+        # A mount (crash recovery, opening the files) is under way: not mounted yet, not failed.
+        self.mounting = False
         self._stream_metrics = metrics.stream(database) if metrics else None
         self._copy_awaiting_logs = copy_awaiting_logs
         self.publication = ActivePublication(
@@ -211,7 +213,16 @@ class ActiveInstance:
 
     async def _mount(self) -> None:
         """Open the files from disk (crash recovery) and serve; the first mount and every
-        re-mount after a failure go this way, never reusing a failed stream's memory."""
+        re-mount after a failure go this way, never reusing a failed stream's memory.
+        Meanwhile `mounting` is set: a request is told to ask again (409), not that the
+        copy is down (503)."""
+        self.mounting = True
+        try:
+            await self._open_and_serve()
+        finally:
+            self.mounting = False
+
+    async def _open_and_serve(self) -> None:
         if self.share.holding():
             raise HeldForHandOver(
                 f"{self.database} is not mounted on {self.node}: its last logs are held for "

@@ -138,8 +138,13 @@ def mounted_copy(instance: ActiveInstance) -> ActiveCopy:
 def not_dismounted(instance: ActiveInstance | None, db: str, node: str) -> None:
     """An active copy that is dismounted (a failure, or an operator) answers 503 with why:
     it is still the active, nothing else serves this database here, and the call may work
-    again after a re-mount or a failover."""
+    again after a re-mount or a failover.  One being mounted (the new active of a
+    switchover opening its files) answers 409 naming the active, which a client follows
+    for a while as it follows a switchover: a 503 there stalled a move for the seed's 30 s
+    (test_move_failover_e2e, ten switchovers under load)."""
     if instance is not None and instance.copy is None:
+        if instance.mounting:
+            raise NotActive(f"{db} is being mounted on {node}; ask again shortly")
         if instance.dismounted_by_operator:
             why = "dismounted by an operator (replication-node db mount re-mounts it)"
         else:
