@@ -64,19 +64,22 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dag_common.durable import fsync_dir  # noqa: E402
+from replication_node.storage import writebehind  # noqa: E402
+
+WRITE = writebehind.SYNC_FILE_RANGE_WRITE
+WAIT_BEFORE = writebehind.SYNC_FILE_RANGE_WAIT_BEFORE
+WAIT_AFTER = writebehind.SYNC_FILE_RANGE_WAIT_AFTER
 
 MIB = 1 << 20
 MB = 1e6
-WRITE, WAIT_BEFORE, WAIT_AFTER = 2, 1, 4
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-_libc.sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
 _libc.syncfs.argtypes = [ctypes.c_int]
 
 
 def sync_file_range(fd: int, flags: int) -> None:
-    if _libc.sync_file_range(fd, 0, 0, flags) != 0:
-        raise OSError(ctypes.get_errno(), "sync_file_range")
+    """The whole file's range (`writebehind.sync_file_range`, the product's binding)."""
+    writebehind.sync_file_range(fd, 0, 0, flags)
 
 
 def syncfs(fd: int) -> None:
@@ -253,6 +256,8 @@ def main() -> None:
     parser.add_argument("--item-mib", type=int, default=8)
     parser.add_argument("--dir", default="var/bench-log-fsync-shapes", help="wiped, then removed")
     args = parser.parse_args()
+    if not writebehind.AVAILABLE:
+        sys.exit("log_fsync_shapes: sync_file_range(2) is not available here (Linux only)")
     base = Path(args.dir).resolve()
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)

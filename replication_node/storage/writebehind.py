@@ -46,13 +46,22 @@ def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
 _sync_file_range = _load_sync_file_range()
 
 
-def write_chunk(fd: int, offset: int, length: int) -> None:
-    """Write a range's dirty pages and wait for them (no device cache flush, no metadata)."""
+def sync_file_range(fd: int, offset: int, length: int, flags: int) -> None:
+    """Linux `sync_file_range(2)` (`length` 0: to the end of the file); nothing where it
+    does not exist (`AVAILABLE` says which)."""
     if _sync_file_range is None:
         return
-    if _sync_file_range(fd, offset, length, _WRITE_AND_WAIT) != 0:
+    if _sync_file_range(fd, offset, length, flags) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
+
+
+AVAILABLE = _sync_file_range is not None
+
+
+def write_chunk(fd: int, offset: int, length: int) -> None:
+    """Write a range's dirty pages and wait for them (no device cache flush, no metadata)."""
+    sync_file_range(fd, offset, length, _WRITE_AND_WAIT)
 
 
 def write_behind(
