@@ -92,7 +92,7 @@ from replication_node.active.copy import ActiveCopy, CopyPaths  # noqa: E402
 from replication_node.active.instance import ActiveInstance  # noqa: E402
 from replication_node.active.mailbox_store import MailboxStore  # noqa: E402
 from replication_node.http.auth import auth_middleware  # noqa: E402
-from replication_node.log import logstream  # noqa: E402
+from replication_node.log import logstream, writer  # noqa: E402
 from replication_node.log.logdir import list_closed_generations, write_all  # noqa: E402
 from replication_node.log.logfile import closed_log_name  # noqa: E402
 from replication_node.log.writer import OpenLogWriter  # noqa: E402
@@ -212,8 +212,8 @@ def log_stages() -> Timers:
             "fsync": (os, "fsync"),
             "write": (os, "write"),
             "roll": (OpenLogWriter, "roll"),
-            "next E00.log": (OpenLogWriter, "_open_next"),
-            "prepared wait": (OpenLogWriter, "_take_prepared"),
+            "settle": (OpenLogWriter, "_settle"),
+            "next file": (writer, "create_hidden"),
             "batch": (OpenLogWriter, "write_batch"),
             "store reads": (ActiveCopy, "mailbox"),
             "folder reads": (ActiveCopy, "folders"),
@@ -335,14 +335,10 @@ async def large_commits(base: Path, sizes: Sizes) -> None:
     row("raw append: fsync", raw_sys, "fsync")
     row("raw append: write", raw_sys, "write")
     row("log writer thread: batches (parts, rolls, fsync)", stages, "batch")
-    row("- rolls (CLOSE, fsync, the prepared next E00.log installed)", stages, "roll")
-    row(
-        "- - of which the next E00.log (header written, 2 renames, fsync dir)",
-        stages,
-        "next E00.log",
-    )
-    row("- - - of which waiting for the helper thread's prepared file", stages, "prepared wait")
-    row("- every fsync (file and directory; the helper's, beside, too)", stages, "fsync")
+    row("- rolls (CLOSE and the next header written, writeback started)", stages, "roll")
+    row("- - of which the next generation's file created", stages, "next file")
+    row("- settles (every file of a span fsync'd, renamed, fsync dir)", stages, "settle")
+    row("- every fsync (file and directory)", stages, "fsync")
     row("- every write of the log", stages, "write")
     row("event loop: mailbox reads (wait on the database lock)", stages, "store reads")
     row("event loop: folder reads (the same)", stages, "folder reads")
@@ -538,6 +534,11 @@ async def replication(base: Path, sizes: Sizes) -> None:
         logs = active.paths.logs
         files = [logs / closed_log_name(g) for g in list_closed_generations(logs)]
         log_bytes = sum(f.stat().st_size for f in files)
+        # The passive starts on a quiet disk, as the baseline does: the active's LLR (which
+        # holds back while bodies are staged, and catches up after) would otherwise write
+        # into its database file beside the passive, on the same disk here, on another
+        # node in a real cluster.
+        await settled(active.copy)
 
         start = time.perf_counter()
         await passive.start()
@@ -791,7 +792,25 @@ def main() -> None:
         help=f"LLR depth (default {LLR_DEPTH}); part 1 with a depth past its rounds' "
         "generations (e.g. 1000) is the log's commits with no LLR write beside them",
     )
+    what_if.add_argument(
+        "--span-limit",
+        type=int,
+        metavar="N",
+        help=f"writer.SPAN_LIMIT (default {writer.SPAN_LIMIT}): generations of staged parts "
+        "left unsettled at most (1: every roll settled at its batch's end)",
+    )
+    what_if.add_argument(
+        "--llr-yield",
+        type=int,
+        metavar="N",
+        help=f"llr_pacing.YIELD_BACKLOG (default {llr_pacing.YIELD_BACKLOG}): generations "
+        "LLR may fall behind while it yields to a large body being staged (0: no yield)",
+    )
     args = parser.parse_args()
+    if args.llr_yield is not None:
+        llr_pacing.YIELD_BACKLOG = args.llr_yield
+    if args.span_limit is not None:
+        writer.SPAN_LIMIT = args.span_limit
     if args.llr_depth is not None:
         LLR_DEPTH = args.llr_depth
     if args.idle_slice is not None:
@@ -815,7 +834,8 @@ def main() -> None:
         f"{platform.python_version()}; {'--quick' if args.quick else 'full sizes'}; "
         f"STAGE_SLICE_IDLE {logstream.STAGE_SLICE_IDLE >> 10} KiB, STAGE_SLICE_BUSY "
         f"{logstream.STAGE_SLICE_BUSY >> 10} KiB; LLR write-behind chunk "
-        f"{writebehind.CHUNK >> 10} KiB, pause {llr_pacing.PAUSE * 1e3:g} ms"
+        f"{writebehind.CHUNK >> 10} KiB, pause {llr_pacing.PAUSE * 1e3:g} ms, yield to staging "
+        f"up to {llr_pacing.YIELD_BACKLOG} generations behind; span limit {writer.SPAN_LIMIT}"
         f"{'; WHAT IF: reads from memory' if args.reads_from_memory else ''}"
         f"{f'; WHAT IF: LLR depth {LLR_DEPTH}' if args.llr_depth is not None else ''}; {load()}\n"
     )

@@ -9,7 +9,7 @@ into 1 MiB generations (the rest of the open generation, full ones, the last par
 seven of 1 MiB, 0.5 MiB for 8 MiB), each generation written with one `write` into an E00.log
 that a helper prepared beforehand (made, fsync'd, its directory entry fsync'd: off the clock,
 as the log's helper thread does it beside the commit), then renamed to its closed name, and
-the next prepared file renamed to E00.log (two renames a roll, as `logdir.install_prepared`).
+the next prepared file renamed to E00.log (two renames a roll, as the writer did then).
 Every shape ends in the same durable state: every generation's bytes and both renames of every
 roll on disk.  Shapes:
 
@@ -63,12 +63,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from dag_common import durable  # noqa: E402
 from dag_common.durable import fsync_dir  # noqa: E402
-from replication_node.storage import writebehind  # noqa: E402
 
-WRITE = writebehind.SYNC_FILE_RANGE_WRITE
-WAIT_BEFORE = writebehind.SYNC_FILE_RANGE_WAIT_BEFORE
-WAIT_AFTER = writebehind.SYNC_FILE_RANGE_WAIT_AFTER
+WRITE = durable.SYNC_FILE_RANGE_WRITE
+WAIT_BEFORE = durable.SYNC_FILE_RANGE_WAIT_BEFORE
+WAIT_AFTER = durable.SYNC_FILE_RANGE_WAIT_AFTER
 
 MIB = 1 << 20
 MB = 1e6
@@ -78,8 +78,8 @@ _libc.syncfs.argtypes = [ctypes.c_int]
 
 
 def sync_file_range(fd: int, flags: int) -> None:
-    """The whole file's range (`writebehind.sync_file_range`, the product's binding)."""
-    writebehind.sync_file_range(fd, 0, 0, flags)
+    """The whole file's range (`dag_common.durable.sync_file_range`, the product's binding)."""
+    durable.sync_file_range(fd, 0, 0, flags)
 
 
 def syncfs(fd: int) -> None:
@@ -256,7 +256,7 @@ def main() -> None:
     parser.add_argument("--item-mib", type=int, default=8)
     parser.add_argument("--dir", default="var/bench-log-fsync-shapes", help="wiped, then removed")
     args = parser.parse_args()
-    if not writebehind.AVAILABLE:
+    if not durable.AVAILABLE:
         sys.exit("log_fsync_shapes: sync_file_range(2) is not available here (Linux only)")
     base = Path(args.dir).resolve()
     shutil.rmtree(base, ignore_errors=True)

@@ -29,8 +29,8 @@ from datetime import datetime
 from dag_common.clock import Clock
 from dag_common.mailbox_digest import DigestRow
 from dag_common.model import RollCause
+from replication_node.active import llr_pacing
 from replication_node.active.lease import LeaseKeeper
-from replication_node.active.llr_pacing import llr_pause
 from replication_node.errors import SwitchingOver, TransactionTooLarge
 from replication_node.log.events import (
     ClosedGeneration,
@@ -270,20 +270,47 @@ class ActiveCopy:
             task.add_done_callback(self._flush_tasks.discard)
 
     def _give_way(self) -> None:
-        """Between two chunks of LLR's paced write of a large body (worker thread): a pause
-        while small commits flow, unless LLR is too far behind (`llr_pacing`)."""
-        due = self._closed_seen + 1 - self.llr_depth
-        seconds = llr_pause(
-            commits_flowing=self.stream.commits_flowing, backlog=due - self.db.header.waypoint
+        """Before each chunk of LLR's paced write of a large body (worker thread): held back
+        while a large body is staged into the log, a pause while small commits flow, unless
+        LLR is too far behind (`llr_pacing`)."""
+        for _ in range(llr_pacing.YIELD_STEPS):
+            if not self._yielding():
+                break
+            self._pause(llr_pacing.YIELD_STEP)
+        seconds = llr_pacing.llr_pause(
+            commits_flowing=self.stream.commits_flowing, backlog=self._llr_backlog()
         )
         if seconds:
             self._pause(seconds)
+
+    async def _yield_to_staging(self) -> None:
+        """Before a flush a roll starts: wait while a large body is staged into the log, as
+        `_give_way` does before each chunk (`llr_pacing`), so that not even a small write
+        of the header (and its fsync) goes to the disk meanwhile.  Real-time waits, as the
+        chunks' pauses: bounded by YIELD_STEPS whatever the stream's clock does."""
+        for _ in range(llr_pacing.YIELD_STEPS):
+            if not self._yielding():
+                return
+            await asyncio.sleep(llr_pacing.YIELD_STEP)
+
+    def _yielding(self) -> bool:
+        """Whether LLR holds back for a large body staged into the log (`llr_pacing`)."""
+        return llr_pacing.yields(
+            staging=self.stream.staging,
+            commits_flowing=self.stream.commits_flowing,
+            backlog=self._llr_backlog(),
+        )
+
+    def _llr_backlog(self) -> int:
+        """How many generations LLR is behind the one it is due to write (any thread)."""
+        return self._closed_seen + 1 - self.llr_depth - self.db.header.waypoint
 
     async def _flush_llr_after_roll(self) -> None:
         """The LLR flush a roll starts in the background.  A failure (the database file's
         disk full) is reported, never dropped: nothing is lost by it, since the transactions
         stay in the overlay and in the log, and the next roll tries again."""
         try:
+            await self._yield_to_staging()
             await self._flush_llr()
         except Exception as exc:
             self.llr_flush_failures += 1

@@ -101,7 +101,11 @@ class BlockFeed:
         return self.generation, self.durable, self._next
 
     async def publish(self, blocks: list[Block]) -> None:
-        """Add blocks made durable (in order) and wake the followers."""
+        """Add blocks made durable (in order) and wake the followers.  The older blocks are
+        dropped down to `capacity`, never the ones published here: a settle of many
+        generations (`writer.SPAN_LIMIT`) publishes more than the capacity at once, and a
+        follower that was caught up must find all of it."""
+        first = self._next
         for block in blocks:
             self._blocks.append((self._next, block))
             self._next += 1
@@ -110,7 +114,7 @@ class BlockFeed:
                 self.generation, self.durable = block.generation + 1, 0
             else:
                 self.generation, self.durable = block.generation, block.end
-        while self._bytes > self._capacity and len(self._blocks) > 1:
+        while self._bytes > self._capacity and self._blocks[0][0] < first:
             self._bytes -= len(self._blocks.popleft()[1].data)
         async with self._changed:
             self._changed.notify_all()

@@ -3,13 +3,12 @@ of the log stream.
 
 The first E00.log of a stream (and the one recovery replaces) is written as a temp file with
 its header, fsync'd, renamed and the directory fsync'd (`create_open_log`).  At a roll the
-next one is a file prepared ahead of time (`prepare_open_log`, off the commit path: created
-with a `PreparedHeader`, fsync'd) and installed by `install_prepared`: its real header
-written over the prepared one, the closed generation renamed, the prepared file renamed
-E00.log (the writer fsyncs the directory once for both, before anything depends on them).
-Every write is written whole or raises.  Before recovery looks, `finish_interrupted_roll`
-finishes a roll a crash cut between its CLOSE record and the rename, and removes prepared
-files never installed.
+next generation goes into a new file under a hidden name (`create_hidden`); it keeps that
+name until the writer has fsync'd it and every generation closed before it, and
+`install_span` then names them all, in order (the writer fsyncs the directory once for the
+renames, before anything depends on them).  Every write is
+written whole or raises.  Before recovery looks, `finish_interrupted_roll` finishes a roll a
+crash cut between its CLOSE record and the rename, and removes prepared files never named.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ import errno
 import logging
 import os
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from dag_common.durable import fsync_dir
@@ -29,7 +29,6 @@ from replication_node.log.logfile import (
     PREPARED_PREFIX,
     LogHeader,
     LogRecord,
-    PreparedHeader,
     closed_log_name,
 )
 
@@ -62,14 +61,15 @@ def write_all(fd: int, data: bytes) -> None:
 def finish_interrupted_roll(log_dir: Path) -> int | None:
     """Complete a roll that a crash cut between its CLOSE record and the rename.
 
-    Prepared files never installed are removed first: whatever a crash left in one (its
-    prepared header, or the real header and CARRIED record the roll writes just before the
-    rename) was never part of the log, since records are appended only once it is E00.log.
+    Hidden files never named are removed first: whatever a crash left in one (a header,
+    records, even a CLOSE record) was never part of the log anyone heard of: nothing in it was
+    answered or shipped, since the writer names a file only once it is durable, and answers
+    nothing of it before that (`writer.py`).
     An E00.log that ends with a whole CLOSE record was closed durably: rename it to its
     generation's name (durably) so recovery sees a closed generation.  Returns that
     generation, or None if there was nothing to finish.  An E00.log that is still a prepared
-    file is left for recovery (`recovery.plan_recovery`), which checks what it was prepared
-    for before replacing it.
+    file (a state earlier versions could leave) is left for recovery
+    (`recovery.plan_recovery`), which checks what it was prepared for before replacing it.
     """
     remove_prepared(log_dir)
     path = log_dir / OPEN_LOG_NAME
@@ -84,6 +84,10 @@ def finish_interrupted_roll(log_dir: Path) -> int | None:
     target = log_dir / closed_log_name(result.header.generation)
     if target.exists():
         return None  # never overwrite a closed generation; recovery will report the conflict
+    # Its CLOSE record may be in the page cache only (the writer fsyncs a span's files only
+    # at its end, `writer.py`): a closed name is given only to a durable file.
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
     os.replace(path, target)
     fsync_dir(log_dir)
     logger.warning(
@@ -108,18 +112,17 @@ def create_open_log(log_dir: Path, header: LogHeader, first: bytes = b"") -> int
     return fd
 
 
-def prepare_open_log(log_dir: Path, prepared: PreparedHeader) -> tuple[int, Path]:
-    """Create a file to become E00.log at the next roll: its prepared header, fsync'd.  Runs
-    beside the writer, off the commit path; returns a write fd and the file's path.
-
-    Its directory entry is not fsync'd here: the roll's directory fsync, after its rename,
-    makes the name durable, and a crash before that leaves a stray prepared file, which
+def create_hidden(log_dir: Path, header: LogHeader, first: bytes) -> tuple[int, Path]:
+    """A new file for the generation a roll opens: `header` and the record `first` (the
+    CARRIED record, when staged bodies are pending), under a hidden name (PREPARED_PREFIX)
+    that no reader of the log takes for a generation.  Returns a write fd at its end and the
+    path.  Nothing is fsync'd: the file is named only once the writer has fsync'd it
+    (`install_span`), and a crash before that leaves a stray hidden file, which
     `finish_interrupted_roll` removes."""
     path = log_dir / f"{PREPARED_PREFIX}{uuid.uuid4().hex}"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        write_all(fd, prepared.encode())
-        os.fsync(fd)
+        write_all(fd, header.encode() + first)
     except BaseException:
         os.close(fd)
         path.unlink(missing_ok=True)
@@ -127,41 +130,37 @@ def prepare_open_log(log_dir: Path, prepared: PreparedHeader) -> tuple[int, Path
     return fd, path
 
 
-def install_prepared(
-    log_dir: Path, closed_generation: int, fd: int, path: Path, header: LogHeader, first: bytes
-) -> None:
-    """The roll's file steps once the CLOSE record is durable: the prepared file at `path`
-    (write fd `fd`) becomes E00.log for `header`, the old E00.log closed generation
-    `closed_generation`.  Nothing here is fsync'd: the writer makes the two renames durable
-    (one directory fsync) before it answers anything or hands the copies any byte of the new
-    generation, and the header with the new E00.log's first fsync (`writer.py`).
+def install_span(log_dir: Path, closed: Sequence[tuple[int, Path]], open_path: Path) -> None:
+    """Name a span of generations the writer has made durable: each closed one (generation,
+    where it is: E00.log for the first, a prepared file's hidden name for the others) renamed
+    to its generation's name, in order, then `open_path` (the file of the generation the span
+    ends in, hidden) renamed E00.log.  Every file was fsync'd before this; nothing is fsync'd
+    here: the writer fsyncs the directory once for all the renames before it answers anything
+    or hands the copies any byte of the span (`writer.py`).
 
-    The steps, and why each crash state is one recovery knows (`tests/replication_node/
-    test_prepared_roll.py` builds each):
-    1. `header` and `first` (the CARRIED record) are written over the prepared header.  Until
-       the new E00.log is fsync'd a power loss may leave the prepared header there; nothing
-       in such a file was acknowledged (the fsync that would have made a record in it
-       durable makes the header durable too), and recovery replaces it.
-    2. E00.log is renamed to its generation's name, and 3. the prepared file to E00.log.  A
-       kill -9 leaves the kernel's view, a prefix of these steps.  A power loss before the
-       directory fsync leaves a prefix too on the file systems the log is meant for (ext4,
-       XFS: a journal that commits metadata operations in the order they were made): no
-       E00.log beside the closed generation, or E00.log still the closed generation (the
-       roll is finished on open); the prepared file, whatever it holds, was never part of
-       the log anyone was told of, and is removed.  Were a file system to make the second
-       rename durable without the first, the closed generation would be missing below
-       E00.log and recovery stops with RecoveryError (a gap, or a prepared file for the
-       wrong generation): never silently.
+    Why each crash state is one recovery knows (`tests/replication_node/test_prepared_roll.py`
+    builds each).  A kill -9 leaves a prefix of the renames; a power loss before the
+    directory fsync leaves a prefix too on the file systems the log is meant for (ext4, XFS:
+    a journal that commits metadata operations in the order they were made).
+    - None done: E00.log is the span's first generation, whole with its CLOSE record (the
+      roll is finished on open, `finish_interrupted_roll`), the others hidden, removed.
+    - Some done: the closed generations named so far are whole and durable; there is no
+      E00.log, and the next generation is created on open; the rest is hidden, removed.
+    Nothing of the span was answered or sent to a copy before the directory fsync, and a
+    body staged across it whose commit is in a removed file was never committed: recovery
+    finds it pending at the end of the log and aborts it.  Were a file system to make a later
+    rename durable without an earlier one, a generation would be missing below a named one
+    and recovery stops with RecoveryError (a gap, or a closed E00.log beside a higher
+    generation): never silently.
     """
-    os.lseek(fd, 0, os.SEEK_SET)
-    write_all(fd, header.encode() + first)
-    os.replace(log_dir / OPEN_LOG_NAME, log_dir / closed_log_name(closed_generation))
-    os.replace(path, log_dir / OPEN_LOG_NAME)
+    for generation, path in closed:
+        os.replace(path, log_dir / closed_log_name(generation))
+    os.replace(open_path, log_dir / OPEN_LOG_NAME)
 
 
 def remove_prepared(log_dir: Path) -> list[str]:
-    """Remove the prepared files in `log_dir` that were never installed (a crash or a close
-    left them); their names."""
+    """Remove the hidden files in `log_dir` that were never named (a crash or a close left
+    them); their names."""
     removed = []
     for entry in os.scandir(log_dir):
         if entry.name.startswith(PREPARED_PREFIX):

@@ -22,12 +22,14 @@ completeness: it must end with exactly one CLOSE record at end of file, so a tru
 transfer is caught by inspection.  The open log `E00.log` has the same header (with the
 generation it will become) and no CLOSE record yet.
 
-A prepared file (`PreparedHeader`, `writer.py`'s roll) is made ahead of a roll to become the
-next E00.log: a 512-byte header of its own (magic "DGPREP\r\n", the generation and stream it
-was prepared for, CRC32C), fsync'd.  The roll writes the generation's real header over it
-before naming it E00.log; a file whose header is still the prepared one was never fsync'd
-since, so nothing in it was acknowledged.  It is never a generation: `LogHeader.decode`
-refuses it by its magic.
+A prepared file (`PreparedHeader`, `writer.py`'s roll) is made ahead of a roll to hold the
+next generation: a 512-byte header of its own (magic "DGPREP\r\n", the generation and stream it
+was prepared for, CRC32C).  The roll writes the generation's real header over it; the writer
+names it (E00.log, then its generation's name) only once it is fsync'd.  Earlier versions
+named it E00.log first and fsync'd it after, so a power loss could leave an E00.log whose
+header is still the prepared one: never fsync'd since, so nothing in it was acknowledged
+(recovery replaces it).  It is never a generation: `LogHeader.decode` refuses it by its
+magic.
 
 The LSN of a record is (generation, byte offset of its frame in the file).  The chain of
 creation times (each header carries its predecessor's) is what lets inspection and replay
@@ -191,13 +193,13 @@ class LogHeader:
 
 @dataclass(frozen=True, slots=True)
 class PreparedHeader:
-    """The header of a file prepared to become E00.log for `generation` of a stream.
+    """The header of a file prepared to hold `generation` of a stream.
 
-    Written and fsync'd before the roll that uses it; that roll writes the generation's
-    `LogHeader` over it (the same 512 bytes) before the file is named E00.log.  An E00.log
-    still carrying this header after a crash was never fsync'd after its roll (the first
-    fsync would have made the real header durable), so nothing in it was acknowledged:
-    recovery replaces it.  Its own checksum keeps a torn or forged one from passing as that.
+    Written before the roll that uses it; that roll writes the generation's `LogHeader` over
+    it (the same 512 bytes), and the file is named only once fsync'd.  An E00.log still
+    carrying this header after a crash (left by an earlier version, which named the file
+    first) was never fsync'd after its roll, so nothing in it was acknowledged: recovery
+    replaces it.  Its own checksum keeps a torn or forged one from passing as that.
     """
 
     generation: int

@@ -2,31 +2,43 @@
 
 One batch of requests at a time, in queue order, off the event loop (`write_batch`): the
 records are appended, the log is rolled when the next record would not fit (or on demand),
-and the batch is fsync'd once.
+and the batch is made durable once (`_settle`).
 
-The roll: append the CLOSE record (after the DIGEST record, when the active has one) and
-fsync E00.log; fsync the directory if the last roll's renames are not durable yet; then
-install the file prepared for the next generation (`logdir.install_prepared`: its header and
-CARRIED record written over its prepared header, E00.log renamed to its generation name, the
-prepared file renamed E00.log).  Those renames and the new header are made durable before
-anything depends on them: before a batch answers a request or hands the copies in block mode
-a byte of the new generation, the directory is fsync'd (once, for both renames) and the new
-E00.log too.  A batch that ends with the roll while a staged body goes on into the new
-generation in the next batch answers nothing of it: its header's block is held back, and the
-next batch's fsync, or the next roll's (the CLOSE record's fsync, then the directory's,
-which on ext4 finds the renames already committed by the first), makes them durable.  So an
-8 MiB body staged across nine generations costs a data fsync and a directory fsync at each.
+The roll: append the CLOSE record (after the DIGEST record, when the active has one) to the
+open file and start its writeback; create the next generation's file, its header and CARRIED
+record, under a hidden name (`logdir.create_hidden`).  Nothing of a roll is fsync'd or
+renamed there: the generations a batch or a run of batches closed form a *span*, settled as a
+whole (`_settle`): every file of the span fsync'd, in order, then renamed, in order (E00.log,
+the span's first, to its generation's name, each hidden file to its generation's name, the
+last, the generation now open, to E00.log; `logdir.install_span` says why each crash state is
+safe), then the directory fsync'd once.  Only then does a span's generation exist for anyone:
+its blocks go to the copies in block mode, its ClosedGeneration events to the listeners (LLR,
+the announcements), its commits are answered, and the stream's public view (`settled`)
+moves.
 
-Why a prepared file: creating the next E00.log durably at the roll (a temp file written,
-fsync'd, renamed, the directory fsync'd again, after the closed generation's rename and its
-own directory fsync) took a third of an 8 MiB item's commit on the bench's disk, eight rolls
-an item at the seeds' 1 MiB generations (bench/README.md, large_items).  Its header's
-creation time and CARRIED record are known only at the roll, but the file itself is not: a
-helper thread creates it, with a `PreparedHeader` naming the generation and stream it is
-for, and fsyncs it while the current generation fills.  A crash at any step leaves states
-recovery knows (`logdir.finish_interrupted_roll`, `recovery.plan_recovery`): a stray
-prepared file is removed (nothing in it was acknowledged or sent to a copy); an E00.log
-still carrying the prepared header held nothing acknowledged and is replaced.
+When a span is settled: at the end of every batch that answers something (a commit, a roll
+request, an abort, the stream's stop). A batch of nothing but staged parts answers nothing that
+needs durability (a staged body counts only once a commit names it, and that commit's batch
+settles), so while no small commits flow (`defer_parts`, set by the stream) it leaves its span
+open, its blocks and events held, its files' writeback started, up to `SPAN_LIMIT` generations.
+Why: an 8 MiB body crosses nine 1 MiB generations. Made durable one at a time, each costs a
+data fsync and a directory fsync, each waiting for a journal commit and a cache flush of its
+own, and the log ran at 0.63-0.67 of a raw append in its file steps alone; written with their
+writeback started and fsync'd together at the end, 1.20-1.24 (bench/log_fsync_shapes.py,
+bench/README.md large_items run 5).
+
+Why nothing at the roll waits for the disk: creating the next E00.log durably there (a temp
+file written, fsync'd, renamed, the directory fsync'd) took a third of an 8 MiB item's commit
+on the bench's disk (bench/README.md, large_items run 4), which then had a helper thread
+prepare the file, fsync'd, beforehand. Now that nothing is fsync'd before its settle, the roll
+creates the file itself: a thread started each roll cost more than the creation (a quarter of
+the writer thread's samples in a py-spy profile of part 1), and one helper for the writer's
+life made the log no faster (330-340 MB/s in three runs of part 1, against 400-450 for the
+roll's own creation in the runs just before: its creations beside the writer's fsyncs). A crash
+at any step leaves states recovery knows (`logdir.finish_interrupted_roll`,
+`recovery.plan_recovery`): a stray hidden file is removed (nothing in it was acknowledged or
+sent to a copy), an E00.log closed but not renamed is renamed once fsync'd.
+
 Not done: preallocating the file's blocks (`fallocate`) so that fsyncs could be
 `fdatasync`s: the log's files end where their records end (a closed generation proves it
 is whole by its CLOSE record at end of file), so every append changes the file's size, which
@@ -38,10 +50,10 @@ a close time is never earlier than the commits it closes.
 Staged bodies (`spanning.py`): a stage request writes a body as PART records, across as many
 generations as it takes.  It gets the room left in each batch after the batch's commits and
 rolls (`stage_budget`: the stream gives it a slice while commits wait and a whole generation
-when none do; a part that fills the open generation ends the batch, which its roll makes
-durable), so a small commit queued behind a 36 MiB body waits for one slice, not for the
-body.  The writer keeps what is pending (`pending`): every new generation is created with
-its CARRIED record, and a commit naming a body no longer pending is refused (`StagedBodyLost`).
+when none do; a part that fills the open generation ends the batch), so a small commit
+queued behind a 36 MiB body waits for one slice, not for the body.  The writer keeps what
+is pending (`pending`): every new generation is created with its CARRIED record, and a commit
+naming a body no longer pending is refused (`StagedBodyLost`).
 """
 
 from __future__ import annotations
@@ -49,17 +61,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import threading
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dag_common.clock import Clock
-from dag_common.durable import fsync_dir
+from dag_common.durable import fsync_dir, start_writeback
 from dag_common.model import Lsn, RollCause
 from replication_node.errors import LogSequenceError, StagedBodyLost
 from replication_node.log import logfile, spanning
@@ -71,10 +81,10 @@ from replication_node.log.events import (
     Transaction,
 )
 from replication_node.log.logdir import (
+    create_hidden,
     create_open_log,
-    install_prepared,
+    install_span,
     list_closed_generations,
-    prepare_open_log,
     write_all,
 )
 from replication_node.log.logfile import (
@@ -83,7 +93,6 @@ from replication_node.log.logfile import (
     OPEN_LOG_NAME,
     ContentDigest,
     LogHeader,
-    PreparedHeader,
     RecordType,
     ScanResult,
     closed_log_name,
@@ -101,6 +110,21 @@ CLOSE_SIZE = len(encode_record(RecordType.CLOSE, datetime.now())) + DIGEST_RECOR
 _ROLL_SLACK = 512
 # A part smaller than this is not worth its frame: the generation is closed instead.
 _MIN_PART = 4096
+# The most generations a run of batches of staged parts leaves unsettled: an 8 MiB body (nine
+# generations) settles once, at its commit; a 36 MiB one three times.  Bench part 1 (8 MiB
+# items): 4 gave the log 357-415 MB/s, 8 gave 388-460, 16 gave 473-553, 40 no more (484-554).
+# The span's blocks are held in memory until its settle, then published at once (the block
+# feed keeps a publish whole however large, `blocks.BlockFeed.publish`).
+SPAN_LIMIT = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Unsettled:
+    """A generation a roll closed, its file not yet fsync'd or named (`_settle`)."""
+
+    generation: int
+    fd: int
+    path: Path  # E00.log for the first of a span, else its hidden name
 
 
 @dataclass(slots=True)
@@ -167,6 +191,8 @@ class OpenLogWriter:
         # stream holds it without anyone patching it in later.
         self.epoch = epoch
         self._fd = fd
+        self._path = log_dir / OPEN_LOG_NAME  # where the open generation's file is now
+        self._unsynced = False  # written to since its last fsync
         self._fd_closed = False
         self._offset = offset
         self.records = record_count
@@ -190,15 +216,17 @@ class OpenLogWriter:
         self.pending: dict[BlobId, PendingBlob] = dict(pending or {})
         # How many bytes of staged bodies the next batch may write (set by the stream).
         self.stage_budget = header.log_file_size
-        # Whether the open log has been fsync'd since the roll that installed it (its header
-        # is durable), and its header's block, held back from block mode until it is.
-        self._header_durable = True
-        self._held: list[Block] = []
-        # Whether the last roll's renames wait for a directory fsync.
-        self._dir_dirty = False
-        # The file prepared for the next generation (`_prepare_next`): its fd and path.
-        self._prepared: Future[tuple[int, Path]] | None = None
-        self._prepare_next()
+        # Whether a batch of nothing but staged parts may leave its span unsettled (set by the
+        # stream: while no commits flow).
+        self.defer_parts = True
+        # The generations closed since the last settled batch (`_settle`), and what batches
+        # that left them unsettled wrote: blocks and events, held until they are durable.
+        self._span: list[Unsettled] = []
+        self._held_blocks: list[Block] = []
+        self._held_events: list[StreamEvent] = []
+        # The header of the generation open as the world sees it: E00.log, durable and named.
+        self.settled = header
+        self.span_limit = SPAN_LIMIT
 
     @classmethod
     def open(
@@ -237,7 +265,8 @@ class OpenLogWriter:
             fd = os.open(path, os.O_WRONLY)
             if open_scan.valid_end < open_scan.file_size:
                 os.ftruncate(fd, open_scan.valid_end)
-                os.fsync(fd)
+            # Its records are the log from here on, whatever a kill -9 left unsynced.
+            os.fsync(fd)
             os.lseek(fd, open_scan.valid_end, os.SEEK_SET)
             return cls(
                 log_dir=log_dir,
@@ -290,86 +319,37 @@ class OpenLogWriter:
         return HEADER_SIZE + size + CLOSE_SIZE <= self.header.log_file_size
 
     def close(self) -> None:
-        """Close the file (no roll); once.  The file prepared for the next generation is
-        closed and removed once its helper thread is done with it."""
+        """Close the files (no roll, nothing settled: the stream settles before it stops);
+        once."""
         if not self._fd_closed:
             self._fd_closed = True
-            with contextlib.suppress(OSError):  # a roll that failed half-way closed it
-                os.close(self._fd)
-            if self._prepared is not None:
-                self._prepared.add_done_callback(_discard_prepared)
-                self._prepared = None
+            for fd in [self._fd, *(u.fd for u in self._span)]:
+                with contextlib.suppress(OSError):  # a roll that failed half-way closed it
+                    os.close(fd)
+            self._span.clear()
 
-    def _prepare_next(self) -> None:
-        """Start preparing the file for the generation after the open one, in a helper
-        thread (its fsync off the commit path; the roll waits for it only if it is slower
-        than a whole generation)."""
-        prepared = PreparedHeader(
-            self.header.generation + 1, self.header.database_signature, self.header.log_signature
-        )
-        future: Future[tuple[int, Path]] = Future()
-        log_dir = self.log_dir
-
-        def run() -> None:
-            if not future.set_running_or_notify_cancel():
-                return
-            try:
-                future.set_result(prepare_open_log(log_dir, prepared))
-            except BaseException as exc:
-                future.set_exception(exc)
-
-        self._prepared = future
-        threading.Thread(target=run, name=f"logprep {log_dir}", daemon=True).start()
-
-    def _open_next(self, closed: int, carried: bytes) -> None:
-        """The roll's second half, once generation `closed` is durable with its CLOSE
-        record: the prepared file becomes E00.log for `self.header` (`install_prepared`),
-        and the one after it is begun."""
-        fd, path = self._take_prepared()
-        try:
-            install_prepared(self.log_dir, closed, fd, path, self.header, carried)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd = fd
-        self._header_durable = False
-        self._dir_dirty = True
-        self._prepare_next()
-
-    def _take_prepared(self) -> tuple[int, Path]:
-        """The file prepared for the generation the roll opens: the helper's, once it is
-        done; made here if the helper failed (the error, if any, is then the roll's)."""
-        future, self._prepared = self._prepared, None
-        if future is not None:
-            try:
-                return future.result()
-            except OSError:
-                pass  # a disk error there may be passing: try once more, here
-        return prepare_open_log(
-            self.log_dir,
-            PreparedHeader(
-                self.header.generation, self.header.database_signature, self.header.log_signature
-            ),
-        )
-
-    def write_batch(self, work: list[Pending]) -> tuple[list[Any], list[StreamEvent], int]:
+    def write_batch(
+        self, work: list[Pending], *, stopping: bool = False
+    ) -> tuple[list[Any], list[StreamEvent], int]:
         """Runs in a worker thread: write, roll and fsync for one batch of requests.
 
         Returns the results (`UNFINISHED` for a stage request that goes on in the next
         batch, an exception for a commit refused here), the events, and the highest
-        generation that received a commit (0: none)."""
+        generation that received a commit (0: none).  A batch of nothing but staged parts
+        may leave its span unsettled (`span_open`): then it returns no event and leaves no
+        block, both held for the batch that settles it; `stopping`: the stream stops after
+        this batch, which settles whatever it holds."""
         results: list[Any] = [None] * len(work)
         events: list[StreamEvent] = []
         touched = 0
-        wrote = False
-        self.blocks[:0], self._held = self._held, []
-        buf = bytearray()
+        buf: list[bytes | memoryview] = []  # the records' pieces, joined once (one copy)
         size = self.header.log_file_size
 
         def flush() -> None:
             if buf:
-                data = bytes(buf)
+                data = b"".join(buf)
                 write_all(self._fd, data)
+                self._unsynced = True
                 self.blocks.append(Block(self.header.generation, self._offset - len(data), data))
                 buf.clear()
 
@@ -382,8 +362,7 @@ class OpenLogWriter:
                 flush()
                 events.append(self.roll(RollCause.SIZE))
             offset = self._offset
-            for piece in pieces:
-                buf.extend(piece)
+            buf.extend(pieces)
             self._offset += length
             self.records += 1
             return offset
@@ -397,13 +376,12 @@ class OpenLogWriter:
                 for blob in p.job.blobs:
                     if self.pending.pop(blob, None) is not None:
                         append(encode_abort(blob, self.last_time))
-                        wrote = True
                 continue
             if p.data is None:
                 if self.records or p.force:
                     flush()
                     if p.cause in (RollCause.SWITCHOVER, RollCause.DISMOUNT):
-                        wrote |= self._abort_staging(work, staging, results, append)
+                        self._abort_staging(work, staging, results, append)
                         flush()
                     closed = self.roll(p.cause)
                     events.append(closed)
@@ -422,7 +400,6 @@ class OpenLogWriter:
             self.commits += 1
             lsn = Lsn(generation=self.header.generation, offset=offset, epoch=self.epoch)
             touched = lsn.generation
-            wrote = True
             results[i] = Committed(lsn=lsn, commit_time=p.commit_time)
             events.append(Transaction(lsn.generation, lsn.offset, p.commit_time, p.ops))
         budget = self.stage_budget
@@ -433,28 +410,52 @@ class OpenLogWriter:
                 results[i] = job.abort_on
                 continue
             budget, done = self._stage(job, budget, append, flush, events)
-            wrote = True
             results[i] = job.blob.ref() if done and job.blob else UNFINISHED
         flush()
         if self._offset + CLOSE_SIZE + _ROLL_SLACK > size and self.records:
             events.append(self.roll(RollCause.SIZE))
-        elif wrote:
-            self.fsync()
-        if not self._header_durable and any(r is UNFINISHED for r in results):
-            # The batch ended with a roll, and a staged body goes on into the new generation
-            # in the next batch: nothing of the new generation is answered or sent to the
-            # copies now (its header's block waits), so its header and its renames are made
-            # durable by the next batch's fsyncs, not by two more here.
-            header_block = self.blocks.pop()
-            assert header_block.generation == self.header.generation
-            assert header_block.offset == 0
-            self._held = [header_block]
-        else:
-            if not self._header_durable:
-                self.fsync()
-            if self._dir_dirty:
-                self.fsync_dir()
+        self._held_blocks += self.blocks
+        self._held_events += events
+        self.blocks = []
+        parts_only = all(isinstance(p.job, StageJob) for p in work)
+        if (
+            work
+            and parts_only
+            and self.defer_parts
+            and not stopping
+            and len(self._span) < self.span_limit
+        ):
+            # Nothing here needs durability yet: writeback started, the rest at the settle.
+            start_writeback(self._fd)
+            return results, [], touched
+        self._settle()
+        self.blocks, self._held_blocks = self._held_blocks, []
+        events, self._held_events = self._held_events, []
         return results, events, touched
+
+    @property
+    def span_open(self) -> bool:
+        """Whether generations closed by rolls are not yet settled (durable and named)."""
+        return bool(self._span)
+
+    def _settle(self) -> None:
+        """Make everything written durable and named: the open file fsync'd (if written to
+        since its last fsync), and when rolls closed generations since the last settle,
+        every one of their files fsync'd, then all renamed in order (`logdir.install_span`),
+        then the directory fsync'd once."""
+        if not self._span:
+            if self._unsynced:
+                self.fsync()
+            return
+        for unsettled in self._span:
+            self._fsync_fd(unsettled.fd)
+        self.fsync()
+        install_span(self.log_dir, [(u.generation, u.path) for u in self._span], self._path)
+        self._path = self.log_dir / OPEN_LOG_NAME
+        while self._span:
+            os.close(self._span.pop().fd)
+        self.fsync_dir()
+        self.settled = self.header
 
     def _stage(
         self,
@@ -481,9 +482,8 @@ class OpenLogWriter:
             append(spanning.part_pieces(job.blob.id, index, chunk, self.last_time))
             job.blob = self.pending[job.blob.id] = job.blob.add(chunk)
             job.written += take
-            # A part that fills the generation ends the batch: its roll is then the batch's
-            # fsync.  Going on into the next generation would cost a second fsync there, and
-            # keep a commit that arrives meanwhile waiting for more than one generation.
+            # A part that fills the generation ends the batch: going on into the next
+            # generation would keep a commit that arrives meanwhile waiting for more than one.
             budget = 0 if take == room else budget - take
         return budget, job.written >= total
 
@@ -493,7 +493,7 @@ class OpenLogWriter:
         staging: list[int],
         results: list[Any],
         append: Callable[[bytes | list[bytes | memoryview]], int],
-    ) -> bool:
+    ) -> None:
         """Before a roll that ends the stream's writes (switchover, dismount): abort every
         staged body still pending, and fail the stage requests in this batch.  A body staged
         whole whose commit is not written yet is aborted too: the commit will be refused."""
@@ -501,46 +501,43 @@ class OpenLogWriter:
             job = work[i].job
             assert isinstance(job, StageJob)
             job.abort_on = StagedBodyLost("the log was closed while the body was staged")
-        aborted = False
         for blob in sorted(self.pending):
             append(encode_abort(blob, self.last_time))
-            aborted = True
         self.pending.clear()
-        return aborted
 
     def fsync(self) -> None:
-        """fsync the open log (worker thread), timed when metrics are on."""
+        """fsync the open generation's file (worker thread)."""
+        self._fsync_fd(self._fd)
+        self._unsynced = False
+
+    def _fsync_fd(self, fd: int) -> None:
+        """fsync one of the log's files, timed when metrics are on."""
         if self.metrics is None:
-            os.fsync(self._fd)
+            os.fsync(fd)
         else:
             start = self._clock.monotonic()
-            os.fsync(self._fd)
+            os.fsync(fd)
             self.metrics.fsync.observe(self._clock.monotonic() - start)
         self.fsyncs += 1
-        self._header_durable = True
 
     def fsync_dir(self) -> None:
-        """fsync the log directory: the last roll's renames are durable (worker thread)."""
+        """fsync the log directory: the last settle's renames are durable (worker thread)."""
         fsync_dir(self.log_dir)
-        self._dir_dirty = False
 
     def roll(self, cause: RollCause) -> ClosedGeneration:
-        """Close E00.log as its generation and open the next one, which carries the staged
-        bodies still pending (worker thread)."""
+        """Close the open generation and open the next one, which carries the staged bodies
+        still pending (worker thread).  Nothing is fsync'd or renamed here: the closed
+        generation joins the span the batch's end settles (`_settle`)."""
         close_time = self.last_time = max(self._clock.now(), self.last_time)
         digest = self.digest_provider() if self.digest_provider else None
         closing = encode_record(RecordType.CLOSE, close_time)
         last = digest.encode(close_time) + closing if digest else closing
         write_all(self._fd, last)
-        self.fsync()
+        start_writeback(self._fd)
         self.blocks.append(Block(self.header.generation, self._offset, last, closed=True))
-        os.close(self._fd)
-        self._fd = -1  # closed: a roll that fails from here on leaves nothing to close
-        if self._dir_dirty:
-            # The last roll's renames, before this one's: the generation closed here was
-            # installed by them, and its blocks go to the copies with this batch.
-            self.fsync_dir()
         closed = self.header
+        self._span.append(Unsettled(closed.generation, self._fd, self._path))
+        self._fd = -1  # in the span: a roll that fails from here on leaves nothing to close
         self.header = LogHeader(
             generation=closed.generation + 1,
             database_signature=closed.database_signature,
@@ -550,7 +547,8 @@ class OpenLogWriter:
             log_file_size=closed.log_file_size,
         )
         carried = encode_carried(self.pending, self.header.creation_time)
-        self._open_next(closed.generation, carried)
+        self._fd, self._path = create_hidden(self.log_dir, self.header, carried)
+        self._unsynced = True
         self.blocks.append(Block(self.header.generation, 0, self.header.encode() + carried))
         self._offset = HEADER_SIZE + len(carried)
         self.records = self.commits = 0
@@ -562,14 +560,3 @@ class OpenLogWriter:
             close_time,
             required_from=spanning.required_from(self.pending),
         )
-
-
-def _discard_prepared(future: Future[tuple[int, Path]]) -> None:
-    """Close and remove a prepared file no roll will use (the writer was closed)."""
-    if future.cancelled() or future.exception() is not None:
-        return
-    fd, path = future.result()
-    with contextlib.suppress(OSError):
-        os.close(fd)
-    with contextlib.suppress(OSError):
-        path.unlink()

@@ -16,47 +16,22 @@ Where `sync_file_range` does not exist (not Linux), only the `fdatasync` is done
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import struct
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-SYNC_FILE_RANGE_WAIT_BEFORE = 1
-SYNC_FILE_RANGE_WRITE = 2
-SYNC_FILE_RANGE_WAIT_AFTER = 4
+from dag_common.durable import (
+    SYNC_FILE_RANGE_WAIT_AFTER,
+    SYNC_FILE_RANGE_WAIT_BEFORE,
+    SYNC_FILE_RANGE_WRITE,
+    sync_file_range,
+)
+
 _WRITE_AND_WAIT = SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER
 
 # One request of the bench's disk at most is 4 MiB; 1 MiB of writes is 1-2 ms on it.
 CHUNK = 1 << 20
-
-
-def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        func = libc.sync_file_range
-    except (OSError, AttributeError):
-        return None
-    func.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    func.restype = ctypes.c_int
-    return func
-
-
-_sync_file_range = _load_sync_file_range()
-
-
-def sync_file_range(fd: int, offset: int, length: int, flags: int) -> None:
-    """Linux `sync_file_range(2)` (`length` 0: to the end of the file); nothing where it
-    does not exist (`AVAILABLE` says which)."""
-    if _sync_file_range is None:
-        return
-    if _sync_file_range(fd, offset, length, flags) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-
-
-AVAILABLE = _sync_file_range is not None
 
 
 def write_chunk(fd: int, offset: int, length: int) -> None:
@@ -72,7 +47,7 @@ def write_behind(
     pause: Callable[[], None] | None = None,
 ) -> int:
     """Write `path`'s dirty pages in `ranges` ((offset, length); None: the whole file) a
-    `chunk` (default CHUNK) at a time, calling `pause` between chunks, then fdatasync the
+    `chunk` (default CHUNK) at a time, calling `pause` before each chunk, then fdatasync the
     file.  Returns the number of chunks written."""
     chunk = chunk or CHUNK
     fd = os.open(path, os.O_RDONLY)
@@ -83,7 +58,7 @@ def write_behind(
         for offset, length in ranges:
             end = offset + length
             while offset < end:
-                if chunks and pause is not None:
+                if pause is not None:
                     pause()
                 step = min(chunk, end - offset)
                 write_chunk(fd, offset, step)

@@ -195,7 +195,29 @@ async def test_a_follower_that_falls_behind_the_feed_is_told_so():
 
     feed = BlockFeed(generation=1, durable=512, capacity=100)
     _, _, start = feed.position()
-    await feed.publish([Block(1, 512 + 60 * i, b"x" * 60) for i in range(5)])
+    for i in range(5):
+        await feed.publish([Block(1, 512 + 60 * i, b"x" * 60)])
+    with pytest.raises(FeedBehind):
+        async for _ in feed.follow(start, idle=0.01):
+            pass
+
+
+async def test_a_publish_larger_than_the_feed_is_kept_whole_for_a_follower_caught_up():
+    """A settle of many generations publishes more than the feed keeps, at once: a follower
+    that was caught up gets every block of it; the next publish drops what is too old."""
+    from replication_node.log.blocks import Block, FeedBehind
+
+    feed = BlockFeed(generation=1, durable=512, capacity=100)
+    _, _, start = feed.position()
+    blocks = [Block(1, 512 + 60 * i, b"x" * 60) for i in range(5)]
+    await feed.publish(blocks)
+    got = []
+    async for block in feed.follow(start, idle=0.01):
+        if block is None:
+            break
+        got.append(block)
+    assert got == blocks
+    await feed.publish([Block(1, 812, b"y" * 60)])
     with pytest.raises(FeedBehind):
         async for _ in feed.follow(start, idle=0.01):
             pass

@@ -142,9 +142,21 @@ async def test_a_lossy_failover_with_half_a_body_shipped_never_shows_it(cluster)
     # mbx3 stays behind the fork: a copy ahead of the one activated holds the old active's
     # generations past it and needs a reseed (its epoch keeps it out of every guarantee).
     await cluster.ok("POST", "mbx3", "/v1/databases/DB1/copies/mbx3/suspend")
+    # Small writes beside it, to another mailbox: the body then goes a slice at a time and
+    # each commit settles the generations it filled, so the copy gets them while it is
+    # staged (alone, its generations would be settled, and shipped, sixteen at a time).
+    await cluster.ok("PUT", "mbx1", "/v1/databases/DB1/mailboxes/bob")
+
+    async def beside() -> None:
+        for i in range(100_000):
+            await write(cluster, "mbx1", "DB1", "bob", i, 1)
+
+    small = asyncio.create_task(beside())
     text = text_body(30 * MiB, seed=12)
     post = await _kill_while_staging(cluster, "mbx1", text, shipped_to="mbx2")
     await never_answered(post)
+    small.cancel()
+    await asyncio.gather(small, return_exceptions=True)
     await cluster.wait_status("mbx2", "DB1", "DisconnectedAndHealthy")
     assert (await cluster.status("mbx2"))["DB1"]["last_log_inspected"] >= shipped
     await cluster.ok(

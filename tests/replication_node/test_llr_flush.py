@@ -49,9 +49,9 @@ async def test_a_flush_while_a_batch_rolls_waits_for_that_batchs_transactions(tm
     original = writer.write_batch
     rolled, go = threading.Event(), threading.Event()
 
-    def held_after_a_roll(work):
+    def held_after_a_roll(work, **kw):
         before = writer.header.generation
-        out = original(work)
+        out = original(work, **kw)
         if writer.header.generation != before and not go.is_set():
             rolled.set()
             go.wait(timeout=30)  # the flush runs now, the batch's events not yet delivered

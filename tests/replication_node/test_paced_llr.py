@@ -56,12 +56,12 @@ def pragma(db: Database, name: str) -> int:
     return db._conn.execute(f"PRAGMA {name}").fetchone()[0]
 
 
-def test_write_behind_writes_a_chunk_at_a_time_and_pauses_between(tmp_path):
+def test_write_behind_writes_a_chunk_at_a_time_and_asks_before_each(tmp_path):
     path = tmp_path / "f"
     path.write_bytes(b"x" * (5 * 4096 + 10))
     pauses = []
     chunks = writebehind.write_behind(path, chunk=4096, pause=lambda: pauses.append(1))
-    assert chunks == 6 and len(pauses) == 5
+    assert chunks == 6 and len(pauses) == 6
     assert path.read_bytes() == b"x" * (5 * 4096 + 10)
     assert writebehind.write_behind(path, [(4096, 100), (8192, 8192)], chunk=4096) == 3
 
@@ -244,5 +244,59 @@ async def test_the_active_paces_a_large_body_while_small_commits_flow(tmp_path):
         await copy.llr_settled()
         assert copy.db.item("m", "big").body == BIG  # in the database file, not the overlay
         assert len(paused) > 2, "the large body's chunks gave way to the flowing commits"
+    finally:
+        await copy.crash_close()
+
+
+@pytest.mark.parametrize(
+    ("staging", "commits_flowing", "backlog", "expected"),
+    [
+        (False, False, 0, False),  # no large commit on its way: nothing to yield to
+        (True, False, 0, True),
+        (True, False, llr_pacing.YIELD_BACKLOG, True),
+        (True, False, llr_pacing.YIELD_BACKLOG + 1, False),  # too far behind: LLR writes
+        (True, True, 0, False),  # small commits flow: LLR paces for them instead
+    ],
+)
+def test_llr_yields_only_to_a_large_body_staged_alone_and_while_not_too_far_behind(
+    staging, commits_flowing, backlog, expected
+):
+    assert (
+        llr_pacing.yields(staging=staging, commits_flowing=commits_flowing, backlog=backlog)
+        is expected
+    )
+
+
+async def test_the_active_holds_llr_back_while_a_large_body_is_staged(tmp_path):
+    """Before each chunk of an LLR write, the active waits while a large body goes into the
+    log (at most YIELD_STEPS waits a chunk: the clock here stands still), not once the
+    staging has stopped, and not once LLR is more than YIELD_BACKLOG generations behind."""
+    clock = ManualClock()
+    paused: list[float] = []
+    copy = await ActiveCopy.mount(
+        paths=CopyPaths(tmp_path, "DB1"),
+        log_file_size=256 * 1024,
+        llr_depth=1,
+        clock=clock,
+        create=True,
+        pause=paused.append,
+    )
+    try:
+        await clock.advance(1.0)  # the mailbox's creation no longer counts as flowing
+        copy.db.pace()
+        assert paused == []
+        await copy.stage(BIG.encode())
+        assert copy.stream.staging
+        copy.db.pace()
+        assert paused == [llr_pacing.YIELD_STEP] * llr_pacing.YIELD_STEPS
+        paused.clear()
+        copy._closed_seen += llr_pacing.YIELD_BACKLOG + 1  # as if that many rolls were due
+        copy.db.pace()
+        assert paused == [], "too far behind: LLR writes"
+        copy._closed_seen -= llr_pacing.YIELD_BACKLOG + 1
+        await clock.advance(1.0)
+        assert not copy.stream.staging
+        copy.db.pace()
+        assert paused == [], "the staging stopped: LLR writes"
     finally:
         await copy.crash_close()

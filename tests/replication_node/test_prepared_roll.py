@@ -1,14 +1,17 @@
-"""The roll into a prepared file (`writer.py`, `logdir.install_prepared`): what the writer
-leaves on disk, and what recovery makes of a crash at each step of the roll.
+"""The roll into a hidden file and the settle of a span (`writer.py`, `logdir.install_span`):
+what the writer leaves on disk, and what recovery makes of a crash at each step.
 
-The roll of generation G, once the file for G + 1 is prepared (its `PreparedHeader`,
-fsync'd): (1) the CLOSE record appended to E00.log and fsync'd; (2) G + 1's header and
-CARRIED record written over the prepared header; (3) E00.log renamed to G's name; (4) the
-prepared file renamed E00.log; (5) one directory fsync; the header is made durable by the
-next fsync of the new E00.log.  A kill -9 leaves a prefix of these steps; a power loss can
-also leave (4) without (2) on disk.  Each state is built here on the files of a real copy
-(its commits acknowledged) and mounted: every acknowledged write is there, the stream goes
-on at the right generation, and a state no roll leaves stops recovery, naming why.
+The roll of generation G: (1) the CLOSE record appended to E00.log (its writeback started); (2)
+G + 1's header and CARRIED record written into a new file under a hidden name. The settle, at
+the end of a batch that answers anything, of every generation rolled since the last: (3) each
+file fsync'd; (4) each renamed in order (E00.log to G's name, each hidden one to its
+generation's name, the open one to E00.log); (5) one directory fsync. A kill -9 leaves a prefix
+of these steps; a power loss can also leave what was not fsync'd torn. Each state is built here
+on the files of a real copy (its commits acknowledged) and mounted: every acknowledged write is
+there, nothing that was not answered is, the stream goes on at the right generation, and a
+state no writer leaves stops recovery, naming why. (An E00.log still carrying a prepared header
+is a state earlier versions could leave, which named the file before fsyncing it; recovery
+still replaces it.)
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from dag_common.clock import ManualClock
 from dag_common.store_api import ItemIn
 from replication_node.active.handover import last_logs_on_disk
 from replication_node.active.mailbox_store import MailboxStore
@@ -40,7 +44,7 @@ from replication_node.log.logfile import (
     RecordType,
 )
 from tests.cluster_harness import wait_until
-from tests.replication_node.helpers import mount, text_body
+from tests.replication_node.helpers import commit_staged, mount, text_body
 
 SIZE = 16 * 1024
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,16 +88,16 @@ def next_header(header: LogHeader) -> LogHeader:
 
 
 def prepare(logs, header: LogHeader, generation: int | None = None, log_signature=None):
-    """Step 0, the helper thread's: a file prepared for the generation after `header`'s."""
-    fd, path = logdir.prepare_open_log(
-        logs,
+    """A hidden file for the generation after `header`'s, with the `PreparedHeader` earlier
+    versions wrote there before the roll (states they could leave are still recovered)."""
+    path = logs / f"{PREPARED_PREFIX}{uuid.uuid4().hex}"
+    path.write_bytes(
         PreparedHeader(
             generation or header.generation + 1,
             header.database_signature,
             log_signature or header.log_signature,
-        ),
+        ).encode()
     )
-    os.close(fd)
     return path
 
 
@@ -111,17 +115,8 @@ def write_header(path, header: LogHeader) -> None:
 
 
 def stray_removed(copy, stray) -> bool:
-    """`stray` is gone, and any prepared file left is the new writer's own, for the
-    generation after its open one."""
-    logs = copy.paths.logs
-    helper = copy.stream._file._prepared
-    if helper is not None:
-        helper.result(timeout=10)  # the writer's own, whole
-    for name in prepared_files(logs):
-        with open(logs / name, "rb") as f:
-            prepared = PreparedHeader.decode(f.read(HEADER_SIZE))
-        assert prepared is not None and prepared.generation == copy.stream.generation + 1
-    return not stray.exists()
+    """`stray` is gone, and no hidden file is left (a writer that has not rolled has none)."""
+    return not stray.exists() and not prepared_files(copy.paths.logs)
 
 
 async def remount(tmp_path):
@@ -146,86 +141,77 @@ async def goes_on(copy, acked: set[str], generation: int) -> None:
 # ---- the writer ----------------------------------------------------------------------------
 
 
-async def test_the_next_generation_is_prepared_beside_the_open_log_and_removed_at_close(
-    tmp_path,
-):
+async def test_a_settled_roll_leaves_no_hidden_file_and_a_real_header(tmp_path):
     copy = await mount(tmp_path, log_file_size=SIZE)
     logs = copy.paths.logs
     await MailboxStore(copy).create_mailbox("m")
     await copy.roll()
     gen = copy.stream.generation
-    await wait_until("the next file prepared", lambda: len(prepared_files(logs)) == 1)
-    (name,) = prepared_files(logs)
-    prepared = PreparedHeader.decode((logs / name).read_bytes())
-    assert prepared is not None and prepared.generation == gen + 1
-    assert prepared.log_signature == copy.stream.open_header.log_signature
-    assert logdir.list_closed_generations(logs)[-1] == gen - 1, "never taken for a generation"
-    # the E00.log the roll installed has its real header, chained to the closed generation
+    assert prepared_files(logs) == []
+    assert logdir.list_closed_generations(logs)[-1] == gen - 1
+    # the E00.log the roll named has its real header, chained to the closed generation
     header = logfile.read_header(logs / OPEN_LOG_NAME)
     assert header == copy.stream.open_header and header.generation == gen
+    below = logfile.read_header(logs / logfile.closed_log_name(gen - 1))
+    assert header.prev_creation_time == below.creation_time
     await copy.crash_close()
-    await wait_until("the prepared file removed at close", lambda: not prepared_files(logs))
 
 
-async def test_a_roll_whose_prepared_file_failed_prepares_it_itself(tmp_path, monkeypatch):
+async def test_a_roll_that_cannot_create_the_next_file_stops_the_stream_losing_nothing(
+    tmp_path, monkeypatch
+):
+    """A full disk at the roll: the roll request fails, the stream stops (nothing more is
+    answered), and a remount finds every acknowledged write and goes on."""
     copy = await mount(tmp_path, log_file_size=SIZE)
     store = MailboxStore(copy)
     await store.create_mailbox("m")
-    real = logdir.prepare_open_log
-    calls = []
-
-    def flaky(log_dir, prepared):
-        calls.append(prepared.generation)
-        if len(calls) == 1:
-            raise OSError(28, "No space left on device (for a moment)")
-        return real(log_dir, prepared)
-
-    monkeypatch.setattr("replication_node.log.writer.prepare_open_log", flaky)
-    gen = copy.stream.generation
-    await copy.roll()  # its roll starts the helper for gen + 2, which fails
-    await wait_until("the helper ran", lambda: calls)
     await store.put_items("m", [ItemIn(item_id="x", body="y")])
-    assert await copy.roll() == gen + 1  # the roll prepares the file itself
-    assert calls[:2] == [gen + 2, gen + 2]
-    assert copy.stream.generation == gen + 2
+    gen = copy.stream.generation
+
+    def full(log_dir, header, first):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("replication_node.log.writer.create_hidden", full)
+    with pytest.raises(OSError, match="No space left"):
+        await copy.roll()
+    assert copy.stream.failed.is_set()
+    with pytest.raises(Exception, match="closed"):
+        await store.put_items("m", [ItemIn(item_id="z", body="y")])
     await copy.crash_close()
+    monkeypatch.undo()
     copy = await remount(tmp_path)
-    assert "x" in items(copy)
-    await copy.crash_close()
+    assert {"x"} <= items(copy) and "z" not in items(copy)
+    await goes_on(copy, items(copy), gen + 1)
 
 
 def watch_durability(monkeypatch, copy) -> dict[str, set[int]]:
-    """Which generations' headers an fsync of E00.log, and whose installs (the renames of
-    the roll that opened them) a directory fsync, made durable, as the writer goes."""
+    """Which generations' files an fsync made durable, and which generations a directory
+    fsync made durably named (a closed generation's name, or E00.log), as the writer goes."""
     writer = copy.stream._file
-    seen = {"header": {writer.header.generation}, "installed": {writer.header.generation}}
-    waiting: set[int] = set()
-    real_fsync, real_fsync_dir, real_open_next = writer.fsync, writer.fsync_dir, writer._open_next
+    logs = copy.paths.logs
+    seen = {"fsynced": {writer.header.generation}, "installed": {writer.header.generation}}
+    real_fsync_fd, real_fsync_dir = writer._fsync_fd, writer.fsync_dir
 
-    def fsync() -> None:
-        real_fsync()
-        seen["header"].add(writer.header.generation)
+    def fsync_fd(fd: int) -> None:
+        real_fsync_fd(fd)
+        by_fd = {u.fd: u.generation for u in writer._span}
+        seen["fsynced"].add(by_fd.get(fd, writer.header.generation))
 
     def fsync_dir() -> None:
         real_fsync_dir()
-        seen["installed"].update(waiting)
-        waiting.clear()
+        seen["installed"].update(logdir.list_closed_generations(logs))
+        seen["installed"].add(logfile.read_header(logs / OPEN_LOG_NAME).generation)
 
-    def open_next(closed: int, carried: bytes) -> None:
-        real_open_next(closed, carried)
-        waiting.add(writer.header.generation)
-
-    monkeypatch.setattr(writer, "fsync", fsync)
+    monkeypatch.setattr(writer, "_fsync_fd", fsync_fd)
     monkeypatch.setattr(writer, "fsync_dir", fsync_dir)
-    monkeypatch.setattr(writer, "_open_next", open_next)
     return seen
 
 
 async def test_block_mode_gets_a_new_generation_only_once_it_is_durable(tmp_path, monkeypatch):
-    """A staged body that fills a generation ends its batch with the roll, and the next
-    batch goes on in the new one: its header and renames are not made durable by the first,
-    so its header's block waits for the second; a batch that answers a request leaves it
-    all durable."""
+    """A staged body's parts fill generation after generation, a batch each, and those
+    batches answer nothing: their generations are settled a span at a time, and block mode
+    gets a byte of one only once its file is fsync'd and named; a batch that answers a
+    request leaves it all durable."""
     monkeypatch.setattr(logstream, "STAGE_SLICE_IDLE", SIZE)
     copy = await mount(tmp_path, log_file_size=SIZE)
     await MailboxStore(copy).create_mailbox("m")
@@ -235,10 +221,11 @@ async def test_block_mode_gets_a_new_generation_only_once_it_is_durable(tmp_path
     real_publish = stream.feed.publish
 
     async def publish(blocks):
+        if blocks:  # nothing published that a power loss could take back
+            assert not stream._file._unsynced
         for block in blocks:
             assert block.generation in seen["installed"], f"{block.generation}'s renames"
-            if block.offset == 0:
-                assert block.generation in seen["header"], f"header of {block.generation}"
+            assert block.generation in seen["fsynced"], f"{block.generation}'s file"
             published.append((block.generation, block.offset))
         await real_publish(blocks)
 
@@ -265,7 +252,7 @@ async def test_commits_beside_a_staged_body_are_answered_only_in_durable_generat
 
     def on_event(event) -> None:  # before any commit of the batch is answered
         if isinstance(event, Transaction):
-            assert event.generation in seen["installed"] and event.generation in seen["header"]
+            assert event.generation in seen["installed"] and event.generation in seen["fsynced"]
             answered.append(event.generation)
 
     copy.stream.add_listener(on_event)
@@ -417,6 +404,93 @@ async def test_a_prepared_file_holding_a_generation_nobody_was_told_of_is_remove
     assert stray_removed(copy, stray)
     assert "ghost" not in items(copy)
     await goes_on(copy, acked, header.generation + 1)
+
+
+# ---- recovery: a crash in the settle of a span -------------------------------------------
+
+
+async def staged_span(tmp_path, monkeypatch):
+    """A copy with acknowledged items, then a body staged across four generations, none of
+    them settled: (copy, acknowledged items, E00.log's generation, the body, its reference,
+    E00.log's length when the body began)."""
+    monkeypatch.setattr(logstream, "STAGE_SLICE_IDLE", SIZE)
+    clock = ManualClock()
+    copy = await mount(tmp_path, log_file_size=SIZE, llr_depth=2, clock=clock)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    for i in range(4):
+        await store.put_items("m", [ItemIn(item_id=f"i{i}", body="z" * 900)])
+        if i == 1:
+            await copy.roll()
+    await clock.advance(1.0)  # no commit flows any more: the parts are left unsettled
+    copy.stream._file.span_limit = 100
+    first, begun = copy.stream.generation, copy.stream._file.offset
+    text = text_body(4 * SIZE)
+    ref = await copy.stage(text.encode())
+    assert copy.stream._file.span_open and copy.stream.generation == first
+    return copy, items(copy), first, text, ref, begun
+
+
+@pytest.mark.parametrize("renamed", [0, 1, 3])
+async def test_a_crash_among_a_span_s_renames_loses_only_what_was_never_answered(
+    tmp_path, monkeypatch, renamed
+):
+    """Every file of the span fsync'd, then `renamed` of its closed generations renamed
+    (E00.log first), then the crash: the commit that ended the body (in a hidden file) was
+    never answered, and is nowhere after recovery; the body is aborted."""
+    copy, acked, first, text, ref, _ = await staged_span(tmp_path, monkeypatch)
+    logs = copy.paths.logs
+
+    def crash(log_dir, closed, open_path) -> None:
+        for generation, path in closed[:renamed]:
+            os.replace(path, log_dir / logfile.closed_log_name(generation))
+        raise OSError(5, "the power went")
+
+    monkeypatch.setattr("replication_node.log.writer.install_span", crash)
+    with pytest.raises(OSError, match="the power went"):
+        await commit_staged(copy, text, ref)
+    await copy.crash_close()
+    assert (logs / OPEN_LOG_NAME).exists() == (renamed == 0)
+    hidden = prepared_files(logs)
+    assert len(hidden) >= 4 - renamed
+    copy = await remount(tmp_path)
+    assert items(copy) == acked, "the unanswered commit is nowhere"
+    assert any("staged bodies never committed" in n for n in copy.recovery_notes)
+    assert all(stray_removed(copy, logs / name) for name in hidden)
+    await goes_on(copy, acked, first + max(renamed, 1))
+
+
+@pytest.mark.parametrize("kept", [0.0, 0.5, 1.0])
+async def test_a_power_loss_before_a_span_is_fsync_d_tears_only_its_unanswered_tail(
+    tmp_path, monkeypatch, kept
+):
+    """The settle fails at its first fsync (nothing of the span durable), and the power loss
+    keeps `kept` of what E00.log got after the last answered batch: its CLOSE record may be
+    gone, or the parts before it torn.  The hidden files are removed, the tail is cut or the
+    roll finished, and the acknowledged items are all there."""
+    copy, acked, first, text, ref, begun = await staged_span(tmp_path, monkeypatch)
+    logs = copy.paths.logs
+    writer = copy.stream._file
+    real = writer._fsync_fd
+
+    def fsync_fd(fd: int) -> None:
+        if writer._span:
+            raise OSError(5, "the power went")
+        real(fd)
+
+    monkeypatch.setattr(writer, "_fsync_fd", fsync_fd)
+    with pytest.raises(OSError, match="the power went"):
+        await commit_staged(copy, text, ref)
+    await copy.crash_close()
+    hidden = prepared_files(logs)
+    assert len(hidden) >= 4, "the span's generations, hidden"
+    size = (logs / OPEN_LOG_NAME).stat().st_size
+    os.truncate(logs / OPEN_LOG_NAME, begun + int((size - begun) * kept))
+    copy = await remount(tmp_path)
+    assert items(copy) == acked
+    assert all(stray_removed(copy, logs / name) for name in hidden)
+    assert logdir.list_closed_generations(logs)[-1] == first - (kept < 1)
+    await goes_on(copy, acked, first + (kept == 1))
 
 
 # ---- the other readers of a log directory --------------------------------------------------

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from replication_node.http.in_flight import SHUTDOWN_GRACE
-from tests.cluster_harness import TOKEN, LocalCluster
+from tests.cluster_harness import TOKEN, LocalCluster, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -37,6 +37,10 @@ async def test_a_node_stops_while_a_peer_has_stopped_reading_its_seed(tmp_path):
             await c.ok(
                 "POST", "mbx1", f"{DB}/mailboxes/alice/items", json={"items": [{"body": body}]}
             )
+        # The seed is the database file: wait for LLR to write the items into it (it holds
+        # back while large bodies are staged, `active/llr_pacing.py`).
+        (database,) = tmp_path.rglob("DB1.sqlite")
+        await wait_until("the items in the database file", lambda: database.stat().st_size > 3e7)
         url = urlsplit(c.url("mbx1"))
         reader, writer = await asyncio.open_connection(url.hostname, url.port)
         writer.write(

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from dag_common.clock import ManualClock
 from dag_common.store_api import ItemIn
 from replication_node.active.mailbox_store import MailboxStore, stage_plan
 from replication_node.errors import InspectionFailed, LogRecordError
@@ -116,22 +117,61 @@ async def test_small_commits_interleave_with_a_staged_body_and_keep_change_numbe
     await copy.crash_close()
 
 
-async def test_a_body_staged_while_no_commit_waits_is_made_durable_by_its_rolls(
+async def test_a_body_staged_while_no_commit_waits_is_settled_a_span_at_a_time(
     tmp_path, monkeypatch
 ):
+    """Its generations are made durable a span at a time (each file fsync'd once there, one
+    directory fsync for the span's renames), and nobody hears of one before: on disk the
+    log's named generations end where the stream says; the commit settles the rest."""
     # a generation's worth of parts per batch, as the stream gives while no commit waits
     monkeypatch.setattr(logstream, "STAGE_SLICE_IDLE", SIZE)
-    copy = await mount(tmp_path, log_file_size=SIZE)
+    clock = ManualClock()
+    copy = await mount(tmp_path, log_file_size=SIZE, clock=clock)
     store = MailboxStore(copy)
     await store.create_mailbox("m")  # the open log no longer empty: the body starts mid-file
-    stream = copy.stream
+    await clock.advance(1.0)  # no commit flows any more
+    stream, writer, logs = copy.stream, copy.stream._file, copy.paths.logs
+    writer.span_limit = 4  # ten generations: two settles of four before the commit's
+    settles = []
+    real_fsync_dir = writer.fsync_dir
+    monkeypatch.setattr(writer, "fsync_dir", lambda: settles.append(real_fsync_dir()))
+    closed: list[int] = []
+    stream.add_listener(lambda e: closed.append(e.generation) if hasattr(e, "close_time") else 0)
     fsyncs, generation = stream.fsyncs, stream.generation
-    await copy.stage(text_body(10 * SIZE).encode())
-    rolls = stream.generation - generation
+    text = text_body(10 * SIZE)
+    ref = await copy.stage(text.encode())
+    rolls = writer.header.generation - generation
     assert rolls >= 10
-    # each batch ends with the roll of the generation it filled, whose fsync makes it durable;
-    # only the last part, which fills none, has a batch fsync of its own
-    assert stream.fsyncs - fsyncs == rolls + 1
+    assert list_closed_generations(logs)[-1] == stream.last_closed_generation
+    assert closed == list(range(generation, stream.generation)), "heard of once settled"
+    assert len(settles) == rolls // writer.span_limit
+    big = await commit_staged(copy, text, ref)
+    assert big.lsn.generation == stream.generation == writer.header.generation
+    assert closed == list(range(generation, stream.generation))
+    assert list_closed_generations(logs)[-1] == stream.generation - 1
+    # every file of the body once, and the open one again at each settle after the first
+    assert stream.fsyncs - fsyncs == rolls + len(settles)
+    assert [r.item_id for r in copy.items("m")] == ["big"]
+    await copy.crash_close()
+
+
+async def test_a_body_staged_while_commits_flow_is_settled_batch_by_batch(tmp_path, monkeypatch):
+    """Beside small commits, a batch of parts is made durable when it ends, as a commit's
+    is: the large writer goes at that pace, and the small commits' fsyncs do not find a
+    span of unsettled generations in front of them."""
+    monkeypatch.setattr(logstream, "STAGE_SLICE_IDLE", SIZE)
+    clock = ManualClock()
+    copy = await mount(tmp_path, log_file_size=SIZE, clock=clock)
+    await MailboxStore(copy).create_mailbox("m")  # a commit: they flow (the clock stands)
+    stream, writer = copy.stream, copy.stream._file
+    generation = stream.generation
+    settles = []
+    real_fsync_dir = writer.fsync_dir
+    monkeypatch.setattr(writer, "fsync_dir", lambda: settles.append(real_fsync_dir()))
+    await copy.stage(text_body(6 * SIZE).encode())
+    assert not writer.span_open
+    assert stream.generation == writer.header.generation
+    assert len(settles) == stream.generation - generation, "one settle a roll"
     await copy.crash_close()
 
 
