@@ -33,9 +33,9 @@ on the bench's disk (bench/README.md, large_items run 4), which then had a helpe
 prepare the file, fsync'd, beforehand. Now that nothing is fsync'd before its settle, the roll
 creates the file itself: a thread started each roll cost more than the creation (a quarter of
 the writer thread's samples in a py-spy profile of part 1), and one helper for the writer's
-life made the log no faster (330-340 MB/s in three runs of part 1, against 400-450 for the
-roll's own creation in the runs just before: its creations beside the writer's fsyncs). A crash
-at any step leaves states recovery knows (`logdir.finish_interrupted_roll`,
+life (tried, not kept) made the log no faster (330-340 MB/s in three runs of part 1, against
+400-450 for the roll's own creation in the runs just before: its creations beside the writer's
+fsyncs). A crash at any step leaves states recovery knows (`logdir.finish_interrupted_roll`,
 `recovery.plan_recovery`): a stray hidden file is removed (nothing in it was acknowledged or
 sent to a copy), an E00.log closed but not renamed is renamed once fsync'd.
 

@@ -214,10 +214,9 @@ def test_llr_pauses_only_while_commits_flow_and_it_is_not_behind(
     assert llr_pacing.llr_pause(commits_flowing=commits_flowing, backlog=backlog) == expected
 
 
-async def test_the_active_paces_a_large_body_while_small_commits_flow(tmp_path):
-    clock = ManualClock()
-    paused: list[float] = []
-    copy = await ActiveCopy.mount(
+async def paced_active(tmp_path, clock: ManualClock, paused: list[float]) -> ActiveCopy:
+    """An active copy on `clock` whose LLR records its waits in `paused` (none slept)."""
+    return await ActiveCopy.mount(
         paths=CopyPaths(tmp_path, "DB1"),
         log_file_size=256 * 1024,
         llr_depth=1,
@@ -225,6 +224,11 @@ async def test_the_active_paces_a_large_body_while_small_commits_flow(tmp_path):
         create=True,
         pause=paused.append,
     )
+
+
+async def test_the_active_paces_a_large_body_while_small_commits_flow(tmp_path):
+    clock, paused = ManualClock(), []
+    copy = await paced_active(tmp_path, clock, paused)
     try:
         copy.db.pace()
         assert paused == [], "no commit has flowed yet"
@@ -271,18 +275,10 @@ async def test_the_active_holds_llr_back_while_a_large_body_is_staged(tmp_path):
     """Before each chunk of an LLR write, the active waits while a large body goes into the
     log (at most YIELD_STEPS waits a chunk: the clock here stands still), not once the
     staging has stopped, and not once LLR is more than YIELD_BACKLOG generations behind."""
-    clock = ManualClock()
-    paused: list[float] = []
-    copy = await ActiveCopy.mount(
-        paths=CopyPaths(tmp_path, "DB1"),
-        log_file_size=256 * 1024,
-        llr_depth=1,
-        clock=clock,
-        create=True,
-        pause=paused.append,
-    )
+    clock, paused = ManualClock(), []
+    copy = await paced_active(tmp_path, clock, paused)
     try:
-        await clock.advance(1.0)  # the mailbox's creation no longer counts as flowing
+        await clock.advance(1.0)  # nothing written within the last second
         copy.db.pace()
         assert paused == []
         await copy.stage(BIG.encode())
