@@ -80,9 +80,10 @@ logger = logging.getLogger(__name__)
 Fence = Callable[[], Awaitable[BaseException | None]]
 
 # How much of a staged body one group commit writes: a slice while commits wait beside it
-# (they are answered after it); a generation's worth when none do (the batch ends at the
-# roll of the generation it fills, so a commit arriving meanwhile waits for one generation
-# at most; the generations themselves are settled a span at a time, `writer.SPAN_LIMIT`).
+# (they are answered after it); a generation's worth when none do.  A batch of nothing but
+# parts, while no commits flow, goes on from one generation to the next until a request
+# waits (`writer.OpenLogWriter.wanted`) or its span is full (`writer.SPAN_LIMIT`), so a
+# request arriving meanwhile waits for one generation at most.
 STAGE_SLICE_BUSY = 64 * 1024
 STAGE_SLICE_IDLE = 1024 * 1024
 # Commits count as flowing for this long after the last one was written (seconds).
@@ -276,7 +277,7 @@ class LogStream:
         self._fail_all(exc, [])
         # Wake the writer if it waits for work; if it is writing, it sees the failure when
         # the batch is durable and answers nothing.
-        self._queue.put_nowait(Pending(b"", self._clock.now(), False, self._future()))
+        self._put(Pending(b"", self._clock.now(), False, self._future()))
 
     async def announce_recovered(self) -> None:
         """Announce the records recovered in E00.log before the stream takes writes: they may
@@ -383,7 +384,7 @@ class LogStream:
         self._closed = True
         if self._task is not None:
             if not stopped:
-                self._queue.put_nowait(Pending(b"", self._clock.now(), False, self._future()))
+                self._put(Pending(b"", self._clock.now(), False, self._future()))
             # A failure was logged and given to every waiter when it happened.
             await asyncio.gather(self._task, return_exceptions=True)
         self._file.close()
@@ -401,14 +402,23 @@ class LogStream:
             why = f": {self._failure}" if self._failure is not None else ""
             raise LogStreamStopped(f"the log stream of {self.log_dir} is closed{why}")
         self.start()
-        self._queue.put_nowait(pending)
+        self._put(pending)
         return await pending.future
+
+    def _put(self, pending: Pending) -> None:
+        """Queue a request for the writer, and tell a batch being written that one waits
+        (it stops going on with a staged body at the next generation's end)."""
+        self._queue.put_nowait(pending)
+        self._file.wanted = True
 
     async def _writer(self) -> None:
         while True:
             batch, self._staging = self._staging, []
             if not batch:
                 batch.append(await self._queue.get())
+            # Cleared before the queue is taken: a request queued from here on is not in
+            # this batch, and sets it again.
+            self._file.wanted = False
             while not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             try:

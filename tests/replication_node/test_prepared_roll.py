@@ -22,6 +22,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -34,6 +35,7 @@ from replication_node.active.handover import last_logs_on_disk
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.errors import LogHeaderError, RecoveryError
 from replication_node.log import logdir, logfile, logstream
+from replication_node.log import writer as writer_module
 from replication_node.log.events import Transaction
 from replication_node.log.logfile import (
     HEADER_SIZE,
@@ -190,9 +192,9 @@ def watch_durability(monkeypatch, copy) -> dict[str, set[int]]:
     writer = copy.stream._file
     logs = copy.paths.logs
     seen = {"fsynced": {writer.header.generation}, "installed": {writer.header.generation}}
-    real_fsync_fd, real_fsync_dir = writer._fsync_fd, writer.fsync_dir
+    real_fsync_fd, real_fsync_dir = writer._timed_fsync, writer.fsync_dir
 
-    def fsync_fd(fd: int) -> None:
+    def fsync_fd(fd: int) -> None:  # on the writer thread, or early on the syncer's
         real_fsync_fd(fd)
         by_fd = {u.fd: u.generation for u in writer._span}
         seen["fsynced"].add(by_fd.get(fd, writer.header.generation))
@@ -202,14 +204,14 @@ def watch_durability(monkeypatch, copy) -> dict[str, set[int]]:
         seen["installed"].update(logdir.list_closed_generations(logs))
         seen["installed"].add(logfile.read_header(logs / OPEN_LOG_NAME).generation)
 
-    monkeypatch.setattr(writer, "_fsync_fd", fsync_fd)
+    monkeypatch.setattr(writer, "_timed_fsync", fsync_fd)
     monkeypatch.setattr(writer, "fsync_dir", fsync_dir)
     return seen
 
 
 async def test_block_mode_gets_a_new_generation_only_once_it_is_durable(tmp_path, monkeypatch):
-    """A staged body's parts fill generation after generation, a batch each, and those
-    batches answer nothing: their generations are settled a span at a time, and block mode
+    """A staged body's parts fill generation after generation, and the batches that write
+    them answer nothing: their generations are settled a span at a time, and block mode
     gets a byte of one only once its file is fsync'd and named; a batch that answers a
     request leaves it all durable."""
     monkeypatch.setattr(logstream, "STAGE_SLICE_IDLE", SIZE)
@@ -491,6 +493,50 @@ async def test_a_power_loss_before_a_span_is_fsync_d_tears_only_its_unanswered_t
     assert all(stray_removed(copy, logs / name) for name in hidden)
     assert logdir.list_closed_generations(logs)[-1] == first - (kept < 1)
     await goes_on(copy, acked, first + (kept == 1))
+
+
+async def test_an_early_fsync_that_fails_stops_the_stream_before_its_span_is_named(
+    tmp_path, monkeypatch
+):
+    """The generations a body crosses while no commit flows are fsync'd early, on the
+    syncer thread, while the writer goes on.  One of those fsyncs fails (the disk's EIO):
+    the commit that ends the body is refused, the stream stops, no generation of the span
+    ever got its name, and a remount finds every acknowledged item and nothing of the body."""
+    monkeypatch.setattr(logstream, "STAGE_SLICE_IDLE", SIZE)
+    clock = ManualClock()
+    copy = await mount(tmp_path, log_file_size=SIZE, llr_depth=2, clock=clock)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    await store.put_items("m", [ItemIn(item_id="acked", body="z" * 900)])
+    await copy.roll()
+    await clock.advance(1.0)  # no commit flows any more
+    writer, logs = copy.stream._file, copy.paths.logs
+    writer.span_limit = 100
+    real = writer._timed_fsync
+    early: list[str] = []
+
+    def fsync(fd: int) -> None:
+        if threading.current_thread().name.startswith(writer_module.SYNCER_THREAD):
+            early.append(threading.current_thread().name)
+            if len(early) == 2:
+                raise OSError(5, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(writer, "_timed_fsync", fsync)
+    named = logdir.list_closed_generations(logs)
+    text = text_body(6 * SIZE)
+    ref = await copy.stage(text.encode())
+    with pytest.raises(OSError, match="Input/output error"):
+        await commit_staged(copy, text, ref)
+    assert len(early) >= 2, "the span's generations fsync'd early, off the writer thread"
+    assert copy.stream.failed.is_set()
+    assert logdir.list_closed_generations(logs) == named, "nothing of the span named"
+    await copy.crash_close()
+    monkeypatch.undo()
+    copy = await remount(tmp_path)
+    assert items(copy) == {"acked"}
+    assert any("staged bodies never committed" in n for n in copy.recovery_notes)
+    await goes_on(copy, {"acked"}, named[-1] + 2)
 
 
 # ---- the other readers of a log directory --------------------------------------------------

@@ -5,6 +5,7 @@ so a 300 KiB body spans ten generations."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from datetime import UTC, datetime
 
@@ -152,6 +153,54 @@ async def test_a_body_staged_while_no_commit_waits_is_settled_a_span_at_a_time(
     # every file of the body once, and the open one again at each settle after the first
     assert stream.fsyncs - fsyncs == rolls + len(settles)
     assert [r.item_id for r in copy.items("m")] == ["big"]
+    await copy.crash_close()
+
+
+async def test_a_request_waits_one_generation_at_most_behind_a_body_written_on_and_on(
+    tmp_path, monkeypatch
+):
+    """While no commit flows, a batch of a body's parts goes on from generation to
+    generation (up to its span's limit) instead of returning to the event loop at each.  A
+    commit queued meanwhile stops it at the end of the generation being written: it lands
+    mid-body, not behind the body's last part."""
+    monkeypatch.setattr(logstream, "STAGE_SLICE_IDLE", SIZE)
+    clock = ManualClock()
+    copy = await mount(tmp_path, log_file_size=SIZE, clock=clock)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    await clock.advance(1.0)  # no commit flows any more
+    stream, writer = copy.stream, copy.stream._file
+    writer.span_limit = 100  # the body's twelve generations in one span
+    loop = asyncio.get_running_loop()
+    small: list[asyncio.Task] = []
+    rolls: list[int] = []
+    real_roll = writer.roll
+
+    async def queue_small() -> None:
+        small.append(asyncio.create_task(store.put_items("m", [ItemIn(item_id="s", body="x")])))
+
+    def roll(cause):  # on the writer thread
+        closed = real_roll(cause)
+        rolls.append(closed.generation)
+        if len(rolls) == 2:  # mid-body: a commit comes, and is queued before the writer goes on
+            asyncio.run_coroutine_threadsafe(queue_small(), loop).result(timeout=30)
+            deadline = time.monotonic() + 30
+            while stream._queue.empty():
+                assert time.monotonic() < deadline, "the commit was never queued"
+                time.sleep(0.001)
+        return closed
+
+    monkeypatch.setattr(writer, "roll", roll)
+    text = text_body(12 * SIZE)
+    ref = await copy.stage(text.encode())
+    (task,) = small
+    ack = await task
+    assert ack.lsn.generation <= rolls[1] + 2, "one generation more at most"
+    body_end = writer.header.generation
+    assert body_end >= rolls[1] + 8, "the body went on after it"
+    big = await commit_staged(copy, text, ref)
+    assert big.lsn.generation >= body_end
+    assert {r.item_id for r in copy.items("m")} == {"s", "big"}
     await copy.crash_close()
 
 
