@@ -791,6 +791,16 @@ def main() -> None:
     )
     what_if.add_argument("--llr-chunk", type=int, metavar="KIB", help="writebehind.CHUNK")
     what_if.add_argument(
+        "--llr-paced-chunk", type=int, metavar="KIB", help="llr_pacing.PACED_CHUNK"
+    )
+    what_if.add_argument(
+        "--llr-max-backlog",
+        type=int,
+        metavar="N",
+        help=f"llr_pacing.MAX_BACKLOG (default {llr_pacing.MAX_BACKLOG}): generations behind "
+        "past which LLR no longer pauses beside small commits",
+    )
+    what_if.add_argument(
         "--reads-from-memory",
         action="store_true",
         help="the active's mailbox and folder reads answered from memory after the first: "
@@ -834,6 +844,10 @@ def main() -> None:
         llr_pacing.PAUSE = args.llr_pause / 1000
     if args.llr_chunk is not None:
         writebehind.CHUNK = args.llr_chunk * 1024
+    if args.llr_paced_chunk is not None:
+        llr_pacing.PACED_CHUNK = args.llr_paced_chunk * 1024
+    if args.llr_max_backlog is not None:
+        llr_pacing.MAX_BACKLOG = args.llr_max_backlog
     sizes = QUICK if args.quick else FULL
     if args.rate is not None:
         sizes = dataclasses.replace(sizes, rate=args.rate)
@@ -845,7 +859,9 @@ def main() -> None:
         f"{platform.python_version()}; {'--quick' if args.quick else 'full sizes'}; "
         f"STAGE_SLICE_IDLE {logstream.STAGE_SLICE_IDLE >> 10} KiB, STAGE_SLICE_BUSY "
         f"{logstream.STAGE_SLICE_BUSY >> 10} KiB; LLR write-behind chunk "
-        f"{writebehind.CHUNK >> 10} KiB, pause {llr_pacing.PAUSE * 1e3:g} ms, yield to staging "
+        f"{writebehind.CHUNK >> 10} KiB ({llr_pacing.PACED_CHUNK >> 10} KiB after a pause), "
+        f"pause {llr_pacing.PAUSE * 1e3:g} ms up to "
+        f"{llr_pacing.MAX_BACKLOG} generations behind, yield to staging "
         f"up to {llr_pacing.YIELD_BACKLOG} generations behind; span limit {writer.SPAN_LIMIT}"
         f"{'; WHAT IF: reads from memory' if args.reads_from_memory else ''}"
         f"{f'; WHAT IF: LLR depth {LLR_DEPTH}' if args.llr_depth is not None else ''}; {load()}\n"

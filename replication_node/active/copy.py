@@ -269,10 +269,11 @@ class ActiveCopy:
             self._flush_tasks.add(task)
             task.add_done_callback(self._flush_tasks.discard)
 
-    def _give_way(self) -> None:
+    def _give_way(self) -> int | None:
         """Before each chunk of LLR's paced write of a large body (worker thread): held back
         while a large body is staged into the log, a pause while small commits flow, unless
-        LLR is too far behind (`llr_pacing`)."""
+        LLR is too far behind (`llr_pacing`).  Returns the chunk's size (None: the
+        write-behind's own)."""
         for _ in range(llr_pacing.YIELD_STEPS):
             if not self._yielding():
                 break
@@ -282,6 +283,7 @@ class ActiveCopy:
         )
         if seconds:
             self._pause(seconds)
+        return llr_pacing.llr_chunk(seconds)
 
     async def _yield_to_staging(self) -> None:
         """Before a flush a roll starts: wait while a large body is staged into the log, as

@@ -11,12 +11,13 @@ not written yet), so on a shared disk the log goes first:
   same bodies into the database file beside it (its WAL, then the checkpoint: twice the log's
   bytes), the log committed 8 MiB items at half the rate it reached alone (bench/README.md,
   large_items run 6).
-- While the log's small commits flow, LLR pauses PAUSE before each chunk (`llr_pause`), so
-  that a commit's log write, journal commit and cache flush find the disk free rather than
-  behind the next chunk (bench/large_items.py, part 2).  It does not yield to a large body
-  then: held back, it fell past MAX_BACKLOG, and caught up without pausing, in bursts the
-  small commits waited behind (part 2's p99 beside large items went from 2.2-2.6x its p99
-  alone to 2.5-3.0x).
+- While the log's small commits flow, LLR pauses PAUSE before each chunk (`llr_pause`), and
+  its chunks are of PACED_CHUNK (`llr_chunk`), so that a commit's log write, journal commit
+  and cache flush find the disk free rather than behind the next chunk, and carry little of
+  the database file's writes when they do not (bench/large_items.py, part 2).  It does not
+  yield to a large body then: held back, it fell past MAX_BACKLOG, and caught up without
+  pausing, in bursts the small commits waited behind (part 2's p99 beside large items went
+  from 2.2-2.6x its p99 alone to 2.5-3.0x).
 
 Bounds: LLR yields only while it is at most YIELD_BACKLOG generations behind the generation
 it is due to write (closed - llr_depth + 1), and pauses only while at most MAX_BACKLOG
@@ -30,8 +31,17 @@ disk without LLR beside it.
 
 from __future__ import annotations
 
-# A 1 MiB chunk is 1-2 ms of writes on the bench's disk; a small commit's fsync 1-3 ms.
-PAUSE = 0.002
+# While small commits flow: chunks of 256 KiB (not writebehind.CHUNK, 1 MiB) with a pause of
+# 0.5 ms before each, the pace of 2 ms a MiB in four smaller steps.  A small commit's log fsync
+# then finds at most 256 KiB of the database file's writes in front of it, and its cache
+# flush carries little more.  On a disk whose flush of 8 MiB took 17 ms, 1 MiB chunks left the
+# small commits' p99 beside 8 MiB items at 2.7-3.9x their p99 alone (median 3.3, 16 runs; issue
+# 29's target 2 is 3x); 256 KiB chunks brought it to 2.4-2.8x in the runs the disk did not
+# stall (bench/large_items.py part 2, bench/README.md large_items run 8).  Only then: written
+# back without pauses (no commits flow, or LLR is far behind), 256 KiB chunks made the log's
+# large commits beside them slower (part 1), and a passive's replay writes 1 MiB chunks.
+PAUSE = 0.0005
+PACED_CHUNK = 256 << 10
 MAX_BACKLOG = 8
 # How long LLR waits at a time while it yields (it looks again after each wait), and at
 # most in all before one chunk: the stream's `staging` reads a clock, and a clock that stands
@@ -45,6 +55,12 @@ def yields(*, staging: bool, commits_flowing: bool, backlog: int) -> bool:
     """Whether LLR holds its next chunk back: a large body is being staged into the log, no
     small commits flow, and LLR is at most YIELD_BACKLOG generations behind."""
     return staging and not commits_flowing and backlog <= YIELD_BACKLOG
+
+
+def llr_chunk(pause: float) -> int | None:
+    """The size of the chunk written after a pause of `pause` seconds (`llr_pause`):
+    PACED_CHUNK after a pause, else None (the write-behind's own chunk)."""
+    return PACED_CHUNK if pause else None
 
 
 def llr_pause(*, commits_flowing: bool, backlog: int) -> float:

@@ -33,14 +33,17 @@ stream when it queues one: the batch stops at the end of the generation it is wr
 the span is full; and each generation it closes is fsync'd at once by a second thread (the
 syncer, `_sync_early`) while the writer writes the next, the settle then only waiting for
 those fsyncs.  Why: once the span's fsyncs were deferred, an 8 MiB item spent half its
-commit in them at the end (16-18 ms of the settle, against 21-24 for the raw append's whole
-write and fsync), and another 5 ms in nine returns to the event loop between batches of one
-generation each.  On the bench's virtio disk the cost of making bytes durable is the cache
-flush itself, whenever the writeback ran (an fsync 13 ms for 8 MiB whose writeback had been
-waited for), so it overlaps with nothing but other work: the syncer's first fsync carries
-what the writer wrote meanwhile (on ext4 the journal commit of the first generation's size
-writes out every file written since), and the item's commit waited for 2-3 ms of it instead
-of 16-18 (bench/README.md large_items run 8).  Nothing depends on an early fsync before the
+commit in them at the end (the settle's batch 16-18 ms, against 21-24 for the raw append's
+whole write and fsync), and another 5 ms in nine returns to the event loop between batches
+of one generation each (timed by an ad-hoc wrapper outside bench/).  On the bench's virtio
+disk the cost of making bytes durable is the cache flush itself, whenever the writeback
+ran (an fsync of 8 MiB whose writeback had been waited for still took 13 ms, in an ad-hoc
+test), so it can only overlap other work.  In an ad-hoc trace of one item the syncer's
+first fsync, of half a generation, took 10 ms: it carried what the writer wrote meanwhile
+(on ext4 the journal commit of a file's new size writes out the data of every file written
+since), the next ones less and less.  The log's 8 MiB commits went from 0.51-0.77 of the raw
+append to
+0.67-0.86 (bench/README.md large_items run 8).  Nothing depends on an early fsync before the
 settle (the file is named only then, in order, after every fsync of the span has returned),
 so the crash states are the same; a failed one fails the settle, as its own fsync would.
 

@@ -98,9 +98,9 @@ class Database:
         self._page_size = page_size
         self._autocheckpoint = max(1, _CHECKPOINT_BYTES // page_size)
         conn.execute(f"PRAGMA wal_autocheckpoint = {self._autocheckpoint}")
-        # Called between two chunks of a paced write (`_make_durable`): the active sets it
-        # to give way to its log's commits.
-        self.pace: Callable[[], None] | None = None
+        # Called before each chunk of a paced write (`_make_durable`; it may name the chunk's
+        # size, `writebehind.write_behind`): the active sets it to give way to its log.
+        self.pace: Callable[[], int | None] | None = None
         migrate_header(conn)
         self._header = read_header(conn, path)
         self._written: DatabaseHeader | None = None  # written in a transaction, not committed
@@ -333,13 +333,13 @@ class Database:
         writes the same rows again and makes them durable."""
         wal = self.path.with_name(self.path.name + "-wal")
         try:
-            write_behind(wal, pause=self.pace)
+            write_behind(wal, pace=self.pace)
             self._conn.execute("PRAGMA synchronous=OFF")
             try:
                 self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             finally:
                 self._conn.execute("PRAGMA synchronous=NORMAL")
-            write_behind(self.path, wal_page_ranges(wal, self._page_size), pause=self.pace)
+            write_behind(self.path, wal_page_ranges(wal, self._page_size), pace=self.pace)
         except (OSError, sqlite3.Error) as exc:
             raise DatabaseError(f"{self.path}: making an LLR write durable failed: {exc}") from exc
 

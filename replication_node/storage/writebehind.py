@@ -44,11 +44,12 @@ def write_behind(
     ranges: Iterable[tuple[int, int]] | None = None,
     *,
     chunk: int | None = None,
-    pause: Callable[[], None] | None = None,
+    pace: Callable[[], int | None] | None = None,
 ) -> int:
     """Write `path`'s dirty pages in `ranges` ((offset, length); None: the whole file) a
-    `chunk` (default CHUNK) at a time, calling `pause` before each chunk, then fdatasync the
-    file.  Returns the number of chunks written."""
+    `chunk` (default CHUNK) at a time, then fdatasync the file.  `pace` is called before each
+    chunk: it waits as it likes, and may name that chunk's size (None: `chunk`).  Returns the
+    number of chunks written."""
     chunk = chunk or CHUNK
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -58,9 +59,8 @@ def write_behind(
         for offset, length in ranges:
             end = offset + length
             while offset < end:
-                if pause is not None:
-                    pause()
-                step = min(chunk, end - offset)
+                size = pace() if pace is not None else None
+                step = min(size or chunk, end - offset)
                 write_chunk(fd, offset, step)
                 offset += step
                 chunks += 1

@@ -60,9 +60,10 @@ def test_write_behind_writes_a_chunk_at_a_time_and_asks_before_each(tmp_path):
     path = tmp_path / "f"
     path.write_bytes(b"x" * (5 * 4096 + 10))
     pauses = []
-    chunks = writebehind.write_behind(path, chunk=4096, pause=lambda: pauses.append(1))
+    chunks = writebehind.write_behind(path, chunk=4096, pace=lambda: pauses.append(1))
     assert chunks == 6 and len(pauses) == 6
     assert path.read_bytes() == b"x" * (5 * 4096 + 10)
+    assert writebehind.write_behind(path, chunk=4096, pace=lambda: 8192) == 3, "paced chunks"
     assert writebehind.write_behind(path, [(4096, 100), (8192, 8192)], chunk=4096) == 3
 
 
@@ -198,20 +199,24 @@ def test_every_crash_state_reopens_at_the_old_waypoint_or_the_new_whole(tmp_path
 
 
 @pytest.mark.parametrize(
-    ("commits_flowing", "backlog", "expected"),
+    ("commits_flowing", "backlog", "expected", "chunk"),
     [
-        (False, 0, 0.0),  # nothing to give way to
-        (False, 50, 0.0),
-        (True, 0, llr_pacing.PAUSE),
-        (True, 1, llr_pacing.PAUSE),  # one generation due: the steady state beside large items
-        (True, llr_pacing.MAX_BACKLOG, llr_pacing.PAUSE),
-        (True, llr_pacing.MAX_BACKLOG + 1, 0.0),  # too far behind: catch up at the disk's pace
+        (False, 0, 0.0, None),  # nothing to give way to: the write-behind's own chunks
+        (False, 50, 0.0, None),
+        (True, 0, llr_pacing.PAUSE, llr_pacing.PACED_CHUNK),
+        # one generation due: the steady state beside large items
+        (True, 1, llr_pacing.PAUSE, llr_pacing.PACED_CHUNK),
+        (True, llr_pacing.MAX_BACKLOG, llr_pacing.PAUSE, llr_pacing.PACED_CHUNK),
+        # too far behind: catch up at the disk's pace
+        (True, llr_pacing.MAX_BACKLOG + 1, 0.0, None),
     ],
 )
-def test_llr_pauses_only_while_commits_flow_and_it_is_not_behind(
-    commits_flowing, backlog, expected
+def test_llr_pauses_in_small_chunks_only_while_commits_flow_and_it_is_not_behind(
+    commits_flowing, backlog, expected, chunk
 ):
-    assert llr_pacing.llr_pause(commits_flowing=commits_flowing, backlog=backlog) == expected
+    pause = llr_pacing.llr_pause(commits_flowing=commits_flowing, backlog=backlog)
+    assert pause == expected
+    assert llr_pacing.llr_chunk(pause) == chunk
 
 
 async def paced_active(tmp_path, clock: ManualClock, paused: list[float]) -> ActiveCopy:
@@ -230,15 +235,15 @@ async def test_the_active_paces_a_large_body_while_small_commits_flow(tmp_path):
     clock, paused = ManualClock(), []
     copy = await paced_active(tmp_path, clock, paused)
     try:
-        copy.db.pace()
+        assert copy.db.pace() is None
         assert paused == [], "no commit has flowed yet"
         store = MailboxStore(copy)
         await store.create_mailbox("m")
         await store.put_items("m", [ItemIn(item_id="small", body="s" * 100)])
-        copy.db.pace()
+        assert copy.db.pace() == llr_pacing.PACED_CHUNK
         assert paused == [llr_pacing.PAUSE]
         await clock.advance(1.0)
-        copy.db.pace()
+        assert copy.db.pace() is None
         assert paused == [llr_pacing.PAUSE], "a second without commits: no pause"
         # A small commit, then a large body (its own commit does not count) written by LLR.
         await store.put_items("m", [ItemIn(item_id="small2", body="s" * 100)])
