@@ -42,8 +42,8 @@ test), so it can only overlap other work.  In an ad-hoc trace of one item the sy
 first fsync, of half a generation, took 10 ms: it carried what the writer wrote meanwhile
 (on ext4 the journal commit of a file's new size writes out the data of every file written
 since), the next ones less and less.  The log's 8 MiB commits went from 0.51-0.77 of the raw
-append to
-0.67-0.86 (bench/README.md large_items run 8).  Nothing depends on an early fsync before the
+append to 0.61-0.87 (medians 0.56-0.60 before, 0.75-0.83 after, in two series:
+bench/README.md large_items run 8).  Nothing depends on an early fsync before the
 settle (the file is named only then, in order, after every fsync of the span has returned),
 so the crash states are the same; a failed one fails the settle, as its own fsync would.
 
