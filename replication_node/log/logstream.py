@@ -407,9 +407,10 @@ class LogStream:
 
     def _put(self, pending: Pending) -> None:
         """Queue a request for the writer, and tell a batch being written that one waits
-        (it stops going on with a staged body at the next generation's end)."""
-        self._queue.put_nowait(pending)
+        (it stops going on with a staged body at the next generation's end): told first, so
+        that a request in the queue is never one the writer has not been told of."""
         self._file.wanted = True
+        self._queue.put_nowait(pending)
 
     async def _writer(self) -> None:
         while True:
