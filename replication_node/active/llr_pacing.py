@@ -35,7 +35,7 @@ from __future__ import annotations
 # 0.5 ms before each, the pace of 2 ms a MiB in four smaller steps.  A small commit's log fsync
 # then finds at most 256 KiB of the database file's writes in front of it, and its cache
 # flush carries little more.  On a disk whose flush of 8 MiB took 17 ms, 1 MiB chunks left the
-# small commits' p99 beside 8 MiB items at 2.6-3.9x their p99 alone (median 3.3, 16 runs; issue
+# small commits' p99 beside 8 MiB items at 2.6-3.9x their p99 alone (median 3.4, 22 runs; issue
 # 29's target 2 is 3x); paced chunks of 256 KiB brought it to 1.8-2.5x in four runs (2.6-3.6x
 # for 1 MiB in the runs between them; bench/large_items.py part 2, bench/README.md
 # large_items run 8).  Only then: written back without pauses (no commits flow, or LLR is
