@@ -5,7 +5,7 @@ so a 300 KiB body spans ten generations."""
 from __future__ import annotations
 
 import asyncio
-import time
+import threading
 import uuid
 from datetime import UTC, datetime
 
@@ -174,7 +174,13 @@ async def test_a_request_waits_one_generation_at_most_behind_a_body_written_on_a
     loop = asyncio.get_running_loop()
     small: list[asyncio.Task] = []
     rolls: list[int] = []
-    real_roll = writer.roll
+    real_roll, real_put = writer.roll, stream._put
+    commit_queued = threading.Event()
+
+    def put(pending) -> None:
+        real_put(pending)
+        if pending.is_commit:
+            commit_queued.set()
 
     async def queue_small() -> None:
         small.append(asyncio.create_task(store.put_items("m", [ItemIn(item_id="s", body="x")])))
@@ -184,12 +190,10 @@ async def test_a_request_waits_one_generation_at_most_behind_a_body_written_on_a
         rolls.append(closed.generation)
         if len(rolls) == 2:  # mid-body: a commit comes, and is queued before the writer goes on
             asyncio.run_coroutine_threadsafe(queue_small(), loop).result(timeout=30)
-            deadline = time.monotonic() + 30
-            while stream._queue.empty():
-                assert time.monotonic() < deadline, "the commit was never queued"
-                time.sleep(0.001)
+            assert commit_queued.wait(timeout=30), "the commit was never queued"
         return closed
 
+    monkeypatch.setattr(stream, "_put", put)
     monkeypatch.setattr(writer, "roll", roll)
     text = text_body(12 * SIZE)
     ref = await copy.stage(text.encode())
