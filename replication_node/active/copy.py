@@ -211,12 +211,12 @@ class ActiveCopy:
             self._lease.refuse_without_lease()
         await self.stream.await_synchronous_followers()
 
-    async def stage(self, data: bytes) -> BlobRef:
+    async def stage(self, data: bytes | str, size: int | None = None) -> BlobRef:
         """Stage a large body in the log (`LogStream.stage`); refused like a commit, before
         anything is written, while the lease cannot be shown or a switchover began."""
         if self._lease is not None:
             self._lease.refuse_without_lease()
-        return await self.stream.stage(data)
+        return await self.stream.stage(data, size)
 
     async def abort_staged(self, blobs: list[BlobRef]) -> None:
         """Abort staged bodies no commit will use; best effort: a stream that stopped meanwhile

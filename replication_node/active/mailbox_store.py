@@ -227,7 +227,7 @@ class MailboxStore:
         staged: dict[int, BlobRef] = {}
         try:
             for i in stage_plan(sizes, self.copy.stream.log_file_size):
-                staged[i] = await self.copy.stage(items[i].body.encode("utf-8"))
+                staged[i] = await self.copy.stage(items[i].body, sizes[i])
         except BaseException:
             if staged:
                 await self.copy.abort_staged(list(staged.values()))

@@ -64,6 +64,7 @@ from replication_node.errors import (
 )
 from replication_node.log.announcer import Announcer, OpenLogAnnouncer
 from replication_node.log.blocks import Block, BlockFeed
+from replication_node.log.body import BodyReader
 from replication_node.log.events import Committed, StreamEvent
 from replication_node.log.logfile import ContentDigest, LogHeader, ScanResult, encode_transaction
 from replication_node.log.operations import Operation, encode_record_ops
@@ -334,16 +335,18 @@ class LogStream:
         )
         return await self._submit(pending)
 
-    async def stage(self, data: bytes) -> BlobRef:
+    async def stage(self, data: bytes | str, size: int | None = None) -> BlobRef:
         """Write `data` into the log as a staged body (PART records, across as many
         generations as it takes, interleaved with other commits); return its reference once
-        every part is written.  The parts are durable at the latest with the commit that
-        names it (a batch that answers a commit settles everything before it, `writer.py`).
-        Nothing of it is visible until a commit names it (`commit(..., blobs=)`); one that
-        never will must be aborted (`abort`)."""
+        every part is written.  A text is staged as its UTF-8 bytes, encoded a part at a time
+        by the writer (`body.py`); `size`: its length in UTF-8 when the caller has counted it.
+        The parts are durable at the latest with the commit that names it (a batch that
+        answers a commit settles everything before it, `writer.py`).  Nothing of it is
+        visible until a commit names it (`commit(..., blobs=)`); one that never will must be
+        aborted (`abort`)."""
         if not data:
             raise ValueError("an empty body is written inline, never staged")
-        job = StageJob(memoryview(data))
+        job = StageJob(BodyReader(data, size))
         pending = Pending(None, self._clock.now(), False, self._future(), job=job)
         return await self._submit(pending)
 

@@ -96,6 +96,7 @@ from dag_common.model import Lsn, RollCause
 from replication_node.errors import LogSequenceError, StagedBodyLost
 from replication_node.log import logfile, spanning
 from replication_node.log.blocks import Block
+from replication_node.log.body import BodyReader
 from replication_node.log.events import (
     ClosedGeneration,
     Committed,
@@ -156,7 +157,7 @@ class Unsettled:
 class StageJob:
     """A body being staged: the writer thread's progress through it."""
 
-    data: memoryview
+    data: BodyReader
     written: int = 0
     blob: PendingBlob | None = None
     abort_on: BaseException | None = None  # set by a roll that closes the stream's writes
@@ -504,7 +505,7 @@ class OpenLogWriter:
         events: list[StreamEvent],
     ) -> tuple[int, bool]:
         """Write parts of `job` up to `budget` bytes; the budget left, and whether it is done."""
-        total = len(job.data)
+        total = job.data.size
         while job.written < total and budget > 0:
             room = self.header.log_file_size - CLOSE_SIZE - self._offset - spanning.PART_OVERHEAD
             if room < _MIN_PART and self.records:
@@ -512,7 +513,7 @@ class OpenLogWriter:
                 events.append(self.roll(RollCause.SIZE))
                 continue
             take = min(room, budget, total - job.written)
-            chunk = job.data[job.written : job.written + take]
+            chunk = job.data.read(take)
             if job.blob is None:
                 blob = BlobId(self.header.generation, self._offset)
                 job.blob = PendingBlob(blob)
