@@ -12,7 +12,9 @@ wiped at the start and left behind for inspection.
    `fsync` per item.  Interleaved rounds (raw, log, raw, log, ...), totals over the rounds,
    after a warm-up past the LLR depth (at most 10); each side starts on a quiet disk (the
    LLR writes the log's rolls started done, then `sync`), so that neither pays the other's
-   writeback.
+   writeback.  15 rounds of 8 items (`--rounds`): a round's ratio moves between 0.5 and 1.3
+   on the bench's virtio disk, and with 5 rounds a run's ratio moved by 0.1 between
+   identical code (bench/README.md large_items run 8).
    Every `os.fsync` and `os.write` of the process, the writer's batches and rolls, the
    store's reads on the event loop and the LLR writes into the database file are timed
    meanwhile (`Timers`): where the log's time goes.  Target >= 0.8.
@@ -128,7 +130,7 @@ class Sizes:
     item_max: int
 
 
-FULL = Sizes(8 * MIB, 8, 5, 10.0, 100.0, 200_000_000, 1 * MIB, 30 * MIB)
+FULL = Sizes(8 * MIB, 8, 15, 10.0, 100.0, 200_000_000, 1 * MIB, 30 * MIB)
 QUICK = Sizes(2 * MIB, 2, 1, 1.5, 100.0, 12_000_000, 1 * MIB, 3 * MIB)
 
 
@@ -783,6 +785,9 @@ def main() -> None:
     parser.add_argument("--parts", default="1,2,3,4", help="which parts, e.g. 1,2")
     parser.add_argument("--dir", default="var/bench-large-items", help="work directory (wiped)")
     parser.add_argument("--rate", type=float, default=None, help="part 2: small commits a second")
+    parser.add_argument(
+        "--rounds", type=int, default=None, help=f"part 1: interleaved rounds ({FULL.rounds})"
+    )
     what_if = parser.add_argument_group("what if (not the product as it is: say so with a figure)")
     what_if.add_argument("--idle-slice", type=int, metavar="KIB", help="STAGE_SLICE_IDLE")
     what_if.add_argument("--busy-slice", type=int, metavar="KIB", help="STAGE_SLICE_BUSY")
@@ -851,6 +856,8 @@ def main() -> None:
     sizes = QUICK if args.quick else FULL
     if args.rate is not None:
         sizes = dataclasses.replace(sizes, rate=args.rate)
+    if args.rounds is not None:
+        sizes = dataclasses.replace(sizes, rounds=args.rounds)
     base = Path(args.dir).resolve()
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)

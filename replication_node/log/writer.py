@@ -30,12 +30,12 @@ bench/README.md large_items run 5).
 Such a batch (`_deferring`) also goes on from one generation to the next instead of ending
 where a part fills one, until the body is written, a request waits (`wanted`, set by the
 stream when it queues one: the batch stops at the end of the generation it is writing) or
-the span is full; and each generation it closes is fsync'd at once by a second thread (the
-syncer, `_sync_early`) while the writer writes the next, the settle then only waiting for
-those fsyncs.  Why: once the span's fsyncs were deferred, an 8 MiB item spent half its
-commit in them at the end (the settle's batch 16-18 ms, against 21-24 for the raw append's
-whole write and fsync), and another 5 ms in nine returns to the event loop between batches
-of one generation each (timed by an ad-hoc wrapper outside bench/).  On the bench's virtio
+the span is full; and each generation it closes is fsync'd at once by the syncer (two
+threads, `SYNCERS`, `_sync_early`) while the writer writes the next, the settle then only
+waiting for those fsyncs.  Why: once the span's fsyncs were deferred, an 8 MiB item spent
+half its commit in them at the end (the settle's batch 16-18 ms, against 21-24 for the raw
+append's whole write and fsync), and another 5 ms in nine returns to the event loop between
+batches of one generation each (timed by an ad-hoc wrapper outside bench/).  On the bench's virtio
 disk the cost of making bytes durable is the cache flush itself, whenever the writeback
 ran (an fsync of 8 MiB whose writeback had been waited for still took 13 ms, in an ad-hoc
 test), so it can only overlap other work.  In an ad-hoc trace of one item the syncer's
@@ -139,8 +139,16 @@ _MIN_PART = 4096
 # The span's blocks are held in memory until its settle, then published at once (the block
 # feed keeps a publish whole however large, `blocks.BlockFeed.publish`).
 SPAN_LIMIT = 16
-# The name of the thread that fsyncs a deferring batch's generations early (`_sync_early`).
+# The name of the threads that fsync a deferring batch's generations early (`_sync_early`),
+# and how many: with two, a generation's fsync starts while the one before still waits for
+# its journal commit and cache flush, and the file system takes both in one commit or the next
+# at once, where one thread started it only after the earlier fsync returned.  Bench part 1
+# (8 MiB items, 15 rounds, 16 runs alternated with one thread): the log's MB/s median 280
+# against 262, higher in 13 of the 16 pairs; its ratio to the raw append 0.79 against 0.73
+# (bench/README.md large_items run 9).  The fsyncs' order does not matter: the settle waits for
+# all of them before anything of the span is named.
 SYNCER_THREAD = "log-sync"
+SYNCERS = 2
 
 
 @dataclass(slots=True)
@@ -150,7 +158,7 @@ class Unsettled:
     generation: int
     fd: int
     path: Path  # E00.log for the first of a span, else its hidden name
-    synced: Future[None] | None = None  # its fsync, started early by the syncer thread
+    synced: Future[None] | None = None  # its fsync, started early by the syncer
 
 
 @dataclass(slots=True)
@@ -258,7 +266,7 @@ class OpenLogWriter:
         self.wanted = False
         # Whether the batch being written may leave its span unsettled (a batch of nothing but
         # parts while no commits flow): it goes on across generations, and each generation it
-        # closes is fsync'd early, by the syncer thread, while the next is written.
+        # closes is fsync'd early, by the syncer, while the next is written.
         self._deferring = False
         self._syncer: ThreadPoolExecutor | None = None
 
@@ -571,12 +579,12 @@ class OpenLogWriter:
             self.metrics.fsync.observe(self._clock.monotonic() - start)
 
     def _sync_early(self, fd: int) -> Future[None]:
-        """Start fsyncing a generation a deferring batch closed, on the syncer thread: its
+        """Start fsyncing a generation a deferring batch closed, on the syncer: its
         data reaches the disk while the writer writes the next generation, and the settle
         only waits for it.  Nothing depends on it before the settle (the file is named only
         then), so the order of the syncer's fsyncs among the writer's steps does not matter."""
         if self._syncer is None:
-            self._syncer = ThreadPoolExecutor(1, thread_name_prefix=SYNCER_THREAD)
+            self._syncer = ThreadPoolExecutor(SYNCERS, thread_name_prefix=SYNCER_THREAD)
         return self._syncer.submit(self._timed_fsync, fd)
 
     def fsync_dir(self) -> None:
