@@ -857,6 +857,8 @@ def main() -> None:
     if args.rate is not None:
         sizes = dataclasses.replace(sizes, rate=args.rate)
     if args.rounds is not None:
+        if args.rounds < 1:
+            parser.error("--rounds must be 1 or more")
         sizes = dataclasses.replace(sizes, rounds=args.rounds)
     base = Path(args.dir).resolve()
     shutil.rmtree(base, ignore_errors=True)

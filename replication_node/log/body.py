@@ -25,7 +25,9 @@ _SLICE = 256 * 1024
 
 class BodyReader:
     """The UTF-8 bytes of a body, read in order: `read(n)` returns the next `n` bytes (fewer
-    only at the end).  `size` is the body's length in bytes, known before any is read."""
+    only at the end).  `size` is the body's length in bytes, known before any is read: given
+    by a caller that has counted it (`utf8_size`), it is checked against bytes and against
+    an ASCII text; a text that is not ASCII would have to be encoded whole to check it."""
 
     def __init__(self, body: bytes | memoryview | str, size: int | None = None) -> None:
         if isinstance(body, str):
@@ -33,6 +35,8 @@ class BodyReader:
             self._ascii = body.isascii()
             if size is None:
                 size = len(body) if self._ascii else len(body.encode("utf-8"))
+            elif self._ascii and size != len(body):
+                raise ValueError(f"a text of {len(body)} bytes said to be of {size}")
             self._encoded = b""  # encoded and not read yet (a text that is not ASCII)
         else:
             self._text = None

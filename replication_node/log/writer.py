@@ -35,8 +35,8 @@ threads, `SYNCERS`, `_sync_early`) while the writer writes the next, the settle 
 waiting for those fsyncs.  Why: once the span's fsyncs were deferred, an 8 MiB item spent
 half its commit in them at the end (the settle's batch 16-18 ms, against 21-24 for the raw
 append's whole write and fsync), and another 5 ms in nine returns to the event loop between
-batches of one generation each (timed by an ad-hoc wrapper outside bench/).  On the bench's virtio
-disk the cost of making bytes durable is the cache flush itself, whenever the writeback
+batches of one generation each (timed by an ad-hoc wrapper outside bench/).  On the bench's
+virtio disk the cost of making bytes durable is the cache flush itself, whenever the writeback
 ran (an fsync of 8 MiB whose writeback had been waited for still took 13 ms, in an ad-hoc
 test), so it can only overlap other work.  In an ad-hoc trace of one item the syncer's
 first fsync, of half a generation, took 10 ms: it carried what the writer wrote meanwhile

@@ -48,9 +48,12 @@ def test_reads_of_any_size_give_the_bodys_utf8_bytes_in_order(body, seed):
     assert len(reader.read(10)) == 0
 
 
-def test_a_size_given_with_bytes_must_be_theirs():
+def test_a_size_given_with_bytes_or_an_ascii_text_must_be_theirs():
     with pytest.raises(ValueError, match="a body of 3 bytes said to be of 4"):
         BodyReader(b"abc", 4)
+    with pytest.raises(ValueError, match="a text of 3 bytes said to be of 2"):
+        BodyReader("abc", 2)
+    assert BodyReader("é", 2).size == 2
 
 
 async def test_a_text_not_ascii_spanning_generations_commits_its_utf8_bytes(tmp_path):
