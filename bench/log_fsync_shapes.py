@@ -35,6 +35,14 @@ roll on disk.  Shapes:
   only after that).
 - `syncfs`: every generation written and renamed, then one `syncfs` (the whole file system:
   other processes' dirty data too, so it is noisy on a shared disk).
+- `early-2`: the writer as it is (run 9): each generation's file made on the clock, its
+  writeback started, and fsync'd at once on one of two syncer threads while the next is
+  written; every fsync waited for, the files renamed, the directory fsync'd once.
+- `recycled-early-2`: the same over files that exist already, written whole and fsync'd
+  before the clock (truncated generations kept for reuse, as ESE's pre-created logs and
+  PostgreSQL's recycled WAL segments), each generation written over one and `fdatasync`'d:
+  no new blocks or sizes for the journal to commit.  What a log format that tells a stale
+  record from a new one could reach (not built: bench/README.md large_items run 9).
 - `sfr-one-fsync` (ext4 only, not a POSIX guarantee): writeback started and waited for on
   every file, then one `fsync` of the last file and one of the directory: on ext4 with one
   journal, that fsync's journal commit carries every file's size and blocks and its cache
@@ -58,6 +66,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -236,6 +245,51 @@ def shape_sfr_one_fsync(root: Path, data: list[memoryview]) -> float:
     return time.perf_counter() - start
 
 
+def early(recycled: bool, file_sync: Callable[[int], None]) -> Callable[..., float]:
+    """The writer as it is (run 9): each generation's file made on the clock (header, then
+    its bytes, writeback started), fsync'd at once on one of two syncer threads while the next
+    is written; at the end every fsync waited for, the files renamed, the directory fsync'd
+    once.  `recycled`: the files exist already, written whole and fsync'd before the clock
+    (truncated generations kept for reuse), and each generation is written over one."""
+
+    def shape(root: Path, data: list[memoryview]) -> float:
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        paths = [root / f".prepared.{i}" for i in range(len(data) + 1)]
+        if recycled:
+            for path in paths:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+                os.write(fd, b"\0" * (MIB + 4096))
+                os.fsync(fd)
+                os.close(fd)
+            fsync_dir(root)
+        flags = os.O_WRONLY if recycled else os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        fds: list[int] = []
+        with ThreadPoolExecutor(2) as syncer:
+            start = time.perf_counter()
+            synced = []
+            for i, part in enumerate(data):
+                fds.append(fd := os.open(paths[i], flags, 0o644))
+                os.pwrite(fd, b"H" * 4096 + part, 0)
+                sync_file_range(fd, WRITE)
+                synced.append(syncer.submit(file_sync, fd))
+            fds.append(last := os.open(paths[-1], flags, 0o644))
+            os.pwrite(last, b"H" * 4096 + b"C" * 300, 0)  # the commit, in the next generation
+            for done in synced:
+                done.result()
+            file_sync(last)
+            for i, path in enumerate(paths[:-1]):
+                os.rename(path, root / f"{i + 1:08d}.log")
+            os.rename(paths[-1], root / "E00.log")
+            fsync_dir(root)
+            took = time.perf_counter() - start
+        for fd in fds:
+            os.close(fd)
+        return took
+
+    return shape
+
+
 SHAPES: dict[str, Callable[[Path, list[memoryview]], float]] = {
     "raw": shape_raw,
     "now": shape_now,
@@ -247,6 +301,8 @@ SHAPES: dict[str, Callable[[Path, list[memoryview]], float]] = {
     "pipelined-dir-once": pipelined(False),
     "syncfs": shape_syncfs,
     "sfr-one-fsync": shape_sfr_one_fsync,
+    "early-2": early(False, os.fsync),
+    "recycled-early-2": early(True, os.fdatasync),
 }
 
 
