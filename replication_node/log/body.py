@@ -18,6 +18,8 @@ A body given as bytes is read as it is (a view, no copy).
 
 from __future__ import annotations
 
+from dag_common.mailbox_digest import utf8_size
+
 # Characters encoded at a time beyond what a read needs (a text that is not ASCII has no
 # character offset for a byte offset, so its reads are served from encoded slices).
 _SLICE = 256 * 1024
@@ -34,7 +36,7 @@ class BodyReader:
             self._text: str | None = body
             self._ascii = body.isascii()
             if size is None:
-                size = len(body) if self._ascii else len(body.encode("utf-8"))
+                size = utf8_size(body)
             elif self._ascii and size != len(body):
                 raise ValueError(f"a text of {len(body)} bytes said to be of {size}")
             self._encoded = b""  # encoded and not read yet (a text that is not ASCII)
@@ -46,7 +48,7 @@ class BodyReader:
                 raise ValueError(f"a body of {len(self._view)} bytes said to be of {size}")
         self.size = size
         self._chars = 0  # characters of the text encoded so far (not ASCII)
-        self.read_bytes = 0
+        self.read_bytes = 0  # how far the body has been read (the writer's progress in it)
 
     def read(self, n: int) -> memoryview:
         """The next `n` bytes of the body (what is left, if less)."""

@@ -165,8 +165,7 @@ class Unsettled:
 class StageJob:
     """A body being staged: the writer thread's progress through it."""
 
-    data: BodyReader
-    written: int = 0
+    data: BodyReader  # how much of it is written: its `read_bytes`
     blob: PendingBlob | None = None
     abort_on: BaseException | None = None  # set by a roll that closes the stream's writes
 
@@ -513,22 +512,21 @@ class OpenLogWriter:
         events: list[StreamEvent],
     ) -> tuple[int, bool]:
         """Write parts of `job` up to `budget` bytes; the budget left, and whether it is done."""
-        total = job.data.size
-        while job.written < total and budget > 0:
+        body = job.data
+        while body.read_bytes < body.size and budget > 0:
             room = self.header.log_file_size - CLOSE_SIZE - self._offset - spanning.PART_OVERHEAD
             if room < _MIN_PART and self.records:
                 flush()
                 events.append(self.roll(RollCause.SIZE))
                 continue
-            take = min(room, budget, total - job.written)
-            chunk = job.data.read(take)
+            take = min(room, budget, body.size - body.read_bytes)
+            chunk = body.read(take)
             if job.blob is None:
                 blob = BlobId(self.header.generation, self._offset)
                 job.blob = PendingBlob(blob)
             index = job.blob.parts
             append(spanning.part_pieces(job.blob.id, index, chunk, self.last_time))
             job.blob = self.pending[job.blob.id] = job.blob.add(chunk)
-            job.written += take
             if take < room:
                 budget -= take
             elif self._deferring and not self.wanted and len(self._span) + 1 < self.span_limit:
@@ -539,7 +537,7 @@ class OpenLogWriter:
                 # A part that fills the generation ends the batch: going on into the next
                 # would keep a request that arrived meanwhile waiting for more than one.
                 budget = 0
-        return budget, job.written >= total
+        return budget, body.read_bytes >= body.size
 
     def _abort_staging(
         self,
