@@ -10,6 +10,7 @@ invariants; none waits for the system to react, the scenario does that.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import signal
@@ -95,25 +96,23 @@ BALLAST = "ballast"
 
 
 def fill(where: Path) -> int:
-    """Fill the file system under `where` with a ballast file until it is full; its size."""
+    """Fill the file system under `where` with a ballast file until it is full; its size
+    (0 on a disk already full)."""
+    # Unbuffered: a buffered file keeps what did not fit of its last write (up to its 8 KiB
+    # buffer) and fails again flushing it at close, out of `fill` (reported on the `with
+    # open(...)` line, as if opening had failed): a disk with a page less than a whole
+    # number of megabytes free did that.  A raw write takes what fits and says how much;
+    # the next one fails with ENOSPC.
     written = 0
-    chunk = b"\0" * (1 << 20)
-    with open(where / BALLAST, "wb") as f:
-        try:
-            while True:
-                f.write(chunk)
-                f.flush()
-                written += len(chunk)
-        except OSError:
-            pass
-    # the last partial megabyte too: nothing left for the node
-    with open(where / (BALLAST + ".tail"), "wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"\0" * 4096)
-                written += 4096
-        except OSError:
-            pass
+    for name, size in ((BALLAST, 1 << 20), (BALLAST + ".tail", 4096)):  # the last bytes too
+        chunk = b"\0" * size
+        with open(where / name, "wb", buffering=0) as f:
+            try:
+                while True:
+                    written += f.write(chunk)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
     return written
 
 
