@@ -10,6 +10,7 @@ invariants; none waits for the system to react, the scenario does that.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import random
@@ -18,6 +19,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from tests.cluster_harness import FAKETIME_LIB, LocalCluster
 from tests.netns import NetnsLab
@@ -199,30 +201,44 @@ def truncate(path: Path, rng: random.Random) -> int:
 @dataclass
 class FakeClock:
     """A process's wall clock read from a libfaketime spec file, moved at will (a jump
-    forward or back, `+2h`, `-30m`); the monotonic clock is left real."""
+    forward or back, `+2h`, `-30m`); the monotonic clock is left real.
+
+    libfaketime reads the file again at a clock call once `CACHE` seconds have passed (by
+    the real clock) since it last did, not at every call (FAKETIME_NO_CACHE): it does at
+    every timed wait on a condition variable too, which is how CPython's threads wait for
+    the GIL.  mbx2 in clock-skew read it 85,000 times a second, with 3.7 times the CPU of
+    mbx1; on a busy machine its lease renewals (every 1 s, TTL 3 s) came up to 1.9 s apart
+    and its event loop stalled up to 0.9 s, and in CI DB2 failed over from it during the
+    setup, before any fault.  A jump takes effect within 2 * CACHE seconds: `jump` waits."""
 
     spec: Path
+
+    CACHE: ClassVar[int] = 1  # seconds; libfaketime counts whole ones
 
     def env(self) -> dict[str, str]:
         self.spec.write_text("+0\n") if not self.spec.exists() else None
         return {
             "LD_PRELOAD": str(FAKETIME_LIB),
             "FAKETIME_TIMESTAMP_FILE": str(self.spec),
-            "FAKETIME_NO_CACHE": "1",
+            "FAKETIME_CACHE_DURATION": str(self.CACHE),
             "FAKETIME_DONT_FAKE_MONOTONIC": "1",
         }
 
-    def jump(self, offset: str) -> None:
+    async def jump(self, offset: str) -> None:
+        """Move the clock to `offset` from the real one; return once every clock reading of
+        the process sees it (it reads the file at the first call past its cache)."""
         tmp = self.spec.with_suffix(".tmp")
         tmp.write_text(f"{offset}\n")
         tmp.replace(self.spec)
+        await asyncio.sleep(2 * self.CACHE + 0.5)
 
 
 def skewed_clock_env(offset: str) -> dict[str, str]:
     """A process's wall clock `offset` from the machine's (`+1h`, `-90s`) for its whole life,
-    the monotonic clock left real.  Read once: FakeClock's spec file, read at every clock
-    call, costs a file read each (20x a clock read here), which a busy gRPC server pays on
-    every call it times; a clock that never moves need not."""
+    the monotonic clock left real.  Read from the environment: a clock that never moves
+    needs no spec file to read again (FakeClock's, read at every clock call before it had a
+    cache, cost 20x a clock read here, which a busy gRPC server paid on every call it
+    timed)."""
     return {
         "LD_PRELOAD": str(FAKETIME_LIB),
         "FAKETIME": offset,
