@@ -11,13 +11,16 @@ wiped at the start and left behind for inspection.
    then committed); MB/s against a raw append of the same bytes to one file, `write` +
    `fsync` per item.  Interleaved rounds (raw, log, raw, log, ...), totals over the rounds,
    after a warm-up past the LLR depth (at most 10); each side starts on a quiet disk (the
-   LLR writes the log's rolls started done, then `sync`), so that neither pays the other's
-   writeback.  15 rounds of 8 items (`--rounds`): a round's ratio moves between 0.5 and 1.3
-   on the bench's virtio disk, and with 5 rounds a run's ratio moved by 0.1 between
-   identical code (bench/README.md large_items run 8).
-   Every `os.fsync` and `os.write` of the process, the writer's batches and rolls, the
-   store's reads on the event loop and the LLR writes into the database file are timed
-   meanwhile (`Timers`): where the log's time goes.  Target >= 0.8.
+   log's background work done: the LLR writes its rolls started, and the spare log files its
+   rolls used made again, as a node's active makes them while its log is idle,
+   `log_spare_files`, `--spares`; then `sync`), so that neither pays the other's writeback.
+   A round's 72 generations take 64 spares and 8 new files.  15 rounds of 8 items
+   (`--rounds`): a round's ratio moves between 0.5 and 1.3 on the bench's virtio disk, and
+   with 5 rounds a run's ratio moved by 0.1 between identical code (bench/README.md
+   large_items run 8).  Every `os.fsync`, `os.fdatasync` and `os.write` of the process, the
+   writer's batches and rolls, the store's reads on the event loop and the LLR writes into
+   the database file are timed meanwhile (`Timers`): where the log's time goes.  Target
+   >= 0.8.
 2. Small commits beside large ones.  The same kind of copy; a steady stream of one-item
    commits of 1 KB (open loop, `--rate` a second, each commit's latency counted from the
    moment it was due, so a stalled loop is not hidden), alone and with a writer committing
@@ -87,6 +90,7 @@ from bench.move import (  # noqa: E402
 )
 from dag_common.clock import SystemClock  # noqa: E402
 from dag_common.cluster_store.embedded import EmbeddedClusterStore  # noqa: E402
+from dag_common.config import Defaults  # noqa: E402
 from dag_common.mailbox_digest import MailboxDigest, mailbox_digest  # noqa: E402
 from dag_common.model import CopyStatus  # noqa: E402
 from dag_common.store_api import ItemIn  # noqa: E402
@@ -111,6 +115,8 @@ MIB = 1 << 20
 MB = 1e6
 LOG_FILE_SIZE = MIB
 LLR_DEPTH = 10
+# Spare log files each copy keeps (`log_spare_files`, the node's default; `--spares`).
+SPARES = Defaults().log_spare_files
 DB = "DB1"
 MAILBOX = "bench"
 TOKEN = "bench-token-0123456789abcdef"
@@ -220,6 +226,7 @@ def log_stages() -> Timers:
     return Timers(
         {
             "fsync": (os, "fsync"),
+            "fdatasync": (os, "fdatasync"),
             "write": (os, "write"),
             "roll": (OpenLogWriter, "roll"),
             "settle": (OpenLogWriter, "_settle"),
@@ -240,6 +247,7 @@ async def mount(root: Path) -> tuple[ActiveCopy, MailboxStore]:
         clock=SystemClock(),
         create=True,
     )
+    copy.stream.keep_spares(SPARES)  # as a node's active does
     store = MailboxStore(copy)
     await store.create_mailbox(MAILBOX)
     return copy, store
@@ -262,14 +270,19 @@ def raw_append(path: Path, data: bytes, items: int) -> float:
 
 
 async def settled(copy: ActiveCopy) -> None:
-    """Once the LLR writes the last rolls started are done (the database file as far as the
-    LLR depth lets it go), everything written so far on disk (`sync`)."""
+    """Once the log's background work is done (the LLR writes of the last rolls: the
+    database file as far as the LLR depth lets it go; the spare log files the rolls used,
+    made again while the log is idle, as a node's are), everything written so far on disk
+    (`sync`)."""
     await wait_until(
         "LLR writes",
         lambda: copy.db.header.waypoint >= copy.stream.generation - LLR_DEPTH,
         timeout=120,
         every=0.005,
     )
+    pool = copy.stream.spares
+    if pool is not None:
+        await wait_until("spares", lambda: not pool.short or not pool.room(), timeout=120)
     os.sync()
 
 
@@ -289,6 +302,8 @@ async def large_commits(base: Path, sizes: Sizes) -> None:
             await store.put_items(MAILBOX, [ItemIn(item_id=f"big{n}", body=body)])
             n += 1
         first_gen = copy.stream.generation
+        pool = copy.stream.spares
+        taken = pool.taken if pool is not None else 0
         for r in range(sizes.rounds):
             # Each side starts on a quiet disk: neither pays for the other's writeback.
             await settled(copy)
@@ -306,6 +321,7 @@ async def large_commits(base: Path, sizes: Sizes) -> None:
             ratios.append(raw / log)
             print(f"  round {r + 1}: raw {raw:.3f} s, log {log:.3f} s, ratio {raw / log:.2f}")
         generations = copy.stream.generation - first_gen
+        taken = pool.taken - taken if pool is not None else 0
         assert copy.item(MAILBOX, f"big{n - 1}").body == body
     finally:
         await copy.crash_close()
@@ -315,7 +331,8 @@ async def large_commits(base: Path, sizes: Sizes) -> None:
     print(
         f"\n{total} items of {len(data) / MIB:g} MiB ({sizes.rounds} interleaved rounds of "
         f"{sizes.items}, after a warm-up past the LLR depth); {generations} generations rolled "
-        f"({generations / total:.1f} an item)\n"
+        f"({generations / total:.1f} an item), {taken} of them written over spare log files "
+        f"(`log_spare_files` {SPARES}, made again while the log is idle between rounds)\n"
     )
     print("| case | MB | seconds | MB/s | vs raw |")
     print("|---|---:|---:|---:|---:|")
@@ -348,13 +365,18 @@ async def large_commits(base: Path, sizes: Sizes) -> None:
     row("- rolls (CLOSE and the next header written, writeback started)", stages, "roll")
     row("- - of which the next generation's file created", stages, "next file")
     row("- settles (every file of a span fsync'd, renamed, fsync dir)", stages, "settle")
-    row("- every fsync (file and directory), any thread", stages, "fsync")
-    row("- - of which early, on the syncer, beside the writer", stages, "fsync on the syncer")
+    row("- every fdatasync (the log's files), any thread", stages, "fdatasync")
+    row("- - of which early, on the syncer, beside the writer", stages, "fdatasync on the syncer")
+    row("- every fsync (the directory)", stages, "fsync")
     row("- every write of the log", stages, "write")
     row("event loop: mailbox reads (wait on the database lock)", stages, "store reads")
     row("event loop: folder reads (the same)", stages, "folder reads")
     row("LLR thread: transactions into the database file (beside)", stages, "LLR apply")
-    own_fsyncs = stages.seconds["fsync"] - stages.seconds["fsync on the syncer"]
+    own_fsyncs = (
+        stages.seconds["fsync"]
+        + stages.seconds["fdatasync"]
+        - stages.seconds["fdatasync on the syncer"]
+    )
     floor = (own_fsyncs + stages.seconds["write"]) / total
     print(
         f"\nlarge commits / raw fsync'd append: {log_mbps / raw_mbps:.2f} (rounds "
@@ -502,6 +524,7 @@ async def replication(base: Path, sizes: Sizes) -> None:
         cluster_store=store,
         epoch=record.epoch,
         peer_progress=None,  # nothing is truncated under the passive
+        spare_log_files=SPARES,
     )
     await active.start()
     assert active.copy is not None and active.store is not None
@@ -779,7 +802,7 @@ PARTS = {
 
 
 def main() -> None:
-    global LLR_DEPTH
+    global LLR_DEPTH, SPARES
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, in seconds")
     parser.add_argument("--parts", default="1,2,3,4", help="which parts, e.g. 1,2")
@@ -795,6 +818,13 @@ def main() -> None:
         "--llr-pause", type=float, metavar="MS", help="llr_pacing.PAUSE (0: no pause)"
     )
     what_if.add_argument("--llr-chunk", type=int, metavar="KIB", help="writebehind.CHUNK")
+    what_if.add_argument(
+        "--spares",
+        type=int,
+        metavar="N",
+        help=f"log_spare_files of the copies in process, parts 1-3 (default {SPARES}, the "
+        "node's; 0: every generation in a new file, as before run 10)",
+    )
     what_if.add_argument(
         "--llr-paced-chunk", type=int, metavar="KIB", help="llr_pacing.PACED_CHUNK"
     )
@@ -833,6 +863,8 @@ def main() -> None:
         "LLR may fall behind while it yields to a large body being staged (0: no yield)",
     )
     args = parser.parse_args()
+    if args.spares is not None:
+        SPARES = args.spares
     if args.llr_yield is not None:
         llr_pacing.YIELD_BACKLOG = args.llr_yield
     if args.span_limit is not None:

@@ -160,6 +160,12 @@ class Defaults(_Model):
     """Per-database settings that a database may override."""
 
     log_file_size: ByteSize = ByteSize(1024 * 1024)
+    # Spare log files an active copy keeps, written whole while its log is idle, for the
+    # next generations to be written over: a roll's fsync then commits no new blocks or size
+    # (replication_node/log/spares.py; bench/README.md large_items run 10).  Made only while
+    # the disk keeps a quarter of itself and four pools' worth free.  64 (64 MiB of 1 MiB
+    # logs): PostgreSQL keeps 80 MB of recycled WAL by default.  0: new files, no pool.
+    log_spare_files: int = Field(default=64, ge=0, le=4096)
     # The largest item (its subject and body, in UTF-8) a store write takes, refused with 413
     # at the HTTP edge before it is read (dag_common/http_body.py).
     max_item_size: ItemSize = ByteSize(DEFAULT_MAX_ITEM_SIZE)

@@ -254,6 +254,7 @@ class Node:
                 epoch=spec.epoch,
                 peer_progress=lambda db=spec.database: self._peer_progress(db),
                 circular_logging=self.config.defaults.circular_logging,
+                spare_log_files=self.config.defaults.log_spare_files,
                 on_failure=self.config.defaults.on_active_failure,
                 metrics=self.metrics,
                 copy_awaiting_logs=lambda db=spec.database: self._copy_awaiting_logs(db),

@@ -83,6 +83,7 @@ class ActiveInstance:
         epoch: int,
         peer_progress: Callable[[], Awaitable[list[CopyProgress]]] | None = None,
         circular_logging: bool = True,
+        spare_log_files: int = 0,
         truncation_interval: float = 5.0,
         on_failure: ActiveFailurePolicy = ActiveFailurePolicy.REMOUNT,
         metrics: NodeMetrics | None = None,
@@ -137,6 +138,7 @@ class ActiveInstance:
         # Asks the transports to redeliver after a lossy activation (`redelivery.py`).
         self.redelivery = redelivery
         self.circular_logging = circular_logging
+        self.spare_log_files = spare_log_files
         # What passive copies pull: the stream mounted, or its last logs held for a copy
         # taking over.
         self.share = ActiveLogShare(
@@ -249,6 +251,7 @@ class ActiveInstance:
         self.copy.stream.set_metrics(self._stream_metrics)
         self.copy.stream.add_listener(self._on_event)
         stream = self.copy.stream
+        stream.keep_spares(self.spare_log_files)
         self._mount_tasks = [
             asyncio.create_task(
                 stream.run_idle_roller(self._roll_interval.total_seconds()),

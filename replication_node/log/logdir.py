@@ -112,15 +112,22 @@ def create_open_log(log_dir: Path, header: LogHeader, first: bytes = b"") -> int
     return fd
 
 
-def create_hidden(log_dir: Path, header: LogHeader, first: bytes) -> tuple[int, Path]:
-    """A new file for the generation a roll opens: `header` and the record `first` (the
-    CARRIED record, when staged bodies are pending), under a hidden name (PREPARED_PREFIX)
-    that no reader of the log takes for a generation.  Returns a write fd at its end and the
-    path.  Nothing is fsync'd: the file is named only once the writer has fsync'd it
-    (`install_span`), and a crash before that leaves a stray hidden file, which
-    `finish_interrupted_roll` removes."""
-    path = log_dir / f"{PREPARED_PREFIX}{uuid.uuid4().hex}"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+def create_hidden(
+    log_dir: Path, header: LogHeader, first: bytes, spare: Path | None = None
+) -> tuple[int, Path]:
+    """A file for the generation a roll opens: `header` and the record `first` (the CARRIED
+    record, when staged bodies are pending), under a hidden name (PREPARED_PREFIX) that no
+    reader of the log takes for a generation: `spare`, a spare file already under such a
+    name (`spares.SparePool.take`), written over from its start; else a new file.  Returns a
+    write fd at the end of what was written, and the path.  Nothing is fsync'd: the file is
+    named only once the writer has fsync'd it (`install_span`), and a crash before that
+    leaves a stray hidden file, which `finish_interrupted_roll` removes."""
+    if spare is not None:
+        path = spare
+        fd = os.open(path, os.O_WRONLY)
+    else:
+        path = log_dir / f"{PREPARED_PREFIX}{uuid.uuid4().hex}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         write_all(fd, header.encode() + first)
     except BaseException:

@@ -6,7 +6,7 @@ A log file is a 512-byte header followed by records::
             | database signature 16B | log signature 16B | creation time i64 (µs UTC)
             | previous generation's creation time i64 (µs, 0 for generation 1)
             | log file size u32 | CRC32C u32 of everything before it | zero padding
-    record  body length u32 | CRC32C u32 of (length field + body) | body
+    record  body length u32 | CRC32C u32 of (length field + body), XOR the header's salt | body
     body    type u8 | commit time i64 (µs UTC) | payload
 
 Record types: TRANSACTION (payload = JSON `{"ops": [...]}`, one committed transaction,
@@ -15,12 +15,12 @@ and `"blobs": [...]` when it commits item bodies staged in PART records before i
 staged body no commit will use), CARRIED (JSON: the staged bodies still pending when the
 generation was created; its first record, written with its header), DIGEST (payload = JSON
 `{"generation": W, "digest": hex}`: the active's database content
-digest as of generation W, written just before CLOSE at a roll; copies compare theirs) and
-CLOSE (empty payload; written once, as the last record, when the generation is closed; its
-time is the generation's close time).  A closed generation therefore proves its own
-completeness: it must end with exactly one CLOSE record at end of file, so a truncated
-transfer is caught by inspection.  The open log `E00.log` has the same header (with the
-generation it will become) and no CLOSE record yet.
+digest as of generation W, written just before CLOSE at a roll; copies compare theirs),
+PAD (zeros: room no record uses, version 2) and CLOSE (empty payload; written once, as the
+last record, when the generation is closed; its time is the generation's close time).  A
+closed generation therefore proves its own completeness: it must end with exactly one CLOSE
+record at end of file, so a truncated transfer is caught by inspection.  The open log
+`E00.log` has the same header (with the generation it will become) and no CLOSE record yet.
 
 A prepared file (`PreparedHeader`, `writer.py`'s roll) is made ahead of a roll to hold the
 next generation: a 512-byte header of its own (magic "DGPREP\r\n", the generation and stream it
@@ -30,6 +30,23 @@ named it E00.log first and fsync'd it after, so a power loss could leave an E00.
 header is still the prepared one: never fsync'd since, so nothing in it was acknowledged
 (recovery replaces it).  It is never a generation: `LogHeader.decode` refuses it by its
 magic.
+
+Format version 2 (written since issue 29's reused log files; version 1 is read as before):
+- **The salt.** Each record's stored checksum is its CRC32C XOR the generation's salt, the
+  CRC32C of its header (`LogHeader.salt`; 0 in version 1).  A log file may be written over a
+  file that held records before (`spares.py`: files written whole beforehand, so that a roll's
+  fsync need not wait for the journal to commit new blocks and a new size).  Past the open
+  log's last record lie the old bytes; a record among them, framed as well as any, was
+  salted with another header (another generation, or the same one created at another time),
+  so its checksum fails, and the scan stops there as at any torn tail.  Without the salt,
+  recovery after a crash could take a record left from the file's last use for one written
+  since.
+- **Every closed generation is `log_file_size` bytes.**  The roll pads the generation with a
+  PAD record up to its DIGEST and CLOSE records, so CLOSE ends the file at exactly
+  `log_file_size`, as the seeds' logs are always 1 MiB: a generation written over a spare
+  never changes the file's size (`fdatasync` then has no metadata to commit), and readers
+  keep their rule (CLOSE last, at end of file).  A sealed open log (`seal_open_log`, a copy
+  keeping a lost active's E00.log) is not padded: readers take any length.
 
 The LSN of a record is (generation, byte offset of its frame in the file).  The chain of
 creation times (each header carries its predecessor's) is what lets inspection and replay
@@ -54,7 +71,8 @@ from replication_node.errors import LogHeaderError, LogRecordError
 
 MAGIC = b"DGLOG\r\n\x1a"
 PREPARED_MAGIC = b"DGPREP\r\n"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # what the writer writes
+READABLE_VERSIONS = (1, 2)
 HEADER_SIZE = 512
 OPEN_LOG_NAME = "E00.log"
 # Files prepared to become the next E00.log: this prefix and a unique suffix (hidden, and
@@ -82,6 +100,7 @@ class RecordType(IntEnum):
     PART = 4
     ABORT = 5
     CARRIED = 6
+    PAD = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,11 +113,11 @@ class ContentDigest:
     digest: str
     version: int = DIGEST_VERSION
 
-    def encode(self, when: datetime) -> bytes:
+    def encode(self, when: datetime, *, salt: int = 0) -> bytes:
         payload = orjson.dumps(
             {"generation": self.generation, "digest": self.digest, "v": self.version}
         )
-        return encode_record(RecordType.DIGEST, when, payload)
+        return encode_record(RecordType.DIGEST, when, payload, salt=salt)
 
 
 def closed_log_name(generation: int) -> str:
@@ -137,10 +156,21 @@ class LogHeader:
     log_file_size: int
     version: int = FORMAT_VERSION
 
+    @property
+    def salt(self) -> int:
+        """What every record's checksum in this generation is XOR'd with: the header's own
+        CRC32C (version 2), 0 in version 1."""
+        return crc32c.crc32c(self._fixed()) if self.version >= 2 else 0
+
     def encode(self) -> bytes:
         """The 512-byte header with its checksum."""
+        head = self._fixed()
+        head += _CRC.pack(crc32c.crc32c(head))
+        return head.ljust(HEADER_SIZE, b"\0")
+
+    def _fixed(self) -> bytes:
         prev = to_micros(self.prev_creation_time) if self.prev_creation_time else 0
-        head = _HEADER.pack(
+        return _HEADER.pack(
             MAGIC,
             self.version,
             HEADER_SIZE,
@@ -151,8 +181,6 @@ class LogHeader:
             prev,
             self.log_file_size,
         )
-        head += _CRC.pack(crc32c.crc32c(head))
-        return head.ljust(HEADER_SIZE, b"\0")
 
     @classmethod
     def decode(cls, data: bytes) -> LogHeader:
@@ -174,7 +202,7 @@ class LogHeader:
         if any(data[_HEADER.size + _CRC.size : HEADER_SIZE]):
             # The padding is outside the checksum: anything but zeros there is a forgery.
             raise LogHeaderError("log header checksum mismatch (non-zero padding)")
-        if version != FORMAT_VERSION:
+        if version not in READABLE_VERSIONS:
             raise LogHeaderError(f"unsupported log format version {version}")
         if size != HEADER_SIZE:
             raise LogHeaderError(f"unexpected header size {size}")
@@ -233,7 +261,7 @@ class PreparedHeader:
         ):
             raise LogHeaderError("prepared log file: header checksum mismatch")
         _, version, size, gen, dbsig, logsig = _PREPARED.unpack_from(data)
-        if version != FORMAT_VERSION or size != HEADER_SIZE or gen < 1:
+        if version not in READABLE_VERSIONS or size != HEADER_SIZE or gen < 1:
             raise LogHeaderError(f"prepared log file: version {version}, size {size}, gen {gen}")
         return cls(gen, uuid.UUID(bytes=dbsig), uuid.UUID(bytes=logsig))
 
@@ -265,31 +293,62 @@ class LogRecord:
         return ops
 
 
-def encode_record(rtype: RecordType, commit_time: datetime, payload: bytes = b"") -> bytes:
-    """One framed record: length, CRC32C over length and body, body."""
-    return b"".join(record_pieces(rtype, commit_time, payload))
+def encode_record(
+    rtype: RecordType, commit_time: datetime, payload: bytes = b"", *, salt: int = 0
+) -> bytes:
+    """One framed record: length, CRC32C over length and body (XOR `salt`: the header's of
+    the generation it goes into, `LogHeader.salt`), body."""
+    return b"".join(record_pieces(rtype, commit_time, payload, salt=salt))
 
 
 def record_pieces(
-    rtype: RecordType, commit_time: datetime, *payload: bytes | memoryview
+    rtype: RecordType, commit_time: datetime, *payload: bytes | memoryview, salt: int = 0
 ) -> list[bytes | memoryview]:
     """`encode_record` as the pieces to write one after the other, its payload given in
-    pieces too: a staged body's part is framed without being copied first."""
+    pieces too: a staged body's part is framed without being copied first.  The pieces are
+    the length field, the checksum field, the body's head and the payload's pieces."""
     head = _BODY.pack(int(rtype), to_micros(commit_time))
     length = _CRC.pack(len(head) + sum(len(p) for p in payload))
     crc = crc32c.crc32c(head, crc32c.crc32c(length))
     for piece in payload:
         crc = crc32c.crc32c(piece, crc)
-    return [length, _CRC.pack(crc), head, *payload]
+    return [length, _CRC.pack(crc ^ salt), head, *payload]
+
+
+def salted(pieces: list[bytes | memoryview], salt: int) -> list[bytes | memoryview]:
+    """A record encoded without a salt (whole, or as `record_pieces` gives it), salted for
+    the generation it is written into: its checksum field XOR `salt`.  The writer salts each
+    record where it places it, since a commit's record is encoded before anyone knows which
+    generation it lands in (a roll may come first)."""
+    if not salt:
+        return pieces
+    first = pieces[0]
+    if len(first) == _CRC.size:  # record_pieces: the length field, then the checksum
+        (crc,) = _CRC.unpack(pieces[1])
+        return [first, _CRC.pack(crc ^ salt), *pieces[2:]]
+    (crc,) = _CRC.unpack_from(first, _CRC.size)
+    whole = bytes(first)
+    return [whole[:4] + _CRC.pack(crc ^ salt) + whole[8:], *pieces[1:]]
+
+
+def encode_pad(size: int, commit_time: datetime, *, salt: int = 0) -> bytes:
+    """A PAD record of exactly `size` bytes, frame included (at least FRAME_OVERHEAD)."""
+    if size < FRAME_OVERHEAD:
+        raise ValueError(f"a PAD record takes at least {FRAME_OVERHEAD} bytes, not {size}")
+    return encode_record(RecordType.PAD, commit_time, bytes(size - FRAME_OVERHEAD), salt=salt)
 
 
 def encode_transaction(
-    ops: Sequence[object], commit_time: datetime, blobs: list[list[int]] | None = None
+    ops: Sequence[object],
+    commit_time: datetime,
+    blobs: list[list[int]] | None = None,
+    *,
+    salt: int = 0,
 ) -> bytes:
     """A TRANSACTION record carrying `ops`, the JSON objects of its operations
     (`operations.encode_record_ops`), and the staged bodies it commits (`spanning.py`)."""
     payload = orjson.dumps({"ops": ops, "blobs": blobs} if blobs else {"ops": ops})
-    return encode_record(RecordType.TRANSACTION, commit_time, payload)
+    return encode_record(RecordType.TRANSACTION, commit_time, payload, salt=salt)
 
 
 # The most a DIGEST record takes (a generation of 10 digits, 64 hex digits).
@@ -304,7 +363,13 @@ class ScanResult:
     records: tuple[LogRecord, ...]
     valid_end: int
     file_size: int
-    tail_error: str | None
+    tail_error: str | None  # None too when all past `valid_end` is zeros (`unwritten`)
+
+    @property
+    def unwritten(self) -> int:
+        """Bytes of zeros past the last record that no record claims: room of a file written
+        over a spare (`spares.py`) not written yet; not a torn tail."""
+        return self.file_size - self.valid_end if self.tail_error is None else 0
 
     @property
     def closed(self) -> bool:
@@ -341,8 +406,9 @@ class ScanResult:
         return out
 
 
-def iter_records(data: bytes, generation: int) -> Iterator[LogRecord | str]:
-    """Yield the valid records after the header; a final string says why scanning stopped."""
+def iter_records(data: bytes, generation: int, salt: int = 0) -> Iterator[LogRecord | str]:
+    """Yield the valid records after the header; a final string says why scanning stopped.
+    `salt`: the header's (`LogHeader.salt`)."""
     pos = HEADER_SIZE
     end = len(data)
     view = memoryview(data)  # the checksums read the bytes where they are, without a copy
@@ -364,7 +430,7 @@ def iter_records(data: bytes, generation: int) -> Iterator[LogRecord | str]:
             return
         computed = crc32c.crc32c(view[pos : pos + 4])
         computed = crc32c.crc32c(view[pos + _FRAME.size : body_end], computed)
-        if computed != stored:
+        if computed ^ salt != stored:
             yield f"record checksum mismatch at offset {pos}"
             return
         rtype_raw, micros = _BODY.unpack_from(data, pos + _FRAME.size)
@@ -391,12 +457,15 @@ def scan(data: bytes) -> ScanResult:
     records: list[LogRecord] = []
     tail_error = None
     valid_end = HEADER_SIZE
-    for item in iter_records(data, header.generation):
+    for item in iter_records(data, header.generation, header.salt):
         if isinstance(item, str):
             tail_error = item
             break
         records.append(item)
         valid_end = item.offset + item.size
+    closed = bool(records) and records[-1].type is RecordType.CLOSE
+    if tail_error is not None and not closed and not bytes(data[valid_end:]).strip(b"\0"):
+        tail_error = None  # zeros: a spare's room not written yet, nothing torn
     return ScanResult(header, tuple(records), valid_end, len(data), tail_error)
 
 
@@ -434,13 +503,17 @@ def close_time_of(path: Path) -> datetime | None:
     the records before it); None if the file does not end with a valid CLOSE record."""
     size = _FRAME.size + _BODY.size
     with open(path, "rb") as f:
+        try:
+            salt = LogHeader.decode(f.read(HEADER_SIZE)).salt
+        except LogHeaderError:
+            return None
         f.seek(0, 2)
         if f.tell() < HEADER_SIZE + size:
             return None
         f.seek(-size, 2)
         tail = f.read(size)
     length, stored = _FRAME.unpack_from(tail)
-    if length != _BODY.size or crc32c.crc32c(tail[:4] + tail[_FRAME.size :]) != stored:
+    if length != _BODY.size or crc32c.crc32c(tail[:4] + tail[_FRAME.size :]) ^ salt != stored:
         return None
     rtype, micros = _BODY.unpack_from(tail, _FRAME.size)
     return from_micros(micros) if rtype == RecordType.CLOSE else None
@@ -493,5 +566,6 @@ def seal_open_log(data: bytes) -> tuple[bytes, ScanResult] | None:
     if result.closed:  # a roll cut by a crash after its CLOSE record: closed already
         return bytes(data[: result.valid_end]), result
     close_time = result.records[-1].commit_time
-    sealed = bytes(data[: result.valid_end]) + encode_record(RecordType.CLOSE, close_time)
+    closing = encode_record(RecordType.CLOSE, close_time, salt=result.header.salt)
+    sealed = bytes(data[: result.valid_end]) + closing
     return sealed, result

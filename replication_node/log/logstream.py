@@ -69,6 +69,7 @@ from replication_node.log.events import Committed, StreamEvent
 from replication_node.log.logfile import ContentDigest, LogHeader, ScanResult, encode_transaction
 from replication_node.log.operations import Operation, encode_record_ops
 from replication_node.log.spanning import BlobId, BlobRef, PendingBlob
+from replication_node.log.spares import SparePool
 from replication_node.log.writer import UNFINISHED, AbortJob, OpenLogWriter, Pending, StageJob
 
 if TYPE_CHECKING:
@@ -89,6 +90,9 @@ STAGE_SLICE_BUSY = 64 * 1024
 STAGE_SLICE_IDLE = 1024 * 1024
 # Commits count as flowing for this long after the last one was written (seconds).
 BUSY_WINDOW = 0.05
+# How long the spare preparer waits before it looks again when the pool is full or the disk
+# has not the room for another (seconds); while the stream is busy it looks every BUSY_WINDOW.
+SPARE_PAUSE = 1.0
 
 
 class LogStream:
@@ -128,6 +132,10 @@ class LogStream:
         # must dismount the database, and never reuse this in-memory state.
         self.failed = asyncio.Event()
         self._metrics: StreamMetrics | None = None
+        self._writing = False  # a batch is being written
+        # The spare log files' preparer (`keep_spares`) and the spare it is making.
+        self._preparer: asyncio.Task[None] | None = None
+        self._preparing: asyncio.Future[bool] | None = None
 
     # ---- opening -------------------------------------------------------------------------
 
@@ -300,6 +308,54 @@ class LogStream:
         if self._task is None:
             self._task = asyncio.create_task(self._writer(), name=f"logwriter {self.log_dir}")
 
+    def keep_spares(self, target: int) -> None:
+        """Keep up to `target` spare log files for the rolls to write the next generations
+        over (`spares.py`), made while the stream is idle; 0: none (new files, as before).
+        Once, before the stream takes writes; the stream stops the preparer when it closes."""
+        if target <= 0 or self._preparer is not None:
+            return
+        pool = SparePool(self.log_dir, self.log_file_size, target)
+        self._file.spares = pool
+        self._preparer = asyncio.create_task(
+            self._prepare_spares(pool), name=f"log-spares {self.log_dir}"
+        )
+
+    @property
+    def spares(self) -> SparePool | None:
+        """The spare log files' pool, when the stream keeps one."""
+        return self._file.spares
+
+    @property
+    def idle(self) -> bool:
+        """Whether nothing is being written or waits, and nothing was lately."""
+        return not (
+            self._writing
+            or self._staging
+            or not self._queue.empty()
+            or self.commits_flowing
+            or self.staging
+        )
+
+    async def _prepare_spares(self, pool: SparePool) -> None:
+        """Make spares while the stream is idle, one at a time, until it closes.  A spare
+        that cannot be made (a disk error) is logged and tried again later: the rolls make
+        new files meanwhile."""
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            if not self.idle:
+                await self._clock.sleep(BUSY_WINDOW)
+                continue
+            # Shielded: a close waits for the spare being made rather than leave a thread
+            # writing into the log directory after the stream is gone (`close`).
+            self._preparing = loop.run_in_executor(None, pool.prepare_one)
+            try:
+                made = await asyncio.shield(self._preparing)
+            except OSError as exc:
+                logger.warning("a spare log file could not be made in %s: %s", self.log_dir, exc)
+                made = False
+            if not made:
+                await self._clock.sleep(SPARE_PAUSE)
+
     async def commit(
         self,
         ops: Sequence[Operation],
@@ -385,6 +441,11 @@ class LogStream:
         self._closing.set()
         stopped = self._closed  # a failure stopped the writer already
         self._closed = True
+        if self._preparer is not None:
+            self._preparer.cancel()
+            await asyncio.gather(self._preparer, return_exceptions=True)
+            if self._preparing is not None:
+                await asyncio.gather(self._preparing, return_exceptions=True)
         if self._task is not None:
             if not stopped:
                 self._put(Pending(b"", self._clock.now(), False, self._future()))
@@ -462,6 +523,7 @@ class LogStream:
         # beside it went from 2.2-2.6x their p99 alone to 2.5-3.1x: bench/large_items.py,
         # part 2).
         self._file.defer_parts = not busy
+        self._writing = True
         try:
             results, events, touched = await asyncio.to_thread(
                 self._file.write_batch, work, stopping=stop
@@ -473,6 +535,8 @@ class LogStream:
             logger.critical("log write failed, stream stopped: %s", exc)
             self._fail_all(exc, batch)
             return False
+        finally:
+            self._writing = False
         if staged:  # from its end: the batch may have been long
             self._staged_seen = self._clock.monotonic()
         blocks, self._file.blocks = self._file.blocks, []

@@ -126,28 +126,35 @@ def required_from(pending: Pending) -> int:
 # ---- encoding ------------------------------------------------------------------------------
 
 
-def encode_part(blob: BlobId, index: int, chunk: bytes | memoryview, when: datetime) -> bytes:
-    return b"".join(part_pieces(blob, index, chunk, when))
+# The records are encoded unsalted by default: the writer salts each for the generation it
+# lands in (`logfile.salted`); `salt` is for a record written straight into a known one.
+
+
+def encode_part(
+    blob: BlobId, index: int, chunk: bytes | memoryview, when: datetime, *, salt: int = 0
+) -> bytes:
+    return b"".join(part_pieces(blob, index, chunk, when, salt=salt))
 
 
 def part_pieces(
-    blob: BlobId, index: int, chunk: bytes | memoryview, when: datetime
+    blob: BlobId, index: int, chunk: bytes | memoryview, when: datetime, *, salt: int = 0
 ) -> list[bytes | memoryview]:
     """A PART record as pieces to write one after the other (its chunk not copied)."""
     head = _PART.pack(blob.generation, blob.offset, index)
-    return record_pieces(RecordType.PART, when, head, chunk)
+    return record_pieces(RecordType.PART, when, head, chunk, salt=salt)
 
 
-def encode_abort(blob: BlobId, when: datetime) -> bytes:
-    return encode_record(RecordType.ABORT, when, _ID.pack(blob.generation, blob.offset))
+def encode_abort(blob: BlobId, when: datetime, *, salt: int = 0) -> bytes:
+    payload = _ID.pack(blob.generation, blob.offset)
+    return encode_record(RecordType.ABORT, when, payload, salt=salt)
 
 
-def encode_carried(pending: Pending, when: datetime) -> bytes:
+def encode_carried(pending: Pending, when: datetime, *, salt: int = 0) -> bytes:
     """The CARRIED record for `pending` (b"" when nothing is pending: no record)."""
     if not pending:
         return b""
     rows = [pending[b].encode() for b in sorted(pending)]
-    return encode_record(RecordType.CARRIED, when, orjson.dumps({"pending": rows}))
+    return encode_record(RecordType.CARRIED, when, orjson.dumps({"pending": rows}), salt=salt)
 
 
 def decode_part(rec: LogRecord) -> tuple[BlobId, int, bytes]:

@@ -33,18 +33,21 @@ from tests.cluster_harness import wait_until
 T0 = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
 
 
+HEADER = LogHeader(
+    generation=7,
+    database_signature=uuid.uuid4(),
+    log_signature=uuid.uuid4(),
+    creation_time=T0,
+    prev_creation_time=T0 - timedelta(minutes=1),
+    log_file_size=1 << 20,
+)
+
+
 def open_log(transactions: int, *, torn: bytes = b"") -> bytes:
-    header = LogHeader(
-        generation=7,
-        database_signature=uuid.uuid4(),
-        log_signature=uuid.uuid4(),
-        creation_time=T0,
-        prev_creation_time=T0 - timedelta(minutes=1),
-        log_file_size=1 << 20,
-    )
-    data = header.encode()
+    data = HEADER.encode()
     for i in range(transactions):
-        data += encode_transaction([{"op": "noop", "i": i}], T0 + timedelta(seconds=i))
+        when = T0 + timedelta(seconds=i)
+        data += encode_transaction([{"op": "noop", "i": i}], when, salt=HEADER.salt)
     return data + torn
 
 
@@ -64,7 +67,8 @@ def test_sealing_keeps_every_valid_record_and_closes_at_the_last_commit():
 
 def test_a_torn_tail_is_left_out_and_said():
     whole = open_log(2)
-    torn = encode_transaction([{"op": "noop", "i": 99}], T0 + timedelta(seconds=9))[:-5]
+    when = T0 + timedelta(seconds=9)
+    torn = encode_transaction([{"op": "noop", "i": 99}], when, salt=HEADER.salt)[:-5]
     sealed, result = seal_open_log(whole + torn)
     assert sealed.startswith(whole) and not sealed.startswith(whole + torn[:8])
     assert len(verify_closed(sealed, 7).transactions) == 2
@@ -72,7 +76,8 @@ def test_a_torn_tail_is_left_out_and_said():
 
 
 def test_an_open_log_whose_roll_was_cut_after_its_close_record_is_kept_as_it_is():
-    closed = open_log(2) + encode_record(RecordType.CLOSE, T0 + timedelta(minutes=5))
+    when = T0 + timedelta(minutes=5)
+    closed = open_log(2) + encode_record(RecordType.CLOSE, when, salt=HEADER.salt)
     sealed, _ = seal_open_log(closed)
     assert sealed == closed
     assert scan(sealed).close_time == T0 + timedelta(minutes=5)

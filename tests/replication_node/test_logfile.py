@@ -21,9 +21,11 @@ def make_log(generation=3, txns=3, close=True):
     )
     data = header.encode()
     for i in range(txns):
-        data += logfile.encode_transaction([{"op": "n", "i": i}], T0 + timedelta(seconds=i))
+        when = T0 + timedelta(seconds=i)
+        data += logfile.encode_transaction([{"op": "n", "i": i}], when, salt=header.salt)
     if close:
-        data += logfile.encode_record(RecordType.CLOSE, T0 + timedelta(seconds=txns))
+        when = T0 + timedelta(seconds=txns)
+        data += logfile.encode_record(RecordType.CLOSE, when, salt=header.salt)
     return header, data
 
 
@@ -77,9 +79,9 @@ def test_truncated_closed_generation_is_rejected():
 
 
 def test_data_after_close_is_rejected():
-    _, data = make_log()
+    header, data = make_log()
     with pytest.raises(LogRecordError, match="after the CLOSE"):
-        logfile.verify_closed(data + logfile.encode_transaction([], T0))
+        logfile.verify_closed(data + logfile.encode_transaction([], T0, salt=header.salt))
 
 
 def test_wrong_generation_in_file_name():
@@ -89,8 +91,8 @@ def test_wrong_generation_in_file_name():
 
 
 def test_scan_of_open_log_stops_at_torn_tail():
-    _, data = make_log(close=False)
-    extra = logfile.encode_transaction([{"op": "late"}], T0)
+    header, data = make_log(close=False)
+    extra = logfile.encode_transaction([{"op": "late"}], T0, salt=header.salt)
     result = logfile.scan(data + extra[:-4])
     assert len(result.records) == 3
     assert result.valid_end == len(data)

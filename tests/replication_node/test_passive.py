@@ -398,7 +398,7 @@ async def test_a_switchover_that_never_finishes_gives_the_active_its_writes_back
 async def test_a_copy_claims_the_actives_epoch_only_on_the_same_stream(share, tmp_path):
     from dataclasses import replace
 
-    from replication_node.log.logfile import HEADER_SIZE, closed_log_name, read_header
+    from replication_node.log.logfile import HEADER_SIZE, closed_log_name, read_header, scan
 
     await share.write(0, 10)
     last = await share.roll()
@@ -421,7 +421,11 @@ async def test_a_copy_claims_the_actives_epoch_only_on_the_same_stream(share, tm
     data = ours.read_bytes()
     header = read_header(ours)
     forked = replace(header, creation_time=header.creation_time + timedelta(seconds=1))
-    ours.write_bytes(forked.encode() + data[HEADER_SIZE:])
+    body = bytearray(data)
+    for rec in scan(data).records:  # its records salted with its own header (`logfile.py`)
+        crc = int.from_bytes(body[rec.offset + 4 : rec.offset + 8], "big")
+        body[rec.offset + 4 : rec.offset + 8] = (crc ^ header.salt ^ forked.salt).to_bytes(4, "big")
+    ours.write_bytes(forked.encode() + body[HEADER_SIZE:])
     forked_copy = passive(share, tmp_path)
     await forked_copy.start()
     await wait_until(

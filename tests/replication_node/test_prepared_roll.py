@@ -105,7 +105,8 @@ def prepare(logs, header: LogHeader, generation: int | None = None, log_signatur
 
 def close_open_log(logs, header: LogHeader) -> None:
     """Step 1: the CLOSE record appended to E00.log (durable)."""
-    close = logfile.encode_record(RecordType.CLOSE, header.creation_time + timedelta(seconds=1))
+    when = header.creation_time + timedelta(seconds=1)
+    close = logfile.encode_record(RecordType.CLOSE, when, salt=header.salt)
     with open(logs / OPEN_LOG_NAME, "ab") as f:
         f.write(close)
 
@@ -170,7 +171,7 @@ async def test_a_roll_that_cannot_create_the_next_file_stops_the_stream_losing_n
     await store.put_items("m", [ItemIn(item_id="x", body="y")])
     gen = copy.stream.generation
 
-    def full(log_dir, header, first):
+    def full(log_dir, header, first, spare=None):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr("replication_node.log.writer.create_hidden", full)
@@ -393,13 +394,16 @@ async def test_a_prepared_file_holding_a_generation_nobody_was_told_of_is_remove
     logs, acked, header = await crashed_copy(tmp_path)
     stray = prepare(logs, header)
     close_open_log(logs, header)
+    nxt = next_header(header)
     ghost = logfile.encode_transaction(
         [{"op": "put_item", "mailbox": "m", "cn": 10_000, "item_id": "ghost", "folder": "Inbox"}],
         header.creation_time + timedelta(seconds=2),
+        salt=nxt.salt,
     )
     with open(stray, "r+b") as f:
-        f.write(next_header(header).encode() + ghost)
-        f.write(logfile.encode_record(RecordType.CLOSE, header.creation_time + timedelta(3)))
+        f.write(nxt.encode() + ghost)
+        when = header.creation_time + timedelta(3)
+        f.write(logfile.encode_record(RecordType.CLOSE, when, salt=nxt.salt))
     if open_log == "renamed":
         os.replace(logs / OPEN_LOG_NAME, logs / logfile.closed_log_name(header.generation))
     copy = await remount(tmp_path)

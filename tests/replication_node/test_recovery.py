@@ -66,12 +66,12 @@ def test_kill_9_during_concurrent_commits_loses_no_acknowledged_write(tmp_path, 
 
 async def test_torn_tail_is_cut_and_reported(tmp_path):
     copy, _ = await fill(tmp_path, n=10)
-    created = copy.stream.open_header.creation_time
+    created, salt = copy.stream.open_header.creation_time, copy.stream.open_header.salt
     await copy.crash_close()
     e00 = copy.paths.logs / logfile.OPEN_LOG_NAME
     size = e00.stat().st_size
     with open(e00, "ab") as f:  # a write that was in flight when the power went
-        f.write(logfile.encode_transaction([{"op": "put_item"}], created)[:-7])
+        f.write(logfile.encode_transaction([{"op": "put_item"}], created, salt=salt)[:-7])
     copy = await mount(tmp_path, create=False, log_file_size=16 * 1024)
     assert len(items(copy)) == 10
     assert any("cut at offset" in n for n in copy.recovery_notes)
@@ -90,12 +90,12 @@ async def test_a_forged_operation_with_a_valid_checksum_stops_recovery_naming_it
     """A whole record (its CRC32C holds) whose operation is not one: decoded once, where the
     log is read, and refused there with where it is and why; never skipped."""
     copy, _ = await fill(tmp_path, n=3)
-    created = copy.stream.open_header.creation_time
+    created, salt = copy.stream.open_header.creation_time, copy.stream.open_header.salt
     await copy.crash_close()
     e00 = copy.paths.logs / logfile.OPEN_LOG_NAME
     offset = e00.stat().st_size
     with open(e00, "ab") as f:
-        f.write(logfile.encode_transaction([op], created))
+        f.write(logfile.encode_transaction([op], created, salt=salt))
     with pytest.raises(RecoveryError, match=f"offset {offset}: malformed operation: .*{why}"):
         await mount(tmp_path, create=False, log_file_size=16 * 1024)
 
@@ -103,11 +103,11 @@ async def test_a_forged_operation_with_a_valid_checksum_stops_recovery_naming_it
 async def test_crash_between_close_record_and_rename_finishes_the_roll(tmp_path):
     copy, _ = await fill(tmp_path, n=10)
     gen = copy.stream.generation
-    created = copy.stream.open_header.creation_time
+    created, salt = copy.stream.open_header.creation_time, copy.stream.open_header.salt
     await copy.crash_close()
     e00 = copy.paths.logs / logfile.OPEN_LOG_NAME
     with open(e00, "ab") as f:  # the CLOSE record is durable, the rename never happened
-        f.write(logfile.encode_record(logfile.RecordType.CLOSE, created))
+        f.write(logfile.encode_record(logfile.RecordType.CLOSE, created, salt=salt))
     copy = await mount(tmp_path, create=False, log_file_size=16 * 1024)
     assert len(items(copy)) == 10
     assert logfile.verify_closed((copy.paths.logs / logfile.closed_log_name(gen)).read_bytes(), gen)

@@ -318,7 +318,8 @@ async def test_inspection_refuses_a_forged_continuation_with_a_valid_checksum(tm
     res, rec = next((res, r) for res, r in _parts_of(results) if decode_part(r)[1] > 1)
     gen = res.header.generation
     blob, index, chunk = decode_part(rec)
-    forged = encode_part(blob, index + 1, chunk, rec.commit_time)  # a part skipped
+    salt = res.header.salt  # a valid checksum in this generation
+    forged = encode_part(blob, index + 1, chunk, rec.commit_time, salt=salt)  # a part skipped
     data = bytearray((copy.paths.logs / logfile.closed_log_name(gen)).read_bytes())
     data[rec.offset : rec.offset + rec.size] = forged
     with pytest.raises(InspectionFailed, match=f"part {index + 1} of body {blob} follows"):
@@ -341,11 +342,12 @@ def test_a_commit_naming_a_body_of_another_size_is_refused():
     now = datetime.now(UTC)
     header = LogHeader(1, uuid.uuid4(), uuid.uuid4(), now, None, SIZE)
     blob = BlobId(1, HEADER_SIZE)
-    part = encode_part(blob, 0, b"hello", now)
+    salt = header.salt
+    part = encode_part(blob, 0, b"hello", now, salt=salt)
     state = PendingBlob(blob).add(b"hello")
     bad = [blob.generation, blob.offset, state.size + 1, state.crc]
-    commit = logfile.encode_transaction([{"op": "x", "body_blob": 0}], now, [bad])
-    data = header.encode() + part + commit + encode_record(RecordType.CLOSE, now)
+    commit = logfile.encode_transaction([{"op": "x", "body_blob": 0}], now, [bad], salt=salt)
+    data = header.encode() + part + commit + encode_record(RecordType.CLOSE, now, salt=salt)
     with pytest.raises(LogRecordError, match="commits body 1:512 of 6 bytes"):
         track(logfile.verify_closed(data, 1), {})
 

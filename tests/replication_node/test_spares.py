@@ -1,0 +1,162 @@
+"""Spare log files (`replication_node/log/spares.py`) and log format version 2 (`logfile.py`):
+generations written over files that exist already, records salted with their header, every
+closed generation `log_file_size` bytes."""
+
+import os
+import shutil
+
+import pytest
+
+from dag_common.store_api import ItemIn
+from replication_node.active.mailbox_store import MailboxStore
+from replication_node.log import logfile, spares
+from replication_node.log.logdir import list_closed_generations
+from replication_node.log.logfile import OPEN_LOG_NAME, PREPARED_PREFIX, RecordType
+from replication_node.log.spares import SPARE_PREFIX, SparePool
+from tests.cluster_harness import wait_until
+from tests.replication_node.helpers import mount
+
+SIZE = 64 * 1024
+
+
+def spare_names(logs):
+    return sorted(n for n in os.listdir(logs) if n.startswith(SPARE_PREFIX))
+
+
+def hidden_left(logs):
+    return sorted(n for n in os.listdir(logs) if n.startswith(PREPARED_PREFIX))
+
+
+async def test_the_pool_fills_while_idle_and_each_roll_writes_over_a_spare(tmp_path):
+    copy = await mount(tmp_path, log_file_size=SIZE)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    logs = copy.paths.logs
+    copy.stream.keep_spares(4)
+    await wait_until("four spares", lambda: copy.stream.spares.count == 4, timeout=30)
+    assert all(os.path.getsize(logs / n) == SIZE for n in spare_names(logs))
+    inodes = {os.stat(logs / n).st_ino for n in spare_names(logs)}
+    first = copy.stream.generation
+    for i in range(3):
+        await store.put_items("m", [ItemIn(item_id=f"i{i}", body="x" * 100)])
+        await copy.roll()
+    closed = [g for g in list_closed_generations(logs) if g >= first]
+    assert len(closed) == 3
+    for gen in closed:
+        path = logs / logfile.closed_log_name(gen)
+        # Exactly log_file_size: CLOSE ends the file, after a PAD record (format version 2).
+        assert path.stat().st_size == SIZE
+        result = logfile.verify_closed(path.read_bytes(), gen)
+        kinds = [r.type for r in result.records]
+        assert kinds[-3:] == [RecordType.PAD, RecordType.DIGEST, RecordType.CLOSE]
+    used = {os.stat(logs / logfile.closed_log_name(g)).st_ino for g in closed[1:]}
+    used.add(os.stat(logs / OPEN_LOG_NAME).st_ino)
+    assert used <= inodes, "the rolls wrote over the spares, not new files"
+    # The pool fills again once the stream is idle; nothing prepared is left about.
+    await wait_until("the pool full again", lambda: copy.stream.spares.count == 4, timeout=30)
+    await copy.dismount()
+    assert hidden_left(logs) == []
+    copy = await mount(tmp_path, log_file_size=SIZE, create=False)
+    assert {r.item_id for r in copy.items("m")} == {"i0", "i1", "i2"}
+    await copy.crash_close()
+
+
+async def test_a_spare_holding_another_streams_records_never_lends_them_to_a_crashed_log(
+    tmp_path,
+):
+    """The worst a reused file can hold: whole records of another stream, framed and
+    checksummed, each exactly where this stream's next record would begin.  A crash after
+    one commit leaves them past it in E00.log; recovery keeps the commit and none of them
+    (each record's checksum is salted with its own header)."""
+    ghost = await mount(tmp_path / "ghost", log_file_size=SIZE)
+    ghosts = MailboxStore(ghost)
+    await ghosts.create_mailbox("m")
+    await ghost.roll()
+    for i in range(5):
+        await ghosts.put_items("m", [ItemIn(item_id=f"g{i}", body="x" * 300)])
+    stale_gen = ghost.stream.generation
+    await ghost.roll()
+    stale = ghost.paths.logs / logfile.closed_log_name(stale_gen)
+    stale_records = logfile.verify_closed(stale.read_bytes(), stale_gen).transactions
+    await ghost.crash_close()
+
+    copy = await mount(tmp_path / "real", log_file_size=SIZE)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    logs = copy.paths.logs
+    shutil.copyfile(stale, logs / f"{SPARE_PREFIX}planted")
+    copy.stream.keep_spares(1)  # the pool holds it: nothing to prepare
+    await copy.roll()
+    assert spare_names(logs) == [], "the roll took the planted spare"
+    await store.put_items("m", [ItemIn(item_id="r0", body="x" * 300)])
+    await copy.crash_close()
+
+    data = (logs / OPEN_LOG_NAME).read_bytes()
+    result = logfile.scan(data)
+    assert [r.offset for r in result.records] == [stale_records[0].offset]
+    # The ghost's second record begins exactly where ours ends: aligned, whole, and refused.
+    assert result.valid_end == stale_records[1].offset
+    assert "checksum mismatch" in result.tail_error
+    copy = await mount(tmp_path / "real", log_file_size=SIZE, create=False)
+    assert {r.item_id for r in copy.items("m")} == {"r0"}
+    assert any("cut at offset" in n for n in copy.recovery_notes)
+    await MailboxStore(copy).put_items("m", [ItemIn(item_id="r1", body="x")])
+    await copy.crash_close()
+
+
+async def test_a_crash_over_a_spare_of_zeros_keeps_every_commit_and_calls_nothing_torn(tmp_path):
+    copy = await mount(tmp_path, log_file_size=SIZE)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    copy.stream.keep_spares(1)
+    await wait_until("a spare", lambda: copy.stream.spares.count == 1, timeout=30)
+    await copy.roll()
+    for i in range(3):
+        await store.put_items("m", [ItemIn(item_id=f"i{i}", body="x" * 100)])
+    await copy.crash_close()
+    e00 = copy.paths.logs / OPEN_LOG_NAME
+    result = logfile.scan(e00.read_bytes())
+    assert result.tail_error is None and result.unwritten == SIZE - result.valid_end
+    copy = await mount(tmp_path, log_file_size=SIZE, create=False)
+    assert {r.item_id for r in copy.items("m")} == {"i0", "i1", "i2"}
+    assert not any("cut at offset" in n for n in copy.recovery_notes)
+    assert e00.stat().st_size == SIZE, "the spare's room is kept, not cut"
+    await MailboxStore(copy).put_items("m", [ItemIn(item_id="i3", body="x")])
+    await copy.roll()
+    gen = copy.stream.generation - 1
+    closed = logfile.verify_closed((copy.paths.logs / logfile.closed_log_name(gen)).read_bytes())
+    assert len(closed.transactions) == 4
+    await copy.crash_close()
+
+
+def test_no_spare_is_made_without_room_for_four_pools(tmp_path, monkeypatch):
+    pool = SparePool(tmp_path, SIZE, 4)
+    assert pool.prepare_one() and pool.count == 1
+    st = os.statvfs(tmp_path)
+    free = st.f_bavail * st.f_frsize
+    monkeypatch.setattr(pool, "target", free // (spares.FREE_POOLS * SIZE) + 1)
+    assert not pool.prepare_one(), "a pool that could take a quarter of the free space"
+    assert pool.count == 1 and hidden_left(tmp_path) == []
+
+
+def test_a_spare_gone_from_under_the_pool_is_passed_over(tmp_path):
+    pool = SparePool(tmp_path, SIZE, 2)
+    assert pool.prepare_one() and pool.prepare_one()
+    os.unlink(tmp_path / spare_names(tmp_path)[0])
+    taken = pool.take()
+    assert taken is not None and taken.name.startswith(PREPARED_PREFIX)
+    assert pool.take() is None and pool.count == 0
+
+
+def test_a_version_1_log_is_read_as_before():
+    from tests.replication_node.test_logfile import T0, make_log
+
+    header, _ = make_log()
+    v1 = header.__class__(**{**{f: getattr(header, f) for f in header.__slots__}, "version": 1})
+    assert v1.salt == 0
+    data = v1.encode() + logfile.encode_transaction([{"op": "n"}], T0)
+    data += logfile.encode_record(RecordType.CLOSE, T0)
+    assert len(logfile.verify_closed(data).transactions) == 1
+    with pytest.raises(logfile.LogRecordError, match="checksum mismatch"):
+        # The same records under a version 2 header: unsalted, they are not its own.
+        logfile.verify_closed(header.encode() + data[logfile.HEADER_SIZE :])
