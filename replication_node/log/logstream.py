@@ -93,6 +93,10 @@ BUSY_WINDOW = 0.05
 # How long the spare preparer waits before it looks again when the pool is full or the disk
 # has not the room for another (seconds); while the stream is busy it looks every BUSY_WINDOW.
 SPARE_PAUSE = 1.0
+# How long the stream must have written nothing before a spare is made (seconds): the gaps
+# between a mover's items (each uploaded before it is staged) are not idle time, and a spare's
+# write and fdatasync there would be in the next item's way.
+SPARE_IDLE = 0.5
 
 
 class LogStream:
@@ -133,6 +137,7 @@ class LogStream:
         self.failed = asyncio.Event()
         self._metrics: StreamMetrics | None = None
         self._writing = False  # a batch is being written
+        self._last_batch = float("-inf")  # monotonic time a batch was last written
         # The spare log files' preparer (`keep_spares`) and the spare it is making.
         self._preparer: asyncio.Task[None] | None = None
         self._preparing: asyncio.Future[bool] | None = None
@@ -327,14 +332,9 @@ class LogStream:
 
     @property
     def idle(self) -> bool:
-        """Whether nothing is being written or waits, and nothing was lately."""
-        return not (
-            self._writing
-            or self._staging
-            or not self._queue.empty()
-            or self.commits_flowing
-            or self.staging
-        )
+        """Whether nothing is being written or waits, and nothing was for SPARE_IDLE."""
+        quiet = self._clock.monotonic() - self._last_batch >= SPARE_IDLE
+        return quiet and not (self._writing or self._staging or not self._queue.empty())
 
     async def _prepare_spares(self, pool: SparePool) -> None:
         """Make spares while the stream is idle, one at a time, until it closes.  A spare
@@ -537,6 +537,7 @@ class LogStream:
             return False
         finally:
             self._writing = False
+            self._last_batch = self._clock.monotonic()
         if staged:  # from its end: the batch may have been long
             self._staged_seen = self._clock.monotonic()
         blocks, self._file.blocks = self._file.blocks, []
