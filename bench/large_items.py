@@ -14,7 +14,9 @@ wiped at the start and left behind for inspection.
    log's background work done: the LLR writes its rolls started, and the spare log files its
    rolls used made again, as a node's active makes them while its log is idle,
    `log_spare_files`, `--spares`; then `sync`), so that neither pays the other's writeback.
-   A round's 72 generations take 64 spares and 8 new files.  15 rounds of 8 items
+   A round rolls 64 generations, as many as the default pool holds: each is written over a
+   spare (with `--spares 32`, half of them; a burst longer than the pool goes on in new
+   files, at 0 spares' speed).  15 rounds of 8 items
    (`--rounds`): a round's ratio moves between 0.5 and 1.3 on the bench's virtio disk, and
    with 5 rounds a run's ratio moved by 0.1 between identical code (bench/README.md
    large_items run 8).  Every `os.fsync`, `os.fdatasync` and `os.write` of the process, the
@@ -102,6 +104,7 @@ from replication_node.http.auth import auth_middleware  # noqa: E402
 from replication_node.log import logstream, writer  # noqa: E402
 from replication_node.log.logdir import list_closed_generations, write_all  # noqa: E402
 from replication_node.log.logfile import closed_log_name  # noqa: E402
+from replication_node.log.spares import SPARE_PREFIX  # noqa: E402
 from replication_node.log.writer import OpenLogWriter  # noqa: E402
 from replication_node.passive.copy import PassiveCopy  # noqa: E402
 from replication_node.passive.settings import PassiveSettings  # noqa: E402
@@ -677,6 +680,28 @@ async def plain_copy(cluster: LocalCluster, page: int = 2) -> tuple[float, int, 
     return time.perf_counter() - start, items, nbytes
 
 
+async def spares_made(base: Path) -> None:
+    """Until the actives' spare log files are made again after a phase's writes (as many as
+    a node keeps, `log_spare_files`; or none made for 2 s: the disk has not the room), as
+    the nodes make them once their logs are idle: each measured phase of part 4 starts on a
+    quiet disk, as part 1's rounds do, and neither pays for the other's spares."""
+
+    def count() -> int:
+        return sum(
+            len(list((base / node / db / "logs").glob(f"{SPARE_PREFIX}*")))
+            for db, node in ACTIVE.items()
+        )
+
+    full = Defaults().log_spare_files * len(ACTIVE)
+    last, since = -1, time.monotonic()
+    while (n := count()) < full:
+        if n != last:
+            last, since = n, time.monotonic()
+        elif time.monotonic() - since > 2:
+            return
+        await asyncio.sleep(0.1)
+
+
 def live_digest(items: dict[str, dict[str, Any]]) -> MailboxDigest:
     """The project's mailbox digest of `items`, named as the moved mailbox whatever mailbox
     they were read from: the plain copy's mailbox compares with the source's."""
@@ -708,6 +733,7 @@ async def move(base: Path, sizes: Sizes) -> None:
         source = live_digest(await cluster.items(ACTIVE[SOURCE], SOURCE, MOVED))
         assert source.item_count == len(bodies), source
 
+        await spares_made(base)
         copy_time, copy_items, copy_bytes = await plain_copy(cluster)
         start = time.perf_counter()
         await settle(cluster, TARGET)
@@ -716,6 +742,7 @@ async def move(base: Path, sizes: Sizes) -> None:
         assert copied.matches(source), "the plain copy differs from the source"
         assert copy_bytes == total, (copy_bytes, total)
 
+        await spares_made(base)
         run = await run_move(cluster, timings, 1800, mailbox=MOVED)
         if run.returncode != 0:
             output = "\n".join(line for _, line in run.lines)

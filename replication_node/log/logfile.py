@@ -33,14 +33,15 @@ magic.
 
 Format version 2 (written since issue 29's reused log files; version 1 is read as before):
 - **The salt.** Each record's stored checksum is its CRC32C XOR the generation's salt, the
-  CRC32C of its header (`LogHeader.salt`; 0 in version 1).  A log file may be written over a
-  file that held records before (`spares.py`: files written whole beforehand, so that a roll's
-  fsync need not wait for the journal to commit new blocks and a new size).  Past the open
-  log's last record lie the old bytes; a record among them, framed as well as any, was
-  salted with another header (another generation, or the same one created at another time),
-  so its checksum fails, and the scan stops there as at any torn tail.  Without the salt,
-  recovery after a crash could take a record left from the file's last use for one written
-  since.
+  CRC32C of its header (`LogHeader.salt`; 0 in version 1).  A generation may be written over
+  a file that exists already (a spare, `spares.py`: written whole beforehand, so that a
+  roll's fsync need not wait for the journal to commit new blocks and a new size).  Past the
+  open log's last record lie the file's old bytes: zeros from a spare (`ScanResult.unwritten`,
+  room not written yet, not a torn tail), but whatever they are, a record among them, framed
+  as well as any, was salted with another header (another generation, or the same one
+  created at another time), so its checksum fails and the scan stops there, as at any torn
+  tail.  Without the salt, recovery after a crash could take a record left in a reused file
+  for one written since.
 - **Every closed generation is `log_file_size` bytes.**  The roll pads the generation with a
   PAD record up to its DIGEST and CLOSE records, so CLOSE ends the file at exactly
   `log_file_size`, as the seeds' logs are always 1 MiB: a generation written over a spare

@@ -26,7 +26,8 @@ taken, under a prepared name, removed with every other prepared file on the next
 to a crash is made again.
 
 Where spares come from: `prepare_one`, which the log stream calls while it is idle
-(`LogStream.run_spare_preparer`), so it takes the disk only when no write waits.  Not from
+(`LogStream.keep_spares`: nothing written for half a second), so it takes the disk only
+when no write waits.  Not from
 truncation: a generation deleted by truncation may still be open in a reader (a copy's pull
 on the log share, a backup), which unlinking leaves whole and writing over would not.
 
@@ -66,9 +67,20 @@ class SparePool:
         self.made = self.taken = 0  # spares made, and taken by rolls, by this pool
 
     def _scan(self) -> list[str]:
+        """The spares already in the directory (made before a restart).  One of another size
+        (`log_file_size` changed since) is removed: a generation written over a larger one
+        would end before the file does, which no reader takes for a closed generation."""
+        names = []
         with contextlib.suppress(FileNotFoundError):
-            return sorted(e.name for e in os.scandir(self.log_dir) if self._is_spare(e.name))
-        return []
+            for entry in os.scandir(self.log_dir):
+                if not self._is_spare(entry.name):
+                    continue
+                if entry.stat().st_size == self.file_size:
+                    names.append(entry.name)
+                else:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+        return sorted(names)
 
     @staticmethod
     def _is_spare(name: str) -> bool:

@@ -29,10 +29,14 @@ async def fill(tmp_path, n=120, llr_depth=2):
     return copy, store
 
 
-@pytest.mark.parametrize("round_", range(3))
-def test_kill_9_during_concurrent_commits_loses_no_acknowledged_write(tmp_path, round_):
+@pytest.mark.parametrize(("round_", "spares"), [(0, 0), (1, 0), (2, 0), (0, 32), (2, 32)])
+def test_kill_9_during_concurrent_commits_loses_no_acknowledged_write(tmp_path, round_, spares):
+    """kill -9 of a process committing from 16 writers at once; with `spares`, its rolls
+    write the generations over spare log files (`log/spares.py`): the killed E00.log is one,
+    zeros past its last record."""
+    child = ["tests.replication_node.crash_writer", str(tmp_path), "16", str(64 * 1024), "700"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.replication_node.crash_writer", str(tmp_path), "16"],
+        [sys.executable, "-m", *child, str(spares)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -47,6 +51,11 @@ def test_kill_9_during_concurrent_commits_loses_no_acknowledged_write(tmp_path, 
     acked += [line.split()[1] for line in proc.stdout if line.startswith("ACK ")]
 
     import asyncio
+
+    if spares:  # the open log the kill left is a spare: its file is whole, zeros at its end
+        e00 = tmp_path / "logs" / logfile.OPEN_LOG_NAME
+        assert e00.stat().st_size == 64 * 1024
+        assert logfile.scan(e00.read_bytes()).unwritten > 0
 
     async def check():
         copy = await mount(tmp_path, llr_depth=3, create=False)

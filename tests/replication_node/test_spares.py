@@ -19,6 +19,14 @@ from tests.replication_node.helpers import mount
 SIZE = 64 * 1024
 
 
+@pytest.fixture(autouse=True)
+def any_disk(monkeypatch):
+    """Spares made whatever room the test machine's disk has left (the pool's own floor is
+    1 GiB and 5% of the file system; `test_no_spare_is_made_without_room...` checks it)."""
+    monkeypatch.setattr(spares, "FREE_FLOOR", 0)
+    monkeypatch.setattr(spares, "FREE_FRACTION", 0)
+
+
 def spare_names(logs):
     return sorted(n for n in os.listdir(logs) if n.startswith(SPARE_PREFIX))
 
@@ -129,13 +137,19 @@ async def test_a_crash_over_a_spare_of_zeros_keeps_every_commit_and_calls_nothin
     await copy.crash_close()
 
 
-def test_no_spare_is_made_without_room_for_four_pools(tmp_path, monkeypatch):
+def test_no_spare_is_made_without_the_room(tmp_path, monkeypatch):
     pool = SparePool(tmp_path, SIZE, 4)
     assert pool.prepare_one() and pool.count == 1
     st = os.statvfs(tmp_path)
     free = st.f_bavail * st.f_frsize
     monkeypatch.setattr(pool, "target", free // (spares.FREE_POOLS * SIZE) + 1)
     assert not pool.prepare_one(), "a pool that could take a quarter of the free space"
+    monkeypatch.setattr(pool, "target", 4)
+    monkeypatch.setattr(spares, "FREE_FLOOR", free)
+    assert not pool.prepare_one(), "less than FREE_FLOOR would be left"
+    monkeypatch.setattr(spares, "FREE_FLOOR", 0)
+    monkeypatch.setattr(spares, "FREE_FRACTION", free / (st.f_blocks * st.f_frsize))
+    assert not pool.prepare_one(), "less than FREE_FRACTION would be left"
     assert pool.count == 1 and hidden_left(tmp_path) == []
 
 
@@ -160,3 +174,13 @@ def test_a_version_1_log_is_read_as_before():
     with pytest.raises(logfile.LogRecordError, match="checksum mismatch"):
         # The same records under a version 2 header: unsalted, they are not its own.
         logfile.verify_closed(header.encode() + data[logfile.HEADER_SIZE :])
+
+
+def test_spares_of_another_size_are_removed_when_the_pool_opens(tmp_path):
+    """A spare made for another `log_file_size`: a generation written over a larger one would
+    end before its file does, and no reader takes that for a closed generation."""
+    (tmp_path / f"{SPARE_PREFIX}larger").write_bytes(bytes(2 * SIZE))
+    (tmp_path / f"{SPARE_PREFIX}smaller").write_bytes(bytes(SIZE // 2))
+    (tmp_path / f"{SPARE_PREFIX}right").write_bytes(bytes(SIZE))
+    pool = SparePool(tmp_path, SIZE, 4)
+    assert pool.count == 1 and spare_names(tmp_path) == [f"{SPARE_PREFIX}right"]
