@@ -71,6 +71,7 @@ async def start_share(
     heartbeat: float = 0.2,
     synchronous_copies: int = 0,
     synchronous_wait: float = 5.0,
+    spare_log_files: int = 0,
 ) -> Share:
     store = EmbeddedClusterStore(root / "cluster.db")
     # The active announces each open generation in the store: it must be the active there.
@@ -90,6 +91,7 @@ async def start_share(
         epoch=1,
         synchronous_copies=synchronous_copies,
         synchronous_wait=synchronous_wait,
+        spare_log_files=spare_log_files,
     )
     await active.start()
     app = web.Application(middlewares=[auth_middleware(TOKEN)])

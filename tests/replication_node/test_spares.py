@@ -14,7 +14,8 @@ from replication_node.log.logdir import list_closed_generations
 from replication_node.log.logfile import OPEN_LOG_NAME, PREPARED_PREFIX, RecordType
 from replication_node.log.spares import SPARE_PREFIX, SparePool
 from tests.cluster_harness import wait_until
-from tests.replication_node.helpers import mount
+from tests.replication_node.helpers import mount, passive, replayed_through
+from tests.replication_node.share import start_share
 
 SIZE = 64 * 1024
 
@@ -184,3 +185,39 @@ def test_spares_of_another_size_are_removed_when_the_pool_opens(tmp_path):
     (tmp_path / f"{SPARE_PREFIX}right").write_bytes(bytes(SIZE))
     pool = SparePool(tmp_path, SIZE, 4)
     assert pool.count == 1 and spare_names(tmp_path) == [f"{SPARE_PREFIX}right"]
+
+
+async def test_a_passive_copy_ships_inspects_and_replays_generations_written_over_spares(
+    tmp_path,
+):
+    """The active's generations written over spares (padded, salted), pulled over HTTP in
+    file mode and followed in block mode, inspected and replayed; the copy ends with every
+    item, its generations byte for byte the active's."""
+    share = await start_share(tmp_path / "a", spare_log_files=8)
+    try:
+        await share.write(0, 5)
+        pool = share.active.copy.stream.spares
+        await wait_until("the active's spares", lambda: pool.count == 8, timeout=30)
+        copy = passive(share, tmp_path)
+        await copy.start()
+        try:
+            for first in range(5, 65, 10):
+                await share.write(first, 10, body=3000)
+                last = await share.roll()
+            await wait_until("replay", replayed_through(copy, last), timeout=60)
+            assert pool.taken >= 6, "the active's rolls wrote over spares"
+            assert copy.reader().items("m") == share.active.copy.items("m")
+            assert len(copy.reader().items("m")) == 65
+            compared = 0
+            for gen in range(last - 5, last + 1):
+                theirs = share.closed_file(gen).read_bytes()
+                assert len(theirs) == share.active.copy.stream.log_file_size
+                ours = copy.paths.logs / logfile.closed_log_name(gen)
+                if ours.exists():  # not truncated yet
+                    assert ours.read_bytes() == theirs
+                    compared += 1
+            assert compared
+        finally:
+            await copy.stop()
+    finally:
+        await share.close()
