@@ -40,10 +40,16 @@ async def test_the_log_writer_counts_group_commits_fsyncs_and_rolls_by_cause(tmp
     await copy.roll(force=True)
     roller = asyncio.create_task(copy.stream.run_idle_roller(60))
     await copy.commit(op(200))
+    open_generation = copy.stream.generation
     await clock.advance(61)
+    # Settled, not only counted: a roll is counted as it is written, and its fsyncs come
+    # after it, at the batch's end (the counts below read in between differed by one).
     await wait_until(
-        "an idle roll counted",
-        lambda: value(metrics.render().decode(), "replication_log_rolls_total", **labels("idle")),
+        "an idle roll counted and settled",
+        lambda: (
+            copy.stream.generation > open_generation
+            and value(metrics.render().decode(), "replication_log_rolls_total", **labels("idle"))
+        ),
         timeout=10,
     )
     roller.cancel()
