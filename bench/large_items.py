@@ -45,7 +45,9 @@ wiped at the start and left behind for inspection.
    and `guarantee-api serve` (`bench/move.py`'s cluster and timings).  Baseline: a plain copy,
    the same items read from DB1's active a page at a time and written to DB2's active, each
    item in its own write as the mover cuts them (larger than half a log file), with no
-   guarantee check.  Both are checked against the source's digest.  Target >= 0.7.
+   guarantee check.  Both are checked against the source's digest.  Each starts once the
+   nodes' actives have made their spare log files again after the writes before it (64 each,
+   the node's `log_spare_files`; `spares_made`), as part 1's rounds do.  Target >= 0.7.
 
 `--quick`: small items and mailboxes, short phases, to check the script in seconds.
 """
