@@ -222,15 +222,17 @@ def ensure_images(root: Path = ROOT) -> list[Target]:
     for target in built:
         if target not in stale:
             print(f"{target.tag}: up to date ({LABEL} {digest})", flush=True)
-    # The last target first and without the layer cache, then the others from its layers:
-    # buildah 1.28 (bookworm's) mounts an empty directory for `RUN --mount=from=<stage>`
-    # when every step of that stage came from the cache, so a build that reuses the wheels
-    # stage but reruns an install would install nothing.  Built in one uncached run, every
-    # stage is whole; the runtime target is then all cache hits.  (pip's own cache is a
-    # cache mount, kept: the wheels are not downloaded again.)
+    # Every stale target without the layer cache.  buildah 1.28 (bookworm's) mounts an empty
+    # directory for `RUN --mount=from=<stage>` when every step of that stage came from the
+    # cache, so a build that reuses the wheels stage but reruns an install would install
+    # nothing; and the install step's cache key does not include the mounted wheels, so a
+    # cached build took the install layer of an older source (the runtime image of an
+    # earlier build, the day's first, ran a config model without the newest field: CI on
+    # a machine whose store held both).  Built uncached, every stage is whole and the
+    # source's own.  (pip's own cache is a cache mount, kept: no wheel is downloaded again.)
     for target in sorted(stale, key=lambda t: t != built[-1]):
         print(f"{target.tag}: building target {target.stage} ...", flush=True)
-        cache = ["--no-cache"] if target == built[-1] else []
+        cache = ["--no-cache"]
         podman(
             "build", "--format", "docker", *cache, "--target", target.stage,
             "--build-arg", f"PYTHON_IMAGE={BASE_TAG}", "--label", f"{LABEL}={digest}",
