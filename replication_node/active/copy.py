@@ -442,14 +442,17 @@ class ActiveCopy:
                 count += bool(not row.deleted and row.change_number > since_change)
         return count
 
-    def items_page(self, mailbox: str, since_change: int, limit: int) -> ItemsPage:
+    def items_page(
+        self, mailbox: str, since_change: int, limit: int, max_bytes: int | None = None
+    ) -> ItemsPage:
         """A page of the file's changes with the overlay merged in up to where the page ends:
         an overlay change past that end supersedes the file's row but belongs to a later page
-        (it would otherwise hide the file's rows between)."""
+        (it would otherwise hide the file's rows between).  `max_bytes` cuts the file's part
+        (`Database.items_page`); the overlay holds a few generations at most."""
         if self.overlay.hides(mailbox):  # removed: the file's rows are gone
             page = ItemsPage([], since_change, True)
         else:
-            page = self.db.items_page(mailbox, since_change, limit)
+            page = self.db.items_page(mailbox, since_change, limit, max_bytes)
         end = None if page.complete else page.through
         rows = {r.item_id: r for r in page.items}
         for (m, item_id), (_, row) in self.overlay.items.items():

@@ -42,12 +42,12 @@ disk does to it: the resilience suite's small disks get none).
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import threading
 import uuid
 from pathlib import Path
 
+from replication_node.log.logdir import write_all
 from replication_node.log.logfile import PREPARED_PREFIX
 
 SPARE_PREFIX = ".E00.spare."
@@ -124,13 +124,7 @@ class SparePool:
         name = f"{SPARE_PREFIX}{uuid.uuid4().hex}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            zeros = memoryview(bytes(min(self.file_size, 1 << 20)))
-            left = self.file_size
-            while left:
-                written = os.write(fd, zeros[: min(left, len(zeros))])
-                if written <= 0:
-                    raise OSError(errno.ENOSPC, "a spare log file made no progress")
-                left -= written
+            write_all(fd, bytes(self.file_size))
             os.fdatasync(fd)
         except BaseException:
             os.close(fd)

@@ -92,3 +92,37 @@ async def test_pages_of_the_items_listing_add_up_to_the_whole_listing(tmp_path, 
     assert copy.live_count("m", 40) == sum(not r.deleted for r in whole.values())
     assert copy.live_count("m", 0) == 300 - len(range(3, 300, 11))
     await copy.crash_close()
+
+
+@pytest.mark.parametrize("max_bytes", [1, 4000, 12_000, 10**9])
+async def test_a_page_of_the_items_listing_is_cut_by_the_bytes_of_its_bodies(tmp_path, max_bytes):
+    """`limit` counts changes; `max_bytes` stops a page once its bodies reach that many bytes
+    (one change at least), and the pages still add up to the whole listing, overlay and all."""
+    copy = await mount(tmp_path, log_file_size=64 * 1024, llr_depth=3)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    for i in range(60):  # 5,000 bytes each: the older in the file, the newer in the overlay
+        await store.put_items("m", [ItemIn(item_id=f"i{i}", body="x" * 5000)])
+    assert copy.overlay.items and copy.db.items("m"), "the test needs both"
+    whole = {r.item_id: r for r in copy.items("m", 0)}
+    held: dict[str, object] = {}
+    since, pages = 0, []
+    while True:
+        page = copy.items_page("m", since, 50, max_bytes)
+        file_rows = [r for r in page.items if r.change_number <= page.through]
+        pages.append(len(page.items))
+        held.update((r.item_id, r) for r in page.items)
+        if page.complete:
+            break
+        # A page cut by bytes: its bodies reach max_bytes with its last change, not before.
+        if len(file_rows) < 50:
+            assert sum(r.size for r in file_rows) >= max_bytes
+            assert sum(r.size for r in file_rows[:-1]) < max_bytes
+        since = page.through
+    assert held == whole
+    per_page = max(1, -(-max_bytes // 5000))  # ceil: the change that reaches max_bytes is in
+    if per_page < len(copy.db.items("m")):  # cut in the file, before the overlay
+        assert pages[0] == per_page, pages
+    else:
+        assert pages == [60], pages
+    await copy.crash_close()

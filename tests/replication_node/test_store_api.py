@@ -9,7 +9,7 @@ import pytest
 from dag_common.auth import bearer
 from dag_common.config import parse_config
 from dag_common.mailbox_digest import item_term, to_hex
-from tests.cluster_harness import cluster_config, free_port
+from tests.cluster_harness import cluster_config, free_port, wait_until
 from tests.replication_node.helpers import serving_node
 
 TOKEN = "api-token-0123456789abcdef"
@@ -202,3 +202,33 @@ async def test_a_mailbox_the_directory_places_elsewhere_can_be_removed_and_made_
         assert paged["items"] == [] and not paged["more"] and paged["live_count"] == 0
     _, listed = await call(session, "GET", "/v1/databases/DB1/mailboxes")
     assert [m["mailbox"] for m in listed["mailboxes"]] == ["alice", "bob", "carol"]
+
+
+async def test_a_page_of_the_items_listing_holds_its_limit_or_its_bytes_whichever_comes_first(
+    node, monkeypatch
+):
+    """`limit` counts changes, and items may be of 36 MiB: a page stops once its bodies reach
+    ITEMS_PAGE_BYTES (one item at least, whatever its size), saying there is more."""
+    from replication_node.http import store_routes
+
+    monkeypatch.setattr(store_routes, "ITEMS_PAGE_BYTES", 25_000)
+    n, session = node
+    await call(session, "PUT", BOX)
+    for i in range(6):
+        body = {"item_id": f"i{i}", "body": "x" * (40_000 if i == 3 else 10_000)}
+        status, _ = await call(session, "POST", BOX + "/items", json=body)
+        assert status == 201
+    copy = n.instance("DB1").copy
+    for _ in range(3):  # past the LLR depth: every item in the file, none in the overlay
+        await call(session, "POST", "/v1/databases/DB1/roll-log")
+    await wait_until("the items in the file", lambda: not copy.overlay.items, timeout=30)
+    since, pages = 0, []
+    while True:
+        status, page = await call(session, "GET", BOX + f"/items?since_change={since}&limit=100")
+        assert status == 200
+        pages.append([i["item_id"] for i in page["items"]])
+        if not page["more"]:
+            break
+        since = page["last_change_number"]
+    # 10 + 10 + 10 reach 25,000 with the third; the 40,000 alone; then the last two.
+    assert pages == [["i0", "i1", "i2"], ["i3"], ["i4", "i5"]], pages
