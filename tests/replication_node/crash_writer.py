@@ -26,9 +26,10 @@ async def main(
     if spares:
         # Made whatever room the test machine's disk has left (the pool's own floor is 1 GiB).
         spares_module.FREE_FLOOR = spares_module.FREE_FRACTION = 0
+        pool = spares_module.SparePool(copy.paths.logs, log_file_size, spares)
+        while pool.prepare_one():  # made here, before the writers: the pool then holds them
+            pass
         copy.stream.keep_spares(spares)
-        while copy.stream.spares.short:
-            await asyncio.sleep(0.01)
     out = sys.stdout
 
     async def writer(w: int) -> None:
