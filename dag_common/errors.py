@@ -6,6 +6,7 @@ DagError
 ├── BadArgument        a command-line value the parser cannot take, named by its option (exit 2)
 ├── TokenRefused       the nodes or the service refuse the token (exit 2)
 ├── ClusterStoreError  the cluster store cannot be reached or answered nonsense
+├── IncomparableLsns   two LSNs of different epochs ordered (also a TypeError: a bug)
 ├── NodeCallError      a store call to a node failed (the node client's: `status`, `detail`)
 ├── RequestError       a request to one of our HTTP servers that cannot be served as sent
 │   ├── BadRequest     a malformed request (400)
@@ -21,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dag_common.model import FailoverPause
+    from dag_common.model import FailoverPause, Lsn
 
 
 class DagError(Exception):
@@ -88,6 +89,23 @@ class FailoverPaused(StoreConflict):
     def __init__(self, pause: FailoverPause) -> None:
         super().__init__(f"{pause.sentence()}; nothing is activated automatically")
         self.pause = pause
+
+
+class IncomparableLsns(DagError, TypeError):
+    """Two LSNs of different stream incarnations (epochs) were ordered: their streams share
+    a prefix only up to where a later epoch forked, which only the epoch history knows
+    (`dag_common.incarnation.fork_below`).  A TypeError, as ordering any values without an
+    order is: the caller's bug, never an answer to a request."""
+
+    def __init__(self, a: Lsn, b: Lsn) -> None:
+        super().__init__(
+            f"{a!r} and {b!r} are in the streams of epochs {a.epoch} and {b.epoch}: LSNs of "
+            "two epochs have no order (0: unknown); ask dag_common.incarnation.fork_below "
+            "whether one survived the other's failover, or compare `.position` where the "
+            "two streams are known to be one"
+        )
+        self.a = a
+        self.b = b
 
 
 class NodeCallError(DagError):

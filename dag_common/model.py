@@ -12,6 +12,7 @@ from enum import IntEnum, StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from dag_common.durations import Duration
+from dag_common.errors import IncomparableLsns
 
 
 class CopyMode(StrEnum):
@@ -106,7 +107,20 @@ class Lsn(BaseModel):
     Offset 0 names the whole generation: no record starts there (the log's header does), so
     `Lsn(generation=g)` is "generation g replayed", which is what a flush after a roll waits
     for, and what CheckReplicationFlush's wire has always said with an offset of 0.  A flush
-    point is therefore an `Lsn` too, with no second type beside it."""
+    point is therefore an `Lsn` too, with no second type beside it.
+
+    Order: LSNs of one epoch are ordered by `position` (generation, offset), totally and
+    consistently with `==` and `hash`, which count the epoch too.  LSNs of two epochs have no
+    order, and comparing them raises `IncomparableLsns` (a TypeError).  No order between
+    epochs would be true: a later epoch inherited the stream below its fork point and wrote
+    its own above it, so (E1, g) and (E2, g) may be one record or two records of which one
+    was lost, and an epoch-first order would put a lost write after every inherited one.
+    Which it is depends on the epoch history (`fork_below`), not on the two LSNs, as a
+    flush by an LSN with an epoch counts only copies on the database's current epoch.  An
+    epoch-blind order made `a <= b` and `b <= a` hold for unequal LSNs, and `max()` pick
+    whichever came first.  Epoch 0 (unknown) is one more epoch here: not comparable with a
+    known one; two LSNs without epochs compare as one stream, as all did before epochs.  A
+    caller that has shown two epochs share the stream compares `position`s, explicitly."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -119,11 +133,44 @@ class Lsn(BaseModel):
         """The offset of the record this LSN names; None: the whole generation."""
         return self.offset or None
 
-    def __lt__(self, other: Lsn) -> bool:
-        return (self.generation, self.offset) < (other.generation, other.offset)
+    @property
+    def position(self) -> tuple[int, int]:
+        """(generation, offset): where the LSN is in its stream, without its epoch."""
+        return (self.generation, self.offset)
 
-    def __le__(self, other: Lsn) -> bool:
-        return (self.generation, self.offset) <= (other.generation, other.offset)
+    def _in_stream(self, other: Lsn) -> tuple[int, int]:
+        """`other`'s position, once it is known to be in this LSN's stream."""
+        if other.epoch != self.epoch:
+            raise IncomparableLsns(self, other)
+        return other.position
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Lsn):
+            return NotImplemented
+        return (self.epoch, self.position) == (other.epoch, other.position)
+
+    def __hash__(self) -> int:
+        return hash((self.epoch, self.position))
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Lsn):
+            return NotImplemented
+        return self.position < self._in_stream(other)
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, Lsn):
+            return NotImplemented
+        return self.position <= self._in_stream(other)
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, Lsn):
+            return NotImplemented
+        return self.position > self._in_stream(other)
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, Lsn):
+            return NotImplemented
+        return self.position >= self._in_stream(other)
 
 
 class CopyStatusReport(BaseModel):
