@@ -73,6 +73,9 @@ async def test_a_mailbox_moved_back_replaces_its_soft_deleted_copy_which_the_too
     assert "replaced the soft-deleted copy of alice in DB1" in back.stdout
     assert back.stdout.splitlines()[-1].endswith(": Completed"), back.stdout
     assert live(await cluster.items("mbx1", "DB1", "alice")) == in_db2
+    # the replacement (the old copy removed, the target created: one transaction) replayed
+    await converged(cluster, "DB1", "mbx1", ["mbx2"])
+    assert live(await cluster.items("mbx2", "DB1", "alice")) == in_db2
     store = EmbeddedClusterStore(cluster.root / "cluster.db")
     assert await store.mailbox_database("alice") == "DB1"
     store.close()

@@ -392,3 +392,23 @@ async def test_a_move_to_a_database_holding_the_mailbox_live_is_still_refused(tm
     env.nodes.fill("DB2", "alice", 1)
     with pytest.raises(MoveRejected, match="DB2 already holds a mailbox 'alice'"):
         await env.mover().submit("alice", "DB2")
+
+
+async def test_a_replacement_lost_to_a_lossy_failover_of_the_target_is_made_again(tmp_path):
+    """The move back's step 2 replaced DB1's soft-deleted copy; DB1 fails over losing that
+    transaction, so its new active holds the soft-deleted copy again: the reconcile the new
+    epoch calls for replaces it again, and the move completes."""
+    env = MoverEnv(tmp_path, knows_epochs=True)
+    env.assert_completed_equal(await env.move())
+    in_db2 = env.target()
+    db1 = env.nodes.dbs["DB1"]
+    env.at_step(3, lambda: db1.failover(lose=2))  # the fake logs each op: drop, create
+    mover = env.mover()
+    record = await mover.submit("alice", "DB1")
+    task = asyncio.create_task(mover.run(record.id))
+    await env.drive(task)
+    back = task.result()
+    assert back.state is MoveState.COMPLETED, back.failure
+    assert back.reconciles >= 1
+    assert db1.live("alice") == in_db2 and not db1.boxes["alice"].soft_deleted
+    assert env.directory.entries["alice"] == "DB1"
