@@ -271,15 +271,21 @@ class NodeStoreClient:
         return Mailbox.model_validate(body)
 
     async def create_mailbox(
-        self, database: str, mailbox: str, *, display_name: str, folders: list[str], locked: bool
+        self,
+        database: str,
+        mailbox: str,
+        *,
+        display_name: str,
+        folders: list[str],
+        locked: bool,
+        replace_soft_deleted: bool = False,
     ) -> Written:
-        _, body = await self.call(
-            "PUT",
-            database,
-            f"/mailboxes/{mailbox}",
-            json={"display_name": display_name, "folders": folders, "locked": locked},
-        )
-        return Written.model_validate(body)
+        body: dict[str, object] = {"display_name": display_name, "folders": folders}
+        body["locked"] = locked
+        if replace_soft_deleted:  # said only when meant: a node before it refuses the field
+            body["replace_soft_deleted"] = True
+        _, answer = await self.call("PUT", database, f"/mailboxes/{mailbox}", json=body)
+        return Written.model_validate(answer)
 
     async def create_folder(self, database: str, mailbox: str, folder: str) -> Written:
         _, body = await self.call(

@@ -241,8 +241,18 @@ class NodeStore(Protocol):
     async def mailbox(self, database: str, mailbox: str) -> Mailbox | None: ...
 
     async def create_mailbox(
-        self, database: str, mailbox: str, *, display_name: str, folders: list[str], locked: bool
-    ) -> Written: ...
+        self,
+        database: str,
+        mailbox: str,
+        *,
+        display_name: str,
+        folders: list[str],
+        locked: bool,
+        replace_soft_deleted: bool = False,
+    ) -> Written:
+        """`replace_soft_deleted`: a soft-deleted copy of the mailbox in `database` is removed
+        in the same transaction (a move back to where an earlier move left it)."""
+        ...
 
     async def create_folder(self, database: str, mailbox: str, folder: str) -> Written: ...
 

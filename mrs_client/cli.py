@@ -520,6 +520,16 @@ def show_fields(r: MoveRecord) -> list[tuple[str, str]]:
         ),
         ("Reconciles", f"{r.reconciles} ({r.items_repaired} items repaired)"),
         ("Item limits", _item_limits(r)),
+        *(
+            [
+                (
+                    "Replaces",
+                    f"the soft-deleted {', '.join(r.replaces_soft_deleted)} in {r.target_db}",
+                )
+            ]
+            if r.replaces_soft_deleted
+            else []
+        ),
     ]
 
 

@@ -59,6 +59,14 @@ logger = logging.getLogger(__name__)
 ARCHIVE_SUFFIX = ".archive"
 
 
+def replacing_line(mailbox: str, target_db: str) -> str:
+    """What a move says of a soft-deleted copy it will replace in its target."""
+    return (
+        f"{target_db} holds a soft-deleted copy of {mailbox} (an earlier move's source): "
+        "the move replaces it (purged at step 2)"
+    )
+
+
 class Mover:
     """Creates, runs and resumes move requests."""
 
@@ -151,6 +159,8 @@ class Mover:
             f"move {record.id} recorded: {list(record.mailboxes)} "
             f"{record.source_db} -> {record.target_db}",
         )
+        for name in record.replaces_soft_deleted:
+            self._progress(record, replacing_line(name, record.target_db))
         return record
 
     async def request(
@@ -181,6 +191,7 @@ class Mover:
             if await self.directory.mailbox_database(archive) != source_db:
                 raise MoveRejected(f"mailbox {mailbox!r} has no archive {archive!r} in {source_db}")
             mailboxes.append(archive)
+        replaces: list[str] = []
         for name in mailboxes:
             try:
                 row = await self.nodes.mailbox(source_db, name)
@@ -196,8 +207,10 @@ class Mover:
                 raise MoveRejected(f"mailbox {name!r} is not in {source_db}")
             if row.locked:
                 raise MoveRejected(f"mailbox {name!r} is locked")
-            if existing is not None:
+            if existing is not None and not existing.soft_deleted:
                 raise MoveRejected(f"{target_db} already holds a mailbox {name!r}")
+            if existing is not None:  # an earlier move's source, kept soft-deleted: replaced
+                replaces.append(name)
         now = self.clock.now()
         return MoveRecord(
             id=new_move_id(),
@@ -210,6 +223,7 @@ class Mover:
             bad_item_limit=bad_item_limit,
             batch=batch,
             priority=priority,
+            replaces_soft_deleted=tuple(replaces),
         )
 
     # ---- running ---------------------------------------------------------------------------

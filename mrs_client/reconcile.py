@@ -379,6 +379,11 @@ class Reconciler:
             )
             self.watch.see(Side.SOURCE, written.epoch, "lock source")
         target = await self.target_mailbox(name)
+        # A soft-deleted copy in the target (an earlier move's source) whose replacement at
+        # step 2 a lossy failover of the target lost: replaced again, as step 2 does.
+        replacing = target is not None and target.soft_deleted
+        if replacing:
+            target = None
         created = target is None
         if target is not None and not target.locked:
             # Until its step 9 the move owns the target: an unlock that reached only an
@@ -396,6 +401,7 @@ class Reconciler:
                     display_name=source.display_name,
                     folders=list(source.folders),
                     locked=True,
+                    replace_soft_deleted=replacing,
                 ),
             )
             self.watch.see(Side.TARGET, written.epoch, "create target mailbox")

@@ -112,15 +112,28 @@ class MoveSteps:
                 "read target mailbox",
                 lambda n=name: self.nodes.mailbox(dst, n),
             )
-            if target is None:
+            replacing = target is not None and target.soft_deleted
+            if target is None or replacing:
+                # A soft-deleted copy (an earlier move's source) is removed in the same
+                # transaction that creates the target: a crash leaves one or the other.
                 record, _ = await self._call(
                     record,
                     Side.TARGET,
                     "create target mailbox",
-                    lambda n=name, s=source: self.nodes.create_mailbox(
-                        dst, n, display_name=s.display_name, folders=list(s.folders), locked=True
+                    lambda n=name, s=source, r=replacing: self.nodes.create_mailbox(
+                        dst,
+                        n,
+                        display_name=s.display_name,
+                        folders=list(s.folders),
+                        locked=True,
+                        replace_soft_deleted=r,
                     ),
                 )
+                if replacing:
+                    self._progress(record, f"replaced the soft-deleted copy of {name} in {dst}")
+                    if name not in record.replaces_soft_deleted:
+                        replaced = (*record.replaces_soft_deleted, name)
+                        record = replace(record, replaces_soft_deleted=replaced)
                 continue
             for folder in sorted(set(source.folders) - set(target.folders)):
                 record, _ = await self._call(

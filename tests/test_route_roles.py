@@ -40,6 +40,11 @@ NODE_ROLES = {
     ("GET", MBX + "/items"): S,
     ("DELETE", MBX + "/items/{item_id}"): S,
     ("GET", "/v1/mailboxes/{mailbox}"): S,
+    # an operator's, for soft-deleted mailboxes (listed before `{action}`, which the stub
+    # below serves without its choices and would take `purge` for one)
+    ("GET", DB + "/soft-deleted-mailboxes"): OP,
+    ("POST", MBX + "/purge"): OP,
+    ("POST", MBX + "/restore"): OP,
     # a move's own
     ("DELETE", MBX): M,
     ("GET", MBX + "/digest"): M,

@@ -85,6 +85,9 @@ class MoveRecord:
     not_before: datetime | None = None
     retries: int = 0
     worker: str | None = None
+    # The mailboxes whose soft-deleted copy in the target (an earlier move's source) this
+    # move replaces: found at the request, or at step 2, which removes them.
+    replaces_soft_deleted: tuple[str, ...] = ()
 
     @property
     def final_point(self) -> Lsn | None:
@@ -109,6 +112,7 @@ class MoveRecord:
         data["step"] = int(self.step)
         data["priority"] = self.priority.name
         data["mailboxes"] = list(self.mailboxes)
+        data["replaces_soft_deleted"] = list(self.replaces_soft_deleted)
         data["skipped"] = [s.as_dict() for s in self.skipped]
         return json.dumps(data)
 
@@ -129,6 +133,8 @@ class MoveRecord:
         data["state"] = MoveState(data["state"])
         data["step"] = MoveStep(data["step"])
         data["mailboxes"] = tuple(data["mailboxes"])
+        # a record from before it was kept replaced nothing
+        data["replaces_soft_deleted"] = tuple(data.get("replaces_soft_deleted", ()))
         data["priority"] = MovePriority[data.get("priority", "NORMAL")]
         for key in ("stall_status", "failed_stalled"):
             if data.get(key):

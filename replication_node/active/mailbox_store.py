@@ -5,6 +5,11 @@ locked by a move, the folder exists) and turned into operations with change numb
 ids assigned, so that every copy replays exactly the same thing.  Checks and change-number
 assignment happen without an await in between, so two concurrent requests cannot both pass a
 check that only one of them may pass.
+
+A write that must first be recorded outside the log (a new mailbox's, or a restored one's,
+entry in the mailbox directory) takes it as a `Claim`: awaited once the request is checked,
+before anything is numbered, and the request checked again after it (the await let other
+writes in).  The HTTP edge says why the claim goes first (`http/directory_claim.py`).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from replication_node.log.spanning import BlobRef
 from replication_node.storage.reader import MailboxRow
 
 T = TypeVar("T")
+# Recorded outside the log before a write is numbered; raises (Conflict) to refuse the write.
+Claim = Callable[[], Awaitable[None]]
 
 
 def stage_plan(sizes: list[int], log_file_size: int) -> list[int]:
@@ -92,8 +99,9 @@ class MailboxStore:
 
     def __init__(self, copy: ActiveCopy) -> None:
         self.copy = copy
-        # Mailboxes whose creation is in the log but not yet acknowledged.
-        self._creating: set[str] = set()
+        # Mailboxes being created, purged or restored (their claim awaited, or their commit
+        # in the log but not yet acknowledged): one such request at a time per mailbox.
+        self._changing: set[str] = set()
 
     def _live_mailbox(self, mailbox: str, *, override_lock: bool = False) -> MailboxRow:
         _check_name(mailbox)
@@ -125,27 +133,52 @@ class MailboxStore:
         display_name: str = "",
         folders: list[str] | None = None,
         locked: bool = False,
+        replace_soft_deleted: bool = False,
+        claim: Claim | None = None,
     ) -> Written:
-        """Create a mailbox (with the default folders unless told otherwise)."""
+        """Create a mailbox (with the default folders unless told otherwise).
+        `replace_soft_deleted`: a soft-deleted mailbox of that name is removed, with its
+        items, in the same transaction (a move's target where an earlier move left the
+        mailbox soft-deleted); a live one is always a Conflict.  `claim`: see the module."""
         _check_name(mailbox)
-        if self.copy.mailbox(mailbox) is not None or mailbox in self._creating:
-            raise Conflict(f"mailbox {mailbox!r} exists already")
         _check_text("display_name", display_name)
         names = tuple(folders) if folders is not None else DEFAULT_FOLDERS
         for folder in names:
             if not _FOLDER.match(folder):
                 raise BadRequest(f"invalid folder name {folder!r}")
             _check_text("folder", folder)
-        ops: list[Operation] = [
-            CreateMailbox(mailbox, self.copy.next_change_number(), display_name[:256], names)
-        ]
-        if locked:
-            ops.append(SetMailbox(mailbox, self.copy.next_change_number(), locked=True))
-        self._creating.add(mailbox)
+        self._check_new(mailbox, replace_soft_deleted=replace_soft_deleted)
+        self._changing.add(mailbox)
         try:
+            if claim is not None:
+                await claim()
+                self._check_new(mailbox, replace_soft_deleted=replace_soft_deleted, mine=True)
+            ops: list[Operation] = []
+            if self.copy.mailbox(mailbox) is not None:  # soft-deleted: _check_new said so
+                ops.append(DeleteMailbox(mailbox, self.copy.next_change_number()))
+            ops.append(
+                CreateMailbox(mailbox, self.copy.next_change_number(), display_name[:256], names)
+            )
+            if locked:
+                ops.append(SetMailbox(mailbox, self.copy.next_change_number(), locked=True))
             return await self._commit(ops)
         finally:
-            self._creating.discard(mailbox)
+            self._changing.discard(mailbox)
+
+    def _check_new(self, mailbox: str, *, replace_soft_deleted: bool, mine: bool = False) -> None:
+        """`mailbox` may be created here: none of that name, or a soft-deleted one to replace,
+        and no other request changing it (`mine`: this request is the one changing it)."""
+        if mailbox in self._changing and not mine:
+            raise Conflict(f"mailbox {mailbox!r} exists already, or is being created")
+        row = self.copy.mailbox(mailbox)
+        if row is None or (row.soft_deleted and replace_soft_deleted):
+            return
+        if row.soft_deleted:
+            raise Conflict(
+                f"a soft-deleted mailbox {mailbox!r} is in this database: purge it or restore "
+                "it (`replication-node mailbox purge|restore`)"
+            )
+        raise Conflict(f"mailbox {mailbox!r} exists already")
 
     @_admitted
     async def set_mailbox(
@@ -169,6 +202,52 @@ class MailboxStore:
         if self.copy.mailbox(mailbox) is None:
             raise NotFound(f"no mailbox {mailbox!r}")
         return await self._commit([DeleteMailbox(mailbox, self.copy.next_change_number())])
+
+    def _soft_deleted(self, mailbox: str, *, mine: bool = False) -> None:
+        """`mailbox` is soft-deleted and no other request is changing it: NotFound if there
+        is none, Conflict if it is live (what purge and restore act on)."""
+        _check_name(mailbox)
+        if mailbox in self._changing and not mine:
+            raise Conflict(f"another request is changing mailbox {mailbox!r} now")
+        row = self.copy.mailbox(mailbox)
+        if row is None:
+            raise NotFound(f"no mailbox {mailbox!r}")
+        if not row.soft_deleted:
+            raise Conflict(f"mailbox {mailbox!r} is live, not soft-deleted")
+
+    async def _change_soft_deleted(
+        self, mailbox: str, op: Callable[[int], Operation], claim: Claim | None
+    ) -> Written:
+        """Commit `op(change number)` to the soft-deleted `mailbox`, after `claim`, checked
+        before and after it, numbered only then."""
+        self._soft_deleted(mailbox)
+        self._changing.add(mailbox)
+        try:
+            if claim is not None:
+                await claim()
+                self._soft_deleted(mailbox, mine=True)
+            return await self._commit([op(self.copy.next_change_number())])
+        finally:
+            self._changing.discard(mailbox)
+
+    @_admitted
+    async def purge_mailbox(self, mailbox: str, *, claim: Claim | None = None) -> Written:
+        """Remove a soft-deleted mailbox with its folders and items (Exchange's
+        Remove-StoreMailbox); a live one is refused (Conflict).  `claim`: the edge's look at
+        the mailbox directory."""
+        _check_name(mailbox)
+        return await self._change_soft_deleted(
+            mailbox, lambda cn: DeleteMailbox(mailbox, cn), claim
+        )
+
+    @_admitted
+    async def restore_mailbox(self, mailbox: str, *, claim: Claim | None = None) -> Written:
+        """Make a soft-deleted mailbox live again, unlocked (Exchange's Connect-Mailbox);
+        a live one is refused (Conflict).  `claim`: its entry in the mailbox directory."""
+        _check_name(mailbox)
+        return await self._change_soft_deleted(
+            mailbox, lambda cn: SetMailbox(mailbox, cn, locked=False, soft_deleted=False), claim
+        )
 
     @_admitted
     async def create_folder(

@@ -1,4 +1,6 @@
-"""`replication-node mailbox create|put|list|where`: try a cluster without curl.  Every call
+"""`replication-node mailbox create|put|list|where`: try a cluster without curl (and
+`soft-deleted|purge|restore`, the operator's tools for soft-deleted mailboxes:
+`cli/soft_deleted.py`).  Every call
 but `where` goes to the node API of the database's active copy, found and followed as the
 mover finds it (`dag_common.node_client.NodeStoreClient`: the active through a switchover,
 the token).
@@ -45,6 +47,7 @@ from dag_common.mail_mix import mail_sizes
 from dag_common.model import ExitCode
 from dag_common.node_client import NodeStoreClient
 from dag_common.node_status import AUTH_FAILED
+from replication_node.cli import soft_deleted
 from replication_node.cli.admin import exit_code, get_from_first
 
 BATCH_ITEMS = 200  # items per write (the node takes at most 1000 in one transaction)
@@ -213,7 +216,7 @@ async def _list(config: ClusterConfig, client: NodeStoreClient, args: argparse.N
     return ExitCode.OK
 
 
-_COMMANDS = {"create": _create, "put": _put, "list": _list}
+_COMMANDS = {"create": _create, "put": _put, "list": _list, **soft_deleted.COMMANDS}
 
 
 async def _run(config: ClusterConfig, args: argparse.Namespace) -> int:
@@ -259,10 +262,11 @@ def cmd_where(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `mailbox create|put|list|where` to the parser."""
+    """Add `mailbox create|put|list|where|soft-deleted|purge|restore` to the parser."""
     mailbox = sub.add_parser(
         "mailbox",
-        help="create a mailbox, write test items, list them, say where one is (the node API)",
+        help="create a mailbox, write test items, list them, say where one is; list, purge "
+        "and restore soft-deleted mailboxes (the node API)",
     ).add_subparsers(dest="mailbox_cmd", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
@@ -306,6 +310,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="only items changed after this change number (default 0: all)",
     )
     lst.add_argument("--json", action="store_true", help="print the items as JSON")
+
+    soft_deleted.register(mailbox, cmd_mailbox)
 
     where = mailbox.add_parser(
         "where", help="the mailbox's database, its active copy and the move holding it"

@@ -16,6 +16,7 @@ from replication_node.http.backup_routes import add_backup_routes
 from replication_node.http.context import NODE
 from replication_node.http.error_middleware import error_middleware
 from replication_node.http.in_flight import setup_in_flight
+from replication_node.http.soft_deleted_routes import add_soft_deleted_routes
 from replication_node.http.status_watch import add_status_watch_route
 from replication_node.http.store_routes import add_store_routes
 from replication_node.metrics import add_metrics_route
@@ -49,6 +50,7 @@ def build_app(node: Node) -> web.Application:
     )
     app[NODE] = node
     add_store_routes(app)
+    add_soft_deleted_routes(app)
     add_admin_routes(app)
     add_backup_routes(app)
     add_status_watch_route(app)

@@ -43,6 +43,15 @@ class MailboxIn(_Body):
     display_name: Annotated[Text, Field(max_length=256)] = ""
     folders: Annotated[list[Folder], Field(max_length=MAX_FOLDERS)] | None = None
     locked: StrictBool = False
+    # a move's target (with locked): a soft-deleted copy of the mailbox here is replaced
+    replace_soft_deleted: StrictBool = False
+
+
+class RestoreIn(_Body):
+    """POST …/mailboxes/{mailbox}/restore: `replace`, the database the mailbox directory
+    places the mailbox in now, whose copy the caller says is lost or not live."""
+
+    replace: Name | None = None
 
 
 class FolderIn(_Body):

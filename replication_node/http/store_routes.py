@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 
 from aiohttp import web
 
@@ -37,6 +38,7 @@ from replication_node.http.context import (
     store_for_write,
     store_of,
 )
+from replication_node.http.directory_claim import claim_new
 from replication_node.http.models import FolderIn, ItemIn, ItemsIn, MailboxIn, parse
 from replication_node.storage.reader import ItemsPage
 
@@ -58,21 +60,28 @@ def overriding(request: web.Request) -> bool:
 
 
 async def put_mailbox(request: web.Request) -> web.Response:
+    """Create a mailbox.  A new mailbox enters the mailbox directory first, refused (409
+    naming the database the directory holds) if it places the mailbox elsewhere
+    (`directory_claim`: why first).  A move's target copy is created locked and does not:
+    the directory names the source until the move's step 8; it may replace a soft-deleted
+    copy an earlier move left there (`replace_soft_deleted`, in the same transaction)."""
     body = parse(MailboxIn, await json_body(request))
     if body.locked:  # a move's target, created locked
         require(request, Role.MOVER, "creating a locked mailbox")
-    mailbox = request.match_info["mailbox"]
+    if body.replace_soft_deleted and not body.locked:
+        raise BadRequest("replace_soft_deleted is a move's, for its target: with locked")
+    mailbox = mailbox_name(request)
     instance = active_for_write(request)
+    directory = request.app[NODE].cluster_store
     result = await store_of(instance).create_mailbox(
         mailbox,
         display_name=body.display_name,
         folders=body.folders,
         locked=body.locked,
-    )
-    # A new mailbox enters the mailbox directory; a move's target copy does not (the
-    # directory still names the source until the move's step 8).
-    await request.app[NODE].cluster_store.set_mailbox_database(
-        mailbox, instance.database, expected=None
+        replace_soft_deleted=body.replace_soft_deleted,
+        claim=None
+        if body.locked
+        else functools.partial(claim_new, directory, mailbox, instance.database),
     )
     return web.json_response(result.wire(), status=201)
 

@@ -161,11 +161,21 @@ class FakeNodes:
         )
 
     async def create_mailbox(
-        self, database: str, mailbox: str, *, display_name: str, folders: list[str], locked: bool
+        self,
+        database: str,
+        mailbox: str,
+        *,
+        display_name: str,
+        folders: list[str],
+        locked: bool,
+        replace_soft_deleted: bool = False,
     ) -> Written:
         db = self._call("create_mailbox", database)
-        assert mailbox not in db.boxes, "exists"
-        return db.commit([("create", (mailbox, display_name, tuple(folders), locked))])
+        box = db.boxes.get(mailbox)
+        replacing = box is not None and box.soft_deleted and replace_soft_deleted
+        assert mailbox not in db.boxes or replacing, "exists"
+        ops = [("drop", (mailbox,))] if replacing else []
+        return db.commit([*ops, ("create", (mailbox, display_name, tuple(folders), locked))])
 
     async def create_folder(self, database: str, mailbox: str, folder: str) -> Written:
         db = self._call("create_folder", database, mailbox)

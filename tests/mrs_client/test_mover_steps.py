@@ -347,3 +347,68 @@ async def test_a_flush_failed_at_its_limit_keeps_the_time_the_service_waited(tmp
     # before the move is failed from the store's copy.
     slack = LIMITED.block_flush_wait + LIMITED.flush_retry_interval
     assert record.time_stalled >= (LIMITED.flush_limit - slack).total_seconds()
+
+
+@pytest.mark.parametrize("crash", [False, True])
+async def test_a_move_back_replaces_the_soft_deleted_copy_its_first_move_left(tmp_path, crash):
+    """DB1 -> DB2, written to in DB2, then back to DB1: the request and step 2 say that the
+    soft-deleted copy in DB1 is replaced, the target holds what DB2 held (not what DB1 kept),
+    and a crash right after the replacement resumes to the same end."""
+    env = MoverEnv(tmp_path)
+    env.assert_completed_equal(await env.move())
+    env.nodes.fill("DB2", "alice", 15, first=500, body="written in DB2")
+    in_db2 = env.target()
+    mover = env.mover()
+    record = await mover.submit("alice", "DB1")
+    assert record.replaces_soft_deleted == ("alice",)
+    assert "DB1 holds a soft-deleted copy of alice (an earlier move's source): " in env.lines[-1]
+    if crash:
+
+        def kill(line):
+            if line.startswith("replaced the soft-deleted copy"):
+                raise Crash()
+
+        env.on_line.append(kill)
+        killed = asyncio.create_task(mover.run(record.id))
+        await env.drive(killed)
+        with pytest.raises(Crash):
+            killed.result()
+        env.on_line.clear()
+        box = env.nodes.dbs["DB1"].boxes["alice"]
+        assert box.locked and not box.soft_deleted and not box.items
+    task = asyncio.create_task(env.mover().run(record.id))
+    await env.drive(task)
+    back = task.result()
+    assert back.state is MoveState.COMPLETED, back.failure
+    assert env.nodes.dbs["DB1"].live("alice") == in_db2
+    assert env.directory.entries["alice"] == "DB1"
+    assert env.nodes.dbs["DB2"].boxes["alice"].soft_deleted
+    assert env.lines.count("replaced the soft-deleted copy of alice in DB1") == 1
+    assert back.replaces_soft_deleted == ("alice",)
+
+
+async def test_a_move_to_a_database_holding_the_mailbox_live_is_still_refused(tmp_path):
+    env = MoverEnv(tmp_path)
+    env.nodes.fill("DB2", "alice", 1)
+    with pytest.raises(MoveRejected, match="DB2 already holds a mailbox 'alice'"):
+        await env.mover().submit("alice", "DB2")
+
+
+async def test_a_replacement_lost_to_a_lossy_failover_of_the_target_is_made_again(tmp_path):
+    """The move back's step 2 replaced DB1's soft-deleted copy; DB1 fails over losing that
+    transaction, so its new active holds the soft-deleted copy again: the reconcile the new
+    epoch calls for replaces it again, and the move completes."""
+    env = MoverEnv(tmp_path, knows_epochs=True)
+    env.assert_completed_equal(await env.move())
+    in_db2 = env.target()
+    db1 = env.nodes.dbs["DB1"]
+    env.at_step(3, lambda: db1.failover(lose=2))  # the fake logs each op: drop, create
+    mover = env.mover()
+    record = await mover.submit("alice", "DB1")
+    task = asyncio.create_task(mover.run(record.id))
+    await env.drive(task)
+    back = task.result()
+    assert back.state is MoveState.COMPLETED, back.failure
+    assert back.reconciles >= 1
+    assert db1.live("alice") == in_db2 and not db1.boxes["alice"].soft_deleted
+    assert env.directory.entries["alice"] == "DB1"

@@ -219,3 +219,40 @@ async def test_where_a_mailbox_is_asked_of_the_node_and_said_in_one_line(node):
     down = run(node, "where", "alice")
     assert down.returncode == 1 and down.stdout == ""
     assert down.stderr.startswith("error: no node answered (mbx1: "), down.stderr
+
+
+@pytest.mark.slow
+async def test_a_soft_deleted_mailbox_the_directory_places_here_is_listed_and_restored_not_purged(
+    node,
+):
+    """Soft-deleted by hand where the directory places it (its users' only mailbox): listed,
+    purge refused (restore it), restored live and unlocked; then nothing soft-deleted."""
+    none = run(node, "soft-deleted", "--database", "DB1")
+    assert (none.returncode, none.stdout) == (0, "no soft-deleted mailbox in DB1 (epoch 1)\n")
+    assert run(node, "create", "alice", "--database", "DB1").returncode == 0
+    for action in ("lock", "soft-delete"):
+        await node.ok("POST", "mbx1", f"/v1/databases/DB1/mailboxes/alice/{action}")
+    listed = run(node, "soft-deleted", "--database", "DB1", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (row,) = json.loads(listed.stdout)["mailboxes"]
+    assert (row["mailbox"], row["directory_database"]) == ("alice", "DB1")
+
+    purge = run(node, "purge", "alice", "--database", "DB1")
+    assert purge.returncode == 2 and purge.stdout == "", purge
+    assert purge.stderr.startswith("error: DB1: the mailbox directory places 'alice' in DB1")
+    replace = run(node, "restore", "alice", "--database", "DB1", "--replace", "DB1")
+    assert (replace.returncode, replace.stderr) == (
+        2,
+        "error: --replace DB1: the database the copy is restored in\n",
+    )
+    restored = run(node, "restore", "alice", "--database", "DB1")
+    assert restored.returncode == 0, restored.stderr
+    assert restored.stdout.startswith(
+        "DB1\\alice: restored (live, unlocked; the mailbox directory places it in DB1); "
+        "change number "
+    ), restored.stdout
+    box = await node.ok("GET", "mbx1", "/v1/databases/DB1/mailboxes/alice")
+    assert (box["locked"], box["soft_deleted"]) == (False, False)
+    again = run(node, "restore", "alice", "--database", "DB1")
+    assert again.returncode == 2
+    assert again.stderr == "error: DB1: mailbox 'alice' is live, not soft-deleted\n"

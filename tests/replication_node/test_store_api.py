@@ -156,7 +156,7 @@ async def test_a_write_refused_during_a_switchover_says_where_it_goes(node):
 async def test_a_mailbox_the_directory_places_elsewhere_can_be_removed_and_made_again(node):
     """DELETE of a mailbox: a move's target copy (the directory names another database) goes
     with its folders and items, whether in the file or still in the LLR overlay, and its
-    name is free again; a mailbox the directory places here is refused."""
+    name is free again for a move's target; a mailbox the directory places here is refused."""
     n, session = node
     for name in ("bob", "carol"):  # move targets: the directory names their source
         await n.cluster_store.set_mailbox_database(name, "DB9", expected=None)
@@ -192,10 +192,14 @@ async def test_a_mailbox_the_directory_places_elsewhere_can_be_removed_and_made_
         assert (await call(session, "GET", path))[0] == 404
         assert (await call(session, "GET", path + "/items"))[0] == 404
         assert (await call(session, "DELETE", path))[0] == 404
-        status, _ = await call(session, "PUT", path, json={"folders": ["Inbox"]})
+        # a mailbox of its users is still refused here (the directory names DB9), a move's
+        # target made again is not
+        status, body = await call(session, "PUT", path, json={"folders": ["Inbox"]})
+        assert status == 409 and f"places '{name}' in DB9" in body["error"], body
+        status, _ = await call(session, "PUT", path, json={"folders": ["Inbox"], "locked": True})
         assert status == 201
         _, box = await call(session, "GET", path)
-        assert box["folders"] == ["Inbox"] and not box["locked"]
+        assert box["folders"] == ["Inbox"] and box["locked"]
         _, listed = await call(session, "GET", path + "/items")
         assert listed["items"] == []
         _, paged = await call(session, "GET", path + "/items?limit=1&count=true")
