@@ -38,6 +38,7 @@ from dag_common.config import (
 from dag_common.errors import CommandFailed, ConfigError, failure
 from dag_common.exclusive import bind_port, lock_directory
 from dag_common.http_client import client_session
+from dag_common.memory import bound_allocator
 from dag_common.model import ExitCode
 from dag_common.node_client import NodeStoreClient
 from transport.app import build_app
@@ -149,6 +150,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    bound_allocator()  # freed bodies back to the kernel (dag_common/memory.py)
     return asyncio.run(_serve(Path(args.config), args.name, args.listen_host))
 
 
