@@ -441,6 +441,11 @@ class TransportSettings(_Model):
     message_expiration: Duration = timedelta(days=2)
     max_tries: int = Field(default=5, ge=1, le=1000)
     concurrency: int = Field(default=32, ge=1, le=1024)
+    # Bytes of message bodies a transport holds in flight, at most: submissions being read
+    # (past it a submission waits, then is answered 503 with Retry-After) and deliveries
+    # being tried (they wait their turn).  Queued messages wait in the queue's file, not in
+    # memory.  256 MiB: half the chart's 512 MiB transport pod.
+    memory_budget: ByteSize = Field(default=ByteSize(DEFAULT_MEMORY_BUDGET), gt=0)
 
 
 class CredentialConfig(_Model):

@@ -97,6 +97,8 @@ class MemoryBudget:
     slipping past it."""
 
     def __init__(self, limit: int, *, wait: float = 5.0) -> None:
+        """`wait`: how long a share waits for room before `Overloaded` (a patient share,
+        background work with nobody to answer 503 to, waits as long as it takes)."""
         if limit <= 0:
             raise ValueError("a memory budget is a positive number of bytes")
         self.limit = limit
@@ -120,15 +122,19 @@ class MemoryBudget:
             self.in_use += size
             fut.set_result(None)
 
-    async def acquire(self, size: int, what: str) -> None:
-        """Take `size` bytes, waiting up to `wait` seconds for them; `Overloaded` then."""
+    async def acquire(self, size: int, what: str, *, patient: bool = False) -> None:
+        """Take `size` bytes, waiting up to `wait` seconds for them (`patient`: as long as it
+        takes); `Overloaded` then."""
         if not self._waiters and self._fits(size):
             self.in_use += size
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((size, fut))
         try:
-            await asyncio.wait_for(asyncio.shield(fut), self.wait)
+            if patient:
+                await asyncio.shield(fut)
+            else:
+                await asyncio.wait_for(asyncio.shield(fut), self.wait)
         except TimeoutError:
             if fut.done() and not fut.cancelled():  # granted as the wait ended
                 return
@@ -154,9 +160,9 @@ class MemoryBudget:
         self._wake()
 
     @contextlib.asynccontextmanager
-    async def share(self, size: int, what: str) -> AsyncIterator[None]:
-        """`size` bytes taken for the block's duration."""
-        await self.acquire(size, what)
+    async def share(self, size: int, what: str, *, patient: bool = False) -> AsyncIterator[None]:
+        """`size` bytes taken for the block's duration (`acquire`)."""
+        await self.acquire(size, what, patient=patient)
         try:
             yield
         finally:
