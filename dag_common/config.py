@@ -52,6 +52,7 @@ MIB = 1024 * 1024
 # at most 150 MiB, Exchange's own ceiling for a message, since a write of one item holds
 # about twice its size in a node's memory at the HTTP edge.
 DEFAULT_MAX_ITEM_SIZE = 36 * MIB
+DEFAULT_MEMORY_BUDGET = 256 * MIB  # a node's bodies in flight (NodeConfig.memory_budget)
 MAX_MAX_ITEM_SIZE = 150 * MIB
 
 
@@ -232,6 +233,12 @@ class NodeConfig(_Model):
     site: str = Field(pattern=_NAME)
     url: str
     data_dir: Path
+    # Bytes of request bodies the node holds in flight at most (writes of items): past it a
+    # write waits a few seconds for room, then is answered 503 with Retry-After, instead of
+    # growing the process to its pod's limit (dag_common/memory.py).  A write larger than
+    # the budget is taken alone.  256 MiB: a fourth of the chart's 1 GiB pod, where a write
+    # costs the node about twice its body while it is parsed.
+    memory_budget: ByteSize = Field(default=ByteSize(DEFAULT_MEMORY_BUDGET), gt=0)
 
     @field_validator("url")
     @classmethod
@@ -434,6 +441,11 @@ class TransportSettings(_Model):
     message_expiration: Duration = timedelta(days=2)
     max_tries: int = Field(default=5, ge=1, le=1000)
     concurrency: int = Field(default=32, ge=1, le=1024)
+    # Bytes of message bodies a transport holds in flight, at most: submissions being read
+    # (past it a submission waits, then is answered 503 with Retry-After) and deliveries
+    # being tried (they wait their turn).  Queued messages wait in the queue's file, not in
+    # memory.  256 MiB: half the chart's 512 MiB transport pod.
+    memory_budget: ByteSize = Field(default=ByteSize(DEFAULT_MEMORY_BUDGET), gt=0)
 
 
 class CredentialConfig(_Model):

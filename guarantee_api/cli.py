@@ -18,6 +18,7 @@ from dag_common.cli import add_config, add_version, run
 from dag_common.config import accepted_credentials, load_config, load_token
 from dag_common.credentials import Accepted
 from dag_common.errors import ConfigError
+from dag_common.memory import bound_allocator
 from dag_common.model import ExitCode
 from guarantee_api.errors import GuaranteeError
 from guarantee_api.server import GuaranteeService, TlsFiles
@@ -83,6 +84,7 @@ def _serve_command(args: argparse.Namespace) -> int:
     clients = None if args.no_client_token else accepted_credentials(args.config)
     service = GuaranteeService(config, node_token=token, clients=clients, tls=tls)
     try:
+        bound_allocator()  # freed bodies back to the kernel (dag_common/memory.py)
         asyncio.run(_serve(service, args.grace, clients))
     except (OSError, RuntimeError) as exc:  # e.g. the port is taken
         raise GuaranteeError(f"guarantee-api failed: {exc}") from exc

@@ -43,6 +43,7 @@ from dag_common.cli import (
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.http_client import client_session
+from dag_common.memory import bound_allocator
 from dag_common.model import ExitCode
 from mrs_client.errors import MoveRejected
 from mrs_client.item_limits import SkipReason, counts
@@ -312,16 +313,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # and must take it back from the event loop: at the default switch interval (5 ms) a
     # loop kept busy by many moves makes every statement of every save wait up to 5 ms.
     sys.setswitchinterval(SWITCH_INTERVAL)
+    bound_allocator()  # freed bodies back to the kernel (dag_common/memory.py)
     return asyncio.run(_serve(args, config))
 
 
 def cmd_move(args: argparse.Namespace) -> int:
     config = load_config(args.config)
+    bound_allocator()  # freed bodies back to the kernel (dag_common/memory.py)
     return asyncio.run(_run_move(args, config, None))
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     config = load_config(args.config)
+    bound_allocator()  # freed bodies back to the kernel (dag_common/memory.py)
     return asyncio.run(_run_move(args, config, args.id))
 
 

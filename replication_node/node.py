@@ -28,6 +28,8 @@ from dag_common.cluster_store import ActivationCause, ClusterStore
 from dag_common.config import ClusterConfig, load_config
 from dag_common.credentials import Credentials, cluster_only
 from dag_common.errors import ConfigError
+from dag_common.memory import MemoryBudget
+from dag_common.memory_metrics import watch_memory
 from dag_common.model import (
     AutoDatabaseMountDial,
     CopyRole,
@@ -117,6 +119,10 @@ class Node:
                 unexpected_errors=lambda: self.unexpected_errors,
             )
         )
+        # Bodies of requests in flight (writes of items), within the node's budget; the
+        # process's memory and the budget's use at /metrics.
+        self.memory = MemoryBudget(int(config.node(name).memory_budget))
+        watch_memory(self.metrics.registry, self.memory)
 
     @property
     def data_dir(self) -> Path:

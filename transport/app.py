@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +31,7 @@ from dag_common.config import ClusterConfig
 from dag_common.credentials import Role
 from dag_common.errors import BadRequest, RequestTooLarge
 from dag_common.http_body import BodyLimit, body_text, items_body_size, parse_json, read_body
+from dag_common.memory import Overloaded
 from dag_common.route_roles import PUBLIC, add_route, role_middleware
 from transport.messages import MessageIn
 from transport.service import Transport
@@ -57,6 +59,10 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return await handler(request)
     except RequestTooLarge as exc:
         return _error(413, str(exc), **exc.details)
+    except Overloaded as exc:  # the memory budget had no room in time: come back shortly
+        answer = _error(503, str(exc), retry_after=exc.retry_after)
+        answer.headers["Retry-After"] = str(math.ceil(exc.retry_after))
+        return answer
     except BadRequest as exc:
         return _error(400, str(exc))
 
@@ -84,8 +90,12 @@ def message_limit(config: ClusterConfig) -> BodyLimit:
 
 async def post_message(request: web.Request) -> web.Response:
     transport = request.app[TRANSPORT]
-    message = _parse(MessageIn, await _json(request, message_limit(transport.config)))
-    outcome = await transport.submit(message)
+    limit = message_limit(transport.config)
+    # The body's share of the transport's memory budget, before a byte of it is read.
+    size = min(request.content_length or limit.size, limit.size)
+    async with transport.memory.share(size, "a message"):
+        message = _parse(MessageIn, await _json(request, limit))
+        outcome = await transport.submit(message)
     return web.json_response(outcome.body, status=outcome.status)
 
 

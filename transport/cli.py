@@ -38,6 +38,8 @@ from dag_common.config import (
 from dag_common.errors import CommandFailed, ConfigError, failure
 from dag_common.exclusive import bind_port, lock_directory
 from dag_common.http_client import client_session
+from dag_common.memory import MemoryBudget, bound_allocator
+from dag_common.memory_metrics import watch_memory
 from dag_common.model import ExitCode
 from dag_common.node_client import NodeStoreClient
 from transport.app import build_app
@@ -82,9 +84,12 @@ async def _serve(config_path: Path, name: str, listen_host: str | None) -> int:
         expiration=settings.message_expiration.total_seconds(),
         max_tries=settings.max_tries,
     )
+    # One budget for the bodies a transport holds: submissions read, deliveries tried.
+    memory = MemoryBudget(int(settings.memory_budget))
+    watch_memory(metrics.registry, memory)
     deliverer = Deliverer(
         store=store, directory=directory, nodes=nodes, policy=policy, clock=clock,
-        metrics=metrics, concurrency=settings.concurrency,
+        metrics=metrics, concurrency=settings.concurrency, memory=memory,
     )  # fmt: skip
     tls = config.tls.for_node(name) if config.tls else None
     ssl_ctx = tls.server_context() if tls else None
@@ -96,7 +101,7 @@ async def _serve(config_path: Path, name: str, listen_host: str | None) -> int:
     accepted = accepted_credentials(config_path, node=name, on_reload=reload_certificate)
     transport = Transport(
         config=config, name=name, token=token, store=store, directory=directory,
-        deliverer=deliverer, clock=clock, metrics=metrics, credentials=accepted,
+        deliverer=deliverer, clock=clock, metrics=metrics, credentials=accepted, memory=memory,
     )  # fmt: skip
     runner = web.AppRunner(build_app(transport), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
@@ -149,6 +154,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    bound_allocator()  # freed bodies back to the kernel (dag_common/memory.py)
     return asyncio.run(_serve(Path(args.config), args.name, args.listen_host))
 
 

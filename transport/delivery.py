@@ -25,7 +25,9 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from dag_common.clock import Clock
+from dag_common.config import DEFAULT_MEMORY_BUDGET
 from dag_common.errors import ClusterStoreError, NodeCallError
+from dag_common.memory import MemoryBudget
 from dag_common.node_client import NodeStoreClient
 from transport.messages import Delivery
 from transport.metrics import TransportMetrics
@@ -62,8 +64,11 @@ class Deliverer:
         clock: Clock,
         metrics: TransportMetrics,
         concurrency: int,
+        memory: MemoryBudget | None = None,
     ) -> None:
         self._store = store
+        # The bodies of deliveries in flight, at most (`TransportSettings.memory_budget`).
+        self._memory = memory or MemoryBudget(DEFAULT_MEMORY_BUDGET)
         self._directory = directory
         self._nodes = nodes
         self._policy = policy
@@ -154,13 +159,17 @@ class Deliverer:
             return
         started = self._clock.monotonic()
         try:
-            await self._nodes.call(
-                "POST",
-                database,
-                f"/mailboxes/{recipient}/items",
-                json={"items": [d.item() for d in batch]},
-                ok=(201,),
-            )
+            # The bodies are read from the queue's file only now, within the transport's
+            # memory budget: deliveries beyond it wait their turn.
+            size = sum(d.size for d in batch)
+            async with self._memory.share(size, f"a delivery to {recipient}", patient=True):
+                await self._nodes.call(
+                    "POST",
+                    database,
+                    f"/mailboxes/{recipient}/items",
+                    json={"items": await self._store.items(batch)},
+                    ok=(201,),
+                )
         except NodeCallError as exc:
             moved = False
             if exc.status == 404:  # no such mailbox there: has it moved?

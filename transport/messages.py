@@ -7,7 +7,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from dag_common.api_types import Folder, Name, Text, item_id_for
+from dag_common.api_types import Folder, Name, Text
+from dag_common.http_body import utf8_size
 
 # A message id is the sender's (RFC 5322 Message-ID or any unique text): printable, bounded.
 MessageId = Annotated[StrictStr, Field(min_length=1, max_length=998, pattern=r"^[\x21-\x7e]+$")]
@@ -30,32 +31,21 @@ class MessageIn(BaseModel):
     def size(self) -> int:
         """The item's size as the node counts it against max_item_size: subject and body
         in UTF-8."""
-        return len(self.subject.encode()) + len(self.body.encode())
+        return utf8_size(self.subject) + utf8_size(self.body)
 
 
 @dataclass(frozen=True)
 class Delivery:
-    """One recipient's copy of a queued message: what the delivery loop works on."""
+    """One recipient's copy of a queued message: what the delivery loop works on.  Its body
+    is not here: it stays in the queue's file until the delivery is tried (`QueueStore.items`),
+    so a queue of thousands of large messages, waiting out a failover, costs the transport
+    their ids, not their bodies."""
 
     id: int
     message_id: str
     recipient: str
     folder: str
-    subject: str
-    body: str
+    size: int  # the item's size as the node counts it (subject and body in UTF-8)
     tries: int
     failures: int
     queued: float  # wall time (epoch seconds) it was first queued: message_expiration
-
-    @property
-    def size(self) -> int:
-        return len(self.subject.encode()) + len(self.body.encode())
-
-    def item(self) -> dict[str, str]:
-        """The item of POST …/mailboxes/{recipient}/items."""
-        return {
-            "item_id": item_id_for(self.message_id),
-            "folder": self.folder,
-            "subject": self.subject,
-            "body": self.body,
-        }

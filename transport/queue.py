@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
+from dag_common.api_types import item_id_for
 from transport.dumpster import Entry, evicted
 from transport.messages import Delivery, MessageIn
 
@@ -78,8 +79,8 @@ CREATE TRIGGER IF NOT EXISTS dumpster_gone AFTER DELETE ON deliveries
 QUEUED, DELIVERED, POISON = "Queued", "Delivered", "Poison"
 
 _DELIVERY = (
-    "SELECT d.id, d.message_id, d.recipient, m.folder, m.subject, m.body, d.tries, d.failures,"
-    " d.queued FROM deliveries d JOIN messages m USING (message_id)"
+    "SELECT d.id, d.message_id, d.recipient, m.folder, d.size, d.tries, d.failures, d.queued"
+    " FROM deliveries d JOIN messages m USING (message_id)"
 )
 
 
@@ -231,8 +232,8 @@ class QueueStore:
                 for r in recipients
             ]
             return Submitted(True, [
-                Delivery(int(i or 0), message.message_id, r, message.folder, message.subject,
-                         message.body, 0, 0, now)
+                Delivery(int(i or 0), message.message_id, r, message.folder, message.size,
+                         0, 0, now)
                 for i, r in zip(ids, recipients, strict=True)
             ])  # fmt: skip
 
@@ -241,6 +242,30 @@ class QueueStore:
     async def queued(self) -> list[Delivery]:
         """Every Queued delivery, oldest first (a restart tries them all)."""
         return await self._run(lambda: self._deliveries("WHERE d.state=? ORDER BY d.id", QUEUED))
+
+    async def items(self, deliveries: list[Delivery]) -> list[dict[str, str]]:
+        """The items of POST …/mailboxes/{recipient}/items for `deliveries`, their subjects
+        and bodies read from the file (each message's once, however many recipients)."""
+        ids = list(dict.fromkeys(d.message_id for d in deliveries))
+
+        def work() -> dict[str, tuple[str, str]]:
+            marks = ",".join("?" * len(ids))
+            rows = self._conn.execute(
+                f"SELECT message_id, subject, body FROM messages WHERE message_id IN ({marks})",
+                ids,
+            ).fetchall()
+            return {row[0]: (row[1], row[2]) for row in rows}
+
+        texts = await self._run(work)
+        return [
+            {
+                "item_id": item_id_for(d.message_id),
+                "folder": d.folder,
+                "subject": texts[d.message_id][0],
+                "body": texts[d.message_id][1],
+            }
+            for d in deliveries
+        ]
 
     def _deliveries(self, where: str, *args: Any) -> list[Delivery]:
         rows = self._conn.execute(f"{_DELIVERY} {where}", args).fetchall()

@@ -22,6 +22,7 @@ from dag_common.clock import Clock
 from dag_common.config import ClusterConfig
 from dag_common.credentials import Credentials
 from dag_common.errors import ClusterStoreError
+from dag_common.memory import MemoryBudget
 from transport.delivery import Deliverer, Directory
 from transport.messages import MessageIn
 from transport.metrics import TransportMetrics
@@ -68,8 +69,11 @@ class Transport:
         clock: Clock,
         metrics: TransportMetrics,
         credentials: Callable[[], Credentials],
+        memory: MemoryBudget | None = None,
     ) -> None:
         self.config = config
+        # Bodies of submissions being read, within the budget the deliveries share.
+        self.memory = memory or MemoryBudget(int(config.transport.memory_budget))
         self.name = name
         self.token = token
         self.credentials = credentials  # what its API accepts

@@ -25,6 +25,7 @@ from dag_common.config import ClusterConfig, accepted_credentials, load_config, 
 from dag_common.durations import format_duration
 from dag_common.errors import ConfigError
 from dag_common.exclusive import bind_port, lock_directory
+from dag_common.memory import bound_allocator
 from dag_common.model import ExitCode
 from dag_common.taskdump import TASK_DUMP_END, describe_tasks
 from replication_node.audit import AUDIT_FILE, AuditLog
@@ -145,6 +146,7 @@ def _dump_tasks() -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     _setup_logging(args.verbose)
+    bound_allocator()  # large bodies given back to the kernel once freed (memory.py)
     return asyncio.run(
         _serve(
             Path(args.config),

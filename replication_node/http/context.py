@@ -24,6 +24,7 @@ from dag_common.admin_api import (
 from dag_common.api_types import NAME_PATTERN
 from dag_common.config import ClusterConfig
 from dag_common.http_body import SMALL_BODY, BodyLimit, body_text, parse_json, read_body
+from dag_common.memory import MemoryBudget
 from dag_common.model import AutoDatabaseMountDial, NodeStatus
 from replication_node.active.copy import ActiveCopy
 from replication_node.active.instance import ActiveInstance
@@ -40,6 +41,7 @@ class NodeApi(Protocol):
     name: str
     config: ClusterConfig
     unexpected_errors: int  # the API's 500s, counted for the metrics
+    memory: MemoryBudget  # bytes of request bodies in flight
 
     def instance(self, database: str) -> HostedCopy | None: ...
 

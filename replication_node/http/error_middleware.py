@@ -3,18 +3,21 @@
 Domain errors get their status here and nowhere else: a store error its 4xx, NotActive 409
 naming the active (and `switching_to` during a switchover), a refused mount 409 with the
 loss, a body or an item over its limit 413 naming the limit (the connection closed when the
-body was not read), a failing database or disk 503 naming the error, aiohttp's own errors
+body was not read), a failing database or disk 503 naming the error, a write the memory
+budget has no room for 503 with Retry-After, aiohttp's own errors
 (404, 405, 413) their status, and anything else 500, counted and logged as the bug it is.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from aiohttp import web
 
 from dag_common.errors import ClusterStoreError, RequestError, StoreConflict
+from dag_common.memory import Overloaded
 from replication_node.errors import (
     BadRequest,
     Conflict,
@@ -82,6 +85,10 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         return json_error(
             409, str(exc), active_node=active[0], active_url=active[1], switching_to=switching
         )
+    except Overloaded as exc:  # the memory budget had no room in time: come back shortly
+        answer = json_error(503, str(exc), retry_after=exc.retry_after)
+        answer.headers["Retry-After"] = str(math.ceil(exc.retry_after))
+        return _closing_if_body_unread(request, answer)
     except MountRefused as exc:
         return json_error(409, str(exc), **exc.details)
     except RequestTooLarge as exc:

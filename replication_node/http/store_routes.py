@@ -39,6 +39,7 @@ from replication_node.http.context import (
     store_of,
 )
 from replication_node.http.directory_claim import claim_new
+from replication_node.http.items_stream import stream_items
 from replication_node.http.models import FolderIn, ItemIn, ItemsIn, MailboxIn, parse
 from replication_node.storage.reader import ItemsPage
 
@@ -193,20 +194,27 @@ async def post_items(request: web.Request) -> web.Response:
     it), before anything is looked up or written."""
     db = request.match_info["db"]
     max_item_size = max_item_size_for(request.app[NODE].config, db)
-    raw = await json_body(request, items_limit(db, max_item_size))
-    # Several items ({"items": [...]}, one transaction) or one item as the body itself.
-    batch = "items" in raw
-    items = parse(ItemsIn, raw).items if batch else [parse(ItemIn, raw)]
-    check_item_sizes(items, database=db, max_item_size=max_item_size, batch=batch)
-    result = await store_for_write(request).put_items(
-        request.match_info["mailbox"],
-        items,
-        override_lock=overriding(request),
-    )
+    limit = items_limit(db, max_item_size)
+    # The body's share of the node's memory budget, taken before a byte of it is read and
+    # held until the write is answered: its declared length, or what the limit lets a
+    # chunked one grow to.  Past the budget the write waits, then is refused with 503.
+    size = min(request.content_length or limit.size, limit.size)
+    async with request.app[NODE].memory.share(size, f"a write of items to {db}"):
+        raw = await json_body(request, limit)
+        # Several items ({"items": [...]}, one transaction) or one item as the body itself.
+        batch = "items" in raw
+        items = parse(ItemsIn, raw).items if batch else [parse(ItemIn, raw)]
+        del raw  # the items hold their text; the parsed JSON's copy goes now
+        check_item_sizes(items, database=db, max_item_size=max_item_size, batch=batch)
+        result = await store_for_write(request).put_items(
+            request.match_info["mailbox"],
+            items,
+            override_lock=overriding(request),
+        )
     return web.json_response(result.wire(), status=201)
 
 
-async def get_items(request: web.Request) -> web.Response:
+async def get_items(request: web.Request) -> web.StreamResponse:
     name = mailbox_name(request)
     reader = reader_for(request)
     try:
@@ -225,22 +233,32 @@ async def get_items(request: web.Request) -> web.Response:
             raise BadRequest(f"limit must be within 1..{MAX_ITEMS_PAGE}")
     if reader.mailbox(name) is None:
         raise NotFound(f"no mailbox {name!r}")
-    if limit is None:
-        items = reader.items(name, since)
-        page = ItemsPage(items, max((i.change_number for i in items), default=since), True)
-    else:
-        page = reader.items_page(name, since, limit, ITEMS_PAGE_BYTES)
-    answer = ItemsAnswer(
+    # Read before the listing begins: an error here is still an answer of its own.
+    epoch = epoch_for(request)
+    live_count = reader.live_count(name, since) if flag(request, "count") else None
+
+    def answer(page: ItemsPage) -> ItemsAnswer:
+        return ItemsAnswer(
+            mailbox=name,
+            since_change=since,
+            items=[],
+            last_change_number=page.through,
+            more=not page.complete,
+            epoch=epoch,
+            live_count=live_count,  # live items changed after since_change, in every page
+        )
+
+    # Written as it is read (`items_stream.py`): without `limit` every change (never more
+    # than one body held at a time), with it a page cut at ITEMS_PAGE_BYTES.
+    return await stream_items(
+        request,
+        reader,
         mailbox=name,
-        since_change=since,
-        items=[row._asdict() for row in page.items],
-        last_change_number=page.through,
-        more=not page.complete,
-        epoch=epoch_for(request),
-        # live items changed after since_change, in every page
-        live_count=reader.live_count(name, since) if flag(request, "count") else None,
+        since=since,
+        limit=limit,
+        page_bytes=None if limit is None else ITEMS_PAGE_BYTES,
+        answer=answer,
     )
-    return web.json_response(answer.wire())
 
 
 async def delete_item(request: web.Request) -> web.Response:

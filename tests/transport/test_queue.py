@@ -125,3 +125,24 @@ async def test_a_redelivered_message_is_queued_as_of_now_and_a_sweep_ages_out_th
     assert await store.sweep(now=7 * DAY + 1) == 1, "the other, older than MaxDumpsterTime"
     assert await store.message("<0@example>") == []
     store.close()
+
+
+async def test_queued_deliveries_hold_no_bodies_and_the_items_read_them_from_the_file(tmp_path):
+    """A queue of large messages waiting out a failover costs the transport their ids, not
+    their bodies (issue 52): the bodies stay in the file until a delivery is tried."""
+    store = _store(tmp_path)
+    body = "b" * 1_000_000
+    first = await store.submit(_message(1, "alice", "bob", body=body), now=1.0)
+    await store.submit(_message(2, "alice", body="é"), now=2.0)
+    queued = await store.queued()
+    assert all(not hasattr(d, "body") for d in queued)
+    assert [d.size for d in queued] == [1_000_000, 1_000_000, 2]
+    items = await store.items(queued)
+    assert [(i["folder"], i["body"]) for i in items] == [
+        ("Inbox", body),
+        ("Inbox", body),
+        ("Inbox", "é"),
+    ]
+    assert items[0]["item_id"] == items[1]["item_id"] != items[2]["item_id"]
+    assert first.deliveries == queued[:2]
+    store.close()

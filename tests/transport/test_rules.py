@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from dag_common.api_types import item_id_for
 from transport.dumpster import Entry, evicted
-from transport.messages import item_id_for
 from transport.retry import Failure, Next, RetryPolicy, classify, next_try
 
 DAY = 86400.0

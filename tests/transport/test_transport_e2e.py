@@ -11,12 +11,12 @@ import sys
 
 import pytest
 
+from dag_common.api_types import item_id_for
 from tests.cluster_harness import ROOT, wait_until
 from tests.mrs_client.e2e import shorten_guarantee_waits
 from tests.mrs_client.test_move_e2e import FAST, mrs
 from tests.replication_node.e2e import converged, three_nodes
 from tests.transport.harness import Hubs
-from transport.messages import item_id_for
 
 pytestmark = pytest.mark.slow
 

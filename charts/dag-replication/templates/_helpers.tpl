@@ -118,7 +118,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- $name := include "dag.nodeName" (dict "root" $root "site" $site.name "ordinal" $i) }}
 {{- $_ := set $known (printf "%s-%d" $site.name $i) $name }}
 {{- $url := printf "%s://%s.%s.%s:%d" $scheme $name (include "dag.nodesService" $root) $domain (int $v.replicationNode.port) }}
-{{- $nodes = append $nodes (dict "name" $name "site" $site.name "url" $url "data_dir" "/var/lib/dag/data") }}
+{{- $nodes = append $nodes (dict "name" $name "site" $site.name "url" $url "data_dir" "/var/lib/dag/data" "memory_budget" $v.replicationNode.memoryBudget) }}
 {{- end }}
 {{- end }}
 {{- $databases := list }}

@@ -1,0 +1,231 @@
+"""Memory of real node processes and the mover while a mailbox of large items is written,
+replicated, listed and moved (issue 52): peak and resting RSS, against the targets.
+
+    .venv/bin/python bench/memory.py [--quick] [--mailbox-mb 2000] [--dir var/bench-memory]
+
+One cluster (bench/move.py's: three `replication-node serve` processes on loopback and
+`guarantee-api serve`; DB1 active on mbx1 with passives on mbx2 and mbx3, DB2 active on mbx2),
+with log_file_size 1 MiB, llr_depth 10 and max_item_size 36 MiB.  Memory is read from
+`/proc/PID/status`: VmRSS (now) and VmHWM (the process's peak since it started, which the
+kernel keeps, so no sampling misses it); the mover's is sampled every 20 ms while it runs
+(its VmHWM is gone with it).
+
+1. Rest: each node's RSS once DB1 and DB2 are mounted and idle.
+2. Write: a mailbox of `--mailbox-mb` MB in items of 1-30 MiB (sizes drawn with a fixed seed,
+   the largest always 30 MiB), written one at a time to DB1's active over HTTP; then until
+   both passives have replayed it.  Peaks of the active (mbx1) and a passive (mbx2).
+3. List: the whole mailbox in one listing without `limit`, read as it streams.  The active's
+   peak after it.
+4. Move: `mrs move` of the mailbox to DB2 (mbx2 active: the target's writes land on a node
+   that also holds a passive copy of the source).  The mover's peak, and each node's.
+5. Idle: each node's RSS after `--idle` seconds with nothing to do.
+
+Targets (issue 52): a peak at most rest + 4x the largest item (every path), and back to
+within 25 % of rest when idle.  Before/after: run the same script from a checkout of the
+baseline (`--dir` elsewhere); bench/README.md has both, from one session.
+
+Not measured here yet: the reconcile after a lossy failover and the transport's
+redelivery (bench/README.md, memory: what is left).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import platform
+import random
+import shutil
+import string
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import aiohttp  # noqa: E402
+
+from bench.move import ACTIVE, SOURCE, TARGET, databases, mrs_args, settle  # noqa: E402
+from dag_common.memory import resident_memory  # noqa: E402
+from tests.cluster_harness import LocalCluster, wait_until  # noqa: E402
+
+MIB = 1 << 20
+MB = 1e6
+MAILBOX = "alice"
+PREFIX = f"/v1/databases/{SOURCE}/mailboxes/{MAILBOX}"
+LONG = aiohttp.ClientTimeout(total=600)
+NODES = ("mbx1", "mbx2", "mbx3")
+
+
+def item_sizes(total: int, largest: int, seed: int = 52) -> list[int]:
+    """Sizes of 1 MiB .. `largest` adding up to about `total` bytes, the first `largest`."""
+    rng = random.Random(seed)
+    sizes = [largest]
+    while sum(sizes) < total:
+        sizes.append(rng.randint(MIB, largest))
+    return sizes
+
+
+def body(size: int, seed: int) -> str:
+    rng = random.Random(seed)
+    chunk = "".join(rng.choices(string.ascii_letters + string.digits, k=64 * 1024))
+    return (chunk * (size // len(chunk) + 1))[:size]
+
+
+@dataclass
+class Figures:
+    rest: dict[str, int] = field(default_factory=dict)
+    peaks: dict[str, dict[str, int]] = field(default_factory=dict)  # phase -> node -> VmHWM
+    idle: dict[str, int] = field(default_factory=dict)
+    mover_peak: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def peaks(cluster: LocalCluster) -> dict[str, int]:
+    return {n: resident_memory(cluster.procs[n].pid).peak for n in NODES}
+
+
+def resting(cluster: LocalCluster) -> dict[str, int]:
+    return {n: resident_memory(cluster.procs[n].pid).resident for n in NODES}
+
+
+async def mounted(cluster: LocalCluster) -> None:
+    async def ready() -> bool:
+        for db, node in ACTIVE.items():
+            if (await cluster.status(node))[db]["status"] != "Mounted":
+                return False
+        return True
+
+    await wait_until("DB1 and DB2 mounted", ready, timeout=120, tolerate=(KeyError,))
+
+
+async def write(cluster: LocalCluster, sizes: list[int]) -> None:
+    await cluster.ok("PUT", ACTIVE[SOURCE], PREFIX, json={"display_name": "Alice"})
+    for i, size in enumerate(sizes):
+        item = {"item_id": f"m{i:04d}", "subject": f"attachment {i}", "body": body(size, i)}
+        await cluster.ok("POST", ACTIVE[SOURCE], f"{PREFIX}/items", json=item, timeout=LONG)
+    await settle(cluster, SOURCE)
+
+
+async def listing(cluster: LocalCluster) -> int:
+    total = 0
+    url = cluster.url(ACTIVE[SOURCE]) + f"{PREFIX}/items"
+    async with cluster.session.get(url, params={"since_change": "0"}, timeout=LONG) as resp:  # type: ignore[union-attr]
+        assert resp.status == 200, resp.status
+        async for chunk in resp.content.iter_chunked(MIB):
+            total += len(chunk)
+    return total
+
+
+async def move(cluster: LocalCluster) -> int:
+    """`mrs move` of the mailbox to DB2; the mover's peak RSS, sampled every 20 ms."""
+    proc = await asyncio.create_subprocess_exec(
+        *mrs_args(cluster, "move", "--mailbox", MAILBOX, "--to", TARGET),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env=cluster.env(),
+        cwd=ROOT,
+    )
+    peak = 0
+    while proc.returncode is None:
+        with contextlib.suppress(OSError, ValueError):
+            peak = max(peak, resident_memory(proc.pid).peak)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), 0.02)
+    assert proc.stderr is not None
+    err = (await proc.stderr.read()).decode(errors="replace")
+    if proc.returncode != 0:
+        raise RuntimeError(f"mrs move exited {proc.returncode}: {err[-2000:]}")
+    return peak
+
+
+async def run(args: argparse.Namespace) -> Figures:
+    base = Path(args.dir)
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    cluster = LocalCluster(
+        base,
+        nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
+        databases=databases(),
+        defaults={"log_file_size": "1MiB", "llr_depth": 10, "max_item_size": "36MiB"},
+    )
+    cluster.config["guarantee_api"]["poll_interval"] = "1s"
+    cluster.write_config()
+    figures = Figures()
+    await cluster.start()
+    api = None
+    try:
+        api = await cluster.start_guarantee_api()
+        await mounted(cluster)
+        await asyncio.sleep(args.settle)  # the spares made, the first idle work done
+        figures.rest = resting(cluster)
+
+        sizes = item_sizes(int(args.mailbox_mb * MB), args.largest * MIB)
+        start = time.perf_counter()
+        await write(cluster, sizes)
+        figures.seconds["write"] = time.perf_counter() - start
+        figures.peaks["write"] = peaks(cluster)
+
+        start = time.perf_counter()
+        listed = await listing(cluster)
+        figures.seconds["list"] = time.perf_counter() - start
+        assert listed > sum(sizes), (listed, sum(sizes))
+        figures.peaks["list"] = peaks(cluster)
+
+        start = time.perf_counter()
+        figures.mover_peak = await move(cluster)
+        figures.seconds["move"] = time.perf_counter() - start
+        figures.peaks["move"] = peaks(cluster)
+
+        await asyncio.sleep(args.idle)
+        figures.idle = resting(cluster)
+    finally:
+        if api is not None:
+            api.terminate()
+            api.wait()
+        await cluster.close()
+    figures.seconds["largest"] = args.largest
+    return figures
+
+
+def report(args: argparse.Namespace, f: Figures) -> None:
+    largest = args.largest * MIB
+    mb = lambda n: f"{n / MB:.0f}"  # noqa: E731
+    print(f"## memory ({date.today()}, {platform.node()}, {os.cpu_count()} cpus)")
+    print(f"mailbox {args.mailbox_mb} MB in items of 1-{args.largest} MiB; MB = 10^6 bytes")
+    print(
+        "| node | rest | peak after write | after list | after move | "
+        "target (rest + 4x item) | idle after | idle target (1.25x rest) |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for n in NODES:
+        rest = f.rest[n]
+        print(
+            f"| {n} | {mb(rest)} | {mb(f.peaks['write'][n])} | {mb(f.peaks['list'][n])} | "
+            f"{mb(f.peaks['move'][n])} | {mb(rest + 4 * largest)} | {mb(f.idle[n])} | "
+            f"{mb(1.25 * rest)} |"
+        )
+    print(f"mover peak: {mb(f.mover_peak)} MB")
+    print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in f.seconds.items() if k != "largest"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mailbox-mb", type=float, default=2000)
+    parser.add_argument("--largest", type=int, default=30, help="the largest item, MiB")
+    parser.add_argument("--idle", type=float, default=30, help="seconds idle before the last RSS")
+    parser.add_argument("--settle", type=float, default=5, help="seconds idle before rest")
+    parser.add_argument("--dir", default=str(ROOT / "var" / "bench-memory"))
+    parser.add_argument("--quick", action="store_true", help="a 100 MB mailbox, short waits")
+    args = parser.parse_args()
+    if args.quick:
+        args.mailbox_mb, args.idle, args.settle = 100, 2, 1
+    report(args, asyncio.run(run(args)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""A process's memory: the allocator told to give large blocks back, what the process holds
+(`/proc/self/status`), and a budget of bytes in flight that work waits for instead of growing
+the process.
+
+**Why the allocator is set.**  glibc serves a block of 128 KiB or more with its own `mmap`
+and unmaps it when it is freed, but it raises that threshold to the size of every such block
+freed (up to 32 MiB), so after the first large item is freed the next ones of its size come
+from the heap and the arenas, which keep freed memory: a node that wrote 10 items of 30 MiB
+held 420 MB idle, against 61 MB at rest (bench/README.md, memory).  Setting the threshold
+fixes it (`mallopt(M_MMAP_THRESHOLD)` turns the adjustment off), so every large body is its
+own mapping, returned to the kernel when its last reference goes: RSS follows the bodies
+alive, at the cost of an `mmap`/`munmap` per large block (microseconds, against the
+milliseconds a megabyte of body costs to write and fsync).  `MALLOC_MMAP_THRESHOLD_` in the
+environment does the same, but only for a process started with it; this works wherever the
+code runs (a test, the demo, a pod).  On a libc without `mallopt` (musl) it does nothing.
+
+**The budget** (`MemoryBudget`) counts the bytes of bodies a process holds for requests in
+flight.  A request takes its share before it reads a body and gives it back when it is done;
+past the budget it waits a short while, then is refused (`Overloaded`, a 503 with
+`Retry-After`): a burst of large writes is served at the rate memory allows, never by
+growing the process to the pod's limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+# Blocks from this size on get their own mapping: glibc's default threshold, held fixed.
+MMAP_THRESHOLD = 128 * 1024
+# Free memory at the top of the heap past this is given back at once (glibc's default too).
+TRIM_THRESHOLD = 128 * 1024
+
+
+def bound_allocator() -> bool:
+    """Hold glibc's mmap threshold at its default, so freed large blocks go back to the
+    kernel (see the module's docstring); True if the allocator took it."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    ok = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+    ok = mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1 and ok
+    if not ok:
+        logger.info("the C library did not take mallopt: freed large blocks may be kept")
+    return ok
+
+
+@dataclass(frozen=True, slots=True)
+class ResidentMemory:
+    """What a process holds in RAM now (`VmRSS`) and at most since it started (`VmHWM`),
+    in bytes."""
+
+    resident: int
+    peak: int
+
+
+def resident_memory(pid: int | str = "self") -> ResidentMemory:
+    """`pid`'s resident memory from `/proc/PID/status` (Linux)."""
+    fields: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) * 1024  # kB
+    return ResidentMemory(fields.get("VmRSS", 0), fields.get("VmHWM", 0))
+
+
+class Overloaded(Exception):
+    """The budget has no room for this much within the wait: answer 503 and `Retry-After`."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class MemoryBudget:
+    """Bytes of bodies in flight, at most `limit`.  A share over the whole limit is taken
+    alone (when nothing else is in flight), so one item as large as the limit allows is
+    still served.  Waiters are served in order: a large share is not starved by small ones
+    slipping past it."""
+
+    def __init__(self, limit: int, *, wait: float = 5.0) -> None:
+        """`wait`: how long a share waits for room before `Overloaded` (a patient share,
+        background work with nobody to answer 503 to, waits as long as it takes)."""
+        if limit <= 0:
+            raise ValueError("a memory budget is a positive number of bytes")
+        self.limit = limit
+        self.wait = wait
+        self.in_use = 0
+        self.refused = 0
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    def _fits(self, size: int) -> bool:
+        return self.in_use == 0 or self.in_use + size <= self.limit
+
+    def _wake(self) -> None:
+        while self._waiters:
+            size, fut = self._waiters[0]
+            if fut.done():
+                self._waiters.pop(0)
+                continue
+            if not self._fits(size):
+                return
+            self._waiters.pop(0)
+            self.in_use += size
+            fut.set_result(None)
+
+    async def acquire(self, size: int, what: str, *, patient: bool = False) -> None:
+        """Take `size` bytes, waiting up to `wait` seconds for them (`patient`: as long as it
+        takes); `Overloaded` then."""
+        if not self._waiters and self._fits(size):
+            self.in_use += size
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((size, fut))
+        try:
+            if patient:
+                await asyncio.shield(fut)
+            else:
+                await asyncio.wait_for(asyncio.shield(fut), self.wait)
+        except TimeoutError:
+            if fut.done() and not fut.cancelled():  # granted as the wait ended
+                return
+            fut.cancel()
+            self._wake()
+            self.refused += 1
+            raise Overloaded(
+                f"{what} would take {size} bytes of memory with {self.in_use} of the "
+                f"{self.limit}-byte budget in flight; try again shortly",
+                retry_after=max(1.0, self.wait),
+            ) from None
+        except BaseException:
+            if fut.done() and not fut.cancelled():
+                self.release(size)
+            else:
+                fut.cancel()
+                self._wake()
+            raise
+
+    def release(self, size: int) -> None:
+        """Give back `size` bytes taken with `acquire`."""
+        self.in_use = max(0, self.in_use - size)
+        self._wake()
+
+    @contextlib.asynccontextmanager
+    async def share(self, size: int, what: str, *, patient: bool = False) -> AsyncIterator[None]:
+        """`size` bytes taken for the block's duration (`acquire`)."""
+        await self.acquire(size, what, patient=patient)
+        try:
+            yield
+        finally:
+            self.release(size)
+
+
+def memory_limit() -> int | None:
+    """The memory limit of this process's cgroup (a pod's `resources.limits.memory`), in
+    bytes; None without one (cgroup v2's `memory.max` of `max`, or no cgroup v2)."""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                path = Path("/sys/fs/cgroup") / line[3:].lstrip("/") / "memory.max"
+                value = path.read_text().strip()
+                return None if value == "max" else int(value)
+    except (OSError, ValueError):
+        return None
+    return None

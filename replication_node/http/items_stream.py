@@ -1,0 +1,120 @@
+"""The items listing (GET …/mailboxes/{mailbox}/items) written as it is read: a mailbox of
+gigabytes is answered with no more than one item's body in the node's memory.
+
+A listing used to be built whole: its rows, then their dicts, then the JSON text, then its
+bytes; 300 MB of items peaked the node at 1.3 GB (bench/README.md, memory).  Here the rows
+are read a few MiB at a time (`STREAM_READ_BYTES`, one item at least: `items_page`'s cut),
+each item is written as JSON as soon as it is read, and its body is escaped a slice at a
+time (`BODY_SLICE` characters), so the largest thing held is the one row being written.
+
+The JSON is the same as the built answer's (`ItemsAnswer.wire()`), its keys in another order:
+`items` first, the rest after them, once the last page says where the listing ends.  The
+answer is sent chunked.  A read that fails once the answer has begun cannot change its
+status: the connection is closed mid-answer, so the client sees a truncated body, never a
+complete-looking listing missing items.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+
+from aiohttp import web
+
+from dag_common.store_api import ItemsAnswer
+from replication_node.storage.reader import ItemRow, ItemsPage, MailboxReader
+
+logger = logging.getLogger(__name__)
+
+# How much of the mailbox's bodies one read takes (the rows held at once): one item at least.
+STREAM_READ_BYTES = 4 * 1024 * 1024
+# Characters of a body escaped and written at a time.
+BODY_SLICE = 1024 * 1024
+
+
+def item_chunks(row: ItemRow) -> list[bytes]:
+    """`row` as its JSON object in the answer, in parts: its fields but the body, then the
+    body a slice at a time (escaped as `json.dumps` escapes it, so the bytes are those of
+    the whole object dumped at once)."""
+    fields = row._asdict()
+    body = fields.pop("body")
+    head = json.dumps(fields)[:-1] + ', "body": "'
+    parts = [head.encode()]
+    for start in range(0, len(body), BODY_SLICE):
+        parts.append(json.dumps(body[start : start + BODY_SLICE])[1:-1].encode())
+    parts.append(b'"}')
+    return parts
+
+
+async def stream_items(
+    request: web.Request,
+    reader: MailboxReader,
+    *,
+    mailbox: str,
+    since: int,
+    limit: int | None,
+    page_bytes: int | None,
+    answer: Callable[[ItemsPage], ItemsAnswer],
+) -> web.StreamResponse:
+    """Write the listing of `mailbox`'s changes after `since`: every one (`limit` None), or
+    a page of at most `limit` changes whose bodies stop once they reach `page_bytes` (one
+    change at least), as `MailboxReader.items_page` cuts one.  `answer` makes the answer's
+    other fields from the page as a whole (its items unused)."""
+    response = web.StreamResponse(headers={"Content-Type": "application/json; charset=utf-8"})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    try:
+        await _write_listing(response, reader, mailbox, since, limit, page_bytes, answer)
+    except ConnectionError:  # the client went away: nothing to answer
+        logger.info("%s %s: the client left before the listing's end", request.method, request.path)
+    except Exception:
+        # The status is sent: close mid-answer, so the client cannot take a truncated
+        # listing for a whole one (aiohttp's write_eof then meets the closed transport).
+        logger.exception("%s %s: the listing failed after it began", request.method, request.path)
+        if request.transport is not None:
+            request.transport.close()
+    return response
+
+
+async def _write_listing(
+    response: web.StreamResponse,
+    reader: MailboxReader,
+    mailbox: str,
+    since: int,
+    limit: int | None,
+    page_bytes: int | None,
+    answer: Callable[[ItemsPage], ItemsAnswer],
+) -> None:
+    await response.write(b'{"items": [')
+    count, held, after = 0, 0, since
+    first = True
+    while True:
+        read_bytes = STREAM_READ_BYTES
+        if page_bytes is not None:
+            read_bytes = min(read_bytes, page_bytes - held)
+        want = MAX_READ if limit is None else limit - count
+        page = reader.items_page(mailbox, after, want, read_bytes)
+        for row in page.items:
+            if not first:
+                await response.write(b", ")
+            first = False
+            for part in item_chunks(row):
+                await response.write(part)
+            held += row.size
+        count += len(page.items)
+        after = page.through
+        full = (limit is not None and count >= limit) or (
+            page_bytes is not None and held >= page_bytes
+        )
+        if page.complete or full:
+            break
+    rest = answer(ItemsPage([], after, page.complete)).wire()
+    rest.pop("items", None)
+    await response.write(b"], " + json.dumps(rest)[1:].encode() if rest else b"]}")
+    await response.write_eof()
+
+
+# The changes one read asks for when the listing counts none (`limit` unset): the reads are
+# cut by bytes, this only keeps a read of tiny items within one statement's worth of rows.
+MAX_READ = 10_000
