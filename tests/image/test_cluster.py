@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
+import string
 import subprocess
 import time
 import urllib.request
@@ -85,6 +87,26 @@ def _post(url: str, token: str) -> None:
     request.add_header("Content-Type", "application/json")
     with urllib.request.urlopen(request, timeout=30):
         pass
+
+
+def _send(url: str, token: str, body: dict[str, Any], method: str = "POST") -> int:
+    """A JSON body sent with the token; the answer's status."""
+    request = urllib.request.Request(url, method=method, data=json.dumps(body).encode())
+    request.add_header("Authorization", f"Bearer {token}")
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return response.status
+
+
+def _read_through(url: str, token: str) -> int:
+    """GET an answer as it streams, counting its bytes (never holding it whole)."""
+    request = urllib.request.Request(url)
+    request.add_header("Authorization", f"Bearer {token}")
+    total = 0
+    with urllib.request.urlopen(request, timeout=300) as response:
+        while chunk := response.read(1 << 20):
+            total += len(chunk)
+    return total
 
 
 def exec_in(k: Kubelet, pod: Pod, *argv: str, timeout: float = 180) -> str:
@@ -155,6 +177,29 @@ def test_a_cluster_from_the_chart_s_containers(images: dict[str, str], tmp_path:
         exec_in(k, worker, "replication-node", "mailbox", "put", "alice", *db1, "--count", "200")
         assert where(b0)["active_node"] == a0
         replicated("DB1", a0, [a1, b0], 200)
+
+        # Large items under the pods' 1 GiB limit (issue 52): 12 items of 30 MiB written to
+        # DB1's active, replicated to both passives, and listed whole in one answer (before,
+        # a listing peaked a node at four times the mailbox): no container is OOM-killed.
+        big = node_url(a0, "/v1/databases/DB1/mailboxes/big")
+        assert _send(big, movers, {"display_name": "Big"}, method="PUT") == 201
+        text = "".join(random.Random(52).choices(string.ascii_letters, k=1 << 16)) * 480
+        for i in range(12):
+            item = {"item_id": f"big{i}", "subject": f"large {i}", "body": text}
+            assert _send(big + "/items", movers, item) == 201
+        _post(node_url(a0, "/v1/databases/DB1/roll-log"), movers)
+        for node in (a1, b0):
+            wait_for(
+                f"the large items replayed on {node}",
+                lambda node=node: (_get(node_url(node, "/v1/databases/DB1/mailboxes/big/digest"),
+                                        movers) or {}).get("item_count") == 12,
+                timeout=240, every=1,
+            )  # fmt: skip
+        assert _read_through(big + "/items?since_change=0", movers) > 12 * len(text)
+        for pod in nodes:
+            assert k.state(pod)["OOMKilled"] is False, f"{pod.name} was OOM-killed"
+        metrics = urllib.request.urlopen(node_url(a0, "/metrics"), timeout=10).read().decode()
+        assert "process_memory_limit_bytes 1.073741824e+09" in metrics, "the pod's limit"
 
         # A move, queued as a batch and run by the worker, gated on the guarantee service.
         exec_in(k, worker, "mrs", "batch", "create", "b1", "--mailboxes", "alice", "--to", "DB2",
