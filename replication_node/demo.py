@@ -30,6 +30,8 @@ from dag_common.model import CopyRole, CopyStatus
 from dag_common.ports import free_port
 from replication_node.cli import main as cli
 from replication_node.cli.mailbox import batches, generated_items
+from replication_node.storage import tools as db_tools
+from replication_node.storage.header import DatabaseState
 
 ROOT = Path.cwd()
 
@@ -300,6 +302,62 @@ def wait_copy(config_path: Path, database: str, node: str, role: str, timeout: f
     raise SystemExit(f"{database} on {node} did not become {role} within {timeout:g}s")
 
 
+def last_generated(copies: list[dict[str, Any]]) -> dict[str, int]:
+    """Each database's last generation, as the copies' statuses report it (the open log
+    counted once it holds an acknowledged commit)."""
+    out: dict[str, int] = {}
+    for c in copies:
+        out[c["database"]] = max(out.get(c["database"], 0), c["last_log_generated"])
+    return out
+
+
+def copies_behind(copies: list[dict[str, Any]]) -> list[str]:
+    """The passive copies not yet Healthy and replayed through their database's last
+    generation, each with where it is: empty once every copy has caught up."""
+    generated = last_generated(copies)
+    return [
+        f"{c['database']}\\{c['node']}: {c['status']}, replayed {c['last_log_replayed']} of "
+        f"{generated[c['database']]} (CopyQueue {c['copy_queue_length']}, "
+        f"ReplayQueue {c['replay_queue_length']})" + (f": {c['error']}" if c.get("error") else "")
+        for c in sorted(copies, key=lambda c: (c["database"], c["node"]))
+        if c["role"] != CopyRole.ACTIVE
+        and not (
+            c["status"] == CopyStatus.HEALTHY and c["last_log_replayed"] >= generated[c["database"]]
+        )
+    ]
+
+
+def active_copies(config_path: Path) -> dict[str, str]:
+    """The node each database is mounted on, as the nodes report it."""
+    import urllib.request
+
+    config = yaml.safe_load(config_path.read_text())
+    token = (config_path.parent / "token").read_text().strip()
+    out = {}
+    for node in config["nodes"]:
+        request = urllib.request.Request(f"{node['url']}/v1/status", headers=bearer(token))
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            for c in json.load(resp)["copies"]:
+                if c["role"] == CopyRole.ACTIVE and c["status"] == CopyStatus.MOUNTED:
+                    out[c["database"]] = node["name"]
+    return out
+
+
+def not_clean(base: Path, mounted: dict[str, str]) -> list[str]:
+    """Print the header of each copy in `mounted` (database: node) after the stop; a line
+    for each one not in Clean Shutdown, naming the node's log."""
+    dirty = []
+    for database, node in sorted(mounted.items()):
+        info = db_tools.db_header(base / node / database / f"{database}.sqlite")
+        print(db_tools.render_db_header(info))
+        if info["state"] != DatabaseState.CLEAN_SHUTDOWN:
+            dirty.append(
+                f"error: {database}\\{node} is in {info['state']} after its stop, not Clean "
+                f"Shutdown: see {base / f'{node}.log'}"
+            )
+    return dirty
+
+
 def step(text: str) -> None:
     print(f"\n=== {text}", flush=True)
 
@@ -346,25 +404,30 @@ async def run(config_path: Path, items: int) -> None:
             f"{items} items ({sum(sizes) / 1e6:.0f} MB) in {time.perf_counter() - started:.2f}s; "
             f"last commit at LSN {last['lsn']}"
         )
-        step("Roll the log on demand (what the mover does after its final sync)")
-        print(await call("POST", "mbx1", "/v1/databases/DB1/roll-log"))
+        # Both databases took writes: the open log of each holds acknowledged commits, which
+        # count in the copy queue and reach the copies once a roll closes it (else the idle
+        # roll does, every 15 minutes / LLR depth: 90 s here).
+        step("Roll the logs on demand (what the mover does after its final sync)")
+        for db, node in (("DB1", "mbx1"), ("DB2", "mbx2")):
+            print(await call("POST", node, f"/v1/databases/{db}/roll-log"))
 
         step("Wait for every passive copy to copy, inspect and replay the closed generations")
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            states = {}
-            for node in urls:
-                for c in (await call("GET", node, "/v1/status"))["copies"]:
-                    states[(c["database"], node)] = c
-            generated = {
-                db: max(c["last_log_generated"] for (d, _), c in states.items() if d == db)
-                for db in ("DB1", "DB2")
-            }
-            if all(
-                c["role"] == CopyRole.ACTIVE
-                or (c["status"] == CopyStatus.HEALTHY and c["last_log_replayed"] >= generated[db])
-                for (db, _), c in states.items()
-            ):
+        started, timeout = time.monotonic(), 60
+        said = False
+        while True:
+            copies = [c for node in urls for c in (await call("GET", node, "/v1/status"))["copies"]]
+            left = copies_behind(copies)
+            if not said:
+                targets = ", ".join(f"{db} {g}" for db, g in sorted(last_generated(copies).items()))
+                print(f"waiting up to {timeout}s for each to be Healthy and replayed through its "
+                      f"database's last generation ({targets})")  # fmt: skip
+                said = True
+            if not left:
+                print(f"every passive copy caught up in {time.monotonic() - started:.1f}s")
+                break
+            if time.monotonic() - started > timeout:
+                print(f"gave up after {timeout}s; not caught up:")
+                print("\n".join(f"  {line}" for line in left))
                 break
             await asyncio.sleep(0.3)
         # The status command runs its own event loop: give it a thread of its own.
@@ -494,7 +557,7 @@ def main() -> int:
         first = base / "mbx3" / "DB1" / "logs" / "E00000001.log"
         if first.exists():
             cli.main(["log", "dump", str(first)])
-        cli.main(["db", "header", str(base / "mbx1" / "DB1" / "DB1.sqlite")])
+        mounted = active_copies(config_path)
     finally:
         if api is not None:
             procs.append(api)
@@ -503,7 +566,10 @@ def main() -> int:
         for proc in procs:
             proc.wait(timeout=30)
     step("Cluster stopped; files are under " + str(base))
-    return report(base, env)
+    step("The header of each database's active copy: a stop asked for ends in a Clean Shutdown")
+    dirty = not_clean(base, mounted)
+    print("\n".join(dirty) if dirty else "every active copy shut down cleanly")
+    return report(base, env) or (1 if dirty else 0)
 
 
 def report(base: Path, env: dict[str, str]) -> int:

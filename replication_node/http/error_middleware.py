@@ -6,6 +6,9 @@ loss, a body or an item over its limit 413 naming the limit (the connection clos
 body was not read), a failing database or disk 503 naming the error, a write the memory
 budget has no room for 503 with Retry-After, aiohttp's own errors
 (404, 405, 413) their status, and anything else 500, counted and logged as the bug it is.
+A caller that went away before its answer (its connection closed, so writing the answer
+raised a `ConnectionError`, an `OSError` like a failing disk's) is none of these: logged at
+INFO, answered 499 for the access log (nginx's "client closed request"), counted nowhere.
 """
 
 from __future__ import annotations
@@ -46,6 +49,14 @@ _STATUS = {
 def json_error(status: int, message: str, **extra: Any) -> web.Response:
     """An error answer: {"error": message, ...extra}."""
     return web.json_response({"error": message, **extra}, status=status)
+
+
+def _caller_went_away(request: web.Request, exc: OSError) -> bool:
+    """`exc` is the request's own connection closed under its handler (aiohttp's
+    `ClientConnectionResetError("Cannot write to closing transport")`, a reset, a broken
+    pipe), not a disk's or a peer's failure."""
+    transport = request.transport
+    return isinstance(exc, ConnectionError) and (transport is None or transport.is_closing())
 
 
 def _closing_if_body_unread(request: web.Request, answer: web.Response) -> web.Response:
@@ -102,6 +113,16 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         logger.error("%s %s failed: %s", request.method, request.path, exc)
         return json_error(503, str(exc))
     except OSError as exc:  # a full or failing disk: the node cannot serve this now
+        if _caller_went_away(request, exc):
+            # A watcher that gave up on a node stopped a while (SIGSTOP, a long pause)
+            # leaves its request queued in the kernel; the node finds it closed on resuming.
+            logger.info(
+                "%s %s: the caller went away before its answer (%s)",
+                request.method,
+                request.path,
+                exc,
+            )
+            return web.Response(status=499, reason="Client Closed Request")
         logger.error("%s %s failed on storage: %s", request.method, request.path, exc)
         return json_error(503, f"storage error on node {request.app[NODE].name}: {exc}")
     except Exception as exc:

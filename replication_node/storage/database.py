@@ -38,12 +38,14 @@ from dag_common.mailbox_digest import MODULUS, DigestRow, to_hex
 from replication_node.errors import DatabaseError
 from replication_node.log.events import Transaction
 from replication_node.log.operations import PutItem, RecordBackup
+from replication_node.storage import file_handles
 from replication_node.storage.digest import (
     DIGEST_SCHEMA,
     install_digest,
     recompute_digest,
     stored_digest,
 )
+from replication_node.storage.file_handles import SharedFile
 from replication_node.storage.header import (
     HEADER_SCHEMA,
     DatabaseHeader,
@@ -113,6 +115,10 @@ class Database:
         # the whole node's loop stalled (bench/large_items.py found it).
         self._reads = self._connect(path)
         self._read_lock = threading.Lock()
+        # The paced write-behind's descriptor of the file, shared by every `Database` of it
+        # in this process and closed by the last one: closing a descriptor of its own would
+        # drop SQLite's locks on the file (`file_handles.py`).
+        self._file: SharedFile | None = file_handles.acquire(path)
 
     # ---- the content digest --------------------------------------------------------------
 
@@ -184,6 +190,9 @@ class Database:
             self._conn.close()
         with self._read_lock:
             self._reads.close()
+        shared, self._file = self._file, None
+        if shared is not None:  # once its connections are closed: see file_handles.py
+            file_handles.release(shared)
 
     def _write_header(self, header: DatabaseHeader) -> None:
         """Write the header row; inside `_transaction` it is published (`header`) once the
@@ -339,7 +348,9 @@ class Database:
                 self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             finally:
                 self._conn.execute("PRAGMA synchronous=NORMAL")
-            write_behind(self.path, wal_page_ranges(wal, self._page_size), pace=self.pace)
+            assert self._file is not None, "a paced write on a closed database"
+            ranges = wal_page_ranges(wal, self._page_size)
+            write_behind(self.path, ranges, fd=self._file.fd, pace=self.pace)
         except (OSError, sqlite3.Error) as exc:
             raise DatabaseError(f"{self.path}: making an LLR write durable failed: {exc}") from exc
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from dag_common.clock import Clock
 from dag_common.mailbox_digest import to_hex
 from replication_node.errors import CopyFailed
+from replication_node.storage import file_handles
 from replication_node.storage.digest import recompute_digest, stored_digest
 
 logger = logging.getLogger(__name__)
@@ -70,18 +71,28 @@ def scrub_file(path: Path, *, max_errors: int = 10) -> tuple[int, str | None]:
     """Read and check every page of the SQLite file at `path` on a read-only connection of
     its own (worker thread): its size, and None or what SQLite found damaged."""
     size = path.stat().st_size
+    # Held while its connection is open: a `Database` of the file closed meanwhile must not
+    # close the process's last descriptor of it under this connection's locks.
+    shared = file_handles.acquire(path)
+    try:
+        return size, _check(path, max_errors)
+    finally:
+        file_handles.release(shared)
+
+
+def _check(path: Path, max_errors: int) -> str | None:
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
     except sqlite3.Error as exc:
-        return size, f"cannot open {path.name}: {exc}"
+        return f"cannot open {path.name}: {exc}"
     try:
         rows = conn.execute(f"PRAGMA quick_check({int(max_errors)})").fetchall()
         found = [str(r[0]) for r in rows]
         if found != ["ok"]:
-            return size, "; ".join(found)
-        return size, _digest_problem(conn)
+            return "; ".join(found)
+        return _digest_problem(conn)
     except sqlite3.DatabaseError as exc:  # too damaged for the check itself to run
-        return size, str(exc)
+        return str(exc)
     finally:
         conn.close()
 

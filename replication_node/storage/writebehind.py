@@ -45,13 +45,20 @@ def write_behind(
     *,
     chunk: int | None = None,
     pace: Callable[[], int | None] | None = None,
+    fd: int | None = None,
 ) -> int:
     """Write `path`'s dirty pages in `ranges` ((offset, length); None: the whole file) a
     `chunk` (default CHUNK) at a time, then fdatasync the file.  `pace` is called before each
     chunk: it waits as it likes, and may name that chunk's size (None: `chunk`).  Returns the
-    number of chunks written."""
+    number of chunks written.
+
+    `fd`: a descriptor of `path` to write through, left open; without it the file is opened
+    and closed here, which must never be done to a database file SQLite has open in this
+    process (closing it drops SQLite's locks: `file_handles.py`)."""
     chunk = chunk or CHUNK
-    fd = os.open(path, os.O_RDONLY)
+    own = fd is None
+    if fd is None:
+        fd = os.open(path, os.O_RDONLY)
     try:
         if ranges is None:
             ranges = [(0, os.fstat(fd).st_size)]
@@ -67,7 +74,8 @@ def write_behind(
         os.fdatasync(fd)
         return chunks
     finally:
-        os.close(fd)
+        if own:
+            os.close(fd)
 
 
 _WAL_HEADER = 32
