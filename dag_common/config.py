@@ -8,6 +8,7 @@ A bad file raises `ConfigError` whose message names the field path and the reaso
 from __future__ import annotations
 
 import os
+import re
 import ssl
 from collections.abc import Callable
 from datetime import timedelta
@@ -47,12 +48,19 @@ from dag_common.model import AutoDatabaseMountDial, DataMoveReplicationConstrain
 TOKEN_ENV = "DG_AUTH_TOKEN"
 CREDENTIAL_FILE_ENV = "DG_CREDENTIAL_FILE"  # the credential this process presents
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+NAME_RULE = "1 to 64 letters, digits, '_', '.' or '-', the first a letter or digit"
+
 MIB = 1024 * 1024
 # The largest item a store write takes: Exchange Online's receive limit (36 MB) by default;
 # at most 150 MiB, Exchange's own ceiling for a message, since a write of one item holds
 # about twice its size in a node's memory at the HTTP edge.
 DEFAULT_MAX_ITEM_SIZE = 36 * MIB
 MAX_MAX_ITEM_SIZE = 150 * MIB
+
+
+def is_config_name(text: str) -> bool:
+    """Whether `text` can name a node, site, database or cluster of the config (NAME_RULE)."""
+    return re.fullmatch(_NAME, text) is not None
 
 
 def _max_item_size(value: ByteSize) -> ByteSize:

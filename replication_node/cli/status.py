@@ -22,6 +22,7 @@ from rich.console import Console
 from dag_common.cli import add_config, add_json, database_named
 from dag_common.cluster_store import ActiveRecord, LeaseRecord, open_cluster_store
 from dag_common.config import ClusterConfig, load_config, load_token
+from dag_common.echo import quoted
 from dag_common.errors import ConfigError, TokenRefused
 from dag_common.http_client import client_session
 from dag_common.model import CopyStatus, ExitCode, FailoverPause, NodeStatus
@@ -75,7 +76,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.database:
         database_named(config, args.database, args.config)
     if args.node and args.node not in {n.name for n in config.nodes}:
-        raise ConfigError(f"no node {args.node!r} in {args.config}")
+        raise ConfigError(f"no node {quoted(args.node)} in {args.config}")
     statuses = asyncio.run(fetch_statuses(config, token))
     if token_refused(statuses):
         raise TokenRefused(AUTH_FAILED)
