@@ -581,7 +581,9 @@ def grpc_page() -> str:
         f"Package `{package.group(1) if package else '?'}`, from "
         "`dag_common/proto/dataguarantee/v1/data_guarantee.proto` (the stubs are checked in "
         "under `dag_common/_generated`). " + " ".join(head) + "\n\n",
-        "The service also serves `grpc.health.v1.Health` and server reflection; a caller "
+        "The service also serves `grpc.health.v1.Health` (`Check`, `Watch`, `List`) and "
+        "server reflection (`grpc.reflection.v1` and `v1alpha`), both without a credential; "
+        "a caller "
         "presents its credential in the `authorization` metadata (`Bearer <secret>`, the "
         "`mover` role).\n",
     ]

@@ -23,8 +23,6 @@ import aiohttp
 import grpc
 from aiohttp import web
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
 
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
@@ -37,8 +35,10 @@ from dag_common.exclusive import bind_port
 from dag_common.guarantee.values import Limits
 from dag_common.http_client import client_session
 from dag_common.route_roles import PUBLIC, add_route, refusal
+from guarantee_api import reflection
 from guarantee_api.averages import CopyQueueAverages
 from guarantee_api.errors import HistoryWriteError
+from guarantee_api.health import HealthServicer
 from guarantee_api.history import HistoryWriter
 from guarantee_api.last_answers import LastAnswers
 from guarantee_api.metrics import CONTENT_TYPE, Metrics
@@ -178,10 +178,9 @@ class GuaranteeService:
         self._grpc = grpc.aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0)])
         pb_grpc.add_DataGuaranteeServicer_to_server(self._servicer, self._grpc)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._grpc)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-             reflection.SERVICE_NAME), self._grpc,
-        )  # fmt: skip
+        reflection.enable(
+            self._grpc, (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
+        )
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)

@@ -11,6 +11,7 @@ import aiohttp
 import grpc
 import pyarrow.parquet as pq
 import pytest
+from google.protobuf import descriptor_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -93,6 +94,58 @@ async def test_reflection_lists_the_service(running):
     assert {"dataguarantee.v1.DataGuarantee", "grpc.health.v1.Health"} <= names
     found = await one(reflection_pb2.ServerReflectionRequest(file_containing_symbol=SERVICE_NAME))
     assert found.file_descriptor_response.file_descriptor_proto
+
+
+async def reflect(channel: grpc.aio.Channel, version: str, request):
+    """One reflection request on `version`'s route ("v1" or "v1alpha"), with the v1alpha
+    messages: the two versions' messages are the same on the wire."""
+    info = channel.stream_stream(
+        f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo",
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )
+    async for response in info(iter([request])):
+        return response
+
+
+@pytest.mark.parametrize("version", ["v1", "v1alpha"])
+async def test_reflection_v1_and_v1alpha_list_and_describe_every_service(running, version):
+    """grpcurl and `buf curl --reflect-protocol grpc-v1` ask v1; v1alpha was all there was."""
+    listed = await reflect(
+        running.channel, version, reflection_pb2.ServerReflectionRequest(list_services="")
+    )
+    names = {s.name for s in listed.list_services_response.service}
+    assert names == {
+        "dataguarantee.v1.DataGuarantee", "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection",
+    }  # fmt: skip
+    for name in sorted(names):  # as a client does, to describe what it listed
+        found = await reflect(
+            running.channel, version,
+            reflection_pb2.ServerReflectionRequest(file_containing_symbol=name),
+        )  # fmt: skip
+        assert found.WhichOneof("message_response") == "file_descriptor_response", name
+        files = [
+            descriptor_pb2.FileDescriptorProto.FromString(raw)
+            for raw in found.file_descriptor_response.file_descriptor_proto
+        ]
+        package, _, service = name.rpartition(".")
+        (described,) = [f for f in files if f.package == package]
+        (method, *_) = next(s for s in described.service if s.name == service).method
+        assert method.input_type.startswith(f".{package}."), (name, method)
+
+
+async def test_health_list_answers_every_service(running):
+    stub = health_pb2_grpc.HealthStub(running.channel)
+    listed = await stub.List(health_pb2.HealthListRequest())  # no token needed
+    assert {name: s.status for name, s in listed.statuses.items()} == {
+        "": SERVING,
+        SERVICE_NAME: SERVING,
+        LIVENESS: SERVING,
+    }
+    await running.service.health.enter_graceful_shutdown()
+    listed = await stub.List(health_pb2.HealthListRequest())
+    assert {s.status for s in listed.statuses.values()} == {NOT_SERVING}
 
 
 async def scrape(running) -> str:
