@@ -663,7 +663,8 @@ def metric_texts(tmp: Path) -> dict[str, str]:
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     copy = CopyStatusReport(
         database="DB1", node="n", site="s", role=CopyRole.PASSIVE, status=CopyStatus.HEALTHY,
-        activation_preference=2,
+        activation_preference=2, last_inspected_log_time=t0, last_replayed_log_time=t0,
+        last_scrub_time=t0, last_scrub_result="ok",
     )  # fmt: skip
     metrics = NodeMetrics("n")
     metrics.watch(

@@ -56,6 +56,7 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["DataGuarantee"].full_name
 # no node can be polled ("" and SERVICE_NAME say NOT_SERVING then: the readiness probe).
 LIVENESS = "liveness"
 _EXEMPT = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+_METHODS = set(pb.DESCRIPTOR.services_by_name["DataGuarantee"].methods_by_name)
 _METRICS_KEY = web.AppKey("metrics", Metrics)
 _SERVICE_KEY: web.AppKey[GuaranteeService] = web.AppKey("service")
 
@@ -79,15 +80,26 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
     them): UNAUTHENTICATED without a known one (`authorization: Bearer <secret>`),
     PERMISSION_DENIED naming the role for one without it.
 
-    Health checks and reflection are exempt, so probes and tools need no secret.
+    Health checks and reflection are exempt, so probes and tools need no secret.  Every
+    refusal is counted in `dataguarantee_requests_total` by its code.
     """
 
-    def __init__(self, credentials: Callable[[], Credentials], role: Role = Role.MOVER) -> None:
+    def __init__(
+        self,
+        credentials: Callable[[], Credentials],
+        *,
+        metrics: Metrics,
+        role: Role = Role.MOVER,
+    ) -> None:
         self._credentials = credentials
+        self._metrics = metrics
         self._role = role
 
-    @staticmethod
-    def _deny(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+    def _deny(self, method: str, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+        # A method of the API by its name; any other path is the caller's own: not a label.
+        name = method.rpartition("/")[2]
+        self._metrics.refused(name if name in _METHODS else "other", code.name)
+
         async def abort(request: object, context: grpc.aio.ServicerContext) -> None:
             await context.abort(code, message)
 
@@ -103,9 +115,13 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
                 secret = from_header(value)
         who = self._credentials().identify(secret)
         if who is None:
-            return self._deny(grpc.StatusCode.UNAUTHENTICATED, "missing or unknown credential")
+            return self._deny(
+                method, grpc.StatusCode.UNAUTHENTICATED, "missing or unknown credential"
+            )
         if not who.holds(self._role):
-            return self._deny(grpc.StatusCode.PERMISSION_DENIED, refusal(self._role, who, method))
+            return self._deny(
+                method, grpc.StatusCode.PERMISSION_DENIED, refusal(self._role, who, method)
+            )
         return await continuation(handler_call_details)
 
 
@@ -167,7 +183,9 @@ class GuaranteeService:
     async def start(self) -> None:
         """Bind both listeners, start polling; health says SERVING after the first round."""
         api = self.config.guarantee_api
-        interceptors = [RoleInterceptor(self._clients)] if self._clients else []
+        interceptors = (
+            [RoleInterceptor(self._clients, metrics=self.metrics)] if self._clients else []
+        )
         # No SO_REUSEPORT (gRPC's default): a second service on the same port is refused
         # instead of sharing its calls.  Asked first with a plain bind, so that the refusal
         # is one line (InUse) rather than gRPC's own log.

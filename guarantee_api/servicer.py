@@ -250,7 +250,7 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
             self._metrics.observe_request(method, code.name, self._clock.monotonic() - started)
             await context.abort(code, details)
         # The latency of the answer itself: the judgement that gave it, not the wait.
-        self._metrics.observe_request(method, status.value, took)
+        self._metrics.observe_request(method, grpc.StatusCode.OK.name, took, status.value)
         self.last_answers.record(
             database=response.database,
             method=method,

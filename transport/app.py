@@ -31,7 +31,7 @@ from dag_common.credentials import Role
 from dag_common.echo import clipped, quoted
 from dag_common.errors import BadRequest, RequestTooLarge
 from dag_common.http_body import BodyLimit, body_text, items_body_size, parse_json, read_body
-from dag_common.route_roles import PUBLIC, add_route, role_middleware
+from dag_common.route_roles import PUBLIC, Call, add_route, role_middleware
 from transport.messages import MessageIn
 from transport.service import Transport
 
@@ -143,8 +143,13 @@ def build_app(transport: Transport) -> web.Application:
     nodes = None
     if tls is not None and tls.client_ca_file is not None:  # redelivery: a node's certificate
         nodes = lambda: {n.name for n in transport.config.nodes}  # noqa: E731
+
+    def refused(call: Call) -> None:  # the middleware tells every refusal
+        if call.status in (401, 403):
+            transport.metrics.calls_refused.labels(call.role or "none", str(call.status)).inc()
+
     app = web.Application(
-        middlewares=[role_middleware(transport.credentials, nodes=nodes), _errors]
+        middlewares=[role_middleware(transport.credentials, refused, nodes=nodes), _errors]
     )
     app[TRANSPORT] = transport
     add_route(app, "POST", "/v1/messages", post_message, Role.STORE)

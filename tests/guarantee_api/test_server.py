@@ -18,9 +18,10 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from dag_common.clock import ManualClock
+from dag_common.credentials import Credential, Credentials, Role, digest
 from guarantee_api.server import LIVENESS, SERVICE_NAME, GuaranteeService, TlsFiles
 from tests.guarantee_api.helpers import AUTH, TOKEN, ask, cluster_config, health_req, start_service
-from tests.prometheus import promtool_check
+from tests.prometheus import promtool_check, samples, value
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -161,21 +162,54 @@ async def test_metrics_pass_promtool_on_a_real_scrape(running, nodes):
     await running.next_round()
     text = await scrape(running)
     promtool_check(text)
-    assert (
-        'dataguarantee_requests_total{method="CheckReplicationHealth",status="Satisfied"} 1.0'
-        in text
-    )
+    assert value(
+        text, "dataguarantee_requests_total",
+        method="CheckReplicationHealth", code="OK", status="Satisfied",
+    ) == 1  # fmt: skip
     assert 'dataguarantee_copy_queue_length{database="DB1",node="mbx2"} 0.0' in text
     assert 'dataguarantee_copy_healthy{database="DB1",node="mbx3"} 0.0' in text
     assert 'dataguarantee_poll_errors_total{node="mbx3"} 1.0' in text
     assert "dataguarantee_request_duration_seconds_bucket" in text
 
 
-async def test_errors_are_counted_by_code(running):
+async def test_errors_are_counted_by_code_and_answers_by_status(running):
+    """One label each: the gRPC code of every call, the status of an answer."""
     with pytest.raises(grpc.aio.AioRpcError):
         await running.stub.CheckReplicationHealth(health_req(database="DB9"), metadata=AUTH)
-    text = await scrape(running)
-    assert 'status="NOT_FOUND"' in text
+    await ask(running)
+    found = samples(await scrape(running))
+    counted = {
+        (dict(labels)["code"], dict(labels)["status"]): n
+        for (name, labels), n in found.items()
+        if name == "dataguarantee_requests_total"
+    }
+    assert counted == {("NOT_FOUND", ""): 1, ("OK", "Satisfied"): 1}
+
+
+async def test_refused_calls_are_counted_by_their_code(nodes, tmp_path):
+    monitor = "a-monitor-secret-0123456789"
+    clients = Credentials(
+        [
+            Credential("movers", frozenset({Role.MOVER}), (digest(TOKEN),)),
+            Credential("dashboards", frozenset({Role.MONITOR}), (digest(monitor),)),
+        ]
+    )
+    run = await start_service(nodes, tmp_path, clients=clients)
+    try:
+        for metadata, code in (
+            ((), grpc.StatusCode.UNAUTHENTICATED),
+            ((("authorization", f"Bearer {monitor}"),), grpc.StatusCode.PERMISSION_DENIED),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await run.stub.CheckReplicationHealth(health_req(), metadata=metadata)
+            assert err.value.code() == code
+        text = await scrape(run)
+        health = {"method": "CheckReplicationHealth", "status": ""}
+        assert value(text, "dataguarantee_requests_total", code="UNAUTHENTICATED", **health) == 1
+        assert value(text, "dataguarantee_requests_total", code="PERMISSION_DENIED", **health) == 1
+    finally:
+        await run.channel.close()
+        await run.service.stop(grace=0)
 
 
 async def test_healthz(running):
