@@ -344,8 +344,11 @@ class GuaranteeApiConfig(_Model):
     history_dir: Path = Path("./var/history")
     # A copy's status is stale (not healthy) when not refreshed for this many poll intervals.
     stale_after_polls: int = Field(default=3, ge=1, le=100)
-    # History samples are buffered and written as one Parquet file every this many polls.
-    history_flush_polls: int = Field(default=60, ge=1, le=3600)
+    # History samples are buffered and written as one Parquet file this often, whatever the
+    # poll interval (1s to 1h).  `history_flush_polls`, the setting of before, still counts
+    # polls: it stands for that many poll intervals (not with history_flush_interval too).
+    history_flush_interval: Duration | None = None
+    history_flush_polls: int | None = Field(default=None, ge=1, le=3600)
     # Pushed progress: one `GET /v1/status/watch` per node; a node whose stream says nothing
     # (not even its heartbeat, asked every `watch_heartbeat`) for `watch_silence` counts as
     # stale, as an unanswered poll does, and is polled until its stream is back.
@@ -366,7 +369,22 @@ class GuaranteeApiConfig(_Model):
             raise ValueError("watch_silence must be longer than watch_heartbeat")
         if self.max_wait <= timedelta(0):
             raise ValueError("max_wait must be positive")
+        if self.history_flush_interval is not None and self.history_flush_polls is not None:
+            raise ValueError(
+                "history_flush_interval and history_flush_polls (the older setting, in polls) "
+                "say the same: set one"
+            )
+        every = self.history_flush_interval
+        if every is not None and not timedelta(seconds=1) <= every <= timedelta(hours=1):
+            raise ValueError("history_flush_interval must be within 1s..1h")
         return self
+
+    @property
+    def history_flush_every(self) -> timedelta:
+        """How often the buffered history is written: a minute unless set."""
+        if self.history_flush_polls is not None:
+            return self.history_flush_polls * self.poll_interval
+        return self.history_flush_interval or timedelta(minutes=1)
 
 
 class TlsConfig(_Model):

@@ -144,7 +144,9 @@ class GuaranteeService:
         self.metrics = Metrics()
         interval = api.poll_interval.total_seconds()
         self.view = LiveView(config, stale_after=interval * api.stale_after_polls)
-        self.history = HistoryWriter(api.history_dir, flush_every=api.history_flush_polls)
+        self.history = HistoryWriter(
+            api.history_dir, clock=self.clock, flush_every=api.history_flush_every.total_seconds()
+        )
         self.health = HealthServicer()
         self.last_answers = LastAnswers()
         self._node_token = node_token
