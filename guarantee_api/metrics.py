@@ -100,6 +100,13 @@ class Metrics:
             "dataguarantee_history_write_errors_total", "History files that failed to write.",
             registry=r,
         )  # fmt: skip
+        self.http_refused = Counter(
+            "dataguarantee_http_calls_refused_total",
+            "Calls to the HTTP side (the status page) refused: 401 without a known credential, "
+            "403 without the role the page needs.",
+            ["role", "code"],
+            registry=r,
+        )
         self.unexpected = Counter(
             "dataguarantee_unexpected_errors_total", "Unexpected exceptions, by loop.", ["loop"],
             registry=r,

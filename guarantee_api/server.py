@@ -4,10 +4,11 @@ Parts: the poller and one status-stream watcher per node (aiohttp, one session) 
 live view; after each round, the metrics and the Parquet history; the grpc.aio server with
 the DataGuarantee servicer, grpc.health.v1 (SERVING once the first poll round is done) and
 server reflection, behind an optional bearer-token interceptor and optional TLS; an aiohttp
-app on `http_listen` serving /metrics, /healthz and the status page (`/`, `/status`:
-`status_page.py`), without the token, as /metrics is; over TLS when the service has TLS (as
-gRPC).  `stop()` is the graceful shutdown: health NOT_SERVING, then `server.stop(grace)`,
-then the poller, the last history flush and the HTTP side.
+app on `http_listen` serving /metrics and /healthz without a credential, and the status page
+(`/`, `/status`: `status_page.py`) to the `monitor` role when the service checks
+credentials; over TLS when the service has TLS (as gRPC).  `stop()` is the graceful
+shutdown: health NOT_SERVING, then `server.stop(grace)`, then the poller, the last history
+flush and the HTTP side.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from dag_common.errors import InUse
 from dag_common.exclusive import bind_port
 from dag_common.guarantee.values import Limits
 from dag_common.http_client import client_session
-from dag_common.route_roles import PUBLIC, add_route, refusal
+from dag_common.route_roles import PUBLIC, Call, add_route, refusal, role_middleware
 from guarantee_api import reflection
 from guarantee_api.averages import CopyQueueAverages
 from guarantee_api.errors import HistoryWriteError
@@ -269,14 +270,7 @@ class GuaranteeService:
     async def _start_http(self, listen: str) -> None:
         host, _, port = listen.rpartition(":")
         sockets = bind_port(host or "127.0.0.1", int(port), "guarantee API (HTTP)")
-        app = web.Application()
-        app[_METRICS_KEY] = self.metrics
-        app[_SERVICE_KEY] = self
-        # Public by design (Prometheus, probes, a browser): see the module's docstring.
-        add_route(app, "GET", "/metrics", _metrics_handler, PUBLIC)
-        add_route(app, "GET", "/healthz", _healthz_handler, PUBLIC)
-        add_route(app, "GET", "/", _status_page_handler, PUBLIC)
-        add_route(app, "GET", "/status", _status_page_handler, PUBLIC)
+        app = http_app(self, self._clients)
         self._runner = web.AppRunner(
             app, access_log=None, shutdown_timeout=5.0
         )  # as the gRPC grace
@@ -341,6 +335,28 @@ class GuaranteeService:
             await self._session.close()
         if self._cluster_store is not None:
             await self._cluster_store.aclose()
+
+
+def http_app(
+    service: GuaranteeService, clients: Callable[[], Credentials] | None
+) -> web.Application:
+    """The HTTP side: /metrics and /healthz for anyone (Prometheus, probes); the status page,
+    which shows caller ids and reasons, for the `monitor` role whenever the service checks
+    credentials (`clients`; none: anyone, as on the gRPC side).  Refusals are counted."""
+
+    def refused(call: Call) -> None:  # the middleware tells every refusal
+        if call.status in (401, 403):
+            service.metrics.http_refused.labels(call.role or "none", str(call.status)).inc()
+
+    middlewares = [role_middleware(clients, refused)] if clients is not None else []
+    app = web.Application(middlewares=middlewares)
+    app[_METRICS_KEY] = service.metrics
+    app[_SERVICE_KEY] = service
+    add_route(app, "GET", "/metrics", _metrics_handler, PUBLIC)
+    add_route(app, "GET", "/healthz", _healthz_handler, PUBLIC)
+    add_route(app, "GET", "/", _status_page_handler, Role.MONITOR)
+    add_route(app, "GET", "/status", _status_page_handler, Role.MONITOR)
+    return app
 
 
 async def _metrics_handler(request: web.Request) -> web.Response:
