@@ -692,6 +692,12 @@ def load_token(config: ClusterConfig) -> str:
     process given a credential of its own), else the cluster token."""
     own = os.environ.get(CREDENTIAL_FILE_ENV, "").strip()
     if not own:
+        if config.credentials and not has_cluster_token(config):
+            raise ConfigError(
+                f"no credential to present: give one of the config's credentials with "
+                f"--credential-file FILE or ${CREDENTIAL_FILE_ENV} (or the cluster token: "
+                f"${TOKEN_ENV} or auth_token_file)"
+            )
         return cluster_token(config)
     try:
         secrets = read_secrets(Path(own))
@@ -700,6 +706,11 @@ def load_token(config: ClusterConfig) -> str:
     if not secrets:
         raise ConfigError(f"${CREDENTIAL_FILE_ENV}: {own} holds no secret")
     return secrets[0]
+
+
+def has_cluster_token(config: ClusterConfig) -> bool:
+    """Whether the environment or the config names a cluster token."""
+    return bool(os.environ.get(TOKEN_ENV, "").strip()) or config.auth_token_file is not None
 
 
 def cluster_token(config: ClusterConfig) -> str:
@@ -725,7 +736,7 @@ def load_credentials(config: ClusterConfig) -> Credentials:
     environment has one, as the credential `cluster` holding every role, and each of the
     config's `credentials`.  ConfigError naming a credential that cannot be read."""
     accepted = []
-    if os.environ.get(TOKEN_ENV, "").strip() or config.auth_token_file is not None:
+    if has_cluster_token(config):
         every = frozenset(Role)
         accepted.append(Credential(CLUSTER_CREDENTIAL, every, (digest(cluster_token(config)),)))
     for c in config.credentials:

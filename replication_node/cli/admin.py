@@ -36,7 +36,7 @@ from replication_node.cli.reseed_wait import (
     follow_reseed,
     seed_display,
 )
-from replication_node.cli.status import fetch_statuses, token_refused
+from replication_node.cli.status import fetch_statuses, refusal, token_refused
 
 
 async def admin_call(
@@ -151,7 +151,7 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
         )
         if active is None:
             if token_refused(statuses):
-                raise TokenRefused(AUTH_FAILED)
+                raise TokenRefused(refusal(statuses))
             raise CommandFailed(f"no reachable active copy of {db.name}")
         code, body = asyncio.run(
             admin_call(
