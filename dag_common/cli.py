@@ -27,6 +27,7 @@ import aiohttp
 
 from dag_common.config import CREDENTIAL_FILE_ENV, TOKEN_ENV
 from dag_common.durations import parse_duration
+from dag_common.echo import quoted
 from dag_common.errors import BadArgument, BadInput, ConfigError, DagError, InUse, TokenRefused
 from dag_common.model import ExitCode
 
@@ -119,7 +120,7 @@ def whole_number(least: int, of: str) -> Callable[[str], int]:
             value = least - 1
         if value < least:
             raise argparse.ArgumentTypeError(
-                f"{text!r} is not a whole number of {of} ({least} or more)"
+                f"{quoted(text)} is not a whole number of {of} ({least} or more)"
             )
         return value
 
@@ -152,7 +153,7 @@ def database_named(config: ClusterConfig, name: str, source: object) -> Database
     try:
         return config.database(name)
     except KeyError:
-        raise ConfigError(f"no database {name!r} in {source}") from None
+        raise ConfigError(f"no database {quoted(name)} in {source}") from None
 
 
 def error(message: str) -> None:

@@ -8,6 +8,7 @@ A bad file raises `ConfigError` whose message names the field path and the reaso
 from __future__ import annotations
 
 import os
+import re
 import ssl
 from collections.abc import Callable
 from datetime import timedelta
@@ -47,6 +48,8 @@ from dag_common.model import AutoDatabaseMountDial, DataMoveReplicationConstrain
 TOKEN_ENV = "DG_AUTH_TOKEN"
 CREDENTIAL_FILE_ENV = "DG_CREDENTIAL_FILE"  # the credential this process presents
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+NAME_RULE = "1 to 64 letters, digits, '_', '.' or '-', the first a letter or digit"
+
 MIB = 1024 * 1024
 # The largest item a store write takes: Exchange Online's receive limit (36 MB) by default;
 # at most 150 MiB, Exchange's own ceiling for a message, since a write of one item holds
@@ -54,6 +57,11 @@ MIB = 1024 * 1024
 DEFAULT_MAX_ITEM_SIZE = 36 * MIB
 DEFAULT_MEMORY_BUDGET = 256 * MIB  # a node's bodies in flight (NodeConfig.memory_budget)
 MAX_MAX_ITEM_SIZE = 150 * MIB
+
+
+def is_config_name(text: str) -> bool:
+    """Whether `text` can name a node, site, database or cluster of the config (NAME_RULE)."""
+    return re.fullmatch(_NAME, text) is not None
 
 
 def _max_item_size(value: ByteSize) -> ByteSize:
@@ -343,8 +351,11 @@ class GuaranteeApiConfig(_Model):
     history_dir: Path = Path("./var/history")
     # A copy's status is stale (not healthy) when not refreshed for this many poll intervals.
     stale_after_polls: int = Field(default=3, ge=1, le=100)
-    # History samples are buffered and written as one Parquet file every this many polls.
-    history_flush_polls: int = Field(default=60, ge=1, le=3600)
+    # History samples are buffered and written as one Parquet file this often, whatever the
+    # poll interval (1s to 1h).  `history_flush_polls`, the setting of before, still counts
+    # polls: it stands for that many poll intervals (not with history_flush_interval too).
+    history_flush_interval: Duration | None = None
+    history_flush_polls: int | None = Field(default=None, ge=1, le=3600)
     # Pushed progress: one `GET /v1/status/watch` per node; a node whose stream says nothing
     # (not even its heartbeat, asked every `watch_heartbeat`) for `watch_silence` counts as
     # stale, as an unanswered poll does, and is polled until its stream is back.
@@ -365,7 +376,22 @@ class GuaranteeApiConfig(_Model):
             raise ValueError("watch_silence must be longer than watch_heartbeat")
         if self.max_wait <= timedelta(0):
             raise ValueError("max_wait must be positive")
+        if self.history_flush_interval is not None and self.history_flush_polls is not None:
+            raise ValueError(
+                "history_flush_interval and history_flush_polls (the older setting, in polls) "
+                "say the same: set one"
+            )
+        every = self.history_flush_interval
+        if every is not None and not timedelta(seconds=1) <= every <= timedelta(hours=1):
+            raise ValueError("history_flush_interval must be within 1s..1h")
         return self
+
+    @property
+    def history_flush_every(self) -> timedelta:
+        """How often the buffered history is written: a minute unless set."""
+        if self.history_flush_polls is not None:
+            return self.history_flush_polls * self.poll_interval
+        return self.history_flush_interval or timedelta(minutes=1)
 
 
 class TlsConfig(_Model):
@@ -678,6 +704,12 @@ def load_token(config: ClusterConfig) -> str:
     process given a credential of its own), else the cluster token."""
     own = os.environ.get(CREDENTIAL_FILE_ENV, "").strip()
     if not own:
+        if config.credentials and not has_cluster_token(config):
+            raise ConfigError(
+                f"no credential to present: give one of the config's credentials with "
+                f"--credential-file FILE or ${CREDENTIAL_FILE_ENV} (or the cluster token: "
+                f"${TOKEN_ENV} or auth_token_file)"
+            )
         return cluster_token(config)
     try:
         secrets = read_secrets(Path(own))
@@ -686,6 +718,11 @@ def load_token(config: ClusterConfig) -> str:
     if not secrets:
         raise ConfigError(f"${CREDENTIAL_FILE_ENV}: {own} holds no secret")
     return secrets[0]
+
+
+def has_cluster_token(config: ClusterConfig) -> bool:
+    """Whether the environment or the config names a cluster token."""
+    return bool(os.environ.get(TOKEN_ENV, "").strip()) or config.auth_token_file is not None
 
 
 def cluster_token(config: ClusterConfig) -> str:
@@ -711,7 +748,7 @@ def load_credentials(config: ClusterConfig) -> Credentials:
     environment has one, as the credential `cluster` holding every role, and each of the
     config's `credentials`.  ConfigError naming a credential that cannot be read."""
     accepted = []
-    if os.environ.get(TOKEN_ENV, "").strip() or config.auth_token_file is not None:
+    if has_cluster_token(config):
         every = frozenset(Role)
         accepted.append(Credential(CLUSTER_CREDENTIAL, every, (digest(cluster_token(config)),)))
     for c in config.credentials:

@@ -30,6 +30,7 @@ from aiohttp.web_urldispatcher import AbstractRoute
 
 from dag_common.auth import HEADER
 from dag_common.credentials import Credential, Credentials, Role, from_header
+from dag_common.echo import clipped
 
 PUBLIC = None  # a route anyone may call
 
@@ -97,7 +98,12 @@ def role_of(request: web.Request) -> RouteRole | None:
 
 
 def refusal(needed: Role, credential: Credential, what: str) -> str:
-    return f"{what} needs the {needed} role; credential {credential.describe()} does not hold it"
+    """The sentence of a 403 (or PERMISSION_DENIED): the call (cut short: its path is the
+    caller's), the role it needs, the credential's roles."""
+    return (
+        f"{clipped(what, 160)} needs the {needed} role; credential {credential.describe()} "
+        "does not hold it"
+    )
 
 
 def require(request: web.Request, role: Role, what: str) -> None:
@@ -162,9 +168,10 @@ def role_middleware(
         if needed is Role.REPLICATION and nodes is not None and not peer_names(request) & nodes():
             tell(request, who, needed, 403)
             return web.json_response(
-                {"error": f"{request.method} {request.path} needs the replication role, which "
-                          "is a node's: its client certificate, issued by the nodes' CA and "
-                          "naming a node of the config (mutual TLS)", "role": str(needed)},
+                {"error": f"{request.method} {clipped(request.path, 160)} needs the "
+                          "replication role, which is a node's: its client certificate, issued "
+                          "by the nodes' CA and naming a node of the config (mutual TLS)",
+                 "role": str(needed)},
                 status=403,
             )  # fmt: skip
         request[CREDENTIAL] = who

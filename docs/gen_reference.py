@@ -463,7 +463,8 @@ def route_tables() -> dict[str, dict[tuple[str, str], str]]:
     """service -> (method, path) -> role, from each service's own route table."""
     from dag_common.config import ClusterConfig, NodeConfig
     from dag_common.credentials import Credentials
-    from guarantee_api.server import GuaranteeService
+    from guarantee_api.metrics import Metrics
+    from guarantee_api.server import http_app
     from replication_node.http.app import build_app
     from replication_node.metrics import NodeMetrics
     from transport.app import build_app as transport_app
@@ -480,16 +481,10 @@ def route_tables() -> dict[str, dict[tuple[str, str], str]]:
         audit=None,
     )
     transport = SimpleNamespace(token="t", credentials=lambda: Credentials([]), config=config)
-    # The guarantee service builds its app inside its start-up; its routes are read from
-    # its source, as its `add_route(app, "GET", ...)` calls name them.
-    source = Path(inspect.getsourcefile(GuaranteeService) or "").read_text()
-    guarantee = {
-        ("GET", path): "none"
-        for path in re.findall(r'add_route\(app, "GET", "([^"]+)", \w+, PUBLIC\)', source)
-    }
+    guarantee = http_app(SimpleNamespace(metrics=Metrics()), None)  # type: ignore[arg-type]
     return {
         "node": served_roles(build_app(node)),  # type: ignore[arg-type]
-        "guarantee": guarantee,
+        "guarantee": served_roles(guarantee),
         "transport": served_roles(transport_app(transport)),  # type: ignore[arg-type]
     }
 
@@ -513,9 +508,8 @@ def http_page() -> str:
         problems += [
             f"{service}: {m} {p} declares no role" for (m, p), r in served.items() if r == "?"
         ]
-        head = "Role" if service != "guarantee" else "Auth"
         out.append(f"\n## {part['title']}\n\n{part['intro']}\n")
-        out.append(f"| Method | Path | What it does | {head} |\n|---|---|---|---|\n")
+        out.append("| Method | Path | What it does | Role |\n|---|---|---|---|\n")
         for key in lines:  # in the YAML's order, which groups them for a reader
             method, path = key.split(" ", 1)
             if (method, path) in served:
@@ -581,7 +575,9 @@ def grpc_page() -> str:
         f"Package `{package.group(1) if package else '?'}`, from "
         "`dag_common/proto/dataguarantee/v1/data_guarantee.proto` (the stubs are checked in "
         "under `dag_common/_generated`). " + " ".join(head) + "\n\n",
-        "The service also serves `grpc.health.v1.Health` and server reflection; a caller "
+        "The service also serves `grpc.health.v1.Health` (`Check`, `Watch`, `List`) and "
+        "server reflection (`grpc.reflection.v1` and `v1alpha`), both without a credential; "
+        "a caller "
         "presents its credential in the `authorization` metadata (`Bearer <secret>`, the "
         "`mover` role).\n",
     ]
@@ -661,7 +657,8 @@ def metric_texts(tmp: Path) -> dict[str, str]:
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     copy = CopyStatusReport(
         database="DB1", node="n", site="s", role=CopyRole.PASSIVE, status=CopyStatus.HEALTHY,
-        activation_preference=2,
+        activation_preference=2, last_inspected_log_time=t0, last_replayed_log_time=t0,
+        last_scrub_time=t0, last_scrub_result="ok",
     )  # fmt: skip
     metrics = NodeMetrics("n")
     metrics.watch(

@@ -6,12 +6,15 @@ reader, `spark_metrics`, imports too). Each file is written whole to a hidden te
 name (`.part-….tmp`, which Spark and pyarrow datasets skip), fsync'd, renamed, and its
 directory fsync'd, so a reader never sees half a file.
 
-Flush policy: samples are buffered and written every `flush_every` polls (default 60, one
-file a minute) rather than every poll. A file per 1 s poll would be 86,400 tiny files a day,
-which Spark lists and opens slowly, and an fsync a second for data that is statistics, not
-the guarantee. What a crash can lose is at most `flush_every` polls of samples; the buffer is
-also flushed on graceful shutdown. A failed write keeps its rows for the next attempt, up to
-`max_buffered_rounds`, then the oldest are dropped with an error log.
+Flush policy: samples are buffered and written once the oldest has waited `flush_every`
+seconds on the injected clock (`history_flush_interval`, a minute by default), at the end of
+the first poll round past it, rather than every poll. A file per 1 s poll would be 86,400
+tiny files a day, which Spark lists and opens slowly, and an fsync a second for data that is
+statistics, not the guarantee. The flush is timed, not counted in polls: a count of 60 polls
+was a minute at 1 s polls but five at 5 s, so the first file after a start came too late for
+the alert that waits for it. What a crash can lose is at most `flush_every` (and a poll) of
+samples; the buffer is also flushed on graceful shutdown. A failed write keeps its rows for
+the next attempt, up to `max_buffered_rounds`, then the oldest are dropped with an error log.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import cast
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dag_common.clock import Clock
 from dag_common.durable import atomic_write, fsync_dir
 from dag_common.guarantee.values import CopySnapshot
 from dag_common.history_schema import SCHEMA
@@ -71,16 +75,26 @@ class HistoryWriter:
     """Buffers poll samples and writes them as partitioned Parquet files."""
 
     def __init__(
-        self, history_dir: Path, *, flush_every: int = 60, max_buffered_rounds: int = 3600
+        self,
+        history_dir: Path,
+        *,
+        clock: Clock,
+        flush_every: float = 60.0,
+        max_buffered_rounds: int = 3600,
     ) -> None:
         self.history_dir = history_dir
-        self.flush_every = flush_every
+        self.flush_every = flush_every  # seconds the oldest buffered sample waits at most
         self.max_buffered_rounds = max_buffered_rounds
+        self._clock = clock
         self._rows: list[dict[str, object]] = []
         self._rounds = 0
+        self._oldest: float | None = None  # when the oldest buffered round was added
+        self._drained_oldest: float | None = None  # the same, of the rows last drained
 
     def add_round(self, at: datetime, copies: list[CopySnapshot]) -> None:
         """Buffer the samples of one poll round."""
+        if self._oldest is None:
+            self._oldest = self._clock.monotonic()
         self._rows.extend(sample_rows(at, copies))
         self._rounds += 1
 
@@ -90,17 +104,23 @@ class HistoryWriter:
 
     @property
     def due(self) -> bool:
-        return self._rounds >= self.flush_every
+        """Whether the oldest buffered round has waited `flush_every`."""
+        return (
+            self._oldest is not None and self._clock.monotonic() - self._oldest >= self.flush_every
+        )
 
     def drain(self) -> list[dict[str, object]]:
         """Take the buffered rows (to write them, maybe in a thread)."""
         rows, self._rows, self._rounds = self._rows, [], 0
+        self._drained_oldest, self._oldest = self._oldest, None
         return rows
 
     def give_back(self, rows: list[dict[str, object]], rounds: int) -> None:
         """Put back rows whose write failed, keeping at most `max_buffered_rounds`."""
         self._rows = rows + self._rows
         self._rounds += rounds
+        # As old as they were (older than any round added since): due again at once.
+        self._oldest = self._drained_oldest if self._drained_oldest is not None else self._oldest
         if self._rounds > self.max_buffered_rounds:
             per_round = max(1, len(self._rows) // self._rounds)
             drop = (self._rounds - self.max_buffered_rounds) * per_round

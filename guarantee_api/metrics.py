@@ -26,8 +26,10 @@ class Metrics:
         r = self.registry
         self.requests = Counter(
             "dataguarantee_requests_total",
-            "Data Guarantee requests answered, by method and status (answer or gRPC code).",
-            ["method", "status"],
+            "Data Guarantee calls, by method, gRPC code (OK: answered; UNAUTHENTICATED and "
+            "PERMISSION_DENIED: refused before it was read) and answer status (empty unless "
+            "the code is OK).",
+            ["method", "code", "status"],
             registry=r,
         )
         self.latency = Histogram(
@@ -98,25 +100,39 @@ class Metrics:
             "dataguarantee_history_write_errors_total", "History files that failed to write.",
             registry=r,
         )  # fmt: skip
+        self.http_refused = Counter(
+            "dataguarantee_http_calls_refused_total",
+            "Calls to the HTTP side (the status page) refused: 401 without a known credential, "
+            "403 without the role the page needs.",
+            ["role", "code"],
+            registry=r,
+        )
         self.unexpected = Counter(
             "dataguarantee_unexpected_errors_total", "Unexpected exceptions, by loop.", ["loop"],
             registry=r,
         )  # fmt: skip
-        self._request_children: dict[tuple[str, str], Counter] = {}
+        self._request_children: dict[tuple[str, str, str], Counter] = {}
         self._latency_children: dict[str, Histogram] = {}
 
-    def observe_request(self, method: str, status: str, seconds: float) -> None:
-        """Count one answered request and its latency (children cached: this is the hot path)."""
-        counter = self._request_children.get((method, status))
+    def _count(self, method: str, code: str, status: str) -> None:
+        key = (method, code, status)
+        counter = self._request_children.get(key)
         if counter is None:
-            counter = self._request_children[(method, status)] = self.requests.labels(
-                method, status
-            )
+            counter = self._request_children[key] = self.requests.labels(*key)
+        counter.inc()
+
+    def observe_request(self, method: str, code: str, seconds: float, status: str = "") -> None:
+        """Count one call the servicer ended, with gRPC `code` (OK: answered `status`), and its
+        latency (children cached: this is the hot path)."""
+        self._count(method, code, status)
         hist = self._latency_children.get(method)
         if hist is None:
             hist = self._latency_children[method] = self.latency.labels(method)
-        counter.inc()
         hist.observe(seconds)
+
+    def refused(self, method: str, code: str) -> None:
+        """Count one call refused before the servicer saw it (no credential, or no role)."""
+        self._count(method, code, "")
 
     def observe_copies(self, copies: list[CopySnapshot]) -> None:
         """Publish the queue lengths and health of every configured copy after a poll."""

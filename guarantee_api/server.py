@@ -4,10 +4,11 @@ Parts: the poller and one status-stream watcher per node (aiohttp, one session) 
 live view; after each round, the metrics and the Parquet history; the grpc.aio server with
 the DataGuarantee servicer, grpc.health.v1 (SERVING once the first poll round is done) and
 server reflection, behind an optional bearer-token interceptor and optional TLS; an aiohttp
-app on `http_listen` serving /metrics, /healthz and the status page (`/`, `/status`:
-`status_page.py`), without the token, as /metrics is; over TLS when the service has TLS (as
-gRPC).  `stop()` is the graceful shutdown: health NOT_SERVING, then `server.stop(grace)`,
-then the poller, the last history flush and the HTTP side.
+app on `http_listen` serving /metrics and /healthz without a credential, and the status page
+(`/`, `/status`: `status_page.py`) to the `monitor` role when the service checks
+credentials; over TLS when the service has TLS (as gRPC).  `stop()` is the graceful
+shutdown: health NOT_SERVING, then `server.stop(grace)`, then the poller, the last history
+flush and the HTTP side.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ import aiohttp
 import grpc
 from aiohttp import web
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
 
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
@@ -36,9 +35,11 @@ from dag_common.errors import InUse
 from dag_common.exclusive import bind_port
 from dag_common.guarantee.values import Limits
 from dag_common.http_client import client_session
-from dag_common.route_roles import PUBLIC, add_route, refusal
+from dag_common.route_roles import PUBLIC, Call, add_route, refusal, role_middleware
+from guarantee_api import reflection
 from guarantee_api.averages import CopyQueueAverages
 from guarantee_api.errors import HistoryWriteError
+from guarantee_api.health import HealthServicer
 from guarantee_api.history import HistoryWriter
 from guarantee_api.last_answers import LastAnswers
 from guarantee_api.metrics import CONTENT_TYPE, Metrics
@@ -56,6 +57,7 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["DataGuarantee"].full_name
 # no node can be polled ("" and SERVICE_NAME say NOT_SERVING then: the readiness probe).
 LIVENESS = "liveness"
 _EXEMPT = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+_METHODS = set(pb.DESCRIPTOR.services_by_name["DataGuarantee"].methods_by_name)
 _METRICS_KEY = web.AppKey("metrics", Metrics)
 _SERVICE_KEY: web.AppKey[GuaranteeService] = web.AppKey("service")
 
@@ -79,15 +81,26 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
     them): UNAUTHENTICATED without a known one (`authorization: Bearer <secret>`),
     PERMISSION_DENIED naming the role for one without it.
 
-    Health checks and reflection are exempt, so probes and tools need no secret.
+    Health checks and reflection are exempt, so probes and tools need no secret.  Every
+    refusal is counted in `dataguarantee_requests_total` by its code.
     """
 
-    def __init__(self, credentials: Callable[[], Credentials], role: Role = Role.MOVER) -> None:
+    def __init__(
+        self,
+        credentials: Callable[[], Credentials],
+        *,
+        metrics: Metrics,
+        role: Role = Role.MOVER,
+    ) -> None:
         self._credentials = credentials
+        self._metrics = metrics
         self._role = role
 
-    @staticmethod
-    def _deny(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+    def _deny(self, method: str, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+        # A method of the API by its name; any other path is the caller's own: not a label.
+        name = method.rpartition("/")[2]
+        self._metrics.refused(name if name in _METHODS else "other", code.name)
+
         async def abort(request: object, context: grpc.aio.ServicerContext) -> None:
             await context.abort(code, message)
 
@@ -103,9 +116,13 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
                 secret = from_header(value)
         who = self._credentials().identify(secret)
         if who is None:
-            return self._deny(grpc.StatusCode.UNAUTHENTICATED, "missing or unknown credential")
+            return self._deny(
+                method, grpc.StatusCode.UNAUTHENTICATED, "missing or unknown credential"
+            )
         if not who.holds(self._role):
-            return self._deny(grpc.StatusCode.PERMISSION_DENIED, refusal(self._role, who, method))
+            return self._deny(
+                method, grpc.StatusCode.PERMISSION_DENIED, refusal(self._role, who, method)
+            )
         return await continuation(handler_call_details)
 
 
@@ -128,7 +145,9 @@ class GuaranteeService:
         self.metrics = Metrics()
         interval = api.poll_interval.total_seconds()
         self.view = LiveView(config, stale_after=interval * api.stale_after_polls)
-        self.history = HistoryWriter(api.history_dir, flush_every=api.history_flush_polls)
+        self.history = HistoryWriter(
+            api.history_dir, clock=self.clock, flush_every=api.history_flush_every.total_seconds()
+        )
         self.health = HealthServicer()
         self.last_answers = LastAnswers()
         self._node_token = node_token
@@ -167,7 +186,9 @@ class GuaranteeService:
     async def start(self) -> None:
         """Bind both listeners, start polling; health says SERVING after the first round."""
         api = self.config.guarantee_api
-        interceptors = [RoleInterceptor(self._clients)] if self._clients else []
+        interceptors = (
+            [RoleInterceptor(self._clients, metrics=self.metrics)] if self._clients else []
+        )
         # No SO_REUSEPORT (gRPC's default): a second service on the same port is refused
         # instead of sharing its calls.  Asked first with a plain bind, so that the refusal
         # is one line (InUse) rather than gRPC's own log.
@@ -178,10 +199,9 @@ class GuaranteeService:
         self._grpc = grpc.aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0)])
         pb_grpc.add_DataGuaranteeServicer_to_server(self._servicer, self._grpc)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._grpc)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-             reflection.SERVICE_NAME), self._grpc,
-        )  # fmt: skip
+        reflection.enable(
+            self._grpc, (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
+        )
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
@@ -250,14 +270,7 @@ class GuaranteeService:
     async def _start_http(self, listen: str) -> None:
         host, _, port = listen.rpartition(":")
         sockets = bind_port(host or "127.0.0.1", int(port), "guarantee API (HTTP)")
-        app = web.Application()
-        app[_METRICS_KEY] = self.metrics
-        app[_SERVICE_KEY] = self
-        # Public by design (Prometheus, probes, a browser): see the module's docstring.
-        add_route(app, "GET", "/metrics", _metrics_handler, PUBLIC)
-        add_route(app, "GET", "/healthz", _healthz_handler, PUBLIC)
-        add_route(app, "GET", "/", _status_page_handler, PUBLIC)
-        add_route(app, "GET", "/status", _status_page_handler, PUBLIC)
+        app = http_app(self, self._clients)
         self._runner = web.AppRunner(
             app, access_log=None, shutdown_timeout=5.0
         )  # as the gRPC grace
@@ -322,6 +335,28 @@ class GuaranteeService:
             await self._session.close()
         if self._cluster_store is not None:
             await self._cluster_store.aclose()
+
+
+def http_app(
+    service: GuaranteeService, clients: Callable[[], Credentials] | None
+) -> web.Application:
+    """The HTTP side: /metrics and /healthz for anyone (Prometheus, probes); the status page,
+    which shows caller ids and reasons, for the `monitor` role whenever the service checks
+    credentials (`clients`; none: anyone, as on the gRPC side).  Refusals are counted."""
+
+    def refused(call: Call) -> None:  # the middleware tells every refusal
+        if call.status in (401, 403):
+            service.metrics.http_refused.labels(call.role or "none", str(call.status)).inc()
+
+    middlewares = [role_middleware(clients, refused)] if clients is not None else []
+    app = web.Application(middlewares=middlewares)
+    app[_METRICS_KEY] = service.metrics
+    app[_SERVICE_KEY] = service
+    add_route(app, "GET", "/metrics", _metrics_handler, PUBLIC)
+    add_route(app, "GET", "/healthz", _healthz_handler, PUBLIC)
+    add_route(app, "GET", "/", _status_page_handler, Role.MONITOR)
+    add_route(app, "GET", "/status", _status_page_handler, Role.MONITOR)
+    return app
 
 
 async def _metrics_handler(request: web.Request) -> web.Response:

@@ -25,6 +25,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from dag_common.clock import Clock
+from dag_common.config import NAME_RULE, is_config_name
+from dag_common.echo import quoted
 from dag_common.guarantee.policy import evaluate_flush, evaluate_health
 from dag_common.guarantee.values import Answer, CopyVerdict, FlushTarget, GuaranteeStatus, Limits
 from dag_common.guarantee_wire import GuaranteeRequest, lsn_from_pb
@@ -146,6 +148,8 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
         database, caller, raw = request.database, request.caller_id, request.constraint
         if not database:
             raise InvalidRequestError("database is required")
+        if not is_config_name(database):
+            raise InvalidRequestError(f"database {quoted(database)} is not a name ({NAME_RULE})")
         if not caller:
             raise InvalidRequestError("caller_id is required")
         if len(caller) > MAX_CALLER_ID:
@@ -153,7 +157,7 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
         if raw != pb.CONSTRAINT_UNSPECIFIED and raw not in _CONSTRAINTS:
             raise InvalidRequestError(f"constraint {raw} is not a DataMoveReplicationConstraint")
         if database not in self._constraints:
-            raise UnknownDatabaseError(f"database {database!r} is not in the cluster config")
+            raise UnknownDatabaseError(f"database {quoted(database)} is not in the cluster config")
         constraint = _CONSTRAINTS.get(raw) or self._constraints[database]
         return database, caller, constraint
 
@@ -246,7 +250,7 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
             self._metrics.observe_request(method, code.name, self._clock.monotonic() - started)
             await context.abort(code, details)
         # The latency of the answer itself: the judgement that gave it, not the wait.
-        self._metrics.observe_request(method, status.value, took)
+        self._metrics.observe_request(method, grpc.StatusCode.OK.name, took, status.value)
         self.last_answers.record(
             database=response.database,
             method=method,

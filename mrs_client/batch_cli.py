@@ -26,6 +26,7 @@ from typing import Any
 from dag_common.cli import add_config, add_duration, add_json, whole_number
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config
+from dag_common.echo import quoted
 from dag_common.model import ExitCode
 from mrs_client import batches
 from mrs_client.cli import _read, answer_view
@@ -40,7 +41,8 @@ def _time(text: str) -> datetime:
         value = datetime.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a time (ISO 8601, as 2026-12-01T22:00 or 2026-12-01T22:00+01:00)"
+            f"{quoted(text)} is not a time "
+            "(ISO 8601, as 2026-12-01T22:00 or 2026-12-01T22:00+01:00)"
         ) from None
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
@@ -60,7 +62,9 @@ def _rate(text: str) -> float | None:
     except ValueError:
         value = 0.0
     if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a rate in MB/s (more than 0, or none)")
+        raise argparse.ArgumentTypeError(
+            f"{quoted(text)} is not a rate in MB/s (more than 0, or none)"
+        )
     return value
 
 

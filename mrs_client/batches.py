@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from dag_common.clock import Clock
+from dag_common.echo import quoted
 from mrs_client.errors import MoveFailed, MoveRejected, NodeCallError
 from mrs_client.lease import worker_id
 from mrs_client.move_store import BatchRecord, MoveRecord, MoveStore
@@ -94,7 +95,7 @@ def parse_csv(text: str) -> list[BatchLine]:
         raise BatchRejected(["the CSV is empty (a header line, then one line per mailbox)"])
     header = [_COLUMNS.get(h.strip().lower().replace(" ", "_")) for h in rows[0]]
     unknown = [h for h, c in zip(rows[0], header, strict=True) if c is None]
-    problems = [f"line 1: unknown column {h!r}" for h in unknown]
+    problems = [f"line 1: unknown column {quoted(h)}" for h in unknown]
     for needed in ("mailbox", "target_db"):
         if needed not in header:
             problems.append(f"line 1: no {needed.replace('_db', '_database')} column")
@@ -127,7 +128,7 @@ def _line(number: int, cells: dict[str, str]) -> BatchLine:
     priority = MovePriority.parse(cells["priority"]) if cells.get("priority") else None
     archive = cells.get("archive", "").lower()
     if archive not in _YES | _NO:
-        raise ValueError(f"archive must be yes or no, not {cells['archive']!r}")
+        raise ValueError(f"archive must be yes or no, not {quoted(cells['archive'])}")
     return BatchLine(number, cells["mailbox"], cells["target_db"], priority, archive in _YES)
 
 
@@ -135,7 +136,7 @@ def batch_name(text: str) -> str:
     """A valid batch name, or MoveRejected saying what one is."""
     if not BATCH_NAME.fullmatch(text):
         raise MoveRejected(
-            f"bad batch name {text!r}: 1-64 letters, digits, '.', '_' or '-', "
+            f"bad batch name {quoted(text)}: 1-64 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit"
         )
     return text
@@ -216,7 +217,7 @@ def _mailboxes(line: BatchLine) -> list[str]:
 async def get(store: MoveStore, name: str) -> BatchRecord:
     batch = await store.batch(name)
     if batch is None:
-        raise MoveRejected(f"no batch {name!r}")
+        raise MoveRejected(f"no batch {quoted(name)}")
     return batch
 
 

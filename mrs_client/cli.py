@@ -42,6 +42,7 @@ from dag_common.cli import (
 )
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
+from dag_common.echo import quoted
 from dag_common.http_client import client_session
 from dag_common.memory import bound_allocator
 from dag_common.model import ExitCode
@@ -203,7 +204,7 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
             else:
                 existing = await requests.get(move_id)
                 if existing is None:
-                    raise MoveRejected(f"no move request {move_id!r}")
+                    raise MoveRejected(f"no move request {quoted(move_id)}")
                 if existing.state is MoveState.COMPLETED:
                     raise MoveRejected(f"move {move_id} is already completed")
                 answers[:] = await requests.answers(move_id)
@@ -292,7 +293,7 @@ async def _serve_http(listen: str, worker: Any, config: ClusterConfig) -> Any:
 
     host, _, port = listen.rpartition(":")
     if not port.isdigit():
-        raise MoveRejected(f"--http-listen {listen!r}: not HOST:PORT")
+        raise MoveRejected(f"--http-listen {quoted(listen)}: not HOST:PORT")
     sockets = bind_port(host or "127.0.0.1", int(port), "mrs serve (HTTP)")
     runner = web.AppRunner(app(worker), access_log=None)
     await runner.setup()
@@ -423,7 +424,7 @@ async def _get(
     """The move `args.id` names, its stop request and its guarantee answers."""
     record = await store.get(args.id)
     if record is None:
-        raise MoveRejected(f"no move request {args.id!r}")
+        raise MoveRejected(f"no move request {quoted(args.id)}")
     answers = [answer_view(a) for a in await store.answers(record.id)]
     return record, await store.stop_requested(record.id), answers
 

@@ -37,6 +37,7 @@ from datetime import datetime
 
 from dag_common.clock import Clock
 from dag_common.config import DEFAULT_MAX_ITEM_SIZE
+from dag_common.echo import quoted
 from dag_common.store_api import NodeStore
 from mrs_client.end_calls import EndCalls
 from mrs_client.errors import (
@@ -179,10 +180,10 @@ class Mover:
         if large_item_limit < 0 or bad_item_limit < 0:
             raise MoveRejected("an item limit cannot be negative")
         if target_db not in self.databases:
-            raise MoveRejected(f"unknown database {target_db!r}")
+            raise MoveRejected(f"unknown database {quoted(target_db)}")
         source_db = await self.directory.mailbox_database(mailbox)
         if source_db is None:
-            raise MoveRejected(f"unknown mailbox {mailbox!r} (not in the mailbox directory)")
+            raise MoveRejected(f"unknown mailbox {quoted(mailbox)} (not in the mailbox directory)")
         if source_db == target_db:
             raise MoveRejected(f"mailbox {mailbox!r} is already in {target_db}")
         mailboxes = [mailbox]

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import IntEnum, StrEnum
 
+from dag_common.echo import quoted
 from dag_common.model import GuaranteeStatus, Lsn
 from dag_common.store_api import Items, LogPosition
 
@@ -91,7 +92,7 @@ class MovePriority(IntEnum):
             return cls[text.strip().upper()]
         except KeyError:
             names = ", ".join(p.name.capitalize() for p in cls)
-            raise ValueError(f"unknown priority {text!r} (one of {names})") from None
+            raise ValueError(f"unknown priority {quoted(text)} (one of {names})") from None
 
 
 class StopRequest(StrEnum):

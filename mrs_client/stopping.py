@@ -29,6 +29,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from dag_common.clock import Clock
+from dag_common.echo import quoted
 from mrs_client.errors import MoveBusy, MoveFailed, MoveRejected, NodeCallError
 from mrs_client.lease import hold as lease_hold
 from mrs_client.lease import worker_id
@@ -62,7 +63,7 @@ class Stopped:
 async def _get(requests: MoveStore, move_id: str) -> MoveRecord:
     record = await requests.get(move_id)
     if record is None:
-        raise MoveRejected(f"no move request {move_id!r}")
+        raise MoveRejected(f"no move request {quoted(move_id)}")
     return record
 
 

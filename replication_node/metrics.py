@@ -19,7 +19,6 @@ guarantee service's metrics, so the two join without relabelling).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from datetime import datetime
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -223,10 +222,6 @@ class NodeMetrics:
         return generate_latest(self.registry)
 
 
-def _timestamp(value: datetime | None) -> float:
-    return value.timestamp() if value is not None else 0.0
-
-
 class NodeStatusCollector(Collector):
     """Per-copy gauges read from `Node.status()` at scrape time: nothing on the hot paths.
 
@@ -323,11 +318,11 @@ class NodeStatusCollector(Collector):
         families = {field: gauge(name, doc) for field, (name, doc) in per_copy.items()}
         inspected_time = gauge(
             "replication_last_inspected_log_timestamp_seconds",
-            "Close time of the last inspected generation (Unix time; 0: none).",
+            "Close time of the last inspected generation (Unix time; absent until one is).",
         )
         replayed_time = gauge(
             "replication_last_replayed_log_timestamp_seconds",
-            "Close time of the last replayed generation (Unix time; 0: none).",
+            "Close time of the last replayed generation (Unix time; absent until one is).",
         )
         replay_lag = gauge(
             "replication_replay_lag_time_seconds", "The copy's configured ReplayLagTime."
@@ -354,7 +349,7 @@ class NodeStatusCollector(Collector):
         scrub_time = gauge(
             "replication_last_scrub_timestamp_seconds",
             "When the background scrub last finished a pass over the copy's file (Unix time; "
-            "0: none yet).",
+            "absent before the first pass).",
         )
         scrub_ok = gauge(
             "replication_last_scrub_ok",
@@ -364,14 +359,17 @@ class NodeStatusCollector(Collector):
         for c in status.copies:
             labels = [c.database, c.node]
             if c.last_scrub_time is not None:
-                scrub_time.add_metric(labels, _timestamp(c.last_scrub_time))
+                scrub_time.add_metric(labels, c.last_scrub_time.timestamp())
                 scrub_ok.add_metric(
                     labels, 1 if (c.last_scrub_result or "").startswith("ok") else 0
                 )
             for field, family in families.items():
                 family.add_metric(labels, float(getattr(c, field)))
-            inspected_time.add_metric(labels, _timestamp(c.last_inspected_log_time))
-            replayed_time.add_metric(labels, _timestamp(c.last_replayed_log_time))
+            # "Never" is no sample, not a 0 that a `time() - …` would call 56 years old.
+            if c.last_inspected_log_time is not None:
+                inspected_time.add_metric(labels, c.last_inspected_log_time.timestamp())
+            if c.last_replayed_log_time is not None:
+                replayed_time.add_metric(labels, c.last_replayed_log_time.timestamp())
             replay_lag.add_metric(labels, c.replay_lag_time.total_seconds())
             truncation_lag.add_metric(labels, c.truncation_lag_time.total_seconds())
             for s in CopyStatus:

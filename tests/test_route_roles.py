@@ -14,6 +14,8 @@ from aiohttp import web
 from dag_common.config import ClusterConfig, NodeConfig
 from dag_common.credentials import Credential, Credentials, Role, digest
 from dag_common.route_roles import PUBLIC, ROUTE_ROLES, add_route, role_middleware, unrolled
+from guarantee_api.metrics import Metrics
+from guarantee_api.server import http_app as guarantee_app
 from replication_node.http.app import build_app as node_app
 from replication_node.metrics import NodeMetrics
 from tests.cluster_harness import serve_app
@@ -90,6 +92,14 @@ TRANSPORT_ROLES = {
 }
 
 
+GUARANTEE_ROLES = {
+    ("GET", "/metrics"): PUBLIC,
+    ("GET", "/healthz"): PUBLIC,
+    ("GET", "/"): N,  # the status page: callers' ids and reasons
+    ("GET", "/status"): N,
+}
+
+
 CONFIG = ClusterConfig(
     cluster="c", nodes=[NodeConfig(name="mbx1", site="s", url="http://h:1", data_dir="d")]
 )
@@ -109,6 +119,10 @@ def the_transport_app() -> web.Application:
     return transport_app(transport)  # type: ignore[arg-type]
 
 
+def the_guarantee_services_app() -> web.Application:
+    return guarantee_app(SimpleNamespace(metrics=Metrics()), None)  # type: ignore[arg-type]
+
+
 def declared(app: web.Application) -> dict[tuple[str, str], Role | None]:
     """(method, path with `{name:pattern}` written `{name}`) -> role, from the app's table."""
     out = {}
@@ -120,8 +134,12 @@ def declared(app: web.Application) -> dict[tuple[str, str], Role | None]:
 
 @pytest.mark.parametrize(
     ("build", "expected"),
-    [(the_node_app, NODE_ROLES), (the_transport_app, TRANSPORT_ROLES)],
-    ids=["node", "transport"],
+    [
+        (the_node_app, NODE_ROLES),
+        (the_transport_app, TRANSPORT_ROLES),
+        (the_guarantee_services_app, GUARANTEE_ROLES),
+    ],
+    ids=["node", "transport", "guarantee"],
 )
 def test_every_route_declares_the_role_the_design_gives_it(build, expected):
     app = build()

@@ -29,10 +29,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dag_common.config import ClusterConfig
 from dag_common.credentials import Role
+from dag_common.echo import clipped, quoted
 from dag_common.errors import BadRequest, RequestTooLarge
 from dag_common.http_body import BodyLimit, body_text, items_body_size, parse_json, read_body
 from dag_common.memory import Overloaded
-from dag_common.route_roles import PUBLIC, add_route, role_middleware
+from dag_common.route_roles import PUBLIC, Call, add_route, role_middleware
 from transport.messages import MessageIn
 from transport.service import Transport
 
@@ -71,10 +72,14 @@ def _parse(model: type[BaseModel], data: Any) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
+        errors = exc.errors()
+        # A field's name is the caller's (an unknown key): cut short, and three errors said.
         where = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()
+            f"{clipped('.'.join(str(p) for p in e['loc']) or 'body')}: {e['msg']}"
+            for e in errors[:3]
         )
-        raise BadRequest(f"bad request: {where}") from None
+        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        raise BadRequest(f"bad request: {where}{more}") from None
 
 
 async def _json(request: web.Request, limit: BodyLimit) -> Any:
@@ -103,7 +108,7 @@ async def get_message(request: web.Request) -> web.Response:
     message_id = request.match_info["message_id"]
     deliveries = await request.app[TRANSPORT].store.message(message_id)
     if not deliveries:
-        return _error(404, f"no message {message_id!r} in the queue or the dumpster")
+        return _error(404, f"no message {quoted(message_id)} in the queue or the dumpster")
     rows = [d._asdict() for d in deliveries]
     return web.json_response({"message_id": message_id, "deliveries": rows})
 
@@ -148,8 +153,13 @@ def build_app(transport: Transport) -> web.Application:
     nodes = None
     if tls is not None and tls.client_ca_file is not None:  # redelivery: a node's certificate
         nodes = lambda: {n.name for n in transport.config.nodes}  # noqa: E731
+
+    def refused(call: Call) -> None:  # the middleware tells every refusal
+        if call.status in (401, 403):
+            transport.metrics.calls_refused.labels(call.role or "none", str(call.status)).inc()
+
     app = web.Application(
-        middlewares=[role_middleware(transport.credentials, nodes=nodes), _errors]
+        middlewares=[role_middleware(transport.credentials, refused, nodes=nodes), _errors]
     )
     app[TRANSPORT] = transport
     add_route(app, "POST", "/v1/messages", post_message, Role.STORE)

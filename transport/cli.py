@@ -35,6 +35,7 @@ from dag_common.config import (
     load_config,
     load_token,
 )
+from dag_common.echo import quoted
 from dag_common.errors import CommandFailed, ConfigError, failure
 from dag_common.exclusive import bind_port, lock_directory
 from dag_common.http_client import client_session
@@ -57,7 +58,7 @@ def _hub(config: ClusterConfig, name: str, source: object) -> TransportNode:
     try:
         return config.transport_node(name)
     except KeyError:
-        raise ConfigError(f"no transport {name!r} in {source}") from None
+        raise ConfigError(f"no transport {quoted(name)} in {source}") from None
 
 
 async def _serve(config_path: Path, name: str, listen_host: str | None) -> int:

@@ -16,6 +16,11 @@ class TransportMetrics:
             "transport_messages_refused", "Messages refused at submission", ["reason"],
             registry=r,
         )  # fmt: skip
+        self.calls_refused = Counter(
+            "transport_calls_refused",
+            "API calls refused: 401 without a known credential, 403 without the route's role",
+            ["role", "code"], registry=r,
+        )  # fmt: skip
         self.delivered = Counter(
             "transport_deliveries", "Deliveries durable on their database", ["database"],
             registry=r,

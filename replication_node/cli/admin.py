@@ -24,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 from dag_common.admin_api import ActivationAnswer, EpochEntry, History, SwitchoverAnswer
 from dag_common.cli import add_config, database_named
 from dag_common.config import ClusterConfig, load_config, load_token
+from dag_common.echo import quoted
 from dag_common.errors import BadInput, CommandFailed, TokenRefused, failure
 from dag_common.http_client import client_session
 from dag_common.incarnation import ActivationCause
@@ -35,7 +36,7 @@ from replication_node.cli.reseed_wait import (
     follow_reseed,
     seed_display,
 )
-from replication_node.cli.status import fetch_statuses, token_refused
+from replication_node.cli.status import fetch_statuses, refusal, token_refused
 
 
 async def admin_call(
@@ -150,7 +151,7 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
         )
         if active is None:
             if token_refused(statuses):
-                raise TokenRefused(AUTH_FAILED)
+                raise TokenRefused(refusal(statuses))
             raise CommandFailed(f"no reachable active copy of {db.name}")
         code, body = asyncio.run(
             admin_call(
@@ -159,7 +160,7 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
         )
     elif args.db_cmd == "switchover":
         if db.copy_on(args.to) is None:
-            raise BadInput(f"{db.name} has no copy on {args.to!r}")
+            raise BadInput(f"{db.name} has no copy on {quoted(args.to)}")
         code, body = asyncio.run(
             admin_call(
                 config,
@@ -169,7 +170,7 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
             )
         )
     elif db.copy_on(args.node) is None:
-        raise BadInput(f"{db.name} has no copy on {args.node!r}")
+        raise BadInput(f"{db.name} has no copy on {quoted(args.node)}")
     elif args.db_cmd == "activate":
         body = {"node": args.node}
         if args.mount_dial:

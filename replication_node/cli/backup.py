@@ -23,6 +23,7 @@ from typing import Any
 from dag_common.cli import add_config, add_json, database_named
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
+from dag_common.echo import quoted
 from dag_common.errors import BadInput, CommandFailed, TokenRefused, failure
 from dag_common.http_client import client_session
 from dag_common.model import ExitCode
@@ -60,7 +61,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     db = database_named(config, args.database, args.config)
     if db.copy_on(args.from_node) is None:
-        raise BadInput(f"{db.name} has no copy on {args.from_node!r}")
+        raise BadInput(f"{db.name} has no copy on {quoted(args.from_node)}")
     url = f"{config.node(args.from_node).url}/v1/databases/{db.name}/backup"
     body = {"from": args.from_node, "to": args.to, "incremental": args.incremental}
     code, answer = asyncio.run(_post(config, url, body))

@@ -23,14 +23,14 @@ from dag_common.errors import TokenRefused
 from dag_common.model import ExitCode, NodeStatus
 from dag_common.node_status import AUTH_FAILED
 from replication_node.cli.admin import DATABASE, admin_call
-from replication_node.cli.status import describe, fetch_statuses, token_refused
+from replication_node.cli.status import describe, fetch_statuses, refusal, token_refused
 from replication_node.rebalance import Move, MoveKind, NodeView, plan_rebalance
 
 
 async def _plan(config: ClusterConfig, database: str | None) -> list[Move]:
     statuses = await fetch_statuses(config, load_token(config))
     if token_refused(statuses):
-        raise TokenRefused(AUTH_FAILED)
+        raise TokenRefused(refusal(statuses))
     views: dict[str, NodeView] = {
         n: s if isinstance(s, NodeStatus) else describe(s) for n, s in statuses.items()
     }

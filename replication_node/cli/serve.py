@@ -23,6 +23,7 @@ from dag_common.clock import SystemClock
 from dag_common.cluster_store import open_cluster_store
 from dag_common.config import ClusterConfig, accepted_credentials, load_config, load_token
 from dag_common.durations import format_duration
+from dag_common.echo import quoted
 from dag_common.errors import ConfigError
 from dag_common.exclusive import bind_port, lock_directory
 from dag_common.memory import bound_allocator
@@ -61,7 +62,7 @@ async def _serve(
     try:
         node_config = config.node(node_name)
     except KeyError:
-        raise ConfigError(f"{config_path}: no node named {node_name!r}") from None
+        raise ConfigError(f"{config_path}: no node named {quoted(node_name)}") from None
     token = load_token(config)
     # Before anything is opened: the node's data directory (a second process for the same
     # node would mount its live databases) and its port.  Both kept until the process ends.

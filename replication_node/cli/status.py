@@ -22,6 +22,7 @@ from rich.console import Console
 from dag_common.cli import add_config, add_json, database_named
 from dag_common.cluster_store import ActiveRecord, LeaseRecord, open_cluster_store
 from dag_common.config import ClusterConfig, load_config, load_token
+from dag_common.echo import quoted
 from dag_common.errors import ConfigError, TokenRefused
 from dag_common.http_client import client_session
 from dag_common.model import CopyStatus, ExitCode, FailoverPause, NodeStatus
@@ -53,11 +54,21 @@ def describe(problem: StatusUnavailable) -> str:
 
 
 def token_refused(statuses: dict[str, NodeStatus | StatusUnavailable]) -> bool:
-    """Whether the nodes that answered all refused the token (and one did)."""
+    """Whether the nodes that answered all refused the credential (and one did): 401, not
+    known, or 403, known without the `monitor` role."""
     answered = [s for s in statuses.values() if not isinstance(s, StatusUnavailable) or s.status]
     return bool(answered) and all(
-        isinstance(s, StatusUnavailable) and s.status == 401 for s in answered
+        isinstance(s, StatusUnavailable) and s.status in (401, 403) for s in answered
     )
+
+
+def refusal(statuses: dict[str, NodeStatus | StatusUnavailable]) -> str:
+    """The error line for a credential the nodes refused: a node's 403 (the role it needs,
+    the credential's roles), else that the credential is not known."""
+    forbidden = (
+        s for s in statuses.values() if isinstance(s, StatusUnavailable) and s.status == 403
+    )
+    return str(next(forbidden, AUTH_FAILED))
 
 
 def terminal_console() -> Console | None:
@@ -75,10 +86,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.database:
         database_named(config, args.database, args.config)
     if args.node and args.node not in {n.name for n in config.nodes}:
-        raise ConfigError(f"no node {args.node!r} in {args.config}")
+        raise ConfigError(f"no node {quoted(args.node)} in {args.config}")
     statuses = asyncio.run(fetch_statuses(config, token))
     if token_refused(statuses):
-        raise TokenRefused(AUTH_FAILED)
+        raise TokenRefused(refusal(statuses))
     every = []  # every copy: a database's notes need all of them, whatever is shown
     for db in config.databases:
         if args.database and db.name != args.database:

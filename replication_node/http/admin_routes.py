@@ -21,6 +21,7 @@ from dag_common.admin_api import (
     RedeliveryEntry,
 )
 from dag_common.credentials import Role
+from dag_common.echo import quoted
 from dag_common.route_roles import PUBLIC, add_route
 from dag_common.store_api import LogPosition, Rolled
 from replication_node.active.redelivery import describe
@@ -128,7 +129,7 @@ async def history(request: web.Request) -> web.Response:
     try:
         node.config.database(name)
     except KeyError:
-        raise NotFound(f"no database {name!r}") from None
+        raise NotFound(f"no database {quoted(name)}") from None
     records = await node.cluster_store.history(name)
     redelivery = await node.cluster_store.redelivery(name)
     answer = History(
@@ -183,9 +184,9 @@ async def hand_over(request: web.Request) -> web.Response:
     try:
         others = {c.node for c in node.config.database(name).copies} - {node.name}
     except KeyError:
-        raise NotFound(f"no database {name!r}") from None
+        raise NotFound(f"no database {quoted(name)}") from None
     if body.to not in others:
-        raise BadRequest(f"to: {body.to!r} holds no other copy of {name}")
+        raise BadRequest(f"to: {quoted(body.to)} holds no other copy of {name}")
     info = await active_here(request).share.hand_over(body.to)
     return web.json_response(dataclasses.asdict(info))
 

@@ -23,6 +23,7 @@ from dag_common.admin_api import (
 )
 from dag_common.api_types import NAME_PATTERN
 from dag_common.config import ClusterConfig
+from dag_common.echo import quoted
 from dag_common.http_body import SMALL_BODY, BodyLimit, body_text, parse_json, read_body
 from dag_common.memory import MemoryBudget
 from dag_common.model import AutoDatabaseMountDial, NodeStatus
@@ -107,7 +108,7 @@ def active_for_write(request: web.Request) -> ActiveInstance:
             raise NotActive(
                 f"the copy of {db} on {node.name} is changing role; write to the active"
             )
-        raise NotFound(f"no copy of database {db!r} on node {node.name}")
+        raise NotFound(f"no copy of database {quoted(db)} on node {node.name}")
     instance = node.active_here(db)
     not_dismounted(instance, db, node.name)
     if instance is None or instance.store is None:
@@ -170,7 +171,7 @@ def reader_for(request: web.Request) -> MailboxReader:
                 f"the copy of {db} on {node.name} serves no reads now (changing role, being "
                 "seeded, or failed); read from the active"
             )
-        raise NotFound(f"no readable copy of database {db!r} on node {node.name}")
+        raise NotFound(f"no readable copy of database {quoted(db)} on node {node.name}")
     return reader
 
 
@@ -183,7 +184,7 @@ def mailbox_name(request: web.Request) -> str:
     """The mailbox the path names, checked against the name pattern."""
     name = request.match_info["mailbox"]
     if not _NAME.match(name):
-        raise BadRequest(f"invalid mailbox name {name!r}")
+        raise BadRequest(f"invalid mailbox name {quoted(name)}")
     return name
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from dag_common.echo import clipped
 from dag_common.errors import ClusterStoreError, RequestError, StoreConflict
 from dag_common.memory import Overloaded
 from replication_node.errors import (
@@ -81,7 +82,7 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
             raise
         kept = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "www-authenticate")}
         return web.json_response(
-            {"error": f"{exc.status} {exc.reason}: {request.method} {request.path}"},
+            {"error": f"{exc.status} {exc.reason}: {request.method} {clipped(request.path, 160)}"},
             status=exc.status,
             headers=kept,
         )

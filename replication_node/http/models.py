@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from dag_common.api_types import Folder, Name, Text
+from dag_common.echo import clipped
 from dag_common.model import AutoDatabaseMountDial
 from dag_common.store_api import ItemIn
 from replication_node.errors import BadRequest
@@ -126,4 +127,4 @@ def parse(model: type[M], data: dict[str, Any]) -> M:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "body"
-        raise BadRequest(f"{where}: {first['msg']}") from None
+        raise BadRequest(f"{clipped(where)}: {first['msg']}") from None  # a key is input

@@ -19,6 +19,7 @@ import logging
 from aiohttp import web
 
 from dag_common.credentials import Role
+from dag_common.echo import quoted
 from dag_common.route_roles import add_route
 from dag_common.status_watch import CONTENT_TYPE, Changed, Coalescer, Heartbeat, Snapshot, encode
 from replication_node.errors import BadRequest
@@ -35,7 +36,7 @@ def _heartbeat(request: web.Request) -> float:
     try:
         seconds = float(raw)
     except ValueError:
-        raise BadRequest(f"heartbeat must be a number of seconds, not {raw!r}") from None
+        raise BadRequest(f"heartbeat must be a number of seconds, not {quoted(raw)}") from None
     if not 0.05 <= seconds <= 60:
         raise BadRequest(f"heartbeat must be within 0.05..60 seconds, not {raw}")
     return seconds

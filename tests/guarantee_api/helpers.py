@@ -151,13 +151,16 @@ async def start_service(
     *,
     first_round: bool = True,
     clients: Credentials | None = None,
+    anyone: bool = False,
     **api: object,
 ) -> Running:
-    """The service over `nodes`, asked by callers with TOKEN (or `clients`' credentials)."""
+    """The service over `nodes`, asked by callers with TOKEN (or `clients`' credentials; with
+    `anyone`, by anyone: `--no-client-token`)."""
     config = cluster_config(nodes.urls, tmp_path, **api)
     clock = ManualClock()
     service = GuaranteeService(
-        config, node_token=TOKEN, client_token=TOKEN if clients is None else None,
+        config, node_token=TOKEN,
+        client_token=TOKEN if clients is None and not anyone else None,
         clients=None if clients is None else (lambda: clients), clock=clock,
     )  # fmt: skip
     await service.start()

@@ -280,6 +280,32 @@ async def test_bad_flush_requests(running, name, fields, code, word):
     assert word in (err.value.details() or "")
 
 
+@pytest.mark.parametrize(
+    ("database", "code"),
+    [("D" * 10_240, grpc.StatusCode.INVALID_ARGUMENT), ("D" * 64, grpc.StatusCode.NOT_FOUND)],
+    ids=["10 KB: not a name", "64 characters: a name, not configured"],
+)
+async def test_a_long_database_name_is_refused_in_a_short_message(running, database, code):
+    """Quoted whole, 10 KB overflowed gRPC's 8 KB trailers: the caller was told
+    RESOURCE_EXHAUSTED instead of what was wrong."""
+    for call, req in (
+        (running.stub.CheckReplicationHealth, health_req(database=database)),
+        (
+            running.stub.CheckReplicationFlush,
+            pb.CheckReplicationFlushRequest(
+                database=database, caller_id="m", lsn=pb.Lsn(generation=1)
+            ),
+        ),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await call(req, metadata=AUTH)
+        assert err.value.code() == code
+        details = err.value.details() or ""
+        assert details.startswith("database 'DDDD") and len(details) < 250, details
+        if len(database) > 64:
+            assert "…(10240 bytes)" in details
+
+
 async def test_unknown_database_on_flush_is_not_found(running):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await running.stub.CheckReplicationFlush(

@@ -15,19 +15,23 @@ import pytest
 from PIL import Image
 
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
+from dag_common.credentials import Credential, Credentials, Role, digest
 from dag_common.guarantee.values import CopySnapshot, DatabaseView
 from dag_common.model import CopyRole, GuaranteeStatus
 from dag_common.model import DataMoveReplicationConstraint as Constraint
 from guarantee_api.last_answers import MAX_REASON, LastAnswer, LastAnswers, Method, shorten
 from guarantee_api.status_page import REFRESH_SECONDS, StatusSnapshot, render
 from tests.browser import chromium
-from tests.guarantee_api.helpers import AUTH, T0, ask, report
+from tests.guarantee_api.helpers import AUTH, T0, TOKEN, ask, report, start_service
 from tests.guarantee_api.status_html import page_text, read_page, rows
+from tests.prometheus import value
 
 NOW = T0 + timedelta(seconds=5)
 HOSTILE_DB = "<script>alert('db')</script>&amp;"
 HOSTILE_REASON = '</td></tr></table><img src=x onerror=alert(1)> & "quoted"'
 HOSTILE_CALLER = "\"'><b>caller</b>"
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+MONITOR = "a-dashboards-secret-0123456789"
 
 
 def copy(node: str, database: str = "DB1", problem: str | None = None, **kw) -> CopySnapshot:
@@ -157,9 +161,9 @@ def test_last_answers_keep_the_newest_per_database_and_method_shortened_and_boun
 
 
 async def fetch(running, path: str = "/") -> str:
-    """The page as served, without any token (as /metrics)."""
+    """The page as served, to the token (a credential holding every role)."""
     url = f"http://127.0.0.1:{running.service.http_port}{path}"
-    async with aiohttp.ClientSession() as session, session.get(url) as resp:
+    async with aiohttp.ClientSession() as session, session.get(url, headers=BEARER) as resp:
         assert resp.status == 200
         assert resp.headers["Content-Type"] == "text/html; charset=utf-8"
         return await resp.text()
@@ -212,6 +216,55 @@ async def test_the_service_serves_its_copies_and_last_answers(running, nodes):
     assert "nodes reachable at the last poll: 2 of 3" in page_text(after)
 
 
+async def test_the_page_is_the_monitor_roles_when_the_service_checks_credentials(nodes, tmp_path):
+    """It shows who asked what and why: as the credentials page says, every route but
+    /healthz and /metrics needs its role."""
+    clients = Credentials(
+        [
+            Credential("movers", frozenset({Role.MOVER}), (digest(TOKEN),)),
+            Credential("dashboards", frozenset({Role.MONITOR}), (digest(MONITOR),)),
+        ]
+    )
+    run = await start_service(nodes, tmp_path, clients=clients)
+    base = f"http://127.0.0.1:{run.service.http_port}"
+    try:
+        async with aiohttp.ClientSession() as session:
+            for path in ("/", "/status"):
+                for headers, status in (
+                    ({}, 401),
+                    ({"Authorization": "Bearer an-unknown-secret-0000"}, 401),
+                    ({"Authorization": f"Bearer {TOKEN}"}, 403),
+                    ({"Authorization": f"Bearer {MONITOR}"}, 200),
+                ):
+                    async with session.get(base + path, headers=headers) as resp:
+                        assert resp.status == status, (path, headers)
+                        if status == 403:
+                            said = (await resp.json())["error"]
+                            assert "needs the monitor role" in said and "'movers'" in said
+            for path in ("/metrics", "/healthz"):  # Prometheus and probes: no credential
+                async with session.get(base + path) as resp:
+                    assert resp.status == 200, path
+            async with session.get(base + "/metrics") as resp:
+                text = await resp.text()
+        refused = {"name": "dataguarantee_http_calls_refused_total", "role": "monitor"}
+        assert value(text, **refused, code="401") == 4
+        assert value(text, **refused, code="403") == 2
+    finally:
+        await run.channel.close()
+        await run.service.stop(grace=0)
+
+
+async def test_a_service_that_checks_no_credential_shows_the_page_to_anyone(nodes, tmp_path):
+    run = await start_service(nodes, tmp_path, anyone=True)  # --no-client-token
+    try:
+        url = f"http://127.0.0.1:{run.service.http_port}/"
+        async with aiohttp.ClientSession() as session, session.get(url) as resp:
+            assert resp.status == 200
+    finally:
+        await run.channel.close()
+        await run.service.stop(grace=0)
+
+
 STALE_PINK = (253, 226, 225)  # tr.stale's background
 
 
@@ -221,8 +274,20 @@ def _pink(image: Image.Image) -> int:
     return int((np.abs(pixels - np.array(STALE_PINK)).sum(axis=2) < 12).sum())
 
 
+@pytest.fixture
+async def open_service(nodes, tmp_path):
+    """A service that checks no credential (`--no-client-token`): a browser sends none."""
+    run = await start_service(nodes, tmp_path, anyone=True)
+    yield run
+    await run.channel.close()
+    await run.service.stop(grace=0)
+
+
 @pytest.mark.slow
-async def test_a_browser_shows_the_copies_their_statuses_and_refreshes(running, nodes, tmp_path):
+async def test_a_browser_shows_the_copies_their_statuses_and_refreshes(
+    open_service, nodes, tmp_path
+):
+    running = open_service
     await ask(running, caller="mover-7")
     await nodes["mbx3"].stop()
     await running.next_round()

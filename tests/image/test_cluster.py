@@ -36,8 +36,11 @@ VALUES: dict[str, Any] = {
     "clusterStore": {"etcd": {"endpoints": [f"http://{ETCD}:2379"]}},
     "auth": {"roles": {"enabled": True}},
     # One replica: two would serve the same answers, and this machine has two cores.
-    # History written every 5 polls, so that the Spark job has samples to aggregate.
-    "guaranteeApi": {"replicas": 1, "config": {"poll_interval": "1s", "history_flush_polls": 5}},
+    # History written every 5 s, so that the Spark job has samples to aggregate.
+    "guaranteeApi": {
+        "replicas": 1,
+        "config": {"poll_interval": "1s", "history_flush_interval": "5s"},
+    },
     "mrsWorkers": {"replicas": 1},
 }
 CONFIG = "/etc/dag/cluster.yaml"

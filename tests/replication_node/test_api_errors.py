@@ -61,7 +61,9 @@ async def server():
         ("GET", "/missing", 404, "no mailbox 'x'"),
         ("GET", "/no/such/route", 404, "404 Not Found: GET /no/such/route"),
         ("GET", "/post-only", 405, "405 Method Not Allowed"),
+        ("GET", "/no/" + "x" * 8000, 404, "404 Not Found: GET /no/xxx"),
     ],
+    ids=["bug", "disk", "not found", "no route", "method", "no route, 8 KB path"],
 )
 async def test_every_error_is_json_with_its_cause(server, method, path, status, fragment):
     url, session, node = server
@@ -70,6 +72,7 @@ async def test_every_error_is_json_with_its_cause(server, method, path, status, 
         assert resp.content_type == "application/json"
         body = await resp.json()
     assert fragment in body["error"]
+    assert len(body["error"]) < 300, "a path is the caller's: quoted cut short"
     if status == 405:
         assert "POST" in resp.headers["Allow"]
     assert node.unexpected_errors == (1 if path == "/bug" else 0)

@@ -42,7 +42,7 @@ async def test_history_from_a_real_service_run(spark, tmp_path):
     history = tmp_path / "history"
     config = write_config(
         tmp_path / "c.yaml", nodes.urls, history_dir=str(history),
-        poll_interval="200ms", history_flush_polls=5,
+        poll_interval="200ms", history_flush_interval="1s",
     )  # fmt: skip
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "guarantee_api.cli", "serve", "--config", str(config),
