@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dag_common.config import ClusterConfig
 from dag_common.credentials import Role
+from dag_common.deadline import deadline_middleware
 from dag_common.errors import BadRequest, RequestTooLarge
 from dag_common.http_body import BodyLimit, body_text, items_body_size, parse_json, read_body
 from dag_common.route_roles import PUBLIC, add_route, role_middleware
@@ -139,7 +140,11 @@ def build_app(transport: Transport) -> web.Application:
     if tls is not None and tls.client_ca_file is not None:  # redelivery: a node's certificate
         nodes = lambda: {n.name for n in transport.config.nodes}  # noqa: E731
     app = web.Application(
-        middlewares=[role_middleware(transport.credentials, nodes=nodes), _errors]
+        middlewares=[
+            role_middleware(transport.credentials, nodes=nodes),
+            deadline_middleware(lambda: transport.clock.now().timestamp()),
+            _errors,
+        ]
     )
     app[TRANSPORT] = transport
     add_route(app, "POST", "/v1/messages", post_message, Role.STORE)

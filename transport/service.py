@@ -79,6 +79,10 @@ class Transport:
         self._deliverer = deliverer
         self._clock = clock
 
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
     async def submit(self, message: MessageIn) -> Outcome:
         try:
             refused = await self._check(message)

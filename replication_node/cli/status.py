@@ -19,27 +19,32 @@ from typing import Any
 
 from rich.console import Console
 
-from dag_common.cli import add_config, add_json, database_named
+from dag_common.cli import ExitCode, add_config, add_json, add_timeout, database_named
 from dag_common.cluster_store import ActiveRecord, LeaseRecord, open_cluster_store
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import ConfigError, TokenRefused
 from dag_common.http_client import client_session
-from dag_common.model import CopyStatus, ExitCode, FailoverPause, NodeStatus
+from dag_common.model import CopyStatus, FailoverPause, NodeStatus
 from dag_common.node_status import AUTH_FAILED, StatusUnavailable, fetch_node_status
 from replication_node.cli.status_table import plain_table, rich_table, status_row
 from replication_node.cluster.mount_policy import assess_loss, best_copy, generations_at_risk
 
+STATUS_TIMEOUT = 5.0  # seconds: how long a node's status is waited for, by default
+
 
 async def fetch_statuses(
-    config: ClusterConfig, token: str
+    config: ClusterConfig, token: str, *, timeout: float = STATUS_TIMEOUT
 ) -> dict[str, NodeStatus | StatusUnavailable]:
-    """Every node's /v1/status, or what kept us from it."""
+    """Every node's /v1/status, or what kept us from it (each asked at once, for up to
+    `timeout` seconds)."""
     out: dict[str, NodeStatus | StatusUnavailable] = {}
     async with client_session(config) as s:
 
         async def one(name: str, url: str) -> None:
             try:
-                out[name] = await fetch_node_status(s, url, token, expect_node=name)
+                out[name] = await fetch_node_status(
+                    s, url, token, timeout=timeout, expect_node=name
+                )
             except StatusUnavailable as exc:
                 out[name] = exc
 
@@ -76,7 +81,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         database_named(config, args.database, args.config)
     if args.node and args.node not in {n.name for n in config.nodes}:
         raise ConfigError(f"no node {args.node!r} in {args.config}")
-    statuses = asyncio.run(fetch_statuses(config, token))
+    statuses = asyncio.run(fetch_statuses(config, token, timeout=args.timeout.total_seconds()))
     if token_refused(statuses):
         raise TokenRefused(AUTH_FAILED)
     every = []  # every copy: a database's notes need all of them, whatever is shown
@@ -243,11 +248,11 @@ async def _store_view(config: ClusterConfig, databases: list[str]) -> StoreView 
         await store.aclose()
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `status` to the parser."""
-    status = sub.add_parser("status", help="copy status of the whole cluster")
+def register(status: argparse.ArgumentParser) -> None:
+    """`status`."""
     add_config(status)
     status.add_argument("--database", default=None, help="only this database's copies")
     status.add_argument("--node", default=None, help="only the copies on this node")
     add_json(status, "print every copy's status report as JSON instead of the table")
+    add_timeout(status, f"{STATUS_TIMEOUT:g}s", waits="each node's status")
     status.set_defaults(func=cmd_status)
