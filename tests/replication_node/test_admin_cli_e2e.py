@@ -5,6 +5,9 @@ exit 2, whichever way the command found out."""
 from __future__ import annotations
 
 import json
+import signal
+import time
+from typing import Any
 
 import pytest
 
@@ -121,3 +124,37 @@ async def test_rebalance_skips_a_database_whose_preferred_copy_cannot_take_over(
     assert down.stdout.startswith(
         "DB1: skipped: the preferred copy cannot take over: mbx1: unreachable: connection refused"
     ), down.stdout
+
+
+async def test_a_call_to_a_stopped_node_is_given_up_at_its_timeout_and_never_carried_out(cluster):
+    """Issue 48: a node stopped (SIGSTOP) still has its kernel accept the call and keep it;
+    the command gives up at --timeout in one line saying how to check, and the node, when
+    it runs again and reads the call past its deadline, refuses it: nothing is suspended."""
+    stopped = cluster.procs["mbx2"]
+    stopped.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        given_up = run(cluster, "db", "suspend", "DB1", "--node", "mbx2", "--timeout", "1s")
+        waited = time.monotonic() - started
+    finally:
+        stopped.send_signal(signal.SIGCONT)
+    assert given_up.returncode == 1 and given_up.stdout == "", given_up.stderr
+    assert given_up.stderr == (
+        "error: node mbx2 did not answer within 1s: the suspend of DB1\\mbx2 may still be "
+        "carried out, if mbx2 read the call in time: `replication-node status --database DB1` "
+        "shows whether it was\n"
+    )
+    assert waited < 30, waited  # the interpreter's start on a loaded machine, and 1 s
+
+    async def suspends() -> list[dict[str, Any]]:
+        trail = await cluster.ok("GET", "mbx2", "/v1/audit?database=DB1")
+        return [e for e in trail["lines"] if e["path"].endswith("/copies/mbx2/suspend")]
+
+    async def read() -> bool:  # the node, running again, has read the call it was sent
+        return bool(await suspends())
+
+    await cluster.wait_for("mbx2 to read the suspend it was sent while stopped", read)
+    [line] = await suspends()
+    assert (line["status"], line["result"]) == (408, "refused"), line
+    assert (await cluster.status("mbx2"))["DB1"]["status"] == "Healthy"
+    assert "after its caller's deadline (by this server's clock)" in cluster.log("mbx2")
