@@ -228,6 +228,20 @@ def whole_number(least: int, of: str) -> Callable[[str], int]:
     return parse
 
 
+def in_words(value: object) -> str:
+    """A value as a table for a person shows it: a list as its items, nothing as "-", a
+    flag as yes or no; never Python's repr (`['alice']`, `None`)."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple | set | frozenset):
+        return ", ".join(in_words(v) for v in value) or "-"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {in_words(v)}" for k, v in value.items()) or "-"
+    return str(value)
+
+
 def add_json(parser: argparse.ArgumentParser, what: str = "print JSON for scripts") -> None:
     parser.add_argument("--json", action="store_true", help=what)
 

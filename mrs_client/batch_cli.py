@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from dag_common.cli import ExitCode, add_config, add_duration, add_json, whole_number
+from dag_common.cli import ExitCode, add_config, add_duration, add_json, in_words, whole_number
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config
 from mrs_client import batches
@@ -177,15 +177,24 @@ def cmd_show(args: argparse.Namespace) -> int:
     for key in ("start_after", "complete_after", "suspend_when_ready_to_complete",
                 "incremental_sync_interval", "priority", "max_mb_per_s", "large_item_limit",
                 "bad_item_limit", "stall_retries", "stall_retry_after"):  # fmt: skip
-        print(f"{key.replace('_', ' ').capitalize():<24}{settings[key]}")
+        print(f"{key.replace('_', ' ').capitalize():<24}{_setting(key, settings[key])}")
     for key in ("suspended", "cancelled", "complete_requested"):
-        print(f"{key.replace('_', ' ').capitalize():<24}{rep[key]}")
+        print(f"{key.replace('_', ' ').capitalize():<24}{in_words(rep[key])}")
     print(f"{'Id':<14}{'Mailboxes':<26}{'Databases':<16}{'State':<12}{'Step':>4}  Stall")
     for m in rep["move_reports"]:
         print(f"{m['id']:<14}{','.join(m['mailboxes']):<26}"
               f"{m['source'] + ' -> ' + m['target']:<16}{m['state']:<12}{m['step']:>4}  "
               f"{m['stall_status'] or '-'}{_clears(m)}")  # fmt: skip
     return ExitCode.OK
+
+
+def _setting(key: str, value: object) -> str:
+    """A batch's setting as `batch show` says it: waits as durations, none as "-"."""
+    if key in ("incremental_sync_interval", "stall_retry_after") and isinstance(value, float):
+        return str(timedelta(seconds=round(value)))
+    if key == "max_mb_per_s" and value is not None:
+        return f"{value} MB/s"
+    return in_words(value)
 
 
 def _clears(move: dict[str, Any]) -> str:

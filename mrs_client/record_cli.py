@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
-from dag_common.cli import ExitCode, add_config, add_json
+from dag_common.cli import ExitCode, add_config, add_json, in_words
 from dag_common.config import ClusterConfig, load_config
 from mrs_client.errors import MoveRejected
 from mrs_client.item_limits import SkipReason, counts
@@ -203,7 +203,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     else:
         for key, value in stats.items():
             if key not in ("guarantee_answers", "skipped_items"):
-                print(f"{key:<18}{value}")
+                print(f"{key:<18}{in_words(value)}")
         if record.skipped:
             print("skipped items:")
             for line in [SKIPPED_HEADER, *skipped_lines(record)]:
