@@ -22,18 +22,13 @@ late.  The cluster's hosts keep time by NTP (the leases and the flush check's
 `flush_clock_skew` already assume it), so a timeout of seconds leaves a wide margin.
 
 A request without the header (the nodes' own calls, the mover's, a curl) has no deadline.
+The servers' middleware is `dag_common.deadline_middleware`; this module is what both ends
+share, and imports no HTTP library.
 """
 
 from __future__ import annotations
 
-import logging
 import math
-from collections.abc import Callable
-from typing import Any
-
-from aiohttp import web
-
-logger = logging.getLogger(__name__)
 
 HEADER = "X-Request-Deadline"
 LATE = 408  # Request Timeout: the request was read after its caller stopped waiting
@@ -67,32 +62,3 @@ def skew_sentence(callee: str, ahead_by: float) -> str:
         f"clock is about {ahead_by:.0f}s ahead of this host's; set both by NTP (a longer "
         "--timeout gets past it meanwhile)"
     )
-
-
-def deadline_middleware(now: Callable[[], float]) -> Any:
-    """Refuse (408, nothing done) a request read after the deadline its caller told;
-    `now`: the server's wall clock, Unix time.  Placed after the credential check (a
-    refusal of a known caller is audited like any other) and before every handler."""
-
-    @web.middleware
-    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-        value = request.headers.get(HEADER)
-        if value is None:
-            return await handler(request)
-        try:
-            deadline = parse(value)
-        except ValueError:
-            return web.json_response(
-                {"error": f"{HEADER}: {value[:40]!r} is not a time (Unix time, seconds)"},
-                status=400,
-            )
-        read_at = now()
-        if read_at <= deadline:
-            return await handler(request)
-        said = late_sentence(request.method, request.path, read_at - deadline)
-        logger.warning("refused: %s", said)
-        return web.json_response(
-            {"error": said, "deadline": deadline, "server_time": read_at}, status=LATE
-        )
-
-    return middleware

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dag_common.config import ClusterConfig
 from dag_common.credentials import Role
-from dag_common.deadline import deadline_middleware
+from dag_common.deadline_middleware import deadline_middleware
 from dag_common.errors import BadRequest, RequestTooLarge
 from dag_common.http_body import BodyLimit, body_text, items_body_size, parse_json, read_body
 from dag_common.route_roles import PUBLIC, add_route, role_middleware

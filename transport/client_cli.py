@@ -15,7 +15,7 @@ from dag_common.cli import ExitCode, add_config, add_json, add_timeout, transpor
 from dag_common.command_calls import Calls, Change
 from dag_common.config import ClusterConfig, load_config
 from dag_common.errors import CommandFailed, DagError, failure
-from transport.service import QueueState
+from transport.messages import QueueState
 
 TIMEOUT = "15s"  # a transport answers at once: a submission once its queue holds it durably
 

@@ -15,9 +15,7 @@ import json
 import sys
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from dag_common.cli import ExitCode, add_config, add_json, add_timeout, database_named
 from dag_common.cluster_store import ActiveRecord, LeaseRecord, open_cluster_store
@@ -28,6 +26,9 @@ from dag_common.model import CopyStatus, FailoverPause, NodeStatus
 from dag_common.node_status import AUTH_FAILED, StatusUnavailable, fetch_node_status
 from replication_node.cli.status_table import plain_table, rich_table, status_row
 from replication_node.cluster.mount_policy import assess_loss, best_copy, generations_at_risk
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 STATUS_TIMEOUT = 5.0  # seconds: how long a node's status is waited for, by default
 
@@ -70,6 +71,8 @@ def terminal_console() -> Console | None:
     gets the plain table whatever FORCE_COLOR says)."""
     if not sys.stdout.isatty():
         return None
+    from rich.console import Console  # only to draw on a terminal, as `status_table` does
+
     console = Console()
     return console if console.is_terminal else None
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from dag_common.deadline import deadline_middleware
+from dag_common.deadline_middleware import deadline_middleware
 from dag_common.http_body import items_body_size
 from dag_common.route_roles import role_middleware
 from replication_node.active.share import ActiveLogShare

@@ -14,7 +14,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from dag_common.deadline import HEADER, deadline_middleware, parse
+from dag_common.deadline import HEADER, parse
+from dag_common.deadline_middleware import deadline_middleware
 from tests.cluster_harness import ROOT, TOKEN, cluster_config, serve_app, write_cluster_config
 
 NOW = 1_800_000_000.0  # the server's clock, Unix time
