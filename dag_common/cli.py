@@ -26,7 +26,7 @@ import io
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -102,15 +102,6 @@ def add_commands(parser: argparse.ArgumentParser, dest: str, commands: Iterable[
     for command in commands:
         sub.add_parser(command.name, help=command.help)
         sub.choices.builders[command.name] = command.build
-
-
-def every_parser(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
-    """`parser` and every subcommand's under it, each built: what a reader of them all walks."""
-    yield parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                yield from every_parser(sub)
 
 
 DURATION = "a duration: a number and a unit (ms, s, m, h, d), e.g. 500ms, 30s, 5m"

@@ -34,7 +34,7 @@ async def _call(
         if message is None:
             return await calls.get(hub, path)
         change = Change(
-            f"message {message['message_id']}",
+            f"the submission of message {message['message_id']}",
             "`transport submit` again with the same --message-id queues it once at most",
         )
         return await calls.post(hub, path, message, change=change)
