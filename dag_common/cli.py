@@ -1,5 +1,5 @@
 """One runner for every command line of the project: parse, run, and turn what went wrong
-into one `error:` line and the exit code (dag_common.model.ExitCode).
+into one `error:` line and the exit code (`ExitCode`).
 
     0  ok
     1  the operation failed: a refused or failed call, a node or service unreachable, a
@@ -9,34 +9,100 @@ into one `error:` line and the exit code (dag_common.model.ExitCode).
 
 A traceback is never printed: an unexpected exception is a bug, said in one line; the
 traceback goes to the debug log (`--verbose`, where a command has it).
+
+A command line starts in the time an operator does not notice (issue 48): this module
+imports nothing but the standard library and the ground floor's plain-Python modules, and a
+command's module, which brings aiohttp, pydantic, the config and the rest, is imported only
+when that command is chosen (`Lazy`, `add_commands`), so `--help` and a mistyped command
+answer at once.  `tests/dag_common/test_cli_help.py` holds every console script to it.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.metadata
+import importlib
 import io
 import logging
 import os
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, NoReturn
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import aiohttp
-
-from dag_common.config import CREDENTIAL_FILE_ENV, TOKEN_ENV
+from dag_common.credentials import CREDENTIAL_FILE_ENV, TOKEN_ENV
 from dag_common.durations import parse_duration
 from dag_common.echo import quoted
 from dag_common.errors import BadArgument, BadInput, ConfigError, DagError, InUse, TokenRefused
-from dag_common.model import ExitCode
 
 if TYPE_CHECKING:
-    from dag_common.config import ClusterConfig, DatabaseConfig
+    from dag_common.config import ClusterConfig, DatabaseConfig, TransportNode
 
 logger = logging.getLogger(__name__)
 
 Command = Callable[[argparse.Namespace], int]
+
+
+class ExitCode(IntEnum):
+    """Exit codes of every command line tool (this module's docstring says when each)."""
+
+    OK = 0
+    FAILED = 1
+    BAD_INPUT = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Lazy:
+    """A subcommand known by its name and one-line help, its module imported only when it is
+    chosen (or its help asked): `build` names the function, "package.module:function", that
+    adds the subcommand's arguments and its `func` to the parser made for it."""
+
+    name: str
+    help: str
+    build: str
+
+
+class _Parsers(dict[str, argparse.ArgumentParser]):
+    """The subcommands' parsers by name, each built by its `Lazy.build` the first time it is
+    looked up: argparse looks up only the one chosen, and its listing of the commands reads
+    the names and helps alone.  A reader of every parser (the reference's pages, the help
+    tests) walks `items()`, which builds them all."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.builders: dict[str, str] = {}
+
+    def __getitem__(self, name: str) -> argparse.ArgumentParser:
+        parser = super().__getitem__(name)
+        build = self.builders.pop(name, None)
+        if build is not None:
+            module, _, function = build.partition(":")
+            getattr(importlib.import_module(module), function)(parser)
+        return parser
+
+    def values(self) -> list[argparse.ArgumentParser]:  # type: ignore[override]
+        return [self[name] for name in self]
+
+    def items(self) -> list[tuple[str, argparse.ArgumentParser]]:  # type: ignore[override]
+        return [(name, self[name]) for name in self]
+
+
+class _LazySubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """argparse's subcommands, their parsers built when looked up (`_Parsers`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._name_parser_map = self.choices = _Parsers()
+
+
+def add_commands(parser: argparse.ArgumentParser, dest: str, commands: Iterable[Lazy]) -> None:
+    """Add `commands` to `parser` as its subcommands (one must be given), each module
+    imported only when its command is chosen."""
+    sub = parser.add_subparsers(dest=dest, required=True, action=_LazySubParsers)
+    for command in commands:
+        sub.add_parser(command.name, help=command.help)
+        sub.choices.builders[command.name] = command.build
 
 
 DURATION = "a duration: a number and a unit (ms, s, m, h, d), e.g. 500ms, 30s, 5m"
@@ -81,16 +147,43 @@ def add_duration(
     )
 
 
+def add_timeout(
+    parser: argparse.ArgumentParser, default: str, *, waits: str = "each node's answer"
+) -> None:
+    """`--timeout`: how long the command waits for each answer it asks for; the callee is
+    told it as the call's deadline, and starts nothing of a call it reads later."""
+    add_duration(
+        parser,
+        "--timeout",
+        default=default,
+        help=f"how long to wait for {waits}; a call it reads later is not carried out, "
+        "one it began in time may be",
+    )
+
+
 def package_version() -> str:
     """This project's version, as installed."""
+    # importlib.metadata costs more than the rest of a `--help`: read only when asked
+    from importlib import metadata
+
     try:
-        return importlib.metadata.version("dag-replication")
-    except importlib.metadata.PackageNotFoundError:
+        return metadata.version("dag-replication")
+    except metadata.PackageNotFoundError:
         return "unknown"
 
 
+class _VersionAction(argparse._VersionAction):
+    """`--version`: the installed version, looked up only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        self.version = f"%(prog)s {package_version()}"
+        super().__call__(parser, *args, **kwargs)
+
+
 def add_version(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    parser.add_argument(
+        "--version", action=_VersionAction, help="print the installed version and exit"
+    )
 
 
 def add_config(parser: argparse.ArgumentParser, type: Callable[[str], object] = str) -> None:
@@ -127,6 +220,20 @@ def whole_number(least: int, of: str) -> Callable[[str], int]:
     return parse
 
 
+def in_words(value: object) -> str:
+    """A value as a table for a person shows it: a list as its items, nothing as "-", a
+    flag as yes or no; never Python's repr (`['alice']`, `None`)."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple | set | frozenset):
+        return ", ".join(in_words(v) for v in value) or "-"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {in_words(v)}" for k, v in value.items()) or "-"
+    return str(value)
+
+
 def add_json(parser: argparse.ArgumentParser, what: str = "print JSON for scripts") -> None:
     parser.add_argument("--json", action="store_true", help=what)
 
@@ -156,6 +263,15 @@ def database_named(config: ClusterConfig, name: str, source: object) -> Database
         raise ConfigError(f"no database {quoted(name)} in {source}") from None
 
 
+def transport_named(config: ClusterConfig, name: str, source: object) -> TransportNode:
+    """The transport `name` of `config` (read from `source`, a path); ConfigError (bad
+    input, exit 2, one line) if it has none."""
+    try:
+        return config.transport_node(name)
+    except KeyError:
+        raise ConfigError(f"no transport {quoted(name)} in {source}") from None
+
+
 def error(message: str) -> None:
     """Say one error line on stderr."""
     print(f"error: {message}", file=sys.stderr)
@@ -177,6 +293,18 @@ def _stdout_to_devnull() -> None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - kept open to the end
     finally:
         os.close(devnull)
+
+
+def _client_error(exc: Exception) -> str | None:
+    """An HTTP client's failure, in words, if `exc` is one: a call no command turned into
+    a sentence naming whom it called.  aiohttp is only looked at when a command imported it
+    (an error of a library never imported cannot have been raised)."""
+    aiohttp = sys.modules.get("aiohttp")
+    if aiohttp is None or not isinstance(exc, aiohttp.ClientError):
+        return None
+    from dag_common.node_status import client_failure  # aiohttp is imported already
+
+    return client_failure(exc)
 
 
 def run(
@@ -217,13 +345,17 @@ def run(
     except BrokenPipeError:  # the reader went away (`… status | head -1`)
         _stdout_to_devnull()  # what is still buffered must not fail again at exit
         return ExitCode.FAILED
-    except (TimeoutError, aiohttp.ClientError) as exc:
-        error(f"a call failed: {type(exc).__name__}: {exc}".rstrip(": "))
+    except TimeoutError:
+        error("a call got no answer in time")
         return ExitCode.FAILED
     except OSError as exc:
         error(_os_error(exc))
         return ExitCode.FAILED
-    except Exception as exc:  # a bug: one line, never a traceback
+    except Exception as exc:  # a bug (or a call's failure no command said): one line
+        said = _client_error(exc)
+        if said is not None:
+            error(f"a call failed: {said}")
+            return ExitCode.FAILED
         logger.debug("unexpected error", exc_info=True)
         hint = "; --verbose shows where" if hasattr(args, "verbose") else ""
         error(f"unexpected {type(exc).__name__}: {exc} (a bug{hint})")

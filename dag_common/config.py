@@ -31,6 +31,8 @@ from pydantic import (
 
 from dag_common.credentials import (
     CLUSTER_CREDENTIAL,
+    CREDENTIAL_FILE_ENV,
+    TOKEN_ENV,
     Accepted,
     Credential,
     CredentialError,
@@ -41,12 +43,9 @@ from dag_common.credentials import (
     environment_secret,
     read_secrets,
 )
-from dag_common.durations import Duration
 from dag_common.errors import ConfigError
-from dag_common.model import AutoDatabaseMountDial, DataMoveReplicationConstraint
+from dag_common.model import AutoDatabaseMountDial, DataMoveReplicationConstraint, Duration
 
-TOKEN_ENV = "DG_AUTH_TOKEN"
-CREDENTIAL_FILE_ENV = "DG_CREDENTIAL_FILE"  # the credential this process presents
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 NAME_RULE = "1 to 64 letters, digits, '_', '.' or '-', the first a letter or digit"
 

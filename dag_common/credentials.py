@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 MIN_SECRET = 16  # characters: a guessable secret is refused at load
 CLUSTER_CREDENTIAL = "cluster"  # the cluster token, as a credential: every role
+TOKEN_ENV = "DG_AUTH_TOKEN"  # the cluster token, where no file names it
+CREDENTIAL_FILE_ENV = "DG_CREDENTIAL_FILE"  # the credential this process presents
 
 
 class Role(StrEnum):

@@ -1,12 +1,11 @@
-"""Human durations in config files: `500ms`, `30s`, `15m`, `2h`, `1d`, or plain seconds."""
+"""Human durations in config files and on command lines: `500ms`, `30s`, `15m`, `2h`, `1d`,
+or plain seconds.  Plain Python: a command line parses its durations without pydantic (the
+config's field type, `dag_common.model.Duration`, is built on these two functions)."""
 
 from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Annotated
-
-from pydantic import BeforeValidator, PlainSerializer
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|min|s|m|h|d)")
@@ -42,10 +41,3 @@ def format_duration(value: timedelta) -> str:
     """Render a duration the way the config accepts it."""
     seconds = value.total_seconds()
     return f"{seconds:g}s"
-
-
-Duration = Annotated[
-    timedelta,
-    BeforeValidator(parse_duration),
-    PlainSerializer(format_duration, return_type=str),
-]

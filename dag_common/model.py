@@ -7,12 +7,20 @@ On the wire the field names are the seeds' words in snake_case; times are RFC 33
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from enum import IntEnum, StrEnum
+from enum import StrEnum
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
-from dag_common.durations import Duration
+from dag_common.durations import format_duration, parse_duration
 from dag_common.errors import IncomparableLsns
+
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(parse_duration),
+    PlainSerializer(format_duration, return_type=str),
+]
+"""A duration field of the config or of a model: written as `30s`, `15m` (`durations`)."""
 
 
 class CopyMode(StrEnum):
@@ -84,14 +92,6 @@ class GuaranteeStatus(StrEnum):
     RETRY = "Retry"
     SATISFIED = "Satisfied"
     NOT_SATISFIED = "NotSatisfied"
-
-
-class ExitCode(IntEnum):
-    """Exit codes of every command line tool."""
-
-    OK = 0
-    FAILED = 1
-    BAD_INPUT = 2
 
 
 class Lsn(BaseModel):

@@ -33,12 +33,13 @@ import aiohttp
 from orjson import dumps as json_dumps
 from orjson import loads as json_loads
 
+from dag_common import deadline
 from dag_common.auth import bearer
 from dag_common.clock import Clock, SystemClock
 from dag_common.config import ClusterConfig
 from dag_common.errors import NodeCallError
 from dag_common.model import CopyRole, CopyStatus
-from dag_common.node_status import StatusUnavailable, fetch_node_status
+from dag_common.node_status import StatusUnavailable, client_failure, fetch_node_status
 from dag_common.store_api import (
     Digest,
     Item,
@@ -57,13 +58,14 @@ CALL_TIMEOUT = 120.0  # seconds: a call, or the silence between two reads of its
 BODY_RATE = 256 * 1024  # bytes a second a large body is given beyond CALL_TIMEOUT
 
 
-def _timeout(body: bytes | None) -> aiohttp.ClientTimeout:
-    """A write may take CALL_TIMEOUT, and as long again as sending its body at BODY_RATE
-    takes (a 36 MiB item: 144 s more).  An answer's size is not known ahead (a page of large
-    items may be gigabytes), so a read is bounded by the silence between its bytes."""
-    if body is None:
-        return aiohttp.ClientTimeout(total=None, sock_connect=CALL_TIMEOUT, sock_read=CALL_TIMEOUT)
-    return aiohttp.ClientTimeout(total=CALL_TIMEOUT + len(body) / BODY_RATE, sock_read=CALL_TIMEOUT)
+def _total(body: bytes | None, call_timeout: float, bounded: bool) -> float | None:
+    """How long a call may take in all: a write `call_timeout`, and as long again as sending
+    its body at BODY_RATE takes (a 36 MiB item: 144 s more).  An answer's size is not known
+    ahead (a page of large items may be gigabytes), so a read is bounded only by the
+    silence between its bytes, unless `bounded` (a command line's read: `--timeout`)."""
+    if body is not None:
+        return call_timeout + len(body) / BODY_RATE
+    return call_timeout if bounded else None
 
 
 def _missing(status: int, body: Any) -> bool:
@@ -75,10 +77,14 @@ def _missing(status: int, body: Any) -> bool:
 
 class NoMountedActive(NodeCallError):
     """No copy of the database says it is the mounted active; `mounting` names the nodes
-    whose copy is the active and not mounted yet (a mount under way)."""
+    whose copy is the active and not mounted yet (a mount under way); `silent` says of each
+    node that could not be asked why ("node mbx1 cannot be reached (connection refused)")."""
 
-    def __init__(self, database: str, mounting: tuple[str, ...]) -> None:
-        super().__init__(f"no mounted active copy of {database} can be reached")
+    def __init__(
+        self, database: str, mounting: tuple[str, ...], silent: tuple[str, ...] = ()
+    ) -> None:
+        said = f": {'; '.join(silent)}" if silent else ""
+        super().__init__(f"no mounted active copy of {database} can be reached{said}")
         self.mounting = mounting
 
 
@@ -94,18 +100,26 @@ class NodeStoreClient:
         clock: Clock | None = None,
         follow_interval: float = 0.25,
         follow_timeout: float = 60.0,
+        call_timeout: float | None = None,
     ) -> None:
+        """`call_timeout`: a command line's `--timeout`, which bounds each call whole (its
+        reads too) and is sent as its deadline (`dag_common.deadline`); by default a write
+        may take CALL_TIMEOUT and more for its body, a read as long as it keeps coming."""
         self._config = config
         self._token = token
         self._session = session
         self._clock = clock or SystemClock()
         self._follow_interval = follow_interval
         self._follow_timeout = follow_timeout
+        self._call_timeout = call_timeout or CALL_TIMEOUT
+        self._deadlines = call_timeout is not None
         self._active: dict[str, str] = {}  # database -> node url
+        self._names = {n.url: n.name for n in config.nodes}
 
     async def _find_active(self, database: str) -> str:
         refused: list[str] = []
         mounting: list[str] = []
+        silent: list[str] = []
 
         async def ask(url: str) -> str | None:
             try:
@@ -113,6 +127,8 @@ class NodeStoreClient:
             except StatusUnavailable as exc:
                 if exc.status == 401:
                     refused.append(url)
+                elif exc.status is None:
+                    silent.append(f"{self._callee(url)} cannot be reached ({exc})")
                 return None  # unreachable, an error page, not a status: this node cannot say
             for copy in status.copies:
                 if copy.database == database and copy.role is CopyRole.ACTIVE:
@@ -132,7 +148,21 @@ class NodeStoreClient:
             raise NodeCallError(
                 f"authentication failed at {', '.join(refused)} (check the token)", status=401
             )
-        raise NoMountedActive(database, tuple(mounting))
+        raise NoMountedActive(database, tuple(mounting), tuple(silent))
+
+    def _failure(self, url: str, exc: BaseException, total: float | None) -> str:
+        """Why a call to the node at `url` got no answer, naming the node."""
+        who = f"{self._callee(url)} ({url})"
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            return f"{who} cannot be reached: {client_failure(exc)}"
+        if isinstance(exc, TimeoutError):
+            return f"{who} did not answer within {total or self._call_timeout:g}s"
+        return f"{who}: {client_failure(exc)}"
+
+    def _callee(self, url: str) -> str:
+        """A node by its name, as the config names its url (else the url)."""
+        name = self._names.get(url)
+        return f"node {name}" if name else url
 
     async def call(
         self,
@@ -172,6 +202,10 @@ class NodeStoreClient:
         if json is not None:
             data = json_dumps(json)
             headers = {**headers, "Content-Type": "application/json"}
+        total = _total(data, self._call_timeout, self._deadlines)
+        timeout = aiohttp.ClientTimeout(
+            total=total, sock_connect=self._call_timeout, sock_read=self._call_timeout
+        )
         follow_until: float | None = None  # set while a switchover is followed
         moved_once = False
         unreachable_once = False
@@ -194,13 +228,16 @@ class NodeStoreClient:
                     continue
                 raise
             try:
+                sent = headers
+                if self._deadlines and total is not None:
+                    sent = {**headers, **deadline.header(self._clock.now().timestamp() + total)}
                 async with self._session.request(
                     method,
                     f"{url}/v1/databases/{database}{path}",
                     data=data,
                     params=params,
-                    headers=headers,
-                    timeout=_timeout(data),
+                    headers=sent,
+                    timeout=timeout,
                 ) as resp:
                     status, raw = resp.status, await resp.read()
             except (aiohttp.ClientError, TimeoutError) as exc:
@@ -211,7 +248,7 @@ class NodeStoreClient:
                 if not unreachable_once:
                     unreachable_once = True
                     continue
-                raise NodeCallError(f"{what}: {exc!r}") from exc
+                raise NodeCallError(f"{what}: {self._failure(url, exc, total)}") from exc
             body = _json_or_none(raw)
             if body is None:
                 # An error page or a cut answer (a proxy, a crashing node): a failed call with

@@ -7,7 +7,13 @@ and the admin calls (the POSTs of activation, switchover, reconcile and the
 sentence of why: unreachable, no answer in time, an HTTP error (401 kept apart: the token is
 wrong, which no retry mends), a body that is not a node's status, or a node answering under
 another name.  Each caller decides what that means for it (a copy not counted, a failover
-not taken, a row saying why); none has to know aiohttp's or pydantic's exceptions.
+not taken, a row saying why); none has to know aiohttp's or pydantic's exceptions: what
+kept a call from its answer is said once, in words (`client_failure`: "connection
+refused", never `ClientConnectorError: Cannot connect to host … ssl:default […]`).
+
+`admin_request` is the admin call that raises `NoAnswer` when it got none (the command
+lines' calls, `dag_common.command_calls`); `post_admin` and `get_admin` answer it as a
+status instead, never raising (the nodes' calls to each other).
 """
 
 from __future__ import annotations
@@ -57,10 +63,8 @@ async def fetch_node_status(
             code, body = resp.status, await resp.read()
     except TimeoutError:
         raise StatusUnavailable(f"no answer within {timeout:g}s") from None
-    except aiohttp.ClientConnectorError as exc:
-        raise StatusUnavailable(connect_failure(exc)) from exc
     except (aiohttp.ClientError, OSError) as exc:
-        raise StatusUnavailable(f"{exc.__class__.__name__}: {exc}") from exc
+        raise StatusUnavailable(client_failure(exc)) from exc
     if code != 200:
         if code == 401:
             why = "the credential is refused (check the token or --credential-file)"
@@ -106,7 +110,80 @@ def connect_failure(exc: aiohttp.ClientConnectorError) -> str:
         return words
     if isinstance(os_error, socket.gaierror):
         return f"cannot resolve {exc.host}"
-    return (os_error.strerror if os_error is not None else None) or str(exc)
+    return (os_error.strerror if os_error is not None else None) or "the connection failed"
+
+
+def client_failure(exc: BaseException) -> str:
+    """What kept an HTTP call from its answer, as a person says it ("connection refused",
+    "it closed the connection before answering"), never the library's own text."""
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return f"its TLS certificate is not trusted ({exc.certificate_error.verify_message})"
+    if isinstance(exc, aiohttp.ClientConnectorSSLError):
+        return f"the TLS handshake failed ({getattr(exc.os_error, 'reason', None) or exc.strerror})"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return connect_failure(exc)
+    if isinstance(exc, TimeoutError):  # aiohttp's own timeouts are TimeoutErrors too
+        return "no answer in time"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "it closed the connection before answering"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "its answer was cut short"
+    if isinstance(exc, aiohttp.InvalidURL):
+        return f"{exc.url} is not a URL it can be called at"
+    if isinstance(exc, OSError):  # ClientOSError: a reset, a broken pipe
+        words = _CONNECT.get(exc.errno or 0)
+        return words or exc.strerror or "the connection failed"
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return f"HTTP {exc.status} {exc.message}".rstrip()
+    return str(exc) or "the call failed"
+
+
+class NoAnswer(Exception):
+    """An admin call that got no answer: why, in words (`client_failure`).  `sent`: the
+    request may have reached the node (a connection was made), so what it asks may be
+    done; `timed_out`: it was the time given that ran out."""
+
+    def __init__(self, reason: str, *, sent: bool, timed_out: bool = False) -> None:
+        super().__init__(reason)
+        self.sent = sent
+        self.timed_out = timed_out
+
+
+async def admin_request(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    token: str,
+    body: dict[str, Any] | None = None,
+    *,
+    timeout: float,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """An admin call to a node: (HTTP status, JSON object answered), within `timeout`
+    seconds.  An answer that is not a JSON object (an error page, a cut body) is at least
+    500 with an `error` sentence; no answer at all is `NoAnswer`."""
+    try:
+        async with session.request(
+            method,
+            url,
+            json=body,
+            headers={**bearer(token), **(headers or {})},
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as resp:
+            code, raw = resp.status, await resp.read()
+    except TimeoutError:
+        raise NoAnswer(f"no answer within {timeout:g}s", sent=True, timed_out=True) from None
+    except (aiohttp.ClientError, OSError) as exc:
+        sent = not isinstance(exc, aiohttp.ClientConnectorError)
+        raise NoAnswer(client_failure(exc), sent=sent) from exc
+    try:
+        answer = orjson.loads(raw)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        text = raw[:200].decode("utf-8", "replace").strip() or "an empty body"
+        return max(code, 500), {"error": f"HTTP {code} with a body that is not JSON: {text!r}"}
+    return code, answer
 
 
 async def post_admin(
@@ -139,23 +216,8 @@ async def _admin_call(
     timeout: float,
 ) -> tuple[int, dict[str, Any]]:
     try:
-        async with session.request(
-            method,
-            url,
-            json=body,
-            headers=bearer(token),
-            timeout=aiohttp.ClientTimeout(total=timeout),
-        ) as resp:
-            code, raw = resp.status, await resp.read()
-    except TimeoutError:
-        return UNREACHABLE, {"error": f"{url}: no answer within {timeout:g}s"}
-    except (aiohttp.ClientError, OSError) as exc:
-        return UNREACHABLE, {"error": f"{url} cannot be reached: {exc.__class__.__name__}: {exc}"}
-    try:
-        answer = orjson.loads(raw)
-    except ValueError:
-        answer = None
-    if not isinstance(answer, dict):
-        text = raw[:200].decode("utf-8", "replace").strip() or "an empty body"
-        return max(code, 500), {"error": f"HTTP {code} with a body that is not JSON: {text!r}"}
-    return code, answer
+        return await admin_request(session, method, url, token, body, timeout=timeout)
+    except NoAnswer as exc:
+        if exc.timed_out:
+            return UNREACHABLE, {"error": f"{url}: {exc}"}
+        return UNREACHABLE, {"error": f"{url} cannot be reached: {exc}"}

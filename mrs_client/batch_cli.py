@@ -23,17 +23,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from dag_common.cli import add_config, add_duration, add_json, whole_number
+from dag_common.cli import ExitCode, add_config, add_duration, add_json, in_words, whole_number
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config
 from dag_common.echo import quoted
-from dag_common.model import ExitCode
 from mrs_client import batches
-from mrs_client.cli import _read, answer_view
 from mrs_client.errors import MoveRejected
+from mrs_client.move_cli import connected
 from mrs_client.move_store import BatchRecord, MoveStore, open_move_store
 from mrs_client.move_store.records import BatchSettings
 from mrs_client.policy import FINISHED, GuaranteeStatus, MovePriority, MoveState
+from mrs_client.record_cli import answer_view, read_store
 
 
 def _time(text: str) -> datetime:
@@ -102,8 +102,6 @@ def _lines(args: argparse.Namespace) -> list[batches.BatchLine]:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
-    from mrs_client.cli import connected
-
     config = load_config(args.config)
     batches.batch_name(args.name)
     lines = _lines(args)  # a bad CSV is refused before anything is opened
@@ -132,7 +130,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     async def read(store: MoveStore) -> list[tuple[BatchRecord, dict[str, int]]]:
         return [(b, batches.counts(await store.list(batch=b.name))) for b in await store.batches()]
 
-    rows = asyncio.run(_read(config, read))
+    rows = asyncio.run(read_store(config, read))
     if args.json:
         print(json.dumps([{**b.as_dict(), "by_state": n} for b, n in rows], indent=2))
         return ExitCode.OK
@@ -172,7 +170,7 @@ async def _report(store: MoveStore, name: str) -> dict[str, Any]:
 
 def cmd_show(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    rep = asyncio.run(_read(config, lambda store: _report(store, args.name)))
+    rep = asyncio.run(read_store(config, lambda store: _report(store, args.name)))
     if args.json:
         print(json.dumps(rep, indent=2))
         return ExitCode.OK
@@ -183,15 +181,24 @@ def cmd_show(args: argparse.Namespace) -> int:
     for key in ("start_after", "complete_after", "suspend_when_ready_to_complete",
                 "incremental_sync_interval", "priority", "max_mb_per_s", "large_item_limit",
                 "bad_item_limit", "stall_retries", "stall_retry_after"):  # fmt: skip
-        print(f"{key.replace('_', ' ').capitalize():<24}{settings[key]}")
+        print(f"{key.replace('_', ' ').capitalize():<24}{_setting(key, settings[key])}")
     for key in ("suspended", "cancelled", "complete_requested"):
-        print(f"{key.replace('_', ' ').capitalize():<24}{rep[key]}")
+        print(f"{key.replace('_', ' ').capitalize():<24}{in_words(rep[key])}")
     print(f"{'Id':<14}{'Mailboxes':<26}{'Databases':<16}{'State':<12}{'Step':>4}  Stall")
     for m in rep["move_reports"]:
         print(f"{m['id']:<14}{','.join(m['mailboxes']):<26}"
               f"{m['source'] + ' -> ' + m['target']:<16}{m['state']:<12}{m['step']:>4}  "
               f"{m['stall_status'] or '-'}{_clears(m)}")  # fmt: skip
     return ExitCode.OK
+
+
+def _setting(key: str, value: object) -> str:
+    """A batch's setting as `batch show` says it: waits as durations, none as "-"."""
+    if key in ("incremental_sync_interval", "stall_retry_after") and isinstance(value, float):
+        return str(timedelta(seconds=round(value)))
+    if key == "max_mb_per_s" and value is not None:
+        return f"{value} MB/s"
+    return in_words(value)
 
 
 def _clears(move: dict[str, Any]) -> str:
@@ -205,7 +212,7 @@ def _by_state(n: dict[str, int]) -> str:
 
 def cmd_report(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    rep = asyncio.run(_read(config, lambda store: _report(store, args.name)))
+    rep = asyncio.run(read_store(config, lambda store: _report(store, args.name)))
     if args.json:
         print(json.dumps(rep, indent=2))
         return ExitCode.OK
@@ -253,7 +260,6 @@ def cmd_operate(args: argparse.Namespace) -> int:
 
 async def _cancel(args: argparse.Namespace, config: ClusterConfig) -> tuple[str, bool]:
     from mrs_client import stopping
-    from mrs_client.cli import connected
 
     async with connected(args, config) as on:
         batch = await batches.get(on.store, args.name)
@@ -285,9 +291,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return ExitCode.OK if ok else ExitCode.FAILED
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def build(parent: argparse.ArgumentParser) -> None:
     """`mrs batch` and its commands."""
-    parent = sub.add_parser("batch", help="migration batches: many moves run by the workers")
     cmds = parent.add_subparsers(dest="batch_command", required=True)
 
     def command(name: str, func: Any, text: str, *, named: bool = True) -> argparse.ArgumentParser:

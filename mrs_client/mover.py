@@ -157,7 +157,7 @@ class Mover:
         await self.requests.create([record])
         self._progress(
             record,
-            f"move {record.id} recorded: {list(record.mailboxes)} "
+            f"move {record.id} recorded: {', '.join(record.mailboxes)} "
             f"{record.source_db} -> {record.target_db}",
         )
         for name in record.replaces_soft_deleted:

@@ -4,7 +4,8 @@ between nodes that changes a role, and every refused call, as one JSON line each
 `replication_audit_events_total{role,result}`.
 
 A line: `{"time", "node", "credential", "role", "method", "path", "target", "status",
-"result"}`; `result` is `done` (2xx), `refused` (401, 403: nothing was done) or `failed`
+"result"}`; `result` is `done` (2xx), `refused` (401, 403, and 408 for a call read after
+its caller's deadline: nothing was done) or `failed`
 (anything else: the action was tried and did not happen).  The credential is its name,
 never its secret.  `GET /v1/audit` (monitor) answers this node's lines, newest last, and
 `replication-node audit` merges every node's.
@@ -23,6 +24,7 @@ from typing import Any
 
 from dag_common.admin_api import AuditEntry
 from dag_common.clock import Clock
+from dag_common.deadline import LATE
 from dag_common.route_roles import Call
 
 logger = logging.getLogger(__name__)
@@ -33,7 +35,7 @@ AUDIT_FILE = "audit.log"
 def result_of(status: int) -> str:
     if 200 <= status < 300:
         return "done"
-    if status in (401, 403):
+    if status in (401, 403, LATE):
         return "refused"
     return "failed"
 

@@ -125,6 +125,12 @@ class Node:
         watch_memory(self.metrics.registry, self.memory)
 
     @property
+    def clock(self) -> Clock:
+        """The node's clock (its API refuses a request read after its caller's deadline
+        by it: `dag_common.deadline`)."""
+        return self._clock
+
+    @property
     def data_dir(self) -> Path:
         return self.config.node(self.name).data_dir
 

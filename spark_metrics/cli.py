@@ -4,7 +4,7 @@
                             [--until T] [--master URL] [--conf k=v ...] [--config CLUSTER.yaml]
     spark-metrics report --input OUT_DIR --output report.html
 
-Exit codes (dag_common.model.ExitCode): 0 ok (skipped history files are counted, named, and
+Exit codes (dag_common.cli.ExitCode): 0 ok (skipped history files are counted, named, and
 do not fail the run), 1 Spark or the output failed, 2 bad arguments or a missing input.
 Runs the same under spark-submit: `spark-submit … spark_metrics/cli.py aggregate …`.
 """
@@ -13,115 +13,24 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from dag_common.cli import add_version, run
-from dag_common.config import load_config
-from dag_common.errors import ConfigError
-from dag_common.guarantee.values import Limits
-from dag_common.model import ExitCode
-from spark_metrics.errors import BadInputError, MetricsError
-from spark_metrics.options import (
-    AggregateOptions,
-    check_range,
-    parse_conf,
-    parse_time,
-    parse_window,
-)
+from dag_common.cli import Lazy, add_commands, add_version, run
+from spark_metrics.errors import BadInputError
+
+# Each command's module is imported only when it is chosen; Spark only by `aggregate`'s run.
+COMMANDS = (
+    Lazy("aggregate", "aggregate the queue-length history with Spark",
+         "spark_metrics.commands:build_aggregate"),
+    Lazy("report", "write the HTML report of an aggregation's output",
+         "spark_metrics.commands:build_report"),
+)  # fmt: skip
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spark-metrics", description=__doc__.splitlines()[0])
     add_version(parser)
-    sub = parser.add_subparsers(dest="command", required=True)
-    agg = sub.add_parser("aggregate", help="aggregate the queue-length history with Spark")
-    agg.add_argument("--input", required=True, type=Path, help="history directory")
-    agg.add_argument("--output", required=True, type=Path, help="output directory")
-    agg.add_argument("--window", default="1m", help="window width, dividing a day (default 1m)")
-    agg.add_argument("--since", help="first sample time to use (ISO 8601, UTC by default)")
-    agg.add_argument("--until", help="sample time to stop before (ISO 8601)")
-    agg.add_argument("--master", help="Spark master URL (default local[*], or spark-submit's)")
-    agg.add_argument(
-        "--conf", action="append", default=[], metavar="K=V", help="Spark setting, repeatable"
-    )
-    agg.add_argument("--config", type=Path, help="cluster config: its guarantee_api.limits")
-    agg.add_argument("--full", action="store_true", help="recompute every date")
-    agg.set_defaults(func=_aggregate_command)
-    rep = sub.add_parser("report", help="write the HTML report of an aggregation's output")
-    rep.add_argument("--input", required=True, type=Path, help="aggregate's output directory")
-    rep.add_argument("--output", required=True, type=Path, help="HTML file to write")
-    rep.set_defaults(func=_report_command)
+    add_commands(parser, "command", COMMANDS)
     return parser
-
-
-def _options(args: argparse.Namespace) -> AggregateOptions:
-    since = parse_time(args.since, "--since") if args.since else None
-    until = parse_time(args.until, "--until") if args.until else None
-    check_range(since, until)
-    limits = Limits()
-    if args.config is not None:
-        try:
-            limits = Limits.from_config(load_config(args.config).guarantee_api.limits)
-        except ConfigError as exc:
-            raise BadInputError(str(exc)) from exc
-    return AggregateOptions(
-        input=args.input.resolve(),
-        output=args.output.resolve(),
-        window_s=parse_window(args.window),
-        since=since,
-        until=until,
-        master=args.master,
-        conf=parse_conf(args.conf),
-        limits=limits,
-        full=args.full,
-    )
-
-
-def _aggregate(options: AggregateOptions) -> int:
-    # Imported here: `report` and argument errors need no JVM.
-    from spark_metrics.aggregate import aggregate
-    from spark_metrics.progress import Progress
-    from spark_metrics.session import build_session
-
-    if not options.input.is_dir():
-        raise BadInputError(f"--input {options.input}: no such directory")
-    progress = Progress()
-    progress.say(f"starting Spark ({options.master or 'local[*] or spark-submit master'})")
-    spark = build_session(master=options.master, conf=options.conf, app_name="spark-metrics")
-    try:
-        summary = aggregate(spark, options, progress)
-    finally:
-        spark.stop()
-    print(
-        f"aggregated {summary.rows_read:,} rows from {summary.files_read} files into "
-        f"{len(summary.dates)} dates under {options.output} in {summary.seconds:.1f}s; "
-        f"{len(summary.skipped)} files skipped",
-        flush=True,
-    )
-    for s in summary.skipped:
-        print(f"skipped {options.input / s.path}: {s.reason}", flush=True)
-    return ExitCode.OK
-
-
-def _report(input_dir: Path, output: Path) -> int:
-    from spark_metrics.report import write_report
-
-    page = write_report(input_dir, output)
-    print(f"report written to {page}", flush=True)
-    return ExitCode.OK
-
-
-def _aggregate_command(args: argparse.Namespace) -> int:
-    try:
-        return _aggregate(_options(args))
-    except (BadInputError, MetricsError):
-        raise
-    except Exception as exc:  # Spark's own failures (JVM, Python workers) arrive as anything
-        raise MetricsError(f"spark-metrics failed: {type(exc).__name__}: {exc}") from exc
-
-
-def _report_command(args: argparse.Namespace) -> int:
-    return _report(args.input, args.output)
 
 
 def main(argv: list[str] | None = None) -> int:

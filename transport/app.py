@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dag_common.config import ClusterConfig
 from dag_common.credentials import Role
+from dag_common.deadline_middleware import deadline_middleware
 from dag_common.echo import clipped, quoted
 from dag_common.errors import BadRequest, RequestTooLarge
 from dag_common.http_body import BodyLimit, body_text, items_body_size, parse_json, read_body
@@ -159,7 +160,11 @@ def build_app(transport: Transport) -> web.Application:
             transport.metrics.calls_refused.labels(call.role or "none", str(call.status)).inc()
 
     app = web.Application(
-        middlewares=[role_middleware(transport.credentials, refused, nodes=nodes), _errors]
+        middlewares=[
+            role_middleware(transport.credentials, refused, nodes=nodes),
+            deadline_middleware(lambda: transport.clock.now().timestamp()),
+            _errors,
+        ]
     )
     app[TRANSPORT] = transport
     add_route(app, "POST", "/v1/messages", post_message, Role.STORE)

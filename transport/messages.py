@@ -1,4 +1,5 @@
-"""A message as the transport takes it, and the item it becomes in a mailbox."""
+"""A message as the transport takes it, the item it becomes in a mailbox, and the queue's
+state as `GET /v1/queue` answers it (read by `transport status` without the service)."""
 
 from __future__ import annotations
 
@@ -49,3 +50,20 @@ class Delivery:
     tries: int
     failures: int
     queued: float  # wall time (epoch seconds) it was first queued: message_expiration
+
+
+class DumpsterState(BaseModel):
+    """One database's transport dumpster: the delivered messages it keeps."""
+
+    database: str
+    messages: int
+    bytes: int
+
+
+class QueueState(BaseModel):
+    """`GET /v1/queue`: deliveries by state, those waiting now, and the dumpsters."""
+
+    transport: str
+    deliveries: dict[str, int]
+    waiting: int
+    dumpsters: list[DumpsterState]

@@ -16,36 +16,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
-
 from dag_common.clock import Clock
 from dag_common.config import ClusterConfig
 from dag_common.credentials import Credentials
 from dag_common.errors import ClusterStoreError
 from dag_common.memory import MemoryBudget
 from transport.delivery import Deliverer, Directory
-from transport.messages import MessageIn
+from transport.messages import DumpsterState, MessageIn, QueueState
 from transport.metrics import TransportMetrics
 from transport.queue import QueueStore
 
 logger = logging.getLogger(__name__)
-
-
-class DumpsterState(BaseModel):
-    """One database's transport dumpster: the delivered messages it keeps."""
-
-    database: str
-    messages: int
-    bytes: int
-
-
-class QueueState(BaseModel):
-    """`GET /v1/queue`: deliveries by state, those waiting now, and the dumpsters."""
-
-    transport: str
-    deliveries: dict[str, int]
-    waiting: int
-    dumpsters: list[DumpsterState]
 
 
 @dataclass(frozen=True)
@@ -82,6 +63,10 @@ class Transport:
         self._directory = directory
         self._deliverer = deliverer
         self._clock = clock
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
 
     async def submit(self, message: MessageIn) -> Outcome:
         try:

@@ -22,52 +22,64 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from dag_common.admin_api import ActivationAnswer, EpochEntry, History, SwitchoverAnswer
-from dag_common.cli import add_config, database_named
+from dag_common.cli import ExitCode, add_config, add_timeout, database_named
+from dag_common.command_calls import CallFailed, Calls, Change
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.echo import quoted
 from dag_common.errors import BadInput, CommandFailed, TokenRefused, failure
-from dag_common.http_client import client_session
 from dag_common.incarnation import ActivationCause
-from dag_common.model import AutoDatabaseMountDial, CopyRole, ExitCode, NodeStatus
-from dag_common.node_status import AUTH_FAILED, UNREACHABLE, get_admin, post_admin
+from dag_common.model import AutoDatabaseMountDial, CopyRole, NodeStatus
+from dag_common.node_status import AUTH_FAILED, StatusUnavailable
 from replication_node.cli.reseed_wait import (
     SeedDisplay,
     WatchLost,
     follow_reseed,
     seed_display,
 )
-from replication_node.cli.status import fetch_statuses, refusal, token_refused
+from replication_node.cli.status import STATUS_TIMEOUT, fetch_statuses, refusal, token_refused
+
+# How long each call waits for its node by default (`--timeout`): seconds for a call the
+# node answers at once; a mount replays the logs since the checkpoint (crash recovery); a
+# switchover waits up to a minute for its target to catch up, then mounts it.
+QUICK = "15s"
 
 
 async def admin_call(
-    config: ClusterConfig, url: str, path: str, body: dict[str, Any]
+    config: ClusterConfig,
+    timeout: float,
+    node: str,
+    path: str,
+    body: dict[str, Any],
+    change: Change,
 ) -> tuple[int, Any]:
-    """POST an admin call to the node at `url`: (HTTP status, its JSON answer)."""
-    async with client_session(config) as session:
-        return await post_admin(session, f"{url}{path}", load_token(config), body, timeout=600)
+    """POST an admin call to `node`, asking for `change`: (HTTP status, its JSON answer);
+    CallFailed, one sentence naming the node, if it gives none within `timeout` seconds."""
+    async with Calls(config, timeout=timeout) as calls:
+        return await calls.post(calls.node(node), path, body, change=change)
 
 
-async def get_from_first(config: ClusterConfig, nodes: list[str], path: str) -> tuple[int, Any]:
+async def get_from_first(
+    config: ClusterConfig, timeout: float, nodes: list[str], path: str
+) -> tuple[int, Any]:
     """GET `path` from the first of `nodes` that answers (any HTTP status is an answer):
-    (HTTP status, its JSON answer); UNREACHABLE saying why of each node if none does."""
-    token = load_token(config)
-    unreachable = []
-    async with client_session(config) as session:
+    (HTTP status, its JSON answer); CommandFailed naming each node if none does."""
+    failed = []
+    async with Calls(config, timeout=timeout) as calls:
         for name in nodes:
-            code, body = await get_admin(session, f"{config.node(name).url}{path}", token)
-            if code != UNREACHABLE:
-                return code, body
-            unreachable.append(f"{name}: {body.get('error')}")
-    return UNREACHABLE, {"error": "no node answered (" + "; ".join(unreachable) + ")"}
+            try:
+                return await calls.get(calls.node(name), path)
+            except CallFailed as exc:
+                failed.append(str(exc))
+    raise CommandFailed("no node answered: " + "; ".join(failed))
 
 
-async def _history(config: ClusterConfig, database: str) -> tuple[int, Any]:
+async def _history(config: ClusterConfig, timeout: float, database: str) -> tuple[int, Any]:
     """GET the history of `database` from the first node that answers: its copies' nodes
     by activation preference, then the others (every node reads the same cluster store)."""
     db = config.database(database)
     order = [c.node for c in sorted(db.copies, key=lambda c: c.activation_preference)]
     order += [n.name for n in config.nodes if n.name not in order]
-    return await get_from_first(config, order, f"/v1/databases/{database}/history")
+    return await get_from_first(config, timeout, order, f"/v1/databases/{database}/history")
 
 
 _CAUSE_WORDS = {
@@ -128,17 +140,36 @@ def history_lines(history: History) -> list[str]:
 def cmd_db_history(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     db = database_named(config, args.database, args.config)
-    code, body = asyncio.run(_history(config, db.name))
+    code, body = asyncio.run(_history(config, args.timeout.total_seconds(), db.name))
     return _report_admin(args, db.name, code, body)
+
+
+def status_check(database: str) -> str:
+    """How an operator sees whether a call to a copy of `database` was carried out."""
+    return f"`replication-node status --database {database}` shows whether it was"
+
+
+def _no_active(database: str, statuses: dict[str, NodeStatus | StatusUnavailable]) -> str:
+    """Why no active copy of `database` was found: the nodes that could not say."""
+    silent = [
+        f"node {n} cannot be reached ({st})" if st.status is None else f"node {n}: {st}"
+        for n, st in statuses.items()
+        if isinstance(st, StatusUnavailable)
+    ]
+    return f"no reachable active copy of {database}" + (f": {'; '.join(silent)}" if silent else "")
 
 
 def cmd_db_admin(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     db = database_named(config, args.database, args.config)
+    timeout = args.timeout.total_seconds()
+    check = status_check(db.name)
     if args.db_cmd in ("roll-log", "mount", "dismount"):
         # The node holding the active copy, mounted or not (a failed or dismounted active
         # still reports the role).
-        statuses = asyncio.run(fetch_statuses(config, load_token(config)))
+        statuses = asyncio.run(
+            fetch_statuses(config, load_token(config), timeout=min(timeout, STATUS_TIMEOUT))
+        )
         active = next(
             (
                 n
@@ -152,21 +183,27 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
         if active is None:
             if token_refused(statuses):
                 raise TokenRefused(refusal(statuses))
-            raise CommandFailed(f"no reachable active copy of {db.name}")
+            raise CommandFailed(_no_active(db.name, statuses))
+        what = {"roll-log": f"the roll of {db.name}'s open log"}.get(
+            args.db_cmd, f"the {args.db_cmd} of {db.name}"
+        )
         code, body = asyncio.run(
             admin_call(
-                config, config.node(active).url, f"/v1/databases/{db.name}/{args.db_cmd}", {}
+                config, timeout, active, f"/v1/databases/{db.name}/{args.db_cmd}", {},
+                Change(what, check),
             )
-        )
+        )  # fmt: skip
     elif args.db_cmd == "switchover":
         if db.copy_on(args.to) is None:
             raise BadInput(f"{db.name} has no copy on {quoted(args.to)}")
         code, body = asyncio.run(
             admin_call(
                 config,
-                config.node(args.to).url,
+                timeout,
+                args.to,
                 f"/v1/databases/{db.name}/switchover",
                 {"target": args.to},
+                Change(f"the switchover of {db.name} to {args.to}", check),
             )
         )
     elif db.copy_on(args.node) is None:
@@ -178,34 +215,40 @@ def cmd_db_admin(args: argparse.Namespace) -> int:
         # Asked of the copy's own node: it is the one that must be up to be activated.
         code, body = asyncio.run(
             admin_call(
-                config, config.node(args.node).url, f"/v1/databases/{db.name}/activate", body
+                config, timeout, args.node, f"/v1/databases/{db.name}/activate", body,
+                Change(f"the activation of {db.name}\\{args.node}", check),
             )
-        )
+        )  # fmt: skip
     elif args.db_cmd == "reseed" and args.wait:
         return asyncio.run(_reseed_and_wait(args, config, db.name))
     else:
         path = f"/v1/databases/{db.name}/copies/{args.node}/{args.db_cmd}"
         body = {"reason": args.reason or ""}
+        what = f"the {args.db_cmd} of {db.name}\\{args.node}"
         if getattr(args, "activation_only", False):
             body["activation_only"] = True
-        code, body = asyncio.run(admin_call(config, config.node(args.node).url, path, body))
+            what += "'s activation"
+        code, body = asyncio.run(
+            admin_call(config, timeout, args.node, path, body, Change(what, check))
+        )
     return _report_admin(args, db.name, code, body)
 
 
 async def _reseed_and_wait(args: argparse.Namespace, config: ClusterConfig, database: str) -> int:
     """Ask for the reseed, then follow the copy until it is Healthy again (0) or the
     reseed fails (1); with --json, the copy's last report instead of the progress."""
-    url, token = config.node(args.node).url, load_token(config)
     path = f"/v1/databases/{database}/copies/{args.node}/reseed"
-    async with client_session(config) as session:
-        code, body = await post_admin(
-            session, f"{url}{path}", token, {"reason": args.reason or ""}, timeout=600
-        )
+    change = Change(f"the reseed of {database}\\{args.node}", status_check(database))
+    async with Calls(config, timeout=args.timeout.total_seconds()) as calls:
+        node = calls.node(args.node)
+        code, body = await calls.post(node, path, {"reason": args.reason or ""}, change=change)
         if exit_code(code) is not ExitCode.OK:
             return _report_admin(args, database, code, body)
         display: SeedDisplay = _Quiet() if args.json else seed_display(sys.stdout, time.monotonic)
         try:
-            outcome, report = await follow_reseed(session, url, token, database, args.node, display)
+            outcome, report = await follow_reseed(
+                calls.session, node.url, calls.token, database, args.node, display
+            )
         except WatchLost as exc:
             display.close(None)
             raise CommandFailed(
@@ -314,51 +357,75 @@ def exit_code(status: int) -> ExitCode:
 DATABASE = "the database, as named in the config (e.g. DB1)"
 
 
-def register_db(db_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Admin calls under `replication-node db`."""
-    roll = db_sub.add_parser("roll-log", help="close the active copy's open log now")
-    roll.add_argument("database", help=DATABASE)
-    add_config(roll)
-    _json_flag(roll)
-    roll.set_defaults(func=cmd_db_admin)
-    for action, text in (
-        ("mount", "re-mount the active copy now, through crash recovery (after a failure)"),
-        ("dismount", "dismount the active copy cleanly; no failover until `db mount`"),
-    ):
-        p = db_sub.add_parser(action, help=text)
-        p.add_argument("database", help=DATABASE)
-        add_config(p)
-        _json_flag(p)
-        p.set_defaults(func=cmd_db_admin)
-    for action in ("suspend", "resume", "reseed"):
-        p = db_sub.add_parser(action, help=f"{action} a passive copy")
-        p.add_argument("database", help=DATABASE)
-        p.add_argument("--node", required=True, help="the node of the passive copy")
-        add_config(p)
-        p.add_argument("--reason", default=None, help="why (shown in status; optional)")
-        if action == "reseed":
-            p.add_argument(
-                "--wait",
-                action="store_true",
-                help="follow the reseed (bytes, rate, time left) until the copy is Healthy "
-                "again (exit 0) or the reseed fails (exit 1)",
-            )
-        else:
-            p.add_argument(
-                "--activation-only",
-                action="store_true",
-                help=(
-                    "suspend only the copy's activation: it replicates on but is never "
-                    "activated (failover, switchover, activate) until resumed"
-                    if action == "suspend"
-                    else "allow the copy's activation again; its replication is left as it is"
-                ),
-            )
-        _json_flag(p)
-        p.set_defaults(func=cmd_db_admin)
-    act = db_sub.add_parser(
-        "activate", help="mount a passive copy after the active is lost (AutoDatabaseMountDial)"
+def _active_call(p: argparse.ArgumentParser, timeout: str) -> None:
+    """roll-log, mount, dismount: asked of the node of the active copy."""
+    p.add_argument("database", help=DATABASE)
+    add_config(p)
+    add_timeout(p, timeout)
+    _json_flag(p)
+    p.set_defaults(func=cmd_db_admin)
+
+
+def build_roll_log(p: argparse.ArgumentParser) -> None:
+    """`db roll-log`."""
+    _active_call(p, QUICK)
+
+
+def build_mount(p: argparse.ArgumentParser) -> None:
+    """`db mount`: crash recovery replays the logs since the checkpoint first."""
+    _active_call(p, "5m")
+
+
+def build_dismount(p: argparse.ArgumentParser) -> None:
+    """`db dismount`."""
+    _active_call(p, "1m")
+
+
+def _copy_call(p: argparse.ArgumentParser) -> None:
+    """suspend, resume, reseed: asked of the node of the passive copy."""
+    p.add_argument("database", help=DATABASE)
+    p.add_argument("--node", required=True, help="the node of the passive copy")
+    add_config(p)
+    p.add_argument("--reason", default=None, help="why (shown in status; optional)")
+    add_timeout(p, QUICK)
+    _json_flag(p)
+    p.set_defaults(func=cmd_db_admin)
+
+
+def build_suspend(p: argparse.ArgumentParser) -> None:
+    """`db suspend`."""
+    _copy_call(p)
+    p.add_argument(
+        "--activation-only",
+        action="store_true",
+        help="suspend only the copy's activation: it replicates on but is never activated "
+        "(failover, switchover, activate) until resumed",
     )
+
+
+def build_resume(p: argparse.ArgumentParser) -> None:
+    """`db resume`."""
+    _copy_call(p)
+    p.add_argument(
+        "--activation-only",
+        action="store_true",
+        help="allow the copy's activation again; its replication is left as it is",
+    )
+
+
+def build_reseed(p: argparse.ArgumentParser) -> None:
+    """`db reseed`."""
+    _copy_call(p)
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="follow the reseed (bytes, rate, time left) until the copy is Healthy again "
+        "(exit 0) or the reseed fails (exit 1)",
+    )
+
+
+def build_activate(act: argparse.ArgumentParser) -> None:
+    """`db activate`."""
     act.add_argument("database", help=DATABASE)
     act.add_argument("--node", required=True, help="the node of the copy to activate")
     add_config(act)
@@ -368,22 +435,26 @@ def register_db(db_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         default=None,
         help="accept this many lost logs for this activation only",
     )
+    add_timeout(act, "2m")
     _json_flag(act)
     act.set_defaults(func=cmd_db_admin)
-    switch = db_sub.add_parser(
-        "switchover", help="move the active copy to another copy, losing nothing"
-    )
+
+
+def build_switchover(switch: argparse.ArgumentParser) -> None:
+    """`db switchover`."""
     switch.add_argument("database", help=DATABASE)
     switch.add_argument("--to", required=True, help="the node whose copy becomes active")
     add_config(switch)
+    add_timeout(switch, "2m")
     _json_flag(switch)
     switch.set_defaults(func=cmd_db_admin)
-    history = db_sub.add_parser(
-        "history",
-        help="the role changes of a database: each epoch's active, when, why, and the logs lost",
-    )
+
+
+def build_history(history: argparse.ArgumentParser) -> None:
+    """`db history`."""
     history.add_argument("database", help=DATABASE)
     add_config(history)
+    add_timeout(history, QUICK)
     _json_flag(history)
     history.set_defaults(func=cmd_db_history)
 

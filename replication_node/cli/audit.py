@@ -15,19 +15,31 @@ from typing import Any
 from pydantic import ValidationError
 
 from dag_common.admin_api import AuditAnswer, AuditEntry
-from dag_common.cli import add_config, add_json, database_named, whole_number
-from dag_common.config import ClusterConfig, load_config, load_token
-from dag_common.http_client import client_session
-from dag_common.model import ExitCode
-from dag_common.node_status import UNREACHABLE, get_admin
+from dag_common.cli import (
+    ExitCode,
+    add_config,
+    add_json,
+    add_timeout,
+    database_named,
+    whole_number,
+)
+from dag_common.command_calls import CallFailed, Calls
+from dag_common.config import ClusterConfig, load_config
 
 
-async def _every_node(config: ClusterConfig, query: str) -> dict[str, tuple[int, Any]]:
-    token = load_token(config)
-    async with client_session(config) as session:
-        answers = await asyncio.gather(
-            *(get_admin(session, f"{n.url}/v1/audit{query}", token) for n in config.nodes)
-        )
+async def _every_node(
+    config: ClusterConfig, timeout: float, query: str
+) -> dict[str, tuple[int, Any] | CallFailed]:
+    """Each node's answer, or why it gave none (all asked at once)."""
+
+    async def ask(calls: Calls, node: str) -> tuple[int, Any] | CallFailed:
+        try:
+            return await calls.get(calls.node(node), f"/v1/audit{query}")
+        except CallFailed as exc:
+            return exc
+
+    async with Calls(config, timeout=timeout) as calls:
+        answers = await asyncio.gather(*(ask(calls, n.name) for n in config.nodes))
     return {n.name: a for n, a in zip(config.nodes, answers, strict=True)}
 
 
@@ -45,10 +57,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
     query = f"?limit={args.limit}"
     if args.database:
         query += f"&database={database_named(config, args.database, args.config).name}"
-    answers = asyncio.run(_every_node(config, query))
+    answers = asyncio.run(_every_node(config, args.timeout.total_seconds(), query))
     lines: list[AuditEntry] = []
     answered = 0
-    for node, (status, body) in answers.items():
+    for node, answer in answers.items():
+        if isinstance(answer, CallFailed):
+            print(f"{answer}; its audit lines are left out", file=sys.stderr)
+            continue
+        status, body = answer
         if status == 200:
             try:
                 lines.extend(AuditAnswer.model_validate(body).lines)
@@ -57,8 +73,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
                 continue
             answered += 1
         else:
-            why = body.get("error") if status != UNREACHABLE else body.get("error", "unreachable")
-            print(f"{node}: not asked ({why})", file=sys.stderr)
+            why = body.get("error") or f"HTTP {status}"
+            print(f"node {node} answered HTTP {status} ({why}); its audit lines are left out",
+                  file=sys.stderr)  # fmt: skip
     lines.sort(key=lambda e: e.time)
     lines = lines[-args.limit :]
     if args.json:
@@ -69,10 +86,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return ExitCode.OK if answered else ExitCode.FAILED
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    audit = sub.add_parser(
-        "audit", help="recent operator, mover and refused calls on every node, by time"
-    )
+def register(audit: argparse.ArgumentParser) -> None:
+    """`audit`."""
     audit.add_argument("--database", help="only this database's")
     audit.add_argument(
         "--limit",
@@ -82,5 +97,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="lines (default 50)",
     )
     add_config(audit)
+    add_timeout(audit, "15s")
     add_json(audit)
     audit.set_defaults(func=cmd_audit)

@@ -20,25 +20,33 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dag_common.cli import add_config, add_json, database_named
+from dag_common.cli import ExitCode, add_config, add_json, add_timeout, database_named
 from dag_common.clock import SystemClock
-from dag_common.config import ClusterConfig, load_config, load_token
+from dag_common.command_calls import Calls, Change
+from dag_common.config import ClusterConfig, load_config
 from dag_common.echo import quoted
 from dag_common.errors import BadInput, CommandFailed, TokenRefused, failure
-from dag_common.http_client import client_session
-from dag_common.model import ExitCode
-from dag_common.node_status import AUTH_FAILED, post_admin
+from dag_common.node_status import AUTH_FAILED
+from replication_node.backup.manifest import MANIFEST_NAME
 from replication_node.backup.restore import restore
 from replication_node.cli.admin import DATABASE, exit_code
 from replication_node.errors import BackupError
 
 # A backup is answered when it is complete: as long as copying the database file takes.
-BACKUP_TIMEOUT = 24 * 3600.0
+BACKUP_TIMEOUT = "24h"
 
 
-async def _post(config: ClusterConfig, url: str, body: dict[str, Any]) -> tuple[int, Any]:
-    async with client_session(config) as session:
-        return await post_admin(session, url, load_token(config), body, timeout=BACKUP_TIMEOUT)
+async def _post(
+    config: ClusterConfig, timeout: float, database: str, body: dict[str, Any]
+) -> tuple[int, Any]:
+    node, to = body["from"], body["to"]
+    change = Change(
+        f"the backup of {database}\\{node} to {to}",
+        f"{to} on {node}'s host holds {MANIFEST_NAME} once it is complete",
+    )
+    path = f"/v1/databases/{database}/backup"
+    async with Calls(config, timeout=timeout) as calls:
+        return await calls.post(calls.node(node), path, body, change=change)
 
 
 def backup_summary(body: dict[str, Any]) -> str:
@@ -62,9 +70,8 @@ def cmd_backup(args: argparse.Namespace) -> int:
     db = database_named(config, args.database, args.config)
     if db.copy_on(args.from_node) is None:
         raise BadInput(f"{db.name} has no copy on {quoted(args.from_node)}")
-    url = f"{config.node(args.from_node).url}/v1/databases/{db.name}/backup"
     body = {"from": args.from_node, "to": args.to, "incremental": args.incremental}
-    code, answer = asyncio.run(_post(config, url, body))
+    code, answer = asyncio.run(_post(config, args.timeout.total_seconds(), db.name, body))
     result = exit_code(code)
     if result is ExitCode.OK:
         print(json.dumps(answer, indent=2) if args.json else backup_summary(answer))
@@ -98,11 +105,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def register_backup(db_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """`db backup` and `db restore`."""
-    b = db_sub.add_parser(
-        "backup", help="back up a copy (passive or active), coordinated with the active"
-    )
+def build_backup(b: argparse.ArgumentParser) -> None:
+    """`db backup`."""
     b.add_argument("database", help=DATABASE)
     b.add_argument(
         "--from", dest="from_node", required=True, help="the node of the copy to back up"
@@ -114,12 +118,13 @@ def register_backup(db_sub: argparse._SubParsersAction[argparse.ArgumentParser])
         help="only the logs since the last backup (needs a full backup, circular_logging off)",
     )
     add_config(b)
+    add_timeout(b, BACKUP_TIMEOUT, waits="the backup to complete (it is answered then)")
     add_json(b, "print the backup's manifest as JSON")
     b.set_defaults(func=cmd_backup)
 
-    r = db_sub.add_parser(
-        "restore", help="a full backup, then incrementals, into a database in Clean Shutdown"
-    )
+
+def build_restore(r: argparse.ArgumentParser) -> None:
+    """`db restore`."""
     r.add_argument("dirs", nargs="+", metavar="DIR", help="a full backup set, then incrementals")
     r.add_argument("--to", required=True, help="an empty or new directory for <database>.sqlite")
     r.add_argument(

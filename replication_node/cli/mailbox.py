@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
-from dag_common.cli import add_config, add_json, database_named
+from dag_common.cli import ExitCode, add_config, add_json, add_timeout, database_named
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import (
@@ -44,7 +44,6 @@ from dag_common.errors import (
 )
 from dag_common.http_client import client_session
 from dag_common.mail_mix import mail_sizes
-from dag_common.model import ExitCode
 from dag_common.node_client import NodeStoreClient
 from dag_common.node_status import AUTH_FAILED
 from replication_node.cli import soft_deleted
@@ -221,7 +220,12 @@ _COMMANDS = {"create": _create, "put": _put, "list": _list, **soft_deleted.COMMA
 
 async def _run(config: ClusterConfig, args: argparse.Namespace) -> int:
     async with client_session(config) as session:
-        client = NodeStoreClient(config, token=load_token(config), session=session)
+        client = NodeStoreClient(
+            config,
+            token=load_token(config),
+            session=session,
+            call_timeout=args.timeout.total_seconds(),
+        )
         try:
             return await _COMMANDS[args.mailbox_cmd](config, client, args)
         except NodeCallError as exc:
@@ -252,7 +256,8 @@ def where_line(answer: dict[str, Any]) -> str:
 def cmd_where(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     path = f"/v1/mailboxes/{quote(args.name, safe='')}"
-    code, answer = asyncio.run(get_from_first(config, [n.name for n in config.nodes], path))
+    nodes = [n.name for n in config.nodes]
+    code, answer = asyncio.run(get_from_first(config, args.timeout.total_seconds(), nodes, path))
     if code == 401:
         raise TokenRefused(AUTH_FAILED)
     if code != 200:
@@ -261,18 +266,15 @@ def cmd_where(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `mailbox create|put|list|where|soft-deleted|purge|restore` to the parser."""
-    mailbox = sub.add_parser(
-        "mailbox",
-        help="create a mailbox, write test items, list them, say where one is; list, purge "
-        "and restore soft-deleted mailboxes (the node API)",
-    ).add_subparsers(dest="mailbox_cmd", required=True)
+def register(parser: argparse.ArgumentParser) -> None:
+    """`mailbox create|put|list|where|soft-deleted|purge|restore`."""
+    mailbox = parser.add_subparsers(dest="mailbox_cmd", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("name", help="the mailbox's name (e.g. alice)")
         p.add_argument("--database", required=True, help="the database, as named in the config")
         add_config(p)
+        add_timeout(p, "15s", waits="the answer to each call")
         p.set_defaults(func=cmd_mailbox)
 
     create = mailbox.add_parser("create", help="create a mailbox on the database's active copy")
@@ -318,5 +320,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     where.add_argument("name", help="the mailbox's name (e.g. alice)")
     add_config(where)
+    add_timeout(where, "15s")
     add_json(where, "print the node's answer as JSON")
     where.set_defaults(func=cmd_where)

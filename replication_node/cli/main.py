@@ -6,87 +6,91 @@ Exit codes: 0 ok, 1 operation failed, 2 bad input or config.
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 from typing import NoReturn
 
-from dag_common.cli import add_json, add_version, exit_now, run
-from dag_common.errors import BadInput
-from dag_common.model import ExitCode
-from replication_node.cli import admin as cli_admin
-from replication_node.cli import audit as cli_audit
-from replication_node.cli import backup as cli_backup
-from replication_node.cli import mailbox as cli_mailbox
-from replication_node.cli import pause as cli_pause
-from replication_node.cli import rebalance as cli_rebalance
-from replication_node.cli import serve as cli_serve
-from replication_node.cli import status as cli_status
-from replication_node.errors import DatabaseError, LogFormatError
-from replication_node.log import tools
-from replication_node.storage import tools as db_tools
+from dag_common.cli import Lazy, add_commands, add_version, exit_now, run
+
+# Each command's module is imported only when it is chosen (`dag_common.cli.Lazy`): this
+# table is what `replication-node --help` needs, and all it imports.
+_CLI = "replication_node.cli"
+
+COMMANDS = (
+    Lazy("log", "log file tools", f"{_CLI}.main:build_log"),
+    Lazy("db", "database file tools, and the admin calls of a database's copies",
+         f"{_CLI}.main:build_db"),
+    Lazy("serve", "run one node", f"{_CLI}.serve:build_serve"),
+    Lazy("cluster", "run every node of a config locally; pause or resume automatic failover",
+         f"{_CLI}.main:build_cluster"),
+    Lazy("mailbox",
+         "create a mailbox, write test items, list them, say where one is; list, purge and "
+         "restore soft-deleted mailboxes (the node API)",
+         f"{_CLI}.mailbox:register"),
+    Lazy("status", "copy status of the whole cluster", f"{_CLI}.status:register"),
+    Lazy("audit", "recent operator, mover and refused calls on every node, by time",
+         f"{_CLI}.audit:register"),
+)  # fmt: skip
+
+LOG_COMMANDS = (
+    Lazy("dump", "header, records and checksum verdicts of a log file",
+         f"{_CLI}.files:build_log_dump"),
+)  # fmt: skip
+
+DB_COMMANDS = (
+    Lazy("header", "the database header (state, checkpoint, waypoint)",
+         f"{_CLI}.files:build_db_header"),
+    Lazy("roll-log", "close the active copy's open log now", f"{_CLI}.admin:build_roll_log"),
+    Lazy("mount", "re-mount the active copy now, through crash recovery (after a failure)",
+         f"{_CLI}.admin:build_mount"),
+    Lazy("dismount", "dismount the active copy cleanly; no failover until `db mount`",
+         f"{_CLI}.admin:build_dismount"),
+    Lazy("suspend", "suspend a passive copy", f"{_CLI}.admin:build_suspend"),
+    Lazy("resume", "resume a passive copy", f"{_CLI}.admin:build_resume"),
+    Lazy("reseed", "reseed a passive copy", f"{_CLI}.admin:build_reseed"),
+    Lazy("activate", "mount a passive copy after the active is lost (AutoDatabaseMountDial)",
+         f"{_CLI}.admin:build_activate"),
+    Lazy("switchover", "move the active copy to another copy, losing nothing",
+         f"{_CLI}.admin:build_switchover"),
+    Lazy("history",
+         "the role changes of a database: each epoch's active, when, why, and the logs lost",
+         f"{_CLI}.admin:build_history"),
+    Lazy("backup", "back up a copy (passive or active), coordinated with the active",
+         f"{_CLI}.backup:build_backup"),
+    Lazy("restore", "a full backup, then incrementals, into a database in Clean Shutdown",
+         f"{_CLI}.backup:build_restore"),
+    Lazy("rebalance", "switch each database's active back to its most preferred healthy copy",
+         f"{_CLI}.rebalance:build_rebalance"),
+)  # fmt: skip
+
+CLUSTER_COMMANDS = (
+    Lazy("up", "start all nodes as local processes; Ctrl-C stops them",
+         f"{_CLI}.serve:build_cluster_up"),
+    Lazy("pause",
+         "pause automatic failover for maintenance (an operator may still activate)",
+         f"{_CLI}.pause:build_pause"),
+    Lazy("resume", "resume automatic failover after `cluster pause`",
+         f"{_CLI}.pause:build_resume"),
+)  # fmt: skip
 
 
-def _print_json(data: object) -> None:
-    print(json.dumps(data, indent=2, default=str))
+def build_log(parser: argparse.ArgumentParser) -> None:
+    """`log`: its commands."""
+    add_commands(parser, "log_cmd", LOG_COMMANDS)
 
 
-def cmd_log_dump(args: argparse.Namespace) -> int:
-    path = Path(args.file)
-    try:
-        dump = tools.dump_log(path)
-    except OSError as exc:
-        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
-    except LogFormatError as exc:
-        if args.json:
-            _print_json({"file": str(path), "verdict": "damaged", "problems": [str(exc)]})
-        else:
-            print(f"Log file: {path}\n  Verdict: DAMAGED\n    problem: {exc}")
-        return ExitCode.FAILED
-    if args.json:
-        _print_json(dump)
-    else:
-        print(tools.render_log_dump(dump, records=args.records))
-    return ExitCode.OK if dump["verdict"] == "ok" else ExitCode.FAILED
+def build_db(parser: argparse.ArgumentParser) -> None:
+    """`db`: its commands."""
+    add_commands(parser, "db_cmd", DB_COMMANDS)
 
 
-def cmd_db_header(args: argparse.Namespace) -> int:
-    try:
-        info = db_tools.db_header(Path(args.file))
-    except DatabaseError as exc:
-        raise BadInput(str(exc)) from None
-    if args.json:
-        _print_json(info)
-    else:
-        print(db_tools.render_db_header(info))
-    return ExitCode.OK
+def build_cluster(parser: argparse.ArgumentParser) -> None:
+    """`cluster`: its commands."""
+    add_commands(parser, "cluster_cmd", CLUSTER_COMMANDS)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="replication-node", description=__doc__)
     add_version(parser)
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    log = sub.add_parser("log", help="log file tools").add_subparsers(dest="log_cmd", required=True)
-    dump = log.add_parser("dump", help="header, records and checksum verdicts of a log file")
-    dump.add_argument("file", help="a log file (E00.log, or a closed E<generation>.log)")
-    add_json(dump, "print the header, records and verdicts as JSON")
-    dump.add_argument("--records", action="store_true", help="list every record")
-    dump.set_defaults(func=cmd_log_dump)
-
-    db = sub.add_parser("db", help="database file tools").add_subparsers(
-        dest="db_cmd", required=True
-    )
-    header = db.add_parser("header", help="the database header (state, checkpoint, waypoint)")
-    header.add_argument("file", help="a database file (<database>.sqlite in a copy's directory)")
-    add_json(header, "print the header as JSON")
-    header.set_defaults(func=cmd_db_header)
-    cli_admin.register_db(db)
-    cli_backup.register_backup(db)
-    cli_rebalance.register_db(db)
-    cli_pause.register(cli_serve.register(sub))
-    cli_mailbox.register(sub)
-    cli_status.register(sub)
-    cli_audit.register(sub)
+    add_commands(parser, "command", COMMANDS)
     return parser
 
 

@@ -19,12 +19,12 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from dag_common.cli import add_config, add_json
+from dag_common.cli import ExitCode, add_config, add_json
 from dag_common.clock import SystemClock
 from dag_common.cluster_store import ClusterStore, open_cluster_store
 from dag_common.config import load_config
 from dag_common.errors import CommandFailed
-from dag_common.model import ExitCode, FailoverPause
+from dag_common.model import FailoverPause
 
 T = TypeVar("T")
 
@@ -79,18 +79,18 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def register(csub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `cluster pause` and `cluster resume` to the `cluster` subcommands."""
-    pause = csub.add_parser(
-        "pause", help="pause automatic failover for maintenance (an operator may still activate)"
-    )
+def build_pause(pause: argparse.ArgumentParser) -> None:
+    """`cluster pause`."""
     add_config(pause)
     pause.add_argument(
         "--reason", default=None, help="why, shown by `status` while paused (optional)"
     )
     add_json(pause, "print the pause as JSON")
     pause.set_defaults(func=cmd_pause)
-    resume = csub.add_parser("resume", help="resume automatic failover after `cluster pause`")
+
+
+def build_resume(resume: argparse.ArgumentParser) -> None:
+    """`cluster resume`."""
     add_config(resume)
     add_json(resume, "print the pause that ended as JSON")
     resume.set_defaults(func=cmd_resume)

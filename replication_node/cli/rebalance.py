@@ -17,12 +17,13 @@ import sys
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dag_common.admin_api import SwitchoverAnswer
-from dag_common.cli import add_config, database_named, error
+from dag_common.cli import ExitCode, add_config, add_timeout, database_named, error
+from dag_common.command_calls import CallFailed, Change
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import TokenRefused
-from dag_common.model import ExitCode, NodeStatus
+from dag_common.model import NodeStatus
 from dag_common.node_status import AUTH_FAILED
-from replication_node.cli.admin import DATABASE, admin_call
+from replication_node.cli.admin import DATABASE, admin_call, status_check
 from replication_node.cli.status import describe, fetch_statuses, refusal, token_refused
 from replication_node.rebalance import Move, MoveKind, NodeView, plan_rebalance
 
@@ -92,22 +93,30 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
                 print(move.line(dry_run=args.dry_run), flush=True)
             continue
         assert move.target is not None
-        code, answer = asyncio.run(
-            admin_call(
-                config,
-                config.node(move.target).url,
-                f"/v1/databases/{move.database}/switchover",
-                {"target": move.target},
+        try:
+            code, answer = asyncio.run(
+                admin_call(
+                    config,
+                    args.timeout.total_seconds(),
+                    move.target,
+                    f"/v1/databases/{move.database}/switchover",
+                    {"target": move.target},
+                    Change(
+                        f"the switchover of {move.database} to {move.target}",
+                        status_check(move.database),
+                    ),
+                )
             )
-        )
+        except CallFailed as exc:  # no answer: the others are still tried
+            code, answer = None, {"error": str(exc)}
         if code == 401:
             raise TokenRefused(AUTH_FAILED)
         why = answer.get("error") or f"HTTP {code}"
-        if code < 300:
+        if code is not None and code < 300:
             try:
                 record.result = SwitchoverAnswer.model_validate(answer)
             except ValidationError as exc:
-                why = f"its answer is malformed ({exc.error_count()} errors): {answer}"
+                why = f"its answer is malformed ({exc.error_count()} errors)"
             else:
                 if not args.json:
                     print(_switched(move, record.result), flush=True)
@@ -124,17 +133,14 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
     return ExitCode.FAILED if failed else ExitCode.OK
 
 
-def register_db(db_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def build_rebalance(p: argparse.ArgumentParser) -> None:
     """`db rebalance`."""
-    p = db_sub.add_parser(
-        "rebalance",
-        help="switch each database's active back to its most preferred healthy copy",
-    )
     p.add_argument("--database", default=None, help=f"only this database ({DATABASE})")
     p.add_argument(
         "--dry-run", action="store_true", help="print the plan (one line per database) only"
     )
     add_config(p)
+    add_timeout(p, "2m", waits="each switchover's answer")
     p.add_argument(
         "--json",
         action="store_true",

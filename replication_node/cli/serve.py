@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from dag_common.cli import add_config, add_duration
+from dag_common.cli import ExitCode, add_config, add_duration
 from dag_common.clock import SystemClock
 from dag_common.cluster_store import open_cluster_store
 from dag_common.config import ClusterConfig, accepted_credentials, load_config, load_token
@@ -27,7 +27,6 @@ from dag_common.echo import quoted
 from dag_common.errors import ConfigError
 from dag_common.exclusive import bind_port, lock_directory
 from dag_common.memory import bound_allocator
-from dag_common.model import ExitCode
 from dag_common.taskdump import TASK_DUMP_END, describe_tasks
 from replication_node.audit import AUDIT_FILE, AuditLog
 from replication_node.cli.supervisor import NodeSlot, last_line, restartable, why_exited
@@ -248,11 +247,8 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     return code
 
 
-def register(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser],
-) -> argparse._SubParsersAction[argparse.ArgumentParser]:
-    """Add `serve` and `cluster up` to the parser; the `cluster` subcommands, for others."""
-    serve = sub.add_parser("serve", help="run one node")
+def build_serve(serve: argparse.ArgumentParser) -> None:
+    """`serve`."""
     add_config(serve)
     serve.add_argument("--node", required=True, help="the node to run, by its name in the config")
     add_duration(
@@ -269,11 +265,9 @@ def register(
     serve.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     serve.set_defaults(func=cmd_serve)
 
-    cluster = sub.add_parser(
-        "cluster", help="run every node of a config locally; pause or resume automatic failover"
-    )
-    csub = cluster.add_subparsers(dest="cluster_cmd", required=True)
-    up = csub.add_parser("up", help="start all nodes as local processes; Ctrl-C stops them")
+
+def build_cluster_up(up: argparse.ArgumentParser) -> None:
+    """`cluster up`."""
     add_config(up)
     add_duration(up, "--config-refresh", default="30s", help="each node's configupdater period")
     up.add_argument(
@@ -287,4 +281,3 @@ def register(
         help="stop the whole cluster (exit 1) when a node exits, instead of restarting it",
     )
     up.set_defaults(func=cmd_cluster_up)
-    return csub

@@ -20,10 +20,9 @@ import argparse
 import json
 from typing import Any
 
-from dag_common.cli import add_config, add_json, database_named
+from dag_common.cli import ExitCode, add_config, add_json, database_named
 from dag_common.config import ClusterConfig
 from dag_common.errors import BadInput, NodeCallError
-from dag_common.model import ExitCode
 from dag_common.node_client import NodeStoreClient
 
 

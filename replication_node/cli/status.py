@@ -15,32 +15,38 @@ import json
 import sys
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
-from dag_common.cli import add_config, add_json, database_named
+from dag_common.cli import ExitCode, add_config, add_json, add_timeout, database_named
 from dag_common.cluster_store import ActiveRecord, LeaseRecord, open_cluster_store
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.echo import quoted
 from dag_common.errors import ConfigError, TokenRefused
 from dag_common.http_client import client_session
-from dag_common.model import CopyStatus, ExitCode, FailoverPause, NodeStatus
+from dag_common.model import CopyStatus, FailoverPause, NodeStatus
 from dag_common.node_status import AUTH_FAILED, StatusUnavailable, fetch_node_status
 from replication_node.cli.status_table import plain_table, rich_table, status_row
 from replication_node.cluster.mount_policy import assess_loss, best_copy, generations_at_risk
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+STATUS_TIMEOUT = 5.0  # seconds: how long a node's status is waited for, by default
+
 
 async def fetch_statuses(
-    config: ClusterConfig, token: str
+    config: ClusterConfig, token: str, *, timeout: float = STATUS_TIMEOUT
 ) -> dict[str, NodeStatus | StatusUnavailable]:
-    """Every node's /v1/status, or what kept us from it."""
+    """Every node's /v1/status, or what kept us from it (each asked at once, for up to
+    `timeout` seconds)."""
     out: dict[str, NodeStatus | StatusUnavailable] = {}
     async with client_session(config) as s:
 
         async def one(name: str, url: str) -> None:
             try:
-                out[name] = await fetch_node_status(s, url, token, expect_node=name)
+                out[name] = await fetch_node_status(
+                    s, url, token, timeout=timeout, expect_node=name
+                )
             except StatusUnavailable as exc:
                 out[name] = exc
 
@@ -76,6 +82,8 @@ def terminal_console() -> Console | None:
     gets the plain table whatever FORCE_COLOR says)."""
     if not sys.stdout.isatty():
         return None
+    from rich.console import Console  # only to draw on a terminal, as `status_table` does
+
     console = Console()
     return console if console.is_terminal else None
 
@@ -87,7 +95,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         database_named(config, args.database, args.config)
     if args.node and args.node not in {n.name for n in config.nodes}:
         raise ConfigError(f"no node {quoted(args.node)} in {args.config}")
-    statuses = asyncio.run(fetch_statuses(config, token))
+    statuses = asyncio.run(fetch_statuses(config, token, timeout=args.timeout.total_seconds()))
     if token_refused(statuses):
         raise TokenRefused(refusal(statuses))
     every = []  # every copy: a database's notes need all of them, whatever is shown
@@ -254,11 +262,11 @@ async def _store_view(config: ClusterConfig, databases: list[str]) -> StoreView 
         await store.aclose()
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `status` to the parser."""
-    status = sub.add_parser("status", help="copy status of the whole cluster")
+def register(status: argparse.ArgumentParser) -> None:
+    """`status`."""
     add_config(status)
     status.add_argument("--database", default=None, help="only this database's copies")
     status.add_argument("--node", default=None, help="only the copies on this node")
     add_json(status, "print every copy's status report as JSON instead of the table")
+    add_timeout(status, f"{STATUS_TIMEOUT:g}s", waits="each node's status")
     status.set_defaults(func=cmd_status)

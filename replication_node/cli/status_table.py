@@ -9,14 +9,13 @@ copy says how far its seed has come.  Nothing here fetches or prints."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-from rich import box
-from rich.console import JustifyMethod
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
+
+if TYPE_CHECKING:  # rich is imported only to draw on a terminal (as `reseed_wait` does)
+    from rich.console import JustifyMethod
+    from rich.table import Table
 
 
 def _mode(report: CopyStatusReport) -> str:
@@ -144,6 +143,10 @@ STATUS_STYLE: dict[str, str] = {
 def rich_table(rows: list[StatusRow]) -> Table:
     """The table for a terminal: the same rows and cells as `plain_table`, statuses in
     colour, a node's or copy's error in red."""
+    from rich import box  # only to draw on a terminal: a pipe's table needs none of rich
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("Name", "left"),

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dag_common.backoff import Backoff
-from dag_common.model import ExitCode
+from dag_common.cli import ExitCode
 
 FIRST, LONGEST, STEADY = 1.0, 60.0, 60.0
 

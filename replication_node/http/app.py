@@ -1,5 +1,6 @@
 """The node's aiohttp application: each route held to its role (`dag_common.route_roles`),
-the one JSON error answer, the store, status and admin routes, `/metrics`, and the log share
+a request read after its caller's deadline refused (`dag_common.deadline`), the one JSON
+error answer, the store, status and admin routes, `/metrics`, and the log share
 of the active copies here."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from dag_common.deadline_middleware import deadline_middleware
 from dag_common.http_body import items_body_size
 from dag_common.route_roles import role_middleware
 from replication_node.active.share import ActiveLogShare
@@ -41,6 +43,8 @@ def build_app(node: Node) -> web.Application:
     app = web.Application(
         middlewares=[
             role_middleware(node.credentials, on_call=node.audit, nodes=_node_identity(node)),
+            # after the credential check: a known caller's late call is audited as refused
+            deadline_middleware(lambda: node.clock.now().timestamp()),
             error_middleware,
         ],
         # Bodies are read by `body.py` within each request's own limit, from the config as

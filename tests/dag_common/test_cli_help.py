@@ -1,5 +1,6 @@
 """Every command line explains itself: each command, option and argument has help, a
-duration says how it is written, and `--version` answers, for the four commands."""
+duration says how it is written, and `--version` answers, for the five commands; and it
+answers at once: `--help` imports none of the libraries a command's work needs (issue 48)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ from mrs_client.cli import build_parser as mrs_parser
 from replication_node.cli.main import build_parser as node_parser
 from spark_metrics.cli import _parser as spark_parser
 from tests.cluster_harness import ROOT
+from transport.cli import _parser as transport_parser
 
 PARSERS = {
     "replication-node": node_parser,
     "guarantee-api": guarantee_parser,
     "mrs": mrs_parser,
     "spark-metrics": spark_parser,
+    "transport": transport_parser,
 }
 
 
@@ -61,6 +64,7 @@ def test_a_duration_option_says_how_a_duration_is_written(prog):
         ("guarantee_api.cli", "guarantee-api"),
         ("mrs_client.cli", "mrs"),
         ("spark_metrics.cli", "spark-metrics"),
+        ("transport.cli", "transport"),
     ],
 )
 def test_version(module, prog):
@@ -109,3 +113,45 @@ def test_a_bad_duration_is_one_error_line_naming_the_option(tmp_path, module, ar
     )
     assert "is not a duration (use e.g. 500ms, 30s" in done.stderr
     assert done.stdout == ""
+
+
+# What a command's work imports, and `--help` must not: each costs a tenth of a second or
+# more to import (issue 48: `replication-node --help` took 0.6-1.8 s).
+HEAVY = ("aiohttp", "pydantic", "grpc", "yaml", "orjson", "rich", "pyspark", "prometheus_client")
+IMPORTED = """
+import sys
+from importlib import import_module
+code = import_module(sys.argv[1]).main(sys.argv[2:])
+heavy = sorted({name.split(".")[0] for name in sys.modules} & set(HEAVY))
+print("imported:", *heavy)
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "args"),
+    [
+        ("replication_node.cli.main", ["--help"]),
+        ("replication_node.cli.main", ["db", "--help"]),
+        ("replication_node.cli.main", ["cluster", "--help"]),
+        ("replication_node.cli.main", ["log", "--help"]),
+        ("replication_node.cli.main", ["--version"]),
+        ("replication_node.cli.main", ["no-such-command"]),
+        ("mrs_client.cli", ["--help"]),
+        ("mrs_client.cli", ["--version"]),
+        ("transport.cli", ["--help"]),
+        ("guarantee_api.cli", ["--help"]),
+        ("spark_metrics.cli", ["--help"]),
+    ],
+)
+def test_help_imports_none_of_what_the_commands_work_needs(module, args):
+    """In a fresh interpreter: `--help` (and a command's group listing, `--version`, a
+    mistyped command) reads its table of commands, never a command's module."""
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORTED.replace("HEAVY", repr(HEAVY)), module, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert done.returncode == (2 if args == ["no-such-command"] else 0), done.stderr
+    assert done.stdout.splitlines()[-1] == "imported:", (module, args, done.stdout[-300:])

@@ -5,10 +5,16 @@ exit 2, whichever way the command found out."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
 
 import pytest
 
-from tests.cluster_harness import LocalCluster
+from tests.cluster_harness import ROOT, LocalCluster
+from tests.human_output import reprs
 from tests.replication_node.e2e import two_nodes
 
 pytestmark = pytest.mark.slow
@@ -26,6 +32,14 @@ async def cluster(tmp_path):
 def run(cluster: LocalCluster, *args: str, token: str | None = None):
     """`replication-node ARGS --config …` as an operator runs it (with another token)."""
     return cluster.node_cli(*args, timeout=60, env={"DG_AUTH_TOKEN": token} if token else None)
+
+
+def run_local(*args: str) -> subprocess.CompletedProcess[str]:
+    """`replication-node ARGS` of the commands that read files only (no config)."""
+    return subprocess.run(
+        [sys.executable, "-m", "replication_node.cli.main", *args],
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )  # fmt: skip
 
 
 async def test_admin_calls_say_in_one_line_what_they_did(cluster):
@@ -121,3 +135,76 @@ async def test_rebalance_skips_a_database_whose_preferred_copy_cannot_take_over(
     assert down.stdout.startswith(
         "DB1: skipped: the preferred copy cannot take over: mbx1: unreachable: connection refused"
     ), down.stdout
+
+
+async def test_a_call_to_a_stopped_node_is_given_up_at_its_timeout_and_never_carried_out(cluster):
+    """Issue 48: a node stopped (SIGSTOP) still has its kernel accept the call and keep it;
+    the command gives up at --timeout in one line saying how to check, and the node, when
+    it runs again and reads the call past its deadline, refuses it: nothing is suspended."""
+    stopped = cluster.procs["mbx2"]
+    stopped.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        given_up = run(cluster, "db", "suspend", "DB1", "--node", "mbx2", "--timeout", "1s")
+        waited = time.monotonic() - started
+    finally:
+        stopped.send_signal(signal.SIGCONT)
+    assert given_up.returncode == 1 and given_up.stdout == "", given_up.stderr
+    assert given_up.stderr == (
+        "error: node mbx2 did not answer within 1s: the suspend of DB1\\mbx2 may still be "
+        "carried out, if mbx2 read the call in time: `replication-node status --database DB1` "
+        "shows whether it was\n"
+    )
+    assert waited < 30, waited  # the interpreter's start on a loaded machine, and 1 s
+
+    async def suspends() -> list[dict[str, Any]]:
+        trail = await cluster.ok("GET", "mbx2", "/v1/audit?database=DB1")
+        return [e for e in trail["lines"] if e["path"].endswith("/copies/mbx2/suspend")]
+
+    async def read() -> bool:  # the node, running again, has read the call it was sent
+        return bool(await suspends())
+
+    await cluster.wait_for("mbx2 to read the suspend it was sent while stopped", read)
+    [line] = await suspends()
+    assert (line["status"], line["result"]) == (408, "refused"), line
+    assert (await cluster.status("mbx2"))["DB1"]["status"] == "Healthy"
+    assert "after its caller's deadline (by this server's clock)" in cluster.log("mbx2")
+
+
+async def test_no_command_prints_a_python_repr(cluster, tmp_path):
+    """Issue 48: human output has no brackets of a list, no None: every command that
+    prints for a person, run against the cluster."""
+    commands = [
+        ("status",),
+        ("status", "--database", "DB1"),
+        ("db", "roll-log", "DB1"),
+        ("db", "suspend", "DB1", "--node", "mbx2", "--reason", "patching"),
+        ("db", "resume", "DB1", "--node", "mbx2"),
+        ("db", "suspend", "DB1", "--node", "mbx2", "--activation-only"),
+        ("db", "resume", "DB1", "--node", "mbx2", "--activation-only"),
+        ("db", "history", "DB1"),
+        ("db", "rebalance", "--dry-run"),
+        ("db", "rebalance"),
+        ("mailbox", "create", "alice", "--database", "DB1"),
+        ("mailbox", "put", "alice", "--database", "DB1", "--count", "3"),
+        ("mailbox", "list", "alice", "--database", "DB1"),
+        ("mailbox", "where", "alice"),
+        ("cluster", "pause", "--reason", "patching"),
+        ("status",),
+        ("cluster", "resume"),
+        ("db", "backup", "DB1", "--from", "mbx2", "--to", str(tmp_path / "full")),
+        ("db", "restore", str(tmp_path / "full"), "--to", str(tmp_path / "restored")),
+        ("db", "header", str(tmp_path / "restored" / "DB1.sqlite")),
+        ("audit",),
+    ]
+    printed = []
+    for args in commands:
+        files_only = args[:2] in (("db", "header"), ("db", "restore"))
+        done = run_local(*args) if files_only else run(cluster, *args)
+        assert done.returncode == 0, (args, done.stderr)
+        printed.append((args, reprs(done.stdout + done.stderr)))
+    logs = sorted((tmp_path / "full").rglob("E*.log"))
+    dumped = run_local("log", "dump", str(logs[-1]), "--records")
+    assert dumped.returncode == 0, dumped.stderr
+    printed.append((("log", "dump"), reprs(dumped.stdout)))
+    assert [(args, lines) for args, lines in printed if lines] == []

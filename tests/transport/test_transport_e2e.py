@@ -13,6 +13,7 @@ import pytest
 
 from dag_common.api_types import item_id_for
 from tests.cluster_harness import ROOT, wait_until
+from tests.human_output import reprs
 from tests.mrs_client.e2e import shorten_guarantee_waits
 from tests.mrs_client.test_move_e2e import FAST, mrs
 from tests.replication_node.e2e import converged, three_nodes
@@ -290,3 +291,28 @@ async def test_a_message_no_try_can_deliver_ends_in_the_poison_queue_with_why(la
     assert "<nofolder@example> -> bob after 5 tries" in listed.stdout
     assert "has no folder 'Archive'" in listed.stdout
     assert set(await items_of(cluster, "mbx2")) == set(), "nothing written"
+
+
+def transport_cli(cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "transport.cli", *args, "--config", str(cluster.config_path)],
+        capture_output=True, text=True, env=cluster.env(), cwd=ROOT, timeout=60,
+    )  # fmt: skip
+
+
+async def test_the_command_line_says_what_it_did_in_words(lab):
+    """Issue 48: `transport submit` said `accepted for ['alice', 'bob']`."""
+    cluster, hubs = lab
+    await cluster.ok("PUT", "mbx2", "/v1/databases/DB2/mailboxes/carol")
+    sent = ["submit", "--via", "hub1", "--to", "bob", "--to", "carol", "--message-id", "<w@x>"]
+    first = await asyncio.to_thread(transport_cli, cluster, *sent)
+    assert (first.returncode, first.stdout, first.stderr) == (
+        0, "<w@x>: accepted for bob, carol\n", ""
+    )  # fmt: skip
+    again = await asyncio.to_thread(transport_cli, cluster, *sent)
+    assert again.stdout == "<w@x>: already accepted (nothing queued again)\n", again.stderr
+    await hubs.drained("hub1")
+    status = await asyncio.to_thread(transport_cli, cluster, "status", "--via", "hub1")
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.startswith("transport hub1: 0 waiting, 0 queued, 2 in the dumpster")
+    assert reprs(status.stdout) == [], status.stdout

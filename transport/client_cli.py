@@ -1,0 +1,136 @@
+"""`transport submit`, `status` and `poison`: give a transport a message, see its queue and
+its poison queue, over its API (`transport.cli` says the exit codes)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from dag_common.cli import ExitCode, add_config, add_json, add_timeout, transport_named
+from dag_common.command_calls import Calls, Change
+from dag_common.config import ClusterConfig, load_config
+from dag_common.errors import CommandFailed, DagError, failure
+from transport.messages import QueueState
+
+TIMEOUT = "15s"  # a transport answers at once: a submission once its queue holds it durably
+
+
+async def _call(
+    config: ClusterConfig,
+    via: str,
+    timeout: float,
+    path: str,
+    message: dict[str, Any] | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """GET `path` of the transport `via`, or POST `message` to it: (HTTP status, its JSON
+    answer); CallFailed naming the transport if it gives none within `timeout` seconds."""
+    async with Calls(config, timeout=timeout) as calls:
+        hub = calls.transport(via)
+        if message is None:
+            return await calls.get(hub, path)
+        change = Change(
+            f"the submission of message {message['message_id']}",
+            "`transport submit` again with the same --message-id queues it once at most",
+        )
+        return await calls.post(hub, path, message, change=change)
+
+
+def _refused(status: int, body: dict[str, Any]) -> DagError:
+    """A transport's answer that is not a success, as the error that ends the command."""
+    code = ExitCode.BAD_INPUT if 400 <= status < 500 and status != 401 else ExitCode.FAILED
+    return failure(code, f"HTTP {status}: {body.get('error') or 'no reason given'}")
+
+
+def _cmd_submit(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    hub = transport_named(config, args.via, args.config)
+    body = Path(args.body_file).read_text() if args.body_file else args.body
+    message = {"message_id": args.message_id, "recipients": args.to, "folder": args.folder,
+               "subject": args.subject, "body": body}  # fmt: skip
+    status, answer = asyncio.run(
+        _call(config, hub.name, args.timeout.total_seconds(), "/v1/messages", message)
+    )
+    if status == 200:
+        print(f"{args.message_id}: already accepted (nothing queued again)")
+        return ExitCode.OK
+    if status >= 300:
+        raise _refused(status, answer)
+    recipients = ", ".join(answer.get("recipients") or args.to)
+    print(f"{answer.get('message_id', args.message_id)}: accepted for {recipients}")
+    return ExitCode.OK
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    hub = transport_named(config, args.via, args.config)
+    status, body = asyncio.run(_call(config, hub.name, args.timeout.total_seconds(), "/v1/queue"))
+    if status != 200:
+        raise _refused(status, body)
+    if args.json:
+        print(json.dumps(body, indent=2))
+        return ExitCode.OK
+    try:
+        state = QueueState.model_validate(body)
+    except ValidationError as exc:
+        raise CommandFailed(
+            f"transport {hub.name}: its queue answer is malformed ({exc.error_count()} errors)"
+        ) from None
+    d = state.deliveries
+    print(f"transport {state.transport}: {state.waiting} waiting, {d.get('Queued', 0)} queued, "
+          f"{d.get('Delivered', 0)} in the dumpster, {d.get('Poison', 0)} poison")  # fmt: skip
+    for dump in state.dumpsters:
+        print(f"  dumpster {dump.database}: {dump.messages} messages, {dump.bytes} bytes")
+    return ExitCode.OK
+
+
+def _cmd_poison(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    hub = transport_named(config, args.via, args.config)
+    status, body = asyncio.run(_call(config, hub.name, args.timeout.total_seconds(), "/v1/poison"))
+    if status != 200:
+        raise _refused(status, body)
+    if args.json:
+        print(json.dumps(body, indent=2))
+        return ExitCode.OK
+    for p in body["poison"]:
+        print(f"{p['message_id']} -> {p['recipient']} after {p['tries']} tries: {p['reason']}")
+    return ExitCode.OK
+
+
+def build_submit(submit: argparse.ArgumentParser) -> None:
+    """`transport submit`."""
+    add_config(submit)
+    submit.add_argument("--via", required=True, help="the transport to give it to")
+    submit.add_argument("--to", required=True, action="append", help="a recipient mailbox")
+    submit.add_argument("--message-id", required=True, help="the message's unique id")
+    submit.add_argument("--folder", default="Inbox", help="the folder (default Inbox)")
+    submit.add_argument("--subject", default="", help="the subject")
+    text = submit.add_mutually_exclusive_group()
+    text.add_argument("--body", default="", help="the body")
+    text.add_argument("--body-file", help="read the body from this file")
+    add_timeout(submit, TIMEOUT, waits="the transport's answer")
+    submit.set_defaults(func=_cmd_submit)
+
+
+def _asking(cmd: argparse.ArgumentParser) -> None:
+    add_config(cmd)
+    cmd.add_argument("--via", required=True, help="the transport to ask")
+    add_timeout(cmd, TIMEOUT, waits="the transport's answer")
+    add_json(cmd)
+
+
+def build_status(cmd: argparse.ArgumentParser) -> None:
+    """`transport status`."""
+    _asking(cmd)
+    cmd.set_defaults(func=_cmd_status)
+
+
+def build_poison(cmd: argparse.ArgumentParser) -> None:
+    """`transport poison`."""
+    _asking(cmd)
+    cmd.set_defaults(func=_cmd_poison)

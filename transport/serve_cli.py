@@ -1,0 +1,121 @@
+"""`transport serve`: run one transport (its queue, its delivery, its API) until SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from aiohttp import web
+
+from dag_common.cli import ExitCode, add_config, transport_named
+from dag_common.clock import SystemClock
+from dag_common.cluster_store import open_cluster_store
+from dag_common.config import accepted_credentials, load_config, load_token
+from dag_common.exclusive import bind_port, lock_directory
+from dag_common.http_client import client_session
+from dag_common.memory import MemoryBudget, bound_allocator
+from dag_common.memory_metrics import watch_memory
+from dag_common.node_client import NodeStoreClient
+from transport.app import build_app
+from transport.delivery import Deliverer
+from transport.directory import CachedDirectory
+from transport.metrics import TransportMetrics
+from transport.queue import QueueStore
+from transport.retry import RetryPolicy
+from transport.service import Transport
+
+logger = logging.getLogger(__name__)
+
+
+async def _serve(config_path: Path, name: str, listen_host: str | None) -> int:
+    config = load_config(config_path)
+    hub = transport_named(config, name, config_path)
+    token = load_token(config)
+    lock = lock_directory(hub.data_dir, f"transport {name}")  # noqa: F841 - held
+    sockets = bind_port(listen_host or hub.host, hub.port, f"transport {name}")
+    settings = config.transport
+    clock = SystemClock()
+    metrics = TransportMetrics()
+    store = QueueStore(
+        hub.data_dir / "queue.db",
+        max_dumpster_time=settings.max_dumpster_time.total_seconds(),
+        max_dumpster_size=int(settings.max_dumpster_size_per_database),
+    )
+    store_of_cluster = open_cluster_store(config)
+    directory = CachedDirectory(store_of_cluster, clock)
+    session = client_session(config)
+    nodes = NodeStoreClient(config, token=token, session=session, clock=clock)
+    policy = RetryPolicy(
+        interval=settings.retry_interval.total_seconds(),
+        max_interval=settings.retry_max_interval.total_seconds(),
+        expiration=settings.message_expiration.total_seconds(),
+        max_tries=settings.max_tries,
+    )
+    # One budget for the bodies a transport holds: submissions read, deliveries tried.
+    memory = MemoryBudget(int(settings.memory_budget))
+    watch_memory(metrics.registry, memory)
+    deliverer = Deliverer(
+        store=store, directory=directory, nodes=nodes, policy=policy, clock=clock,
+        metrics=metrics, concurrency=settings.concurrency, memory=memory,
+    )  # fmt: skip
+    tls = config.tls.for_node(name) if config.tls else None
+    ssl_ctx = tls.server_context() if tls else None
+
+    def reload_certificate() -> None:  # a rotated certificate, for new handshakes
+        if tls is not None and ssl_ctx is not None:
+            tls.reload(ssl_ctx, server=True)
+
+    accepted = accepted_credentials(config_path, node=name, on_reload=reload_certificate)
+    transport = Transport(
+        config=config, name=name, token=token, store=store, directory=directory,
+        deliverer=deliverer, clock=clock, metrics=metrics, credentials=accepted, memory=memory,
+    )  # fmt: skip
+    runner = web.AppRunner(build_app(transport), access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+
+    delivering = asyncio.create_task(deliverer.run(), name="delivery")
+    try:
+        for sock in sockets:
+            await web.SockSite(runner, sock, ssl_context=ssl_ctx).start()
+        print(f"transport {name} listening on {hub.url}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, accepted.reload)  # credentials rotated
+        watching = asyncio.create_task(accepted.watch(clock.sleep), name="credentials")
+        await asyncio.wait(
+            [asyncio.ensure_future(stop.wait()), delivering], return_when=asyncio.FIRST_COMPLETED
+        )
+        logger.info("transport %s stopping", name)
+        watching.cancel()
+    finally:
+        await runner.cleanup()  # no new submissions; those in flight answered
+        delivering.cancel()
+        await asyncio.gather(delivering, return_exceptions=True)
+        await session.close()
+        await store_of_cluster.aclose()
+        store.close()
+    failure = None if not delivering.done() or delivering.cancelled() else delivering.exception()
+    if failure is not None:
+        raise failure
+    return ExitCode.OK
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    bound_allocator()  # freed bodies back to the kernel (dag_common/memory.py)
+    return asyncio.run(_serve(Path(args.config), args.name, args.listen_host))
+
+
+def build(serve: argparse.ArgumentParser) -> None:
+    """`transport serve`."""
+    add_config(serve)
+    serve.add_argument("--name", required=True, help="the transport's name in the config")
+    serve.add_argument("--listen-host", help="the address to bind (default: the url's host)")
+    serve.set_defaults(func=_cmd_serve)
