@@ -15,6 +15,8 @@ $(STAMP): $(BIN)/python pyproject.toml
 	touch $(STAMP)
 
 # Debian packages, each as command:package, installed only when the command is missing.
+# Missing ones stop make with one line saying which (tools/install_debs.sh): it waits for
+# another apt or dpkg to let go of its lock (up to 10 min) rather than warn and go on.
 # The tests use prometheus (promtool checks metric names), etcd-server (the etcd cluster
 # store's tests run a real etcd), faketime (clock-skew tests run node processes under
 # libfaketime), a Java runtime (pyspark starts a JVM: spark_metrics), chromium (the
@@ -26,13 +28,7 @@ IMAGE_PACKAGES := podman:podman buildah:buildah runc:runc debootstrap:debootstra
 DEMO_PACKAGES := java:openjdk-17-jre-headless
 
 define install_missing
-	@missing=""; for pair in $(1); do \
-	  command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing Debian packages:$$missing"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null) \
-	  || echo "warning: could not install$$missing; the tests that need them will fail"; \
-	fi
+	@sh tools/install_debs.sh $(1)
 endef
 
 system-deps:
