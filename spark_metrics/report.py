@@ -11,25 +11,23 @@ The output is small (already aggregated), so it is read with pyarrow, without Sp
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
-from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
-from matplotlib.figure import Figure
 
 from dag_common.durable import atomic_write
+from spark_metrics.chart import queue_chart
 from spark_metrics.constraints import FRACTION_COLUMNS
 from spark_metrics.errors import BadInputError
 from spark_metrics.manifest import load_run
 from spark_metrics.options import describe_window
 
 WORST_PER_SITE = 10
+MISSING = "—"  # a figure without a value: no fresh sample of it in the window
 _CONSTRAINT_LABELS = {c: str(k) for k, c in FRACTION_COLUMNS.items()}
 
 
@@ -49,51 +47,18 @@ def read_output(root: Path, name: str) -> pd.DataFrame:
     return df
 
 
-def _png(fig: Figure) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=96)
-    return base64.b64encode(buf.getvalue()).decode()
-
-
-def queue_chart(copies: pd.DataFrame, database: str) -> str:
-    """Copy and replay queue length of each copy of `database` over time, as a PNG (base64)."""
-    fig = Figure(figsize=(11, 5.2), layout="constrained")
-    top, bottom = fig.subplots(2, 1, sharex=True)
-    rows = copies[copies["database"] == database].sort_values("window_start")
-    for copy, part in rows.groupby("copy", sort=True):
-        site = part["site"].iloc[0]
-        for ax, col in ((top, "copy_queue_length"), (bottom, "replay_queue_length")):
-            line = ax.plot(
-                part["window_start"], part[f"{col}_mean"], lw=1.6, label=f"{copy} ({site}) mean"
-            )[0]
-            ax.plot(
-                part["window_start"],
-                part[f"{col}_max"],
-                lw=0.8,
-                ls=":",
-                color=line.get_color(),
-                label=f"{copy} max",
-            )
-    top.set_ylabel("copy queue (logs)")
-    bottom.set_ylabel("replay queue (logs)")
-    top.set_title(f"{database}: queue length per copy and window (mean solid, max dotted)")
-    for ax in (top, bottom):
-        ax.grid(True, alpha=0.3)
-        ax.set_ylim(bottom=0, top=max(1.0, ax.get_ylim()[1]))  # all-zero queues: 0..1 logs
-    locator = AutoDateLocator()
-    bottom.xaxis.set_major_locator(locator)
-    bottom.xaxis.set_major_formatter(ConciseDateFormatter(locator))
-    top.legend(loc="upper left", fontsize=8, ncols=3)
-    return _png(fig)
-
-
 def _pct(value: float) -> str:
-    return "" if pd.isna(value) else f"{100 * value:.1f}%"
+    return MISSING if pd.isna(value) else f"{100 * value:.1f}%"
+
+
+def _count(value: object) -> str:
+    """A whole number (pandas reads an integer column with nulls as floats)."""
+    return MISSING if pd.isna(value) else f"{int(value):,}"
 
 
 def _cell(value: object) -> str:
     if isinstance(value, float):
-        return "" if pd.isna(value) else f"{value:,.2f}"
+        return MISSING if pd.isna(value) else f"{value:,.2f}"
     if isinstance(value, pd.Timestamp):
         return value.strftime("%Y-%m-%d %H:%M:%S")
     return html.escape(str(value))
@@ -134,10 +99,10 @@ def worst_table(sites: pd.DataFrame, databases: set[str] | None = None) -> str:
                     html.escape(str(site)),
                     _cell(r["window_start"]),
                     html.escape(f"{r['database']}\\{r['copy']}"),
-                    str(r["copy_queue_length_max"]),
+                    _count(r["copy_queue_length_max"]),
                     _cell(float(r["copy_queue_length_mean"])),
-                    str(r["copy_queue_length_p95"]),
-                    str(r["replay_queue_length_max"]),
+                    _count(r["copy_queue_length_p95"]),
+                    _count(r["replay_queue_length_max"]),
                     _cell(float(r["replay_lag_max_s"])),
                     _pct(r["healthy_fraction"]),
                     _pct(r["reachable_fraction"]),
@@ -192,6 +157,9 @@ def render(out_dir: Path) -> str:
         f"&middot; windows of {width} &middot; "
         f"{copies['samples'].sum():,} copy samples "
         f"&middot; generated {datetime.now(UTC):%Y-%m-%d %H:%M} UTC</p>",
+        "<p class='meta'>A line breaks at a window without a fresh sample of its copy (the "
+        "node unreachable, its status stale, or no history at all); a dot is a window alone "
+        f"between two such. {MISSING} in a table: no fresh sample of that figure.</p>",
     ]
     skipped = run.skipped if run is not None else []
     if skipped:

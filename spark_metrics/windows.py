@@ -55,8 +55,12 @@ def _replay_span_us() -> Column:
 
 
 def _replay_lag_s() -> Column:
-    span = F.greatest(F.lit(0.0), _replay_span_us() / F.lit(1e6))
-    return F.when(F.col("replay_queue_length") <= 0, F.lit(0.0)).otherwise(span)
+    """Seconds of log time in the replay queue: 0 for an empty queue, null when unknown (a
+    sample that is not fresh: `greatest` alone would skip the null and say 0)."""
+    span = _replay_span_us() / F.lit(1e6)
+    return F.when(F.col("replay_queue_length") <= 0, F.lit(0.0)).when(
+        span.isNotNull(), F.greatest(F.lit(0.0), span)
+    )
 
 
 def _p95(histogram: Column) -> Column:

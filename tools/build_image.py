@@ -173,6 +173,13 @@ def image_label(tag: str) -> str | None:
     return result.stdout.strip() if result.returncode == 0 else None
 
 
+def prune_leftovers() -> None:
+    """Remove the dangling images of our builds (labelled `LABEL`, tagged no more, used by
+    no container): the images a build moved a tag off, and what an interrupted build, or one
+    by an older version of this script, left.  Each image of the spark target is 1.5 GB."""
+    podman("image", "prune", "--force", "--filter", f"label={LABEL}")
+
+
 def make_base_tarball(cache: Path, digest: str) -> Path:
     """debootstrap bookworm with python3 and pip, finished and packed; kept in `cache`."""
     tarball = cache / f"base-{digest}.tar"
@@ -211,6 +218,31 @@ def ensure_base(cache: Path) -> str:
     return digest
 
 
+def build_target(context: Path, target: Target, digest: str, base: str = BASE_TAG) -> None:
+    """Build `target` from `context` on `base`, labelled with `digest`, and tag it; the store
+    then holds that image and nothing else of the build.
+
+    Without the layer cache: buildah 1.28 (bookworm's) mounts an empty directory for
+    `RUN --mount=from=<stage>` when every step of that stage came from the cache, so a build
+    that reuses the wheels stage but reruns an install would install nothing; and the
+    install step's cache key does not include the mounted wheels, so a cached build took the
+    install layer of an older source (the runtime image of an earlier build, the day's
+    first, ran a config model without the newest field: CI on a machine whose store held
+    both).  Built uncached, every stage is whole and the source's own (pip's own cache is a
+    cache mount, kept: no wheel is downloaded again).  And without layers: podman commits an
+    image per step by default, `--no-cache` included, so every build left its build stage
+    (the wheels, ~1.45 GB) as a dangling image and each step as an untagged one, which no
+    later build reads; with `--layers=false` only the target is committed.  The image the
+    tag named before is removed (`prune_leftovers`)."""
+    podman(
+        "build", "--format", "docker", "--no-cache", "--layers=false", "--target", target.stage,
+        "--build-arg", f"PYTHON_IMAGE={base}", "--label", f"{LABEL}={digest}",
+        *trust_args(), "--tag", target.tag, str(context),
+        capture=False,
+    )  # fmt: skip
+    prune_leftovers()
+
+
 def ensure_images(root: Path = ROOT) -> list[Target]:
     """Both targets built and tagged, each rebuilt only when what it is built from changed."""
     if shutil.which("podman") is None:
@@ -222,23 +254,10 @@ def ensure_images(root: Path = ROOT) -> list[Target]:
     for target in built:
         if target not in stale:
             print(f"{target.tag}: up to date ({LABEL} {digest})", flush=True)
-    # Every stale target without the layer cache.  buildah 1.28 (bookworm's) mounts an empty
-    # directory for `RUN --mount=from=<stage>` when every step of that stage came from the
-    # cache, so a build that reuses the wheels stage but reruns an install would install
-    # nothing; and the install step's cache key does not include the mounted wheels, so a
-    # cached build took the install layer of an older source (the runtime image of an
-    # earlier build, the day's first, ran a config model without the newest field: CI on
-    # a machine whose store held both).  Built uncached, every stage is whole and the
-    # source's own.  (pip's own cache is a cache mount, kept: no wheel is downloaded again.)
     for target in sorted(stale, key=lambda t: t != built[-1]):
         print(f"{target.tag}: building target {target.stage} ...", flush=True)
-        cache = ["--no-cache"]
-        podman(
-            "build", "--format", "docker", *cache, "--target", target.stage,
-            "--build-arg", f"PYTHON_IMAGE={BASE_TAG}", "--label", f"{LABEL}={digest}",
-            *trust_args(), "--tag", target.tag, str(root),
-            capture=False,
-        )  # fmt: skip
+        build_target(root, target, digest)
+    prune_leftovers()
     return built
 
 
@@ -260,6 +279,9 @@ def write_sbom(target: Target, cache: Path) -> Path:
         "debian": dict(line.split("\t") for line in debian.splitlines() if line),
         "python": {p["name"]: p["version"] for p in json.loads(python)},
     }
+    # The cache directory may not exist yet: a checkout that found the base and both images
+    # already in podman's store (another clone of the same tree built them) made nothing.
+    cache.mkdir(parents=True, exist_ok=True)
     path = cache / f"{target.stage}-packages.json"
     path.write_text(json.dumps(sbom, indent=1, sort_keys=True) + "\n")
     return path
@@ -275,7 +297,7 @@ def main() -> int:
             size = podman("image", "inspect", "--format", "{{.Size}}", target.tag).stdout
             sbom = write_sbom(target, root / ".cache" / "image")
             print(f"{target.tag} ({target.stage}): {int(size) / 1e6:.0f} MB; packages: {sbom}")
-    except (RuntimeError, subprocess.CalledProcessError) as exc:
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
         print(f"make image: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -164,9 +164,13 @@ async def start_service(
         clients=None if clients is None else (lambda: clients), clock=clock,
     )  # fmt: skip
     await service.start()
-    if first_round:
-        assert service.poller is not None
-        await service.poller.wait_rounds(1)
+    try:
+        if first_round:
+            assert service.poller is not None
+            await service.poller.wait_rounds(1)
+    except BaseException:  # the caller never gets the service to stop: stop it here
+        await service.stop(grace=0)
+        raise
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}")
     return Running(service, clock, channel, pb_grpc.DataGuaranteeStub(channel))
 

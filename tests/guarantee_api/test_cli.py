@@ -8,12 +8,16 @@ import signal
 import sys
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
-from guarantee_api.cli import main
-from tests.guarantee_api.helpers import AUTH, TOKEN, health_req, write_config
+from dag_common.clock import ManualClock
+from guarantee_api.cli import _serve, main
+from guarantee_api.server import GuaranteeService
+from tests.cluster_harness import wait_until
+from tests.guarantee_api.helpers import AUTH, TOKEN, cluster_config, health_req, write_config
 
 
 def test_bad_config_names_the_field_and_exits_2(tmp_path, capsys, monkeypatch):
@@ -70,3 +74,24 @@ async def test_serve_answers_then_shuts_down_gracefully_on_sigterm(nodes, tmp_pa
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def test_serve_stops_its_server_however_it_ends(nodes, tmp_path):
+    """Cancelled rather than signalled (asyncio.run cancels it on an error or Ctrl-C), serve
+    still stops the gRPC server: one left running when the loop closes hangs the process in
+    grpc's shutdown (tests/grpc_servers.py fails this test if it is left running)."""
+    service = GuaranteeService(
+        cluster_config(nodes.urls, tmp_path), node_token=TOKEN, client_token=TOKEN,
+        clock=ManualClock(),
+    )  # fmt: skip
+    serving = asyncio.create_task(_serve(service, 0, None))
+    await wait_until("the service started", lambda: service.poller is not None)
+    serving.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await serving
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=5
+            )
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE

@@ -332,8 +332,8 @@ async def test_each_guarantee_call_lets_exactly_the_mover_role_through(nodes, tm
     clients = Credentials([
         Credential(f"only-{role}", frozenset({role}), (digest(s),)) for role, s in secret.items()
     ])  # fmt: skip
-    run = await start_service(nodes, tmp_path, clients=clients)
     flush = pb.CheckReplicationFlushRequest(database="DB1", caller_id="m", lsn=pb.Lsn(generation=1))
+    run = await start_service(nodes, tmp_path, clients=clients)
     calls = {
         "Health": lambda md: run.stub.CheckReplicationHealth(health_req(), metadata=md),
         "Flush": lambda md: run.stub.CheckReplicationFlush(flush, metadata=md),

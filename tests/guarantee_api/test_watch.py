@@ -42,7 +42,12 @@ async def live_nodes() -> AsyncIterator[FakeNodes]:
 async def start(nodes: FakeNodes, tmp_path: Path, **api: object) -> Running:
     run = await start_service(nodes, tmp_path, **{**WATCH, **api})
     view = run.service.view
-    await wait_until("every stream live", lambda: all(view.streaming(n) for n in nodes.nodes))
+    try:
+        await wait_until("every stream live", lambda: all(view.streaming(n) for n in nodes.nodes))
+    except BaseException:  # the caller never gets the service to stop: stop it here
+        await run.channel.close()
+        await run.service.stop(grace=0)
+        raise
     return run
 
 

@@ -43,6 +43,7 @@ def test_copy_windows_figures(spark):
         row(at[0], "mbx1", role="Active"),
         row(at[1], "mbx1", role="Active", status="Dismounted"),
         row(T0 + timedelta(minutes=1), "mbx1", role="Active", cq=1),
+        row(T0 + timedelta(minutes=1), "mbx3", reachable=False),  # no fresh sample: no figure
     ]
     got = copy_windows(with_window(frame(spark, rows), 60), 60)
     expected = [
@@ -55,6 +56,9 @@ def test_copy_windows_figures(spark):
         _copy_row(window_start=W1, window_end=W2, copy="mbx1", site="redmond", samples=1,
                   **_q("copy", 1.0, 1, 1), **_q("replay", 0.0, 0, 0), healthy_fraction=1.0,
                   reachable_fraction=1.0, replay_lag_max_s=0.0),
+        _copy_row(window_start=W1, window_end=W2, copy="mbx3", site="dublin", samples=1,
+                  **_q("copy", None, None, None), **_q("replay", None, None, None),
+                  healthy_fraction=0.0, reachable_fraction=0.0, replay_lag_max_s=None),
     ]  # fmt: skip
     assertDataFrameEqual(got, expected)
 
