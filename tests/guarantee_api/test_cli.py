@@ -14,7 +14,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from dag_common.clock import ManualClock
-from guarantee_api.cli import _serve, main
+from guarantee_api.cli import main
+from guarantee_api.serve_cli import _serve
 from guarantee_api.server import GuaranteeService
 from tests.cluster_harness import wait_until
 from tests.guarantee_api.helpers import AUTH, TOKEN, cluster_config, health_req, write_config
