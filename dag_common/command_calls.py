@@ -27,9 +27,9 @@ import aiohttp
 from dag_common.clock import Clock, SystemClock
 from dag_common.config import ClusterConfig, load_token
 from dag_common.deadline import LATE, header, skew_sentence
-from dag_common.errors import CommandFailed
+from dag_common.errors import CommandFailed, TokenRefused
 from dag_common.http_client import client_session
-from dag_common.node_status import NoAnswer, admin_request
+from dag_common.node_status import AUTH_FAILED, NoAnswer, admin_request
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +59,15 @@ class CallFailed(CommandFailed):
     def __init__(self, message: str, *, callee: Callee) -> None:
         super().__init__(message)
         self.callee = callee
+
+
+def credential_refused(status: int, answer: dict[str, Any]) -> TokenRefused:
+    """A callee's 401 (the credential is not known) or 403 (known, without the role the call
+    needs: the callee's own sentence names it) as the error that ends a command, exit 2,
+    said as `status` and the `db` calls say it."""
+    if status == 403 and answer.get("error"):
+        return TokenRefused(str(answer["error"]))
+    return TokenRefused(AUTH_FAILED)
 
 
 def seconds(value: float) -> str:

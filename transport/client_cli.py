@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from dag_common.cli import ExitCode, add_config, add_json, add_timeout, transport_named
-from dag_common.command_calls import Calls, Change
+from dag_common.command_calls import Calls, Change, credential_refused
 from dag_common.config import ClusterConfig, load_config
 from dag_common.errors import CommandFailed, DagError, failure
 from transport.messages import QueueState
@@ -40,9 +40,12 @@ async def _call(
         return await calls.post(hub, path, message, change=change)
 
 
-def _refused(status: int, body: dict[str, Any]) -> DagError:
-    """A transport's answer that is not a success, as the error that ends the command."""
-    code = ExitCode.BAD_INPUT if 400 <= status < 500 and status != 401 else ExitCode.FAILED
+def _refused(hub: str, status: int, body: dict[str, Any]) -> DagError:
+    """A transport's answer that is not a success, as the error that ends the command: a
+    credential refused (401, 403) exit 2 as every command says it, the rest by its status."""
+    if status in (401, 403):
+        return credential_refused(status, body)
+    code = ExitCode.BAD_INPUT if 400 <= status < 500 else ExitCode.FAILED
     return failure(code, f"HTTP {status}: {body.get('error') or 'no reason given'}")
 
 
@@ -59,7 +62,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
         print(f"{args.message_id}: already accepted (nothing queued again)")
         return ExitCode.OK
     if status >= 300:
-        raise _refused(status, answer)
+        raise _refused(hub.name, status, answer)
     recipients = ", ".join(answer.get("recipients") or args.to)
     print(f"{answer.get('message_id', args.message_id)}: accepted for {recipients}")
     return ExitCode.OK
@@ -70,7 +73,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     hub = transport_named(config, args.via, args.config)
     status, body = asyncio.run(_call(config, hub.name, args.timeout.total_seconds(), "/v1/queue"))
     if status != 200:
-        raise _refused(status, body)
+        raise _refused(hub.name, status, body)
     if args.json:
         print(json.dumps(body, indent=2))
         return ExitCode.OK
@@ -93,7 +96,7 @@ def _cmd_poison(args: argparse.Namespace) -> int:
     hub = transport_named(config, args.via, args.config)
     status, body = asyncio.run(_call(config, hub.name, args.timeout.total_seconds(), "/v1/poison"))
     if status != 200:
-        raise _refused(status, body)
+        raise _refused(hub.name, status, body)
     if args.json:
         print(json.dumps(body, indent=2))
         return ExitCode.OK

@@ -23,7 +23,7 @@ from dag_common.cli import (
     database_named,
     whole_number,
 )
-from dag_common.command_calls import CallFailed, Calls
+from dag_common.command_calls import CallFailed, Calls, credential_refused
 from dag_common.config import ClusterConfig, load_config
 
 
@@ -58,6 +58,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.database:
         query += f"&database={database_named(config, args.database, args.config).name}"
     answers = asyncio.run(_every_node(config, args.timeout.total_seconds(), query))
+    heard = {node: a for node, a in answers.items() if not isinstance(a, CallFailed)}
+    if heard and all(status in (401, 403) for status, _ in heard.values()):
+        # Every node that answered refused the credential: a token to fix (exit 2, one
+        # line), as `status` says it, not the nodes' trouble.
+        status, body = next(iter(heard.values()))
+        raise credential_refused(status, body)
     lines: list[AuditEntry] = []
     answered = 0
     for node, answer in answers.items():

@@ -65,6 +65,8 @@ async def test_a_refused_token_is_said_as_such_with_exit_2(cluster):
         ("db", "roll-log", "DB1"),
         ("db", "suspend", "DB1", "--node", "mbx2"),
         ("db", "switchover", "DB1", "--to", "mbx2"),
+        ("db", "history", "DB1"),
+        ("audit",),
     ):
         done = run(cluster, *args, token="not-the-cluster-token-0123")
         assert done.returncode == 2, (args, done.stdout, done.stderr)

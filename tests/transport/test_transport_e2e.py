@@ -293,10 +293,13 @@ async def test_a_message_no_try_can_deliver_ends_in_the_poison_queue_with_why(la
     assert set(await items_of(cluster, "mbx2")) == set(), "nothing written"
 
 
-def transport_cli(cluster, *args: str) -> subprocess.CompletedProcess[str]:
+def transport_cli(
+    cluster, *args: str, token: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {**cluster.env(), **({"DG_AUTH_TOKEN": token} if token else {})}
     return subprocess.run(
         [sys.executable, "-m", "transport.cli", *args, "--config", str(cluster.config_path)],
-        capture_output=True, text=True, env=cluster.env(), cwd=ROOT, timeout=60,
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=60,
     )  # fmt: skip
 
 
@@ -316,3 +319,10 @@ async def test_the_command_line_says_what_it_did_in_words(lab):
     assert status.returncode == 0, status.stderr
     assert status.stdout.startswith("transport hub1: 0 waiting, 0 queued, 2 in the dumpster")
     assert reprs(status.stdout) == [], status.stdout
+    # A token the transport refuses is said as every command says it: one line, exit 2.
+    for args in (("status", "--via", "hub1"), ("poison", "--via", "hub1"), sent):
+        refused = await asyncio.to_thread(
+            transport_cli, cluster, *args, token="not-the-cluster-token-0123"
+        )
+        assert (refused.returncode, refused.stdout) == (2, ""), (args, refused)
+        assert refused.stderr == "error: authentication failed (check the token)\n", refused
