@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
-from replication_node.storage.database import Database
+from replication_node.errors import DatabaseError
+from replication_node.storage.header import read_header
 
 
 def db_header(path: Path) -> dict[str, Any]:
-    """The database header of a database file."""
-    db = Database.open(path)
+    """The database header of a database file, read without writing to it (eseutil /mh):
+    a read-only connection, so that neither a live node's file nor an offline one is changed
+    by looking at it (no migration, no checkpoint of its WAL on close)."""
+    if not path.is_file():
+        raise DatabaseError(f"{path}: no such database file")
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    conn.row_factory = sqlite3.Row
     try:
-        return {"file": str(path), **db.header.as_dict()}
+        header = read_header(conn, path)
+    except (IndexError, KeyError) as exc:  # a header row without a column added since
+        raise DatabaseError(
+            f"{path} was written by an older version (its header lacks {exc}): mount it "
+            "on a node, which brings it up to date, to read its header here"
+        ) from None
+    except sqlite3.DatabaseError as exc:
+        raise DatabaseError(f"{path} cannot be read as a database: {exc}") from None
     finally:
-        db.close()
+        conn.close()
+    return {"file": str(path), **header.as_dict()}
 
 
 def render_db_header(info: dict[str, Any]) -> str:

@@ -1,4 +1,5 @@
 import json
+import shutil
 
 from dag_common.store_api import ItemIn
 from replication_node.active.mailbox_store import MailboxStore
@@ -69,6 +70,25 @@ async def test_db_header(tmp_path, capsys):
     assert "Log Required:        none (consistent through generation 2)" in out
     assert "Waypoint:            2" in out
     assert main(["db", "header", str(tmp_path / "missing.sqlite")]) == 2
+
+
+async def test_db_header_of_a_crashed_copy_changes_nothing(tmp_path, capsys):
+    """Looking at the header of a copy left by a crash (eseutil /mh) writes nothing: its file
+    and its WAL stay as they are, byte for byte.  It used to be opened read-write, and its
+    close, the last connection, checkpointed the WAL into the file and deleted it."""
+    live = await mount(tmp_path / "live")
+    await MailboxStore(live).create_mailbox("m")
+    crashed = tmp_path / "crashed"
+    crashed.mkdir()
+    for f in live.paths.database.parent.glob(live.paths.database.name + "*"):
+        shutil.copyfile(f, crashed / f.name)  # the files as a kill -9 leaves them
+    await live.dismount()
+    db = crashed / live.paths.database.name
+    wal = db.with_name(db.name + "-wal")
+    before = (db.read_bytes(), wal.read_bytes())
+    assert main(["db", "header", str(db), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "Dirty Shutdown"
+    assert wal.exists() and (db.read_bytes(), wal.read_bytes()) == before
 
 
 async def test_log_dump_shows_where_a_spanning_transaction_begins_and_ends(tmp_path, capsys):
