@@ -86,9 +86,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from dag_common.api_types import item_id_for  # noqa: E402
 from tests.cluster_harness import LocalCluster, wait_until  # noqa: E402
 from tests.transport.harness import Hubs  # noqa: E402
-from transport.messages import item_id_for  # noqa: E402
 
 DB = "DB1"
 ACTIVE, PASSIVE = "mbx1", "mbx2"

@@ -27,9 +27,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from dag_common.api_types import item_id_for
 from dag_common.model import AutoDatabaseMountDial
 from tests.resilience.workload import Answer, GuaranteeAnswer, Submission
-from transport.messages import item_id_for
 
 
 @dataclass(frozen=True)

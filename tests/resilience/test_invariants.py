@@ -3,6 +3,7 @@ same story without the violation and must not).  Fast: no process, no network.""
 
 from __future__ import annotations
 
+from dag_common.api_types import item_id_for
 from tests.resilience.invariants import (
     SERVICE,
     Epoch,
@@ -20,7 +21,6 @@ from tests.resilience.invariants import (
     service_kept_answering,
 )
 from tests.resilience.workload import Answer, GuaranteeAnswer, Submission
-from transport.messages import item_id_for
 
 
 def ack(item, node="mbx1", epoch=1, generation=5, sent=0.0, answered=0.1, code=201, offset=0):
