@@ -19,13 +19,20 @@ kernel keeps, so no sampling misses it); the mover's is sampled every 20 ms whil
 4. Move: `mrs move` of the mailbox to DB2 (mbx2 active: the target's writes land on a node
    that also holds a passive copy of the source).  The mover's peak, and each node's.
 5. Idle: each node's RSS after `--idle` seconds with nothing to do.
+6. Reconcile (unless `--no-reconcile`): a second mailbox (`bob`, the same sizes) written to
+   DB1, then moved to DB2 by a reconcile that repairs all of it, the worst case of the
+   reconcile after a lossy failover (every item to put): `mrs move` run with a copy of the
+   config giving DB2 a max_item_size of 1 MiB fails at its first page (every item is large,
+   none is written), and `mrs resume` with the real config reconciles (the large items fit
+   now), listing both ends and copying every item, then completes the move.  The nodes never
+   read the copy of the config.  The resuming mover's peak.
 
+The mover's rest is its RSS at its first line of output (connected, nothing read yet).
 Targets (issue 52): a peak at most rest + 4x the largest item (every path), and back to
 within 25 % of rest when idle.  Before/after: run the same script from a checkout of the
 baseline (`--dir` elsewhere); bench/README.md has both, from one session.
 
-Not measured here yet: the reconcile after a lossy failover and the transport's
-redelivery (bench/README.md, memory: what is left).
+Not measured here yet: the transport's redelivery (bench/README.md, memory: what is left).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import platform
 import random
@@ -51,7 +59,7 @@ import aiohttp  # noqa: E402
 
 from bench.move import ACTIVE, SOURCE, TARGET, databases, mrs_args, settle  # noqa: E402
 from dag_common.memory import resident_memory  # noqa: E402
-from tests.cluster_harness import LocalCluster, wait_until  # noqa: E402
+from tests.cluster_harness import LocalCluster, wait_until, write_cluster_config  # noqa: E402
 
 MIB = 1 << 20
 MB = 1e6
@@ -77,11 +85,23 @@ def body(size: int, seed: int) -> str:
 
 
 @dataclass
+class MoverRun:
+    """One `mrs` process: its RSS at its first line of output, its peak, its output."""
+
+    rest: int = 0
+    peak: int = 0
+    returncode: int = 0
+    stdout: str = ""
+    stderr: str = ""
+
+
+@dataclass
 class Figures:
     rest: dict[str, int] = field(default_factory=dict)
     peaks: dict[str, dict[str, int]] = field(default_factory=dict)  # phase -> node -> VmHWM
     idle: dict[str, int] = field(default_factory=dict)
-    mover_peak: int = 0
+    mover: MoverRun = field(default_factory=MoverRun)
+    reconcile: MoverRun | None = None  # the resume that reconciled
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -103,11 +123,12 @@ async def mounted(cluster: LocalCluster) -> None:
     await wait_until("DB1 and DB2 mounted", ready, timeout=120, tolerate=(KeyError,))
 
 
-async def write(cluster: LocalCluster, sizes: list[int]) -> None:
-    await cluster.ok("PUT", ACTIVE[SOURCE], PREFIX, json={"display_name": "Alice"})
+async def write(cluster: LocalCluster, sizes: list[int], mailbox: str = MAILBOX) -> None:
+    prefix = f"/v1/databases/{SOURCE}/mailboxes/{mailbox}"
+    await cluster.ok("PUT", ACTIVE[SOURCE], prefix, json={"display_name": mailbox.title()})
     for i, size in enumerate(sizes):
         item = {"item_id": f"m{i:04d}", "subject": f"attachment {i}", "body": body(size, i)}
-        await cluster.ok("POST", ACTIVE[SOURCE], f"{PREFIX}/items", json=item, timeout=LONG)
+        await cluster.ok("POST", ACTIVE[SOURCE], f"{prefix}/items", json=item, timeout=LONG)
     await settle(cluster, SOURCE)
 
 
@@ -121,26 +142,71 @@ async def listing(cluster: LocalCluster) -> int:
     return total
 
 
-async def move(cluster: LocalCluster) -> int:
-    """`mrs move` of the mailbox to DB2; the mover's peak RSS, sampled every 20 ms."""
+async def mrs(cluster: LocalCluster, *args: str, config: Path | None = None) -> MoverRun:
+    """An `mrs` command (`move`, `resume`); its RSS at its first line, and its peak RSS,
+    sampled every 20 ms (its VmHWM is gone with it)."""
+    argv = mrs_args(cluster, *args)
+    if config is not None:
+        argv[argv.index("--config") + 1] = str(config)
     proc = await asyncio.create_subprocess_exec(
-        *mrs_args(cluster, "move", "--mailbox", MAILBOX, "--to", TARGET),
-        stdout=asyncio.subprocess.DEVNULL,
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=cluster.env(),
         cwd=ROOT,
     )
-    peak = 0
+    assert proc.stdout is not None and proc.stderr is not None
+    run = MoverRun()
+    lines: list[bytes] = []
+
+    async def read_lines() -> None:
+        assert proc.stdout is not None
+        async for line in proc.stdout:
+            if not lines:
+                with contextlib.suppress(OSError, ValueError):
+                    run.rest = resident_memory(proc.pid).resident
+            lines.append(line)
+
+    reading = asyncio.create_task(read_lines())
+    errors = asyncio.create_task(proc.stderr.read())
     while proc.returncode is None:
         with contextlib.suppress(OSError, ValueError):
-            peak = max(peak, resident_memory(proc.pid).peak)
+            run.peak = max(run.peak, resident_memory(proc.pid).peak)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(proc.wait(), 0.02)
-    assert proc.stderr is not None
-    err = (await proc.stderr.read()).decode(errors="replace")
-    if proc.returncode != 0:
-        raise RuntimeError(f"mrs move exited {proc.returncode}: {err[-2000:]}")
-    return peak
+    await reading
+    run.returncode = proc.returncode
+    run.stdout = b"".join(lines).decode(errors="replace")
+    run.stderr = (await errors).decode(errors="replace")
+    return run
+
+
+async def move(cluster: LocalCluster) -> MoverRun:
+    """`mrs move` of the mailbox to DB2."""
+    run = await mrs(cluster, "move", "--mailbox", MAILBOX, "--to", TARGET)
+    if run.returncode != 0:
+        raise RuntimeError(f"mrs move exited {run.returncode}: {run.stderr[-2000:]}")
+    return run
+
+
+async def reconcile(cluster: LocalCluster, sizes: list[int]) -> MoverRun:
+    """Phase 6 (module docstring): bob written, moved by a reconcile of all of it."""
+    await write(cluster, sizes, "bob")
+    small = cluster.root / "cluster-small-db2.yaml"
+    config = json.loads(json.dumps(cluster.config))
+    for db in config["databases"]:
+        if db["name"] == TARGET:
+            db["max_item_size"] = "1MiB"
+    write_cluster_config(small, config)
+    failed = await mrs(cluster, "move", "--mailbox", "bob", "--to", TARGET, config=small)
+    last = failed.stdout.strip().splitlines()[-1] if failed.stdout.strip() else ""
+    if failed.returncode == 0 or "large item" not in last:
+        raise RuntimeError(f"mrs move of bob did not fail on its large items: {last!r}")
+    move_id = last.split()[1].rstrip(":")
+    run = await mrs(cluster, "resume", move_id)
+    if run.returncode != 0 or "reconciled" not in run.stdout:
+        raise RuntimeError(f"mrs resume exited {run.returncode}: {run.stdout[-2000:]}")
+    return run
 
 
 async def run(args: argparse.Namespace) -> Figures:
@@ -177,12 +243,17 @@ async def run(args: argparse.Namespace) -> Figures:
         figures.peaks["list"] = peaks(cluster)
 
         start = time.perf_counter()
-        figures.mover_peak = await move(cluster)
+        figures.mover = await move(cluster)
         figures.seconds["move"] = time.perf_counter() - start
         figures.peaks["move"] = peaks(cluster)
 
         await asyncio.sleep(args.idle)
         figures.idle = resting(cluster)
+
+        if args.reconcile:
+            start = time.perf_counter()
+            figures.reconcile = await reconcile(cluster, sizes)
+            figures.seconds["write bob, fail, resume"] = time.perf_counter() - start
     finally:
         if api is not None:
             api.terminate()
@@ -209,7 +280,12 @@ def report(args: argparse.Namespace, f: Figures) -> None:
             f"{mb(f.peaks['move'][n])} | {mb(rest + 4 * largest)} | {mb(f.idle[n])} | "
             f"{mb(1.25 * rest)} |"
         )
-    print(f"mover peak: {mb(f.mover_peak)} MB")
+    for what, run in (("move", f.mover), ("reconcile (resume)", f.reconcile)):
+        if run is not None:
+            print(
+                f"mover, {what}: rest {mb(run.rest)} MB, peak {mb(run.peak)} MB, "
+                f"target (rest + 4x item) {mb(run.rest + 4 * largest)} MB"
+            )
     print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in f.seconds.items() if k != "largest"))
 
 
@@ -221,6 +297,9 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=5, help="seconds idle before rest")
     parser.add_argument("--dir", default=str(ROOT / "var" / "bench-memory"))
     parser.add_argument("--quick", action="store_true", help="a 100 MB mailbox, short waits")
+    parser.add_argument(
+        "--no-reconcile", dest="reconcile", action="store_false", help="skip phase 6"
+    )
     args = parser.parse_args()
     if args.quick:
         args.mailbox_mb, args.idle, args.settle = 100, 2, 1

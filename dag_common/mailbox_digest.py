@@ -125,12 +125,6 @@ def to_hex(digest: int) -> str:
     return f"{digest % MODULUS:064x}"
 
 
-def content_hash(subject: str, body: str) -> str:
-    """SHA-256 (hex) of an item's content: its subject and body (the mover compares two
-    versions of one item by it)."""
-    return f"{_term(subject, body):064x}"
-
-
 @dataclass(frozen=True, slots=True)
 class MailboxDigest:
     """What a copy holds of one mailbox, in three numbers."""

@@ -94,11 +94,12 @@ class MemoryBudget:
     """Bytes of bodies in flight, at most `limit`.  A share over the whole limit is taken
     alone (when nothing else is in flight), so one item as large as the limit allows is
     still served.  Waiters are served in order: a large share is not starved by small ones
-    slipping past it."""
+    slipping past it.  `wait` None: a share waits as long as it takes (the mover's work
+    waits; a node's request is refused after its wait)."""
 
-    def __init__(self, limit: int, *, wait: float = 5.0) -> None:
-        """`wait`: how long a share waits for room before `Overloaded` (a patient share,
-        background work with nobody to answer 503 to, waits as long as it takes)."""
+    def __init__(self, limit: int, *, wait: float | None = 5.0) -> None:
+        """`wait`: how long a share waits for room before `Overloaded`; None, or a patient
+        share (background work with nobody to answer 503 to), as long as it takes."""
         if limit <= 0:
             raise ValueError("a memory budget is a positive number of bytes")
         self.limit = limit
@@ -144,7 +145,7 @@ class MemoryBudget:
             raise Overloaded(
                 f"{what} would take {size} bytes of memory with {self.in_use} of the "
                 f"{self.limit}-byte budget in flight; try again shortly",
-                retry_after=max(1.0, self.wait),
+                retry_after=max(1.0, self.wait or 0.0),
             ) from None
         except BaseException:
             if fut.done() and not fut.cancelled():
@@ -154,8 +155,13 @@ class MemoryBudget:
                 self._wake()
             raise
 
+    def take(self, size: int) -> None:
+        """Count `size` bytes already held (what a read turned out to hold), without waiting:
+        work that asks next waits for them to be given back."""
+        self.in_use += size
+
     def release(self, size: int) -> None:
-        """Give back `size` bytes taken with `acquire`."""
+        """Give back `size` bytes taken with `acquire` or `take`."""
         self.in_use = max(0, self.in_use - size)
         self._wake()
 

@@ -38,6 +38,7 @@ from dag_common.auth import bearer
 from dag_common.clock import Clock, SystemClock
 from dag_common.config import ClusterConfig
 from dag_common.errors import NodeCallError
+from dag_common.items_payload import ItemsPayload
 from dag_common.model import CopyRole, CopyStatus
 from dag_common.node_status import StatusUnavailable, client_failure, fetch_node_status
 from dag_common.store_api import (
@@ -56,15 +57,17 @@ logger = logging.getLogger(__name__)
 
 CALL_TIMEOUT = 120.0  # seconds: a call, or the silence between two reads of its answer
 BODY_RATE = 256 * 1024  # bytes a second a large body is given beyond CALL_TIMEOUT
+LARGE_ANSWER = 1024 * 1024  # bytes of an answer past which it is parsed from text
 
 
-def _total(body: bytes | None, call_timeout: float, bounded: bool) -> float | None:
-    """How long a call may take in all: a write `call_timeout`, and as long again as sending
-    its body at BODY_RATE takes (a 36 MiB item: 144 s more).  An answer's size is not known
-    ahead (a page of large items may be gigabytes), so a read is bounded only by the
-    silence between its bytes, unless `bounded` (a command line's read: `--timeout`)."""
-    if body is not None:
-        return call_timeout + len(body) / BODY_RATE
+def _total(size: int | None, call_timeout: float, bounded: bool) -> float | None:
+    """How long a call may take in all: a write of `size` bytes `call_timeout`, and as long
+    again as sending its body at BODY_RATE takes (a 36 MiB item: 144 s more).  An answer's
+    size is not known ahead (a page of large items may be gigabytes), so a read is bounded
+    only by the silence between its bytes, unless `bounded` (a command line's read:
+    `--timeout`)."""
+    if size is not None:
+        return call_timeout + size / BODY_RATE
     return call_timeout if bounded else None
 
 
@@ -171,14 +174,18 @@ class NodeStoreClient:
         path: str,
         *,
         json: Any = None,
+        payload: ItemsPayload | None = None,
         params: dict[str, str] | None = None,
         ok: tuple[int, ...] = (200, 201),
     ) -> tuple[int, Any]:
-        """Call `path` (below /v1/databases/{database}) on the active copy; a 404 in `ok`
-        is returned only when it means "not there" (see `_missing`).  A NodeCallError names
-        the database (a stalled move says which end it waits on)."""
+        """Call `path` (below /v1/databases/{database}) on the active copy, with `json` or a
+        `payload` for its body; a 404 in `ok` is returned only when it means "not there"
+        (see `_missing`).  A NodeCallError names the database (a stalled move says which end
+        it waits on)."""
         try:
-            return await self._call(method, database, path, json=json, params=params, ok=ok)
+            return await self._call(
+                method, database, path, json=json, payload=payload, params=params, ok=ok
+            )
         except NodeCallError as exc:
             exc.database = database
             raise
@@ -190,19 +197,21 @@ class NodeStoreClient:
         path: str,
         *,
         json: Any,
+        payload: ItemsPayload | None,
         params: dict[str, str] | None,
         ok: tuple[int, ...],
     ) -> tuple[int, Any]:
         what = f"{method} {database}{path}"
-        # Encoded once, to bytes, with orjson: a batch is up to half a log file of items, or
-        # one item up to the target's max_item_size (the standard library's encoder spends
-        # about 3 ms on each 1 MB, and aiohttp's `json=` would encode a str to bytes again).
+        # Encoded once, to bytes, with orjson (the standard library's encoder spends about
+        # 3 ms on each 1 MB, and aiohttp's `json=` would encode a str to bytes again); a
+        # write of items is a payload sent a slice at a time (`items_payload`).
         headers = bearer(self._token)
-        data = None
+        data: bytes | ItemsPayload | None = payload
         if json is not None:
             data = json_dumps(json)
             headers = {**headers, "Content-Type": "application/json"}
-        total = _total(data, self._call_timeout, self._deadlines)
+        size = None if data is None else len(data) if isinstance(data, bytes) else data.size
+        total = _total(size, self._call_timeout, self._deadlines)
         timeout = aiohttp.ClientTimeout(
             total=total, sock_connect=self._call_timeout, sock_read=self._call_timeout
         )
@@ -239,7 +248,9 @@ class NodeStoreClient:
                     headers=sent,
                     timeout=timeout,
                 ) as resp:
-                    status, raw = resp.status, await resp.read()
+                    # Read from the stream, not `resp.read()`, which keeps its own reference
+                    # to the bytes as long as the response lives.
+                    status, raw = resp.status, await resp.content.read()
             except (aiohttp.ClientError, TimeoutError) as exc:
                 self._active.pop(database, None)
                 if follow_until is not None and self._clock.monotonic() < follow_until:
@@ -249,11 +260,22 @@ class NodeStoreClient:
                     unreachable_once = True
                     continue
                 raise NodeCallError(f"{what}: {self._failure(url, exc, total)}") from exc
-            body = _json_or_none(raw)
+            head = raw[:120]
+            if len(raw) > LARGE_ANSWER:
+                # A page of large bodies: orjson reads a copy of what it parses (the answer
+                # three times over at once); the standard library parses text, decoded here
+                # and the bytes let go before it is parsed (twice over at most).
+                text = _text_or_none(raw)
+                del raw
+                body = None if text is None else _std_json_or_none(text)
+                del text
+            else:
+                body = _json_or_none(raw)
+                del raw
             if body is None:
                 # An error page or a cut answer (a proxy, a crashing node): a failed call with
                 # what came back, a 5xx or no status at all, so the move stalls and asks again.
-                snippet = raw[:120].decode("utf-8", "replace").strip() or "an empty body"
+                snippet = head.decode("utf-8", "replace").strip() or "an empty body"
                 raise NodeCallError(
                     f"{what}: HTTP {status} with a body that is not JSON: {snippet!r}",
                     status=status if status >= 500 else None,
@@ -342,16 +364,22 @@ class NodeStoreClient:
         limit: int | None = None,
         *,
         count: bool = False,
+        page_bytes: int | None = None,
+        bodies: bool = True,
     ) -> Items:
         params = {"since_change": str(since_change)}
         if limit is not None:
             params["limit"] = str(limit)
+        if page_bytes is not None:
+            params["page_bytes"] = str(page_bytes)
         if count:
             params["count"] = "true"
+        if not bodies:
+            params["bodies"] = "false"
         _, body = await self.call("GET", database, f"/mailboxes/{mailbox}/items", params=params)
         page = ItemsAnswer.model_validate(body)
         return Items(
-            items=tuple(_item(i) for i in page.items),
+            items=tuple(_item(i, bodies) for i in page.items),
             last_change_number=(
                 since_change if page.last_change_number is None else page.last_change_number
             ),
@@ -365,7 +393,7 @@ class NodeStoreClient:
             "POST",
             database,
             f"/mailboxes/{mailbox}/items",
-            json={"items": [i.entry() for i in items]},
+            payload=ItemsPayload(items),
             params={"override_lock": "true"},
         )
         return Written.model_validate(body)
@@ -421,11 +449,27 @@ def _json_or_none(raw: bytes) -> Any:
         return None
 
 
-def _item(data: Any) -> Item:
-    """One item of a listing, or, if it is not one, an unreadable item saying why."""
+def _text_or_none(raw: bytes) -> str | None:
     try:
-        item = Item.from_json(data)
-        for text in (item.item_id, item.folder, item.subject, item.body):
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _std_json_or_none(text: str) -> Any:
+    """The JSON document `text` holds (the standard library's parse), or None."""
+    try:
+        return std_json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _item(data: Any, bodies: bool = True) -> Item:
+    """One item of a listing (`bodies` off: without its body), or, if it is not one, an
+    unreadable item saying why."""
+    try:
+        item = Item.from_json(data) if bodies else Item.head_from_json(data)
+        for text in (item.item_id, item.folder, item.subject, item.body, item.body_hash):
             if not isinstance(text, str):
                 raise TypeError(f"a text field is {type(text).__name__}")
             if not text.isascii():

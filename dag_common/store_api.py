@@ -9,14 +9,14 @@ incarnation.  0 means the node did not say (an older node): no check is possible
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from dag_common.api_types import Folder, ItemId, Text
-from dag_common.mailbox_digest import content_hash, utf8_size
+from dag_common.mailbox_digest import body_hash, item_term_of_hash, utf8_size
 from dag_common.model import Lsn
 
 
@@ -32,7 +32,11 @@ class Item:
 
     `unreadable`: the source could not give this change (why, in words): its row answers an
     error, or what came back is not an item; `item_id` is "" when not even that is known.
-    The mover skips it as a bad item (`item_limits`)."""
+    The mover skips it as a bad item (`item_limits`).
+
+    Listed without its body (`NodeStore.items(bodies=False)`, what a reconcile compares):
+    `body` is "", `body_hash` (the body's SHA-256, which the node keeps for the digest)
+    stands for it and `body_size` says its size.  Such an item cannot be written."""
 
     item_id: str
     folder: str
@@ -41,6 +45,8 @@ class Item:
     change_number: int
     deleted: bool = False
     unreadable: str = ""
+    body_hash: str = ""
+    body_size: int | None = None  # listed without its body: the body's size in UTF-8
 
     @classmethod
     def unreadable_at(cls, change_number: int, why: str, item_id: str = "") -> Item:
@@ -48,9 +54,29 @@ class Item:
         return cls(item_id, "", "", "", change_number, unreadable=why)
 
     @property
+    def has_body(self) -> bool:
+        """False: listed without its body."""
+        return self.body_size is None
+
+    @property
     def size(self) -> int:
         """The item's size as a node's max_item_size counts it: subject and body in UTF-8."""
-        return utf8_len(self.subject) + utf8_len(self.body)
+        body = utf8_len(self.body) if self.body_size is None else self.body_size
+        return utf8_len(self.subject) + body
+
+    def hashed_body(self) -> str:
+        """The body's SHA-256 (hex): as listed, or taken from the body."""
+        return self.body_hash or body_hash(self.body)
+
+    def content(self) -> tuple[str, str, str]:
+        """What the mailbox digest compares of two versions of an item, beside its id: its
+        folder, its subject and its body's hash."""
+        return (self.folder, self.subject, self.hashed_body())
+
+    def term(self, mailbox: str) -> int:
+        """The item's term in its mailbox's digest (`mailbox_digest`)."""
+        hashed = self.hashed_body()
+        return item_term_of_hash(mailbox, self.item_id, self.folder, self.subject, hashed)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Item:
@@ -63,21 +89,42 @@ class Item:
             deleted=bool(data["deleted"]),
         )
 
+    @classmethod
+    def head_from_json(cls, data: dict[str, Any]) -> Item:
+        """An item of a listing without bodies (`body_hash` and `size` for the body); from
+        a node that lists the body all the same (older than `bodies`), hashed here."""
+        if "body_hash" not in data and "body" in data:
+            with_body = cls.from_json(data)
+            return replace(
+                with_body,
+                body="",
+                body_hash="" if with_body.deleted else body_hash(with_body.body),
+                body_size=utf8_len(with_body.body),
+            )
+        size = data["size"]
+        if type(size) is not int or size < 0:
+            raise TypeError(f"size is {size!r}")
+        return cls(
+            item_id=data["item_id"],
+            folder=data["folder"],
+            subject=data["subject"],
+            body="",
+            change_number=int(data["change_number"]),
+            deleted=bool(data["deleted"]),
+            body_hash=data["body_hash"],
+            body_size=size,
+        )
+
     def entry(self) -> dict[str, str]:
         """The item as a write carries it (the target numbers it itself)."""
+        if not self.has_body:
+            raise ValueError(f"item {self.item_id!r} was listed without its body: not written")
         return {
             "item_id": self.item_id,
             "folder": self.folder,
             "subject": self.subject,
             "body": self.body,
         }
-
-    def same_content(self, other: Item) -> bool:
-        """Same folder and content: what the mailbox digest compares."""
-        return (self.folder, content_hash(self.subject, self.body)) == (
-            other.folder,
-            content_hash(other.subject, other.body),
-        )
 
 
 class ItemIn(BaseModel):
@@ -264,9 +311,14 @@ class NodeStore(Protocol):
         limit: int | None = None,
         *,
         count: bool = False,
+        page_bytes: int | None = None,
+        bodies: bool = True,
     ) -> Items:
         """Changes after `since_change`; with `limit`, a page of about that many; with
-        `count`, how many live items all the pages hold (`Items.live`)."""
+        `page_bytes`, a page whose bodies stop once they reach that many bytes (one change
+        at least; with `bodies` off, the rows as listed); with `count`, how many live items
+        all the pages hold (`Items.live`); with `bodies` off, each item without its body
+        (`Item`: its hash and size instead)."""
         ...
 
     async def put_items(self, database: str, mailbox: str, items: list[Item]) -> Written: ...

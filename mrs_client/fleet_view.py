@@ -24,6 +24,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from dag_common.memory import MemoryBudget
+from dag_common.memory_metrics import watch_memory
 from dag_common.route_roles import PUBLIC, add_route
 from mrs_client.move_store import BatchRecord, MoveRecord
 from mrs_client.policy import MoveState
@@ -240,10 +242,12 @@ def as_json(snap: FleetSnapshot | None) -> list[dict[str, object]]:
     ]
 
 
-def app(worker: Worker) -> web.Application:
-    """/metrics, / (the page) and /batches (JSON)."""
+def app(worker: Worker, budget: MemoryBudget | None = None) -> web.Application:
+    """/metrics, / (the page) and /batches (JSON); the process's memory and the movers'
+    `budget` among the metrics."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(FleetCollector(worker))
+    watch_memory(registry, budget)
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry), content_type="text/plain")

@@ -26,11 +26,11 @@ longer skipped; a reconcile's full listing of a mailbox replaces that mailbox's 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from dag_common.mailbox_digest import MODULUS, item_term, to_hex
+from dag_common.mailbox_digest import MODULUS, to_hex
 from dag_common.store_api import Digest, Item
 
 # How many skipped items a failure sentence names; `mrs stats` lists them all.
@@ -108,7 +108,7 @@ def classify(item: Item, *, mailbox: str, max_item_size: int) -> SkippedItem | N
         size,
         max_item_size,
         f"{size:,} bytes, over the target's max_item_size of {max_item_size:,}",
-        f"{item_term(mailbox, item.item_id, item.folder, item.subject, item.body):064x}",
+        f"{item.term(mailbox):064x}",
     )
 
 
@@ -128,6 +128,25 @@ def sort_out(
         else:
             skipped.append(skip)
     return kept, skipped
+
+
+def still_bad(
+    skipped: Iterable[SkippedItem], mailbox: str, listed: Iterable[Item]
+) -> list[SkippedItem]:
+    """The bad items of `mailbox` in `skipped` that a listing without bodies shows readable
+    and unchanged (a live item at the same change, of the same id if one was known): their
+    bodies, which that listing does not read, are what could not be read, so they stay
+    skipped, named and with their terms from the listing."""
+    bad = {
+        s.change_number: s for s in skipped if s.mailbox == mailbox and s.reason is SkipReason.BAD
+    }
+    out = []
+    for item in listed:
+        s = bad.get(item.change_number)
+        if s is None or item.deleted or item.unreadable or s.item_id not in ("", item.item_id):
+            continue
+        out.append(replace(s, item_id=item.item_id, term=f"{item.term(mailbox):064x}"))
+    return out
 
 
 def _ordered(skipped: Iterable[SkippedItem]) -> tuple[SkippedItem, ...]:
@@ -214,15 +233,15 @@ def less_skipped(digest: Digest, skipped: Iterable[SkippedItem]) -> Digest:
 
 
 def summed(mailbox: str, items: Iterable[Item], *, epoch: int = 0) -> Digest:
-    """The digest of the live readable items of a listing (the mover's own sum, as the node
-    computes it: dag_common.mailbox_digest)."""
+    """The digest of the live readable items of a listing, with or without their bodies
+    (the mover's own sum, as the node computes it: dag_common.mailbox_digest)."""
     total, count, last = 0, 0, 0
     for item in items:
         last = max(last, item.change_number)
         if item.deleted or item.unreadable:
             continue
         count += 1
-        total += item_term(mailbox, item.item_id, item.folder, item.subject, item.body)
+        total += item.term(mailbox)
     return Digest(
         mailbox=mailbox,
         item_count=count,

@@ -29,6 +29,7 @@ from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.echo import quoted
 from dag_common.http_client import client_session
 from dag_common.memory import bound_allocator
+from mrs_client.body_budget import BodyBudget
 from mrs_client.errors import MoveRejected
 from mrs_client.move_store import AnswerRow, MoveRecord, MoveStore, open_move_store
 from mrs_client.policy import MoveSettings, MoveState, StopRequest
@@ -84,6 +85,8 @@ def settings_from(args: argparse.Namespace, config: ClusterConfig) -> MoveSettin
             changes[name] = value
     if getattr(args, "sync_batch", None):
         changes["sync_batch"] = args.sync_batch
+    if getattr(args, "memory_budget", None):
+        changes["memory_budget"] = args.memory_budget
     if getattr(args, "unsafe_skip_verification", False):
         changes["verify"] = False
     return replace(base, **changes)
@@ -101,6 +104,10 @@ class Connected:
     nodes: Any
     guarantee: Any
 
+    def __post_init__(self) -> None:
+        # The bodies every mover of this process holds (`mrs serve` runs many).
+        self.budget = BodyBudget(settings_from(self.args, self.config).memory_budget)
+
     def mover(self, *, progress: Callable[[MoveRecord, str], None] | None = None,
               worker: str | None = None) -> Mover:  # fmt: skip
         from mrs_client.mover import Mover
@@ -114,6 +121,7 @@ class Connected:
             databases={d.name for d in config.databases},
             clock=SystemClock(),
             settings=settings_from(self.args, config),
+            budget=self.budget,
             caller_id=getattr(self.args, "caller_id", "mrs"),
             worker=worker,
             progress=progress,
@@ -251,7 +259,11 @@ async def _serve(args: argparse.Namespace, config: ClusterConfig) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.stop)
-        runner = await _serve_http(args.http_listen, worker, config) if args.http_listen else None
+        runner = (
+            await _serve_http(args.http_listen, worker, config, on.budget)
+            if args.http_listen
+            else None
+        )
         where = f"; metrics and status page on {args.http_listen}" if runner else ""
         print(f"mrs worker {me} running (at most {args.max_moves} moves){where}", flush=True)
         try:
@@ -264,7 +276,7 @@ async def _serve(args: argparse.Namespace, config: ClusterConfig) -> int:
     return ExitCode.OK
 
 
-async def _serve_http(listen: str, worker: Any, config: ClusterConfig) -> Any:
+async def _serve_http(listen: str, worker: Any, config: ClusterConfig, budget: BodyBudget) -> Any:
     """/metrics, the status page and /batches of `mrs serve` (fleet_view), TLS as the
     cluster config says."""
     from aiohttp import web
@@ -276,7 +288,7 @@ async def _serve_http(listen: str, worker: Any, config: ClusterConfig) -> Any:
     if not port.isdigit():
         raise MoveRejected(f"--http-listen {quoted(listen)}: not HOST:PORT")
     sockets = bind_port(host or "127.0.0.1", int(port), "mrs serve (HTTP)")
-    runner = web.AppRunner(app(worker), access_log=None)
+    runner = web.AppRunner(app(worker, budget.budget), access_log=None)
     await runner.setup()
     ssl = config.tls.server_context() if config.tls else None
     for sock in sockets:
@@ -374,6 +386,22 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 _positive = whole_number(1, "moves")  # a limit of concurrent moves
 _count = whole_number(0, "items")  # an item limit
+MIB = 1024 * 1024
+
+
+def _byte_size(text: str) -> int:
+    """An argparse type: a positive size in bytes, as the config writes one (256MiB)."""
+    from pydantic import ByteSize, TypeAdapter, ValidationError
+
+    try:
+        value = int(TypeAdapter(ByteSize).validate_python(text))
+    except ValidationError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"{quoted(text)} is not a size in bytes (256MiB, 1GB, ...)"
+        )
+    return value
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -396,6 +424,14 @@ def timings(p: argparse.ArgumentParser) -> None:
             help=f"{TIMING_HELP[name]}; default {_default(name)}",
         )
     p.add_argument("--sync-batch", type=int, default=None, help="items per write")
+    p.add_argument(
+        "--memory-budget",
+        type=_byte_size,
+        default=None,
+        metavar="SIZE",
+        help="the item bodies the moves of this process may hold at once (past it, the next "
+        f"page waits for bodies to be written); default {MoveSettings().memory_budget // MIB}MiB",
+    )
 
 
 def _item_limits(p: argparse.ArgumentParser, default: int | None) -> None:

@@ -39,6 +39,7 @@ from dag_common.clock import Clock
 from dag_common.config import DEFAULT_MAX_ITEM_SIZE
 from dag_common.echo import quoted
 from dag_common.store_api import NodeStore
+from mrs_client.body_budget import BodyBudget
 from mrs_client.end_calls import EndCalls
 from mrs_client.errors import (
     MoveFailed,
@@ -86,9 +87,11 @@ class Mover:
         progress: Callable[[MoveRecord, str], None] | None = None,
         max_item_sizes: Mapping[str, int] | None = None,
         hold_before_completion: Callable[[MoveRecord], Awaitable[datetime | None]] | None = None,
+        budget: BodyBudget | None = None,
     ) -> None:
         """`max_item_sizes`: each database's max_item_size, from the cluster config (a
-        database not in it: the config's default)."""
+        database not in it: the config's default).  `budget`: the bodies every mover of the
+        process may hold (one of its own, of `settings.memory_budget`, if None)."""
         self.requests = requests
         self.nodes = nodes
         self.guarantee = guarantee
@@ -111,6 +114,7 @@ class Mover:
             progress=self._progress,
         )
         self.max_item_sizes = dict(max_item_sizes or {})
+        self.budget = budget or BodyBudget(self.settings.memory_budget)
         self.calls = EndCalls(nodes=nodes, gates=self.gates)
         self.verifier = Verifier(
             nodes=nodes,
@@ -118,6 +122,7 @@ class Mover:
             settings=self.settings,
             max_item_size=self.max_item_size,
             progress=self._progress,
+            budget=self.budget,
         )
         self.steps = MoveSteps(
             nodes=nodes,
@@ -129,6 +134,7 @@ class Mover:
             settings=self.settings,
             max_item_size=self.max_item_size,
             progress=self._progress,
+            budget=self.budget,
         )
 
     def max_item_size(self, database: str) -> int:

@@ -34,7 +34,7 @@ from enum import IntEnum, StrEnum
 
 from dag_common.echo import quoted
 from dag_common.model import GuaranteeStatus, Lsn
-from dag_common.store_api import Items, LogPosition
+from dag_common.store_api import LogPosition
 
 
 class MoveStep(IntEnum):
@@ -200,9 +200,14 @@ class MoveSettings:
     # The source is read a page of this many changes at a time, the next page asked while the
     # current one is written: a mailbox is never held in memory whole.
     sync_page: int = 2000
-    # After a page holding more than this (large items), the next asks for fewer changes:
-    # about as many as would hold this much at that page's average item size.
-    sync_page_bytes: int = 64 * 1024 * 1024
+    # ... and of bodies reaching this many bytes at most (one item at least: the node's
+    # listing stops once they reach it; `page_bytes`): a move holds about three pages at a
+    # time (the one it writes, and the next one read ahead, twice while it is parsed), so a
+    # page of large items is one item.
+    sync_page_bytes: int = 4 * 1024 * 1024
+    # The bodies the movers of one process may hold (`body_budget`): past it, the next
+    # page waits until bodies read are written.
+    memory_budget: int = 256 * 1024 * 1024
     # Incremental passes stop when a pass finds at most this many changes (or after max).
     incremental_quiet_changes: int = 50
     incremental_max_passes: int = 5
@@ -358,18 +363,6 @@ def incremental_done(changes_in_pass: int, passes: int, settings: MoveSettings) 
     return changes_in_pass <= settings.incremental_quiet_changes or (
         passes >= settings.incremental_max_passes
     )
-
-
-def next_page_size(page: Items, settings: MoveSettings) -> int:
-    """How many changes the next page of a sync asks for: `sync_page`, or, after a page
-    holding more than `sync_page_bytes`, as many as would hold that much at its average
-    item size (at least 1).  The node's listing counts changes, not bytes: a page of 2,000
-    items of 30 MiB would be 60 GB."""
-    held = sum(item.size for item in page.items)
-    if held <= settings.sync_page_bytes or not page.items:
-        return settings.sync_page
-    average = held / len(page.items)
-    return max(1, min(settings.sync_page, int(settings.sync_page_bytes / average)))
 
 
 def flush_point(position: LogPosition, epoch: int) -> Lsn | None:

@@ -17,14 +17,21 @@ For each mailbox (`Reconciler.mailbox`):
    not; add missing folders);
 2. compare the digests of both ends; equal: the cursor goes on from the source's highest
    change number, nothing is written;
-3. otherwise list both ends in full (tombstones included) and repair the target: put every
-   live source item it lacks or holds differently, delete every item the source does not
-   hold live; the cursor goes on from the highest change number of that source listing.
+3. otherwise list both ends in full (tombstones included) without their bodies, a page at a
+   time (each item with its size and its body's hash, which the node keeps for the digest),
+   and plan the repair from them: put every live source item the target lacks or holds
+   differently, delete every item the source does not hold live; the cursor goes on from
+   the highest change number of that source listing;
+4. read the items to put with their bodies, from the first of them on, a page at a time
+   within the process's memory budget (`body_budget`), as the syncs read, and write each
+   page's as it is read (`PutsFromPages`); then the deletes.  A mailbox of gigabytes is
+   repaired holding a page of bodies, not the mailbox twice over.
 
 Skipped items (`item_limits`: large and bad ones) count as not held by the source: step 2
-compares the target with the source's digest less them, step 3 never puts them and deletes
-the target's older versions of them, and the listing of step 3 says afresh which of the
-mailbox's items are skipped.
+compares the target with the source's digest less them, steps 3 and 4 never put them and
+delete the target's older versions of them, and the listing of step 3 (with the reads of
+step 4, which alone see a body the source cannot read) says afresh which of the mailbox's
+items are skipped.
 
 Every answer goes through an `EpochWatch`: an end that changes incarnation again in the
 middle raises `NeedsReconcile`, and the reconcile starts over (it is idempotent: puts carry
@@ -34,24 +41,29 @@ the source's item ids, deletes of absent items are no-ops).
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
 from dag_common.store_api import Digest, Item, Items, Mailbox, NodeStore, utf8_len
+from mrs_client.body_budget import BodyBudget
 from mrs_client.errors import MoveFailed, NeedsReconcile, NodeCallError
 from mrs_client.item_limits import (
     SkippedItem,
+    SkipReason,
     all_terms_known,
+    classify,
     for_mailbox,
     less_skipped,
     sort_out,
+    still_bad,
     summed,
 )
 from mrs_client.move_store import MoveRecord
 from mrs_client.policy import MoveSettings, MoveStep, after_reconcile
-from mrs_client.source_reader import UNREADABLE, read_page
+from mrs_client.source_reader import read_page
 
 NodeCall = Callable[[str, Callable[[], Awaitable[Any]]], Awaitable[Any]]
 
@@ -121,6 +133,12 @@ class BatchCutter:
         self.size += cost
         return closed
 
+    @property
+    def full(self) -> bool:
+        """The write being gathered takes nothing more (its one item larger than the cut, or
+        `max_items` items): whatever comes next would close it, so it may go now."""
+        return len(self.batch) >= self.max_items or self.size > self.max_bytes
+
     def take(self) -> list[Item]:
         """The write being gathered (perhaps empty), and start another."""
         batch, self.batch, self.size = self.batch, [], 0
@@ -170,19 +188,78 @@ class RepairPlan:
 
 
 def plan_repair(source: Iterable[Item], target: Iterable[Item]) -> RepairPlan:
-    """Compare full listings of both ends (tombstones included) and say what to write."""
+    """Compare full listings of both ends (tombstones included), with or without their
+    bodies (`Item.content`), and say what to write."""
     cursor = 0
     live: dict[str, Item] = {}
     for item in source:
         cursor = max(cursor, item.change_number)
         if not item.deleted:
             live[item.item_id] = item
-    held = {i.item_id: i for i in target if not i.deleted}
+    held = {i.item_id: i.content() for i in target if not i.deleted}
     missing = [i for k, i in live.items() if k not in held]
-    different = [i for k, i in live.items() if k in held and not i.same_content(held[k])]
+    different = [i for k, i in live.items() if k in held and i.content() != held[k]]
     deletes = tuple(sorted(k for k in held if k not in live))
     puts = sorted(missing + different, key=lambda i: i.change_number)
     return RepairPlan(tuple(puts), deletes, cursor, len(missing), len(different))
+
+
+class PutsFromPages:
+    """Which items of the source's pages, read with their bodies, a repair writes: each of
+    the plan's puts (listed without bodies) once, when its id comes by live.  The reads
+    begin at the first put's change (`since`) and may stop once every put came by (`done`).
+
+    - A put changed since the plan is written as it is now (the next sync, from the plan's
+      cursor, copies it again anyway); one deleted, or grown past the target's
+      max_item_size, since the plan is not (the next sync deletes it, or skips it).
+    - A change the source cannot read stands for every change after the one before it in
+      its page (`source_reader` steps over a run of them as one), and for the item it names,
+      if it names one: a put whose change is among them, and which does not come by later
+      (changed since the plan), is a bad item (`bad`), with its id and its term in the digest
+      from the plan's listing: a body that cannot be read lists well without it, so the
+      digest, which counts it by the hash kept beside it, can still be compared less it."""
+
+    def __init__(self, puts: Iterable[Item], *, mailbox: str, max_item_size: int) -> None:
+        self.wanted = {item.item_id: item for item in puts}
+        self.mailbox = mailbox
+        self.max_item_size = max_item_size
+        self.since = min((i.change_number for i in self.wanted.values()), default=1) - 1
+        self._unread: dict[str, SkippedItem] = {}  # puts whose change could not be read
+
+    @property
+    def done(self) -> bool:
+        """Every put came by (one whose change could not be read may come by yet)."""
+        return not self.wanted
+
+    @property
+    def bad(self) -> list[SkippedItem]:
+        """The puts the source could not read (once the pages are all read)."""
+        return list(self._unread.values())
+
+    def take(self, item: Item, after: int) -> bool:
+        """Whether to write `item`, which came after change `after` in its page (the change
+        before it, or what the page was asked after)."""
+        if item.unreadable:
+            for put in self.wanted.values():
+                if put.item_id == item.item_id or after < put.change_number <= item.change_number:
+                    self._unread[put.item_id] = SkippedItem(
+                        self.mailbox,
+                        put.item_id,
+                        put.change_number,
+                        SkipReason.BAD,
+                        None,
+                        None,
+                        item.unreadable,
+                        f"{put.term(self.mailbox):064x}",
+                    )
+            return False
+        if self.wanted.pop(item.item_id, None) is None:
+            return False
+        self._unread.pop(item.item_id, None)
+        return (
+            not item.deleted
+            and classify(item, mailbox=self.mailbox, max_item_size=self.max_item_size) is None
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +328,8 @@ class Reconciler:
         max_bytes: int,
         max_item_size: int,
         page: int,
+        page_bytes: int,
+        budget: BodyBudget,
     ) -> None:
         self.nodes = nodes
         self._node_call = call
@@ -260,7 +339,9 @@ class Reconciler:
         self.max_items = max_items
         self.max_bytes = max_bytes
         self.max_item_size = max_item_size  # the target's: a larger item is skipped
-        self.page = page  # changes per page when the source must be listed a page at a time
+        self.page = page  # changes per page of a listing
+        self.page_bytes = page_bytes  # and bytes (of bodies, or of rows listed without)
+        self.budget = budget  # the bodies this process holds
 
     async def call(self, what: str, fn: Callable[[], Awaitable[Any]]) -> Any:
         """A node call; a 404 in the middle (a mailbox lost with yet another failover) starts
@@ -315,10 +396,12 @@ class Reconciler:
 
     async def compare(self, name: str, skipped: Iterable[SkippedItem]) -> Compared:
         """The target's digest of `name` and the source's less the items it skips.  Every
-        skipped item's term known (large items): from both nodes' digests, asked at once.
-        Otherwise (a bad item: nobody knows its content, and its node, which cannot read
-        it, cannot hash the mailbox either) the source is listed and summed here, skipping
-        what `item_limits` says, which is found afresh on the way."""
+        skipped item's term known (large items, and bad ones a reconcile found): from both
+        nodes' digests, asked at once.  Otherwise (a bad item nobody knows the content of,
+        whose node may not be able to hash the mailbox either) the source is listed without
+        bodies and summed here, skipping what `item_limits` says, which is found afresh on
+        the way; a bad item whose row lists well without its body (its body is what cannot
+        be read) stays skipped while its row is unchanged (`still_bad`)."""
         mine = [s for s in skipped if s.mailbox == name]
         if all_terms_known(mine):
             source, target = await self.digests(name)
@@ -326,37 +409,89 @@ class Reconciler:
         target = await self.call("target digest", lambda: self.nodes.digest(self.target_db, name))
         if target is not None:
             self.watch.see(Side.TARGET, target.epoch, "target digest")
-        listed = await self.source_listing(name)
+        listed = await self.listing(Side.SOURCE, name)
         kept, found = sort_out(listed.items, mailbox=name, max_item_size=self.max_item_size)
+        carried = still_bad(mine, name, kept)
+        changes = {s.change_number for s in carried}
+        kept = [item for item in kept if item.change_number not in changes]
+        found += carried
         source = summed(name, kept, epoch=listed.epoch).model_copy(
             update={"last_change_number": listed.last_change_number}
         )
         return Compared(source, target, len(found), tuple(found), listed)
 
-    async def source_listing(self, name: str) -> Items:
-        """The source's whole mailbox, tombstones included, in one listing; a listing the
-        source answers 500 (a row it cannot read) is read again a page at a time, stepping
-        over what it cannot read (`source_reader`)."""
+    async def listing(self, side: Side, name: str) -> Items:
+        """`name`'s changes on one end, tombstones included, without their bodies, read a
+        page at a time (the source's stepping over what it cannot read: `source_reader`);
+        the last state of each item."""
+        db = self.source_db if side is Side.SOURCE else self.target_db
+        what = f"read {side} items"
+        items: list[Item] = []
+        since = 0
+        while True:
 
-        async def listing() -> Items:
-            try:
-                return await self.nodes.items(self.source_db, name, 0)
-            except NodeCallError as exc:
-                if exc.status != UNREADABLE:
-                    raise
-            items: list[Item] = []
-            since = 0
-            while True:
-                page = await read_page(self.nodes, self.source_db, name, since, self.page)
+            async def page(since: int = since) -> Items:
+                if side is Side.SOURCE:
+                    return await read_page(
+                        self.nodes, db, name, since, self.page, page_bytes=self.page_bytes,
+                        bodies=False,
+                    )  # fmt: skip
+                return await self.nodes.items(
+                    db, name, since, self.page, page_bytes=self.page_bytes, bodies=False
+                )
+
+            listed = await self.call(what, page)
+            self.watch.see(side, listed.epoch, what)
+            items.extend(listed.items)
+            since = listed.last_change_number
+            if not listed.more:
+                return Items(tuple(latest(items)), since, listed.epoch)
+
+    async def put(self, name: str, plan: RepairPlan) -> list[SkippedItem]:
+        """Write the plan's puts, read with their bodies from the source a page at a time
+        within the budget, each page's written as it is read (`PutsFromPages`); the puts the
+        source cannot read, as bad items."""
+        puts = PutsFromPages(plan.puts, mailbox=name, max_item_size=self.max_item_size)
+        cutter = BatchCutter(max_items=self.max_items, max_bytes=self.max_bytes)
+        since = puts.since
+        async with self.budget.hold() as hold:
+            while not puts.done:
+
+                async def read(since: int = since) -> Items:
+                    return await self.call(
+                        "read source items",
+                        lambda: read_page(
+                            self.nodes, self.source_db, name, since, self.page,
+                            page_bytes=self.page_bytes,
+                        ),
+                    )  # fmt: skip
+
+                page = await hold.read(read, self.page_bytes)
                 self.watch.see(Side.SOURCE, page.epoch, "read source items")
-                items.extend(page.items)
+                # The page's items go as they are written (`pending`), not with the page.
+                pending, after, more = deque(page.items), since, page.more
                 since = page.last_change_number
-                if not page.more:
-                    return Items(tuple(latest(items)), since, page.epoch)
+                del page
+                while pending:
+                    item = pending.popleft()
+                    if puts.take(item, after):
+                        if batch := cutter.add(item):
+                            await self.write(name, batch)
+                        if cutter.full:
+                            await self.write(name, cutter.take())
+                    hold.release((item,))  # written, set aside, or gathered (`body_budget`)
+                    after = item.change_number or after
+                if not more:
+                    break
+            if batch := cutter.take():
+                await self.write(name, batch)
+        return puts.bad
 
-        listed = await self.call("read source items", listing)
-        self.watch.see(Side.SOURCE, listed.epoch, "read source items")
-        return listed
+    async def write(self, name: str, batch: list[Item]) -> None:
+        written = await self.call(
+            "write target items", lambda: self.nodes.put_items(self.target_db, name, batch)
+        )
+        self.watch.see(Side.TARGET, written.epoch, "write target items")
 
     async def mailbox(
         self,
@@ -417,19 +552,15 @@ class Reconciler:
             return Reconciled(
                 name, compared.source.last_change_number, None, created, compared.skipped
             )
-        listed = compared.listed or await self.source_listing(name)
-        held = await self.call(
-            "read target items", lambda: self.nodes.items(self.target_db, name, 0)
-        )
-        self.watch.see(Side.TARGET, held.epoch, "read target items")
+        listed = compared.listed or await self.listing(Side.SOURCE, name)
+        held = await self.listing(Side.TARGET, name)
         kept, found = sort_out(listed.items, mailbox=name, max_item_size=self.max_item_size)
         plan = plan_repair(kept, held.items)
-        for batch in cut_batches(plan.puts, max_items=self.max_items, max_bytes=self.max_bytes):
-            written = await self.call(
-                "write target items",
-                lambda b=batch: self.nodes.put_items(self.target_db, name, b),
-            )
-            self.watch.see(Side.TARGET, written.epoch, "write target items")
+        found += await self.put(name, plan)
+        # The target's versions of the puts found bad go too: a skipped item is not held.
+        on_target = {i.item_id for i in held.items if not i.deleted}
+        bad = {s.item_id for s in found if s.item_id in on_target and s.item_id not in plan.deletes}
+        plan = replace(plan, deletes=plan.deletes + tuple(sorted(bad)))
         for item_id in plan.deletes:
             deleted = await self.call(
                 "delete target item",

@@ -36,11 +36,17 @@ async def read_page(
     limit: int,
     *,
     count: bool = False,
+    page_bytes: int | None = None,
+    bodies: bool = True,
 ) -> Items:
-    """The changes of `mailbox` after `since`, about `limit` of them (`NodeStore.items`);
-    short of a damaged change, or that change alone as an unreadable item."""
+    """The changes of `mailbox` after `since`, about `limit` of them and within `page_bytes`
+    (`NodeStore.items`, with or without `bodies`); short of a damaged change, or that change
+    alone as an unreadable item.  (A damaged body is found by a listing with bodies only:
+    without them, its row lists well, with the hash it was written with.)"""
     try:
-        return await nodes.items(database, mailbox, since, limit, count=count)
+        return await nodes.items(
+            database, mailbox, since, limit, count=count, page_bytes=page_bytes, bodies=bodies
+        )
     except NodeCallError as exc:
         if not _damaged(exc):
             raise
@@ -49,32 +55,34 @@ async def read_page(
     while size > 1:
         size = max(1, size // 2)
         try:
-            return await nodes.items(database, mailbox, since, size)
+            return await nodes.items(
+                database, mailbox, since, size, page_bytes=page_bytes, bodies=bodies
+            )
         except NodeCallError as exc:
             if not _damaged(exc):
                 raise
             error = exc
     # A page of one change failed: once more, lest a passing 500 be taken for damage.
     try:
-        return await nodes.items(database, mailbox, since, 1)
+        return await nodes.items(database, mailbox, since, 1, bodies=bodies)
     except NodeCallError as exc:
         if not _damaged(exc):
             raise
         error = exc
-    change, after = await _damaged_change(nodes, database, mailbox, since)
+    change, after = await _damaged_change(nodes, database, mailbox, since, bodies)
     why = f"the source answered HTTP {error.status} reading it: {error.detail or error}"
     return Items((Item.unreadable_at(change, why),), change, epoch=after.epoch, more=True)
 
 
 async def _damaged_change(
-    nodes: NodeStore, database: str, mailbox: str, since: int
+    nodes: NodeStore, database: str, mailbox: str, since: int, bodies: bool
 ) -> tuple[int, Items]:
     """The change number of the first change after `since`, which cannot be read: the
     smallest `s` for which a page of one change after `s` reads (and that page)."""
 
     async def reads(s: int) -> Items | None:
         try:
-            return await nodes.items(database, mailbox, s, 1)
+            return await nodes.items(database, mailbox, s, 1, bodies=bodies)
         except NodeCallError as exc:
             if not _damaged(exc):
                 raise

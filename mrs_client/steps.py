@@ -1,9 +1,11 @@
 """The ten steps of a move, each idempotent (a crash and `mrs resume` repeat it safely).
 
 Items are copied with their own item ids (a re-copy replaces, never duplicates); the source
-is read a page at a time, the next page read ahead while the current one is written, each
-page's large and bad items set aside (`item_limits`) before any of it is written; writes
-are cut by bytes, an item larger than the cut alone (`reconcile.BatchCutter`); sync
+is read a page at a time (bounded by changes and by bytes of bodies), the next page read
+ahead while the current one is written, each within the process's memory budget
+(`body_budget`), each page's large and bad items set aside (`item_limits`) before any of it
+is written; writes are cut by bytes, an item larger than the cut alone
+(`reconcile.BatchCutter`), and each item's body goes once written; sync
 cursors are saved after each batch; the final flush waits for a point of the target's log
 past the final sync, saved before the wait: the durable end of its open log when every copy
 follows in block mode (no roll), else a generation rolled *after* the final sync; the unlock
@@ -15,6 +17,7 @@ through `Gates`; the verification before steps 8 and 10 through `Verifier`.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Protocol
@@ -22,6 +25,7 @@ from typing import Protocol
 from dag_common.clock import Clock
 from dag_common.model import Lsn
 from dag_common.store_api import Item, Items, NodeStore, utf8_len
+from mrs_client.body_budget import BodyBudget, Hold
 from mrs_client.end_calls import EndCalls
 from mrs_client.errors import MoveFailed, NeedsReconcile, NodeCallError
 from mrs_client.gates import Gates
@@ -33,7 +37,6 @@ from mrs_client.policy import (
     MoveStep,
     flush_point,
     incremental_done,
-    next_page_size,
 )
 from mrs_client.reconcile import BatchCutter, Side, write_cut
 from mrs_client.source_reader import read_page
@@ -65,9 +68,11 @@ class MoveSteps:
         settings: MoveSettings,
         max_item_size: Callable[[str], int],
         progress: Callable[[MoveRecord, str], None],
+        budget: BodyBudget,
     ) -> None:
         self.nodes = nodes
         self.gates = gates
+        self.budget = budget
         self._calls = calls
         self._call = calls.call
         self._verifier = verifier
@@ -148,34 +153,55 @@ class MoveSteps:
     async def _copy_changes(self, record: MoveRecord, *, initial: bool) -> tuple[MoveRecord, int]:
         """Copy changes since each mailbox's cursor; return the record and the change count.
 
-        The source is read a page at a time (`sync_page` changes), the next page asked of the
-        source while the current one is written to the target (two nodes, working at once);
-        writes are cut into batches across the pages, each saved with the cursor it covers.
-        The first page of every mailbox is read before any is copied, with the count of live
-        items all its pages hold: the pass knows how many items it copies (`items_total`,
-        what `mrs move` shows a percent of) before the first, archive included.
+        The source is read a page at a time (`sync_page` changes, `sync_page_bytes` of
+        bodies), the next page asked of the source while the current one is written (two
+        nodes, working at once), both within the budget; writes are cut into batches across
+        the pages, each saved with the cursor it covers.  The live items of every mailbox
+        are counted before any is copied (a listing of one change without its body, with
+        the count of all the pages): the pass knows how many items it copies
+        (`items_total`, what `mrs move` shows a percent of) before the first, archive
+        included.
+
+        The budget: an item's body counts from its page's read until it is written, set
+        aside or gathered into a write of small items (which holds at most
+        `sync_batch_bytes`, uncounted); a write closed is written at once.  So when the loop
+        waits for its next page it counts nothing, and a page read ahead waits only for
+        other moves' pages, which are being written: no two moves wait for each other.
         """
-        first: dict[str, Items] = {}
-        for name in record.mailboxes:
-            cursor = record.sync_cursor.get(name, 0)
-            record, first[name] = await self._source_page(record, name, cursor, None, count=True)
-        live = [page.live for page in first.values()]
-        if all(n is not None for n in live):
-            known = record.items_copied + sum(n for n in live if n is not None)
-            if record.items_total != known:  # shown at once, saved with the next save
-                record = replace(record, items_total=known)
-                self._progress(record, "")
-        total = 0
-        for name in record.mailboxes:
-            record, changes = await self._copy_mailbox(record, name, first[name], initial=initial)
-            total += changes
+        async with self.budget.hold() as hold:
+            live = []
+            src = record.source_db
+            for name in record.mailboxes:
+                cursor = record.sync_cursor.get(name, 0)
+                record, counted = await self._call(
+                    record,
+                    Side.SOURCE,
+                    "read source items",
+                    lambda n=name, c=cursor: read_page(
+                        self.nodes, src, n, c, 1, count=True, bodies=False
+                    ),
+                )
+                live.append(counted.live)
+            if all(n is not None for n in live):
+                known = record.items_copied + sum(n for n in live if n is not None)
+                if record.items_total != known:  # shown at once, saved with the next save
+                    record = replace(record, items_total=known)
+                    self._progress(record, "")
+            total = 0
+            for name in record.mailboxes:
+                cursor = record.sync_cursor.get(name, 0)
+                record, first = await self._source_page(record, name, cursor, None, hold)
+                record, changes = await self._copy_mailbox(
+                    record, name, first, hold, initial=initial
+                )
+                total += changes
         return record, total
 
     async def _copy_mailbox(
-        self, record: MoveRecord, name: str, listing: Items, *, initial: bool
+        self, record: MoveRecord, name: str, listing: Items, hold: Hold, *, initial: bool
     ) -> tuple[MoveRecord, int]:
         """Copy one mailbox's changes, from its first page (`listing`) on."""
-        dst = record.target_db
+        src, dst = record.source_db, record.target_db
         cursor = record.sync_cursor.get(name, 0)
         # Only a target that has received nothing yet has nothing to delete.
         skip_deletes = initial and cursor == 0
@@ -185,22 +211,24 @@ class MoveSteps:
         )
         total = 0
         ahead: asyncio.Future[Items] | None = None
-        page = self.settings.sync_page
         try:
             while True:
                 if listing.more:
-                    page = next_page_size(listing, self.settings)
                     ahead = asyncio.ensure_future(
-                        read_page(
-                            self.nodes,
-                            record.source_db,
-                            name,
-                            listing.last_change_number,
-                            page,
+                        hold.read(
+                            lambda since=listing.last_change_number: self._read_page(
+                                src, name, since
+                            ),
+                            self.settings.sync_page_bytes,
                         )
                     )
                 record, skips = await self._set_aside(record, name, listing.items)
-                for item in listing.items:
+                # The page's items go as they are written, not with the page.
+                pending, after = deque(listing.items), listing.last_change_number
+                total += len(pending)
+                listing = replace(listing, items=())
+                while pending:
+                    item = pending.popleft()
                     if item.deleted or item.change_number in skips:
                         # A skipped item is not on the target: an older version goes.
                         if not skip_deletes and item.item_id:
@@ -210,15 +238,18 @@ class MoveSteps:
                                 "delete target item",
                                 lambda i=item.item_id: self.nodes.delete_item(dst, name, i),
                             )
-                    elif batch := cutter.add(item):
-                        record = await self._write_batch(record, name, batch, cursor)
+                    else:
+                        if batch := cutter.add(item):  # the write before it
+                            record = await self._write_batch(record, name, batch, cursor)
+                        if cutter.full:  # it, alone or last
+                            batch = cutter.take()
+                            through = max(cursor, item.change_number)
+                            record = await self._write_batch(record, name, batch, through)
+                    hold.release((item,))  # written, set aside, or gathered (docstring)
                     cursor = max(cursor, item.change_number)  # an unreadable item may say 0
-                total += len(listing.items)
                 if ahead is None:
                     break
-                record, listing = await self._source_page(
-                    record, name, listing.last_change_number, ahead, page=page
-                )
+                record, listing = await self._source_page(record, name, after, ahead, hold)
                 ahead = None
         finally:
             if ahead is not None:  # a failure above: the page read ahead is not wanted
@@ -231,6 +262,17 @@ class MoveSteps:
                 replace(record, sync_cursor={**record.sync_cursor, name: cursor})
             )
         return record, total
+
+    def _read_page(self, database: str, name: str, since: int) -> Awaitable[Items]:
+        """A page of the source's changes after `since`, bounded by changes and by bytes."""
+        return read_page(
+            self.nodes,
+            database,
+            name,
+            since,
+            self.settings.sync_page,
+            page_bytes=self.settings.sync_page_bytes,
+        )
 
     async def _set_aside(
         self, record: MoveRecord, name: str, page: tuple[Item, ...]
@@ -278,14 +320,12 @@ class MoveSteps:
         name: str,
         since: int,
         ahead: asyncio.Future[Items] | None,
-        *,
-        count: bool = False,
-        page: int | None = None,
+        hold: Hold,
     ) -> tuple[MoveRecord, Items]:
         """The source's changes of `name` after `since`, a page of them: the page read ahead
         if it came back, else asked now through the gates (a source that cannot answer
-        stalls the move).  Its epoch is checked either way: in another incarnation the cursor
-        may count in numbers the source now gives to other changes."""
+        stalls the move), within the budget.  Its epoch is checked either way: in another
+        incarnation the cursor may count in numbers the source now gives to other changes."""
         if ahead is not None:
             try:
                 listing = await ahead
@@ -294,12 +334,15 @@ class MoveSteps:
             else:
                 record = self._calls.seen(record, Side.SOURCE, listing.epoch, "read source items")
                 return record, listing
-        src, size = record.source_db, page or self.settings.sync_page
+        src = record.source_db
         return await self._call(
             record,
             Side.SOURCE,
             "read source items",
-            lambda: read_page(self.nodes, src, name, since, size, count=count),
+            lambda: hold.read(
+                lambda: self._read_page(src, name, since),
+                self.settings.sync_page_bytes,
+            ),
         )
 
     async def _write_batch(

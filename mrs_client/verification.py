@@ -16,6 +16,7 @@ from dataclasses import replace
 from functools import partial
 
 from dag_common.store_api import NodeStore
+from mrs_client.body_budget import BodyBudget
 from mrs_client.errors import MoveFailed, NeedsReconcile
 from mrs_client.gates import Gates
 from mrs_client.item_limits import over_limits
@@ -41,10 +42,12 @@ class Verifier:
         settings: MoveSettings,
         max_item_size: Callable[[str], int],
         progress: Callable[[MoveRecord, str], None],
+        budget: BodyBudget,
     ) -> None:
         self.nodes = nodes
         self.gates = gates
         self.settings = settings
+        self.budget = budget
         self.max_item_size = max_item_size  # database -> its max_item_size (the config's)
         self._progress = progress
 
@@ -59,6 +62,8 @@ class Verifier:
             max_bytes=write_cut(self.settings, self.max_item_size(record.target_db)),
             max_item_size=self.max_item_size(record.target_db),
             page=self.settings.sync_page,
+            page_bytes=self.settings.sync_page_bytes,
+            budget=self.budget,
         )
 
     async def within_limits(self, record: MoveRecord, *, when: str = "") -> None:

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 
 from dag_common.clock import Clock
-from dag_common.mailbox_digest import DigestRow
+from dag_common.mailbox_digest import DigestRow, body_hash
 from dag_common.model import RollCause
 from replication_node.active import llr_pacing
 from replication_node.active.lease import LeaseKeeper
@@ -443,23 +443,30 @@ class ActiveCopy:
         return count
 
     def items_page(
-        self, mailbox: str, since_change: int, limit: int, max_bytes: int | None = None
+        self,
+        mailbox: str,
+        since_change: int,
+        limit: int,
+        max_bytes: int | None = None,
+        *,
+        bodies: bool = True,
     ) -> ItemsPage:
         """A page of the file's changes with the overlay merged in up to where the page ends:
         an overlay change past that end supersedes the file's row but belongs to a later page
         (it would otherwise hide the file's rows between).  `max_bytes` cuts the file's part
-        (`Database.items_page`); the overlay holds a few generations at most."""
+        (`Database.items_page`); the overlay holds a few generations at most.  Without
+        `bodies`, the overlay's rows (which hold their bodies, in memory) are hashed here."""
         if self.overlay.hides(mailbox):  # removed: the file's rows are gone
             page = ItemsPage([], since_change, True)
         else:
-            page = self.db.items_page(mailbox, since_change, limit, max_bytes)
+            page = self.db.items_page(mailbox, since_change, limit, max_bytes, bodies=bodies)
         end = None if page.complete else page.through
         rows = {r.item_id: r for r in page.items}
         for (m, item_id), (_, row) in self.overlay.items.items():
             if m == mailbox:
                 change = row.change_number
                 if since_change < change and (end is None or change <= end):
-                    rows[item_id] = row
+                    rows[item_id] = row if bodies else _without_body(row)
                 else:
                     rows.pop(item_id, None)
         items = sorted(rows.values(), key=_change_number)
@@ -475,3 +482,8 @@ class ActiveCopy:
 
 def _change_number(row: ItemRow) -> int:
     return row.change_number
+
+
+def _without_body(row: ItemRow) -> ItemRow:
+    """An overlay row as a listing without bodies gives it (`ItemRow`)."""
+    return row._replace(body="", body_hash="" if row.deleted else body_hash(row.body))

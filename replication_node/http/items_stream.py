@@ -7,6 +7,10 @@ are read a few MiB at a time (`STREAM_READ_BYTES`, one item at least: `items_pag
 each item is written as JSON as soon as it is read, and its body is escaped a slice at a
 time (`BODY_SLICE` characters), so the largest thing held is the one row being written.
 
+Listed without bodies (`bodies` false: what the mover's reconcile compares), each row carries
+its body's hash and size instead of the body (`ItemRow`), and a page is cut by the rows'
+size as listed.
+
 The JSON is the same as the built answer's (`ItemsAnswer.wire()`), its keys in another order:
 `items` first, the rest after them, once the last page says where the listing ends.  The
 answer is sent chunked.  A read that fails once the answer has begun cannot change its
@@ -33,12 +37,16 @@ STREAM_READ_BYTES = 4 * 1024 * 1024
 BODY_SLICE = 1024 * 1024
 
 
-def item_chunks(row: ItemRow) -> list[bytes]:
+def item_chunks(row: ItemRow, bodies: bool = True) -> list[bytes]:
     """`row` as its JSON object in the answer, in parts: its fields but the body, then the
     body a slice at a time (escaped as `json.dumps` escapes it, so the bytes are those of
-    the whole object dumped at once)."""
+    the whole object dumped at once).  Without `bodies`: its fields, the body's hash in the
+    body's place, in one part."""
     fields = row._asdict()
     body = fields.pop("body")
+    if not bodies:
+        return [json.dumps(fields).encode()]
+    del fields["body_hash"]  # "" when read with the body: not said
     head = json.dumps(fields)[:-1] + ', "body": "'
     parts = [head.encode()]
     for start in range(0, len(body), BODY_SLICE):
@@ -56,16 +64,18 @@ async def stream_items(
     limit: int | None,
     page_bytes: int | None,
     answer: Callable[[ItemsPage], ItemsAnswer],
+    bodies: bool = True,
 ) -> web.StreamResponse:
     """Write the listing of `mailbox`'s changes after `since`: every one (`limit` None), or
-    a page of at most `limit` changes whose bodies stop once they reach `page_bytes` (one
-    change at least), as `MailboxReader.items_page` cuts one.  `answer` makes the answer's
-    other fields from the page as a whole (its items unused)."""
+    a page of at most `limit` changes whose bodies (`ItemRow.listed_size`) stop once they
+    reach `page_bytes` (one change at least), as `MailboxReader.items_page` cuts one.
+    `answer` makes the answer's other fields from the page as a whole (its items unused);
+    without `bodies`, each row is listed with its body's hash instead of the body."""
     response = web.StreamResponse(headers={"Content-Type": "application/json; charset=utf-8"})
     response.enable_chunked_encoding()
     await response.prepare(request)
     try:
-        await _write_listing(response, reader, mailbox, since, limit, page_bytes, answer)
+        await _write_listing(response, reader, mailbox, since, limit, page_bytes, answer, bodies)
     except ConnectionError:  # the client went away: nothing to answer
         logger.info("%s %s: the client left before the listing's end", request.method, request.path)
     except Exception:
@@ -85,6 +95,7 @@ async def _write_listing(
     limit: int | None,
     page_bytes: int | None,
     answer: Callable[[ItemsPage], ItemsAnswer],
+    bodies: bool,
 ) -> None:
     await response.write(b'{"items": [')
     count, held, after = 0, 0, since
@@ -94,14 +105,14 @@ async def _write_listing(
         if page_bytes is not None:
             read_bytes = min(read_bytes, page_bytes - held)
         want = MAX_READ if limit is None else limit - count
-        page = reader.items_page(mailbox, after, want, read_bytes)
+        page = reader.items_page(mailbox, after, want, read_bytes, bodies=bodies)
         for row in page.items:
             if not first:
                 await response.write(b", ")
             first = False
-            for part in item_chunks(row):
+            for part in item_chunks(row, bodies):
                 await response.write(part)
-            held += row.size
+            held += row.listed_size(bodies)
         count += len(page.items)
         after = page.through
         full = (limit is not None and count >= limit) or (

@@ -47,7 +47,8 @@ MAX_CHANGE_NUMBER = 2**63 - 1  # SQLite's INTEGER: a larger number overflowed in
 MAX_ITEMS_PAGE = 100_000  # a page of the items listing (`limit`), at most
 # The bodies a page of the items listing holds, at most (past one item): `limit` counts
 # changes, and 2,000 items of 30 MiB were a 60 GB answer, built whole in the node's memory and
-# read whole by the mover before it wrote the first (`more` says the rest is to come).
+# read whole by the mover before it wrote the first (`more` says the rest is to come).  A
+# client may ask for less (`page_bytes`): the mover bounds what it holds by it.
 ITEMS_PAGE_BYTES = 64 * 1024 * 1024
 
 
@@ -214,23 +215,38 @@ async def post_items(request: web.Request) -> web.Response:
     return web.json_response(result.wire(), status=201)
 
 
+def _whole_number(request: web.Request, name: str, least: int, most: int) -> int | None:
+    """The query parameter `name` as an integer within least..most (None: not given)."""
+    if name not in request.query:
+        return None
+    try:
+        value = int(request.query[name])
+    except ValueError as exc:
+        raise BadRequest(f"{name} must be an integer") from exc
+    if not least <= value <= most:
+        raise BadRequest(f"{name} must be within {least}..{most}")
+    return value
+
+
+def _listing_bodies(request: web.Request) -> bool:
+    """`?bodies=false`: the items without their bodies, each with its body's hash."""
+    value = request.query.get("bodies", "true").lower()
+    if value not in ("true", "false", "1", "0"):
+        raise BadRequest("bodies must be true or false")
+    return value in ("true", "1")
+
+
 async def get_items(request: web.Request) -> web.StreamResponse:
     name = mailbox_name(request)
     reader = reader_for(request)
-    try:
-        since = int(request.query.get("since_change", "0"))
-    except ValueError as exc:
-        raise BadRequest("since_change must be an integer") from exc
-    if not 0 <= since <= MAX_CHANGE_NUMBER:
-        raise BadRequest(f"since_change must be within 0..{MAX_CHANGE_NUMBER}")
-    limit = None
-    if "limit" in request.query:
-        try:
-            limit = int(request.query["limit"])
-        except ValueError as exc:
-            raise BadRequest("limit must be an integer") from exc
-        if not 1 <= limit <= MAX_ITEMS_PAGE:
-            raise BadRequest(f"limit must be within 1..{MAX_ITEMS_PAGE}")
+    since = _whole_number(request, "since_change", 0, MAX_CHANGE_NUMBER) or 0
+    limit = _whole_number(request, "limit", 1, MAX_ITEMS_PAGE)
+    page_bytes = _whole_number(request, "page_bytes", 1, ITEMS_PAGE_BYTES)
+    bodies = _listing_bodies(request)
+    if page_bytes is not None and limit is None:
+        limit = MAX_ITEMS_PAGE  # a page cut by bytes
+    elif limit is not None and page_bytes is None:
+        page_bytes = ITEMS_PAGE_BYTES
     if reader.mailbox(name) is None:
         raise NotFound(f"no mailbox {name!r}")
     # Read before the listing begins: an error here is still an answer of its own.
@@ -248,16 +264,18 @@ async def get_items(request: web.Request) -> web.StreamResponse:
             live_count=live_count,  # live items changed after since_change, in every page
         )
 
-    # Written as it is read (`items_stream.py`): without `limit` every change (never more
-    # than one body held at a time), with it a page cut at ITEMS_PAGE_BYTES.
+    # Written as it is read (`items_stream.py`): without `limit` or `page_bytes` every change
+    # (never more than one body held at a time), with either a page cut at `page_bytes`
+    # (ITEMS_PAGE_BYTES at most).
     return await stream_items(
         request,
         reader,
         mailbox=name,
         since=since,
         limit=limit,
-        page_bytes=None if limit is None else ITEMS_PAGE_BYTES,
+        page_bytes=page_bytes,
         answer=answer,
+        bodies=bodies,
     )
 
 

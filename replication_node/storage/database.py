@@ -59,10 +59,12 @@ from replication_node.storage.ops import with_backup
 from replication_node.storage.reader import ItemRow, ItemsPage, MailboxRow
 from replication_node.storage.tables import (
     ITEM_COLUMNS,
+    ITEM_HEAD_COLUMNS,
     MAILBOX_COLUMNS,
     TABLES_SCHEMA,
     PutRow,
     TableWriter,
+    item_head_of,
     item_of,
     mailbox_of,
 )
@@ -427,25 +429,34 @@ class Database:
         return int(count)
 
     def items_page(
-        self, mailbox: str, since_change: int, limit: int, max_bytes: int | None = None
+        self,
+        mailbox: str,
+        since_change: int,
+        limit: int,
+        max_bytes: int | None = None,
+        *,
+        bodies: bool = True,
     ) -> ItemsPage:
         """The first `limit` changes after `since_change` (see `ItemsPage`); with
-        `max_bytes`, no more than reach that many bytes of bodies (at least one change).
-        The rows are read one at a time, so a page cut by bytes reads no body past its end:
-        2,000 items of 30 MiB asked for at once are a page of three."""
+        `max_bytes`, no more than reach that many bytes (`ItemRow.listed_size`: of bodies,
+        or without `bodies` of the rows as listed; at least one change).  The rows are read
+        one at a time, so a page cut by bytes reads no body past its end: 2,000 items of
+        30 MiB asked for at once are a page of three.  Without `bodies` no body is read at
+        all: each row carries the hash the digest keeps (`ItemRow`)."""
+        columns, row_of = (ITEM_COLUMNS, item_of) if bodies else (ITEM_HEAD_COLUMNS, item_head_of)
         rows: list[ItemRow] = []
         held, cut = 0, False
         with self._read_lock:
             cursor = self._reads.execute(
-                f"SELECT {ITEM_COLUMNS} FROM items WHERE mailbox=? AND change_number>?"
+                f"SELECT {columns} FROM items WHERE mailbox=? AND change_number>?"
                 " ORDER BY change_number LIMIT ?",
                 (mailbox, since_change, limit),
             )
             try:
                 for r in cursor:
-                    row = item_of(r)
+                    row = row_of(r)
                     rows.append(row)
-                    held += row.size
+                    held += row.listed_size(bodies)
                     if max_bytes is not None and held >= max_bytes:
                         cut = True
                         break

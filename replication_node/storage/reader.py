@@ -21,17 +21,31 @@ class MailboxRow(NamedTuple):
 
 
 class ItemRow(NamedTuple):
-    """An item, or its tombstone (`deleted`), as its copy holds it (an `items` row)."""
+    """An item, or its tombstone (`deleted`), as its copy holds it (an `items` row).
+
+    Read without its body (a listing's `bodies=false`): `body` is "" and `body_hash`, the
+    body's SHA-256 the row keeps for the digest, stands for it ("" for a tombstone);
+    `size` is still the body's."""
 
     mailbox: str
     item_id: str
     folder: str
     subject: str
     body: str
-    size: int
+    size: int  # the body's, in UTF-8
     change_number: int
     deleted: bool
     commit_time: str
+    body_hash: str = ""
+
+    def listed_size(self, bodies: bool) -> int:
+        """What the row weighs in a listing, as a page cut by bytes counts it: its body, or,
+        listed without bodies, its subject and the rest of the row."""
+        return self.size if bodies else len(self.subject) + ROW_BYTES
+
+
+# What a row listed without its body weighs besides its subject (ids, folder, hash, fields).
+ROW_BYTES = 256
 
 
 class MailboxReader(Protocol):
@@ -47,7 +61,13 @@ class MailboxReader(Protocol):
     def items(self, mailbox: str, since_change: int = 0) -> list[ItemRow]: ...
 
     def items_page(
-        self, mailbox: str, since_change: int, limit: int, max_bytes: int | None = None
+        self,
+        mailbox: str,
+        since_change: int,
+        limit: int,
+        max_bytes: int | None = None,
+        *,
+        bodies: bool = True,
     ) -> ItemsPage: ...
 
     def live_count(self, mailbox: str, since_change: int) -> int: ...

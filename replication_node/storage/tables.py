@@ -62,6 +62,10 @@ CREATE INDEX items_by_change ON items(mailbox, change_number);
 # The columns a read gives back, in the order of the row types (`reader.py`).
 MAILBOX_COLUMNS = "mailbox, display_name, locked, soft_deleted, change_number"
 ITEM_COLUMNS = "mailbox, item_id, folder, subject, body, size, change_number, deleted, commit_time"
+# An item read without its body: the body's hash in its place (`ItemRow`).
+ITEM_HEAD_COLUMNS = (
+    "mailbox, item_id, folder, subject, '', size, change_number, deleted, commit_time, body_hash"
+)
 
 
 def mailbox_of(row: sqlite3.Row) -> MailboxRow:
@@ -72,6 +76,13 @@ def mailbox_of(row: sqlite3.Row) -> MailboxRow:
 def item_of(row: sqlite3.Row) -> ItemRow:
     """An `items` row (read as ITEM_COLUMNS: an item or a tombstone) as the store's row."""
     return ItemRow(row[0], row[1], row[2], row[3], row[4], row[5], row[6], bool(row[7]), row[8])
+
+
+def item_head_of(row: sqlite3.Row) -> ItemRow:
+    """An `items` row read as ITEM_HEAD_COLUMNS: without its body, with its hash."""
+    return ItemRow(
+        row[0], row[1], row[2], row[3], row[4], row[5], row[6], bool(row[7]), row[8], row[9]
+    )
 
 
 _PUT = "INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?)"

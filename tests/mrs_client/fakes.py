@@ -16,9 +16,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dag_common.clock import ManualClock
-from dag_common.mailbox_digest import mailbox_digest
+from dag_common.mailbox_digest import body_hash, mailbox_digest
 from dag_common.model import Lsn
-from dag_common.store_api import Digest, Item, Items, LogPosition, Mailbox, Rolled, Written
+from dag_common.store_api import (
+    Digest,
+    Item,
+    Items,
+    LogPosition,
+    Mailbox,
+    Rolled,
+    Written,
+    utf8_len,
+)
+from mrs_client.body_budget import BodyBudget
 from mrs_client.errors import NodeCallError
 from mrs_client.move_store import AnswerRow, MoveLease, MoveRecord, answer_row, new_move_id
 from mrs_client.move_store.embedded import EmbeddedMoveStore
@@ -101,6 +111,13 @@ class FakeDatabase:
         return {k: (i.folder, i.subject, i.body) for k, i in box.items.items() if not i.deleted}
 
 
+def _head(item: Item) -> Item:
+    """`item` as a listing without bodies gives it."""
+    if item.deleted:
+        return replace(item, body="", body_size=0)
+    return replace(item, body="", body_hash=body_hash(item.body), body_size=utf8_len(item.body))
+
+
 class Crash(BaseException):
     """What a test raises inside a call to play kill -9 of the mover."""
 
@@ -117,10 +134,15 @@ class FakeNodes:
         # (database, change number) of rows a node cannot read: any listing reaching one, and
         # the digest of its mailbox, answer 500 as a real node does (sqlite3 cannot decode).
         self.damaged: set[tuple[str, int]] = set()
+        # ... rows whose body alone it cannot read: only a listing with bodies reaching one
+        # answers 500 (without bodies, and for the digest, the hash kept beside it serves).
+        self.damaged_bodies: set[tuple[str, int]] = set()
+        self.listings: list[tuple[str, int, bool]] = []  # (database, since, bodies) asked
 
-    def _unreadable(self, database: str, rows: Any) -> None:
+    def _unreadable(self, database: str, rows: Any, *, bodies: bool = False) -> None:
+        damaged = self.damaged | self.damaged_bodies if bodies else self.damaged
         for row in rows:
-            if (database, row.change_number) in self.damaged:
+            if (database, row.change_number) in damaged:
                 raise NodeCallError(
                     f"GET {database}: HTTP 500: internal error (OperationalError: Could not "
                     f"decode to UTF-8 column 'body')",
@@ -189,21 +211,38 @@ class FakeNodes:
         limit: int | None = None,
         *,
         count: bool = False,
+        page_bytes: int | None = None,
+        bodies: bool = True,
     ) -> Items:
+        """As a node lists: a page cut by `limit` changes and, as its bodies (or without
+        `bodies`, its rows) reach `page_bytes`, one change at least."""
         db = self._call("items", database, mailbox)
+        self.listings.append((database, since_change, bodies))
         rows = sorted(
             (i for i in db.boxes[mailbox].items.values() if i.change_number > since_change),
             key=lambda i: i.change_number,
         )
         live = sum(not i.deleted for i in rows) if count else None
-        self._unreadable(database, rows if limit is None else rows[:limit])
-        if limit is not None and len(rows) > limit:
-            rows = rows[:limit]
-            return Items(tuple(rows), rows[-1].change_number, db.epoch, more=True, live=live)
-        last = max((i.change_number for i in rows), default=since_change)
-        return Items(tuple(rows), last, db.epoch, live=live)
+        cut = len(rows) if limit is None else min(limit, len(rows))
+        if page_bytes is not None:
+            held = 0
+            for n, row in enumerate(rows[:cut]):
+                held += utf8_len(row.body) if bodies else len(row.subject) + 256
+                if held >= page_bytes:
+                    cut = n + 1
+                    break
+        page = rows[:cut]
+        self._unreadable(database, page, bodies=bodies)
+        if not bodies:
+            page = [_head(row) for row in page]
+        if cut < len(rows):
+            return Items(tuple(page), page[-1].change_number, db.epoch, more=True, live=live)
+        last = max((i.change_number for i in page), default=since_change)
+        return Items(tuple(page), last, db.epoch, live=live)
 
     async def put_items(self, database: str, mailbox: str, items: list[Item]) -> Written:
+        for item in items:
+            item.entry()  # an item listed without its body cannot be written
         db = self._call("put_items", database, mailbox)
         ops = [
             ("put", (mailbox, replace(i, change_number=db.next_cn(), deleted=False))) for i in items
@@ -476,6 +515,7 @@ class MoverEnv:
         self.on_line: list = []
         self.max_item_sizes: dict[str, int] = {}  # as the cluster config says (else 36 MiB)
         self.limits: dict[str, int] = {}  # large_item_limit, bad_item_limit of `start`
+        self.budget = BodyBudget(MOVER_SETTINGS.memory_budget)  # the process's, every mover's
 
     def mover(self, settings: MoveSettings = MOVER_SETTINGS) -> Mover:
         def progress(record, line):
@@ -495,6 +535,7 @@ class MoverEnv:
             settings=settings,
             progress=progress,
             max_item_sizes=self.max_item_sizes,
+            budget=self.budget,
         )
 
     async def move(self, settings: MoveSettings = MOVER_SETTINGS, move_id: str | None = None):

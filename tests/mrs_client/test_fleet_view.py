@@ -1,5 +1,6 @@
 """What `mrs serve --http-listen` shows: the worker's metrics (promtool accepts them; the
-batch's moves by state, MB copied and time stalled by reason are the store's), the status
+batch's moves by state, MB copied and time stalled by reason are the store's; the process's
+memory and the movers' memory budget), the status
 page (names escaped) and /batches, over a real aiohttp server."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from dataclasses import replace
 import aiohttp
 from aiohttp.test_utils import TestServer
 
+from dag_common.memory import MemoryBudget
 from mrs_client.fleet_view import app
 from mrs_client.move_store.records import BatchSettings
 from mrs_client.policy import MoveState
@@ -37,7 +39,9 @@ async def test_the_metrics_page_and_batches_of_a_worker(tmp_path):
     w.stop()
     await run
     w.snapshot = replace_name(w.snapshot)
-    async with TestServer(app(w)) as server, aiohttp.ClientSession() as http:
+    budget = MemoryBudget(256 << 20, wait=None)  # the movers' (mrs_client.body_budget)
+    budget.take(3 << 20)
+    async with TestServer(app(w, budget)) as server, aiohttp.ClientSession() as http:
         async with http.get(server.make_url("/metrics")) as resp:
             text = await resp.text()
         async with http.get(server.make_url("/")) as resp:
@@ -60,6 +64,9 @@ async def test_the_metrics_page_and_batches_of_a_worker(tmp_path):
     assert value(found, "mrs_batch_cap_bytes_per_second", batch=NAME) == 5e6
     assert value(found, "mrs_worker_moves_ended_total", state="Completed") == 2
     assert value(found, "mrs_worker_moves_running") == 0
+    assert value(found, "memory_budget_bytes") == 256 << 20
+    assert value(found, "memory_budget_in_use_bytes") == 3 << 20
+    assert value(found, "process_resident_memory_peak_bytes") > 0
     assert NAME not in page and "wave&lt;1&gt;&amp;" in page
     assert listed[0]["name"] == NAME and listed[0]["by_state"]["Completed"] == 2
 

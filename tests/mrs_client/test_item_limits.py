@@ -3,6 +3,8 @@ and what the target must hold once they are left out."""
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from dag_common.mailbox_digest import mailbox_digest
@@ -17,6 +19,7 @@ from mrs_client.item_limits import (
     now_fitting,
     over_limits,
     sort_out,
+    still_bad,
     summed,
     with_skipped,
     without,
@@ -160,3 +163,37 @@ def test_the_source_less_its_skipped_items_is_what_the_target_holds():
     assert not less.matches(other) and not summed("alice", kept).matches(other)
     changed = node_digest([row(it("a", 1, body="other")), row(ITEMS[2])])
     assert not less.matches(changed)
+
+
+def head(i: Item) -> Item:
+    """`i` as a listing without bodies gives it."""
+    hashed = "" if i.deleted else hashlib.sha256(i.body.encode()).hexdigest()
+    return Item(
+        i.item_id, i.folder, i.subject, "", i.change_number, i.deleted, body_hash=hashed,
+        body_size=len(i.body.encode()),
+    )  # fmt: skip
+
+
+def test_items_listed_without_bodies_are_classified_and_summed_as_with_them():
+    """A reconcile lists without bodies: the size and the hash stand for the body."""
+    readable = [i for i in ITEMS if not i.unreadable]
+    heads = [head(i) if not i.unreadable else i for i in ITEMS]
+    assert (
+        sort_out(heads, mailbox="alice", max_item_size=100)[1]
+        == (sort_out(ITEMS, mailbox="alice", max_item_size=100)[1])
+    ), "the same skipped items, with the same sizes and terms"
+    assert summed("alice", heads) == summed("alice", ITEMS)
+    assert summed("alice", heads).matches(node_digest([row(i) for i in readable]))
+    with pytest.raises(ValueError, match="without its body"):
+        head(ITEMS[0]).entry()
+
+
+def test_a_bad_item_whose_row_lists_well_without_its_body_stays_bad_while_unchanged():
+    """A body the source cannot read lists well without it: the bad item found by a read
+    with bodies stays skipped (named, with its term) while its change is still there."""
+    heads = [head(i) for i in ITEMS if not i.unreadable]  # change 2 is "big"
+    found = [bad(cn=2), bad(cn=3, item_id="c"), bad(cn=4), bad(cn=7), bad(cn=1, item_id="zz")]
+    kept = still_bad([*found, large("big2", 6), bad(cn=3, mailbox="bob")], "alice", heads)
+    assert [(s.item_id, s.change_number) for s in kept] == [("big", 2), ("c", 3)]
+    assert kept[0].term == f"{heads[1].term('alice'):064x}" and all_terms_known(kept)
+    # cn 4 is a tombstone now, cn 7 is no change of the listing, zz is not at cn 1

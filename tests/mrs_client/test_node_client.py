@@ -300,11 +300,13 @@ def row(item_id, cn, **changes):
     return {**base, "change_number": cn, "deleted": False, **changes}
 
 
-async def test_an_item_of_a_listing_that_is_not_one_comes_back_unreadable(broken_node):
-    """The rest of the page as it is: the mover skips that one as a bad item."""
+@pytest.mark.parametrize("first_body", ["b", "x" * (2 << 20)], ids=["small", "over 1 MiB"])
+async def test_an_item_of_a_listing_that_is_not_one_comes_back_unreadable(broken_node, first_body):
+    """The rest of the page as it is: the mover skips that one as a bad item.  (A page over
+    1 MiB is parsed from text, its bytes let go first: the same items.)"""
     state, client = broken_node
     rows = [
-        row("m1", 1),
+        row("m1", 1, body=first_body),
         row("m2", 2, subject="\ud800"),  # text UTF-8 cannot carry
         row("m3", 3, body=None),
         {"item_id": "m4", "change_number": 4},
@@ -323,3 +325,24 @@ async def test_an_item_of_a_listing_that_is_not_one_comes_back_unreadable(broken
     assert "NoneType" in listed.items[2].unreadable
     assert "folder" in listed.items[3].unreadable
     assert listed.items[4].body == "été" and listed.epoch == 2
+    assert listed.items[0].body == first_body
+
+
+async def test_a_listing_without_bodies_comes_back_as_items_without_bodies(broken_node):
+    state, client = broken_node
+    head = {**row("m1", 1, size=3, body_hash="ab" * 32), "commit_time": "t"}
+    del head["body"]
+    older = row("m4", 4, body="été")  # a node older than `bodies=false` lists the body
+    rows = [
+        head,
+        {**head, "item_id": "m2", "size": "3"},
+        {**head, "item_id": "m3", "body_hash": 7},
+        older,
+    ]
+    state["listing"] = json.dumps({"items": rows, "last_change_number": 4, "epoch": 2}).encode()
+    listed = await client.items("DB2", "alice", 0, 10, bodies=False)
+    first, *bad, last = listed.items
+    assert (first.body, first.body_hash, first.size, first.has_body) == ("", "ab" * 32, 4, False)
+    assert [(i.item_id, bool(i.unreadable)) for i in bad] == [("m2", True), ("m3", True)]
+    assert (last.body, last.size, last.has_body) == ("", 1 + 5, False)
+    assert last.content() == Item("m4", "Inbox", "s", "été", 4).content()

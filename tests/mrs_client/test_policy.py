@@ -3,7 +3,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from dag_common.model import Lsn
-from dag_common.store_api import Item, Items, LogPosition
+from dag_common.store_api import LogPosition
 from mrs_client.policy import (
     GuaranteeAnswer,
     GuaranteeStatus,
@@ -16,7 +16,6 @@ from mrs_client.policy import (
     gate,
     health_check_due,
     incremental_done,
-    next_page_size,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -165,29 +164,3 @@ def _position(
 )
 def test_flush_point(position, expected):
     assert flush_point(position, 2) == expected
-
-
-MIB = 1024 * 1024
-
-
-def page_of(*sizes: int) -> Items:
-    return Items(
-        tuple(Item(f"m{n}", "Inbox", "", "x" * size, n) for n, size in enumerate(sizes)), 0
-    )
-
-
-@pytest.mark.parametrize(
-    ("sizes", "next_page"),
-    [
-        ((), 2000),
-        ((1000,) * 2000, 2000),  # 2 MB of small items: pages stay whole
-        ((30 * MIB, 30 * MIB, 30 * MIB), 2),  # 90 MiB, 30 MiB an item: two make 60 MiB
-        ((30 * MIB,) + (1000,) * 99, 2000),  # 30 MiB in 100 items: under the 64 MiB
-        ((60 * MIB, 10 * MIB), 1),  # 35 MiB an item
-        ((70 * MIB,), 1),  # at least one change
-        ((70 * MIB,) + (10,) * 19, 18),  # 3.5 MiB an item on average
-    ],
-)
-def test_a_page_of_large_items_makes_the_next_page_smaller(sizes, next_page):
-    settings = MoveSettings(sync_page=2000, sync_page_bytes=64 * MIB)
-    assert next_page_size(page_of(*sizes), settings) == next_page

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from dag_common.store_api import Item
 from mrs_client.errors import NeedsReconcile
-from mrs_client.item_limits import sort_out
+from mrs_client.item_limits import SkipReason, sort_out
 from mrs_client.policy import MoveSettings
 from mrs_client.reconcile import (
     EpochWatch,
+    PutsFromPages,
     Side,
     cut_batches,
     latest,
@@ -141,3 +144,66 @@ def test_an_epoch_watch_takes_the_first_epoch_and_refuses_another():
     with pytest.raises(NeedsReconcile) as caught:
         watch.see(Side.TARGET, 8, "write")
     assert caught.value.target_changed
+
+
+def head(item_id, cn, body="b", deleted=False):
+    """An item as a listing without bodies gives it (the plan's puts are such items)."""
+    return Item(
+        item_id, "Inbox", "s", "", cn, deleted,
+        body_hash="" if deleted else hashlib.sha256(body.encode()).hexdigest(),
+        body_size=len(body),
+    )  # fmt: skip
+
+
+PUTS = [head("a", 5), head("b", 9), head("c", 14)]
+
+
+@pytest.mark.parametrize(
+    ("pages", "written", "bad"),
+    [
+        # (items, asked after): what comes by, page by page
+        ([([it("a", 5), it("x", 7), it("b", 9), it("c", 14)], 4)], ["a", "b", "c"], []),
+        # changed since the plan: written as it is now; deleted or grown large: not
+        ([([it("a", 5), it("b", 20, body="new"), it("c", 21, deleted=True)], 4)], ["a", "b"], []),
+        ([([it("a", 5), it("b", 20, body="x" * 500)], 4)], ["a"], []),
+        # each put once, even if it comes by twice (changed between two pages)
+        ([([it("a", 5)], 4), ([it("b", 9), it("a", 16, body="again")], 9)], ["a", "b"], []),
+        # a change the source cannot read stands for every change since the one before it
+        ([([Item.unreadable_at(9, "500")], 4), ([it("c", 14)], 9)], ["c"], ["a", "b"]),
+        ([([it("a", 5), Item.unreadable_at(9, "500"), it("c", 14)], 4)], ["a", "c"], ["b"]),
+        ([([it("a", 5), Item.unreadable_at(7, "500"), it("b", 9)], 4)], ["a", "b"], []),
+        # ... and for the item it names, if the source said which; a put among them that
+        # comes by later changed since the plan, and is written as it is now
+        (
+            [([it("a", 5), Item.unreadable_at(15, "?", "c")], 4), ([it("b", 20)], 15)],
+            ["a", "b"],
+            ["c"],
+        ),
+    ],
+)
+def test_a_repair_writes_each_put_once_from_the_pages_with_bodies(pages, written, bad):
+    puts = PutsFromPages(PUTS, mailbox="alice", max_item_size=100)
+    assert puts.since == 4, "read from the first put on"
+    out = []
+    for items, after in pages:
+        for i in items:
+            if puts.take(i, after):
+                out.append(i.item_id)
+            after = i.change_number or after  # as Reconciler.put walks a page
+    assert out == written
+    assert [(s.item_id, s.reason) for s in puts.bad] == [(i, SkipReason.BAD) for i in bad]
+    for s in puts.bad:  # known from the plan's listing: the digests stay comparable
+        put = next(p for p in PUTS if p.item_id == s.item_id)
+        assert (s.change_number, s.term) == (put.change_number, f"{put.term('alice'):064x}")
+
+
+def test_a_plan_made_without_bodies_is_the_plan_made_with_them():
+    target = [it("a", 1), it("b", 2, body="old"), it("d", 3), it("z", 5)]
+    with_bodies = plan_repair(SOURCE, target)
+    heads = plan_repair(
+        [head(i.item_id, i.change_number, i.body, i.deleted) for i in SOURCE],
+        [head(i.item_id, i.change_number, i.body, i.deleted) for i in target],
+    )
+    assert [i.item_id for i in heads.puts] == [i.item_id for i in with_bodies.puts] == ["b", "e"]
+    assert heads.deletes == with_bodies.deletes == ("z",)
+    assert heads.cursor == with_bodies.cursor

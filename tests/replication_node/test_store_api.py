@@ -3,6 +3,8 @@ copy that answers, and the mailbox digest answers what a mover compares before c
 
 from __future__ import annotations
 
+import hashlib
+
 import aiohttp
 import pytest
 
@@ -236,3 +238,85 @@ async def test_a_page_of_the_items_listing_holds_its_limit_or_its_bytes_whicheve
         since = page["last_change_number"]
     # 10 + 10 + 10 reach 25,000 with the third; the 40,000 alone; then the last two.
     assert pages == [["i0", "i1", "i2"], ["i3"], ["i4", "i5"]], pages
+
+
+async def test_a_client_bounds_a_page_by_bytes_of_its_own_within_the_nodes_cap(node):
+    """`page_bytes` (the mover's choice, at most ITEMS_PAGE_BYTES) cuts pages as the node's
+    own cap does, with or without `limit`; one item at least."""
+    n, session = node
+    await call(session, "PUT", BOX)
+    for i in range(6):
+        body = {"item_id": f"i{i}", "body": "x" * (40_000 if i == 3 else 10_000)}
+        status, _ = await call(session, "POST", BOX + "/items", json=body)
+        assert status == 201
+    copy = n.instance("DB1").copy
+    for _ in range(3):  # past the LLR depth: every item in the file, none in the overlay
+        await call(session, "POST", "/v1/databases/DB1/roll-log")
+    await wait_until("the items in the file", lambda: not copy.overlay.items, timeout=30)
+    for query in ("&page_bytes=15000", "&page_bytes=15000&limit=100"):
+        since, pages = 0, []
+        while True:
+            status, page = await call(session, "GET", BOX + f"/items?since_change={since}{query}")
+            assert status == 200, page
+            pages.append([i["item_id"] for i in page["items"]])
+            if not page["more"]:
+                break
+            since = page["last_change_number"]
+        # 10 + 10 reach 15,000 with the second; 10 + 40; 10 + 10 (which may say there is
+        # more: a page cut by bytes at the last change does not know it is the last).
+        assert pages[:3] == [["i0", "i1"], ["i2", "i3"], ["i4", "i5"]], (query, pages)
+        assert pages[3:] in ([], [[]]), pages
+
+
+async def test_a_listing_without_bodies_gives_each_items_hash_and_size(node):
+    """`bodies=false` (what the mover's reconcile compares): every row as with bodies, but
+    the body's SHA-256 and size instead of the body, whether the row is in the database file
+    or still in the LLR overlay; a tombstone has no hash.  Pages are cut by the rows as
+    listed, not by the bodies they leave out."""
+    n, session = node
+    await call(session, "PUT", BOX, json={"folders": ["Inbox"]})
+    bodies = {f"i{k}": f"old {k} " + "é" * 5000 for k in range(3)}
+    for item_id, body in bodies.items():
+        await call(session, "POST", BOX + "/items", json={"item_id": item_id, "body": body})
+    for _ in range(3):  # past the LLR depth: these in the file
+        await call(session, "POST", "/v1/databases/DB1/roll-log")
+    copy = n.instance("DB1").copy
+    await wait_until("the items in the file", lambda: not copy.overlay.items, timeout=30)
+    bodies["i0"] = "new 0"  # in the overlay, over the file's row
+    await call(session, "POST", BOX + "/items", json={"item_id": "i0", "body": "new 0"})
+    await call(session, "DELETE", BOX + "/items/i1")
+    assert copy.overlay.items, "the test needs rows in the overlay"
+
+    status, whole = await call(session, "GET", BOX + "/items")
+    assert status == 200
+    status, heads = await call(session, "GET", BOX + "/items?bodies=false")
+    assert status == 200
+    assert [h["item_id"] for h in heads["items"]] == [i["item_id"] for i in whole["items"]]
+    for head, item in zip(heads["items"], whole["items"], strict=True):
+        assert "body" not in head
+        assert {k: v for k, v in head.items() if k != "body_hash"} == {
+            k: v for k, v in item.items() if k != "body"
+        }
+        expected = "" if item["deleted"] else hashlib.sha256(item["body"].encode()).hexdigest()
+        assert head["body_hash"] == expected
+        assert head["size"] == len(item["body"].encode())
+    # 5,000 "é" are 10,000 bytes of body, but a row without it weighs its subject and framing
+    status, page = await call(session, "GET", BOX + "/items?bodies=false&page_bytes=10000")
+    assert status == 200 and len(page["items"]) == 3 and not page["more"]
+
+
+@pytest.mark.parametrize(
+    ("query", "words"),
+    [
+        ("page_bytes=0", "page_bytes must be within 1..67108864"),
+        ("page_bytes=67108865", "page_bytes must be within 1..67108864"),
+        ("page_bytes=lots", "page_bytes must be an integer"),
+        ("bodies=maybe", "bodies must be true or false"),
+        ("limit=0", "limit must be within 1..100000"),
+    ],
+)
+async def test_bad_listing_requests_get_a_clear_error(node, query, words):
+    _, session = node
+    await call(session, "PUT", BOX)
+    status, body = await call(session, "GET", BOX + f"/items?{query}")
+    assert status == 400 and words in body["error"], body
