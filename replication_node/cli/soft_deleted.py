@@ -20,7 +20,7 @@ import argparse
 import json
 from typing import Any
 
-from dag_common.cli import ExitCode, add_config, add_json, database_named
+from dag_common.cli import ExitCode, add_config, add_json, add_timeout, database_named
 from dag_common.config import ClusterConfig
 from dag_common.errors import BadInput, NodeCallError
 from dag_common.node_client import NodeStoreClient
@@ -110,6 +110,7 @@ def register(mailbox: argparse._SubParsersAction[argparse.ArgumentParser], func:
     def database(p: argparse.ArgumentParser) -> None:
         p.add_argument("--database", required=True, help="the database, as named in the config")
         add_config(p)
+        add_timeout(p, "15s", waits="the answer to each call")
         p.set_defaults(func=func)
 
     lst = mailbox.add_parser(
