@@ -175,15 +175,35 @@ class MemoryBudget:
             self.release(size)
 
 
-def memory_limit() -> int | None:
+def memory_limit(
+    root: Path = Path("/sys/fs/cgroup"), cgroups: Path = Path("/proc/self/cgroup")
+) -> int | None:
     """The memory limit of this process's cgroup (a pod's `resources.limits.memory`), in
-    bytes; None without one (cgroup v2's `memory.max` of `max`, or no cgroup v2)."""
+    bytes; None without one.  The process's own group as /proc/self/cgroup names it (cgroup
+    v2's `memory.max`, "max": none; v1's `memory.limit_in_bytes`, a value near 2^63: none),
+    else the mount's root, which is the group itself inside a container with its own cgroup
+    namespace."""
+    candidates = []
     try:
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            if line.startswith("0::"):
-                path = Path("/sys/fs/cgroup") / line[3:].lstrip("/") / "memory.max"
-                value = path.read_text().strip()
-                return None if value == "max" else int(value)
-    except (OSError, ValueError):
-        return None
+        for line in cgroups.read_text().splitlines():
+            _, controllers, group = line.split(":", 2)
+            if controllers == "":
+                candidates.append(root / group.lstrip("/") / "memory.max")
+            elif "memory" in controllers.split(","):
+                candidates.append(root / "memory" / group.lstrip("/") / "memory.limit_in_bytes")
+    except OSError:
+        pass
+    candidates += [root / "memory.max", root / "memory" / "memory.limit_in_bytes"]
+    for path in candidates:
+        try:
+            value = path.read_text().strip()
+        except OSError:
+            continue
+        if value == "max":
+            return None
+        try:
+            limit = int(value)
+        except ValueError:
+            continue
+        return limit if limit < 1 << 60 else None
     return None

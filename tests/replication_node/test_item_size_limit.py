@@ -35,13 +35,13 @@ LIMIT = 64 * KIB  # DB1's, the default's
 DB2_LIMIT = 128 * KIB
 CAP = items_body_size(LIMIT)  # what a write to DB1 may carry: 2 * 64 KiB + 1 MiB
 BOX = "/v1/databases/DB1/mailboxes/alice"
-BOX2 = "/v1/databases/DB2/mailboxes/alice"
+BOX2 = "/v1/databases/DB2/mailboxes/bob"  # a mailbox is in one database only
 
 
 @contextlib.asynccontextmanager
 async def one_node(tmp_path, defaults):
     """Node n1 with DB1 (the default max_item_size) and DB2 (128 KiB) and a mailbox in
-    each: the node, a session with the token, and its port."""
+    each (alice in DB1, bob in DB2): the node, a session with the token, and its port."""
     port = free_port()
     copies = [{"node": "n1", "activation_preference": 1}]
     config = parse_config(

@@ -31,6 +31,7 @@ pytestmark = pytest.mark.slow
 
 MIB = 1 << 20
 ITEM = 16 * MIB
+FIXED = 96 * MIB  # what a node holds beside the items in flight, whatever their size
 ITEMS = 8
 PREFIX = "/v1/databases/DB1/mailboxes/big"
 LONG = aiohttp.ClientTimeout(total=300)
@@ -106,8 +107,11 @@ async def test_large_items_and_a_whole_listing_keep_the_nodes_memory_bounded(
         await replayed(c)
         written = {node: resident_memory(pid).peak for node, pid in pids.items()}
         for node in pids:
-            # Before: about 13 items' worth over rest on the active after five.
-            assert written[node] - rest[node] < 8 * ITEM, (node, rest, written)
+            # A node holds a fixed part beside its items (SQLite's 16 MiB writing cache, the
+            # block-mode buffer, the allocator's own), and an item about five times over at
+            # the worst moment (bench/README.md, memory): within 96 MiB and six items.
+            # Before: 15 items' worth over rest on the active, and growing with each item.
+            assert written[node] - rest[node] < FIXED + 6 * ITEM, (node, rest, written)
 
         # The whole mailbox in one answer, read as it comes.
         total = 0

@@ -1,0 +1,77 @@
+"""The process's memory: its cgroup's limit as a pod sets it, and the budget of bodies in
+flight (issue 52)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from dag_common.memory import MemoryBudget, Overloaded, memory_limit
+
+GIB = 1 << 30
+V1_NONE = "9223372036854771712"
+
+
+def tree(root: Path, files: dict[str, str], cgroup: str) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n")
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "proc-self-cgroup").write_text(cgroup)
+    return root / "proc-self-cgroup"
+
+
+@pytest.mark.parametrize(
+    ("files", "cgroup", "expected"),
+    [
+        # cgroup v2, the process's own group named
+        ({"kubepods/pod1/memory.max": str(GIB)}, "0::/kubepods/pod1\n", GIB),
+        ({"kubepods/pod1/memory.max": "max"}, "0::/kubepods/pod1\n", None),
+        # v2 inside a container with its own namespace: the root is the group
+        ({"memory.max": str(GIB)}, "0::/\n", GIB),
+        # v1 (podman on a hybrid host): the host's path is not mounted inside, the root is
+        ({"memory/memory.limit_in_bytes": str(GIB)}, "4:memory:/libpod_parent/ctr\n0::/\n", GIB),
+        # v1, the process's own group; and no limit (2^63 rounded to pages)
+        ({"memory/grp/memory.limit_in_bytes": str(GIB)}, "4:memory:/grp\n", GIB),
+        ({"memory/grp/memory.limit_in_bytes": V1_NONE}, "4:memory:/grp\n", None),
+        # nothing readable
+        ({}, "0::/\n", None),
+    ],
+)
+def test_the_memory_limit_of_the_process_s_cgroup(tmp_path, files, cgroup, expected):
+    cgroups = tree(tmp_path / "fs", files, cgroup)
+    assert memory_limit(tmp_path / "fs", cgroups) == expected
+
+
+async def test_the_budget_serves_in_order_and_refuses_past_its_wait():
+    budget = MemoryBudget(100, wait=0.05)
+    await budget.acquire(60, "first")
+    order: list[str] = []
+
+    async def take(size: int, name: str) -> None:
+        await budget.acquire(size, name, patient=True)
+        order.append(name)
+
+    large = asyncio.create_task(take(50, "large"))
+    await asyncio.sleep(0)
+    small = asyncio.create_task(take(10, "small"))  # would fit, but waits behind `large`
+    await asyncio.sleep(0)
+    assert order == [] and budget.in_use == 60
+    with pytest.raises(Overloaded) as refused:
+        await budget.acquire(10, "impatient")
+    assert refused.value.retry_after >= 1 and budget.refused == 1
+    budget.release(60)
+    await asyncio.gather(large, small)
+    assert order == ["large", "small"] and budget.in_use == 60
+
+
+async def test_a_share_larger_than_the_budget_is_taken_alone():
+    budget = MemoryBudget(10, wait=0.05)
+    async with budget.share(25, "one large item"):
+        assert budget.in_use == 25
+        with pytest.raises(Overloaded):
+            await budget.acquire(1, "beside it")
+    assert budget.in_use == 0
