@@ -4,6 +4,7 @@ copy that answers, and the mailbox digest answers what a mover compares before c
 from __future__ import annotations
 
 import hashlib
+import json
 
 import aiohttp
 import pytest
@@ -320,3 +321,20 @@ async def test_bad_listing_requests_get_a_clear_error(node, query, words):
     await call(session, "PUT", BOX)
     status, body = await call(session, "GET", BOX + f"/items?{query}")
     assert status == 400 and words in body["error"], body
+
+
+async def test_a_listing_carries_text_past_ascii_as_utf_8_not_escaped(node):
+    """A body in another script costs its UTF-8 bytes in the listing, not six a letter as
+    `\\uXXXX` (issue 52: a page of such text was three times its size in the mover)."""
+    _, session = node
+    assert (await call(session, "PUT", BOX, json={}))[0] == 201
+    body = "漢字かな交じり文、Кириллица, emoji 📬. " * 2000
+    item = {"item_id": "u", "subject": "Grüße 📬", "body": body}
+    assert (await call(session, "POST", BOX + "/items", json=item))[0] == 201
+    async with session.get(BOX + "/items", params={"since_change": "0"}) as resp:
+        assert resp.status == 200 and resp.charset == "utf-8"
+        raw = await resp.read()
+    assert b"\\u" not in raw
+    assert len(raw) < len(body.encode()) + 1000  # escaped, it was 2.2 times that
+    (listed,) = json.loads(raw)["items"]
+    assert (listed["subject"], listed["body"]) == (item["subject"], body)
