@@ -26,13 +26,18 @@ kernel keeps, so no sampling misses it); the mover's is sampled every 20 ms whil
    none is written), and `mrs resume` with the real config reconciles (the large items fit
    now), listing both ends and copying every item, then completes the move.  The nodes never
    read the copy of the config.  The resuming mover's peak.
+7. Transport (`--transport-mb`, 200 by default, 0 skips it; `--only-transport` runs it
+   alone): messages of 1-30 MiB submitted to `transport serve` for a mailbox that is locked
+   (as during a move, or while its database fails over: they wait in the queue), the
+   transport's peak then; unlocked, every message delivered, its peak then (its own cluster).
 
 The mover's rest is its RSS at its first line of output (connected, nothing read yet).
 Targets (issue 52): a peak at most rest + 4x the largest item (every path), and back to
 within 25 % of rest when idle.  Before/after: run the same script from a checkout of the
 baseline (`--dir` elsewhere); bench/README.md has both, from one session.
 
-Not measured here yet: the transport's redelivery (bench/README.md, memory: what is left).
+Not measured here yet: the dumpster's redelivery after a lossy failover (it queues the
+same way as phase 7's held messages).
 """
 
 from __future__ import annotations
@@ -263,6 +268,78 @@ async def run(args: argparse.Namespace) -> Figures:
     return figures
 
 
+@dataclass
+class TransportFigures:
+    rest: int = 0
+    queued: int = 0  # the peak once every message is queued, its mailbox locked
+    delivered: int = 0  # the peak once every message is delivered
+    messages: int = 0
+    seconds: float = 0.0
+
+
+async def transport_phase(args: argparse.Namespace) -> TransportFigures:
+    """7. The transport: `--transport-mb` of messages of 1-30 MiB submitted for a mailbox
+    that is locked (as by a move, or its database failing over: they wait in the queue), the
+    transport's peak then; the mailbox unlocked, every message delivered, its peak then.  A
+    cluster of its own (DB1 on two nodes) and one `transport serve`."""
+    from tests.transport.harness import Hubs
+
+    base = Path(args.dir) / "transport"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    cluster = LocalCluster(
+        base,
+        nodes=[("mbx1", "redmond"), ("mbx2", "redmond")],
+        databases=[
+            {
+                "name": "DB1",
+                "copies": [
+                    {"node": "mbx1", "activation_preference": 1},
+                    {"node": "mbx2", "activation_preference": 2},
+                ],
+            }
+        ],
+        defaults={"log_file_size": "1MiB", "llr_depth": 10, "max_item_size": "36MiB"},
+    )
+    hubs = Hubs(cluster, "hub1", max_dumpster_size_per_database="1GB")
+    figures = TransportFigures()
+    await cluster.start()
+    try:
+        await cluster.wait_status("mbx1", "DB1", "Mounted")
+        box = "/v1/databases/DB1/mailboxes/carol"
+        await cluster.ok("PUT", "mbx1", box, json={})
+        await hubs.start("hub1")
+        pid = hubs.procs["hub1"].pid
+        await asyncio.sleep(args.settle)
+        figures.rest = resident_memory(pid).resident
+        await cluster.ok("POST", "mbx1", box + "/lock")
+        sizes = item_sizes(int(args.transport_mb * MB), args.largest * MIB, seed=7)
+        start = time.perf_counter()
+        for i, size in enumerate(sizes):
+            status, answer = await hubs.submit("hub1", f"<m{i}@bench>", "carol", body=body(size, i))
+            assert status == 201, (status, answer)
+        figures.messages = len(sizes)
+        figures.queued = resident_memory(pid).peak
+        await cluster.ok("POST", "mbx1", box + "/unlock")
+        await hubs.drained("hub1", timeout=600)
+        figures.seconds = time.perf_counter() - start
+        figures.delivered = resident_memory(pid).peak
+    finally:
+        hubs.stop_all()
+        await cluster.close()
+    return figures
+
+
+def transport_report(args: argparse.Namespace, t: TransportFigures) -> None:
+    mb = lambda n: f"{n / MB:.0f}"  # noqa: E731
+    print(
+        f"transport: {t.messages} messages, {args.transport_mb} MB of 1-{args.largest} MiB; "
+        f"rest {mb(t.rest)} MB, peak with all queued {mb(t.queued)} MB, after delivering "
+        f"{mb(t.delivered)} MB, target (rest + 4x item) {mb(t.rest + 4 * args.largest * MIB)} "
+        f"MB; {t.seconds:.1f} s"
+    )
+
+
 def report(args: argparse.Namespace, f: Figures) -> None:
     largest = args.largest * MIB
     mb = lambda n: f"{n / MB:.0f}"  # noqa: E731
@@ -300,10 +377,17 @@ def main() -> None:
     parser.add_argument(
         "--no-reconcile", dest="reconcile", action="store_false", help="skip phase 6"
     )
+    parser.add_argument(
+        "--transport-mb", type=float, default=200, help="phase 7's messages, MB (0: skip it)"
+    )
+    parser.add_argument("--only-transport", action="store_true", help="phase 7 alone")
     args = parser.parse_args()
     if args.quick:
-        args.mailbox_mb, args.idle, args.settle = 100, 2, 1
-    report(args, asyncio.run(run(args)))
+        args.mailbox_mb, args.idle, args.settle, args.transport_mb = 100, 2, 1, 100
+    if not args.only_transport:
+        report(args, asyncio.run(run(args)))
+    if args.transport_mb > 0:
+        transport_report(args, asyncio.run(transport_phase(args)))
 
 
 if __name__ == "__main__":
