@@ -282,25 +282,13 @@ async def transport_phase(args: argparse.Namespace) -> TransportFigures:
     that is locked (as by a move, or its database failing over: they wait in the queue), the
     transport's peak then; the mailbox unlocked, every message delivered, its peak then.  A
     cluster of its own (DB1 on two nodes) and one `transport serve`."""
+    from tests.replication_node.e2e import two_nodes
     from tests.transport.harness import Hubs
 
     base = Path(args.dir) / "transport"
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)
-    cluster = LocalCluster(
-        base,
-        nodes=[("mbx1", "redmond"), ("mbx2", "redmond")],
-        databases=[
-            {
-                "name": "DB1",
-                "copies": [
-                    {"node": "mbx1", "activation_preference": 1},
-                    {"node": "mbx2", "activation_preference": 2},
-                ],
-            }
-        ],
-        defaults={"log_file_size": "1MiB", "llr_depth": 10, "max_item_size": "36MiB"},
-    )
+    cluster = two_nodes(base, log_file_size="1MiB", llr_depth=10, max_item_size="36MiB")
     hubs = Hubs(cluster, "hub1", max_dumpster_size_per_database="1GB")
     figures = TransportFigures()
     await cluster.start()

@@ -108,6 +108,11 @@ class MemoryBudget:
         self.refused = 0
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
 
+    @property
+    def waiting(self) -> int:
+        """Shares waiting for room, in order."""
+        return sum(not fut.done() for _, fut in self._waiters)
+
     def _fits(self, size: int) -> bool:
         return self.in_use == 0 or self.in_use + size <= self.limit
 

@@ -14,6 +14,12 @@ GIB = 1 << 30
 V1_NONE = "9223372036854771712"
 
 
+async def until(condition) -> None:
+    """Until `condition()` holds: the tasks started have run to where they wait."""
+    while not condition():
+        await asyncio.sleep(0)
+
+
 def tree(root: Path, files: dict[str, str], cgroup: str) -> Path:
     for name, text in files.items():
         path = root / name
@@ -56,9 +62,9 @@ async def test_the_budget_serves_in_order_and_refuses_past_its_wait():
         order.append(name)
 
     large = asyncio.create_task(take(50, "large"))
-    await asyncio.sleep(0)
+    await until(lambda: budget.waiting == 1)
     small = asyncio.create_task(take(10, "small"))  # would fit, but waits behind `large`
-    await asyncio.sleep(0)
+    await until(lambda: budget.waiting == 2)
     assert order == [] and budget.in_use == 60
     with pytest.raises(Overloaded) as refused:
         await budget.acquire(10, "impatient")

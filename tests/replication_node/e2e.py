@@ -35,9 +35,9 @@ def three_nodes(root: Path, *, lag: str = "0s", **settings: Any) -> LocalCluster
     return LocalCluster(root, nodes=THREE_NODES, databases=databases(lag), **settings)
 
 
-def two_nodes(root: Path) -> LocalCluster:
+def two_nodes(root: Path, **defaults: Any) -> LocalCluster:
     """DB1 active on mbx1 with a copy on mbx2, both in redmond; the operator activates
-    (no automatic failover)."""
+    (no automatic failover); `defaults`: the config's other defaults."""
     return LocalCluster(
         root,
         nodes=[("mbx1", "redmond"), ("mbx2", "redmond")],
@@ -50,7 +50,7 @@ def two_nodes(root: Path) -> LocalCluster:
                 ],
             }
         ],
-        defaults={"failover_after": None},
+        defaults={"failover_after": None, **defaults},
     )
 
 

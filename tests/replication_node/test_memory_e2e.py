@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dag_common.memory import resident_memory
 from tests.cluster_harness import LocalCluster, wait_until
+from tests.replication_node.e2e import two_nodes
 
 pytestmark = pytest.mark.slow
 
@@ -43,21 +44,13 @@ def body(size: int, seed: int) -> str:
     return (chunk * (size // len(chunk) + 1))[:size]
 
 
+LARGE = {"log_file_size": "1MiB", "llr_depth": 10, "max_item_size": "36MiB"}
+
+
 def cluster(root: Path, **node_settings: object) -> LocalCluster:
-    c = LocalCluster(
-        root,
-        nodes=[("mbx1", "redmond"), ("mbx2", "redmond")],
-        databases=[
-            {
-                "name": "DB1",
-                "copies": [
-                    {"node": "mbx1", "activation_preference": 1},
-                    {"node": "mbx2", "activation_preference": 2},
-                ],
-            }
-        ],
-        defaults={"log_file_size": "1MiB", "llr_depth": 10, "max_item_size": "36MiB"},
-    )
+    """DB1 on mbx1 and mbx2 (`two_nodes`) with production-like logs and large items; each
+    node's config given `node_settings`."""
+    c = two_nodes(root, **LARGE)
     for node in c.config["nodes"]:
         node.update(node_settings)
     c.write_config()
