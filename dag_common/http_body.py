@@ -99,6 +99,12 @@ def items_limit(database: str, max_item_size: int) -> BodyLimit:
     )
 
 
+def body_share(request: web.Request, limit: BodyLimit) -> int:
+    """What reading the request's body may hold, for its share of a memory budget: its
+    declared length, or as much as `limit` lets a body without one grow to."""
+    return min(request.content_length or limit.size, limit.size)
+
+
 async def read_body(request: web.Request, limit: BodyLimit) -> bytearray:
     """The request's body, read whole but never past `limit`: RequestTooLarge for a
     Content-Length over it, before a byte is read, or as soon as the bytes pass it;

@@ -32,7 +32,14 @@ from dag_common.credentials import Role
 from dag_common.deadline_middleware import deadline_middleware
 from dag_common.echo import clipped, quoted
 from dag_common.errors import BadRequest, RequestTooLarge
-from dag_common.http_body import BodyLimit, body_text, items_body_size, parse_json, read_body
+from dag_common.http_body import (
+    BodyLimit,
+    body_share,
+    body_text,
+    items_body_size,
+    parse_json,
+    read_body,
+)
 from dag_common.memory import Overloaded
 from dag_common.route_roles import PUBLIC, Call, add_route, role_middleware
 from transport.messages import MessageIn
@@ -98,7 +105,7 @@ async def post_message(request: web.Request) -> web.Response:
     transport = request.app[TRANSPORT]
     limit = message_limit(transport.config)
     # The body's share of the transport's memory budget, before a byte of it is read.
-    size = min(request.content_length or limit.size, limit.size)
+    size = body_share(request, limit)
     async with transport.memory.share(size, "a message"):
         message = _parse(MessageIn, await _json(request, limit))
         outcome = await transport.submit(message)

@@ -18,6 +18,7 @@ from aiohttp import web
 from dag_common.credentials import Role
 from dag_common.http_body import (
     BodyLimit,
+    body_share,
     check_item_sizes,
     expect_within,
     items_limit,
@@ -199,7 +200,7 @@ async def post_items(request: web.Request) -> web.Response:
     # The body's share of the node's memory budget, taken before a byte of it is read and
     # held until the write is answered: its declared length, or what the limit lets a
     # chunked one grow to.  Past the budget the write waits, then is refused with 503.
-    size = min(request.content_length or limit.size, limit.size)
+    size = body_share(request, limit)
     async with request.app[NODE].memory.share(size, f"a write of items to {db}"):
         raw = await json_body(request, limit)
         # Several items ({"items": [...]}, one transaction) or one item as the body itself.
