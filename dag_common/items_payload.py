@@ -12,6 +12,7 @@ is a second pass of orjson over the bodies: about a millisecond per MiB.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Sequence
 
 from aiohttp.abc import AbstractStreamWriter
@@ -48,6 +49,7 @@ class ItemsPayload(Payload):
     async def write(self, writer: AbstractStreamWriter) -> None:
         for part in items_json(self._value):
             await writer.write(part)
+            await asyncio.sleep(0)  # a write yields only once the socket's buffer is full
 
     def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
         return b"".join(items_json(self._value)).decode(encoding, errors)

@@ -106,15 +106,26 @@ async def test_large_items_and_a_whole_listing_keep_the_nodes_memory_bounded(
             # Before: 15 items' worth over rest on the active, and growing with each item.
             assert written[node] - rest[node] < FIXED + 6 * ITEM, (node, rest, written)
 
-        # The whole mailbox in one answer, read as it comes.
-        total = 0
+        # The whole mailbox in one answer, read as it comes.  The node answers other calls
+        # while it writes the listing: a status asked once the listing has begun is answered
+        # before the listing ends (before, a reader as fast as the node kept aiohttp's writes
+        # from ever waiting, the listing held the node's loop whole, and the active's lease
+        # renewal timed out in a 1 GiB pod).
+        total, status_seen_at = 0, None
+        status_call: asyncio.Task[object] | None = None
         async with c.session.get(  # type: ignore[union-attr]
             c.url("mbx1") + f"{PREFIX}/items", params={"since_change": "0"}, timeout=LONG
         ) as resp:
             assert resp.status == 200
             async for chunk in resp.content.iter_chunked(MIB):
                 total += len(chunk)
+                if status_call is None:
+                    status_call = asyncio.create_task(c.status("mbx1"))
+                elif status_seen_at is None and status_call.done():
+                    status_seen_at = total
         assert total > ITEMS * ITEM
+        assert status_call is not None and (await status_call)["DB1"]["status"] == "Mounted"
+        assert status_seen_at is not None, "the status call was answered only after the listing"
         listed = resident_memory(pids["mbx1"]).peak
         # Before: the peak rose by more than twice the listing (here 256 MiB).
         assert listed - written["mbx1"] < 2 * ITEM, (written, listed)
