@@ -1,0 +1,114 @@
+"""An RFC 5322 message as an item's body, kept byte for byte (issue 49).
+
+An item is a subject and a text body (`BodyFormat.TEXT`, the node API's items as they always
+were) or a message as it came by SMTP or LMTP, headers, MIME parts and 8-bit bytes included.
+The store carries every body as text (the log's records, the database's rows, the JSON of
+the API, the mover's pages), so a message is carried as text that gives back its bytes:
+
+- `MESSAGE`: the message is valid UTF-8 (7-bit mail, SMTPUTF8, 8BITMIME in UTF-8: nearly
+  all of it), and the body is that text.  `body.encode("utf-8")` is the message, so the log,
+  the database and the wire hold exactly its bytes, and a body's SHA-256 is the message's.
+- `MESSAGE_8BIT`: the message has bytes that are not UTF-8 (a Latin-1 or GB2312 8BITMIME
+  body, a forged header): the body is the bytes read as Latin-1, one character a byte,
+  which gives them back exactly (`body.encode("latin-1")`).  Such a body counts its bytes
+  past 0x7f twice in UTF-8 (the size a node counts against max_item_size).
+
+Why text and not bytes: every path of the store (the log writer, replay, the LLR overlay,
+the listing, the digest, the mover, the transport's queue and dumpster) carries a text body
+already and is tested at its faults; a format beside it changes none of them, where a second
+kind of body would change all of them.
+
+Where a raw message is needed of a TEXT item (an IMAP FETCH), `message_bytes` presents it as
+a text/plain message with its subject.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import email.policy
+import hashlib
+from email.parser import BytesHeaderParser
+from enum import StrEnum
+
+# What a node keeps of a subject (`api_types.Text` has no bound; a header may be long).
+MAX_SUBJECT = 998
+
+
+class BodyFormat(StrEnum):
+    """What an item's body is (the `format` field of an item on the wire and in the log;
+    absent means TEXT)."""
+
+    TEXT = "text"  # a text body beside a subject
+    MESSAGE = "message"  # an RFC 5322 message: its bytes are the body in UTF-8
+    MESSAGE_8BIT = "message-8bit"  # an RFC 5322 message: its bytes are the body in Latin-1
+
+    @property
+    def is_message(self) -> bool:
+        return self is not BodyFormat.TEXT
+
+
+def body_of_message(raw: bytes) -> tuple[str, BodyFormat]:
+    """The body and format that keep the message `raw` byte for byte."""
+    try:
+        return raw.decode("utf-8"), BodyFormat.MESSAGE
+    except UnicodeDecodeError:
+        return raw.decode("latin-1"), BodyFormat.MESSAGE_8BIT
+
+
+def message_bytes(body: str, fmt: BodyFormat, subject: str = "") -> bytes:
+    """The message an item's body is: the stored bytes of a message, or a TEXT item presented
+    as a text/plain message in UTF-8 with its subject."""
+    if fmt is BodyFormat.MESSAGE:
+        return body.encode("utf-8")
+    if fmt is BodyFormat.MESSAGE_8BIT:
+        return body.encode("latin-1")
+    from email.message import EmailMessage  # only where a text item is presented as mail
+
+    message = EmailMessage(policy=email.policy.SMTP)
+    message["Subject"] = subject
+    message.set_content(body)
+    return message.as_bytes()
+
+
+def message_sha256(body: str, fmt: BodyFormat) -> str:
+    """The SHA-256 (hex) of the message an item of `fmt` holds: the same on the active,
+    every passive and a move's target when the bytes are."""
+    return hashlib.sha256(message_bytes(body, fmt)).hexdigest()
+
+
+def header_block(raw: bytes) -> bytes:
+    """The message's header section (up to the first empty line): what the fields are read
+    from, never the whole of a large message."""
+    for end in (b"\r\n\r\n", b"\n\n"):
+        at = raw.find(end)
+        if at >= 0:
+            return raw[: at + len(end)]
+    return raw
+
+
+def subject_of(raw: bytes) -> str:
+    """The message's Subject, decoded (RFC 2047 encoded words, UTF-8 headers), unfolded and
+    cut to MAX_SUBJECT characters; "" when it has none.  A header the parser cannot decode
+    is kept as it reads (the standard library's `policy.default` never raises on one)."""
+    headers = BytesHeaderParser(policy=email.policy.default).parsebytes(header_block(raw))
+    try:
+        subject = headers.get("Subject")
+    except (ValueError, TypeError, IndexError):  # a header too broken to be read as one
+        subject = None
+    if subject is None:
+        return ""
+    text = " ".join(str(subject).split())
+    return text[:MAX_SUBJECT]
+
+
+def subject_of_body(body: str, fmt: BodyFormat) -> str:
+    """The subject a message item carries, derived from its body as `subject_of` does."""
+    if not fmt.is_message:
+        return ""
+    for end in ("\r\n\r\n", "\n\n"):  # the header section alone is encoded, not the body
+        at = body.find(end)
+        if at >= 0:
+            body = body[: at + len(end)]
+            break
+    return subject_of(message_bytes(body, fmt))
