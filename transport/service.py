@@ -24,7 +24,7 @@ from dag_common.memory import MemoryBudget
 from transport.delivery import Deliverer, Directory
 from transport.messages import DumpsterState, MessageIn, QueueState
 from transport.metrics import TransportMetrics
-from transport.queue import QueueStore
+from transport.queue import QueueStore, Submitted
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +35,15 @@ class Outcome:
 
     status: int
     body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A recipient found in the mailbox directory."""
+
+    mailbox: str
+    database: str
+    max_item_size: int
 
 
 class Transport:
@@ -79,33 +88,53 @@ class Transport:
             self.metrics.refused.labels(refused.body.pop("reason")).inc()
             return refused
         try:
-            submitted = await self.store.submit(message, self._clock.now().timestamp())
+            submitted = await self.enqueue(message)
         except sqlite3.Error as exc:
-            self.metrics.refused.labels("queue").inc()
-            logger.error("queueing %s failed: %s", message.message_id, exc)
             return Outcome(503, {"error": f"the queue cannot take it ({exc}); not accepted"})
         if not submitted.new:
             return Outcome(200, {"message_id": message.message_id, "accepted": False,
                                  "reason": "already accepted: nothing queued again"})  # fmt: skip
-        self.metrics.accepted.inc()
-        await self._deliverer.add(submitted.deliveries)
         recipients = [d.recipient for d in submitted.deliveries]
         return Outcome(
             201, {"message_id": message.message_id, "accepted": True, "recipients": recipients}
         )
 
+    async def enqueue(self, message: MessageIn) -> Submitted:
+        """Queue `message` (checked already): once this returns, it is in the queue's file
+        with fsync, in the group commit every listener shares, and its deliveries wait.
+        sqlite3.Error: it is not (nothing of it holds)."""
+        try:
+            submitted = await self.store.submit(message, self._clock.now().timestamp())
+        except sqlite3.Error as exc:
+            self.metrics.refused.labels("queue").inc()
+            logger.error("queueing %s failed: %s", message.message_id, exc)
+            raise
+        if submitted.new:
+            self.metrics.accepted.inc()
+            await self._deliverer.add(submitted.deliveries)
+        return submitted
+
+    async def resolve(self, mailbox: str) -> Resolved | None:
+        """Where `mailbox` lives and the largest item its database takes; None: not in the
+        directory (or in a database the config no longer has: no node takes it).
+        ClusterStoreError: the directory cannot be read."""
+        database = await self._directory.mailbox_database(mailbox)
+        if database is None:
+            return None
+        try:
+            limit = self.config.max_item_size_of(self.config.database(database))
+        except KeyError:
+            return None
+        return Resolved(mailbox, database, limit)
+
     async def _check(self, message: MessageIn) -> Outcome | None:
         unknown, over = [], []
         for recipient in dict.fromkeys(message.recipients):
-            database = await self._directory.mailbox_database(recipient)
-            if database is None:
+            resolved = await self.resolve(recipient)
+            if resolved is None:
                 unknown.append(recipient)
                 continue
-            try:
-                limit = self.config.max_item_size_of(self.config.database(database))
-            except KeyError:  # a database the config no longer has: no node takes it
-                unknown.append(recipient)
-                continue
+            database, limit = resolved.database, resolved.max_item_size
             if message.size > limit:
                 over.append((recipient, database, limit))
         if unknown:
