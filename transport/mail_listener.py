@@ -369,7 +369,9 @@ class _Mail(SMTP):
                 )
         finally:
             share.release()
-        if isinstance(self, LMTP) and len(replies) == 1:
+        if not isinstance(self, LMTP):
+            replies = replies[:1]  # SMTP: one reply for the message
+        elif len(replies) == 1:
             replies = replies * len(envelope.rcpt_tos)  # RFC 2033: one for each recipient
         self._set_post_data_state()
         await self.push("\r\n".join(str(r) for r in replies))

@@ -105,6 +105,21 @@ def line_fault(line: bytes) -> Reply | None:
     return None
 
 
+def message_fault(raw: bytes) -> Reply | None:
+    """What is wrong with the lines of a whole message (`line_fault` of each, no
+    dot-stuffing): the checks a DATA makes, for a message submitted over HTTP."""
+    start = 0
+    while start < len(raw):
+        end = raw.find(b"\r\n", start)
+        end = len(raw) if end < 0 else end + 2
+        line = raw[start:end]
+        fault = line_fault(b"x" + line if line.startswith(b".") else line)
+        if fault is not None:
+            return fault
+        start = end
+    return None
+
+
 def mailboxes_of(address: str) -> list[str]:
     """The mailbox names an address may be, in the order the directory is asked: the
     address itself (a mailbox may be named `bob@example.com`), then its local part (the

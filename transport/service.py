@@ -13,15 +13,19 @@ import logging
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
+
+from pydantic import ValidationError
 
 from dag_common.clock import Clock
 from dag_common.config import ClusterConfig
 from dag_common.credentials import Credentials
 from dag_common.errors import ClusterStoreError
 from dag_common.memory import MemoryBudget
+from dag_common.rfc822 import body_of_message
 from transport.delivery import Deliverer, Directory
+from transport.mail_policy import Hop, message_fault, prepare
 from transport.messages import DumpsterState, MessageIn, QueueState
 from transport.metrics import TransportMetrics
 from transport.queue import QueueStore, Submitted
@@ -98,6 +102,30 @@ class Transport:
         return Outcome(
             201, {"message_id": message.message_id, "accepted": True, "recipients": recipients}
         )
+
+    async def submit_message(
+        self, raw: bytes, recipients: list[str], folder: str, *, peer: str, secure: bool
+    ) -> Outcome:
+        """`POST /v1/messages` of a `message/rfc822` body: checked as a DATA is, queued as
+        the listeners queue it (a `Received:` header, a Message-ID if it has none)."""
+        fault = message_fault(raw)
+        if fault is not None:
+            self.metrics.refused.labels("malformed").inc()
+            return Outcome(400, {"error": f"the message: {fault.text}", "status": fault.status})
+        hop = Hop(helo=peer, peer=peer, by=self.config.transport.mail.hostname or self.name,
+                  protocol="HTTPS" if secure else "HTTP", when=self._clock.now().astimezone(UTC),
+                  recipient=recipients[0] if len(recipients) == 1 else None)  # fmt: skip
+        prepared = prepare(raw, hop, sender="", recipients=recipients)
+        body, fmt = body_of_message(prepared.raw)
+        try:
+            message = MessageIn(message_id=prepared.message_id, recipients=recipients,
+                                folder=folder, body=body, format=fmt)  # fmt: skip
+        except ValidationError as exc:
+            where = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3]
+            )
+            return Outcome(400, {"error": f"bad request: {where}"})
+        return await self.submit(message)
 
     async def enqueue(self, message: MessageIn) -> Submitted:
         """Queue `message` (checked already): once this returns, it is in the queue's file

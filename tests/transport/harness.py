@@ -16,19 +16,19 @@ class Hubs:
     """The transports of `cluster`, as processes."""
 
     def __init__(
-        self, cluster: LocalCluster, *names: str, scheme: str = "http", mail: bool = False,
+        self, cluster: LocalCluster, *names: str, scheme: str = "http", mail_ports: bool = False,
         **settings: Any,
     ) -> None:  # fmt: skip
-        """`mail`: each transport gets an SMTP and an LMTP port (`smtp_ports`, `lmtp_ports`)."""
+        """`mail_ports`: each transport gets an SMTP and an LMTP port (smtp_ports, lmtp_ports)."""
         self.cluster = cluster
         self.scheme = scheme
         self.ports = {name: free_port() for name in names}
-        self.smtp_ports = {name: free_port() for name in names} if mail else {}
-        self.lmtp_ports = {name: free_port() for name in names} if mail else {}
+        self.smtp_ports = {name: free_port() for name in names} if mail_ports else {}
+        self.lmtp_ports = {name: free_port() for name in names} if mail_ports else {}
         cluster.config["transports"] = [
             {"name": n, "site": "redmond", "url": self.url(n), "data_dir": n,
              **({"smtp_port": self.smtp_ports[n], "lmtp_port": self.lmtp_ports[n]}
-                if mail else {})}
+                if mail_ports else {})}
             for n in names
         ]  # fmt: skip
         cluster.config["transport"] = {
