@@ -365,7 +365,9 @@ def test_the_cluster_config_names_each_transport_by_its_pods_dns_and_volume(rend
     (senders,) = [s for s in component(docs, "Service", "transport")
                   if s["spec"].get("clusterIP") != "None"]  # fmt: skip
     assert {p["name"]: p["port"] for p in senders["spec"]["ports"]} == {
-        "submit": 7400, "smtp": 2525, "lmtp": 2424
+        "submit": 7400,
+        "smtp": 2525,
+        "lmtp": 2424,
     }, "an MTA reaches the listeners through the senders' Service"
     settings = parse_config(cluster_config(docs), base_dir=Path("/")).transport
     assert settings == TransportSettings(
