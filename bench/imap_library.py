@@ -8,7 +8,7 @@ argon2 credentials checked by argon2-cffi rather than pymap's passlib.
 
     python bench/imap_library.py serve [--port N] [--cert C --key K]   # a server, for curl/mbsync
     python bench/imap_library.py check                                 # the feature probe
-    python bench/imap_library.py idle --sessions 1000                   # RSS per idle session
+    python bench/imap_library.py idle --sessions 1000 [--messages N]    # RSS per idle session
 
 Needs `pymap` (and `argon2-cffi`): pip install 'pymap==0.36.7' argon2-cffi.
 """
@@ -471,9 +471,27 @@ async def idle_sessions(port: int, n: int) -> list[asyncio.StreamWriter]:
     return writers
 
 
-def idle(sessions: int) -> dict[str, Any]:
+def fill(port: int, messages: int) -> None:
+    """INBOX given `messages` small messages (MULTIAPPEND of a thousand at a time)."""
+    m = imaplib.IMAP4("127.0.0.1", port)
+    m.login(USER, PASSWORD)
+    for n in range(0, messages, 1000):
+        batch = range(n, min(n + 1000, messages))
+        lits = [b"Subject: m%d\r\nMessage-ID: <%d@x>\r\n\r\nbody\r\n" % (i, i) for i in batch]
+        cmd = b" ".join(b"{%d+}\r\n%s" % (len(lit), lit) for lit in lits)
+        tag = m._new_tag()
+        m.send(tag + b" APPEND INBOX " + cmd + b"\r\n")
+        while not (line := m.readline()).startswith(tag):
+            pass
+        assert b" OK " in line, line
+    m.logout()
+
+
+def idle(sessions: int, messages: int = 0) -> dict[str, Any]:
     proc, port = start_server("--max-append", "1000000")
     try:
+        if messages:
+            fill(port, messages)
         loop = asyncio.new_event_loop()
         # one warm-up session: imports, argon2, the folder, first-use caches
         warm = loop.run_until_complete(idle_sessions(port, 1))
@@ -487,9 +505,14 @@ def idle(sessions: int) -> dict[str, Any]:
         for w in writers + warm:
             w.close()
         loop.close()
-        return {"sessions": sessions, "rss_before_kib": before, "rss_after_kib": after,
-                "kib_per_idle_session": round((after - before) / sessions, 1),
-                "login_select_idle_per_s": round(sessions / took, 1)}  # fmt: skip
+        return {
+            "sessions": sessions,
+            "messages_in_inbox": messages,
+            "rss_before_kib": before,
+            "rss_after_kib": after,
+            "kib_per_idle_session": round((after - before) / sessions, 1),
+            "login_select_idle_per_s": round(sessions / took, 1),
+        }
     finally:
         proc.terminate()
         proc.wait()
@@ -506,6 +529,7 @@ def main() -> None:
     sub.add_parser("check")
     i = sub.add_parser("idle")
     i.add_argument("--sessions", type=int, default=1000)
+    i.add_argument("--messages", type=int, default=0, help="messages in the INBOX selected")
     args = parser.parse_args()
     if args.cmd == "serve":
         logging.basicConfig(level=os.environ.get("LOG", "WARNING"), stream=sys.stderr)
@@ -513,7 +537,7 @@ def main() -> None:
     elif args.cmd == "check":
         print(json.dumps(check(), indent=1))
     else:
-        print(json.dumps(idle(args.sessions)))
+        print(json.dumps(idle(args.sessions, args.messages)))
 
 
 if __name__ == "__main__":
