@@ -32,6 +32,10 @@ $(STAMP): $(BIN)/python pyproject.toml
 # namespaces). The demo needs only Java, for its Spark step.
 # podman, buildah, runc and debootstrap build and run the images (make image, tests/image).
 SYSTEM_PACKAGES := promtool:prometheus etcd:etcd-server faketime:faketime java:openjdk-17-jre-headless chromium:chromium iptables:iptables
+# Real mail servers, each started by a test or bench/lmtp.py in its own directory (no system
+# service; tools/debconf-preseed.txt answers postfix's question): Postfix relays into the
+# transport's LMTP, Dovecot's LMTP is the benchmark's anchor.
+MAIL_PACKAGES := postfix:postfix dovecot:dovecot-core /usr/lib/dovecot/lmtp:dovecot-lmtpd
 IMAGE_PACKAGES := podman:podman buildah:buildah runc:runc debootstrap:debootstrap
 DEMO_PACKAGES := java:openjdk-17-jre-headless
 
@@ -40,7 +44,7 @@ define install_missing
 endef
 
 system-deps: ## the Debian packages the tests and images use (when a command is missing)
-	$(call install_missing,$(SYSTEM_PACKAGES) $(IMAGE_PACKAGES))
+	$(call install_missing,$(SYSTEM_PACKAGES) $(MAIL_PACKAGES) $(IMAGE_PACKAGES))
 
 image-deps: ## the Debian packages that build the images (podman, buildah, ...)
 	$(call install_missing,$(IMAGE_PACKAGES))
