@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help image-deps test test-fast test-slow test-resilience test-image image lint demo docs docs-serve tutorial bench bench-spark system-deps demo-deps clean proto
+.PHONY: help image-deps test test-fast test-slow test-resilience test-image image lint demo docs docs-serve tutorial bench bench-lmtp bench-spark system-deps demo-deps clean proto
 # Bare `make` used to create .venv and nothing else (the first rule), which no page asked
 # for; listing the targets is what a newcomer typing it wants.
 .DEFAULT_GOAL := help
@@ -98,6 +98,9 @@ demo: $(STAMP) demo-deps ## a three-node cluster on loopback: writes, a move, co
 
 bench: $(STAMP) ## log write throughput with fsync, beside a raw fsync'd append
 	$(BIN)/python bench/log_write.py
+
+bench-lmtp: $(STAMP) system-deps ## LMTP delivery: the transport beside Dovecot (bench/lmtp.py)
+	$(BIN)/python bench/lmtp.py
 
 bench-spark: $(STAMP) demo-deps ## the history pipeline on Spark: rows/s beside pyarrow
 	$(BIN)/python bench/spark_history.py
