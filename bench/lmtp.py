@@ -96,6 +96,11 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def own_cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
 def load() -> str:
     one, five, _ = os.getloadavg()
     return f"load {one:.2f} (1 min), {five:.2f} (5 min)"
@@ -380,6 +385,7 @@ class Phase:
     seconds: float
     latencies: list[float]  # to the final 250
     durable: list[float] = field(default_factory=list)  # ours: to durable on the active
+    client_cpu: float = 0.0  # CPU seconds of this process (the LMTP client) while sending
 
     @property
     def rate(self) -> float:
@@ -431,8 +437,10 @@ async def run(base: Path, args: argparse.Namespace) -> dict[str, Any]:
             for side in args.sides:
                 batch = Batch(f"{side[:2]}{size}", templates, args.mailboxes, count)
                 os.sync()
+                cpu = own_cpu()
                 sent = await asyncio.to_thread(deliver, ports[side], batch, args.sessions)
-                phase = Phase(side, size, count, count * len(templates[0]), 0.0, sent.latencies)
+                phase = Phase(side, size, count, count * len(templates[0]), 0.0, sent.latencies,
+                              client_cpu=own_cpu() - cpu)  # fmt: skip
                 if side == Side.DOVECOT:
                     dovecot_batches.append(batch)
                     phase.seconds = sent.last - sent.start
@@ -483,13 +491,13 @@ def report(args: argparse.Namespace, out: dict[str, Any]) -> None:
           f"{args.sessions} LMTP sessions, {args.mailboxes} mailboxes; {load()}\n")  # fmt: skip
     print(
         "| side | size | messages | seconds | messages/s | MB/s | final 250 p50 ms | p99 ms "
-        "| durable p50 ms | p99 ms |"
+        "| durable p50 ms | p99 ms | client CPU s |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for p in phases:
         print(f"| {p.side} | {p.size} | {p.count} | {p.seconds:.2f} | {p.rate:.1f} | "
               f"{p.mb_s:.2f} | {ms(p.latencies, .5)} | {ms(p.latencies, .99)} | "
-              f"{ms(p.durable, .5)} | {ms(p.durable, .99)} |")  # fmt: skip
+              f"{ms(p.durable, .5)} | {ms(p.durable, .99)} | {p.client_cpu:.1f} |")  # fmt: skip
     by = {(p.side, p.size): p for p in phases}
     summary: dict[str, Any] = {"date": date.today().isoformat(), "small": args.small,
                                "sessions": args.sessions, "mailboxes": args.mailboxes}  # fmt: skip
