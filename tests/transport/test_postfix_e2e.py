@@ -28,8 +28,6 @@ from tests.replication_node.e2e import converged, three_nodes
 from tests.transport.harness import Hubs
 
 pytestmark = pytest.mark.slow
-# Until the transport's SMTP and LMTP listeners are on this branch (issue 49, merged from main).
-pytest.importorskip("transport.mail_listener", reason="the transport has no LMTP listener yet")
 
 BOB = "bob@example.test"  # the mailbox bob of DB2 (active on mbx2), by its local part
 
@@ -74,7 +72,7 @@ async def all_relayed(postfix: Postfix, hubs: Hubs) -> None:
 @pytest.fixture
 async def lab(tmp_path, mail_servers: MailServers):
     cluster = three_nodes(tmp_path, defaults={"failover_after": None})
-    hubs = Hubs(cluster, "hub1", mail=True)
+    hubs = Hubs(cluster, "hub1", mail_ports=True)
     await cluster.start()
     await cluster.wait_status("mbx2", "DB2", "Mounted")
     await cluster.ok("PUT", "mbx2", "/v1/databases/DB2/mailboxes/bob")
