@@ -31,7 +31,8 @@ for ours also to durable on the active; the ratios ours / Dovecot (targets: >= 1
 
 Checked at the end, so that a broken run cannot be reported: every Maildir holds exactly the
 messages sent to it, each as sent below the trace headers; every message sent to ours is
-Delivered to DB1 once (the queue's counts), none poisoned.
+Delivered to DB1 once (the queue's counts), none poisoned, and every 25th of each phase, read
+back from DB1's active (`GET …/items/{id}/message`), ends with the bytes sent.
 
 `--small`: 400 and 20 messages, to check the script in seconds (the figures mean nothing).
 """
@@ -63,6 +64,7 @@ from urllib.parse import quote
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from dag_common.api_types import item_id_for  # noqa: E402
 from tests.cluster_harness import LocalCluster, wait_until  # noqa: E402
 from tests.mail_servers import HOST, Dovecot, start_dovecot  # noqa: E402
 from tests.transport.harness import Hubs  # noqa: E402
@@ -340,11 +342,23 @@ class Ours:
         await asyncio.gather(*(reader() for _ in range(self.concurrency)))
         return out
 
-    async def check(self) -> dict[str, Any]:
+    async def check(self, batches: list[Batch], every: int = 25) -> dict[str, Any]:
+        """Each message Delivered once (the queue's counts); every `every`-th of each batch
+        read back from DB1's active ends with the bytes sent (above: the trace header)."""
         state = await self.queue()
         d = state["deliveries"]
         assert d == {"Queued": 0, "Delivered": self.expected, "Poison": 0}, state
-        return d
+        read = 0
+        for batch in batches:
+            for k in batch.numbers()[::every]:
+                rcpt, raw = batch.message(k)
+                mailbox, item = rcpt.split("@")[0], item_id_for(batch.message_id(k))
+                path = f"/v1/databases/{DB}/mailboxes/{mailbox}/items/{item}/message"
+                status, body = await self.cluster.call("GET", ACTIVE, path)
+                assert status == 200 and isinstance(body, bytes), (path, status)
+                assert body.endswith(raw), f"{batch.message_id(k)}: not the bytes sent"
+                read += 1
+        return {**d, "read_back": read}
 
 
 def check_dovecot(dovecot: Dovecot, batches: list[Batch]) -> int:
@@ -409,6 +423,7 @@ async def run(base: Path, args: argparse.Namespace) -> dict[str, Any]:
     ours: Ours | None = None
     phases: list[Phase] = []
     dovecot_batches: list[Batch] = []
+    our_batches: list[Batch] = []
     out: dict[str, Any] = {}
     try:
         if Side.DOVECOT in args.sides:
@@ -431,6 +446,7 @@ async def run(base: Path, args: argparse.Namespace) -> dict[str, Any]:
                 dovecot_batches.append(warm)
             elif ours:
                 await ours.durable(warm)
+                our_batches.append(warm)
 
         for size, (templates, count) in sizes.items():
             for side in args.sides:
@@ -445,6 +461,7 @@ async def run(base: Path, args: argparse.Namespace) -> dict[str, Any]:
                     phase.seconds = sent.last - sent.start
                 else:
                     assert ours is not None
+                    our_batches.append(batch)
                     times = await ours.durable(batch)
                     began = {batch.message_id(k): b for k, b, _ in sent.done}
                     phase.durable = [times[m] - began[m] for m in times]
@@ -459,7 +476,7 @@ async def run(base: Path, args: argparse.Namespace) -> dict[str, Any]:
         if dovecot:
             out["dovecot_checked"] = check_dovecot(dovecot, dovecot_batches)
         if ours:
-            out["ours_checked"] = await ours.check()
+            out["ours_checked"] = await ours.check(our_batches)
     except BaseException:
         if ours:
             for name in (ACTIVE, PASSIVE, HUB):
@@ -517,7 +534,10 @@ def report(args: argparse.Namespace, out: dict[str, Any]) -> None:
             f"Dovecot's Maildirs hold the {out['dovecot_checked']} messages sent, as sent"
         )
     if "ours_checked" in out:
-        checked.append(f"the transport's queue: {out['ours_checked']}")
+        checked.append(
+            f"the transport's queue and messages read back from DB1's active "
+            f"(every 25th, as sent): {out['ours_checked']}"
+        )
     print("checked: " + "; ".join(checked))
     print(json.dumps(summary))
 
