@@ -12,6 +12,10 @@ from pydantic import AfterValidator, Field, StrictStr
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}$"
 FOLDER_PATTERN = r"^[^\x00-\x1f/\\][^\x00-\x1f]{0,255}$"
 ITEM_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+# An IMAP flag a message keeps (RFC 3501's flag, less \Recent, which no server stores): a
+# system flag as RFC 3501 spells it, or a keyword (an atom: no space, control, "(){%*\"]\").
+FLAG_PATTERN = r'^(\\(Answered|Flagged|Deleted|Seen|Draft)|[^\x00-\x20\x7f(){%*"\\\]]{1,64})$'
+MAX_FLAGS = 64  # flags per message
 
 
 def _utf8(value: str) -> str:
@@ -28,6 +32,7 @@ Text = Annotated[StrictStr, AfterValidator(_utf8)]
 Name = Annotated[StrictStr, Field(pattern=NAME_PATTERN)]
 Folder = Annotated[Text, Field(pattern=FOLDER_PATTERN)]
 ItemId = Annotated[StrictStr, Field(pattern=ITEM_ID_PATTERN)]
+Flag = Annotated[StrictStr, Field(pattern=FLAG_PATTERN)]
 
 
 def item_id_for(message_id: str) -> str:

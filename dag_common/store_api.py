@@ -12,11 +12,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
-from dag_common.api_types import Folder, ItemId, Text
+from dag_common.api_types import MAX_FLAGS, Flag, Folder, ItemId, Text
 from dag_common.mailbox_digest import body_hash, item_term_of_hash, utf8_size
 from dag_common.model import Lsn
 from dag_common.rfc822 import BodyFormat, subject_of_body
@@ -165,6 +165,10 @@ class ItemIn(BaseModel):
     subject: Text = ""
     body: Text = ""
     format: BodyFormat = BodyFormat.TEXT
+    # IMAP's: the flags it is stored with (an APPEND's), and its INTERNALDATE (absent: when
+    # the node commits it).  The node gives it its folder's next UID.
+    flags: Annotated[tuple[Flag, ...], Field(max_length=MAX_FLAGS)] = ()
+    received: AwareDatetime | None = None
 
     @model_validator(mode="after")
     def _message(self) -> ItemIn:
@@ -201,6 +205,17 @@ class _Answer(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+class FolderStatus(_Answer):
+    """A folder's IMAP state as GET …/mailboxes/{mailbox} lists it."""
+
+    folder: str
+    uidvalidity: int = 0
+    uid_next: int = 1
+    highest_modseq: int = 0
+    messages: int = 0
+    unseen: int = 0
+
+
 class Mailbox(_Answer):
     """A mailbox as one copy serves it (GET …/mailboxes/{mailbox})."""
 
@@ -213,6 +228,9 @@ class Mailbox(_Answer):
     soft_deleted: bool = False
     change_number: int = 0
     epoch: int = 0
+    # each folder's IMAP counters and counts (STATUS): uidvalidity, uid_next, highest_modseq,
+    # messages, unseen, by folder name
+    folder_status: tuple[FolderStatus, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

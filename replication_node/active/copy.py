@@ -41,14 +41,15 @@ from replication_node.log.events import (
 from replication_node.log.logdir import finish_interrupted_roll
 from replication_node.log.logfile import ContentDigest
 from replication_node.log.logstream import LogStream
-from replication_node.log.operations import Operation, RecordBackup
+from replication_node.log.operations import AssignUids, Operation, RecordBackup
 from replication_node.log.recovery import plan_recovery
 from replication_node.log.spanning import BlobRef
 from replication_node.storage.database import Database
 from replication_node.storage.header import DatabaseHeader, DatabaseState
+from replication_node.storage.ops import SEEN
 from replication_node.storage.overlay import LlrOverlay
 from replication_node.storage.paths import CopyPaths
-from replication_node.storage.reader import ItemRow, ItemsPage, MailboxRow
+from replication_node.storage.reader import FolderRow, FolderStatus, ItemRow, ItemsPage, MailboxRow
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +151,7 @@ class ActiveCopy:
         plan = await asyncio.to_thread(plan_recovery, paths.logs, db.header)
         overlay = LlrOverlay()
         for txn in plan.transactions:
-            overlay.add(txn, db_mailbox=db.mailbox, db_item=db.item)
+            overlay.add(txn, db)
         stream = LogStream.create_or_open(
             log_dir=paths.logs,
             database_signature=db.header.database_signature,
@@ -197,6 +198,22 @@ class ActiveCopy:
         """Reserve the next change number (called in log order, before commit)."""
         self._change_number += 1
         return self._change_number
+
+    def now(self) -> datetime:
+        """The time, by the clock that stamps commits."""
+        return self._clock.now()
+
+    def unnumbered(self) -> bool:
+        """Whether anything waits for `AssignUids` (a file, or logs, from before UIDs)."""
+        overlay = self.overlay
+        held = overlay.transactions_through(overlay.generations[-1]) if len(overlay) else []
+        numbering = any(type(op) is AssignUids for txn in held for op in txn.ops)
+        return (
+            (self.db.unnumbered() and not numbering)
+            or any(row.uidvalidity_next == 0 for _, row in overlay.mailboxes.values())
+            or any(r is not None and r.uidvalidity == 0 for _, r in overlay.folders.values())
+            or any(not r.deleted and r.uid == 0 for _, r in overlay.items.values())
+        )
 
     @property
     def highest_change_number(self) -> int:
@@ -259,7 +276,7 @@ class ActiveCopy:
 
     def _on_event(self, event: StreamEvent) -> None:
         if isinstance(event, Transaction):
-            self.overlay.add(event, db_mailbox=self.db.mailbox, db_item=self.db.item)
+            self.overlay.add(event, self.db)
         elif isinstance(event, ClosedGeneration):
             self._closed_seen = max(self._closed_seen, event.generation)
             self._close_times[event.generation] = event.close_time
@@ -404,13 +421,23 @@ class ActiveCopy:
         )
 
     def folders(self, mailbox: str) -> list[str]:
-        names = set() if self.overlay.hides(mailbox) else set(self.db.folders(mailbox))
-        names.update(f for (m, f) in self.overlay.folders if m == mailbox)
-        return sorted(names)
+        return [r.folder for r in self.folder_rows(mailbox)]
+
+    def folder_rows(self, mailbox: str) -> list[FolderRow]:
+        """A mailbox's folders with their counters, by name."""
+        rows = self.overlay.current_folders(self.db, mailbox)
+        return [rows[k] for k in sorted(rows)]
+
+    def _file_rows(self, mailbox: str, rows: list[ItemRow]) -> list[ItemRow]:
+        """Rows read from the file as the overlay's generations leave them (`over_file`)."""
+        overlay = self.overlay
+        if not overlay.renames.get(mailbox) and not overlay.assigned:
+            return rows
+        return [overlay.over_file(r) for r in rows]  # type: ignore[misc]
 
     def items(self, mailbox: str, since_change: int = 0) -> list[ItemRow]:
         stored = [] if self.overlay.hides(mailbox) else self.db.items(mailbox, since_change)
-        rows = {r.item_id: r for r in stored}
+        rows = {r.item_id: r for r in self._file_rows(mailbox, stored)}
         for (m, item_id), (_, row) in self.overlay.items.items():
             if m == mailbox:
                 if row.change_number > since_change:
@@ -419,10 +446,65 @@ class ActiveCopy:
                     rows.pop(item_id, None)
         return sorted(rows.values(), key=_change_number)
 
+    def folder_status(self, mailbox: str) -> list[FolderStatus]:
+        """Each folder's counters with its live items and those not `\\Seen`: the file's
+        counts, corrected item by item for what the overlay changed (its rows, the file's
+        rows renamed since)."""
+        folders = self.folder_rows(mailbox)
+        hidden = self.overlay.hides(mailbox)
+        counts: dict[str, list[int]] = {f.folder: [0, 0] for f in folders}
+        if not hidden:
+            for folder, (messages, unseen) in self.db.folder_counts(mailbox).items():
+                name = self.overlay.renamed(mailbox, folder)
+                if name in counts:
+                    counts[name][0] += messages
+                    counts[name][1] += unseen
+        for (m, item_id), (_, row) in self.overlay.items.items():
+            if m != mailbox:
+                continue
+            old = None if hidden else self.overlay.over_file(self.db.item(mailbox, item_id))
+            for sign, each in ((-1, old), (1, row)):
+                if each is not None and not each.deleted and each.folder in counts:
+                    counts[each.folder][0] += sign
+                    counts[each.folder][1] += sign * (SEEN not in each.flags)
+        return [
+            FolderStatus(f.folder, f.uidvalidity, f.uid_next, f.highest_modseq, *counts[f.folder])
+            for f in folders
+        ]
+
+    def folder_items(self, mailbox: str, folder: str, since_modseq: int = 0) -> list[ItemRow]:
+        """A folder's items without bodies, by UID (`Database.folder_items`), the overlay's
+        over the file's."""
+        rows: dict[str, ItemRow] = {}
+        if not self.overlay.hides(mailbox):
+            # the file's modseqs are final unless AssignUids is held here
+            since = 0 if self.overlay.assigned else since_modseq
+            name = self.overlay.file_name(mailbox, folder)
+            stored = self.db.folder_items(mailbox, name, since, tombstones=since_modseq > 0)
+            for row in self._file_rows(mailbox, stored):
+                if row.folder == folder:
+                    rows[row.item_id] = row
+        for (m, item_id), (_, row) in self.overlay.items.items():
+            if m == mailbox:
+                rows.pop(item_id, None)
+                if row.folder == folder:
+                    rows[item_id] = _without_body(row)
+        listed = [
+            r
+            for r in rows.values()
+            if (since_modseq == 0 and not r.deleted)
+            or (since_modseq > 0 and r.modseq > since_modseq)
+        ]
+        return sorted(listed, key=_uid)
+
     def digest_rows(self, mailbox: str) -> list[DigestRow]:
         """The file's digest rows (`Database.digest_rows`) with the overlay's items over
-        them (those carry their bodies, in memory: the digest hashes them)."""
+        them (those carry their bodies, in memory: the digest hashes them), and the file's
+        folders renamed since."""
         stored = [] if self.overlay.hides(mailbox) else self.db.digest_rows(mailbox)
+        if self.overlay.renames.get(mailbox):
+            renamed = self.overlay.renamed
+            stored = [r._replace(folder=renamed(mailbox, r.folder)) for r in stored]
         rows = {r.item_id: r for r in stored}
         for (m, item_id), (_, row) in self.overlay.items.items():
             if m == mailbox:
@@ -462,7 +544,7 @@ class ActiveCopy:
         else:
             page = self.db.items_page(mailbox, since_change, limit, max_bytes, bodies=bodies)
         end = None if page.complete else page.through
-        rows = {r.item_id: r for r in page.items}
+        rows = {r.item_id: r for r in self._file_rows(mailbox, page.items)}
         for (m, item_id), (_, row) in self.overlay.items.items():
             if m == mailbox:
                 change = row.change_number
@@ -476,9 +558,11 @@ class ActiveCopy:
         return ItemsPage(items, max([since_change, *(r.change_number for r in items)]), True)
 
     def item(self, mailbox: str, item_id: str) -> ItemRow | None:
-        return self.overlay.item(mailbox, item_id) or (
-            None if self.overlay.hides(mailbox) else self.db.item(mailbox, item_id)
-        )
+        return self.overlay.current_item(self.db, mailbox, item_id)
+
+
+def _uid(row: ItemRow) -> tuple[int, str]:
+    return row.uid, row.item_id
 
 
 def _change_number(row: ItemRow) -> int:

@@ -247,7 +247,10 @@ class ActiveInstance:
         )
         # No generation above the waypoint (a clean mount): the file knows its last log's time.
         self.last_close_time = self.copy.last_closed_time or self.copy.header.last_log_time
-        self.store = MailboxStore(self.copy)
+        store = MailboxStore(self.copy)
+        # A file (or logs) from before UIDs: numbered once, before any write is taken.
+        await store.assign_uids()
+        self.store = store
         self.copy.stream.set_metrics(self._stream_metrics)
         self.copy.stream.add_listener(self._on_event)
         stream = self.copy.stream

@@ -23,20 +23,29 @@ from dag_common.api_types import FOLDER_PATTERN, NAME_PATTERN
 from dag_common.mailbox_digest import utf8_size
 from dag_common.store_api import ItemIn, Written
 from replication_node.active.copy import ActiveCopy
+from replication_node.active.imap_counters import ImapCounters, UidExhausted
 from replication_node.active.item_ids import new_item_id
 from replication_node.errors import BadRequest, Conflict, NotFound
 from replication_node.log.operations import (
     DEFAULT_FOLDERS,
+    AssignUids,
+    CopyItems,
     CreateFolder,
     CreateMailbox,
+    DeleteFolder,
     DeleteItem,
     DeleteMailbox,
+    MoveItems,
     Operation,
     PutItem,
+    RenameFolder,
+    SetFlags,
     SetMailbox,
+    last_cn,
 )
 from replication_node.log.spanning import BlobRef
-from replication_node.storage.reader import MailboxRow
+from replication_node.storage.ops import under
+from replication_node.storage.reader import FolderRow, ItemRow, MailboxRow
 
 T = TypeVar("T")
 # Recorded outside the log before a write is numbered; raises (Conflict) to refuse the write.
@@ -77,6 +86,12 @@ def _check_text(field: str, value: str) -> None:
         raise BadRequest(f"{field} is not valid UTF-8 text: {exc.reason} at {exc.start}") from exc
 
 
+def _check_folder(folder: str) -> None:
+    if not _FOLDER.match(folder):
+        raise BadRequest(f"invalid folder name {folder!r}")
+    _check_text("folder", folder)
+
+
 def _check_name(mailbox: str) -> None:
     if not _NAME.match(mailbox):
         raise BadRequest(f"invalid mailbox name {mailbox!r}")
@@ -102,6 +117,7 @@ class MailboxStore:
         # Mailboxes being created, purged or restored (their claim awaited, or their commit
         # in the log but not yet acknowledged): one such request at a time per mailbox.
         self._changing: set[str] = set()
+        self.counters = ImapCounters()  # UIDs, modseqs, UIDVALIDITYs handed out
 
     def _live_mailbox(self, mailbox: str, *, override_lock: bool = False) -> MailboxRow:
         _check_name(mailbox)
@@ -123,7 +139,7 @@ class MailboxStore:
         names them where the body would be: `LogStream.commit`)."""
         committed = await self.copy.commit(ops, staged=staged)
         # The LSN names the stream's epoch as the writer made it (`log/writer.py`).
-        return Written.of(committed.lsn, committed.commit_time, max(op.cn for op in ops), item_ids)
+        return Written.of(committed.lsn, committed.commit_time, max(map(last_cn, ops)), item_ids)
 
     @_admitted
     async def create_mailbox(
@@ -154,10 +170,17 @@ class MailboxStore:
                 await claim()
                 self._check_new(mailbox, replace_soft_deleted=replace_soft_deleted, mine=True)
             ops: list[Operation] = []
-            if self.copy.mailbox(mailbox) is not None:  # soft-deleted: _check_new said so
+            old = self.copy.mailbox(mailbox)
+            if old is not None:  # soft-deleted: _check_new said so
                 ops.append(DeleteMailbox(mailbox, self.copy.next_change_number()))
+            # UIDVALIDITYs from the time, past the replaced mailbox's (RFC 3501: a folder
+            # made again has a greater one)
+            floor = max(self._unix_now(), old.uidvalidity_next if old is not None else 0)
+            uidvalidity = self.counters.uidvalidity(mailbox, floor, max(len(names), 1))
             ops.append(
-                CreateMailbox(mailbox, self.copy.next_change_number(), display_name[:256], names)
+                CreateMailbox(
+                    mailbox, self.copy.next_change_number(), display_name[:256], names, uidvalidity
+                )
             )
             if locked:
                 ops.append(SetMailbox(mailbox, self.copy.next_change_number(), locked=True))
@@ -253,11 +276,13 @@ class MailboxStore:
     async def create_folder(
         self, mailbox: str, folder: str, *, override_lock: bool = False
     ) -> Written:
-        self._live_mailbox(mailbox, override_lock=override_lock)
-        if not _FOLDER.match(folder):
-            raise BadRequest(f"invalid folder name {folder!r}")
-        _check_text("folder", folder)
-        return await self._commit([CreateFolder(mailbox, self.copy.next_change_number(), folder)])
+        row = self._live_mailbox(mailbox, override_lock=override_lock)
+        _check_folder(folder)
+        floor = row.uidvalidity_next or self._unix_now()
+        uidvalidity = self.counters.uidvalidity(mailbox, floor)
+        return await self._commit(
+            [CreateFolder(mailbox, self.copy.next_change_number(), folder, uidvalidity)]
+        )
 
     @_admitted
     async def put_items(
@@ -275,19 +300,29 @@ class MailboxStore:
         try:
             if staged:  # the awaits let other writes in: the mailbox or a folder may be gone
                 self._check_items(mailbox, items, override_lock=override_lock)
-            # numbered only once the whole request is valid, with no await before the commit
-            ops: list[Operation] = [
-                PutItem(
-                    mailbox,
-                    self.copy.next_change_number(),
-                    item_id,
-                    i.folder,
-                    i.subject,
-                    i.body,
-                    i.format,
+            # numbered only once the whole request is valid, with no await before the commit:
+            # change numbers, and each item's UID and modseq in its folder
+            folders = {f.folder: f for f in self.copy.folder_rows(mailbox)}
+            ops: list[Operation] = []
+            for item_id, i in zip(item_ids, items, strict=True):
+                folder = folders[i.folder]
+                (uid,) = self._uids(folder, 1)
+                ops.append(
+                    PutItem(
+                        mailbox,
+                        self.copy.next_change_number(),
+                        item_id,
+                        i.folder,
+                        i.subject,
+                        i.body,
+                        i.format,
+                        uid,
+                        self.counters.modseq(folder),
+                        tuple(sorted(set(i.flags))),
+                        # none given: the commit's time, which the record has
+                        i.received.isoformat() if i.received is not None else "",
+                    )
                 )
-                for item_id, i in zip(item_ids, items, strict=True)
-            ]
             return await self._commit(ops, item_ids, staged=staged)
         except BaseException:
             if staged:
@@ -327,4 +362,242 @@ class MailboxStore:
         row = self.copy.item(mailbox, item_id)
         if row is None or row.deleted:
             raise NotFound(f"mailbox {mailbox!r} has no item {item_id!r}")
-        return await self._commit([DeleteItem(mailbox, self.copy.next_change_number(), item_id)])
+        folder = self._folder_row(mailbox, row.folder, missing=None)
+        modseq = self.counters.modseq(folder) if folder is not None else 0
+        return await self._commit(
+            [DeleteItem(mailbox, self.copy.next_change_number(), item_id, modseq)]
+        )
+
+    # ---- IMAP: UIDs, flags, folders ------------------------------------------------------
+
+    def _unix_now(self) -> int:
+        return int(self.copy.now().timestamp())
+
+    def _uids(self, folder: FolderRow, count: int) -> list[int]:
+        try:
+            return self.counters.uids(folder, count)
+        except UidExhausted as exc:
+            raise Conflict(str(exc)) from None
+
+    def _folder_row(
+        self, mailbox: str, folder: str, *, missing: type[Exception] | None = NotFound
+    ) -> FolderRow | None:
+        """A folder of a mailbox with its counters; `missing` raised when there is none."""
+        row = next((f for f in self.copy.folder_rows(mailbox) if f.folder == folder), None)
+        if row is None and missing is not None:
+            raise missing(f"mailbox {mailbox!r} has no folder {folder!r}")
+        return row
+
+    def _chosen(
+        self,
+        mailbox: str,
+        folder: str,
+        *,
+        uids: Sequence[int] | None,
+        item_ids: Sequence[str] | None,
+    ) -> list[ItemRow]:
+        """The live items of a folder a request names by UID or by item id (one of them),
+        in the order named, each once; NotFound naming the first that is not there."""
+        if (uids is None) == (item_ids is None):
+            raise BadRequest("name the items by uids or by item_ids (one of them)")
+        named: Sequence[object] = uids if uids is not None else item_ids  # type: ignore[assignment]
+        if not named:
+            raise BadRequest("no items named")
+        if len(named) > MAX_BATCH:
+            raise BadRequest(f"at most {MAX_BATCH} items per request")
+        rows = self.copy.folder_items(mailbox, folder)
+        by = {r.uid: r for r in rows} if uids is not None else {r.item_id: r for r in rows}
+        chosen: dict[str, ItemRow] = {}
+        for key in named:
+            row = by.get(key)  # type: ignore[call-overload]
+            if row is None:
+                what = "UID" if uids is not None else "item"
+                raise NotFound(f"folder {folder!r} of {mailbox!r} has no {what} {key!r}")
+            chosen.setdefault(row.item_id, row)
+        return list(chosen.values())
+
+    def _cns(self, count: int) -> int:
+        """`count` change numbers (at least one), in order; the first."""
+        first = self.copy.next_change_number()
+        for _ in range(count - 1):
+            self.copy.next_change_number()
+        return first
+
+    async def assign_uids(self) -> Written | None:
+        """Number what a database from before UIDs holds (`AssignUids`), once: at the first
+        mount of such a file by an active that has them, before any other write.  None:
+        nothing to number (nothing is admitted then: a mount of a numbered file waits for
+        no synchronous copy)."""
+        if not self.copy.unnumbered():
+            return None
+        await self.copy.admit()
+        floor = max([self._unix_now(), *(m.uidvalidity_next for m in self.copy.mailboxes())])
+        return await self._commit([AssignUids(self.copy.next_change_number(), floor)])
+
+    @_admitted
+    async def rename_folder(
+        self, mailbox: str, folder: str, to: str, *, override_lock: bool = False
+    ) -> Written:
+        """Rename a folder and its children (`folder/…`), their items with them; their
+        UIDVALIDITY and counters kept.  Inbox is not renamed (mail is delivered there)."""
+        self._live_mailbox(mailbox, override_lock=override_lock)
+        _check_folder(to)
+        self._folder_row(mailbox, folder)
+        if folder == DEFAULT_FOLDERS[0]:
+            raise Conflict(f"{folder!r} is where mail is delivered: it is not renamed")
+        if under(to, folder):
+            raise Conflict(f"{to!r} is {folder!r} or inside it")
+        names = set(self.copy.folders(mailbox))
+        for name in sorted(names):
+            if under(name, folder) and to + name[len(folder) :] in names:
+                raise Conflict(f"mailbox {mailbox!r} has a folder {to + name[len(folder) :]!r}")
+        op = RenameFolder(mailbox, self.copy.next_change_number(), folder, to)
+        return await self._commit([op])
+
+    @_admitted
+    async def delete_folder(
+        self, mailbox: str, folder: str, *, override_lock: bool = False
+    ) -> Written:
+        """Remove a folder with its items (tombstones, each numbered); refused while it has
+        children (RFC 3501 lets a server refuse), and for Inbox."""
+        self._live_mailbox(mailbox, override_lock=override_lock)
+        row = self._folder_row(mailbox, folder)
+        assert row is not None
+        if folder == DEFAULT_FOLDERS[0]:
+            raise Conflict(f"{folder!r} is where mail is delivered: it is not removed")
+        children = [f for f in self.copy.folders(mailbox) if f != folder and under(f, folder)]
+        if children:
+            raise Conflict(f"folder {folder!r} has children ({children[0]!r}): remove them first")
+        item_ids = tuple(r.item_id for r in self.copy.folder_items(mailbox, folder))
+        modseq = self.counters.modseq(row)
+        cn = self._cns(len(item_ids))
+        return await self._commit([DeleteFolder(mailbox, cn, folder, item_ids, modseq)])
+
+    @_admitted
+    async def set_flags(
+        self,
+        mailbox: str,
+        folder: str,
+        *,
+        uids: Sequence[int] | None = None,
+        item_ids: Sequence[str] | None = None,
+        add: Sequence[str] = (),
+        remove: Sequence[str] = (),
+        replace: Sequence[str] | None = None,
+        override_lock: bool = False,
+    ) -> tuple[Written, SetFlags]:
+        """Change the flags of items of a folder (a STORE): one operation and one modseq;
+        with the operation, which says what each item was given."""
+        self._live_mailbox(mailbox, override_lock=override_lock)
+        row = self._folder_row(mailbox, folder)
+        assert row is not None
+        if replace is not None and (add or remove):
+            raise BadRequest("replace the flags, or add and remove some: not both")
+        chosen = self._chosen(mailbox, folder, uids=uids, item_ids=item_ids)
+        modseq = self.counters.modseq(row)
+        op = SetFlags(
+            mailbox, self._cns(len(chosen)), folder, tuple(r.item_id for r in chosen), modseq,
+            tuple(sorted(set(add))), tuple(sorted(set(remove))),
+            None if replace is None else tuple(sorted(set(replace))),
+        )  # fmt: skip
+        return await self._commit([op]), op
+
+    async def _move_or_copy(
+        self,
+        mailbox: str,
+        folder: str,
+        to: str,
+        *,
+        uids: Sequence[int] | None,
+        item_ids: Sequence[str] | None,
+        copy: bool,
+        override_lock: bool,
+    ) -> tuple[Written, list[ItemRow], list[int]]:
+        self._live_mailbox(mailbox, override_lock=override_lock)
+        source = self._folder_row(mailbox, folder)
+        target = self._folder_row(mailbox, to)
+        assert source is not None and target is not None
+        if to == folder and not copy:
+            raise BadRequest("an item is moved to another folder")
+        chosen = self._chosen(mailbox, folder, uids=uids, item_ids=item_ids)
+        new_uids = self._uids(target, len(chosen))
+        modseq = self.counters.modseq(source, target)
+        cn = self._cns(len(chosen))
+        if copy:
+            new_ids = tuple(new_item_id() for _ in chosen)
+            copied = tuple(
+                (r.item_id, n, u) for r, n, u in zip(chosen, new_ids, new_uids, strict=True)
+            )
+            written = await self._commit(
+                [CopyItems(mailbox, cn, folder, to, copied, modseq)], new_ids
+            )
+        else:
+            moved = tuple((r.item_id, u) for r, u in zip(chosen, new_uids, strict=True))
+            written = await self._commit([MoveItems(mailbox, cn, folder, to, moved, modseq)])
+        return written, chosen, new_uids
+
+    @_admitted
+    async def move_items(
+        self,
+        mailbox: str,
+        folder: str,
+        to: str,
+        *,
+        uids: Sequence[int] | None = None,
+        item_ids: Sequence[str] | None = None,
+        override_lock: bool = False,
+    ) -> tuple[Written, list[ItemRow], list[int]]:
+        """Move items to another folder in one operation (each a new UID there: MOVE);
+        the written answer, the items moved and their new UIDs."""
+        return await self._move_or_copy(
+            mailbox, folder, to, uids=uids, item_ids=item_ids, copy=False,
+            override_lock=override_lock,
+        )  # fmt: skip
+
+    @_admitted
+    async def copy_items(
+        self,
+        mailbox: str,
+        folder: str,
+        to: str,
+        *,
+        uids: Sequence[int] | None = None,
+        item_ids: Sequence[str] | None = None,
+        override_lock: bool = False,
+    ) -> tuple[Written, list[ItemRow], list[int]]:
+        """Copy items to a folder (each a new item id and a new UID there: COPY)."""
+        return await self._move_or_copy(
+            mailbox, folder, to, uids=uids, item_ids=item_ids, copy=True,
+            override_lock=override_lock,
+        )  # fmt: skip
+
+    @_admitted
+    async def expunge(
+        self,
+        mailbox: str,
+        folder: str,
+        *,
+        uids: Sequence[int] | None = None,
+        override_lock: bool = False,
+    ) -> tuple[Written | None, list[ItemRow]]:
+        """Remove the items of a folder flagged `\\Deleted` (EXPUNGE), only those among
+        `uids` when given (UID EXPUNGE): one transaction, one modseq.  (None, []) when there
+        is none."""
+        self._live_mailbox(mailbox, override_lock=override_lock)
+        row = self._folder_row(mailbox, folder)
+        assert row is not None
+        if uids is not None and len(uids) > MAX_BATCH:
+            raise BadRequest(f"at most {MAX_BATCH} items per request")
+        wanted = set(uids) if uids is not None else None
+        gone = [
+            r
+            for r in self.copy.folder_items(mailbox, folder)
+            if "\\Deleted" in r.flags and (wanted is None or r.uid in wanted)
+        ]
+        if not gone:
+            return None, []
+        modseq = self.counters.modseq(row)
+        ops: list[Operation] = [
+            DeleteItem(mailbox, self.copy.next_change_number(), r.item_id, modseq) for r in gone
+        ]
+        return await self._commit(ops), gone

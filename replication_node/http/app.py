@@ -17,6 +17,7 @@ from replication_node.http.admin_routes import add_admin_routes
 from replication_node.http.backup_routes import add_backup_routes
 from replication_node.http.context import NODE
 from replication_node.http.error_middleware import error_middleware
+from replication_node.http.folder_routes import add_folder_routes
 from replication_node.http.in_flight import setup_in_flight
 from replication_node.http.soft_deleted_routes import add_soft_deleted_routes
 from replication_node.http.status_watch import add_status_watch_route
@@ -54,6 +55,7 @@ def build_app(node: Node) -> web.Application:
     )
     app[NODE] = node
     add_store_routes(app)
+    add_folder_routes(app)
     add_soft_deleted_routes(app)
     add_admin_routes(app)
     add_backup_routes(app)

@@ -28,7 +28,7 @@ from dag_common.http_body import (
 from dag_common.mailbox_digest import rows_digest
 from dag_common.rfc822 import message_bytes, message_sha256, message_size, message_slices
 from dag_common.route_roles import add_route, require
-from dag_common.store_api import Digest, ItemsAnswer, Mailbox
+from dag_common.store_api import Digest, FolderStatus, ItemsAnswer, Mailbox
 from replication_node.errors import BadRequest, Conflict, NotFound
 from replication_node.http.context import (
     NODE,
@@ -118,10 +118,12 @@ async def get_mailbox(request: web.Request) -> web.Response:
     row = reader.mailbox(name)
     if row is None:
         raise NotFound(f"no mailbox {name!r}")
+    status = reader.folder_status(name)
     answer = Mailbox(
         name=row.mailbox,
         display_name=row.display_name,
-        folders=tuple(reader.folders(name)),
+        folders=tuple(f.folder for f in status),
+        folder_status=tuple(FolderStatus(**f._asdict()) for f in status),
         locked=row.locked,
         soft_deleted=row.soft_deleted,
         change_number=row.change_number,

@@ -47,11 +47,22 @@ class _Op(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="op
     """An operation as a TRANSACTION record carries it (its kind in `op`)."""
 
 
+# A UID, a UIDVALIDITY, a modseq: what RFC 3501 and RFC 7162 let them be (0: not assigned:
+# a log from before they were, whose items `AssignUids` numbers).
+Uid = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
+Modseq = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+
+
 class CreateMailbox(_Op, tag="create_mailbox"):
+    """A mailbox and its folders.  `uidvalidity`: the first folder's UIDVALIDITY, the next
+    folder's one more, and the mailbox's `uidvalidity_next` past the last (0 in a log from
+    before them: `AssignUids` gives them)."""
+
     mailbox: str
     cn: int
     display_name: str = ""
     folders: tuple[str, ...] = DEFAULT_FOLDERS
+    uidvalidity: Uid = 0
 
 
 class SetMailbox(_Op, tag="set_mailbox"):
@@ -62,9 +73,15 @@ class SetMailbox(_Op, tag="set_mailbox"):
 
 
 class CreateFolder(_Op, tag="create_folder"):
+    """A folder, with its counters (a folder the mailbox has already keeps its own); the
+    mailbox's `uidvalidity_next` goes past `uidvalidity`."""
+
     mailbox: str
     cn: int
     folder: str
+    uidvalidity: Uid = 0
+    uid_next: Annotated[int, msgspec.Meta(ge=1, le=2**32)] = 1
+    highest_modseq: Modseq = 0
 
 
 class PutItem(_Op, tag="put_item"):
@@ -80,12 +97,100 @@ class PutItem(_Op, tag="put_item"):
     subject: str = ""
     body: str = ""
     format: BodyFormat = BodyFormat.TEXT
+    uid: Uid = 0
+    modseq: Modseq = 0
+    flags: tuple[str, ...] = ()
+    received: str = ""
 
 
 class DeleteItem(_Op, tag="delete_item"):
+    """An item removed (an IMAP expunge): its tombstone keeps its UID, with `modseq`."""
+
     mailbox: str
     cn: int
     item_id: str
+    modseq: Modseq = 0
+
+
+class RenameFolder(_Op, tag="rename_folder"):
+    """A folder and its children (`folder/…`) renamed, their items with them; counters
+    kept.  Nothing is renamed if `folder` is not there or a new name is taken."""
+
+    mailbox: str
+    cn: int
+    folder: str
+    to: str
+
+
+class DeleteFolder(_Op, tag="delete_folder"):
+    """A folder removed with its items: each of `item_ids` (every item it holds) leaves a
+    tombstone numbered `cn + i` with `modseq`."""
+
+    mailbox: str
+    cn: int
+    folder: str
+    item_ids: tuple[str, ...] = ()
+    modseq: Modseq = 0
+
+
+class SetFlags(_Op, tag="set_flags"):
+    """Flags of items of one folder changed (a STORE): `replace` them, or `add` and `remove`
+    some; item i numbered `cn + i`, all with one `modseq`."""
+
+    mailbox: str
+    cn: int
+    folder: str
+    item_ids: tuple[str, ...]
+    modseq: Modseq
+    add: tuple[str, ...] = ()
+    remove: tuple[str, ...] = ()
+    replace: tuple[str, ...] | None = None
+
+
+class MoveItems(_Op, tag="move_items"):
+    """Items moved from `folder` to `to` in one operation, each `[item_id, new_uid]`, item i
+    numbered `cn + i`, all with one `modseq`."""
+
+    mailbox: str
+    cn: int
+    folder: str
+    to: str
+    items: tuple[tuple[str, Uid], ...]
+    modseq: Modseq
+
+
+class CopyItems(_Op, tag="copy_items"):
+    """Items of `folder` copied to `to`, each `[item_id, new_item_id, new_uid]`: the copy
+    has the item's content, flags and INTERNALDATE; copy i numbered `cn + i`."""
+
+    mailbox: str
+    cn: int
+    folder: str
+    to: str
+    items: tuple[tuple[str, str, Uid], ...]
+    modseq: Modseq
+
+
+class SetFolderCounters(_Op, tag="set_folder_counters"):
+    """A folder's counters lifted (each a floor: never lowered), and its mailbox's
+    `uidvalidity_next`: a move's final sync."""
+
+    mailbox: str
+    cn: int
+    folder: str
+    uid_next: Annotated[int, msgspec.Meta(ge=1, le=2**32)] = 1
+    highest_modseq: Modseq = 0
+    uidvalidity_next: Uid = 0
+
+
+class AssignUids(_Op, tag="assign_uids"):
+    """The one-off numbering of a database from before UIDs (its first mount by an active
+    that has them): every folder without a UIDVALIDITY gets `uidvalidity`, every mailbox's
+    `uidvalidity_next` goes past it, and every live item without a UID gets its folder's
+    next, in (mailbox, folder, item id) order, with its folder's next modseq."""
+
+    cn: int
+    uidvalidity: Annotated[int, msgspec.Meta(ge=1, le=2**32 - 2)]
 
 
 class DeleteMailbox(_Op, tag="delete_mailbox"):
@@ -121,7 +226,20 @@ class RecordBackup(_Op, tag="record_backup"):
 
 
 Operation = (
-    CreateMailbox | SetMailbox | CreateFolder | PutItem | DeleteItem | DeleteMailbox | RecordBackup
+    CreateMailbox
+    | SetMailbox
+    | CreateFolder
+    | PutItem
+    | DeleteItem
+    | DeleteMailbox
+    | RecordBackup
+    | RenameFolder
+    | DeleteFolder
+    | SetFlags
+    | MoveItems
+    | CopyItems
+    | SetFolderCounters
+    | AssignUids
 )
 
 _KIND: dict[type, str] = {
@@ -132,7 +250,29 @@ _KIND: dict[type, str] = {
     DeleteItem: "delete_item",
     DeleteMailbox: "delete_mailbox",
     RecordBackup: "record_backup",
+    RenameFolder: "rename_folder",
+    DeleteFolder: "delete_folder",
+    SetFlags: "set_flags",
+    MoveItems: "move_items",
+    CopyItems: "copy_items",
+    SetFolderCounters: "set_folder_counters",
+    AssignUids: "assign_uids",
 }
+
+
+def last_cn(op: Operation) -> int:
+    """The highest change number an operation takes: its `cn`, or for one that numbers
+    several items (`cn + i` each) the last of them."""
+    match op:
+        case SetFlags() | DeleteFolder():
+            return op.cn + max(len(op.item_ids) - 1, 0)
+        case MoveItems() | CopyItems():
+            return op.cn + max(len(op.items) - 1, 0)
+        case RecordBackup():
+            return 0
+    return op.cn
+
+
 _TYPE = {kind: cls for cls, kind in _KIND.items()}
 
 
@@ -150,6 +290,13 @@ def encode(op: Operation) -> dict[str, object]:
         }
         if op.format is not BodyFormat.TEXT:
             put["format"] = str(op.format)
+        if op.uid:  # 0: a put of a log from before UIDs, read back
+            put["uid"] = op.uid
+            put["modseq"] = op.modseq
+        if op.flags:
+            put["flags"] = list(op.flags)
+        if op.received:
+            put["received"] = op.received
         return put
     out: dict[str, object] = {"op": _KIND[type(op)]}
     for name in op.__struct_fields__:
@@ -157,8 +304,15 @@ def encode(op: Operation) -> dict[str, object]:
         if isinstance(value, StrEnum):
             out[name] = str(value)
         elif value is not None:
-            out[name] = list(value) if isinstance(value, tuple) else value
+            out[name] = _listed(value)
     return out
+
+
+def _listed(value: object) -> object:
+    """A field as JSON has it (tuples, nested, as lists)."""
+    if isinstance(value, tuple):
+        return [_listed(v) for v in value]
+    return value
 
 
 def encode_record_ops(

@@ -56,8 +56,15 @@ from replication_node.storage.header import (
     write_header,
 )
 from replication_node.storage.ops import with_backup
-from replication_node.storage.reader import ItemRow, ItemsPage, MailboxRow
+from replication_node.storage.reader import (
+    FolderRow,
+    FolderStatus,
+    ItemRow,
+    ItemsPage,
+    MailboxRow,
+)
 from replication_node.storage.tables import (
+    FOLDER_COLUMNS,
     ITEM_COLUMNS,
     ITEM_HEAD_COLUMNS,
     MAILBOX_COLUMNS,
@@ -65,6 +72,8 @@ from replication_node.storage.tables import (
     PutRow,
     TableWriter,
     add_format,
+    add_imap_columns,
+    folder_of,
     item_head_of,
     item_of,
     mailbox_of,
@@ -108,6 +117,7 @@ class Database:
         self.pace: Callable[[], int | None] | None = None
         migrate_header(conn)
         add_format(conn)  # before the digest: a file from before it adds its items up with it
+        add_imap_columns(conn)
         self._header = read_header(conn, path)
         self._written: DatabaseHeader | None = None  # written in a transaction, not committed
         with self._lock:
@@ -396,6 +406,79 @@ class Database:
                 "SELECT folder FROM folders WHERE mailbox=? ORDER BY folder", (mailbox,)
             ).fetchall()
         return [r[0] for r in rows]
+
+    def folder_rows(self, mailbox: str | None) -> list[FolderRow]:
+        """A mailbox's folders with their counters (None: every mailbox's), by name."""
+        where, args = ("WHERE mailbox=?", (mailbox,)) if mailbox is not None else ("", ())
+        with self._read_lock:
+            rows = self._reads.execute(
+                f"SELECT {FOLDER_COLUMNS} FROM folders {where} ORDER BY mailbox, folder", args
+            ).fetchall()
+        return [folder_of(r) for r in rows]
+
+    def folder_counts(self, mailbox: str) -> dict[str, tuple[int, int]]:
+        """By folder name (a folder the mailbox has or not): its live items, and those of
+        them not `\\Seen`."""
+        with self._read_lock:
+            return {
+                r[0]: (r[1], r[2])
+                for r in self._reads.execute(
+                    "SELECT folder, COUNT(*), SUM(instr(' ' || flags || ' ', ' \\Seen ') = 0)"
+                    " FROM items WHERE mailbox=? AND deleted=0 GROUP BY folder",
+                    (mailbox,),
+                )
+            }
+
+    def folder_status(self, mailbox: str) -> list[FolderStatus]:
+        """Each folder's counters with its live items and those not `\\Seen` (STATUS)."""
+        counts = self.folder_counts(mailbox)
+        return [
+            FolderStatus(
+                f.folder,
+                f.uidvalidity,
+                f.uid_next,
+                f.highest_modseq,
+                *counts.get(f.folder, (0, 0)),
+            )
+            for f in self.folder_rows(mailbox)
+        ]
+
+    def folder_items(
+        self, mailbox: str, folder: str, since_modseq: int = 0, *, tombstones: bool | None = None
+    ) -> list[ItemRow]:
+        """A folder's items without their bodies (`ItemRow`, the hash in the body's place),
+        by UID: the live ones changed after `since_modseq`, and, after a modseq above 0
+        (or with `tombstones`), the tombstones expunged since (`items_by_uid`)."""
+        if tombstones is None:
+            tombstones = since_modseq > 0
+        with self._read_lock:
+            rows = self._reads.execute(
+                f"SELECT {ITEM_HEAD_COLUMNS} FROM items WHERE mailbox=? AND folder=?"
+                " AND (?=0 OR modseq>?) AND (deleted=0 OR ?) ORDER BY uid, item_id",
+                (mailbox, folder, since_modseq, since_modseq, int(tombstones)),
+            ).fetchall()
+        return [item_head_of(r) for r in rows]
+
+    def unassigned(self) -> list[tuple[str, str, str]]:
+        """(mailbox, folder, item id) of the live items without a UID (a file from before
+        UIDs: `AssignUids`), in the order that numbers them."""
+        with self._read_lock:
+            rows = self._reads.execute(
+                "SELECT mailbox, folder, item_id FROM items WHERE deleted=0 AND uid=0"
+                " ORDER BY mailbox, folder, item_id"
+            ).fetchall()
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def unnumbered(self) -> bool:
+        """Whether anything here waits for `AssignUids`: a mailbox or folder without a
+        UIDVALIDITY, or a live item without a UID."""
+        with self._read_lock:
+            row = self._reads.execute(
+                "SELECT EXISTS(SELECT 1 FROM mailboxes WHERE uidvalidity_next=0)"
+                " OR EXISTS(SELECT 1 FROM folders WHERE uidvalidity=0)"
+                " OR EXISTS(SELECT 1 FROM items WHERE deleted=0 AND uid=0)"
+            ).fetchone()
+        return bool(row[0])
 
     def items(self, mailbox: str, since_change: int = 0, limit: int | None = None) -> list[ItemRow]:
         """Items (and tombstones) of a mailbox changed after `since_change`, by change number;

@@ -10,6 +10,7 @@ file has the generation that carries them).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime
 
@@ -20,14 +21,71 @@ from replication_node.log.operations import (
     DeleteItem,
     PutItem,
     RecordBackup,
+    RenameFolder,
+    SetFlags,
     SetMailbox,
 )
 from replication_node.storage.header import DatabaseHeader
-from replication_node.storage.reader import ItemRow, MailboxRow
+from replication_node.storage.reader import FolderRow, ItemRow, MailboxRow
+
+SEEN = "\\Seen"
 
 
-def mailbox_row(op: CreateMailbox) -> MailboxRow:
-    return MailboxRow(op.mailbox, op.display_name, False, False, op.cn)
+def mailbox_row(op: CreateMailbox, current: MailboxRow | None = None) -> MailboxRow:
+    """The row a CreateMailbox leaves (over `current`, the row of that name if any: its
+    `uidvalidity_next` never goes back)."""
+    following = op.uidvalidity + len(op.folders) if op.uidvalidity else 0
+    if current is not None:
+        following = max(following, current.uidvalidity_next)
+    return MailboxRow(op.mailbox, op.display_name, False, False, op.cn, following)
+
+
+def created_folders(op: CreateMailbox) -> list[FolderRow]:
+    """The folders a CreateMailbox makes, numbered from its `uidvalidity` (0: not numbered)."""
+    return [
+        FolderRow(op.mailbox, folder, op.cn, op.uidvalidity + i if op.uidvalidity else 0)
+        for i, folder in enumerate(op.folders)
+    ]
+
+
+def flags_text(flags: Iterable[str]) -> str:
+    """Flags as a row stores them: one string, space-separated (a flag is an atom)."""
+    return " ".join(flags)
+
+
+def flags_of(text: str) -> tuple[str, ...]:
+    """Flags as a row stores them, back as the sorted tuple."""
+    return tuple(text.split()) if text else ()
+
+
+def sorted_flags(flags: Iterable[str]) -> tuple[str, ...]:
+    """Flags as an item holds them: each once, sorted."""
+    return tuple(sorted(set(flags)))
+
+
+def flags_after(current: tuple[str, ...], op: SetFlags) -> tuple[str, ...]:
+    """An item's flags once `op` is applied to them."""
+    if op.replace is not None:
+        return sorted_flags(op.replace)
+    return sorted_flags((set(current) | set(op.add)) - set(op.remove))
+
+
+def under(folder: str, parent: str) -> bool:
+    """`folder` is `parent` or one of its children (`parent/…`)."""
+    return folder == parent or folder.startswith(parent + "/")
+
+
+def renaming(names: Iterable[str], op: RenameFolder) -> dict[str, str] | None:
+    """What a RenameFolder renames among a mailbox's folders (`names`): old name to new,
+    the folder and its children; None (nothing renamed) when the folder is not there, the
+    new name is the folder or under it, or a new name is taken."""
+    names = set(names)
+    if op.folder not in names or under(op.to, op.folder):
+        return None
+    plan = {f: op.to + f[len(op.folder) :] for f in names if under(f, op.folder)}
+    if any(new in names for new in plan.values()):
+        return None
+    return plan
 
 
 def set_mailbox_row(row: MailboxRow, op: SetMailbox) -> MailboxRow:
@@ -40,15 +98,22 @@ def item_row(op: PutItem, commit_time: str) -> ItemRow:
     """A PutItem's row (a creation or a replacement)."""
     return ItemRow(
         op.mailbox, op.item_id, op.folder, op.subject, op.body, utf8_size(op.body), op.cn, False,
-        commit_time, format=op.format,
+        commit_time, format=op.format, uid=op.uid, modseq=op.modseq, flags=op.flags,
+        received=op.received or commit_time,
     )  # fmt: skip
 
 
-def tombstone_row(row: ItemRow | None, op: DeleteItem, commit_time: str) -> ItemRow:
-    """The row a DeleteItem leaves: a tombstone, so incremental sync sees the deletion (its
-    body gone, its format text)."""
-    folder, subject = (row.folder, row.subject) if row is not None else ("", "")
-    return ItemRow(op.mailbox, op.item_id, folder, subject, "", 0, op.cn, True, commit_time)
+def tombstone_row(
+    row: ItemRow | None, op: DeleteItem, commit_time: str, *, cn: int | None = None
+) -> ItemRow:
+    """The row a DeleteItem (or a DeleteFolder, numbering each `cn`) leaves: a tombstone, so
+    incremental sync sees the deletion (its body gone, its format text), keeping its folder,
+    subject and UID (a resync asks what was expunged), with the expunge's modseq."""
+    folder, subject, uid = (row.folder, row.subject, row.uid) if row is not None else ("", "", 0)
+    return ItemRow(
+        op.mailbox, op.item_id, folder, subject, "", 0, op.cn if cn is None else cn, True,
+        commit_time, uid=uid, modseq=op.modseq,
+    )  # fmt: skip
 
 
 def with_backup(header: DatabaseHeader, op: RecordBackup) -> DatabaseHeader:

@@ -13,32 +13,67 @@ generation every read of the mailbox ignores the file's rows (`hides`).
 A backup stamp (`RecordBackup`) is held the same way (`backups`, the last of each kind), so
 the active's header as the log has it (`over_header`) shows a backup as soon as the stamp
 is durable, before its generation reaches the file.
+
+Folders are rows with their IMAP counters (`FolderRow`); one removed or renamed away is held
+as None, which hides the file's row of that name.  An operation that changes items the
+overlay does not hold changes them here when it names them (flags, moves, copies, a folder's
+deletion: the rows are read from the file and held); one that changes every item of a
+folder or of the database is held as a rule over the file's rows instead of as rows
+(`renames`: a folder renamed, `assigned`: the UIDs `AssignUids` gave), applied to every row
+read from the file (`over_file`) until the file has its generation: a rename of a folder of
+100,000 messages holds no body.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol
 
 from replication_node.log.events import Transaction
 from replication_node.log.operations import (
+    AssignUids,
     BackupKind,
+    CopyItems,
     CreateFolder,
     CreateMailbox,
+    DeleteFolder,
     DeleteItem,
     DeleteMailbox,
+    MoveItems,
     PutItem,
     RecordBackup,
+    RenameFolder,
+    SetFlags,
+    SetFolderCounters,
     SetMailbox,
+    last_cn,
 )
 from replication_node.storage.header import DatabaseHeader
 from replication_node.storage.ops import (
+    created_folders,
+    flags_after,
     item_row,
     mailbox_row,
+    renaming,
     set_mailbox_row,
     tombstone_row,
+    under,
     with_backup,
 )
-from replication_node.storage.reader import ItemRow, MailboxRow
+from replication_node.storage.reader import FolderRow, ItemRow, MailboxRow
+
+
+class FileRows(Protocol):
+    """What the overlay reads of the database file (`Database`), rows as the file has them."""
+
+    def mailboxes(self) -> list[MailboxRow]: ...
+
+    def mailbox(self, name: str) -> MailboxRow | None: ...
+
+    def item(self, mailbox: str, item_id: str) -> ItemRow | None: ...
+
+    def folder_rows(self, mailbox: str | None) -> list[FolderRow]: ...
+
+    def unassigned(self) -> list[tuple[str, str, str]]: ...
 
 
 class LlrOverlay:
@@ -47,9 +82,14 @@ class LlrOverlay:
     def __init__(self) -> None:
         self._txns: dict[int, list[Transaction]] = {}
         self.mailboxes: dict[str, tuple[int, MailboxRow]] = {}
-        self.folders: dict[tuple[str, str], int] = {}
+        # None: removed or renamed away (the file's row of that name is hidden)
+        self.folders: dict[tuple[str, str], tuple[int, FolderRow | None]] = {}
         self.items: dict[tuple[str, str], tuple[int, ItemRow]] = {}
         self.removed: dict[str, int] = {}  # mailbox -> generation of its removal
+        # mailbox -> [(generation, folder, new name)], in log order: the file's rows renamed
+        self.renames: dict[str, list[tuple[int, str, str]]] = {}
+        # (mailbox, item id) -> (generation, uid, modseq) that AssignUids gave a file's row
+        self.assigned: dict[tuple[str, str], tuple[int, int, int]] = {}
         # the last stamp of each kind: (generation, order seen, stamp)
         self.backups: dict[BackupKind, tuple[int, int, RecordBackup]] = {}
         self._stamps_seen = 0
@@ -62,14 +102,94 @@ class LlrOverlay:
     def generations(self) -> list[int]:
         return sorted(self._txns)
 
-    def add(
-        self,
-        txn: Transaction,
-        *,
-        db_mailbox: Callable[[str], MailboxRow | None],
-        db_item: Callable[[str, str], ItemRow | None],
+    # ---- the file's rows as the overlay's generations leave them ---------------------------
+
+    def over_file(self, row: ItemRow | None) -> ItemRow | None:
+        """A row read from the file as the overlay's generations leave it: its UID if
+        AssignUids gave it one, its folder renamed.  (The overlay's own row for the item, if
+        any, supersedes it: the caller looks there first.)"""
+        if row is None:
+            return None
+        assigned = self.assigned.get((row.mailbox, row.item_id))
+        if assigned is not None:
+            row = row._replace(uid=assigned[1], modseq=assigned[2])
+        renames = self.renames.get(row.mailbox)
+        if renames:
+            row = row._replace(folder=self.renamed(row.mailbox, row.folder))
+        return row
+
+    def renamed(self, mailbox: str, folder: str) -> str:
+        """What a folder name of the file is now, through the renames the file lacks."""
+        for _, old, new in self.renames.get(mailbox, ()):
+            if under(folder, old):
+                folder = new + folder[len(old) :]
+        return folder
+
+    def file_name(self, mailbox: str, folder: str) -> str:
+        """The name in the file of what is `folder` now (the renames undone, last first); the
+        file's rows of that name that are in `folder` now are those `renamed` maps to it."""
+        for _, old, new in reversed(self.renames.get(mailbox, ())):
+            if under(folder, new):
+                folder = old + folder[len(new) :]
+        return folder
+
+    def current_item(self, db: FileRows, mailbox: str, item_id: str) -> ItemRow | None:
+        """An item as the overlay over the file has it."""
+        entry = self.items.get((mailbox, item_id))
+        if entry is not None:
+            return entry[1]
+        if self.hides(mailbox):
+            return None
+        return self.over_file(db.item(mailbox, item_id))
+
+    def current_mailbox(self, db: FileRows, name: str) -> MailboxRow | None:
+        return self.mailbox(name) or (None if self.hides(name) else db.mailbox(name))
+
+    def current_folders(self, db: FileRows, mailbox: str) -> dict[str, FolderRow]:
+        """A mailbox's folders as the overlay over the file has them, by name."""
+        rows = {} if self.hides(mailbox) else {r.folder: r for r in db.folder_rows(mailbox)}
+        for (m, name), (_, row) in self.folders.items():
+            if m == mailbox:
+                if row is None:
+                    rows.pop(name, None)
+                else:
+                    rows[name] = row
+        return rows
+
+    def _folder(self, db: FileRows, mailbox: str, folder: str) -> FolderRow | None:
+        entry = self.folders.get((mailbox, folder))
+        if entry is not None:
+            return entry[1]
+        if self.hides(mailbox):
+            return None
+        return next((r for r in db.folder_rows(mailbox) if r.folder == folder), None)
+
+    def _lift(
+        self, db: FileRows, gen: int, mailbox: str, folder: str, uid_next: int, modseq: int
     ) -> None:
-        """Take a durable transaction; `db_*` read rows not in the overlay yet."""
+        """A folder's counters past these (never lowered), if it is there."""
+        row = self._folder(db, mailbox, folder)
+        if row is not None:
+            lifted = row._replace(
+                uid_next=max(row.uid_next, uid_next),
+                highest_modseq=max(row.highest_modseq, modseq),
+            )
+            self.folders[(mailbox, folder)] = (gen, lifted)
+
+    def _lift_uidvalidity(self, db: FileRows, gen: int, mailbox: str, following: int) -> None:
+        row = self.current_mailbox(db, mailbox)
+        if row is not None:
+            lifted = row._replace(uidvalidity_next=max(row.uidvalidity_next, following))
+            self.mailboxes[mailbox] = (gen, lifted)
+
+    def _live_in(self, db: FileRows, mailbox: str, item_id: str, folder: str) -> ItemRow | None:
+        row = self.current_item(db, mailbox, item_id)
+        return row if row is not None and not row.deleted and row.folder == folder else None
+
+    # ---- taking transactions ------------------------------------------------------------
+
+    def add(self, txn: Transaction, db: FileRows) -> None:
+        """Take a durable transaction; `db` reads rows not in the overlay yet."""
         self._txns.setdefault(txn.generation, []).append(txn)
         gen = txn.generation
         when = txn.commit_time.isoformat()
@@ -78,32 +198,170 @@ class LlrOverlay:
                 self._stamps_seen += 1
                 self.backups[op.kind] = (gen, self._stamps_seen, op)
                 continue
-            self.max_change_number = max(self.max_change_number, op.cn)
+            self.max_change_number = max(self.max_change_number, last_cn(op))
             match op:
+                case PutItem():
+                    self.items[(op.mailbox, op.item_id)] = (gen, item_row(op, when))
+                    if op.uid:
+                        self._lift(db, gen, op.mailbox, op.folder, op.uid + 1, op.modseq)
                 case CreateMailbox():
-                    self.mailboxes[op.mailbox] = (gen, mailbox_row(op))
-                    for folder in op.folders:
-                        self.folders.setdefault((op.mailbox, folder), gen)
+                    current = self.current_mailbox(db, op.mailbox)
+                    self.mailboxes[op.mailbox] = (gen, mailbox_row(op, current))
+                    for folder in created_folders(op):
+                        if self._folder(db, op.mailbox, folder.folder) is None:
+                            self.folders[(op.mailbox, folder.folder)] = (gen, folder)
                 case SetMailbox():
-                    current = self.mailbox(op.mailbox) or (
-                        None if self.hides(op.mailbox) else db_mailbox(op.mailbox)
-                    )
+                    current = self.current_mailbox(db, op.mailbox)
                     if current is not None:
                         self.mailboxes[op.mailbox] = (gen, set_mailbox_row(current, op))
                 case CreateFolder():
-                    self.folders[(op.mailbox, op.folder)] = gen
-                case PutItem():
-                    self.items[(op.mailbox, op.item_id)] = (gen, item_row(op, when))
+                    if self._folder(db, op.mailbox, op.folder) is None:
+                        row = FolderRow(
+                            op.mailbox, op.folder, op.cn, op.uidvalidity, op.uid_next,
+                            op.highest_modseq,
+                        )  # fmt: skip
+                        self.folders[(op.mailbox, op.folder)] = (gen, row)
+                    if op.uidvalidity:
+                        self._lift_uidvalidity(db, gen, op.mailbox, op.uidvalidity + 1)
                 case DeleteItem():
-                    key = (op.mailbox, op.item_id)
-                    current = self.item(*key) or (None if self.hides(op.mailbox) else db_item(*key))
-                    self.items[key] = (gen, tombstone_row(current, op, when))
+                    self._delete(db, gen, op, when, None)
                 case DeleteMailbox():
                     name = op.mailbox
                     self.mailboxes.pop(name, None)
-                    self.folders = {k: g for k, g in self.folders.items() if k[0] != name}
+                    self.folders = {k: v for k, v in self.folders.items() if k[0] != name}
                     self.items = {k: v for k, v in self.items.items() if k[0] != name}
+                    self.assigned = {k: v for k, v in self.assigned.items() if k[0] != name}
+                    self.renames.pop(name, None)
                     self.removed[name] = gen
+                case RenameFolder():
+                    self._rename(db, gen, op)
+                case DeleteFolder():
+                    for i, item_id in enumerate(op.item_ids):
+                        drop = DeleteItem(op.mailbox, op.cn + i, item_id, op.modseq)
+                        self._delete(db, gen, drop, when, op.folder)
+                    self.folders[(op.mailbox, op.folder)] = (gen, None)
+                case SetFlags():
+                    for i, item_id in enumerate(op.item_ids):
+                        row = self._live_in(db, op.mailbox, item_id, op.folder)
+                        if row is not None:
+                            changed = row._replace(
+                                flags=flags_after(row.flags, op), modseq=op.modseq,
+                                change_number=op.cn + i, commit_time=when,
+                            )  # fmt: skip
+                            self.items[(op.mailbox, item_id)] = (gen, changed)
+                    self._lift(db, gen, op.mailbox, op.folder, 1, op.modseq)
+                case MoveItems():
+                    for i, (item_id, uid) in enumerate(op.items):
+                        row = self._live_in(db, op.mailbox, item_id, op.folder)
+                        if row is not None:
+                            moved = row._replace(
+                                folder=op.to, uid=uid, modseq=op.modseq,
+                                change_number=op.cn + i, commit_time=when,
+                            )  # fmt: skip
+                            self.items[(op.mailbox, item_id)] = (gen, moved)
+                    uids = [u for _, u in op.items]
+                    self._lift(db, gen, op.mailbox, op.folder, 1, op.modseq)
+                    self._lift(db, gen, op.mailbox, op.to, max(uids, default=0) + 1, op.modseq)
+                case CopyItems():
+                    for i, (item_id, new_id, uid) in enumerate(op.items):
+                        row = self._live_in(db, op.mailbox, item_id, op.folder)
+                        if row is not None:
+                            copied = row._replace(
+                                item_id=new_id, folder=op.to, uid=uid, modseq=op.modseq,
+                                change_number=op.cn + i, commit_time=when,
+                            )  # fmt: skip
+                            self.items[(op.mailbox, new_id)] = (gen, copied)
+                    uids = [u for _, _, u in op.items]
+                    self._lift(db, gen, op.mailbox, op.folder, 1, op.modseq)
+                    self._lift(db, gen, op.mailbox, op.to, max(uids, default=0) + 1, op.modseq)
+                case SetFolderCounters():
+                    self._lift(db, gen, op.mailbox, op.folder, op.uid_next, op.highest_modseq)
+                    self._lift_uidvalidity(db, gen, op.mailbox, op.uidvalidity_next)
+                case AssignUids():
+                    self._assign(db, gen, op)
+
+    def _delete(
+        self, db: FileRows, gen: int, op: DeleteItem, when: str, folder: str | None
+    ) -> None:
+        """An item's tombstone (`ops.tombstone_row`); only of a live one in `folder` when
+        given (a DeleteFolder's)."""
+        key = (op.mailbox, op.item_id)
+        current = self.current_item(db, *key)
+        live = current is not None and not current.deleted
+        if folder is not None and not (live and current.folder == folder):
+            return
+        self.items[key] = (gen, tombstone_row(current, op, when))
+        if live:
+            self._lift(db, gen, op.mailbox, current.folder, 1, op.modseq)
+
+    def _rename(self, db: FileRows, gen: int, op: RenameFolder) -> None:
+        """A folder and its children renamed (`ops.renaming`): their rows here, the rows
+        held here renamed, and the rule kept for the file's rows."""
+        folders = self.current_folders(db, op.mailbox)
+        plan = renaming(folders, op)
+        if plan is None:
+            return
+        for old in plan:
+            self.folders[(op.mailbox, old)] = (gen, None)
+        for old, new in plan.items():
+            self.folders[(op.mailbox, new)] = (
+                gen,
+                folders[old]._replace(folder=new, change_number=op.cn),
+            )
+        for key, (g, row) in list(self.items.items()):
+            if key[0] == op.mailbox and row.folder in plan:
+                self.items[key] = (g, row._replace(folder=plan[row.folder]))
+        self.renames.setdefault(op.mailbox, []).append((gen, op.folder, op.to))
+
+    def _assign(self, db: FileRows, gen: int, op: AssignUids) -> None:
+        """Number what a file from before UIDs holds, as `tables._assign_uids` does."""
+        names = {r.mailbox for r in db.mailboxes()} | {r.mailbox for r in db.folder_rows(None)}
+        names = {name for name in names if not self.hides(name)}
+        names.update(self.mailboxes)
+        names.update(m for (m, _) in self.folders)
+        counters: dict[tuple[str, str], list[int]] = {}
+        for name in sorted(names):
+            row = self.current_mailbox(db, name)
+            if row is not None:
+                lifted = row._replace(
+                    uidvalidity_next=max(row.uidvalidity_next, op.uidvalidity + 1)
+                )
+                self.mailboxes[name] = (gen, lifted)
+            for folder in self.current_folders(db, name).values():
+                if folder.uidvalidity == 0:
+                    folder = folder._replace(uidvalidity=op.uidvalidity)
+                    self.folders[(name, folder.folder)] = (gen, folder)
+                counters[(name, folder.folder)] = [folder.uid_next, folder.highest_modseq + 1]
+        todo: list[tuple[str, str, str]] = []
+        for mailbox, _, item_id in db.unassigned():
+            if not self.hides(mailbox) and (mailbox, item_id) not in self.items:
+                row = self.over_file(db.item(mailbox, item_id))
+                if row is not None and row.uid == 0:
+                    todo.append((mailbox, row.folder, item_id))
+        for (mailbox, item_id), (_, row) in self.items.items():
+            if not row.deleted and row.uid == 0:
+                todo.append((mailbox, row.folder, item_id))
+        for mailbox, folder, item_id in sorted(todo):
+            numbers = counters.get((mailbox, folder))
+            if numbers is None:
+                continue  # an item of no folder: none to number it in
+            uid, modseq = numbers[0], numbers[1]
+            numbers[0] += 1
+            self.assigned[(mailbox, item_id)] = (gen, uid, modseq)
+            entry = self.items.get((mailbox, item_id))
+            if entry is not None:
+                self.items[(mailbox, item_id)] = (
+                    entry[0],
+                    entry[1]._replace(uid=uid, modseq=modseq),
+                )
+            current = self._folder(db, mailbox, folder)
+            assert current is not None, "numbered in a folder that is there"
+            self.folders[(mailbox, folder)] = (
+                gen,
+                current._replace(uid_next=numbers[0], highest_modseq=modseq),
+            )
+
+    # ---- the LLR flush ------------------------------------------------------------------
 
     def transactions_through(self, generation: int) -> list[Transaction]:
         """The transactions of generations up to `generation`, in log order."""
@@ -117,9 +375,16 @@ class LlrOverlay:
         for gen in [g for g in self._txns if g <= generation]:
             del self._txns[gen]
         self.mailboxes = {k: v for k, v in self.mailboxes.items() if v[0] > generation}
-        self.folders = {k: g for k, g in self.folders.items() if g > generation}
+        self.folders = {k: v for k, v in self.folders.items() if v[0] > generation}
         self.items = {k: v for k, v in self.items.items() if v[0] > generation}
         self.removed = {k: g for k, g in self.removed.items() if g > generation}
+        self.assigned = {k: v for k, v in self.assigned.items() if v[0] > generation}
+        renames = {}
+        for mailbox, held in self.renames.items():
+            left = [r for r in held if r[0] > generation]
+            if left:
+                renames[mailbox] = left
+        self.renames = renames
         self.backups = {k: v for k, v in self.backups.items() if v[0] > generation}
 
     def over_header(self, header: DatabaseHeader) -> DatabaseHeader:

@@ -19,6 +19,31 @@ class MailboxRow(NamedTuple):
     locked: bool
     soft_deleted: bool
     change_number: int
+    uidvalidity_next: int = 0  # the UIDVALIDITY the next folder created gets (0: not numbered)
+
+
+class FolderRow(NamedTuple):
+    """A folder as its copy holds it (a `folders` row): its IMAP counters.  `uidvalidity`
+    0: a folder of a file from before them, not numbered yet (`AssignUids`)."""
+
+    mailbox: str
+    folder: str
+    change_number: int
+    uidvalidity: int = 0
+    uid_next: int = 1
+    highest_modseq: int = 0
+
+
+class FolderStatus(NamedTuple):
+    """A folder's counters with what it holds (IMAP's STATUS): live items, and those of
+    them without `\\Seen`."""
+
+    folder: str
+    uidvalidity: int
+    uid_next: int
+    highest_modseq: int
+    messages: int
+    unseen: int
 
 
 class ItemRow(NamedTuple):
@@ -27,7 +52,9 @@ class ItemRow(NamedTuple):
     Read without its body (a listing's `bodies=false`): `body` is "" and `body_hash`, the
     body's SHA-256 the row keeps for the digest, stands for it ("" for a tombstone);
     `size` is still the body's.  `format`: what the body is (`dag_common.rfc822`: text,
-    or a message kept byte for byte); a tombstone's is text."""
+    or a message kept byte for byte); a tombstone's is text.  `uid`, `modseq`, `flags`
+    (system flags and keywords, sorted) and `received` (INTERNALDATE, RFC 3339): its IMAP
+    state; a tombstone keeps its `uid` and has the expunge's `modseq`."""
 
     mailbox: str
     item_id: str
@@ -40,6 +67,10 @@ class ItemRow(NamedTuple):
     commit_time: str
     body_hash: str = ""
     format: BodyFormat = BodyFormat.TEXT
+    uid: int = 0
+    modseq: int = 0
+    flags: tuple[str, ...] = ()
+    received: str = ""
 
     def listed_size(self, bodies: bool) -> int:
         """What the row weighs in a listing, as a page cut by bytes counts it: its body, or,
@@ -60,6 +91,12 @@ class MailboxReader(Protocol):
     def mailbox(self, name: str) -> MailboxRow | None: ...
 
     def folders(self, mailbox: str) -> list[str]: ...
+
+    def folder_rows(self, mailbox: str) -> list[FolderRow]: ...
+
+    def folder_status(self, mailbox: str) -> list[FolderStatus]: ...
+
+    def folder_items(self, mailbox: str, folder: str, since_modseq: int = 0) -> list[ItemRow]: ...
 
     def items(self, mailbox: str, since_change: int = 0) -> list[ItemRow]: ...
 

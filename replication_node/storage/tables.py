@@ -22,17 +22,32 @@ from dag_common.mailbox_digest import (
 )
 from dag_common.rfc822 import BodyFormat
 from replication_node.log.operations import (
+    AssignUids,
+    CopyItems,
     CreateFolder,
     CreateMailbox,
+    DeleteFolder,
     DeleteItem,
     DeleteMailbox,
+    MoveItems,
     Operation,
     PutItem,
     RecordBackup,
+    RenameFolder,
+    SetFlags,
+    SetFolderCounters,
     SetMailbox,
+    last_cn,
 )
-from replication_node.storage.ops import mailbox_row, tombstone_row
-from replication_node.storage.reader import ItemRow, MailboxRow
+from replication_node.storage.ops import (
+    created_folders,
+    flags_after,
+    flags_of,
+    flags_text,
+    mailbox_row,
+    renaming,
+)
+from replication_node.storage.reader import FolderRow, ItemRow, MailboxRow
 
 if TYPE_CHECKING:
     from replication_node.log.events import Transaction
@@ -40,44 +55,61 @@ if TYPE_CHECKING:
 TABLES_SCHEMA = """
 CREATE TABLE mailboxes(
   mailbox TEXT PRIMARY KEY, display_name TEXT NOT NULL, locked INTEGER NOT NULL,
-  soft_deleted INTEGER NOT NULL, change_number INTEGER NOT NULL
+  soft_deleted INTEGER NOT NULL, change_number INTEGER NOT NULL,
+  uidvalidity_next INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
+-- a folder's IMAP counters (`reader.FolderRow`); last, as a file from before them has them
+-- added (`add_imap_columns`).
 CREATE TABLE folders(
   mailbox TEXT NOT NULL, folder TEXT NOT NULL, change_number INTEGER NOT NULL,
+  uidvalidity INTEGER NOT NULL DEFAULT 0, uid_next INTEGER NOT NULL DEFAULT 1,
+  highest_modseq INTEGER NOT NULL DEFAULT 0,
   PRIMARY KEY (mailbox, folder)
 ) WITHOUT ROWID;
 -- items keep a rowid: their bodies make rows large, and SQLite stores large rows of a
 -- WITHOUT ROWID table badly (2.7x slower upserts of 1 KB rows, measured in bench/).
 -- body_hash: the body's SHA-256, which the content digest counts (`digest.py`); format:
--- what the body is (`dag_common.rfc822.BodyFormat`).  Both last, as a file from before
--- them has them added (`digest._add_body_hash`, `add_format`): every statement names the
+-- what the body is (`dag_common.rfc822.BodyFormat`); uid, modseq, flags (space-separated)
+-- and received: its IMAP state.  All last, as a file from before them has them added
+-- (`digest._add_body_hash`, `add_format`, `add_imap_columns`): every statement names the
 -- columns it writes, so their order in an old file does not matter.
 CREATE TABLE items(
   mailbox TEXT NOT NULL, item_id TEXT NOT NULL, folder TEXT NOT NULL, subject TEXT NOT NULL,
   body TEXT NOT NULL, size INTEGER NOT NULL, change_number INTEGER NOT NULL,
   deleted INTEGER NOT NULL, commit_time TEXT NOT NULL, body_hash TEXT NOT NULL DEFAULT '',
-  format TEXT NOT NULL DEFAULT 'text',
+  format TEXT NOT NULL DEFAULT 'text', uid INTEGER NOT NULL DEFAULT 0,
+  modseq INTEGER NOT NULL DEFAULT 0, flags TEXT NOT NULL DEFAULT '',
+  received TEXT NOT NULL DEFAULT '',
   PRIMARY KEY (mailbox, item_id)
 );
 CREATE INDEX items_by_change ON items(mailbox, change_number);
+CREATE INDEX items_by_uid ON items(mailbox, folder, uid);
 """
 
 
 # The columns a read gives back, in the order of the row types (`reader.py`).
-MAILBOX_COLUMNS = "mailbox, display_name, locked, soft_deleted, change_number"
+MAILBOX_COLUMNS = "mailbox, display_name, locked, soft_deleted, change_number, uidvalidity_next"
+FOLDER_COLUMNS = "mailbox, folder, change_number, uidvalidity, uid_next, highest_modseq"
+_IMAP_COLUMNS = "uid, modseq, flags, received"
 ITEM_COLUMNS = (
-    "mailbox, item_id, folder, subject, body, size, change_number, deleted, commit_time, '', format"
+    "mailbox, item_id, folder, subject, body, size, change_number, deleted, commit_time, '',"
+    f" format, {_IMAP_COLUMNS}"
 )
 # An item read without its body: the body's hash in its place (`ItemRow`).
 ITEM_HEAD_COLUMNS = (
     "mailbox, item_id, folder, subject, '', size, change_number, deleted, commit_time, body_hash,"
-    " format"
+    f" format, {_IMAP_COLUMNS}"
 )
 
 
 def mailbox_of(row: sqlite3.Row) -> MailboxRow:
     """A `mailboxes` row (read as MAILBOX_COLUMNS) as the store's typed row."""
-    return MailboxRow(row[0], row[1], bool(row[2]), bool(row[3]), row[4])
+    return MailboxRow(row[0], row[1], bool(row[2]), bool(row[3]), row[4], row[5])
+
+
+def folder_of(row: sqlite3.Row) -> FolderRow:
+    """A `folders` row (read as FOLDER_COLUMNS) as the store's typed row."""
+    return FolderRow(row[0], row[1], row[2], row[3], row[4], row[5])
 
 
 def item_of(row: sqlite3.Row) -> ItemRow:
@@ -85,7 +117,7 @@ def item_of(row: sqlite3.Row) -> ItemRow:
     with or without its body) as the store's row."""
     return ItemRow(
         row[0], row[1], row[2], row[3], row[4], row[5], row[6], bool(row[7]), row[8], row[9],
-        BodyFormat(row[10]),
+        BodyFormat(row[10]), row[11], row[12], flags_of(row[13]), row[14],
     )  # fmt: skip
 
 
@@ -94,11 +126,22 @@ item_head_of = item_of  # the same columns, the hash or the body left ''
 
 _PUT = (
     "INSERT OR REPLACE INTO items (mailbox, item_id, folder, subject, body, size, change_number,"
-    " deleted, commit_time, body_hash, format) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)"
+    " deleted, commit_time, body_hash, format, uid, modseq, flags, received)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)"
 )
 _TOMBSTONE = (
     "INSERT INTO items (mailbox, item_id, folder, subject, body, size, change_number, deleted,"
-    " commit_time, body_hash, format) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, '', 'text')"
+    " commit_time, body_hash, format, uid, modseq) VALUES (?, ?, '', '', '', 0, ?, 1, ?, '',"
+    " 'text', 0, ?)"
+)
+_DELETE = (
+    "UPDATE items SET deleted=1, body='', size=0, change_number=?, commit_time=?, body_hash='',"
+    " format='text', modseq=?, flags='', received='' WHERE mailbox=? AND item_id=?"
+)
+# A live item of a folder, as the operations that name items by id act on it.
+_LIVE_IN = (
+    "SELECT folder, subject, body_hash, format, flags FROM items"
+    " WHERE mailbox=? AND item_id=? AND deleted=0 AND folder=?"
 )
 # The live rows among some items of one mailbox (their ids as one JSON array: one statement
 # for a whole transaction's puts, whatever their number), with what their terms count.
@@ -106,6 +149,44 @@ _LIVE_ITEMS = (
     "SELECT item_id, folder, subject, body_hash, format FROM items"
     " WHERE mailbox = ? AND deleted = 0 AND item_id IN (SELECT value FROM json_each(?))"
 )
+
+
+_IMAP_ADDED = (
+    ("mailboxes", "uidvalidity_next", "INTEGER NOT NULL DEFAULT 0"),
+    ("folders", "uidvalidity", "INTEGER NOT NULL DEFAULT 0"),
+    ("folders", "uid_next", "INTEGER NOT NULL DEFAULT 1"),
+    ("folders", "highest_modseq", "INTEGER NOT NULL DEFAULT 0"),
+    ("items", "uid", "INTEGER NOT NULL DEFAULT 0"),
+    ("items", "modseq", "INTEGER NOT NULL DEFAULT 0"),
+    ("items", "flags", "TEXT NOT NULL DEFAULT ''"),
+    ("items", "received", "TEXT NOT NULL DEFAULT ''"),
+)
+
+
+def _missing_imap_columns(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
+    have: dict[str, set[str]] = {}
+    for table in ("mailboxes", "folders", "items"):
+        have[table] = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+    return [c for c in _IMAP_ADDED if have[c[0]] and c[1] not in have[c[0]]]
+
+
+def add_imap_columns(conn: sqlite3.Connection) -> None:
+    """Give a file from before IMAP's state (issue 50) its columns and index, at their
+    defaults: no UID, no UIDVALIDITY (0), no flags.  The same statements on every copy (a
+    schema change, no row rewritten), so copies stay alike; the numbering itself is a log
+    operation (`AssignUids`, which the active commits at its first mount), so that every
+    copy numbers the same items at the same point of the log."""
+    if not _missing_imap_columns(conn):
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for table, column, kind in _missing_imap_columns(conn):  # again, inside the write
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        conn.execute("CREATE INDEX IF NOT EXISTS items_by_uid ON items(mailbox, folder, uid)")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def add_format(conn: sqlite3.Connection) -> None:
@@ -148,7 +229,7 @@ def put_rows(txn: Transaction) -> list[PutRow]:
             rows.append(
                 (
                     (mailbox, item_id, folder, subject, body, utf8_size(body), op.cn, when, hashed,
-                     fmt),
+                     fmt, op.uid, op.modseq, " ".join(op.flags), op.received or when),
                     item_term_of_hash(mailbox, item_id, folder, subject, hashed, fmt),
                 )
             )  # fmt: skip
@@ -190,7 +271,7 @@ class TableWriter:
                 if self._stamps is not None:
                     self._stamps.append(op)
                 continue
-            last_cn = max(last_cn, op.cn)
+            last_cn = max(last_cn, last_cn_of(op))
             if type(op) is PutItem:
                 segment.append(next(prepared))
                 continue
@@ -216,12 +297,22 @@ class TableWriter:
                 held[mailbox, item_id] = item_term_of_hash(mailbox, item_id, *fields)
         change = 0
         rows = self._puts
+        counters: dict[tuple[str, str], tuple[int, int]] = {}
         for row, term in puts:
             key = row[0], row[1]
             change += term - held.get(key, 0)
             held[key] = term
             rows.append(row)
+            if row[10]:  # a UID: its folder's counters go past it
+                where = row[0], row[2]
+                uid, modseq = counters.get(where, (0, 0))
+                counters[where] = max(uid, row[10]), max(modseq, row[11])
         self.delta += change
+        if counters:
+            self._conn.executemany(
+                _LIFT,
+                [(uid + 1, modseq, m, f) for (m, f), (uid, modseq) in counters.items()],
+            )
 
     def flush(self) -> None:
         """Write the rows held."""
@@ -232,22 +323,37 @@ class TableWriter:
             self._held.clear()
 
 
+# A folder's counters past a UID and a modseq given (never lowered).
+_LIFT = (
+    "UPDATE folders SET uid_next=max(uid_next, ?), highest_modseq=max(highest_modseq, ?)"
+    " WHERE mailbox=? AND folder=?"
+)
+last_cn_of = last_cn
+
+
 # By item id alone (a batch is nearly always one mailbox's): a string compares faster than a
 # tuple, and the order within a mailbox is the index's.
 _KEY = itemgetter(1)
 
 
 def _other(conn: sqlite3.Connection, op: Operation, when: str) -> int:
-    """Apply one operation other than a put or a backup stamp; what it adds to the digest."""
+    """Apply one operation other than a put or a backup stamp; what it adds to the digest.
+    Each does to the rows what the overlay does (`overlay.py`; `ops.py` defines the rows)."""
     delta = 0
     match op:
         case CreateMailbox():
-            row = mailbox_row(op)
+            current = conn.execute(
+                f"SELECT {MAILBOX_COLUMNS} FROM mailboxes WHERE mailbox=?", (op.mailbox,)
+            ).fetchone()
+            row = mailbox_row(op, mailbox_of(current) if current is not None else None)
             delta -= _mailbox_term(conn, op.mailbox)
-            conn.execute("INSERT OR REPLACE INTO mailboxes VALUES (?, ?, ?, ?, ?)", row)
+            conn.execute(
+                f"INSERT OR REPLACE INTO mailboxes ({MAILBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+                row,
+            )
             delta += mailbox_term(op.mailbox, op.display_name, False, False)
-            for folder in op.folders:
-                delta += _create_folder(conn, op.mailbox, folder, op.cn)
+            for folder in created_folders(op):
+                delta += _create_folder(conn, folder)
         case SetMailbox():
             # the row as set_mailbox_row leaves it: only the fields the operation names
             sets, args = ["change_number=?"], [op.cn]
@@ -261,27 +367,171 @@ def _other(conn: sqlite3.Connection, op: Operation, when: str) -> int:
             )
             delta += _mailbox_term(conn, op.mailbox)
         case CreateFolder():
-            delta += _create_folder(conn, op.mailbox, op.folder, op.cn)
-        case DeleteItem():
-            tomb = tombstone_row(None, op, when)
-            live = conn.execute(
-                _LIVE_ITEMS, (op.mailbox, orjson.dumps([op.item_id]).decode())
-            ).fetchone()
-            if live is not None:
-                delta -= item_term_of_hash(op.mailbox, *live)
-            cur = conn.execute(
-                "UPDATE items SET deleted=1, body='', size=0, change_number=?, commit_time=?,"
-                " body_hash='', format='text' WHERE mailbox=? AND item_id=?",
-                (op.cn, when, op.mailbox, op.item_id),
+            row = FolderRow(
+                op.mailbox, op.folder, op.cn, op.uidvalidity, op.uid_next, op.highest_modseq
             )
-            if cur.rowcount == 0:
-                conn.execute(_TOMBSTONE, (*tomb[:7], tomb.commit_time))
+            delta += _create_folder(conn, row)
+            if op.uidvalidity:
+                conn.execute(_LIFT_UIDVALIDITY, (op.uidvalidity + 1, op.mailbox))
+        case DeleteItem():
+            delta += _delete_item(conn, op.mailbox, op.item_id, op.cn, op.modseq, when, None)
         case DeleteMailbox():
             # every row of the mailbox, each one's term taken out of the digest
             delta -= mailbox_rows_digest(conn, op.mailbox)
             for table in ("items", "folders", "mailboxes"):
                 conn.execute(f"DELETE FROM {table} WHERE mailbox=?", (op.mailbox,))
+        case RenameFolder():
+            delta += _rename_folder(conn, op)
+        case DeleteFolder():
+            for i, item_id in enumerate(op.item_ids):
+                delta += _delete_item(
+                    conn, op.mailbox, item_id, op.cn + i, op.modseq, when, op.folder
+                )
+            cur = conn.execute(
+                "DELETE FROM folders WHERE mailbox=? AND folder=?", (op.mailbox, op.folder)
+            )
+            if cur.rowcount:
+                delta -= folder_term(op.mailbox, op.folder)
+        case SetFlags():
+            for i, item_id in enumerate(op.item_ids):
+                live = conn.execute(_LIVE_IN, (op.mailbox, item_id, op.folder)).fetchone()
+                if live is not None:
+                    flags = flags_text(flags_after(flags_of(live[4]), op))
+                    conn.execute(
+                        "UPDATE items SET flags=?, modseq=?, change_number=?, commit_time=?"
+                        " WHERE mailbox=? AND item_id=?",
+                        (flags, op.modseq, op.cn + i, when, op.mailbox, item_id),
+                    )
+            conn.execute(_LIFT, (1, op.modseq, op.mailbox, op.folder))
+        case MoveItems():
+            for i, (item_id, uid) in enumerate(op.items):
+                live = conn.execute(_LIVE_IN, (op.mailbox, item_id, op.folder)).fetchone()
+                if live is not None:
+                    delta -= item_term_of_hash(op.mailbox, item_id, *live[:4])
+                    delta += item_term_of_hash(op.mailbox, item_id, op.to, *live[1:4])
+                    conn.execute(
+                        "UPDATE items SET folder=?, uid=?, modseq=?, change_number=?,"
+                        " commit_time=? WHERE mailbox=? AND item_id=?",
+                        (op.to, uid, op.modseq, op.cn + i, when, op.mailbox, item_id),
+                    )
+            _lift_both(conn, op.mailbox, op.folder, op.to, [u for _, u in op.items], op.modseq)
+        case CopyItems():
+            for i, (item_id, new_id, uid) in enumerate(op.items):
+                live = conn.execute(_LIVE_IN, (op.mailbox, item_id, op.folder)).fetchone()
+                if live is None:
+                    continue
+                old = conn.execute(
+                    _LIVE_ITEMS, (op.mailbox, orjson.dumps([new_id]).decode())
+                ).fetchone()
+                if old is not None:
+                    delta -= item_term_of_hash(op.mailbox, *old)
+                conn.execute(
+                    "INSERT OR REPLACE INTO items (mailbox, item_id, folder, subject, body, size,"
+                    " change_number, deleted, commit_time, body_hash, format, uid, modseq, flags,"
+                    " received) SELECT mailbox, ?, ?, subject, body, size, ?, 0, ?, body_hash,"
+                    " format, ?, ?, flags, received FROM items WHERE mailbox=? AND item_id=?",
+                    (new_id, op.to, op.cn + i, when, uid, op.modseq, op.mailbox, item_id),
+                )
+                delta += item_term_of_hash(op.mailbox, new_id, op.to, *live[1:4])
+            _lift_both(conn, op.mailbox, op.folder, op.to, [u for _, _, u in op.items], op.modseq)
+        case SetFolderCounters():
+            conn.execute(_LIFT, (op.uid_next, op.highest_modseq, op.mailbox, op.folder))
+            conn.execute(_LIFT_UIDVALIDITY, (op.uidvalidity_next, op.mailbox))
+        case AssignUids():
+            _assign_uids(conn, op)
     return delta
+
+
+_LIFT_UIDVALIDITY = "UPDATE mailboxes SET uidvalidity_next=max(uidvalidity_next, ?) WHERE mailbox=?"
+
+
+def _lift_both(
+    conn: sqlite3.Connection, mailbox: str, source: str, to: str, uids: list[int], modseq: int
+) -> None:
+    """After a move or a copy: the source's modseq, and the target's UIDs and modseq."""
+    conn.execute(_LIFT, (1, modseq, mailbox, source))
+    conn.execute(_LIFT, (max(uids, default=0) + 1, modseq, mailbox, to))
+
+
+def _delete_item(
+    conn: sqlite3.Connection,
+    mailbox: str,
+    item_id: str,
+    cn: int,
+    modseq: int,
+    when: str,
+    folder: str | None,
+) -> int:
+    """Leave a tombstone of an item (`ops.tombstone_row`); only of a live one in `folder`
+    when given (a DeleteFolder's).  What it takes out of the digest."""
+    live = conn.execute(_LIVE_ITEMS, (mailbox, orjson.dumps([item_id]).decode())).fetchone()
+    if folder is not None and (live is None or live[1] != folder):
+        return 0
+    cur = conn.execute(_DELETE, (cn, when, modseq, mailbox, item_id))
+    if cur.rowcount == 0:
+        conn.execute(_TOMBSTONE, (mailbox, item_id, cn, when, modseq))
+    elif live is not None:
+        conn.execute(_LIFT, (1, modseq, mailbox, live[1]))
+    return -item_term_of_hash(mailbox, *live) if live is not None else 0
+
+
+def _rename_folder(conn: sqlite3.Connection, op: RenameFolder) -> int:
+    """Rename a folder, its children and their items (`ops.renaming`); what it changes in
+    the digest: each folder's term, and each live item's, read by its body's hash (one pass
+    over the folders' items)."""
+    names = [
+        r[0] for r in conn.execute("SELECT folder FROM folders WHERE mailbox=?", (op.mailbox,))
+    ]
+    plan = renaming(names, op)
+    if plan is None:
+        return 0
+    delta = 0
+    for old, new in plan.items():
+        delta += folder_term(op.mailbox, new) - folder_term(op.mailbox, old)
+        for item_id, subject, hashed, fmt in conn.execute(
+            "SELECT item_id, subject, body_hash, format FROM items"
+            " WHERE mailbox=? AND folder=? AND deleted=0",
+            (op.mailbox, old),
+        ).fetchall():
+            delta -= item_term_of_hash(op.mailbox, item_id, old, subject, hashed, fmt)
+            delta += item_term_of_hash(op.mailbox, item_id, new, subject, hashed, fmt)
+        conn.execute(
+            "UPDATE items SET folder=? WHERE mailbox=? AND folder=?", (new, op.mailbox, old)
+        )
+        conn.execute(
+            "UPDATE folders SET folder=?, change_number=? WHERE mailbox=? AND folder=?",
+            (new, op.cn, op.mailbox, old),
+        )
+    return delta
+
+
+def _assign_uids(conn: sqlite3.Connection, op: AssignUids) -> None:
+    """Number what a file from before UIDs holds (`AssignUids`)."""
+    conn.execute("UPDATE folders SET uidvalidity=? WHERE uidvalidity=0", (op.uidvalidity,))
+    conn.execute(
+        "UPDATE mailboxes SET uidvalidity_next=max(uidvalidity_next, ?)", (op.uidvalidity + 1,)
+    )
+    folders = {
+        (r[0], r[1]): [r[4], r[5] + 1]
+        for r in conn.execute(f"SELECT {FOLDER_COLUMNS} FROM folders")
+    }
+    numbered: list[tuple[int, int, str, str]] = []
+    touched: set[tuple[str, str]] = set()
+    for mailbox, folder, item_id in conn.execute(
+        "SELECT mailbox, folder, item_id FROM items WHERE deleted=0 AND uid=0"
+        " ORDER BY mailbox, folder, item_id"
+    ).fetchall():
+        counters = folders.get((mailbox, folder))
+        if counters is None:
+            continue  # an item of no folder: none to number it in
+        numbered.append((counters[0], counters[1], mailbox, item_id))
+        counters[0] += 1
+        touched.add((mailbox, folder))
+    conn.executemany("UPDATE items SET uid=?, modseq=? WHERE mailbox=? AND item_id=?", numbered)
+    conn.executemany(
+        "UPDATE folders SET uid_next=?, highest_modseq=? WHERE mailbox=? AND folder=?",
+        [(folders[k][0], folders[k][1], *k) for k in touched],
+    )
 
 
 def _mailbox_term(conn: sqlite3.Connection, mailbox: str) -> int:
@@ -292,10 +542,12 @@ def _mailbox_term(conn: sqlite3.Connection, mailbox: str) -> int:
     return mailbox_term(mailbox, *row) if row is not None else 0
 
 
-def _create_folder(conn: sqlite3.Connection, mailbox: str, folder: str, cn: int) -> int:
+def _create_folder(conn: sqlite3.Connection, row: FolderRow) -> int:
     """Create a folder unless the mailbox has it; its term if it was created, else 0."""
-    cur = conn.execute("INSERT OR IGNORE INTO folders VALUES (?, ?, ?)", (mailbox, folder, cn))
-    return folder_term(mailbox, folder) if cur.rowcount == 1 else 0
+    cur = conn.execute(
+        f"INSERT OR IGNORE INTO folders ({FOLDER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)", row
+    )
+    return folder_term(row.mailbox, row.folder) if cur.rowcount == 1 else 0
 
 
 def mailbox_rows_digest(conn: sqlite3.Connection, mailbox: str) -> int:

@@ -9,13 +9,20 @@ from typing import Any
 from hypothesis import strategies as st
 
 from replication_node.log.events import Transaction
-from replication_node.log.operations import decode
+from replication_node.log.operations import decode, last_cn
 
 T0 = datetime(2026, 11, 23, tzinfo=UTC)
 
 MAILBOXES = ["alice", "bob"]
 ITEM_IDS = [f"i{n}" for n in range(6)]
+# folders with children ("Projects/a"), so that a rename or a deletion meets them
+FOLDERS = ["Inbox", "Projects", "Projects/a", "Archive", "Archive/b", "\u00e9t\u00e9"]
+FLAGS = ["\\Seen", "\\Flagged", "\\Deleted", "$Junk", "work"]
 text = st.text(alphabet="ab\u00e9\U0001f600", max_size=6)
+uids = st.integers(1, 40)
+modseqs = st.integers(1, 40)
+flag_sets = st.lists(st.sampled_from(FLAGS), max_size=3, unique=True).map(sorted)
+item_ids = st.lists(st.sampled_from(ITEM_IDS), max_size=4)
 
 
 @st.composite
@@ -23,7 +30,8 @@ def operation(draw):
     """One operation as the log carries it (a JSON object without its change number)."""
     mailbox = draw(st.sampled_from(MAILBOXES))
     kinds = ["create_mailbox", "set_mailbox", "create_folder", "put", "put", "del", "drop"]
-    kind = draw(st.sampled_from([*kinds, "backup"]))
+    imap = ["rename", "delete_folder", "flags", "move", "copy", "counters", "assign"]
+    kind = draw(st.sampled_from([*kinds, *kinds, *imap, "backup"]))
     if kind == "backup":  # the active's stamp of a completed backup: no mailbox, no number
         return {
             "op": "record_backup",
@@ -34,20 +42,65 @@ def operation(draw):
     if kind == "drop":
         return {"op": "delete_mailbox", "mailbox": mailbox}
     if kind == "create_mailbox":
-        return {"op": "create_mailbox", "mailbox": mailbox, "display_name": draw(text)}
+        made = {"op": "create_mailbox", "mailbox": mailbox, "display_name": draw(text)}
+        if draw(st.booleans()):  # a log from before UIDs has none
+            made["uidvalidity"] = draw(st.integers(1, 100))
+        if draw(st.booleans()):
+            made["folders"] = draw(st.lists(st.sampled_from(FOLDERS), max_size=3, unique=True))
+        return made
+    if kind == "assign":
+        return {"op": "assign_uids", "uidvalidity": draw(st.integers(1, 100))}
+    folder = draw(st.sampled_from(FOLDERS))
+    to = draw(st.sampled_from(FOLDERS))
+    if kind == "rename":
+        return {"op": "rename_folder", "mailbox": mailbox, "folder": folder, "to": to}
+    if kind == "delete_folder":
+        return {"op": "delete_folder", "mailbox": mailbox, "folder": folder,
+                "item_ids": draw(item_ids), "modseq": draw(modseqs)}  # fmt: skip
+    if kind == "flags":
+        flags = {"op": "set_flags", "mailbox": mailbox, "folder": folder,
+                 "item_ids": draw(item_ids), "modseq": draw(modseqs)}  # fmt: skip
+        if draw(st.booleans()):
+            return {**flags, "replace": draw(flag_sets)}
+        return {**flags, "add": draw(flag_sets), "remove": draw(flag_sets)}
+    if kind == "move":
+        moved = [[i, draw(uids)] for i in draw(item_ids)]
+        return {"op": "move_items", "mailbox": mailbox, "folder": folder, "to": to,
+                "items": moved, "modseq": draw(modseqs)}  # fmt: skip
+    if kind == "copy":
+        copied = [[i, draw(st.sampled_from(ITEM_IDS)), draw(uids)] for i in draw(item_ids)]
+        return {"op": "copy_items", "mailbox": mailbox, "folder": folder, "to": to,
+                "items": copied, "modseq": draw(modseqs)}  # fmt: skip
+    if kind == "counters":
+        return {"op": "set_folder_counters", "mailbox": mailbox, "folder": folder,
+                "uid_next": draw(uids), "highest_modseq": draw(modseqs),
+                "uidvalidity_next": draw(st.integers(0, 100))}  # fmt: skip
     if kind == "set_mailbox":
         flag = draw(st.sampled_from(["locked", "soft_deleted"]))
         return {"op": "set_mailbox", "mailbox": mailbox, flag: draw(st.booleans())}
     if kind == "create_folder":
-        return {"op": "create_folder", "mailbox": mailbox, "folder": draw(text)}
+        made = {"op": "create_folder", "mailbox": mailbox,
+                "folder": draw(st.one_of(st.sampled_from(FOLDERS), text))}  # fmt: skip
+        if draw(st.booleans()):
+            made |= {"uidvalidity": draw(st.integers(1, 100)), "uid_next": draw(uids),
+                     "highest_modseq": draw(modseqs)}  # fmt: skip
+        return made
     item = {"mailbox": mailbox, "item_id": draw(st.sampled_from(ITEM_IDS))}
     if kind == "del":
-        return {"op": "delete_item", **item}
-    folder = draw(st.sampled_from(["Inbox", "Projects"]))
+        return {"op": "delete_item", **item, "modseq": draw(modseqs)}
     put = {"op": "put_item", **item, "folder": folder, "subject": draw(text), "body": draw(text)}
     # a text item's record says no format; a message's does (dag_common.rfc822)
     fmt = draw(st.sampled_from([None, None, "message", "message-8bit"]))
-    return put if fmt is None else {**put, "format": fmt}
+    if fmt is not None:
+        put["format"] = fmt
+    if draw(st.booleans()):  # a put of a log from before UIDs has none
+        put |= {"uid": draw(uids), "modseq": draw(modseqs)}
+        flags = draw(flag_sets)
+        if flags:
+            put["flags"] = flags
+        if draw(st.booleans()):
+            put["received"] = (T0 + timedelta(days=draw(st.integers(0, 9)))).isoformat()
+    return put
 
 
 # generations of transactions of operations
@@ -66,7 +119,9 @@ def numbered(generations: list[list[list[dict[str, Any]]]]) -> list[Transaction]
                     numbered_ops.append(decode(op))
                     continue
                 cn += 1
-                numbered_ops.append(decode({**op, "cn": cn}))
+                typed = decode({**op, "cn": cn})
+                numbered_ops.append(typed)
+                cn = last_cn(typed)  # one number per item it names
             txn = Transaction(g, 512 + offset, T0 + timedelta(seconds=cn), tuple(numbered_ops))
             out.append(txn)
     return out

@@ -63,7 +63,7 @@ def test_the_overlay_shows_a_stamp_until_the_file_has_its_generation(tmp_path):
         overlay = LlrOverlay()
         full, incremental = stamp(BackupKind.FULL, 3, 1), stamp(BackupKind.INCREMENTAL, 6, 2)
         for txn in (full, incremental):
-            overlay.add(txn, db_mailbox=db.mailbox, db_item=db.item)
+            overlay.add(txn, db)
         shown = overlay.over_header(db.header)
         assert (shown.last_full_backup_generation, shown.last_incremental_backup_generation) == (
             3,

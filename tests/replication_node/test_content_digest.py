@@ -230,8 +230,11 @@ def test_a_file_from_before_33_loses_its_triggers_and_keeps_its_digest(tmp_path)
     with_old_triggers(conn, kept)
     conn.executescript(TRIGGERS_BEFORE_33)
     conn.execute("BEGIN")  # rows written as before issue 33, the triggers keeping the digest
-    conn.execute("INSERT INTO mailboxes VALUES ('m', 'M', 0, 0, 1)")
-    conn.execute("INSERT INTO folders VALUES ('m', 'Inbox', 1)")
+    conn.execute(
+        "INSERT INTO mailboxes (mailbox, display_name, locked, soft_deleted, change_number)"
+        " VALUES ('m', 'M', 0, 0, 1)"
+    )
+    conn.execute("INSERT INTO folders (mailbox, folder, change_number) VALUES ('m', 'Inbox', 1)")
     conn.execute("UPDATE db_digest SET digest = ?", (to_hex(kept[0]),))
     conn.execute("COMMIT")
     conn.close()

@@ -11,11 +11,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dag_common.clock import ManualClock
+from dag_common.mailbox_digest import rows_digest
 from replication_node.active.copy import ActiveCopy
 from replication_node.log import operations as ops
 from replication_node.storage.database import Database
 from replication_node.storage.overlay import LlrOverlay
-from tests.replication_node.strategies import ITEM_IDS, MAILBOXES, history, numbered, operation
+from tests.replication_node.strategies import (
+    FOLDERS,
+    ITEM_IDS,
+    MAILBOXES,
+    history,
+    numbered,
+    operation,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -104,13 +112,13 @@ def test_the_database_and_the_overlay_end_with_the_same_rows(tmp_path_factory, g
         db.apply(txns, waypoint=len(generations), committed=len(generations), last_log_time=None)
         overlay = LlrOverlay()
         for txn in txns:
-            overlay.add(txn, db_mailbox=empty.mailbox, db_item=empty.item)
+            overlay.add(txn, empty)
         for mailbox in MAILBOXES:
             assert overlay.mailbox(mailbox) == db.mailbox(mailbox)
             for item_id in ITEM_IDS:
                 assert overlay.item(mailbox, item_id) == db.item(mailbox, item_id)
-            in_overlay = sorted(f for (m, f) in overlay.folders if m == mailbox)
-            assert in_overlay == db.folders(mailbox)
+            in_overlay = overlay.current_folders(empty, mailbox)
+            assert [in_overlay[f] for f in sorted(in_overlay)] == db.folder_rows(mailbox)
         # the backup stamps: the header as the overlay shows it is the file's after replay
         shown, written = overlay.over_header(empty.header), db.header
         for field in BACKUP_FIELDS:
@@ -167,7 +175,7 @@ def test_reads_merging_the_overlay_over_the_file_are_the_whole_history(
         overlay = LlrOverlay()
         for txn in txns:
             if txn.generation > flushed:
-                overlay.add(txn, db_mailbox=part.mailbox, db_item=part.item)
+                overlay.add(txn, part)
         active = ActiveCopy(
             paths=None, db=part, stream=_Stream(), overlay=overlay, llr_depth=2,
             clock=ManualClock(), close_times={},
@@ -176,7 +184,18 @@ def test_reads_merging_the_overlay_over_the_file_are_the_whole_history(
         for mailbox in MAILBOXES:
             assert active.mailbox(mailbox) == whole.mailbox(mailbox)
             assert active.folders(mailbox) == whole.folders(mailbox)
+            assert active.folder_rows(mailbox) == whole.folder_rows(mailbox)
+            assert active.folder_status(mailbox) == whole.folder_status(mailbox)
             assert active.items(mailbox) == whole.items(mailbox)
+            # the mailbox's digest (a rename moves its items' terms)
+            assert rows_digest(mailbox, active.digest_rows(mailbox)) == rows_digest(
+                mailbox, whole.digest_rows(mailbox)
+            )
+            for folder in FOLDERS:
+                for since in (0, 5):
+                    assert active.folder_items(mailbox, folder, since) == whole.folder_items(
+                        mailbox, folder, since
+                    ), (folder, since)
             for item_id in ITEM_IDS:
                 assert active.item(mailbox, item_id) == whole.item(mailbox, item_id)
     finally:

@@ -67,7 +67,7 @@ async def test_pages_of_the_items_listing_add_up_to_the_whole_listing(tmp_path, 
     store = MailboxStore(copy)
     await store.create_mailbox("m")
     for i in range(300):  # several generations: the older in the file, the newer in the overlay
-        await store.put_items("m", [ItemIn(item_id=f"i{i}", body="x" * 600)])
+        await store.put_items("m", [ItemIn(item_id=f"i{i}", body="x" * 1000)])
     for i in range(0, 300, 7):  # rewritten: their newest change is in the overlay
         await store.put_items("m", [ItemIn(item_id=f"i{i}", body=f"again {i}")])
     for i in range(3, 300, 11):

@@ -1,0 +1,54 @@
+"""The UIDs, modseqs and UIDVALIDITYs an active hands out, reserved as change numbers are.
+
+A write reads its folder's counters from the rows (the LLR overlay over the file) and
+numbers its operations with no await in between; but its rows move the counters only once
+its commit is durable, so a second write checked meanwhile would read the same counters.
+Each number handed out is therefore also held here, and the next is the greater of the
+row's and the one held: two writes never share a UID, however their commits interleave.
+A write refused after it was numbered leaves a gap, which IMAP allows (UIDs and modseqs
+only ever grow).  Pure: no I/O; the store passes the rows in.
+"""
+
+from __future__ import annotations
+
+from replication_node.storage.reader import FolderRow
+
+MAX_UID = 2**32 - 1
+
+
+class UidExhausted(Exception):
+    """A folder has handed out its last 32-bit UID (a new UIDVALIDITY is the way on)."""
+
+
+class ImapCounters:
+    """The numbers handed out and not yet in the rows, per folder and per mailbox."""
+
+    def __init__(self) -> None:
+        self._uid: dict[tuple[str, str], int] = {}
+        self._modseq: dict[tuple[str, str], int] = {}
+        self._uidvalidity: dict[str, int] = {}
+
+    def uids(self, folder: FolderRow, count: int) -> list[int]:
+        """`count` new UIDs in `folder`, in order."""
+        key = (folder.mailbox, folder.folder)
+        first = max(folder.uid_next, self._uid.get(key, 1))
+        if first + count - 1 > MAX_UID:
+            raise UidExhausted(f"folder {folder.folder!r} has no UID left")
+        self._uid[key] = first + count
+        return list(range(first, first + count))
+
+    def modseq(self, *folders: FolderRow) -> int:
+        """One new modseq, above each folder's highest (a move's is both folders')."""
+        value = 1 + max(
+            max(f.highest_modseq, self._modseq.get((f.mailbox, f.folder), 0)) for f in folders
+        )
+        for f in folders:
+            self._modseq[(f.mailbox, f.folder)] = value
+        return value
+
+    def uidvalidity(self, mailbox: str, floor: int, count: int = 1) -> int:
+        """The first of `count` new UIDVALIDITYs of a mailbox's folders, at least `floor`
+        (its `uidvalidity_next`; for a new mailbox, the time)."""
+        first = max(floor, self._uidvalidity.get(mailbox, 0))
+        self._uidvalidity[mailbox] = first + count
+        return first
