@@ -1,0 +1,131 @@
+"""IMAP's state over real node processes (issue 50, step 1): each route of
+`http/folder_routes.py` (rename, delete, flags, move, copy, expunge, a folder's UIDs) and the
+folder counters of GET …/mailboxes/{mailbox}, their bad input refused with nothing written,
+and a passive's state after replay the active's: UIDs, flags, counters."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import pytest
+
+from tests.replication_node.e2e import converged, two_nodes
+
+pytestmark = pytest.mark.slow
+
+BOX = "/v1/databases/DB1/mailboxes/alice"
+SEEN, DELETED = "\\Seen", "\\Deleted"
+
+
+@pytest.fixture
+async def cluster(tmp_path):
+    c = two_nodes(tmp_path)
+    await c.start()
+    yield c
+    await c.close()
+
+
+def folder(name: str) -> str:
+    return f"{BOX}/folders/{quote(name, safe='/')}"
+
+
+async def uids(c, node: str, name: str, since: int = 0) -> dict:
+    return await c.ok("GET", node, f"{folder(name)}/uids?since_modseq={since}")
+
+
+async def test_every_imap_route_and_the_passive_replays_the_same_state(cluster):
+    c = cluster
+    await c.ok("PUT", "mbx1", BOX, json={"folders": ["Inbox", "Projects", "Projects/2026"]})
+    items = [
+        {"item_id": "a", "body": "1", "flags": [SEEN]},
+        {"item_id": "b", "body": "2", "received": "2026-01-02T03:04:05+00:00"},
+        {"item_id": "c", "body": "3", "folder": "Projects/2026"},
+    ]
+    await c.ok("POST", "mbx1", f"{BOX}/items", json={"items": items})
+    inbox = await uids(c, "mbx1", "Inbox")
+    assert [m[:3] for m in inbox["messages"]] == [[1, "a", [SEEN]], [2, "b", []]]
+    assert inbox["messages"][1][5] == "2026-01-02T03:04:05+00:00"
+    assert inbox["uid_next"] == 3 and inbox["uidvalidity"] > 0 and inbox["expunged"] == []
+
+    flags = await c.ok(
+        "POST",
+        "mbx1",
+        f"{BOX}/items/flags",
+        json={"folder": "Inbox", "uids": [2], "add": [DELETED]},
+    )
+    assert flags["items"] == [{"uid": 2, "item_id": "b", "flags": [DELETED]}]
+    modseq = flags["modseq"]
+    copied = await c.ok(
+        "POST", "mbx1", f"{BOX}/items/copy",
+        json={"folder": "Inbox", "to": "Projects", "uids": [1, 2]},
+    )  # fmt: skip
+    assert copied["uids"] == [[1, 1], [2, 2]] and len(copied["item_ids"]) == 2
+    moved = await c.ok(
+        "POST", "mbx1", f"{BOX}/items/move",
+        json={"folder": "Projects/2026", "to": "Inbox", "item_ids": ["c"]},
+    )  # fmt: skip
+    assert moved["uids"] == [[1, 3]] and moved["uidvalidity"] == inbox["uidvalidity"]
+    gone = await c.ok("POST", "mbx1", f"{BOX}/items/expunge", json={"folder": "Inbox"})
+    assert gone["expunged"] == [2]
+    since = await uids(c, "mbx1", "Inbox", modseq)
+    assert since["expunged"] == [2] and [m[0] for m in since["messages"]] == [3]
+    renamed = await c.ok(
+        "POST", "mbx1", f"{folder('Projects')}/rename", json={"to": "Archive/Projets été"}
+    )
+    assert renamed["to"] == "Archive/Projets été"
+    kept = await uids(c, "mbx1", "Archive/Projets été")
+    assert [m[0] for m in kept["messages"]] == [1, 2]  # UIDs and UIDVALIDITY kept
+    await c.ok("POST", "mbx1", f"{BOX}/folders", json={"folder": "Old"})
+    await c.ok("DELETE", "mbx1", folder("Old"))
+
+    mailbox = await c.ok("GET", "mbx1", BOX)
+    status = {f["folder"]: f for f in mailbox["folder_status"]}
+    assert mailbox["folders"] == sorted(status)
+    assert set(status) == {"Inbox", "Archive/Projets été", "Archive/Projets été/2026"}
+    assert (status["Inbox"]["messages"], status["Inbox"]["unseen"]) == (2, 1)
+    assert status["Inbox"]["uid_next"] == 4
+
+    # the passive, replayed: the same UIDs, flags, counters
+    await converged(c, "DB1", "mbx1", ["mbx2"])
+    assert await c.ok("GET", "mbx2", BOX) | {"epoch": 0} == mailbox | {"epoch": 0}
+    for name in status:
+        on_active, on_passive = await uids(c, "mbx1", name), await uids(c, "mbx2", name)
+        assert on_passive | {"epoch": 0} == on_active | {"epoch": 0}
+    digests = [await c.ok("GET", n, f"{BOX}/digest") for n in ("mbx1", "mbx2")]
+    assert digests[0]["digest"] == digests[1]["digest"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status"),
+    [
+        ("POST", "/items/flags", {"folder": "Inbox", "uids": [1]}, 400),  # no change
+        ("POST", "/items/flags", {"folder": "Inbox", "uids": [1], "add": ["a b"]}, 400),
+        ("POST", "/items/flags", {"folder": "Inbox", "add": [SEEN]}, 400),  # no items
+        ("POST", "/items/flags", {"folder": "Inbox", "uids": [0], "add": [SEEN]}, 400),
+        ("POST", "/items/flags", {"folder": "Inbox", "uids": [9], "add": [SEEN]}, 404),
+        ("POST", "/items/flags", {"folder": "Nope", "uids": [1], "add": [SEEN]}, 404),
+        ("POST", "/items/move", {"folder": "Inbox", "to": "Nope", "uids": [1]}, 404),
+        ("POST", "/items/move", {"folder": "Inbox", "to": "Inbox", "uids": [1]}, 400),
+        ("POST", "/items/copy", {"folder": "Inbox", "uids": [1]}, 400),  # no target
+        ("POST", "/items/expunge", {"folder": "Inbox", "uids": "1"}, 400),
+        ("POST", "/folders/Inbox/rename", {"to": "X"}, 409),
+        ("POST", "/folders/Work/rename", {"to": "/x"}, 400),
+        ("POST", "/folders/Work/rename", {}, 400),
+        ("POST", "/folders/Nope/rename", {"to": "X"}, 404),
+        ("DELETE", "/folders/Inbox", None, 409),
+        ("DELETE", "/folders/Nope", None, 404),
+        ("GET", "/folders/Inbox/uids?since_modseq=x", None, 400),
+        ("GET", "/folders/Nope/uids", None, 404),
+    ],
+)
+async def test_bad_imap_requests_are_refused_and_change_nothing(
+    cluster, method, path, body, status
+):
+    c = cluster
+    await c.ok("PUT", "mbx1", BOX, json={"folders": ["Inbox", "Work"]})
+    await c.ok("POST", "mbx1", f"{BOX}/items", json={"item_id": "a", "body": "x"})
+    before = (await c.ok("GET", "mbx1", BOX), await c.items("mbx1", "DB1", "alice"))
+    got, answer = await c.call(method, "mbx1", BOX + path, json=body)
+    assert got == status, answer
+    assert "error" in answer
+    assert (await c.ok("GET", "mbx1", BOX), await c.items("mbx1", "DB1", "alice")) == before
