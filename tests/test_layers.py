@@ -16,7 +16,10 @@ importing only the floors below it and its own room, never one beside it:
     node, rebalance
     http
     cli
-    demo         the main job, over everything
+
+Beside the product stand the programs that use it: the demo (`demo/`, `make demo`), the
+benches, the build tools, the documentation's scripts and the tests.  The product imports
+none of them (they are not in its image), and they may import any of it.
 
 Every import a module makes (at its top, inside a function, or for type checking only: all
 count) is read from its syntax tree, and one that breaks a rule fails here.  The contract
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from pathlib import Path
 
 from tests.cluster_harness import ROOT
@@ -36,6 +40,8 @@ from tests.cluster_harness import ROOT
 GROUND = "dag_common"
 PACKAGES = ("dag_common", "replication_node", "mrs_client", "guarantee_api", "spark_metrics",
             "transport")  # fmt: skip
+# Beside the product, not in it: what the product must never import.
+BESIDE = ("demo", "bench", "tools", "docs", "tests", "examples")
 
 # replication_node's rooms, bottom up; rooms on one floor stand beside each other.
 FLOORS: list[tuple[str, ...]] = [
@@ -49,7 +55,6 @@ FLOORS: list[tuple[str, ...]] = [
     ("node", "rebalance"),
     ("http",),
     ("cli",),
-    ("demo",),
 ]
 FLOOR = {room: n for n, rooms in enumerate(FLOORS) for room in rooms}
 
@@ -83,7 +88,7 @@ def imports(name: str, path: Path) -> set[str]:
             else:
                 target = node.module or ""
             found.add(target)
-    return {m for m in found if m.split(".")[0] in PACKAGES}
+    return {m for m in found if m.split(".")[0] in (*PACKAGES, *BESIDE)}
 
 
 def room(module: str) -> tuple[str, str | None]:
@@ -97,6 +102,8 @@ def room(module: str) -> tuple[str, str | None]:
 def breach(importer: str, imported: str) -> str | None:
     """Why `importer` may not import `imported` (None: it may)."""
     (pkg, rm), (to_pkg, to_rm) = room(importer), room(imported)
+    if to_pkg in BESIDE:
+        return f"the product imports {to_pkg}, which stands beside it"
     if to_pkg == GROUND or (pkg == to_pkg and (rm == to_rm or pkg != "replication_node")):
         return None
     if pkg == GROUND:
@@ -155,3 +162,14 @@ def test_the_contract_catches_what_it_says_it_catches():
     assert breach("replication_node.shipping.logshare", "replication_node.active.share")
     assert not breach("replication_node.passive.copier", "replication_node.shipping.interfaces")
     assert not breach("replication_node.cluster.activation", "replication_node.cluster.peers")
+    assert breach("replication_node.cli.main", "demo.main")
+    assert breach("dag_common.config", "tools.ports")
+
+
+def test_what_stands_beside_the_product_is_neither_installed_nor_in_the_image():
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert {p.rstrip("*") for p in find["packages"]["find"]["include"]} == set(PACKAGES)
+    ignore = (ROOT / ".dockerignore").read_text().splitlines()
+    let_in = {line[1:].strip("/") for line in ignore if line.startswith("!")}
+    assert let_in - {"pyproject.toml", "README.md"} == set(PACKAGES)
+    assert (ROOT / "demo" / "__main__.py").is_file()
