@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from dag_common.ports import free_port
-from demo.main import Started, wait_healthy
+from demo.waits import Started, wait_healthy
 
 
 def test_a_process_that_exits_before_it_is_ready_is_named_with_its_log(tmp_path):
