@@ -22,13 +22,13 @@ import aiohttp
 import yaml
 
 from dag_common.auth import bearer
-from dag_common.mail_mix import mail_sizes
-from dag_common.ports import free_port
 from demo.copies import active_copies, not_clean, wait_caught_up, wait_copy
 from demo.mail import MailDuring
 from demo.waits import Started, wait_for, wait_healthy
 from replication_node.cli import main as cli
+from replication_node.cli.mail_mix import mail_sizes
 from replication_node.cli.mailbox import batches, generated_items
+from tools.ports import free_port
 
 ROOT = Path.cwd()
 

@@ -1,11 +1,13 @@
 """The house in layers (issue 33), as a contract over the import graph drawn from the code.
 
-The ground floor, `dag_common`, is shared by every package and imports none of them.  Each
+The ground floor, `dag_common`, is shared by every package and imports none of them; what
+one package alone uses lives in that package, not on the ground floor.  Each
 other package (`mrs_client`, `guarantee_api`, `spark_metrics`, `transport`) imports only
 the ground floor and itself.  Inside `replication_node` the rooms stand on each other, each
 importing only the floors below it and its own room, never one beside it:
 
     dag_common                                   (the ground floor)
+    admin_api, taskdump                          (the admin answers; a hung process's tasks)
     errors, metrics, audit                       (the node's vocabulary)
     log          the log stream, its files, the operations it carries
     storage      the database, the rows operations make, a copy's paths, its read side
@@ -45,6 +47,7 @@ BESIDE = ("demo", "bench", "tools", "docs", "tests", "examples")
 
 # replication_node's rooms, bottom up; rooms on one floor stand beside each other.
 FLOORS: list[tuple[str, ...]] = [
+    ("admin_api", "taskdump"),
     ("errors", "metrics", "audit"),
     ("log",),
     ("storage",),
