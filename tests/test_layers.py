@@ -26,7 +26,9 @@ benches, the build tools, the documentation's scripts and the tests.  The produc
 none of them (they are not in its image), and they may import any of it.
 
 Every import a module makes (at its top, inside a function, or for type checking only: all
-count) is read from its syntax tree, and one that breaks a rule fails here.  The contract
+count) is read from its syntax tree, and one that breaks a rule fails here.  An import inside
+a function (a command's module loaded when chosen, an engine when the config names it) never
+closes a cycle: what it imports does not import its importer back.  The contract
 started with 57 breaches, then 23 once the cluster store was on the ground floor; each was
 mended by moving code to the floor it belongs on (issue 33), and none is allowed now.  The
 README's drawing is this one, checked below.
@@ -81,22 +83,43 @@ def modules() -> dict[str, Path]:
     return out
 
 
-def imports(name: str, path: Path) -> set[str]:
-    """The modules `name` imports (relative imports resolved), ours only."""
+def _targets(package: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names}
+    if node.level:
+        base = package.split(".")
+        base = base[: len(base) - node.level + 1]
+        target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+    else:
+        target = node.module or ""
+    # `from package import module` imports the module too
+    folder = ROOT.joinpath(*target.split("."))
+    return {target} | {
+        f"{target}.{a.name}"
+        for a in node.names
+        if (folder / f"{a.name}.py").is_file() or (folder / a.name / "__init__.py").is_file()
+    }
+
+
+def imports(name: str, path: Path, where: str = "all") -> set[str]:
+    """The modules `name` imports (relative imports resolved), ours only: `where` "all", or
+    "top" (run when the module is imported) or "lazy" (inside a function) alone."""
     tree = ast.parse(path.read_text(), str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                target = ".".join([*base, *(node.module.split(".") if node.module else [])])
-            else:
-                target = node.module or ""
-            found.add(target)
+
+    def visit(node: ast.AST, lazy: bool, typing_only: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                kind = "lazy" if lazy else "typing" if typing_only else "top"
+                if where in ("all", kind):
+                    found.update(_targets(package, child))
+                continue
+            in_function = isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            checking = isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test)
+            visit(child, lazy or in_function, typing_only or checking)
+
+    visit(tree, False, False)
     return {m for m in found if m.split(".")[0] in (*PACKAGES, *BESIDE)}
 
 
@@ -150,6 +173,32 @@ def test_no_import_breaks_a_layer():
     assert not found, "imports that break the layers:\n" + "\n".join(
         f"  {a} -> {b}: {why}" for (a, b), why in sorted(found.items())
     )
+
+
+def test_no_import_in_a_function_closes_a_cycle():
+    """An import inside a function is for what a process loads (a command's module, an
+    engine), never to break a cycle: what it imports does not import the importer back."""
+    found = modules()
+    top = {name: imports(name, path, "top") & found.keys() for name, path in found.items()}
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            name = todo.pop()
+            if name == goal:
+                return True
+            if name not in seen:
+                seen.add(name)
+                todo.extend(top.get(name, ()))
+        return False
+
+    closing = sorted(
+        f"  {name} -> {target}"
+        for name, path in found.items()
+        for target in imports(name, path, "lazy") & found.keys()
+        if reaches(target, name)
+    )
+    assert not closing, "imports in a function that close a cycle:\n" + "\n".join(closing)
 
 
 def test_the_readme_draws_the_floors_the_contract_enforces():

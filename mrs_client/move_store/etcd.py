@@ -62,7 +62,7 @@ from dag_common.cluster_store.etcd_json import (
 )
 from dag_common.errors import ClusterStoreError
 from mrs_client.errors import MoveRejected
-from mrs_client.move_store import (
+from mrs_client.move_store.interface import (
     ANSWERS_KEPT,
     AnswerRow,
     BatchExists,
