@@ -3,32 +3,38 @@
 Every field of the contract in DESIGN.md is accepted as written.  Relative paths are taken
 from the directory of the config file, so a config works wherever it is started from.
 A bad file raises `ConfigError` whose message names the field path and the reason.
+
+The whole config (`ClusterConfig`), its nodes, databases and transports are here; three
+sections stand in modules of their own, each a model of the same base (`config_base`): the
+cluster store's (`config_store`), the Data Guarantee service's (`config_guarantee`) and TLS
+(`config_tls`).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import ssl
 from collections.abc import Callable
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
     AfterValidator,
-    BaseModel,
     ByteSize,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
     model_validator,
 )
 
+from dag_common.config_base import ConfigModel as _Model
+from dag_common.config_guarantee import GuaranteeApiConfig
+from dag_common.config_store import EmbeddedStore, EtcdStore
+from dag_common.config_tls import TlsConfig
 from dag_common.credentials import (
     CLUSTER_CREDENTIAL,
     CREDENTIAL_FILE_ENV,
@@ -73,87 +79,6 @@ def _max_item_size(value: ByteSize) -> ByteSize:
 
 
 ItemSize = Annotated[ByteSize, AfterValidator(_max_item_size)]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class EmbeddedStore(_Model):
-    """The cluster store as one SQLite file on this machine (the default)."""
-
-    kind: Literal["embedded"] = "embedded"
-    path: Path = Path("./var/cluster.db")
-
-
-class EtcdStore(_Model):
-    """The cluster store in etcd, for nodes on several hosts.
-
-    TLS: `ca_file` is the CA that https:// endpoints are verified against (without it, the
-    system's CAs); `cert_file` and `key_file` are the client certificate that an etcd run
-    with --client-cert-auth asks for.  RBAC: `username` and `password_file`; the password is
-    read from its file at each authentication (a rotated Secret is picked up), never written
-    in the config.
-
-    The files are checked when the store is opened, not here: the config is also loaded
-    where the store is never opened (`replication-node status`, `mrs` on an operator's
-    machine, the chart's tests, a node's config refresh), and those must not need the
-    etcd client's secrets to be mounted.
-    """
-
-    kind: Literal["etcd"]
-    endpoints: list[str] = Field(min_length=1)
-    ca_file: Path | None = None
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    username: str | None = Field(default=None, min_length=1)
-    password_file: Path | None = None
-    timeout: Duration = timedelta(seconds=5)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_password_inline(cls, data: object) -> object:
-        if isinstance(data, dict) and "password" in data:
-            raise ValueError(
-                "password is not accepted: the etcd password is never written in the "
-                "config; put it in a file and name that file in password_file"
-            )
-        return data
-
-    @field_validator("endpoints")
-    @classmethod
-    def _urls(cls, value: list[str]) -> list[str]:
-        for endpoint in value:
-            parts = urlsplit(endpoint)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ValueError(f"{endpoint!r} is not a URL like https://host:2379")
-        return [e.rstrip("/") for e in value]
-
-    @field_validator("timeout")
-    @classmethod
-    def _positive(cls, value: timedelta) -> timedelta:
-        if value <= timedelta(0):
-            raise ValueError("timeout must be more than 0s")
-        return value
-
-    @model_validator(mode="after")
-    def _pairs_and_https(self) -> EtcdStore:
-        for pair, needs in (
-            (("cert_file", "key_file"), "a client certificate needs both"),
-            (("username", "password_file"), "etcd authentication needs both"),
-        ):
-            given = [f for f in pair if getattr(self, f) is not None]
-            if len(given) == 1:
-                (missing,) = set(pair) - set(given)
-                raise ValueError(f"{given[0]} is set but {missing} is not: {needs}")
-        tls = [f for f in ("ca_file", "cert_file", "key_file") if getattr(self, f) is not None]
-        plain = [e for e in self.endpoints if urlsplit(e).scheme != "https"]
-        if tls and plain:
-            raise ValueError(
-                f"TLS files are set ({', '.join(tls)}), so every endpoint must be https://, "
-                f"but {', '.join(plain)} is not"
-            )
-        return self
 
 
 class ActiveFailurePolicy(StrEnum):
@@ -308,137 +233,6 @@ class DatabaseConfig(_Model):
     def preferred_copy(self) -> CopyConfig:
         """The copy with the lowest activation preference: active when the cluster starts."""
         return min(self.copies, key=lambda c: c.activation_preference)
-
-
-class GuaranteeLimits(_Model):
-    """The Data Guarantee conditions a passive copy must meet (defaults: the seed's values)."""
-
-    max_copy_queue_length: int = Field(default=10, ge=1)
-    max_average_copy_queue_length: float = Field(default=10.0, gt=0)
-    # The replay queue may span at most ReplayLagTime plus this.
-    replay_queue_over_lag: Duration = timedelta(minutes=10)
-    # CheckReplicationFlush by commit time: replayed log time must pass commit_time + skew.
-    flush_clock_skew: Duration = timedelta(seconds=5)
-    # A lagged copy counts for CheckReplicationFlush only below this ReplayLagTime.
-    flush_max_replay_lag: Duration = timedelta(minutes=30)
-    # The average copy queue is taken over a caller's queries of the last
-    # `average_window_time` (guarantee_api/averages.py says why 3 minutes), at most its last
-    # `average_window` queries (a bound on memory).
-    average_window: int = Field(default=60, ge=1, le=10_000)
-    average_window_time: Duration = timedelta(minutes=3)
-    # The waits an answer asks for (the seed's: no status yet 10 s, no healthy copy 2 min,
-    # a healthy copy slightly behind 1 min, never more than 10 min).
-    wait_no_status: Duration = timedelta(seconds=10)
-    wait_no_healthy_copy: Duration = timedelta(minutes=2)
-    wait_behind: Duration = timedelta(minutes=1)
-    wait_max: Duration = timedelta(minutes=10)
-
-    @field_validator("average_window_time")
-    @classmethod
-    def _a_window(cls, value: timedelta) -> timedelta:
-        if value <= timedelta(0):
-            raise ValueError("average_window_time must be more than 0s")
-        return value
-
-
-class GuaranteeApiConfig(_Model):
-    """Where the Data Guarantee service listens, how often it polls, where history goes."""
-
-    listen: str = "127.0.0.1:7200"
-    http_listen: str = "127.0.0.1:7201"
-    poll_interval: Duration = timedelta(seconds=1)
-    history_dir: Path = Path("./var/history")
-    # A copy's status is stale (not healthy) when not refreshed for this many poll intervals.
-    stale_after_polls: int = Field(default=3, ge=1, le=100)
-    # History samples are buffered and written as one Parquet file this often, whatever the
-    # poll interval (1s to 1h).  `history_flush_polls`, the setting of before, still counts
-    # polls: it stands for that many poll intervals (not with history_flush_interval too).
-    history_flush_interval: Duration | None = None
-    history_flush_polls: int | None = Field(default=None, ge=1, le=3600)
-    # Pushed progress: one `GET /v1/status/watch` per node; a node whose stream says nothing
-    # (not even its heartbeat, asked every `watch_heartbeat`) for `watch_silence` counts as
-    # stale, as an unanswered poll does, and is polled until its stream is back.
-    watch: bool = True
-    watch_heartbeat: Duration = timedelta(seconds=1)
-    watch_silence: Duration = timedelta(seconds=3)
-    # The longest `wait` a request may ask for; a longer one is cut to this, and the answer
-    # says so.
-    max_wait: Duration = timedelta(seconds=60)
-    limits: GuaranteeLimits = GuaranteeLimits()
-
-    @model_validator(mode="after")
-    def _watch_timings(self) -> GuaranteeApiConfig:
-        beat = self.watch_heartbeat.total_seconds()
-        if not 0.05 <= beat <= 60:
-            raise ValueError("watch_heartbeat must be within 50ms..60s")
-        if self.watch_silence <= self.watch_heartbeat:
-            raise ValueError("watch_silence must be longer than watch_heartbeat")
-        if self.max_wait <= timedelta(0):
-            raise ValueError("max_wait must be positive")
-        if self.history_flush_interval is not None and self.history_flush_polls is not None:
-            raise ValueError(
-                "history_flush_interval and history_flush_polls (the older setting, in polls) "
-                "say the same: set one"
-            )
-        every = self.history_flush_interval
-        if every is not None and not timedelta(seconds=1) <= every <= timedelta(hours=1):
-            raise ValueError("history_flush_interval must be within 1s..1h")
-        return self
-
-    @property
-    def history_flush_every(self) -> timedelta:
-        """How often the buffered history is written: a minute unless set."""
-        if self.history_flush_polls is not None:
-            return self.history_flush_polls * self.poll_interval
-        return self.history_flush_interval or timedelta(minutes=1)
-
-
-class TlsConfig(_Model):
-    """TLS for node HTTP and the guarantee API: the server's certificate and key, and the CA
-    that clients verify peers with.  Node urls then use https://.
-
-    Node identity (mutual TLS), optional: with `client_ca_file`, a node presents its own
-    certificate when it calls a peer or a transport, and the `replication` role is granted
-    only to a caller whose client certificate that CA issued and names a node of the config
-    (its CN or a DNS name); a certificate of another CA is refused in the handshake.
-    `{node}` in `cert_file` and `key_file` stands for the process's node name, so one config
-    names every node's own pair (`./tls/{node}.crt`)."""
-
-    cert_file: Path
-    key_file: Path
-    ca_file: Path
-    client_ca_file: Path | None = None
-
-    def for_node(self, node: str) -> TlsConfig:
-        """These settings as node `node` reads them (`{node}` replaced)."""
-        return self.model_copy(
-            update={
-                "cert_file": Path(str(self.cert_file).replace("{node}", node)),
-                "key_file": Path(str(self.key_file).replace("{node}", node)),
-            }
-        )
-
-    def server_context(self) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.load_cert_chain(self.cert_file, self.key_file)
-        if self.client_ca_file is not None:
-            ctx.verify_mode = ssl.CERT_OPTIONAL  # a client without one holds no replication
-            ctx.load_verify_locations(cafile=str(self.client_ca_file))
-        return ctx
-
-    def client_context(self, *, identify: bool = False) -> ssl.SSLContext:
-        """A client's context; `identify`: present this process's certificate (a node
-        calling a peer or a transport, under node identity)."""
-        ctx = ssl.create_default_context(cafile=str(self.ca_file))
-        if identify and self.client_ca_file is not None:
-            ctx.load_cert_chain(self.cert_file, self.key_file)
-        return ctx
-
-    def reload(self, ctx: ssl.SSLContext, *, server: bool) -> None:
-        """Load the certificate and key again into `ctx` (a rotation: new handshakes use
-        them; connections open keep theirs)."""
-        if server or self.client_ca_file is not None:
-            ctx.load_cert_chain(self.cert_file, self.key_file)
 
 
 class TransportNode(NodeConfig):

@@ -65,7 +65,8 @@ from dag_common.cluster_store.interface import (
     redelivery_ended,
     redelivery_required,
 )
-from dag_common.config import ClusterConfig, EmbeddedStore
+from dag_common.config import ClusterConfig
+from dag_common.config_store import EmbeddedStore
 
 __all__ = [
     "MOVE_CLAIMS_KEY",

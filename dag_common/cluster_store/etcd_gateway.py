@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from dag_common.config import EtcdStore
+from dag_common.config_store import EtcdStore
 from dag_common.errors import ClusterStoreError, ConfigError
 
 logger = logging.getLogger(__name__)

@@ -28,7 +28,8 @@ row of its own (`request_stop`), read by the running mover at its safe points, a
 
 from __future__ import annotations
 
-from dag_common.config import ClusterConfig, EmbeddedStore
+from dag_common.config import ClusterConfig
+from dag_common.config_store import EmbeddedStore
 from mrs_client.move_store.interface import (
     ANSWERS_KEPT,
     AnswerRow,
