@@ -36,7 +36,7 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
 RUN python3 -m compileall -q -j 0 -x '/(test|tests)/' /usr/lib/python3.11 > /dev/null
 WORKDIR /var/lib/dag
 USER 10001:10001
-EXPOSE 7100 7200 7201 7301 7400
+EXPOSE 7100 7200 7201 7301 7400 2424 2525
 ENTRYPOINT ["replication-node"]
 CMD ["--help"]
 

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help image-deps test test-fast test-slow test-resilience test-image image lint demo docs docs-serve tutorial bench bench-spark system-deps demo-deps clean proto
+.PHONY: help image-deps test test-fast test-slow test-resilience test-image image lint demo docs docs-serve tutorial bench bench-lmtp bench-spark system-deps demo-deps clean proto
 # Bare `make` used to create .venv and nothing else (the first rule), which no page asked
 # for; listing the targets is what a newcomer typing it wants.
 .DEFAULT_GOAL := help
@@ -31,7 +31,11 @@ $(STAMP): $(BIN)/python pyproject.toml
 # report's browser test) and iptables (the partition tests cut links between network
 # namespaces). The demo needs only Java, for its Spark step.
 # podman, buildah, runc and debootstrap build and run the images (make image, tests/image).
-SYSTEM_PACKAGES := promtool:prometheus etcd:etcd-server faketime:faketime java:openjdk-17-jre-headless chromium:chromium iptables:iptables
+SYSTEM_PACKAGES := promtool:prometheus etcd:etcd-server faketime:faketime java:openjdk-17-jre-headless chromium:chromium iptables:iptables swaks:swaks
+# Real mail servers, each started by a test or bench/lmtp.py in its own directory (no system
+# service; tools/debconf-preseed.txt answers postfix's question): Postfix relays into the
+# transport's LMTP, Dovecot's LMTP is the benchmark's anchor.
+MAIL_PACKAGES := postfix:postfix dovecot:dovecot-core /usr/lib/dovecot/lmtp:dovecot-lmtpd
 IMAGE_PACKAGES := podman:podman buildah:buildah runc:runc debootstrap:debootstrap
 DEMO_PACKAGES := java:openjdk-17-jre-headless
 
@@ -40,7 +44,7 @@ define install_missing
 endef
 
 system-deps: ## the Debian packages the tests and images use (when a command is missing)
-	$(call install_missing,$(SYSTEM_PACKAGES) $(IMAGE_PACKAGES))
+	$(call install_missing,$(SYSTEM_PACKAGES) $(MAIL_PACKAGES) $(IMAGE_PACKAGES))
 
 image-deps: ## the Debian packages that build the images (podman, buildah, ...)
 	$(call install_missing,$(IMAGE_PACKAGES))
@@ -94,6 +98,9 @@ demo: $(STAMP) demo-deps ## a three-node cluster on loopback: writes, a move, co
 
 bench: $(STAMP) ## log write throughput with fsync, beside a raw fsync'd append
 	$(BIN)/python bench/log_write.py
+
+bench-lmtp: $(STAMP) system-deps ## LMTP delivery: the transport beside Dovecot (bench/lmtp.py)
+	$(BIN)/python bench/lmtp.py
 
 bench-spark: $(STAMP) demo-deps ## the history pipeline on Spark: rows/s beside pyarrow
 	$(BIN)/python bench/spark_history.py

@@ -153,11 +153,12 @@ class Calls:
         body: dict[str, Any] | None = None,
         *,
         change: Change,
+        data: tuple[bytes, str] | None = None,
     ) -> tuple[int, dict[str, Any]]:
         """POST `path` of `callee`, asking for `change`: (HTTP status, its JSON object);
         CallFailed if none, saying that `change` may still be carried out when the call
-        was sent."""
-        return await self._call("POST", callee, path, body or {}, change)
+        was sent.  `data`: bytes and their Content-Type, posted instead of `body`."""
+        return await self._call("POST", callee, path, body or {}, change, data)
 
     async def _call(
         self,
@@ -166,6 +167,7 @@ class Calls:
         path: str,
         body: dict[str, Any] | None,
         change: Change | None,
+        data: tuple[bytes, str] | None = None,
     ) -> tuple[int, dict[str, Any]]:
         assert self._session is not None, "Calls is used as `async with Calls(…) as calls`"
         deadline = self._clock.now().timestamp() + self.timeout
@@ -177,7 +179,8 @@ class Calls:
                 self._token,
                 body,
                 timeout=self.timeout,
-                headers=header(deadline),
+                headers={**header(deadline), **({"Content-Type": data[1]} if data else {})},
+                data=data[0] if data else None,
             )
         except NoAnswer as exc:
             raise CallFailed(no_answer(callee, exc, self.timeout, change), callee=callee) from None

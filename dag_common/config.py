@@ -12,6 +12,7 @@ cluster store's (`config_store`), the Data Guarantee service's (`config_guarante
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Callable
@@ -237,7 +238,44 @@ class DatabaseConfig(_Model):
 
 class TransportNode(NodeConfig):
     """One transport (the seeds' Hub Transport server): its name, site, where it listens and
-    where it keeps its queue and dumpster; the same fields as a node's."""
+    where it keeps its queue and dumpster; the same fields as a node's, and the ports of its
+    mail listeners (on the url's host; none: that listener is off)."""
+
+    smtp_port: int | None = Field(default=None, ge=0, le=65535)  # submission and relay
+    lmtp_port: int | None = Field(default=None, ge=0, le=65535)  # final delivery from an MTA
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> TransportNode:
+        ports = [p for p in (self.port, self.smtp_port, self.lmtp_port) if p]
+        if len(set(ports)) != len(ports):
+            raise ValueError(f"transport {self.name}: its HTTP, SMTP and LMTP ports must differ")
+        return self
+
+
+def _network(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(value, strict=False))
+    except ValueError as exc:
+        raise ValueError(f"not a network (address/prefix): {value!r}") from exc
+
+
+class MailSettings(_Model):
+    """The transports' SMTP and LMTP listeners (docs/concepts/transport.md, "Mail").
+
+    `trusted_networks`: clients that may submit by SMTP without AUTH, and the only ones the
+    LMTP listener serves (LMTP has no AUTH: it is the hop from the MTA, inside the cluster).
+    Any other SMTP client must AUTH (PLAIN or LOGIN, only after STARTTLS) with a credential
+    that holds the `store` role.  `hostname`: what the listeners call themselves in their
+    greeting and in the `Received:` header they add (empty: the transport's name)."""
+
+    trusted_networks: list[Annotated[str, AfterValidator(_network)]] = [
+        "127.0.0.0/8",
+        "::1/128",
+    ]
+    hostname: str = Field(default="", pattern=r"^$|^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$")
+    max_recipients: int = Field(default=1000, ge=1, le=1000)  # per message: 452 4.5.3 past it
+    idle_timeout: Duration = timedelta(minutes=5)  # RFC 5321 4.5.3.2.7's server timeout
+    max_sessions_per_client: int = Field(default=50, ge=1, le=10000)  # 421 4.7.0 past it
 
 
 class TransportSettings(_Model):
@@ -265,6 +303,7 @@ class TransportSettings(_Model):
     # being tried (they wait their turn).  Queued messages wait in the queue's file, not in
     # memory.  256 MiB: half the chart's 512 MiB transport pod.
     memory_budget: ByteSize = Field(default=ByteSize(DEFAULT_MEMORY_BUDGET), gt=0)
+    mail: MailSettings = MailSettings()
 
 
 class CredentialConfig(_Model):

@@ -21,6 +21,11 @@ field is length-prefixed and each kind of row is tagged, so no two different row
 hash the same byte string.  Deleted items (tombstones) contribute nothing; they still count
 for `last_change_number`, the highest change number the mailbox's items have reached, which
 is where a sync cursor may go on from once the digests agree.
+
+An item's format (`dag_common.rfc822.BodyFormat`) is content too: a message and a text item
+with the same body are different items.  A text item's term is what it always was (the five
+fields); an item of another format has its format as a sixth field, so the two can never
+hash the same byte string, and no digest of a store of text items moved.
 """
 
 from __future__ import annotations
@@ -31,7 +36,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from dag_common.rfc822 import BodyFormat
+
 MODULUS = 1 << 256
+TEXT = BodyFormat.TEXT  # the format whose term has no format field
 
 
 def _term(*fields: str) -> int:
@@ -75,16 +83,23 @@ _sha256 = hashlib.sha256
 _SLICE = 1 << 20
 
 
-def item_term(mailbox: str, item_id: str, folder: str, subject: str, body: str) -> int:
-    """The term of one live item."""
-    return item_term_of_hash(mailbox, item_id, folder, subject, body_hash(body))
+def item_term(
+    mailbox: str, item_id: str, folder: str, subject: str, body: str, fmt: str = TEXT
+) -> int:
+    """The term of one live item (`fmt`: its body's format, `rfc822.BodyFormat`)."""
+    return item_term_of_hash(mailbox, item_id, folder, subject, body_hash(body), fmt)
 
 
-def item_term_of_hash(mailbox: str, item_id: str, folder: str, subject: str, body: str) -> int:
+def item_term_of_hash(
+    mailbox: str, item_id: str, folder: str, subject: str, body: str, fmt: str = TEXT
+) -> int:
     """The term of one live item whose body is given by its `body_hash`: a database keeps
     that hash beside the body, so its digest never reads a 36 MiB body back out of SQLite
     (twice its size again, per write).  `_term` spelled out for the five fields (the
-    database hashes one per item it writes): the same bytes."""
+    database hashes one per item it writes): the same bytes.  An item whose format is not
+    text has it as a sixth field (the module says why)."""
+    if fmt != TEXT:
+        return _term("item", mailbox, item_id, folder, subject, body, fmt)
     if len(subject) > _SLICE or len(body) > _SLICE:
         return _term("item", mailbox, item_id, folder, subject, body)
     m, i = mailbox.encode("utf-8", "surrogatepass"), item_id.encode("utf-8", "surrogatepass")
@@ -149,6 +164,7 @@ class DigestRow(NamedTuple):
     change_number: int
     body_hash: str = ""
     body: str = ""
+    format: str = TEXT  # rfc822.BodyFormat's value
 
 
 def rows_digest(mailbox: str, rows: Iterable[DigestRow]) -> MailboxDigest:
@@ -160,13 +176,16 @@ def rows_digest(mailbox: str, rows: Iterable[DigestRow]) -> MailboxDigest:
         if not row.deleted:
             count += 1
             hashed = row.body_hash or body_hash(row.body)
-            total += item_term_of_hash(mailbox, row.item_id, row.folder, row.subject, hashed)
+            total += item_term_of_hash(
+                mailbox, row.item_id, row.folder, row.subject, hashed, row.format
+            )
     return MailboxDigest(item_count=count, digest=to_hex(total), last_change_number=last)
 
 
 def mailbox_digest(mailbox: str, items: Iterable[Mapping[str, Any]]) -> MailboxDigest:
     """`rows_digest` of items as JSON objects (rows with item_id, folder, subject, deleted,
-    change_number, and either `body_hash` or the `body` itself; tombstones included)."""
+    change_number, and either `body_hash` or the `body` itself, and `format` unless it is
+    text; tombstones included)."""
     return rows_digest(
         mailbox,
         (
@@ -178,6 +197,7 @@ def mailbox_digest(mailbox: str, items: Iterable[Mapping[str, Any]]) -> MailboxD
                 int(item["change_number"]),
                 item.get("body_hash") or "",
                 item.get("body") or "",
+                item.get("format") or TEXT,
             )
             for item in items
         ),

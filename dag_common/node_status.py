@@ -158,15 +158,18 @@ async def admin_request(
     *,
     timeout: float,
     headers: dict[str, str] | None = None,
+    data: bytes | None = None,
 ) -> tuple[int, dict[str, Any]]:
     """An admin call to a node: (HTTP status, JSON object answered), within `timeout`
     seconds.  An answer that is not a JSON object (an error page, a cut body) is at least
-    500 with an `error` sentence; no answer at all is `NoAnswer`."""
+    500 with an `error` sentence; no answer at all is `NoAnswer`.  `data`: a body of bytes
+    sent instead of `body`'s JSON (its Content-Type in `headers`)."""
     try:
         async with session.request(
             method,
             url,
-            json=body,
+            json=body if data is None else None,
+            data=data,
             headers={**bearer(token), **(headers or {})},
             timeout=aiohttp.ClientTimeout(total=timeout),
         ) as resp:

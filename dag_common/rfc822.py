@@ -28,11 +28,14 @@ from __future__ import annotations
 
 import email.policy
 import hashlib
+from collections.abc import Iterator
 from email.parser import BytesHeaderParser
 from enum import StrEnum
 
 # What a node keeps of a subject (`api_types.Text` has no bound; a header may be long).
 MAX_SUBJECT = 998
+# Characters of a message's body encoded at a time (`message_slices`).
+SLICE = 1 << 20
 
 
 class BodyFormat(StrEnum):
@@ -73,8 +76,40 @@ def message_bytes(body: str, fmt: BodyFormat, subject: str = "") -> bytes:
 
 def message_sha256(body: str, fmt: BodyFormat) -> str:
     """The SHA-256 (hex) of the message an item of `fmt` holds: the same on the active,
-    every passive and a move's target when the bytes are."""
-    return hashlib.sha256(message_bytes(body, fmt)).hexdigest()
+    every passive and a move's target when the bytes are.  A message is hashed a slice at
+    a time (`message_slices`): no second copy of a large one."""
+    if not fmt.is_message:
+        return hashlib.sha256(message_bytes(body, fmt)).hexdigest()
+    h = hashlib.sha256()
+    for part in message_slices(body, fmt):
+        h.update(part)
+    return h.hexdigest()
+
+
+def _codec(fmt: BodyFormat) -> str:
+    if fmt is BodyFormat.MESSAGE:
+        return "utf-8"
+    if fmt is BodyFormat.MESSAGE_8BIT:
+        return "latin-1"
+    raise ValueError(f"a {fmt.value} body is not a message's bytes")
+
+
+def message_slices(body: str, fmt: BodyFormat) -> Iterator[bytes]:
+    """The bytes of a message item (not TEXT: ValueError), SLICE characters at a time: the
+    same bytes as `message_bytes`, as both codecs encode each character alone."""
+    codec = _codec(fmt)
+    for start in range(0, len(body), SLICE):
+        yield body[start : start + SLICE].encode(codec)
+
+
+def message_size(body: str, fmt: BodyFormat) -> int:
+    """How many bytes the message of a message item (not TEXT: ValueError) is, without
+    encoding it whole."""
+    if _codec(fmt) == "latin-1":
+        return len(body)
+    if body.isascii():
+        return len(body)
+    return sum(len(part) for part in message_slices(body, fmt))
 
 
 def header_block(raw: bytes) -> bytes:

@@ -8,6 +8,7 @@ incarnation.  0 means the node did not say (an older node): no check is possible
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -18,6 +19,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 from dag_common.api_types import Folder, ItemId, Text
 from dag_common.mailbox_digest import body_hash, item_term_of_hash, utf8_size
 from dag_common.model import Lsn
+from dag_common.rfc822 import BodyFormat, subject_of_body
 
 
 def utf8_len(text: str) -> int:
@@ -36,7 +38,10 @@ class Item:
 
     Listed without its body (`NodeStore.items(bodies=False)`, what a reconcile compares):
     `body` is "", `body_hash` (the body's SHA-256, which the node keeps for the digest)
-    stands for it and `body_size` says its size.  Such an item cannot be written."""
+    stands for it and `body_size` says its size.  Such an item cannot be written.
+
+    `format`: what the body is (`dag_common.rfc822`: text, or a message kept byte for byte);
+    it is content, as the body is: a move carries it, a reconcile compares it."""
 
     item_id: str
     folder: str
@@ -47,6 +52,7 @@ class Item:
     unreadable: str = ""
     body_hash: str = ""
     body_size: int | None = None  # listed without its body: the body's size in UTF-8
+    format: BodyFormat = BodyFormat.TEXT
 
     @classmethod
     def unreadable_at(cls, change_number: int, why: str, item_id: str = "") -> Item:
@@ -68,15 +74,17 @@ class Item:
         """The body's SHA-256 (hex): as listed, or taken from the body."""
         return self.body_hash or body_hash(self.body)
 
-    def content(self) -> tuple[str, str, str]:
+    def content(self) -> tuple[str, str, str, str]:
         """What the mailbox digest compares of two versions of an item, beside its id: its
-        folder, its subject and its body's hash."""
-        return (self.folder, self.subject, self.hashed_body())
+        folder, its subject, its body's hash and its format."""
+        return (self.folder, self.subject, self.hashed_body(), self.format)
 
     def term(self, mailbox: str) -> int:
         """The item's term in its mailbox's digest (`mailbox_digest`)."""
         hashed = self.hashed_body()
-        return item_term_of_hash(mailbox, self.item_id, self.folder, self.subject, hashed)
+        return item_term_of_hash(
+            mailbox, self.item_id, self.folder, self.subject, hashed, self.format
+        )
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Item:
@@ -87,6 +95,7 @@ class Item:
             body=data["body"],
             change_number=int(data["change_number"]),
             deleted=bool(data["deleted"]),
+            format=_format_of(data),
         )
 
     @classmethod
@@ -113,18 +122,32 @@ class Item:
             deleted=bool(data["deleted"]),
             body_hash=data["body_hash"],
             body_size=size,
+            format=_format_of(data),
         )
 
     def entry(self) -> dict[str, str]:
-        """The item as a write carries it (the target numbers it itself)."""
+        """The item as a write carries it (the target numbers it itself; `format` said
+        unless it is text, as the node lists it)."""
         if not self.has_body:
             raise ValueError(f"item {self.item_id!r} was listed without its body: not written")
-        return {
+        entry = {
             "item_id": self.item_id,
             "folder": self.folder,
             "subject": self.subject,
             "body": self.body,
         }
+        if self.format is not BodyFormat.TEXT:
+            entry["format"] = self.format.value
+        return entry
+
+
+def _format_of(data: dict[str, Any]) -> BodyFormat:
+    """An item's format as a listing says it (absent: text); ValueError if it is none."""
+    return BodyFormat(data.get("format", BodyFormat.TEXT))
+
+
+# A character a message kept as Latin-1 cannot hold (`rfc822.BodyFormat.MESSAGE_8BIT`).
+_NOT_LATIN_1 = re.compile(r"[^\x00-\xff]")
 
 
 class ItemIn(BaseModel):
@@ -141,6 +164,30 @@ class ItemIn(BaseModel):
     folder: Folder = "Inbox"
     subject: Text = ""
     body: Text = ""
+    format: BodyFormat = BodyFormat.TEXT
+
+    @model_validator(mode="after")
+    def _message(self) -> ItemIn:
+        """A message's subject is its Subject header's (`rfc822.subject_of_body`): taken from
+        it, and a different one given is refused; a message kept as Latin-1 holds bytes,
+        characters up to U+00FF."""
+        if not self.format.is_message:
+            return self
+        if self.format is BodyFormat.MESSAGE_8BIT:
+            bad = _NOT_LATIN_1.search(self.body)
+            if bad is not None:
+                raise ValueError(
+                    f"a {self.format.value} body holds bytes as Latin-1 characters: "
+                    f"{bad.group()!r} at {bad.start()} is none"
+                )
+        derived = subject_of_body(self.body, self.format)
+        if self.subject and self.subject != derived:
+            raise ValueError(
+                f"the subject {self.subject[:200]!r} is not the message's ({derived[:200]!r}): "
+                "a message's subject is taken from its Subject header; give none, or that one"
+            )
+        object.__setattr__(self, "subject", derived)  # frozen: set once, where it is built
+        return self
 
 
 class _Answer(BaseModel):

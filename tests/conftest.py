@@ -2,13 +2,13 @@
 loads at start (this one, whatever the tests chosen), so the resilience suite's `--seed`
 is declared here and used in tests/resilience/conftest.py; and, for the same reason, the
 plugin that fails a test leaving a grpc.aio server running (tests/grpc_servers.py) is
-loaded here."""
+loaded here, as is the one that starts private mail servers (tests/mail_servers.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["tests.grpc_servers"]
+pytest_plugins = ["tests.grpc_servers", "tests.mail_servers"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

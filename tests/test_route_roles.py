@@ -41,6 +41,7 @@ NODE_ROLES = {
     ("POST", MBX + "/items"): S,
     ("GET", MBX + "/items"): S,
     ("DELETE", MBX + "/items/{item_id}"): S,
+    ("GET", MBX + "/items/{item_id}/message"): S,
     ("GET", "/v1/mailboxes/{mailbox}"): S,
     # an operator's, for soft-deleted mailboxes (listed before `{action}`, which the stub
     # below serves without its choices and would take `purge` for one)

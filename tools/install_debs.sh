@@ -1,6 +1,7 @@
 #!/bin/sh
 # Install the Debian packages whose command is missing, each given as command:package
-# (the Makefile's SYSTEM_PACKAGES and the like); nothing to do when every command is there.
+# (the Makefile's SYSTEM_PACKAGES and the like; a command may be an absolute path, for a
+# package that gives no command on PATH); nothing to do when every command is there.
 #
 # Another apt or dpkg at work (unattended upgrades on a fresh machine, a second clone's
 # `make test`) holds its locks: this waits for them, up to APT_LOCK_WAIT seconds (600),
@@ -37,6 +38,8 @@ until out=$(apt-get -o "DPkg::Lock::Timeout=$wait_s" update -qq 2>&1); do
   said=1
   sleep 2
 done
+# Questions a package would ask (postfix's mailer type) are answered beforehand.
+debconf-set-selections "$(dirname "$0")/debconf-preseed.txt" || fail "debconf-set-selections failed"
 # shellcheck disable=SC2086 # one word per package
 DEBIAN_FRONTEND=noninteractive apt-get -o "DPkg::Lock::Timeout=$wait_s" install -y -qq \
   --no-install-recommends $missing >/dev/null || fail "apt-get install failed (above)"

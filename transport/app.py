@@ -1,7 +1,10 @@
 """The transport's HTTP API (aiohttp, JSON, the cluster token on every call but /healthz and
 /metrics).
 
-    POST /v1/messages            {message_id, recipients, folder?, subject?, body?}
+    POST /v1/messages            {message_id, recipients, folder?, subject?, body?, format?}
+                                 or a message as it is (Content-Type: message/rfc822,
+                                 ?to=<mailbox>&to=…&folder=…): queued as the SMTP and
+                                 LMTP listeners queue it (400 a line they would refuse)
                                  201 accepted (queued and fsync'd), 200 already accepted
                                  (the same message id: nothing queued twice), 400 malformed
                                  or an unknown recipient, 413 over a recipient database's
@@ -107,8 +110,18 @@ async def post_message(request: web.Request) -> web.Response:
     # The body's share of the transport's memory budget, before a byte of it is read.
     size = body_share(request, limit)
     async with transport.memory.share(size, "a message"):
-        message = _parse(MessageIn, await _json(request, limit))
-        outcome = await transport.submit(message)
+        if request.content_type == "message/rfc822":
+            raw = bytes(await read_body(request, limit))
+            recipients = request.query.getall("to", [])
+            if not recipients:
+                raise BadRequest("a message/rfc822 submission names its recipients: ?to=…")
+            folder = request.query.get("folder", "Inbox")
+            outcome = await transport.submit_message(
+                raw, recipients, folder, peer=request.remote or "", secure=request.secure
+            )
+        else:
+            message = _parse(MessageIn, await _json(request, limit))
+            outcome = await transport.submit(message)
     return web.json_response(outcome.body, status=outcome.status)
 
 

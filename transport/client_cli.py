@@ -8,6 +8,7 @@ import asyncio
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from pydantic import ValidationError
 
@@ -49,9 +50,42 @@ def _refused(hub: str, status: int, body: dict[str, Any]) -> DagError:
     return failure(code, f"HTTP {status}: {body.get('error') or 'no reason given'}")
 
 
+def network_lines(raw: bytes) -> bytes:
+    """A message file as SMTP carries it: a file of LF lines alone (a Unix .eml) gets CRLF
+    ones, as `sendmail` does; a file with any CR is sent as it is."""
+    if b"\r" in raw:
+        return raw
+    return raw.replace(b"\n", b"\r\n")
+
+
+async def _post_message(
+    config: ClusterConfig, via: str, timeout: float, raw: bytes, to: list[str], folder: str
+) -> tuple[int, dict[str, Any]]:
+    query = urlencode([*(("to", r) for r in to), ("folder", folder)])
+    async with Calls(config, timeout=timeout) as calls:
+        change = Change(
+            "the submission of the message",
+            "`transport submit --file` again queues it once at most (its Message-ID)",
+        )
+        return await calls.post(calls.transport(via), f"/v1/messages?{query}", change=change,
+                                data=(raw, "message/rfc822"))  # fmt: skip
+
+
 def _cmd_submit(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     hub = transport_named(config, args.via, args.config)
+    if args.file:
+        raw = network_lines(Path(args.file).read_bytes())
+        status, answer = asyncio.run(_post_message(
+            config, hub.name, args.timeout.total_seconds(), raw, args.to, args.folder
+        ))  # fmt: skip
+        if status >= 300:
+            raise _refused(hub.name, status, answer)
+        said = "accepted" if status == 201 else "already accepted (nothing queued again)"
+        print(f"{answer.get('message_id')}: {said}")
+        return ExitCode.OK
+    if not args.message_id:
+        raise failure(ExitCode.BAD_INPUT, "--message-id is needed without --file")
     body = Path(args.body_file).read_text() if args.body_file else args.body
     message = {"message_id": args.message_id, "recipients": args.to, "folder": args.folder,
                "subject": args.subject, "body": body}  # fmt: skip
@@ -110,12 +144,16 @@ def build_submit(submit: argparse.ArgumentParser) -> None:
     add_config(submit)
     submit.add_argument("--via", required=True, help="the transport to give it to")
     submit.add_argument("--to", required=True, action="append", help="a recipient mailbox")
-    submit.add_argument("--message-id", required=True, help="the message's unique id")
+    submit.add_argument("--message-id", help="the message's unique id (not with --file)")
     submit.add_argument("--folder", default="Inbox", help="the folder (default Inbox)")
     submit.add_argument("--subject", default="", help="the subject")
     text = submit.add_mutually_exclusive_group()
     text.add_argument("--body", default="", help="the body")
     text.add_argument("--body-file", help="read the body from this file")
+    text.add_argument(
+        "--file",
+        help="an RFC 5322 message (.eml) to submit as it is (its Message-ID, its subject)",
+    )
     add_timeout(submit, TIMEOUT, waits="the transport's answer")
     submit.set_defaults(func=_cmd_submit)
 

@@ -4,12 +4,14 @@ state as `GET /v1/queue` answers it (read by `transport status` without the serv
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 
 from dag_common.api_types import Folder, Name, Text
 from dag_common.http_body import utf8_size
+from dag_common.rfc822 import BodyFormat, subject_of_body
 
 # A message id is the sender's (RFC 5322 Message-ID or any unique text): printable, bounded.
 MessageId = Annotated[StrictStr, Field(min_length=1, max_length=998, pattern=r"^[\x21-\x7e]+$")]
@@ -27,12 +29,29 @@ class MessageIn(BaseModel):
     folder: Folder = "Inbox"
     subject: Text = ""
     body: Text = ""
+    # "message": the body is an RFC 5322 message (dag_common/rfc822.py), its subject read
+    # from its headers; what the SMTP and LMTP listeners and `message/rfc822` submit.
+    format: BodyFormat = BodyFormat.TEXT
+
+    @model_validator(mode="after")
+    def _subject_of_a_message(self) -> MessageIn:
+        if self.format.is_message and self.subject and self.subject != self.stored_subject:
+            raise ValueError("a message's subject is its Subject header: give none, or that one")
+        return self
+
+    @cached_property
+    def stored_subject(self) -> str:
+        """The subject the item carries: a message's is read from its headers."""
+        if self.format.is_message:
+            return subject_of_body(self.body, self.format)
+        return self.subject
 
     @property
     def size(self) -> int:
         """The item's size as the node counts it against max_item_size: subject and body
-        in UTF-8."""
-        return utf8_size(self.subject) + utf8_size(self.body)
+        in UTF-8 (a message's subject counted as read from it: never less than the node's
+        count)."""
+        return utf8_size(self.stored_subject) + utf8_size(self.body)
 
 
 @dataclass(frozen=True)

@@ -56,3 +56,29 @@ class TransportMetrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
             registry=r,
         )
+        # The SMTP and LMTP listeners, each its own `listener` label.
+        self.mail_sessions = Counter(
+            "transport_mail_sessions", "Sessions opened with a mail listener", ["listener"],
+            registry=r,
+        )  # fmt: skip
+        self.mail_sessions_open = Gauge(
+            "transport_mail_sessions_open", "Sessions open now", ["listener"], registry=r
+        )
+        self.mail_messages = Counter(
+            "transport_mail_messages",
+            "Messages a mail listener answered 250 for (queued, fsync'd)", ["listener"],
+            registry=r,
+        )  # fmt: skip
+        self.mail_bytes = Counter(
+            "transport_mail_bytes", "Bytes of the messages a mail listener queued",
+            ["listener"], registry=r,
+        )  # fmt: skip
+        self.mail_refusals = Counter(
+            "transport_mail_refusals",
+            "Replies of 4xx or 5xx a mail listener gave (per recipient after an LMTP DATA)",
+            ["listener", "code", "status"], registry=r,
+        )  # fmt: skip
+        self.mail_errors = Counter(
+            "transport_mail_errors", "Unexpected exceptions in a mail session (a bug)",
+            ["listener"], registry=r,
+        )  # fmt: skip

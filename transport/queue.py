@@ -1,6 +1,6 @@
 """The transport's queue and dumpster: one SQLite file on the transport's own disk.
 
-    messages(message_id, folder, subject, body, size, submitted)
+    messages(message_id, folder, subject, body, size, submitted, format)
     deliveries(id, message_id, recipient, state, tries, failures, last_error, database,
                delivered, queued, redeliveries, size)
     dumpster_size(database, messages, bytes)   kept by triggers in the same transactions
@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from dag_common.api_types import item_id_for
+from dag_common.rfc822 import BodyFormat
 from transport.dumpster import Entry, evicted
 from transport.messages import Delivery, MessageIn
 
@@ -51,7 +52,8 @@ T = TypeVar("T")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages(
   message_id TEXT PRIMARY KEY, folder TEXT NOT NULL, subject TEXT NOT NULL,
-  body TEXT NOT NULL, size INTEGER NOT NULL, submitted REAL NOT NULL);
+  body TEXT NOT NULL, size INTEGER NOT NULL, submitted REAL NOT NULL,
+  format TEXT NOT NULL DEFAULT 'text');
 CREATE TABLE IF NOT EXISTS deliveries(
   id INTEGER PRIMARY KEY, message_id TEXT NOT NULL REFERENCES messages(message_id),
   recipient TEXT NOT NULL, state TEXT NOT NULL, tries INTEGER NOT NULL DEFAULT 0,
@@ -121,6 +123,17 @@ class Poisoned(NamedTuple):
     reason: str | None
 
 
+def item_of(delivery: Delivery, subject: str, body: str, fmt: str) -> dict[str, str]:
+    """The item a delivery writes.  A message's subject is left to the node, which reads it
+    from the message's headers (it refuses one that differs); a text item is sent as items
+    always were, without a format."""
+    if BodyFormat(fmt).is_message:
+        return {"item_id": item_id_for(delivery.message_id), "folder": delivery.folder,
+                "body": body, "format": fmt}  # fmt: skip
+    return {"item_id": item_id_for(delivery.message_id), "folder": delivery.folder,
+            "subject": subject, "body": body}  # fmt: skip
+
+
 class QueueStore:
     """The queue file, written by one thread in group commits."""
 
@@ -130,6 +143,7 @@ class QueueStore:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.executescript(_SCHEMA)
+        self._upgrade()
         self._max_time = max_dumpster_time
         self._max_size = max_dumpster_size
         self._work: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]] | None] = (
@@ -139,6 +153,16 @@ class QueueStore:
         self._thread = threading.Thread(target=self._writer, name=f"queue {path}", daemon=True)
         self._thread.start()
         self.commits = 0  # transactions committed (each one fsync)
+
+    def _upgrade(self) -> None:
+        """A queue file of before messages had a format: its messages are text, and their
+        column says so (added once, in one transaction, before anything is served)."""
+        columns = {row[1] for row in self._conn.execute("PRAGMA table_info(messages)")}
+        if "format" not in columns:
+            self._conn.execute(
+                "ALTER TABLE messages ADD COLUMN format TEXT NOT NULL DEFAULT 'text'"
+            )
+            logger.info("queue file upgraded: messages gained their format (text)")
 
     # ---- the writer thread ------------------------------------------------------------------
 
@@ -213,28 +237,39 @@ class QueueStore:
         recipients = list(dict.fromkeys(message.recipients))  # a mailbox named twice: once
 
         def work() -> Submitted:
+            todo = recipients
             known = self._conn.execute(
-                "SELECT 1 FROM messages WHERE message_id=?", (message.message_id,)
+                "SELECT folder, size FROM messages WHERE message_id=?", (message.message_id,)
             ).fetchone()
             if known:
-                return Submitted(False, [])
-            self._conn.execute(
-                "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?)",
-                (message.message_id, message.folder, message.subject, message.body,
-                 message.size, now),
-            )  # fmt: skip
+                # The same message id again: a retry (nothing queued), or the same message
+                # for other recipients (an MTA's next transaction): only those are queued,
+                # with the message as first taken.
+                folder, size = known
+                had = {row[0] for row in self._conn.execute(
+                    "SELECT recipient FROM deliveries WHERE message_id=?", (message.message_id,)
+                )}  # fmt: skip
+                todo = [r for r in recipients if r not in had]
+                if not todo:
+                    return Submitted(False, [])
+            else:
+                folder, size = message.folder, message.size
+                self._conn.execute(
+                    "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (message.message_id, folder, message.stored_subject, message.body, size,
+                     now, str(message.format)),
+                )  # fmt: skip
             ids = [
                 self._conn.execute(
                     "INSERT INTO deliveries(message_id, recipient, state, queued, size) "
                     "VALUES (?, ?, ?, ?, ?)",
-                    (message.message_id, r, QUEUED, now, message.size),
+                    (message.message_id, r, QUEUED, now, size),
                 ).lastrowid
-                for r in recipients
+                for r in todo
             ]
             return Submitted(True, [
-                Delivery(int(i or 0), message.message_id, r, message.folder, message.size,
-                         0, 0, now)
-                for i, r in zip(ids, recipients, strict=True)
+                Delivery(int(i or 0), message.message_id, r, folder, size, 0, 0, now)
+                for i, r in zip(ids, todo, strict=True)
             ])  # fmt: skip
 
         return await self._run(work)
@@ -248,24 +283,17 @@ class QueueStore:
         and bodies read from the file (each message's once, however many recipients)."""
         ids = list(dict.fromkeys(d.message_id for d in deliveries))
 
-        def work() -> dict[str, tuple[str, str]]:
+        def work() -> dict[str, tuple[str, str, str]]:
             marks = ",".join("?" * len(ids))
             rows = self._conn.execute(
-                f"SELECT message_id, subject, body FROM messages WHERE message_id IN ({marks})",
+                "SELECT message_id, subject, body, format FROM messages "
+                f"WHERE message_id IN ({marks})",
                 ids,
             ).fetchall()
-            return {row[0]: (row[1], row[2]) for row in rows}
+            return {row[0]: (row[1], row[2], row[3]) for row in rows}
 
         texts = await self._run(work)
-        return [
-            {
-                "item_id": item_id_for(d.message_id),
-                "folder": d.folder,
-                "subject": texts[d.message_id][0],
-                "body": texts[d.message_id][1],
-            }
-            for d in deliveries
-        ]
+        return [item_of(d, *texts[d.message_id]) for d in deliveries]
 
     def _deliveries(self, where: str, *args: Any) -> list[Delivery]:
         rows = self._conn.execute(f"{_DELIVERY} {where}", args).fetchall()

@@ -22,6 +22,7 @@ from dag_common.node_client import NodeStoreClient
 from transport.app import build_app
 from transport.delivery import Deliverer
 from transport.directory import CachedDirectory
+from transport.mail_listener import Listener, MailService
 from transport.metrics import TransportMetrics
 from transport.queue import QueueStore
 from transport.retry import RetryPolicy
@@ -35,7 +36,13 @@ async def _serve(config_path: Path, name: str, listen_host: str | None) -> int:
     hub = transport_named(config, name, config_path)
     token = load_token(config)
     lock = lock_directory(hub.data_dir, f"transport {name}")  # noqa: F841 - held
-    sockets = bind_port(listen_host or hub.host, hub.port, f"transport {name}")
+    host = listen_host or hub.host
+    sockets = bind_port(host, hub.port, f"transport {name}")
+    mail_sockets = {
+        listener: bind_port(host, port, f"transport {name}'s {listener} listener")
+        for listener, port in ((Listener.SMTP, hub.smtp_port), (Listener.LMTP, hub.lmtp_port))
+        if port is not None
+    }
     settings = config.transport
     clock = SystemClock()
     metrics = TransportMetrics()
@@ -77,10 +84,19 @@ async def _serve(config_path: Path, name: str, listen_host: str | None) -> int:
     await runner.setup()
 
     delivering = asyncio.create_task(deliverer.run(), name="delivery")
+    servers: list[asyncio.Server] = []
     try:
         for sock in sockets:
             await web.SockSite(runner, sock, ssl_context=ssl_ctx).start()
         print(f"transport {name} listening on {hub.url}", flush=True)
+        for listener, socks in mail_sockets.items():
+            mail = MailService(
+                transport=transport, listener=listener, settings=settings.mail,
+                credentials=accepted, tls=ssl_ctx,
+            )  # fmt: skip
+            servers += await mail.start(socks)
+            port = socks[0].getsockname()[1]
+            print(f"transport {name} {listener} listening on {host}:{port}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -93,6 +109,8 @@ async def _serve(config_path: Path, name: str, listen_host: str | None) -> int:
         logger.info("transport %s stopping", name)
         watching.cancel()
     finally:
+        for server in servers:  # no new mail sessions; a message not yet answered 250 is
+            server.close()  # the MTA's to send again
         await runner.cleanup()  # no new submissions; those in flight answered
         delivering.cancel()
         await asyncio.gather(delivering, return_exceptions=True)
@@ -109,6 +127,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # aiosmtpd logs every command line at INFO (an AUTH's credentials among them)
+    logging.getLogger("mail.log").setLevel(logging.WARNING)
     bound_allocator()  # freed bodies back to the kernel (dag_common/memory.py)
     return asyncio.run(_serve(Path(args.config), args.name, args.listen_host))
 

@@ -13,18 +13,22 @@ import logging
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
+
+from pydantic import ValidationError
 
 from dag_common.clock import Clock
 from dag_common.config import ClusterConfig
 from dag_common.credentials import Credentials
 from dag_common.errors import ClusterStoreError
 from dag_common.memory import MemoryBudget
+from dag_common.rfc822 import body_of_message
 from transport.delivery import Deliverer, Directory
+from transport.mail_policy import Hop, message_fault, prepare
 from transport.messages import DumpsterState, MessageIn, QueueState
 from transport.metrics import TransportMetrics
-from transport.queue import QueueStore
+from transport.queue import QueueStore, Submitted
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +39,15 @@ class Outcome:
 
     status: int
     body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A recipient found in the mailbox directory."""
+
+    mailbox: str
+    database: str
+    max_item_size: int
 
 
 class Transport:
@@ -79,33 +92,77 @@ class Transport:
             self.metrics.refused.labels(refused.body.pop("reason")).inc()
             return refused
         try:
-            submitted = await self.store.submit(message, self._clock.now().timestamp())
+            submitted = await self.enqueue(message)
         except sqlite3.Error as exc:
-            self.metrics.refused.labels("queue").inc()
-            logger.error("queueing %s failed: %s", message.message_id, exc)
             return Outcome(503, {"error": f"the queue cannot take it ({exc}); not accepted"})
         if not submitted.new:
             return Outcome(200, {"message_id": message.message_id, "accepted": False,
                                  "reason": "already accepted: nothing queued again"})  # fmt: skip
-        self.metrics.accepted.inc()
-        await self._deliverer.add(submitted.deliveries)
         recipients = [d.recipient for d in submitted.deliveries]
         return Outcome(
             201, {"message_id": message.message_id, "accepted": True, "recipients": recipients}
         )
 
+    async def submit_message(
+        self, raw: bytes, recipients: list[str], folder: str, *, peer: str, secure: bool
+    ) -> Outcome:
+        """`POST /v1/messages` of a `message/rfc822` body: checked as a DATA is, queued as
+        the listeners queue it (a `Received:` header, a Message-ID if it has none)."""
+        fault = message_fault(raw)
+        if fault is not None:
+            self.metrics.refused.labels("malformed").inc()
+            return Outcome(400, {"error": f"the message: {fault.text}", "status": fault.status})
+        hop = Hop(helo=peer, peer=peer, by=self.config.transport.mail.hostname or self.name,
+                  protocol="HTTPS" if secure else "HTTP", when=self._clock.now().astimezone(UTC),
+                  recipient=recipients[0] if len(recipients) == 1 else None)  # fmt: skip
+        prepared = prepare(raw, hop, sender="", recipients=recipients)
+        body, fmt = body_of_message(prepared.raw)
+        try:
+            message = MessageIn(message_id=prepared.message_id, recipients=recipients,
+                                folder=folder, body=body, format=fmt)  # fmt: skip
+        except ValidationError as exc:
+            where = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3]
+            )
+            return Outcome(400, {"error": f"bad request: {where}"})
+        return await self.submit(message)
+
+    async def enqueue(self, message: MessageIn) -> Submitted:
+        """Queue `message` (checked already): once this returns, it is in the queue's file
+        with fsync, in the group commit every listener shares, and its deliveries wait.
+        sqlite3.Error: it is not (nothing of it holds)."""
+        try:
+            submitted = await self.store.submit(message, self._clock.now().timestamp())
+        except sqlite3.Error as exc:
+            self.metrics.refused.labels("queue").inc()
+            logger.error("queueing %s failed: %s", message.message_id, exc)
+            raise
+        if submitted.new:
+            self.metrics.accepted.inc()
+            await self._deliverer.add(submitted.deliveries)
+        return submitted
+
+    async def resolve(self, mailbox: str) -> Resolved | None:
+        """Where `mailbox` lives and the largest item its database takes; None: not in the
+        directory (or in a database the config no longer has: no node takes it).
+        ClusterStoreError: the directory cannot be read."""
+        database = await self._directory.mailbox_database(mailbox)
+        if database is None:
+            return None
+        try:
+            limit = self.config.max_item_size_of(self.config.database(database))
+        except KeyError:
+            return None
+        return Resolved(mailbox, database, limit)
+
     async def _check(self, message: MessageIn) -> Outcome | None:
         unknown, over = [], []
         for recipient in dict.fromkeys(message.recipients):
-            database = await self._directory.mailbox_database(recipient)
-            if database is None:
+            resolved = await self.resolve(recipient)
+            if resolved is None:
                 unknown.append(recipient)
                 continue
-            try:
-                limit = self.config.max_item_size_of(self.config.database(database))
-            except KeyError:  # a database the config no longer has: no node takes it
-                unknown.append(recipient)
-                continue
+            database, limit = resolved.database, resolved.max_item_size
             if message.size > limit:
                 over.append((recipient, database, limit))
         if unknown:

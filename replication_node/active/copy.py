@@ -427,8 +427,9 @@ class ActiveCopy:
         for (m, item_id), (_, row) in self.overlay.items.items():
             if m == mailbox:
                 rows[item_id] = DigestRow(
-                    item_id, row.folder, row.subject, row.deleted, row.change_number, body=row.body
-                )
+                    item_id, row.folder, row.subject, row.deleted, row.change_number,
+                    body=row.body, format=row.format,
+                )  # fmt: skip
         return list(rows.values())
 
     def live_count(self, mailbox: str, since_change: int) -> int:

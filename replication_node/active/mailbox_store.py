@@ -278,7 +278,13 @@ class MailboxStore:
             # numbered only once the whole request is valid, with no await before the commit
             ops: list[Operation] = [
                 PutItem(
-                    mailbox, self.copy.next_change_number(), item_id, i.folder, i.subject, i.body
+                    mailbox,
+                    self.copy.next_change_number(),
+                    item_id,
+                    i.folder,
+                    i.subject,
+                    i.body,
+                    i.format,
                 )
                 for item_id, i in zip(item_ids, items, strict=True)
             ]

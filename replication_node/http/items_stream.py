@@ -33,6 +33,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from dag_common.rfc822 import BodyFormat
 from dag_common.store_api import ItemsAnswer
 from replication_node.storage.reader import ItemRow, ItemsPage, MailboxReader
 
@@ -56,9 +57,13 @@ def item_chunks(row: ItemRow, bodies: bool = True) -> list[bytes]:
     """`row` as its JSON object in the answer, in parts: its fields but the body, then the
     body a slice at a time (escaped as `json.dumps` escapes it, so the bytes are those of
     the whole object dumped at once).  Without `bodies`: its fields, the body's hash in the
-    body's place, in one part."""
+    body's place, in one part.  An item that is not text says its `format`."""
     fields = row._asdict()
     body = fields.pop("body")
+    if row.format is BodyFormat.TEXT:
+        del fields["format"]  # absent means text: a text item is listed as it always was
+    else:
+        fields["format"] = row.format.value
     if not bodies:
         return [_json(fields).encode()]
     del fields["body_hash"]  # "" when read with the body: not said

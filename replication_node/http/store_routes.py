@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import hashlib
 
 from aiohttp import web
 
@@ -25,6 +26,7 @@ from dag_common.http_body import (
     max_item_size_for,
 )
 from dag_common.mailbox_digest import rows_digest
+from dag_common.rfc822 import message_bytes, message_sha256, message_size, message_slices
 from dag_common.route_roles import add_route, require
 from dag_common.store_api import Digest, ItemsAnswer, Mailbox
 from replication_node.errors import BadRequest, Conflict, NotFound
@@ -280,6 +282,41 @@ async def get_items(request: web.Request) -> web.StreamResponse:
     )
 
 
+async def get_message(request: web.Request) -> web.StreamResponse:
+    """An item as the message it is (`dag_common.rfc822`): a message's bytes as they were
+    written, or a text item presented as a text/plain message; the SHA-256 of those bytes in
+    `X-Message-SHA256`.  Any copy answers, as the listing does.  The body read is the one
+    copy of a message held: it is hashed, then written, a slice at a time from it."""
+    name = mailbox_name(request)
+    item_id = request.match_info["item_id"]
+    reader = reader_for(request)
+    if reader.mailbox(name) is None:
+        raise NotFound(f"no mailbox {name!r}")
+    row = reader.item(name, item_id)
+    if row is None or row.deleted:
+        raise NotFound(f"mailbox {name!r} has no item {item_id!r}")
+    body, fmt, subject = row.body, row.format, row.subject
+    del row
+    if not fmt.is_message:  # a text item, presented as mail (built whole: rfc822.py)
+        raw = await asyncio.to_thread(message_bytes, body, fmt, subject)
+        return web.Response(
+            body=raw,
+            content_type="message/rfc822",
+            headers={"X-Message-SHA256": hashlib.sha256(raw).hexdigest()},
+        )
+    digest = await asyncio.to_thread(message_sha256, body, fmt)
+    response = web.StreamResponse(
+        headers={"Content-Type": "message/rfc822", "X-Message-SHA256": digest}
+    )
+    response.content_length = message_size(body, fmt)
+    await response.prepare(request)
+    for part in message_slices(body, fmt):
+        await response.write(part)
+        await asyncio.sleep(0)  # a write yields only once the socket's buffer is full
+    await response.write_eof()
+    return response
+
+
 async def delete_item(request: web.Request) -> web.Response:
     result = await store_for_write(request).delete_item(
         request.match_info["mailbox"],
@@ -320,6 +357,7 @@ def add_store_routes(app: web.Application) -> None:
     )
     add_route(app, "GET", mbx + "/items", get_items, Role.STORE)
     add_route(app, "DELETE", mbx + "/items/{item_id}", delete_item, Role.STORE)
+    add_route(app, "GET", mbx + "/items/{item_id}/message", get_message, Role.STORE)
     add_route(
         app,
         "POST",

@@ -34,6 +34,8 @@ from typing import Annotated
 
 import msgspec
 
+from dag_common.rfc822 import BodyFormat
+
 DEFAULT_FOLDERS = ("Inbox", "Sent Items", "Deleted Items")
 
 
@@ -66,12 +68,18 @@ class CreateFolder(_Op, tag="create_folder"):
 
 
 class PutItem(_Op, tag="put_item"):
+    """An item created or replaced.  `format`: what its body is (`dag_common.rfc822`: a text
+    or a message kept byte for byte); left out of the record when it is text, so a text
+    item's record is what it always was, and a format this node does not know is a
+    malformed operation (never read as text)."""
+
     mailbox: str
     cn: int
     item_id: str
     folder: str
     subject: str = ""
     body: str = ""
+    format: BodyFormat = BodyFormat.TEXT
 
 
 class DeleteItem(_Op, tag="delete_item"):
@@ -131,7 +139,7 @@ _TYPE = {kind: cls for cls, kind in _KIND.items()}
 def encode(op: Operation) -> dict[str, object]:
     """The JSON object an operation is in the log (fields left at None are left out)."""
     if type(op) is PutItem:  # nearly every operation: no walk over the fields
-        return {
+        put: dict[str, object] = {
             "op": "put_item",
             "mailbox": op.mailbox,
             "cn": op.cn,
@@ -140,6 +148,9 @@ def encode(op: Operation) -> dict[str, object]:
             "subject": op.subject,
             "body": op.body,
         }
+        if op.format is not BodyFormat.TEXT:
+            put["format"] = str(op.format)
+        return put
     out: dict[str, object] = {"op": _KIND[type(op)]}
     for name in op.__struct_fields__:
         value = getattr(op, name)

@@ -64,6 +64,7 @@ from replication_node.storage.tables import (
     TABLES_SCHEMA,
     PutRow,
     TableWriter,
+    add_format,
     item_head_of,
     item_of,
     mailbox_of,
@@ -106,6 +107,7 @@ class Database:
         # size, `writebehind.write_behind`): the active sets it to give way to its log.
         self.pace: Callable[[], int | None] | None = None
         migrate_header(conn)
+        add_format(conn)  # before the digest: a file from before it adds its items up with it
         self._header = read_header(conn, path)
         self._written: DatabaseHeader | None = None  # written in a transaction, not committed
         with self._lock:
@@ -413,11 +415,11 @@ class Database:
         on disk since is the scrub's to find (`recompute_digest`)."""
         with self._read_lock:
             rows = self._reads.execute(
-                "SELECT item_id, folder, subject, deleted, change_number, body_hash"
+                "SELECT item_id, folder, subject, deleted, change_number, body_hash, format"
                 " FROM items WHERE mailbox=?",
                 (mailbox,),
             ).fetchall()
-        return [DigestRow(r[0], r[1], r[2], bool(r[3]), r[4], r[5]) for r in rows]
+        return [DigestRow(r[0], r[1], r[2], bool(r[3]), r[4], r[5], "", r[6]) for r in rows]
 
     def live_count(self, mailbox: str, since_change: int) -> int:
         """How many live items (not tombstones) of a mailbox changed after `since_change`."""

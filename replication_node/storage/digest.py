@@ -40,7 +40,7 @@ def recompute_digest(conn: sqlite3.Connection) -> int:
     """The content digest added up from the rows themselves (the bodies hashed again)."""
     total = 0
     for row in conn.execute(
-        "SELECT mailbox, item_id, folder, subject, body FROM items WHERE deleted = 0"
+        "SELECT mailbox, item_id, folder, subject, body, format FROM items WHERE deleted = 0"
     ):
         total += item_term(*row)
     for row in conn.execute("SELECT mailbox, display_name, locked, soft_deleted FROM mailboxes"):

@@ -40,12 +40,13 @@ def item_row(op: PutItem, commit_time: str) -> ItemRow:
     """A PutItem's row (a creation or a replacement)."""
     return ItemRow(
         op.mailbox, op.item_id, op.folder, op.subject, op.body, utf8_size(op.body), op.cn, False,
-        commit_time,
+        commit_time, format=op.format,
     )  # fmt: skip
 
 
 def tombstone_row(row: ItemRow | None, op: DeleteItem, commit_time: str) -> ItemRow:
-    """The row a DeleteItem leaves: a tombstone, so incremental sync sees the deletion."""
+    """The row a DeleteItem leaves: a tombstone, so incremental sync sees the deletion (its
+    body gone, its format text)."""
     folder, subject = (row.folder, row.subject) if row is not None else ("", "")
     return ItemRow(op.mailbox, op.item_id, folder, subject, "", 0, op.cn, True, commit_time)
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from dag_common.mailbox_digest import DigestRow
+from dag_common.rfc822 import BodyFormat
 
 
 class MailboxRow(NamedTuple):
@@ -25,7 +26,8 @@ class ItemRow(NamedTuple):
 
     Read without its body (a listing's `bodies=false`): `body` is "" and `body_hash`, the
     body's SHA-256 the row keeps for the digest, stands for it ("" for a tombstone);
-    `size` is still the body's."""
+    `size` is still the body's.  `format`: what the body is (`dag_common.rfc822`: text,
+    or a message kept byte for byte); a tombstone's is text."""
 
     mailbox: str
     item_id: str
@@ -37,6 +39,7 @@ class ItemRow(NamedTuple):
     deleted: bool
     commit_time: str
     body_hash: str = ""
+    format: BodyFormat = BodyFormat.TEXT
 
     def listed_size(self, bodies: bool) -> int:
         """What the row weighs in a listing, as a page cut by bytes counts it: its body, or,
@@ -73,6 +76,8 @@ class MailboxReader(Protocol):
     def live_count(self, mailbox: str, since_change: int) -> int: ...
 
     def digest_rows(self, mailbox: str) -> list[DigestRow]: ...
+
+    def item(self, mailbox: str, item_id: str) -> ItemRow | None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from dag_common.mailbox_digest import (
     mailbox_term,
     utf8_size,
 )
+from dag_common.rfc822 import BodyFormat
 from replication_node.log.operations import (
     CreateFolder,
     CreateMailbox,
@@ -47,12 +48,15 @@ CREATE TABLE folders(
 ) WITHOUT ROWID;
 -- items keep a rowid: their bodies make rows large, and SQLite stores large rows of a
 -- WITHOUT ROWID table badly (2.7x slower upserts of 1 KB rows, measured in bench/).
--- body_hash: the body's SHA-256, which the content digest counts (`digest.py`); last, as
--- a file from before it has it added (`digest.migrate_body_hash`).
+-- body_hash: the body's SHA-256, which the content digest counts (`digest.py`); format:
+-- what the body is (`dag_common.rfc822.BodyFormat`).  Both last, as a file from before
+-- them has them added (`digest._add_body_hash`, `add_format`): every statement names the
+-- columns it writes, so their order in an old file does not matter.
 CREATE TABLE items(
   mailbox TEXT NOT NULL, item_id TEXT NOT NULL, folder TEXT NOT NULL, subject TEXT NOT NULL,
   body TEXT NOT NULL, size INTEGER NOT NULL, change_number INTEGER NOT NULL,
   deleted INTEGER NOT NULL, commit_time TEXT NOT NULL, body_hash TEXT NOT NULL DEFAULT '',
+  format TEXT NOT NULL DEFAULT 'text',
   PRIMARY KEY (mailbox, item_id)
 );
 CREATE INDEX items_by_change ON items(mailbox, change_number);
@@ -61,10 +65,13 @@ CREATE INDEX items_by_change ON items(mailbox, change_number);
 
 # The columns a read gives back, in the order of the row types (`reader.py`).
 MAILBOX_COLUMNS = "mailbox, display_name, locked, soft_deleted, change_number"
-ITEM_COLUMNS = "mailbox, item_id, folder, subject, body, size, change_number, deleted, commit_time"
+ITEM_COLUMNS = (
+    "mailbox, item_id, folder, subject, body, size, change_number, deleted, commit_time, '', format"
+)
 # An item read without its body: the body's hash in its place (`ItemRow`).
 ITEM_HEAD_COLUMNS = (
-    "mailbox, item_id, folder, subject, '', size, change_number, deleted, commit_time, body_hash"
+    "mailbox, item_id, folder, subject, '', size, change_number, deleted, commit_time, body_hash,"
+    " format"
 )
 
 
@@ -74,24 +81,51 @@ def mailbox_of(row: sqlite3.Row) -> MailboxRow:
 
 
 def item_of(row: sqlite3.Row) -> ItemRow:
-    """An `items` row (read as ITEM_COLUMNS: an item or a tombstone) as the store's row."""
-    return ItemRow(row[0], row[1], row[2], row[3], row[4], row[5], row[6], bool(row[7]), row[8])
-
-
-def item_head_of(row: sqlite3.Row) -> ItemRow:
-    """An `items` row read as ITEM_HEAD_COLUMNS: without its body, with its hash."""
+    """An `items` row (read as ITEM_COLUMNS or ITEM_HEAD_COLUMNS: an item or a tombstone,
+    with or without its body) as the store's row."""
     return ItemRow(
-        row[0], row[1], row[2], row[3], row[4], row[5], row[6], bool(row[7]), row[8], row[9]
-    )
+        row[0], row[1], row[2], row[3], row[4], row[5], row[6], bool(row[7]), row[8], row[9],
+        BodyFormat(row[10]),
+    )  # fmt: skip
 
 
-_PUT = "INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?)"
+item_head_of = item_of  # the same columns, the hash or the body left ''
+
+
+_PUT = (
+    "INSERT OR REPLACE INTO items (mailbox, item_id, folder, subject, body, size, change_number,"
+    " deleted, commit_time, body_hash, format) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)"
+)
+_TOMBSTONE = (
+    "INSERT INTO items (mailbox, item_id, folder, subject, body, size, change_number, deleted,"
+    " commit_time, body_hash, format) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, '', 'text')"
+)
 # The live rows among some items of one mailbox (their ids as one JSON array: one statement
-# for a whole transaction's puts, whatever their number).
+# for a whole transaction's puts, whatever their number), with what their terms count.
 _LIVE_ITEMS = (
-    "SELECT item_id, folder, subject, body_hash FROM items"
+    "SELECT item_id, folder, subject, body_hash, format FROM items"
     " WHERE mailbox = ? AND deleted = 0 AND item_id IN (SELECT value FROM json_each(?))"
 )
+
+
+def add_format(conn: sqlite3.Connection) -> None:
+    """Give a file from before items had a format (issue 49) the column: every item it holds
+    is text, the column's default.  The same statement on every copy (a schema change, no
+    row rewritten), so copies of one database stay alike; its digest is unchanged, as a text
+    item's term is."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(items)")}
+    if not columns or "format" in columns:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(items)")}
+        if "format" not in columns:  # checked again inside the write transaction
+            conn.execute("ALTER TABLE items ADD COLUMN format TEXT NOT NULL DEFAULT 'text'")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
 
 # A put as it is written: its row for _PUT, and the row's term in the content digest.
 PutRow = tuple[tuple[Any, ...], int]
@@ -107,16 +141,17 @@ def put_rows(txn: Transaction) -> list[PutRow]:
     rows: list[PutRow] = []
     for op in txn.ops:
         if type(op) is PutItem:
-            mailbox, item_id, folder, subject, body = (
-                op.mailbox, op.item_id, op.folder, op.subject, op.body
+            mailbox, item_id, folder, subject, body, fmt = (
+                op.mailbox, op.item_id, op.folder, op.subject, op.body, op.format.value
             )  # fmt: skip
             hashed = body_hash(body)
             rows.append(
                 (
-                    (mailbox, item_id, folder, subject, body, utf8_size(body), op.cn, when, hashed),
-                    item_term_of_hash(mailbox, item_id, folder, subject, hashed),
+                    (mailbox, item_id, folder, subject, body, utf8_size(body), op.cn, when, hashed,
+                     fmt),
+                    item_term_of_hash(mailbox, item_id, folder, subject, hashed, fmt),
                 )
-            )
+            )  # fmt: skip
     return rows
 
 
@@ -236,14 +271,11 @@ def _other(conn: sqlite3.Connection, op: Operation, when: str) -> int:
                 delta -= item_term_of_hash(op.mailbox, *live)
             cur = conn.execute(
                 "UPDATE items SET deleted=1, body='', size=0, change_number=?, commit_time=?,"
-                " body_hash='' WHERE mailbox=? AND item_id=?",
+                " body_hash='', format='text' WHERE mailbox=? AND item_id=?",
                 (op.cn, when, op.mailbox, op.item_id),
             )
             if cur.rowcount == 0:
-                conn.execute(
-                    "INSERT INTO items VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, '')",
-                    (*tomb[:7], tomb.commit_time),
-                )
+                conn.execute(_TOMBSTONE, (*tomb[:7], tomb.commit_time))
         case DeleteMailbox():
             # every row of the mailbox, each one's term taken out of the digest
             delta -= mailbox_rows_digest(conn, op.mailbox)
@@ -271,7 +303,8 @@ def mailbox_rows_digest(conn: sqlite3.Connection, mailbox: str) -> int:
     own row (not reduced)."""
     total = _mailbox_term(conn, mailbox)
     for row in conn.execute(
-        "SELECT item_id, folder, subject, body_hash FROM items WHERE mailbox=? AND deleted=0",
+        "SELECT item_id, folder, subject, body_hash, format FROM items"
+        " WHERE mailbox=? AND deleted=0",
         (mailbox,),
     ):
         total += item_term_of_hash(mailbox, *row)

@@ -359,6 +359,16 @@ def test_the_cluster_config_names_each_transport_by_its_pods_dns_and_volume(rend
         assert {t.name for t in config.transports} == {
             f"{statefulset['metadata']['name']}-{i}" for i in range(2)
         }, "each transport is named by its pod: `--name $(POD_NAME)`"
+        assert {(t.smtp_port, t.lmtp_port) for t in config.transports} == {(2525, 2424)}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": 7400, "smtp": 2525, "lmtp": 2424}, "the mail listeners' ports"
+    (senders,) = [s for s in component(docs, "Service", "transport")
+                  if s["spec"].get("clusterIP") != "None"]  # fmt: skip
+    assert {p["name"]: p["port"] for p in senders["spec"]["ports"]} == {
+        "submit": 7400,
+        "smtp": 2525,
+        "lmtp": 2424,
+    }, "an MTA reaches the listeners through the senders' Service"
     settings = parse_config(cluster_config(docs), base_dir=Path("/")).transport
     assert settings == TransportSettings(
         max_dumpster_size_per_database=225 * 1024 * 1024, message_expiration="1d"
@@ -409,7 +419,10 @@ def test_the_transport_pods_serve_with_the_token_probes_and_a_grace(rendered):
     assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["DG_AUTH_TOKEN"]["secretKeyRef"] == {"name": "dag-cluster-token",
                                                     "key": "cluster-token"}  # fmt: skip
-    assert container["ports"] == [{"name": "http", "containerPort": 7400, "protocol": "TCP"}]
+    assert container["ports"] == [
+        {"name": name, "containerPort": port, "protocol": "TCP"}
+        for name, port in (("http", 7400), ("smtp", 2525), ("lmtp", 2424))
+    ]
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http"}, probe
     assert container["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
@@ -426,8 +439,8 @@ def test_the_transport_pods_serve_with_the_token_probes_and_a_grace(rendered):
     assert headless["ports"] == [{"name": "http", "port": 7400, "targetPort": "http",
                                   "appProtocol": "http"}]  # fmt: skip
     assert submit["type"] == "ClusterIP"
-    assert submit["ports"] == [{"name": "submit", "port": 7400, "targetPort": "http",
-                                "appProtocol": "http"}]  # fmt: skip
+    assert submit["ports"][0] == {"name": "submit", "port": 7400, "targetPort": "http",
+                                  "appProtocol": "http"}  # fmt: skip
     for spec in services.values():
         assert selects({"matchLabels": spec["selector"]}, pod["metadata"]["labels"])
 

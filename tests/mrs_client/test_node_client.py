@@ -13,6 +13,7 @@ from aiohttp import web
 
 from dag_common.config import parse_config
 from dag_common.node_client import NodeStoreClient
+from dag_common.rfc822 import BodyFormat
 from dag_common.store_api import Item
 from mrs_client.errors import NodeCallError
 from tests.cluster_harness import cluster_config, serve_app
@@ -326,6 +327,23 @@ async def test_an_item_of_a_listing_that_is_not_one_comes_back_unreadable(broken
     assert "folder" in listed.items[3].unreadable
     assert listed.items[4].body == "été" and listed.epoch == 2
     assert listed.items[0].body == first_body
+
+
+async def test_an_items_format_is_read_and_one_the_mover_does_not_know_is_unreadable(
+    broken_node,
+):
+    """Issue 49: a message is listed with its format (a text item without one); a format
+    the mover does not know is never taken for text: the item is unreadable (skipped)."""
+    state, client = broken_node
+    rows = [row("m1", 1), row("m2", 2, format="message-8bit"), row("m3", 3, format="mbox")]
+    state["listing"] = json.dumps({"items": rows, "last_change_number": 3}).encode()
+    listed = await client.items("DB2", "alice", 0, 10)
+    assert [(i.format, bool(i.unreadable)) for i in listed.items] == [
+        (BodyFormat.TEXT, False),
+        (BodyFormat.MESSAGE_8BIT, False),
+        (BodyFormat.TEXT, True),
+    ]
+    assert "mbox" in listed.items[2].unreadable
 
 
 async def test_a_listing_without_bodies_comes_back_as_items_without_bodies(broken_node):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import pytest
 
+from dag_common.rfc822 import BodyFormat
 from dag_common.store_api import Item
 from mrs_client.errors import NeedsReconcile
 from mrs_client.item_limits import SkipReason, sort_out
@@ -207,3 +209,20 @@ def test_a_plan_made_without_bodies_is_the_plan_made_with_them():
     assert [i.item_id for i in heads.puts] == [i.item_id for i in with_bodies.puts] == ["b", "e"]
     assert heads.deletes == with_bodies.deletes == ("z",)
     assert heads.cursor == with_bodies.cursor
+
+
+def test_an_item_whose_only_difference_is_its_format_is_repaired_listed_or_not():
+    """The same body and subject, a message at the source and text on the target (issue
+    49): different content, with bodies or by hashes, and the put carries the format."""
+    message = Item("b", "Inbox", "s", "b", 5, format=BodyFormat.MESSAGE)
+    source = [it("a", 3), message]
+    target = [it("a", 1), it("b", 2)]
+    plan = plan_repair(source, target)
+    assert [(i.item_id, i.format) for i in plan.puts] == [("b", BodyFormat.MESSAGE)]
+    assert plan.puts[0].entry()["format"] == "message"
+    heads = plan_repair(
+        [head("a", 3), dataclasses.replace(head("b", 5), format=BodyFormat.MESSAGE)],
+        [head("a", 1), head("b", 2)],
+    )
+    assert [i.item_id for i in heads.puts] == ["b"]
+    assert plan_repair(source, [it("a", 1), message]).puts == ()

@@ -44,7 +44,10 @@ def operation(draw):
     if kind == "del":
         return {"op": "delete_item", **item}
     folder = draw(st.sampled_from(["Inbox", "Projects"]))
-    return {"op": "put_item", **item, "folder": folder, "subject": draw(text), "body": draw(text)}
+    put = {"op": "put_item", **item, "folder": folder, "subject": draw(text), "body": draw(text)}
+    # a text item's record says no format; a message's does (dag_common.rfc822)
+    fmt = draw(st.sampled_from([None, None, "message", "message-8bit"]))
+    return put if fmt is None else {**put, "format": fmt}
 
 
 # generations of transactions of operations

@@ -157,16 +157,19 @@ def test_a_file_from_before_body_hashes_is_migrated_and_its_digest_added_up_agai
 
 
 # How files kept their content digest before issue 33: a trigger per table and change,
-# calling a Python function per row.  The oracle of the two tests below.
+# calling a Python function per row (an item's format, issue 49, passed as well: a text
+# item's term is the old one).  The oracle of the two tests below.
 TRIGGERS_BEFORE_33 = """
 CREATE TRIGGER dg_items_ins2 AFTER INSERT ON items WHEN NEW.deleted = 0 BEGIN
-  SELECT dg_item(1, NEW.mailbox, NEW.item_id, NEW.folder, NEW.subject, NEW.body_hash); END;
+  SELECT dg_item(1, NEW.mailbox, NEW.item_id, NEW.folder, NEW.subject, NEW.body_hash,
+    NEW.format); END;
 CREATE TRIGGER dg_items_del2 AFTER DELETE ON items WHEN OLD.deleted = 0 BEGIN
-  SELECT dg_item(-1, OLD.mailbox, OLD.item_id, OLD.folder, OLD.subject, OLD.body_hash); END;
+  SELECT dg_item(-1, OLD.mailbox, OLD.item_id, OLD.folder, OLD.subject, OLD.body_hash,
+    OLD.format); END;
 CREATE TRIGGER dg_items_upd2 AFTER UPDATE ON items BEGIN
-  SELECT dg_item(-1, OLD.mailbox, OLD.item_id, OLD.folder, OLD.subject, OLD.body_hash)
+  SELECT dg_item(-1, OLD.mailbox, OLD.item_id, OLD.folder, OLD.subject, OLD.body_hash, OLD.format)
     WHERE OLD.deleted = 0;
-  SELECT dg_item(1, NEW.mailbox, NEW.item_id, NEW.folder, NEW.subject, NEW.body_hash)
+  SELECT dg_item(1, NEW.mailbox, NEW.item_id, NEW.folder, NEW.subject, NEW.body_hash, NEW.format)
     WHERE NEW.deleted = 0; END;
 CREATE TRIGGER dg_mbx_ins AFTER INSERT ON mailboxes BEGIN
   SELECT dg_mailbox(1, NEW.mailbox, NEW.display_name, NEW.locked, NEW.soft_deleted); END;
@@ -189,7 +192,7 @@ def with_old_triggers(conn: sqlite3.Connection, kept: list[int]) -> None:
         kept[0] = (kept[0] + sign * value) % MODULUS
 
     conn.execute("PRAGMA recursive_triggers = ON")
-    conn.create_function("dg_item", 6, lambda s, *f: term(s, item_term_of_hash(*f)))
+    conn.create_function("dg_item", 7, lambda s, *f: term(s, item_term_of_hash(*f)))
     conn.create_function("dg_mailbox", 5, lambda s, *f: term(s, mailbox_term(*f)))
     conn.create_function("dg_folder", 3, lambda s, *f: term(s, folder_term(*f)))
 

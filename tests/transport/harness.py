@@ -15,12 +15,22 @@ from tools.ports import free_port
 class Hubs:
     """The transports of `cluster`, as processes."""
 
-    def __init__(self, cluster: LocalCluster, *names: str, **settings: Any) -> None:
+    def __init__(
+        self, cluster: LocalCluster, *names: str, scheme: str = "http", mail_ports: bool = False,
+        **settings: Any,
+    ) -> None:  # fmt: skip
+        """`mail_ports`: each transport gets an SMTP and an LMTP port (smtp_ports, lmtp_ports)."""
         self.cluster = cluster
+        self.scheme = scheme
         self.ports = {name: free_port() for name in names}
+        self.smtp_ports = {name: free_port() for name in names} if mail_ports else {}
+        self.lmtp_ports = {name: free_port() for name in names} if mail_ports else {}
         cluster.config["transports"] = [
-            {"name": n, "site": "redmond", "url": self.url(n), "data_dir": n} for n in names
-        ]
+            {"name": n, "site": "redmond", "url": self.url(n), "data_dir": n,
+             **({"smtp_port": self.smtp_ports[n], "lmtp_port": self.lmtp_ports[n]}
+                if mail_ports else {})}
+            for n in names
+        ]  # fmt: skip
         cluster.config["transport"] = {
             "redelivery_interval": "200ms", "retry_interval": "50ms",
             "retry_max_interval": "500ms", **settings,
@@ -29,7 +39,7 @@ class Hubs:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.ports[name]}"
+        return f"{self.scheme}://127.0.0.1:{self.ports[name]}"
 
     def log(self, name: str) -> str:
         path = self.cluster.root / f"{name}.log"

@@ -26,10 +26,41 @@ async def test_a_message_is_queued_once_per_recipient_and_once_per_message_id(tm
     store = _store(tmp_path)
     first = await store.submit(_message(1, "alice", "bob", "alice"), now=10.0)
     assert first.new and [d.recipient for d in first.deliveries] == ["alice", "bob"]
-    again = await store.submit(_message(1, "carol"), now=11.0)
-    assert not again.new and again.deliveries == []
-    assert [d.recipient for d in await store.queued()] == ["alice", "bob"]
+    again = await store.submit(_message(1, "bob", "alice"), now=11.0)
+    assert not again.new and again.deliveries == [], "a retry: nothing queued again"
+    # The same message for another recipient (an MTA splits a message's recipients over
+    # transactions: Postfix's lmtp_destination_recipient_limit) is queued for that one.
+    other = await store.submit(_message(1, "carol", "bob"), now=12.0)
+    assert other.new and [d.recipient for d in other.deliveries] == ["carol"]
+    assert [d.recipient for d in await store.queued()] == ["alice", "bob", "carol"]
     store.close()
+
+
+async def test_a_queue_file_of_before_gains_the_format_and_its_messages_stay_text(tmp_path):
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "queue.db") as old:  # the schema before issue 49
+        old.executescript(
+            "CREATE TABLE messages(message_id TEXT PRIMARY KEY, folder TEXT NOT NULL, "
+            "subject TEXT NOT NULL, body TEXT NOT NULL, size INTEGER NOT NULL, "
+            "submitted REAL NOT NULL);"
+            "INSERT INTO messages VALUES ('<old@example>', 'Inbox', 's', 'b', 2, 1.0);"
+        )
+    store = _store(tmp_path)
+    await store.submit(_message(2, "alice"), now=2.0)
+    raw = "Subject: =?utf-8?q?Gr=C3=BC=C3=9Fe?=\r\n\r\nbody\r\n"
+    mail = MessageIn(message_id="<3@example>", recipients=["alice"], body=raw, format="message")
+    await store.submit(mail, now=3.0)
+    text, message = await store.items(await store.queued())
+    assert set(text) == {"item_id", "folder", "subject", "body"}, "a text item as before"
+    assert message["format"] == "message" and message["body"] == raw
+    assert "subject" not in message, "a message's subject is the node's to read"
+    store.close()
+    with sqlite3.connect(tmp_path / "queue.db") as conn:
+        rows = dict(conn.execute("SELECT message_id, format FROM messages"))
+        (subject,) = conn.execute("SELECT subject FROM messages WHERE message_id='<3@example>'")
+    assert rows == {"<old@example>": "text", "<2@example>": "text", "<3@example>": "message"}
+    assert subject == ("Grüße",), "the queue shows a message's subject, read from it"
 
 
 async def test_many_submissions_share_commits(tmp_path):

@@ -175,7 +175,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- range $i := until (int $v.transports.replicas) }}
 {{- $name := printf "%s-transport-%d" $fullname $i }}
 {{- $url := printf "%s://%s.%s.%s:%d" $scheme $name (include "dag.transportsService" $root) $domain (int $v.transports.port) }}
-{{- $hubs = append $hubs (dict "name" $name "site" (include "dag.transportSite" $root) "url" $url "data_dir" "/var/lib/dag/transport") }}
+{{- $hub := dict "name" $name "site" (include "dag.transportSite" $root) "url" $url "data_dir" "/var/lib/dag/transport" }}
+{{- if $v.transports.smtpPort }}{{- $_ := set $hub "smtp_port" (int $v.transports.smtpPort) }}{{- end }}
+{{- if $v.transports.lmtpPort }}{{- $_ := set $hub "lmtp_port" (int $v.transports.lmtpPort) }}{{- end }}
+{{- $hubs = append $hubs $hub }}
 {{- end }}
 {{- $_ := set $config "transports" $hubs }}
 {{- $_ := set $config "transport" $v.transports.config }}

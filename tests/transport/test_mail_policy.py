@@ -1,0 +1,77 @@
+"""The mail listeners' pure rules, table by table: a line's faults, the mailboxes an address
+may be, the trusted networks, and what a message becomes (its trace header, its id)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from transport import mail_policy as policy
+
+HOP = policy.Hop(
+    helo="mx.example", peer="10.0.0.7", by="hub1.test", protocol="LMTP",
+    when=datetime(2026, 11, 29, 5, 0, tzinfo=UTC), recipient="bob@example.org",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(("line", "fault"), [
+    (b"hello\r\n", None),
+    (b"x" * 998 + b"\r\n", None),
+    (b"." + b"x" * 998 + b"\r\n", None),  # dot-stuffed: 998 octets once unstuffed
+    (b"x" * 999 + b"\r\n", policy.LINE_TOO_LONG),
+    (b"one\ntwo\r\n", policy.BARE_LINE_END),
+    (b"one\rtwo\r\n", policy.BARE_LINE_END),
+    (b"\r\n", None),
+])  # fmt: skip
+def test_a_line_of_data_and_what_is_wrong_with_it(line, fault):
+    assert policy.line_fault(line) == fault
+
+
+@pytest.mark.parametrize(("address", "names"), [
+    ("bob@example.org", ["bob@example.org", "bob"]),
+    ("bob", ["bob"]),
+    ("a.b+tag@x", ["a.b+tag@x", "a.b+tag"]),
+    ("'quoted'@x", []),  # no mailbox is named so
+    ("@x", []),
+])  # fmt: skip
+def test_the_mailboxes_an_address_may_be(address, names):
+    assert policy.mailboxes_of(address) == names
+
+
+@pytest.mark.parametrize(("peer", "trusted"), [
+    ("127.0.0.1", True), ("10.1.2.3", True), ("::ffff:10.1.2.3", True), ("::1", True),
+    ("192.168.1.1", False), ("not an address", False), ("", False),
+])  # fmt: skip
+def test_trusted_networks(peer, trusted):
+    assert policy.trusted(peer, ["127.0.0.0/8", "10.0.0.0/8", "::1/128"]) is trusted
+
+
+def test_a_message_with_its_own_id_keeps_it_after_one_trace_header():
+    raw = b"Subject: x\r\nMessage-ID:\r\n <a@b>\r\n\r\nbody\r\n"
+    prepared = policy.prepare(raw, HOP, sender="s@x", recipients=["bob@example.org"])
+    assert prepared.message_id == "<a@b>", "unfolded"
+    assert prepared.raw == (
+        b"Received: from mx.example ([10.0.0.7])\r\n\tby hub1.test with LMTP id <a@b>\r\n"
+        b"\tfor <bob@example.org>; Sun, 29 Nov 2026 05:00:00 +0000\r\n" + raw
+    )
+
+
+def test_a_message_without_an_id_gets_one_made_of_its_bytes_and_envelope():
+    raw = b"Subject: x\r\n\r\nbody\r\n"
+    one = policy.prepare(raw, HOP, sender="s@x", recipients=["bob"])
+    again = policy.prepare(raw, HOP, sender="s@x", recipients=["bob"])
+    other = policy.prepare(raw, HOP, sender="s@x", recipients=["alice"])
+    assert one == again and one.message_id != other.message_id
+    assert one.raw.endswith(f"Message-ID: {one.message_id}\r\n".encode() + raw)
+    broken = b"Message-ID: two words\r\n\r\nbody\r\n"  # one it has, unusable: not a second
+    assert policy.prepare(broken, HOP, sender="", recipients=["bob"]).raw.count(b"Message-ID") == 1
+
+
+def test_sessions_per_client_are_bounded_and_given_back():
+    count = policy.SessionCount(2)
+    assert [count.admit("a"), count.admit("a"), count.admit("a"), count.admit("b")] == [
+        True, True, False, True
+    ]  # fmt: skip
+    count.leave("a")
+    assert count.admit("a") and count.total == 3

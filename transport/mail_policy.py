@@ -1,0 +1,234 @@
+"""What the SMTP and LMTP listeners answer, and what a message becomes (pure: no I/O).
+
+A message is taken as it came: its bytes are kept, a `Received:` trace header is put in
+front (RFC 5321 4.4, as every MTA does), and a `Message-ID:` after it when it has none
+(RFC 5322 3.6.4 says it SHOULD have one; the queue and the item id need one).  A message
+id made here is derived from the message's bytes and its envelope, not drawn at random:
+an MTA that sends the same message again after hearing no answer (RFC 5321 4.5.4.1) gets
+the same id, so it is queued once, as a message that has its own id is.
+
+Lines (RFC 5321 2.3.8, 4.5.3.1.6; RFC 5322 2.1.1, 2.3).  A line of the message is at most
+998 octets before its CRLF, and CR and LF appear only together.  A message that breaks
+either is refused whole (550 5.5.2, Postfix's answer to a bare LF), not normalised:
+
+- the store keeps messages byte for byte; a normalised message would be one the sender
+  never sent, with a SHA-256 nobody can check against the sender's copy;
+- a bare LF is what SMTP smuggling (CVE-2023-51764/51765/51766) rides on: accepting it in
+  any form lets two hops disagree on where a message ends;
+- an MTA never sends either (Postfix, Exim and Exchange turn a message into CRLF lines of
+  at most 998 octets, or encode it, before they relay it); a client that does is broken,
+  and a refusal tells its operator so, where normalising would hide it.
+
+Reply codes are RFC 5321's, with RFC 3463's enhanced status codes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from email.parser import BytesHeaderParser
+from email.policy import compat32
+from email.utils import format_datetime
+
+from dag_common.api_types import NAME_PATTERN
+from dag_common.rfc822 import header_block
+
+MAX_LINE = 998  # octets of a line before its CRLF (RFC 5322 2.1.1)
+_MESSAGE_ID = re.compile(r"^[\x21-\x7e]{1,998}$")  # transport.messages.MessageId's pattern
+_NAME = re.compile(NAME_PATTERN)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One SMTP reply: its code, enhanced status and text."""
+
+    code: int
+    status: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.status} {self.text}"
+
+    @property
+    def accepted(self) -> bool:
+        return 200 <= self.code < 300
+
+
+OK = Reply(250, "2.1.5", "OK")
+LINE_TOO_LONG = Reply(
+    550, "5.5.2", f"a line over {MAX_LINE} octets (RFC 5322 2.1.1); nothing queued"
+)
+BARE_LINE_END = Reply(
+    550, "5.5.2", "a bare CR or LF in the message (RFC 5321 2.3.8); nothing queued"
+)
+TOO_MANY_RECIPIENTS = Reply(452, "4.5.3", "too many recipients; send the rest again")
+DIRECTORY_UNREADABLE = Reply(451, "4.3.0", "the mailbox directory cannot be read; try again later")
+QUEUE_UNAVAILABLE = Reply(451, "4.3.0", "the queue cannot take the message; try again later")
+NO_MEMORY = Reply(452, "4.3.1", "the transport holds too much mail in memory; try again shortly")
+AUTH_REQUIRED = Reply(530, "5.7.0", "authentication required (STARTTLS, then AUTH)")
+AUTH_FAILED = Reply(535, "5.7.8", "authentication credentials invalid")
+AUTH_OK = Reply(235, "2.7.0", "authentication successful")
+IDLE = Reply(421, "4.4.2", "idle too long; closing")
+BUSY = Reply(421, "4.7.0", "too many sessions from your address; try again later")
+UNTRUSTED = Reply(554, "5.7.1", "this listener serves only the trusted networks")
+
+
+def unknown_recipient(address: str) -> Reply:
+    return Reply(550, "5.1.1", f"<{address}>: no such mailbox")
+
+
+def bad_recipient(address: str) -> Reply:
+    return Reply(553, "5.1.3", f"<{address}>: not a mailbox address")
+
+
+def too_large(size: int, limit: int, database: str) -> Reply:
+    return Reply(
+        552, "5.3.4",
+        f"the message is {size} bytes, over {database}'s max_item_size of {limit} bytes; "
+        "nothing queued",
+    )  # fmt: skip
+
+
+def line_fault(line: bytes) -> Reply | None:
+    """What is wrong with one line of DATA as read up to its CRLF (its dot-stuffing still
+    on): a bare CR or LF, or more than MAX_LINE octets; None if nothing."""
+    text = line[:-2] if line.endswith(b"\r\n") else line
+    if b"\n" in text or b"\r" in text:
+        return BARE_LINE_END
+    unstuffed = len(text) - 1 if text.startswith(b".") else len(text)
+    if unstuffed > MAX_LINE:
+        return LINE_TOO_LONG
+    return None
+
+
+def message_fault(raw: bytes) -> Reply | None:
+    """What is wrong with the lines of a whole message (`line_fault` of each, no
+    dot-stuffing): the checks a DATA makes, for a message submitted over HTTP."""
+    start = 0
+    while start < len(raw):
+        end = raw.find(b"\r\n", start)
+        end = len(raw) if end < 0 else end + 2
+        line = raw[start:end]
+        fault = line_fault(b"x" + line if line.startswith(b".") else line)
+        if fault is not None:
+            return fault
+        start = end
+    return None
+
+
+def mailboxes_of(address: str) -> list[str]:
+    """The mailbox names an address may be, in the order the directory is asked: the
+    address itself (a mailbox may be named `bob@example.com`), then its local part (the
+    MTA routed the domain here: it is one of ours).  Empty: no mailbox can be named so."""
+    local = address.rpartition("@")[0] if "@" in address else address
+    return [name for name in dict.fromkeys((address, local)) if name and _NAME.match(name)]
+
+
+def trusted(peer: str | None, networks: Iterable[str]) -> bool:
+    """Whether the client at `peer` (an IP address) is in one of `networks`."""
+    if not peer:
+        return False
+    try:
+        address = ipaddress.ip_address(peer.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in ipaddress.ip_network(n, strict=False) for n in networks)
+
+
+def message_id_of(raw: bytes) -> str | None:
+    """The message's own Message-ID, as the queue keys it (None: it has none usable)."""
+    headers = BytesHeaderParser(policy=compat32).parsebytes(header_block(raw))
+    value = headers.get("Message-ID")
+    if value is None:
+        return None
+    text = "".join(str(value).split())  # unfolded
+    return text if _MESSAGE_ID.match(text) else None
+
+
+def made_message_id(raw: bytes, sender: str, recipients: Iterable[str], host: str) -> str:
+    """A Message-ID for a message without one: the same for the same message sent again
+    (its bytes and envelope), so an MTA's retry is queued once."""
+    h = hashlib.sha256()
+    for part in (sender, *recipients):
+        h.update(part.encode("utf-8", "surrogateescape") + b"\0")
+    h.update(raw)
+    return f"<{h.hexdigest()[:40]}@{host}>"
+
+
+@dataclass(frozen=True)
+class Hop:
+    """What a `Received:` header says of the hop that brought the message here."""
+
+    helo: str  # what the client called itself
+    peer: str  # its address
+    by: str  # this listener's host name
+    protocol: str  # RFC 3848's: ESMTP, ESMTPS, ESMTPSA, LMTP, LMTPS ...
+    when: datetime  # aware
+    recipient: str | None = None  # said only for a message of one recipient (privacy)
+
+
+def received(hop: Hop, message_id: str) -> bytes:
+    """The `Received:` header (RFC 5321 4.4), folded, with its CRLF."""
+    helo = "".join(c for c in hop.helo if 0x21 <= ord(c) < 0x7F and c not in "()")[:255]
+    lines = [
+        f"Received: from {helo or 'unknown'} ([{hop.peer}])",
+        f"\tby {hop.by} with {hop.protocol} id {message_id[:120]}",
+    ]
+    if hop.recipient:
+        lines.append(f"\tfor <{hop.recipient}>")
+    lines[-1] += f"; {format_datetime(hop.when)}"
+    return ("\r\n".join(lines) + "\r\n").encode("ascii", "replace")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A message as it is queued: its bytes (trace header and, if it had none, Message-ID
+    in front of what came) and the id it is queued under."""
+
+    raw: bytes
+    message_id: str
+
+
+def prepare(raw: bytes, hop: Hop, *, sender: str, recipients: list[str]) -> Prepared:
+    """`raw` as it is queued (see the module's docstring)."""
+    own = message_id_of(raw)
+    if own is not None:
+        return Prepared(received(hop, own) + raw, own)
+    made = made_message_id(raw, sender, recipients, hop.by)
+    added = f"Message-ID: {made}\r\n".encode("ascii")
+    if b"message-id:" in header_block(raw).lower():  # one it has, unusable: not a second
+        added = b""
+    return Prepared(received(hop, made) + added + raw, made)
+
+
+class SessionCount:
+    """Sessions open per client address, against a bound (`admit`, then `leave`)."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._open: dict[str, int] = {}
+
+    def admit(self, peer: str) -> bool:
+        """Count one more session of `peer`; False (nothing counted) past the bound."""
+        n = self._open.get(peer, 0)
+        if n >= self._limit:
+            return False
+        self._open[peer] = n + 1
+        return True
+
+    def leave(self, peer: str) -> None:
+        n = self._open.get(peer, 0) - 1
+        if n > 0:
+            self._open[peer] = n
+        else:
+            self._open.pop(peer, None)
+
+    @property
+    def total(self) -> int:
+        return sum(self._open.values())
