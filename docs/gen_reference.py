@@ -388,7 +388,8 @@ def config_page() -> str:
         "wrong field is refused with its path and why (exit 2). Relative paths resolve "
         "against the file's directory. Every field below, with its type, default and bounds "
         "from the pydantic models' JSON schema (`dag_common/config.py` and its sections, "
-        "`config_store.py`, `config_guarantee.py`, `config_tls.py`), the comment written "
+        "`config_defaults.py`, `config_store.py`, `config_guarantee.py`, `config_tls.py`), the "
+        "comment written "
         "above it in the model, and what its validators refuse. An example is "
         "`examples/cluster.yaml`; the contract is in [Design](../DESIGN.md).\n",
     ]
