@@ -28,6 +28,7 @@ pytestmark = pytest.mark.slow
 BOX = "/v1/databases/DB1/mailboxes/alice"
 FEED = f"{BOX}/changes"
 LONG = "60"  # seconds: longer than the session's 30 s, so an answer means a wake
+MAX = 2**63 - 1  # a change number no mailbox reaches: only the end of the feed answers
 
 
 @pytest.fixture
@@ -125,7 +126,7 @@ async def test_a_waiter_is_answered_by_a_put_and_a_quiet_wait_by_its_cursor(clus
         assert await client.changes("DB1", "carol", 0, wait=0) is None
 
 
-async def test_bad_input_is_refused_and_a_passive_names_the_active(cluster):
+async def test_bad_input_is_refused_a_passive_names_the_active_and_a_dismount_answers(cluster):
     c = cluster
     for params, word in [
         ({"since_change": "abc"}, "since_change"),
@@ -150,6 +151,16 @@ async def test_bad_input_is_refused_and_a_passive_names_the_active(cluster):
     async with aiohttp.ClientSession() as anonymous, anonymous.get(f"{c.url('mbx1')}{FEED}") as r:
         assert r.status == 401
     assert await waiters(c) == 0, "nothing refused was counted as waiting"
+
+    # An operator's dismount answers the waiter: 503, saying so; a mount serves it again.
+    task = feed(c, wait=LONG, since_change=MAX)
+    await waiting(c, 1)
+    await c.ok("POST", "mbx1", "/v1/databases/DB1/dismount")
+    code, body = await task
+    assert code == 503 and "dismounted" in body["error"], body
+    await c.ok("POST", "mbx1", "/v1/databases/DB1/mount")
+    code, body = await c.call("GET", "mbx1", FEED, params={"wait": "0"})
+    assert code == 200 and body["changed"] is True, body
 
 
 async def test_the_waiters_are_capped_and_a_caller_gone_frees_its_slot(cluster):
