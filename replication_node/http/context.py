@@ -15,12 +15,6 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from dag_common.admin_api import (
-    ActivationAnswer,
-    BlockBufferAnswer,
-    LastLogsAnswer,
-    SwitchoverAnswer,
-)
 from dag_common.api_types import NAME_PATTERN
 from dag_common.clock import Clock
 from dag_common.config import ClusterConfig
@@ -31,6 +25,12 @@ from dag_common.model import AutoDatabaseMountDial, NodeStatus
 from replication_node.active.copy import ActiveCopy
 from replication_node.active.instance import ActiveInstance
 from replication_node.active.mailbox_store import MailboxStore
+from replication_node.admin_api import (
+    ActivationAnswer,
+    BlockBufferAnswer,
+    LastLogsAnswer,
+    SwitchoverAnswer,
+)
 from replication_node.errors import BadRequest, LogStreamStopped, NotActive, NotFound
 from replication_node.interfaces import HostedCopy
 from replication_node.storage.reader import MailboxReader
