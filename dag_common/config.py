@@ -77,6 +77,10 @@ class NodeConfig(_Model):
     # the budget is taken alone.  256 MiB: a fourth of the chart's 1 GiB pod, where a write
     # costs the node about twice its body while it is parsed.
     memory_budget: ByteSize = Field(default=ByteSize(DEFAULT_MEMORY_BUDGET), gt=0)
+    # Requests waiting on a mailbox's change feed at once (GET …/changes; an IMAP front
+    # keeps one per mailbox with a session): past it a request is answered 503 with
+    # Retry-After.  Each costs a socket and a few KiB, no thread.
+    change_waiters: int = Field(default=10_000, ge=1, le=1_000_000)
 
     @field_validator("url")
     @classmethod

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from dag_common.api_types import NAME_PATTERN
+from dag_common.clock import Clock
 from dag_common.config import ClusterConfig
 from dag_common.echo import quoted
 from dag_common.http_body import SMALL_BODY, BodyLimit, body_text, parse_json, read_body
@@ -43,6 +44,9 @@ class NodeApi(Protocol):
     config: ClusterConfig
     unexpected_errors: int  # the API's 500s, counted for the metrics
     memory: MemoryBudget  # bytes of request bodies in flight
+
+    @property
+    def clock(self) -> Clock: ...
 
     def instance(self, database: str) -> HostedCopy | None: ...
 
