@@ -94,7 +94,7 @@ tutorial: $(STAMP) ## run the tutorial against a cluster and rewrite the outputs
 	$(BIN)/python docs/tutorial/run.py
 
 demo: $(STAMP) demo-deps ## a three-node cluster on loopback: writes, a move, copies converging
-	$(BIN)/python -m replication_node.demo
+	$(BIN)/python -m demo
 
 bench: $(STAMP) ## log write throughput with fsync, beside a raw fsync'd append
 	$(BIN)/python bench/log_write.py

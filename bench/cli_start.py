@@ -30,9 +30,10 @@ from pathlib import Path
 
 import yaml
 
-from dag_common.ports import free_port
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tools.ports import free_port  # noqa: E402
 
 
 @dataclass(frozen=True)

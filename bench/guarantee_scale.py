@@ -46,11 +46,11 @@ from dag_common._generated.dataguarantee.v1 import (  # noqa: E402
     data_guarantee_pb2_grpc as pb_grpc,
 )
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport, NodeStatus  # noqa: E402
-from dag_common.ports import free_port  # noqa: E402
 from replication_node.http.context import NODE  # noqa: E402
 from replication_node.http.status_watch import WATCH_TICK, add_status_watch_route  # noqa: E402
 from tests.cluster_harness import TOKEN, cluster_config, wait_until, write_cluster_config  # noqa: E402
 from tests.prometheus import samples  # noqa: E402
+from tools.ports import free_port  # noqa: E402
 
 META = (("authorization", f"Bearer {TOKEN}"),)
 T0 = datetime(2026, 11, 23, tzinfo=UTC)

@@ -3,6 +3,11 @@
 Every field of the contract in DESIGN.md is accepted as written.  Relative paths are taken
 from the directory of the config file, so a config works wherever it is started from.
 A bad file raises `ConfigError` whose message names the field path and the reason.
+
+The whole config (`ClusterConfig`), its nodes, databases and transports are here; four
+sections stand in modules of their own, each a model of the same base (`config_base`): the
+per-database defaults (`config_defaults`), the cluster store's (`config_store`), the Data
+Guarantee service's (`config_guarantee`) and TLS (`config_tls`).
 """
 
 from __future__ import annotations
@@ -10,26 +15,27 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-import ssl
 from collections.abc import Callable
 from datetime import timedelta
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
     AfterValidator,
-    BaseModel,
     ByteSize,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
     model_validator,
 )
 
+from dag_common.config_base import ConfigModel as _Model
+from dag_common.config_defaults import MIB, Defaults, ItemSize
+from dag_common.config_guarantee import GuaranteeApiConfig
+from dag_common.config_store import EmbeddedStore, EtcdStore
+from dag_common.config_tls import TlsConfig
 from dag_common.credentials import (
     CLUSTER_CREDENTIAL,
     CREDENTIAL_FILE_ENV,
@@ -50,188 +56,12 @@ from dag_common.model import AutoDatabaseMountDial, DataMoveReplicationConstrain
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 NAME_RULE = "1 to 64 letters, digits, '_', '.' or '-', the first a letter or digit"
 
-MIB = 1024 * 1024
-# The largest item a store write takes: Exchange Online's receive limit (36 MB) by default;
-# at most 150 MiB, Exchange's own ceiling for a message, since a write of one item holds
-# about twice its size in a node's memory at the HTTP edge.
-DEFAULT_MAX_ITEM_SIZE = 36 * MIB
 DEFAULT_MEMORY_BUDGET = 256 * MIB  # a node's bodies in flight (NodeConfig.memory_budget)
-MAX_MAX_ITEM_SIZE = 150 * MIB
 
 
 def is_config_name(text: str) -> bool:
     """Whether `text` can name a node, site, database or cluster of the config (NAME_RULE)."""
     return re.fullmatch(_NAME, text) is not None
-
-
-def _max_item_size(value: ByteSize) -> ByteSize:
-    if not 0 < value <= MAX_MAX_ITEM_SIZE:
-        raise ValueError(
-            f"max_item_size must be more than 0 bytes and at most 150MiB ({MAX_MAX_ITEM_SIZE} "
-            f"bytes), not {int(value)} bytes"
-        )
-    return value
-
-
-ItemSize = Annotated[ByteSize, AfterValidator(_max_item_size)]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class EmbeddedStore(_Model):
-    """The cluster store as one SQLite file on this machine (the default)."""
-
-    kind: Literal["embedded"] = "embedded"
-    path: Path = Path("./var/cluster.db")
-
-
-class EtcdStore(_Model):
-    """The cluster store in etcd, for nodes on several hosts.
-
-    TLS: `ca_file` is the CA that https:// endpoints are verified against (without it, the
-    system's CAs); `cert_file` and `key_file` are the client certificate that an etcd run
-    with --client-cert-auth asks for.  RBAC: `username` and `password_file`; the password is
-    read from its file at each authentication (a rotated Secret is picked up), never written
-    in the config.
-
-    The files are checked when the store is opened, not here: the config is also loaded
-    where the store is never opened (`replication-node status`, `mrs` on an operator's
-    machine, the chart's tests, a node's config refresh), and those must not need the
-    etcd client's secrets to be mounted.
-    """
-
-    kind: Literal["etcd"]
-    endpoints: list[str] = Field(min_length=1)
-    ca_file: Path | None = None
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    username: str | None = Field(default=None, min_length=1)
-    password_file: Path | None = None
-    timeout: Duration = timedelta(seconds=5)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_password_inline(cls, data: object) -> object:
-        if isinstance(data, dict) and "password" in data:
-            raise ValueError(
-                "password is not accepted: the etcd password is never written in the "
-                "config; put it in a file and name that file in password_file"
-            )
-        return data
-
-    @field_validator("endpoints")
-    @classmethod
-    def _urls(cls, value: list[str]) -> list[str]:
-        for endpoint in value:
-            parts = urlsplit(endpoint)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ValueError(f"{endpoint!r} is not a URL like https://host:2379")
-        return [e.rstrip("/") for e in value]
-
-    @field_validator("timeout")
-    @classmethod
-    def _positive(cls, value: timedelta) -> timedelta:
-        if value <= timedelta(0):
-            raise ValueError("timeout must be more than 0s")
-        return value
-
-    @model_validator(mode="after")
-    def _pairs_and_https(self) -> EtcdStore:
-        for pair, needs in (
-            (("cert_file", "key_file"), "a client certificate needs both"),
-            (("username", "password_file"), "etcd authentication needs both"),
-        ):
-            given = [f for f in pair if getattr(self, f) is not None]
-            if len(given) == 1:
-                (missing,) = set(pair) - set(given)
-                raise ValueError(f"{given[0]} is set but {missing} is not: {needs}")
-        tls = [f for f in ("ca_file", "cert_file", "key_file") if getattr(self, f) is not None]
-        plain = [e for e in self.endpoints if urlsplit(e).scheme != "https"]
-        if tls and plain:
-            raise ValueError(
-                f"TLS files are set ({', '.join(tls)}), so every endpoint must be https://, "
-                f"but {', '.join(plain)} is not"
-            )
-        return self
-
-
-class ActiveFailurePolicy(StrEnum):
-    """What a node does when its active copy's log write or fsync fails (a full or failing
-    disk): the database is dismounted at once either way (nothing more is acknowledged)."""
-
-    REMOUNT = "Remount"  # re-mount through crash recovery, with backoff, once writes work
-    FAILOVER = "Failover"  # stay dismounted: automatic failover moves it to the best copy
-
-
-class Defaults(_Model):
-    """Per-database settings that a database may override."""
-
-    log_file_size: ByteSize = ByteSize(1024 * 1024)
-    # Spare log files an active copy keeps, written whole while its log is idle, for the
-    # next generations to be written over: a roll's fsync then commits no new blocks or size
-    # (replication_node/log/spares.py; bench/README.md large_items run 10).  Made only while
-    # the disk keeps a quarter of itself and four pools' worth free.  64 (64 MiB of 1 MiB
-    # logs): PostgreSQL keeps 80 MB of recycled WAL by default.  0: new files, no pool.
-    log_spare_files: int = Field(default=64, ge=0, le=4096)
-    # The largest item (its subject and body, in UTF-8) a store write takes, refused with 413
-    # at the HTTP edge before it is read (dag_common/http_body.py).
-    max_item_size: ItemSize = ByteSize(DEFAULT_MAX_ITEM_SIZE)
-    llr_depth: int = Field(default=10, ge=1, le=64)
-    auto_database_mount_dial: AutoDatabaseMountDial = AutoDatabaseMountDial.BEST_AVAILABILITY
-    data_move_replication_constraint: DataMoveReplicationConstraint = (
-        DataMoveReplicationConstraint.SECOND_COPY
-    )
-    # None: the seeds' formula, 15 minutes / llr_depth.
-    log_roll_interval: Duration | None = None
-    # Continuous replication circular logging: truncate without waiting for a backup.
-    circular_logging: bool = True
-    # Automatic failover: a passive copy without its active asks whether it is the best copy
-    # to mount as soon as the active's lease has expired in the cluster store, or, the store
-    # still showing a live lease, after this long (the activation then waits for the lease
-    # to end).  None: only an operator's activate does it.
-    failover_after: Duration | None = timedelta(seconds=10)
-    on_active_failure: ActiveFailurePolicy = ActiveFailurePolicy.REMOUNT
-    # The background scrub of each passive copy's file (every page read and checked by
-    # SQLite, as ESE's online checksumming); null: off.
-    scrub_interval: Duration | None = timedelta(hours=24)
-    # A passive copy adds its content digest up again from its rows after replaying every
-    # Nth generation (a row changed inside a valid page).  Null (the default): the scrub
-    # does it once a cycle and the check on open after an unclean stop; a recompute reads
-    # the whole file (about 1 GB/s, bench/content_digest.py), too much to tie to the log's
-    # pace on a large database.  The comparison with the active's digest at each roll is
-    # always on: the digest is kept anyway.
-    content_check_every: int | None = Field(default=None, ge=1)
-    # The active's lease on its role (replication_node/active/lease.py): renewed every
-    # ttl/3; no commit is acknowledged without it; another copy is activated only once it
-    # has expired or been released.  With a kill -9 or a frozen process, failover comes
-    # about one TTL later (the holder counts 90 % of it, so a clock running 10 % off its
-    # peers' is safe).  Patroni's default is 30 s; 5 s gives failover in seconds.
-    lease_ttl: Duration = timedelta(seconds=5)
-    # Block mode's synchronous commit (PostgreSQL's synchronous_standby_names FIRST n,
-    # MongoDB's w): a commit is acknowledged only once this many passive copies hold it
-    # durably in block mode; with fewer in block mode, a commit waits up to
-    # `synchronous_wait` and then fails (503), never acknowledged without them.  0: off.
-    synchronous_copies: int = Field(default=0, ge=0)
-    synchronous_wait: Duration = timedelta(seconds=5)
-    # Passive copies follow the open log in block mode when caught up (Exchange 2010 SP1);
-    # false: file mode only, whole closed generations (Exchange 2010 RTM).
-    block_mode: bool = True
-
-    @field_validator("lease_ttl")
-    @classmethod
-    def _sane_lease(cls, value: timedelta) -> timedelta:
-        if not timedelta(seconds=1) <= value <= timedelta(minutes=10):
-            raise ValueError("lease_ttl must be between 1s and 10m")
-        return value
-
-    @field_validator("log_file_size")
-    @classmethod
-    def _sane_size(cls, value: ByteSize) -> ByteSize:
-        if not 16 * 1024 <= value <= 64 * 1024 * 1024:
-            raise ValueError("log_file_size must be between 16KiB and 64MiB")
-        return value
 
 
 class NodeConfig(_Model):
@@ -247,6 +77,10 @@ class NodeConfig(_Model):
     # the budget is taken alone.  256 MiB: a fourth of the chart's 1 GiB pod, where a write
     # costs the node about twice its body while it is parsed.
     memory_budget: ByteSize = Field(default=ByteSize(DEFAULT_MEMORY_BUDGET), gt=0)
+    # Requests waiting on a mailbox's change feed at once (GET …/changes; an IMAP front
+    # keeps one per mailbox with a session): past it a request is answered 503 with
+    # Retry-After.  Each costs a socket and a few KiB, no thread.
+    change_waiters: int = Field(default=10_000, ge=1, le=1_000_000)
 
     @field_validator("url")
     @classmethod
@@ -309,137 +143,6 @@ class DatabaseConfig(_Model):
     def preferred_copy(self) -> CopyConfig:
         """The copy with the lowest activation preference: active when the cluster starts."""
         return min(self.copies, key=lambda c: c.activation_preference)
-
-
-class GuaranteeLimits(_Model):
-    """The Data Guarantee conditions a passive copy must meet (defaults: the seed's values)."""
-
-    max_copy_queue_length: int = Field(default=10, ge=1)
-    max_average_copy_queue_length: float = Field(default=10.0, gt=0)
-    # The replay queue may span at most ReplayLagTime plus this.
-    replay_queue_over_lag: Duration = timedelta(minutes=10)
-    # CheckReplicationFlush by commit time: replayed log time must pass commit_time + skew.
-    flush_clock_skew: Duration = timedelta(seconds=5)
-    # A lagged copy counts for CheckReplicationFlush only below this ReplayLagTime.
-    flush_max_replay_lag: Duration = timedelta(minutes=30)
-    # The average copy queue is taken over a caller's queries of the last
-    # `average_window_time` (guarantee_api/averages.py says why 3 minutes), at most its last
-    # `average_window` queries (a bound on memory).
-    average_window: int = Field(default=60, ge=1, le=10_000)
-    average_window_time: Duration = timedelta(minutes=3)
-    # The waits an answer asks for (the seed's: no status yet 10 s, no healthy copy 2 min,
-    # a healthy copy slightly behind 1 min, never more than 10 min).
-    wait_no_status: Duration = timedelta(seconds=10)
-    wait_no_healthy_copy: Duration = timedelta(minutes=2)
-    wait_behind: Duration = timedelta(minutes=1)
-    wait_max: Duration = timedelta(minutes=10)
-
-    @field_validator("average_window_time")
-    @classmethod
-    def _a_window(cls, value: timedelta) -> timedelta:
-        if value <= timedelta(0):
-            raise ValueError("average_window_time must be more than 0s")
-        return value
-
-
-class GuaranteeApiConfig(_Model):
-    """Where the Data Guarantee service listens, how often it polls, where history goes."""
-
-    listen: str = "127.0.0.1:7200"
-    http_listen: str = "127.0.0.1:7201"
-    poll_interval: Duration = timedelta(seconds=1)
-    history_dir: Path = Path("./var/history")
-    # A copy's status is stale (not healthy) when not refreshed for this many poll intervals.
-    stale_after_polls: int = Field(default=3, ge=1, le=100)
-    # History samples are buffered and written as one Parquet file this often, whatever the
-    # poll interval (1s to 1h).  `history_flush_polls`, the setting of before, still counts
-    # polls: it stands for that many poll intervals (not with history_flush_interval too).
-    history_flush_interval: Duration | None = None
-    history_flush_polls: int | None = Field(default=None, ge=1, le=3600)
-    # Pushed progress: one `GET /v1/status/watch` per node; a node whose stream says nothing
-    # (not even its heartbeat, asked every `watch_heartbeat`) for `watch_silence` counts as
-    # stale, as an unanswered poll does, and is polled until its stream is back.
-    watch: bool = True
-    watch_heartbeat: Duration = timedelta(seconds=1)
-    watch_silence: Duration = timedelta(seconds=3)
-    # The longest `wait` a request may ask for; a longer one is cut to this, and the answer
-    # says so.
-    max_wait: Duration = timedelta(seconds=60)
-    limits: GuaranteeLimits = GuaranteeLimits()
-
-    @model_validator(mode="after")
-    def _watch_timings(self) -> GuaranteeApiConfig:
-        beat = self.watch_heartbeat.total_seconds()
-        if not 0.05 <= beat <= 60:
-            raise ValueError("watch_heartbeat must be within 50ms..60s")
-        if self.watch_silence <= self.watch_heartbeat:
-            raise ValueError("watch_silence must be longer than watch_heartbeat")
-        if self.max_wait <= timedelta(0):
-            raise ValueError("max_wait must be positive")
-        if self.history_flush_interval is not None and self.history_flush_polls is not None:
-            raise ValueError(
-                "history_flush_interval and history_flush_polls (the older setting, in polls) "
-                "say the same: set one"
-            )
-        every = self.history_flush_interval
-        if every is not None and not timedelta(seconds=1) <= every <= timedelta(hours=1):
-            raise ValueError("history_flush_interval must be within 1s..1h")
-        return self
-
-    @property
-    def history_flush_every(self) -> timedelta:
-        """How often the buffered history is written: a minute unless set."""
-        if self.history_flush_polls is not None:
-            return self.history_flush_polls * self.poll_interval
-        return self.history_flush_interval or timedelta(minutes=1)
-
-
-class TlsConfig(_Model):
-    """TLS for node HTTP and the guarantee API: the server's certificate and key, and the CA
-    that clients verify peers with.  Node urls then use https://.
-
-    Node identity (mutual TLS), optional: with `client_ca_file`, a node presents its own
-    certificate when it calls a peer or a transport, and the `replication` role is granted
-    only to a caller whose client certificate that CA issued and names a node of the config
-    (its CN or a DNS name); a certificate of another CA is refused in the handshake.
-    `{node}` in `cert_file` and `key_file` stands for the process's node name, so one config
-    names every node's own pair (`./tls/{node}.crt`)."""
-
-    cert_file: Path
-    key_file: Path
-    ca_file: Path
-    client_ca_file: Path | None = None
-
-    def for_node(self, node: str) -> TlsConfig:
-        """These settings as node `node` reads them (`{node}` replaced)."""
-        return self.model_copy(
-            update={
-                "cert_file": Path(str(self.cert_file).replace("{node}", node)),
-                "key_file": Path(str(self.key_file).replace("{node}", node)),
-            }
-        )
-
-    def server_context(self) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.load_cert_chain(self.cert_file, self.key_file)
-        if self.client_ca_file is not None:
-            ctx.verify_mode = ssl.CERT_OPTIONAL  # a client without one holds no replication
-            ctx.load_verify_locations(cafile=str(self.client_ca_file))
-        return ctx
-
-    def client_context(self, *, identify: bool = False) -> ssl.SSLContext:
-        """A client's context; `identify`: present this process's certificate (a node
-        calling a peer or a transport, under node identity)."""
-        ctx = ssl.create_default_context(cafile=str(self.ca_file))
-        if identify and self.client_ca_file is not None:
-            ctx.load_cert_chain(self.cert_file, self.key_file)
-        return ctx
-
-    def reload(self, ctx: ssl.SSLContext, *, server: bool) -> None:
-        """Load the certificate and key again into `ctx` (a rotation: new handshakes use
-        them; connections open keep theirs)."""
-        if server or self.client_ca_file is not None:
-            ctx.load_cert_chain(self.cert_file, self.key_file)
 
 
 class TransportNode(NodeConfig):

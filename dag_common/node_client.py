@@ -42,6 +42,7 @@ from dag_common.items_payload import ItemsPayload
 from dag_common.model import CopyRole, CopyStatus
 from dag_common.node_status import StatusUnavailable, client_failure, fetch_node_status
 from dag_common.store_api import (
+    Changes,
     Digest,
     Item,
     Items,
@@ -431,6 +432,32 @@ class NodeStoreClient:
         if status != 200:
             return None
         return Digest.model_validate(body)
+
+    # ---- what an IMAP front follows ---------------------------------------------------------
+
+    async def changes(
+        self,
+        database: str,
+        mailbox: str,
+        since_change: int,
+        *,
+        wait: float = 25.0,
+        epoch: int | None = None,
+    ) -> Changes | None:
+        """The mailbox's change feed (GET …/changes): answered once the mailbox has a change
+        above `since_change`, or after `wait` seconds (0..60) unchanged; None if the active
+        has no such mailbox.  `epoch`: the one the caller last saw; a switchover or failover
+        ends the wait (the old active answers 409, followed here to the new one, which
+        answers at once with its own epoch)."""
+        params = {"since_change": str(since_change), "wait": f"{wait:g}"}
+        if epoch is not None:
+            params["epoch"] = str(epoch)
+        status, body = await self.call(
+            "GET", database, f"/mailboxes/{mailbox}/changes", params=params, ok=(200, 404)
+        )
+        if status != 200:
+            return None
+        return Changes.model_validate(body)
 
 
 def _json_or_none(raw: bytes) -> Any:

@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from enum import StrEnum
 from typing import Annotated, Any, Protocol
 
 from pydantic import AliasChoices, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
@@ -343,6 +344,36 @@ class Digest(_Answer):
     def matches(self, other: Digest) -> bool:
         """The same live items: ids, folders and contents."""
         return (self.item_count, self.digest) == (other.item_count, other.digest)
+
+
+class MailboxState(StrEnum):
+    """A mailbox's state on the copy that answered a change feed (`Changes`)."""
+
+    LIVE = "live"
+    LOCKED = "locked"  # a move's final sync holds it: writes refused, the front waits
+    SOFT_DELETED = "soft_deleted"  # a move's source after its completion, or removed
+    GONE = "gone"  # no such mailbox here any more (removed since the change asked about)
+
+
+class Changes(_Answer):
+    """The body of GET …/mailboxes/{mailbox}/changes: whether the mailbox changed above
+    `since_change` (`changed`), as the database's active copy answered it.
+
+    `last_change_number` is a cursor to ask with next: every change of the mailbox numbered
+    at or below it is visible on the copy that answered (it is the copy's own highest
+    visible number, not necessarily one of this mailbox's).  `folders`: the folders with a
+    change above `since_change` (an item put, deleted, flagged or moved, the folder
+    created), or None when the copy cannot say (its changes predate the copy's mount): look
+    at every folder.  `epoch`: the stream incarnation of the copy that answered; another
+    than the caller knew means a switchover or a failover came between."""
+
+    mailbox: str
+    since_change: int = 0
+    last_change_number: int
+    changed: bool
+    epoch: int = 0
+    state: MailboxState = MailboxState.LIVE
+    folders: tuple[str, ...] | None = None
 
 
 class NodeStore(Protocol):

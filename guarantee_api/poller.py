@@ -56,6 +56,7 @@ class Poller:
         self._metrics = metrics
         self._on_round = on_round
         self._round_done = asyncio.Condition()
+        self.rounds_started = 0  # by `run` (a round under way has started, not completed)
 
     async def _poll_node(self, node: NodeConfig) -> None:
         if self._view.streaming(node.name):
@@ -110,6 +111,7 @@ class Poller:
         """Poll until cancelled; an unexpected error is counted and the loop goes on."""
         while True:
             started = self._clock.monotonic()
+            self.rounds_started += 1
             try:
                 await self.poll_once()
             except asyncio.CancelledError:

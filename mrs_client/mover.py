@@ -36,7 +36,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from dag_common.clock import Clock
-from dag_common.config import DEFAULT_MAX_ITEM_SIZE
+from dag_common.config_defaults import DEFAULT_MAX_ITEM_SIZE
 from dag_common.echo import quoted
 from dag_common.store_api import NodeStore
 from mrs_client.body_budget import BodyBudget

@@ -22,10 +22,10 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from dag_common.admin_api import AuditEntry
 from dag_common.clock import Clock
 from dag_common.deadline import LATE
 from dag_common.route_roles import Call
+from replication_node.admin_api import AuditEntry
 
 logger = logging.getLogger(__name__)
 

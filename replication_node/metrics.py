@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
@@ -201,6 +201,20 @@ class NodeMetrics:
             "database transaction).",
             _COPY,
             buckets=_REPLAY_BUCKETS,
+            registry=r,
+        )
+
+        # ---- the change feed (`http/changes_routes.py`) -----------------------------------
+        self.change_waiters = Gauge(
+            "replication_change_waiters",
+            "Requests waiting on a mailbox's change feed now (GET …/changes), at most the "
+            "node's change_waiters.",
+            registry=r,
+        )
+        self.change_waiters_refused = Counter(
+            "replication_change_waiters_refused",
+            "Change-feed requests refused (503, Retry-After) because the node had "
+            "change_waiters waiting already.",
             registry=r,
         )
 

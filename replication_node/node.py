@@ -17,12 +17,6 @@ from typing import Any
 
 import aiohttp
 
-from dag_common.admin_api import (
-    ActivationAnswer,
-    BlockBufferAnswer,
-    LastLogsAnswer,
-    SwitchoverAnswer,
-)
 from dag_common.clock import Clock
 from dag_common.cluster_store import ActivationCause, ClusterStore
 from dag_common.config import ClusterConfig, load_config
@@ -42,6 +36,12 @@ from dag_common.tasks import cancel_and_wait
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
 from replication_node.active.redelivery import DumpsterRedelivery
+from replication_node.admin_api import (
+    ActivationAnswer,
+    BlockBufferAnswer,
+    LastLogsAnswer,
+    SwitchoverAnswer,
+)
 from replication_node.backup.backup import BackupRequest, run_backup
 from replication_node.backup.client import HttpActiveCalls
 from replication_node.backup.sources import ActiveSource, PassiveSource

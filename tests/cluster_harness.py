@@ -24,8 +24,8 @@ import yaml
 from aiohttp import web
 
 from dag_common.auth import bearer
-from dag_common.ports import free_port
-from dag_common.taskdump import TASK_DUMP_END
+from replication_node.taskdump import TASK_DUMP_END
+from tools.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "test-token-0123456789abcdef"

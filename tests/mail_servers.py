@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from dag_common.ports import free_port
+from tools.ports import free_port
 
 HOST = "127.0.0.1"
 MAIL_USER = "mail"  # Debian's: what Dovecot writes the Maildirs as

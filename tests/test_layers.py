@@ -1,11 +1,15 @@
 """The house in layers (issue 33), as a contract over the import graph drawn from the code.
 
-The ground floor, `dag_common`, is shared by every package and imports none of them.  Each
+The ground floor, `dag_common`, is shared by every package and imports none of them; what
+one package alone uses lives in that package, not on the ground floor.  Above it, no module
+imports an engine of the cluster store (`embedded`, `etcd`): `open_cluster_store` chooses one,
+and what a store kept beside them shares is public in `dag_common.cluster_store.engine`.  Each
 other package (`mrs_client`, `guarantee_api`, `spark_metrics`, `transport`) imports only
 the ground floor and itself.  Inside `replication_node` the rooms stand on each other, each
 importing only the floors below it and its own room, never one beside it:
 
     dag_common                                   (the ground floor)
+    admin_api, taskdump                          (the admin answers; a hung process's tasks)
     errors, metrics, audit                       (the node's vocabulary)
     log          the log stream, its files, the operations it carries
     storage      the database, the rows operations make, a copy's paths, its read side
@@ -16,10 +20,15 @@ importing only the floors below it and its own room, never one beside it:
     node, rebalance
     http
     cli
-    demo         the main job, over everything
+
+Beside the product stand the programs that use it: the demo (`demo/`, `make demo`), the
+benches, the build tools, the documentation's scripts and the tests.  The product imports
+none of them (they are not in its image), and they may import any of it.
 
 Every import a module makes (at its top, inside a function, or for type checking only: all
-count) is read from its syntax tree, and one that breaks a rule fails here.  The contract
+count) is read from its syntax tree, and one that breaks a rule fails here.  An import inside
+a function (a command's module loaded when chosen, an engine when the config names it) never
+closes a cycle: what it imports does not import its importer back.  The contract
 started with 57 breaches, then 23 once the cluster store was on the ground floor; each was
 mended by moving code to the floor it belongs on (issue 33), and none is allowed now.  The
 README's drawing is this one, checked below.
@@ -29,6 +38,7 @@ from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from pathlib import Path
 
 from tests.cluster_harness import ROOT
@@ -36,9 +46,16 @@ from tests.cluster_harness import ROOT
 GROUND = "dag_common"
 PACKAGES = ("dag_common", "replication_node", "mrs_client", "guarantee_api", "spark_metrics",
             "transport")  # fmt: skip
+# The cluster store's engines: chosen by `open_cluster_store`, never imported from above the
+# ground floor; what a store kept beside them shares (the mover's move store) is public in
+# `dag_common.cluster_store.engine`.
+ENGINES = ("dag_common.cluster_store.embedded", "dag_common.cluster_store.etcd")
+# Beside the product, not in it: what the product must never import.
+BESIDE = ("demo", "bench", "tools", "docs", "tests", "examples")
 
 # replication_node's rooms, bottom up; rooms on one floor stand beside each other.
 FLOORS: list[tuple[str, ...]] = [
+    ("admin_api", "taskdump"),
     ("errors", "metrics", "audit"),
     ("log",),
     ("storage",),
@@ -49,7 +66,6 @@ FLOORS: list[tuple[str, ...]] = [
     ("node", "rebalance"),
     ("http",),
     ("cli",),
-    ("demo",),
 ]
 FLOOR = {room: n for n, rooms in enumerate(FLOORS) for room in rooms}
 
@@ -67,23 +83,44 @@ def modules() -> dict[str, Path]:
     return out
 
 
-def imports(name: str, path: Path) -> set[str]:
-    """The modules `name` imports (relative imports resolved), ours only."""
+def _targets(package: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names}
+    if node.level:
+        base = package.split(".")
+        base = base[: len(base) - node.level + 1]
+        target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+    else:
+        target = node.module or ""
+    # `from package import module` imports the module too
+    folder = ROOT.joinpath(*target.split("."))
+    return {target} | {
+        f"{target}.{a.name}"
+        for a in node.names
+        if (folder / f"{a.name}.py").is_file() or (folder / a.name / "__init__.py").is_file()
+    }
+
+
+def imports(name: str, path: Path, where: str = "all") -> set[str]:
+    """The modules `name` imports (relative imports resolved), ours only: `where` "all", or
+    "top" (run when the module is imported) or "lazy" (inside a function) alone."""
     tree = ast.parse(path.read_text(), str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                target = ".".join([*base, *(node.module.split(".") if node.module else [])])
-            else:
-                target = node.module or ""
-            found.add(target)
-    return {m for m in found if m.split(".")[0] in PACKAGES}
+
+    def visit(node: ast.AST, lazy: bool, typing_only: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                kind = "lazy" if lazy else "typing" if typing_only else "top"
+                if where in ("all", kind):
+                    found.update(_targets(package, child))
+                continue
+            in_function = isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            checking = isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test)
+            visit(child, lazy or in_function, typing_only or checking)
+
+    visit(tree, False, False)
+    return {m for m in found if m.split(".")[0] in (*PACKAGES, *BESIDE)}
 
 
 def room(module: str) -> tuple[str, str | None]:
@@ -97,6 +134,12 @@ def room(module: str) -> tuple[str, str | None]:
 def breach(importer: str, imported: str) -> str | None:
     """Why `importer` may not import `imported` (None: it may)."""
     (pkg, rm), (to_pkg, to_rm) = room(importer), room(imported)
+    if to_pkg in BESIDE:
+        return f"the product imports {to_pkg}, which stands beside it"
+    if imported in ENGINES and pkg != GROUND:
+        return (
+            "an engine of the cluster store, not its interface or dag_common.cluster_store.engine"
+        )
     if to_pkg == GROUND or (pkg == to_pkg and (rm == to_rm or pkg != "replication_node")):
         return None
     if pkg == GROUND:
@@ -132,6 +175,32 @@ def test_no_import_breaks_a_layer():
     )
 
 
+def test_no_import_in_a_function_closes_a_cycle():
+    """An import inside a function is for what a process loads (a command's module, an
+    engine), never to break a cycle: what it imports does not import the importer back."""
+    found = modules()
+    top = {name: imports(name, path, "top") & found.keys() for name, path in found.items()}
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            name = todo.pop()
+            if name == goal:
+                return True
+            if name not in seen:
+                seen.add(name)
+                todo.extend(top.get(name, ()))
+        return False
+
+    closing = sorted(
+        f"  {name} -> {target}"
+        for name, path in found.items()
+        for target in imports(name, path, "lazy") & found.keys()
+        if reaches(target, name)
+    )
+    assert not closing, "imports in a function that close a cycle:\n" + "\n".join(closing)
+
+
 def test_the_readme_draws_the_floors_the_contract_enforces():
     text = (ROOT / "README.md").read_text()
     drawing = text.split("**The layers.**", 1)[1].split("```", 2)[1]
@@ -155,3 +224,17 @@ def test_the_contract_catches_what_it_says_it_catches():
     assert breach("replication_node.shipping.logshare", "replication_node.active.share")
     assert not breach("replication_node.passive.copier", "replication_node.shipping.interfaces")
     assert not breach("replication_node.cluster.activation", "replication_node.cluster.peers")
+    assert breach("replication_node.cli.main", "demo.main")
+    assert breach("mrs_client.move_store.embedded", "dag_common.cluster_store.embedded")
+    assert not breach("mrs_client.move_store.embedded", "dag_common.cluster_store.engine")
+    assert not breach("dag_common.cluster_store", "dag_common.cluster_store.etcd")
+    assert breach("dag_common.config", "tools.ports")
+
+
+def test_what_stands_beside_the_product_is_neither_installed_nor_in_the_image():
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert {p.rstrip("*") for p in find["packages"]["find"]["include"]} == set(PACKAGES)
+    ignore = (ROOT / ".dockerignore").read_text().splitlines()
+    let_in = {line[1:].strip("/") for line in ignore if line.startswith("!")}
+    assert let_in - {"pyproject.toml", "README.md"} == set(PACKAGES)
+    assert (ROOT / "demo" / "__main__.py").is_file()

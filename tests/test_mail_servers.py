@@ -14,9 +14,9 @@ from email.utils import formatdate
 
 import pytest
 
-from dag_common.ports import free_port
 from tests.cluster_harness import wait_until
 from tests.mail_servers import HOST, MailServers
+from tools.ports import free_port
 
 pytestmark = pytest.mark.slow
 

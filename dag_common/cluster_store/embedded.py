@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import threading
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TypeVar, TypeVarTuple, Unpack
 
 from dag_common.clock import Clock, SystemClock
-from dag_common.cluster_store import (
+from dag_common.cluster_store.engine import boot_id, immediate, open_store_file
+from dag_common.cluster_store.interface import (
     MOVE_CLAIMS_TABLE,
     MOVE_REQUESTS_TABLE,
     ActivationCause,
@@ -78,55 +76,6 @@ _ENTRY_WITH_MOVE = (
     f" LEFT JOIN {MOVE_CLAIMS_TABLE} c ON c.mailbox = d.mailbox"
     f" LEFT JOIN {MOVE_REQUESTS_TABLE} r ON r.id = c.move_id WHERE d.mailbox=?"
 )
-
-
-def set_wal(conn: sqlite3.Connection, attempts: int = 200) -> None:
-    """Switch a (possibly brand-new) file to WAL.  Node processes opening a new file at the
-    same moment can meet 'database is locked' here, which SQLite's busy timeout does not
-    cover: retry for up to about ten seconds."""
-    for attempt in range(attempts):
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or attempt == attempts - 1:
-                raise
-            time.sleep(0.05)  # start-up only, before the store serves anything
-
-
-def open_store_file(path: Path, schema: str) -> sqlite3.Connection:
-    """A connection to the cluster store's file (created if need be), shared by threads
-    under its owner's lock, in WAL with fsync on commit, `schema` applied."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10.0)
-    set_wal(conn)
-    conn.execute("PRAGMA synchronous=FULL")
-    conn.executescript(schema)
-    return conn
-
-
-@contextmanager
-def immediate(conn: sqlite3.Connection) -> Iterator[None]:
-    """One IMMEDIATE write transaction (the write lock taken at its start, so a check and
-    the write it allows are one step for every process): committed when the block ends,
-    an early return included (a refusal that wrote nothing commits nothing), rolled back
-    if it raises."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
-def boot_id() -> str:
-    """This boot of the machine (Linux): monotonic times of another boot mean nothing now."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return "unknown"
 
 
 class EmbeddedClusterStore(ClusterStore):

@@ -39,7 +39,9 @@ from collections.abc import Callable
 from datetime import datetime
 
 from dag_common.clock import Clock, SystemClock
-from dag_common.cluster_store import (
+from dag_common.cluster_store.engine import b64, prefix_end, unb64
+from dag_common.cluster_store.etcd_gateway import EtcdGateway
+from dag_common.cluster_store.interface import (
     MOVE_CLAIMS_KEY,
     MOVE_REQUESTS_KEY,
     ActivationCause,
@@ -54,7 +56,6 @@ from dag_common.cluster_store import (
     known_member,
     move_hold,
 )
-from dag_common.cluster_store.etcd_gateway import EtcdGateway, b64, prefix_end, unb64
 from dag_common.errors import ClusterStoreError, FailoverPaused, LeaseHeld
 from dag_common.model import AutoDatabaseMountDial
 

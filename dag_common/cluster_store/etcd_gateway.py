@@ -27,7 +27,6 @@ are a `ClusterStoreError` at once: every member would say the same.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import ssl
@@ -39,7 +38,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from dag_common.config import EtcdStore
+from dag_common.config_store import EtcdStore
 from dag_common.errors import ClusterStoreError, ConfigError
 
 logger = logging.getLogger(__name__)
@@ -86,22 +85,6 @@ class _Answer:
     data: dict[str, Any] | None
     problem: str = ""
     refusal: str = ""
-
-
-def b64(text: str) -> str:
-    """A key or value as the v3 JSON gateway takes it (base64 of its UTF-8)."""
-    return base64.b64encode(text.encode()).decode()
-
-
-def unb64(text: str) -> str:
-    """A key or value the gateway answered, decoded."""
-    return base64.b64decode(text).decode()
-
-
-def prefix_end(prefix: str) -> str:
-    """The range end that selects every key starting with `prefix`."""
-    raw = prefix.encode()
-    return base64.b64encode(raw[:-1] + bytes([raw[-1] + 1])).decode()
 
 
 def _ssl_error(exc: BaseException) -> ssl.SSLError | None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from dag_common.config import GuaranteeLimits
+from dag_common.config_guarantee import GuaranteeLimits
 from dag_common.incarnation import EpochRecord
 from dag_common.model import (
     CopyRole,

@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from dag_common.ports import free_port  # noqa: E402
+from tools.ports import free_port  # noqa: E402
 
 BIN = Path(sys.executable).parent  # the venv's console scripts
 OUTPUT = Path(__file__).with_name("output")

@@ -31,9 +31,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar, TypeVarTuple, Unpack
 
-from dag_common.cluster_store.embedded import boot_id, immediate, open_store_file
+from dag_common.cluster_store.engine import boot_id, immediate, open_store_file
 from mrs_client.errors import MoveRejected
-from mrs_client.move_store import (
+from mrs_client.move_store.interface import (
     ANSWERS_KEPT,
     AnswerRow,
     BatchExists,

@@ -50,7 +50,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from dag_common.cluster_store.etcd_gateway import EtcdGateway, b64, prefix_end, unb64
+from dag_common.cluster_store.engine import b64, prefix_end, unb64
+from dag_common.cluster_store.etcd_gateway import EtcdGateway
 from dag_common.cluster_store.etcd_json import (
     Compare,
     KeyValue,
@@ -61,7 +62,7 @@ from dag_common.cluster_store.etcd_json import (
 )
 from dag_common.errors import ClusterStoreError
 from mrs_client.errors import MoveRejected
-from mrs_client.move_store import (
+from mrs_client.move_store.interface import (
     ANSWERS_KEPT,
     AnswerRow,
     BatchExists,

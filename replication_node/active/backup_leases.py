@@ -23,9 +23,9 @@ import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from dag_common.admin_api import BackupLease, BackupStamp, StampAt
 from dag_common.clock import Clock
 from replication_node.active.copy import ActiveCopy
+from replication_node.admin_api import BackupLease, BackupStamp, StampAt
 from replication_node.errors import BadRequest, Conflict, NotFound
 from replication_node.log.operations import BackupKind, RecordBackup
 from replication_node.storage.header import DatabaseHeader

@@ -41,7 +41,7 @@ from replication_node.log.events import (
 from replication_node.log.logdir import finish_interrupted_roll
 from replication_node.log.logfile import ContentDigest
 from replication_node.log.logstream import LogStream
-from replication_node.log.operations import AssignUids, Operation, RecordBackup
+from replication_node.log.operations import AssignUids, Operation, RecordBackup, last_cn
 from replication_node.log.recovery import plan_recovery
 from replication_node.log.spanning import BlobRef
 from replication_node.storage.database import Database
@@ -260,9 +260,9 @@ class ActiveCopy:
             # Refused before anything was queued, with no await since its numbers were
             # handed out: take them back, so every number handed out is in the log (the
             # ceiling's premise).
-            numbers = [op.cn for op in ops if not isinstance(op, RecordBackup)]
-            if numbers and self._change_number == max(numbers):
-                self._change_number = min(numbers) - 1
+            numbered = [op for op in ops if not isinstance(op, RecordBackup)]
+            if numbered and self._change_number == max(map(last_cn, numbered)):
+                self._change_number = min(op.cn for op in numbered) - 1
             raise
 
     async def _announce(self, generation: int) -> bool:

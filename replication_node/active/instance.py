@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING
 from dag_common.backoff import Backoff
 from dag_common.clock import Clock
 from dag_common.cluster_store import ClusterStore
-from dag_common.config import ActiveFailurePolicy
+from dag_common.config_defaults import ActiveFailurePolicy
 from dag_common.model import CopyRole, CopyStatusReport
 from dag_common.tasks import cancel_and_wait
 from replication_node.active.backup_leases import BackupLeases
+from replication_node.active.change_feed import ChangeFeed
 from replication_node.active.copy import ActiveCopy, CopyPaths
 from replication_node.active.handover import HANDOVER_HOLD, copy_waiting_for_last_logs
 from replication_node.active.lease import LeaseKeeper
@@ -51,7 +52,7 @@ from replication_node.errors import (
     LeaseLost,
     LogStreamStopped,
 )
-from replication_node.log.events import ClosedGeneration, StreamEvent
+from replication_node.log.events import ClosedGeneration, StreamEvent, Transaction
 from replication_node.log.logstream import LogStream
 from replication_node.log.truncation import CopyProgress
 from replication_node.storage.scrub import Scrubber
@@ -107,6 +108,8 @@ class ActiveInstance:
         self.epoch = epoch
         self.copy: ActiveCopy | None = None
         self.store: MailboxStore | None = None
+        # The mounted copy's change feed (`change_feed.py`): one per mount, ended with it.
+        self.changes: ChangeFeed | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.error: str | None = None
         self.last_close_time: datetime | None = None
@@ -251,7 +254,9 @@ class ActiveInstance:
         # A file (or logs) from before UIDs: numbered once, before any write is taken.
         await store.assign_uids()
         self.store = store
+        self.changes = _change_feed(self.copy)
         self.copy.stream.set_metrics(self._stream_metrics)
+        # After the copy's own listener: a transaction is in the overlay when this one sees it.
         self.copy.stream.add_listener(self._on_event)
         stream = self.copy.stream
         stream.keep_spares(self.spare_log_files)
@@ -324,6 +329,7 @@ class ActiveInstance:
         self.error = error
         logger.critical("%s on %s: %s", self.database, self.node, error)
         copy, self.copy, self.store = self.copy, None, None
+        self._end_changes()
         for task in self._mount_tasks:
             if task is not asyncio.current_task():
                 task.cancel()
@@ -377,6 +383,7 @@ class ActiveInstance:
         for task in self._mount_tasks:
             task.cancel()
         copy, self.copy, self.store = self.copy, None, None
+        self._end_changes()
         self.dismounted_by_operator = True
         await copy.dismount()
         await self.lease.release()
@@ -387,6 +394,7 @@ class ActiveInstance:
 
     async def stop(self, *, clean: bool = True) -> None:
         """Dismount: by default cleanly (close the open log, write everything)."""
+        self._end_changes()  # first: the waiters are told while the role moves
         for task in self._mount_tasks:
             task.cancel()
         await asyncio.gather(*self._mount_tasks, return_exceptions=True)
@@ -438,8 +446,17 @@ class ActiveInstance:
         """The switchover was abandoned: take writes again."""
         self.switchover.unquiesce()
 
+    def _end_changes(self) -> None:
+        """This mount is over: its change feed's waiters wake and find out why."""
+        if self.changes is not None:
+            self.changes.end()
+            self.changes = None
+
     def _on_event(self, event: StreamEvent) -> None:
-        if isinstance(event, ClosedGeneration):
+        if isinstance(event, Transaction):
+            if self.changes is not None:
+                self.changes.observe(event)
+        elif isinstance(event, ClosedGeneration):
             self.last_close_time = event.close_time
             asyncio.get_running_loop().create_task(self._closed(event))
 
@@ -480,3 +497,15 @@ class ActiveInstance:
 
     def status(self) -> CopyStatusReport:
         return active_status(self)
+
+
+def _change_feed(copy: ActiveCopy) -> ChangeFeed:
+    """A change feed for a copy just mounted: what it shows now is its floor; a deleted
+    item's folder is read from its tombstone, in the overlay by then."""
+
+    def folder_of(mailbox: str, item_id: str) -> str | None:
+        row = copy.item(mailbox, item_id)
+        return row.folder if row is not None else None
+
+    floor = max(copy.header.last_change_number, copy.overlay.max_change_number)
+    return ChangeFeed(floor=floor, folder_of=folder_of)

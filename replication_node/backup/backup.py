@@ -38,10 +38,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from dag_common.admin_api import BackupLease, BackupStamp
 from dag_common.clock import Clock
 from dag_common.durable import atomic_write, fsync_dir
 from dag_common.model import CopyStatus
+from replication_node.admin_api import BackupLease, BackupStamp
 from replication_node.backup.files import (
     empty_destination_problem,
     fsync_file,

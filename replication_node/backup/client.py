@@ -11,8 +11,8 @@ from typing import Any
 import aiohttp
 from pydantic import ValidationError
 
-from dag_common.admin_api import BackupLease, BackupStamp
 from dag_common.node_status import post_admin
+from replication_node.admin_api import BackupLease, BackupStamp
 from replication_node.errors import BackupError, BadRequest, Conflict, NotFound
 from replication_node.storage.ops import BackupKind
 

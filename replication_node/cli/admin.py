@@ -21,7 +21,6 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from dag_common.admin_api import ActivationAnswer, EpochEntry, History, SwitchoverAnswer
 from dag_common.cli import ExitCode, add_config, add_timeout, database_named
 from dag_common.command_calls import CallFailed, Calls, Change
 from dag_common.config import ClusterConfig, load_config, load_token
@@ -30,6 +29,7 @@ from dag_common.errors import BadInput, CommandFailed, TokenRefused, failure
 from dag_common.incarnation import ActivationCause
 from dag_common.model import AutoDatabaseMountDial, CopyRole, NodeStatus
 from dag_common.node_status import AUTH_FAILED, StatusUnavailable
+from replication_node.admin_api import ActivationAnswer, EpochEntry, History, SwitchoverAnswer
 from replication_node.cli.reseed_wait import (
     SeedDisplay,
     WatchLost,

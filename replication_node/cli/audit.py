@@ -14,7 +14,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from dag_common.admin_api import AuditAnswer, AuditEntry
 from dag_common.cli import (
     ExitCode,
     add_config,
@@ -25,6 +24,7 @@ from dag_common.cli import (
 )
 from dag_common.command_calls import CallFailed, Calls, credential_refused
 from dag_common.config import ClusterConfig, load_config
+from replication_node.admin_api import AuditAnswer, AuditEntry
 
 
 async def _every_node(

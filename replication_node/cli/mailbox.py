@@ -15,9 +15,9 @@ active and the move holding the mailbox), asked of the nodes in config order, th
 answers (every node reads the same cluster store).
 
 `put` writes N items of generated text in batches (each one transaction, acknowledged once
-durable) and says the rate.  `--mix` draws the sizes of real mail (`dag_common.mail_mix`:
-most of a few KB, about one in 200 of 1-30 MiB, which the node stages across log
-generations); a batch is cut at half a log file and an item larger than that goes alone.
+durable) and says the rate.  `--mix` draws the sizes of real mail (`cli/mail_mix.py`: most
+of a few KB, about one in 200 of 1-30 MiB, which the node stages across log generations); a
+batch is cut at half a log file and an item larger than that goes alone.
 A failure is one `error:` line: exit 2 for what the request got wrong (an unknown database
 or mailbox, a mailbox that exists, a folder it lacks, a locked mailbox), 1 for a cluster
 that cannot answer (no mounted active copy reachable; for `where`, no node)."""
@@ -43,11 +43,11 @@ from dag_common.errors import (
     failure,
 )
 from dag_common.http_client import client_session
-from dag_common.mail_mix import mail_sizes
 from dag_common.node_client import NodeStoreClient
 from dag_common.node_status import AUTH_FAILED
 from replication_node.cli import soft_deleted
 from replication_node.cli.admin import exit_code, get_from_first
+from replication_node.cli.mail_mix import mail_sizes
 
 BATCH_ITEMS = 200  # items per write (the node takes at most 1000 in one transaction)
 PAGE = 1000  # items per page of the listing

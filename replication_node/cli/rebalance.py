@@ -16,13 +16,13 @@ import sys
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dag_common.admin_api import SwitchoverAnswer
 from dag_common.cli import ExitCode, add_config, add_timeout, database_named, error
 from dag_common.command_calls import CallFailed, Change
 from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.errors import TokenRefused
 from dag_common.model import NodeStatus
 from dag_common.node_status import AUTH_FAILED
+from replication_node.admin_api import SwitchoverAnswer
 from replication_node.cli.admin import DATABASE, admin_call, status_check
 from replication_node.cli.status import describe, fetch_statuses, refusal, token_refused
 from replication_node.rebalance import Move, MoveKind, NodeView, plan_rebalance

@@ -27,12 +27,12 @@ from dag_common.echo import quoted
 from dag_common.errors import ConfigError
 from dag_common.exclusive import bind_port, lock_directory
 from dag_common.memory import bound_allocator
-from dag_common.taskdump import TASK_DUMP_END, describe_tasks
 from replication_node.audit import AUDIT_FILE, AuditLog
 from replication_node.cli.supervisor import NodeSlot, last_line, restartable, why_exited
 from replication_node.http.app import build_app
 from replication_node.metrics import NodeMetrics
 from replication_node.node import Node
+from replication_node.taskdump import TASK_DUMP_END, describe_tasks
 
 
 def _setup_logging(verbose: bool) -> None:

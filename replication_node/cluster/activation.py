@@ -18,11 +18,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from dag_common.admin_api import ActivationAnswer, KeptOpenLogAnswer
 from dag_common.clock import Clock
 from dag_common.cluster_store import ActivationCause, ActiveRecord, ClusterStore
 from dag_common.config import ClusterConfig
 from dag_common.model import AutoDatabaseMountDial, CopyStatus, CopyStatusReport
+from replication_node.admin_api import ActivationAnswer, KeptOpenLogAnswer
 from replication_node.cluster.mount_policy import (
     activation_suspended_reason,
     assess_activation,

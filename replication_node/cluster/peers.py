@@ -21,10 +21,10 @@ from typing import Any, Protocol, TypeVar
 import aiohttp
 from pydantic import BaseModel, ValidationError
 
-from dag_common.admin_api import BlockBufferAnswer, LastLogsAnswer
 from dag_common.config import ClusterConfig
 from dag_common.model import CopyRole, CopyStatusReport, NodeStatus
 from dag_common.node_status import StatusUnavailable, fetch_node_status, post_admin
+from replication_node.admin_api import BlockBufferAnswer, LastLogsAnswer
 from replication_node.log.truncation import CopyProgress
 
 logger = logging.getLogger(__name__)

@@ -14,11 +14,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from dag_common.admin_api import SwitchoverAnswer
 from dag_common.clock import Clock
 from dag_common.cluster_store import ActivationCause, ClusterStore
 from dag_common.config import ClusterConfig
 from dag_common.model import CopyRole, CopyStatus
+from replication_node.admin_api import SwitchoverAnswer
 from replication_node.cluster.activation import active_elsewhere
 from replication_node.cluster.mount_policy import MOUNTABLE, activation_suspended_reason
 from replication_node.cluster.peers import Peers

@@ -14,17 +14,17 @@ import json
 
 from aiohttp import web
 
-from dag_common.admin_api import (
-    AuditAnswer,
-    EpochEntry,
-    History,
-    RedeliveryEntry,
-)
 from dag_common.credentials import Role
 from dag_common.echo import quoted
 from dag_common.route_roles import PUBLIC, add_route
 from dag_common.store_api import LogPosition, Rolled
 from replication_node.active.redelivery import describe
+from replication_node.admin_api import (
+    AuditAnswer,
+    EpochEntry,
+    History,
+    RedeliveryEntry,
+)
 from replication_node.audit import AuditLog
 from replication_node.errors import BadRequest, NotFound
 from replication_node.http.context import (

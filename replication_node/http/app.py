@@ -15,6 +15,7 @@ from dag_common.route_roles import role_middleware
 from replication_node.active.share import ActiveLogShare
 from replication_node.http.admin_routes import add_admin_routes
 from replication_node.http.backup_routes import add_backup_routes
+from replication_node.http.changes_routes import add_changes_routes
 from replication_node.http.context import NODE
 from replication_node.http.error_middleware import error_middleware
 from replication_node.http.folder_routes import add_folder_routes
@@ -56,6 +57,7 @@ def build_app(node: Node) -> web.Application:
     app[NODE] = node
     add_store_routes(app)
     add_folder_routes(app)
+    add_changes_routes(app, metrics=node.metrics)
     add_soft_deleted_routes(app)
     add_admin_routes(app)
     add_backup_routes(app)

@@ -15,13 +15,8 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from dag_common.admin_api import (
-    ActivationAnswer,
-    BlockBufferAnswer,
-    LastLogsAnswer,
-    SwitchoverAnswer,
-)
 from dag_common.api_types import NAME_PATTERN
+from dag_common.clock import Clock
 from dag_common.config import ClusterConfig
 from dag_common.echo import quoted
 from dag_common.http_body import SMALL_BODY, BodyLimit, body_text, parse_json, read_body
@@ -30,6 +25,12 @@ from dag_common.model import AutoDatabaseMountDial, NodeStatus
 from replication_node.active.copy import ActiveCopy
 from replication_node.active.instance import ActiveInstance
 from replication_node.active.mailbox_store import MailboxStore
+from replication_node.admin_api import (
+    ActivationAnswer,
+    BlockBufferAnswer,
+    LastLogsAnswer,
+    SwitchoverAnswer,
+)
 from replication_node.errors import BadRequest, LogStreamStopped, NotActive, NotFound
 from replication_node.interfaces import HostedCopy
 from replication_node.storage.reader import MailboxReader
@@ -43,6 +44,9 @@ class NodeApi(Protocol):
     config: ClusterConfig
     unexpected_errors: int  # the API's 500s, counted for the metrics
     memory: MemoryBudget  # bytes of request bodies in flight
+
+    @property
+    def clock(self) -> Clock: ...
 
     def instance(self, database: str) -> HostedCopy | None: ...
 

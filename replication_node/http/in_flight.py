@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from dag_common.taskdump import describe_tasks
+from replication_node.taskdump import describe_tasks
 
 logger = logging.getLogger(__name__)
 

@@ -24,10 +24,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dag_common.admin_api import BlockBufferAnswer, LastLogsAnswer, OpenLogKept
 from dag_common.clock import Clock
 from dag_common.model import CopyMode, CopyRole, CopyStatus, CopyStatusReport
 from dag_common.tasks import cancel_and_wait
+from replication_node.admin_api import BlockBufferAnswer, LastLogsAnswer, OpenLogKept
 from replication_node.errors import (
     Conflict,
     CopyFailed,

@@ -7,7 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from dag_common.config import EtcdStore, parse_config
+from dag_common.config import parse_config
+from dag_common.config_store import EtcdStore
 from dag_common.errors import ConfigError
 
 HTTPS = ["https://etcd-0:2379", "https://etcd-1:2379/"]

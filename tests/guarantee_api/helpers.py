@@ -139,10 +139,16 @@ class Running:
     stub: pb_grpc.DataGuaranteeStub
 
     async def next_round(self) -> None:
-        assert self.service.poller is not None
+        """One round of polling that began after this call: what the nodes answer now.  A
+        round under way (begun by the test's last advance of the clock) may have read the
+        nodes before the test changed them: it ends first (the poller sleeps again before
+        this task runs on)."""
+        poller = self.service.poller
+        assert poller is not None
+        await poller.wait_rounds(poller.rounds_started)
         done = self.service.view.rounds_completed
         await self.clock.advance(self.service.config.guarantee_api.poll_interval.total_seconds())
-        await self.service.poller.wait_rounds(done + 1)
+        await poller.wait_rounds(done + 1)
 
 
 async def start_service(

@@ -509,7 +509,7 @@ def test_verdicts_list_every_configured_copy_with_role():
 
 
 def test_wait_times_come_from_the_config_with_the_seeds_defaults():
-    from dag_common.config import GuaranteeLimits
+    from dag_common.config_guarantee import GuaranteeLimits
     from dag_common.guarantee.values import Limits
 
     seed = Limits.from_config(GuaranteeLimits())

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from dag_common.admin_api import ActivationAnswer, KeptOpenLogAnswer, SwitchoverAnswer
 from dag_common.clock import ManualClock
 from dag_common.cluster_store import ActivationCause
 from dag_common.model import AutoDatabaseMountDial, CopyRole, CopyStatus
+from replication_node.admin_api import ActivationAnswer, KeptOpenLogAnswer, SwitchoverAnswer
 from replication_node.cluster.activation import Activation
 from replication_node.cluster.peers import BlockBufferKept, LastLogsCopied
 from replication_node.errors import BadRequest, Conflict, LeaseHeld, MountRefused, NotFound

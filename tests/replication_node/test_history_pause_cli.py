@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from dag_common.admin_api import History
 from dag_common.cluster_store.embedded import EmbeddedClusterStore
+from replication_node.admin_api import History
 from replication_node.cli.admin import history_lines
 from replication_node.cli.main import main
 from tests.cluster_harness import cluster_config, write_cluster_config

@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from dag_common.mail_mix import mail_sizes
 from mrs_client.move_store import MoveRecord
 from mrs_client.move_store.embedded import EmbeddedMoveStore
+from replication_node.cli.mail_mix import mail_sizes
 from replication_node.cli.mailbox import batches, generated_items, generated_text, where_line
 from tests.cluster_harness import LocalCluster
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from dag_common.admin_api import SwitchoverAnswer
 from dag_common.clock import ManualClock
 from dag_common.cluster_store import ActivationCause
 from dag_common.model import CopyRole, CopyStatus
+from replication_node.admin_api import SwitchoverAnswer
 from replication_node.cluster.switchover import (
     CATCH_UP_TIMEOUT,
     TARGET_SILENT_ABANDON,

@@ -8,8 +8,8 @@ from typing import Any
 
 import aiohttp
 
-from dag_common.ports import free_port
 from tests.cluster_harness import ROOT, LocalCluster, wait_until
+from tools.ports import free_port
 
 
 class Hubs:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dag_common.mail_mix import LARGE, SMALL_CAP, mail_sizes
+from replication_node.cli.mail_mix import LARGE, SMALL_CAP, mail_sizes
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from dag_common.ports import free_port
-from replication_node.demo import Started, wait_healthy
+from demo.waits import Started, wait_healthy
+from tools.ports import free_port
 
 
 def test_a_process_that_exits_before_it_is_ready_is_named_with_its_log(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from dag_common.taskdump import describe_tasks
+from replication_node.taskdump import describe_tasks
 
 
 async def _innermost(event: asyncio.Event) -> None:

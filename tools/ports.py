@@ -1,4 +1,5 @@
-"""Pick a local port to listen on, for the demo and the tests that start real processes."""
+"""Pick a local port to listen on, for the demo, the benches, the tutorial and the tests that
+start real processes (beside the product: no product code listens on a port it picked)."""
 
 from __future__ import annotations
 

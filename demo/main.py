@@ -1,7 +1,7 @@
-"""`make demo`: a three-node cluster on loopback, writes on the active copies, the log stream,
-and every copy converging; at the end, the Data Guarantee service's own queue-length history
-of the run aggregated by Spark (`spark-metrics`) into an HTML report.  Each step prints what
-it shows."""
+"""`make demo` (`python -m demo`): a three-node cluster on loopback, writes on the active
+copies, the log stream, and every copy converging; at the end, the Data Guarantee service's
+own queue-length history of the run aggregated by Spark (`spark-metrics`) into an HTML
+report.  Each step prints what it shows; each wait is for the thing itself (`demo.waits`)."""
 
 from __future__ import annotations
 
@@ -14,24 +14,21 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import yaml
 
-from dag_common.api_types import item_id_for
 from dag_common.auth import bearer
-from dag_common.mail_mix import mail_sizes
-from dag_common.model import CopyRole, CopyStatus
-from dag_common.ports import free_port
+from demo.copies import active_copies, not_clean, wait_caught_up, wait_copy
+from demo.mail import MailDuring
+from demo.waits import Started, wait_for, wait_healthy
 from replication_node.cli import main as cli
+from replication_node.cli.mail_mix import mail_sizes
 from replication_node.cli.mailbox import batches, generated_items
-from replication_node.storage import tools as db_tools
-from replication_node.storage.header import DatabaseState
+from tools.ports import free_port
 
 ROOT = Path.cwd()
 
@@ -104,54 +101,6 @@ def write_config(base: Path) -> Path:
     return path
 
 
-@dataclass(frozen=True)
-class Started:
-    """A process the demo started: its name, the URL that answers 200 once it is ready (a
-    node's or the guarantee service's /healthz), and its log."""
-
-    name: str
-    url: str
-    log: Path
-    proc: subprocess.Popen[bytes]
-
-
-def _tail(log: Path, lines: int = 15) -> str:
-    try:
-        text = log.read_text(errors="replace").splitlines()[-lines:]
-    except OSError as exc:
-        return f"  (its log cannot be read: {exc.strerror})"
-    return "\n".join(f"  {line}" for line in text) or "  (its log is empty)"
-
-
-def wait_healthy(started: list[Started], timeout: float = 90.0) -> None:
-    """Wait until each process answers 200 on its URL; one that exits or does not answer in
-    time is named, with its log's last lines."""
-    import urllib.error
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    for s in started:
-        while True:
-            code = s.proc.poll()
-            if code is not None:
-                raise SystemExit(
-                    f"{s.name} exited (code {code}) before it was ready; the end of {s.log}:\n"
-                    + _tail(s.log)
-                )
-            try:
-                with urllib.request.urlopen(s.url, timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(
-                    f"{s.name} did not answer {s.url} within {timeout:g}s; the end of "
-                    f"{s.log}:\n" + _tail(s.log)
-                )
-            time.sleep(0.1)
-
-
 def batch_move(config_path: Path, base: Path, env: dict[str, str]) -> None:
     """Two mailboxes in DB1, a batch moving them to DB2, a worker running it; its report."""
     conf = ["--config", str(config_path)]
@@ -183,8 +132,10 @@ def batch_move(config_path: Path, base: Path, env: dict[str, str]) -> None:
         env=env,
     )
     try:
-        deadline = time.monotonic() + 300
-        while True:  # the batch's own word that its moves are done, not a fixed wait
+        state: dict[str, int] = {}
+
+        def completed() -> bool | None:  # the batch's own word that its moves are done
+            nonlocal state
             listed = subprocess.run(
                 [*mrs, "batch", "list", "--json", *conf],
                 env=env,
@@ -193,169 +144,19 @@ def batch_move(config_path: Path, base: Path, env: dict[str, str]) -> None:
                 check=True,
             )
             (wave,) = [b for b in json.loads(listed.stdout) if b["name"] == "wave1"]
-            if wave["by_state"]["Completed"] == 2:
-                break
-            if wave["by_state"]["Failed"] or worker.poll() is not None:
-                raise SystemExit(f"the batch did not complete: {wave['by_state']} (mrs-worker.log)")
-            if time.monotonic() > deadline:
-                raise SystemExit("the batch did not complete within 5 minutes (mrs-worker.log)")
-            time.sleep(0.5)
+            state = wave["by_state"]
+            if state["Failed"] or worker.poll() is not None:
+                raise SystemExit(f"the batch did not complete: {state} (mrs-worker.log)")
+            return True if state["Completed"] == 2 else None
+
+        if wait_for(completed, 300) is None:
+            raise SystemExit(
+                f"the batch did not complete within 5 minutes: {state} (mrs-worker.log)"
+            )
     finally:
         worker.terminate()
         worker.wait(timeout=60)
     subprocess.run([*mrs, "batch", "report", "wave1", *conf], env=env, check=True)
-
-
-class MailDuring:
-    """Messages for alice and bob given to the transport, one every 20 ms, in a thread,
-    while something else runs (a move of alice): each must arrive once, wherever its
-    mailbox is by then."""
-
-    def __init__(self, config_path: Path) -> None:
-        config = yaml.safe_load(config_path.read_text())
-        self.url = config["transports"][0]["url"]
-        self.token = (config_path.parent / "token").read_text().strip()
-        self.sent: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._send, name="mail", daemon=True)
-
-    def _post(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        import urllib.request
-
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(
-            self.url + path, data=data, headers={**bearer(self.token), "Content-Type":
-                                                 "application/json"},
-        )  # fmt: skip
-        with urllib.request.urlopen(request, timeout=30) as resp:
-            return dict(json.load(resp))
-
-    def _send(self) -> None:
-        n = 0
-        while not self._stop.is_set():
-            message_id = f"<demo.{n}@example.com>"
-            self._post("/v1/messages", {
-                "message_id": message_id, "recipients": ["alice", "bob"],
-                "subject": f"message {n}", "body": f"delivered wherever alice is: {n}",
-            })  # fmt: skip
-            self.sent.append(message_id)
-            n += 1
-            time.sleep(0.02)
-
-    def __enter__(self) -> MailDuring:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
-
-    def drained(self, timeout: float = 120) -> dict[str, Any]:
-        """The transport's queue once nothing waits in it."""
-        deadline = time.monotonic() + timeout
-        while True:
-            state = self._get("/v1/queue")
-            if state["waiting"] == 0 and state["deliveries"]["Queued"] == 0:
-                return state
-            if time.monotonic() > deadline:
-                raise SystemExit(f"the transport did not deliver everything: {state}")
-            time.sleep(0.2)
-
-    def delivered_once(self, node_url: str, database: str, mailbox: str) -> str:
-        """Each message sent is in `mailbox` exactly once (the item its id names); the line
-        that says so, or SystemExit."""
-        items = self._get(f"/v1/databases/{database}/mailboxes/{mailbox}/items", node_url)
-        live = {i["item_id"] for i in items["items"] if not i["deleted"]}
-        missing = [m for m in self.sent if item_id_for(m) not in live]
-        if missing:
-            raise SystemExit(f"{len(missing)} messages are not in {mailbox}: {missing[:3]}")
-        return f"all {len(self.sent)} messages, each once, in {database}"
-
-    def _get(self, path: str, base: str | None = None) -> dict[str, Any]:
-        import urllib.request
-
-        request = urllib.request.Request((base or self.url) + path, headers=bearer(self.token))
-        with urllib.request.urlopen(request, timeout=30) as resp:
-            return dict(json.load(resp))
-
-
-def wait_copy(config_path: Path, database: str, node: str, role: str, timeout: float = 60) -> None:
-    """Wait until `node` reports its copy of `database` in `role`, Healthy or Mounted."""
-    import json
-    import urllib.request
-
-    config = yaml.safe_load(config_path.read_text())
-    url = next(n["url"] for n in config["nodes"] if n["name"] == node)
-    token = (config_path.parent / "token").read_text().strip()
-    request = urllib.request.Request(f"{url}/v1/status", headers=bearer(token))
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(request, timeout=2) as resp:
-                copies = json.load(resp)["copies"]
-            copy = next(c for c in copies if c["database"] == database)
-            if copy["role"] == role and copy["status"] in ("Healthy", "Mounted"):
-                return
-        except (OSError, ValueError, KeyError, StopIteration):
-            pass
-        time.sleep(0.1)
-    raise SystemExit(f"{database} on {node} did not become {role} within {timeout:g}s")
-
-
-def last_generated(copies: list[dict[str, Any]]) -> dict[str, int]:
-    """Each database's last generation, as the copies' statuses report it (the open log
-    counted once it holds an acknowledged commit)."""
-    out: dict[str, int] = {}
-    for c in copies:
-        out[c["database"]] = max(out.get(c["database"], 0), c["last_log_generated"])
-    return out
-
-
-def copies_behind(copies: list[dict[str, Any]]) -> list[str]:
-    """The passive copies not yet Healthy and replayed through their database's last
-    generation, each with where it is: empty once every copy has caught up."""
-    generated = last_generated(copies)
-    return [
-        f"{c['database']}\\{c['node']}: {c['status']}, replayed {c['last_log_replayed']} of "
-        f"{generated[c['database']]} (CopyQueue {c['copy_queue_length']}, "
-        f"ReplayQueue {c['replay_queue_length']})" + (f": {c['error']}" if c.get("error") else "")
-        for c in sorted(copies, key=lambda c: (c["database"], c["node"]))
-        if c["role"] != CopyRole.ACTIVE
-        and not (
-            c["status"] == CopyStatus.HEALTHY and c["last_log_replayed"] >= generated[c["database"]]
-        )
-    ]
-
-
-def active_copies(config_path: Path) -> dict[str, str]:
-    """The node each database is mounted on, as the nodes report it."""
-    import urllib.request
-
-    config = yaml.safe_load(config_path.read_text())
-    token = (config_path.parent / "token").read_text().strip()
-    out = {}
-    for node in config["nodes"]:
-        request = urllib.request.Request(f"{node['url']}/v1/status", headers=bearer(token))
-        with urllib.request.urlopen(request, timeout=30) as resp:
-            for c in json.load(resp)["copies"]:
-                if c["role"] == CopyRole.ACTIVE and c["status"] == CopyStatus.MOUNTED:
-                    out[c["database"]] = node["name"]
-    return out
-
-
-def not_clean(base: Path, mounted: dict[str, str]) -> list[str]:
-    """Print the header of each copy in `mounted` (database: node) after the stop; a line
-    for each one not in Clean Shutdown, naming the node's log."""
-    dirty = []
-    for database, node in sorted(mounted.items()):
-        info = db_tools.db_header(base / node / database / f"{database}.sqlite")
-        print(db_tools.render_db_header(info))
-        if info["state"] != DatabaseState.CLEAN_SHUTDOWN:
-            dirty.append(
-                f"error: {database}\\{node} is in {info['state']} after its stop, not Clean "
-                f"Shutdown: see {base / f'{node}.log'}"
-            )
-    return dirty
 
 
 def step(text: str) -> None:
@@ -412,24 +213,7 @@ async def run(config_path: Path, items: int) -> None:
             print(await call("POST", node, f"/v1/databases/{db}/roll-log"))
 
         step("Wait for every passive copy to copy, inspect and replay the closed generations")
-        started, timeout = time.monotonic(), 60
-        said = False
-        while True:
-            copies = [c for node in urls for c in (await call("GET", node, "/v1/status"))["copies"]]
-            left = copies_behind(copies)
-            if not said:
-                targets = ", ".join(f"{db} {g}" for db, g in sorted(last_generated(copies).items()))
-                print(f"waiting up to {timeout}s for each to be Healthy and replayed through its "
-                      f"database's last generation ({targets})")  # fmt: skip
-                said = True
-            if not left:
-                print(f"every passive copy caught up in {time.monotonic() - started:.1f}s")
-                break
-            if time.monotonic() - started > timeout:
-                print(f"gave up after {timeout}s; not caught up:")
-                print("\n".join(f"  {line}" for line in left))
-                break
-            await asyncio.sleep(0.3)
+        await asyncio.to_thread(wait_caught_up, config_path)
         # The status command runs its own event loop: give it a thread of its own.
         await asyncio.to_thread(cli.main, ["status", "--config", str(config_path)])
 

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from replication_node.demo import copies_behind, last_generated, not_clean
+from demo.copies import copies_behind, last_generated, not_clean
 from replication_node.storage.database import Database
 
 
