@@ -35,7 +35,7 @@ from email.policy import compat32
 from email.utils import format_datetime
 
 from dag_common.api_types import NAME_PATTERN
-from dag_common.rfc822 import header_block
+from dag_common.rfc822 import ABSENT, header_block, plain_header
 
 MAX_LINE = 998  # octets of a line before its CRLF (RFC 5322 2.1.1)
 PIECE = 64 * 1024  # bytes of a message submitted whole checked at a time (`message_fault`)
@@ -191,11 +191,17 @@ def trusted(peer: str | None, networks: Iterable[str]) -> bool:
 
 def message_id_of(raw: bytes) -> str | None:
     """The message's own Message-ID, as the queue keys it (None: it has none usable)."""
-    headers = BytesHeaderParser(policy=compat32).parsebytes(header_block(raw))
-    value = headers.get("Message-ID")
-    if value is None:
+    block = header_block(raw)
+    plain = plain_header(block, b"message-id")  # what the parser reads, without its cost
+    if plain is ABSENT:
         return None
-    text = "".join(str(value).split())  # unfolded
+    if plain is not None:
+        text = "".join(plain.decode("ascii").split())
+    else:
+        value = BytesHeaderParser(policy=compat32).parsebytes(block).get("Message-ID")
+        if value is None:
+            return None
+        text = "".join(str(value).split())  # unfolded
     return text if _MESSAGE_ID.match(text) else None
 
 
