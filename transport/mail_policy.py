@@ -98,10 +98,10 @@ def lines_fault(block: bytes, *, stuffed: bool) -> Reply | None:
     """What is wrong with `block`, whole lines each ending in CRLF (or nothing): a bare CR
     or LF, or a line of more than MAX_LINE octets (`stuffed`: once its leading dot is
     undone); None if nothing.  Bytes methods in C, never a line at a time in Python."""
-    crlf = block.count(b"\r\n")
-    if block.count(b"\r") != crlf or block.count(b"\n") != crlf:
-        return BARE_LINE_END
     lines = block.split(b"\r\n")
+    rest = b"".join(lines)  # what is left once every CRLF is gone: no CR, no LF
+    if rest.find(b"\r") >= 0 or rest.find(b"\n") >= 0:
+        return BARE_LINE_END
     if max(map(len, lines)) > MAX_LINE and any(
         len(line) - (stuffed and line[:1] == b".") > MAX_LINE for line in lines
     ):
