@@ -29,6 +29,7 @@ from dag_common.errors import ClusterStoreError
 from dag_common.node_client import NodeStoreClient
 from imap_front.errors import Unavailable
 from imap_front.folders import Folder, Folders, Message
+from imap_front.metrics import FrontMetrics
 from imap_front.node_api import MailboxApi
 from imap_front.users import User, Users
 
@@ -126,7 +127,17 @@ class Identity(IdentityInterface):
         if database is None:
             raise Unavailable(f"mailbox {mailbox!r} is not in the directory")
         api = MailboxApi(self._login.nodes, database, mailbox)
-        yield Session(self._user, self._login.config, Folders(api))
+        metrics = self._login.metrics
+        folders = Folders(api, clock=self._login.clock, metrics=metrics)
+        if metrics is None:
+            yield Session(self._user, self._login.config, folders)
+            return
+        open_now = metrics.sessions.labels("authenticated")
+        open_now.inc()
+        try:
+            yield Session(self._user, self._login.config, folders)
+        finally:
+            open_now.dec()
 
     async def new_token(self, *, expiration: Any = None) -> None:
         return None
@@ -146,9 +157,11 @@ class Login(LoginInterface):
 
     def __init__(
         self, *, config: IMAPConfig, users: Users, directory: Directory, nodes: NodeStoreClient,
-        clock: Clock, failure_delay: float,
+        clock: Clock, failure_delay: float, metrics: FrontMetrics | None = None,
     ) -> None:  # fmt: skip
         self.config = config
+        self.metrics = metrics
+        self.clock = clock
         self.users = users
         self.directory = directory
         self.nodes = nodes

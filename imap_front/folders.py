@@ -6,11 +6,16 @@ each command that needs them; a message's bytes are fetched only when a FETCH or
 needs its headers or body (`Message.load_content`), byte for byte from GET …/message.
 
 A selected folder's state (what the client was shown) is pymap's `SelectedMailbox`; this
-module tells it what changed since the last command: `update_selected` lists the folder's
-UIDs and compares them with the UIDs and the highest modseq shown before (kept in the
-selected mailbox's `mod_sequence`).  The whole listing is read each time: a move's source
-does not list the UIDs moved out among its expunged (docs/concepts/imap.md, step 1 as
-built); the compact selected state and IDLE on the change feed are step 5's.
+module tells it what changed since the last command (`update_selected`, which IDLE and NOOP
+and every command on a selected folder come through).  The session keeps the node's change
+feed's cursor and the active's epoch beside what it showed (`Shown`, in the selected
+mailbox's `mod_sequence`): a command asks the feed (no wait) whether anything above the
+cursor touched the folder, and only then lists the folder's UIDs again; IDLE long-polls the
+feed, one poll at a time per session, until it names the folder or the client says DONE.
+A new epoch (a switchover or a failover: the node client follows the active) lists the
+folder again too.  The listing is read whole, not `?since_modseq`: a move's source does not
+name the UIDs moved out among its `expunged` (docs/concepts/imap.md, step 1 as built), and a
+whole listing tells them as EXPUNGE; the compact selected state is left for later.
 
 Names: IMAP's INBOX is the node's "Inbox"; the hierarchy delimiter is "/", as the node's
 folder names have it.
@@ -18,7 +23,10 @@ folder names have it.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,9 +42,17 @@ from pymap.parsing.specials import FetchRequirement, ObjectId
 from pymap.parsing.specials.flag import Flag
 from pymap.selected import SelectedMailbox, SelectedSet
 
+from dag_common.clock import Clock
+from dag_common.store_api import Changes, MailboxState
+from imap_front.errors import Unavailable
+from imap_front.metrics import FrontMetrics
 from imap_front.node_api import NODE_INBOX, FolderUids, Listed, MailboxApi
 
+logger = logging.getLogger(__name__)
+
 DELIMITER = "/"
+FEED_WAIT = 25.0  # seconds one long poll of the change feed waits (the node's bound: 60)
+FEED_RETRY = 1.0  # seconds before polling again after a failed poll, or a locked mailbox
 
 
 def node_name(imap_name: str) -> str:
@@ -94,11 +110,28 @@ class Message(BaseMessage):
                    size=msg.size, api=msg._api, expunged=True)  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """What a selected session was shown (pymap's `SelectedMailbox.mod_sequence`): the
+    folder's highest modseq and its UIDs at the last listing, and the change feed's cursor
+    and the active's epoch taken just before it."""
+
+    modseq: int
+    uids: frozenset[int]
+    cursor: int
+    epoch: int
+
+
 class Folder(MailboxDataInterface[Message]):
     """One folder of the user's mailbox, as one session uses it."""
 
-    def __init__(self, api: MailboxApi, name: str, listing: FolderUids) -> None:
+    def __init__(
+        self, api: MailboxApi, name: str, listing: FolderUids, *, clock: Clock,
+        metrics: FrontMetrics | None = None,
+    ) -> None:  # fmt: skip
         self._api = api
+        self._clock = clock
+        self._metrics = metrics
         self.name = name  # the node's
         self._listing = listing
         self._by_uid = {m.uid: m for m in listing.messages}
@@ -133,19 +166,122 @@ class Folder(MailboxDataInterface[Message]):
     async def update_selected(
         self, selected: SelectedMailbox, *, wait_on: Any = None
     ) -> SelectedMailbox:
-        if wait_on is not None:  # IDLE: step 5 wakes it on the change feed
-            await wait_on.wait()
+        shown: Shown | None = selected.mod_sequence
+        if shown is None:  # SELECT: the feed's cursor first, then the whole listing
+            feed = await self._api.changes(0, wait=0, epoch=None)
+            return await self._resync(selected, None, feed)
+        if wait_on is None:  # any other command (NOOP included): has this folder changed?
+            feed = await self._api.changes(shown.cursor, wait=0, epoch=shown.epoch)
+            self._polled(feed, shown)
+        else:
+            woke, feed = await self._idle(selected, shown, wait_on)
+            if not woke:  # DONE before the folder changed
+                return selected
+            shown = selected.mod_sequence
+        if feed is not None and not self._names(feed, shown):
+            selected.mod_sequence = replace(shown, cursor=feed.last_change_number,
+                                            epoch=feed.epoch)  # fmt: skip
+            return selected
+        return await self._resync(selected, shown, feed)
+
+    def _names(self, feed: Changes, shown: Shown) -> bool:
+        """Whether the feed's answer may have changed this folder (the active moved, or it
+        cannot say which folders, or it names this one)."""
+        if feed.epoch != shown.epoch:
+            return True
+        if not feed.changed:
+            return False
+        return feed.folders is None or self.name in feed.folders
+
+    def _polled(self, feed: Changes | None, shown: Shown) -> None:
+        if self._metrics is None:
+            return
+        outcome = ("gone" if feed is None else "epoch" if feed.epoch != shown.epoch
+                   else "changed" if feed.changed else "quiet")  # fmt: skip
+        self._metrics.feed_polls.labels(outcome).inc()
+
+    async def _idle(
+        self, selected: SelectedMailbox, shown: Shown, done: Any
+    ) -> tuple[bool, Changes | None]:
+        """IDLE: one long poll of the feed at a time, until it names this folder (True and
+        its answer) or the client says DONE (False).  A failed poll (the active moving, nobody
+        mounted yet, an outage) is tried again after `FEED_RETRY`: the node client finds the
+        active again, and a new epoch resyncs the folder."""
+        idle = None if self._metrics is None else self._metrics.sessions.labels("idle")
+        if idle is not None:
+            idle.inc()
+        try:
+            return await self._poll_until(selected, shown, done)
+        finally:
+            if idle is not None:
+                idle.dec()
+
+    async def _poll_until(
+        self, selected: SelectedMailbox, shown: Shown, done: Any
+    ) -> tuple[bool, Changes | None]:
+        while True:
+            poll = asyncio.ensure_future(
+                self._api.changes(shown.cursor, wait=FEED_WAIT, epoch=shown.epoch)
+            )
+            told = asyncio.ensure_future(done.wait())
+            try:
+                await asyncio.wait((poll, told), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                told.cancel()
+                if not poll.done():
+                    poll.cancel()
+            if not poll.done() or poll.cancelled():
+                return False, None
+            failure = poll.exception()
+            if failure is not None:
+                if not isinstance(failure, Unavailable):
+                    raise failure
+                if self._metrics is not None:
+                    self._metrics.feed_polls.labels("failed").inc()
+                logger.info("idle on %s/%s: %s; polling again", self._api.mailbox, self.name,
+                            failure)  # fmt: skip
+                if await self._pause(done, FEED_RETRY):
+                    return False, None
+                continue
+            feed = poll.result()
+            self._polled(feed, shown)
+            if feed is None or self._names(feed, shown):
+                if self._metrics is not None:
+                    self._metrics.idle_wakeups.inc()
+                return True, feed
+            shown = replace(shown, cursor=feed.last_change_number, epoch=feed.epoch)
+            selected.mod_sequence = shown
+            if feed.state != MailboxState.LIVE and await self._pause(done, FEED_RETRY):
+                return False, None  # locked or going: the feed answers at once; poll at a pace
+
+    async def _pause(self, done: Any, seconds: float) -> bool:
+        """Wait `seconds` (the injected clock's) or until DONE; whether DONE came."""
+        nap = asyncio.ensure_future(self._clock.sleep(seconds))
+        told = asyncio.ensure_future(done.wait())
+        await asyncio.wait((nap, told), return_when=asyncio.FIRST_COMPLETED)
+        nap.cancel()
+        told.cancel()
+        return bool(done.is_set())
+
+    async def _resync(
+        self, selected: SelectedMailbox, shown: Shown | None, feed: Changes | None
+    ) -> SelectedMailbox:
+        """The folder listed whole, compared with what the client was shown: EXISTS or
+        FETCH for each message new or changed, EXPUNGE for each UID no longer there (a
+        message moved out included: the source's `expunged` does not name it)."""
+        if self._metrics is not None:
+            self._metrics.resyncs.inc()
         listing = await self.refresh()
-        shown: tuple[int, frozenset[int]] | None = selected.mod_sequence
         now = frozenset(self._by_uid)
         if shown is None:
             selected.add_updates([self._message(m) for m in listing.messages], [])
         else:
-            since, uids = shown
             changed = [self._message(m) for m in listing.messages
-                       if m.modseq > since or m.uid not in uids]  # fmt: skip
-            selected.add_updates(changed, sorted(uids - now))
-        selected.mod_sequence = (listing.highest_modseq, now)
+                       if m.modseq > shown.modseq or m.uid not in shown.uids]  # fmt: skip
+            selected.add_updates(changed, sorted(shown.uids - now))
+        cursor = feed.last_change_number if feed is not None else 0
+        epoch = feed.epoch if feed is not None else 0
+        selected.mod_sequence = Shown(listing.highest_modseq, now, cursor, epoch)
         return selected
 
     async def append(self, append_msg: AppendMessage, *, recent: bool = False) -> Message:
@@ -233,8 +369,12 @@ class Folder(MailboxDataInterface[Message]):
 class Folders(MailboxSetInterface[Folder]):
     """The folders of the user's one mailbox."""
 
-    def __init__(self, api: MailboxApi) -> None:
+    def __init__(
+        self, api: MailboxApi, *, clock: Clock, metrics: FrontMetrics | None = None
+    ) -> None:
         self._api = api
+        self._clock = clock
+        self._metrics = metrics
 
     @property
     def delimiter(self) -> str:
@@ -256,7 +396,7 @@ class Folders(MailboxSetInterface[Folder]):
             listing = await self._api.uids(folder)
         except MailboxNotFound:
             raise KeyError(name) from None
-        return Folder(self._api, folder, listing)
+        return Folder(self._api, folder, listing, clock=self._clock, metrics=self._metrics)
 
     async def add_mailbox(self, name: str) -> ObjectId:
         folder = node_name(name.rstrip(DELIMITER))

@@ -22,7 +22,7 @@ from pymap.exceptions import MailboxConflict, MailboxHasChildren, MailboxNotFoun
 from dag_common.errors import NodeCallError
 from dag_common.node_client import NodeStoreClient
 from dag_common.rfc822 import body_of_message
-from dag_common.store_api import FolderStatus, Mailbox
+from dag_common.store_api import Changes, FolderStatus, Mailbox
 from imap_front.errors import Cannot, Unavailable
 
 NODE_INBOX = "Inbox"  # the node's name of IMAP's INBOX
@@ -105,6 +105,16 @@ class MailboxApi:
             ),
             expunged=tuple(body["expunged"]),
         )
+
+    async def changes(self, since: int, *, wait: float, epoch: int | None) -> Changes | None:
+        """The mailbox's change feed above `since` (None: the active has no such mailbox);
+        the node client follows a switchover to the new active (its epoch then differs)."""
+        try:
+            return await self._nodes.changes(
+                self.database, self.mailbox, since, wait=wait, epoch=epoch
+            )
+        except NodeCallError as exc:
+            raise _answer(exc, None) from exc
 
     async def message(self, item_id: str) -> bytes | None:
         """A message's bytes as stored (None: no longer there)."""

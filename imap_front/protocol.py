@@ -35,6 +35,7 @@ from pymap.interfaces.login import LoginInterface
 from pymap.parsing.command import Command
 from pymap.parsing.response import (
     CommandResponse,
+    Response,
     ResponseBad,
     ResponseBye,
     ResponseCode,
@@ -43,6 +44,8 @@ from pymap.parsing.response import (
 )
 from pymap.parsing.state import ExpectContinuation, ParsingInterrupt, ParsingState
 from pysasl import SASLAuth
+
+from imap_front.metrics import FrontMetrics
 
 _TAG = re.compile(rb"[\x21-\x7e]{1,64}")
 _SYNC_LITERAL = re.compile(rb"{(\d+)}\r?\n$")
@@ -65,11 +68,12 @@ class FrontConfig(IMAPConfig):
         )  # fmt: skip
         self.max_line = max_line
         self.max_literal = max_literal
+        self.metrics: FrontMetrics | None = None  # set by serve: commands counted
 
     @property
     def backend_capability(self) -> BackendCapability:
-        # IDLE is step 5's (fed by the node's change feed): not offered until it tells.
-        return BackendCapability(idle=False, object_id=True, multi_append=True)
+        # IDLE: fed by the node's change feed (folders.py).
+        return BackendCapability(idle=True, object_id=True, multi_append=True)
 
     @property
     def initial_auth(self) -> SASLAuth:
@@ -103,7 +107,7 @@ def _tag(line: bytes | memoryview) -> bytes:
 class FrontConnection(IMAPConnection):
     """One client's connection, its lines and literals held to the front's limits."""
 
-    __slots__ = ["max_literal"]
+    __slots__ = ["max_literal", "metrics"]
 
     def __init__(
         self, commands: Any, config: FrontConfig, reader: StreamReader, writer: StreamWriter,
@@ -111,6 +115,12 @@ class FrontConnection(IMAPConnection):
     ) -> None:  # fmt: skip
         super().__init__(commands, config, reader, writer, sock_info)
         self.max_literal = config.max_literal
+        self.metrics = config.metrics
+
+    async def write_response(self, resp: Response) -> None:
+        await super().write_response(resp)
+        if self.metrics is not None:
+            self.metrics.answered(resp)
 
     async def _line(self) -> bytes:
         try:

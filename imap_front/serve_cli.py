@@ -21,13 +21,16 @@ from dag_common.exclusive import bind_port
 from dag_common.http_client import client_session
 from dag_common.node_client import NodeStoreClient
 from imap_front.backend import Backend, Login
+from imap_front.metrics import FrontMetrics, bound_port, start_http
 from imap_front.protocol import FrontConfig, FrontServer
 from imap_front.users import HASHER, Users
 
 logger = logging.getLogger(__name__)
 
 
-async def _serve(config_path: Path, name: str, port: int | None, host: str | None) -> int:
+async def _serve(
+    config_path: Path, name: str, port: int | None, host: str | None, metrics_port: int | None
+) -> int:
     config = load_config(config_path)
     settings = config.imap
     token = load_token(config)
@@ -47,10 +50,15 @@ async def _serve(config_path: Path, name: str, port: int | None, host: str | Non
         max_line=int(settings.max_line), max_literal=int(settings.max_literal),
     )  # fmt: skip
     front.apply_context()
+    metrics = front.metrics = FrontMetrics()
     login = Login(
         config=front, users=users, directory=store, nodes=nodes, clock=clock,
-        failure_delay=settings.invalid_login_delay,
+        failure_delay=settings.invalid_login_delay, metrics=metrics,
     )  # fmt: skip
+    http = None
+    if metrics_port is not None:
+        http = await start_http(metrics, host, metrics_port)
+        print(f"imap front {name} metrics on {host}:{bound_port(http)}", flush=True)
     backend = Backend(login, front)
     handler = ProxyProtocolReader(ProxyProtocolVersion.get(None)).get_callback(
         FrontServer(backend.login, front)
@@ -70,6 +78,8 @@ async def _serve(config_path: Path, name: str, port: int | None, host: str | Non
     finally:
         for server in servers:
             server.close()
+        if http is not None:
+            await http.cleanup()
         await session.close()
         await store.aclose()
     return ExitCode.OK
@@ -79,7 +89,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    return asyncio.run(_serve(Path(args.config), args.name, args.port, args.listen_host))
+    return asyncio.run(
+        _serve(Path(args.config), args.name, args.port, args.listen_host, args.metrics_port)
+    )
 
 
 def build(serve: argparse.ArgumentParser) -> None:
@@ -88,6 +100,10 @@ def build(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--name", default="imap", help="the front's name: {node} in tls: paths")
     serve.add_argument("--port", type=int, help="the port to listen on (default: imap.port)")
     serve.add_argument("--listen-host", help="the address to bind (default: imap.host)")
+    serve.add_argument(
+        "--metrics-port", type=int,
+        help="serve GET /metrics and /healthz on this port (0: any free one; default: none)",
+    )  # fmt: skip
     serve.set_defaults(func=_cmd_serve)
 
 

@@ -40,6 +40,7 @@ class Front:
         cluster.config["imap"] = {"users_file": str(users_file), "invalid_login_delay": 0, **imap}
         cluster.write_config()
         self.proc: subprocess.Popen[bytes] | None = None
+        self.metrics_port = free_port()
 
     @property
     def log_path(self) -> Path:
@@ -52,7 +53,8 @@ class Front:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "imap_front", "serve", "--config",
-             str(self.cluster.config_path), "--name", self.name, "--port", str(self.port)],
+             str(self.cluster.config_path), "--name", self.name, "--port", str(self.port),
+             "--metrics-port", str(self.metrics_port)],
             stdout=log, stderr=subprocess.STDOUT, env=self.cluster.env(), cwd=ROOT,
         )  # fmt: skip
         proc = self.proc
