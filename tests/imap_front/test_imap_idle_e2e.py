@@ -119,5 +119,12 @@ async def test_idle_carries_on_through_a_switchover(lab):  # noqa: F811
     told = await asyncio.to_thread(run)
     assert b"* 1 EXPUNGE" not in told, told
     assert (await cluster.status("mbx2"))["DB1"]["status"] == "Mounted"
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{front.metrics_port}/metrics") as resp,
+    ):
+        text = await resp.text()
+    # the idling poll was followed to the new active, which named its own epoch
+    assert 'imap_front_feed_polls_total{outcome="epoch"} 1.0' in text, text
     done = await asyncio.to_thread(idler.done)
     assert done.split()[1] == b"OK", done
