@@ -31,7 +31,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 # report's browser test) and iptables (the partition tests cut links between network
 # namespaces). The demo needs only Java, for its Spark step.
 # podman, buildah, runc and debootstrap build and run the images (make image, tests/image).
-SYSTEM_PACKAGES := promtool:prometheus etcd:etcd-server faketime:faketime java:openjdk-17-jre-headless chromium:chromium iptables:iptables swaks:swaks
+SYSTEM_PACKAGES := promtool:prometheus etcd:etcd-server faketime:faketime java:openjdk-17-jre-headless chromium:chromium iptables:iptables swaks:swaks mbsync:isync
 # Real mail servers, each started by a test or bench/lmtp.py in its own directory (no system
 # service; tools/debconf-preseed.txt answers postfix's question): Postfix relays into the
 # transport's LMTP, Dovecot's LMTP is the benchmark's anchor.

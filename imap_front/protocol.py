@@ -15,13 +15,23 @@ upgrade moves what is overridden here).  What each fixes, found by the evaluatio
   STARTTLS to a peer on 127.0.0.1 (`from_localhost`), which behind a sidecar proxy is
   every client; here before TLS the capability says LOGINDISABLED, loopback or not, and
   a front without TLS offers no login at all.
+
+And what it adds (docs/concepts/imap.md, "Users and credentials", "Limits for bad input"):
+ENABLE and NAMESPACE (`commands.py`), implicit TLS on a port of its own (no STARTTLS,
+login offered from the first line), the session bounds and the failed-login waits of
+`limits.py` (`* BYE [LIMIT]` at the greeting, `NO [LIMIT]` to a login, the connection
+closed after `LOGIN_FAILURES_PER_CONNECTION` failures), and the autologout of a client
+silent for `idle_timeout` outside IDLE (`* BYE Autologout; idle for too long.`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 from argparse import Namespace
 from asyncio import StreamReader, StreamWriter
+from collections.abc import Sequence
 from contextlib import AsyncExitStack, closing
 from ssl import SSLContext
 from typing import Any
@@ -29,10 +39,13 @@ from typing import Any
 from proxyprotocol.sock import SocketInfo
 from pymap.config import BackendCapability, IMAPConfig
 from pymap.context import connection_exit
+from pymap.exceptions import InvalidAuth, ResponseError
 from pymap.imap import IMAPConnection, IMAPServer
 from pymap.imap.state import ConnectionState
 from pymap.interfaces.login import LoginInterface
+from pymap.interfaces.session import SessionInterface
 from pymap.parsing.command import Command
+from pymap.parsing.commands import Commands
 from pymap.parsing.response import (
     CommandResponse,
     Response,
@@ -41,11 +54,24 @@ from pymap.parsing.response import (
     ResponseCode,
     ResponseNo,
     ResponseOk,
+    UntaggedResponse,
 )
 from pymap.parsing.state import ExpectContinuation, ParsingInterrupt, ParsingState
 from pysasl import SASLAuth
+from pysasl.creds.server import ServerCredentials
 
+from dag_common.clock import Clock
+from imap_front.commands import (
+    FRONT_COMMANDS,
+    NAMESPACE_RESPONSE,
+    EnableCommand,
+    NamespaceCommand,
+    enabled,
+)
+from imap_front.limits import LOGIN_FAILURES_PER_CONNECTION, LoginThrottle, Sessions
 from imap_front.metrics import FrontMetrics
+
+logger = logging.getLogger(__name__)
 
 _TAG = re.compile(rb"[\x21-\x7e]{1,64}")
 _SYNC_LITERAL = re.compile(rb"{(\d+)}\r?\n$")
@@ -58,7 +84,7 @@ class FrontConfig(IMAPConfig):
 
     def __init__(
         self, *, host: str, port: int, ssl_context: SSLContext | None, max_line: int,
-        max_literal: int,
+        max_literal: int, idle_timeout: float = 1800.0,
     ) -> None:  # fmt: skip
         args = Namespace(passlib_cfg=None, proxy_protocol=None, inherited_sockets=None)
         super().__init__(
@@ -68,7 +94,19 @@ class FrontConfig(IMAPConfig):
         )  # fmt: skip
         self.max_line = max_line
         self.max_literal = max_literal
+        self.idle_timeout = idle_timeout
         self.metrics: FrontMetrics | None = None  # set by serve: commands counted
+
+    @property
+    def commands(self) -> Commands:
+        commands = super().commands
+        for command in FRONT_COMMANDS:
+            commands.register(command)
+        return commands
+
+    @property
+    def login_capability(self) -> Sequence[bytes]:
+        return [*super().login_capability, b"ENABLE", b"NAMESPACE"]
 
     @property
     def backend_capability(self) -> BackendCapability:
@@ -84,11 +122,79 @@ class FrontConfig(IMAPConfig):
         return b"imap_front ready"
 
 
+class _LoginRefused(ResponseError):
+    """A login refused with a code (LIMIT), or the last failure a connection may have."""
+
+    def __init__(self, text: bytes, code: bytes | None, *, bye: bool = False) -> None:
+        super().__init__(text)
+        self.text, self.code, self.bye = text, code, bye
+
+    def get_response(self, tag: bytes) -> ResponseNo:
+        code = ResponseCode.of(self.code) if self.code else None
+        response = ResponseNo(tag, self.text, code)
+        if self.bye:
+            response.add_untagged(ResponseBye(b"Too many failed logins."))
+        return response
+
+
 class FrontState(ConnectionState):
-    """pymap's connection state, the loopback exception taken out of its greeting."""
+    """pymap's connection state: no loopback exception in its greeting, login offered from
+    the start on the implicit-TLS port, ENABLE and NAMESPACE, and a login held to the
+    session bound and the failed-login waits."""
+
+    def __init__(
+        self, login: LoginInterface, config: FrontConfig, *, address: str, sessions: Sessions,
+        throttle: LoginThrottle, clock: Clock, implicit_tls: bool = False,
+    ) -> None:  # fmt: skip
+        super().__init__(login, config)
+        self._address = address
+        self._sessions = sessions
+        self._throttle = throttle
+        self._clock = clock
+        self._failures = 0
+        if implicit_tls:  # the connection is TLS from its first byte
+            self.auth = config.tls_auth
+            self._capability = [c for c in self._capability if c != b"STARTTLS"]
 
     async def do_greeting(self) -> CommandResponse:
         return ResponseOk(b"*", self.config.greeting, self.capability)
+
+    async def _login(self, creds: ServerCredentials) -> SessionInterface:
+        stack = connection_exit.get()
+        try:
+            authenticated = await self.login.authenticate(creds)
+            authorized = await self.login.authorize(authenticated, creds.authzid)
+        except InvalidAuth:
+            self._failures += 1
+            count, delay = self._throttle.failed(self._address)
+            logger.warning("failed login for %r from %s (%d from there lately)",
+                           creds.authcid[:64], self._address, count)  # fmt: skip
+            await self._clock.sleep(delay)
+            if self._failures >= LOGIN_FAILURES_PER_CONNECTION:
+                raise _LoginRefused(b"Invalid authentication credentials.",
+                                b"AUTHENTICATIONFAILED", bye=True) from None  # fmt: skip
+            raise
+        user = authorized.name
+        if not self._sessions.login(user):
+            most = self._sessions.max_per_user
+            raise _LoginRefused(b"Too many sessions for this user (%d)." % most, b"LIMIT")
+        try:
+            session = await stack.enter_async_context(authorized.new_session())
+        except BaseException:
+            self._sessions.logout(user)
+            raise
+        stack.callback(self._sessions.logout, user)
+        return session
+
+    async def do_enable(self, cmd: EnableCommand) -> tuple[CommandResponse, None]:
+        response = ResponseOk(cmd.tag, b"ENABLE completed.")
+        response.add_untagged(UntaggedResponse(enabled(cmd.capabilities)))
+        return response, None
+
+    async def do_namespace(self, cmd: NamespaceCommand) -> tuple[CommandResponse, None]:
+        response = ResponseOk(cmd.tag, b"NAMESPACE completed.")
+        response.add_untagged(UntaggedResponse(NAMESPACE_RESPONSE))
+        return response, None
 
 
 class _Refused(Exception):
@@ -107,7 +213,7 @@ def _tag(line: bytes | memoryview) -> bytes:
 class FrontConnection(IMAPConnection):
     """One client's connection, its lines and literals held to the front's limits."""
 
-    __slots__ = ["max_literal", "metrics"]
+    __slots__ = ["idle_timeout", "max_literal", "metrics"]
 
     def __init__(
         self, commands: Any, config: FrontConfig, reader: StreamReader, writer: StreamWriter,
@@ -115,6 +221,7 @@ class FrontConnection(IMAPConnection):
     ) -> None:  # fmt: skip
         super().__init__(commands, config, reader, writer, sock_info)
         self.max_literal = config.max_literal
+        self.idle_timeout = config.idle_timeout
         self.metrics = config.metrics
 
     async def write_response(self, resp: Response) -> None:
@@ -159,9 +266,17 @@ class FrontConnection(IMAPConnection):
             raise _Refused(expected.literal_length)
         await super()._interrupt(state, interrupt, continuations)
 
+    async def _next_line(self) -> memoryview:
+        """A command's first line, within `idle_timeout` (IDLE's DONE is read elsewhere)."""
+        try:
+            return await asyncio.wait_for(self.readline(), self.idle_timeout)
+        except TimeoutError:
+            await self.write_response(ResponseBye(b"Autologout; idle for too long."))
+            raise EOFError() from None
+
     async def read_command(self, state: ConnectionState) -> Command:
         while True:
-            line = await self.readline()
+            line = await self._next_line()
             sync = _SYNC_LITERAL.search(line)
             try:
                 if sync is not None and int(sync.group(1)) > self.max_literal:
@@ -186,18 +301,43 @@ class FrontConnection(IMAPConnection):
 
 
 class FrontServer(IMAPServer):
-    """pymap's server callback, making our connections and states."""
+    """pymap's server callback, making our connections and states; a connection past the
+    front's bound is refused `* BYE [LIMIT]` before any greeting."""
 
-    def __init__(self, login: LoginInterface, config: FrontConfig) -> None:
+    def __init__(
+        self, login: LoginInterface, config: FrontConfig, *, sessions: Sessions,
+        throttle: LoginThrottle, clock: Clock, implicit_tls: bool = False,
+    ) -> None:  # fmt: skip
         super().__init__(login, config)
         self._front: FrontConfig = config
+        self._sessions = sessions
+        self._throttle = throttle
+        self._clock = clock
+        self._implicit_tls = implicit_tls
 
     async def __call__(
         self, reader: StreamReader, writer: StreamWriter, sock_info: SocketInfo
     ) -> None:
-        conn = FrontConnection(self.commands, self._front, reader, writer, sock_info)
-        state = FrontState(self._login, self._front)
-        async with AsyncExitStack() as stack:
-            connection_exit.set(stack)
-            stack.enter_context(closing(conn))
-            await conn.run(state)
+        if not self._sessions.connect():
+            bye = ResponseBye(b"Too many sessions on this front.", ResponseCode.of(b"LIMIT"))
+            try:
+                writer.write(bytes(bye))
+                await writer.drain()
+            except ConnectionError:
+                pass
+            finally:
+                writer.close()
+            return
+        try:
+            address = str(sock_info.peername_ip or sock_info.peername_str or "unknown")
+            conn = FrontConnection(self.commands, self._front, reader, writer, sock_info)
+            state = FrontState(
+                self._login, self._front, address=address, sessions=self._sessions,
+                throttle=self._throttle, clock=self._clock, implicit_tls=self._implicit_tls,
+            )  # fmt: skip
+            async with AsyncExitStack() as stack:
+                connection_exit.set(stack)
+                stack.enter_context(closing(conn))
+                await conn.run(state)
+        finally:
+            self._sessions.disconnect()

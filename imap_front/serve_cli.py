@@ -8,6 +8,7 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from proxyprotocol.reader import ProxyProtocolReader
 from proxyprotocol.version import ProxyProtocolVersion
@@ -21,6 +22,7 @@ from dag_common.exclusive import bind_port
 from dag_common.http_client import client_session
 from dag_common.node_client import NodeStoreClient
 from imap_front.backend import Backend, Login
+from imap_front.limits import LoginThrottle, Sessions, ThrottlePolicy
 from imap_front.metrics import FrontMetrics, bound_port, start_http
 from imap_front.protocol import FrontConfig, FrontServer
 from imap_front.users import HASHER, Users
@@ -29,7 +31,12 @@ logger = logging.getLogger(__name__)
 
 
 async def _serve(
-    config_path: Path, name: str, port: int | None, host: str | None, metrics_port: int | None
+    config_path: Path,
+    name: str,
+    port: int | None,
+    host: str | None,
+    tls_port: int | None,
+    metrics_port: int | None,
 ) -> int:
     config = load_config(config_path)
     settings = config.imap
@@ -41,6 +48,12 @@ async def _serve(
         logger.warning("no tls: section in the config: no client can log in (LOGINDISABLED)")
     host = host or settings.host
     sockets = bind_port(host, settings.port if port is None else port, f"imap front {name}")
+    tls_port = settings.tls_port if tls_port is None else tls_port
+    tls_sockets = []
+    if tls_port is not None and ssl_ctx is not None:
+        tls_sockets = bind_port(host, tls_port, f"imap front {name} (implicit TLS)")
+    elif tls_port is not None:
+        logger.warning("imap.tls_port set but no tls: section: no implicit-TLS port")
     clock = SystemClock()
     store = open_cluster_store(config)
     session = client_session(config)
@@ -48,27 +61,55 @@ async def _serve(
     front = FrontConfig(
         host=host, port=sockets[0].getsockname()[1], ssl_context=ssl_ctx,
         max_line=int(settings.max_line), max_literal=int(settings.max_literal),
+        idle_timeout=settings.idle_timeout,
     )  # fmt: skip
     front.apply_context()
     metrics = front.metrics = FrontMetrics()
+    # a failed login's wait is the throttle's (per client address), not the backend's
     login = Login(
         config=front, users=users, directory=store, nodes=nodes, clock=clock,
-        failure_delay=settings.invalid_login_delay, metrics=metrics,
+        failure_delay=0.0, metrics=metrics,
     )  # fmt: skip
     http = None
     if metrics_port is not None:
         http = await start_http(metrics, host, metrics_port)
         print(f"imap front {name} metrics on {host}:{bound_port(http)}", flush=True)
     backend = Backend(login, front)
-    handler = ProxyProtocolReader(ProxyProtocolVersion.get(None)).get_callback(
-        FrontServer(backend.login, front)
+    sessions = Sessions(
+        max_sessions=settings.max_sessions, max_per_user=settings.max_sessions_per_user
     )
+    throttle = LoginThrottle(ThrottlePolicy(base=settings.invalid_login_delay), clock)
+    reader = ProxyProtocolReader(ProxyProtocolVersion.get(None))
+
+    def handler(implicit_tls: bool) -> Any:
+        return reader.get_callback(
+            FrontServer(
+                backend.login,
+                front,
+                sessions=sessions,
+                throttle=throttle,
+                clock=clock,
+                implicit_tls=implicit_tls,
+            )
+        )
+
     servers = [
-        await asyncio.start_server(handler, sock=sock, limit=int(settings.max_line))
+        await asyncio.start_server(handler(False), sock=sock, limit=int(settings.max_line))
         for sock in sockets
+    ] + [
+        await asyncio.start_server(
+            handler(True),
+            sock=sock,
+            limit=int(settings.max_line),
+            ssl=ssl_ctx,
+            ssl_handshake_timeout=30,
+        )
+        for sock in tls_sockets
     ]
     try:
         print(f"imap front {name} listening on {host}:{front.port}", flush=True)
+        for sock in tls_sockets:
+            print(f"imap front {name} implicit TLS on {host}:{sock.getsockname()[1]}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -90,7 +131,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     return asyncio.run(
-        _serve(Path(args.config), args.name, args.port, args.listen_host, args.metrics_port)
+        _serve(
+            Path(args.config),
+            args.name,
+            args.port,
+            args.listen_host,
+            args.tls_port,
+            args.metrics_port,
+        )
     )
 
 
@@ -99,6 +147,9 @@ def build(serve: argparse.ArgumentParser) -> None:
     add_config(serve)
     serve.add_argument("--name", default="imap", help="the front's name: {node} in tls: paths")
     serve.add_argument("--port", type=int, help="the port to listen on (default: imap.port)")
+    serve.add_argument(
+        "--tls-port", type=int, help="the implicit-TLS port (default: imap.tls_port)"
+    )
     serve.add_argument("--listen-host", help="the address to bind (default: imap.host)")
     serve.add_argument(
         "--metrics-port", type=int,
