@@ -583,9 +583,10 @@ class Reconciler:
             )
             self.watch.see(Side.TARGET, written.epoch, f"target {write.describe()}")
 
-    async def imap_compare(self, name: str) -> list[str]:
-        """How the target's IMAP state of `name` differs from the source's
-        (`imap_differences`; empty from a node that has none)."""
+    async def imap_compare(self, name: str, skipped: Iterable[SkippedItem] = ()) -> list[str]:
+        """How the target's IMAP state of `name` differs from the source's, less the items
+        the move skips (`imap_differences`; empty from a node that has none)."""
+        left_out = {s.item_id for s in skipped if s.mailbox == name}
         source = await self.source_mailbox(name)
         target = await self.target_mailbox(name)
         if source is None or target is None:
@@ -602,7 +603,8 @@ class Reconciler:
                 )
                 if listed is not None:
                     self.watch.see(side, listed.epoch, f"read {side} folder")
-                ends.append(listed.by_item() if listed is not None else {})
+                held_there = listed.by_item() if listed is not None else {}
+                ends.append({k: v for k, v in held_there.items() if k not in left_out})
             held[folder.folder] = (ends[0], ends[1])
         return [f"{name}: {line}" for line in imap_differences(source, target, held)]
 
@@ -674,7 +676,8 @@ class Reconciler:
                     )
                     self.watch.see(Side.TARGET, written.epoch, "lift target folder counters")
         compared = await self.compare(name, skipped)
-        if compared.equal and not await self.imap_compare(name):
+        known = compared.skipped if compared.skipped is not None else tuple(skipped)
+        if compared.equal and not await self.imap_compare(name, known):
             return Reconciled(
                 name, compared.source.last_change_number, None, created, compared.skipped
             )
@@ -796,5 +799,5 @@ async def differences(
         if not compared.equal:
             found.append(compared.describe())
         elif imap:
-            found += await reconciler.imap_compare(name)
+            found += await reconciler.imap_compare(name, skipped)
     return found, skipped
