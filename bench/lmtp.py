@@ -27,7 +27,8 @@ A phase's time runs from its first MAIL FROM to its last `250` (Dovecot) or to t
 message durable on the active (ours).  Reported per side: messages/s for 4 KiB, MB/s (10^6)
 for 1 MiB, and the p50/p99 latency of the final `250` (MAIL FROM to the reply after DATA);
 for ours also to durable on the active; the ratios ours / Dovecot (targets: >= 1.0 for
-4 KiB messages/s, >= 0.7 for 1 MiB MB/s).
+4 KiB messages/s, >= 0.7 for 1 MiB MB/s).  For ours, the CPU seconds each server process
+(the transport, the active, the passive) used in the phase, beside the client's.
 
 Checked at the end, so that a broken run cannot be reported: every Maildir holds exactly the
 messages sent to it, each as sent below the trace headers; every message sent to ours is
@@ -100,6 +101,12 @@ def percentile(values: list[float], q: float) -> float:
 def own_cpu() -> float:
     t = os.times()
     return t.user + t.system
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) process `pid` has used (Linux: /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def load() -> str:
@@ -295,6 +302,11 @@ class Ours:
     def port(self) -> int:
         return self.hubs.lmtp_ports[HUB]
 
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds each of our server processes has used so far."""
+        procs = {HUB: self.hubs.procs[HUB], **self.cluster.procs}
+        return {name: process_cpu(proc.pid) for name, proc in procs.items()}
+
     async def start(self) -> None:
         await self.cluster.start()
         await self.cluster.wait_status(ACTIVE, DB, "Mounted")
@@ -399,6 +411,9 @@ class Phase:
     latencies: list[float]  # to the final 250
     durable: list[float] = field(default_factory=list)  # ours: to durable on the active
     client_cpu: float = 0.0  # CPU seconds of this process (the LMTP client) while sending
+    # ours: CPU seconds of the transport and each node, from the phase's start to the last
+    # message durable on the active
+    server_cpu: dict[str, float] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -407,6 +422,10 @@ class Phase:
     @property
     def mb_s(self) -> float:
         return self.bytes / self.seconds / MB
+
+    @property
+    def cpu_text(self) -> str:
+        return ", ".join(f"{k} {v:.1f}" for k, v in self.server_cpu.items()) or "-"
 
 
 async def run(base: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -453,6 +472,7 @@ async def run(base: Path, args: argparse.Namespace) -> dict[str, Any]:
                 batch = Batch(f"{side[:2]}{size}", templates, args.mailboxes, count)
                 os.sync()
                 cpu = own_cpu()
+                servers = ours.cpu() if ours and side == Side.TRANSPORT else {}
                 sent = await asyncio.to_thread(deliver, ports[side], batch, args.sessions)
                 phase = Phase(side, size, count, count * len(templates[0]), 0.0, sent.latencies,
                               client_cpu=own_cpu() - cpu)  # fmt: skip
@@ -467,10 +487,12 @@ async def run(base: Path, args: argparse.Namespace) -> dict[str, Any]:
                     phase.durable = [times[m] - began[m] for m in times]
                     assert min(phase.durable) > 0, "a message durable before it was sent"
                     phase.seconds = max(times.values()) - sent.start
+                    phase.server_cpu = {k: v - servers[k] for k, v in ours.cpu().items()}
                 phases.append(phase)
                 p50, p99 = (percentile(phase.latencies, q) * 1e3 for q in (0.5, 0.99))
                 print(f"  {side} {size}: {count} in {phase.seconds:.2f} s, {phase.rate:.1f}/s, "
-                      f"{phase.mb_s:.2f} MB/s, 250 p50 {p50:.1f} ms p99 {p99:.1f} ms",
+                      f"{phase.mb_s:.2f} MB/s, 250 p50 {p50:.1f} ms p99 {p99:.1f} ms"
+                      + (f"; server CPU s {phase.cpu_text}" if phase.server_cpu else ""),
                       flush=True)  # fmt: skip
 
         if dovecot:
@@ -507,13 +529,14 @@ def report(args: argparse.Namespace, out: dict[str, Any]) -> None:
           f"{args.sessions} LMTP sessions, {args.mailboxes} mailboxes; {load()}\n")  # fmt: skip
     print(
         "| side | size | messages | seconds | messages/s | MB/s | final 250 p50 ms | p99 ms "
-        "| durable p50 ms | p99 ms | client CPU s |"
+        "| durable p50 ms | p99 ms | client CPU s | server CPU s |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for p in phases:
         print(f"| {p.side} | {p.size} | {p.count} | {p.seconds:.2f} | {p.rate:.1f} | "
               f"{p.mb_s:.2f} | {ms(p.latencies, .5)} | {ms(p.latencies, .99)} | "
-              f"{ms(p.durable, .5)} | {ms(p.durable, .99)} | {p.client_cpu:.1f} |")  # fmt: skip
+              f"{ms(p.durable, .5)} | {ms(p.durable, .99)} | {p.client_cpu:.1f} | "
+              f"{p.cpu_text} |")  # fmt: skip
     by = {(p.side, p.size): p for p in phases}
     summary: dict[str, Any] = {"date": date.today().isoformat(), "small": args.small,
                                "sessions": args.sessions, "mailboxes": args.mailboxes}  # fmt: skip

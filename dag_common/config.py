@@ -34,6 +34,7 @@ from pydantic import (
 from dag_common.config_base import ConfigModel as _Model
 from dag_common.config_defaults import MIB, Defaults, ItemSize
 from dag_common.config_guarantee import GuaranteeApiConfig
+from dag_common.config_imap import ImapFrontSettings
 from dag_common.config_store import EmbeddedStore, EtcdStore
 from dag_common.config_tls import TlsConfig
 from dag_common.credentials import (
@@ -247,6 +248,7 @@ class ClusterConfig(_Model):
     guarantee_api: GuaranteeApiConfig = GuaranteeApiConfig()
     transports: list[TransportNode] = []
     transport: TransportSettings = TransportSettings()
+    imap: ImapFrontSettings = ImapFrontSettings()  # every IMAP front's (issue 50)
     # The credentials every service accepts, besides the cluster token (which holds every
     # role); see dag_common/credentials.py.
     credentials: list[CredentialConfig] = []
@@ -368,6 +370,8 @@ def _resolve(config: ClusterConfig, base: Path) -> ClusterConfig:
     }
     if config.auth_token_file is not None:
         update["auth_token_file"] = fix(config.auth_token_file)
+    if config.imap.users_file is not None:
+        update["imap"] = config.imap.model_copy(update={"users_file": fix(config.imap.users_file)})
     update["credentials"] = [
         c.model_copy(update={"file": fix(c.file)}) if c.file is not None else c
         for c in config.credentials

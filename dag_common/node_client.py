@@ -181,15 +181,17 @@ class NodeStoreClient:
         payload: ItemsPayload | None = None,
         params: dict[str, str] | None = None,
         ok: tuple[int, ...] = (200, 201),
+        raw: bool = False,
     ) -> tuple[int, Any]:
         """Call `path` (below /v1/databases/{database}) on the active copy, with `json` or a
         `payload` for its body; a 404 in `ok` is returned only when it means "not there"
         (see `_missing`).  A NodeCallError names the database (a stalled move says which end
-        it waits on)."""
+        it waits on).  `raw`: a 200's body is the bytes answered, not JSON (a message)."""
         try:
             return await self._call(
-                method, database, path, json=json, payload=payload, params=params, ok=ok
-            )
+                method, database, path, json=json, payload=payload, params=params, ok=ok,
+                raw=raw,
+            )  # fmt: skip
         except NodeCallError as exc:
             exc.database = database
             raise
@@ -204,6 +206,7 @@ class NodeStoreClient:
         payload: ItemsPayload | None,
         params: dict[str, str] | None,
         ok: tuple[int, ...],
+        raw: bool = False,
     ) -> tuple[int, Any]:
         what = f"{method} {database}{path}"
         # Encoded once, to bytes, with orjson (the standard library's encoder spends about
@@ -254,7 +257,7 @@ class NodeStoreClient:
                 ) as resp:
                     # Read from the stream, not `resp.read()`, which keeps its own reference
                     # to the bytes as long as the response lives.
-                    status, raw = resp.status, await resp.content.read()
+                    status, answer = resp.status, await resp.content.read()
             except (aiohttp.ClientError, TimeoutError) as exc:
                 self._active.pop(database, None)
                 if follow_until is not None and self._clock.monotonic() < follow_until:
@@ -264,18 +267,20 @@ class NodeStoreClient:
                     unreachable_once = True
                     continue
                 raise NodeCallError(f"{what}: {self._failure(url, exc, total)}") from exc
-            head = raw[:120]
-            if len(raw) > LARGE_ANSWER:
+            if raw and status == 200:
+                return status, answer
+            head = answer[:120]
+            if len(answer) > LARGE_ANSWER:
                 # A page of large bodies: orjson reads a copy of what it parses (the answer
                 # three times over at once); the standard library parses text, decoded here
                 # and the bytes let go before it is parsed (twice over at most).
-                text = _text_or_none(raw)
-                del raw
+                text = _text_or_none(answer)
+                del answer
                 body = None if text is None else _std_json_or_none(text)
                 del text
             else:
-                body = _json_or_none(raw)
-                del raw
+                body = _json_or_none(answer)
+                del answer
             if body is None:
                 # An error page or a cut answer (a proxy, a crashing node): a failed call with
                 # what came back, a 5xx or no status at all, so the move stalls and asks again.
@@ -493,6 +498,15 @@ class NodeStoreClient:
         return Digest.model_validate(body)
 
     # ---- what an IMAP front follows ---------------------------------------------------------
+
+    async def message(self, database: str, mailbox: str, item_id: str) -> bytes | None:
+        """An item as the message it is (GET …/items/{id}/message): its bytes as written;
+        None if the mailbox has no such item."""
+        status, body = await self.call(
+            "GET", database, f"/mailboxes/{mailbox}/items/{item_id}/message", ok=(200, 404),
+            raw=True,
+        )  # fmt: skip
+        return body if status == 200 else None
 
     async def changes(
         self,

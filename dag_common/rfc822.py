@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import email.policy
 import hashlib
+import re
 from collections.abc import Iterator
 from email.parser import BytesHeaderParser
 from enum import StrEnum
@@ -126,7 +127,13 @@ def subject_of(raw: bytes) -> str:
     """The message's Subject, decoded (RFC 2047 encoded words, UTF-8 headers), unfolded and
     cut to MAX_SUBJECT characters; "" when it has none.  A header the parser cannot decode
     is kept as it reads (the standard library's `policy.default` never raises on one)."""
-    headers = BytesHeaderParser(policy=email.policy.default).parsebytes(header_block(raw))
+    block = header_block(raw)
+    value = plain_header(block, b"subject")
+    if value is ABSENT:
+        return ""
+    if value is not None and b"=?" not in value:  # nothing to decode: as the parser reads it
+        return " ".join(value.decode("ascii").split())[:MAX_SUBJECT]
+    headers = BytesHeaderParser(policy=email.policy.default).parsebytes(block)
     try:
         subject = headers.get("Subject")
     except (ValueError, TypeError, IndexError):  # a header too broken to be read as one
@@ -135,6 +142,47 @@ def subject_of(raw: bytes) -> str:
         return ""
     text = " ".join(str(subject).split())
     return text[:MAX_SUBJECT]
+
+
+# `plain_header`'s answer for a plain header section without the field.
+ABSENT = b"\0absent"
+_FIELD_NAME = re.compile(rb"[\x21-\x39\x3b-\x7e]+")  # RFC 5322 ftext
+_PLAIN_VALUE = re.compile(rb"[\x20-\x7e\t]*")
+
+
+def plain_header(block: bytes, name: bytes) -> bytes | None:
+    """The first field `name` (lower case) of a plain header section, unfolded as the
+    `email` package reads it (the value after the colon, its leading blanks and every CR
+    and LF gone), ABSENT if it has none; None when the section is not plain and only the
+    `email` package can tell: not ASCII, not CRLF lines of `name: value` and their
+    continuations, or a value with a control character.  What the listeners and the node
+    read of nearly every message, without the parser's cost (0.3 ms a Subject)."""
+    if not block.isascii():
+        return None
+    crlf = block.count(b"\r\n")
+    if block.count(b"\r") != crlf or block.count(b"\n") != crlf:
+        return None
+    if block.startswith((b"From ", b" ", b"\t")):  # an mbox line; a continuation of nothing
+        return None
+    value: list[bytes] | None = None
+    taking = False  # the lines read are the field's
+    for line in block.split(b"\r\n"):
+        if not line:
+            break  # the end of the section
+        if line[:1] in (b" ", b"\t"):  # a continuation of the field before
+            if taking:
+                value.append(line)  # type: ignore[union-attr]
+            continue
+        field, colon, rest = line.partition(b":")
+        if not colon or not _FIELD_NAME.fullmatch(field):
+            return None
+        taking = value is None and field.lower() == name
+        if taking:
+            value = [rest.lstrip(b" \t")]
+    if value is None:
+        return ABSENT
+    text = b"".join(value)
+    return text if _PLAIN_VALUE.fullmatch(text) else None
 
 
 def subject_of_body(body: str, fmt: BodyFormat) -> str:

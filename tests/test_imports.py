@@ -50,6 +50,7 @@ PACKAGES = (
     "mrs_client",
     "spark_metrics",
     "transport",
+    "imap_front",
 )
 
 

@@ -4,7 +4,8 @@ The ground floor, `dag_common`, is shared by every package and imports none of t
 one package alone uses lives in that package, not on the ground floor.  Above it, no module
 imports an engine of the cluster store (`embedded`, `etcd`): `open_cluster_store` chooses one,
 and what a store kept beside them shares is public in `dag_common.cluster_store.engine`.  Each
-other package (`mrs_client`, `guarantee_api`, `spark_metrics`, `transport`) imports only
+other package (`mrs_client`, `guarantee_api`, `spark_metrics`, `transport`,
+`imap_front`) imports only
 the ground floor and itself.  Inside `replication_node` the rooms stand on each other, each
 importing only the floors below it and its own room, never one beside it:
 
@@ -45,7 +46,7 @@ from tests.cluster_harness import ROOT
 
 GROUND = "dag_common"
 PACKAGES = ("dag_common", "replication_node", "mrs_client", "guarantee_api", "spark_metrics",
-            "transport")  # fmt: skip
+            "transport", "imap_front")  # fmt: skip
 # The cluster store's engines: chosen by `open_cluster_store`, never imported from above the
 # ground floor; what a store kept beside them shares (the mover's move store) is public in
 # `dag_common.cluster_store.engine`.

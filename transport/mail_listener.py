@@ -46,6 +46,7 @@ from dag_common.credentials import Credentials, Role
 from dag_common.errors import ClusterStoreError
 from dag_common.memory import MemoryBudget, Overloaded
 from dag_common.rfc822 import body_of_message
+from transport import data_reader
 from transport import mail_policy as policy
 from transport.mail_policy import Hop, Reply
 from transport.messages import MessageIn
@@ -54,7 +55,7 @@ from transport.service import Resolved, Transport
 logger = logging.getLogger(__name__)
 
 FIRST_SHARE = 64 * 1024  # bytes of the memory budget a DATA takes first; doubled as it grows
-READ_LIMIT = 64 * 1024  # a line read at once at most; a longer one is refused, read in parts
+READ_LIMIT = 64 * 1024  # a command line at most; a DATA is read in pieces of about this
 
 
 class Listener(StrEnum):
@@ -301,6 +302,7 @@ class _Mail(SMTP):
 
     def __init__(self, service: MailService, **kw: Any) -> None:
         self.service = service
+        self._in_data = False  # a DATA's content is being read
         super().__init__(service, **kw)
 
     def _create_envelope(self) -> _Envelope:
@@ -378,45 +380,43 @@ class _Mail(SMTP):
 
     async def _read_message(self, share: _Share) -> tuple[bytes, Reply | None]:
         """The message up to the lone dot (its dot-stuffing undone), or what is wrong with
-        it; a message refused is read to its end all the same, and not kept."""
+        it; a message refused is read to its end all the same, and not kept.  Read in
+        pieces (`data_reader`), each checked whole (`mail_policy.Content`); the memory
+        budget is grown per piece, the idle timer reset as bytes arrive (`data_received`)."""
         limit = self.service.size_limit
+        content = policy.Content()
         parts: list[bytes] = []
         size = 0
         fault: Reply | None = None
-        tail = False  # the rest of a line longer than READ_LIMIT comes next
-        while True:
-            try:
-                line = await self._reader.readuntil(b"\r\n")
-            except asyncio.LimitOverrunError as exc:
-                await self._reader.read(exc.consumed)
-                fault = fault or policy.LINE_TOO_LONG
-                tail = True
-                parts.clear()
-                continue
-            self._reset_timeout()
-            if tail:
-                tail = False
-                continue
-            if line == b".\r\n":
-                break
-            if fault is None:
-                fault = policy.line_fault(line)
-            if fault is None:
-                data = line[1:] if line.startswith(b".") else line
-                size += len(data)
-                if size > limit:
-                    fault = policy.too_large(size, limit, "every database")
-                else:
-                    try:
-                        await share.cover(size)
-                    except Overloaded:
-                        fault = policy.NO_MEMORY
+        self._in_data = True
+        try:
+            async for piece in data_reader.pieces(self._reader):
+                if fault is not None:
+                    continue  # read to the end, not kept
+                block = content.feed(piece)
+                fault = content.fault
+                if fault is None and block:
+                    size += len(block)
+                    if size > limit:
+                        fault = policy.too_large(size, limit, "every database")
                     else:
-                        parts.append(data)
-            if fault is not None and parts:
-                parts.clear()
-                share.release()
-        return b"".join(parts), fault
+                        try:
+                            await share.cover(size)
+                        except Overloaded:
+                            fault = policy.NO_MEMORY
+                        else:
+                            parts.append(block)
+                if fault is not None:
+                    parts.clear()
+                    share.release()
+        finally:
+            self._in_data = False
+        return b"".join(parts), fault or content.end()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._in_data:  # a DATA's bytes arriving: the session is not idle (RFC 5321 4.5.3.2.6)
+            self._reset_timeout()
 
 
 class _SmtpSession(_Mail):

@@ -35,9 +35,10 @@ from email.policy import compat32
 from email.utils import format_datetime
 
 from dag_common.api_types import NAME_PATTERN
-from dag_common.rfc822 import header_block
+from dag_common.rfc822 import ABSENT, header_block, plain_header
 
 MAX_LINE = 998  # octets of a line before its CRLF (RFC 5322 2.1.1)
+PIECE = 64 * 1024  # bytes of a message submitted whole checked at a time (`message_fault`)
 _MESSAGE_ID = re.compile(r"^[\x21-\x7e]{1,998}$")  # transport.messages.MessageId's pattern
 _NAME = re.compile(NAME_PATTERN)
 
@@ -93,31 +94,78 @@ def too_large(size: int, limit: int, database: str) -> Reply:
     )  # fmt: skip
 
 
-def line_fault(line: bytes) -> Reply | None:
-    """What is wrong with one line of DATA as read up to its CRLF (its dot-stuffing still
-    on): a bare CR or LF, or more than MAX_LINE octets; None if nothing."""
-    text = line[:-2] if line.endswith(b"\r\n") else line
-    if b"\n" in text or b"\r" in text:
+def lines_fault(block: bytes, *, stuffed: bool) -> Reply | None:
+    """What is wrong with `block`, whole lines each ending in CRLF (or nothing): a bare CR
+    or LF, or a line of more than MAX_LINE octets (`stuffed`: once its leading dot is
+    undone); None if nothing.  Bytes methods in C, never a line at a time in Python."""
+    lines = block.split(b"\r\n")
+    rest = b"".join(lines)  # what is left once every CRLF is gone: no CR, no LF
+    if rest.find(b"\r") >= 0 or rest.find(b"\n") >= 0:
         return BARE_LINE_END
-    unstuffed = len(text) - 1 if text.startswith(b".") else len(text)
-    if unstuffed > MAX_LINE:
+    if max(map(len, lines)) > MAX_LINE and any(
+        len(line) - (stuffed and line[:1] == b".") > MAX_LINE for line in lines
+    ):
         return LINE_TOO_LONG
     return None
 
 
+class Content:
+    """A message's content as it arrives in pieces (`data_reader.pieces`, or slices of a
+    message submitted whole): its whole lines checked and, `stuffed` (a DATA), their dot-
+    stuffing undone (RFC 5321 4.5.2).  A line cut between two pieces is carried to the
+    next; a carried line already too long, or with a bare CR or LF, is a fault at once (a
+    line without CRLF is never carried past MAX_LINE and a few octets).  Once `fault` is
+    set nothing more is kept or checked."""
+
+    def __init__(self, *, stuffed: bool = True) -> None:
+        self._stuffed = stuffed
+        self._carry = b""  # the start of a line whose CRLF has not come yet
+        self.fault: Reply | None = None
+
+    def feed(self, piece: bytes) -> bytes:
+        """The whole lines `piece` completes, unstuffed (b"": none, or a fault)."""
+        if self.fault is not None:
+            return b""
+        data = self._carry + piece if self._carry else piece
+        at = data.rfind(b"\r\n")
+        cut = at + 2 if at >= 0 else 0
+        block, self._carry = data[:cut], data[cut:]
+        self.fault = lines_fault(block, stuffed=self._stuffed) or self._carry_fault(last=False)
+        if self.fault is not None:
+            self._carry = b""
+            return b""
+        if self._stuffed:
+            if block[:1] == b".":
+                block = block[1:]
+            if b"\r\n." in block:
+                block = block.replace(b"\r\n.", b"\r\n")
+        return block
+
+    def end(self) -> Reply | None:
+        """The content is whole: its fault, if any (a last line without CRLF is checked as
+        one; a DATA's content always ends in CRLF)."""
+        if self.fault is None:
+            self.fault = self._carry_fault(last=True)
+        return self.fault
+
+    def _carry_fault(self, *, last: bool) -> Reply | None:
+        carry = self._carry
+        if not carry:
+            return None
+        cr = carry.count(b"\r")
+        if b"\n" in carry or cr > 1 or (cr and (last or carry[-1:] != b"\r")):
+            return BARE_LINE_END  # a CR not at the end could only be bare: no LF follows it
+        length = len(carry) - cr - (self._stuffed and carry[:1] == b".")
+        return LINE_TOO_LONG if length > MAX_LINE else None
+
+
 def message_fault(raw: bytes) -> Reply | None:
-    """What is wrong with the lines of a whole message (`line_fault` of each, no
-    dot-stuffing): the checks a DATA makes, for a message submitted over HTTP."""
-    start = 0
-    while start < len(raw):
-        end = raw.find(b"\r\n", start)
-        end = len(raw) if end < 0 else end + 2
-        line = raw[start:end]
-        fault = line_fault(b"x" + line if line.startswith(b".") else line)
-        if fault is not None:
-            return fault
-        start = end
-    return None
+    """What is wrong with the lines of a whole message (no dot-stuffing): the checks a DATA
+    makes, for a message submitted over HTTP (its last line may lack its CRLF)."""
+    content = Content(stuffed=False)
+    for start in range(0, len(raw), PIECE):
+        content.feed(raw[start : start + PIECE])
+    return content.end()
 
 
 def mailboxes_of(address: str) -> list[str]:
@@ -143,11 +191,17 @@ def trusted(peer: str | None, networks: Iterable[str]) -> bool:
 
 def message_id_of(raw: bytes) -> str | None:
     """The message's own Message-ID, as the queue keys it (None: it has none usable)."""
-    headers = BytesHeaderParser(policy=compat32).parsebytes(header_block(raw))
-    value = headers.get("Message-ID")
-    if value is None:
+    block = header_block(raw)
+    plain = plain_header(block, b"message-id")  # what the parser reads, without its cost
+    if plain is ABSENT:
         return None
-    text = "".join(str(value).split())  # unfolded
+    if plain is not None:
+        text = "".join(plain.decode("ascii").split())
+    else:
+        value = BytesHeaderParser(policy=compat32).parsebytes(block).get("Message-ID")
+        if value is None:
+            return None
+        text = "".join(str(value).split())  # unfolded
     return text if _MESSAGE_ID.match(text) else None
 
 

@@ -21,6 +21,13 @@ deliveries are tried again; one already durable on its database is replaced by t
 item).  One writer thread commits whatever is waiting as one transaction (a group commit):
 many submitters and deliveries pay one fsync.
 
+The WAL is checkpointed into the file by the writer thread once the bodies written since the
+last checkpoint reach CHECKPOINT_BYTES, after the batch that crossed it is answered: a
+checkpoint (the WAL's pages written again, the file fsync'd) is never in a submitter's way
+to its acknowledgement, and with no write beside it the WAL starts over after it.  SQLite's
+own checkpoint after a commit, inside that commit's wait, is kept only as a bound
+(WAL_BOUND_PAGES) the bodies' count cannot miss.
+
 Times are wall times (epoch seconds): the dumpster's window is defined by delivery times
 (the seeds' loss window) and its MaxDumpsterTime by age.  When to try a delivery again is
 not kept here: it is the delivery loop's, on the monotonic clock, and a restart tries every
@@ -79,6 +86,10 @@ CREATE TRIGGER IF NOT EXISTS dumpster_gone AFTER DELETE ON deliveries
 """
 
 QUEUED, DELIVERED, POISON = "Queued", "Delivered", "Poison"
+# Bodies written since the last checkpoint that set off the next (the default WAL's size,
+# 1,000 pages); SQLite's own automatic checkpoint only past WAL_BOUND_PAGES.
+CHECKPOINT_BYTES = 4 * 1024 * 1024
+WAL_BOUND_PAGES = 16384
 
 _DELIVERY = (
     "SELECT d.id, d.message_id, d.recipient, m.folder, d.size, d.tries, d.failures, d.queued"
@@ -142,6 +153,7 @@ class QueueStore:
         self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.execute(f"PRAGMA wal_autocheckpoint={WAL_BOUND_PAGES}")
         self._conn.executescript(_SCHEMA)
         self._upgrade()
         self._max_time = max_dumpster_time
@@ -153,6 +165,8 @@ class QueueStore:
         self._thread = threading.Thread(target=self._writer, name=f"queue {path}", daemon=True)
         self._thread.start()
         self.commits = 0  # transactions committed (each one fsync)
+        self.checkpoints = 0  # the writer's own (`_checkpoint`)
+        self._written = 0  # bytes of bodies written since the last checkpoint (writer thread)
 
     def _upgrade(self) -> None:
         """A queue file of before messages had a format: its messages are text, and their
@@ -181,7 +195,20 @@ class QueueStore:
                     self._work.put(None)
                     break
                 batch.append(more)
-            self._commit(batch)
+            self._commit(batch)  # answered
+            if self._written >= CHECKPOINT_BYTES:
+                self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        """Write the WAL's pages into the file (fsync'd), in the writer thread: nothing is
+        written beside it, so every page is and the next commit starts the WAL over."""
+        self._written = 0
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error:  # the next one tries again; SQLite's own bound holds meanwhile
+            logger.exception("the transport queue could not checkpoint its WAL")
+        else:
+            self.checkpoints += 1
 
     def _commit(self, batch: list[tuple[Callable[[], Any], asyncio.Future[Any]]]) -> None:
         results: list[tuple[asyncio.Future[Any], bool, Any]] = []
@@ -259,6 +286,7 @@ class QueueStore:
                     (message.message_id, folder, message.stored_subject, message.body, size,
                      now, str(message.format)),
                 )  # fmt: skip
+                self._written += size
             ids = [
                 self._conn.execute(
                     "INSERT INTO deliveries(message_id, recipient, state, queued, size) "

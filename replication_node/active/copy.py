@@ -86,9 +86,11 @@ class ActiveCopy:
         self._close_times = close_times
         # Logs Required after each closed generation the database file does not have yet.
         self._required_after = dict(required_after or {})
-        self._change_number = max(
-            db.header.last_change_number, overlay.max_change_number, change_number_floor
-        )
+        # The highest change number this copy holds (its file's and its logs'), and the
+        # cluster store's ceiling it numbers above: what a lossy activation reserves between.
+        self.held_change_number = max(db.header.last_change_number, overlay.max_change_number)
+        self.change_number_floor = change_number_floor
+        self._change_number = max(self.held_change_number, change_number_floor)
         self._publish_open_log = publish_open_log
         if publish_open_log is not None:
             stream.set_announcer(self._announce)

@@ -11,9 +11,30 @@ only ever grow).  Pure: no I/O; the store passes the rows in.
 
 from __future__ import annotations
 
+from replication_node.log.operations import RESERVE_MAX
 from replication_node.storage.reader import FolderRow
 
 MAX_UID = 2**32 - 1
+
+
+def lost_reservation(
+    *, lost_logs: int | None, first_mount_of_epoch: bool, ceiling: int, held: int
+) -> int:
+    """How far a new active advances every folder's UIDs and modseqs and every mailbox's
+    UIDVALIDITYs before its first write (`ReserveLost`), so that none the lost tail of the
+    log may have shown a client is given again; 0: nothing to reserve.
+
+    The bound: every UID, modseq and UIDVALIDITY the old active handed out took a change
+    number of its own, and none of those can be above the cluster store's `ceiling`; this
+    copy holds every change through `held`; so no folder's counter can have gone more than
+    `ceiling - held` past this copy's.  Only an activation that lost logs reserves (the
+    dumpster redelivery's test, `redelivery.py`; `lost_logs` None, not known, as 0, as
+    there), and only at the epoch's first mount: a re-mount at the same epoch (the store's
+    record shows an open log announced at it) already committed the reservation before
+    any write it took."""
+    if not lost_logs or not first_mount_of_epoch:
+        return 0
+    return min(max(0, ceiling - held), RESERVE_MAX)
 
 
 class UidExhausted(Exception):

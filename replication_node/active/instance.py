@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from dag_common.backoff import Backoff
 from dag_common.clock import Clock
-from dag_common.cluster_store import ClusterStore
+from dag_common.cluster_store import ActiveRecord, ClusterStore
 from dag_common.config_defaults import ActiveFailurePolicy
 from dag_common.model import CopyRole, CopyStatusReport
 from dag_common.tasks import cancel_and_wait
@@ -36,6 +36,7 @@ from replication_node.active.backup_leases import BackupLeases
 from replication_node.active.change_feed import ChangeFeed
 from replication_node.active.copy import ActiveCopy, CopyPaths
 from replication_node.active.handover import HANDOVER_HOLD, copy_waiting_for_last_logs
+from replication_node.active.imap_counters import MAX_UID, lost_reservation
 from replication_node.active.lease import LeaseKeeper
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.active.mounting import open_active_copy
@@ -234,6 +235,7 @@ class ActiveInstance:
                 f"the copy on {self.share.held_for}, which is taking over"
             )
         await self.lease.acquire()
+        record = await self.publication.record()
         self.copy = await open_active_copy(
             paths=self.paths,
             database=self.database,
@@ -242,7 +244,7 @@ class ActiveInstance:
             log_file_size=self._log_file_size,
             llr_depth=self._llr_depth,
             clock=self._clock,
-            record=await self.publication.record(),
+            record=record,
             publish_open_log=self.publish_open_log,
             lease=self.lease,
             synchronous_copies=self.synchronous_copies,
@@ -253,6 +255,8 @@ class ActiveInstance:
         store = MailboxStore(self.copy)
         # A file (or logs) from before UIDs: numbered once, before any write is taken.
         await store.assign_uids()
+        # A lossy activation: the UIDs the lost tail may have shown, never given again.
+        await self._reserve_lost(store, record)
         self.store = store
         self.changes = _change_feed(self.copy)
         self.copy.stream.set_metrics(self._stream_metrics)
@@ -281,6 +285,43 @@ class ActiveInstance:
             f"; E00.log holds {recovered} recovered commit(s), every one kept" if recovered else "",
             f"; recovery: {'; '.join(self.copy.recovery_notes)}"
             if self.copy.recovery_notes
+            else "",
+        )
+
+    async def _reserve_lost(self, store: MailboxStore, record: ActiveRecord | None) -> None:
+        """Commit `ReserveLost` if this epoch's activation lost logs (`lost_reservation`),
+        before the store takes any write."""
+        copy = store.copy
+        first_mount = record is None or record.epoch != self.epoch or not record.open_generation
+        lost_logs = await self.publication.lost_logs() if first_mount else 0
+        by = lost_reservation(
+            lost_logs=lost_logs,
+            first_mount_of_epoch=first_mount,
+            ceiling=copy.change_number_floor,
+            held=copy.held_change_number,
+        )
+        if await store.reserve_lost(by) is None:
+            return
+        exhausted = [
+            f"{row.mailbox}/{row.folder}"
+            for mailbox in copy.mailboxes()
+            for row in copy.folder_rows(mailbox.mailbox)
+            if row.uid_next > MAX_UID
+        ]
+        logger.warning(
+            "%s: activation at epoch %d lost %d log(s): every folder's UIDNEXT and "
+            "HIGHESTMODSEQ and every mailbox's next UIDVALIDITY advanced by %d (change "
+            "numbers %d held, ceiling %d), so no UID the lost logs may have shown is given "
+            "again%s",
+            self.database,
+            self.epoch,
+            lost_logs,
+            by,
+            copy.held_change_number,
+            copy.change_number_floor,
+            f"; {len(exhausted)} folder(s) have no UID left and refuse new messages until "
+            f"they are made again: {', '.join(exhausted[:10])}"
+            if exhausted
             else "",
         )
 

@@ -39,6 +39,7 @@ from replication_node.log.operations import (
     Operation,
     PutItem,
     RenameFolder,
+    ReserveLost,
     SetFlags,
     SetFolderCounters,
     SetMailbox,
@@ -482,6 +483,15 @@ class MailboxStore:
         await self.copy.admit()
         floor = max([self._unix_now(), *(m.uidvalidity_next for m in self.copy.mailboxes())])
         return await self._commit([AssignUids(self.copy.next_change_number(), floor)])
+
+    async def reserve_lost(self, by: int) -> Written | None:
+        """Advance every folder's UIDs and modseqs and every mailbox's UIDVALIDITYs by `by`
+        (`ReserveLost`: what a lossy activation's lost tail may have handed out), before any
+        other write.  None: nothing to reserve (`by` 0)."""
+        if by <= 0:
+            return None
+        await self.copy.admit()
+        return await self._commit([ReserveLost(self.copy.next_change_number(), by)])
 
     @_admitted
     async def rename_folder(

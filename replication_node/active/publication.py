@@ -54,6 +54,25 @@ class ActivePublication:
                     )
                 await self._clock.sleep(wait)
 
+    async def lost_logs(self) -> int | None:
+        """The logs this epoch's activation lost (its history record's `lost_logs`; None:
+        not known), retried while the store errs, as `record` is."""
+        backoff = Backoff(STORE_RETRY_FIRST, STORE_RETRY_LONGEST)
+        while True:
+            try:
+                history = await self._store.history(self._database)
+                return next((r.lost_logs for r in history if r.epoch == self._epoch), None)
+            except Exception as exc:
+                wait = backoff.next()
+                if backoff.worth_saying():
+                    logger.warning(
+                        "%s: mount waits: cannot read the stream history (%d attempt(s)): %s",
+                        self._database,
+                        backoff.failures,
+                        exc,
+                    )
+                await self._clock.sleep(wait)
+
     async def check_still_active(self) -> None:
         """Deposed if the store no longer names this node the active at its epoch."""
         record = await self._store.active(self._database)

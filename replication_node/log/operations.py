@@ -51,6 +51,9 @@ class _Op(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="op
 # a log from before they were, whose items `AssignUids` numbers).
 Uid = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 Modseq = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+# The most a `ReserveLost` advances by: past every UID's and UIDVALIDITY's range, and far
+# within a modseq's (a counter plus it stays a 64-bit integer in the database file).
+RESERVE_MAX = 2**62
 
 
 class CreateMailbox(_Op, tag="create_mailbox"):
@@ -193,6 +196,18 @@ class AssignUids(_Op, tag="assign_uids"):
     uidvalidity: Annotated[int, msgspec.Meta(ge=1, le=2**32 - 2)]
 
 
+class ReserveLost(_Op, tag="reserve_lost"):
+    """A lossy activation's first commit: the numbers the lost tail of the log may have
+    handed out (and a client seen) are never handed out again.  Every folder's `uid_next`
+    and `highest_modseq`, and every mailbox's `uidvalidity_next`, advance by `by` (the
+    change numbers that tail can have taken: each UID, modseq and UIDVALIDITY took one),
+    each held at its ceiling (`storage.ops.reserved`): a folder whose UIDs that spends has
+    none left, and refuses new messages, rather than give one twice."""
+
+    cn: int
+    by: Annotated[int, msgspec.Meta(ge=1, le=RESERVE_MAX)]
+
+
 class DeleteMailbox(_Op, tag="delete_mailbox"):
     """A mailbox removed with its folders and items (a cancelled move's target copy): no
     tombstone is left, the name is free for a new mailbox."""
@@ -240,6 +255,7 @@ Operation = (
     | CopyItems
     | SetFolderCounters
     | AssignUids
+    | ReserveLost
 )
 
 _KIND: dict[type, str] = {
@@ -257,6 +273,7 @@ _KIND: dict[type, str] = {
     CopyItems: "copy_items",
     SetFolderCounters: "set_folder_counters",
     AssignUids: "assign_uids",
+    ReserveLost: "reserve_lost",
 }
 
 

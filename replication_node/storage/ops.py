@@ -30,6 +30,32 @@ from replication_node.storage.reader import FolderRow, ItemRow, MailboxRow
 
 SEEN = "\\Seen"
 
+# Where `ReserveLost` holds each counter: a folder's `uid_next` past the last 32-bit UID (it
+# then has none left), its `highest_modseq` at the largest modseq, a mailbox's
+# `uidvalidity_next` at the largest UIDVALIDITY.
+UID_NEXT_CEILING = 2**32
+MODSEQ_CEILING = 2**63 - 1
+UIDVALIDITY_CEILING = 2**32 - 1
+
+
+def reserved(value: int, by: int, ceiling: int) -> int:
+    """A counter advanced by `by` (`ReserveLost`), held at `ceiling`, never lowered; the
+    database file computes the same in SQL (`tables.reserve_sql`)."""
+    return max(value, min(value + by, ceiling))
+
+
+def reserved_folder(row: FolderRow, by: int) -> FolderRow:
+    """A folder's row after `ReserveLost {by}`: its UIDs and modseqs advanced."""
+    return row._replace(
+        uid_next=reserved(row.uid_next, by, UID_NEXT_CEILING),
+        highest_modseq=reserved(row.highest_modseq, by, MODSEQ_CEILING),
+    )
+
+
+def reserved_mailbox(row: MailboxRow, by: int) -> MailboxRow:
+    """A mailbox's row after `ReserveLost {by}`: its next folders' UIDVALIDITYs advanced."""
+    return row._replace(uidvalidity_next=reserved(row.uidvalidity_next, by, UIDVALIDITY_CEILING))
+
 
 def mailbox_row(op: CreateMailbox, current: MailboxRow | None = None) -> MailboxRow:
     """The row a CreateMailbox leaves (over `current`, the row of that name if any: its

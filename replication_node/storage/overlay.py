@@ -42,6 +42,7 @@ from replication_node.log.operations import (
     PutItem,
     RecordBackup,
     RenameFolder,
+    ReserveLost,
     SetFlags,
     SetFolderCounters,
     SetMailbox,
@@ -54,6 +55,8 @@ from replication_node.storage.ops import (
     item_row,
     mailbox_row,
     renaming,
+    reserved_folder,
+    reserved_mailbox,
     set_mailbox_row,
     tombstone_row,
     under,
@@ -279,6 +282,8 @@ class LlrOverlay:
                     self._lift_uidvalidity(db, gen, op.mailbox, op.uidvalidity_next)
                 case AssignUids():
                     self._assign(db, gen, op)
+                case ReserveLost():
+                    self._reserve(db, gen, op.by)
 
     def _delete(
         self, db: FileRows, gen: int, op: DeleteItem, when: str, folder: str | None
@@ -313,12 +318,27 @@ class LlrOverlay:
                 self.items[key] = (g, row._replace(folder=plan[row.folder]))
         self.renames.setdefault(op.mailbox, []).append((gen, op.folder, op.to))
 
-    def _assign(self, db: FileRows, gen: int, op: AssignUids) -> None:
-        """Number what a file from before UIDs holds, as `tables._assign_uids` does."""
+    def _names(self, db: FileRows) -> set[str]:
+        """Every mailbox with a row or a folder, in the file or here."""
         names = {r.mailbox for r in db.mailboxes()} | {r.mailbox for r in db.folder_rows(None)}
         names = {name for name in names if not self.hides(name)}
         names.update(self.mailboxes)
         names.update(m for (m, _) in self.folders)
+        return names
+
+    def _reserve(self, db: FileRows, gen: int, by: int) -> None:
+        """Every folder's and mailbox's counters advanced, as `tables._reserve_lost` does:
+        held here as rows (one per folder; no item is read)."""
+        for name in self._names(db):
+            row = self.current_mailbox(db, name)
+            if row is not None:
+                self.mailboxes[name] = (gen, reserved_mailbox(row, by))
+            for folder in self.current_folders(db, name).values():
+                self.folders[(name, folder.folder)] = (gen, reserved_folder(folder, by))
+
+    def _assign(self, db: FileRows, gen: int, op: AssignUids) -> None:
+        """Number what a file from before UIDs holds, as `tables._assign_uids` does."""
+        names = self._names(db)
         counters: dict[tuple[str, str], list[int]] = {}
         for name in sorted(names):
             row = self.current_mailbox(db, name)

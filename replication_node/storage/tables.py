@@ -34,12 +34,16 @@ from replication_node.log.operations import (
     PutItem,
     RecordBackup,
     RenameFolder,
+    ReserveLost,
     SetFlags,
     SetFolderCounters,
     SetMailbox,
     last_cn,
 )
 from replication_node.storage.ops import (
+    MODSEQ_CEILING,
+    UID_NEXT_CEILING,
+    UIDVALIDITY_CEILING,
     created_folders,
     flags_after,
     flags_of,
@@ -439,7 +443,32 @@ def _other(conn: sqlite3.Connection, op: Operation, when: str) -> int:
             conn.execute(_LIFT_UIDVALIDITY, (op.uidvalidity_next, op.mailbox))
         case AssignUids():
             _assign_uids(conn, op)
+        case ReserveLost():
+            _reserve_lost(conn, op.by)
     return delta
+
+
+def reserve_sql(column: str) -> str:
+    """`column` advanced by a parameter and held at another (`ops.reserved`), in SQL, with
+    no sum that could pass 64 bits: parameters (ceiling - by, ceiling, by)."""
+    return f"CASE WHEN {column} > ? THEN max({column}, ?) ELSE {column} + ? END"
+
+
+def _reserve_lost(conn: sqlite3.Connection, by: int) -> None:
+    """Every folder's UIDs and modseqs, every mailbox's UIDVALIDITYs, advanced by `by`."""
+
+    def bounds(ceiling: int) -> tuple[int, int, int]:
+        return ceiling - by, ceiling, by
+
+    conn.execute(
+        f"UPDATE folders SET uid_next={reserve_sql('uid_next')},"
+        f" highest_modseq={reserve_sql('highest_modseq')}",
+        (*bounds(UID_NEXT_CEILING), *bounds(MODSEQ_CEILING)),
+    )
+    conn.execute(
+        f"UPDATE mailboxes SET uidvalidity_next={reserve_sql('uidvalidity_next')}",
+        bounds(UIDVALIDITY_CEILING),
+    )
 
 
 _LIFT_UIDVALIDITY = "UPDATE mailboxes SET uidvalidity_next=max(uidvalidity_next, ?) WHERE mailbox=?"

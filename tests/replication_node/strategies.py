@@ -30,7 +30,7 @@ def operation(draw):
     """One operation as the log carries it (a JSON object without its change number)."""
     mailbox = draw(st.sampled_from(MAILBOXES))
     kinds = ["create_mailbox", "set_mailbox", "create_folder", "put", "put", "del", "drop"]
-    imap = ["rename", "delete_folder", "flags", "move", "copy", "counters", "assign"]
+    imap = ["rename", "delete_folder", "flags", "move", "copy", "counters", "assign", "reserve"]
     kind = draw(st.sampled_from([*kinds, *kinds, *imap, "backup"]))
     if kind == "backup":  # the active's stamp of a completed backup: no mailbox, no number
         return {
@@ -50,6 +50,9 @@ def operation(draw):
         return made
     if kind == "assign":
         return {"op": "assign_uids", "uidvalidity": draw(st.integers(1, 100))}
+    if kind == "reserve":  # a lossy activation's; near and past the counters' ceilings too
+        by = draw(st.one_of(st.integers(1, 100), st.sampled_from([2**32 - 5, 2**32, 2**62])))
+        return {"op": "reserve_lost", "by": by}
     folder = draw(st.sampled_from(FOLDERS))
     to = draw(st.sampled_from(FOLDERS))
     if kind == "rename":

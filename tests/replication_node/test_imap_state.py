@@ -275,3 +275,25 @@ async def test_a_file_from_before_uids_is_numbered_once_and_alike_on_every_copy(
     finally:
         passive.close()
     await copy.crash_close()
+
+
+async def test_a_reservation_past_a_folders_last_uid_refuses_its_puts_and_nothing_else(tmp_path):
+    """The 2^32 fallback is not built: a folder whose UIDNEXT a lossy activation's
+    reservation would carry past the last UID is held there, refuses new messages (409,
+    nothing written), and gives no UID twice; the other folders number as ever."""
+    copy = await mount(tmp_path)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m", folders=["Inbox", "Work"])
+    await store.put_items("m", [ItemIn(item_id=i) for i in "abc"])
+    assert await store.reserve_lost(0) is None  # nothing to reserve
+    before = status(copy, "m")
+    await store.reserve_lost(2**32 - 3)
+    rows = status(copy, "m")
+    assert rows["Inbox"].uid_next == 2**32 and rows["Work"].uid_next == 2**32 - 2
+    assert rows["Inbox"].highest_modseq == before["Inbox"].highest_modseq + 2**32 - 3
+    with pytest.raises(Conflict, match="no UID left"):
+        await store.put_items("m", [ItemIn(item_id="d")])
+    assert copy.item("m", "d") is None
+    await store.put_items("m", [ItemIn(item_id=i, folder="Work") for i in "wx"])
+    assert [r.uid for r in copy.folder_items("m", "Work")] == [2**32 - 2, 2**32 - 1]
+    await copy.crash_close()

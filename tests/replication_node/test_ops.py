@@ -53,6 +53,12 @@ def test_an_operation_decodes_and_encodes_to_what_the_log_carries(raw):
         ({"op": "record_backup", "kind": "full", "generation": "3", "time": "x"}, "generation"),
         ({"op": "record_backup", "kind": "full", "generation": 0, "time": "x"}, "generation"),
         ({"op": "record_backup", "kind": "full", "generation": 3, "time": "noon"}, "time"),
+        ({"op": "reserve_lost", "cn": 1}, "field `by`"),
+        ({"op": "reserve_lost", "cn": 1, "by": 0}, "by"),
+        ({"op": "reserve_lost", "cn": 1, "by": -3}, "by"),
+        ({"op": "reserve_lost", "cn": 1, "by": 2**62 + 1}, "by"),
+        ({"op": "reserve_lost", "cn": 1, "by": "7"}, "by"),
+        ({"op": "reserve_lost", "cn": 1, "by": 7, "mailbox": "m"}, "field `mailbox`"),
     ],
 )
 def test_what_is_not_an_operation_is_refused_naming_why(raw, why):

@@ -1,8 +1,9 @@
 """Mail into the transport over real processes: a TLS cluster of three nodes and a
 transport with its SMTP and LMTP listeners; Python's smtplib (STARTTLS, AUTH), swaks (SMTP
 and LMTP) and `transport submit --file` as the senders.  Every 250'd message is in the
-transport's queue file byte for byte (after the trace header it adds); AUTH is refused
-before TLS and with a wrong password."""
+transport's queue file byte for byte (after the trace header it adds), then in its mailbox
+on the active and on every passive copy, the same bytes (`GET …/items/{id}/message`); AUTH
+is refused before TLS and with a wrong password."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import sys
 
 import pytest
 
+from dag_common.api_types import item_id_for
 from dag_common.rfc822 import BodyFormat, message_bytes
 from tests.cluster_harness import ROOT
 from tests.pki import issue, make_ca
@@ -78,6 +80,31 @@ def queued(cluster, hub: str = "hub1") -> dict[str, tuple[bytes, list[str]]]:
         return out
 
 
+COPIES = {"DB1": ("mbx1", "mbx2", "mbx3"), "DB2": ("mbx2", "mbx3")}  # actives first
+HOME = {"alice": "DB1", "bob": "DB2"}
+
+
+async def on_every_copy(cluster, message_id: str, stored: bytes, *mailboxes: str) -> None:
+    """The message delivered to each of `mailboxes`: the bytes the transport queued, on the
+    database's active and, once its log is rolled and replayed, on every passive copy."""
+    item = item_id_for(message_id)
+    for mailbox in mailboxes:
+        db = HOME[mailbox]
+        path = f"/v1/databases/{db}/mailboxes/{mailbox}/items/{item}/message"
+
+        async def there(node: str, path: str = path) -> bool:
+            status, body = await cluster.call("GET", node, path)
+            return status == 200 and body == stored
+
+        active, *passives = COPIES[db]
+        await cluster.wait_for(f"{message_id} delivered to {mailbox} on {active}",
+                               lambda active=active: there(active))  # fmt: skip
+        await cluster.ok("POST", active, f"/v1/databases/{db}/roll-log")
+        for node in passives:
+            await cluster.wait_for(f"{message_id} in {mailbox} on {node}",
+                                   lambda node=node: there(node))  # fmt: skip
+
+
 def mime(message_id: str) -> bytes:
     """A MIME message with an 8-bit part, an attachment and an encoded subject."""
     return (
@@ -129,6 +156,7 @@ async def test_smtplib_with_starttls_and_auth_and_its_refusals(lab):
     assert head == f"Received: from client.test ([{OUTSIDE}])".encode()
     assert rest.startswith(b"by hub1.test with ESMTPSA id <smtplib-1@example.org>;")
     assert stored.endswith(b"\r\n" + raw), "the message byte for byte after its trace header"
+    await on_every_copy(cluster, "<smtplib-1@example.org>", stored, "bob", "alice")
 
 
 def swaks(*args: str) -> subprocess.CompletedProcess[str]:
@@ -167,6 +195,7 @@ async def test_swaks_over_smtp_with_tls_and_auth_and_over_lmtp(lab, tmp_path):
     ), replies
     stored, to = queued(cluster)["<swaks-2@example.org>"]
     assert to == ["bob", "alice"] and stored.endswith(b"\r\n" + eml.read_bytes() + b"\r\n")
+    await on_every_copy(cluster, "<swaks-2@example.org>", stored, "bob", "alice")
 
 
 async def test_transport_submit_file_queues_the_message_as_it_is(lab, tmp_path):

@@ -308,3 +308,57 @@ async def test_sessions_past_the_bound_per_client_and_idle_ones_are_closed_with_
     assert await first[0].read() == b""
     for _, writer, _ in (first, second, third):
         writer.close()
+
+
+async def replies(reader: asyncio.StreamReader, n: int) -> list[bytes]:
+    """The next `n` replies: each one's code, and its enhanced status if it has one."""
+    out = []
+    while len(out) < n:
+        line = await reader.readline()
+        assert line, "the session closed"
+        if line[3:4] != b"-":  # a reply's last line
+            status = line[4:9]
+            out.append(line[:9] if status[:1].isdigit() and status[1:2] == b"." else line[:3])
+    return out
+
+
+async def test_a_large_message_read_in_pieces_and_the_commands_pipelined_behind_it(lab):
+    """A message of many pieces (base64 lines, dot-stuffed lines, 8-bit) arrives byte for
+    byte, however a socket cuts it; the next transaction, sent behind its lone dot in the
+    same write, is read as commands; a line too long deep in a large message is refused
+    with nothing queued, and the session goes on."""
+    lines = [b"%06d" % n + b"QUJD" * 18 + b"\r\n" for n in range(5000)]  # 400 KB
+    lines[1234] = b".starts with a dot\r\n"
+    lines[4321] = "Grüße\r\n".encode()
+    big = message("<big@example>", body=b"".join(lines))
+    bad = message("<bad@example>", body=b"".join(lines[:3000]) + b"y" * 999 + b"\r\n"
+                  + b"".join(lines[3000:]))  # fmt: skip
+    after = message("<after@example>")
+    reader, writer, greeting_line = await greeting(lab.ports[Listener.LMTP])
+    assert greeting_line.startswith(b"220 ")
+    quoted = [smtplib._quote_periods(m) + b".\r\n" for m in (big, bad, after)]
+    transaction_of = b"MAIL FROM:<a@example>\r\nRCPT TO:<bob@x>\r\nDATA\r\n"
+    writer.write(b"LHLO client.test\r\n" + transaction_of)
+    assert await replies(reader, 4) == [b"250", b"250 2.1.0", b"250 2.1.5", b"354"]
+    writer.write(quoted[0] + transaction_of)  # the next transaction behind the dot
+    assert await replies(reader, 4) == [b"250 2.0.0", b"250 2.1.0", b"250 2.1.5", b"354"]
+    writer.write(quoted[1] + transaction_of)
+    assert await replies(reader, 4) == [b"550 5.5.2", b"250 2.1.0", b"250 2.1.5", b"354"]
+    writer.write(quoted[2] + b"QUIT\r\n")
+    assert await replies(reader, 2) == [b"250 2.0.0", b"221"]
+    writer.close()
+    queued = lab.queued()
+    assert set(queued) == {"<big@example>", "<after@example>"}, "nothing of the refused one"
+    assert queued["<big@example>"][0].endswith(b"\r\n" + big)
+    assert queued["<after@example>"][0].endswith(b"\r\n" + after)
+
+
+async def test_a_data_that_stops_coming_is_idle_and_closed_with_421(lab):
+    reader, writer, _ = await greeting(lab.ports[Listener.LMTP])
+    writer.write(b"LHLO client.test\r\nMAIL FROM:<a@example>\r\nRCPT TO:<bob@x>\r\nDATA\r\n")
+    assert await replies(reader, 4) == [b"250", b"250 2.1.0", b"250 2.1.5", b"354"]
+    writer.write(message("<stalled@example>")[:20])  # then nothing, past the timeout (1 s)
+    assert (await reader.readline()).startswith(b"421 4.4.2")
+    assert await reader.read() == b""
+    writer.close()
+    assert lab.queued() == {}

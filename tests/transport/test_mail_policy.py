@@ -15,17 +15,55 @@ HOP = policy.Hop(
 )  # fmt: skip
 
 
-@pytest.mark.parametrize(("line", "fault"), [
+LINES = [
     (b"hello\r\n", None),
     (b"x" * 998 + b"\r\n", None),
     (b"." + b"x" * 998 + b"\r\n", None),  # dot-stuffed: 998 octets once unstuffed
     (b"x" * 999 + b"\r\n", policy.LINE_TOO_LONG),
+    (b"x" * 5000 + b"\r\n", policy.LINE_TOO_LONG),
     (b"one\ntwo\r\n", policy.BARE_LINE_END),
     (b"one\rtwo\r\n", policy.BARE_LINE_END),
+    (b"one\r\r\n", policy.BARE_LINE_END),
+    (b"\n\r\n", policy.BARE_LINE_END),
     (b"\r\n", None),
-])  # fmt: skip
+]
+
+
+@pytest.mark.parametrize(("line", "fault"), LINES)
 def test_a_line_of_data_and_what_is_wrong_with_it(line, fault):
-    assert policy.line_fault(line) == fault
+    assert policy.lines_fault(line, stuffed=True) == fault
+
+
+@pytest.mark.parametrize(("line", "fault"), LINES)
+@pytest.mark.parametrize("where", ["first", "among others", "last"])
+def test_content_fed_in_pieces_cut_anywhere_finds_the_same_fault(line, fault, where):
+    """A DATA's content however its pieces are cut: the same fault, or the same lines with
+    their dot-stuffing undone."""
+    good = b"Subject: s\r\n\r\n..a stuffed line\r\n.x\r\n" + b"z" * 998 + b"\r\n"
+    content = {"first": line + good, "among others": good + line + good,
+               "last": good + line}[where]  # fmt: skip
+    unstuffed = b"\r\n".join(x[1:] if x[:1] == b"." else x for x in content.split(b"\r\n"))
+    for cuts in ([], *([n] for n in range(1, len(content))), list(range(1, len(content)))):
+        c = policy.Content()
+        kept, at = [], 0
+        for cut in [*cuts, len(content)]:
+            kept.append(c.feed(content[at:cut]))
+            at = cut
+        assert c.end() == fault, cuts
+        if fault is None:
+            assert b"".join(kept) == unstuffed, cuts
+
+
+@pytest.mark.parametrize(("raw", "fault"), [
+    (b"Subject: s\r\n\r\nbody", None),  # over HTTP a last line may lack its CRLF
+    (b"Subject: s\r\n\r\n." + b"x" * 998 + b"\r\n", policy.LINE_TOO_LONG),  # not stuffed
+    (b"Subject: s\r\n\r\nbody\r", policy.BARE_LINE_END),
+    (b"Subject: s\r\n\r\nbody\n", policy.BARE_LINE_END),
+    (b"a\r\n" * 40_000 + b"x" * 999, policy.LINE_TOO_LONG),  # past the first piece
+    (b"a\r\n" * 40_000, None),
+])  # fmt: skip
+def test_a_message_submitted_whole_and_what_is_wrong_with_it(raw, fault):
+    assert policy.message_fault(raw) == fault
 
 
 @pytest.mark.parametrize(("address", "names"), [

@@ -9,7 +9,7 @@ import os
 import signal
 
 from transport.messages import MessageIn
-from transport.queue import DELIVERED, POISON, QUEUED, QueueStore
+from transport.queue import CHECKPOINT_BYTES, DELIVERED, POISON, QUEUED, QueueStore
 
 DAY = 86400.0
 
@@ -68,6 +68,21 @@ async def test_many_submissions_share_commits(tmp_path):
     await asyncio.gather(*(store.submit(_message(n), now=1.0) for n in range(200)))
     assert len(await store.queued()) == 200
     assert store.commits < 100, "waiting submissions join one transaction"
+    store.close()
+
+
+async def test_the_writer_checkpoints_the_wal_so_it_starts_over(tmp_path):
+    """Bodies of 48 MiB, one message after another: the writer's own checkpoints (one per
+    CHECKPOINT_BYTES) keep the WAL's file near that size; SQLite's own bound alone would let
+    it grow to 64 MiB.  Every message is still in the file."""
+    store = _store(tmp_path, max_size=10**9)
+    body = "x" * (1024 * 1024)
+    for n in range(48):
+        await store.submit(_message(n, body=body), now=1.0)
+    assert store.checkpoints >= 48 // 4 - 1
+    wal = (tmp_path / "queue.db-wal").stat().st_size
+    assert wal < 2 * CHECKPOINT_BYTES, f"the WAL grew to {wal} bytes"
+    assert len(await store.queued()) == 48
     store.close()
 
 

@@ -1,0 +1,5 @@
+"""`python -m imap_front …`."""
+
+from imap_front.cli import entry
+
+entry()

@@ -1,0 +1,239 @@
+"""The IMAP front's backend for pymap: a login finds the user (`users`), their mailbox's
+database in the directory, and opens a session whose folders are the node's (`folders`).
+
+STORE, COPY and MOVE act on many messages in one node write (a thousand UIDs at a time),
+where pymap's base session makes one call per message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, Protocol
+
+from pymap.backend.session import BaseSession
+from pymap.config import IMAPConfig
+from pymap.exceptions import InvalidAuth, MailboxReadOnly
+from pymap.flags import FlagOp
+from pymap.health import HealthStatus
+from pymap.interfaces.backend import BackendInterface
+from pymap.interfaces.login import IdentityInterface, LoginInterface
+from pymap.parsing.response.code import CopyUid
+from pymap.parsing.specials import SequenceSet
+from pymap.parsing.specials.flag import Flag
+from pymap.selected import SelectedMailbox
+from pymap.token import AllTokens
+
+from dag_common.clock import Clock
+from dag_common.errors import ClusterStoreError
+from dag_common.node_client import NodeStoreClient
+from imap_front.errors import Unavailable
+from imap_front.folders import Folder, Folders, Message
+from imap_front.metrics import FrontMetrics
+from imap_front.node_api import MailboxApi
+from imap_front.users import User, Users
+
+
+class Directory(Protocol):
+    async def mailbox_database(self, mailbox: str) -> str | None: ...
+
+
+class Session(BaseSession[Message]):
+    """One logged-in user's session: their mailbox's folders."""
+
+    def __init__(self, user: User, config: IMAPConfig, folders: Folders) -> None:
+        super().__init__(user.name)
+        self._config = config
+        self._folders = folders
+
+    @property
+    def config(self) -> IMAPConfig:
+        return self._config
+
+    @property
+    def mailbox_set(self) -> Folders:
+        return self._folders
+
+    async def _selected_folder(self, selected: SelectedMailbox) -> Folder:
+        folder = await self._get_selected(selected)
+        assert isinstance(folder, Folder)
+        return folder
+
+    async def update_flags(
+        self, selected: SelectedMailbox, sequence_set: SequenceSet, flag_set: frozenset[Flag],
+        mode: FlagOp = FlagOp.REPLACE,
+    ) -> tuple[Iterable[tuple[int, Message]], SelectedMailbox]:  # fmt: skip
+        if selected.readonly:
+            raise MailboxReadOnly()
+        folder = await self._selected_folder(selected)
+        permanent = selected.permanent_flags & flag_set
+        chosen = selected.messages.get_all(sequence_set)
+        after = await folder.store([c.uid for _, c in chosen], permanent, mode)
+        answer: list[tuple[int, Message]] = []
+        for seq, cached in chosen:
+            msg = await folder.get(cached.uid, cached)
+            if cached.uid in after:
+                msg.permanent_flags = frozenset(Flag(f.encode()) for f in after[cached.uid])
+                selected.session_flags.update(cached.uid, flag_set, mode)
+            answer.append((seq, msg))
+        return answer, await folder.update_selected(selected)
+
+    async def _transfer(
+        self, selected: SelectedMailbox, sequence_set: SequenceSet, mailbox: str, *, copy: bool
+    ) -> tuple[CopyUid | None, SelectedMailbox]:
+        folder = await self._selected_folder(selected)
+        dest = await self._get_mailbox(mailbox, try_create=True)
+        assert isinstance(dest, Folder)
+        uids = [uid for _, uid in selected.messages.get_uids(sequence_set)]
+        if not uids:
+            return None, await folder.update_selected(selected)
+        validity, pairs = await folder._api.transfer(folder.name, uids, dest.name, copy=copy)
+        copy_uid = CopyUid(validity, pairs) if pairs else None
+        return copy_uid, await folder.update_selected(selected)
+
+    async def copy_messages(
+        self, selected: SelectedMailbox, sequence_set: SequenceSet, mailbox: str
+    ) -> tuple[CopyUid | None, SelectedMailbox]:
+        return await self._transfer(selected, sequence_set, mailbox, copy=True)
+
+    async def move_messages(
+        self, selected: SelectedMailbox, sequence_set: SequenceSet, mailbox: str
+    ) -> tuple[CopyUid | None, SelectedMailbox]:
+        return await self._transfer(selected, sequence_set, mailbox, copy=False)
+
+
+class Identity(IdentityInterface):
+    """A user whose password was checked; `new_session` opens their mailbox."""
+
+    def __init__(self, user: User, login: Login) -> None:
+        self._user = user
+        self._login = login
+
+    @property
+    def name(self) -> str:
+        return self._user.name
+
+    @property
+    def roles(self) -> frozenset[str]:
+        return frozenset()
+
+    @asynccontextmanager
+    async def new_session(self) -> AsyncIterator[Session]:
+        mailbox = self._user.mailbox
+        try:
+            database = await self._login.directory.mailbox_database(mailbox)
+        except ClusterStoreError as exc:
+            raise Unavailable(f"the mailbox directory cannot be read now: {exc}") from exc
+        if database is None:
+            raise Unavailable(f"mailbox {mailbox!r} is not in the directory")
+        api = MailboxApi(self._login.nodes, database, mailbox)
+        metrics = self._login.metrics
+        folders = Folders(api, clock=self._login.clock, metrics=metrics)
+        if metrics is None:
+            yield Session(self._user, self._login.config, folders)
+            return
+        open_now = metrics.sessions.labels("authenticated")
+        open_now.inc()
+        try:
+            yield Session(self._user, self._login.config, folders)
+        finally:
+            open_now.dec()
+
+    async def new_token(self, *, expiration: Any = None) -> None:
+        return None
+
+    async def get(self) -> Any:
+        raise NotImplementedError
+
+    async def set(self, metadata: Any) -> None:
+        raise NotImplementedError
+
+    async def delete(self) -> None:
+        raise NotImplementedError
+
+
+class Login(LoginInterface):
+    """Checks a login's password against the users file; a failed one waits before its NO."""
+
+    def __init__(
+        self, *, config: IMAPConfig, users: Users, directory: Directory, nodes: NodeStoreClient,
+        clock: Clock, failure_delay: float, metrics: FrontMetrics | None = None,
+    ) -> None:  # fmt: skip
+        self.config = config
+        self.metrics = metrics
+        self.clock = clock
+        self.users = users
+        self.directory = directory
+        self.nodes = nodes
+        self._clock = clock
+        self._failure_delay = failure_delay
+        self._tokens = AllTokens(config)
+
+    @property
+    def tokens(self) -> AllTokens:
+        return self._tokens
+
+    async def authenticate(self, credentials: Any) -> Identity:
+        told = _Told()
+        credentials.verify(told)  # pysasl hands the secret to its Identity protocol
+        user = None
+        if told.secret:
+            user = await self.users.verify(credentials.authcid, told.secret)
+        if user is None:
+            await self._clock.sleep(self._failure_delay)
+            raise InvalidAuth()
+        return Identity(user, self)
+
+    async def authorize(self, authenticated: IdentityInterface, authzid: str) -> Identity:
+        if authzid != authenticated.name or not isinstance(authenticated, Identity):
+            raise InvalidAuth()
+        return authenticated
+
+
+class _Told:
+    """What pysasl's credentials say of themselves (its Identity protocol): the secret is
+    checked here, against argon2 hashes, in the users' bounded pool, not in pysasl."""
+
+    secret = ""
+
+    def compare_authcid(self, authcid: str) -> bool:
+        return True
+
+    def compare_secret(self, value: str) -> bool:
+        self.secret = value
+        return False
+
+    def get_clear_secret(self) -> None:
+        return None
+
+
+class Backend(BackendInterface):
+    """What pymap's server asks of a backend: its login, its config, its health."""
+
+    def __init__(self, login: Login, config: IMAPConfig) -> None:
+        self._login = login
+        self._config = config
+        self._status = HealthStatus()
+
+    @property
+    def login(self) -> Login:
+        return self._login
+
+    @property
+    def config(self) -> IMAPConfig:
+        return self._config
+
+    @property
+    def status(self) -> HealthStatus:
+        return self._status
+
+    @classmethod
+    def add_subparser(cls, name: str, subparsers: Any) -> Any:
+        raise NotImplementedError  # started by `imap_front serve`, not pymap's command line
+
+    @classmethod
+    async def init(cls, args: Any, **overrides: Any) -> Any:
+        raise NotImplementedError
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        pass

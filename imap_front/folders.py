@@ -1,0 +1,422 @@
+"""The user's folders as pymap sees them (`MailboxSetInterface`, `MailboxDataInterface`),
+over the node's store API (`node_api.MailboxApi`).
+
+Nothing here is the truth: UIDVALIDITY, UIDNEXT, UIDs and flags are the node's, read for
+each command that needs them; a message's bytes are fetched only when a FETCH or SEARCH
+needs its headers or body (`Message.load_content`), byte for byte from GET …/message.
+
+A selected folder's state (what the client was shown) is pymap's `SelectedMailbox`; this
+module tells it what changed since the last command (`update_selected`, which IDLE and NOOP
+and every command on a selected folder come through).  The session keeps the node's change
+feed's cursor and the active's epoch beside what it showed (`Shown`, in the selected
+mailbox's `mod_sequence`): a command asks the feed (no wait) whether anything above the
+cursor touched the folder, and only then lists the folder's UIDs again; IDLE long-polls the
+feed, one poll at a time per session, until it names the folder or the client says DONE.
+A new epoch (a switchover or a failover: the node client follows the active) lists the
+folder again too.  The listing is read whole, not `?since_modseq`: a move's source does not
+name the UIDs moved out among its `expunged` (docs/concepts/imap.md, step 1 as built), and a
+whole listing tells them as EXPUNGE; the compact selected state is left for later.
+
+Names: IMAP's INBOX is the node's "Inbox"; the hierarchy delimiter is "/", as the node's
+folder names have it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from pymap.backend.mailbox import MailboxDataInterface, MailboxSetInterface
+from pymap.exceptions import MailboxConflict, MailboxNotFound
+from pymap.flags import FlagOp
+from pymap.listtree import ListTree
+from pymap.mailbox import MailboxSnapshot
+from pymap.message import BaseLoadedMessage, BaseMessage
+from pymap.mime import MessageContent
+from pymap.parsing.message import AppendMessage
+from pymap.parsing.specials import FetchRequirement, ObjectId
+from pymap.parsing.specials.flag import Flag
+from pymap.selected import SelectedMailbox, SelectedSet
+
+from dag_common.clock import Clock
+from dag_common.store_api import Changes, MailboxState
+from imap_front.errors import Unavailable
+from imap_front.metrics import FrontMetrics
+from imap_front.node_api import NODE_INBOX, FolderUids, Listed, MailboxApi
+
+logger = logging.getLogger(__name__)
+
+DELIMITER = "/"
+FEED_WAIT = 25.0  # seconds one long poll of the change feed waits (the node's bound: 60)
+FEED_RETRY = 1.0  # seconds before polling again after a failed poll, or a locked mailbox
+
+
+def node_name(imap_name: str) -> str:
+    """The node's name of an IMAP folder name (INBOX, in any case, is Inbox)."""
+    head, sep, rest = imap_name.partition(DELIMITER)
+    if head.upper() == "INBOX":
+        return NODE_INBOX + sep + rest
+    return imap_name
+
+
+def imap_name(node_folder: str) -> str:
+    head, sep, rest = node_folder.partition(DELIMITER)
+    return "INBOX" + sep + rest if head == NODE_INBOX else node_folder
+
+
+def flag_names(flags: Iterable[Flag]) -> list[str]:
+    return [str(f) for f in flags]
+
+
+def _flags(names: Iterable[str]) -> frozenset[Flag]:
+    return frozenset(Flag(n.encode()) for n in names)
+
+
+class Message(BaseMessage):
+    """A message of a folder: its UID, INTERNALDATE and flags as listed; its bytes loaded
+    from the node only when asked for."""
+
+    __slots__ = ["_api", "item_id", "size"]
+
+    def __init__(
+        self, uid: int, when: datetime, flags: Iterable[Flag], *, item_id: str, size: int,
+        api: MailboxApi, expunged: bool = False,
+    ) -> None:  # fmt: skip
+        super().__init__(uid, when, flags, expunged=expunged)
+        self._api = api
+        self.item_id = item_id
+        self.size = size
+
+    @classmethod
+    def listed(cls, row: Listed, api: MailboxApi) -> Message:
+        when = row.received or datetime.fromtimestamp(0, UTC)
+        return cls(row.uid, when, _flags(row.flags), item_id=row.item_id, size=row.size, api=api)
+
+    async def load_content(self, requirement: FetchRequirement) -> BaseLoadedMessage:
+        if self.expunged or requirement.has_none(FetchRequirement.CONTENT):
+            return BaseLoadedMessage(self, requirement, None)
+        raw = await self._api.message(self.item_id)
+        if raw is None:  # expunged meanwhile: nothing to show
+            return BaseLoadedMessage(self, requirement, None)
+        return BaseLoadedMessage(self, requirement, MessageContent.parse(raw))
+
+    @classmethod
+    def copy_expunged(cls, msg: Any) -> Message:
+        return cls(msg.uid, msg.internal_date, msg.permanent_flags, item_id=msg.item_id,
+                   size=msg.size, api=msg._api, expunged=True)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """What a selected session was shown (pymap's `SelectedMailbox.mod_sequence`): the
+    folder's highest modseq and its UIDs at the last listing, and the change feed's cursor
+    and the active's epoch taken just before it."""
+
+    modseq: int
+    uids: frozenset[int]
+    cursor: int
+    epoch: int
+
+
+class Folder(MailboxDataInterface[Message]):
+    """One folder of the user's mailbox, as one session uses it."""
+
+    def __init__(
+        self, api: MailboxApi, name: str, listing: FolderUids, *, clock: Clock,
+        metrics: FrontMetrics | None = None,
+    ) -> None:  # fmt: skip
+        self._api = api
+        self._clock = clock
+        self._metrics = metrics
+        self.name = name  # the node's
+        self._listing = listing
+        self._by_uid = {m.uid: m for m in listing.messages}
+        self._selected = SelectedSet()
+
+    @property
+    def mailbox_id(self) -> ObjectId:
+        # Stable through a rename: a folder's UIDVALIDITY is unique in its mailbox.
+        return ObjectId(b"F%d" % self._listing.uidvalidity)
+
+    @property
+    def readonly(self) -> bool:
+        return False
+
+    @property
+    def uid_validity(self) -> int:
+        return self._listing.uidvalidity
+
+    @property
+    def selected_set(self) -> SelectedSet:
+        return self._selected
+
+    async def refresh(self) -> FolderUids:
+        """The folder's listing as the node has it now."""
+        self._listing = await self._api.uids(self.name)
+        self._by_uid = {m.uid: m for m in self._listing.messages}
+        return self._listing
+
+    def _message(self, row: Listed) -> Message:
+        return Message.listed(row, self._api)
+
+    async def update_selected(
+        self, selected: SelectedMailbox, *, wait_on: Any = None
+    ) -> SelectedMailbox:
+        shown: Shown | None = selected.mod_sequence
+        if shown is None:  # SELECT: the feed's cursor first, then the whole listing
+            feed = await self._api.changes(0, wait=0, epoch=None)
+            return await self._resync(selected, None, feed)
+        if wait_on is None:  # any other command (NOOP included): has this folder changed?
+            feed = await self._api.changes(shown.cursor, wait=0, epoch=shown.epoch)
+            self._polled(feed, shown)
+        else:
+            woke, feed = await self._idle(selected, shown, wait_on)
+            if not woke:  # DONE before the folder changed
+                return selected
+            shown = selected.mod_sequence
+        if feed is not None and not self._names(feed, shown):
+            selected.mod_sequence = replace(shown, cursor=feed.last_change_number,
+                                            epoch=feed.epoch)  # fmt: skip
+            return selected
+        return await self._resync(selected, shown, feed)
+
+    def _names(self, feed: Changes, shown: Shown) -> bool:
+        """Whether the feed's answer may have changed this folder (the active moved, or it
+        cannot say which folders, or it names this one)."""
+        if feed.epoch != shown.epoch:
+            return True
+        if not feed.changed:
+            return False
+        return feed.folders is None or self.name in feed.folders
+
+    def _polled(self, feed: Changes | None, shown: Shown) -> None:
+        if self._metrics is None:
+            return
+        outcome = ("gone" if feed is None else "epoch" if feed.epoch != shown.epoch
+                   else "changed" if feed.changed else "quiet")  # fmt: skip
+        self._metrics.feed_polls.labels(outcome).inc()
+
+    async def _idle(
+        self, selected: SelectedMailbox, shown: Shown, done: Any
+    ) -> tuple[bool, Changes | None]:
+        """IDLE: one long poll of the feed at a time, until it names this folder (True and
+        its answer) or the client says DONE (False).  A failed poll (the active moving, nobody
+        mounted yet, an outage) is tried again after `FEED_RETRY`: the node client finds the
+        active again, and a new epoch resyncs the folder."""
+        idle = None if self._metrics is None else self._metrics.sessions.labels("idle")
+        if idle is not None:
+            idle.inc()
+        try:
+            return await self._poll_until(selected, shown, done)
+        finally:
+            if idle is not None:
+                idle.dec()
+
+    async def _poll_until(
+        self, selected: SelectedMailbox, shown: Shown, done: Any
+    ) -> tuple[bool, Changes | None]:
+        while True:
+            poll = asyncio.ensure_future(
+                self._api.changes(shown.cursor, wait=FEED_WAIT, epoch=shown.epoch)
+            )
+            told = asyncio.ensure_future(done.wait())
+            try:
+                await asyncio.wait((poll, told), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                told.cancel()
+                if not poll.done():
+                    poll.cancel()
+            if not poll.done() or poll.cancelled():
+                return False, None
+            failure = poll.exception()
+            if failure is not None:
+                if not isinstance(failure, Unavailable):
+                    raise failure
+                if self._metrics is not None:
+                    self._metrics.feed_polls.labels("failed").inc()
+                logger.info("idle on %s/%s: %s; polling again", self._api.mailbox, self.name,
+                            failure)  # fmt: skip
+                if await self._pause(done, FEED_RETRY):
+                    return False, None
+                continue
+            feed = poll.result()
+            self._polled(feed, shown)
+            if feed is None or self._names(feed, shown):
+                if self._metrics is not None:
+                    self._metrics.idle_wakeups.inc()
+                return True, feed
+            shown = replace(shown, cursor=feed.last_change_number, epoch=feed.epoch)
+            selected.mod_sequence = shown
+            if feed.state != MailboxState.LIVE and await self._pause(done, FEED_RETRY):
+                return False, None  # locked or going: the feed answers at once; poll at a pace
+
+    async def _pause(self, done: Any, seconds: float) -> bool:
+        """Wait `seconds` (the injected clock's) or until DONE; whether DONE came."""
+        nap = asyncio.ensure_future(self._clock.sleep(seconds))
+        told = asyncio.ensure_future(done.wait())
+        await asyncio.wait((nap, told), return_when=asyncio.FIRST_COMPLETED)
+        nap.cancel()
+        told.cancel()
+        return bool(done.is_set())
+
+    async def _resync(
+        self, selected: SelectedMailbox, shown: Shown | None, feed: Changes | None
+    ) -> SelectedMailbox:
+        """The folder listed whole, compared with what the client was shown: EXISTS or
+        FETCH for each message new or changed, EXPUNGE for each UID no longer there (a
+        message moved out included: the source's `expunged` does not name it)."""
+        if self._metrics is not None:
+            self._metrics.resyncs.inc()
+        listing = await self.refresh()
+        now = frozenset(self._by_uid)
+        if shown is None:
+            selected.add_updates([self._message(m) for m in listing.messages], [])
+        else:
+            changed = [self._message(m) for m in listing.messages
+                       if m.modseq > shown.modseq or m.uid not in shown.uids]  # fmt: skip
+            selected.add_updates(changed, sorted(shown.uids - now))
+        cursor = feed.last_change_number if feed is not None else 0
+        epoch = feed.epoch if feed is not None else 0
+        selected.mod_sequence = Shown(listing.highest_modseq, now, cursor, epoch)
+        return selected
+
+    async def append(self, append_msg: AppendMessage, *, recent: bool = False) -> Message:
+        before = self._listing.highest_modseq
+        item_id = await self._api.append(
+            self.name, bytes(append_msg.literal), flag_names(append_msg.flag_set),
+            append_msg.when,
+        )  # fmt: skip
+        # The UID it was given: in the folder's listing since the modseq known before
+        # (a listing of an older modseq holds it all the same).
+        rows = (await self._api.uids(self.name, before)).messages
+        row = next((r for r in rows if r.item_id == item_id), None)
+        if row is None:  # moved or expunged already by another session
+            return Message(0, datetime.now(UTC), (), item_id=item_id, size=0, api=self._api,
+                           expunged=True)  # fmt: skip
+        return self._message(row)
+
+    async def copy(self, uid: int, destination: Folder, *, recent: bool = False) -> int | None:
+        _, pairs = await self._api.transfer(self.name, [uid], destination.name, copy=True)
+        return pairs[0][1] if pairs else None
+
+    async def move(self, uid: int, destination: Folder, *, recent: bool = False) -> int | None:
+        _, pairs = await self._api.transfer(self.name, [uid], destination.name, copy=False)
+        return pairs[0][1] if pairs else None
+
+    async def get(self, uid: int, cached_msg: Any) -> Message:
+        row = self._by_uid.get(uid)
+        if row is None:
+            return Message(uid, cached_msg.internal_date, cached_msg.permanent_flags,
+                           item_id=getattr(cached_msg, "item_id", ""), size=0, api=self._api,
+                           expunged=True)  # fmt: skip
+        return self._message(row)
+
+    async def update(
+        self, uid: int, cached_msg: Any, flag_set: frozenset[Flag], mode: FlagOp
+    ) -> Message:
+        after = await self.store([uid], flag_set, mode)  # a FETCH BODY[] setting \Seen
+        msg = await self.get(uid, cached_msg)
+        if uid in after:
+            msg.permanent_flags = _flags(after[uid])
+        return msg
+
+    async def store(
+        self, uids: Sequence[int], flag_set: frozenset[Flag], mode: FlagOp
+    ) -> dict[int, tuple[str, ...]]:
+        """The flags of `uids` changed in one write a thousand at a time: each UID's after."""
+        names = flag_names(flag_set)
+        live = [u for u in uids if u in self._by_uid]
+        if not live:
+            return {}
+        if mode is FlagOp.REPLACE:
+            return await self._api.set_flags(self.name, live, replace=names)
+        if not names:
+            return {}
+        if mode is FlagOp.ADD:
+            return await self._api.set_flags(self.name, live, add=names)
+        return await self._api.set_flags(self.name, live, remove=names)
+
+    async def delete(self, uids: Iterable[int]) -> None:
+        wanted = sorted(set(uids))
+        if wanted:
+            await self._api.expunge(self.name, wanted)
+
+    async def claim_recent(self, selected: SelectedMailbox) -> None:
+        pass  # \Recent is gone from IMAP4rev2; none is kept
+
+    async def cleanup(self) -> None:
+        pass
+
+    async def snapshot(self) -> MailboxSnapshot:
+        listing = self._listing
+        unseen = [i for i, m in enumerate(sorted(listing.messages, key=lambda m: m.uid), 1)
+                  if "\\Seen" not in m.flags]  # fmt: skip
+        return MailboxSnapshot(
+            self.mailbox_id, False, listing.uidvalidity, self.permanent_flags,
+            self.session_flags, len(listing.messages), 0, len(unseen),
+            unseen[0] if unseen else None, listing.uid_next,
+        )  # fmt: skip
+
+    async def messages(self) -> AsyncIterable[Message]:
+        for row in self._listing.messages:
+            yield self._message(row)
+
+
+class Folders(MailboxSetInterface[Folder]):
+    """The folders of the user's one mailbox."""
+
+    def __init__(
+        self, api: MailboxApi, *, clock: Clock, metrics: FrontMetrics | None = None
+    ) -> None:
+        self._api = api
+        self._clock = clock
+        self._metrics = metrics
+
+    @property
+    def delimiter(self) -> str:
+        return DELIMITER
+
+    async def set_subscribed(self, name: str, subscribed: bool) -> None:
+        pass  # every folder counts as subscribed: the node keeps no subscriptions yet
+
+    async def list_subscribed(self) -> ListTree:
+        return await self.list_mailboxes()
+
+    async def list_mailboxes(self) -> ListTree:
+        state = await self._api.state()
+        return ListTree(DELIMITER).update("INBOX", *(imap_name(f) for f in state.folders))
+
+    async def get_mailbox(self, name: str) -> Folder:
+        folder = node_name(name)
+        try:
+            listing = await self._api.uids(folder)
+        except MailboxNotFound:
+            raise KeyError(name) from None
+        return Folder(self._api, folder, listing, clock=self._clock, metrics=self._metrics)
+
+    async def add_mailbox(self, name: str) -> ObjectId:
+        folder = node_name(name.rstrip(DELIMITER))
+        if folder in (await self._api.state()).folders:
+            raise ValueError(name)
+        await self._api.create_folder(folder)
+        status = await self._api.status(folder)
+        return ObjectId(b"F%d" % status.uidvalidity)
+
+    async def delete_mailbox(self, name: str) -> None:
+        folder = node_name(name)
+        try:
+            await self._api.delete_folder(folder)
+        except MailboxNotFound:
+            raise KeyError(name) from None
+
+    async def rename_mailbox(self, before: str, after: str) -> None:
+        try:
+            await self._api.rename_folder(node_name(before), node_name(after))
+        except MailboxNotFound:
+            raise KeyError(before) from None
+        except MailboxConflict:
+            raise ValueError(after) from None

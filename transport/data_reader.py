@@ -1,0 +1,63 @@
+"""A DATA's content read from a session's stream in pieces, up to its end and no further.
+
+The content ends at the first CRLF "." CRLF (RFC 5321 4.1.1.4), whose CRLF may be the one
+before the content (an empty message: the lone dot at once).  The end is searched by
+`StreamReader.readuntil` (a search in C over what is buffered, resumed where it stopped as
+more arrives), and what is buffered before it is taken a piece at a time once more than the
+reader's limit waits: a 1 MiB message is some 16 pieces, not its 13,800 lines, each a trip
+through the event loop.
+
+Nothing past the end is read: a client's next commands (PIPELINING, RFC 2920) stay in the
+stream for the session.  An end that begins in what was read and goes on in what was not
+(a piece cut inside "\\r\\n.\\r\\n", or the CRLF before the content) is held back: it is
+completed by reading exactly its missing bytes, which never reach past an end.
+
+The pieces are as they came (dot-stuffing on, lines unchecked): `mail_policy.Content`
+checks and unstuffs them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+END = b"\r\n.\r\n"
+
+
+def _begun(data: bytes) -> int:
+    """How many of `data`'s last bytes may begin an end: the longest of its suffixes that is
+    a proper prefix of END (0: none)."""
+    for k in range(len(END) - 1, 0, -1):
+        if data.endswith(END[:k]):
+            return k
+    return 0
+
+
+async def pieces(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    """The content of a DATA, in pieces: dot-stuffing still on, the CRLF of its last line
+    included (an empty message: no piece).  asyncio.IncompleteReadError: the stream ended
+    before the end."""
+    # Read and not given yet: the beginning of an end, perhaps.  At first the CRLF before
+    # the content, which is not content (`skip`).
+    held, skip = END[:2], 2
+    while True:
+        if held:
+            data = held + await reader.readexactly(len(END) - len(held))
+            if data == END:
+                if skip < 2:
+                    yield END[:2]  # the last line's CRLF
+                return
+        else:
+            try:
+                data = await reader.readuntil(END)
+            except asyncio.LimitOverrunError as exc:  # more than the limit before an end
+                data = await reader.read(exc.consumed)
+            else:
+                yield data[: -len(END) + 2]
+                return
+        keep = _begun(data)
+        piece = data[skip : len(data) - keep]
+        skip = 0
+        if piece:
+            yield piece
+        held = data[len(data) - keep :]
