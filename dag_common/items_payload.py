@@ -30,7 +30,7 @@ def items_json(items: Sequence[Item]) -> Iterator[bytes]:
     yield b'{"items":['
     for n, item in enumerate(items):
         entry = item.entry()
-        body = entry.pop("body")
+        body = str(entry.pop("body"))
         yield (b"," if n else b"") + dumps(entry)[:-1] + b',"body":"'
         for start in range(0, len(body), SLICE):
             yield dumps(body[start : start + SLICE])[1:-1]

@@ -28,6 +28,7 @@ import asyncio
 import json as std_json
 import logging
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 from orjson import dumps as json_dumps
@@ -44,6 +45,8 @@ from dag_common.node_status import StatusUnavailable, client_failure, fetch_node
 from dag_common.store_api import (
     Changes,
     Digest,
+    FolderStatus,
+    FolderUids,
     Item,
     Items,
     ItemsAnswer,
@@ -404,6 +407,62 @@ class NodeStoreClient:
         )
         return Written.model_validate(body)
 
+    # ---- IMAP's state, copied by a move (writes with override_lock) ---------------------
+
+    async def _moved(self, database: str, path: str, json: Any, method: str = "POST") -> Written:
+        _, body = await self.call(
+            method, database, path, json=json, params={"override_lock": "true"}
+        )
+        return Written.model_validate(body)
+
+    async def create_folder_as(self, database: str, mailbox: str, folder: FolderStatus) -> Written:
+        body = {
+            "folder": folder.folder,
+            "uidvalidity": folder.uidvalidity,
+            "uid_next": folder.uid_next,
+            "highest_modseq": folder.highest_modseq,
+        }
+        return await self._moved(database, f"/mailboxes/{mailbox}/folders", body)
+
+    async def rename_folder(self, database: str, mailbox: str, folder: str, to: str) -> Written:
+        path = f"/mailboxes/{mailbox}/folders/{_path(folder)}/rename"
+        return await self._moved(database, path, {"to": to})
+
+    async def delete_folder(self, database: str, mailbox: str, folder: str) -> Written:
+        path = f"/mailboxes/{mailbox}/folders/{_path(folder)}"
+        return await self._moved(database, path, None, method="DELETE")
+
+    async def set_flags(
+        self,
+        database: str,
+        mailbox: str,
+        folder: str,
+        item_ids: list[str],
+        flags: tuple[str, ...],
+        modseq: int,
+    ) -> Written:
+        body: dict[str, object] = {"folder": folder, "item_ids": item_ids, "replace": list(flags)}
+        if modseq:
+            body["modseq"] = modseq
+        return await self._moved(database, f"/mailboxes/{mailbox}/items/flags", body)
+
+    async def set_folder_counters(
+        self, database: str, mailbox: str, folder: FolderStatus, uidvalidity_next: int
+    ) -> Written:
+        body = {
+            "uid_next": folder.uid_next,
+            "highest_modseq": folder.highest_modseq,
+            "uidvalidity_next": uidvalidity_next,
+        }
+        path = f"/mailboxes/{mailbox}/folders/{_path(folder.folder)}/counters"
+        return await self._moved(database, path, body)
+
+    async def folder_uids(self, database: str, mailbox: str, folder: str) -> FolderUids | None:
+        status, body = await self.call(
+            "GET", database, f"/mailboxes/{mailbox}/folders/{_path(folder)}/uids", ok=(200, 404)
+        )
+        return FolderUids.model_validate(body) if status == 200 else None
+
     async def delete_item(self, database: str, mailbox: str, item_id: str) -> Written | None:
         status, body = await self.call(
             "DELETE",
@@ -472,6 +531,11 @@ class NodeStoreClient:
         if status != 200:
             return None
         return Changes.model_validate(body)
+
+
+def _path(folder: str) -> str:
+    """A folder's name in a path (a child's `/` kept: the routes take `{folder:.+}`)."""
+    return quote(folder, safe="/")
 
 
 def _json_or_none(raw: bytes) -> Any:

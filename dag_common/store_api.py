@@ -42,7 +42,11 @@ class Item:
     stands for it and `body_size` says its size.  Such an item cannot be written.
 
     `format`: what the body is (`dag_common.rfc822`: text, or a message kept byte for byte);
-    it is content, as the body is: a move carries it, a reconcile compares it."""
+    it is content, as the body is: a move carries it, a reconcile compares it.
+
+    `uid`, `modseq`, `flags`, `received`: its IMAP state as the listing gives it (0 and
+    empty from a node before them); a move writes them as they are (`entry`), so a client's
+    cache of the source holds on the target."""
 
     item_id: str
     folder: str
@@ -54,6 +58,10 @@ class Item:
     body_hash: str = ""
     body_size: int | None = None  # listed without its body: the body's size in UTF-8
     format: BodyFormat = BodyFormat.TEXT
+    uid: int = 0
+    modseq: int = 0
+    flags: tuple[str, ...] = ()
+    received: str = ""
 
     @classmethod
     def unreadable_at(cls, change_number: int, why: str, item_id: str = "") -> Item:
@@ -80,6 +88,10 @@ class Item:
         folder, its subject, its body's hash and its format."""
         return (self.folder, self.subject, self.hashed_body(), self.format)
 
+    def imap_state(self) -> tuple[int, tuple[str, ...]]:
+        """What a client caches of the item beside its content: its UID and its flags."""
+        return (self.uid, self.flags)
+
     def term(self, mailbox: str) -> int:
         """The item's term in its mailbox's digest (`mailbox_digest`)."""
         hashed = self.hashed_body()
@@ -97,6 +109,7 @@ class Item:
             change_number=int(data["change_number"]),
             deleted=bool(data["deleted"]),
             format=_format_of(data),
+            **_imap_of(data),
         )
 
     @classmethod
@@ -124,14 +137,16 @@ class Item:
             body_hash=data["body_hash"],
             body_size=size,
             format=_format_of(data),
+            **_imap_of(data),
         )
 
-    def entry(self) -> dict[str, str]:
-        """The item as a write carries it (the target numbers it itself; `format` said
-        unless it is text, as the node lists it)."""
+    def entry(self) -> dict[str, object]:
+        """The item as a write carries it (`format` said unless it is text, as the node
+        lists it); with its UID, modseq, flags and INTERNALDATE when it has a UID (a move's
+        copy keeps them: a write with override_lock), else the target numbers it."""
         if not self.has_body:
             raise ValueError(f"item {self.item_id!r} was listed without its body: not written")
-        entry = {
+        entry: dict[str, object] = {
             "item_id": self.item_id,
             "folder": self.folder,
             "subject": self.subject,
@@ -139,7 +154,26 @@ class Item:
         }
         if self.format is not BodyFormat.TEXT:
             entry["format"] = self.format.value
+        if self.uid:
+            entry["uid"] = self.uid
+            if self.modseq:
+                entry["modseq"] = self.modseq
+            if self.flags:
+                entry["flags"] = list(self.flags)
+            if self.received:
+                entry["received"] = self.received
         return entry
+
+
+def _imap_of(data: dict[str, Any]) -> dict[str, Any]:
+    """An item's IMAP state as a listing says it (absent: none); TypeError if malformed."""
+    uid, modseq = data.get("uid", 0), data.get("modseq", 0)
+    flags, received = data.get("flags", ()), data.get("received", "")
+    if type(uid) is not int or type(modseq) is not int or not isinstance(received, str):
+        raise TypeError(f"uid {uid!r}, modseq {modseq!r}, received {received!r}")
+    if not isinstance(flags, list | tuple) or not all(isinstance(f, str) for f in flags):
+        raise TypeError(f"flags {flags!r}")
+    return {"uid": uid, "modseq": modseq, "flags": tuple(flags), "received": received}
 
 
 def _format_of(data: dict[str, Any]) -> BodyFormat:
@@ -167,9 +201,19 @@ class ItemIn(BaseModel):
     body: Text = ""
     format: BodyFormat = BodyFormat.TEXT
     # IMAP's: the flags it is stored with (an APPEND's), and its INTERNALDATE (absent: when
-    # the node commits it).  The node gives it its folder's next UID.
+    # the node commits it).  The node gives it its folder's next UID, unless `uid` is given:
+    # a move's copy keeps the source's UID and modseq (only with override_lock, the mover's),
+    # and the folder's UIDNEXT goes past it.
     flags: Annotated[tuple[Flag, ...], Field(max_length=MAX_FLAGS)] = ()
     received: AwareDatetime | None = None
+    uid: Annotated[int, Field(strict=True, ge=1, le=2**32 - 1)] | None = None
+    modseq: Annotated[int, Field(strict=True, ge=1, le=2**63 - 1)] | None = None
+
+    @model_validator(mode="after")
+    def _numbered(self) -> ItemIn:
+        if self.modseq is not None and self.uid is None:
+            raise ValueError("a modseq is given only with the uid it goes with")
+        return self
 
     @model_validator(mode="after")
     def _message(self) -> ItemIn:
@@ -217,6 +261,23 @@ class FolderStatus(_Answer):
     unseen: int = 0
 
 
+class FolderUids(_Answer):
+    """A folder's messages by UID, without bodies (GET …/folders/{folder}/uids): what a
+    client caches of them.  `messages`: `[uid, item_id, flags, modseq, size, received]`."""
+
+    folder: str = ""
+    uidvalidity: int = 0
+    uid_next: int = 1
+    highest_modseq: int = 0
+    epoch: int = 0
+    messages: tuple[tuple[int, str, tuple[str, ...], int, int, str], ...] = ()
+    expunged: tuple[int, ...] = ()
+
+    def by_item(self) -> dict[str, tuple[int, tuple[str, ...]]]:
+        """Each message's (uid, flags), by item id."""
+        return {m[1]: (m[0], tuple(m[2])) for m in self.messages}
+
+
 class Mailbox(_Answer):
     """A mailbox as one copy serves it (GET …/mailboxes/{mailbox})."""
 
@@ -229,6 +290,7 @@ class Mailbox(_Answer):
     soft_deleted: bool = False
     change_number: int = 0
     epoch: int = 0
+    uidvalidity_next: int = 0  # the UIDVALIDITY the mailbox's next folder gets (0: not said)
     # each folder's IMAP counters and counts (STATUS): uidvalidity, uid_next, highest_modseq,
     # messages, unseen, by folder name
     folder_status: tuple[FolderStatus, ...] = ()
@@ -418,6 +480,40 @@ class NodeStore(Protocol):
         ...
 
     async def put_items(self, database: str, mailbox: str, items: list[Item]) -> Written: ...
+
+    # ---- IMAP's state, copied by a move (each a write with override_lock) ----------------
+
+    async def create_folder_as(self, database: str, mailbox: str, folder: FolderStatus) -> Written:
+        """Create `folder` with its UIDVALIDITY, UIDNEXT and HIGHESTMODSEQ (a move's copy of
+        the source's folder)."""
+        ...
+
+    async def rename_folder(self, database: str, mailbox: str, folder: str, to: str) -> Written: ...
+
+    async def delete_folder(self, database: str, mailbox: str, folder: str) -> Written: ...
+
+    async def set_flags(
+        self,
+        database: str,
+        mailbox: str,
+        folder: str,
+        item_ids: list[str],
+        flags: tuple[str, ...],
+        modseq: int,
+    ) -> Written:
+        """Replace the flags of items of `folder` with `flags`, with the source's `modseq`."""
+        ...
+
+    async def set_folder_counters(
+        self, database: str, mailbox: str, folder: FolderStatus, uidvalidity_next: int
+    ) -> Written:
+        """Lift `folder`'s UIDNEXT and HIGHESTMODSEQ (and the mailbox's next UIDVALIDITY)
+        to at least the source's."""
+        ...
+
+    async def folder_uids(self, database: str, mailbox: str, folder: str) -> FolderUids | None:
+        """A folder's messages by UID without bodies; None: no such folder (or mailbox)."""
+        ...
 
     async def delete_item(self, database: str, mailbox: str, item_id: str) -> Written | None:
         """None: the item was not there (nothing to delete)."""

@@ -47,9 +47,19 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from dag_common.store_api import Digest, Item, Items, Mailbox, NodeStore, utf8_len
+from dag_common.store_api import (
+    Digest,
+    FolderStatus,
+    Item,
+    Items,
+    Mailbox,
+    NodeStore,
+    Written,
+    utf8_len,
+)
 from mrs_client.body_budget import BodyBudget
 from mrs_client.errors import MoveFailed, NeedsReconcile, NodeCallError
+from mrs_client.folder_sync import Create, FolderWrite, Remove, Rename, plan_folders
 from mrs_client.item_limits import (
     SkippedItem,
     SkipReason,
@@ -92,6 +102,70 @@ class EpochWatch:
             f"{what}: the {side} is at epoch {epoch}, the move saw epoch {known}",
             target_changed=side is Side.TARGET,
         )
+
+
+Held = tuple[int, tuple[str, ...]]  # a message's UID and flags
+
+
+def statuses(box: Mailbox) -> tuple[FolderStatus, ...]:
+    """A mailbox's folders with their counters (by name alone from a node before them)."""
+    return box.folder_status or tuple(FolderStatus(folder=f) for f in box.folders)
+
+
+async def folder_write(
+    nodes: NodeStore, database: str, mailbox: str, write: FolderWrite
+) -> Written:
+    """One folder write of a move's target (`folder_sync`)."""
+    match write:
+        case Rename(folder, to):
+            return await nodes.rename_folder(database, mailbox, folder, to)
+        case Remove(folder):
+            return await nodes.delete_folder(database, mailbox, folder)
+        case Create(status) if status.uidvalidity:
+            return await nodes.create_folder_as(database, mailbox, status)
+        case Create(status):
+            return await nodes.create_folder(database, mailbox, status.folder)
+    raise AssertionError(write)
+
+
+def imap_differences(
+    source: Mailbox,
+    target: Mailbox,
+    held: dict[
+        str, tuple[dict[str, tuple[int, tuple[str, ...]]], dict[str, tuple[int, tuple[str, ...]]]]
+    ],
+) -> list[str]:
+    """How the target's IMAP state differs from the source's (empty: none a client would
+    see): each folder's UIDVALIDITY, its UIDNEXT and HIGHESTMODSEQ not behind the source's,
+    and each message's UID and flags (`held`: by folder, the source's and the target's,
+    by item id)."""
+    found = []
+    theirs = {f.folder: f for f in target.folder_status}
+    for mine in source.folder_status:
+        other = theirs.get(mine.folder)
+        if other is None:
+            found.append(f"folder {mine.folder!r} missing")
+            continue
+        if other.uidvalidity != mine.uidvalidity:
+            found.append(
+                f"folder {mine.folder!r}: UIDVALIDITY {other.uidvalidity}, "
+                f"the source's {mine.uidvalidity}"
+            )
+        if other.uid_next < mine.uid_next or other.highest_modseq < mine.highest_modseq:
+            found.append(
+                f"folder {mine.folder!r}: UIDNEXT {other.uid_next} and HIGHESTMODSEQ "
+                f"{other.highest_modseq}, behind the source's {mine.uid_next} and "
+                f"{mine.highest_modseq}"
+            )
+    for folder, (want, have) in sorted(held.items()):
+        wrong = sorted(i for i in want.keys() | have.keys() if want.get(i) != have.get(i))
+        if wrong:
+            i = wrong[0]
+            found.append(
+                f"folder {folder!r}: {len(wrong)} messages differ in UID or flags (e.g. item "
+                f"{i}: {have.get(i)} on the target, {want.get(i)} on the source)"
+            )
+    return found
 
 
 def write_size(item: Item) -> int:
@@ -196,12 +270,21 @@ def plan_repair(source: Iterable[Item], target: Iterable[Item]) -> RepairPlan:
         cursor = max(cursor, item.change_number)
         if not item.deleted:
             live[item.item_id] = item
-    held = {i.item_id: i.content() for i in target if not i.deleted}
+    held = {i.item_id: (i.content(), i.imap_state()) for i in target if not i.deleted}
     missing = [i for k, i in live.items() if k not in held]
-    different = [i for k, i in live.items() if k in held and i.content() != held[k]]
+    different = [i for k, i in live.items() if k in held and _differs(i, held[k])]
     deletes = tuple(sorted(k for k in held if k not in live))
     puts = sorted(missing + different, key=lambda i: i.change_number)
     return RepairPlan(tuple(puts), deletes, cursor, len(missing), len(different))
+
+
+def _differs(
+    item: Item, held: tuple[tuple[str, str, str, str], tuple[int, tuple[str, ...]]]
+) -> bool:
+    """The target's version (`held`: content, UID and flags) is not the source's `item`;
+    UID and flags compared when the source has them (a node before them has none)."""
+    content, imap = held
+    return item.content() != content or (item.uid != 0 and item.imap_state() != imap)
 
 
 class PutsFromPages:
@@ -487,6 +570,44 @@ class Reconciler:
                 await self.write(name, batch)
         return puts.bad
 
+    async def sync_folders(self, name: str, source: Mailbox) -> None:
+        """Give the target's `name` the source's folders (`folder_sync`), with their
+        UIDVALIDITY and counters."""
+        target = await self.target_mailbox(name)
+        if target is None:
+            raise NeedsReconcile(f"{name!r} is gone from {self.target_db}", target_changed=True)
+        for write in plan_folders(statuses(source), statuses(target)):
+            written = await self.call(
+                f"target {write.describe()}",
+                lambda w=write: folder_write(self.nodes, self.target_db, name, w),
+            )
+            self.watch.see(Side.TARGET, written.epoch, f"target {write.describe()}")
+
+    async def imap_compare(self, name: str, skipped: Iterable[SkippedItem] = ()) -> list[str]:
+        """How the target's IMAP state of `name` differs from the source's, less the items
+        the move skips (`imap_differences`; empty from a node that has none)."""
+        left_out = {s.item_id for s in skipped if s.mailbox == name}
+        source = await self.source_mailbox(name)
+        target = await self.target_mailbox(name)
+        if source is None or target is None:
+            return [f"{name}: no mailbox in {self.target_db if source else self.source_db}"]
+        if not any(f.uidvalidity for f in source.folder_status):
+            return []
+        held = {}
+        for folder in source.folder_status:
+            ends = []
+            for side, db in ((Side.SOURCE, self.source_db), (Side.TARGET, self.target_db)):
+                listed = await self.call(
+                    f"read {side} folder",
+                    lambda d=db, f=folder.folder: self.nodes.folder_uids(d, name, f),
+                )
+                if listed is not None:
+                    self.watch.see(side, listed.epoch, f"read {side} folder")
+                held_there = listed.by_item() if listed is not None else {}
+                ends.append({k: v for k, v in held_there.items() if k not in left_out})
+            held[folder.folder] = (ends[0], ends[1])
+        return [f"{name}: {line}" for line in imap_differences(source, target, held)]
+
     async def write(self, name: str, batch: list[Item]) -> None:
         written = await self.call(
             "write target items", lambda: self.nodes.put_items(self.target_db, name, batch)
@@ -534,21 +655,29 @@ class Reconciler:
                     self.target_db,
                     name,
                     display_name=source.display_name,
-                    folders=list(source.folders),
+                    # its folders with the source's counters: `sync_folders`
+                    folders=[]
+                    if any(f.uidvalidity for f in source.folder_status)
+                    else list(source.folders),
                     locked=True,
                     replace_soft_deleted=replacing,
                 ),
             )
             self.watch.see(Side.TARGET, written.epoch, "create target mailbox")
-        else:
-            for folder in sorted(set(source.folders) - set(target.folders)):
-                written = await self.call(
-                    "create target folder",
-                    lambda f=folder: self.nodes.create_folder(self.target_db, name, f),
-                )
-                self.watch.see(Side.TARGET, written.epoch, "create target folder")
+        await self.sync_folders(name, source)
+        if lock_source:  # the source is locked: its counters are final (the final sync's)
+            for folder in source.folder_status:
+                if folder.uidvalidity:
+                    written = await self.call(
+                        "lift target folder counters",
+                        lambda f=folder: self.nodes.set_folder_counters(
+                            self.target_db, name, f, source.uidvalidity_next
+                        ),
+                    )
+                    self.watch.see(Side.TARGET, written.epoch, "lift target folder counters")
         compared = await self.compare(name, skipped)
-        if compared.equal:
+        known = compared.skipped if compared.skipped is not None else tuple(skipped)
+        if compared.equal and not await self.imap_compare(name, known):
             return Reconciled(
                 name, compared.source.last_change_number, None, created, compared.skipped
             )
@@ -649,13 +778,14 @@ async def reconcile_move(
 
 
 async def differences(
-    record: MoveRecord, reconciler: Reconciler, *, compare: bool
+    record: MoveRecord, reconciler: Reconciler, *, compare: bool, imap: bool = False
 ) -> tuple[list[str], tuple[SkippedItem, ...]]:
     """How the target's mailboxes differ from the source's less the items the move skips
-    (empty: equal), by digest, and the skipped items as found (afresh, for a mailbox the
-    comparison had to list); with `compare` off (the bench's comparison only), just that
-    each target mailbox is there.  Every answer's epoch must be the record's (else
-    NeedsReconcile)."""
+    (empty: equal), by digest, and with `imap` by what a client caches (each folder's
+    UIDVALIDITY and counters, each message's UID and flags: `imap_differences`); and the
+    skipped items as found (afresh, for a mailbox the comparison had to list); with
+    `compare` off (the bench's comparison only), just that each target mailbox is there.
+    Every answer's epoch must be the record's (else NeedsReconcile)."""
     found = []
     skipped = record.skipped
     for name in record.mailboxes:
@@ -668,4 +798,6 @@ async def differences(
             skipped = for_mailbox(skipped, name, compared.skipped)
         if not compared.equal:
             found.append(compared.describe())
+        elif imap:
+            found += await reconciler.imap_compare(name, skipped)
     return found, skipped

@@ -24,10 +24,11 @@ from typing import Protocol
 
 from dag_common.clock import Clock
 from dag_common.model import Lsn
-from dag_common.store_api import Item, Items, NodeStore, utf8_len
+from dag_common.store_api import Item, Items, Mailbox, NodeStore, utf8_len
 from mrs_client.body_budget import BodyBudget, Hold
 from mrs_client.end_calls import EndCalls
 from mrs_client.errors import MoveFailed, NeedsReconcile, NodeCallError
+from mrs_client.folder_sync import Create, plan_folders
 from mrs_client.gates import Gates
 from mrs_client.item_limits import SkipReason, classify, counts, with_skipped, without
 from mrs_client.move_store import MoveRecord
@@ -38,9 +39,42 @@ from mrs_client.policy import (
     flush_point,
     incremental_done,
 )
-from mrs_client.reconcile import BatchCutter, Side, write_cut
+from mrs_client.reconcile import BatchCutter, Held, Side, folder_write, statuses, write_cut
 from mrs_client.source_reader import read_page
 from mrs_client.verification import Verifier
+
+FLAG_WRITE = 1000  # items one flag write names, at most (the node's MAX_NAMED)
+TargetRead = Callable[[MoveRecord, str], Awaitable[tuple[MoveRecord, dict[str, Held]]]]
+
+
+class FlagWrites:
+    """The flag changes of one pass over a mailbox, gathered to be written as the source's
+    STOREs made them, and the target's folders as read for them (once a pass each)."""
+
+    def __init__(self) -> None:
+        self._folders: dict[str, dict[str, Held]] = {}
+        self._pending: dict[tuple[str, tuple[str, ...], int], list[str]] = {}
+
+    async def held(self, record: MoveRecord, item: Item, read: TargetRead) -> MoveRecord | None:
+        """If the target holds this version of `item` (its UID in its folder), note its
+        flags to set if they differ, and return the record; None: it must be written."""
+        there = self._folders.get(item.folder)
+        if there is None:
+            record, there = await read(record, item.folder)
+            self._folders[item.folder] = there
+        held = there.get(item.item_id)
+        if held is None or held[0] != item.uid:
+            return None
+        if held[1] != item.flags:
+            self._pending.setdefault((item.folder, item.flags, item.modseq), []).append(
+                item.item_id
+            )
+        return record
+
+    def take(self) -> list[tuple[tuple[str, tuple[str, ...], int], list[str]]]:
+        """The flag writes gathered, and start again."""
+        taken, self._pending = list(self._pending.items()), {}
+        return taken
 
 
 class Directory(Protocol):
@@ -121,15 +155,18 @@ class MoveSteps:
             if target is None or replacing:
                 # A soft-deleted copy (an earlier move's source) is removed in the same
                 # transaction that creates the target: a crash leaves one or the other.
+                # Its folders come next (`_sync_folders`), each with the source's
+                # UIDVALIDITY and counters, which a new mailbox's folders would not have.
+                numbered = any(f.uidvalidity for f in source.folder_status)
                 record, _ = await self._call(
                     record,
                     Side.TARGET,
                     "create target mailbox",
-                    lambda n=name, s=source, r=replacing: self.nodes.create_mailbox(
+                    lambda n=name, s=source, r=replacing, e=numbered: self.nodes.create_mailbox(
                         dst,
                         n,
                         display_name=s.display_name,
-                        folders=list(s.folders),
+                        folders=[] if e else list(s.folders),
                         locked=True,
                         replace_soft_deleted=r,
                     ),
@@ -139,16 +176,63 @@ class MoveSteps:
                     if name not in record.replaces_soft_deleted:
                         replaced = (*record.replaces_soft_deleted, name)
                         record = replace(record, replaces_soft_deleted=replaced)
-                continue
-            for folder in sorted(set(source.folders) - set(target.folders)):
-                record, _ = await self._call(
-                    record,
-                    Side.TARGET,
-                    "create target folder",
-                    lambda n=name, f=folder: self.nodes.create_folder(dst, n, f),
-                )
+            record, _, _ = await self._sync_folders(record, name)
         # The epochs seen are saved with the step's end (or the stall's, should it wait).
         return await self.gates.health(record)
+
+    async def _sync_folders(
+        self, record: MoveRecord, name: str
+    ) -> tuple[MoveRecord, Mailbox, set[str]]:
+        """Give the target's `name` the source's folders (`folder_sync`): renamed and removed
+        as on the source, created with the source's UIDVALIDITY and counters; the source's
+        mailbox as read, and the folders the target holds now."""
+        src, dst = record.source_db, record.target_db
+        record, source = await self._call(
+            record, Side.SOURCE, "read source mailbox", lambda: self.nodes.mailbox(src, name)
+        )
+        if source is None:
+            raise MoveFailed(f"mailbox {name!r} vanished from {src}")
+        record, target = await self._call(
+            record, Side.TARGET, "read target mailbox", lambda: self.nodes.mailbox(dst, name)
+        )
+        if target is None:
+            raise NeedsReconcile(f"{name!r} is gone from {dst}", target_changed=True)
+        for write in plan_folders(statuses(source), statuses(target)):
+            record, _ = await self._call(
+                record,
+                Side.TARGET,
+                f"target {write.describe()}",
+                lambda w=write: folder_write(self.nodes, dst, name, w),
+            )
+            if not isinstance(write, Create):  # a rename or a removal on the source
+                self._progress(record, f"{name}: {write.describe()} on the target")
+        return record, source, set(source.folders)
+
+    async def _lift_counters(self, record: MoveRecord) -> MoveRecord:
+        """The final sync's last writes, the source locked: each target folder's UIDNEXT and
+        HIGHESTMODSEQ, and the mailbox's next UIDVALIDITY, lifted to the source's, so that a
+        UID the source gave a message expunged during the move is not given again."""
+        src, dst = record.source_db, record.target_db
+        for name in record.mailboxes:
+            record, source = await self._call(
+                record,
+                Side.SOURCE,
+                "read source mailbox",
+                lambda n=name: self.nodes.mailbox(src, n),
+            )
+            if source is None:
+                raise MoveFailed(f"mailbox {name!r} vanished from {src}")
+            for folder in source.folder_status:
+                if folder.uidvalidity:
+                    record, _ = await self._call(
+                        record,
+                        Side.TARGET,
+                        "lift target folder counters",
+                        lambda n=name, f=folder, v=source.uidvalidity_next: (
+                            self.nodes.set_folder_counters(dst, n, f, v)
+                        ),
+                    )
+        return record
 
     async def _copy_changes(self, record: MoveRecord, *, initial: bool) -> tuple[MoveRecord, int]:
         """Copy changes since each mailbox's cursor; return the record and the change count.
@@ -189,18 +273,30 @@ class MoveSteps:
                     self._progress(record, "")
             total = 0
             for name in record.mailboxes:
+                # Folders first: renames and removals reach the target before the items
+                # listed in them (the items listing does not name renames).
+                record, _, folders = await self._sync_folders(record, name)
                 cursor = record.sync_cursor.get(name, 0)
                 record, first = await self._source_page(record, name, cursor, None, hold)
                 record, changes = await self._copy_mailbox(
-                    record, name, first, hold, initial=initial
+                    record, name, first, hold, initial=initial, folders=folders
                 )
                 total += changes
         return record, total
 
     async def _copy_mailbox(
-        self, record: MoveRecord, name: str, listing: Items, hold: Hold, *, initial: bool
+        self,
+        record: MoveRecord,
+        name: str,
+        listing: Items,
+        hold: Hold,
+        *,
+        initial: bool,
+        folders: set[str],
     ) -> tuple[MoveRecord, int]:
-        """Copy one mailbox's changes, from its first page (`listing`) on."""
+        """Copy one mailbox's changes, from its first page (`listing`) on, into the target's
+        `folders`.  An item the target holds as the same version (its UID in the same
+        folder: the source gives a new UID to every put) only has its flags set there."""
         src, dst = record.source_db, record.target_db
         cursor = record.sync_cursor.get(name, 0)
         # Only a target that has received nothing yet has nothing to delete.
@@ -209,6 +305,7 @@ class MoveSteps:
             max_items=self.settings.sync_batch,
             max_bytes=write_cut(self.settings, self.max_item_size(dst)),
         )
+        flags = FlagWrites()
         total = 0
         ahead: asyncio.Future[Items] | None = None
         try:
@@ -238,12 +335,28 @@ class MoveSteps:
                                 "delete target item",
                                 lambda i=item.item_id: self.nodes.delete_item(dst, name, i),
                             )
+                    elif item.folder not in folders:
+                        # Renamed or removed on the source since its folders were read: the
+                        # item cannot be placed by name; the reconcile places it by content.
+                        raise NeedsReconcile(
+                            f"item {item.item_id} of {name!r} is in folder {item.folder!r}, "
+                            f"which the source no longer holds by that name"
+                        )
+                    elif (
+                        not skip_deletes
+                        and item.uid
+                        and (known := await flags.held(record, item, self._target_uids(name)))
+                        is not None
+                    ):
+                        record = known
                     else:
                         if batch := cutter.add(item):  # the write before it
+                            record = await self._flush_flags(record, name, flags)
                             record = await self._write_batch(record, name, batch, cursor)
                         if cutter.full:  # it, alone or last
                             batch = cutter.take()
                             through = max(cursor, item.change_number)
+                            record = await self._flush_flags(record, name, flags)
                             record = await self._write_batch(record, name, batch, through)
                     hold.release((item,))  # written, set aside, or gathered (docstring)
                     cursor = max(cursor, item.change_number)  # an unreadable item may say 0
@@ -255,6 +368,7 @@ class MoveSteps:
             if ahead is not None:  # a failure above: the page read ahead is not wanted
                 ahead.cancel()
                 await asyncio.gather(ahead, return_exceptions=True)
+        record = await self._flush_flags(record, name, flags)
         if batch := cutter.take():
             record = await self._write_batch(record, name, batch, cursor)
         elif cursor != record.sync_cursor.get(name, 0):
@@ -262,6 +376,38 @@ class MoveSteps:
                 replace(record, sync_cursor={**record.sync_cursor, name: cursor})
             )
         return record, total
+
+    def _target_uids(self, name: str) -> TargetRead:
+        """How `FlagWrites` reads a target folder's messages (through the gates)."""
+
+        async def read(record: MoveRecord, folder: str) -> tuple[MoveRecord, dict[str, Held]]:
+            dst = record.target_db
+            record, listed = await self._call(
+                record,
+                Side.TARGET,
+                "read target folder",
+                lambda: self.nodes.folder_uids(dst, name, folder),
+            )
+            return record, listed.by_item() if listed is not None else {}
+
+        return read
+
+    async def _flush_flags(self, record: MoveRecord, name: str, flags: FlagWrites) -> MoveRecord:
+        """Write the flag changes gathered (before any cursor that covers them is saved):
+        one write per folder, flags and modseq, as the source's STORE made them."""
+        dst = record.target_db
+        for (folder, wanted, modseq), item_ids in flags.take():
+            for start in range(0, len(item_ids), FLAG_WRITE):
+                ids = item_ids[start : start + FLAG_WRITE]
+                record, _ = await self._call(
+                    record,
+                    Side.TARGET,
+                    "set target flags",
+                    lambda f=folder, i=ids, w=wanted, m=modseq: self.nodes.set_flags(
+                        dst, name, f, i, w, m
+                    ),
+                )
+        return record
 
     def _read_page(self, database: str, name: str, since: int) -> Awaitable[Items]:
         """A page of the source's changes after `since`, bounded by changes and by bytes."""
@@ -491,6 +637,8 @@ class MoveSteps:
         point = record.final_point
         if point is None:
             record, _ = await self._copy_changes(record, initial=False)
+        if point is None:
+            record = await self._lift_counters(record)
         record, answer = await self._flush_target(
             record,
             "final sync",

@@ -113,8 +113,9 @@ class Verifier:
         self._progress(record, "verifying the target against the source")
         await self.within_limits(record)
         watch = EpochWatch(source=record.source_epoch, target=record.target_epoch)
+        # UIDs and flags too: the source is locked, and a client's cache of it must hold.
         found, skipped = await differences(
-            record, self._reconciler(record, watch), compare=self.settings.verify
+            record, self._reconciler(record, watch), compare=self.settings.verify, imap=True
         )
         if skipped != record.skipped:
             record = await self.gates.save(replace(record, skipped=skipped))

@@ -58,6 +58,13 @@ class ImapCounters:
         self._uid[key] = first + count
         return list(range(first, first + count))
 
+    def given(self, folder: FolderRow, uid: int, modseq: int) -> None:
+        """A UID (0: none) and a modseq given from outside (a move's copy keeps the
+        source's): the next ones handed out in `folder` go past them."""
+        key = (folder.mailbox, folder.folder)
+        self._uid[key] = max(self._uid.get(key, 1), uid + 1)
+        self._modseq[key] = max(self._modseq.get(key, 0), modseq)
+
     def modseq(self, *folders: FolderRow) -> int:
         """One new modseq, above each folder's highest (a move's is both folders')."""
         value = 1 + max(
@@ -66,6 +73,10 @@ class ImapCounters:
         for f in folders:
             self._modseq[(f.mailbox, f.folder)] = value
         return value
+
+    def uidvalidity_given(self, mailbox: str, uidvalidity: int) -> None:
+        """A folder's UIDVALIDITY given from outside (a move's copy): the next goes past it."""
+        self._uidvalidity[mailbox] = max(self._uidvalidity.get(mailbox, 0), uidvalidity + 1)
 
     def uidvalidity(self, mailbox: str, floor: int, count: int = 1) -> int:
         """The first of `count` new UIDVALIDITYs of a mailbox's folders, at least `floor`

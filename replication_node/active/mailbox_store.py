@@ -41,6 +41,7 @@ from replication_node.log.operations import (
     RenameFolder,
     ReserveLost,
     SetFlags,
+    SetFolderCounters,
     SetMailbox,
     last_cn,
 )
@@ -49,6 +50,8 @@ from replication_node.storage.ops import under
 from replication_node.storage.reader import FolderRow, ItemRow, MailboxRow
 
 T = TypeVar("T")
+# A folder's UIDVALIDITY, UIDNEXT and HIGHESTMODSEQ, as a move copies them.
+FolderCounters = tuple[int, int, int]
 # Recorded outside the log before a write is numbered; raises (Conflict) to refuse the write.
 Claim = Callable[[], Awaitable[None]]
 
@@ -275,15 +278,54 @@ class MailboxStore:
 
     @_admitted
     async def create_folder(
-        self, mailbox: str, folder: str, *, override_lock: bool = False
+        self,
+        mailbox: str,
+        folder: str,
+        *,
+        override_lock: bool = False,
+        counters: FolderCounters | None = None,
     ) -> Written:
+        """Create a folder, with the mailbox's next UIDVALIDITY; or with `counters` (a
+        move's copy of the source's folder: its UIDVALIDITY, UIDNEXT and HIGHESTMODSEQ,
+        given only with override_lock).  A folder the mailbox has keeps its own."""
         row = self._live_mailbox(mailbox, override_lock=override_lock)
         _check_folder(folder)
+        cn = self.copy.next_change_number
+        if counters is not None:
+            if not override_lock:
+                raise BadRequest("a folder's counters are given only by a move (override_lock)")
+            uidvalidity, uid_next, modseq = counters
+            self.counters.uidvalidity_given(mailbox, uidvalidity)
+            return await self._commit(
+                [CreateFolder(mailbox, cn(), folder, uidvalidity, uid_next, modseq)]
+            )
         floor = row.uidvalidity_next or self._unix_now()
         uidvalidity = self.counters.uidvalidity(mailbox, floor)
-        return await self._commit(
-            [CreateFolder(mailbox, self.copy.next_change_number(), folder, uidvalidity)]
-        )
+        return await self._commit([CreateFolder(mailbox, cn(), folder, uidvalidity)])
+
+    @_admitted
+    async def set_folder_counters(
+        self,
+        mailbox: str,
+        folder: str,
+        *,
+        uid_next: int,
+        highest_modseq: int,
+        uidvalidity_next: int,
+        override_lock: bool = False,
+    ) -> Written:
+        """Lift a folder's UIDNEXT and HIGHESTMODSEQ, and its mailbox's next UIDVALIDITY,
+        to at least these (never lowered): a move's final sync, so that a UID the source
+        gave a message expunged during the move is not given again on the target."""
+        if not override_lock:
+            raise BadRequest("a folder's counters are lifted only by a move (override_lock)")
+        self._live_mailbox(mailbox, override_lock=override_lock)
+        self._folder_row(mailbox, folder)
+        op = SetFolderCounters(
+            mailbox, self.copy.next_change_number(), folder, uid_next, highest_modseq,
+            uidvalidity_next,
+        )  # fmt: skip
+        return await self._commit([op])
 
     @_admitted
     async def put_items(
@@ -296,6 +338,8 @@ class MailboxStore:
         validated where they were built (`ItemIn`): here they are checked against the
         mailbox."""
         self._check_items(mailbox, items, override_lock=override_lock)
+        if not override_lock and any(item.uid is not None for item in items):
+            raise BadRequest("a UID is given only by a move's copy (override_lock)")
         item_ids = tuple(item.item_id or new_item_id() for item in items)
         staged = await self._stage_bodies(items)
         try:
@@ -307,7 +351,12 @@ class MailboxStore:
             ops: list[Operation] = []
             for item_id, i in zip(item_ids, items, strict=True):
                 folder = folders[i.folder]
-                (uid,) = self._uids(folder, 1)
+                if i.uid is not None:  # a move's copy: the source's UID and modseq
+                    uid, modseq = i.uid, i.modseq or self.counters.modseq(folder)
+                    self.counters.given(folder, uid, modseq)
+                else:
+                    (uid,) = self._uids(folder, 1)
+                    modseq = self.counters.modseq(folder)
                 ops.append(
                     PutItem(
                         mailbox,
@@ -318,7 +367,7 @@ class MailboxStore:
                         i.body,
                         i.format,
                         uid,
-                        self.counters.modseq(folder),
+                        modseq,
                         tuple(sorted(set(i.flags))),
                         # none given: the commit's time, which the record has
                         i.received.isoformat() if i.received is not None else "",
@@ -494,17 +543,24 @@ class MailboxStore:
         add: Sequence[str] = (),
         remove: Sequence[str] = (),
         replace: Sequence[str] | None = None,
+        modseq: int | None = None,
         override_lock: bool = False,
     ) -> tuple[Written, SetFlags]:
         """Change the flags of items of a folder (a STORE): one operation and one modseq;
-        with the operation, which says what each item was given."""
+        with the operation, which says what each item was given.  `modseq`: the source's,
+        given by a move's copy of a flag change (override_lock only)."""
         self._live_mailbox(mailbox, override_lock=override_lock)
         row = self._folder_row(mailbox, folder)
         assert row is not None
         if replace is not None and (add or remove):
             raise BadRequest("replace the flags, or add and remove some: not both")
         chosen = self._chosen(mailbox, folder, uids=uids, item_ids=item_ids)
-        modseq = self.counters.modseq(row)
+        if modseq is not None:
+            if not override_lock:
+                raise BadRequest("a modseq is given only by a move's copy (override_lock)")
+            self.counters.given(row, 0, modseq)
+        else:
+            modseq = self.counters.modseq(row)
         op = SetFlags(
             mailbox, self._cns(len(chosen)), folder, tuple(r.item_id for r in chosen), modseq,
             tuple(sorted(set(add))), tuple(sorted(set(remove))),

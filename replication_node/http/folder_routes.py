@@ -65,6 +65,8 @@ class FlagsIn(_Named):
     add: Flags = []
     remove: Flags = []
     replace: Flags | None = None
+    # a move's copy of a flag change keeps the source's modseq (with override_lock)
+    modseq: Annotated[int, Field(strict=True, ge=1, le=2**63 - 1)] | None = None
 
     @model_validator(mode="after")
     def _one_change(self) -> FlagsIn:
@@ -79,6 +81,15 @@ class MoveIn(_Named):
     """POST …/items/move and …/items/copy."""
 
     to: Folder
+
+
+class CountersIn(_Body):
+    """POST …/folders/{folder}/counters: floors for the folder's counters and its mailbox's
+    next UIDVALIDITY (a move's final sync)."""
+
+    uid_next: Annotated[int, Field(strict=True, ge=1, le=2**32)] = 1
+    highest_modseq: Annotated[int, Field(strict=True, ge=0, le=2**63 - 1)] = 0
+    uidvalidity_next: Annotated[int, Field(strict=True, ge=0, le=2**32 - 1)] = 0
 
 
 class ExpungeIn(_Body):
@@ -111,6 +122,22 @@ async def delete_folder(request: web.Request) -> web.Response:
     return web.json_response({**written.wire(), "folder": folder})
 
 
+async def set_folder_counters(request: web.Request) -> web.Response:
+    """Lift a folder's UIDNEXT and HIGHESTMODSEQ and its mailbox's next UIDVALIDITY to at
+    least those given (never lowered): a move's final sync, on its locked target."""
+    body = parse(CountersIn, await json_body(request))
+    folder = _folder(request)
+    written = await store_for_write(request).set_folder_counters(
+        mailbox_name(request),
+        folder,
+        uid_next=body.uid_next,
+        highest_modseq=body.highest_modseq,
+        uidvalidity_next=body.uidvalidity_next,
+        override_lock=overriding(request),
+    )
+    return web.json_response({**written.wire(), "folder": folder})
+
+
 async def set_flags(request: web.Request) -> web.Response:
     """A STORE: the items' flags as they are now, with the one modseq they took."""
     body = parse(FlagsIn, await json_body(request))
@@ -125,6 +152,7 @@ async def set_flags(request: web.Request) -> web.Response:
         add=body.add,
         remove=body.remove,
         replace=body.replace,
+        modseq=body.modseq,
         override_lock=overriding(request),
     )
     items = [
@@ -224,10 +252,12 @@ async def folder_uids(request: web.Request) -> web.Response:
 
 
 def add_folder_routes(app: web.Application) -> None:
-    """Folders renamed and removed, flags, moves, copies, expunges, a folder's UIDs."""
+    """Folders renamed and removed, flags, moves, copies, expunges, a folder's UIDs, a
+    folder's counters lifted (a move's)."""
     mbx = "/v1/databases/{db}/mailboxes/{mailbox}"
     add_route(app, "POST", mbx + "/folders/{folder:.+}/rename", rename_folder, Role.STORE)
     add_route(app, "GET", mbx + "/folders/{folder:.+}/uids", folder_uids, Role.STORE)
+    add_route(app, "POST", mbx + "/folders/{folder:.+}/counters", set_folder_counters, Role.MOVER)
     add_route(app, "DELETE", mbx + "/folders/{folder:.+}", delete_folder, Role.STORE)
     add_route(app, "POST", mbx + "/items/flags", set_flags, Role.STORE)
     add_route(app, "POST", mbx + "/items/move", move_items, Role.STORE)

@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     StrictBool,
     ValidationError,
+    model_validator,
 )
 
 from dag_common.api_types import Folder, Name, Text
@@ -56,9 +57,20 @@ class RestoreIn(_Body):
 
 
 class FolderIn(_Body):
-    """POST …/mailboxes/{mailbox}/folders."""
+    """POST …/mailboxes/{mailbox}/folders.  A move's copy of a folder (with override_lock)
+    gives the source's counters: `uidvalidity`, and with it `uid_next` and
+    `highest_modseq`."""
 
     folder: Folder
+    uidvalidity: Annotated[int, Field(strict=True, ge=1, le=2**32 - 2)] | None = None
+    uid_next: Annotated[int, Field(strict=True, ge=1, le=2**32)] = 1
+    highest_modseq: Annotated[int, Field(strict=True, ge=0, le=2**63 - 1)] = 0
+
+    @model_validator(mode="after")
+    def _counters(self) -> FolderIn:
+        if self.uidvalidity is None and (self.uid_next != 1 or self.highest_modseq):
+            raise ValueError("uid_next and highest_modseq are given only with a uidvalidity")
+        return self
 
 
 class ItemsIn(_Body):

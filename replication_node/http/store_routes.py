@@ -128,6 +128,7 @@ async def get_mailbox(request: web.Request) -> web.Response:
         soft_deleted=row.soft_deleted,
         change_number=row.change_number,
         epoch=epoch_for(request),
+        uidvalidity_next=row.uidvalidity_next,
     )
     return web.json_response(answer.wire())
 
@@ -181,8 +182,14 @@ async def where_mailbox(request: web.Request) -> web.Response:
 
 async def create_folder(request: web.Request) -> web.Response:
     body = parse(FolderIn, await json_body(request))
+    counters = None
+    if body.uidvalidity is not None:
+        counters = (body.uidvalidity, body.uid_next, body.highest_modseq)
     result = await store_for_write(request).create_folder(
-        request.match_info["mailbox"], body.folder, override_lock=overriding(request)
+        request.match_info["mailbox"],
+        body.folder,
+        override_lock=overriding(request),
+        counters=counters,
     )
     return web.json_response(result.wire(), status=201)
 

@@ -95,6 +95,44 @@ async def test_every_imap_route_and_the_passive_replays_the_same_state(cluster):
     assert digests[0]["digest"] == digests[1]["digest"]
 
 
+async def test_a_moves_writes_keep_the_numbers_given_and_the_passive_replays_them(cluster):
+    """The mover's copy (issue 50, step 6): a folder made with the source's counters, items
+    put with the source's UIDs and modseqs (UIDNEXT goes past them), a flag write with the
+    source's modseq, and the final sync's counters lifted, never lowered."""
+    c = cluster
+    move = "?override_lock=true"
+    await c.ok("PUT", "mbx1", BOX, json={"folders": [], "locked": True})
+    counters = {"folder": "Work", "uidvalidity": 1234, "uid_next": 9, "highest_modseq": 40}
+    await c.ok("POST", "mbx1", f"{BOX}/folders{move}", json=counters)
+    items = [
+        {"item_id": "a", "folder": "Work", "body": "1", "uid": 3, "modseq": 12, "flags": [SEEN]},
+        {"item_id": "b", "folder": "Work", "body": "2", "uid": 17, "modseq": 41},
+    ]
+    await c.ok("POST", "mbx1", f"{BOX}/items{move}", json={"items": items})
+    work = await uids(c, "mbx1", "Work")
+    assert [m[:4] for m in work["messages"]] == [[3, "a", [SEEN], 12], [17, "b", [], 41]]
+    assert (work["uidvalidity"], work["uid_next"], work["highest_modseq"]) == (1234, 18, 41)
+    flags = {"folder": "Work", "item_ids": ["a"], "replace": [DELETED], "modseq": 50}
+    assert (await c.ok("POST", "mbx1", f"{BOX}/items/flags{move}", json=flags))["modseq"] == 50
+    past = (await c.ok("GET", "mbx1", BOX))["uidvalidity_next"] + 1000
+    lift = {"uid_next": 30, "highest_modseq": 45, "uidvalidity_next": past}
+    await c.ok("POST", "mbx1", f"{folder('Work')}/counters{move}", json=lift)
+    await c.ok("POST", "mbx1", f"{BOX}/unlock")
+    work = await uids(c, "mbx1", "Work")
+    assert (work["uid_next"], work["highest_modseq"]) == (30, 50)  # lifted, never lowered
+    box = await c.ok("GET", "mbx1", BOX)
+    assert box["uidvalidity_next"] == past
+    # what the mailbox numbers next goes past what it was given
+    await c.ok("POST", "mbx1", f"{BOX}/items", json={"item_id": "c", "folder": "Work"})
+    await c.ok("POST", "mbx1", f"{BOX}/folders", json={"folder": "Next"})
+    assert [m[0] for m in (await uids(c, "mbx1", "Work"))["messages"]] == [3, 17, 30]
+    assert (await uids(c, "mbx1", "Next"))["uidvalidity"] == past
+    await converged(c, "DB1", "mbx1", ["mbx2"])
+    for name in ("Work", "Next"):
+        on_active, on_passive = await uids(c, "mbx1", name), await uids(c, "mbx2", name)
+        assert on_passive | {"epoch": 0} == on_active | {"epoch": 0}
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body", "status"),
     [
@@ -116,6 +154,16 @@ async def test_every_imap_route_and_the_passive_replays_the_same_state(cluster):
         ("DELETE", "/folders/Nope", None, 404),
         ("GET", "/folders/Inbox/uids?since_modseq=x", None, 400),
         ("GET", "/folders/Nope/uids", None, 404),
+        # numbers are given only by a move's copy (override_lock), and only well formed
+        ("POST", "/items", {"item_id": "n", "body": "x", "uid": 7}, 400),
+        ("POST", "/items?override_lock=true", {"item_id": "n", "uid": 0}, 400),
+        ("POST", "/items?override_lock=true", {"item_id": "n", "modseq": 5}, 400),
+        ("POST", "/folders", {"folder": "N", "uidvalidity": 5}, 400),
+        ("POST", "/folders?override_lock=true", {"folder": "N", "uid_next": 5}, 400),
+        ("POST", "/items/flags", {"folder": "Inbox", "uids": [1], "add": [SEEN], "modseq": 9}, 400),
+        ("POST", "/folders/Inbox/counters", {"uid_next": 0}, 400),
+        ("POST", "/folders/Nope/counters?override_lock=true", {"uid_next": 9}, 404),
+        ("POST", "/folders/Inbox/counters", {"uid_next": 99}, 400),  # not a move's
     ],
 )
 async def test_bad_imap_requests_are_refused_and_change_nothing(
