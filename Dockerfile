@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # One image per role, from one build:
-#   runtime  replication-node, guarantee-api, mrs and transport (no Java, no Spark)
+#   runtime  replication-node, guarantee-api, mrs, transport and imap-front (no Java, no Spark)
 #   spark    spark-metrics (the runtime plus a Java runtime, PySpark, pandas, matplotlib)
 # `make image` builds both with podman from a Debian base made on the machine (no registry
 # needed: tools/build_image.py); with Docker and a registry:
@@ -20,7 +20,7 @@ COPY . .
 # and build PySpark's 450 MB again.
 RUN --mount=type=cache,target=/root/.cache/pip pip wheel --wheel-dir /wheels '.[spark]'
 
-# ---- runtime: the nodes, the guarantee API, the mover and the transport ------------------
+# ---- runtime: the nodes, the guarantee API, the mover, the transport and the IMAP front -
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
@@ -36,7 +36,7 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
 RUN python3 -m compileall -q -j 0 -x '/(test|tests)/' /usr/lib/python3.11 > /dev/null
 WORKDIR /var/lib/dag
 USER 10001:10001
-EXPOSE 7100 7200 7201 7301 7400 2424 2525
+EXPOSE 7100 7200 7201 7301 7400 2424 2525 1143 1993 7500
 ENTRYPOINT ["replication-node"]
 CMD ["--help"]
 

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from dag_common.config import TransportSettings, parse_config
+from dag_common.config_imap import ImapFrontSettings
 from tests.prometheus import OURS, exported_names
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -498,8 +499,8 @@ def test_pods_run_restricted(rendered, value_set):
             assert sc["allowPrivilegeEscalation"] is False
             assert sc["capabilities"]["drop"] == ["ALL"]
             assert container["resources"]["requests"], "resources requested"
-            assert container["command"][0] in {"replication-node", "guarantee-api",
-                                                "spark-metrics", "mrs", "transport"}  # fmt: skip
+            assert container["command"][0] in {"replication-node", "guarantee-api", "spark-metrics",
+                                                "mrs", "transport", "imap-front"}  # fmt: skip
 
 
 def test_the_token_secret_is_generated_or_existing(rendered):
@@ -546,7 +547,190 @@ def test_the_dashboard_queries_only_metrics_the_code_exports(tmp_path):
     assert not missing, sorted(missing)
 
 
+IMAP_VALUES = {
+    "tls": {"enabled": True, "existingSecret": "dag-tls"},
+    "imapFront": {"replicas": 3, "users": {"existingSecret": "dag-imap-users"},
+                  "service": {"type": "LoadBalancer"}},
+    "metrics": {"serviceMonitor": {"enabled": True}},
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def imap(tmp_path_factory) -> list[dict[str, Any]]:
+    path = tmp_path_factory.mktemp("imap") / "imap.yaml"
+    path.write_text(yaml.safe_dump(IMAP_VALUES))
+    return documents(
+        helm("template", "dag", str(CHART), "--namespace", "mail", "-f", str(path)).stdout
+    )
+
+
+def test_imap_fronts_are_off_by_default(rendered):
+    for value_set, docs in rendered.items():
+        assert not [d for d in docs if d["metadata"]["labels"].get(
+            "app.kubernetes.io/component") == "imap-front"], value_set  # fmt: skip
+        assert "imap.yaml" not in by_kind(docs, "ConfigMap")[0]["data"]
+
+
+def test_the_imap_front_is_a_deployment_serving_its_own_config_copy(imap, tmp_path):
+    (deployment,) = component(imap, "Deployment", "imap-front")
+    assert deployment["spec"]["replicas"] == 3, "stateless: any number"
+    pod = deployment["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] == ["imap-front"]
+    assert container["args"] == ["serve", "--config", "/etc/dag/imap.yaml", "--name",
+                                 "$(POD_NAME)", "--metrics-port", "7500"]  # fmt: skip
+    env = {e["name"]: e["valueFrom"] for e in container["env"]}
+    assert env["DG_AUTH_TOKEN"]["secretKeyRef"]["name"] == "dag-dag-replication-token"
+    assert container["ports"] == [
+        {"name": name, "containerPort": port, "protocol": "TCP"}
+        for name, port in (("imap", 1143), ("imaps", 1993), ("imap-metrics", 7500))
+    ], "unprivileged ports in the pod (capabilities dropped); 143 and 993 on the Service"
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "imap-metrics"}
+    assert "checksum/config" in pod["metadata"]["annotations"], "it reads its config once"
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert volumes["imap-users"]["secret"]["secretName"] == "dag-imap-users"
+    assert volumes["imap-users"]["secret"]["items"] == [{"key": "users.yaml",
+                                                         "path": "users.yaml"}]  # fmt: skip
+    assert mounts["imap-users"] == {
+        "name": "imap-users",
+        "mountPath": "/etc/dag-imap-users",
+        "readOnly": True,
+    }, "whole: an update reaches the fronts"
+    assert "imap-tls" not in volumes, "without imapFront.tls: the chart's pair"
+    (configmap,) = by_kind(imap, "ConfigMap")
+    config = parse_config(yaml.safe_load(configmap["data"]["imap.yaml"]), base_dir=Path("/"))
+    assert (config.imap.host, config.imap.port, config.imap.tls_port) == ("0.0.0.0", 1143, 1993)
+    assert str(config.imap.users_file) == "/etc/dag-imap-users/users.yaml"
+    defaults = ImapFrontSettings().model_dump(exclude={"host", "port", "tls_port", "users_file"})
+    assert config.imap.model_dump(exclude={"host", "port", "tls_port", "users_file"}) == (
+        defaults
+    ), "values.yaml repeats the config's defaults"
+    assert config.tls is not None and str(config.tls.cert_file) == "/etc/dag-tls/server/tls.crt"
+    assert "imap" not in yaml.safe_load(configmap["data"]["cluster.yaml"]), (
+        "the nodes' config is the one they always read"
+    )
+    (pdb,) = component(imap, "PodDisruptionBudget", "imap-front")
+    assert selects(pdb["spec"]["selector"], pod["metadata"]["labels"])
+    path = tmp_path / "imap.yaml"
+    path.write_text(yaml.safe_dump_all(imap))
+    validate = Path(sys.executable).with_name("kubernetes-validate")
+    for version in KUBERNETES:
+        result = subprocess.run([str(validate), "--strict", "--quiet", "-k", version, str(path)],
+                                capture_output=True, text=True, check=False)  # fmt: skip
+        out = result.stdout + result.stderr
+        assert result.returncode == 0 and "ERROR" not in out, out
+
+
+def test_the_imap_service_answers_143_and_993_and_prometheus_scrapes_each_front_once(imap):
+    pod = component(imap, "Deployment", "imap-front")[0]["spec"]["template"]
+    services = {s["metadata"]["name"]: s["spec"] for s in component(imap, "Service", "imap-front")}
+    assert set(services) == {"dag-dag-replication-imap", "dag-dag-replication-imap-metrics"}
+    clients, metrics = services["dag-dag-replication-imap"], services[
+        "dag-dag-replication-imap-metrics"]  # fmt: skip
+    assert clients["type"] == "LoadBalancer"
+    assert clients["ports"] == [
+        {"name": "imap", "port": 143, "targetPort": "imap", "appProtocol": "imap"},
+        {"name": "imaps", "port": 993, "targetPort": "imaps", "appProtocol": "imaps"},
+    ]
+    assert metrics["clusterIP"] == "None"
+    for spec in services.values():
+        assert selects({"matchLabels": spec["selector"]}, pod["metadata"]["labels"])
+    (monitor,) = by_kind(imap, "ServiceMonitor")
+    endpoints = {e["port"]: e for e in monitor["spec"]["endpoints"]}
+    assert endpoints["imap-metrics"] == {"port": "imap-metrics", "path": "/metrics",
+                                         "interval": "30s"}, "plain HTTP"  # fmt: skip
+    scraped = [n for n, s in services.items() if {p["name"] for p in s["ports"]} & set(endpoints)]
+    assert scraped == ["dag-dag-replication-imap-metrics"], "once, and not on the LoadBalancer"
+    assert monitor["spec"]["jobLabel"] == "app.kubernetes.io/component", "job=imap-front"
+    policies = {p["metadata"]["labels"]["app.kubernetes.io/component"]: p["spec"]
+                for p in by_kind(imap, "NetworkPolicy")}  # fmt: skip
+    front = policies["imap-front"]
+    assert selects(front["podSelector"], pod["metadata"]["labels"])
+    (clients_rule,) = [r for r in front["ingress"] if "from" not in r]
+    assert clients_rule["ports"] == [
+        {"port": "imap", "protocol": "TCP"},
+        {"port": "imaps", "protocol": "TCP"},
+    ], "mail clients"
+    (prometheus,) = [f for rule in policies["replication-node"]["ingress"]
+                     for f in rule["from"] if "namespaceSelector" in f]  # fmt: skip
+    assert {"from": [prometheus], "ports": [{"port": "imap-metrics", "protocol": "TCP"}]} in (
+        front["ingress"]
+    ), "metrics from Prometheus only"
+    # The nodes let the fronts in (this release's pods).
+    (release,) = [f for f in policies["replication-node"]["ingress"][0]["from"]
+                  if "podSelector" in f and "app.kubernetes.io/instance" in
+                  f["podSelector"]["matchLabels"]]  # fmt: skip
+    assert selects(release["podSelector"], pod["metadata"]["labels"])
+
+
+def test_an_imap_front_with_its_own_certificate_serves_it(tmp_path):
+    path = tmp_path / "own.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                **IMAP_VALUES,
+                "imapFront": {
+                    **IMAP_VALUES["imapFront"],
+                    "tlsPort": 0,
+                    "tls": {"existingSecret": "imap-public"},
+                },
+            }
+        )
+    )
+    docs = documents(helm("template", "dag", str(CHART), "-f", str(path)).stdout)
+    (configmap,) = by_kind(docs, "ConfigMap")
+    config = parse_config(yaml.safe_load(configmap["data"]["imap.yaml"]), base_dir=Path("/"))
+    assert config.tls is not None and str(config.tls.cert_file) == "/etc/dag-imap-tls/tls.crt"
+    assert config.imap.tls_port is None, "tlsPort 0: no implicit-TLS port"
+    pod = component(docs, "Deployment", "imap-front")[0]["spec"]["template"]
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["imap-tls"]["secret"]["secretName"] == "imap-public"
+    (service,) = [s for s in component(docs, "Service", "imap-front")
+                  if s["metadata"]["name"].endswith("-imap")]  # fmt: skip
+    assert [p["name"] for p in service["spec"]["ports"]] == ["imap"]
+
+
+IMAP_REFUSED = {
+    "an IMAP front without TLS": (
+        {"imapFront": {"replicas": 1, "users": {"existingSecret": "u"}}},
+        "imapFront.replicas > 0 needs tls.enabled",
+    ),
+    "an IMAP front without its users": (
+        {"imapFront": {"replicas": 1}, "tls": {"enabled": True, "existingSecret": "t"}},
+        "imapFront.replicas > 0 needs imapFront.users.existingSecret",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", IMAP_REFUSED)
+def test_an_imap_front_that_cannot_work_is_refused_at_template_time(case, tmp_path):
+    values, message = IMAP_REFUSED[case]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(values))
+    result = helm("template", "dag", str(CHART), "-f", str(path), check=False)
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
 BAD_VALUES = {
+    "a port out of range for the front": ({"imapFront": {"port": 70000}}, "/imapFront/port"),
+    "an IMAP limit the config lacks": (
+        {"imapFront": {"config": {"max_commands": 3}}},
+        "max_commands",
+    ),
+    "no argon2 verification at all": (
+        {"imapFront": {"config": {"login_concurrency": 0}}},
+        "/imapFront/config/login_concurrency",
+    ),
+    "an IMAP Service type Kubernetes lacks": (
+        {"imapFront": {"service": {"type": "Public"}}},
+        "/imapFront/service/type",
+    ),
+    "a users key with a slash": (
+        {"imapFront": {"users": {"existingSecretKey": "a/b"}}},
+        "/imapFront/users/existingSecretKey",
+    ),
     "negative workers": ({"mrsWorkers": {"replicas": -1}}, "/mrsWorkers/replicas"),
     "a string for the transports": ({"transports": {"replicas": "2"}}, "/transports/replicas"),
     "a transport setting the config lacks": (

@@ -20,7 +20,7 @@ from dag_common.credentials import Role
 from tests.deploy.test_chart import CHART, KUBERNETES, by_kind, component, documents, helm
 
 ROLES_SET = CHART / "ci" / "least-privilege-values.yaml"
-COMPONENTS = ("replication-node", "guarantee-api", "mrs-worker", "transport")
+COMPONENTS = ("replication-node", "guarantee-api", "mrs-worker", "transport", "imap-front")
 # README "Credentials, roles and node identity": what each credential holds, which one
 # each component presents, and the credentials each service must accept to be called.
 ROLES = {
@@ -35,16 +35,18 @@ PRESENTS = {
     "guarantee-api": "guarantee",
     "mrs-worker": "movers",
     "transport": "transports",
+    "imap-front": "transports",  # store and monitor, as a transport's
 }
 ACCEPTS = {
     "replication-node": set(ROLES),
     "guarantee-api": {"movers"},
     "mrs-worker": set(),
     "transport": {"nodes", "transports"},
+    "imap-front": set(),  # mail clients log in with the users file; /metrics takes none
 }
 MOUNTS = {name: ACCEPTS[name] | {PRESENTS[name]} for name in COMPONENTS}
 READS = {"replication-node": "cluster.yaml", "guarantee-api": "guarantee.yaml",
-         "transport": "transport.yaml"}  # fmt: skip
+         "transport": "transport.yaml", "imap-front": "imap.yaml"}  # fmt: skip
 # ci/least-privilege-values.yaml renames the operators' credential and brings its Secret.
 NAMES = {"operators": "ops"}
 SECRETS = {"operators": ("dag-operators", "ops-secret")}
@@ -123,7 +125,8 @@ def projected(pod: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
 def test_off_by_default_every_pod_presents_the_cluster_token_as_before(default):
     pods = workloads(default)
-    assert all(pods.values()), "every component deployed"
+    assert not pods.pop("imap-front"), "an IMAP front needs TLS: none without it"
+    assert all(pods.values()), "every other component deployed"
     for name, templates in pods.items():
         for pod in templates:
             variables = env(pod)
@@ -287,8 +290,18 @@ def test_node_identity_gives_each_process_the_certificate_its_config_names(locke
         got = container(guarantee)[probe]
         assert "grpc" not in got, "the kubelet's gRPC probe speaks no TLS"
         assert got["httpGet"]["scheme"] == "HTTPS" and got["httpGet"]["port"] == "http-metrics"
+    (front,) = pods["imap-front"]
+    own = parsed(config_of(locked, front)[1]).tls
+    assert own is not None and own.client_ca_file is None, "it calls the nodes presenting none"
+    assert (str(own.cert_file), str(own.key_file)) == ("/etc/dag-imap-tls/tls.crt",
+                                                       "/etc/dag-imap-tls/tls.key")  # fmt: skip
+    assert volumes(front)["imap-tls"]["secret"]["secretName"] == "dag-imap-tls"
+    assert mounts(front)["imap-tls"]["mountPath"] == "/etc/dag-imap-tls"
+    assert projected(front) == {"server/ca.crt": ("dag-tls", "ca.crt")}, "no pair of the cluster's"
     (monitor,) = by_kind(locked, "ServiceMonitor")
-    assert {e["scheme"] for e in monitor["spec"]["endpoints"]} == {"https"}
+    schemes = {e["port"]: e.get("scheme") for e in monitor["spec"]["endpoints"]}
+    assert schemes.pop("imap-metrics") is None, "the front's metrics listener is plain HTTP"
+    assert set(schemes.values()) == {"https"}
 
 
 def test_tls_without_node_identity_serves_one_certificate_and_asks_for_none():

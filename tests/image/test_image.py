@@ -74,7 +74,7 @@ def test_the_runtime_leaves_spark_out(images: dict[str, str]) -> None:
 
 
 def test_every_console_script_starts(images: dict[str, str]) -> None:
-    for script in ["replication-node", "guarantee-api", "mrs", "transport"]:
+    for script in ["replication-node", "guarantee-api", "mrs", "transport", "imap-front"]:
         result = run(images["runtime"], script, "--help")
         assert result.returncode == 0, f"{script} --help:\n{result.stderr[-2000:]}"
     result = run(images["spark"], "spark-metrics", "--help")

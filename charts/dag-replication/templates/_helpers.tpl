@@ -56,6 +56,23 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-transport" (include "dag.fullname" .) }}
 {{- end }}
 
+{{- define "dag.imapService" -}}
+{{- printf "%s-imap" (include "dag.fullname" .) }}
+{{- end }}
+
+{{/* IMAP fronts (imapFront.replicas > 0): "true" when on, after checking what they need. */}}
+{{- define "dag.imapFront" -}}
+{{- $v := .Values.imapFront }}
+{{- if gt (int $v.replicas) 0 }}
+{{- if not (include "dag.tls" .) }}
+{{- fail "imapFront.replicas > 0 needs tls.enabled: an IMAP front without TLS offers no login (LOGINDISABLED)" }}
+{{- end }}
+{{- if not $v.users.existingSecret }}
+{{- fail "imapFront.replicas > 0 needs imapFront.users.existingSecret: a Secret with the users file (python -m imap_front passwd makes each hash)" }}
+{{- end }}true
+{{- end }}
+{{- end }}
+
 {{/* The transports' site: transports.site, or the first site of the nodes. */}}
 {{- define "dag.transportSite" -}}
 {{- default (index .Values.replicationNode.sites 0).name .Values.transports.site }}
@@ -204,7 +221,19 @@ app.kubernetes.io/component: {{ .component }}
 {{- if $v.tls.nodeIdentity }}
 {{- $_ := set $tls "client_ca_file" "/etc/dag-tls/server/ca.crt" }}
 {{- end }}
+{{- if eq .component "imap-front" }}
+{{- /* The front serves mail clients the pair they verify (imapFront.tls, else the
+     chart's), and calls the nodes as a client presenting none. */}}
+{{- $pair = ternary "/etc/dag-imap-tls" "/etc/dag-tls/server" (not (empty $v.imapFront.tls.existingSecret)) }}
+{{- $tls = dict "cert_file" (printf "%s/tls.crt" $pair) "key_file" (printf "%s/tls.key" $pair) "ca_file" "/etc/dag-tls/server/ca.crt" }}
+{{- end }}
 {{- $_ := set $config "tls" $tls }}
+{{- end }}
+{{- if eq .component "imap-front" }}
+{{- $f := $v.imapFront }}
+{{- $imap := merge (dict "host" "0.0.0.0" "port" (int $f.port) "users_file" (printf "/etc/dag-imap-users/%s" $f.users.existingSecretKey)) $f.config }}
+{{- if $f.tlsPort }}{{- $_ := set $imap "tls_port" (int $f.tlsPort) }}{{- end }}
+{{- $_ := set $config "imap" $imap }}
 {{- end }}
 {{- toYaml $config }}
 {{- end }}
@@ -309,13 +338,16 @@ operators: [operator, monitor]
 
 {{/* The credential each component presents, and those it accepts: the nodes are called by
      everyone; the guarantee API by movers; a transport by the nodes (redelivery) and by
-     senders and its own CLI (the transports' credential).  A pod mounts these and no
-     other: a service reads every credential its config names. */}}
+     senders and its own CLI (the transports' credential).  An IMAP front presents the
+     transports' credential (store and monitor: it reads and writes mailboxes as a transport
+     does) and accepts none (mail clients log in with the users file).  A pod mounts these
+     and no other: a service reads every credential its config names. */}}
 {{- define "dag.credentialUse" -}}
 replication-node: {presents: nodes, accepts: [nodes, guarantee, movers, transports, operators]}
 guarantee-api: {presents: guarantee, accepts: [movers]}
 mrs-worker: {presents: movers, accepts: []}
 transport: {presents: transports, accepts: [nodes, transports]}
+imap-front: {presents: transports, accepts: []}
 {{- end }}
 
 {{/* The credentials a component's pods mount (what it presents and what it accepts), in
@@ -397,7 +429,7 @@ transport: {presents: transports, accepts: [nodes, transports]}
           name: {{ $server }}
           items:
             - {key: ca.crt, path: server/ca.crt}
-            {{- if or (not $identity) (eq .component "guarantee-api") }}
+            {{- if or (not $identity) (eq .component "guarantee-api") (and (eq .component "imap-front") (not $root.Values.imapFront.tls.existingSecret)) }}
             - {key: tls.crt, path: server/tls.crt}
             - {key: tls.key, path: server/tls.key}
             {{- end }}
