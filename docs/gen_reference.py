@@ -648,6 +648,7 @@ def metric_texts(tmp: Path) -> dict[str, str]:
     from dag_common.clock import ManualClock
     from dag_common.model import CopyRole, CopyStatus, CopyStatusReport, NodeStatus
     from guarantee_api.metrics import Metrics
+    from imap_front.metrics import FrontMetrics
     from mrs_client.fleet_view import FleetCollector, FleetSnapshot
     from mrs_client.metrics import MoveMetricsFile
     from mrs_client.move_store import BatchRecord
@@ -686,8 +687,10 @@ def metric_texts(tmp: Path) -> dict[str, str]:
     )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(FleetCollector(worker))  # type: ignore[arg-type]
-    guarantee, transport = Metrics(), TransportMetrics()
-    LABELS.update(declared_labels(metrics.registry, guarantee.registry, transport.registry))
+    guarantee, transport, front = Metrics(), TransportMetrics(), FrontMetrics()
+    LABELS.update(
+        declared_labels(metrics.registry, guarantee.registry, transport.registry, front.registry)
+    )
     guarantee_text = guarantee.render().decode()
     return {
         "replication-node serve (`/metrics` on each node's `url`)": metrics.render().decode(),
@@ -698,6 +701,9 @@ def metric_texts(tmp: Path) -> dict[str, str]:
         "mrs serve (`/metrics` on `--http-listen`)": generate_latest(registry).decode(),
         "transport serve (`/metrics` on each transport's `url`)": generate_latest(
             transport.registry
+        ).decode(),
+        "imap-front serve (`/metrics` on `--metrics-port`)": generate_latest(
+            front.registry
         ).decode(),
     }
 

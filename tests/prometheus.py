@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from dag_common.clock import ManualClock
 from dag_common.model import NodeStatus
 from guarantee_api.metrics import Metrics
+from imap_front.metrics import FrontMetrics
 from mrs_client.fleet_view import FleetCollector, FleetSnapshot
 from mrs_client.metrics import MoveMetricsFile
 from mrs_client.move_store import BatchRecord
@@ -63,12 +64,12 @@ def value(text_or_samples: str | Samples, name: str, **labels: str) -> float:
 
 
 # A metric of ours, as a rule or a dashboard panel names it.
-OURS = re.compile(r"\b((?:replication|dataguarantee|mrs|transport)_[a-z_]+)")
+OURS = re.compile(r"\b((?:replication|dataguarantee|mrs|transport|imap_front)_[a-z_]+)")
 
 
 def exported_names(tmp_path: Path) -> set[str]:
     """Every metric name the node, the guarantee service, the mover's textfile, the worker
-    (`mrs serve`) and the transport export (counters with their `_total`)."""
+    (`mrs serve`), the transport and the IMAP front export (counters with their `_total`)."""
     metrics = NodeMetrics("n")
     metrics.watch(
         NodeStatusCollector(
@@ -96,6 +97,7 @@ def exported_names(tmp_path: Path) -> set[str]:
     registry.register(FleetCollector(worker))  # type: ignore[arg-type]
     fleet = generate_latest(registry).decode()
     transport = generate_latest(TransportMetrics().registry).decode()
-    texts = [node, guarantee, (tmp_path / "m.prom").read_text(), fleet, transport]
+    front = generate_latest(FrontMetrics().registry).decode()
+    texts = [node, guarantee, (tmp_path / "m.prom").read_text(), fleet, transport, front]
     names = {m for text in texts for m in re.findall(r"^# TYPE (\S+)", text, re.M)}
     return names
