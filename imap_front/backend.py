@@ -126,8 +126,12 @@ class Identity(IdentityInterface):
             raise Unavailable(f"the mailbox directory cannot be read now: {exc}") from exc
         if database is None:
             raise Unavailable(f"mailbox {mailbox!r} is not in the directory")
-        api = MailboxApi(self._login.nodes, database, mailbox)
         metrics = self._login.metrics
+        followed = None if metrics is None else metrics.follows.labels("move").inc
+        api = MailboxApi(
+            self._login.nodes, database, mailbox, locate=self._login.directory.mailbox_database,
+            clock=self._login.clock, on_follow=followed,
+        )  # fmt: skip
         folders = Folders(api, clock=self._login.clock, metrics=metrics)
         if metrics is None:
             yield Session(self._user, self._login.config, folders)

@@ -5,7 +5,9 @@
     └── (answers to a client: pymap's ResponseError)
         ├── Unavailable      the node cannot answer now: NO [UNAVAILABLE]
         ├── Cannot           the node refused the request as bad input: NO [CANNOT]
-        └── TooBig           a literal over `imap.max_literal`: NO [TOOBIG]
+        ├── TooBig           a literal over `imap.max_literal`: NO [TOOBIG]
+        └── Bye              the session cannot go on (its mailbox moved to a folder with
+                             another UIDVALIDITY): * BYE [UNAVAILABLE], the connection closed
 
 Only the session's edge (`folders`, `backend`) turns a node's answer into one of these; an
 exception that is none of them is a bug, which pymap answers `BYE [SERVERBUG]`.
@@ -14,7 +16,7 @@ exception that is none of them is a bug, which pymap answers `BYE [SERVERBUG]`.
 from __future__ import annotations
 
 from pymap.exceptions import ResponseError
-from pymap.parsing.response import ResponseCode, ResponseNo
+from pymap.parsing.response import ResponseBye, ResponseCode, ResponseNo
 
 from dag_common.errors import ConfigError, DagError
 
@@ -34,9 +36,12 @@ class _No(ResponseError):
         super().__init__(message)
         self.message = message
 
-    def get_response(self, tag: bytes) -> ResponseNo:
+    def _text(self) -> bytes:
         text = self.message.encode("utf-8", "replace").replace(b"\r", b" ").replace(b"\n", b" ")
-        return ResponseNo(tag, text[:400], ResponseCode.of(self.code))
+        return text[:400]
+
+    def get_response(self, tag: bytes) -> ResponseNo:
+        return ResponseNo(tag, self._text(), ResponseCode.of(self.code))
 
 
 class Unavailable(_No):
@@ -55,3 +60,19 @@ class TooBig(_No):
     """A literal over the front's limit, refused before it was read."""
 
     code = b"TOOBIG"
+
+
+class Bye(_No):
+    """The session cannot carry on (its mailbox moved and the selected folder's UIDVALIDITY
+    is not the one the client was shown): `* BYE [UNAVAILABLE]`, the connection closed, and
+    the client's reconnect lands where the directory points."""
+
+    code = b"UNAVAILABLE"
+
+    def bye(self) -> ResponseBye:
+        return ResponseBye(self._text(), ResponseCode.of(self.code))
+
+    def get_response(self, tag: bytes) -> ResponseNo:
+        answer = super().get_response(tag)
+        answer.add_untagged(self.bye())  # terminal: pymap closes the connection after it
+        return answer

@@ -13,9 +13,14 @@ mailbox's `mod_sequence`): a command asks the feed (no wait) whether anything ab
 cursor touched the folder, and only then lists the folder's UIDs again; IDLE long-polls the
 feed, one poll at a time per session, until it names the folder or the client says DONE.
 A new epoch (a switchover or a failover: the node client follows the active) lists the
-folder again too.  The listing is read whole, not `?since_modseq`: a move's source does not
-name the UIDs moved out among its `expunged` (docs/concepts/imap.md, step 1 as built), and a
-whole listing tells them as EXPUNGE; the compact selected state is left for later.
+folder again too.  A feed answer that is not `live` (a move locked the mailbox, or removed it
+from its source) reads the directory again; once it names another database (the move ended)
+the session lists the folder there and carries on: the mover kept UIDVALIDITY and UIDs, so
+what the client holds stays true; a folder whose UIDVALIDITY is not the one shown ends the
+session `* BYE [UNAVAILABLE]` (`errors.Bye`).  The listing is read whole, not
+`?since_modseq`: a move's source does not name the UIDs moved out among its `expunged`
+(docs/concepts/imap.md, step 1 as built), and a whole listing tells them as EXPUNGE; the
+compact selected state is left for later.
 
 Names: IMAP's INBOX is the node's "Inbox"; the hierarchy delimiter is "/", as the node's
 folder names have it.
@@ -44,7 +49,7 @@ from pymap.selected import SelectedMailbox, SelectedSet
 
 from dag_common.clock import Clock
 from dag_common.store_api import Changes, MailboxState
-from imap_front.errors import Unavailable
+from imap_front.errors import Bye, Unavailable
 from imap_front.metrics import FrontMetrics
 from imap_front.node_api import NODE_INBOX, FolderUids, Listed, MailboxApi
 
@@ -114,12 +119,15 @@ class Message(BaseMessage):
 class Shown:
     """What a selected session was shown (pymap's `SelectedMailbox.mod_sequence`): the
     folder's highest modseq and its UIDs at the last listing, and the change feed's cursor
-    and the active's epoch taken just before it."""
+    and the active's epoch taken just before it; the database listed and the folder's
+    UIDVALIDITY there (a move followed is checked against it)."""
 
     modseq: int
     uids: frozenset[int]
     cursor: int
     epoch: int
+    database: str = ""
+    uidvalidity: int = 0
 
 
 class Folder(MailboxDataInterface[Message]):
@@ -168,21 +176,41 @@ class Folder(MailboxDataInterface[Message]):
     ) -> SelectedMailbox:
         shown: Shown | None = selected.mod_sequence
         if shown is None:  # SELECT: the feed's cursor first, then the whole listing
-            feed = await self._api.changes(0, wait=0, epoch=None)
-            return await self._resync(selected, None, feed)
+            return await self._resync(selected, None, await self._feed_now())
+        if shown.database != self._api.database:  # a move followed since the last listing
+            return await self._resync(selected, shown, await self._feed_now())
         if wait_on is None:  # any other command (NOOP included): has this folder changed?
             feed = await self._api.changes(shown.cursor, wait=0, epoch=shown.epoch)
             self._polled(feed, shown)
+            if await self._follow(feed):
+                return await self._resync(selected, shown, await self._feed_now())
         else:
             woke, feed = await self._idle(selected, shown, wait_on)
             if not woke:  # DONE before the folder changed
                 return selected
             shown = selected.mod_sequence
+            if shown.database != self._api.database:
+                return await self._resync(selected, shown, await self._feed_now())
         if feed is not None and not self._names(feed, shown):
             selected.mod_sequence = replace(shown, cursor=feed.last_change_number,
                                             epoch=feed.epoch)  # fmt: skip
             return selected
         return await self._resync(selected, shown, feed)
+
+    async def _follow(self, feed: Changes | None) -> bool:
+        """Whether the mailbox now lives in another database (the session's calls go there
+        from now on): asked of the directory when the feed says the mailbox is locked by a
+        move, soft-deleted or gone here."""
+        if feed is not None and feed.state == MailboxState.LIVE:
+            return False
+        return await self._api.relocate()
+
+    async def _feed_now(self) -> Changes | None:
+        """The feed's cursor where the mailbox is (followed there first if it moved)."""
+        feed = await self._api.changes(0, wait=0, epoch=None)
+        if await self._follow(feed):
+            feed = await self._api.changes(0, wait=0, epoch=None)
+        return feed
 
     def _names(self, feed: Changes, shown: Shown) -> bool:
         """Whether the feed's answer may have changed this folder (the active moved, or it
@@ -245,6 +273,10 @@ class Folder(MailboxDataInterface[Message]):
                 continue
             feed = poll.result()
             self._polled(feed, shown)
+            if await self._follow(feed):  # the move ended: list the folder where it is now
+                if self._metrics is not None:
+                    self._metrics.idle_wakeups.inc()
+                return True, feed
             if feed is None or self._names(feed, shown):
                 if self._metrics is not None:
                     self._metrics.idle_wakeups.inc()
@@ -271,7 +303,15 @@ class Folder(MailboxDataInterface[Message]):
         message moved out included: the source's `expunged` does not name it)."""
         if self._metrics is not None:
             self._metrics.resyncs.inc()
+        database = self._api.database
         listing = await self.refresh()
+        if shown is not None and shown.uidvalidity and listing.uidvalidity != shown.uidvalidity:
+            if self._metrics is not None:
+                self._metrics.follows.labels("bye").inc()
+            raise Bye(
+                f"mailbox moved to {self._api.database}, where folder {self.name!r} has "
+                f"UIDVALIDITY {listing.uidvalidity}, not {shown.uidvalidity}: reconnect"
+            )
         now = frozenset(self._by_uid)
         if shown is None:
             selected.add_updates([self._message(m) for m in listing.messages], [])
@@ -281,7 +321,10 @@ class Folder(MailboxDataInterface[Message]):
             selected.add_updates(changed, sorted(shown.uids - now))
         cursor = feed.last_change_number if feed is not None else 0
         epoch = feed.epoch if feed is not None else 0
-        selected.mod_sequence = Shown(listing.highest_modseq, now, cursor, epoch)
+        if self._api.database != database:  # followed during the listing: the cursor is not
+            cursor, epoch = 0, 0  # the new database's; the next command lists the folder again
+        selected.mod_sequence = Shown(listing.highest_modseq, now, cursor, epoch,
+                                      self._api.database, listing.uidvalidity)  # fmt: skip
         return selected
 
     async def append(self, append_msg: AppendMessage, *, recent: bool = False) -> Message:

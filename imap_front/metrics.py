@@ -41,6 +41,11 @@ class FrontMetrics:
             "Selected folders listed again from the node",
             registry=r,
         )
+        self.follows = Counter(
+            "imap_front_follows", "Sessions that followed their mailbox to another database "
+            "(move), or ended BYE [UNAVAILABLE] because they could not (bye)", ["cause"],
+            registry=r,
+        )  # fmt: skip
 
     def answered(self, response: Response) -> None:
         """Count a command's tagged answer (OK, NO, BAD), by the command pymap is running."""

@@ -7,11 +7,21 @@ which finds the database's active and follows it.  A node's answer becomes an IM
 here and nowhere else: 404 a folder not found, 409 a name taken or a folder with children,
 400 a name or flag the node does not take, anything else (an outage, a lock, a 5xx)
 NO [UNAVAILABLE] — never a session ended by a traceback.
+
+**Following a move** (docs/concepts/imap.md, step 6): `MailboxApi.database` is where the
+session's calls go, and `relocate` reads the directory again (the login's lookup) and
+re-points it.  A write refused because a move holds the mailbox's lock waits (the directory
+read again every `LOCK_PAUSE`, on the injected clock) until the directory names another
+database and the write is taken there, at most `MOVE_LOCK_WAIT`, then NO [UNAVAILABLE]: the
+refusal wrote nothing, so the retry is safe.  A call answered "no mailbox" (the source
+removed) is made again where the directory points.  While the mailbox is `suspect` (a lock
+refusal, or a change feed answer that was not `live`), each call first reads the directory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,14 +29,21 @@ from urllib.parse import quote
 
 from pymap.exceptions import MailboxConflict, MailboxHasChildren, MailboxNotFound
 
-from dag_common.errors import NodeCallError
+from dag_common.clock import Clock, SystemClock
+from dag_common.errors import ClusterStoreError, NodeCallError
 from dag_common.node_client import NodeStoreClient
 from dag_common.rfc822 import body_of_message
-from dag_common.store_api import Changes, FolderStatus, Mailbox
+from dag_common.store_api import Changes, FolderStatus, Mailbox, MailboxState
 from imap_front.errors import Cannot, Unavailable
+
+logger = logging.getLogger(__name__)
 
 NODE_INBOX = "Inbox"  # the node's name of IMAP's INBOX
 BATCH = 1000  # items one write names, at most (the node's MAX_NAMED)
+MOVE_LOCK_WAIT = 60.0  # seconds a write refused by a move's lock waits for the move's end
+LOCK_PAUSE = 0.25  # seconds between two reads of the directory while a write waits
+
+Locate = Callable[[str], Awaitable[str | None]]  # mailbox -> its database (the directory)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,19 +80,75 @@ def _path(folder: str) -> str:
 class MailboxApi:
     """The store calls of one mailbox in one database."""
 
-    def __init__(self, nodes: NodeStoreClient, database: str, mailbox: str) -> None:
+    def __init__(
+        self, nodes: NodeStoreClient, database: str, mailbox: str, *,
+        locate: Locate | None = None, clock: Clock | None = None,
+        lock_wait: float = MOVE_LOCK_WAIT, on_follow: Callable[[], None] | None = None,
+    ) -> None:  # fmt: skip
         self._nodes = nodes
         self.database = database
         self.mailbox = mailbox
         self._base = f"/mailboxes/{mailbox}"
+        self._locate = locate
+        self._clock = clock or SystemClock()
+        self._lock_wait = lock_wait
+        self._on_follow = on_follow
+        self.suspect = False  # a move may be ending: read the directory before each call
+        self.follows = 0  # databases followed to
+
+    async def relocate(self) -> bool:
+        """Read the directory again; whether it names another database now (then the
+        session's calls go there).  Unavailable if it cannot be read or names none."""
+        if self._locate is None:
+            return False
+        try:
+            database = await self._locate(self.mailbox)
+        except ClusterStoreError as exc:
+            raise Unavailable(f"the mailbox directory cannot be read now: {exc}") from exc
+        if database is None:
+            raise Unavailable(f"mailbox {self.mailbox!r} is no longer in the directory")
+        if database == self.database:
+            return False
+        logger.info("mailbox %s moved: following it from %s to %s", self.mailbox,
+                    self.database, database)  # fmt: skip
+        self.database = database
+        self.follows += 1
+        if self._on_follow is not None:
+            self._on_follow()
+        return True
+
+    def settled(self, live: bool) -> None:
+        """A change feed answer from the current database: `live` or not (locked, going)."""
+        self.suspect = not live
 
     async def _call(
         self, method: str, path: str, *, folder: str | None = None, **kw: Any
     ) -> tuple[int, Any]:
-        try:
-            return await self._nodes.call(method, self.database, self._base + path, **kw)
-        except NodeCallError as exc:
-            raise _answer(exc, folder) from exc
+        if self.suspect:
+            await self.relocate()
+        waiting_since: float | None = None
+        while True:
+            try:
+                return await self._nodes.call(method, self.database, self._base + path, **kw)
+            except NodeCallError as exc:
+                if _mailbox_gone(exc) and await self.relocate():
+                    continue  # the move ended: the same call where the mailbox is now
+                if not _locked(exc) or self._locate is None:
+                    raise _answer(exc, folder) from exc
+                self.suspect = True
+                now = self._clock.monotonic()
+                if waiting_since is None:
+                    waiting_since = now
+                    logger.info("%s %s of mailbox %s in %s: locked by a move; waiting for "
+                                "the move to end", method, path or "/", self.mailbox,
+                                self.database)  # fmt: skip
+                if now - waiting_since >= self._lock_wait:
+                    raise Unavailable(
+                        f"mailbox {self.mailbox!r} has been locked by a move for "
+                        f"{self._lock_wait:g}s: try again"
+                    ) from exc
+                if not await self.relocate():
+                    await self._clock.sleep(LOCK_PAUSE)
 
     async def state(self) -> Mailbox:
         """The mailbox's folders and their counters (GET …/mailboxes/{mailbox})."""
@@ -110,18 +183,24 @@ class MailboxApi:
         """The mailbox's change feed above `since` (None: the active has no such mailbox);
         the node client follows a switchover to the new active (its epoch then differs)."""
         try:
-            return await self._nodes.changes(
+            feed = await self._nodes.changes(
                 self.database, self.mailbox, since, wait=wait, epoch=epoch
             )
         except NodeCallError as exc:
             raise _answer(exc, None) from exc
+        self.settled(feed is not None and feed.state == MailboxState.LIVE)
+        return feed
 
     async def message(self, item_id: str) -> bytes | None:
         """A message's bytes as stored (None: no longer there)."""
-        try:
-            return await self._nodes.message(self.database, self.mailbox, item_id)
-        except NodeCallError as exc:
-            raise _answer(exc, None) from exc
+        for _ in range(2):
+            try:
+                raw = await self._nodes.message(self.database, self.mailbox, item_id)
+            except NodeCallError as exc:
+                raise _answer(exc, None) from exc
+            if raw is not None or not await self.relocate():
+                return raw
+        return None
 
     async def append(
         self, folder: str, raw: bytes, flags: Sequence[str], received: datetime | None
@@ -189,6 +268,17 @@ class MailboxApi:
             _, body = await self._call("POST", "/items/expunge", folder=folder, json=change)
             gone += body["expunged"]
         return gone
+
+
+def _locked(exc: NodeCallError) -> bool:
+    """The node refused a write because a move holds the mailbox (nothing was written)."""
+    return exc.status == 409 and "locked by a move" in (exc.detail or "")
+
+
+def _mailbox_gone(exc: NodeCallError) -> bool:
+    """The node has no live mailbox of that name (a move's source soft-deleted or removed),
+    as against a folder or an item it has not."""
+    return exc.status == 404 and (exc.detail or "").startswith("no mailbox")
 
 
 def _answer(exc: NodeCallError, folder: str | None) -> Exception:

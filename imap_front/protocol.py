@@ -45,6 +45,7 @@ from pymap.imap.state import ConnectionState
 from pymap.interfaces.login import LoginInterface
 from pymap.interfaces.session import SessionInterface
 from pymap.parsing.command import Command
+from pymap.parsing.command.select import IdleCommand
 from pymap.parsing.commands import Commands
 from pymap.parsing.response import (
     CommandResponse,
@@ -68,6 +69,7 @@ from imap_front.commands import (
     NamespaceCommand,
     enabled,
 )
+from imap_front.errors import Bye
 from imap_front.limits import LOGIN_FAILURES_PER_CONNECTION, LoginThrottle, Sessions
 from imap_front.metrics import FrontMetrics
 
@@ -223,6 +225,15 @@ class FrontConnection(IMAPConnection):
         self.max_literal = config.max_literal
         self.idle_timeout = config.idle_timeout
         self.metrics = config.metrics
+
+    async def handle_updates(self, state: ConnectionState, done: Any, cmd: IdleCommand) -> None:
+        """IDLE's updates; a session that cannot go on (`errors.Bye`: its mailbox moved to a
+        folder of another UIDVALIDITY) says `* BYE [UNAVAILABLE]` at once and is closed."""
+        try:
+            await super().handle_updates(state, done, cmd)
+        except Bye as exc:
+            await self.write_response(exc.bye())
+            self.writer.close()
 
     async def write_response(self, resp: Response) -> None:
         await super().write_response(resp)

@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-import aiohttp
-
 from dag_common.clock import SystemClock
 from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from dag_common.config import load_config
+from dag_common.http_client import client_session
 from dag_common.node_client import NodeStoreClient
 from mrs_client.guarantee_client import GrpcGuaranteeClient
 from mrs_client.move_store import MoveRecord
@@ -104,8 +103,8 @@ async def mover_in_process(c: LocalCluster, settings: MoveSettings = SETTINGS):
     directory = EmbeddedClusterStore(c.root / "cluster.db")
     requests = EmbeddedMoveStore(c.root / "cluster.db")
     stored = SyncMoves(c.root / "cluster.db")  # what a test reads, synchronously
-    guarantee = GrpcGuaranteeClient(config.guarantee_api.listen, token=TOKEN)
-    async with aiohttp.ClientSession() as session:
+    guarantee = GrpcGuaranteeClient.from_config(config, token=TOKEN)  # TLS if configured
+    async with client_session(config) as session:  # TLS as the cluster's config says
         nodes = PausingNodes(NodeStoreClient(config, token=TOKEN, session=session))
         lines: list[str] = []
         mover = Mover(
