@@ -42,6 +42,15 @@ NODE_ROLES = {
     ("GET", MBX + "/items"): S,
     ("DELETE", MBX + "/items/{item_id}"): S,
     ("GET", MBX + "/items/{item_id}/message"): S,
+    # an IMAP front's (issue 50): folders, flags, UIDs and the change feed
+    ("GET", MBX + "/changes"): S,
+    ("GET", MBX + "/folders/{folder}/uids"): S,
+    ("POST", MBX + "/folders/{folder}/rename"): S,
+    ("DELETE", MBX + "/folders/{folder}"): S,
+    ("POST", MBX + "/items/flags"): S,
+    ("POST", MBX + "/items/move"): S,
+    ("POST", MBX + "/items/copy"): S,
+    ("POST", MBX + "/items/expunge"): S,
     ("GET", "/v1/mailboxes/{mailbox}"): S,
     # an operator's, for soft-deleted mailboxes (listed before `{action}`, which the stub
     # below serves without its choices and would take `purge` for one)
@@ -54,6 +63,7 @@ NODE_ROLES = {
     ("POST", MBX + "/{action}"): M,
     ("POST", DB + "/roll-log"): M,
     ("GET", DB + "/log/position"): M,
+    ("POST", MBX + "/folders/{folder}/counters"): M,  # a move's final sync lifts the counters
     # an operator's
     ("POST", DB + "/copies/{node}/{action}"): OP,
     ("POST", DB + "/activate"): OP,

@@ -13,11 +13,18 @@ import pytest
 from tools.build_image import Target, ensure_images
 
 
+# The first image test builds both images in its setup (`images`, once per run): a build
+# from scratch, or after a dependency changed, is minutes of pip and debootstrap, more on a
+# busy machine (it overran the suite's 300 s on 2026-11-29 with its test not yet begun).
+BUILD_TIMEOUT = 1800
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/image/" in str(item.fspath).replace(os.sep, "/"):
             item.add_marker(pytest.mark.image)
             item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.timeout(BUILD_TIMEOUT))
 
 
 @pytest.fixture(scope="session")
