@@ -228,7 +228,8 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
                     break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(
-                        self._view.wait_change(database, version, left, self._clock), real_left
+                        self._view.wait_change(database, version, started + wait, self._clock),
+                        real_left,
                     )
                 begun = self._clock.monotonic()
                 sample = begun - sampled >= AVERAGE_SAMPLE_EVERY

@@ -98,14 +98,16 @@ class LiveView:
             if event is not None:
                 event.set()
 
-    async def wait_change(self, database: str, version: int, seconds: float, clock: Clock) -> bool:
-        """Wait up to `seconds` on `clock` for `database` to change from `version`; whether
-        it did."""
+    async def wait_change(self, database: str, version: int, until: float, clock: Clock) -> bool:
+        """Wait until `clock`'s monotonic time `until` for `database` to change from
+        `version`; whether it did.  The end is a time, not a length: the timer counts what
+        is left when it starts, so time that passed since the caller looked (a task's first
+        step comes a loop turn later) is not waited again."""
         if self._versions[database] != version:
             return True
         event = self._changed.setdefault(database, asyncio.Event())
         changed = asyncio.ensure_future(event.wait())
-        timer = asyncio.ensure_future(clock.sleep(seconds))
+        timer = asyncio.ensure_future(_sleep_until(clock, until))
         try:
             await asyncio.wait({changed, timer}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -256,3 +258,7 @@ class LiveView:
             has_status=database in self._has_status,
             history=self._stream_history.get(database),
         )
+
+
+async def _sleep_until(clock: Clock, until: float) -> None:
+    await clock.sleep(max(0.0, until - clock.monotonic()))

@@ -96,7 +96,7 @@ async def test_a_waiting_request_wakes_only_for_a_change_of_its_own_database(liv
     clock = ManualClock()
     poll_all(live, 0.0)
     v1, v2 = live.version("DB1"), live.version("DB2")
-    waiter = asyncio.ensure_future(live.wait_change("DB1", v1, 60, clock))
+    waiter = asyncio.ensure_future(live.wait_change("DB1", v1, clock.monotonic() + 60, clock))
     await asyncio.sleep(0)
     live.copies_reported("mbx2", [report("mbx2", "DB2", role=CopyRole.ACTIVE)], 1.0)
     await asyncio.sleep(0)
@@ -104,13 +104,13 @@ async def test_a_waiting_request_wakes_only_for_a_change_of_its_own_database(liv
     live.copies_reported("mbx3", [report("mbx3", replayed=101)], 1.0)
     assert await asyncio.wait_for(waiter, 1) is True
     v1 = live.version("DB1")
-    waiter = asyncio.ensure_future(live.wait_change("DB1", v1, 60, clock))
+    waiter = asyncio.ensure_future(live.wait_change("DB1", v1, clock.monotonic() + 60, clock))
     await asyncio.sleep(0)
     live.node_failed("mbx1", "connection refused")
     assert await asyncio.wait_for(waiter, 1) is True
     # And the wait ends on the clock when nothing changes.
     v1 = live.version("DB1")
-    waiter = asyncio.ensure_future(live.wait_change("DB1", v1, 5, clock))
+    waiter = asyncio.ensure_future(live.wait_change("DB1", v1, clock.monotonic() + 5, clock))
     for _ in range(5):  # its timer registered with the clock
         await asyncio.sleep(0)
     await clock.advance(5)
