@@ -12,7 +12,6 @@ import pytest
 
 from tools.build_image import Target, ensure_images
 
-
 # The first image test builds both images in its setup (`images`, once per run): a build
 # from scratch, or after a dependency changed, is minutes of pip and debootstrap, more on a
 # busy machine (it overran the suite's 300 s on 2026-11-29 with its test not yet begun).
