@@ -453,6 +453,20 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
+def settled_rss_kib(pid: int, every: float = 0.1, timeout: float = 30.0) -> int:
+    """The server's RSS once it stops moving (two reads `every` seconds apart agree): the
+    sessions have had their answers, what the server frees or touches after comes first."""
+    deadline = time.monotonic() + timeout
+    last = rss_kib(pid)
+    while time.monotonic() < deadline:
+        time.sleep(every)
+        now = rss_kib(pid)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
 async def idle_sessions(port: int, n: int) -> list[asyncio.StreamWriter]:
     """n sessions, each LOGIN, SELECT INBOX, IDLE (one after another: argon2 is the cost)."""
     writers = []
@@ -495,13 +509,11 @@ def idle(sessions: int, messages: int = 0) -> dict[str, Any]:
         loop = asyncio.new_event_loop()
         # one warm-up session: imports, argon2, the folder, first-use caches
         warm = loop.run_until_complete(idle_sessions(port, 1))
-        time.sleep(0.5)
-        before = rss_kib(proc.pid)
+        before = settled_rss_kib(proc.pid)
         t0 = time.monotonic()
         writers = loop.run_until_complete(idle_sessions(port, sessions))
         took = time.monotonic() - t0
-        time.sleep(1.0)
-        after = rss_kib(proc.pid)
+        after = settled_rss_kib(proc.pid)
         for w in writers + warm:
             w.close()
         loop.close()
