@@ -423,10 +423,15 @@ class Node:
 
     def _passive(self, database: str, refusal: str = "") -> PassiveCopy:
         """This node's passive copy of `database`; BadRequest (`refusal`) if it holds none."""
-        instance = self._instances.get(database)
-        if instance is None or isinstance(instance, ActiveInstance):
+        instance = self.passive_here(database)
+        if instance is None:
             raise BadRequest(refusal or f"{self.name} holds no passive copy of {database}")
         return instance
+
+    def passive_here(self, database: str) -> PassiveCopy | None:
+        """This node's copy of `database` if it is a passive one."""
+        instance = self._instances.get(database)
+        return instance if isinstance(instance, PassiveCopy) else None
 
     def active_here(self, database: str) -> ActiveInstance | None:
         """This node's copy of `database` if it is the active one (mounted or not)."""

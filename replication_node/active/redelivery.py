@@ -188,18 +188,3 @@ class DumpsterRedelivery:
                            self._database, server, status, answer)  # fmt: skip
             return None
         return answer
-
-
-def describe(record: RedeliveryRecord | None) -> str | None:
-    """One line for the status and the history: what is asked of whom, or how it ended."""
-    if record is None:
-        return None
-    window = f"{record.start:%Y-%m-%d %H:%M} to {record.end:%Y-%m-%d %H:%M} UTC"
-    epochs = ", ".join(str(e) for e in record.epochs)
-    if record.required:
-        answered = f"; answered: {', '.join(record.answered)}" if record.answered else ""
-        return (
-            f"dumpster redelivery of {window} (epochs {epochs}) pending from "
-            f"{', '.join(record.servers)}{answered}"
-        )
-    return f"dumpster redelivery of {window} (epochs {epochs}): {record.ended}"

@@ -18,7 +18,6 @@ from dag_common.credentials import Role
 from dag_common.echo import quoted
 from dag_common.route_roles import PUBLIC, add_route
 from dag_common.store_api import LogPosition, Rolled
-from replication_node.active.redelivery import describe
 from replication_node.admin_api import (
     AuditAnswer,
     CopyAction,
@@ -140,7 +139,7 @@ async def history(request: web.Request) -> web.Response:
         redelivery=RedeliveryEntry(
             **json.loads(redelivery.to_json()),
             required=redelivery.required,
-            summary=describe(redelivery),
+            summary=redelivery.describe(),
         )
         if redelivery
         else None,
