@@ -98,7 +98,7 @@ def databases() -> list[dict[str, Any]]:
 
 def write_size(entry: dict[str, Any]) -> int:
     """What an item costs in a write, computed as the mover computes it
-    (mrs_client.reconcile.write_size)."""
+    (mrs_client.batching.write_size)."""
     return sum(len(str(v).encode()) for v in entry.values()) + 200
 
 

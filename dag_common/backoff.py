@@ -1,11 +1,14 @@
 """The one backoff every retry loop of the project uses: pure, on the caller's clock.
 
 A loop that retries (announcing the open log, reading the active's record at mount, a
-re-mount, re-opening a node's status stream, restarting a node process) asks `next()` for
-how long to wait before its next try: `first`, then doubling up to `longest`; `reset()`
-once it worked.  `failures` counts the tries that failed since, and `worth_saying()` says
-whether this one is worth a log line (the first, then every tenth), so a store away for a
-minute is one warning and a few reminders, not a line per try.
+re-mount, re-opening a node's status stream, restarting a node process, a passive copy
+reaching its active, seeding, its pipeline started again, block mode re-entered, the record
+of a lossy activation's redelivery, a store file switched to WAL) asks `next()` for how long
+to wait before its next try: `first`, then doubling up to `longest` (`fixed`: `first` every
+time, where the interval is a setting); `reset()` once it worked.  `failures` counts the
+tries that failed since, and `worth_saying()` says whether this one is worth a log line
+(the first, then every tenth), so a store away for a minute is one warning and a few
+reminders, not a line per try.
 
 Why not a retry library's decorator: these loops sleep on an injected clock (tests run
 their minutes in milliseconds), some stop on a condition of their own (the stream closing,
@@ -31,6 +34,12 @@ class Backoff:
     first: float
     longest: float
     failures: int = 0
+
+    @classmethod
+    def fixed(cls, interval: float) -> Backoff:
+        """Waits of `interval` every time: a loop whose retry interval is a setting (an
+        operator's, or a test's on its clock) keeps it, and counts its failures here."""
+        return cls(interval, interval)
 
     def __post_init__(self) -> None:
         if not 0 < self.first <= self.longest:

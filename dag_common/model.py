@@ -225,7 +225,7 @@ class CopyStatusReport(BaseModel):
     # synchronous copies).
     note: str | None = None
     # An active copy after a lossy activation: the transport dumpster redelivery it asks
-    # for, or how the last one ended (`replication_node.active.redelivery.describe`).
+    # for, or how the last one ended (`RedeliveryRecord.describe`).
     redelivery: str | None = None
     copy_mode_reason: str | None = None  # why in file mode, after block mode ended
     block_generation: int = 0

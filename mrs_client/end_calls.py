@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from dag_common.store_api import NodeStore
+from dag_common.store_api import Mailbox, NodeStore
+from mrs_client.epoch_watch import EpochWatch, Side
 from mrs_client.errors import MoveFailed, NeedsReconcile, NodeCallError
 from mrs_client.gates import Gates
 from mrs_client.move_store import MoveRecord
-from mrs_client.reconcile import EpochWatch, Side
 
 
 class EndCalls:
@@ -52,6 +52,17 @@ class EndCalls:
         if answer is not None:
             record = self.seen(record, side, answer.epoch, what)
         return record, answer
+
+    async def source_mailbox(self, record: MoveRecord, name: str) -> tuple[MoveRecord, Mailbox]:
+        """The source's mailbox `name`; MoveFailed if it is not there (the move's own
+        mailbox vanished from under it)."""
+        src = record.source_db
+        record, box = await self.call(
+            record, Side.SOURCE, "read source mailbox", lambda: self.nodes.mailbox(src, name)
+        )
+        if box is None:
+            raise MoveFailed(f"mailbox {name!r} vanished from {src}")
+        return record, box
 
     async def _refused(self, record: MoveRecord, side: Side, exc: MoveFailed) -> None:
         """A 404 names no epoch: a mailbox the move made (or read) may have been lost with a

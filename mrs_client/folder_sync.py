@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dag_common.store_api import FolderStatus
+from dag_common.store_api import FolderStatus, Mailbox
 
 INBOX = "Inbox"  # where mail is delivered: the node neither renames nor removes it
 
@@ -142,3 +142,8 @@ def plan_folders(
             writes.append(Create(s))
             state[s.folder] = s.uidvalidity
     return writes
+
+
+def statuses(box: Mailbox) -> tuple[FolderStatus, ...]:
+    """A mailbox's folders with their counters (by name alone from a node before them)."""
+    return box.folder_status or tuple(FolderStatus(folder=f) for f in box.folders)

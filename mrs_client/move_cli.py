@@ -70,7 +70,7 @@ def settings_from(args: argparse.Namespace, config: ClusterConfig) -> MoveSettin
     smallest_log = min(config.log_file_size_of(db) for db in config.databases)
     changes: dict[str, object] = {
         # Small items are cut so that a write of them fits in one generation; an item larger
-        # than the cut is written alone (reconcile.BatchCutter), up to the target's
+        # than the cut is written alone (batching.BatchCutter), up to the target's
         # max_item_size (a larger one is a large item: item_limits).
         "sync_batch_bytes": smallest_log // 2,
         # No head start before the first flush question: the service waits for the answer

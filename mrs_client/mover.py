@@ -55,6 +55,7 @@ from mrs_client.lease import hold, worker_id
 from mrs_client.move_store import MoveLease, MoveRecord, MoveStore, new_move_id
 from mrs_client.policy import MovePriority, MoveSettings, MoveState, MoveStep, StopRequest
 from mrs_client.steps import Directory, MoveSteps
+from mrs_client.sync import ChangeSync
 from mrs_client.verification import Verifier
 
 logger = logging.getLogger(__name__)
@@ -131,10 +132,18 @@ class Mover:
             verifier=self.verifier,
             directory=directory,
             clock=clock,
+            sync=ChangeSync(
+                nodes=nodes,
+                gates=self.gates,
+                calls=self.calls,
+                verifier=self.verifier,
+                settings=self.settings,
+                max_item_size=self.max_item_size,
+                progress=self._progress,
+                budget=self.budget,
+            ),
             settings=self.settings,
-            max_item_size=self.max_item_size,
             progress=self._progress,
-            budget=self.budget,
         )
 
     def max_item_size(self, database: str) -> int:

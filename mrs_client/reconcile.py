@@ -43,28 +43,25 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, replace
-from enum import StrEnum
+from dataclasses import replace
 from typing import Any
 
 from dag_common.store_api import (
     Digest,
-    FolderStatus,
     Item,
     Items,
     Mailbox,
     NodeStore,
     Written,
-    utf8_len,
 )
+from mrs_client.batching import BatchCutter
 from mrs_client.body_budget import BodyBudget
+from mrs_client.epoch_watch import EpochWatch, Side
 from mrs_client.errors import MoveFailed, NeedsReconcile, NodeCallError
-from mrs_client.folder_sync import Create, FolderWrite, Remove, Rename, plan_folders
+from mrs_client.folder_sync import Create, FolderWrite, Remove, Rename, plan_folders, statuses
 from mrs_client.item_limits import (
     SkippedItem,
-    SkipReason,
     all_terms_known,
-    classify,
     for_mailbox,
     less_skipped,
     sort_out,
@@ -72,44 +69,19 @@ from mrs_client.item_limits import (
     summed,
 )
 from mrs_client.move_store import MoveRecord
-from mrs_client.policy import MoveSettings, MoveStep, after_reconcile
+from mrs_client.policy import MoveStep, after_reconcile
+from mrs_client.repair_plan import (
+    Compared,
+    PutsFromPages,
+    Reconciled,
+    RepairPlan,
+    imap_differences,
+    latest,
+    plan_repair,
+)
 from mrs_client.source_reader import read_page
 
 NodeCall = Callable[[str, Callable[[], Awaitable[Any]]], Awaitable[Any]]
-
-
-class Side(StrEnum):
-    SOURCE = "source"
-    TARGET = "target"
-
-
-class EpochWatch:
-    """The epoch each end of a move is in; an answer naming another raises NeedsReconcile.
-
-    An end seen at 0 (not yet, or a node that does not say) takes the first epoch seen."""
-
-    def __init__(self, *, source: int = 0, target: int = 0) -> None:
-        self.epochs = {Side.SOURCE: source, Side.TARGET: target}
-
-    def see(self, side: Side, epoch: int, what: str) -> None:
-        known = self.epochs[side]
-        if not epoch or epoch == known:
-            return
-        if not known:
-            self.epochs[side] = epoch
-            return
-        raise NeedsReconcile(
-            f"{what}: the {side} is at epoch {epoch}, the move saw epoch {known}",
-            target_changed=side is Side.TARGET,
-        )
-
-
-Held = tuple[int, tuple[str, ...]]  # a message's UID and flags
-
-
-def statuses(box: Mailbox) -> tuple[FolderStatus, ...]:
-    """A mailbox's folders with their counters (by name alone from a node before them)."""
-    return box.folder_status or tuple(FolderStatus(folder=f) for f in box.folders)
 
 
 async def folder_write(
@@ -126,274 +98,6 @@ async def folder_write(
         case Create(status):
             return await nodes.create_folder(database, mailbox, status.folder)
     raise AssertionError(write)
-
-
-def imap_differences(
-    source: Mailbox,
-    target: Mailbox,
-    held: dict[
-        str, tuple[dict[str, tuple[int, tuple[str, ...]]], dict[str, tuple[int, tuple[str, ...]]]]
-    ],
-) -> list[str]:
-    """How the target's IMAP state differs from the source's (empty: none a client would
-    see): each folder's UIDVALIDITY, its UIDNEXT and HIGHESTMODSEQ not behind the source's,
-    and each message's UID and flags (`held`: by folder, the source's and the target's,
-    by item id)."""
-    found = []
-    theirs = {f.folder: f for f in target.folder_status}
-    for mine in source.folder_status:
-        other = theirs.get(mine.folder)
-        if other is None:
-            found.append(f"folder {mine.folder!r} missing")
-            continue
-        if other.uidvalidity != mine.uidvalidity:
-            found.append(
-                f"folder {mine.folder!r}: UIDVALIDITY {other.uidvalidity}, "
-                f"the source's {mine.uidvalidity}"
-            )
-        if other.uid_next < mine.uid_next or other.highest_modseq < mine.highest_modseq:
-            found.append(
-                f"folder {mine.folder!r}: UIDNEXT {other.uid_next} and HIGHESTMODSEQ "
-                f"{other.highest_modseq}, behind the source's {mine.uid_next} and "
-                f"{mine.highest_modseq}"
-            )
-    for folder, (want, have) in sorted(held.items()):
-        wrong = sorted(i for i in want.keys() | have.keys() if want.get(i) != have.get(i))
-        if wrong:
-            i = wrong[0]
-            found.append(
-                f"folder {folder!r}: {len(wrong)} messages differ in UID or flags (e.g. item "
-                f"{i}: {have.get(i)} on the target, {want.get(i)} on the source)"
-            )
-    return found
-
-
-def write_size(item: Item) -> int:
-    """About what an item costs in the target's log record: its real size (subject and body
-    in UTF-8, `Item.size`), its id and folder, and the framing around them.  Called for
-    every item of a sync: it counts without building the write's entry."""
-    return item.size + utf8_len(item.item_id) + utf8_len(item.folder) + 200
-
-
-def write_cut(settings: MoveSettings, max_item_size: int) -> int:
-    """Where writes of small items are cut: `sync_batch_bytes` (half a log file, from the
-    CLI), and never past the target's max_item_size, so that a write's body stays within
-    what the target's HTTP edge takes (twice max_item_size, and 1 MiB, for JSON's escapes)
-    however small the target's limit is beside its log file."""
-    return min(settings.sync_batch_bytes, max_item_size)
-
-
-class BatchCutter:
-    """Cuts the items a sync writes into writes (one write is one transaction): at most
-    `max_items` items and about `max_bytes` each, by `write_size`.  An item larger than
-    `max_bytes` goes alone, in its own write: small items are cut so that a transaction of
-    them fits in one generation of the target's log (the CLI cuts at half a log file), and
-    a large one is a transaction the target's log continues across generations."""
-
-    def __init__(self, *, max_items: int, max_bytes: int) -> None:
-        self.max_items = max_items
-        self.max_bytes = max_bytes
-        self.batch: list[Item] = []
-        self.size = 0
-
-    def add(self, item: Item) -> list[Item] | None:
-        """Take `item`; the write it closes (to be written before it), if any."""
-        cost = write_size(item)
-        closed = None
-        # A batch holding one item larger than the cut is closed by whatever comes next.
-        if self.batch and (len(self.batch) >= self.max_items or self.size + cost > self.max_bytes):
-            closed = self.take()
-        self.batch.append(item)
-        self.size += cost
-        return closed
-
-    @property
-    def full(self) -> bool:
-        """The write being gathered takes nothing more (its one item larger than the cut, or
-        `max_items` items): whatever comes next would close it, so it may go now."""
-        return len(self.batch) >= self.max_items or self.size > self.max_bytes
-
-    def take(self) -> list[Item]:
-        """The write being gathered (perhaps empty), and start another."""
-        batch, self.batch, self.size = self.batch, [], 0
-        return batch
-
-
-def cut_batches(items: Iterable[Item], *, max_items: int, max_bytes: int) -> list[list[Item]]:
-    """All of `items` cut into writes (`BatchCutter`)."""
-    cutter = BatchCutter(max_items=max_items, max_bytes=max_bytes)
-    out = [batch for item in items if (batch := cutter.add(item))]
-    if last := cutter.take():
-        out.append(last)
-    return out
-
-
-def latest(items: Iterable[Item]) -> list[Item]:
-    """The last state of each item of a listing read in several pages (an item changed
-    between two pages shows in both), by change number."""
-    by_id: dict[str, Item] = {}
-    unnamed: list[Item] = []
-    for item in items:
-        if not item.item_id:
-            unnamed.append(item)
-        elif item.item_id not in by_id or by_id[item.item_id].change_number < item.change_number:
-            by_id[item.item_id] = item
-    return sorted([*by_id.values(), *unnamed], key=lambda i: i.change_number)
-
-
-@dataclass(frozen=True, slots=True)
-class RepairPlan:
-    """What makes the target hold exactly the source's live items."""
-
-    puts: tuple[Item, ...]  # missing on the target, or held differently
-    deletes: tuple[str, ...]  # on the target, not live on the source
-    cursor: int  # the highest change number of the source listing
-    missing: int = 0
-    different: int = 0
-
-    def __bool__(self) -> bool:
-        return bool(self.puts or self.deletes)
-
-    def describe(self) -> str:
-        ids = [i.item_id for i in self.puts[:3]] + list(self.deletes[:3])
-        return f"{self.missing} missing, {self.different} different, {len(self.deletes)} extra" + (
-            f" (e.g. {', '.join(ids)})" if ids else ""
-        )
-
-
-def plan_repair(source: Iterable[Item], target: Iterable[Item]) -> RepairPlan:
-    """Compare full listings of both ends (tombstones included), with or without their
-    bodies (`Item.content`), and say what to write."""
-    cursor = 0
-    live: dict[str, Item] = {}
-    for item in source:
-        cursor = max(cursor, item.change_number)
-        if not item.deleted:
-            live[item.item_id] = item
-    held = {i.item_id: (i.content(), i.imap_state()) for i in target if not i.deleted}
-    missing = [i for k, i in live.items() if k not in held]
-    different = [i for k, i in live.items() if k in held and _differs(i, held[k])]
-    deletes = tuple(sorted(k for k in held if k not in live))
-    puts = sorted(missing + different, key=lambda i: i.change_number)
-    return RepairPlan(tuple(puts), deletes, cursor, len(missing), len(different))
-
-
-def _differs(
-    item: Item, held: tuple[tuple[str, str, str, str], tuple[int, tuple[str, ...]]]
-) -> bool:
-    """The target's version (`held`: content, UID and flags) is not the source's `item`;
-    UID and flags compared when the source has them (a node before them has none)."""
-    content, imap = held
-    return item.content() != content or (item.uid != 0 and item.imap_state() != imap)
-
-
-class PutsFromPages:
-    """Which items of the source's pages, read with their bodies, a repair writes: each of
-    the plan's puts (listed without bodies) once, when its id comes by live.  The reads
-    begin at the first put's change (`since`) and may stop once every put came by (`done`).
-
-    - A put changed since the plan is written as it is now (the next sync, from the plan's
-      cursor, copies it again anyway); one deleted, or grown past the target's
-      max_item_size, since the plan is not (the next sync deletes it, or skips it).
-    - A change the source cannot read stands for every change after the one before it in
-      its page (`source_reader` steps over a run of them as one), and for the item it names,
-      if it names one: a put whose change is among them, and which does not come by later
-      (changed since the plan), is a bad item (`bad`), with its id and its term in the digest
-      from the plan's listing: a body that cannot be read lists well without it, so the
-      digest, which counts it by the hash kept beside it, can still be compared less it."""
-
-    def __init__(self, puts: Iterable[Item], *, mailbox: str, max_item_size: int) -> None:
-        self.wanted = {item.item_id: item for item in puts}
-        self.mailbox = mailbox
-        self.max_item_size = max_item_size
-        self.since = min((i.change_number for i in self.wanted.values()), default=1) - 1
-        self._unread: dict[str, SkippedItem] = {}  # puts whose change could not be read
-
-    @property
-    def done(self) -> bool:
-        """Every put came by (one whose change could not be read may come by yet)."""
-        return not self.wanted
-
-    @property
-    def bad(self) -> list[SkippedItem]:
-        """The puts the source could not read (once the pages are all read)."""
-        return list(self._unread.values())
-
-    def take(self, item: Item, after: int) -> bool:
-        """Whether to write `item`, which came after change `after` in its page (the change
-        before it, or what the page was asked after)."""
-        if item.unreadable:
-            for put in self.wanted.values():
-                if put.item_id == item.item_id or after < put.change_number <= item.change_number:
-                    self._unread[put.item_id] = SkippedItem(
-                        self.mailbox,
-                        put.item_id,
-                        put.change_number,
-                        SkipReason.BAD,
-                        None,
-                        None,
-                        item.unreadable,
-                        f"{put.term(self.mailbox):064x}",
-                    )
-            return False
-        if self.wanted.pop(item.item_id, None) is None:
-            return False
-        self._unread.pop(item.item_id, None)
-        return (
-            not item.deleted
-            and classify(item, mailbox=self.mailbox, max_item_size=self.max_item_size) is None
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Reconciled:
-    """One mailbox reconciled: where its cursor goes on from, and what was repaired."""
-
-    mailbox: str
-    cursor: int
-    plan: RepairPlan | None  # None: the digests were equal, nothing was listed
-    created: bool = False  # the target had lost the mailbox itself
-    # What the mailbox skips, found afresh by a listing (None: not listed, unchanged).
-    skipped: tuple[SkippedItem, ...] | None = None
-
-    @property
-    def repaired(self) -> int:
-        return len(self.plan.puts) + len(self.plan.deletes) if self.plan else 0
-
-    def describe(self) -> str:
-        skips = f", {len(self.skipped)} items skipped" if self.skipped else ""
-        if self.plan is None or not self.plan:
-            return f"{self.mailbox}: target equal to source{skips}, cursor {self.cursor}"
-        return (
-            f"{self.mailbox}: repaired {self.plan.describe()}"
-            + (" (mailbox re-created)" if self.created else "")
-            + f"{skips}, cursor {self.cursor}"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Compared:
-    """One mailbox's two ends, as the verification compares them."""
-
-    source: Digest  # the source's digest less its skipped items: what the target must hold
-    target: Digest | None  # None: no such mailbox on the target
-    left_out: int = 0  # skipped items left out of the source's digest
-    skipped: tuple[SkippedItem, ...] | None = None  # found afresh by a listing, if listed
-    listed: Items | None = None  # that listing of the source, if it was listed
-
-    @property
-    def equal(self) -> bool:
-        return self.target is not None and self.source.matches(self.target)
-
-    def describe(self) -> str:
-        t = self.target
-        held = f"{t.item_count} items ({t.digest[:12]})" if t else "none"
-        n = self.left_out
-        less = f" ({n} skipped item{'s' if n != 1 else ''} left out)" if n else ""
-        return (
-            f"{self.source.mailbox}: source {self.source.item_count} items "
-            f"({self.source.digest[:12]}){less}, target {held}"
-        )
 
 
 class Reconciler:

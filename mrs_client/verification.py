@@ -16,19 +16,15 @@ from dataclasses import replace
 from functools import partial
 
 from dag_common.store_api import NodeStore
+from mrs_client.batching import write_cut
 from mrs_client.body_budget import BodyBudget
+from mrs_client.epoch_watch import EpochWatch
 from mrs_client.errors import MoveFailed, NeedsReconcile
 from mrs_client.gates import Gates
 from mrs_client.item_limits import over_limits
 from mrs_client.move_store import MoveRecord
 from mrs_client.policy import MoveSettings, source_lock_taken
-from mrs_client.reconcile import (
-    EpochWatch,
-    Reconciler,
-    differences,
-    reconcile_move,
-    write_cut,
-)
+from mrs_client.reconcile import Reconciler, differences, reconcile_move
 
 
 class Verifier:

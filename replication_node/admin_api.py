@@ -9,10 +9,20 @@ activation (the record's own fields, with `required` and a `summary` sentence).
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from dag_common.incarnation import ActivationCause, EpochRecord
+
+
+class CopyAction(StrEnum):
+    """What an administrator does to a passive copy (`POST …/copies/{node}/{action}`): the
+    seeds' Suspend-, Resume- and Update-MailboxDatabaseCopy (a reseed)."""
+
+    SUSPEND = "suspend"
+    RESUME = "resume"
+    RESEED = "reseed"
 
 
 class EpochEntry(BaseModel):
@@ -64,6 +74,15 @@ class History(BaseModel):
     database: str
     redelivery: RedeliveryEntry | None = None
     epochs: list[EpochEntry] = []
+
+
+class QuiesceAnswer(BaseModel):
+    """`POST …/quiesce`: the active took no more writes and closed its open log; the last
+    generation it closed (a switchover's target replays through it)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    last_log_generated: int
 
 
 class OpenLogKept(BaseModel):

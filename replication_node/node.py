@@ -13,7 +13,6 @@ import logging
 import ssl
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
@@ -39,10 +38,11 @@ from replication_node.active.redelivery import DumpsterRedelivery
 from replication_node.admin_api import (
     ActivationAnswer,
     BlockBufferAnswer,
+    CopyAction,
     LastLogsAnswer,
     SwitchoverAnswer,
 )
-from replication_node.backup.backup import BackupRequest, run_backup
+from replication_node.backup.backup import BackupAnswer, BackupRequest, run_backup
 from replication_node.backup.client import HttpActiveCalls
 from replication_node.backup.sources import ActiveSource, PassiveSource
 from replication_node.backup.status import with_backups
@@ -371,7 +371,7 @@ class Node:
         mode, before it is activated (`PassiveCopy.keep_block_buffer`)."""
         return await self._passive(database).keep_block_buffer()
 
-    async def backup(self, database: str, to: Path, *, incremental: bool) -> dict[str, Any]:
+    async def backup(self, database: str, to: Path, *, incremental: bool) -> BackupAnswer:
         """Back up this node's copy of `database` into `to` (a directory on this host),
         coordinated with its active (`backup/backup.py`); the manifest, once complete."""
         instance = self._instances.get(database)
@@ -400,7 +400,7 @@ class Node:
             clock=self._clock,
             on_running=lambda what: self._note_backup(database, what),
         )
-        return result.as_dict()
+        return result.answer()
 
     def _note_backup(self, database: str, what: str | None) -> None:
         if what is None:
@@ -423,10 +423,15 @@ class Node:
 
     def _passive(self, database: str, refusal: str = "") -> PassiveCopy:
         """This node's passive copy of `database`; BadRequest (`refusal`) if it holds none."""
-        instance = self._instances.get(database)
-        if instance is None or isinstance(instance, ActiveInstance):
+        instance = self.passive_here(database)
+        if instance is None:
             raise BadRequest(refusal or f"{self.name} holds no passive copy of {database}")
         return instance
+
+    def passive_here(self, database: str) -> PassiveCopy | None:
+        """This node's copy of `database` if it is a passive one."""
+        instance = self._instances.get(database)
+        return instance if isinstance(instance, PassiveCopy) else None
 
     def active_here(self, database: str) -> ActiveInstance | None:
         """This node's copy of `database` if it is the active one (mounted or not)."""
@@ -481,27 +486,32 @@ class Node:
         )
 
     async def copy_action(
-        self, database: str, action: str, *, reason: str = "", activation_only: bool = False
-    ) -> dict[str, Any]:
+        self,
+        database: str,
+        action: CopyAction,
+        *,
+        reason: str = "",
+        activation_only: bool = False,
+    ) -> CopyStatusReport:
         """Suspend, resume or reseed this node's passive copy of `database`; with
-        `activation_only`, suspend or resume only its activation (it replicates on)."""
+        `activation_only`, suspend or resume only its activation (it replicates on).  The
+        copy's status once done."""
         if database not in self._instances:
             raise NotFound(f"no copy of {database} on {self.name}")
         instance = self._passive(
             database, f"the copy of {database} on {self.name} is active; {action} a passive copy"
         )
-        if activation_only and action == "reseed":
-            raise BadRequest("activation_only: only suspend and resume take it")
-        if activation_only and action == "suspend":
-            instance.suspend_activation(reason or "activation suspended by administrator")
-        elif activation_only:
-            instance.resume_activation()
-        elif action == "suspend":
-            await instance.suspend(reason or "suspended by administrator")
-        elif action == "resume":
-            await instance.resume()
-        elif action == "reseed":
-            await instance.reseed()
-        else:
-            raise BadRequest(f"unknown action {action}")
-        return instance.status().model_dump(mode="json")
+        match action, activation_only:
+            case CopyAction.RESEED, True:
+                raise BadRequest("activation_only: only suspend and resume take it")
+            case CopyAction.SUSPEND, True:
+                instance.suspend_activation(reason or "activation suspended by administrator")
+            case CopyAction.RESUME, True:
+                instance.resume_activation()
+            case CopyAction.SUSPEND, False:
+                await instance.suspend(reason or "suspended by administrator")
+            case CopyAction.RESUME, False:
+                await instance.resume()
+            case CopyAction.RESEED, False:
+                await instance.reseed()
+        return instance.status()

@@ -19,19 +19,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from dag_common.backoff import Backoff
+
 
 def set_wal(conn: sqlite3.Connection, attempts: int = 200) -> None:
     """Switch a (possibly brand-new) file to WAL.  Node processes opening a new file at the
     same moment can meet 'database is locked' here, which SQLite's busy timeout does not
     cover: retry for up to about ten seconds."""
-    for attempt in range(attempts):
+    retry = Backoff.fixed(0.05)
+    while True:
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             return
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or attempt == attempts - 1:
+            if "locked" not in str(exc) or retry.failures == attempts - 1:
                 raise
-            time.sleep(0.05)  # start-up only, before the store serves anything
+            time.sleep(retry.next())  # start-up only, before the store serves anything
 
 
 def open_store_file(path: Path, schema: str) -> sqlite3.Connection:

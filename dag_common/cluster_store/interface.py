@@ -139,6 +139,18 @@ class RedeliveryRecord:
         """Still to be answered (DumpsterRedeliveryRequired)."""
         return self.ended is None
 
+    def describe(self) -> str:
+        """One line for the status and the history: what is asked of whom, or how it ended."""
+        window = f"{self.start:%Y-%m-%d %H:%M} to {self.end:%Y-%m-%d %H:%M} UTC"
+        epochs = ", ".join(str(e) for e in self.epochs)
+        if self.required:
+            answered = f"; answered: {', '.join(self.answered)}" if self.answered else ""
+            return (
+                f"dumpster redelivery of {window} (epochs {epochs}) pending from "
+                f"{', '.join(self.servers)}{answered}"
+            )
+        return f"dumpster redelivery of {window} (epochs {epochs}): {self.ended}"
+
     def to_json(self) -> str:
         """The record as the engines keep it (its database is the key's)."""
         return json.dumps(

@@ -27,6 +27,7 @@ from typing import Any
 import aiohttp
 
 from dag_common.auth import bearer
+from dag_common.backoff import Backoff
 from dag_common.clock import Clock
 from dag_common.cluster_store import ClusterStore, RedeliveryRecord
 from dag_common.config import ClusterConfig
@@ -107,15 +108,19 @@ class DumpsterRedelivery:
         redelivery of this database is required (until cancelled: the copy stops being
         active)."""
         interval = self._config.transport.redelivery_interval.total_seconds()
+        retry = Backoff.fixed(interval)
         required = False
         while not required:
             try:
                 await self.require_if_lossy(last_log_time)
                 required = True
             except Exception as exc:  # the store unreachable: the record must be made
-                logger.warning("%s: recording the redelivery failed (%s); again in %gs",
-                               self._database, exc, interval)  # fmt: skip
-                await self._clock.sleep(interval)
+                wait = retry.next()
+                if retry.worth_saying():
+                    logger.warning("%s: recording the redelivery failed (%s, %d tries); "
+                                   "again in %gs", self._database, exc, retry.failures,
+                                   wait)  # fmt: skip
+                await self._clock.sleep(wait)
         while True:
             try:
                 await self.ask_once()
@@ -183,18 +188,3 @@ class DumpsterRedelivery:
                            self._database, server, status, answer)  # fmt: skip
             return None
         return answer
-
-
-def describe(record: RedeliveryRecord | None) -> str | None:
-    """One line for the status and the history: what is asked of whom, or how it ended."""
-    if record is None:
-        return None
-    window = f"{record.start:%Y-%m-%d %H:%M} to {record.end:%Y-%m-%d %H:%M} UTC"
-    epochs = ", ".join(str(e) for e in record.epochs)
-    if record.required:
-        answered = f"; answered: {', '.join(record.answered)}" if record.answered else ""
-        return (
-            f"dumpster redelivery of {window} (epochs {epochs}) pending from "
-            f"{', '.join(record.servers)}{answered}"
-        )
-    return f"dumpster redelivery of {window} (epochs {epochs}): {record.ended}"

@@ -12,7 +12,6 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
-from replication_node.active.redelivery import describe
 from replication_node.errors import LogFormatError, LogShareError
 
 if TYPE_CHECKING:
@@ -64,5 +63,9 @@ def active_status(instance: ActiveInstance) -> CopyStatusReport:
         block_followers=followers,
         synchronous_copies=need,
         note=note,
-        redelivery=describe(instance.redelivery.record) if instance.redelivery else None,
+        redelivery=(
+            instance.redelivery.record.describe()
+            if instance.redelivery and instance.redelivery.record
+            else None
+        ),
     )

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from dag_common.clock import Clock
 from dag_common.durable import atomic_write, fsync_dir
@@ -117,12 +117,21 @@ class BackupResult:
     seconds: float
     stamp: BackupStamp
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            **self.manifest.as_dict(),
-            "seconds": round(self.seconds, 3),
-            "stamp": self.stamp.model_dump(mode="json"),
-        }
+    def answer(self) -> BackupAnswer:
+        """What `POST /v1/databases/{db}/backup` answers: the manifest, how long the backup
+        took, and the stamp the active committed."""
+        return BackupAnswer(
+            **{name: getattr(self.manifest, name) for name in Manifest.model_fields},
+            seconds=round(self.seconds, 3),
+            stamp=self.stamp,
+        )
+
+
+class BackupAnswer(Manifest):
+    """A backup taken: its manifest's fields, with its time and its stamp beside them."""
+
+    seconds: float
+    stamp: BackupStamp
 
 
 def settle_snapshot(path: Path) -> DatabaseHeader:
@@ -238,7 +247,7 @@ async def _take(
         header = await asyncio.to_thread(settle_snapshot, target)
         await asyncio.to_thread(fsync_file, target)
         size, digest = await asyncio.to_thread(sha256_of, target)
-        database_file = FileEntry(target.name, size, digest)
+        database_file = FileEntry(name=target.name, size=size, sha256=digest)
         after = header.waypoint
         signatures = (str(header.database_signature), str(header.log_signature))
         if signatures != (lease.database_signature, lease.log_signature):
@@ -338,7 +347,7 @@ def _copy_logs(
         target = to / name
         written.append(target)
         entry = write_file(target, data)
-        out.append(LogEntry(gen, entry, inspected.header.creation_time, inspected.close_time))
+        out.append(LogEntry.of(gen, entry, inspected.header.creation_time, inspected.close_time))
         prev = inspected.header
     fsync_dir(to)
     return out

@@ -31,7 +31,7 @@ def write_file(path: Path, data: bytes) -> FileEntry:
         os.fsync(fd)
     finally:
         os.close(fd)
-    return FileEntry(path.name, len(data), hashlib.sha256(data).hexdigest())
+    return FileEntry(name=path.name, size=len(data), sha256=hashlib.sha256(data).hexdigest())
 
 
 def fsync_file(path: Path) -> None:

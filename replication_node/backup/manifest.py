@@ -17,11 +17,19 @@ one log stream.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import orjson
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    computed_field,
+    field_serializer,
+    model_validator,
+)
 
 from replication_node.errors import BackupDamaged
 from replication_node.storage.ops import BackupKind
@@ -29,41 +37,64 @@ from replication_node.storage.ops import BackupKind
 MANIFEST_NAME = "manifest.json"
 FORMAT = 1
 
+# Types are held strictly (an integer is not a string, a bool not an integer), and the JSON
+# carries keys this version does not know without complaint, so that a newer writer's
+# additions do not make a set unreadable.
+_STRICT = ConfigDict(frozen=True, strict=True, extra="ignore")
 
-@dataclass(frozen=True, slots=True)
-class FileEntry:
+
+class FileEntry(BaseModel):
     """One file of a backup set: its name in the set's directory, size and SHA-256 (hex)."""
 
-    name: str
-    size: int
-    sha256: str
+    model_config = _STRICT
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "size": self.size, "sha256": self.sha256}
+    name: str = Field(min_length=1)
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
-@dataclass(frozen=True, slots=True)
-class LogEntry:
-    """A closed log generation in a backup set, with the times its header and CLOSE hold."""
+class LogEntry(BaseModel):
+    """A closed log generation in a backup set, with the times its header and CLOSE hold
+    (its file's name, size and SHA-256 beside them: one flat object in the manifest)."""
 
-    generation: int
-    file: FileEntry
+    model_config = _STRICT
+
+    generation: int = Field(ge=1)
+    name: str = Field(min_length=1)
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     creation_time: datetime
     close_time: datetime
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "generation": self.generation,
-            **self.file.as_dict(),
-            "creation_time": self.creation_time.isoformat(),
-            "close_time": self.close_time.isoformat(),
-        }
+    @classmethod
+    def of(
+        cls, generation: int, file: FileEntry, creation_time: datetime, close_time: datetime
+    ) -> LogEntry:
+        """The entry of generation `generation`, held in `file`."""
+        return cls(
+            generation=generation,
+            name=file.name,
+            size=file.size,
+            sha256=file.sha256,
+            creation_time=creation_time,
+            close_time=close_time,
+        )
+
+    @property
+    def file(self) -> FileEntry:
+        return FileEntry(name=self.name, size=self.size, sha256=self.sha256)
+
+    @field_serializer("creation_time", "close_time")
+    def _iso(self, value: datetime) -> str:
+        return value.isoformat()  # "+00:00", as manifests have always said, not "Z"
 
 
-@dataclass(frozen=True, slots=True)
-class Manifest:
-    """What one backup set holds."""
+class Manifest(BaseModel):
+    """What one backup set holds, as `manifest.json` says it (`encode`, `parse_manifest`)."""
 
+    model_config = _STRICT
+
+    format: Literal[1] = FORMAT
     kind: BackupKind
     backup_id: str
     database: str
@@ -75,18 +106,22 @@ class Manifest:
     ended_at: datetime
     # The generation the set begins after: the file's waypoint (full), or the last
     # generation of the backup it follows (incremental).
-    after_generation: int
-    last_generation: int
-    logs: tuple[LogEntry, ...]
-    database_file: FileEntry | None = None  # a full backup's
+    after_generation: int = Field(ge=0)
     # The first generation the set holds: after_generation + 1, or lower when a staged body
     # pending there began before it (Logs Required, `log/spanning.py`): the set holds the
-    # start of every transaction its first log continues.  Those logs are read, not replayed.
-    first_generation: int = 0
+    # start of every transaction its first log continues.  Those logs are read, not
+    # replayed.  0 (or absent, from a set written before it was kept) is after + 1.
+    first_generation: int = Field(default=0, ge=0)
+    last_generation: int = Field(ge=0)
+    database_file: FileEntry | None = None  # a full backup's
+    logs: tuple[LogEntry, ...]
 
-    def __post_init__(self) -> None:
-        if self.first_generation == self.after_generation + 1:  # one spelling of the default
-            object.__setattr__(self, "first_generation", 0)
+    @model_validator(mode="after")
+    def _one_spelling(self) -> Manifest:
+        """first_generation as after_generation + 1 is the default (0), whoever wrote it."""
+        if self.first_generation == self.after_generation + 1:
+            object.__setattr__(self, "first_generation", 0)  # frozen: set once, here
+        return self
 
     @property
     def first(self) -> int:
@@ -98,29 +133,22 @@ class Manifest:
         db = (self.database_file,) if self.database_file else ()
         return db + tuple(log.file for log in self.logs)
 
+    @computed_field(alias="bytes")  # type: ignore[prop-decorator]
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
+    @field_serializer("first_generation")
+    def _first(self, _: int) -> int:
+        return self.first  # written out whole, for a reader that does not know the default
+
+    @field_serializer("started_at", "ended_at")
+    def _iso(self, value: datetime) -> str:
+        return value.isoformat()
+
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT,
-            "kind": str(self.kind),
-            "backup_id": self.backup_id,
-            "database": self.database,
-            "source_node": self.source_node,
-            "source_role": self.source_role,
-            "database_signature": str(self.database_signature),
-            "log_signature": str(self.log_signature),
-            "started_at": self.started_at.isoformat(),
-            "ended_at": self.ended_at.isoformat(),
-            "after_generation": self.after_generation,
-            "first_generation": self.first,
-            "last_generation": self.last_generation,
-            "database_file": self.database_file.as_dict() if self.database_file else None,
-            "logs": [log.as_dict() for log in self.logs],
-            "bytes": self.total_bytes,
-        }
+        """The manifest as JSON values, as `manifest.json` holds it."""
+        return self.model_dump(mode="json", by_alias=True)
 
     def encode(self) -> bytes:
         return orjson.dumps(self.as_dict(), option=orjson.OPT_INDENT_2) + b"\n"
@@ -145,61 +173,34 @@ class Manifest:
         return None
 
 
-def _get(raw: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
-    value = raw.get(name)
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
-        raise ValueError(f"{name} is missing or not a {getattr(kind, '__name__', kind)}")
-    return value
-
-
-def _file(raw: Any) -> FileEntry:
-    if not isinstance(raw, dict):
-        raise ValueError("a file entry is not an object")
-    digest = _get(raw, "sha256", str)
-    if len(digest) != 64:
-        raise ValueError(f"sha256 of {raw.get('name')!r} is not 64 hex digits")
-    return FileEntry(_get(raw, "name", str), _get(raw, "size", int), digest)
+def _reasons(exc: ValidationError) -> str:
+    """A validation's errors as one line: each field's path and what is wrong with it."""
+    said = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"])
+        what = error["msg"]
+        if error["type"] != "missing" and isinstance(error["input"], str | int | float):
+            what += f", not {error['input']!r}"
+        said.append(f"{where}: {what}" if where else what)
+    return "; ".join(said)
 
 
 def parse_manifest(data: bytes, where: str) -> Manifest:
     """The manifest in `data` (read from `where`); BackupDamaged naming it and the reason."""
     try:
         raw = orjson.loads(data)
-        if not isinstance(raw, dict):
-            raise ValueError("not a JSON object")
-        if raw.get("format") != FORMAT:
-            raise ValueError(f"format {raw.get('format')!r} is not {FORMAT}")
-        logs = []
-        for entry in _get(raw, "logs", list):
-            logs.append(
-                LogEntry(
-                    _get(entry, "generation", int),
-                    _file(entry),
-                    datetime.fromisoformat(_get(entry, "creation_time", str)),
-                    datetime.fromisoformat(_get(entry, "close_time", str)),
-                )
-            )
-        db_file = raw.get("database_file")
-        manifest = Manifest(
-            kind=BackupKind(_get(raw, "kind", str)),
-            backup_id=_get(raw, "backup_id", str),
-            database=_get(raw, "database", str),
-            source_node=_get(raw, "source_node", str),
-            source_role=_get(raw, "source_role", str),
-            database_signature=uuid.UUID(_get(raw, "database_signature", str)),
-            log_signature=uuid.UUID(_get(raw, "log_signature", str)),
-            started_at=datetime.fromisoformat(_get(raw, "started_at", str)),
-            ended_at=datetime.fromisoformat(_get(raw, "ended_at", str)),
-            after_generation=_get(raw, "after_generation", int),
-            first_generation=(
-                _get(raw, "first_generation", int) if "first_generation" in raw else 0
-            ),
-            last_generation=_get(raw, "last_generation", int),
-            logs=tuple(logs),
-            database_file=_file(db_file) if db_file is not None else None,
+    except orjson.JSONDecodeError as exc:
+        raise BackupDamaged(f"{where}: not a usable manifest: not JSON ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise BackupDamaged(f"{where}: not a usable manifest: not a JSON object")
+    if raw.get("format") != FORMAT:
+        raise BackupDamaged(
+            f"{where}: not a usable manifest: format {raw.get('format')!r} is not {FORMAT}"
         )
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise BackupDamaged(f"{where}: not a usable manifest: {exc}") from exc
+    try:
+        manifest = Manifest.model_validate_json(data)
+    except ValidationError as exc:
+        raise BackupDamaged(f"{where}: not a usable manifest: {_reasons(exc)}") from exc
     problem = manifest.problem()
     if problem:
         raise BackupDamaged(f"{where}: {problem}")

@@ -16,7 +16,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from datetime import timedelta
+from typing import Protocol, TypeVar
 
 import aiohttp
 from pydantic import BaseModel, ValidationError
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 from dag_common.config import ClusterConfig
 from dag_common.model import CopyRole, CopyStatusReport, NodeStatus
 from dag_common.node_status import StatusUnavailable, fetch_node_status, post_admin
-from replication_node.admin_api import BlockBufferAnswer, LastLogsAnswer
+from replication_node.admin_api import BlockBufferAnswer, LastLogsAnswer, QuiesceAnswer
 from replication_node.log.truncation import CopyProgress
 
 logger = logging.getLogger(__name__)
@@ -82,40 +83,14 @@ class Peers(Protocol):
         ...
 
     async def copy_last_logs(self, node: str, database: str) -> LastLogsCopied:
-        copied = await self._take_over(node, database, "copy-last-logs", LastLogsAnswer)
-        if isinstance(copied, str):
-            return LastLogsCopied(failure=copied)
-        return LastLogsCopied(
-            source=copied.source,
-            closed_through=copied.closed_through,
-            open_log_generation=copied.open_log.generation if copied.open_log else None,
-        )
+        """Ask the copy on `node`, taking over, to copy the old active's last logs (Attempt
+        Copy Last Logs)."""
+        ...
 
     async def keep_block_buffer(self, node: str, database: str) -> BlockBufferKept:
-        answer = await self._take_over(node, database, "keep-block-buffer", BlockBufferAnswer)
-        if isinstance(answer, str):
-            return BlockBufferKept(failure=answer)
-        if answer.kept is None:
-            return BlockBufferKept()
-        return BlockBufferKept(
-            generation=answer.kept.generation, kept_through=answer.kept.kept_through
-        )
-
-    async def _take_over(self, node: str, database: str, action: str, model: type[A]) -> A | str:
-        """A call the copy taking over is asked (`action` on its database): its answer as
-        `model`, or why not ("HTTP 409: …", or a malformed answer) as a sentence."""
-        status, answer = await post_admin(
-            self._session,
-            f"{self._db_url(node, database)}/{action}",
-            self._token,
-            timeout=TAKE_OVER_CALL_TIMEOUT,
-        )
-        if status != 200:
-            return f"HTTP {status}: {answer.get('error')}"
-        try:
-            return model.model_validate(answer)
-        except ValidationError as exc:
-            return f"a malformed answer ({exc.error_count()} errors)"
+        """Ask the copy on `node`, taking over, to keep its block-mode buffer as a
+        generation of its own."""
+        ...
 
     async def reconcile_all(self, database: str) -> None:
         """Ask every node of `database` to re-read who is active now (a node that cannot be
@@ -177,25 +152,17 @@ class HttpPeers:
         return dict(zip(nodes, reports, strict=True))
 
     async def quiesce(self, node: str, database: str, target: str) -> int | None:
-        answer = await self._post(f"{self._db_url(node, database)}/quiesce", {"target": target})
-        return None if answer is None else int(answer["last_log_generated"])
+        url = f"{self._db_url(node, database)}/quiesce"
+        answer = await self._post(url, QuiesceAnswer, {"target": target})
+        return None if answer is None else answer.last_log_generated
 
     async def unquiesce(self, node: str, database: str) -> None:
         await self._post(f"{self._db_url(node, database)}/unquiesce")
 
     async def copy_last_logs(self, node: str, database: str) -> LastLogsCopied:
-        status, answer = await post_admin(
-            self._session,
-            f"{self._db_url(node, database)}/copy-last-logs",
-            self._token,
-            timeout=TAKE_OVER_CALL_TIMEOUT,
-        )
-        if status != 200:
-            return LastLogsCopied(failure=f"HTTP {status}: {answer.get('error')}")
-        try:
-            copied = LastLogsAnswer.model_validate(answer)
-        except ValidationError as exc:
-            return LastLogsCopied(failure=f"a malformed answer ({exc.error_count()} errors)")
+        copied = await self._take_over(node, database, "copy-last-logs", LastLogsAnswer)
+        if isinstance(copied, str):
+            return LastLogsCopied(failure=copied)
         return LastLogsCopied(
             source=copied.source,
             closed_through=copied.closed_through,
@@ -203,35 +170,52 @@ class HttpPeers:
         )
 
     async def keep_block_buffer(self, node: str, database: str) -> BlockBufferKept:
+        answer = await self._take_over(node, database, "keep-block-buffer", BlockBufferAnswer)
+        if isinstance(answer, str):
+            return BlockBufferKept(failure=answer)
+        if answer.kept is None:
+            return BlockBufferKept()
+        return BlockBufferKept(
+            generation=answer.kept.generation, kept_through=answer.kept.kept_through
+        )
+
+    async def _take_over(self, node: str, database: str, action: str, model: type[A]) -> A | str:
+        """A call the copy taking over is asked (`action` on its database): its answer as
+        `model`, or why not ("HTTP 409: …", or a malformed answer) as a sentence."""
         status, answer = await post_admin(
             self._session,
-            f"{self._db_url(node, database)}/keep-block-buffer",
+            f"{self._db_url(node, database)}/{action}",
             self._token,
             timeout=TAKE_OVER_CALL_TIMEOUT,
         )
         if status != 200:
-            return BlockBufferKept(failure=f"HTTP {status}: {answer.get('error')}")
+            return f"HTTP {status}: {answer.get('error')}"
         try:
-            kept = BlockBufferAnswer.model_validate(answer).kept
+            return model.model_validate(answer)
         except ValidationError as exc:
-            return BlockBufferKept(failure=f"a malformed answer ({exc.error_count()} errors)")
-        if kept is None:
-            return BlockBufferKept()
-        return BlockBufferKept(generation=kept.generation, kept_through=kept.kept_through)
+            return f"a malformed answer ({exc.error_count()} errors)"
 
     async def reconcile_all(self, database: str) -> None:
         config = self._config()
         urls = [config.node(c.node).url for c in config.database(database).copies]
         await asyncio.gather(*(self._post(f"{url}/v1/reconcile") for url in urls))
 
-    async def _post(self, url: str, body: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        """POST an admin call; its JSON answer, or None if the node cannot be reached or
-        refuses (said in the log)."""
+    async def _post(
+        self, url: str, model: type[A] | None = None, body: dict[str, object] | None = None
+    ) -> A | None:
+        """POST an admin call; its answer as `model` (None: no model asked for), or None if
+        the node cannot be reached, refuses, or answers what is not one (said in the log)."""
         code, answer = await post_admin(self._session, url, self._token, body)
         if code >= 300:
             logger.warning("POST %s: HTTP %d %s", url, code, str(answer.get("error"))[:300])
             return None
-        return answer
+        if model is None:
+            return None
+        try:
+            return model.model_validate(answer)
+        except ValidationError as exc:
+            logger.warning("POST %s: a malformed answer (%d errors)", url, exc.error_count())
+            return None
 
 
 class PeerProgress:
@@ -259,7 +243,7 @@ class PeerProgress:
         config = self._config()
         db = config.database(database)
 
-        async def ask(node: str, lag: Any) -> CopyProgress:
+        async def ask(node: str, lag: timedelta) -> CopyProgress:
             status = await node_status(self._session, config.node(node).url, self._token)
             report = copy_in(status, database)
             if report is not None and report.role is CopyRole.PASSIVE:

@@ -18,11 +18,12 @@ from dag_common.credentials import Role
 from dag_common.echo import quoted
 from dag_common.route_roles import PUBLIC, add_route
 from dag_common.store_api import LogPosition, Rolled
-from replication_node.active.redelivery import describe
 from replication_node.admin_api import (
     AuditAnswer,
+    CopyAction,
     EpochEntry,
     History,
+    QuiesceAnswer,
     RedeliveryEntry,
 )
 from replication_node.audit import AuditLog
@@ -87,9 +88,9 @@ async def copy_action(request: web.Request) -> web.Response:
         raise NotFound(f"the copy of {db} on {target} is not on this node ({node.name})")
     body = parse(ReasonIn, await json_body(request))
     result = await node.copy_action(
-        db, action, reason=body.reason, activation_only=body.activation_only
+        db, CopyAction(action), reason=body.reason, activation_only=body.activation_only
     )
-    return web.json_response(result)
+    return web.json_response(text=result.model_dump_json())
 
 
 async def reconcile(request: web.Request) -> web.Response:
@@ -138,7 +139,7 @@ async def history(request: web.Request) -> web.Response:
         redelivery=RedeliveryEntry(
             **json.loads(redelivery.to_json()),
             required=redelivery.required,
-            summary=describe(redelivery),
+            summary=redelivery.describe(),
         )
         if redelivery
         else None,
@@ -157,7 +158,7 @@ async def quiesce(request: web.Request) -> web.Response:
     """Switchover, on the active's node: stop writes and close the open log."""
     body = parse(TargetIn, await json_body(request))
     generation = await active_for_write(request).quiesce(body.target)
-    return web.json_response({"last_log_generated": generation})
+    return web.json_response(text=QuiesceAnswer(last_log_generated=generation).model_dump_json())
 
 
 async def mount(request: web.Request) -> web.Response:

@@ -12,7 +12,6 @@ from aiohttp import web
 from dag_common.deadline_middleware import deadline_middleware
 from dag_common.http_body import items_body_size
 from dag_common.route_roles import role_middleware
-from replication_node.active.share import ActiveLogShare
 from replication_node.http.admin_routes import add_admin_routes
 from replication_node.http.backup_routes import add_backup_routes
 from replication_node.http.changes_routes import add_changes_routes
@@ -25,8 +24,8 @@ from replication_node.http.status_watch import add_status_watch_route
 from replication_node.http.store_routes import add_store_routes
 from replication_node.metrics import add_metrics_route
 from replication_node.node import Node
-from replication_node.passive.copy import PassiveCopy
 from replication_node.shipping.copy_share import add_copy_share_routes
+from replication_node.shipping.interfaces import LogShareSource
 from replication_node.shipping.logshare import add_log_share_routes
 
 
@@ -64,7 +63,7 @@ def build_app(node: Node) -> web.Application:
     add_status_watch_route(app)
     add_metrics_route(app, node.metrics)
 
-    def lookup(database: str) -> ActiveLogShare | None:
+    def lookup(database: str) -> LogShareSource | None:
         instance = node.active_here(database)
         # Mounted, or not mounted and holding its last logs for the copy taking over.
         if instance is not None and (instance.copy or instance.share.holding()):
@@ -73,10 +72,8 @@ def build_app(node: Node) -> web.Application:
 
     add_log_share_routes(app, lookup=lookup)
 
-    def passive(database: str) -> PassiveCopy | None:
-        instance = node.instance(database)
-        return instance if isinstance(instance, PassiveCopy) else None
-
-    add_copy_share_routes(app, lookup=passive)
+    # Looked up when a request comes (an app built over a partial node, as the route tables'
+    # tests build it, serves whatever they ask of it).
+    add_copy_share_routes(app, lookup=lambda database: node.passive_here(database))
     setup_in_flight(app)  # last: its shutdown hook runs after the streams' hooks
     return app

@@ -31,7 +31,8 @@ async def take_backup(request: web.Request) -> web.Response:
     body = parse(BackupIn, await json_body(request))
     if body.from_ != node.name:
         raise NotFound(f"the copy of {db} on {body.from_} is not on this node ({node.name})")
-    return web.json_response(await node.backup(db, Path(body.to), incremental=body.incremental))
+    answer = await node.backup(db, Path(body.to), incremental=body.incremental)
+    return web.json_response(answer.as_dict())
 
 
 async def begin(request: web.Request) -> web.Response:

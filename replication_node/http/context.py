@@ -21,16 +21,18 @@ from dag_common.config import ClusterConfig
 from dag_common.echo import quoted
 from dag_common.http_body import SMALL_BODY, BodyLimit, body_text, parse_json, read_body
 from dag_common.memory import MemoryBudget
-from dag_common.model import AutoDatabaseMountDial, NodeStatus
+from dag_common.model import AutoDatabaseMountDial, CopyStatusReport, NodeStatus
 from replication_node.active.copy import ActiveCopy
 from replication_node.active.instance import ActiveInstance
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.admin_api import (
     ActivationAnswer,
     BlockBufferAnswer,
+    CopyAction,
     LastLogsAnswer,
     SwitchoverAnswer,
 )
+from replication_node.backup.backup import BackupAnswer
 from replication_node.errors import BadRequest, LogStreamStopped, NotActive, NotFound
 from replication_node.interfaces import HostedCopy
 from replication_node.storage.reader import MailboxReader
@@ -63,8 +65,13 @@ class NodeApi(Protocol):
     async def reconcile(self) -> None: ...
 
     async def copy_action(
-        self, database: str, action: str, *, reason: str = ""
-    ) -> dict[str, Any]: ...
+        self,
+        database: str,
+        action: CopyAction,
+        *,
+        reason: str = "",
+        activation_only: bool = False,
+    ) -> CopyStatusReport: ...
 
     async def activate(
         self, database: str, target: str, dial_override: AutoDatabaseMountDial | None
@@ -76,7 +83,7 @@ class NodeApi(Protocol):
 
     async def keep_block_buffer(self, database: str) -> BlockBufferAnswer: ...
 
-    async def backup(self, database: str, to: Path, *, incremental: bool) -> dict[str, Any]: ...
+    async def backup(self, database: str, to: Path, *, incremental: bool) -> BackupAnswer: ...
 
 
 NODE: web.AppKey[NodeApi] = web.AppKey("node")

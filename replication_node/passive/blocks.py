@@ -36,6 +36,7 @@ from pathlib import Path
 import crc32c
 import orjson
 
+from dag_common.backoff import Backoff
 from dag_common.clock import Clock
 from dag_common.durable import fsync_dir
 from dag_common.model import CopyMode
@@ -138,6 +139,8 @@ class BlockReceiver:
 
     async def run(self) -> None:
         await asyncio.to_thread(self._recover)
+        # Block mode is entered again `retry` after it ended, whyever it ended.
+        retry = Backoff.fixed(self._retry)
         while True:
             while not self._caught_up():
                 await self._clock.sleep(self._check)
@@ -158,7 +161,7 @@ class BlockReceiver:
                 logger.exception("%s: block mode failed", self._dir)
                 reason = f"block mode failed ({type(exc).__name__}: {exc})"
             self._fall_back(reason, keep=keep)
-            await self._clock.sleep(self._retry)
+            await self._clock.sleep(retry.next())
 
     def _caught_up(self) -> bool:
         m = self._markers

@@ -46,6 +46,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dag_common.backoff import Backoff
 from dag_common.clock import Clock
 from dag_common.durable import fsync_dir
 from replication_node.errors import (
@@ -136,7 +137,7 @@ class Copier:
 
     async def run(self) -> None:
         m = self._markers
-        outage_logged = False
+        retry = Backoff.fixed(self._retry)
         while True:
             try:
                 info = await self._source.info()
@@ -149,7 +150,7 @@ class Copier:
                 async for info in self._source.notifications(m.last_log_inspected):
                     self._seen(info)
                     await self._copy_through(info.last_generation)
-                outage_logged = False
+                retry.reset()
                 continue  # the stream ended (the active restarted?): ask again at once
             except GenerationGone as exc:
                 raise CopyFailed(f"{exc}; the copy needs a reseed") from exc
@@ -157,12 +158,13 @@ class Copier:
                 m.connected = False
                 if m.disconnected_since is None:
                     m.disconnected_since = self._clock.monotonic()
-                if not outage_logged:
+                wait = retry.next()
+                if retry.worth_saying():
                     logger.warning(
-                        "%s: cannot reach the active, retrying: %s", self._paths.name, exc
-                    )
-                    outage_logged = True
-            await self._clock.sleep(self._retry)
+                        "%s: cannot reach the active (%d tries), again in %gs: %s",
+                        self._paths.name, retry.failures, wait, exc,
+                    )  # fmt: skip
+                await self._clock.sleep(wait)
 
     async def _check_rejoin(self, info: LogShareInfo) -> None:
         """A copy that was active follows a new active: is its database file on its stream?

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dag_common.backoff import Backoff
 from dag_common.clock import Clock
 from dag_common.model import CopyMode, CopyRole, CopyStatus, CopyStatusReport
 from dag_common.tasks import cancel_and_wait
@@ -198,6 +199,7 @@ class PassiveCopy:
     # ---- the pipeline --------------------------------------------------------------------
 
     async def _run(self, reseed: bool) -> None:
+        retry = Backoff.fixed(self._failed_retry)
         while True:
             try:
                 if reseed or not self.paths.database.exists():
@@ -216,11 +218,12 @@ class PassiveCopy:
                 if self._db is not None:
                     self._db.close()
                     self._db = None
-                await self._clock.sleep(self._failed_retry)
+                await self._clock.sleep(retry.next())
 
     async def _seed(self) -> None:
         self._phase = CopyStatus.SEEDING
         self._close_reader()
+        retry = Backoff.fixed(self._retry)
         while True:
             try:
                 self._seed_state = SeedProgress()
@@ -228,8 +231,11 @@ class PassiveCopy:
                 break
             except LogShareError as exc:
                 self.error = f"seeding: {exc}"
-                logger.warning("%s: seed failed, retrying: %s", self.database, exc)
-                await self._clock.sleep(self._retry)
+                wait = retry.next()
+                if retry.worth_saying():
+                    logger.warning("%s: seed failed (%d tries), again in %gs: %s",
+                                   self.database, retry.failures, wait, exc)  # fmt: skip
+                await self._clock.sleep(wait)
         self.error = None
         self.markers = Markers(
             last_log_copied=info.waypoint,

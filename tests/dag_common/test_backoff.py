@@ -28,3 +28,11 @@ def test_the_first_failure_and_every_tenth_are_worth_a_line():
 def test_a_backoff_that_cannot_wait_is_refused(first, longest):
     with pytest.raises(ValueError):
         Backoff(first, longest)
+
+
+def test_a_fixed_interval_waits_the_same_and_still_counts_its_failures():
+    b = Backoff.fixed(0.5)
+    assert [b.next() for _ in range(4)] == [0.5] * 4
+    assert b.failures == 4 and b.worth_saying() is False
+    b.reset()
+    assert b.next() == 0.5 and b.worth_saying()

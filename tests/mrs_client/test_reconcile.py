@@ -9,19 +9,12 @@ import pytest
 
 from dag_common.rfc822 import BodyFormat
 from dag_common.store_api import Item
+from mrs_client.batching import cut_batches, write_cut, write_size
+from mrs_client.epoch_watch import EpochWatch, Side
 from mrs_client.errors import NeedsReconcile
 from mrs_client.item_limits import SkipReason, sort_out
 from mrs_client.policy import MoveSettings
-from mrs_client.reconcile import (
-    EpochWatch,
-    PutsFromPages,
-    Side,
-    cut_batches,
-    latest,
-    plan_repair,
-    write_cut,
-    write_size,
-)
+from mrs_client.repair_plan import PutsFromPages, latest, plan_repair
 
 
 def it(item_id, cn, body="b", folder="Inbox", deleted=False):

@@ -70,10 +70,12 @@ SIG = (uuid.uuid4(), uuid.uuid4())
 
 def manifest(kind=BackupKind.FULL, after=4, last=6, **kw) -> Manifest:
     logs = tuple(
-        LogEntry(g, FileEntry(f"E{g:08X}.log", 10, "0" * 64), T, T)
+        LogEntry.of(g, FileEntry(name=f"E{g:08X}.log", size=10, sha256="0" * 64), T, T)
         for g in range(after + 1, last + 1)
     )
-    db_file = FileEntry("DB1.sqlite", 10, "0" * 64) if kind is BackupKind.FULL else None
+    db_file = (
+        FileEntry(name="DB1.sqlite", size=10, sha256="0" * 64) if kind is BackupKind.FULL else None
+    )
     fields = dict(
         kind=kind, backup_id="b", database="DB1", source_node="mbx2", source_role="passive",
         database_signature=SIG[0], log_signature=SIG[1], started_at=T, ended_at=T,
@@ -95,6 +97,23 @@ def test_a_manifest_reads_back_as_written():
         (manifest().encode().replace(b'"kind": "full"', b'"kind": "daily"'), "daily"),
         (manifest(logs=manifest().logs[:1]).encode(), "not generations 5-6"),
         (manifest(database_file=None).encode(), "full backup without a database file"),
+        (b"[1]", "not a JSON object"),
+        (manifest().encode().replace(b'"size": 10', b'"size": "10"', 1), "size: .*integer"),
+        (manifest().encode().replace(b'"0000', b'"zz00', 1), "sha256: .*pattern"),
+        (manifest().encode().replace(b'"backup_id": "b",', b"", 1), "backup_id: Field required"),
+        (
+            manifest().encode().replace(b'"after_generation": 4', b'"after_generation": true'),
+            "after_generation: .*integer",
+        ),
+        (
+            manifest().encode().replace(b'"2026-11-23T00:00:00+00:00"', b"1795392000", 1),
+            "started_at: .*datetime",
+        ),
+        (manifest().encode().replace(b'"size": 10', b'"size": -1', 1), "size: .*0"),
+        (manifest().encode().replace(b'"generation": 5', b'"generation": 0'), "generation"),
+        # Forged: a file named outside the set's directory, or two entries for one file.
+        (manifest().encode().replace(b'"E00000005.log"', b'"../E00000005.log"'), "leave the set"),
+        (manifest().encode().replace(b'"E00000006.log"', b'"E00000005.log"'), "names repeat"),
     ],
 )
 def test_a_manifest_that_is_not_one_is_refused_naming_why(data, why):

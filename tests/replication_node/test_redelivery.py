@@ -12,7 +12,7 @@ from aiohttp import web
 from dag_common.clock import ManualClock
 from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from dag_common.config import parse_config
-from replication_node.active.redelivery import DumpsterRedelivery, describe, loss_window
+from replication_node.active.redelivery import DumpsterRedelivery, loss_window
 from tests.cluster_harness import cluster_config, serve_app
 
 
@@ -106,11 +106,11 @@ async def test_a_lossy_activation_asks_every_transport_until_each_says_success(s
         "start": (inspected - timedelta(hours=12)).isoformat(),
         "end": (clock.now() + timedelta(hours=4)).isoformat(),
     }]  # fmt: skip
-    assert "pending from hub2; answered: hub1" in describe(record)
+    assert "pending from hub2; answered: hub1" in record.describe()
     hubs["hub2"].answer = (200, {"status": "Success", "messages": 0})
     record = await ask.ask_once()
     assert record.ended == "Success" and len(hubs["hub1"].asked) == 1, "hub1 is not asked again"
-    assert describe(record).endswith(": Success")
+    assert record.describe().endswith(": Success")
 
 
 async def test_a_transport_that_never_answers_is_given_up_after_max_dumpster_time(setup):

@@ -38,6 +38,7 @@ class FakeActive:
 
     def __init__(self) -> None:
         self.calls: list[str] = []
+        self.quiesced: dict = {"last_log_generated": 7}
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -47,7 +48,7 @@ class FakeActive:
 
     async def quiesce(self, request: web.Request) -> web.Response:
         self.calls.append("quiesce")
-        return web.json_response({"last_log_generated": 7})
+        return web.json_response(self.quiesced)
 
     async def unquiesce(self, request: web.Request) -> web.Response:
         self.calls.append("unquiesce")
@@ -131,3 +132,18 @@ async def test_a_target_that_stops_answering_ends_the_switchover_at_once(two_nod
     assert active.calls == ["quiesce", "unquiesce"], "the old active takes writes again"
     assert waited < TARGET_SILENT_ABANDON + 1, f"abandoned after {waited:.1f}s, not at 60s"
     assert (await store.active("DB1")).node == "a", "the role did not move"
+
+
+@pytest.mark.parametrize(
+    ("answer", "generation"),
+    [
+        ({"last_log_generated": 7}, 7),
+        ({"last_log_generated": "seven"}, None),  # not an answer: as if unreachable
+        ({}, None),
+    ],
+)
+async def test_a_quiesce_is_read_as_its_answer_or_as_no_answer(two_nodes, answer, generation):
+    config, _, session, active, _ = two_nodes
+    active.quiesced = answer
+    peers = HttpPeers(session=session, token="t", config=lambda: config)
+    assert await peers.quiesce("a", "DB1", "b") == generation
