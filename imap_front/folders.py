@@ -17,10 +17,10 @@ folder again too.  A feed answer that is not `live` (a move locked the mailbox, 
 from its source) reads the directory again; once it names another database (the move ended)
 the session lists the folder there and carries on: the mover kept UIDVALIDITY and UIDs, so
 what the client holds stays true; a folder whose UIDVALIDITY is not the one shown ends the
-session `* BYE [UNAVAILABLE]` (`errors.Bye`).  The listing is read whole, not
-`?since_modseq`: a move's source does not name the UIDs moved out among its `expunged`
-(docs/concepts/imap.md, step 1 as built), and a whole listing tells them as EXPUNGE; the
-compact selected state is left for later.
+session `* BYE [UNAVAILABLE]` (`errors.Bye`).  A folder that changed is listed
+`?since_modseq` of what the session last showed (the node tells a message moved out of it as
+expunged since step 1's `moved_out`), and whole at SELECT, after a move followed, on a new
+epoch, or when the node's counters are not past what was shown (`_since`).
 
 Names: IMAP's INBOX is the node's "Inbox"; the hierarchy delimiter is "/", as the node's
 folder names have it.
@@ -128,6 +128,18 @@ class Shown:
     epoch: int
     database: str = ""
     uidvalidity: int = 0
+
+
+def _since(shown: Shown | None, feed: Changes | None, database: str) -> int:
+    """The modseq to list a selected folder's changes since (0: list it whole).  Whole at
+    SELECT, after a move followed (another database's numbers), when the active's epoch is not
+    the one of the last listing (a switchover or a failover: a lossy one may have lost
+    changes shown), or when nothing was listed with a cursor."""
+    if shown is None or feed is None or not shown.epoch or not shown.modseq:
+        return 0
+    if shown.database != database or feed.epoch != shown.epoch:
+        return 0
+    return shown.modseq
 
 
 class Folder(MailboxDataInterface[Message]):
@@ -298,13 +310,21 @@ class Folder(MailboxDataInterface[Message]):
     async def _resync(
         self, selected: SelectedMailbox, shown: Shown | None, feed: Changes | None
     ) -> SelectedMailbox:
-        """The folder listed whole, compared with what the client was shown: EXISTS or
-        FETCH for each message new or changed, EXPUNGE for each UID no longer there (a
-        message moved out included: the source's `expunged` does not name it)."""
-        if self._metrics is not None:
-            self._metrics.resyncs.inc()
+        """The folder listed, compared with what the client was shown: EXISTS or FETCH for
+        each message new or changed, EXPUNGE for each UID no longer there.  Listed since the
+        modseq shown (`_since`) when that can be trusted, else whole."""
         database = self._api.database
-        listing = await self.refresh()
+        since = _since(shown, feed, database)
+        listing = await self._api.uids(self.name, since) if since else None
+        if listing is not None and (
+            listing.uidvalidity != shown.uidvalidity or listing.highest_modseq < since
+        ):  # the folder is not the one shown, or its counters went back: list it whole
+            listing = None
+        if listing is None:
+            since = 0
+            listing = await self.refresh()
+        if self._metrics is not None:
+            self._metrics.resyncs.labels("since" if since else "whole").inc()
         if shown is not None and shown.uidvalidity and listing.uidvalidity != shown.uidvalidity:
             if self._metrics is not None:
                 self._metrics.follows.labels("bye").inc()
@@ -312,10 +332,15 @@ class Folder(MailboxDataInterface[Message]):
                 f"mailbox moved to {self._api.database}, where folder {self.name!r} has "
                 f"UIDVALIDITY {listing.uidvalidity}, not {shown.uidvalidity}: reconnect"
             )
-        now = frozenset(self._by_uid)
         if shown is None:
+            now = frozenset(self._by_uid)
             selected.add_updates([self._message(m) for m in listing.messages], [])
+        elif since:  # what changed since the modseq shown, and what left
+            gone = [u for u in listing.expunged if u in shown.uids]
+            now = (shown.uids - frozenset(gone)) | {m.uid for m in listing.messages}
+            selected.add_updates([self._message(m) for m in listing.messages], sorted(gone))
         else:
+            now = frozenset(self._by_uid)
             changed = [self._message(m) for m in listing.messages
                        if m.modseq > shown.modseq or m.uid not in shown.uids]  # fmt: skip
             selected.add_updates(changed, sorted(shown.uids - now))
