@@ -52,6 +52,7 @@ from dag_common.store_api import Changes, MailboxState
 from imap_front.errors import Bye, Unavailable
 from imap_front.metrics import FrontMetrics
 from imap_front.node_api import NODE_INBOX, FolderUids, Listed, MailboxApi
+from imap_front.selected import CompactMessages
 
 logger = logging.getLogger(__name__)
 
@@ -118,16 +119,23 @@ class Message(BaseMessage):
 @dataclass(frozen=True, slots=True)
 class Shown:
     """What a selected session was shown (pymap's `SelectedMailbox.mod_sequence`): the
-    folder's highest modseq and its UIDs at the last listing, and the change feed's cursor
-    and the active's epoch taken just before it; the database listed and the folder's
-    UIDVALIDITY there (a move followed is checked against it)."""
+    folder's highest modseq at the last listing, and the change feed's cursor and the
+    active's epoch taken just before it; the database listed and the folder's UIDVALIDITY
+    there (a move followed is checked against it).  The UIDs and flags shown are the
+    selected state's own (`selected.CompactMessages`)."""
 
     modseq: int
-    uids: frozenset[int]
     cursor: int
     epoch: int
     database: str = ""
     uidvalidity: int = 0
+
+
+def _compact(selected: SelectedMailbox) -> CompactMessages:
+    messages = selected.messages
+    if not isinstance(messages, CompactMessages):
+        raise TypeError("a folder of the front is selected through CompactSelected")
+    return messages
 
 
 def _since(shown: Shown | None, feed: Changes | None, database: str) -> int:
@@ -146,21 +154,24 @@ class Folder(MailboxDataInterface[Message]):
     """One folder of the user's mailbox, as one session uses it."""
 
     def __init__(
-        self, api: MailboxApi, name: str, listing: FolderUids, *, clock: Clock,
+        self, api: MailboxApi, name: str, uidvalidity: int, *, clock: Clock,
         metrics: FrontMetrics | None = None,
     ) -> None:  # fmt: skip
         self._api = api
         self._clock = clock
         self._metrics = metrics
         self.name = name  # the node's
-        self._listing = listing
-        self._by_uid = {m.uid: m for m in listing.messages}
+        self._uidvalidity = uidvalidity
+        # The folder listed whole, read only when a command needs its messages (FETCH, STORE,
+        # SELECT's counts): not for NOOP or IDLE, so an idling session holds none of it.
+        self._listing: FolderUids | None = None
+        self._by_uid: dict[int, Listed] = {}
         self._selected = SelectedSet()
 
     @property
     def mailbox_id(self) -> ObjectId:
         # Stable through a rename: a folder's UIDVALIDITY is unique in its mailbox.
-        return ObjectId(b"F%d" % self._listing.uidvalidity)
+        return ObjectId(b"F%d" % self._uidvalidity)
 
     @property
     def readonly(self) -> bool:
@@ -168,7 +179,7 @@ class Folder(MailboxDataInterface[Message]):
 
     @property
     def uid_validity(self) -> int:
-        return self._listing.uidvalidity
+        return self._uidvalidity
 
     @property
     def selected_set(self) -> SelectedSet:
@@ -179,6 +190,10 @@ class Folder(MailboxDataInterface[Message]):
         self._listing = await self._api.uids(self.name)
         self._by_uid = {m.uid: m for m in self._listing.messages}
         return self._listing
+
+    async def _listed(self) -> FolderUids:
+        """The folder's listing, read once per command that needs it."""
+        return self._listing if self._listing is not None else await self.refresh()
 
     def _message(self, row: Listed) -> Message:
         return Message.listed(row, self._api)
@@ -322,7 +337,7 @@ class Folder(MailboxDataInterface[Message]):
             listing = None
         if listing is None:
             since = 0
-            listing = await self.refresh()
+            listing = await self._api.uids(self.name)  # not kept: an idler holds none of it
         if self._metrics is not None:
             self._metrics.resyncs.labels("since" if since else "whole").inc()
         if shown is not None and shown.uidvalidity and listing.uidvalidity != shown.uidvalidity:
@@ -332,28 +347,27 @@ class Folder(MailboxDataInterface[Message]):
                 f"mailbox moved to {self._api.database}, where folder {self.name!r} has "
                 f"UIDVALIDITY {listing.uidvalidity}, not {shown.uidvalidity}: reconnect"
             )
+        shown_uids = _compact(selected)
         if shown is None:
-            now = frozenset(self._by_uid)
             selected.add_updates([self._message(m) for m in listing.messages], [])
         elif since:  # what changed since the modseq shown, and what left
-            gone = [u for u in listing.expunged if u in shown.uids]
-            now = (shown.uids - frozenset(gone)) | {m.uid for m in listing.messages}
-            selected.add_updates([self._message(m) for m in listing.messages], sorted(gone))
+            gone = [u for u in listing.expunged if u in shown_uids]
+            selected.add_updates([self._message(m) for m in listing.messages], gone)
         else:
-            now = frozenset(self._by_uid)
             changed = [self._message(m) for m in listing.messages
-                       if m.modseq > shown.modseq or m.uid not in shown.uids]  # fmt: skip
-            selected.add_updates(changed, sorted(shown.uids - now))
+                       if m.modseq > shown.modseq or m.uid not in shown_uids]  # fmt: skip
+            listed = {m.uid for m in listing.messages}
+            selected.add_updates(changed, [u for u in shown_uids.uids if u not in listed])
         cursor = feed.last_change_number if feed is not None else 0
         epoch = feed.epoch if feed is not None else 0
         if self._api.database != database:  # followed during the listing: the cursor is not
             cursor, epoch = 0, 0  # the new database's; the next command lists the folder again
-        selected.mod_sequence = Shown(listing.highest_modseq, now, cursor, epoch,
-                                      self._api.database, listing.uidvalidity)  # fmt: skip
+        selected.mod_sequence = Shown(listing.highest_modseq, cursor, epoch, self._api.database,
+                                      listing.uidvalidity)  # fmt: skip
         return selected
 
     async def append(self, append_msg: AppendMessage, *, recent: bool = False) -> Message:
-        before = self._listing.highest_modseq
+        before = (await self._listed()).highest_modseq
         item_id = await self._api.append(
             self.name, bytes(append_msg.literal), flag_names(append_msg.flag_set),
             append_msg.when,
@@ -376,6 +390,7 @@ class Folder(MailboxDataInterface[Message]):
         return pairs[0][1] if pairs else None
 
     async def get(self, uid: int, cached_msg: Any) -> Message:
+        await self._listed()
         row = self._by_uid.get(uid)
         if row is None:
             return Message(uid, cached_msg.internal_date, cached_msg.permanent_flags,
@@ -397,6 +412,7 @@ class Folder(MailboxDataInterface[Message]):
     ) -> dict[int, tuple[str, ...]]:
         """The flags of `uids` changed in one write a thousand at a time: each UID's after."""
         names = flag_names(flag_set)
+        await self._listed()
         live = [u for u in uids if u in self._by_uid]
         if not live:
             return {}
@@ -420,7 +436,7 @@ class Folder(MailboxDataInterface[Message]):
         pass
 
     async def snapshot(self) -> MailboxSnapshot:
-        listing = self._listing
+        listing = await self._listed()
         unseen = [i for i, m in enumerate(sorted(listing.messages, key=lambda m: m.uid), 1)
                   if "\\Seen" not in m.flags]  # fmt: skip
         return MailboxSnapshot(
@@ -430,7 +446,7 @@ class Folder(MailboxDataInterface[Message]):
         )  # fmt: skip
 
     async def messages(self) -> AsyncIterable[Message]:
-        for row in self._listing.messages:
+        for row in (await self._listed()).messages:
             yield self._message(row)
 
 
@@ -461,10 +477,11 @@ class Folders(MailboxSetInterface[Folder]):
     async def get_mailbox(self, name: str) -> Folder:
         folder = node_name(name)
         try:
-            listing = await self._api.uids(folder)
+            status = await self._api.status(folder)
         except MailboxNotFound:
             raise KeyError(name) from None
-        return Folder(self._api, folder, listing, clock=self._clock, metrics=self._metrics)
+        return Folder(self._api, folder, status.uidvalidity, clock=self._clock,
+                      metrics=self._metrics)  # fmt: skip
 
     async def add_mailbox(self, name: str) -> ObjectId:
         folder = node_name(name.rstrip(DELIMITER))
