@@ -14,10 +14,11 @@ from typing import Any, Protocol
 from pymap.backend.session import BaseSession
 from pymap.config import IMAPConfig
 from pymap.exceptions import InvalidAuth, MailboxReadOnly
-from pymap.flags import FlagOp
+from pymap.flags import FlagOp, PermanentFlags, SessionFlags
 from pymap.health import HealthStatus
 from pymap.interfaces.backend import BackendInterface
 from pymap.interfaces.login import IdentityInterface, LoginInterface
+from pymap.mailbox import MailboxSnapshot
 from pymap.parsing.response.code import CopyUid
 from pymap.parsing.specials import SequenceSet
 from pymap.parsing.specials.flag import Flag
@@ -31,6 +32,7 @@ from imap_front.errors import Unavailable
 from imap_front.folders import Folder, Folders, Message
 from imap_front.metrics import FrontMetrics
 from imap_front.node_api import MailboxApi
+from imap_front.selected import CompactSelected
 from imap_front.users import User, Users
 
 
@@ -53,6 +55,18 @@ class Session(BaseSession[Message]):
     @property
     def mailbox_set(self) -> Folders:
         return self._folders
+
+    async def select_mailbox(
+        self, name: str, readonly: bool = False
+    ) -> tuple[MailboxSnapshot, SelectedMailbox]:
+        """pymap's SELECT, with the compact selected state (`selected.CompactSelected`)."""
+        mbx = await self._get_mailbox(name)
+        selected = CompactSelected(
+            mbx.mailbox_id, readonly or mbx.readonly, PermanentFlags(mbx.permanent_flags),
+            SessionFlags(mbx.session_flags), selected_set=mbx.selected_set, lookup=name,
+        )  # fmt: skip
+        snapshot = await mbx.snapshot()
+        return snapshot, await mbx.update_selected(selected)
 
     async def _selected_folder(self, selected: SelectedMailbox) -> Folder:
         folder = await self._get_selected(selected)

@@ -17,10 +17,10 @@ folder again too.  A feed answer that is not `live` (a move locked the mailbox, 
 from its source) reads the directory again; once it names another database (the move ended)
 the session lists the folder there and carries on: the mover kept UIDVALIDITY and UIDs, so
 what the client holds stays true; a folder whose UIDVALIDITY is not the one shown ends the
-session `* BYE [UNAVAILABLE]` (`errors.Bye`).  The listing is read whole, not
-`?since_modseq`: a move's source does not name the UIDs moved out among its `expunged`
-(docs/concepts/imap.md, step 1 as built), and a whole listing tells them as EXPUNGE; the
-compact selected state is left for later.
+session `* BYE [UNAVAILABLE]` (`errors.Bye`).  A folder that changed is listed
+`?since_modseq` of what the session last showed (the node tells a message moved out of it as
+expunged since step 1's `moved_out`), and whole at SELECT, after a move followed, on a new
+epoch, or when the node's counters are not past what was shown (`_since`).
 
 Names: IMAP's INBOX is the node's "Inbox"; the hierarchy delimiter is "/", as the node's
 folder names have it.
@@ -52,6 +52,7 @@ from dag_common.store_api import Changes, MailboxState
 from imap_front.errors import Bye, Unavailable
 from imap_front.metrics import FrontMetrics
 from imap_front.node_api import NODE_INBOX, FolderUids, Listed, MailboxApi
+from imap_front.selected import CompactMessages
 
 logger = logging.getLogger(__name__)
 
@@ -118,37 +119,59 @@ class Message(BaseMessage):
 @dataclass(frozen=True, slots=True)
 class Shown:
     """What a selected session was shown (pymap's `SelectedMailbox.mod_sequence`): the
-    folder's highest modseq and its UIDs at the last listing, and the change feed's cursor
-    and the active's epoch taken just before it; the database listed and the folder's
-    UIDVALIDITY there (a move followed is checked against it)."""
+    folder's highest modseq at the last listing, and the change feed's cursor and the
+    active's epoch taken just before it; the database listed and the folder's UIDVALIDITY
+    there (a move followed is checked against it).  The UIDs and flags shown are the
+    selected state's own (`selected.CompactMessages`)."""
 
     modseq: int
-    uids: frozenset[int]
     cursor: int
     epoch: int
     database: str = ""
     uidvalidity: int = 0
 
 
+def _compact(selected: SelectedMailbox) -> CompactMessages:
+    messages = selected.messages
+    if not isinstance(messages, CompactMessages):
+        raise TypeError("a folder of the front is selected through CompactSelected")
+    return messages
+
+
+def _since(shown: Shown | None, feed: Changes | None, database: str) -> int:
+    """The modseq to list a selected folder's changes since (0: list it whole).  Whole at
+    SELECT, after a move followed (another database's numbers), when the active's epoch is not
+    the one of the last listing (a switchover or a failover: a lossy one may have lost
+    changes shown), or when nothing was listed with a cursor."""
+    if shown is None or feed is None or not shown.epoch or not shown.modseq:
+        return 0
+    if shown.database != database or feed.epoch != shown.epoch:
+        return 0
+    return shown.modseq
+
+
 class Folder(MailboxDataInterface[Message]):
     """One folder of the user's mailbox, as one session uses it."""
 
     def __init__(
-        self, api: MailboxApi, name: str, listing: FolderUids, *, clock: Clock,
+        self, api: MailboxApi, name: str, uidvalidity: int, *, clock: Clock,
         metrics: FrontMetrics | None = None,
     ) -> None:  # fmt: skip
         self._api = api
         self._clock = clock
         self._metrics = metrics
         self.name = name  # the node's
-        self._listing = listing
-        self._by_uid = {m.uid: m for m in listing.messages}
+        self._uidvalidity = uidvalidity
+        # The folder listed whole, read only when a command needs its messages (FETCH, STORE,
+        # SELECT's counts): not for NOOP or IDLE, so an idling session holds none of it.
+        self._listing: FolderUids | None = None
+        self._by_uid: dict[int, Listed] = {}
         self._selected = SelectedSet()
 
     @property
     def mailbox_id(self) -> ObjectId:
         # Stable through a rename: a folder's UIDVALIDITY is unique in its mailbox.
-        return ObjectId(b"F%d" % self._listing.uidvalidity)
+        return ObjectId(b"F%d" % self._uidvalidity)
 
     @property
     def readonly(self) -> bool:
@@ -156,7 +179,7 @@ class Folder(MailboxDataInterface[Message]):
 
     @property
     def uid_validity(self) -> int:
-        return self._listing.uidvalidity
+        return self._uidvalidity
 
     @property
     def selected_set(self) -> SelectedSet:
@@ -167,6 +190,10 @@ class Folder(MailboxDataInterface[Message]):
         self._listing = await self._api.uids(self.name)
         self._by_uid = {m.uid: m for m in self._listing.messages}
         return self._listing
+
+    async def _listed(self) -> FolderUids:
+        """The folder's listing, read once per command that needs it."""
+        return self._listing if self._listing is not None else await self.refresh()
 
     def _message(self, row: Listed) -> Message:
         return Message.listed(row, self._api)
@@ -298,13 +325,21 @@ class Folder(MailboxDataInterface[Message]):
     async def _resync(
         self, selected: SelectedMailbox, shown: Shown | None, feed: Changes | None
     ) -> SelectedMailbox:
-        """The folder listed whole, compared with what the client was shown: EXISTS or
-        FETCH for each message new or changed, EXPUNGE for each UID no longer there (a
-        message moved out included: the source's `expunged` does not name it)."""
-        if self._metrics is not None:
-            self._metrics.resyncs.inc()
+        """The folder listed, compared with what the client was shown: EXISTS or FETCH for
+        each message new or changed, EXPUNGE for each UID no longer there.  Listed since the
+        modseq shown (`_since`) when that can be trusted, else whole."""
         database = self._api.database
-        listing = await self.refresh()
+        since = _since(shown, feed, database)
+        listing = await self._api.uids(self.name, since) if since else None
+        if listing is not None and (
+            listing.uidvalidity != shown.uidvalidity or listing.highest_modseq < since
+        ):  # the folder is not the one shown, or its counters went back: list it whole
+            listing = None
+        if listing is None:
+            since = 0
+            listing = await self._api.uids(self.name)  # not kept: an idler holds none of it
+        if self._metrics is not None:
+            self._metrics.resyncs.labels("since" if since else "whole").inc()
         if shown is not None and shown.uidvalidity and listing.uidvalidity != shown.uidvalidity:
             if self._metrics is not None:
                 self._metrics.follows.labels("bye").inc()
@@ -312,23 +347,27 @@ class Folder(MailboxDataInterface[Message]):
                 f"mailbox moved to {self._api.database}, where folder {self.name!r} has "
                 f"UIDVALIDITY {listing.uidvalidity}, not {shown.uidvalidity}: reconnect"
             )
-        now = frozenset(self._by_uid)
+        shown_uids = _compact(selected)
         if shown is None:
             selected.add_updates([self._message(m) for m in listing.messages], [])
+        elif since:  # what changed since the modseq shown, and what left
+            gone = [u for u in listing.expunged if u in shown_uids]
+            selected.add_updates([self._message(m) for m in listing.messages], gone)
         else:
             changed = [self._message(m) for m in listing.messages
-                       if m.modseq > shown.modseq or m.uid not in shown.uids]  # fmt: skip
-            selected.add_updates(changed, sorted(shown.uids - now))
+                       if m.modseq > shown.modseq or m.uid not in shown_uids]  # fmt: skip
+            listed = {m.uid for m in listing.messages}
+            selected.add_updates(changed, [u for u in shown_uids.uids if u not in listed])
         cursor = feed.last_change_number if feed is not None else 0
         epoch = feed.epoch if feed is not None else 0
         if self._api.database != database:  # followed during the listing: the cursor is not
             cursor, epoch = 0, 0  # the new database's; the next command lists the folder again
-        selected.mod_sequence = Shown(listing.highest_modseq, now, cursor, epoch,
-                                      self._api.database, listing.uidvalidity)  # fmt: skip
+        selected.mod_sequence = Shown(listing.highest_modseq, cursor, epoch, self._api.database,
+                                      listing.uidvalidity)  # fmt: skip
         return selected
 
     async def append(self, append_msg: AppendMessage, *, recent: bool = False) -> Message:
-        before = self._listing.highest_modseq
+        before = (await self._listed()).highest_modseq
         item_id = await self._api.append(
             self.name, bytes(append_msg.literal), flag_names(append_msg.flag_set),
             append_msg.when,
@@ -351,6 +390,7 @@ class Folder(MailboxDataInterface[Message]):
         return pairs[0][1] if pairs else None
 
     async def get(self, uid: int, cached_msg: Any) -> Message:
+        await self._listed()
         row = self._by_uid.get(uid)
         if row is None:
             return Message(uid, cached_msg.internal_date, cached_msg.permanent_flags,
@@ -372,6 +412,7 @@ class Folder(MailboxDataInterface[Message]):
     ) -> dict[int, tuple[str, ...]]:
         """The flags of `uids` changed in one write a thousand at a time: each UID's after."""
         names = flag_names(flag_set)
+        await self._listed()
         live = [u for u in uids if u in self._by_uid]
         if not live:
             return {}
@@ -395,7 +436,7 @@ class Folder(MailboxDataInterface[Message]):
         pass
 
     async def snapshot(self) -> MailboxSnapshot:
-        listing = self._listing
+        listing = await self._listed()
         unseen = [i for i, m in enumerate(sorted(listing.messages, key=lambda m: m.uid), 1)
                   if "\\Seen" not in m.flags]  # fmt: skip
         return MailboxSnapshot(
@@ -405,7 +446,7 @@ class Folder(MailboxDataInterface[Message]):
         )  # fmt: skip
 
     async def messages(self) -> AsyncIterable[Message]:
-        for row in self._listing.messages:
+        for row in (await self._listed()).messages:
             yield self._message(row)
 
 
@@ -436,10 +477,11 @@ class Folders(MailboxSetInterface[Folder]):
     async def get_mailbox(self, name: str) -> Folder:
         folder = node_name(name)
         try:
-            listing = await self._api.uids(folder)
+            status = await self._api.status(folder)
         except MailboxNotFound:
             raise KeyError(name) from None
-        return Folder(self._api, folder, listing, clock=self._clock, metrics=self._metrics)
+        return Folder(self._api, folder, status.uidvalidity, clock=self._clock,
+                      metrics=self._metrics)  # fmt: skip
 
     async def add_mailbox(self, name: str) -> ObjectId:
         folder = node_name(name.rstrip(DELIMITER))

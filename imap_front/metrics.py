@@ -38,9 +38,9 @@ class FrontMetrics:
         )  # fmt: skip
         self.resyncs = Counter(
             "imap_front_folder_resyncs",
-            "Selected folders listed again from the node",
-            registry=r,
-        )
+            "Selected folders listed again from the node, by listing (whole, or since the "
+            "modseq shown)", ["listing"], registry=r,
+        )  # fmt: skip
         self.follows = Counter(
             "imap_front_follows", "Sessions that followed their mailbox to another database "
             "(move), or ended BYE [UNAVAILABLE] because they could not (bye)", ["cause"],

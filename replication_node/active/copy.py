@@ -499,6 +499,17 @@ class ActiveCopy:
         ]
         return sorted(listed, key=_uid)
 
+    def moved_out(self, mailbox: str, uidvalidity: int, since_modseq: int) -> list[int]:
+        """The UIDs moved out of the folder of `uidvalidity` after `since_modseq`
+        (`Database.moved_out`), the overlay's with the file's."""
+        uids = set()
+        if not self.overlay.hides(mailbox):
+            uids.update(self.db.moved_out(mailbox, uidvalidity, since_modseq))
+        for (m, validity, uid), (_, modseq) in self.overlay.moved_out.items():
+            if m == mailbox and validity == uidvalidity and modseq > since_modseq:
+                uids.add(uid)
+        return sorted(uids)
+
     def digest_rows(self, mailbox: str) -> list[DigestRow]:
         """The file's digest rows (`Database.digest_rows`) with the overlay's items over
         them (those carry their bodies, in memory: the digest hashes them), and the file's

@@ -221,7 +221,7 @@ def _since_modseq(request: web.Request) -> int:
 async def folder_uids(request: web.Request) -> web.Response:
     """A folder's messages by UID, without bodies: `[uid, item_id, flags, modseq, size,
     received]` each, changed after `?since_modseq=N` (all without it), and the UIDs
-    expunged since N."""
+    expunged since N, those moved out to another folder included."""
     mailbox = mailbox_name(request)
     folder = _folder(request)
     since = _since_modseq(request)
@@ -233,6 +233,9 @@ async def folder_uids(request: web.Request) -> web.Response:
     if row is None:
         raise NotFound(f"mailbox {mailbox!r} has no folder {folder!r}")
     items = reader.folder_items(mailbox, folder, since)
+    expunged = {r.uid for r in items if r.deleted and r.uid}
+    if since:  # a message moved out keeps its row (in its new folder): recorded apart
+        expunged.update(reader.moved_out(mailbox, row.uidvalidity, since))
     return web.json_response(
         {
             "mailbox": mailbox,
@@ -246,7 +249,7 @@ async def folder_uids(request: web.Request) -> web.Response:
                 for r in items
                 if not r.deleted
             ],
-            "expunged": [r.uid for r in items if r.deleted and r.uid],
+            "expunged": sorted(expunged),
         }
     )
 

@@ -459,6 +459,16 @@ class Database:
             ).fetchall()
         return [item_head_of(r) for r in rows]
 
+    def moved_out(self, mailbox: str, uidvalidity: int, since_modseq: int) -> list[int]:
+        """The UIDs moved out of the folder of `uidvalidity` after `since_modseq`."""
+        with self._read_lock:
+            rows = self._reads.execute(
+                "SELECT uid FROM moved_out WHERE mailbox=? AND uidvalidity=? AND modseq>?"
+                " ORDER BY uid",
+                (mailbox, uidvalidity, since_modseq),
+            ).fetchall()
+        return [r[0] for r in rows]
+
     def unassigned(self) -> list[tuple[str, str, str]]:
         """(mailbox, folder, item id) of the live items without a UID (a file from before
         UIDs: `AssignUids`), in the order that numbers them."""

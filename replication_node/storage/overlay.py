@@ -21,7 +21,8 @@ deletion: the rows are read from the file and held); one that changes every item
 folder or of the database is held as a rule over the file's rows instead of as rows
 (`renames`: a folder renamed, `assigned`: the UIDs `AssignUids` gave), applied to every row
 read from the file (`over_file`) until the file has its generation: a rename of a folder of
-100,000 messages holds no body.
+100,000 messages holds no body.  A move records the UIDs it takes out of its source
+(`moved_out`, by the source's UIDVALIDITY), as `tables.moved_out` does.
 """
 
 from __future__ import annotations
@@ -93,6 +94,9 @@ class LlrOverlay:
         self.renames: dict[str, list[tuple[int, str, str]]] = {}
         # (mailbox, item id) -> (generation, uid, modseq) that AssignUids gave a file's row
         self.assigned: dict[tuple[str, str], tuple[int, int, int]] = {}
+        # (mailbox, source folder's uidvalidity, uid) -> (generation, modseq): a message moved
+        # out of a folder, as `tables.moved_out` records it
+        self.moved_out: dict[tuple[str, int, int], tuple[int, int]] = {}
         # the last stamp of each kind: (generation, order seen, stamp)
         self.backups: dict[BackupKind, tuple[int, int, RecordBackup]] = {}
         self._stamps_seen = 0
@@ -234,11 +238,16 @@ class LlrOverlay:
                     self.folders = {k: v for k, v in self.folders.items() if k[0] != name}
                     self.items = {k: v for k, v in self.items.items() if k[0] != name}
                     self.assigned = {k: v for k, v in self.assigned.items() if k[0] != name}
+                    self.moved_out = {k: v for k, v in self.moved_out.items() if k[0] != name}
                     self.renames.pop(name, None)
                     self.removed[name] = gen
                 case RenameFolder():
                     self._rename(db, gen, op)
                 case DeleteFolder():
+                    gone = self._folder(db, op.mailbox, op.folder)
+                    if gone is not None:  # the file's records go when it has the generation
+                        self.moved_out = {k: v for k, v in self.moved_out.items()
+                                          if k[:2] != (op.mailbox, gone.uidvalidity)}  # fmt: skip
                     for i, item_id in enumerate(op.item_ids):
                         drop = DeleteItem(op.mailbox, op.cn + i, item_id, op.modseq)
                         self._delete(db, gen, drop, when, op.folder)
@@ -254,9 +263,13 @@ class LlrOverlay:
                             self.items[(op.mailbox, item_id)] = (gen, changed)
                     self._lift(db, gen, op.mailbox, op.folder, 1, op.modseq)
                 case MoveItems():
+                    source = self._folder(db, op.mailbox, op.folder)
                     for i, (item_id, uid) in enumerate(op.items):
                         row = self._live_in(db, op.mailbox, item_id, op.folder)
                         if row is not None:
+                            if row.uid and source is not None:
+                                key = (op.mailbox, source.uidvalidity, row.uid)
+                                self.moved_out[key] = (gen, op.modseq)
                             moved = row._replace(
                                 folder=op.to, uid=uid, modseq=op.modseq,
                                 change_number=op.cn + i, commit_time=when,
@@ -399,6 +412,7 @@ class LlrOverlay:
         self.items = {k: v for k, v in self.items.items() if v[0] > generation}
         self.removed = {k: g for k, g in self.removed.items() if g > generation}
         self.assigned = {k: v for k, v in self.assigned.items() if v[0] > generation}
+        self.moved_out = {k: v for k, v in self.moved_out.items() if v[0] > generation}
         renames = {}
         for mailbox, held in self.renames.items():
             left = [r for r in held if r[0] > generation]

@@ -40,6 +40,12 @@ from replication_node.log.operations import (
     SetMailbox,
     last_cn,
 )
+from replication_node.storage.moved_out import (
+    FORGET_FOLDER,
+    MOVED_OUT_SCHEMA,
+    RECORD,
+    add_moved_out,
+)
 from replication_node.storage.ops import (
     MODSEQ_CEILING,
     UID_NEXT_CEILING,
@@ -56,7 +62,8 @@ from replication_node.storage.reader import FolderRow, ItemRow, MailboxRow
 if TYPE_CHECKING:
     from replication_node.log.events import Transaction
 
-TABLES_SCHEMA = """
+TABLES_SCHEMA = (
+    """
 CREATE TABLE mailboxes(
   mailbox TEXT PRIMARY KEY, display_name TEXT NOT NULL, locked INTEGER NOT NULL,
   soft_deleted INTEGER NOT NULL, change_number INTEGER NOT NULL,
@@ -89,6 +96,8 @@ CREATE TABLE items(
 CREATE INDEX items_by_change ON items(mailbox, change_number);
 CREATE INDEX items_by_uid ON items(mailbox, folder, uid);
 """
+    + MOVED_OUT_SCHEMA
+)
 
 
 # The columns a read gives back, in the order of the row types (`reader.py`).
@@ -180,6 +189,7 @@ def add_imap_columns(conn: sqlite3.Connection) -> None:
     schema change, no row rewritten), so copies stay alike; the numbering itself is a log
     operation (`AssignUids`, which the active commits at its first mount), so that every
     copy numbers the same items at the same point of the log."""
+    add_moved_out(conn)
     if not _missing_imap_columns(conn):
         return
     conn.execute("BEGIN IMMEDIATE")
@@ -382,7 +392,7 @@ def _other(conn: sqlite3.Connection, op: Operation, when: str) -> int:
         case DeleteMailbox():
             # every row of the mailbox, each one's term taken out of the digest
             delta -= mailbox_rows_digest(conn, op.mailbox)
-            for table in ("items", "folders", "mailboxes"):
+            for table in ("items", "folders", "mailboxes", "moved_out"):
                 conn.execute(f"DELETE FROM {table} WHERE mailbox=?", (op.mailbox,))
         case RenameFolder():
             delta += _rename_folder(conn, op)
@@ -391,6 +401,7 @@ def _other(conn: sqlite3.Connection, op: Operation, when: str) -> int:
                 delta += _delete_item(
                     conn, op.mailbox, item_id, op.cn + i, op.modseq, when, op.folder
                 )
+            conn.execute(FORGET_FOLDER, (op.mailbox, op.mailbox, op.folder))
             cur = conn.execute(
                 "DELETE FROM folders WHERE mailbox=? AND folder=?", (op.mailbox, op.folder)
             )
@@ -411,6 +422,7 @@ def _other(conn: sqlite3.Connection, op: Operation, when: str) -> int:
             for i, (item_id, uid) in enumerate(op.items):
                 live = conn.execute(_LIVE_IN, (op.mailbox, item_id, op.folder)).fetchone()
                 if live is not None:
+                    conn.execute(RECORD, (op.modseq, op.mailbox, item_id, op.folder))
                     delta -= item_term_of_hash(op.mailbox, item_id, *live[:4])
                     delta += item_term_of_hash(op.mailbox, item_id, op.to, *live[1:4])
                     conn.execute(

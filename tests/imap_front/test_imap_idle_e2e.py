@@ -95,6 +95,10 @@ async def test_an_idling_client_is_told_of_each_delivery_and_each_expunge(lab): 
     wakeups = next(line for line in text.splitlines()
                    if line.startswith("imap_front_idle_wakeups_total "))  # fmt: skip
     assert float(wakeups.split()[1]) >= 5, text
+    # each change after SELECT listed since the modseq shown (the MOVE out included)
+    listed = 'imap_front_folder_resyncs_total{listing="since"}'
+    since = next(line for line in text.splitlines() if line.startswith(listed))
+    assert float(since.split()[1]) >= 5, text
     assert 'imap_front_commands_total{command="IDLE",result="ok"} 1.0' in text, text
     assert 'imap_front_commands_total{command="LOGIN",result="ok"} 2.0' in text, text
     assert 'imap_front_sessions{state="idle"} 0.0' in text, text

@@ -60,11 +60,15 @@ async def test_every_imap_route_and_the_passive_replays_the_same_state(cluster):
         json={"folder": "Inbox", "to": "Projects", "uids": [1, 2]},
     )  # fmt: skip
     assert copied["uids"] == [[1, 1], [2, 2]] and len(copied["item_ids"]) == 2
+    before_move = (await uids(c, "mbx1", "Projects/2026"))["highest_modseq"]
     moved = await c.ok(
         "POST", "mbx1", f"{BOX}/items/move",
         json={"folder": "Projects/2026", "to": "Inbox", "item_ids": ["c"]},
     )  # fmt: skip
     assert moved["uids"] == [[1, 3]] and moved["uidvalidity"] == inbox["uidvalidity"]
+    # the source tells the move as an expunge since before it
+    out = await uids(c, "mbx1", "Projects/2026", before_move)
+    assert out["expunged"] == [1] and out["messages"] == []
     gone = await c.ok("POST", "mbx1", f"{BOX}/items/expunge", json={"folder": "Inbox"})
     assert gone["expunged"] == [2]
     since = await uids(c, "mbx1", "Inbox", modseq)
@@ -91,6 +95,9 @@ async def test_every_imap_route_and_the_passive_replays_the_same_state(cluster):
     for name in status:
         on_active, on_passive = await uids(c, "mbx1", name), await uids(c, "mbx2", name)
         assert on_passive | {"epoch": 0} == on_active | {"epoch": 0}
+    moved_from = "Archive/Projets été/2026"
+    on_passive = await uids(c, "mbx2", moved_from, before_move)
+    assert on_passive["expunged"] == [1]
     digests = [await c.ok("GET", n, f"{BOX}/digest") for n in ("mbx1", "mbx2")]
     assert digests[0]["digest"] == digests[1]["digest"]
 

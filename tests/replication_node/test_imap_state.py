@@ -167,6 +167,67 @@ async def test_a_deleted_folder_leaves_tombstones_and_a_new_one_of_its_name_a_ne
     await copy.crash_close()
 
 
+def _logged(copy, seen: list[Transaction]) -> list[Transaction]:
+    """`seen` with the transactions the active's overlay holds now that it lacks, in order."""
+    known = {id(t) for t in seen}
+    seen.extend(t for t in copy.overlay.transactions_through(10**9) if id(t) not in known)
+    return seen
+
+
+async def test_a_move_is_an_expunge_of_its_source_since_its_modseq_on_every_copy(tmp_path):
+    copy = await mount(tmp_path, log_file_size=16 * 1024, llr_depth=2)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m", folders=["Inbox", "Work", "Old"])
+    for i in range(40):
+        await store.put_items("m", [ItemIn(item_id=f"i{i}", body="b" * 500)])
+    validity = status(copy, "m")["Inbox"].uidvalidity
+    _, _, first = await store.move_items("m", "Inbox", "Work", uids=[1, 2])
+    log = _logged(copy, [])
+    for _ in range(3):  # the first move's generation into the file, the second's not
+        await copy.roll(force=True)
+    await copy.llr_settled()
+    assert not copy.overlay.moved_out
+    mark = status(copy, "m")["Inbox"].highest_modseq
+    await store.move_items("m", "Inbox", "Work", uids=[3])
+    await store.move_items("m", "Work", "Inbox", uids=first[:1])  # back in: a new UID there
+    assert copy.overlay.moved_out
+    assert copy.moved_out("m", validity, 0) == [1, 2, 3]
+    assert copy.moved_out("m", validity, mark) == [3]
+    assert [r.uid for r in copy.folder_items("m", "Inbox", since_modseq=mark)] == [41]
+    # a rename keeps them (the folder's UIDVALIDITY is its identity)
+    await store.rename_folder("m", "Work", "Done")
+    work = status(copy, "m")["Done"].uidvalidity
+    assert copy.moved_out("m", work, 0) == first[:1]
+    # a folder removed takes its records with it
+    await store.move_items("m", "Inbox", "Old", uids=[4])
+    old = status(copy, "m")["Old"].uidvalidity
+    await store.move_items("m", "Old", "Inbox", uids=[1])
+    assert copy.moved_out("m", old, 0) == [1]
+    await store.delete_folder("m", "Old")
+    assert copy.moved_out("m", old, 0) == []
+
+    # a passive replaying the log holds the same records
+    passive = Database.create(
+        tmp_path / "passive.sqlite", database_signature=uuid.uuid4(), log_signature=uuid.uuid4()
+    )
+    try:
+        txns = _logged(copy, log)
+        passive.apply(txns, waypoint=1, committed=1, last_log_time=T0)
+        for v in (validity, work, old):
+            assert passive.moved_out("m", v, 0) == sorted(copy.moved_out("m", v, 0))
+        assert passive.moved_out("m", validity, mark) == [3, 4]
+    finally:
+        passive.close()
+    # and the active's file, once every generation is in it
+    for _ in range(3):
+        await copy.roll(force=True)
+    await copy.llr_settled()
+    assert not copy.overlay.moved_out
+    assert copy.moved_out("m", validity, mark) == [3, 4]
+    assert copy.db.moved_out("m", old, 0) == []
+    await copy.crash_close()
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     steps=st.lists(
@@ -228,6 +289,7 @@ def old_file(path, txns) -> None:
     db.close()
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("DROP INDEX items_by_uid")
+    conn.execute("DROP TABLE moved_out")
     for table, column in (
         ("mailboxes", "uidvalidity_next"), ("folders", "uidvalidity"), ("folders", "uid_next"),
         ("folders", "highest_modseq"), ("items", "uid"), ("items", "modseq"),

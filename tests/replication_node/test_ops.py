@@ -125,6 +125,12 @@ def test_the_database_and_the_overlay_end_with_the_same_rows(tmp_path_factory, g
                 assert overlay.item(mailbox, item_id) == db.item(mailbox, item_id)
             in_overlay = overlay.current_folders(empty, mailbox)
             assert [in_overlay[f] for f in sorted(in_overlay)] == db.folder_rows(mailbox)
+            # the UIDs moved out of each folder (a listing since a modseq tells them)
+            held = {k[1:]: v[1] for k, v in overlay.moved_out.items() if k[0] == mailbox}
+            stored = db._conn.execute(
+                "SELECT uidvalidity, uid, modseq FROM moved_out WHERE mailbox=?", (mailbox,)
+            ).fetchall()
+            assert held == {(v, u): m for v, u, m in stored}
         # the backup stamps: the header as the overlay shows it is the file's after replay
         shown, written = overlay.over_header(empty.header), db.header
         for field in BACKUP_FIELDS:
@@ -204,6 +210,11 @@ def test_reads_merging_the_overlay_over_the_file_are_the_whole_history(
                     ), (folder, since)
             for item_id in ITEM_IDS:
                 assert active.item(mailbox, item_id) == whole.item(mailbox, item_id)
+            for row in whole.folder_rows(mailbox):
+                for since in (0, 5):
+                    assert active.moved_out(mailbox, row.uidvalidity, since) == sorted(
+                        whole.moved_out(mailbox, row.uidvalidity, since)
+                    ), (row.folder, since)
     finally:
         whole.close()
         part.close()
