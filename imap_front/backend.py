@@ -30,7 +30,7 @@ from dag_common.node_client import NodeStoreClient
 from imap_front.errors import Unavailable
 from imap_front.folders import Folder, Folders, Message
 from imap_front.metrics import FrontMetrics
-from imap_front.node_api import MailboxApi
+from imap_front.node_api import MOVE_LOCK_WAIT, MailboxApi
 from imap_front.users import User, Users
 
 
@@ -130,7 +130,7 @@ class Identity(IdentityInterface):
         followed = None if metrics is None else metrics.follows.labels("move").inc
         api = MailboxApi(
             self._login.nodes, database, mailbox, locate=self._login.directory.mailbox_database,
-            clock=self._login.clock, on_follow=followed,
+            clock=self._login.clock, on_follow=followed, lock_wait=self._login.move_lock_wait,
         )  # fmt: skip
         folders = Folders(api, clock=self._login.clock, metrics=metrics)
         if metrics is None:
@@ -162,6 +162,7 @@ class Login(LoginInterface):
     def __init__(
         self, *, config: IMAPConfig, users: Users, directory: Directory, nodes: NodeStoreClient,
         clock: Clock, failure_delay: float, metrics: FrontMetrics | None = None,
+        move_lock_wait: float = MOVE_LOCK_WAIT,
     ) -> None:  # fmt: skip
         self.config = config
         self.metrics = metrics
@@ -171,6 +172,7 @@ class Login(LoginInterface):
         self.nodes = nodes
         self._clock = clock
         self._failure_delay = failure_delay
+        self.move_lock_wait = move_lock_wait
         self._tokens = AllTokens(config)
 
     @property

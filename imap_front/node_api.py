@@ -12,7 +12,7 @@ NO [UNAVAILABLE] — never a session ended by a traceback.
 session's calls go, and `relocate` reads the directory again (the login's lookup) and
 re-points it.  A write refused because a move holds the mailbox's lock waits (the directory
 read again every `LOCK_PAUSE`, on the injected clock) until the directory names another
-database and the write is taken there, at most `MOVE_LOCK_WAIT`, then NO [UNAVAILABLE]: the
+database and the write is taken there, at most `imap.move_lock_wait` (60 s by default), then NO [UNAVAILABLE]: the
 refusal wrote nothing, so the retry is safe.  A call answered "no mailbox" (the source
 removed) is made again where the directory points.  While the mailbox is `suspect` (a lock
 refusal, or a change feed answer that was not `live`), each call first reads the directory.
@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 NODE_INBOX = "Inbox"  # the node's name of IMAP's INBOX
 BATCH = 1000  # items one write names, at most (the node's MAX_NAMED)
-MOVE_LOCK_WAIT = 60.0  # seconds a write refused by a move's lock waits for the move's end
+MOVE_LOCK_WAIT = 60.0  # imap.move_lock_wait's default: a write refused by a move's lock waits
 LOCK_PAUSE = 0.25  # seconds between two reads of the directory while a write waits
 
 Locate = Callable[[str], Awaitable[str | None]]  # mailbox -> its database (the directory)
