@@ -12,10 +12,11 @@ NO [UNAVAILABLE] — never a session ended by a traceback.
 session's calls go, and `relocate` reads the directory again (the login's lookup) and
 re-points it.  A write refused because a move holds the mailbox's lock waits (the directory
 read again every `LOCK_PAUSE`, on the injected clock) until the directory names another
-database and the write is taken there, at most `imap.move_lock_wait` (60 s by default), then NO [UNAVAILABLE]: the
-refusal wrote nothing, so the retry is safe.  A call answered "no mailbox" (the source
-removed) is made again where the directory points.  While the mailbox is `suspect` (a lock
-refusal, or a change feed answer that was not `live`), each call first reads the directory.
+database and the write is taken there, at most `imap.move_lock_wait` (60 s by default),
+then NO [UNAVAILABLE]: the refusal wrote nothing, so the retry is safe.  A call answered
+"no mailbox" (the source removed) is made again where the directory points.  While the
+mailbox is `suspect` (a lock refusal, or a change feed answer that was not `live`), each
+call first reads the directory.
 """
 
 from __future__ import annotations

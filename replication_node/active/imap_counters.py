@@ -11,8 +11,10 @@ only ever grow).  Pure: no I/O; the store passes the rows in.
 
 from __future__ import annotations
 
+from dag_common.mailbox_digest import body_hash
+from dag_common.store_api import ItemIn
 from replication_node.log.operations import RESERVE_MAX
-from replication_node.storage.reader import FolderRow
+from replication_node.storage.reader import FolderRow, ItemRow
 
 MAX_UID = 2**32 - 1
 
@@ -35,6 +37,19 @@ def lost_reservation(
     if not lost_logs or not first_mount_of_epoch:
         return 0
     return min(max(0, ceiling - held), RESERVE_MAX)
+
+
+def put_again(row: ItemRow | None, item: ItemIn) -> bool:
+    """Whether a put is of an item the mailbox holds already as it is (same folder, subject,
+    format and bytes; the put naming no flags and no INTERNALDATE): the dumpster redelivering
+    a message a lossy failover did not lose, or a delivery retried after its answer was lost.
+    Such a put keeps the item's UID, modseq, flags and INTERNALDATE: a new UID would show an
+    IMAP client a message it holds as expunged and new, and drop the flags its user set."""
+    if row is None or row.deleted or item.flags or item.received is not None:
+        return False
+    if (row.folder, row.subject, row.format) != (item.folder, item.subject, item.format):
+        return False
+    return row.body == item.body if row.body else row.body_hash == body_hash(item.body)
 
 
 class UidExhausted(Exception):

@@ -251,7 +251,7 @@ async def test_a_lossy_failover_gives_no_uid_shown_to_another_message(lab):
 
     # the idler carries on: the lost UIDs expunged, the redelivered ones new
     told = await asyncio.to_thread(idler.until, b"* 8 EXISTS")
-    assert sum(line.endswith(b" EXPUNGE") for line in told) == 5, told
+    assert sum(line.endswith(b" EXPUNGE") for line in told) == 5, b"\n".join(told).decode()
     assert (await asyncio.to_thread(idler.done)).split()[1] == b"OK"
 
     # the other session too, at its next command

@@ -297,3 +297,28 @@ async def test_a_reservation_past_a_folders_last_uid_refuses_its_puts_and_nothin
     await store.put_items("m", [ItemIn(item_id=i, folder="Work") for i in "wx"])
     assert [r.uid for r in copy.folder_items("m", "Work")] == [2**32 - 2, 2**32 - 1]
     await copy.crash_close()
+
+
+async def test_the_same_item_put_again_keeps_its_uid_flags_and_internaldate(tmp_path):
+    """The dumpster redelivering a message a lossy failover did not lose: its UID, modseq,
+    flags and INTERNALDATE kept (a client sees nothing change); a put of other bytes, in
+    another folder, or naming flags replaces it under a new UID, as before."""
+    copy = await mount(tmp_path)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m", folders=["Inbox", "Work"])
+    await store.put_items("m", [ItemIn(item_id="a", body="1"), ItemIn(item_id="b", body="2")])
+    await store.set_flags("m", "Inbox", uids=[1], add=[SEEN])
+    before = {r.item_id: r for r in copy.folder_items("m", "Inbox")}
+    await store.put_items("m", [ItemIn(item_id="a", body="1")])  # again, as it is
+    again = copy.item("m", "a")
+    assert (again.uid, again.modseq, again.flags, again.received) == (
+        1, before["a"].modseq, (SEEN,), before["a"].received,
+    )  # fmt: skip
+    assert status(copy, "m")["Inbox"].uid_next == 3
+    for changed in (
+        ItemIn(item_id="b", body="2 changed"),
+        ItemIn(item_id="b", body="2 changed", flags=(SEEN,)),
+        ItemIn(item_id="b", body="2 changed", folder="Work"),
+    ):
+        await store.put_items("m", [changed])
+        assert copy.item("m", "b").uid not in (0, before["b"].uid), changed
