@@ -69,6 +69,7 @@ async def _serve(
     login = Login(
         config=front, users=users, directory=store, nodes=nodes, clock=clock,
         failure_delay=0.0, metrics=metrics, move_lock_wait=settings.move_lock_wait,
+        failover_wait=settings.failover_wait,
     )  # fmt: skip
     http = None
     if metrics_port is not None:
