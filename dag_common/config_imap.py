@@ -28,7 +28,11 @@ class ImapFrontSettings(ConfigModel):
     front holds (past it: `* BYE [LIMIT]` at the greeting); `max_sessions_per_user`: one
     user's logged-in sessions on one front (past it: the login `NO [LIMIT]`).
     `idle_timeout`: seconds a session may stay silent outside IDLE before `* BYE` (RFC 3501
-    asks at least 30 minutes of a server's autologout)."""
+    asks at least 30 minutes of a server's autologout).  `move_lock_wait`: seconds a write
+    refused by a move's lock (the mailbox's last step of a move) waits for the move to end,
+    then `NO [UNAVAILABLE]`.  `failover_wait`: seconds an APPEND that got no answer (its
+    active died, none mounted yet) is sent again under its item id until an active answers,
+    then `NO [UNAVAILABLE]`."""
 
     host: str = "127.0.0.1"
     port: int = Field(default=143, ge=0, le=65535)  # IMAP with STARTTLS
@@ -41,3 +45,5 @@ class ImapFrontSettings(ConfigModel):
     max_sessions: int = Field(default=5000, ge=1, le=1_000_000)
     max_sessions_per_user: int = Field(default=20, ge=1, le=10_000)
     idle_timeout: float = Field(default=1800.0, gt=0, le=86_400)
+    move_lock_wait: float = Field(default=60.0, gt=0, le=3600)
+    failover_wait: float = Field(default=60.0, gt=0, le=3600)

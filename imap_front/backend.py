@@ -31,7 +31,7 @@ from dag_common.node_client import NodeStoreClient
 from imap_front.errors import Unavailable
 from imap_front.folders import Folder, Folders, Message
 from imap_front.metrics import FrontMetrics
-from imap_front.node_api import MailboxApi
+from imap_front.node_api import FAILOVER_WAIT, MOVE_LOCK_WAIT, MailboxApi
 from imap_front.selected import CompactSelected
 from imap_front.users import User, Users
 
@@ -144,7 +144,8 @@ class Identity(IdentityInterface):
         followed = None if metrics is None else metrics.follows.labels("move").inc
         api = MailboxApi(
             self._login.nodes, database, mailbox, locate=self._login.directory.mailbox_database,
-            clock=self._login.clock, on_follow=followed,
+            clock=self._login.clock, on_follow=followed, lock_wait=self._login.move_lock_wait,
+            failover_wait=self._login.failover_wait,
         )  # fmt: skip
         folders = Folders(api, clock=self._login.clock, metrics=metrics)
         if metrics is None:
@@ -176,6 +177,7 @@ class Login(LoginInterface):
     def __init__(
         self, *, config: IMAPConfig, users: Users, directory: Directory, nodes: NodeStoreClient,
         clock: Clock, failure_delay: float, metrics: FrontMetrics | None = None,
+        move_lock_wait: float = MOVE_LOCK_WAIT, failover_wait: float = FAILOVER_WAIT,
     ) -> None:  # fmt: skip
         self.config = config
         self.metrics = metrics
@@ -185,6 +187,8 @@ class Login(LoginInterface):
         self.nodes = nodes
         self._clock = clock
         self._failure_delay = failure_delay
+        self.move_lock_wait = move_lock_wait
+        self.failover_wait = failover_wait
         self._tokens = AllTokens(config)
 
     @property

@@ -12,15 +12,25 @@ NO [UNAVAILABLE] — never a session ended by a traceback.
 session's calls go, and `relocate` reads the directory again (the login's lookup) and
 re-points it.  A write refused because a move holds the mailbox's lock waits (the directory
 read again every `LOCK_PAUSE`, on the injected clock) until the directory names another
-database and the write is taken there, at most `MOVE_LOCK_WAIT`, then NO [UNAVAILABLE]: the
-refusal wrote nothing, so the retry is safe.  A call answered "no mailbox" (the source
-removed) is made again where the directory points.  While the mailbox is `suspect` (a lock
-refusal, or a change feed answer that was not `live`), each call first reads the directory.
+database and the write is taken there, at most `imap.move_lock_wait` (60 s by default),
+then NO [UNAVAILABLE]: the refusal wrote nothing, so the retry is safe.  A call answered
+"no mailbox" (the source removed) is made again where the directory points.  While the
+mailbox is `suspect` (a lock refusal, or a change feed answer that was not `live`), each
+call first reads the directory.
+
+**An APPEND in flight when the active dies** (docs/concepts/imap.md, step 7): the front
+names the message's item id itself (a UUIDv7, as the node's), so sending the put again is
+safe: the node keeps one item per id, and an item put again as it is keeps its UID.  A put
+that got no answer (the node unreachable, no active mounted yet, a 5xx: it may or may not
+have been committed) is sent again under the same id every `LOCK_PAUSE` until an active
+answers, at most `imap.failover_wait` (60 s by default), then NO [UNAVAILABLE]: the
+client is told OK with the UID only once the message is on the active that answered.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,8 +50,9 @@ logger = logging.getLogger(__name__)
 
 NODE_INBOX = "Inbox"  # the node's name of IMAP's INBOX
 BATCH = 1000  # items one write names, at most (the node's MAX_NAMED)
-MOVE_LOCK_WAIT = 60.0  # seconds a write refused by a move's lock waits for the move's end
+MOVE_LOCK_WAIT = 60.0  # imap.move_lock_wait's default: a write refused by a move's lock waits
 LOCK_PAUSE = 0.25  # seconds between two reads of the directory while a write waits
+FAILOVER_WAIT = 60.0  # imap.failover_wait's default: an APPEND with no answer is sent again
 
 Locate = Callable[[str], Awaitable[str | None]]  # mailbox -> its database (the directory)
 
@@ -84,6 +95,7 @@ class MailboxApi:
         self, nodes: NodeStoreClient, database: str, mailbox: str, *,
         locate: Locate | None = None, clock: Clock | None = None,
         lock_wait: float = MOVE_LOCK_WAIT, on_follow: Callable[[], None] | None = None,
+        failover_wait: float = FAILOVER_WAIT,
     ) -> None:  # fmt: skip
         self._nodes = nodes
         self.database = database
@@ -92,6 +104,7 @@ class MailboxApi:
         self._locate = locate
         self._clock = clock or SystemClock()
         self._lock_wait = lock_wait
+        self._failover_wait = failover_wait
         self._on_follow = on_follow
         self.suspect = False  # a move may be ending: read the directory before each call
         self.follows = 0  # databases followed to
@@ -122,17 +135,31 @@ class MailboxApi:
         self.suspect = not live
 
     async def _call(
-        self, method: str, path: str, *, folder: str | None = None, **kw: Any
-    ) -> tuple[int, Any]:
+        self, method: str, path: str, *, folder: str | None = None, again: bool = False,
+        **kw: Any,
+    ) -> tuple[int, Any]:  # fmt: skip
+        """`again`: the call may be sent again when it got no answer (an APPEND under its
+        own item id), until an active answers, for at most `failover_wait`."""
         if self.suspect:
             await self.relocate()
         waiting_since: float | None = None
+        unanswered_since: float | None = None
         while True:
             try:
                 return await self._nodes.call(method, self.database, self._base + path, **kw)
             except NodeCallError as exc:
                 if _mailbox_gone(exc) and await self.relocate():
                     continue  # the move ended: the same call where the mailbox is now
+                if again and _unanswered(exc):
+                    now = self._clock.monotonic()
+                    if unanswered_since is None:
+                        unanswered_since = now
+                        logger.info("%s %s of mailbox %s in %s got no answer (%s); sending it "
+                                    "again until an active answers", method, path or "/",
+                                    self.mailbox, self.database, exc)  # fmt: skip
+                    if now - unanswered_since < self._failover_wait:
+                        await self._clock.sleep(LOCK_PAUSE)
+                        continue
                 if not _locked(exc) or self._locate is None:
                     raise _answer(exc, folder) from exc
                 self.suspect = True
@@ -207,12 +234,15 @@ class MailboxApi:
     ) -> str:
         """Write a message to `folder` byte for byte; its item id."""
         body, fmt = body_of_message(raw)
-        item: dict[str, Any] = {"folder": folder, "body": body, "format": fmt.value}
+        item: dict[str, Any] = {
+            "item_id": new_item_id(self._clock.now()), "folder": folder, "body": body,
+            "format": fmt.value,
+        }  # fmt: skip
         if flags:
             item["flags"] = list(flags)
         if received is not None:
             item["received"] = received.isoformat()
-        _, answer = await self._call("POST", "/items", folder=folder, json=item)
+        _, answer = await self._call("POST", "/items", folder=folder, json=item, again=True)
         return str(answer["item_id"])
 
     async def create_folder(self, folder: str) -> None:
@@ -268,6 +298,21 @@ class MailboxApi:
             _, body = await self._call("POST", "/items/expunge", folder=folder, json=change)
             gone += body["expunged"]
         return gone
+
+
+def new_item_id(now: datetime) -> str:
+    """A UUIDv7 (RFC 9562) as 32 hex digits, as the node gives ids: the time in
+    milliseconds, then random bits (never another front's or the node's)."""
+    ms = int(now.timestamp() * 1000) & (2**48 - 1)
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (ms << 80) | (0x7 << 76) | ((rand >> 62) & 0xFFF) << 64 | 0b10 << 62
+    return f"{value | (rand & (2**62 - 1)):032x}"
+
+
+def _unanswered(exc: NodeCallError) -> bool:
+    """No active took the call, or the call may have been cut off: nobody reachable or
+    mounted (no status), or a dismounted or failing active (5xx)."""
+    return exc.status is None or exc.status >= 500
 
 
 def _locked(exc: NodeCallError) -> bool:

@@ -68,7 +68,8 @@ async def _serve(
     # a failed login's wait is the throttle's (per client address), not the backend's
     login = Login(
         config=front, users=users, directory=store, nodes=nodes, clock=clock,
-        failure_delay=0.0, metrics=metrics,
+        failure_delay=0.0, metrics=metrics, move_lock_wait=settings.move_lock_wait,
+        failover_wait=settings.failover_wait,
     )  # fmt: skip
     http = None
     if metrics_port is not None:

@@ -11,8 +11,12 @@ only ever grow).  Pure: no I/O; the store passes the rows in.
 
 from __future__ import annotations
 
+from datetime import datetime
+
+from dag_common.mailbox_digest import body_hash
+from dag_common.store_api import ItemIn
 from replication_node.log.operations import RESERVE_MAX
-from replication_node.storage.reader import FolderRow
+from replication_node.storage.reader import FolderRow, ItemRow
 
 MAX_UID = 2**32 - 1
 
@@ -35,6 +39,26 @@ def lost_reservation(
     if not lost_logs or not first_mount_of_epoch:
         return 0
     return min(max(0, ceiling - held), RESERVE_MAX)
+
+
+def put_again(row: ItemRow | None, item: ItemIn) -> bool:
+    """Whether a put is of an item the mailbox holds already as it is (same folder, subject,
+    format and bytes; the put naming no flags, or the ones held, and no INTERNALDATE, or the
+    one held): the dumpster redelivering a message a lossy failover did not lose, or a
+    delivery or an IMAP APPEND retried under its item id after its answer was lost.  Such a
+    put keeps the item's UID, modseq, flags and INTERNALDATE: a new UID would show an IMAP
+    client a message it holds as expunged and new, and drop the flags its user set."""
+    if row is None or row.deleted:
+        return False
+    if item.flags and tuple(sorted(set(item.flags))) != tuple(row.flags):
+        return False
+    if item.received is not None and (
+        not row.received or datetime.fromisoformat(row.received) != item.received
+    ):
+        return False
+    if (row.folder, row.subject, row.format) != (item.folder, item.subject, item.format):
+        return False
+    return row.body == item.body if row.body else row.body_hash == body_hash(item.body)
 
 
 class UidExhausted(Exception):

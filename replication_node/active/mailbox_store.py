@@ -23,7 +23,7 @@ from dag_common.api_types import FOLDER_PATTERN, NAME_PATTERN
 from dag_common.mailbox_digest import utf8_size
 from dag_common.store_api import ItemIn, Written
 from replication_node.active.copy import ActiveCopy
-from replication_node.active.imap_counters import ImapCounters, UidExhausted
+from replication_node.active.imap_counters import ImapCounters, UidExhausted, put_again
 from replication_node.active.item_ids import new_item_id
 from replication_node.errors import BadRequest, Conflict, NotFound
 from replication_node.log.operations import (
@@ -351,9 +351,16 @@ class MailboxStore:
             ops: list[Operation] = []
             for item_id, i in zip(item_ids, items, strict=True):
                 folder = folders[i.folder]
+                flags = tuple(sorted(set(i.flags)))
+                # none given: the commit's time, which the record has
+                received = i.received.isoformat() if i.received is not None else ""
+                held = None if i.item_id is None else self.copy.item(mailbox, item_id)
                 if i.uid is not None:  # a move's copy: the source's UID and modseq
                     uid, modseq = i.uid, i.modseq or self.counters.modseq(folder)
                     self.counters.given(folder, uid, modseq)
+                elif held is not None and put_again(held, i):  # the same item again
+                    uid, modseq, flags = held.uid, held.modseq, held.flags
+                    received = held.received or held.commit_time
                 else:
                     (uid,) = self._uids(folder, 1)
                     modseq = self.counters.modseq(folder)
@@ -368,9 +375,8 @@ class MailboxStore:
                         i.format,
                         uid,
                         modseq,
-                        tuple(sorted(set(i.flags))),
-                        # none given: the commit's time, which the record has
-                        i.received.isoformat() if i.received is not None else "",
+                        flags,
+                        received,
                     )
                 )
             return await self._commit(ops, item_ids, staged=staged)

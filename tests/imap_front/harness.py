@@ -71,6 +71,13 @@ class Front:
         await wait_until("imap front greets", greets, timeout=30, every=0.05,
                          tolerate=(OSError,))  # fmt: skip
 
+    def kill(self) -> None:
+        """kill -9: the front's sessions end with no word to their clients."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
     def stop(self) -> None:
         if self.proc is None:
             return

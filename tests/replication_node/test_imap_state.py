@@ -359,3 +359,53 @@ async def test_a_reservation_past_a_folders_last_uid_refuses_its_puts_and_nothin
     await store.put_items("m", [ItemIn(item_id=i, folder="Work") for i in "wx"])
     assert [r.uid for r in copy.folder_items("m", "Work")] == [2**32 - 2, 2**32 - 1]
     await copy.crash_close()
+
+
+async def test_the_same_item_put_again_keeps_its_uid_flags_and_internaldate(tmp_path):
+    """The dumpster redelivering a message a lossy failover did not lose: its UID, modseq,
+    flags and INTERNALDATE kept (a client sees nothing change); a put of other bytes, in
+    another folder, or naming flags replaces it under a new UID, as before."""
+    copy = await mount(tmp_path)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m", folders=["Inbox", "Work"])
+    await store.put_items("m", [ItemIn(item_id="a", body="1"), ItemIn(item_id="b", body="2")])
+    await store.set_flags("m", "Inbox", uids=[1], add=[SEEN])
+    before = {r.item_id: r for r in copy.folder_items("m", "Inbox")}
+    await store.put_items("m", [ItemIn(item_id="a", body="1")])  # again, as it is
+    again = copy.item("m", "a")
+    assert (again.uid, again.modseq, again.flags, again.received) == (
+        1, before["a"].modseq, (SEEN,), before["a"].received,
+    )  # fmt: skip
+    assert status(copy, "m")["Inbox"].uid_next == 3
+    for changed in (
+        ItemIn(item_id="b", body="2 changed"),
+        ItemIn(item_id="b", body="2 changed", flags=(SEEN,)),
+        ItemIn(item_id="b", body="2 changed", folder="Work"),
+    ):
+        await store.put_items("m", [changed])
+        assert copy.item("m", "b").uid not in (0, before["b"].uid), changed
+
+
+async def test_an_append_retried_under_its_item_id_keeps_its_uid(tmp_path):
+    """An IMAP APPEND the front sends again under the same item id (its answer lost in a
+    failover) names the flags and INTERNALDATE it was put with: the same item, kept; other
+    flags or another INTERNALDATE replace it under a new UID."""
+    copy = await mount(tmp_path)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m", folders=["Inbox"])
+    when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    appended = ItemIn(item_id="a", body="1", flags=("\\Seen", "\\Draft"), received=when)
+    await store.put_items("m", [appended, ItemIn(item_id="b", body="2", flags=("\\Seen",))])
+    first = copy.item("m", "a")
+    await store.put_items("m", [appended])
+    again = copy.item("m", "a")
+    assert (again.uid, again.modseq, again.flags, again.received) == (
+        first.uid, first.modseq, first.flags, first.received,
+    )  # fmt: skip
+    for changed in (
+        ItemIn(item_id="a", body="1", flags=("\\Seen",), received=when),
+        ItemIn(item_id="b", body="2", flags=("\\Seen",), received=when),
+    ):
+        before = copy.item("m", changed.item_id).uid
+        await store.put_items("m", [changed])
+        assert copy.item("m", changed.item_id).uid not in (0, before), changed
