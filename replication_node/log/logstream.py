@@ -66,11 +66,13 @@ from replication_node.log.announcer import Announcer, OpenLogAnnouncer
 from replication_node.log.blocks import Block, BlockFeed
 from replication_node.log.body import BodyReader
 from replication_node.log.events import Committed, StreamEvent
+from replication_node.log.files import OS_FILES, LogFiles
 from replication_node.log.logfile import ContentDigest, LogHeader, ScanResult, encode_transaction
 from replication_node.log.operations import Operation, encode_record_ops
+from replication_node.log.requests import UNFINISHED, AbortJob, Pending, StageJob
 from replication_node.log.spanning import BlobId, BlobRef, PendingBlob
 from replication_node.log.spares import SparePool
-from replication_node.log.writer import UNFINISHED, AbortJob, OpenLogWriter, Pending, StageJob
+from replication_node.log.writer import OpenLogWriter
 
 if TYPE_CHECKING:
     from replication_node.metrics import StreamMetrics
@@ -157,10 +159,12 @@ class LogStream:
         next_generation: int = 1,
         pending: dict[BlobId, PendingBlob] | None = None,
         epoch: int = 0,
+        files: LogFiles = OS_FILES,
     ) -> LogStream:
         """Open the stream for writing, creating E00.log for the next generation if needed
         (`OpenLogWriter.open`: recovery's scan of E00.log, its torn tail cut); every commit's
-        LSN names `epoch`, the incarnation of the stream."""
+        LSN names `epoch`, the incarnation of the stream; `files`: the file steps its writer
+        and spares take (`files.py`)."""
         writer = OpenLogWriter.open(
             log_dir=log_dir,
             database_signature=database_signature,
@@ -171,6 +175,7 @@ class LogStream:
             next_generation=next_generation,
             pending=pending,
             epoch=epoch,
+            files=files,
         )
         return cls(writer=writer, clock=clock)
 
@@ -319,7 +324,7 @@ class LogStream:
         Once, before the stream takes writes; the stream stops the preparer when it closes."""
         if target <= 0 or self._preparer is not None:
             return
-        pool = SparePool(self.log_dir, self.log_file_size, target)
+        pool = SparePool(self.log_dir, self.log_file_size, target, self._file.files)
         self._file.spares = pool
         self._preparer = asyncio.create_task(
             self._prepare_spares(pool), name=f"log-spares {self.log_dir}"
