@@ -5,6 +5,7 @@ abort or stop, answered through its future once the batch that wrote it is durab
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -52,3 +53,37 @@ class Pending:
     @property
     def is_commit(self) -> bool:
         return bool(self.data)
+
+
+def answer(
+    batch: Sequence[Pending], work: Sequence[Pending], results: Sequence[Any]
+) -> list[Pending]:
+    """Answer the requests of a durable batch: each of `work` with its result (an exception
+    fails it), each stop request of `batch` with None.  Returns the stage requests not
+    finished (`UNFINISHED`), which go on in the next batch."""
+    unfinished = []
+    for p, result in zip(work, results, strict=True):
+        if result is UNFINISHED:
+            unfinished.append(p)
+        elif p.future.done():
+            pass
+        elif isinstance(result, BaseException):
+            p.future.set_exception(result)
+        else:
+            p.future.set_result(result)
+    for p in batch:
+        if p.data == b"" and not p.future.done():
+            p.future.set_result(None)
+    return unfinished
+
+
+def fail(waiting: Sequence[Pending], exc: BaseException) -> None:
+    """Fail every request of `waiting` not yet answered with `exc` (a stop request is
+    answered: the stream is stopped)."""
+    for p in waiting:
+        if p.future.done():
+            continue
+        if p.data == b"":
+            p.future.set_result(None)  # close() asked to stop: it is stopped
+        else:
+            p.future.set_exception(exc)
