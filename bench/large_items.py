@@ -103,8 +103,9 @@ from replication_node.active.copy import ActiveCopy, CopyPaths  # noqa: E402
 from replication_node.active.instance import ActiveInstance  # noqa: E402
 from replication_node.active.mailbox_store import MailboxStore  # noqa: E402
 from replication_node.http.auth import auth_middleware  # noqa: E402
-from replication_node.log import logstream, writer  # noqa: E402
-from replication_node.log.logdir import list_closed_generations, write_all  # noqa: E402
+from replication_node.log import logstream, span, writer  # noqa: E402
+from replication_node.log.files import write_all  # noqa: E402
+from replication_node.log.logdir import list_closed_generations  # noqa: E402
 from replication_node.log.logfile import closed_log_name  # noqa: E402
 from replication_node.log.spares import SPARE_PREFIX  # noqa: E402
 from replication_node.log.writer import OpenLogWriter  # noqa: E402
@@ -180,7 +181,7 @@ class Timers:
     """Counts and times the calls to some functions while active, from any thread: where a
     commit's time goes.  Each target is (owner, attribute name); the wrapper adds about a
     microsecond a call, against calls of a millisecond or more.  Calls made on the log's
-    syncer thread (`writer.SYNCER_THREAD`: the early fsyncs of a span, beside the writer) are
+    syncer thread (`span.SYNCER_THREAD`: the early fsyncs of a span, beside the writer) are
     also counted under "<label> on the syncer"."""
 
     def __init__(self, targets: dict[str, tuple[Any, str]]) -> None:
@@ -204,7 +205,7 @@ class Timers:
                 finally:
                     took = time.perf_counter() - start
                     labels = [label]
-                    if threading.current_thread().name.startswith(writer.SYNCER_THREAD):
+                    if threading.current_thread().name.startswith(span.SYNCER_THREAD):
                         labels.append(f"{label} on the syncer")
                     for counted in labels:
                         self.calls[counted] += 1

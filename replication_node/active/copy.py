@@ -38,6 +38,7 @@ from replication_node.log.events import (
     StreamEvent,
     Transaction,
 )
+from replication_node.log.files import OS_FILES, LogFiles
 from replication_node.log.logdir import finish_interrupted_roll
 from replication_node.log.logfile import ContentDigest
 from replication_node.log.logstream import LogStream
@@ -131,6 +132,7 @@ class ActiveCopy:
         synchronous_wait: float = 5.0,
         epoch: int = 0,
         pause: Callable[[float], None] = time.sleep,
+        log_files: LogFiles = OS_FILES,
     ) -> ActiveCopy:
         """Open (recovering from a crash) or create the database and its log stream.
 
@@ -140,7 +142,8 @@ class ActiveCopy:
         takes writes (raises `Deposed` if the store names another active).  `lease`: the
         active's lease, without which no commit is acknowledged (`lease.py`).  `epoch`: the
         stream incarnation of this mount, named by every commit's LSN.  `pause`: how LLR's
-        paced writes wait (`llr_pacing`; a worker thread calls it)."""
+        paced writes wait (`llr_pacing`; a worker thread calls it).  `log_files`: the file
+        steps of the log's writer, its roll and its spares (`log/files.py`)."""
         paths.root.mkdir(parents=True, exist_ok=True)
         if create and not paths.database.exists():
             db = Database.create(
@@ -149,7 +152,7 @@ class ActiveCopy:
         else:
             db = Database.open(paths.database)
         if paths.logs.exists():
-            await asyncio.to_thread(finish_interrupted_roll, paths.logs)
+            await asyncio.to_thread(finish_interrupted_roll, paths.logs, log_files)
         plan = await asyncio.to_thread(plan_recovery, paths.logs, db.header)
         overlay = LlrOverlay()
         for txn in plan.transactions:
@@ -164,6 +167,7 @@ class ActiveCopy:
             next_generation=db.header.waypoint + 1,
             pending=plan.pending,
             epoch=epoch,
+            files=log_files,
         )
         db.mark_dirty()
         copy = cls(

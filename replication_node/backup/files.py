@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from replication_node.backup.manifest import FileEntry
-from replication_node.log.logdir import write_all
+from replication_node.log.files import write_all
 
 _CHUNK = 1024 * 1024
 

@@ -14,15 +14,14 @@ crash cut between its CLOSE record and the rename, and removes prepared files ne
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from dag_common.durable import fsync_dir
 from replication_node.log import logfile
+from replication_node.log.files import OS_FILES, LogFiles, OpenMode, write_all
 from replication_node.log.logfile import (
     HEADER_SIZE,
     OPEN_LOG_NAME,
@@ -45,20 +44,7 @@ def list_closed_generations(log_dir: Path) -> list[int]:
     return sorted(gens)
 
 
-def write_all(fd: int, data: bytes) -> None:
-    """Write every byte of `data` or raise.  `os.write` may write less than asked without
-    an error (a nearly full filesystem does): the rest is written again, and a disk that
-    takes nothing more raises ENOSPC then.  Ignoring a short write once acknowledged a record
-    that was only partly on disk, and crash recovery cut it as a torn tail."""
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        if written <= 0:
-            raise OSError(errno.ENOSPC, f"write of {len(view)} bytes made no progress")
-        view = view[written:]
-
-
-def finish_interrupted_roll(log_dir: Path) -> int | None:
+def finish_interrupted_roll(log_dir: Path, files: LogFiles = OS_FILES) -> int | None:
     """Complete a roll that a crash cut between its CLOSE record and the rename.
 
     Hidden files never named are removed first: whatever a crash left in one (a header,
@@ -71,7 +57,7 @@ def finish_interrupted_roll(log_dir: Path) -> int | None:
     file (a state earlier versions could leave) is left for recovery
     (`recovery.plan_recovery`), which checks what it was prepared for before replacing it.
     """
-    remove_prepared(log_dir)
+    remove_prepared(log_dir, files)
     path = log_dir / OPEN_LOG_NAME
     if not path.exists():
         return None
@@ -86,10 +72,13 @@ def finish_interrupted_roll(log_dir: Path) -> int | None:
         return None  # never overwrite a closed generation; recovery will report the conflict
     # Its CLOSE record may be in the page cache only (the writer fsyncs a span's files only
     # at its end, `writer.py`): a closed name is given only to a durable file.
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(path, target)
-    fsync_dir(log_dir)
+    fd = files.open(path, OpenMode.EXISTING)
+    try:
+        files.fsync(fd)
+    finally:
+        files.close(fd)
+    files.replace(path, target)
+    files.fsync_dir(log_dir)
     logger.warning(
         "E00.log held closed generation %d (a crash cut its roll); renamed",
         result.header.generation,
@@ -97,23 +86,31 @@ def finish_interrupted_roll(log_dir: Path) -> int | None:
     return result.header.generation
 
 
-def create_open_log(log_dir: Path, header: LogHeader, first: bytes = b"") -> int:
+def create_open_log(
+    log_dir: Path, header: LogHeader, first: bytes = b"", files: LogFiles = OS_FILES
+) -> int:
     """Write a new E00.log holding `header` and the record `first` (the CARRIED record, when
     staged bodies are pending), durably; return a write fd at its end."""
     tmp = log_dir / f".{OPEN_LOG_NAME}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(header.encode() + first)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, log_dir / OPEN_LOG_NAME)
-    fsync_dir(log_dir)
-    fd = os.open(log_dir / OPEN_LOG_NAME, os.O_WRONLY)
-    os.lseek(fd, HEADER_SIZE + len(first), os.SEEK_SET)
+    fd = files.open(tmp, OpenMode.REPLACE)
+    try:
+        write_all(fd, header.encode() + first, files)
+        files.fsync(fd)
+    finally:
+        files.close(fd)
+    files.replace(tmp, log_dir / OPEN_LOG_NAME)
+    files.fsync_dir(log_dir)
+    fd = files.open(log_dir / OPEN_LOG_NAME, OpenMode.EXISTING)
+    files.seek(fd, HEADER_SIZE + len(first))
     return fd
 
 
 def create_hidden(
-    log_dir: Path, header: LogHeader, first: bytes, spare: Path | None = None
+    log_dir: Path,
+    header: LogHeader,
+    first: bytes,
+    spare: Path | None = None,
+    files: LogFiles = OS_FILES,
 ) -> tuple[int, Path]:
     """A file for the generation a roll opens: `header` and the record `first` (the CARRIED
     record, when staged bodies are pending), under a hidden name (PREPARED_PREFIX) that no
@@ -124,20 +121,26 @@ def create_hidden(
     leaves a stray hidden file, which `finish_interrupted_roll` removes."""
     if spare is not None:
         path = spare
-        fd = os.open(path, os.O_WRONLY)
+        fd = files.open(path, OpenMode.EXISTING)
     else:
         path = log_dir / f"{PREPARED_PREFIX}{uuid.uuid4().hex}"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = files.open(path, OpenMode.NEW)
     try:
-        write_all(fd, header.encode() + first)
+        write_all(fd, header.encode() + first, files)
     except BaseException:
-        os.close(fd)
-        path.unlink(missing_ok=True)
+        files.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            files.unlink(path)
         raise
     return fd, path
 
 
-def install_span(log_dir: Path, closed: Sequence[tuple[int, Path]], open_path: Path) -> None:
+def install_span(
+    log_dir: Path,
+    closed: Sequence[tuple[int, Path]],
+    open_path: Path,
+    files: LogFiles = OS_FILES,
+) -> None:
     """Name a span of generations the writer has made durable: each closed one (generation,
     where it is: E00.log for the first, a prepared file's hidden name for the others) renamed
     to its generation's name, in order, then `open_path` (the file of the generation the span
@@ -161,18 +164,18 @@ def install_span(log_dir: Path, closed: Sequence[tuple[int, Path]], open_path: P
     generation): never silently.
     """
     for generation, path in closed:
-        os.replace(path, log_dir / closed_log_name(generation))
-    os.replace(open_path, log_dir / OPEN_LOG_NAME)
+        files.replace(path, log_dir / closed_log_name(generation))
+    files.replace(open_path, log_dir / OPEN_LOG_NAME)
 
 
-def remove_prepared(log_dir: Path) -> list[str]:
+def remove_prepared(log_dir: Path, files: LogFiles = OS_FILES) -> list[str]:
     """Remove the hidden files in `log_dir` that were never named (a crash or a close left
     them); their names."""
     removed = []
     for entry in os.scandir(log_dir):
         if entry.name.startswith(PREPARED_PREFIX):
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(entry.path)
+                files.unlink(log_dir / entry.name)
                 removed.append(entry.name)
     if removed:
         logger.info("removed prepared log files never used: %s", ", ".join(sorted(removed)))

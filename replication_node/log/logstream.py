@@ -39,9 +39,12 @@ deposed) fails every waiter and stops the stream, whose records are then durable
 acknowledged (the in-memory state is dropped with it; crash recovery reads them back).  The
 owner can also stop the stream from outside with `fail()` (the lease has surely expired).
 
-The open log's file, written in a worker thread, is `writer.py`; the file steps (a new
-E00.log written durably, whole writes, the closed generations on disk) are in `logdir.py`;
-the events the stream emits are in `events.py`.
+The open log's file, written in a worker thread, is `writer.py` (its span and settle
+`span.py`); the file steps (a new E00.log written durably, whole writes, the closed
+generations on disk) are in `logdir.py`, each through `files.py`'s seam; the requests the
+stream queues for the writer, and how they are answered, are `requests.py`; synchronous
+commit is `synchronous.py`, the spare files' keeper `spare_keeper.py`; the events the stream
+emits are in `events.py`.
 """
 
 from __future__ import annotations
@@ -56,21 +59,20 @@ from typing import TYPE_CHECKING, Any
 
 from dag_common.clock import Clock
 from dag_common.model import RollCause
-from replication_node.errors import (
-    Deposed,
-    LogStreamStopped,
-    SynchronousCopiesMissing,
-    TransactionTooLarge,
-)
+from replication_node.errors import Deposed, LogStreamStopped, TransactionTooLarge
 from replication_node.log.announcer import Announcer, OpenLogAnnouncer
-from replication_node.log.blocks import Block, BlockFeed
+from replication_node.log.blocks import BlockFeed
 from replication_node.log.body import BodyReader
 from replication_node.log.events import Committed, StreamEvent
+from replication_node.log.files import OS_FILES, LogFiles
 from replication_node.log.logfile import ContentDigest, LogHeader, ScanResult, encode_transaction
 from replication_node.log.operations import Operation, encode_record_ops
+from replication_node.log.requests import AbortJob, Pending, StageJob, answer, fail
 from replication_node.log.spanning import BlobId, BlobRef, PendingBlob
+from replication_node.log.spare_keeper import SpareKeeper
 from replication_node.log.spares import SparePool
-from replication_node.log.writer import UNFINISHED, AbortJob, OpenLogWriter, Pending, StageJob
+from replication_node.log.synchronous import SynchronousCommit
+from replication_node.log.writer import OpenLogWriter
 
 if TYPE_CHECKING:
     from replication_node.metrics import StreamMetrics
@@ -90,9 +92,6 @@ STAGE_SLICE_BUSY = 64 * 1024
 STAGE_SLICE_IDLE = 1024 * 1024
 # Commits count as flowing for this long after the last one was written (seconds).
 BUSY_WINDOW = 0.05
-# How long the spare preparer waits before it looks again when the pool is full or the disk
-# has not the room for another (seconds); while the stream is busy it looks every BUSY_WINDOW.
-SPARE_PAUSE = 1.0
 # How long the stream must have written nothing before a spare is made (seconds): the gaps
 # between a mover's items (each uploaded before it is staged) are not idle time, and a spare's
 # write and fdatasync there would be in the next item's way.
@@ -129,18 +128,17 @@ class LogStream:
         )
         self._failure: BaseException | None = None
         self._fence: Fence | None = None
-        self._sync_copies, self._sync_wait = 0, 0.0  # block mode's synchronous commit
         # The open log's bytes as they become durable, for copies in block mode.
         self.feed = BlockFeed(generation=writer.header.generation, durable=writer.offset)
+        self._synchronous = SynchronousCommit(feed=self.feed, clock=clock)
         # Set when a failure stops the writer (not by close()): whoever mounted the stream
         # must dismount the database, and never reuse this in-memory state.
         self.failed = asyncio.Event()
         self._metrics: StreamMetrics | None = None
         self._writing = False  # a batch is being written
         self._last_batch = float("-inf")  # monotonic time a batch was last written
-        # The spare log files' preparer (`keep_spares`) and the spare it is making.
-        self._preparer: asyncio.Task[None] | None = None
-        self._preparing: asyncio.Future[bool] | None = None
+        # The spare log files' keeper (`keep_spares`).
+        self._spares = SpareKeeper(clock=clock, idle=lambda: self.idle, busy_pause=BUSY_WINDOW)
 
     # ---- opening -------------------------------------------------------------------------
 
@@ -157,10 +155,12 @@ class LogStream:
         next_generation: int = 1,
         pending: dict[BlobId, PendingBlob] | None = None,
         epoch: int = 0,
+        files: LogFiles = OS_FILES,
     ) -> LogStream:
         """Open the stream for writing, creating E00.log for the next generation if needed
         (`OpenLogWriter.open`: recovery's scan of E00.log, its torn tail cut); every commit's
-        LSN names `epoch`, the incarnation of the stream."""
+        LSN names `epoch`, the incarnation of the stream; `files`: the file steps its writer
+        and spares take (`files.py`)."""
         writer = OpenLogWriter.open(
             log_dir=log_dir,
             database_signature=database_signature,
@@ -171,6 +171,7 @@ class LogStream:
             next_generation=next_generation,
             pending=pending,
             epoch=epoch,
+            files=files,
         )
         return cls(writer=writer, clock=clock)
 
@@ -260,28 +261,16 @@ class LogStream:
     def set_synchronous(self, copies: int, wait: float) -> None:
         """Answer a commit only once `copies` copies hold it in block mode (waiting up to
         `wait` seconds for them; then the stream stops, the commit unacknowledged)."""
-        self._sync_copies, self._sync_wait = copies, wait
+        self._synchronous.set(copies, wait)
 
     @property
     def synchronous_copies(self) -> int:
-        return self._sync_copies
+        return self._synchronous.copies
 
     async def await_synchronous_followers(self) -> None:
         """Before a commit is written: SynchronousCopiesMissing (nothing written) unless at
-        least `synchronous_copies` copies follow in block mode, waiting up to the wait."""
-        need = self._sync_copies
-        if not need or len(self.feed.followers) >= need:
-            return
-        if await self.feed.wait_for(
-            lambda: len(self.feed.followers) >= need, self._sync_wait, self._clock
-        ):
-            return
-        following = ", ".join(sorted(self.feed.followers)) or "none"
-        raise SynchronousCopiesMissing(
-            f"{len(self.feed.followers)} of {need} synchronous copies follow the log in block "
-            f"mode ({following}) after {self._sync_wait:g}s: the commit was refused, nothing "
-            "was written"
-        )
+        least `synchronous_copies` copies follow in block mode (`synchronous.py`)."""
+        await self._synchronous.followers()
 
     def fail(self, exc: BaseException) -> None:
         """Stop the stream from outside: every waiter gets `exc`, nothing more is answered,
@@ -317,13 +306,11 @@ class LogStream:
         """Keep up to `target` spare log files for the rolls to write the next generations
         over (`spares.py`), made while the stream is idle; 0: none (new files, as before).
         Once, before the stream takes writes; the stream stops the preparer when it closes."""
-        if target <= 0 or self._preparer is not None:
+        if target <= 0 or self._spares.pool is not None:
             return
-        pool = SparePool(self.log_dir, self.log_file_size, target)
+        pool = SparePool(self.log_dir, self.log_file_size, target, self._file.files)
         self._file.spares = pool
-        self._preparer = asyncio.create_task(
-            self._prepare_spares(pool), name=f"log-spares {self.log_dir}"
-        )
+        self._spares.start(pool)
 
     @property
     def spares(self) -> SparePool | None:
@@ -335,26 +322,6 @@ class LogStream:
         """Whether nothing is being written or waits, and nothing was for SPARE_IDLE."""
         quiet = self._clock.monotonic() - self._last_batch >= SPARE_IDLE
         return quiet and not (self._writing or self._staging or not self._queue.empty())
-
-    async def _prepare_spares(self, pool: SparePool) -> None:
-        """Make spares while the stream is idle, one at a time, until it closes.  A spare
-        that cannot be made (a disk error) is logged and tried again later: the rolls make
-        new files meanwhile."""
-        loop = asyncio.get_running_loop()
-        while not self._closed:
-            if not self.idle:
-                await self._clock.sleep(BUSY_WINDOW)
-                continue
-            # Shielded: a close waits for the spare being made rather than leave a thread
-            # writing into the log directory after the stream is gone (`close`).
-            self._preparing = loop.run_in_executor(None, pool.prepare_one)
-            try:
-                made = await asyncio.shield(self._preparing)
-            except OSError as exc:
-                logger.warning("a spare log file could not be made in %s: %s", self.log_dir, exc)
-                made = False
-            if not made:
-                await self._clock.sleep(SPARE_PAUSE)
 
     async def commit(
         self,
@@ -441,11 +408,7 @@ class LogStream:
         self._closing.set()
         stopped = self._closed  # a failure stopped the writer already
         self._closed = True
-        if self._preparer is not None:
-            self._preparer.cancel()
-            await asyncio.gather(self._preparer, return_exceptions=True)
-            if self._preparing is not None:
-                await asyncio.gather(self._preparing, return_exceptions=True)
+        await self._spares.close()
         if self._task is not None:
             if not stopped:
                 self._put(Pending(b"", self._clock.now(), False, self._future()))
@@ -559,8 +522,9 @@ class LogStream:
                 logger.critical("%s; log stream stopped", failure)
                 self._fail_all(failure, batch)
                 return False
-        if self._sync_copies and blocks and any(p.is_commit for p in work):
-            failure = await self._held_by_synchronous_copies(blocks[-1])
+        if self._synchronous.copies and blocks and any(p.is_commit for p in work):
+            # Not answered unless held by them: durable here, read back by crash recovery.
+            failure = await self._synchronous.held(blocks[-1])
             if failure is not None:
                 logger.critical("%s; log stream stopped", failure)
                 self._fail_all(failure, batch)
@@ -568,18 +532,7 @@ class LogStream:
         for event in events:
             for listener in self._listeners:
                 listener(event)
-        for p, result in zip(work, results, strict=True):
-            if result is UNFINISHED:
-                self._staging.append(p)
-            elif p.future.done():
-                pass
-            elif isinstance(result, BaseException):
-                p.future.set_exception(result)
-            else:
-                p.future.set_result(result)
-        for p in batch:
-            if p.data == b"" and not p.future.done():
-                p.future.set_result(None)
+        self._staging += answer(batch, work, results)
         if not self._file.span_open:
             self._acked = (self._file.header.generation, self._file.commits)
         if self._metrics is not None:
@@ -594,22 +547,6 @@ class LogStream:
             self._staging = []
             return False
         return True
-
-    async def _held_by_synchronous_copies(self, last: Block) -> BaseException | None:
-        """Wait until enough copies hold the batch (through `last`); else why not.  A commit
-        that is durable here but not held by them is never answered: the stream stops, and
-        crash recovery reads it back (the commit's outcome was not given)."""
-        position, need = (last.generation, last.end), self._sync_copies
-        if await self.feed.wait_for(
-            lambda: len(self.feed.holding(position)) >= need, self._sync_wait, self._clock
-        ):
-            return None
-        holding = self.feed.holding(position)
-        return SynchronousCopiesMissing(
-            f"{len(holding)} of {need} synchronous copies held the commit within "
-            f"{self._sync_wait:g}s ({', '.join(holding) or 'none'}): it is durable here but "
-            "was not acknowledged"
-        )
 
     @property
     def failure(self) -> BaseException | None:
@@ -626,10 +563,4 @@ class LogStream:
         self._staging = []
         while not self._queue.empty():
             waiting.append(self._queue.get_nowait())
-        for p in waiting:
-            if p.future.done():
-                continue
-            if p.data == b"":
-                p.future.set_result(None)  # close() asked to stop: it is stopped
-            else:
-                p.future.set_exception(exc)
+        fail(waiting, exc)

@@ -47,7 +47,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from replication_node.log.logdir import write_all
+from replication_node.log.files import OS_FILES, LogFiles, OpenMode, write_all
 from replication_node.log.logfile import PREPARED_PREFIX
 
 SPARE_PREFIX = ".E00.spare."
@@ -60,8 +60,11 @@ FREE_FRACTION = 0.05  # of the file system's size
 class SparePool:
     """The spare files of one log directory (`target` at most, each `file_size` bytes)."""
 
-    def __init__(self, log_dir: Path, file_size: int, target: int) -> None:
+    def __init__(
+        self, log_dir: Path, file_size: int, target: int, files: LogFiles = OS_FILES
+    ) -> None:
         self.log_dir, self.file_size, self.target = log_dir, file_size, target
+        self._files = files
         self._lock = threading.Lock()
         self._names: list[str] = self._scan()
         self.made = self.taken = 0  # spares made, and taken by rolls, by this pool
@@ -79,7 +82,7 @@ class SparePool:
                     names.append(entry.name)
                 else:
                     with contextlib.suppress(FileNotFoundError):
-                        os.unlink(entry.path)
+                        self._files.unlink(self.log_dir / entry.name)
         return sorted(names)
 
     @staticmethod
@@ -108,7 +111,7 @@ class SparePool:
                 name = self._names.pop()
             path = self.log_dir / f"{PREPARED_PREFIX}{uuid.uuid4().hex}"
             try:
-                os.rename(self.log_dir / name, path)
+                self._files.replace(self.log_dir / name, path)
             except FileNotFoundError:
                 continue  # gone (a reseed emptied the directory): the next one
             self.taken += 1
@@ -122,16 +125,18 @@ class SparePool:
             return False
         tmp = self.log_dir / f"{PREPARED_PREFIX}{uuid.uuid4().hex}"
         name = f"{SPARE_PREFIX}{uuid.uuid4().hex}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        files = self._files
+        fd = files.open(tmp, OpenMode.NEW)
         try:
-            write_all(fd, bytes(self.file_size))
-            os.fdatasync(fd)
+            write_all(fd, bytes(self.file_size), files)
+            files.fdatasync(fd)
         except BaseException:
-            os.close(fd)
-            tmp.unlink(missing_ok=True)
+            files.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                files.unlink(tmp)
             raise
-        os.close(fd)
-        os.rename(tmp, self.log_dir / name)
+        files.close(fd)
+        files.replace(tmp, self.log_dir / name)
         with self._lock:
             self._names.append(name)
             self.made += 1

@@ -30,22 +30,14 @@ bench/README.md large_items run 5).
 Such a batch (`_deferring`) also goes on from one generation to the next instead of ending
 where a part fills one, until the body is written, a request waits (`wanted`, set by the
 stream when it queues one: the batch stops at the end of the generation it is writing) or
-the span is full; and each generation it closes is fsync'd at once by the syncer (two
-threads, `SYNCERS`, `_sync_early`) while the writer writes the next, the settle then only
-waiting for those fsyncs.  Why: once the span's fsyncs were deferred, an 8 MiB item spent
-half its commit in them at the end (the settle's batch 16-18 ms, against 21-24 for the raw
-append's whole write and fsync), and another 5 ms in nine returns to the event loop between
-batches of one generation each (timed by an ad-hoc wrapper outside bench/).  On the bench's
-virtio disk the cost of making bytes durable is the cache flush itself, whenever the writeback
-ran (an fsync of 8 MiB whose writeback had been waited for still took 13 ms, in an ad-hoc
-test), so it can only overlap other work.  In an ad-hoc trace of one item the syncer's
-first fsync, of half a generation, took 10 ms: it carried what the writer wrote meanwhile
-(on ext4 the journal commit of a file's new size writes out the data of every file written
-since), the next ones less and less.  The log's 8 MiB commits went from 0.51-0.77 of the raw
-append to 0.61-0.87 (medians 0.56-0.60 before, 0.75-0.83 after, in two series:
-bench/README.md large_items run 8).  Nothing depends on an early fsync before the
-settle (the file is named only then, in order, after every fsync of the span has returned),
-so the crash states are the same; a failed one fails the settle, as its own fsync would.
+the span is full; and each generation it closes is fsync'd at once by the syncer
+(`span.Span.add`: why, and what it gained) while the writer writes the next, the
+settle then only waiting for those fsyncs.  Why it goes on: an 8 MiB item spent another 5 ms
+in nine returns to the event loop between batches of one generation each (timed by an ad-hoc
+wrapper outside bench/).
+
+The span, its settle and the fsyncs are `span.py`; every file step goes through `files.py`'s
+`LogFiles`, the operating system's unless the stream was given another (a test's disk).
 
 Why nothing at the roll waits for the disk: creating the next E00.log durably there (a temp
 file written, fsync'd, renamed, the directory fsync'd) took a third of an 8 MiB item's commit
@@ -84,36 +76,29 @@ naming a body no longer pending is refused (`StagedBodyLost`).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dag_common.clock import Clock
-from dag_common.durable import fsync_dir, start_writeback
 from dag_common.model import Lsn, RollCause
 from replication_node.errors import LogSequenceError, StagedBodyLost
 from replication_node.log import logfile, spanning
 from replication_node.log.blocks import Block
-from replication_node.log.body import BodyReader
 from replication_node.log.events import (
     ClosedGeneration,
     Committed,
     StreamEvent,
     Transaction,
 )
+from replication_node.log.files import OS_FILES, LogFiles, OpenMode, write_all
 from replication_node.log.logdir import (
     create_hidden,
     create_open_log,
-    install_span,
     list_closed_generations,
-    write_all,
 )
 from replication_node.log.logfile import (
     DIGEST_RECORD_MAX,
@@ -129,7 +114,8 @@ from replication_node.log.logfile import (
     encode_record,
     salted,
 )
-from replication_node.log.operations import Operation
+from replication_node.log.requests import UNFINISHED, AbortJob, Pending, StageJob
+from replication_node.log.span import Span
 from replication_node.log.spanning import BlobId, PendingBlob, encode_abort, encode_carried
 from replication_node.log.spares import SparePool
 
@@ -150,65 +136,6 @@ _MIN_PART = 4096
 # The span's blocks are held in memory until its settle, then published at once (the block
 # feed keeps a publish whole however large, `blocks.BlockFeed.publish`).
 SPAN_LIMIT = 16
-# The name of the threads that fsync a deferring batch's generations early (`_sync_early`),
-# and how many: with two, a generation's fsync starts while the one before still waits for
-# its journal commit and cache flush, and the file system takes both in one commit or the next
-# at once, where one thread started it only after the earlier fsync returned.  Bench part 1
-# (8 MiB items, 15 rounds, 16 runs alternated with one thread): the log's MB/s median 280
-# against 262, higher in 13 of the 16 pairs; its ratio to the raw append 0.79 against 0.73
-# (bench/README.md large_items run 9).  The fsyncs' order does not matter: the settle waits for
-# all of them before anything of the span is named.
-SYNCER_THREAD = "log-sync"
-SYNCERS = 2
-
-
-@dataclass(slots=True)
-class Unsettled:
-    """A generation a roll closed, its file not yet fsync'd or named (`_settle`)."""
-
-    generation: int
-    fd: int
-    path: Path  # E00.log for the first of a span, else its hidden name
-    synced: Future[None] | None = None  # its fsync, started early by the syncer
-
-
-@dataclass(slots=True)
-class StageJob:
-    """A body being staged: the writer thread's progress through it."""
-
-    data: BodyReader  # how much of it is written: its `read_bytes`
-    blob: PendingBlob | None = None
-    abort_on: BaseException | None = None  # set by a roll that closes the stream's writes
-
-
-@dataclass(frozen=True, slots=True)
-class AbortJob:
-    """Staged bodies no commit will use: an ABORT record each (those still pending)."""
-
-    blobs: tuple[BlobId, ...]
-
-
-# Not finished in this batch: the stage request goes on in the next.
-UNFINISHED = object()
-
-
-@dataclass(slots=True)
-class Pending:
-    """One request to the writer, answered through its future."""
-
-    data: bytes | None  # None: a roll request; b"": stop the writer
-    commit_time: datetime
-    force: bool
-    future: asyncio.Future[Any]
-    ops: tuple[Operation, ...] = ()
-    queued: float = 0.0  # monotonic time the commit was queued (commit latency)
-    cause: RollCause = RollCause.DEMAND  # a roll request's cause
-    blobs: tuple[BlobId, ...] = ()  # the staged bodies a commit ends
-    job: StageJob | AbortJob | None = None  # a stage or abort request (data is None)
-
-    @property
-    def is_commit(self) -> bool:
-        return bool(self.data)
 
 
 class OpenLogWriter:
@@ -227,8 +154,10 @@ class OpenLogWriter:
         last_time: datetime | None = None,
         pending: dict[BlobId, PendingBlob] | None = None,
         epoch: int = 0,
+        files: LogFiles = OS_FILES,
     ) -> None:
         self.log_dir = log_dir
+        self._files = files  # every file step the writer takes (`files.py`)
         self.header = header
         # The stream incarnation this writer writes (the active's epoch; 0: not known, a
         # tool's stream): every commit's LSN names it, so its acknowledgement says which
@@ -246,8 +175,7 @@ class OpenLogWriter:
         # The database content digest to write at each roll (the active's, as of its
         # database file's waypoint), if any.
         self.digest_provider: Callable[[], ContentDigest | None] | None = None
-        self.metrics: StreamMetrics | None = None
-        self.fsyncs = 0
+        self._metrics: StreamMetrics | None = None
         # Every byte range written in this batch, in order, for block mode (`blocks.py`):
         # taken by the stream once the batch is durable.
         self.blocks: list[Block] = []
@@ -265,7 +193,7 @@ class OpenLogWriter:
         self.defer_parts = True
         # The generations closed since the last settled batch (`_settle`), and what batches
         # that left them unsettled wrote: blocks and events, held until they are durable.
-        self._span: list[Unsettled] = []
+        self._span = Span(log_dir=log_dir, files=files, clock=clock)
         self._held_blocks: list[Block] = []
         self._held_events: list[StreamEvent] = []
         # The header of the generation open as the world sees it: E00.log, durable and named.
@@ -278,7 +206,6 @@ class OpenLogWriter:
         # parts while no commits flow): it goes on across generations, and each generation it
         # closes is fsync'd early, by the syncer, while the next is written.
         self._deferring = False
-        self._syncer: ThreadPoolExecutor | None = None
         # Files written whole beforehand for the next generations (`spares.py`; set by the
         # stream), and the open generation's salt (`LogHeader.salt`).
         self.spares: SparePool | None = None
@@ -297,6 +224,7 @@ class OpenLogWriter:
         next_generation: int = 1,
         pending: dict[BlobId, PendingBlob] | None = None,
         epoch: int = 0,
+        files: LogFiles = OS_FILES,
     ) -> OpenLogWriter:
         """Open E00.log for writing, creating it for the next generation if needed.
 
@@ -306,7 +234,7 @@ class OpenLogWriter:
         seeded and never kept a log must not start the stream again at 1.  `pending`: the
         staged bodies recovery found pending at the end of the log (a new E00.log carries
         them; the stream aborts them before it takes writes).  `epoch`: the stream
-        incarnation every commit's LSN names.
+        incarnation every commit's LSN names.  `files`: the file steps (`files.py`).
         """
         log_dir.mkdir(parents=True, exist_ok=True)
         path = log_dir / OPEN_LOG_NAME
@@ -318,12 +246,12 @@ class OpenLogWriter:
                     f"E00.log is generation {header.generation} but the last closed "
                     f"generation is {closed[-1]}"
                 )
-            fd = os.open(path, os.O_WRONLY)
+            fd = files.open(path, OpenMode.EXISTING)
             if open_scan.valid_end < open_scan.file_size and not open_scan.unwritten:
-                os.ftruncate(fd, open_scan.valid_end)  # a torn tail (a spare's zeros stay)
+                files.truncate(fd, open_scan.valid_end)  # a torn tail (a spare's zeros stay)
             # Its records are the log from here on, whatever a kill -9 left unsynced.
-            os.fsync(fd)
-            os.lseek(fd, open_scan.valid_end, os.SEEK_SET)
+            files.fsync(fd)
+            files.seek(fd, open_scan.valid_end)
             return cls(
                 log_dir=log_dir,
                 header=header,
@@ -335,6 +263,7 @@ class OpenLogWriter:
                 last_time=max([header.creation_time, *(r.commit_time for r in open_scan.records)]),
                 pending=pending,
                 epoch=epoch,
+                files=files,
             )
         prev: LogHeader | None = None
         if closed:
@@ -348,7 +277,7 @@ class OpenLogWriter:
             log_file_size=log_file_size,
         )
         carried = encode_carried(pending or {}, header.creation_time, salt=header.salt)
-        fd = create_open_log(log_dir, header, carried)
+        fd = create_open_log(log_dir, header, carried, files)
         return cls(
             log_dir=log_dir,
             header=header,
@@ -358,7 +287,27 @@ class OpenLogWriter:
             clock=clock,
             pending=pending,
             epoch=epoch,
+            files=files,
         )
+
+    @property
+    def metrics(self) -> StreamMetrics | None:
+        """Where fsyncs and rolls are counted (None: nowhere)."""
+        return self._metrics
+
+    @metrics.setter
+    def metrics(self, metrics: StreamMetrics | None) -> None:
+        self._metrics = self._span.metrics = metrics
+
+    @property
+    def files(self) -> LogFiles:
+        """The file steps this writer takes (`files.py`)."""
+        return self._files
+
+    @property
+    def fsyncs(self) -> int:
+        """How many times a log file was fsync'd."""
+        return self._span.fsyncs
 
     @property
     def offset(self) -> int:
@@ -379,16 +328,9 @@ class OpenLogWriter:
         once."""
         if not self._fd_closed:
             self._fd_closed = True
-            for unsettled in self._span:  # no fd closed while the syncer may use it
-                if unsettled.synced is not None:
-                    with contextlib.suppress(OSError):
-                        unsettled.synced.result()
-            if self._syncer is not None:
-                self._syncer.shutdown()
-            for fd in [self._fd, *(u.fd for u in self._span)]:
-                with contextlib.suppress(OSError):  # a roll that failed half-way closed it
-                    os.close(fd)
-            self._span.clear()
+            self._span.close()
+            with contextlib.suppress(OSError):  # a roll that failed half-way closed it
+                self._files.close(self._fd)
 
     def write_batch(
         self, work: list[Pending], *, stopping: bool = False
@@ -410,7 +352,7 @@ class OpenLogWriter:
         def flush() -> None:
             if buf:
                 data = b"".join(buf)
-                write_all(self._fd, data)
+                write_all(self._fd, data, self._files)
                 self._unsynced = True
                 self.blocks.append(Block(self.header.generation, self._offset - len(data), data))
                 buf.clear()
@@ -484,7 +426,7 @@ class OpenLogWriter:
         self.blocks = []
         if self._deferring and len(self._span) < self.span_limit:
             # Nothing here needs durability yet: writeback started, the rest at the settle.
-            start_writeback(self._fd)
+            self._files.start_writeback(self._fd)
             return results, [], touched
         self._settle()
         self.blocks, self._held_blocks = self._held_blocks, []
@@ -505,18 +447,9 @@ class OpenLogWriter:
             if self._unsynced:
                 self.fsync()
             return
-        for unsettled in self._span:
-            if unsettled.synced is None:
-                self._fsync_fd(unsettled.fd)
-            else:
-                unsettled.synced.result()  # its failure stops the stream here, as an fsync's
-                self.fsyncs += 1
-        self.fsync()
-        install_span(self.log_dir, [(u.generation, u.path) for u in self._span], self._path)
+        self._span.settle(self._fd, self._path)
+        self._unsynced = False
         self._path = self.log_dir / OPEN_LOG_NAME
-        while self._span:
-            os.close(self._span.pop().fd)
-        self.fsync_dir()
         self.settled = self.header
 
     def _stage(
@@ -575,39 +508,8 @@ class OpenLogWriter:
 
     def fsync(self) -> None:
         """fsync the open generation's file (worker thread)."""
-        self._fsync_fd(self._fd)
+        self._span.fsync(self._fd)
         self._unsynced = False
-
-    def _fsync_fd(self, fd: int) -> None:
-        """fsync one of the log's files (worker thread)."""
-        self._timed_fsync(fd)
-        self.fsyncs += 1
-
-    def _timed_fsync(self, fd: int) -> None:
-        """Make a log file's data durable, timed when metrics are on (worker or syncer
-        thread).  `fdatasync`: it makes durable what reading the data back needs (a new
-        size, new blocks) and leaves out only the times, so a generation written over a
-        spare (`spares.py`), same size and blocks, costs the data and one cache flush, no
-        journal commit; the names are the directory fsync's."""
-        if self.metrics is None:
-            os.fdatasync(fd)
-        else:
-            start = self._clock.monotonic()
-            os.fdatasync(fd)
-            self.metrics.fsync.observe(self._clock.monotonic() - start)
-
-    def _sync_early(self, fd: int) -> Future[None]:
-        """Start fsyncing a generation a deferring batch closed, on the syncer: its
-        data reaches the disk while the writer writes the next generation, and the settle
-        only waits for it.  Nothing depends on it before the settle (the file is named only
-        then), so the order of the syncer's fsyncs among the writer's steps does not matter."""
-        if self._syncer is None:
-            self._syncer = ThreadPoolExecutor(SYNCERS, thread_name_prefix=SYNCER_THREAD)
-        return self._syncer.submit(self._timed_fsync, fd)
-
-    def fsync_dir(self) -> None:
-        """fsync the log directory: the last settle's renames are durable (worker thread)."""
-        fsync_dir(self.log_dir)
 
     def roll(self, cause: RollCause) -> ClosedGeneration:
         """Close the open generation and open the next one, which carries the staged bodies
@@ -625,13 +527,11 @@ class OpenLogWriter:
             # a spare ends where the file does, with no truncation for the journal to commit.
             # The invariant that leaves this room is CLOSE_SIZE.
             last = encode_pad(room, close_time, salt=salt) + last
-        write_all(self._fd, last)
-        start_writeback(self._fd)
+        write_all(self._fd, last, self._files)
+        self._files.start_writeback(self._fd)
         self.blocks.append(Block(self.header.generation, self._offset, last, closed=True))
         closed = self.header
-        self._span.append(unsettled := Unsettled(closed.generation, self._fd, self._path))
-        if self._deferring:
-            unsettled.synced = self._sync_early(self._fd)
+        self._span.add(closed.generation, self._fd, self._path, early=self._deferring)
         self._fd = -1  # in the span: a roll that fails from here on leaves nothing to close
         self.header = LogHeader(
             generation=closed.generation + 1,
@@ -644,7 +544,7 @@ class OpenLogWriter:
         self._salt = self.header.salt
         carried = encode_carried(self.pending, self.header.creation_time, salt=self._salt)
         spare = self.spares.take() if self.spares is not None else None
-        self._fd, self._path = create_hidden(self.log_dir, self.header, carried, spare)
+        self._fd, self._path = create_hidden(self.log_dir, self.header, carried, spare, self._files)
         self._unsynced = True
         self.blocks.append(Block(self.header.generation, 0, self.header.encode() + carried))
         self._offset = HEADER_SIZE + len(carried)

@@ -14,6 +14,7 @@ from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from dag_common.config import ClusterConfig
 from replication_node.active.copy import ActiveCopy, CopyPaths, OpenLogPublisher
 from replication_node.http.app import build_app
+from replication_node.log.files import OS_FILES, LogFiles
 from replication_node.log.operations import Operation, PutItem
 from replication_node.node import Node
 from replication_node.passive.copy import PassiveCopy
@@ -48,8 +49,10 @@ async def mount(
     create: bool = True,
     publish_open_log: OpenLogPublisher | None = None,
     change_number_floor: int = 0,
+    log_files: LogFiles = OS_FILES,
 ) -> ActiveCopy:
-    """Mount (creating if needed) an active copy under `root`."""
+    """Mount (creating if needed) an active copy under `root`; `log_files`: the file steps
+    of its log (a test's disk, `disk.py`)."""
     return await ActiveCopy.mount(
         paths=CopyPaths(root, name),
         log_file_size=log_file_size,
@@ -58,6 +61,7 @@ async def mount(
         create=create,
         publish_open_log=publish_open_log,
         change_number_floor=change_number_floor,
+        log_files=log_files,
     )
 
 

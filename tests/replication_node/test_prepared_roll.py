@@ -17,12 +17,12 @@ still replaces it.)
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import random
 import signal
 import subprocess
 import sys
-import threading
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -35,8 +35,8 @@ from replication_node.active.handover import last_logs_on_disk
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.errors import LogHeaderError, RecoveryError
 from replication_node.log import logdir, logfile, logstream
-from replication_node.log import writer as writer_module
 from replication_node.log.events import Transaction
+from replication_node.log.files import OpenMode
 from replication_node.log.logfile import (
     HEADER_SIZE,
     OPEN_LOG_NAME,
@@ -45,7 +45,9 @@ from replication_node.log.logfile import (
     PreparedHeader,
     RecordType,
 )
+from replication_node.log.span import SYNCER_THREAD
 from tests.cluster_harness import wait_until
+from tests.replication_node.disk import Op, Step, TestDisk
 from tests.replication_node.helpers import commit_staged, mount, text_body
 
 SIZE = 16 * 1024
@@ -160,53 +162,54 @@ async def test_a_settled_roll_leaves_no_hidden_file_and_a_real_header(tmp_path):
     await copy.crash_close()
 
 
-async def test_a_roll_that_cannot_create_the_next_file_stops_the_stream_losing_nothing(
-    tmp_path, monkeypatch
-):
+async def test_a_roll_that_cannot_create_the_next_file_stops_the_stream_losing_nothing(tmp_path):
     """A full disk at the roll: the roll request fails, the stream stops (nothing more is
     answered), and a remount finds every acknowledged write and goes on."""
-    copy = await mount(tmp_path, log_file_size=SIZE)
+    disk = TestDisk()
+    copy = await mount(tmp_path, log_file_size=SIZE, log_files=disk)
     store = MailboxStore(copy)
     await store.create_mailbox("m")
     await store.put_items("m", [ItemIn(item_id="x", body="y")])
     gen = copy.stream.generation
 
-    def full(log_dir, header, first, spare=None):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr("replication_node.log.writer.create_hidden", full)
+    full = OSError(errno.ENOSPC, "No space left on device")
+    disk.fail(Op.OPEN, full, when=lambda step: step.mode == OpenMode.NEW)  # the next file
     with pytest.raises(OSError, match="No space left"):
         await copy.roll()
+    assert [s.op for s in disk.failed] == [Op.OPEN]
     assert copy.stream.failed.is_set()
     with pytest.raises(Exception, match="closed"):
         await store.put_items("m", [ItemIn(item_id="z", body="y")])
     await copy.crash_close()
-    monkeypatch.undo()
     copy = await remount(tmp_path)
     assert {"x"} <= items(copy) and "z" not in items(copy)
     await goes_on(copy, items(copy), gen + 1)
 
 
-def watch_durability(monkeypatch, copy) -> dict[str, set[int]]:
+def last_write_synced(disk: TestDisk) -> bool:
+    """Whether the file the writer wrote last was fsync'd after it."""
+    steps = list(disk.steps)
+    last = max(i for i, s in enumerate(steps) if s.op == Op.WRITE)
+    syncs = (Op.FDATASYNC, Op.FSYNC)
+    return any(s.op in syncs and s.path == steps[last].path for s in steps[last + 1 :])
+
+
+def watch_durability(disk: TestDisk, copy) -> dict[str, set[int]]:
     """Which generations' files an fsync made durable, and which generations a directory
     fsync made durably named (a closed generation's name, or E00.log), as the writer goes."""
-    writer = copy.stream._file
     logs = copy.paths.logs
-    seen = {"fsynced": {writer.header.generation}, "installed": {writer.header.generation}}
-    real_fsync_fd, real_fsync_dir = writer._timed_fsync, writer.fsync_dir
+    generation = copy.stream.generation
+    seen = {"fsynced": {generation}, "installed": {generation}}
 
-    def fsync_fd(fd: int) -> None:  # on the writer thread, or early on the syncer's
-        real_fsync_fd(fd)
-        by_fd = {u.fd: u.generation for u in writer._span}
-        seen["fsynced"].add(by_fd.get(fd, writer.header.generation))
+    def fsynced(step: Step) -> None:  # on the writer thread, or early on the syncer's
+        seen["fsynced"].add(logfile.read_header(step.path).generation)
 
-    def fsync_dir() -> None:
-        real_fsync_dir()
+    def installed(step: Step) -> None:
         seen["installed"].update(logdir.list_closed_generations(logs))
         seen["installed"].add(logfile.read_header(logs / OPEN_LOG_NAME).generation)
 
-    monkeypatch.setattr(writer, "_timed_fsync", fsync_fd)
-    monkeypatch.setattr(writer, "fsync_dir", fsync_dir)
+    disk.watch(Op.FDATASYNC, fsynced)
+    disk.watch(Op.FSYNC_DIR, installed)
     return seen
 
 
@@ -216,16 +219,17 @@ async def test_block_mode_gets_a_new_generation_only_once_it_is_durable(tmp_path
     gets a byte of one only once its file is fsync'd and named; a batch that answers a
     request leaves it all durable."""
     monkeypatch.setattr(logstream, "STAGE_SLICE_IDLE", SIZE)
-    copy = await mount(tmp_path, log_file_size=SIZE)
+    disk = TestDisk()
+    copy = await mount(tmp_path, log_file_size=SIZE, log_files=disk)
     await MailboxStore(copy).create_mailbox("m")
     stream = copy.stream
-    seen = watch_durability(monkeypatch, copy)
+    seen = watch_durability(disk, copy)
     published: list[tuple[int, int]] = []
     real_publish = stream.feed.publish
 
     async def publish(blocks):
         if blocks:  # nothing published that a power loss could take back
-            assert not stream._file._unsynced
+            assert last_write_synced(disk)
         for block in blocks:
             assert block.generation in seen["installed"], f"{block.generation}'s renames"
             assert block.generation in seen["fsynced"], f"{block.generation}'s file"
@@ -244,13 +248,12 @@ async def test_block_mode_gets_a_new_generation_only_once_it_is_durable(tmp_path
     await copy.crash_close()
 
 
-async def test_commits_beside_a_staged_body_are_answered_only_in_durable_generations(
-    tmp_path, monkeypatch
-):
-    copy = await mount(tmp_path, log_file_size=SIZE)
+async def test_commits_beside_a_staged_body_are_answered_only_in_durable_generations(tmp_path):
+    disk = TestDisk()
+    copy = await mount(tmp_path, log_file_size=SIZE, log_files=disk)
     store = MailboxStore(copy)
     await store.create_mailbox("m")
-    seen = watch_durability(monkeypatch, copy)
+    seen = watch_durability(disk, copy)
     answered: list[int] = []
 
     def on_event(event) -> None:  # before any commit of the batch is answered
@@ -415,13 +418,13 @@ async def test_a_prepared_file_holding_a_generation_nobody_was_told_of_is_remove
 # ---- recovery: a crash in the settle of a span -------------------------------------------
 
 
-async def staged_span(tmp_path, monkeypatch):
+async def staged_span(tmp_path, monkeypatch, disk: TestDisk):
     """A copy with acknowledged items, then a body staged across four generations, none of
     them settled: (copy, acknowledged items, E00.log's generation, the body, its reference,
     E00.log's length when the body began)."""
     monkeypatch.setattr(logstream, "STAGE_SLICE_IDLE", SIZE)
     clock = ManualClock()
-    copy = await mount(tmp_path, log_file_size=SIZE, llr_depth=2, clock=clock)
+    copy = await mount(tmp_path, log_file_size=SIZE, llr_depth=2, clock=clock, log_files=disk)
     store = MailboxStore(copy)
     await store.create_mailbox("m")
     for i in range(4):
@@ -444,18 +447,15 @@ async def test_a_crash_among_a_span_s_renames_loses_only_what_was_never_answered
     """Every file of the span fsync'd, then `renamed` of its closed generations renamed
     (E00.log first), then the crash: the commit that ended the body (in a hidden file) was
     never answered, and is nowhere after recovery; the body is aborted."""
-    copy, acked, first, text, ref, _ = await staged_span(tmp_path, monkeypatch)
+    disk = TestDisk()
+    copy, acked, first, text, ref, _ = await staged_span(tmp_path, monkeypatch, disk)
     logs = copy.paths.logs
-
-    def crash(log_dir, closed, open_path) -> None:
-        for generation, path in closed[:renamed]:
-            os.replace(path, log_dir / logfile.closed_log_name(generation))
-        raise OSError(5, "the power went")
-
-    monkeypatch.setattr("replication_node.log.writer.install_span", crash)
+    before = len(disk.done(Op.REPLACE))
+    disk.crash(Op.REPLACE, skip=renamed)
     with pytest.raises(OSError, match="the power went"):
         await commit_staged(copy, text, ref)
     await copy.crash_close()
+    assert len(disk.done(Op.REPLACE)) - before == renamed
     assert (logs / OPEN_LOG_NAME).exists() == (renamed == 0)
     hidden = prepared_files(logs)
     assert len(hidden) >= 4 - renamed
@@ -474,20 +474,14 @@ async def test_a_power_loss_before_a_span_is_fsync_d_tears_only_its_unanswered_t
     keeps `kept` of what E00.log got after the last answered batch: its CLOSE record may be
     gone, or the parts before it torn.  The hidden files are removed, the tail is cut or the
     roll finished, and the acknowledged items are all there."""
-    copy, acked, first, text, ref, begun = await staged_span(tmp_path, monkeypatch)
+    disk = TestDisk()
+    copy, acked, first, text, ref, begun = await staged_span(tmp_path, monkeypatch, disk)
     logs = copy.paths.logs
-    writer = copy.stream._file
-    real = writer._fsync_fd
-
-    def fsync_fd(fd: int) -> None:
-        if writer._span:
-            raise OSError(5, "the power went")
-        real(fd)
-
-    monkeypatch.setattr(writer, "_fsync_fd", fsync_fd)
+    disk.crash(Op.FDATASYNC)
     with pytest.raises(OSError, match="the power went"):
         await commit_staged(copy, text, ref)
     await copy.crash_close()
+    assert disk.crashed_at is not None and disk.crashed_at.op == Op.FDATASYNC
     hidden = prepared_files(logs)
     assert len(hidden) >= 4, "the span's generations, hidden"
     size = (logs / OPEN_LOG_NAME).stat().st_size
@@ -508,7 +502,8 @@ async def test_an_early_fsync_that_fails_stops_the_stream_before_its_span_is_nam
     ever got its name, and a remount finds every acknowledged item and nothing of the body."""
     monkeypatch.setattr(logstream, "STAGE_SLICE_IDLE", SIZE)
     clock = ManualClock()
-    copy = await mount(tmp_path, log_file_size=SIZE, llr_depth=2, clock=clock)
+    disk = TestDisk()
+    copy = await mount(tmp_path, log_file_size=SIZE, llr_depth=2, clock=clock, log_files=disk)
     store = MailboxStore(copy)
     await store.create_mailbox("m")
     await store.put_items("m", [ItemIn(item_id="acked", body="z" * 900)])
@@ -516,27 +511,22 @@ async def test_an_early_fsync_that_fails_stops_the_stream_before_its_span_is_nam
     await clock.advance(1.0)  # no commit flows any more
     writer, logs = copy.stream._file, copy.paths.logs
     writer.span_limit = 100
-    real = writer._timed_fsync
-    early: list[str] = []
 
-    def fsync(fd: int) -> None:
-        if threading.current_thread().name.startswith(writer_module.SYNCER_THREAD):
-            early.append(threading.current_thread().name)
-            if len(early) == 2:
-                raise OSError(5, "Input/output error")
-        real(fd)
+    def early(step: Step) -> bool:
+        return step.thread.startswith(SYNCER_THREAD)
 
-    monkeypatch.setattr(writer, "_timed_fsync", fsync)
+    disk.fail(Op.FDATASYNC, OSError(errno.EIO, "Input/output error"), when=early, skip=1)
     named = logdir.list_closed_generations(logs)
     text = text_body(6 * SIZE)
     ref = await copy.stage(text.encode())
     with pytest.raises(OSError, match="Input/output error"):
         await commit_staged(copy, text, ref)
-    assert len(early) >= 2, "the span's generations fsync'd early, off the writer thread"
+    (failed,) = disk.failed
+    assert early(failed), "the span's generations fsync'd early, off the writer thread"
+    assert [s for s in disk.done(Op.FDATASYNC) if early(s)], "and one before it"
     assert copy.stream.failed.is_set()
     assert logdir.list_closed_generations(logs) == named, "nothing of the span named"
     await copy.crash_close()
-    monkeypatch.undo()
     copy = await remount(tmp_path)
     assert items(copy) == {"acked"}
     assert any("staged bodies never committed" in n for n in copy.recovery_notes)

@@ -22,6 +22,7 @@ from replication_node.log.recovery import plan_recovery
 from replication_node.log.spanning import BlobId, PendingBlob, decode_part, encode_part, track
 from replication_node.passive.inspector import inspect_generation
 from tests.cluster_harness import wait_until
+from tests.replication_node.disk import Op, Step, TestDisk
 from tests.replication_node.helpers import (
     commit_staged,
     mount,
@@ -127,15 +128,15 @@ async def test_a_body_staged_while_no_commit_waits_is_settled_a_span_at_a_time(
     # a generation's worth of parts per batch, as the stream gives while no commit waits
     monkeypatch.setattr(logstream, "STAGE_SLICE_IDLE", SIZE)
     clock = ManualClock()
-    copy = await mount(tmp_path, log_file_size=SIZE, clock=clock)
+    disk = TestDisk()
+    copy = await mount(tmp_path, log_file_size=SIZE, clock=clock, log_files=disk)
     store = MailboxStore(copy)
     await store.create_mailbox("m")  # the open log no longer empty: the body starts mid-file
     await clock.advance(1.0)  # no commit flows any more
     stream, writer, logs = copy.stream, copy.stream._file, copy.paths.logs
     writer.span_limit = 4  # ten generations: two settles of four before the commit's
-    settles = []
-    real_fsync_dir = writer.fsync_dir
-    monkeypatch.setattr(writer, "fsync_dir", lambda: settles.append(real_fsync_dir()))
+    settles: list[Step] = []
+    disk.watch(Op.FSYNC_DIR, settles.append)
     closed: list[int] = []
     stream.add_listener(lambda e: closed.append(e.generation) if hasattr(e, "close_time") else 0)
     fsyncs, generation = stream.fsyncs, stream.generation
@@ -214,13 +215,13 @@ async def test_a_body_staged_while_commits_flow_is_settled_batch_by_batch(tmp_pa
     span of unsettled generations in front of them."""
     monkeypatch.setattr(logstream, "STAGE_SLICE_IDLE", SIZE)
     clock = ManualClock()
-    copy = await mount(tmp_path, log_file_size=SIZE, clock=clock)
+    disk = TestDisk()
+    copy = await mount(tmp_path, log_file_size=SIZE, clock=clock, log_files=disk)
     await MailboxStore(copy).create_mailbox("m")  # a commit: they flow (the clock stands)
     stream, writer = copy.stream, copy.stream._file
     generation = stream.generation
-    settles = []
-    real_fsync_dir = writer.fsync_dir
-    monkeypatch.setattr(writer, "fsync_dir", lambda: settles.append(real_fsync_dir()))
+    settles: list[Step] = []
+    disk.watch(Op.FSYNC_DIR, settles.append)
     await copy.stage(text_body(6 * SIZE).encode())
     assert not writer.span_open
     assert stream.generation == writer.header.generation
