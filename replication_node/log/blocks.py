@@ -24,17 +24,30 @@ from dag_common.model import Position
 
 @dataclass(frozen=True, slots=True)
 class Block:
-    """Bytes made durable in generation `generation`'s file at `offset`; `closed`: these are
-    the roll's last bytes, the generation is closed after them."""
+    """Bytes made durable in the log at `position` (its generation's file, at an offset);
+    `closed`: these are the roll's last bytes, the generation is closed after them."""
 
-    generation: int
-    offset: int
+    position: Position
     data: bytes
     closed: bool = False
 
     @property
+    def generation(self) -> int:
+        return self.position.generation
+
+    @property
+    def offset(self) -> int:
+        return self.position.offset
+
+    @property
     def end(self) -> int:
-        return self.offset + len(self.data)
+        """The offset after the block's last byte."""
+        return self.position.offset + len(self.data)
+
+    @property
+    def through(self) -> Position:
+        """The position the log is durable through once the block is."""
+        return Position(self.position.generation, self.end)
 
 
 _NOTHING = Position(0, 0)  # a follower's acknowledgement before its first

@@ -11,7 +11,6 @@ its outcome was not given).
 from __future__ import annotations
 
 from dag_common.clock import Clock
-from dag_common.model import Position
 from replication_node.errors import SynchronousCopiesMissing
 from replication_node.log.blocks import Block, BlockFeed
 
@@ -46,7 +45,7 @@ class SynchronousCommit:
 
     async def held(self, last: Block) -> BaseException | None:
         """Wait until enough copies hold the batch (through `last`); else why not."""
-        position, need, feed = Position(last.generation, last.end), self.copies, self._feed
+        position, need, feed = last.through, self.copies, self._feed
         if await feed.wait_for(lambda: len(feed.holding(position)) >= need, self.wait, self._clock):
             return None
         holding = feed.holding(position)

@@ -68,8 +68,7 @@ class BlockProgress:
     """What the copy's status says of block mode."""
 
     mode: CopyMode
-    generation: int  # the open generation being received (0: none)
-    offset: int  # held durably through here
+    held: Position  # the open generation being received (0: none), held durably through
     reason: str | None  # why in file mode
 
 
@@ -106,7 +105,7 @@ class BlockReceiver:
         self.fallbacks = 0
 
     def progress(self) -> BlockProgress:
-        return BlockProgress(self.mode, self.generation, self.offset, self.reason)
+        return BlockProgress(self.mode, Position(self.generation, self.offset), self.reason)
 
     # ---- what the copier asks --------------------------------------------------------------
 

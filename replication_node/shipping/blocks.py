@@ -146,7 +146,7 @@ async def _read_acks(ws: web.WebSocketResponse, feed: BlockFeed, node: str) -> N
             logger.warning("block mode: a bad frame from %s: %s", node, exc)
             continue
         if frame.kind is FrameKind.ACK:
-            feed.ack(node, Position(frame.generation, frame.offset))
+            feed.ack(node, frame.position)
 
 
 class HttpBlockChannel:

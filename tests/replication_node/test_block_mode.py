@@ -196,7 +196,7 @@ async def test_a_follower_that_falls_behind_the_feed_is_told_so():
     feed = BlockFeed(generation=1, durable=512, capacity=100)
     _, _, start = feed.position()
     for i in range(5):
-        await feed.publish([Block(1, 512 + 60 * i, b"x" * 60)])
+        await feed.publish([Block(Position(1, 512 + 60 * i), b"x" * 60)])
     with pytest.raises(FeedBehind):
         async for _ in feed.follow(start, idle=0.01):
             pass
@@ -209,7 +209,7 @@ async def test_a_publish_larger_than_the_feed_is_kept_whole_for_a_follower_caugh
 
     feed = BlockFeed(generation=1, durable=512, capacity=100)
     _, _, start = feed.position()
-    blocks = [Block(1, 512 + 60 * i, b"x" * 60) for i in range(5)]
+    blocks = [Block(Position(1, 512 + 60 * i), b"x" * 60) for i in range(5)]
     await feed.publish(blocks)
     got = []
     async for block in feed.follow(start, idle=0.01):
@@ -217,7 +217,7 @@ async def test_a_publish_larger_than_the_feed_is_kept_whole_for_a_follower_caugh
             break
         got.append(block)
     assert got == blocks
-    await feed.publish([Block(1, 812, b"y" * 60)])
+    await feed.publish([Block(Position(1, 812), b"y" * 60)])
     with pytest.raises(FeedBehind):
         async for _ in feed.follow(start, idle=0.01):
             pass
