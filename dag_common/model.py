@@ -122,6 +122,16 @@ class Position(NamedTuple):
         return Lsn(generation=self.generation, offset=self.offset, epoch=epoch)
 
 
+def _position_fields(position: Position) -> dict[str, int]:
+    return {"generation": position.generation, "offset": position.offset}
+
+
+PositionFields = Annotated[Position, PlainSerializer(_position_fields, return_type=dict[str, int])]
+"""A `Position` field of a model whose JSON names the two parts:
+`{"generation": g, "offset": o}`, as the records written before `Position` did (a bare
+NamedTuple would be written as a list).  Read from that object (or a list)."""
+
+
 class Lsn(BaseModel):
     """A log sequence number: the generation and the byte offset of a record in it, and the
     stream incarnation (epoch) of the active that wrote it (0: unknown).  Generations are
