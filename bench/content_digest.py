@@ -33,6 +33,7 @@ import msgspec
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from dag_common.model import Position  # noqa: E402
 from replication_node.log.events import Transaction  # noqa: E402
 from replication_node.log.operations import CreateMailbox, PutItem  # noqa: E402
 from replication_node.storage import tables  # noqa: E402
@@ -43,14 +44,14 @@ CASES = ("with the digest", "terms constant", "without the digest")
 
 def transactions(items: int, body: int, per_txn: int = 50) -> list[Transaction]:
     when = datetime.now(UTC)
-    txns = [Transaction(1, 512, when, (CreateMailbox("m", 1),))]
+    txns = [Transaction(Position(1, 512), when, (CreateMailbox("m", 1),))]
     cn = 1
     for first in range(0, items, per_txn):
         ops: list[PutItem] = []
         for i in range(first, min(items, first + per_txn)):
             cn += 1
             ops.append(PutItem("m", cn, f"i{i}", "Inbox", f"subject {i}", "x" * body))
-        txns.append(Transaction(1 + first // (per_txn * 10), 512, when, tuple(ops)))
+        txns.append(Transaction(Position(1 + first // (per_txn * 10), 512), when, tuple(ops)))
     # a second pass replacing a third of the items: updates subtract the old row's term
     for first in range(0, items, 3 * per_txn):
         cn += 1
@@ -59,7 +60,7 @@ def transactions(items: int, body: int, per_txn: int = 50) -> list[Transaction]:
             for op in txns[1 + first // per_txn].ops[: per_txn // 3]
             if isinstance(op, PutItem)
         )
-        txns.append(Transaction(txns[-1].generation + 1, 512, when, again))
+        txns.append(Transaction(Position(txns[-1].generation + 1, 512), when, again))
     return txns
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from dag_common.model import AutoDatabaseMountDial
+from dag_common.model import AutoDatabaseMountDial, Lsn, Position
 
 
 class ActivationCause(StrEnum):
@@ -63,23 +63,22 @@ class EpochRecord:
     mount_dial: AutoDatabaseMountDial | None = None
     lost_logs: int | None = None
 
-    def loses(self, generation: int, offset: int | None) -> bool:
-        """Whether a write of an earlier epoch at (`generation`, `offset`) is not in this
-        epoch's stream (an unknown offset counts as lost in a partly kept generation)."""
+    def loses(self, position: Position) -> bool:
+        """Whether a write of an earlier epoch at `position` is not in this epoch's stream
+        (offset 0, the whole generation or an unknown offset, counts as lost in a partly
+        kept generation)."""
+        generation, offset = position
         if self.start_generation <= generation:
             return True
         partly_kept = self.kept_through is not None and generation == self.start_generation - 1
-        return partly_kept and (offset is None or offset >= (self.kept_through or 0))
+        return partly_kept and (offset == 0 or offset >= (self.kept_through or 0))
 
 
-def fork_below(
-    history: Iterable[EpochRecord], epoch: int, generation: int, offset: int | None = None
-) -> EpochRecord | None:
-    """The first epoch after `epoch` whose stream does not hold the write at (`epoch`,
-    `generation`, `offset`): it was lost with it; None if the write is still in the
-    stream."""
+def fork_below(history: Iterable[EpochRecord], lsn: Lsn) -> EpochRecord | None:
+    """The first epoch after `lsn.epoch` whose stream does not hold the write at `lsn`: it
+    was lost with it; None if the write is still in the stream."""
     for record in sorted(history, key=lambda r: r.epoch):
-        if record.epoch > epoch and record.loses(generation, offset):
+        if record.epoch > lsn.epoch and record.loses(lsn.position):
             return record
     return None
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
@@ -94,6 +94,44 @@ class GuaranteeStatus(StrEnum):
     NOT_SATISFIED = "NotSatisfied"
 
 
+class Position(NamedTuple):
+    """Where a record is in a log stream, without the stream's incarnation: (generation,
+    byte offset).  `Lsn.position` is it; a position that travels without an epoch is one:
+    a staged body's id (`log.spanning.BlobId`), a durable block, a block-mode copy's
+    acknowledgement, a record read back from a file.  Offset 0 names the whole generation,
+    as in `Lsn`; `Position(0, 0)` is "nothing yet", below every record.
+
+    Why a NamedTuple rather than a frozen dataclass: the order is the tuple's (generation
+    first, then offset), total and consistent with `==` and `hash`, computed in C on the
+    writer's and the shipper's hot paths; it unpacks (`generation, offset = position`);
+    and the stream positions compared before it existed compared exactly these tuples, so
+    no comparison changed meaning.  What it does not do: refuse to equal a bare
+    `(generation, offset)` tuple.  The signatures say `Position`, so the type checker does
+    that.  Within one stream positions are ordered; a position with an epoch is an `Lsn`,
+    whose order refuses two epochs."""
+
+    generation: int
+    offset: int = 0
+
+    def __str__(self) -> str:
+        """`generation:offset`, as log messages name a position."""
+        return f"{self.generation}:{self.offset}"
+
+    def at(self, epoch: int = 0) -> Lsn:
+        """This position in the stream of `epoch` (0: unknown)."""
+        return Lsn(generation=self.generation, offset=self.offset, epoch=epoch)
+
+
+def _position_fields(position: Position) -> dict[str, int]:
+    return {"generation": position.generation, "offset": position.offset}
+
+
+PositionFields = Annotated[Position, PlainSerializer(_position_fields, return_type=dict[str, int])]
+"""A `Position` field of a model whose JSON names the two parts:
+`{"generation": g, "offset": o}`, as the records written before `Position` did (a bare
+NamedTuple would be written as a list).  Read from that object (or a list)."""
+
+
 class Lsn(BaseModel):
     """A log sequence number: the generation and the byte offset of a record in it, and the
     stream incarnation (epoch) of the active that wrote it (0: unknown).  Generations are
@@ -134,11 +172,11 @@ class Lsn(BaseModel):
         return self.offset or None
 
     @property
-    def position(self) -> tuple[int, int]:
+    def position(self) -> Position:
         """(generation, offset): where the LSN is in its stream, without its epoch."""
-        return (self.generation, self.offset)
+        return Position(self.generation, self.offset)
 
-    def _in_stream(self, other: Lsn) -> tuple[int, int]:
+    def _in_stream(self, other: Lsn) -> Position:
         """`other`'s position, once it is known to be in this LSN's stream."""
         if other.epoch != self.epoch:
             raise IncomparableLsns(self, other)

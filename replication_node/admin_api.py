@@ -14,6 +14,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from dag_common.incarnation import ActivationCause, EpochRecord
+from dag_common.model import PositionFields
 
 
 class CopyAction(StrEnum):
@@ -209,15 +210,6 @@ class AuditAnswer(BaseModel):
     lines: list[AuditEntry] = []
 
 
-class StampAt(BaseModel):
-    """Where the backup's stamp record is in the active's log."""
-
-    model_config = ConfigDict(frozen=True)
-
-    generation: int
-    offset: int
-
-
 class BackupStamp(BaseModel):
     """`POST /v1/databases/{db}/backups/{id}/end`: the active committed the backup's stamp
     (durable in its log); its header as it now shows."""
@@ -227,5 +219,5 @@ class BackupStamp(BaseModel):
     backup_id: str
     kind: str  # a BackupKind
     generation: int  # the backup holds the log through this generation
-    stamp_lsn: StampAt
+    stamp_lsn: PositionFields  # where the stamp record is in the active's log
     header: dict[str, object]  # the database header's fields (`replication-node db-header`)

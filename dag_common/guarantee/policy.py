@@ -269,7 +269,7 @@ def _stream_answer(
             f"{where} survived every failover is unknown",
         )
     epoch = current_epoch(view.history)
-    fork = fork_below(view.history, lsn.epoch, lsn.generation, lsn.record_offset)
+    fork = fork_below(view.history, lsn)
     if fork is not None:
         return answer(
             GuaranteeStatus.NOT_SATISFIED,

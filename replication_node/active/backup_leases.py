@@ -25,7 +25,7 @@ from datetime import datetime
 
 from dag_common.clock import Clock
 from replication_node.active.copy import ActiveCopy
-from replication_node.admin_api import BackupLease, BackupStamp, StampAt
+from replication_node.admin_api import BackupLease, BackupStamp
 from replication_node.errors import BadRequest, Conflict, NotFound
 from replication_node.log.operations import BackupKind, RecordBackup
 from replication_node.storage.header import DatabaseHeader
@@ -165,6 +165,6 @@ async def stamp(
         backup_id=backup_id,
         kind=str(running.kind),
         generation=generation,
-        stamp_lsn=StampAt(generation=committed.lsn.generation, offset=committed.lsn.offset),
+        stamp_lsn=committed.lsn.position,
         header=copy.merged_header.as_dict(),
     )

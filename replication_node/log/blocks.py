@@ -19,21 +19,38 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from dag_common.clock import Clock, sleep_unless
+from dag_common.model import Position
 
 
 @dataclass(frozen=True, slots=True)
 class Block:
-    """Bytes made durable in generation `generation`'s file at `offset`; `closed`: these are
-    the roll's last bytes, the generation is closed after them."""
+    """Bytes made durable in the log at `position` (its generation's file, at an offset);
+    `closed`: these are the roll's last bytes, the generation is closed after them."""
 
-    generation: int
-    offset: int
+    position: Position
     data: bytes
     closed: bool = False
 
     @property
+    def generation(self) -> int:
+        return self.position.generation
+
+    @property
+    def offset(self) -> int:
+        return self.position.offset
+
+    @property
     def end(self) -> int:
-        return self.offset + len(self.data)
+        """The offset after the block's last byte."""
+        return self.position.offset + len(self.data)
+
+    @property
+    def through(self) -> Position:
+        """The position the log is durable through once the block is."""
+        return Position(self.position.generation, self.end)
+
+
+_NOTHING = Position(0, 0)  # a follower's acknowledgement before its first
 
 
 class FeedBehind(Exception):
@@ -55,7 +72,7 @@ class BlockFeed:
         # The copies following in block mode, and how far each holds the log durably.
         # (A node's connection counted: its old one may end after its new one began.)
         self._connections: dict[str, int] = {}
-        self.acks: dict[str, tuple[int, int]] = {}
+        self.acks: dict[str, Position] = {}
         self._moved = asyncio.Event()  # an ack came, or a follower came or went
 
     @property
@@ -75,14 +92,14 @@ class BlockFeed:
             self.acks.pop(node, None)
         self._moved.set()
 
-    def ack(self, node: str, generation: int, offset: int) -> None:
-        """The copy on `node` holds the log durably through (`generation`, `offset`)."""
-        self.acks[node] = max(self.acks.get(node, (0, 0)), (generation, offset))
+    def ack(self, node: str, position: Position) -> None:
+        """The copy on `node` holds the log durably through `position`."""
+        self.acks[node] = max(self.acks.get(node, _NOTHING), position)
         self._moved.set()
 
-    def holding(self, position: tuple[int, int]) -> list[str]:
-        """The followers that hold the log through `position` (generation, offset)."""
-        return sorted(n for n in self.followers if self.acks.get(n, (0, 0)) >= position)
+    def holding(self, position: Position) -> list[str]:
+        """The followers that hold the log through `position`."""
+        return sorted(n for n in self.followers if self.acks.get(n, _NOTHING) >= position)
 
     async def wait_for(self, enough: Callable[[], bool], seconds: float, clock: Clock) -> bool:
         """Wait up to `seconds` on `clock` until `enough()`; whether it is."""

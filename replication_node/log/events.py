@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from dag_common.model import Lsn
+from dag_common.model import Lsn, Position
 from replication_node.log.operations import Operation
 
 
@@ -16,10 +16,17 @@ class Transaction:
     """One committed transaction: where it is in the log, when, and what it does (as the
     store built it, or decoded once from the log where it is read)."""
 
-    generation: int
-    offset: int
+    position: Position
     commit_time: datetime
     ops: tuple[Operation, ...]
+
+    @property
+    def generation(self) -> int:
+        return self.position.generation
+
+    @property
+    def offset(self) -> int:
+        return self.position.offset
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,6 +68,7 @@ from pathlib import Path
 import crc32c
 import orjson
 
+from dag_common.model import Position
 from replication_node.errors import LogHeaderError, LogRecordError
 
 MAGIC = b"DGLOG\r\n\x1a"
@@ -281,6 +282,12 @@ class LogRecord:
     generation: int
     offset: int
     size: int
+
+    @property
+    def position(self) -> Position:
+        """Where the record is in the stream.  Made when asked, not stored: a scan makes
+        one LogRecord per record, and most are never asked."""
+        return Position(self.generation, self.offset)
 
     def has(self, needle: bytes) -> bool:
         """Whether `needle` occurs in the payload (searched in place, without a copy)."""

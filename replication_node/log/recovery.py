@@ -264,7 +264,7 @@ def transactions_of(result: ScanResult, reader: BodyReader | None = None) -> lis
                 raise LogRecordError(
                     f"generation {rec.generation} offset {rec.offset}: malformed operation: {exc}"
                 ) from exc
-            out.append(Transaction(rec.generation, rec.offset, rec.commit_time, ops))
+            out.append(Transaction(rec.position, rec.commit_time, ops))
     return out
 
 

@@ -51,6 +51,7 @@ from datetime import datetime
 import crc32c
 import orjson
 
+from dag_common.model import Position
 from replication_node.errors import LogRecordError
 from replication_node.log.logfile import (
     FRAME_OVERHEAD,
@@ -71,15 +72,9 @@ BLOBS_KEY = b'"blobs":'
 PART_OVERHEAD = FRAME_OVERHEAD + _PART.size
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class BlobId:
-    """A staged body: the LSN of its first part."""
-
-    generation: int
-    offset: int
-
-    def __str__(self) -> str:
-        return f"{self.generation}:{self.offset}"
+BlobId = Position
+"""A staged body: the position of its first part in the stream (`generation:offset` in
+messages).  No epoch: a body is named only within the stream its parts are in."""
 
 
 @dataclass(frozen=True, slots=True)

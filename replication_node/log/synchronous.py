@@ -45,7 +45,7 @@ class SynchronousCommit:
 
     async def held(self, last: Block) -> BaseException | None:
         """Wait until enough copies hold the batch (through `last`); else why not."""
-        position, need, feed = (last.generation, last.end), self.copies, self._feed
+        position, need, feed = last.through, self.copies, self._feed
         if await feed.wait_for(lambda: len(feed.holding(position)) >= need, self.wait, self._clock):
             return None
         holding = feed.holding(position)

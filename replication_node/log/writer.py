@@ -84,7 +84,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dag_common.clock import Clock
-from dag_common.model import Lsn, RollCause
+from dag_common.model import Lsn, Position, RollCause
 from replication_node.errors import LogSequenceError, StagedBodyLost
 from replication_node.log import logfile, spanning
 from replication_node.log.blocks import Block
@@ -314,6 +314,10 @@ class OpenLogWriter:
         """The open log's length: where the next record goes."""
         return self._offset
 
+    def _at(self, offset: int) -> Position:
+        """`offset` in the open generation."""
+        return Position(self.header.generation, offset)
+
     def stamp(self, commit_time: datetime) -> datetime:
         """`commit_time`, raised to the stream's latest time if the clock went back."""
         self.last_time = max(commit_time, self.last_time)
@@ -354,7 +358,7 @@ class OpenLogWriter:
                 data = b"".join(buf)
                 write_all(self._fd, data, self._files)
                 self._unsynced = True
-                self.blocks.append(Block(self.header.generation, self._offset - len(data), data))
+                self.blocks.append(Block(self._at(self._offset - len(data)), data))
                 buf.clear()
 
         def append(record: bytes | list[bytes | memoryview]) -> int:
@@ -408,7 +412,7 @@ class OpenLogWriter:
             lsn = Lsn(generation=self.header.generation, offset=offset, epoch=self.epoch)
             touched = lsn.generation
             results[i] = Committed(lsn=lsn, commit_time=p.commit_time)
-            events.append(Transaction(lsn.generation, lsn.offset, p.commit_time, p.ops))
+            events.append(Transaction(lsn.position, p.commit_time, p.ops))
         budget = self.stage_budget
         for i in staging:
             job = work[i].job
@@ -471,7 +475,7 @@ class OpenLogWriter:
             take = min(room, budget, body.size - body.read_bytes)
             chunk = body.read(take)
             if job.blob is None:
-                blob = BlobId(self.header.generation, self._offset)
+                blob = self._at(self._offset)
                 job.blob = PendingBlob(blob)
             index = job.blob.parts
             append(spanning.part_pieces(job.blob.id, index, chunk, self.last_time))
@@ -529,7 +533,7 @@ class OpenLogWriter:
             last = encode_pad(room, close_time, salt=salt) + last
         write_all(self._fd, last, self._files)
         self._files.start_writeback(self._fd)
-        self.blocks.append(Block(self.header.generation, self._offset, last, closed=True))
+        self.blocks.append(Block(self._at(self._offset), last, closed=True))
         closed = self.header
         self._span.add(closed.generation, self._fd, self._path, early=self._deferring)
         self._fd = -1  # in the span: a roll that fails from here on leaves nothing to close
@@ -546,7 +550,7 @@ class OpenLogWriter:
         spare = self.spares.take() if self.spares is not None else None
         self._fd, self._path = create_hidden(self.log_dir, self.header, carried, spare, self._files)
         self._unsynced = True
-        self.blocks.append(Block(self.header.generation, 0, self.header.encode() + carried))
+        self.blocks.append(Block(self._at(0), self.header.encode() + carried))
         self._offset = HEADER_SIZE + len(carried)
         self.records = self.commits = 0
         if self.metrics is not None:

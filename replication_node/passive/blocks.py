@@ -39,7 +39,7 @@ import orjson
 from dag_common.backoff import Backoff
 from dag_common.clock import Clock
 from dag_common.durable import fsync_dir
-from dag_common.model import CopyMode
+from dag_common.model import CopyMode, Position
 from replication_node.errors import LogFormatError, LogShareError
 from replication_node.log.logfile import HEADER_SIZE, LogHeader, closed_log_name, scan
 from replication_node.passive.markers import Markers
@@ -68,8 +68,7 @@ class BlockProgress:
     """What the copy's status says of block mode."""
 
     mode: CopyMode
-    generation: int  # the open generation being received (0: none)
-    offset: int  # held durably through here
+    held: Position  # the open generation being received (0: none), held durably through
     reason: str | None  # why in file mode
 
 
@@ -106,7 +105,7 @@ class BlockReceiver:
         self.fallbacks = 0
 
     def progress(self) -> BlockProgress:
-        return BlockProgress(self.mode, self.generation, self.offset, self.reason)
+        return BlockProgress(self.mode, Position(self.generation, self.offset), self.reason)
 
     # ---- what the copier asks --------------------------------------------------------------
 
@@ -188,7 +187,7 @@ class BlockReceiver:
         # acknowledged: it is never given up for a fresh copy of the same bytes).
         resume = self.generation == generation and self.offset > 0
         channel = await self._source.open_blocks(
-            generation, self.offset if resume else 0, self._node
+            Position(generation, self.offset if resume else 0), self._node
         )
         try:
             epoch = await self._hello(await self._receive(channel))
@@ -208,7 +207,7 @@ class BlockReceiver:
                     continue
                 if frame.kind is FrameKind.DATA:
                     await self._append(frame)
-                    await channel.ack(self.generation, self.offset)
+                    await channel.ack(Position(self.generation, self.offset))
                 elif frame.kind is FrameKind.CLOSED:
                     await self._close(frame)
                 else:

@@ -26,6 +26,7 @@ import crc32c
 import orjson
 from aiohttp import web
 
+from dag_common.model import Position
 from dag_common.tasks import cancel_and_wait
 from replication_node.errors import LogShareError
 from replication_node.log.blocks import BlockFeed, FeedBehind
@@ -145,7 +146,7 @@ async def _read_acks(ws: web.WebSocketResponse, feed: BlockFeed, node: str) -> N
             logger.warning("block mode: a bad frame from %s: %s", node, exc)
             continue
         if frame.kind is FrameKind.ACK:
-            feed.ack(node, frame.generation, frame.offset)
+            feed.ack(node, frame.position)
 
 
 class HttpBlockChannel:
@@ -168,9 +169,9 @@ class HttpBlockChannel:
             raise LogShareError(f"block mode connection broke: {self._ws.exception()!r}")
         raise BlockProtocolError(f"unexpected block mode message {message.type.name}")
 
-    async def ack(self, generation: int, offset: int) -> None:
+    async def ack(self, position: Position) -> None:
         try:
-            await self._ws.send_bytes(encode_frame(Frame(FrameKind.ACK, generation, offset)))
+            await self._ws.send_bytes(encode_frame(Frame(FrameKind.ACK, *position)))
         except (aiohttp.ClientError, ConnectionError, RuntimeError) as exc:
             raise LogShareError(f"block mode connection broke: {exc!r}") from exc
 
@@ -182,13 +183,13 @@ async def connect_blocks(
     session: aiohttp.ClientSession,
     url: str,
     headers: dict[str, str],
-    generation: int,
-    offset: int,
+    start: Position,
     node: str,
     silence: float,
 ) -> HttpBlockChannel:
-    """Open block mode at `generation`, from `offset` (LogShareError if the active refuses
-    or is gone)."""
+    """Open block mode at `start` (the open generation, from an offset in it; LogShareError
+    if the active refuses or is gone)."""
+    generation, offset = start
     try:
         ws = await session.ws_connect(
             url,

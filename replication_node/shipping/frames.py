@@ -22,6 +22,7 @@ from enum import IntEnum
 
 import crc32c
 
+from dag_common.model import Position
 from replication_node.errors import LogFormatError
 
 
@@ -48,6 +49,12 @@ class Frame:
     offset: int = 0
     payload: bytes = b""
     crc: int = 0  # DATA: the payload's; CLOSED: the whole closed file's
+
+    # The generation and offset stay fields: they are the header's, one for one.
+    @property
+    def position(self) -> Position:
+        """DATA: where the payload goes; CLOSED: the closed file's end; ACK: held through."""
+        return Position(self.generation, self.offset)
 
 
 def encode_frame(frame: Frame) -> bytes:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from dag_common.model import Position
+
 if TYPE_CHECKING:
     from replication_node.log.blocks import BlockFeed
     from replication_node.shipping.frames import Frame
@@ -120,10 +122,10 @@ class LogSource(Protocol):
         """The bytes of the open log E00.log the active holds for this copy."""
         ...
 
-    async def open_blocks(self, generation: int, offset: int, node: str) -> BlockChannel:
-        """Follow the active's open log `generation` from `offset` in block mode, as the
-        copy on `node` (LogShareError if the active will not: not mounted, another
-        generation open)."""
+    async def open_blocks(self, start: Position, node: str) -> BlockChannel:
+        """Follow the active's open log in block mode from `start` (its generation, an
+        offset in it), as the copy on `node` (LogShareError if the active will not: not
+        mounted, another generation open)."""
         ...
 
 
@@ -146,8 +148,8 @@ class BlockChannel(Protocol):
         """The next frame; None when the connection ended (LogShareError if it broke)."""
         ...
 
-    async def ack(self, generation: int, offset: int) -> None:
-        """Tell the active the copy holds `generation` durably through `offset`."""
+    async def ack(self, position: Position) -> None:
+        """Tell the active the copy holds the log durably through `position`."""
         ...
 
     async def close(self) -> None: ...

@@ -20,6 +20,7 @@ import orjson
 
 from dag_common.auth import bearer
 from dag_common.durable import fsync_dir
+from dag_common.model import Position
 from replication_node.errors import GenerationGone, LogShareError
 from replication_node.log.logfile import closed_log_name
 from replication_node.shipping.blocks import HttpBlockChannel, connect_blocks
@@ -140,14 +141,13 @@ class HttpLogSource:
             )
         return data
 
-    async def open_blocks(self, generation: int, offset: int, node: str) -> HttpBlockChannel:
-        """Follow the open log `generation` from `offset` in block mode (`shipping/blocks.py`)."""
+    async def open_blocks(self, start: Position, node: str) -> HttpBlockChannel:
+        """Follow the open log from `start` in block mode (`shipping/blocks.py`)."""
         return await connect_blocks(
             self._session,
             self._base + "/logs/blocks",
             self._headers,
-            generation,
-            offset,
+            start,
             node,
             silence=self._notify_timeout.sock_read or NOTIFY_SILENCE,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dag_common.incarnation import EpochRecord, fork_below
+from dag_common.model import Lsn
 
 HISTORY = [
     EpochRecord("DB1", 1, "mbx1", 1),
@@ -22,11 +23,11 @@ HISTORY = [
         (2, 29, 512, None),  # inside the kept prefix of generation 29
         (2, 29, 4000, None),
         (2, 29, 4096, 3),  # at or past the kept end: lost with epoch 3
-        (2, 29, None, 3),  # an offset not given: the safe side
+        (2, 29, 0, 3),  # the whole generation (an offset not given): the safe side
         (2, 30, 512, 3),
         (3, 40, 512, None),  # the current epoch's own writes
     ],
 )
 def test_a_write_survives_only_what_every_later_epoch_kept(epoch, generation, offset, lost_with):
-    fork = fork_below(HISTORY, epoch, generation, offset)
+    fork = fork_below(HISTORY, Lsn(generation=generation, offset=offset, epoch=epoch))
     assert (fork.epoch if fork else None) == lost_with

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dag_common.errors import IncomparableLsns
-from dag_common.model import Lsn
+from dag_common.model import Lsn, Position
 
 # Small ranges, so that equal generations and offsets are drawn often.
 generations = st.integers(min_value=1, max_value=4)
@@ -116,6 +116,29 @@ def test_a_position_is_the_stream_order_without_the_epoch():
     """A caller that has shown two epochs share a stream compares `position`s, explicitly."""
     assert Lsn(generation=4, offset=512, epoch=1).position == (4, 512)
     assert Lsn(generation=4, epoch=1).position < Lsn(generation=4, offset=512, epoch=2).position
+
+
+positions = st.builds(Position, generations, offsets)
+
+
+@given(positions, positions)
+def test_positions_are_ordered_generation_first_consistently_with_eq_and_hash(a, b):
+    assert [a < b, a == b, a > b].count(True) == 1
+    assert (a < b) == ((a.generation, a.offset) < (b.generation, b.offset))
+    if a == b:
+        assert hash(a) == hash(b)
+
+
+@given(lsns())
+def test_an_lsn_is_its_position_in_the_stream_of_its_epoch(lsn):
+    assert isinstance(lsn.position, Position)
+    assert lsn.position.at(lsn.epoch) == lsn
+
+
+def test_a_position_reads_generation_colon_offset():
+    """What log messages name a staged body by (`log.spanning.BlobId`)."""
+    assert str(Position(12, 4096)) == "12:4096"
+    assert Position(3) == Position(3, 0), "offset 0: the whole generation"
 
 
 def test_an_lsn_is_not_ordered_against_another_type():

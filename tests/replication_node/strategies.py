@@ -8,6 +8,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from dag_common.model import Position
 from replication_node.log.events import Transaction
 from replication_node.log.operations import decode, last_cn
 
@@ -125,6 +126,8 @@ def numbered(generations: list[list[list[dict[str, Any]]]]) -> list[Transaction]
                 typed = decode({**op, "cn": cn})
                 numbered_ops.append(typed)
                 cn = last_cn(typed)  # one number per item it names
-            txn = Transaction(g, 512 + offset, T0 + timedelta(seconds=cn), tuple(numbered_ops))
+            txn = Transaction(
+                Position(g, 512 + offset), T0 + timedelta(seconds=cn), tuple(numbered_ops)
+            )
             out.append(txn)
     return out

@@ -8,6 +8,7 @@ import sqlite3
 import uuid
 from datetime import UTC, datetime
 
+from dag_common.model import Position
 from replication_node.log.events import Transaction
 from replication_node.log.operations import BackupKind, RecordBackup
 from replication_node.storage.database import Database
@@ -19,7 +20,7 @@ T = datetime(2026, 11, 23, 12, tzinfo=UTC)
 
 def stamp(kind: BackupKind, generation: int, minute: int) -> Transaction:
     op = RecordBackup(kind, generation, T.replace(minute=minute).isoformat())
-    return Transaction(generation + 1, 512, T, (op,))
+    return Transaction(Position(generation + 1, 512), T, (op,))
 
 
 def new_db(path) -> Database:

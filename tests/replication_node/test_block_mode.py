@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dag_common.model import CopyMode, CopyRole, CopyStatus, CopyStatusReport
+from dag_common.model import CopyMode, CopyRole, CopyStatus, CopyStatusReport, Position
 from dag_common.store_api import ItemIn
 from replication_node.cluster.mount_policy import synchronously_held
 from replication_node.errors import SynchronousCopiesMissing
@@ -43,8 +43,8 @@ class CountingWire:
         self.fetched.append(generation)
         return await self._source.fetch(generation)
 
-    async def open_blocks(self, generation: int, offset: int, node: str) -> Any:
-        channel = await self._source.open_blocks(generation, offset, node)
+    async def open_blocks(self, start: Position, node: str) -> Any:
+        channel = await self._source.open_blocks(start, node)
         self.channels += 1
         if self._tamper is None:
             return channel
@@ -68,8 +68,8 @@ class TamperedChannel:
         self.frames += 1
         return self._tamper(self.frames, frame)
 
-    async def ack(self, generation: int, offset: int) -> None:
-        await self._channel.ack(generation, offset)
+    async def ack(self, position: Position) -> None:
+        await self._channel.ack(position)
 
     async def close(self) -> None:
         await self._channel.close()
@@ -196,7 +196,7 @@ async def test_a_follower_that_falls_behind_the_feed_is_told_so():
     feed = BlockFeed(generation=1, durable=512, capacity=100)
     _, _, start = feed.position()
     for i in range(5):
-        await feed.publish([Block(1, 512 + 60 * i, b"x" * 60)])
+        await feed.publish([Block(Position(1, 512 + 60 * i), b"x" * 60)])
     with pytest.raises(FeedBehind):
         async for _ in feed.follow(start, idle=0.01):
             pass
@@ -209,7 +209,7 @@ async def test_a_publish_larger_than_the_feed_is_kept_whole_for_a_follower_caugh
 
     feed = BlockFeed(generation=1, durable=512, capacity=100)
     _, _, start = feed.position()
-    blocks = [Block(1, 512 + 60 * i, b"x" * 60) for i in range(5)]
+    blocks = [Block(Position(1, 512 + 60 * i), b"x" * 60) for i in range(5)]
     await feed.publish(blocks)
     got = []
     async for block in feed.follow(start, idle=0.01):
@@ -217,7 +217,7 @@ async def test_a_publish_larger_than_the_feed_is_kept_whole_for_a_follower_caugh
             break
         got.append(block)
     assert got == blocks
-    await feed.publish([Block(1, 812, b"y" * 60)])
+    await feed.publish([Block(Position(1, 812), b"y" * 60)])
     with pytest.raises(FeedBehind):
         async for _ in feed.follow(start, idle=0.01):
             pass
@@ -236,7 +236,7 @@ async def test_a_synchronous_commit_is_answered_only_once_its_copy_holds_it(tmp_
         await wait_until("the copy follows", lambda: active.copy.stream.feed.followers == {"p"})
         await share.write(0, 5)
         stream = active.copy.stream
-        position = (stream.generation, stream.feed.durable)
+        position = Position(stream.generation, stream.feed.durable)
         assert stream.feed.holding(position) == ["p"], "held by the copy before the answer"
         assert copy.status().block_offset == stream.feed.durable
         assert active.status().note is None and active.status().block_followers == ["p"]
@@ -348,7 +348,7 @@ async def test_a_synchronous_copy_holds_every_part_of_a_large_item_before_it_is_
         text = text_body(150_000, seed=13)
         result = await active.store.put_items("m", [ItemIn(item_id="big", body=text)])
         stream = active.copy.stream
-        assert stream.feed.holding((stream.generation, stream.feed.durable)) == ["p"]
+        assert stream.feed.holding(Position(stream.generation, stream.feed.durable)) == ["p"]
         assert result.lsn.generation >= 5, "the body spans generations (32 KiB logs)"
         last = await share.roll()
         await wait_until("replayed", replayed_through(copy, last))
@@ -376,7 +376,7 @@ async def test_a_copy_may_follow_a_generation_nothing_of_which_is_durable_yet(tm
         (header_seq,) = [n for n, b in feed._blocks if (b.generation, b.offset) == (generation, 0)]
         # the feed as it stands between the roll and the batch that publishes the header
         feed.position = lambda: (generation, 0, header_seq)
-        channel = await share.source().open_blocks(generation, 0, "t")
+        channel = await share.source().open_blocks(Position(generation, 0), "t")
         try:
             assert (await channel.receive()).kind is FrameKind.HELLO
             first = await channel.receive()

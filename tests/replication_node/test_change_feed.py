@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from dag_common.model import Position
 from replication_node.active.change_feed import ChangeFeed
 from replication_node.log.events import Transaction
 from replication_node.log.operations import (
@@ -24,7 +25,7 @@ NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 def txn(*ops: Operation) -> Transaction:
-    return Transaction(generation=3, offset=0, commit_time=NOW, ops=tuple(ops))
+    return Transaction(position=Position(3, 0), commit_time=NOW, ops=tuple(ops))
 
 
 def feed(floor: int = 10, folders: dict[tuple[str, str], str] | None = None) -> ChangeFeed:

@@ -20,6 +20,7 @@ from dag_common.mailbox_digest import (
     mailbox_term,
     to_hex,
 )
+from dag_common.model import Position
 from replication_node.log.events import Transaction
 from replication_node.log.operations import CreateMailbox, PutItem
 from replication_node.storage.database import Database
@@ -88,7 +89,7 @@ def test_a_row_changed_inside_a_valid_page_is_found_by_adding_up_again(tmp_path)
     ops = [CreateMailbox("m", 1)] + [
         PutItem("m", n + 2, f"i{n}", "Inbox", f"subject-{n:06d}", "b" * 300) for n in range(200)
     ]
-    apply(db, [Transaction(1, 512, T0, tuple(ops))], 1)
+    apply(db, [Transaction(Position(1, 512), T0, tuple(ops))], 1)
     kept = db.content_digest
     db.close(clean=True)
     assert scrub_file(tmp_path / "db.sqlite")[1] is None
@@ -139,7 +140,7 @@ def test_a_file_from_before_body_hashes_is_migrated_and_its_digest_added_up_agai
     path = tmp_path / "old.sqlite"
     db = fresh(path)
     create = CreateMailbox("m", 1)
-    apply(db, [Transaction(1, 512, T0, (create, put("a", "x" * 5000, 2)))], 1)
+    apply(db, [Transaction(Position(1, 512), T0, (create, put("a", "x" * 5000, 2)))], 1)
     db.close()
     conn = sqlite3.connect(path)
     conn.execute("ALTER TABLE items DROP COLUMN body_hash")
@@ -149,7 +150,7 @@ def test_a_file_from_before_body_hashes_is_migrated_and_its_digest_added_up_agai
     db = Database.open(path)
     stored, rows = db.recompute_digest()
     assert stored == rows == db.content_digest
-    apply(db, [Transaction(2, 512, T0, (put("b", "y" * 10, 3), put("a", "z", 4)))], 2)
+    apply(db, [Transaction(Position(2, 512), T0, (put("b", "y" * 10, 3), put("a", "z", 4)))], 2)
     stored, rows = db.recompute_digest()
     assert stored == rows == db.content_digest
     assert {r.item_id: r.body for r in db.items("m")} == {"a": "z", "b": "y" * 10}
@@ -249,7 +250,7 @@ def test_a_file_from_before_33_loses_its_triggers_and_keeps_its_digest(tmp_path)
     names = db._conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall()
     assert names == []
     assert db.content_digest == to_hex(kept[0])
-    apply(db, [Transaction(1, 512, T0, (PutItem("m", 2, "a", "Inbox"),))], 1)
+    apply(db, [Transaction(Position(1, 512), T0, (PutItem("m", 2, "a", "Inbox"),))], 1)
     stored, rows = db.recompute_digest()
     assert stored == rows == db.content_digest != to_hex(kept[0])
     db.close()

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from dag_common.model import Position
 from replication_node.log.events import Transaction
 from replication_node.log.operations import PutItem
 from replication_node.storage.database import Database
@@ -163,7 +164,7 @@ async def test_a_copy_that_went_its_own_way_is_found_by_the_actives_digest(tmp_p
         wrong = PutItem("alice", 1, "i7", "Inbox", "not what the active has", "")
         waypoint = db.header.waypoint
         db.apply(
-            [Transaction(waypoint, 512, datetime.now(UTC), (wrong,))],
+            [Transaction(Position(waypoint, 512), datetime.now(UTC), (wrong,))],
             waypoint=waypoint,
             committed=waypoint,
             last_log_time=None,

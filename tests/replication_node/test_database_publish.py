@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from dag_common.model import Position
 from replication_node.log.events import Transaction
 from replication_node.log.operations import CreateMailbox, PutItem
 from replication_node.storage.database import Database
@@ -33,7 +34,7 @@ def test_the_new_waypoint_is_published_after_the_commit_not_before(tmp_path):
     )
     ops = (CreateMailbox("m", 1, "M"), PutItem("m", 2, "a", "Inbox", "s", "body"))
     peek = Peek(db)
-    header = db.apply([Transaction(1, 512, T0, ops)], waypoint=1, committed=1,
+    header = db.apply([Transaction(Position(1, 512), T0, ops)], waypoint=1, committed=1,
                       last_log_time=T0, committing=peek)  # fmt: skip
     assert peek.seen == [0], "a reader saw the waypoint before the COMMIT"
     assert header.waypoint == db.header.waypoint == 1
@@ -50,8 +51,8 @@ def test_a_failed_apply_publishes_nothing(tmp_path):
     bad = (CreateMailbox("m", 1, "M"), PutItem("m", 2, "a", None, "s", "body"))  # type: ignore[arg-type]
     peek = Peek(db)
     with pytest.raises(AttributeError):
-        db.apply([Transaction(1, 512, T0, bad)], waypoint=1, committed=1, last_log_time=T0,
-                 committing=peek)  # fmt: skip
+        db.apply([Transaction(Position(1, 512), T0, bad)], waypoint=1, committed=1,
+                 last_log_time=T0, committing=peek)  # fmt: skip
     assert peek.is_set(), "the read waiting for the COMMIT is let go"
     assert db.header.waypoint == 0 and db.content_digest == digest
     db.close()

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dag_common.mailbox_digest import rows_digest
+from dag_common.model import Position
 from dag_common.store_api import ItemIn
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.errors import BadRequest, Conflict, NotFound
@@ -306,7 +307,7 @@ async def test_a_file_from_before_uids_is_numbered_once_and_alike_on_every_copy(
         ops.append(PutItem("m", cn, item_id, folder, body=item_id))
     paths = CopyPaths(tmp_path / "active", "DB1")
     paths.root.mkdir(parents=True)
-    old_file(paths.database, [Transaction(1, 512, T0, tuple(ops))])
+    old_file(paths.database, [Transaction(Position(1, 512), T0, tuple(ops))])
     passive_file = tmp_path / "passive.sqlite"
     shutil.copy(paths.database, passive_file)
 

@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from dag_common.mailbox_digest import mailbox_digest
+from dag_common.model import Position
 from dag_common.rfc822 import BodyFormat, message_bytes, message_sha256
 from dag_common.store_api import Item, ItemIn
 from replication_node.log import operations as ops
@@ -114,7 +115,7 @@ def test_a_file_from_before_formats_opens_with_its_items_and_digest_alike_on_eve
     the same digest; writes after keep the digest equal to the rows."""
     path = tmp_path / "old.sqlite"
     db = fresh(path)
-    txn = Transaction(1, 512, T0, (ops.CreateMailbox("m", 1),
+    txn = Transaction(Position(1, 512), T0, (ops.CreateMailbox("m", 1),
                                    ops.PutItem("m", 2, "a", "Inbox", "s", "x" * 5000)))  # fmt: skip
     db.apply([txn], waypoint=1, committed=1, last_log_time=T0)
     digest = db.content_digest
@@ -141,7 +142,9 @@ def test_a_file_from_before_formats_opens_with_its_items_and_digest_alike_on_eve
         (row,) = db.items("m")
         assert (row.item_id, row.body, row.format) == ("a", "x" * 5000, BodyFormat.TEXT)
         put = ops.PutItem("m", 3, "b", "Inbox", "hello", MESSAGE, BodyFormat.MESSAGE)
-        db.apply([Transaction(2, 512, T0, (put,))], waypoint=2, committed=2, last_log_time=T0)
+        db.apply(
+            [Transaction(Position(2, 512), T0, (put,))], waypoint=2, committed=2, last_log_time=T0
+        )
         assert db.item("m", "b").format is BodyFormat.MESSAGE
         stored, rows = db.recompute_digest()
         assert stored == rows == db.content_digest != digest

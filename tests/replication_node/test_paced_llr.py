@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from dag_common.clock import ManualClock
+from dag_common.model import Position
 from dag_common.store_api import ItemIn
 from replication_node.active import llr_pacing
 from replication_node.active.copy import ActiveCopy
@@ -40,12 +41,12 @@ def fresh(path: Path) -> Database:
 
 
 def mailbox_txn() -> Transaction:
-    return Transaction(1, 0, T0, (CreateMailbox(mailbox="m", cn=1),))
+    return Transaction(Position(1, 0), T0, (CreateMailbox(mailbox="m", cn=1),))
 
 
 def big_txn(body: str = BIG) -> Transaction:
     op = PutItem(mailbox="m", cn=2, item_id="big", folder="Inbox", body=body)
-    return Transaction(2, 0, T0, (op,))
+    return Transaction(Position(2, 0), T0, (op,))
 
 
 def apply(db: Database, txns: list[Transaction], through: int) -> None:
