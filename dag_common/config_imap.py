@@ -32,7 +32,8 @@ class ImapFrontSettings(ConfigModel):
     refused by a move's lock (the mailbox's last step of a move) waits for the move to end,
     then `NO [UNAVAILABLE]`.  `failover_wait`: seconds an APPEND that got no answer (its
     active died, none mounted yet) is sent again under its item id until an active answers,
-    then `NO [UNAVAILABLE]`."""
+    then `NO [UNAVAILABLE]`; a read (a folder's status or listing) is sent again the same
+    way."""
 
     host: str = "127.0.0.1"
     port: int = Field(default=143, ge=0, le=65535)  # IMAP with STARTTLS

@@ -329,8 +329,10 @@ class ItemsAnswer(_Answer):
 class Written(_Answer):
     """A write's acknowledgement (the body of every store write's answer): where the commit
     is in the log (`lsn`, naming the incarnation that made it durable), when it committed,
-    the highest change number it holds, and the ids of the items it wrote.  `epoch` repeats
-    `lsn.epoch` at the top, where clients have always read it."""
+    the highest change number it holds, and the ids of the items it wrote with the UID each
+    has in its folder (an APPEND's APPENDUID: known at the commit, so a client need not read
+    it back, which it could not do while no copy is mounted).  `epoch` repeats `lsn.epoch` at
+    the top, where clients have always read it."""
 
     change_number: int = 0
     lsn: Lsn | None = None
@@ -338,6 +340,8 @@ class Written(_Answer):
     commit_time: datetime | None = None
     item_id: str | None = None  # one item written
     item_ids: tuple[str, ...] | None = None  # several
+    uid: int | None = None  # the one item's UID in its folder
+    item_uids: tuple[int, ...] | None = None  # several: each item's, in `item_ids`' order
 
     @model_validator(mode="before")
     @classmethod
@@ -349,17 +353,30 @@ class Written(_Answer):
 
     @classmethod
     def of(
-        cls, lsn: Lsn, commit_time: datetime, change_number: int, item_ids: tuple[str, ...] = ()
-    ) -> Written:
-        """The answer to a commit at `lsn` (the node's side)."""
+        cls, lsn: Lsn, commit_time: datetime, change_number: int, item_ids: tuple[str, ...] = (),
+        uids: tuple[int, ...] = (),
+    ) -> Written:  # fmt: skip
+        """The answer to a commit at `lsn` (the node's side); `uids`: the items' UIDs, in
+        `item_ids`' order (none: the write gives no UIDs)."""
+        one = len(item_ids) == 1
         return cls(
             change_number=change_number,
             lsn=lsn,
             epoch=lsn.epoch,
             commit_time=commit_time,
-            item_id=item_ids[0] if len(item_ids) == 1 else None,
+            item_id=item_ids[0] if one else None,
             item_ids=item_ids if len(item_ids) > 1 else None,
+            uid=uids[0] if one and uids else None,
+            item_uids=uids if len(item_ids) > 1 and uids else None,
         )
+
+    def uid_of(self, item_id: str) -> int | None:
+        """The UID the write gave `item_id` in its folder (None: the answer does not say)."""
+        if self.item_id == item_id:
+            return self.uid
+        if self.item_ids is None or self.item_uids is None or item_id not in self.item_ids:
+            return None
+        return self.item_uids[self.item_ids.index(item_id)]
 
     @property
     def generation(self) -> int:

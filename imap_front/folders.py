@@ -367,19 +367,15 @@ class Folder(MailboxDataInterface[Message]):
         return selected
 
     async def append(self, append_msg: AppendMessage, *, recent: bool = False) -> Message:
-        before = (await self._listed()).highest_modseq
-        item_id = await self._api.append(
-            self.name, bytes(append_msg.literal), flag_names(append_msg.flag_set),
-            append_msg.when,
-        )  # fmt: skip
-        # The UID it was given: in the folder's listing since the modseq known before
-        # (a listing of an older modseq holds it all the same).
-        rows = (await self._api.uids(self.name, before)).messages
-        row = next((r for r in rows if r.item_id == item_id), None)
-        if row is None:  # moved or expunged already by another session
-            return Message(0, datetime.now(UTC), (), item_id=item_id, size=0, api=self._api,
-                           expunged=True)  # fmt: skip
-        return self._message(row)
+        raw = bytes(append_msg.literal)
+        flags = flag_names(append_msg.flag_set)
+        item_id, uid = await self._api.append(self.name, raw, flags, append_msg.when)
+        if uid is None:  # a node that does not answer the UID: read it back
+            row = next((r for r in (await self.refresh()).messages if r.item_id == item_id), None)
+            uid = 0 if row is None else row.uid  # 0: moved or expunged already
+        when = append_msg.when or datetime.now(UTC)
+        return Message(uid, when, _flags(flags), item_id=item_id, size=len(raw), api=self._api,
+                       expunged=not uid)  # fmt: skip
 
     async def copy(self, uid: int, destination: Folder, *, recent: bool = False) -> int | None:
         _, pairs = await self._api.transfer(self.name, [uid], destination.name, copy=True)

@@ -24,7 +24,11 @@ safe: the node keeps one item per id, and an item put again as it is keeps its U
 that got no answer (the node unreachable, no active mounted yet, a 5xx: it may or may not
 have been committed) is sent again under the same id every `LOCK_PAUSE` until an active
 answers, at most `imap.failover_wait` (60 s by default), then NO [UNAVAILABLE]: the
-client is told OK with the UID only once the message is on the active that answered.
+client is told OK with the UID only once the message is on the active that answered.  The
+put's answer carries the UID (`Written.uid`): nothing is read back after the write.  A read
+(GET: the folder's status, its listing) that got no answer is sent again the same way, so
+the commands around the write (the folder looked up before it, the selected folder's update
+after it) wait for the new active too rather than answer NO for a message written.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from dag_common.clock import Clock, SystemClock
 from dag_common.errors import ClusterStoreError, NodeCallError
 from dag_common.node_client import NodeStoreClient
 from dag_common.rfc822 import body_of_message
-from dag_common.store_api import Changes, FolderStatus, Mailbox, MailboxState
+from dag_common.store_api import Changes, FolderStatus, Mailbox, MailboxState, Written
 from imap_front.errors import Cannot, Unavailable
 
 logger = logging.getLogger(__name__)
@@ -52,7 +56,7 @@ NODE_INBOX = "Inbox"  # the node's name of IMAP's INBOX
 BATCH = 1000  # items one write names, at most (the node's MAX_NAMED)
 MOVE_LOCK_WAIT = 60.0  # imap.move_lock_wait's default: a write refused by a move's lock waits
 LOCK_PAUSE = 0.25  # seconds between two reads of the directory while a write waits
-FAILOVER_WAIT = 60.0  # imap.failover_wait's default: an APPEND with no answer is sent again
+FAILOVER_WAIT = 60.0  # imap.failover_wait's default: an APPEND or read with no answer: again
 
 Locate = Callable[[str], Awaitable[str | None]]  # mailbox -> its database (the directory)
 
@@ -139,7 +143,9 @@ class MailboxApi:
         **kw: Any,
     ) -> tuple[int, Any]:  # fmt: skip
         """`again`: the call may be sent again when it got no answer (an APPEND under its
-        own item id), until an active answers, for at most `failover_wait`."""
+        own item id), until an active answers, for at most `failover_wait`; a read (GET) may
+        always be."""
+        again = again or method == "GET"
         if self.suspect:
             await self.relocate()
         waiting_since: float | None = None
@@ -231,8 +237,9 @@ class MailboxApi:
 
     async def append(
         self, folder: str, raw: bytes, flags: Sequence[str], received: datetime | None
-    ) -> str:
-        """Write a message to `folder` byte for byte; its item id."""
+    ) -> tuple[str, int | None]:
+        """Write a message to `folder` byte for byte; its item id and the UID the node gave
+        it (None: a node that does not say)."""
         body, fmt = body_of_message(raw)
         item: dict[str, Any] = {
             "item_id": new_item_id(self._clock.now()), "folder": folder, "body": body,
@@ -243,7 +250,9 @@ class MailboxApi:
         if received is not None:
             item["received"] = received.isoformat()
         _, answer = await self._call("POST", "/items", folder=folder, json=item, again=True)
-        return str(answer["item_id"])
+        written = Written.model_validate(answer)
+        item_id = str(written.item_id)
+        return item_id, written.uid_of(item_id)
 
     async def create_folder(self, folder: str) -> None:
         await self._call("POST", "/folders", folder=folder, json={"folder": folder})

@@ -325,10 +325,23 @@ class FrontServer(IMAPServer):
         self._throttle = throttle
         self._clock = clock
         self._implicit_tls = implicit_tls
+        self._running: set[asyncio.Task[Any]] = set()  # the connections being served
+
+    async def end_sessions(self) -> None:
+        """At shutdown, before the node client closes: each connection's task cancelled
+        (a command waiting for an active, an APPEND sent again, ends there) and awaited."""
+        tasks = [t for t in self._running if not t.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def __call__(
         self, reader: StreamReader, writer: StreamWriter, sock_info: SocketInfo
     ) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
         if not self._sessions.connect():
             bye = ResponseBye(b"Too many sessions on this front.", ResponseCode.of(b"LIMIT"))
             try:

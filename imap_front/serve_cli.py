@@ -20,6 +20,7 @@ from dag_common.config import load_config, load_token
 from dag_common.errors import BadArgument
 from dag_common.exclusive import bind_port
 from dag_common.http_client import client_session
+from dag_common.memory import bound_allocator, bound_tls_buffers
 from dag_common.node_client import NodeStoreClient
 from imap_front.backend import Backend, Login
 from imap_front.limits import LoginThrottle, Sessions, ThrottlePolicy
@@ -82,8 +83,10 @@ async def _serve(
     throttle = LoginThrottle(ThrottlePolicy(base=settings.invalid_login_delay), clock)
     reader = ProxyProtocolReader(ProxyProtocolVersion.get(None))
 
+    fronts: list[FrontServer] = []
+
     def handler(implicit_tls: bool) -> Any:
-        return reader.get_callback(
+        fronts.append(
             FrontServer(
                 backend.login,
                 front,
@@ -93,6 +96,7 @@ async def _serve(
                 implicit_tls=implicit_tls,
             )
         )
+        return reader.get_callback(fronts[-1])
 
     servers = [
         await asyncio.start_server(handler(False), sock=sock, limit=int(settings.max_line))
@@ -120,6 +124,8 @@ async def _serve(
     finally:
         for server in servers:
             server.close()
+        for one in fronts:  # before the node client closes under a command still waiting
+            await one.end_sessions()
         if http is not None:
             await http.cleanup()
         await session.close()
@@ -131,6 +137,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    bound_allocator()  # freed listings back to the kernel (dag_common/memory.py)
+    bound_tls_buffers()  # 16 KiB, not 256, per TLS connection: two per idling session
     return asyncio.run(
         _serve(
             Path(args.config),

@@ -138,12 +138,14 @@ class MailboxStore:
         item_ids: tuple[str, ...] = (),
         *,
         staged: dict[int, BlobRef] | None = None,
+        uids: tuple[int, ...] = (),
     ) -> Written:
         """Commit `ops`; `staged`: the bodies staged for some of them, by op index (the record
-        names them where the body would be: `LogStream.commit`)."""
+        names them where the body would be: `LogStream.commit`); `uids`: the items'."""
         committed = await self.copy.commit(ops, staged=staged)
         # The LSN names the stream's epoch as the writer made it (`log/writer.py`).
-        return Written.of(committed.lsn, committed.commit_time, max(map(last_cn, ops)), item_ids)
+        last = max(map(last_cn, ops))
+        return Written.of(committed.lsn, committed.commit_time, last, item_ids, uids)
 
     @_admitted
     async def create_mailbox(
@@ -379,7 +381,8 @@ class MailboxStore:
                         received,
                     )
                 )
-            return await self._commit(ops, item_ids, staged=staged)
+            uids = tuple(op.uid for op in ops if isinstance(op, PutItem))
+            return await self._commit(ops, item_ids, staged=staged, uids=uids)
         except BaseException:
             if staged:
                 await self.copy.abort_staged(list(staged.values()))

@@ -4,11 +4,13 @@ flight (issue 52)."""
 from __future__ import annotations
 
 import asyncio
+import ssl
+from asyncio import sslproto
 from pathlib import Path
 
 import pytest
 
-from dag_common.memory import MemoryBudget, Overloaded, memory_limit
+from dag_common.memory import MemoryBudget, Overloaded, bound_tls_buffers, memory_limit
 
 GIB = 1 << 30
 V1_NONE = "9223372036854771712"
@@ -81,3 +83,23 @@ async def test_a_share_larger_than_the_budget_is_taken_alone():
         with pytest.raises(Overloaded):
             await budget.acquire(1, "beside it")
     assert budget.in_use == 0
+
+
+async def test_tls_connections_made_after_the_bound_read_into_a_small_buffer(monkeypatch):
+    """asyncio zero-fills 256 KiB per TLS connection (resident while it lives): after
+    `bound_tls_buffers` a connection's protocol reads into 16 KiB; a size too small is
+    refused and changes nothing."""
+    monkeypatch.setattr(sslproto.SSLProtocol, "max_size", sslproto.SSLProtocol.max_size)
+    loop = asyncio.get_running_loop()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+
+    def buffer() -> int:
+        made = sslproto.SSLProtocol(loop, asyncio.Protocol(), context, None, server_side=True)
+        return len(made.get_buffer(-1))
+
+    assert buffer() == 256 * 1024
+    bound_tls_buffers()
+    assert buffer() == 16 * 1024
+    with pytest.raises(ValueError, match="too small"):
+        bound_tls_buffers(100)
+    assert buffer() == 16 * 1024

@@ -114,12 +114,6 @@ def appender(port: int, ca, w: int, out: list[Append], ready: threading.Barrier,
             return
 
 
-@pytest.mark.xfail(
-    reason="left (docs/concepts/imap.md, step 7): the APPEND's POST is sent again, but the "
-    "UID read back after it (`uids`) and the selected folder's update are not: while no "
-    "copy is mounted they answer NO after the write, and the client's retry is a new item",
-    strict=False,
-)
 async def test_an_append_in_flight_at_a_kill_is_answered_ok_and_is_there_once(lab):
     c, front, ca = lab
     out: list[list[Append]] = [[] for _ in range(CLIENTS)]

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from dag_common.mailbox_digest import rows_digest
 from dag_common.model import Position
-from dag_common.store_api import ItemIn
+from dag_common.store_api import ItemIn, Written
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.errors import BadRequest, Conflict, NotFound
 from replication_node.log.events import Transaction
@@ -396,10 +396,15 @@ async def test_an_append_retried_under_its_item_id_keeps_its_uid(tmp_path):
     await store.create_mailbox("m", folders=["Inbox"])
     when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     appended = ItemIn(item_id="a", body="1", flags=("\\Seen", "\\Draft"), received=when)
-    await store.put_items("m", [appended, ItemIn(item_id="b", body="2", flags=("\\Seen",))])
+    both = await store.put_items("m", [appended, ItemIn(item_id="b", body="2", flags=("\\Seen",))])
     first = copy.item("m", "a")
-    await store.put_items("m", [appended])
+    # the answer says each item's UID (the front's APPENDUID, read back from nothing)
+    assert both.item_uids == (first.uid, copy.item("m", "b").uid)
+    assert (both.uid_of("a"), both.uid_of("b"), both.uid_of("c")) == (*both.item_uids, None)
+    answer = await store.put_items("m", [appended])
     again = copy.item("m", "a")
+    assert (answer.item_id, answer.uid, answer.uid_of("a")) == ("a", first.uid, first.uid)
+    assert Written.model_validate(answer.wire()) == answer  # as the front reads it
     assert (again.uid, again.modseq, again.flags, again.received) == (
         first.uid, first.modseq, first.flags, first.received,
     )  # fmt: skip
