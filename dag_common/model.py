@@ -8,9 +8,18 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Annotated, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from dag_common.durations import format_duration, parse_duration
 from dag_common.errors import IncomparableLsns
@@ -253,7 +262,7 @@ class CopyStatusReport(BaseModel):
     # none, and acknowledges no write until it renews it).
     lease_expires_in: float | None = None
     # A passive copy's replication mode; in block mode, how far it holds the open log
-    # durably (generation, offset) beyond its last inspected generation.
+    # durably (`block`) beyond its last inspected generation.
     copy_mode: CopyMode = CopyMode.FILE
     # An active copy: the copies following its log in block mode, and how many must hold a
     # commit before it is acknowledged (synchronous_copies).
@@ -266,8 +275,10 @@ class CopyStatusReport(BaseModel):
     # for, or how the last one ended (`RedeliveryRecord.describe`).
     redelivery: str | None = None
     copy_mode_reason: str | None = None  # why in file mode, after block mode ended
-    block_generation: int = 0
-    block_offset: int = 0
+    # The end of what a passive copy holds of the open log in its block-mode buffer
+    # (Position(0, 0): nothing).  Written and read as the flat `block_generation` and
+    # `block_offset` of the reports before it was a Position (`_BLOCK_FIELDS`).
+    block: Position = Position(0, 0)
     # A passive copy that replicates as always but is never activated, by failover or by an
     # operator, until resumed (Exchange's ActivationSuspended; `db suspend --activation-only`).
     activation_suspended: bool = False
@@ -285,6 +296,36 @@ class CopyStatusReport(BaseModel):
     last_incremental_backup_generation: int = 0
     last_incremental_backup_time: datetime | None = None
     backup_in_progress: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _block_from_fields(cls, data: Any) -> Any:
+        """`block` from the flat fields a report is written with (or given as `block`)."""
+        if not isinstance(data, dict) or not any(key in data for key in _BLOCK_FIELDS):
+            return data
+        if "block" in data:
+            raise ValueError("block is given both as a position and as block_* fields")
+        flat = {key: value for key, value in data.items() if key not in _BLOCK_FIELDS}
+        flat["block"] = {part: data.get(key, 0) for key, part in _BLOCK_FIELDS.items()}
+        return flat
+
+    @model_serializer(mode="wrap")
+    def _block_as_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The report with `block` written as its flat fields, in its place."""
+        data = handler(self)
+        if "block" not in data:  # excluded
+            return data
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            if key == "block":
+                out.update(zip(_BLOCK_FIELDS, value, strict=True))
+            else:
+                out[key] = value
+        return out
+
+
+# CopyStatusReport's wire fields for its `block` position, and the part each holds.
+_BLOCK_FIELDS = {"block_generation": "generation", "block_offset": "offset"}
 
 
 class FailoverPause(BaseModel):

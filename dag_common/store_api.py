@@ -19,7 +19,7 @@ from pydantic import AliasChoices, AwareDatetime, BaseModel, ConfigDict, Field, 
 
 from dag_common.api_types import MAX_FLAGS, Flag, Folder, ItemId, Text
 from dag_common.mailbox_digest import body_hash, item_term_of_hash, utf8_size
-from dag_common.model import Lsn
+from dag_common.model import Lsn, Position
 from dag_common.rfc822 import BodyFormat, subject_of_body
 
 
@@ -396,6 +396,12 @@ class LogPosition(_Answer):
     block_followers: tuple[str, ...]  # nodes whose copies follow the log in block mode
     passive_copies: tuple[str, ...]  # the database's other copies
     epoch: int = 0
+
+    @property
+    def durable_end(self) -> Position:
+        """Where the open log's durable bytes end (the next commit's start): every commit
+        answered before the question lies below.  The wire keeps the flat fields."""
+        return Position(self.open_generation, self.durable)
 
 
 class Rolled(_Answer):

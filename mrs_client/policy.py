@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from enum import IntEnum, StrEnum
 
 from dag_common.echo import quoted
-from dag_common.model import GuaranteeStatus, Lsn
+from dag_common.model import GuaranteeStatus, Lsn, Position
 from dag_common.store_api import LogPosition
 
 
@@ -381,10 +381,10 @@ def flush_point(position: LogPosition, epoch: int) -> Lsn | None:
     Not in a stream that has closed no generation yet (a new database): its copies claim its
     epoch when they first inspect a generation of it, so none could be counted by LSN inside
     the open log, and the flush would wait `block_flush_wait` out before rolling."""
+    generation, durable = position.durable_end
     if not position.open_records:
-        return Lsn(generation=position.open_generation - 1, epoch=epoch)
+        return Position(generation - 1).at(epoch)
     follows = set(position.block_followers)
-    first = position.open_generation <= 1
-    if position.passive_copies and follows >= set(position.passive_copies) and not first:
-        return Lsn(generation=position.open_generation, offset=position.durable - 1, epoch=epoch)
+    if position.passive_copies and follows >= set(position.passive_copies) and generation > 1:
+        return Position(generation, durable - 1).at(epoch)
     return None

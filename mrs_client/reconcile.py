@@ -473,11 +473,9 @@ async def reconcile_move(
         target_in_doubt=False,
     )
     if steps_done < MoveStep.FINAL_SYNC_AND_FLUSH:
-        record = replace(
-            record, final_generation=None, final_offset=None, flush_started=None, flush_epoch=0
-        )
+        record = replace(record, final_position=None, flush_started=None, flush_epoch=0)
     if steps_done < MoveStep.UNLOCK_TARGET:
-        record = replace(record, unlock_generation=None, unlock_offset=None, unlock_epoch=0)
+        record = replace(record, unlock_position=None, unlock_epoch=0)
     return record, lines
 
 

@@ -13,9 +13,11 @@ from typing import TypeVar
 from dag_common.cli import ExitCode, add_config, add_json, in_words
 from dag_common.config import ClusterConfig, load_config
 from dag_common.echo import quoted
+from dag_common.model import Position
 from mrs_client.errors import MoveRejected
 from mrs_client.item_limits import SkipReason, counts
 from mrs_client.move_store import AnswerRow, MoveRecord, MoveStore, open_move_store
+from mrs_client.move_store.records import position_fields
 from mrs_client.policy import MoveState, StopRequest
 
 T = TypeVar("T")
@@ -98,10 +100,11 @@ def _when(value: datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if value else "-"
 
 
-def _point(generation: int | None, offset: int | None) -> str:
-    if generation is None:
+def _point(position: Position | None) -> str:
+    if position is None:
         return "-"
-    return f"generation {generation}" + (f" through byte {offset}" if offset is not None else "")
+    generation, offset = position
+    return f"generation {generation}" + (f" through byte {offset}" if offset else "")
 
 
 def _items(r: MoveRecord) -> str:
@@ -148,8 +151,8 @@ def show_fields(r: MoveRecord) -> list[tuple[str, str]]:
         ("Items copied", _items(r)),
         ("Sync cursors", ", ".join(f"{k} at {v}" for k, v in r.sync_cursor.items()) or "-"),
         ("Incremental passes", str(r.incremental_passes)),
-        ("Final flush point", _point(r.final_generation, r.final_offset)),
-        ("Unlock flush point", _point(r.unlock_generation, r.unlock_offset)),
+        ("Final flush point", _point(r.final_position)),
+        ("Unlock flush point", _point(r.unlock_position)),
         (
             "Epochs",
             f"source {r.source_epoch}, target {r.target_epoch}, flushed in {r.flush_epoch}, "
@@ -188,8 +191,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "time_stalled": str(timedelta(seconds=round(record.time_stalled))),
         "stall_reason": record.stall_reason,
         "failure": record.failure,
-        "final_generation": record.final_generation,
-        "final_offset": record.final_offset,
+        **position_fields("final", record.final_position),
         "source_epoch": record.source_epoch,
         "target_epoch": record.target_epoch,
         "verified_epoch": record.verified_epoch,

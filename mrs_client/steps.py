@@ -249,11 +249,7 @@ class MoveSteps:
             record,
             "final sync",
             point,
-            lambda r, p: self.gates.save(
-                replace(
-                    r, final_generation=p.generation, final_offset=p.record_offset, flush_epoch=0
-                )
-            ),
+            lambda r, p: self.gates.save(replace(r, final_position=p.position, flush_epoch=0)),
         )
         # Saved with the step's end (Mover): nothing runs between.
         return replace(record, flush_epoch=answer.epoch or record.target_epoch)
@@ -293,9 +289,7 @@ class MoveSteps:
             record,
             "unlock",
             point,
-            lambda r, p: self.gates.save(
-                replace(r, unlock_generation=p.generation, unlock_offset=p.record_offset)
-            ),
+            lambda r, p: self.gates.save(replace(r, unlock_position=p.position)),
         )
         return record
 

@@ -188,9 +188,8 @@ def held_in_block_mode(r: CopyStatusReport, lsn: Lsn) -> bool:
     whole group commits: holding a byte past the record's start holds the whole record."""
     return (
         lsn.record_offset is not None
-        and r.block_generation == lsn.generation
-        and r.block_generation == r.last_log_inspected + 1
-        and r.block_offset > lsn.offset
+        and r.block.generation == lsn.generation == r.last_log_inspected + 1
+        and r.block > lsn.position
     )
 
 
@@ -244,7 +243,7 @@ def judge_flush(
             _ok(
                 Check.REPLAYED,
                 done,
-                f"holds generation {lsn.generation} through byte {r.block_offset} in block "
+                f"holds generation {lsn.generation} through byte {r.block.offset} in block "
                 f"mode, past the record at byte {lsn.offset} (durable there, and kept as "
                 "that generation if the active is lost)"
                 if held and not replayed

@@ -8,15 +8,9 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-from dag_common.model import Lsn
+from dag_common.model import Lsn, Position
 from mrs_client.item_limits import SkippedItem
 from mrs_client.policy import MovePriority, MoveState, MoveStep, StallStatus
-
-
-def _point(generation: int | None, offset: int | None, epoch: int) -> Lsn | None:
-    if generation is None:
-        return None
-    return Lsn(generation=generation, offset=offset or 0, epoch=epoch)
 
 
 @dataclass(frozen=True)
@@ -48,12 +42,12 @@ class MoveRecord:
     sync_cursor: dict[str, int] = field(default_factory=dict)  # mailbox -> change number
     snapshot_change: dict[str, int] = field(default_factory=dict)
     incremental_passes: int = 0
-    # The flush points of steps 6 and 9: a generation, and with an offset the record at that
-    # byte of it (flushed inside the open log, every copy in block mode: policy.flush_point).
-    final_generation: int | None = None
-    final_offset: int | None = None
-    unlock_generation: int | None = None  # the generation holding the target's unlock
-    unlock_offset: int | None = None
+    # The flush points of steps 6 and 9 in the target's stream (`target_epoch`): a whole
+    # generation (offset 0), or the record at a byte of the open log (every copy in block
+    # mode: policy.flush_point).  The unlock's holds the target's unlock.  Saved as the
+    # flat `final_generation`/`final_offset` of before (`_SAVED_AS`).
+    final_position: Position | None = None
+    unlock_position: Position | None = None
     flush_started: datetime | None = None
     completed: datetime | None = None
     # Stream incarnations (epochs; 0: not seen yet).  A cursor is only as good as the epochs
@@ -91,23 +85,26 @@ class MoveRecord:
 
     @property
     def final_point(self) -> Lsn | None:
-        """Step 6's flush point, in the target's stream as the move saw it (None: none yet).
-        Saved as a generation and an offset (None: the whole generation), the record's
-        format since before the LSN was one type."""
-        return _point(self.final_generation, self.final_offset, self.target_epoch)
+        """Step 6's flush point, in the target's stream as the move saw it (None: none yet)."""
+        position = self.final_position
+        return position.at(self.target_epoch) if position is not None else None
 
     @property
     def unlock_point(self) -> Lsn | None:
         """Step 9's flush point (see `final_point`)."""
-        return _point(self.unlock_generation, self.unlock_offset, self.target_epoch)
+        position = self.unlock_position
+        return position.at(self.target_epoch) if position is not None else None
 
     def to_json(self) -> str:
         # The fields one level deep (not `asdict`, which deep-copies every value): the
         # record is saved many times a move, and its containers hold plain values.
-        data = {name: getattr(self, name) for name in _MOVE_FIELDS}
-        for key, value in data.items():
-            if isinstance(value, datetime):
-                data[key] = value.isoformat()
+        data: dict[str, Any] = {}
+        for name in _MOVE_FIELDS:
+            value = getattr(self, name)
+            if name in _SAVED_AS:
+                data.update(position_fields(_SAVED_AS[name], value))
+            else:
+                data[name] = value.isoformat() if isinstance(value, datetime) else value
         data["state"] = str(self.state)
         data["step"] = int(self.step)
         data["priority"] = self.priority.name
@@ -141,6 +138,8 @@ class MoveRecord:
                 data[key] = StallStatus(data[key])
         # a record from before item limits has none (and loads with 0 and 0)
         data["skipped"] = tuple(SkippedItem.from_dict(s) for s in data.get("skipped", ()))
+        for name, prefix in _SAVED_AS.items():
+            data[name] = _position_from(data, prefix)
         return cls(**data)
 
     def as_dict(self) -> dict[str, Any]:
@@ -148,6 +147,36 @@ class MoveRecord:
 
 
 _MOVE_FIELDS = tuple(f.name for f in fields(MoveRecord))
+
+# The flush points' fields and the prefix of the two keys each is saved as, in its place:
+# `{prefix}_generation`, and `{prefix}_offset` (null: the whole generation), the record's
+# format since before a position was one type, so that a move in flight across an upgrade
+# reads its point back, and a record is written back byte for byte as it was read.
+_SAVED_AS = {"final_position": "final", "unlock_position": "unlock"}
+
+
+def position_fields(prefix: str, position: Position | None) -> dict[str, int | None]:
+    """A flush point as the record saves it (and `mrs stats` prints it): `{prefix}_generation`
+    and `{prefix}_offset`, None for the whole generation (or for no point)."""
+    generation, offset = position if position is not None else (None, None)
+    return {f"{prefix}_generation": generation, f"{prefix}_offset": offset or None}
+
+
+def _position_from(data: dict[str, Any], prefix: str) -> Position | None:
+    """The position saved under `prefix` (taken out of `data`), None if none is saved."""
+    generation = data.pop(f"{prefix}_generation", None)
+    offset = data.pop(f"{prefix}_offset", None)
+    if generation is None:
+        return None
+    if not (_count(generation) and generation >= 1 and (offset is None or _count(offset))):
+        raise ValueError(
+            f"{prefix}_generation {generation!r}, {prefix}_offset {offset!r}: not a log position"
+        )
+    return Position(generation, offset or 0)
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 @dataclass(frozen=True)

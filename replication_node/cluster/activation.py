@@ -202,7 +202,7 @@ class Activation:
             # (also when the dial allows losing it: less is then lost than counted).  A
             # prefix of what the old active wrote: the epoch records where it ends, so that
             # a write past it is known lost (CheckReplicationFlush).
-            generation = copy.block_generation
+            generation = copy.block.generation
             kept = await self._peers.keep_block_buffer(node, database)
             said = buffer_kept_said(kept)
             reason = f"{said}; {reason}"

@@ -194,8 +194,9 @@ def activation_suspended_reason(copy: CopyStatusReport) -> str:
 def buffered(copy: CopyStatusReport) -> int:
     """How far a copy holds the open generation after its LastLogInspected in its block-mode
     buffer (bytes; 0: nothing beyond its last inspected generation)."""
-    if copy.block_generation == copy.last_log_inspected + 1 and copy.block_offset > HEADER_SIZE:
-        return copy.block_offset
+    generation, offset = copy.block
+    if generation == copy.last_log_inspected + 1 and offset > HEADER_SIZE:
+        return offset
     return 0
 
 
@@ -214,7 +215,7 @@ def synchronously_held(
     holding the most of the open log holds them all."""
     if synchronous_copies < 1:
         return False, ""
-    if not buffered(copy) or copy.block_generation != open_generation:
+    if not buffered(copy) or copy.block.generation != open_generation:
         return False, (
             f"{copy.node}'s block-mode buffer does not hold the open generation {open_generation}"
         )
@@ -259,7 +260,7 @@ def best_copy(copies: list[CopyStatusReport]) -> tuple[str | None, str]:
         eligible, key=lambda c: (-c.last_log_inspected, -buffered(c), c.activation_preference)
     )
     held = (
-        f" and generation {best.block_generation} through byte {buffered(best)} in block mode"
+        f" and generation {best.block.generation} through byte {buffered(best)} in block mode"
         if buffered(best)
         else ""
     )

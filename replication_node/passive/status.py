@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from dag_common.model import CopyMode, CopyRole, CopyStatus, CopyStatusReport
+from dag_common.model import CopyMode, CopyRole, CopyStatus, CopyStatusReport, Position
 from replication_node.passive.blocks import BlockProgress
 from replication_node.passive.markers import Markers
 from replication_node.passive.settings import PassiveSettings
@@ -100,8 +100,7 @@ def status_report(
         awaiting_last_logs_from=awaiting_last_logs_from,
         copy_mode=blocks.mode if blocks else CopyMode.FILE,
         copy_mode_reason=blocks.reason if blocks else None,
-        block_generation=blocks.held.generation if blocks else 0,
-        block_offset=blocks.held.offset if blocks else 0,
+        block=blocks.held if blocks else Position(0, 0),
         activation_suspended=activation_suspended,
         note=note,
         seed_bytes_done=seed[0] if seed else None,

@@ -18,7 +18,7 @@ from dag_common.guarantee.values import (
     Limits,
 )
 from dag_common.incarnation import EpochRecord
-from dag_common.model import CopyRole, CopyStatus, CopyStatusReport, Lsn
+from dag_common.model import CopyRole, CopyStatus, CopyStatusReport, Lsn, Position
 from dag_common.model import DataMoveReplicationConstraint as C
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -62,8 +62,7 @@ def copy(
         last_replayed_log_time=replayed_time,
         replay_lag_time=lag,
         epoch=epoch,
-        block_generation=block[0],
-        block_offset=block[1],
+        block=Position(*block),
     )
     return CopySnapshot(
         "DB1", node, site, report if reported else None, problem, rates or CopyRates()

@@ -465,6 +465,11 @@ class StoredMoves:
     def answers(self, move_id: str) -> list[AnswerRow]:
         return self._store.call(self._store._answers, move_id)
 
+    def body(self, move_id: str) -> str:
+        """The record's JSON as the store holds it."""
+        query = "SELECT body FROM move_requests WHERE id=?"
+        return self._store.call(lambda: self._store._conn.execute(query, (move_id,)).fetchone()[0])
+
     def stop_requested(self, move_id: str):
         return self._store.call(self._store._stop_requested, move_id)
 

@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from dag_common.model import Position
 from mrs_client.cli import main
 from mrs_client.item_limits import SkippedItem, SkipReason
 from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus, MoveState, MoveStep
@@ -35,8 +36,7 @@ def setup(tmp_path):
             items_copied=1200,
             bytes_copied=2_400_000,
             sync_cursor={"alice": 1234},
-            final_generation=7,
-            final_offset=4095,
+            final_position=Position(7, 4095),
             time_stalled=75.4,
             stall_reason="waiting for the flush",
         ),

@@ -6,6 +6,7 @@ ManualClock."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import timedelta
 
@@ -69,7 +70,8 @@ async def test_with_every_copy_in_block_mode_the_move_flushes_without_a_roll(tmp
     assert len(offsets) == 2 and len(seen) == 2
     assert all(o >= last for o, last in zip(offsets, seen, strict=True))
     assert offsets[1] == target.durable - 1  # the unlock's flush covers the unlock itself
-    assert record.final_generation == target.generation and record.final_offset is not None
+    assert record.final_position is not None
+    assert record.final_position.generation == target.generation and record.final_position.offset
     assert any("held in block mode by mbx2, mbx3" in line for line in env.lines), env.lines
 
 
@@ -80,7 +82,7 @@ async def test_a_copy_in_file_mode_means_a_roll(tmp_path):
     env.assert_completed_equal(record)
     assert rolls(env) == 2  # steps 6 and 9
     assert env.guarantee.flush_offsets == [None, None]
-    assert record.final_offset is None
+    assert record.final_position is not None and record.final_position.offset == 0
 
 
 async def test_a_block_mode_flush_not_satisfied_in_time_rolls_and_flushes_the_generation(
@@ -93,7 +95,8 @@ async def test_a_block_mode_flush_not_satisfied_in_time_rolls_and_flushes_the_ge
     record = await env.move(SETTINGS)
     env.assert_completed_equal(record)
     assert rolls(env) == 2
-    assert record.final_offset is None and record.unlock_offset is None
+    assert record.final_position is not None and record.unlock_position is not None
+    assert record.final_position.offset == 0 and record.unlock_position.offset == 0
     # Each phase asked by offset for block_flush_wait, then by the generation rolled.
     waited = env.clock.now() - started
     assert waited >= 2 * SETTINGS.block_flush_wait
@@ -117,12 +120,13 @@ async def test_a_crash_during_a_block_mode_flush_resumes_it(tmp_path, step):
         await env.move(SETTINGS)
     (stored,) = env.stored.list()
     assert stored.steps_done == step
-    point = (
-        (stored.final_generation, stored.final_offset)
-        if step == 6
-        else (stored.unlock_generation, stored.unlock_offset)
-    )
-    assert point[1] is not None, "the point inside the open log is saved with the move"
+    point = stored.final_position if step == 6 else stored.unlock_position
+    assert point is not None and point.offset, "the point inside the open log is saved"
+    # ... in the format of before Position: a move crashed there by an older mover resumes.
+    saved = json.loads(env.stored.body(stored.id))
+    prefix = "final" if step == 6 else "unlock"
+    assert (saved[f"{prefix}_generation"], saved[f"{prefix}_offset"]) == point
+    assert "final_position" not in saved and "unlock_position" not in saved
     record = await env.move(SETTINGS, move_id=stored.id)
     env.assert_completed_equal(record)
     assert rolls(env) == 0

@@ -6,12 +6,63 @@ import json
 from dataclasses import replace
 from datetime import UTC, datetime
 
+import pytest
+
+from dag_common.model import Lsn, Position
 from mrs_client.item_limits import SkippedItem, SkipReason
 from mrs_client.move_store import MoveRecord
 from mrs_client.policy import MovePriority, MoveState, MoveStep
 from tests.mrs_client.fakes import SyncMoves
 
 NOW = datetime(2026, 11, 23, tzinfo=UTC)
+
+# A move at step 9 as the mover wrote it before its flush points were `Position`s (flat
+# generation and offset fields): step 6 flushed inside the open log, step 9 a generation.
+BEFORE_POSITION = (
+    '{"id": "abc123", "mailboxes": ["alice"], "source_db": "DB1", "target_db": "DB2", '
+    '"created": "2026-11-23T00:00:00+00:00", "updated": "2026-11-23T00:00:00+00:00", '
+    '"state": "InProgress", "started": null, "step": 9, "steps_done": 8, '
+    '"stalled_since": null, "stall_reason": null, "stall_status": null, "time_stalled": 0.0, '
+    '"stalled_by": {}, "failure": null, "failed_stalled": null, "items_copied": 0, '
+    '"bytes_copied": 0, "items_total": 0, "sync_cursor": {"alice": 120}, '
+    '"snapshot_change": {}, "incremental_passes": 0, "final_generation": 7, '
+    '"final_offset": 4095, "unlock_generation": 9, "unlock_offset": null, '
+    '"flush_started": "2026-11-23T00:00:00+00:00", "completed": null, "target_epoch": 3, '
+    '"source_epoch": 0, "flush_epoch": 3, "verified_epoch": 0, "unlock_epoch": 0, '
+    '"reconcile_pending": false, "reconcile_reason": null, "target_in_doubt": false, '
+    '"reconciles": 0, "verify_rounds": 0, "items_repaired": 0, "large_item_limit": 0, '
+    '"bad_item_limit": 0, "skipped": [], "batch": null, "priority": "NORMAL", '
+    '"not_before": null, "retries": 0, "worker": null, "replaces_soft_deleted": []}'
+)
+
+
+def test_flush_points_saved_before_position_read_as_positions_and_write_the_same_bytes():
+    record = MoveRecord.from_json(BEFORE_POSITION)
+    assert record.final_position == Position(7, 4095) and record.unlock_position == Position(9)
+    assert record.final_point == Lsn(generation=7, offset=4095, epoch=3)
+    assert record.unlock_point == Lsn(generation=9, epoch=3)
+    assert record.to_json() == BEFORE_POSITION
+    none = MoveRecord.from_json(
+        BEFORE_POSITION.replace('"final_generation": 7', '"final_generation": null')
+    )
+    assert none.final_position is None and none.final_point is None
+    assert json.loads(none.to_json())["final_offset"] is None  # no point: both null
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        '"final_generation": 7, "final_offset": "x"',
+        '"final_generation": 7, "final_offset": -1',
+        '"final_generation": 0, "final_offset": 4095',
+        '"final_generation": true, "final_offset": 4095',
+    ],
+)
+def test_a_saved_flush_point_that_is_not_a_position_is_refused_by_name(bad):
+    text = BEFORE_POSITION.replace('"final_generation": 7, "final_offset": 4095', bad)
+    assert text != BEFORE_POSITION
+    with pytest.raises(ValueError, match=r"final_offset .*: not a log position"):
+        MoveRecord.from_json(text)
 
 
 def test_a_record_from_before_epochs_item_limits_and_batches_still_loads():

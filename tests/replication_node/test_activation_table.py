@@ -15,7 +15,7 @@ import pytest
 
 from dag_common.clock import ManualClock
 from dag_common.cluster_store import ActivationCause
-from dag_common.model import AutoDatabaseMountDial, CopyRole, CopyStatus
+from dag_common.model import AutoDatabaseMountDial, CopyRole, CopyStatus, Position
 from replication_node.admin_api import ActivationAnswer, KeptOpenLogAnswer, SwitchoverAnswer
 from replication_node.cluster.activation import Activation
 from replication_node.cluster.peers import BlockBufferKept, LastLogsCopied
@@ -389,11 +389,7 @@ async def test_no_last_logs_are_asked_of_a_node_that_does_not_answer(tmp_path, s
 
 
 def buffering(node: str, *, through: int = 5000, inspected: int = 10) -> dict:
-    return {
-        node: report(
-            node, inspected=inspected, block_generation=inspected + 1, block_offset=through
-        )
-    }
+    return {node: report(node, inspected=inspected, block=Position(inspected + 1, through))}
 
 
 async def test_the_block_mode_buffer_is_kept_and_recorded_in_the_epoch(tmp_path, clock):

@@ -92,11 +92,11 @@ async def test_a_caught_up_copy_follows_in_block_mode_and_builds_each_generation
     await wait_until(
         "the writes held in block mode",
         lambda: (
-            copy.status().block_offset >= share.active.copy.stream.open_header.log_file_size
-            or copy.status().block_offset == share.active.copy.stream.feed.durable
+            copy.status().block.offset >= share.active.copy.stream.open_header.log_file_size
+            or copy.status().block.offset == share.active.copy.stream.feed.durable
         ),
     )
-    assert status.block_generation == first + 1
+    assert status.block.generation == first + 1
     rolled = await share.roll()
     await wait_until("replayed", replayed_through(copy, rolled))
     assert rolled not in wire.fetched, "built from the blocks, not fetched"
@@ -238,7 +238,7 @@ async def test_a_synchronous_commit_is_answered_only_once_its_copy_holds_it(tmp_
         stream = active.copy.stream
         position = Position(stream.generation, stream.feed.durable)
         assert stream.feed.holding(position) == ["p"], "held by the copy before the answer"
-        assert copy.status().block_offset == stream.feed.durable
+        assert copy.status().block.offset == stream.feed.durable
         assert active.status().note is None and active.status().block_followers == ["p"]
         await copy.stop()
     finally:
@@ -249,7 +249,7 @@ def report(node, inspected, generation=0, offset=0):
     return CopyStatusReport(
         database="DB1", node=node, site="s", role=CopyRole.PASSIVE,
         status=CopyStatus.DISCONNECTED_AND_HEALTHY, activation_preference=2,
-        last_log_inspected=inspected, block_generation=generation, block_offset=offset,
+        last_log_inspected=inspected, block=Position(generation, offset),
     )  # fmt: skip
 
 
@@ -290,14 +290,14 @@ async def test_the_buffer_outlives_the_copys_process_and_is_kept_when_the_active
     await wait_until("block mode", lambda: in_block_mode(copy))
     await share.write(10, 5)  # acknowledged: in the open log, and in the copy's buffer
     feed = share.active.copy.stream.feed
-    await wait_until("held", lambda: copy.status().block_offset == feed.durable)
+    await wait_until("held", lambda: copy.status().block.offset == feed.durable)
     held = feed.durable
     await copy.stop()  # the copy's process ends
     await share.runner.cleanup()  # and the active is lost
     again = passive(share, tmp_path)  # the copy's process starts again
     await again.start()
-    await wait_until("its buffer found again", lambda: again.status().block_offset == held)
-    assert again.status().block_generation == first + 1
+    await wait_until("its buffer found again", lambda: again.status().block.offset == held)
+    assert again.status().block.generation == first + 1
     kept = await again.keep_block_buffer()
     assert kept.kept is not None
     assert (kept.kept.generation, kept.kept.kept_through) == (first + 1, held)
