@@ -51,6 +51,7 @@ from datetime import datetime
 import crc32c
 import orjson
 
+from dag_common.counted_text import from_utf8
 from replication_node.errors import LogRecordError
 from replication_node.log.logfile import (
     FRAME_OVERHEAD,
@@ -355,11 +356,18 @@ class BodyReader:
 
     def bodies(self, refs: tuple[BlobRef, ...], through: int) -> list[str]:
         """The staged bodies a TRANSACTION record commits (`decode_transaction`'s refs), read
-        back whole, as text, in the order it names them."""
-        out = []
+        back whole, as text, in the order it names them: each counted and hashed from the
+        bytes read (`counted_text`), which the row's size, the digest and the body's hash
+        then take as they are instead of encoding the text again; a body that is not ASCII
+        keeps them too, for its row to be written from (`tables.put_rows`: SQLite would
+        otherwise encode the text once more, and keep that copy as long as the text)."""
+        out: list[str] = []
         for ref in refs:
             try:
-                out.append(self.read(ref, through).decode("utf-8"))
+                body = from_utf8(self.read(ref, through))
             except UnicodeDecodeError as exc:
                 raise LogRecordError(f"body {ref.id} is not UTF-8 text") from exc
+            if body.isascii():
+                body.take_utf8()  # an ASCII text is its own UTF-8: SQLite binds it as it is
+            out.append(body)
         return out
