@@ -32,7 +32,7 @@ from pymap.exceptions import MailboxConflict, MailboxHasChildren, MailboxNotFoun
 from dag_common.clock import Clock, SystemClock
 from dag_common.errors import ClusterStoreError, NodeCallError
 from dag_common.node_client import NodeStoreClient
-from dag_common.rfc822 import body_of_message
+from dag_common.rfc822 import body_of_message, is_message
 from dag_common.store_api import Changes, FolderStatus, Mailbox, MailboxState
 from imap_front.errors import Cannot, Unavailable
 
@@ -205,7 +205,20 @@ class MailboxApi:
     async def append(
         self, folder: str, raw: bytes, flags: Sequence[str], received: datetime | None
     ) -> str:
-        """Write a message to `folder` byte for byte; its item id."""
+        """Write a message to `folder` byte for byte; its item id.  As its bytes (POST
+        …/items/message: the node decodes, counts and stages them once, with no JSON to
+        escape or parse), unless they cannot be an RFC 5322 message, which that route
+        refuses and a JSON item is still taken as (an APPEND of bytes without headers)."""
+        if is_message(raw):
+            params = {"folder": folder}
+            if flags:
+                params["flags"] = " ".join(flags)
+            if received is not None:
+                params["received"] = received.isoformat()
+            _, answer = await self._call(
+                "POST", "/items/message", folder=folder, message=raw, params=params
+            )
+            return str(answer["item_id"])
         body, fmt = body_of_message(raw)
         item: dict[str, Any] = {"folder": folder, "body": body, "format": fmt.value}
         if flags:
