@@ -49,6 +49,15 @@ def _made(text: str, size: int, digest: str, utf8: bytes | bytearray | None) -> 
     return out
 
 
+def known(
+    text: str, *, utf8_size: int, sha256: str, utf8: bytes | bytearray | None = None
+) -> CountedText:
+    """`text` with the counts its caller made of its UTF-8 bytes `utf8` (kept, if given, for
+    `take_utf8`): for a caller that lets go of those bytes before the text is made a
+    `CountedText` (which copies it: a subclass of str cannot share a str's characters)."""
+    return _made(text, utf8_size, sha256, utf8)
+
+
 def from_utf8(raw: bytes | bytearray) -> CountedText:
     """The text of the UTF-8 bytes `raw` (UnicodeDecodeError if they are not), counted and
     hashed from the bytes themselves; the bytes kept for `take_utf8` (no copy)."""
