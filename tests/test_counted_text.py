@@ -13,7 +13,7 @@ import hashlib
 import pytest
 
 from dag_common import http_body, mailbox_digest
-from dag_common.counted_text import CountedText, counted, from_utf8
+from dag_common.counted_text import CountedText, counted, from_utf8, known
 from dag_common.rfc822 import BodyFormat, counted_message, message_bytes
 
 TEXTS = [
@@ -75,3 +75,10 @@ def test_the_stages_take_the_counts_and_do_not_count_again() -> None:
 def test_from_utf8_refuses_bytes_that_are_not() -> None:
     with pytest.raises(UnicodeDecodeError):
         from_utf8(b"caf\xe9")
+
+
+def test_known_keeps_the_counts_it_is_given_and_the_bytes_until_taken():
+    raw = "caf\xe9".encode()
+    body = known(raw.decode(), utf8_size=len(raw), sha256="ab" * 32, utf8=raw)
+    assert body == "caf\xe9" and body.utf8_size == 5 and body.sha256 == "ab" * 32
+    assert body.take_utf8() is raw and body.take_utf8() is None
