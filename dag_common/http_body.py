@@ -38,6 +38,7 @@ from aiohttp import web
 from aiohttp.web_urldispatcher import _default_expect_handler  # aiohttp's 100 Continue
 
 from dag_common.config import MIB, ClusterConfig
+from dag_common.counted_text import CountedText
 from dag_common.errors import BadRequest, BodyIncomplete, RequestTooLarge
 
 logger = logging.getLogger(__name__)
@@ -184,7 +185,10 @@ def parse_json(text: str) -> Any:
 
 
 def utf8_size(text: str) -> int:
-    """The bytes of `text` in UTF-8 (an ASCII str is not copied to count them)."""
+    """The bytes of `text` in UTF-8 (an ASCII str is not copied to count them, a counted
+    one not counted again: `counted_text`)."""
+    if type(text) is CountedText:
+        return text.utf8_size
     return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 

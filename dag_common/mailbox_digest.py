@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from dag_common.counted_text import CountedText
 from dag_common.rfc822 import BodyFormat
 
 MODULUS = 1 << 256
@@ -70,7 +71,10 @@ def _term_by_slices(fields: tuple[str, ...]) -> int:
 
 
 def utf8_size(text: str) -> int:
-    """The UTF-8 length of `text`, without a whole copy of it (none when it is ASCII)."""
+    """The UTF-8 length of `text`, without a whole copy of it (none when it is ASCII, none
+    at all when it was counted: `counted_text`)."""
+    if type(text) is CountedText:
+        return text.utf8_size
     if text.isascii():
         return len(text)
     return sum(
@@ -117,7 +121,9 @@ _ITEM = _u64(4) + b"item"
 
 def body_hash(body: str) -> str:
     """SHA-256 (hex) of a body's UTF-8 bytes, a slice at a time (a body of a slice or less
-    in one call: the same bytes)."""
+    in one call: the same bytes); a counted body's, as it was counted (`counted_text`)."""
+    if type(body) is CountedText:
+        return body.sha256
     if len(body) <= _SLICE:
         return _sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
     h = _sha256()

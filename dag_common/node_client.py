@@ -182,15 +182,17 @@ class NodeStoreClient:
         params: dict[str, str] | None = None,
         ok: tuple[int, ...] = (200, 201),
         raw: bool = False,
+        message: bytes | None = None,
     ) -> tuple[int, Any]:
         """Call `path` (below /v1/databases/{database}) on the active copy, with `json` or a
         `payload` for its body; a 404 in `ok` is returned only when it means "not there"
         (see `_missing`).  A NodeCallError names the database (a stalled move says which end
-        it waits on).  `raw`: a 200's body is the bytes answered, not JSON (a message)."""
+        it waits on).  `raw`: a 200's body is the bytes answered, not JSON (a message).
+        `message`: the body is these bytes, a message/rfc822 (`put_message`)."""
         try:
             return await self._call(
                 method, database, path, json=json, payload=payload, params=params, ok=ok,
-                raw=raw,
+                raw=raw, message=message,
             )  # fmt: skip
         except NodeCallError as exc:
             exc.database = database
@@ -207,6 +209,7 @@ class NodeStoreClient:
         params: dict[str, str] | None,
         ok: tuple[int, ...],
         raw: bool = False,
+        message: bytes | None = None,
     ) -> tuple[int, Any]:
         what = f"{method} {database}{path}"
         # Encoded once, to bytes, with orjson (the standard library's encoder spends about
@@ -214,6 +217,9 @@ class NodeStoreClient:
         # write of items is a payload sent a slice at a time (`items_payload`).
         headers = bearer(self._token)
         data: bytes | ItemsPayload | None = payload
+        if message is not None:
+            data = message
+            headers = {**headers, "Content-Type": "message/rfc822"}
         if json is not None:
             data = json_dumps(json)
             headers = {**headers, "Content-Type": "application/json"}
@@ -498,6 +504,17 @@ class NodeStoreClient:
         return Digest.model_validate(body)
 
     # ---- what an IMAP front follows ---------------------------------------------------------
+
+    async def put_message(
+        self, database: str, mailbox: str, item_id: str, raw: bytes, *, folder: str = "Inbox"
+    ) -> Written:
+        """Write the message `raw` as item `item_id` (created or replaced), as its bytes
+        (PUT …/items/{id}/message): the node reads, counts and stages them as they are."""
+        _, body = await self.call(
+            "PUT", database, f"/mailboxes/{mailbox}/items/{item_id}/message", message=raw,
+            params={"folder": folder},
+        )  # fmt: skip
+        return Written.model_validate(body)
 
     async def message(self, database: str, mailbox: str, item_id: str) -> bytes | None:
         """An item as the message it is (GET …/items/{id}/message): its bytes as written;

@@ -33,6 +33,8 @@ from collections.abc import Iterator
 from email.parser import BytesHeaderParser
 from enum import StrEnum
 
+from dag_common.counted_text import CountedText, counted, from_utf8
+
 # What a node keeps of a subject (`api_types.Text` has no bound; a header may be long).
 MAX_SUBJECT = 998
 # Characters of a message's body encoded at a time (`message_slices`).
@@ -58,6 +60,31 @@ def body_of_message(raw: bytes) -> tuple[str, BodyFormat]:
         return raw.decode("utf-8"), BodyFormat.MESSAGE
     except UnicodeDecodeError:
         return raw.decode("latin-1"), BodyFormat.MESSAGE_8BIT
+
+
+# A message's first line: a header field's name and its colon (RFC 5322 ftext), blanks allowed
+# before the colon as the obsolete syntax has them.
+_FIRST_FIELD = re.compile(rb"[\x21-\x39\x3b-\x7e]+[ \t]*:")
+
+
+def is_message(raw: bytes | bytearray) -> bool:
+    """Whether `raw` can be an RFC 5322 message: it begins with a header field (a file of
+    other bytes, an empty body, an mbox `From ` line or a body without headers cannot)."""
+    return _FIRST_FIELD.match(raw, 0, 1000) is not None
+
+
+def counted_message(raw: bytes | bytearray) -> tuple[CountedText, BodyFormat, str]:
+    """The body (counted once: `counted_text`), format and message SHA-256 (hex) that keep
+    the message `raw` byte for byte.  A UTF-8 message is decoded once and counted and hashed
+    from its own bytes, which the body keeps to be staged as they are; an 8-bit one is
+    decoded as Latin-1, encoded to UTF-8 once (what the log holds of it) and hashed twice
+    (the message's bytes; the body's UTF-8, which the digest counts)."""
+    try:
+        body = from_utf8(raw)
+    except UnicodeDecodeError:
+        body = counted(raw.decode("latin-1"), keep_utf8=True)
+        return body, BodyFormat.MESSAGE_8BIT, hashlib.sha256(raw).hexdigest()
+    return body, BodyFormat.MESSAGE, body.sha256
 
 
 def message_bytes(body: str, fmt: BodyFormat, subject: str = "") -> bytes:

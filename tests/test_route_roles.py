@@ -42,6 +42,8 @@ NODE_ROLES = {
     ("GET", MBX + "/items"): S,
     ("DELETE", MBX + "/items/{item_id}"): S,
     ("GET", MBX + "/items/{item_id}/message"): S,
+    ("PUT", MBX + "/items/{item_id}/message"): S,
+    ("POST", MBX + "/items/message"): S,
     # an IMAP front's (issue 50): folders, flags, UIDs and the change feed
     ("GET", MBX + "/changes"): S,
     ("GET", MBX + "/folders/{folder}/uids"): S,

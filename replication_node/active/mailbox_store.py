@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from dag_common.api_types import FOLDER_PATTERN, NAME_PATTERN
+from dag_common.counted_text import CountedText
 from dag_common.mailbox_digest import utf8_size
 from dag_common.store_api import ItemIn, Written
 from replication_node.active.copy import ActiveCopy
@@ -88,6 +89,11 @@ def _check_text(field: str, value: str) -> None:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise BadRequest(f"{field} is not valid UTF-8 text: {exc.reason} at {exc.start}") from exc
+
+
+def _take_utf8(body: str) -> bytes | bytearray | None:
+    """The UTF-8 bytes a counted body holds, taken from it (None: it holds none)."""
+    return body.take_utf8() if type(body) is CountedText else None
 
 
 def _check_folder(folder: str) -> None:
@@ -401,12 +407,19 @@ class MailboxStore:
                 raise NotFound(f"mailbox {mailbox!r} has no folder {item.folder!r}")
 
     async def _stage_bodies(self, items: Sequence[ItemIn]) -> dict[int, BlobRef]:
-        """Stage the bodies a commit record cannot carry (`stage_plan`); by item index."""
+        """Stage the bodies a commit record cannot carry (`stage_plan`); by item index.  A
+        body counted where it came in (`counted_text`) is not counted again, and its UTF-8
+        bytes, if it holds them (a raw message's), are what is staged, as they are; every
+        item lets go of them here, staged or not (the text is what the other stages read)."""
         sizes = [utf8_size(item.body) for item in items]
+        utf8 = [_take_utf8(item.body) for item in items]
         staged: dict[int, BlobRef] = {}
         try:
             for i in stage_plan(sizes, self.copy.stream.log_file_size):
-                staged[i] = await self.copy.stage(items[i].body, sizes[i])
+                data = utf8[i]
+                utf8[i] = None
+                staged[i] = await self.copy.stage(items[i].body if data is None else data, sizes[i])
+                del data
         except BaseException:
             if staged:
                 await self.copy.abort_staged(list(staged.values()))

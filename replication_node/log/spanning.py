@@ -43,6 +43,7 @@ backups keep or fetch the log from there: a later commit reads those parts back 
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ from datetime import datetime
 import crc32c
 import orjson
 
+from dag_common.counted_text import known
 from dag_common.model import Position
 from replication_node.errors import LogRecordError
 from replication_node.log.logfile import (
@@ -350,11 +352,25 @@ class BodyReader:
 
     def bodies(self, refs: tuple[BlobRef, ...], through: int) -> list[str]:
         """The staged bodies a TRANSACTION record commits (`decode_transaction`'s refs), read
-        back whole, as text, in the order it names them."""
-        out = []
+        back whole, as text, in the order it names them: each counted and hashed from the
+        bytes read (`counted_text`), which the row's size, the digest and the body's hash
+        then take as they are instead of encoding the text again; a body that is not ASCII
+        keeps them too, for its row to be written from (`tables.put_rows`: SQLite would
+        otherwise encode the text once more, and keep that copy as long as the text).
+        An ASCII body's bytes are let go of before the counted text is made (a copy of the
+        text: a str's subclass cannot share its characters), so that it is held at most
+        twice at once, as a plain decode holds it."""
+        out: list[str] = []
         for ref in refs:
+            raw = self.read(ref, through)
+            size, sha256 = len(raw), hashlib.sha256(raw).hexdigest()
             try:
-                out.append(self.read(ref, through).decode("utf-8"))
+                text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise LogRecordError(f"body {ref.id} is not UTF-8 text") from exc
+            # An ASCII text is its own UTF-8: SQLite binds it as it is.
+            utf8 = None if text.isascii() else raw
+            del raw
+            out.append(known(text, utf8_size=size, sha256=sha256, utf8=utf8))
+            del text, utf8
         return out

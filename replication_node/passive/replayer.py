@@ -43,6 +43,7 @@ from replication_node.log.logfile import (
     DIGEST_VERSION,
     ContentDigest,
     LogHeader,
+    ScanResult,
     anchor_header,
     chain_problem,
     closed_log_name,
@@ -126,10 +127,20 @@ def read_batch(
         found = where.get(gen) if where is not None else None
         return found or log_dir / closed_log_name(gen)
 
-    reader = BodyReader(lambda gen: verify_closed(path(gen).read_bytes(), gen))
+    # The generations just verified, the last two: a body's parts are in the generation
+    # that commits it and the ones just before, which the body reader would otherwise read
+    # and verify again.
+    verified: dict[int, ScanResult] = {}
+
+    def load(gen: int) -> ScanResult:
+        return verified.get(gen) or verify_closed(path(gen).read_bytes(), gen)
+
+    reader = BodyReader(load)
     for gen in generations:
         try:
             result = verify_closed(path(gen).read_bytes(), gen)
+            verified[gen] = result
+            verified.pop(gen - 2, None)
         except (OSError, LogFormatError) as exc:
             raise CopyFailed(f"inspected generation {gen} cannot be replayed: {exc}") from exc
         problem = chain_problem(prev, result.header, log_signature)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from dag_common.counted_text import CountedText
 from dag_common.mailbox_digest import (
     body_hash,
     folder_term,
@@ -140,8 +141,8 @@ item_head_of = item_of  # the same columns, the hash or the body left ''
 _PUT = (
     "INSERT OR REPLACE INTO items (mailbox, item_id, folder, subject, body, size, change_number,"
     " deleted, commit_time, body_hash, format, uid, modseq, flags, received)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)"
-)
+    " VALUES (?, ?, ?, ?, CAST(? AS TEXT), ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)"
+)  # the body: its text, or its UTF-8 bytes, stored as text either way (`put_rows`)
 _TOMBSTONE = (
     "INSERT INTO items (mailbox, item_id, folder, subject, body, size, change_number, deleted,"
     " commit_time, body_hash, format, uid, modseq) VALUES (?, ?, '', '', '', 0, ?, 1, ?, '',"
@@ -231,7 +232,11 @@ def put_rows(txn: Transaction) -> list[PutRow]:
     fields, the body's SHA-256, the term's).  A replay has them computed by the thread that
     reads its next batch while the last one's COMMIT waits on the disk: the two hashes of
     each item are a fifth of replay's time, and `TableWriter.apply` then only writes.
-    The columns are taken one by one, not through a dict: this is the hot path."""
+    The columns are taken one by one, not through a dict: this is the hot path.
+    A body counted where it was read (`counted_text`: a staged body replayed) is not
+    counted or hashed again, and if it still holds its UTF-8 bytes (a body that is not
+    ASCII) they are what its row is given, taken from it: `_PUT` casts them to the same
+    text, where binding the text would have SQLite encode it once more."""
     when = txn.commit_time.isoformat()
     rows: list[PutRow] = []
     for op in txn.ops:
@@ -240,9 +245,11 @@ def put_rows(txn: Transaction) -> list[PutRow]:
                 op.mailbox, op.item_id, op.folder, op.subject, op.body, op.format.value
             )  # fmt: skip
             hashed = body_hash(body)
+            utf8 = body.take_utf8() if type(body) is CountedText else None
             rows.append(
                 (
-                    (mailbox, item_id, folder, subject, body, utf8_size(body), op.cn, when, hashed,
+                    (mailbox, item_id, folder, subject, body if utf8 is None else utf8,
+                     utf8_size(body), op.cn, when, hashed,
                      fmt, op.uid, op.modseq, " ".join(op.flags), op.received or when),
                     item_term_of_hash(mailbox, item_id, folder, subject, hashed, fmt),
                 )

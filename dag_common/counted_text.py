@@ -1,0 +1,83 @@
+"""A body whose UTF-8 size and SHA-256 were counted once, where it entered the process.
+
+A body is text on every path of the store (`rfc822.py`: why), and each stage that needs its
+size or its hash (the request's size check, the staging plan, the overlay's row, the
+digest's term, the row SQLite is given) used to encode it to UTF-8 again: a copy and a pass
+over the body each time, ~1-2 ms a MiB, none of them free for a message that is not ASCII
+(an 8-bit message's every byte past 0x7f is two in UTF-8).  A `CountedText` is that text,
+a `str` everywhere (orjson writes it, SQLite binds it, slices and comparisons are str's),
+carrying what was counted of it: `utf8_size`, `sha256` (hex, of its UTF-8 bytes: the
+digest's `body_hash`), and, until the one stage that writes them takes them
+(`take_utf8`), its UTF-8 bytes when they came as bytes (a raw message upload) or had to be
+made to count it.  What it carries is never recomputed or checked again: it is made only
+here, from bytes it decoded or text it encoded.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+# Characters encoded at a time when a text is counted (no whole second copy of a large one
+# beside it unless its bytes are kept).
+_SLICE = 1 << 20
+
+
+class CountedText(str):
+    """A str with its UTF-8 size and SHA-256 (see the module)."""
+
+    __slots__ = ("_utf8", "sha256", "utf8_size")
+
+    utf8_size: int
+    sha256: str
+    _utf8: bytes | bytearray | None
+
+    def take_utf8(self) -> bytes | bytearray | None:
+        """The text's UTF-8 bytes, if it holds them, let go of: the stage that writes them
+        takes them once (the text alone stays, as every other stage reads it)."""
+        utf8, self._utf8 = self._utf8, None
+        return utf8
+
+    def __reduce__(self) -> tuple[type[str], tuple[str]]:
+        return (str, (str(self),))  # a copy elsewhere is plain text: its counts stay here
+
+
+def _made(text: str, size: int, digest: str, utf8: bytes | bytearray | None) -> CountedText:
+    out = CountedText(text)
+    out.utf8_size, out.sha256, out._utf8 = size, digest, utf8
+    return out
+
+
+def known(
+    text: str, *, utf8_size: int, sha256: str, utf8: bytes | bytearray | None = None
+) -> CountedText:
+    """`text` with the counts its caller made of its UTF-8 bytes `utf8` (kept, if given, for
+    `take_utf8`): for a caller that lets go of those bytes before the text is made a
+    `CountedText` (which copies it: a subclass of str cannot share a str's characters)."""
+    return _made(text, utf8_size, sha256, utf8)
+
+
+def from_utf8(raw: bytes | bytearray) -> CountedText:
+    """The text of the UTF-8 bytes `raw` (UnicodeDecodeError if they are not), counted and
+    hashed from the bytes themselves; the bytes kept for `take_utf8` (no copy)."""
+    text = raw.decode("utf-8")
+    return _made(text, len(raw), hashlib.sha256(raw).hexdigest(), raw)
+
+
+def counted(text: str, *, keep_utf8: bool = False) -> CountedText:
+    """`text` counted (as it is if it already is): an ASCII text from itself, with no copy
+    of its bytes; another encoded once (a slice at a time unless `keep_utf8`, which keeps
+    its bytes for `take_utf8`)."""
+    if type(text) is CountedText:
+        return text
+    if keep_utf8 and not text.isascii():
+        utf8 = text.encode("utf-8", "surrogatepass")
+        return _made(text, len(utf8), hashlib.sha256(utf8).hexdigest(), utf8)
+    h = hashlib.sha256()
+    size = 0
+    for start in range(0, len(text), _SLICE):
+        part = text[start : start + _SLICE].encode("utf-8", "surrogatepass")
+        size += len(part)
+        h.update(part)
+    return _made(text, size, h.hexdigest(), None)
