@@ -34,8 +34,8 @@ $(STAMP): $(BIN)/python pyproject.toml
 SYSTEM_PACKAGES := promtool:prometheus etcd:etcd-server faketime:faketime java:openjdk-17-jre-headless chromium:chromium iptables:iptables swaks:swaks mbsync:isync
 # Real mail servers, each started by a test or bench/lmtp.py in its own directory (no system
 # service; tools/debconf-preseed.txt answers postfix's question): Postfix relays into the
-# transport's LMTP, Dovecot's LMTP is the benchmark's anchor.
-MAIL_PACKAGES := postfix:postfix dovecot:dovecot-core /usr/lib/dovecot/lmtp:dovecot-lmtpd
+# transport's LMTP, Dovecot's LMTP and IMAP are the benchmarks' anchors (bench/lmtp.py, imap.py).
+MAIL_PACKAGES := postfix:postfix dovecot:dovecot-core /usr/lib/dovecot/lmtp:dovecot-lmtpd /usr/lib/dovecot/imap:dovecot-imapd
 IMAGE_PACKAGES := podman:podman buildah:buildah runc:runc debootstrap:debootstrap
 DEMO_PACKAGES := java:openjdk-17-jre-headless
 
