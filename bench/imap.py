@@ -1,8 +1,11 @@
 """IMAP (issue 50, step 9): the front beside Dovecot 2.3, each holding the same folder.
 
     .venv/bin/python bench/imap.py [--small] [--messages 10000] [--rounds 3] [--idle 50]
-        [--sessions 1000] [--max-front-rss-mib 6144] [--max-open-seconds 900]
-        [--profile PY_SPY] [--dir var/bench-imap]
+        [--mbsync-cap 180] [--sessions 1000] [--max-front-rss-mib 6144]
+        [--max-open-seconds 900] [--no-fetches] [--profile PY_SPY] [--dir var/bench-imap]
+
+The figures in bench/README.md: `--rounds 2 --mbsync-cap 180 --max-open-seconds 300
+--profile .../py-spy`, then `--no-fetches --max-open-seconds 300` for IDLE and memory.
 
 Dovecot is the anchor: a private Dovecot (tests/mail_servers.py: Debian's dovecot-lmtpd and
 dovecot-imapd, its own configuration on a loopback port, Maildir, `mail_fsync = always`,
