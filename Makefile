@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help image-deps test test-fast test-slow test-resilience test-image image lint demo docs docs-serve tutorial bench bench-lmtp bench-spark system-deps demo-deps clean proto
+.PHONY: help image-deps test test-fast test-slow test-resilience test-image image lint demo docs docs-serve tutorial bench bench-lmtp bench-imap bench-spark system-deps demo-deps clean proto
 # Bare `make` used to create .venv and nothing else (the first rule), which no page asked
 # for; listing the targets is what a newcomer typing it wants.
 .DEFAULT_GOAL := help
@@ -34,8 +34,8 @@ $(STAMP): $(BIN)/python pyproject.toml
 SYSTEM_PACKAGES := promtool:prometheus etcd:etcd-server faketime:faketime java:openjdk-17-jre-headless chromium:chromium iptables:iptables swaks:swaks mbsync:isync
 # Real mail servers, each started by a test or bench/lmtp.py in its own directory (no system
 # service; tools/debconf-preseed.txt answers postfix's question): Postfix relays into the
-# transport's LMTP, Dovecot's LMTP is the benchmark's anchor.
-MAIL_PACKAGES := postfix:postfix dovecot:dovecot-core /usr/lib/dovecot/lmtp:dovecot-lmtpd
+# transport's LMTP, Dovecot's LMTP and IMAP are the benchmarks' anchors (bench/lmtp.py, imap.py).
+MAIL_PACKAGES := postfix:postfix dovecot:dovecot-core /usr/lib/dovecot/lmtp:dovecot-lmtpd /usr/lib/dovecot/imap:dovecot-imapd
 IMAGE_PACKAGES := podman:podman buildah:buildah runc:runc debootstrap:debootstrap
 DEMO_PACKAGES := java:openjdk-17-jre-headless
 
@@ -101,6 +101,9 @@ bench: $(STAMP) ## log write throughput with fsync, beside a raw fsync'd append
 
 bench-lmtp: $(STAMP) system-deps ## LMTP delivery: the transport beside Dovecot (bench/lmtp.py)
 	$(BIN)/python bench/lmtp.py
+
+bench-imap: $(STAMP) system-deps ## IMAP: the front beside Dovecot's imapd (bench/imap.py)
+	$(BIN)/python bench/imap.py
 
 bench-spark: $(STAMP) demo-deps ## the history pipeline on Spark: rows/s beside pyarrow
 	$(BIN)/python bench/spark_history.py

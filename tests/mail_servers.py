@@ -1,9 +1,11 @@
-"""Real mail servers for the tests and bench/lmtp.py (issue 49): a private Postfix that relays
-everything it receives to an LMTP address, and a private Dovecot taking final delivery by LMTP
-into Maildirs.  Debian's `postfix`, `dovecot-core` and `dovecot-lmtpd` (the Makefile's
-MAIL_PACKAGES); no system service is used or touched: each server has its own configuration,
-queue, state and logs under a directory of its own, listens on a free loopback port, and is
-ready once it answers there (its 220 greeting), never after a fixed sleep.
+"""Real mail servers for the tests, bench/lmtp.py and bench/imap.py (issues 49, 50): a private
+Postfix that relays everything it receives to an LMTP address, and a private Dovecot taking
+final delivery by LMTP into Maildirs and, if asked, serving them over IMAP (STARTTLS, its
+users' passwords in its own passwd-file).  Debian's `postfix`, `dovecot-core`,
+`dovecot-lmtpd` and `dovecot-imapd` (the Makefile's MAIL_PACKAGES); no system service is used
+or touched: each server has its own configuration, queue, state and logs under a directory of
+its own, listens on a free loopback port, and is ready once it answers there (its 220
+greeting, IMAP's `* OK`), never after a fixed sleep.
 
 Both run as root here and hand work to unprivileged users (Postfix to `postfix`, Dovecot's
 mail to Debian's `mail` user), which must reach their directories: pytest's tmp_path sits
@@ -30,6 +32,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,7 +41,10 @@ from tools.ports import free_port
 HOST = "127.0.0.1"
 MAIL_USER = "mail"  # Debian's: what Dovecot writes the Maildirs as
 STOP_TIMEOUT = 30.0
-INSTALL = "install Debian's postfix, dovecot-core and dovecot-lmtpd (make system-deps does)"
+INSTALL = (
+    "install Debian's postfix, dovecot-core, dovecot-lmtpd and dovecot-imapd "
+    "(make system-deps does)"
+)
 
 
 def _require(command: str) -> str:
@@ -61,15 +67,21 @@ def greeting(host: str, port: int, timeout: float = 2.0) -> bytes:
 
 
 def wait_for_greeting(
-    name: str, port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 60
+    name: str,
+    port: int,
+    proc: subprocess.Popen[bytes],
+    log: Path,
+    timeout: float = 60,
+    expect: bytes = b"220",
 ) -> None:
-    """Until the server at `port` greets with 220; fail at once if `proc` exits first."""
+    """Until the server at `port` greets with `expect` (SMTP's and LMTP's 220, IMAP's
+    `* OK`); fail at once if `proc` exits first."""
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"{name} exited ({proc.returncode}): {_tail(log)}")
         with contextlib.suppress(OSError):
-            if greeting(HOST, port).startswith(b"220"):
+            if greeting(HOST, port).startswith(expect):
                 return
         if time.monotonic() > deadline:
             raise AssertionError(
@@ -98,13 +110,15 @@ def _stop(proc: subprocess.Popen[bytes], name: str, log: Path) -> None:
 
 @dataclass
 class Dovecot:
-    """A private Dovecot: LMTP on `port`, one Maildir per user under `root`/mail."""
+    """A private Dovecot: LMTP on `port`, one Maildir per user under `root`/mail; IMAP on
+    `imap_port` if started with one (0: none)."""
 
     root: Path
     port: int
     users: tuple[str, ...]
     proc: subprocess.Popen[bytes]
     logs: Path
+    imap_port: int = 0
 
     @property
     def log_path(self) -> Path:
@@ -133,18 +147,45 @@ class Dovecot:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
-def dovecot_config(root: Path, port: int, users_file: Path) -> str:
-    """Dovecot's whole configuration: LMTP only, on loopback, Maildirs fsync'd always."""
+def dovecot_config(
+    root: Path,
+    port: int,
+    users_file: Path,
+    *,
+    imap_port: int = 0,
+    tls: tuple[Path, Path] | None = None,
+) -> str:
+    """Dovecot's whole configuration: LMTP on loopback, Maildirs fsync'd always; with an
+    `imap_port`, IMAP there too (STARTTLS with `tls`'s certificate and key; Dovecot 2.3
+    counts a peer on its own address as secured, so a loopback client may log in without
+    it: the bench's clients start TLS, as the front requires)."""
+    imap = ""
+    if imap_port:
+        imap = f"""\
+auth_mechanisms = plain login
+disable_plaintext_auth = yes
+mail_max_userip_connections = 10000
+service imap-login {{
+  inet_listener imap {{
+    address = {HOST}
+    port = {imap_port}
+  }}
+  inet_listener imaps {{
+    port = 0
+  }}
+}}
+"""
+    ssl = f"ssl = required\nssl_cert = <{tls[0]}\nssl_key = <{tls[1]}" if tls else "ssl = no"
     return f"""\
 # A private Dovecot (tests/mail_servers.py): nothing of /etc/dovecot is read.
 instance_name = dovecot-{root.name}
 base_dir = {root}/run
 state_dir = {root}/state
 log_path = {root}/dovecot.log
-protocols = lmtp
+protocols = lmtp{" imap" if imap_port else ""}
 listen = {HOST}
-ssl = no
-default_internal_user = dovecot
+{ssl}
+{imap}default_internal_user = dovecot
 default_login_user = dovenull
 mail_location = maildir:~/Maildir
 mail_fsync = always
@@ -167,10 +208,24 @@ service lmtp {{
 """
 
 
-def start_dovecot(users: list[str] | tuple[str, ...], logs: Path, *, port: int = 0) -> Dovecot:
-    """A private Dovecot taking LMTP for `users` (full addresses), ready to deliver."""
+def start_dovecot(
+    users: list[str] | tuple[str, ...],
+    logs: Path,
+    *,
+    port: int = 0,
+    imap_port: int | None = None,
+    password: str = "",
+    tls: tuple[Path, Path] | None = None,
+) -> Dovecot:
+    """A private Dovecot taking LMTP for `users` (full addresses), ready to deliver; with an
+    `imap_port` (0: a free one) serving their Maildirs over IMAP too, each logging in as
+    its address with `password`, over STARTTLS with `tls` (certificate, key)."""
     binary = _require("dovecot")
     assert Path("/usr/lib/dovecot/lmtp").exists(), f"dovecot's lmtp is missing: {INSTALL}"
+    if imap_port is not None:
+        assert Path("/usr/lib/dovecot/imap").exists(), f"dovecot's imap is missing: {INSTALL}"
+        assert password and ":" not in password, "an IMAP user needs a password (no ':')"
+        imap_port = imap_port or free_port()
     mail = pwd.getpwnam(MAIL_USER)
     root = private_dir("dovecot-")
     port = port or free_port()
@@ -180,19 +235,22 @@ def start_dovecot(users: list[str] | tuple[str, ...], logs: Path, *, port: int =
     os.chown(root / "mail", mail.pw_uid, mail.pw_gid)
     users_file = root / "users"
     # passwd-file: user:password:uid:gid:(gecos):home:(shell):(extra)
-    entries = (f"{u}::{mail.pw_uid}:{mail.pw_gid}::{root}/mail/{u}::\n" for u in users)
+    secret = f"{{PLAIN}}{password}" if password else ""
+    entries = (f"{u}:{secret}:{mail.pw_uid}:{mail.pw_gid}::{root}/mail/{u}::\n" for u in users)
     users_file.write_text("".join(entries))
     conf = root / "dovecot.conf"
-    conf.write_text(dovecot_config(root, port, users_file))
+    conf.write_text(dovecot_config(root, port, users_file, imap_port=imap_port or 0, tls=tls))
     out = root / "dovecot.log"
     proc = subprocess.Popen(
         [binary, "-c", str(conf), "-F"],
         stdout=subprocess.DEVNULL, stderr=open(out, "ab"),  # noqa: SIM115 - the child owns it
         start_new_session=True,
     )  # fmt: skip
-    server = Dovecot(root, port, tuple(users), proc, logs)
+    server = Dovecot(root, port, tuple(users), proc, logs, imap_port or 0)
     try:
         wait_for_greeting("dovecot", port, proc, out)
+        if imap_port:
+            wait_for_greeting("dovecot imap", imap_port, proc, out, expect=b"* OK")
     except BaseException:
         server.stop()
         raise
@@ -376,8 +434,8 @@ class MailServers:
         self.logs = logs
         self.started: list[Dovecot | Postfix] = []
 
-    def dovecot(self, users: list[str] | tuple[str, ...], *, port: int = 0) -> Dovecot:
-        server = start_dovecot(users, self.logs, port=port)
+    def dovecot(self, users: list[str] | tuple[str, ...], *, port: int = 0, **imap: Any) -> Dovecot:
+        server = start_dovecot(users, self.logs, port=port, **imap)
         self.started.append(server)
         return server
 

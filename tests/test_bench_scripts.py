@@ -6,6 +6,7 @@ script is loaded as a module, not run: its `main` stays behind `if __name__ ...`
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 
@@ -39,3 +40,22 @@ def test_a_bench_script_answers_help():
     )
     assert done.returncode == 0, done.stderr
     assert "usage" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_imap_bench_runs_its_quick_mode(tmp_path):
+    """bench/imap.py --small end to end (Dovecot's imapd and LMTP, the cluster, the
+    transport, the front, mbsync): every phase measured and checked, the summary printed."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "imap.py"), "--small", "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads(done.stdout.splitlines()[-2])
+    assert summary["small"] and summary["messages"] == 200, summary
+    for key in ("ratio_flags", "ratio_bodies", "ratio_mbsync", "front_idle_p99_ms"):
+        assert summary[key] > 0, (key, summary)
+    assert summary["idle_sessions"] == 20, summary

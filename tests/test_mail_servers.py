@@ -6,8 +6,10 @@ server stopped is gone (its port closed, its files removed)."""
 
 from __future__ import annotations
 
+import imaplib
 import smtplib
 import socket
+import ssl
 from email.message import EmailMessage
 from email.policy import SMTP
 from email.utils import formatdate
@@ -16,6 +18,8 @@ import pytest
 
 from tests.cluster_harness import wait_until
 from tests.mail_servers import HOST, MailServers
+from tests.pki import issue, make_ca
+from tests.replication_node.test_node_identity_e2e import NODE_CERT
 from tools.ports import free_port
 
 pytestmark = pytest.mark.slow
@@ -99,3 +103,26 @@ def test_a_stopped_server_is_gone(mail_servers: MailServers) -> None:
         assert refuses(server.port)
         assert not server.root.exists()
         assert (mail_servers.logs / server.log_path.name).exists()
+
+
+def test_dovecot_serves_its_maildirs_over_imap_after_starttls(
+    mail_servers: MailServers, tmp_path
+) -> None:
+    """bench/imap.py's anchor: a message delivered by LMTP is read back over IMAP after
+    STARTTLS (Dovecot would let a loopback client log in without it, a peer on its own
+    address counting as secured: the bench's clients always start TLS, as the front
+    requires)."""
+    ca = make_ca(tmp_path, "ca")
+    cert = issue(tmp_path, "dovecot", ca, NODE_CERT.format(name="dovecot"))
+    dovecot = mail_servers.dovecot([ALICE], imap_port=0, password="pw-alice", tls=cert)
+    raw = message("m4", ALICE)
+    with smtplib.LMTP(HOST, dovecot.port) as lmtp:
+        assert lmtp.sendmail("sender@example.org", [ALICE], raw) == {}
+
+    m = imaplib.IMAP4(HOST, dovecot.imap_port)
+    m.starttls(ssl.create_default_context(cafile=str(ca[0])))
+    m.login(ALICE, "pw-alice")
+    assert m.select("INBOX")[1] == [b"1"]
+    typ, data = m.uid("FETCH", "1:*", "(BODY.PEEK[])")
+    assert typ == "OK" and data[0][1].endswith(raw), data[0][1][:500]
+    m.logout()
