@@ -12,8 +12,10 @@ the rounds, and the ratio to `python -c pass` is taken round by round, then its 
 
 The status reads ask nodes (and a transport) that refuse the connection at once, on ports
 nothing listens on: what is timed is the start, the config read and the calls' set-up, not
-a network.  `--root` names checkouts to time (default: this one), each one's code put first
-on PYTHONPATH, e.g. the tree before a change beside the tree after it.
+a network.  The bytecode of each checkout is written by the warm-up round and read after
+(PYTHONDONTWRITEBYTECODE is taken out of the commands' environment).  `--root` names
+checkouts to time (default: this one), each one's code put first on PYTHONPATH, e.g. the
+tree before a change beside the tree after it.
 """
 
 from __future__ import annotations
@@ -113,6 +115,10 @@ def main() -> int:
         config = write_config(Path(tmp))
         todo = cases(config)
         base_env = {**os.environ, "DG_AUTH_TOKEN": "bench-token-0123456789abcdef"}
+        # each command starts from its bytecode, as an installed one does (pip and the image
+        # compile it; the warm-up writes it here): a shell that says not to write .pyc
+        # files would time the compiling of every module of the checkout instead
+        base_env.pop("PYTHONDONTWRITEBYTECODE", None)
         envs = {root: {**base_env, "PYTHONPATH": str(root)} for root in roots}
         keys = [(root, case) for root in roots for case in todo]
         walls: dict[tuple[Path, Case], list[float]] = {k: [] for k in keys}

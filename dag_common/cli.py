@@ -35,6 +35,7 @@ from dag_common.credentials import CREDENTIAL_FILE_ENV, TOKEN_ENV
 from dag_common.durations import parse_duration
 from dag_common.echo import quoted
 from dag_common.errors import BadArgument, BadInput, ConfigError, DagError, InUse, TokenRefused
+from dag_common.tls_on_use import defer_aiohttp_tls
 
 if TYPE_CHECKING:
     from dag_common.config import ClusterConfig, DatabaseConfig, TransportNode
@@ -244,7 +245,16 @@ def exit_now(main: Callable[[], int]) -> NoReturn:
     pydantic) takes about 90 ms after the command's work is done: its stores and sessions
     are closed by then (each command closes what it opens), so only the streams and the
     log handlers are left to flush.  An exception escaping `main` (a bug) takes the normal
-    way out, with its traceback.  In-process callers (tests) call `main` itself."""
+    way out, with its traceback.  In-process callers (tests) call `main` itself.
+
+    Before `main`, what a command line need not pay at its start (issue 48): aiohttp's
+    default TLS contexts read the system's CAs when first used, not as it is imported
+    (`tls_on_use`), and pydantic looks for no plugins (its own switch,
+    PYDANTIC_DISABLE_PLUGINS, unless the environment sets it otherwise): a search of every
+    installed package's entry points as the first model is built, for plugins this project
+    neither ships nor uses."""
+    defer_aiohttp_tls()
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     code = main()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):

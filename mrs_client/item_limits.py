@@ -28,10 +28,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dag_common.mailbox_digest import MODULUS, to_hex
-from dag_common.store_api import Digest, Item
+
+if TYPE_CHECKING:
+    # the store API's models (pydantic, ~20 ms to build): a move's record holds skipped
+    # items, and reading records (`mrs list`) needs none of them (issue 48)
+    from dag_common.store_api import Digest, Item
 
 # How many skipped items a failure sentence names; `mrs stats` lists them all.
 NAMED = 20
@@ -235,6 +239,8 @@ def less_skipped(digest: Digest, skipped: Iterable[SkippedItem]) -> Digest:
 def summed(mailbox: str, items: Iterable[Item], *, epoch: int = 0) -> Digest:
     """The digest of the live readable items of a listing, with or without their bodies
     (the mover's own sum, as the node computes it: dag_common.mailbox_digest)."""
+    from dag_common.store_api import Digest  # see the imports above
+
     total, count, last = 0, 0, 0
     for item in items:
         last = max(last, item.change_number)

@@ -31,10 +31,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import IntEnum, StrEnum
+from typing import TYPE_CHECKING
 
 from dag_common.echo import quoted
 from dag_common.model import GuaranteeStatus, Lsn, Position
-from dag_common.store_api import LogPosition
+
+if TYPE_CHECKING:  # the store API's models: not imported by `mrs list` (issue 48)
+    from dag_common.store_api import LogPosition
 
 
 class MoveStep(IntEnum):

@@ -10,7 +10,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 
 from dag_common.api_types import Folder, Name, Text
-from dag_common.http_body import utf8_size
+from dag_common.mailbox_digest import utf8_size  # http_body's would bring aiohttp.web
 from dag_common.rfc822 import BodyFormat, subject_of_body
 
 # A message id is the sender's (RFC 5322 Message-ID or any unique text): printable, bounded.

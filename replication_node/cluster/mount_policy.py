@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from dag_common.model import AutoDatabaseMountDial, CopyRole, CopyStatus, CopyStatusReport
-from replication_node.log.logfile import HEADER_SIZE
+from replication_node.log.sizes import HEADER_SIZE
 
 # A copy in any other state has no consistent database to mount (seeding, failed) or was
 # stopped by an operator for a reason (suspended): resume it first.

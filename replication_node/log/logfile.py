@@ -70,12 +70,12 @@ import orjson
 
 from dag_common.model import Position
 from replication_node.errors import LogHeaderError, LogRecordError
+from replication_node.log.sizes import HEADER_SIZE
 
 MAGIC = b"DGLOG\r\n\x1a"
 PREPARED_MAGIC = b"DGPREP\r\n"
 FORMAT_VERSION = 2  # what the writer writes
 READABLE_VERSIONS = (1, 2)
-HEADER_SIZE = 512
 OPEN_LOG_NAME = "E00.log"
 # Files prepared to become the next E00.log: this prefix and a unique suffix (hidden, and
 # no generation's name: nothing that lists generations or globs E0*.log sees them).
