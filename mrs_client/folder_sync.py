@@ -68,9 +68,16 @@ def under(folder: str, parent: str) -> bool:
     return folder == parent or folder.startswith(parent + "/")
 
 
-def aside(folder: str, uidvalidity: int) -> str:
-    """A name of its own for a folder whose rename is blocked (a swap of two names)."""
-    return f"{folder.split('/')[0]}.move-{uidvalidity}"
+def aside(folder: str, uidvalidity: int, taken: Iterable[str] = ()) -> str:
+    """A name of its own for a folder whose rename is blocked (a swap of two names): one
+    no folder in `taken` has or is under."""
+    taken = set(taken)
+    base = f"{folder.split('/')[0]}.move-{uidvalidity}"
+    name, n = base, 1
+    while any(under(t, name) for t in taken):
+        n += 1
+        name = f"{base}-{n}"
+    return name
 
 
 def _renamed(state: dict[str, int], folder: str, to: str) -> dict[str, int] | None:
@@ -105,6 +112,27 @@ def plan_folders(
             f for f, v in state.items() if v and v in wanted and wanted[v] != f and f != INBOX
         )
 
+    def settled(folder: str) -> bool:
+        uidvalidity = state[folder]
+        return wanted.get(uidvalidity) == folder if uidvalidity else folder in names
+
+    def blocked_first(pending: list[str]) -> list[str]:
+        """What to set aside: first a folder standing where a pending rename goes and not
+        where it belongs itself (an unwanted parent kept only for a wanted child, say), then
+        the pending folders themselves (a swap of two names)."""
+        occupants = []
+        for folder in pending:
+            if state[folder] not in wanted:
+                continue
+            to = wanted[state[folder]]
+            occupants += [
+                f for f in state
+                if f != INBOX and f not in pending and not settled(f)
+                and (under(f, to) or under(to, f)) and not under(f, folder)
+            ]  # fmt: skip
+        return list(dict.fromkeys(occupants)) + pending
+
+    asides: set[str] = set()  # the names folders were set aside under
     for _ in range(4 * (len(state) + len(wanted)) + 8):
         progress = False
         for folder in sorted(state, key=lambda f: (-f.count("/"), f)):
@@ -123,12 +151,20 @@ def plan_folders(
             continue
         pending = misplaced()
         if not pending:
-            break
-        for folder in pending:  # blocked: one goes aside, and the rest can follow
-            to = aside(folder, state[folder])
+            # What is left unwanted is a parent kept for a wanted child: it goes aside with
+            # its children, which are then renamed back where they belong, and it is removed.
+            pending = [f for f in state if f != INBOX and not kept(f, state[f])]
+            pending = [f for f in pending if not any(under(f, p) for p in pending if p != f)]
+            if not pending:
+                break
+        for folder in blocked_first(pending):  # one goes aside, and the rest can follow
+            if folder in asides:
+                continue  # once is enough
+            to = aside(folder, state[folder], names | set(state))
             after = _renamed(state, folder, to)
-            if after is not None and to not in names:
+            if after is not None:
                 writes.append(Rename(folder, to))
+                asides.add(to)
                 state = after
                 break
         else:

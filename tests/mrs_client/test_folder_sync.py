@@ -70,6 +70,23 @@ CASES = {
         folders(Inbox=10, A=11),
         3,
     ),
+    # found by test_any_two_folder_lists: the planner went on setting one folder aside
+    # under a longer name each time ("B.move-13.move-13…"), or kept the unwanted parent
+    "an unwanted parent kept for its wanted child, its name wanted by another": (
+        folders(Inbox=10, A=13, A__x=12),
+        folders(Inbox=10, A=11, B=13, C=14, A__x=12),
+        5,
+    ),
+    "an unwanted parent kept for its wanted child, its name made again": (
+        folders(Inbox=10, A=15, A__x=12),
+        folders(Inbox=10, A=11, B=13, C=14, A__x=12),
+        6,
+    ),
+    "the name to set aside under is a folder of the source's": (
+        [*folders(Inbox=10, A__x=11), FolderStatus(folder="A.move-11", uidvalidity=12)],
+        folders(Inbox=10, A=11),
+        3,
+    ),
     "a removed parent with its children": (
         folders(Inbox=10),
         folders(Inbox=10, A=11, A__b=12, A__b__c=13),
