@@ -112,7 +112,7 @@ def test_folders_without_uidvalidity_are_matched_by_name_and_only_created():
     assert writes == [Remove("Old"), Create(FolderStatus(folder="Sent"))]
 
 
-names = st.sampled_from(["A", "B", "C", "A/x", "B/x", "A/x/y", "D"])
+names = st.sampled_from(["A", "B", "C", "A/x", "B/x", "A/x/y", "D", "A.move-11"])
 
 
 @given(
