@@ -26,9 +26,11 @@ from replication_node.http.context import (
     reader_for,
     store_for_write,
 )
+from replication_node.http.folder_listing import dumps, folder_listing, message_rows
 from replication_node.http.models import parse
 from replication_node.http.store_routes import MAX_CHANGE_NUMBER, overriding
 from replication_node.storage.ops import flags_after
+from replication_node.storage.reader import ItemRow
 
 MAX_NAMED = 1000  # items a write names, at most (one transaction)
 Uid = Annotated[int, Field(strict=True, ge=1, le=2**32 - 1)]
@@ -232,26 +234,28 @@ async def folder_uids(request: web.Request) -> web.Response:
     row = next((f for f in reader.folder_rows(mailbox) if f.folder == folder), None)
     if row is None:
         raise NotFound(f"mailbox {mailbox!r} has no folder {folder!r}")
-    items = reader.folder_items(mailbox, folder, since)
-    expunged = {r.uid for r in items if r.deleted and r.uid}
-    if since:  # a message moved out keeps its row (in its new folder): recorded apart
-        expunged.update(reader.moved_out(mailbox, row.uidvalidity, since))
-    return web.json_response(
-        {
-            "mailbox": mailbox,
-            "folder": folder,
-            "uidvalidity": row.uidvalidity,
-            "uid_next": row.uid_next,
-            "highest_modseq": row.highest_modseq,
-            "epoch": epoch,
-            "messages": [
-                [r.uid, r.item_id, list(r.flags), r.modseq, r.size, r.received]
-                for r in items
-                if not r.deleted
-            ],
-            "expunged": sorted(expunged),
-        }
-    )
+    # a message moved out keeps its row (in its new folder): recorded apart
+    moved = reader.moved_out(mailbox, row.uidvalidity, since) if since else []
+
+    def encode(items: list[ItemRow]) -> bytes:
+        expunged = {r.uid for r in items if r.deleted and r.uid}
+        expunged.update(moved)
+        return dumps(
+            {
+                "mailbox": mailbox,
+                "folder": folder,
+                "uidvalidity": row.uidvalidity,
+                "uid_next": row.uid_next,
+                "highest_modseq": row.highest_modseq,
+                "epoch": epoch,
+                "messages": message_rows(items),
+                "expunged": sorted(expunged),
+            }
+        )
+
+    # Built off the loop where it can be (`folder_listing`): a large folder held it.
+    body = await folder_listing(reader, mailbox, folder, since, encode)
+    return web.Response(body=body, content_type="application/json")
 
 
 def add_folder_routes(app: web.Application) -> None:

@@ -129,6 +129,11 @@ class Database:
         # the whole node's loop stalled (bench/large_items.py found it).
         self._reads = self._connect(path)
         self._read_lock = threading.Lock()
+        # A third connection for the large reads a worker thread makes (a folder's listing,
+        # `folder_items_apart`): on the read connection, the loop's own small reads waited
+        # on its lock for the whole of one (issue 50: a 10,000-message folder).
+        self._apart = self._connect(path)
+        self._apart_lock = threading.Lock()
         # The paced write-behind's descriptor of the file, shared by every `Database` of it
         # in this process and closed by the last one: closing a descriptor of its own would
         # drop SQLite's locks on the file (`file_handles.py`).
@@ -204,6 +209,8 @@ class Database:
             self._conn.close()
         with self._read_lock:
             self._reads.close()
+        with self._apart_lock:
+            self._apart.close()
         shared, self._file = self._file, None
         if shared is not None:  # once its connections are closed: see file_handles.py
             file_handles.release(shared)
@@ -449,15 +456,25 @@ class Database:
         """A folder's items without their bodies (`ItemRow`, the hash in the body's place),
         by UID: the live ones changed after `since_modseq`, and, after a modseq above 0
         (or with `tombstones`), the tombstones expunged since (`items_by_uid`)."""
-        if tombstones is None:
-            tombstones = since_modseq > 0
         with self._read_lock:
-            rows = self._reads.execute(
-                f"SELECT {ITEM_HEAD_COLUMNS} FROM items WHERE mailbox=? AND folder=?"
-                " AND (?=0 OR modseq>?) AND (deleted=0 OR ?) ORDER BY uid, item_id",
-                (mailbox, folder, since_modseq, since_modseq, int(tombstones)),
-            ).fetchall()
-        return [item_head_of(r) for r in rows]
+            return _folder_items(self._reads, mailbox, folder, since_modseq, tombstones)
+
+    def folder_items_apart(
+        self, mailbox: str, folder: str, since_modseq: int = 0, *, tombstones: bool | None = None
+    ) -> tuple[int, list[ItemRow]]:
+        """`folder_items` through a connection of its own, for a worker thread (the loop's
+        reads never wait for it), with the waypoint of the file they were read at (one read
+        transaction: the active checks that no generation it did not hold in its overlay
+        was flushed into the file meanwhile)."""
+        with self._apart_lock:
+            conn = self._apart
+            conn.execute("BEGIN")
+            try:
+                (waypoint,) = conn.execute("SELECT waypoint FROM db_header WHERE id=1").fetchone()
+                rows = _folder_items(conn, mailbox, folder, since_modseq, tombstones)
+            finally:
+                conn.execute("COMMIT")
+        return int(waypoint), rows
 
     def moved_out(self, mailbox: str, uidvalidity: int, since_modseq: int) -> list[int]:
         """The UIDs moved out of the folder of `uidvalidity` after `since_modseq`."""
@@ -568,6 +585,23 @@ class Database:
                 (mailbox, item_id),
             ).fetchone()
         return item_of(row) if row else None
+
+
+def _folder_items(
+    conn: sqlite3.Connection,
+    mailbox: str,
+    folder: str,
+    since_modseq: int,
+    tombstones: bool | None,
+) -> list[ItemRow]:
+    if tombstones is None:
+        tombstones = since_modseq > 0
+    rows = conn.execute(
+        f"SELECT {ITEM_HEAD_COLUMNS} FROM items WHERE mailbox=? AND folder=?"
+        " AND (?=0 OR modseq>?) AND (deleted=0 OR ?) ORDER BY uid, item_id",
+        (mailbox, folder, since_modseq, since_modseq, int(tombstones)),
+    ).fetchall()
+    return [item_head_of(r) for r in rows]
 
 
 def _body_chars(txn: Transaction) -> int:
