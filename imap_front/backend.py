@@ -77,20 +77,35 @@ class Session(BaseSession[Message]):
         self, selected: SelectedMailbox, sequence_set: SequenceSet, flag_set: frozenset[Flag],
         mode: FlagOp = FlagOp.REPLACE,
     ) -> tuple[Iterable[tuple[int, Message]], SelectedMailbox]:  # fmt: skip
+        answer, _, updated = await self.store_flags(selected, sequence_set, flag_set, mode)
+        return answer, updated
+
+    async def store_flags(
+        self, selected: SelectedMailbox, sequence_set: SequenceSet, flag_set: frozenset[Flag],
+        mode: FlagOp = FlagOp.REPLACE, *, unchanged_since: int | None = None,
+    ) -> tuple[list[tuple[int, Message]], list[tuple[int, int]], SelectedMailbox]:  # fmt: skip
+        """A STORE; with `unchanged_since` (the node's modseq) a conditional one: the
+        messages changed, the (sequence number, UID) of those left (MODIFIED), the update."""
         if selected.readonly:
             raise MailboxReadOnly()
         folder = await self._selected_folder(selected)
         permanent = selected.permanent_flags & flag_set
         chosen = selected.messages.get_all(sequence_set)
-        after = await folder.store([c.uid for _, c in chosen], permanent, mode)
+        stored = await folder.store([c.uid for _, c in chosen], permanent, mode, unchanged_since)
+        left = set(stored.modified)
         answer: list[tuple[int, Message]] = []
+        modified: list[tuple[int, int]] = []
         for seq, cached in chosen:
+            if cached.uid in left:
+                modified.append((seq, cached.uid))
+                continue
             msg = await folder.get(cached.uid, cached)
-            if cached.uid in after:
-                msg.permanent_flags = frozenset(Flag(f.encode()) for f in after[cached.uid])
+            if cached.uid in stored.flags:
+                msg.permanent_flags = frozenset(Flag(f.encode()) for f in stored.flags[cached.uid])
+                msg.modseq = stored.modseq
                 selected.session_flags.update(cached.uid, flag_set, mode)
             answer.append((seq, msg))
-        return answer, await folder.update_selected(selected)
+        return answer, modified, await folder.update_selected(selected)
 
     async def _transfer(
         self, selected: SelectedMailbox, sequence_set: SequenceSet, mailbox: str, *, copy: bool

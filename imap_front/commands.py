@@ -3,7 +3,7 @@ registered beside pymap's own in `FrontConfig.commands` and carried out by `Fron
 `do_<name>` methods, the way pymap dispatches its own:
 
 - **ENABLE** (RFC 5161): `tag ENABLE cap…` in the authenticated state; answered
-  `* ENABLED` naming those of `ENABLABLE` asked for (none yet: CONDSTORE is step 10) and
+  `* ENABLED` naming those of `ENABLABLE` asked for (CONDSTORE: `condstore.py`) and
   `tag OK`.  An extension the front does not have is not enabled, as the RFC has it.
 - **NAMESPACE** (RFC 2342): one personal namespace, no other users' or shared ones (a user
   sees only their mailbox): `* NAMESPACE (("" "/")) NIL NIL`.
@@ -16,7 +16,7 @@ from pymap.parsing.command import CommandAuth, CommandNoArgs
 from pymap.parsing.exceptions import NotParseable
 from pymap.parsing.primitives import Atom
 
-ENABLABLE: frozenset[bytes] = frozenset()  # what ENABLE may turn on (CONDSTORE, later)
+ENABLABLE: frozenset[bytes] = frozenset({b"CONDSTORE"})  # what ENABLE may turn on
 MAX_ENABLE = 32  # capabilities in one ENABLE, at most
 NAMESPACE_RESPONSE = b'NAMESPACE (("" "/")) NIL NIL'
 

@@ -51,7 +51,7 @@ from dag_common.clock import Clock
 from dag_common.store_api import Changes, MailboxState
 from imap_front.errors import Bye, Unavailable
 from imap_front.metrics import FrontMetrics
-from imap_front.node_api import NODE_INBOX, FolderUids, Listed, MailboxApi
+from imap_front.node_api import NODE_INBOX, FolderUids, Listed, MailboxApi, Stored
 from imap_front.selected import CompactMessages
 
 logger = logging.getLogger(__name__)
@@ -86,21 +86,23 @@ class Message(BaseMessage):
     """A message of a folder: its UID, INTERNALDATE and flags as listed; its bytes loaded
     from the node only when asked for."""
 
-    __slots__ = ["_api", "item_id", "size"]
+    __slots__ = ["_api", "item_id", "modseq", "size"]
 
     def __init__(
         self, uid: int, when: datetime, flags: Iterable[Flag], *, item_id: str, size: int,
-        api: MailboxApi, expunged: bool = False,
+        api: MailboxApi, expunged: bool = False, modseq: int = 0,
     ) -> None:  # fmt: skip
         super().__init__(uid, when, flags, expunged=expunged)
         self._api = api
         self.item_id = item_id
         self.size = size
+        self.modseq = modseq  # the node's (CONDSTORE shows it plus one: `condstore.shown`)
 
     @classmethod
     def listed(cls, row: Listed, api: MailboxApi) -> Message:
         when = row.received or datetime.fromtimestamp(0, UTC)
-        return cls(row.uid, when, _flags(row.flags), item_id=row.item_id, size=row.size, api=api)
+        return cls(row.uid, when, _flags(row.flags), item_id=row.item_id, size=row.size,
+                   api=api, modseq=row.modseq)  # fmt: skip
 
     async def load_content(self, requirement: FetchRequirement) -> BaseLoadedMessage:
         if self.expunged or requirement.has_none(FetchRequirement.CONTENT):
@@ -397,28 +399,34 @@ class Folder(MailboxDataInterface[Message]):
     async def update(
         self, uid: int, cached_msg: Any, flag_set: frozenset[Flag], mode: FlagOp
     ) -> Message:
-        after = await self.store([uid], flag_set, mode)  # a FETCH BODY[] setting \Seen
+        stored = await self.store([uid], flag_set, mode)  # a FETCH BODY[] setting \Seen
         msg = await self.get(uid, cached_msg)
-        if uid in after:
-            msg.permanent_flags = _flags(after[uid])
+        if uid in stored.flags:
+            msg.permanent_flags = _flags(stored.flags[uid])
+            msg.modseq = stored.modseq
         return msg
 
     async def store(
-        self, uids: Sequence[int], flag_set: frozenset[Flag], mode: FlagOp
-    ) -> dict[int, tuple[str, ...]]:
-        """The flags of `uids` changed in one write a thousand at a time: each UID's after."""
+        self, uids: Sequence[int], flag_set: frozenset[Flag], mode: FlagOp,
+        unchanged_since: int | None = None,
+    ) -> Stored:  # fmt: skip
+        """The flags of `uids` changed in one write a thousand at a time: each UID's after.
+        `unchanged_since` (the node's modseq, -1 for a client's 0): only those not changed
+        past it (RFC 7162), the others answered `modified`."""
         names = flag_names(flag_set)
         await self._listed()
         live = [u for u in uids if u in self._by_uid]
-        if not live:
-            return {}
+        if unchanged_since is not None and unchanged_since < 0:
+            return Stored({}, 0, tuple(live))  # every message has a modseq past it
+        if not live or (mode is not FlagOp.REPLACE and not names):
+            return Stored({})
         if mode is FlagOp.REPLACE:
-            return await self._api.set_flags(self.name, live, replace=names)
-        if not names:
-            return {}
-        if mode is FlagOp.ADD:
-            return await self._api.set_flags(self.name, live, add=names)
-        return await self._api.set_flags(self.name, live, remove=names)
+            change: dict[str, Any] = {"replace": names}
+        elif mode is FlagOp.ADD:
+            change = {"add": names}
+        else:
+            change = {"remove": names}
+        return await self._api.set_flags(self.name, live, unchanged_since=unchanged_since, **change)
 
     async def delete(self, uids: Iterable[int]) -> None:
         wanted = sorted(set(uids))
@@ -469,6 +477,13 @@ class Folders(MailboxSetInterface[Folder]):
     async def list_mailboxes(self) -> ListTree:
         state = await self._api.state()
         return ListTree(DELIMITER).update("INBOX", *(imap_name(f) for f in state.folders))
+
+    async def highest_modseq(self, name: str) -> int:
+        """A folder's highest modseq, the node's (STATUS HIGHESTMODSEQ); KeyError: none."""
+        try:
+            return (await self._api.status(node_name(name))).highest_modseq
+        except MailboxNotFound:
+            raise KeyError(name) from None
 
     async def get_mailbox(self, name: str) -> Folder:
         folder = node_name(name)

@@ -84,6 +84,16 @@ class FolderUids:
     expunged: tuple[int, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """POST …/items/flags's answer: each UID's flags after, the modseq the change took
+    (0: nothing written), and the UIDs left as they were (a conditional STORE's MODIFIED)."""
+
+    flags: dict[int, tuple[str, ...]]
+    modseq: int = 0
+    modified: tuple[int, ...] = ()
+
+
 def _received(value: Any) -> datetime | None:
     return datetime.fromisoformat(value) if isinstance(value, str) and value else None
 
@@ -280,18 +290,26 @@ class MailboxApi:
     async def set_flags(
         self, folder: str, uids: Sequence[int], *, add: Sequence[str] = (),
         remove: Sequence[str] = (), replace: Sequence[str] | None = None,
-    ) -> dict[int, tuple[str, ...]]:  # fmt: skip
-        """The flags changed of the folder's `uids`; each UID's flags after."""
+        unchanged_since: int | None = None,
+    ) -> Stored:  # fmt: skip
+        """The flags changed of the folder's `uids`; each UID's flags after.  With
+        `unchanged_since` (the node's modseq), only those not changed past it."""
         after: dict[int, tuple[str, ...]] = {}
+        modseq = 0
+        modified: list[int] = []
         for start in range(0, len(uids), BATCH):
             change: dict[str, Any] = {"folder": folder, "uids": list(uids[start : start + BATCH])}
             if replace is not None:
                 change["replace"] = list(replace)
             else:
                 change["add"], change["remove"] = list(add), list(remove)
+            if unchanged_since is not None:
+                change["unchanged_since"] = unchanged_since
             _, body = await self._call("POST", "/items/flags", folder=folder, json=change)
             after.update({i["uid"]: tuple(i["flags"]) for i in body["items"]})
-        return after
+            modseq = max(modseq, body.get("modseq") or 0)
+            modified += [i["uid"] for i in body.get("modified", ())]
+        return Stored(after, modseq, tuple(modified))
 
     async def transfer(
         self, folder: str, uids: Sequence[int], to: str, *, copy: bool

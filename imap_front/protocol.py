@@ -17,9 +17,10 @@ upgrade moves what is overridden here).  What each fixes, found by the evaluatio
   a front without TLS offers no login at all.
 
 And what it adds (docs/concepts/imap.md, "Users and credentials", "Limits for bad input"):
-ENABLE and NAMESPACE (`commands.py`), implicit TLS on a port of its own (no STARTTLS,
-login offered from the first line), the session bounds and the failed-login waits of
-`limits.py` (`* BYE [LIMIT]` at the greeting, `NO [LIMIT]` to a login, the connection
+ENABLE and NAMESPACE (`commands.py`), CONDSTORE (`condstore.py`, `condstore_state.py`),
+implicit TLS on a port of its own (no STARTTLS, login offered from the first line), the
+session bounds and the failed-login waits of `limits.py` (`* BYE [LIMIT]` at the greeting,
+`NO [LIMIT]` to a login, the connection
 closed after `LOGIN_FAILURES_PER_CONNECTION` failures), and the autologout of a client
 silent for `idle_timeout` outside IDLE (`* BYE Autologout; idle for too long.`).
 """
@@ -69,6 +70,8 @@ from imap_front.commands import (
     NamespaceCommand,
     enabled,
 )
+from imap_front.condstore import CONDSTORE_COMMANDS
+from imap_front.condstore_state import CondstoreState
 from imap_front.errors import Bye
 from imap_front.limits import LOGIN_FAILURES_PER_CONNECTION, LoginThrottle, Sessions
 from imap_front.metrics import FrontMetrics
@@ -102,13 +105,13 @@ class FrontConfig(IMAPConfig):
     @property
     def commands(self) -> Commands:
         commands = super().commands
-        for command in FRONT_COMMANDS:
+        for command in (*FRONT_COMMANDS, *CONDSTORE_COMMANDS):
             commands.register(command)
         return commands
 
     @property
     def login_capability(self) -> Sequence[bytes]:
-        return [*super().login_capability, b"ENABLE", b"NAMESPACE"]
+        return [*super().login_capability, b"ENABLE", b"NAMESPACE", b"CONDSTORE"]
 
     @property
     def backend_capability(self) -> BackendCapability:
@@ -139,7 +142,7 @@ class _LoginRefused(ResponseError):
         return response
 
 
-class FrontState(ConnectionState):
+class FrontState(CondstoreState):
     """pymap's connection state: no loopback exception in its greeting, login offered from
     the start on the implicit-TLS port, ENABLE and NAMESPACE, and a login held to the
     session bound and the failed-login waits."""
@@ -189,6 +192,8 @@ class FrontState(ConnectionState):
         return session
 
     async def do_enable(self, cmd: EnableCommand) -> tuple[CommandResponse, None]:
+        if b"CONDSTORE" in cmd.capabilities:
+            self.condstore = True
         response = ResponseOk(cmd.tag, b"ENABLE completed.")
         response.add_untagged(UntaggedResponse(enabled(cmd.capabilities)))
         return response, None

@@ -69,6 +69,8 @@ class FlagsIn(_Named):
     replace: Flags | None = None
     # a move's copy of a flag change keeps the source's modseq (with override_lock)
     modseq: Annotated[int, Field(strict=True, ge=1, le=2**63 - 1)] | None = None
+    # a conditional STORE (RFC 7162): only items whose modseq is at most this are changed
+    unchanged_since: Annotated[int, Field(strict=True, ge=0, le=2**63 - 1)] | None = None
 
     @model_validator(mode="after")
     def _one_change(self) -> FlagsIn:
@@ -76,6 +78,8 @@ class FlagsIn(_Named):
             raise ValueError("replace the flags, or add and remove some: not both")
         if self.replace is None and not (self.add or self.remove):
             raise ValueError("no flags to add, remove or replace")
+        if self.unchanged_since is not None and self.modseq is not None:
+            raise ValueError("a move's modseq and unchanged_since do not go together")
         return self
 
 
@@ -141,28 +145,44 @@ async def set_folder_counters(request: web.Request) -> web.Response:
 
 
 async def set_flags(request: web.Request) -> web.Response:
-    """A STORE: the items' flags as they are now, with the one modseq they took."""
+    """A STORE: the items' flags as they are now, with the one modseq they took.  With
+    `unchanged_since` (RFC 7162's UNCHANGEDSINCE), only the items whose modseq is at most
+    that are changed; the others are answered in `modified` (their UIDs and item ids), and
+    with none changed nothing is written (`modseq` null)."""
     body = parse(FlagsIn, await json_body(request))
     mailbox = mailbox_name(request)
     store = store_for_write(request)
     rows = {r.item_id: r for r in store.copy.folder_items(mailbox, body.folder)}
-    written, op = await store.set_flags(
-        mailbox,
-        body.folder,
-        uids=body.uids,
-        item_ids=body.item_ids,
-        add=body.add,
-        remove=body.remove,
-        replace=body.replace,
-        modseq=body.modseq,
-        override_lock=overriding(request),
-    )
+    modified: list[Any] = []
+    if body.unchanged_since is not None:
+        if overriding(request):
+            raise BadRequest("a conditional STORE is a client's: not with override_lock")
+        written, op, skipped = await store.set_flags_unchanged_since(
+            mailbox, body.folder, body.unchanged_since, uids=body.uids,
+            item_ids=body.item_ids, add=body.add, remove=body.remove, replace=body.replace,
+        )  # fmt: skip
+        modified = [{"uid": r.uid, "item_id": r.item_id} for r in skipped]
+    else:
+        written, op = await store.set_flags(
+            mailbox,
+            body.folder,
+            uids=body.uids,
+            item_ids=body.item_ids,
+            add=body.add,
+            remove=body.remove,
+            replace=body.replace,
+            modseq=body.modseq,
+            override_lock=overriding(request),
+        )
+    if op is None or written is None:
+        return web.json_response({"modseq": None, "items": [], "modified": modified})
     items = [
         {"uid": rows[i].uid, "item_id": i, "flags": list(flags_after(rows[i].flags, op))}
         for i in op.item_ids
         if i in rows
     ]
-    return web.json_response({**written.wire(), "modseq": op.modseq, "items": items})
+    answer = {**written.wire(), "modseq": op.modseq, "items": items, "modified": modified}
+    return web.json_response(answer)
 
 
 async def _move_or_copy(request: web.Request, *, copy: bool) -> web.Response:

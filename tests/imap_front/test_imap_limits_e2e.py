@@ -92,7 +92,8 @@ async def test_implicit_tls_enable_and_namespace(lab):
     assert "AUTH=PLAIN" in out["before"]
     assert b"ENABLE" in out["after"] and b"NAMESPACE" in out["after"]
     assert out["namespace"] == ("OK", [b'(("" "/")) NIL NIL'])
-    assert out["enable"][0] == "OK" and out["enabled"] == [b""], out
+    assert b"CONDSTORE" in out["after"]
+    assert out["enable"][0] == "OK" and out["enabled"] == [b"CONDSTORE"], out
     assert "BAD" in out["enable_none"] and out["select"] == "OK"
 
     # clear text on the TLS port: the handshake fails (no traceback: the fixture reads the

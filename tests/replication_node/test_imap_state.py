@@ -415,3 +415,37 @@ async def test_an_append_retried_under_its_item_id_keeps_its_uid(tmp_path):
         before = copy.item("m", changed.item_id).uid
         await store.put_items("m", [changed])
         assert copy.item("m", changed.item_id).uid not in (0, before), changed
+
+
+async def test_a_conditional_store_changes_only_what_is_unchanged_since(tmp_path):
+    """RFC 7162's UNCHANGEDSINCE on the node: an item changed past the modseq is left as it
+    is and answered; of two conditional STOREs racing on an item only one passes (the first's
+    modseq counts before it is durable); none passing writes nothing."""
+    copy = await mount(tmp_path)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m", folders=["Inbox"])
+    await store.put_items("m", [ItemIn(item_id=i, body=i) for i in "abc"])
+    held = status(copy, "m")["Inbox"].highest_modseq  # 3: each put's
+    await store.set_flags("m", "Inbox", uids=[2], add=["x"])  # b now at 4
+    written, op, modified = await store.set_flags_unchanged_since(
+        "m", "Inbox", held, uids=[1, 2, 3], add=[SEEN]
+    )
+    assert written is not None and op.item_ids == ("a", "c") and op.modseq == 5
+    assert [r.item_id for r in modified] == ["b"]
+    flags = {r.item_id: r.flags for r in copy.folder_items("m", "Inbox")}
+    assert flags == {"a": (SEEN,), "b": ("x",), "c": (SEEN,)}
+
+    races = await asyncio.gather(
+        store.set_flags_unchanged_since("m", "Inbox", 5, uids=[1], add=["one"]),
+        store.set_flags_unchanged_since("m", "Inbox", 5, uids=[1], add=["two"]),
+    )
+    assert sorted(len(m) for _, _, m in races) == [0, 1]
+    (a,) = [r for r in copy.folder_items("m", "Inbox") if r.item_id == "a"]
+    assert a.flags in ((SEEN, "one"), (SEEN, "two"))
+
+    before = [(r.item_id, r.flags, r.modseq) for r in copy.folder_items("m", "Inbox")]
+    nothing = await store.set_flags_unchanged_since("m", "Inbox", 0, uids=[1, 2], add=["z"])
+    assert nothing[:2] == (None, None) and len(nothing[2]) == 2
+    assert [(r.item_id, r.flags, r.modseq) for r in copy.folder_items("m", "Inbox")] == before
+    with pytest.raises(BadRequest):
+        await store.set_flags_unchanged_since("m", "Inbox", 2**63, uids=[1], add=["z"])
