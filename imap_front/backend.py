@@ -21,7 +21,7 @@ from pymap.interfaces.login import IdentityInterface, LoginInterface
 from pymap.mailbox import MailboxSnapshot
 from pymap.parsing.response.code import CopyUid
 from pymap.parsing.specials import SequenceSet
-from pymap.parsing.specials.flag import Flag
+from pymap.parsing.specials.flag import Flag, Seen
 from pymap.selected import SelectedMailbox
 from pymap.token import AllTokens
 
@@ -29,6 +29,7 @@ from dag_common.clock import Clock
 from dag_common.errors import ClusterStoreError
 from dag_common.node_client import NodeStoreClient
 from imap_front.errors import Unavailable
+from imap_front.fetching import Bodies
 from imap_front.folders import Folder, Folders, Message
 from imap_front.metrics import FrontMetrics
 from imap_front.node_api import FAILOVER_WAIT, MOVE_LOCK_WAIT, MailboxApi
@@ -72,6 +73,29 @@ class Session(BaseSession[Message]):
         folder = await self._get_selected(selected)
         assert isinstance(folder, Folder)
         return folder
+
+    async def fetch_messages(
+        self, selected: SelectedMailbox, sequence_set: SequenceSet, set_seen: bool
+    ) -> tuple[Iterable[tuple[int, Message]], SelectedMailbox]:
+        """pymap's FETCH: \\Seen set on the range in one write, and the messages' bodies
+        read ahead as they are written (`fetching.Bodies`: none unless a body is asked)."""
+        folder = await self._selected_folder(selected)
+        chosen = selected.messages.get_all(sequence_set)
+        after: dict[int, tuple[str, ...]] = {}
+        if set_seen:
+            after = await folder.store([c.uid for _, c in chosen], frozenset({Seen}), FlagOp.ADD)
+        answer: list[tuple[int, Message]] = []
+        for seq, cached in chosen:
+            msg = await folder.get(cached.uid, cached)
+            if cached.uid in after:
+                msg.permanent_flags = frozenset(Flag(f.encode()) for f in after[cached.uid])
+            answer.append((seq, msg))
+        live = [m for _, m in answer if not m.expunged and m.item_id]
+        if len(live) > 1:
+            bodies = Bodies([m.item_id for m in live], folder._api.message)
+            for msg in live:
+                msg.bodies = bodies
+        return answer, await folder.update_selected(selected)
 
     async def update_flags(
         self, selected: SelectedMailbox, sequence_set: SequenceSet, flag_set: frozenset[Flag],

@@ -41,7 +41,6 @@ from pymap.flags import FlagOp
 from pymap.listtree import ListTree
 from pymap.mailbox import MailboxSnapshot
 from pymap.message import BaseLoadedMessage, BaseMessage
-from pymap.mime import MessageContent
 from pymap.parsing.message import AppendMessage
 from pymap.parsing.specials import FetchRequirement, ObjectId
 from pymap.parsing.specials.flag import Flag
@@ -50,8 +49,10 @@ from pymap.selected import SelectedMailbox, SelectedSet
 from dag_common.clock import Clock
 from dag_common.store_api import Changes, MailboxState
 from imap_front.errors import Bye, Unavailable
+from imap_front.fetching import Bodies, RawLoaded
+from imap_front.listing import Listings, Rows
 from imap_front.metrics import FrontMetrics
-from imap_front.node_api import NODE_INBOX, FolderUids, Listed, MailboxApi, Stored
+from imap_front.node_api import NODE_INBOX, Listed, MailboxApi, Stored
 from imap_front.selected import CompactMessages
 
 logger = logging.getLogger(__name__)
@@ -86,7 +87,7 @@ class Message(BaseMessage):
     """A message of a folder: its UID, INTERNALDATE and flags as listed; its bytes loaded
     from the node only when asked for."""
 
-    __slots__ = ["_api", "item_id", "modseq", "size"]
+    __slots__ = ["_api", "bodies", "item_id", "modseq", "size"]
 
     def __init__(
         self, uid: int, when: datetime, flags: Iterable[Flag], *, item_id: str, size: int,
@@ -97,6 +98,7 @@ class Message(BaseMessage):
         self.item_id = item_id
         self.size = size
         self.modseq = modseq  # the node's (CONDSTORE shows it plus one: `condstore.shown`)
+        self.bodies: Bodies | None = None  # a FETCH's read-ahead (`fetching.Bodies`)
 
     @classmethod
     def listed(cls, row: Listed, api: MailboxApi) -> Message:
@@ -107,10 +109,12 @@ class Message(BaseMessage):
     async def load_content(self, requirement: FetchRequirement) -> BaseLoadedMessage:
         if self.expunged or requirement.has_none(FetchRequirement.CONTENT):
             return BaseLoadedMessage(self, requirement, None)
-        raw = await self._api.message(self.item_id)
+        bodies = self.bodies
+        get = self._api.message if bodies is None else bodies.get
+        raw = await get(self.item_id)
         if raw is None:  # expunged meanwhile: nothing to show
             return BaseLoadedMessage(self, requirement, None)
-        return BaseLoadedMessage(self, requirement, MessageContent.parse(raw))
+        return RawLoaded(self, requirement, raw)
 
     @classmethod
     def copy_expunged(cls, msg: Any) -> Message:
@@ -157,17 +161,18 @@ class Folder(MailboxDataInterface[Message]):
 
     def __init__(
         self, api: MailboxApi, name: str, uidvalidity: int, *, clock: Clock,
-        metrics: FrontMetrics | None = None,
+        metrics: FrontMetrics | None = None, listings: Listings | None = None,
     ) -> None:  # fmt: skip
         self._api = api
+        self._listings = listings if listings is not None else Listings(api)
         self._clock = clock
         self._metrics = metrics
         self.name = name  # the node's
         self._uidvalidity = uidvalidity
-        # The folder listed whole, read only when a command needs its messages (FETCH, STORE,
-        # SELECT's counts): not for NOOP or IDLE, so an idling session holds none of it.
-        self._listing: FolderUids | None = None
-        self._by_uid: dict[int, Listed] = {}
+        # The folder's rows, read only when a command needs its messages (FETCH, STORE,
+        # SELECT's counts), from the session's listings (`listing.Listings`: since the modseq
+        # listed last); not for NOOP or IDLE, and IDLE forgets them.
+        self._rows: Rows | None = None
         self._selected = SelectedSet()
 
     @property
@@ -187,15 +192,14 @@ class Folder(MailboxDataInterface[Message]):
     def selected_set(self) -> SelectedSet:
         return self._selected
 
-    async def refresh(self) -> FolderUids:
-        """The folder's listing as the node has it now."""
-        self._listing = await self._api.uids(self.name)
-        self._by_uid = {m.uid: m for m in self._listing.messages}
-        return self._listing
+    async def refresh(self) -> Rows:
+        """The folder's rows as the node has them now."""
+        self._rows = await self._listings.rows(self.name)
+        return self._rows
 
-    async def _listed(self) -> FolderUids:
-        """The folder's listing, read once per command that needs it."""
-        return self._listing if self._listing is not None else await self.refresh()
+    async def _listed(self) -> Rows:
+        """The folder's rows, read once per command that needs them."""
+        return self._rows if self._rows is not None else await self.refresh()
 
     def _message(self, row: Listed) -> Message:
         return Message.listed(row, self._api)
@@ -214,6 +218,7 @@ class Folder(MailboxDataInterface[Message]):
             if await self._follow(feed):
                 return await self._resync(selected, shown, await self._feed_now())
         else:
+            self._listings.drop()  # an idling session holds no listing
             woke, feed = await self._idle(selected, shown, wait_on)
             if not woke:  # DONE before the folder changed
                 return selected
@@ -373,7 +378,8 @@ class Folder(MailboxDataInterface[Message]):
         flags = flag_names(append_msg.flag_set)
         item_id, uid = await self._api.append(self.name, raw, flags, append_msg.when)
         if uid is None:  # a node that does not answer the UID: read it back
-            row = next((r for r in (await self.refresh()).messages if r.item_id == item_id), None)
+            rows = (await self.refresh()).by_uid.values()
+            row = next((r for r in rows if r.item_id == item_id), None)
             uid = 0 if row is None else row.uid  # 0: moved or expunged already
         when = append_msg.when or datetime.now(UTC)
         return Message(uid, when, _flags(flags), item_id=item_id, size=len(raw), api=self._api,
@@ -388,8 +394,7 @@ class Folder(MailboxDataInterface[Message]):
         return pairs[0][1] if pairs else None
 
     async def get(self, uid: int, cached_msg: Any) -> Message:
-        await self._listed()
-        row = self._by_uid.get(uid)
+        row = (await self._listed()).by_uid.get(uid)
         if row is None:
             return Message(uid, cached_msg.internal_date, cached_msg.permanent_flags,
                            item_id=getattr(cached_msg, "item_id", ""), size=0, api=self._api,
@@ -414,8 +419,8 @@ class Folder(MailboxDataInterface[Message]):
         `unchanged_since` (the node's modseq, -1 for a client's 0): only those not changed
         past it (RFC 7162), the others answered `modified`."""
         names = flag_names(flag_set)
-        await self._listed()
-        live = [u for u in uids if u in self._by_uid]
+        rows = (await self._listed()).by_uid
+        live = [u for u in uids if u in rows]
         if unchanged_since is not None and unchanged_since < 0:
             return Stored({}, 0, tuple(live))  # every message has a modseq past it
         if not live or (mode is not FlagOp.REPLACE and not names):
@@ -441,16 +446,15 @@ class Folder(MailboxDataInterface[Message]):
 
     async def snapshot(self) -> MailboxSnapshot:
         listing = await self._listed()
-        unseen = [i for i, m in enumerate(sorted(listing.messages, key=lambda m: m.uid), 1)
-                  if "\\Seen" not in m.flags]  # fmt: skip
+        unseen = [i for i, m in enumerate(listing.sorted(), 1) if "\\Seen" not in m.flags]
         return MailboxSnapshot(
             self.mailbox_id, False, listing.uidvalidity, self.permanent_flags,
-            self.session_flags, len(listing.messages), 0, len(unseen),
+            self.session_flags, len(listing.by_uid), 0, len(unseen),
             unseen[0] if unseen else None, listing.uid_next,
         )  # fmt: skip
 
     async def messages(self) -> AsyncIterable[Message]:
-        for row in (await self._listed()).messages:
+        for row in (await self._listed()).sorted():
             yield self._message(row)
 
 
@@ -463,6 +467,7 @@ class Folders(MailboxSetInterface[Folder]):
         self._api = api
         self._clock = clock
         self._metrics = metrics
+        self._listings = Listings(api)
 
     @property
     def delimiter(self) -> str:
@@ -492,7 +497,7 @@ class Folders(MailboxSetInterface[Folder]):
         except MailboxNotFound:
             raise KeyError(name) from None
         return Folder(self._api, folder, status.uidvalidity, clock=self._clock,
-                      metrics=self._metrics)  # fmt: skip
+                      metrics=self._metrics, listings=self._listings)  # fmt: skip
 
     async def add_mailbox(self, name: str) -> ObjectId:
         folder = node_name(name.rstrip(DELIMITER))

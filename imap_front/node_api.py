@@ -82,6 +82,7 @@ class FolderUids:
     highest_modseq: int
     messages: tuple[Listed, ...]
     expunged: tuple[int, ...]
+    epoch: int = 0  # the active's when it answered (0: not said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +221,7 @@ class MailboxApi:
                 for m in body["messages"]
             ),
             expunged=tuple(body["expunged"]),
+            epoch=int(body.get("epoch") or 0),
         )
 
     async def changes(self, since: int, *, wait: float, epoch: int | None) -> Changes | None:

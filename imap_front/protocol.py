@@ -46,7 +46,7 @@ from pymap.imap.state import ConnectionState
 from pymap.interfaces.login import LoginInterface
 from pymap.interfaces.session import SessionInterface
 from pymap.parsing.command import Command
-from pymap.parsing.command.select import IdleCommand
+from pymap.parsing.command.select import FetchCommand, IdleCommand
 from pymap.parsing.commands import Commands
 from pymap.parsing.response import (
     CommandResponse,
@@ -58,6 +58,7 @@ from pymap.parsing.response import (
     ResponseOk,
     UntaggedResponse,
 )
+from pymap.parsing.response.specials import FetchResponse
 from pymap.parsing.state import ExpectContinuation, ParsingInterrupt, ParsingState
 from pysasl import SASLAuth
 from pysasl.creds.server import ServerCredentials
@@ -73,11 +74,14 @@ from imap_front.commands import (
 from imap_front.condstore import CONDSTORE_COMMANDS
 from imap_front.condstore_state import CondstoreState
 from imap_front.errors import Bye
+from imap_front.fetch_values import FrontAttributes
 from imap_front.limits import LOGIN_FAILURES_PER_CONNECTION, LoginThrottle, Sessions
 from imap_front.metrics import FrontMetrics
 
 logger = logging.getLogger(__name__)
 
+_log = logging.getLogger("pymap.imap")  # pymap's connection log: its debug lines
+WRITE_AT = 64 * 1024  # bytes of a command's answers gathered before they are written
 _TAG = re.compile(rb"[\x21-\x7e]{1,64}")
 _SYNC_LITERAL = re.compile(rb"{(\d+)}\r?\n$")
 _PLUS_LITERAL = re.compile(rb"{(\d+)\+}\r?\n$")
@@ -191,6 +195,22 @@ class FrontState(CondstoreState):
         stack.callback(self._sessions.logout, user)
         return session
 
+    async def do_fetch(self, cmd: FetchCommand) -> tuple[CommandResponse, Any]:
+        """pymap's FETCH, its values rendered by `fetch_values.FrontAttributes`."""
+        if not cmd.uid:
+            self.selected.hide_expunged = True
+        set_seen = not self.selected.readonly and any(a.set_seen for a in cmd.attributes)
+        messages, updates = await self.session.fetch_messages(
+            self.selected, cmd.sequence_set, set_seen
+        )
+        resp = ResponseOk(cmd.tag, cmd.command + b" completed.")
+        for seq, msg in messages:
+            if msg.expunged:
+                resp.code = ResponseCode.of(b"EXPUNGEISSUED")
+            attrs = FrontAttributes(msg, self.selected, cmd.attributes)
+            resp.add_untagged(FetchResponse(seq, attrs, writing_hook=attrs.load_hook()))
+        return resp, updates
+
     async def do_enable(self, cmd: EnableCommand) -> tuple[CommandResponse, None]:
         if b"CONDSTORE" in cmd.capabilities:
             self.condstore = True
@@ -241,9 +261,32 @@ class FrontConnection(IMAPConnection):
             self.writer.close()
 
     async def write_response(self, resp: Response) -> None:
-        await super().write_response(resp)
+        """pymap's, with a command's untagged answers gathered into writes of `WRITE_AT`
+        bytes (pymap wrote each FETCH line as its own TLS record and `send`), and the
+        answer rendered a second time for the debug log only when that log is on."""
+        untagged = getattr(resp, "_untagged", None)
+        if not untagged:
+            await super().write_response(resp)
+        else:
+            await self._write_gathered(resp, untagged)
         if self.metrics is not None:
             self.metrics.answered(resp)
+
+    async def _write_gathered(self, resp: Response, untagged: list[UntaggedResponse]) -> None:
+        out = _Gathered()
+        try:
+            for each in untagged:
+                await each.async_write(out)  # a FETCH's body is loaded here (its hook)
+                if len(out.data) >= WRITE_AT:
+                    self.writer.write(out.take())
+                    await self.writer.drain()
+            Response.write(resp, out)  # the tagged line itself
+            self.writer.write(out.take())
+            await self.writer.drain()
+        except ConnectionError:
+            return
+        if _log.isEnabledFor(logging.DEBUG):
+            self._print("%s <--| %s", bytes(resp))
 
     async def _line(self) -> bytes:
         try:
@@ -314,6 +357,23 @@ class FrontConnection(IMAPConnection):
                         ResponseCode.of(b"TOOBIG"),
                     )
                 )
+
+
+class _Gathered:
+    """Bytes a response writes, kept until they are handed to the transport at once."""
+
+    __slots__ = ("data",)
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def take(self) -> bytes:
+        taken = bytes(self.data)
+        self.data.clear()
+        return taken
 
 
 class FrontServer(IMAPServer):
