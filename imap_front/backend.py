@@ -32,7 +32,7 @@ from imap_front.errors import Unavailable
 from imap_front.fetching import Bodies
 from imap_front.folders import Folder, Folders, Message
 from imap_front.metrics import FrontMetrics
-from imap_front.node_api import FAILOVER_WAIT, MOVE_LOCK_WAIT, MailboxApi
+from imap_front.node_api import FAILOVER_WAIT, MOVE_LOCK_WAIT, MailboxApi, Stored
 from imap_front.selected import CompactSelected
 from imap_front.users import User, Users
 
@@ -81,14 +81,15 @@ class Session(BaseSession[Message]):
         read ahead as they are written (`fetching.Bodies`: none unless a body is asked)."""
         folder = await self._selected_folder(selected)
         chosen = selected.messages.get_all(sequence_set)
-        after: dict[int, tuple[str, ...]] = {}
+        stored = Stored({})
         if set_seen:
-            after = await folder.store([c.uid for _, c in chosen], frozenset({Seen}), FlagOp.ADD)
+            stored = await folder.store([c.uid for _, c in chosen], frozenset({Seen}), FlagOp.ADD)
         answer: list[tuple[int, Message]] = []
         for seq, cached in chosen:
             msg = await folder.get(cached.uid, cached)
-            if cached.uid in after:
-                msg.permanent_flags = frozenset(Flag(f.encode()) for f in after[cached.uid])
+            if cached.uid in stored.flags:
+                msg.permanent_flags = frozenset(Flag(f.encode()) for f in stored.flags[cached.uid])
+                msg.modseq = stored.modseq or msg.modseq  # the flag write's (CONDSTORE's MODSEQ)
             answer.append((seq, msg))
         live = [m for _, m in answer if not m.expunged and m.item_id]
         if len(live) > 1:

@@ -21,7 +21,6 @@ import re
 from collections.abc import Sequence
 from contextlib import suppress
 
-from pymap.fetch import MessageAttributes
 from pymap.parsing import EndLine, Params, Space
 from pymap.parsing.command.auth import StatusCommand
 from pymap.parsing.command.select import FetchCommand, SearchCommand
@@ -37,6 +36,8 @@ from pymap.parsing.specials import (
 from pymap.parsing.specials.fetchattr import FetchRequirement
 from pymap.parsing.specials.mailbox import Mailbox
 from pymap.parsing.specials.statusattr import StatusAttribute
+
+from imap_front.fetch_values import FrontAttributes
 
 MAX_MODSEQ = 2**63 - 1  # RFC 7162: a mod-sequence-value is 1..2^63-1
 CONDSTORE = b"CONDSTORE"
@@ -138,8 +139,9 @@ class UidModseqFetchCommand(ModseqFetchCommand):
         return super().parse(buf, params.copy(uid=True))
 
 
-class ModseqAttributes(MessageAttributes):
-    """A message's FETCH data, MODSEQ given from the message's listed modseq."""
+class ModseqAttributes(FrontAttributes):
+    """A message's FETCH data (`fetch_values.FrontAttributes`), MODSEQ given from the
+    message's listed modseq."""
 
     __slots__ = ()
 

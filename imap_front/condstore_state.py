@@ -75,11 +75,10 @@ class CondstoreState(ConnectionState):
             return ResponseBad(cmd.tag, exc.args[0]), None
         attributes = list(cmd.attributes)
         wants = any(a.value == b"MODSEQ" for a in attributes)
-        if since is None and not wants:
-            return await super().do_fetch(cmd)
-        self.condstore = True
-        if not wants:
-            attributes.append(_MODSEQ)  # CHANGEDSINCE implies MODSEQ
+        if since is not None or wants:
+            self.condstore = True
+            if not wants:
+                attributes.append(_MODSEQ)  # CHANGEDSINCE implies MODSEQ
         if not cmd.uid:
             self.selected.hide_expunged = True
         set_seen = not self.selected.readonly and any(a.set_seen for a in attributes)

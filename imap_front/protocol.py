@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import sys
 from argparse import Namespace
 from asyncio import StreamReader, StreamWriter
 from collections.abc import Sequence
@@ -46,7 +47,7 @@ from pymap.imap.state import ConnectionState
 from pymap.interfaces.login import LoginInterface
 from pymap.interfaces.session import SessionInterface
 from pymap.parsing.command import Command
-from pymap.parsing.command.select import FetchCommand, IdleCommand
+from pymap.parsing.command.select import IdleCommand
 from pymap.parsing.commands import Commands
 from pymap.parsing.response import (
     CommandResponse,
@@ -58,7 +59,6 @@ from pymap.parsing.response import (
     ResponseOk,
     UntaggedResponse,
 )
-from pymap.parsing.response.specials import FetchResponse
 from pymap.parsing.state import ExpectContinuation, ParsingInterrupt, ParsingState
 from pysasl import SASLAuth
 from pysasl.creds.server import ServerCredentials
@@ -74,7 +74,6 @@ from imap_front.commands import (
 from imap_front.condstore import CONDSTORE_COMMANDS
 from imap_front.condstore_state import CondstoreState
 from imap_front.errors import Bye
-from imap_front.fetch_values import FrontAttributes
 from imap_front.limits import LOGIN_FAILURES_PER_CONNECTION, LoginThrottle, Sessions
 from imap_front.metrics import FrontMetrics
 
@@ -195,22 +194,6 @@ class FrontState(CondstoreState):
         stack.callback(self._sessions.logout, user)
         return session
 
-    async def do_fetch(self, cmd: FetchCommand) -> tuple[CommandResponse, Any]:
-        """pymap's FETCH, its values rendered by `fetch_values.FrontAttributes`."""
-        if not cmd.uid:
-            self.selected.hide_expunged = True
-        set_seen = not self.selected.readonly and any(a.set_seen for a in cmd.attributes)
-        messages, updates = await self.session.fetch_messages(
-            self.selected, cmd.sequence_set, set_seen
-        )
-        resp = ResponseOk(cmd.tag, cmd.command + b" completed.")
-        for seq, msg in messages:
-            if msg.expunged:
-                resp.code = ResponseCode.of(b"EXPUNGEISSUED")
-            attrs = FrontAttributes(msg, self.selected, cmd.attributes)
-            resp.add_untagged(FetchResponse(seq, attrs, writing_hook=attrs.load_hook()))
-        return resp, updates
-
     async def do_enable(self, cmd: EnableCommand) -> tuple[CommandResponse, None]:
         if b"CONDSTORE" in cmd.capabilities:
             self.condstore = True
@@ -259,6 +242,16 @@ class FrontConnection(IMAPConnection):
         except Bye as exc:
             await self.write_response(exc.bye())
             self.writer.close()
+
+    async def send_error_disconnect(self) -> None:
+        """pymap's `* BYE [SERVERBUG]`, the error logged with its traceback first (pymap
+        logs nothing of it: a front's bug would leave no trace)."""
+        exc = sys.exc_info()[1]  # a client gone (EOF, reset) is no error
+        if exc is not None and not isinstance(
+            exc, asyncio.CancelledError | ConnectionError | EOFError
+        ):
+            logger.error("a command failed: the session ends * BYE [SERVERBUG]", exc_info=exc)
+        await super().send_error_disconnect()
 
     async def write_response(self, resp: Response) -> None:
         """pymap's, with a command's untagged answers gathered into writes of `WRITE_AT`

@@ -58,7 +58,8 @@ def parse(command: type, line: bytes):
 def test_enable_and_namespace_parse():
     cmd = parse(EnableCommand, b" condstore X-FOO\r\n")
     assert cmd.capabilities == (b"CONDSTORE", b"X-FOO")
-    assert enabled(cmd.capabilities) == b"ENABLED", "nothing the front has yet is enablable"
+    assert enabled(cmd.capabilities) == b"ENABLED CONDSTORE", "CONDSTORE alone is enablable"
+    assert enabled((b"X-FOO",)) == b"ENABLED"
     assert isinstance(parse(NamespaceCommand, b"\r\n"), NamespaceCommand)
     for bad in [b"\r\n", b" \r\n", b" (X)\r\n", b" X" * (MAX_ENABLE + 1) + b"\r\n"]:
         with pytest.raises(NotParseable):
