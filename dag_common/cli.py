@@ -106,6 +106,44 @@ def add_commands(parser: argparse.ArgumentParser, dest: str, commands: Iterable[
         sub.choices.builders[command.name] = command.build
 
 
+def command_line(prog: str, commands: Iterable[Lazy], **kw: Any) -> argparse.ArgumentParser:
+    """A console script's parser: `prog`, its `--version`, and its `commands` (one must be
+    chosen; `args.command` names it), each command's module imported only when it is chosen.
+    `kw`: argparse.ArgumentParser's own (description, formatter_class)."""
+    parser = argparse.ArgumentParser(prog=prog, **kw)
+    add_version(parser)
+    add_commands(parser, "command", commands)
+    return parser
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """A console script: its parser (`command_line` of `prog`, `commands` and `parser`'s
+    ArgumentParser arguments), run by `run` with `bad_input` and `before`.  Its module names
+    `main` (in-process callers, tests) and `entry` (the console script, `exit_now`)."""
+
+    prog: str
+    commands: tuple[Lazy, ...]
+    description: str
+    formatter_class: type[argparse.HelpFormatter] = argparse.HelpFormatter
+    bad_input: tuple[type[BaseException], ...] = ()
+    before: Callable[[argparse.Namespace], None] | None = None
+
+    def parser(self) -> argparse.ArgumentParser:
+        return command_line(
+            self.prog, self.commands, description=self.description,
+            formatter_class=self.formatter_class,
+        )  # fmt: skip
+
+    def main(self, argv: list[str] | None = None) -> int:
+        """Run the command `argv` names (None: the process's arguments); its exit code."""
+        return run(self.parser(), argv, bad_input=self.bad_input, before=self.before)
+
+    def entry(self) -> NoReturn:
+        """The console script: `main`, then the process ends (`exit_now`)."""
+        exit_now(self.main)
+
+
 DURATION = "a duration: a number and a unit (ms, s, m, h, d), e.g. 500ms, 30s, 5m"
 
 

@@ -11,17 +11,10 @@ import argparse
 import logging
 import sys
 
-from dag_common.cli import Lazy, add_commands, add_version, run
+from dag_common.cli import Lazy, Script
 
 # The command's module (grpc, the service) is imported only when it is chosen.
 COMMANDS = (Lazy("serve", "run the Data Guarantee gRPC service", "guarantee_api.serve_cli:build"),)
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="guarantee-api", description=__doc__.splitlines()[0])
-    add_version(parser)
-    add_commands(parser, "command", COMMANDS)
-    return parser
 
 
 def _logging(args: argparse.Namespace) -> None:
@@ -30,9 +23,8 @@ def _logging(args: argparse.Namespace) -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `guarantee-api` command."""
-    return run(_parser(), argv, before=_logging)
+SCRIPT = Script("guarantee-api", COMMANDS, description=__doc__.splitlines()[0], before=_logging)
+_parser, main = SCRIPT.parser, SCRIPT.main  # main: the `guarantee-api` console script
 
 
 if __name__ == "__main__":

@@ -7,10 +7,7 @@ Exit codes: 0 ok, 1 failed, 2 bad input (a bad config or users file)."""
 
 from __future__ import annotations
 
-import argparse
-import sys
-
-from dag_common.cli import Lazy, add_commands, add_version, exit_now, run
+from dag_common.cli import Lazy, Script
 
 COMMANDS = (
     Lazy("serve", "run one IMAP front until SIGTERM", "imap_front.serve_cli:build"),
@@ -22,19 +19,8 @@ COMMANDS = (
 )
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="imap_front", description=__doc__.splitlines()[0])
-    add_version(parser)
-    add_commands(parser, "command", COMMANDS)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    return run(_parser(), argv)
-
-
-def entry() -> None:
-    exit_now(lambda: main(sys.argv[1:]))
+SCRIPT = Script("imap_front", COMMANDS, description=__doc__.splitlines()[0])
+_parser, main, entry = SCRIPT.parser, SCRIPT.main, SCRIPT.entry
 
 
 if __name__ == "__main__":

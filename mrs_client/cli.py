@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import NoReturn
 
-from dag_common.cli import Lazy, add_commands, add_version, exit_now, run
+from dag_common.cli import Lazy, Script
 from mrs_client.errors import MoveRejected
 
 # Each command's module is imported only when it is chosen (`dag_common.cli.Lazy`): this
@@ -48,27 +47,16 @@ COMMANDS = (
 )  # fmt: skip
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="mrs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    add_version(parser)
-    add_commands(parser, "command", COMMANDS)
-    return parser
-
-
 def _logging(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING)
 
 
-def main(argv: list[str] | None = None) -> int:
+SCRIPT = Script(
+    "mrs", COMMANDS, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     # A refused move (unknown mailbox, already moving, locked) changed nothing: bad input.
-    return run(build_parser(), argv, bad_input=(MoveRejected,), before=_logging)
-
-
-def entry() -> NoReturn:
-    """The `mrs` console script."""
-    exit_now(main)
+    bad_input=(MoveRejected,), before=_logging,
+)  # fmt: skip
+build_parser, main, entry = SCRIPT.parser, SCRIPT.main, SCRIPT.entry
 
 
 if __name__ == "__main__":

@@ -11,10 +11,9 @@ Runs the same under spark-submit: `spark-submit … spark_metrics/cli.py aggrega
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from dag_common.cli import Lazy, add_commands, add_version, run
+from dag_common.cli import Lazy, Script
 from spark_metrics.errors import BadInputError
 
 # Each command's module is imported only when it is chosen; Spark only by `aggregate`'s run.
@@ -26,16 +25,10 @@ COMMANDS = (
 )  # fmt: skip
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="spark-metrics", description=__doc__.splitlines()[0])
-    add_version(parser)
-    add_commands(parser, "command", COMMANDS)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `spark-metrics` command."""
-    return run(_parser(), argv, bad_input=(BadInputError,))
+SCRIPT = Script(
+    "spark-metrics", COMMANDS, description=__doc__.splitlines()[0], bad_input=(BadInputError,)
+)
+_parser, main = SCRIPT.parser, SCRIPT.main  # main: the `spark-metrics` console script
 
 
 if __name__ == "__main__":

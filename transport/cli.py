@@ -11,10 +11,7 @@ message, an unknown transport, a bad config)."""
 
 from __future__ import annotations
 
-import argparse
-import sys
-
-from dag_common.cli import Lazy, add_commands, add_version, exit_now, run
+from dag_common.cli import Lazy, Script
 
 # Each command's module is imported only when it is chosen (`dag_common.cli.Lazy`).
 COMMANDS = (
@@ -25,19 +22,8 @@ COMMANDS = (
 )
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="transport", description=__doc__.splitlines()[0])
-    add_version(parser)
-    add_commands(parser, "command", COMMANDS)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    return run(_parser(), argv)
-
-
-def entry() -> None:
-    exit_now(lambda: main(sys.argv[1:]))
+SCRIPT = Script("transport", COMMANDS, description=__doc__.splitlines()[0])
+_parser, main, entry = SCRIPT.parser, SCRIPT.main, SCRIPT.entry
 
 
 if __name__ == "__main__":

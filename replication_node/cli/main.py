@@ -6,9 +6,8 @@ Exit codes: 0 ok, 1 operation failed, 2 bad input or config.
 from __future__ import annotations
 
 import argparse
-from typing import NoReturn
 
-from dag_common.cli import Lazy, add_commands, add_version, exit_now, run
+from dag_common.cli import Lazy, Script, add_commands
 
 # Each command's module is imported only when it is chosen (`dag_common.cli.Lazy`): this
 # table is what `replication-node --help` needs, and all it imports.
@@ -87,20 +86,8 @@ def build_cluster(parser: argparse.ArgumentParser) -> None:
     add_commands(parser, "cluster_cmd", CLUSTER_COMMANDS)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="replication-node", description=__doc__)
-    add_version(parser)
-    add_commands(parser, "command", COMMANDS)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    return run(build_parser(), argv)
-
-
-def entry() -> NoReturn:
-    """The `replication-node` console script."""
-    exit_now(main)
+SCRIPT = Script("replication-node", COMMANDS, description=__doc__)
+build_parser, main, entry = SCRIPT.parser, SCRIPT.main, SCRIPT.entry
 
 
 if __name__ == "__main__":

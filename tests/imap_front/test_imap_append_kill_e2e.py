@@ -26,9 +26,8 @@ import pytest
 from tests.imap_front.harness import Front
 from tests.imap_front.test_imap_e2e import BOX, PASSWORD, logged_in
 from tests.imap_front.test_imap_idle_e2e import SAY
-from tests.pki import issue, make_ca
 from tests.replication_node.e2e import in_block_mode, mounted_on
-from tests.replication_node.test_node_identity_e2e import NODE_CERT, TlsCluster, client
+from tests.tls_cluster import db1_on, tls_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -37,27 +36,14 @@ CLIENTS = 4
 
 @pytest.fixture
 async def lab(tmp_path):
-    pki = tmp_path / "pki"
-    pki.mkdir()
-    ca = make_ca(pki, "ca")
-    for name in ("mbx1", "mbx2", "mbx3", "imap1"):
-        issue(pki, name, ca, NODE_CERT.format(name=name))
-    cluster = TlsCluster(
-        tmp_path, nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "redmond")],
-        databases=[{"name": "DB1", "auto_database_mount_dial": "Lossless",
-                    "synchronous_copies": 1,
-                    "copies": [{"node": "mbx1", "activation_preference": 1},
-                               {"node": "mbx2", "activation_preference": 2},
-                               {"node": "mbx3", "activation_preference": 3}]}],
+    cluster, _, ca = tls_cluster(
+        tmp_path,
+        **db1_on("mbx1", "mbx2", "mbx3", auto_database_mount_dial="Lossless", synchronous_copies=1),
+        certs=("imap1",),
         defaults={"failover_after": "2s", "lease_ttl": "2s"},
-    )  # fmt: skip
-    cluster.config["tls"] = {
-        "cert_file": str(pki / "{node}.pem"), "key_file": str(pki / "{node}.key"),
-        "ca_file": str(ca[0]),
-    }  # fmt: skip
+    )
     front = Front(cluster, "imap1", {"alice": ("alice", PASSWORD)}, max_line=8192,
                   max_literal=200_000)  # fmt: skip
-    cluster.session = client(ca[0])
     await cluster.start()
     try:
         await cluster.wait_status("mbx1", "DB1", "Mounted")

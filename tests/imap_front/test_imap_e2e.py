@@ -16,9 +16,8 @@ import pytest
 
 from tests.cluster_harness import wait_until
 from tests.imap_front.harness import Front, raw_session
-from tests.pki import issue, make_ca
-from tests.replication_node.test_node_identity_e2e import NODE_CERT, TlsCluster, client
-from tests.transport.harness import Hubs
+from tests.tls_cluster import db1_on, tls_cluster
+from tests.transport.harness import tls_mail_hub
 
 pytestmark = pytest.mark.slow
 
@@ -38,26 +37,15 @@ MIME = (
 
 @pytest.fixture
 async def lab(tmp_path):
-    pki = tmp_path / "pki"
-    pki.mkdir()
-    ca = make_ca(pki, "ca")
-    for name in ("mbx1", "mbx2", "hub1", "imap1"):
-        issue(pki, name, ca, NODE_CERT.format(name=name))
-    cluster = TlsCluster(
-        tmp_path, nodes=[("mbx1", "redmond"), ("mbx2", "redmond")],
-        databases=[{"name": "DB1", "copies": [{"node": "mbx1", "activation_preference": 1},
-                                              {"node": "mbx2", "activation_preference": 2}]}],
+    cluster, _, ca = tls_cluster(
+        tmp_path,
+        **db1_on("mbx1", "mbx2"),
+        certs=("hub1", "imap1"),
         defaults={"failover_after": None},
-    )  # fmt: skip
-    cluster.config["tls"] = {
-        "cert_file": str(pki / "{node}.pem"), "key_file": str(pki / "{node}.key"),
-        "ca_file": str(ca[0]),
-    }  # fmt: skip
-    hubs = Hubs(cluster, "hub1", scheme="https", mail_ports=True,
-                mail={"trusted_networks": ["127.0.0.1/32"], "hostname": "hub1.test"})  # fmt: skip
+    )
+    hubs = tls_mail_hub(cluster)
     front = Front(cluster, "imap1", {"alice": ("alice", PASSWORD)},
                   max_line=8192, max_literal=200_000)  # fmt: skip
-    cluster.session = client(ca[0])
     await cluster.start()
     try:
         await cluster.wait_status("mbx1", "DB1", "Mounted")

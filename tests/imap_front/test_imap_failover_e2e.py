@@ -32,10 +32,9 @@ from dag_common.api_types import item_id_for
 from tests.imap_front.harness import Front
 from tests.imap_front.test_imap_e2e import BOX, MIME, PASSWORD, logged_in
 from tests.imap_front.test_imap_idle_e2e import SAY, Idler
-from tests.pki import issue, make_ca
 from tests.replication_node.e2e import converged
-from tests.replication_node.test_node_identity_e2e import NODE_CERT, TlsCluster, client
-from tests.transport.harness import Hubs
+from tests.tls_cluster import db1_on, tls_cluster
+from tests.transport.harness import tls_mail_hub
 
 pytestmark = pytest.mark.slow
 
@@ -45,27 +44,16 @@ LOAD = 40  # at most this many deliveries, and as many STOREs and APPENDs, aroun
 
 @pytest.fixture
 async def lab(tmp_path):
-    pki = tmp_path / "pki"
-    pki.mkdir()
-    ca = make_ca(pki, "ca")
-    for name in ("mbx1", "mbx2", "hub1", "imap1", "imap2"):
-        issue(pki, name, ca, NODE_CERT.format(name=name))
-    cluster = TlsCluster(
-        tmp_path, nodes=[("mbx1", "redmond"), ("mbx2", "redmond")],
-        databases=[{"name": "DB1", "copies": [{"node": "mbx1", "activation_preference": 1},
-                                              {"node": "mbx2", "activation_preference": 2}]}],
+    cluster, _, ca = tls_cluster(
+        tmp_path,
+        **db1_on("mbx1", "mbx2"),
+        certs=("hub1", "imap1", "imap2"),
         defaults={"failover_after": None},
-    )  # fmt: skip
-    cluster.config["tls"] = {
-        "cert_file": str(pki / "{node}.pem"), "key_file": str(pki / "{node}.key"),
-        "ca_file": str(ca[0]),
-    }  # fmt: skip
-    hubs = Hubs(cluster, "hub1", scheme="https", mail_ports=True,
-                mail={"trusted_networks": ["127.0.0.1/32"], "hostname": "hub1.test"})  # fmt: skip
+    )
+    hubs = tls_mail_hub(cluster)
     users = {"alice": ("alice", PASSWORD)}
     fronts = [Front(cluster, name, users, max_line=8192, max_literal=200_000)
               for name in ("imap1", "imap2")]  # fmt: skip
-    cluster.session = client(ca[0])
     await cluster.start()
     try:
         await cluster.wait_status("mbx1", "DB1", "Mounted")

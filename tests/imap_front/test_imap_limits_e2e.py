@@ -16,8 +16,7 @@ import pytest
 from tests.cluster_harness import wait_until
 from tests.imap_front.harness import Front, raw_session
 from tests.imap_front.test_imap_e2e import BOX, PASSWORD, logged_in, node_items, tls
-from tests.pki import issue, make_ca
-from tests.replication_node.test_node_identity_e2e import NODE_CERT, TlsCluster, client
+from tests.tls_cluster import db1_on, tls_cluster
 from tools.ports import free_port
 
 pytestmark = pytest.mark.slow
@@ -27,21 +26,9 @@ DELAY = 0.2  # the first failed login's wait
 
 @pytest.fixture
 async def lab(tmp_path):
-    pki = tmp_path / "pki"
-    pki.mkdir()
-    ca = make_ca(pki, "ca")
-    for name in ("mbx1", "mbx2", "imap1"):
-        issue(pki, name, ca, NODE_CERT.format(name=name))
-    cluster = TlsCluster(
-        tmp_path, nodes=[("mbx1", "redmond"), ("mbx2", "redmond")],
-        databases=[{"name": "DB1", "copies": [{"node": "mbx1", "activation_preference": 1},
-                                              {"node": "mbx2", "activation_preference": 2}]}],
-        defaults={"failover_after": None},
-    )  # fmt: skip
-    cluster.config["tls"] = {
-        "cert_file": str(pki / "{node}.pem"), "key_file": str(pki / "{node}.key"),
-        "ca_file": str(ca[0]),
-    }  # fmt: skip
+    cluster, _, ca = tls_cluster(
+        tmp_path, **db1_on("mbx1", "mbx2"), certs=("imap1",), defaults={"failover_after": None}
+    )
     front = Front(
         cluster, "imap1", {"alice": ("alice", PASSWORD), "bob": ("bob", "bob-password")},
         tls_port=free_port(), max_sessions=4, max_sessions_per_user=2, idle_timeout=8,
@@ -49,7 +36,6 @@ async def lab(tmp_path):
     front.invalid_login_delay = DELAY
     cluster.config["imap"]["invalid_login_delay"] = DELAY
     cluster.write_config()
-    cluster.session = client(ca[0])
     await cluster.start()
     try:
         await cluster.wait_status("mbx1", "DB1", "Mounted")

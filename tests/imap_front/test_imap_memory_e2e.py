@@ -13,8 +13,7 @@ import pytest
 
 from tests.imap_front.harness import Front
 from tests.imap_front.test_imap_e2e import PASSWORD, logged_in
-from tests.pki import issue, make_ca
-from tests.replication_node.test_node_identity_e2e import NODE_CERT, TlsCluster, client
+from tests.tls_cluster import db1_on, tls_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -38,23 +37,11 @@ def rss(pid: int) -> int:
 
 @pytest.fixture
 async def big_folder(tmp_path):
-    pki = tmp_path / "pki"
-    pki.mkdir()
-    ca = make_ca(pki, "ca")
-    for name in ("mbx1", "imap1"):
-        issue(pki, name, ca, NODE_CERT.format(name=name))
-    cluster = TlsCluster(
-        tmp_path, nodes=[("mbx1", "redmond")],
-        databases=[{"name": "DB1", "copies": [{"node": "mbx1", "activation_preference": 1}]}],
-        defaults={"failover_after": None},
-    )  # fmt: skip
-    cluster.config["tls"] = {
-        "cert_file": str(pki / "{node}.pem"), "key_file": str(pki / "{node}.key"),
-        "ca_file": str(ca[0]),
-    }  # fmt: skip
+    cluster, _, ca = tls_cluster(
+        tmp_path, **db1_on("mbx1"), certs=("imap1",), defaults={"failover_after": None}
+    )
     front = Front(cluster, "imap1", {"alice": ("alice", PASSWORD)},
                   max_sessions_per_user=WARM + SESSIONS + 5)  # fmt: skip
-    cluster.session = client(ca[0])
     await cluster.start()
     try:
         await cluster.wait_status("mbx1", "DB1", "Mounted")

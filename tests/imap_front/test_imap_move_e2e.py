@@ -26,9 +26,8 @@ from tests.imap_front.test_imap_e2e import MIME, PASSWORD, logged_in
 from tests.imap_front.test_imap_idle_e2e import Idler
 from tests.mrs_client.e2e import active_of, mover_in_process, outcome, shorten_guarantee_waits
 from tests.mrs_client.test_move_e2e import databases
-from tests.pki import issue, make_ca
-from tests.replication_node.test_node_identity_e2e import NODE_CERT, TlsCluster, client
-from tests.transport.harness import Hubs
+from tests.tls_cluster import tls_cluster
+from tests.transport.harness import tls_mail_hub
 
 pytestmark = pytest.mark.slow
 
@@ -58,25 +57,17 @@ async def guarantee_api(cluster, pki) -> subprocess.Popen[bytes]:
 
 @pytest.fixture
 async def lab(tmp_path):
-    pki = tmp_path / "pki"
-    pki.mkdir()
-    ca = make_ca(pki, "ca")
-    for name in ("mbx1", "mbx2", "mbx3", "hub1", "imap1", "guarantee"):
-        issue(pki, name, ca, NODE_CERT.format(name=name))
-    cluster = TlsCluster(
-        tmp_path, nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
-        databases=databases(), defaults={"failover_after": None},
-    )  # fmt: skip
-    cluster.config["tls"] = {
-        "cert_file": str(pki / "{node}.pem"), "key_file": str(pki / "{node}.key"),
-        "ca_file": str(ca[0]),
-    }  # fmt: skip
+    cluster, pki, ca = tls_cluster(
+        tmp_path,
+        nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
+        databases=databases(),
+        certs=("hub1", "imap1", "guarantee"),
+        defaults={"failover_after": None},
+    )
     shorten_guarantee_waits(cluster)
-    hubs = Hubs(cluster, "hub1", scheme="https", mail_ports=True,
-                mail={"trusted_networks": ["127.0.0.1/32"], "hostname": "hub1.test"})  # fmt: skip
+    hubs = tls_mail_hub(cluster)
     front = Front(cluster, "imap1", {"alice": ("alice", PASSWORD)},
                   max_line=8192, max_literal=200_000)  # fmt: skip
-    cluster.session = client(ca[0])
     await cluster.start()
     api = None
     try:

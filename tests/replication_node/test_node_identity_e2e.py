@@ -4,34 +4,14 @@ by credential but no node's certificate, and a certificate of another CA gets no
 
 from __future__ import annotations
 
-import ssl
-
 import aiohttp
 import pytest
 
-from tests.cluster_harness import TOKEN, LocalCluster
 from tests.pki import issue, make_ca
 from tests.replication_node.e2e import converged, databases, write
+from tests.tls_cluster import NODE_CERT, TlsCluster, client
 
 pytestmark = pytest.mark.slow
-
-NODE_CERT = "subjectAltName=IP:127.0.0.1,DNS:{name}\nextendedKeyUsage=serverAuth,clientAuth\n"
-
-
-class TlsCluster(LocalCluster):
-    def url(self, node: str) -> str:
-        return f"https://127.0.0.1:{self.ports[node]}"
-
-
-def client(ca: object, cert: tuple | None = None) -> aiohttp.ClientSession:
-    ctx = ssl.create_default_context(cafile=str(ca))
-    if cert is not None:
-        ctx.load_cert_chain(*cert)
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(ssl=ctx),
-        headers={"Authorization": f"Bearer {TOKEN}"},
-        timeout=aiohttp.ClientTimeout(total=30),
-    )
 
 
 @pytest.fixture

@@ -106,3 +106,10 @@ class Hubs:
 
         await wait_until(f"transport {name} drained", empty, timeout=timeout, every=0.05)
         return state
+
+
+def tls_mail_hub(cluster: LocalCluster, name: str = "hub1") -> Hubs:
+    """One transport `name` over HTTPS (a TlsCluster's certificate for it) with its SMTP and
+    LMTP listeners, trusting 127.0.0.1 and naming itself `<name>.test`."""
+    mail = {"trusted_networks": ["127.0.0.1/32"], "hostname": f"{name}.test"}
+    return Hubs(cluster, name, scheme="https", mail_ports=True, mail=mail)

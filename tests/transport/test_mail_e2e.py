@@ -20,10 +20,9 @@ import pytest
 from dag_common.api_types import item_id_for
 from dag_common.rfc822 import BodyFormat, message_bytes
 from tests.cluster_harness import ROOT
-from tests.pki import issue, make_ca
 from tests.replication_node.e2e import databases
-from tests.replication_node.test_node_identity_e2e import NODE_CERT, TlsCluster, client
-from tests.transport.harness import Hubs
+from tests.tls_cluster import tls_cluster
+from tests.transport.harness import tls_mail_hub
 
 pytestmark = pytest.mark.slow
 
@@ -33,28 +32,20 @@ OUTSIDE = "127.0.0.2"  # a client address outside the trusted networks (127.0.0.
 
 @pytest.fixture
 async def lab(tmp_path):
-    pki = tmp_path / "pki"
-    pki.mkdir()
-    ca = make_ca(pki, "ca")
-    for name in ("mbx1", "mbx2", "mbx3", "hub1"):
-        issue(pki, name, ca, NODE_CERT.format(name=name))
     (tmp_path / "sender.secret").write_text(SECRET + "\n")
     (tmp_path / "watcher.secret").write_text(SECRET[::-1] + "\n")
-    cluster = TlsCluster(
-        tmp_path, nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
-        databases=databases(), defaults={"failover_after": None},
-    )  # fmt: skip
-    cluster.config["tls"] = {
-        "cert_file": str(pki / "{node}.pem"), "key_file": str(pki / "{node}.key"),
-        "ca_file": str(ca[0]),
-    }  # fmt: skip
+    cluster, _, ca = tls_cluster(
+        tmp_path,
+        nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
+        databases=databases(),
+        certs=("hub1",),
+        defaults={"failover_after": None},
+    )
     cluster.config["credentials"] = [
         {"name": "sender", "roles": ["store"], "file": str(tmp_path / "sender.secret")},
         {"name": "watcher", "roles": ["monitor"], "file": str(tmp_path / "watcher.secret")},
     ]
-    hubs = Hubs(cluster, "hub1", scheme="https", mail_ports=True,
-                mail={"trusted_networks": ["127.0.0.1/32"], "hostname": "hub1.test"})  # fmt: skip
-    cluster.session = client(ca[0])
+    hubs = tls_mail_hub(cluster)
     await cluster.start()
     await cluster.wait_status("mbx2", "DB2", "Mounted")
     await cluster.wait_status("mbx1", "DB1", "Mounted")
