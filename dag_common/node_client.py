@@ -25,14 +25,12 @@ gave it (`store_api`): the mover, not this client, decides what an epoch change 
 from __future__ import annotations
 
 import asyncio
-import json as std_json
 import logging
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 from orjson import dumps as json_dumps
-from orjson import loads as json_loads
 
 from dag_common import deadline
 from dag_common.auth import bearer
@@ -42,6 +40,7 @@ from dag_common.errors import NodeCallError
 from dag_common.items_payload import ItemsPayload
 from dag_common.model import CopyRole, CopyStatus
 from dag_common.node_status import StatusUnavailable, client_failure, fetch_node_status
+from dag_common.store_answers import json_or_none, lenient_item, std_json_or_none, text_or_none
 from dag_common.store_api import (
     Changes,
     Digest,
@@ -280,12 +279,12 @@ class NodeStoreClient:
                 # A page of large bodies: orjson reads a copy of what it parses (the answer
                 # three times over at once); the standard library parses text, decoded here
                 # and the bytes let go before it is parsed (twice over at most).
-                text = _text_or_none(answer)
+                text = text_or_none(answer)
                 del answer
-                body = None if text is None else _std_json_or_none(text)
+                body = None if text is None else std_json_or_none(text)
                 del text
             else:
-                body = _json_or_none(answer)
+                body = json_or_none(answer)
                 del answer
             if body is None:
                 # An error page or a cut answer (a proxy, a crashing node): a failed call with
@@ -394,7 +393,7 @@ class NodeStoreClient:
         _, body = await self.call("GET", database, f"/mailboxes/{mailbox}/items", params=params)
         page = ItemsAnswer.model_validate(body)
         return Items(
-            items=tuple(_item(i, bodies) for i in page.items),
+            items=tuple(lenient_item(i, bodies) for i in page.items),
             last_change_number=(
                 since_change if page.last_change_number is None else page.last_change_number
             ),
@@ -553,58 +552,3 @@ class NodeStoreClient:
 def _path(folder: str) -> str:
     """A folder's name in a path (a child's `/` kept: the routes take `{folder:.+}`)."""
     return quote(folder, safe="/")
-
-
-def _json_or_none(raw: bytes) -> Any:
-    """The JSON document `raw` holds, or None if it holds none.  orjson refuses a document
-    spelling a lone surrogate ("\\ud800"), which is valid JSON: the standard library reads
-    it, and `_item` finds the item that holds it."""
-    if not raw:
-        return None
-    try:
-        return json_loads(raw)
-    except ValueError:
-        pass
-    try:
-        return std_json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
-
-
-def _text_or_none(raw: bytes) -> str | None:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-
-
-def _std_json_or_none(text: str) -> Any:
-    """The JSON document `text` holds (the standard library's parse), or None."""
-    try:
-        return std_json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-
-
-def _item(data: Any, bodies: bool = True) -> Item:
-    """One item of a listing (`bodies` off: without its body), or, if it is not one, an
-    unreadable item saying why."""
-    try:
-        item = Item.from_json(data) if bodies else Item.head_from_json(data)
-        for text in (item.item_id, item.folder, item.subject, item.body, item.body_hash):
-            if not isinstance(text, str):
-                raise TypeError(f"a text field is {type(text).__name__}")
-            if not text.isascii():
-                text.encode()  # UnicodeEncodeError: a lone surrogate
-        return item
-    except UnicodeEncodeError:
-        why = "the source's item holds text that UTF-8 cannot carry (a lone surrogate)"
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        why = f"the source's item is not readable ({type(exc).__name__}: {exc})"[:300]
-    item_id = data.get("item_id") if isinstance(data, dict) else None
-    change = data.get("change_number") if isinstance(data, dict) else None
-    return Item.unreadable_at(
-        change if isinstance(change, int) else 0,
-        why,
-        item_id if isinstance(item_id, str) and item_id.isprintable() else "",
-    )

@@ -301,7 +301,7 @@ class Items:
     """Items changed after a change number, by change number, tombstones included.
 
     A dataclass, not an `_Answer`: a page may hold thousands of items, each read leniently
-    (`node_client._item`: an item that is not one is kept as unreadable, not refused); the
+    (`store_answers.lenient_item`: an item that is not one is kept as unreadable, not refused); the
     page's envelope is `ItemsAnswer`."""
 
     items: tuple[Item, ...]

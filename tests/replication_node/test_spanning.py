@@ -13,7 +13,8 @@ import pytest
 
 from dag_common.clock import ManualClock
 from dag_common.store_api import ItemIn
-from replication_node.active.mailbox_store import MailboxStore, stage_plan
+from replication_node.active.item_writes import stage_plan
+from replication_node.active.mailbox_store import MailboxStore
 from replication_node.errors import InspectionFailed, LogRecordError
 from replication_node.log import logfile, logstream
 from replication_node.log.logdir import list_closed_generations

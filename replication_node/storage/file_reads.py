@@ -1,0 +1,248 @@
+"""The reads of a database copy's file: mailboxes, folders, items, listings and pages.
+
+Each read goes through a connection of its own (`Database` opens them): in WAL mode it sees
+the last commit and never waits for a write in progress; a worker thread's large reads
+(`folder_items_apart`) through a third, so the loop's small reads never wait on them."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+
+from dag_common.mailbox_digest import DigestRow
+from replication_node.storage.reader import (
+    FolderRow,
+    FolderStatus,
+    ItemRow,
+    ItemsPage,
+    MailboxRow,
+)
+from replication_node.storage.tables import (
+    FOLDER_COLUMNS,
+    ITEM_COLUMNS,
+    ITEM_HEAD_COLUMNS,
+    MAILBOX_COLUMNS,
+    folder_of,
+    item_head_of,
+    item_of,
+    mailbox_of,
+)
+
+
+class FileReads:
+    """The reads `Database` offers, through the connections it opens for them."""
+
+    _reads: sqlite3.Connection  # the loop's reads, one at a time under `_read_lock`
+    _read_lock: threading.Lock
+    _apart: sqlite3.Connection  # a worker thread's large reads, under `_apart_lock`
+    _apart_lock: threading.Lock
+
+    def mailboxes(self) -> list[MailboxRow]:
+        with self._read_lock:
+            rows = self._reads.execute(
+                f"SELECT {MAILBOX_COLUMNS} FROM mailboxes ORDER BY mailbox"
+            ).fetchall()
+        return [mailbox_of(r) for r in rows]
+
+    def mailbox(self, name: str) -> MailboxRow | None:
+        with self._read_lock:
+            row = self._reads.execute(
+                f"SELECT {MAILBOX_COLUMNS} FROM mailboxes WHERE mailbox=?", (name,)
+            ).fetchone()
+        return mailbox_of(row) if row else None
+
+    def folders(self, mailbox: str) -> list[str]:
+        with self._read_lock:
+            rows = self._reads.execute(
+                "SELECT folder FROM folders WHERE mailbox=? ORDER BY folder", (mailbox,)
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def folder_rows(self, mailbox: str | None) -> list[FolderRow]:
+        """A mailbox's folders with their counters (None: every mailbox's), by name."""
+        where, args = ("WHERE mailbox=?", (mailbox,)) if mailbox is not None else ("", ())
+        with self._read_lock:
+            rows = self._reads.execute(
+                f"SELECT {FOLDER_COLUMNS} FROM folders {where} ORDER BY mailbox, folder", args
+            ).fetchall()
+        return [folder_of(r) for r in rows]
+
+    def folder_counts(self, mailbox: str) -> dict[str, tuple[int, int]]:
+        """By folder name (a folder the mailbox has or not): its live items, and those of
+        them not `\\Seen`."""
+        with self._read_lock:
+            return {
+                r[0]: (r[1], r[2])
+                for r in self._reads.execute(
+                    "SELECT folder, COUNT(*), SUM(instr(' ' || flags || ' ', ' \\Seen ') = 0)"
+                    " FROM items WHERE mailbox=? AND deleted=0 GROUP BY folder",
+                    (mailbox,),
+                )
+            }
+
+    def folder_status(self, mailbox: str) -> list[FolderStatus]:
+        """Each folder's counters with its live items and those not `\\Seen` (STATUS)."""
+        counts = self.folder_counts(mailbox)
+        return [
+            FolderStatus(
+                f.folder,
+                f.uidvalidity,
+                f.uid_next,
+                f.highest_modseq,
+                *counts.get(f.folder, (0, 0)),
+            )
+            for f in self.folder_rows(mailbox)
+        ]
+
+    def folder_items(
+        self, mailbox: str, folder: str, since_modseq: int = 0, *, tombstones: bool | None = None
+    ) -> list[ItemRow]:
+        """A folder's items without their bodies (`ItemRow`, the hash in the body's place),
+        by UID: the live ones changed after `since_modseq`, and, after a modseq above 0
+        (or with `tombstones`), the tombstones expunged since (`items_by_uid`)."""
+        with self._read_lock:
+            return _folder_items(self._reads, mailbox, folder, since_modseq, tombstones)
+
+    def folder_items_apart(
+        self, mailbox: str, folder: str, since_modseq: int = 0, *, tombstones: bool | None = None
+    ) -> tuple[int, list[ItemRow]]:
+        """`folder_items` through a connection of its own, for a worker thread (the loop's
+        reads never wait for it), with the waypoint of the file they were read at (one read
+        transaction: the active checks that no generation it did not hold in its overlay
+        was flushed into the file meanwhile)."""
+        with self._apart_lock:
+            conn = self._apart
+            conn.execute("BEGIN")
+            try:
+                (waypoint,) = conn.execute("SELECT waypoint FROM db_header WHERE id=1").fetchone()
+                rows = _folder_items(conn, mailbox, folder, since_modseq, tombstones)
+            finally:
+                conn.execute("COMMIT")
+        return int(waypoint), rows
+
+    def moved_out(self, mailbox: str, uidvalidity: int, since_modseq: int) -> list[int]:
+        """The UIDs moved out of the folder of `uidvalidity` after `since_modseq`."""
+        with self._read_lock:
+            rows = self._reads.execute(
+                "SELECT uid FROM moved_out WHERE mailbox=? AND uidvalidity=? AND modseq>?"
+                " ORDER BY uid",
+                (mailbox, uidvalidity, since_modseq),
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def unassigned(self) -> list[tuple[str, str, str]]:
+        """(mailbox, folder, item id) of the live items without a UID (a file from before
+        UIDs: `AssignUids`), in the order that numbers them."""
+        with self._read_lock:
+            rows = self._reads.execute(
+                "SELECT mailbox, folder, item_id FROM items WHERE deleted=0 AND uid=0"
+                " ORDER BY mailbox, folder, item_id"
+            ).fetchall()
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def unnumbered(self) -> bool:
+        """Whether anything here waits for `AssignUids`: a mailbox or folder without a
+        UIDVALIDITY, or a live item without a UID."""
+        with self._read_lock:
+            row = self._reads.execute(
+                "SELECT EXISTS(SELECT 1 FROM mailboxes WHERE uidvalidity_next=0)"
+                " OR EXISTS(SELECT 1 FROM folders WHERE uidvalidity=0)"
+                " OR EXISTS(SELECT 1 FROM items WHERE deleted=0 AND uid=0)"
+            ).fetchone()
+        return bool(row[0])
+
+    def items(self, mailbox: str, since_change: int = 0, limit: int | None = None) -> list[ItemRow]:
+        """Items (and tombstones) of a mailbox changed after `since_change`, by change number;
+        the first `limit` of them when given."""
+        with self._read_lock:
+            rows = self._reads.execute(
+                f"SELECT {ITEM_COLUMNS} FROM items WHERE mailbox=? AND change_number>?"
+                " ORDER BY change_number LIMIT ?",
+                (mailbox, since_change, -1 if limit is None else limit),
+            ).fetchall()
+        return [item_of(r) for r in rows]
+
+    def digest_rows(self, mailbox: str) -> list[DigestRow]:
+        """A mailbox's items and tombstones as its digest counts them: each body by the
+        `body_hash` the row keeps, never the body (a mailbox of gigabytes is not read back
+        to be hashed).  The hash was taken from the body as it was written; a body damaged
+        on disk since is the scrub's to find (`recompute_digest`)."""
+        with self._read_lock:
+            rows = self._reads.execute(
+                "SELECT item_id, folder, subject, deleted, change_number, body_hash, format"
+                " FROM items WHERE mailbox=?",
+                (mailbox,),
+            ).fetchall()
+        return [DigestRow(r[0], r[1], r[2], bool(r[3]), r[4], r[5], "", r[6]) for r in rows]
+
+    def live_count(self, mailbox: str, since_change: int) -> int:
+        """How many live items (not tombstones) of a mailbox changed after `since_change`."""
+        with self._read_lock:
+            (count,) = self._reads.execute(
+                "SELECT COUNT(*) FROM items WHERE mailbox=? AND change_number>? AND deleted=0",
+                (mailbox, since_change),
+            ).fetchone()
+        return int(count)
+
+    def items_page(
+        self,
+        mailbox: str,
+        since_change: int,
+        limit: int,
+        max_bytes: int | None = None,
+        *,
+        bodies: bool = True,
+    ) -> ItemsPage:
+        """The first `limit` changes after `since_change` (see `ItemsPage`); with
+        `max_bytes`, no more than reach that many bytes (`ItemRow.listed_size`: of bodies,
+        or without `bodies` of the rows as listed; at least one change).  The rows are read
+        one at a time, so a page cut by bytes reads no body past its end: 2,000 items of
+        30 MiB asked for at once are a page of three.  Without `bodies` no body is read at
+        all: each row carries the hash the digest keeps (`ItemRow`)."""
+        columns, row_of = (ITEM_COLUMNS, item_of) if bodies else (ITEM_HEAD_COLUMNS, item_head_of)
+        rows: list[ItemRow] = []
+        held, cut = 0, False
+        with self._read_lock:
+            cursor = self._reads.execute(
+                f"SELECT {columns} FROM items WHERE mailbox=? AND change_number>?"
+                " ORDER BY change_number LIMIT ?",
+                (mailbox, since_change, limit),
+            )
+            try:
+                for r in cursor:
+                    row = row_of(r)
+                    rows.append(row)
+                    held += row.listed_size(bodies)
+                    if max_bytes is not None and held >= max_bytes:
+                        cut = True
+                        break
+            finally:
+                cursor.close()
+        if not cut and len(rows) < limit:
+            return ItemsPage(rows, max([since_change, *(r.change_number for r in rows)]), True)
+        return ItemsPage(rows, rows[-1].change_number, False)
+
+    def item(self, mailbox: str, item_id: str) -> ItemRow | None:
+        with self._read_lock:
+            row = self._reads.execute(
+                f"SELECT {ITEM_COLUMNS} FROM items WHERE mailbox=? AND item_id=?",
+                (mailbox, item_id),
+            ).fetchone()
+        return item_of(row) if row else None
+
+
+def _folder_items(
+    conn: sqlite3.Connection,
+    mailbox: str,
+    folder: str,
+    since_modseq: int,
+    tombstones: bool | None,
+) -> list[ItemRow]:
+    if tombstones is None:
+        tombstones = since_modseq > 0
+    rows = conn.execute(
+        f"SELECT {ITEM_HEAD_COLUMNS} FROM items WHERE mailbox=? AND folder=?"
+        " AND (?=0 OR modseq>?) AND (deleted=0 OR ?) ORDER BY uid, item_id",
+        (mailbox, folder, since_modseq, since_modseq, int(tombstones)),
+    ).fetchall()
+    return [item_head_of(r) for r in rows]
