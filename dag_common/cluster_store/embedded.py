@@ -1,10 +1,18 @@
-"""The cluster store as one SQLite file shared by the node processes of one machine."""
+"""The cluster store as one SQLite file shared by the node processes of one machine.
+
+Its calls run in a thread pool of their own (`_POOL_SIZE` threads), not asyncio's default
+one: the node's other blocking work (`asyncio.to_thread`: a folder listing, a backup, a log
+deletion) queues there, and an active's lease renewal queued behind it expired the lease
+while the store itself was idle.  The calls are serialised on one connection anyway, so one
+thread is all they use.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import TypeVar, TypeVarTuple, Unpack
@@ -31,6 +39,8 @@ from dag_common.model import AutoDatabaseMountDial
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
+
+_POOL_SIZE = 1  # the calls share one connection, under one lock
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS active_copy(
@@ -91,6 +101,7 @@ class EmbeddedClusterStore(ClusterStore):
         self._boot = boot_id()
         self._conn = open_store_file(path, _SCHEMA)
         self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(_POOL_SIZE, thread_name_prefix="cluster-store")
         self._move_tables = False  # seen the move store's tables (never dropped once made)
         # Node processes open a new file at the same moment: the check and the ALTER run in
         # one write transaction, so only one of them adds a column.
@@ -105,7 +116,8 @@ class EmbeddedClusterStore(ClusterStore):
                     self._conn.execute(f"ALTER TABLE stream_history ADD COLUMN {column} {kind}")
 
     async def _run(self, fn: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
-        return await asyncio.to_thread(lambda: self._locked(fn, *args))
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, lambda: self._locked(fn, *args))
 
     def _locked(self, fn: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
         with self._lock:
@@ -406,3 +418,4 @@ class EmbeddedClusterStore(ClusterStore):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+        self._pool.shutdown(wait=False)

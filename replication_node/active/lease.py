@@ -14,6 +14,11 @@ to 10 %, it never believes it holds the lease after the store has let it go.
   the store sets `failing`; once the lease has surely expired by the store's clock too
   (`ttl / SAFETY` after the last grant was answered), `lost` is set with `LeaseLost` and the
   instance dismounts (a copy may now be activated elsewhere).
+- Each renewal waits ttl/3 for the store's answer.  When that deadline wakes late because
+  the event loop was held (a long listing, a pause), the store gets as long again as the
+  loop took, up to ttl/3 more, before the renewal counts as failed: the loop's delay is not
+  the store's, and a grant however late is safe to take, being counted from before the
+  request.  A store that does not answer, or answers that the role is gone, still fails it.
 - `confirm()` is the log stream's fence, awaited after the fsync and before the answer: with
   the lease unexpired, nothing to do; expired by this clock (a long pause of the process, a
   slow renewal, a test's manual clock jumping), it renews once, there and then: a renewal
@@ -38,7 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 
 from dag_common.clock import Clock
 from dag_common.cluster_store import ClusterStore
@@ -169,10 +174,9 @@ class LeaseKeeper:
         """One renewal, bounded in time; None if granted, else why not."""
         asked = self._clock.monotonic()
         try:
-            async with asyncio.timeout(self.ttl / 3):
-                granted = await self._store.renew_lease(
-                    self.database, self._node, self._epoch, self.ttl
-                )
+            granted = await self._answer(
+                self._store.renew_lease(self.database, self._node, self._epoch, self.ttl)
+            )
         except Exception as exc:
             why = str(exc) or type(exc).__name__
             if self.failing is None:
@@ -194,6 +198,28 @@ class LeaseKeeper:
         self.valid_until = max(self.valid_until or 0.0, asked + self.ttl * SAFETY)
         self._granted_at = self._clock.monotonic()
         return None
+
+    async def _answer(self, request: Coroutine[object, object, bool]) -> bool:
+        """The store's answer to `request` within ttl/3 of sending it; TimeoutError if none
+        came.  A deadline that fires late (the loop was held) gives the store as long again
+        as the loop overran, up to ttl/3 more: the store's answer is judged, not the loop's
+        delay, and a late grant is safe to take, the lease being counted from before the
+        request.  (The loop's own time: it is the loop's lateness that is measured.)"""
+        budget = self.ttl / 3
+        loop = asyncio.get_running_loop()
+        due = loop.time() + budget
+        call = asyncio.ensure_future(request)
+        try:
+            await asyncio.wait({call}, timeout=budget)
+            late = loop.time() - due
+            if not call.done() and late > 0:
+                await asyncio.wait({call}, timeout=min(late, budget))
+            if not call.done():
+                raise TimeoutError(f"no answer within {budget:g}s")
+            return call.result()
+        finally:
+            call.cancel()  # nothing if answered; a grant still to come is counted by no one
+            await asyncio.gather(call, return_exceptions=True)
 
     def _since_grant(self) -> float:
         return self._clock.monotonic() - (self._granted_at or 0.0)
