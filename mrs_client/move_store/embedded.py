@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -111,11 +112,16 @@ class EmbeddedMoveStore(MoveStore):
         # Calls sent to the store's thread and not answered yet: a test driving a manual
         # clock moves it only while none is (the mover is waiting on the clock, not on us).
         self.in_flight = 0
+        # Threads of its own, as the cluster store's: a mover's other blocking work in the
+        # loop's default pool never queues a lease renewal or a step's save behind it (one
+        # committing the queued writes, one for a read beside it).
+        self._pool = ThreadPoolExecutor(2, thread_name_prefix="move-store")
 
     async def _run(self, fn: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
         self.in_flight += 1
         try:
-            return await asyncio.to_thread(lambda: self._locked(fn, *args))
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._pool, lambda: self._locked(fn, *args))
         finally:
             self.in_flight -= 1
 
@@ -149,7 +155,7 @@ class EmbeddedMoveStore(MoveStore):
                 self._queue.append(job)
                 start, self._committing = not self._committing, True
             if start:
-                loop.run_in_executor(None, self._commit_queued)
+                loop.run_in_executor(self._pool, self._commit_queued)
             # A caller cancelled meanwhile does not undo the write, as a transaction run in
             # a thread was not undone: the group commits it all the same.
             return await asyncio.shield(job.done)
@@ -470,3 +476,4 @@ class EmbeddedMoveStore(MoveStore):
     async def aclose(self) -> None:
         with self._lock:
             self._conn.close()
+        self._pool.shutdown(wait=False)
