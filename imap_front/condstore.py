@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from contextlib import suppress
+from typing import Any
 
 from pymap.parsing import EndLine, Params, Space
 from pymap.parsing.command.auth import StatusCommand
@@ -139,6 +140,12 @@ class UidModseqFetchCommand(ModseqFetchCommand):
         return super().parse(buf, params.copy(uid=True))
 
 
+def modseq_value(msg: Any, attr: FetchAttribute | None = None) -> FetchValue:
+    """A message's `MODSEQ (n)` FETCH item: its listed modseq as a client is shown it."""
+    value = List([Number(shown(getattr(msg, "modseq", 0)))])
+    return FetchValue.of(attr or ModseqFetchAttribute(b"MODSEQ"), value)
+
+
 class ModseqAttributes(FrontAttributes):
     """A message's FETCH data (`fetch_values.FrontAttributes`), MODSEQ given from the
     message's listed modseq."""
@@ -147,8 +154,7 @@ class ModseqAttributes(FrontAttributes):
 
     def _get(self, attr: FetchAttribute) -> FetchValue:
         if attr.value == b"MODSEQ":
-            modseq = getattr(self.message, "modseq", 0)
-            return FetchValue.of(attr, List([Number(shown(modseq))]))
+            return modseq_value(self.message, attr)
         return super()._get(attr)
 
 

@@ -27,6 +27,7 @@ from imap_front.condstore import (
     BadModseq,
     ModseqAttributes,
     ModseqFetchAttribute,
+    modseq_value,
     node_modseq,
     only_options,
     option_value,
@@ -42,10 +43,6 @@ _Ret = tuple[CommandResponse, Any]
 
 def _ids(values: list[int]) -> bytes:
     return b",".join(b"%d" % v for v in sorted(values))
-
-
-def _modseq_value(msg: Any) -> FetchValue:
-    return FetchValue.of(_MODSEQ, List([Number(shown(getattr(msg, "modseq", 0)))]))
 
 
 class CondstoreState(ConnectionState):
@@ -124,7 +121,7 @@ class CondstoreState(ConnectionState):
                 data.append(FetchValue.of(_FLAGS, List(msg.get_flags(session_flags), sort=True)))
             if cmd.uid:
                 data.append(FetchValue.of(_UID, Number(msg.uid)))
-            data.append(_modseq_value(msg))
+            data.append(modseq_value(msg, _MODSEQ))
             response.add_untagged(FetchResponse(seq, data))
         if modified:  # RFC 7162 3.1.3: those failing UNCHANGEDSINCE, by UID or number
             ids = [uid if cmd.uid else seq for seq, uid in modified]
