@@ -31,6 +31,7 @@ from dag_common.mailbox_digest import DigestRow, body_hash
 from dag_common.model import RollCause
 from replication_node.active import llr_pacing
 from replication_node.active.lease import LeaseKeeper
+from replication_node.active.listing import listing_apart
 from replication_node.errors import SwitchingOver, TransactionTooLarge
 from replication_node.log.events import (
     ClosedGeneration,
@@ -275,6 +276,12 @@ class ActiveCopy:
         assert self._publish_open_log is not None
         ceiling = self._change_number + self.stream.log_file_size
         return await self._publish_open_log(generation, ceiling)
+
+    def listing_apart(
+        self, mailbox: str, folder: str, since_modseq: int = 0
+    ) -> Callable[[], list[ItemRow] | None] | None:
+        """A folder's listing read off the loop, the overlay merged in (`listing.py`)."""
+        return listing_apart(self.overlay, self.db, mailbox, folder, since_modseq)
 
     async def roll(self, *, force: bool = False, cause: RollCause = RollCause.DEMAND) -> int | None:
         """Close the open log now (the mover's roll); the generation closed, if any."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Callable
 
 from dag_common.mailbox_digest import DigestRow
 from replication_node.storage.reader import (
@@ -119,6 +120,15 @@ class FileReads:
             finally:
                 conn.execute("COMMIT")
         return int(waypoint), rows
+
+    def listing_apart(
+        self, mailbox: str, folder: str, since_modseq: int = 0
+    ) -> Callable[[], list[ItemRow] | None]:
+        """`folder_items` for a worker thread (`folder_items_apart`)."""
+        tombstones = since_modseq > 0
+        return lambda: self.folder_items_apart(
+            mailbox, folder, since_modseq, tombstones=tombstones
+        )[1]
 
     def moved_out(self, mailbox: str, uidvalidity: int, since_modseq: int) -> list[int]:
         """The UIDs moved out of the folder of `uidvalidity` after `since_modseq`."""

@@ -4,6 +4,7 @@ tuples, the tables' columns); the routes turn them into JSON."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -97,6 +98,13 @@ class MailboxReader(Protocol):
     def folder_status(self, mailbox: str) -> list[FolderStatus]: ...
 
     def folder_items(self, mailbox: str, folder: str, since_modseq: int = 0) -> list[ItemRow]: ...
+
+    def listing_apart(
+        self, mailbox: str, folder: str, since_modseq: int = 0
+    ) -> Callable[[], list[ItemRow] | None] | None:
+        """`folder_items` (bodiless) to read in a worker thread, which answers None should
+        its read not do (the caller lists on the loop then); None: list on the loop."""
+        ...
 
     def moved_out(self, mailbox: str, uidvalidity: int, since_modseq: int) -> list[int]: ...
 
