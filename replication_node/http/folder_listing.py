@@ -31,6 +31,7 @@ import orjson
 
 from replication_node.active.copy import ActiveCopy
 from replication_node.storage.database import Database
+from replication_node.storage.ops import floored, folder_floor
 from replication_node.storage.reader import ItemRow, MailboxReader
 
 T = TypeVar("T")
@@ -73,6 +74,10 @@ async def folder_listing(
     overlay = reader.overlay
     if overlay.hides(mailbox) or overlay.assigned or overlay.renames.get(mailbox):
         return encode(reader.folder_items(mailbox, folder, since_modseq))
+    # the folder's floor as the overlay has it (it may hold a ReserveLost the file has not):
+    # below it, every row of the file is read and each reported at it (`ops.floored`)
+    floor = folder_floor(reader.folder_rows(mailbox), folder)
+    file_since = 0 if floor > since_modseq else since_modseq
     generations = overlay.generations
     # The file may be read at a waypoint below the newest generation the snapshot holds (that
     # one may be open: more of it may come); with no overlay, only at the waypoint it has now.
@@ -81,7 +86,7 @@ async def folder_listing(
 
     def build() -> tuple[int, bytes]:
         waypoint, stored = reader.db.folder_items_apart(
-            mailbox, folder, since_modseq, tombstones=tombstones
+            mailbox, folder, file_since, tombstones=tombstones
         )
         rows = {r.item_id: r for r in stored if r.folder == folder}
         for row in held:
@@ -90,7 +95,7 @@ async def folder_listing(
                 rows[row.item_id] = row._replace(body="")
         listed = [
             r
-            for r in rows.values()
+            for r in (floored(r, floor) for r in rows.values())
             if (since_modseq == 0 and not r.deleted)
             or (since_modseq > 0 and r.modseq > since_modseq)
         ]

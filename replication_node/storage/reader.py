@@ -24,7 +24,9 @@ class MailboxRow(NamedTuple):
 
 class FolderRow(NamedTuple):
     """A folder as its copy holds it (a `folders` row): its IMAP counters.  `uidvalidity`
-    0: a folder of a file from before them, not numbered yet (`AssignUids`)."""
+    0: a folder of a file from before them, not numbered yet (`AssignUids`).
+    `modseq_floor`: the modseq below which none of its items is reported (`ReserveLost`
+    sets it: `ops.floored`)."""
 
     mailbox: str
     folder: str
@@ -32,6 +34,7 @@ class FolderRow(NamedTuple):
     uidvalidity: int = 0
     uid_next: int = 1
     highest_modseq: int = 0
+    modseq_floor: int = 0
 
 
 class FolderStatus(NamedTuple):
