@@ -473,10 +473,7 @@ class ActiveCopy:
                 if each is not None and not each.deleted and each.folder in counts:
                     counts[each.folder][0] += sign
                     counts[each.folder][1] += sign * (SEEN not in each.flags)
-        return [
-            FolderStatus(f.folder, f.uidvalidity, f.uid_next, f.highest_modseq, *counts[f.folder])
-            for f in folders
-        ]
+        return [FolderStatus.of(f, *counts[f.folder]) for f in folders]
 
     def folder_items(self, mailbox: str, folder: str, since_modseq: int = 0) -> list[ItemRow]:
         """A folder's items without bodies, by UID (`Database.folder_items`), the overlay's

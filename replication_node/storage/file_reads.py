@@ -85,14 +85,7 @@ class FileReads:
         """Each folder's counters with its live items and those not `\\Seen` (STATUS)."""
         counts = self.folder_counts(mailbox)
         return [
-            FolderStatus(
-                f.folder,
-                f.uidvalidity,
-                f.uid_next,
-                f.highest_modseq,
-                *counts.get(f.folder, (0, 0)),
-            )
-            for f in self.folder_rows(mailbox)
+            FolderStatus.of(f, *counts.get(f.folder, (0, 0))) for f in self.folder_rows(mailbox)
         ]
 
     def folder_items(

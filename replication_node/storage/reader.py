@@ -39,7 +39,7 @@ class FolderRow(NamedTuple):
 
 class FolderStatus(NamedTuple):
     """A folder's counters with what it holds (IMAP's STATUS): live items, and those of
-    them without `\\Seen`."""
+    them without `\\Seen`; its `modseq_floor` (`FolderRow`), which a move carries."""
 
     folder: str
     uidvalidity: int
@@ -47,6 +47,14 @@ class FolderStatus(NamedTuple):
     highest_modseq: int
     messages: int
     unseen: int
+    modseq_floor: int = 0
+
+    @classmethod
+    def of(cls, row: FolderRow, messages: int, unseen: int) -> FolderStatus:
+        """A folder's status: its row's counters, with these counts."""
+        r = row
+        return cls(r.folder, r.uidvalidity, r.uid_next, r.highest_modseq, messages, unseen,
+                   r.modseq_floor)  # fmt: skip
 
 
 class ItemRow(NamedTuple):

@@ -253,6 +253,7 @@ _LIFT = (
     "UPDATE folders SET uid_next=max(uid_next, ?), highest_modseq=max(highest_modseq, ?)"
     " WHERE mailbox=? AND folder=?"
 )
+_LIFT_FLOOR = "UPDATE folders SET modseq_floor=max(modseq_floor, ?) WHERE mailbox=? AND folder=?"
 last_cn_of = last_cn
 
 
@@ -363,6 +364,8 @@ def _other(conn: sqlite3.Connection, op: Operation, when: str) -> int:
             _lift_both(conn, op.mailbox, op.folder, op.to, [u for _, _, u in op.items], op.modseq)
         case SetFolderCounters():
             conn.execute(_LIFT, (op.uid_next, op.highest_modseq, op.mailbox, op.folder))
+            if op.modseq_floor:
+                conn.execute(_LIFT_FLOOR, (op.modseq_floor, op.mailbox, op.folder))
             conn.execute(_LIFT_UIDVALIDITY, (op.uidvalidity_next, op.mailbox))
         case AssignUids():
             _assign_uids(conn, op)

@@ -10,10 +10,13 @@ import sqlite3
 import uuid
 
 import orjson
+import pytest
 
+from dag_common.errors import BadRequest
 from dag_common.store_api import ItemIn
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.http.folder_listing import folder_listing, message_rows
+from replication_node.log.operations import SetFolderCounters, decode, encode
 from replication_node.storage.database import Database
 from replication_node.storage.paths import CopyPaths
 from tests.replication_node.helpers import mount
@@ -103,3 +106,71 @@ async def test_a_file_from_before_the_floor_gets_the_column_at_zero(tmp_path):
     await MailboxStore(copy).reserve_lost(5)
     assert listed(copy, 1) == [("a", 6)]
     await copy.crash_close()
+
+
+async def test_a_moves_counters_carry_the_floor_on_the_overlay_a_passive_and_the_file(tmp_path):
+    """A move's final sync gives the target folder the source's floor (`SetFolderCounters
+    {modseq_floor}`): its items, copied with the modseqs they had before the source's
+    failover, are reported at the floor, as the source reported them; never lowered."""
+    copy = await mount(tmp_path / "active")
+    store = MailboxStore(copy)
+    await store.create_mailbox("m", folders=["Inbox"], locked=True)
+    await store.put_items("m", [ItemIn(item_id=i, body=i) for i in "ab"], override_lock=True)
+    floor = 90
+    await store.set_folder_counters(
+        "m", "Inbox", uid_next=50, highest_modseq=floor, uidvalidity_next=0,
+        modseq_floor=floor, override_lock=True,
+    )  # fmt: skip
+    await store.set_folder_counters(  # a floor is never lowered (a retried sync's, older)
+        "m", "Inbox", uid_next=1, highest_modseq=0, uidvalidity_next=0, override_lock=True
+    )
+    (inbox,) = copy.folder_rows("m")
+    assert (inbox.highest_modseq, inbox.modseq_floor) == (floor, floor)
+    assert [s.modseq_floor for s in copy.folder_status("m")] == [floor]
+    every = [("a", floor), ("b", floor)]
+    for since in (0, 2, floor - 1):
+        assert listed(copy, since) == every and await off_loop(copy, since) == every, since
+    assert listed(copy, floor) == []
+
+    passive = Database.create(
+        tmp_path / "passive.sqlite", database_signature=uuid.uuid4(), log_signature=uuid.uuid4()
+    )
+    try:
+        txns = copy.overlay.transactions_through(10**6)
+        passive.apply(txns, waypoint=2, committed=2, last_log_time=None)
+        assert passive.folder_rows("m") == copy.folder_rows("m")
+        assert passive.folder_status("m") == copy.folder_status("m")
+        assert listed(passive, 0) == every and listed(passive, floor) == []
+    finally:
+        passive.close()
+    await copy.dismount()
+    copy = await mount(tmp_path / "active", create=False)
+    assert [f.modseq_floor for f in copy.folder_rows("m")] == [floor]
+    assert listed(copy, 0) == every and await off_loop(copy, 0) == every
+    await copy.crash_close()
+
+
+async def test_a_floor_above_the_highest_modseq_given_is_refused_and_changes_nothing(tmp_path):
+    copy = await mount(tmp_path)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m", folders=["Inbox"], locked=True)
+    before = copy.folder_rows("m")
+    with pytest.raises(BadRequest, match="above highest_modseq"):
+        await store.set_folder_counters(
+            "m", "Inbox", uid_next=5, highest_modseq=10, uidvalidity_next=0,
+            modseq_floor=11, override_lock=True,
+        )  # fmt: skip
+    assert copy.folder_rows("m") == before
+    await copy.crash_close()
+
+
+def test_a_counters_record_without_a_floor_is_written_and_read_as_before():
+    """A log from before the floor replays (the field absent: 0), and a record without a
+    floor is written without the field, so a reader from before it still reads it."""
+    old = {"op": "set_folder_counters", "mailbox": "m", "cn": 3, "folder": "Inbox",
+           "uid_next": 7, "highest_modseq": 9, "uidvalidity_next": 0}  # fmt: skip
+    op = decode(old)
+    assert isinstance(op, SetFolderCounters) and op.modseq_floor == 0
+    assert encode(op) == old
+    floored_op = decode({**old, "modseq_floor": 9})
+    assert floored_op.modseq_floor == 9 and encode(floored_op) == {**old, "modseq_floor": 9}
