@@ -459,6 +459,8 @@ class NodeStoreClient:
             "highest_modseq": folder.highest_modseq,
             "uidvalidity_next": uidvalidity_next,
         }
+        if folder.modseq_floor:  # a node from before the floor refuses the field
+            body["modseq_floor"] = folder.modseq_floor
         path = f"/mailboxes/{mailbox}/folders/{_path(folder.folder)}/counters"
         return await self._moved(database, path, body)
 

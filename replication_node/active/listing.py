@@ -14,17 +14,26 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from replication_node.storage.database import Database
+from replication_node.storage.ops import floored
 from replication_node.storage.overlay import LlrOverlay
 from replication_node.storage.reader import ItemRow
 
 
 def listing_apart(
-    overlay: LlrOverlay, db: Database, mailbox: str, folder: str, since_modseq: int
+    overlay: LlrOverlay,
+    db: Database,
+    mailbox: str,
+    folder: str,
+    since_modseq: int,
+    floor: int,
 ) -> Callable[[], list[ItemRow] | None] | None:
     """The folder's items (bodiless) to read in a worker thread, as `folder_items` lists
-    them; None: list on the loop."""
+    them; None: list on the loop.  `floor`: the folder's `modseq_floor` as the overlay has it
+    (it may hold a ReserveLost the file has not): below it, every row of the file is read and
+    each reported at it (`ops.floored`)."""
     if overlay.hides(mailbox) or overlay.assigned or overlay.renames.get(mailbox):
         return None
+    file_since = 0 if floor > since_modseq else since_modseq
     generations = overlay.generations
     # The file may be read at a waypoint below the newest generation the snapshot holds (that
     # one may be open: more of it may come); with no overlay, only at the waypoint it has now.
@@ -33,7 +42,7 @@ def listing_apart(
 
     def build() -> list[ItemRow] | None:
         waypoint, stored = db.folder_items_apart(
-            mailbox, folder, since_modseq, tombstones=since_modseq > 0
+            mailbox, folder, file_since, tombstones=since_modseq > 0
         )
         if waypoint > highest:  # flushed meanwhile: what the snapshot held may be older
             return None
@@ -44,7 +53,7 @@ def listing_apart(
                 rows[row.item_id] = row._replace(body="")
         listed = [
             r
-            for r in rows.values()
+            for r in (floored(r, floor) for r in rows.values())
             if (since_modseq == 0 and not r.deleted)
             or (since_modseq > 0 and r.modseq > since_modseq)
         ]

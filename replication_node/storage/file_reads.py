@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 
 from dag_common.mailbox_digest import DigestRow
+from replication_node.storage.ops import floored
 from replication_node.storage.reader import (
     FolderRow,
     FolderStatus,
@@ -85,14 +86,7 @@ class FileReads:
         """Each folder's counters with its live items and those not `\\Seen` (STATUS)."""
         counts = self.folder_counts(mailbox)
         return [
-            FolderStatus(
-                f.folder,
-                f.uidvalidity,
-                f.uid_next,
-                f.highest_modseq,
-                *counts.get(f.folder, (0, 0)),
-            )
-            for f in self.folder_rows(mailbox)
+            FolderStatus.of(f, *counts.get(f.folder, (0, 0))) for f in self.folder_rows(mailbox)
         ]
 
     def folder_items(
@@ -250,9 +244,15 @@ def _folder_items(
 ) -> list[ItemRow]:
     if tombstones is None:
         tombstones = since_modseq > 0
+    found = conn.execute(
+        "SELECT modseq_floor FROM folders WHERE mailbox=? AND folder=?", (mailbox, folder)
+    ).fetchone()
+    floor = found[0] if found else 0
+    # below the folder's floor every item counts as changed (`ops.floored`)
+    since = 0 if floor > since_modseq else since_modseq
     rows = conn.execute(
         f"SELECT {ITEM_HEAD_COLUMNS} FROM items WHERE mailbox=? AND folder=?"
         " AND (?=0 OR modseq>?) AND (deleted=0 OR ?) ORDER BY uid, item_id",
-        (mailbox, folder, since_modseq, since_modseq, int(tombstones)),
+        (mailbox, folder, since, since, int(tombstones)),
     ).fetchall()
-    return [item_head_of(r) for r in rows]
+    return [floored(item_head_of(r), floor) for r in rows]

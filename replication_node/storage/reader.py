@@ -25,7 +25,9 @@ class MailboxRow(NamedTuple):
 
 class FolderRow(NamedTuple):
     """A folder as its copy holds it (a `folders` row): its IMAP counters.  `uidvalidity`
-    0: a folder of a file from before them, not numbered yet (`AssignUids`)."""
+    0: a folder of a file from before them, not numbered yet (`AssignUids`).
+    `modseq_floor`: the modseq below which none of its items is reported (`ReserveLost`
+    sets it: `ops.floored`)."""
 
     mailbox: str
     folder: str
@@ -33,11 +35,12 @@ class FolderRow(NamedTuple):
     uidvalidity: int = 0
     uid_next: int = 1
     highest_modseq: int = 0
+    modseq_floor: int = 0
 
 
 class FolderStatus(NamedTuple):
     """A folder's counters with what it holds (IMAP's STATUS): live items, and those of
-    them without `\\Seen`."""
+    them without `\\Seen`; its `modseq_floor` (`FolderRow`), which a move carries."""
 
     folder: str
     uidvalidity: int
@@ -45,6 +48,14 @@ class FolderStatus(NamedTuple):
     highest_modseq: int
     messages: int
     unseen: int
+    modseq_floor: int = 0
+
+    @classmethod
+    def of(cls, row: FolderRow, messages: int, unseen: int) -> FolderStatus:
+        """A folder's status: its row's counters, with these counts."""
+        r = row
+        return cls(r.folder, r.uidvalidity, r.uid_next, r.highest_modseq, messages, unseen,
+                   r.modseq_floor)  # fmt: skip
 
 
 class ItemRow(NamedTuple):

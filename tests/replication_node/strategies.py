@@ -76,9 +76,12 @@ def operation(draw):
         return {"op": "copy_items", "mailbox": mailbox, "folder": folder, "to": to,
                 "items": copied, "modseq": draw(modseqs)}  # fmt: skip
     if kind == "counters":
-        return {"op": "set_folder_counters", "mailbox": mailbox, "folder": folder,
-                "uid_next": draw(uids), "highest_modseq": draw(modseqs),
-                "uidvalidity_next": draw(st.integers(0, 100))}  # fmt: skip
+        counters = {"op": "set_folder_counters", "mailbox": mailbox, "folder": folder,
+                    "uid_next": draw(uids), "highest_modseq": draw(modseqs),
+                    "uidvalidity_next": draw(st.integers(0, 100))}  # fmt: skip
+        if draw(st.booleans()):  # a move's from a source with a floor (none: a log from before)
+            counters["modseq_floor"] = draw(st.integers(0, counters["highest_modseq"]))
+        return counters
     if kind == "set_mailbox":
         flag = draw(st.sampled_from(["locked", "soft_deleted"]))
         return {"op": "set_mailbox", "mailbox": mailbox, flag: draw(st.booleans())}
