@@ -79,8 +79,10 @@ def operation(draw):
         counters = {"op": "set_folder_counters", "mailbox": mailbox, "folder": folder,
                     "uid_next": draw(uids), "highest_modseq": draw(modseqs),
                     "uidvalidity_next": draw(st.integers(0, 100))}  # fmt: skip
-        if draw(st.booleans()):  # a move's from a source with a floor (none: a log from before)
-            counters["modseq_floor"] = draw(st.integers(0, counters["highest_modseq"]))
+        # a move's from a source with a floor (none: a log from before, or a floor of 0, which
+        # the log does not carry)
+        if draw(st.booleans()) and counters["highest_modseq"] > 0:
+            counters["modseq_floor"] = draw(st.integers(1, counters["highest_modseq"]))
         return counters
     if kind == "set_mailbox":
         flag = draw(st.sampled_from(["locked", "soft_deleted"]))
