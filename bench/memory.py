@@ -19,7 +19,7 @@ kernel keeps, so no sampling misses it); the mover's is sampled every 20 ms whil
 4. Move: `mrs move` of the mailbox to DB2 (mbx2 active: the target's writes land on a node
    that also holds a passive copy of the source).  The mover's peak, and each node's.
 5. Idle: each node's RSS after `--idle` seconds with nothing to do (a node gives memory back
-   once it has written nothing for 5-10 s: `replication_node/idle_memory.py`).
+   once it has written nothing for 5-10 s: `replication_node/storage/idle_memory.py`).
 6. Reconcile (unless `--no-reconcile`): a second mailbox (`bob`, the same sizes) written to
    DB1, then moved to DB2 by a reconcile that repairs all of it, the worst case of the
    reconcile after a lossy failover (every item to put): `mrs move` run with a copy of the

@@ -52,7 +52,6 @@ from replication_node.cluster.manager import InstanceSpec, desired_spec, plan_in
 from replication_node.cluster.peers import HttpPeers, PeerProgress, copy_awaiting_logs
 from replication_node.cluster.switchover import Switchover
 from replication_node.errors import BadRequest, ClusterStoreError, Conflict, NotFound
-from replication_node.idle_memory import Holders, IdleMemory
 from replication_node.log.operations import BackupKind
 from replication_node.log.truncation import CopyProgress
 from replication_node.metrics import NodeMetrics, NodeStatusCollector
@@ -60,6 +59,7 @@ from replication_node.passive.copy import PassiveCopy
 from replication_node.passive.settings import PassiveSettings
 from replication_node.shipping.copy_share import HttpCopyLogs
 from replication_node.shipping.logshare_client import HttpLogSource
+from replication_node.storage.idle_memory import Holders, IdleMemory
 from replication_node.storage.reader import MailboxReader
 
 logger = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class Node:
         # process's memory and the budget's use at /metrics.
         self.memory = MemoryBudget(int(config.node(name).memory_budget))
         watch_memory(self.metrics.registry, self.memory)
-        # Once quiet, what a burst left resident is given back (idle_memory.py).
+        # Once quiet, what a burst left resident is given back (storage/idle_memory.py).
         self.idle_memory = IdleMemory(holders=self._memory_holders, clock=clock)
         self._idle_task: asyncio.Task[None] | None = None
 

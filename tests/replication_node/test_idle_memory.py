@@ -1,4 +1,4 @@
-"""When a quiet node gives memory back (replication_node/idle_memory.py), and the block-mode
+"""When a quiet node gives memory back (replication_node/storage/idle_memory.py), and the block-mode
 buffer's blocks it lets go (log/blocks.py)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from dag_common.model import Position
-from replication_node.idle_memory import IdleState, release_due
 from replication_node.log.blocks import Block, BlockFeed, FeedBehind
+from replication_node.storage.idle_memory import IdleState, release_due
 
 
 @pytest.mark.parametrize(

@@ -216,7 +216,7 @@ async def test_a_node_gone_quiet_after_a_burst_of_large_items_gives_its_memory_b
         async def given_back() -> bool:
             return all(resident_memory(pids[n]).resident <= bound[n] for n in bound)
 
-        # The node releases once it has written nothing for 5-10 s (idle_memory.py).
+        # The node releases once it has written nothing for 5-10 s (storage/idle_memory.py).
         await wait_until("both nodes back near rest", given_back, timeout=60)
     finally:
         now = {node: resident_memory(proc.pid).resident for node, proc in c.procs.items()}
