@@ -41,8 +41,8 @@ _DB_OFFSET = object.__basicsize__
 def _library() -> ctypes.CDLL | None:
     """The SQLite library the `sqlite3` module runs on (the extension module's own handle, so
     its symbols resolve to the copy it linked, never another one); None where unusable."""
-    if sys.implementation.name != "cpython":
-        return None
+    if sys.implementation.name != "cpython" or not (3, 8) <= sys.version_info[:2] <= (3, 13):
+        return None  # the connection's layout (`_DB_OFFSET`) is known for these versions only
     try:
         import _sqlite3
 
