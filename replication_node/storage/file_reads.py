@@ -2,15 +2,18 @@
 
 Each read goes through a connection of its own (`Database` opens them): in WAL mode it sees
 the last commit and never waits for a write in progress; a worker thread's large reads
-(`folder_items_apart`) through a third, so the loop's small reads never wait on them."""
+(`folder_items_apart`, `reading_apart`) through a third, so the loop's small reads never
+wait on them."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from dag_common.mailbox_digest import DigestRow
+from dag_common.rfc822 import BodyFormat
 from replication_node.storage.ops import floored
 from replication_node.storage.reader import (
     FolderRow,
@@ -123,6 +126,18 @@ class FileReads:
         return lambda: self.folder_items_apart(
             mailbox, folder, since_modseq, tombstones=tombstones
         )[1]
+
+    @contextlib.contextmanager
+    def reading_apart(self) -> Iterator[sqlite3.Connection]:
+        """The worker threads' connection, in one read transaction for the block: for reads
+        made a row at a time (`message_body`) off the loop."""
+        with self._apart_lock:
+            conn = self._apart
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                conn.execute("COMMIT")
 
     def moved_out(self, mailbox: str, uidvalidity: int, since_modseq: int) -> list[int]:
         """The UIDs moved out of the folder of `uidvalidity` after `since_modseq`."""
@@ -256,3 +271,16 @@ def _folder_items(
         (mailbox, folder, since, since, int(tombstones)),
     ).fetchall()
     return [floored(item_head_of(r), floor) for r in rows]
+
+
+StoredBody = tuple[str, BodyFormat, str]  # an item's body, its format, its subject
+
+
+def message_body(conn: sqlite3.Connection, mailbox: str, item_id: str) -> StoredBody | None:
+    """A live item's body, format and subject, read through `conn` (`reading_apart`); None
+    for no such item or a tombstone."""
+    row = conn.execute(
+        "SELECT body, format, subject FROM items WHERE mailbox=? AND item_id=? AND deleted=0",
+        (mailbox, item_id),
+    ).fetchone()
+    return None if row is None else (row[0], BodyFormat(row[1]), row[2])
