@@ -25,13 +25,14 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
+from operator import attrgetter
 
 from dag_common.clock import Clock
 from dag_common.mailbox_digest import DigestRow, body_hash
 from dag_common.model import RollCause
 from replication_node.active import llr_pacing
 from replication_node.active.lease import LeaseKeeper
-from replication_node.active.listing import listing_apart
+from replication_node.active.listing import bodies_apart, listing_apart
 from replication_node.errors import SwitchingOver, TransactionTooLarge
 from replication_node.log.events import (
     ClosedGeneration,
@@ -47,6 +48,7 @@ from replication_node.log.operations import AssignUids, Operation, RecordBackup,
 from replication_node.log.recovery import plan_recovery
 from replication_node.log.spanning import BlobRef
 from replication_node.storage.database import Database
+from replication_node.storage.file_reads import Held
 from replication_node.storage.header import DatabaseHeader, DatabaseState
 from replication_node.storage.ops import SEEN, floored, folder_floor
 from replication_node.storage.overlay import LlrOverlay
@@ -284,6 +286,9 @@ class ActiveCopy:
         floor = folder_floor(self.folder_rows(mailbox), folder)
         return listing_apart(self.overlay, self.db, mailbox, folder, since_modseq, floor)
 
+    def bodies_apart(self, mailbox: str, ids: Sequence[str]) -> tuple[Database, Held]:
+        return bodies_apart(self.overlay, self.db, mailbox, ids)  # (`listing.py`)
+
     async def roll(self, *, force: bool = False, cause: RollCause = RollCause.DEMAND) -> int | None:
         """Close the open log now (the mover's roll); the generation closed, if any."""
         return await self.stream.roll(force=force, cause=cause)
@@ -458,7 +463,7 @@ class ActiveCopy:
                     rows[item_id] = row
                 else:
                     rows.pop(item_id, None)
-        return sorted(rows.values(), key=_change_number)
+        return sorted(rows.values(), key=attrgetter("change_number"))
 
     def folder_status(self, mailbox: str) -> list[FolderStatus]:
         """Each folder's counters with its live items and those not `\\Seen`: the file's
@@ -576,7 +581,7 @@ class ActiveCopy:
                     rows[item_id] = row if bodies else _without_body(row)
                 else:
                     rows.pop(item_id, None)
-        items = sorted(rows.values(), key=_change_number)
+        items = sorted(rows.values(), key=attrgetter("change_number"))
         if end is not None:
             return ItemsPage(items, end, False)
         return ItemsPage(items, max([since_change, *(r.change_number for r in items)]), True)
@@ -587,10 +592,6 @@ class ActiveCopy:
 
 def _uid(row: ItemRow) -> tuple[int, str]:
     return row.uid, row.item_id
-
-
-def _change_number(row: ItemRow) -> int:
-    return row.change_number
 
 
 def _without_body(row: ItemRow) -> ItemRow:
