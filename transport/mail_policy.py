@@ -242,23 +242,30 @@ def received(hop: Hop, message_id: str) -> bytes:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A message as it is queued: its bytes (trace header and, if it had none, Message-ID
-    in front of what came) and the id it is queued under."""
+    """A message as it is queued: the header fields put in front of it (its trace and, if it
+    had none, a Message-ID), the bytes that came (never copied behind them: the queue
+    writes one after the other), and the id it is queued under."""
 
-    raw: bytes
+    head: bytes
+    body: bytes
     message_id: str
+
+    @property
+    def raw(self) -> bytes:
+        """The message whole (a copy: for tests and small messages)."""
+        return self.head + self.body
 
 
 def prepare(raw: bytes, hop: Hop, *, sender: str, recipients: list[str]) -> Prepared:
     """`raw` as it is queued (see the module's docstring)."""
     own = message_id_of(raw)
     if own is not None:
-        return Prepared(received(hop, own) + raw, own)
+        return Prepared(received(hop, own), raw, own)
     made = made_message_id(raw, sender, recipients, hop.by)
     added = f"Message-ID: {made}\r\n".encode("ascii")
     if b"message-id:" in header_block(raw).lower():  # one it has, unusable: not a second
         added = b""
-    return Prepared(received(hop, made) + added + raw, made)
+    return Prepared(received(hop, made) + added, raw, made)
 
 
 class SessionCount:

@@ -19,7 +19,6 @@ from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, MailSettings, NodeConfig
 from dag_common.credentials import Credential, Credentials, Role, digest
 from dag_common.errors import ClusterStoreError
-from dag_common.rfc822 import BodyFormat, message_bytes
 from tests.prometheus import value
 from transport.delivery import Deliverer
 from transport.mail_listener import Listener, MailService
@@ -58,13 +57,15 @@ class Lab:
     def queued(self) -> dict[str, tuple[bytes, list[str]]]:
         """Message id -> (its bytes, its recipients), as the queue's file holds them."""
         with sqlite3.connect(f"file:{self.queue}?mode=ro", uri=True) as conn:
-            rows = conn.execute("SELECT message_id, body, format FROM messages").fetchall()
+            rows = conn.execute("SELECT message_id, body, file FROM messages").fetchall()
             out = {}
-            for message_id, body, fmt in rows:
+            for message_id, body, file in rows:
                 to = [r for (r,) in conn.execute(
                     "SELECT recipient FROM deliveries WHERE message_id=? ORDER BY id",
                     (message_id,))]  # fmt: skip
-                out[message_id] = (message_bytes(body, BodyFormat(fmt)), to)
+                if file is not None:  # a large body: its own file (transport/bodies.py)
+                    body = (self.queue.parent / f"{self.queue.name}.bodies" / file).read_bytes()
+                out[message_id] = (body, to)
         return out
 
 
