@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import smtplib
 import socket
-import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from dag_common.config import ClusterConfig, MailSettings, NodeConfig
 from dag_common.credentials import Credential, Credentials, Role, digest
 from dag_common.errors import ClusterStoreError
 from tests.prometheus import value
+from tests.transport.harness import queued_messages
 from transport.delivery import Deliverer
 from transport.mail_listener import Listener, MailService
 from transport.metrics import TransportMetrics
@@ -56,17 +56,7 @@ class Lab:
 
     def queued(self) -> dict[str, tuple[bytes, list[str]]]:
         """Message id -> (its bytes, its recipients), as the queue's file holds them."""
-        with sqlite3.connect(f"file:{self.queue}?mode=ro", uri=True) as conn:
-            rows = conn.execute("SELECT message_id, body, file FROM messages").fetchall()
-            out = {}
-            for message_id, body, file in rows:
-                to = [r for (r,) in conn.execute(
-                    "SELECT recipient FROM deliveries WHERE message_id=? ORDER BY id",
-                    (message_id,))]  # fmt: skip
-                if file is not None:  # a large body: its own file (transport/bodies.py)
-                    body = (self.queue.parent / f"{self.queue.name}.bodies" / file).read_bytes()
-                out[message_id] = (body, to)
-        return out
+        return queued_messages(self.queue)
 
 
 def listening() -> socket.socket:
