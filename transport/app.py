@@ -111,7 +111,7 @@ async def post_message(request: web.Request) -> web.Response:
     size = body_share(request, limit)
     async with transport.memory.share(size, "a message"):
         if request.content_type == "message/rfc822":
-            raw = bytes(await read_body(request, limit))
+            raw = await read_body(request, limit)  # not copied to bytes: kept once
             recipients = request.query.getall("to", [])
             if not recipients:
                 raise BadRequest("a message/rfc822 submission names its recipients: ?to=…")

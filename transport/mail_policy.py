@@ -159,7 +159,7 @@ class Content:
         return LINE_TOO_LONG if length > MAX_LINE else None
 
 
-def message_fault(raw: bytes) -> Reply | None:
+def message_fault(raw: bytes | bytearray) -> Reply | None:
     """What is wrong with the lines of a whole message (no dot-stuffing): the checks a DATA
     makes, for a message submitted over HTTP (its last line may lack its CRLF)."""
     content = Content(stuffed=False)
@@ -189,7 +189,7 @@ def trusted(peer: str | None, networks: Iterable[str]) -> bool:
     return any(address in ipaddress.ip_network(n, strict=False) for n in networks)
 
 
-def message_id_of(raw: bytes) -> str | None:
+def message_id_of(raw: bytes | bytearray) -> str | None:
     """The message's own Message-ID, as the queue keys it (None: it has none usable)."""
     block = header_block(raw)
     plain = plain_header(block, b"message-id")  # what the parser reads, without its cost
@@ -205,7 +205,9 @@ def message_id_of(raw: bytes) -> str | None:
     return text if _MESSAGE_ID.match(text) else None
 
 
-def made_message_id(raw: bytes, sender: str, recipients: Iterable[str], host: str) -> str:
+def made_message_id(
+    raw: bytes | bytearray, sender: str, recipients: Iterable[str], host: str
+) -> str:
     """A Message-ID for a message without one: the same for the same message sent again
     (its bytes and envelope), so an MTA's retry is queued once."""
     h = hashlib.sha256()
@@ -247,7 +249,7 @@ class Prepared:
     writes one after the other), and the id it is queued under."""
 
     head: bytes
-    body: bytes
+    body: bytes | bytearray  # a bytearray as an HTTP body is read: not copied to bytes
     message_id: str
 
     @property
@@ -256,7 +258,7 @@ class Prepared:
         return self.head + self.body
 
 
-def prepare(raw: bytes, hop: Hop, *, sender: str, recipients: list[str]) -> Prepared:
+def prepare(raw: bytes | bytearray, hop: Hop, *, sender: str, recipients: list[str]) -> Prepared:
     """`raw` as it is queued (see the module's docstring)."""
     own = message_id_of(raw)
     if own is not None:

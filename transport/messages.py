@@ -60,7 +60,7 @@ _SLICE = 1 << 20
 _HIGH = bytes(range(0x80, 0x100))
 
 
-def message_format(parts: tuple[bytes, ...]) -> tuple[BodyFormat, int]:
+def message_format(parts: tuple[bytes | bytearray, ...]) -> tuple[BodyFormat, int]:
     """The format that keeps the message `parts` (its bytes, in order) byte for byte, and
     the size in UTF-8 of the body that format gives (what a node counts): as
     `rfc822.body_of_message` decides, without a text of the message.  ASCII, as nearly all
@@ -95,7 +95,7 @@ class Queued:
     recipients: tuple[str, ...]
     folder: str
     subject: str  # a message's is read from its headers (what the node reads too)
-    parts: tuple[bytes, ...]
+    parts: tuple[bytes | bytearray, ...]
     format: BodyFormat
     size: int  # the item's size as the node counts it (subject and body in UTF-8)
 
@@ -106,7 +106,13 @@ class Queued:
 
     @classmethod
     def of_message(
-        cls, head: bytes, raw: bytes, *, message_id: str, recipients: list[str], folder: str
+        cls,
+        head: bytes,
+        raw: bytes | bytearray,
+        *,
+        message_id: str,
+        recipients: list[str],
+        folder: str,
     ) -> Queued:
         """A message as it came (`raw`) behind the header fields the transport puts in
         front (`head`: its trace, a Message-ID; never a Subject), its subject read from

@@ -107,7 +107,13 @@ class Transport:
         )
 
     async def submit_message(
-        self, raw: bytes, recipients: list[str], folder: str, *, peer: str, secure: bool
+        self,
+        raw: bytes | bytearray,
+        recipients: list[str],
+        folder: str,
+        *,
+        peer: str,
+        secure: bool,
     ) -> Outcome:
         """`POST /v1/messages` of a `message/rfc822` body: checked as a DATA is, queued as
         the listeners queue it (a `Received:` header, a Message-ID if it has none)."""
