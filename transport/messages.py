@@ -4,6 +4,8 @@ state as `GET /v1/queue` answers it (read by `transport status` without the serv
 from __future__ import annotations
 
 import codecs
+import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Annotated
@@ -12,7 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 
 from dag_common.api_types import Folder, Name, Text
 from dag_common.mailbox_digest import utf8_size  # http_body's would bring aiohttp.web
-from dag_common.rfc822 import BodyFormat, message_bytes, subject_of, subject_of_body
+from dag_common.rfc822 import (
+    BodyFormat,
+    message_size,
+    message_slices,
+    subject_of,
+    subject_of_body,
+)
 
 # A message id is the sender's (RFC 5322 Message-ID or any unique text): printable, bounded.
 MessageId = Annotated[StrictStr, Field(min_length=1, max_length=998, pattern=r"^[\x21-\x7e]+$")]
@@ -89,7 +97,8 @@ def message_format(parts: tuple[bytes | bytearray, ...]) -> tuple[BodyFormat, in
 class Queued:
     """A message as the queue keeps it: its body as bytes (a message's own bytes, a text
     item's body in UTF-8), in `parts` that are written one after the other and never joined
-    for a large one; the fields a delivery needs computed once, from its headers only."""
+    for a large one (or, posted as JSON, its `text`); the fields a delivery needs computed
+    once, from its headers only."""
 
     message_id: str
     recipients: tuple[str, ...]
@@ -98,11 +107,29 @@ class Queued:
     parts: tuple[bytes | bytearray, ...]
     format: BodyFormat
     size: int  # the item's size as the node counts it (subject and body in UTF-8)
+    # A body posted as JSON comes as text: kept so, encoded a slice at a time as it is
+    # written (`chunks`), never whole beside it (`parts` is then empty).
+    text: str | None = None
 
     @property
     def length(self) -> int:
         """Bytes of the body."""
-        return sum(map(len, self.parts))
+        if self.text is None:
+            return sum(map(len, self.parts))
+        if self.format.is_message:
+            return message_size(self.text, self.format)
+        return utf8_size(self.text)
+
+    def chunks(self) -> Iterator[bytes | bytearray]:
+        """The body's bytes, in order: the parts, or the text's encoded a slice at a time."""
+        text = self.text
+        if text is None:
+            yield from self.parts
+        elif self.format.is_message:
+            yield from message_slices(text, self.format)
+        else:
+            for start in range(0, len(text), _SLICE):
+                yield text[start : start + _SLICE].encode("utf-8", "surrogatepass")
 
     @classmethod
     def of_message(
@@ -129,16 +156,12 @@ class Queued:
     def of(cls, message: MessageIn) -> Queued:
         """A message posted as JSON (`MessageIn`): a text item's body in UTF-8, a
         message's as the bytes its format says."""
-        if message.format.is_message:
-            raw = message_bytes(message.body, message.format)
-        else:
-            raw = message.body.encode("utf-8", "surrogatepass")
         return cls(message.message_id, tuple(message.recipients), message.folder,
-                   message.stored_subject, (raw,), message.format, message.size)  # fmt: skip
+                   message.stored_subject, (), message.format, message.size,
+                   message.body)  # fmt: skip
 
     def replace(self, *, recipients: list[str]) -> Queued:
-        return Queued(self.message_id, tuple(recipients), self.folder, self.subject,
-                      self.parts, self.format, self.size)  # fmt: skip
+        return dataclasses.replace(self, recipients=tuple(recipients))
 
 
 @dataclass(frozen=True)

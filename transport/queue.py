@@ -319,8 +319,8 @@ class QueueStore:
         length = message.length
         file: str | None = None
         if length >= FILE_FROM:  # written and fsync'd beside the others' (not in the writer)
-            file = await asyncio.to_thread(self._bodies.write, message.parts)
-        body = b"" if file is not None else b"".join(message.parts)
+            file = await asyncio.to_thread(self._bodies.write, message.chunks())
+        body = b"" if file is not None else b"".join(message.chunks())
         taken = False  # the file is named by the row inserted
 
         def work() -> Submitted:
