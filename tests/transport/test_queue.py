@@ -224,6 +224,10 @@ async def test_a_large_body_is_a_file_of_its_own_read_back_byte_for_byte(tmp_pat
     assert stored.format == "message-8bit" and d.size == len("big") + len(raw) + high
     await store.delivered([d.id], "DB1", now=2.0)
     assert len(_files(tmp_path)) == 1, "in the dumpster: kept for a redelivery"
+    (again,) = await store.redeliver("DB1", 1.5, 2.5, now=2.6)
+    (redelivered,) = await store.items([again])
+    assert redelivered.message() == raw, "redelivered as the same bytes"
+    await store.delivered([again.id], "DB1", now=2.7)
     (e,) = (await store.submit(_mail(2, b"Subject: s\r\n\r\nsmall\r\n"), now=3.0)).deliveries
     await store.delivered([e.id], "DB1", now=3.0)
     assert _files(tmp_path) == [], "out of the dumpster: its file removed"
