@@ -31,6 +31,9 @@ kernel keeps, so no sampling misses it); the mover's is sampled every 20 ms whil
    alone): messages of 1-30 MiB submitted to `transport serve` for a mailbox that is locked
    (as during a move, or while its database fails over: they wait in the queue), the
    transport's peak then; unlocked, every message delivered, its peak then (its own cluster).
+   `--transport-route message` (the default) posts each as the message it is
+   (`Content-Type: message/rfc822`, as SMTP and LMTP hand it over: the path a message of
+   mail takes); `json`, a text item in JSON (`{"subject", "body"}`), as before 2026-11-29.
 
 The mover's rest is its RSS at its first line of output (connected, nothing read yet).
 Targets (issue 52): a peak at most rest + 4x the largest item (every path), and back to
@@ -88,6 +91,15 @@ def body(size: int, seed: int) -> str:
     rng = random.Random(seed)
     chunk = "".join(rng.choices(string.ascii_letters + string.digits, k=64 * 1024))
     return (chunk * (size // len(chunk) + 1))[:size]
+
+
+def message(size: int, seed: int) -> bytes:
+    """A message of about `size` bytes: headers, then `body`'s text in lines of 76 (a line
+    is at most 998 octets: RFC 5322)."""
+    text = body(size, seed).encode("ascii")
+    lines = b"\r\n".join(text[i : i + 76] for i in range(0, len(text), 76))
+    head = f"Message-ID: <m{seed}@bench>\r\nSubject: item {seed}\r\n\r\n".encode()
+    return head + lines + b"\r\n"
 
 
 @dataclass
@@ -305,7 +317,15 @@ async def transport_phase(args: argparse.Namespace) -> TransportFigures:
         sizes = item_sizes(int(args.transport_mb * MB), args.largest * MIB, seed=7)
         start = time.perf_counter()
         for i, size in enumerate(sizes):
-            status, answer = await hubs.submit("hub1", f"<m{i}@bench>", "carol", body=body(size, i))
+            if args.transport_route == "json":
+                status, answer = await hubs.submit(
+                    "hub1", f"<m{i}@bench>", "carol", body=body(size, i)
+                )
+            else:
+                status, answer = await hubs.call(
+                    "POST", "hub1", "/v1/messages", params={"to": "carol"},
+                    data=message(size, i), headers={"Content-Type": "message/rfc822"},
+                )  # fmt: skip
             assert status == 201, (status, answer)
         figures.messages = len(sizes)
         figures.queued = resident_memory(pid).peak
@@ -322,7 +342,8 @@ async def transport_phase(args: argparse.Namespace) -> TransportFigures:
 def transport_report(args: argparse.Namespace, t: TransportFigures) -> None:
     mb = lambda n: f"{n / MB:.0f}"  # noqa: E731
     print(
-        f"transport: {t.messages} messages, {args.transport_mb} MB of 1-{args.largest} MiB; "
+        f"transport ({args.transport_route}): {t.messages} messages, {args.transport_mb} MB "
+        f"of 1-{args.largest} MiB; "
         f"rest {mb(t.rest)} MB, peak with all queued {mb(t.queued)} MB, after delivering "
         f"{mb(t.delivered)} MB, target (rest + 4x item) {mb(t.rest + 4 * args.largest * MIB)} "
         f"MB; {t.seconds:.1f} s"
@@ -370,6 +391,10 @@ def main() -> None:
         "--transport-mb", type=float, default=200, help="phase 7's messages, MB (0: skip it)"
     )
     parser.add_argument("--only-transport", action="store_true", help="phase 7 alone")
+    parser.add_argument(
+        "--transport-route", choices=("message", "json"), default="message",
+        help="phase 7's submissions: message/rfc822 (as mail comes) or a JSON text item",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.quick:
         args.mailbox_mb, args.idle, args.settle, args.transport_mb = 100, 15, 1, 100

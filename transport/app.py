@@ -34,7 +34,7 @@ from dag_common.config import ClusterConfig
 from dag_common.credentials import Role
 from dag_common.deadline_middleware import deadline_middleware
 from dag_common.echo import clipped, quoted
-from dag_common.errors import BadRequest, RequestTooLarge
+from dag_common.errors import BadRequest, BodyIncomplete, RequestTooLarge
 from dag_common.http_body import (
     BodyLimit,
     body_share,
@@ -97,6 +97,31 @@ async def _json(request: web.Request, limit: BodyLimit) -> Any:
     return parse_json(body_text(await read_body(request, limit)))
 
 
+async def read_message(request: web.Request, limit: BodyLimit) -> bytearray:
+    """A message/rfc822 body, held once: one with a Content-Length (and no Content-Encoding,
+    so that what arrives is what was declared) is read into a buffer of that size, where a
+    buffer grown as it is read is copied as it grows and leaves the allocator's heap in
+    pieces (`read_body`, which reads the others and refuses a length over `limit`)."""
+    size = request.content_length
+    if size is None or size > limit.size or "Content-Encoding" in request.headers:
+        return await read_body(request, limit)
+    body = bytearray(size)
+    at = 0
+    with memoryview(body) as view:
+        try:
+            while at < size and (chunk := await request.content.readany()):
+                end = min(at + len(chunk), size)  # aiohttp gives no more than declared
+                view[at:end] = chunk[: end - at]
+                at = end
+        except ConnectionResetError as exc:  # the client closed mid-upload
+            raise BodyIncomplete(
+                f"request body ended after {at} of {size} bytes ({exc}); nothing queued"
+            ) from None
+    if at < size:
+        raise BodyIncomplete(f"request body ended after {at} of {size} bytes; nothing queued")
+    return body
+
+
 def message_limit(config: ClusterConfig) -> BodyLimit:
     """What a submission may carry: as a node's write of items to the database with the
     largest max_item_size (twice it, for JSON's escapes, and 1 MiB: `http_body.py`)."""
@@ -111,7 +136,7 @@ async def post_message(request: web.Request) -> web.Response:
     size = body_share(request, limit)
     async with transport.memory.share(size, "a message"):
         if request.content_type == "message/rfc822":
-            raw = bytes(await read_body(request, limit))
+            raw = await read_message(request, limit)
             recipients = request.query.getall("to", [])
             if not recipients:
                 raise BadRequest("a message/rfc822 submission names its recipients: ?to=…")

@@ -24,15 +24,15 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Protocol
 
+from dag_common.api_types import item_id_for
 from dag_common.clock import Clock
 from dag_common.config import DEFAULT_MEMORY_BUDGET
 from dag_common.errors import ClusterStoreError, NodeCallError
 from dag_common.memory import MemoryBudget
 from dag_common.node_client import NodeStoreClient
-from dag_common.rfc822 import BodyFormat, message_bytes
 from transport.messages import Delivery
 from transport.metrics import TransportMetrics
-from transport.queue import QueueStore
+from transport.queue import QueueStore, Stored
 from transport.retry import Failure, RetryPolicy, classify, next_try
 
 logger = logging.getLogger(__name__)
@@ -193,19 +193,18 @@ class Deliverer:
         self._streak.pop(recipient, None)
         await self._release(recipient)
 
-    async def _write(self, database: str, recipient: str, items: list[dict[str, str]]) -> None:
-        """Write a batch's items: a large message alone as its bytes (PUT …/message, which the
-        node stages as they come, with no JSON to parse or text to count again), anything
-        else as JSON, the batch one transaction."""
-        if len(items) == 1 and len(items[0]["body"]) >= RAW_FROM:
-            (item,) = items
-            fmt = BodyFormat(item.get("format", BodyFormat.TEXT))
-            if fmt.is_message:
-                raw = message_bytes(item.pop("body"), fmt)
-                await self._nodes.put_message(
-                    database, recipient, item["item_id"], raw, folder=item["folder"]
-                )
-                return
+    async def _write(self, database: str, recipient: str, stored: list[Stored]) -> None:
+        """Write a batch's messages: a large message alone as its bytes, as queued (PUT
+        …/message, which the node stages as they come, with no JSON to parse or text to
+        count again), anything else as JSON items, the batch one transaction."""
+        if len(stored) == 1 and stored[0].format.is_message and stored[0].length >= RAW_FROM:
+            (one,) = stored
+            await self._nodes.put_message(
+                database, recipient, item_id_for(one.delivery.message_id), one.message(),
+                folder=one.delivery.folder,
+            )  # fmt: skip
+            return
+        items = [s.item() for s in stored]
         await self._nodes.call(
             "POST", database, f"/mailboxes/{recipient}/items", json={"items": items}, ok=(201,)
         )

@@ -45,11 +45,10 @@ from dag_common.config import MailSettings
 from dag_common.credentials import Credentials, Role
 from dag_common.errors import ClusterStoreError
 from dag_common.memory import MemoryBudget, Overloaded
-from dag_common.rfc822 import body_of_message
 from transport import data_reader
 from transport import mail_policy as policy
 from transport.mail_policy import Hop, Reply
-from transport.messages import MessageIn
+from transport.messages import Queued
 from transport.service import Resolved, Transport
 
 logger = logging.getLogger(__name__)
@@ -253,12 +252,12 @@ class MailService:
         )  # fmt: skip
         prepared = policy.prepare(raw, hop, sender=envelope.mail_from or "",
                                   recipients=recipients)  # fmt: skip
-        body, fmt = body_of_message(prepared.raw)
         mailboxes = list(dict.fromkeys(r.mailbox for r in envelope.accepted))
         try:
-            message = MessageIn(
-                message_id=prepared.message_id, recipients=mailboxes, body=body, format=fmt
-            )
+            message = Queued.of_message(
+                prepared.head, prepared.body, message_id=prepared.message_id,
+                recipients=mailboxes, folder="Inbox",
+            )  # fmt: skip
         except ValidationError as exc:  # nothing a client sends should get here; said if so
             logger.warning("%s: a message not taken: %s", self.listener, exc)
             return [Reply(554, "5.6.0", "the message cannot be stored")] * len(recipients)
@@ -271,15 +270,13 @@ class MailService:
         done: Reply = policy.QUEUE_UNAVAILABLE
         if fits:
             try:
-                submitted = await self.transport.enqueue(
-                    message.model_copy(update={"recipients": fits})
-                )
-            except sqlite3.Error:
+                submitted = await self.transport.enqueue(message.replace(recipients=fits))
+            except (sqlite3.Error, OSError):
                 pass
             else:
                 if submitted.new:
                     self._messages.inc()
-                    self._bytes.inc(len(prepared.raw))
+                    self._bytes.inc(message.length)
                 item = item_id_for(message.message_id)
                 done = Reply(250, "2.0.0", f"{message.message_id} queued as {item}")
         return [

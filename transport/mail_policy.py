@@ -159,7 +159,7 @@ class Content:
         return LINE_TOO_LONG if length > MAX_LINE else None
 
 
-def message_fault(raw: bytes) -> Reply | None:
+def message_fault(raw: bytes | bytearray) -> Reply | None:
     """What is wrong with the lines of a whole message (no dot-stuffing): the checks a DATA
     makes, for a message submitted over HTTP (its last line may lack its CRLF)."""
     content = Content(stuffed=False)
@@ -189,7 +189,7 @@ def trusted(peer: str | None, networks: Iterable[str]) -> bool:
     return any(address in ipaddress.ip_network(n, strict=False) for n in networks)
 
 
-def message_id_of(raw: bytes) -> str | None:
+def message_id_of(raw: bytes | bytearray) -> str | None:
     """The message's own Message-ID, as the queue keys it (None: it has none usable)."""
     block = header_block(raw)
     plain = plain_header(block, b"message-id")  # what the parser reads, without its cost
@@ -205,7 +205,9 @@ def message_id_of(raw: bytes) -> str | None:
     return text if _MESSAGE_ID.match(text) else None
 
 
-def made_message_id(raw: bytes, sender: str, recipients: Iterable[str], host: str) -> str:
+def made_message_id(
+    raw: bytes | bytearray, sender: str, recipients: Iterable[str], host: str
+) -> str:
     """A Message-ID for a message without one: the same for the same message sent again
     (its bytes and envelope), so an MTA's retry is queued once."""
     h = hashlib.sha256()
@@ -242,23 +244,30 @@ def received(hop: Hop, message_id: str) -> bytes:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A message as it is queued: its bytes (trace header and, if it had none, Message-ID
-    in front of what came) and the id it is queued under."""
+    """A message as it is queued: the header fields put in front of it (its trace and, if it
+    had none, a Message-ID), the bytes that came (never copied behind them: the queue
+    writes one after the other), and the id it is queued under."""
 
-    raw: bytes
+    head: bytes
+    body: bytes | bytearray  # a bytearray as an HTTP body is read: not copied to bytes
     message_id: str
 
+    @property
+    def raw(self) -> bytes:
+        """The message whole (a copy: for tests and small messages)."""
+        return self.head + self.body
 
-def prepare(raw: bytes, hop: Hop, *, sender: str, recipients: list[str]) -> Prepared:
+
+def prepare(raw: bytes | bytearray, hop: Hop, *, sender: str, recipients: list[str]) -> Prepared:
     """`raw` as it is queued (see the module's docstring)."""
     own = message_id_of(raw)
     if own is not None:
-        return Prepared(received(hop, own) + raw, own)
+        return Prepared(received(hop, own), raw, own)
     made = made_message_id(raw, sender, recipients, hop.by)
     added = f"Message-ID: {made}\r\n".encode("ascii")
     if b"message-id:" in header_block(raw).lower():  # one it has, unusable: not a second
         added = b""
-    return Prepared(received(hop, made) + added + raw, made)
+    return Prepared(received(hop, made) + added, raw, made)
 
 
 class SessionCount:

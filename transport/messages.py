@@ -3,6 +3,9 @@ state as `GET /v1/queue` answers it (read by `transport status` without the serv
 
 from __future__ import annotations
 
+import codecs
+import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Annotated
@@ -11,7 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 
 from dag_common.api_types import Folder, Name, Text
 from dag_common.mailbox_digest import utf8_size  # http_body's would bring aiohttp.web
-from dag_common.rfc822 import BodyFormat, subject_of_body
+from dag_common.rfc822 import (
+    BodyFormat,
+    message_size,
+    message_slices,
+    subject_of,
+    subject_of_body,
+)
 
 # A message id is the sender's (RFC 5322 Message-ID or any unique text): printable, bounded.
 MessageId = Annotated[StrictStr, Field(min_length=1, max_length=998, pattern=r"^[\x21-\x7e]+$")]
@@ -52,6 +61,107 @@ class MessageIn(BaseModel):
         in UTF-8 (a message's subject counted as read from it: never less than the node's
         count)."""
         return utf8_size(self.stored_subject) + utf8_size(self.body)
+
+
+# Bytes of a message checked at a time for UTF-8 (`message_format`): no text of it whole.
+_SLICE = 1 << 20
+_HIGH = bytes(range(0x80, 0x100))
+
+
+def message_format(parts: tuple[bytes | bytearray, ...]) -> tuple[BodyFormat, int]:
+    """The format that keeps the message `parts` (its bytes, in order) byte for byte, and
+    the size in UTF-8 of the body that format gives (what a node counts): as
+    `rfc822.body_of_message` decides, without a text of the message.  ASCII, as nearly all
+    mail is, is told by `bytes.isascii`; other bytes are decoded a slice at a time and
+    the text let go."""
+    total = sum(map(len, parts))
+    if all(p.isascii() for p in parts):
+        return BodyFormat.MESSAGE, total
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        for part in parts:
+            for start in range(0, len(part), _SLICE):
+                decoder.decode(part[start : start + _SLICE])
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:  # read as Latin-1: each byte past 0x7f two bytes in UTF-8
+        high = sum(
+            len(s) - len(s.translate(None, _HIGH))
+            for part in parts
+            for s in (part[i : i + _SLICE] for i in range(0, len(part), _SLICE))
+        )
+        return BodyFormat.MESSAGE_8BIT, total + high
+    return BodyFormat.MESSAGE, total
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A message as the queue keeps it: its body as bytes (a message's own bytes, a text
+    item's body in UTF-8), in `parts` that are written one after the other and never joined
+    for a large one (or, posted as JSON, its `text`); the fields a delivery needs computed
+    once, from its headers only."""
+
+    message_id: str
+    recipients: tuple[str, ...]
+    folder: str
+    subject: str  # a message's is read from its headers (what the node reads too)
+    parts: tuple[bytes | bytearray, ...]
+    format: BodyFormat
+    size: int  # the item's size as the node counts it (subject and body in UTF-8)
+    # A body posted as JSON comes as text: kept so, encoded a slice at a time as it is
+    # written (`chunks`), never whole beside it (`parts` is then empty).
+    text: str | None = None
+
+    @property
+    def length(self) -> int:
+        """Bytes of the body."""
+        if self.text is None:
+            return sum(map(len, self.parts))
+        if self.format.is_message:
+            return message_size(self.text, self.format)
+        return utf8_size(self.text)
+
+    def chunks(self) -> Iterator[bytes | bytearray]:
+        """The body's bytes, in order: the parts, or the text's encoded a slice at a time."""
+        text = self.text
+        if text is None:
+            yield from self.parts
+        elif self.format.is_message:
+            yield from message_slices(text, self.format)
+        else:
+            for start in range(0, len(text), _SLICE):
+                yield text[start : start + _SLICE].encode("utf-8", "surrogatepass")
+
+    @classmethod
+    def of_message(
+        cls,
+        head: bytes,
+        raw: bytes | bytearray,
+        *,
+        message_id: str,
+        recipients: list[str],
+        folder: str,
+    ) -> Queued:
+        """A message as it came (`raw`) behind the header fields the transport puts in
+        front (`head`: its trace, a Message-ID; never a Subject), its subject read from
+        its header section alone.  ValidationError: an envelope `MessageIn` would refuse
+        (the message id, a recipient's or the folder's name)."""
+        MessageIn(message_id=message_id, recipients=recipients, folder=folder)
+        parts = (head, raw) if head else (raw,)
+        fmt, body_size = message_format(parts)
+        subject = subject_of(raw)
+        return cls(message_id, tuple(recipients), folder, subject, parts, fmt,
+                   utf8_size(subject) + body_size)  # fmt: skip
+
+    @classmethod
+    def of(cls, message: MessageIn) -> Queued:
+        """A message posted as JSON (`MessageIn`): a text item's body in UTF-8, a
+        message's as the bytes its format says."""
+        return cls(message.message_id, tuple(message.recipients), message.folder,
+                   message.stored_subject, (), message.format, message.size,
+                   message.body)  # fmt: skip
+
+    def replace(self, *, recipients: list[str]) -> Queued:
+        return dataclasses.replace(self, recipients=tuple(recipients))
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The transport's queue and dumpster: one SQLite file on the transport's own disk.
 
-    messages(message_id, folder, subject, body, size, submitted, format)
+    messages(message_id, folder, subject, body, size, submitted, format, file)
     deliveries(id, message_id, recipient, state, tries, failures, last_error, database,
                delivered, queued, redeliveries, size)
     dumpster_size(database, messages, bytes)   kept by triggers in the same transactions
@@ -28,6 +28,12 @@ to its acknowledgement, and with no write beside it the WAL starts over after it
 own checkpoint after a commit, inside that commit's wait, is kept only as a bound
 (WAL_BOUND_PAGES) the bodies' count cannot miss.
 
+A message's body is kept as bytes, as it came (a text item's in UTF-8; rows of before kept
+it as text, and are read as such): a small one in its row (a BLOB), one of FILE_FROM bytes
+or more in a file of its own (`bodies.py`), written and fsync'd before its row is committed
+and removed after the commit that deletes the row: a large body is written once, not
+through SQLite's pages, WAL and checkpoint.
+
 Times are wall times (epoch seconds): the dumpster's window is defined by delivery times
 (the seeds' loss window) and its MaxDumpsterTime by age.  When to try a delivery again is
 not kept here: it is the delivery loop's, on the monotonic clock, and a restart tries every
@@ -48,9 +54,10 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from dag_common.api_types import item_id_for
-from dag_common.rfc822 import BodyFormat
+from dag_common.rfc822 import BodyFormat, message_bytes
+from transport.bodies import FILE_FROM, BodyFiles
 from transport.dumpster import Entry, evicted
-from transport.messages import Delivery, MessageIn
+from transport.messages import Delivery, Queued
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +67,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages(
   message_id TEXT PRIMARY KEY, folder TEXT NOT NULL, subject TEXT NOT NULL,
   body TEXT NOT NULL, size INTEGER NOT NULL, submitted REAL NOT NULL,
-  format TEXT NOT NULL DEFAULT 'text');
+  format TEXT NOT NULL DEFAULT 'text', file TEXT);
 CREATE TABLE IF NOT EXISTS deliveries(
   id INTEGER PRIMARY KEY, message_id TEXT NOT NULL REFERENCES messages(message_id),
   recipient TEXT NOT NULL, state TEXT NOT NULL, tries INTEGER NOT NULL DEFAULT 0,
@@ -134,15 +141,39 @@ class Poisoned(NamedTuple):
     reason: str | None
 
 
-def item_of(delivery: Delivery, subject: str, body: str, fmt: str) -> dict[str, str]:
-    """The item a delivery writes.  A message's subject is left to the node, which reads it
-    from the message's headers (it refuses one that differs); a text item is sent as items
-    always were, without a format."""
-    if BodyFormat(fmt).is_message:
-        return {"item_id": item_id_for(delivery.message_id), "folder": delivery.folder,
-                "body": body, "format": fmt}  # fmt: skip
-    return {"item_id": item_id_for(delivery.message_id), "folder": delivery.folder,
-            "subject": subject, "body": body}  # fmt: skip
+@dataclass(frozen=True)
+class Stored:
+    """A delivery's message as read back from the queue, to be written to its mailbox."""
+
+    delivery: Delivery
+    subject: str
+    format: BodyFormat
+    body: bytes | str  # bytes as queued; text in a row of before bytes were kept
+
+    @property
+    def length(self) -> int:
+        return len(self.body)
+
+    def message(self) -> bytes:
+        """The message's bytes (a message only): what `PUT …/message` sends."""
+        if isinstance(self.body, str):
+            return message_bytes(self.body, self.format)
+        return self.body
+
+    def item(self) -> dict[str, str]:
+        """The item of `POST …/items` it is.  A message's subject is left to the node,
+        which reads it from the message's headers (it refuses one that differs); a text
+        item is sent as items always were, without a format."""
+        body = self.body
+        if isinstance(body, bytes):
+            body = body.decode("latin-1" if self.format is BodyFormat.MESSAGE_8BIT else "utf-8",
+                               "surrogatepass")  # fmt: skip
+        d = self.delivery
+        if self.format.is_message:
+            return {"item_id": item_id_for(d.message_id), "folder": d.folder,
+                    "body": body, "format": str(self.format)}  # fmt: skip
+        return {"item_id": item_id_for(d.message_id), "folder": d.folder,
+                "subject": self.subject, "body": body}  # fmt: skip
 
 
 class QueueStore:
@@ -156,6 +187,13 @@ class QueueStore:
         self._conn.execute(f"PRAGMA wal_autocheckpoint={WAL_BOUND_PAGES}")
         self._conn.executescript(_SCHEMA)
         self._upgrade()
+        self._bodies = BodyFiles(path.with_name(path.name + ".bodies"))
+        kept = {row[0] for row in self._conn.execute(
+            "SELECT file FROM messages WHERE file IS NOT NULL"
+        )}  # fmt: skip
+        self._bodies.sweep(kept)  # bodies whose rows were never committed
+        self._sync_bodies = False  # a body file was named in this transaction (writer thread)
+        self._gone: list[str] = []  # body files whose rows this transaction deleted
         self._max_time = max_dumpster_time
         self._max_size = max_dumpster_size
         self._work: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]] | None] = (
@@ -177,6 +215,9 @@ class QueueStore:
                 "ALTER TABLE messages ADD COLUMN format TEXT NOT NULL DEFAULT 'text'"
             )
             logger.info("queue file upgraded: messages gained their format (text)")
+        if "file" not in columns:  # every body of before is in its row
+            self._conn.execute("ALTER TABLE messages ADD COLUMN file TEXT")
+            logger.info("queue file upgraded: messages may keep their bodies in files")
 
     # ---- the writer thread ------------------------------------------------------------------
 
@@ -212,17 +253,23 @@ class QueueStore:
 
     def _commit(self, batch: list[tuple[Callable[[], Any], asyncio.Future[Any]]]) -> None:
         results: list[tuple[asyncio.Future[Any], bool, Any]] = []
+        self._sync_bodies = False
+        self._gone = []
         try:
             self._conn.execute("BEGIN IMMEDIATE")
             for n, (work, fut) in enumerate(batch):
                 self._conn.execute(f"SAVEPOINT w{n}")
+                gone = len(self._gone)
                 try:
                     results.append((fut, True, work()))
                     self._conn.execute(f"RELEASE w{n}")
                 except Exception as exc:  # this one's error, the rest go on
                     self._conn.execute(f"ROLLBACK TO w{n}")
                     self._conn.execute(f"RELEASE w{n}")
+                    del self._gone[gone:]
                     results.append((fut, False, exc))
+            if self._sync_bodies:  # the files' names durable before the rows naming them
+                self._bodies.sync()
             self._conn.execute("COMMIT")
             self.commits += 1
         except Exception as exc:  # the commit failed (disk full, I/O): nothing of it holds
@@ -230,6 +277,10 @@ class QueueStore:
             if self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")
             results = [(fut, False, exc) for _, fut in batch]
+            self._gone = []
+        if self._gone:  # named by no row any more
+            self._bodies.remove(self._gone)
+            self._gone = []
         for fut, ok, value in results:
             self._answer(fut, ok, value)
 
@@ -260,10 +311,20 @@ class QueueStore:
 
     # ---- the operations -------------------------------------------------------------------
 
-    async def submit(self, message: MessageIn, now: float) -> Submitted:
+    async def submit(self, message: Queued, now: float) -> Submitted:
+        """Queue `message` for its recipients (those it was not queued for already under
+        its message id); once this returns it is committed, its body fsync'd with it.
+        sqlite3.Error or OSError: nothing of it holds."""
         recipients = list(dict.fromkeys(message.recipients))  # a mailbox named twice: once
+        length = message.length
+        file: str | None = None
+        if length >= FILE_FROM:  # written and fsync'd beside the others' (not in the writer)
+            file = await asyncio.to_thread(self._bodies.write, message.chunks())
+        body = b"" if file is not None else b"".join(message.chunks())
+        taken = False  # the file is named by the row inserted
 
         def work() -> Submitted:
+            nonlocal taken
             todo = recipients
             known = self._conn.execute(
                 "SELECT folder, size FROM messages WHERE message_id=?", (message.message_id,)
@@ -282,11 +343,15 @@ class QueueStore:
             else:
                 folder, size = message.folder, message.size
                 self._conn.execute(
-                    "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (message.message_id, folder, message.stored_subject, message.body, size,
-                     now, str(message.format)),
+                    "INSERT INTO messages(message_id, folder, subject, body, size, submitted, "
+                    "format, file) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (message.message_id, folder, message.subject, body, size, now,
+                     str(message.format), file),
                 )  # fmt: skip
-                self._written += size
+                if file is not None:
+                    self._sync_bodies = taken = True
+                else:
+                    self._written += length
             ids = [
                 self._conn.execute(
                     "INSERT INTO deliveries(message_id, recipient, state, queued, size) "
@@ -300,28 +365,41 @@ class QueueStore:
                 for i, r in zip(ids, todo, strict=True)
             ])  # fmt: skip
 
-        return await self._run(work)
+        try:
+            submitted = await self._run(work)
+        except Exception:  # not committed (a cancelled wait may still commit: kept then)
+            if file is not None:
+                self._bodies.remove([file])
+            raise
+        if file is not None and not taken:
+            self._bodies.remove([file])
+        return submitted
 
     async def queued(self) -> list[Delivery]:
         """Every Queued delivery, oldest first (a restart tries them all)."""
         return await self._run(lambda: self._deliveries("WHERE d.state=? ORDER BY d.id", QUEUED))
 
-    async def items(self, deliveries: list[Delivery]) -> list[dict[str, str]]:
-        """The items of POST …/mailboxes/{recipient}/items for `deliveries`, their subjects
-        and bodies read from the file (each message's once, however many recipients)."""
+    async def items(self, deliveries: list[Delivery]) -> list[Stored]:
+        """The messages of `deliveries`, read from the queue's file and body files (each
+        message's once, however many recipients)."""
         ids = list(dict.fromkeys(d.message_id for d in deliveries))
 
-        def work() -> dict[str, tuple[str, str, str]]:
+        def work() -> dict[str, tuple[str, Any, str, str | None]]:
             marks = ",".join("?" * len(ids))
             rows = self._conn.execute(
-                "SELECT message_id, subject, body, format FROM messages "
+                "SELECT message_id, subject, body, format, file FROM messages "
                 f"WHERE message_id IN ({marks})",
                 ids,
             ).fetchall()
-            return {row[0]: (row[1], row[2], row[3]) for row in rows}
+            return {row[0]: (row[1], row[2], row[3], row[4]) for row in rows}
 
-        texts = await self._run(work)
-        return [item_of(d, *texts[d.message_id]) for d in deliveries]
+        rows = await self._run(work)
+        stored: dict[str, tuple[str, BodyFormat, bytes | str]] = {}
+        for message_id, (subject, body, fmt, file) in rows.items():
+            if file is not None:  # read off the writer thread and the event loop
+                body = await asyncio.to_thread(self._bodies.read, file)
+            stored[message_id] = (subject, BodyFormat(fmt), body)
+        return [Stored(d, *stored[d.message_id]) for d in deliveries]
 
     def _deliveries(self, where: str, *args: Any) -> list[Delivery]:
         rows = self._conn.execute(f"{_DELIVERY} {where}", args).fetchall()
@@ -381,11 +459,15 @@ class QueueStore:
                 f"SELECT DISTINCT message_id FROM deliveries WHERE id IN ({marks})", part
             )]  # fmt: skip
             self._conn.execute(f"DELETE FROM deliveries WHERE id IN ({marks})", part)
-            self._conn.executemany(
-                "DELETE FROM messages WHERE message_id=? AND NOT EXISTS "
-                "(SELECT 1 FROM deliveries WHERE deliveries.message_id=messages.message_id)",
-                [(m,) for m in messages],
-            )
+            for m in messages:
+                for (file,) in self._conn.execute(
+                    "DELETE FROM messages WHERE message_id=? AND NOT EXISTS "
+                    "(SELECT 1 FROM deliveries WHERE deliveries.message_id=messages.message_id) "
+                    "RETURNING file",
+                    (m,),
+                ).fetchall():
+                    if file is not None:
+                        self._gone.append(file)  # removed once this is committed
 
     async def sweep(self, now: float) -> int:
         """Let out of every database's dumpster what its bounds say (MaxDumpsterTime passes

@@ -23,10 +23,9 @@ from dag_common.config import ClusterConfig
 from dag_common.credentials import Credentials
 from dag_common.errors import ClusterStoreError
 from dag_common.memory import MemoryBudget
-from dag_common.rfc822 import body_of_message
 from transport.delivery import Deliverer, Directory
 from transport.mail_policy import Hop, message_fault, prepare
-from transport.messages import DumpsterState, MessageIn, QueueState
+from transport.messages import DumpsterState, MessageIn, Queued, QueueState
 from transport.metrics import TransportMetrics
 from transport.queue import QueueStore, Submitted
 
@@ -81,7 +80,11 @@ class Transport:
     def clock(self) -> Clock:
         return self._clock
 
-    async def submit(self, message: MessageIn) -> Outcome:
+    async def submit(self, message: MessageIn | Queued) -> Outcome:
+        """Queue a message posted (as JSON, or a message as it is: `submit_message`) once
+        it is checked: 201, 200 for a message id already queued, or the refusal."""
+        if isinstance(message, MessageIn):
+            message = Queued.of(message)
         try:
             refused = await self._check(message)
         except ClusterStoreError as exc:
@@ -93,7 +96,7 @@ class Transport:
             return refused
         try:
             submitted = await self.enqueue(message)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             return Outcome(503, {"error": f"the queue cannot take it ({exc}); not accepted"})
         if not submitted.new:
             return Outcome(200, {"message_id": message.message_id, "accepted": False,
@@ -104,7 +107,13 @@ class Transport:
         )
 
     async def submit_message(
-        self, raw: bytes, recipients: list[str], folder: str, *, peer: str, secure: bool
+        self,
+        raw: bytes | bytearray,
+        recipients: list[str],
+        folder: str,
+        *,
+        peer: str,
+        secure: bool,
     ) -> Outcome:
         """`POST /v1/messages` of a `message/rfc822` body: checked as a DATA is, queued as
         the listeners queue it (a `Received:` header, a Message-ID if it has none)."""
@@ -116,10 +125,11 @@ class Transport:
                   protocol="HTTPS" if secure else "HTTP", when=self._clock.now().astimezone(UTC),
                   recipient=recipients[0] if len(recipients) == 1 else None)  # fmt: skip
         prepared = prepare(raw, hop, sender="", recipients=recipients)
-        body, fmt = body_of_message(prepared.raw)
         try:
-            message = MessageIn(message_id=prepared.message_id, recipients=recipients,
-                                folder=folder, body=body, format=fmt)  # fmt: skip
+            message = Queued.of_message(
+                prepared.head, prepared.body, message_id=prepared.message_id,
+                recipients=recipients, folder=folder,
+            )  # fmt: skip
         except ValidationError as exc:
             where = "; ".join(
                 f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3]
@@ -127,13 +137,13 @@ class Transport:
             return Outcome(400, {"error": f"bad request: {where}"})
         return await self.submit(message)
 
-    async def enqueue(self, message: MessageIn) -> Submitted:
+    async def enqueue(self, message: Queued) -> Submitted:
         """Queue `message` (checked already): once this returns, it is in the queue's file
         with fsync, in the group commit every listener shares, and its deliveries wait.
-        sqlite3.Error: it is not (nothing of it holds)."""
+        sqlite3.Error or OSError: it is not (nothing of it holds)."""
         try:
             submitted = await self.store.submit(message, self._clock.now().timestamp())
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:  # the queue's file or a body's
             self.metrics.refused.labels("queue").inc()
             logger.error("queueing %s failed: %s", message.message_id, exc)
             raise
@@ -155,7 +165,7 @@ class Transport:
             return None
         return Resolved(mailbox, database, limit)
 
-    async def _check(self, message: MessageIn) -> Outcome | None:
+    async def _check(self, message: Queued) -> Outcome | None:
         unknown, over = [], []
         for recipient in dict.fromkeys(message.recipients):
             resolved = await self.resolve(recipient)

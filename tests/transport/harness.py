@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -113,3 +115,18 @@ def tls_mail_hub(cluster: LocalCluster, name: str = "hub1") -> Hubs:
     LMTP listeners, trusting 127.0.0.1 and naming itself `<name>.test`."""
     mail = {"trusted_networks": ["127.0.0.1/32"], "hostname": f"{name}.test"}
     return Hubs(cluster, name, scheme="https", mail_ports=True, mail=mail)
+
+
+def queued_messages(queue: Path) -> dict[str, tuple[bytes, list[str]]]:
+    """Message id -> (its bytes, its recipients), read from a transport's queue file `queue`
+    and its body files (`transport/bodies.py`), read-only."""
+    with sqlite3.connect(f"file:{queue}?mode=ro", uri=True) as conn:
+        out = {}
+        for message_id, body, file in conn.execute("SELECT message_id, body, file FROM messages"):
+            to = [r for (r,) in conn.execute(
+                "SELECT recipient FROM deliveries WHERE message_id=? ORDER BY id", (message_id,)
+            )]  # fmt: skip
+            if file is not None:
+                body = (queue.parent / f"{queue.name}.bodies" / file).read_bytes()
+            out[message_id] = (bytes(body), to)
+        return out

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import smtplib
-import sqlite3
 import ssl
 import subprocess
 import sys
@@ -18,11 +17,10 @@ import sys
 import pytest
 
 from dag_common.api_types import item_id_for
-from dag_common.rfc822 import BodyFormat, message_bytes
 from tests.cluster_harness import ROOT
 from tests.replication_node.e2e import databases
 from tests.tls_cluster import tls_cluster
-from tests.transport.harness import tls_mail_hub
+from tests.transport.harness import queued_messages, tls_mail_hub
 
 pytestmark = pytest.mark.slow
 
@@ -61,14 +59,7 @@ async def lab(tmp_path):
 
 def queued(cluster, hub: str = "hub1") -> dict[str, tuple[bytes, list[str]]]:
     """Message id -> (its bytes, its recipients), read from the transport's queue file."""
-    with sqlite3.connect(f"file:{cluster.root / hub / 'queue.db'}?mode=ro", uri=True) as conn:
-        out = {}
-        for message_id, body, fmt in conn.execute("SELECT message_id, body, format FROM messages"):
-            to = [r for (r,) in conn.execute(
-                "SELECT recipient FROM deliveries WHERE message_id=? ORDER BY id", (message_id,)
-            )]  # fmt: skip
-            out[message_id] = (message_bytes(body, BodyFormat(fmt)), to)
-        return out
+    return queued_messages(cluster.root / hub / "queue.db")
 
 
 COPIES = {"DB1": ("mbx1", "mbx2", "mbx3"), "DB2": ("mbx2", "mbx3")}  # actives first

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import smtplib
 import socket
-import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +18,8 @@ from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, MailSettings, NodeConfig
 from dag_common.credentials import Credential, Credentials, Role, digest
 from dag_common.errors import ClusterStoreError
-from dag_common.rfc822 import BodyFormat, message_bytes
 from tests.prometheus import value
+from tests.transport.harness import queued_messages
 from transport.delivery import Deliverer
 from transport.mail_listener import Listener, MailService
 from transport.metrics import TransportMetrics
@@ -57,15 +56,7 @@ class Lab:
 
     def queued(self) -> dict[str, tuple[bytes, list[str]]]:
         """Message id -> (its bytes, its recipients), as the queue's file holds them."""
-        with sqlite3.connect(f"file:{self.queue}?mode=ro", uri=True) as conn:
-            rows = conn.execute("SELECT message_id, body, format FROM messages").fetchall()
-            out = {}
-            for message_id, body, fmt in rows:
-                to = [r for (r,) in conn.execute(
-                    "SELECT recipient FROM deliveries WHERE message_id=? ORDER BY id",
-                    (message_id,))]  # fmt: skip
-                out[message_id] = (message_bytes(body, BodyFormat(fmt)), to)
-        return out
+        return queued_messages(self.queue)
 
 
 def listening() -> socket.socket:

@@ -1,0 +1,67 @@
+"""End to end, over a real cluster and a real `transport serve`: the transport's memory while
+large messages are posted as they are (`message/rfc822`) for a mailbox that is locked, so
+they wait in its queue, then delivered once it is unlocked (issue 52).  The peak is the
+transport's `VmHWM`; the bound is generous (rest and 5x the message) so that it does not
+flake, and below what a submission cost when the queue kept a message as text: its bytes,
+a copy of them, their text, and SQLite's copy as it stored them (5-6x the message)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from dag_common.api_types import item_id_for
+from dag_common.memory import resident_memory
+from tests.replication_node.e2e import two_nodes
+from tests.transport.harness import Hubs
+
+pytestmark = pytest.mark.slow
+
+MIB = 1 << 20
+SIZE = 24 * MIB
+MESSAGES = 4
+BOX = "/v1/databases/DB1/mailboxes/carol"
+
+
+def message(n: int) -> bytes:
+    line = (b"%02d" % n) * 38 + b"\r\n"  # 78 octets
+    head = f"Message-ID: <big{n}@example>\r\nSubject: big {n}\r\n\r\n".encode()
+    return head + line * (SIZE // len(line))
+
+
+async def test_a_large_message_costs_the_transport_about_its_size_once(tmp_path):
+    cluster = two_nodes(tmp_path, log_file_size="4MiB", max_item_size="36MiB")
+    hubs = Hubs(cluster, "hub1", max_dumpster_size_per_database="1GB")
+    await cluster.start()
+    try:
+        await cluster.wait_status("mbx1", "DB1", "Mounted")
+        await cluster.ok("PUT", "mbx1", BOX, json={})
+        await hubs.start("hub1")
+        pid = hubs.procs["hub1"].pid
+        rest = resident_memory(pid).resident
+        await cluster.ok("POST", "mbx1", BOX + "/lock")
+        for n in range(MESSAGES):
+            status, answer = await hubs.call(
+                "POST", "hub1", "/v1/messages", params={"to": "carol"}, data=message(n),
+                headers={"Content-Type": "message/rfc822"},
+            )  # fmt: skip
+            assert status == 201, answer
+        queued = resident_memory(pid).peak
+        await cluster.ok("POST", "mbx1", BOX + "/unlock")
+        await hubs.drained("hub1", timeout=300)
+        delivered = resident_memory(pid).peak
+        for n in range(MESSAGES):  # byte for byte on the active, behind the trace header
+            status, raw = await cluster.call(
+                "GET", "mbx1", f"{BOX}/items/{item_id_for(f'<big{n}@example>')}/message"
+            )
+            sent = message(n)
+            assert status == 200 and raw.startswith(b"Received: ")
+            assert hashlib.sha256(raw[-len(sent) :]).digest() == hashlib.sha256(sent).digest()
+    finally:
+        hubs.stop_all()
+        await cluster.close()
+    bound = rest + 5 * SIZE
+    mb = 1e6
+    assert queued <= bound, f"peak {queued / mb:.0f} MB queueing, over {bound / mb:.0f} MB"
+    assert delivered <= bound, f"peak {delivered / mb:.0f} MB delivering, over {bound / mb:.0f}"
