@@ -20,17 +20,20 @@ and the cluster store's ceiling: the numbers of a lost open log are never handed
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import operator
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 
 from dag_common.clock import Clock
-from dag_common.mailbox_digest import DigestRow, body_hash
+from dag_common.mailbox_digest import DigestRow
 from dag_common.model import RollCause
 from replication_node.active import llr_pacing
 from replication_node.active.lease import LeaseKeeper
+from replication_node.active.logged_bodies import LogBodies, without_body
 from replication_node.errors import SwitchingOver, TransactionTooLarge
 from replication_node.log.events import (
     ClosedGeneration,
@@ -115,6 +118,11 @@ class ActiveCopy:
         # LLR's paced writes of large bodies give way to the log's commits (`llr_pacing`).
         self._pause = pause
         db.pace = self._give_way
+
+    @functools.cached_property
+    def bodies(self) -> LogBodies:
+        """The overlay's staged bodies, read back from the log (`logged_bodies`)."""
+        return LogBodies(self.paths.logs)
 
     @classmethod
     async def mount(
@@ -362,7 +370,7 @@ class ActiveCopy:
             required = self._required_after.get(target, self.db.header.first_required)
             await asyncio.to_thread(
                 self.db.apply,
-                txns,
+                self.bodies.with_bodies(txns),
                 waypoint=target,
                 committed=committed,
                 last_log_time=self._close_times.get(target),
@@ -447,7 +455,7 @@ class ActiveCopy:
         for (m, item_id), (_, row) in self.overlay.items.items():
             if m == mailbox:
                 if row.change_number > since_change:
-                    rows[item_id] = row
+                    rows[item_id] = self._with_body(row)
                 else:
                     rows.pop(item_id, None)
         return sorted(rows.values(), key=_change_number)
@@ -494,7 +502,7 @@ class ActiveCopy:
             if m == mailbox:
                 rows.pop(item_id, None)
                 if row.folder == folder:
-                    rows[item_id] = _without_body(row)
+                    rows[item_id] = without_body(row)
         listed = [
             r
             for r in rows.values()
@@ -524,10 +532,11 @@ class ActiveCopy:
             stored = [r._replace(folder=renamed(mailbox, r.folder)) for r in stored]
         rows = {r.item_id: r for r in stored}
         for (m, item_id), (_, row) in self.overlay.items.items():
-            if m == mailbox:
+            if m == mailbox:  # a body held in the log by its hash, as a file's row
                 rows[item_id] = DigestRow(
                     item_id, row.folder, row.subject, row.deleted, row.change_number,
-                    body=row.body, format=row.format,
+                    body_hash=row.body_hash if not row.body else "", body=row.body,
+                    format=row.format,
                 )  # fmt: skip
         return list(rows.values())
 
@@ -566,7 +575,7 @@ class ActiveCopy:
             if m == mailbox:
                 change = row.change_number
                 if since_change < change and (end is None or change <= end):
-                    rows[item_id] = row if bodies else _without_body(row)
+                    rows[item_id] = self._with_body(row) if bodies else without_body(row)
                 else:
                     rows.pop(item_id, None)
         items = sorted(rows.values(), key=_change_number)
@@ -574,18 +583,18 @@ class ActiveCopy:
             return ItemsPage(items, end, False)
         return ItemsPage(items, max([since_change, *(r.change_number for r in items)]), True)
 
-    def item(self, mailbox: str, item_id: str) -> ItemRow | None:
-        return self.overlay.current_item(self.db, mailbox, item_id)
+    def item(self, mailbox: str, item_id: str, *, body: bool = True) -> ItemRow | None:
+        """An item; without `body`, one whose body the log holds comes without it (its hash)."""
+        row = self.overlay.current_item(self.db, mailbox, item_id)
+        return self._with_body(row) if body and row is not None else row
+
+    def _with_body(self, row: ItemRow) -> ItemRow:
+        """An overlay row with its body, read back from the log if it is held there."""
+        logged = self.overlay.logged_body(row.mailbox, row.item_id)
+        if logged is None or row.deleted:
+            return row
+        return row._replace(body=self.bodies.text(logged), body_hash="")
 
 
-def _uid(row: ItemRow) -> tuple[int, str]:
-    return row.uid, row.item_id
-
-
-def _change_number(row: ItemRow) -> int:
-    return row.change_number
-
-
-def _without_body(row: ItemRow) -> ItemRow:
-    """An overlay row as a listing without bodies gives it (`ItemRow`)."""
-    return row._replace(body="", body_hash="" if row.deleted else body_hash(row.body))
+_uid = operator.attrgetter("uid", "item_id")
+_change_number = operator.attrgetter("change_number")

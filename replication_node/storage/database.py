@@ -37,6 +37,7 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
+from dag_common.counted_text import CountedText
 from dag_common.mailbox_digest import MODULUS, to_hex
 from replication_node.errors import DatabaseError
 from replication_node.log.events import Transaction
@@ -380,4 +381,10 @@ class Database(FileReads):
 
 
 def _body_chars(txn: Transaction) -> int:
-    return sum(len(op.body) for op in txn.ops if type(op) is PutItem)
+    """Its puts' bodies' sizes: a counted one's in UTF-8 (the LLR flush gives a body read
+    back from the log as its bytes alone, `active/logged_bodies.py`), another's in characters."""
+    return sum(
+        op.body.utf8_size if type(op.body) is CountedText else len(op.body)
+        for op in txn.ops
+        if type(op) is PutItem
+    )
