@@ -33,7 +33,7 @@ from dag_common.mailbox_digest import DigestRow
 from dag_common.model import RollCause
 from replication_node.active import llr_pacing
 from replication_node.active.lease import LeaseKeeper
-from replication_node.active.logged_bodies import LogBodies, without_body
+from replication_node.active.logged_bodies import LogBodies, body_bytes, without_body
 from replication_node.errors import SwitchingOver, TransactionTooLarge
 from replication_node.log.events import (
     ClosedGeneration,
@@ -371,6 +371,7 @@ class ActiveCopy:
             await asyncio.to_thread(
                 self.db.apply,
                 self.bodies.with_bodies(txns),
+                body_bytes=body_bytes(txns),
                 waypoint=target,
                 committed=committed,
                 last_log_time=self._close_times.get(target),
@@ -535,8 +536,7 @@ class ActiveCopy:
             if m == mailbox:  # a body held in the log by its hash, as a file's row
                 rows[item_id] = DigestRow(
                     item_id, row.folder, row.subject, row.deleted, row.change_number,
-                    body_hash=row.body_hash if not row.body else "", body=row.body,
-                    format=row.format,
+                    row.body_hash if not row.body else "", row.body, row.format,
                 )  # fmt: skip
         return list(rows.values())
 

@@ -92,6 +92,18 @@ class LogBodies:
             yield Transaction(txn.position, txn.commit_time, tuple(ops))
 
 
+def body_bytes(txns: Iterable[Transaction]) -> int:
+    """What the bodies of the overlay's transactions add up to (`Database.apply`'s
+    `body_bytes`): a staged one by its reference, another by its length."""
+    total = 0
+    for txn in txns:
+        staged = dict(txn.staged)
+        for index, op in enumerate(txn.ops):
+            if type(op) is PutItem:
+                total += staged[index].size if index in staged else len(op.body)
+    return total
+
+
 def without_body(row: ItemRow) -> ItemRow:
     """An overlay row as a listing without bodies gives it (`ItemRow`): a row whose body is
     held in the log is so already (its hash, no body)."""

@@ -258,6 +258,7 @@ class Database(FileReads):
         required_from: int = 0,
         committing: threading.Event | None = None,
         puts: Iterable[list[PutRow]] | None = None,
+        body_bytes: int | None = None,
     ) -> DatabaseHeader:
         """Apply whole generations of transactions and advance the header, atomically.
         Given `digests`, it gets the content digest as of each generation that holds a
@@ -266,14 +267,23 @@ class Database(FileReads):
         set once the rows are written and the COMMIT starts waiting on the disk (or the call
         fails): a replay reads its next batch meanwhile (`passive/replayer.py`), and has
         that batch's `puts` (`tables.put_rows` of each transaction) computed with it.
+        `body_bytes`: what the transactions' bodies add up to, known beforehand (the LLR
+        flush, whose bodies are read back from the log as they are iterated): then they are
+        taken one at a time, and a transaction's puts of PACED_BYTES or more are written as
+        soon as it is applied, so that one large body at a time is held.
 
         A malformed operation aborts the whole call (nothing applied, nothing published);
         a waypoint lower than the file's: DatabaseError.
         """
         if waypoint < self._header.waypoint:
             raise DatabaseError(f"waypoint would go back from {self._header.waypoint}")
-        txns = list(transactions)
-        paced = sum(_body_chars(t) for t in txns) >= PACED_BYTES
+        if body_bytes is None:
+            txns: Iterable[Transaction] = list(transactions)
+            body_bytes = sum(_body_chars(t) for t in txns)  # type: ignore[union-attr]
+            alone = False
+        else:
+            txns, alone = transactions, True
+        paced = body_bytes >= PACED_BYTES
         with (
             self._lock,
             self._paced(paced),
@@ -285,6 +295,8 @@ class Database(FileReads):
             prepared = iter(puts) if puts is not None else itertools.repeat(None)
             for txn in txns:
                 last_cn = max(last_cn, writer.apply(txn, next(prepared)))
+                if alone and _body_chars(txn) >= PACED_BYTES:
+                    writer.flush()
                 if digests is not None:
                     digests[txn.generation] = to_hex(self._digest + writer.delta)
             writer.flush()
