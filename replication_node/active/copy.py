@@ -22,19 +22,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import operator
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
+from operator import attrgetter
 
 from dag_common.clock import Clock
 from dag_common.mailbox_digest import DigestRow
 from dag_common.model import RollCause
 from replication_node.active import llr_pacing
 from replication_node.active.lease import LeaseKeeper
-from replication_node.active.listing import listing_apart
-from replication_node.active.logged_bodies import LogBodies, body_bytes, without_body
+from replication_node.active.listing import bodies_apart, listing_apart
+from replication_node.active.logged_bodies import LogBodies, body_bytes, read_back, without_body
 from replication_node.errors import SwitchingOver, TransactionTooLarge
 from replication_node.log.events import (
     ClosedGeneration,
@@ -50,6 +50,7 @@ from replication_node.log.operations import AssignUids, Operation, RecordBackup,
 from replication_node.log.recovery import plan_recovery
 from replication_node.log.spanning import BlobRef
 from replication_node.storage.database import Database
+from replication_node.storage.file_reads import Held
 from replication_node.storage.header import DatabaseHeader, DatabaseState
 from replication_node.storage.ops import SEEN, floored, folder_floor
 from replication_node.storage.overlay import LlrOverlay
@@ -292,6 +293,10 @@ class ActiveCopy:
         floor = folder_floor(self.folder_rows(mailbox), folder)
         return listing_apart(self.overlay, self.db, mailbox, folder, since_modseq, floor)
 
+    def bodies_apart(self, mailbox: str, ids: Sequence[str]) -> tuple[Database, Held]:
+        db, held = bodies_apart(self.overlay, self.db, mailbox, ids)  # (`listing.py`)
+        return db, read_back(held, self.overlay, self.bodies, mailbox)
+
     async def roll(self, *, force: bool = False, cause: RollCause = RollCause.DEMAND) -> int | None:
         """Close the open log now (the mover's roll); the generation closed, if any."""
         return await self.stream.roll(force=force, cause=cause)
@@ -467,7 +472,7 @@ class ActiveCopy:
                     rows[item_id] = self._with_body(row)
                 else:
                     rows.pop(item_id, None)
-        return sorted(rows.values(), key=_change_number)
+        return sorted(rows.values(), key=attrgetter("change_number"))
 
     def folder_status(self, mailbox: str) -> list[FolderStatus]:
         """Each folder's counters with its live items and those not `\\Seen`: the file's
@@ -585,7 +590,7 @@ class ActiveCopy:
                     rows[item_id] = self._with_body(row) if bodies else without_body(row)
                 else:
                     rows.pop(item_id, None)
-        items = sorted(rows.values(), key=_change_number)
+        items = sorted(rows.values(), key=attrgetter("change_number"))
         if end is not None:
             return ItemsPage(items, end, False)
         return ItemsPage(items, max([since_change, *(r.change_number for r in items)]), True)
@@ -603,5 +608,4 @@ class ActiveCopy:
         return row._replace(body=self.bodies.text(logged), body_hash="")
 
 
-_uid = operator.attrgetter("uid", "item_id")
-_change_number = operator.attrgetter("change_number")
+_uid = attrgetter("uid", "item_id")

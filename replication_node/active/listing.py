@@ -1,5 +1,5 @@
-"""A folder's listing read off the event loop on the active (issue 50): the file's rows
-through a connection of their own, the LLR overlay's snapshot merged over them.
+"""A folder's listing and messages' bodies read off the event loop on the active (issue 50):
+the file's rows through a connection of their own, the LLR overlay's snapshot merged over them.
 
 The loop only takes a snapshot of what the overlay holds for the mailbox (its rows are
 immutable); the worker thread reads the file's rows at a waypoint in one read transaction.
@@ -11,9 +11,10 @@ the mailbox's folders or numbers its items (the file's names and UIDs are not ye
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from replication_node.storage.database import Database
+from replication_node.storage.file_reads import Held
 from replication_node.storage.ops import floored
 from replication_node.storage.overlay import LlrOverlay
 from replication_node.storage.reader import ItemRow
@@ -61,3 +62,19 @@ def listing_apart(
         return listed
 
     return build
+
+
+def bodies_apart(
+    overlay: LlrOverlay, db: Database, mailbox: str, ids: Sequence[str]
+) -> tuple[Database, Held]:
+    """The file to read the bodies of `ids` from off the loop, and what the overlay holds of
+    them (taken on the loop: its rows are immutable, the file may be behind it)."""
+    held: Held = {}
+    hidden = overlay.hides(mailbox)
+    for item in ids:
+        row = overlay.item(mailbox, item)
+        if row is not None:
+            held[item] = None if row.deleted else (row.body, row.format, row.subject)
+        elif hidden:
+            held[item] = None
+    return db, held

@@ -31,7 +31,8 @@ from replication_node.log.events import Transaction
 from replication_node.log.logfile import ScanResult
 from replication_node.log.operations import PutItem
 from replication_node.log.spanning import BodyReader
-from replication_node.storage.overlay import LoggedBody
+from replication_node.storage.file_reads import Held, StoredBody
+from replication_node.storage.overlay import LlrOverlay, LoggedBody
 from replication_node.storage.reader import ItemRow
 
 # A roll renames E00.log between a look for the closed name and a look at E00.log: looked
@@ -102,6 +103,33 @@ def body_bytes(txns: Iterable[Transaction]) -> int:
             if type(op) is PutItem:
                 total += staged[index].size if index in staged else len(op.body)
     return total
+
+
+class _ReadBack(dict):  # type: ignore[type-arg]
+    """What the overlay holds of some items (`file_reads.Held`), the bodies it holds in the
+    log read back as each is looked up (in the thread that reads the batch, one at a time)."""
+
+    def __init__(self, held: Held, logged: dict[str, LoggedBody], bodies: LogBodies) -> None:
+        super().__init__(held)
+        self._logged, self._bodies = logged, bodies
+
+    def __getitem__(self, item: str) -> StoredBody | None:
+        stored = super().__getitem__(item)
+        logged = self._logged.get(item)
+        if stored is None or logged is None:
+            return stored
+        return self._bodies.text(logged), stored[1], stored[2]
+
+
+def read_back(held: Held, overlay: LlrOverlay, bodies: LogBodies, mailbox: str) -> Held:
+    """`held` (`listing.bodies_apart`) with the bodies the overlay holds in the log read back
+    when they are looked up, not here (on the loop) nor all at once."""
+    logged = {
+        item: where
+        for item, stored in held.items()
+        if stored is not None and (where := overlay.logged_body(mailbox, item)) is not None
+    }
+    return _ReadBack(held, logged, bodies) if logged else held
 
 
 def without_body(row: ItemRow) -> ItemRow:

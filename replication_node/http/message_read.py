@@ -19,7 +19,6 @@ answers, as `GET …/message` does.  A bad request is answered 400 before anythi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Sequence
@@ -32,13 +31,10 @@ from dag_common.memory import MemoryBudget
 from dag_common.message_batch import CONTENT_TYPE, END, MessagesIn, found_head, missing_record
 from dag_common.rfc822 import message_bytes, message_size, message_slices
 from dag_common.route_roles import add_route
-from replication_node.active.copy import ActiveCopy
 from replication_node.errors import NotFound
 from replication_node.http.context import NODE, json_body, mailbox_name, reader_for
 from replication_node.http.models import parse
-from replication_node.storage.database import Database
-from replication_node.storage.file_reads import StoredBody, message_body
-from replication_node.storage.reader import MailboxReader
+from replication_node.storage.file_reads import FileReads, Held, message_body
 
 logger = logging.getLogger(__name__)
 
@@ -48,48 +44,20 @@ READ_BYTES = 1024 * 1024  # message bytes one read off the loop takes (one messa
 READ_THREADS = 2
 _reads = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="messages")
 
-# What the loop took from the overlay for an id: its body, or None (deleted, or the mailbox
-# hidden: removed in a generation the file does not have yet).  An id absent is the file's.
-Held = dict[str, StoredBody | None]
-
-
-def _held(reader: MailboxReader, mailbox: str, ids: Sequence[str]) -> tuple[Database | None, Held]:
-    """The file to read (None: none apart from the loop) and what the overlay holds of `ids`."""
-    if isinstance(reader, Database):
-        return reader, {}
-    if isinstance(reader, ActiveCopy):
-        overlay = reader.overlay
-        held: Held = {}
-        hidden = overlay.hides(mailbox)
-        for item in ids:
-            row = overlay.item(mailbox, item)
-            if row is not None:
-                held[item] = None if row.deleted else (row.body, row.format, row.subject)
-            elif hidden:
-                held[item] = None
-        return reader.db, held
-    held = {}
-    for item in ids:  # another reader: read on the loop, as GET …/message does
-        row = reader.item(mailbox, item)
-        held[item] = None if row is None or row.deleted else (row.body, row.format, row.subject)
-    return None, held
-
 
 def _read_part(
-    db: Database | None, mailbox: str, ids: Sequence[str], start: int, held: Held, most: int
+    db: FileReads, mailbox: str, ids: Sequence[str], start: int, held: Held, most: int
 ) -> tuple[list[bytes], int, int]:
     """The records of `ids[start:]` up to `most` bytes of messages (one message at least):
     their parts, the index after the last, the message bytes in them.  Off the loop."""
     parts: list[bytes] = []
     size = 0
     at = start
-    with db.reading_apart() if db is not None else contextlib.nullcontext() as conn:
+    with db.reading_apart() as conn:
         while at < len(ids) and (size < most or at == start):
             item = ids[at]
             at += 1
-            stored = (
-                held[item] if item in held or conn is None else message_body(conn, mailbox, item)
-            )
+            stored = held[item] if item in held else message_body(conn, mailbox, item)
             if stored is None:
                 parts.append(missing_record(item))
                 continue
@@ -115,7 +83,7 @@ async def post_messages(request: web.Request) -> web.StreamResponse:
         raise NotFound(f"no mailbox {name!r}")
     memory = request.app[NODE].memory
     async with memory.share(READ_BYTES, f"a read of messages from {request.match_info['db']}"):
-        db, held = _held(reader, name, wanted.item_ids)
+        db, held = reader.bodies_apart(name, wanted.item_ids)
         response = web.StreamResponse(headers={"Content-Type": CONTENT_TYPE})
         response.enable_chunked_encoding()
         await response.prepare(request)
@@ -135,7 +103,7 @@ async def post_messages(request: web.Request) -> web.StreamResponse:
 
 
 async def _write(
-    response: web.StreamResponse, db: Database | None, mailbox: str, wanted: MessagesIn,
+    response: web.StreamResponse, db: FileReads, mailbox: str, wanted: MessagesIn,
     held: Held, memory: MemoryBudget,
 ) -> None:  # fmt: skip
     loop = asyncio.get_running_loop()

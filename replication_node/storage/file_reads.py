@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from dag_common.mailbox_digest import DigestRow
 from dag_common.rfc822 import BodyFormat
@@ -126,6 +126,11 @@ class FileReads:
         return lambda: self.folder_items_apart(
             mailbox, folder, since_modseq, tombstones=tombstones
         )[1]
+
+    def bodies_apart(self, mailbox: str, ids: Sequence[str]) -> tuple[FileReads, Held]:
+        """The file to read the bodies of `ids` from off the loop (this one), and what is held
+        of them apart from it (nothing)."""
+        return self, {}
 
     @contextlib.contextmanager
     def reading_apart(self) -> Iterator[sqlite3.Connection]:
@@ -274,6 +279,10 @@ def _folder_items(
 
 
 StoredBody = tuple[str, BodyFormat, str]  # an item's body, its format, its subject
+# What a reader holds of some item ids apart from its file (the active's LLR overlay): an id's
+# body, or None (deleted, or its mailbox removed in a generation the file does not have yet).
+# An id absent is read from the file.
+Held = dict[str, StoredBody | None]
 
 
 def message_body(conn: sqlite3.Connection, mailbox: str, item_id: str) -> StoredBody | None:

@@ -4,12 +4,15 @@ tuples, the tables' columns); the routes turn them into JSON."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from dag_common.mailbox_digest import DigestRow
 from dag_common.rfc822 import BodyFormat
+
+if TYPE_CHECKING:
+    from replication_node.storage.file_reads import FileReads, Held
 
 
 class MailboxRow(NamedTuple):
@@ -115,6 +118,11 @@ class MailboxReader(Protocol):
     ) -> Callable[[], list[ItemRow] | None] | None:
         """`folder_items` (bodiless) to read in a worker thread, which answers None should
         its read not do (the caller lists on the loop then); None: list on the loop."""
+        ...
+
+    def bodies_apart(self, mailbox: str, ids: Sequence[str]) -> tuple[FileReads, Held]:
+        """The file to read the bodies of `ids` from in a worker thread, and what the reader
+        holds of them apart from that file (`file_reads.Held`), taken on the loop."""
         ...
 
     def moved_out(self, mailbox: str, uidvalidity: int, since_modseq: int) -> list[int]: ...

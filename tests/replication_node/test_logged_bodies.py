@@ -53,6 +53,8 @@ async def test_a_staged_body_is_held_in_the_log_and_read_back_by_every_read(tmp_
     hashes = {r.item_id: r.body_hash for r in copy.items_page("m", 0, 100, bodies=False).items}
     assert hashes["big"] == body_hash(big)
     held = rows_digest("m", copy.digest_rows("m"))
+    _, apart = copy.bodies_apart("m", ["big", "small"])  # the batch message read's
+    assert apart["big"][0] == big and apart["small"][0] == small
 
     # Rolled (the commit's generation closed) and still held: read from its closed file.
     await copy.roll()
