@@ -33,7 +33,7 @@ from dag_common.mailbox_digest import DigestRow
 from dag_common.model import RollCause
 from replication_node.active import llr_pacing
 from replication_node.active.lease import LeaseKeeper
-from replication_node.active.listing import bodies_apart, listing_apart
+from replication_node.active.listing import bodies_apart, digest_rows, listing_apart, live_count
 from replication_node.active.logged_bodies import LogBodies, body_bytes, read_back, without_body
 from replication_node.errors import SwitchingOver, TransactionTooLarge
 from replication_node.log.events import (
@@ -536,32 +536,10 @@ class ActiveCopy:
         return sorted(uids)
 
     def digest_rows(self, mailbox: str) -> list[DigestRow]:
-        """The file's digest rows (`Database.digest_rows`) with the overlay's items over
-        them (those carry their bodies, in memory: the digest hashes them), and the file's
-        folders renamed since."""
-        stored = [] if self.overlay.hides(mailbox) else self.db.digest_rows(mailbox)
-        if self.overlay.renames.get(mailbox):
-            renamed = self.overlay.renamed
-            stored = [r._replace(folder=renamed(mailbox, r.folder)) for r in stored]
-        rows = {r.item_id: r for r in stored}
-        for (m, item_id), (_, row) in self.overlay.items.items():
-            if m == mailbox:  # a body held in the log by its hash, as a file's row
-                rows[item_id] = DigestRow(
-                    item_id, row.folder, row.subject, row.deleted, row.change_number,
-                    row.body_hash if not row.body else "", row.body, row.format,
-                )  # fmt: skip
-        return list(rows.values())
+        return digest_rows(self.overlay, self.db, mailbox)  # (`listing.py`)
 
     def live_count(self, mailbox: str, since_change: int) -> int:
-        """The file's count, corrected item by item for what the overlay changed."""
-        hidden = self.overlay.hides(mailbox)  # removed: the file's rows are gone
-        count = 0 if hidden else self.db.live_count(mailbox, since_change)
-        for (m, item_id), (_, row) in self.overlay.items.items():
-            if m == mailbox:
-                old = None if hidden else self.db.item(mailbox, item_id)
-                count -= bool(old and not old.deleted and old.change_number > since_change)
-                count += bool(not row.deleted and row.change_number > since_change)
-        return count
+        return live_count(self.overlay, self.db, mailbox, since_change)  # (`listing.py`)
 
     def items_page(
         self,
