@@ -58,6 +58,26 @@ def known(
     return _made(text, utf8_size, sha256, utf8)
 
 
+def bytes_only(utf8: bytes | bytearray, sha256: str) -> CountedText:
+    """A body carried only as its UTF-8 bytes `utf8` (of SHA-256 `sha256`), its text empty:
+    for the one stage that writes those bytes (a large raw message staged into the log,
+    `item_writes._stage_bodies`; a body read back for SQLite, `tables.put_rows`), where no
+    stage reads the text.  `text_of` gives the text where one is needed after all."""
+    return _made("", len(utf8), sha256, utf8)
+
+
+def is_bytes_only(body: str) -> bool:
+    """Whether `body` is carried as its UTF-8 bytes alone (`bytes_only`)."""
+    return type(body) is CountedText and not body and body.utf8_size > 0
+
+
+def text_of(body: CountedText) -> CountedText:
+    """A bytes-only body as counted text (its bytes decoded, then let go of)."""
+    utf8 = body.take_utf8()
+    assert utf8 is not None, "a bytes-only body holds its bytes until they are taken"
+    return _made(utf8.decode("utf-8"), body.utf8_size, body.sha256, None)
+
+
 def from_utf8(raw: bytes | bytearray) -> CountedText:
     """The text of the UTF-8 bytes `raw` (UnicodeDecodeError if they are not), counted and
     hashed from the bytes themselves; the bytes kept for `take_utf8` (no copy)."""

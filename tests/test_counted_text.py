@@ -13,8 +13,15 @@ import hashlib
 import pytest
 
 from dag_common import http_body, mailbox_digest
-from dag_common.counted_text import CountedText, counted, from_utf8, known
-from dag_common.rfc822 import BodyFormat, counted_message, message_bytes
+from dag_common.counted_text import (
+    CountedText,
+    counted,
+    from_utf8,
+    is_bytes_only,
+    known,
+    text_of,
+)
+from dag_common.rfc822 import BodyFormat, counted_message, counted_message_bytes, message_bytes
 
 TEXTS = [
     "",
@@ -82,3 +89,25 @@ def test_known_keeps_the_counts_it_is_given_and_the_bytes_until_taken():
     body = known(raw.decode(), utf8_size=len(raw), sha256="ab" * 32, utf8=raw)
     assert body == "caf\xe9" and body.utf8_size == 5 and body.sha256 == "ab" * 32
     assert body.take_utf8() is raw and body.take_utf8() is None
+
+
+MESSAGES = [
+    b"Subject: plain\r\n\r\nascii body\r\n",
+    "Subject: Grüße\r\n\r\n测试 \U0001f600\r\n".encode() * 60_000,  # slices split characters
+    b"Subject: caf\xe9\r\n\r\n" + b"cr\xe8me \xff\r\n" * 200_000,  # 8-bit: not UTF-8
+    b"Subject: x\r\n\r\n" + b"a" * ((1 << 20) - 15) + "é".encode(),  # é across the slice
+    b"Subject: x\r\n\r\n" + b"a" * ((1 << 20) - 15) + b"\xc3",  # cut mid-character
+]
+
+
+@pytest.mark.parametrize("raw", MESSAGES)
+def test_a_message_carried_as_its_bytes_counts_as_the_text_would(raw: bytes) -> None:
+    body, fmt, sha256 = counted_message_bytes(bytearray(raw))
+    text, text_fmt, text_sha256 = counted_message(bytearray(raw))
+    assert is_bytes_only(body) and body == ""
+    assert (fmt, sha256, body.utf8_size, body.sha256) == (
+        text_fmt, text_sha256, text.utf8_size, text.sha256,
+    )  # fmt: skip
+    assert mailbox_digest.body_hash(body) == mailbox_digest.body_hash(str(text))
+    decoded = text_of(body)
+    assert decoded == text and message_bytes(decoded, fmt) == raw

@@ -20,6 +20,7 @@ and the cluster store's ceiling: the numbers of a lost open log are never handed
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -28,11 +29,12 @@ from datetime import datetime
 from operator import attrgetter
 
 from dag_common.clock import Clock
-from dag_common.mailbox_digest import DigestRow, body_hash
+from dag_common.mailbox_digest import DigestRow
 from dag_common.model import RollCause
 from replication_node.active import llr_pacing
 from replication_node.active.lease import LeaseKeeper
-from replication_node.active.listing import bodies_apart, listing_apart
+from replication_node.active.listing import bodies_apart, digest_rows, listing_apart, live_count
+from replication_node.active.logged_bodies import LogBodies, body_bytes, read_back, without_body
 from replication_node.errors import SwitchingOver, TransactionTooLarge
 from replication_node.log.events import (
     ClosedGeneration,
@@ -118,6 +120,11 @@ class ActiveCopy:
         # LLR's paced writes of large bodies give way to the log's commits (`llr_pacing`).
         self._pause = pause
         db.pace = self._give_way
+
+    @functools.cached_property
+    def bodies(self) -> LogBodies:
+        """The overlay's staged bodies, read back from the log (`logged_bodies`)."""
+        return LogBodies(self.paths.logs)
 
     @classmethod
     async def mount(
@@ -287,7 +294,8 @@ class ActiveCopy:
         return listing_apart(self.overlay, self.db, mailbox, folder, since_modseq, floor)
 
     def bodies_apart(self, mailbox: str, ids: Sequence[str]) -> tuple[Database, Held]:
-        return bodies_apart(self.overlay, self.db, mailbox, ids)  # (`listing.py`)
+        db, held = bodies_apart(self.overlay, self.db, mailbox, ids)  # (`listing.py`)
+        return db, read_back(held, self.overlay, self.bodies, mailbox)
 
     async def roll(self, *, force: bool = False, cause: RollCause = RollCause.DEMAND) -> int | None:
         """Close the open log now (the mover's roll); the generation closed, if any."""
@@ -375,7 +383,8 @@ class ActiveCopy:
             required = self._required_after.get(target, self.db.header.first_required)
             await asyncio.to_thread(
                 self.db.apply,
-                txns,
+                self.bodies.with_bodies(txns),
+                body_bytes=body_bytes(txns),
                 waypoint=target,
                 committed=committed,
                 last_log_time=self._close_times.get(target),
@@ -460,7 +469,7 @@ class ActiveCopy:
         for (m, item_id), (_, row) in self.overlay.items.items():
             if m == mailbox:
                 if row.change_number > since_change:
-                    rows[item_id] = row
+                    rows[item_id] = self._with_body(row)
                 else:
                     rows.pop(item_id, None)
         return sorted(rows.values(), key=attrgetter("change_number"))
@@ -506,7 +515,7 @@ class ActiveCopy:
             if m == mailbox:
                 rows.pop(item_id, None)
                 if row.folder == folder:
-                    rows[item_id] = _without_body(row)
+                    rows[item_id] = without_body(row)
         listed = [
             r
             for r in (floored(r, floor) for r in rows.values())
@@ -527,32 +536,10 @@ class ActiveCopy:
         return sorted(uids)
 
     def digest_rows(self, mailbox: str) -> list[DigestRow]:
-        """The file's digest rows (`Database.digest_rows`) with the overlay's items over
-        them (those carry their bodies, in memory: the digest hashes them), and the file's
-        folders renamed since."""
-        stored = [] if self.overlay.hides(mailbox) else self.db.digest_rows(mailbox)
-        if self.overlay.renames.get(mailbox):
-            renamed = self.overlay.renamed
-            stored = [r._replace(folder=renamed(mailbox, r.folder)) for r in stored]
-        rows = {r.item_id: r for r in stored}
-        for (m, item_id), (_, row) in self.overlay.items.items():
-            if m == mailbox:
-                rows[item_id] = DigestRow(
-                    item_id, row.folder, row.subject, row.deleted, row.change_number,
-                    body=row.body, format=row.format,
-                )  # fmt: skip
-        return list(rows.values())
+        return digest_rows(self.overlay, self.db, mailbox)  # (`listing.py`)
 
     def live_count(self, mailbox: str, since_change: int) -> int:
-        """The file's count, corrected item by item for what the overlay changed."""
-        hidden = self.overlay.hides(mailbox)  # removed: the file's rows are gone
-        count = 0 if hidden else self.db.live_count(mailbox, since_change)
-        for (m, item_id), (_, row) in self.overlay.items.items():
-            if m == mailbox:
-                old = None if hidden else self.db.item(mailbox, item_id)
-                count -= bool(old and not old.deleted and old.change_number > since_change)
-                count += bool(not row.deleted and row.change_number > since_change)
-        return count
+        return live_count(self.overlay, self.db, mailbox, since_change)  # (`listing.py`)
 
     def items_page(
         self,
@@ -578,7 +565,7 @@ class ActiveCopy:
             if m == mailbox:
                 change = row.change_number
                 if since_change < change and (end is None or change <= end):
-                    rows[item_id] = row if bodies else _without_body(row)
+                    rows[item_id] = self._with_body(row) if bodies else without_body(row)
                 else:
                     rows.pop(item_id, None)
         items = sorted(rows.values(), key=attrgetter("change_number"))
@@ -586,14 +573,17 @@ class ActiveCopy:
             return ItemsPage(items, end, False)
         return ItemsPage(items, max([since_change, *(r.change_number for r in items)]), True)
 
-    def item(self, mailbox: str, item_id: str) -> ItemRow | None:
-        return self.overlay.current_item(self.db, mailbox, item_id)
+    def item(self, mailbox: str, item_id: str, *, body: bool = True) -> ItemRow | None:
+        """An item; without `body`, one whose body the log holds comes without it (its hash)."""
+        row = self.overlay.current_item(self.db, mailbox, item_id)
+        return self._with_body(row) if body and row is not None else row
+
+    def _with_body(self, row: ItemRow) -> ItemRow:
+        """An overlay row with its body, read back from the log if it is held there."""
+        logged = self.overlay.logged_body(row.mailbox, row.item_id)
+        if logged is None or row.deleted:
+            return row
+        return row._replace(body=self.bodies.text(logged), body_hash="")
 
 
-def _uid(row: ItemRow) -> tuple[int, str]:
-    return row.uid, row.item_id
-
-
-def _without_body(row: ItemRow) -> ItemRow:
-    """An overlay row as a listing without bodies gives it (`ItemRow`)."""
-    return row._replace(body="", body_hash="" if row.deleted else body_hash(row.body))
+_uid = attrgetter("uid", "item_id")

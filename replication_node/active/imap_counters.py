@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from dag_common.counted_text import is_bytes_only
 from dag_common.mailbox_digest import body_hash
 from dag_common.store_api import ItemIn
 from replication_node.log.operations import RESERVE_MAX
@@ -58,7 +59,10 @@ def put_again(row: ItemRow | None, item: ItemIn) -> bool:
         return False
     if (row.folder, row.subject, row.format) != (item.folder, item.subject, item.format):
         return False
-    return row.body == item.body if row.body else row.body_hash == body_hash(item.body)
+    if row.body and not is_bytes_only(item.body):
+        return row.body == item.body
+    # a row read without its body (its hash), or a put carried as its bytes (their hash)
+    return (row.body_hash or body_hash(row.body)) == body_hash(item.body)
 
 
 class UidExhausted(Exception):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dag_common.counted_text import CountedText
+from dag_common.counted_text import CountedText, is_bytes_only, text_of
 from dag_common.mailbox_digest import utf8_size
 from dag_common.store_api import ItemIn, Written
 from replication_node.active.imap_counters import put_again
@@ -58,7 +58,7 @@ class ItemWrites(StoreCore):
         if not override_lock and any(item.uid is not None for item in items):
             raise BadRequest("a UID is given only by a move's copy (override_lock)")
         item_ids = tuple(item.item_id or new_item_id() for item in items)
-        staged = await self._stage_bodies(items)
+        staged, texts = await self._stage_bodies(items)
         try:
             if staged:  # the awaits let other writes in: the mailbox or a folder may be gone
                 self._check_items(mailbox, items, override_lock=override_lock)
@@ -66,12 +66,12 @@ class ItemWrites(StoreCore):
             # change numbers, and each item's UID and modseq in its folder
             folders = {f.folder: f for f in self.copy.folder_rows(mailbox)}
             ops: list[Operation] = []
-            for item_id, i in zip(item_ids, items, strict=True):
+            for n, (item_id, i) in enumerate(zip(item_ids, items, strict=True)):
                 folder = folders[i.folder]
                 flags = tuple(sorted(set(i.flags)))
                 # none given: the commit's time, which the record has
                 received = i.received.isoformat() if i.received is not None else ""
-                held = None if i.item_id is None else self.copy.item(mailbox, item_id)
+                held = None if i.item_id is None else self.copy.item(mailbox, item_id, body=False)
                 if i.uid is not None:  # a move's copy: the source's UID and modseq
                     uid, modseq = i.uid, i.modseq or self.counters.modseq(folder)
                     self.counters.given(folder, uid, modseq)
@@ -88,7 +88,7 @@ class ItemWrites(StoreCore):
                         item_id,
                         i.folder,
                         i.subject,
-                        i.body,
+                        texts.get(n, i.body),
                         i.format,
                         uid,
                         modseq,
@@ -115,16 +115,25 @@ class ItemWrites(StoreCore):
             if item.folder not in folders:
                 raise NotFound(f"mailbox {mailbox!r} has no folder {item.folder!r}")
 
-    async def _stage_bodies(self, items: Sequence[ItemIn]) -> dict[int, BlobRef]:
+    async def _stage_bodies(
+        self, items: Sequence[ItemIn]
+    ) -> tuple[dict[int, BlobRef], dict[int, str]]:
         """Stage the bodies a commit record cannot carry (`stage_plan`); by item index.  A
         body counted where it came in (`counted_text`) is not counted again, and its UTF-8
         bytes, if it holds them (a raw message's), are what is staged, as they are; every
-        item lets go of them here, staged or not (the text is what the other stages read)."""
+        item lets go of them here, staged or not (the text is what the other stages read).
+        Also the texts of the bytes-only bodies (`counted_text.bytes_only`: a large raw
+        message's) written inline after all, by index: their record carries text."""
+        texts = {
+            i: text_of(item.body)  # type: ignore[arg-type]
+            for i, item in enumerate(items)
+            if is_bytes_only(item.body) and i not in self._staging_plan(items)
+        }
         sizes = [utf8_size(item.body) for item in items]
         utf8 = [_take_utf8(item.body) for item in items]
         staged: dict[int, BlobRef] = {}
         try:
-            for i in stage_plan(sizes, self.copy.stream.log_file_size):
+            for i in self._staging_plan(items):
                 data = utf8[i]
                 utf8[i] = None
                 staged[i] = await self.copy.stage(items[i].body if data is None else data, sizes[i])
@@ -133,14 +142,18 @@ class ItemWrites(StoreCore):
             if staged:
                 await self.copy.abort_staged(list(staged.values()))
             raise
-        return staged
+        return staged, texts
+
+    def _staging_plan(self, items: Sequence[ItemIn]) -> list[int]:
+        sizes = [utf8_size(item.body) for item in items]
+        return stage_plan(sizes, self.copy.stream.log_file_size)
 
     @admitted
     async def delete_item(
         self, mailbox: str, item_id: str, *, override_lock: bool = False
     ) -> Written:
         self._live_mailbox(mailbox, override_lock=override_lock)
-        row = self.copy.item(mailbox, item_id)
+        row = self.copy.item(mailbox, item_id, body=False)
         if row is None or row.deleted:
             raise NotFound(f"mailbox {mailbox!r} has no item {item_id!r}")
         folder = self._folder_row(mailbox, row.folder, missing=None)

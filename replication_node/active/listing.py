@@ -7,12 +7,16 @@ If a generation the snapshot did not hold whole was flushed into the file meanwh
 snapshot's rows would then be older than the file's), the thread's listing is refused (None)
 and the caller lists on the loop; so it does at once (no function) when the overlay renames
 the mailbox's folders or numbers its items (the file's names and UIDs are not yet final).
+
+Also the other reads that merge the overlay over the file row by row: the digest's rows and
+the count of live items (on the loop, as `ActiveCopy` calls them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from dag_common.mailbox_digest import DigestRow
 from replication_node.storage.database import Database
 from replication_node.storage.file_reads import Held
 from replication_node.storage.ops import floored
@@ -78,3 +82,33 @@ def bodies_apart(
         elif hidden:
             held[item] = None
     return db, held
+
+
+def digest_rows(overlay: LlrOverlay, db: Database, mailbox: str) -> list[DigestRow]:
+    """The file's digest rows (`Database.digest_rows`) with the overlay's items over them
+    (those it holds in memory carry their bodies, which the digest hashes; those it holds in
+    the log, their hash, as a file's row), and the file's folders renamed since."""
+    stored = [] if overlay.hides(mailbox) else db.digest_rows(mailbox)
+    if overlay.renames.get(mailbox):
+        stored = [r._replace(folder=overlay.renamed(mailbox, r.folder)) for r in stored]
+    rows = {r.item_id: r for r in stored}
+    for (m, item_id), (_, row) in overlay.items.items():
+        if m == mailbox:
+            rows[item_id] = DigestRow(
+                item_id, row.folder, row.subject, row.deleted, row.change_number,
+                row.body_hash if not row.body else "", row.body, row.format,
+            )  # fmt: skip
+    return list(rows.values())
+
+
+def live_count(overlay: LlrOverlay, db: Database, mailbox: str, since_change: int) -> int:
+    """The file's count of live items changed after `since_change`, corrected item by item
+    for what the overlay changed."""
+    hidden = overlay.hides(mailbox)  # removed: the file's rows are gone
+    count = 0 if hidden else db.live_count(mailbox, since_change)
+    for (m, item_id), (_, row) in overlay.items.items():
+        if m == mailbox:
+            old = None if hidden else db.item(mailbox, item_id)
+            count -= bool(old and not old.deleted and old.change_number > since_change)
+            count += bool(not row.deleted and row.change_number > since_change)
+    return count

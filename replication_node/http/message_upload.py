@@ -7,9 +7,11 @@ APPEND), and as JSON it was escaped into text by the sender, held as bytes and t
 node, parsed, then encoded to UTF-8 again by each stage that counted or hashed it (issues 49
 and 52: a 1 MiB 8-bit message cost the active ~30 ms of CPU, and its write peaked at about
 five times itself).  Here the body is read as bytes within the same limits as the JSON write,
-decoded once, counted and hashed once (`rfc822.counted_message`), and its bytes staged in the
-log as they came (`MailboxStore._stage_bodies`): what the log, the database and every copy
-hold is what a JSON write of the same message would have written, byte for byte.
+counted and hashed once, and its bytes staged in the log as they came
+(`MailboxStore._stage_bodies`): a large one is never decoded into text on the active
+(`rfc822.counted_message_bytes`; the LLR overlay then holds its place in the log, not it), a
+small one once (`rfc822.counted_message`).  What the log, the database and every copy hold
+is what a JSON write of the same message would have written, byte for byte.
 
 The same roles, memory budget, max_item_size and answers as the JSON write (400 a bad
 request, nothing written; 409 a locked mailbox; 413 over the limit; 503 past the budget),
@@ -33,7 +35,7 @@ from dag_common.http_body import (
     max_item_size_for,
     read_body,
 )
-from dag_common.rfc822 import counted_message, is_message, subject_of
+from dag_common.rfc822 import counted_message, counted_message_bytes, is_message, subject_of
 from dag_common.route_roles import add_route
 from dag_common.store_api import ItemIn
 from replication_node.errors import BadRequest
@@ -77,11 +79,13 @@ async def put_message(request: web.Request) -> web.Response:
             raise BadRequest(
                 "the body is not an RFC 5322 message: it does not begin with a header field"
             )
+        subject = subject_of(raw)
         if len(raw) > _OFF_LOOP:
-            body, fmt, sha256 = await asyncio.to_thread(counted_message, raw)
+            # Carried as its bytes alone (no text of it made, issue 52): staged into the log
+            # as they came, or decoded there if the store writes it inline after all.
+            body, fmt, sha256 = await asyncio.to_thread(counted_message_bytes, raw)
         else:
             body, fmt, sha256 = counted_message(raw)
-        subject = subject_of(raw)
         del raw  # the body holds its bytes until they are staged (`counted_text`)
         # Not validated again: the body was decoded here (so it is valid text, and an 8-bit
         # one Latin-1 by construction), and its subject is the message's own.

@@ -9,6 +9,7 @@ from datetime import datetime
 
 from dag_common.model import Lsn, Position
 from replication_node.log.operations import Operation
+from replication_node.log.spanning import BlobRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +20,9 @@ class Transaction:
     position: Position
     commit_time: datetime
     ops: tuple[Operation, ...]
+    # The puts whose bodies the commit staged in the log (op index, reference), on the
+    # active's own events: the LLR overlay holds their place in the log, not the bodies.
+    staged: tuple[tuple[int, BlobRef], ...] = ()
 
     @property
     def generation(self) -> int:

@@ -355,6 +355,7 @@ class LogStream:
             tuple(ops),
             self._clock.monotonic(),
             blobs=tuple(b.id for b in blobs),
+            staged=tuple(zip(order, blobs, strict=True)),
         )
         return await self._submit(pending)
 

@@ -13,7 +13,7 @@ from typing import Any
 from dag_common.model import RollCause
 from replication_node.log.body import BodyReader
 from replication_node.log.operations import Operation
-from replication_node.log.spanning import BlobId, PendingBlob
+from replication_node.log.spanning import BlobId, BlobRef, PendingBlob
 
 
 @dataclass(slots=True)
@@ -48,6 +48,7 @@ class Pending:
     queued: float = 0.0  # monotonic time the commit was queued (commit latency)
     cause: RollCause = RollCause.DEMAND  # a roll request's cause
     blobs: tuple[BlobId, ...] = ()  # the staged bodies a commit ends
+    staged: tuple[tuple[int, BlobRef], ...] = ()  # (put's index, its body) for the event
     job: StageJob | AbortJob | None = None  # a stage or abort request (data is None)
 
     @property

@@ -412,7 +412,7 @@ class OpenLogWriter:
             lsn = Lsn(generation=self.header.generation, offset=offset, epoch=self.epoch)
             touched = lsn.generation
             results[i] = Committed(lsn=lsn, commit_time=p.commit_time)
-            events.append(Transaction(lsn.position, p.commit_time, p.ops))
+            events.append(Transaction(lsn.position, p.commit_time, p.ops, p.staged))
         budget = self.stage_budget
         for i in staging:
             job = work[i].job

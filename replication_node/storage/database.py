@@ -38,6 +38,7 @@ from datetime import datetime
 from pathlib import Path
 
 from dag_common import sqlite_memory
+from dag_common.counted_text import CountedText
 from dag_common.mailbox_digest import MODULUS, to_hex
 from dag_common.sqlite_memory import release_bindings
 from replication_node.errors import DatabaseError
@@ -259,6 +260,7 @@ class Database(FileReads):
         required_from: int = 0,
         committing: threading.Event | None = None,
         puts: Iterable[list[PutRow]] | None = None,
+        body_bytes: int | None = None,
     ) -> DatabaseHeader:
         """Apply whole generations of transactions and advance the header, atomically.
         Given `digests`, it gets the content digest as of each generation that holds a
@@ -267,14 +269,23 @@ class Database(FileReads):
         set once the rows are written and the COMMIT starts waiting on the disk (or the call
         fails): a replay reads its next batch meanwhile (`passive/replayer.py`), and has
         that batch's `puts` (`tables.put_rows` of each transaction) computed with it.
+        `body_bytes`: what the transactions' bodies add up to, known beforehand (the LLR
+        flush, whose bodies are read back from the log as they are iterated): then they are
+        taken one at a time, and a transaction's puts of PACED_BYTES or more are written as
+        soon as it is applied, so that one large body at a time is held.
 
         A malformed operation aborts the whole call (nothing applied, nothing published);
         a waypoint lower than the file's: DatabaseError.
         """
         if waypoint < self._header.waypoint:
             raise DatabaseError(f"waypoint would go back from {self._header.waypoint}")
-        txns = list(transactions)
-        paced = sum(_body_chars(t) for t in txns) >= PACED_BYTES
+        if body_bytes is None:
+            txns: Iterable[Transaction] = list(transactions)
+            body_bytes = sum(_body_chars(t) for t in txns)  # type: ignore[union-attr]
+            alone = False
+        else:
+            txns, alone = transactions, True
+        paced = body_bytes >= PACED_BYTES
         with (
             self._lock,
             self._paced(paced),
@@ -286,6 +297,8 @@ class Database(FileReads):
             prepared = iter(puts) if puts is not None else itertools.repeat(None)
             for txn in txns:
                 last_cn = max(last_cn, writer.apply(txn, next(prepared)))
+                if alone and _body_chars(txn) >= PACED_BYTES:
+                    writer.flush()
                 if digests is not None:
                     digests[txn.generation] = to_hex(self._digest + writer.delta)
             writer.flush()
@@ -407,4 +420,10 @@ class Database(FileReads):
 
 
 def _body_chars(txn: Transaction) -> int:
-    return sum(len(op.body) for op in txn.ops if type(op) is PutItem)
+    """Its puts' bodies' sizes: a counted one's in UTF-8 (the LLR flush gives a body read
+    back from the log as its bytes alone, `active/logged_bodies.py`), another's in characters."""
+    return sum(
+        op.body.utf8_size if type(op.body) is CountedText else len(op.body)
+        for op in txn.ops
+        if type(op) is PutItem
+    )

@@ -23,12 +23,24 @@ folder or of the database is held as a rule over the file's rows instead of as r
 read from the file (`over_file`) until the file has its generation: a rename of a folder of
 100,000 messages holds no body.  A move records the UIDs it takes out of its source
 (`moved_out`, by the source's UIDVALIDITY), as `tables.moved_out` does.
+
+A body the commit staged in the log (the active's own transactions: `Transaction.staged`)
+is not held: its row holds "" with the body's hash and size (as a row read without its
+body), and `logged` its place in the log (`LoggedBody`), which the active reads back when a
+reader or the LLR flush needs the body (`ActiveCopy`, issue 52).  The log keeps it there: its
+commit is past the database file's waypoint, and a part before the waypoint is in Logs
+Required, so the truncator keeps every generation an entry names, as crash recovery needs
+them.  Transactions recovered at mount carry their bodies (read back once, by recovery).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
+import msgspec
+
+from dag_common.mailbox_digest import body_hash, utf8_size
 from replication_node.log.events import Transaction
 from replication_node.log.operations import (
     AssignUids,
@@ -49,6 +61,7 @@ from replication_node.log.operations import (
     SetMailbox,
     last_cn,
 )
+from replication_node.log.spanning import BlobRef
 from replication_node.storage.header import DatabaseHeader
 from replication_node.storage.ops import (
     created_folders,
@@ -80,6 +93,15 @@ class FileRows(Protocol):
     def unassigned(self) -> list[tuple[str, str, str]]: ...
 
 
+@dataclass(frozen=True, slots=True)
+class LoggedBody:
+    """A staged body's place in the log: its reference, and the generation of the commit
+    that names it (its parts are read back from its first generation up to that one)."""
+
+    ref: BlobRef
+    through: int
+
+
 class LlrOverlay:
     """The active copy's unflushed transactions, and the rows they produce."""
 
@@ -89,6 +111,8 @@ class LlrOverlay:
         # None: removed or renamed away (the file's row of that name is hidden)
         self.folders: dict[tuple[str, str], tuple[int, FolderRow | None]] = {}
         self.items: dict[tuple[str, str], tuple[int, ItemRow]] = {}
+        # the bodies of rows of `items` held as their place in the log (see the module)
+        self.logged: dict[tuple[str, str], LoggedBody] = {}
         self.removed: dict[str, int] = {}  # mailbox -> generation of its removal
         # mailbox -> [(generation, folder, new name)], in log order: the file's rows renamed
         self.renames: dict[str, list[tuple[int, str, str]]] = {}
@@ -205,11 +229,22 @@ class LlrOverlay:
     # ---- taking transactions ------------------------------------------------------------
 
     def add(self, txn: Transaction, db: FileRows) -> None:
-        """Take a durable transaction; `db` reads rows not in the overlay yet."""
-        self._txns.setdefault(txn.generation, []).append(txn)
+        """Take a durable transaction; `db` reads rows not in the overlay yet.  Its staged
+        bodies are held as their place in the log (see the module)."""
+        staged = dict(txn.staged)
+        if staged:  # held without them: the LLR flush reads them back (`with_bodies`)
+            stripped = tuple(
+                msgspec.structs.replace(op, body="") if i in staged else op  # type: ignore[type-var]
+                for i, op in enumerate(txn.ops)
+            )
+            self._txns.setdefault(txn.generation, []).append(
+                Transaction(txn.position, txn.commit_time, stripped, txn.staged)
+            )
+        else:
+            self._txns.setdefault(txn.generation, []).append(txn)
         gen = txn.generation
         when = txn.commit_time.isoformat()
-        for op in txn.ops:
+        for index, op in enumerate(txn.ops):
             if type(op) is RecordBackup:
                 self._stamps_seen += 1
                 self.backups[op.kind] = (gen, self._stamps_seen, op)
@@ -217,7 +252,17 @@ class LlrOverlay:
             self.max_change_number = max(self.max_change_number, last_cn(op))
             match op:
                 case PutItem():
-                    self.items[(op.mailbox, op.item_id)] = (gen, item_row(op, when))
+                    key = (op.mailbox, op.item_id)
+                    row = item_row(op, when)
+                    ref = staged.get(index)
+                    if ref is None:
+                        self.logged.pop(key, None)
+                    else:
+                        self.logged[key] = LoggedBody(ref, gen)
+                        row = row._replace(
+                            body="", size=utf8_size(op.body), body_hash=body_hash(op.body)
+                        )
+                    self.items[key] = (gen, row)
                     if op.uid:
                         self._lift(db, gen, op.mailbox, op.folder, op.uid + 1, op.modseq)
                 case CreateMailbox():
@@ -246,6 +291,7 @@ class LlrOverlay:
                     self.mailboxes.pop(name, None)
                     self.folders = {k: v for k, v in self.folders.items() if k[0] != name}
                     self.items = {k: v for k, v in self.items.items() if k[0] != name}
+                    self.logged = {k: v for k, v in self.logged.items() if k[0] != name}
                     self.assigned = {k: v for k, v in self.assigned.items() if k[0] != name}
                     self.moved_out = {k: v for k, v in self.moved_out.items() if k[0] != name}
                     self.renames.pop(name, None)
@@ -296,6 +342,11 @@ class LlrOverlay:
                                 change_number=op.cn + i, commit_time=when,
                             )  # fmt: skip
                             self.items[(op.mailbox, new_id)] = (gen, copied)
+                            logged = self.logged.get((op.mailbox, item_id))
+                            if logged is not None:
+                                self.logged[(op.mailbox, new_id)] = logged
+                            else:
+                                self.logged.pop((op.mailbox, new_id), None)
                     uids = [u for _, _, u in op.items]
                     self._lift(db, gen, op.mailbox, op.folder, 1, op.modseq)
                     self._lift(db, gen, op.mailbox, op.to, max(uids, default=0) + 1, op.modseq)
@@ -321,6 +372,7 @@ class LlrOverlay:
         if folder is not None and not (live and current.folder == folder):
             return
         self.items[key] = (gen, tombstone_row(current, op, when))
+        self.logged.pop(key, None)
         if live:
             self._lift(db, gen, op.mailbox, current.folder, 1, op.modseq)
 
@@ -422,6 +474,7 @@ class LlrOverlay:
         self.mailboxes = {k: v for k, v in self.mailboxes.items() if v[0] > generation}
         self.folders = {k: v for k, v in self.folders.items() if v[0] > generation}
         self.items = {k: v for k, v in self.items.items() if v[0] > generation}
+        self.logged = {k: v for k, v in self.logged.items() if k in self.items}
         self.removed = {k: g for k, g in self.removed.items() if g > generation}
         self.assigned = {k: v for k, v in self.assigned.items() if v[0] > generation}
         self.moved_out = {k: v for k, v in self.moved_out.items() if v[0] > generation}
@@ -453,3 +506,8 @@ class LlrOverlay:
     def item(self, mailbox: str, item_id: str) -> ItemRow | None:
         entry = self.items.get((mailbox, item_id))
         return entry[1] if entry else None
+
+    def logged_body(self, mailbox: str, item_id: str) -> LoggedBody | None:
+        """Where the body of the overlay's row of an item is in the log, if it holds it
+        there rather than in memory."""
+        return self.logged.get((mailbox, item_id))
