@@ -113,7 +113,6 @@ class PassiveCopy:
         return self.settings.database
 
     # ---- lifecycle -----------------------------------------------------------------------
-
     async def start(self) -> None:
         self.paths.root.mkdir(parents=True, exist_ok=True)
         self._load_state()
@@ -197,7 +196,6 @@ class PassiveCopy:
                 self._db = None
 
     # ---- the pipeline --------------------------------------------------------------------
-
     async def _run(self, reseed: bool) -> None:
         retry = Backoff.fixed(self._failed_retry)
         while True:
@@ -332,7 +330,6 @@ class PassiveCopy:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     # ---- Attempt Copy Last Logs ----------------------------------------------------------
-
     async def copy_last_logs(self, active_node: str, *, timeout: float = 20.0) -> LastLogsAnswer:
         """Before this copy takes over from `active_node`, which is not mounted but can be
         reached: have it hold its logs (`hand_over`), copy every closed generation it has
@@ -487,7 +484,6 @@ class PassiveCopy:
             self._db = None
 
     # ---- persistent suspension -----------------------------------------------------------
-
     def _load_state(self) -> None:
         state = CopyState.load(self.paths.root)
         self._suspended, self._failed = state.suspended, state.failed
@@ -522,7 +518,6 @@ class PassiveCopy:
             db.close()
 
     # ---- reads and status ----------------------------------------------------------------
-
     def open_databases(self) -> list[Database]:
         """The handles on its file open now (replay's, reads'), for the idle release."""
         return [db for db in (self._db, self._reader) if db is not None]
