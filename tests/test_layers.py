@@ -249,3 +249,17 @@ def test_what_stands_beside_the_product_is_neither_installed_nor_in_the_image():
     let_in = {line[1:].strip("/") for line in ignore if line.startswith("!")}
     assert let_in - {"pyproject.toml", "README.md"} == set(PACKAGES)
     assert (ROOT / "demo" / "__main__.py").is_file()
+
+
+MOST_LINES = 600  # issue 51: a module past this is doing more than one thing
+
+
+def test_no_product_module_is_over_600_lines():
+    """A module that outgrows a screenful of screens is split by what it does (issue 51)."""
+    over = {
+        str(path.relative_to(ROOT)): n
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) > MOST_LINES
+    }
+    assert not over, f"product modules over {MOST_LINES} lines: {over}"
