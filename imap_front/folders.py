@@ -50,7 +50,7 @@ from dag_common.clock import Clock
 from dag_common.store_api import Changes, MailboxState
 from imap_front.errors import Bye, Unavailable
 from imap_front.fetching import Bodies, RawLoaded
-from imap_front.listing import Listings, Rows
+from imap_front.listing import Listings, Rows, RowsCache
 from imap_front.metrics import FrontMetrics
 from imap_front.node_api import NODE_INBOX, Listed, MailboxApi, Stored
 from imap_front.selected import CompactMessages
@@ -162,8 +162,10 @@ class Folder(MailboxDataInterface[Message]):
     def __init__(
         self, api: MailboxApi, name: str, uidvalidity: int, *, clock: Clock,
         metrics: FrontMetrics | None = None, listings: Listings | None = None,
+        checked: bool = False,
     ) -> None:  # fmt: skip
         self._api = api
+        self._checked = checked  # the listing must show `uidvalidity` (`Folders.known`)
         self._listings = listings if listings is not None else Listings(api)
         self._clock = clock
         self._metrics = metrics
@@ -194,8 +196,11 @@ class Folder(MailboxDataInterface[Message]):
 
     async def refresh(self) -> Rows:
         """The folder's rows as the node has them now."""
-        self._rows = await self._listings.rows(self.name)
-        return self._rows
+        rows = await self._listings.rows(self.name)
+        if self._checked and rows.uidvalidity != self._uidvalidity:
+            raise MailboxNotFound(imap_name(self.name))  # gone, and another made in its place
+        self._rows = rows
+        return rows
 
     async def _listed(self) -> Rows:
         """The folder's rows, read once per command that needs them."""
@@ -336,6 +341,8 @@ class Folder(MailboxDataInterface[Message]):
         each message new or changed, EXPUNGE for each UID no longer there.  Listed since the
         modseq shown (`_since`) when that can be trusted, else whole."""
         database = self._api.database
+        if shown is None:  # SELECT: the folder's rows (the front's, read since), not kept here
+            return self._selected_from(selected, await self.refresh(), feed, database)
         since = _since(shown, feed, database)
         listing = await self._api.uids(self.name, since) if since else None
         if listing is not None and (
@@ -371,6 +378,21 @@ class Folder(MailboxDataInterface[Message]):
             cursor, epoch = 0, 0  # the new database's; the next command lists the folder again
         selected.mod_sequence = Shown(listing.highest_modseq, cursor, epoch, self._api.database,
                                       listing.uidvalidity)  # fmt: skip
+        return selected
+
+    def _selected_from(
+        self, selected: SelectedMailbox, rows: Rows, feed: Changes | None, database: str
+    ) -> SelectedMailbox:
+        """SELECT's state: every row of the folder shown, the feed's cursor taken before."""
+        if self._metrics is not None:
+            self._metrics.resyncs.labels("whole").inc()
+        selected.add_updates([self._message(m) for m in rows.by_uid.values()], [])
+        cursor = feed.last_change_number if feed is not None else 0
+        epoch = feed.epoch if feed is not None else 0
+        if self._api.database != database or rows.database != database:
+            cursor, epoch = 0, 0  # followed meanwhile: the next command lists it again
+        selected.mod_sequence = Shown(rows.highest_modseq, cursor, epoch, rows.database,
+                                      rows.uidvalidity)  # fmt: skip
         return selected
 
     async def append(self, append_msg: AppendMessage, *, recent: bool = False) -> Message:
@@ -462,12 +484,14 @@ class Folders(MailboxSetInterface[Folder]):
     """The folders of the user's one mailbox."""
 
     def __init__(
-        self, api: MailboxApi, *, clock: Clock, metrics: FrontMetrics | None = None
-    ) -> None:
+        self, api: MailboxApi, *, clock: Clock, metrics: FrontMetrics | None = None,
+        rows: RowsCache | None = None,
+    ) -> None:  # fmt: skip
         self._api = api
         self._clock = clock
         self._metrics = metrics
-        self._listings = Listings(api)
+        self._listings = Listings(api, rows)
+        self._validity: dict[str, tuple[str, int]] = {}  # name: (database, UIDVALIDITY)
 
     @property
     def delimiter(self) -> str:
@@ -496,8 +520,19 @@ class Folders(MailboxSetInterface[Folder]):
             status = await self._api.status(folder)
         except MailboxNotFound:
             raise KeyError(name) from None
+        self._validity[name] = (self._api.database, status.uidvalidity)
         return Folder(self._api, folder, status.uidvalidity, clock=self._clock,
                       metrics=self._metrics, listings=self._listings)  # fmt: skip
+
+    def known(self, name: str) -> Folder | None:
+        """The selected folder `name` as this session last looked it up (no store call),
+        for a command that lists it (`Folder.refresh` checks it is still the same folder:
+        gone or another UIDVALIDITY is MailboxNotFound); None if not looked up here."""
+        found = self._validity.get(name)
+        if found is None or found[0] != self._api.database:
+            return None
+        return Folder(self._api, node_name(name), found[1], clock=self._clock,
+                      metrics=self._metrics, listings=self._listings, checked=True)  # fmt: skip
 
     async def add_mailbox(self, name: str) -> ObjectId:
         folder = node_name(name.rstrip(DELIMITER))
@@ -508,6 +543,7 @@ class Folders(MailboxSetInterface[Folder]):
         return ObjectId(b"F%d" % status.uidvalidity)
 
     async def delete_mailbox(self, name: str) -> None:
+        self._validity.clear()
         folder = node_name(name)
         try:
             await self._api.delete_folder(folder)
@@ -515,6 +551,7 @@ class Folders(MailboxSetInterface[Folder]):
             raise KeyError(name) from None
 
     async def rename_mailbox(self, before: str, after: str) -> None:
+        self._validity.clear()
         try:
             await self._api.rename_folder(node_name(before), node_name(after))
         except MailboxNotFound:
