@@ -28,6 +28,7 @@ from pymap.token import AllTokens
 from dag_common.clock import Clock
 from dag_common.errors import ClusterStoreError
 from dag_common.node_client import NodeStoreClient
+from dag_common.store_api import Changes
 from imap_front.errors import Unavailable
 from imap_front.fetching import Bodies
 from imap_front.folders import Folder, Folders, Message
@@ -79,6 +80,20 @@ class Session(BaseSession[Message]):
         await folder.refresh()
         return folder
 
+    async def _reading_folder(
+        self, selected: SelectedMailbox
+    ) -> tuple[Folder, bool, Changes | None]:
+        """The selected folder for a command that reads and writes nothing, its rows read:
+        with `Folder.quiet`, one poll of the change feed when nothing changed (True), else
+        the rows read after that poll (False, the poll's answer for `update_selected`)."""
+        folder = self._folders.known(selected.lookup)
+        if folder is None:
+            folder = await self._selected_folder(selected)
+            await folder._listed()
+            return folder, False, None
+        quiet, feed = await folder.quiet(selected)
+        return folder, quiet, feed
+
     async def _selected_folder(self, selected: SelectedMailbox) -> Folder:
         folder = await self._get_selected(selected)
         assert isinstance(folder, Folder)
@@ -89,7 +104,11 @@ class Session(BaseSession[Message]):
     ) -> tuple[Iterable[tuple[int, Message]], SelectedMailbox]:
         """pymap's FETCH: \\Seen set on the range in one write, and the messages' bodies
         read ahead as they are written (`fetching.Bodies`: none unless a body is asked)."""
-        folder = await self._listed_folder(selected)
+        quiet, feed = False, None
+        if set_seen:
+            folder = await self._listed_folder(selected)
+        else:
+            folder, quiet, feed = await self._reading_folder(selected)
         chosen = selected.messages.get_all(sequence_set)
         stored = Stored({})
         if set_seen:
@@ -106,7 +125,9 @@ class Session(BaseSession[Message]):
             bodies = Bodies([m.item_id for m in live], folder._api.message)
             for msg in live:
                 msg.bodies = bodies
-        return answer, await folder.update_selected(selected)
+        if quiet:
+            return answer, selected
+        return answer, await folder.update_selected(selected, polled=feed)
 
     async def fetch_listed(
         self, selected: SelectedMailbox, sequence_set: SequenceSet
@@ -114,7 +135,7 @@ class Session(BaseSession[Message]):
         """A FETCH of listing items only (`fetch_lines`): each chosen message's listed row
         and the update, or None (nothing asked of the node after the listing) when a message
         chosen is no longer listed: pymap's path answers that one."""
-        folder = await self._listed_folder(selected)
+        folder, quiet, feed = await self._reading_folder(selected)
         by_uid = (await folder._listed()).by_uid
         rows: list[tuple[int, Listed]] = []
         for seq, uid in selected.messages.get_uids(sequence_set):
@@ -122,7 +143,9 @@ class Session(BaseSession[Message]):
             if row is None:
                 return None, selected
             rows.append((seq, row))
-        return rows, await folder.update_selected(selected)
+        if quiet:
+            return rows, selected
+        return rows, await folder.update_selected(selected, polled=feed)
 
     async def update_flags(
         self, selected: SelectedMailbox, sequence_set: SequenceSet, flag_set: frozenset[Flag],

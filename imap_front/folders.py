@@ -209,17 +209,60 @@ class Folder(MailboxDataInterface[Message]):
     def _message(self, row: Listed) -> Message:
         return Message.listed(row, self._api)
 
+    async def quiet(self, selected: SelectedMailbox) -> tuple[bool, Changes | None]:
+        """For a command that writes nothing (a FETCH setting no \\Seen): one poll of the
+        change feed, since the older of what the session was shown and what the front's rows
+        of the folder are known to hold.  If it names neither this folder nor a parent (a
+        parent renamed renames it), both are current as of its cursor: True, and nothing more
+        is asked (no listing, no second poll).  Otherwise False and the poll's answer (for
+        `update_selected`'s `polled`), the rows read after it and known current as of it."""
+        shown: Shown | None = selected.mod_sequence
+        if shown is None or shown.database != self._api.database or not shown.epoch:
+            await self._listed()
+            return False, None
+        rows = self._listings.kept(self.name)
+        known = rows is not None and rows.cursor > 0 and rows.cursor_epoch == shown.epoch
+        since = min(shown.cursor, rows.cursor) if known and rows is not None else shown.cursor
+        feed = await self._api.changes(since, wait=0, epoch=shown.epoch)
+        self._polled(feed, shown)
+        if feed is None or feed.state != MailboxState.LIVE or feed.epoch != shown.epoch:
+            await self._listed()
+            return False, None
+        if known and rows is not None and not self._touched(feed):
+            if self._checked and rows.uidvalidity != self._uidvalidity:
+                raise MailboxNotFound(imap_name(self.name))
+            self._rows = rows
+            rows.cursor = max(rows.cursor, feed.last_change_number)
+            selected.mod_sequence = replace(shown, cursor=feed.last_change_number)
+            return True, feed
+        rows = await self.refresh()
+        if rows.epoch == feed.epoch and rows.database == self._api.database:
+            rows.cursor, rows.cursor_epoch = feed.last_change_number, feed.epoch
+        return False, feed
+
+    def _touched(self, feed: Changes) -> bool:
+        """Whether the feed's answer may have changed this folder or renamed a parent."""
+        if not feed.changed:
+            return False
+        if feed.folders is None:
+            return True
+        return any(f == self.name or self.name.startswith(f + DELIMITER) for f in feed.folders)
+
     async def update_selected(
-        self, selected: SelectedMailbox, *, wait_on: Any = None
+        self, selected: SelectedMailbox, *, wait_on: Any = None, polled: Changes | None = None
     ) -> SelectedMailbox:
+        """pymap's update of the selected state; `polled`: the feed's answer this command
+        took before reading the rows (`quiet`), used instead of another poll."""
         shown: Shown | None = selected.mod_sequence
         if shown is None:  # SELECT: the feed's cursor first, then the whole listing
             return await self._resync(selected, None, await self._feed_now())
         if shown.database != self._api.database:  # a move followed since the last listing
             return await self._resync(selected, shown, await self._feed_now())
         if wait_on is None:  # any other command (NOOP included): has this folder changed?
-            feed = await self._api.changes(shown.cursor, wait=0, epoch=shown.epoch)
-            self._polled(feed, shown)
+            feed = polled
+            if feed is None:
+                feed = await self._api.changes(shown.cursor, wait=0, epoch=shown.epoch)
+                self._polled(feed, shown)
             if await self._follow(feed):
                 return await self._resync(selected, shown, await self._feed_now())
         else:
@@ -391,6 +434,10 @@ class Folder(MailboxDataInterface[Message]):
         epoch = feed.epoch if feed is not None else 0
         if self._api.database != database or rows.database != database:
             cursor, epoch = 0, 0  # followed meanwhile: the next command lists it again
+        elif feed is not None and feed.state == MailboxState.LIVE and rows.epoch == epoch:
+            if rows.cursor_epoch != epoch:  # read after the poll: current as of its cursor
+                rows.cursor = 0
+            rows.cursor, rows.cursor_epoch = max(rows.cursor, cursor), epoch
         selected.mod_sequence = Shown(rows.highest_modseq, cursor, epoch, rows.database,
                                       rows.uidvalidity)  # fmt: skip
         return selected

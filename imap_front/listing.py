@@ -35,6 +35,10 @@ class Rows:
     highest_modseq: int
     by_uid: dict[int, Listed]
     counted: int = 0  # rows counted against the cache's bound (`RowsCache`)
+    # The change feed's cursor (and its epoch) the rows are known to hold every change up
+    # to: set by a command that polled the feed before reading them (`Folder.quiet`).
+    cursor: int = 0
+    cursor_epoch: int = 0
 
     @classmethod
     def of(cls, database: str, listing: FolderUids) -> Rows:
@@ -115,6 +119,10 @@ class Listings:
         self._api = api
         self._own = cache is None
         self._cache = RowsCache() if cache is None else cache
+
+    def kept(self, folder: str) -> Rows | None:
+        """`folder`'s rows as last read (no store call), if kept."""
+        return self._cache.get((self._api.database, self._api.mailbox, folder))
 
     async def rows(self, folder: str) -> Rows:
         """`folder`'s rows as the node has them now."""
