@@ -83,10 +83,12 @@ def render(
 ) -> bytes:
     """The `* n FETCH (…)` lines of `rows` ((sequence number, listed row)), one buffer;
     `merged`: by sequence number, items (name: rendered item) of an unsolicited FETCH."""
+    with_session = bool(session_flags.flags) or bool(session_flags.recent_uids)
+    if not with_session and not merged:
+        return _plain(items, rows)
     out: list[bytes] = []
     append = out.append
     flags_text = FLAGS_TEXT
-    with_session = bool(session_flags.flags) or bool(session_flags.recent_uids)
     for seq, row in rows:
         parts = []
         for item in items:
@@ -106,6 +108,30 @@ def render(
             parts = _merge(items, parts, merged[seq])
         append(b"* %d FETCH (%b)\r\n" % (seq, b" ".join(parts)))
     return b"".join(out)
+
+
+_FORMATS = {b"UID": b"UID %d", b"FLAGS": b"%b", b"MODSEQ": b"MODSEQ (%d)",
+            b"INTERNALDATE": b"INTERNALDATE %b"}  # fmt: skip
+
+
+def _plain(items: tuple[bytes, ...], rows: Iterable[tuple[int, Listed]]) -> bytes:
+    """`render` with no session flags and nothing merged: one format for every line."""
+    line = b"* %%d FETCH (%b)\r\n" % b" ".join(_FORMATS[i] for i in items)
+    flags_text = FLAGS_TEXT
+    if items == (b"FLAGS", b"UID"):  # what mail clients and mbsync ask most
+        return b"".join([line % (seq, flags_text(row.flags), row.uid) for seq, row in rows])
+    if items == (b"UID", b"FLAGS"):
+        return b"".join([line % (seq, row.uid, flags_text(row.flags)) for seq, row in rows])
+    values = [_VALUES[i] for i in items]
+    return b"".join([line % (seq, *[v(row) for v in values]) for seq, row in rows])
+
+
+_VALUES = {
+    b"UID": lambda row: row.uid,
+    b"FLAGS": lambda row: FLAGS_TEXT(row.flags),
+    b"MODSEQ": lambda row: shown(row.modseq),
+    b"INTERNALDATE": lambda row: bytes(DateTime(row.received or _NO_DATE)),
+}
 
 
 def _merge(items: tuple[bytes, ...], parts: list[bytes], other: dict[bytes, bytes]) -> list[bytes]:

@@ -83,6 +83,30 @@ def _flags(names: Iterable[str]) -> frozenset[Flag]:
     return frozenset(Flag(n.encode()) for n in names)
 
 
+_FLAG_SETS: dict[tuple[str, ...], frozenset[Flag]] = {}
+
+
+def _flag_set(names: tuple[str, ...]) -> frozenset[Flag]:
+    """A listed row's flags as pymap's, made once per distinct set (bounded)."""
+    found = _FLAG_SETS.get(names)
+    if found is None:
+        if len(_FLAG_SETS) > 4096:
+            _FLAG_SETS.clear()
+        found = _FLAG_SETS[names] = _flags(names)
+    return found
+
+
+class Shows:
+    """What the selected state takes of a message (`selected.CompactMessages._update`):
+    its UID and flags, without a `Message` (SELECT makes one per row of the folder)."""
+
+    __slots__ = ("permanent_flags", "uid")
+
+    def __init__(self, uid: int, flags: frozenset[Flag]) -> None:
+        self.uid = uid
+        self.permanent_flags = flags
+
+
 class Message(BaseMessage):
     """A message of a folder: its UID, INTERNALDATE and flags as listed; its bytes loaded
     from the node only when asked for."""
@@ -429,7 +453,7 @@ class Folder(MailboxDataInterface[Message]):
         """SELECT's state: every row of the folder shown, the feed's cursor taken before."""
         if self._metrics is not None:
             self._metrics.resyncs.labels("whole").inc()
-        selected.add_updates([self._message(m) for m in rows.by_uid.values()], [])
+        selected.add_updates([Shows(r.uid, _flag_set(r.flags)) for r in rows.by_uid.values()], [])
         cursor = feed.last_change_number if feed is not None else 0
         epoch = feed.epoch if feed is not None else 0
         if self._api.database != database or rows.database != database:
