@@ -278,8 +278,8 @@ class Folder(MailboxDataInterface[Message]):
         """pymap's update of the selected state; `polled`: the feed's answer this command
         took before reading the rows (`quiet`), used instead of another poll."""
         shown: Shown | None = selected.mod_sequence
-        if shown is None:  # SELECT: the feed's cursor first, then the whole listing
-            return await self._resync(selected, None, await self._feed_now())
+        if shown is None:  # SELECT: the feed's cursor first, then the folder's rows
+            return await self._select(selected)
         if shown.database != self._api.database:  # a move followed since the last listing
             return await self._resync(selected, shown, await self._feed_now())
         if wait_on is None:  # any other command (NOOP included): has this folder changed?
@@ -408,8 +408,6 @@ class Folder(MailboxDataInterface[Message]):
         each message new or changed, EXPUNGE for each UID no longer there.  Listed since the
         modseq shown (`_since`) when that can be trusted, else whole."""
         database = self._api.database
-        if shown is None:  # SELECT: the folder's rows (the front's, read since), not kept here
-            return self._selected_from(selected, await self.refresh(), feed, database)
         since = _since(shown, feed, database)
         listing = await self._api.uids(self.name, since) if since else None
         if listing is not None and (
@@ -446,6 +444,25 @@ class Folder(MailboxDataInterface[Message]):
         selected.mod_sequence = Shown(listing.highest_modseq, cursor, epoch, self._api.database,
                                       listing.uidvalidity)  # fmt: skip
         return selected
+
+    async def _select(self, selected: SelectedMailbox) -> SelectedMailbox:
+        """SELECT's state from the front's rows: the feed polled since the cursor they are
+        known current at, and read again (since) only if it names the folder or a parent."""
+        database = self._api.database
+        rows = self._listings.kept(self.name)
+        since = rows.cursor if rows is not None and rows.database == database else 0
+        feed = await self._api.changes(since, wait=0, epoch=None)
+        if await self._follow(feed):
+            since, feed = 0, await self._api.changes(0, wait=0, epoch=None)
+            database = self._api.database
+        if (
+            since and rows is not None and feed is not None
+            and feed.state == MailboxState.LIVE and feed.epoch == rows.cursor_epoch
+            and rows.uidvalidity == self._uidvalidity and not self._touched(feed)
+        ):  # fmt: skip
+            self._rows = rows
+            return self._selected_from(selected, rows, feed, database)
+        return self._selected_from(selected, await self.refresh(), feed, database)
 
     def _selected_from(
         self, selected: SelectedMailbox, rows: Rows, feed: Changes | None, database: str

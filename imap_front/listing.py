@@ -1,18 +1,23 @@
-"""A session's listings of the folders its commands read, kept current by `since_modseq`.
+"""The listings of the folders a front's sessions read, kept current by `since_modseq`.
 
 A command that needs a folder's messages (a FETCH, a STORE, SELECT's counts) reads the
 folder's rows (UID, item id, flags, size, INTERNALDATE).  Listing the folder whole for each
 command made a client that fetches one message a command (mbsync: `UID FETCH n
 (BODY.PEEK[])` for each) quadratic in the folder: 10,000 rows listed and decoded for each
-message (bench/README.md, *imap*).  Here the session keeps the last listing of each folder
-and asks the node only for what changed since its highest modseq (the node answers the rows
-changed and the UIDs expunged or moved out since), and lists whole when it cannot trust
-that: no listing yet, another database (a move followed), another epoch of the active (a
-switchover or a failover: a lossy one may have lost changes below what was listed), another
+message (bench/README.md, *imap*).  Here the front keeps the last listing of each folder,
+shared by its sessions (`RowsCache`: a SELECT in a new session reads only what changed
+since another read it, the least recently used let go past `MAX_ROWS` rows), and asks the
+node only for what changed since its highest modseq (the node answers the rows changed and
+the UIDs expunged or moved out since), and lists whole when it cannot trust that: no
+listing yet, another database (a move followed), another epoch of the active (a switchover
+or a failover: a lossy one may have lost changes below what was listed), another
 UIDVALIDITY, or counters that went back.
 
-An idling session holds none of it: `drop` (IDLE) forgets every listing, so the memory of
-an idle session stays the selected state's (`selected.py`).
+A session holds none of it between commands, so the memory of an idle session stays the
+selected state's (`selected.py`); the front's rows are counted once, not per session.  The
+rows also carry the change feed's cursor they are known current at (`Rows.cursor`, set by a
+command that polled the feed before reading them): a FETCH that writes nothing and finds
+the feed quiet for its folder since then reads no listing at all (`folders.Folder.quiet`).
 """
 
 from __future__ import annotations

@@ -57,6 +57,16 @@ def _run(lab_, ca) -> None:
     assert typ == "OK" and _flags_by_uid(data) == {2: b"\\Flagged", 3: b"", 4: b""}, data
     typ, data = a.fetch("1:*", "(FLAGS)")
     assert typ == "OK" and len(data) == 3 and b"1 (FLAGS (\\Flagged))" in data, data
+    # A SELECT in a session of its own, over the front's rows, after another change.
+    assert b.uid("STORE", "3", "+FLAGS", r"(\Seen)")[0] == "OK"
+    c = logged_in(front.port, ca)
+    assert c.select("INBOX") == ("OK", [b"3"])
+    typ, data = c.uid("FETCH", "1:*", "(FLAGS)")
+    assert _flags_by_uid(data) == {2: b"\\Flagged", 3: b"\\Seen", 4: b""}, data
+    c.response("UNSEEN")
+    assert c.select("INBOX") == ("OK", [b"3"])  # again, nothing changed: no listing
+    assert c.response("UNSEEN")[1] == [b"1"]
+    c.logout()
 
     # The selected folder's parent renamed by another session: NO, not the rows kept.
     assert a.select("Work/Sub") == ("OK", [b"3"])
