@@ -34,6 +34,7 @@ from imap_front.condstore import (
     shown,
 )
 from imap_front.fetch_lines import ListedLines, listed_only
+from imap_front.selected import CompactMessages
 
 _MODSEQ = ModseqFetchAttribute(b"MODSEQ")
 _FLAGS = FetchAttribute(b"FLAGS")
@@ -55,12 +56,20 @@ class CondstoreState(ConnectionState):
     async def do_command(self, cmd: Any) -> CommandResponse:
         """pymap's, with the FETCH answers the command's update brings merged into a FETCH
         of listing items (`fetch_lines.ListedLines`), as pymap merges its own."""
+        self._tell_selected()
         response = await super().do_command(cmd)
+        self._tell_selected()
         untagged = getattr(response, "_untagged", None)
         if untagged and isinstance(untagged[0], ListedLines) and len(untagged) > 1:
             response._untagged = [untagged[0], *untagged[0].absorb(untagged[1:])]  # type: ignore[attr-defined]
             response._mergeable = {}  # type: ignore[attr-defined]
         return response
+
+    def _tell_selected(self) -> None:
+        """The selected state told CONDSTORE is on: its unsolicited FETCHes carry MODSEQ."""
+        messages = getattr(self._selected, "messages", None)
+        if self.condstore and isinstance(messages, CompactMessages):
+            messages.condstore = True
 
     async def do_select(self, cmd: SelectCommand) -> _Ret:  # EXAMINE delegates here
         try:

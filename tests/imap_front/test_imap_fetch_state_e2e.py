@@ -68,6 +68,22 @@ def _run(lab_, ca) -> None:
     assert c.response("UNSEEN")[1] == [b"1"]
     c.logout()
 
+    # CONDSTORE enabled: another session's flag change told at NOOP carries MODSEQ
+    # (RFC 7162 3.1.4); a session that enabled nothing is told without it.
+    assert a._simple_command("SELECT", "INBOX", "(CONDSTORE)")[0] == "OK"
+    a.response("FETCH")
+    c = logged_in(front.port, ca)
+    assert c.select("INBOX")[0] == "OK"
+    assert b.uid("STORE", "4", "+FLAGS", r"(\Answered)")[0] == "OK"
+    a.noop()
+    told = a.response("FETCH")[1]
+    assert len(told) == 1 and re.fullmatch(
+        rb"3 \(FLAGS \(\\Answered\) MODSEQ \(\d+\)\)", told[0]
+    ), told
+    c.noop()
+    assert c.response("FETCH")[1] == [b"3 (FLAGS (\\Answered))"]
+    c.logout()
+
     # The selected folder's parent renamed by another session: NO, not the rows kept.
     assert a.select("Work/Sub") == ("OK", [b"3"])
     assert len(a.uid("FETCH", "1:*", "(FLAGS)")[1]) == 3
