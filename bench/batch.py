@@ -40,7 +40,6 @@ import asyncio
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import time
@@ -51,6 +50,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.workdir import add_work_dir, work_dir  # noqa: E402
 from mrs_client.move_store.embedded import EmbeddedMoveStore  # noqa: E402
 from tests.cluster_harness import LocalCluster, wait_until  # noqa: E402
 
@@ -397,12 +397,10 @@ def main() -> None:
     parser.add_argument("--overhead-moves", type=int, default=40)
     parser.add_argument("--queue", type=int, default=1000)
     parser.add_argument("--running", type=int, default=50)
-    parser.add_argument("--dir", default="var/bench-batch")
+    add_work_dir(parser, "var/bench-batch")
     args = parser.parse_args()
-    base = Path(args.dir).resolve()
-    shutil.rmtree(base, ignore_errors=True)
-    base.mkdir(parents=True)
-    out = asyncio.run(bench(args, base))
+    with work_dir(args) as base:
+        out = asyncio.run(bench(args, base))
     ratio = out["plain_s"] / out["batch_s"]
     out["created_s"] = created
     running = out["overhead_batch_s"] - created["tiny"]

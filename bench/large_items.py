@@ -4,7 +4,7 @@
 
 MB are 10^6 bytes of item bodies (text, 1 byte a character, that does not compress to a
 pattern).  Logs are 1 MiB (`log_file_size`'s default) and LLR depth 10 throughout.  `--dir` is
-wiped at the start and left behind for inspection.
+wiped at the start and removed at the end (`--keep` leaves it).
 
 1. Commits of 8 MiB items.  In process: an `ActiveCopy` mounted with 1 MiB logs and
    `MailboxStore.put_items` of one 8 MiB item at a time (staged across nine generations,
@@ -92,6 +92,7 @@ from bench.move import (  # noqa: E402
     step_times,
     wait_healthy,
 )
+from bench.workdir import add_work_dir, work_dir  # noqa: E402
 from dag_common.clock import SystemClock  # noqa: E402
 from dag_common.cluster_store.embedded import EmbeddedClusterStore  # noqa: E402
 from dag_common.config import Defaults  # noqa: E402
@@ -836,7 +837,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, in seconds")
     parser.add_argument("--parts", default="1,2,3,4", help="which parts, e.g. 1,2")
-    parser.add_argument("--dir", default="var/bench-large-items", help="work directory (wiped)")
+    add_work_dir(parser, "var/bench-large-items")
     parser.add_argument("--rate", type=float, default=None, help="part 2: small commits a second")
     parser.add_argument(
         "--rounds", type=int, default=None, help=f"part 1: interleaved rounds ({FULL.rounds})"
@@ -922,9 +923,6 @@ def main() -> None:
         if args.rounds < 1:
             parser.error("--rounds must be 1 or more")
         sizes = dataclasses.replace(sizes, rounds=args.rounds)
-    base = Path(args.dir).resolve()
-    shutil.rmtree(base, ignore_errors=True)
-    base.mkdir(parents=True)
     print(
         f"{date.today().isoformat()} - nproc {os.cpu_count()}, {platform.platform()}, Python "
         f"{platform.python_version()}; {'--quick' if args.quick else 'full sizes'}; "
@@ -937,12 +935,13 @@ def main() -> None:
         f"{'; WHAT IF: reads from memory' if args.reads_from_memory else ''}"
         f"{f'; WHAT IF: LLR depth {LLR_DEPTH}' if args.llr_depth is not None else ''}; {load()}\n"
     )
-    for part in args.parts.split(","):
-        title, run = PARTS[part.strip()]
-        print(f"## {part}. {title}\n")
-        start = time.perf_counter()
-        asyncio.run(run(base / f"part{part}", sizes))
-        print(f"(part {part}: {time.perf_counter() - start:.1f} s)\n")
+    with work_dir(args) as base:
+        for part in args.parts.split(","):
+            title, run = PARTS[part.strip()]
+            print(f"## {part}. {title}\n")
+            start = time.perf_counter()
+            asyncio.run(run(base / f"part{part}", sizes))
+            print(f"(part {part}: {time.perf_counter() - start:.1f} s)\n")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ kernel keeps, so no sampling misses it); the mover's is sampled every 20 ms whil
    peak after it.
 4. Move: `mrs move` of the mailbox to DB2 (mbx2 active: the target's writes land on a node
    that also holds a passive copy of the source).  The mover's peak, and each node's.
-5. Idle: each node's RSS after `--idle` seconds with nothing to do.
+5. Idle: each node's RSS after `--idle` seconds with nothing to do (a node gives memory back
+   once it has written nothing for 5-10 s: `replication_node/storage/idle_memory.py`).
 6. Reconcile (unless `--no-reconcile`): a second mailbox (`bob`, the same sizes) written to
    DB1, then moved to DB2 by a reconcile that repairs all of it, the worst case of the
    reconcile after a lossy failover (every item to put): `mrs move` run with a copy of the
@@ -371,7 +372,7 @@ def main() -> None:
     parser.add_argument("--only-transport", action="store_true", help="phase 7 alone")
     args = parser.parse_args()
     if args.quick:
-        args.mailbox_mb, args.idle, args.settle, args.transport_mb = 100, 2, 1, 100
+        args.mailbox_mb, args.idle, args.settle, args.transport_mb = 100, 15, 1, 100
     if not args.only_transport:
         report(args, asyncio.run(run(args)))
     if args.transport_mb > 0:

@@ -32,7 +32,8 @@ sync at step 6 and after the unlock at step 9, to the next Satisfied CheckReplic
 answer) + the Satisfied health calls that did not stall, costed at the latency of
 CheckReplicationHealth probed from this process.
 
-MB are 10^6 bytes of item bodies.  `--dir` is wiped at the start and left for inspection.
+MB are 10^6 bytes of item bodies.  `--dir` is wiped at the start and removed at the end
+(`--keep` leaves it).
 
 `--compare-verification` (issue 18) instead measures what the mover's verification before
 step 8 costs (the mailbox digests of source and target compared, one request each): four
@@ -53,7 +54,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -65,6 +65,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.workdir import add_work_dir, work_dir  # noqa: E402
 from mrs_client.guarantee_client import GrpcGuaranteeClient  # noqa: E402
 from mrs_client.policy import MoveSettings, MoveStep  # noqa: E402
 from tests.cluster_harness import TOKEN, LocalCluster  # noqa: E402
@@ -620,7 +621,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=10_000, help="items in the mailbox")
     parser.add_argument("--body", type=int, default=2_000, help="bytes per item body")
-    parser.add_argument("--dir", default="var/bench-move", help="work directory (wiped)")
+    add_work_dir(parser, "var/bench-move")
     parser.add_argument("--poll-interval", default="1s", help="guarantee API poll interval")
     parser.add_argument("--health-check-interval", default="10s", help="mrs (seed: 10s)")
     parser.add_argument("--stall-retry-interval", default="30s", help="mrs (seed: 30s)")
@@ -637,17 +638,15 @@ def main() -> None:
         help="issue 18: moves with and without the digest verification (ABBA), same run",
     )
     args = parser.parse_args()
-    base = Path(args.dir).resolve()
-    shutil.rmtree(base, ignore_errors=True)
-    base.mkdir(parents=True)
     print(
         f"{date.today().isoformat()} - nproc {os.cpu_count()}, {platform.platform()}, "
         f"Python {platform.python_version()}; --items {args.items} --body {args.body}\n"
     )
-    if args.compare_verification:
-        asyncio.run(compare_verification(args, base))
-    else:
-        asyncio.run(bench(args, base))
+    with work_dir(args) as base:
+        if args.compare_verification:
+            asyncio.run(compare_verification(args, base))
+        else:
+            asyncio.run(bench(args, base))
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import os
 import platform
-import shutil
 import statistics
 import sys
 import time
@@ -45,6 +44,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.workdir import add_work_dir, work_dir  # noqa: E402
 from dag_common.credentials import Credential, Credentials, Role, digest  # noqa: E402
 from tests.cluster_harness import TOKEN, LocalCluster, wait_until  # noqa: E402
 
@@ -155,10 +155,13 @@ async def main() -> int:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--credentials", type=int, default=20)
-    parser.add_argument("--dir", default="var/bench-roles")
+    add_work_dir(parser, "var/bench-roles")
     args = parser.parse_args()
-    base = Path(args.dir).resolve()
-    shutil.rmtree(base, ignore_errors=True)
+    with work_dir(args) as base:
+        return await run(args, base)
+
+
+async def run(args: argparse.Namespace, base: Path) -> int:
     alone = check_alone()
     sides: dict[str, Any] = {}
     for name, n in (("before", 0), ("after", args.credentials)):

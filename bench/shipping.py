@@ -31,7 +31,7 @@ One run, one process, three parts:
    when both passives have replayed everything.  Target: the copy queue stays under 2
    generations.
 
-MB are 10^6 bytes.  Every `--dir` is wiped at the start and left behind for inspection.
+MB are 10^6 bytes.  `--dir` is wiped at the start and removed at the end (`--keep` leaves it).
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ import contextlib
 import math
 import os
 import platform
-import shutil
 import sqlite3
 import sys
 import time
@@ -59,6 +58,7 @@ import orjson  # noqa: E402
 from aiohttp import web  # noqa: E402
 
 from bench.baselines import pull_baseline, upsert_baseline  # noqa: E402
+from bench.workdir import add_work_dir, work_dir  # noqa: E402
 from dag_common.clock import SystemClock  # noqa: E402
 from dag_common.cluster_store.embedded import EmbeddedClusterStore  # noqa: E402
 from dag_common.store_api import ItemIn  # noqa: E402
@@ -430,24 +430,22 @@ def main() -> None:
         "--rounds", type=int, default=5, help="in-process rounds of (a) and (b), interleaved"
     )
     parser.add_argument("--seconds", type=float, default=20.0, help="end-to-end load duration")
-    parser.add_argument("--dir", default="var/bench-shipping", help="work directory (wiped)")
+    add_work_dir(parser, "var/bench-shipping")
     parser.add_argument(
         "--only", choices=("in-process", "cluster"), help="run one part (default: both)"
     )
     args = parser.parse_args()
-    base = Path(args.dir).resolve()
-    shutil.rmtree(base, ignore_errors=True)
-    base.mkdir(parents=True)
     print(
         f"{date.today().isoformat()} - nproc {os.cpu_count()}, {platform.platform()}, "
         f"Python {platform.python_version()}; --mb {args.mb} --rounds {args.rounds} "
         f"--seconds {args.seconds:g}"
         f"{f' --only {args.only}' if args.only else ''}\n"
     )
-    if args.only != "cluster":
-        asyncio.run(in_process(base / "in-process", args.mb, args.rounds))
-    if args.only != "in-process":
-        asyncio.run(end_to_end(base / "cluster", args.seconds))
+    with work_dir(args) as base:
+        if args.only != "cluster":
+            asyncio.run(in_process(base / "in-process", args.mb, args.rounds))
+        if args.only != "in-process":
+            asyncio.run(end_to_end(base / "cluster", args.seconds))
 
 
 if __name__ == "__main__":

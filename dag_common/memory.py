@@ -64,6 +64,28 @@ def bound_allocator() -> bool:
     return ok
 
 
+def trim_heap() -> bool:
+    """Give the free memory of every malloc arena back to the kernel (`malloc_trim(0)`);
+    True if the C library has it.
+
+    The mmap threshold (`bound_allocator`) sends large blocks back as they are freed, but
+    smaller ones (SQLite's pages of 32 KiB, the rows and strings of a batch) come from the
+    heap and, in a worker thread, from that thread's arena; freed, they stay resident until
+    the arena's top is free, which a long-lived allocation above them can prevent for good.
+    `malloc_trim(0)` walks every arena and returns each free page inside it too.  It costs a
+    walk of the free lists (milliseconds): for a process gone idle, not per request."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim(0)
+    return True
+
+
 # What asyncio reads a TLS connection's bytes into, per connection, at most (see below).
 TLS_READ_BUFFER = 16 * 1024
 

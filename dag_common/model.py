@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import (
     BaseModel,
@@ -360,3 +360,15 @@ class NodeStatus(BaseModel):
     # The cluster's automatic failover pause as this node last read it from the cluster
     # store (None: not paused).
     failover_paused: FailoverPause | None = None
+
+
+class RedeliveryAnswer(BaseModel):
+    """A transport's answer to `POST /v1/redeliver` (its dumpster's messages of the window
+    sent again): `{"status": "Success", "database": d, "messages": n}`; the active reads
+    it, and asks again next round whatever else it is told."""
+
+    model_config = ConfigDict(frozen=True)
+
+    status: Literal["Success"]
+    database: str = ""
+    messages: int | None = None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -38,6 +39,7 @@ from dag_common.clock import Clock, SystemClock
 from dag_common.config import ClusterConfig
 from dag_common.errors import NodeCallError
 from dag_common.items_payload import ItemsPayload
+from dag_common.message_batch import MAX_ANSWER_BYTES, BatchError, parse_answer
 from dag_common.model import CopyRole, CopyStatus
 from dag_common.node_status import StatusUnavailable, client_failure, fetch_node_status
 from dag_common.store_answers import json_or_none, lenient_item, std_json_or_none, text_or_none
@@ -459,6 +461,8 @@ class NodeStoreClient:
             "highest_modseq": folder.highest_modseq,
             "uidvalidity_next": uidvalidity_next,
         }
+        if folder.modseq_floor:  # a node from before the floor refuses the field
+            body["modseq_floor"] = folder.modseq_floor
         path = f"/mailboxes/{mailbox}/folders/{_path(folder.folder)}/counters"
         return await self._moved(database, path, body)
 
@@ -523,6 +527,26 @@ class NodeStoreClient:
             raw=True,
         )  # fmt: skip
         return body if status == 200 else None
+
+    async def messages(
+        self, database: str, mailbox: str, item_ids: Sequence[str], *,
+        max_bytes: int = MAX_ANSWER_BYTES,
+    ) -> dict[str, bytes | None] | None:  # fmt: skip
+        """Many items as their messages in one answer (POST …/items/messages,
+        `dag_common.message_batch`): by item id in the order asked, None for an item the
+        mailbox does not have; the ids after the message that reached `max_bytes` are absent
+        (ask again).  None if there is no such mailbox."""
+        path = f"/mailboxes/{mailbox}/items/messages"
+        status, body = await self.call(
+            "POST", database, path, json={"item_ids": list(item_ids), "max_bytes": max_bytes},
+            ok=(200, 404), raw=True,
+        )  # fmt: skip
+        if status != 200:
+            return None
+        try:
+            return parse_answer(body)
+        except BatchError as exc:
+            raise NodeCallError(f"POST {database}{path}: {exc}") from exc
 
     async def changes(
         self,

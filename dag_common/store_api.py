@@ -251,7 +251,9 @@ class _Answer(BaseModel):
 
 
 class FolderStatus(_Answer):
-    """A folder's IMAP state as GET …/mailboxes/{mailbox} lists it."""
+    """A folder's IMAP state as GET …/mailboxes/{mailbox} lists it.  `modseq_floor`: the
+    modseq below which none of its items is reported (a lossy failover's; 0 from a node
+    from before it), which a move's final sync lifts the target's to."""
 
     folder: str
     uidvalidity: int = 0
@@ -259,6 +261,7 @@ class FolderStatus(_Answer):
     highest_modseq: int = 0
     messages: int = 0
     unseen: int = 0
+    modseq_floor: int = 0
 
 
 class FolderUids(_Answer):
@@ -530,8 +533,8 @@ class NodeStore(Protocol):
     async def set_folder_counters(
         self, database: str, mailbox: str, folder: FolderStatus, uidvalidity_next: int
     ) -> Written:
-        """Lift `folder`'s UIDNEXT and HIGHESTMODSEQ (and the mailbox's next UIDVALIDITY)
-        to at least the source's."""
+        """Lift `folder`'s UIDNEXT, HIGHESTMODSEQ and modseq floor (and the mailbox's next
+        UIDVALIDITY) to at least the source's."""
         ...
 
     async def folder_uids(self, database: str, mailbox: str, folder: str) -> FolderUids | None:

@@ -122,7 +122,8 @@ class Session(BaseSession[Message]):
             answer.append((seq, msg))
         live = [m for _, m in answer if not m.expunged and m.item_id]
         if len(live) > 1:
-            bodies = Bodies([m.item_id for m in live], folder._api.message)
+            bodies = Bodies([(m.item_id, m.size) for m in live], folder._api.messages,
+                            folder._api.message)  # fmt: skip
             for msg in live:
                 msg.bodies = bodies
         if quiet:

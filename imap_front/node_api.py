@@ -247,6 +247,20 @@ class MailboxApi:
                 return raw
         return None
 
+    async def messages(self, item_ids: Sequence[str], max_bytes: int) -> dict[str, bytes | None]:
+        """Many messages' bytes as stored, in one answer (None: no longer there); the ids
+        after the message that reached `max_bytes` are absent (`NodeStoreClient.messages`)."""
+        for _ in range(2):
+            try:
+                got = await self._nodes.messages(
+                    self.database, self.mailbox, item_ids, max_bytes=max_bytes
+                )
+            except NodeCallError as exc:
+                raise _answer(exc, None) from exc
+            if got is not None or not await self.relocate():
+                break
+        return got if got is not None else dict.fromkeys(item_ids)
+
     async def append(
         self, folder: str, raw: bytes, flags: Sequence[str], received: datetime | None
     ) -> tuple[str, int | None]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from dag_common.mailbox_digest import MODULUS, to_hex
 
@@ -44,6 +44,19 @@ NAMED = 20
 class SkipReason(StrEnum):
     LARGE = "large"
     BAD = "bad"
+
+
+class SkippedItemFields(TypedDict):
+    """A skipped item as a move's record stores it and `mrs record` prints it."""
+
+    mailbox: str
+    item_id: str
+    change_number: int
+    reason: str  # a SkipReason
+    size: int | None
+    limit: int | None
+    detail: str
+    term: NotRequired[str]  # absent from records written before it was kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +85,7 @@ class SkippedItem:
         which = f"{self.mailbox}/{self.item_id}" if self.item_id else f"{self.mailbox}/?"
         return f"{which} (change {self.change_number}): {self.detail}"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> SkippedItemFields:
         return {
             "mailbox": self.mailbox,
             "item_id": self.item_id,
@@ -85,7 +98,7 @@ class SkippedItem:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SkippedItem:
+    def from_dict(cls, data: SkippedItemFields) -> SkippedItem:
         return cls(**{**data, "reason": SkipReason(data["reason"])})
 
 

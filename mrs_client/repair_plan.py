@@ -26,9 +26,9 @@ def imap_differences(
     held: dict[str, tuple[dict[str, Held], dict[str, Held]]],
 ) -> list[str]:
     """How the target's IMAP state differs from the source's (empty: none a client would
-    see): each folder's UIDVALIDITY, its UIDNEXT and HIGHESTMODSEQ not behind the source's,
-    and each message's UID and flags (`held`: by folder, the source's and the target's,
-    by item id)."""
+    see): each folder's UIDVALIDITY, its UIDNEXT, HIGHESTMODSEQ and modseq floor not behind
+    the source's, and each message's UID and flags (`held`: by folder, the source's and
+    the target's, by item id)."""
     found = []
     theirs = {f.folder: f for f in target.folder_status}
     for mine in source.folder_status:
@@ -46,6 +46,11 @@ def imap_differences(
                 f"folder {mine.folder!r}: UIDNEXT {other.uid_next} and HIGHESTMODSEQ "
                 f"{other.highest_modseq}, behind the source's {mine.uid_next} and "
                 f"{mine.highest_modseq}"
+            )
+        if other.modseq_floor < mine.modseq_floor:
+            found.append(
+                f"folder {mine.folder!r}: modseq floor {other.modseq_floor}, behind the "
+                f"source's {mine.modseq_floor} (its items reported at lower modseqs)"
             )
     for folder, (want, have) in sorted(held.items()):
         wrong = sorted(i for i in want.keys() | have.keys() if want.get(i) != have.get(i))

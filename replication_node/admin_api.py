@@ -10,11 +10,19 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    field_serializer,
+)
 
 from dag_common.incarnation import ActivationCause, EpochRecord
-from dag_common.model import PositionFields
+from dag_common.model import Position, PositionFields
 
 
 class CopyAction(StrEnum):
@@ -139,14 +147,24 @@ class BackupLease(BaseModel):
     log_signature: str
 
 
-class KeptOpenLogAnswer(BaseModel):
-    """The open log an activation kept from the copy's block-mode buffer: a write at or below
-    `through_byte` of `generation` survived even where the open log is counted lost."""
+def _kept_from_fields(value: Any) -> Any:
+    if isinstance(value, dict) and "through_byte" in value:
+        return Position(value.get("generation", 0), value["through_byte"])
+    return value
 
-    model_config = ConfigDict(frozen=True)
 
-    generation: int
-    through_byte: int
+def _kept_fields(position: Position) -> dict[str, int]:
+    return {"generation": position.generation, "through_byte": position.offset}
+
+
+KeptOpenLog = Annotated[
+    Position,
+    BeforeValidator(_kept_from_fields),
+    PlainSerializer(_kept_fields, return_type=dict[str, int]),
+]
+"""The open log an activation kept from the copy's block-mode buffer, as a `Position`: a
+write at or below its offset of its generation survived even where the open log is counted
+lost.  Written and read as `{"generation": g, "through_byte": b}`, as before it was one."""
 
 
 class ActivationAnswer(BaseModel):
@@ -163,7 +181,7 @@ class ActivationAnswer(BaseModel):
     lost_logs: int
     lost_open_log: bool
     lost_commits_at_least: int | None = None
-    kept_open_log: KeptOpenLogAnswer | None = None
+    kept_open_log: KeptOpenLog | None = None
     last_logs: str | None = None  # what Attempt Copy Last Logs and the block buffer brought
     reason: str
 

@@ -59,6 +59,7 @@ from replication_node.passive.copy import PassiveCopy
 from replication_node.passive.settings import PassiveSettings
 from replication_node.shipping.copy_share import HttpCopyLogs
 from replication_node.shipping.logshare_client import HttpLogSource
+from replication_node.storage.idle_memory import Holders, IdleMemory
 from replication_node.storage.reader import MailboxReader
 
 logger = logging.getLogger(__name__)
@@ -123,6 +124,20 @@ class Node:
         # process's memory and the budget's use at /metrics.
         self.memory = MemoryBudget(int(config.node(name).memory_budget))
         watch_memory(self.metrics.registry, self.memory)
+        # Once quiet, what a burst left resident is given back (storage/idle_memory.py).
+        self.idle_memory = IdleMemory(holders=self._memory_holders, clock=clock)
+        self._idle_task: asyncio.Task[None] | None = None
+
+    def _memory_holders(self) -> Holders:
+        databases, feeds = [], []
+        for instance in self._instances.values():
+            if isinstance(instance, ActiveInstance):
+                if instance.copy is not None:
+                    databases.append(instance.copy.db)
+                    feeds.append(instance.copy.stream.feed)
+            else:
+                databases += instance.open_databases()
+        return Holders(databases=databases, feeds=feeds)
 
     @property
     def clock(self) -> Clock:
@@ -180,6 +195,7 @@ class Node:
             clock=self._clock,
         )
         self._failover_task = asyncio.create_task(monitor.run(), name="failover")
+        self._idle_task = asyncio.create_task(self.idle_memory.run(), name="idle-memory")
 
     def reload_client_certificate(self) -> None:
         """This node's certificate again, for the next connections it opens (a rotation)."""
@@ -188,7 +204,7 @@ class Node:
 
     async def stop(self) -> None:
         self._stopping = True  # a reconcile from now on (an admin call in flight) starts nothing
-        await cancel_and_wait([self._refresh_task, self._failover_task])
+        await cancel_and_wait([self._refresh_task, self._failover_task, self._idle_task])
         async with self._reconcile_lock:  # one already running ends first
             for db in list(self._instances):
                 await self._stop_instance(db)

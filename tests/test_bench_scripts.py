@@ -59,3 +59,24 @@ def test_the_imap_bench_runs_its_quick_mode(tmp_path):
     for key in ("ratio_flags", "ratio_bodies", "ratio_mbsync", "front_idle_p99_ms"):
         assert summary[key] > 0, (key, summary)
     assert summary["idle_sessions"] == 20, summary
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_bench_work_dir_is_removed_unless_kept(tmp_path, keep):
+    """bench/workdir.py: the directory is emptied at the start, and gone after the run (a
+    failed one too) unless `--keep` says to leave it."""
+    import argparse
+
+    from bench.workdir import add_work_dir, work_dir
+
+    parser = argparse.ArgumentParser()
+    add_work_dir(parser, str(tmp_path / "default"))
+    where = tmp_path / "work"
+    (where / "old").mkdir(parents=True)
+    args = parser.parse_args(["--dir", str(where), *(["--keep"] if keep else [])])
+    with pytest.raises(RuntimeError), work_dir(args) as base:
+        assert base == where and not (where / "old").exists()
+        (base / "new").write_bytes(b"x" * 1000)
+        raise RuntimeError("the run fails")
+    assert where.exists() is keep
+    assert parser.parse_args([]).dir == str(tmp_path / "default")

@@ -44,6 +44,7 @@ NODE_ROLES = {
     ("GET", MBX + "/items/{item_id}/message"): S,
     ("PUT", MBX + "/items/{item_id}/message"): S,
     ("POST", MBX + "/items/message"): S,
+    ("POST", MBX + "/items/messages"): S,
     # an IMAP front's (issue 50): folders, flags, UIDs and the change feed
     ("GET", MBX + "/changes"): S,
     ("GET", MBX + "/folders/{folder}/uids"): S,

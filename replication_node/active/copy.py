@@ -25,12 +25,14 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
+from operator import attrgetter
 
 from dag_common.clock import Clock
 from dag_common.mailbox_digest import DigestRow, body_hash
 from dag_common.model import RollCause
 from replication_node.active import llr_pacing
 from replication_node.active.lease import LeaseKeeper
+from replication_node.active.listing import bodies_apart, listing_apart
 from replication_node.errors import SwitchingOver, TransactionTooLarge
 from replication_node.log.events import (
     ClosedGeneration,
@@ -46,8 +48,9 @@ from replication_node.log.operations import AssignUids, Operation, RecordBackup,
 from replication_node.log.recovery import plan_recovery
 from replication_node.log.spanning import BlobRef
 from replication_node.storage.database import Database
+from replication_node.storage.file_reads import Held
 from replication_node.storage.header import DatabaseHeader, DatabaseState
-from replication_node.storage.ops import SEEN
+from replication_node.storage.ops import SEEN, floored, folder_floor
 from replication_node.storage.overlay import LlrOverlay
 from replication_node.storage.paths import CopyPaths
 from replication_node.storage.reader import FolderRow, FolderStatus, ItemRow, ItemsPage, MailboxRow
@@ -276,6 +279,16 @@ class ActiveCopy:
         ceiling = self._change_number + self.stream.log_file_size
         return await self._publish_open_log(generation, ceiling)
 
+    def listing_apart(
+        self, mailbox: str, folder: str, since_modseq: int = 0
+    ) -> Callable[[], list[ItemRow] | None] | None:
+        """A folder's listing read off the loop, the overlay merged in (`listing.py`)."""
+        floor = folder_floor(self.folder_rows(mailbox), folder)
+        return listing_apart(self.overlay, self.db, mailbox, folder, since_modseq, floor)
+
+    def bodies_apart(self, mailbox: str, ids: Sequence[str]) -> tuple[Database, Held]:
+        return bodies_apart(self.overlay, self.db, mailbox, ids)  # (`listing.py`)
+
     async def roll(self, *, force: bool = False, cause: RollCause = RollCause.DEMAND) -> int | None:
         """Close the open log now (the mover's roll); the generation closed, if any."""
         return await self.stream.roll(force=force, cause=cause)
@@ -450,7 +463,7 @@ class ActiveCopy:
                     rows[item_id] = row
                 else:
                     rows.pop(item_id, None)
-        return sorted(rows.values(), key=_change_number)
+        return sorted(rows.values(), key=attrgetter("change_number"))
 
     def folder_status(self, mailbox: str) -> list[FolderStatus]:
         """Each folder's counters with its live items and those not `\\Seen`: the file's
@@ -473,18 +486,17 @@ class ActiveCopy:
                 if each is not None and not each.deleted and each.folder in counts:
                     counts[each.folder][0] += sign
                     counts[each.folder][1] += sign * (SEEN not in each.flags)
-        return [
-            FolderStatus(f.folder, f.uidvalidity, f.uid_next, f.highest_modseq, *counts[f.folder])
-            for f in folders
-        ]
+        return [FolderStatus.of(f, *counts[f.folder]) for f in folders]
 
     def folder_items(self, mailbox: str, folder: str, since_modseq: int = 0) -> list[ItemRow]:
         """A folder's items without bodies, by UID (`Database.folder_items`), the overlay's
         over the file's."""
         rows: dict[str, ItemRow] = {}
+        floor = folder_floor(self.folder_rows(mailbox), folder)
         if not self.overlay.hides(mailbox):
-            # the file's modseqs are final unless AssignUids is held here
-            since = 0 if self.overlay.assigned else since_modseq
+            # the file's modseqs are final unless AssignUids is held here; below the
+            # folder's floor (the overlay's may be above the file's) every item is listed
+            since = 0 if self.overlay.assigned or floor > since_modseq else since_modseq
             name = self.overlay.file_name(mailbox, folder)
             stored = self.db.folder_items(mailbox, name, since, tombstones=since_modseq > 0)
             for row in self._file_rows(mailbox, stored):
@@ -497,7 +509,7 @@ class ActiveCopy:
                     rows[item_id] = _without_body(row)
         listed = [
             r
-            for r in rows.values()
+            for r in (floored(r, floor) for r in rows.values())
             if (since_modseq == 0 and not r.deleted)
             or (since_modseq > 0 and r.modseq > since_modseq)
         ]
@@ -569,7 +581,7 @@ class ActiveCopy:
                     rows[item_id] = row if bodies else _without_body(row)
                 else:
                     rows.pop(item_id, None)
-        items = sorted(rows.values(), key=_change_number)
+        items = sorted(rows.values(), key=attrgetter("change_number"))
         if end is not None:
             return ItemsPage(items, end, False)
         return ItemsPage(items, max([since_change, *(r.change_number for r in items)]), True)
@@ -580,10 +592,6 @@ class ActiveCopy:
 
 def _uid(row: ItemRow) -> tuple[int, str]:
     return row.uid, row.item_id
-
-
-def _change_number(row: ItemRow) -> int:
-    return row.change_number
 
 
 def _without_body(row: ItemRow) -> ItemRow:

@@ -114,6 +114,7 @@ class FlagWrites(StoreCore):
             raise BadRequest("replace the flags, or add and remove some: not both")
         if not 0 <= unchanged_since <= 2**63 - 1:
             raise BadRequest("unchanged_since must be within 0..2^63-1")
+        # the rows as listed: each modseq at least the folder's floor (`ops.floored`)
         chosen = self._chosen(mailbox, folder, uids=uids, item_ids=item_ids)
         passed = [r for r in chosen if self.item_modseq(r) <= unchanged_since]
         modified = [r for r in chosen if self.item_modseq(r) > unchanged_since]

@@ -59,18 +59,25 @@ class FolderWrites(StoreCore):
         uid_next: int,
         highest_modseq: int,
         uidvalidity_next: int,
+        modseq_floor: int = 0,
         override_lock: bool = False,
     ) -> Written:
-        """Lift a folder's UIDNEXT and HIGHESTMODSEQ, and its mailbox's next UIDVALIDITY,
-        to at least these (never lowered): a move's final sync, so that a UID the source
-        gave a message expunged during the move is not given again on the target."""
+        """Lift a folder's UIDNEXT, HIGHESTMODSEQ and `modseq_floor`, and its mailbox's next
+        UIDVALIDITY, to at least these (never lowered): a move's final sync, so that a UID
+        the source gave a message expunged during the move is not given again on the
+        target, and no item's modseq is reported lower than the source reported it."""
         if not override_lock:
             raise BadRequest("a folder's counters are lifted only by a move (override_lock)")
+        if modseq_floor > highest_modseq:
+            raise BadRequest(
+                f"modseq_floor {modseq_floor} is above highest_modseq {highest_modseq}:"
+                " no item is reported above its folder's HIGHESTMODSEQ"
+            )
         self._live_mailbox(mailbox, override_lock=override_lock)
         self._folder_row(mailbox, folder)
         op = SetFolderCounters(
             mailbox, self.copy.next_change_number(), folder, uid_next, highest_modseq,
-            uidvalidity_next,
+            uidvalidity_next, modseq_floor,
         )  # fmt: skip
         return await self._commit([op])
 

@@ -32,7 +32,7 @@ from dag_common.cluster_store import ActiveRecord, ClusterStore
 from dag_common.config_defaults import ActiveFailurePolicy
 from dag_common.model import CopyRole, CopyStatusReport
 from dag_common.tasks import cancel_and_wait
-from replication_node.active.backup_leases import BackupLeases
+from replication_node.active.backup_leases import BackupLeases, begin_answer, stamp
 from replication_node.active.change_feed import ChangeFeed
 from replication_node.active.copy import ActiveCopy, CopyPaths
 from replication_node.active.handover import HANDOVER_HOLD, copy_waiting_for_last_logs
@@ -46,15 +46,18 @@ from replication_node.active.share import ActiveLogShare
 from replication_node.active.status import active_status
 from replication_node.active.switchover import SwitchoverQuiesce
 from replication_node.active.truncator import ActiveTruncator
+from replication_node.admin_api import BackupLease, BackupStamp
 from replication_node.errors import (
     CopyFailed,
     Deposed,
     HeldForHandOver,
     LeaseLost,
     LogStreamStopped,
+    NotActive,
 )
 from replication_node.log.events import ClosedGeneration, StreamEvent, Transaction
 from replication_node.log.logstream import LogStream
+from replication_node.log.operations import BackupKind
 from replication_node.log.truncation import CopyProgress
 from replication_node.storage.scrub import Scrubber
 
@@ -518,6 +521,37 @@ class ActiveInstance:
                 f"{self.epoch}; writes are refused"
             )
         return accepted
+
+    async def roll(self) -> int | None:
+        """Close the open log and publish it, before the answer (an activation counts lost
+        logs from it); the generation closed, if any.  NotActive while not mounted."""
+        generation = await self._mounted().roll(force=True)
+        await self.publish()
+        return generation
+
+    def begin_backup(self, node: str, kind: BackupKind) -> BackupLease:
+        """A backup's lease begun for `node`, after the refusals an incremental meets."""
+        return begin_answer(
+            self.backups,
+            self._mounted().merged_header,
+            node=node,
+            kind=kind,
+            circular_logging=self.circular_logging,
+            epoch=self.epoch,
+        )
+
+    async def stamp_backup(
+        self, backup_id: str, *, generation: int, ended: datetime
+    ) -> BackupStamp:
+        """The backup completed through `generation`: its stamp committed, its lease ended."""
+        return await stamp(
+            self._mounted(), self.backups, backup_id, generation=generation, ended=ended
+        )
+
+    def _mounted(self) -> ActiveCopy:
+        if self.copy is None:
+            raise NotActive(f"the copy of {self.database} is not mounted; write to the active")
+        return self.copy
 
     async def publish(self) -> None:
         """Record LastLogGenerated in the cluster store (best effort: the store may be busy)."""

@@ -20,17 +20,19 @@ behind by design, and what its lag held back is not in any transport's window.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from datetime import datetime, timedelta
-from typing import Any
 
 import aiohttp
+from pydantic import ValidationError
 
 from dag_common.auth import bearer
 from dag_common.backoff import Backoff
 from dag_common.clock import Clock
 from dag_common.cluster_store import ClusterStore, RedeliveryRecord
 from dag_common.config import ClusterConfig
+from dag_common.model import RedeliveryAnswer
 
 logger = logging.getLogger(__name__)
 
@@ -153,12 +155,12 @@ class DumpsterRedelivery:
                 self.record = updated
             logger.warning(
                 "%s: transport %s redelivered %s messages of %s to %s",
-                self._database, server, answer.get("messages"), record.start.isoformat(),
+                self._database, server, answer.messages, record.start.isoformat(),
                 record.end.isoformat(),
             )  # fmt: skip
         return self.record
 
-    async def _ask(self, server: str, record: RedeliveryRecord) -> dict[str, Any] | None:
+    async def _ask(self, server: str, record: RedeliveryRecord) -> RedeliveryAnswer | None:
         """The transport's Success answer, or None (unreachable, another answer: asked again
         next round)."""
         try:
@@ -183,8 +185,11 @@ class DumpsterRedelivery:
             logger.info("%s: transport %s not reached for redelivery: %s",
                         self._database, server, exc or type(exc).__name__)  # fmt: skip
             return None
-        if status != 200 or not isinstance(answer, dict) or answer.get("status") != "Success":
+        success = None
+        if status == 200:
+            with contextlib.suppress(ValidationError):
+                success = RedeliveryAnswer.model_validate(answer)
+        if success is None:
             logger.warning("%s: transport %s answered the redelivery with HTTP %d: %s",
                            self._database, server, status, answer)  # fmt: skip
-            return None
-        return answer
+        return success

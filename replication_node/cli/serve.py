@@ -21,7 +21,7 @@ from aiohttp import web
 from dag_common.cli import ExitCode, add_config, add_duration
 from dag_common.clock import SystemClock
 from dag_common.cluster_store import open_cluster_store
-from dag_common.config import ClusterConfig, accepted_credentials, load_config, load_token
+from dag_common.config import accepted_credentials, load_config, load_token
 from dag_common.durations import format_duration
 from dag_common.echo import quoted
 from dag_common.errors import ConfigError
@@ -42,11 +42,11 @@ def _setup_logging(verbose: bool) -> None:
     )
 
 
-def ensure_token_file(config: ClusterConfig) -> None:
-    """Create the token file (0600) the first time a local cluster starts, if none exists."""
-    if os.environ.get("DG_AUTH_TOKEN") or config.auth_token_file is None:
+def ensure_token_file(path: Path | None) -> None:
+    """Create the token file (0600) the first time a local cluster starts, if none exists
+    (`path`: the config's `auth_token_file`)."""
+    if os.environ.get("DG_AUTH_TOKEN") or path is None:
         return
-    path = config.auth_token_file
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -163,7 +163,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     backoff while the others keep running, or, with --exit-on-failure, the cluster stops.
     Ctrl-C/SIGTERM stops them all."""
     config = load_config(args.config)
-    ensure_token_file(config)
+    ensure_token_file(config.auth_token_file)
     load_token(config)
     procs: dict[str, subprocess.Popen[bytes]] = {}
     slots: dict[str, NodeSlot] = {}

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dag_common.clock import Clock
 from dag_common.cluster_store import ActivationCause, ActiveRecord, ClusterStore
 from dag_common.config import ClusterConfig
-from dag_common.model import AutoDatabaseMountDial, CopyStatus, CopyStatusReport
-from replication_node.admin_api import ActivationAnswer, KeptOpenLogAnswer
+from dag_common.model import AutoDatabaseMountDial, CopyStatus, CopyStatusReport, Position
+from replication_node.admin_api import ActivationAnswer
 from replication_node.cluster.mount_policy import (
     activation_suspended_reason,
     assess_activation,
@@ -208,9 +208,7 @@ class Activation:
             reason = f"{said}; {reason}"
             last_logs = f"{last_logs}; {said}" if last_logs else said
             if kept.kept_through is not None:
-                kept_open_log = KeptOpenLogAnswer(
-                    generation=generation, through_byte=kept.kept_through
-                )
+                kept_open_log = Position(generation, kept.kept_through)
             copy = await self._peers.copy_report(node, database)
             if copy is None or (
                 assessment.covered and copy.last_log_inspected < assessment.at_risk.generated
@@ -226,7 +224,7 @@ class Activation:
             node,
             expected_epoch=record.epoch,
             start_generation=copy.last_log_inspected + 1,
-            kept_through=kept_open_log.through_byte if kept_open_log else None,
+            kept_through=kept_open_log.offset if kept_open_log else None,
             cause=cause,
             mount_dial=dial,
             lost_logs=decision.lost_logs,

@@ -29,31 +29,29 @@ from replication_node.admin_api import (
 from replication_node.audit import AuditLog
 from replication_node.errors import BadRequest, NotFound
 from replication_node.http.context import (
-    NODE,
     active_for_write,
     active_here,
     json_body,
     mounted_copy,
+    node_of,
 )
 from replication_node.http.models import ActivateIn, HandOverIn, ReasonIn, TargetIn, parse
 from replication_node.log.logfile import HEADER_SIZE
 
 
 async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"ok": True, "node": request.app[NODE].name})
+    return web.json_response({"ok": True, "node": node_of(request).name})
 
 
 async def status(request: web.Request) -> web.Response:
     return web.json_response(
-        request.app[NODE].status().model_dump(mode="json"),
+        node_of(request).status().model_dump(mode="json"),
     )
 
 
 async def roll_log(request: web.Request) -> web.Response:
     instance = active_for_write(request)
-    generation = await mounted_copy(instance).roll(force=True)
-    # Published before the answer: an activation counts lost logs from it.
-    await instance.publish()
+    generation = await instance.roll()  # published before the answer
     answer = Rolled(database=instance.database, generation=generation, epoch=instance.epoch)
     return web.json_response(answer.wire())
 
@@ -65,7 +63,7 @@ async def log_position(request: web.Request) -> web.Response:
     instance = active_for_write(request)
     feed = mounted_copy(instance).stream.feed
     db = instance.database
-    node = request.app[NODE]
+    node = node_of(request)
     answer = LogPosition(
         database=db,
         open_generation=feed.generation,
@@ -82,7 +80,7 @@ async def log_position(request: web.Request) -> web.Response:
 
 
 async def copy_action(request: web.Request) -> web.Response:
-    node = request.app[NODE]
+    node = node_of(request)
     db, target, action = (request.match_info[k] for k in ("db", "node", "action"))
     if target != node.name:
         raise NotFound(f"the copy of {db} on {target} is not on this node ({node.name})")
@@ -95,14 +93,14 @@ async def copy_action(request: web.Request) -> web.Response:
 
 async def reconcile(request: web.Request) -> web.Response:
     """Re-read who is active now (after an activation) instead of at the next refresh."""
-    node = request.app[NODE]
+    node = node_of(request)
     await node.reconcile()
     return web.json_response(node.status().model_dump(mode="json"))
 
 
 async def activate(request: web.Request) -> web.Response:
     body = parse(ActivateIn, await json_body(request))
-    result = await request.app[NODE].activate(
+    result = await node_of(request).activate(
         request.match_info["db"], body.node, body.mount_dial_override
     )
     return web.json_response(text=result.model_dump_json())
@@ -111,7 +109,7 @@ async def activate(request: web.Request) -> web.Response:
 async def audit(request: web.Request) -> web.Response:
     """This node's audit lines, oldest first: `?database=` only that database's, `?limit=`
     the newest that many (100; at most 10,000)."""
-    node = request.app[NODE]
+    node = node_of(request)
     try:
         limit = int(request.query.get("limit", "100"))
     except ValueError:
@@ -126,7 +124,7 @@ async def audit(request: web.Request) -> web.Response:
 async def history(request: web.Request) -> web.Response:
     """The role changes of a database, oldest first, as the cluster store recorded them:
     one entry per epoch (any node answers: they share the store)."""
-    node, name = request.app[NODE], request.match_info["db"]
+    node, name = node_of(request), request.match_info["db"]
     try:
         node.config.database(name)
     except KeyError:
@@ -150,7 +148,7 @@ async def history(request: web.Request) -> web.Response:
 
 async def switchover(request: web.Request) -> web.Response:
     body = parse(TargetIn, await json_body(request))
-    result = await request.app[NODE].switchover(request.match_info["db"], body.target)
+    result = await node_of(request).switchover(request.match_info["db"], body.target)
     return web.json_response(text=result.model_dump_json())
 
 
@@ -181,7 +179,7 @@ async def hand_over(request: web.Request) -> web.Response:
     """Attempt Copy Last Logs, on the old active's node: hold the last logs for the copy
     taking over and say what is on disk (the log share's info)."""
     body = parse(HandOverIn, await json_body(request))
-    node, name = request.app[NODE], request.match_info["db"]
+    node, name = node_of(request), request.match_info["db"]
     try:
         others = {c.node for c in node.config.database(name).copies} - {node.name}
     except KeyError:
@@ -195,13 +193,13 @@ async def hand_over(request: web.Request) -> web.Response:
 async def copy_last_logs(request: web.Request) -> web.Response:
     """Attempt Copy Last Logs, on the node of the copy taking over: copy every closed
     generation and the open log from its active, which is not mounted."""
-    answer = await request.app[NODE].copy_last_logs(request.match_info["db"])
+    answer = await node_of(request).copy_last_logs(request.match_info["db"])
     return web.json_response(text=answer.model_dump_json(by_alias=True))
 
 
 async def keep_block_buffer(request: web.Request) -> web.Response:
     """On the node of the copy taking over: keep its block-mode buffer of the open log."""
-    answer = await request.app[NODE].keep_block_buffer(request.match_info["db"])
+    answer = await node_of(request).keep_block_buffer(request.match_info["db"])
     return web.json_response(text=answer.model_dump_json())
 
 

@@ -19,6 +19,7 @@ from replication_node.http.context import NODE
 from replication_node.http.error_middleware import error_middleware
 from replication_node.http.folder_routes import add_folder_routes
 from replication_node.http.in_flight import setup_in_flight
+from replication_node.http.message_read import add_message_read_routes
 from replication_node.http.message_upload import add_message_upload_routes
 from replication_node.http.soft_deleted_routes import add_soft_deleted_routes
 from replication_node.http.status_watch import add_status_watch_route
@@ -57,6 +58,7 @@ def build_app(node: Node) -> web.Application:
     app[NODE] = node
     add_store_routes(app)
     add_message_upload_routes(app)
+    add_message_read_routes(app)
     add_folder_routes(app)
     add_changes_routes(app, metrics=node.metrics)
     add_soft_deleted_routes(app)

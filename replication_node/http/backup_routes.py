@@ -9,7 +9,7 @@
   backup runs.  All need the token, as every admin call.
 
 Thin handlers: the work is in `backup/` (`backup.py` on the backing-up node,
-`active/backup_leases.py`).
+`active/backup_leases.py`, through the active's seam).
 """
 
 from __future__ import annotations
@@ -20,14 +20,19 @@ from aiohttp import web
 
 from dag_common.credentials import Role
 from dag_common.route_roles import add_route
-from replication_node.active.backup_leases import begin_answer, stamp
 from replication_node.errors import NotFound
-from replication_node.http.context import NODE, active_for_write, active_here, json_body
+from replication_node.http.context import (
+    active_for_write,
+    active_here,
+    json_body,
+    mounted_copy,
+    node_of,
+)
 from replication_node.http.models import BackupBeginIn, BackupEndIn, BackupIn, parse
 
 
 async def take_backup(request: web.Request) -> web.Response:
-    node, db = request.app[NODE], request.match_info["db"]
+    node, db = node_of(request), request.match_info["db"]
     body = parse(BackupIn, await json_body(request))
     if body.from_ != node.name:
         raise NotFound(f"the copy of {db} on {body.from_} is not on this node ({node.name})")
@@ -37,16 +42,8 @@ async def take_backup(request: web.Request) -> web.Response:
 
 async def begin(request: web.Request) -> web.Response:
     body = parse(BackupBeginIn, await json_body(request))
-    instance = active_for_write(request)  # mounted, not being switched over
-    assert instance.copy is not None
-    answer = begin_answer(
-        instance.backups,
-        instance.copy.merged_header,
-        node=body.node,
-        kind=body.kind,
-        circular_logging=instance.circular_logging,
-        epoch=instance.epoch,
-    )
+    # mounted, not being switched over
+    answer = active_for_write(request).begin_backup(body.node, body.kind)
     return web.json_response(text=answer.model_dump_json())
 
 
@@ -58,22 +55,15 @@ async def renew(request: web.Request) -> web.Response:
 async def roll(request: web.Request) -> web.Response:
     instance = active_for_write(request)
     instance.backups.renew(request.match_info["id"])
-    assert instance.copy is not None
-    await instance.copy.roll(force=True)
-    await instance.publish()
-    return web.json_response({"last_generation": instance.copy.stream.last_closed_generation})
+    await instance.roll()
+    last = mounted_copy(instance).stream.last_closed_generation
+    return web.json_response({"last_generation": last})
 
 
 async def end(request: web.Request) -> web.Response:
     body = parse(BackupEndIn, await json_body(request))
-    instance = active_for_write(request)
-    assert instance.copy is not None
-    answer = await stamp(
-        instance.copy,
-        instance.backups,
-        request.match_info["id"],
-        generation=body.generation,
-        ended=body.ended_at,
+    answer = await active_for_write(request).stamp_backup(
+        request.match_info["id"], generation=body.generation, ended=body.ended_at
     )
     return web.json_response(text=answer.model_dump_json())
 

@@ -44,12 +44,10 @@ from dag_common.memory import Overloaded
 from dag_common.route_roles import add_route
 from dag_common.store_api import Changes, MailboxState
 from dag_common.tasks import cancel_and_wait
-from replication_node.active.change_feed import ChangeFeed
-from replication_node.active.copy import ActiveCopy
-from replication_node.active.instance import ActiveInstance
 from replication_node.errors import BadRequest, NotActive, NotFound
-from replication_node.http.context import NODE, mailbox_name, not_dismounted
+from replication_node.http.context import mailbox_name, node_of, not_dismounted
 from replication_node.http.error_middleware import json_error
+from replication_node.interfaces import ActiveHostedCopy, ChangeFeedView, MountedCopy
 from replication_node.metrics import NodeMetrics
 from replication_node.storage.reader import MailboxRow
 
@@ -166,12 +164,14 @@ def _wait(request: web.Request) -> float:
     return seconds
 
 
-def _mounted(request: web.Request) -> tuple[ActiveInstance, ActiveCopy, ChangeFeed]:
+def _mounted(
+    request: web.Request,
+) -> tuple[ActiveHostedCopy, MountedCopy, ChangeFeedView]:
     """This node's mounted active copy of the request's database and its change feed; as a
     write is told otherwise: NotFound (no copy here), NotActive (409: passive, changing
     role, switching over, or no longer the mounted active), LogStreamStopped (503:
     dismounted)."""
-    node = request.app[NODE]
+    node = node_of(request)
     db = request.match_info["db"]
     if node.instance(db) is None:
         if any(d.name == db for d in node.config.databases_on(node.name)):
@@ -200,7 +200,7 @@ def _state(row: MailboxRow | None) -> MailboxState:
     return MailboxState.LOCKED if row.locked else MailboxState.LIVE
 
 
-def look(copy: ActiveCopy, feed: ChangeFeed, mailbox: str, since: int, epoch: int) -> Changes:
+def look(copy: MountedCopy, feed: ChangeFeedView, mailbox: str, since: int, epoch: int) -> Changes:
     """What the copy can say now of the mailbox's changes above `since` (NotFound: no such
     mailbox, and none removed above `since`).  Changes since the mount are the feed's; the
     store is asked only about a number from before it (`FOLDER_SCAN`)."""
@@ -228,7 +228,7 @@ def look(copy: ActiveCopy, feed: ChangeFeed, mailbox: str, since: int, epoch: in
 
 
 async def get_changes(request: web.Request) -> web.StreamResponse:
-    node = request.app[NODE]
+    node = node_of(request)
     mailbox = mailbox_name(request)
     since = _integer(request, "since_change", MAX_CHANGE_NUMBER) or 0
     known_epoch = _integer(request, "epoch", MAX_CHANGE_NUMBER)

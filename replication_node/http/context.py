@@ -17,14 +17,12 @@ from aiohttp import web
 
 from dag_common.api_types import NAME_PATTERN
 from dag_common.clock import Clock
+from dag_common.cluster_store import ClusterStore
 from dag_common.config import ClusterConfig
 from dag_common.echo import quoted
 from dag_common.http_body import SMALL_BODY, BodyLimit, body_text, parse_json, read_body
 from dag_common.memory import MemoryBudget
 from dag_common.model import AutoDatabaseMountDial, CopyStatusReport, NodeStatus
-from replication_node.active.copy import ActiveCopy
-from replication_node.active.instance import ActiveInstance
-from replication_node.active.mailbox_store import MailboxStore
 from replication_node.admin_api import (
     ActivationAnswer,
     BlockBufferAnswer,
@@ -34,7 +32,7 @@ from replication_node.admin_api import (
 )
 from replication_node.backup.backup import BackupAnswer
 from replication_node.errors import BadRequest, LogStreamStopped, NotActive, NotFound
-from replication_node.interfaces import HostedCopy
+from replication_node.interfaces import ActiveHostedCopy, HostedCopy, MailboxWriter, MountedCopy
 from replication_node.storage.reader import MailboxReader
 
 
@@ -46,13 +44,14 @@ class NodeApi(Protocol):
     config: ClusterConfig
     unexpected_errors: int  # the API's 500s, counted for the metrics
     memory: MemoryBudget  # bytes of request bodies in flight
+    cluster_store: ClusterStore  # the mailbox directory, among what it keeps
 
     @property
     def clock(self) -> Clock: ...
 
     def instance(self, database: str) -> HostedCopy | None: ...
 
-    def active_here(self, database: str) -> ActiveInstance | None: ...
+    def active_here(self, database: str) -> ActiveHostedCopy | None: ...
 
     def active_of(self, database: str) -> tuple[str | None, str | None]: ...
 
@@ -87,6 +86,13 @@ class NodeApi(Protocol):
 
 
 NODE: web.AppKey[NodeApi] = web.AppKey("node")
+
+
+def node_of(request: web.Request) -> NodeApi:
+    """The node the request's app serves (what a handler asks of it goes through here)."""
+    return request.app[NODE]
+
+
 _NAME = re.compile(NAME_PATTERN)
 
 
@@ -108,10 +114,10 @@ def flag(request: web.Request, name: str) -> bool:
     return request.query.get(name, "").lower() in ("1", "true", "yes")
 
 
-def active_for_write(request: web.Request) -> ActiveInstance:
+def active_for_write(request: web.Request) -> ActiveHostedCopy:
     """The mounted active instance the request writes to; NotActive if it is elsewhere or
     being switched over."""
-    node = request.app[NODE]
+    node = node_of(request)
     db = request.match_info["db"]
     if node.instance(db) is None:
         if any(d.name == db for d in node.config.databases_on(node.name)):
@@ -129,7 +135,7 @@ def active_for_write(request: web.Request) -> ActiveInstance:
     return instance
 
 
-def store_of(instance: ActiveInstance) -> MailboxStore:
+def store_of(instance: ActiveHostedCopy) -> MailboxWriter:
     """The mailbox store of an instance `active_for_write` returned (NotActive should it have
     been dismounted since)."""
     if instance.store is None:
@@ -137,19 +143,19 @@ def store_of(instance: ActiveInstance) -> MailboxStore:
     return instance.store
 
 
-def store_for_write(request: web.Request) -> MailboxStore:
+def store_for_write(request: web.Request) -> MailboxWriter:
     """The mailbox store of the mounted active instance the request writes to."""
     return store_of(active_for_write(request))
 
 
-def mounted_copy(instance: ActiveInstance) -> ActiveCopy:
+def mounted_copy(instance: ActiveHostedCopy) -> MountedCopy:
     """The mounted copy of an instance `active_for_write` returned."""
     if instance.copy is None:
         raise NotActive(f"the copy of {instance.database} is not mounted; write to the active")
     return instance.copy
 
 
-def not_dismounted(instance: ActiveInstance | None, db: str, node: str) -> None:
+def not_dismounted(instance: ActiveHostedCopy | None, db: str, node: str) -> None:
     """An active copy that is dismounted (a failure, or an operator) answers 503 with why:
     it is still the active, nothing else serves this database here, and the call may work
     again after a re-mount or a failover.  One being mounted (the new active of a
@@ -168,7 +174,7 @@ def not_dismounted(instance: ActiveInstance | None, db: str, node: str) -> None:
 
 def reader_for(request: web.Request) -> MailboxReader:
     """What answers a read of the request's database on this node."""
-    node = request.app[NODE]
+    node = node_of(request)
     db = request.match_info["db"]
     not_dismounted(node.active_here(db), db, node.name)
     reader = node.reader(db)
@@ -188,7 +194,7 @@ def reader_for(request: web.Request) -> MailboxReader:
 
 def epoch_for(request: web.Request) -> int:
     """The stream incarnation of the copy that answers a read (0: not known yet)."""
-    return request.app[NODE].epoch_of(request.match_info["db"])
+    return node_of(request).epoch_of(request.match_info["db"])
 
 
 def mailbox_name(request: web.Request) -> str:
@@ -199,9 +205,9 @@ def mailbox_name(request: web.Request) -> str:
     return name
 
 
-def active_here(request: web.Request) -> ActiveInstance:
+def active_here(request: web.Request) -> ActiveHostedCopy:
     """This node's active instance of the request's database, mounted or not."""
-    node = request.app[NODE]
+    node = node_of(request)
     db = request.match_info["db"]
     instance = node.active_here(db)
     if instance is None:

@@ -34,7 +34,7 @@ from replication_node.errors import (
     StoreError,
     TransactionTooLarge,
 )
-from replication_node.http.context import NODE
+from replication_node.http.context import node_of
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
             headers=kept,
         )
     except NotActive as exc:
-        node = request.app[NODE]
+        node = node_of(request)
         db = request.match_info.get("db", "")
         active = node.active_of(db)
         here = node.active_here(db)
@@ -125,8 +125,8 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
             )
             return web.Response(status=499, reason="Client Closed Request")
         logger.error("%s %s failed on storage: %s", request.method, request.path, exc)
-        return json_error(503, f"storage error on node {request.app[NODE].name}: {exc}")
+        return json_error(503, f"storage error on node {node_of(request).name}: {exc}")
     except Exception as exc:
-        request.app[NODE].unexpected_errors += 1
+        node_of(request).unexpected_errors += 1
         logger.exception("%s %s: unexpected error (a bug)", request.method, request.path)
         return json_error(500, f"internal error ({type(exc).__name__}: {exc}); see the node's log")

@@ -96,6 +96,8 @@ class CountersIn(_Body):
     uid_next: Annotated[int, Field(strict=True, ge=1, le=2**32)] = 1
     highest_modseq: Annotated[int, Field(strict=True, ge=0, le=2**63 - 1)] = 0
     uidvalidity_next: Annotated[int, Field(strict=True, ge=0, le=2**32 - 1)] = 0
+    # the source folder's (a lossy failover's): the target reports no item below it
+    modseq_floor: Annotated[int, Field(strict=True, ge=0, le=2**63 - 1)] = 0
 
 
 class ExpungeIn(_Body):
@@ -129,8 +131,9 @@ async def delete_folder(request: web.Request) -> web.Response:
 
 
 async def set_folder_counters(request: web.Request) -> web.Response:
-    """Lift a folder's UIDNEXT and HIGHESTMODSEQ and its mailbox's next UIDVALIDITY to at
-    least those given (never lowered): a move's final sync, on its locked target."""
+    """Lift a folder's UIDNEXT, HIGHESTMODSEQ and modseq floor and its mailbox's next
+    UIDVALIDITY to at least those given (never lowered): a move's final sync, on its
+    locked target."""
     body = parse(CountersIn, await json_body(request))
     folder = _folder(request)
     written = await store_for_write(request).set_folder_counters(
@@ -139,6 +142,7 @@ async def set_folder_counters(request: web.Request) -> web.Response:
         uid_next=body.uid_next,
         highest_modseq=body.highest_modseq,
         uidvalidity_next=body.uidvalidity_next,
+        modseq_floor=body.modseq_floor,
         override_lock=overriding(request),
     )
     return web.json_response({**written.wire(), "folder": folder})

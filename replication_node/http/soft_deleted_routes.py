@@ -17,11 +17,11 @@ from aiohttp import web
 from dag_common.credentials import Role
 from dag_common.route_roles import add_route
 from replication_node.http.context import (
-    NODE,
     active_for_write,
     epoch_for,
     json_body,
     mailbox_name,
+    node_of,
     reader_for,
     store_of,
 )
@@ -34,7 +34,7 @@ async def list_soft_deleted(request: web.Request) -> web.Response:
     that mailbox now (null: nowhere)."""
     reader = reader_for(request)
     rows = [row for row in reader.mailboxes() if row.soft_deleted]
-    directory = await request.app[NODE].cluster_store.mailboxes() if rows else {}
+    directory = await node_of(request).cluster_store.mailboxes() if rows else {}
     return web.json_response(
         {
             "database": request.match_info["db"],
@@ -58,7 +58,7 @@ async def purge_mailbox(request: web.Request) -> web.Response:
     mailbox = mailbox_name(request)
     instance = active_for_write(request)
     check = functools.partial(
-        check_purgeable, request.app[NODE].cluster_store, mailbox, instance.database
+        check_purgeable, node_of(request).cluster_store, mailbox, instance.database
     )
     result = await store_of(instance).purge_mailbox(mailbox, claim=check)
     return web.json_response(result.wire())
@@ -73,7 +73,7 @@ async def restore_mailbox(request: web.Request) -> web.Response:
     instance = active_for_write(request)
     claim = functools.partial(
         claim_restored,
-        request.app[NODE].cluster_store,
+        node_of(request).cluster_store,
         mailbox,
         instance.database,
         replace=body.replace,

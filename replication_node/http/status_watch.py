@@ -23,7 +23,7 @@ from dag_common.echo import quoted
 from dag_common.route_roles import add_route
 from dag_common.status_watch import CONTENT_TYPE, Changed, Coalescer, Heartbeat, Snapshot, encode
 from replication_node.errors import BadRequest
-from replication_node.http.context import NODE
+from replication_node.http.context import node_of
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def _heartbeat(request: web.Request) -> float:
 
 
 async def status_watch(request: web.Request) -> web.StreamResponse:
-    node = request.app[NODE]
+    node = node_of(request)
     heartbeat = _heartbeat(request)
     tick = request.app.get(WATCH_TICK, 0.025)
     stop = request.app[_STOP]

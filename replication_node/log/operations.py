@@ -176,7 +176,9 @@ class CopyItems(_Op, tag="copy_items"):
 
 class SetFolderCounters(_Op, tag="set_folder_counters"):
     """A folder's counters lifted (each a floor: never lowered), and its mailbox's
-    `uidvalidity_next`: a move's final sync."""
+    `uidvalidity_next`: a move's final sync.  `modseq_floor`: the source folder's (a lossy
+    failover's, `ReserveLost`), so the target reports its items at no lower a modseq; left
+    out of the record at 0, as a log from before it has it."""
 
     mailbox: str
     cn: int
@@ -184,6 +186,7 @@ class SetFolderCounters(_Op, tag="set_folder_counters"):
     uid_next: Annotated[int, msgspec.Meta(ge=1, le=2**32)] = 1
     highest_modseq: Modseq = 0
     uidvalidity_next: Uid = 0
+    modseq_floor: Modseq = 0
 
 
 class AssignUids(_Op, tag="assign_uids"):
@@ -291,6 +294,9 @@ def last_cn(op: Operation) -> int:
 
 
 _TYPE = {kind: cls for cls, kind in _KIND.items()}
+# Fields added to an operation after logs were written without them: at 0 (their default,
+# what a record without them reads as) they are not written.
+_LEFT_OUT_AT_ZERO = frozenset({"modseq_floor"})
 
 
 def encode(op: Operation) -> dict[str, object]:
@@ -318,6 +324,8 @@ def encode(op: Operation) -> dict[str, object]:
     out: dict[str, object] = {"op": _KIND[type(op)]}
     for name in op.__struct_fields__:
         value = getattr(op, name)
+        if name in _LEFT_OUT_AT_ZERO and not value:
+            continue  # a record an older reader (strict: no unknown field) still reads
         if isinstance(value, StrEnum):
             out[name] = str(value)
         elif value is not None:

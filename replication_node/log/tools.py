@@ -4,7 +4,7 @@ checksum verdicts (a database file's header: `storage/tools.py`).  Pure renderin
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from replication_node.errors import LogFormatError
 from replication_node.log import logfile, spanning
@@ -37,7 +37,52 @@ def _detail(rec: LogRecord) -> str:
     return ""
 
 
-def dump_log(path: Path) -> dict[str, Any]:
+class LogHeaderDump(TypedDict):
+    checksum: str
+    format_version: int
+    generation: int
+    database_signature: str
+    log_signature: str
+    creation_time: str
+    prev_creation_time: str | None
+    log_file_size: int
+
+
+class RecordLine(TypedDict):
+    offset: int
+    type: str
+    size: int
+    time: str
+    operations: int
+    detail: str
+
+
+class LogRecordsDump(TypedDict):
+    valid: int
+    transactions: int
+    operations: int
+    bytes: int
+    first_commit_time: str | None
+    last_commit_time: str | None
+    closed: bool
+    close_time: str | None
+    staged_bodies: dict[str, list[str]]  # carried, begun, committed, aborted, pending_at_end
+    list: list[RecordLine]
+
+
+class LogDump(TypedDict):
+    """`dump-log --json`: one log file's header, records and verdict."""
+
+    file: str
+    header: LogHeaderDump
+    records: LogRecordsDump
+    file_size: int
+    valid_end: int
+    verdict: str  # "ok" or "damaged"
+    problems: list[str]
+
+
+def dump_log(path: Path) -> LogDump:
     """The header, the records and the verdicts of one log file. Raises LogFormatError if
     the header itself is unusable (then nothing else can be trusted)."""
     data = path.read_bytes()
@@ -112,7 +157,7 @@ def dump_log(path: Path) -> dict[str, Any]:
     }
 
 
-def render_log_dump(dump: dict[str, Any], *, records: bool = False) -> str:
+def render_log_dump(dump: LogDump, *, records: bool = False) -> str:
     h, r = dump["header"], dump["records"]
     lines = [
         f"Log file: {dump['file']}",

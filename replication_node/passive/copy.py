@@ -523,6 +523,10 @@ class PassiveCopy:
 
     # ---- reads and status ----------------------------------------------------------------
 
+    def open_databases(self) -> list[Database]:
+        """The handles on its file open now (replay's, reads'), for the idle release."""
+        return [db for db in (self._db, self._reader) if db is not None]
+
     def reader(self) -> Database | None:
         """A read handle on the replayed database (None while seeding or before the seed, and
         while a copy that was active has not been checked against the active's stream: its

@@ -37,7 +37,9 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
+from dag_common import sqlite_memory
 from dag_common.mailbox_digest import MODULUS, to_hex
+from dag_common.sqlite_memory import release_bindings
 from replication_node.errors import DatabaseError
 from replication_node.log.events import Transaction
 from replication_node.log.operations import PutItem, RecordBackup
@@ -303,6 +305,9 @@ class Database(FileReads):
                     required_from=required_from,
                 )
             )
+        if paced:  # SQLite's copies of the bodies it bound, freed now (sqlite_memory.py)
+            with self._lock:
+                release_bindings(self._conn, self.path)
         return self._header
 
     @contextmanager
@@ -361,6 +366,28 @@ class Database(FileReads):
             write_behind(self.path, ranges, fd=self._file.fd, pace=self.pace)
         except (OSError, sqlite3.Error) as exc:
             raise DatabaseError(f"{self.path}: making an LLR write durable failed: {exc}") from exc
+
+    def release_memory(self) -> bool:
+        """Give back what the file's connections hold while idle: the values bound to their
+        statements (the last bodies written or looked up) and their page caches
+        (`dag_common/sqlite_memory.py`).  A connection in use is left as it is: False then,
+        for a later try."""
+        released = True
+        for lock, conn in (
+            (self._lock, self._conn),
+            (self._read_lock, self._reads),
+            (self._apart_lock, self._apart),
+        ):
+            if not lock.acquire(blocking=False):
+                released = False
+                continue
+            try:
+                sqlite_memory.release(conn, self.path)
+            except sqlite3.ProgrammingError:  # closed meanwhile
+                pass
+            finally:
+                lock.release()
+        return released
 
     def mark_dirty(self) -> None:
         """The database is in use: a crash from now on is a dirty shutdown."""

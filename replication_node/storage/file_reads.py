@@ -2,14 +2,19 @@
 
 Each read goes through a connection of its own (`Database` opens them): in WAL mode it sees
 the last commit and never waits for a write in progress; a worker thread's large reads
-(`folder_items_apart`) through a third, so the loop's small reads never wait on them."""
+(`folder_items_apart`, `reading_apart`) through a third, so the loop's small reads never
+wait on them."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
+from collections.abc import Callable, Iterator, Sequence
 
 from dag_common.mailbox_digest import DigestRow
+from dag_common.rfc822 import BodyFormat
+from replication_node.storage.ops import floored
 from replication_node.storage.reader import (
     FolderRow,
     FolderStatus,
@@ -84,14 +89,7 @@ class FileReads:
         """Each folder's counters with its live items and those not `\\Seen` (STATUS)."""
         counts = self.folder_counts(mailbox)
         return [
-            FolderStatus(
-                f.folder,
-                f.uidvalidity,
-                f.uid_next,
-                f.highest_modseq,
-                *counts.get(f.folder, (0, 0)),
-            )
-            for f in self.folder_rows(mailbox)
+            FolderStatus.of(f, *counts.get(f.folder, (0, 0))) for f in self.folder_rows(mailbox)
         ]
 
     def folder_items(
@@ -119,6 +117,32 @@ class FileReads:
             finally:
                 conn.execute("COMMIT")
         return int(waypoint), rows
+
+    def listing_apart(
+        self, mailbox: str, folder: str, since_modseq: int = 0
+    ) -> Callable[[], list[ItemRow] | None]:
+        """`folder_items` for a worker thread (`folder_items_apart`)."""
+        tombstones = since_modseq > 0
+        return lambda: self.folder_items_apart(
+            mailbox, folder, since_modseq, tombstones=tombstones
+        )[1]
+
+    def bodies_apart(self, mailbox: str, ids: Sequence[str]) -> tuple[FileReads, Held]:
+        """The file to read the bodies of `ids` from off the loop (this one), and what is held
+        of them apart from it (nothing)."""
+        return self, {}
+
+    @contextlib.contextmanager
+    def reading_apart(self) -> Iterator[sqlite3.Connection]:
+        """The worker threads' connection, in one read transaction for the block: for reads
+        made a row at a time (`message_body`) off the loop."""
+        with self._apart_lock:
+            conn = self._apart
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                conn.execute("COMMIT")
 
     def moved_out(self, mailbox: str, uidvalidity: int, since_modseq: int) -> list[int]:
         """The UIDs moved out of the folder of `uidvalidity` after `since_modseq`."""
@@ -240,9 +264,32 @@ def _folder_items(
 ) -> list[ItemRow]:
     if tombstones is None:
         tombstones = since_modseq > 0
+    found = conn.execute(
+        "SELECT modseq_floor FROM folders WHERE mailbox=? AND folder=?", (mailbox, folder)
+    ).fetchone()
+    floor = found[0] if found else 0
+    # below the folder's floor every item counts as changed (`ops.floored`)
+    since = 0 if floor > since_modseq else since_modseq
     rows = conn.execute(
         f"SELECT {ITEM_HEAD_COLUMNS} FROM items WHERE mailbox=? AND folder=?"
         " AND (?=0 OR modseq>?) AND (deleted=0 OR ?) ORDER BY uid, item_id",
-        (mailbox, folder, since_modseq, since_modseq, int(tombstones)),
+        (mailbox, folder, since, since, int(tombstones)),
     ).fetchall()
-    return [item_head_of(r) for r in rows]
+    return [floored(item_head_of(r), floor) for r in rows]
+
+
+StoredBody = tuple[str, BodyFormat, str]  # an item's body, its format, its subject
+# What a reader holds of some item ids apart from its file (the active's LLR overlay): an id's
+# body, or None (deleted, or its mailbox removed in a generation the file does not have yet).
+# An id absent is read from the file.
+Held = dict[str, StoredBody | None]
+
+
+def message_body(conn: sqlite3.Connection, mailbox: str, item_id: str) -> StoredBody | None:
+    """A live item's body, format and subject, read through `conn` (`reading_apart`); None
+    for no such item or a tombstone."""
+    row = conn.execute(
+        "SELECT body, format, subject FROM items WHERE mailbox=? AND item_id=? AND deleted=0",
+        (mailbox, item_id),
+    ).fetchone()
+    return None if row is None else (row[0], BodyFormat(row[1]), row[2])

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from replication_node.errors import DatabaseError
 
@@ -59,6 +59,28 @@ class DatabaseState(StrEnum):
     DIRTY_SHUTDOWN = "Dirty Shutdown"
 
 
+class HeaderFields(TypedDict):
+    """`DatabaseHeader.as_dict`: the header as JSON values (`db-header --json`, a backup's
+    stamp)."""
+
+    database_signature: str
+    log_signature: str
+    state: str
+    checkpoint: int
+    waypoint: int
+    committed: int
+    log_required: list[int] | None  # [first, last], set while a staged body is pending
+    log_committed: list[int]  # [0, committed]
+    last_change_number: int
+    last_log_time: str | None
+    last_backup_generation: int
+    last_backup_time: str | None
+    last_full_backup_generation: int
+    last_full_backup_time: str | None
+    last_incremental_backup_generation: int
+    last_incremental_backup_time: str | None
+
+
 @dataclass(frozen=True, slots=True)
 class DatabaseHeader:
     """The database header, as `eseutil /mh` shows it."""
@@ -87,7 +109,7 @@ class DatabaseHeader:
         """The first generation this file needs to go on from its waypoint."""
         return self.required_from or self.waypoint + 1
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> HeaderFields:
         """JSON-ready form, with the seeds' "Log Required / Log Committed" ranges."""
         return {
             "database_signature": str(self.database_signature),

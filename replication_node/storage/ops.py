@@ -45,11 +45,27 @@ def reserved(value: int, by: int, ceiling: int) -> int:
 
 
 def reserved_folder(row: FolderRow, by: int) -> FolderRow:
-    """A folder's row after `ReserveLost {by}`: its UIDs and modseqs advanced."""
+    """A folder's row after `ReserveLost {by}`: its UIDs and modseqs advanced, and its
+    `modseq_floor` lifted to its new `highest_modseq`: each of its items is then reported
+    changed at it (`floored`), above every modseq the lost tail may have shown a client."""
+    highest = reserved(row.highest_modseq, by, MODSEQ_CEILING)
     return row._replace(
         uid_next=reserved(row.uid_next, by, UID_NEXT_CEILING),
-        highest_modseq=reserved(row.highest_modseq, by, MODSEQ_CEILING),
+        highest_modseq=highest,
+        modseq_floor=max(row.modseq_floor, highest),
     )
+
+
+def folder_floor(folders: Iterable[FolderRow], folder: str) -> int:
+    """The `modseq_floor` of `folder` among a mailbox's `folders` (0: none, or no folder)."""
+    return next((f.modseq_floor for f in folders if f.folder == folder), 0)
+
+
+def floored(row: ItemRow, floor: int) -> ItemRow:
+    """An item as it is reported in a folder whose `modseq_floor` is `floor`: its modseq
+    `max(modseq, floor)` (a lossy failover's lost tail may have changed it, with a modseq the
+    copy never had; docs/concepts/imap.md, *No UID shown…*)."""
+    return row if row.modseq >= floor else row._replace(modseq=floor)
 
 
 def reserved_mailbox(row: MailboxRow, by: int) -> MailboxRow:

@@ -172,14 +172,23 @@ class LlrOverlay:
         return next((r for r in db.folder_rows(mailbox) if r.folder == folder), None)
 
     def _lift(
-        self, db: FileRows, gen: int, mailbox: str, folder: str, uid_next: int, modseq: int
+        self,
+        db: FileRows,
+        gen: int,
+        mailbox: str,
+        folder: str,
+        uid_next: int,
+        modseq: int,
+        floor: int = 0,
     ) -> None:
-        """A folder's counters past these (never lowered), if it is there."""
+        """A folder's counters (and its `modseq_floor`) past these (never lowered), if it
+        is there."""
         row = self._folder(db, mailbox, folder)
         if row is not None:
             lifted = row._replace(
                 uid_next=max(row.uid_next, uid_next),
                 highest_modseq=max(row.highest_modseq, modseq),
+                modseq_floor=max(row.modseq_floor, floor),
             )
             self.folders[(mailbox, folder)] = (gen, lifted)
 
@@ -291,7 +300,10 @@ class LlrOverlay:
                     self._lift(db, gen, op.mailbox, op.folder, 1, op.modseq)
                     self._lift(db, gen, op.mailbox, op.to, max(uids, default=0) + 1, op.modseq)
                 case SetFolderCounters():
-                    self._lift(db, gen, op.mailbox, op.folder, op.uid_next, op.highest_modseq)
+                    self._lift(
+                        db, gen, op.mailbox, op.folder, op.uid_next, op.highest_modseq,
+                        op.modseq_floor,
+                    )  # fmt: skip
                     self._lift_uidvalidity(db, gen, op.mailbox, op.uidvalidity_next)
                 case AssignUids():
                     self._assign(db, gen, op)

@@ -4,11 +4,15 @@ tuples, the tables' columns); the routes turn them into JSON."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from dag_common.mailbox_digest import DigestRow
 from dag_common.rfc822 import BodyFormat
+
+if TYPE_CHECKING:
+    from replication_node.storage.file_reads import FileReads, Held
 
 
 class MailboxRow(NamedTuple):
@@ -24,7 +28,9 @@ class MailboxRow(NamedTuple):
 
 class FolderRow(NamedTuple):
     """A folder as its copy holds it (a `folders` row): its IMAP counters.  `uidvalidity`
-    0: a folder of a file from before them, not numbered yet (`AssignUids`)."""
+    0: a folder of a file from before them, not numbered yet (`AssignUids`).
+    `modseq_floor`: the modseq below which none of its items is reported (`ReserveLost`
+    sets it: `ops.floored`)."""
 
     mailbox: str
     folder: str
@@ -32,11 +38,12 @@ class FolderRow(NamedTuple):
     uidvalidity: int = 0
     uid_next: int = 1
     highest_modseq: int = 0
+    modseq_floor: int = 0
 
 
 class FolderStatus(NamedTuple):
     """A folder's counters with what it holds (IMAP's STATUS): live items, and those of
-    them without `\\Seen`."""
+    them without `\\Seen`; its `modseq_floor` (`FolderRow`), which a move carries."""
 
     folder: str
     uidvalidity: int
@@ -44,6 +51,14 @@ class FolderStatus(NamedTuple):
     highest_modseq: int
     messages: int
     unseen: int
+    modseq_floor: int = 0
+
+    @classmethod
+    def of(cls, row: FolderRow, messages: int, unseen: int) -> FolderStatus:
+        """A folder's status: its row's counters, with these counts."""
+        r = row
+        return cls(r.folder, r.uidvalidity, r.uid_next, r.highest_modseq, messages, unseen,
+                   r.modseq_floor)  # fmt: skip
 
 
 class ItemRow(NamedTuple):
@@ -97,6 +112,18 @@ class MailboxReader(Protocol):
     def folder_status(self, mailbox: str) -> list[FolderStatus]: ...
 
     def folder_items(self, mailbox: str, folder: str, since_modseq: int = 0) -> list[ItemRow]: ...
+
+    def listing_apart(
+        self, mailbox: str, folder: str, since_modseq: int = 0
+    ) -> Callable[[], list[ItemRow] | None] | None:
+        """`folder_items` (bodiless) to read in a worker thread, which answers None should
+        its read not do (the caller lists on the loop then); None: list on the loop."""
+        ...
+
+    def bodies_apart(self, mailbox: str, ids: Sequence[str]) -> tuple[FileReads, Held]:
+        """The file to read the bodies of `ids` from in a worker thread, and what the reader
+        holds of them apart from that file (`file_reads.Held`), taken on the loop."""
+        ...
 
     def moved_out(self, mailbox: str, uidvalidity: int, since_modseq: int) -> list[int]: ...
 

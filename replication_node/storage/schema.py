@@ -20,7 +20,7 @@ CREATE TABLE mailboxes(
 CREATE TABLE folders(
   mailbox TEXT NOT NULL, folder TEXT NOT NULL, change_number INTEGER NOT NULL,
   uidvalidity INTEGER NOT NULL DEFAULT 0, uid_next INTEGER NOT NULL DEFAULT 1,
-  highest_modseq INTEGER NOT NULL DEFAULT 0,
+  highest_modseq INTEGER NOT NULL DEFAULT 0, modseq_floor INTEGER NOT NULL DEFAULT 0,
   PRIMARY KEY (mailbox, folder)
 ) WITHOUT ROWID;
 -- items keep a rowid: their bodies make rows large, and SQLite stores large rows of a
@@ -51,6 +51,8 @@ _IMAP_ADDED = (
     ("folders", "uidvalidity", "INTEGER NOT NULL DEFAULT 0"),
     ("folders", "uid_next", "INTEGER NOT NULL DEFAULT 1"),
     ("folders", "highest_modseq", "INTEGER NOT NULL DEFAULT 0"),
+    # the lossy failover's floor (`ops.floored`): 0, none, in a file from before it
+    ("folders", "modseq_floor", "INTEGER NOT NULL DEFAULT 0"),
     ("items", "uid", "INTEGER NOT NULL DEFAULT 0"),
     ("items", "modseq", "INTEGER NOT NULL DEFAULT 0"),
     ("items", "flags", "TEXT NOT NULL DEFAULT ''"),

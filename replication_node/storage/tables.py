@@ -63,7 +63,9 @@ if TYPE_CHECKING:
 
 # The columns a read gives back, in the order of the row types (`reader.py`).
 MAILBOX_COLUMNS = "mailbox, display_name, locked, soft_deleted, change_number, uidvalidity_next"
-FOLDER_COLUMNS = "mailbox, folder, change_number, uidvalidity, uid_next, highest_modseq"
+FOLDER_COLUMNS = (
+    "mailbox, folder, change_number, uidvalidity, uid_next, highest_modseq, modseq_floor"
+)
 _IMAP_COLUMNS = "uid, modseq, flags, received"
 ITEM_COLUMNS = (
     "mailbox, item_id, folder, subject, body, size, change_number, deleted, commit_time, '',"
@@ -83,7 +85,7 @@ def mailbox_of(row: sqlite3.Row) -> MailboxRow:
 
 def folder_of(row: sqlite3.Row) -> FolderRow:
     """A `folders` row (read as FOLDER_COLUMNS) as the store's typed row."""
-    return FolderRow(row[0], row[1], row[2], row[3], row[4], row[5])
+    return FolderRow(row[0], row[1], row[2], row[3], row[4], row[5], row[6])
 
 
 def item_of(row: sqlite3.Row) -> ItemRow:
@@ -251,6 +253,7 @@ _LIFT = (
     "UPDATE folders SET uid_next=max(uid_next, ?), highest_modseq=max(highest_modseq, ?)"
     " WHERE mailbox=? AND folder=?"
 )
+_LIFT_FLOOR = "UPDATE folders SET modseq_floor=max(modseq_floor, ?) WHERE mailbox=? AND folder=?"
 last_cn_of = last_cn
 
 
@@ -361,6 +364,8 @@ def _other(conn: sqlite3.Connection, op: Operation, when: str) -> int:
             _lift_both(conn, op.mailbox, op.folder, op.to, [u for _, _, u in op.items], op.modseq)
         case SetFolderCounters():
             conn.execute(_LIFT, (op.uid_next, op.highest_modseq, op.mailbox, op.folder))
+            if op.modseq_floor:
+                conn.execute(_LIFT_FLOOR, (op.modseq_floor, op.mailbox, op.folder))
             conn.execute(_LIFT_UIDVALIDITY, (op.uidvalidity_next, op.mailbox))
         case AssignUids():
             _assign_uids(conn, op)
@@ -376,15 +381,17 @@ def reserve_sql(column: str) -> str:
 
 
 def _reserve_lost(conn: sqlite3.Connection, by: int) -> None:
-    """Every folder's UIDs and modseqs, every mailbox's UIDVALIDITYs, advanced by `by`."""
+    """Every folder's UIDs and modseqs, every mailbox's UIDVALIDITYs, advanced by `by`; a
+    folder's `modseq_floor` lifted to its new `highest_modseq` (`ops.reserved_folder`)."""
 
     def bounds(ceiling: int) -> tuple[int, int, int]:
         return ceiling - by, ceiling, by
 
     conn.execute(
         f"UPDATE folders SET uid_next={reserve_sql('uid_next')},"
-        f" highest_modseq={reserve_sql('highest_modseq')}",
-        (*bounds(UID_NEXT_CEILING), *bounds(MODSEQ_CEILING)),
+        f" highest_modseq={reserve_sql('highest_modseq')},"
+        f" modseq_floor=max(modseq_floor, {reserve_sql('highest_modseq')})",
+        (*bounds(UID_NEXT_CEILING), *bounds(MODSEQ_CEILING), *bounds(MODSEQ_CEILING)),
     )
     conn.execute(
         f"UPDATE mailboxes SET uidvalidity_next={reserve_sql('uidvalidity_next')}",
@@ -495,7 +502,7 @@ def _mailbox_term(conn: sqlite3.Connection, mailbox: str) -> int:
 def _create_folder(conn: sqlite3.Connection, row: FolderRow) -> int:
     """Create a folder unless the mailbox has it; its term if it was created, else 0."""
     cur = conn.execute(
-        f"INSERT OR IGNORE INTO folders ({FOLDER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)", row
+        f"INSERT OR IGNORE INTO folders ({FOLDER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", row
     )
     return folder_term(row.mailbox, row.folder) if cur.rowcount == 1 else 0
 

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 from replication_node.errors import DatabaseError
-from replication_node.storage.header import read_header
+from replication_node.storage.header import HeaderFields, read_header
 
 
-def db_header(path: Path) -> dict[str, Any]:
+class DbHeaderDump(HeaderFields):
+    """`db-header --json`: the header of the database file named."""
+
+    file: str
+
+
+def db_header(path: Path) -> DbHeaderDump:
     """The database header of a database file, read without writing to it (eseutil /mh):
     a read-only connection, so that neither a live node's file nor an offline one is changed
     by looking at it (no migration, no checkpoint of its WAL on close)."""
@@ -32,7 +37,7 @@ def db_header(path: Path) -> dict[str, Any]:
     return {"file": str(path), **header.as_dict()}
 
 
-def render_db_header(info: dict[str, Any]) -> str:
+def render_db_header(info: DbHeaderDump) -> str:
     com = info["log_committed"]
     return "\n".join(
         [

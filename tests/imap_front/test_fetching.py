@@ -15,7 +15,7 @@ from pymap.parsing.specials import FetchAttribute, FetchRequirement, ObjectId
 from pymap.parsing.specials.flag import Flag
 
 from imap_front.fetch_values import FrontAttributes
-from imap_front.fetching import Bodies, RawLoaded
+from imap_front.fetching import Bodies, RawLoaded, batches
 from imap_front.selected import CompactSelected
 
 RAW = (
@@ -25,33 +25,54 @@ RAW = (
 )
 
 
-def test_bodies_are_read_ahead_in_a_bounded_window_and_let_go() -> None:
-    started: list[str] = []
+def test_bodies_are_read_a_batch_at_a_time_a_bounded_window_ahead_and_let_go() -> None:
+    asked: list[list[str]] = []
+    singles: list[str] = []
     in_flight = 0
     most = 0
 
-    async def get(item: str) -> bytes:
+    async def get_many(items: list[str], max_bytes: int) -> dict[str, bytes | None]:
         nonlocal in_flight, most
-        started.append(item)
+        asked.append(list(items))
         in_flight += 1
         most = max(most, in_flight)
         await asyncio.sleep(0)
         in_flight -= 1
+        # the node's byte bound: a batch of more than 3 is answered 3 at a time; i5 is gone
+        return {i: None if i == "i5" else i.encode() for i in items[:3]}
+
+    async def get(item: str) -> bytes:
+        singles.append(item)
         return item.encode()
 
     async def run() -> list[bytes | None]:
-        bodies = Bodies([f"i{n}" for n in range(20)], get, ahead=4)
+        # sizes of 10 against batches of 40 bytes: four messages a batch
+        bodies = Bodies([(f"i{n}", 10) for n in range(20)], get_many, get, batch_bytes=40,
+                        ahead=2)  # fmt: skip
         first = await bodies.get("i0")
-        assert started == ["i0", "i1", "i2", "i3"]  # the next ones asked before needed
+        # the batch needed and two more asked before needed (each asked again past 3)
+        assert [a[0] for a in asked][:3] == ["i0", "i4", "i8"]
         rest = [await bodies.get(f"i{n}") for n in range(1, 20)]
         assert not bodies._pending  # every body handed over is let go
-        again = await bodies.get("i3")  # asked again: read again
+        again = await bodies.get("i3")  # asked again: read again, alone
         return [first, *rest, again]
 
     got = asyncio.run(run())
-    assert got == [f"i{n}".encode() for n in range(20)] + [b"i3"]
-    assert most <= 4
-    assert started.count("i3") == 2
+    want = [None if n == 5 else f"i{n}".encode() for n in range(20)]
+    assert got == [*want, b"i3"]
+    assert most <= 3
+    assert singles == ["i3"]
+    assert sorted(i for a in asked for i in a if a.index(i) < 3) == sorted(
+        f"i{n}" for n in range(20)
+    )
+    assert ["i0", "i1", "i2", "i3"] in asked and ["i3"] in asked  # the rest asked again
+
+
+def test_batches_are_cut_by_the_listed_sizes_and_a_count() -> None:
+    items = [("a", 5), ("b", 100), ("c", 1), ("d", 1), ("e", 1), ("f", 50)]
+    assert batches(items, 50, 10) == [["a", "b"], ["c", "d", "e", "f"]]
+    assert batches(items, 1000, 4) == [["a", "b", "c", "d"], ["e", "f"]]
+    assert batches([], 50, 10) == []
 
 
 def test_raw_loaded_answers_the_stored_bytes_and_parses_only_for_parts() -> None:

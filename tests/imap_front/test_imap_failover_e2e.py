@@ -14,6 +14,8 @@ imaplib clients, one of them in IDLE.
   is given to another message, and BODY[] of each is the bytes delivered.
 - A front killed (kill -9): the client reconnects to the other front and finds the same
   UIDVALIDITY, UIDs and flags.
+- CONDSTORE through a lossy failover: a STORE lost with the old active; the client's
+  CHANGEDSINCE its HIGHESTMODSEQ afterwards answers every message (`modseq_floor`).
 
 No sleeps: each wait is for the thing itself (an answer, a status); socket timeouts only
 bound a failure."""
@@ -302,3 +304,74 @@ async def test_a_front_killed_its_client_reconnects_to_the_other_with_its_state(
     now = await asyncio.to_thread(shown, again)
     assert {u: v for u, v in now.items() if u != 5} == was and now[5][0].endswith(raw)
     await asyncio.to_thread(again.logout)
+
+
+def condstore_session(port: int, ca) -> imaplib.IMAP4:
+    """A session that enabled CONDSTORE, selected on INBOX (`SELECT (CONDSTORE)`)."""
+    m = logged_in(port, ca)
+    m.sock.settimeout(SAY)
+    assert m._simple_command("ENABLE", "CONDSTORE")[0] == "OK"
+    assert m._simple_command("SELECT", "INBOX", "(CONDSTORE)")[0] == "OK"
+    m.state = "SELECTED"  # imaplib's own SELECT takes no modifier
+    return m
+
+
+def changed_since(m, modseq: int) -> dict[int, frozenset[bytes]]:
+    """UID -> flags of the messages `UID FETCH 1:* (FLAGS) (CHANGEDSINCE modseq)` answers."""
+    m.untagged_responses.clear()
+    typ, data = m._simple_command("UID", "FETCH", "1:*", "(FLAGS)", f"(CHANGEDSINCE {modseq})")
+    assert typ == "OK", data
+    out = {}
+    for line in untagged(m, "FETCH"):
+        line = line[0] if isinstance(line, tuple) else line
+        uid = int(re.search(rb"UID (\d+)", line).group(1))
+        out[uid] = frozenset(re.search(rb"FLAGS \(([^)]*)\)", line).group(1).split())
+    return out
+
+
+async def test_after_a_lossy_failover_changedsince_returns_every_message(lab):
+    """A CONDSTORE client whose cached flags came from the lost tail (a STORE the new
+    active never had) asks what changed since its HIGHESTMODSEQ: every message of the
+    folder (each at the folder's `modseq_floor`), with its flags as the new active holds
+    them, so it learns that its cache may be wrong."""
+    c, hubs, (front, _), ca = lab
+    for n in (1, 2, 3):
+        await asyncio.to_thread(deliver, hubs, n)
+    await hubs.drained("hub1")
+    await converged(c, "DB1", "mbx1", ["mbx2"])
+    await c.ok("POST", "mbx2", "/v1/databases/DB1/copies/mbx2/suspend")
+
+    def store_and_hold() -> int:
+        m = condstore_session(front.port, ca)
+        typ, data = m.uid("STORE", "2", "+FLAGS", r"(\Flagged)")  # lost with mbx1
+        assert typ == "OK", data
+        assert changed_since(m, 1)[2] >= {b"\\Flagged"}
+        m.untagged_responses.clear()
+        typ, data = m._simple_command("STATUS", "INBOX", "(HIGHESTMODSEQ)")
+        assert typ == "OK", data
+        line = b" ".join(bytes(v) for v in untagged(m, "STATUS"))
+        m.logout()
+        return int(re.search(rb"HIGHESTMODSEQ (\d+)", line).group(1))
+
+    held = await asyncio.to_thread(store_and_hold)
+
+    c.kill("mbx1")
+    await c.ok("POST", "mbx2", "/v1/databases/DB1/copies/mbx2/resume")
+    await c.wait_status("mbx2", "DB1", "DisconnectedAndHealthy")
+    activated = await c.ok(
+        "POST", "mbx2", "/v1/databases/DB1/activate",
+        json={"node": "mbx2", "mount_dial_override": "BestAvailability"},
+    )  # fmt: skip
+    assert activated["lost_logs"] >= 1, activated
+    await c.wait_status("mbx2", "DB1", "Mounted")
+
+    def after() -> dict[int, frozenset[bytes]]:
+        m = condstore_session(front.port, ca)
+        try:
+            return changed_since(m, held)
+        finally:
+            m.logout()
+
+    changed = await asyncio.to_thread(after)
+    assert sorted(changed) == [1, 2, 3], changed
+    assert b"\\Flagged" not in changed[2], changed  # the lost STORE: the client learns it

@@ -76,9 +76,14 @@ def operation(draw):
         return {"op": "copy_items", "mailbox": mailbox, "folder": folder, "to": to,
                 "items": copied, "modseq": draw(modseqs)}  # fmt: skip
     if kind == "counters":
-        return {"op": "set_folder_counters", "mailbox": mailbox, "folder": folder,
-                "uid_next": draw(uids), "highest_modseq": draw(modseqs),
-                "uidvalidity_next": draw(st.integers(0, 100))}  # fmt: skip
+        counters = {"op": "set_folder_counters", "mailbox": mailbox, "folder": folder,
+                    "uid_next": draw(uids), "highest_modseq": draw(modseqs),
+                    "uidvalidity_next": draw(st.integers(0, 100))}  # fmt: skip
+        # a move's from a source with a floor (none: a log from before, or a floor of 0, which
+        # the log does not carry)
+        if draw(st.booleans()) and counters["highest_modseq"] > 0:
+            counters["modseq_floor"] = draw(st.integers(1, counters["highest_modseq"]))
+        return counters
     if kind == "set_mailbox":
         flag = draw(st.sampled_from(["locked", "soft_deleted"]))
         return {"op": "set_mailbox", "mailbox": mailbox, flag: draw(st.booleans())}

@@ -16,7 +16,7 @@ import pytest
 from dag_common.clock import ManualClock
 from dag_common.cluster_store import ActivationCause
 from dag_common.model import AutoDatabaseMountDial, CopyRole, CopyStatus, Position
-from replication_node.admin_api import ActivationAnswer, KeptOpenLogAnswer, SwitchoverAnswer
+from replication_node.admin_api import ActivationAnswer, SwitchoverAnswer
 from replication_node.cluster.activation import Activation
 from replication_node.cluster.peers import BlockBufferKept, LastLogsCopied
 from replication_node.errors import BadRequest, Conflict, LeaseHeld, MountRefused, NotFound
@@ -401,7 +401,7 @@ async def test_the_block_mode_buffer_is_kept_and_recorded_in_the_epoch(tmp_path,
     peers.buffer_brings = {"b": report("b", inspected=11)}
     result = await drive(clock, activation(tmp_path, store, peers, clock).activate("DB1", "b"))
     said = "its block-mode buffer kept as generation 11 through byte 4800"
-    assert result.kept_open_log == KeptOpenLogAnswer(generation=11, through_byte=4800)
+    assert result.kept_open_log == Position(11, 4800)
     assert result.last_logs == said and result.reason.startswith(said + "; 1 log(s) lost")
     assert (result.lost_logs, result.lost_open_log) == (1, True)
     assert (await epochs(store))[-1][4:] == (1, 12, 4800)
@@ -470,7 +470,7 @@ def test_the_routes_answer_the_documented_json_of_a_result():
         lost_logs=1,
         lost_open_log=True,
         lost_commits_at_least=3,
-        kept_open_log=KeptOpenLogAnswer(generation=11, through_byte=4800),
+        kept_open_log=Position(11, 4800),
         last_logs="its block-mode buffer kept as generation 11 through byte 4800",
         reason="why",
     )

@@ -11,10 +11,11 @@ from replication_node.log.operations import RESERVE_MAX
 from replication_node.storage.ops import (
     MODSEQ_CEILING,
     UID_NEXT_CEILING,
+    floored,
     reserved,
     reserved_folder,
 )
-from replication_node.storage.reader import FolderRow
+from replication_node.storage.reader import FolderRow, ItemRow
 
 
 @pytest.mark.parametrize(
@@ -56,4 +57,18 @@ def test_a_reserved_counter_is_held_at_its_ceiling_and_never_lowered(value, by, 
 
 def test_a_folder_reserves_uids_and_modseqs_and_keeps_its_uidvalidity():
     row = FolderRow("m", "Inbox", 9, uidvalidity=1700000000, uid_next=31, highest_modseq=40)
-    assert reserved_folder(row, 100) == row._replace(uid_next=131, highest_modseq=140)
+    # its floor lifted to its new HIGHESTMODSEQ: every item is reported changed at it
+    assert reserved_folder(row, 100) == row._replace(
+        uid_next=131, highest_modseq=140, modseq_floor=140
+    )
+    # never lowered (a second reservation at the ceiling)
+    top = row._replace(highest_modseq=MODSEQ_CEILING, modseq_floor=MODSEQ_CEILING)
+    assert reserved_folder(top, 7).modseq_floor == MODSEQ_CEILING
+
+
+@pytest.mark.parametrize(
+    ("modseq", "floor", "reported"), [(3, 0, 3), (3, 140, 140), (141, 140, 141), (140, 140, 140)]
+)
+def test_an_item_is_reported_at_its_folders_floor_or_above(modseq, floor, reported):
+    row = ItemRow("m", "a", "Inbox", "", "", 0, 1, False, "", modseq=modseq)
+    assert floored(row, floor).modseq == reported

@@ -204,7 +204,8 @@ def test_reads_merging_the_overlay_over_the_file_are_the_whole_history(
                 mailbox, whole.digest_rows(mailbox)
             )
             for folder in FOLDERS:
-                for since in (0, 5):
+                # 60: below or above a folder's floor (a reservation's, `modseq_floor`)
+                for since in (0, 5, 60):
                     assert active.folder_items(mailbox, folder, since) == whole.folder_items(
                         mailbox, folder, since
                     ), (folder, since)

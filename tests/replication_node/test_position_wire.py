@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from dag_common.model import CopyMode, CopyRole, CopyStatus, CopyStatusReport, NodeStatus, Position
 from dag_common.store_api import LogPosition
-from replication_node.admin_api import BackupStamp
+from replication_node.admin_api import ActivationAnswer, BackupStamp
 from replication_node.shipping.frames import Frame, FrameKind, decode_frame, encode_frame
 
 # `POST .../backups/{id}/end`'s answer as it was written with `StampAt` (generation, offset).
@@ -105,3 +105,22 @@ def test_a_log_position_answer_keeps_its_flat_wire_and_names_its_durable_end():
     answer = LogPosition.model_validate_json(old)
     assert answer.durable_end == Position(9, 4096)
     assert answer.model_dump_json().encode() == old
+
+
+# `POST .../activate`'s answer as it was written with `KeptOpenLogAnswer` (generation,
+# through_byte): what the block-mode buffer kept of the open log.
+OLD_ACTIVATION = (
+    b'{"database":"DB1","node":"b","epoch":2,"previous_node":"a","cause":"ManualActivation",'
+    b'"lost_logs":1,"lost_open_log":true,"lost_commits_at_least":null,'
+    b'"kept_open_log":{"generation":11,"through_byte":4800},"last_logs":null,"reason":"why"}'
+)
+
+
+def test_an_activation_answer_of_before_reads_its_kept_open_log_as_a_position():
+    answer = ActivationAnswer.model_validate_json(OLD_ACTIVATION)
+    assert answer.kept_open_log == Position(11, 4800)
+    assert isinstance(answer.kept_open_log, Position)
+    assert answer.model_dump_json().encode() == OLD_ACTIVATION
+    assert answer.model_dump(mode="json") == json.loads(OLD_ACTIVATION)
+    none_kept = OLD_ACTIVATION.replace(b'{"generation":11,"through_byte":4800}', b"null")
+    assert ActivationAnswer.model_validate_json(none_kept).model_dump_json().encode() == none_kept

@@ -1,0 +1,132 @@
+"""Many messages' bytes in one answer: `POST …/mailboxes/{mailbox}/items/messages` (issue 50;
+the format is `dag_common.message_batch`'s).
+
+An IMAP front's `UID FETCH 1:* (BODY.PEEK[])` asks for a range's bodies a batch at a time
+instead of one `GET …/items/{id}/message` each.  The answer is written as it is read: a
+worker thread reads the file's rows a part at a time (`READ_BYTES` of messages, one message
+at least) through the connection kept for reads apart from the loop's
+(`Database.reading_apart`), encodes them to the bytes `GET …/message` answers, and the loop
+writes them, giving itself back after each (as `items_stream` does: a lease renewal never
+waits behind a batch).  The node holds a part at a time: `READ_BYTES` of its memory budget
+taken for the answer's life, more counted while a larger message is written.
+
+On the active, the ids the LLR overlay holds (its rows are immutable) are taken from it on
+the loop before any file read: an item in neither the overlay then nor the file when it is
+read was created after the request, or deleted; either way it is answered missing.  Any copy
+answers, as `GET …/message` does.  A bad request is answered 400 before anything is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from aiohttp import web
+
+from dag_common.credentials import Role
+from dag_common.memory import MemoryBudget
+from dag_common.message_batch import CONTENT_TYPE, END, MessagesIn, found_head, missing_record
+from dag_common.rfc822 import message_bytes, message_size, message_slices
+from dag_common.route_roles import add_route
+from replication_node.errors import NotFound
+from replication_node.http.context import NODE, json_body, mailbox_name, reader_for
+from replication_node.http.models import parse
+from replication_node.storage.file_reads import FileReads, Held, message_body
+
+logger = logging.getLogger(__name__)
+
+READ_BYTES = 1024 * 1024  # message bytes one read off the loop takes (one message at least)
+# Batches read at once, at most; more wait their turn (never in the default executor, where
+# the embedded cluster store's calls run).
+READ_THREADS = 2
+_reads = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="messages")
+
+
+def _read_part(
+    db: FileReads, mailbox: str, ids: Sequence[str], start: int, held: Held, most: int
+) -> tuple[list[bytes], int, int]:
+    """The records of `ids[start:]` up to `most` bytes of messages (one message at least):
+    their parts, the index after the last, the message bytes in them.  Off the loop."""
+    parts: list[bytes] = []
+    size = 0
+    at = start
+    with db.reading_apart() as conn:
+        while at < len(ids) and (size < most or at == start):
+            item = ids[at]
+            at += 1
+            stored = held[item] if item in held else message_body(conn, mailbox, item)
+            if stored is None:
+                parts.append(missing_record(item))
+                continue
+            body, fmt, subject = stored
+            if fmt.is_message:
+                n = message_size(body, fmt)
+                parts.append(found_head(item, n))
+                parts.extend(message_slices(body, fmt))
+            else:  # a text item, presented as mail (`GET …/message`)
+                raw = message_bytes(body, fmt, subject)
+                n = len(raw)
+                parts += [found_head(item, n), raw]
+            size += n
+    return parts, at, size
+
+
+async def post_messages(request: web.Request) -> web.StreamResponse:
+    """The messages of the item ids asked for, in that order (`dag_common.message_batch`)."""
+    name = mailbox_name(request)
+    wanted = parse(MessagesIn, await json_body(request))
+    reader = reader_for(request)
+    if reader.mailbox(name) is None:
+        raise NotFound(f"no mailbox {name!r}")
+    memory = request.app[NODE].memory
+    async with memory.share(READ_BYTES, f"a read of messages from {request.match_info['db']}"):
+        db, held = reader.bodies_apart(name, wanted.item_ids)
+        response = web.StreamResponse(headers={"Content-Type": CONTENT_TYPE})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        try:
+            await _write(response, db, name, wanted, held, memory)
+        except ConnectionError:  # the client went away: nothing to answer
+            logger.info("%s %s: the client left before the answer's end", request.method,
+                        request.path)  # fmt: skip
+        except Exception:
+            # The status is sent: close mid-answer (no end record), so the client cannot
+            # take a cut answer for a whole one.
+            logger.exception("%s %s: the read failed after it began", request.method,
+                             request.path)  # fmt: skip
+            if request.transport is not None:
+                request.transport.close()
+    return response
+
+
+async def _write(
+    response: web.StreamResponse, db: FileReads, mailbox: str, wanted: MessagesIn,
+    held: Held, memory: MemoryBudget,
+) -> None:  # fmt: skip
+    loop = asyncio.get_running_loop()
+    ids = wanted.item_ids
+    sent = at = 0
+    while at < len(ids) and sent < wanted.max_bytes:
+        most = min(READ_BYTES, wanted.max_bytes - sent)
+        read = functools.partial(_read_part, db, mailbox, ids, at, held, most)
+        parts, at, size = await loop.run_in_executor(_reads, read)
+        over = max(0, size - READ_BYTES)  # a message larger than a part: counted while held
+        memory.take(over)
+        try:
+            for part in parts:
+                await response.write(part)
+                await asyncio.sleep(0)  # a write yields only once the socket's buffer is full
+        finally:
+            memory.release(over)
+        sent += size
+    await response.write(END)
+    await response.write_eof()
+
+
+def add_message_read_routes(app: web.Application) -> None:
+    """The batch read of messages (see the module)."""
+    items = "/v1/databases/{db}/mailboxes/{mailbox}/items"
+    add_route(app, "POST", items + "/messages", post_messages, Role.STORE)

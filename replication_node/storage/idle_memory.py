@@ -1,0 +1,119 @@
+"""A node gone quiet gives back what its last burst left resident (issue 52: within 25 % of
+its resting RSS when idle).
+
+After a burst of large items a node held 2.2-2.8 times its resting RSS for as long as it
+stayed idle (bench/README.md, memory).  What held it, found with /proc/PID/smaps and a scan of
+the live objects, and what gives each back:
+
+- **SQLite's copy of the last body each statement bound** (25-30 MB on every node: the last
+  item replayed or flushed, one whole copy in SQLite's own memory): cleared after every write
+  of large bodies (`Database.apply`) and here (`dag_common/sqlite_memory.py`).
+- **SQLite's page caches** (16 MiB for the writing connection): `PRAGMA shrink_memory` here.
+  Not after every write: a replay's next batch wants the index pages it holds.
+- **The free memory those leave in the malloc arenas** of the threads that wrote (the page
+  cache is allocated by the replay and LLR worker threads, in their own arenas, where freed
+  pages stay resident): `malloc_trim(0)` (`dag_common.memory.trim_heap`) once the above are
+  freed.  Without freeing them first it gives back nothing, as the first look found; after,
+  each passive went back to its resting RSS (105 -> 62 MB, rest 63).  Capping the number of
+  arenas (M_ARENA_MAX) would not: the pages are in use until SQLite frees them, whichever
+  arena they are in.
+- **The active's block-mode buffer**: the blocks every follower has been sent, at every
+  tick (`BlockFeed.let_go_sent`).
+
+Quiet means nothing was written for a whole `interval`: no database's waypoint moved and no
+log block was published.  Then, once per burst, everything above is released (a worker
+thread: the trim walks the arenas); a database busy at that moment is tried again at the next
+tick.  The cost while busy is nothing; after a burst, a first write that reads its index
+pages back from the OS's page cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from dag_common.clock import Clock
+from dag_common.memory import trim_heap
+from replication_node.log.blocks import BlockFeed
+from replication_node.storage.database import Database
+
+logger = logging.getLogger(__name__)
+
+# How long a node must have written nothing before it gives memory back.
+IDLE_INTERVAL = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Holders:
+    """What a node holds memory in: its open database files and its active copies' feeds."""
+
+    databases: Sequence[Database]
+    feeds: Sequence[BlockFeed]
+
+    def activity(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """A mark that moves with every write: each database's waypoint, each feed's next
+        block."""
+        return (
+            tuple(db.header.waypoint for db in self.databases),
+            tuple(feed.position()[2] for feed in self.feeds),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class IdleState:
+    """The marks `release_due` decides on: the last tick's and the last release's."""
+
+    last: object = None
+    released: object = None
+
+
+def release_due(state: IdleState, mark: object) -> tuple[bool, IdleState]:
+    """Whether to release now, given this tick's activity `mark`: quiet for a whole interval
+    (the same mark as the last tick's) and not released at this mark yet."""
+    due = mark == state.last and mark != state.released
+    return due, IdleState(last=mark, released=state.released)
+
+
+class IdleMemory:
+    """Every `interval`, release what the node holds if it has been quiet (module docstring)."""
+
+    def __init__(
+        self, *, holders: Callable[[], Holders], clock: Clock, interval: float = IDLE_INTERVAL
+    ) -> None:
+        self._holders = holders
+        self._clock = clock
+        self._interval = interval
+        self.releases = 0  # how many times it released (a test reads it)
+
+    async def run(self) -> None:
+        state = IdleState()
+        while True:
+            await self._clock.sleep(self._interval)
+            holders = self._holders()
+            for feed in holders.feeds:  # cheap, and needs two ticks (`let_go_sent`)
+                feed.let_go_sent()
+            due, state = release_due(state, holders.activity())
+            if not due:
+                continue
+            try:
+                done = await self.release(holders)
+            except Exception:
+                logger.exception("giving idle memory back failed; will try at the next quiet tick")
+                continue
+            if done:
+                state = IdleState(last=state.last, released=state.last)
+
+    async def release(self, holders: Holders) -> bool:
+        """Release everything now; False if a database was busy (tried again later)."""
+        released = await asyncio.to_thread(_release, holders.databases)
+        self.releases += 1
+        logger.debug("idle: SQLite's memory released and the heap trimmed")
+        return released
+
+
+def _release(databases: Sequence[Database]) -> bool:
+    released = all([db.release_memory() for db in databases])
+    trim_heap()
+    return released
