@@ -31,7 +31,8 @@ from dag_common.node_client import NodeStoreClient
 from dag_common.store_api import Changes
 from imap_front.errors import Unavailable
 from imap_front.fetching import Bodies
-from imap_front.folders import Folder, Folders, Message
+from imap_front.folder_set import Folders
+from imap_front.folders import Folder, Message
 from imap_front.listing import RowsCache
 from imap_front.metrics import FrontMetrics
 from imap_front.node_api import FAILOVER_WAIT, MOVE_LOCK_WAIT, Listed, MailboxApi, Stored
