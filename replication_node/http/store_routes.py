@@ -10,7 +10,6 @@ node shares.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import hashlib
 
@@ -26,6 +25,7 @@ from dag_common.http_body import (
     items_limit,
     max_item_size_for,
 )
+from dag_common.mailbox_answers import MailboxPlace, MovingTo
 from dag_common.mailbox_digest import rows_digest
 from dag_common.rfc822 import message_bytes, message_sha256, message_size, message_slices
 from dag_common.route_roles import add_route, require
@@ -168,17 +168,18 @@ async def where_mailbox(request: web.Request) -> web.Response:
     url = None
     if active is not None:
         url = next((n.url for n in node.config.nodes if n.name == active.node), None)
-    return web.json_response(
-        {
-            "mailbox": name,
-            "database": entry.database,
-            "active_node": active.node if active else None,
-            "active_url": url,
-            "epoch": active.epoch if active else None,
-            # {"move_id", "target_database"}
-            "moving": dataclasses.asdict(entry.moving) if entry.moving else None,
-        }
+    moving = entry.moving
+    place = MailboxPlace(
+        mailbox=name,
+        database=entry.database,
+        active_node=active.node if active else None,
+        active_url=url,
+        epoch=active.epoch if active else None,
+        moving=MovingTo(move_id=moving.move_id, target_database=moving.target_database)
+        if moving
+        else None,
     )
+    return web.json_response(place.wire())
 
 
 async def create_folder(request: web.Request) -> web.Response:
