@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
 
 import aiohttp
 
@@ -29,6 +28,7 @@ from dag_common.config import ClusterConfig, load_token
 from dag_common.deadline import LATE, header, skew_sentence
 from dag_common.errors import CommandFailed, TokenRefused
 from dag_common.http_client import client_session
+from dag_common.json_object import JsonObject
 from dag_common.node_status import AUTH_FAILED, NoAnswer, admin_request
 
 
@@ -61,7 +61,7 @@ class CallFailed(CommandFailed):
         self.callee = callee
 
 
-def credential_refused(status: int, answer: dict[str, Any]) -> TokenRefused:
+def credential_refused(status: int, answer: JsonObject) -> TokenRefused:
     """A callee's 401 (the credential is not known) or 403 (known, without the role the call
     needs: the callee's own sentence names it) as the error that ends a command, exit 2,
     said as `status` and the `db` calls say it."""
@@ -142,7 +142,7 @@ class Calls:
         """The config's transport `name`."""
         return Callee("transport", name, self._config.transport_node(name).url)
 
-    async def get(self, callee: Callee, path: str) -> tuple[int, dict[str, Any]]:
+    async def get(self, callee: Callee, path: str) -> tuple[int, JsonObject]:
         """GET `path` of `callee`: (HTTP status, its JSON object); CallFailed if none."""
         return await self._call("GET", callee, path, None, None)
 
@@ -150,11 +150,11 @@ class Calls:
         self,
         callee: Callee,
         path: str,
-        body: dict[str, Any] | None = None,
+        body: JsonObject | None = None,
         *,
         change: Change,
         data: tuple[bytes, str] | None = None,
-    ) -> tuple[int, dict[str, Any]]:
+    ) -> tuple[int, JsonObject]:
         """POST `path` of `callee`, asking for `change`: (HTTP status, its JSON object);
         CallFailed if none, saying that `change` may still be carried out when the call
         was sent.  `data`: bytes and their Content-Type, posted instead of `body`."""
@@ -165,10 +165,10 @@ class Calls:
         method: str,
         callee: Callee,
         path: str,
-        body: dict[str, Any] | None,
+        body: JsonObject | None,
         change: Change | None,
         data: tuple[bytes, str] | None = None,
-    ) -> tuple[int, dict[str, Any]]:
+    ) -> tuple[int, JsonObject]:
         assert self._session is not None, "Calls is used as `async with Calls(…) as calls`"
         deadline = self._clock.now().timestamp() + self.timeout
         try:

@@ -21,13 +21,13 @@ from __future__ import annotations
 import errno
 import json
 import socket
-from typing import Any
 
 import aiohttp
 import orjson
 from pydantic import ValidationError
 
 from dag_common.auth import bearer
+from dag_common.json_object import JsonObject
 from dag_common.model import NodeStatus
 
 UNREACHABLE = 599
@@ -154,12 +154,12 @@ async def admin_request(
     method: str,
     url: str,
     token: str,
-    body: dict[str, Any] | None = None,
+    body: JsonObject | None = None,
     *,
     timeout: float,
     headers: dict[str, str] | None = None,
     data: bytes | None = None,
-) -> tuple[int, dict[str, Any]]:
+) -> tuple[int, JsonObject]:
     """An admin call to a node: (HTTP status, JSON object answered), within `timeout`
     seconds.  An answer that is not a JSON object (an error page, a cut body) is at least
     500 with an `error` sentence; no answer at all is `NoAnswer`.  `data`: a body of bytes
@@ -193,10 +193,10 @@ async def post_admin(
     session: aiohttp.ClientSession,
     url: str,
     token: str,
-    body: dict[str, Any] | None = None,
+    body: JsonObject | None = None,
     *,
     timeout: float = 30.0,
-) -> tuple[int, dict[str, Any]]:
+) -> tuple[int, JsonObject]:
     """POST an admin call to a node: (HTTP status, JSON object answered).  A node that
     cannot be reached is UNREACHABLE (599), an answer that is not a JSON object (an error
     page, a cut body) is at least 500, each with an `error` sentence: never an exception."""
@@ -205,7 +205,7 @@ async def post_admin(
 
 async def get_admin(
     session: aiohttp.ClientSession, url: str, token: str, *, timeout: float = 30.0
-) -> tuple[int, dict[str, Any]]:
+) -> tuple[int, JsonObject]:
     """GET from a node's admin API, answered as `post_admin` answers."""
     return await _admin_call(session, "GET", url, token, None, timeout)
 
@@ -215,9 +215,9 @@ async def _admin_call(
     method: str,
     url: str,
     token: str,
-    body: dict[str, Any] | None,
+    body: JsonObject | None,
     timeout: float,
-) -> tuple[int, dict[str, Any]]:
+) -> tuple[int, JsonObject]:
     try:
         return await admin_request(session, method, url, token, body, timeout=timeout)
     except NoAnswer as exc:

@@ -7,7 +7,6 @@ import argparse
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlencode
 
 from pydantic import ValidationError
@@ -16,6 +15,7 @@ from dag_common.cli import ExitCode, add_config, add_json, add_timeout, transpor
 from dag_common.command_calls import Calls, Change, credential_refused
 from dag_common.config import ClusterConfig, load_config
 from dag_common.errors import CommandFailed, DagError, failure
+from dag_common.json_object import JsonObject
 from transport.messages import QueueState
 
 TIMEOUT = "15s"  # a transport answers at once: a submission once its queue holds it durably
@@ -26,8 +26,8 @@ async def _call(
     via: str,
     timeout: float,
     path: str,
-    message: dict[str, Any] | None = None,
-) -> tuple[int, dict[str, Any]]:
+    message: JsonObject | None = None,
+) -> tuple[int, JsonObject]:
     """GET `path` of the transport `via`, or POST `message` to it: (HTTP status, its JSON
     answer); CallFailed naming the transport if it gives none within `timeout` seconds."""
     async with Calls(config, timeout=timeout) as calls:
@@ -41,7 +41,7 @@ async def _call(
         return await calls.post(hub, path, message, change=change)
 
 
-def _refused(hub: str, status: int, body: dict[str, Any]) -> DagError:
+def _refused(hub: str, status: int, body: JsonObject) -> DagError:
     """A transport's answer that is not a success, as the error that ends the command: a
     credential refused (401, 403) exit 2 as every command says it, the rest by its status."""
     if status in (401, 403):
@@ -60,7 +60,7 @@ def network_lines(raw: bytes) -> bytes:
 
 async def _post_message(
     config: ClusterConfig, via: str, timeout: float, raw: bytes, to: list[str], folder: str
-) -> tuple[int, dict[str, Any]]:
+) -> tuple[int, JsonObject]:
     query = urlencode([*(("to", r) for r in to), ("folder", folder)])
     async with Calls(config, timeout=timeout) as calls:
         change = Change(
