@@ -4,7 +4,6 @@ its poison queue, over its API (`transport.cli` says the exit codes)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -66,6 +65,8 @@ async def _post_message(
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
+    import asyncio  # a submission's calls only: the reads below run without a loop
+
     config = load_config(args.config)
     hub = transport_named(config, args.via, args.config)
     if args.file:
