@@ -30,7 +30,8 @@ kernel keeps, so no sampling misses it); the mover's is sampled every 20 ms whil
 7. Transport (`--transport-mb`, 200 by default, 0 skips it; `--only-transport` runs it
    alone): messages of 1-30 MiB submitted to `transport serve` for a mailbox that is locked
    (as during a move, or while its database fails over: they wait in the queue), the
-   transport's peak then; unlocked, every message delivered, its peak then (its own cluster).
+   transport's peak then; unlocked, every message delivered, its peak then (its own cluster);
+   its RSS once drained and after `--idle` seconds more.
    `--transport-route message` (the default) posts each as the message it is
    (`Content-Type: message/rfc822`, as SMTP and LMTP hand it over: the path a message of
    mail takes); `json`, a text item in JSON (`{"subject", "body"}`), as before 2026-11-29.
@@ -286,6 +287,8 @@ class TransportFigures:
     rest: int = 0
     queued: int = 0  # the peak once every message is queued, its mailbox locked
     delivered: int = 0  # the peak once every message is delivered
+    drained: int = 0  # RSS once every message is delivered
+    idle: int = 0  # RSS after `--idle` seconds more with nothing to do
     messages: int = 0
     seconds: float = 0.0
 
@@ -333,6 +336,9 @@ async def transport_phase(args: argparse.Namespace) -> TransportFigures:
         await hubs.drained("hub1", timeout=600)
         figures.seconds = time.perf_counter() - start
         figures.delivered = resident_memory(pid).peak
+        figures.drained = resident_memory(pid).resident
+        await asyncio.sleep(args.idle)
+        figures.idle = resident_memory(pid).resident
     finally:
         hubs.stop_all()
         await cluster.close()
@@ -346,7 +352,8 @@ def transport_report(args: argparse.Namespace, t: TransportFigures) -> None:
         f"of 1-{args.largest} MiB; "
         f"rest {mb(t.rest)} MB, peak with all queued {mb(t.queued)} MB, after delivering "
         f"{mb(t.delivered)} MB, target (rest + 4x item) {mb(t.rest + 4 * args.largest * MIB)} "
-        f"MB; {t.seconds:.1f} s"
+        f"MB; RSS drained {mb(t.drained)} MB, idle {args.idle:g} s after {mb(t.idle)} MB, "
+        f"idle target (1.25x rest) {mb(1.25 * t.rest)} MB; {t.seconds:.1f} s"
     )
 
 
