@@ -30,7 +30,9 @@ kernel keeps, so no sampling misses it); the mover's is sampled every 20 ms whil
 7. Transport (`--transport-mb`, 200 by default, 0 skips it; `--only-transport` runs it
    alone): messages of 1-30 MiB submitted to `transport serve` for a mailbox that is locked
    (as during a move, or while its database fails over: they wait in the queue), the
-   transport's peak then; unlocked, every message delivered, its peak then (its own cluster).
+   transport's peak then; unlocked, every message delivered, its peak then (its own cluster);
+   its RSS once drained and after `--idle` seconds more.  `--transport-restart` restarts
+   the transport once all are queued, so the delivery's peak is its own.
    `--transport-route message` (the default) posts each as the message it is
    (`Content-Type: message/rfc822`, as SMTP and LMTP hand it over: the path a message of
    mail takes); `json`, a text item in JSON (`{"subject", "body"}`), as before 2026-11-29.
@@ -286,6 +288,11 @@ class TransportFigures:
     rest: int = 0
     queued: int = 0  # the peak once every message is queued, its mailbox locked
     delivered: int = 0  # the peak once every message is delivered
+    # The transport restarted once all are queued (its VmHWM starts over), then delivering:
+    delivery_rest: int = 0  # its RSS once restarted
+    delivering: int = 0  # its peak once every message is delivered, delivery alone
+    drained: int = 0  # RSS once every message is delivered
+    idle: int = 0  # RSS after `--idle` seconds more with nothing to do
     messages: int = 0
     seconds: float = 0.0
 
@@ -329,10 +336,21 @@ async def transport_phase(args: argparse.Namespace) -> TransportFigures:
             assert status == 201, (status, answer)
         figures.messages = len(sizes)
         figures.queued = resident_memory(pid).peak
+        if args.transport_restart:  # what delivering costs alone: its peak starts over
+            hubs.stop_all()
+            await hubs.start("hub1")
+            pid = hubs.procs["hub1"].pid
+            await asyncio.sleep(args.settle)
+            figures.delivery_rest = resident_memory(pid).resident
         await cluster.ok("POST", "mbx1", box + "/unlock")
         await hubs.drained("hub1", timeout=600)
         figures.seconds = time.perf_counter() - start
         figures.delivered = resident_memory(pid).peak
+        if args.transport_restart:
+            figures.delivering, figures.delivered = figures.delivered, 0
+        figures.drained = resident_memory(pid).resident
+        await asyncio.sleep(args.idle)
+        figures.idle = resident_memory(pid).resident
     finally:
         hubs.stop_all()
         await cluster.close()
@@ -344,9 +362,15 @@ def transport_report(args: argparse.Namespace, t: TransportFigures) -> None:
     print(
         f"transport ({args.transport_route}): {t.messages} messages, {args.transport_mb} MB "
         f"of 1-{args.largest} MiB; "
-        f"rest {mb(t.rest)} MB, peak with all queued {mb(t.queued)} MB, after delivering "
-        f"{mb(t.delivered)} MB, target (rest + 4x item) {mb(t.rest + 4 * args.largest * MIB)} "
-        f"MB; {t.seconds:.1f} s"
+        f"rest {mb(t.rest)} MB, peak with all queued {mb(t.queued)} MB, "
+        + (
+            f"restarted: rest {mb(t.delivery_rest)} MB, peak delivering {mb(t.delivering)} MB, "
+            if args.transport_restart
+            else f"after delivering {mb(t.delivered)} MB, "
+        )
+        + f"target (rest + 4x item) {mb(t.rest + 4 * args.largest * MIB)} "
+        f"MB; RSS drained {mb(t.drained)} MB, idle {args.idle:g} s after {mb(t.idle)} MB, "
+        f"idle target (1.25x rest) {mb(1.25 * t.rest)} MB; {t.seconds:.1f} s"
     )
 
 
@@ -394,6 +418,10 @@ def main() -> None:
     parser.add_argument(
         "--transport-route", choices=("message", "json"), default="message",
         help="phase 7's submissions: message/rfc822 (as mail comes) or a JSON text item",
+    )  # fmt: skip
+    parser.add_argument(
+        "--transport-restart", action="store_true",
+        help="phase 7: restart the transport once all are queued (the delivery's peak alone)",
     )  # fmt: skip
     args = parser.parse_args()
     if args.quick:

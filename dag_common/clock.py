@@ -3,16 +3,22 @@
 `SystemClock` is the real one.  `ManualClock` is for tests: time moves only when the test
 calls `advance()`, and sleepers whose deadline has passed wake up then, so a 15-minute stall
 runs in milliseconds.
+
+asyncio is imported by the coroutines that use it, which run in a loop it has started: a
+command that never starts one (a status read, over `dag_common.blocking_http`) but takes a
+clock does not pay for its import (issue 48, item 15).
 """
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import itertools
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 class Clock(Protocol):
@@ -38,6 +44,8 @@ class SystemClock:
         return time.monotonic()
 
     async def sleep(self, seconds: float) -> None:
+        import asyncio
+
         await asyncio.sleep(max(0.0, seconds))
 
 
@@ -57,6 +65,8 @@ class ManualClock:
         return self._elapsed
 
     async def sleep(self, seconds: float) -> None:
+        import asyncio
+
         if seconds <= 0:
             await asyncio.sleep(0)
             return
@@ -71,6 +81,8 @@ class ManualClock:
 
     async def advance(self, seconds: float) -> None:
         """Move time forward by `seconds`, waking every sleeper whose deadline passes."""
+        import asyncio
+
         target = self._elapsed + seconds
         while self._sleepers and self._sleepers[0][0] <= target:
             deadline, _, fut = heapq.heappop(self._sleepers)
@@ -88,6 +100,8 @@ async def sleep_unless(clock: Clock, seconds: float, event: asyncio.Event) -> bo
     """Sleep `seconds` on `clock`, or less if `event` is set meanwhile: whether it is set.
     (The one way a loop on an injected clock waits for a time or a wake-up, whichever
     comes first.)"""
+    import asyncio
+
     if event.is_set():
         return True
     sleeper = asyncio.ensure_future(clock.sleep(seconds))

@@ -14,22 +14,28 @@ sentence naming whom it called (issue 48):
 A command asking one callee lets `CallFailed` end it (exit 1); one asking each node in turn
 (`audit`, `db history`) catches it and says which it could not ask.  What a callee answered
 (its status and JSON) is the command's to read.
+
+`get_now` is `Calls.get` without an event loop, over the blocking client
+(`dag_common.blocking_http`): for a read that makes one call (`transport status`), which
+then imports neither aiohttp nor asyncio; aiohttp is imported by `Calls` alone.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
-
-import aiohttp
+from typing import TYPE_CHECKING
 
 from dag_common.clock import Clock, SystemClock
 from dag_common.config import ClusterConfig, load_token
 from dag_common.deadline import LATE, header, skew_sentence
 from dag_common.errors import CommandFailed, TokenRefused
-from dag_common.http_client import client_session
-from dag_common.node_status import AUTH_FAILED, NoAnswer, admin_request
+from dag_common.http_client import client_ssl
+from dag_common.json_object import JsonObject
+from dag_common.node_answer import AUTH_FAILED, NoAnswer
+
+if TYPE_CHECKING:
+    import aiohttp
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +67,7 @@ class CallFailed(CommandFailed):
         self.callee = callee
 
 
-def credential_refused(status: int, answer: dict[str, Any]) -> TokenRefused:
+def credential_refused(status: int, answer: JsonObject) -> TokenRefused:
     """A callee's 401 (the credential is not known) or 403 (known, without the role the call
     needs: the callee's own sentence names it) as the error that ends a command, exit 2,
     said as `status` and the `db` calls say it."""
@@ -112,6 +118,8 @@ class Calls:
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> Calls:
+        from dag_common.http_client import client_session  # aiohttp: for `Calls` alone
+
         self._session = client_session(self._config)
         return self
 
@@ -142,7 +150,7 @@ class Calls:
         """The config's transport `name`."""
         return Callee("transport", name, self._config.transport_node(name).url)
 
-    async def get(self, callee: Callee, path: str) -> tuple[int, dict[str, Any]]:
+    async def get(self, callee: Callee, path: str) -> tuple[int, JsonObject]:
         """GET `path` of `callee`: (HTTP status, its JSON object); CallFailed if none."""
         return await self._call("GET", callee, path, None, None)
 
@@ -150,11 +158,11 @@ class Calls:
         self,
         callee: Callee,
         path: str,
-        body: dict[str, Any] | None = None,
+        body: JsonObject | None = None,
         *,
         change: Change,
         data: tuple[bytes, str] | None = None,
-    ) -> tuple[int, dict[str, Any]]:
+    ) -> tuple[int, JsonObject]:
         """POST `path` of `callee`, asking for `change`: (HTTP status, its JSON object);
         CallFailed if none, saying that `change` may still be carried out when the call
         was sent.  `data`: bytes and their Content-Type, posted instead of `body`."""
@@ -165,11 +173,13 @@ class Calls:
         method: str,
         callee: Callee,
         path: str,
-        body: dict[str, Any] | None,
+        body: JsonObject | None,
         change: Change | None,
         data: tuple[bytes, str] | None = None,
-    ) -> tuple[int, dict[str, Any]]:
+    ) -> tuple[int, JsonObject]:
         assert self._session is not None, "Calls is used as `async with Calls(…) as calls`"
+        from dag_common.node_status import admin_request  # imported with the session's aiohttp
+
         deadline = self._clock.now().timestamp() + self.timeout
         try:
             code, answer = await admin_request(
@@ -184,9 +194,41 @@ class Calls:
             )
         except NoAnswer as exc:
             raise CallFailed(no_answer(callee, exc, self.timeout, change), callee=callee) from None
-        server_time = answer.get("server_time")
-        if code == LATE and isinstance(server_time, int | float):
-            # Refused as late, yet answered before this host's deadline: the clocks differ.
-            ahead = server_time - self._clock.now().timestamp()
-            raise CallFailed(skew_sentence(str(callee), max(ahead, 0.0)), callee=callee)
-        return code, answer
+        return answered(callee, code, answer, self._clock)
+
+
+def answered(callee: Callee, code: int, answer: JsonObject, clock: Clock) -> tuple[int, JsonObject]:
+    """A callee's answer, unless it refused the call as read after its deadline though it
+    answered in time (CallFailed saying the clocks differ)."""
+    server_time = answer.get("server_time")
+    if code == LATE and isinstance(server_time, int | float):
+        # Refused as late, yet answered before this host's deadline: the clocks differ.
+        ahead = server_time - clock.now().timestamp()
+        raise CallFailed(skew_sentence(str(callee), max(ahead, 0.0)), callee=callee)
+    return code, answer
+
+
+def get_now(
+    config: ClusterConfig,
+    callee: Callee,
+    path: str,
+    *,
+    timeout: float,
+    clock: Clock | None = None,
+    token: str | None = None,
+) -> tuple[int, JsonObject]:
+    """GET `path` of `callee` as `Calls.get` does (its deadline sent along, the same
+    sentences), with the blocking client: (HTTP status, its JSON object); CallFailed."""
+    from dag_common.blocking_http import get_json  # http.client: for the reads alone
+
+    clock = clock or SystemClock()
+    token = token if token is not None else load_token(config)
+    deadline = clock.now().timestamp() + timeout
+    try:
+        code, answer = get_json(
+            callee.url + path, token, timeout=timeout, ssl_context=client_ssl(config),
+            headers=header(deadline),
+        )  # fmt: skip
+    except NoAnswer as exc:
+        raise CallFailed(no_answer(callee, exc, timeout, None), callee=callee) from None
+    return answered(callee, code, answer, clock)

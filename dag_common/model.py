@@ -23,6 +23,7 @@ from pydantic import (
 
 from dag_common.durations import format_duration, parse_duration
 from dag_common.errors import IncomparableLsns
+from dag_common.json_object import JsonObject
 
 Duration = Annotated[
     timedelta,
@@ -310,12 +311,12 @@ class CopyStatusReport(BaseModel):
         return flat
 
     @model_serializer(mode="wrap")
-    def _block_as_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _block_as_fields(self, handler: SerializerFunctionWrapHandler) -> JsonObject:
         """The report with `block` written as its flat fields, in its place."""
         data = handler(self)
         if "block" not in data:  # excluded
             return data
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         for key, value in data.items():
             if key == "block":
                 out.update(zip(_BLOCK_FIELDS, value, strict=True))

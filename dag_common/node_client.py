@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -40,6 +41,7 @@ from dag_common.config import ClusterConfig
 from dag_common.errors import NodeCallError
 from dag_common.items_payload import ItemsPayload
 from dag_common.message_batch import MAX_ANSWER_BYTES, BatchError, parse_answer
+from dag_common.message_body import DIGEST_HEADER, MessageBody
 from dag_common.model import CopyRole, CopyStatus
 from dag_common.node_status import StatusUnavailable, client_failure, fetch_node_status
 from dag_common.store_answers import json_or_none, lenient_item, std_json_or_none, text_or_none
@@ -183,13 +185,14 @@ class NodeStoreClient:
         params: dict[str, str] | None = None,
         ok: tuple[int, ...] = (200, 201),
         raw: bool = False,
-        message: bytes | None = None,
+        message: bytes | bytearray | Path | None = None,
     ) -> tuple[int, Any]:
         """Call `path` (below /v1/databases/{database}) on the active copy, with `json` or a
         `payload` for its body; a 404 in `ok` is returned only when it means "not there"
         (see `_missing`).  A NodeCallError names the database (a stalled move says which end
         it waits on).  `raw`: a 200's body is the bytes answered, not JSON (a message).
-        `message`: the body is these bytes, a message/rfc822 (`put_message`)."""
+        `message`: the body is a message/rfc822, these bytes or the file's, sent a slice at a
+        time and the answer's SHA-256 checked (`message_body`; `put_message`)."""
         try:
             return await self._call(
                 method, database, path, json=json, payload=payload, params=params, ok=ok,
@@ -210,7 +213,7 @@ class NodeStoreClient:
         params: dict[str, str] | None,
         ok: tuple[int, ...],
         raw: bool = False,
-        message: bytes | None = None,
+        message: bytes | bytearray | Path | None = None,
     ) -> tuple[int, Any]:
         what = f"{method} {database}{path}"
         # Encoded once, to bytes, with orjson (the standard library's encoder spends about
@@ -218,13 +221,15 @@ class NodeStoreClient:
         # write of items is a payload sent a slice at a time (`items_payload`).
         headers = bearer(self._token)
         data: bytes | ItemsPayload | None = payload
-        if message is not None:
-            data = message
-            headers = {**headers, "Content-Type": "message/rfc822"}
+        upload = None if message is None else MessageBody(message)
         if json is not None:
             data = json_dumps(json)
             headers = {**headers, "Content-Type": "application/json"}
         size = None if data is None else len(data) if isinstance(data, bytes) else data.size
+        if upload is not None:  # sent afresh at each attempt, with its length
+            size = upload.size
+            headers = {**headers, "Content-Type": "message/rfc822",
+                       "Content-Length": str(upload.size)}  # fmt: skip
         total = _total(size, self._call_timeout, self._deadlines)
         timeout = aiohttp.ClientTimeout(
             total=total, sock_connect=self._call_timeout, sock_read=self._call_timeout
@@ -257,7 +262,7 @@ class NodeStoreClient:
                 async with self._session.request(
                     method,
                     f"{url}/v1/databases/{database}{path}",
-                    data=data,
+                    data=data if upload is None else upload.payload(),
                     params=params,
                     headers=sent,
                     timeout=timeout,
@@ -265,6 +270,7 @@ class NodeStoreClient:
                     # Read from the stream, not `resp.read()`, which keeps its own reference
                     # to the bytes as long as the response lives.
                     status, answer = resp.status, await resp.content.read()
+                    digest = resp.headers.get(DIGEST_HEADER)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 self._active.pop(database, None)
                 if follow_until is not None and self._clock.monotonic() < follow_until:
@@ -274,6 +280,11 @@ class NodeStoreClient:
                     unreachable_once = True
                     continue
                 raise NodeCallError(f"{what}: {self._failure(url, exc, total)}") from exc
+            if upload is not None and status in ok and status < 300:
+                mismatch = upload.check(digest)
+                if mismatch is not None:  # written, but not as sent: a failure, sent again
+                    self._active.pop(database, None)
+                    raise NodeCallError(f"{what}: {mismatch}")
             if raw and status == 200:
                 return status, answer
             head = answer[:120]
@@ -509,10 +520,12 @@ class NodeStoreClient:
     # ---- what an IMAP front follows ---------------------------------------------------------
 
     async def put_message(
-        self, database: str, mailbox: str, item_id: str, raw: bytes, *, folder: str = "Inbox"
-    ) -> Written:
-        """Write the message `raw` as item `item_id` (created or replaced), as its bytes
-        (PUT …/items/{id}/message): the node reads, counts and stages them as they are."""
+        self, database: str, mailbox: str, item_id: str, raw: bytes | bytearray | Path, *,
+        folder: str = "Inbox",
+    ) -> Written:  # fmt: skip
+        """Write the message `raw` (its bytes, or a file holding them) as item `item_id`
+        (created or replaced), as its bytes (PUT …/items/{id}/message): the node reads,
+        counts and stages them as they are; sent a slice at a time (`message_body`)."""
         _, body = await self.call(
             "PUT", database, f"/mailboxes/{mailbox}/items/{item_id}/message", message=raw,
             params={"folder": folder},

@@ -59,14 +59,14 @@ WatchEvent = Snapshot | Changed | Heartbeat
 
 def encode(event: WatchEvent) -> bytes:
     """One line of the watch (newline included)."""
-    body: dict[str, Any]
     if isinstance(event, Snapshot):
-        body = {"kind": "snapshot", "status": event.status.model_dump(mode="json")}
+        body = orjson.dumps({"kind": "snapshot", "status": event.status.model_dump(mode="json")})
     elif isinstance(event, Changed):
-        body = {"kind": "copies", "copies": [c.model_dump(mode="json") for c in event.copies]}
+        copies = [c.model_dump(mode="json") for c in event.copies]
+        body = orjson.dumps({"kind": "copies", "copies": copies})
     else:
-        body = {"kind": "heartbeat"}
-    return orjson.dumps(body) + b"\n"
+        body = orjson.dumps({"kind": "heartbeat"})
+    return body + b"\n"
 
 
 def decode(line: bytes) -> WatchEvent:

@@ -13,11 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Protocol, TypedDict
 
 from pydantic import AliasChoices, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from dag_common.api_types import MAX_FLAGS, Flag, Folder, ItemId, Text
+from dag_common.json_object import JsonObject
 from dag_common.mailbox_digest import body_hash, item_term_of_hash, utf8_size
 from dag_common.model import Lsn, Position
 from dag_common.rfc822 import BodyFormat, subject_of_body
@@ -100,7 +101,7 @@ class Item:
         )
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Item:
+    def from_json(cls, data: JsonObject) -> Item:
         return cls(
             item_id=data["item_id"],
             folder=data["folder"],
@@ -113,7 +114,7 @@ class Item:
         )
 
     @classmethod
-    def head_from_json(cls, data: dict[str, Any]) -> Item:
+    def head_from_json(cls, data: JsonObject) -> Item:
         """An item of a listing without bodies (`body_hash` and `size` for the body); from
         a node that lists the body all the same (older than `bodies`), hashed here."""
         if "body_hash" not in data and "body" in data:
@@ -165,7 +166,16 @@ class Item:
         return entry
 
 
-def _imap_of(data: dict[str, Any]) -> dict[str, Any]:
+class _Imap(TypedDict):
+    """An item's IMAP state, as `Item` takes it."""
+
+    uid: int
+    modseq: int
+    flags: tuple[str, ...]
+    received: str
+
+
+def _imap_of(data: JsonObject) -> _Imap:
     """An item's IMAP state as a listing says it (absent: none); TypeError if malformed."""
     uid, modseq = data.get("uid", 0), data.get("modseq", 0)
     flags, received = data.get("flags", ()), data.get("received", "")
@@ -173,10 +183,10 @@ def _imap_of(data: dict[str, Any]) -> dict[str, Any]:
         raise TypeError(f"uid {uid!r}, modseq {modseq!r}, received {received!r}")
     if not isinstance(flags, list | tuple) or not all(isinstance(f, str) for f in flags):
         raise TypeError(f"flags {flags!r}")
-    return {"uid": uid, "modseq": modseq, "flags": tuple(flags), "received": received}
+    return _Imap(uid=uid, modseq=modseq, flags=tuple(flags), received=received)
 
 
-def _format_of(data: dict[str, Any]) -> BodyFormat:
+def _format_of(data: JsonObject) -> BodyFormat:
     """An item's format as a listing says it (absent: text); ValueError if it is none."""
     return BodyFormat(data.get("format", BodyFormat.TEXT))
 

@@ -28,11 +28,14 @@ from pymap.token import AllTokens
 from dag_common.clock import Clock
 from dag_common.errors import ClusterStoreError
 from dag_common.node_client import NodeStoreClient
+from dag_common.store_api import Changes
 from imap_front.errors import Unavailable
 from imap_front.fetching import Bodies
-from imap_front.folders import Folder, Folders, Message
+from imap_front.folder_set import Folders
+from imap_front.folders import Folder, Message
+from imap_front.listing import RowsCache
 from imap_front.metrics import FrontMetrics
-from imap_front.node_api import FAILOVER_WAIT, MOVE_LOCK_WAIT, MailboxApi, Stored
+from imap_front.node_api import FAILOVER_WAIT, MOVE_LOCK_WAIT, Listed, MailboxApi, Stored
 from imap_front.selected import CompactSelected
 from imap_front.users import User, Users
 
@@ -66,8 +69,31 @@ class Session(BaseSession[Message]):
             mbx.mailbox_id, readonly or mbx.readonly, PermanentFlags(mbx.permanent_flags),
             SessionFlags(mbx.session_flags), selected_set=mbx.selected_set, lookup=name,
         )  # fmt: skip
-        snapshot = await mbx.snapshot()
-        return snapshot, await mbx.update_selected(selected)
+        updated = await mbx.update_selected(selected)  # the folder's rows read once, then
+        return await mbx.snapshot(), updated  # the counts from the same rows
+
+    async def _listed_folder(self, selected: SelectedMailbox) -> Folder:
+        """The selected folder, for a command that reads its rows first: as this session
+        looked it up last (no store call; the rows checked against it), else looked up."""
+        folder = self._folders.known(selected.lookup)
+        if folder is None:
+            return await self._selected_folder(selected)
+        await folder.refresh()
+        return folder
+
+    async def _reading_folder(
+        self, selected: SelectedMailbox
+    ) -> tuple[Folder, bool, Changes | None]:
+        """The selected folder for a command that reads and writes nothing, its rows read:
+        with `Folder.quiet`, one poll of the change feed when nothing changed (True), else
+        the rows read after that poll (False, the poll's answer for `update_selected`)."""
+        folder = self._folders.known(selected.lookup)
+        if folder is None:
+            folder = await self._selected_folder(selected)
+            await folder._listed()
+            return folder, False, None
+        quiet, feed = await folder.quiet(selected)
+        return folder, quiet, feed
 
     async def _selected_folder(self, selected: SelectedMailbox) -> Folder:
         folder = await self._get_selected(selected)
@@ -79,7 +105,11 @@ class Session(BaseSession[Message]):
     ) -> tuple[Iterable[tuple[int, Message]], SelectedMailbox]:
         """pymap's FETCH: \\Seen set on the range in one write, and the messages' bodies
         read ahead as they are written (`fetching.Bodies`: none unless a body is asked)."""
-        folder = await self._selected_folder(selected)
+        quiet, feed = False, None
+        if set_seen:
+            folder = await self._listed_folder(selected)
+        else:
+            folder, quiet, feed = await self._reading_folder(selected)
         chosen = selected.messages.get_all(sequence_set)
         stored = Stored({})
         if set_seen:
@@ -97,7 +127,27 @@ class Session(BaseSession[Message]):
                             folder._api.message)  # fmt: skip
             for msg in live:
                 msg.bodies = bodies
-        return answer, await folder.update_selected(selected)
+        if quiet:
+            return answer, selected
+        return answer, await folder.update_selected(selected, polled=feed)
+
+    async def fetch_listed(
+        self, selected: SelectedMailbox, sequence_set: SequenceSet
+    ) -> tuple[list[tuple[int, Listed]] | None, SelectedMailbox]:
+        """A FETCH of listing items only (`fetch_lines`): each chosen message's listed row
+        and the update, or None (nothing asked of the node after the listing) when a message
+        chosen is no longer listed: pymap's path answers that one."""
+        folder, quiet, feed = await self._reading_folder(selected)
+        by_uid = (await folder._listed()).by_uid
+        rows: list[tuple[int, Listed]] = []
+        for seq, uid in selected.messages.get_uids(sequence_set):
+            row = by_uid.get(uid)
+            if row is None:
+                return None, selected
+            rows.append((seq, row))
+        if quiet:
+            return rows, selected
+        return rows, await folder.update_selected(selected, polled=feed)
 
     async def update_flags(
         self, selected: SelectedMailbox, sequence_set: SequenceSet, flag_set: frozenset[Flag],
@@ -114,7 +164,7 @@ class Session(BaseSession[Message]):
         messages changed, the (sequence number, UID) of those left (MODIFIED), the update."""
         if selected.readonly:
             raise MailboxReadOnly()
-        folder = await self._selected_folder(selected)
+        folder = await self._listed_folder(selected)
         permanent = selected.permanent_flags & flag_set
         chosen = selected.messages.get_all(sequence_set)
         stored = await folder.store([c.uid for _, c in chosen], permanent, mode, unchanged_since)
@@ -188,7 +238,7 @@ class Identity(IdentityInterface):
             clock=self._login.clock, on_follow=followed, lock_wait=self._login.move_lock_wait,
             failover_wait=self._login.failover_wait,
         )  # fmt: skip
-        folders = Folders(api, clock=self._login.clock, metrics=metrics)
+        folders = Folders(api, clock=self._login.clock, metrics=metrics, rows=self._login.rows)
         if metrics is None:
             yield Session(self._user, self._login.config, folders)
             return
@@ -231,6 +281,7 @@ class Login(LoginInterface):
         self.move_lock_wait = move_lock_wait
         self.failover_wait = failover_wait
         self._tokens = AllTokens(config)
+        self.rows = RowsCache()  # the folders' rows, shared by the front's sessions
 
     @property
     def tokens(self) -> AllTokens:

@@ -33,6 +33,8 @@ from imap_front.condstore import (
     option_value,
     shown,
 )
+from imap_front.fetch_lines import ListedLines, listed_only
+from imap_front.selected import CompactMessages
 
 _MODSEQ = ModseqFetchAttribute(b"MODSEQ")
 _FLAGS = FetchAttribute(b"FLAGS")
@@ -50,6 +52,24 @@ class CondstoreState(ConnectionState):
     UNCHANGEDSINCE and MODIFIED, SEARCH MODSEQ, STATUS HIGHESTMODSEQ."""
 
     condstore = False  # enabled for this session (RFC 7162 3.1)
+
+    async def do_command(self, cmd: Any) -> CommandResponse:
+        """pymap's, with the FETCH answers the command's update brings merged into a FETCH
+        of listing items (`fetch_lines.ListedLines`), as pymap merges its own."""
+        self._tell_selected()
+        response = await super().do_command(cmd)
+        self._tell_selected()
+        untagged = getattr(response, "_untagged", None)
+        if untagged and isinstance(untagged[0], ListedLines) and len(untagged) > 1:
+            response._untagged = [untagged[0], *untagged[0].absorb(untagged[1:])]  # type: ignore[attr-defined]
+            response._mergeable = {}  # type: ignore[attr-defined]
+        return response
+
+    def _tell_selected(self) -> None:
+        """The selected state told CONDSTORE is on: its unsolicited FETCHes carry MODSEQ."""
+        messages = getattr(self._selected, "messages", None)
+        if self.condstore and isinstance(messages, CompactMessages):
+            messages.condstore = True
 
     async def do_select(self, cmd: SelectCommand) -> _Ret:  # EXAMINE delegates here
         try:
@@ -78,6 +98,18 @@ class CondstoreState(ConnectionState):
                 attributes.append(_MODSEQ)  # CHANGEDSINCE implies MODSEQ
         if not cmd.uid:
             self.selected.hide_expunged = True
+        items = listed_only(attributes)
+        listed = getattr(self.session, "fetch_listed", None)
+        if items is not None and listed is not None:
+            rows, updates = await listed(self.selected, cmd.sequence_set)
+            if rows is not None:
+                floor = None if since is None else node_modseq(since)
+                if floor is not None:
+                    rows = [(seq, row) for seq, row in rows if row.modseq > floor]
+                response = ResponseOk(cmd.tag, cmd.command + b" completed.")
+                if rows:
+                    response.add_untagged(ListedLines(items, rows, self.selected.session_flags))
+                return response, updates
         set_seen = not self.selected.readonly and any(a.set_seen for a in attributes)
         messages, updates = await self.session.fetch_messages(
             self.selected, cmd.sequence_set, set_seen

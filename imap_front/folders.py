@@ -35,10 +35,9 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from pymap.backend.mailbox import MailboxDataInterface, MailboxSetInterface
-from pymap.exceptions import MailboxConflict, MailboxNotFound
+from pymap.backend.mailbox import MailboxDataInterface
+from pymap.exceptions import MailboxNotFound
 from pymap.flags import FlagOp
-from pymap.listtree import ListTree
 from pymap.mailbox import MailboxSnapshot
 from pymap.message import BaseLoadedMessage, BaseMessage
 from pymap.parsing.message import AppendMessage
@@ -81,6 +80,30 @@ def flag_names(flags: Iterable[Flag]) -> list[str]:
 
 def _flags(names: Iterable[str]) -> frozenset[Flag]:
     return frozenset(Flag(n.encode()) for n in names)
+
+
+_FLAG_SETS: dict[tuple[str, ...], frozenset[Flag]] = {}
+
+
+def _flag_set(names: tuple[str, ...]) -> frozenset[Flag]:
+    """A listed row's flags as pymap's, made once per distinct set (bounded)."""
+    found = _FLAG_SETS.get(names)
+    if found is None:
+        if len(_FLAG_SETS) > 4096:
+            _FLAG_SETS.clear()
+        found = _FLAG_SETS[names] = _flags(names)
+    return found
+
+
+class Shows:
+    """What the selected state takes of a message (`selected.CompactMessages._update`):
+    its UID and flags, without a `Message` (SELECT makes one per row of the folder)."""
+
+    __slots__ = ("permanent_flags", "uid")
+
+    def __init__(self, uid: int, flags: frozenset[Flag]) -> None:
+        self.uid = uid
+        self.permanent_flags = flags
 
 
 class Message(BaseMessage):
@@ -162,8 +185,10 @@ class Folder(MailboxDataInterface[Message]):
     def __init__(
         self, api: MailboxApi, name: str, uidvalidity: int, *, clock: Clock,
         metrics: FrontMetrics | None = None, listings: Listings | None = None,
+        checked: bool = False,
     ) -> None:  # fmt: skip
         self._api = api
+        self._checked = checked  # the listing must show `uidvalidity` (`Folders.known`)
         self._listings = listings if listings is not None else Listings(api)
         self._clock = clock
         self._metrics = metrics
@@ -194,8 +219,11 @@ class Folder(MailboxDataInterface[Message]):
 
     async def refresh(self) -> Rows:
         """The folder's rows as the node has them now."""
-        self._rows = await self._listings.rows(self.name)
-        return self._rows
+        rows = await self._listings.rows(self.name)
+        if self._checked and rows.uidvalidity != self._uidvalidity:
+            raise MailboxNotFound(imap_name(self.name))  # gone, and another made in its place
+        self._rows = rows
+        return rows
 
     async def _listed(self) -> Rows:
         """The folder's rows, read once per command that needs them."""
@@ -204,17 +232,60 @@ class Folder(MailboxDataInterface[Message]):
     def _message(self, row: Listed) -> Message:
         return Message.listed(row, self._api)
 
-    async def update_selected(
-        self, selected: SelectedMailbox, *, wait_on: Any = None
-    ) -> SelectedMailbox:
+    async def quiet(self, selected: SelectedMailbox) -> tuple[bool, Changes | None]:
+        """For a command that writes nothing (a FETCH setting no \\Seen): one poll of the
+        change feed, since the older of what the session was shown and what the front's rows
+        of the folder are known to hold.  If it names neither this folder nor a parent (a
+        parent renamed renames it), both are current as of its cursor: True, and nothing more
+        is asked (no listing, no second poll).  Otherwise False and the poll's answer (for
+        `update_selected`'s `polled`), the rows read after it and known current as of it."""
         shown: Shown | None = selected.mod_sequence
-        if shown is None:  # SELECT: the feed's cursor first, then the whole listing
-            return await self._resync(selected, None, await self._feed_now())
+        if shown is None or shown.database != self._api.database or not shown.epoch:
+            await self._listed()
+            return False, None
+        rows = self._listings.kept(self.name)
+        known = rows is not None and rows.cursor > 0 and rows.cursor_epoch == shown.epoch
+        since = min(shown.cursor, rows.cursor) if known and rows is not None else shown.cursor
+        feed = await self._api.changes(since, wait=0, epoch=shown.epoch)
+        self._polled(feed, shown)
+        if feed is None or feed.state != MailboxState.LIVE or feed.epoch != shown.epoch:
+            await self._listed()
+            return False, None
+        if known and rows is not None and not self._touched(feed):
+            if self._checked and rows.uidvalidity != self._uidvalidity:
+                raise MailboxNotFound(imap_name(self.name))
+            self._rows = rows
+            rows.cursor = max(rows.cursor, feed.last_change_number)
+            selected.mod_sequence = replace(shown, cursor=feed.last_change_number)
+            return True, feed
+        rows = await self.refresh()
+        if rows.epoch == feed.epoch and rows.database == self._api.database:
+            rows.cursor, rows.cursor_epoch = feed.last_change_number, feed.epoch
+        return False, feed
+
+    def _touched(self, feed: Changes) -> bool:
+        """Whether the feed's answer may have changed this folder or renamed a parent."""
+        if not feed.changed:
+            return False
+        if feed.folders is None:
+            return True
+        return any(f == self.name or self.name.startswith(f + DELIMITER) for f in feed.folders)
+
+    async def update_selected(
+        self, selected: SelectedMailbox, *, wait_on: Any = None, polled: Changes | None = None
+    ) -> SelectedMailbox:
+        """pymap's update of the selected state; `polled`: the feed's answer this command
+        took before reading the rows (`quiet`), used instead of another poll."""
+        shown: Shown | None = selected.mod_sequence
+        if shown is None:  # SELECT: the feed's cursor first, then the folder's rows
+            return await self._select(selected)
         if shown.database != self._api.database:  # a move followed since the last listing
             return await self._resync(selected, shown, await self._feed_now())
         if wait_on is None:  # any other command (NOOP included): has this folder changed?
-            feed = await self._api.changes(shown.cursor, wait=0, epoch=shown.epoch)
-            self._polled(feed, shown)
+            feed = polled
+            if feed is None:
+                feed = await self._api.changes(shown.cursor, wait=0, epoch=shown.epoch)
+                self._polled(feed, shown)
             if await self._follow(feed):
                 return await self._resync(selected, shown, await self._feed_now())
         else:
@@ -373,6 +444,44 @@ class Folder(MailboxDataInterface[Message]):
                                       listing.uidvalidity)  # fmt: skip
         return selected
 
+    async def _select(self, selected: SelectedMailbox) -> SelectedMailbox:
+        """SELECT's state from the front's rows: the feed polled since the cursor they are
+        known current at, and read again (since) only if it names the folder or a parent."""
+        database = self._api.database
+        rows = self._listings.kept(self.name)
+        since = rows.cursor if rows is not None and rows.database == database else 0
+        feed = await self._api.changes(since, wait=0, epoch=None)
+        if await self._follow(feed):
+            since, feed = 0, await self._api.changes(0, wait=0, epoch=None)
+            database = self._api.database
+        if (
+            since and rows is not None and feed is not None
+            and feed.state == MailboxState.LIVE and feed.epoch == rows.cursor_epoch
+            and rows.uidvalidity == self._uidvalidity and not self._touched(feed)
+        ):  # fmt: skip
+            self._rows = rows
+            return self._selected_from(selected, rows, feed, database)
+        return self._selected_from(selected, await self.refresh(), feed, database)
+
+    def _selected_from(
+        self, selected: SelectedMailbox, rows: Rows, feed: Changes | None, database: str
+    ) -> SelectedMailbox:
+        """SELECT's state: every row of the folder shown, the feed's cursor taken before."""
+        if self._metrics is not None:
+            self._metrics.resyncs.labels("whole").inc()
+        selected.add_updates([Shows(r.uid, _flag_set(r.flags)) for r in rows.by_uid.values()], [])
+        cursor = feed.last_change_number if feed is not None else 0
+        epoch = feed.epoch if feed is not None else 0
+        if self._api.database != database or rows.database != database:
+            cursor, epoch = 0, 0  # followed meanwhile: the next command lists it again
+        elif feed is not None and feed.state == MailboxState.LIVE and rows.epoch == epoch:
+            if rows.cursor_epoch != epoch:  # read after the poll: current as of its cursor
+                rows.cursor = 0
+            rows.cursor, rows.cursor_epoch = max(rows.cursor, cursor), epoch
+        selected.mod_sequence = Shown(rows.highest_modseq, cursor, epoch, rows.database,
+                                      rows.uidvalidity)  # fmt: skip
+        return selected
+
     async def append(self, append_msg: AppendMessage, *, recent: bool = False) -> Message:
         raw = bytes(append_msg.literal)
         flags = flag_names(append_msg.flag_set)
@@ -456,68 +565,3 @@ class Folder(MailboxDataInterface[Message]):
     async def messages(self) -> AsyncIterable[Message]:
         for row in (await self._listed()).sorted():
             yield self._message(row)
-
-
-class Folders(MailboxSetInterface[Folder]):
-    """The folders of the user's one mailbox."""
-
-    def __init__(
-        self, api: MailboxApi, *, clock: Clock, metrics: FrontMetrics | None = None
-    ) -> None:
-        self._api = api
-        self._clock = clock
-        self._metrics = metrics
-        self._listings = Listings(api)
-
-    @property
-    def delimiter(self) -> str:
-        return DELIMITER
-
-    async def set_subscribed(self, name: str, subscribed: bool) -> None:
-        pass  # every folder counts as subscribed: the node keeps no subscriptions yet
-
-    async def list_subscribed(self) -> ListTree:
-        return await self.list_mailboxes()
-
-    async def list_mailboxes(self) -> ListTree:
-        state = await self._api.state()
-        return ListTree(DELIMITER).update("INBOX", *(imap_name(f) for f in state.folders))
-
-    async def highest_modseq(self, name: str) -> int:
-        """A folder's highest modseq, the node's (STATUS HIGHESTMODSEQ); KeyError: none."""
-        try:
-            return (await self._api.status(node_name(name))).highest_modseq
-        except MailboxNotFound:
-            raise KeyError(name) from None
-
-    async def get_mailbox(self, name: str) -> Folder:
-        folder = node_name(name)
-        try:
-            status = await self._api.status(folder)
-        except MailboxNotFound:
-            raise KeyError(name) from None
-        return Folder(self._api, folder, status.uidvalidity, clock=self._clock,
-                      metrics=self._metrics, listings=self._listings)  # fmt: skip
-
-    async def add_mailbox(self, name: str) -> ObjectId:
-        folder = node_name(name.rstrip(DELIMITER))
-        if folder in (await self._api.state()).folders:
-            raise ValueError(name)
-        await self._api.create_folder(folder)
-        status = await self._api.status(folder)
-        return ObjectId(b"F%d" % status.uidvalidity)
-
-    async def delete_mailbox(self, name: str) -> None:
-        folder = node_name(name)
-        try:
-            await self._api.delete_folder(folder)
-        except MailboxNotFound:
-            raise KeyError(name) from None
-
-    async def rename_mailbox(self, before: str, after: str) -> None:
-        try:
-            await self._api.rename_folder(node_name(before), node_name(after))
-        except MailboxNotFound:
-            raise KeyError(before) from None
-        except MailboxConflict:
-            raise ValueError(after) from None

@@ -1,22 +1,29 @@
-"""A session's listings of the folders its commands read, kept current by `since_modseq`.
+"""The listings of the folders a front's sessions read, kept current by `since_modseq`.
 
 A command that needs a folder's messages (a FETCH, a STORE, SELECT's counts) reads the
 folder's rows (UID, item id, flags, size, INTERNALDATE).  Listing the folder whole for each
 command made a client that fetches one message a command (mbsync: `UID FETCH n
 (BODY.PEEK[])` for each) quadratic in the folder: 10,000 rows listed and decoded for each
-message (bench/README.md, *imap*).  Here the session keeps the last listing of each folder
-and asks the node only for what changed since its highest modseq (the node answers the rows
-changed and the UIDs expunged or moved out since), and lists whole when it cannot trust
-that: no listing yet, another database (a move followed), another epoch of the active (a
-switchover or a failover: a lossy one may have lost changes below what was listed), another
+message (bench/README.md, *imap*).  Here the front keeps the last listing of each folder,
+shared by its sessions (`RowsCache`: a SELECT in a new session reads only what changed
+since another read it, the least recently used let go past `MAX_ROWS` rows), and asks the
+node only for what changed since its highest modseq (the node answers the rows changed and
+the UIDs expunged or moved out since), and lists whole when it cannot trust that: no
+listing yet, another database (a move followed), another epoch of the active (a switchover
+or a failover: a lossy one may have lost changes below what was listed), another
 UIDVALIDITY, or counters that went back.
 
-An idling session holds none of it: `drop` (IDLE) forgets every listing, so the memory of
-an idle session stays the selected state's (`selected.py`).
+A session holds none of it between commands, so the memory of an idle session stays the
+selected state's (`selected.py`); the front's rows are counted once, not per session.  The
+rows also carry the change feed's cursor they are known current at (`Rows.cursor`, set by a
+command that polled the feed before reading them): a FETCH that writes nothing and finds
+the feed quiet for its folder since then reads no listing at all (`folders.Folder.quiet`).
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from imap_front.node_api import FolderUids, Listed, MailboxApi
@@ -32,6 +39,11 @@ class Rows:
     uid_next: int
     highest_modseq: int
     by_uid: dict[int, Listed]
+    counted: int = 0  # rows counted against the cache's bound (`RowsCache`)
+    # The change feed's cursor (and its epoch) the rows are known to hold every change up
+    # to: set by a command that polled the feed before reading them (`Folder.quiet`).
+    cursor: int = 0
+    cursor_epoch: int = 0
 
     @classmethod
     def of(cls, database: str, listing: FolderUids) -> Rows:
@@ -53,17 +65,79 @@ def _applies(rows: Rows, since: FolderUids, database: str) -> bool:
     )
 
 
-class Listings:
-    """The folders' rows a session read last, by the node's folder name."""
+MAX_ROWS = 200_000  # rows one front keeps listed, over all its folders (about 60 MB)
 
-    def __init__(self, api: MailboxApi) -> None:
+Key = tuple[str, str, str]  # database, mailbox, the node's folder name
+
+
+class RowsCache:
+    """The folders' rows a front keeps, shared by its sessions: each folder listed whole once,
+    then read `since_modseq` by whichever session needs it next, the least recently used let
+    go past `max_rows` rows.  A folder's refreshes are one at a time (`lock`): two sessions
+    laying their since-listings over the same rows out of order would undo the later one."""
+
+    def __init__(self, max_rows: int = MAX_ROWS) -> None:
+        self._max_rows = max_rows
+        self._rows: OrderedDict[Key, Rows] = OrderedDict()
+        self._locks: dict[Key, asyncio.Lock] = {}
+        self._count = 0
+
+    def lock(self, key: Key) -> asyncio.Lock:
+        found = self._locks.get(key)
+        if found is None:
+            found = self._locks[key] = asyncio.Lock()
+        return found
+
+    def get(self, key: Key) -> Rows | None:
+        found = self._rows.get(key)
+        if found is not None:
+            self._rows.move_to_end(key)
+        return found
+
+    def put(self, key: Key, rows: Rows | None) -> None:
+        """`rows` kept for `key` (None: forgotten), counted as `rows.by_uid` is now."""
+        old = self._rows.pop(key, None)
+        if old is not None:
+            self._count -= old.counted
+        if rows is None:
+            return
+        rows.counted = len(rows.by_uid)
+        self._rows[key] = rows
+        self._count += rows.counted
+        while self._count > self._max_rows and len(self._rows) > 1:
+            gone, dropped = self._rows.popitem(last=False)
+            self._count -= dropped.counted
+            lock = self._locks.get(gone)
+            if lock is not None and not lock.locked():
+                del self._locks[gone]
+
+    def clear(self) -> None:
+        self._rows.clear()
+        self._count = 0
+
+
+class Listings:
+    """The folders' rows a session reads: the front's (`RowsCache`, shared by its sessions)
+    or, without one, the session's own (which IDLE forgets)."""
+
+    def __init__(self, api: MailboxApi, cache: RowsCache | None = None) -> None:
         self._api = api
-        self._rows: dict[str, Rows] = {}
+        self._own = cache is None
+        self._cache = RowsCache() if cache is None else cache
+
+    def kept(self, folder: str) -> Rows | None:
+        """`folder`'s rows as last read (no store call), if kept."""
+        return self._cache.get((self._api.database, self._api.mailbox, folder))
 
     async def rows(self, folder: str) -> Rows:
         """`folder`'s rows as the node has them now."""
+        key = (self._api.database, self._api.mailbox, folder)
+        async with self._cache.lock(key):
+            return await self._rows(key, folder)
+
+    async def _rows(self, key: Key, folder: str) -> Rows:
         database = self._api.database
-        kept = self._rows.get(folder)
+        kept = self._cache.get(key)
         if kept is not None and kept.database == database and kept.highest_modseq:
             since = await self._api.uids(folder, kept.highest_modseq)
             if _applies(kept, since, self._api.database):
@@ -73,11 +147,15 @@ class Listings:
                     kept.by_uid.pop(uid, None)
                 kept.uid_next = since.uid_next
                 kept.highest_modseq = since.highest_modseq
+                if len(kept.by_uid) != kept.counted:
+                    self._cache.put(key, kept)
                 return kept
         database = self._api.database
-        rows = self._rows[folder] = Rows.of(database, await self._api.uids(folder))
+        rows = Rows.of(database, await self._api.uids(folder))
+        self._cache.put((database, self._api.mailbox, folder), rows)
         return rows
 
     def drop(self) -> None:
-        """Every listing forgotten (a session going idle)."""
-        self._rows.clear()
+        """The session's own listings forgotten (a session going idle); the front's kept."""
+        if self._own:
+            self._cache.clear()

@@ -43,8 +43,11 @@ from pymap.parsing.specials import FetchAttribute, FetchRequirement, FetchValue,
 from pymap.parsing.specials.flag import Flag
 from pymap.selected import SelectedMailbox, SynchronizedMessages
 
+from imap_front.condstore import ModseqFetchAttribute, shown
+
 _FLAGS_ATTR = FetchAttribute(b"FLAGS")
 _UID_ATTR = FetchAttribute(b"UID")
+_MODSEQ_ATTR = ModseqFetchAttribute(b"MODSEQ")
 _NO_DATE = datetime.fromtimestamp(0, UTC)
 
 
@@ -92,6 +95,10 @@ class CompactMessages(SynchronizedMessages):
         self.uids = array("I")
         self.flags = array("H")
         self._pending_remove: set[int] = set()
+        # CONDSTORE enabled (RFC 7162 3.1.4: an unsolicited FETCH carries MODSEQ), and the
+        # node's modseqs of the messages the last updates changed, until the next fork.
+        self.condstore = False
+        self.modseqs: dict[int, int] = {}
 
     @property
     def exists(self) -> int:
@@ -115,9 +122,12 @@ class CompactMessages(SynchronizedMessages):
         self.flags = array("H", [flags_by_uid[u] for u in uids])
 
     def _update(self, messages: Iterable[CachedMessage]) -> None:
+        messages = list(messages)
         news = {m.uid: FLAG_SETS.number(frozenset(m.permanent_flags)) for m in messages}
         if not news:
             return
+        if self.condstore:
+            self.modseqs.update((m.uid, m.modseq) for m in messages if hasattr(m, "modseq"))
         if all(u in self for u in news):  # flags only: the same UIDs, new flag arrays
             flags = array("H", self.flags)
             for uid, number in news.items():
@@ -199,8 +209,11 @@ class CompactSelected(SelectedMailbox):
             _messages=self._messages,
         )  # fmt: skip
         if self._prev is None:
+            self.messages.modseqs = {}
             return copy, []
-        return copy, list(self._diff(self._prev, frozen, getattr(command, "uid", False)))
+        answers = list(self._diff(self._prev, frozen, getattr(command, "uid", False)))
+        self.messages.modseqs = {}
+        return copy, answers
 
     def _diff(self, before: _Frozen, after: _Frozen, with_uid: bool) -> Iterable[UntaggedResponse]:
         if after.is_deleted:
@@ -232,4 +245,7 @@ class CompactSelected(SelectedMailbox):
             data = [FetchValue.of(_FLAGS_ATTR, List(flags, sort=True))]
             if with_uid:
                 data.append(FetchValue.of(_UID_ATTR, Number(uid)))
+            modseq = self.messages.modseqs.get(uid) if self.messages.condstore else None
+            if modseq is not None:
+                data.append(FetchValue.of(_MODSEQ_ATTR, List([Number(shown(modseq))])))
             yield FetchResponse(at + 1, data)

@@ -153,7 +153,7 @@ def _status(b: BatchRecord) -> str:
     return "Active"
 
 
-async def _report(store: MoveStore, name: str) -> dict[str, Any]:
+async def _report(store: MoveStore, name: str) -> batches.BatchReport:
     batch = await batches.get(store, name)
     records = await store.list(batch=name)
     held_back: Counter[str] = Counter()
@@ -201,7 +201,7 @@ def _setting(key: str, value: object) -> str:
     return in_words(value)
 
 
-def _clears(move: dict[str, Any]) -> str:
+def _clears(move: batches.MoveReport) -> str:
     when = move.get("expected_clear_at")
     return f" (expected to clear at {when})" if when else ""
 

@@ -34,15 +34,17 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import TypedDict
 
 from dag_common.clock import Clock
 from dag_common.echo import quoted
+from dag_common.json_object import JsonObject
 from mrs_client.errors import MoveFailed, MoveRejected, NodeCallError
 from mrs_client.lease import worker_id
 from mrs_client.move_store import BatchRecord, MoveRecord, MoveStore
 from mrs_client.move_store.records import BatchSettings
 from mrs_client.mover import ARCHIVE_SUFFIX, Mover
-from mrs_client.policy import FINISHED, MovePriority, MoveState, StopRequest
+from mrs_client.policy import FINISHED, MovePriority, MoveState, StallStatus, StopRequest
 
 # Names a batch may have: they appear in keys, metrics labels and file names.
 BATCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -330,7 +332,58 @@ def counts(records: Iterable[MoveRecord]) -> dict[str, int]:
     return {str(s): n.get(str(s), 0) for s in MoveState}
 
 
-def move_report(record: MoveRecord, clears: str | None = None) -> dict[str, object]:
+class MoveReport(TypedDict):
+    """One move of a batch report (`move_report`), as `--json` prints it."""
+
+    id: str
+    mailboxes: list[str]
+    source: str
+    target: str
+    state: str
+    step: int
+    priority: str
+    created: str | None
+    started: str | None
+    updated: str | None
+    completed: str | None
+    megabytes: float
+    items: int
+    stalled_seconds: float
+    stalled_by: dict[str, float]
+    stall_status: StallStatus | None
+    expected_clear_at: str | None
+    retries: int
+    failure: str | None
+    worker: str | None
+
+
+class HeldBack(TypedDict):
+    """A reason guarantee answers held a batch back, and how many said it."""
+
+    reason: str
+    answers: int
+
+
+class BatchReport(TypedDict):
+    """A batch report (`report`), as `--json` prints it; `settings` as the batch saves them."""
+
+    name: str
+    created: str | None
+    suspended: bool
+    cancelled: bool
+    complete_requested: str | None
+    settings: JsonObject
+    moves: int
+    by_state: dict[str, int]
+    megabytes: float
+    seconds: float | None
+    mb_per_s: float | None
+    stalled_seconds_by_reason: dict[str, float]
+    held_back_by: list[HeldBack]
+    move_reports: list[MoveReport]
+
+
+def move_report(record: MoveRecord, clears: str | None = None) -> MoveReport:
     """One move of a batch report: state, timeline, MB, items, time stalled by reason, and
     for a stalled move when the guarantee service expected its condition to clear."""
     return {
@@ -363,7 +416,7 @@ def report(
     held_back: Counter[str],
     now: datetime,
     clears: dict[str, str | None] | None = None,
-) -> dict[str, object]:
+) -> BatchReport:
     """A batch report (`mrs batch report`): counts by state, MB moved, throughput, the time
     its moves stalled by reason, which copies held it back (`held_back`: the reasons of its
     guarantee answers that were not Satisfied, counted), and every move (`clears`: when the
@@ -392,7 +445,7 @@ def report(
         "seconds": None if span is None else round(span, 1),
         "mb_per_s": None if span is None else round(megabytes / span, 3),
         "stalled_seconds_by_reason": {k: round(v, 1) for k, v in sorted(stalled.items())},
-        "held_back_by": [{"reason": why, "answers": n} for why, n in held_back.most_common(10)],
+        "held_back_by": [HeldBack(reason=why, answers=n) for why, n in held_back.most_common(10)],
         "move_reports": [move_report(r, (clears or {}).get(r.id)) for r in records],
     }
 

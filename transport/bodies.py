@@ -68,6 +68,10 @@ class BodyFiles:
         finally:
             os.close(fd)
 
+    def path(self, name: str) -> Path:
+        """Where the body named `name` is (to be read a slice at a time)."""
+        return self.directory / _checked(name)
+
     def read(self, name: str) -> bytes:
         """The body in file `name` (FileNotFoundError: none)."""
         with open(self.directory / _checked(name), "rb", buffering=0) as f:

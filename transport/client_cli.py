@@ -4,36 +4,29 @@ its poison queue, over its API (`transport.cli` says the exit codes)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlencode
 
 from pydantic import ValidationError
 
 from dag_common.cli import ExitCode, add_config, add_json, add_timeout, transport_named
-from dag_common.command_calls import Calls, Change, credential_refused
+from dag_common.command_calls import Callee, Calls, Change, credential_refused, get_now
 from dag_common.config import ClusterConfig, load_config
 from dag_common.errors import CommandFailed, DagError, failure
+from dag_common.json_object import JsonObject
 from transport.messages import QueueState
 
 TIMEOUT = "15s"  # a transport answers at once: a submission once its queue holds it durably
 
 
 async def _call(
-    config: ClusterConfig,
-    via: str,
-    timeout: float,
-    path: str,
-    message: dict[str, Any] | None = None,
-) -> tuple[int, dict[str, Any]]:
-    """GET `path` of the transport `via`, or POST `message` to it: (HTTP status, its JSON
-    answer); CallFailed naming the transport if it gives none within `timeout` seconds."""
+    config: ClusterConfig, via: str, timeout: float, path: str, message: JsonObject
+) -> tuple[int, JsonObject]:
+    """POST `message` to `path` of the transport `via`: (HTTP status, its JSON answer);
+    CallFailed naming the transport if it gives none within `timeout` seconds."""
     async with Calls(config, timeout=timeout) as calls:
         hub = calls.transport(via)
-        if message is None:
-            return await calls.get(hub, path)
         change = Change(
             f"the submission of message {message['message_id']}",
             "`transport submit` again with the same --message-id queues it once at most",
@@ -41,7 +34,7 @@ async def _call(
         return await calls.post(hub, path, message, change=change)
 
 
-def _refused(hub: str, status: int, body: dict[str, Any]) -> DagError:
+def _refused(hub: str, status: int, body: JsonObject) -> DagError:
     """A transport's answer that is not a success, as the error that ends the command: a
     credential refused (401, 403) exit 2 as every command says it, the rest by its status."""
     if status in (401, 403):
@@ -60,7 +53,7 @@ def network_lines(raw: bytes) -> bytes:
 
 async def _post_message(
     config: ClusterConfig, via: str, timeout: float, raw: bytes, to: list[str], folder: str
-) -> tuple[int, dict[str, Any]]:
+) -> tuple[int, JsonObject]:
     query = urlencode([*(("to", r) for r in to), ("folder", folder)])
     async with Calls(config, timeout=timeout) as calls:
         change = Change(
@@ -72,6 +65,8 @@ async def _post_message(
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
+    import asyncio  # a submission's calls only: the reads below run without a loop
+
     config = load_config(args.config)
     hub = transport_named(config, args.via, args.config)
     if args.file:
@@ -102,10 +97,17 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _read(config: ClusterConfig, via: str, timeout: float, path: str) -> tuple[int, JsonObject]:
+    """GET `path` of the transport `via` with the blocking client (a read needs neither
+    aiohttp nor an event loop): as `_call` answers it."""
+    callee = Callee("transport", via, config.transport_node(via).url)
+    return get_now(config, callee, path, timeout=timeout)
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     hub = transport_named(config, args.via, args.config)
-    status, body = asyncio.run(_call(config, hub.name, args.timeout.total_seconds(), "/v1/queue"))
+    status, body = _read(config, hub.name, args.timeout.total_seconds(), "/v1/queue")
     if status != 200:
         raise _refused(hub.name, status, body)
     if args.json:
@@ -128,7 +130,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_poison(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     hub = transport_named(config, args.via, args.config)
-    status, body = asyncio.run(_call(config, hub.name, args.timeout.total_seconds(), "/v1/poison"))
+    status, body = _read(config, hub.name, args.timeout.total_seconds(), "/v1/poison")
     if status != 200:
         raise _refused(hub.name, status, body)
     if args.json:

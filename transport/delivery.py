@@ -166,7 +166,8 @@ class Deliverer:
             # memory budget: deliveries beyond it wait their turn.
             size = sum(d.size for d in batch)
             async with self._memory.share(size, f"a delivery to {recipient}", patient=True):
-                await self._write(database, recipient, await self._store.items(batch))
+                stored = await self._store.items(batch, files=len(batch) == 1)
+                await self._write(database, recipient, stored)
         except NodeCallError as exc:
             moved = False
             if exc.status == 404:  # no such mailbox there: has it moved?
@@ -196,7 +197,8 @@ class Deliverer:
     async def _write(self, database: str, recipient: str, stored: list[Stored]) -> None:
         """Write a batch's messages: a large message alone as its bytes, as queued (PUT
         …/message, which the node stages as they come, with no JSON to parse or text to
-        count again), anything else as JSON items, the batch one transaction."""
+        count again; one kept in a file sent from it a slice at a time, never held whole),
+        anything else as JSON items, the batch one transaction."""
         if len(stored) == 1 and stored[0].format.is_message and stored[0].length >= RAW_FROM:
             (one,) = stored
             await self._nodes.put_message(

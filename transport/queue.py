@@ -148,14 +148,16 @@ class Stored:
     delivery: Delivery
     subject: str
     format: BodyFormat
-    body: bytes | str  # bytes as queued; text in a row of before bytes were kept
+    # Bytes as queued; text in a row of before bytes were kept; a message's file, not read
+    # (`QueueStore.items(files=True)`: sent from it a slice at a time).
+    body: bytes | str | Path
 
     @property
     def length(self) -> int:
-        return len(self.body)
+        return self.body.stat().st_size if isinstance(self.body, Path) else len(self.body)
 
-    def message(self) -> bytes:
-        """The message's bytes (a message only): what `PUT …/message` sends."""
+    def message(self) -> bytes | Path:
+        """The message's bytes, or its file (a message only): what `PUT …/message` sends."""
         if isinstance(self.body, str):
             return message_bytes(self.body, self.format)
         return self.body
@@ -379,9 +381,10 @@ class QueueStore:
         """Every Queued delivery, oldest first (a restart tries them all)."""
         return await self._run(lambda: self._deliveries("WHERE d.state=? ORDER BY d.id", QUEUED))
 
-    async def items(self, deliveries: list[Delivery]) -> list[Stored]:
+    async def items(self, deliveries: list[Delivery], *, files: bool = False) -> list[Stored]:
         """The messages of `deliveries`, read from the queue's file and body files (each
-        message's once, however many recipients)."""
+        message's once, however many recipients); `files`: a message whose body is in a
+        file is given as the file, not read."""
         ids = list(dict.fromkeys(d.message_id for d in deliveries))
 
         def work() -> dict[str, tuple[str, Any, str, str | None]]:
@@ -396,9 +399,12 @@ class QueueStore:
         rows = await self._run(work)
         stored: dict[str, tuple[str, BodyFormat, bytes | str]] = {}
         for message_id, (subject, body, fmt, file) in rows.items():
-            if file is not None:  # read off the writer thread and the event loop
+            form = BodyFormat(fmt)
+            if file is not None and files and form.is_message:
+                body = self._bodies.path(file)
+            elif file is not None:  # read off the writer thread and the event loop
                 body = await asyncio.to_thread(self._bodies.read, file)
-            stored[message_id] = (subject, BodyFormat(fmt), body)
+            stored[message_id] = (subject, form, body)
         return [Stored(d, *stored[d.message_id]) for d in deliveries]
 
     def _deliveries(self, where: str, *args: Any) -> list[Delivery]:

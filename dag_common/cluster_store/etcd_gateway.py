@@ -32,7 +32,6 @@ import logging
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -40,6 +39,7 @@ import orjson
 
 from dag_common.config_store import EtcdStore
 from dag_common.errors import ClusterStoreError, ConfigError
+from dag_common.json_object import JsonObject
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class _Answer:
     """One endpoint's answer: the JSON object of a 200, else why not (`problem`, for the
     error message) and etcd's own error sentence when it gave one (`refusal`)."""
 
-    data: dict[str, Any] | None
+    data: JsonObject | None
     problem: str = ""
     refusal: str = ""
 
@@ -230,9 +230,7 @@ class EtcdGateway:
             )
         return self._session
 
-    async def _post(
-        self, endpoint: str, path: str, body: dict[str, Any], token: str | None
-    ) -> _Answer:
+    async def _post(self, endpoint: str, path: str, body: JsonObject, token: str | None) -> _Answer:
         session = self._open_session()
         headers = {"Authorization": token} if token else None
         try:
@@ -297,7 +295,7 @@ class EtcdGateway:
             f"no etcd endpoint could authenticate user {name!r}: {'; '.join(errors)}"
         )
 
-    async def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def call(self, path: str, body: JsonObject) -> JsonObject:
         """POST `body` to `path` on the first endpoint that answers 200; its JSON object."""
         seen_round, token = await self._current_token()
         renewed = False

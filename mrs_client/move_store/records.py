@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
-from typing import Any
 
+from dag_common.json_object import JsonObject
 from dag_common.model import Lsn, Position
 from mrs_client.item_limits import SkippedItem
 from mrs_client.policy import MovePriority, MoveState, MoveStep, StallStatus
@@ -98,7 +98,7 @@ class MoveRecord:
     def to_json(self) -> str:
         # The fields one level deep (not `asdict`, which deep-copies every value): the
         # record is saved many times a move, and its containers hold plain values.
-        data: dict[str, Any] = {}
+        data: JsonObject = {}
         for name in _MOVE_FIELDS:
             value = getattr(self, name)
             if name in _SAVED_AS:
@@ -142,7 +142,8 @@ class MoveRecord:
             data[name] = _position_from(data, prefix)
         return cls(**data)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
+        """The record as it is saved (its JSON object: what `--json` prints)."""
         return json.loads(self.to_json())
 
 
@@ -162,7 +163,7 @@ def position_fields(prefix: str, position: Position | None) -> dict[str, int | N
     return {f"{prefix}_generation": generation, f"{prefix}_offset": offset or None}
 
 
-def _position_from(data: dict[str, Any], prefix: str) -> Position | None:
+def _position_from(data: JsonObject, prefix: str) -> Position | None:
     """The position saved under `prefix` (taken out of `data`), None if none is saved."""
     generation = data.pop(f"{prefix}_generation", None)
     offset = data.pop(f"{prefix}_offset", None)
@@ -235,5 +236,6 @@ class BatchRecord:
         data["moves"] = tuple(data["moves"])
         return cls(**data)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
+        """The batch as it is saved (its JSON object: what `--json` prints)."""
         return json.loads(self.to_json())

@@ -6,11 +6,11 @@ node's own answer carries the active's refusal as it was (409, 400, 404) and any
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 import aiohttp
 from pydantic import ValidationError
 
+from dag_common.json_object import JsonObject
 from dag_common.node_status import post_admin
 from replication_node.admin_api import BackupLease, BackupStamp
 from replication_node.errors import BackupError, BadRequest, Conflict, NotFound
@@ -28,7 +28,7 @@ class HttpActiveCalls:
         self._token = token
         self._active = active
 
-    async def _post(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def _post(self, path: str, body: JsonObject | None = None) -> JsonObject:
         code, answer = await post_admin(
             self._session, self._base + path, self._token, body, timeout=60
         )

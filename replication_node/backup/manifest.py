@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 import orjson
 from pydantic import (
@@ -31,6 +31,7 @@ from pydantic import (
     model_validator,
 )
 
+from dag_common.json_object import JsonObject
 from replication_node.errors import BackupDamaged
 from replication_node.storage.ops import BackupKind
 
@@ -146,8 +147,9 @@ class Manifest(BaseModel):
     def _iso(self, value: datetime) -> str:
         return value.isoformat()
 
-    def as_dict(self) -> dict[str, Any]:
-        """The manifest as JSON values, as `manifest.json` holds it."""
+    def as_dict(self) -> JsonObject:
+        """The manifest as JSON values, as `manifest.json` holds it (and the backup route
+        answers it)."""
         return self.model_dump(mode="json", by_alias=True)
 
     def encode(self) -> bytes:

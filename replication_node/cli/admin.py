@@ -27,6 +27,7 @@ from dag_common.config import ClusterConfig, load_config, load_token
 from dag_common.echo import quoted
 from dag_common.errors import BadInput, CommandFailed, TokenRefused, failure
 from dag_common.incarnation import ActivationCause
+from dag_common.json_object import JsonObject
 from dag_common.model import AutoDatabaseMountDial, CopyRole, NodeStatus
 from dag_common.node_status import AUTH_FAILED, StatusUnavailable
 from replication_node.admin_api import ActivationAnswer, EpochEntry, History, SwitchoverAnswer
@@ -49,9 +50,9 @@ async def admin_call(
     timeout: float,
     node: str,
     path: str,
-    body: dict[str, Any],
+    body: JsonObject,
     change: Change,
-) -> tuple[int, Any]:
+) -> tuple[int, JsonObject]:
     """POST an admin call to `node`, asking for `change`: (HTTP status, its JSON answer);
     CallFailed, one sentence naming the node, if it gives none within `timeout` seconds."""
     async with Calls(config, timeout=timeout) as calls:
@@ -286,10 +287,9 @@ def _answer(model: type[A], database: str, command: str, body: object) -> A:
         ) from None
 
 
-def summary(
-    command: str, database: str, body: dict[str, Any], *, activation_only: bool = False
-) -> str:
-    """One line saying what an admin call did, from the node's answer (history: its table)."""
+def summary(command: str, database: str, body: JsonObject, *, activation_only: bool = False) -> str:
+    """One line saying what an admin call did, from the node's answer (history: its table),
+    read as the model of that command's answer where the line needs more than a field."""
     if command == "history":
         return "\n".join(history_lines(_answer(History, database, command, body)))
     if command == "roll-log":
@@ -321,9 +321,7 @@ def summary(
     return f"{copy}: {done}; now {status}{why}"
 
 
-def _report_admin(
-    args: argparse.Namespace, database: str, code: int, body: dict[str, Any]
-) -> ExitCode:
+def _report_admin(args: argparse.Namespace, database: str, code: int, body: JsonObject) -> ExitCode:
     """An admin call's answer: one line (the node's JSON with --json) on stdout; a failure
     one `error:` line on stderr (and its JSON with --json, e.g. a refused activation's loss)."""
     as_json = getattr(args, "json", False)

@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
 
 from dag_common.cli import ExitCode, add_config, add_json, add_timeout, database_named
 from dag_common.clock import SystemClock
@@ -26,7 +25,9 @@ from dag_common.command_calls import Calls, Change
 from dag_common.config import ClusterConfig, load_config
 from dag_common.echo import quoted
 from dag_common.errors import BadInput, CommandFailed, TokenRefused, failure
+from dag_common.json_object import JsonObject
 from dag_common.node_status import AUTH_FAILED
+from replication_node.backup.backup import BackupAnswer
 from replication_node.backup.manifest import MANIFEST_NAME
 from replication_node.backup.restore import restore
 from replication_node.cli.admin import DATABASE, exit_code
@@ -37,31 +38,32 @@ BACKUP_TIMEOUT = "24h"
 
 
 async def _post(
-    config: ClusterConfig, timeout: float, database: str, body: dict[str, Any]
-) -> tuple[int, Any]:
-    node, to = body["from"], body["to"]
+    config: ClusterConfig, timeout: float, database: str, *, node: str, to: str, incremental: bool
+) -> tuple[int, JsonObject]:
+    """Ask `node` to back its copy of `database` up to `to` on its host: (status, answer)."""
     change = Change(
         f"the backup of {database}\\{node} to {to}",
         f"{to} on {node}'s host holds {MANIFEST_NAME} once it is complete",
     )
     path = f"/v1/databases/{database}/backup"
+    body = {"from": node, "to": to, "incremental": incremental}
     async with Calls(config, timeout=timeout) as calls:
         return await calls.post(calls.node(node), path, body, change=change)
 
 
-def backup_summary(body: dict[str, Any]) -> str:
+def backup_summary(answer: BackupAnswer) -> str:
     """One line saying what a backup holds, from its manifest."""
-    first, last = body["after_generation"] + 1, body["last_generation"]
+    first, last = answer.after_generation + 1, answer.last_generation
     logs = f"generations {first}-{last}" if last >= first else "no log generations"
     held = (
-        f"the database file (waypoint {body['after_generation']}) and "
-        if body["database_file"]
+        f"the database file (waypoint {answer.after_generation}) and "
+        if answer.database_file
         else ""
     )
     return (
-        f"{body['database']}: {body['kind']} backup from {body['source_node']} "
-        f"({body['source_role']}): {held}{logs}; {body['bytes']} bytes in "
-        f"{body['seconds']:.1f}s (id {body['backup_id']})"
+        f"{answer.database}: {answer.kind} backup from {answer.source_node} "
+        f"({answer.source_role}): {held}{logs}; {answer.total_bytes} bytes in "
+        f"{answer.seconds:.1f}s (id {answer.backup_id})"
     )
 
 
@@ -70,11 +72,16 @@ def cmd_backup(args: argparse.Namespace) -> int:
     db = database_named(config, args.database, args.config)
     if db.copy_on(args.from_node) is None:
         raise BadInput(f"{db.name} has no copy on {quoted(args.from_node)}")
-    body = {"from": args.from_node, "to": args.to, "incremental": args.incremental}
-    code, answer = asyncio.run(_post(config, args.timeout.total_seconds(), db.name, body))
+    code, answer = asyncio.run(_post(
+        config, args.timeout.total_seconds(), db.name,
+        node=args.from_node, to=args.to, incremental=args.incremental,
+    ))  # fmt: skip
     result = exit_code(code)
     if result is ExitCode.OK:
-        print(json.dumps(answer, indent=2) if args.json else backup_summary(answer))
+        if args.json:
+            print(json.dumps(answer, indent=2))
+        else:
+            print(backup_summary(BackupAnswer.model_validate(answer, strict=False)))
         return result
     if code == 401:
         raise TokenRefused(AUTH_FAILED)

@@ -28,7 +28,7 @@ import argparse
 import asyncio
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import TypedDict
 from urllib.parse import quote
 
 from dag_common.cli import ExitCode, add_config, add_json, add_timeout, database_named
@@ -43,8 +43,10 @@ from dag_common.errors import (
     failure,
 )
 from dag_common.http_client import client_session
+from dag_common.mailbox_answers import MailboxPlace
 from dag_common.node_client import NodeStoreClient
 from dag_common.node_status import AUTH_FAILED
+from dag_common.store_api import Written
 from replication_node.cli import soft_deleted
 from replication_node.cli.admin import exit_code, get_from_first
 from replication_node.cli.mail_mix import mail_sizes
@@ -115,15 +117,14 @@ def _failed(database: str, exc: NodeCallError) -> int:
 
 async def _create(config: ClusterConfig, client: NodeStoreClient, args: argparse.Namespace) -> int:
     db, name = args.database, args.name
-    body: dict[str, Any] = {"display_name": args.display_name or name}
-    if args.folders:
-        body["folders"] = args.folders
-    _, written = await client.call("PUT", db, f"/mailboxes/{name}", json=body)
+    folders = {"folders": args.folders} if args.folders else {}
+    body = {"display_name": args.display_name or name, **folders}
+    _, answer = await client.call("PUT", db, f"/mailboxes/{name}", json=body)
+    written = Written.model_validate(answer)
     mailbox = await client.mailbox(db, name)
-    folders = ", ".join(mailbox.folders) if mailbox else "?"
     print(
-        f"{db}\\{name}: created (folders {folders}); change number "
-        f"{written.get('change_number')}, epoch {written.get('epoch')}"
+        f"{db}\\{name}: created (folders {', '.join(mailbox.folders) if mailbox else '?'}); "
+        f"change number {written.change_number}, epoch {written.epoch}"
     )
     return ExitCode.OK
 
@@ -138,32 +139,41 @@ async def _put(config: ClusterConfig, client: NodeStoreClient, args: argparse.Na
     sizes = mail_sizes(args.count, seed=args.seed) if args.mix else args.size
     clock = SystemClock()
     started = clock.monotonic()
-    written: dict[str, Any] = {}
+    written: Written | None = None
     done = size = 0
     for batch in batches(
         generated_items(args.count, sizes, args.folder),
         max_items=BATCH_ITEMS,
         max_bytes=max_bytes,
     ):
-        _, written = await client.call(
-            "POST", db, f"/mailboxes/{name}/items", json={"items": batch}
-        )
+        _, answer = await client.call("POST", db, f"/mailboxes/{name}/items", json={"items": batch})
+        written = Written.model_validate(answer)
         done += len(batch)
         size += sum(len(i["body"]) for i in batch)
     took = max(clock.monotonic() - started, 1e-6)
     print(
         f"{db}\\{name}: {done:,} items ({size / 1e6:,.1f} MB of bodies) put in {took:.2f}s: "
-        f"{done / took:,.0f} items/s; last change number {written.get('change_number')}, "
-        f"epoch {written.get('epoch')}"
+        f"{done / took:,.0f} items/s; last change number "
+        f"{written.change_number if written else None}, epoch {written.epoch if written else None}"
     )
     return ExitCode.OK
+
+
+class _Listed(TypedDict):
+    """An item as `mailbox list` shows it (and `--json` prints it)."""
+
+    item_id: str
+    folder: str
+    subject: str
+    size: int
+    change_number: int
 
 
 async def _list(config: ClusterConfig, client: NodeStoreClient, args: argparse.Namespace) -> int:
     if args.since < 0:
         raise BadArgument(f"--since: {args.since}: a change number, 0 or more")
     db, name = args.database, args.name
-    rows: list[dict[str, Any]] = []
+    rows: list[_Listed] = []
     deleted = 0
     since = args.since
     while True:
@@ -173,13 +183,13 @@ async def _list(config: ClusterConfig, client: NodeStoreClient, args: argparse.N
                 deleted += 1
                 continue
             rows.append(
-                {
-                    "item_id": item.item_id,
-                    "folder": item.folder,
-                    "subject": item.subject,
-                    "size": len(item.body.encode()),
-                    "change_number": item.change_number,
-                }
+                _Listed(
+                    item_id=item.item_id,
+                    folder=item.folder,
+                    subject=item.subject,
+                    size=len(item.body.encode()),
+                    change_number=item.change_number,
+                )
             )
         since = page.last_change_number
         if not page.more:
@@ -238,18 +248,18 @@ def cmd_mailbox(args: argparse.Namespace) -> int:
     return asyncio.run(_run(config, args))
 
 
-def where_line(answer: dict[str, Any]) -> str:
+def where_line(place: MailboxPlace) -> str:
     """A `GET /v1/mailboxes/{mailbox}` answer as one line."""
-    line = f"{answer['mailbox']}: {answer['database']}, "
-    if answer.get("active_node"):
-        line += f"active on {answer['active_node']} (epoch {answer['epoch']})"
+    line = f"{place.mailbox}: {place.database}, "
+    if place.active_node:
+        line += f"active on {place.active_node} (epoch {place.epoch})"
     else:
         line += "no active copy chosen yet"
-    moving = answer.get("moving")
+    moving = place.moving
     if moving:
-        target = moving.get("target_database")
+        target = moving.target_database
         where = f"moving to {target}" if target else "moving (its target unknown)"
-        line += f"; {where} (move {moving['move_id']})"
+        line += f"; {where} (move {moving.move_id})"
     return line
 
 
@@ -262,7 +272,10 @@ def cmd_where(args: argparse.Namespace) -> int:
         raise TokenRefused(AUTH_FAILED)
     if code != 200:
         raise failure(exit_code(code), answer.get("error") or f"HTTP {code}")
-    print(json.dumps(answer, indent=2) if args.json else where_line(answer))
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    else:
+        print(where_line(MailboxPlace.model_validate(answer)))
     return ExitCode.OK
 
 

@@ -23,20 +23,20 @@ from typing import Any
 from dag_common.cli import ExitCode, add_config, add_json, add_timeout, database_named
 from dag_common.config import ClusterConfig
 from dag_common.errors import BadInput, NodeCallError
+from dag_common.mailbox_answers import SoftDeletedMailboxes
 from dag_common.node_client import NodeStoreClient
+from dag_common.store_api import Written
 
 
-def soft_deleted_lines(database: str, mailboxes: list[dict[str, Any]], epoch: int) -> list[str]:
+def soft_deleted_lines(answer: SoftDeletedMailboxes) -> list[str]:
     """A database's soft-deleted mailboxes as a table, and a closing line."""
+    database, mailboxes, epoch = answer.database, answer.mailboxes, answer.epoch
     if not mailboxes:
         return [f"no soft-deleted mailbox in {database} (epoch {epoch})"]
     lines = [f"{'Mailbox':<24} {'Display name':<24} {'Change':>8}  Directory places it in"]
     for m in mailboxes:
-        placed = m.get("directory_database") or "no database"
-        lines.append(
-            f"{m['mailbox']:<24} {m.get('display_name', '')[:24]:<24} "
-            f"{m.get('change_number', 0):>8}  {placed}"
-        )
+        placed = m.directory_database or "no database"
+        lines.append(f"{m.mailbox:<24} {m.display_name[:24]:<24} {m.change_number:>8}  {placed}")
     lines.append(f"{len(mailboxes)} soft-deleted mailbox(es) in {database} (epoch {epoch})")
     return lines
 
@@ -48,17 +48,18 @@ async def list_soft_deleted(
     if args.json:
         print(json.dumps(answer, indent=2))
     else:
-        lines = soft_deleted_lines(args.database, answer["mailboxes"], answer.get("epoch", 0))
-        print("\n".join(lines))
+        listed = SoftDeletedMailboxes.model_validate(answer)
+        print("\n".join(soft_deleted_lines(listed)))
     return ExitCode.OK
 
 
 async def purge(config: ClusterConfig, client: NodeStoreClient, args: argparse.Namespace) -> int:
     db, name = args.database, args.name
-    _, written = await client.call("POST", db, f"/mailboxes/{name}/purge")
+    _, answer = await client.call("POST", db, f"/mailboxes/{name}/purge")
+    written = Written.model_validate(answer)
     print(
         f"{db}\\{name}: purged (the soft-deleted copy removed with its items); change number "
-        f"{written.get('change_number')}, epoch {written.get('epoch')}"
+        f"{written.change_number}, epoch {written.epoch}"
     )
     return ExitCode.OK
 
@@ -83,18 +84,18 @@ async def _replaced_copy(client: NodeStoreClient, database: str, name: str) -> s
 
 async def restore(config: ClusterConfig, client: NodeStoreClient, args: argparse.Namespace) -> int:
     db, name = args.database, args.name
-    body: dict[str, Any] = {}
     found = ""
     if args.replace is not None:
         database_named(config, args.replace, args.config)
         if args.replace == db:
             raise BadInput(f"--replace {db}: the database the copy is restored in")
         found = await _replaced_copy(client, args.replace, name)
-        body["replace"] = args.replace
-    _, written = await client.call("POST", db, f"/mailboxes/{name}/restore", json=body)
+    body = {} if args.replace is None else {"replace": args.replace}
+    _, answer = await client.call("POST", db, f"/mailboxes/{name}/restore", json=body)
+    written = Written.model_validate(answer)
     print(
         f"{db}\\{name}: restored (live, unlocked; the mailbox directory places it in {db}); "
-        f"change number {written.get('change_number')}, epoch {written.get('epoch')}"
+        f"change number {written.change_number}, epoch {written.epoch}"
     )
     if found:
         print(f"replaced {args.replace} in the mailbox directory: {found}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from aiohttp import web
 
@@ -21,6 +21,7 @@ from dag_common.cluster_store import ClusterStore
 from dag_common.config import ClusterConfig
 from dag_common.echo import quoted
 from dag_common.http_body import SMALL_BODY, BodyLimit, body_text, parse_json, read_body
+from dag_common.json_object import JsonObject
 from dag_common.memory import MemoryBudget
 from dag_common.model import AutoDatabaseMountDial, CopyStatusReport, NodeStatus
 from replication_node.admin_api import (
@@ -96,7 +97,7 @@ def node_of(request: web.Request) -> NodeApi:
 _NAME = re.compile(NAME_PATTERN)
 
 
-async def json_body(request: web.Request, limit: BodyLimit = SMALL_BODY) -> dict[str, Any]:
+async def json_body(request: web.Request, limit: BodyLimit = SMALL_BODY) -> JsonObject:
     """The request's JSON object ({} without a body), read within `limit`; BadRequest if it
     is not one, RequestTooLarge (413) past the limit (`body.py`)."""
     if not request.can_read_body:

@@ -203,13 +203,14 @@ async def _move_or_copy(request: web.Request, *, copy: bool) -> web.Response:
         override_lock=overriding(request),
     )
     target = next(f for f in store.copy.folder_rows(mailbox) if f.folder == body.to)
-    answer: dict[str, Any] = {
-        **written.wire(),
-        "uidvalidity": target.uidvalidity,  # COPYUID's: the target folder's
-        "uids": [[r.uid, u] for r, u in zip(rows, new_uids, strict=True)],
-        "moved_item_ids" if not copy else "source_item_ids": [r.item_id for r in rows],
-    }
-    return web.json_response(answer)
+    return web.json_response(
+        {
+            **written.wire(),
+            "uidvalidity": target.uidvalidity,  # COPYUID's: the target folder's
+            "uids": [[r.uid, u] for r, u in zip(rows, new_uids, strict=True)],
+            "moved_item_ids" if not copy else "source_item_ids": [r.item_id for r in rows],
+        }
+    )
 
 
 async def move_items(request: web.Request) -> web.Response:
@@ -228,9 +229,8 @@ async def expunge(request: web.Request) -> web.Response:
     written, gone = await store_for_write(request).expunge(
         mailbox_name(request), body.folder, uids=body.uids, override_lock=overriding(request)
     )
-    answer: dict[str, Any] = written.wire() if written is not None else {}
-    answer["expunged"] = [r.uid for r in gone]
-    return web.json_response(answer)
+    acknowledged = written.wire() if written is not None else {}
+    return web.json_response({**acknowledged, "expunged": [r.uid for r in gone]})
 
 
 def _since_modseq(request: web.Request) -> int:

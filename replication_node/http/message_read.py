@@ -32,7 +32,7 @@ from dag_common.message_batch import CONTENT_TYPE, END, MessagesIn, found_head, 
 from dag_common.rfc822 import message_bytes, message_size, message_slices
 from dag_common.route_roles import add_route
 from replication_node.errors import NotFound
-from replication_node.http.context import NODE, json_body, mailbox_name, reader_for
+from replication_node.http.context import json_body, mailbox_name, node_of, reader_for
 from replication_node.http.models import parse
 from replication_node.storage.file_reads import FileReads, Held, message_body
 
@@ -81,7 +81,7 @@ async def post_messages(request: web.Request) -> web.StreamResponse:
     reader = reader_for(request)
     if reader.mailbox(name) is None:
         raise NotFound(f"no mailbox {name!r}")
-    memory = request.app[NODE].memory
+    memory = node_of(request).memory
     async with memory.share(READ_BYTES, f"a read of messages from {request.match_info['db']}"):
         db, held = reader.bodies_apart(name, wanted.item_ids)
         response = web.StreamResponse(headers={"Content-Type": CONTENT_TYPE})

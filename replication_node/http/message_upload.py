@@ -39,7 +39,7 @@ from dag_common.rfc822 import counted_message, counted_message_bytes, is_message
 from dag_common.route_roles import add_route
 from dag_common.store_api import ItemIn
 from replication_node.errors import BadRequest
-from replication_node.http.context import NODE, store_for_write
+from replication_node.http.context import node_of, store_for_write
 from replication_node.http.models import parse
 from replication_node.http.store_routes import _items_limit, overriding
 
@@ -70,10 +70,10 @@ async def put_message(request: web.Request) -> web.Response:
         )
     fields = _item_fields(request)  # before a byte is read: a bad id or folder reads nothing
     db = request.match_info["db"]
-    max_item_size = max_item_size_for(request.app[NODE].config, db)
+    max_item_size = max_item_size_for(node_of(request).config, db)
     limit = items_limit(db, max_item_size)
     size = body_share(request, limit)
-    async with request.app[NODE].memory.share(size, f"a message written to {db}"):
+    async with node_of(request).memory.share(size, f"a message written to {db}"):
         raw = await read_body(request, limit)
         if not is_message(raw):
             raise BadRequest(

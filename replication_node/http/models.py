@@ -10,7 +10,7 @@ error, not a silently ignored option), and booleans are booleans.  A failure is 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, TypeVar
 
 from pydantic import (
     AwareDatetime,
@@ -24,6 +24,7 @@ from pydantic import (
 
 from dag_common.api_types import Folder, Name, Text
 from dag_common.echo import clipped
+from dag_common.json_object import JsonObject
 from dag_common.model import AutoDatabaseMountDial
 from dag_common.store_api import ItemIn
 from replication_node.errors import BadRequest
@@ -132,7 +133,7 @@ class BackupEndIn(_Body):
 M = TypeVar("M", bound=BaseModel)
 
 
-def parse(model: type[M], data: dict[str, Any]) -> M:
+def parse(model: type[M], data: JsonObject) -> M:
     """`data` as `model`, or BadRequest naming the first field that is wrong."""
     try:
         return model.model_validate(data)

@@ -15,6 +15,7 @@ import functools
 from aiohttp import web
 
 from dag_common.credentials import Role
+from dag_common.mailbox_answers import SoftDeletedMailbox, SoftDeletedMailboxes
 from dag_common.route_roles import add_route
 from replication_node.http.context import (
     active_for_write,
@@ -35,21 +36,20 @@ async def list_soft_deleted(request: web.Request) -> web.Response:
     reader = reader_for(request)
     rows = [row for row in reader.mailboxes() if row.soft_deleted]
     directory = await node_of(request).cluster_store.mailboxes() if rows else {}
-    return web.json_response(
-        {
-            "database": request.match_info["db"],
-            "mailboxes": [
-                {
-                    "mailbox": row.mailbox,
-                    "display_name": row.display_name,
-                    "change_number": row.change_number,
-                    "directory_database": directory.get(row.mailbox),
-                }
-                for row in rows
-            ],
-            "epoch": epoch_for(request),
-        }
+    answer = SoftDeletedMailboxes(
+        database=request.match_info["db"],
+        mailboxes=tuple(
+            SoftDeletedMailbox(
+                mailbox=row.mailbox,
+                display_name=row.display_name,
+                change_number=row.change_number,
+                directory_database=directory.get(row.mailbox),
+            )
+            for row in rows
+        ),
+        epoch=epoch_for(request),
     )
+    return web.json_response(answer.wire())
 
 
 async def purge_mailbox(request: web.Request) -> web.Response:

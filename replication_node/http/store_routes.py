@@ -10,7 +10,6 @@ node shares.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import hashlib
 
@@ -26,18 +25,19 @@ from dag_common.http_body import (
     items_limit,
     max_item_size_for,
 )
+from dag_common.mailbox_answers import MailboxPlace, MovingTo
 from dag_common.mailbox_digest import rows_digest
 from dag_common.rfc822 import message_bytes, message_sha256, message_size, message_slices
 from dag_common.route_roles import add_route, require
 from dag_common.store_api import Digest, FolderStatus, ItemsAnswer, Mailbox
 from replication_node.errors import BadRequest, Conflict, NotFound
 from replication_node.http.context import (
-    NODE,
     active_for_write,
     epoch_for,
     flag,
     json_body,
     mailbox_name,
+    node_of,
     reader_for,
     store_for_write,
     store_of,
@@ -78,7 +78,7 @@ async def put_mailbox(request: web.Request) -> web.Response:
         raise BadRequest("replace_soft_deleted is a move's, for its target: with locked")
     mailbox = mailbox_name(request)
     instance = active_for_write(request)
-    directory = request.app[NODE].cluster_store
+    directory = node_of(request).cluster_store
     result = await store_of(instance).create_mailbox(
         mailbox,
         display_name=body.display_name,
@@ -98,7 +98,7 @@ async def delete_mailbox(request: web.Request) -> web.Response:
     is refused (409): this route never deletes a live mailbox."""
     mailbox = mailbox_name(request)
     instance = active_for_write(request)
-    placed = await request.app[NODE].cluster_store.mailbox_database(mailbox)
+    placed = await node_of(request).cluster_store.mailbox_database(mailbox)
     if placed == instance.database:
         raise Conflict(
             f"the mailbox directory places {mailbox!r} in {instance.database}: only a copy it "
@@ -160,7 +160,7 @@ async def where_mailbox(request: web.Request) -> web.Response:
     (node, url, epoch; null while none was chosen) and the move holding it (any node
     answers: they share the cluster store)."""
     name = mailbox_name(request)
-    node = request.app[NODE]
+    node = node_of(request)
     entry = await node.cluster_store.mailbox_entry(name)
     if entry is None:
         raise NotFound(f"no mailbox {name!r} in the mailbox directory")
@@ -168,17 +168,18 @@ async def where_mailbox(request: web.Request) -> web.Response:
     url = None
     if active is not None:
         url = next((n.url for n in node.config.nodes if n.name == active.node), None)
-    return web.json_response(
-        {
-            "mailbox": name,
-            "database": entry.database,
-            "active_node": active.node if active else None,
-            "active_url": url,
-            "epoch": active.epoch if active else None,
-            # {"move_id", "target_database"}
-            "moving": dataclasses.asdict(entry.moving) if entry.moving else None,
-        }
+    moving = entry.moving
+    place = MailboxPlace(
+        mailbox=name,
+        database=entry.database,
+        active_node=active.node if active else None,
+        active_url=url,
+        epoch=active.epoch if active else None,
+        moving=MovingTo(move_id=moving.move_id, target_database=moving.target_database)
+        if moving
+        else None,
     )
+    return web.json_response(place.wire())
 
 
 async def create_folder(request: web.Request) -> web.Response:
@@ -199,7 +200,7 @@ def _items_limit(request: web.Request) -> BodyLimit:
     """What a write of items to the request's database may carry, by its max_item_size in
     the config as it is now (a refreshed config's limit holds from the next request)."""
     db = request.match_info["db"]
-    return items_limit(db, max_item_size_for(request.app[NODE].config, db))
+    return items_limit(db, max_item_size_for(node_of(request).config, db))
 
 
 async def post_items(request: web.Request) -> web.Response:
@@ -207,13 +208,13 @@ async def post_items(request: web.Request) -> web.Response:
     to the database may carry, and each item checked against its max_item_size (413 naming
     it), before anything is looked up or written."""
     db = request.match_info["db"]
-    max_item_size = max_item_size_for(request.app[NODE].config, db)
+    max_item_size = max_item_size_for(node_of(request).config, db)
     limit = items_limit(db, max_item_size)
     # The body's share of the node's memory budget, taken before a byte of it is read and
     # held until the write is answered: its declared length, or what the limit lets a
     # chunked one grow to.  Past the budget the write waits, then is refused with 503.
     size = body_share(request, limit)
-    async with request.app[NODE].memory.share(size, f"a write of items to {db}"):
+    async with node_of(request).memory.share(size, f"a write of items to {db}"):
         raw = await json_body(request, limit)
         # Several items ({"items": [...]}, one transaction) or one item as the body itself.
         batch = "items" in raw

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from dag_common.mailbox_answers import MailboxPlace
 from mrs_client.move_store import MoveRecord
 from mrs_client.move_store.embedded import EmbeddedMoveStore
 from replication_node.cli.mail_mix import mail_sizes
@@ -69,7 +70,7 @@ def test_where_says_the_database_its_active_and_the_move_in_one_line(moving, act
         "epoch": active[1],
         "moving": moving,
     }
-    assert where_line(answer) == line
+    assert where_line(MailboxPlace.model_validate(answer)) == line
 
 
 @pytest.fixture

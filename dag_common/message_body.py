@@ -1,0 +1,79 @@
+"""A message a client writes to a node as its bytes (`PUT …/items/{id}/message`), sent a slice
+at a time, and the node's answer checked against what was sent.
+
+The body is bytes the caller holds (the IMAP front's APPEND) or a file (the transport's queue
+keeps a large body in a file of its own, `transport/bodies.py`).  Either is sent in slices of
+SLICE bytes with its Content-Length (the node takes its memory budget's share by it, and
+refuses one over its max_item_size with 413 before reading it).  Bytes handed to aiohttp
+whole are written to the socket at once, and what the kernel does not take is copied into
+asyncio's write buffer (a node that does not read at once: up to the whole body again); in
+slices the buffer holds one slice.  A file is read a slice at a time in a worker thread, so
+a delivery holds SLICE bytes of its body, not the body.
+
+Each attempt (the client asks again after a switchover or an unreachable node) sends the
+body afresh: `payload` is a new iterator each time.  The node answers the SHA-256 of the
+message it stored (`X-Message-SHA256`); `check` compares it with the SHA-256 of what the
+attempt sent, so bytes changed on the way (or a file changed under the sender) are an error,
+not an item written wrong in silence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+SLICE = 256 * 1024  # bytes sent at a time: asyncio's buffer holds one at most
+DIGEST_HEADER = "X-Message-SHA256"
+
+
+class BodyChanged(OSError):
+    """The file did not hold `size` bytes when it was sent (changed since it was named)."""
+
+
+class MessageBody:
+    """A message's bytes to send: `source` is the bytes, or a file holding them whole."""
+
+    def __init__(self, source: bytes | bytearray | memoryview | Path) -> None:
+        self._source = source
+        self.size = source.stat().st_size if isinstance(source, Path) else len(source)
+        self._sent = hashlib.sha256()  # what the last attempt has sent so far
+        self._count = 0
+
+    def payload(self) -> AsyncIterator[memoryview | bytes]:
+        """The body for one attempt, a slice at a time (a new iterator each call)."""
+        self._sent = hashlib.sha256()
+        self._count = 0
+        if isinstance(self._source, Path):
+            return self._from_file(self._source)
+        return self._from_bytes(memoryview(self._source))
+
+    async def _from_bytes(self, view: memoryview) -> AsyncIterator[memoryview]:
+        for at in range(0, len(view), SLICE):
+            part = view[at : at + SLICE]
+            self._sent.update(part)  # before it is sent: an answer may come before the end
+            self._count += len(part)
+            yield part
+
+    async def _from_file(self, path: Path) -> AsyncIterator[bytes]:
+        with open(path, "rb", buffering=0) as f:  # its reads: in a thread, below
+            while self._count < self.size:
+                part = await asyncio.to_thread(f.read, min(SLICE, self.size - self._count))
+                if not part:
+                    raise BodyChanged(f"{path} ended after {self._count} of {self.size} bytes")
+                self._sent.update(part)
+                self._count += len(part)
+                yield part
+
+    def check(self, answered: str | None) -> str | None:
+        """Why the node's answer does not match what was sent (None: it does, or the node
+        did not say).  `answered`: its `X-Message-SHA256`."""
+        if answered is None:
+            return None
+        if self._count != self.size:
+            return f"the node answered after {self._count} of the {self.size} bytes were sent"
+        sent = self._sent.hexdigest()
+        if answered.lower() != sent:
+            return f"the node stored a message of SHA-256 {answered}, not {sent} as sent"
+        return None

@@ -1,0 +1,100 @@
+"""The user's folders as a set, as pymap sees it (`MailboxSetInterface`): listed, created,
+renamed and deleted through the node's store API; each one opened as a `folders.Folder`.
+
+A folder looked up here is remembered with its database and UIDVALIDITY (`known`), so a
+command on the selected folder need not look it up again: the folder's listing checks it is
+still the same one (`Folder.refresh`).
+"""
+
+from __future__ import annotations
+
+from pymap.backend.mailbox import MailboxSetInterface
+from pymap.exceptions import MailboxConflict, MailboxNotFound
+from pymap.listtree import ListTree
+from pymap.parsing.specials import ObjectId
+
+from dag_common.clock import Clock
+from imap_front.folders import DELIMITER, Folder, imap_name, node_name
+from imap_front.listing import Listings, RowsCache
+from imap_front.metrics import FrontMetrics
+from imap_front.node_api import MailboxApi
+
+
+class Folders(MailboxSetInterface[Folder]):
+    """The folders of the user's one mailbox."""
+
+    def __init__(
+        self, api: MailboxApi, *, clock: Clock, metrics: FrontMetrics | None = None,
+        rows: RowsCache | None = None,
+    ) -> None:  # fmt: skip
+        self._api = api
+        self._clock = clock
+        self._metrics = metrics
+        self._listings = Listings(api, rows)
+        self._validity: dict[str, tuple[str, int]] = {}  # name: (database, UIDVALIDITY)
+
+    @property
+    def delimiter(self) -> str:
+        return DELIMITER
+
+    async def set_subscribed(self, name: str, subscribed: bool) -> None:
+        pass  # every folder counts as subscribed: the node keeps no subscriptions yet
+
+    async def list_subscribed(self) -> ListTree:
+        return await self.list_mailboxes()
+
+    async def list_mailboxes(self) -> ListTree:
+        state = await self._api.state()
+        return ListTree(DELIMITER).update("INBOX", *(imap_name(f) for f in state.folders))
+
+    async def highest_modseq(self, name: str) -> int:
+        """A folder's highest modseq, the node's (STATUS HIGHESTMODSEQ); KeyError: none."""
+        try:
+            return (await self._api.status(node_name(name))).highest_modseq
+        except MailboxNotFound:
+            raise KeyError(name) from None
+
+    async def get_mailbox(self, name: str) -> Folder:
+        folder = node_name(name)
+        try:
+            status = await self._api.status(folder)
+        except MailboxNotFound:
+            raise KeyError(name) from None
+        self._validity[name] = (self._api.database, status.uidvalidity)
+        return Folder(self._api, folder, status.uidvalidity, clock=self._clock,
+                      metrics=self._metrics, listings=self._listings)  # fmt: skip
+
+    def known(self, name: str) -> Folder | None:
+        """The selected folder `name` as this session last looked it up (no store call),
+        for a command that lists it (`Folder.refresh` checks it is still the same folder:
+        gone or another UIDVALIDITY is MailboxNotFound); None if not looked up here."""
+        found = self._validity.get(name)
+        if found is None or found[0] != self._api.database:
+            return None
+        return Folder(self._api, node_name(name), found[1], clock=self._clock,
+                      metrics=self._metrics, listings=self._listings, checked=True)  # fmt: skip
+
+    async def add_mailbox(self, name: str) -> ObjectId:
+        folder = node_name(name.rstrip(DELIMITER))
+        if folder in (await self._api.state()).folders:
+            raise ValueError(name)
+        await self._api.create_folder(folder)
+        status = await self._api.status(folder)
+        return ObjectId(b"F%d" % status.uidvalidity)
+
+    async def delete_mailbox(self, name: str) -> None:
+        self._validity.clear()
+        folder = node_name(name)
+        try:
+            await self._api.delete_folder(folder)
+        except MailboxNotFound:
+            raise KeyError(name) from None
+
+    async def rename_mailbox(self, before: str, after: str) -> None:
+        self._validity.clear()
+        try:
+            await self._api.rename_folder(node_name(before), node_name(after))
+        except MailboxNotFound:
+            raise KeyError(before) from None
+        except MailboxConflict:
+            raise ValueError(after) from None

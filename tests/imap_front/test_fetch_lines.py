@@ -1,0 +1,117 @@
+"""A FETCH of listing items written from the rows (`imap_front.fetch_lines`) against pymap's
+own path for the same messages: the same bytes, item for item, for any mix of UID, FLAGS,
+INTERNALDATE and MODSEQ, keywords and session flags (\\Recent) included."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pymap.flags import PermanentFlags, SessionFlags
+from pymap.parsing.primitives import List, Number
+from pymap.parsing.response import ResponseOk
+from pymap.parsing.response.specials import FetchResponse
+from pymap.parsing.specials import FetchAttribute, FetchValue, ObjectId
+from pymap.parsing.specials.flag import Deleted, Flagged, Seen
+from pymap.selected import SelectedMailbox
+
+from imap_front.condstore import ModseqAttributes, ModseqFetchAttribute
+from imap_front.fetch_lines import ListedLines, listed_only, render
+from imap_front.folders import Message
+from imap_front.node_api import Listed
+from imap_front.selected import CompactSelected
+
+NAMES = ["\\Seen", "\\Flagged", "\\Deleted", "\\Answered", "work", "$Label1", "Zeta"]
+
+
+def _attr(name: bytes) -> FetchAttribute:
+    return ModseqFetchAttribute(name) if name == b"MODSEQ" else FetchAttribute(name)
+
+
+def pymaps(rows: list[tuple[int, Listed]], attrs: list[FetchAttribute], selected) -> bytes:
+    out = b""
+    for seq, row in rows:
+        msg = Message.listed(row, api=None)  # type: ignore[arg-type]
+        out += bytes(FetchResponse(seq, ModseqAttributes(msg, selected, attrs)))
+    return out
+
+
+rows_st = st.lists(
+    st.tuples(
+        st.lists(st.sampled_from(NAMES), unique=True, max_size=4),
+        st.integers(0, 2**40),
+        st.one_of(st.none(), st.integers(0, 2**31)),
+        st.integers(-12, 12),
+    ),
+    max_size=12,
+)
+items_st = st.lists(
+    st.sampled_from([b"UID", b"FLAGS", b"INTERNALDATE", b"MODSEQ"]), min_size=1, max_size=5
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows_st, items_st, st.sets(st.integers(1, 12)))
+def test_the_lines_are_pymaps(spec, items, recent) -> None:
+    selected = CompactSelected(
+        ObjectId(b"F1"), False, PermanentFlags([Seen, Flagged, Deleted]), SessionFlags([])
+    )
+    for uid in recent:
+        selected.session_flags.add_recent(uid)
+    rows = []
+    for i, (flags, modseq, when, tz) in enumerate(spec, 1):
+        received = None if when is None else datetime.fromtimestamp(when, UTC)
+        if received is not None:
+            received = received.astimezone(timezone(timedelta(hours=tz)))
+        rows.append((i, Listed(i, f"id{i}", tuple(flags), modseq, 100, received)))
+    attrs = [_attr(name) for name in items]
+    wanted = listed_only(attrs)
+    assert wanted is not None
+    ours = render(wanted, rows, selected.session_flags)
+    assert ours == pymaps(rows, attrs, selected)
+    assert bytes(ListedLines(wanted, rows, selected.session_flags)) == ours or not rows
+
+
+def test_anything_else_goes_pymaps_way() -> None:
+    assert listed_only([FetchAttribute(b"UID"), FetchAttribute(b"RFC822.SIZE")]) is None
+    assert listed_only([FetchAttribute(b"BODY")]) is None
+    assert listed_only([FetchAttribute(b"ENVELOPE")]) is None
+    assert listed_only([FetchAttribute(b"FLAGS"), FetchAttribute(b"UID")]) == (b"FLAGS", b"UID")
+    assert listed_only([FetchAttribute(b"UID"), FetchAttribute(b"UID")]) == (b"UID",)
+
+
+def test_a_flag_of_its_own_is_rendered_as_pymap_orders_it() -> None:
+    row = Listed(3, "x", ("zeta", "\\Seen", "alpha"), 5, 1, None)
+    selected = CompactSelected(ObjectId(b"F1"), False, PermanentFlags([]), SessionFlags([]))
+    attrs = [FetchAttribute(b"FLAGS")]
+    assert render((b"FLAGS",), [(1, row)], selected.session_flags) == pymaps(
+        [(1, row)], attrs, selected
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(rows_st, items_st, st.sets(st.integers(1, 14)), st.booleans())
+def test_an_unsolicited_fetch_is_merged_as_pymap_merges_it(spec, items, changed, uid) -> None:
+    """The flag changes the command's update brings (another session's STORE) merged into
+    the lines, as pymap's `FetchResponse.merge` merges them into its own answers."""
+    selected = CompactSelected(ObjectId(b"F1"), False, PermanentFlags([]), SessionFlags([]))
+    rows = [(i, Listed(i, f"id{i}", tuple(f), m, 1, None)) for i, (f, m, _, _) in
+            enumerate(spec, 1)]  # fmt: skip
+    attrs = [_attr(name) for name in items]
+    news = []
+    for seq in sorted(changed):
+        data = [FetchValue.of(FetchAttribute(b"FLAGS"), List([Flagged], sort=True))]
+        if uid:
+            data.append(FetchValue.of(FetchAttribute(b"UID"), Number(seq)))
+        news.append(FetchResponse(seq, data))
+    other = SelectedMailbox(ObjectId(b"F1"), False, PermanentFlags([]), SessionFlags([]))
+    theirs = ResponseOk(b"t", b"done")
+    for seq, row in rows:
+        msg = Message.listed(row, api=None)  # type: ignore[arg-type]
+        theirs.add_untagged(FetchResponse(seq, ModseqAttributes(msg, other, attrs)))
+    theirs.add_untagged(*news)
+    lines = ListedLines(listed_only(attrs), rows, selected.session_flags)  # type: ignore[arg-type]
+    ours = ResponseOk(b"t", b"done")
+    ours.add_untagged(lines, *lines.absorb(list(news)))
+    assert bytes(ours) == bytes(theirs)
