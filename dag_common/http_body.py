@@ -133,7 +133,7 @@ async def read_body(request: web.Request, limit: BodyLimit) -> bytearray:
     try:
         while chunk := await request.content.readany():
             end = filled + len(chunk)
-            if end <= filled:
+            if end <= len(body):
                 body[filled:end] = chunk
             else:
                 del body[filled:]

@@ -28,7 +28,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import logging
-from asyncio import sslproto
+from asyncio import selector_events, sslproto
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +104,29 @@ def bound_tls_buffers(size: int = TLS_READ_BUFFER) -> None:
     if size < 1024:
         raise ValueError(f"a TLS read buffer of {size} bytes is too small")
     sslproto.SSLProtocol.max_size = size
+
+
+# What asyncio reads a plain socket's bytes into, per read, at most (see below).
+SOCKET_READ_SIZE = 64 * 1024
+
+
+def bound_socket_reads(size: int = SOCKET_READ_SIZE) -> None:
+    """Each plain (not TLS) socket asyncio serves or connects in this process reads at most
+    `size` bytes at a time instead of 256 KiB.
+
+    asyncio's transport allocates a fresh bytes object of its `max_size` (256 KiB) for every
+    `recv`, and shrinks it to what came.  At 256 KiB that block is past the allocator's mmap
+    threshold (`bound_allocator`), so each read of a large body is its own `mmap`, page faults
+    on every page the kernel copies into, and a `munmap`: per MiB received, 4-8 mappings and
+    256 faults (strace and perf of a node taking 1 MiB messages: a node's sockets' reads were
+    the largest single source of its page faults, issue 49).  Below the threshold the block
+    comes from the heap and its pages are reused, already mapped; the reads are more (16 per
+    MiB), each a few microseconds.  A TLS connection reads through `SSLProtocol`'s buffer
+    instead (`bound_tls_buffers`).  asyncio offers no setting: the class attribute each
+    transport reads is set, in the serving process only."""
+    if size < 1024 or size >= MMAP_THRESHOLD:
+        raise ValueError(f"a socket read of {size} bytes: 1024 up to {MMAP_THRESHOLD} only")
+    selector_events._SelectorSocketTransport.max_size = size
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,6 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import codecs
 import email.policy
 import hashlib
 import re
@@ -34,7 +33,7 @@ from collections.abc import Iterator
 from email.parser import BytesHeaderParser
 from enum import StrEnum
 
-from dag_common.counted_text import CountedText, bytes_only, counted, from_utf8
+from dag_common.counted_text import CountedText, bytes_only, counted, from_utf8, is_utf8
 
 # What a node keeps of a subject (`api_types.Text` has no bound; a header may be long).
 MAX_SUBJECT = 998
@@ -95,7 +94,7 @@ def counted_message_bytes(raw: bytearray) -> tuple[CountedText, BodyFormat, str]
     its bytes are the body's, as they are; an 8-bit one's Latin-1 text is encoded to UTF-8
     a slice at a time (each character alone: the same bytes as the whole)."""
     sha256 = hashlib.sha256(raw).hexdigest()
-    if raw.isascii() or _is_utf8(raw):
+    if is_utf8(raw):
         return bytes_only(raw, sha256), BodyFormat.MESSAGE, sha256
     utf8 = bytearray()
     view = memoryview(raw)
@@ -103,21 +102,6 @@ def counted_message_bytes(raw: bytearray) -> tuple[CountedText, BodyFormat, str]
         utf8 += str(view[start : start + SLICE], "latin-1").encode("utf-8")
     view.release()
     return bytes_only(utf8, hashlib.sha256(utf8).hexdigest()), BodyFormat.MESSAGE_8BIT, sha256
-
-
-def _is_utf8(raw: bytes | bytearray) -> bool:
-    """Whether `raw` is UTF-8, decoded a slice at a time (no whole text made)."""
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    view = memoryview(raw)
-    try:
-        for start in range(0, len(raw), SLICE):
-            decoder.decode(view[start : start + SLICE], final=start + SLICE >= len(raw))
-        decoder.decode(b"", final=True)
-    except UnicodeDecodeError:
-        return False
-    finally:
-        view.release()
-    return True
 
 
 def message_bytes(body: str, fmt: BodyFormat, subject: str = "") -> bytes:

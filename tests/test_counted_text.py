@@ -97,6 +97,8 @@ MESSAGES = [
     b"Subject: caf\xe9\r\n\r\n" + b"cr\xe8me \xff\r\n" * 200_000,  # 8-bit: not UTF-8
     b"Subject: x\r\n\r\n" + b"a" * ((1 << 20) - 15) + "é".encode(),  # é across the slice
     b"Subject: x\r\n\r\n" + b"a" * ((1 << 20) - 15) + b"\xc3",  # cut mid-character
+    b"Subject: x\r\n\r\n" + b"a" * ((1 << 16) - 15) + "é".encode() + b"b",  # the check's slice
+    b"Subject: x\r\n\r\n" + b"a" * ((1 << 16) - 15) + b"\xc3b",  # bad across the check's
 ]
 
 

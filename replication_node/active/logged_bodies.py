@@ -23,7 +23,7 @@ from pathlib import Path
 
 import msgspec
 
-from dag_common.counted_text import known
+from dag_common.counted_text import CountedText, known
 from dag_common.mailbox_digest import body_hash
 from replication_node.errors import LogRecordError
 from replication_node.log import logfile
@@ -50,7 +50,7 @@ class LogBodies:
         closed = self._dir / logfile.closed_log_name(gen)
         for _ in range(_LOOKS):
             try:
-                return logfile.verify_closed(closed.read_bytes(), gen)
+                return logfile.verify_closed(logfile.read_closed(closed), gen)
             except FileNotFoundError:
                 pass
             try:
@@ -85,10 +85,16 @@ class LogBodies:
             ops = list(txn.ops)
             for index, ref in txn.staged:
                 raw = self.raw(LoggedBody(ref, txn.generation))
-                body = known("", utf8_size=len(raw), sha256=hashlib.sha256(raw).hexdigest(),
-                             utf8=raw)  # fmt: skip
                 op = ops[index]
                 assert type(op) is PutItem
+                # Its SHA-256 as counted where it came in (the overlay keeps it: the bytes
+                # read back are those, checked against the commit's size and CRC32C).
+                counts = op.body
+                if type(counts) is CountedText and counts.utf8_size == len(raw):
+                    sha256 = counts.sha256
+                else:
+                    sha256 = hashlib.sha256(raw).hexdigest()
+                body = known("", utf8_size=len(raw), sha256=sha256, utf8=raw)
                 ops[index] = msgspec.structs.replace(op, body=body)
             yield Transaction(txn.position, txn.commit_time, tuple(ops))
 

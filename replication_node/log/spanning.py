@@ -52,7 +52,7 @@ from datetime import datetime
 import crc32c
 import orjson
 
-from dag_common.counted_text import known
+from dag_common.counted_text import is_utf8, known
 from dag_common.model import Position
 from replication_node.errors import LogRecordError
 from replication_node.log.logfile import (
@@ -308,8 +308,11 @@ class BodyReader:
     """Reads staged bodies back from the log files, one generation at a time: only the body
     being read, never the log, is held in memory."""
 
-    def __init__(self, load: Loader) -> None:
+    def __init__(self, load: Loader, *, as_bytes: bool = False) -> None:
+        """`as_bytes`: `bodies` gives each body as its UTF-8 bytes alone, no text (for a
+        reader whose every body goes into a row and nowhere else: a passive's replay)."""
         self._load = load
+        self._as_bytes = as_bytes
         self._cached: tuple[int, ScanResult] | None = None
 
     def _generation(self, gen: int) -> ScanResult:
@@ -359,11 +362,21 @@ class BodyReader:
         otherwise encode the text once more, and keep that copy as long as the text).
         An ASCII body's bytes are let go of before the counted text is made (a copy of the
         text: a str's subclass cannot share its characters), so that it is held at most
-        twice at once, as a plain decode holds it."""
+        twice at once, as a plain decode holds it.
+
+        A reader made `as_bytes` gives each as its bytes alone (`counted_text.known` with no
+        text, as the active's LLR flush does: `tables.put_rows` binds the bytes, cast to the
+        same text): checked as UTF-8 a slice at a time, no text made of it, nor its copy."""
         out: list[str] = []
         for ref in refs:
             raw = self.read(ref, through)
             size, sha256 = len(raw), hashlib.sha256(raw).hexdigest()
+            if self._as_bytes:
+                if not is_utf8(raw):
+                    raise LogRecordError(f"body {ref.id} is not UTF-8 text")
+                out.append(known("", utf8_size=size, sha256=sha256, utf8=raw))
+                del raw
+                continue
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:

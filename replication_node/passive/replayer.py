@@ -47,6 +47,7 @@ from replication_node.log.logfile import (
     anchor_header,
     chain_problem,
     closed_log_name,
+    read_closed,
     verify_closed,
 )
 from replication_node.log.recovery import transactions_of
@@ -133,12 +134,12 @@ def read_batch(
     verified: dict[int, ScanResult] = {}
 
     def load(gen: int) -> ScanResult:
-        return verified.get(gen) or verify_closed(path(gen).read_bytes(), gen)
+        return verified.get(gen) or verify_closed(read_closed(path(gen)), gen)
 
-    reader = BodyReader(load)
+    reader = BodyReader(load, as_bytes=True)  # its bodies go into rows alone
     for gen in generations:
         try:
-            result = verify_closed(path(gen).read_bytes(), gen)
+            result = verify_closed(read_closed(path(gen)), gen)
             verified[gen] = result
             verified.pop(gen - 2, None)
         except (OSError, LogFormatError) as exc:

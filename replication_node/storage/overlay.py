@@ -40,6 +40,7 @@ from typing import Protocol
 
 import msgspec
 
+from dag_common.counted_text import CountedText, known
 from dag_common.mailbox_digest import body_hash, utf8_size
 from replication_node.log.events import Transaction
 from replication_node.log.operations import (
@@ -100,6 +101,11 @@ class LoggedBody:
 
     ref: BlobRef
     through: int
+
+
+def _counts_of(body: str) -> CountedText:
+    """A staged body as the overlay holds it: its UTF-8 size and SHA-256, no text or bytes."""
+    return known("", utf8_size=utf8_size(body), sha256=body_hash(body))
 
 
 class LlrOverlay:
@@ -232,9 +238,14 @@ class LlrOverlay:
         """Take a durable transaction; `db` reads rows not in the overlay yet.  Its staged
         bodies are held as their place in the log (see the module)."""
         staged = dict(txn.staged)
+        stripped = txn.ops
         if staged:  # held without them: the LLR flush reads them back (`with_bodies`)
+            # Each as its counts alone (no text, no bytes): the flush takes the body's
+            # SHA-256 from it instead of hashing the bytes it reads back again.
             stripped = tuple(
-                msgspec.structs.replace(op, body="") if i in staged else op  # type: ignore[type-var]
+                msgspec.structs.replace(op, body=_counts_of(op.body))  # type: ignore[type-var,attr-defined]
+                if i in staged
+                else op
                 for i, op in enumerate(txn.ops)
             )
             self._txns.setdefault(txn.generation, []).append(
@@ -259,9 +270,8 @@ class LlrOverlay:
                         self.logged.pop(key, None)
                     else:
                         self.logged[key] = LoggedBody(ref, gen)
-                        row = row._replace(
-                            body="", size=utf8_size(op.body), body_hash=body_hash(op.body)
-                        )
+                        counts = stripped[index].body  # type: ignore[union-attr]
+                        row = row._replace(body="", size=counts.utf8_size, body_hash=counts.sha256)
                     self.items[key] = (gen, row)
                     if op.uid:
                         self._lift(db, gen, op.mailbox, op.folder, op.uid + 1, op.modseq)

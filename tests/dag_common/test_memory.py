@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from asyncio import sslproto
+from asyncio import selector_events, sslproto
 from pathlib import Path
 
 import pytest
 
-from dag_common.memory import MemoryBudget, Overloaded, bound_tls_buffers, memory_limit
+from dag_common.memory import (
+    MemoryBudget,
+    Overloaded,
+    bound_socket_reads,
+    bound_tls_buffers,
+    memory_limit,
+)
 
 GIB = 1 << 30
 V1_NONE = "9223372036854771712"
@@ -103,3 +109,50 @@ async def test_tls_connections_made_after_the_bound_read_into_a_small_buffer(mon
     with pytest.raises(ValueError, match="too small"):
         bound_tls_buffers(100)
     assert buffer() == 16 * 1024
+
+
+async def test_plain_sockets_read_at_most_64_kib_at_a_time_after_the_bound(monkeypatch):
+    """asyncio reads a plain socket 256 KiB at a time, a fresh mapping each past the
+    allocator's threshold: after `bound_socket_reads` a connection's reads of a 4 MiB
+    body are 64 KiB at most (all of it still arrives); a size at or past the threshold, or
+    too small, is refused and changes nothing."""
+    monkeypatch.setattr(
+        selector_events._SelectorSocketTransport,
+        "max_size",
+        selector_events._SelectorSocketTransport.max_size,
+    )
+    loop = asyncio.get_running_loop()
+    body = bytes(4 << 20)
+
+    async def largest_read() -> int:
+        done: asyncio.Future[int] = loop.create_future()
+
+        class Count(asyncio.Protocol):
+            got, largest = 0, 0
+
+            def data_received(self, data: bytes) -> None:
+                self.got += len(data)
+                self.largest = max(self.largest, len(data))
+                if self.got == len(body):
+                    done.set_result(self.largest)
+
+        def send(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.write(body)
+
+        server = await asyncio.start_server(send, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        transport, _ = await loop.create_connection(Count, "127.0.0.1", port)
+        try:
+            return await asyncio.wait_for(done, 30)
+        finally:
+            transport.close()
+            server.close()
+            await server.wait_closed()
+
+    assert await largest_read() > 64 * 1024
+    bound_socket_reads()
+    assert await largest_read() <= 64 * 1024
+    for size in (100, 128 * 1024):
+        with pytest.raises(ValueError, match="socket read"):
+            bound_socket_reads(size)
+    assert selector_events._SelectorSocketTransport.max_size == 64 * 1024

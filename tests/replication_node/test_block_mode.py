@@ -190,6 +190,13 @@ def test_a_frame_is_refused_whole_or_not_at_all():
         decode_frame(bytes([99]) + frame[1:])
 
 
+def test_a_data_frame_decoded_views_its_message_rather_than_copying_it():
+    message = encode_frame(Frame(FrameKind.DATA, 3, 512, b"r" * 100_000))
+    payload = decode_frame(message).payload
+    assert isinstance(payload, memoryview) and payload.obj is message
+    assert payload == b"r" * 100_000
+
+
 async def test_a_follower_that_falls_behind_the_feed_is_told_so():
     from replication_node.log.blocks import Block, FeedBehind
 

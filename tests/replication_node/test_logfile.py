@@ -38,6 +38,28 @@ def test_closed_generation_round_trips():
     assert result.transactions[0].offset == logfile.HEADER_SIZE
 
 
+def test_a_closed_generation_mapped_scans_as_its_bytes_do(tmp_path):
+    """`read_closed` maps the file instead of reading it: the same scan, records and all,
+    kept readable after the file is renamed or deleted; a damaged file is refused alike."""
+    _, data = make_log(txns=5)
+    path = tmp_path / logfile.closed_log_name(3)
+    path.write_bytes(data)
+    mapped = logfile.read_closed(path)
+    result = logfile.verify_closed(mapped, 3)
+    del mapped
+    path.unlink()  # what the truncator does: the records still read
+    expected = logfile.verify_closed(data, 3)
+    assert result.header == expected.header and result.close_time == expected.close_time
+    assert [bytes(r.payload) for r in result.records] == [
+        bytes(r.payload) for r in expected.records
+    ]
+    (tmp_path / "empty").write_bytes(b"")
+    assert logfile.read_closed(tmp_path / "empty") == b""
+    path.write_bytes(data[:-3])
+    with pytest.raises(LogRecordError):
+        logfile.verify_closed(logfile.read_closed(path), 3)
+
+
 def test_names():
     assert logfile.closed_log_name(10) == "E0000000A.log"
     assert logfile.parse_closed_log_name("E0000000A.log") == 10

@@ -42,6 +42,16 @@ async def test_a_staged_body_is_held_in_the_log_and_read_back_by_every_read(tmp_
         if getattr(op, "item_id", "") == "big"
     )  # fmt: skip
 
+    # ...but its counts: the LLR flush takes the body's SHA-256 from them, not from hashing
+    # the bytes it reads back a second time.
+    def bigs(txns):
+        return [op.body for txn in txns for op in txn.ops if getattr(op, "item_id", "") == "big"]
+
+    (counts,) = bigs(copy.overlay.transactions_through(10**6))
+    assert (counts.utf8_size, counts.sha256) == (len(big.encode()), body_hash(big))
+    (flushed,) = bigs(copy.bodies.with_bodies(copy.overlay.transactions_through(10**6)))
+    assert flushed.sha256 == body_hash(big) and flushed.take_utf8() == big.encode()
+
     # Every read gives the body back: the item, the listing (with and without bodies), the
     # copy's (which names the same place), and the digest.
     assert copy.item("m", "big").body == big
