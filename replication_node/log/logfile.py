@@ -56,8 +56,6 @@ detect a log from the wrong sequence, as the seeds describe.
 
 from __future__ import annotations
 
-import mmap
-import os
 import re
 import struct
 import uuid
@@ -502,15 +500,12 @@ def chain_problem(prev: LogHeader | None, header: LogHeader, log_signature: obje
     return None
 
 
-def read_closed(path: Path) -> bytes | mmap.mmap:
-    """A closed generation's bytes to scan, mapped from the page cache rather than read into
-    a fresh copy (a 1 MiB read was 256 page faults, zero-filled, and a copy): a closed file
-    is never written again, only renamed or deleted whole, so its mapping cannot fault.
-    The mapping goes when the last record viewing it does."""
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            return b""
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+def read_closed(path: Path) -> bytes:
+    """A closed generation's bytes to scan, read whole.  Not mapped (`mmap`), although that
+    saves a copy and its page faults: a mapped file that is cut short under the mapping (a
+    disk's read error, a file an operator or a fault truncated in place) kills the process
+    with SIGBUS where a read raises an error the replay and the flush report and handle."""
+    return path.read_bytes()
 
 
 def read_header(path: Path) -> LogHeader:
