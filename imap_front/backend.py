@@ -33,10 +33,10 @@ from imap_front.errors import Unavailable
 from imap_front.fetching import Bodies
 from imap_front.folder_set import Folders
 from imap_front.folders import Folder, Message
-from imap_front.listing import RowsCache
+from imap_front.listing import Rows, RowsCache
 from imap_front.metrics import FrontMetrics
 from imap_front.node_api import FAILOVER_WAIT, MOVE_LOCK_WAIT, Listed, MailboxApi, Stored
-from imap_front.selected import CompactSelected
+from imap_front.selected import CompactMessages, CompactSelected
 from imap_front.users import User, Users
 
 
@@ -138,13 +138,13 @@ class Session(BaseSession[Message]):
         and the update, or None (nothing asked of the node after the listing) when a message
         chosen is no longer listed: pymap's path answers that one."""
         folder, quiet, feed = await self._reading_folder(selected)
-        by_uid = (await folder._listed()).by_uid
-        rows: list[tuple[int, Listed]] = []
-        for seq, uid in selected.messages.get_uids(sequence_set):
-            row = by_uid.get(uid)
-            if row is None:
-                return None, selected
-            rows.append((seq, row))
+        listed = await folder._listed()
+        shown = selected.messages
+        if not isinstance(shown, CompactMessages):
+            raise TypeError("a folder of the front is selected through CompactSelected")
+        rows = _chosen_rows(shown, listed, sequence_set)
+        if rows is None:
+            return None, selected
         if quiet:
             return rows, selected
         return rows, await folder.update_selected(selected, polled=feed)
@@ -351,3 +351,24 @@ class Backend(BackendInterface):
 
     async def start(self, stack: AsyncExitStack) -> None:
         pass
+
+
+def _chosen_rows(
+    shown: CompactMessages, listed: Rows, sequence_set: SequenceSet
+) -> list[tuple[int, Listed]] | None:
+    """(sequence number, listed row) of each message `sequence_set` chooses of those shown;
+    None if one is no longer listed.  When the UIDs shown are the rows' own (a SELECT's,
+    or the same since) the rows are taken by position, with no lookup of each UID."""
+    ordered = listed.ordered()
+    if shown.uids is ordered.uids or shown.uids.tobytes() == ordered.uids.tobytes():
+        if sequence_set.is_all:
+            return list(zip(range(1, len(ordered.rows) + 1), ordered.rows, strict=True))
+        return [(seq, ordered.rows[seq - 1]) for seq, _ in shown.get_uids(sequence_set)]
+    by_uid = listed.by_uid
+    rows: list[tuple[int, Listed]] = []
+    for seq, uid in shown.get_uids(sequence_set):
+        row = by_uid.get(uid)
+        if row is None:
+            return None
+        rows.append((seq, row))
+    return rows

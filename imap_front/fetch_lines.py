@@ -152,15 +152,15 @@ class ListedLines(UntaggedResponse):
         self._items = items
         self._rows = rows
         self._session_flags = session_flags
-        self._seqs = frozenset(seq for seq, _ in rows)
         self._merged: dict[int, dict[bytes, bytes]] = {}
 
     def absorb(self, untagged: list[UntaggedResponse]) -> list[UntaggedResponse]:
         """`untagged` less the FETCH answers of messages these lines answer, merged into
         their lines (pymap merges a command's FETCH answers of one message)."""
         left: list[UntaggedResponse] = []
+        seqs = frozenset(seq for seq, _ in self._rows)
         for each in untagged:
-            if isinstance(each, FetchResponse) and each.seq in self._seqs:
+            if isinstance(each, FetchResponse) and each.seq in seqs:
                 into = self._merged.setdefault(each.seq, {})
                 for attr, value in each.data.items():
                     into[attr.value] = bytes(value)
