@@ -30,6 +30,7 @@ from dag_common.errors import ClusterStoreError
 from dag_common.node_client import NodeStoreClient
 from dag_common.store_api import Changes
 from imap_front.errors import Unavailable
+from imap_front.fetch_lines import Chosen
 from imap_front.fetching import Bodies
 from imap_front.folder_set import Folders
 from imap_front.folders import Folder, Message
@@ -133,7 +134,7 @@ class Session(BaseSession[Message]):
 
     async def fetch_listed(
         self, selected: SelectedMailbox, sequence_set: SequenceSet
-    ) -> tuple[list[tuple[int, Listed]] | None, SelectedMailbox]:
+    ) -> tuple[Chosen | None, SelectedMailbox]:
         """A FETCH of listing items only (`fetch_lines`): each chosen message's listed row
         and the update, or None (nothing asked of the node after the listing) when a message
         chosen is no longer listed: pymap's path answers that one."""
@@ -353,16 +354,15 @@ class Backend(BackendInterface):
         pass
 
 
-def _chosen_rows(
-    shown: CompactMessages, listed: Rows, sequence_set: SequenceSet
-) -> list[tuple[int, Listed]] | None:
+def _chosen_rows(shown: CompactMessages, listed: Rows, sequence_set: SequenceSet) -> Chosen | None:
     """(sequence number, listed row) of each message `sequence_set` chooses of those shown;
     None if one is no longer listed.  When the UIDs shown are the rows' own (a SELECT's,
-    or the same since) the rows are taken by position, with no lookup of each UID."""
+    or the same since) the rows are taken by position, with no lookup of each UID, and all
+    of them (`1:*`) as they are (`listing.Ordered`)."""
     ordered = listed.ordered()
     if shown.uids is ordered.uids or shown.uids.tobytes() == ordered.uids.tobytes():
-        if sequence_set.is_all:
-            return list(zip(range(1, len(ordered.rows) + 1), ordered.rows, strict=True))
+        if sequence_set.is_all:  # every row, in order: rendered from the arrays
+            return ordered
         return [(seq, ordered.rows[seq - 1]) for seq, _ in shown.get_uids(sequence_set)]
     by_uid = listed.by_uid
     rows: list[tuple[int, Listed]] = []

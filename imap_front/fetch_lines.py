@@ -31,10 +31,21 @@ from pymap.parsing.specials.flag import Flag
 from pymap.selected import SessionFlags
 
 from imap_front.condstore import shown
+from imap_front.listing import Ordered
 from imap_front.node_api import Listed
+from imap_front.selected import FLAG_SETS
 
 LISTED_ITEMS = frozenset({b"UID", b"FLAGS", b"INTERNALDATE", b"MODSEQ"})
 _NO_DATE = datetime.fromtimestamp(0, UTC)
+
+# The rows a FETCH chose: (sequence number, row) each, or a folder's rows whole in order
+# (`UID FETCH 1:*` of the rows the session was shown), whose arrays render the lines.
+Chosen = list[tuple[int, Listed]] | Ordered
+
+
+def pairs(chosen: Chosen) -> list[tuple[int, Listed]]:
+    """(sequence number, row) of each row chosen."""
+    return chosen.pairs() if isinstance(chosen, Ordered) else chosen
 
 
 def listed_only(attributes: Sequence[FetchAttribute]) -> tuple[bytes, ...] | None:
@@ -77,7 +88,7 @@ def _flags(names: Iterable[str]) -> frozenset[Flag]:
 
 def render(
     items: tuple[bytes, ...],
-    rows: Iterable[tuple[int, Listed]],
+    rows: Iterable[tuple[int, Listed]] | Ordered,
     session_flags: SessionFlags,
     merged: dict[int, dict[bytes, bytes]] | None = None,
 ) -> bytes:
@@ -85,7 +96,11 @@ def render(
     `merged`: by sequence number, items (name: rendered item) of an unsolicited FETCH."""
     with_session = bool(session_flags.flags) or bool(session_flags.recent_uids)
     if not with_session and not merged:
+        if isinstance(rows, Ordered):
+            return _whole(items, rows)
         return _plain(items, rows)
+    if isinstance(rows, Ordered):
+        rows = rows.pairs()
     out: list[bytes] = []
     append = out.append
     flags_text = FLAGS_TEXT
@@ -126,6 +141,25 @@ def _plain(items: tuple[bytes, ...], rows: Iterable[tuple[int, Listed]]) -> byte
     return b"".join([line % (seq, *[v(row) for v in values]) for seq, row in rows])
 
 
+def _whole(items: tuple[bytes, ...], ordered: Ordered) -> bytes:
+    """`_plain` of a folder's rows whole: `FLAGS` from the flag-set numbers, each distinct
+    set rendered once, and UIDs from the array (a row's flags hashed for each line made
+    most of the time of 10,000 lines)."""
+    uids, numbers = ordered.uids, ordered.flags
+    if items not in ((b"FLAGS", b"UID"), (b"UID", b"FLAGS")):
+        return _plain(items, ordered.pairs())
+    texts = {n: FLAGS_TEXT.render(FLAG_SETS[n]) for n in set(numbers)}
+    line = b"* %%d FETCH (%b)\r\n" % b" ".join(_FORMATS[i] for i in items)
+    seqs = range(1, len(uids) + 1)
+    if items == (b"FLAGS", b"UID"):
+        return b"".join(
+            [line % (seq, texts[n], uid) for seq, n, uid in zip(seqs, numbers, uids, strict=True)]
+        )
+    return b"".join(
+        [line % (seq, uid, texts[n]) for seq, n, uid in zip(seqs, numbers, uids, strict=True)]
+    )
+
+
 _VALUES = {
     b"UID": lambda row: row.uid,
     b"FLAGS": lambda row: FLAGS_TEXT(row.flags),
@@ -145,8 +179,7 @@ class ListedLines(UntaggedResponse):
     """A range's FETCH lines from the listed rows (`render`), rendered when written."""
 
     def __init__(
-        self, items: tuple[bytes, ...], rows: Sequence[tuple[int, Listed]],
-        session_flags: SessionFlags,
+        self, items: tuple[bytes, ...], rows: Chosen, session_flags: SessionFlags,
     ) -> None:  # fmt: skip
         super().__init__()
         self._items = items
@@ -158,7 +191,8 @@ class ListedLines(UntaggedResponse):
         """`untagged` less the FETCH answers of messages these lines answer, merged into
         their lines (pymap merges a command's FETCH answers of one message)."""
         left: list[UntaggedResponse] = []
-        seqs = frozenset(seq for seq, _ in self._rows)
+        seqs = (range(1, len(self._rows) + 1) if isinstance(self._rows, Ordered)
+                else frozenset(seq for seq, _ in self._rows))  # fmt: skip
         for each in untagged:
             if isinstance(each, FetchResponse) and each.seq in seqs:
                 into = self._merged.setdefault(each.seq, {})

@@ -43,6 +43,13 @@ class Ordered:
     flags: array[int]
     rows: list[Listed]
 
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def pairs(self) -> list[tuple[int, Listed]]:
+        """(sequence number, row) of every row, as a FETCH of them all chooses them."""
+        return list(zip(range(1, len(self.rows) + 1), self.rows, strict=True))
+
     @classmethod
     def of(cls, by_uid: dict[int, Listed]) -> Ordered:
         rows = [by_uid[u] for u in sorted(by_uid)]

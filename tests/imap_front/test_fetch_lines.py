@@ -19,6 +19,7 @@ from pymap.selected import SelectedMailbox
 from imap_front.condstore import ModseqAttributes, ModseqFetchAttribute
 from imap_front.fetch_lines import ListedLines, listed_only, render
 from imap_front.folders import Message
+from imap_front.listing import Ordered
 from imap_front.node_api import Listed
 from imap_front.selected import CompactSelected
 
@@ -71,6 +72,10 @@ def test_the_lines_are_pymaps(spec, items, recent) -> None:
     ours = render(wanted, rows, selected.session_flags)
     assert ours == pymaps(rows, attrs, selected)
     assert bytes(ListedLines(wanted, rows, selected.session_flags)) == ours or not rows
+    # `UID FETCH 1:*` of the rows shown: the same lines rendered from the rows' arrays
+    whole = Ordered.of({row.uid: row for _, row in rows})
+    assert render(wanted, whole, selected.session_flags) == ours
+    assert bytes(ListedLines(wanted, whole, selected.session_flags)) == ours or not rows
 
 
 def test_anything_else_goes_pymaps_way() -> None:
@@ -111,7 +116,8 @@ def test_an_unsolicited_fetch_is_merged_as_pymap_merges_it(spec, items, changed,
         msg = Message.listed(row, api=None)  # type: ignore[arg-type]
         theirs.add_untagged(FetchResponse(seq, ModseqAttributes(msg, other, attrs)))
     theirs.add_untagged(*news)
-    lines = ListedLines(listed_only(attrs), rows, selected.session_flags)  # type: ignore[arg-type]
-    ours = ResponseOk(b"t", b"done")
-    ours.add_untagged(lines, *lines.absorb(list(news)))
-    assert bytes(ours) == bytes(theirs)
+    for chosen in (rows, Ordered.of({row.uid: row for _, row in rows})):
+        lines = ListedLines(listed_only(attrs), chosen, selected.session_flags)  # type: ignore[arg-type]
+        ours = ResponseOk(b"t", b"done")
+        ours.add_untagged(lines, *lines.absorb(list(news)))
+        assert bytes(ours) == bytes(theirs)
