@@ -64,14 +64,26 @@ class Session(BaseSession[Message]):
     async def select_mailbox(
         self, name: str, readonly: bool = False
     ) -> tuple[MailboxSnapshot, SelectedMailbox]:
-        """pymap's SELECT, with the compact selected state (`selected.CompactSelected`)."""
+        """pymap's SELECT, with the compact selected state (`selected.CompactSelected`):
+        from the front's rows of the folder and one poll of the change feed when they are
+        current (`Folder.select_kept`), else the folder looked up and its rows read."""
+        kept = self._folders.kept(name)
+        if kept is not None:
+            updated = await kept.select_kept(self._selecting(kept, name, readonly))
+            if updated is not None:
+                self._folders.looked_up(name, kept)
+                return await kept.snapshot(), updated
         mbx = await self._get_mailbox(name)
-        selected = CompactSelected(
+        assert isinstance(mbx, Folder)
+        updated = await mbx.update_selected(self._selecting(mbx, name, readonly))
+        return await mbx.snapshot(), updated  # the counts from the rows the update read
+
+    @staticmethod
+    def _selecting(mbx: Folder, name: str, readonly: bool) -> CompactSelected:
+        return CompactSelected(
             mbx.mailbox_id, readonly or mbx.readonly, PermanentFlags(mbx.permanent_flags),
             SessionFlags(mbx.session_flags), selected_set=mbx.selected_set, lookup=name,
         )  # fmt: skip
-        updated = await mbx.update_selected(selected)  # the folder's rows read once, then
-        return await mbx.snapshot(), updated  # the counts from the same rows
 
     async def _listed_folder(self, selected: SelectedMailbox) -> Folder:
         """The selected folder, for a command that reads its rows first: as this session

@@ -439,6 +439,25 @@ class Folder(MailboxDataInterface[Message]):
             return self._selected_from(selected, rows, feed, database)
         return self._selected_from(selected, await self.refresh(), feed, database)
 
+    async def select_kept(self, selected: SelectedMailbox) -> SelectedMailbox | None:
+        """SELECT from the front's rows with no lookup of the folder (`Folders.kept`): one
+        poll of the feed since the cursor they are known current at; None if it names the
+        folder or a parent, or the mailbox is not live here, or the active is another
+        (`select_mailbox` then looks the folder up and selects it as `_select` does)."""
+        rows = self._listings.kept(self.name)
+        database = self._api.database
+        if rows is None or not rows.cursor or rows.database != database:
+            return None
+        feed = await self._api.changes(rows.cursor, wait=0, epoch=None)
+        if (
+            feed is None or feed.state != MailboxState.LIVE or feed.epoch != rows.cursor_epoch
+            or rows.uidvalidity != self._uidvalidity or self._api.database != database
+            or self._touched(feed)
+        ):  # fmt: skip
+            return None
+        self._rows = rows
+        return self._selected_from(selected, rows, feed, database)
+
     def _selected_from(
         self, selected: SelectedMailbox, rows: Rows, feed: Changes | None, database: str
     ) -> SelectedMailbox:

@@ -91,6 +91,23 @@ def _run(lab_, ca) -> None:
     typ, data = a.uid("FETCH", "1:*", "(FLAGS)")
     assert typ == "NO", (typ, data)
     assert a.select("Old/Sub") == ("OK", [b"3"])
+    assert len(a.uid("FETCH", "1:*", "(FLAGS)")[1]) == 3
+    validity = a.response("UIDVALIDITY")[1]
+
+    # A SELECT from the front's rows, no lookup of the folder (`Folder.select_kept`), sees
+    # the folder as it is now: a message appended, the folder deleted and made again by
+    # another session (another UIDVALIDITY, empty), its parent renamed away.
+    assert a.select("INBOX")[0] == "OK"
+    assert b.append("Old/Sub", None, None, MSG % (5, 5))[0] == "OK"
+    assert a.select("Old/Sub") == ("OK", [b"4"])
+    assert a.select("INBOX")[0] == "OK"
+    assert b.delete("Old/Sub")[0] == "OK" and b.create("Old/Sub")[0] == "OK"
+    assert a.select("Old/Sub") == ("OK", [b"0"])
+    assert a.response("UIDVALIDITY")[1] != validity
+    assert a.select("INBOX")[0] == "OK"
+    assert b.rename("Old", "Older")[0] == "OK"
+    assert a.select("Old/Sub")[0] == "NO"
+    assert a.select("Older/Sub") == ("OK", [b"0"])
     for m in (a, b):
         m.logout()
 
