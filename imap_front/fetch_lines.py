@@ -1,4 +1,4 @@
-"""A FETCH of listing items only (UID, FLAGS, INTERNALDATE, MODSEQ), written straight from
+"""A FETCH of listing items only (UID, FLAGS, INTERNALDATE, MODSEQ, RFC822.SIZE), written from
 the folder's listed rows: one buffer for the whole range, no pymap message or value objects.
 
 pymap answers each message of a FETCH with a `Message`, a `MessageAttributes` and a
@@ -7,10 +7,13 @@ pymap answers each message of a FETCH with a `Message`, a `MessageAttributes` an
 90 ms, Dovecot in 4).  Every item here is in the listing the command reads anyway, so its
 lines are the same bytes pymap writes, made by `%`-formatting: FLAGS rendered once per
 distinct flag set (by pymap's own `List`, so the order and the quoting are its), INTERNALDATE
-by pymap's `DateTime`, MODSEQ as a client is shown it (`condstore.shown`).  The items keep
-the command's order, a repeated one written once where it first appears (as pymap's
-`FetchResponse` keeps them).  Anything else (a body, a section, a size, ENVELOPE,
-BODYSTRUCTURE, a message expunged meanwhile) goes through pymap's path (`condstore_state`).
+by pymap's `DateTime`, MODSEQ as a client is shown it (`condstore.shown`), RFC822.SIZE as
+the node's listing gives the length of the bytes it serves (`Listed.message_size`: a
+message kept as UTF-8; for any other row chosen the FETCH takes pymap's path, which reads
+the bytes).  The items keep the command's order, a repeated one written once where it first
+appears (as pymap's `FetchResponse` keeps them).  Anything else (a body, a section,
+ENVELOPE, BODYSTRUCTURE, a message expunged meanwhile) goes through pymap's path
+(`condstore_state`).
 
 An unsolicited FETCH the same command brings (another session's flag change, from the
 selected state's update after the listing) is merged into the message's line as pymap's
@@ -35,7 +38,7 @@ from imap_front.listing import Ordered
 from imap_front.node_api import Listed
 from imap_front.selected import FLAG_SETS
 
-LISTED_ITEMS = frozenset({b"UID", b"FLAGS", b"INTERNALDATE", b"MODSEQ"})
+LISTED_ITEMS = frozenset({b"UID", b"FLAGS", b"INTERNALDATE", b"MODSEQ", b"RFC822.SIZE"})
 _NO_DATE = datetime.fromtimestamp(0, UTC)
 
 # The rows a FETCH chose: (sequence number, row) each, or a folder's rows whole in order
@@ -117,6 +120,8 @@ def render(
                     parts.append(flags_text(row.flags))
             elif item == b"MODSEQ":
                 parts.append(b"MODSEQ (%d)" % shown(row.modseq))
+            elif item == b"RFC822.SIZE":
+                parts.append(b"RFC822.SIZE %d" % row.message_size)  # type: ignore[str-format]
             else:
                 parts.append(b"INTERNALDATE " + bytes(DateTime(row.received or _NO_DATE)))
         if merged and seq in merged:
@@ -126,7 +131,7 @@ def render(
 
 
 _FORMATS = {b"UID": b"UID %d", b"FLAGS": b"%b", b"MODSEQ": b"MODSEQ (%d)",
-            b"INTERNALDATE": b"INTERNALDATE %b"}  # fmt: skip
+            b"INTERNALDATE": b"INTERNALDATE %b", b"RFC822.SIZE": b"RFC822.SIZE %d"}  # fmt: skip
 
 
 def _plain(items: tuple[bytes, ...], rows: Iterable[tuple[int, Listed]]) -> bytes:
@@ -165,7 +170,17 @@ _VALUES = {
     b"FLAGS": lambda row: FLAGS_TEXT(row.flags),
     b"MODSEQ": lambda row: shown(row.modseq),
     b"INTERNALDATE": lambda row: bytes(DateTime(row.received or _NO_DATE)),
+    b"RFC822.SIZE": lambda row: row.message_size,
 }
+
+
+def answerable(items: tuple[bytes, ...], chosen: Chosen) -> bool:
+    """Whether the rows tell every item asked of them: RFC822.SIZE only where the node
+    gave the size of the bytes it serves (`Listed.message_size`)."""
+    if b"RFC822.SIZE" not in items:
+        return True
+    rows = chosen.rows if isinstance(chosen, Ordered) else (row for _, row in chosen)
+    return all(row.message_size is not None for row in rows)
 
 
 def _merge(items: tuple[bytes, ...], parts: list[bytes], other: dict[bytes, bytes]) -> list[bytes]:
