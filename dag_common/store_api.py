@@ -274,16 +274,23 @@ class FolderStatus(_Answer):
     modseq_floor: int = 0
 
 
+# A message of a folder's UID listing; six fields from a node that lists no `message_size`
+# yet (a rolling upgrade).
+ListedRow = tuple[int, str, tuple[str, ...], int, int, str, int | None]
+ListedRowBefore = tuple[int, str, tuple[str, ...], int, int, str]
+
+
 class FolderUids(_Answer):
     """A folder's messages by UID, without bodies (GET …/folders/{folder}/uids): what a
-    client caches of them.  `messages`: `[uid, item_id, flags, modseq, size, received]`."""
+    client caches of them.  `messages`: `[uid, item_id, flags, modseq, size, received,
+    message_size]` (the bytes GET …/message serves, null where the row cannot tell it)."""
 
     folder: str = ""
     uidvalidity: int = 0
     uid_next: int = 1
     highest_modseq: int = 0
     epoch: int = 0
-    messages: tuple[tuple[int, str, tuple[str, ...], int, int, str], ...] = ()
+    messages: tuple[ListedRow | ListedRowBefore, ...] = ()
     expunged: tuple[int, ...] = ()
 
     def by_item(self) -> dict[str, tuple[int, tuple[str, ...]]]:

@@ -30,13 +30,14 @@ from dag_common.errors import ClusterStoreError
 from dag_common.node_client import NodeStoreClient
 from dag_common.store_api import Changes
 from imap_front.errors import Unavailable
+from imap_front.fetch_lines import Chosen
 from imap_front.fetching import Bodies
 from imap_front.folder_set import Folders
 from imap_front.folders import Folder, Message
-from imap_front.listing import RowsCache
+from imap_front.listing import Rows, RowsCache
 from imap_front.metrics import FrontMetrics
 from imap_front.node_api import FAILOVER_WAIT, MOVE_LOCK_WAIT, Listed, MailboxApi, Stored
-from imap_front.selected import CompactSelected
+from imap_front.selected import CompactMessages, CompactSelected
 from imap_front.users import User, Users
 
 
@@ -63,14 +64,26 @@ class Session(BaseSession[Message]):
     async def select_mailbox(
         self, name: str, readonly: bool = False
     ) -> tuple[MailboxSnapshot, SelectedMailbox]:
-        """pymap's SELECT, with the compact selected state (`selected.CompactSelected`)."""
+        """pymap's SELECT, with the compact selected state (`selected.CompactSelected`):
+        from the front's rows of the folder and one poll of the change feed when they are
+        current (`Folder.select_kept`), else the folder looked up and its rows read."""
+        kept = self._folders.kept(name)
+        if kept is not None:
+            updated = await kept.select_kept(self._selecting(kept, name, readonly))
+            if updated is not None:
+                self._folders.looked_up(name, kept)
+                return await kept.snapshot(), updated
         mbx = await self._get_mailbox(name)
-        selected = CompactSelected(
+        assert isinstance(mbx, Folder)
+        updated = await mbx.update_selected(self._selecting(mbx, name, readonly))
+        return await mbx.snapshot(), updated  # the counts from the rows the update read
+
+    @staticmethod
+    def _selecting(mbx: Folder, name: str, readonly: bool) -> CompactSelected:
+        return CompactSelected(
             mbx.mailbox_id, readonly or mbx.readonly, PermanentFlags(mbx.permanent_flags),
             SessionFlags(mbx.session_flags), selected_set=mbx.selected_set, lookup=name,
         )  # fmt: skip
-        updated = await mbx.update_selected(selected)  # the folder's rows read once, then
-        return await mbx.snapshot(), updated  # the counts from the same rows
 
     async def _listed_folder(self, selected: SelectedMailbox) -> Folder:
         """The selected folder, for a command that reads its rows first: as this session
@@ -133,18 +146,18 @@ class Session(BaseSession[Message]):
 
     async def fetch_listed(
         self, selected: SelectedMailbox, sequence_set: SequenceSet
-    ) -> tuple[list[tuple[int, Listed]] | None, SelectedMailbox]:
+    ) -> tuple[Chosen | None, SelectedMailbox]:
         """A FETCH of listing items only (`fetch_lines`): each chosen message's listed row
         and the update, or None (nothing asked of the node after the listing) when a message
         chosen is no longer listed: pymap's path answers that one."""
         folder, quiet, feed = await self._reading_folder(selected)
-        by_uid = (await folder._listed()).by_uid
-        rows: list[tuple[int, Listed]] = []
-        for seq, uid in selected.messages.get_uids(sequence_set):
-            row = by_uid.get(uid)
-            if row is None:
-                return None, selected
-            rows.append((seq, row))
+        listed = await folder._listed()
+        shown = selected.messages
+        if not isinstance(shown, CompactMessages):
+            raise TypeError("a folder of the front is selected through CompactSelected")
+        rows = _chosen_rows(shown, listed, sequence_set)
+        if rows is None:
+            return None, selected
         if quiet:
             return rows, selected
         return rows, await folder.update_selected(selected, polled=feed)
@@ -351,3 +364,23 @@ class Backend(BackendInterface):
 
     async def start(self, stack: AsyncExitStack) -> None:
         pass
+
+
+def _chosen_rows(shown: CompactMessages, listed: Rows, sequence_set: SequenceSet) -> Chosen | None:
+    """(sequence number, listed row) of each message `sequence_set` chooses of those shown;
+    None if one is no longer listed.  When the UIDs shown are the rows' own (a SELECT's,
+    or the same since) the rows are taken by position, with no lookup of each UID, and all
+    of them (`1:*`) as they are (`listing.Ordered`)."""
+    ordered = listed.ordered()
+    if shown.uids is ordered.uids or shown.uids.tobytes() == ordered.uids.tobytes():
+        if sequence_set.is_all:  # every row, in order: rendered from the arrays
+            return ordered
+        return [(seq, ordered.rows[seq - 1]) for seq, _ in shown.get_uids(sequence_set)]
+    by_uid = listed.by_uid
+    rows: list[tuple[int, Listed]] = []
+    for seq, uid in shown.get_uids(sequence_set):
+        row = by_uid.get(uid)
+        if row is None:
+            return None
+        rows.append((seq, row))
+    return rows

@@ -33,7 +33,7 @@ from imap_front.condstore import (
     option_value,
     shown,
 )
-from imap_front.fetch_lines import ListedLines, listed_only
+from imap_front.fetch_lines import ListedLines, answerable, listed_only, pairs
 from imap_front.selected import CompactMessages
 
 _MODSEQ = ModseqFetchAttribute(b"MODSEQ")
@@ -102,10 +102,10 @@ class CondstoreState(ConnectionState):
         listed = getattr(self.session, "fetch_listed", None)
         if items is not None and listed is not None:
             rows, updates = await listed(self.selected, cmd.sequence_set)
-            if rows is not None:
+            if rows is not None and answerable(items, rows):
                 floor = None if since is None else node_modseq(since)
                 if floor is not None:
-                    rows = [(seq, row) for seq, row in rows if row.modseq > floor]
+                    rows = [(seq, row) for seq, row in pairs(rows) if row.modseq > floor]
                 response = ResponseOk(cmd.tag, cmd.command + b" completed.")
                 if rows:
                     response.add_untagged(ListedLines(items, rows, self.selected.session_flags))

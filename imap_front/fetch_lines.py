@@ -1,4 +1,4 @@
-"""A FETCH of listing items only (UID, FLAGS, INTERNALDATE, MODSEQ), written straight from
+"""A FETCH of listing items only (UID, FLAGS, INTERNALDATE, MODSEQ, RFC822.SIZE), written from
 the folder's listed rows: one buffer for the whole range, no pymap message or value objects.
 
 pymap answers each message of a FETCH with a `Message`, a `MessageAttributes` and a
@@ -7,10 +7,13 @@ pymap answers each message of a FETCH with a `Message`, a `MessageAttributes` an
 90 ms, Dovecot in 4).  Every item here is in the listing the command reads anyway, so its
 lines are the same bytes pymap writes, made by `%`-formatting: FLAGS rendered once per
 distinct flag set (by pymap's own `List`, so the order and the quoting are its), INTERNALDATE
-by pymap's `DateTime`, MODSEQ as a client is shown it (`condstore.shown`).  The items keep
-the command's order, a repeated one written once where it first appears (as pymap's
-`FetchResponse` keeps them).  Anything else (a body, a section, a size, ENVELOPE,
-BODYSTRUCTURE, a message expunged meanwhile) goes through pymap's path (`condstore_state`).
+by pymap's `DateTime`, MODSEQ as a client is shown it (`condstore.shown`), RFC822.SIZE as
+the node's listing gives the length of the bytes it serves (`Listed.message_size`: a
+message kept as UTF-8; for any other row chosen the FETCH takes pymap's path, which reads
+the bytes).  The items keep the command's order, a repeated one written once where it first
+appears (as pymap's `FetchResponse` keeps them).  Anything else (a body, a section,
+ENVELOPE, BODYSTRUCTURE, a message expunged meanwhile) goes through pymap's path
+(`condstore_state`).
 
 An unsolicited FETCH the same command brings (another session's flag change, from the
 selected state's update after the listing) is merged into the message's line as pymap's
@@ -31,10 +34,21 @@ from pymap.parsing.specials.flag import Flag
 from pymap.selected import SessionFlags
 
 from imap_front.condstore import shown
+from imap_front.listing import Ordered
 from imap_front.node_api import Listed
+from imap_front.selected import FLAG_SETS
 
-LISTED_ITEMS = frozenset({b"UID", b"FLAGS", b"INTERNALDATE", b"MODSEQ"})
+LISTED_ITEMS = frozenset({b"UID", b"FLAGS", b"INTERNALDATE", b"MODSEQ", b"RFC822.SIZE"})
 _NO_DATE = datetime.fromtimestamp(0, UTC)
+
+# The rows a FETCH chose: (sequence number, row) each, or a folder's rows whole in order
+# (`UID FETCH 1:*` of the rows the session was shown), whose arrays render the lines.
+Chosen = list[tuple[int, Listed]] | Ordered
+
+
+def pairs(chosen: Chosen) -> list[tuple[int, Listed]]:
+    """(sequence number, row) of each row chosen."""
+    return chosen.pairs() if isinstance(chosen, Ordered) else chosen
 
 
 def listed_only(attributes: Sequence[FetchAttribute]) -> tuple[bytes, ...] | None:
@@ -77,7 +91,7 @@ def _flags(names: Iterable[str]) -> frozenset[Flag]:
 
 def render(
     items: tuple[bytes, ...],
-    rows: Iterable[tuple[int, Listed]],
+    rows: Iterable[tuple[int, Listed]] | Ordered,
     session_flags: SessionFlags,
     merged: dict[int, dict[bytes, bytes]] | None = None,
 ) -> bytes:
@@ -85,7 +99,11 @@ def render(
     `merged`: by sequence number, items (name: rendered item) of an unsolicited FETCH."""
     with_session = bool(session_flags.flags) or bool(session_flags.recent_uids)
     if not with_session and not merged:
+        if isinstance(rows, Ordered):
+            return _whole(items, rows)
         return _plain(items, rows)
+    if isinstance(rows, Ordered):
+        rows = rows.pairs()
     out: list[bytes] = []
     append = out.append
     flags_text = FLAGS_TEXT
@@ -102,6 +120,8 @@ def render(
                     parts.append(flags_text(row.flags))
             elif item == b"MODSEQ":
                 parts.append(b"MODSEQ (%d)" % shown(row.modseq))
+            elif item == b"RFC822.SIZE":
+                parts.append(b"RFC822.SIZE %d" % row.message_size)  # type: ignore[str-format]
             else:
                 parts.append(b"INTERNALDATE " + bytes(DateTime(row.received or _NO_DATE)))
         if merged and seq in merged:
@@ -111,7 +131,7 @@ def render(
 
 
 _FORMATS = {b"UID": b"UID %d", b"FLAGS": b"%b", b"MODSEQ": b"MODSEQ (%d)",
-            b"INTERNALDATE": b"INTERNALDATE %b"}  # fmt: skip
+            b"INTERNALDATE": b"INTERNALDATE %b", b"RFC822.SIZE": b"RFC822.SIZE %d"}  # fmt: skip
 
 
 def _plain(items: tuple[bytes, ...], rows: Iterable[tuple[int, Listed]]) -> bytes:
@@ -126,12 +146,41 @@ def _plain(items: tuple[bytes, ...], rows: Iterable[tuple[int, Listed]]) -> byte
     return b"".join([line % (seq, *[v(row) for v in values]) for seq, row in rows])
 
 
+def _whole(items: tuple[bytes, ...], ordered: Ordered) -> bytes:
+    """`_plain` of a folder's rows whole: `FLAGS` from the flag-set numbers, each distinct
+    set rendered once, and UIDs from the array (a row's flags hashed for each line made
+    most of the time of 10,000 lines)."""
+    uids, numbers = ordered.uids, ordered.flags
+    if items not in ((b"FLAGS", b"UID"), (b"UID", b"FLAGS")):
+        return _plain(items, ordered.pairs())
+    texts = {n: FLAGS_TEXT.render(FLAG_SETS[n]) for n in set(numbers)}
+    line = b"* %%d FETCH (%b)\r\n" % b" ".join(_FORMATS[i] for i in items)
+    seqs = range(1, len(uids) + 1)
+    if items == (b"FLAGS", b"UID"):
+        return b"".join(
+            [line % (seq, texts[n], uid) for seq, n, uid in zip(seqs, numbers, uids, strict=True)]
+        )
+    return b"".join(
+        [line % (seq, uid, texts[n]) for seq, n, uid in zip(seqs, numbers, uids, strict=True)]
+    )
+
+
 _VALUES = {
     b"UID": lambda row: row.uid,
     b"FLAGS": lambda row: FLAGS_TEXT(row.flags),
     b"MODSEQ": lambda row: shown(row.modseq),
     b"INTERNALDATE": lambda row: bytes(DateTime(row.received or _NO_DATE)),
+    b"RFC822.SIZE": lambda row: row.message_size,
 }
+
+
+def answerable(items: tuple[bytes, ...], chosen: Chosen) -> bool:
+    """Whether the rows tell every item asked of them: RFC822.SIZE only where the node
+    gave the size of the bytes it serves (`Listed.message_size`)."""
+    if b"RFC822.SIZE" not in items:
+        return True
+    rows = chosen.rows if isinstance(chosen, Ordered) else (row for _, row in chosen)
+    return all(row.message_size is not None for row in rows)
 
 
 def _merge(items: tuple[bytes, ...], parts: list[bytes], other: dict[bytes, bytes]) -> list[bytes]:
@@ -145,22 +194,22 @@ class ListedLines(UntaggedResponse):
     """A range's FETCH lines from the listed rows (`render`), rendered when written."""
 
     def __init__(
-        self, items: tuple[bytes, ...], rows: Sequence[tuple[int, Listed]],
-        session_flags: SessionFlags,
+        self, items: tuple[bytes, ...], rows: Chosen, session_flags: SessionFlags,
     ) -> None:  # fmt: skip
         super().__init__()
         self._items = items
         self._rows = rows
         self._session_flags = session_flags
-        self._seqs = frozenset(seq for seq, _ in rows)
         self._merged: dict[int, dict[bytes, bytes]] = {}
 
     def absorb(self, untagged: list[UntaggedResponse]) -> list[UntaggedResponse]:
         """`untagged` less the FETCH answers of messages these lines answer, merged into
         their lines (pymap merges a command's FETCH answers of one message)."""
         left: list[UntaggedResponse] = []
+        seqs = (range(1, len(self._rows) + 1) if isinstance(self._rows, Ordered)
+                else frozenset(seq for seq, _ in self._rows))  # fmt: skip
         for each in untagged:
-            if isinstance(each, FetchResponse) and each.seq in self._seqs:
+            if isinstance(each, FetchResponse) and each.seq in seqs:
                 into = self._merged.setdefault(each.seq, {})
                 for attr, value in each.data.items():
                     into[attr.value] = bytes(value)

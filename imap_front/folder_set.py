@@ -64,6 +64,23 @@ class Folders(MailboxSetInterface[Folder]):
         return Folder(self._api, folder, status.uidvalidity, clock=self._clock,
                       metrics=self._metrics, listings=self._listings)  # fmt: skip
 
+    def kept(self, name: str) -> Folder | None:
+        """The folder `name` as the front's rows of it say (no store call), for a SELECT
+        that polls the change feed before it trusts them (`Folder.select_kept`); None when
+        no rows of it here are known current at a cursor of the feed.  A folder deleted,
+        renamed or made again since would be named by the feed: the rows cannot outlive it
+        unseen."""
+        folder = node_name(name)
+        rows = self._listings.kept(folder)
+        if rows is None or rows.database != self._api.database or not rows.cursor:
+            return None
+        return Folder(self._api, folder, rows.uidvalidity, clock=self._clock,
+                      metrics=self._metrics, listings=self._listings)  # fmt: skip
+
+    def looked_up(self, name: str, folder: Folder) -> None:
+        """`folder` is what `name` is now (as `get_mailbox` notes it for `known`)."""
+        self._validity[name] = (self._api.database, folder.uid_validity)
+
     def known(self, name: str) -> Folder | None:
         """The selected folder `name` as this session last looked it up (no store call),
         for a command that lists it (`Folder.refresh` checks it is still the same folder:

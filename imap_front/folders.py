@@ -42,7 +42,7 @@ from pymap.mailbox import MailboxSnapshot
 from pymap.message import BaseLoadedMessage, BaseMessage
 from pymap.parsing.message import AppendMessage
 from pymap.parsing.specials import FetchRequirement, ObjectId
-from pymap.parsing.specials.flag import Flag
+from pymap.parsing.specials.flag import Flag, Seen
 from pymap.selected import SelectedMailbox, SelectedSet
 
 from dag_common.clock import Clock
@@ -52,7 +52,7 @@ from imap_front.fetching import Bodies, RawLoaded
 from imap_front.listing import Listings, Rows
 from imap_front.metrics import FrontMetrics
 from imap_front.node_api import NODE_INBOX, Listed, MailboxApi, Stored
-from imap_front.selected import CompactMessages
+from imap_front.selected import FLAG_SETS, CompactMessages
 
 logger = logging.getLogger(__name__)
 
@@ -80,30 +80,6 @@ def flag_names(flags: Iterable[Flag]) -> list[str]:
 
 def _flags(names: Iterable[str]) -> frozenset[Flag]:
     return frozenset(Flag(n.encode()) for n in names)
-
-
-_FLAG_SETS: dict[tuple[str, ...], frozenset[Flag]] = {}
-
-
-def _flag_set(names: tuple[str, ...]) -> frozenset[Flag]:
-    """A listed row's flags as pymap's, made once per distinct set (bounded)."""
-    found = _FLAG_SETS.get(names)
-    if found is None:
-        if len(_FLAG_SETS) > 4096:
-            _FLAG_SETS.clear()
-        found = _FLAG_SETS[names] = _flags(names)
-    return found
-
-
-class Shows:
-    """What the selected state takes of a message (`selected.CompactMessages._update`):
-    its UID and flags, without a `Message` (SELECT makes one per row of the folder)."""
-
-    __slots__ = ("permanent_flags", "uid")
-
-    def __init__(self, uid: int, flags: frozenset[Flag]) -> None:
-        self.uid = uid
-        self.permanent_flags = flags
 
 
 class Message(BaseMessage):
@@ -463,13 +439,33 @@ class Folder(MailboxDataInterface[Message]):
             return self._selected_from(selected, rows, feed, database)
         return self._selected_from(selected, await self.refresh(), feed, database)
 
+    async def select_kept(self, selected: SelectedMailbox) -> SelectedMailbox | None:
+        """SELECT from the front's rows with no lookup of the folder (`Folders.kept`): one
+        poll of the feed since the cursor they are known current at; None if it names the
+        folder or a parent, or the mailbox is not live here, or the active is another
+        (`select_mailbox` then looks the folder up and selects it as `_select` does)."""
+        rows = self._listings.kept(self.name)
+        database = self._api.database
+        if rows is None or not rows.cursor or rows.database != database:
+            return None
+        feed = await self._api.changes(rows.cursor, wait=0, epoch=None)
+        if (
+            feed is None or feed.state != MailboxState.LIVE or feed.epoch != rows.cursor_epoch
+            or rows.uidvalidity != self._uidvalidity or self._api.database != database
+            or self._touched(feed)
+        ):  # fmt: skip
+            return None
+        self._rows = rows
+        return self._selected_from(selected, rows, feed, database)
+
     def _selected_from(
         self, selected: SelectedMailbox, rows: Rows, feed: Changes | None, database: str
     ) -> SelectedMailbox:
         """SELECT's state: every row of the folder shown, the feed's cursor taken before."""
         if self._metrics is not None:
             self._metrics.resyncs.labels("whole").inc()
-        selected.add_updates([Shows(r.uid, _flag_set(r.flags)) for r in rows.by_uid.values()], [])
+        ordered = rows.ordered()  # shared by the sessions selecting the folder: no copy
+        _compact(selected).show(ordered.uids, ordered.flags)
         cursor = feed.last_change_number if feed is not None else 0
         epoch = feed.epoch if feed is not None else 0
         if self._api.database != database or rows.database != database:
@@ -555,11 +551,13 @@ class Folder(MailboxDataInterface[Message]):
 
     async def snapshot(self) -> MailboxSnapshot:
         listing = await self._listed()
-        unseen = [i for i, m in enumerate(listing.sorted(), 1) if "\\Seen" not in m.flags]
+        numbers = listing.ordered().flags  # counted by flag set, not message by message
+        unseen = [n for n in set(numbers) if Seen not in FLAG_SETS[n]]
+        first = min((numbers.index(n) for n in unseen), default=None)
         return MailboxSnapshot(
             self.mailbox_id, False, listing.uidvalidity, self.permanent_flags,
-            self.session_flags, len(listing.by_uid), 0, len(unseen),
-            unseen[0] if unseen else None, listing.uid_next,
+            self.session_flags, len(numbers), 0, sum(numbers.count(n) for n in unseen),
+            None if first is None else first + 1, listing.uid_next,
         )  # fmt: skip
 
     async def messages(self) -> AsyncIterable[Message]:

@@ -23,10 +23,41 @@ the feed quiet for its folder since then reads no listing at all (`folders.Folde
 from __future__ import annotations
 
 import asyncio
+from array import array
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from imap_front.node_api import FolderUids, Listed, MailboxApi
+from imap_front.selected import FLAG_SETS, flag_set
+
+
+@dataclass(frozen=True, slots=True)
+class Ordered:
+    """A folder's rows in UID order, as the selected state holds them: the UIDs
+    (`array('I')`), each one's flag-set number (`selected.FLAG_SETS`, `array('H')`) and the
+    rows themselves.  Made once per change of the rows and shared by every session that
+    selects the folder: the arrays are never changed in place (`selected.CompactMessages`
+    replaces them), so a SELECT of a quiet folder takes them as they are."""
+
+    uids: array[int]
+    flags: array[int]
+    rows: list[Listed]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def pairs(self) -> list[tuple[int, Listed]]:
+        """(sequence number, row) of every row, as a FETCH of them all chooses them."""
+        return list(zip(range(1, len(self.rows) + 1), self.rows, strict=True))
+
+    @classmethod
+    def of(cls, by_uid: dict[int, Listed]) -> Ordered:
+        rows = [by_uid[u] for u in sorted(by_uid)]
+        numbers: dict[tuple[str, ...], int] = {}
+        for names in {r.flags for r in rows}:
+            numbers[names] = FLAG_SETS.number(flag_set(names))
+        return cls(array("I", [r.uid for r in rows]),
+                   array("H", [numbers[r.flags] for r in rows]), rows)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -44,6 +75,7 @@ class Rows:
     # to: set by a command that polled the feed before reading them (`Folder.quiet`).
     cursor: int = 0
     cursor_epoch: int = 0
+    _ordered: Ordered | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of(cls, database: str, listing: FolderUids) -> Rows:
@@ -51,7 +83,18 @@ class Rows:
                    listing.highest_modseq, {m.uid: m for m in listing.messages})  # fmt: skip
 
     def sorted(self) -> list[Listed]:
-        return [self.by_uid[u] for u in sorted(self.by_uid)]
+        return self.ordered().rows
+
+    def ordered(self) -> Ordered:
+        """The rows in UID order (`Ordered`), made again only after they changed."""
+        found = self._ordered
+        if found is None:
+            found = self._ordered = Ordered.of(self.by_uid)
+        return found
+
+    def changed(self) -> None:
+        """`by_uid` was changed: the order made of it is not current."""
+        self._ordered = None
 
 
 def _applies(rows: Rows, since: FolderUids, database: str) -> bool:
@@ -145,6 +188,8 @@ class Listings:
                     kept.by_uid[row.uid] = row
                 for uid in since.expunged:
                     kept.by_uid.pop(uid, None)
+                if since.messages or since.expunged:
+                    kept.changed()
                 kept.uid_next = since.uid_next
                 kept.highest_modseq = since.highest_modseq
                 if len(kept.by_uid) != kept.counted:

@@ -71,6 +71,9 @@ class Listed:
     modseq: int
     size: int
     received: datetime | None
+    # The bytes GET …/message serves (RFC822.SIZE), where the node's row tells it; None: not
+    # without reading them (a text item presented as mail, a Latin-1 message).
+    message_size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +220,15 @@ class MailboxApi:
             uid_next=body["uid_next"],
             highest_modseq=body["highest_modseq"],
             messages=tuple(
-                Listed(m[0], m[1], tuple(m[2]), m[3], m[4], _received(m[5]))
+                Listed(
+                    m[0],
+                    m[1],
+                    tuple(m[2]),
+                    m[3],
+                    m[4],
+                    _received(m[5]),
+                    m[6] if len(m) > 6 else None,
+                )
                 for m in body["messages"]
             ),
             expunged=tuple(body["expunged"]),

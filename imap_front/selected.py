@@ -74,6 +74,19 @@ class FlagSets:
 
 FLAG_SETS = FlagSets()
 
+_BY_NAMES: dict[tuple[str, ...], frozenset[Flag]] = {}
+
+
+def flag_set(names: tuple[str, ...]) -> frozenset[Flag]:
+    """A listed row's flags (the node's names) as pymap's, made once per distinct set
+    (bounded)."""
+    found = _BY_NAMES.get(names)
+    if found is None:
+        if len(_BY_NAMES) > 4096:
+            _BY_NAMES.clear()
+        found = _BY_NAMES[names] = frozenset(Flag(n.encode()) for n in names)
+    return found
+
 
 class ShownMessage(BaseMessage):
     """A message as the session's state holds it: its UID and flags (pymap asks the folder,
@@ -116,6 +129,13 @@ class CompactMessages(SynchronizedMessages):
     def __contains__(self, uid: object) -> bool:
         return isinstance(uid, int) and self.index(uid) is not None
 
+    def show(self, uids: array[int], flags: array[int]) -> None:
+        """Every message of a folder shown at once (SELECT), from the front's rows
+        (`listing.Ordered`): the arrays taken as they are, since none is changed in place."""
+        if len(uids) != len(flags):
+            raise ValueError("as many flag-set numbers as UIDs")
+        self.uids, self.flags = uids, flags
+
     def _rebuild(self, flags_by_uid: dict[int, int]) -> None:
         uids = sorted(flags_by_uid)
         self.uids = array("I", uids)
@@ -154,6 +174,8 @@ class CompactMessages(SynchronizedMessages):
 
     def _chosen(self, seq_set: SequenceSet) -> Iterable[tuple[int, int]]:
         """(position, UID) of the messages `seq_set` names."""
+        if seq_set.is_all:  # 1:* (by UID or number): every message shown, no set made
+            return enumerate(self.uids)
         if seq_set.uid:
             wanted = seq_set.flatten(self.max_uid)
             return ((i, u) for i, u in enumerate(self.uids) if u in wanted)

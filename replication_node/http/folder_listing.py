@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from dag_common.rfc822 import BodyFormat
 from replication_node.storage.reader import ItemRow, MailboxReader
 
 T = TypeVar("T")
@@ -41,9 +42,22 @@ async def _off_loop(fn: Callable[[], T]) -> T:
 
 
 def message_rows(items: list[ItemRow]) -> list[list[Any]]:
-    """The listing's `messages`: `[uid, item_id, flags, modseq, size, received]` each."""
+    """The listing's `messages`: `[uid, item_id, flags, modseq, size, received,
+    message_size]` each.  `size` is the stored body's, in UTF-8; `message_size` the length
+    of the bytes GET …/message serves (IMAP's RFC822.SIZE) where the row alone tells it: a
+    message kept as UTF-8 (`BodyFormat.MESSAGE`) is its body's bytes, so `size`.  Null for
+    the others: a message kept as Latin-1 is served as fewer bytes than its body's UTF-8
+    when it has 8-bit bytes, and a text item is served as a message made of it."""
     return [
-        [r.uid, r.item_id, list(r.flags), r.modseq, r.size, r.received]
+        [
+            r.uid,
+            r.item_id,
+            list(r.flags),
+            r.modseq,
+            r.size,
+            r.received,
+            r.size if r.format is BodyFormat.MESSAGE else None,
+        ]
         for r in items
         if not r.deleted
     ]

@@ -246,8 +246,9 @@ def _since_modseq(request: web.Request) -> int:
 
 async def folder_uids(request: web.Request) -> web.Response:
     """A folder's messages by UID, without bodies: `[uid, item_id, flags, modseq, size,
-    received]` each, changed after `?since_modseq=N` (all without it), and the UIDs
-    expunged since N, those moved out to another folder included."""
+    received, message_size]` each (`folder_listing.message_rows`), changed after
+    `?since_modseq=N` (all without it), and the UIDs expunged since N, those moved out to
+    another folder included."""
     mailbox = mailbox_name(request)
     folder = _folder(request)
     since = _since_modseq(request)

@@ -17,8 +17,9 @@ from pymap.parsing.specials.flag import Deleted, Flagged, Seen
 from pymap.selected import SelectedMailbox
 
 from imap_front.condstore import ModseqAttributes, ModseqFetchAttribute
-from imap_front.fetch_lines import ListedLines, listed_only, render
+from imap_front.fetch_lines import ListedLines, answerable, listed_only, render
 from imap_front.folders import Message
+from imap_front.listing import Ordered
 from imap_front.node_api import Listed
 from imap_front.selected import CompactSelected
 
@@ -71,10 +72,14 @@ def test_the_lines_are_pymaps(spec, items, recent) -> None:
     ours = render(wanted, rows, selected.session_flags)
     assert ours == pymaps(rows, attrs, selected)
     assert bytes(ListedLines(wanted, rows, selected.session_flags)) == ours or not rows
+    # `UID FETCH 1:*` of the rows shown: the same lines rendered from the rows' arrays
+    whole = Ordered.of({row.uid: row for _, row in rows})
+    assert render(wanted, whole, selected.session_flags) == ours
+    assert bytes(ListedLines(wanted, whole, selected.session_flags)) == ours or not rows
 
 
 def test_anything_else_goes_pymaps_way() -> None:
-    assert listed_only([FetchAttribute(b"UID"), FetchAttribute(b"RFC822.SIZE")]) is None
+    assert listed_only([FetchAttribute(b"UID"), FetchAttribute(b"RFC822")]) is None
     assert listed_only([FetchAttribute(b"BODY")]) is None
     assert listed_only([FetchAttribute(b"ENVELOPE")]) is None
     assert listed_only([FetchAttribute(b"FLAGS"), FetchAttribute(b"UID")]) == (b"FLAGS", b"UID")
@@ -111,7 +116,35 @@ def test_an_unsolicited_fetch_is_merged_as_pymap_merges_it(spec, items, changed,
         msg = Message.listed(row, api=None)  # type: ignore[arg-type]
         theirs.add_untagged(FetchResponse(seq, ModseqAttributes(msg, other, attrs)))
     theirs.add_untagged(*news)
-    lines = ListedLines(listed_only(attrs), rows, selected.session_flags)  # type: ignore[arg-type]
-    ours = ResponseOk(b"t", b"done")
-    ours.add_untagged(lines, *lines.absorb(list(news)))
-    assert bytes(ours) == bytes(theirs)
+    for chosen in (rows, Ordered.of({row.uid: row for _, row in rows})):
+        lines = ListedLines(listed_only(attrs), chosen, selected.session_flags)  # type: ignore[arg-type]
+        ours = ResponseOk(b"t", b"done")
+        ours.add_untagged(lines, *lines.absorb(list(news)))
+        assert bytes(ours) == bytes(theirs)
+
+
+def test_rfc822_size_is_the_served_length_the_listing_gives() -> None:
+    """RFC822.SIZE from the listing's `message_size` (the bytes GET …/message serves) where
+    every row chosen has one, as pymap renders the number; a row without one (a text item
+    presented as mail) sends the FETCH down pymap's path, which reads the bytes."""
+    selected = CompactSelected(ObjectId(b"F1"), False, PermanentFlags([]), SessionFlags([]))
+    sized = [(i, Listed(i, f"id{i}", (), i, 100, None, 4091 + i)) for i in (1, 2)]
+    attrs = [FetchAttribute(b"UID"), FetchAttribute(b"RFC822.SIZE"), FetchAttribute(b"FLAGS")]
+    items = listed_only(attrs)
+    assert items == (b"UID", b"RFC822.SIZE", b"FLAGS")
+    theirs = b"".join(
+        bytes(FetchResponse(seq, [FetchValue.of(attrs[0], Number(row.uid)),
+                                  FetchValue.of(attrs[1], Number(row.message_size)),
+                                  FetchValue.of(attrs[2], List([], sort=True))]))
+        for seq, row in sized
+    )  # fmt: skip
+    whole = Ordered.of({row.uid: row for _, row in sized})
+    for chosen in (sized, whole):
+        assert answerable(items, chosen)
+        assert render(items, chosen, selected.session_flags) == theirs
+    selected.session_flags.add_recent(2)  # the per-line path too
+    assert b"RFC822.SIZE 4093" in render(items, sized, selected.session_flags)
+    text = [*sized, (3, Listed(3, "id3", (), 3, 100, None))]
+    assert not answerable(items, text)
+    assert not answerable(items, Ordered.of({row.uid: row for _, row in text}))
+    assert answerable((b"UID",), text)

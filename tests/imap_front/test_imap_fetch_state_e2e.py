@@ -91,6 +91,39 @@ def _run(lab_, ca) -> None:
     typ, data = a.uid("FETCH", "1:*", "(FLAGS)")
     assert typ == "NO", (typ, data)
     assert a.select("Old/Sub") == ("OK", [b"3"])
+    assert len(a.uid("FETCH", "1:*", "(FLAGS)")[1]) == 3
+    validity = a.response("UIDVALIDITY")[1]
+
+    # A SELECT from the front's rows, no lookup of the folder (`Folder.select_kept`), sees
+    # the folder as it is now: a message appended, the folder deleted and made again by
+    # another session (another UIDVALIDITY, empty), its parent renamed away.
+    assert a.select("INBOX")[0] == "OK"
+    assert b.append("Old/Sub", None, None, MSG % (5, 5))[0] == "OK"
+    assert a.select("Old/Sub") == ("OK", [b"4"])
+    assert a.select("INBOX")[0] == "OK"
+    assert b.delete("Old/Sub")[0] == "OK" and b.create("Old/Sub")[0] == "OK"
+    assert a.select("Old/Sub") == ("OK", [b"0"])
+    assert a.response("UIDVALIDITY")[1] != validity
+    assert a.select("INBOX")[0] == "OK"
+    assert b.rename("Old", "Older")[0] == "OK"
+    assert a.select("Old/Sub")[0] == "NO"
+    assert a.select("Older/Sub") == ("OK", [b"0"])
+
+    # RFC822.SIZE is the length of the bytes served: from the listing for messages kept as
+    # UTF-8 (non-ASCII included), read from the bytes for a Latin-1 one with 8-bit bytes.
+    utf8 = "Subject: café\r\n\r\nnaïve\r\n".encode()
+    latin1 = "Subject: caf\xe9\r\n\r\nna\xefve\r\n".encode("latin-1")
+    for raw in (MSG % (6, 6), utf8, latin1):
+        assert b.append("Older/Sub", None, None, raw)[0] == "OK"
+    c = logged_in(front.port, ca)
+    assert c.select("Older/Sub") == ("OK", [b"3"])
+    for wanted, sizes in (("1:2", [len(MSG % (6, 6)), len(utf8)]),
+                          ("1:*", [len(MSG % (6, 6)), len(utf8), len(latin1)])):  # fmt: skip
+        typ, data = c.uid("FETCH", wanted, "(UID RFC822.SIZE)")
+        assert typ == "OK", data
+        got = [int(re.search(rb"RFC822.SIZE (\d+)", d).group(1)) for d in data]
+        assert got == sizes, (wanted, data)
+    c.logout()
     for m in (a, b):
         m.logout()
 

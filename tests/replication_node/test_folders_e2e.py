@@ -208,3 +208,32 @@ async def test_bad_imap_requests_are_refused_and_change_nothing(
     assert got == status, answer
     assert "error" in answer or answer["modified"] == [{"uid": 1, "item_id": "a"}]
     assert (await c.ok("GET", "mbx1", BOX), await c.items("mbx1", "DB1", "alice")) == before
+
+
+async def test_a_listing_gives_the_size_of_the_bytes_served_where_its_row_tells_it(cluster):
+    """`message_size` (RFC822.SIZE): the length of GET …/message's bytes for a message kept
+    as UTF-8, non-ASCII included; null for a Latin-1 message with 8-bit bytes (its body's
+    UTF-8, `size`, is longer than what is served) and for a text item (served as a message
+    made of it) — on the active and on the passive after replay."""
+    c = cluster
+    await c.ok("PUT", "mbx1", BOX, json={"folders": ["Inbox"]})
+    mail = {
+        "utf8": "Subject: café\r\n\r\nnaïve body\r\n".encode(),
+        "latin1": "Subject: caf\xe9\r\n\r\nna\xefve body\r\n".encode("latin-1"),
+    }
+    headers = {"Content-Type": "message/rfc822"}
+    for item_id, raw in mail.items():
+        await c.ok("PUT", "mbx1", f"{BOX}/items/{item_id}/message", data=raw, headers=headers)
+    await c.ok("POST", "mbx1", f"{BOX}/items", json={"items": [{"item_id": "text", "body": "é"}]})
+    served = {}
+    for item_id in ("utf8", "latin1", "text"):
+        status, raw = await c.call("GET", "mbx1", f"{BOX}/items/{item_id}/message")
+        assert status == 200, raw
+        served[item_id] = raw
+    assert served["utf8"] == mail["utf8"] and served["latin1"] == mail["latin1"]
+    await converged(c, "DB1", "mbx1", ["mbx2"])
+    for node in ("mbx1", "mbx2"):
+        rows = {m[1]: m for m in (await uids(c, node, "Inbox"))["messages"]}
+        assert rows["utf8"][6] == len(served["utf8"]) == rows["utf8"][4]
+        assert rows["latin1"][6] is None and rows["latin1"][4] != len(served["latin1"])
+        assert rows["text"][6] is None and rows["text"][4] != len(served["text"])
