@@ -16,10 +16,10 @@ from __future__ import annotations
 import http.client
 import ssl
 import time
-from typing import Any
 from urllib.parse import urlsplit
 
 from dag_common.auth import bearer
+from dag_common.json_object import JsonObject
 from dag_common.model import NodeStatus
 from dag_common.node_answer import (
     NoAnswer,
@@ -114,7 +114,7 @@ def get_json(
     timeout: float,
     ssl_context: ssl.SSLContext | None,
     headers: dict[str, str] | None = None,
-) -> tuple[int, dict[str, Any]]:
+) -> tuple[int, JsonObject]:
     """An admin GET, answered as `node_status.admin_request` answers it: (HTTP status, JSON
     object), at least 500 with an `error` sentence for a body that is not one; NoAnswer."""
     code, raw = get(

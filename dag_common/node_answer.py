@@ -14,11 +14,11 @@ import errno
 import json
 import socket
 import ssl
-from typing import Any
 
 import orjson
 from pydantic import ValidationError
 
+from dag_common.json_object import JsonObject
 from dag_common.model import NodeStatus
 
 UNREACHABLE = 599
@@ -75,7 +75,7 @@ def node_status_of(url: str, code: int, body: bytes, *, expect_node: str | None)
     return status
 
 
-def json_answer(code: int, raw: bytes) -> tuple[int, dict[str, Any]]:
+def json_answer(code: int, raw: bytes) -> tuple[int, JsonObject]:
     """An admin call's answer: (HTTP status, JSON object).  One that is not a JSON object
     (an error page, a cut body) is at least 500 with an `error` sentence."""
     try:
