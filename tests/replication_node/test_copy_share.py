@@ -191,6 +191,18 @@ async def test_a_bit_flip_in_a_continuation_is_refused_naming_it_and_taken_from_
         result = await store.put_items("m", [ItemIn(item_id="big", body=text)])
         last = await share.roll()
         await wait_until("the first copy replays it", replayed_through(first.copy, last))
+        # The active writes its own file past the item (LLR depth 2: two more rolls), as it
+        # does llr_depth generations after any write; only then is the flip made, so what is
+        # damaged is a generation the copies still need and the active no longer reads.  (An
+        # active that must read back a damaged generation still in its LLR window fails its
+        # flush: docs/concepts/memory.md, "Not yet bounded".)
+        for _ in range(2):
+            await share.roll()
+        assert share.active.copy is not None
+        copy = share.active.copy
+        await wait_until(
+            "the active's file holds the item", lambda: copy.db.header.waypoint >= last
+        )
         continued = [
             (g, r)
             for g in range(result.lsn.generation - 4, result.lsn.generation)
