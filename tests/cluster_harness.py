@@ -401,6 +401,20 @@ class LocalCluster:
 
         await self.wait_for(f"{database}\\{node} to be {status}", reached)
 
+    async def lossy_failover(self, dead: str, to: str, database: str = "DB1") -> dict[str, Any]:
+        """kill -9 `dead` (the active of `database`), then mount `to`'s copy as an operator
+        does after a loss: resumed, seen DisconnectedAndHealthy, activated under
+        BestAvailability, Mounted; the activation's answer (`lost_logs`, ...)."""
+        self.kill(dead)
+        await self.ok("POST", to, f"/v1/databases/{database}/copies/{to}/resume")
+        await self.wait_status(to, database, "DisconnectedAndHealthy")
+        activated = await self.ok(
+            "POST", to, f"/v1/databases/{database}/activate",
+            json={"node": to, "mount_dial_override": "BestAvailability"},
+        )  # fmt: skip
+        await self.wait_status(to, database, "Mounted")
+        return activated
+
     async def wait_for(self, what: str, check: Check, timeout: float = 60) -> None:
         """`wait_until`, taking a node that does not answer yet as "not yet"."""
         await wait_until(

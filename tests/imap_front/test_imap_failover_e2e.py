@@ -221,15 +221,8 @@ async def test_a_lossy_failover_gives_no_uid_shown_to_another_message(lab):
     for uid in range(1, 9):
         assert was[uid][0].endswith(sent[uid]), uid
 
-    c.kill("mbx1")
-    await c.ok("POST", "mbx2", "/v1/databases/DB1/copies/mbx2/resume")
-    await c.wait_status("mbx2", "DB1", "DisconnectedAndHealthy")
-    activated = await c.ok(
-        "POST", "mbx2", "/v1/databases/DB1/activate",
-        json={"node": "mbx2", "mount_dial_override": "BestAvailability"},
-    )  # fmt: skip
+    activated = await c.lossy_failover("mbx1", to="mbx2")
     assert activated["lost_logs"] >= 1, activated
-    await c.wait_status("mbx2", "DB1", "Mounted")
 
     async def redelivered() -> bool:
         return "Success" in ((await c.status("mbx2"))["DB1"].get("redelivery") or "")
@@ -355,15 +348,8 @@ async def test_after_a_lossy_failover_changedsince_returns_every_message(lab):
 
     held = await asyncio.to_thread(store_and_hold)
 
-    c.kill("mbx1")
-    await c.ok("POST", "mbx2", "/v1/databases/DB1/copies/mbx2/resume")
-    await c.wait_status("mbx2", "DB1", "DisconnectedAndHealthy")
-    activated = await c.ok(
-        "POST", "mbx2", "/v1/databases/DB1/activate",
-        json={"node": "mbx2", "mount_dial_override": "BestAvailability"},
-    )  # fmt: skip
+    activated = await c.lossy_failover("mbx1", to="mbx2")
     assert activated["lost_logs"] >= 1, activated
-    await c.wait_status("mbx2", "DB1", "Mounted")
 
     def after() -> dict[int, frozenset[bytes]]:
         m = condstore_session(front.port, ca)
