@@ -48,6 +48,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -479,13 +480,16 @@ async def scale(s: Servers, args: argparse.Namespace, templates: tuple[bytes, ..
     out: dict[str, Any] = {"sessions": n, "front_nofile": nofile(s.front.proc.pid)}
     opened: dict[Side, imap_scale.Opened] = {}
     front, master = s.front.proc.pid, s.dovecot.proc.pid
-    for side in Side:
+    for side in (Side.FRONT, Side.DOVECOT):
         port, login = s.imap_port(side), f'LOGIN {s.user(side)} "{PASSWORD}"'.encode()
 
         def measure(side: Side = side) -> dict:
             if side == Side.FRONT:
-                return imap_scale.settled(lambda: imap_scale.front_memory(front), "rss")
-            return imap_scale.settled(lambda: imap_scale.dovecot_memory(master), "pss")
+                got = imap_scale.settled(lambda: imap_scale.front_memory(front), "rss")
+            else:
+                got = imap_scale.settled(lambda: imap_scale.dovecot_memory(master), "pss")
+            print(f"  {side}: {got}; {load()}", flush=True)
+            return got
 
         def give_up(m: dict, side: Side = side) -> str:
             if side == Side.FRONT and m["rss"] > cap_kib:
@@ -500,8 +504,8 @@ async def scale(s: Servers, args: argparse.Namespace, templates: tuple[bytes, ..
         out[f"{side}_memory"] = o.memory
         out[f"{side}_open_seconds"] = o.seconds
         out[f"{side}_stopped"] = o.stopped
-        for count, reading in o.memory:
-            print(f"  {side}: {count} idle sessions: {reading}; {load()}", flush=True)
+        print(f"  {side}: at " + ", ".join(str(c) for c, _ in o.memory) + f" sessions; "
+              f"{o.seconds:.1f} s to open them", flush=True)  # fmt: skip
         if o.stopped:
             print(f"  {side}: {o.stopped}", flush=True)
     seen: dict[Side, list[list[float]]] = {side: [] for side in Side}
@@ -739,6 +743,9 @@ def main() -> None:
     if args.scale:  # two descriptors a session on each side, the servers' own besides
         imap_scale.raise_nofile(4 * args.sessions + 1000)
     started = time.perf_counter()
+    # a TERM (a run stopped from another shell: a background job ignores INT) stops the
+    # servers on the way out, as an interrupt does
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     with work_dir(args) as base:
         base.chmod(0o755)
         res = asyncio.run(run(base, args))

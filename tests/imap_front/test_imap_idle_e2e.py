@@ -132,3 +132,51 @@ async def test_idle_carries_on_through_a_switchover(lab):  # noqa: F811
     assert 'imap_front_feed_polls_total{outcome="epoch"} 1.0' in text, text
     done = await asyncio.to_thread(idler.done)
     assert done.split()[1] == b"OK", done
+
+
+async def node_waiters(cluster, node: str = "mbx1") -> float:
+    """The node's `replication_change_waiters`: requests waiting on change feeds now."""
+    text = (await cluster.call("GET", node, "/metrics"))[1].decode()
+    line = next(x for x in text.splitlines() if x.startswith("replication_change_waiters "))
+    return float(line.split()[1])
+
+
+async def front_metric(front, name: str) -> float:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{front.metrics_port}/metrics") as resp,
+    ):
+        text = await resp.text()
+    return float(next(x for x in text.splitlines() if x.startswith(name + " ")).split()[1])
+
+
+async def test_sessions_idling_on_one_mailbox_wait_on_one_request_to_the_node(lab):  # noqa: F811
+    """Three sessions idling on one mailbox hold one long poll on the node between them, not
+    one each (`feed_polls.py`: past 100 idlers, a poll each filled the front's pool to the
+    nodes and stalled every other session's commands); a delivery still reaches all three."""
+    cluster, hubs, front, ca = lab
+    idlers = [await asyncio.to_thread(Idler, front.port, ca) for _ in range(3)]
+
+    async def all_idle() -> bool:
+        idle = await front_metric(front, 'imap_front_sessions{state="idle"}')
+        return idle == 3 and await node_waiters(cluster) >= 1
+
+    await cluster.wait_for("three sessions idling, a poll on the node", all_idle)
+
+    def other_session() -> None:  # commands of another session, after the polls were sent
+        other = logged_in(front.port, ca)
+        assert other.select("INBOX")[0] == "OK"
+        assert other.noop()[0] == "OK"
+        other.logout()
+
+    await asyncio.to_thread(other_session)
+    assert await node_waiters(cluster) == 1
+
+    def run() -> list[bytes]:
+        deliver(hubs, 1)
+        return [line for i in idlers for line in i.until(b"* 1 EXISTS")] + [
+            i.done() for i in idlers
+        ]
+
+    told = await asyncio.to_thread(run)
+    assert all(line.split()[1] == b"OK" for line in told[-3:]), told
