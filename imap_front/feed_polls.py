@@ -11,8 +11,11 @@ mailbox stalled at about 165 (bench/README.md, *imap: 1,000 idle sessions*).  He
   first starts it, the others wait on its answer (`FeedPolls.changes`).  After a change
   every session of the mailbox resyncs to the same cursor, so they meet again on the next
   poll.  A session that says DONE leaves the request; the last one to leave cancels it.
-- the polls go over a node client of their own (`nodes`, whose pool is unbounded: at most
-  one connection for each mailbox idling), so a command never waits behind an idler.
+- the polls go over connections of their own (the node client's `poll_session`, whose
+  pool is unbounded: one connection for each mailbox idling), so a command never waits
+  behind an idler.  The client is the commands' one: the active it follows a switchover
+  to is theirs too (a client of its own for the polls had the commands read the old
+  active after the polls had followed the new one).
 
 A shared answer (or failure) is each waiter's own: `Changes` is a frozen value, and each
 session takes its own decisions from it (`folders.Folder._poll_until`).

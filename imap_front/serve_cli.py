@@ -59,11 +59,13 @@ async def _serve(
     clock = SystemClock()
     store = open_cluster_store(config)
     session = client_session(config)
-    nodes = NodeStoreClient(config, token=token, session=session, clock=clock)
     # IDLE's long polls on connections of their own (unbounded: one per mailbox idling),
     # so that no command waits behind them (feed_polls.py)
     poll_session = client_session(config, limit=0)
-    feeds = FeedPolls(NodeStoreClient(config, token=token, session=poll_session, clock=clock))
+    nodes = NodeStoreClient(
+        config, token=token, session=session, clock=clock, poll_session=poll_session
+    )
+    feeds = FeedPolls(nodes)
     front = FrontConfig(
         host=host, port=sockets[0].getsockname()[1], ssl_context=ssl_ctx,
         max_line=int(settings.max_line), max_literal=int(settings.max_literal),
