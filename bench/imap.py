@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/imap.py [--small] [--messages 10000] [--rounds 3] [--idle 50]
         [--mbsync-cap 180] [--sessions 1000] [--max-front-rss-mib 6144]
-        [--max-open-seconds 900] [--no-fetches] [--profile PY_SPY] [--dir var/bench-imap]
+        [--max-open-seconds 900] [--no-fetches] [--scale [--at-once 4]] [--profile PY_SPY]
+        [--dir var/bench-imap] [--keep]
 
 The figures in bench/README.md: `--rounds 2 --mbsync-cap 180 --max-open-seconds 300
 --profile .../py-spy`, then `--no-fetches --max-open-seconds 300` for IDLE and memory.
@@ -33,6 +34,11 @@ round's figures printed; the ratio ours / Dovecot (target >= 0.5 each).
   front's RSS once it stops moving, after one warm session and after all, over the sessions
   (target < 200 KB).  Stopped early, and said so, if the front's RSS passes
   `--max-front-rss-mib` (the machine is shared) or opening them takes `--max-open-seconds`.
+
+`--scale` (no fetches; bench/imap_scale.py): `--sessions` idle sessions on each side, the
+front's first, left open, memory read from /proc at a tenth, a quarter, a half and all (the
+front's VmRSS, VmHWM and Pss; Dovecot's Rss, Pss and USS summed over its processes), then
+`--idle` deliveries, alternating sides, each timed to every idler's `* n EXISTS`.
 
 Every fetch is checked: as many FETCH answers as messages, and each body's literal read
 whole.  `--small`: 200 messages, one round, 5 IDLE messages, 20 sessions: the script
