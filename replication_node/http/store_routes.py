@@ -43,6 +43,7 @@ from replication_node.http.context import (
     store_of,
 )
 from replication_node.http.directory_claim import claim_new
+from replication_node.http.items_body import items_json, with_bodies
 from replication_node.http.items_stream import stream_items
 from replication_node.http.models import FolderIn, ItemIn, ItemsIn, MailboxIn, parse
 from replication_node.storage.reader import ItemsPage
@@ -215,12 +216,14 @@ async def post_items(request: web.Request) -> web.Response:
     # chunked one grow to.  Past the budget the write waits, then is refused with 503.
     size = body_share(request, limit)
     async with node_of(request).memory.share(size, f"a write of items to {db}"):
-        raw = await json_body(request, limit)
+        # A large body is taken out of the JSON in place and carried as its bytes
+        # (`items_body.py`): the request's bytes are its only copy here.
+        raw, taken = await items_json(request, limit)
         # Several items ({"items": [...]}, one transaction) or one item as the body itself.
         batch = "items" in raw
         items = parse(ItemsIn, raw).items if batch else [parse(ItemIn, raw)]
         del raw  # the items hold their text; the parsed JSON's copy goes now
-        items = [_counted(item) for item in items]
+        items = [_counted(item) for item in with_bodies(items, taken)]
         check_item_sizes(items, database=db, max_item_size=max_item_size, batch=batch)
         result = await store_for_write(request).put_items(
             request.match_info["mailbox"],

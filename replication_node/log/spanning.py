@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -326,6 +326,18 @@ class BodyReader:
         Read into one buffer of its size: a body costs its size once, not once per step."""
         out = bytearray(ref.size)
         view = memoryview(out)
+        size = 0
+        for chunk in self.parts(ref, through):
+            view[size : size + len(chunk)] = chunk
+            size += len(chunk)
+        view.release()
+        return out
+
+    def parts(self, ref: BlobRef, through: int) -> Iterator[bytes | memoryview]:
+        """The bytes of `ref` a part at a time (each part's, of the generation read last), from
+        its first part up to generation `through` at most.  LogRecordError as soon as a part
+        is out of order or past its size, and after the last if they do not add up to its
+        size and CRC32C: a caller writing them as they come undoes what it wrote then."""
         size = crc = parts = 0
         for gen in range(ref.id.generation, through + 1):
             for rec in self._generation(gen).records:
@@ -339,19 +351,17 @@ class BodyReader:
                         f"body {ref.id}: part {part} where {parts} was due, or past its "
                         f"{ref.size} bytes"
                     )
-                view[size : size + len(chunk)] = chunk
                 parts += 1
                 size += len(chunk)
                 crc = crc32c.crc32c(chunk, crc)
+                yield chunk
             if size >= ref.size:
                 break
-        view.release()
         if size != ref.size or crc != ref.crc:
             raise LogRecordError(
                 f"body {ref.id}: its parts through generation {through} hold {size} bytes "
                 f"(CRC32C {crc:08x}), its commit names {ref.size} (CRC32C {ref.crc:08x})"
             )
-        return out
 
     def bodies(self, refs: tuple[BlobRef, ...], through: int) -> list[str]:
         """The staged bodies a TRANSACTION record commits (`decode_transaction`'s refs), read
