@@ -31,8 +31,7 @@ from replication_node.log import logfile
 from replication_node.log.events import Transaction
 from replication_node.log.logfile import ScanResult
 from replication_node.log.operations import PutItem
-from replication_node.log.spanning import BodyReader
-from replication_node.storage.body_parts import BodyParts
+from replication_node.log.spanning import BodyParts, BodyReader
 from replication_node.storage.file_reads import Held, StoredBody
 from replication_node.storage.overlay import LlrOverlay, LoggedBody
 from replication_node.storage.reader import ItemRow

@@ -43,9 +43,11 @@ backups keep or fetch the log from there: a later commit reads those parts back 
 
 from __future__ import annotations
 
+import codecs
+import functools
 import hashlib
 import struct
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -302,6 +304,21 @@ def _names(pending: Pending) -> str:
 # Loads one generation's records (a closed generation, or the open log): LogRecordError or
 # OSError if it cannot.
 Loader = Callable[[int], ScanResult]
+# A UTF-8 check's slice (`counted_text`'s): under the allocator's mmap threshold.
+_CHECK_SLICE = 64 * 1024
+
+# A body this large or larger is given to a reader `as_bytes` as its parts, to be read again
+# as its row is written (`BodyParts`), not whole.
+IN_PLACE = 1 << 20
+
+
+@dataclass(frozen=True)
+class BodyParts:
+    """A staged body's `size` UTF-8 bytes, given a part at a time by `parts()` (read from
+    the log as its row is written: `storage/body_parts.py`)."""
+
+    size: int
+    parts: Callable[[], Iterable[bytes | memoryview]]
 
 
 class BodyReader:
@@ -363,6 +380,30 @@ class BodyReader:
                 f"(CRC32C {crc:08x}), its commit names {ref.size} (CRC32C {ref.crc:08x})"
             )
 
+    def _in_place(self, ref: BlobRef, through: int) -> str:
+        """A large body read `as_bytes` as its parts (`BodyParts`): hashed and checked as
+        UTF-8 a part at a time here, and read again from the log as its row is written, so
+        that a replay holds a part of it, not the whole beside SQLite's copies (issue 52).
+        The parts are read again by a reader of their own (this one's cached generation
+        is the reading thread's)."""
+        h = hashlib.sha256()
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        try:
+            for part in self.parts(ref, through):
+                h.update(part)
+                for start in range(0, len(part), _CHECK_SLICE):
+                    decoder.decode(part[start : start + _CHECK_SLICE])
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError as exc:
+            raise LogRecordError(f"body {ref.id} is not UTF-8 text") from exc
+        parts = functools.partial(BodyReader(self._load).parts, ref, through)
+        return known(
+            "",
+            utf8_size=ref.size,
+            sha256=h.hexdigest(),
+            utf8=BodyParts(ref.size, parts),  # type: ignore[arg-type]
+        )
+
     def bodies(self, refs: tuple[BlobRef, ...], through: int) -> list[str]:
         """The staged bodies a TRANSACTION record commits (`decode_transaction`'s refs), read
         back whole, as text, in the order it names them: each counted and hashed from the
@@ -379,6 +420,9 @@ class BodyReader:
         same text): checked as UTF-8 a slice at a time, no text made of it, nor its copy."""
         out: list[str] = []
         for ref in refs:
+            if self._as_bytes and ref.size >= IN_PLACE:
+                out.append(self._in_place(ref, through))
+                continue
             raw = self.read(ref, through)
             size, sha256 = len(raw), hashlib.sha256(raw).hexdigest()
             if self._as_bytes:

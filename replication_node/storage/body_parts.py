@@ -1,34 +1,28 @@
-"""A body's row written in place from the log, a part at a time (the active's LLR flush).
+"""A body's row written in place from the log, a part at a time (the active's LLR flush, a
+passive's replay).
 
-Why (issue 52): the flush read a staged body back from the log whole and bound it to its
-row, and SQLite held two copies more while the row was written (Python's `sqlite3` binds with
-`SQLITE_TRANSIENT`, a copy; the statement builds the row's record, another): three times a
-large body at once, beside the next writes.  Here the row is inserted with a text of the
-body's length (`CAST(zeroblob(n) AS TEXT)`: the same TEXT every reader reads, zeros for now,
-which SQLite makes and copies into the record once, then lets go), and the body's bytes are
-written into it through incremental BLOB I/O (`Connection.blobopen`, which writes a TEXT
-value in place as it does a BLOB's) as they are read from the log, a part at a time: twice
-the body for the moment of the insert, then no copy of it but a part.  The bytes are those
-the commit names, checked against its size and CRC32C once all are read; a mismatch raises
-inside the caller's SQLite transaction, which then writes nothing.
+Why (issue 52): the flush and the replay read a staged body back from the log whole and
+bound it to its row, and SQLite held two copies more while the row was written (Python's
+`sqlite3` binds with `SQLITE_TRANSIENT`, a copy; the statement builds the row's record,
+another): three times a large body at once, beside the next writes.  Here the row is
+inserted with a text of the body's length (`CAST(zeroblob(n) AS TEXT)`: the same TEXT every
+reader reads, zeros for now, which SQLite makes and copies into the record once, then lets
+go), and the body's bytes (`spanning.BodyParts`) are written into it through incremental
+BLOB I/O (`Connection.blobopen`, which writes a TEXT value in place as it does a BLOB's) as
+they are read from the log, a part at a time: twice the body for the moment of the insert,
+then no copy of it but a part.  The bytes are those the commit names, checked against its
+size and CRC32C once all are read; a mismatch raises inside the caller's SQLite
+transaction, which then writes nothing.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
+from replication_node.log.spanning import BodyParts
+
 BODY = 4  # the body's place in a row for `tables._PUT`
-
-
-@dataclass(frozen=True)
-class BodyParts:
-    """A body's `size` UTF-8 bytes, given a part at a time by `parts()` (from the log)."""
-
-    size: int
-    parts: Callable[[], Iterable[bytes | memoryview]]
 
 
 def put_in_place(conn: sqlite3.Connection, sized_put: str, row: tuple[Any, ...]) -> None:

@@ -41,7 +41,8 @@ from replication_node.log.operations import (
     SetMailbox,
     last_cn,
 )
-from replication_node.storage.body_parts import BODY, BodyParts, put_in_place
+from replication_node.log.spanning import BodyParts
+from replication_node.storage.body_parts import BODY, put_in_place
 from replication_node.storage.moved_out import (
     FORGET_FOLDER,
     RECORD,
