@@ -417,7 +417,8 @@ class BodyReader:
 
         A reader made `as_bytes` gives each as its bytes alone (`counted_text.known` with no
         text, as the active's LLR flush does: `tables.put_rows` binds the bytes, cast to the
-        same text): checked as UTF-8 a slice at a time, no text made of it, nor its copy."""
+        same text): checked as UTF-8 a slice at a time, no text made of it, nor its copy;
+        one of `IN_PLACE` or more as its parts, not read whole (`_in_place`)."""
         out: list[str] = []
         for ref in refs:
             if self._as_bytes and ref.size >= IN_PLACE:
