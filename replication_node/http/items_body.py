@@ -57,7 +57,8 @@ async def items_json(
         got = which.pop(body, None) if isinstance(body, str) else None
         if got is not None:
             assert isinstance(entry, dict)
-            message = entry.get("format") in _MESSAGES
+            fmt = entry.get("format")
+            message = isinstance(fmt, str) and fmt in _MESSAGES  # else its check refuses it
             entry["body"] = header_section(got.utf8) if message else ""
         found.append(got)
     return data, found

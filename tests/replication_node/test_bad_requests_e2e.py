@@ -34,6 +34,7 @@ BAD = [
     ("a bad escape in a large body", "POST", f"{BOX}/items", '{"body": "' + LARGE + '\\q"}', 400, "Invalid \\escape"),
     ("a large body not closed", "POST", f"{BOX}/items", '{"body": "' + LARGE, 400, "not JSON"),
     ("a large message-8bit body past Latin-1", "POST", f"{BOX}/items", {"format": "message-8bit", "body": MESSAGE + "\u20ac"}, 400, "Latin-1"),
+    ("a large body's format a list", "POST", f"{BOX}/items", {"format": ["message"], "body": MESSAGE}, 400, "format"),
     ("a large message's subject not its own", "POST", f"{BOX}/items", {"format": "message", "subject": "t", "body": MESSAGE}, 400, "subject"),
     ("since_change 2^70", "GET", f"{BOX}/items?since_change={2**70}", None, 400, "since_change"),
     ("since_change -1", "GET", f"{BOX}/items?since_change=-1", None, 400, "since_change"),
