@@ -52,6 +52,7 @@ from mrs_client.errors import (
 from mrs_client.gates import Gates, GuaranteeClient
 from mrs_client.item_limits import now_fitting
 from mrs_client.lease import hold, worker_id
+from mrs_client.move_parts import MoveParts
 from mrs_client.move_store import MoveLease, MoveRecord, MoveStore, new_move_id
 from mrs_client.policy import MovePriority, MoveSettings, MoveState, MoveStep, StopRequest
 from mrs_client.steps import Directory, MoveSteps
@@ -117,33 +118,22 @@ class Mover:
         self.max_item_sizes = dict(max_item_sizes or {})
         self.budget = budget or BodyBudget(self.settings.memory_budget)
         self.calls = EndCalls(nodes=nodes, gates=self.gates)
-        self.verifier = Verifier(
+        parts = MoveParts(
             nodes=nodes,
             gates=self.gates,
+            calls=self.calls,
             settings=self.settings,
             max_item_size=self.max_item_size,
             progress=self._progress,
             budget=self.budget,
         )
+        self.verifier = Verifier(parts)
         self.steps = MoveSteps(
-            nodes=nodes,
-            gates=self.gates,
-            calls=self.calls,
+            parts,
             verifier=self.verifier,
+            sync=ChangeSync(parts, verifier=self.verifier),
             directory=directory,
             clock=clock,
-            sync=ChangeSync(
-                nodes=nodes,
-                gates=self.gates,
-                calls=self.calls,
-                verifier=self.verifier,
-                settings=self.settings,
-                max_item_size=self.max_item_size,
-                progress=self._progress,
-                budget=self.budget,
-            ),
-            settings=self.settings,
-            progress=self._progress,
         )
 
     def max_item_size(self, database: str) -> int:
