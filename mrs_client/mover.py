@@ -300,11 +300,7 @@ class Mover:
         if resumed_after_failure or record.state is MoveState.SUSPENDED:
             # An operator's resume starts the stall and flush limits afresh; a crash-resume
             # (kill -9) keeps them running, since the time passed while nobody watched counts.
-            record = replace(
-                record,
-                stalled_since=None,
-                stall_reason=None,
-                stall_status=None,
+            record = record.unstalled(
                 failed_stalled=None,
                 flush_started=self.clock.now() if record.flush_started else None,
             )
@@ -403,13 +399,7 @@ class Mover:
         except MoveStopped as exc:
             # Everything done was saved before the safe point: the stored record is the move.
             record = await self.gates.save(
-                replace(
-                    await self.requests.get(move_id) or record,
-                    state=MoveState.SUSPENDED,
-                    stalled_since=None,
-                    stall_reason=None,
-                    stall_status=None,
-                )
+                (await self.requests.get(move_id) or record).unstalled(state=MoveState.SUSPENDED)
             )
             why = "for `mrs cancel`" if exc.args[0] is StopRequest.CANCEL else "by `mrs suspend`"
             self._progress(
@@ -418,13 +408,9 @@ class Mover:
             )
             return record
         record = await self.gates.save(
-            replace(
-                record,
+            record.unstalled(
                 state=MoveState.COMPLETED,
                 completed=self.clock.now(),
-                stalled_since=None,
-                stall_reason=None,
-                stall_status=None,
             )
         )
         self._progress(record, "move completed")
@@ -460,12 +446,8 @@ class Mover:
         """Save that a reconcile is due (it survives a crash) and why."""
         stored = await self.requests.get(move_id) or held
         record = await self.gates.save(
-            replace(
-                stored,
+            stored.unstalled(
                 state=MoveState.IN_PROGRESS,
-                stalled_since=None,
-                stall_reason=None,
-                stall_status=None,
                 reconcile_pending=True,
                 reconcile_reason=str(exc),
                 target_in_doubt=stored.target_in_doubt or exc.target_changed,
