@@ -379,45 +379,44 @@ def build_dismount(p: argparse.ArgumentParser) -> None:
     _active_call(p, "1m")
 
 
-def _copy_call(p: argparse.ArgumentParser) -> None:
-    """suspend, resume, reseed: asked of the node of the passive copy."""
+def _copy_call(p: argparse.ArgumentParser, switch: str, switch_help: str) -> None:
+    """suspend, resume, reseed: asked of the node of the passive copy; `switch`, the
+    command's own on/off option."""
     p.add_argument("database", help=DATABASE)
     p.add_argument("--node", required=True, help="the node of the passive copy")
     add_config(p)
     p.add_argument("--reason", default=None, help="why (shown in status; optional)")
     add_timeout(p, QUICK)
     _json_flag(p)
+    p.add_argument(switch, action="store_true", help=switch_help)
     p.set_defaults(func=cmd_db_admin)
 
 
 def build_suspend(p: argparse.ArgumentParser) -> None:
     """`db suspend`."""
-    _copy_call(p)
-    p.add_argument(
+    _copy_call(
+        p,
         "--activation-only",
-        action="store_true",
-        help="suspend only the copy's activation: it replicates on but is never activated "
+        "suspend only the copy's activation: it replicates on but is never activated "
         "(failover, switchover, activate) until resumed",
     )
 
 
 def build_resume(p: argparse.ArgumentParser) -> None:
     """`db resume`."""
-    _copy_call(p)
-    p.add_argument(
+    _copy_call(
+        p,
         "--activation-only",
-        action="store_true",
-        help="allow the copy's activation again; its replication is left as it is",
+        "allow the copy's activation again; its replication is left as it is",
     )
 
 
 def build_reseed(p: argparse.ArgumentParser) -> None:
     """`db reseed`."""
-    _copy_call(p)
-    p.add_argument(
+    _copy_call(
+        p,
         "--wait",
-        action="store_true",
-        help="follow the reseed (bytes, rate, time left) until the copy is Healthy again "
+        "follow the reseed (bytes, rate, time left) until the copy is Healthy again "
         "(exit 0) or the reseed fails (exit 1)",
     )
 
