@@ -392,33 +392,31 @@ def _copy_call(p: argparse.ArgumentParser, switch: str, switch_help: str) -> Non
     p.set_defaults(func=cmd_db_admin)
 
 
+# The passive-copy commands' own on/off options.
+SUSPEND_ACTIVATION_ONLY = (
+    "suspend only the copy's activation: it replicates on but is never activated "
+    "(failover, switchover, activate) until resumed"
+)
+RESUME_ACTIVATION_ONLY = "allow the copy's activation again; its replication is left as it is"
+RESEED_WAIT = (
+    "follow the reseed (bytes, rate, time left) until the copy is Healthy again "
+    "(exit 0) or the reseed fails (exit 1)"
+)
+
+
 def build_suspend(p: argparse.ArgumentParser) -> None:
     """`db suspend`."""
-    _copy_call(
-        p,
-        "--activation-only",
-        "suspend only the copy's activation: it replicates on but is never activated "
-        "(failover, switchover, activate) until resumed",
-    )
+    _copy_call(p, "--activation-only", SUSPEND_ACTIVATION_ONLY)
 
 
 def build_resume(p: argparse.ArgumentParser) -> None:
     """`db resume`."""
-    _copy_call(
-        p,
-        "--activation-only",
-        "allow the copy's activation again; its replication is left as it is",
-    )
+    _copy_call(p, "--activation-only", RESUME_ACTIVATION_ONLY)
 
 
 def build_reseed(p: argparse.ArgumentParser) -> None:
     """`db reseed`."""
-    _copy_call(
-        p,
-        "--wait",
-        "follow the reseed (bytes, rate, time left) until the copy is Healthy again "
-        "(exit 0) or the reseed fails (exit 1)",
-    )
+    _copy_call(p, "--wait", RESEED_WAIT)
 
 
 def build_activate(act: argparse.ArgumentParser) -> None:
