@@ -16,6 +16,7 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC
 from typing import Any, TypeVar
 
@@ -355,13 +356,21 @@ def exit_code(status: int) -> ExitCode:
 DATABASE = "the database, as named in the config (e.g. DB1)"
 
 
-def _active_call(p: argparse.ArgumentParser, timeout: str) -> None:
-    """roll-log, mount, dismount: asked of the node of the active copy."""
+def _database_call(
+    p: argparse.ArgumentParser, timeout: str, func: Callable[[argparse.Namespace], int]
+) -> None:
+    """A command on one database and nothing more: its name, the config, the timeout and
+    --json; `func` carries it out."""
     p.add_argument("database", help=DATABASE)
     add_config(p)
     add_timeout(p, timeout)
     _json_flag(p)
-    p.set_defaults(func=cmd_db_admin)
+    p.set_defaults(func=func)
+
+
+def _active_call(p: argparse.ArgumentParser, timeout: str) -> None:
+    """roll-log, mount, dismount: asked of the node of the active copy."""
+    _database_call(p, timeout, cmd_db_admin)
 
 
 def build_roll_log(p: argparse.ArgumentParser) -> None:
@@ -447,11 +456,7 @@ def build_switchover(switch: argparse.ArgumentParser) -> None:
 
 def build_history(history: argparse.ArgumentParser) -> None:
     """`db history`."""
-    history.add_argument("database", help=DATABASE)
-    add_config(history)
-    add_timeout(history, QUICK)
-    _json_flag(history)
-    history.set_defaults(func=cmd_db_history)
+    _database_call(history, QUICK, cmd_db_history)
 
 
 def _json_flag(parser: argparse.ArgumentParser) -> None:
