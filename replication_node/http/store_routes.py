@@ -44,6 +44,7 @@ from replication_node.http.context import (
     store_of,
 )
 from replication_node.http.directory_claim import claim_new
+from replication_node.http.items_body import items_json, with_bodies
 from replication_node.http.items_stream import stream_items
 from replication_node.http.models import FolderIn, ItemIn, ItemsIn, MailboxIn, parse
 from replication_node.storage.reader import ItemsPage
@@ -229,12 +230,14 @@ async def post_items(request: web.Request) -> web.Response:
     # chunked one grow to.  Past the budget the write waits, then is refused with 503.
     size = body_share(request, write.limit)
     async with node_of(request).memory.share(size, f"a write of items to {write.database}"):
-        raw = await json_body(request, write.limit)
+        # A large body is taken out of the JSON in place and carried as its bytes
+        # (`items_body.py`): the request's bytes are its only copy here.
+        raw, taken = await items_json(request, write.limit)
         # Several items ({"items": [...]}, one transaction) or one item as the body itself.
         batch = "items" in raw
         items = parse(ItemsIn, raw).items if batch else [parse(ItemIn, raw)]
         del raw  # the items hold their text; the parsed JSON's copy goes now
-        items = [_counted(item) for item in items]
+        items = [_counted(item) for item in with_bodies(items, taken)]
         check_item_sizes(
             items, database=write.database, max_item_size=write.max_item_size, batch=batch
         )
