@@ -31,6 +31,7 @@ from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from replication_node.log.logfile import encode_transaction
 from replication_node.log.logstream import LogStream
 from replication_node.log.operations import PutItem, encode_record_ops
+from replication_node.log.writer import OpenLogWriter
 
 SMALL = 4 * 1024 - 120  # a ~4 KiB record on disk, to compare with a 4 KiB fsync'd append
 LARGE = 256 * 1024
@@ -64,17 +65,18 @@ async def stream_commits(
     log_file_size: int | None = None,
 ) -> tuple[float, float, float]:
     """Commits/s, MB/s and commits per fsync through the log stream."""
-    stream = LogStream.create_or_open(
+    clock = SystemClock()
+    open_log = OpenLogWriter.open(
         log_dir=log_dir,
         database_signature=uuid.uuid4(),
         log_signature=uuid.uuid4(),
         log_file_size=log_file_size or (1 << 20 if size < LARGE else 8 << 20),
-        clock=SystemClock(),
+        clock=clock,
     )
+    stream = LogStream(writer=open_log, clock=clock)
     if announce is not None:
         stream.set_announcer(announce)
     stream.start()
-    clock = SystemClock()
     ops = ops_of(size)
     record_size = len(encode_transaction(encode_record_ops(ops), clock.now()))
     deadline = time.perf_counter() + seconds

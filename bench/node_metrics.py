@@ -22,21 +22,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.log_write import SMALL, ops_of
 from dag_common.clock import SystemClock
 from replication_node.log.logstream import LogStream
+from replication_node.log.writer import OpenLogWriter
 from replication_node.metrics import NodeMetrics
 
 
 async def commits_per_second(log_dir: Path, writers: int, seconds: float, metrics: bool) -> float:
-    stream = LogStream.create_or_open(
+    clock = SystemClock()
+    open_log = OpenLogWriter.open(
         log_dir=log_dir,
         database_signature=uuid.uuid4(),
         log_signature=uuid.uuid4(),
         log_file_size=1 << 20,
-        clock=SystemClock(),
+        clock=clock,
     )
+    stream = LogStream(writer=open_log, clock=clock)
     if metrics:
         stream.set_metrics(NodeMetrics("bench").stream("bench"))
     stream.start()
-    clock, ops = SystemClock(), ops_of(SMALL)
+    ops = ops_of(SMALL)
     deadline, count = time.perf_counter() + seconds, 0
 
     async def writer() -> None:

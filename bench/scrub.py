@@ -26,6 +26,7 @@ from pathlib import Path
 from dag_common.clock import SystemClock
 from replication_node.log.logstream import LogStream
 from replication_node.log.operations import PutItem
+from replication_node.log.writer import OpenLogWriter
 from replication_node.storage.scrub import scrub_file, scrub_throttled
 
 
@@ -45,13 +46,15 @@ def build_file(path: Path, mb: int) -> None:
 
 
 async def commit_load(log_dir: Path, seconds: float, writers: int) -> tuple[list[float], int]:
-    stream = LogStream.create_or_open(
+    clock = SystemClock()
+    open_log = OpenLogWriter.open(
         log_dir=log_dir,
         database_signature=uuid.uuid4(),
         log_signature=uuid.uuid4(),
         log_file_size=1024 * 1024,
-        clock=SystemClock(),
+        clock=clock,
     )
+    stream = LogStream(writer=open_log, clock=clock)
     stream.start()
     latencies: list[float] = []
     deadline = time.perf_counter() + seconds

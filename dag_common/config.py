@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
@@ -233,6 +233,17 @@ class CredentialConfig(_Model):
         return self
 
 
+_Named = TypeVar("_Named", NodeConfig, TransportNode, DatabaseConfig)
+
+
+def _named(items: list[_Named], name: str) -> _Named:
+    """The item of `items` called `name`; KeyError if there is none."""
+    for item in items:
+        if item.name == name:
+            return item
+    raise KeyError(name)
+
+
 class ClusterConfig(_Model):
     """The whole cluster config file."""
 
@@ -291,24 +302,15 @@ class ClusterConfig(_Model):
 
     def node(self, name: str) -> NodeConfig:
         """The node called `name`; KeyError if there is none."""
-        for node in self.nodes:
-            if node.name == name:
-                return node
-        raise KeyError(name)
+        return _named(self.nodes, name)
 
     def transport_node(self, name: str) -> TransportNode:
         """The transport called `name`; KeyError if there is none."""
-        for hub in self.transports:
-            if hub.name == name:
-                return hub
-        raise KeyError(name)
+        return _named(self.transports, name)
 
     def database(self, name: str) -> DatabaseConfig:
         """The database called `name`; KeyError if there is none."""
-        for db in self.databases:
-            if db.name == name:
-                return db
-        raise KeyError(name)
+        return _named(self.databases, name)
 
     def constraint_of(self, db: DatabaseConfig) -> DataMoveReplicationConstraint:
         """The database's DataMoveReplicationConstraint, or the default."""

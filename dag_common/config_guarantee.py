@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
 
-from dag_common.config_base import ConfigModel
+from dag_common.config_base import ConfigModel, more_than_zero
 from dag_common.model import Duration
 
 
@@ -36,12 +36,7 @@ class GuaranteeLimits(ConfigModel):
     wait_behind: Duration = timedelta(minutes=1)
     wait_max: Duration = timedelta(minutes=10)
 
-    @field_validator("average_window_time")
-    @classmethod
-    def _a_window(cls, value: timedelta) -> timedelta:
-        if value <= timedelta(0):
-            raise ValueError("average_window_time must be more than 0s")
-        return value
+    _average_window_time_more_than_zero = field_validator("average_window_time")(more_than_zero)
 
 
 class GuaranteeApiConfig(ConfigModel):

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
-from dag_common.config_base import ConfigModel
+from dag_common.config_base import ConfigModel, more_than_zero
 from dag_common.model import Duration
 
 
@@ -64,12 +64,7 @@ class EtcdStore(ConfigModel):
                 raise ValueError(f"{endpoint!r} is not a URL like https://host:2379")
         return [e.rstrip("/") for e in value]
 
-    @field_validator("timeout")
-    @classmethod
-    def _positive(cls, value: timedelta) -> timedelta:
-        if value <= timedelta(0):
-            raise ValueError("timeout must be more than 0s")
-        return value
+    _timeout_more_than_zero = field_validator("timeout")(more_than_zero)
 
     @model_validator(mode="after")
     def _pairs_and_https(self) -> EtcdStore:

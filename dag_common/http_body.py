@@ -18,7 +18,9 @@ letter's 2), so a client writing items near the limit sends its text as UTF-8 (o
 `ensure_ascii=False`).  Once parsed, each item is held to `max_item_size`.  So
 an over-large request costs the node at most its limit before it is refused.
 
-An item costs the node about twice its size here: the bytes are decoded to text and dropped,
+A write of items whose bodies are large has them taken out of its JSON in place first, each
+held once, as its bytes (`json_bodies.py`, `replication_node/http/items_body.py`).  Else an
+item costs the node about twice its size here: the bytes are decoded to text and dropped,
 then the text is parsed and dropped, so at most two copies live at once (the bytes and the
 text, then the text and the item).  `request.json()` keeps the bytes while it decodes and
 parses them: three copies; so does orjson, which copies its input before it parses (a 36 MiB

@@ -20,13 +20,12 @@ from pymap.parsing.response import (
     UntaggedResponse,
 )
 from pymap.parsing.response.specials import FetchResponse, StatusResponse
-from pymap.parsing.specials import FetchAttribute, FetchValue
+from pymap.parsing.specials import FetchValue
 
 from imap_front.condstore import (
     CONDSTORE,
     BadModseq,
     ModseqAttributes,
-    ModseqFetchAttribute,
     modseq_value,
     node_modseq,
     only_options,
@@ -34,11 +33,7 @@ from imap_front.condstore import (
     shown,
 )
 from imap_front.fetch_lines import ListedLines, answerable, listed_only, pairs
-from imap_front.selected import CompactMessages
-
-_MODSEQ = ModseqFetchAttribute(b"MODSEQ")
-_FLAGS = FetchAttribute(b"FLAGS")
-_UID = FetchAttribute(b"UID")
+from imap_front.selected import FLAGS_ATTR, MODSEQ_ATTR, UID_ATTR, CompactMessages
 
 _Ret = tuple[CommandResponse, Any]
 
@@ -95,7 +90,7 @@ class CondstoreState(ConnectionState):
         if since is not None or wants:
             self.condstore = True
             if not wants:
-                attributes.append(_MODSEQ)  # CHANGEDSINCE implies MODSEQ
+                attributes.append(MODSEQ_ATTR)  # CHANGEDSINCE implies MODSEQ
         if not cmd.uid:
             self.selected.hide_expunged = True
         items = listed_only(attributes)
@@ -150,10 +145,12 @@ class CondstoreState(ConnectionState):
                 continue
             data: list[FetchValue] = []
             if not cmd.silent:  # silent: MODSEQ still told (RFC 7162 3.1.3)
-                data.append(FetchValue.of(_FLAGS, List(msg.get_flags(session_flags), sort=True)))
+                data.append(
+                    FetchValue.of(FLAGS_ATTR, List(msg.get_flags(session_flags), sort=True))
+                )
             if cmd.uid:
-                data.append(FetchValue.of(_UID, Number(msg.uid)))
-            data.append(modseq_value(msg, _MODSEQ))
+                data.append(FetchValue.of(UID_ATTR, Number(msg.uid)))
+            data.append(modseq_value(msg, MODSEQ_ATTR))
             response.add_untagged(FetchResponse(seq, data))
         if modified:  # RFC 7162 3.1.3: those failing UNCHANGEDSINCE, by UID or number
             ids = [uid if cmd.uid else seq for seq, uid in modified]

@@ -45,9 +45,9 @@ from pymap.selected import SelectedMailbox, SynchronizedMessages
 
 from imap_front.condstore import ModseqFetchAttribute, shown
 
-_FLAGS_ATTR = FetchAttribute(b"FLAGS")
-_UID_ATTR = FetchAttribute(b"UID")
-_MODSEQ_ATTR = ModseqFetchAttribute(b"MODSEQ")
+FLAGS_ATTR = FetchAttribute(b"FLAGS")
+UID_ATTR = FetchAttribute(b"UID")
+MODSEQ_ATTR = ModseqFetchAttribute(b"MODSEQ")
 _NO_DATE = datetime.fromtimestamp(0, UTC)
 
 
@@ -299,10 +299,10 @@ class CompactSelected(SelectedMailbox):
         for uid, _ in groupby(sorted(fetch)):
             at = bisect_left(after.uids, uid)
             flags = session_flags.get(uid) | FLAG_SETS[after.flags[at]]
-            data = [FetchValue.of(_FLAGS_ATTR, List(flags, sort=True))]
+            data = [FetchValue.of(FLAGS_ATTR, List(flags, sort=True))]
             if with_uid:
-                data.append(FetchValue.of(_UID_ATTR, Number(uid)))
+                data.append(FetchValue.of(UID_ATTR, Number(uid)))
             modseq = self.messages.modseqs.get(uid) if self.messages.condstore else None
             if modseq is not None:
-                data.append(FetchValue.of(_MODSEQ_ATTR, List([Number(shown(modseq))])))
+                data.append(FetchValue.of(MODSEQ_ATTR, List([Number(shown(modseq))])))
             yield FetchResponse(at + 1, data)

@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -168,12 +169,23 @@ async def _report(store: MoveStore, name: str) -> batches.BatchReport:
     return batches.report(batch, records, held_back, SystemClock().now(), clears)
 
 
-def cmd_show(args: argparse.Namespace) -> int:
+def _print_report(args: argparse.Namespace, text: Callable[[batches.BatchReport], None]) -> int:
+    """Print the report of batch `args.name`: as JSON (`--json`), or as `text` says it."""
     config = load_config(args.config)
     rep = asyncio.run(read_store(config, lambda store: _report(store, args.name)))
     if args.json:
         print(json.dumps(rep, indent=2))
-        return ExitCode.OK
+    else:
+        text(rep)
+    return ExitCode.OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    return _print_report(args, _show_text)
+
+
+def _show_text(rep: batches.BatchReport) -> None:
+    """`mrs batch show` without --json: the batch's settings, then its moves."""
     settings = rep["settings"]
     print(f"{'Batch':<24}{rep['name']}")
     print(f"{'Created':<24}{rep['created']}")
@@ -189,7 +201,6 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"{m['id']:<14}{','.join(m['mailboxes']):<26}"
               f"{m['source'] + ' -> ' + m['target']:<16}{m['state']:<12}{m['step']:>4}  "
               f"{m['stall_status'] or '-'}{_clears(m)}")  # fmt: skip
-    return ExitCode.OK
 
 
 def _setting(key: str, value: object) -> str:
@@ -211,11 +222,11 @@ def _by_state(n: dict[str, int]) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
-    rep = asyncio.run(read_store(config, lambda store: _report(store, args.name)))
-    if args.json:
-        print(json.dumps(rep, indent=2))
-        return ExitCode.OK
+    return _print_report(args, _report_text)
+
+
+def _report_text(rep: batches.BatchReport) -> None:
+    """`mrs batch report` without --json: MB moved, throughput, stalls, holds, moves."""
     rate = "-" if rep["mb_per_s"] is None else f"{rep['mb_per_s']:.2f} MB/s"
     print(f"batch {rep['name']}: {rep['moves']} moves {_by_state(rep['by_state'])}")
     print(f"moved {rep['megabytes']:.1f} MB in {rep['seconds'] or 0:.0f} s ({rate})")
@@ -231,7 +242,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"{m['id']:<14}{','.join(m['mailboxes']):<26}{m['state']:<12}"
               f"{m['megabytes']:>9.1f}{m['items']:>8}{m['stalled_seconds']:>10.0f}"
               f"  {m['started'] or '-'} -> {m['completed'] or '-'}")  # fmt: skip
-    return ExitCode.OK
 
 
 # ---- operating ----------------------------------------------------------------------------------

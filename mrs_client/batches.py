@@ -42,7 +42,7 @@ from dag_common.json_object import JsonObject
 from mrs_client.errors import MoveFailed, MoveRejected, NodeCallError
 from mrs_client.lease import worker_id
 from mrs_client.move_store import BatchRecord, MoveRecord, MoveStore
-from mrs_client.move_store.records import BatchSettings
+from mrs_client.move_store.records import BatchSettings, MoveHeadline, headline
 from mrs_client.mover import ARCHIVE_SUFFIX, Mover
 from mrs_client.policy import FINISHED, MovePriority, MoveState, StallStatus, StopRequest
 
@@ -295,12 +295,8 @@ async def requeue(
         if current is None or current.state not in set(from_states):
             return None
         now = clock.now()
-        queued = replace(
-            current,
+        queued = current.unstalled(
             state=MoveState.QUEUED,
-            stalled_since=None,
-            stall_reason=None,
-            stall_status=None,
             failure=None,
             failed_stalled=None,
             flush_started=now if current.flush_started else None,
@@ -332,15 +328,9 @@ def counts(records: Iterable[MoveRecord]) -> dict[str, int]:
     return {str(s): n.get(str(s), 0) for s in MoveState}
 
 
-class MoveReport(TypedDict):
+class MoveReport(MoveHeadline):
     """One move of a batch report (`move_report`), as `--json` prints it."""
 
-    id: str
-    mailboxes: list[str]
-    source: str
-    target: str
-    state: str
-    step: int
     priority: str
     created: str | None
     started: str | None
@@ -387,12 +377,7 @@ def move_report(record: MoveRecord, clears: str | None = None) -> MoveReport:
     """One move of a batch report: state, timeline, MB, items, time stalled by reason, and
     for a stalled move when the guarantee service expected its condition to clear."""
     return {
-        "id": record.id,
-        "mailboxes": list(record.mailboxes),
-        "source": record.source_db,
-        "target": record.target_db,
-        "state": str(record.state),
-        "step": int(record.step),
+        **headline(record),
         "priority": record.priority.name.capitalize(),
         "created": _iso(record.created),
         "started": _iso(record.started),

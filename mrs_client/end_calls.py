@@ -64,6 +64,15 @@ class EndCalls:
             raise MoveFailed(f"mailbox {name!r} vanished from {src}")
         return record, box
 
+    async def set_state(self, record: MoveRecord, side: Side, name: str, action: str) -> MoveRecord:
+        """`action` (lock, unlock or soft-delete) on mailbox `name` at one end of the move,
+        the answer's epoch checked (`seen`)."""
+        db = record.target_db if side is Side.TARGET else record.source_db
+        record, _ = await self.call(
+            record, side, f"{action} {side}", lambda: self.nodes.set_state(db, name, action)
+        )
+        return record
+
     async def _refused(self, record: MoveRecord, side: Side, exc: MoveFailed) -> None:
         """A 404 names no epoch: a mailbox the move made (or read) may have been lost with a
         failover.  NeedsReconcile if that end changed incarnation or lost a mailbox of the

@@ -252,15 +252,7 @@ class Gates:
         self._last_said = ""
         if record.state is MoveState.IN_PROGRESS:
             return record
-        return await self.save(
-            replace(
-                record,
-                state=MoveState.IN_PROGRESS,
-                stalled_since=None,
-                stall_reason=None,
-                stall_status=None,
-            )
-        )
+        return await self.save(record.unstalled(state=MoveState.IN_PROGRESS))
 
     def _record_answer(self, record: MoveRecord, method: str, answer: GuaranteeAnswer) -> None:
         """Keep an answer with the move's next save (every path from an answer saves: the

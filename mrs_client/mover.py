@@ -52,6 +52,7 @@ from mrs_client.errors import (
 from mrs_client.gates import Gates, GuaranteeClient
 from mrs_client.item_limits import now_fitting
 from mrs_client.lease import hold, worker_id
+from mrs_client.move_parts import MoveParts
 from mrs_client.move_store import MoveLease, MoveRecord, MoveStore, new_move_id
 from mrs_client.policy import MovePriority, MoveSettings, MoveState, MoveStep, StopRequest
 from mrs_client.steps import Directory, MoveSteps
@@ -117,33 +118,22 @@ class Mover:
         self.max_item_sizes = dict(max_item_sizes or {})
         self.budget = budget or BodyBudget(self.settings.memory_budget)
         self.calls = EndCalls(nodes=nodes, gates=self.gates)
-        self.verifier = Verifier(
+        parts = MoveParts(
             nodes=nodes,
             gates=self.gates,
+            calls=self.calls,
             settings=self.settings,
             max_item_size=self.max_item_size,
             progress=self._progress,
             budget=self.budget,
         )
+        self.verifier = Verifier(parts)
         self.steps = MoveSteps(
-            nodes=nodes,
-            gates=self.gates,
-            calls=self.calls,
+            parts,
             verifier=self.verifier,
+            sync=ChangeSync(parts, verifier=self.verifier),
             directory=directory,
             clock=clock,
-            sync=ChangeSync(
-                nodes=nodes,
-                gates=self.gates,
-                calls=self.calls,
-                verifier=self.verifier,
-                settings=self.settings,
-                max_item_size=self.max_item_size,
-                progress=self._progress,
-                budget=self.budget,
-            ),
-            settings=self.settings,
-            progress=self._progress,
         )
 
     def max_item_size(self, database: str) -> int:
@@ -310,11 +300,7 @@ class Mover:
         if resumed_after_failure or record.state is MoveState.SUSPENDED:
             # An operator's resume starts the stall and flush limits afresh; a crash-resume
             # (kill -9) keeps them running, since the time passed while nobody watched counts.
-            record = replace(
-                record,
-                stalled_since=None,
-                stall_reason=None,
-                stall_status=None,
+            record = record.unstalled(
                 failed_stalled=None,
                 flush_started=self.clock.now() if record.flush_started else None,
             )
@@ -413,13 +399,7 @@ class Mover:
         except MoveStopped as exc:
             # Everything done was saved before the safe point: the stored record is the move.
             record = await self.gates.save(
-                replace(
-                    await self.requests.get(move_id) or record,
-                    state=MoveState.SUSPENDED,
-                    stalled_since=None,
-                    stall_reason=None,
-                    stall_status=None,
-                )
+                (await self.requests.get(move_id) or record).unstalled(state=MoveState.SUSPENDED)
             )
             why = "for `mrs cancel`" if exc.args[0] is StopRequest.CANCEL else "by `mrs suspend`"
             self._progress(
@@ -428,13 +408,9 @@ class Mover:
             )
             return record
         record = await self.gates.save(
-            replace(
-                record,
+            record.unstalled(
                 state=MoveState.COMPLETED,
                 completed=self.clock.now(),
-                stalled_since=None,
-                stall_reason=None,
-                stall_status=None,
             )
         )
         self._progress(record, "move completed")
@@ -470,12 +446,8 @@ class Mover:
         """Save that a reconcile is due (it survives a crash) and why."""
         stored = await self.requests.get(move_id) or held
         record = await self.gates.save(
-            replace(
-                stored,
+            stored.unstalled(
                 state=MoveState.IN_PROGRESS,
-                stalled_since=None,
-                stall_reason=None,
-                stall_status=None,
                 reconcile_pending=True,
                 reconcile_reason=str(exc),
                 target_in_doubt=stored.target_in_doubt or exc.target_changed,

@@ -143,20 +143,27 @@ class Reconciler:
             raise
 
     async def target_mailbox(self, name: str) -> Mailbox | None:
-        box = await self.call(
-            "read target mailbox", lambda: self.nodes.mailbox(self.target_db, name)
-        )
-        if box is not None:
-            self.watch.see(Side.TARGET, box.epoch, "read target mailbox")
-        return box
+        return await self._mailbox(Side.TARGET, name)
 
     async def source_mailbox(self, name: str) -> Mailbox | None:
-        box = await self.call(
-            "read source mailbox", lambda: self.nodes.mailbox(self.source_db, name)
-        )
+        return await self._mailbox(Side.SOURCE, name)
+
+    def _db(self, side: Side) -> str:
+        return self.target_db if side is Side.TARGET else self.source_db
+
+    async def _mailbox(self, side: Side, name: str) -> Mailbox | None:
+        """`name` at one end (None: not there), its epoch seen."""
+        what = f"read {side} mailbox"
+        box = await self.call(what, lambda: self.nodes.mailbox(self._db(side), name))
         if box is not None:
-            self.watch.see(Side.SOURCE, box.epoch, "read source mailbox")
+            self.watch.see(side, box.epoch, what)
         return box
+
+    async def _lock(self, side: Side, name: str) -> None:
+        """Lock `name` at one end, the answer's epoch seen."""
+        what = f"lock {side}"
+        written = await self.call(what, lambda: self.nodes.set_state(self._db(side), name, "lock"))
+        self.watch.see(side, written.epoch, what)
 
     async def digests(self, name: str) -> tuple[Digest, Digest | None]:
         """Both ends' digests of `name` (the target's None if it has no such mailbox), asked
@@ -334,10 +341,7 @@ class Reconciler:
         if lock_source and not source.locked and not source.soft_deleted:
             # The lock was lost with the source's failover: lock again before comparing,
             # so that what is compared stays what it is.
-            written = await self.call(
-                "lock source", lambda: self.nodes.set_state(self.source_db, name, "lock")
-            )
-            self.watch.see(Side.SOURCE, written.epoch, "lock source")
+            await self._lock(Side.SOURCE, name)
         target = await self.target_mailbox(name)
         # A soft-deleted copy in the target (an earlier move's source) whose replacement at
         # step 2 a lossy failover of the target lost: replaced again, as step 2 does.
@@ -348,10 +352,7 @@ class Reconciler:
         if target is not None and not target.locked:
             # Until its step 9 the move owns the target: an unlock that reached only an
             # unverified incarnation is taken back before the target is compared.
-            written = await self.call(
-                "lock target", lambda: self.nodes.set_state(self.target_db, name, "lock")
-            )
-            self.watch.see(Side.TARGET, written.epoch, "lock target")
+            await self._lock(Side.TARGET, name)
         if target is None:
             written = await self.call(
                 "create target mailbox",

@@ -17,7 +17,7 @@ from dag_common.model import Position
 from mrs_client.errors import MoveRejected
 from mrs_client.item_limits import SkipReason, counts
 from mrs_client.move_store import AnswerRow, MoveRecord, MoveStore, open_move_store
-from mrs_client.move_store.records import position_fields
+from mrs_client.move_store.records import headline, position_fields
 from mrs_client.policy import MoveState, StopRequest
 
 T = TypeVar("T")
@@ -178,12 +178,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     record, _, answers = asyncio.run(read_store(config, lambda store: _get(args, store)))
     stats = {
-        "id": record.id,
-        "mailboxes": list(record.mailboxes),
-        "source": record.source_db,
-        "target": record.target_db,
-        "state": str(record.state),
-        "step": int(record.step),
+        **headline(record),
         "step_name": record.step.label,
         "steps_done": record.steps_done,
         "items_copied": record.items_copied,

@@ -17,15 +17,12 @@ from typing import Protocol
 
 from dag_common.clock import Clock
 from dag_common.model import Lsn
-from dag_common.store_api import NodeStore
-from mrs_client.end_calls import EndCalls
 from mrs_client.epoch_watch import Side
 from mrs_client.errors import MoveFailed, NeedsReconcile
-from mrs_client.gates import Gates
+from mrs_client.move_parts import MoveParts, MoveStage
 from mrs_client.move_store import MoveRecord
 from mrs_client.policy import (
     GuaranteeAnswer,
-    MoveSettings,
     MoveStep,
     flush_point,
     incremental_done,
@@ -44,32 +41,23 @@ class Directory(Protocol):
     ) -> bool: ...
 
 
-class MoveSteps:
+class MoveSteps(MoveStage):
     """Runs one step of a move on its record; returns the record to save as done."""
 
     def __init__(
         self,
+        parts: MoveParts,
         *,
-        nodes: NodeStore,
-        gates: Gates,
-        calls: EndCalls,
         verifier: Verifier,
+        sync: ChangeSync,
         directory: Directory,
         clock: Clock,
-        sync: ChangeSync,
-        settings: MoveSettings,
-        progress: Callable[[MoveRecord, str], None],
     ) -> None:
-        self.nodes = nodes
-        self.gates = gates
-        self.sync = sync
-        self._calls = calls
-        self._call = calls.call
+        super().__init__(parts)
         self._verifier = verifier
+        self.sync = sync
         self.directory = directory
         self.clock = clock
-        self.settings = settings
-        self._progress = progress
 
     def step(self, step: MoveStep) -> Callable[[MoveRecord], Awaitable[MoveRecord]]:
         """The coroutine function that runs `step`."""
@@ -144,14 +132,8 @@ class MoveSteps:
                 return record
 
     async def _step_lock_source(self, record: MoveRecord) -> MoveRecord:
-        src = record.source_db
         for name in record.mailboxes:
-            record, _ = await self._call(
-                record,
-                Side.SOURCE,
-                "lock source",
-                lambda n=name: self.nodes.set_state(src, n, "lock"),
-            )
+            record = await self._calls.set_state(record, Side.SOURCE, name, "lock")
         return record
 
     async def _roll_target(self, record: MoveRecord, what: str) -> tuple[MoveRecord, Lsn]:
@@ -272,16 +254,10 @@ class MoveSteps:
     async def _step_unlock_target(self, record: MoveRecord) -> MoveRecord:
         """Unlock the target, and wait until the unlock is replayed like the final sync was:
         a failover right after completion must leave a usable mailbox, not a locked one."""
-        dst = record.target_db
         point = record.unlock_point
         if point is None:
             for name in record.mailboxes:
-                record, _ = await self._call(
-                    record,
-                    Side.TARGET,
-                    "unlock target",
-                    lambda n=name: self.nodes.set_state(dst, n, "unlock"),
-                )
+                record = await self._calls.set_state(record, Side.TARGET, name, "unlock")
             # Every unlock acknowledged in this epoch: should the target change incarnation
             # and still show an unlock, everything before it survived (reconcile_move).
             record = await self.gates.save(replace(record, unlock_epoch=record.target_epoch))
@@ -309,10 +285,5 @@ class MoveSteps:
                 lambda n=name: self.nodes.mailbox(src, n),
             )
             if row is not None and not row.soft_deleted:
-                record, _ = await self._call(
-                    record,
-                    Side.SOURCE,
-                    "soft-delete source",
-                    lambda n=name: self.nodes.set_state(src, n, "soft-delete"),
-                )
+                record = await self._calls.set_state(record, Side.SOURCE, name, "soft-delete")
         return record

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -130,13 +130,7 @@ async def suspend(requests: MoveStore, move_id: str, *, clock: Clock, wait: time
             or await requests.stop_requested(move_id) is StopRequest.SUSPEND
         ):
             record = await requests.save(
-                replace(
-                    record,
-                    state=MoveState.SUSPENDED,
-                    stalled_since=None,
-                    stall_reason=None,
-                    stall_status=None,
-                ),
+                record.unstalled(state=MoveState.SUSPENDED),
                 clock.now(),
                 lease=holder,
             )
@@ -203,13 +197,7 @@ async def cancel(
                 "finishes it"
             ) from exc
         record = await requests.save(
-            replace(
-                record,
-                state=MoveState.CANCELLED,
-                stalled_since=None,
-                stall_reason=None,
-                stall_status=None,
-            ),
+            record.unstalled(state=MoveState.CANCELLED),
             clock.now(),
             lease=holder,
         )

@@ -17,17 +17,15 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from dag_common.store_api import Item, Items, Mailbox, NodeStore, utf8_len
+from dag_common.store_api import Item, Items, Mailbox, utf8_len
 from mrs_client.batching import BatchCutter, write_cut
-from mrs_client.body_budget import BodyBudget, Hold
-from mrs_client.end_calls import EndCalls
+from mrs_client.body_budget import Hold
 from mrs_client.epoch_watch import Side
 from mrs_client.errors import NeedsReconcile, NodeCallError
 from mrs_client.folder_sync import Create, plan_folders, statuses
-from mrs_client.gates import Gates
 from mrs_client.item_limits import SkipReason, classify, counts, with_skipped, without
+from mrs_client.move_parts import MoveParts, MoveStage
 from mrs_client.move_store import MoveRecord
-from mrs_client.policy import MoveSettings
 from mrs_client.reconcile import folder_write
 from mrs_client.repair_plan import Held
 from mrs_client.source_reader import read_page
@@ -67,30 +65,12 @@ class FlagWrites:
         return taken
 
 
-class ChangeSync:
+class ChangeSync(MoveStage):
     """Copies a move's changes from its source to its target (the syncs of steps 3, 4 and 6)."""
 
-    def __init__(
-        self,
-        *,
-        nodes: NodeStore,
-        gates: Gates,
-        calls: EndCalls,
-        verifier: Verifier,
-        settings: MoveSettings,
-        max_item_size: Callable[[str], int],
-        progress: Callable[[MoveRecord, str], None],
-        budget: BodyBudget,
-    ) -> None:
-        self.nodes = nodes
-        self.gates = gates
-        self.budget = budget
-        self._calls = calls
-        self._call = calls.call
+    def __init__(self, parts: MoveParts, *, verifier: Verifier) -> None:
+        super().__init__(parts)
         self._verifier = verifier
-        self.settings = settings
-        self.max_item_size = max_item_size  # database -> its max_item_size (the config's)
-        self._progress = progress
 
     async def sync_folders(
         self, record: MoveRecord, name: str

@@ -11,41 +11,21 @@ more skipped items than its limits allow.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 
-from dag_common.store_api import NodeStore
 from mrs_client.batching import write_cut
-from mrs_client.body_budget import BodyBudget
 from mrs_client.epoch_watch import EpochWatch
 from mrs_client.errors import MoveFailed, NeedsReconcile
-from mrs_client.gates import Gates
 from mrs_client.item_limits import over_limits
+from mrs_client.move_parts import MoveStage
 from mrs_client.move_store import MoveRecord
-from mrs_client.policy import MoveSettings, source_lock_taken
+from mrs_client.policy import source_lock_taken
 from mrs_client.reconcile import Reconciler, differences, reconcile_move
 
 
-class Verifier:
+class Verifier(MoveStage):
     """Reconciles and verifies one move's target against its source."""
-
-    def __init__(
-        self,
-        *,
-        nodes: NodeStore,
-        gates: Gates,
-        settings: MoveSettings,
-        max_item_size: Callable[[str], int],
-        progress: Callable[[MoveRecord, str], None],
-        budget: BodyBudget,
-    ) -> None:
-        self.nodes = nodes
-        self.gates = gates
-        self.settings = settings
-        self.budget = budget
-        self.max_item_size = max_item_size  # database -> its max_item_size (the config's)
-        self._progress = progress
 
     def _reconciler(self, record: MoveRecord, watch: EpochWatch) -> Reconciler:
         return Reconciler(

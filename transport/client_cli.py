@@ -97,19 +97,20 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _read(config: ClusterConfig, via: str, timeout: float, path: str) -> tuple[int, JsonObject]:
-    """GET `path` of the transport `via` with the blocking client (a read needs neither
-    aiohttp nor an event loop): as `_call` answers it."""
-    callee = Callee("transport", via, config.transport_node(via).url)
-    return get_now(config, callee, path, timeout=timeout)
+def _read(args: argparse.Namespace, path: str) -> tuple[str, JsonObject]:
+    """GET `path` of the transport `args.via` with the blocking client (a read needs neither
+    aiohttp nor an event loop): the transport's name and its answer, a refusal raised."""
+    config = load_config(args.config)
+    hub = transport_named(config, args.via, args.config)
+    callee = Callee("transport", hub.name, hub.url)
+    status, body = get_now(config, callee, path, timeout=args.timeout.total_seconds())
+    if status != 200:
+        raise _refused(hub.name, status, body)
+    return hub.name, body
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
-    hub = transport_named(config, args.via, args.config)
-    status, body = _read(config, hub.name, args.timeout.total_seconds(), "/v1/queue")
-    if status != 200:
-        raise _refused(hub.name, status, body)
+    name, body = _read(args, "/v1/queue")
     if args.json:
         print(json.dumps(body, indent=2))
         return ExitCode.OK
@@ -117,7 +118,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         state = QueueState.model_validate(body)
     except ValidationError as exc:
         raise CommandFailed(
-            f"transport {hub.name}: its queue answer is malformed ({exc.error_count()} errors)"
+            f"transport {name}: its queue answer is malformed ({exc.error_count()} errors)"
         ) from None
     d = state.deliveries
     print(f"transport {state.transport}: {state.waiting} waiting, {d.get('Queued', 0)} queued, "
@@ -128,11 +129,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_poison(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
-    hub = transport_named(config, args.via, args.config)
-    status, body = _read(config, hub.name, args.timeout.total_seconds(), "/v1/poison")
-    if status != 200:
-        raise _refused(hub.name, status, body)
+    _, body = _read(args, "/v1/poison")
     if args.json:
         print(json.dumps(body, indent=2))
         return ExitCode.OK

@@ -533,27 +533,27 @@ class QueueStore:
     async def message(self, message_id: str) -> list[RecipientState]:
         """Each recipient's delivery of `message_id` (empty: not known, or let out of the
         dumpster)."""
-
-        def work() -> list[RecipientState]:
-            rows = self._conn.execute(
-                "SELECT recipient, state, tries, last_error, database, delivered, redeliveries "
-                "FROM deliveries WHERE message_id=? ORDER BY recipient",
-                (message_id,),
-            ).fetchall()
-            return [RecipientState(*row) for row in rows]
-
-        return await self._run(work)
+        return await self._all(
+            RecipientState,
+            "SELECT recipient, state, tries, last_error, database, delivered, redeliveries "
+            "FROM deliveries WHERE message_id=? ORDER BY recipient",
+            message_id,
+        )
 
     async def poisoned(self) -> list[Poisoned]:
         """The poison queue: each delivery given up, with why."""
+        return await self._all(
+            Poisoned,
+            "SELECT message_id, recipient, tries, last_error FROM deliveries WHERE state=? "
+            "ORDER BY id",
+            POISON,
+        )
 
-        def work() -> list[Poisoned]:
-            rows = self._conn.execute(
-                "SELECT message_id, recipient, tries, last_error FROM deliveries WHERE state=? "
-                "ORDER BY id",
-                (POISON,),
-            ).fetchall()
-            return [Poisoned(*row) for row in rows]
+    async def _all(self, make: Callable[..., T], sql: str, *args: object) -> list[T]:
+        """Each row `sql` selects with `args`, made into a `make`."""
+
+        def work() -> list[T]:
+            return [make(*row) for row in self._conn.execute(sql, args).fetchall()]
 
         return await self._run(work)
 

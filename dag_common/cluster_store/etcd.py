@@ -237,13 +237,24 @@ class EtcdClusterStore(ClusterStore):
         held, _ = await self._lease_key(database)
         return held
 
-    async def renew_lease(self, database: str, node: str, epoch: int, ttl: float) -> bool:
+    async def _active_of(
+        self, database: str, node: str, epoch: int
+    ) -> tuple[ActiveRecord, int] | None:
+        """The active record of `database` and its revision while it names `node` at
+        `epoch`; None if there is none, or it names another active."""
         value, revision = await self._get(f"active/{database}")
         if value is None:
-            return False
+            return None
         current = self._record(database, value)
         if (current.node, current.epoch) != (node, epoch):
+            return None
+        return current, revision
+
+    async def renew_lease(self, database: str, node: str, epoch: int, ttl: float) -> bool:
+        held_by = await self._active_of(database, node, epoch)
+        if held_by is None:
             return False
+        _, revision = held_by
         mine = self._leases.get(database)
         if mine is not None and mine[1:] == (node, epoch):
             kept = await self._gateway.call("/v3/lease/keepalive", {"ID": mine[0]})
@@ -313,12 +324,10 @@ class EtcdClusterStore(ClusterStore):
         `epoch`: `change` gives its new value (None: it says this already).  False if the
         record names another active; None if ten writers in a row won the race."""
         for _ in range(10):  # lost races against another publish: read again
-            value, revision = await self._get(f"active/{database}")
-            if value is None:
+            found = await self._active_of(database, node, epoch)
+            if found is None:
                 return False
-            current = self._record(database, value)
-            if (current.node, current.epoch) != (node, epoch):
-                return False
+            current, revision = found
             new = change(current)
             if new is None or await self._put_if(f"active/{database}", new, revision):
                 return True

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 
 from dag_common.guarantee.conditions import judge_active, judge_flush, judge_health, seconds
 from dag_common.guarantee.values import (
@@ -132,6 +133,33 @@ def _clamp(seconds: float, limits: Limits) -> timedelta:
     return timedelta(seconds=min(high, max(low, seconds)))
 
 
+def _answer(
+    method: str,
+    db: str,
+    constraint: Constraint,
+    status: GuaranteeStatus,
+    wait: timedelta,
+    reason: str,
+    copies: tuple[CopyVerdict, ...] = (),
+    *,
+    epoch: int = 0,
+    lost: bool = False,
+    expected_in: timedelta | None = None,
+) -> Answer:
+    """The answer to `method`, its reason led by what was asked and what is answered."""
+    return Answer(
+        db,
+        constraint,
+        status,
+        wait,
+        f"{method} {constraint} {status} for {db}: {reason}",
+        copies,
+        epoch=epoch,
+        lost=lost,
+        expected_in=expected_in,
+    )
+
+
 def _evaluate(
     view: DatabaseView,
     constraint: Constraint,
@@ -142,24 +170,7 @@ def _evaluate(
     """Common frame: pre-checks, active detection, the constraint, the wait time."""
     db = view.database
     epoch = current_epoch(view.history) if view.history else 0
-
-    def answer(
-        status: GuaranteeStatus,
-        wait: timedelta,
-        reason: str,
-        copies: tuple = (),
-        expected_in: timedelta | None = None,
-    ) -> Answer:
-        return Answer(
-            db,
-            constraint,
-            status,
-            wait,
-            f"{method} {constraint} {status} for {db}: {reason}",
-            copies,
-            epoch=epoch,
-            expected_in=expected_in,
-        )
+    answer = partial(_answer, method, db, constraint, epoch=epoch)
 
     if constraint is Constraint.NONE:
         return answer(GuaranteeStatus.SATISFIED, timedelta(0), "constraint None ignores copies")
@@ -201,7 +212,7 @@ def _evaluate(
             f"({outcome.eta_why}), retry in {seconds(wait.total_seconds())}"
         )
         expected = timedelta(seconds=outcome.eta_s)
-        return answer(GuaranteeStatus.NOT_SATISFIED, wait, reason, copies, expected)
+        return answer(GuaranteeStatus.NOT_SATISFIED, wait, reason, copies, expected_in=expected)
     if any(v.healthy for v in outcome.relevant):
         wait, why = limits.wait_behind, "a healthy copy is behind"
     else:
@@ -247,19 +258,7 @@ def _stream_answer(
     """The answer when the LSN's epoch settles the question before any copy is looked at:
     lost in a failover (NotSatisfied, `lost`), or not judgeable yet (Retry); else None."""
     db, where = view.database, f"generation {lsn.generation} of epoch {lsn.epoch}"
-
-    def answer(
-        status: GuaranteeStatus, wait: timedelta, reason: str, *, epoch: int = 0, lost: bool = False
-    ) -> Answer:
-        return Answer(
-            db,
-            constraint,
-            status,
-            wait,
-            f"CheckReplicationFlush {constraint} {status} for {db}: {reason}",
-            epoch=epoch,
-            lost=lost,
-        )
+    answer = partial(_answer, "CheckReplicationFlush", db, constraint)
 
     if view.history is None:
         return answer(

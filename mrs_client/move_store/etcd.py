@@ -121,21 +121,15 @@ class EtcdMoveStore(MoveStore):
 
     def _absent(self, key: str) -> Compare:
         """The txn compare that `key` does not exist."""
-        return {
-            "key": self._key(key),
-            "target": "CREATE",
-            "result": "EQUAL",
-            "create_revision": "0",
-        }
+        return self._created(key, "EQUAL")
 
     def _present(self, key: str) -> Compare:
         """The txn compare that `key` exists."""
-        return {
-            "key": self._key(key),
-            "target": "CREATE",
-            "result": "GREATER",
-            "create_revision": "0",
-        }
+        return self._created(key, "GREATER")
+
+    def _created(self, key: str, result: str) -> Compare:
+        """The txn compare of `key`'s create revision with 0 (a key never created: 0)."""
+        return {"key": self._key(key), "target": "CREATE", "result": result, "create_revision": "0"}
 
     def _holds(self, key: str, value: str) -> Compare:
         """The txn compare that `key` holds `value` (false when the key is absent)."""

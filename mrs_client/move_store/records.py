@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime
+from typing import Any, TypedDict
 
 from dag_common.json_object import JsonObject
 from dag_common.model import Lsn, Position
@@ -95,6 +96,11 @@ class MoveRecord:
         position = self.unlock_position
         return position.at(self.target_epoch) if position is not None else None
 
+    def unstalled(self, **changes: Any) -> MoveRecord:
+        """This record with `changes`, no longer stalled: its stall's start, reason and
+        status cleared (the time it stalled stays counted)."""
+        return replace(self, stalled_since=None, stall_reason=None, stall_status=None, **changes)
+
     def to_json(self) -> str:
         # The fields one level deep (not `asdict`, which deep-copies every value): the
         # record is saved many times a move, and its containers hold plain values.
@@ -161,6 +167,29 @@ def position_fields(prefix: str, position: Position | None) -> dict[str, int | N
     and `{prefix}_offset`, None for the whole generation (or for no point)."""
     generation, offset = position if position is not None else (None, None)
     return {f"{prefix}_generation": generation, f"{prefix}_offset": offset or None}
+
+
+class MoveHeadline(TypedDict):
+    """What a report of a move opens with (`mrs stats`, a move of `mrs batch report`)."""
+
+    id: str
+    mailboxes: list[str]
+    source: str
+    target: str
+    state: str
+    step: int
+
+
+def headline(record: MoveRecord) -> MoveHeadline:
+    """The move's id, mailboxes, databases, state and step, as its reports say them."""
+    return {
+        "id": record.id,
+        "mailboxes": list(record.mailboxes),
+        "source": record.source_db,
+        "target": record.target_db,
+        "state": str(record.state),
+        "step": int(record.step),
+    }
 
 
 def _position_from(data: JsonObject, prefix: str) -> Position | None:

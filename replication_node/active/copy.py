@@ -49,6 +49,7 @@ from replication_node.log.logstream import LogStream
 from replication_node.log.operations import AssignUids, Operation, RecordBackup, last_cn
 from replication_node.log.recovery import plan_recovery
 from replication_node.log.spanning import BlobRef
+from replication_node.log.writer import OpenLogWriter
 from replication_node.storage.database import Database
 from replication_node.storage.file_reads import Held
 from replication_node.storage.header import DatabaseHeader, DatabaseState
@@ -167,7 +168,7 @@ class ActiveCopy:
         overlay = LlrOverlay()
         for txn in plan.transactions:
             overlay.add(txn, db)
-        stream = LogStream.create_or_open(
+        writer = OpenLogWriter.open(
             log_dir=paths.logs,
             database_signature=db.header.database_signature,
             log_signature=db.header.log_signature,
@@ -179,6 +180,7 @@ class ActiveCopy:
             epoch=epoch,
             files=log_files,
         )
+        stream = LogStream(writer=writer, clock=clock)
         db.mark_dirty()
         copy = cls(
             paths=paths,

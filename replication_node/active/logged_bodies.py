@@ -17,6 +17,7 @@ body that cannot be read back is an error (LogRecordError), never an empty body.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -30,7 +31,7 @@ from replication_node.log import logfile
 from replication_node.log.events import Transaction
 from replication_node.log.logfile import ScanResult
 from replication_node.log.operations import PutItem
-from replication_node.log.spanning import BodyReader
+from replication_node.log.spanning import BodyParts, BodyReader
 from replication_node.storage.file_reads import Held, StoredBody
 from replication_node.storage.overlay import LlrOverlay, LoggedBody
 from replication_node.storage.reader import ItemRow
@@ -74,27 +75,37 @@ class LogBodies:
             raise LogRecordError(f"body {logged.ref.id} is not UTF-8 text") from exc
 
     def with_bodies(self, txns: Iterable[Transaction]) -> Iterator[Transaction]:
-        """The overlay's transactions for the LLR flush, each staged body read back in its
-        put as its UTF-8 bytes alone (`counted_text.known` with no text: `tables.put_rows`
-        gives SQLite the bytes, cast to the same text, and reads nothing else of it), so
-        the flush holds each body once, beside SQLite's own copy."""
+        """The overlay's transactions for the LLR flush, each staged body in its put as its
+        UTF-8 bytes alone (`counted_text.known` with no text): a body counted where it came
+        in as the parts to read back from the log (`storage.body_parts`: its row is written
+        from them a part at a time, no copy of it held here), another read back whole (its
+        SHA-256 counted from it; `tables.put_rows` gives SQLite the bytes, cast to the same
+        text)."""
         for txn in txns:
             if not txn.staged:
                 yield txn
                 continue
             ops = list(txn.ops)
             for index, ref in txn.staged:
-                raw = self.raw(LoggedBody(ref, txn.generation))
                 op = ops[index]
                 assert type(op) is PutItem
                 # Its SHA-256 as counted where it came in (the overlay keeps it: the bytes
                 # read back are those, checked against the commit's size and CRC32C).
                 counts = op.body
-                if type(counts) is CountedText and counts.utf8_size == len(raw):
-                    sha256 = counts.sha256
+                if type(counts) is CountedText and counts.utf8_size == ref.size:
+                    # Written into its row a part at a time as they are read (`body_parts`).
+                    parts = functools.partial(BodyReader(self._load).parts, ref, txn.generation)
+                    body = known(
+                        "",
+                        utf8_size=ref.size,
+                        sha256=counts.sha256,
+                        utf8=BodyParts(ref.size, parts),  # type: ignore[arg-type]
+                    )
                 else:
+                    raw = self.raw(LoggedBody(ref, txn.generation))
                     sha256 = hashlib.sha256(raw).hexdigest()
-                body = known("", utf8_size=len(raw), sha256=sha256, utf8=raw)
+                    body = known("", utf8_size=len(raw), sha256=sha256, utf8=raw)
+                    del raw
                 ops[index] = msgspec.structs.replace(op, body=body)
             yield Transaction(txn.position, txn.commit_time, tuple(ops))
 

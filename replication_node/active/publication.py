@@ -11,6 +11,8 @@ refused, never applied.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from dag_common.backoff import Backoff
 from dag_common.clock import Clock
@@ -18,6 +20,8 @@ from dag_common.cluster_store import ActiveRecord, ClusterStore
 from replication_node.errors import Deposed
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 # A cluster store that errs is asked again after 50 ms, doubling to 5 s.
@@ -39,35 +43,32 @@ class ActivePublication:
     async def record(self) -> ActiveRecord | None:
         """The store's record of the database, retried while the store errs: the
         change-number ceiling in it must be known before any number is handed out."""
-        backoff = Backoff(STORE_RETRY_FIRST, STORE_RETRY_LONGEST)
-        while True:
-            try:
-                return await self._store.active(self._database)
-            except Exception as exc:
-                wait = backoff.next()
-                if backoff.worth_saying():
-                    logger.warning(
-                        "%s: mount waits: cannot read the cluster store (%d attempt(s)): %s",
-                        self._database,
-                        backoff.failures,
-                        exc,
-                    )
-                await self._clock.sleep(wait)
+        return await self._retried("the cluster store", lambda: self._store.active(self._database))
 
     async def lost_logs(self) -> int | None:
         """The logs this epoch's activation lost (its history record's `lost_logs`; None:
         not known), retried while the store errs, as `record` is."""
+
+        async def read() -> int | None:
+            history = await self._store.history(self._database)
+            return next((r.lost_logs for r in history if r.epoch == self._epoch), None)
+
+        return await self._retried("the stream history", read)
+
+    async def _retried(self, what: str, read: Callable[[], Awaitable[T]]) -> T:
+        """`read()`, tried again while the store errs (the mount waits on it), a warning
+        naming `what` the first time and every tenth."""
         backoff = Backoff(STORE_RETRY_FIRST, STORE_RETRY_LONGEST)
         while True:
             try:
-                history = await self._store.history(self._database)
-                return next((r.lost_logs for r in history if r.epoch == self._epoch), None)
+                return await read()
             except Exception as exc:
                 wait = backoff.next()
                 if backoff.worth_saying():
                     logger.warning(
-                        "%s: mount waits: cannot read the stream history (%d attempt(s)): %s",
+                        "%s: mount waits: cannot read %s (%d attempt(s)): %s",
                         self._database,
+                        what,
                         backoff.failures,
                         exc,
                     )

@@ -6,15 +6,18 @@ node's own answer carries the active's refusal as it was (409, 400, 404) and any
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TypeVar
 
 import aiohttp
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from dag_common.json_object import JsonObject
 from dag_common.node_status import post_admin
 from replication_node.admin_api import BackupLease, BackupStamp
 from replication_node.errors import BackupError, BadRequest, Conflict, NotFound
 from replication_node.storage.ops import BackupKind
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class HttpActiveCalls:
@@ -43,13 +46,17 @@ class HttpActiveCalls:
             raise NotFound(message)
         raise BackupError(message)
 
+    def _parsed(self, model: type[M], answer: JsonObject, what: str) -> M:
+        """The active's `answer` as `model`; BackupError naming `what` if it is not one."""
+        try:
+            return model.model_validate(answer)
+        except ValidationError as exc:
+            why = f"the active on {self._active} answered a malformed {what}: {exc}"
+            raise BackupError(why) from None
+
     async def begin(self, node: str, kind: BackupKind) -> BackupLease:
         answer = await self._post("", {"node": node, "kind": str(kind)})
-        try:
-            return BackupLease.model_validate(answer)
-        except ValidationError as exc:
-            why = f"the active on {self._active} answered a malformed lease: {exc}"
-            raise BackupError(why) from None
+        return self._parsed(BackupLease, answer, "lease")
 
     async def renew(self, backup_id: str) -> None:
         await self._post(f"/{backup_id}/renew")
@@ -61,11 +68,7 @@ class HttpActiveCalls:
         answer = await self._post(
             f"/{backup_id}/end", {"generation": generation, "ended_at": ended.isoformat()}
         )
-        try:
-            return BackupStamp.model_validate(answer)
-        except ValidationError as exc:
-            why = f"the active on {self._active} answered a malformed stamp: {exc}"
-            raise BackupError(why) from None
+        return self._parsed(BackupStamp, answer, "stamp")
 
     async def abort(self, backup_id: str) -> None:
         await self._post(f"/{backup_id}/abort")

@@ -16,6 +16,7 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC
 from typing import Any, TypeVar
 
@@ -355,13 +356,21 @@ def exit_code(status: int) -> ExitCode:
 DATABASE = "the database, as named in the config (e.g. DB1)"
 
 
-def _active_call(p: argparse.ArgumentParser, timeout: str) -> None:
-    """roll-log, mount, dismount: asked of the node of the active copy."""
+def _database_call(
+    p: argparse.ArgumentParser, timeout: str, func: Callable[[argparse.Namespace], int]
+) -> None:
+    """A command on one database and nothing more: its name, the config, the timeout and
+    --json; `func` carries it out."""
     p.add_argument("database", help=DATABASE)
     add_config(p)
     add_timeout(p, timeout)
     _json_flag(p)
-    p.set_defaults(func=cmd_db_admin)
+    p.set_defaults(func=func)
+
+
+def _active_call(p: argparse.ArgumentParser, timeout: str) -> None:
+    """roll-log, mount, dismount: asked of the node of the active copy."""
+    _database_call(p, timeout, cmd_db_admin)
 
 
 def build_roll_log(p: argparse.ArgumentParser) -> None:
@@ -379,47 +388,44 @@ def build_dismount(p: argparse.ArgumentParser) -> None:
     _active_call(p, "1m")
 
 
-def _copy_call(p: argparse.ArgumentParser) -> None:
-    """suspend, resume, reseed: asked of the node of the passive copy."""
+def _copy_call(p: argparse.ArgumentParser, switch: str, switch_help: str) -> None:
+    """suspend, resume, reseed: asked of the node of the passive copy; `switch`, the
+    command's own on/off option."""
     p.add_argument("database", help=DATABASE)
     p.add_argument("--node", required=True, help="the node of the passive copy")
     add_config(p)
     p.add_argument("--reason", default=None, help="why (shown in status; optional)")
     add_timeout(p, QUICK)
     _json_flag(p)
+    p.add_argument(switch, action="store_true", help=switch_help)
     p.set_defaults(func=cmd_db_admin)
+
+
+# The passive-copy commands' own on/off options.
+SUSPEND_ACTIVATION_ONLY = (
+    "suspend only the copy's activation: it replicates on but is never activated "
+    "(failover, switchover, activate) until resumed"
+)
+RESUME_ACTIVATION_ONLY = "allow the copy's activation again; its replication is left as it is"
+RESEED_WAIT = (
+    "follow the reseed (bytes, rate, time left) until the copy is Healthy again "
+    "(exit 0) or the reseed fails (exit 1)"
+)
 
 
 def build_suspend(p: argparse.ArgumentParser) -> None:
     """`db suspend`."""
-    _copy_call(p)
-    p.add_argument(
-        "--activation-only",
-        action="store_true",
-        help="suspend only the copy's activation: it replicates on but is never activated "
-        "(failover, switchover, activate) until resumed",
-    )
+    _copy_call(p, "--activation-only", SUSPEND_ACTIVATION_ONLY)
 
 
 def build_resume(p: argparse.ArgumentParser) -> None:
     """`db resume`."""
-    _copy_call(p)
-    p.add_argument(
-        "--activation-only",
-        action="store_true",
-        help="allow the copy's activation again; its replication is left as it is",
-    )
+    _copy_call(p, "--activation-only", RESUME_ACTIVATION_ONLY)
 
 
 def build_reseed(p: argparse.ArgumentParser) -> None:
     """`db reseed`."""
-    _copy_call(p)
-    p.add_argument(
-        "--wait",
-        action="store_true",
-        help="follow the reseed (bytes, rate, time left) until the copy is Healthy again "
-        "(exit 0) or the reseed fails (exit 1)",
-    )
+    _copy_call(p, "--wait", RESEED_WAIT)
 
 
 def build_activate(act: argparse.ArgumentParser) -> None:
@@ -450,11 +456,7 @@ def build_switchover(switch: argparse.ArgumentParser) -> None:
 
 def build_history(history: argparse.ArgumentParser) -> None:
     """`db history`."""
-    history.add_argument("database", help=DATABASE)
-    add_config(history)
-    add_timeout(history, QUICK)
-    _json_flag(history)
-    history.set_defaults(func=cmd_db_history)
+    _database_call(history, QUICK, cmd_db_history)
 
 
 def _json_flag(parser: argparse.ArgumentParser) -> None:

@@ -31,8 +31,6 @@ from dag_common.http_body import (
     body_share,
     check_item_sizes,
     expect_within,
-    items_limit,
-    max_item_size_for,
     read_body,
 )
 from dag_common.rfc822 import counted_message, counted_message_bytes, is_message, subject_of
@@ -41,7 +39,7 @@ from dag_common.store_api import ItemIn
 from replication_node.errors import BadRequest
 from replication_node.http.context import node_of, store_for_write
 from replication_node.http.models import parse
-from replication_node.http.store_routes import _items_limit, overriding
+from replication_node.http.store_routes import _items_limit, item_write, overriding
 
 CONTENT_TYPE = "message/rfc822"
 # Past this many bytes a message is decoded and hashed off the event loop (a 1 MiB one is
@@ -69,12 +67,10 @@ async def put_message(request: web.Request) -> web.Response:
             f"a message is written as {CONTENT_TYPE}, not {request.content_type or 'nothing'}"
         )
     fields = _item_fields(request)  # before a byte is read: a bad id or folder reads nothing
-    db = request.match_info["db"]
-    max_item_size = max_item_size_for(node_of(request).config, db)
-    limit = items_limit(db, max_item_size)
-    size = body_share(request, limit)
-    async with node_of(request).memory.share(size, f"a message written to {db}"):
-        raw = await read_body(request, limit)
+    write = item_write(request)
+    size = body_share(request, write.limit)
+    async with node_of(request).memory.share(size, f"a message written to {write.database}"):
+        raw = await read_body(request, write.limit)
         if not is_message(raw):
             raise BadRequest(
                 "the body is not an RFC 5322 message: it does not begin with a header field"
@@ -90,7 +86,9 @@ async def put_message(request: web.Request) -> web.Response:
         # Not validated again: the body was decoded here (so it is valid text, and an 8-bit
         # one Latin-1 by construction), and its subject is the message's own.
         item = fields.model_copy(update={"body": body, "format": fmt, "subject": subject})
-        check_item_sizes([item], database=db, max_item_size=max_item_size, batch=False)
+        check_item_sizes(
+            [item], database=write.database, max_item_size=write.max_item_size, batch=False
+        )
         result = await store_for_write(request).put_items(
             request.match_info["mailbox"], [item], override_lock=overriding(request)
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -43,6 +44,7 @@ from replication_node.http.context import (
     store_of,
 )
 from replication_node.http.directory_claim import claim_new
+from replication_node.http.items_body import items_json, with_bodies
 from replication_node.http.items_stream import stream_items
 from replication_node.http.models import FolderIn, ItemIn, ItemsIn, MailboxIn, parse
 from replication_node.storage.reader import ItemsPage
@@ -196,32 +198,49 @@ async def create_folder(request: web.Request) -> web.Response:
     return web.json_response(result.wire(), status=201)
 
 
-def _items_limit(request: web.Request) -> BodyLimit:
-    """What a write of items to the request's database may carry, by its max_item_size in
-    the config as it is now (a refreshed config's limit holds from the next request)."""
+@dataclass(frozen=True, slots=True)
+class ItemWrite:
+    """A write of items to a database: its max_item_size in the config as it is now (a
+    refreshed config's limit holds from the next request), and what the body may carry."""
+
+    database: str
+    max_item_size: int
+    limit: BodyLimit
+
+
+def item_write(request: web.Request) -> ItemWrite:
+    """The limits of a write of items to the request's database (`ItemWrite`)."""
     db = request.match_info["db"]
-    return items_limit(db, max_item_size_for(node_of(request).config, db))
+    max_item_size = max_item_size_for(node_of(request).config, db)
+    return ItemWrite(db, max_item_size, items_limit(db, max_item_size))
+
+
+def _items_limit(request: web.Request) -> BodyLimit:
+    """What a write of items to the request's database may carry (`item_write`)."""
+    return item_write(request).limit
 
 
 async def post_items(request: web.Request) -> web.Response:
     """Write one item, or several as one transaction.  The body is read within what a write
     to the database may carry, and each item checked against its max_item_size (413 naming
     it), before anything is looked up or written."""
-    db = request.match_info["db"]
-    max_item_size = max_item_size_for(node_of(request).config, db)
-    limit = items_limit(db, max_item_size)
+    write = item_write(request)
     # The body's share of the node's memory budget, taken before a byte of it is read and
     # held until the write is answered: its declared length, or what the limit lets a
     # chunked one grow to.  Past the budget the write waits, then is refused with 503.
-    size = body_share(request, limit)
-    async with node_of(request).memory.share(size, f"a write of items to {db}"):
-        raw = await json_body(request, limit)
+    size = body_share(request, write.limit)
+    async with node_of(request).memory.share(size, f"a write of items to {write.database}"):
+        # A large body is taken out of the JSON in place and carried as its bytes
+        # (`items_body.py`): the request's bytes are its only copy here.
+        raw, taken = await items_json(request, write.limit)
         # Several items ({"items": [...]}, one transaction) or one item as the body itself.
         batch = "items" in raw
         items = parse(ItemsIn, raw).items if batch else [parse(ItemIn, raw)]
         del raw  # the items hold their text; the parsed JSON's copy goes now
-        items = [_counted(item) for item in items]
-        check_item_sizes(items, database=db, max_item_size=max_item_size, batch=batch)
+        items = [_counted(item) for item in with_bodies(items, taken)]
+        check_item_sizes(
+            items, database=write.database, max_item_size=write.max_item_size, batch=batch
+        )
         result = await store_for_write(request).put_items(
             request.match_info["mailbox"],
             items,

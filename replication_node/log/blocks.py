@@ -20,24 +20,17 @@ from dataclasses import dataclass
 
 from dag_common.clock import Clock, sleep_unless
 from dag_common.model import Position
+from replication_node.log.events import AtPosition
 
 
 @dataclass(frozen=True, slots=True)
-class Block:
+class Block(AtPosition):
     """Bytes made durable in the log at `position` (its generation's file, at an offset);
     `closed`: these are the roll's last bytes, the generation is closed after them."""
 
     position: Position
     data: bytes
     closed: bool = False
-
-    @property
-    def generation(self) -> int:
-        return self.position.generation
-
-    @property
-    def offset(self) -> int:
-        return self.position.offset
 
     @property
     def end(self) -> int:

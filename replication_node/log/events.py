@@ -12,8 +12,24 @@ from replication_node.log.operations import Operation
 from replication_node.log.spanning import BlobRef
 
 
+class AtPosition:
+    """A value at a log `position` (a transaction, a durable block): its generation and
+    offset, read from the position."""
+
+    __slots__ = ()
+    position: Position
+
+    @property
+    def generation(self) -> int:
+        return self.position.generation
+
+    @property
+    def offset(self) -> int:
+        return self.position.offset
+
+
 @dataclass(frozen=True, slots=True)
-class Transaction:
+class Transaction(AtPosition):
     """One committed transaction: where it is in the log, when, and what it does (as the
     store built it, or decoded once from the log where it is read)."""
 
@@ -23,14 +39,6 @@ class Transaction:
     # The puts whose bodies the commit staged in the log (op index, reference), on the
     # active's own events: the LLR overlay holds their place in the log, not the bodies.
     staged: tuple[tuple[int, BlobRef], ...] = ()
-
-    @property
-    def generation(self) -> int:
-        return self.position.generation
-
-    @property
-    def offset(self) -> int:
-        return self.position.offset
 
 
 @dataclass(frozen=True, slots=True)

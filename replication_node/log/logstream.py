@@ -51,10 +51,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dag_common.clock import Clock
@@ -64,11 +62,10 @@ from replication_node.log.announcer import Announcer, OpenLogAnnouncer
 from replication_node.log.blocks import BlockFeed
 from replication_node.log.body import BodyReader
 from replication_node.log.events import Committed, StreamEvent
-from replication_node.log.files import OS_FILES, LogFiles
-from replication_node.log.logfile import ContentDigest, LogHeader, ScanResult, encode_transaction
+from replication_node.log.logfile import ContentDigest, LogHeader, encode_transaction
 from replication_node.log.operations import Operation, encode_record_ops
 from replication_node.log.requests import AbortJob, Pending, StageJob, answer, fail
-from replication_node.log.spanning import BlobId, BlobRef, PendingBlob
+from replication_node.log.spanning import BlobId, BlobRef
 from replication_node.log.spare_keeper import SpareKeeper
 from replication_node.log.spares import SparePool
 from replication_node.log.synchronous import SynchronousCommit
@@ -139,41 +136,6 @@ class LogStream:
         self._last_batch = float("-inf")  # monotonic time a batch was last written
         # The spare log files' keeper (`keep_spares`).
         self._spares = SpareKeeper(clock=clock, idle=lambda: self.idle, busy_pause=BUSY_WINDOW)
-
-    # ---- opening -------------------------------------------------------------------------
-
-    @classmethod
-    def create_or_open(
-        cls,
-        *,
-        log_dir: Path,
-        database_signature: uuid.UUID,
-        log_signature: uuid.UUID,
-        log_file_size: int,
-        clock: Clock,
-        open_scan: ScanResult | None = None,
-        next_generation: int = 1,
-        pending: dict[BlobId, PendingBlob] | None = None,
-        epoch: int = 0,
-        files: LogFiles = OS_FILES,
-    ) -> LogStream:
-        """Open the stream for writing, creating E00.log for the next generation if needed
-        (`OpenLogWriter.open`: recovery's scan of E00.log, its torn tail cut); every commit's
-        LSN names `epoch`, the incarnation of the stream; `files`: the file steps its writer
-        and spares take (`files.py`)."""
-        writer = OpenLogWriter.open(
-            log_dir=log_dir,
-            database_signature=database_signature,
-            log_signature=log_signature,
-            log_file_size=log_file_size,
-            clock=clock,
-            open_scan=open_scan,
-            next_generation=next_generation,
-            pending=pending,
-            epoch=epoch,
-            files=files,
-        )
-        return cls(writer=writer, clock=clock)
 
     # ---- public --------------------------------------------------------------------------
 

@@ -43,9 +43,11 @@ backups keep or fetch the log from there: a later commit reads those parts back 
 
 from __future__ import annotations
 
+import codecs
+import functools
 import hashlib
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -302,6 +304,21 @@ def _names(pending: Pending) -> str:
 # Loads one generation's records (a closed generation, or the open log): LogRecordError or
 # OSError if it cannot.
 Loader = Callable[[int], ScanResult]
+# A UTF-8 check's slice (`counted_text`'s): under the allocator's mmap threshold.
+_CHECK_SLICE = 64 * 1024
+
+# A body this large or larger is given to a reader `as_bytes` as its parts, to be read again
+# as its row is written (`BodyParts`), not whole.
+IN_PLACE = 1 << 20
+
+
+@dataclass(frozen=True)
+class BodyParts:
+    """A staged body's `size` UTF-8 bytes, given a part at a time by `parts()` (read from
+    the log as its row is written: `storage/body_parts.py`)."""
+
+    size: int
+    parts: Callable[[], Iterable[bytes | memoryview]]
 
 
 class BodyReader:
@@ -326,6 +343,18 @@ class BodyReader:
         Read into one buffer of its size: a body costs its size once, not once per step."""
         out = bytearray(ref.size)
         view = memoryview(out)
+        size = 0
+        for chunk in self.parts(ref, through):
+            view[size : size + len(chunk)] = chunk
+            size += len(chunk)
+        view.release()
+        return out
+
+    def parts(self, ref: BlobRef, through: int) -> Iterator[bytes | memoryview]:
+        """The bytes of `ref` a part at a time (each part's, of the generation read last), from
+        its first part up to generation `through` at most.  LogRecordError as soon as a part
+        is out of order or past its size, and after the last if they do not add up to its
+        size and CRC32C: a caller writing them as they come undoes what it wrote then."""
         size = crc = parts = 0
         for gen in range(ref.id.generation, through + 1):
             for rec in self._generation(gen).records:
@@ -339,19 +368,41 @@ class BodyReader:
                         f"body {ref.id}: part {part} where {parts} was due, or past its "
                         f"{ref.size} bytes"
                     )
-                view[size : size + len(chunk)] = chunk
                 parts += 1
                 size += len(chunk)
                 crc = crc32c.crc32c(chunk, crc)
+                yield chunk
             if size >= ref.size:
                 break
-        view.release()
         if size != ref.size or crc != ref.crc:
             raise LogRecordError(
                 f"body {ref.id}: its parts through generation {through} hold {size} bytes "
                 f"(CRC32C {crc:08x}), its commit names {ref.size} (CRC32C {ref.crc:08x})"
             )
-        return out
+
+    def _in_place(self, ref: BlobRef, through: int) -> str:
+        """A large body read `as_bytes` as its parts (`BodyParts`): hashed and checked as
+        UTF-8 a part at a time here, and read again from the log as its row is written, so
+        that a replay holds a part of it, not the whole beside SQLite's copies (issue 52).
+        The parts are read again by a reader of their own (this one's cached generation
+        is the reading thread's)."""
+        h = hashlib.sha256()
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        try:
+            for part in self.parts(ref, through):
+                h.update(part)
+                for start in range(0, len(part), _CHECK_SLICE):
+                    decoder.decode(part[start : start + _CHECK_SLICE])
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError as exc:
+            raise LogRecordError(f"body {ref.id} is not UTF-8 text") from exc
+        parts = functools.partial(BodyReader(self._load).parts, ref, through)
+        return known(
+            "",
+            utf8_size=ref.size,
+            sha256=h.hexdigest(),
+            utf8=BodyParts(ref.size, parts),  # type: ignore[arg-type]
+        )
 
     def bodies(self, refs: tuple[BlobRef, ...], through: int) -> list[str]:
         """The staged bodies a TRANSACTION record commits (`decode_transaction`'s refs), read
@@ -366,9 +417,13 @@ class BodyReader:
 
         A reader made `as_bytes` gives each as its bytes alone (`counted_text.known` with no
         text, as the active's LLR flush does: `tables.put_rows` binds the bytes, cast to the
-        same text): checked as UTF-8 a slice at a time, no text made of it, nor its copy."""
+        same text): checked as UTF-8 a slice at a time, no text made of it, nor its copy;
+        one of `IN_PLACE` or more as its parts, not read whole (`_in_place`)."""
         out: list[str] = []
         for ref in refs:
+            if self._as_bytes and ref.size >= IN_PLACE:
+                out.append(self._in_place(ref, through))
+                continue
             raw = self.read(ref, through)
             size, sha256 = len(raw), hashlib.sha256(raw).hexdigest()
             if self._as_bytes:

@@ -35,8 +35,9 @@ them.  Transactions recovered at mount carry their bodies (read back once, by re
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import msgspec
 
@@ -78,6 +79,8 @@ from replication_node.storage.ops import (
     with_backup,
 )
 from replication_node.storage.reader import FolderRow, ItemRow, MailboxRow
+
+R = TypeVar("R")
 
 
 class FileRows(Protocol):
@@ -172,12 +175,9 @@ class LlrOverlay:
 
     def current_item(self, db: FileRows, mailbox: str, item_id: str) -> ItemRow | None:
         """An item as the overlay over the file has it."""
-        entry = self.items.get((mailbox, item_id))
-        if entry is not None:
-            return entry[1]
-        if self.hides(mailbox):
-            return None
-        return self.over_file(db.item(mailbox, item_id))
+        return self._current(
+            self.items, mailbox, item_id, lambda: self.over_file(db.item(mailbox, item_id))
+        )
 
     def current_mailbox(self, db: FileRows, name: str) -> MailboxRow | None:
         return self.mailbox(name) or (None if self.hides(name) else db.mailbox(name))
@@ -194,12 +194,26 @@ class LlrOverlay:
         return rows
 
     def _folder(self, db: FileRows, mailbox: str, folder: str) -> FolderRow | None:
-        entry = self.folders.get((mailbox, folder))
+        return self._current(
+            self.folders,
+            mailbox,
+            folder,
+            lambda: next((r for r in db.folder_rows(mailbox) if r.folder == folder), None),
+        )
+
+    def _current(
+        self,
+        entries: Mapping[tuple[str, str], tuple[int, R | None]],
+        mailbox: str,
+        name: str,
+        from_file: Callable[[], R | None],
+    ) -> R | None:
+        """The row the overlay holds for (`mailbox`, `name`) in `entries` (None: removed),
+        else the file's (`from_file`) unless the overlay hides the whole mailbox."""
+        entry = entries.get((mailbox, name))
         if entry is not None:
             return entry[1]
-        if self.hides(mailbox):
-            return None
-        return next((r for r in db.folder_rows(mailbox) if r.folder == folder), None)
+        return None if self.hides(mailbox) else from_file()
 
     def _lift(
         self,

@@ -41,6 +41,8 @@ from replication_node.log.operations import (
     SetMailbox,
     last_cn,
 )
+from replication_node.log.spanning import BodyParts
+from replication_node.storage.body_parts import BODY, put_in_place
 from replication_node.storage.moved_out import (
     FORGET_FOLDER,
     RECORD,
@@ -105,6 +107,8 @@ _PUT = (
     " deleted, commit_time, body_hash, format, uid, modseq, flags, received)"
     " VALUES (?, ?, ?, ?, CAST(? AS TEXT), ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)"
 )  # the body: its text, or its UTF-8 bytes, stored as text either way (`put_rows`)
+# The same with a text of the body's length, its bytes written into it after (`body_parts`).
+_PUT_SIZED = _PUT.replace("CAST(? AS TEXT)", "CAST(zeroblob(?) AS TEXT)")
 _TOMBSTONE = (
     "INSERT INTO items (mailbox, item_id, folder, subject, body, size, change_number, deleted,"
     " commit_time, body_hash, format, uid, modseq) VALUES (?, ?, '', '', '', 0, ?, 1, ?, '',"
@@ -243,7 +247,15 @@ class TableWriter:
         """Write the rows held."""
         if self._puts:
             self._puts.sort(key=_KEY)  # stable: an item put twice keeps its last row
-            self._conn.executemany(_PUT, self._puts)
+            plain: list[tuple[Any, ...]] = []
+            for row in self._puts:  # in order: a body from the log is written in place
+                if type(row[BODY]) is BodyParts:
+                    self._conn.executemany(_PUT, plain)
+                    plain.clear()
+                    put_in_place(self._conn, _PUT_SIZED, row)
+                else:
+                    plain.append(row)
+            self._conn.executemany(_PUT, plain)
             self._puts.clear()
             self._held.clear()
 

@@ -13,6 +13,9 @@ pytestmark = pytest.mark.slow
 DB = "/v1/databases/DB1"
 BOX = f"{DB}/mailboxes/alice"
 DEEP = "[" * 100_000 + "]" * 100_000
+# A body large enough to be taken out of its JSON in place (`dag_common/json_bodies.py`).
+LARGE = "a" * 70_000
+MESSAGE = "Subject: s\r\n\r\n" + LARGE
 
 # (name, method, path, body as JSON text or a JSON value, status, fragment of the error)
 BAD = [
@@ -26,6 +29,13 @@ BAD = [
     ("a folder with a control character", "POST", f"{BOX}/folders", {"folder": "a\x01"}, 400, "folder"),
     ("JSON nested 100,000 deep", "POST", f"{BOX}/items", DEEP, 400, "nested too deeply"),
     ("not JSON", "POST", f"{BOX}/items", "{oops", 400, "not JSON"),
+    ("lone surrogate in a large body", "POST", f"{BOX}/items", '{"items": [{"body": "' + LARGE + '\\ud800"}]}', 400, "not valid UTF-8"),
+    ("a control character in a large body", "POST", f"{BOX}/items", '{"body": "' + LARGE + '\x01"}', 400, "Invalid control character"),
+    ("a bad escape in a large body", "POST", f"{BOX}/items", '{"body": "' + LARGE + '\\q"}', 400, "Invalid \\escape"),
+    ("a large body not closed", "POST", f"{BOX}/items", '{"body": "' + LARGE, 400, "not JSON"),
+    ("a large message-8bit body past Latin-1", "POST", f"{BOX}/items", {"format": "message-8bit", "body": MESSAGE + "\u20ac"}, 400, "Latin-1"),
+    ("a large body's format a list", "POST", f"{BOX}/items", {"format": ["message"], "body": MESSAGE}, 400, "format"),
+    ("a large message's subject not its own", "POST", f"{BOX}/items", {"format": "message", "subject": "t", "body": MESSAGE}, 400, "subject"),
     ("since_change 2^70", "GET", f"{BOX}/items?since_change={2**70}", None, 400, "since_change"),
     ("since_change -1", "GET", f"{BOX}/items?since_change=-1", None, 400, "since_change"),
     ("since_change not a number", "GET", f"{BOX}/items?since_change=abc", None, 400, "since_change"),

@@ -1,7 +1,8 @@
 """A staged body replayed is counted from the bytes read back (`counted_text`) and carried as
-them alone, no text made (`BodyReader(as_bytes=True)`), and written to its row from them: the
-row holds the same text, its size and hash are the body's, and the copy's digest is the
-active's."""
+them alone, no text made (`BodyReader(as_bytes=True)`; one of 1 MiB or more as its parts, read
+again from the log as its row is written: `storage/body_parts.py`), and written to its row
+from them: the row holds the same text, its size and hash are the body's, and the copy's
+digest is the active's."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dag_common.store_api import ItemIn
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.log.logfile import closed_log_name, verify_closed
 from replication_node.log.operations import PutItem
+from replication_node.log.spanning import BodyParts
 from replication_node.passive.replayer import read_batch
 from replication_node.storage.database import Database
 from tests.replication_node.helpers import mount
@@ -32,6 +34,8 @@ async def test_a_staged_body_replayed_is_counted_from_its_bytes_and_stored_as_th
         "latin": "Caf\xe9 cr\xe8me, s'il vous pla\xeet.\r\n" * 4000,  # not ASCII, staged
         "ascii": "plain text, seven bits.\r\n" * 5000,  # ASCII, staged
         "small": "petit caf\xe9",  # in the commit record
+        # 1 MiB or more: given as its parts, written into its row from the log
+        "large": "grand caf\xe9 \U0001f600 au lait\r\n" * 50_000,
     }
     for item_id, body in bodies.items():
         await store.put_items("m", [ItemIn(item_id=item_id, body=body, format=BodyFormat.TEXT)])
@@ -47,7 +51,7 @@ async def test_a_staged_body_replayed_is_counted_from_its_bytes_and_stored_as_th
     replayed = {
         op.item_id: op.body for txn in batch.transactions for op in txn.ops if type(op) is PutItem
     }
-    for item_id in ("latin", "ascii"):
+    for item_id in ("latin", "ascii", "large"):
         body = replayed[item_id]
         assert type(body) is CountedText and body == "", "no text made of it"
         assert body.utf8_size == len(bodies[item_id].encode())
@@ -55,6 +59,9 @@ async def test_a_staged_body_replayed_is_counted_from_its_bytes_and_stored_as_th
     rows = {row[1]: row for puts in batch.puts for row, _ in puts}
     assert rows["latin"][4] == bodies["latin"].encode(), "its bytes, for SQLite to cast"
     assert rows["ascii"][4] == bodies["ascii"].encode(), "an ASCII one's bytes too"
+    large = rows["large"][4]  # not read whole: its parts, read again as its row is written
+    assert type(large) is BodyParts and large.size == len(bodies["large"].encode())
+    assert b"".join(large.parts()) == bodies["large"].encode()
 
     path = tmp_path / f"replay-{uuid.uuid4().hex}.sqlite"
     db = Database.create(
