@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/imap.py [--small] [--messages 10000] [--rounds 3] [--idle 50]
         [--mbsync-cap 180] [--sessions 1000] [--max-front-rss-mib 6144]
-        [--max-open-seconds 900] [--no-fetches] [--profile PY_SPY] [--dir var/bench-imap]
+        [--max-open-seconds 900] [--no-fetches] [--scale [--at-once 4]] [--profile PY_SPY]
+        [--dir var/bench-imap] [--keep]
 
 The figures in bench/README.md: `--rounds 2 --mbsync-cap 180 --max-open-seconds 300
 --profile .../py-spy`, then `--no-fetches --max-open-seconds 300` for IDLE and memory.
@@ -34,6 +35,11 @@ round's figures printed; the ratio ours / Dovecot (target >= 0.5 each).
   (target < 200 KB).  Stopped early, and said so, if the front's RSS passes
   `--max-front-rss-mib` (the machine is shared) or opening them takes `--max-open-seconds`.
 
+`--scale` (no fetches; bench/imap_scale.py): `--sessions` idle sessions on each side, the
+front's first, left open, memory read from /proc at a tenth, a quarter, a half and all (the
+front's VmRSS, VmHWM and Pss; Dovecot's Rss, Pss and USS summed over its processes), then
+`--idle` deliveries, alternating sides, each timed to every idler's `* n EXISTS`.
+
 Every fetch is checked: as many FETCH answers as messages, and each body's literal read
 whole.  `--small`: 200 messages, one round, 5 IDLE messages, 20 sessions: the script
 checked in a minute (the figures mean nothing).
@@ -48,6 +54,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -65,6 +72,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import imap_scale  # noqa: E402
 from lmtp import (  # noqa: E402
     DOMAIN,
     KIB,
@@ -76,6 +84,7 @@ from lmtp import (  # noqa: E402
     percentile,
     small_template,
 )
+from workdir import add_work_dir, work_dir  # noqa: E402
 
 from tests.imap_front.harness import Front  # noqa: E402
 from tests.mail_servers import HOST, Dovecot, start_dovecot  # noqa: E402
@@ -200,7 +209,7 @@ async def start(base: Path, sessions: int) -> Servers:
     s = Servers(pki, ca[0])
     s.dovecot = start_dovecot(
         [ADDRESS], base / "logs", imap_port=0, password=PASSWORD,
-        tls=(pki / "dovecot.pem", pki / "dovecot.key"),
+        tls=(pki / "dovecot.pem", pki / "dovecot.key"), max_clients=sessions + 10,
     )  # fmt: skip
     cluster = s.cluster = TlsCluster(
         base / "cluster", nodes=[(ACTIVE, "redmond"), (PASSIVE, "redmond")],
@@ -463,6 +472,83 @@ async def idle_memory(
     }
 
 
+# ---- many idle sessions: memory as they grow, and IDLE with all of them idling (--scale) ----
+
+
+async def scale(s: Servers, args: argparse.Namespace, templates: tuple[bytes, ...]) -> dict:
+    """`--sessions` idle sessions on each side (the front's first, then Dovecot's, both left
+    open), memory read at a tenth, a quarter, a half and all; then `--idle` messages, one
+    at a time and alternating sides, each timed to every idler's `* n EXISTS`."""
+    n = args.sessions
+    marks = sorted({max(1, n // 10), max(1, n // 4), max(1, n // 2), n})
+    ctx = s.context()
+    cap_kib = args.max_front_rss_mib << 10
+    out: dict[str, Any] = {"sessions": n, "front_nofile": nofile(s.front.proc.pid)}
+    opened: dict[Side, imap_scale.Opened] = {}
+    front, master = s.front.proc.pid, s.dovecot.proc.pid
+    for side in (Side.FRONT, Side.DOVECOT):
+        port, login = s.imap_port(side), f'LOGIN {s.user(side)} "{PASSWORD}"'.encode()
+
+        def measure(side: Side = side) -> dict:
+            if side == Side.FRONT:
+                got = imap_scale.settled(lambda: imap_scale.front_memory(front), "rss")
+            else:
+                got = imap_scale.settled(lambda: imap_scale.dovecot_memory(master), "pss")
+            print(f"  {side}: {got}; {load()}", flush=True)
+            return got
+
+        def give_up(m: dict, side: Side = side) -> str:
+            if side == Side.FRONT and m["rss"] > cap_kib:
+                return f"stopped: the front's RSS passed {cap_kib >> 10} MiB"
+            return ""
+
+        o = opened[side] = await imap_scale.open_idlers(
+            lambda port=port, login=login: imap_scale.open_idler(port, ctx, HOST, login),
+            n, at_once=args.at_once, checkpoints=marks, measure=measure,
+            cap_seconds=args.max_open_seconds, give_up=give_up,
+        )  # fmt: skip
+        out[f"{side}_memory"] = o.memory
+        out[f"{side}_open_seconds"] = o.seconds
+        out[f"{side}_stopped"] = o.stopped
+        print(f"  {side}: at " + ", ".join(str(c) for c, _ in o.memory) + f" sessions; "
+              f"{o.seconds:.1f} s to open them", flush=True)  # fmt: skip
+        if o.stopped:
+            print(f"  {side}: {o.stopped}", flush=True)
+    seen: dict[Side, list[list[float]]] = {side: [] for side in Side}
+    for k in range(args.idle):
+        for side in Side if k % 2 == 0 else reversed(Side):
+            port = s.lmtp_port(side)
+
+            def one(_: int, port: int = port, side: Side = side, k: int = k) -> None:
+                deliver(port, Batch(f"sc{side[:2]}", templates, 1, 1, first=k), 1)
+
+            seen[side] += await imap_scale.notifications(opened[side].idlers, one, 1)
+        print(f"  delivery {k}: " + ", ".join(
+            f"{side} p50 {percentile(seen[side][-1], 0.5) * 1e3:.0f} ms, last "
+            f"{max(seen[side][-1]) * 1e3:.0f} ms" for side in Side) + f"; {load()}",
+            flush=True)  # fmt: skip
+    for side in Side:
+        every = [t for r in seen[side] for t in r]
+        out[f"{side}_idlers"] = len(opened[side].idlers)
+        out[f"{side}_idle_ms"] = {
+            "p50": percentile(every, 0.5) * 1e3, "p99": percentile(every, 0.99) * 1e3,
+            "first_p50": percentile([min(r) for r in seen[side]], 0.5) * 1e3,
+            "last_p50": percentile([max(r) for r in seen[side]], 0.5) * 1e3,
+            "last_max": max(max(r) for r in seen[side]) * 1e3,
+        }  # fmt: skip
+        await imap_scale.close_all(opened[side].idlers)
+    return out
+
+
+def nofile(pid: int) -> str:
+    """The process's RLIMIT_NOFILE, soft / hard, from /proc/PID/limits."""
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            soft, hard = line.split()[3:5]
+            return f"{soft} / {hard}"
+    return "?"
+
+
 # ---- the run ------------------------------------------------------------------------------
 
 
@@ -472,6 +558,7 @@ class Results:
     idle: dict[Side, list[float]] = field(default_factory=dict)
     memory: dict[str, Any] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)
+    scale: dict[str, Any] = field(default_factory=dict)
 
     def best(self, side: Side, what: str) -> Figure:
         figures = [f for r in self.rounds[1:] or self.rounds for f in r]
@@ -498,6 +585,9 @@ async def run(base: Path, args: argparse.Namespace) -> Results:
         print(f"ours: {args.messages} delivered and durable in {time.perf_counter() - t0:.1f} s",
               flush=True)  # fmt: skip
         os.sync()
+        if args.scale:
+            res.scale = await scale(s, args, small)
+            return res
         phases: list[tuple[str, Callable[[Side], Figure]]] = [
             ("flags", lambda side: flags(s, side, args.messages)),
             ("bodies", lambda side: bodies(s, side, args.messages)),
@@ -559,6 +649,8 @@ def report(args: argparse.Namespace, res: Results) -> None:
           f"{res.sizes['100k']} B), {args.rounds} rounds; {load()}\n")  # fmt: skip
     summary: dict[str, Any] = {"date": date.today().isoformat(), "small": args.small,
                                "messages": args.messages}  # fmt: skip
+    if args.scale:
+        return report_scale(res.scale, summary)
     print("| measure | Dovecot | front | **front / Dovecot** | target |")
     print("|---|---:|---:|---:|---|")
     for what, unit, value in (
@@ -594,6 +686,35 @@ def report(args: argparse.Namespace, res: Results) -> None:
     print(json.dumps(summary))
 
 
+def report_scale(sc: dict[str, Any], summary: dict[str, Any]) -> None:
+    """--scale: memory a session at each checkpoint, and IDLE with every session idling."""
+    print(f"front's RLIMIT_NOFILE (soft / hard): {sc['front_nofile']}")
+    print("| side | sessions | memory (KiB) | KiB a session since the warm one |")
+    print("|---|---:|---|---:|")
+    for side, key in ((Side.FRONT, "rss"), (Side.DOVECOT, "pss")):
+        mem = sc[f"{side}_memory"]
+        base = mem[0][1]
+        print(f"| {side} | 1 (warm) | {base} | |")
+        for n, m in mem[1:]:
+            per = (m[key] - base[key]) / n if n else 0.0
+            print(f"| {side} | {n} | {m} | {key} {per:.1f} |")
+        per = imap_scale.per_session(mem, key)
+        summary[f"{side}_kib_per_session_{key}"] = per[-1][1] if per else 0.0
+        summary[f"{side}_sessions"] = mem[-1][0]
+        if side == Side.DOVECOT and per:
+            summary["dovecot_kib_per_session_rss"] = (mem[-1][1]["rss"] - base["rss"]) / mem[-1][0]
+        if sc[f"{side}_stopped"]:
+            print(f"({side}: {sc[f'{side}_stopped']})")
+    summary["front_hwm_kib"] = sc["front_memory"][-1][1]["hwm"]
+    for side in Side:
+        ms = sc[f"{side}_idle_ms"]
+        print(f"| IDLE, {side}, {sc[f'{side}_idlers']} idlers: every idler p50 / p99 "
+              f"{ms['p50']:.0f} / {ms['p99']:.0f} ms; first idler p50 {ms['first_p50']:.0f}; "
+              f"last idler p50 {ms['last_p50']:.0f}, max {ms['last_max']:.0f} ms |")  # fmt: skip
+        summary[f"{side}_idle_p50_ms"], summary[f"{side}_idle_p99_ms"] = ms["p50"], ms["p99"]
+    print(json.dumps(summary))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, help="in the folder (10000)")
@@ -610,7 +731,12 @@ def main() -> None:
                         help="skip the fetch and mbsync rounds: IDLE and memory only")  # fmt: skip
     parser.add_argument("--profile", metavar="PY_SPY",
                         help="py-spy's path: profile the front's fetches once")  # fmt: skip
-    parser.add_argument("--dir", default="var/bench-imap", help="work directory (wiped)")
+    parser.add_argument("--scale", action="store_true",
+                        help="no fetches: --sessions idle sessions on each side, memory as "
+                        "they grow, then --idle deliveries timed to every idler")  # fmt: skip
+    parser.add_argument("--at-once", type=int, default=4,
+                        help="--scale: sessions opened at once")  # fmt: skip
+    add_work_dir(parser, "var/bench-imap")
     parser.add_argument("--small", action="store_true",
                         help="200 messages, 1 round, 5 IDLE, 20 sessions: a minute")  # fmt: skip
     args = parser.parse_args()
@@ -620,12 +746,15 @@ def main() -> None:
     args.sessions = args.sessions or (20 if args.small else 1000)
     if min(args.messages, args.rounds, args.idle, args.sessions) < 1:
         parser.error("--messages, --rounds, --idle, --sessions: >= 1")
-    base = Path(args.dir).resolve()
-    shutil.rmtree(base, ignore_errors=True)
-    base.mkdir(parents=True)
-    base.chmod(0o755)
+    if args.scale:  # two descriptors a session on each side, the servers' own besides
+        imap_scale.raise_nofile(4 * args.sessions + 1000)
     started = time.perf_counter()
-    res = asyncio.run(run(base, args))
+    # a TERM (a run stopped from another shell: a background job ignores INT) stops the
+    # servers on the way out, as an interrupt does
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with work_dir(args) as base:
+        base.chmod(0o755)
+        res = asyncio.run(run(base, args))
     report(args, res)
     print(f"(whole run: {time.perf_counter() - started:.1f} s)")
 

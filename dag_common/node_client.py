@@ -111,13 +111,18 @@ class NodeStoreClient:
         follow_interval: float = 0.25,
         follow_timeout: float = 60.0,
         call_timeout: float | None = None,
+        poll_session: aiohttp.ClientSession | None = None,
     ) -> None:
         """`call_timeout`: a command line's `--timeout`, which bounds each call whole (its
         reads too) and is sent as its deadline (`dag_common.deadline`); by default a write
-        may take CALL_TIMEOUT and more for its body, a read as long as it keeps coming."""
+        may take CALL_TIMEOUT and more for its body, a read as long as it keeps coming.
+        `poll_session`: the change feed's long polls go over it, so that they never hold the
+        connections other calls need (the IMAP front's idlers); the active each database is
+        at is the same for both."""
         self._config = config
         self._token = token
         self._session = session
+        self._poll_session = poll_session or session
         self._clock = clock or SystemClock()
         self._follow_interval = follow_interval
         self._follow_timeout = follow_timeout
@@ -186,6 +191,7 @@ class NodeStoreClient:
         ok: tuple[int, ...] = (200, 201),
         raw: bool = False,
         message: bytes | bytearray | Path | None = None,
+        long_poll: bool = False,
     ) -> tuple[int, Any]:
         """Call `path` (below /v1/databases/{database}) on the active copy, with `json` or a
         `payload` for its body; a 404 in `ok` is returned only when it means "not there"
@@ -196,7 +202,7 @@ class NodeStoreClient:
         try:
             return await self._call(
                 method, database, path, json=json, payload=payload, params=params, ok=ok,
-                raw=raw, message=message,
+                raw=raw, message=message, long_poll=long_poll,
             )  # fmt: skip
         except NodeCallError as exc:
             exc.database = database
@@ -214,6 +220,7 @@ class NodeStoreClient:
         ok: tuple[int, ...],
         raw: bool = False,
         message: bytes | bytearray | Path | None = None,
+        long_poll: bool = False,
     ) -> tuple[int, Any]:
         what = f"{method} {database}{path}"
         # Encoded once, to bytes, with orjson (the standard library's encoder spends about
@@ -259,7 +266,8 @@ class NodeStoreClient:
                 sent = headers
                 if self._deadlines and total is not None:
                     sent = {**headers, **deadline.header(self._clock.now().timestamp() + total)}
-                async with self._session.request(
+                session = self._poll_session if long_poll else self._session
+                async with session.request(
                     method,
                     f"{url}/v1/databases/{database}{path}",
                     data=data if upload is None else upload.payload(),
@@ -579,8 +587,9 @@ class NodeStoreClient:
         if epoch is not None:
             params["epoch"] = str(epoch)
         status, body = await self.call(
-            "GET", database, f"/mailboxes/{mailbox}/changes", params=params, ok=(200, 404)
-        )
+            "GET", database, f"/mailboxes/{mailbox}/changes", params=params, ok=(200, 404),
+            long_poll=wait > 0,
+        )  # fmt: skip
         if status != 200:
             return None
         return Changes.model_validate(body)

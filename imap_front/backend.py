@@ -30,6 +30,7 @@ from dag_common.errors import ClusterStoreError
 from dag_common.node_client import NodeStoreClient
 from dag_common.store_api import Changes
 from imap_front.errors import Unavailable
+from imap_front.feed_polls import FeedPolls
 from imap_front.fetch_lines import Chosen
 from imap_front.fetching import Bodies
 from imap_front.folder_set import Folders
@@ -249,7 +250,7 @@ class Identity(IdentityInterface):
         api = MailboxApi(
             self._login.nodes, database, mailbox, locate=self._login.directory.mailbox_database,
             clock=self._login.clock, on_follow=followed, lock_wait=self._login.move_lock_wait,
-            failover_wait=self._login.failover_wait,
+            failover_wait=self._login.failover_wait, feeds=self._login.feeds,
         )  # fmt: skip
         folders = Folders(api, clock=self._login.clock, metrics=metrics, rows=self._login.rows)
         if metrics is None:
@@ -282,8 +283,11 @@ class Login(LoginInterface):
         self, *, config: IMAPConfig, users: Users, directory: Directory, nodes: NodeStoreClient,
         clock: Clock, failure_delay: float, metrics: FrontMetrics | None = None,
         move_lock_wait: float = MOVE_LOCK_WAIT, failover_wait: float = FAILOVER_WAIT,
+        feeds: FeedPolls | None = None,
     ) -> None:  # fmt: skip
+        """`feeds`: IDLE's long polls, shared by the sessions (`feed_polls`)."""
         self.config = config
+        self.feeds = feeds
         self.metrics = metrics
         self.clock = clock
         self.users = users

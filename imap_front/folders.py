@@ -272,11 +272,45 @@ class Folder(MailboxDataInterface[Message]):
             shown = selected.mod_sequence
             if shown.database != self._api.database:
                 return await self._resync(selected, shown, await self._feed_now())
+            if feed is not None and self._names(feed, shown):
+                woken = await self._woken(selected, shown, feed)
+                if woken is not None:
+                    return woken
         if feed is not None and not self._names(feed, shown):
             selected.mod_sequence = replace(shown, cursor=feed.last_change_number,
                                             epoch=feed.epoch)  # fmt: skip
             return selected
         return await self._resync(selected, shown, feed)
+
+    async def _woken(
+        self, selected: SelectedMailbox, shown: Shown, feed: Changes
+    ) -> SelectedMailbox | None:
+        """An IDLE woken by a change of this folder: its updates taken from the front's rows,
+        read since once for all the sessions the same answer woke (`Listings.current`),
+        when their last since-listing starts at the modseq this session was shown.  None
+        (list as any other command does, `_resync`) otherwise: another epoch, a mailbox not
+        live, rows of another UIDVALIDITY or database, a session shown other rows."""
+        if not self._listings.shared or feed.state != MailboxState.LIVE:
+            return None
+        if not feed.epoch or feed.epoch != shown.epoch:
+            return None
+        database = self._api.database
+        rows = await self._listings.current(self.name, feed.last_change_number, feed.epoch)
+        delta = rows.delta
+        if (
+            delta is None or delta[0] != shown.modseq or rows.uidvalidity != shown.uidvalidity
+            or rows.database != database or self._api.database != database
+        ):  # fmt: skip
+            return None
+        _, messages, expunged = delta
+        shown_uids = _compact(selected)
+        selected.add_updates([self._message(m) for m in messages],
+                             [u for u in expunged if u in shown_uids])  # fmt: skip
+        if self._metrics is not None:
+            self._metrics.resyncs.labels("shared").inc()
+        selected.mod_sequence = Shown(rows.highest_modseq, feed.last_change_number, feed.epoch,
+                                      database, rows.uidvalidity)  # fmt: skip
+        return selected
 
     async def _follow(self, feed: Changes | None) -> bool:
         """Whether the mailbox now lives in another database (the session's calls go there

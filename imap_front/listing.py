@@ -75,6 +75,10 @@ class Rows:
     # to: set by a command that polled the feed before reading them (`Folder.quiet`).
     cursor: int = 0
     cursor_epoch: int = 0
+    # The last since-listing laid over the rows: (the modseq it was listed since, its rows,
+    # its expunged UIDs).  A session shown the rows as of that modseq takes its updates
+    # from it (an IDLE woken, `Listings.current`), not from a listing of its own.
+    delta: tuple[int, tuple[Listed, ...], tuple[int, ...]] | None = None
     _ordered: Ordered | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -168,6 +172,11 @@ class Listings:
         self._own = cache is None
         self._cache = RowsCache() if cache is None else cache
 
+    @property
+    def shared(self) -> bool:
+        """Whether the rows are the front's (shared by its sessions), not the session's."""
+        return not self._own
+
     def kept(self, folder: str) -> Rows | None:
         """`folder`'s rows as last read (no store call), if kept."""
         return self._cache.get((self._api.database, self._api.mailbox, folder))
@@ -184,6 +193,9 @@ class Listings:
         if kept is not None and kept.database == database and kept.highest_modseq:
             since = await self._api.uids(folder, kept.highest_modseq)
             if _applies(kept, since, self._api.database):
+                if since.highest_modseq > kept.highest_modseq:  # else the last one holds
+                    kept.delta = (kept.highest_modseq, tuple(since.messages),
+                                  tuple(since.expunged))  # fmt: skip
                 for row in since.messages:
                     kept.by_uid[row.uid] = row
                 for uid in since.expunged:
@@ -199,6 +211,25 @@ class Listings:
         rows = Rows.of(database, await self._api.uids(folder))
         self._cache.put((database, self._api.mailbox, folder), rows)
         return rows
+
+    async def current(self, folder: str, cursor: int, epoch: int) -> Rows:
+        """`folder`'s rows holding every change up to the change feed's `cursor` (of the
+        active's `epoch`), the feed having answered that cursor before this call: read since
+        by the first of the sessions woken by that answer, and found current by the others,
+        which wait on its read rather than each listing the folder."""
+        key = (self._api.database, self._api.mailbox, folder)
+        async with self._cache.lock(key):
+            kept = self._cache.get(key)
+            if (
+                kept is not None and kept.database == self._api.database
+                and kept.epoch == epoch and kept.cursor_epoch == epoch and kept.cursor >= cursor
+            ):  # fmt: skip
+                return kept
+            rows = await self._rows(key, folder)
+            if rows.epoch == epoch and rows.database == self._api.database:
+                known = rows.cursor if rows.cursor_epoch == epoch else 0
+                rows.cursor, rows.cursor_epoch = max(known, cursor), epoch
+            return rows
 
     def drop(self) -> None:
         """The session's own listings forgotten (a session going idle); the front's kept."""

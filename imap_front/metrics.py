@@ -39,7 +39,8 @@ class FrontMetrics:
         self.resyncs = Counter(
             "imap_front_folder_resyncs",
             "Selected folders listed again from the node, by listing (whole, or since the "
-            "modseq shown)", ["listing"], registry=r,
+            "modseq shown; shared: since the modseq shown, from the front's rows, read once "
+            "for all the idling sessions one change woke)", ["listing"], registry=r,
         )  # fmt: skip
         self.follows = Counter(
             "imap_front_follows", "Sessions that followed their mailbox to another database "

@@ -49,6 +49,7 @@ from dag_common.node_client import NodeStoreClient
 from dag_common.rfc822 import body_of_message, is_message
 from dag_common.store_api import Changes, FolderStatus, Mailbox, MailboxState, Written
 from imap_front.errors import Cannot, Unavailable
+from imap_front.feed_polls import FeedPolls
 
 logger = logging.getLogger(__name__)
 
@@ -113,9 +114,11 @@ class MailboxApi:
         self, nodes: NodeStoreClient, database: str, mailbox: str, *,
         locate: Locate | None = None, clock: Clock | None = None,
         lock_wait: float = MOVE_LOCK_WAIT, on_follow: Callable[[], None] | None = None,
-        failover_wait: float = FAILOVER_WAIT,
+        failover_wait: float = FAILOVER_WAIT, feeds: FeedPolls | None = None,
     ) -> None:  # fmt: skip
+        """`feeds`: the front's shared long polls (IDLE's), on their own connections."""
         self._nodes = nodes
+        self._feeds = feeds
         self.database = database
         self.mailbox = mailbox
         self._base = f"/mailboxes/{mailbox}"
@@ -239,9 +242,14 @@ class MailboxApi:
         """The mailbox's change feed above `since` (None: the active has no such mailbox);
         the node client follows a switchover to the new active (its epoch then differs)."""
         try:
-            feed = await self._nodes.changes(
-                self.database, self.mailbox, since, wait=wait, epoch=epoch
-            )
+            if wait and self._feeds is not None:  # IDLE: shared, off the commands' pool
+                feed = await self._feeds.changes(
+                    self.database, self.mailbox, since, wait=wait, epoch=epoch
+                )
+            else:
+                feed = await self._nodes.changes(
+                    self.database, self.mailbox, since, wait=wait, epoch=epoch
+                )
         except NodeCallError as exc:
             raise _answer(exc, None) from exc
         self.settled(feed is not None and feed.state == MailboxState.LIVE)

@@ -154,6 +154,11 @@ class CompactMessages(SynchronizedMessages):
                 flags[self.index(uid)] = number  # type: ignore[index]
             self.flags = flags
             return
+        if min(news) > self.max_uid:  # appended after every UID shown (a delivery): joined
+            added = sorted(news)  # in C, not merged and sorted again, once per idling session
+            self.uids = self.uids + array("I", added)
+            self.flags = self.flags + array("H", [news[u] for u in added])
+            return
         merged = dict(zip(self.uids, self.flags, strict=True))
         merged.update(news)
         self._rebuild(merged)
@@ -242,6 +247,10 @@ class CompactSelected(SelectedMailbox):
             yield ResponseBye(b"Selected mailbox no longer exists.")
             return
         same = before.uids is after.uids
+        n = len(before.uids)
+        if not same and len(after.uids) > n and after.uids[:n] == before.uids:
+            yield from self._appended(before, after, with_uid)  # compared in C
+            return
         if not same:
             now = set(after.uids)
             gone = [(i, u) for i, u in enumerate(before.uids) if u not in now]
@@ -259,6 +268,32 @@ class CompactSelected(SelectedMailbox):
                 old = was.get(uid) if was is not None else before.flags[i]
                 if old != number and (uid, FLAG_SETS[number]) not in self._silenced_flags:
                     fetch.append(uid)
+        yield from self._fetches(fetch, before, after, with_uid)
+
+    def _appended(
+        self, before: _Frozen, after: _Frozen, with_uid: bool
+    ) -> Iterable[UntaggedResponse]:
+        """`_diff` when `after` is `before` with UIDs appended: an EXISTS, and the flags of
+        the appended and of those whose flags changed, found without a walk in Python of
+        every message (a delivery to 1,000 idling sessions of a 10,000-message folder)."""
+        n = len(before.uids)
+        yield ExistsResponse(len(after.uids))
+        if len(after.recent) != len(before.recent):
+            yield RecentResponse(len(after.recent))
+        fetch: list[int] = list(after.recent - before.recent)
+        silenced = self._silenced_flags
+        kept = after.flags[:n]
+        if kept != before.flags:
+            fetch += [u for u, old, new in zip(before.uids, before.flags, kept, strict=True)
+                      if old != new and (u, FLAG_SETS[new]) not in silenced]  # fmt: skip
+        fetch += [u for u, new in zip(after.uids[n:], after.flags[n:], strict=True)
+                  if (u, FLAG_SETS[new]) not in silenced]  # fmt: skip
+        yield from self._fetches(fetch, before, after, with_uid)
+
+    def _fetches(
+        self, fetch: list[int], before: _Frozen, after: _Frozen, with_uid: bool
+    ) -> Iterable[UntaggedResponse]:
+        """The FETCH (FLAGS) answers of the UIDs in `fetch` and of the session flags set."""
         fetch.extend(u for u, _ in after.sflags - before.sflags - self._silenced_sflags)
         session_flags = self._session_flags
         for uid, _ in groupby(sorted(fetch)):

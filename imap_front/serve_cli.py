@@ -23,6 +23,7 @@ from dag_common.http_client import client_session
 from dag_common.memory import bound_allocator, bound_tls_buffers
 from dag_common.node_client import NodeStoreClient
 from imap_front.backend import Backend, Login
+from imap_front.feed_polls import FeedPolls
 from imap_front.limits import LoginThrottle, Sessions, ThrottlePolicy
 from imap_front.metrics import FrontMetrics, bound_port, start_http
 from imap_front.protocol import FrontConfig, FrontServer
@@ -58,7 +59,13 @@ async def _serve(
     clock = SystemClock()
     store = open_cluster_store(config)
     session = client_session(config)
-    nodes = NodeStoreClient(config, token=token, session=session, clock=clock)
+    # IDLE's long polls on connections of their own (unbounded: one per mailbox idling),
+    # so that no command waits behind them (feed_polls.py)
+    poll_session = client_session(config, limit=0)
+    nodes = NodeStoreClient(
+        config, token=token, session=session, clock=clock, poll_session=poll_session
+    )
+    feeds = FeedPolls(nodes)
     front = FrontConfig(
         host=host, port=sockets[0].getsockname()[1], ssl_context=ssl_ctx,
         max_line=int(settings.max_line), max_literal=int(settings.max_literal),
@@ -70,7 +77,7 @@ async def _serve(
     login = Login(
         config=front, users=users, directory=store, nodes=nodes, clock=clock,
         failure_delay=0.0, metrics=metrics, move_lock_wait=settings.move_lock_wait,
-        failover_wait=settings.failover_wait,
+        failover_wait=settings.failover_wait, feeds=feeds,
     )  # fmt: skip
     http = None
     if metrics_port is not None:
@@ -129,6 +136,7 @@ async def _serve(
         if http is not None:
             await http.cleanup()
         await session.close()
+        await poll_session.close()
         await store.aclose()
     return ExitCode.OK
 

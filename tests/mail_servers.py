@@ -154,14 +154,20 @@ def dovecot_config(
     *,
     imap_port: int = 0,
     tls: tuple[Path, Path] | None = None,
+    max_clients: int = 0,
 ) -> str:
     """Dovecot's whole configuration: LMTP on loopback, Maildirs fsync'd always; with an
     `imap_port`, IMAP there too (STARTTLS with `tls`'s certificate and key; Dovecot 2.3
     counts a peer on its own address as secured, so a loopback client may log in without
-    it: the bench's clients start TLS, as the front requires)."""
+    it: the bench's clients start TLS, as the front requires).  `max_clients`: sessions
+    it must hold at once, past its default process limit of 100 (an `imap` process each,
+    and an `imap-login` each proxying its TLS)."""
     imap = ""
+    if max_clients:
+        imap = (f"default_process_limit = {max_clients + 50}\n"
+                f"default_client_limit = {4 * max_clients + 200}\n")  # fmt: skip
     if imap_port:
-        imap = f"""\
+        imap += f"""\
 auth_mechanisms = plain login
 disable_plaintext_auth = yes
 mail_max_userip_connections = 10000
@@ -216,6 +222,7 @@ def start_dovecot(
     imap_port: int | None = None,
     password: str = "",
     tls: tuple[Path, Path] | None = None,
+    max_clients: int = 0,
 ) -> Dovecot:
     """A private Dovecot taking LMTP for `users` (full addresses), ready to deliver; with an
     `imap_port` (0: a free one) serving their Maildirs over IMAP too, each logging in as
@@ -239,7 +246,11 @@ def start_dovecot(
     entries = (f"{u}:{secret}:{mail.pw_uid}:{mail.pw_gid}::{root}/mail/{u}::\n" for u in users)
     users_file.write_text("".join(entries))
     conf = root / "dovecot.conf"
-    conf.write_text(dovecot_config(root, port, users_file, imap_port=imap_port or 0, tls=tls))
+    conf.write_text(
+        dovecot_config(
+            root, port, users_file, imap_port=imap_port or 0, tls=tls, max_clients=max_clients
+        )
+    )
     out = root / "dovecot.log"
     proc = subprocess.Popen(
         [binary, "-c", str(conf), "-F"],

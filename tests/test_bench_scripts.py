@@ -61,6 +61,24 @@ def test_the_imap_bench_runs_its_quick_mode(tmp_path):
     assert summary["idle_sessions"] == 20, summary
 
 
+@pytest.mark.slow
+def test_the_imap_bench_runs_its_idle_scale_quick_mode(tmp_path):
+    """bench/imap.py --small --scale: 20 idle sessions on the front and on Dovecot, memory
+    read from /proc at each step, five deliveries timed to every idler's EXISTS."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "imap.py"), "--small", "--scale",
+         "--dir", str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=900, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads(done.stdout.splitlines()[-2])
+    assert summary["front_sessions"] == summary["dovecot_sessions"] == 20, summary
+    assert 0 < summary["front_kib_per_session_rss"] < 1024, summary
+    assert summary["dovecot_kib_per_session_pss"] > 0, summary
+    assert summary["front_idle_p99_ms"] > 0 and summary["dovecot_idle_p99_ms"] > 0, summary
+    assert not (tmp_path / "work").exists()  # removed without --keep
+
+
 @pytest.mark.parametrize("keep", [False, True])
 def test_a_bench_work_dir_is_removed_unless_kept(tmp_path, keep):
     """bench/workdir.py: the directory is emptied at the start, and gone after the run (a
