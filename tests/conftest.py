@@ -55,17 +55,13 @@ def group_of(item: pytest.Item) -> str | None:
     return None
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each group's tests marked; in an xdist worker, the groups first, in GROUPS' order (the
-    longest first), so that the worker each lands on starts it at once while the other
-    takes the rest (a long group scheduled last would run alone at the end)."""
-    order = {name: i for i, name in enumerate(GROUPS)}
+    """Each group's tests marked.  xdist's loadgroup queues its units by their number of
+    tests, most first, and every other test is a unit of one: the groups start at once, each
+    in one worker, and the rest is shared as the workers come free."""
     for item in items:
         if (group := group_of(item)) is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        items.sort(key=lambda item: order.get(group_of(item) or "", len(order)))
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
