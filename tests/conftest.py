@@ -6,11 +6,9 @@ loaded here, as is the one that starts private mail servers (tests/mail_servers.
 
 `make test` runs the suite in two pytest-xdist workers (`-n 2 --dist loadgroup`, the
 Makefile says why).  What must not run beside itself in the other worker is put in one
-`xdist_group` here (GROUPS): each group runs in one worker, its tests one after another."""
+group here (GROUPS): each group runs in one worker, its tests one after another."""
 
 from __future__ import annotations
-
-import os
 
 import pytest
 
@@ -18,14 +16,11 @@ pytest_plugins = ["tests.grpc_servers", "tests.mail_servers"]
 
 # group: (why its tests share one worker, the paths under tests/ whose tests are in it)
 GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "netns": (
-        "bridges, network namespaces, iptables and tc on the host; the fault scenarios' "
-        "timings (a partition, a disk filling) are read while nothing else cuts links",
-        ("resilience/", "replication_node/test_partition_e2e.py"),
-    ),
-    "image": (
-        "podman's one store and its rootful bridge network: images built, tagged, run",
-        ("image/",),
+    "host-network": (
+        "the host's network: the labs' bridges, namespaces, iptables and tc, podman's store "
+        "and its rootful bridge network with the firewall rules it adds; and the fault "
+        "scenarios' timings (a partition, a disk filling) read while nothing else cuts links",
+        ("resilience/", "replication_node/test_partition_e2e.py", "image/"),
     ),
     "apt": (
         "the host's apt and dpkg locks, which these tests hold and wait on",
@@ -47,21 +42,33 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def group_of(item: pytest.Item) -> str | None:
-    where = str(item.path).replace(os.sep, "/").split("/tests/", 1)[-1]
+def group_of(nodeid: str) -> str | None:
+    """The group of a test by its node id (`tests/resilience/test_x.py::test_y`)."""
+    where = nodeid.split("::", 1)[0].removeprefix("tests/")
     for name, (_, paths) in GROUPS.items():
         if where.startswith(paths):
             return name
     return None
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each group's tests marked.  xdist's loadgroup queues its units by their number of
-    tests, most first, and every other test is a unit of one: the groups start at once, each
-    in one worker, and the rest is shared as the workers come free."""
-    for item in items:
-        if (group := group_of(item)) is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
+    """With `--dist loadgroup`, xdist's scheduling by scope, each group one scope.  Not its
+    own `xdist_group` marks: xdist 3.8 tells the controller a test's group by appending it to
+    the test's node id, which pytest 9.2 no longer lets it change (its tests then spread over
+    both workers).  The controller collects nothing, so the group is read from the node id's
+    path.  Scopes are queued by their number of tests, most first, and every other test is a
+    scope of one: the groups start at once, each in one worker, and the rest is shared as
+    the workers come free."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            group = group_of(nodeid)
+            return f"group:{group}" if group else nodeid
+
+    return GroupScheduling(config, log)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
