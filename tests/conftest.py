@@ -51,6 +51,7 @@ def group_of(nodeid: str) -> str | None:
     return None
 
 
+@pytest.hookimpl(optionalhook=True)  # a run without xdist (-p no:xdist) has no such hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
     """With `--dist loadgroup`, xdist's scheduling by scope, each group one scope.  Not its
     own `xdist_group` marks: xdist 3.8 tells the controller a test's group by appending it to
