@@ -10,6 +10,7 @@ all when it closes (the veths go with their namespaces, the bridge is deleted).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import ipaddress
 import os
 import shutil
@@ -40,6 +41,12 @@ def _run(*args: str) -> None:
         raise LabError(why)
 
 
+# The /24s labs take are claimed under this machine-wide lock, held from the look at the
+# addresses in use until the new bridge has its own: two labs made at once (the suite's xdist
+# workers, or another suite on this machine) would otherwise both see the same /24 free.
+SUBNET_LOCK = Path("/run/lock" if Path("/run/lock").is_dir() else "/tmp") / "dag-netns-subnet.lock"
+
+
 def _free_subnet() -> ipaddress.IPv4Network:
     used = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
     for third in range(200, 255):
@@ -60,20 +67,22 @@ class NetnsLab:
         tag = f"{os.getpid() % 100000}"
         self._tag = tag
         self.bridge = f"dgbr{tag}"
-        self.subnet = _free_subnet()
-        hosts = self.subnet.hosts()
-        self.gateway = str(next(hosts))  # the bridge: where the test process speaks from
-        self._hosts = hosts
         self.members: dict[str, str] = {}  # name -> address
         self._namespaces: dict[str, str] = {}  # name -> netns
         self._links: list[str] = []  # the veths' ends on the bridge
-        _run("ip", "link", "add", self.bridge, "type", "bridge")
-        try:
-            _run("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
-            _run("ip", "link", "set", self.bridge, "up")
-        except (NetnsUnavailable, LabError):
-            self.close()
-            raise
+        with SUBNET_LOCK.open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+            self.subnet = _free_subnet()
+            hosts = self.subnet.hosts()
+            self.gateway = str(next(hosts))  # the bridge: where the test process speaks from
+            self._hosts = hosts
+            _run("ip", "link", "add", self.bridge, "type", "bridge")
+            try:
+                _run("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+                _run("ip", "link", "set", self.bridge, "up")
+            except (NetnsUnavailable, LabError):
+                self.close()
+                raise
 
     def add(self, name: str) -> str:
         """A member `name` in its own namespace, on the bridge; its address."""

@@ -13,13 +13,32 @@ import socket
 # taken between the pick and the listen (a CI run lost a guarantee-api start to a failure at
 # startup that this explains). Each process starts at its own offset and hands out in turn.
 _LOW, _HIGH = 20000, 32000
-_start = _LOW + (os.getpid() * 97) % (_HIGH - _LOW)
-_PORTS = itertools.cycle([*range(_start, _HIGH), *range(_LOW, _start)])
+
+
+def _range(env: dict[str, str]) -> tuple[int, int]:
+    """This process's share of the range.  Under pytest-xdist (`make test` runs the suite in
+    workers, each a process of its own) worker N of M, and every process it starts (they
+    inherit its environment), take the Nth of M slices: a port one worker picked and has not
+    yet bound (a node still starting) is never one the other worker picks, whatever their
+    offsets and however fast each hands ports out."""
+    worker, count = env.get("PYTEST_XDIST_WORKER", ""), env.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit()):
+        return _LOW, _HIGH
+    index, total = int(worker[2:]), max(int(count), 1)
+    width = (_HIGH - _LOW) // total
+    low = _LOW + (index % total) * width
+    return low, low + width
+
+
+_low, _high = _range(dict(os.environ))
+_start = _low + (os.getpid() * 97) % (_high - _low)
+_PORTS = itertools.cycle([*range(_start, _high), *range(_low, _start)])
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on at `host`, outside the ephemeral range."""
-    for _ in range(_HIGH - _LOW):
+    """A port nothing listens on at `host`, outside the ephemeral range (and, under xdist,
+    inside this worker's slice of it)."""
+    for _ in range(_high - _low):
         port = next(_PORTS)
         with socket.socket() as s:
             try:
@@ -27,4 +46,4 @@ def free_port(host: str = "127.0.0.1") -> int:
             except OSError:
                 continue
             return port
-    raise RuntimeError(f"no free port between {_LOW} and {_HIGH} on {host}")
+    raise RuntimeError(f"no free port between {_low} and {_high} on {host}")
