@@ -23,6 +23,7 @@ import subprocess
 import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ import aiohttp
 import pytest
 
 from dag_common.config import load_config
+from dag_common.model import GuaranteeStatus
 from mrs_client.move_store import MoveRecord, MoveStore, open_move_store
 from mrs_client.policy import MoveStep
 from tests.cluster_harness import THREE_NODES, LocalCluster, wait_until
@@ -178,6 +180,18 @@ class Scenario:
         if self.move_store is None:
             self.move_store = open_move_store(load_config(self.cluster.config_path))
         return await self.move_store.list()
+
+    async def satisfied_steps(self, before: datetime) -> set[int]:
+        """The steps at which the mover was answered Satisfied before `before` (wall time),
+        as its move record keeps its guarantee answers (`mrs stats`)."""
+        await self._records()
+        assert self.move_store is not None
+        return {
+            row.step
+            for record in await self.move_store.list()
+            for row in await self.move_store.answers(record.id)
+            if row.status == GuaranteeStatus.SATISFIED and datetime.fromisoformat(row.time) < before
+        }
 
     async def _items_copied(self) -> int:
         """How many items the move's record says it has copied (0: no record yet)."""
