@@ -68,13 +68,11 @@ lint: $(STAMP) ## ruff check and ruff format --check
 # --durations=25 names the slowest tests, the suite's time to watch. Ports: each worker
 # picks from its own slice (tools/ports.py), so a port one worker picked and has not yet
 # bound is never the other's. PYTEST_WORKERS=0 runs in one process.
-# The default is still one process: the first measured two-worker run (fresh clone, 22 min
-# 09 s of pytest against 32 min 16 s serial) failed the two guarantee-fault scenarios
-# (tests/resilience/test_scenarios.py, _guarantee_fault): they strike the service when the
-# mover says the line before its question, and with the other worker on the second core the
-# mover's answer came first. Two workers become the default once those scenarios strike
-# before the question can be answered (issue 51); until then `PYTEST_WORKERS=2 make test`.
-PYTEST_WORKERS ?= 0
+# The first measured two-worker run (fresh clone, 22 min 09 s of pytest against 32 min 16 s
+# serial) failed the two guarantee-fault scenarios: they strike the service after the
+# mover's line, and the service had answered in between; they now judge the mover by the
+# answers it had (tests/resilience/test_scenarios.py, _guarantee_fault).
+PYTEST_WORKERS ?= 2
 XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
 
 test: $(STAMP) system-deps lint ## lint and the whole suite (docs, tutorial, images included)
