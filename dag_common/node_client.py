@@ -13,6 +13,11 @@ it, following the active when it moves.
   call (which stalls the move for the seed's 30 s).
 - An unreachable node: look for the active again once, then fail the call (the move loop
   stalls and retries: a failover takes `failover_after`).
+- A read too is answered only by the mounted active (`ACTIVE_ONLY_HEADER`): after a
+  switchover this client calls the demoted copy until a call is refused there, and a
+  passive answers reads from its replay, a roll interval (or a suspension) behind what the
+  caller may have seen on the new active (a message shown through another IMAP front); the
+  epoch does not tell them apart (a passive names the epoch of the stream it follows).
 
 A listing's item that is not an item (a field missing or of another type, text that UTF-8
 cannot carry) comes back as an unreadable item (`Item.unreadable_at`), the rest of the page
@@ -46,6 +51,7 @@ from dag_common.model import CopyRole, CopyStatus
 from dag_common.node_status import StatusUnavailable, client_failure, fetch_node_status
 from dag_common.store_answers import json_or_none, lenient_item, std_json_or_none, text_or_none
 from dag_common.store_api import (
+    ACTIVE_ONLY_HEADER,
     Changes,
     Digest,
     FolderStatus,
@@ -226,7 +232,9 @@ class NodeStoreClient:
         # Encoded once, to bytes, with orjson (the standard library's encoder spends about
         # 3 ms on each 1 MB, and aiohttp's `json=` would encode a str to bytes again); a
         # write of items is a payload sent a slice at a time (`items_payload`).
-        headers = bearer(self._token)
+        # Only the mounted active answers, a read too: a passive (the copy a switchover just
+        # demoted, which this client may still be calling) refuses, naming the active.
+        headers = {**bearer(self._token), ACTIVE_ONLY_HEADER: "1"}
         data: bytes | ItemsPayload | None = payload
         upload = None if message is None else MessageBody(message)
         if json is not None:

@@ -23,6 +23,11 @@ from dag_common.mailbox_digest import body_hash, item_term_of_hash, utf8_size
 from dag_common.model import Lsn, Position
 from dag_common.rfc822 import BodyFormat, subject_of_body
 
+# A read with this request header set (to "1") is answered only by the mounted active: a
+# passive copy refuses it 409 naming the active (`replication_node/http/context.reader_for`)
+# rather than answer from its replay, which may be behind what the caller has seen there.
+ACTIVE_ONLY_HEADER = "X-Active-Only"
+
 
 def utf8_len(text: str) -> int:
     """The length of `text` in UTF-8: none of it copied when it is ASCII, a slice at a time

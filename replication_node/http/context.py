@@ -24,6 +24,7 @@ from dag_common.http_body import SMALL_BODY, BodyLimit, body_text, parse_json, r
 from dag_common.json_object import JsonObject
 from dag_common.memory import MemoryBudget
 from dag_common.model import AutoDatabaseMountDial, CopyStatusReport, NodeStatus
+from dag_common.store_api import ACTIVE_ONLY_HEADER
 from replication_node.admin_api import (
     ActivationAnswer,
     BlockBufferAnswer,
@@ -174,10 +175,18 @@ def not_dismounted(instance: ActiveHostedCopy | None, db: str, node: str) -> Non
 
 
 def reader_for(request: web.Request) -> MailboxReader:
-    """What answers a read of the request's database on this node."""
+    """What answers a read of the request's database on this node: its copy, active or
+    passive; only the mounted active when the caller asks so (`ACTIVE_ONLY_HEADER`: a
+    client that follows the active and has seen what it holds, which a passive's replay,
+    a roll interval or a suspension behind, may not hold yet)."""
     node = node_of(request)
     db = request.match_info["db"]
-    not_dismounted(node.active_here(db), db, node.name)
+    active = node.active_here(db)
+    not_dismounted(active, db, node.name)
+    if active is None and node.instance(db) is not None and request.headers.get(
+        ACTIVE_ONLY_HEADER
+    ) == "1":  # fmt: skip
+        raise NotActive(f"the copy of {db} on {node.name} is passive; read from the active")
     reader = node.reader(db)
     if reader is None:
         if any(d.name == db for d in node.config.databases_on(node.name)):
