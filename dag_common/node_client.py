@@ -7,21 +7,16 @@ it, following the active when it moves.
   (Active, Dismounted), a mount is under way: follow it as a switchover (below); if none
   does, it is an outage, and the call fails at once with that reason.
 - A 409 from an active being switched over (it still names itself, and says `switching_to`),
-  or from a copy changing role (naming itself or no active yet): a switchover takes a
-  second or two, so ask again every `follow_interval` seconds, finding
-  the active afresh each time, for up to `follow_timeout` seconds, instead of failing the
-  call (which stalls the move for the seed's 30 s).
+  or from a copy changing role (naming itself or no active yet): a switchover takes a second
+  or two, so ask again every `follow_interval` seconds, finding the active afresh each time,
+  for up to `follow_timeout` seconds, rather than fail the call (a 30 s stall of the move).
 - An unreachable node: look for the active again once, then fail the call (the move loop
   stalls and retries: a failover takes `failover_after`).
-- A read too is answered only by the mounted active (`ACTIVE_ONLY_HEADER`): after a
-  switchover this client calls the demoted copy until a call is refused there, and a
-  passive answers reads from its replay, a roll interval (or a suspension) behind what the
-  caller may have seen on the new active (a message shown through another IMAP front); the
-  epoch does not tell them apart (a passive names the epoch of the stream it follows).
+- Reads too go only to the mounted active (`ACTIVE_ONLY_HEADER`: `store_api` says why).
 
-A listing's item that is not an item (a field missing or of another type, text that UTF-8
-cannot carry) comes back as an unreadable item (`Item.unreadable_at`), the rest of the page
-as it is: the mover skips it as a bad item.
+A listing's item that is not an item (a field missing or of another type, text UTF-8 cannot
+carry) comes back unreadable (`Item.unreadable_at`), the rest of the page as it is: the
+mover skips it as a bad item.
 
 Following the active is safe only because every answer names the epoch of the copy that
 gave it (`store_api`): the mover, not this client, decides what an epoch change means.
@@ -122,9 +117,8 @@ class NodeStoreClient:
         """`call_timeout`: a command line's `--timeout`, which bounds each call whole (its
         reads too) and is sent as its deadline (`dag_common.deadline`); by default a write
         may take CALL_TIMEOUT and more for its body, a read as long as it keeps coming.
-        `poll_session`: the change feed's long polls go over it, so that they never hold the
-        connections other calls need (the IMAP front's idlers); the active each database is
-        at is the same for both."""
+        `poll_session`: the change feed's long polls go over it, never holding the connections
+        other calls need (the IMAP front's idlers); both follow the same actives."""
         self._config = config
         self._token = token
         self._session = session
@@ -232,8 +226,7 @@ class NodeStoreClient:
         # Encoded once, to bytes, with orjson (the standard library's encoder spends about
         # 3 ms on each 1 MB, and aiohttp's `json=` would encode a str to bytes again); a
         # write of items is a payload sent a slice at a time (`items_payload`).
-        # Only the mounted active answers, a read too: a passive (the copy a switchover just
-        # demoted, which this client may still be calling) refuses, naming the active.
+        # Only the mounted active answers, a read too (a demoted copy refuses, naming it).
         headers = {**bearer(self._token), ACTIVE_ONLY_HEADER: "1"}
         data: bytes | ItemsPayload | None = payload
         upload = None if message is None else MessageBody(message)
@@ -346,9 +339,8 @@ class NodeStoreClient:
                         await self._clock.sleep(self._follow_interval)
                         continue
                 elif not moved_once:
-                    # Asked at once, by the url it names, not through the copies' statuses:
-                    # the new active may not say Mounted yet, and then answers 409 naming
-                    # itself or nobody, which is followed above.
+                    # Asked at once, by the url it names, not through the copies' statuses: the
+                    # new active may not say Mounted yet (it then answers 409, followed above).
                     moved_once = True
                     self._active[database] = body["active_url"]
                     continue
