@@ -298,7 +298,7 @@ def old_file(path, txns) -> None:
     for table, column in (
         ("mailboxes", "uidvalidity_next"), ("folders", "uidvalidity"), ("folders", "uid_next"),
         ("folders", "highest_modseq"), ("items", "uid"), ("items", "modseq"),
-        ("items", "flags"), ("items", "received"),
+        ("items", "flags"), ("items", "received"), ("items", "body_blob"),
     ):  # fmt: skip
         conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     conn.close()
