@@ -36,7 +36,9 @@ kernel keeps, so no sampling misses it); the mover's is sampled every 20 ms whil
    the transport once all are queued, so the delivery's peak is its own.
    `--transport-route message` (the default) posts each as the message it is
    (`Content-Type: message/rfc822`, as SMTP and LMTP hand it over: the path a message of
-   mail takes); `json`, a text item in JSON (`{"subject", "body"}`), as before 2026-11-29.
+   mail takes); `json`, a text item in JSON (`{"subject", "body"}`), as before 2026-11-29;
+   `json-message`, the message in JSON (`{"body", "format": "message"}`), whose deliveries
+   go as its bytes (a text item's go as JSON items, held whole: not bounded yet).
 
 The mover's rest is its RSS at its first line of output (connected, nothing read yet).
 Targets (issue 52): a peak at most rest + 4x the largest item (every path), and back to
@@ -341,6 +343,12 @@ async def transport_phase(args: argparse.Namespace) -> TransportFigures:
                 status, answer = await hubs.submit(
                     "hub1", f"<m{i}@bench>", "carol", body=body(size, i)
                 )
+            elif args.transport_route == "json-message":
+                status, answer = await hubs.call(
+                    "POST", "hub1", "/v1/messages",
+                    json={"message_id": f"<m{i}@bench>", "recipients": ["carol"],
+                          "body": message(size, i).decode(), "format": "message"},
+                )  # fmt: skip
             else:
                 status, answer = await hubs.call(
                     "POST", "hub1", "/v1/messages", params={"to": "carol"},
@@ -436,8 +444,9 @@ def main() -> None:
         help="phase 2's writes: JSON text items, or messages as their bytes (message/rfc822)",
     )  # fmt: skip
     parser.add_argument(
-        "--transport-route", choices=("message", "json"), default="message",
-        help="phase 7's submissions: message/rfc822 (as mail comes) or a JSON text item",
+        "--transport-route", choices=("message", "json", "json-message"), default="message",
+        help="phase 7's submissions: message/rfc822 (as mail comes), a JSON text item, or "
+        "a message as JSON (format message)",
     )  # fmt: skip
     parser.add_argument(
         "--transport-restart", action="store_true",
