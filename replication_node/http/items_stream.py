@@ -30,6 +30,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -75,27 +76,60 @@ def item_chunks(row: ItemRow, bodies: bool = True) -> list[bytes]:
     return parts
 
 
-async def stream_items(
-    request: web.Request,
-    reader: MailboxReader,
-    *,
-    mailbox: str,
-    since: int,
-    limit: int | None,
-    page_bytes: int | None,
-    answer: Callable[[ItemsPage], ItemsAnswer],
-    bodies: bool = True,
-) -> web.StreamResponse:
-    """Write the listing of `mailbox`'s changes after `since`: every one (`limit` None), or
-    a page of at most `limit` changes whose bodies (`ItemRow.listed_size`) stop once they
-    reach `page_bytes` (one change at least), as `MailboxReader.items_page` cuts one.
-    `answer` makes the answer's other fields from the page as a whole (its items unused);
-    without `bodies`, each row is listed with its body's hash instead of the body."""
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """A listing of `mailbox`'s changes after `since`: every one (`limit` None), or a page
+    of at most `limit` changes whose bodies (`ItemRow.listed_size`) stop once they reach
+    `page_bytes` (one change at least), as `MailboxReader.items_page` cuts one.  `answer`
+    makes the answer's other fields from the page as a whole (its items unused); without
+    `bodies`, each row is listed with its body's hash instead of the body."""
+
+    reader: MailboxReader
+    mailbox: str
+    since: int
+    limit: int | None
+    page_bytes: int | None
+    answer: Callable[[ItemsPage], ItemsAnswer]
+    bodies: bool = True
+
+    async def write(self, response: web.StreamResponse) -> None:
+        limit, page_bytes, bodies = self.limit, self.page_bytes, self.bodies
+        await response.write(b'{"items": [')
+        count, held, after = 0, 0, self.since
+        first = True
+        while True:
+            read_bytes = STREAM_READ_BYTES
+            if page_bytes is not None:
+                read_bytes = min(read_bytes, page_bytes - held)
+            want = MAX_READ if limit is None else limit - count
+            page = self.reader.items_page(self.mailbox, after, want, read_bytes, bodies=bodies)
+            for row in page.items:
+                if not first:
+                    await response.write(b", ")
+                first = False
+                for part in item_chunks(row, bodies):
+                    await _write(response, part)
+                held += row.listed_size(bodies)
+            count += len(page.items)
+            after = page.through
+            full = (limit is not None and count >= limit) or (
+                page_bytes is not None and held >= page_bytes
+            )
+            if page.complete or full:
+                break
+        rest = self.answer(ItemsPage([], after, page.complete)).wire()
+        rest.pop("items", None)
+        await response.write(b"], " + json.dumps(rest)[1:].encode() if rest else b"]}")
+        await response.write_eof()
+
+
+async def stream_items(request: web.Request, listing: Listing) -> web.StreamResponse:
+    """Write `listing` as it is read."""
     response = web.StreamResponse(headers={"Content-Type": "application/json; charset=utf-8"})
     response.enable_chunked_encoding()
     await response.prepare(request)
     try:
-        await _write_listing(response, reader, mailbox, since, limit, page_bytes, answer, bodies)
+        await listing.write(response)
     except ConnectionError:  # the client went away: nothing to answer
         logger.info("%s %s: the client left before the listing's end", request.method, request.path)
     except Exception:
@@ -105,45 +139,6 @@ async def stream_items(
         if request.transport is not None:
             request.transport.close()
     return response
-
-
-async def _write_listing(
-    response: web.StreamResponse,
-    reader: MailboxReader,
-    mailbox: str,
-    since: int,
-    limit: int | None,
-    page_bytes: int | None,
-    answer: Callable[[ItemsPage], ItemsAnswer],
-    bodies: bool,
-) -> None:
-    await response.write(b'{"items": [')
-    count, held, after = 0, 0, since
-    first = True
-    while True:
-        read_bytes = STREAM_READ_BYTES
-        if page_bytes is not None:
-            read_bytes = min(read_bytes, page_bytes - held)
-        want = MAX_READ if limit is None else limit - count
-        page = reader.items_page(mailbox, after, want, read_bytes, bodies=bodies)
-        for row in page.items:
-            if not first:
-                await response.write(b", ")
-            first = False
-            for part in item_chunks(row, bodies):
-                await _write(response, part)
-            held += row.listed_size(bodies)
-        count += len(page.items)
-        after = page.through
-        full = (limit is not None and count >= limit) or (
-            page_bytes is not None and held >= page_bytes
-        )
-        if page.complete or full:
-            break
-    rest = answer(ItemsPage([], after, page.complete)).wire()
-    rest.pop("items", None)
-    await response.write(b"], " + json.dumps(rest)[1:].encode() if rest else b"]}")
-    await response.write_eof()
 
 
 async def _write(response: web.StreamResponse, part: bytes) -> None:
