@@ -16,6 +16,15 @@ file's content digest up again from its rows and compares it with the digest the
 stores (`database.py`), in one read snapshot.
 
 `scrub_file` is the one check; `Scrubber` is the loop around it.
+
+A check is never what holds a stop.  Its length grows with the file (every page, then every
+row hashed again: seconds per GB, `bench/scrub.py`), and a thread cannot be cancelled: a
+node told to stop while a passive's start check read a 2 GB file waited for it (asyncio's
+shutdown joins the default executor) past its 30 s grace.  So the cancel of a check stops
+it: `check_in_thread` interrupts the SQLite connection from the cancelling side and waits
+for the thread to end (it does so at the next page or row), and a pass in a child process
+has the child killed.  An interrupted check is no verdict either way (`CheckInterrupted`):
+the copy is marked neither damaged nor sound by it.
 """
 
 from __future__ import annotations
@@ -27,15 +36,17 @@ import os
 import shutil
 import sqlite3
 import sys
+import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from dag_common.clock import Clock
 from dag_common.mailbox_digest import to_hex
-from replication_node.errors import CopyFailed
+from replication_node.errors import CheckInterrupted, CopyFailed
 from replication_node.storage import file_handles
 from replication_node.storage.digest import recompute_digest, stored_digest
 
@@ -67,34 +78,100 @@ class ScrubResult:
         )
 
 
-def scrub_file(path: Path, *, max_errors: int = 10) -> tuple[int, str | None]:
+class Interrupt:
+    """Stops a `scrub_file` running in another thread.  `Connection.interrupt` ends the
+    statement running (SQLite looks at it on every page of `quick_check` and every row
+    stepped); a check between two statements, where SQLite would forget it, is stopped by
+    the progress handler, which asks at every few thousand instructions."""
+
+    def __init__(self) -> None:
+        self._asked = threading.Event()
+        self._lock = threading.Lock()  # the connection is never interrupted once closed
+        self._conn: sqlite3.Connection | None = None
+        self.started = threading.Event()  # the check has its connection: it is reading
+
+    def __call__(self) -> None:
+        with self._lock:
+            self._asked.set()
+            if self._conn is not None:
+                self._conn.interrupt()
+
+    @property
+    def asked(self) -> bool:
+        return self._asked.is_set()
+
+    def watch(self, conn: sqlite3.Connection | None) -> None:
+        """`conn` is the check's connection from now on (None: closed from now on)."""
+        with self._lock:
+            self._conn = conn
+        if conn is not None:
+            conn.set_progress_handler(self._asked.is_set, 10_000)
+            self.started.set()
+
+
+def scrub_file(
+    path: Path, *, max_errors: int = 10, interrupt: Interrupt | None = None
+) -> tuple[int, str | None]:
     """Read and check every page of the SQLite file at `path` on a read-only connection of
-    its own (worker thread): its size, and None or what SQLite found damaged."""
+    its own (worker thread): its size, and None or what SQLite found damaged.
+    CheckInterrupted if `interrupt` was called meanwhile (no verdict)."""
     size = path.stat().st_size
     # Held while its connection is open: a `Database` of the file closed meanwhile must not
     # close the process's last descriptor of it under this connection's locks.
     shared = file_handles.acquire(path)
     try:
-        return size, _check(path, max_errors)
+        return size, _check(path, max_errors, interrupt or Interrupt())
     finally:
         file_handles.release(shared)
 
 
-def _check(path: Path, max_errors: int) -> str | None:
+def _check(path: Path, max_errors: int, interrupt: Interrupt) -> str | None:
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
     except sqlite3.Error as exc:
         return f"cannot open {path.name}: {exc}"
+    interrupt.watch(conn)
     try:
         rows = conn.execute(f"PRAGMA quick_check({int(max_errors)})").fetchall()
         found = [str(r[0]) for r in rows]
         if found != ["ok"]:
-            return "; ".join(found)
-        return _digest_problem(conn)
+            problem: str | None = "; ".join(found)
+        else:
+            problem = _digest_problem(conn)
     except sqlite3.DatabaseError as exc:  # too damaged for the check itself to run
-        return str(exc)
+        problem = str(exc)
     finally:
+        interrupt.watch(None)
         conn.close()
+    if interrupt.asked:  # whatever it found, or the "interrupted" error it ended on
+        raise CheckInterrupted(f"the check of {path.name} was interrupted")
+    return problem
+
+
+async def check_in_thread(
+    path: Path, *, interrupt: Interrupt | None = None
+) -> tuple[int, str | None]:
+    """`scrub_file` in a worker thread, stopped by a cancel: the cancel interrupts it and
+    returns once the thread has ended (no verdict), so that nothing of the check outlives
+    the task that asked for it (a node's stop, asyncio's shutdown, a reseed's rename)."""
+    interrupt = interrupt or Interrupt()
+    work = asyncio.ensure_future(asyncio.to_thread(scrub_file, path, interrupt=interrupt))
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        interrupt()
+        await _wait_out(work)
+        logger.info("check of %s interrupted by a cancel: no verdict", path)
+        raise
+
+
+async def _wait_out(work: asyncio.Future[object]) -> None:
+    """Until `work` has ended, even if cancelled again meanwhile; its end is not told."""
+    while not work.done():
+        with suppress(asyncio.CancelledError):
+            await asyncio.wait({work})
+    if not work.cancelled():
+        work.exception()  # retrieved: the interruption is the expected end
 
 
 def _digest_problem(conn: sqlite3.Connection) -> str | None:
@@ -127,7 +204,15 @@ async def scrub_throttled(path: Path) -> tuple[int, str | None]:
         stderr=asyncio.subprocess.PIPE,
         preexec_fn=lambda: os.nice(19),
     )
-    out, err = await proc.communicate()
+    try:
+        out, err = await proc.communicate()
+    except asyncio.CancelledError:
+        # The child goes with the task that ran it: left, it would read on, orphaned, past
+        # the node's stop (an interrupted pass is no verdict).
+        with suppress(ProcessLookupError):
+            proc.kill()
+        await _wait_out(asyncio.ensure_future(proc.wait()))
+        raise
     if proc.returncode != 0:
         raise OSError(f"scrub of {path.name} could not run: {err.decode(errors='replace')[-300:]}")
     answer = json.loads(out)
