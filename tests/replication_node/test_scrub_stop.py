@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 import time
 import uuid
 from datetime import UTC, datetime
@@ -23,26 +22,16 @@ from dag_common.model import CopyStatus
 from replication_node.storage.database import Database
 from replication_node.storage.scrub import Interrupt, Scrubber, check_in_thread
 from tests.cluster_harness import wait_until
-from tests.replication_node.helpers import passive
+from tests.replication_node.helpers import add_item_rows, passive
 
 ROWS = 200_000  # some seconds of checking here, far more than a stop may take
 
 
 def large_database(path: Path, rows: int = ROWS) -> Path:
-    """A database file of `rows` small items, written in one statement."""
+    """A database file of `rows` small items."""
     path.parent.mkdir(parents=True, exist_ok=True)
     Database.create(path, database_signature=uuid.uuid4(), log_signature=uuid.uuid4()).close()
-    conn = sqlite3.connect(path)
-    conn.execute(
-        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
-        "INSERT INTO items (mailbox, item_id, folder, subject, body, size, change_number, "
-        "deleted, commit_time) SELECT 'alice', 'item' || i, 'Inbox', 'subject', "
-        "printf('%.*c', 100, 'x'), 100, i, 0, '' FROM n",
-        (rows,),
-    )
-    conn.commit()
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
+    add_item_rows(path, rows)
     return path
 
 
