@@ -32,7 +32,7 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -64,6 +64,7 @@ from replication_node.storage.header import (
 )
 from replication_node.storage.ops import with_backup
 from replication_node.storage.schema import TABLES_SCHEMA, add_format, add_imap_columns
+from replication_node.storage.stoppable import Interrupt
 from replication_node.storage.tables import (
     PutRow,
     TableWriter,
@@ -136,14 +137,16 @@ class Database(FileReads):
         """The content digest of what the file holds (at its waypoint), kept by `apply`."""
         return to_hex(self._digest)
 
-    def recompute_digest(self) -> tuple[str, str]:
+    def recompute_digest(self, interrupt: Interrupt | None = None) -> tuple[str, str]:
         """(stored, recomputed from the rows) in one read snapshot: unequal means a row was
-        changed behind SQLite's back (inside a valid page) or written around `apply`."""
+        changed behind SQLite's back (inside a valid page) or written around `apply`.
+        `interrupt` stops it (a whole file's read) with sqlite3.OperationalError."""
         with self._lock:
             self._conn.execute("BEGIN")
             try:
-                stored = stored_digest(self._conn)
-                rows = recompute_digest(self._conn)
+                with interrupt.watching(self._conn) if interrupt else nullcontext():
+                    stored = stored_digest(self._conn)
+                    rows = recompute_digest(self._conn)
             finally:
                 self._conn.execute("COMMIT")
         return to_hex(stored or 0), to_hex(rows)

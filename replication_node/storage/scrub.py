@@ -36,7 +36,6 @@ import os
 import shutil
 import sqlite3
 import sys
-import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -49,6 +48,7 @@ from dag_common.mailbox_digest import to_hex
 from replication_node.errors import CheckInterrupted, CopyFailed
 from replication_node.storage import file_handles
 from replication_node.storage.digest import recompute_digest, stored_digest
+from replication_node.storage.stoppable import Interrupt, run_in_thread, wait_out
 
 logger = logging.getLogger(__name__)
 
@@ -78,37 +78,6 @@ class ScrubResult:
         )
 
 
-class Interrupt:
-    """Stops a `scrub_file` running in another thread.  `Connection.interrupt` ends the
-    statement running (SQLite looks at it on every page of `quick_check` and every row
-    stepped); a check between two statements, where SQLite would forget it, is stopped by
-    the progress handler, which asks at every few thousand instructions."""
-
-    def __init__(self) -> None:
-        self._asked = threading.Event()
-        self._lock = threading.Lock()  # the connection is never interrupted once closed
-        self._conn: sqlite3.Connection | None = None
-        self.started = threading.Event()  # the check has its connection: it is reading
-
-    def __call__(self) -> None:
-        with self._lock:
-            self._asked.set()
-            if self._conn is not None:
-                self._conn.interrupt()
-
-    @property
-    def asked(self) -> bool:
-        return self._asked.is_set()
-
-    def watch(self, conn: sqlite3.Connection | None) -> None:
-        """`conn` is the check's connection from now on (None: closed from now on)."""
-        with self._lock:
-            self._conn = conn
-        if conn is not None:
-            conn.set_progress_handler(self._asked.is_set, 10_000)
-            self.started.set()
-
-
 def scrub_file(
     path: Path, *, max_errors: int = 10, interrupt: Interrupt | None = None
 ) -> tuple[int, str | None]:
@@ -130,18 +99,14 @@ def _check(path: Path, max_errors: int, interrupt: Interrupt) -> str | None:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
     except sqlite3.Error as exc:
         return f"cannot open {path.name}: {exc}"
-    interrupt.watch(conn)
     try:
-        rows = conn.execute(f"PRAGMA quick_check({int(max_errors)})").fetchall()
-        found = [str(r[0]) for r in rows]
-        if found != ["ok"]:
-            problem: str | None = "; ".join(found)
-        else:
-            problem = _digest_problem(conn)
+        with interrupt.watching(conn):
+            rows = conn.execute(f"PRAGMA quick_check({int(max_errors)})").fetchall()
+            found = [str(r[0]) for r in rows]
+            problem = "; ".join(found) if found != ["ok"] else _digest_problem(conn)
     except sqlite3.DatabaseError as exc:  # too damaged for the check itself to run
         problem = str(exc)
     finally:
-        interrupt.watch(None)
         conn.close()
     if interrupt.asked:  # whatever it found, or the "interrupted" error it ended on
         raise CheckInterrupted(f"the check of {path.name} was interrupted")
@@ -151,27 +116,14 @@ def _check(path: Path, max_errors: int, interrupt: Interrupt) -> str | None:
 async def check_in_thread(
     path: Path, *, interrupt: Interrupt | None = None
 ) -> tuple[int, str | None]:
-    """`scrub_file` in a worker thread, stopped by a cancel: the cancel interrupts it and
-    returns once the thread has ended (no verdict), so that nothing of the check outlives
-    the task that asked for it (a node's stop, asyncio's shutdown, a reseed's rename)."""
-    interrupt = interrupt or Interrupt()
-    work = asyncio.ensure_future(asyncio.to_thread(scrub_file, path, interrupt=interrupt))
+    """`scrub_file` in a worker thread, stopped by a cancel (`stoppable.py`): no verdict."""
     try:
-        return await asyncio.shield(work)
+        return await run_in_thread(
+            lambda asked: scrub_file(path, interrupt=asked), interrupt=interrupt
+        )
     except asyncio.CancelledError:
-        interrupt()
-        await _wait_out(work)
         logger.info("check of %s interrupted by a cancel: no verdict", path)
         raise
-
-
-async def _wait_out(work: asyncio.Future[object]) -> None:
-    """Until `work` has ended, even if cancelled again meanwhile; its end is not told."""
-    while not work.done():
-        with suppress(asyncio.CancelledError):
-            await asyncio.wait({work})
-    if not work.cancelled():
-        work.exception()  # retrieved: the interruption is the expected end
 
 
 def _digest_problem(conn: sqlite3.Connection) -> str | None:
@@ -211,7 +163,7 @@ async def scrub_throttled(path: Path) -> tuple[int, str | None]:
         # the node's stop (an interrupted pass is no verdict).
         with suppress(ProcessLookupError):
             proc.kill()
-        await _wait_out(asyncio.ensure_future(proc.wait()))
+        await wait_out(asyncio.ensure_future(proc.wait()))
         raise
     if proc.returncode != 0:
         raise OSError(f"scrub of {path.name} could not run: {err.decode(errors='replace')[-300:]}")

@@ -20,7 +20,8 @@ from pathlib import Path
 from dag_common.clock import ManualClock
 from dag_common.model import CopyStatus
 from replication_node.storage.database import Database
-from replication_node.storage.scrub import Interrupt, Scrubber, check_in_thread
+from replication_node.storage.scrub import Scrubber, check_in_thread
+from replication_node.storage.stoppable import Interrupt, run_in_thread
 from tests.cluster_harness import wait_until
 from tests.replication_node.helpers import add_item_rows, passive
 
@@ -102,3 +103,21 @@ async def test_a_cancelled_background_pass_kills_its_child(tmp_path):
     assert done and scrub.cancelled()
     assert not Path(f"/proc/{child}").exists()  # killed and reaped, not left reading
     assert scrubber.last is None and scrubber.passes == 0  # no verdict kept
+
+
+async def test_a_cancelled_digest_recompute_leaves_its_database_as_it_was(tmp_path):
+    # The replayer's `content_check_every` recompute reads the whole file on the database's
+    # own connection, the one replay writes on: interrupted, it must leave it usable.
+    db = Database.open(large_database(tmp_path / "DB1.sqlite"))
+    try:
+        interrupt = Interrupt()
+        recompute = asyncio.create_task(run_in_thread(db.recompute_digest, interrupt=interrupt))
+        await wait_until("the recompute reading the file", interrupt.started.is_set)
+        recompute.cancel()
+        done, _ = await asyncio.wait({recompute}, timeout=20)  # generous: milliseconds
+        assert done and recompute.cancelled()
+        # Not left in a transaction nor with the interrupt's handler: it runs to its end.
+        stored, rows = await asyncio.to_thread(db.recompute_digest)
+        assert stored != rows  # the rows written behind the digest's back
+    finally:
+        db.close()
