@@ -84,6 +84,8 @@ _CHECKPOINT_BYTES = 16 << 20
 PAGE_SIZE = 32768
 # An `apply` whose bodies add up to this many characters or more is paced (`_make_durable`).
 PACED_BYTES = 1 << 20
+# A backup (seed, snapshot) copies this many pages a step, a stop looked at between two.
+_BACKUP_STEP = 1024
 
 
 class Database(FileReads):
@@ -411,12 +413,18 @@ class Database(FileReads):
             with self._transaction():
                 self._write_header(replace(self._header, state=DatabaseState.DIRTY_SHUTDOWN))
 
-    def backup_to(self, dest: Path) -> DatabaseHeader:
-        """A consistent copy of this file at `dest` (SQLite online backup); its header."""
+    def backup_to(self, dest: Path, interrupt: Interrupt | None = None) -> DatabaseHeader:
+        """A consistent copy of this file at `dest` (SQLite online backup); its header.
+        `interrupt` stops it between two steps (sqlite3.OperationalError): a whole file."""
+
+        def step(_status: int, _remaining: int, _total: int) -> None:
+            if interrupt is not None and interrupt.asked:
+                raise sqlite3.OperationalError("interrupted")
+
         with self._lock:
             target = sqlite3.connect(dest)
             try:
-                self._conn.backup(target)
+                self._conn.backup(target, pages=_BACKUP_STEP, progress=step)
             finally:
                 target.close()
             return self._header

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+
+import pytest
 
 from dag_common.clock import ManualClock
 from dag_common.model import CopyStatus
@@ -119,5 +122,24 @@ async def test_a_cancelled_digest_recompute_leaves_its_database_as_it_was(tmp_pa
         # Not left in a transaction nor with the interrupt's handler: it runs to its end.
         stored, rows = await asyncio.to_thread(db.recompute_digest)
         assert stored != rows  # the rows written behind the digest's back
+    finally:
+        db.close()
+
+
+def test_an_interrupted_backup_of_the_file_stops_and_the_next_one_is_whole(tmp_path):
+    # A seed's source copies the whole file under the database's lock, in steps: asked to
+    # stop (by `run_in_thread`, on a cancel), it stops at the next step and frees the lock.
+    db = Database.open(large_database(tmp_path / "DB1.sqlite"))
+    try:
+        interrupt = Interrupt()
+        interrupt()
+        with pytest.raises(sqlite3.OperationalError, match="interrupted"):
+            db.backup_to(tmp_path / "seed.sqlite", interrupt)
+        whole = tmp_path / "whole.sqlite"
+        header = db.backup_to(whole)
+        assert header.database_signature == db.header.database_signature
+        conn = sqlite3.connect(whole)
+        assert conn.execute("SELECT count(*) FROM items").fetchone()[0] == ROWS
+        conn.close()
     finally:
         db.close()
