@@ -32,7 +32,7 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -69,6 +69,7 @@ from replication_node.storage.schema import (
     add_format,
     add_imap_columns,
 )
+from replication_node.storage.stoppable import Interrupt
 from replication_node.storage.tables import (
     PutRow,
     TableWriter,
@@ -88,6 +89,8 @@ _CHECKPOINT_BYTES = 16 << 20
 PAGE_SIZE = 32768
 # An `apply` whose bodies add up to this many characters or more is paced (`_make_durable`).
 PACED_BYTES = 1 << 20
+# A backup (seed, snapshot) copies this many pages a step, a stop looked at between two.
+_BACKUP_STEP = 1024
 
 
 class Database(FileReads):
@@ -142,14 +145,16 @@ class Database(FileReads):
         """The content digest of what the file holds (at its waypoint), kept by `apply`."""
         return to_hex(self._digest)
 
-    def recompute_digest(self) -> tuple[str, str]:
+    def recompute_digest(self, interrupt: Interrupt | None = None) -> tuple[str, str]:
         """(stored, recomputed from the rows) in one read snapshot: unequal means a row was
-        changed behind SQLite's back (inside a valid page) or written around `apply`."""
+        changed behind SQLite's back (inside a valid page) or written around `apply`.
+        `interrupt` stops it (a whole file's read) with sqlite3.OperationalError."""
         with self._lock:
             self._conn.execute("BEGIN")
             try:
-                stored = stored_digest(self._conn)
-                rows = recompute_digest(self._conn)
+                with interrupt.watching(self._conn) if interrupt else nullcontext():
+                    stored = stored_digest(self._conn)
+                    rows = recompute_digest(self._conn)
             finally:
                 self._conn.execute("COMMIT")
         return to_hex(stored or 0), to_hex(rows)
@@ -414,12 +419,18 @@ class Database(FileReads):
             with self._transaction():
                 self._write_header(replace(self._header, state=DatabaseState.DIRTY_SHUTDOWN))
 
-    def backup_to(self, dest: Path) -> DatabaseHeader:
-        """A consistent copy of this file at `dest` (SQLite online backup); its header."""
+    def backup_to(self, dest: Path, interrupt: Interrupt | None = None) -> DatabaseHeader:
+        """A consistent copy of this file at `dest` (SQLite online backup); its header.
+        `interrupt` stops it between two steps (sqlite3.OperationalError): a whole file."""
+
+        def step(_status: int, _remaining: int, _total: int) -> None:
+            if interrupt is not None and interrupt.asked:
+                raise sqlite3.OperationalError("interrupted")
+
         with self._lock:
             target = sqlite3.connect(dest)
             try:
-                self._conn.backup(target)
+                self._conn.backup(target, pages=_BACKUP_STEP, progress=step)
             finally:
                 target.close()
             return self._header
