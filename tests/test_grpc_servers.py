@@ -46,13 +46,20 @@ def test_after_them():
 """
 
 
+def _inner_env() -> dict[str, str]:
+    """The environment of the inner pytest: ours without PYTEST_ADDOPTS, whose options (a
+    --junitxml, -n, --durations) belong to the outer run and would be applied to it too."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    return {**env, "PYTHONPATH": str(ROOT)}
+
+
 def test_a_leaked_server_fails_its_test_and_the_run_ends(tmp_path: Path) -> None:
     (tmp_path / "test_leaks.py").write_text(LEAKS)
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
          "tests.grpc_servers", "-o", "asyncio_mode=auto", "-o",
          "asyncio_default_fixture_loop_scope=function", "test_leaks.py"],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=tmp_path, env=_inner_env(),
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     out = done.stdout + done.stderr

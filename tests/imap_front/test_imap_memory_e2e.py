@@ -22,9 +22,10 @@ MESSAGES = 10_000
 WARM = 10  # sessions opened before the first reading: the front's transient peak reached
 SESSIONS = int(os.environ.get("IMAP_MEMORY_SESSIONS", "100"))
 # Bytes of RSS per idling session.  The target is 200 KB; measured about 200 KiB
-# (docs/concepts/imap.md, step 5): 60 KB of arrays, two TLS connections (the client's and
-# the long poll to the node, 16 KiB of asyncio buffer each since `bound_tls_buffers`),
-# OpenSSL's state and pymap's session.  940 KiB before the TLS buffers were bounded.
+# (docs/concepts/imap.md, step 5): 60 KB of arrays, the client's TLS connection (16 KiB of
+# asyncio buffer since `bound_tls_buffers`), OpenSSL's state and pymap's session; the long
+# poll to the node is one per mailbox, shared by its idlers (`imap_front/feed_polls.py`).
+# 940 KiB before the TLS buffers were bounded; 69 KiB at 1,000 sessions (bench/README.md).
 BOUND = 256 * 1024
 
 
