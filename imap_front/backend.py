@@ -79,6 +79,24 @@ class Session(BaseSession[Message]):
         updated = await mbx.update_selected(self._selecting(mbx, name, readonly))
         return await mbx.snapshot(), updated  # the counts from the rows the update read
 
+    async def check_mailbox(
+        self, selected: SelectedMailbox, *, wait_on: Any = None, housekeeping: bool = False
+    ) -> SelectedMailbox:
+        """pymap's update of the selected state (NOOP, CHECK, IDLE).  IDLE's, before each
+        wait, takes the folder from the front's rows when they are current as of what the
+        session was shown (`Folders.current`): pymap looks it up on the node, a state GET
+        for each idler a change woke.  NOOP and CHECK look it up as pymap does (a parent
+        renamed away is answered NO there, which the feed's names do not tell)."""
+        folder = None if wait_on is None else self._folders.current(
+            selected.lookup, selected.mod_sequence
+        )  # fmt: skip
+        metrics = self._folders.metrics
+        if metrics is not None and wait_on is not None:
+            metrics.folder_lookups.labels("node" if folder is None else "rows").inc()
+        if folder is None:
+            return await super().check_mailbox(selected, wait_on=wait_on, housekeeping=housekeeping)
+        return await folder.update_selected(selected, wait_on=wait_on)
+
     @staticmethod
     def _selecting(mbx: Folder, name: str, readonly: bool) -> CompactSelected:
         return CompactSelected(

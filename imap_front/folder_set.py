@@ -14,7 +14,7 @@ from pymap.listtree import ListTree
 from pymap.parsing.specials import ObjectId
 
 from dag_common.clock import Clock
-from imap_front.folders import DELIMITER, Folder, imap_name, node_name
+from imap_front.folders import DELIMITER, Folder, Shown, imap_name, node_name
 from imap_front.listing import Listings, RowsCache
 from imap_front.metrics import FrontMetrics
 from imap_front.node_api import MailboxApi
@@ -32,6 +32,10 @@ class Folders(MailboxSetInterface[Folder]):
         self._metrics = metrics
         self._listings = Listings(api, rows)
         self._validity: dict[str, tuple[str, int]] = {}  # name: (database, UIDVALIDITY)
+
+    @property
+    def metrics(self) -> FrontMetrics | None:
+        return self._metrics
 
     @property
     def delimiter(self) -> str:
@@ -76,6 +80,29 @@ class Folders(MailboxSetInterface[Folder]):
             return None
         return Folder(self._api, folder, rows.uidvalidity, clock=self._clock,
                       metrics=self._metrics, listings=self._listings)  # fmt: skip
+
+    def current(self, name: str, shown: Shown | None) -> Folder | None:
+        """The selected folder `name` from the front's rows, with no store call, for IDLE's
+        update of the selected state (`Session.check_mailbox`): when the rows are those of
+        the folder the session was shown (its database, UIDVALIDITY and the active's epoch)
+        and hold every change up to the feed cursor it was shown at.  The update polls the
+        feed since that cursor, which names the folder deleted or made again after it.
+        None otherwise (looked up on the node).  Each woken idler looked its folder up on
+        the node (a state GET: 1,000 a delivery with 1,000 idlers), and a delivery
+        meanwhile waited behind them (bench/README.md, *IDLE fan-out*)."""
+        folder = node_name(name)
+        rows = self._listings.kept(folder)
+        database = self._api.database
+        if (
+            rows is None or shown is None or not shown.epoch or not rows.cursor
+            or rows.database != database or shown.database != database
+            or rows.uidvalidity != shown.uidvalidity or rows.epoch != shown.epoch
+            or rows.cursor_epoch != shown.epoch or rows.cursor < shown.cursor
+        ):  # fmt: skip
+            return None
+        self._validity[name] = (database, rows.uidvalidity)
+        return Folder(self._api, folder, rows.uidvalidity, clock=self._clock,
+                      metrics=self._metrics, listings=self._listings, checked=True)  # fmt: skip
 
     def looked_up(self, name: str, folder: Folder) -> None:
         """`folder` is what `name` is now (as `get_mailbox` notes it for `known`)."""

@@ -42,6 +42,12 @@ class FrontMetrics:
             "modseq shown; shared: since the modseq shown, from the front's rows, read once "
             "for all the idling sessions one change woke)", ["listing"], registry=r,
         )  # fmt: skip
+        self.folder_lookups = Counter(
+            "imap_front_folder_lookups",
+            "Selected folders found before an IDLE's wait, by source (rows: the front's, "
+            "current as of what the session was shown; node: looked up there)",
+            ["source"], registry=r,
+        )  # fmt: skip
         self.follows = Counter(
             "imap_front_follows", "Sessions that followed their mailbox to another database "
             "(move), or ended BYE [UNAVAILABLE] because they could not (bye)", ["cause"],

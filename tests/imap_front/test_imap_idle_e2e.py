@@ -187,3 +187,50 @@ async def test_sessions_idling_on_one_mailbox_wait_on_one_request_to_the_node(la
     assert all(line.split()[1] == b"OK" for line in told[-3:]), told
     # the three took their EXISTS from the front's rows, read since once for all of them
     assert await front_metric(front, 'imap_front_folder_resyncs_total{listing="shared"}') == 3
+
+
+async def front_series(front, name: str) -> float:
+    """A series of the front's metrics, 0 while it has none."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{front.metrics_port}/metrics") as resp,
+    ):
+        text = await resp.text()
+    return next((float(x.split()[1]) for x in text.splitlines() if x.startswith(name + " ")), 0.0)
+
+
+async def test_idlers_woken_go_back_to_idle_without_looking_their_folder_up(lab):  # noqa: F811
+    """Ten sessions idling, two deliveries back to back (the second once every idler has
+    seen the first, as bench/imap.py --scale sends them): each reaches all ten, and a woken
+    idler goes back to IDLE on the front's rows, current as of what it was shown
+    (`Folders.current`), with no lookup of its folder on the node.  A lookup each (pymap's
+    `check_mailbox`: a state GET of the mailbox, counting a 10,000-message folder) was
+    1,000 reads a delivery with 1,000 idlers: they held the node and the front's pool to it
+    for 14-24 s, and a delivery right after the previous one reached no idler until they
+    were done (bench/README.md, *IDLE fan-out*)."""
+    cluster, hubs, front, ca = lab
+    await asyncio.to_thread(deliver, hubs, 1)
+    idlers = [await asyncio.to_thread(Idler, front.port, ca) for _ in range(10)]
+    assert {i.exists for i in idlers} == {1}
+
+    async def idling(n: int) -> bool:
+        return await front_metric(front, 'imap_front_sessions{state="idle"}') == n
+
+    await cluster.wait_for("ten sessions idling", lambda: idling(10))
+    rows = 'imap_front_folder_lookups_total{source="rows"}'
+    node = 'imap_front_folder_lookups_total{source="node"}'
+    before = {k: await front_series(front, k) for k in (rows, node)}
+    for n in (2, 3):
+
+        def run(n: int = n) -> None:
+            deliver(hubs, n)
+            for i in idlers:
+                i.until(b"* %d EXISTS" % n)
+
+        await asyncio.to_thread(run)
+        await cluster.wait_for(f"the ten idling again after delivery {n}", lambda: idling(10))
+    after = {k: await front_series(front, k) for k in (rows, node)}
+    assert after[rows] - before[rows] >= 20, (before, after)  # each idler, after each wake
+    assert after[node] == before[node], (before, after)
+    done = await asyncio.to_thread(lambda: [i.done() for i in idlers])
+    assert all(line.split()[1] == b"OK" for line in done), done
