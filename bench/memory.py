@@ -123,6 +123,9 @@ class Figures:
     mover: MoverRun = field(default_factory=MoverRun)
     reconcile: MoverRun | None = None  # the resume that reconciled
     seconds: dict[str, float] = field(default_factory=dict)
+    # What makes the figures doubtful, said beside them: a failover during the run (the
+    # copies' roles moved under the phases) or a node that did not stop when told to.
+    trouble: list[str] = field(default_factory=list)
 
 
 def peaks(cluster: LocalCluster) -> dict[str, int]:
@@ -278,9 +281,25 @@ async def run(args: argparse.Namespace) -> Figures:
         if api is not None:
             api.terminate()
             api.wait()
-        await cluster.close()
+        figures.trouble += failovers(base)
+        try:
+            await cluster.close()
+        except AssertionError as exc:  # the figures are kept and printed, then the run fails
+            figures.trouble.append(str(exc).splitlines()[0])
     figures.seconds["largest"] = args.largest
     return figures
+
+
+def failovers(base: Path) -> list[str]:
+    """The failovers the nodes' logs tell of (none is expected: each moves a copy's role
+    under the phases being measured)."""
+    said = []
+    for node in NODES:
+        path = base / f"{node}.log"
+        for line in path.read_text(errors="replace").splitlines() if path.exists() else ():
+            if "replication_node.cluster.failover" in line and " mounted on " in line:
+                said.append(f"{node}: {line.split(' failover: ', 1)[-1][:160]}")
+    return said
 
 
 @dataclass
@@ -398,6 +417,8 @@ def report(args: argparse.Namespace, f: Figures) -> None:
                 f"target (rest + 4x item) {mb(run.rest + 4 * largest)} MB"
             )
     print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in f.seconds.items() if k != "largest"))
+    for line in f.trouble:
+        print(f"NOT A CLEAN RUN: {line}")
 
 
 def main() -> None:
@@ -427,7 +448,10 @@ def main() -> None:
     if args.quick:
         args.mailbox_mb, args.idle, args.settle, args.transport_mb = 100, 15, 1, 100
     if not args.only_transport:
-        report(args, asyncio.run(run(args)))
+        figures = asyncio.run(run(args))
+        report(args, figures)
+        if figures.trouble:
+            sys.exit(1)
     if args.transport_mb > 0:
         transport_report(args, asyncio.run(transport_phase(args)))
 

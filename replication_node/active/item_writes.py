@@ -162,17 +162,21 @@ class ItemWrites(StoreCore):
             [DeleteItem(mailbox, self.copy.next_change_number(), item_id, modseq)]
         )
 
-    async def _move_or_copy(
+    @admitted
+    async def move_or_copy_items(
         self,
         mailbox: str,
         folder: str,
         to: str,
         *,
-        uids: Sequence[int] | None,
-        item_ids: Sequence[str] | None,
         copy: bool,
-        override_lock: bool,
+        uids: Sequence[int] | None = None,
+        item_ids: Sequence[str] | None = None,
+        override_lock: bool = False,
     ) -> tuple[Written, list[ItemRow], list[int]]:
+        """Move items to another folder in one operation (each a new UID there: MOVE), or
+        with `copy` copy them to a folder (each a new item id and a new UID there: COPY);
+        the written answer, the items moved or copied and their new UIDs."""
         self._live_mailbox(mailbox, override_lock=override_lock)
         source = self._folder_row(mailbox, folder)
         target = self._folder_row(mailbox, to)
@@ -195,41 +199,6 @@ class ItemWrites(StoreCore):
             moved = tuple((r.item_id, u) for r, u in zip(chosen, new_uids, strict=True))
             written = await self._commit([MoveItems(mailbox, cn, folder, to, moved, modseq)])
         return written, chosen, new_uids
-
-    @admitted
-    async def move_items(
-        self,
-        mailbox: str,
-        folder: str,
-        to: str,
-        *,
-        uids: Sequence[int] | None = None,
-        item_ids: Sequence[str] | None = None,
-        override_lock: bool = False,
-    ) -> tuple[Written, list[ItemRow], list[int]]:
-        """Move items to another folder in one operation (each a new UID there: MOVE);
-        the written answer, the items moved and their new UIDs."""
-        return await self._move_or_copy(
-            mailbox, folder, to, uids=uids, item_ids=item_ids, copy=False,
-            override_lock=override_lock,
-        )  # fmt: skip
-
-    @admitted
-    async def copy_items(
-        self,
-        mailbox: str,
-        folder: str,
-        to: str,
-        *,
-        uids: Sequence[int] | None = None,
-        item_ids: Sequence[str] | None = None,
-        override_lock: bool = False,
-    ) -> tuple[Written, list[ItemRow], list[int]]:
-        """Copy items to a folder (each a new item id and a new UID there: COPY)."""
-        return await self._move_or_copy(
-            mailbox, folder, to, uids=uids, item_ids=item_ids, copy=True,
-            override_lock=override_lock,
-        )  # fmt: skip
 
     @admitted
     async def expunge(

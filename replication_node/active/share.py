@@ -50,7 +50,7 @@ class ActiveLogShare:
         self._logs = logs
         self._mounted = mounted  # the mounted copy, None while not mounted
         self.last_logs = LastLogsHold(
-            database=database, node=node, logs=logs, clock=clock, hold=hold
+            database=database, node=node, logs=logs, clock=clock, seconds=hold
         )
         # Notified when a generation closes or an open one is announced (the log share's
         # notification stream waits on it), and when the copy mounts or dismounts.

@@ -63,7 +63,12 @@ from replication_node.storage.header import (
     write_header,
 )
 from replication_node.storage.ops import with_backup
-from replication_node.storage.schema import TABLES_SCHEMA, add_format, add_imap_columns
+from replication_node.storage.schema import (
+    TABLES_SCHEMA,
+    add_body_blob,
+    add_format,
+    add_imap_columns,
+)
 from replication_node.storage.tables import (
     PutRow,
     TableWriter,
@@ -112,6 +117,7 @@ class Database(FileReads):
         self._written: DatabaseHeader | None = None  # written in a transaction, not committed
         with self._lock:
             self._digest = install_digest(conn)  # the running content digest, as apply moves it
+        add_body_blob(conn)  # last: the column must be the row's last (`body_parts.py`)
         # Reads go through a connection of their own: in WAL mode they see the last commit
         # and never wait for a write in progress.  A read on the event loop (a write's
         # checks, the overlay's lookups) used to wait on the one connection's lock while a

@@ -29,7 +29,7 @@ import sqlite3
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -134,46 +134,39 @@ async def scrub_throttled(path: Path) -> tuple[int, str | None]:
     return int(answer["size"]), answer["problem"]
 
 
+@dataclass(kw_only=True, eq=False)
 class Scrubber:
     """Scrubs one copy's file every `interval` seconds until cancelled."""
 
-    def __init__(
-        self,
-        *,
-        path: Path,
-        clock: Clock,
-        interval: float,
-        on_damage: Callable[[str], None],
-    ) -> None:
-        self._path = path
-        self._clock = clock
-        self._interval = interval
-        self._on_damage = on_damage
-        self.last: ScrubResult | None = None
-        self.passes = 0
+    path: Path
+    clock: Clock
+    interval: float
+    on_damage: Callable[[str], None]
+    last: ScrubResult | None = field(default=None, init=False)
+    passes: int = field(default=0, init=False)
 
     async def run(self) -> None:
         while True:
-            await self._clock.sleep(self._interval)
+            await self.clock.sleep(self.interval)
             result = await self.scrub_once()
             if not result.ok:
-                reason = f"the background scrub found {self._path.name} damaged: {result.problem}"
-                self._on_damage(reason)
+                reason = f"the background scrub found {self.path.name} damaged: {result.problem}"
+                self.on_damage(reason)
                 raise CopyFailed(f"{reason}; reseed the copy")
 
     async def scrub_once(self) -> ScrubResult:
         """One pass now; the result is kept for status."""
         started = time.perf_counter()  # a duration for the figures, not a decision
-        size, problem = await scrub_throttled(self._path)
+        size, problem = await scrub_throttled(self.path)
         self.last = ScrubResult(
-            finished=self._clock.now(),
+            finished=self.clock.now(),
             seconds=time.perf_counter() - started,
             bytes_read=size,
             problem=problem,
         )
         self.passes += 1
         log = logger.info if problem is None else logger.error
-        log("scrub of %s: %s", self._path, self.last.describe())
+        log("scrub of %s: %s", self.path, self.last.describe())
         return self.last
 
 
