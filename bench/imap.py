@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/imap.py [--small] [--messages 10000] [--rounds 3] [--idle 50]
         [--mbsync-cap 180] [--sessions 1000] [--max-front-rss-mib 6144]
-        [--max-open-seconds 900] [--no-fetches] [--scale [--at-once 4]] [--profile PY_SPY]
+        [--phases flags,bodies,mbsync] [--max-open-seconds 900] [--no-fetches]
+        [--scale [--at-once 4]] [--profile PY_SPY]
         [--dir var/bench-imap] [--keep]
 
 The figures in bench/README.md: `--rounds 2 --mbsync-cap 180 --max-open-seconds 300
@@ -25,7 +26,8 @@ STARTTLS, logged in before its clock starts:
 - `mbsync` (Debian isync) of INBOX into an empty Maildir: messages/s (stopped after
   `--mbsync-cap` seconds, its rate then what it had copied by then, and said so);
 the best of the rounds per side (the machine is shared: the least disturbed), with each
-round's figures printed; the ratio ours / Dovecot (target >= 0.5 each).
+round's figures printed; the ratio ours / Dovecot (target >= 0.5 each); `--phases bodies`
+(for instance) measures only those named.
 - IDLE: a client selected in INBOX and idling on each side; `--idle` messages of 4 KiB
   delivered one at a time through each side's LMTP (alternating sides), each timed from its
   MAIL FROM to the idler reading `* n EXISTS`: p50 / p99 (target p99 < 1 s).
@@ -593,6 +595,7 @@ async def run(base: Path, args: argparse.Namespace) -> Results:
             ("bodies", lambda side: bodies(s, side, args.messages)),
             ("mbsync", lambda side: mbsync(s, side, args.messages, base, args.mbsync_cap)),
         ]
+        phases = [(what, phase) for what, phase in phases if what in args.phases]
         for r in range(0 if args.no_fetches else args.rounds + 1):
             figures = []
             for _, phase in phases:
@@ -629,7 +632,7 @@ def profile(s: Servers, args: argparse.Namespace) -> None:
         ("bodies", bodies),
         ("mbsync", lambda s, side, n: mbsync(s, side, n, Path(args.dir).resolve(), 30.0)),
     ]
-    for what, phase in phases:
+    for what, phase in (p for p in phases if p[0] in args.phases):
         out = Path(args.dir).resolve() / f"profile-{what}.txt"
         spy = subprocess.Popen(
             [args.profile, "record", "-p", str(pid), "-f", "raw", "-o", str(out), "-r", "200"],
@@ -657,9 +660,13 @@ def report(args: argparse.Namespace, res: Results) -> None:
         ()
         if args.no_fetches
         else (
-            ("flags", "msg/s", lambda f: f.rate),
-            ("bodies", "MB/s", lambda f: f.mb_s),
-            ("mbsync", "msg/s", lambda f: f.rate),
+            (w, u, v)
+            for w, u, v in (
+                ("flags", "msg/s", lambda f: f.rate),
+                ("bodies", "MB/s", lambda f: f.mb_s),
+                ("mbsync", "msg/s", lambda f: f.rate),
+            )
+            if w in args.phases
         )
     ):
         d, o = (value(res.best(side, what)) for side in (Side.DOVECOT, Side.FRONT))
@@ -727,6 +734,8 @@ def main() -> None:
                         help="stop opening idle sessions after this long")  # fmt: skip
     parser.add_argument("--mbsync-cap", type=float, default=180,
                         help="seconds an mbsync may run: past it, the rate so far")  # fmt: skip
+    parser.add_argument("--phases", default="flags,bodies,mbsync",
+                        help="the fetch phases measured, comma-separated (all three)")  # fmt: skip
     parser.add_argument("--no-fetches", action="store_true",
                         help="skip the fetch and mbsync rounds: IDLE and memory only")  # fmt: skip
     parser.add_argument("--profile", metavar="PY_SPY",
@@ -744,6 +753,9 @@ def main() -> None:
     args.rounds = args.rounds or (1 if args.small else 3)
     args.idle = args.idle or (5 if args.small else 50)
     args.sessions = args.sessions or (20 if args.small else 1000)
+    args.phases = [p for p in args.phases.split(",") if p]
+    if not set(args.phases) <= set(LABELS):
+        parser.error(f"--phases: of {', '.join(LABELS)}")
     if min(args.messages, args.rounds, args.idle, args.sessions) < 1:
         parser.error("--messages, --rounds, --idle, --sessions: >= 1")
     if args.scale:  # two descriptors a session on each side, the servers' own besides

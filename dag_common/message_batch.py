@@ -58,12 +58,13 @@ class BatchError(ValueError):
     """An answer that is not a whole batch (cut short, or not of this format)."""
 
 
-def parse_answer(data: bytes) -> dict[str, bytes | None]:
-    """The messages of an answer by item id, in the order answered (None: missing); the ids
-    asked for and absent here were not reached (the answer's byte bound).  BatchError if
+def parse_answer(data: bytes) -> dict[str, memoryview | None]:
+    """The messages of an answer by item id, in the order answered (None: missing), each a
+    view of `data` (no copy: the answer is held once, until its last view is let go); the
+    ids asked for and absent here were not reached (the answer's byte bound).  BatchError if
     the answer is cut or malformed."""
     view = memoryview(data)
-    out: dict[str, bytes | None] = {}
+    out: dict[str, memoryview | None] = {}
     at = 0
     end = len(data)
     while True:
@@ -86,5 +87,5 @@ def parse_answer(data: bytes) -> dict[str, bytes | None]:
         size = int(size_text)
         if at + size > end:
             raise BatchError(f"the answer is cut in {item.decode('ascii', 'replace')}'s bytes")
-        out[item.decode("ascii")] = bytes(view[at : at + size])
+        out[item.decode("ascii")] = view[at : at + size]
         at += size

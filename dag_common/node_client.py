@@ -552,9 +552,9 @@ class NodeStoreClient:
     async def messages(
         self, database: str, mailbox: str, item_ids: Sequence[str], *,
         max_bytes: int = MAX_ANSWER_BYTES,
-    ) -> dict[str, bytes | None] | None:  # fmt: skip
+    ) -> dict[str, memoryview | None] | None:  # fmt: skip
         """Many items as their messages in one answer (POST …/items/messages,
-        `dag_common.message_batch`): by item id in the order asked, None for an item the
+        `dag_common.message_batch`): views of it by id as asked, None for an item the
         mailbox does not have; the ids after the message that reached `max_bytes` are absent
         (ask again).  None if there is no such mailbox."""
         path = f"/mailboxes/{mailbox}/items/messages"

@@ -32,6 +32,7 @@ from imap_front.condstore import (
     option_value,
     shown,
 )
+from imap_front.fetch_bodies import BodiesLines, streamable
 from imap_front.fetch_lines import ListedLines, answerable, listed_only, pairs
 from imap_front.selected import FLAGS_ATTR, MODSEQ_ATTR, UID_ATTR, CompactMessages
 
@@ -50,13 +51,15 @@ class CondstoreState(ConnectionState):
 
     async def do_command(self, cmd: Any) -> CommandResponse:
         """pymap's, with the FETCH answers the command's update brings merged into a FETCH
-        of listing items (`fetch_lines.ListedLines`), as pymap merges its own."""
+        of listing items or of whole bodies (`fetch_lines.ListedLines`,
+        `fetch_bodies.BodiesLines`), as pymap merges its own."""
         self._tell_selected()
         response = await super().do_command(cmd)
         self._tell_selected()
         untagged = getattr(response, "_untagged", None)
-        if untagged and isinstance(untagged[0], ListedLines) and len(untagged) > 1:
-            response._untagged = [untagged[0], *untagged[0].absorb(untagged[1:])]  # type: ignore[attr-defined]
+        lines = untagged[0] if untagged else None
+        if isinstance(lines, ListedLines | BodiesLines) and len(untagged) > 1:
+            response._untagged = [lines, *lines.absorb(untagged[1:])]  # type: ignore[attr-defined]
             response._mergeable = {}  # type: ignore[attr-defined]
         return response
 
@@ -111,6 +114,14 @@ class CondstoreState(ConnectionState):
         )
         response = ResponseOk(cmd.tag, cmd.command + b" completed.")
         floor = None if since is None else node_modseq(since)
+        if streamable(attributes):  # whole bodies: written as read (`fetch_bodies`)
+            chosen = [(seq, msg) for seq, msg in messages
+                      if floor is None or getattr(msg, "modseq", 0) > floor]  # fmt: skip
+            if any(msg.expunged for _, msg in chosen):
+                response.code = ResponseCode.of(b"EXPUNGEISSUED")
+            if chosen:
+                response.add_untagged(BodiesLines(chosen, attributes, self.selected))
+            return response, updates
         for seq, msg in messages:
             if floor is not None and getattr(msg, "modseq", 0) <= floor:
                 continue

@@ -34,8 +34,9 @@ BATCH_IDS = 256  # messages one read asks for, at most
 AHEAD = 2  # batches in flight beside the one being written
 
 Get = Callable[[str], Awaitable[bytes | None]]
-# The messages of `ids` answered (None: gone), up to about `max_bytes` of them.
-GetMany = Callable[[Sequence[str], int], Awaitable[dict[str, bytes | None]]]
+# The messages of `ids` answered (None: gone), up to about `max_bytes` of them: views of the
+# node's answer (`message_batch.parse_answer`).
+GetMany = Callable[[Sequence[str], int], Awaitable[dict[str, memoryview | None]]]
 
 
 def batches(items: Sequence[tuple[str, int]], batch_bytes: int, most: int) -> list[list[str]]:
@@ -69,9 +70,9 @@ class Bodies:
         self._batch_bytes = batch_bytes
         self._ahead = ahead
         self._started = 0  # the reads started so far: of the first `_started` batches
-        self._pending: dict[int, asyncio.Future[dict[str, bytes | None]]] = {}
+        self._pending: dict[int, asyncio.Future[dict[str, memoryview | None]]] = {}
 
-    async def get(self, item_id: str) -> bytes | None:
+    async def get(self, item_id: str) -> bytes | memoryview | None:
         """`item_id`'s bytes (None: gone), the next batches' reads started meanwhile."""
         b = self._batch_of.get(item_id)
         if b is None:
@@ -95,9 +96,9 @@ class Bodies:
             future = self._pending[b] = asyncio.ensure_future(self._read(self._batches[b]))
             future.add_done_callback(_retrieved)
 
-    async def _read(self, run: list[str]) -> dict[str, bytes | None]:
+    async def _read(self, run: list[str]) -> dict[str, memoryview | None]:
         """A batch's messages, asked again from where an answer stopped (its byte bound)."""
-        answered: dict[str, bytes | None] = {}
+        answered: dict[str, memoryview | None] = {}
         left = run
         while left:
             got = await self._get_many(left, 2 * self._batch_bytes)
@@ -121,9 +122,11 @@ class RawLoaded(BaseLoadedMessage):
 
     __slots__ = ["_raw"]
 
-    def __init__(self, message: Any, requirement: FetchRequirement, raw: bytes) -> None:
+    def __init__(
+        self, message: Any, requirement: FetchRequirement, raw: bytes | memoryview
+    ) -> None:
         super().__init__(message, requirement, None)
-        self._raw = raw
+        self._raw = raw if isinstance(raw, bytes) else bytes(raw)  # a view of a batch's answer
 
     @property
     def content(self) -> MessageContent:

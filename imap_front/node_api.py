@@ -266,8 +266,10 @@ class MailboxApi:
                 return raw
         return None
 
-    async def messages(self, item_ids: Sequence[str], max_bytes: int) -> dict[str, bytes | None]:
-        """Many messages' bytes as stored, in one answer (None: no longer there); the ids
+    async def messages(
+        self, item_ids: Sequence[str], max_bytes: int
+    ) -> dict[str, memoryview | None]:
+        """Many messages' bytes as stored, views of one answer (None: no longer there); the ids
         after the message that reached `max_bytes` are absent (`NodeStoreClient.messages`)."""
         for _ in range(2):
             try:

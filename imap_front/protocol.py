@@ -74,13 +74,13 @@ from imap_front.commands import (
 from imap_front.condstore import CONDSTORE_COMMANDS
 from imap_front.condstore_state import CondstoreState
 from imap_front.errors import Bye
+from imap_front.fetch_bodies import WRITE_AT
 from imap_front.limits import LOGIN_FAILURES_PER_CONNECTION, LoginThrottle, Sessions
 from imap_front.metrics import FrontMetrics
 
 logger = logging.getLogger(__name__)
 
 _log = logging.getLogger("pymap.imap")  # pymap's connection log: its debug lines
-WRITE_AT = 64 * 1024  # bytes of a command's answers gathered before they are written
 _TAG = re.compile(rb"[\x21-\x7e]{1,64}")
 _SYNC_LITERAL = re.compile(rb"{(\d+)}\r?\n$")
 _PLUS_LITERAL = re.compile(rb"{(\d+)\+}\r?\n$")
@@ -269,17 +269,28 @@ class FrontConnection(IMAPConnection):
         out = _Gathered()
         try:
             for each in untagged:
-                await each.async_write(out)  # a FETCH's body is loaded here (its hook)
+                stream = getattr(each, "stream", None)
+                if stream is not None:  # a FETCH of bodies: handed on as it goes
+                    await stream(out, self._send)
+                else:
+                    await each.async_write(out)  # a FETCH's body is loaded here (its hook)
                 if len(out.data) >= WRITE_AT:
-                    self.writer.write(out.take())
-                    await self.writer.drain()
+                    await self._send(out)
             Response.write(resp, out)  # the tagged line itself
-            self.writer.write(out.take())
-            await self.writer.drain()
+            await self._send(out)
         except ConnectionError:
             return
         if _log.isEnabledFor(logging.DEBUG):
             self._print("%s <--| %s", bytes(resp))
+
+    async def _send(self, out: _Gathered, data: bytes | memoryview | None = None) -> None:
+        """What `out` holds, then `data` as it is (a large body: not copied into `out`),
+        to the transport; then wait until it has taken them."""
+        if out.data:
+            self.writer.write(out.take())
+        if data is not None:
+            self.writer.write(data)
+        await self.writer.drain()
 
     async def _line(self) -> bytes:
         try:
@@ -363,9 +374,9 @@ class _Gathered:
     def write(self, data: bytes) -> None:
         self.data += data
 
-    def take(self) -> bytes:
-        taken = bytes(self.data)
-        self.data.clear()
+    def take(self) -> bytearray:
+        """The bytes held, handed on as they are (not copied): `out` starts a new buffer."""
+        taken, self.data = self.data, bytearray()
         return taken
 
 

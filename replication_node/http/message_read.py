@@ -5,10 +5,14 @@ An IMAP front's `UID FETCH 1:* (BODY.PEEK[])` asks for a range's bodies a batch 
 instead of one `GET …/items/{id}/message` each.  The answer is written as it is read: a
 worker thread reads the file's rows a part at a time (`READ_BYTES` of messages, one message
 at least) through the connection kept for reads apart from the loop's
-(`Database.reading_apart`), encodes them to the bytes `GET …/message` answers, and the loop
-writes them, giving itself back after each (as `items_stream` does: a lease renewal never
-waits behind a batch).  The node holds a part at a time: `READ_BYTES` of its memory budget
-taken for the answer's life, more counted while a larger message is written.
+(`Database.reading_apart`) into one buffer, records and bytes as `GET …/message` answers
+them, and the loop writes it, one write a part, giving itself back after each (as
+`items_stream` does: a lease renewal never waits behind a batch).  A message kept as UTF-8
+is read as SQLite's bytes of it (`file_reads.message_stored`: no str decoded to be encoded
+again) and copied once, into the buffer; the part is one chunk of the answer where it was
+two writes a message (a TLS record and a loop turn each: most of the node's time per
+message, bench/README.md).  The node holds a part at a time: `READ_BYTES` of its memory
+budget taken for the answer's life, more counted while a larger message is written.
 
 On the active, the ids the LLR overlay holds (its rows are immutable) are taken from it on
 the loop before any file read: an item in neither the overlay then nor the file when it is
@@ -34,7 +38,7 @@ from dag_common.route_roles import add_route
 from replication_node.errors import NotFound
 from replication_node.http.context import json_body, mailbox_name, node_of, reader_for
 from replication_node.http.models import parse
-from replication_node.storage.file_reads import FileReads, Held, message_body
+from replication_node.storage.file_reads import FileReads, Held, message_stored
 
 logger = logging.getLogger(__name__)
 
@@ -47,31 +51,40 @@ _reads = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="messages")
 
 def _read_part(
     db: FileReads, mailbox: str, ids: Sequence[str], start: int, held: Held, most: int
-) -> tuple[list[bytes], int, int]:
-    """The records of `ids[start:]` up to `most` bytes of messages (one message at least):
-    their parts, the index after the last, the message bytes in them.  Off the loop."""
-    parts: list[bytes] = []
+) -> tuple[bytearray, int, int]:
+    """The records of `ids[start:]` up to `most` bytes of messages (one message at least), in
+    one buffer: it, the index after the last, the message bytes in it.  Off the loop.  A
+    message kept as UTF-8 is SQLite's bytes of it (`message_stored`), copied once, into the
+    buffer."""
+    out = bytearray()
     size = 0
     at = start
     with db.reading_apart() as conn:
         while at < len(ids) and (size < most or at == start):
             item = ids[at]
             at += 1
-            stored = held[item] if item in held else message_body(conn, mailbox, item)
+            stored = held[item] if item in held else message_stored(conn, mailbox, item)
             if stored is None:
-                parts.append(missing_record(item))
+                out += missing_record(item)
                 continue
             body, fmt, subject = stored
-            if fmt.is_message:
+            if isinstance(body, bytes):  # the stored UTF-8, as it is
+                n = len(body)
+                out += found_head(item, n)
+                out += body
+            elif fmt.is_message:
                 n = message_size(body, fmt)
-                parts.append(found_head(item, n))
-                parts.extend(message_slices(body, fmt))
+                out += found_head(item, n)
+                for part in message_slices(body, fmt):
+                    out += part
             else:  # a text item, presented as mail (`GET …/message`)
                 raw = message_bytes(body, fmt, subject)
                 n = len(raw)
-                parts += [found_head(item, n), raw]
+                out += found_head(item, n)
+                out += raw
+            del body, stored
             size += n
-    return parts, at, size
+    return out, at, size
 
 
 async def post_messages(request: web.Request) -> web.StreamResponse:
@@ -112,13 +125,15 @@ async def _write(
     while at < len(ids) and sent < wanted.max_bytes:
         most = min(READ_BYTES, wanted.max_bytes - sent)
         read = functools.partial(_read_part, db, mailbox, ids, at, held, most)
-        parts, at, size = await loop.run_in_executor(_reads, read)
+        part, at, size = await loop.run_in_executor(_reads, read)
         over = max(0, size - READ_BYTES)  # a message larger than a part: counted while held
         memory.take(over)
         try:
-            for part in parts:
-                await response.write(part)
-                await asyncio.sleep(0)  # a write yields only once the socket's buffer is full
+            # One write a part (one chunk, TLS records of 16 KiB), not two a message: the
+            # answer's writes were most of the node's time per message (bench/README.md).
+            await response.write(part)
+            del part
+            await asyncio.sleep(0)  # a write yields only once the socket's buffer is full
         finally:
             memory.release(over)
         sent += size

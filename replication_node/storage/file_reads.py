@@ -295,3 +295,19 @@ def message_body(conn: sqlite3.Connection, mailbox: str, item_id: str) -> Stored
         (mailbox, item_id),
     ).fetchone()
     return None if row is None else (row[0], BodyFormat(row[1]), row[2])
+
+
+def message_stored(
+    conn: sqlite3.Connection, mailbox: str, item_id: str
+) -> tuple[bytes | str, BodyFormat, str] | None:
+    """`message_body`, but a message kept as UTF-8 (`BodyFormat.MESSAGE`: the bytes it
+    serves are its body's UTF-8) comes as bytes: `body_blob` as it is, or SQLite's bytes of
+    `body` (`CAST … AS BLOB`: the text as stored, the file's encoding being UTF-8): no str
+    decoded only to be encoded again."""
+    row = conn.execute(
+        "SELECT CASE format WHEN ? THEN ifnull(body_blob, CAST(body AS BLOB))"
+        f" ELSE {BODY_TEXT} END, format, subject"
+        " FROM items WHERE mailbox=? AND item_id=? AND deleted=0",
+        (BodyFormat.MESSAGE.value, mailbox, item_id),
+    ).fetchone()
+    return None if row is None else (row[0], BodyFormat(row[1]), row[2])

@@ -19,10 +19,12 @@ pytestmark = pytest.mark.slow
 
 
 def message(n: int) -> bytes:
-    """Mixed sizes, as the bench's folder: every fifth of 100 KiB, the rest of 4 KiB."""
+    """Mixed sizes, as the bench's folder: every fifth of 100 KiB, the rest of 4 KiB; every
+    other one 8-bit Latin-1 (not UTF-8), the others UTF-8 (the node keeps each differently)."""
     size = 100 * 1024 if n % 5 == 0 else 4 * 1024
     head = f"From: bob@example.org\r\nSubject: m{n}\r\nMessage-ID: <m{n}@example.org>\r\n\r\n"
-    line = f"line of message {n} \u00e4\r\n".encode("latin-1")  # 8-bit: not UTF-8
+    text = f"line of message {n} \u00e4\r\n"
+    line = text.encode("latin-1") if n % 2 else (text + "\u6d4b\r\n").encode()
     return head.encode() + (line * (size // len(line) + 1))[:size]
 
 
@@ -49,27 +51,30 @@ async def test_a_range_of_bodies_comes_back_exactly_across_batches(lab):  # noqa
     assert len(by_uid) == len(sent)
     gone = [by_uid[uid] for uid in (7, 8, 60, 120)]
 
-    def session() -> tuple[list, list, list]:
+    def session() -> tuple[list, list, list, list]:
         m = logged_in(front.port, ca)
         m.select("INBOX", readonly=True)
         whole = m.uid("FETCH", "1:*", "(UID BODY.PEEK[])")
+        flagged = m.uid("FETCH", "1:*", "(FLAGS BODY.PEEK[] INTERNALDATE)")
         # deleted on the node once the session has listed them: not told to it yet
         asyncio.run_coroutine_threadsafe(delete(gone), loop).result(60)
         after = m.uid("FETCH", "1:*", "(UID BODY.PEEK[])")
         m.noop()
         later = m.uid("FETCH", "1:*", "(UID BODY.PEEK[])")
         m.logout()
-        return list(whole), list(after), list(later)
+        return list(whole), list(after), list(later), list(flagged)
 
     async def delete(items: list[str]) -> None:
         for item in items:
             await cluster.ok("DELETE", "mbx1", f"{BOX}/items/{item}")
 
     loop = asyncio.get_running_loop()
-    whole, after, later = await asyncio.to_thread(session)
+    whole, after, later, flagged = await asyncio.to_thread(session)
     assert whole[0] == "OK"
     got = literals(whole[1])
     assert sorted(got) == sorted(by_uid)
+    assert flagged[0] == "OK" and literals(flagged[1]) == got
+    assert b"FLAGS ()" in flagged[1][0][0] and b"INTERNALDATE" in flagged[1][1]
     for uid, raw in got.items():
         assert hashlib.sha256(raw).digest() == hashlib.sha256(sent[by_uid[uid]]).digest(), uid
 
