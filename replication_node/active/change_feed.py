@@ -32,6 +32,7 @@ from replication_node.log.operations import (
     DeleteItem,
     DeleteMailbox,
     Operation,
+    PutItem,
     RecordBackup,
     last_cn,
 )
@@ -76,6 +77,13 @@ class ChangeFeed:
         """A transaction became visible: note what it changed, wake its mailboxes' waiters."""
         touched: set[str] = set()
         for op in txn.ops:
+            if type(op) is PutItem:  # nearly every operation: what the loop below finds
+                cn, mailbox = op.cn, op.mailbox
+                self.visible = max(self.visible, cn)
+                self._last[mailbox] = cn
+                touched.add(mailbox)
+                self._folders.setdefault(mailbox, {})[op.folder] = cn
+                continue
             if isinstance(op, RecordBackup):
                 continue
             # Read by name: an operation of one mailbox has both; one of none (a database's

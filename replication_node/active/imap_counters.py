@@ -95,6 +95,12 @@ class ImapCounters:
 
     def modseq(self, *folders: FolderRow) -> int:
         """One new modseq, above each folder's highest (a move's is both folders')."""
+        if len(folders) == 1:  # a put's, per item: no generator over one folder
+            (f,) = folders
+            key = (f.mailbox, f.folder)
+            value = 1 + max(f.highest_modseq, self._modseq.get(key, 0))
+            self._modseq[key] = value
+            return value
         value = 1 + max(
             max(f.highest_modseq, self._modseq.get((f.mailbox, f.folder), 0)) for f in folders
         )

@@ -17,7 +17,7 @@ from replication_node.active.store_core import MAX_BATCH, StoreCore, admitted
 from replication_node.errors import BadRequest, NotFound
 from replication_node.log.operations import CopyItems, DeleteItem, MoveItems, Operation, PutItem
 from replication_node.log.spanning import BlobRef
-from replication_node.storage.reader import ItemRow
+from replication_node.storage.reader import FolderRow, ItemRow
 
 
 def stage_plan(sizes: list[int], log_file_size: int) -> list[int]:
@@ -29,6 +29,8 @@ def stage_plan(sizes: list[int], log_file_size: int) -> list[int]:
     large = log_file_size // 8
     chosen = [i for i, size in enumerate(sizes) if size > large]
     inline = sum(size for i, size in enumerate(sizes) if i not in chosen)
+    if inline <= log_file_size * 3 // 4:  # nearly every batch: no other body to sort out
+        return chosen
     for i in sorted(set(range(len(sizes))) - set(chosen), key=lambda i: -sizes[i]):
         if inline <= log_file_size * 3 // 4:
             break
@@ -62,7 +64,7 @@ class ItemWrites(StoreCore):
         mailbox.  `staged`: bodies staged already as they arrived, by item index (a raw
         message's, `message_staging.py`), each item's body its counts alone (aborted, as
         the others, once the write is numbered and refused; before, by who staged them)."""
-        self._check_items(mailbox, items, override_lock=override_lock)
+        folders = self._check_items(mailbox, items, override_lock=override_lock)
         if not override_lock and any(item.uid is not None for item in items):
             raise BadRequest("a UID is given only by a move's copy (override_lock)")
         item_ids = tuple(item.item_id or new_item_id() for item in items)
@@ -71,10 +73,10 @@ class ItemWrites(StoreCore):
         staged |= given
         try:
             if staged:  # the awaits let other writes in: the mailbox or a folder may be gone
-                self._check_items(mailbox, items, override_lock=override_lock)
+                folders = self._check_items(mailbox, items, override_lock=override_lock)
             # numbered only once the whole request is valid, with no await before the commit:
-            # change numbers, and each item's UID and modseq in its folder
-            folders = {f.folder: f for f in self.copy.folder_rows(mailbox)}
+            # change numbers, and each item's UID and modseq in its folder (`folders`: as
+            # they are now, read by the last check with no await since)
             ops: list[Operation] = []
             for n, (item_id, i) in enumerate(zip(item_ids, items, strict=True)):
                 folder = folders[i.folder]
@@ -124,17 +126,21 @@ class ItemWrites(StoreCore):
         message staged as it arrives: one to a mailbox gone or locked is refused unread)."""
         self._check_items(mailbox, items, override_lock=override_lock)
 
-    def _check_items(self, mailbox: str, items: Sequence[ItemIn], *, override_lock: bool) -> None:
-        """The items can be written to `mailbox`: it is live, and has their folders."""
+    def _check_items(
+        self, mailbox: str, items: Sequence[ItemIn], *, override_lock: bool
+    ) -> dict[str, FolderRow]:
+        """The items can be written to `mailbox`: it is live, and has their folders; its
+        folders with their counters, by name (read once: the numbering uses them)."""
         self._live_mailbox(mailbox, override_lock=override_lock)
         if not items:
             raise BadRequest("no items")
         if len(items) > MAX_BATCH:
             raise BadRequest(f"at most {MAX_BATCH} items per request")
-        folders = set(self.copy.folders(mailbox))
+        folders = {f.folder: f for f in self.copy.folder_rows(mailbox)}
         for item in items:
             if item.folder not in folders:
                 raise NotFound(f"mailbox {mailbox!r} has no folder {item.folder!r}")
+        return folders
 
     async def _stage_bodies(
         self, items: Sequence[ItemIn], given: Mapping[int, BlobRef]

@@ -283,6 +283,8 @@ _KIND: dict[type, str] = {
 def last_cn(op: Operation) -> int:
     """The highest change number an operation takes: its `cn`, or for one that numbers
     several items (`cn + i` each) the last of them."""
+    if type(op) is PutItem:  # nearly every operation: before the match's class checks
+        return op.cn
     match op:
         case SetFlags() | DeleteFolder():
             return op.cn + max(len(op.item_ids) - 1, 0)

@@ -269,26 +269,35 @@ class LlrOverlay:
             self._txns.setdefault(txn.generation, []).append(txn)
         gen = txn.generation
         when = txn.commit_time.isoformat()
+        # The counters the puts lift, by folder: each folder lifted once, past the highest,
+        # before the next operation that is not a put (one may read the folder) and at the
+        # end, rather than a folder row read and rebuilt per put.
+        lifts: dict[tuple[str, str], tuple[int, int]] = {}
         for index, op in enumerate(txn.ops):
+            if type(op) is PutItem:
+                self.max_change_number = max(self.max_change_number, op.cn)
+                key = (op.mailbox, op.item_id)
+                row = item_row(op, when)
+                ref = staged.get(index)
+                if ref is None:
+                    self.logged.pop(key, None)
+                else:
+                    self.logged[key] = LoggedBody(ref, gen)
+                    counts = stripped[index].body  # type: ignore[union-attr]
+                    row = row._replace(body="", size=counts.utf8_size, body_hash=counts.sha256)
+                self.items[key] = (gen, row)
+                if op.uid:
+                    where = (op.mailbox, op.folder)
+                    uid_next, modseq = lifts.get(where, (0, 0))
+                    lifts[where] = (max(uid_next, op.uid + 1), max(modseq, op.modseq))
+                continue
+            self._lift_puts(db, gen, lifts)
             if type(op) is RecordBackup:
                 self._stamps_seen += 1
                 self.backups[op.kind] = (gen, self._stamps_seen, op)
                 continue
             self.max_change_number = max(self.max_change_number, last_cn(op))
             match op:
-                case PutItem():
-                    key = (op.mailbox, op.item_id)
-                    row = item_row(op, when)
-                    ref = staged.get(index)
-                    if ref is None:
-                        self.logged.pop(key, None)
-                    else:
-                        self.logged[key] = LoggedBody(ref, gen)
-                        counts = stripped[index].body  # type: ignore[union-attr]
-                        row = row._replace(body="", size=counts.utf8_size, body_hash=counts.sha256)
-                    self.items[key] = (gen, row)
-                    if op.uid:
-                        self._lift(db, gen, op.mailbox, op.folder, op.uid + 1, op.modseq)
                 case CreateMailbox():
                     current = self.current_mailbox(db, op.mailbox)
                     self.mailboxes[op.mailbox] = (gen, mailbox_row(op, current))
@@ -384,6 +393,15 @@ class LlrOverlay:
                     self._assign(db, gen, op)
                 case ReserveLost():
                     self._reserve(db, gen, op.by)
+        self._lift_puts(db, gen, lifts)
+
+    def _lift_puts(
+        self, db: FileRows, gen: int, lifts: dict[tuple[str, str], tuple[int, int]]
+    ) -> None:
+        """The folders' counters past what the puts just taken gave (`add`), then none."""
+        for (mailbox, folder), (uid_next, modseq) in lifts.items():
+            self._lift(db, gen, mailbox, folder, uid_next, modseq)
+        lifts.clear()
 
     def _delete(
         self, db: FileRows, gen: int, op: DeleteItem, when: str, folder: str | None

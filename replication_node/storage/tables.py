@@ -8,7 +8,8 @@ replayed into the file and the same generation held in memory read the same.
 from __future__ import annotations
 
 import sqlite3
-from operator import itemgetter
+from itertools import groupby, repeat
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -140,7 +141,9 @@ def put_rows(txn: Transaction) -> list[PutRow]:
     fields, the body's SHA-256, the term's).  A replay has them computed by the thread that
     reads its next batch while the last one's COMMIT waits on the disk: the two hashes of
     each item are a fifth of replay's time, and `TableWriter.apply` then only writes.
-    The columns are taken one by one, not through a dict: this is the hot path.
+    The columns are taken one by one, not through a dict: this is the hot path (a text
+    item's format is the one enum member compared by identity, not read through the
+    enum's `value` property: a tenth of this function's time).
     A body counted where it was read (`counted_text`: a staged body replayed) is not
     counted or hashed again, and if it still holds its UTF-8 bytes (a body that is not
     ASCII) they are what its row is given, taken from it: `_PUT` casts them to the same
@@ -150,19 +153,27 @@ def put_rows(txn: Transaction) -> list[PutRow]:
     for op in txn.ops:
         if type(op) is PutItem:
             mailbox, item_id, folder, subject, body, fmt = (
-                op.mailbox, op.item_id, op.folder, op.subject, op.body, op.format.value
+                op.mailbox, op.item_id, op.folder, op.subject, op.body, op.format
             )  # fmt: skip
-            hashed = body_hash(body)
-            utf8 = body.take_utf8() if type(body) is CountedText else None
+            fmt = _TEXT_VALUE if fmt is BodyFormat.TEXT else fmt.value
+            if type(body) is CountedText:
+                hashed, size, utf8 = body.sha256, body.utf8_size, body.take_utf8()
+                value = body if utf8 is None else utf8
+            else:
+                hashed, size, value = body_hash(body), utf8_size(body), body
+            flags = op.flags
             rows.append(
                 (
-                    (mailbox, item_id, folder, subject, body if utf8 is None else utf8,
-                     utf8_size(body), op.cn, when, hashed,
-                     fmt, op.uid, op.modseq, " ".join(op.flags), op.received or when),
+                    (mailbox, item_id, folder, subject, value, size, op.cn, when, hashed,
+                     fmt, op.uid, op.modseq, " ".join(flags) if flags else "",
+                     op.received or when),
                     item_term_of_hash(mailbox, item_id, folder, subject, hashed, fmt),
                 )
             )  # fmt: skip
     return rows
+
+
+_TEXT_VALUE = BodyFormat.TEXT.value
 
 
 class TableWriter:
@@ -186,24 +197,32 @@ class TableWriter:
         self._stamps = stamps
         self._puts: list[tuple[Any, ...]] = []  # rows for _PUT, held, in log order
         self._held: dict[tuple[str, str], int] = {}  # the term each key held has (0: none)
+        self._parts = False  # a row held has its body in the log (`BodyParts`)
         self.delta = 0
 
     def apply(self, txn: Transaction, puts: list[PutRow] | None = None) -> int:
         """Apply one transaction; its highest change number.  `puts`: its `put_rows`, if
         they were computed beforehand."""
+        if puts is None:
+            puts = put_rows(txn)
+        ops = txn.ops
+        if len(puts) == len(ops):  # puts alone, nearly every transaction: no loop over them
+            self._hold(puts)
+            return max(map(_CN, ops), default=0)
         when = txn.commit_time.isoformat()
-        prepared = iter(put_rows(txn) if puts is None else puts)
+        prepared = iter(puts)
         segment: list[PutRow] = []
         last_cn = 0
-        for op in txn.ops:
+        for op in ops:
             if type(op) is RecordBackup:
                 if self._stamps is not None:
                     self._stamps.append(op)
                 continue
-            last_cn = max(last_cn, last_cn_of(op))
             if type(op) is PutItem:
+                last_cn = max(last_cn, op.cn)
                 segment.append(next(prepared))
                 continue
+            last_cn = max(last_cn, last_cn_of(op))
             self._hold(segment)
             segment = []
             self.flush()
@@ -212,31 +231,42 @@ class TableWriter:
         return last_cn
 
     def _hold(self, puts: list[PutRow]) -> None:
-        """Count put rows into `delta` and hold them for `flush`."""
+        """Count put rows into `delta`, lift their folders' counters past their UIDs and
+        modseqs, and hold the rows for `flush`.  Each step over the rows is a C loop
+        (`map`, `groupby`, `dict.update`): a transaction's puts are hundreds of rows."""
         if not puts:
             return
         held = self._held
-        ids: dict[str, list[str]] = {}
-        for row, _ in puts:
-            if (row[0], row[1]) not in held:
-                ids.setdefault(row[0], []).append(row[1])
-        for mailbox, item_ids in ids.items():
+        rows = list(map(_ROW, puts))
+        keys = list(map(_ID, rows))
+        missing = [key for key in keys if key not in held]
+        for mailbox in {m for m, _ in missing}:  # nearly always one
+            item_ids = [i for m, i in missing if m == mailbox]
             found = self._conn.execute(_LIVE_ITEMS, (mailbox, orjson.dumps(item_ids).decode()))
             for item_id, *fields in found:
                 held[mailbox, item_id] = item_term_of_hash(mailbox, item_id, *fields)
-        change = 0
-        rows = self._puts
+        terms = list(map(_TERM, puts))
+        if len(set(keys)) == len(keys):  # each key once: what each replaces is held already
+            self.delta += sum(terms) - sum(map(held.get, keys, repeat(0)))
+            held.update(zip(keys, terms, strict=True))
+        else:  # an item put twice: the second replaces the first
+            change = 0
+            for key, term in zip(keys, terms, strict=True):
+                change += term - held.get(key, 0)
+                held[key] = term
+            self.delta += change
+        self._puts += rows
+        if not self._parts:
+            self._parts = BodyParts in set(map(type, map(_BODY, rows)))
         counters: dict[tuple[str, str], tuple[int, int]] = {}
-        for row, term in puts:
-            key = row[0], row[1]
-            change += term - held.get(key, 0)
-            held[key] = term
-            rows.append(row)
-            if row[10]:  # a UID: its folder's counters go past it
-                where = row[0], row[2]
+        for where, group in groupby(rows, _WHERE):  # a folder's puts come together
+            numbered = [row for row in group if row[_UID]]  # a UID: its folder goes past it
+            if numbered:
                 uid, modseq = counters.get(where, (0, 0))
-                counters[where] = max(uid, row[10]), max(modseq, row[11])
-        self.delta += change
+                counters[where] = (
+                    max(uid, max(map(_UID_OF, numbered))),
+                    max(modseq, max(map(_MODSEQ_OF, numbered))),
+                )
         if counters:
             self._conn.executemany(
                 _LIFT,
@@ -247,18 +277,30 @@ class TableWriter:
         """Write the rows held."""
         if self._puts:
             self._puts.sort(key=_KEY)  # stable: an item put twice keeps its last row
-            plain: list[tuple[Any, ...]] = []
-            for row in self._puts:  # in order: a body from the log is written in place
-                if type(row[BODY]) is BodyParts:
-                    self._conn.executemany(_PUT, plain)
-                    plain.clear()
-                    put_in_place(self._conn, row)
-                else:
-                    plain.append(row)
-            self._conn.executemany(_PUT, plain)
+            if not self._parts:  # no body to write in place: one statement for them all
+                self._conn.executemany(_PUT, self._puts)
+            else:
+                plain: list[tuple[Any, ...]] = []
+                for row in self._puts:  # in order: a body from the log is written in place
+                    if type(row[BODY]) is BodyParts:
+                        self._conn.executemany(_PUT, plain)
+                        plain.clear()
+                        put_in_place(self._conn, row)
+                    else:
+                        plain.append(row)
+                self._conn.executemany(_PUT, plain)
             self._puts.clear()
             self._held.clear()
+            self._parts = False
 
+
+# A put's row and term (`PutRow`), and in its row: its key, its folder's, its UID, its
+# modseq (`_PUT`'s columns).
+_ROW, _TERM = itemgetter(0), itemgetter(1)
+_ID, _WHERE, _BODY = itemgetter(0, 1), itemgetter(0, 2), itemgetter(BODY)
+_UID = 10
+_UID_OF, _MODSEQ_OF = itemgetter(_UID), itemgetter(_UID + 1)
+_CN = attrgetter("cn")  # a put's change number (`last_cn` of a put)
 
 # A folder's counters past a UID and a modseq given (never lowered).
 _LIFT = (

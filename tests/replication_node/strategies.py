@@ -27,12 +27,13 @@ item_ids = st.lists(st.sampled_from(ITEM_IDS), max_size=4)
 
 
 @st.composite
-def operation(draw):
-    """One operation as the log carries it (a JSON object without its change number)."""
+def operation(draw, kind: str | None = None):
+    """One operation as the log carries it (a JSON object without its change number); of
+    `kind` when given."""
     mailbox = draw(st.sampled_from(MAILBOXES))
     kinds = ["create_mailbox", "set_mailbox", "create_folder", "put", "put", "del", "drop"]
     imap = ["rename", "delete_folder", "flags", "move", "copy", "counters", "assign", "reserve"]
-    kind = draw(st.sampled_from([*kinds, *kinds, *imap, "backup"]))
+    kind = kind or draw(st.sampled_from([*kinds, *kinds, *imap, "backup"]))
     if kind == "backup":  # the active's stamp of a completed backup: no mailbox, no number
         return {
             "op": "record_backup",
@@ -112,8 +113,13 @@ def operation(draw):
     return put
 
 
-# generations of transactions of operations
-history = st.lists(st.lists(st.lists(operation(), min_size=1, max_size=4), max_size=3), max_size=6)
+# generations of transactions of operations; some transactions of puts alone, as nearly every
+# one the active commits is (the database applies them apart: `tables.TableWriter.apply`)
+transaction = st.one_of(
+    st.lists(operation(), min_size=1, max_size=4),
+    st.lists(operation(kind="put"), min_size=2, max_size=6),
+)
+history = st.lists(st.lists(transaction, max_size=3), max_size=6)
 
 
 def numbered(generations: list[list[list[dict[str, Any]]]]) -> list[Transaction]:
