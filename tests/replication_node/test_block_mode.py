@@ -15,6 +15,7 @@ from replication_node.cluster.mount_policy import synchronously_held
 from replication_node.errors import SynchronousCopiesMissing
 from replication_node.log.blocks import BlockFeed
 from replication_node.log.logfile import closed_log_name
+from replication_node.passive.blocks import Taken
 from replication_node.shipping.frames import (
     BlockProtocolError,
     Frame,
@@ -394,3 +395,27 @@ async def test_a_copy_may_follow_a_generation_nothing_of_which_is_durable_yet(tm
             await channel.close()
     finally:
         await share.close()
+
+
+def test_a_generation_taken_from_block_mode_is_linked_into_inspector_not_written_again(tmp_path):
+    """The copier gives block mode's closed file a second name (its bytes fsync'd block by
+    block already) rather than writing a megabyte again; a file released or replaced since
+    it was read is not linked (the copier then writes the bytes it read)."""
+    blocks, inspector = tmp_path / "Blocks", tmp_path / "Inspector"
+    blocks.mkdir()
+    inspector.mkdir()
+    received = blocks / closed_log_name(7)
+    received.write_bytes(b"generation 7 as received")
+    taken = Taken.read(received)
+    assert taken.data == b"generation 7 as received"
+    assert taken.link(inspector / "a")
+    assert (inspector / "a").stat().st_ino == received.stat().st_ino
+    assert (inspector / "a").read_bytes() == taken.data
+    assert not taken.link(inspector / "a"), "a name taken is not replaced"
+
+    replaced = tmp_path / "other"
+    replaced.write_bytes(b"another file")
+    replaced.replace(received)
+    assert not taken.link(inspector / "b") and not (inspector / "b").exists()
+    received.unlink()
+    assert not taken.link(inspector / "c") and not (inspector / "c").exists()
