@@ -419,3 +419,24 @@ def test_a_generation_taken_from_block_mode_is_linked_into_inspector_not_written
     assert not taken.link(inspector / "b") and not (inspector / "b").exists()
     received.unlink()
     assert not taken.link(inspector / "c") and not (inspector / "c").exists()
+
+
+async def test_a_group_commit_is_framed_in_the_writers_own_buffer_not_copied(share):
+    """The writer joins a group commit's records once, with room in front of them for a
+    frame's header: the DATA frame block mode sends is a view of that buffer, the same
+    bytes as a frame made by copying them."""
+    feed = share.active.copy.stream.feed
+    _, _, sequence = feed.position()
+    await share.write(0, 3)
+    block = None
+    async for block in feed.follow(sequence, idle=0.5):
+        if block is None or block.room is not None:
+            break
+    assert block is not None, "a group commit's block was published"
+    copied = encode_frame(Frame(FrameKind.DATA, block.generation, block.offset, bytes(block.data)))
+    frame = encode_frame(
+        Frame(FrameKind.DATA, block.generation, block.offset, block.data), room=block.room
+    )
+    assert isinstance(frame, memoryview) and frame.obj is block.room
+    assert frame == copied
+    assert decode_frame(bytes(frame)).payload == block.data
