@@ -11,18 +11,16 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from dag_common.memory import MemoryBudget, memory_limit, resident_memory
+from dag_common.scrape_collector import ScrapeCollector
 
 
-class MemoryCollector:
+class MemoryCollector(ScrapeCollector):
     """The process's memory for Prometheus, beside `prometheus_client`'s ProcessCollector
     (which gives `process_resident_memory_bytes`): its peak resident memory, its cgroup's
     limit when it has one, and the budget's size, use and refusals."""
 
     def __init__(self, budget: MemoryBudget | None = None) -> None:
         self.budget = budget
-
-    def describe(self) -> list[Metric]:
-        return []
 
     def collect(self) -> Iterator[Metric]:
         try:

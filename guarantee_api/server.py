@@ -28,7 +28,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2_grpc as pb_grpc
 from dag_common.clock import Clock, SystemClock
-from dag_common.cluster_store import ClusterStore, open_cluster_store
+from dag_common.cluster_store import open_cluster_store
+from dag_common.cluster_store.interface import ClusterStore
 from dag_common.config import ClusterConfig
 from dag_common.credentials import Credentials, Role, cluster_only, from_header
 from dag_common.errors import InUse

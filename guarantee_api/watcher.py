@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import aclosing
+from dataclasses import dataclass, field
 
 import aiohttp
 
@@ -30,78 +31,67 @@ logger = logging.getLogger(__name__)
 FIRST_RETRY, MAX_RETRY = 0.2, 5.0
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)
 class NodeWatcher:
     """Keeps one node's status stream open and applies it to the view."""
 
-    def __init__(
-        self,
-        *,
-        node: NodeConfig,
-        view: LiveView,
-        session: aiohttp.ClientSession,
-        clock: Clock,
-        token: str,
-        heartbeat: float,
-        silence: float,
-        metrics: Metrics | None = None,
-    ) -> None:
-        self._node = node
-        self._view = view
-        self._session = session
-        self._clock = clock
-        self._token = token
-        self._heartbeat = heartbeat
-        self._silence = silence
-        self._metrics = metrics
+    node: NodeConfig
+    view: LiveView
+    session: aiohttp.ClientSession
+    clock: Clock
+    token: str = field(repr=False)
+    heartbeat: float
+    silence: float
+    metrics: Metrics | None = None
 
     async def run(self) -> None:
         """Watch until cancelled, opening the stream again after each end."""
         backoff = Backoff(FIRST_RETRY, MAX_RETRY)
-        name = self._node.name
+        name = self.node.name
         while True:
             live, why = await self.watch_once()
             if live:
-                self._view.stream_ended(name, why)
-                if self._metrics:
-                    self._metrics.node_up.labels(name).set(0)
+                self.view.stream_ended(name, why)
+                if self.metrics:
+                    self.metrics.node_up.labels(name).set(0)
             else:
                 logger.debug("status stream of %s not opened: %s", name, why)
-            if self._metrics:
-                self._metrics.stream_up.labels(name).set(0)
-                self._metrics.stream_ends.labels(name).inc()
+            if self.metrics:
+                self.metrics.stream_up.labels(name).set(0)
+                self.metrics.stream_ends.labels(name).inc()
             if live:
                 backoff.reset()
-            await self._clock.sleep(backoff.next())
+            await self.clock.sleep(backoff.next())
 
     async def watch_once(self) -> tuple[bool, str]:
         """One stream, until it ends: (whether it was live: its snapshot came; why it
         ended)."""
-        name, url = self._node.name, self._node.url
+        name, url = self.node.name, self.node.url
         started = False
         events = watch_events(
-            self._session,
+            self.session,
             url,
-            self._token,
+            self.token,
             node=name,
-            heartbeat=self._heartbeat,
-            silence=self._silence,
+            heartbeat=self.heartbeat,
+            silence=self.silence,
         )
         try:
             async with aclosing(events):
                 async for event in events:
-                    now = self._clock.monotonic()
+                    now = self.clock.monotonic()
                     if isinstance(event, Snapshot):
-                        self._view.stream_started(name, event.status, now)
-                        if not started and self._metrics:
-                            self._metrics.stream_up.labels(name).set(1)
-                            self._metrics.node_up.labels(name).set(1)
+                        self.view.stream_started(name, event.status, now)
+                        if not started and self.metrics:
+                            self.metrics.stream_up.labels(name).set(1)
+                            self.metrics.node_up.labels(name).set(1)
                         started = True
                     elif isinstance(event, Changed):
-                        self._view.copies_reported(name, event.copies, now)
-                        if self._metrics:
-                            self._metrics.stream_events.labels(name).inc(len(event.copies))
+                        self.view.copies_reported(name, event.copies, now)
+                        if self.metrics:
+                            self.metrics.stream_events.labels(name).inc(len(event.copies))
                     else:
-                        self._view.stream_heard(name, now)
+                        self.view.stream_heard(name, now)
         except WatchLost as exc:
             return started, str(exc)
         return started, "status stream ended"

@@ -31,7 +31,8 @@ from dag_common.echo import quoted
 from mrs_client import batches
 from mrs_client.errors import MoveRejected
 from mrs_client.move_cli import connected
-from mrs_client.move_store import BatchRecord, MoveStore, open_move_store
+from mrs_client.move_store import open_move_store
+from mrs_client.move_store.interface import BatchRecord, MoveStore
 from mrs_client.move_store.records import BatchSettings
 from mrs_client.policy import FINISHED, GuaranteeStatus, MovePriority, MoveState
 from mrs_client.record_cli import answer_view, read_store

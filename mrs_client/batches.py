@@ -41,7 +41,7 @@ from dag_common.echo import quoted
 from dag_common.json_object import JsonObject
 from mrs_client.errors import MoveFailed, MoveRejected, NodeCallError
 from mrs_client.lease import worker_id
-from mrs_client.move_store import BatchRecord, MoveRecord, MoveStore
+from mrs_client.move_store.interface import BatchRecord, MoveRecord, MoveStore
 from mrs_client.move_store.records import BatchSettings, MoveHeadline, headline
 from mrs_client.mover import ARCHIVE_SUFFIX, Mover
 from mrs_client.policy import FINISHED, MovePriority, MoveState, StallStatus, StopRequest

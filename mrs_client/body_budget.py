@@ -31,25 +31,14 @@ class BodyBudget:
     docstring)."""
 
     def __init__(self, limit: int) -> None:
-        self._budget = MemoryBudget(limit, wait=None)
-
-    @property
-    def limit(self) -> int:
-        return self._budget.limit
-
-    @property
-    def in_use(self) -> int:
-        return self._budget.in_use
-
-    @property
-    def budget(self) -> MemoryBudget:
-        """The budget itself, for its metrics (`dag_common.memory_metrics`)."""
-        return self._budget
+        # The budget itself: what it holds (`in_use`) is read there, as by its metrics
+        # (`dag_common.memory_metrics`).
+        self.budget = MemoryBudget(limit, wait=None)
 
     @contextlib.asynccontextmanager
     async def hold(self) -> AsyncIterator[Hold]:
         """A share of the budget for one piece of work, all given back at its end."""
-        hold = Hold(self._budget)
+        hold = Hold(self.budget)
         try:
             yield hold
         finally:

@@ -16,7 +16,7 @@ from dag_common.store_api import Mailbox, NodeStore
 from mrs_client.epoch_watch import EpochWatch, Side
 from mrs_client.errors import MoveFailed, NeedsReconcile, NodeCallError
 from mrs_client.gates import Gates
-from mrs_client.move_store import MoveRecord
+from mrs_client.move_store.interface import MoveRecord
 
 
 class EndCalls:

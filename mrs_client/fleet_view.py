@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from dag_common.memory import MemoryBudget
 from dag_common.memory_metrics import watch_memory
 from dag_common.route_roles import PUBLIC, add_route
-from mrs_client.move_store import BatchRecord, MoveRecord
+from dag_common.scrape_collector import ScrapeCollector
+from mrs_client.move_store.interface import BatchRecord, MoveRecord
 from mrs_client.policy import MoveState
 
 if TYPE_CHECKING:
@@ -102,14 +102,11 @@ def _status(batch: BatchRecord | None) -> str:
     return "Completing" if batch.complete_requested else "Active"
 
 
-class FleetCollector(Collector):
+class FleetCollector(ScrapeCollector):
     """`mrs_*` metrics from the worker's last snapshot and its counters."""
 
     def __init__(self, worker: Worker) -> None:
         self._worker = worker
-
-    def describe(self) -> list[Metric]:
-        return []
 
     def collect(self) -> Iterator[Metric]:
         c = self._worker.stats

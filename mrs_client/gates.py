@@ -26,7 +26,7 @@ from mrs_client.errors import (
     NodeCallError,
 )
 from mrs_client.lease import seconds_left
-from mrs_client.move_store import (
+from mrs_client.move_store.interface import (
     AnswerRow,
     LeaseLost,
     MoveLease,

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from dag_common.clock import Clock
 from dag_common.tasks import cancel_and_wait
 from mrs_client.errors import MoveBusy
-from mrs_client.move_store import LeaseLost, MoveHolder, MoveLease, MoveStore
+from mrs_client.move_store.interface import LeaseLost, MoveHolder, MoveLease, MoveStore
 
 logger = logging.getLogger(__name__)
 

@@ -24,22 +24,19 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from dag_common.clock import Clock
+from dag_common.scrape_collector import ScrapeCollector
 from mrs_client.item_limits import counts
-from mrs_client.move_store import AnswerRow, MoveRecord
+from mrs_client.move_store.interface import AnswerRow, MoveRecord
 from mrs_client.policy import MoveState
 
 logger = logging.getLogger(__name__)
 
 
-class _MoveCollector(Collector):
+class _MoveCollector(ScrapeCollector):
     def __init__(self, file: MoveMetricsFile) -> None:
         self._file = file
-
-    def describe(self) -> list[Metric]:
-        return []
 
     def collect(self) -> Iterator[Metric]:
         record = self._file.record

@@ -31,7 +31,8 @@ from dag_common.http_client import client_session
 from dag_common.memory import bound_allocator
 from mrs_client.body_budget import BodyBudget
 from mrs_client.errors import MoveRejected
-from mrs_client.move_store import AnswerRow, MoveRecord, MoveStore, open_move_store
+from mrs_client.move_store import open_move_store
+from mrs_client.move_store.interface import AnswerRow, MoveRecord, MoveStore
 from mrs_client.policy import MoveSettings, MoveState, StopRequest
 from mrs_client.progress import Progress
 from mrs_client.scheduling import MoveLimits

@@ -14,7 +14,7 @@ from dag_common.store_api import NodeStore
 from mrs_client.body_budget import BodyBudget
 from mrs_client.end_calls import EndCalls
 from mrs_client.gates import Gates
-from mrs_client.move_store import MoveRecord
+from mrs_client.move_store.interface import MoveRecord
 from mrs_client.policy import MoveSettings
 
 

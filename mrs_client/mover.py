@@ -53,7 +53,7 @@ from mrs_client.gates import Gates, GuaranteeClient
 from mrs_client.item_limits import now_fitting
 from mrs_client.lease import hold, worker_id
 from mrs_client.move_parts import MoveParts
-from mrs_client.move_store import MoveLease, MoveRecord, MoveStore, new_move_id
+from mrs_client.move_store.interface import MoveLease, MoveRecord, MoveStore, new_move_id
 from mrs_client.policy import MovePriority, MoveSettings, MoveState, MoveStep, StopRequest
 from mrs_client.steps import Directory, MoveSteps
 from mrs_client.sync import ChangeSync

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
-from mrs_client.move_store import MoveRecord
+from mrs_client.move_store.interface import MoveRecord
 from mrs_client.policy import MoveState, MoveStep
 
 if TYPE_CHECKING:  # rich is imported only to draw (progress_display), not for plain lines

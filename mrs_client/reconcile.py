@@ -68,7 +68,7 @@ from mrs_client.item_limits import (
     still_bad,
     summed,
 )
-from mrs_client.move_store import MoveRecord
+from mrs_client.move_store.interface import MoveRecord
 from mrs_client.policy import MoveStep, after_reconcile
 from mrs_client.repair_plan import (
     Compared,

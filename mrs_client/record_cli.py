@@ -16,7 +16,8 @@ from dag_common.echo import quoted
 from dag_common.model import Position
 from mrs_client.errors import MoveRejected
 from mrs_client.item_limits import SkipReason, counts
-from mrs_client.move_store import AnswerRow, MoveRecord, MoveStore, open_move_store
+from mrs_client.move_store import open_move_store
+from mrs_client.move_store.interface import AnswerRow, MoveRecord, MoveStore
 from mrs_client.move_store.records import headline, position_fields
 from mrs_client.policy import MoveState, StopRequest
 

@@ -20,7 +20,7 @@ from dag_common.model import Lsn
 from mrs_client.epoch_watch import Side
 from mrs_client.errors import MoveFailed, NeedsReconcile
 from mrs_client.move_parts import MoveParts, MoveStage
-from mrs_client.move_store import MoveRecord
+from mrs_client.move_store.interface import MoveRecord
 from mrs_client.policy import (
     GuaranteeAnswer,
     MoveStep,

@@ -33,7 +33,7 @@ from dag_common.echo import quoted
 from mrs_client.errors import MoveBusy, MoveFailed, MoveRejected, NodeCallError
 from mrs_client.lease import hold as lease_hold
 from mrs_client.lease import worker_id
-from mrs_client.move_store import MoveLease, MoveRecord, MoveStore
+from mrs_client.move_store.interface import MoveLease, MoveRecord, MoveStore
 from mrs_client.policy import (
     MoveState,
     MoveStep,

@@ -25,7 +25,7 @@ from mrs_client.errors import NeedsReconcile, NodeCallError
 from mrs_client.folder_sync import Create, plan_folders, statuses
 from mrs_client.item_limits import SkipReason, classify, counts, with_skipped, without
 from mrs_client.move_parts import MoveParts, MoveStage
-from mrs_client.move_store import MoveRecord
+from mrs_client.move_store.interface import MoveRecord
 from mrs_client.reconcile import folder_write
 from mrs_client.repair_plan import Held
 from mrs_client.source_reader import read_page

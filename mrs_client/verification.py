@@ -19,7 +19,7 @@ from mrs_client.epoch_watch import EpochWatch
 from mrs_client.errors import MoveFailed, NeedsReconcile
 from mrs_client.item_limits import over_limits
 from mrs_client.move_parts import MoveStage
-from mrs_client.move_store import MoveRecord
+from mrs_client.move_store.interface import MoveRecord
 from mrs_client.policy import source_lock_taken
 from mrs_client.reconcile import Reconciler, differences, reconcile_move
 

@@ -30,7 +30,7 @@ from mrs_client.batches import requeue, retry_due
 from mrs_client.errors import MoveBusy, MoveError, MoveRejected, NodeCallError
 from mrs_client.fleet_view import FleetSnapshot
 from mrs_client.lease import worker_id
-from mrs_client.move_store import BatchRecord, LeaseLost, MoveRecord, MoveStore
+from mrs_client.move_store.interface import BatchRecord, LeaseLost, MoveRecord, MoveStore
 from mrs_client.mover import Mover
 from mrs_client.policy import MoveState
 from mrs_client.scheduling import STARTABLE, MoveLimits, pick

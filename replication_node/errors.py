@@ -19,6 +19,7 @@ DagError (dag_common.errors)
     ├── LeaseLost                 the active cannot show a live lease on its role: no commit
     ├── SynchronousCopiesMissing  fewer synchronous copies hold a commit than required
     ├── DatabaseError             the database file or its header is unusable
+    ├── CheckInterrupted          a check of a database file stopped before its end: no verdict
     ├── BackupError               a backup or a restore that cannot go on (nothing stamped)
     │   └── BackupDamaged         a backup set that fails verification: the file and why
     ├── StoreError                a store request that cannot be served
@@ -109,6 +110,11 @@ class SynchronousCopiesMissing(ReplicationError):
 
 class DatabaseError(ReplicationError):
     """The database file or its header cannot be used."""
+
+
+class CheckInterrupted(ReplicationError):
+    """A check of a database file (the scrub) was interrupted before its end: what it read
+    says nothing of the file, sound or damaged."""
 
 
 class BackupError(ReplicationError):

@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 
 from dag_common.model import CopyMode, CopyRole, CopyStatus, NodeStatus, RollCause
 from dag_common.route_roles import PUBLIC, add_route
+from dag_common.scrape_collector import ScrapeCollector
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -236,7 +237,7 @@ class NodeMetrics:
         return generate_latest(self.registry)
 
 
-class NodeStatusCollector(Collector):
+class NodeStatusCollector(ScrapeCollector):
     """Per-copy gauges read from `Node.status()` at scrape time: nothing on the hot paths.
 
     `status` is the node's status, `configured_copies` the number of copies the config gives
@@ -255,9 +256,6 @@ class NodeStatusCollector(Collector):
         self._status = status
         self._configured = configured_copies
         self._unexpected = unexpected_errors
-
-    def describe(self) -> list[Metric]:
-        return []  # names are known only at collect time; registration needs none
 
     def collect(self) -> Iterator[Metric]:
         status = self._status()

@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 
 from dag_common.clock import Clock
-from dag_common.cluster_store import ActivationCause, ClusterStore
+from dag_common.cluster_store.interface import ActivationCause, ClusterStore
 from dag_common.config import ClusterConfig, load_config
 from dag_common.credentials import Credentials, cluster_only
 from dag_common.errors import ConfigError

@@ -19,7 +19,7 @@ from guarantee_api.metrics import Metrics
 from imap_front.metrics import FrontMetrics
 from mrs_client.fleet_view import FleetCollector, FleetSnapshot
 from mrs_client.metrics import MoveMetricsFile
-from mrs_client.move_store import BatchRecord
+from mrs_client.move_store.interface import BatchRecord
 from mrs_client.move_store.records import BatchSettings
 from mrs_client.worker import WorkerStats
 from replication_node.metrics import NodeMetrics, NodeStatusCollector

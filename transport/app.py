@@ -45,6 +45,7 @@ from dag_common.http_body import (
 )
 from dag_common.memory import Overloaded
 from dag_common.route_roles import PUBLIC, Call, add_route, role_middleware
+from transport.json_message import json_message
 from transport.messages import MessageIn
 from transport.service import Transport
 
@@ -145,7 +146,8 @@ async def post_message(request: web.Request) -> web.Response:
                 raw, recipients, folder, peer=request.remote or "", secure=request.secure
             )
         else:
-            message = _parse(MessageIn, await _json(request, limit))
+            # A large body held once, as the request's bytes (`json_message.py`).
+            message = await json_message(request, limit, lambda data: _parse(MessageIn, data))
             outcome = await transport.submit(message)
     return web.json_response(outcome.body, status=outcome.status)
 

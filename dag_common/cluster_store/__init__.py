@@ -6,9 +6,9 @@ One abstract store (`interface.py`), one module per engine (as patroni's dcs/):
 `embedded.py` is a SQLite file on this machine (the default: every local node process opens
 the same file); an etcd engine (`etcd.py`, over etcd's v3 JSON gateway: `etcd_gateway.py`,
 with TLS and etcd's authentication) serves nodes on several hosts.  What a store kept beside
-them shares (the mover's move store) is public in `engine.py`.  This package names the
-interface and chooses the engine (`open_cluster_store`); an engine imports the interface,
-never the package.
+them shares (the mover's move store) is public in `engine.py`.  The stores and
+records are the interface's, imported from it by the engines and the store's users alike;
+this package only chooses the engine (`open_cluster_store`).
 
 Every write that decides something is a compare-and-set on an epoch or on the previous
 value, so two nodes can never both believe they won.
@@ -37,68 +37,20 @@ dumpster, what it delivered to the database over the window the lost logs may ha
 one `RedeliveryRecord` per database, its rules pure (`redelivery_required`,
 `redelivery_answered`, `redelivery_ended`), each change one atomic read-modify-write of the
 engine (`_change_redelivery`, as patroni's dcs/ keeps its public methods over private
-per-engine writes).
+per-engine writes; `set_active` likewise over the engine's `_activate`).
 """
 
 from __future__ import annotations
 
-from dag_common.cluster_store.interface import (
-    MOVE_CLAIMS_KEY,
-    MOVE_CLAIMS_TABLE,
-    MOVE_REQUESTS_KEY,
-    MOVE_REQUESTS_TABLE,
-    MOVE_TARGET_FIELD,
-    ActivationCause,
-    ActiveRecord,
-    ClusterStore,
-    DirectoryEntry,
-    EpochRecord,
-    FailoverPause,
-    LeaseRecord,
-    MoveHold,
-    RedeliveryChange,
-    RedeliveryEnd,
-    RedeliveryRecord,
-    known_member,
-    move_hold,
-    redelivery_answered,
-    redelivery_ended,
-    redelivery_required,
-)
+from dag_common.cluster_store.interface import ClusterStore
 from dag_common.config import ClusterConfig
 from dag_common.config_store import EmbeddedStore
-
-__all__ = [
-    "MOVE_CLAIMS_KEY",
-    "MOVE_CLAIMS_TABLE",
-    "MOVE_REQUESTS_KEY",
-    "MOVE_REQUESTS_TABLE",
-    "MOVE_TARGET_FIELD",
-    "ActivationCause",
-    "ActiveRecord",
-    "ClusterStore",
-    "DirectoryEntry",
-    "EpochRecord",
-    "FailoverPause",
-    "LeaseRecord",
-    "MoveHold",
-    "RedeliveryChange",
-    "RedeliveryEnd",
-    "RedeliveryRecord",
-    "known_member",
-    "move_hold",
-    "open_cluster_store",
-    "redelivery_answered",
-    "redelivery_ended",
-    "redelivery_required",
-]
 
 
 def open_cluster_store(config: ClusterConfig) -> ClusterStore:
     """The store the config names; ConfigError if a file it names (etcd's CA, client
     certificate, password) is missing or unusable."""
-    # Imported here so that a process loads only the engine it runs on (no cycle: an
-    # engine imports `interface`, not this package's names).
+    # Imported here so that a process loads only the engine it runs on.
     if isinstance(config.cluster_store, EmbeddedStore):
         from dag_common.cluster_store.embedded import EmbeddedClusterStore
 

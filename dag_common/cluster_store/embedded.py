@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TypeVar, TypeVarTuple, Unpack
 
 from dag_common.clock import Clock, SystemClock
-from dag_common.cluster_store.engine import boot_id, immediate, open_store_file
+from dag_common.cluster_store.engine import LeaseClock, immediate, open_store_file
 from dag_common.cluster_store.interface import (
     MOVE_CLAIMS_TABLE,
     MOVE_REQUESTS_TABLE,
@@ -31,6 +31,7 @@ from dag_common.cluster_store.interface import (
     LeaseRecord,
     RedeliveryChange,
     RedeliveryRecord,
+    SetActive,
     known_member,
     move_hold,
 )
@@ -97,8 +98,7 @@ class EmbeddedClusterStore(ClusterStore):
         # and which no one sets; a lease from another boot (its clock began again) is over.
         # The records' stamps are its wall time.  (Tests inject a ManualClock.)
         self._clock: Clock = clock or SystemClock()
-        self._monotonic = self._clock.monotonic
-        self._boot = boot_id()
+        self._leases = LeaseClock(self._clock.monotonic)
         self._conn = open_store_file(path, _SCHEMA)
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(_POOL_SIZE, thread_name_prefix="cluster-store")
@@ -146,36 +146,24 @@ class EmbeddedClusterStore(ClusterStore):
     async def active(self, database: str) -> ActiveRecord | None:
         return await self._run(self._active, database)
 
-    def _set_active(
-        self,
-        database: str,
-        node: str,
-        expected_epoch: int,
-        start_generation: int | None,
-        kept_through: int | None,
-        cause: ActivationCause | None,
-        mount_dial: AutoDatabaseMountDial | None,
-        lost_logs: int | None,
-    ) -> ActiveRecord | None:
+    def _set_active(self, new: SetActive) -> ActiveRecord | None:
+        database = new.database
         with immediate(self._conn):
             current = self._active(database)
-            if (current.epoch if current else 0) != expected_epoch:
+            if not new.follows(current):
                 return None
             held = self._lease(database)
-            if held is not None and held.node != node:
+            if held is not None and held.node != new.node:
                 raise LeaseHeld(database, held.node, held.expires_in)
-            pause = self._failover_pause() if cause is ActivationCause.AUTOMATIC_FAILOVER else None
+            pause = self._failover_pause() if new.automatic else None
             if pause is not None:
                 raise FailoverPaused(pause)
-            generated = current.last_log_generated if current else 0
-            if start_generation is not None:
-                generated = start_generation - 1
             ceiling = current.change_number_ceiling if current else 0
             now = self._now()
             self._conn.execute(
                 f"INSERT OR REPLACE INTO active_copy(database, {_ACTIVE_COLUMNS})"
                 " VALUES (?, ?, ?, ?, ?, 0, ?)",
-                (database, node, expected_epoch + 1, generated, now, ceiling),
+                (database, new.node, new.epoch, new.last_log_generated(current), now, ceiling),
             )
             self._conn.execute(
                 "INSERT OR REPLACE INTO stream_history(database, epoch, node,"
@@ -183,50 +171,28 @@ class EmbeddedClusterStore(ClusterStore):
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     database,
-                    expected_epoch + 1,
-                    node,
-                    start_generation or 1,
+                    new.epoch,
+                    new.node,
+                    new.recorded_start,
                     now,
-                    kept_through,
-                    cause,
-                    mount_dial,
-                    lost_logs,
+                    new.kept_through,
+                    new.cause,
+                    new.mount_dial,
+                    new.lost_logs,
                 ),
             )
         return self._active(database)
 
-    async def set_active(
-        self,
-        database: str,
-        node: str,
-        *,
-        expected_epoch: int,
-        start_generation: int | None = None,
-        kept_through: int | None = None,
-        cause: ActivationCause | None = None,
-        mount_dial: AutoDatabaseMountDial | None = None,
-        lost_logs: int | None = None,
-    ) -> ActiveRecord | None:
-        return await self._run(
-            self._set_active,
-            database,
-            node,
-            expected_epoch,
-            start_generation,
-            kept_through,
-            cause,
-            mount_dial,
-            lost_logs,
-        )
+    async def _activate(self, new: SetActive) -> ActiveRecord | None:
+        return await self._run(self._set_active, new)
 
     def _lease(self, database: str) -> LeaseRecord | None:
-        row = self._conn.execute(
-            "SELECT node, epoch, expires, boot FROM active_lease WHERE database=?", (database,)
-        ).fetchone()
-        if row is None or row[3] != self._boot:
-            return None
-        left = row[2] - self._monotonic()
-        return LeaseRecord(database, row[0], row[1], left) if left > 0 else None
+        live = self._leases.live(
+            self._conn.execute(
+                "SELECT node, epoch, expires, boot FROM active_lease WHERE database=?", (database,)
+            ).fetchone()
+        )
+        return LeaseRecord(database, *live) if live else None
 
     async def lease(self, database: str) -> LeaseRecord | None:
         return await self._run(self._lease, database)
@@ -243,7 +209,7 @@ class EmbeddedClusterStore(ClusterStore):
                 return False
             self._conn.execute(
                 "INSERT OR REPLACE INTO active_lease VALUES (?, ?, ?, ?, ?)",
-                (database, node, epoch, self._monotonic() + ttl, self._boot),
+                (database, node, epoch, self._leases.expires(ttl), self._leases.boot),
             )
             return True
 

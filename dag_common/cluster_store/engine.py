@@ -5,9 +5,9 @@ same etcd prefix.
 
 The SQLite file: opened in WAL with fsync on commit (`open_store_file`), written in
 IMMEDIATE transactions (`immediate`), its monotonic lease times valid only within the boot
-that wrote them (`boot_id`).  etcd's v3 JSON gateway: keys and values in base64 (`b64`,
-`unb64`), a prefix's range end (`prefix_end`).  Public here, so that a store built on an
-engine does not reach into another store's module for them.
+that wrote them (`boot_id`, `LeaseClock`).  etcd's v3 JSON gateway: keys and values in
+base64 (`b64`, `unb64`), a prefix's range end (`prefix_end`).  Public here, so that a
+store built on an engine does not reach into another store's module for them.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ from __future__ import annotations
 import base64
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dag_common.backoff import Backoff
 
@@ -70,6 +72,29 @@ def boot_id() -> str:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseClock:
+    """A lease's expiry as the SQLite file keeps it: a time of `monotonic` (this machine's
+    clock, which every process on it shares and no one sets) with the boot it was written
+    in, as a lease from another boot (its clock began again) is over."""
+
+    monotonic: Callable[[], float]
+    boot: str = field(default_factory=boot_id)
+
+    def expires(self, ttl: float) -> float:
+        """The expiry to store for a lease of `ttl` seconds from now (with `boot`)."""
+        return self.monotonic() + ttl
+
+    def live(self, row: Sequence[Any] | None) -> tuple[Any, Any, float] | None:
+        """A lease's row as stored, (holder, what it holds it as, expires, boot): the holder,
+        that, and the seconds left while the lease is live; None if none is, or it is over."""
+        if row is None:
+            return None
+        holder, held_as, expires, boot = row
+        left = expires - self.monotonic() if boot == self.boot else 0.0
+        return (holder, held_as, left) if left > 0 else None
 
 
 def b64(text: str) -> str:

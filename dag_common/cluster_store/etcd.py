@@ -53,6 +53,7 @@ from dag_common.cluster_store.interface import (
     LeaseRecord,
     RedeliveryChange,
     RedeliveryRecord,
+    SetActive,
     known_member,
     move_hold,
 )
@@ -159,58 +160,43 @@ class EtcdClusterStore(ClusterStore):
         value, _ = await self._get(f"active/{database}")
         return self._record(database, value) if value is not None else None
 
-    async def set_active(
-        self,
-        database: str,
-        node: str,
-        *,
-        expected_epoch: int,
-        start_generation: int | None = None,
-        kept_through: int | None = None,
-        cause: ActivationCause | None = None,
-        mount_dial: AutoDatabaseMountDial | None = None,
-        lost_logs: int | None = None,
-    ) -> ActiveRecord | None:
+    async def _activate(self, new: SetActive) -> ActiveRecord | None:
+        database = new.database
         value, revision = await self._get(f"active/{database}")
         current = self._record(database, value) if value is not None else None
-        if (current.epoch if current else 0) != expected_epoch:
+        if not new.follows(current):
             return None
         held, lease_revision = await self._lease_key(database)
-        if held is not None and held.node != node:
+        if held is not None and held.node != new.node:
             raise LeaseHeld(database, held.node, held.expires_in)
         unchanged = {f"lease/{database}": lease_revision}  # no lease taken meanwhile
-        automatic = cause is ActivationCause.AUTOMATIC_FAILOVER
-        if automatic:
+        if new.automatic:
             await self._refuse_if_paused()
             unchanged[_PAUSE] = 0  # and no pause taken meanwhile
-        generated = current.last_log_generated if current else 0
-        if start_generation is not None:
-            generated = start_generation - 1
         ceiling = current.change_number_ceiling if current else 0
-        epoch = expected_epoch + 1
-        new = self._value(node, epoch, generated, 0, ceiling)
+        record = self._value(new.node, new.epoch, new.last_log_generated(current), 0, ceiling)
         history = json.dumps(
             {
-                "node": node,
-                "start_generation": start_generation or 1,
-                "kept_through": kept_through,
-                "began": json.loads(new)["updated"],
-                "cause": cause,
-                "mount_dial": mount_dial,
-                "lost_logs": lost_logs,
+                "node": new.node,
+                "start_generation": new.recorded_start,
+                "kept_through": new.kept_through,
+                "began": json.loads(record)["updated"],
+                "cause": new.cause,
+                "mount_dial": new.mount_dial,
+                "lost_logs": new.lost_logs,
             }
         )
         if not await self._put_if(
             f"active/{database}",
-            new,
+            record,
             revision,
-            also={self._history_key(database, epoch): history},
+            also={self._history_key(database, new.epoch): history},
             unchanged=unchanged,
         ):
-            if automatic:
+            if new.automatic:
                 await self._refuse_if_paused()  # lost to a pause, said as such
             return None
-        return self._record(database, new)
+        return self._record(database, record)
 
     async def _refuse_if_paused(self) -> None:
         pause = await self.failover_pause()

@@ -79,6 +79,43 @@ class ActiveRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class SetActive:
+    """A `set_active` call as an engine writes it: `node` made active at `epoch` if the
+    database is still at the epoch before, with the new epoch's `EpochRecord` (its start,
+    how the generation before it was kept, why, under which dial, losing how many logs)."""
+
+    database: str
+    node: str
+    epoch: int
+    start_generation: int | None
+    kept_through: int | None
+    cause: ActivationCause | None
+    mount_dial: AutoDatabaseMountDial | None
+    lost_logs: int | None
+
+    def follows(self, current: ActiveRecord | None) -> bool:
+        """Whether `current` (None: never set, epoch 0) is the epoch this one follows."""
+        return (current.epoch if current else 0) == self.epoch - 1
+
+    @property
+    def automatic(self) -> bool:
+        """An automatic failover: refused while automatic failover is paused."""
+        return self.cause is ActivationCause.AUTOMATIC_FAILOVER
+
+    @property
+    def recorded_start(self) -> int:
+        """The start the history records: 1 when it is not known (the safe side)."""
+        return self.start_generation or 1
+
+    def last_log_generated(self, current: ActiveRecord | None) -> int:
+        """The new record's LastLogGenerated: the generation before a known start, else
+        where `current` stood."""
+        if self.start_generation is not None:
+            return self.start_generation - 1
+        return current.last_log_generated if current else 0
+
+
+@dataclass(frozen=True, slots=True)
 class MoveHold:
     """The unfinished move that claimed a mailbox, and the database it moves it to (None: its
     request was not found)."""
@@ -261,7 +298,6 @@ class ClusterStore(abc.ABC):
     async def active(self, database: str) -> ActiveRecord | None:
         """The active copy of `database`, or None if none was ever chosen."""
 
-    @abc.abstractmethod
     async def set_active(
         self,
         database: str,
@@ -287,6 +323,22 @@ class ClusterStore(abc.ABC):
         changed it first.  LeaseHeld (nothing changed) while a node other than `node` holds
         a live lease on the role; FailoverPaused (nothing changed) for an automatic
         failover while automatic failover is paused."""
+        return await self._activate(
+            SetActive(
+                database,
+                node,
+                expected_epoch + 1,
+                start_generation,
+                kept_through,
+                cause,
+                mount_dial,
+                lost_logs,
+            )
+        )
+
+    @abc.abstractmethod
+    async def _activate(self, new: SetActive) -> ActiveRecord | None:
+        """`set_active` in the engine's one atomic step."""
 
     @abc.abstractmethod
     async def renew_lease(self, database: str, node: str, epoch: int, ttl: float) -> bool:

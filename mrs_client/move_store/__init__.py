@@ -4,8 +4,9 @@ requests in the database rather than with the MRS instance that runs them.
 One abstract store (`interface.py`), one module per engine, as the cluster store has:
 `embedded.py` keeps them in the cluster store's SQLite file (one host), `etcd.py` under the
 cluster's prefix in etcd (workers on many hosts), each with what the cluster store's engines
-share (`dag_common.cluster_store.engine`).  An engine imports the interface, never this
-package, which chooses the engine (`open_move_store`).  `mrs` list, show, stats, suspend,
+share (`dag_common.cluster_store.engine`).  The records and the store are the interface's,
+imported from it by the engines and the mover alike; this package only chooses the engine
+(`open_move_store`).  `mrs` list, show, stats, suspend,
 resume and cancel read and write the same records from any host that has the config.
 
 **Who runs a move.** A move runs only under a *move lease* (`claim`): a worker's id and a
@@ -30,40 +31,12 @@ from __future__ import annotations
 
 from dag_common.config import ClusterConfig
 from dag_common.config_store import EmbeddedStore
-from mrs_client.move_store.interface import (
-    ANSWERS_KEPT,
-    AnswerRow,
-    BatchExists,
-    BatchRecord,
-    LeaseLost,
-    MoveHolder,
-    MoveLease,
-    MoveRecord,
-    MoveStore,
-    answer_row,
-    new_move_id,
-)
-
-__all__ = [
-    "ANSWERS_KEPT",
-    "AnswerRow",
-    "BatchExists",
-    "BatchRecord",
-    "LeaseLost",
-    "MoveHolder",
-    "MoveLease",
-    "MoveRecord",
-    "MoveStore",
-    "answer_row",
-    "new_move_id",
-    "open_move_store",
-]
+from mrs_client.move_store.interface import MoveStore
 
 
 def open_move_store(config: ClusterConfig) -> MoveStore:
     """The move store in the cluster store the config names."""
-    # Imported here so that a process loads only the engine it runs on (no cycle: an
-    # engine imports `interface`, not this package's names).
+    # Imported here so that a process loads only the engine it runs on.
     if isinstance(config.cluster_store, EmbeddedStore):
         from mrs_client.move_store.embedded import EmbeddedMoveStore
 

@@ -32,7 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar, TypeVarTuple, Unpack
 
-from dag_common.cluster_store.engine import boot_id, immediate, open_store_file
+from dag_common.cluster_store.engine import LeaseClock, immediate, open_store_file
 from mrs_client.errors import MoveRejected
 from mrs_client.move_store.interface import (
     ANSWERS_KEPT,
@@ -98,8 +98,7 @@ class EmbeddedMoveStore(MoveStore):
 
     def __init__(self, path: Path, *, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.path = path
-        self._monotonic = monotonic
-        self._boot = boot_id()
+        self._leases = LeaseClock(monotonic)
         self._conn = open_store_file(path, _SCHEMA)
         self._lock = threading.Lock()
         self._durable = True
@@ -220,7 +219,7 @@ class EmbeddedMoveStore(MoveStore):
                 "SELECT 1 FROM move_batches WHERE name=?", (batch.name,)
             ).fetchone()
         ):
-            raise BatchExists(f"a batch named {batch.name!r} exists already")
+            raise BatchExists.named(batch.name)
         taken = []
         for record in records:
             for mailbox in record.mailboxes:
@@ -287,22 +286,16 @@ class EmbeddedMoveStore(MoveStore):
 
     def _live(self, move_id: str) -> tuple[str, str, float] | None:
         """(worker, token, seconds left) of the move's live lease, or None."""
-        row = self._conn.execute(
-            "SELECT worker, token, expires, boot FROM move_leases WHERE move_id=?", (move_id,)
-        ).fetchone()
-        if row is None or row[3] != self._boot:
-            return None
-        left = row[2] - self._monotonic()
-        return (row[0], row[1], left) if left > 0 else None
+        return self._leases.live(
+            self._conn.execute(
+                "SELECT worker, token, expires, boot FROM move_leases WHERE move_id=?", (move_id,)
+            ).fetchone()
+        )
 
     def _save(self, record: MoveRecord, lease: MoveLease) -> None:
         live = self._live(record.id)
         if live is None or (live[0], live[1]) != (lease.worker, lease.token):
-            raise LeaseLost(
-                f"move {record.id}: the lease of {lease.worker} is over"
-                + (f" ({live[0]} holds the move now)" if live else "")
-                + "; nothing saved"
-            )
+            raise LeaseLost.saving(record.id, lease.worker, live[0] if live else None)
         self._conn.execute(
             "UPDATE move_requests SET body=?, state=? WHERE id=?",
             (record.to_json(), str(record.state), record.id),
@@ -353,7 +346,7 @@ class EmbeddedMoveStore(MoveStore):
         lease = MoveLease(move_id, worker, uuid.uuid4().hex)
         self._conn.execute(
             "INSERT OR REPLACE INTO move_leases VALUES (?, ?, ?, ?, ?)",
-            (move_id, worker, lease.token, self._monotonic() + ttl, self._boot),
+            (move_id, worker, lease.token, self._leases.expires(ttl), self._leases.boot),
         )
         return lease
 
@@ -366,7 +359,7 @@ class EmbeddedMoveStore(MoveStore):
             return False
         self._conn.execute(
             "UPDATE move_leases SET expires=? WHERE move_id=?",
-            (self._monotonic() + ttl, lease.move_id),
+            (self._leases.expires(ttl), lease.move_id),
         )
         return True
 

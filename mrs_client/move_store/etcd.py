@@ -235,7 +235,7 @@ class EtcdMoveStore(MoveStore):
                 continue
             kind, _, name = key.partition("/")
             if kind == "batch":
-                return BatchExists(f"a batch named {name!r} exists already")
+                return BatchExists.named(name)
             if kind == "mailbox":
                 taken.append(f"mailbox {name!r} is already being moved (request {value})")
             else:
@@ -353,10 +353,8 @@ class EtcdMoveStore(MoveStore):
     def _lost(move_id: str, lease: MoveLease, live: str | None) -> LeaseLost:
         """The refusal of a save under `lease`; `live`: the lease key's value now."""
         holder = json.loads(live)["worker"] if live is not None else None
-        return LeaseLost(
-            f"move {move_id}: the lease of {lease.worker} is over"
-            + (f" ({holder} holds the move now)" if live != _lease_value(lease) and holder else "")
-            + "; nothing saved"
+        return LeaseLost.saving(
+            move_id, lease.worker, holder if live != _lease_value(lease) else None
         )
 
     # ---- leases -----------------------------------------------------------------------

@@ -30,6 +30,12 @@ def new_move_id() -> str:
 class LeaseLost(MoveError):
     """The move's lease is not (or no longer) the caller's: nothing was written."""
 
+    @classmethod
+    def saving(cls, move_id: str, worker: str, holder: str | None) -> LeaseLost:
+        """A save by `worker` refused; `holder`: another holding the move now (None: none)."""
+        now = f" ({holder} holds the move now)" if holder else ""
+        return cls(f"move {move_id}: the lease of {worker} is over{now}; nothing saved")
+
 
 @dataclass(frozen=True, slots=True)
 class MoveLease:
@@ -207,3 +213,7 @@ class MoveStore(abc.ABC):
 
 class BatchExists(MoveRejected):
     """A batch of that name exists already."""
+
+    @classmethod
+    def named(cls, name: str) -> BatchExists:
+        return cls(f"a batch named {name!r} exists already")

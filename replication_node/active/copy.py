@@ -48,7 +48,7 @@ from replication_node.log.logfile import ContentDigest
 from replication_node.log.logstream import LogStream
 from replication_node.log.operations import AssignUids, Operation, RecordBackup, last_cn
 from replication_node.log.recovery import plan_recovery
-from replication_node.log.spanning import BlobRef
+from replication_node.log.spanning import BlobId, BlobRef
 from replication_node.log.writer import OpenLogWriter
 from replication_node.storage.database import Database
 from replication_node.storage.file_reads import Held
@@ -246,12 +246,19 @@ class ActiveCopy:
             self._lease.refuse_without_lease()
         await self.stream.await_synchronous_followers()
 
-    async def stage(self, data: bytes | str, size: int | None = None) -> BlobRef:
-        """Stage a large body in the log (`LogStream.stage`); refused like a commit, before
-        anything is written, while the lease cannot be shown or a switchover began."""
+    async def stage(
+        self,
+        data: bytes | memoryview | str,
+        size: int | None = None,
+        *,
+        continues: BlobId | None = None,
+    ) -> BlobRef:
+        """Stage a large body in the log (`LogStream.stage`, `continues` one staged as it
+        arrives); refused like a commit, before anything is written, while the lease cannot
+        be shown or a switchover began."""
         if self._lease is not None:
             self._lease.refuse_without_lease()
-        return await self.stream.stage(data, size)
+        return await self.stream.stage(data, size, continues=continues)
 
     async def abort_staged(self, blobs: list[BlobRef]) -> None:
         """Abort staged bodies no commit will use; best effort: a stream that stopped meanwhile

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dag_common.clock import Clock
@@ -86,33 +87,32 @@ def last_logs_on_disk(logs: Path, *, database: str, node: str, epoch: int) -> Lo
     )
 
 
+@dataclass(kw_only=True, eq=False)
 class LastLogsHold:
-    """Whether, and for whom, an active copy that is not mounted holds its last logs."""
+    """Whether, and for whom, an active copy that is not mounted holds its last logs (for
+    `seconds` from each `hold`)."""
 
-    def __init__(
-        self, *, database: str, node: str, logs: Path, clock: Clock, hold: float = HANDOVER_HOLD
-    ) -> None:
-        self._database = database
-        self._node = node
-        self._logs = logs
-        self._clock = clock
-        self.seconds = hold
-        self.held_for: str | None = None
-        self._until = 0.0
-        self.info: LogShareInfo | None = None  # read from disk once per hold
+    database: str
+    node: str
+    logs: Path
+    clock: Clock
+    seconds: float = HANDOVER_HOLD
+    held_for: str | None = field(default=None, init=False)
+    info: LogShareInfo | None = field(default=None, init=False)  # read from disk once per hold
+    _until: float = field(default=0.0, init=False)
 
     def hold(self, to: str) -> bool:
         """Hold for the copy on `to` from now; whether it was held for it already."""
         again = self.active() and self.held_for == to
-        self.held_for, self._until, self.info = to, self._clock.monotonic() + self.seconds, None
+        self.held_for, self._until, self.info = to, self.clock.monotonic() + self.seconds, None
         return again
 
     def active(self) -> bool:
         """Whether the hold is on (it ends by itself when its time is up)."""
-        if self.held_for is not None and self._clock.monotonic() >= self._until:
+        if self.held_for is not None and self.clock.monotonic() >= self._until:
             logger.warning(
                 "%s: the copy on %s did not take over within %gs; the hand-over ends",
-                self._database,
+                self.database,
                 self.held_for,
                 self.seconds,
             )
@@ -123,14 +123,14 @@ class LastLogsHold:
         self.held_for, self.info = None, None
 
     def remaining(self) -> float:
-        return max(0.0, self._until - self._clock.monotonic()) if self.active() else 0.0
+        return max(0.0, self._until - self.clock.monotonic()) if self.active() else 0.0
 
     def share_info(self, epoch: int) -> LogShareInfo:
         if self.info is None:
             self.info = last_logs_on_disk(
-                self._logs, database=self._database, node=self._node, epoch=epoch
+                self.logs, database=self.database, node=self.node, epoch=epoch
             )
         return self.info
 
     def open_log_path(self) -> Path | None:
-        return self._logs / OPEN_LOG_NAME if self.active() else None
+        return self.logs / OPEN_LOG_NAME if self.active() else None

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from dag_common.backoff import Backoff
 from dag_common.clock import Clock
-from dag_common.cluster_store import ActiveRecord, ClusterStore
+from dag_common.cluster_store.interface import ActiveRecord, ClusterStore
 from dag_common.config_defaults import ActiveFailurePolicy
 from dag_common.model import CopyRole, CopyStatusReport
 from dag_common.tasks import cancel_and_wait

@@ -5,13 +5,14 @@ A part of `MailboxStore` (`store_core` says how a write is checked and numbered)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from dag_common.counted_text import CountedText, is_bytes_only, text_of
 from dag_common.mailbox_digest import utf8_size
 from dag_common.store_api import ItemIn, Written
 from replication_node.active.imap_counters import put_again
 from replication_node.active.item_ids import new_item_id
+from replication_node.active.message_staging import MessageStager
 from replication_node.active.store_core import MAX_BATCH, StoreCore, admitted
 from replication_node.errors import BadRequest, NotFound
 from replication_node.log.operations import CopyItems, DeleteItem, MoveItems, Operation, PutItem
@@ -46,19 +47,28 @@ class ItemWrites(StoreCore):
 
     @admitted
     async def put_items(
-        self, mailbox: str, items: Sequence[ItemIn], *, override_lock: bool = False
+        self,
+        mailbox: str,
+        items: Sequence[ItemIn],
+        *,
+        override_lock: bool = False,
+        staged: Mapping[int, BlobRef] | None = None,
     ) -> Written:
         """Create or replace items, as one transaction; an item without an id gets one (the
         items given are left as they are: the ids are in the answer).  A body too large to
         be written inline is staged in the log first (`log/spanning.py`); the request is
         checked again once it is, and only then numbered and committed.  The items were
         validated where they were built (`ItemIn`): here they are checked against the
-        mailbox."""
+        mailbox.  `staged`: bodies staged already as they arrived, by item index (a raw
+        message's, `message_staging.py`), each item's body its counts alone (aborted, as
+        the others, once the write is numbered and refused; before, by who staged them)."""
         self._check_items(mailbox, items, override_lock=override_lock)
         if not override_lock and any(item.uid is not None for item in items):
             raise BadRequest("a UID is given only by a move's copy (override_lock)")
         item_ids = tuple(item.item_id or new_item_id() for item in items)
-        staged, texts = await self._stage_bodies(items)
+        given = dict(staged or {})
+        staged, texts = await self._stage_bodies(items, given)
+        staged |= given
         try:
             if staged:  # the awaits let other writes in: the mailbox or a folder may be gone
                 self._check_items(mailbox, items, override_lock=override_lock)
@@ -103,6 +113,17 @@ class ItemWrites(StoreCore):
                 await self.copy.abort_staged(list(staged.values()))
             raise
 
+    def message_stager(self, *, max_item_size: int, database: str) -> MessageStager:
+        """A message's bytes staged into the log as they arrive, for `put_items(staged=)`."""
+        return MessageStager(self.copy, max_item_size=max_item_size, database=database)
+
+    def check_put(
+        self, mailbox: str, items: Sequence[ItemIn], *, override_lock: bool = False
+    ) -> None:
+        """`put_items`' checks against the mailbox, made before the bodies are read (a
+        message staged as it arrives: one to a mailbox gone or locked is refused unread)."""
+        self._check_items(mailbox, items, override_lock=override_lock)
+
     def _check_items(self, mailbox: str, items: Sequence[ItemIn], *, override_lock: bool) -> None:
         """The items can be written to `mailbox`: it is live, and has their folders."""
         self._live_mailbox(mailbox, override_lock=override_lock)
@@ -116,24 +137,26 @@ class ItemWrites(StoreCore):
                 raise NotFound(f"mailbox {mailbox!r} has no folder {item.folder!r}")
 
     async def _stage_bodies(
-        self, items: Sequence[ItemIn]
+        self, items: Sequence[ItemIn], given: Mapping[int, BlobRef]
     ) -> tuple[dict[int, BlobRef], dict[int, str]]:
         """Stage the bodies a commit record cannot carry (`stage_plan`); by item index.  A
         body counted where it came in (`counted_text`) is not counted again, and its UTF-8
         bytes, if it holds them (a raw message's), are what is staged, as they are; every
         item lets go of them here, staged or not (the text is what the other stages read).
         Also the texts of the bytes-only bodies (`counted_text.bytes_only`: a large raw
-        message's) written inline after all, by index: their record carries text."""
+        message's) written inline after all, by index: their record carries text.  The
+        bodies `given` (staged already) are left as they are."""
+        plan = [i for i in self._staging_plan(items) if i not in given]
         texts = {
             i: text_of(item.body)  # type: ignore[arg-type]
             for i, item in enumerate(items)
-            if is_bytes_only(item.body) and i not in self._staging_plan(items)
+            if is_bytes_only(item.body) and i not in plan and i not in given
         }
         sizes = [utf8_size(item.body) for item in items]
         utf8 = [_take_utf8(item.body) for item in items]
         staged: dict[int, BlobRef] = {}
         try:
-            for i in self._staging_plan(items):
+            for i in plan:
                 data = utf8[i]
                 utf8[i] = None
                 staged[i] = await self.copy.stage(items[i].body if data is None else data, sizes[i])
@@ -162,17 +185,21 @@ class ItemWrites(StoreCore):
             [DeleteItem(mailbox, self.copy.next_change_number(), item_id, modseq)]
         )
 
-    async def _move_or_copy(
+    @admitted
+    async def move_or_copy_items(
         self,
         mailbox: str,
         folder: str,
         to: str,
         *,
-        uids: Sequence[int] | None,
-        item_ids: Sequence[str] | None,
         copy: bool,
-        override_lock: bool,
+        uids: Sequence[int] | None = None,
+        item_ids: Sequence[str] | None = None,
+        override_lock: bool = False,
     ) -> tuple[Written, list[ItemRow], list[int]]:
+        """Move items to another folder in one operation (each a new UID there: MOVE), or
+        with `copy` copy them to a folder (each a new item id and a new UID there: COPY);
+        the written answer, the items moved or copied and their new UIDs."""
         self._live_mailbox(mailbox, override_lock=override_lock)
         source = self._folder_row(mailbox, folder)
         target = self._folder_row(mailbox, to)
@@ -195,41 +222,6 @@ class ItemWrites(StoreCore):
             moved = tuple((r.item_id, u) for r, u in zip(chosen, new_uids, strict=True))
             written = await self._commit([MoveItems(mailbox, cn, folder, to, moved, modseq)])
         return written, chosen, new_uids
-
-    @admitted
-    async def move_items(
-        self,
-        mailbox: str,
-        folder: str,
-        to: str,
-        *,
-        uids: Sequence[int] | None = None,
-        item_ids: Sequence[str] | None = None,
-        override_lock: bool = False,
-    ) -> tuple[Written, list[ItemRow], list[int]]:
-        """Move items to another folder in one operation (each a new UID there: MOVE);
-        the written answer, the items moved and their new UIDs."""
-        return await self._move_or_copy(
-            mailbox, folder, to, uids=uids, item_ids=item_ids, copy=False,
-            override_lock=override_lock,
-        )  # fmt: skip
-
-    @admitted
-    async def copy_items(
-        self,
-        mailbox: str,
-        folder: str,
-        to: str,
-        *,
-        uids: Sequence[int] | None = None,
-        item_ids: Sequence[str] | None = None,
-        override_lock: bool = False,
-    ) -> tuple[Written, list[ItemRow], list[int]]:
-        """Copy items to a folder (each a new item id and a new UID there: COPY)."""
-        return await self._move_or_copy(
-            mailbox, folder, to, uids=uids, item_ids=item_ids, copy=True,
-            override_lock=override_lock,
-        )  # fmt: skip
 
     @admitted
     async def expunge(

@@ -46,7 +46,7 @@ import logging
 from collections.abc import Callable, Coroutine
 
 from dag_common.clock import Clock
-from dag_common.cluster_store import ClusterStore
+from dag_common.cluster_store.interface import ClusterStore
 from replication_node.errors import Deposed, LeaseLost, SwitchingOver
 
 logger = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from replication_node.log import logfile
 from replication_node.log.events import Transaction
 from replication_node.log.logfile import ScanResult
 from replication_node.log.operations import PutItem
-from replication_node.log.spanning import BodyParts, BodyReader
+from replication_node.log.spanning import BlobRef, BodyParts, BodyReader
 from replication_node.storage.file_reads import Held, StoredBody
 from replication_node.storage.overlay import LlrOverlay, LoggedBody
 from replication_node.storage.reader import ItemRow
@@ -65,6 +65,11 @@ class LogBodies:
     def raw(self, logged: LoggedBody) -> bytearray:
         """The body's UTF-8 bytes, checked against its commit's size and CRC32C."""
         return BodyReader(self._load).read(logged.ref, logged.through)
+
+    def parts(self, ref: BlobRef, through: int) -> Iterator[bytes | memoryview]:
+        """A staged body's bytes a part at a time, committed or not, from generations that
+        are settled (`spanning.BodyReader.parts`: checked as they come)."""
+        return BodyReader(self._load).parts(ref, through)
 
     def text(self, logged: LoggedBody) -> str:
         """The body as text (its bytes let go of once decoded)."""

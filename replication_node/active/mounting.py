@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dag_common.clock import Clock
-from dag_common.cluster_store import ActiveRecord
+from dag_common.cluster_store.interface import ActiveRecord
 from dag_common.durable import atomic_write
 from replication_node.active.copy import ActiveCopy, CopyPaths, OpenLogPublisher
 from replication_node.active.lease import LeaseKeeper

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from dag_common.backoff import Backoff
 from dag_common.clock import Clock
-from dag_common.cluster_store import ActiveRecord, ClusterStore
+from dag_common.cluster_store.interface import ActiveRecord, ClusterStore
 from replication_node.errors import Deposed
 
 logger = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from dag_common.auth import bearer
 from dag_common.backoff import Backoff
 from dag_common.clock import Clock
-from dag_common.cluster_store import ClusterStore, RedeliveryRecord
+from dag_common.cluster_store.interface import ClusterStore, RedeliveryRecord
 from dag_common.config import ClusterConfig
 from dag_common.model import RedeliveryAnswer
 

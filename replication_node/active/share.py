@@ -26,6 +26,7 @@ from replication_node.errors import Conflict, LogFormatError, LogShareError
 from replication_node.log.blocks import BlockFeed
 from replication_node.log.logdir import list_closed_generations
 from replication_node.shipping.interfaces import LogShareInfo, SeedInfo
+from replication_node.storage.stoppable import run_in_thread
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ class ActiveLogShare:
         self._logs = logs
         self._mounted = mounted  # the mounted copy, None while not mounted
         self.last_logs = LastLogsHold(
-            database=database, node=node, logs=logs, clock=clock, hold=hold
+            database=database, node=node, logs=logs, clock=clock, seconds=hold
         )
         # Notified when a generation closes or an open one is announced (the log share's
         # notification stream waits on it), and when the copy mounts or dismounts.
@@ -173,7 +174,8 @@ class ActiveLogShare:
         copy = self._mounted()
         if copy is None:
             raise LogShareError(f"{self.database} is not mounted on {self.node}: no seed")
-        header = await asyncio.to_thread(copy.db.backup_to, dest)
+        # The whole file: a stop interrupts it rather than waits for it (`stoppable.py`).
+        header = await run_in_thread(lambda interrupt: copy.db.backup_to(dest, interrupt))
         return SeedInfo(
             database_signature=str(header.database_signature),
             log_signature=str(header.log_signature),

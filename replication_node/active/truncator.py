@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client import Counter
@@ -21,66 +22,55 @@ from replication_node.storage.header import DatabaseHeader
 logger = logging.getLogger(__name__)
 
 
+@dataclass(kw_only=True, eq=False)
 class ActiveTruncator:
     """Deletes the active's closed generations below the truncation limit."""
 
-    def __init__(
-        self,
-        *,
-        database: str,
-        logs: Path,
-        clock: Clock,
-        header: Callable[[], DatabaseHeader | None],
-        peer_progress: Callable[[], Awaitable[list[CopyProgress]]],
-        circular_logging: bool = True,
-        interval: float = 5.0,
-        truncated: Counter | None = None,
-    ) -> None:
-        self._database = database
-        self._logs = logs
-        self._clock = clock
-        self._header = header  # the mounted database's header, None while not mounted
-        self._peer_progress = peer_progress
-        self._circular_logging = circular_logging
-        self._interval = interval
-        self._truncated = truncated
-        self.truncated_through = 0
-        # A running backup of this copy needs the generations from here on (None: none).
-        self.backup_hold: int | None = None
+    database: str
+    logs: Path
+    clock: Clock
+    header: Callable[[], DatabaseHeader | None]  # the mounted database's (None: not mounted)
+    peer_progress: Callable[[], Awaitable[list[CopyProgress]]]
+    circular_logging: bool = True
+    interval: float = 5.0
+    truncated: Counter | None = None
+    truncated_through: int = field(default=0, init=False)
+    # A running backup of this copy needs the generations from here on (None: none).
+    backup_hold: int | None = field(default=None, init=False)
 
     async def run(self) -> None:
         """Delete closed generations no copy needs any more (the seeds' truncation rules)."""
         errors = 0
         while True:
-            await self._clock.sleep(self._interval)
+            await self.clock.sleep(self.interval)
             try:
-                await self.truncate_once(await self._peer_progress())
+                await self.truncate_once(await self.peer_progress())
             except Exception:
                 errors += 1
-                logger.exception("%s: truncation pass failed (%d so far)", self._database, errors)
+                logger.exception("%s: truncation pass failed (%d so far)", self.database, errors)
 
     async def truncate_once(self, copies: list[CopyProgress]) -> int:
         """One truncation pass over the given copies' progress; the limit applied."""
-        header = self._header()
+        header = self.header()
         if header is None:
             return 0
         limit = active_truncation_limit(
             checkpoint=header.checkpoint,
             copies=copies,
             backed_up_through=header.last_backup_generation,
-            circular_logging=self._circular_logging,
+            circular_logging=self.circular_logging,
             required_from=header.required_from,
         )
         if self.backup_hold is not None:  # a backup is copying them
             limit = max(min(limit, self.backup_hold - 1), 0)
         if limit > self.truncated_through:
-            deleted = await asyncio.to_thread(delete_through, self._logs, limit)
-            if deleted and self._truncated is not None:
-                self._truncated.inc(len(deleted))
+            deleted = await asyncio.to_thread(delete_through, self.logs, limit)
+            if deleted and self.truncated is not None:
+                self.truncated.inc(len(deleted))
             if deleted:
                 logger.info(
                     "%s: truncated %d generation(s) through %d (checkpoint %d, copies %s)",
-                    self._database,
+                    self.database,
                     len(deleted) if isinstance(deleted, list) else deleted,
                     limit,
                     header.checkpoint,

@@ -56,6 +56,7 @@ from replication_node.log.spanning import decode_carried, required_from
 from replication_node.passive.inspector import inspect_generation
 from replication_node.storage.header import DatabaseHeader, read_header
 from replication_node.storage.ops import BackupKind
+from replication_node.storage.stoppable import Interrupt, run_in_thread
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +85,9 @@ class BackupSource(Protocol):
         """Keep generations ≥ `generation` in `log_dir` (None: release)."""
         ...
 
-    def snapshot(self, dest: Path) -> None:
-        """A consistent copy of the database file at `dest` (SQLite online backup)."""
+    def snapshot(self, dest: Path, interrupt: Interrupt | None = None) -> None:
+        """A consistent copy of the database file at `dest` (SQLite online backup), stopped
+        between two steps by `interrupt` (sqlite3.OperationalError)."""
         ...
 
 
@@ -243,7 +245,8 @@ async def _take(
         source.hold_truncation(source.first_required())
         target = request.to / f"{request.database}.sqlite"
         written.append(target)
-        await asyncio.to_thread(source.snapshot, target)
+        # The whole file: a stop (a cancel) interrupts it rather than waits for it.
+        await run_in_thread(lambda interrupt: source.snapshot(target, interrupt))
         header = await asyncio.to_thread(settle_snapshot, target)
         await asyncio.to_thread(fsync_file, target)
         size, digest = await asyncio.to_thread(sha256_of, target)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from dag_common.model import CopyStatus
 from replication_node.errors import BackupError
+from replication_node.storage.stoppable import Interrupt
 
 if TYPE_CHECKING:
     from replication_node.active.copy import ActiveCopy
@@ -45,11 +46,11 @@ class PassiveSource:
     def hold_truncation(self, generation: int | None) -> None:
         self._copy.backup_hold = generation
 
-    def snapshot(self, dest: Path) -> None:
+    def snapshot(self, dest: Path, interrupt: Interrupt | None = None) -> None:
         reader = self._copy.reader()
         if reader is None:
             raise BackupError(f"the copy of {self._copy.database} cannot be read now")
-        reader.backup_to(dest)
+        reader.backup_to(dest, interrupt)
 
 
 class ActiveSource:
@@ -86,5 +87,5 @@ class ActiveSource:
         if self._instance.truncator is not None:
             self._instance.truncator.backup_hold = generation
 
-    def snapshot(self, dest: Path) -> None:
-        self._copy().db.backup_to(dest)
+    def snapshot(self, dest: Path, interrupt: Interrupt | None = None) -> None:
+        self._copy().db.backup_to(dest, interrupt)

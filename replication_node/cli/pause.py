@@ -21,7 +21,8 @@ from typing import TypeVar
 
 from dag_common.cli import ExitCode, add_config, add_json
 from dag_common.clock import SystemClock
-from dag_common.cluster_store import ClusterStore, open_cluster_store
+from dag_common.cluster_store import open_cluster_store
+from dag_common.cluster_store.interface import ClusterStore
 from dag_common.config import load_config
 from dag_common.errors import CommandFailed
 from dag_common.model import FailoverPause

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from dag_common.blocking_http import fetch_node_status
 from dag_common.cli import ExitCode, add_config, add_json, add_timeout, database_named
-from dag_common.cluster_store import ActiveRecord, LeaseRecord, open_cluster_store
+from dag_common.cluster_store import open_cluster_store
+from dag_common.cluster_store.interface import ActiveRecord, LeaseRecord
 from dag_common.config import ClusterConfig, NodeConfig, load_config, load_token
 from dag_common.echo import quoted
 from dag_common.errors import ConfigError, TokenRefused

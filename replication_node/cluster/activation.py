@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from dag_common.clock import Clock
-from dag_common.cluster_store import ActivationCause, ActiveRecord, ClusterStore
+from dag_common.cluster_store.interface import ActivationCause, ActiveRecord, ClusterStore
 from dag_common.config import ClusterConfig
 from dag_common.model import AutoDatabaseMountDial, CopyStatus, CopyStatusReport, Position
 from replication_node.admin_api import ActivationAnswer
@@ -106,23 +107,16 @@ def buffer_kept_said(kept: BlockBufferKept) -> str:
     )
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)
 class Activation:
     """Makes the copy of a database on a node active after its active is lost; Conflict
     (nothing changed) if it may not, MountRefused if it would lose more than the dial allows,
     LeaseHeld while the old active's lease stays live."""
 
-    def __init__(
-        self,
-        *,
-        config: Callable[[], ClusterConfig],
-        cluster_store: ClusterStore,
-        peers: Peers,
-        clock: Clock,
-    ) -> None:
-        self._config = config  # the running config (it is reloaded)
-        self._store = cluster_store
-        self._peers = peers
-        self._clock = clock
+    config: Callable[[], ClusterConfig]  # the running config (it is reloaded)
+    cluster_store: ClusterStore
+    peers: Peers
+    clock: Clock
 
     async def activate(
         self,
@@ -143,10 +137,10 @@ class Activation:
         acknowledge.  `cause`: who asked (an operator, or the failover monitor: refused while
         automatic failover is paused), recorded in the epoch's history with the dial and the
         logs lost."""
-        config = self._config()
-        record = await active_elsewhere(config, self._store, database, node)
+        config = self.config()
+        record = await active_elsewhere(config, self.cluster_store, database, node)
         if reports is None:
-            reports = await self._peers.copy_reports(database)
+            reports = await self.peers.copy_reports(database)
         target = reports[node]
         if target is not None and target.activation_suspended:
             # Refused before anything is asked of the old active (its last logs held for
@@ -158,16 +152,16 @@ class Activation:
         # A running active is refused below (use switchover); any other's lease is waited out.
         mounted = running is not None and running.status is CopyStatus.MOUNTED
         if not mounted and await wait_out_lease(
-            self._store, database, node, self._clock, longest=lease_wait
+            self.cluster_store, database, node, self.clock, longest=lease_wait
         ):
-            reports = await self._peers.copy_reports(database)
+            reports = await self.peers.copy_reports(database)
         last_logs = ""
         if last_logs_to_copy(reports[record.node], reports[node]):
             # Attempt Copy Last Logs: the old active's node answers, its copy is not mounted
             # (failed, dismounted, or back after a crash): whatever logs it still has, the
             # closed ones and the open one, are copied before the loss is counted.
-            last_logs = last_logs_said(await self._peers.copy_last_logs(node, database))
-            reports = await self._peers.copy_reports(database)
+            last_logs = last_logs_said(await self.peers.copy_last_logs(node, database))
+            reports = await self.peers.copy_reports(database)
         db = config.database(database)
         dial = dial_override or config.mount_dial_of(db)
         assessment = assess_activation(
@@ -203,13 +197,13 @@ class Activation:
             # prefix of what the old active wrote: the epoch records where it ends, so that
             # a write past it is known lost (CheckReplicationFlush).
             generation = copy.block.generation
-            kept = await self._peers.keep_block_buffer(node, database)
+            kept = await self.peers.keep_block_buffer(node, database)
             said = buffer_kept_said(kept)
             reason = f"{said}; {reason}"
             last_logs = f"{last_logs}; {said}" if last_logs else said
             if kept.kept_through is not None:
                 kept_open_log = Position(generation, kept.kept_through)
-            copy = await self._peers.copy_report(node, database)
+            copy = await self.peers.copy_report(node, database)
             if copy is None or (
                 assessment.covered and copy.last_log_inspected < assessment.at_risk.generated
             ):
@@ -219,7 +213,7 @@ class Activation:
                 )
         # The new stream forks from the old one after the last generation the copy inspected:
         # it mounts with exactly those, and writes its own from the next one on.
-        won = await self._store.set_active(
+        won = await self.cluster_store.set_active(
             database,
             node,
             expected_epoch=record.epoch,
@@ -239,7 +233,7 @@ class Activation:
             record.node,
             reason,
         )
-        await self._peers.reconcile_all(database)
+        await self.peers.reconcile_all(database)
         return ActivationAnswer(
             database=database,
             node=node,

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from dag_common.clock import Clock
-from dag_common.cluster_store import ActivationCause, ClusterStore, FailoverPause
+from dag_common.cluster_store.interface import ActivationCause, ClusterStore, FailoverPause
 from dag_common.config import ClusterConfig
 from dag_common.errors import ClusterStoreError, RequestError, StoreConflict
 from dag_common.model import CopyStatusReport

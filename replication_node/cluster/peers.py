@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol, TypeVar
 
@@ -124,30 +124,24 @@ async def node_status(session: aiohttp.ClientSession, url: str, token: str) -> N
         return None
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)
 class HttpPeers:
     """`Peers` over the nodes' HTTP API, with the running config (it is reloaded) saying
     where each node is."""
 
-    def __init__(
-        self,
-        *,
-        session: aiohttp.ClientSession,
-        token: str,
-        config: Callable[[], ClusterConfig],
-    ) -> None:
-        self._session = session
-        self._token = token
-        self._config = config
+    session: aiohttp.ClientSession
+    token: str = field(repr=False)
+    config: Callable[[], ClusterConfig]
 
     def _db_url(self, node: str, database: str) -> str:
-        return f"{self._config().node(node).url}/v1/databases/{database}"
+        return f"{self.config().node(node).url}/v1/databases/{database}"
 
     async def copy_report(self, node: str, database: str) -> CopyStatusReport | None:
-        url = self._config().node(node).url
-        return copy_in(await node_status(self._session, url, self._token), database)
+        url = self.config().node(node).url
+        return copy_in(await node_status(self.session, url, self.token), database)
 
     async def copy_reports(self, database: str) -> dict[str, CopyStatusReport | None]:
-        nodes = [c.node for c in self._config().database(database).copies]
+        nodes = [c.node for c in self.config().database(database).copies]
         reports = await asyncio.gather(*(self.copy_report(n, database) for n in nodes))
         return dict(zip(nodes, reports, strict=True))
 
@@ -183,9 +177,9 @@ class HttpPeers:
         """A call the copy taking over is asked (`action` on its database): its answer as
         `model`, or why not ("HTTP 409: …", or a malformed answer) as a sentence."""
         status, answer = await post_admin(
-            self._session,
+            self.session,
             f"{self._db_url(node, database)}/{action}",
-            self._token,
+            self.token,
             timeout=TAKE_OVER_CALL_TIMEOUT,
         )
         if status != 200:
@@ -196,7 +190,7 @@ class HttpPeers:
             return f"a malformed answer ({exc.error_count()} errors)"
 
     async def reconcile_all(self, database: str) -> None:
-        config = self._config()
+        config = self.config()
         urls = [config.node(c.node).url for c in config.database(database).copies]
         await asyncio.gather(*(self._post(f"{url}/v1/reconcile") for url in urls))
 
@@ -205,7 +199,7 @@ class HttpPeers:
     ) -> A | None:
         """POST an admin call; its answer as `model` (None: no model asked for), or None if
         the node cannot be reached, refuses, or answers what is not one (said in the log)."""
-        code, answer = await post_admin(self._session, url, self._token, body)
+        code, answer = await post_admin(self.session, url, self.token, body)
         if code >= 300:
             logger.warning("POST %s: HTTP %d %s", url, code, str(answer.get("error"))[:300])
             return None
@@ -218,33 +212,26 @@ class HttpPeers:
             return None
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)
 class PeerProgress:
     """What every other copy of a database has inspected and replayed, for the active's
     truncation: asked now; a copy that cannot be reached counts with what it was last known
     to have (0 if never)."""
 
-    def __init__(
-        self,
-        *,
-        node: str,
-        session: aiohttp.ClientSession,
-        token: str,
-        config: Callable[[], ClusterConfig],
-    ) -> None:
-        self._node = node
-        self._session = session
-        self._token = token
-        self._config = config  # the running config (it is reloaded)
-        # Last progress heard from each passive copy: (database, node) -> CopyProgress.
-        self._known: dict[tuple[str, str], CopyProgress] = {}
+    node: str
+    session: aiohttp.ClientSession
+    token: str = field(repr=False)
+    config: Callable[[], ClusterConfig]  # the running config (it is reloaded)
+    # Last progress heard from each passive copy: (database, node) -> CopyProgress.
+    _known: dict[tuple[str, str], CopyProgress] = field(default_factory=dict, init=False)
 
     async def of(self, database: str) -> list[CopyProgress]:
         """The progress of every copy of `database` but this node's."""
-        config = self._config()
+        config = self.config()
         db = config.database(database)
 
         async def ask(node: str, lag: timedelta) -> CopyProgress:
-            status = await node_status(self._session, config.node(node).url, self._token)
+            status = await node_status(self.session, config.node(node).url, self.token)
             report = copy_in(status, database)
             if report is not None and report.role is CopyRole.PASSIVE:
                 known = self._known[(database, node)] = CopyProgress(
@@ -265,5 +252,5 @@ class PeerProgress:
                 reachable=False,
             )
 
-        others = [c for c in db.copies if c.node != self._node]
+        others = [c for c in db.copies if c.node != self.node]
         return list(await asyncio.gather(*(ask(c.node, c.replay_lag_time) for c in others)))

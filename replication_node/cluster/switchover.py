@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from dag_common.clock import Clock
-from dag_common.cluster_store import ActivationCause, ClusterStore
+from dag_common.cluster_store.interface import ActivationCause, ClusterStore
 from dag_common.config import ClusterConfig
 from dag_common.model import CopyRole, CopyStatus
 from replication_node.admin_api import SwitchoverAnswer
@@ -37,29 +38,21 @@ POLL_INTERVAL = 0.1
 """Seconds between two questions to the target while it catches up."""
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)
 class Switchover:
     """Moves the active role of a database to a passive copy without losing a log;
     Conflict (the old active takes writes again, nothing else changed) if it cannot."""
 
-    def __init__(
-        self,
-        *,
-        config: Callable[[], ClusterConfig],
-        cluster_store: ClusterStore,
-        peers: Peers,
-        clock: Clock,
-        timeout: float = CATCH_UP_TIMEOUT,
-    ) -> None:
-        self._config = config  # the running config (it is reloaded)
-        self._store = cluster_store
-        self._peers = peers
-        self._clock = clock
-        self._timeout = timeout
+    config: Callable[[], ClusterConfig]  # the running config (it is reloaded)
+    cluster_store: ClusterStore
+    peers: Peers
+    clock: Clock
+    timeout: float = CATCH_UP_TIMEOUT
 
     async def switch(self, database: str, node: str) -> SwitchoverAnswer:
         """Move the active role of `database` to the copy on `node`."""
-        record = await active_elsewhere(self._config(), self._store, database, node)
-        copy = await self._peers.copy_report(node, database)
+        record = await active_elsewhere(self.config(), self.cluster_store, database, node)
+        copy = await self.peers.copy_report(node, database)
         if (
             copy is None
             or copy.role is not CopyRole.PASSIVE
@@ -71,7 +64,7 @@ class Switchover:
             raise Conflict(
                 f"cannot switch {database} over to {node}: {activation_suspended_reason(copy)}"
             )
-        generation = await self._peers.quiesce(record.node, database, node)
+        generation = await self.peers.quiesce(record.node, database, node)
         if generation is None:
             raise Conflict(
                 f"the active copy on {record.node} did not stop its writes; if it is lost, activate"
@@ -80,7 +73,7 @@ class Switchover:
             await self._catch_up(database, node, generation, previous=record.node)
             # The target replayed every generation the old active closed: the new epoch's
             # stream goes on from the next one, and no write is lost.
-            won = await self._store.set_active(
+            won = await self.cluster_store.set_active(
                 database,
                 node,
                 expected_epoch=record.epoch,
@@ -91,7 +84,7 @@ class Switchover:
             if won is None:
                 raise Conflict(f"the active copy of {database} changed meanwhile; nothing was done")
         except BaseException:
-            await self._peers.unquiesce(record.node, database)
+            await self.peers.unquiesce(record.node, database)
             raise
         logger.info(
             "%s: switched over from %s to %s at generation %d (epoch %d)",
@@ -101,7 +94,7 @@ class Switchover:
             generation,
             won.epoch,
         )
-        await self._peers.reconcile_all(database)
+        await self.peers.reconcile_all(database)
         return SwitchoverAnswer(
             database=database,
             node=node,
@@ -113,11 +106,11 @@ class Switchover:
     async def _catch_up(self, database: str, node: str, generation: int, previous: str) -> None:
         """Return once the copy on `node` has replayed `generation`; Conflict if it does not
         within the timeout, stops being mountable, or stops answering."""
-        now = self._clock.monotonic()
-        deadline, heard = now + self._timeout, now
+        now = self.clock.monotonic()
+        deadline, heard = now + self.timeout, now
         while True:
-            copy = await self._peers.copy_report(node, database)
-            now = self._clock.monotonic()
+            copy = await self.peers.copy_report(node, database)
+            now = self.clock.monotonic()
             if copy is not None:
                 heard = now
                 if copy.last_log_replayed >= generation:
@@ -135,4 +128,4 @@ class Switchover:
                     f"switchover of {database} abandoned: {node} did not replay generation "
                     f"{generation} ({where}); {previous} takes writes again"
                 )
-            await self._clock.sleep(POLL_INTERVAL)
+            await self.clock.sleep(POLL_INTERVAL)

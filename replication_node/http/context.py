@@ -17,7 +17,7 @@ from aiohttp import web
 
 from dag_common.api_types import NAME_PATTERN
 from dag_common.clock import Clock
-from dag_common.cluster_store import ClusterStore
+from dag_common.cluster_store.interface import ClusterStore
 from dag_common.config import ClusterConfig
 from dag_common.echo import quoted
 from dag_common.http_body import SMALL_BODY, BodyLimit, body_text, parse_json, read_body

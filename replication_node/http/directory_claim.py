@@ -23,7 +23,7 @@ until the move's step 8 (`mrs_client.steps`), and the lock keeps store clients o
 
 from __future__ import annotations
 
-from dag_common.cluster_store import ClusterStore
+from dag_common.cluster_store.interface import ClusterStore
 from replication_node.errors import Conflict
 
 

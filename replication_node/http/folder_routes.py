@@ -193,11 +193,11 @@ async def _move_or_copy(request: web.Request, *, copy: bool) -> web.Response:
     body = parse(MoveIn, await json_body(request))
     mailbox = mailbox_name(request)
     store = store_for_write(request)
-    act = store.copy_items if copy else store.move_items
-    written, rows, new_uids = await act(
+    written, rows, new_uids = await store.move_or_copy_items(
         mailbox,
         body.folder,
         body.to,
+        copy=copy,
         uids=body.uids,
         item_ids=body.item_ids,
         override_lock=overriding(request),

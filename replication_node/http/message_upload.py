@@ -11,7 +11,8 @@ counted and hashed once, and its bytes staged in the log as they came
 (`MailboxStore._stage_bodies`): a large one is never decoded into text on the active
 (`rfc822.counted_message_bytes`; the LLR overlay then holds its place in the log, not it), a
 small one once (`rfc822.counted_message`).  What the log, the database and every copy hold
-is what a JSON write of the same message would have written, byte for byte.
+is what a JSON write of the same message would have written, byte for byte.  A large one is
+not read whole: it is staged as it arrives (`message_streaming.py`).
 
 The same roles, memory budget, max_item_size and answers as the JSON write (400 a bad
 request, nothing written; 409 a locked mailbox; 413 over the limit; 503 past the budget),
@@ -38,6 +39,7 @@ from dag_common.route_roles import add_route
 from dag_common.store_api import ItemIn
 from replication_node.errors import BadRequest
 from replication_node.http.context import node_of, store_for_write
+from replication_node.http.message_streaming import put_streamed, streams
 from replication_node.http.models import parse
 from replication_node.http.store_routes import _items_limit, item_write, overriding
 
@@ -70,6 +72,9 @@ async def put_message(request: web.Request) -> web.Response:
     write = item_write(request)
     size = body_share(request, write.limit)
     async with node_of(request).memory.share(size, f"a message written to {write.database}"):
+        if streams(request):  # a large one: staged as it arrives (`message_streaming.py`)
+            answer, sha256 = await put_streamed(request, fields, write)
+            return web.json_response(answer, status=201, headers={"X-Message-SHA256": sha256})
         raw = await read_body(request, write.limit)
         if not is_message(raw):
             raise BadRequest(

@@ -45,7 +45,7 @@ from replication_node.http.context import (
 )
 from replication_node.http.directory_claim import claim_new
 from replication_node.http.items_body import items_json, with_bodies
-from replication_node.http.items_stream import stream_items
+from replication_node.http.items_stream import Listing, stream_items
 from replication_node.http.models import FolderIn, ItemIn, ItemsIn, MailboxIn, parse
 from replication_node.storage.reader import ItemsPage
 
@@ -315,13 +315,15 @@ async def get_items(request: web.Request) -> web.StreamResponse:
     # (ITEMS_PAGE_BYTES at most).
     return await stream_items(
         request,
-        reader,
-        mailbox=name,
-        since=since,
-        limit=limit,
-        page_bytes=page_bytes,
-        answer=answer,
-        bodies=bodies,
+        Listing(
+            reader,
+            mailbox=name,
+            since=since,
+            limit=limit,
+            page_bytes=page_bytes,
+            answer=answer,
+            bodies=bodies,
+        ),
     )
 
 

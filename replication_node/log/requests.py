@@ -22,6 +22,9 @@ class StageJob:
 
     data: BodyReader  # how much of it is written: its `read_bytes`
     blob: PendingBlob | None = None
+    # A body pending in the log these bytes go on with (a body staged as it arrives,
+    # `LogStream.stage`'s `continues`): its parts so far are the writer's.
+    continues: BlobId | None = None
     abort_on: BaseException | None = None  # set by a roll that closes the stream's writes
 
 

@@ -425,6 +425,14 @@ class OpenLogWriter:
             if job.abort_on is not None:
                 results[i] = job.abort_on
                 continue
+            # A body staged as it arrives goes on from its parts so far; one aborted meanwhile
+            # (a switchover, its writer's own abort) takes nothing more.
+            blob = job.blob.id if job.blob is not None else job.continues
+            if blob is not None and blob not in self.pending:
+                results[i] = StagedBodyLost(f"staged body {blob} was aborted while it was staged")
+                continue
+            if job.blob is None and blob is not None:
+                job.blob = self.pending[blob]
             budget, done = self._stage(job, budget, append, flush, events)
             results[i] = job.blob.ref() if done and job.blob else UNFINISHED
         flush()

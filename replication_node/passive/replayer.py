@@ -54,6 +54,7 @@ from replication_node.log.recovery import transactions_of
 from replication_node.log.spanning import BodyReader, Pending, required_from, track
 from replication_node.passive.markers import Markers
 from replication_node.storage.database import Database
+from replication_node.storage.stoppable import run_in_thread
 from replication_node.storage.tables import PutRow, put_rows
 
 if TYPE_CHECKING:
@@ -271,7 +272,8 @@ class Replayer:
             before = self._known[generation] = digests.get(generation, before)
         self._compare(batch.digests)
         if self._check_every and any(g % self._check_every == 0 for g in generations):
-            stored, rows = await asyncio.to_thread(self._db.recompute_digest)
+            # A whole file's read: a stop interrupts it (`stoppable.py`).
+            stored, rows = await run_in_thread(self._db.recompute_digest)
             if stored != rows:
                 raise CopyFailed(
                     f"the database file's rows no longer add up to its content digest after "

@@ -32,7 +32,7 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -63,7 +63,13 @@ from replication_node.storage.header import (
     write_header,
 )
 from replication_node.storage.ops import with_backup
-from replication_node.storage.schema import TABLES_SCHEMA, add_format, add_imap_columns
+from replication_node.storage.schema import (
+    TABLES_SCHEMA,
+    add_body_blob,
+    add_format,
+    add_imap_columns,
+)
+from replication_node.storage.stoppable import Interrupt
 from replication_node.storage.tables import (
     PutRow,
     TableWriter,
@@ -83,6 +89,8 @@ _CHECKPOINT_BYTES = 16 << 20
 PAGE_SIZE = 32768
 # An `apply` whose bodies add up to this many characters or more is paced (`_make_durable`).
 PACED_BYTES = 1 << 20
+# A backup (seed, snapshot) copies this many pages a step, a stop looked at between two.
+_BACKUP_STEP = 1024
 
 
 class Database(FileReads):
@@ -112,6 +120,7 @@ class Database(FileReads):
         self._written: DatabaseHeader | None = None  # written in a transaction, not committed
         with self._lock:
             self._digest = install_digest(conn)  # the running content digest, as apply moves it
+        add_body_blob(conn)  # last: the column must be the row's last (`body_parts.py`)
         # Reads go through a connection of their own: in WAL mode they see the last commit
         # and never wait for a write in progress.  A read on the event loop (a write's
         # checks, the overlay's lookups) used to wait on the one connection's lock while a
@@ -136,14 +145,16 @@ class Database(FileReads):
         """The content digest of what the file holds (at its waypoint), kept by `apply`."""
         return to_hex(self._digest)
 
-    def recompute_digest(self) -> tuple[str, str]:
+    def recompute_digest(self, interrupt: Interrupt | None = None) -> tuple[str, str]:
         """(stored, recomputed from the rows) in one read snapshot: unequal means a row was
-        changed behind SQLite's back (inside a valid page) or written around `apply`."""
+        changed behind SQLite's back (inside a valid page) or written around `apply`.
+        `interrupt` stops it (a whole file's read) with sqlite3.OperationalError."""
         with self._lock:
             self._conn.execute("BEGIN")
             try:
-                stored = stored_digest(self._conn)
-                rows = recompute_digest(self._conn)
+                with interrupt.watching(self._conn) if interrupt else nullcontext():
+                    stored = stored_digest(self._conn)
+                    rows = recompute_digest(self._conn)
             finally:
                 self._conn.execute("COMMIT")
         return to_hex(stored or 0), to_hex(rows)
@@ -408,12 +419,18 @@ class Database(FileReads):
             with self._transaction():
                 self._write_header(replace(self._header, state=DatabaseState.DIRTY_SHUTDOWN))
 
-    def backup_to(self, dest: Path) -> DatabaseHeader:
-        """A consistent copy of this file at `dest` (SQLite online backup); its header."""
+    def backup_to(self, dest: Path, interrupt: Interrupt | None = None) -> DatabaseHeader:
+        """A consistent copy of this file at `dest` (SQLite online backup); its header.
+        `interrupt` stops it between two steps (sqlite3.OperationalError): a whole file."""
+
+        def step(_status: int, _remaining: int, _total: int) -> None:
+            if interrupt is not None and interrupt.asked:
+                raise sqlite3.OperationalError("interrupted")
+
         with self._lock:
             target = sqlite3.connect(dest)
             try:
-                self._conn.backup(target)
+                self._conn.backup(target, pages=_BACKUP_STEP, progress=step)
             finally:
                 target.close()
             return self._header

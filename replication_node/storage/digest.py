@@ -25,6 +25,7 @@ from dag_common.mailbox_digest import (
     mailbox_term,
     to_hex,
 )
+from replication_node.storage.body_parts import BODY_TEXT
 
 DIGEST_SCHEMA = """
 CREATE TABLE IF NOT EXISTS db_digest(id INTEGER PRIMARY KEY CHECK (id = 1), digest TEXT NOT NULL);
@@ -39,8 +40,12 @@ _OLD_TRIGGERS = (
 def recompute_digest(conn: sqlite3.Connection) -> int:
     """The content digest added up from the rows themselves (the bodies hashed again)."""
     total = 0
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(items)")}
+    # a file from before `body_blob` (its migration runs after this one's) holds every body
+    # in `body`
+    body = BODY_TEXT if "body_blob" in columns else "body"
     for row in conn.execute(
-        "SELECT mailbox, item_id, folder, subject, body, format FROM items WHERE deleted = 0"
+        f"SELECT mailbox, item_id, folder, subject, {body}, format FROM items WHERE deleted = 0"
     ):
         total += item_term(*row)
     for row in conn.execute("SELECT mailbox, display_name, locked, soft_deleted FROM mailboxes"):

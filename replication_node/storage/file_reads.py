@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from dag_common.mailbox_digest import DigestRow
 from dag_common.rfc822 import BodyFormat
+from replication_node.storage.body_parts import BODY_TEXT
 from replication_node.storage.ops import floored
 from replication_node.storage.reader import (
     FolderRow,
@@ -289,7 +290,8 @@ def message_body(conn: sqlite3.Connection, mailbox: str, item_id: str) -> Stored
     """A live item's body, format and subject, read through `conn` (`reading_apart`); None
     for no such item or a tombstone."""
     row = conn.execute(
-        "SELECT body, format, subject FROM items WHERE mailbox=? AND item_id=? AND deleted=0",
+        f"SELECT {BODY_TEXT}, format, subject FROM items"
+        " WHERE mailbox=? AND item_id=? AND deleted=0",
         (mailbox, item_id),
     ).fetchone()
     return None if row is None else (row[0], BodyFormat(row[1]), row[2])

@@ -29,14 +29,18 @@ CREATE TABLE folders(
 -- what the body is (`dag_common.rfc822.BodyFormat`); uid, modseq, flags (space-separated)
 -- and received: its IMAP state.  All last, as a file from before them has them added
 -- (`digest._add_body_hash`, `add_format`, `add_imap_columns`): every statement names the
--- columns it writes, so their order in an old file does not matter.
+-- columns it writes, so their order in an old file does not matter, but for the last.
+-- body_blob: a large body written in place from the log (`body_parts.py`), as its UTF-8
+-- bytes, `body` then ''; NULL for any other row, whose body is `body`'s text.  It is the
+-- row's LAST column, in every file (`add_body_blob` adds it after every other migration),
+-- as only there does SQLite keep a zeroblob lazy: its zeros are never made in memory.
 CREATE TABLE items(
   mailbox TEXT NOT NULL, item_id TEXT NOT NULL, folder TEXT NOT NULL, subject TEXT NOT NULL,
   body TEXT NOT NULL, size INTEGER NOT NULL, change_number INTEGER NOT NULL,
   deleted INTEGER NOT NULL, commit_time TEXT NOT NULL, body_hash TEXT NOT NULL DEFAULT '',
   format TEXT NOT NULL DEFAULT 'text', uid INTEGER NOT NULL DEFAULT 0,
   modseq INTEGER NOT NULL DEFAULT 0, flags TEXT NOT NULL DEFAULT '',
-  received TEXT NOT NULL DEFAULT '',
+  received TEXT NOT NULL DEFAULT '', body_blob BLOB,
   PRIMARY KEY (mailbox, item_id)
 );
 CREATE INDEX items_by_change ON items(mailbox, change_number);
@@ -100,6 +104,25 @@ def add_format(conn: sqlite3.Connection) -> None:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(items)")}
         if "format" not in columns:  # checked again inside the write transaction
             conn.execute("ALTER TABLE items ADD COLUMN format TEXT NOT NULL DEFAULT 'text'")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def add_body_blob(conn: sqlite3.Connection) -> None:
+    """Give a file from before `body_blob` (issue 52) the column, NULL in every row it holds:
+    their bodies stay in `body`, where every reader still finds them (`tables.BODY_TEXT`).
+    A schema change, no row rewritten, the same on every copy.  Run after every other
+    migration, so that it is the row's last column (`body_parts.py` says why it must be)."""
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(items)")]
+    if not columns or "body_blob" in columns:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(items)")]
+        if "body_blob" not in columns:  # checked again inside the write transaction
+            conn.execute("ALTER TABLE items ADD COLUMN body_blob BLOB")
     except BaseException:
         conn.execute("ROLLBACK")
         raise

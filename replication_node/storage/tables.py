@@ -42,7 +42,7 @@ from replication_node.log.operations import (
     last_cn,
 )
 from replication_node.log.spanning import BodyParts
-from replication_node.storage.body_parts import BODY, put_in_place
+from replication_node.storage.body_parts import BODY, BODY_TEXT, put_in_place
 from replication_node.storage.moved_out import (
     FORGET_FOLDER,
     RECORD,
@@ -70,8 +70,8 @@ FOLDER_COLUMNS = (
 )
 _IMAP_COLUMNS = "uid, modseq, flags, received"
 ITEM_COLUMNS = (
-    "mailbox, item_id, folder, subject, body, size, change_number, deleted, commit_time, '',"
-    f" format, {_IMAP_COLUMNS}"
+    f"mailbox, item_id, folder, subject, {BODY_TEXT}, size, change_number, deleted,"
+    f" commit_time, '', format, {_IMAP_COLUMNS}"
 )
 # An item read without its body: the body's hash in its place (`ItemRow`).
 ITEM_HEAD_COLUMNS = (
@@ -106,9 +106,8 @@ _PUT = (
     "INSERT OR REPLACE INTO items (mailbox, item_id, folder, subject, body, size, change_number,"
     " deleted, commit_time, body_hash, format, uid, modseq, flags, received)"
     " VALUES (?, ?, ?, ?, CAST(? AS TEXT), ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)"
-)  # the body: its text, or its UTF-8 bytes, stored as text either way (`put_rows`)
-# The same with a text of the body's length, its bytes written into it after (`body_parts`).
-_PUT_SIZED = _PUT.replace("CAST(? AS TEXT)", "CAST(zeroblob(?) AS TEXT)")
+)  # the body: its text, or its UTF-8 bytes, stored as text either way (`put_rows`); a
+# body from the log is written in place instead (`body_parts.PUT_IN_PLACE`)
 _TOMBSTONE = (
     "INSERT INTO items (mailbox, item_id, folder, subject, body, size, change_number, deleted,"
     " commit_time, body_hash, format, uid, modseq) VALUES (?, ?, '', '', '', 0, ?, 1, ?, '',"
@@ -116,7 +115,8 @@ _TOMBSTONE = (
 )
 _DELETE = (
     "UPDATE items SET deleted=1, body='', size=0, change_number=?, commit_time=?, body_hash='',"
-    " format='text', modseq=?, flags='', received='' WHERE mailbox=? AND item_id=?"
+    " format='text', modseq=?, flags='', received='', body_blob=NULL"
+    " WHERE mailbox=? AND item_id=?"
 )
 # A live item of a folder, as the operations that name items by id act on it.
 _LIVE_IN = (
@@ -252,7 +252,7 @@ class TableWriter:
                 if type(row[BODY]) is BodyParts:
                     self._conn.executemany(_PUT, plain)
                     plain.clear()
-                    put_in_place(self._conn, _PUT_SIZED, row)
+                    put_in_place(self._conn, row)
                 else:
                     plain.append(row)
             self._conn.executemany(_PUT, plain)
@@ -368,8 +368,9 @@ def _other(conn: sqlite3.Connection, op: Operation, when: str) -> int:
                 conn.execute(
                     "INSERT OR REPLACE INTO items (mailbox, item_id, folder, subject, body, size,"
                     " change_number, deleted, commit_time, body_hash, format, uid, modseq, flags,"
-                    " received) SELECT mailbox, ?, ?, subject, body, size, ?, 0, ?, body_hash,"
-                    " format, ?, ?, flags, received FROM items WHERE mailbox=? AND item_id=?",
+                    " received, body_blob) SELECT mailbox, ?, ?, subject, body, size, ?, 0, ?,"
+                    " body_hash, format, ?, ?, flags, received, body_blob FROM items"
+                    " WHERE mailbox=? AND item_id=?",
                     (new_id, op.to, op.cn + i, when, uid, op.modseq, op.mailbox, item_id),
                 )
                 delta += item_term_of_hash(op.mailbox, new_id, op.to, *live[1:4])

@@ -17,8 +17,8 @@ from dag_common.config import load_config
 from dag_common.http_client import client_session
 from dag_common.node_client import NodeStoreClient
 from mrs_client.guarantee_client import GrpcGuaranteeClient
-from mrs_client.move_store import MoveRecord
 from mrs_client.move_store.embedded import EmbeddedMoveStore
+from mrs_client.move_store.interface import MoveRecord
 from mrs_client.mover import Mover
 from mrs_client.policy import MoveSettings, MoveState
 from tests.cluster_harness import TOKEN, LocalCluster

@@ -30,8 +30,14 @@ from dag_common.store_api import (
 )
 from mrs_client.body_budget import BodyBudget
 from mrs_client.errors import NodeCallError
-from mrs_client.move_store import AnswerRow, MoveLease, MoveRecord, answer_row, new_move_id
 from mrs_client.move_store.embedded import EmbeddedMoveStore
+from mrs_client.move_store.interface import (
+    AnswerRow,
+    MoveLease,
+    MoveRecord,
+    answer_row,
+    new_move_id,
+)
 from mrs_client.mover import Mover
 from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus, MoveSettings, MoveState
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from mrs_client.cli import main
-from mrs_client.move_store import BatchRecord
+from mrs_client.move_store.interface import BatchRecord
 from mrs_client.policy import GuaranteeAnswer, GuaranteeStatus, MoveState, MoveStep
 from tests.cluster_harness import cluster_config, write_cluster_config
 from tests.human_output import reprs

@@ -13,8 +13,8 @@ from dag_common.clock import ManualClock
 from mrs_client.errors import MoveBusy
 from mrs_client.gates import Gates
 from mrs_client.lease import LEASE_TTL, hold
-from mrs_client.move_store import LeaseLost
 from mrs_client.move_store.embedded import EmbeddedMoveStore
+from mrs_client.move_store.interface import LeaseLost
 from mrs_client.policy import MoveSettings
 from tests.mrs_client.fakes import record, settle
 

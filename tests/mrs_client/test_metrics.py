@@ -7,7 +7,7 @@ from dataclasses import replace
 from dag_common.clock import ManualClock
 from mrs_client.item_limits import SkippedItem, SkipReason
 from mrs_client.metrics import MoveMetricsFile
-from mrs_client.move_store import AnswerRow
+from mrs_client.move_store.interface import AnswerRow
 from mrs_client.policy import MoveState, MoveStep
 from tests.mrs_client.fakes import record
 from tests.prometheus import promtool_check, value

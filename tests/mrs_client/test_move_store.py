@@ -13,7 +13,11 @@ import pytest
 
 from dag_common.cluster_store.etcd_gateway import EtcdGateway
 from mrs_client.errors import MoveRejected
-from mrs_client.move_store import (
+from mrs_client.move_store import embedded as embedded_engine
+from mrs_client.move_store import etcd as etcd_engine
+from mrs_client.move_store.embedded import EmbeddedMoveStore
+from mrs_client.move_store.etcd import EtcdMoveStore
+from mrs_client.move_store.interface import (
     BatchExists,
     BatchRecord,
     LeaseLost,
@@ -22,10 +26,6 @@ from mrs_client.move_store import (
     MoveStore,
     answer_row,
 )
-from mrs_client.move_store import embedded as embedded_engine
-from mrs_client.move_store import etcd as etcd_engine
-from mrs_client.move_store.embedded import EmbeddedMoveStore
-from mrs_client.move_store.etcd import EtcdMoveStore
 from mrs_client.move_store.records import BatchSettings
 from mrs_client.policy import (
     GuaranteeAnswer,

@@ -98,13 +98,13 @@ async def test_the_moves_of_a_process_hold_their_pages_within_its_budget(tmp_pat
     settings = replace(MOVER_SETTINGS, sync_page_bytes=2500, memory_budget=6000)
     env.budget = type(env.budget)(settings.memory_budget)
     seen: list[int] = []
-    env.nodes.before.append(lambda method, db, n: seen.append(env.budget.in_use))
+    env.nodes.before.append(lambda method, db, n: seen.append(env.budget.budget.in_use))
     record = await env.move(settings)
     env.assert_completed_equal(record)
     assert max(seen) > 0, "the budget was used"
     # a page's reservation (2 x 2,500) and at most one page beside it (three items of 1,007)
     assert max(seen) <= 6000 + 3 * 1007, max(seen)
-    assert env.budget.in_use == 0
+    assert env.budget.budget.in_use == 0
 
 
 async def test_a_move_that_fails_gives_back_what_it_held(tmp_path):
@@ -113,7 +113,7 @@ async def test_a_move_that_fails_gives_back_what_it_held(tmp_path):
     env.max_item_sizes = {"DB2": 1000}
     record = await env.move()
     assert record.state is MoveState.FAILED and record.step is MoveStep.INITIAL_SYNC
-    assert env.budget.in_use == 0
+    assert env.budget.budget.in_use == 0
 
 
 async def test_a_budget_smaller_than_one_page_still_moves_one_page_at_a_time(tmp_path):
@@ -122,4 +122,4 @@ async def test_a_budget_smaller_than_one_page_still_moves_one_page_at_a_time(tmp
     env.budget = type(env.budget)(settings.memory_budget)
     record = await env.move(settings)
     env.assert_completed_equal(record)
-    assert env.budget.in_use == 0
+    assert env.budget.budget.in_use == 0

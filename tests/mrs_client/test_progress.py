@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 from rich.console import Console
 
-from mrs_client.move_store import MoveRecord
+from mrs_client.move_store.interface import MoveRecord
 from mrs_client.policy import MoveState, MoveStep
 from mrs_client.progress import Progress
 

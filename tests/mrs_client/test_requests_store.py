@@ -10,7 +10,7 @@ import pytest
 
 from dag_common.model import Lsn, Position
 from mrs_client.item_limits import SkippedItem, SkipReason
-from mrs_client.move_store import MoveRecord
+from mrs_client.move_store.interface import MoveRecord
 from mrs_client.policy import MovePriority, MoveState, MoveStep
 from tests.mrs_client.fakes import SyncMoves
 

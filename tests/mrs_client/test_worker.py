@@ -10,8 +10,8 @@ import asyncio
 from dataclasses import replace
 from datetime import timedelta
 
-from mrs_client.move_store import BatchRecord
 from mrs_client.move_store.embedded import EmbeddedMoveStore
+from mrs_client.move_store.interface import BatchRecord
 from mrs_client.move_store.records import BatchSettings
 from mrs_client.policy import (
     GuaranteeAnswer,

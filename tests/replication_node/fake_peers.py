@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dag_common.clock import ManualClock
-from dag_common.cluster_store import ActivationCause
 from dag_common.cluster_store.embedded import EmbeddedClusterStore
+from dag_common.cluster_store.interface import ActivationCause
 from dag_common.config import ClusterConfig, parse_config
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport
 from replication_node.cluster.peers import BlockBufferKept, LastLogsCopied

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -157,3 +158,20 @@ def damage_middle_pages(path: Path, count: int = 3) -> int:
             f.seek(page * page_size)
             f.write(b"\xff" * 8)
     return pages
+
+
+def add_item_rows(path: Path, rows: int) -> None:
+    """`rows` small items written straight into the database file at `path` (one statement,
+    behind the content digest's back: a check run to its end calls the file damaged), to
+    make a file whose check takes a while, fast."""
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
+        "INSERT INTO items (mailbox, item_id, folder, subject, body, size, change_number, "
+        "deleted, commit_time) SELECT 'bulk', 'item' || i, 'Inbox', 'subject', "
+        "printf('%.*c', 100, 'x'), 100, i, 0, '' FROM n",
+        (rows,),
+    )
+    conn.commit()
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()

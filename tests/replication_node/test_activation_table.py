@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pytest
 
 from dag_common.clock import ManualClock
-from dag_common.cluster_store import ActivationCause
+from dag_common.cluster_store.interface import ActivationCause
 from dag_common.model import AutoDatabaseMountDial, CopyRole, CopyStatus, Position
 from replication_node.admin_api import ActivationAnswer, SwitchoverAnswer
 from replication_node.cluster.activation import Activation

@@ -14,15 +14,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dag_common.cluster_store import DirectoryEntry, MoveHold, RedeliveryRecord
 from dag_common.cluster_store.embedded import EmbeddedClusterStore
+from dag_common.cluster_store.engine import LeaseClock
 from dag_common.cluster_store.etcd import EtcdClusterStore
 from dag_common.cluster_store.etcd_gateway import EtcdGateway
+from dag_common.cluster_store.interface import DirectoryEntry, MoveHold, RedeliveryRecord
 from dag_common.incarnation import ActivationCause
 from dag_common.model import AutoDatabaseMountDial, FailoverPause
-from mrs_client.move_store import MoveRecord, MoveStore
 from mrs_client.move_store.embedded import EmbeddedMoveStore
 from mrs_client.move_store.etcd import EtcdMoveStore
+from mrs_client.move_store.interface import MoveRecord, MoveStore
 from mrs_client.policy import MoveState
 from replication_node.errors import ClusterStoreError, FailoverPaused, LeaseHeld
 from tests.cluster_harness import ROOT, free_port, serve_app, start_etcd, wait_until
@@ -449,7 +450,8 @@ def test_an_embedded_lease_from_another_boot_is_over(tmp_path):
         assert await store.renew_lease("DB1", "mbx1", 1, 3600)
         store.close()
         rebooted = EmbeddedClusterStore(tmp_path / "cluster.db")
-        rebooted._boot = "another boot"  # the machine started again: its clock began anew
+        # The machine started again: its clock began anew.
+        rebooted._leases = LeaseClock(rebooted._leases.monotonic, boot="another boot")
         assert await rebooted.lease("DB1") is None
         assert (await rebooted.set_active("DB1", "mbx2", expected_epoch=1)).epoch == 2
         rebooted.close()

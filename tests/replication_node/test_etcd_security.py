@@ -22,9 +22,10 @@ import pytest
 import yaml
 from aiohttp import web
 
-from dag_common.cluster_store import ClusterStore, open_cluster_store
+from dag_common.cluster_store import open_cluster_store
 from dag_common.cluster_store.etcd import EtcdClusterStore
 from dag_common.cluster_store.etcd_gateway import EtcdCredentials, EtcdGateway
+from dag_common.cluster_store.interface import ClusterStore
 from dag_common.config import ClusterConfig, parse_config
 from dag_common.errors import ConfigError
 from replication_node.errors import ClusterStoreError

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import pytest
 
 from dag_common.clock import ManualClock
-from dag_common.cluster_store import ActivationCause
+from dag_common.cluster_store.interface import ActivationCause
 from dag_common.model import CopyRole, CopyStatus, CopyStatusReport, FailoverPause
 from replication_node.cluster.activation import Activation
 from replication_node.cluster.failover import FailoverMonitor

@@ -63,10 +63,12 @@ async def test_puts_flags_moves_copies_and_expunges_number_as_imap_asks(tmp_path
     assert status(copy, "m")["Inbox"].unseen == 0
 
     # a move: new UIDs in the target, one operation; the source's items gone from it
-    _, moved, new_uids = await store.move_items("m", "Inbox", "Work", uids=[1])
+    _, moved, new_uids = await store.move_or_copy_items("m", "Inbox", "Work", copy=False, uids=[1])
     assert [r.item_id for r in moved] == ["a"] and new_uids == [1]
     assert [r.item_id for r in copy.folder_items("m", "Work")] == ["a"]
-    _, _copied, copy_uids = await store.copy_items("m", "Work", "Inbox", item_ids=["a"])
+    _, _copied, copy_uids = await store.move_or_copy_items(
+        "m", "Work", "Inbox", copy=True, item_ids=["a"]
+    )
     assert copy_uids == [4]  # the Inbox's next: a UID is never given twice
     clone = copy.folder_items("m", "Inbox")[-1]
     assert clone.item_id != "a" and clone.flags == (SEEN, "work")
@@ -99,9 +101,9 @@ async def test_puts_flags_moves_copies_and_expunges_number_as_imap_asks(tmp_path
         (lambda s: s.set_flags("m", "Inbox", uids=[99], add=[SEEN]), NotFound),
         (lambda s: s.set_flags("m", "Inbox", uids=[1], item_ids=["a"], add=[SEEN]), BadRequest),
         (lambda s: s.set_flags("m", "Inbox", uids=[1], add=[SEEN], replace=[]), BadRequest),
-        (lambda s: s.move_items("m", "Inbox", "Inbox", uids=[1]), BadRequest),
-        (lambda s: s.move_items("m", "Inbox", "Nope", uids=[1]), NotFound),
-        (lambda s: s.copy_items("m", "Nope", "Inbox", uids=[1]), NotFound),
+        (lambda s: s.move_or_copy_items("m", "Inbox", "Inbox", copy=False, uids=[1]), BadRequest),
+        (lambda s: s.move_or_copy_items("m", "Inbox", "Nope", copy=False, uids=[1]), NotFound),
+        (lambda s: s.move_or_copy_items("m", "Nope", "Inbox", copy=True, uids=[1]), NotFound),
         (lambda s: s.expunge("m", "Nope"), NotFound),
     ],
 )
@@ -182,15 +184,17 @@ async def test_a_move_is_an_expunge_of_its_source_since_its_modseq_on_every_copy
     for i in range(40):
         await store.put_items("m", [ItemIn(item_id=f"i{i}", body="b" * 500)])
     validity = status(copy, "m")["Inbox"].uidvalidity
-    _, _, first = await store.move_items("m", "Inbox", "Work", uids=[1, 2])
+    _, _, first = await store.move_or_copy_items("m", "Inbox", "Work", copy=False, uids=[1, 2])
     log = _logged(copy, [])
     for _ in range(3):  # the first move's generation into the file, the second's not
         await copy.roll(force=True)
     await copy.llr_settled()
     assert not copy.overlay.moved_out
     mark = status(copy, "m")["Inbox"].highest_modseq
-    await store.move_items("m", "Inbox", "Work", uids=[3])
-    await store.move_items("m", "Work", "Inbox", uids=first[:1])  # back in: a new UID there
+    await store.move_or_copy_items("m", "Inbox", "Work", copy=False, uids=[3])
+    await store.move_or_copy_items(
+        "m", "Work", "Inbox", copy=False, uids=first[:1]
+    )  # back in: a new UID there
     assert copy.overlay.moved_out
     assert copy.moved_out("m", validity, 0) == [1, 2, 3]
     assert copy.moved_out("m", validity, mark) == [3]
@@ -200,9 +204,9 @@ async def test_a_move_is_an_expunge_of_its_source_since_its_modseq_on_every_copy
     work = status(copy, "m")["Done"].uidvalidity
     assert copy.moved_out("m", work, 0) == first[:1]
     # a folder removed takes its records with it
-    await store.move_items("m", "Inbox", "Old", uids=[4])
+    await store.move_or_copy_items("m", "Inbox", "Old", copy=False, uids=[4])
     old = status(copy, "m")["Old"].uidvalidity
-    await store.move_items("m", "Old", "Inbox", uids=[1])
+    await store.move_or_copy_items("m", "Old", "Inbox", copy=False, uids=[1])
     assert copy.moved_out("m", old, 0) == [1]
     await store.delete_folder("m", "Old")
     assert copy.moved_out("m", old, 0) == []
@@ -263,9 +267,9 @@ def test_uid_next_never_goes_back_and_no_uid_is_given_twice(tmp_path_factory, st
             elif uids and kind == "flags":
                 await store.set_flags("m", folder, uids=uids, add=[DELETED])
             elif uids and kind == "move" and other != folder:
-                await store.move_items("m", folder, other, uids=uids)
+                await store.move_or_copy_items("m", folder, other, copy=False, uids=uids)
             elif uids and kind == "copy":
-                await store.copy_items("m", folder, other, uids=uids)
+                await store.move_or_copy_items("m", folder, other, copy=True, uids=uids)
             elif kind == "expunge":
                 await store.expunge("m", folder)
             for f in copy.folder_rows("m"):
@@ -294,7 +298,7 @@ def old_file(path, txns) -> None:
     for table, column in (
         ("mailboxes", "uidvalidity_next"), ("folders", "uidvalidity"), ("folders", "uid_next"),
         ("folders", "highest_modseq"), ("items", "uid"), ("items", "modseq"),
-        ("items", "flags"), ("items", "received"),
+        ("items", "flags"), ("items", "received"), ("items", "body_blob"),
     ):  # fmt: skip
         conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     conn.close()

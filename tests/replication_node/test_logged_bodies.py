@@ -30,7 +30,7 @@ async def test_a_staged_body_is_held_in_the_log_and_read_back_by_every_read(tmp_
     big, small = _body(300_000, "big"), "a small body"
     await store.put_items("m", [ItemIn(item_id="big", body=big)])
     await store.put_items("m", [ItemIn(item_id="small", body=small)])
-    await store.copy_items("m", "Inbox", "Inbox", item_ids=["big"])
+    await store.move_or_copy_items("m", "Inbox", "Inbox", copy=True, item_ids=["big"])
 
     # The overlay holds the large body's place, the small one's text (inline in its record).
     _, row = copy.overlay.items[("m", "big")]

@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 import pytest
 
 from dag_common.mailbox_answers import MailboxPlace
-from mrs_client.move_store import MoveRecord
 from mrs_client.move_store.embedded import EmbeddedMoveStore
+from mrs_client.move_store.interface import MoveRecord
 from replication_node.cli.mail_mix import mail_sizes
 from replication_node.cli.mailbox import batches, generated_items, generated_text, where_line
 from tests.cluster_harness import LocalCluster

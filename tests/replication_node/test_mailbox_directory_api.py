@@ -15,8 +15,8 @@ import pytest
 from dag_common.auth import bearer
 from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from dag_common.config import parse_config
-from mrs_client.move_store import MoveRecord
 from mrs_client.move_store.embedded import EmbeddedMoveStore
+from mrs_client.move_store.interface import MoveRecord
 from tests.cluster_harness import cluster_config, free_port
 from tests.replication_node.helpers import serving_node
 

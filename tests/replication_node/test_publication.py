@@ -17,8 +17,8 @@ import pytest
 
 from dag_common.backoff import wait_after
 from dag_common.clock import ManualClock
-from dag_common.cluster_store import ActivationCause
 from dag_common.cluster_store.embedded import EmbeddedClusterStore
+from dag_common.cluster_store.interface import ActivationCause
 from replication_node.active.publication import (
     STORE_RETRY_FIRST,
     STORE_RETRY_LONGEST,

@@ -18,6 +18,7 @@ from replication_node.log.logfile import closed_log_name, verify_closed
 from replication_node.log.operations import PutItem
 from replication_node.log.spanning import BodyParts
 from replication_node.passive.replayer import read_batch
+from replication_node.storage.body_parts import BODY_TEXT
 from replication_node.storage.database import Database
 from tests.replication_node.helpers import mount
 
@@ -76,8 +77,12 @@ async def test_a_staged_body_replayed_is_counted_from_its_bytes_and_stored_as_th
         stored = dict(
             (item_id, (kind, body, size))
             for item_id, kind, body, size in conn.execute(
-                "SELECT item_id, typeof(body), body, size FROM items WHERE deleted = 0"
+                f"SELECT item_id, typeof({BODY_TEXT}), {BODY_TEXT}, size FROM items"
+                " WHERE deleted = 0"
             )
         )
+        # the large one's bytes in the row's last column, a BLOB (`body_parts.py`)
+        where = dict(conn.execute("SELECT item_id, typeof(body_blob) FROM items"))
     for item_id, body in bodies.items():
         assert stored[item_id] == ("text", body, len(body.encode())), item_id
+    assert where == {"latin": "null", "ascii": "null", "small": "null", "large": "blob"}

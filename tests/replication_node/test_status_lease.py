@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from dag_common.cluster_store import ActiveRecord, LeaseRecord
+from dag_common.cluster_store.interface import ActiveRecord, LeaseRecord
 from replication_node.cli.status import StoreView, lease_line
 
 NOW = datetime(2026, 11, 23, tzinfo=UTC)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from dag_common.clock import ManualClock
-from dag_common.cluster_store import ActivationCause
+from dag_common.cluster_store.interface import ActivationCause
 from dag_common.model import CopyRole, CopyStatus
 from replication_node.admin_api import SwitchoverAnswer
 from replication_node.cluster.switchover import (

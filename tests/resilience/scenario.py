@@ -32,7 +32,8 @@ import pytest
 
 from dag_common.config import load_config
 from dag_common.model import GuaranteeStatus
-from mrs_client.move_store import MoveRecord, MoveStore, open_move_store
+from mrs_client.move_store import open_move_store
+from mrs_client.move_store.interface import MoveRecord, MoveStore
 from mrs_client.policy import MoveStep
 from tests.cluster_harness import THREE_NODES, LocalCluster, wait_until
 from tests.mrs_client.e2e import live, shorten_guarantee_waits

@@ -1,0 +1,229 @@
+"""A message written as its bytes, staged into the log as they arrive (issue 52): the request
+read a part at a time and each part handed to the log writer (`LogStream.stage`, each part
+going on with the body staged so far), its size, SHA-256 and UTF-8 check counted as it
+goes, so that a large message is never held whole on the active.
+
+Why: read whole before it was staged, a 30 MiB message cost the node its bytes at the edge
+for as long as the upload and the staging took, beside the block feed's copies of the
+parts just written (bench/README.md, memory).  Here it holds two parts (`PART`): the one
+being staged and the one being read.
+
+What the log holds is what the route wrote before, byte for byte (`rfc822.py`): a message
+that is UTF-8 as its bytes (`MESSAGE`), else its bytes read as Latin-1 in UTF-8
+(`MESSAGE_8BIT`).  Which one is known only at the end, so the parts are staged as they came
+while every byte staged is ASCII (the same bytes either way), or UTF-8 (nearly all mail).  A
+message found not UTF-8 once every byte before is ASCII goes on as 8-bit, each part
+converted; one found not UTF-8 after non-ASCII UTF-8 bytes were staged (rare: a UTF-8 part
+and a Latin-1 one in one message) is staged again, converted, from its parts read back from
+the log (`_again`), and the first staging aborted.
+
+A part is checked (a header field first, UTF-8 with its successor known) before it is
+staged, and every failure (the client gone, 413, 400, the log closing) aborts what was
+staged: nothing of it is ever committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import hashlib
+from dataclasses import dataclass
+
+from dag_common.counted_text import CountedText, known
+from dag_common.errors import BadRequest, RequestTooLarge
+from dag_common.http_body import bytes_and_mib
+from dag_common.rfc822 import BodyFormat, is_message, subject_of
+from replication_node.active.copy import ActiveCopy
+from replication_node.active.logged_bodies import LogBodies
+from replication_node.log.spanning import BlobRef
+
+PART = 1 << 20  # bytes staged at a time (two held: one staged, one read)
+# The message's first bytes kept to read its subject from (`rfc822.subject_of`, which reads
+# the header section up to its first CRLF CRLF, else its first LF LF): kept until a CRLF CRLF
+# is in them, or this many.  A header section longer than this is read as far as it goes.
+HEAD_MOST = 1 << 20
+_CHECK_SLICE = 64 * 1024  # a UTF-8 check's slice (`counted_text`'s)
+
+
+@dataclass(frozen=True)
+class StagedMessage:
+    """A message staged whole: its body as the store counts it (no text, no bytes: they
+    are in the log under `ref`), its format and subject, and the SHA-256 of its bytes."""
+
+    ref: BlobRef
+    body: CountedText
+    format: BodyFormat
+    subject: str
+    sha256: str
+
+
+def _latin_1_as_utf8(part: memoryview) -> bytes:
+    """A part's bytes read as Latin-1, in UTF-8 (each byte a character: parts convert alone)."""
+    return str(part, "latin-1").encode("utf-8")
+
+
+class MessageStager:
+    """Stages one message's bytes into `copy`'s log as they are `add`ed (see the module)."""
+
+    def __init__(self, copy: ActiveCopy, *, max_item_size: int, database: str) -> None:
+        self._copy = copy
+        self._max = max_item_size
+        self._database = database
+        self._buffers = (bytearray(PART), bytearray(PART))  # filled in turn, never resized
+        self._which = 0
+        self._fill = 0
+        self._staging: asyncio.Task[BlobRef] | None = None
+        self._ref: BlobRef | None = None  # the body staged so far
+        self._parts = 0
+        self._size = 0  # bytes of the message read
+        self._stored = 0  # bytes of the body staged (its UTF-8)
+        self._message_sha = hashlib.sha256()
+        self._body_sha: hashlib._Hash | None = None  # 8-bit: the UTF-8's, apart
+        self._decoder = codecs.getincrementaldecoder("utf-8")()
+        self._ascii = True  # every byte staged so far is ASCII
+        self._eight_bit = False
+        self._head = bytearray()
+        self._head_done = False
+
+    async def add(self, data: bytes | bytearray) -> None:
+        """The message's next bytes (RequestTooLarge once the message is over the
+        max_item_size: its body is at least its bytes)."""
+        self._size += len(data)
+        if self._size > self._max:
+            raise RequestTooLarge(
+                f"the message is over the max_item_size of {self._database}, "
+                f"{bytes_and_mib(self._max)} (refused after {self._size} bytes); nothing "
+                "written",
+                {"max_item_size": self._max, "item_size": self._size},
+            )
+        self._keep_head(data)
+        view = memoryview(data)
+        while view:
+            if self._fill == PART:  # full, and more comes: it is not the last
+                await self._stage_part(final=False)
+            n = min(PART - self._fill, len(view))
+            self._buffers[self._which][self._fill : self._fill + n] = view[:n]
+            self._fill += n
+            view = view[n:]
+
+    def _keep_head(self, data: bytes | bytearray) -> None:
+        if self._head_done:
+            return
+        seen = len(self._head)
+        self._head += data[: HEAD_MOST - seen]
+        at = self._head.find(b"\r\n\r\n", max(0, seen - 3))
+        if at >= 0:
+            del self._head[at + 4 :]
+        self._head_done = at >= 0 or len(self._head) >= HEAD_MOST
+
+    async def finish(self) -> StagedMessage:
+        """The message staged whole, once its last bytes are (BadRequest for a body that is
+        not a message; RequestTooLarge for an item over the max_item_size)."""
+        await self._stage_part(final=True)
+        assert self._staging is not None
+        self._ref = await self._staging
+        self._staging = None
+        subject = subject_of(bytes(self._head))
+        size = len(subject.encode("utf-8")) + self._stored
+        if size > self._max:
+            raise RequestTooLarge(
+                f"the item is {size} bytes (its subject and body in UTF-8), over the "
+                f"max_item_size of {self._database}, {bytes_and_mib(self._max)}; nothing "
+                "written",
+                {"max_item_size": self._max, "item_size": size},
+            )
+        message_sha = self._message_sha.hexdigest()
+        body_sha = message_sha if self._body_sha is None else self._body_sha.hexdigest()
+        fmt = BodyFormat.MESSAGE_8BIT if self._eight_bit else BodyFormat.MESSAGE
+        body = known("", utf8_size=self._stored, sha256=body_sha)
+        return StagedMessage(self._ref, body, fmt, subject, message_sha)
+
+    async def abort(self) -> None:
+        """Abort what was staged (the write failed or was refused): no commit will use it."""
+        if self._staging is not None:
+            with contextlib.suppress(Exception):  # its answer names the body to abort
+                self._ref = await self._staging
+            self._staging = None
+        if self._ref is not None:
+            await self._copy.abort_staged([self._ref])
+            self._ref = None
+
+    async def _stage_part(self, *, final: bool) -> None:
+        """Check the part read and hand it to the writer, once the one before is staged."""
+        buffer = self._buffers[self._which]
+        part = memoryview(buffer)[: self._fill]
+        if self._parts == 0 and not is_message(bytes(part[:1000])):
+            raise BadRequest(
+                "the body is not an RFC 5322 message: it does not begin with a header field"
+            )
+        plain = (buffer if len(part) == PART else part.tobytes()).isascii()
+        if not self._eight_bit and not self._utf8(part, plain=plain, final=final):
+            if self._ascii:  # every byte staged is ASCII: the same bytes as 8-bit
+                self._body_sha = self._message_sha.copy()
+            else:
+                await self._again()
+            self._eight_bit = True
+        self._message_sha.update(part)
+        if self._eight_bit:
+            data: bytes | memoryview = _latin_1_as_utf8(part)
+            assert self._body_sha is not None
+            self._body_sha.update(data)
+        else:
+            data = part
+            self._ascii = self._ascii and plain
+        await self._staged_so_far()
+        self._stored += len(data)
+        if self._stored > self._max:
+            raise RequestTooLarge(
+                f"the message's body is over the max_item_size of {self._database}, "
+                f"{bytes_and_mib(self._max)} (refused after {self._stored} bytes of it); "
+                "nothing written",
+                {"max_item_size": self._max, "item_size": self._stored},
+            )
+        self._start(data)
+        self._which ^= 1
+        self._fill = 0
+
+    def _start(self, data: bytes | memoryview) -> None:
+        continues = None if self._ref is None else self._ref.id
+        self._staging = asyncio.ensure_future(self._copy.stage(data, continues=continues))
+        self._parts += 1
+
+    async def _staged_so_far(self) -> None:
+        if self._staging is not None:
+            self._ref = await self._staging
+            self._staging = None
+
+    def _utf8(self, part: memoryview, *, plain: bool, final: bool) -> bool:
+        """Whether the message is UTF-8 so far (`final`: and ends with `part`)."""
+        try:
+            if self._decoder.getstate()[0] or not plain:  # plain: ASCII
+                for start in range(0, len(part), _CHECK_SLICE):
+                    self._decoder.decode(part[start : start + _CHECK_SLICE])
+            if final:
+                self._decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            return False
+        return True
+
+    async def _again(self) -> None:
+        """The parts staged so far staged again as 8-bit (their bytes read as Latin-1, in
+        UTF-8), read back from the log, and the first staging aborted."""
+        await self._staged_so_far()
+        first = self._ref
+        assert first is not None
+        stream = self._copy.stream
+        await stream.roll()  # its batch settles: every generation of the parts has its name
+        parts = LogBodies(stream.log_dir).parts(first, stream.generation)
+        self._ref, self._stored = None, 0
+        self._body_sha = hashlib.sha256()
+        try:
+            while (chunk := await asyncio.to_thread(next, parts, None)) is not None:
+                data = _latin_1_as_utf8(memoryview(chunk))
+                self._body_sha.update(data)
+                self._stored += len(data)
+                self._start(data)
+                await self._staged_so_far()
+        finally:
+            await self._copy.abort_staged([first])

@@ -1,0 +1,100 @@
+"""A message staged into the log as its bytes arrive (`active/message_staging.py`): real
+files, a real active copy, logs of 256 KiB so that a 3 MiB message spans a dozen
+generations and several parts.  The body committed is what the message's bytes make of it
+(`rfc822.counted_message`), for UTF-8, 8-bit after ASCII and 8-bit after non-ASCII UTF-8
+(staged again from the log), and survives a crash; a refused one is aborted; a part that
+goes on with a body aborted meanwhile is refused (`LogStream.stage(continues=)`)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from dag_common.errors import BadRequest, RequestTooLarge
+from dag_common.rfc822 import BodyFormat, body_of_message
+from dag_common.store_api import ItemIn
+from replication_node.active.mailbox_store import MailboxStore
+from replication_node.errors import StagedBodyLost
+from tests.replication_node.helpers import mount
+
+MiB = 1 << 20
+LOGS = 256 * 1024
+HEAD = b"Subject: =?utf-8?q?caf=C3=A9?=\r\nTo: a@example.org\r\n\r\n"
+UTF8 = "Grüße, 测试 ✓ café\r\n".encode()
+LATIN = b"cr\xe8me br\xfbl\xe9e\r\n"
+
+
+def made(first: bytes, size: int, then: bytes = b"") -> bytes:
+    out = HEAD + first * ((size - len(HEAD)) // len(first))
+    return out + then * (MiB // max(1, len(then))) if then else out
+
+
+MESSAGES = {
+    "ascii": made(b"0123456789abcdef" * 4 + b"\r\n", 3 * MiB),
+    "utf8": made(UTF8, 3 * MiB),
+    "late8": made(b"x" * 70 + b"\r\n", 2 * MiB + 777, LATIN),
+    "mixed": made(UTF8, 2 * MiB + 777, LATIN),
+    "small": HEAD + LATIN,
+}
+
+
+async def staged_write(store: MailboxStore, item_id: str, raw: bytes, step: int) -> str:
+    stager = store.message_stager(max_item_size=36 * MiB, database="DB1")
+    for at in range(0, len(raw), step):
+        await stager.add(raw[at : at + step])
+    staged = await stager.finish()
+    item = ItemIn(item_id=item_id).model_copy(
+        update={"body": staged.body, "format": staged.format, "subject": staged.subject}
+    )
+    await store.put_items("m", [item], staged={0: staged.ref})
+    return staged.sha256
+
+
+@pytest.mark.parametrize("name", sorted(MESSAGES))
+async def test_a_message_staged_as_it_arrives_is_its_bytes(tmp_path, name):
+    copy = await mount(tmp_path, log_file_size=LOGS)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    raw = MESSAGES[name]
+    sha256 = await staged_write(store, "m1", raw, step=65_536 + 13)
+    assert sha256 == hashlib.sha256(raw).hexdigest()
+    text, fmt = body_of_message(raw)
+    row = copy.item("m", "m1")
+    assert (row.body == text, row.format, row.subject) == (True, fmt, "café")
+    eight_bit = name in ("late8", "mixed", "small")
+    assert fmt is (BodyFormat.MESSAGE_8BIT if eight_bit else BodyFormat.MESSAGE)
+    await copy.roll()
+    assert copy.stream.pending_bodies == []  # the first staging of "mixed" was aborted
+    await copy.crash_close()
+    copy = await mount(tmp_path, log_file_size=LOGS, create=False)
+    assert copy.item("m", "m1").body == text
+    await copy.crash_close()
+
+
+async def test_a_refused_message_is_aborted_and_a_lost_body_takes_no_more_parts(tmp_path):
+    copy = await mount(tmp_path, log_file_size=LOGS)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    stager = store.message_stager(max_item_size=2 * MiB, database="DB1")
+    await stager.add(MESSAGES["ascii"][: MiB + 10])  # one part staged
+    with pytest.raises(RequestTooLarge):
+        await stager.add(MESSAGES["ascii"][MiB + 10 :])
+    await stager.abort()
+    stager = store.message_stager(max_item_size=2 * MiB, database="DB1")
+    with pytest.raises(BadRequest):
+        await stager.add(b"no header here" * 100_000)
+    await stager.abort()
+    assert copy.stream.pending_bodies == []
+
+    ref = await copy.stage(b"x" * 100_000)
+    await copy.abort_staged([ref])
+    with pytest.raises(StagedBodyLost):
+        await copy.stage(b"y" * 1000, continues=ref.id)
+    part = await copy.stage(b"z" * 50_000)
+    whole = await copy.stage(b"z" * 70_000, continues=part.id)
+    assert (whole.id, whole.size) == (part.id, 120_000)
+    await copy.abort_staged([whole])
+    await copy.roll()
+    assert copy.stream.pending_bodies == [] and copy.items("m") == []
+    await copy.crash_close()
