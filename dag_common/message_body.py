@@ -23,8 +23,14 @@ import asyncio
 import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import BinaryIO
 
 SLICE = 256 * 1024  # bytes sent at a time: asyncio's buffer holds one at most
+# A file's slice is read in pieces of this many bytes (one trip to a thread for the slice):
+# under the allocator's mmap threshold (`dag_common.memory`), each comes from the heap, whose
+# pages are reused, rather than a fresh mapping faulted in page by page and unmapped once
+# sent (four a MiB at 256 KiB, about 0.6 ms of the sender's CPU, issue 49).
+PIECE = 64 * 1024
 DIGEST_HEADER = "X-Message-SHA256"
 
 
@@ -59,12 +65,13 @@ class MessageBody:
     async def _from_file(self, path: Path) -> AsyncIterator[bytes]:
         with open(path, "rb", buffering=0) as f:  # its reads: in a thread, below
             while self._count < self.size:
-                part = await asyncio.to_thread(f.read, min(SLICE, self.size - self._count))
-                if not part:
+                parts = await asyncio.to_thread(_read, f, min(SLICE, self.size - self._count))
+                for part in parts:
+                    self._sent.update(part)
+                    self._count += len(part)
+                    yield part
+                if not parts:
                     raise BodyChanged(f"{path} ended after {self._count} of {self.size} bytes")
-                self._sent.update(part)
-                self._count += len(part)
-                yield part
 
     def check(self, answered: str | None) -> str | None:
         """Why the node's answer does not match what was sent (None: it does, or the node
@@ -77,3 +84,12 @@ class MessageBody:
         if answered.lower() != sent:
             return f"the node stored a message of SHA-256 {answered}, not {sent} as sent"
         return None
+
+
+def _read(f: BinaryIO, size: int) -> list[bytes]:
+    """Up to `size` bytes of `f`, in pieces of PIECE (fewer at its end; none past it)."""
+    parts: list[bytes] = []
+    while size > 0 and (part := f.read(min(PIECE, size))):
+        parts.append(part)
+        size -= len(part)
+    return parts

@@ -22,15 +22,23 @@ from dag_common.clock import Clock, sleep_unless
 from dag_common.model import Position
 from replication_node.log.events import AtPosition
 
+# Bytes a group commit's block keeps free in front of its data (`Block.room`), for a
+# sender's frame header (`shipping/frames.py`): sent as one message without a copy of it.
+FRAME_ROOM = 32
+
 
 @dataclass(frozen=True, slots=True)
 class Block(AtPosition):
     """Bytes made durable in the log at `position` (its generation's file, at an offset);
-    `closed`: these are the roll's last bytes, the generation is closed after them."""
+    `closed`: these are the roll's last bytes, the generation is closed after them.
+    `room`: when given, the buffer `data` views, FRAME_ROOM bytes past its start (the writer
+    joins a group commit's records there once: a sender writes its header in front of them
+    instead of copying a megabyte into a frame of its own, issue 49)."""
 
     position: Position
-    data: bytes
+    data: bytes | memoryview
     closed: bool = False
+    room: bytearray | None = None
 
     @property
     def end(self) -> int:

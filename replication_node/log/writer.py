@@ -87,7 +87,7 @@ from dag_common.clock import Clock
 from dag_common.model import Lsn, Position, RollCause
 from replication_node.errors import LogSequenceError, StagedBodyLost
 from replication_node.log import logfile, spanning
-from replication_node.log.blocks import Block
+from replication_node.log.blocks import FRAME_ROOM, Block
 from replication_node.log.events import (
     ClosedGeneration,
     Committed,
@@ -355,10 +355,15 @@ class OpenLogWriter:
 
         def flush() -> None:
             if buf:
-                data = b"".join(buf)
+                room = bytearray(FRAME_ROOM + sum(map(len, buf)))  # joined once, with room
+                at, view = FRAME_ROOM, memoryview(room)
+                for piece in buf:
+                    view[at : at + len(piece)] = piece
+                    at += len(piece)
+                data = view[FRAME_ROOM:]
                 write_all(self._fd, data, self._files)
                 self._unsynced = True
-                self.blocks.append(Block(self._at(self._offset - len(data)), data))
+                self.blocks.append(Block(self._at(self._offset - len(data)), data, room=room))
                 buf.clear()
 
         def append(record: bytes | list[bytes | memoryview]) -> int:

@@ -54,6 +54,37 @@ class BufferMismatch(BlockProtocolError):
     another epoch): it is discarded."""
 
 
+@dataclass(frozen=True)
+class Taken:
+    """A closed generation as block mode received it: its bytes, and the file they were read
+    from, named by its device and inode as read (a link to it is known to be that file)."""
+
+    data: bytes
+    path: Path
+    file_id: tuple[int, int]
+
+    @classmethod
+    def read(cls, path: Path) -> Taken:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            return cls(f.read(), path, (st.st_dev, st.st_ino))
+
+    def link(self, to: Path) -> bool:
+        """Give the file the name `to` as well (a hard link), rather than writing its bytes
+        again: they are on disk already, fsync'd block by block as they came, and a closed
+        buffer is never written to.  False, and nothing left at `to`, if that cannot be done
+        (released or replaced since it was read, `to` taken, another file system)."""
+        try:
+            os.link(self.path, to)
+        except OSError:
+            return False
+        st = os.stat(to)
+        if (st.st_dev, st.st_ino) != self.file_id:
+            to.unlink(missing_ok=True)
+            return False
+        return True
+
+
 _PARTIAL = re.compile(r"^E([0-9A-F]{8})-(\d+)\.partial$")
 
 
@@ -109,7 +140,7 @@ class BlockReceiver:
 
     # ---- what the copier asks --------------------------------------------------------------
 
-    async def take(self, generation: int, wait: float) -> bytes | None:
+    async def take(self, generation: int, wait: float) -> Taken | None:
         """The closed `generation` as received in block mode, or None (fetch it): waits up
         to `wait` seconds for it to close when it is the one being received."""
         path = self._dir / closed_log_name(generation)
@@ -118,7 +149,7 @@ class BlockReceiver:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), wait)
         try:
-            return await asyncio.to_thread(path.read_bytes)
+            return await asyncio.to_thread(Taken.read, path)
         except FileNotFoundError:
             return None
 

@@ -72,7 +72,7 @@ from replication_node.storage.paths import CopyPaths
 
 if TYPE_CHECKING:
     from replication_node.metrics import CopyMetrics
-    from replication_node.passive.blocks import BlockReceiver
+    from replication_node.passive.blocks import BlockReceiver, Taken
 
 # How long the copier waits for block mode to finish receiving a generation the active just
 # closed, before it fetches it instead.
@@ -249,7 +249,7 @@ class Copier:
             return
         async with self._copying:
             for generation in missing:
-                data = await self._fetch(generation)
+                data, _ = await self._fetch(generation)
                 await asyncio.to_thread(self._keep_required, generation, data)
         self._required_from = 0
         logger.info(
@@ -390,38 +390,39 @@ class Copier:
         """A closed generation fetched and written into Inspector: the fetches of a window
         write their files side by side (their fsyncs overlap), inspection follows in order.
         Cancelled while its file is being written, the file goes once it is."""
-        data = await self._fetch(generation)
+        data, taken = await self._fetch(generation)
         if self._metrics is not None:
             self._metrics.copied(len(data))
-        write = asyncio.ensure_future(asyncio.to_thread(self._write, generation, data))
+        write = asyncio.ensure_future(asyncio.to_thread(self._write, generation, data, taken))
         try:
             return data, await asyncio.shield(write)
         except asyncio.CancelledError:
             write.add_done_callback(_drop_written)
             raise
 
-    async def _fetch(self, generation: int) -> bytes:
-        """A closed generation: as block mode received it, else from the active's share."""
+    async def _fetch(self, generation: int) -> tuple[bytes, Taken | None]:
+        """A closed generation: as block mode received it (and its file), else fetched."""
         if self._blocks is not None:
-            data = await self._blocks.take(generation, wait=_BLOCK_CLOSE_WAIT)
-            if data is not None:
-                return data
-        return await self._source.fetch(generation)
+            taken = await self._blocks.take(generation, wait=_BLOCK_CLOSE_WAIT)
+            if taken is not None:
+                return taken.data, taken
+        return await self._source.fetch(generation), None
 
     def _stage(self, generation: int, data: bytes, origin: str | None = None) -> InspectedLog:
         """Write a copied generation into Inspector (fsync'd) and inspect it (worker thread)."""
         return self._inspect_staged(generation, data, self._write(generation, data), origin)
 
-    def _write(self, generation: int, data: bytes) -> Path:
+    def _write(self, generation: int, data: bytes, taken: Taken | None = None) -> Path:
         """Write a copied generation into Inspector, fsync'd, under a name of its own (worker
         thread): a write whose fetch was cancelled may still be running when the generation
-        is fetched again, and must not write into the file that one inspects.  A file left
-        there by a crash (or by such a write) is deleted on start."""
+        is fetched again, and must not write into the file that one inspects (deleted on
+        start if a crash left it).  Block mode's file (`taken`) is linked there instead."""
         written = self._paths.inspector / f"{closed_log_name(generation)}.{next(self._writes)}"
-        with open(written, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        if taken is None or not taken.link(written):
+            with open(written, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
         return written
 
     def _inspect_staged(

@@ -117,9 +117,8 @@ async def serve_blocks(
                 continue
             if block.generation != generation or block.offset != end:
                 continue  # written before the prefix was read: the prefix holds it
-            await ws.send_bytes(
-                encode_frame(Frame(FrameKind.DATA, block.generation, block.offset, block.data))
-            )
+            frame = Frame(FrameKind.DATA, block.generation, block.offset, block.data)
+            await ws.send_bytes(encode_frame(frame, room=block.room))  # no copy of the data
             crc, end = crc32c.crc32c(block.data, crc), block.end
             if block.closed:
                 await ws.send_bytes(encode_frame(Frame(FrameKind.CLOSED, generation, end, crc=crc)))

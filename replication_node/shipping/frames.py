@@ -24,6 +24,7 @@ import crc32c
 
 from dag_common.model import Position
 from replication_node.errors import LogFormatError
+from replication_node.log.blocks import FRAME_ROOM
 
 
 class BlockProtocolError(LogFormatError):
@@ -40,6 +41,7 @@ class FrameKind(IntEnum):
 
 _FRAME = struct.Struct("!BQQII")
 FRAME_HEADER = _FRAME.size
+assert FRAME_HEADER <= FRAME_ROOM, "a block's room holds a frame's header"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +59,17 @@ class Frame:
         return Position(self.generation, self.offset)
 
 
-def encode_frame(frame: Frame) -> bytes:
+def encode_frame(frame: Frame, room: bytearray | None = None) -> bytes | memoryview:
+    """The frame's bytes.  `room`: a buffer whose bytes past FRAME_ROOM are the payload
+    (`log.blocks.Block.room`): the header is written in front of them there and the frame
+    is a view of it, not a copy of the payload (the same header for every follower)."""
     crc = crc32c.crc32c(frame.payload) if frame.kind is not FrameKind.CLOSED else frame.crc
     head = _FRAME.pack(frame.kind, frame.generation, frame.offset, len(frame.payload), crc)
-    return head + frame.payload
+    if room is None or len(room) != FRAME_ROOM + len(frame.payload):
+        return head + frame.payload
+    start = FRAME_ROOM - FRAME_HEADER
+    room[start:FRAME_ROOM] = head
+    return memoryview(room)[start:]
 
 
 def decode_frame(data: bytes) -> Frame:

@@ -15,6 +15,7 @@ from replication_node.cluster.mount_policy import synchronously_held
 from replication_node.errors import SynchronousCopiesMissing
 from replication_node.log.blocks import BlockFeed
 from replication_node.log.logfile import closed_log_name
+from replication_node.passive.blocks import Taken
 from replication_node.shipping.frames import (
     BlockProtocolError,
     Frame,
@@ -394,3 +395,48 @@ async def test_a_copy_may_follow_a_generation_nothing_of_which_is_durable_yet(tm
             await channel.close()
     finally:
         await share.close()
+
+
+def test_a_generation_taken_from_block_mode_is_linked_into_inspector_not_written_again(tmp_path):
+    """The copier gives block mode's closed file a second name (its bytes fsync'd block by
+    block already) rather than writing a megabyte again; a file released or replaced since
+    it was read is not linked (the copier then writes the bytes it read)."""
+    blocks, inspector = tmp_path / "Blocks", tmp_path / "Inspector"
+    blocks.mkdir()
+    inspector.mkdir()
+    received = blocks / closed_log_name(7)
+    received.write_bytes(b"generation 7 as received")
+    taken = Taken.read(received)
+    assert taken.data == b"generation 7 as received"
+    assert taken.link(inspector / "a")
+    assert (inspector / "a").stat().st_ino == received.stat().st_ino
+    assert (inspector / "a").read_bytes() == taken.data
+    assert not taken.link(inspector / "a"), "a name taken is not replaced"
+
+    replaced = tmp_path / "other"
+    replaced.write_bytes(b"another file")
+    replaced.replace(received)
+    assert not taken.link(inspector / "b") and not (inspector / "b").exists()
+    received.unlink()
+    assert not taken.link(inspector / "c") and not (inspector / "c").exists()
+
+
+async def test_a_group_commit_is_framed_in_the_writers_own_buffer_not_copied(share):
+    """The writer joins a group commit's records once, with room in front of them for a
+    frame's header: the DATA frame block mode sends is a view of that buffer, the same
+    bytes as a frame made by copying them."""
+    feed = share.active.copy.stream.feed
+    _, _, sequence = feed.position()
+    await share.write(0, 3)
+    block = None
+    async for block in feed.follow(sequence, idle=0.5):
+        if block is None or block.room is not None:
+            break
+    assert block is not None, "a group commit's block was published"
+    copied = encode_frame(Frame(FrameKind.DATA, block.generation, block.offset, bytes(block.data)))
+    frame = encode_frame(
+        Frame(FrameKind.DATA, block.generation, block.offset, block.data), room=block.room
+    )
+    assert isinstance(frame, memoryview) and frame.obj is block.room
+    assert frame == copied
+    assert decode_frame(bytes(frame)).payload == block.data

@@ -9,7 +9,8 @@ import asyncio
 
 import pytest
 
-from transport.data_reader import pieces
+from dag_common.memory import MMAP_THRESHOLD
+from transport.data_reader import MOST, pieces
 
 NEXT = b"MAIL FROM:<a@x>\r\n"  # a client's next command, pipelined behind the end
 
@@ -70,3 +71,15 @@ async def test_a_stream_that_ends_before_the_end_is_an_incomplete_read():
     for stream in (b"", b"abc\r\n", b"abc\r\n.", b"abc\r\n.\r"):
         with pytest.raises(asyncio.IncompleteReadError):
             await read(stream, [], 1 << 16)
+
+
+async def test_a_large_content_arriving_in_large_reads_comes_in_pieces_of_at_most_most():
+    """A reader holding far more than a piece (its socket's reads arrive faster than it is
+    read): each piece is at most MOST bytes, under the allocator's mmap threshold, however
+    much the reader offers at once; the bytes are the content all the same."""
+    content = b"".join(b"%07d" % n + b"x" * 66 + b"\r\n" for n in range(20_000))  # 1.5 MB
+    stream = content + b".\r\n" + NEXT
+    part = 256 * 1024
+    got, left = await read(stream, list(range(part, len(stream), part)), 1 << 16)
+    assert b"".join(got) == content and left == NEXT
+    assert max(map(len, got)) <= MOST < MMAP_THRESHOLD
