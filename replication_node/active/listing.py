@@ -149,6 +149,8 @@ def items_page(
                              page.complete)  # fmt: skip
     held = [row for (m, _), (_, row) in overlay.items.items() if m == mailbox]
     merged = merged_page(page, held, since_change, limit, max_bytes, bodies)
+    # The file's rows past the cut let go of before an overlay row's body is read back.
+    del page
     own = {row.item_id for row in held}
     fill = with_body if bodies else without_body
     return ItemsPage(

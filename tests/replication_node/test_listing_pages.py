@@ -13,12 +13,13 @@ import tempfile
 import uuid
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dag_common.model import Position
 from dag_common.store_api import ItemIn
-from replication_node.active.listing import items_page
+from replication_node.active.listing import items_page, merged_page
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.log import operations as ops
 from replication_node.log.events import Transaction
@@ -165,3 +166,46 @@ def test_paging_through_file_and_overlay_gives_every_change_once_in_order(
 def _same(row: ItemRow) -> ItemRow:
     """An overlay row with its body: these hold it in memory (none was staged in a log)."""
     return row
+
+
+def _row(item: str, cn: int, size: int) -> ItemRow:
+    return ItemRow("m", item, "Inbox", "", "", size, cn, False, "")
+
+
+# The file's page after change 0 (a, c, e; `b` there superseded by the overlay's `b`), the
+# overlay's rows (b at 4, d at 6, f at 9): the merged page, cut by the bound.
+FILE = [_row("a", 1, 100), _row("b", 2, 100), _row("c", 3, 100), _row("e", 7, 100)]
+HELD = [_row("b", 4, 500), _row("d", 6, 500), _row("f", 9, 500)]
+
+
+@pytest.mark.parametrize(
+    ("complete", "limit", "max_bytes", "items", "through", "done"),
+    [
+        # the file's page complete: every overlay row merged, none past the bound
+        (True, 10, None, ["a", "c", "b", "d", "e", "f"], 9, True),
+        # cut at the overlay's row that reaches the bound (100 + 100 + 500)
+        (True, 10, 600, ["a", "c", "b"], 4, False),
+        # cut at a file's row: the overlay's next one waits for the next page
+        (True, 10, 150, ["a", "c"], 3, False),
+        # cut by count over both
+        (True, 4, None, ["a", "c", "b", "d"], 6, False),
+        # the file's page cut at 7: the overlay's row at 9 belongs to a later page
+        (False, 10, None, ["a", "c", "b", "d", "e"], 7, False),
+        # the bound reached with the last row of a complete merge: nothing after it
+        (True, 10, 1800, ["a", "c", "b", "d", "e", "f"], 9, True),
+    ],
+)
+def test_a_merged_page_is_cut_after_the_row_that_reaches_its_bound(
+    complete: bool,
+    limit: int,
+    max_bytes: int | None,
+    items: list[str],
+    through: int,
+    done: bool,
+) -> None:
+    page = merged_page(ItemsPage(FILE, 7, complete), HELD, 0, limit, max_bytes, True)
+    assert ([r.item_id for r in page.items], page.through, page.complete) == (
+        items,
+        through,
+        done,
+    )
