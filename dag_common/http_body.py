@@ -30,6 +30,7 @@ item's peak: three times its size with either, twice here, measured; orjson pars
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -42,6 +43,7 @@ from aiohttp.web_urldispatcher import _default_expect_handler  # aiohttp's 100 C
 from dag_common.config import MIB, ClusterConfig
 from dag_common.counted_text import CountedText
 from dag_common.errors import BadRequest, BodyIncomplete, RequestTooLarge
+from dag_common.json_bodies import LARGE, BadBody, TakenBody, take_out
 
 logger = logging.getLogger(__name__)
 
@@ -186,6 +188,27 @@ def body_text(raw: bytearray) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadRequest(f"request body is not JSON: not UTF-8 ({exc})") from None
+
+
+async def read_json_taking_out(
+    request: web.Request, limit: BodyLimit, whose: str
+) -> tuple[Any, dict[str, TakenBody]]:
+    """The request's JSON parsed, each body of `LARGE` bytes or more taken out in place
+    (`json_bodies.take_out`: held once, as its UTF-8 bytes) and standing in the parsed value
+    as its placeholder, which the dict answered maps to it (empty: none was taken out).
+    BadRequest naming `whose` for a large body that is not a JSON string of UTF-8."""
+    raw = await read_body(request, limit)
+    taken = None
+    if len(raw) >= LARGE:
+        try:
+            taken = await asyncio.to_thread(take_out, raw)
+        except BadBody as exc:
+            raise BadRequest(f"request body is not JSON: {whose} is {exc}") from None
+    if taken is None:
+        return parse_json(body_text(raw)), {}
+    del raw  # the last body's buffer now, held by `taken`
+    data = parse_json(body_text(bytearray(taken.json)))
+    return data, dict(zip(taken.placeholders, taken.bodies, strict=True))
 
 
 def parse_json(text: str) -> Any:

@@ -25,8 +25,8 @@ from typing import Any
 from aiohttp import web
 
 from dag_common.errors import BadRequest
-from dag_common.http_body import BodyLimit, body_text, parse_json, read_body
-from dag_common.json_bodies import LARGE, BadBody, header_section, past_latin_1, take_out
+from dag_common.http_body import BodyLimit, read_json_taking_out
+from dag_common.json_bodies import header_section, past_latin_1
 from dag_common.mailbox_digest import utf8_size
 from dag_common.rfc822 import BodyFormat
 from transport.messages import MessageIn, Queued
@@ -55,18 +55,9 @@ async def json_message(
 ) -> MessageIn | Queued:
     """The request's message (`parse` validates a `MessageIn`, BadRequest if it is not
     one): as `Queued` when its body was large, else as `MessageIn`."""
-    raw = await read_body(request, limit)
-    taken = None
-    if len(raw) >= LARGE:
-        try:
-            taken = await asyncio.to_thread(take_out, raw)
-        except BadBody as exc:
-            raise BadRequest(f"request body is not JSON: the message's body is {exc}") from None
-    if taken is None:
-        return parse(parse_json(body_text(raw)))
-    del raw  # the body's buffer now, held by `taken`
-    data = parse_json(body_text(bytearray(taken.json)))
-    which = dict(zip(taken.placeholders, taken.bodies, strict=True))
+    data, which = await read_json_taking_out(request, limit, "the message's body")
+    if not which:
+        return parse(data)
     body = data.get("body") if isinstance(data, dict) else None
     got = which.get(body) if isinstance(body, str) else None
     if got is None:  # no large "body" field (what was taken out is refused as it reads)

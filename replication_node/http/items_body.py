@@ -7,14 +7,13 @@ is read and parsed whole, as before (`http_body.py`).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 from aiohttp import web
 
 from dag_common.counted_text import bytes_only
-from dag_common.http_body import BodyLimit, body_text, parse_json, read_body
-from dag_common.json_bodies import LARGE, BadBody, TakenBody, header_section, past_latin_1, take_out
+from dag_common.http_body import BodyLimit, read_json_taking_out
+from dag_common.json_bodies import TakenBody, header_section, past_latin_1
 from dag_common.json_object import JsonObject
 from dag_common.rfc822 import BodyFormat
 from dag_common.store_api import ItemIn
@@ -33,23 +32,11 @@ async def items_json(
     JSON object (or a large body not a JSON string of UTF-8), RequestTooLarge past `limit`."""
     if not request.can_read_body:
         return {}, []
-    raw = await read_body(request, limit)
-    taken = None
-    if len(raw) >= LARGE:
-        try:
-            taken = await asyncio.to_thread(take_out, raw)
-        except BadBody as exc:
-            raise BadRequest(f"request body is not JSON: an item's body is {exc}") from None
-    if taken is None:
-        data = parse_json(body_text(raw))
-    else:
-        del raw  # the last body's buffer now, held by `taken`
-        data = parse_json(body_text(bytearray(taken.json)))
+    data, which = await read_json_taking_out(request, limit, "an item's body")
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
-    if taken is None:
+    if not which:
         return data, []
-    which = dict(zip(taken.placeholders, taken.bodies, strict=True))
     entries = data.get("items") if "items" in data else [data]
     found: list[TakenBody | None] = []
     for entry in entries if isinstance(entries, list) else []:
