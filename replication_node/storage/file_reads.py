@@ -284,6 +284,7 @@ StoredBody = tuple[str, BodyFormat, str]  # an item's body, its format, its subj
 # body, or None (deleted, or its mailbox removed in a generation the file does not have yet).
 # An id absent is read from the file.
 Held = dict[str, StoredBody | None]
+StoredBytes = tuple[bytes | str, BodyFormat, str]  # `message_stored`'s: a message as its bytes
 
 
 def message_body(conn: sqlite3.Connection, mailbox: str, item_id: str) -> StoredBody | None:
@@ -297,9 +298,7 @@ def message_body(conn: sqlite3.Connection, mailbox: str, item_id: str) -> Stored
     return None if row is None else (row[0], BodyFormat(row[1]), row[2])
 
 
-def message_stored(
-    conn: sqlite3.Connection, mailbox: str, item_id: str
-) -> tuple[bytes | str, BodyFormat, str] | None:
+def message_stored(conn: sqlite3.Connection, mailbox: str, item_id: str) -> StoredBytes | None:
     """`message_body`, but a message kept as UTF-8 (`BodyFormat.MESSAGE`: the bytes it
     serves are its body's UTF-8) comes as bytes: `body_blob` as it is, or SQLite's bytes of
     `body` (`CAST … AS BLOB`: the text as stored, the file's encoding being UTF-8): no str
