@@ -13,9 +13,10 @@ a time through incremental BLOB I/O (`storage/body_reads.py`, in the part's read
 transaction: SQLite never makes the whole value, nor Python a bytes of it); one kept as
 UTF-8 in the old `body` column is read as SQLite's bytes of it (`file_reads.message_stored`:
 no str decoded to be encoded again) and copied once, into the buffer.  The part is one
-chunk of the answer where it was two writes a message (a TLS record and a loop turn each: most of the node's time per
-message, bench/README.md).  The node holds a part at a time: `READ_BYTES` of its memory
-budget taken for the answer's life, more counted while a larger message is written.
+chunk of the answer where it was two writes a message (a TLS record and a loop turn each:
+most of the node's time per message, bench/README.md).  The node holds a part at a time:
+`READ_BYTES` of its memory budget taken for the answer's life, more counted while a larger
+message is written.
 
 On the active, the ids the LLR overlay holds (its rows are immutable) are taken from it on
 the loop before any file read: an item in neither the overlay then nor the file when it is
@@ -166,9 +167,16 @@ async def _write(
         try:
             # One write a part (one chunk, TLS records of 16 KiB), not two a message: the
             # answer's writes were most of the node's time per message (bench/README.md).
-            await response.write(part)
+            # A part past READ_BYTES (a large message) is written READ_BYTES at a time, as
+            # views of it: aiohttp makes each chunk a new bytes (its size line, the data,
+            # CRLF), and the transport keeps what the socket did not take, so one write of
+            # a 30 MiB part was the message twice more beside the part.
+            view = memoryview(part)
+            for start in range(0, len(part), READ_BYTES):
+                await response.write(view[start : start + READ_BYTES])
+                await asyncio.sleep(0)  # a write yields only once the socket's buffer is full
+            view.release()
             del part
-            await asyncio.sleep(0)  # a write yields only once the socket's buffer is full
         finally:
             memory.release(over)
         sent += size
