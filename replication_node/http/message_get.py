@@ -35,16 +35,18 @@ from dag_common.rfc822 import (
     message_size,
     message_slices,
 )
-from replication_node.errors import NotFound
+from replication_node.errors import BodyChanged, NotFound
 from replication_node.http.context import mailbox_name, reader_for
 from replication_node.storage.body_reads import BlobBody, blob_head, message_parts, parts_apart
 from replication_node.storage.file_reads import FileReads, StoredBytes, message_stored
+from replication_node.storage.reader import MailboxReader
 
 logger = logging.getLogger(__name__)
 
 # Reads of one message at a time each, off the loop (never the default executor, where the
 # embedded cluster store's calls run).
 _reads = ThreadPoolExecutor(2, thread_name_prefix="message")
+ATTEMPTS = 3  # reads of an item replaced while hashed, before its answer begins
 
 
 def _head(db: FileReads, mailbox: str, item_id: str) -> BlobBody | StoredBytes | None:
@@ -65,12 +67,28 @@ def _hash_8bit(db: FileReads, body: BlobBody) -> tuple[str, int]:
 async def get_message(request: web.Request) -> web.StreamResponse:
     """An item as the message it is (`dag_common.rfc822`): a message's bytes as they were
     written, or a text item presented as a text/plain message; the SHA-256 of those bytes in
-    `X-Message-SHA256`.  Any copy answers, as the listing does."""
+    `X-Message-SHA256`.  Any copy answers, as the listing does.  An item replaced while its
+    8-bit message was hashed, before the answer began, is read again (`BodyChanged` past
+    `ATTEMPTS`: 409)."""
     name = mailbox_name(request)
     item_id = request.match_info["item_id"]
     reader = reader_for(request)
     if reader.mailbox(name) is None:
         raise NotFound(f"no mailbox {name!r}")
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return await _answer(request, reader, name, item_id)
+        except BodyChanged:
+            if attempt == ATTEMPTS:
+                raise
+            logger.info("%s %s: the item changed while read; read again", request.method,
+                        request.path)  # fmt: skip
+    raise AssertionError("unreachable")
+
+
+async def _answer(
+    request: web.Request, reader: MailboxReader, name: str, item_id: str
+) -> web.StreamResponse:
     db, held = reader.bodies_apart(name, [item_id])
     loop = asyncio.get_running_loop()
     if item_id in held:
