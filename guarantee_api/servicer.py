@@ -59,7 +59,19 @@ MAX_CALLER_ID = 256
 # Commit times from 1970 up to the year 9000: any real commit, with room for the clock-skew
 # arithmetic (datetime ends at 9999-12-31, and commit time + skew must not overflow).
 MAX_COMMIT_SECONDS = 221845392000  # 9000-01-01T00:00:00Z
-DEADLINE_MARGIN = 0.1  # seconds kept back from the call's deadline for the answer itself
+# Kept back from the call's deadline for the answer itself: a tenth of the time the call
+# has, between 0.1 s and 1 s.  A fixed 0.1 s was too little on a loaded host (the answer
+# lost to DEADLINE_EXCEEDED at load 30, where the caller should hear NotSatisfied with its
+# reason); a tenth keeps a short call's wait useful and a long one's margin generous.
+DEADLINE_MARGIN_SHARE, DEADLINE_MARGIN_LEAST, DEADLINE_MARGIN_MOST = 0.1, 0.1, 1.0
+
+
+def deadline_margin(time_remaining: float) -> float:
+    """The seconds kept back from a call's deadline for its answer."""
+    share = time_remaining * DEADLINE_MARGIN_SHARE
+    return min(DEADLINE_MARGIN_MOST, max(DEADLINE_MARGIN_LEAST, share))
+
+
 AVERAGE_SAMPLE_EVERY = 1.0  # seconds between a waiting health check's average samples
 
 
@@ -81,8 +93,8 @@ def requested_wait(
     seconds, note = asked, ""
     if seconds > max_wait:
         seconds, note = max_wait, f"the wait asked, {asked:g}s, is capped at {max_wait:g}s"
-    if time_remaining is not None and seconds > time_remaining - DEADLINE_MARGIN:
-        seconds = max(0.0, time_remaining - DEADLINE_MARGIN)
+    if time_remaining is not None and seconds > time_remaining - deadline_margin(time_remaining):
+        seconds = max(0.0, time_remaining - deadline_margin(time_remaining))
         note = f"the wait asked, {asked:g}s, is cut to the call's deadline ({seconds:.3g}s)"
     return seconds, note
 
@@ -214,7 +226,7 @@ class DataGuaranteeServicer(pb_grpc.DataGuaranteeServicer):
             wait, note = requested_wait(request, self._max_wait, remaining)
             # The call's deadline is on the real clock, whatever clock the service keeps.
             loop = asyncio.get_running_loop()
-            deadline = loop.time() + remaining - DEADLINE_MARGIN if remaining else None
+            deadline = loop.time() + remaining - deadline_margin(remaining) if remaining else None
             database = request.database
             status, response = compute(True)
             # Read after the judgement, with nothing awaited between: the version it saw.
