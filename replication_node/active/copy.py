@@ -558,6 +558,7 @@ class ActiveCopy:
         max_bytes: int | None = None,
         *,
         bodies: bool = True,
+        blobs: bool = False,
     ) -> ItemsPage:
         """A page of the file's changes with the overlay merged in up to where the page ends:
         an overlay change past that end supersedes the file's row but belongs to a later page
@@ -567,7 +568,9 @@ class ActiveCopy:
         if self.overlay.hides(mailbox):  # removed: the file's rows are gone
             page = ItemsPage([], since_change, True)
         else:
-            page = self.db.items_page(mailbox, since_change, limit, max_bytes, bodies=bodies)
+            page = self.db.items_page(
+                mailbox, since_change, limit, max_bytes, bodies=bodies, blobs=blobs
+            )
         end = None if page.complete else page.through
         rows = {r.item_id: r for r in self._file_rows(mailbox, page.items)}
         for (m, item_id), (_, row) in self.overlay.items.items():

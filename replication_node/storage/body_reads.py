@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import codecs
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -34,6 +34,8 @@ from dag_common.rfc822 import BodyFormat
 from replication_node.errors import BodyChanged
 
 PART = 1024 * 1024  # bytes of a body read at a time
+# Whether a row's body is read a part at a time (a SQL condition): in `body_blob`, hashed.
+IN_BLOB = "body_blob IS NOT NULL AND body_hash<>''"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,25 @@ class BlobBody:
     body_hash: str  # their SHA-256 (hex), as the row keeps it
 
 
+class BlobText(str):
+    """A listed row's body (`ItemRow.body`) kept in `body_blob` and not read: "" as a str,
+    with its head and what reads it a part at a time (`parts`).  Only a reader that asks
+    for it gets one (`FileReads.items_page(blobs=True)`: the items listing)."""
+
+    head: BlobBody
+    _read: Callable[[BlobBody, int], bytes]
+
+    def __new__(cls, head: BlobBody, read: Callable[[BlobBody, int], bytes]) -> BlobText:
+        text = super().__new__(cls, "")
+        text.head, text._read = head, read
+        return text
+
+    def parts(self) -> Iterator[bytes]:
+        """The body's UTF-8, a part at a time, each read when asked for (`read_part`)."""
+        for offset in range(0, self.head.size, PART):
+            yield self._read(self.head, offset)
+
+
 class ReadsApart(Protocol):
     """What `parts_apart` reads through (`FileReads.reading_apart`)."""
 
@@ -60,8 +81,7 @@ def blob_head(conn: sqlite3.Connection, mailbox: str, item_id: str) -> BlobBody 
     its size from the row's header, not its bytes."""
     row = conn.execute(
         "SELECT format, subject, length(body_blob), body_hash FROM items"
-        " WHERE mailbox=? AND item_id=? AND deleted=0 AND body_blob IS NOT NULL"
-        " AND body_hash<>''",
+        f" WHERE mailbox=? AND item_id=? AND deleted=0 AND {IN_BLOB}",
         (mailbox, item_id),
     ).fetchone()
     if row is None:
