@@ -85,8 +85,9 @@ class Session(BaseSession[Message]):
         """pymap's update of the selected state (NOOP, CHECK, IDLE).  IDLE's, before each
         wait, takes the folder from the front's rows when they are current as of what the
         session was shown (`Folders.current`): pymap looks it up on the node, a state GET
-        for each idler a change woke.  NOOP and CHECK look it up as pymap does (a parent
-        renamed away is answered NO there, which the feed's names do not tell)."""
+        for each idler a change woke.  NOOP and CHECK look it up as pymap does (a folder
+        gone, or a parent renamed away, is answered NO there).  An idler whose folder is
+        gone is told `* BYE [NONEXISTENT]` (`protocol.FrontConnection.handle_updates`)."""
         folder = None if wait_on is None else self._folders.current(
             selected.lookup, selected.mod_sequence
         )  # fmt: skip

@@ -86,7 +86,8 @@ class Folders(MailboxSetInterface[Folder]):
         update of the selected state (`Session.check_mailbox`): when the rows are those of
         the folder the session was shown (its database, UIDVALIDITY and the active's epoch)
         and hold every change up to the feed cursor it was shown at.  The update polls the
-        feed since that cursor, which names the folder deleted or made again after it.
+        feed since that cursor, which names the folder deleted or made again after it, or
+        a parent renamed (`Folder._names` matches parents).
         None otherwise (looked up on the node).  Each woken idler looked its folder up on
         the node (a state GET: 1,000 a delivery with 1,000 idlers), and a delivery
         meanwhile waited behind them (bench/README.md, *IDLE fan-out*)."""

@@ -329,12 +329,10 @@ class Folder(MailboxDataInterface[Message]):
 
     def _names(self, feed: Changes, shown: Shown) -> bool:
         """Whether the feed's answer may have changed this folder (the active moved, or it
-        cannot say which folders, or it names this one)."""
-        if feed.epoch != shown.epoch:
-            return True
-        if not feed.changed:
-            return False
-        return feed.folders is None or self.name in feed.folders
+        cannot say which folders, or it names this one or a parent: a parent renamed or
+        deleted takes this name away, and the feed names only the folder the operation
+        named, `P` for `P` renamed to `Q`, not `P/child`)."""
+        return feed.epoch != shown.epoch or self._touched(feed)
 
     def _polled(self, feed: Changes | None, shown: Shown) -> None:
         if self._metrics is None:

@@ -41,7 +41,7 @@ from typing import Any
 from proxyprotocol.sock import SocketInfo
 from pymap.config import BackendCapability, IMAPConfig
 from pymap.context import connection_exit
-from pymap.exceptions import InvalidAuth, ResponseError
+from pymap.exceptions import InvalidAuth, MailboxNotFound, ResponseError
 from pymap.imap import IMAPConnection, IMAPServer
 from pymap.imap.state import ConnectionState
 from pymap.interfaces.login import LoginInterface
@@ -84,6 +84,8 @@ _log = logging.getLogger("pymap.imap")  # pymap's connection log: its debug line
 _TAG = re.compile(rb"[\x21-\x7e]{1,64}")
 _SYNC_LITERAL = re.compile(rb"{(\d+)}\r?\n$")
 _PLUS_LITERAL = re.compile(rb"{(\d+)\+}\r?\n$")
+# An idler's selected folder deleted, or it or a parent renamed (`handle_updates`)
+FOLDER_GONE = b"Selected folder was deleted or renamed: select it by its name now."
 
 
 class FrontConfig(IMAPConfig):
@@ -236,11 +238,21 @@ class FrontConnection(IMAPConnection):
 
     async def handle_updates(self, state: ConnectionState, done: Any, cmd: IdleCommand) -> None:
         """IDLE's updates; a session that cannot go on (`errors.Bye`: its mailbox moved to a
-        folder of another UIDVALIDITY) says `* BYE [UNAVAILABLE]` at once and is closed."""
+        folder of another UIDVALIDITY) says `* BYE [UNAVAILABLE]` at once and is closed.
+
+        The selected folder gone (another session deleted it, or renamed it or a parent:
+        the change feed woke the idler, `Folder._names`) says `* BYE [NONEXISTENT]` at once
+        and is closed, as Dovecot does and RFC 2180 3.2 allows: pymap would hold the
+        failure until the client's DONE and answer that tagged NO, so an idler (which says
+        DONE only after 29 minutes) would idle on a name that is gone and never be told.
+        Outside IDLE such a folder is answered NO, command by command."""
         try:
             await super().handle_updates(state, done, cmd)
         except Bye as exc:
             await self.write_response(exc.bye())
+            self.writer.close()
+        except MailboxNotFound:
+            await self.write_response(ResponseBye(FOLDER_GONE, ResponseCode.of(b"NONEXISTENT")))
             self.writer.close()
 
     async def send_error_disconnect(self) -> None:

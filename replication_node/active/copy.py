@@ -33,7 +33,13 @@ from dag_common.mailbox_digest import DigestRow
 from dag_common.model import RollCause
 from replication_node.active import llr_pacing
 from replication_node.active.lease import LeaseKeeper
-from replication_node.active.listing import bodies_apart, digest_rows, listing_apart, live_count
+from replication_node.active.listing import (
+    bodies_apart,
+    digest_rows,
+    items_page,
+    listing_apart,
+    live_count,
+)
 from replication_node.active.logged_bodies import LogBodies, body_bytes, read_back, without_body
 from replication_node.errors import SwitchingOver, TransactionTooLarge
 from replication_node.log.events import (
@@ -560,30 +566,12 @@ class ActiveCopy:
         bodies: bool = True,
         blobs: bool = False,
     ) -> ItemsPage:
-        """A page of the file's changes with the overlay merged in up to where the page ends:
-        an overlay change past that end supersedes the file's row but belongs to a later page
-        (it would otherwise hide the file's rows between).  `max_bytes` cuts the file's part
-        (`Database.items_page`); the overlay holds a few generations at most.  Without
-        `bodies`, the overlay's rows (which hold their bodies, in memory) are hashed here."""
-        if self.overlay.hides(mailbox):  # removed: the file's rows are gone
-            page = ItemsPage([], since_change, True)
-        else:
-            page = self.db.items_page(
-                mailbox, since_change, limit, max_bytes, bodies=bodies, blobs=blobs
-            )
-        end = None if page.complete else page.through
-        rows = {r.item_id: r for r in self._file_rows(mailbox, page.items)}
-        for (m, item_id), (_, row) in self.overlay.items.items():
-            if m == mailbox:
-                change = row.change_number
-                if since_change < change and (end is None or change <= end):
-                    rows[item_id] = self._with_body(row) if bodies else without_body(row)
-                else:
-                    rows.pop(item_id, None)
-        items = sorted(rows.values(), key=attrgetter("change_number"))
-        if end is not None:
-            return ItemsPage(items, end, False)
-        return ItemsPage(items, max([since_change, *(r.change_number for r in items)]), True)
+        """A page of the file's changes with the overlay's merged in, cut by count and bytes
+        over both (`listing.items_page`)."""
+        return items_page(
+            self.overlay, self.db, mailbox, since_change, limit, max_bytes,
+            bodies=bodies, with_body=self._with_body, blobs=blobs,
+        )  # fmt: skip
 
     def item(self, mailbox: str, item_id: str, *, body: bool = True) -> ItemRow | None:
         """An item; without `body`, one whose body the log holds comes without it (its hash)."""

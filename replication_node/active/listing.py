@@ -8,20 +8,30 @@ snapshot's rows would then be older than the file's), the thread's listing is re
 and the caller lists on the loop; so it does at once (no function) when the overlay renames
 the mailbox's folders or numbers its items (the file's names and UIDs are not yet final).
 
-Also the other reads that merge the overlay over the file row by row: the digest's rows and
-the count of live items (on the loop, as `ActiveCopy` calls them).
+Also the other reads that merge the overlay over the file row by row: the digest's rows, the
+count of live items and a page of the items listing (on the loop, as `ActiveCopy` calls them).
+
+A page of the listing is cut by bytes over the merged rows, not the file's alone (issue 52):
+the overlay's rows (the last `llr_depth` generations' puts, which may be several items of
+30 MiB) were merged in whole whatever the page's `max_bytes`.  Both sources share one
+cursor, the change number (unique in a mailbox), so a page cut after the row that reaches
+`max_bytes`, whichever source it came from, ends at that row's number and the next page
+resumes just after it: no row lost or repeated.  An overlay row's body is read back from
+the log only once the row is in the page.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 
 from dag_common.mailbox_digest import DigestRow
+from replication_node.active.logged_bodies import without_body
 from replication_node.storage.database import Database
 from replication_node.storage.file_reads import Held
 from replication_node.storage.ops import floored
 from replication_node.storage.overlay import LlrOverlay
-from replication_node.storage.reader import ItemRow
+from replication_node.storage.reader import ItemRow, ItemsPage
 
 
 def listing_apart(
@@ -112,3 +122,76 @@ def live_count(overlay: LlrOverlay, db: Database, mailbox: str, since_change: in
             count -= bool(old and not old.deleted and old.change_number > since_change)
             count += bool(not row.deleted and row.change_number > since_change)
     return count
+
+
+def items_page(
+    overlay: LlrOverlay,
+    db: Database,
+    mailbox: str,
+    since_change: int,
+    limit: int,
+    max_bytes: int | None,
+    *,
+    bodies: bool,
+    with_body: Callable[[ItemRow], ItemRow],
+    blobs: bool = False,
+) -> ItemsPage:
+    """The changes after `since_change`, the overlay's over the file's, at most `limit` and
+    cut once their `listed_size` reaches `max_bytes` (one change at least), as
+    `Database.items_page` cuts the file's alone.  `with_body`: an overlay row with its body
+    (read back from the log), called only for the rows the page holds; without `bodies`,
+    the overlay's rows are hashed instead (`without_body`).  `blobs`: the file's large bodies
+    left to be read a part at a time (`FileReads.items_page`)."""
+    if overlay.hides(mailbox):  # removed: the file's rows are gone
+        page = ItemsPage([], since_change, True)
+    else:
+        page = db.items_page(mailbox, since_change, limit, max_bytes, bodies=bodies, blobs=blobs)
+        if overlay.renames.get(mailbox) or overlay.assigned:
+            page = ItemsPage([overlay.over_file(r) for r in page.items], page.through,  # type: ignore[misc]
+                             page.complete)  # fmt: skip
+    held = [row for (m, _), (_, row) in overlay.items.items() if m == mailbox]
+    merged = merged_page(page, held, since_change, limit, max_bytes, bodies)
+    # The file's rows past the cut let go of before an overlay row's body is read back.
+    del page
+    own = {row.item_id for row in held}
+    fill = with_body if bodies else without_body
+    return ItemsPage(
+        [fill(r) if r.item_id in own else r for r in merged.items], merged.through,
+        merged.complete,
+    )  # fmt: skip
+
+
+def merged_page(
+    file_page: ItemsPage,
+    held: list[ItemRow],
+    since_change: int,
+    limit: int,
+    max_bytes: int | None,
+    bodies: bool,
+) -> ItemsPage:
+    """A page of the file's changes (`file_page`, read after `since_change`) with the
+    overlay's rows of the mailbox (`held`, which supersede the file's rows of the same
+    items) merged in up to where the file's page ends (an overlay change past that end
+    belongs to a later page: it would otherwise hide the file's rows between), then cut
+    after the row that brings the page to `limit` changes or `max_bytes` (`listed_size`).
+    Pure: the rows are as given, bodies or not."""
+    end = None if file_page.complete else file_page.through
+    superseded = {row.item_id for row in held}
+    rows = [r for r in file_page.items if r.item_id not in superseded]
+    rows.extend(
+        r for r in held
+        if since_change < r.change_number and (end is None or r.change_number <= end)
+    )  # fmt: skip
+    rows.sort(key=_change_number)
+    weight = 0
+    for count, row in enumerate(rows, 1):
+        weight += row.listed_size(bodies)
+        full = count >= limit or (max_bytes is not None and weight >= max_bytes)
+        if full and (count < len(rows) or end is not None):
+            return ItemsPage(rows[:count], row.change_number, False)
+    if end is not None:
+        return ItemsPage(rows, end, False)
+    return ItemsPage(rows, max([since_change, *(r.change_number for r in rows)]), True)
+
+
+_change_number = attrgetter("change_number")

@@ -121,6 +121,11 @@ async def test_a_session_follows_its_mailbox_through_a_move(lab):
     c, hubs, front, ca = lab
     for n in (1, 2, 3):
         await asyncio.to_thread(deliver, hubs, n)
+
+    async def stored() -> bool:  # LMTP's 250 is the transport's queue; then the node's
+        return len(await listing(c, "mbx1", SOURCE)) == 3
+
+    await wait_until("the three messages delivered to DB1", stored, timeout=120, every=0.05)
     user = await asyncio.to_thread(logged_in, front.port, ca)
     typ, data = await asyncio.to_thread(user.select, "INBOX")
     assert (typ, data) == ("OK", [b"3"])

@@ -269,6 +269,33 @@ async def test_a_client_bounds_a_page_by_bytes_of_its_own_within_the_nodes_cap(n
         assert pages[3:] in ([], [[]]), pages
 
 
+async def test_a_page_is_bounded_by_bytes_over_the_rows_still_in_the_llr_overlay(node):
+    """`page_bytes` bounds a page whatever holds its rows: the LLR overlay's (the last
+    generations' puts, not yet in the file) are cut as the file's are, and the pages add
+    up to every item once (issue 52: they were merged into a page whole)."""
+    n, session = node
+    await call(session, "PUT", BOX)
+    for i in range(6):
+        body = {"item_id": f"i{i}", "body": "x" * (40_000 if i == 3 else 10_000)}
+        status, _ = await call(session, "POST", BOX + "/items", json=body)
+        assert status == 201
+    copy = n.instance("DB1").copy
+    assert len(copy.overlay.items) >= 3, "the test needs rows in the overlay"
+    since, pages = 0, []
+    while True:
+        query = f"/items?since_change={since}&page_bytes=15000"
+        status, page = await call(session, "GET", BOX + query)
+        assert status == 200, page
+        sizes = [len(i["body"]) for i in page["items"]]
+        assert sum(sizes[:-1]) < 15_000, sizes  # the bytes reach the bound with the last
+        pages.append([i["item_id"] for i in page["items"]])
+        if not page["more"]:
+            break
+        since = page["last_change_number"]
+    assert pages[:3] == [["i0", "i1"], ["i2", "i3"], ["i4", "i5"]], pages
+    assert pages[3:] in ([], [[]]), pages
+
+
 async def test_a_listing_without_bodies_gives_each_items_hash_and_size(node):
     """`bodies=false` (what the mover's reconcile compares): every row as with bodies, but
     the body's SHA-256 and size instead of the body, whether the row is in the database file
