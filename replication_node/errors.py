@@ -31,7 +31,8 @@ DagError (dag_common.errors)
     │   │   ├── Deposed           the cluster store says this node is no longer the active
     │   │   ├── SwitchingOver     a switchover hands the role on: nothing written, write there
     │   │   └── StagedBodyLost    the log closed (switchover, dismount) while a body was staged
-    │   └── TransactionTooLarge   a commit record (staged bodies aside) over a log file (413)
+    │   ├── TransactionTooLarge   a commit record (staged bodies aside) over a log file (413)
+    │   └── BodyChanged           an item's body replaced while it was read a part at a time
 """
 
 from dag_common.errors import BadRequest as BadRequest  # a request's, shared with the transport
@@ -170,6 +171,11 @@ class StagedBodyLost(NotActive):
 class TransactionTooLarge(StoreError):
     """A transaction whose commit record (its operations, staged bodies aside) does not fit
     in one log generation."""
+
+
+class BodyChanged(StoreError):
+    """An item's body was replaced or deleted between two parts of a read of it
+    (`storage/body_reads.py`): what was read so far is of another version."""
 
 
 class HeldForHandOver(Conflict):

@@ -564,12 +564,13 @@ class ActiveCopy:
         max_bytes: int | None = None,
         *,
         bodies: bool = True,
+        blobs: bool = False,
     ) -> ItemsPage:
         """A page of the file's changes with the overlay's merged in, cut by count and bytes
         over both (`listing.items_page`)."""
         return items_page(
             self.overlay, self.db, mailbox, since_change, limit, max_bytes,
-            bodies=bodies, with_body=self._with_body,
+            bodies=bodies, with_body=self._with_body, blobs=blobs,
         )  # fmt: skip
 
     def item(self, mailbox: str, item_id: str, *, body: bool = True) -> ItemRow | None:

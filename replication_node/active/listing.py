@@ -134,16 +134,18 @@ def items_page(
     *,
     bodies: bool,
     with_body: Callable[[ItemRow], ItemRow],
+    blobs: bool = False,
 ) -> ItemsPage:
     """The changes after `since_change`, the overlay's over the file's, at most `limit` and
     cut once their `listed_size` reaches `max_bytes` (one change at least), as
     `Database.items_page` cuts the file's alone.  `with_body`: an overlay row with its body
     (read back from the log), called only for the rows the page holds; without `bodies`,
-    the overlay's rows are hashed instead (`without_body`)."""
+    the overlay's rows are hashed instead (`without_body`).  `blobs`: the file's large bodies
+    left to be read a part at a time (`FileReads.items_page`)."""
     if overlay.hides(mailbox):  # removed: the file's rows are gone
         page = ItemsPage([], since_change, True)
     else:
-        page = db.items_page(mailbox, since_change, limit, max_bytes, bodies=bodies)
+        page = db.items_page(mailbox, since_change, limit, max_bytes, bodies=bodies, blobs=blobs)
         if overlay.renames.get(mailbox) or overlay.assigned:
             page = ItemsPage([overlay.over_file(r) for r in page.items], page.through,  # type: ignore[misc]
                              page.complete)  # fmt: skip

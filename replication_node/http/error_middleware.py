@@ -24,6 +24,7 @@ from dag_common.errors import ClusterStoreError, RequestError, StoreConflict
 from dag_common.memory import Overloaded
 from replication_node.errors import (
     BadRequest,
+    BodyChanged,
     Conflict,
     DatabaseError,
     MountRefused,
@@ -44,6 +45,7 @@ _STATUS = {
     NotActive: 409,
     BadRequest: 400,
     TransactionTooLarge: 413,
+    BodyChanged: 409,  # replaced while read, before the answer began: ask again
 }
 
 

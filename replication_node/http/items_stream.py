@@ -7,6 +7,13 @@ are read a few MiB at a time (`STREAM_READ_BYTES`, one item at least: `items_pag
 each item is written as JSON as soon as it is read, and its body is escaped a slice at a
 time (`BODY_SLICE` characters), so the largest thing held is the one row being written.
 
+A body kept in `items.body_blob` (every large body written from the log) is not read with
+its row: the row carries a `BlobText`, and the body is read a part at a time (1 MiB,
+`storage/body_reads.py`) as it is written, each part in a read transaction of its own after
+finding the row with the same body again: SQLite never makes the whole value, nor Python a
+str of it.  A row replaced meanwhile raises `BodyChanged`, and the answer is cut, as any
+read failing mid-answer is: never two versions of a body mixed.
+
 Listed without bodies (`bodies` false: what the mover's reconcile compares), each row carries
 its body's hash and size instead of the body (`ItemRow`), and a page is cut by the rows'
 size as listed.
@@ -36,6 +43,7 @@ from aiohttp import web
 
 from dag_common.rfc822 import BodyFormat
 from dag_common.store_api import ItemsAnswer
+from replication_node.storage.body_reads import BlobText, text_parts
 from replication_node.storage.reader import ItemRow, ItemsPage, MailboxReader
 
 logger = logging.getLogger(__name__)
@@ -71,8 +79,13 @@ def item_chunks(row: ItemRow, bodies: bool = True) -> Iterator[bytes]:
         return
     del fields["body_hash"]  # "" when read with the body: not said
     yield (_json(fields)[:-1] + ', "body": "').encode()
-    for start in range(0, len(body), BODY_SLICE):
-        yield _json(body[start : start + BODY_SLICE])[1:-1].encode()
+    if isinstance(body, BlobText):  # read a part at a time as it is written (`body_reads`)
+        for text in text_parts(body.parts()):
+            yield _json(text)[1:-1].encode()
+            del text
+    else:
+        for start in range(0, len(body), BODY_SLICE):
+            yield _json(body[start : start + BODY_SLICE])[1:-1].encode()
     yield b'"}'
 
 
@@ -102,7 +115,9 @@ class Listing:
             if page_bytes is not None:
                 read_bytes = min(read_bytes, page_bytes - held)
             want = MAX_READ if limit is None else limit - count
-            page = self.reader.items_page(self.mailbox, after, want, read_bytes, bodies=bodies)
+            page = self.reader.items_page(
+                self.mailbox, after, want, read_bytes, bodies=bodies, blobs=True
+            )
             rows, after, complete = page.items, page.through, page.complete
             # Each row let go of once written, and all before the next read: a page held
             # while the next was read was its bodies beside the next ones' (a move's source

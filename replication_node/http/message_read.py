@@ -7,12 +7,16 @@ worker thread reads the file's rows a part at a time (`READ_BYTES` of messages, 
 at least) through the connection kept for reads apart from the loop's
 (`Database.reading_apart`) into one buffer, records and bytes as `GET …/message` answers
 them, and the loop writes it, one write a part, giving itself back after each (as
-`items_stream` does: a lease renewal never waits behind a batch).  A message kept as UTF-8
-is read as SQLite's bytes of it (`file_reads.message_stored`: no str decoded to be encoded
-again) and copied once, into the buffer; the part is one chunk of the answer where it was
-two writes a message (a TLS record and a loop turn each: most of the node's time per
-message, bench/README.md).  The node holds a part at a time: `READ_BYTES` of its memory
-budget taken for the answer's life, more counted while a larger message is written.
+`items_stream` does: a lease renewal never waits behind a batch).  A message in
+`items.body_blob` (every large body written from the log) is read into the buffer a part at
+a time through incremental BLOB I/O (`storage/body_reads.py`, in the part's read
+transaction: SQLite never makes the whole value, nor Python a bytes of it); one kept as
+UTF-8 in the old `body` column is read as SQLite's bytes of it (`file_reads.message_stored`:
+no str decoded to be encoded again) and copied once, into the buffer.  The part is one
+chunk of the answer where it was two writes a message (a TLS record and a loop turn each:
+most of the node's time per message, bench/README.md).  The node holds a part at a time:
+`READ_BYTES` of its memory budget taken for the answer's life, more counted while a larger
+message is written.
 
 On the active, the ids the LLR overlay holds (its rows are immutable) are taken from it on
 the loop before any file read: an item in neither the overlay then nor the file when it is
@@ -25,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import sqlite3
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -33,11 +38,18 @@ from aiohttp import web
 from dag_common.credentials import Role
 from dag_common.memory import MemoryBudget
 from dag_common.message_batch import CONTENT_TYPE, END, MessagesIn, found_head, missing_record
-from dag_common.rfc822 import message_bytes, message_size, message_slices
+from dag_common.rfc822 import BodyFormat, message_bytes, message_size, message_slices
 from dag_common.route_roles import add_route
 from replication_node.errors import NotFound
 from replication_node.http.context import json_body, mailbox_name, node_of, reader_for
 from replication_node.http.models import parse
+from replication_node.storage.body_reads import (
+    BlobBody,
+    blob_head,
+    message_parts,
+    parts,
+    text_parts,
+)
 from replication_node.storage.file_reads import FileReads, Held, message_stored
 
 logger = logging.getLogger(__name__)
@@ -63,6 +75,11 @@ def _read_part(
         while at < len(ids) and (size < most or at == start):
             item = ids[at]
             at += 1
+            blob = None if item in held else blob_head(conn, mailbox, item)
+            if blob is not None:  # read a part at a time into the buffer: no whole value
+                n = _blob_into(out, conn, item, blob)
+                size += n
+                continue
             stored = held[item] if item in held else message_stored(conn, mailbox, item)
             if stored is None:
                 out += missing_record(item)
@@ -85,6 +102,25 @@ def _read_part(
             del body, stored
             size += n
     return out, at, size
+
+
+def _blob_into(out: bytearray, conn: sqlite3.Connection, item: str, blob: BlobBody) -> int:
+    """The record of a message kept in `body_blob`, appended to `out` a part at a time in
+    the caller's read transaction (SQLite never makes the whole value, nor Python a bytes
+    of it); its size.  An 8-bit message is read twice: counted, then copied."""
+    if blob.format is BodyFormat.TEXT:  # a text item, presented as mail: built whole
+        text = "".join(text_parts(parts(conn, blob)))
+        raw = message_bytes(text, blob.format, blob.subject)
+        out += found_head(item, len(raw))
+        out += raw
+        return len(raw)
+    n = blob.size
+    if blob.format is not BodyFormat.MESSAGE:
+        n = sum(len(p) for p in message_parts(parts(conn, blob), blob.format))
+    out += found_head(item, n)
+    for part in message_parts(parts(conn, blob), blob.format):
+        out += part
+    return n
 
 
 async def post_messages(request: web.Request) -> web.StreamResponse:
@@ -131,9 +167,16 @@ async def _write(
         try:
             # One write a part (one chunk, TLS records of 16 KiB), not two a message: the
             # answer's writes were most of the node's time per message (bench/README.md).
-            await response.write(part)
+            # A part past READ_BYTES (a large message) is written READ_BYTES at a time, as
+            # views of it: aiohttp makes each chunk a new bytes (its size line, the data,
+            # CRLF), and the transport keeps what the socket did not take, so one write of
+            # a 30 MiB part was the message twice more beside the part.
+            view = memoryview(part)
+            for start in range(0, len(part), READ_BYTES):
+                await response.write(view[start : start + READ_BYTES])
+                await asyncio.sleep(0)  # a write yields only once the socket's buffer is full
+            view.release()
             del part
-            await asyncio.sleep(0)  # a write yields only once the socket's buffer is full
         finally:
             memory.release(over)
         sent += size

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -28,7 +27,6 @@ from dag_common.http_body import (
 )
 from dag_common.mailbox_answers import MailboxPlace, MovingTo
 from dag_common.mailbox_digest import rows_digest
-from dag_common.rfc822 import message_bytes, message_sha256, message_size, message_slices
 from dag_common.route_roles import add_route, require
 from dag_common.store_api import Digest, FolderStatus, ItemsAnswer, Mailbox
 from replication_node.errors import BadRequest, Conflict, NotFound
@@ -46,6 +44,7 @@ from replication_node.http.context import (
 from replication_node.http.directory_claim import claim_new
 from replication_node.http.items_body import items_json, with_bodies
 from replication_node.http.items_stream import Listing, stream_items
+from replication_node.http.message_get import get_message
 from replication_node.http.models import FolderIn, ItemIn, ItemsIn, MailboxIn, parse
 from replication_node.storage.reader import ItemsPage
 
@@ -325,41 +324,6 @@ async def get_items(request: web.Request) -> web.StreamResponse:
             bodies=bodies,
         ),
     )
-
-
-async def get_message(request: web.Request) -> web.StreamResponse:
-    """An item as the message it is (`dag_common.rfc822`): a message's bytes as they were
-    written, or a text item presented as a text/plain message; the SHA-256 of those bytes in
-    `X-Message-SHA256`.  Any copy answers, as the listing does.  The body read is the one
-    copy of a message held: it is hashed, then written, a slice at a time from it."""
-    name = mailbox_name(request)
-    item_id = request.match_info["item_id"]
-    reader = reader_for(request)
-    if reader.mailbox(name) is None:
-        raise NotFound(f"no mailbox {name!r}")
-    row = reader.item(name, item_id)
-    if row is None or row.deleted:
-        raise NotFound(f"mailbox {name!r} has no item {item_id!r}")
-    body, fmt, subject = row.body, row.format, row.subject
-    del row
-    if not fmt.is_message:  # a text item, presented as mail (built whole: rfc822.py)
-        raw = await asyncio.to_thread(message_bytes, body, fmt, subject)
-        return web.Response(
-            body=raw,
-            content_type="message/rfc822",
-            headers={"X-Message-SHA256": hashlib.sha256(raw).hexdigest()},
-        )
-    digest = await asyncio.to_thread(message_sha256, body, fmt)
-    response = web.StreamResponse(
-        headers={"Content-Type": "message/rfc822", "X-Message-SHA256": digest}
-    )
-    response.content_length = message_size(body, fmt)
-    await response.prepare(request)
-    for part in message_slices(body, fmt):
-        await response.write(part)
-        await asyncio.sleep(0)  # a write yields only once the socket's buffer is full
-    await response.write_eof()
-    return response
 
 
 async def delete_item(request: web.Request) -> web.Response:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dag_common.mailbox_digest import DigestRow
 from dag_common.rfc822 import BodyFormat
 from replication_node.storage.body_parts import BODY_TEXT
+from replication_node.storage.body_reads import BlobBody, BlobText, read_part
 from replication_node.storage.ops import floored
 from replication_node.storage.reader import (
     FolderRow,
@@ -25,6 +26,7 @@ from replication_node.storage.reader import (
 )
 from replication_node.storage.tables import (
     FOLDER_COLUMNS,
+    ITEM_BLOB_COLUMNS,
     ITEM_COLUMNS,
     ITEM_HEAD_COLUMNS,
     MAILBOX_COLUMNS,
@@ -217,14 +219,19 @@ class FileReads:
         max_bytes: int | None = None,
         *,
         bodies: bool = True,
+        blobs: bool = False,
     ) -> ItemsPage:
         """The first `limit` changes after `since_change` (see `ItemsPage`); with
         `max_bytes`, no more than reach that many bytes (`ItemRow.listed_size`: of bodies,
         or without `bodies` of the rows as listed; at least one change).  The rows are read
         one at a time, so a page cut by bytes reads no body past its end: 2,000 items of
         30 MiB asked for at once are a page of three.  Without `bodies` no body is read at
-        all: each row carries the hash the digest keeps (`ItemRow`)."""
+        all: each row carries the hash the digest keeps (`ItemRow`).  With `blobs`, a body
+        kept in `body_blob` is not read: the row's body is a `BlobText`, read a part at a
+        time when it is written (`body_part`; the listing's, `items_stream`)."""
         columns, row_of = (ITEM_COLUMNS, item_of) if bodies else (ITEM_HEAD_COLUMNS, item_head_of)
+        if bodies and blobs:
+            columns, row_of = ITEM_BLOB_COLUMNS, self._blob_row_of
         rows: list[ItemRow] = []
         held, cut = 0, False
         with self._read_lock:
@@ -246,6 +253,24 @@ class FileReads:
         if not cut and len(rows) < limit:
             return ItemsPage(rows, max([since_change, *(r.change_number for r in rows)]), True)
         return ItemsPage(rows, rows[-1].change_number, False)
+
+    def _blob_row_of(self, r: sqlite3.Row) -> ItemRow:
+        row = item_of(r)
+        if r[4] is not None:  # its body read whole (`ITEM_BLOB_COLUMNS`)
+            return row
+        head = BlobBody(row.mailbox, row.item_id, row.format, row.subject, r[15], row.body_hash)
+        return row._replace(body=BlobText(head, self.body_part), body_hash="")
+
+    def body_part(self, body: BlobBody, offset: int) -> bytes:
+        """A part of `body` from `offset`, read through the loop's connection in a read
+        transaction of its own (`body_reads.read_part`: `BodyChanged` if the row no longer
+        holds that body)."""
+        with self._read_lock:
+            self._reads.execute("BEGIN")
+            try:
+                return read_part(self._reads, body, offset)
+            finally:
+                self._reads.execute("COMMIT")
 
     def item(self, mailbox: str, item_id: str) -> ItemRow | None:
         with self._read_lock:
@@ -284,6 +309,7 @@ StoredBody = tuple[str, BodyFormat, str]  # an item's body, its format, its subj
 # body, or None (deleted, or its mailbox removed in a generation the file does not have yet).
 # An id absent is read from the file.
 Held = dict[str, StoredBody | None]
+StoredBytes = tuple[bytes | str, BodyFormat, str]  # `message_stored`'s: a message as its bytes
 
 
 def message_body(conn: sqlite3.Connection, mailbox: str, item_id: str) -> StoredBody | None:
@@ -297,9 +323,7 @@ def message_body(conn: sqlite3.Connection, mailbox: str, item_id: str) -> Stored
     return None if row is None else (row[0], BodyFormat(row[1]), row[2])
 
 
-def message_stored(
-    conn: sqlite3.Connection, mailbox: str, item_id: str
-) -> tuple[bytes | str, BodyFormat, str] | None:
+def message_stored(conn: sqlite3.Connection, mailbox: str, item_id: str) -> StoredBytes | None:
     """`message_body`, but a message kept as UTF-8 (`BodyFormat.MESSAGE`: the bytes it
     serves are its body's UTF-8) comes as bytes: `body_blob` as it is, or SQLite's bytes of
     `body` (`CAST … AS BLOB`: the text as stored, the file's encoding being UTF-8): no str

@@ -137,6 +137,7 @@ class MailboxReader(Protocol):
         max_bytes: int | None = None,
         *,
         bodies: bool = True,
+        blobs: bool = False,
     ) -> ItemsPage: ...
 
     def live_count(self, mailbox: str, since_change: int) -> int: ...

@@ -44,6 +44,7 @@ from replication_node.log.operations import (
 )
 from replication_node.log.spanning import BodyParts
 from replication_node.storage.body_parts import BODY, BODY_TEXT, put_in_place
+from replication_node.storage.body_reads import IN_BLOB
 from replication_node.storage.moved_out import (
     FORGET_FOLDER,
     RECORD,
@@ -73,6 +74,14 @@ _IMAP_COLUMNS = "uid, modseq, flags, received"
 ITEM_COLUMNS = (
     f"mailbox, item_id, folder, subject, {BODY_TEXT}, size, change_number, deleted,"
     f" commit_time, '', format, {_IMAP_COLUMNS}"
+)
+# An item read for the listing written as it is read: a body read a part at a time later
+# (`body_reads.IN_BLOB`) left NULL, its hash and size after it (the 10th and 16th columns);
+# any other body as ITEM_COLUMNS reads it.
+ITEM_BLOB_COLUMNS = (
+    f"mailbox, item_id, folder, subject, CASE WHEN {IN_BLOB} THEN NULL ELSE {BODY_TEXT} END,"
+    f" size, change_number, deleted, commit_time, CASE WHEN {IN_BLOB} THEN body_hash ELSE ''"
+    f" END, format, {_IMAP_COLUMNS}, CASE WHEN {IN_BLOB} THEN length(body_blob) ELSE 0 END"
 )
 # An item read without its body: the body's hash in its place (`ItemRow`).
 ITEM_HEAD_COLUMNS = (
