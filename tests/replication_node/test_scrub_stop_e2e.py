@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import pytest
 
@@ -20,7 +19,7 @@ from tests.replication_node.helpers import add_item_rows
 
 pytestmark = pytest.mark.slow
 
-ROWS = 600_000  # a check of many seconds on this machine (measured below)
+ROWS = 600_000  # a check of seconds: the stop comes while it runs
 
 
 async def test_a_node_stopped_during_its_passives_start_check_stops_at_once(tmp_path):
@@ -46,13 +45,10 @@ async def test_a_node_stopped_during_its_passives_start_check_stops_at_once(tmp_
         c.terminate("mbx2")
         (database,) = (p for p in tmp_path.rglob("DB1.sqlite") if "mbx2" in str(p))
         await asyncio.to_thread(add_item_rows, database, ROWS)
-        # How long the whole check takes here and now (the page cache as warm as the
-        # node will find it): the stop must not wait for it.
-        started = time.monotonic()
+        # The whole check, let run to its end, finds the file damaged (the rows behind the
+        # digest's back): so a copy left without that verdict was not checked to its end.
         _, problem = await asyncio.to_thread(scrub_file, database)
-        whole = time.monotonic() - started
-        assert problem is not None  # the rows behind the digest's back: a verdict is damage
-        assert whole > 3, f"the check takes {whole:.1f}s: too little to tell a wait from none"
+        assert problem is not None
 
         before = len(c.log("mbx2"))
         c.start_node("mbx2")
@@ -61,15 +57,13 @@ async def test_a_node_stopped_during_its_passives_start_check_stops_at_once(tmp_
             lambda: "DB1: checking" in c.log("mbx2")[before:],
         )
         proc = c.procs["mbx2"]
-        asked = time.monotonic()
         await asyncio.to_thread(c.terminate, "mbx2")  # SIGTERM; fails past 30 s
-        took = time.monotonic() - asked
         log = c.log("mbx2")[before:]
         assert proc.returncode == 0, log[-3000:]
         assert "node mbx2 stopping" in log, log[-3000:]
+        # The stop interrupted the check (before the fix it read the whole file first, and
+        # then found it damaged): no timing is asserted, the node's own account is.
         assert "interrupted by a cancel: no verdict" in log, log[-3000:]
-        # On main the node exited only once the check had read the whole file.
-        assert took < whole / 2, f"stopped in {took:.1f}s; the whole check takes {whole:.1f}s"
         state = database.parent / "copy-state.json"
         assert not state.exists() or not json.loads(state.read_text()).get("corrupt")
     finally:
