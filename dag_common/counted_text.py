@@ -78,6 +78,13 @@ def is_bytes_only(body: str) -> bool:
     return type(body) is CountedText and not body and body.utf8_size > 0
 
 
+def held_utf8(body: CountedText) -> bytes | bytearray:
+    """A bytes-only body's UTF-8 bytes, kept (a write that may be sent again reads them
+    each time: `items_payload`)."""
+    assert body._utf8 is not None, "a bytes-only body holds its bytes until they are taken"
+    return body._utf8
+
+
 def text_of(body: CountedText) -> CountedText:
     """A bytes-only body as counted text (its bytes decoded, then let go of)."""
     utf8 = body.take_utf8()

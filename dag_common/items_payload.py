@@ -8,6 +8,11 @@ The body's length is counted first, by encoding it the same way (orjson, a body 
 whole), and the body goes with a Content-Length: the node takes its share of its memory budget
 by it before reading a byte (a chunked body would take the most a write may carry).  The cost
 is a second pass of orjson over the bodies: about a millisecond per MiB.
+
+A body carried as its UTF-8 bytes alone (`counted_text.bytes_only`: a listing's large body
+as the mover reads it, `listing_bodies`) is encoded from those bytes, a slice of `SLICE`
+bytes at a time cut before a character's first byte, and its bytes kept (it may be sent
+again): the page's bytes are the only copy of it in the mover.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from aiohttp.abc import AbstractStreamWriter
 from aiohttp.payload import Payload
 from orjson import dumps
 
+from dag_common.counted_text import held_utf8, is_bytes_only
 from dag_common.store_api import Item
 
 SLICE = 1 << 20  # characters of a body encoded at a time
@@ -30,12 +36,29 @@ def items_json(items: Sequence[Item]) -> Iterator[bytes]:
     yield b'{"items":['
     for n, item in enumerate(items):
         entry = item.entry()
-        body = str(entry.pop("body"))
+        body = entry.pop("body")
         yield (b"," if n else b"") + dumps(entry)[:-1] + b',"body":"'
-        for start in range(0, len(body), SLICE):
-            yield dumps(body[start : start + SLICE])[1:-1]
+        if is_bytes_only(body):  # type: ignore[arg-type]
+            for text in utf8_slices(held_utf8(body)):  # type: ignore[arg-type]
+                yield dumps(text)[1:-1]
+        else:
+            body = str(body)
+            for start in range(0, len(body), SLICE):
+                yield dumps(body[start : start + SLICE])[1:-1]
         yield b'"}'
     yield b"]}"
+
+
+def utf8_slices(utf8: bytes | bytearray) -> Iterator[str]:
+    """The text of the UTF-8 bytes `utf8`, about `SLICE` bytes at a time, each slice cut
+    before a character's first byte (a continuation byte is 0b10xxxxxx)."""
+    start, size = 0, len(utf8)
+    while start < size:
+        end = min(start + SLICE, size)
+        while start < end < size and utf8[end] & 0xC0 == 0x80:
+            end -= 1
+        yield utf8[start:end].decode("utf-8")
+        start = end
 
 
 class ItemsPayload(Payload):

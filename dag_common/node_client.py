@@ -40,11 +40,12 @@ from dag_common.clock import Clock, SystemClock
 from dag_common.config import ClusterConfig
 from dag_common.errors import NodeCallError
 from dag_common.items_payload import ItemsPayload
+from dag_common.listing_bodies import NotTaken, answer_json, read_all
 from dag_common.message_batch import MAX_ANSWER_BYTES, BatchError, parse_answer
 from dag_common.message_body import DIGEST_HEADER, MessageBody
 from dag_common.model import CopyRole, CopyStatus
 from dag_common.node_status import StatusUnavailable, client_failure, fetch_node_status
-from dag_common.store_answers import json_or_none, lenient_item, std_json_or_none, text_or_none
+from dag_common.store_answers import lenient_item
 from dag_common.store_api import (
     ACTIVE_ONLY_HEADER,
     Changes,
@@ -62,10 +63,8 @@ from dag_common.store_api import (
 
 logger = logging.getLogger(__name__)
 
-
 CALL_TIMEOUT = 120.0  # seconds: a call, or the silence between two reads of its answer
 BODY_RATE = 256 * 1024  # bytes a second a large body is given beyond CALL_TIMEOUT
-LARGE_ANSWER = 1024 * 1024  # bytes of an answer past which it is parsed from text
 
 
 def _total(size: int | None, call_timeout: float, bounded: bool) -> float | None:
@@ -113,12 +112,14 @@ class NodeStoreClient:
         follow_timeout: float = 60.0,
         call_timeout: float | None = None,
         poll_session: aiohttp.ClientSession | None = None,
+        bodies_as_bytes: bool = False,
     ) -> None:
         """`call_timeout`: a command line's `--timeout`, which bounds each call whole (its
         reads too) and is sent as its deadline (`dag_common.deadline`); by default a write
         may take CALL_TIMEOUT and more for its body, a read as long as it keeps coming.
         `poll_session`: the change feed's long polls go over it, never holding the connections
-        other calls need (the IMAP front's idlers); both follow the same actives."""
+        other calls need (the IMAP front's idlers); both follow the same actives.  With
+        `bodies_as_bytes`, a listing's large bodies are bytes (the mover's: `listing_bodies`)."""
         self._config = config
         self._token = token
         self._session = session
@@ -130,6 +131,7 @@ class NodeStoreClient:
         self._deadlines = call_timeout is not None
         self._active: dict[str, str] = {}  # database -> node url
         self._names = {n.url: n.name for n in config.nodes}
+        self._bodies_as_bytes = bodies_as_bytes
 
     async def _find_active(self, database: str) -> str:
         refused: list[str] = []
@@ -192,6 +194,7 @@ class NodeStoreClient:
         raw: bool = False,
         message: bytes | bytearray | Path | None = None,
         long_poll: bool = False,
+        take_bodies: bool = False,
     ) -> tuple[int, Any]:
         """Call `path` (below /v1/databases/{database}) on the active copy, with `json` or a
         `payload` for its body; a 404 in `ok` is returned only when it means "not there"
@@ -202,7 +205,7 @@ class NodeStoreClient:
         try:
             return await self._call(
                 method, database, path, json=json, payload=payload, params=params, ok=ok,
-                raw=raw, message=message, long_poll=long_poll,
+                raw=raw, message=message, long_poll=long_poll, take_bodies=take_bodies,
             )  # fmt: skip
         except NodeCallError as exc:
             exc.database = database
@@ -221,6 +224,7 @@ class NodeStoreClient:
         raw: bool = False,
         message: bytes | bytearray | Path | None = None,
         long_poll: bool = False,
+        take_bodies: bool = False,
     ) -> tuple[int, Any]:
         what = f"{method} {database}{path}"
         # Encoded once, to bytes, with orjson (the standard library's encoder spends about
@@ -278,7 +282,8 @@ class NodeStoreClient:
                 ) as resp:
                     # Read from the stream, not `resp.read()`, which keeps its own reference
                     # to the bytes as long as the response lives.
-                    status, answer = resp.status, await resp.content.read()
+                    read = read_all(resp.content) if take_bodies else resp.content.read()
+                    status, answer = resp.status, await read
                     digest = resp.headers.get(DIGEST_HEADER)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 self._active.pop(database, None)
@@ -296,18 +301,9 @@ class NodeStoreClient:
                     raise NodeCallError(f"{what}: {mismatch}")
             if raw and status == 200:
                 return status, answer
-            head = answer[:120]
-            if len(answer) > LARGE_ANSWER:
-                # A page of large bodies: orjson reads a copy of what it parses (the answer
-                # three times over at once); the standard library parses text, decoded here
-                # and the bytes let go before it is parsed (twice over at most).
-                text = text_or_none(answer)
-                del answer
-                body = None if text is None else std_json_or_none(text)
-                del text
-            else:
-                body = json_or_none(answer)
-                del answer
+            head, held = answer[:120], [answer]
+            del answer  # let go of where it is parsed
+            body = await answer_json(held, take_bodies)
             if body is None:
                 # An error page or a cut answer (a proxy, a crashing node): a failed call with
                 # what came back, a 5xx or no status at all, so the move stalls and asks again.
@@ -411,7 +407,11 @@ class NodeStoreClient:
             params["count"] = "true"
         if not bodies:
             params["bodies"] = "false"
-        _, body = await self.call("GET", database, f"/mailboxes/{mailbox}/items", params=params)
+        path, take = f"/mailboxes/{mailbox}/items", self._bodies_as_bytes and bodies
+        try:
+            _, body = await self.call("GET", database, path, params=params, take_bodies=take)
+        except NotTaken:  # a large body that is not UTF-8 text: read as text, it is unreadable
+            _, body = await self.call("GET", database, path, params=params)
         page = ItemsAnswer.model_validate(body)
         return Items(
             items=tuple(lenient_item(i, bodies) for i in page.items),

@@ -150,7 +150,7 @@ async def connected(args: argparse.Namespace, config: ClusterConfig) -> AsyncIte
                     args,
                     store,
                     directory,
-                    NodeStoreClient(config, token=token, session=session),
+                    NodeStoreClient(config, token=token, session=session, bodies_as_bytes=True),
                     guarantee,
                 )
             finally:
@@ -366,7 +366,7 @@ async def _cancel(args: argparse.Namespace, config: ClusterConfig) -> Stopped:
             return await stopping.cancel(
                 requests,
                 args.id,
-                nodes=NodeStoreClient(config, token=token, session=session),
+                nodes=NodeStoreClient(config, token=token, session=session, bodies_as_bytes=True),
                 directory=directory,
                 clock=SystemClock(),
                 wait=args.wait,

@@ -4,11 +4,15 @@ reads it as the write it is."""
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import replace
+
 import orjson
 import pytest
 from aiohttp import ClientSession, web
 
 from dag_common import items_payload
+from dag_common.counted_text import bytes_only
 from dag_common.items_payload import ItemsPayload, items_json
 from dag_common.store_api import Item
 
@@ -70,3 +74,23 @@ async def test_a_server_reads_it_with_its_length_as_the_batch_it_is():
     finally:
         await runner.cleanup()
     assert seen == [(payload.size, None)] * 2, "a Content-Length, not chunked"
+
+
+@pytest.mark.parametrize("slice_bytes", [4, 5, 7, 1000, 1 << 20])
+def test_a_body_carried_as_its_bytes_is_the_same_json_as_its_text(monkeypatch, slice_bytes):
+    """Issue 52: a listing's large body comes to the mover as its UTF-8 bytes alone; it is
+    written as its text would be, wherever a slice of its bytes ends (in a character of two
+    to four bytes, in an escape), and it can be sent again (its bytes kept)."""
+    monkeypatch.setattr(items_payload, "SLICE", slice_bytes)
+    texts = batch()
+    as_bytes = [
+        replace(i, body=bytes_only(bytearray(i.body.encode()), hashlib.sha256().hexdigest()))
+        if i.body
+        else i
+        for i in texts
+    ]
+    whole = orjson.dumps({"items": [i.entry() for i in texts]})
+    assert b"".join(items_json(as_bytes)) == whole
+    payload = ItemsPayload(as_bytes)
+    assert payload.size == len(whole)
+    assert payload.decode() == whole.decode()  # sent again: the same

@@ -105,7 +105,9 @@ async def mover_in_process(c: LocalCluster, settings: MoveSettings = SETTINGS):
     stored = SyncMoves(c.root / "cluster.db")  # what a test reads, synchronously
     guarantee = GrpcGuaranteeClient.from_config(config, token=TOKEN)  # TLS if configured
     async with client_session(config) as session:  # TLS as the cluster's config says
-        nodes = PausingNodes(NodeStoreClient(config, token=TOKEN, session=session))
+        nodes = PausingNodes(
+            NodeStoreClient(config, token=TOKEN, session=session, bodies_as_bytes=True)
+        )
         lines: list[str] = []
         mover = Mover(
             requests=requests,
