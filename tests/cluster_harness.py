@@ -238,8 +238,18 @@ class LocalCluster:
             self.session = aiohttp.ClientSession(
                 headers=bearer(TOKEN), timeout=aiohttp.ClientTimeout(total=30)
             )
-        for node in names:
-            await self.wait_healthy(node)
+        try:
+            for node in names:
+                await self.wait_healthy(node)
+        except BaseException:
+            # A fixture whose start fails never reaches its teardown: the nodes started here
+            # would outlive the test and hold their ports (a CI run found two such nodes of a
+            # failed setup still serving 45 minutes later).
+            for node in names:
+                if self.procs[node].poll() is None:
+                    self.procs[node].kill()
+                    self.procs[node].wait()
+            raise
 
     async def wait_healthy(self, node: str, timeout: float = 30) -> None:
         async def healthy() -> bool:
