@@ -90,13 +90,7 @@ class MessageStager:
         """The message's next bytes (RequestTooLarge once the message is over the
         max_item_size: its body is at least its bytes)."""
         self._size += len(data)
-        if self._size > self._max:
-            raise RequestTooLarge(
-                f"the message is over the max_item_size of {self._database}, "
-                f"{bytes_and_mib(self._max)} (refused after {self._size} bytes); nothing "
-                "written",
-                {"max_item_size": self._max, "item_size": self._size},
-            )
+        self._within_max(self._size, "the message", "")
         self._keep_head(data)
         view = memoryview(data)
         while view:
@@ -174,16 +168,20 @@ class MessageStager:
             self._ascii = self._ascii and plain
         await self._staged_so_far()
         self._stored += len(data)
-        if self._stored > self._max:
-            raise RequestTooLarge(
-                f"the message's body is over the max_item_size of {self._database}, "
-                f"{bytes_and_mib(self._max)} (refused after {self._stored} bytes of it); "
-                "nothing written",
-                {"max_item_size": self._max, "item_size": self._stored},
-            )
+        self._within_max(self._stored, "the message's body", " of it")
         self._start(data)
         self._which ^= 1
         self._fill = 0
+
+    def _within_max(self, count: int, what: str, of: str) -> None:
+        """RequestTooLarge once `count` bytes of `what` are over the max_item_size."""
+        if count > self._max:
+            raise RequestTooLarge(
+                f"{what} is over the max_item_size of {self._database}, "
+                f"{bytes_and_mib(self._max)} (refused after {count} bytes{of}); nothing "
+                "written",
+                {"max_item_size": self._max, "item_size": count},
+            )
 
     def _start(self, data: bytes | memoryview) -> None:
         continues = None if self._ref is None else self._ref.id

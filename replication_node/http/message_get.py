@@ -154,7 +154,6 @@ async def _write_blob(request: web.Request, db: FileReads, body: BlobBody) -> we
         while (part := await loop.run_in_executor(_reads, next, parts, None)) is not None:
             await response.write(part)
             del part
-            await asyncio.sleep(0)
     except ConnectionError:  # the client went away: nothing to answer
         logger.info("%s %s: the client left before the message's end", request.method,
                     request.path)  # fmt: skip
