@@ -67,6 +67,7 @@ from replication_node.log.logfile import (
 from replication_node.log.spanning import Pending
 from replication_node.passive.inspector import InspectedLog, OutOfDateLog, inspect_generation
 from replication_node.passive.markers import Markers
+from replication_node.passive.stream_check import check_rejoin, check_stream
 from replication_node.shipping.interfaces import CopyLogs, LogShareInfo, LogSource
 from replication_node.storage.paths import CopyPaths
 
@@ -143,8 +144,9 @@ class Copier:
                 info = await self._source.info()
                 self._seen(info)
                 if self._rejoining:
-                    await self._check_rejoin(info)
-                await self._check_stream(info)
+                    await check_rejoin(self._source, self._paths, self._markers, info)
+                    self._rejoining = False
+                await check_stream(self._source, self._paths, self._markers, info)
                 await self._fetch_required()
                 await self._copy_through(info.last_generation)
                 async for info in self._source.notifications(m.last_log_inspected):
@@ -165,54 +167,6 @@ class Copier:
                         self._paths.name, retry.failures, wait, exc,
                     )  # fmt: skip
                 await self._clock.sleep(wait)
-
-    async def _check_rejoin(self, info: LogShareInfo) -> None:
-        """A copy that was active follows a new active: is its database file on its stream?
-
-        The file holds every generation through its waypoint W.  If the active's stream has
-        not reached W, or its generation W is not this copy's, the file holds transactions
-        the active never had: diverged at or below the waypoint, only a full reseed helps.
-        (Divergence above W is in logs only, never replayed: `Diverged`, handled in _stage.)
-        """
-        waypoint = self._markers.last_log_replayed
-        if waypoint > 0:
-            if info.last_generation < waypoint:
-                raise CopyFailed(
-                    f"diverged at or below the database's waypoint: this copy's file holds "
-                    f"generation {waypoint}, the active's stream ends at "
-                    f"{info.last_generation}; a full reseed is needed"
-                )
-            ours = self._paths.logs / closed_log_name(waypoint)
-            if info.first_generation <= waypoint and ours.exists():
-                theirs = await self._source.fetch(waypoint)
-                if theirs != await asyncio.to_thread(ours.read_bytes):
-                    raise CopyFailed(
-                        f"diverged at or below the database's waypoint: generation {waypoint}"
-                        " differs from the active's; a full reseed is needed"
-                    )
-        self._rejoining = False
-        await asyncio.to_thread(self._paths.was_active.unlink, missing_ok=True)
-        logger.info("%s: rejoined the active's stream at generation %d", self._paths.name, waypoint)
-
-    async def _check_stream(self, info: LogShareInfo) -> None:
-        """Claim the active's epoch now if this copy's last inspected generation is the
-        active's, byte for byte; stop if it is not (the stream forked below it)."""
-        m = self._markers
-        generation = m.last_log_inspected
-        if info.epoch == m.epoch or not (
-            generation >= 1 and info.first_generation <= generation <= info.last_generation
-        ):
-            return  # nothing to compare with yet: the next generation inspected settles it
-        ours = self._paths.logs / closed_log_name(generation)
-        if not ours.exists():
-            return
-        if await self._source.fetch(generation) != await asyncio.to_thread(ours.read_bytes):
-            raise CopyFailed(
-                f"this copy's generation {generation} is not the active's (epoch {info.epoch}): "
-                "the stream forked below it in a failover and this copy holds the old "
-                "active's logs; reseed the copy"
-            )
-        m.epoch = info.epoch
 
     def _seen(self, info: LogShareInfo) -> None:
         if info.log_signature != str(self._log_signature):
