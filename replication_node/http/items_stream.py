@@ -7,7 +7,7 @@ are read a few MiB at a time (`STREAM_READ_BYTES`, one item at least: `items_pag
 each item is written as JSON as soon as it is read, and its body is escaped a slice at a
 time (`BODY_SLICE` characters), so the largest thing held is the one row being written.
 
-A body kept in `items.body_blob` (every large body written from the log) is not read with
+A body kept apart in `bodies` (every body of 1 MiB or more) is not read with
 its row: the row carries a `BlobText`, and the body is read a part at a time (1 MiB,
 `storage/body_reads.py`) as it is written, each part in a read transaction of its own after
 finding the row with the same body again: SQLite never makes the whole value, nor Python a

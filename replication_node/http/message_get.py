@@ -1,6 +1,6 @@
 """One item as the message it is: `GET …/mailboxes/{mailbox}/items/{item_id}/message`.
 
-A message whose body is in `items.body_blob` (every large body written from the log) is
+A message whose body is kept apart in `bodies` (every body of 1 MiB or more) is
 written as it is read, a part at a time (`storage/body_reads.py`, issue 52): the node holds a
 part of it, where a read of the row held SQLite's value and Python's bytes of it, twice the
 message.  Each part is read off the loop in a read transaction of its own, the row found
@@ -56,7 +56,7 @@ def _head(db: FileReads, mailbox: str, item_id: str) -> BlobBody | StoredBytes |
 
 
 def _hash_8bit(db: FileReads, body: BlobBody) -> tuple[str, int]:
-    """The SHA-256 and size of an 8-bit message kept in `body_blob`, read a part at a time."""
+    """The SHA-256 and size of an 8-bit message kept apart, read a part at a time."""
     h, size = hashlib.sha256(), 0
     for part in message_parts(parts_apart(db, body), body.format):
         h.update(part)

@@ -7,11 +7,11 @@ worker thread reads the file's rows a part at a time (`READ_BYTES` of messages, 
 at least) through the connection kept for reads apart from the loop's
 (`Database.reading_apart`) into one buffer, records and bytes as `GET …/message` answers
 them, and the loop writes it, one write a part, giving itself back after each (as
-`items_stream` does: a lease renewal never waits behind a batch).  A message in
-`items.body_blob` (every large body written from the log) is read into the buffer a part at
+`items_stream` does: a lease renewal never waits behind a batch).  A message kept
+apart in `bodies` (every body of 1 MiB or more) is read into the buffer a part at
 a time through incremental BLOB I/O (`storage/body_reads.py`, in the part's read
 transaction: SQLite never makes the whole value, nor Python a bytes of it); one kept as
-UTF-8 in the old `body` column is read as SQLite's bytes of it (`file_reads.message_stored`:
+UTF-8 in the `body` column is read as SQLite's bytes of it (`file_reads.message_stored`:
 no str decoded to be encoded again) and copied once, into the buffer.  The part is one
 chunk of the answer where it was two writes a message (a TLS record and a loop turn each:
 most of the node's time per message, bench/README.md).  The node holds a part at a time:
@@ -105,7 +105,7 @@ def _read_part(
 
 
 def _blob_into(out: bytearray, conn: sqlite3.Connection, item: str, blob: BlobBody) -> int:
-    """The record of a message kept in `body_blob`, appended to `out` a part at a time in
+    """The record of a message kept apart, appended to `out` a part at a time in
     the caller's read transaction (SQLite never makes the whole value, nor Python a bytes
     of it); its size.  An 8-bit message is read twice: counted, then copied."""
     if blob.format is BodyFormat.TEXT:  # a text item, presented as mail: built whole

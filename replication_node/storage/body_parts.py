@@ -9,29 +9,30 @@ TEXT)`) and the bytes written into it with incremental BLOB I/O: still twice the
 the moment of the insert, as SQLite makes a zeroblob's zeros (a CAST makes them) and builds
 a row's record whole, the zeros inside.
 
-Here the body's UTF-8 bytes go into `items.body_blob`, a BLOB that is the row's last column
-(`schema.py`), `body` left ''.  The row is inserted with `zeroblob(n)` there, and SQLite
-keeps such a zeroblob lazy: building the record (`OP_MakeRecord`) leaves a zeroblob's zeros
-out of it when no column after it stores a byte, and the b-tree writes them into the row's
-overflow pages a page at a time, through the page cache.  The body's bytes
-(`spanning.BodyParts`) are then written over them through incremental BLOB I/O
+Here the body's UTF-8 bytes go into its row of `bodies` (`bodies.py`: a table of large
+bodies apart from the items' other columns, so that no UPDATE of the item ever touches
+them), `items.body` left ''.  The body's row is inserted with `zeroblob(n)` as its last
+column, and SQLite keeps such a zeroblob lazy: building the record (`OP_MakeRecord`)
+leaves a zeroblob's zeros out of it when no column after it stores a byte, and the b-tree
+writes them into the row's overflow pages a page at a time, through the page cache.  The
+body's bytes (`spanning.BodyParts`) are then written over them through incremental BLOB I/O
 (`Connection.blobopen`) as they are read from the log, a part at a time.  The bytes are
 those the commit names, checked against its size and CRC32C once all are read; a mismatch
 raises inside the caller's SQLite transaction, which then writes nothing.  The log, its
 format and the order of its fsyncs are untouched: only where the row keeps its body changed.
 
-Readers read `BODY_TEXT`, the body as the TEXT they always read, whichever column holds it;
-a body in `body` (a file from before, a body under `spanning.IN_PLACE`, one the overlay
-held whole) is read as before.
+A large body given whole (a text the writer holds already) goes into `bodies` too, bound
+once, so that where a body is kept depends on its size alone, the same on every copy.
+
+Readers read `bodies.BODY_TEXT`, the body as the TEXT they always read, wherever it is
+kept, or read it a part at a time (`body_reads.py`).
 
 Weighed and not taken:
 - writing with `sqlite3_blob_write` into a row inserted with a small placeholder, then
   grown: the incremental BLOB API cannot change a value's size, and an UPDATE to a larger
   value builds the whole record again, as the insert did;
-- moving `body` itself to the end: a rebuild of the table, every row of every file
-  rewritten at its next open, on every copy, for what a new column gives without it;
-- a table of bodies of its own: a second row to keep in step with the item's on every put,
-  delete, copy and rename, and a join on every read, for the same lazy zeros;
+- the body in a BLOB column of `items` itself (`body_blob`, its last; what this module did
+  first): written and read alike, but every UPDATE of the item read and wrote it whole;
 - a smaller page cache on the writing connection: it is SQLite's bounded 16 MiB, not a copy
   of the body, and the replay's batches want it for their index pages (issue 33).
 """
@@ -42,33 +43,43 @@ import sqlite3
 from typing import Any
 
 from replication_node.log.spanning import BodyParts
+from replication_node.storage.bodies import BODY_TEXT, WHOLE, ZEROS
+
+__all__ = ["BODY", "BODY_TEXT", "SIZE", "joined", "put_apart"]
 
 BODY = 4  # the body's place in a row for `tables._PUT`
-
-# An item's body as its text, wherever the row keeps it (a SQL expression): a read of it
-# holds what a read of the TEXT did (SQLite's value and Python's str, each the body's size:
-# measured in a fresh process, 60 MB over rest for a 30 MiB body either way, page cache
-# aside), and inserting it in place holds none (0.1 MB, against 60 MB for the CAST text).
-BODY_TEXT = "ifnull(CAST(body_blob AS TEXT), body)"
-
-# `tables._PUT`'s row with its body in `body_blob` as zeros of its size (`put_in_place`).
-PUT_IN_PLACE = (
-    "INSERT OR REPLACE INTO items (mailbox, item_id, folder, subject, body, size, change_number,"
-    " deleted, commit_time, body_hash, format, uid, modseq, flags, received, body_blob)"
-    " VALUES (?, ?, ?, ?, '', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, zeroblob(?))"
-)
+SIZE = 5  # its size in UTF-8 bytes
 
 
-def put_in_place(conn: sqlite3.Connection, row: tuple[Any, ...]) -> None:
-    """Write `row` (`tables._PUT`'s, its body a `BodyParts`) with its body in `body_blob`:
-    zeros of its size, then its bytes over them a part at a time."""
+def put_apart(conn: sqlite3.Connection, put: str, row: tuple[Any, ...]) -> None:
+    """Write `row` (`tables._PUT`'s, run as `put`; a body of `bodies.APART` bytes or more)
+    with its body in `bodies`: from the log (a `BodyParts`), zeros of its size, then its
+    bytes over them a part at a time; given whole, bound once."""
     body = row[BODY]
-    assert isinstance(body, BodyParts)
-    cursor = conn.execute(PUT_IN_PLACE, (*row[:BODY], *row[BODY + 1 :], body.size))
+    mailbox, item_id = row[0], row[1]
+    conn.execute(put, (*row[:BODY], "", *row[BODY + 1 :]))
+    if not isinstance(body, BodyParts):
+        conn.execute(WHOLE, (mailbox, item_id, body))
+        return
+    rowid = conn.execute(ZEROS, (mailbox, item_id, body.size)).lastrowid
+    assert rowid is not None
     written = 0
-    with conn.blobopen("items", "body_blob", cursor.lastrowid) as blob:
+    with conn.blobopen("bodies", "data", rowid) as blob:
         for part in body.parts():
             blob.write(part)
             written += len(part)
     if written != body.size:  # the parts check their size; this is the row's
         raise sqlite3.DataError(f"a body of {body.size} bytes was given {written}")
+
+
+def joined(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`row` with a body given as parts under `bodies.APART` bytes (the active's LLR flush
+    gives every staged body so) as its bytes, read whole: such a body is kept in its row, on
+    every copy, as a passive's replay writes it."""
+    body = row[BODY]
+    if not isinstance(body, BodyParts):
+        return row
+    data = b"".join(body.parts())
+    if len(data) != body.size:  # the parts check their size; this is the row's
+        raise sqlite3.DataError(f"a body of {body.size} bytes was given {len(data)}")
+    return (*row[:BODY], data, *row[BODY + 1 :])

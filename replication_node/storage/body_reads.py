@@ -1,7 +1,8 @@
-"""A body kept in `items.body_blob` read a part at a time (issue 52): the row's other columns
-without the body, then its bytes through incremental BLOB I/O, `PART` bytes at a time.
+"""A body kept apart in `bodies` (`bodies.py`) read a part at a time (issue 52): the item's
+columns without the body, then its bytes through incremental BLOB I/O, `PART` bytes at a
+time.
 
-Why: a read of the body as a value (`BODY_TEXT`, or `body_blob` itself) makes SQLite
+Why: a read of the body as a value (`BODY_TEXT`, or `bodies.data` itself) makes SQLite
 materialise it whole and Python build a str or bytes of it, two copies: 60 MB over rest for
 a 30 MiB body (docs/concepts/memory.md).  `Connection.blobopen(readonly=True)` reads only the
 overflow pages of the range asked for, through SQLite's bounded page cache; Python holds the
@@ -18,8 +19,7 @@ its hash; two bodies with one SHA-256 are the same bytes): `BodyChanged`, never 
 two versions.  `blobopen` on a row whose blob is gone raises `OperationalError`, which is
 `BodyChanged` too.
 
-A body in the old `body` column (a file from before the column, a body written in place, a
-row without a hash) is read whole, as before: `head` gives it as `message_stored` does.
+A body in `body` (under 1 MiB, or a row without a hash) is read whole, as before.
 """
 
 from __future__ import annotations
@@ -32,26 +32,28 @@ from typing import Protocol
 
 from dag_common.rfc822 import BodyFormat
 from replication_node.errors import BodyChanged
+from replication_node.storage.bodies import APART_SIZE, IS_APART
 
 PART = 1024 * 1024  # bytes of a body read at a time
-# Whether a row's body is read a part at a time (a SQL condition): in `body_blob`, hashed.
-IN_BLOB = "body_blob IS NOT NULL AND body_hash<>''"
+# Whether an item's body is read a part at a time (a SQL condition over `items`): kept
+# apart, hashed.
+IN_BLOB = f"body_hash<>'' AND {IS_APART}"
 
 
 @dataclass(frozen=True, slots=True)
 class BlobBody:
-    """A live item whose body is in `body_blob`, without the body: what finds it again."""
+    """A live item whose body is kept apart, without the body: what finds it again."""
 
     mailbox: str
     item_id: str
     format: BodyFormat
     subject: str
-    size: int  # bytes of the body's UTF-8, as `body_blob` holds them
+    size: int  # bytes of the body's UTF-8, as `bodies` holds them
     body_hash: str  # their SHA-256 (hex), as the row keeps it
 
 
 class BlobText(str):
-    """A listed row's body (`ItemRow.body`) kept in `body_blob` and not read: "" as a str,
+    """A listed row's body (`ItemRow.body`) kept apart and not read: "" as a str,
     with its head and what reads it a part at a time (`parts`).  Only a reader that asks
     for it gets one (`FileReads.items_page(blobs=True)`: the items listing)."""
 
@@ -76,11 +78,11 @@ class ReadsApart(Protocol):
 
 
 def blob_head(conn: sqlite3.Connection, mailbox: str, item_id: str) -> BlobBody | None:
-    """The live item's head if its body is in `body_blob` (and the row has its hash); None
+    """The live item's head if its body is kept apart (and the row has its hash); None
     otherwise (no such item, a tombstone, a body in `body`).  `length()` of a BLOB reads
     its size from the row's header, not its bytes."""
     row = conn.execute(
-        "SELECT format, subject, length(body_blob), body_hash FROM items"
+        f"SELECT format, subject, {APART_SIZE}, body_hash FROM items"
         f" WHERE mailbox=? AND item_id=? AND deleted=0 AND {IN_BLOB}",
         (mailbox, item_id),
     ).fetchone()
@@ -93,14 +95,15 @@ def read_part(conn: sqlite3.Connection, body: BlobBody, offset: int, n: int = PA
     """`n` bytes of `body` from `offset`, read through `conn` inside a read transaction;
     `BodyChanged` if the row no longer holds that body."""
     found = conn.execute(
-        "SELECT rowid FROM items WHERE mailbox=? AND item_id=? AND deleted=0"
-        " AND body_hash=? AND format=? AND length(body_blob)=?",
+        "SELECT bodies.rowid FROM items JOIN bodies ON bodies.mailbox=items.mailbox"
+        " AND bodies.item_id=items.item_id WHERE items.mailbox=? AND items.item_id=?"
+        " AND deleted=0 AND body_hash=? AND format=? AND length(data)=?",
         (body.mailbox, body.item_id, body.body_hash, body.format.value, body.size),
     ).fetchone()
     if found is None:
         raise BodyChanged(f"item {body.item_id!r} of {body.mailbox!r} changed while read")
     try:
-        with conn.blobopen("items", "body_blob", found[0], readonly=True) as blob:
+        with conn.blobopen("bodies", "data", found[0], readonly=True) as blob:
             blob.seek(offset)
             return blob.read(n)
     except sqlite3.OperationalError as exc:  # the row's blob gone under its rowid

@@ -22,7 +22,8 @@ the rows, to find a row changed inside a page that is otherwise valid, or a writ
 not go through `apply`.
 
 Its reads (mailboxes, folders, items, pages) are `file_reads.FileReads`'; the tables' schema
-and the migrations a file from before is given at open, `schema.py`'s.
+and the migrations a file from before is given at open, `schema.py`'s (its large bodies
+moved into their own table, `body_migration.py`'s).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from replication_node.errors import DatabaseError
 from replication_node.log.events import Transaction
 from replication_node.log.operations import PutItem, RecordBackup
 from replication_node.storage import file_handles
+from replication_node.storage.body_migration import SCHEMA_VERSION, move_bodies_apart
 from replication_node.storage.digest import (
     DIGEST_SCHEMA,
     install_digest,
@@ -65,7 +67,6 @@ from replication_node.storage.header import (
 from replication_node.storage.ops import with_backup
 from replication_node.storage.schema import (
     TABLES_SCHEMA,
-    add_body_blob,
     add_format,
     add_imap_columns,
 )
@@ -120,7 +121,8 @@ class Database(FileReads):
         self._written: DatabaseHeader | None = None  # written in a transaction, not committed
         with self._lock:
             self._digest = install_digest(conn)  # the running content digest, as apply moves it
-        add_body_blob(conn)  # last: the column must be the row's last (`body_parts.py`)
+        # Last: the digest is added up (a file from before it) where the bodies are now.
+        move_bodies_apart(conn)
         # Reads go through a connection of their own: in WAL mode they see the last commit
         # and never wait for a write in progress.  A read on the event loop (a write's
         # checks, the overlay's lookups) used to wait on the one connection's lock while a
@@ -183,8 +185,9 @@ class Database(FileReads):
         with conn:
             conn.execute("BEGIN")
             conn.executescript(
-                "SAVEPOINT s;" + HEADER_SCHEMA + TABLES_SCHEMA + DIGEST_SCHEMA + "RELEASE s;"
-            )
+                "SAVEPOINT s;" + HEADER_SCHEMA + TABLES_SCHEMA + DIGEST_SCHEMA
+                + f"PRAGMA user_version = {SCHEMA_VERSION};RELEASE s;"
+            )  # fmt: skip
             conn.execute("INSERT INTO db_digest VALUES (1, ?)", (to_hex(0),))
             insert_new_header(
                 conn, database_signature=database_signature, log_signature=log_signature

@@ -25,7 +25,7 @@ from dag_common.mailbox_digest import (
     mailbox_term,
     to_hex,
 )
-from replication_node.storage.body_parts import BODY_TEXT
+from replication_node.storage.bodies import body_text_sql
 
 DIGEST_SCHEMA = """
 CREATE TABLE IF NOT EXISTS db_digest(id INTEGER PRIMARY KEY CHECK (id = 1), digest TEXT NOT NULL);
@@ -40,10 +40,9 @@ _OLD_TRIGGERS = (
 def recompute_digest(conn: sqlite3.Connection) -> int:
     """The content digest added up from the rows themselves (the bodies hashed again)."""
     total = 0
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(items)")}
-    # a file from before `body_blob` (its migration runs after this one's) holds every body
-    # in `body`
-    body = BODY_TEXT if "body_blob" in columns else "body"
+    # wherever this file keeps its bodies: a file from before `bodies` is added up before
+    # they are moved (`body_migration.py`), and a scrub reads any file
+    body = body_text_sql(conn)
     for row in conn.execute(
         f"SELECT mailbox, item_id, folder, subject, {body}, format FROM items WHERE deleted = 0"
     ):

@@ -14,17 +14,9 @@ from collections.abc import Callable, Iterator, Sequence
 
 from dag_common.mailbox_digest import DigestRow
 from dag_common.rfc822 import BodyFormat
-from replication_node.storage.body_parts import BODY_TEXT
+from replication_node.storage.bodies import BODY_TEXT, MESSAGE_BYTES
 from replication_node.storage.body_reads import BlobBody, BlobText, read_part
-from replication_node.storage.ops import floored
-from replication_node.storage.reader import (
-    FolderRow,
-    FolderStatus,
-    ItemRow,
-    ItemsPage,
-    MailboxRow,
-)
-from replication_node.storage.tables import (
+from replication_node.storage.columns import (
     FOLDER_COLUMNS,
     ITEM_BLOB_COLUMNS,
     ITEM_COLUMNS,
@@ -34,6 +26,14 @@ from replication_node.storage.tables import (
     item_head_of,
     item_of,
     mailbox_of,
+)
+from replication_node.storage.ops import floored
+from replication_node.storage.reader import (
+    FolderRow,
+    FolderStatus,
+    ItemRow,
+    ItemsPage,
+    MailboxRow,
 )
 
 
@@ -227,7 +227,7 @@ class FileReads:
         one at a time, so a page cut by bytes reads no body past its end: 2,000 items of
         30 MiB asked for at once are a page of three.  Without `bodies` no body is read at
         all: each row carries the hash the digest keeps (`ItemRow`).  With `blobs`, a body
-        kept in `body_blob` is not read: the row's body is a `BlobText`, read a part at a
+        kept apart (`bodies.py`) is not read: the row's body is a `BlobText`, read a part at a
         time when it is written (`body_part`; the listing's, `items_stream`)."""
         columns, row_of = (ITEM_COLUMNS, item_of) if bodies else (ITEM_HEAD_COLUMNS, item_head_of)
         if bodies and blobs:
@@ -325,12 +325,10 @@ def message_body(conn: sqlite3.Connection, mailbox: str, item_id: str) -> Stored
 
 def message_stored(conn: sqlite3.Connection, mailbox: str, item_id: str) -> StoredBytes | None:
     """`message_body`, but a message kept as UTF-8 (`BodyFormat.MESSAGE`: the bytes it
-    serves are its body's UTF-8) comes as bytes: `body_blob` as it is, or SQLite's bytes of
-    `body` (`CAST … AS BLOB`: the text as stored, the file's encoding being UTF-8): no str
-    decoded only to be encoded again."""
+    serves are its body's UTF-8) comes as bytes (`bodies.MESSAGE_BYTES`): no str decoded
+    only to be encoded again."""
     row = conn.execute(
-        "SELECT CASE format WHEN ? THEN ifnull(body_blob, CAST(body AS BLOB))"
-        f" ELSE {BODY_TEXT} END, format, subject"
+        f"SELECT CASE format WHEN ? THEN {MESSAGE_BYTES} ELSE {BODY_TEXT} END, format, subject"
         " FROM items WHERE mailbox=? AND item_id=? AND deleted=0",
         (BodyFormat.MESSAGE.value, mailbox, item_id),
     ).fetchone()

@@ -1,11 +1,13 @@
 """The mailbox tables' schema, and the migrations that give a file from before a column
 it: each the same statements on every copy (a schema change, no row rewritten), so the
-copies of one database stay alike.  `tables.py` writes and reads the rows."""
+copies of one database stay alike.  `tables.py` writes and reads the rows; a file's large
+bodies are moved into their own table by `body_migration.py`."""
 
 from __future__ import annotations
 
 import sqlite3
 
+from replication_node.storage.bodies import BODIES_SCHEMA
 from replication_node.storage.moved_out import MOVED_OUT_SCHEMA, add_moved_out
 
 TABLES_SCHEMA = (
@@ -29,24 +31,25 @@ CREATE TABLE folders(
 -- what the body is (`dag_common.rfc822.BodyFormat`); uid, modseq, flags (space-separated)
 -- and received: its IMAP state.  All last, as a file from before them has them added
 -- (`digest._add_body_hash`, `add_format`, `add_imap_columns`): every statement names the
--- columns it writes, so their order in an old file does not matter, but for the last.
--- body_blob: a large body written in place from the log (`body_parts.py`), as its UTF-8
--- bytes, `body` then ''; NULL for any other row, whose body is `body`'s text.  It is the
--- row's LAST column, in every file (`add_body_blob` adds it after every other migration),
--- as only there does SQLite keep a zeroblob lazy: its zeros are never made in memory.
+-- columns it writes, so their order in an old file does not matter.
+-- body: the body's text, or '' for a body of 1 MiB or more, kept apart in `bodies`
+-- (`bodies.py`), so that an UPDATE of the item never reads or writes it.  A file from
+-- before that table keeps a last column `body_blob`, NULL in every row once its bodies
+-- are moved (`body_migration.py`).
 CREATE TABLE items(
   mailbox TEXT NOT NULL, item_id TEXT NOT NULL, folder TEXT NOT NULL, subject TEXT NOT NULL,
   body TEXT NOT NULL, size INTEGER NOT NULL, change_number INTEGER NOT NULL,
   deleted INTEGER NOT NULL, commit_time TEXT NOT NULL, body_hash TEXT NOT NULL DEFAULT '',
   format TEXT NOT NULL DEFAULT 'text', uid INTEGER NOT NULL DEFAULT 0,
   modseq INTEGER NOT NULL DEFAULT 0, flags TEXT NOT NULL DEFAULT '',
-  received TEXT NOT NULL DEFAULT '', body_blob BLOB,
+  received TEXT NOT NULL DEFAULT '',
   PRIMARY KEY (mailbox, item_id)
 );
 CREATE INDEX items_by_change ON items(mailbox, change_number);
 CREATE INDEX items_by_uid ON items(mailbox, folder, uid);
 """
     + MOVED_OUT_SCHEMA
+    + BODIES_SCHEMA
 )
 
 
@@ -104,25 +107,6 @@ def add_format(conn: sqlite3.Connection) -> None:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(items)")}
         if "format" not in columns:  # checked again inside the write transaction
             conn.execute("ALTER TABLE items ADD COLUMN format TEXT NOT NULL DEFAULT 'text'")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
-def add_body_blob(conn: sqlite3.Connection) -> None:
-    """Give a file from before `body_blob` (issue 52) the column, NULL in every row it holds:
-    their bodies stay in `body`, where every reader still finds them (`tables.BODY_TEXT`).
-    A schema change, no row rewritten, the same on every copy.  Run after every other
-    migration, so that it is the row's last column (`body_parts.py` says why it must be)."""
-    columns = [row[1] for row in conn.execute("PRAGMA table_info(items)")]
-    if not columns or "body_blob" in columns:
-        return
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        columns = [row[1] for row in conn.execute("PRAGMA table_info(items)")]
-        if "body_blob" not in columns:  # checked again inside the write transaction
-            conn.execute("ALTER TABLE items ADD COLUMN body_blob BLOB")
     except BaseException:
         conn.execute("ROLLBACK")
         raise

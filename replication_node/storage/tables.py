@@ -1,5 +1,6 @@
-"""The mailbox tables in SQL: a transaction's operations applied as rows, and rows read
-back as the store's typed rows (their schema and its migrations: `schema.py`).
+"""The mailbox tables in SQL: a transaction's operations applied as rows (their schema and
+its migrations: `schema.py`; the rows read back as the store's typed rows: `columns.py`;
+large bodies kept apart: `bodies.py`).
 
 The rows are those `ops` defines (the same model the LLR overlay applies), so a generation
 replayed into the file and the same generation held in memory read the same.
@@ -43,8 +44,15 @@ from replication_node.log.operations import (
     last_cn,
 )
 from replication_node.log.spanning import BodyParts
-from replication_node.storage.body_parts import BODY, BODY_TEXT, put_in_place
-from replication_node.storage.body_reads import IN_BLOB
+from replication_node.storage.bodies import (
+    APART,
+    DROP_MAILBOX,
+    IS_APART,
+    copy_body,
+    drop_body,
+)
+from replication_node.storage.body_parts import BODY, SIZE, joined, put_apart
+from replication_node.storage.columns import FOLDER_COLUMNS, MAILBOX_COLUMNS, mailbox_of
 from replication_node.storage.moved_out import (
     FORGET_FOLDER,
     RECORD,
@@ -60,64 +68,17 @@ from replication_node.storage.ops import (
     mailbox_row,
     renaming,
 )
-from replication_node.storage.reader import FolderRow, ItemRow, MailboxRow
+from replication_node.storage.reader import FolderRow
 
 if TYPE_CHECKING:
     from replication_node.log.events import Transaction
-
-# The columns a read gives back, in the order of the row types (`reader.py`).
-MAILBOX_COLUMNS = "mailbox, display_name, locked, soft_deleted, change_number, uidvalidity_next"
-FOLDER_COLUMNS = (
-    "mailbox, folder, change_number, uidvalidity, uid_next, highest_modseq, modseq_floor"
-)
-_IMAP_COLUMNS = "uid, modseq, flags, received"
-ITEM_COLUMNS = (
-    f"mailbox, item_id, folder, subject, {BODY_TEXT}, size, change_number, deleted,"
-    f" commit_time, '', format, {_IMAP_COLUMNS}"
-)
-# An item read for the listing written as it is read: a body read a part at a time later
-# (`body_reads.IN_BLOB`) left NULL, its hash and size after it (the 10th and 16th columns);
-# any other body as ITEM_COLUMNS reads it.
-ITEM_BLOB_COLUMNS = (
-    f"mailbox, item_id, folder, subject, CASE WHEN {IN_BLOB} THEN NULL ELSE {BODY_TEXT} END,"
-    f" size, change_number, deleted, commit_time, CASE WHEN {IN_BLOB} THEN body_hash ELSE ''"
-    f" END, format, {_IMAP_COLUMNS}, CASE WHEN {IN_BLOB} THEN length(body_blob) ELSE 0 END"
-)
-# An item read without its body: the body's hash in its place (`ItemRow`).
-ITEM_HEAD_COLUMNS = (
-    "mailbox, item_id, folder, subject, '', size, change_number, deleted, commit_time, body_hash,"
-    f" format, {_IMAP_COLUMNS}"
-)
-
-
-def mailbox_of(row: sqlite3.Row) -> MailboxRow:
-    """A `mailboxes` row (read as MAILBOX_COLUMNS) as the store's typed row."""
-    return MailboxRow(row[0], row[1], bool(row[2]), bool(row[3]), row[4], row[5])
-
-
-def folder_of(row: sqlite3.Row) -> FolderRow:
-    """A `folders` row (read as FOLDER_COLUMNS) as the store's typed row."""
-    return FolderRow(row[0], row[1], row[2], row[3], row[4], row[5], row[6])
-
-
-def item_of(row: sqlite3.Row) -> ItemRow:
-    """An `items` row (read as ITEM_COLUMNS or ITEM_HEAD_COLUMNS: an item or a tombstone,
-    with or without its body) as the store's row."""
-    return ItemRow(
-        row[0], row[1], row[2], row[3], row[4], row[5], row[6], bool(row[7]), row[8], row[9],
-        BodyFormat(row[10]), row[11], row[12], flags_of(row[13]), row[14],
-    )  # fmt: skip
-
-
-item_head_of = item_of  # the same columns, the hash or the body left ''
-
 
 _PUT = (
     "INSERT OR REPLACE INTO items (mailbox, item_id, folder, subject, body, size, change_number,"
     " deleted, commit_time, body_hash, format, uid, modseq, flags, received)"
     " VALUES (?, ?, ?, ?, CAST(? AS TEXT), ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)"
 )  # the body: its text, or its UTF-8 bytes, stored as text either way (`put_rows`); a
-# body from the log is written in place instead (`body_parts.PUT_IN_PLACE`)
+# body of `bodies.APART` bytes or more is written apart (`body_parts.put_apart`)
 _TOMBSTONE = (
     "INSERT INTO items (mailbox, item_id, folder, subject, body, size, change_number, deleted,"
     " commit_time, body_hash, format, uid, modseq) VALUES (?, ?, '', '', '', 0, ?, 1, ?, '',"
@@ -125,7 +86,7 @@ _TOMBSTONE = (
 )
 _DELETE = (
     "UPDATE items SET deleted=1, body='', size=0, change_number=?, commit_time=?, body_hash='',"
-    " format='text', modseq=?, flags='', received='', body_blob=NULL"
+    " format='text', modseq=?, flags='', received=''"
     " WHERE mailbox=? AND item_id=?"
 )
 # A live item of a folder, as the operations that name items by id act on it.
@@ -137,6 +98,11 @@ _LIVE_IN = (
 # for a whole transaction's puts, whatever their number), with what their terms count.
 _LIVE_ITEMS = (
     "SELECT item_id, folder, subject, body_hash, format FROM items"
+    " WHERE mailbox = ? AND deleted = 0 AND item_id IN (SELECT value FROM json_each(?))"
+)
+# The same, with whether each one's body is kept apart (a put over it drops or replaces it).
+_LIVE_PUT_OVER = (
+    f"SELECT item_id, folder, subject, body_hash, format, {IS_APART} FROM items"
     " WHERE mailbox = ? AND deleted = 0 AND item_id IN (SELECT value FROM json_each(?))"
 )
 
@@ -206,7 +172,8 @@ class TableWriter:
         self._stamps = stamps
         self._puts: list[tuple[Any, ...]] = []  # rows for _PUT, held, in log order
         self._held: dict[tuple[str, str], int] = {}  # the term each key held has (0: none)
-        self._parts = False  # a row held has its body in the log (`BodyParts`)
+        self._large = False  # a row held has a body of `APART` bytes or more, or its parts
+        self._apart: set[tuple[str, str]] = set()  # keys held whose file row has a body apart
         self.delta = 0
 
     def apply(self, txn: Transaction, puts: list[PutRow] | None = None) -> int:
@@ -251,9 +218,13 @@ class TableWriter:
         missing = [key for key in keys if key not in held]
         for mailbox in {m for m, _ in missing}:  # nearly always one
             item_ids = [i for m, i in missing if m == mailbox]
-            found = self._conn.execute(_LIVE_ITEMS, (mailbox, orjson.dumps(item_ids).decode()))
-            for item_id, *fields in found:
-                held[mailbox, item_id] = item_term_of_hash(mailbox, item_id, *fields)
+            found = self._conn.execute(_LIVE_PUT_OVER, (mailbox, orjson.dumps(item_ids).decode()))
+            for item_id, folder, subject, hashed, fmt, apart in found:
+                held[mailbox, item_id] = item_term_of_hash(
+                    mailbox, item_id, folder, subject, hashed, fmt
+                )
+                if apart:
+                    self._apart.add((mailbox, item_id))
         terms = list(map(_TERM, puts))
         if len(set(keys)) == len(keys):  # each key once: what each replaces is held already
             self.delta += sum(terms) - sum(map(held.get, keys, repeat(0)))
@@ -265,8 +236,10 @@ class TableWriter:
                 held[key] = term
             self.delta += change
         self._puts += rows
-        if not self._parts:
-            self._parts = BodyParts in set(map(type, map(_BODY, rows)))
+        if not self._large:
+            self._large = max(map(_SIZE, rows)) >= APART or BodyParts in set(
+                map(type, map(_BODY, rows))
+            )
         counters: dict[tuple[str, str], tuple[int, int]] = {}
         for where, group in groupby(rows, _WHERE):  # a folder's puts come together
             numbered = [row for row in group if row[_UID]]  # a UID: its folder goes past it
@@ -283,30 +256,40 @@ class TableWriter:
             )
 
     def flush(self) -> None:
-        """Write the rows held."""
+        """Write the rows held: a body of `APART` bytes or more into `bodies`
+        (`body_parts.put_apart`), a smaller one in its row, where it drops the body its key
+        had apart."""
         if self._puts:
             self._puts.sort(key=_KEY)  # stable: an item put twice keeps its last row
-            if not self._parts:  # no body to write in place: one statement for them all
+            if not self._large and not self._apart:  # one statement for them all
                 self._conn.executemany(_PUT, self._puts)
             else:
                 plain: list[tuple[Any, ...]] = []
-                for row in self._puts:  # in order: a body from the log is written in place
-                    if type(row[BODY]) is BodyParts:
+                apart = self._apart
+                for row in self._puts:  # in order: an item put twice keeps its last row
+                    key = row[0], row[1]
+                    if row[SIZE] >= APART:
                         self._conn.executemany(_PUT, plain)
                         plain.clear()
-                        put_in_place(self._conn, row)
+                        put_apart(self._conn, _PUT, row)
+                        apart.add(key)
                     else:
-                        plain.append(row)
+                        if key in apart:
+                            drop_body(self._conn, *key)
+                            apart.discard(key)
+                        plain.append(joined(row))
                 self._conn.executemany(_PUT, plain)
             self._puts.clear()
             self._held.clear()
-            self._parts = False
+            self._apart.clear()
+            self._large = False
 
 
 # A put's row and term (`PutRow`), and in its row: its key, its folder's, its UID, its
 # modseq (`_PUT`'s columns).
 _ROW, _TERM = itemgetter(0), itemgetter(1)
-_ID, _WHERE, _BODY = itemgetter(0, 1), itemgetter(0, 2), itemgetter(BODY)
+_ID, _WHERE = itemgetter(0, 1), itemgetter(0, 2)
+_BODY, _SIZE = itemgetter(BODY), itemgetter(SIZE)
 _UID = 10
 _UID_OF, _MODSEQ_OF = itemgetter(_UID), itemgetter(_UID + 1)
 _CN = attrgetter("cn")  # a put's change number (`last_cn` of a put)
@@ -369,6 +352,7 @@ def _other(conn: sqlite3.Connection, op: Operation, when: str) -> int:
             delta -= mailbox_rows_digest(conn, op.mailbox)
             for table in ("items", "folders", "mailboxes", "moved_out"):
                 conn.execute(f"DELETE FROM {table} WHERE mailbox=?", (op.mailbox,))
+            conn.execute(DROP_MAILBOX, (op.mailbox,))
         case RenameFolder():
             delta += _rename_folder(conn, op)
         case DeleteFolder():
@@ -416,14 +400,15 @@ def _other(conn: sqlite3.Connection, op: Operation, when: str) -> int:
                 ).fetchone()
                 if old is not None:
                     delta -= item_term_of_hash(op.mailbox, *old)
-                conn.execute(
+                conn.execute(  # a body apart is '' here, and copied a part at a time
                     "INSERT OR REPLACE INTO items (mailbox, item_id, folder, subject, body, size,"
                     " change_number, deleted, commit_time, body_hash, format, uid, modseq, flags,"
-                    " received, body_blob) SELECT mailbox, ?, ?, subject, body, size, ?, 0, ?,"
-                    " body_hash, format, ?, ?, flags, received, body_blob FROM items"
+                    " received) SELECT mailbox, ?, ?, subject, body, size, ?, 0, ?,"
+                    " body_hash, format, ?, ?, flags, received FROM items"
                     " WHERE mailbox=? AND item_id=?",
                     (new_id, op.to, op.cn + i, when, uid, op.modseq, op.mailbox, item_id),
                 )
+                copy_body(conn, op.mailbox, item_id, new_id)
                 delta += item_term_of_hash(op.mailbox, new_id, op.to, *live[1:4])
             _lift_both(conn, op.mailbox, op.folder, op.to, [u for _, _, u in op.items], op.modseq)
         case SetFolderCounters():
@@ -489,6 +474,7 @@ def _delete_item(
     if folder is not None and (live is None or live[1] != folder):
         return 0
     cur = conn.execute(_DELETE, (cn, when, modseq, mailbox, item_id))
+    drop_body(conn, mailbox, item_id)
     if cur.rowcount == 0:
         conn.execute(_TOMBSTONE, (mailbox, item_id, cn, when, modseq))
     elif live is not None:

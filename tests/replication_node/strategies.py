@@ -20,6 +20,10 @@ ITEM_IDS = [f"i{n}" for n in range(6)]
 FOLDERS = ["Inbox", "Projects", "Projects/a", "Archive", "Archive/b", "\u00e9t\u00e9"]
 FLAGS = ["\\Seen", "\\Flagged", "\\Deleted", "$Junk", "work"]
 text = st.text(alphabet="ab\u00e9\U0001f600", max_size=6)
+# Now and then a body a file keeps apart from its item's row (`storage/bodies.py`: 1 MiB of
+# UTF-8 or more), so that every operation meets one: two of them, so that one replaces the
+# other.
+LARGE_BODIES = ["x" * (1 << 20), "\u00e9" * (1 << 19) + "y"]
 uids = st.integers(1, 40)
 modseqs = st.integers(1, 40)
 flag_sets = st.lists(st.sampled_from(FLAGS), max_size=3, unique=True).map(sorted)
@@ -98,7 +102,8 @@ def operation(draw, kind: str | None = None):
     item = {"mailbox": mailbox, "item_id": draw(st.sampled_from(ITEM_IDS))}
     if kind == "del":
         return {"op": "delete_item", **item, "modseq": draw(modseqs)}
-    put = {"op": "put_item", **item, "folder": folder, "subject": draw(text), "body": draw(text)}
+    body = draw(text) if draw(st.integers(0, 11)) else draw(st.sampled_from(LARGE_BODIES))
+    put = {"op": "put_item", **item, "folder": folder, "subject": draw(text), "body": body}
     # a text item's record says no format; a message's does (dag_common.rfc822)
     fmt = draw(st.sampled_from([None, None, "message", "message-8bit"]))
     if fmt is not None:

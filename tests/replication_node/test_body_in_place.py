@@ -1,8 +1,9 @@
-"""A large body written into its row from the log (the LLR flush's, a passive's replay) goes
-into `items.body_blob`, the row's last column, where SQLite keeps the zeros it is inserted
-with lazy (`storage/body_parts.py`, issue 52): every reader reads it as the text it always
-read, the digest counts it as before, and a file from before the column opens, migrates and
-loses nothing.  In process, over real SQLite files."""
+"""A large body written from the log (the LLR flush's, a passive's replay) goes into its row
+of `bodies`, apart from its item's, where SQLite keeps the zeros it is inserted with lazy
+(`storage/body_parts.py`, `storage/bodies.py`, issue 52), and so does a large body given
+whole: every reader reads it as the text it always read, the digest counts it as before,
+and a file from before the table opens, migrates and loses nothing.  In process, over real
+SQLite files."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from dag_common.model import Position
 from replication_node.log import operations as ops
 from replication_node.log.events import Transaction
 from replication_node.log.spanning import BodyParts
+from replication_node.storage.body_migration import SCHEMA_VERSION
 from replication_node.storage.database import Database
 from replication_node.storage.file_reads import message_body
 from tests.replication_node.strategies import T0
@@ -57,22 +59,51 @@ def columns(path: Path) -> list[str]:
         return [row[1] for row in conn.execute("PRAGMA table_info(items)")]
 
 
-def stored(path: Path) -> dict[str, tuple[str, str]]:
-    """Each item's `typeof(body)` and `typeof(body_blob)` as the file holds them."""
+def stored(path: Path) -> dict[str, str]:
+    """Where each item's body is as the file holds it: "apart" (its row of `bodies`, `body`
+    left '') or "row" (`body`)."""
     with contextlib.closing(sqlite3.connect(path)) as conn:
-        rows = conn.execute("SELECT item_id, typeof(body), typeof(body_blob) FROM items")
-        return {r[0]: (r[1], r[2]) for r in rows}
+        rows = conn.execute(
+            "SELECT item_id, body='', EXISTS(SELECT 1 FROM bodies b"
+            " WHERE b.mailbox=items.mailbox AND b.item_id=items.item_id) FROM items"
+        ).fetchall()
+    assert all(empty for _, empty, apart in rows if apart), "a body kept apart is '' in its row"
+    return {r[0]: "apart" if r[2] else "row" for r in rows}
 
 
-def test_a_body_from_the_log_is_the_rows_last_column_and_every_reader_reads_its_text(tmp_path):
+def orphans(path: Path) -> int:
+    """Rows of `bodies` without their live item."""
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        (n,) = conn.execute(
+            "SELECT count(*) FROM bodies b WHERE NOT EXISTS(SELECT 1 FROM items i"
+            " WHERE i.mailbox=b.mailbox AND i.item_id=b.item_id AND i.deleted=0)"
+        ).fetchone()
+    return int(n)
+
+
+def before_bodies(path: Path, *, blob_column: bool = True) -> None:
+    """Make a (closed) file written by this code one from before `bodies`: each body apart
+    put back into its item, in a last column `body_blob` as the code before wrote a body
+    from the log, or (not `blob_column`) in `body`'s text as before that; the table gone,
+    the schema version 0."""
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        if blob_column:
+            conn.execute("ALTER TABLE items ADD COLUMN body_blob BLOB")
+        put = "body_blob=?" if blob_column else "body=CAST(? AS TEXT)"
+        for box, item, data in conn.execute("SELECT mailbox, item_id, data FROM bodies"):
+            conn.execute(f"UPDATE items SET {put} WHERE mailbox=? AND item_id=?", (data, box, item))
+        conn.execute("DROP TABLE bodies")
+        conn.execute("PRAGMA user_version = 0")
+
+
+def test_a_large_body_is_kept_apart_and_every_reader_reads_its_text(tmp_path):
     db, plain = fresh(tmp_path / "db.sqlite"), fresh(tmp_path / "plain.sqlite")
     create = (ops.CreateMailbox("m", 1), ops.CreateFolder("m", 2, "Archive"))
     for each, body in ((db, from_log(LARGE)), (plain, LARGE)):
         apply(each, 1, *create, ops.PutItem("m", 3, "big", "Inbox", "s", body),
               ops.PutItem("m", 4, "small", "Inbox", "t", SMALL))  # fmt: skip
-    assert columns(db.path)[-1] == "body_blob", "last: only there is a zeroblob kept lazy"
-    assert stored(db.path) == {"big": ("text", "blob"), "small": ("text", "null")}
-    assert stored(plain.path) == {"big": ("text", "null"), "small": ("text", "null")}
+    # Apart whether read from the log a part at a time or given whole: by its size alone.
+    assert stored(db.path) == stored(plain.path) == {"big": "apart", "small": "row"}
     # The same text to every reader, and the same digest as the body bound whole.
     assert db.item("m", "big").body == LARGE and type(db.item("m", "big").body) is str
     assert [(r.item_id, r.body, r.size) for r in db.items("m")] == [
@@ -84,18 +115,27 @@ def test_a_body_from_the_log_is_the_rows_last_column_and_every_reader_reads_its_
         assert message_body(conn, "m", "big")[0] == LARGE
     assert db.content_digest == plain.content_digest
     assert db.recompute_digest() == (db.content_digest, db.content_digest)
-    # A copy keeps it where it is; an expunge leaves no byte of it.
-    copy = ops.CopyItems("m", 5, "Inbox", "Archive", (("big", "big2", 1),), 3)
-    apply(db, 2, copy, ops.DeleteItem("m", 6, "big", 4))
-    apply(plain, 2, copy, ops.DeleteItem("m", 6, "big", 4))
-    assert stored(db.path)["big2"] == ("text", "blob")
-    assert stored(db.path)["big"] == ("text", "null")
+    # A flag change and a move keep it; a copy has its own; an expunge leaves no byte of it.
+    for each in (db, plain):
+        apply(each, 2, ops.SetFlags("m", 5, "Inbox", ("big",), 3, add=("\\Seen",)),
+              ops.MoveItems("m", 6, "Inbox", "Archive", (("big", 7),), 4))  # fmt: skip
+        copy = ops.CopyItems("m", 7, "Archive", "Inbox", (("big", "big2", 1),), 5)
+        apply(each, 3, copy, ops.DeleteItem("m", 8, "big", 6))
+        assert stored(each.path) == {"big": "row", "big2": "apart", "small": "row"}
+        assert orphans(each.path) == 0
     assert db.item("m", "big2").body == LARGE and db.item("m", "big").deleted
     assert db.content_digest == plain.content_digest
     assert db.recompute_digest() == (db.content_digest, db.content_digest)
-    # Put again as a plain text: the row is replaced whole, its BLOB gone.
-    apply(db, 3, ops.PutItem("m", 7, "big2", "Archive", "s", SMALL))
-    assert stored(db.path)["big2"] == ("text", "null") and db.item("m", "big2").body == SMALL
+    # Put again as a plain text: its body apart is gone with it; large again, back apart.
+    apply(db, 4, ops.PutItem("m", 9, "big2", "Archive", "s", SMALL))
+    assert stored(db.path)["big2"] == "row" and db.item("m", "big2").body == SMALL
+    assert orphans(db.path) == 0
+    apply(db, 5, ops.PutItem("m", 10, "big2", "Archive", "s", from_log(LARGE)),
+          ops.PutItem("m", 11, "small", "Inbox", "t", LARGE))  # fmt: skip
+    assert stored(db.path) == {"big": "row", "big2": "apart", "small": "apart"}
+    # A mailbox removed takes its bodies with it.
+    apply(db, 6, ops.DeleteMailbox("m", 12))
+    assert stored(db.path) == {} and orphans(db.path) == 0
     db.close()
     plain.close()
 
@@ -111,37 +151,46 @@ def test_parts_short_of_the_bodys_size_write_nothing(tmp_path):
     db.close()
 
 
-def test_a_file_from_before_the_column_opens_with_everything_and_takes_bodies_in_place(tmp_path):
-    """A database file whose items have no `body_blob` (every body in `body`, a large one
-    too): each copy of it gets the column on open, last, as a new file has it; every item
-    reads the same, the digest is the same; a body from the log is then written in place."""
+@pytest.mark.parametrize("blob_column", [True, False], ids=["body_blob", "body"])
+def test_a_file_from_before_the_table_has_its_bodies_moved_and_reads_the_same(
+    tmp_path, blob_column
+):
+    """A database file from before `bodies`, its large bodies in `body_blob` (or, older, in
+    `body`'s text): each copy of it has them moved on open, every item reads the same, the
+    digest is the same, the schema version is set; nothing more is moved at the next open."""
     path = tmp_path / "old.sqlite"
     db = fresh(path)
     apply(db, 1, ops.CreateMailbox("m", 1), ops.PutItem("m", 2, "big", "Inbox", "s", LARGE),
-          ops.PutItem("m", 3, "small", "Inbox", "t", SMALL))  # fmt: skip
+          ops.PutItem("m", 3, "logged", "Inbox", "s", from_log(LARGE[::-1])),
+          ops.PutItem("m", 4, "small", "Inbox", "t", SMALL),
+          ops.PutItem("m", 5, "gone", "Inbox", "t", LARGE),
+          ops.DeleteItem("m", 6, "gone", 4))  # fmt: skip
     digest = db.content_digest
     db.close()
-    with contextlib.closing(sqlite3.connect(path)) as conn:  # closed: the WAL checkpointed
-        conn.execute("ALTER TABLE items DROP COLUMN body_blob")
+    before_bodies(path, blob_column=blob_column)
+    assert "body_blob" in columns(path) or not blob_column
     copies = [path, tmp_path / "copy.sqlite"]
     shutil.copy(path, copies[1])
-    new = fresh(tmp_path / "new.sqlite")
-    new.close()
     for file in copies:
-        assert "body_blob" not in columns(file)
         db = Database.open(file)
-        assert columns(file) == columns(new.path), "the same columns in the same order"
-        assert [(r.item_id, r.body) for r in db.items("m")] == [("big", LARGE), ("small", SMALL)]
+        assert stored(file) == {"big": "apart", "logged": "apart", "small": "row", "gone": "row"}
+        assert orphans(file) == 0
+        assert [(r.item_id, r.body) for r in db.items("m") if not r.deleted] == [
+            ("big", LARGE), ("logged", LARGE[::-1]), ("small", SMALL)
+        ]  # fmt: skip
         assert db.content_digest == digest
         assert db.recompute_digest() == (digest, digest)
-        apply(db, 2, ops.PutItem("m", 4, "new", "Inbox", "u", from_log(LARGE)))
-        assert stored(file) == {
-            "big": ("text", "null"), "small": ("text", "null"), "new": ("text", "blob")
-        }  # fmt: skip
-        assert db.item("m", "new").body == LARGE
+        with contextlib.closing(sqlite3.connect(file)) as conn:
+            assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+            if blob_column:  # the column stays, NULL everywhere: dropping it rewrites rows
+                assert conn.execute("SELECT count(*) FROM items WHERE body_blob IS NOT NULL"
+                                    ).fetchone() == (0,)  # fmt: skip
+        apply(db, 2, ops.PutItem("m", 7, "new", "Inbox", "u", from_log(LARGE)),
+              ops.SetFlags("m", 8, "Inbox", ("big",), 5, add=("x",)))  # fmt: skip
+        assert stored(file)["new"] == "apart" and db.item("m", "new").body == LARGE
         assert db.recompute_digest() == (db.content_digest, db.content_digest)
         db.close()
-        again = Database.open(file)  # opened again: nothing more to migrate
-        assert columns(file) == columns(new.path)
-        assert [r.item_id for r in again.items("m")] == ["big", "small", "new"]
+        again = Database.open(file)  # opened again: nothing more to move
+        assert [r.item_id for r in again.items("m")][-2:] == ["new", "big"]
+        assert again.item("m", "big").body == LARGE
         again.close()

@@ -1,4 +1,4 @@
-"""A body in `items.body_blob` read a part at a time (`storage/body_reads.py`, issue 52): the
+"""A body kept apart in `bodies` read a part at a time (`storage/body_reads.py`, issue 52): the
 bytes written, whatever falls on a part's edge, and never two versions of a row mixed.  In
 process, over real SQLite files."""
 

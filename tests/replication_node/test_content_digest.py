@@ -143,7 +143,8 @@ def test_a_file_from_before_body_hashes_is_migrated_and_its_digest_added_up_agai
     apply(db, [Transaction(Position(1, 512), T0, (create, put("a", "x" * 5000, 2)))], 1)
     db.close()
     conn = sqlite3.connect(path)
-    conn.execute("ALTER TABLE items DROP COLUMN body_blob")  # after it, too
+    conn.execute("DROP TABLE bodies")  # after it, too
+    conn.execute("PRAGMA user_version = 0")
     conn.execute("ALTER TABLE items DROP COLUMN body_hash")
     conn.execute("UPDATE db_digest SET digest = ?", ("0" * 63 + "1",))  # the old definition's
     conn.commit()

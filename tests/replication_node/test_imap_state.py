@@ -298,9 +298,11 @@ def old_file(path, txns) -> None:
     for table, column in (
         ("mailboxes", "uidvalidity_next"), ("folders", "uidvalidity"), ("folders", "uid_next"),
         ("folders", "highest_modseq"), ("items", "uid"), ("items", "modseq"),
-        ("items", "flags"), ("items", "received"), ("items", "body_blob"),
+        ("items", "flags"), ("items", "received"),
     ):  # fmt: skip
         conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    conn.execute("DROP TABLE bodies")  # after them, too
+    conn.execute("PRAGMA user_version = 0")
     conn.close()
 
 

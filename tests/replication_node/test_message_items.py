@@ -121,7 +121,8 @@ def test_a_file_from_before_formats_opens_with_its_items_and_digest_alike_on_eve
     digest = db.content_digest
     db.close()
     conn = sqlite3.connect(path)
-    conn.execute("ALTER TABLE items DROP COLUMN body_blob")  # after formats, too
+    conn.execute("DROP TABLE bodies")  # after formats, too
+    conn.execute("PRAGMA user_version = 0")
     conn.execute("ALTER TABLE items DROP COLUMN format")
     conn.commit()
     conn.close()

@@ -1,6 +1,6 @@
 """The batch read's bytes of a stored message (`file_reads.message_stored`): a message kept
-as UTF-8 comes as bytes straight from SQLite, from `body` and from `body_blob` (a large body
-written in place from the log), the same bytes `rfc822.message_bytes` makes of its text; a
+as UTF-8 comes as bytes straight from SQLite, from `body` and from `bodies` (a large body,
+kept apart), the same bytes `rfc822.message_bytes` makes of its text; a
 Latin-1 message and a text item come as their text, read as before."""
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ def test_a_utf8_message_comes_as_sqlites_bytes_from_either_column(tmp_path) -> N
           ops.PutItem("m", 5, "text", "Inbox", "Hi", "x\n"),
           ops.PutItem("m", 6, "logged", "Inbox", "", from_log(MESSAGE * 40_000), format=utf8),
           ops.DeleteItem("m", 7, "text", 4))  # fmt: skip
-    assert stored(db.path)["logged"] == ("text", "blob")
+    assert stored(db.path) == {"big": "apart", "small": "row", "latin": "row", "text": "row",
+                               "logged": "apart"}  # fmt: skip
     with db.reading_apart() as conn:
         for item in ("big", "small", "logged"):
             got = message_stored(conn, "m", item)

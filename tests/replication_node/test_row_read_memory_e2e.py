@@ -1,4 +1,4 @@
-"""A large body in `items.body_blob` is read a part at a time (`storage/body_reads.py`, issue
+"""A large body kept apart in `bodies` is read a part at a time (`storage/body_reads.py`, issue
 52): `GET …/items/{id}/message` and the messages batch read hold a part of it, not SQLite's
 value and Python's bytes of it at once, and serve the bytes written, exactly.  Over real node
 processes; the peak read from `/proc/PID/status` (`VmHWM`), reset before each read
@@ -55,7 +55,7 @@ def reset_peak(pid: int) -> int:
 def in_blob(root: Path, node: str) -> dict[str, str]:
     (database,) = [p for p in root.rglob("DB1.sqlite") if node in str(p)]
     with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
-        return dict(db.execute("SELECT item_id, typeof(body_blob) FROM items").fetchall())
+        return dict(db.execute("SELECT item_id, 'blob' FROM bodies").fetchall())
 
 
 async def written(c: LocalCluster, messages: dict[str, bytes]) -> None:
