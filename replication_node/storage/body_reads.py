@@ -95,8 +95,8 @@ def read_part(conn: sqlite3.Connection, body: BlobBody, offset: int, n: int = PA
     """`n` bytes of `body` from `offset`, read through `conn` inside a read transaction;
     `BodyChanged` if the row no longer holds that body."""
     found = conn.execute(
-        "SELECT bodies.rowid FROM items JOIN bodies ON bodies.mailbox=items.mailbox"
-        " AND bodies.item_id=items.item_id WHERE items.mailbox=? AND items.item_id=?"
+        "SELECT bodies.rowid FROM items JOIN bodies ON of_mailbox=mailbox"
+        " AND of_item_id=item_id WHERE mailbox=? AND item_id=?"
         " AND deleted=0 AND body_hash=? AND format=? AND length(data)=?",
         (body.mailbox, body.item_id, body.body_hash, body.format.value, body.size),
     ).fetchone()

@@ -7,8 +7,7 @@ from __future__ import annotations
 import sqlite3
 
 from dag_common.rfc822 import BodyFormat
-from replication_node.storage.bodies import APART_SIZE, BODY_TEXT
-from replication_node.storage.body_reads import IN_BLOB
+from replication_node.storage.bodies import BODY_TEXT
 from replication_node.storage.ops import flags_of
 from replication_node.storage.reader import FolderRow, ItemRow, MailboxRow
 
@@ -18,19 +17,21 @@ FOLDER_COLUMNS = (
     "mailbox, folder, change_number, uidvalidity, uid_next, highest_modseq, modseq_floor"
 )
 _IMAP_COLUMNS = "uid, modseq, flags, received"
+# An item with its body: read `FROM {bodies.ITEMS}` (the item joined to its body apart).
 ITEM_COLUMNS = (
     f"mailbox, item_id, folder, subject, {BODY_TEXT}, size, change_number, deleted,"
     f" commit_time, '', format, {_IMAP_COLUMNS}"
 )
-# An item read for the listing written as it is read: a body read a part at a time later
-# (`body_reads.IN_BLOB`: kept in `bodies`) left NULL, its hash and size after it (the 10th
-# and 16th columns); any other body as ITEM_COLUMNS reads it.
+# An item read for the listing written as it is read (`FROM {ITEMS}`): a body read a part at
+# a time later (`body_reads.IN_BLOB`: kept in `bodies`, hashed) left NULL, its hash and size
+# after it (the 10th and 16th columns); any other body as ITEM_COLUMNS reads it.
+_IN_BLOB = "body_hash<>'' AND of_item_id IS NOT NULL"
 ITEM_BLOB_COLUMNS = (
-    f"mailbox, item_id, folder, subject, CASE WHEN {IN_BLOB} THEN NULL ELSE {BODY_TEXT} END,"
-    f" size, change_number, deleted, commit_time, CASE WHEN {IN_BLOB} THEN body_hash ELSE ''"
-    f" END, format, {_IMAP_COLUMNS}, CASE WHEN {IN_BLOB} THEN {APART_SIZE} ELSE 0 END"
+    f"mailbox, item_id, folder, subject, CASE WHEN {_IN_BLOB} THEN NULL ELSE {BODY_TEXT} END,"
+    f" size, change_number, deleted, commit_time, CASE WHEN {_IN_BLOB} THEN body_hash ELSE ''"
+    f" END, format, {_IMAP_COLUMNS}, CASE WHEN {_IN_BLOB} THEN length(data) ELSE 0 END"
 )
-# An item read without its body: the body's hash in its place (`ItemRow`).
+# An item read without its body (`FROM items` is enough): the body's hash in its place.
 ITEM_HEAD_COLUMNS = (
     "mailbox, item_id, folder, subject, '', size, change_number, deleted, commit_time, body_hash,"
     f" format, {_IMAP_COLUMNS}"

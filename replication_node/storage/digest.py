@@ -42,9 +42,9 @@ def recompute_digest(conn: sqlite3.Connection) -> int:
     total = 0
     # wherever this file keeps its bodies: a file from before `bodies` is added up before
     # they are moved (`body_migration.py`), and a scrub reads any file
-    body = body_text_sql(conn)
+    body, items = body_text_sql(conn)
     for row in conn.execute(
-        f"SELECT mailbox, item_id, folder, subject, {body}, format FROM items WHERE deleted = 0"
+        f"SELECT mailbox, item_id, folder, subject, {body}, format FROM {items} WHERE deleted = 0"
     ):
         total += item_term(*row)
     for row in conn.execute("SELECT mailbox, display_name, locked, soft_deleted FROM mailboxes"):

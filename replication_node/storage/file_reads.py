@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from dag_common.mailbox_digest import DigestRow
 from dag_common.rfc822 import BodyFormat
-from replication_node.storage.bodies import BODY_TEXT, MESSAGE_BYTES
+from replication_node.storage.bodies import BODY_TEXT, ITEMS, MESSAGE_BYTES
 from replication_node.storage.body_reads import BlobBody, BlobText, read_part
 from replication_node.storage.columns import (
     FOLDER_COLUMNS,
@@ -183,7 +183,7 @@ class FileReads:
         the first `limit` of them when given."""
         with self._read_lock:
             rows = self._reads.execute(
-                f"SELECT {ITEM_COLUMNS} FROM items WHERE mailbox=? AND change_number>?"
+                f"SELECT {ITEM_COLUMNS} FROM {ITEMS} WHERE mailbox=? AND change_number>?"
                 " ORDER BY change_number LIMIT ?",
                 (mailbox, since_change, -1 if limit is None else limit),
             ).fetchall()
@@ -230,13 +230,14 @@ class FileReads:
         kept apart (`bodies.py`) is not read: the row's body is a `BlobText`, read a part at a
         time when it is written (`body_part`; the listing's, `items_stream`)."""
         columns, row_of = (ITEM_COLUMNS, item_of) if bodies else (ITEM_HEAD_COLUMNS, item_head_of)
+        source = ITEMS if bodies else "items"
         if bodies and blobs:
             columns, row_of = ITEM_BLOB_COLUMNS, self._blob_row_of
         rows: list[ItemRow] = []
         held, cut = 0, False
         with self._read_lock:
             cursor = self._reads.execute(
-                f"SELECT {columns} FROM items WHERE mailbox=? AND change_number>?"
+                f"SELECT {columns} FROM {source} WHERE mailbox=? AND change_number>?"
                 " ORDER BY change_number LIMIT ?",
                 (mailbox, since_change, limit),
             )
@@ -275,7 +276,7 @@ class FileReads:
     def item(self, mailbox: str, item_id: str) -> ItemRow | None:
         with self._read_lock:
             row = self._reads.execute(
-                f"SELECT {ITEM_COLUMNS} FROM items WHERE mailbox=? AND item_id=?",
+                f"SELECT {ITEM_COLUMNS} FROM {ITEMS} WHERE mailbox=? AND item_id=?",
                 (mailbox, item_id),
             ).fetchone()
         return item_of(row) if row else None
@@ -316,7 +317,7 @@ def message_body(conn: sqlite3.Connection, mailbox: str, item_id: str) -> Stored
     """A live item's body, format and subject, read through `conn` (`reading_apart`); None
     for no such item or a tombstone."""
     row = conn.execute(
-        f"SELECT {BODY_TEXT}, format, subject FROM items"
+        f"SELECT {BODY_TEXT}, format, subject FROM {ITEMS}"
         " WHERE mailbox=? AND item_id=? AND deleted=0",
         (mailbox, item_id),
     ).fetchone()
@@ -329,7 +330,7 @@ def message_stored(conn: sqlite3.Connection, mailbox: str, item_id: str) -> Stor
     only to be encoded again."""
     row = conn.execute(
         f"SELECT CASE format WHEN ? THEN {MESSAGE_BYTES} ELSE {BODY_TEXT} END, format, subject"
-        " FROM items WHERE mailbox=? AND item_id=? AND deleted=0",
+        f" FROM {ITEMS} WHERE mailbox=? AND item_id=? AND deleted=0",
         (BodyFormat.MESSAGE.value, mailbox, item_id),
     ).fetchone()
     return None if row is None else (row[0], BodyFormat(row[1]), row[2])

@@ -57,8 +57,8 @@ def where_bodies(root: Path, node: str) -> dict[str, str]:
         columns = {r[1] for r in db.execute("PRAGMA table_info(items)")}
         apart = "0"
         if "bodies" in tables:
-            apart = "EXISTS(SELECT 1 FROM bodies b WHERE b.mailbox=items.mailbox"
-            apart += " AND b.item_id=items.item_id)"
+            apart = "EXISTS(SELECT 1 FROM bodies WHERE of_mailbox=items.mailbox"
+            apart += " AND of_item_id=items.item_id)"
         blob = "typeof(body_blob)='blob'" if "body_blob" in columns else "0"
         rows = db.execute(f"SELECT item_id, {apart}, {blob} FROM items WHERE deleted=0")
         return {r[0]: "apart" if r[1] else "blob" if r[2] else "row" for r in rows}

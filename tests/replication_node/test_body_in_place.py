@@ -64,8 +64,8 @@ def stored(path: Path) -> dict[str, str]:
     left '') or "row" (`body`)."""
     with contextlib.closing(sqlite3.connect(path)) as conn:
         rows = conn.execute(
-            "SELECT item_id, body='', EXISTS(SELECT 1 FROM bodies b"
-            " WHERE b.mailbox=items.mailbox AND b.item_id=items.item_id) FROM items"
+            "SELECT item_id, body='', EXISTS(SELECT 1 FROM bodies"
+            " WHERE of_mailbox=items.mailbox AND of_item_id=items.item_id) FROM items"
         ).fetchall()
     assert all(empty for _, empty, apart in rows if apart), "a body kept apart is '' in its row"
     return {r[0]: "apart" if r[2] else "row" for r in rows}
@@ -75,8 +75,8 @@ def orphans(path: Path) -> int:
     """Rows of `bodies` without their live item."""
     with contextlib.closing(sqlite3.connect(path)) as conn:
         (n,) = conn.execute(
-            "SELECT count(*) FROM bodies b WHERE NOT EXISTS(SELECT 1 FROM items i"
-            " WHERE i.mailbox=b.mailbox AND i.item_id=b.item_id AND i.deleted=0)"
+            "SELECT count(*) FROM bodies WHERE NOT EXISTS(SELECT 1 FROM items"
+            " WHERE mailbox=of_mailbox AND item_id=of_item_id AND deleted=0)"
         ).fetchone()
     return int(n)
 
@@ -90,7 +90,7 @@ def before_bodies(path: Path, *, blob_column: bool = True) -> None:
         if blob_column:
             conn.execute("ALTER TABLE items ADD COLUMN body_blob BLOB")
         put = "body_blob=?" if blob_column else "body=CAST(? AS TEXT)"
-        for box, item, data in conn.execute("SELECT mailbox, item_id, data FROM bodies"):
+        for box, item, data in conn.execute("SELECT of_mailbox, of_item_id, data FROM bodies"):
             conn.execute(f"UPDATE items SET {put} WHERE mailbox=? AND item_id=?", (data, box, item))
         conn.execute("DROP TABLE bodies")
         conn.execute("PRAGMA user_version = 0")

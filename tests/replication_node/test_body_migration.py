@@ -84,7 +84,7 @@ def test_a_kill_in_the_middle_leaves_a_file_that_opens_and_migrates_again(tmp_pa
     # One body moved and committed, the second's transaction lost with the process.
     with contextlib.closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone() == (0,)
-        assert conn.execute("SELECT item_id FROM bodies").fetchall() == [("b0",)]
+        assert conn.execute("SELECT of_item_id FROM bodies").fetchall() == [("b0",)]
         assert len(waiting(conn)) == 3
     assert digests(path) == (stored_before, rows_before), "the same rows, wherever the bodies"
     db = Database.open(path)

@@ -27,7 +27,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dag_common.memory import resident_memory
-from replication_node.storage.body_parts import BODY_TEXT
+from replication_node.storage.bodies import BODY_TEXT
+from replication_node.storage.bodies import ITEMS as ITEMS_AND_BODIES
 from tests.cluster_harness import LocalCluster, wait_until
 from tests.replication_node.e2e import two_nodes
 
@@ -384,7 +385,7 @@ async def test_a_passive_replaying_large_items_holds_no_whole_copy_of_one(tmp_pa
         assert peak < 1.8 * MESSAGE, (rest, peak)
         (database,) = [p for p in tmp_path.rglob("DB1.sqlite") if "mbx2" in str(p)]
         with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
-            query = f"SELECT {BODY_TEXT} FROM items WHERE item_id = 'q0'"
+            query = f"SELECT {BODY_TEXT} FROM {ITEMS_AND_BODIES} WHERE item_id = 'q0'"
             assert db.execute(query).fetchone() == (mime_text(MESSAGE, 0),)
     finally:
         await c.close()

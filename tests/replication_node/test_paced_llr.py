@@ -27,7 +27,7 @@ from replication_node.log.events import Transaction
 from replication_node.log.operations import CreateMailbox, PutItem
 from replication_node.storage import database as database_module
 from replication_node.storage import writebehind
-from replication_node.storage.bodies import BODY_TEXT
+from replication_node.storage.bodies import BODY_TEXT, ITEMS
 from replication_node.storage.database import PACED_BYTES, PAGE_SIZE, Database
 from replication_node.storage.paths import CopyPaths
 
@@ -92,7 +92,7 @@ def test_a_large_body_is_paced_and_reads_as_a_plain_commit_would(tmp_path):
     alone = tmp_path / "alone.sqlite"
     shutil.copyfile(paced.path, alone)
     conn = sqlite3.connect(alone)
-    query = f"SELECT length({BODY_TEXT}) FROM items WHERE item_id='big'"  # kept apart
+    query = f"SELECT length({BODY_TEXT}) FROM {ITEMS} WHERE item_id='big'"  # kept apart
     assert conn.execute(query).fetchone() == (len(BIG),)
     conn.close()
     paced.close()

@@ -18,7 +18,7 @@ from replication_node.log.logfile import closed_log_name, verify_closed
 from replication_node.log.operations import PutItem
 from replication_node.log.spanning import BodyParts
 from replication_node.passive.replayer import read_batch
-from replication_node.storage.body_parts import BODY_TEXT
+from replication_node.storage.bodies import BODY_TEXT, ITEMS
 from replication_node.storage.database import Database
 from tests.replication_node.helpers import mount
 
@@ -77,12 +77,12 @@ async def test_a_staged_body_replayed_is_counted_from_its_bytes_and_stored_as_th
         stored = dict(
             (item_id, (kind, body, size))
             for item_id, kind, body, size in conn.execute(
-                f"SELECT item_id, typeof({BODY_TEXT}), {BODY_TEXT}, size FROM items"
+                f"SELECT item_id, typeof({BODY_TEXT}), {BODY_TEXT}, size FROM {ITEMS}"
                 " WHERE deleted = 0"
             )
         )
         # the large one's bytes kept apart, in `bodies` (`body_parts.py`)
-        where = dict(conn.execute("SELECT item_id, 'blob' FROM bodies"))
+        where = dict(conn.execute("SELECT of_item_id, 'blob' FROM bodies"))
     for item_id, body in bodies.items():
         assert stored[item_id] == ("text", body, len(body.encode())), item_id
     assert where == {"large": "blob"}

@@ -55,7 +55,7 @@ def reset_peak(pid: int) -> int:
 def in_blob(root: Path, node: str) -> dict[str, str]:
     (database,) = [p for p in root.rglob("DB1.sqlite") if node in str(p)]
     with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
-        return dict(db.execute("SELECT item_id, 'blob' FROM bodies").fetchall())
+        return dict(db.execute("SELECT of_item_id, 'blob' FROM bodies").fetchall())
 
 
 async def written(c: LocalCluster, messages: dict[str, bytes]) -> None:
