@@ -71,7 +71,7 @@ from replication_node.storage.schema import (
 )
 from replication_node.storage.stoppable import Interrupt
 from replication_node.storage.tables import (
-    PutRow,
+    PutRows,
     TableWriter,
 )
 from replication_node.storage.writebehind import wal_page_ranges, write_behind
@@ -270,7 +270,7 @@ class Database(FileReads):
         digests: dict[int, str] | None = None,
         required_from: int = 0,
         committing: threading.Event | None = None,
-        puts: Iterable[list[PutRow]] | None = None,
+        puts: Iterable[PutRows] | None = None,
         body_bytes: int | None = None,
     ) -> DatabaseHeader:
         """Apply whole generations of transactions and advance the header, atomically.
