@@ -50,8 +50,9 @@ class _Op(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="op
     value (texts, numbers, enum members, tuples of them), which can never be part of a
     reference cycle.  Tracked, as a put became once it held its `format` (an enum member,
     itself tracked), every put of a replay batch (tens of thousands, alive until the batch
-    is in) was walked by each collection and set off full ones: a third of the replay's
-    time on top of issue 50's base (bench/README.md, issue 51's replay)."""
+    is in) was walked by each collection, and they set off 2-3 full collections of the
+    process per bench replay round where there had been 0-1 (bench/README.md, issue 51's
+    replay cost)."""
 
 
 # A UID, a UIDVALIDITY, a modseq: what RFC 3501 and RFC 7162 let them be (0: not assigned:
