@@ -250,7 +250,7 @@ class PassiveCopy:
         _, problem = await check_in_thread(self.paths.database)
         if problem is None:
             try:
-                self._db = Database.open(self.paths.database)
+                self._db = await asyncio.to_thread(Database.open, self.paths.database)
             except DatabaseError as exc:  # the header itself cannot be read
                 problem = str(exc)
         self._checked = problem is None
