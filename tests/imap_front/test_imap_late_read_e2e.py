@@ -1,0 +1,181 @@
+"""A read the old active answered just before it gave up the role, reaching the front late
+(issue 50: "never sees its cache lied to"), over real processes: two TLS nodes serving DB1
+(mbx1 active, mbx2 its copy), a transport with its LMTP listener and its dumpster, a front
+(imap1) whose calls to mbx1 go through a proxy that holds one answer's bytes until told
+(`delay_proxy`), imaplib clients.
+
+One session (A) asks something of mbx1; mbx1 answers it and the proxy holds the answer; DB1
+switches over to mbx2 (or mbx1 is killed and mbx2 activated, lossy); another session (B)
+of the same front changes the folder on the new active and new mail arrives there; then
+the answer reaches the front.  What each client sees afterwards: UIDNEXT never back, no
+message shown vanishes but by an EXPUNGE of the new active's, no EXISTS past what the
+folder holds, flags as the new active holds them.  Each of the front's reads in turn: the
+change feed, the folder's listing, the mailbox's state (STATUS), a message's bytes.
+
+No sleeps: each wait is for the thing itself (an answer, a status, the proxy's hold)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import re
+
+import pytest
+
+from tests.cluster_harness import write_cluster_config
+from tests.imap_front.delay_proxy import DelayProxy
+from tests.imap_front.harness import Front
+from tests.imap_front.test_imap_e2e import PASSWORD
+from tests.imap_front.test_imap_failover_e2e import deliver, listing, shown, untagged, worker
+from tests.imap_front.test_imap_idle_e2e import SAY
+from tests.replication_node.e2e import converged
+from tests.tls_cluster import db1_on, tls_cluster
+from tests.transport.harness import tls_mail_hub
+
+pytestmark = pytest.mark.slow
+
+BOX = "/v1/databases/DB1/mailboxes/alice"
+
+
+@pytest.fixture
+async def lab(tmp_path):
+    cluster, pki, ca = tls_cluster(
+        tmp_path,
+        **db1_on("mbx1", "mbx2"),
+        certs=("hub1", "imap1"),
+        defaults={"failover_after": None},
+    )
+    hubs = tls_mail_hub(cluster)
+    proxy = DelayProxy(
+        ("127.0.0.1", cluster.ports["mbx1"]), pki / "mbx1.pem", pki / "mbx1.key", ca[0]
+    )
+    await proxy.start()
+    front = Front(cluster, "imap1", {"alice": ("alice", PASSWORD)},
+                  max_line=8192, max_literal=200_000)  # fmt: skip
+    seen = copy.deepcopy(cluster.config)  # the front's: mbx1 through the proxy
+    for node in seen["nodes"]:
+        if node["name"] == "mbx1":
+            node["url"] = proxy.url
+    front.config_path = write_cluster_config(cluster.root / "front.yaml", seen)
+    await cluster.start()
+    try:
+        await cluster.wait_status("mbx1", "DB1", "Mounted")
+        await cluster.ok("PUT", "mbx1", BOX)
+        await hubs.start("hub1")
+        await front.start()
+        yield cluster, hubs, front, proxy, ca[0]
+    finally:
+        front.stop()
+        hubs.stop_all()
+        await proxy.close()
+        await cluster.close()
+    assert "Traceback" not in front.log(), front.log()[-3000:]
+
+
+def said(m, name: str) -> list[int]:
+    """The numbers of the untagged `name` answers (EXISTS, EXPUNGE) since last asked."""
+    return [int(v) for v in untagged(m, name)]
+
+
+def uid_next(m) -> int:
+    """UIDNEXT of INBOX, asked in the session `m` (STATUS)."""
+    typ, data = m.status("INBOX", "(UIDNEXT)")
+    assert typ == "OK", data
+    return int(re.search(rb"UIDNEXT (\d+)", data[0]).group(1))
+
+
+def noop(m) -> tuple[str, list]:
+    return m.noop()
+
+
+def status(m) -> tuple[str, list]:
+    return m.status("INBOX", "(MESSAGES UIDNEXT)")
+
+
+def fetch_4(m) -> tuple[str, list]:
+    return m.uid("FETCH", "4", "(FLAGS BODY.PEEK[])")
+
+
+# the request whose answer is held, and session A's command that makes it first
+READS = {
+    "feed": (rb"^GET \S*/mailboxes/alice/changes\?", noop),
+    "listing": (rb"^GET \S*/folders/Inbox/uids\?", noop),
+    "state": (rb"^GET \S*/mailboxes/alice(\?\S*)? HTTP", status),
+    "message": (rb"/message", fetch_4),
+}
+
+
+async def held_answer(proxy: DelayProxy, pattern: bytes, command, m) -> tuple[object, asyncio.Task]:
+    """Session `m` runs `command`; the answer to its request matching `pattern` is held."""
+    held = proxy.hold(pattern)
+    m.untagged_responses.clear()
+    task = asyncio.create_task(asyncio.to_thread(command, m))
+    answered = asyncio.create_task(held.answered.wait())
+    await asyncio.wait((task, answered), timeout=SAY, return_when=asyncio.FIRST_COMPLETED)
+    assert not task.done(), (task.result(), proxy.lines[-5:])
+    assert held.answered.is_set(), f"no request matched {pattern!r}: {proxy.lines[-5:]}"
+    answered.cancel()
+    return held, task
+
+
+@pytest.mark.parametrize("read", sorted(READS))
+async def test_an_answer_of_the_old_active_arriving_after_a_switchover_lies_to_no_client(lab, read):
+    c, hubs, front, proxy, ca = lab
+    for n in (1, 2, 3):
+        await asyncio.to_thread(deliver, hubs, n)
+    await hubs.drained("hub1")
+    a = await asyncio.to_thread(worker, front.port, ca)
+    b = await asyncio.to_thread(worker, front.port, ca)
+    assert await asyncio.to_thread(uid_next, a) == 4
+    await asyncio.to_thread(deliver, hubs, 4)  # on mbx1: the feed names Inbox to A's poll
+    await hubs.drained("hub1")
+    await converged(c, "DB1", "mbx1", ["mbx2"])
+    if read == "message":  # A is shown UID 4 first, so that it may fetch it
+        a.untagged_responses.clear()
+        await asyncio.to_thread(noop, a)
+        assert said(a, "EXISTS") == [4]
+
+    pattern, command = READS[read]
+    held, answer = await held_answer(proxy, pattern, command, a)
+    switched = await asyncio.to_thread(
+        c.node_cli, "db", "switchover", "DB1", "--to", "mbx2", "--json"
+    )
+    assert switched.returncode == 0, switched.stderr
+
+    # B changes the folder on mbx2 and is shown it; new mail arrives there
+    def change() -> dict:
+        assert b.uid("STORE", "1", "+FLAGS", r"(\Flagged)")[0] == "OK"
+        assert b.uid("STORE", "2", "+FLAGS", r"(\Deleted)")[0] == "OK"
+        assert b.uid("EXPUNGE", "2")[0] == "OK"
+        deliver(hubs, 5)
+        return {}
+
+    await asyncio.to_thread(change)
+    await hubs.drained("hub1")
+    on_mbx2 = await listing(c, "mbx2")
+    assert sorted(on_mbx2) == [1, 3, 4, 5], on_mbx2
+    b_sees = await asyncio.to_thread(shown, b)
+    assert sorted(b_sees) == [1, 3, 4, 5]
+    assert await asyncio.to_thread(uid_next, b) == 6
+
+    # the old active's answer reaches the front now
+    held.release()
+    typ, data = await answer
+    assert typ == "OK", data
+    exists, expunged = said(a, "EXISTS"), said(a, "EXPUNGE")
+    assert all(n <= 4 for n in exists), (read, exists)  # never more than the folder held
+    await asyncio.to_thread(noop, a)
+    exists += said(a, "EXISTS")
+    expunged += said(a, "EXPUNGE")
+    # A showed UIDs 1-3 (and 4 if its read told it): UID 2 is the only one expunged
+    assert expunged == [2], (read, expunged)
+    a_sees = await asyncio.to_thread(shown, a)
+    assert a_sees == b_sees, read
+    assert {u: b"\\Flagged" in f for u, (_, f) in a_sees.items()} == {
+        u: "\\Flagged" in f for u, (_, f) in on_mbx2.items()
+    }
+    assert await asyncio.to_thread(uid_next, a) == 6
+    fresh = await asyncio.to_thread(worker, front.port, ca)
+    assert await asyncio.to_thread(shown, fresh) == b_sees
+    for m in (a, b, fresh):
+        await asyncio.to_thread(m.logout)
