@@ -179,3 +179,71 @@ async def test_an_answer_of_the_old_active_arriving_after_a_switchover_lies_to_n
     assert await asyncio.to_thread(shown, fresh) == b_sees
     for m in (a, b, fresh):
         await asyncio.to_thread(m.logout)
+
+
+async def test_a_feed_answer_of_the_old_active_after_a_lossy_failover_mixes_no_states(lab):
+    """The held answer is the change feed's, naming Inbox, of an active killed after it
+    (kill -9) with a tail mbx2 never had: a message delivered and an APPEND, both shown to
+    A, and a STORE.  The answer says the old epoch; A's session must not take the new
+    active's listing since the modseq it was shown as if the answer were the new active's
+    (the lost UIDs would stay shown beside their redelivered copies: no EXPUNGE for them,
+    an EXISTS past anything the folder held).  And the APPEND the client was told OK: lost
+    with the tail (the dumpster redelivers the transport's mail, not an APPEND), told as
+    an EXPUNGE, its UID never given again."""
+    c, hubs, front, proxy, ca = lab
+    sent = {n: await asyncio.to_thread(deliver, hubs, n) for n in (1, 2, 3)}
+    await hubs.drained("hub1")
+    await converged(c, "DB1", "mbx1", ["mbx2"])
+    a = await asyncio.to_thread(worker, front.port, ca)
+    b = await asyncio.to_thread(worker, front.port, ca)
+
+    # mbx2 copies nothing more: what mbx1 takes now is lost with it, after A saw it
+    await c.ok("POST", "mbx2", "/v1/databases/DB1/copies/mbx2/suspend")
+    sent[4] = await asyncio.to_thread(deliver, hubs, 4)
+    await hubs.drained("hub1")
+    raw = b"Subject: appended\r\n\r\nacknowledged by mbx1 only\r\n"
+    typ, data = await asyncio.to_thread(b.append, "INBOX", None, None, raw)
+    assert typ == "OK", data
+    appended = int(re.search(rb"APPENDUID \d+ (\d+)\]", data[0]).group(1))
+    assert appended == 5, data
+    a.untagged_responses.clear()
+    await asyncio.to_thread(noop, a)
+    assert said(a, "EXISTS") == [5]  # A is shown both
+    assert (await asyncio.to_thread(b.uid, "STORE", "1", "+FLAGS", r"(\Flagged)"))[0] == "OK"
+
+    held, answer = await held_answer(proxy, READS["feed"][0], noop, a)
+    activated = await c.lossy_failover("mbx1", to="mbx2")
+    assert activated["lost_logs"] >= 1, activated
+
+    async def redelivered() -> bool:
+        return "Success" in ((await c.status("mbx2"))["DB1"].get("redelivery") or "")
+
+    await c.wait_for("the dumpster's redelivery to succeed", redelivered, timeout=120)
+    sent[6] = await asyncio.to_thread(deliver, hubs, 6)
+    await hubs.drained("hub1")
+    on_mbx2 = await listing(c, "mbx2")
+    assert len(on_mbx2) == 5 and sorted(on_mbx2)[:3] == [1, 2, 3], on_mbx2
+    b_sees = await asyncio.to_thread(shown, b)
+
+    held.release()
+    typ, data = await answer
+    assert typ == "OK", data
+    exists, expunged = said(a, "EXISTS"), said(a, "EXPUNGE")
+    assert all(n <= 5 for n in exists), exists  # never more than the folder held
+    await asyncio.to_thread(noop, a)
+    expunged += said(a, "EXPUNGE")
+    assert len(expunged) == 2, expunged  # UIDs 4 and 5, lost: told once each
+    a_sees = await asyncio.to_thread(shown, a)
+    assert a_sees == b_sees
+    assert sorted(a_sees) == sorted(on_mbx2)
+    assert not any(b"\\Flagged" in f for _, f in a_sees.values())  # the lost STORE
+    bodies = [body for body, _ in a_sees.values()]
+    for n, message in sent.items():
+        assert sum(body.endswith(message) for body in bodies) == 1, f"delivery {n}: once"
+    assert raw not in bodies  # the APPEND told OK is lost with mbx1's tail
+    typ, data = await asyncio.to_thread(a.append, "INBOX", None, None, raw)
+    assert typ == "OK", data
+    again = int(re.search(rb"APPENDUID \d+ (\d+)\]", data[0]).group(1))
+    assert again > max(on_mbx2) > appended, data  # UID 5 is not given again
+    for m in (a, b):
+        await asyncio.to_thread(m.logout)
