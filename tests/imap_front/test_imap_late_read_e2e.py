@@ -27,7 +27,7 @@ from tests.imap_front.delay_proxy import DelayProxy
 from tests.imap_front.harness import Front
 from tests.imap_front.test_imap_e2e import PASSWORD
 from tests.imap_front.test_imap_failover_e2e import deliver, listing, shown, untagged, worker
-from tests.imap_front.test_imap_idle_e2e import SAY
+from tests.imap_front.test_imap_idle_e2e import SAY, Idler
 from tests.replication_node.e2e import converged
 from tests.tls_cluster import db1_on, tls_cluster
 from tests.transport.harness import tls_mail_hub
@@ -181,37 +181,33 @@ async def test_an_answer_of_the_old_active_arriving_after_a_switchover_lies_to_n
         await asyncio.to_thread(m.logout)
 
 
-async def test_a_feed_answer_of_the_old_active_after_a_lossy_failover_mixes_no_states(lab):
-    """The held answer is the change feed's, naming Inbox, of an active killed after it
-    (kill -9) with a tail mbx2 never had: a message delivered and an APPEND, both shown to
-    A, and a STORE.  The answer says the old epoch; A's session must not take the new
-    active's listing since the modseq it was shown as if the answer were the new active's
-    (the lost UIDs would stay shown beside their redelivered copies: no EXPUNGE for them,
-    an EXISTS past anything the folder held).  And the APPEND the client was told OK: lost
-    with the tail (the dumpster redelivers the transport's mail, not an APPEND), told as
-    an EXPUNGE, its UID never given again."""
-    c, hubs, front, proxy, ca = lab
+async def lossy_tail(c, hubs, front, ca):
+    """Three messages on both copies; then mbx2 copies nothing more, and mbx1 takes a
+    delivery (UID 4), an APPEND (UID 5, told OK) and a STORE (\\Flagged on UID 1), all lost
+    with it.  Sessions A and B selected, A shown UIDs 1-5.  (a, b, the deliveries, the
+    appended bytes)."""
     sent = {n: await asyncio.to_thread(deliver, hubs, n) for n in (1, 2, 3)}
     await hubs.drained("hub1")
     await converged(c, "DB1", "mbx1", ["mbx2"])
     a = await asyncio.to_thread(worker, front.port, ca)
     b = await asyncio.to_thread(worker, front.port, ca)
-
-    # mbx2 copies nothing more: what mbx1 takes now is lost with it, after A saw it
     await c.ok("POST", "mbx2", "/v1/databases/DB1/copies/mbx2/suspend")
     sent[4] = await asyncio.to_thread(deliver, hubs, 4)
     await hubs.drained("hub1")
     raw = b"Subject: appended\r\n\r\nacknowledged by mbx1 only\r\n"
     typ, data = await asyncio.to_thread(b.append, "INBOX", None, None, raw)
     assert typ == "OK", data
-    appended = int(re.search(rb"APPENDUID \d+ (\d+)\]", data[0]).group(1))
-    assert appended == 5, data
+    assert re.search(rb"APPENDUID \d+ 5\]", data[0]), data
     a.untagged_responses.clear()
     await asyncio.to_thread(noop, a)
     assert said(a, "EXISTS") == [5]  # A is shown both
     assert (await asyncio.to_thread(b.uid, "STORE", "1", "+FLAGS", r"(\Flagged)"))[0] == "OK"
+    return a, b, sent, raw
 
-    held, answer = await held_answer(proxy, READS["feed"][0], noop, a)
+
+async def failed_over(c, hubs, sent) -> dict:
+    """mbx1 killed (kill -9), mbx2 activated lossy, the dumpster's redelivery done, a new
+    delivery (6) on mbx2: Inbox as mbx2 lists it."""
     activated = await c.lossy_failover("mbx1", to="mbx2")
     assert activated["lost_logs"] >= 1, activated
 
@@ -223,7 +219,43 @@ async def test_a_feed_answer_of_the_old_active_after_a_lossy_failover_mixes_no_s
     await hubs.drained("hub1")
     on_mbx2 = await listing(c, "mbx2")
     assert len(on_mbx2) == 5 and sorted(on_mbx2)[:3] == [1, 2, 3], on_mbx2
-    b_sees = await asyncio.to_thread(shown, b)
+    return on_mbx2
+
+
+async def as_on_mbx2(a, b, sent, raw, on_mbx2) -> None:
+    """A, B and a new session show Inbox as mbx2 has it: each delivery once, no \\Flagged,
+    not the APPEND told OK (lost with mbx1's tail: the dumpster redelivers the transport's
+    mail, not an APPEND); an APPEND now takes a UID above every one (5 not given again)."""
+    a_sees = await asyncio.to_thread(shown, a)
+    assert a_sees == await asyncio.to_thread(shown, b)
+    assert sorted(a_sees) == sorted(on_mbx2)
+    assert not any(b"\\Flagged" in f for _, f in a_sees.values())  # the lost STORE
+    bodies = [body for body, _ in a_sees.values()]
+    for n, message in sent.items():
+        assert sum(body.endswith(message) for body in bodies) == 1, f"delivery {n}: once"
+    assert raw not in bodies
+    typ, data = await asyncio.to_thread(a.append, "INBOX", None, None, raw)
+    assert typ == "OK", data
+    again = int(re.search(rb"APPENDUID \d+ (\d+)\]", data[0]).group(1))
+    assert again > max(on_mbx2) > 5, data
+    for m in (a, b):
+        await asyncio.to_thread(m.logout)
+
+
+@pytest.mark.parametrize("read", sorted(READS))
+async def test_an_answer_of_the_old_active_arriving_after_a_lossy_failover_mixes_no_states(
+    lab, read
+):
+    """The held answer is one of an active killed after it (kill -9) with a tail mbx2 never
+    had (`lossy_tail`).  A feed answer naming Inbox says the old epoch: A's session must not
+    take the new active's listing since the modseq it was shown as if the answer were the
+    new active's (it did: the lost UIDs stayed shown beside their redelivered copies, no
+    EXPUNGE for them, `* 7 EXISTS` with 5 in the folder, until the next command)."""
+    c, hubs, front, proxy, ca = lab
+    a, b, sent, raw = await lossy_tail(c, hubs, front, ca)
+    pattern, command = READS[read]
+    held, answer = await held_answer(proxy, pattern, command, a)
+    on_mbx2 = await failed_over(c, hubs, sent)
 
     held.release()
     typ, data = await answer
@@ -233,17 +265,35 @@ async def test_a_feed_answer_of_the_old_active_after_a_lossy_failover_mixes_no_s
     await asyncio.to_thread(noop, a)
     expunged += said(a, "EXPUNGE")
     assert len(expunged) == 2, expunged  # UIDs 4 and 5, lost: told once each
-    a_sees = await asyncio.to_thread(shown, a)
-    assert a_sees == b_sees
-    assert sorted(a_sees) == sorted(on_mbx2)
-    assert not any(b"\\Flagged" in f for _, f in a_sees.values())  # the lost STORE
-    bodies = [body for body, _ in a_sees.values()]
-    for n, message in sent.items():
-        assert sum(body.endswith(message) for body in bodies) == 1, f"delivery {n}: once"
-    assert raw not in bodies  # the APPEND told OK is lost with mbx1's tail
-    typ, data = await asyncio.to_thread(a.append, "INBOX", None, None, raw)
-    assert typ == "OK", data
-    again = int(re.search(rb"APPENDUID \d+ (\d+)\]", data[0]).group(1))
-    assert again > max(on_mbx2) > appended, data  # UID 5 is not given again
-    for m in (a, b):
-        await asyncio.to_thread(m.logout)
+    await as_on_mbx2(a, b, sent, raw, on_mbx2)
+
+
+async def test_an_idlers_feed_answer_of_the_old_active_after_a_lossy_failover(lab):
+    """The same for an idling session: its long poll (shared, `feed_polls`) answered by
+    mbx1 for the lost STORE, that answer held until after the failover."""
+    c, hubs, front, proxy, ca = lab
+    a, b, sent, raw = await lossy_tail(c, hubs, front, ca)
+    await asyncio.to_thread(b.uid, "STORE", "1", "-FLAGS", r"(\Flagged)")
+    held = proxy.hold(rb"^GET \S*/mailboxes/alice/changes\?\S*wait=25")
+    idler = await asyncio.to_thread(Idler, front.port, ca)
+    assert idler.exists == 5
+    await asyncio.wait_for(held.seen.wait(), SAY)
+    assert (await asyncio.to_thread(b.uid, "STORE", "1", "+FLAGS", r"(\Flagged)"))[0] == "OK"
+    await asyncio.wait_for(held.answered.wait(), SAY)
+    on_mbx2 = await failed_over(c, hubs, sent)
+
+    held.release()
+
+    def told() -> list[bytes]:
+        lines: list[bytes] = []
+        while sum(line.endswith(b" EXPUNGE") for line in lines) < 2:
+            line = idler.m.readline()
+            assert line, "the front closed the connection"
+            lines.append(line.rstrip())
+        return lines
+
+    lines = await asyncio.to_thread(told)
+    counts = [int(line.split()[1]) for line in lines if line.endswith(b" EXISTS")]
+    assert all(n <= 5 for n in counts), lines  # never more than the folder held
+    assert (await asyncio.to_thread(idler.done)).split()[1] == b"OK"
+    await as_on_mbx2(a, b, sent, raw, on_mbx2)
