@@ -92,11 +92,13 @@ class FolderUids:
 @dataclass(frozen=True, slots=True)
 class Stored:
     """POST …/items/flags's answer: each UID's flags after, the modseq the change took
-    (0: nothing written), and the UIDs left as they were (a conditional STORE's MODIFIED)."""
+    (0: nothing written), the UIDs left as they were (a conditional STORE's MODIFIED), and
+    the epoch of the active that took it (0: nothing written)."""
 
     flags: dict[int, tuple[str, ...]]
     modseq: int = 0
     modified: tuple[int, ...] = ()
+    epoch: int = 0
 
 
 def _received(value: Any) -> datetime | None:
@@ -332,7 +334,7 @@ class MailboxApi:
         """The flags changed of the folder's `uids`; each UID's flags after.  With
         `unchanged_since` (the node's modseq), only those not changed past it."""
         after: dict[int, tuple[str, ...]] = {}
-        modseq = 0
+        modseq = epoch = 0
         modified: list[int] = []
         for start in range(0, len(uids), BATCH):
             change: dict[str, Any] = {"folder": folder, "uids": list(uids[start : start + BATCH])}
@@ -345,8 +347,9 @@ class MailboxApi:
             _, body = await self._call("POST", "/items/flags", folder=folder, json=change)
             after.update({i["uid"]: tuple(i["flags"]) for i in body["items"]})
             modseq = max(modseq, body.get("modseq") or 0)
+            epoch = max(epoch, int(body.get("epoch") or 0))
             modified += [i["uid"] for i in body.get("modified", ())]
-        return Stored(after, modseq, tuple(modified))
+        return Stored(after, modseq, tuple(modified), epoch)
 
     async def transfer(
         self, folder: str, uids: Sequence[int], to: str, *, copy: bool

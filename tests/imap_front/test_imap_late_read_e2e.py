@@ -297,3 +297,43 @@ async def test_an_idlers_feed_answer_of_the_old_active_after_a_lossy_failover(la
     assert all(n <= 5 for n in counts), lines  # never more than the folder held
     assert (await asyncio.to_thread(idler.done)).split()[1] == b"OK"
     await as_on_mbx2(a, b, sent, raw, on_mbx2)
+
+
+LATE = b"Subject: late\r\n\r\nits answer held past the failover\r\n"
+WRITES = {  # a write whose answer (the old active's acknowledgement) is held
+    "append": (rb"^PUT \S*/items/\S+/message", lambda m: m.append("INBOX", None, None, LATE)),
+    "store": (rb"^POST \S*/items/flags", lambda m: m.uid("STORE", "2", "+FLAGS", r"(\Seen)")),
+}
+
+
+@pytest.mark.parametrize("write", sorted(WRITES))
+async def test_a_write_acknowledged_by_the_old_active_then_lost_is_not_shown_as_kept(lab, write):
+    """A write mbx1 took and acknowledged, its answer held until mbx1 is killed and mbx2
+    activated without it (lossy): the client is told OK (the old active's acknowledgement,
+    which the lossy activation does not keep: docs/reliability.md), and then the new
+    active's state: an APPENDUID not there (its UID never given again), flags without the
+    STORE's."""
+    c, hubs, front, proxy, ca = lab
+    a, b, sent, raw = await lossy_tail(c, hubs, front, ca)
+    pattern, command = WRITES[write]
+    held, answer = await held_answer(proxy, pattern, command, a)
+    on_mbx2 = await failed_over(c, hubs, sent)
+
+    held.release()
+    typ, data = await answer
+    assert typ == "OK", data  # acknowledged by mbx1 before it died
+    if write == "append":
+        told = int(re.search(rb"APPENDUID \d+ (\d+)\]", data[0]).group(1))
+        assert told == 6, data
+    else:  # the flags told last of UID 2 (sequence 2), in the answer or after: mbx2's
+        told = [line for line in data if isinstance(line, bytes)]
+        told += [line for line in untagged(a, "FETCH") if isinstance(line, bytes)]
+        await asyncio.to_thread(noop, a)
+        told += [line for line in untagged(a, "FETCH") if isinstance(line, bytes)]
+        last = [line for line in told if line.startswith(b"2 (")][-1]
+        assert b"\\Seen" not in last, told  # the session's cache holds what mbx2 has
+    a_sees = await asyncio.to_thread(shown, a)
+    assert LATE not in [body for body, _ in a_sees.values()]
+    assert not any(b"\\Seen" in f for _, f in a_sees.values()), a_sees
+    assert 6 not in a_sees
+    await as_on_mbx2(a, b, sent, raw, on_mbx2)
