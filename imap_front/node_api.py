@@ -58,6 +58,7 @@ BATCH = 1000  # items one write names, at most (the node's MAX_NAMED)
 MOVE_LOCK_WAIT = 60.0  # imap.move_lock_wait's default: a write refused by a move's lock waits
 LOCK_PAUSE = 0.25  # seconds between two reads of the directory while a write waits
 FAILOVER_WAIT = 60.0  # imap.failover_wait's default: an APPEND or read with no answer: again
+APPEND_ROUNDS = 3  # puts of one APPEND, each answered by an active that then gave way
 
 Locate = Callable[[str], Awaitable[str | None]]  # mailbox -> its database (the directory)
 
@@ -300,10 +301,8 @@ class MailboxApi:
                 params["flags"] = " ".join(flags)
             if received is not None:
                 params["received"] = received.isoformat()
-            _, answer = await self._call(
-                "PUT", f"/items/{item_id}/message", folder=folder, message=raw, params=params,
-                again=True,
-            )  # fmt: skip
+            path, kw = f"/items/{item_id}/message", {"message": raw, "params": params}
+            method = "PUT"
         else:
             body, fmt = body_of_message(raw)
             item: dict[str, Any] = {
@@ -313,9 +312,31 @@ class MailboxApi:
                 item["flags"] = list(flags)
             if received is not None:
                 item["received"] = received.isoformat()
-            _, answer = await self._call("POST", "/items", folder=folder, json=item, again=True)
-        written = Written.model_validate(answer)
+            method, path, kw = "POST", "/items", {"json": item}
+        for _ in range(APPEND_ROUNDS):
+            _, answer = await self._call(method, path, folder=folder, again=True, **kw)
+            written = Written.model_validate(answer)
+            if await self._still_active(written):
+                break
+            logger.info("APPEND %s to %s/%s: taken by an active of epoch %d that has given "
+                        "way; put again under its id", item_id, self.mailbox, folder,
+                        written.epoch)  # fmt: skip
         return item_id, written.uid_of(item_id)
+
+    async def _still_active(self, written: Written) -> bool:
+        """Whether the active that took a write is the one serving now (its epoch the feed's),
+        asked of the feed since the write.  An answer can come late, after a switchover or a
+        failover (a lossy one drops it): the write acknowledged by an active that has given
+        way is put again under its item id, which keeps the item's UID where the new active
+        holds it and gives it a new one where it was lost, so the APPENDUID told is a message
+        the mailbox has.  True when the feed cannot say (no epoch, no answer)."""
+        if not written.epoch:
+            return True
+        try:
+            feed = await self.changes(written.change_number, wait=0, epoch=written.epoch)
+        except Unavailable:
+            return True  # nobody to ask now: the answer is all there is
+        return feed is None or not feed.epoch or feed.epoch == written.epoch
 
     async def create_folder(self, folder: str) -> None:
         await self._call("POST", "/folders", folder=folder, json={"folder": folder})
