@@ -339,3 +339,36 @@ async def test_a_write_acknowledged_by_the_old_active_then_lost_is_not_told_as_k
         assert LATE not in [body for body, _ in a_sees.values()]
     assert not any(b"\\Seen" in f for _, f in a_sees.values()), a_sees
     await as_on_mbx2(a, b, sent, raw, on_mbx2)
+
+
+@pytest.mark.parametrize("write", sorted(WRITES))
+async def test_a_write_acknowledged_by_the_old_active_before_a_switchover_is_told_once(lab, write):
+    """The same answer held past a switchover (nothing lost): the APPEND is told the UID
+    mbx1 gave it, the message once on mbx2 under it (put again, the same item); the
+    STORE's flags are told and kept."""
+    c, hubs, front, proxy, ca = lab
+    for n in (1, 2, 3):
+        await asyncio.to_thread(deliver, hubs, n)
+    await hubs.drained("hub1")
+    a = await asyncio.to_thread(worker, front.port, ca)
+    pattern, command = WRITES[write]
+    held, answer = await held_answer(proxy, pattern, command, a)
+    await converged(c, "DB1", "mbx1", ["mbx2"])
+    switched = await asyncio.to_thread(
+        c.node_cli, "db", "switchover", "DB1", "--to", "mbx2", "--json"
+    )
+    assert switched.returncode == 0, switched.stderr
+
+    held.release()
+    typ, data = await answer
+    assert typ == "OK", data
+    on_mbx2 = await listing(c, "mbx2")
+    a_sees = await asyncio.to_thread(shown, a)
+    assert sorted(a_sees) == sorted(on_mbx2)
+    if write == "append":
+        assert re.search(rb"APPENDUID \d+ 4\]", data[0]), data
+        assert sorted(on_mbx2) == [1, 2, 3, 4] and a_sees[4][0] == LATE
+    else:
+        assert any(line.startswith(b"2 (FLAGS (\\Seen)") for line in data), data
+        assert b"\\Seen" in a_sees[2][1] and "\\Seen" in on_mbx2[2][1]
+    await asyncio.to_thread(a.logout)
