@@ -28,7 +28,10 @@ client is told OK with the UID only once the message is on the active that answe
 put's answer carries the UID (`Written.uid`): nothing is read back after the write.  A read
 (GET: the folder's status, its listing) that got no answer is sent again the same way, so
 the commands around the write (the folder looked up before it, the selected folder's update
-after it) wait for the new active too rather than answer NO for a message written.
+after it) wait for the new active too rather than answer NO for a message written.  A put
+answered by an active that has given way since (its answer late, after a switchover or a
+lossy failover: the feed now names another epoch) is sent again the same way, so the
+APPENDUID told is a message the serving active holds (`_still_active`).
 """
 
 from __future__ import annotations
