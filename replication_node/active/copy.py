@@ -166,8 +166,8 @@ class ActiveCopy:
             db = Database.create(
                 paths.database, database_signature=uuid.uuid4(), log_signature=uuid.uuid4()
             )
-        else:
-            db = Database.open(paths.database)
+        else:  # in a thread: an open may migrate the file's schema (`storage/schema.py`)
+            db = await asyncio.to_thread(Database.open, paths.database)
         if paths.logs.exists():
             await asyncio.to_thread(finish_interrupted_roll, paths.logs, log_files)
         plan = await asyncio.to_thread(plan_recovery, paths.logs, db.header)
