@@ -34,7 +34,7 @@ from imap_front.feed_polls import FeedPolls
 from imap_front.fetch_lines import Chosen
 from imap_front.fetching import Bodies
 from imap_front.folder_set import Folders
-from imap_front.folders import Folder, Message
+from imap_front.folders import Folder, Message, Shown
 from imap_front.listing import Rows, RowsCache
 from imap_front.metrics import FrontMetrics
 from imap_front.node_api import FAILOVER_WAIT, MOVE_LOCK_WAIT, Listed, MailboxApi, Stored
@@ -214,7 +214,17 @@ class Session(BaseSession[Message]):
                 msg.modseq = stored.modseq
                 selected.session_flags.update(cached.uid, flag_set, mode)
             answer.append((seq, msg))
-        return answer, modified, await folder.update_selected(selected)
+        updated = await folder.update_selected(selected)
+        shown: Shown | None = updated.mod_sequence
+        if stored.epoch and (shown is None or shown.epoch != stored.epoch):
+            # Another active listed since the one that took the STORE (its answer came
+            # late, after a switchover or a failover, which may have lost it): the flags
+            # told are those listed, which the session now holds, not the answer's.
+            for _, msg in answer:
+                now = updated.messages.get(msg.uid)
+                if now is not None and not msg.expunged:
+                    msg.permanent_flags = now.permanent_flags
+        return answer, modified, updated
 
     async def _transfer(
         self, selected: SelectedMailbox, sequence_set: SequenceSet, mailbox: str, *, copy: bool

@@ -43,8 +43,16 @@ class MalformedOperation(ValueError):
     """An operation read from the log that is not one (a writer's bug or a forgery)."""
 
 
-class _Op(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="op"):
-    """An operation as a TRANSACTION record carries it (its kind in `op`)."""
+class _Op(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="op", gc=False):
+    """An operation as a TRANSACTION record carries it (its kind in `op`).
+
+    Not tracked by Python's garbage collector (`gc=False`): an operation is a frozen leaf
+    value (texts, numbers, enum members, tuples of them), which can never be part of a
+    reference cycle.  Tracked, as a put became once it held its `format` (an enum member,
+    itself tracked), every put of a replay batch (tens of thousands, alive until the batch
+    is in) was walked by each collection, and they set off 2-3 full collections of the
+    process per bench replay round where there had been 0-1 (bench/README.md, issue 51's
+    replay cost)."""
 
 
 # A UID, a UIDVALIDITY, a modseq: what RFC 3501 and RFC 7162 let them be (0: not assigned:

@@ -55,7 +55,7 @@ from replication_node.log.spanning import BodyReader, Pending, required_from, tr
 from replication_node.passive.markers import Markers
 from replication_node.storage.database import Database
 from replication_node.storage.stoppable import run_in_thread
-from replication_node.storage.tables import PutRow, put_rows
+from replication_node.storage.tables import PutRows, put_rows
 
 if TYPE_CHECKING:
     from replication_node.metrics import CopyMetrics
@@ -104,7 +104,7 @@ class ReplayBatch:
     digests: tuple[ContentDigest, ...] = ()  # the active's, from DIGEST records
     pending: Pending | None = None  # the staged bodies pending after its last generation
     # `put_rows` of each transaction, computed with the read, for `Database.apply`
-    puts: tuple[list[PutRow], ...] = ()
+    puts: tuple[PutRows, ...] = ()
 
 
 def read_batch(

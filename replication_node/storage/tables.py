@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from itertools import groupby, repeat
 from operator import attrgetter, itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
@@ -107,30 +107,41 @@ _LIVE_PUT_OVER = (
 )
 
 
-# A put as it is written: its row for _PUT, and the row's term in the content digest.
-PutRow = tuple[tuple[Any, ...], int]
+class PutRows(NamedTuple):
+    """A transaction's puts as they are written: each one's row for _PUT, and each row's
+    term in the content digest, in two lists (index i of both: the transaction's i-th put).
+    Not a pair per put: a replay batch holds tens of thousands of puts until it is in, and a
+    pair per put was a container the garbage collector tracked and walked in every
+    collection (a row of texts and numbers alone it stops tracking at once; a pair it still
+    tracked after a full one), and that set off full collections (bench/README.md, issue
+    51's replay)."""
+
+    rows: list[tuple[Any, ...]]
+    terms: list[int]
 
 
-def put_rows(txn: Transaction) -> list[PutRow]:
-    """The rows of a transaction's puts, in order, each with its term (pure: the item's
+def put_rows(txn: Transaction) -> PutRows:
+    """The rows of a transaction's puts, in order, with their terms (pure: the item's
     fields, the body's SHA-256, the term's).  A replay has them computed by the thread that
     reads its next batch while the last one's COMMIT waits on the disk: the two hashes of
     each item are a fifth of replay's time, and `TableWriter.apply` then only writes.
     The columns are taken one by one, not through a dict: this is the hot path (a text
-    item's format is the one enum member compared by identity, not read through the
-    enum's `value` property: a tenth of this function's time).
+    item's format is the one enum member compared by identity, held in a module global:
+    not read through the enum's `value` property, a tenth of this function's time, nor
+    looked up on the enum class, 0.15 us, as long as a dict step).
     A body counted where it was read (`counted_text`: a staged body replayed) is not
     counted or hashed again, and if it still holds its UTF-8 bytes (a body that is not
     ASCII) they are what its row is given, taken from it: `_PUT` casts them to the same
     text, where binding the text would have SQLite encode it once more."""
     when = txn.commit_time.isoformat()
-    rows: list[PutRow] = []
+    rows: list[tuple[Any, ...]] = []
+    terms: list[int] = []
     for op in txn.ops:
         if type(op) is PutItem:
             mailbox, item_id, folder, subject, body, fmt = (
                 op.mailbox, op.item_id, op.folder, op.subject, op.body, op.format
             )  # fmt: skip
-            fmt = _TEXT_VALUE if fmt is BodyFormat.TEXT else fmt.value
+            fmt = _TEXT_VALUE if fmt is _TEXT else fmt.value
             if type(body) is CountedText:
                 hashed, size, utf8 = body.sha256, body.utf8_size, body.take_utf8()
                 value = body if utf8 is None else utf8
@@ -138,17 +149,15 @@ def put_rows(txn: Transaction) -> list[PutRow]:
                 hashed, size, value = body_hash(body), utf8_size(body), body
             flags = op.flags
             rows.append(
-                (
-                    (mailbox, item_id, folder, subject, value, size, op.cn, when, hashed,
-                     fmt, op.uid, op.modseq, " ".join(flags) if flags else "",
-                     op.received or when),
-                    item_term_of_hash(mailbox, item_id, folder, subject, hashed, fmt),
-                )
+                (mailbox, item_id, folder, subject, value, size, op.cn, when, hashed, fmt,
+                 op.uid, op.modseq, " ".join(flags) if flags else "", op.received or when)
             )  # fmt: skip
-    return rows
+            terms.append(item_term_of_hash(mailbox, item_id, folder, subject, hashed, fmt))
+    return PutRows(rows, terms)
 
 
-_TEXT_VALUE = BodyFormat.TEXT.value
+_TEXT = BodyFormat.TEXT
+_TEXT_VALUE = _TEXT.value
 
 
 class TableWriter:
@@ -176,18 +185,16 @@ class TableWriter:
         self._apart: set[tuple[str, str]] = set()  # keys held whose file row has a body apart
         self.delta = 0
 
-    def apply(self, txn: Transaction, puts: list[PutRow] | None = None) -> int:
+    def apply(self, txn: Transaction, puts: PutRows | None = None) -> int:
         """Apply one transaction; its highest change number.  `puts`: its `put_rows`, if
         they were computed beforehand."""
-        if puts is None:
-            puts = put_rows(txn)
+        rows, terms = put_rows(txn) if puts is None else puts
         ops = txn.ops
-        if len(puts) == len(ops):  # puts alone, nearly every transaction: no loop over them
-            self._hold(puts)
+        if len(rows) == len(ops):  # puts alone, nearly every transaction: no loop over them
+            self._hold(rows, terms)
             return max(map(_CN, ops), default=0)
         when = txn.commit_time.isoformat()
-        prepared = iter(puts)
-        segment: list[PutRow] = []
+        first = end = 0  # the puts since the last other operation: rows[first:end]
         last_cn = 0
         for op in ops:
             if type(op) is RecordBackup:
@@ -196,24 +203,24 @@ class TableWriter:
                 continue
             if type(op) is PutItem:
                 last_cn = max(last_cn, op.cn)
-                segment.append(next(prepared))
+                end += 1
                 continue
             last_cn = max(last_cn, last_cn_of(op))
-            self._hold(segment)
-            segment = []
+            self._hold(rows[first:end], terms[first:end])
+            first = end
             self.flush()
             self.delta += _other(self._conn, op, when)
-        self._hold(segment)
+        self._hold(rows[first:end], terms[first:end])
         return last_cn
 
-    def _hold(self, puts: list[PutRow]) -> None:
-        """Count put rows into `delta`, lift their folders' counters past their UIDs and
-        modseqs, and hold the rows for `flush`.  Each step over the rows is a C loop
-        (`map`, `groupby`, `dict.update`): a transaction's puts are hundreds of rows."""
-        if not puts:
+    def _hold(self, rows: list[tuple[Any, ...]], terms: list[int]) -> None:
+        """Count put rows (with their `terms`) into `delta`, lift their folders' counters
+        past their UIDs and modseqs, and hold the rows for `flush`.  Each step over the rows
+        is a C loop (`map`, `groupby`, `dict.update`): a transaction's puts are hundreds of
+        rows."""
+        if not rows:
             return
         held = self._held
-        rows = list(map(_ROW, puts))
         keys = list(map(_ID, rows))
         missing = [key for key in keys if key not in held]
         for mailbox in {m for m, _ in missing}:  # nearly always one
@@ -225,7 +232,6 @@ class TableWriter:
                 )
                 if apart:
                     self._apart.add((mailbox, item_id))
-        terms = list(map(_TERM, puts))
         if len(set(keys)) == len(keys):  # each key once: what each replaces is held already
             self.delta += sum(terms) - sum(map(held.get, keys, repeat(0)))
             held.update(zip(keys, terms, strict=True))
@@ -285,9 +291,8 @@ class TableWriter:
             self._large = False
 
 
-# A put's row and term (`PutRow`), and in its row: its key, its folder's, its UID, its
-# modseq (`_PUT`'s columns).
-_ROW, _TERM = itemgetter(0), itemgetter(1)
+# In a put's row (`_PUT`'s columns): its key, its folder's, its body, its size, its UID,
+# its modseq.
 _ID, _WHERE = itemgetter(0, 1), itemgetter(0, 2)
 _BODY, _SIZE = itemgetter(BODY), itemgetter(SIZE)
 _UID = 10

@@ -57,7 +57,7 @@ async def test_a_staged_body_replayed_is_counted_from_its_bytes_and_stored_as_th
         assert type(body) is CountedText and body == "", "no text made of it"
         assert body.utf8_size == len(bodies[item_id].encode())
         assert body.sha256 == hashlib.sha256(bodies[item_id].encode()).hexdigest()
-    rows = {row[1]: row for puts in batch.puts for row, _ in puts}
+    rows = {row[1]: row for puts in batch.puts for row in puts.rows}
     assert rows["latin"][4] == bodies["latin"].encode(), "its bytes, for SQLite to cast"
     assert rows["ascii"][4] == bodies["ascii"].encode(), "an ASCII one's bytes too"
     large = rows["large"][4]  # not read whole: its parts, read again as its row is written
