@@ -139,8 +139,8 @@ async def test_a_flush_of_a_write_lost_in_a_failover_is_never_satisfied(setup):
 
     await cluster.wait_for("the shipped write satisfied", lambda: satisfied(shipped))
     # ... and replayed by mbx2, the copy that will take over: SecondDatacenter counts mbx3
-    # alone, and mbx2 (no Attempt Copy Last Logs from a dead node) would otherwise start the
-    # new epoch below it, losing the shipped write as well (under load it had not copied it).
+    # alone, and a mbx2 suspended before it copied that generation (no Attempt Copy Last
+    # Logs from a dead node) would start the new epoch below it, losing the shipped write.
     await cluster.wait_for(
         "mbx2 to replay the shipped write", lambda: _replayed(cluster, "mbx2", shipped.generation)
     )
