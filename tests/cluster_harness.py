@@ -31,6 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "test-token-0123456789abcdef"
 # The topology most tests over real processes run: two nodes in one site, one in another.
 THREE_NODES = [("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")]
+# Every node and guarantee-api process the harness starts, for tests/leftover_processes.py
+# (one still running after its test's teardown is killed there, and the test fails).
+STARTED: list[subprocess.Popen[bytes]] = []
 
 
 Check = Callable[[], bool] | Callable[[], Awaitable[bool]]
@@ -229,6 +232,7 @@ class LocalCluster:
             env={**self.env(), **(env or {})},
             cwd=ROOT,
         )
+        STARTED.append(self.procs[node])
 
     async def start(self, *nodes: str) -> None:
         names = nodes or tuple(self.ports)
@@ -385,6 +389,7 @@ class LocalCluster:
             env={**self.env(), **(env or {})},
             cwd=ROOT,
         )
+        STARTED.append(proc)
         deadline = time.monotonic() + timeout
         async with aio.insecure_channel(self.config["guarantee_api"]["listen"]) as channel:
             health = health_pb2_grpc.HealthStub(channel)

@@ -2,7 +2,9 @@
 loads at start (this one, whatever the tests chosen), so the resilience suite's `--seed`
 is declared here and used in tests/resilience/conftest.py; and, for the same reason, the
 plugin that fails a test leaving a grpc.aio server running (tests/grpc_servers.py) is
-loaded here, as is the one that starts private mail servers (tests/mail_servers.py).
+loaded here, as are the one that starts private mail servers (tests/mail_servers.py) and the
+one that kills, and fails a test for, the harness's node processes it left running
+(tests/leftover_processes.py).
 
 `make test` runs the suite in two pytest-xdist workers (`-n 2 --dist loadgroup`, the
 Makefile says why).  What must not run beside itself in the other worker is put in one
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["tests.grpc_servers", "tests.mail_servers"]
+pytest_plugins = ["tests.grpc_servers", "tests.mail_servers", "tests.leftover_processes"]
 
 # group: (why its tests share one worker, the paths under tests/ whose tests are in it)
 GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {

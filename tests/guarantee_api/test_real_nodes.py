@@ -138,6 +138,12 @@ async def test_a_flush_of_a_write_lost_in_a_failover_is_never_satisfied(setup):
         return (await flush(lsn)).status == pb.SATISFIED
 
     await cluster.wait_for("the shipped write satisfied", lambda: satisfied(shipped))
+    # ... and replayed by mbx2, the copy that will take over: SecondDatacenter counts mbx3
+    # alone, and a mbx2 suspended before it copied that generation (no Attempt Copy Last
+    # Logs from a dead node) would start the new epoch below it, losing the shipped write.
+    await cluster.wait_for(
+        "mbx2 to replay the shipped write", lambda: _replayed(cluster, "mbx2", shipped.generation)
+    )
     # A write acknowledged in the open log, and the active's node killed before it shipped.
     # (In block mode mbx2 would hold it and keep it: it is suspended while it is written.)
     await cluster.ok("POST", "mbx2", f"{db}/copies/mbx2/suspend")
@@ -182,6 +188,10 @@ async def test_a_flush_of_a_write_lost_in_a_failover_is_never_satisfied(setup):
     kept = await cluster.items("mbx2", "DB1", "alice")
     assert {i["subject"] for i in kept.values()} >= {"kept", "new"}
     assert "gone" not in {i["subject"] for i in kept.values()}
+
+
+async def _replayed(cluster, node, generation):
+    return (await cluster.status(node))["DB1"]["last_log_replayed"] >= generation
 
 
 async def _status_is(cluster, node, status):

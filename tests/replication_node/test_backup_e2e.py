@@ -7,6 +7,7 @@ backup when circular logging is off; and the refusals, each changing nothing."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
@@ -79,6 +80,14 @@ class Writer:
 
 async def backup(c: LocalCluster, *args: str):
     return await asyncio.to_thread(c.node_cli, "db", "backup", "DB1", *args)
+
+
+async def renew_until_cancelled(c: LocalCluster, lease: dict) -> None:
+    """Renew the backup `lease` on mbx1 as its backing-up node does (every third of its
+    TTL, replication_node/backup/backup.py), until cancelled."""
+    while True:
+        await asyncio.sleep(lease["lease_seconds"] / 3)
+        await c.ok("POST", "mbx1", f"{DB}/backups/{lease['backup_id']}/renew")
 
 
 def restore(c: LocalCluster, *args: str):
@@ -235,14 +244,22 @@ async def test_refusals_change_nothing_and_a_dead_backup_lease_ends(tmp_path):
         assert not_empty.returncode == 2 and "not empty" in not_empty.stderr
         assert [p.name for p in busy.iterdir()] == ["keep.txt"]
 
-        # A backup running (begun by hand on the active, as a node would): a second refused.
+        # A backup running (begun by hand on the active, and renewed as a node taking it
+        # renews it: a CLI's start alone can outlast the 3 s lease under load): a second
+        # refused.
         lease = await c.ok("POST", "mbx1", f"{DB}/backups", json={"node": "mbx2", "kind": "full"})
-        second = await backup(c, "--from", "mbx1", "--to", str(tmp_path / "second"))
-        assert second.returncode == 1 and "running" in second.stderr, second.stderr
-        assert not (tmp_path / "second").exists()
-        assert "mbx2" in (await c.status("mbx1"))["DB1"]["backup_in_progress"]
-        # Its side never renews (a dead backup): the lease ends by itself, and its late end
-        # is refused, so it stamps nothing.
+        renewing = asyncio.create_task(renew_until_cancelled(c, lease))
+        try:
+            second = await backup(c, "--from", "mbx1", "--to", str(tmp_path / "second"))
+            assert second.returncode == 1 and "running" in second.stderr, second.stderr
+            assert not (tmp_path / "second").exists()
+            assert "mbx2" in (await c.status("mbx1"))["DB1"]["backup_in_progress"]
+        finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing  # a renewal refused (the lease lost) fails the test here
+        # Its side stops renewing (a dead backup): the lease ends by itself, and its late
+        # end is refused, so it stamps nothing.
 
         async def lease_over() -> bool:
             return (await c.status("mbx1"))["DB1"]["backup_in_progress"] is None
