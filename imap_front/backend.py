@@ -144,8 +144,11 @@ class Session(BaseSession[Message]):
         """pymap's FETCH: \\Seen set on the range in one write, and the messages' bodies
         read ahead as they are written (`fetching.Bodies`: none unless a body is asked)."""
         quiet, feed = False, None
+        known = self._folders.known(selected.lookup)
         if set_seen:
             folder = await self._listed_folder(selected)
+        elif known is not None and self._ahead.continues() and _kept_rows(known, selected):
+            folder, quiet = known, True  # a pipelined run: the feed polled at its end
         else:
             folder, quiet, feed = await self._reading_folder(selected)
         chosen = selected.messages.get_all(sequence_set)
@@ -416,6 +419,20 @@ def _chosen_rows(shown: CompactMessages, listed: Rows, sequence_set: SequenceSet
             return None
         rows.append((seq, row))
     return rows
+
+
+def _kept_rows(folder: Folder, selected: SelectedMailbox) -> bool:
+    """The front's rows of `folder` taken as they are for a FETCH continuing a pipelined run
+    (`ReadAhead.continues`), if kept, of this folder (its UIDVALIDITY) where the session was
+    shown it: no node call."""
+    rows = folder._listings.kept(folder.name)
+    shown = selected.mod_sequence
+    if rows is None or shown is None or rows.uidvalidity != folder.uid_validity:
+        return False
+    if rows.database != folder._api.database or shown.database != rows.database:
+        return False
+    folder._rows = rows
+    return True
 
 
 class _InRun:

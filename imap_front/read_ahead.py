@@ -24,6 +24,8 @@ node's for that message, exactly.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from imap_front.fetching import Bodies, Get, GetMany
@@ -32,6 +34,19 @@ WINDOW_IDS = 1024  # messages a window covers, at most (the next one made as it 
 BATCH_BYTES = 256 * 1024  # message bytes one read asks for (by the listing's sizes)
 BATCH_IDS = 128  # messages one read asks for, at most
 AHEAD = 2  # batches in flight beside the one being served
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """The command a connection is running: its number on the connection, and whether the
+    client had sent the next command's line before this one was answered (pipelined)."""
+
+    number: int
+    pipelined: bool
+
+
+NO_COMMAND = Read(0, False)  # outside a connection's command (frozen)
+COMMAND: ContextVar[Read] = ContextVar("imap_front_command", default=NO_COMMAND)
 
 # (uid, item id, size) of the messages from a UID on, in the folder's UID order, at most n.
 Coming = Callable[[int], Sequence[tuple[int, str, int]]]
@@ -52,6 +67,7 @@ class ReadAhead:
         self._expect: int | None = None  # the UID listed after the last body served
         self._bodies: Bodies | None = None
         self._uids: dict[int, str] = {}  # the window's messages: UID -> item id
+        self._ran = 0  # the number of the last command served from a window (`COMMAND`)
 
     @property
     def holding(self) -> bool:
@@ -71,10 +87,12 @@ class ReadAhead:
         sequential = self._expect is not None and self._expect == uid
         self._expect = after
         if self._bodies is not None and self._uids.get(uid) == item_id:
+            self._ran = COMMAND.get().number
             return self._bodies
         self.drop()
         if not sequential:
             return None
+        self._ran = COMMAND.get().number
         listed = coming(self._window_ids)
         if len(listed) < 2:
             return None
@@ -84,6 +102,19 @@ class ReadAhead:
             batch_bytes=self._batch_bytes, most=self._most, ahead=self._ahead,
         )  # fmt: skip
         return self._bodies
+
+    def continues(self) -> bool:
+        """Whether this command (a FETCH) continues a run in the same breath: the session's
+        command right before it was served from the window, and the client sent the one
+        after it before this one was answered.  Such a FETCH need not poll the change feed
+        first: the client asked for it before it could have seen an update anyway, and the
+        poll of the command that ends the run (its next command not sent yet), or any other
+        command's, tells what changed meanwhile."""
+        now = COMMAND.get()
+        return (
+            self._bodies is not None and now.pipelined and now.number > 0
+            and self._ran == now.number - 1
+        )  # fmt: skip
 
     def drop(self) -> None:
         """Leave the run: the window's reads cancelled, its bodies let go."""
@@ -96,3 +127,4 @@ class ReadAhead:
         """The session did something else (SELECT, NOOP, IDLE): no run to continue."""
         self.drop()
         self._key = self._expect = None
+        self._ran = 0
