@@ -82,7 +82,7 @@ class ReadAhead:
         `key`: the folder; `after`: the UID listed after `uid` (None: the last); `coming`:
         the messages from `uid` on, for a new window."""
         if key != self._key:
-            self.drop()
+            self.leave()
             self._key = key
         sequential = self._expect is not None and self._expect == uid
         self._expect = after
