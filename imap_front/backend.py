@@ -35,7 +35,7 @@ from imap_front.feed_polls import FeedPolls
 from imap_front.fetch_lines import Chosen
 from imap_front.fetching import Bodies
 from imap_front.folder_set import Folders
-from imap_front.folders import Folder, Message
+from imap_front.folders import Folder, Message, Shown
 from imap_front.listing import Rows, RowsCache
 from imap_front.metrics import FrontMetrics
 from imap_front.node_api import FAILOVER_WAIT, MOVE_LOCK_WAIT, Listed, MailboxApi, Stored
@@ -226,7 +226,17 @@ class Session(BaseSession[Message]):
                 msg.modseq = stored.modseq
                 selected.session_flags.update(cached.uid, flag_set, mode)
             answer.append((seq, msg))
-        return answer, modified, await folder.update_selected(selected)
+        updated = await folder.update_selected(selected)
+        shown: Shown | None = updated.mod_sequence
+        if stored.epoch and (shown is None or shown.epoch != stored.epoch):
+            # Another active listed since the one that took the STORE (its answer came
+            # late, after a switchover or a failover, which may have lost it): the flags
+            # told are those listed, which the session now holds, not the answer's.
+            for _, msg in answer:
+                now = updated.messages.get(msg.uid)
+                if now is not None and not msg.expunged:
+                    msg.permanent_flags = now.permanent_flags
+        return answer, modified, updated
 
     async def _transfer(
         self, selected: SelectedMailbox, sequence_set: SequenceSet, mailbox: str, *, copy: bool
@@ -431,6 +441,8 @@ def _kept_rows(folder: Folder, selected: SelectedMailbox) -> bool:
         return False
     if rows.database != folder._api.database or shown.database != rows.database:
         return False
+    if not shown.epoch or rows.epoch not in (0, shown.epoch) or rows.cursor_epoch != shown.epoch:
+        return False  # listed under another active than the one the run was shown
     folder._rows = rows
     return True
 

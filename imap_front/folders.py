@@ -300,6 +300,7 @@ class Folder(MailboxDataInterface[Message]):
         if (
             delta is None or delta[0] != shown.modseq or rows.uidvalidity != shown.uidvalidity
             or rows.database != database or self._api.database != database
+            or rows.epoch != feed.epoch
         ):  # fmt: skip
             return None
         _, messages, expunged = delta
@@ -419,8 +420,9 @@ class Folder(MailboxDataInterface[Message]):
         listing = await self._api.uids(self.name, since) if since else None
         if listing is not None and (
             listing.uidvalidity != shown.uidvalidity or listing.highest_modseq < since
-        ):  # the folder is not the one shown, or its counters went back: list it whole
-            listing = None
+            or listing.epoch not in (0, shown.epoch)
+        ):  # fmt: skip
+            listing = None  # another folder, its counters back, or the active another: whole
         if listing is None:
             since = 0
             listing = await self._api.uids(self.name)  # not kept: an idler holds none of it
@@ -446,8 +448,8 @@ class Folder(MailboxDataInterface[Message]):
             selected.add_updates(changed, [u for u in shown_uids.uids if u not in listed])
         cursor = feed.last_change_number if feed is not None else 0
         epoch = feed.epoch if feed is not None else 0
-        if self._api.database != database:  # followed during the listing: the cursor is not
-            cursor, epoch = 0, 0  # the new database's; the next command lists the folder again
+        if self._api.database != database or listing.epoch not in (0, epoch):
+            cursor, epoch = 0, 0  # followed meanwhile: the feed's cursor is not the listing's
         selected.mod_sequence = Shown(listing.highest_modseq, cursor, epoch, self._api.database,
                                       listing.uidvalidity)  # fmt: skip
         return selected

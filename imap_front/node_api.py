@@ -28,7 +28,10 @@ client is told OK with the UID only once the message is on the active that answe
 put's answer carries the UID (`Written.uid`): nothing is read back after the write.  A read
 (GET: the folder's status, its listing) that got no answer is sent again the same way, so
 the commands around the write (the folder looked up before it, the selected folder's update
-after it) wait for the new active too rather than answer NO for a message written.
+after it) wait for the new active too rather than answer NO for a message written.  A put
+answered by an active that has given way since (its answer late, after a switchover or a
+lossy failover: the feed now names another epoch) is sent again the same way, so the
+APPENDUID told is a message the serving active holds (`_still_active`).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ BATCH = 1000  # items one write names, at most (the node's MAX_NAMED)
 MOVE_LOCK_WAIT = 60.0  # imap.move_lock_wait's default: a write refused by a move's lock waits
 LOCK_PAUSE = 0.25  # seconds between two reads of the directory while a write waits
 FAILOVER_WAIT = 60.0  # imap.failover_wait's default: an APPEND or read with no answer: again
+APPEND_ROUNDS = 3  # puts of one APPEND, each answered by an active that then gave way
 
 Locate = Callable[[str], Awaitable[str | None]]  # mailbox -> its database (the directory)
 
@@ -92,11 +96,13 @@ class FolderUids:
 @dataclass(frozen=True, slots=True)
 class Stored:
     """POST …/items/flags's answer: each UID's flags after, the modseq the change took
-    (0: nothing written), and the UIDs left as they were (a conditional STORE's MODIFIED)."""
+    (0: nothing written), the UIDs left as they were (a conditional STORE's MODIFIED), and
+    the epoch of the active that took it (0: nothing written)."""
 
     flags: dict[int, tuple[str, ...]]
     modseq: int = 0
     modified: tuple[int, ...] = ()
+    epoch: int = 0
 
 
 def _received(value: Any) -> datetime | None:
@@ -298,10 +304,8 @@ class MailboxApi:
                 params["flags"] = " ".join(flags)
             if received is not None:
                 params["received"] = received.isoformat()
-            _, answer = await self._call(
-                "PUT", f"/items/{item_id}/message", folder=folder, message=raw, params=params,
-                again=True,
-            )  # fmt: skip
+            path, kw = f"/items/{item_id}/message", {"message": raw, "params": params}
+            method = "PUT"
         else:
             body, fmt = body_of_message(raw)
             item: dict[str, Any] = {
@@ -311,9 +315,31 @@ class MailboxApi:
                 item["flags"] = list(flags)
             if received is not None:
                 item["received"] = received.isoformat()
-            _, answer = await self._call("POST", "/items", folder=folder, json=item, again=True)
-        written = Written.model_validate(answer)
+            method, path, kw = "POST", "/items", {"json": item}
+        for _ in range(APPEND_ROUNDS):
+            _, answer = await self._call(method, path, folder=folder, again=True, **kw)
+            written = Written.model_validate(answer)
+            if await self._still_active(written):
+                break
+            logger.info("APPEND %s to %s/%s: taken by an active of epoch %d that has given "
+                        "way; put again under its id", item_id, self.mailbox, folder,
+                        written.epoch)  # fmt: skip
         return item_id, written.uid_of(item_id)
+
+    async def _still_active(self, written: Written) -> bool:
+        """Whether the active that took a write is the one serving now (its epoch the feed's),
+        asked of the feed since the write.  An answer can come late, after a switchover or a
+        failover (a lossy one drops it): the write acknowledged by an active that has given
+        way is put again under its item id, which keeps the item's UID where the new active
+        holds it and gives it a new one where it was lost, so the APPENDUID told is a message
+        the mailbox has.  True when the feed cannot say (no epoch, no answer)."""
+        if not written.epoch:
+            return True
+        try:
+            feed = await self.changes(written.change_number, wait=0, epoch=written.epoch)
+        except Unavailable:
+            return True  # nobody to ask now: the answer is all there is
+        return feed is None or not feed.epoch or feed.epoch == written.epoch
 
     async def create_folder(self, folder: str) -> None:
         await self._call("POST", "/folders", folder=folder, json={"folder": folder})
@@ -332,7 +358,7 @@ class MailboxApi:
         """The flags changed of the folder's `uids`; each UID's flags after.  With
         `unchanged_since` (the node's modseq), only those not changed past it."""
         after: dict[int, tuple[str, ...]] = {}
-        modseq = 0
+        modseq = epoch = 0
         modified: list[int] = []
         for start in range(0, len(uids), BATCH):
             change: dict[str, Any] = {"folder": folder, "uids": list(uids[start : start + BATCH])}
@@ -345,8 +371,9 @@ class MailboxApi:
             _, body = await self._call("POST", "/items/flags", folder=folder, json=change)
             after.update({i["uid"]: tuple(i["flags"]) for i in body["items"]})
             modseq = max(modseq, body.get("modseq") or 0)
+            epoch = max(epoch, int(body.get("epoch") or 0))
             modified += [i["uid"] for i in body.get("modified", ())]
-        return Stored(after, modseq, tuple(modified))
+        return Stored(after, modseq, tuple(modified), epoch)
 
     async def transfer(
         self, folder: str, uids: Sequence[int], to: str, *, copy: bool

@@ -6,8 +6,9 @@ allows.
 
 A page is asked for with a byte bound the mover chooses (`MoveSettings.sync_page_bytes`: the
 node's listing stops once its bodies reach it, one item at least).  While a page is read it
-counts twice that bound (the answer's bytes and the text parsed from them are both alive
-until the parse ends), then what its items hold (`Item.size`), given back item by item as
+counts that bound once: the answer is read into one buffer and its large bodies unescaped
+in place there (`dag_common.listing_bodies`), so a page is held once, not as its bytes and
+their text as before; then what its items hold (`Item.size`), given back item by item as
 each is written or set aside.  A page's last item may pass the bound: the budget is passed
 by at most one item per page being read, and one move reads at most two pages at once (the
 one it writes and the next, read ahead).
@@ -55,7 +56,7 @@ class Hold:
     async def read(self, read: Callable[[], Awaitable[Items]], page_bytes: int) -> Items:
         """The page `read` gives (asked with `page_bytes`), read once the budget has room
         for it; its items are held from then on, until `release`d."""
-        reading = 2 * page_bytes  # the answer's bytes and the text parsed from them
+        reading = page_bytes  # the answer's one buffer, its bodies taken out in place
         await self._budget.acquire(reading, "a page of items")
         try:
             page = await read()

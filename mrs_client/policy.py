@@ -204,9 +204,9 @@ class MoveSettings:
     # current one is written: a mailbox is never held in memory whole.
     sync_page: int = 2000
     # ... and of bodies reaching this many bytes at most (one item at least: the node's
-    # listing stops once they reach it; `page_bytes`): a move holds about three pages at a
-    # time (the one it writes, and the next one read ahead, twice while it is parsed), so a
-    # page of large items is one item.
+    # listing stops once they reach it; `page_bytes`): a move holds about two pages at a
+    # time (the one it writes, and the next one read ahead, once while it is parsed:
+    # `listing_bodies`), so a page of large items is one item.
     sync_page_bytes: int = 4 * 1024 * 1024
     # The bodies the movers of one process may hold (`body_budget`): past it, the next
     # page waits until bodies read are written.

@@ -166,8 +166,8 @@ class ActiveCopy:
             db = Database.create(
                 paths.database, database_signature=uuid.uuid4(), log_signature=uuid.uuid4()
             )
-        else:
-            db = Database.open(paths.database)
+        else:  # in a thread: an open may migrate the file's schema (`storage/schema.py`)
+            db = await asyncio.to_thread(Database.open, paths.database)
         if paths.logs.exists():
             await asyncio.to_thread(finish_interrupted_roll, paths.logs, log_files)
         plan = await asyncio.to_thread(plan_recovery, paths.logs, db.header)
@@ -567,10 +567,12 @@ class ActiveCopy:
         blobs: bool = False,
     ) -> ItemsPage:
         """A page of the file's changes with the overlay's merged in, cut by count and bytes
-        over both (`listing.items_page`)."""
+        over both (`listing.items_page`).  With `blobs`, a body the overlay holds in the log
+        is a `LogText`, read a part at a time as it is written, as the file's are."""
+        with_body = self._with_log_text if blobs else self._with_body
         return items_page(
             self.overlay, self.db, mailbox, since_change, limit, max_bytes,
-            bodies=bodies, with_body=self._with_body, blobs=blobs,
+            bodies=bodies, with_body=with_body, blobs=blobs,
         )  # fmt: skip
 
     def item(self, mailbox: str, item_id: str, *, body: bool = True) -> ItemRow | None:
@@ -584,6 +586,13 @@ class ActiveCopy:
         if logged is None or row.deleted:
             return row
         return row._replace(body=self.bodies.text(logged), body_hash="")
+
+    def _with_log_text(self, row: ItemRow) -> ItemRow:
+        """An overlay row with its body as a `LogText` if the log holds it (not read here)."""
+        logged = self.overlay.logged_body(row.mailbox, row.item_id)
+        if logged is None or row.deleted:
+            return row
+        return row._replace(body=self.bodies.text_of(row, logged), body_hash="")
 
 
 _uid = attrgetter("uid", "item_id")

@@ -168,6 +168,7 @@ class ActiveInstance:
                 circular_logging=circular_logging,
                 interval=truncation_interval,
                 truncated=metrics.truncated(database) if metrics else None,
+                read_hold=lambda: self.copy.bodies.reading_from() if self.copy else None,
             )
             if peer_progress is not None
             else None

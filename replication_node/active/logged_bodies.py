@@ -8,33 +8,55 @@ the log already, durable before the commit was acknowledged, and kept there as l
 overlay names them: the commit is past the database file's waypoint, and a part below it is
 in Logs Required (`spanning.py`), both of which the truncator keeps for crash recovery.
 
-A body is read into one buffer of its size (`spanning.BodyReader`, which checks its parts'
-size and CRC32C against the commit's), one generation file at a time: a closed one by its
-name, the open one from `E00.log` (read as it stands: the writer appends after the commit,
-and a roll may rename it meanwhile, which the next look finds under its closed name).  A
-body that cannot be read back is an error (LogRecordError), never an empty body.
+A body is read one generation file at a time (`spanning.BodyReader`, which checks each
+record's CRC32C as the file is scanned, and its parts' size and CRC32C against the
+commit's): a closed one by its name, the open one from `E00.log` (read as it stands: the
+writer appends after the commit, and a roll may rename it meanwhile, which the next look
+finds under its closed name).  A body that cannot be read back is an error (LogRecordError),
+never an empty body.
+
+A reader that sends a body on (`GET …/message`, the messages batch read, the items
+listing) is given it as a `LogText`, read a part at a time as it is written, as a body in
+`items.body_blob` is (`storage/body_reads.py`): the node holds a part of it, where the
+body read back whole was the body once more (twice, with its text), on the loop.  Its parts
+are checked as they come, and its SHA-256 (counted where it came in, which the overlay's
+row keeps) once all are read: the last part is held back until then, so a body that does
+not verify is never sent whole (`checked_parts`).  While one is read so, the truncator keeps
+its generations (`reading_from`): the LLR flush may write it into its row meanwhile, after
+which nothing else keeps them.
+
+A closed generation whose bytes no longer verify (its header or a record's CRC32C) is
+remembered with the error (`damaged`, until it reads whole again): the active's status
+says so (`damage_note`), as the LLR flush, which must read those bodies too, cannot go past
+it.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
-from collections.abc import Iterable, Iterator
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import msgspec
 
 from dag_common.counted_text import CountedText, known
 from dag_common.mailbox_digest import body_hash
-from replication_node.errors import LogRecordError
+from replication_node.errors import LogFormatError, LogRecordError
 from replication_node.log import logfile
 from replication_node.log.events import Transaction
 from replication_node.log.logfile import ScanResult
 from replication_node.log.operations import PutItem
 from replication_node.log.spanning import BlobRef, BodyParts, BodyReader
-from replication_node.storage.file_reads import Held, StoredBody
+from replication_node.storage.body_reads import BlobBody, BlobText
+from replication_node.storage.file_reads import Held
 from replication_node.storage.overlay import LlrOverlay, LoggedBody
 from replication_node.storage.reader import ItemRow
+
+logger = logging.getLogger(__name__)
 
 # A roll renames E00.log between a look for the closed name and a look at E00.log: looked
 # for again this many times.
@@ -46,14 +68,24 @@ class LogBodies:
 
     def __init__(self, log_dir: Path) -> None:
         self._dir = log_dir
+        # closed generations (or bodies) found damaged: generation -> the error (`damaged`)
+        self.damaged: dict[int, str] = {}
+        # the first generations of the bodies being sent on (`checked_parts`), how many each
+        self._reading: collections.Counter[int] = collections.Counter()
+        self._reading_lock = threading.Lock()  # readers in worker threads and on the loop
 
     def _load(self, gen: int) -> ScanResult:
         closed = self._dir / logfile.closed_log_name(gen)
         for _ in range(_LOOKS):
             try:
-                return logfile.verify_closed(logfile.read_closed(closed), gen)
+                result = logfile.verify_closed(logfile.read_closed(closed), gen)
             except FileNotFoundError:
                 pass
+            except LogFormatError as exc:
+                raise self._damage(gen, f"generation {gen} of the log is damaged: {exc}") from exc
+            else:
+                self.damaged.pop(gen, None)  # read whole (again: put back, say)
+                return result
             try:
                 result = logfile.scan((self._dir / logfile.OPEN_LOG_NAME).read_bytes())
             except FileNotFoundError:
@@ -61,6 +93,73 @@ class LogBodies:
             if result.header.generation == gen:
                 return result
         raise LogRecordError(f"generation {gen} of a staged body is not in {self._dir}")
+
+    def _damage(self, gen: int, error: str) -> LogRecordError:
+        """The error for a damaged generation, remembered for the status (`damage_note`)."""
+        if gen not in self.damaged:
+            logger.error("%s: %s", self._dir, error)
+        self.damaged[gen] = error
+        return LogRecordError(error)
+
+    def damage_note(self) -> str | None:
+        """What the status says of damaged generations (None: none found)."""
+        if not self.damaged:
+            return None
+        errors = "; ".join(self.damaged[g] for g in sorted(self.damaged))
+        return (
+            f"{errors}: bodies the LLR overlay holds there cannot be read (reads of them are "
+            "refused), nor written into the database file"
+        )
+
+    def checked_parts(
+        self, logged: LoggedBody, sha256: str, *, what: str = ""
+    ) -> Iterator[bytes | memoryview]:
+        """A staged body's bytes a part at a time (`BodyReader.parts`: each record's CRC32C,
+        then the parts' order, size and CRC32C), the last held back until the bytes' SHA-256
+        is `sha256` (LogRecordError otherwise): a caller sending them as they come never
+        sends a body that does not verify whole."""
+        h = hashlib.sha256()
+        last: bytes | memoryview | None = None
+        first = logged.ref.id.generation
+        with self._reading_lock:
+            self._reading[first] += 1
+        try:
+            for part in BodyReader(self._load).parts(logged.ref, logged.through):
+                if last is not None:
+                    yield last
+                h.update(part)
+                last = part
+        finally:
+            with self._reading_lock:
+                self._reading[first] -= 1
+                if not self._reading[first]:
+                    del self._reading[first]
+        if h.hexdigest() != sha256:
+            gen = logged.ref.id.generation
+            raise self._damage(
+                gen,
+                f"body {logged.ref.id}{what} read back from generations {gen}-"
+                f"{logged.through} of the log has SHA-256 {h.hexdigest()}, not the "
+                f"{sha256} it was written with",
+            )
+        if last is not None:
+            yield last
+
+    def reading_from(self) -> int | None:
+        """The lowest generation a body being sent on is read from (None: none): the
+        truncator keeps it (`ActiveTruncator.read_hold`), as the LLR flush may write the
+        body into its row while a slow client still reads it from the log."""
+        with self._reading_lock:
+            return min(self._reading, default=None)
+
+    def text_of(self, row: ItemRow, logged: LoggedBody) -> LogText:
+        """`row`'s body, held in the log at `logged`, as a `LogText`: read a part at a time,
+        checked, when it is written."""
+        head = BlobBody(row.mailbox, row.item_id, row.format, row.subject, row.size,
+                        row.body_hash)  # fmt: skip
+        what = f" (item {row.item_id!r} of {row.mailbox!r})"
+        return LogText(head, functools.partial(self.checked_parts, logged, row.body_hash,
+                                               what=what))  # fmt: skip
 
     def raw(self, logged: LoggedBody) -> bytearray:
         """The body's UTF-8 bytes, checked against its commit's size and CRC32C."""
@@ -115,6 +214,27 @@ class LogBodies:
             yield Transaction(txn.position, txn.commit_time, tuple(ops))
 
 
+class LogText(BlobText):
+    """A body the LLR overlay holds in the log, for a reader that writes it on: "" as a
+    str, with its head (`BlobBody`: its size and SHA-256 as the overlay's row has them) and
+    its parts, read from the log and checked when asked for (`LogBodies.checked_parts`)."""
+
+    _parts: Callable[[], Iterator[bytes | memoryview]]
+
+    def __new__(cls, head: BlobBody, parts: Callable[[], Iterator[bytes | memoryview]]) -> LogText:
+        text = super().__new__(cls, head, _unread)
+        text._parts = parts
+        return text
+
+    def parts(self) -> Iterator[bytes]:  # type: ignore[override]
+        """The body's UTF-8, a part at a time, read from the log as each is asked for."""
+        return self._parts()  # type: ignore[return-value]
+
+
+def _unread(head: BlobBody, offset: int) -> bytes:
+    raise AssertionError("a LogText is read by its parts")
+
+
 def body_bytes(txns: Iterable[Transaction]) -> int:
     """What the bodies of the overlay's transactions add up to (`Database.apply`'s
     `body_bytes`): a staged one by its reference, another by its length."""
@@ -127,31 +247,15 @@ def body_bytes(txns: Iterable[Transaction]) -> int:
     return total
 
 
-class _ReadBack(dict):  # type: ignore[type-arg]
-    """What the overlay holds of some items (`file_reads.Held`), the bodies it holds in the
-    log read back as each is looked up (in the thread that reads the batch, one at a time)."""
-
-    def __init__(self, held: Held, logged: dict[str, LoggedBody], bodies: LogBodies) -> None:
-        super().__init__(held)
-        self._logged, self._bodies = logged, bodies
-
-    def __getitem__(self, item: str) -> StoredBody | None:
-        stored = super().__getitem__(item)
-        logged = self._logged.get(item)
-        if stored is None or logged is None:
-            return stored
-        return self._bodies.text(logged), stored[1], stored[2]
-
-
 def read_back(held: Held, overlay: LlrOverlay, bodies: LogBodies, mailbox: str) -> Held:
-    """`held` (`listing.bodies_apart`) with the bodies the overlay holds in the log read back
-    when they are looked up, not here (on the loop) nor all at once."""
-    logged = {
-        item: where
-        for item, stored in held.items()
-        if stored is not None and (where := overlay.logged_body(mailbox, item)) is not None
-    }
-    return _ReadBack(held, logged, bodies) if logged else held
+    """`held` (`listing.bodies_apart`) with each body the overlay holds in the log given as
+    a `LogText`: read a part at a time by the reader that writes it on, none read here."""
+    for item, stored in held.items():
+        logged = None if stored is None else overlay.logged_body(mailbox, item)
+        row = None if logged is None else overlay.item(mailbox, item)
+        if stored is not None and logged is not None and row is not None:
+            held[item] = (bodies.text_of(row, logged), stored[1], stored[2])
+    return held
 
 
 def without_body(row: ItemRow) -> ItemRow:

@@ -4,6 +4,8 @@ Mounted while its copy is open; Failed with the reason after a failure; Dismount
 operator or while its last logs are held for a copy taking over (then read from disk: what
 it holds, `held_for` the copy).  The seeds' LastLogGenerated counts the log being written
 once it holds an acknowledged commit; the other markers are its closed generations.
+`note` says what an operator should know besides: commits waiting for synchronous copies,
+a generation of the LLR window found damaged (its bodies cannot be read nor flushed).
 """
 
 from __future__ import annotations
@@ -33,12 +35,15 @@ def active_status(instance: ActiveInstance) -> CopyStatusReport:
     scrub = instance.scrubber.last if instance.scrubber else None
     followers = sorted(instance.copy.stream.feed.followers) if instance.copy is not None else []
     need = instance.synchronous_copies
-    note = None
+    notes = []
     if instance.copy is not None and len(followers) < need:
-        note = (
+        notes.append(
             f"{len(followers)} of {need} synchronous copies follow the log in block mode: "
             "commits are refused until enough do"
         )
+    if instance.copy is not None and (damage := instance.copy.bodies.damage_note()):
+        notes.append(damage)  # a generation in the LLR window damaged (`logged_bodies`)
+    note = "; ".join(notes) or None
     return CopyStatusReport(
         database=instance.database,
         node=instance.node,

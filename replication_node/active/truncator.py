@@ -37,6 +37,9 @@ class ActiveTruncator:
     truncated_through: int = field(default=0, init=False)
     # A running backup of this copy needs the generations from here on (None: none).
     backup_hold: int | None = field(default=None, init=False)
+    # The generations from here on hold a body being sent on from the log
+    # (`logged_bodies.LogBodies.reading_from`; None: none).
+    read_hold: Callable[[], int | None] = lambda: None
 
     async def run(self) -> None:
         """Delete closed generations no copy needs any more (the seeds' truncation rules)."""
@@ -63,6 +66,9 @@ class ActiveTruncator:
         )
         if self.backup_hold is not None:  # a backup is copying them
             limit = max(min(limit, self.backup_hold - 1), 0)
+        reading = self.read_hold()
+        if reading is not None:  # a body is read from them (the LLR flush wrote it since)
+            limit = max(min(limit, reading - 1), 0)
         if limit > self.truncated_through:
             deleted = await asyncio.to_thread(delete_through, self.logs, limit)
             if deleted and self.truncated is not None:

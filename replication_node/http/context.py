@@ -196,7 +196,7 @@ def reader_for(request: web.Request) -> MailboxReader:
             # a 404 it must take for an answer.
             raise NotActive(
                 f"the copy of {db} on {node.name} serves no reads now (changing role, being "
-                "seeded, or failed); read from the active"
+                "seeded or checked, or failed); read from the active"
             )
         raise NotFound(f"no readable copy of database {quoted(db)} on node {node.name}")
     return reader

@@ -12,7 +12,10 @@ its row: the row carries a `BlobText`, and the body is read a part at a time (1 
 `storage/body_reads.py`) as it is written, each part in a read transaction of its own after
 finding the row with the same body again: SQLite never makes the whole value, nor Python a
 str of it.  A row replaced meanwhile raises `BodyChanged`, and the answer is cut, as any
-read failing mid-answer is: never two versions of a body mixed.
+read failing mid-answer is: never two versions of a body mixed.  On the active, a body the
+LLR overlay holds in the log is such a body too (`active/logged_bodies.LogText`), read a
+part at a time from the log files and checked as it is written (a body that does not
+verify cuts the answer before its last part).
 
 Listed without bodies (`bodies` false: what the mover's reconcile compares), each row carries
 its body's hash and size instead of the body (`ItemRow`), and a page is cut by the rows'
@@ -43,6 +46,7 @@ from aiohttp import web
 
 from dag_common.rfc822 import BodyFormat
 from dag_common.store_api import ItemsAnswer
+from replication_node.errors import ReplicationError
 from replication_node.storage.body_reads import BlobText, text_parts
 from replication_node.storage.reader import ItemRow, ItemsPage, MailboxReader
 
@@ -154,10 +158,17 @@ async def stream_items(request: web.Request, listing: Listing) -> web.StreamResp
         await listing.write(response)
     except ConnectionError:  # the client went away: nothing to answer
         logger.info("%s %s: the client left before the listing's end", request.method, request.path)
-    except Exception:
+    except Exception as exc:
         # The status is sent: close mid-answer, so the client cannot take a truncated
         # listing for a whole one (aiohttp's write_eof then meets the closed transport).
-        logger.exception("%s %s: the listing failed after it began", request.method, request.path)
+        # The node's own errors (a row replaced, a log file damaged) say what failed;
+        # anything else is a bug, with its trace.
+        if isinstance(exc, ReplicationError):
+            logger.error("%s %s: the listing failed after it began: %s", request.method,
+                         request.path, exc)  # fmt: skip
+        else:
+            logger.exception("%s %s: the listing failed after it began", request.method,
+                             request.path)  # fmt: skip
         if request.transport is not None:
             request.transport.close()
     return response

@@ -13,17 +13,25 @@ row keeps of those bytes (taken when they were written: a body damaged on disk s
 fails the client's check rather than being hashed as it now reads); an 8-bit message's bytes
 are not the row's UTF-8, so they are read a first time to be hashed and counted.
 
-The LLR overlay's bodies (on the active, taken on the loop first, as the batch read does),
-a body in the old `body` column (files from before the column, small bodies) and a text item
-presented as mail are read whole, as before.
+A body the LLR overlay holds in the log (on the active; its place taken on the loop first,
+as the batch read does) is written the same way, a part at a time from the log files
+(`active/logged_bodies.LogText`), once a first read has checked it whole (each record's
+CRC32C, the parts' size and CRC32C, the SHA-256 it was written with): a body whose
+generation is damaged is answered 503 naming it, never sent.  The parts are checked again
+as they are sent, the last held back until the body verifies (a file damaged between the
+two reads cuts the answer).
+
+A body in the old `body` column (files from before the column, small bodies) and a text
+item presented as mail (built whole: `rfc822.message_bytes`) are read whole, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
@@ -35,9 +43,16 @@ from dag_common.rfc822 import (
     message_size,
     message_slices,
 )
-from replication_node.errors import BodyChanged, NotFound
+from replication_node.errors import BodyChanged, NotFound, ReplicationError
 from replication_node.http.context import mailbox_name, reader_for
-from replication_node.storage.body_reads import BlobBody, blob_head, message_parts, parts_apart
+from replication_node.storage.body_reads import (
+    BlobBody,
+    BlobText,
+    blob_head,
+    message_parts,
+    parts_apart,
+    text_parts,
+)
 from replication_node.storage.file_reads import FileReads, StoredBytes, message_stored
 from replication_node.storage.reader import MailboxReader
 
@@ -55,13 +70,23 @@ def _head(db: FileReads, mailbox: str, item_id: str) -> BlobBody | StoredBytes |
         return blob_head(conn, mailbox, item_id) or message_stored(conn, mailbox, item_id)
 
 
-def _hash_8bit(db: FileReads, body: BlobBody) -> tuple[str, int]:
-    """The SHA-256 and size of an 8-bit message kept in `body_blob`, read a part at a time."""
+# A body's UTF-8 a part at a time, read when called (`parts_apart`, `LogText.parts`).
+Parts = Callable[[], Iterable[bytes | memoryview]]
+
+
+def _hash_message(body: BlobBody, parts: Parts) -> tuple[str, int]:
+    """The SHA-256 and size of the message `body` is, its parts read a first time."""
     h, size = hashlib.sha256(), 0
-    for part in message_parts(parts_apart(db, body), body.format):
+    for part in message_parts(parts(), body.format):  # type: ignore[arg-type]
         h.update(part)
         size += len(part)
     return h.hexdigest(), size
+
+
+def _text_message(body: BlobBody, parts: Parts) -> bytes:
+    """A text item kept a part at a time, presented as mail (`message_bytes`: whole)."""
+    text = "".join(text_parts(parts()))  # type: ignore[arg-type]
+    return message_bytes(text, body.format, body.subject)
 
 
 async def get_message(request: web.Request) -> web.StreamResponse:
@@ -99,9 +124,11 @@ async def _answer(
     if stored is None:
         raise NotFound(f"mailbox {name!r} has no item {item_id!r}")
     if isinstance(stored, BlobBody):
-        return await _write_blob(request, db, stored)
+        return await _write_blob(request, stored, functools.partial(parts_apart, db, stored))
     body, fmt, subject = stored
     del stored
+    if isinstance(body, BlobText):  # the overlay's, in the log (`LogText`): read by parts
+        return await _write_blob(request, body.head, body.parts, checked=True)
     if isinstance(body, bytes):  # a message kept as UTF-8, its bytes as stored
         digest = await asyncio.to_thread(lambda: hashlib.sha256(body).hexdigest())
         return await _write(request, digest, len(body), _views(body))
@@ -137,31 +164,48 @@ async def _write(
     return response
 
 
-async def _write_blob(request: web.Request, db: FileReads, body: BlobBody) -> web.StreamResponse:
-    """`body`'s message, each part read off the loop and written before the next is read."""
+async def _write_blob(
+    request: web.Request, body: BlobBody, parts: Parts, *, checked: bool = False
+) -> web.StreamResponse:
+    """`body`'s message, each part read off the loop (`parts`) and written before the next
+    is read.  `checked`: read whole a first time before the answer begins (the parts check
+    themselves: a body that does not verify is an error answer, not a cut one)."""
     loop = asyncio.get_running_loop()
-    if body.format is BodyFormat.MESSAGE:
+    if body.format is BodyFormat.TEXT:  # presented as mail: built whole, as `_answer` does
+        raw = await loop.run_in_executor(_reads, _text_message, body, parts)
+        return web.Response(
+            body=raw,
+            content_type="message/rfc822",
+            headers={"X-Message-SHA256": hashlib.sha256(raw).hexdigest()},
+        )
+    if body.format is BodyFormat.MESSAGE and not checked:
         digest, size = body.body_hash, body.size
     else:
-        digest, size = await loop.run_in_executor(_reads, _hash_8bit, db, body)
+        digest, size = await loop.run_in_executor(_reads, _hash_message, body, parts)
     response = web.StreamResponse(
         headers={"Content-Type": "message/rfc822", "X-Message-SHA256": digest}
     )
     response.content_length = size
     await response.prepare(request)
-    parts = message_parts(parts_apart(db, body), body.format)
+    sent = message_parts(parts(), body.format)  # type: ignore[arg-type]
     try:
-        while (part := await loop.run_in_executor(_reads, next, parts, None)) is not None:
+        while (part := await loop.run_in_executor(_reads, next, sent, None)) is not None:
             await response.write(part)
             del part
     except ConnectionError:  # the client went away: nothing to answer
         logger.info("%s %s: the client left before the message's end", request.method,
                     request.path)  # fmt: skip
         return response
-    except Exception:
+    except Exception as exc:
         # The status and length are sent: close mid-answer, so the client cannot take a
-        # cut message (the row replaced meanwhile: BodyChanged) for a whole one.
-        logger.exception("%s %s: the read failed after it began", request.method, request.path)
+        # cut message (the row replaced meanwhile: BodyChanged; a log file damaged) for a
+        # whole one.  The node's own errors say what failed; anything else is a bug.
+        if isinstance(exc, ReplicationError):
+            logger.error("%s %s: the read failed after it began: %s", request.method,
+                         request.path, exc)  # fmt: skip
+        else:
+            logger.exception("%s %s: the read failed after it began", request.method,
+                             request.path)  # fmt: skip
         if request.transport is not None:
             request.transport.close()
         return response

@@ -19,9 +19,11 @@ most of the node's time per message, bench/README.md).  The node holds a part at
 message is written.
 
 On the active, the ids the LLR overlay holds (its rows are immutable) are taken from it on
-the loop before any file read: an item in neither the overlay then nor the file when it is
-read was created after the request, or deleted; either way it is answered missing.  Any copy
-answers, as `GET …/message` does.  A bad request is answered 400 before anything is read.
+the loop before any file read (a large body it holds in the log is read into the buffer a
+part at a time from the log files, checked as it comes: `active/logged_bodies.LogText`):
+an item in neither the overlay then nor the file when it is read was created after the
+request, or deleted; either way it is answered missing.  Any copy answers, as `GET
+…/message` does.  A bad request is answered 400 before anything is read.
 """
 
 from __future__ import annotations
@@ -29,8 +31,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
@@ -40,11 +41,12 @@ from dag_common.memory import MemoryBudget
 from dag_common.message_batch import CONTENT_TYPE, END, MessagesIn, found_head, missing_record
 from dag_common.rfc822 import BodyFormat, message_bytes, message_size, message_slices
 from dag_common.route_roles import add_route
-from replication_node.errors import NotFound
+from replication_node.errors import NotFound, ReplicationError
 from replication_node.http.context import json_body, mailbox_name, node_of, reader_for
 from replication_node.http.models import parse
 from replication_node.storage.body_reads import (
     BlobBody,
+    BlobText,
     blob_head,
     message_parts,
     parts,
@@ -77,14 +79,17 @@ def _read_part(
             at += 1
             blob = None if item in held else blob_head(conn, mailbox, item)
             if blob is not None:  # read a part at a time into the buffer: no whole value
-                n = _blob_into(out, conn, item, blob)
-                size += n
+                size += _parts_into(out, item, blob, functools.partial(parts, conn, blob))
                 continue
             stored = held[item] if item in held else message_stored(conn, mailbox, item)
             if stored is None:
                 out += missing_record(item)
                 continue
             body, fmt, subject = stored
+            if isinstance(body, BlobText):  # the overlay's, in the log (`LogText`): by parts
+                size += _parts_into(out, item, body.head, body.parts)
+                del body, stored
+                continue
             if isinstance(body, bytes):  # the stored UTF-8, as it is
                 n = len(body)
                 out += found_head(item, n)
@@ -104,21 +109,26 @@ def _read_part(
     return out, at, size
 
 
-def _blob_into(out: bytearray, conn: sqlite3.Connection, item: str, blob: BlobBody) -> int:
-    """The record of a message kept in `body_blob`, appended to `out` a part at a time in
-    the caller's read transaction (SQLite never makes the whole value, nor Python a bytes
-    of it); its size.  An 8-bit message is read twice: counted, then copied."""
+def _parts_into(
+    out: bytearray, item: str, blob: BlobBody, read: Callable[[], Iterable[bytes]]
+) -> int:
+    """The record of a message read a part at a time (`read`: kept in `body_blob`, read in
+    the caller's read transaction; or held in the log, `LogText.parts`), appended to `out`
+    as they come (no whole value, nor a bytes of it, besides the buffer); its size.  An
+    8-bit message is read twice: counted, then copied.  A body read from the log is
+    checked as it comes (`LogText`): one that does not verify raises before its last part
+    is in `out`, which is then never sent."""
     if blob.format is BodyFormat.TEXT:  # a text item, presented as mail: built whole
-        text = "".join(text_parts(parts(conn, blob)))
+        text = "".join(text_parts(read()))
         raw = message_bytes(text, blob.format, blob.subject)
         out += found_head(item, len(raw))
         out += raw
         return len(raw)
     n = blob.size
     if blob.format is not BodyFormat.MESSAGE:
-        n = sum(len(p) for p in message_parts(parts(conn, blob), blob.format))
+        n = sum(len(p) for p in message_parts(read(), blob.format))
     out += found_head(item, n)
-    for part in message_parts(parts(conn, blob), blob.format):
+    for part in message_parts(read(), blob.format):
         out += part
     return n
 
@@ -141,6 +151,11 @@ async def post_messages(request: web.Request) -> web.StreamResponse:
         except ConnectionError:  # the client went away: nothing to answer
             logger.info("%s %s: the client left before the answer's end", request.method,
                         request.path)  # fmt: skip
+        except ReplicationError as exc:  # the node's own (a log file damaged): said, no trace
+            logger.error("%s %s: the read failed after it began: %s", request.method,
+                         request.path, exc)  # fmt: skip
+            if request.transport is not None:
+                request.transport.close()
         except Exception:
             # The status is sent: close mid-answer (no end record), so the client cannot
             # take a cut answer for a whole one.

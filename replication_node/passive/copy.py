@@ -97,6 +97,7 @@ class PassiveCopy:
         self._activation_reason: str | None = None
         self._seed_state: SeedProgress | None = None  # the running seed's progress
         self._corrupt = False  # the file failed a check: no reads until a reseed
+        self._checked = False  # the file passed the check on open in this process
         self.scrubber: Scrubber | None = None  # the running pipeline's background scrub
         self.error: str | None = None
         self._metrics = metrics.copy(settings.database) if metrics else None
@@ -171,7 +172,7 @@ class PassiveCopy:
         await self._halt()
         self._close_reader()
         self._suspended, self._failed, self.error = False, False, None
-        self._corrupt = False
+        self._corrupt = self._checked = False
         self.markers = Markers()
         logger.info("%s: reseed requested", self.database)
         try:
@@ -219,7 +220,7 @@ class PassiveCopy:
                 await self._clock.sleep(retry.next())
 
     async def _seed(self) -> None:
-        self._phase = CopyStatus.SEEDING
+        self._phase, self._checked = CopyStatus.SEEDING, False
         self._close_reader()
         retry = Backoff.fixed(self._retry)
         while True:
@@ -249,9 +250,10 @@ class PassiveCopy:
         _, problem = await check_in_thread(self.paths.database)
         if problem is None:
             try:
-                self._db = Database.open(self.paths.database)
+                self._db = await asyncio.to_thread(Database.open, self.paths.database)
             except DatabaseError as exc:  # the header itself cannot be read
                 problem = str(exc)
+        self._checked = problem is None
         if problem is not None:
             self._corrupt = True
             raise CopyFailed(
@@ -524,12 +526,10 @@ class PassiveCopy:
         return [db for db in (self._db, self._reader) if db is not None]
 
     def reader(self) -> Database | None:
-        """A read handle on the replayed database (None while seeding or before the seed, and
-        while a copy that was active has not been checked against the active's stream: its
-        file might hold transactions the active never had)."""
-        if self._phase is CopyStatus.SEEDING and not self._suspended:
-            return None
-        if self.paths.was_active.exists() or self._corrupt:
+        """A read handle on the replayed database; None until its file passed the check on
+        open in this process (not while seeding, checking, or started suspended), and while a
+        copy that was active is not checked against the active's stream."""
+        if not self._checked or self.paths.was_active.exists() or self._corrupt:
             return None
         if self._reader is None and self.paths.database.exists():
             self._reader = Database.open(self.paths.database)

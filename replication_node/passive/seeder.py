@@ -97,7 +97,7 @@ async def seed_copy(
     try:
         info = await source.seed(tmp, progress)
         try:
-            seeded = Database.open(tmp)
+            seeded = await asyncio.to_thread(Database.open, tmp)
         except DatabaseError as exc:
             raise LogShareError(f"the seed is not a usable database: {exc}") from exc
         header = seeded.header

@@ -419,21 +419,36 @@ class Database(FileReads):
             with self._transaction():
                 self._write_header(replace(self._header, state=DatabaseState.DIRTY_SHUTDOWN))
 
-    def backup_to(self, dest: Path, interrupt: Interrupt | None = None) -> DatabaseHeader:
-        """A consistent copy of this file at `dest` (SQLite online backup); its header.
-        `interrupt` stops it between two steps (sqlite3.OperationalError): a whole file."""
+    def backup_to(
+        self, dest: Path, interrupt: Interrupt | None = None, *, step: int = _BACKUP_STEP
+    ) -> DatabaseHeader:
+        """A consistent copy of this file at `dest` (SQLite online backup, `step` pages at a
+        time); the copy's header.  `interrupt` stops it between two steps
+        (sqlite3.OperationalError): a whole file.
 
-        def step(_status: int, _remaining: int, _total: int) -> None:
+        Copied on a connection of its own inside one read transaction: the copy is the file
+        as of that transaction's first read, whatever commits meanwhile, and no write waits
+        for it (WAL).  Without it, SQLite's backup starts again from the first page whenever
+        another connection commits between two steps: a passive's backup (its reader's
+        connection) never ended while replay committed, once the file took more than one
+        step; and the copy held the writer's lock, stalling the active's writes throughout."""
+
+        def stepped(_status: int, _remaining: int, _total: int) -> None:
             if interrupt is not None and interrupt.asked:
                 raise sqlite3.OperationalError("interrupted")
 
-        with self._lock:
+        source = self._connect(self.path)
+        try:
+            source.execute("BEGIN")
+            header = read_header(source, self.path)  # the snapshot is taken at this read
             target = sqlite3.connect(dest)
             try:
-                self._conn.backup(target, pages=_BACKUP_STEP, progress=step)
+                source.backup(target, pages=step, progress=stepped)
             finally:
                 target.close()
-            return self._header
+            return header
+        finally:
+            source.close()  # and its read transaction with it
 
 
 def _body_chars(txn: Transaction) -> int:

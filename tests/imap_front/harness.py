@@ -41,6 +41,7 @@ class Front:
         cluster.write_config()
         self.proc: subprocess.Popen[bytes] | None = None
         self.metrics_port = free_port()
+        self.config_path = cluster.config_path  # another: the front sees other node urls
 
     @property
     def log_path(self) -> Path:
@@ -53,7 +54,7 @@ class Front:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "imap_front", "serve", "--config",
-             str(self.cluster.config_path), "--name", self.name, "--port", str(self.port),
+             str(self.config_path), "--name", self.name, "--port", str(self.port),
              "--metrics-port", str(self.metrics_port)],
             stdout=log, stderr=subprocess.STDOUT, env=self.cluster.env(), cwd=ROOT,
         )  # fmt: skip

@@ -102,7 +102,7 @@ async def test_the_moves_of_a_process_hold_their_pages_within_its_budget(tmp_pat
     record = await env.move(settings)
     env.assert_completed_equal(record)
     assert max(seen) > 0, "the budget was used"
-    # a page's reservation (2 x 2,500) and at most one page beside it (three items of 1,007)
+    # a page's reservation (2,500) and at most one page beside it (three items of 1,007)
     assert max(seen) <= 6000 + 3 * 1007, max(seen)
     assert env.budget.budget.in_use == 0
 

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import pytest
 
+from dag_common.clock import SystemClock
 from dag_common.mailbox_digest import body_hash, rows_digest
 from dag_common.rfc822 import counted_message_bytes
 from dag_common.store_api import ItemIn
+from replication_node.active.logged_bodies import LogText
 from replication_node.active.mailbox_store import MailboxStore
+from replication_node.active.truncator import ActiveTruncator
 from replication_node.errors import LogRecordError
 from replication_node.log.logfile import closed_log_name
+from replication_node.storage.body_reads import text_parts
 from tests.replication_node.helpers import mount
 
 SIZE = 64 * 1024
@@ -67,8 +71,15 @@ async def test_a_staged_body_is_held_in_the_log_and_read_back_by_every_read(tmp_
     hashes = {r.item_id: r.body_hash for r in copy.items_page("m", 0, 100, bodies=False).items}
     assert hashes["big"] == body_hash(big)
     held = rows_digest("m", copy.digest_rows("m"))
-    _, apart = copy.bodies_apart("m", ["big", "small"])  # the batch message read's
-    assert apart["big"][0] == big and apart["small"][0] == small
+    # The readers that send a body on are given it as a LogText (the batch message read's,
+    # the listing's with `blobs`): read a part at a time from the log, checked, when sent.
+    _, apart = copy.bodies_apart("m", ["big", "small"])
+    assert isinstance(apart["big"][0], LogText) and apart["small"][0] == small
+    assert "".join(text_parts(apart["big"][0].parts())) == big
+    streamed = {r.item_id: r.body for r in copy.items_page("m", 0, 100, blobs=True).items}
+    assert isinstance(streamed["big"], LogText) and streamed["small"] == small
+    assert b"".join(streamed["big"].parts()) == big.encode()
+    assert streamed["big"].head.size == len(big.encode())
 
     # Rolled (the commit's generation closed) and still held: read from its closed file.
     await copy.roll()
@@ -145,3 +156,78 @@ async def test_a_flush_that_meets_a_damaged_part_writes_nothing_of_it(tmp_path):
     assert copy.db.item("m", "big") is None
     assert copy.overlay.logged_body("m", "big") is not None
     await copy.crash_close()
+
+
+async def test_a_body_that_does_not_verify_is_never_given_whole(tmp_path):
+    # Read a part at a time to be sent on, a body is checked as it comes: each record's
+    # CRC32C, the parts' size and CRC32C, and its SHA-256 at the end, the last part held
+    # back until then.  A damaged generation is named, and remembered for the status until
+    # it reads whole again.
+    copy = await mount(tmp_path, log_file_size=SIZE, llr_depth=50)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    big = _body(300_000, "v")
+    await store.put_items("m", [ItemIn(item_id="big", body=big)])
+    await copy.roll()
+    logged = copy.overlay.logged_body("m", "big")
+    bodies = copy.bodies
+    given: list[bytes] = []
+    with pytest.raises(LogRecordError, match="SHA-256"):
+        for part in bodies.checked_parts(logged, "0" * 64):
+            given.append(bytes(part))
+    assert given and len(b"".join(given)) < len(big.encode())  # never the whole body
+    assert bodies.damage_note() is not None
+    assert b"".join(bodies.checked_parts(logged, body_hash(big))) == big.encode()
+
+    damaged = copy.paths.logs / closed_log_name(logged.ref.id.generation + 1)
+    data = damaged.read_bytes()
+    flipped = bytearray(data)
+    flipped[len(flipped) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(flipped))
+    given.clear()
+    with pytest.raises(LogRecordError, match="of the log is damaged"):
+        for part in bodies.checked_parts(logged, body_hash(big)):
+            given.append(bytes(part))
+    assert len(b"".join(given)) < len(big.encode())
+    note = bodies.damage_note()
+    assert note is not None and f"generation {logged.ref.id.generation + 1} " in note
+    damaged.write_bytes(data)  # put back: reads whole again
+    assert b"".join(bodies.checked_parts(logged, body_hash(big))) == big.encode()
+    assert bodies.damage_note() is None
+    await copy.crash_close()
+
+
+async def test_the_truncator_keeps_the_generations_of_a_body_being_sent_on(tmp_path):
+    # A slow client reading a body from the log: the LLR flush writes it into its row
+    # meanwhile, and nothing else keeps its generations then; the truncator does while it
+    # is read (`reading_from`), and deletes them once it is.
+    copy = await mount(tmp_path, log_file_size=SIZE, llr_depth=50)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    big = _body(300_000, "t")
+    await store.put_items("m", [ItemIn(item_id="big", body=big)])
+    await copy.roll()
+    logged = copy.overlay.logged_body("m", "big")
+    first = copy.paths.logs / closed_log_name(logged.ref.id.generation)
+    truncator = ActiveTruncator(
+        database="DB1", logs=copy.paths.logs, clock=SystemClock(),
+        header=lambda: copy.merged_header, peer_progress=_no_peers,
+        read_hold=copy.bodies.reading_from,
+    )  # fmt: skip
+    reading = copy.bodies.checked_parts(logged, body_hash(big))
+    got = [bytes(next(reading))]
+    assert copy.bodies.reading_from() == logged.ref.id.generation
+    await copy._flush_llr(through=copy.stream.last_closed_generation)
+    assert not copy.overlay.logged
+    await truncator.truncate_once([])
+    assert first.exists()
+    got.extend(bytes(part) for part in reading)
+    assert b"".join(got) == big.encode()
+    assert copy.bodies.reading_from() is None
+    await truncator.truncate_once([])
+    assert not first.exists()
+    await copy.dismount()
+
+
+async def _no_peers() -> list:
+    return []
