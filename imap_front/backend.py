@@ -7,6 +7,7 @@ where pymap's base session makes one call per message.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Protocol
@@ -38,6 +39,7 @@ from imap_front.folders import Folder, Message, Shown
 from imap_front.listing import Rows, RowsCache
 from imap_front.metrics import FrontMetrics
 from imap_front.node_api import FAILOVER_WAIT, MOVE_LOCK_WAIT, Listed, MailboxApi, Stored
+from imap_front.read_ahead import ReadAhead
 from imap_front.selected import CompactMessages, CompactSelected
 from imap_front.users import User, Users
 
@@ -53,6 +55,7 @@ class Session(BaseSession[Message]):
         super().__init__(user.name)
         self._config = config
         self._folders = folders
+        self._ahead = ReadAhead()  # single-message body FETCHes in a run (mbsync's)
 
     @property
     def config(self) -> IMAPConfig:
@@ -68,6 +71,7 @@ class Session(BaseSession[Message]):
         """pymap's SELECT, with the compact selected state (`selected.CompactSelected`):
         from the front's rows of the folder and one poll of the change feed when they are
         current (`Folder.select_kept`), else the folder looked up and its rows read."""
+        self._ahead.leave()
         kept = self._folders.kept(name)
         if kept is not None:
             updated = await kept.select_kept(self._selecting(kept, name, readonly))
@@ -88,6 +92,7 @@ class Session(BaseSession[Message]):
         for each idler a change woke.  NOOP and CHECK look it up as pymap does (a folder
         gone, or a parent renamed away, is answered NO there).  An idler whose folder is
         gone is told `* BYE [NONEXISTENT]` (`protocol.FrontConnection.handle_updates`)."""
+        self._ahead.leave()
         folder = None if wait_on is None else self._folders.current(
             selected.lookup, selected.mod_sequence
         )  # fmt: skip
@@ -139,8 +144,11 @@ class Session(BaseSession[Message]):
         """pymap's FETCH: \\Seen set on the range in one write, and the messages' bodies
         read ahead as they are written (`fetching.Bodies`: none unless a body is asked)."""
         quiet, feed = False, None
+        known = self._folders.known(selected.lookup)
         if set_seen:
             folder = await self._listed_folder(selected)
+        elif known is not None and self._ahead.continues() and _kept_rows(known, selected):
+            folder, quiet = known, True  # a pipelined run: the feed polled at its end
         else:
             folder, quiet, feed = await self._reading_folder(selected)
         chosen = selected.messages.get_all(sequence_set)
@@ -156,10 +164,14 @@ class Session(BaseSession[Message]):
             answer.append((seq, msg))
         live = [m for _, m in answer if not m.expunged and m.item_id]
         if len(live) > 1:
+            self._ahead.leave()
             bodies = Bodies([(m.item_id, m.size) for m in live], folder._api.messages,
                             folder._api.message)  # fmt: skip
             for msg in live:
                 msg.bodies = bodies
+        elif live:
+            live[0].bodies = _InRun(self._ahead, selected, folder, (await folder._listed()).by_uid,
+                                    live[0].uid)  # fmt: skip
         if quiet:
             return answer, selected
         return answer, await folder.update_selected(selected, polled=feed)
@@ -417,3 +429,53 @@ def _chosen_rows(shown: CompactMessages, listed: Rows, sequence_set: SequenceSet
             return None
         rows.append((seq, row))
     return rows
+
+
+def _kept_rows(folder: Folder, selected: SelectedMailbox) -> bool:
+    """The front's rows of `folder` taken as they are for a FETCH continuing a pipelined run
+    (`ReadAhead.continues`), if kept, of this folder (its UIDVALIDITY) where the session was
+    shown it: no node call."""
+    rows = folder._listings.kept(folder.name)
+    shown = selected.mod_sequence
+    if rows is None or shown is None or rows.uidvalidity != folder.uid_validity:
+        return False
+    if rows.database != folder._api.database or shown.database != rows.database:
+        return False
+    if not shown.epoch or rows.epoch not in (0, shown.epoch) or rows.cursor_epoch != shown.epoch:
+        return False  # listed under another active than the one the run was shown
+    folder._rows = rows
+    return True
+
+
+class _InRun:
+    """A single message's body, taken from the session's read-ahead when the FETCH continues
+    a run in the folder's order (`read_ahead.ReadAhead`), else read alone; asked only when an
+    item needs the body."""
+
+    __slots__ = ("_ahead", "_by_uid", "_folder", "_selected", "_uid")
+
+    def __init__(
+        self, ahead: ReadAhead, selected: SelectedMailbox, folder: Folder,
+        by_uid: dict[int, Listed], uid: int,
+    ) -> None:  # fmt: skip
+        self._ahead = ahead
+        self._selected = selected
+        self._folder = folder
+        self._by_uid = by_uid
+        self._uid = uid
+
+    async def get(self, item_id: str) -> bytes | memoryview | None:
+        uids = self._selected.messages.uids
+        at = bisect_left(uids, self._uid)
+        after = uids[at + 1] if at + 1 < len(uids) else None
+        by_uid = self._by_uid
+
+        def coming(n: int) -> list[tuple[int, str, int]]:
+            rows = (by_uid.get(u) for u in uids[at : at + n])
+            return [(r.uid, r.item_id, r.size) for r in rows if r is not None and r.item_id]
+
+        api = self._folder._api
+        key = (self._selected.lookup, self._folder.uid_validity, api.mailbox)
+        bodies = self._ahead.source(key, self._uid, item_id, after, coming, api.messages,
+                                    api.message)  # fmt: skip
+        return await (api.message if bodies is None else bodies.get)(item_id)

@@ -89,6 +89,20 @@ class Bodies:
             self._pending.pop(b, None)
         return raw
 
+    @property
+    def held(self) -> int:
+        """Bytes of bodies read and not handed over yet (the reads answered)."""
+        return sum(len(raw) for future in self._pending.values()
+                   if future.done() and not future.cancelled() and future.exception() is None
+                   for raw in future.result().values() if raw is not None)  # fmt: skip
+
+    def close(self) -> None:
+        """Every read in flight cancelled and every body held let go (the window left)."""
+        for future in self._pending.values():
+            future.cancel()
+        self._pending.clear()
+        self._started = len(self._batches)
+
     def _start(self, upto: int) -> None:
         while self._started < min(upto, len(self._batches)):
             b = self._started

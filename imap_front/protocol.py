@@ -77,6 +77,7 @@ from imap_front.errors import Bye
 from imap_front.fetch_bodies import WRITE_AT
 from imap_front.limits import LOGIN_FAILURES_PER_CONNECTION, LoginThrottle, Sessions
 from imap_front.metrics import FrontMetrics
+from imap_front.read_ahead import COMMAND, Read
 
 logger = logging.getLogger(__name__)
 
@@ -225,7 +226,7 @@ def _tag(line: bytes | memoryview) -> bytes:
 class FrontConnection(IMAPConnection):
     """One client's connection, its lines and literals held to the front's limits."""
 
-    __slots__ = ["idle_timeout", "max_literal", "metrics"]
+    __slots__ = ["commands_read", "idle_timeout", "max_literal", "metrics"]
 
     def __init__(
         self, commands: Any, config: FrontConfig, reader: StreamReader, writer: StreamWriter,
@@ -235,6 +236,7 @@ class FrontConnection(IMAPConnection):
         self.max_literal = config.max_literal
         self.idle_timeout = config.idle_timeout
         self.metrics = config.metrics
+        self.commands_read = 0
 
     async def handle_updates(self, state: ConnectionState, done: Any, cmd: IdleCommand) -> None:
         """IDLE's updates; a session that cannot go on (`errors.Bye`: its mailbox moved to a
@@ -349,6 +351,10 @@ class FrontConnection(IMAPConnection):
             await self.write_response(ResponseBye(b"Autologout; idle for too long."))
             raise EOFError() from None
 
+    def _pipelined(self) -> bool:
+        """Whether the client has sent another command line already (the reader holds it)."""
+        return b"\n" in getattr(self.reader, "_buffer", b"")
+
     async def read_command(self, state: ConnectionState) -> Command:
         while True:
             line = await self._next_line()
@@ -364,6 +370,8 @@ class FrontConnection(IMAPConnection):
                     except ParsingInterrupt as interrupt:
                         await self._interrupt(state, interrupt, conts)
                     else:
+                        self.commands_read += 1
+                        COMMAND.set(Read(self.commands_read, self._pipelined()))
                         return cmd
             except _Refused:
                 await self.write_response(

@@ -22,7 +22,7 @@ flags changed and not silenced) are the same as pymap's for the same updates.
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from itertools import chain, groupby
@@ -181,11 +181,24 @@ class CompactMessages(SynchronizedMessages):
         """(position, UID) of the messages `seq_set` names."""
         if seq_set.is_all:  # 1:* (by UID or number): every message shown, no set made
             return enumerate(self.uids)
-        if seq_set.uid:
-            wanted = seq_set.flatten(self.max_uid)
-            return ((i, u) for i, u in enumerate(self.uids) if u in wanted)
-        seqs = seq_set.flatten(self.exists)
-        return ((i, u) for i, u in enumerate(self.uids) if i + 1 in seqs)
+        uids = self.uids
+        spans: list[tuple[int, int]] = []  # positions [start, stop) of each element
+        for elem in seq_set.value:  # by bisection: a `UID FETCH n` is not a pass over all
+            span = SequenceSet._get_range(elem, self.max_uid if seq_set.uid else self.exists)
+            if not span:
+                continue
+            if seq_set.uid:
+                spans.append((bisect_left(uids, span[0]), bisect_right(uids, span[-1])))
+            else:
+                spans.append((max(span[0] - 1, 0), span[-1]))
+        spans.sort()
+        chosen: list[tuple[int, int]] = []
+        upto = 0  # positions below it are chosen already (elements may overlap)
+        for start, stop in spans:
+            for i in range(max(start, upto), stop):
+                chosen.append((i, uids[i]))
+            upto = max(upto, stop)
+        return chosen
 
     def get_uids(self, seq_set: SequenceSet) -> Sequence[tuple[int, int]]:
         return [(i + 1, u) for i, u in self._chosen(seq_set)]
