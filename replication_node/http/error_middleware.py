@@ -132,3 +132,21 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         node_of(request).unexpected_errors += 1
         logger.exception("%s %s: unexpected error (a bug)", request.method, request.path)
         return json_error(500, f"internal error ({type(exc).__name__}: {exc}); see the node's log")
+
+
+def cut_short(request: web.Request, exc: Exception, what: str) -> None:
+    """A streamed answer (`what`: the listing, the message) failed after its status was
+    sent.  The client gone is said and nothing more; otherwise the connection is closed
+    mid-answer, so that the client cannot take a cut answer for a whole one.  The node's
+    own errors (a row replaced, a log file damaged) say what failed; anything else is a
+    bug, logged with its trace."""
+    where = f"{request.method} {request.path}"
+    if isinstance(exc, ConnectionError):
+        logger.info("%s: the client left before the %s's end", where, what)
+        return
+    if isinstance(exc, ReplicationError):
+        logger.error("%s: the %s failed after it began: %s", where, what, exc)
+    else:
+        logger.error("%s: the %s failed after it began", where, what, exc_info=exc)
+    if request.transport is not None:
+        request.transport.close()

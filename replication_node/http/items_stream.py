@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -46,11 +45,9 @@ from aiohttp import web
 
 from dag_common.rfc822 import BodyFormat
 from dag_common.store_api import ItemsAnswer
-from replication_node.errors import ReplicationError
+from replication_node.http.error_middleware import cut_short
 from replication_node.storage.body_reads import BlobText, text_parts
 from replication_node.storage.reader import ItemRow, ItemsPage, MailboxReader
-
-logger = logging.getLogger(__name__)
 
 # How much of the mailbox's bodies one read takes (the rows held at once): one item at least.
 STREAM_READ_BYTES = 4 * 1024 * 1024
@@ -156,21 +153,8 @@ async def stream_items(request: web.Request, listing: Listing) -> web.StreamResp
     await response.prepare(request)
     try:
         await listing.write(response)
-    except ConnectionError:  # the client went away: nothing to answer
-        logger.info("%s %s: the client left before the listing's end", request.method, request.path)
-    except Exception as exc:
-        # The status is sent: close mid-answer, so the client cannot take a truncated
-        # listing for a whole one (aiohttp's write_eof then meets the closed transport).
-        # The node's own errors (a row replaced, a log file damaged) say what failed;
-        # anything else is a bug, with its trace.
-        if isinstance(exc, ReplicationError):
-            logger.error("%s %s: the listing failed after it began: %s", request.method,
-                         request.path, exc)  # fmt: skip
-        else:
-            logger.exception("%s %s: the listing failed after it began", request.method,
-                             request.path)  # fmt: skip
-        if request.transport is not None:
-            request.transport.close()
+    except Exception as exc:  # the status is sent (aiohttp's write_eof then meets a close)
+        cut_short(request, exc, "listing")
     return response
 
 

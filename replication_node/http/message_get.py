@@ -43,8 +43,9 @@ from dag_common.rfc822 import (
     message_size,
     message_slices,
 )
-from replication_node.errors import BodyChanged, NotFound, ReplicationError
+from replication_node.errors import BodyChanged, NotFound
 from replication_node.http.context import mailbox_name, reader_for
+from replication_node.http.error_middleware import cut_short
 from replication_node.storage.body_reads import (
     BlobBody,
     BlobText,
@@ -192,22 +193,8 @@ async def _write_blob(
         while (part := await loop.run_in_executor(_reads, next, sent, None)) is not None:
             await response.write(part)
             del part
-    except ConnectionError:  # the client went away: nothing to answer
-        logger.info("%s %s: the client left before the message's end", request.method,
-                    request.path)  # fmt: skip
-        return response
-    except Exception as exc:
-        # The status and length are sent: close mid-answer, so the client cannot take a
-        # cut message (the row replaced meanwhile: BodyChanged; a log file damaged) for a
-        # whole one.  The node's own errors say what failed; anything else is a bug.
-        if isinstance(exc, ReplicationError):
-            logger.error("%s %s: the read failed after it began: %s", request.method,
-                         request.path, exc)  # fmt: skip
-        else:
-            logger.exception("%s %s: the read failed after it began", request.method,
-                             request.path)  # fmt: skip
-        if request.transport is not None:
-            request.transport.close()
+    except Exception as exc:  # the status and length are sent (a row replaced: BodyChanged)
+        cut_short(request, exc, "message")
         return response
     await response.write_eof()
     return response

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -41,8 +40,9 @@ from dag_common.memory import MemoryBudget
 from dag_common.message_batch import CONTENT_TYPE, END, MessagesIn, found_head, missing_record
 from dag_common.rfc822 import BodyFormat, message_bytes, message_size, message_slices
 from dag_common.route_roles import add_route
-from replication_node.errors import NotFound, ReplicationError
+from replication_node.errors import NotFound
 from replication_node.http.context import json_body, mailbox_name, node_of, reader_for
+from replication_node.http.error_middleware import cut_short
 from replication_node.http.models import parse
 from replication_node.storage.body_reads import (
     BlobBody,
@@ -53,8 +53,6 @@ from replication_node.storage.body_reads import (
     text_parts,
 )
 from replication_node.storage.file_reads import FileReads, Held, message_stored
-
-logger = logging.getLogger(__name__)
 
 READ_BYTES = 1024 * 1024  # message bytes one read off the loop takes (one message at least)
 # Batches read at once, at most; more wait their turn (never in the default executor, where
@@ -148,21 +146,8 @@ async def post_messages(request: web.Request) -> web.StreamResponse:
         await response.prepare(request)
         try:
             await _write(response, db, name, wanted, held, memory)
-        except ConnectionError:  # the client went away: nothing to answer
-            logger.info("%s %s: the client left before the answer's end", request.method,
-                        request.path)  # fmt: skip
-        except ReplicationError as exc:  # the node's own (a log file damaged): said, no trace
-            logger.error("%s %s: the read failed after it began: %s", request.method,
-                         request.path, exc)  # fmt: skip
-            if request.transport is not None:
-                request.transport.close()
-        except Exception:
-            # The status is sent: close mid-answer (no end record), so the client cannot
-            # take a cut answer for a whole one.
-            logger.exception("%s %s: the read failed after it began", request.method,
-                             request.path)  # fmt: skip
-            if request.transport is not None:
-                request.transport.close()
+        except Exception as exc:  # the status is sent: no end record, the connection closed
+            cut_short(request, exc, "answer")
     return response
 
 
