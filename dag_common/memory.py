@@ -111,8 +111,11 @@ SOCKET_READ_SIZE = 64 * 1024
 
 
 def bound_socket_reads(size: int = SOCKET_READ_SIZE) -> None:
-    """Each plain (not TLS) socket asyncio serves or connects in this process reads at most
-    `size` bytes at a time instead of 256 KiB.
+    """Each plain (not TLS) socket asyncio's own event loop serves or connects in this process
+    reads at most `size` bytes at a time instead of 256 KiB.  asyncio's loop only: uvloop's
+    (`dag_common/event_loop.py`, the nodes' and the transport's) reads into one buffer of
+    the loop's and has no per-read allocation to bound; `event_loop.run` calls this only
+    when it runs asyncio's loop.
 
     asyncio's transport allocates a fresh bytes object of its `max_size` (256 KiB) for every
     `recv`, and shrinks it to what came.  At 256 KiB that block is past the allocator's mmap
@@ -123,7 +126,8 @@ def bound_socket_reads(size: int = SOCKET_READ_SIZE) -> None:
     comes from the heap and its pages are reused, already mapped; the reads are more (16 per
     MiB), each a few microseconds.  A TLS connection reads through `SSLProtocol`'s buffer
     instead (`bound_tls_buffers`).  asyncio offers no setting: the class attribute each
-    transport reads is set, in the serving process only."""
+    transport reads is set, in the serving process only (a loop's transports other than
+    asyncio's selector ones never read it)."""
     if size < 1024 or size >= MMAP_THRESHOLD:
         raise ValueError(f"a socket read of {size} bytes: 1024 up to {MMAP_THRESHOLD} only")
     selector_events._SelectorSocketTransport.max_size = size

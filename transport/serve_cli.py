@@ -14,9 +14,10 @@ from dag_common.cli import ExitCode, add_config, transport_named
 from dag_common.clock import SystemClock
 from dag_common.cluster_store import open_cluster_store
 from dag_common.config import accepted_credentials, load_config, load_token
+from dag_common.event_loop import run
 from dag_common.exclusive import bind_port, lock_directory
 from dag_common.http_client import client_session
-from dag_common.memory import MemoryBudget, bound_allocator, bound_socket_reads
+from dag_common.memory import MemoryBudget, bound_allocator
 from dag_common.memory_metrics import watch_memory
 from dag_common.node_client import NodeStoreClient
 from transport.app import build_app
@@ -130,8 +131,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     # aiosmtpd logs every command line at INFO (an AUTH's credentials among them)
     logging.getLogger("mail.log").setLevel(logging.WARNING)
     bound_allocator()  # freed bodies back to the kernel (dag_common/memory.py)
-    bound_socket_reads()  # a socket's reads from the heap, not a mapping each (memory.py)
-    return asyncio.run(_serve(Path(args.config), args.name, args.listen_host))
+    return run(_serve(Path(args.config), args.name, args.listen_host))  # uvloop: event_loop.py
 
 
 def build(serve: argparse.ArgumentParser) -> None:

@@ -25,8 +25,9 @@ from dag_common.config import accepted_credentials, load_config, load_token
 from dag_common.durations import format_duration
 from dag_common.echo import quoted
 from dag_common.errors import ConfigError
+from dag_common.event_loop import run
 from dag_common.exclusive import bind_port, lock_directory
-from dag_common.memory import bound_allocator, bound_socket_reads
+from dag_common.memory import bound_allocator
 from replication_node.audit import AUDIT_FILE, AuditLog
 from replication_node.cli.supervisor import NodeSlot, last_line, restartable, why_exited
 from replication_node.http.app import build_app
@@ -147,8 +148,7 @@ def _dump_tasks() -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     _setup_logging(args.verbose)
     bound_allocator()  # large bodies given back to the kernel once freed (memory.py)
-    bound_socket_reads()  # a socket's reads from the heap, not a mapping each (memory.py)
-    return asyncio.run(
+    return run(  # uvloop (dag_common/event_loop.py)
         _serve(
             Path(args.config),
             args.node,

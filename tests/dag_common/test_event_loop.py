@@ -1,0 +1,96 @@
+"""The serving processes' event loop (dag_common/event_loop.py): uvloop's by default,
+asyncio's own when `DG_EVENT_LOOP` asks for it (with the socket reads bounded), a bad value
+refused as bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import warnings
+from asyncio import selector_events
+from pathlib import Path
+
+import pytest
+import uvloop
+
+from dag_common.errors import ConfigError
+from dag_common.event_loop import ENV, EventLoop, chosen, run
+from dag_common.memory import SOCKET_READ_SIZE
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def _running_loop() -> asyncio.AbstractEventLoop:
+    await asyncio.sleep(0)
+    return asyncio.get_running_loop()
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, EventLoop.UVLOOP),
+        ({ENV: ""}, EventLoop.UVLOOP),
+        ({ENV: "uvloop"}, EventLoop.UVLOOP),
+        ({ENV: " AsyncIO "}, EventLoop.ASYNCIO),
+    ],
+)
+def test_the_loop_asked_for(environ, expected):
+    assert chosen(environ) is expected
+
+
+def test_a_serving_process_runs_on_uvloop_by_default():
+    loop = run(_running_loop(), environ={})
+    assert isinstance(loop, uvloop.Loop)
+    assert loop.is_closed()
+
+
+def test_asyncio_s_loop_when_asked_with_its_socket_reads_bounded(monkeypatch):
+    transport = selector_events._SelectorSocketTransport
+    monkeypatch.setattr(transport, "max_size", 256 * 1024)
+    loop = run(_running_loop(), environ={ENV: "asyncio"})
+    assert not isinstance(loop, uvloop.Loop)
+    assert isinstance(loop, asyncio.BaseEventLoop)
+    assert transport.max_size == SOCKET_READ_SIZE
+
+
+def test_uvloop_leaves_asyncio_s_transports_as_they_were(monkeypatch):
+    transport = selector_events._SelectorSocketTransport
+    monkeypatch.setattr(transport, "max_size", 256 * 1024)
+    run(_running_loop(), environ={})
+    assert transport.max_size == 256 * 1024
+
+
+def test_a_bad_value_is_refused_and_nothing_runs():
+    coro = _running_loop()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "coroutine ... was never awaited" would be one
+        with pytest.raises(ConfigError, match=r"\$DG_EVENT_LOOP='trio': not an event loop"):
+            run(coro, environ={ENV: "trio"})
+    assert coro.cr_frame is None  # closed, never started
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["transport.cli", "serve", "--name", "hub"],
+        ["replication_node.cli.main", "serve", "--node", "mbx1"],
+    ],
+)
+def test_the_servers_say_their_loop_and_refuse_a_bad_one(tmp_path, command):
+    """`transport serve` and `replication-node serve` start on uvloop (said in their log
+    before the config is read: here one that does not exist, exit 2); a bad
+    `DG_EVENT_LOOP` is bad input, exit 2, named."""
+    args = [sys.executable, "-m", *command, "--config", str(tmp_path / "none.yaml")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop(ENV, None)
+    started = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+    assert started.returncode == 2, started.stderr
+    assert "event loop: uvloop" in started.stderr
+    refused = subprocess.run(
+        args, env={**env, ENV: "trio"}, capture_output=True, text=True, timeout=60
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert "$DG_EVENT_LOOP='trio': not an event loop (one of uvloop, asyncio)" in refused.stderr
+    assert "event loop:" not in refused.stderr
