@@ -38,7 +38,6 @@ uvloop's from ours; `uvloop`, or nothing, is the default.  Another value is a co
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from collections.abc import Coroutine, Mapping
 from enum import StrEnum
@@ -48,8 +47,6 @@ import uvloop
 
 from dag_common.errors import ConfigError
 from dag_common.memory import bound_socket_reads
-
-logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -82,9 +79,14 @@ def run(coro: Coroutine[Any, Any, T], *, environ: Mapping[str, str] = os.environ
     except ConfigError:
         coro.close()  # never awaited: said, not warned about
         raise
-    logger.info("event loop: %s", loop)
     if loop is EventLoop.ASYNCIO:
         bound_socket_reads()
         return asyncio.run(coro)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(coro)
+
+
+def running() -> EventLoop:
+    """The loop this coroutine runs on (a server says it beside its address)."""
+    loop = asyncio.get_running_loop()
+    return EventLoop.UVLOOP if isinstance(loop, uvloop.Loop) else EventLoop.ASYNCIO

@@ -14,7 +14,7 @@ from dag_common.cli import ExitCode, add_config, transport_named
 from dag_common.clock import SystemClock
 from dag_common.cluster_store import open_cluster_store
 from dag_common.config import accepted_credentials, load_config, load_token
-from dag_common.event_loop import run
+from dag_common.event_loop import run, running
 from dag_common.exclusive import bind_port, lock_directory
 from dag_common.http_client import client_session
 from dag_common.memory import MemoryBudget, bound_allocator
@@ -89,7 +89,7 @@ async def _serve(config_path: Path, name: str, listen_host: str | None) -> int:
     try:
         for sock in sockets:
             await web.SockSite(runner, sock, ssl_context=ssl_ctx).start()
-        print(f"transport {name} listening on {hub.url}", flush=True)
+        print(f"transport {name} listening on {hub.url} (event loop: {running()})", flush=True)
         for listener, socks in mail_sockets.items():
             mail = MailService(
                 transport=transport, listener=listener, settings=settings.mail,

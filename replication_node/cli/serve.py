@@ -25,7 +25,7 @@ from dag_common.config import accepted_credentials, load_config, load_token
 from dag_common.durations import format_duration
 from dag_common.echo import quoted
 from dag_common.errors import ConfigError
-from dag_common.event_loop import run
+from dag_common.event_loop import run, running
 from dag_common.exclusive import bind_port, lock_directory
 from dag_common.memory import bound_allocator
 from replication_node.audit import AUDIT_FILE, AuditLog
@@ -112,7 +112,7 @@ async def _serve(
         await runner.cleanup()
         await store.aclose()
         raise
-    print(f"node {node_name} listening on {node_config.url}", flush=True)
+    print(f"node {node_name} listening on {node_config.url} (event loop: {running()})", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
