@@ -480,6 +480,8 @@ class ActiveCopy:
         return [overlay.over_file(r) for r in rows]  # type: ignore[misc]
 
     def items(self, mailbox: str, since_change: int = 0) -> list[ItemRow]:
+        """Every change after `since_change` with its body: the overlay's as `_with_body`
+        gives them, the file's read whole (tests and benches: no route lists so)."""
         stored = [] if self.overlay.hides(mailbox) else self.db.items(mailbox, since_change)
         rows = {r.item_id: r for r in self._file_rows(mailbox, stored)}
         for (m, item_id), (_, row) in self.overlay.items.items():

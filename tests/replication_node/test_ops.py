@@ -18,6 +18,7 @@ from replication_node.log import operations as ops
 from replication_node.storage.database import Database
 from replication_node.storage.file_reads import message_body
 from replication_node.storage.overlay import LlrOverlay
+from replication_node.storage.paths import CopyPaths
 from tests.replication_node.helpers import body_of, text_of
 from tests.replication_node.strategies import (
     FOLDERS,
@@ -199,8 +200,8 @@ def test_reads_merging_the_overlay_over_the_file_are_the_whole_history(
             if txn.generation > flushed:
                 overlay.add(txn, part)
         active = ActiveCopy(
-            paths=None, db=part, stream=_Stream(), overlay=overlay, llr_depth=2,
-            clock=ManualClock(), close_times={},
+            paths=CopyPaths(folder, "part"), db=part, stream=_Stream(), overlay=overlay,
+            llr_depth=2, clock=ManualClock(), close_times={},
         )  # fmt: skip
         assert active.mailboxes() == whole.mailboxes()
         for mailbox in MAILBOXES:

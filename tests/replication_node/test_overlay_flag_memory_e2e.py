@@ -1,12 +1,12 @@
-"""A flag change, a move or a copy of a large item the active's database file holds neither
-reads its body nor holds it in the LLR overlay (`storage/overlay.py`, `in_file`, issue 52):
-the overlay holds the changed row without its body until the flush, and the reads that
-send the body (`GET …/message`, the messages batch read, the items listing) take it from
-the file a part at a time.  Before, the overlay read the item's row with its body (twice
-the item for the moment) and held the changed row with it until the flush.  The same
-bytes, the same digest, and the LLR flush writes the file the passive replays.  Over real
-node processes; the peak read from `/proc/PID/status` (`VmHWM`), reset before what it
-measures (`/proc/PID/clear_refs`)."""
+"""A flag change, a move, a copy or a delete of a large item the active's database file
+holds neither reads its body nor holds it in the LLR overlay (`storage/overlay.py`,
+`in_file`, issue 52): the overlay holds the changed row without its body until the flush,
+and the reads that send the body (`GET …/message`, the messages batch read, the items
+listing) take it from the file a part at a time.  Before, the overlay read the item's row
+with its body (twice the item for the moment) and held the changed row with it until the
+flush.  The same bytes, the same digest, and the LLR flush writes the file the passive
+replays.  Over real node processes; the peak read from `/proc/PID/status` (`VmHWM`), reset
+before what it measures (`/proc/PID/clear_refs`)."""
 
 from __future__ import annotations
 
@@ -33,13 +33,13 @@ ROUNDS = 3  # each a flag set, a move, a flag cleared, a move back
 
 
 def items_in_file(root: Path, node: str) -> dict[str, tuple[object, ...]]:
-    """DB1's rows on `node`'s database file, by item id: what the LLR flush (or the replay)
-    wrote of each, but the commit time (the active's and the passive's are the same log's)."""
+    """DB1's rows of mailbox big in `node`'s database file, by item id: what the LLR flush
+    (or the replay) wrote of each."""
     (database,) = [p for p in root.rglob("DB1.sqlite") if node in str(p)]
     with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
         rows = db.execute(
-            "SELECT item_id, folder, subject, size, change_number, deleted, body_hash, format,"
-            " uid, modseq, flags, received FROM items WHERE mailbox='big'"
+            "SELECT item_id, folder, subject, size, change_number, deleted, commit_time,"
+            " body_hash, format, uid, modseq, flags, received FROM items WHERE mailbox='big'"
         ).fetchall()
     return {r[0]: r[1:] for r in rows}
 
@@ -128,7 +128,8 @@ async def test_flag_changes_moves_and_copies_of_a_large_item_leave_its_body_in_t
         digests = [await c.ok("GET", node, f"{PREFIX}/digest") for node in ("mbx1", "mbx2")]
         assert len({(d["item_count"], d["digest"]) for d in digests}) == 1, digests
         await flushed(c, tmp_path, {clone})
-        assert items_in_file(tmp_path, "mbx1") == items_in_file(tmp_path, "mbx2")
+        active, passive = (items_in_file(tmp_path, node) for node in ("mbx1", "mbx2"))
+        assert [active[i] for i in ("big", clone)] == [passive[i] for i in ("big", clone)]
         assert in_blob(tmp_path, "mbx1") == in_blob(tmp_path, "mbx2") == {
             "big": "blob", clone: "blob",
         }  # fmt: skip
@@ -136,5 +137,16 @@ async def test_flag_changes_moves_and_copies_of_a_large_item_leave_its_body_in_t
             got = await c.ok("GET", "mbx1", f"{PREFIX}/items/{item}/message", timeout=LONG)
             assert got == raw, item
             del got
+
+        # A delete mark: its check and its tombstone read the row's head alone.
+        rest = reset_peak(pid)
+        await c.ok("DELETE", "mbx1", f"{PREFIX}/items/{clone}")
+        peak = resident_memory(pid).peak - rest
+        assert peak < 0.5 * MESSAGE, (rest, peak)
+        await converged(c, "DB1", "mbx1", ["mbx2"])
+        digests = [await c.ok("GET", node, f"{PREFIX}/digest") for node in ("mbx1", "mbx2")]
+        assert len({(d["item_count"], d["digest"]) for d in digests}) == 1, digests
+        status, _ = await c.call("GET", "mbx1", f"{PREFIX}/items/{clone}/message")
+        assert status == 404
     finally:
         await c.close()
