@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -38,6 +38,7 @@ from replication_node.active.copy import ActiveCopy, CopyPaths
 from replication_node.active.handover import HANDOVER_HOLD, copy_waiting_for_last_logs
 from replication_node.active.imap_counters import MAX_UID, lost_reservation
 from replication_node.active.lease import LeaseKeeper
+from replication_node.active.log_mend import CopyLogs, LogMend, StepDown
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.active.mounting import open_active_copy
 from replication_node.active.publication import ActivePublication
@@ -52,6 +53,7 @@ from replication_node.errors import (
     Deposed,
     HeldForHandOver,
     LeaseLost,
+    LogFormatError,
     LogStreamStopped,
     NotActive,
 )
@@ -99,6 +101,8 @@ class ActiveInstance:
         synchronous_copies: int = 0,
         synchronous_wait: float = 5.0,
         redelivery: DumpsterRedelivery | None = None,
+        copy_logs: Sequence[CopyLogs] = (),
+        step_down: StepDown | None = None,
     ) -> None:
         self.database = database
         self.node = node
@@ -139,6 +143,10 @@ class ActiveInstance:
             ttl=lease_ttl,
             clock=clock,
             handing_over=lambda: self.switching_to,
+        )
+        # A damaged generation of the LLR window: from a copy, or the role handed on.
+        self.mend = LogMend(
+            database=database, epoch=epoch, copies=copy_logs, clock=clock, step_down=step_down
         )
         # The one backup of this database that may run (from any copy), by lease.
         self.backups = BackupLeases(clock=clock, ttl=lease_ttl)
@@ -269,6 +277,7 @@ class ActiveInstance:
         stream = self.copy.stream
         stream.keep_spares(self.spare_log_files)
         self._mount_tasks = [
+            asyncio.create_task(self.mend.run(self.copy), name=f"log-mend {self.database}"),
             asyncio.create_task(
                 stream.run_idle_roller(self._roll_interval.total_seconds()),
                 name=f"idle-roll {self.database}",
@@ -458,8 +467,8 @@ class ActiveInstance:
                     await copy.dismount()
                     await self.lease.release()
                     await self.publish()
-                except (Deposed, LeaseLost, LogStreamStopped) as exc:  # failed meanwhile
-                    failed = exc
+                except (Deposed, LeaseLost, LogStreamStopped, LogFormatError) as exc:
+                    failed = exc  # meanwhile; or a damaged LLR generation unmended (`log_mend`)
             if clean and failed is not None:
                 logger.warning(
                     "%s on %s: stopped without a clean shutdown, its log stream had stopped: %s",

@@ -43,6 +43,8 @@ def active_status(instance: ActiveInstance) -> CopyStatusReport:
         )
     if instance.copy is not None and (damage := instance.copy.bodies.damage_note()):
         notes.append(damage)  # a generation in the LLR window damaged (`logged_bodies`)
+        if instance.mend.note:
+            notes.append(instance.mend.note)  # what its mend tried (`log_mend`)
     note = "; ".join(notes) or None
     return CopyStatusReport(
         database=instance.database,
