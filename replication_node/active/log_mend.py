@@ -17,8 +17,10 @@ and more, since the active holds its own witnesses (`check_replacement`):
   creation time as its previous;
 - byte for byte what the active's own file still vouches for: its header if its checksum
   holds, and every record whose own CRC32C (salted by the header) holds at the same offset,
-  must be the copy's exactly; only what the active's own checksums reject is taken, and a
-  file longer than the copy's is refused;
+  must be the copy's exactly; only what the active's own checksums reject is taken, a file
+  longer than the copy's is refused, and so is a copy nothing of the active's own vouches
+  for (each record's checksum is salted with its header's: a copy with another header than
+  the one the active wrote matches none of the active's records);
 - the commits the LLR overlay holds in memory for that generation (never on the damaged
   disk) are the copy's transaction records, at the same offsets and commit times;
 - then the staged bodies read from it are checked as every read checks them (each part's
