@@ -58,13 +58,8 @@ from typing import TYPE_CHECKING
 from dag_common.backoff import Backoff
 from dag_common.clock import Clock
 from dag_common.durable import atomic_write
-from replication_node.errors import (
-    ClusterStoreError,
-    InspectionFailed,
-    LogFormatError,
-    LogShareError,
-    ReplicationError,
-)
+from dag_common.errors import DagError
+from replication_node.errors import InspectionFailed, LogFormatError, LogShareError
 from replication_node.log import logfile
 from replication_node.log.inspector import InspectedLog, inspect_generation
 from replication_node.log.logfile import HEADER_SIZE, LogHeader, chain_problem, iter_records
@@ -196,6 +191,7 @@ class LogMend:
         # What the status says besides the damage itself: what was tried, what is next.
         self.note: str | None = None
         self.mended = 0  # generations taken whole from a copy
+        self.unexpected_errors = 0
 
     def wake(self, generation: int) -> None:
         """A damaged generation was found (any thread): mend it."""
@@ -217,8 +213,13 @@ class LogMend:
                 await self._wake.wait()
                 continue
             tried: list[str] = []
-            for gen in sorted(copy.bodies.damaged):
-                tried += await self._mend(copy, gen)
+            try:
+                for gen in sorted(copy.bodies.damaged):
+                    tried += await self._mend(copy, gen)
+            except Exception as exc:  # a bug, or a disk that fails the write: said, retried
+                self.unexpected_errors += 1
+                logger.exception("%s: mending the log failed", self._database)
+                tried.append(f"mending it failed: {exc!r}")
             if not copy.bodies.damaged:
                 await copy.flush_llr_after_roll()
                 continue
@@ -226,12 +227,13 @@ class LogMend:
             said = "; ".join(tried) or "no other copy of it"
             self.note = f"no copy gave it sound ({said}); asked {rounds} time(s)"
             if rounds >= self._rounds and self._step_down is not None:
-                await self._fail_over()
+                await self._fail_over(first=rounds == self._rounds)
             await self._clock.sleep(backoff.next())
 
-    async def _fail_over(self) -> None:
+    async def _fail_over(self, *, first: bool) -> None:
         assert self._step_down is not None
-        logger.critical(
+        logger.log(
+            logging.CRITICAL if first else logging.INFO,
             "%s: a damaged generation of the active's LLR window: %s; switching over to a "
             "healthy copy",
             self._database,
@@ -240,9 +242,11 @@ class LogMend:
         try:
             # The switchover's end stops this mount (and this task): shielded, it goes on.
             node = await asyncio.shield(self._step_down())
-        except (ReplicationError, ClusterStoreError) as exc:
+        except DagError as exc:
             self.note = f"{self.note}; no copy could take over either: {exc}"
-            logger.error("%s: %s", self._database, self.note)
+            logger.log(
+                logging.ERROR if first else logging.INFO, "%s: %s", self._database, self.note
+            )
         else:
             self.note = f"{self.note}; switched over to {node}"
 

@@ -11,8 +11,9 @@ import logging
 from operator import attrgetter
 
 from dag_common.config import ClusterConfig
+from dag_common.errors import DagError
 from replication_node.cluster.switchover import Switchover
-from replication_node.errors import ClusterStoreError, Conflict, ReplicationError
+from replication_node.errors import Conflict
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +28,7 @@ async def step_down(switchover: Switchover, config: ClusterConfig, database: str
             continue
         try:
             answer = await switchover.switch(database, copy.node)
-        except (ReplicationError, ClusterStoreError) as exc:
+        except DagError as exc:  # refused, the store busy, a copy unreachable
             refused.append(f"{copy.node}: {exc}")
             continue
         logger.warning("%s: stepped down from %s to %s", database, node, answer.node)

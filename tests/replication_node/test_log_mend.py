@@ -51,6 +51,16 @@ class Given:
         return answer
 
 
+async def until(check, seconds: float = 10.0) -> None:
+    """Return once `check()` holds (the mend's task runs meanwhile); TimeoutError if not."""
+
+    async def poll() -> None:
+        while not check():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(poll(), seconds)
+
+
 async def damaged_copy(tmp_path, clock=None) -> tuple[ActiveCopy, str, int, bytes]:
     """An active holding a 300 KB body in its log (about five 64 KiB generations), one of
     them then damaged on its disk: the copy, the body, that generation, its bytes whole."""
@@ -139,11 +149,8 @@ async def test_the_active_takes_a_damaged_generation_whole_from_the_copy_that_ha
     )  # fmt: skip
     task = asyncio.create_task(mend.run(copy))
     try:
-        for _ in range(500):
-            if not copy.bodies.damaged and mend.mended:
-                break
-            await asyncio.sleep(0.01)
-        assert mend.mended == 1 and not copy.bodies.damaged
+        await until(lambda: mend.mended == 1)
+        assert not copy.bodies.damaged
         assert (copy.paths.logs / closed_log_name(gen)).read_bytes() == whole
         assert copy.bodies.text(logged) == big
         assert copy.bodies.damage_note() is None and mend.note is None
@@ -174,18 +181,12 @@ async def test_with_no_copy_giving_it_sound_the_active_steps_down_and_says_so(tm
         with pytest.raises(LogRecordError):
             copy.bodies.text(logged)  # found: the mend is woken
 
-        async def sleeping() -> None:
-            while not clock.pending_sleeps():
-                await asyncio.sleep(0.01)
-
-        await asyncio.wait_for(sleeping(), 10)
+        await until(lambda: bool(clock.pending_sleeps()))  # the first round's pause
         assert damaged_too.asked == 1 and not refusals
         assert "no copy gave it sound (mbx2: " in (mend.note or "")
         await clock.advance(clock.pending_sleeps()[0])
-        await asyncio.wait_for(sleeping(), 10)
-        while damaged_too.asked < 2:
-            await asyncio.sleep(0.01)
-        assert refusals == [True]
+        await until(lambda: "take over" in (mend.note or ""))
+        assert refusals == [True] and damaged_too.asked == 2
         assert "no copy could take over either: mbx2: cannot switch" in (mend.note or "")
         assert gen in copy.bodies.damaged  # still refused, never served
         with pytest.raises(LogRecordError):
