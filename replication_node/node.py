@@ -206,7 +206,9 @@ class Node:
 
     async def stop(self) -> None:
         self._stopping = True  # a reconcile from now on (an admin call in flight) starts nothing
-        await cancel_and_wait([self._refresh_task, self._failover_task, self._idle_task])
+        await cancel_and_wait(
+            [self._refresh_task, self._failover_task, self._idle_task, *self._stepping_down]
+        )
         async with self._reconcile_lock:  # one already running ends first
             for db in list(self._instances):
                 await self._stop_instance(db)
@@ -367,8 +369,13 @@ class Node:
             name=f"step-down {database}",
         )
         self._stepping_down.add(task)
-        task.add_done_callback(self._stepping_down.discard)
+        task.add_done_callback(self._stepped_down)
         return asyncio.shield(task)
+
+    def _stepped_down(self, task: asyncio.Task[str]) -> None:
+        self._stepping_down.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # the mend says why
+            logger.info("%s", task.exception())
 
     async def _stop_instance(self, database: str) -> None:
         instance = self._instances.pop(database, None)
