@@ -38,8 +38,8 @@ def cluster(root: Path) -> LocalCluster:
 
 
 def logs_of(root: Path, node: str) -> Path:
-    (open_log,) = [p for p in root.rglob(logfile.OPEN_LOG_NAME) if f"/{node}" in str(p)]
-    return open_log.parent
+    """DB1's log directory on `node`."""
+    return root / node / "DB1" / "logs"
 
 
 def flip(path: Path) -> bytes:
