@@ -471,7 +471,7 @@ class ActiveInstance:
                     failed = exc  # meanwhile; or a damaged LLR generation unmended (`log_mend`)
             if clean and failed is not None:
                 logger.warning(
-                    "%s on %s: stopped without a clean shutdown (its log stream stopped, or LLR cannot flush): %s",
+                    "%s on %s: not stopped cleanly (its log stream or its LLR flush failed): %s",
                     self.database,
                     self.node,
                     failed,
