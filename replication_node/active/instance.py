@@ -146,8 +146,9 @@ class ActiveInstance:
         )
         # A damaged generation of the LLR window: from a copy, or the role handed on.
         self.mend = LogMend(
-            database=database, epoch=epoch, copies=copy_logs, clock=clock, step_down=step_down
-        )
+            database=database, epoch=epoch, copies=copy_logs, clock=clock, step_down=step_down,
+            on_mended=metrics.mended(database) if metrics else None,
+        )  # fmt: skip
         # The one backup of this database that may run (from any copy), by lease.
         self.backups = BackupLeases(clock=clock, ttl=lease_ttl)
         # Asks the transports to redeliver after a lossy activation (`redelivery.py`).

@@ -179,6 +179,7 @@ class LogMend:
         clock: Clock,
         step_down: StepDown | None = None,
         rounds: int = MEND_ROUNDS,
+        on_mended: Callable[[], None] | None = None,
     ) -> None:
         self._database = database
         self._epoch = epoch
@@ -186,6 +187,7 @@ class LogMend:
         self._clock = clock
         self._step_down = step_down
         self._rounds = rounds
+        self._on_mended = on_mended  # (the metric)
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         # What the status says besides the damage itself: what was tried, what is next.
@@ -268,6 +270,8 @@ class LogMend:
             await asyncio.to_thread(atomic_write, path, data)
             if await asyncio.to_thread(bodies.recheck, gen):
                 self.mended += 1
+                if self._on_mended is not None:
+                    self._on_mended()
                 logger.warning(
                     "%s: generation %d of the active's log was damaged on its disk; the copy "
                     "on %s had it whole and gave it (checked against the active's own "

@@ -22,7 +22,7 @@ import pytest
 from replication_node.log import logfile
 from tests.cluster_harness import LocalCluster
 from tests.replication_node.e2e import converged, two_nodes
-from tests.replication_node.test_memory_e2e import LONG, MIB, PREFIX, message, mounted
+from tests.replication_node.test_memory_e2e import LONG, MIB, PREFIX, message, metric, mounted
 from tests.replication_node.test_overlay_read_e2e import part_generations, put_message, rows_in_file
 
 pytestmark = pytest.mark.slow
@@ -136,6 +136,7 @@ async def test_a_damaged_generation_of_the_llr_window_is_taken_whole_from_a_copy
         assert "Traceback" not in said, said[-3000:]
         copy = (await c.status("mbx1"))["DB1"]
         assert copy["status"] == "Mounted", copy
+        assert await metric(c, "replication_llr_generations_mended_total") == 1
 
         # No acknowledged write lost, on the active and on its copy.
         assert acked, "the writers wrote"
