@@ -49,6 +49,7 @@ from replication_node.active.switchover import SwitchoverQuiesce
 from replication_node.active.truncator import ActiveTruncator
 from replication_node.admin_api import BackupLease, BackupStamp
 from replication_node.errors import (
+    Conflict,
     CopyFailed,
     Deposed,
     HeldForHandOver,
@@ -144,7 +145,6 @@ class ActiveInstance:
             clock=clock,
             handing_over=lambda: self.switching_to,
         )
-        # A damaged generation of the LLR window: from a copy, or the role handed on.
         self.mend = LogMend(
             database=database, epoch=epoch, copies=copy_logs, clock=clock, step_down=step_down,
             on_mended=metrics.mended(database) if metrics else None,
@@ -435,6 +435,8 @@ class ActiveInstance:
         re-mount and no automatic failover until `db mount`.  False if not mounted."""
         if self.copy is None:
             return False
+        if damage := self.copy.bodies.damage_note():  # its LLR cannot flush (`log_mend`)
+            raise Conflict(f"{self.database} cannot be dismounted cleanly: {damage}")
         for task in self._mount_tasks:
             task.cancel()
         copy, self.copy, self.store = self.copy, None, None

@@ -175,6 +175,10 @@ async def test_with_no_copy_to_give_it_the_active_says_so_and_mends_once_one_com
         assert status == 503, answer
         assert f"generation {gen} of the log is damaged" in answer["error"]
         assert "big" not in rows_in_file(tmp_path, "mbx1")
+        # Nor dismounted by an operator: that would leave its LLR unwritten, said and refused.
+        status, answer = await c.call("POST", "mbx1", "/v1/databases/DB1/dismount")
+        assert status == 409 and "cannot be dismounted cleanly" in answer["error"], answer
+        assert (await c.status("mbx1"))["DB1"]["status"] == "Mounted"
 
         # The copy back: asked again, it gives the generation; the flush goes on.
         c.start_node("mbx2")
