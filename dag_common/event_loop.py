@@ -7,8 +7,13 @@ commit and the delivery's aiohttp calls (about 1.4 ms of CPU a message).  uvloop
 Cython) does the same work in C: the transport and the nodes on it (a `git archive` of main
 with only the loop changed, two pairs alternating, `bench/lmtp.py --sides transport`) took
 802 and 756 messages/s of 4 KiB against 675 and 626, the transport's CPU 5.7 / 5.9 s against
-7.0 / 7.3, the active's 2.9 / 3.2 against 4.0 / 4.2: about 19 % less a message; 1 MiB
-unchanged (bench/README.md, "lmtp: the transport and the nodes on uvloop").
+7.0 / 7.3, the active's 2.9 / 3.2 against 4.0 / 4.2: about 19 % less a message.  Full runs
+on a loaded machine: 9 % and 22 % less CPU a 4 KiB message over the three processes
+(bench/README.md, "lmtp: the transport and the nodes on uvloop").
+
+**What it costs**: a node's CPU a MiB of 1 MiB messages rose 15-37 % on uvloop in the same
+runs, from its reads (below): an aiohttp server reading 1 MiB bodies spends about 3 ms a MiB
+on uvloop against 1 ms on asyncio's loop with `bound_socket_reads`.
 
 **Who runs on it**: `replication-node serve` and `transport serve`, the long-lived servers
 of many connections.  Who does not, and why:
@@ -24,9 +29,11 @@ of many connections.  Who does not, and why:
 
 **What changes under uvloop.**  A plain socket's reads go into one buffer of the loop's
 (250 KB, allocated once), and each read becomes a bytes object of what came: from the heap
-up to the allocator's mmap threshold (128 KiB), a fresh mapping past it.  So
+up to the allocator's mmap threshold (128 KiB), a fresh mapping past it, which on loopback
+is nearly every read of a large body (each faulted in page by page: ~760 faults a MiB).
 `memory.bound_socket_reads`, which bounds asyncio's per-read allocation, does not apply and
-is not called (bench/README.md has the memory run's figures on uvloop).  TLS connections get
+is not called; uvloop has no setting for it.  The memory targets hold (bench/README.md:
+peaks within a few MB of asyncio's, rest 3-4 MB higher).  TLS connections get
 uvloop's TLS transport: a 256 KiB buffer each, from `malloc` (untouched pages are not
 resident), where asyncio's zero-filled one was wholly resident.
 
