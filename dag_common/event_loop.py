@@ -1,4 +1,4 @@
-"""The event loop a serving process runs on: uvloop's, or asyncio's own when asked.
+"""The event loop a serving process runs on: uvloop's or asyncio's own, by process, or as asked.
 
 **Why uvloop.**  For a small message the transport's hop is CPU-bound, and a good part of
 that CPU is the event loop's own: py-spy of a 4 KiB LMTP run put 18 % of the transport in
@@ -15,8 +15,15 @@ on a loaded machine: 9 % and 22 % less CPU a 4 KiB message over the three proces
 runs, from its reads (below): an aiohttp server reading 1 MiB bodies spends about 3 ms a MiB
 on uvloop against 1 ms on asyncio's loop with `bound_socket_reads`.
 
-**Who runs on it**: `replication-node serve` and `transport serve`, the long-lived servers
-of many connections.  Who does not, and why:
+**Who runs on it**: `transport serve`, by default: its hop is where a small message's CPU
+goes, and its CPU a MiB of 1 MiB messages on uvloop was within 3-4 % of asyncio's (its
+large reads cost it too, below, but it does less with each byte than a node does).
+`replication-node serve` runs on asyncio's loop by default: it gains as much a small write
+(the active's CPU 4.0 / 4.2 s against 2.9 / 3.2 above) but loses more on every large body it
+takes (below), and
+a node's large writes, replication and moves are where its memory and CPU bounds are set
+(issues 49 and 52): a node's default changes when its reads of a large body no longer cost
+a fresh mapping each.  `DG_EVENT_LOOP` sets either.  Who does not run on it, and why:
 - the IMAP front (`imap-front serve`): its memory per idle session relies on
   `memory.bound_tls_buffers`, which sets asyncio's `SSLProtocol` buffer (16 KiB, not
   256); uvloop has its own TLS transport, which allocates 256 KiB a connection (touched as
@@ -37,9 +44,10 @@ peaks within a few MB of asyncio's, rest 3-4 MB higher).  TLS connections get
 uvloop's TLS transport: a 256 KiB buffer each, from `malloc` (untouched pages are not
 resident), where asyncio's zero-filled one was wholly resident.
 
-**Asking for asyncio's loop**: `DG_EVENT_LOOP=asyncio` in a serving process's environment
-runs it on asyncio's loop as before uvloop (with `bound_socket_reads`), to tell a fault of
-uvloop's from ours; `uvloop`, or nothing, is the default.  Another value is a config error.
+**Asking for a loop**: `DG_EVENT_LOOP=asyncio` in a serving process's environment
+runs it on asyncio's loop (with `bound_socket_reads`), to tell a fault of uvloop's from
+ours; `DG_EVENT_LOOP=uvloop` runs a node on uvloop.  Nothing (or empty) leaves each process
+its default (`run`'s `default`).  Another value is a config error.
 """
 
 from __future__ import annotations
@@ -67,10 +75,12 @@ class EventLoop(StrEnum):
     ASYNCIO = "asyncio"
 
 
-def chosen(environ: Mapping[str, str] = os.environ) -> EventLoop:
-    """The loop `environ` asks for (`DG_EVENT_LOOP`; uvloop without it); ConfigError for a
-    value that names none."""
-    value = environ.get(ENV, "").strip().lower() or EventLoop.UVLOOP
+def chosen(
+    environ: Mapping[str, str] = os.environ, default: EventLoop = EventLoop.UVLOOP
+) -> EventLoop:
+    """The loop `environ` asks for (`DG_EVENT_LOOP`; `default` without it); ConfigError for
+    a value that names none."""
+    value = environ.get(ENV, "").strip().lower() or default
     try:
         return EventLoop(value)
     except ValueError:
@@ -78,11 +88,17 @@ def chosen(environ: Mapping[str, str] = os.environ) -> EventLoop:
         raise ConfigError(f"${ENV}={value!r}: not an event loop (one of {names})") from None
 
 
-def run(coro: Coroutine[Any, Any, T], *, environ: Mapping[str, str] = os.environ) -> T:
-    """Run `coro` to its end on the loop `environ` asks for (see the module's docstring), as
-    `asyncio.run` does: then the loop's async generators and default executor are closed."""
+def run(
+    coro: Coroutine[Any, Any, T],
+    *,
+    default: EventLoop,
+    environ: Mapping[str, str] = os.environ,
+) -> T:
+    """Run `coro` to its end on the loop `environ` asks for, else on the process's `default`
+    (see the module's docstring), as `asyncio.run` does: then the loop's async generators
+    and default executor are closed."""
     try:
-        loop = chosen(environ)
+        loop = chosen(environ, default)
     except ConfigError:
         coro.close()  # never awaited: said, not warned about
         raise

@@ -14,7 +14,7 @@ from dag_common.cli import ExitCode, add_config, transport_named
 from dag_common.clock import SystemClock
 from dag_common.cluster_store import open_cluster_store
 from dag_common.config import accepted_credentials, load_config, load_token
-from dag_common.event_loop import run, running
+from dag_common.event_loop import EventLoop, run, running
 from dag_common.exclusive import bind_port, lock_directory
 from dag_common.http_client import client_session
 from dag_common.memory import MemoryBudget, bound_allocator
@@ -131,7 +131,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     # aiosmtpd logs every command line at INFO (an AUTH's credentials among them)
     logging.getLogger("mail.log").setLevel(logging.WARNING)
     bound_allocator()  # freed bodies back to the kernel (dag_common/memory.py)
-    return run(_serve(Path(args.config), args.name, args.listen_host))  # uvloop: event_loop.py
+    # uvloop: a small message's hop costs a fifth less CPU on it (dag_common/event_loop.py)
+    return run(_serve(Path(args.config), args.name, args.listen_host), default=EventLoop.UVLOOP)
 
 
 def build(serve: argparse.ArgumentParser) -> None:
