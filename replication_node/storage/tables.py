@@ -1,6 +1,6 @@
 """The mailbox tables in SQL: a transaction's operations applied as rows (their schema and
 its migrations: `schema.py`; the rows read back as the store's typed rows: `columns.py`;
-large bodies kept apart: `bodies.py`).
+large bodies kept apart: `bodies.py`; a put's row: `puts.py`).
 
 The rows are those `ops` defines (the same model the LLR overlay applies), so a generation
 replayed into the file and the same generation held in memory read the same.
@@ -9,21 +9,17 @@ replayed into the file and the same generation held in memory read the same.
 from __future__ import annotations
 
 import sqlite3
-from itertools import groupby, repeat
+from itertools import filterfalse, repeat
 from operator import attrgetter, itemgetter
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from dag_common.counted_text import CountedText
 from dag_common.mailbox_digest import (
-    body_hash,
     folder_term,
     item_term_of_hash,
     mailbox_term,
-    utf8_size,
 )
-from dag_common.rfc822 import BodyFormat
 from replication_node.log.operations import (
     AssignUids,
     CopyItems,
@@ -68,17 +64,12 @@ from replication_node.storage.ops import (
     mailbox_row,
     renaming,
 )
+from replication_node.storage.puts import PutRows, full, lifts, put_rows, statement, write_puts
 from replication_node.storage.reader import FolderRow
 
 if TYPE_CHECKING:
     from replication_node.log.events import Transaction
 
-_PUT = (
-    "INSERT OR REPLACE INTO items (mailbox, item_id, folder, subject, body, size, change_number,"
-    " deleted, commit_time, body_hash, format, uid, modseq, flags, received)"
-    " VALUES (?, ?, ?, ?, CAST(? AS TEXT), ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)"
-)  # the body: its text, or its UTF-8 bytes, stored as text either way (`put_rows`); a
-# body of `bodies.APART` bytes or more is written apart (`body_parts.put_apart`)
 _TOMBSTONE = (
     "INSERT INTO items (mailbox, item_id, folder, subject, body, size, change_number, deleted,"
     " commit_time, body_hash, format, uid, modseq) VALUES (?, ?, '', '', '', 0, ?, 1, ?, '',"
@@ -107,59 +98,6 @@ _LIVE_PUT_OVER = (
 )
 
 
-class PutRows(NamedTuple):
-    """A transaction's puts as they are written: each one's row for _PUT, and each row's
-    term in the content digest, in two lists (index i of both: the transaction's i-th put).
-    Not a pair per put: a replay batch holds tens of thousands of puts until it is in, and a
-    pair per put was a container the garbage collector tracked and walked in every
-    collection (a row of texts and numbers alone it stops tracking at once; a pair it still
-    tracked after a full one), and that set off full collections (bench/README.md, issue
-    51's replay)."""
-
-    rows: list[tuple[Any, ...]]
-    terms: list[int]
-
-
-def put_rows(txn: Transaction) -> PutRows:
-    """The rows of a transaction's puts, in order, with their terms (pure: the item's
-    fields, the body's SHA-256, the term's).  A replay has them computed by the thread that
-    reads its next batch while the last one's COMMIT waits on the disk: the two hashes of
-    each item are a fifth of replay's time, and `TableWriter.apply` then only writes.
-    The columns are taken one by one, not through a dict: this is the hot path (a text
-    item's format is the one enum member compared by identity, held in a module global:
-    not read through the enum's `value` property, a tenth of this function's time, nor
-    looked up on the enum class, 0.15 us, as long as a dict step).
-    A body counted where it was read (`counted_text`: a staged body replayed) is not
-    counted or hashed again, and if it still holds its UTF-8 bytes (a body that is not
-    ASCII) they are what its row is given, taken from it: `_PUT` casts them to the same
-    text, where binding the text would have SQLite encode it once more."""
-    when = txn.commit_time.isoformat()
-    rows: list[tuple[Any, ...]] = []
-    terms: list[int] = []
-    for op in txn.ops:
-        if type(op) is PutItem:
-            mailbox, item_id, folder, subject, body, fmt = (
-                op.mailbox, op.item_id, op.folder, op.subject, op.body, op.format
-            )  # fmt: skip
-            fmt = _TEXT_VALUE if fmt is _TEXT else fmt.value
-            if type(body) is CountedText:
-                hashed, size, utf8 = body.sha256, body.utf8_size, body.take_utf8()
-                value = body if utf8 is None else utf8
-            else:
-                hashed, size, value = body_hash(body), utf8_size(body), body
-            flags = op.flags
-            rows.append(
-                (mailbox, item_id, folder, subject, value, size, op.cn, when, hashed, fmt,
-                 op.uid, op.modseq, " ".join(flags) if flags else "", op.received or when)
-            )  # fmt: skip
-            terms.append(item_term_of_hash(mailbox, item_id, folder, subject, hashed, fmt))
-    return PutRows(rows, terms)
-
-
-_TEXT = BodyFormat.TEXT
-_TEXT_VALUE = _TEXT.value
-
-
 class TableWriter:
     """Applies transactions' operations (typed, as the log stream carries them: the same model
     the overlay applies, the same rows) inside the caller's SQLite transaction, and keeps what
@@ -179,9 +117,10 @@ class TableWriter:
     def __init__(self, conn: sqlite3.Connection, stamps: list[RecordBackup] | None = None):
         self._conn = conn
         self._stamps = stamps
-        self._puts: list[tuple[Any, ...]] = []  # rows for _PUT, held, in log order
+        self._puts: list[tuple[Any, ...]] = []  # rows for _PUT(_PLAIN), held, in log order
         self._held: dict[tuple[str, str], int] = {}  # the term each key held has (0: none)
         self._large = False  # a row held has a body of `APART` bytes or more, or its parts
+        self._full = False  # a row held is `_PUT`'s (not `_PUT_PLAIN`'s)
         self._apart: set[tuple[str, str]] = set()  # keys held whose file row has a body apart
         self.delta = 0
 
@@ -216,15 +155,20 @@ class TableWriter:
     def _hold(self, rows: list[tuple[Any, ...]], terms: list[int]) -> None:
         """Count put rows (with their `terms`) into `delta`, lift their folders' counters
         past their UIDs and modseqs, and hold the rows for `flush`.  Each step over the rows
-        is a C loop (`map`, `groupby`, `dict.update`): a transaction's puts are hundreds of
-        rows."""
+        is a C loop (`map`, `filterfalse`, `countOf`, `dict.update`): a transaction's puts
+        are hundreds of rows."""
         if not rows:
             return
         held = self._held
         keys = list(map(_ID, rows))
-        missing = [key for key in keys if key not in held]
-        for mailbox in {m for m, _ in missing}:  # nearly always one
-            item_ids = [i for m, i in missing if m == mailbox]
+        missing = list(filterfalse(held.__contains__, keys))
+        mailboxes = set(map(_MAILBOX, missing))  # nearly always one
+        for mailbox in mailboxes:
+            item_ids = (
+                list(map(_ITEM_ID, missing))
+                if len(mailboxes) == 1
+                else [i for m, i in missing if m == mailbox]
+            )
             found = self._conn.execute(_LIVE_PUT_OVER, (mailbox, orjson.dumps(item_ids).decode()))
             for item_id, folder, subject, hashed, fmt, apart in found:
                 held[mailbox, item_id] = item_term_of_hash(
@@ -246,15 +190,9 @@ class TableWriter:
             self._large = max(map(_SIZE, rows)) >= APART or BodyParts in set(
                 map(type, map(_BODY, rows))
             )
-        counters: dict[tuple[str, str], tuple[int, int]] = {}
-        for where, group in groupby(rows, _WHERE):  # a folder's puts come together
-            numbered = [row for row in group if row[_UID]]  # a UID: its folder goes past it
-            if numbered:
-                uid, modseq = counters.get(where, (0, 0))
-                counters[where] = (
-                    max(uid, max(map(_UID_OF, numbered))),
-                    max(modseq, max(map(_MODSEQ_OF, numbered))),
-                )
+        if not self._full:
+            self._full = full(rows)
+        counters = lifts(rows)
         if counters:
             self._conn.executemany(
                 _LIFT,
@@ -267,36 +205,33 @@ class TableWriter:
         had apart."""
         if self._puts:
             self._puts.sort(key=_KEY)  # stable: an item put twice keeps its last row
-            if not self._large and not self._apart:  # one statement for them all
-                self._conn.executemany(_PUT, self._puts)
+            if not self._large and not self._apart:
+                write_puts(self._conn, self._puts, plain=not self._full)
             else:
-                plain: list[tuple[Any, ...]] = []
+                in_row: list[tuple[Any, ...]] = []
                 apart = self._apart
                 for row in self._puts:  # in order: an item put twice keeps its last row
                     key = row[0], row[1]
                     if row[SIZE] >= APART:
-                        self._conn.executemany(_PUT, plain)
-                        plain.clear()
-                        put_apart(self._conn, _PUT, row)
+                        write_puts(self._conn, in_row, plain=not self._full)
+                        in_row.clear()
+                        put_apart(self._conn, statement(row), row)
                         apart.add(key)
                     else:
                         if key in apart:
                             drop_body(self._conn, *key)
                             apart.discard(key)
-                        plain.append(joined(row))
-                self._conn.executemany(_PUT, plain)
+                        in_row.append(joined(row))
+                write_puts(self._conn, in_row, plain=not self._full)
             self._puts.clear()
             self._held.clear()
             self._apart.clear()
-            self._large = False
+            self._large = self._full = False
 
 
-# In a put's row (`_PUT`'s columns): its key, its folder's, its body, its size, its UID,
-# its modseq.
-_ID, _WHERE = itemgetter(0, 1), itemgetter(0, 2)
-_BODY, _SIZE = itemgetter(BODY), itemgetter(SIZE)
-_UID = 10
-_UID_OF, _MODSEQ_OF = itemgetter(_UID), itemgetter(_UID + 1)
+# In a put's row: its key, its body, its size; in a key: its mailbox, its item id.
+_ID, _BODY, _SIZE = itemgetter(0, 1), itemgetter(BODY), itemgetter(SIZE)
+_MAILBOX, _ITEM_ID = itemgetter(0), itemgetter(1)
 _CN = attrgetter("cn")  # a put's change number (`last_cn` of a put)
 
 # A folder's counters past a UID and a modseq given (never lowered).
