@@ -14,6 +14,7 @@ from dag_common.clock import Clock, ManualClock, SystemClock
 from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from dag_common.config import ClusterConfig
 from replication_node.active.copy import ActiveCopy, CopyPaths, OpenLogPublisher
+from replication_node.active.logged_bodies import LogText
 from replication_node.http.app import build_app
 from replication_node.log.files import OS_FILES, LogFiles
 from replication_node.log.operations import Operation, PutItem
@@ -22,6 +23,7 @@ from replication_node.passive.copy import PassiveCopy
 from replication_node.passive.settings import PassiveSettings
 from replication_node.storage.body_reads import BlobText, text_parts
 from replication_node.storage.file_reads import message_body
+from replication_node.storage.reader import ItemRow
 from tests.cluster_harness import serve_app
 from tests.replication_node.share import Share
 
@@ -54,6 +56,18 @@ def body_of(copy: ActiveCopy, mailbox: str, item_id: str) -> str | None:
         with db.reading_apart() as conn:
             stored = message_body(conn, mailbox, item_id)
     return None if stored is None else text_of(stored[0])
+
+
+def items_as_read(copy: ActiveCopy, mailbox: str) -> list[ItemRow]:
+    """`copy.items(mailbox)` with each body the LLR overlay holds in the log (a `LogText`,
+    read a part at a time by the readers that send it) read whole (`body_of`): the rows as
+    a passive's file holds them, for a test to compare."""
+    return [
+        row._replace(body=body_of(copy, mailbox, row.item_id))
+        if isinstance(row.body, LogText)
+        else row
+        for row in copy.items(mailbox)
+    ]
 
 
 def op(i: int, size: int = 500) -> list[Operation]:
