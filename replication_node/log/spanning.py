@@ -385,7 +385,8 @@ class BodyReader:
         UTF-8 a part at a time here, and read again from the log as its row is written, so
         that a replay holds a part of it, not the whole beside SQLite's copies (issue 52).
         The parts are read again by a reader of their own (this one's cached generation
-        is the reading thread's)."""
+        is the reading thread's), from the generations its loader keeps: a replay's are
+        read from their files once, for both reads (`generation_cache`)."""
         h = hashlib.sha256()
         decoder = codecs.getincrementaldecoder("utf-8")()
         try:
