@@ -49,9 +49,9 @@ from replication_node.errors import LogFormatError, LogRecordError
 from replication_node.log import logfile
 from replication_node.log.events import Transaction
 from replication_node.log.generation_cache import GenerationCache
-from replication_node.log.logfile import ScanResult
+from replication_node.log.logfile import LogRecord, ScanResult
 from replication_node.log.operations import PutItem
-from replication_node.log.spanning import BlobRef, BodyParts, BodyReader
+from replication_node.log.spanning import BlobId, BlobRef, BodyParts, BodyReader
 from replication_node.storage.body_reads import BlobBody, BlobText
 from replication_node.storage.file_reads import Held
 from replication_node.storage.overlay import LlrOverlay, LoggedBody
@@ -186,6 +186,10 @@ class LogBodies:
         closed = self._dir / logfile.closed_log_name(gen)
         return self._flushed.get(closed, functools.partial(self._load, gen))
 
+    def _flush_records(self, gen: int, blob: BlobId) -> list[LogRecord]:
+        closed = self._dir / logfile.closed_log_name(gen)
+        return self._flushed.records(closed, blob, functools.partial(self._load, gen))
+
     def flushed(self, below: int) -> None:
         """The LLR flush will read no generation below `below` again."""
         self._flushed.forget_below(below)
@@ -211,7 +215,7 @@ class LogBodies:
                 counts = op.body
                 if type(counts) is CountedText and counts.utf8_size == ref.size:
                     # Written into its row a part at a time as they are read (`body_parts`).
-                    reader = BodyReader(self._flush_load)
+                    reader = BodyReader(self._flush_load, records=self._flush_records)
                     parts = functools.partial(reader.parts, ref, txn.generation)
                     body = known(
                         "",
@@ -220,7 +224,8 @@ class LogBodies:
                         utf8=BodyParts(ref.size, parts),  # type: ignore[arg-type]
                     )
                 else:
-                    raw = BodyReader(self._flush_load).read(ref, txn.generation)
+                    reader = BodyReader(self._flush_load, records=self._flush_records)
+                    raw = reader.read(ref, txn.generation)
                     sha256 = hashlib.sha256(raw).hexdigest()
                     body = known("", utf8_size=len(raw), sha256=sha256, utf8=raw)
                     del raw

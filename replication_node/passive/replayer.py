@@ -44,6 +44,7 @@ from replication_node.log.logfile import (
     DIGEST_VERSION,
     ContentDigest,
     LogHeader,
+    LogRecord,
     ScanResult,
     anchor_header,
     chain_problem,
@@ -52,7 +53,7 @@ from replication_node.log.logfile import (
     verify_closed,
 )
 from replication_node.log.recovery import transactions_of
-from replication_node.log.spanning import BodyReader, Pending, required_from, track
+from replication_node.log.spanning import BlobId, BodyReader, Pending, required_from, track
 from replication_node.passive.markers import Markers
 from replication_node.storage.database import Database
 from replication_node.storage.stoppable import run_in_thread
@@ -141,7 +142,10 @@ def read_batch(
     def load(gen: int) -> ScanResult:
         return cache.get(path(gen), lambda: verify_closed(read_closed(path(gen)), gen))
 
-    reader = BodyReader(load, as_bytes=True)  # its bodies go into rows alone
+    def records(gen: int, blob: BlobId) -> list[LogRecord]:
+        return cache.records(path(gen), blob, lambda: verify_closed(read_closed(path(gen)), gen))
+
+    reader = BodyReader(load, as_bytes=True, records=records)  # its bodies go into rows alone
     for gen in generations:
         try:
             result = load(gen)

@@ -16,10 +16,11 @@ import pytest
 from dag_common.clock import ManualClock
 from dag_common.store_api import ItemIn
 from replication_node.active.mailbox_store import MailboxStore
+from replication_node.errors import LogRecordError
 from replication_node.log import logfile
 from replication_node.log.generation_cache import GenerationCache
-from replication_node.log.logfile import closed_log_name, verify_closed
-from replication_node.log.spanning import IN_PLACE
+from replication_node.log.logfile import RecordType, closed_log_name, verify_closed
+from replication_node.log.spanning import IN_PLACE, decode_part
 from replication_node.passive import replayer as replayer_module
 from replication_node.passive.markers import Markers
 from replication_node.passive.replayer import Replayer
@@ -156,3 +157,66 @@ async def test_a_generation_changed_on_disk_is_read_again(tmp_path):
     opened = cache.get(open_log, lambda: logfile.scan(open_log.read_bytes()))
     assert not opened.closed and not len(cache)
     await copy.dismount()
+
+
+async def test_a_body_whose_generations_are_let_go_is_read_by_its_records_alone(
+    tmp_path, monkeypatch
+):
+    # Bytes kept for two generations only, bodies spanning seventeen: a body's parts in a
+    # generation no longer kept are read each by the position noted when it was verified,
+    # and checked (a part damaged since is refused, naming it); no generation read twice.
+    copy, bodies = await _write_large_bodies(tmp_path)
+    await copy._flush_llr(through=copy.stream.last_closed_generation)
+    digest, last = copy.db.content_digest, copy.stream.last_closed_generation
+    logs = copy.paths.logs
+    await copy.dismount()
+    first = verify_closed((logs / closed_log_name(1)).read_bytes(), 1).header
+
+    def replay(cache: GenerationCache) -> Database:
+        db = Database.create(
+            tmp_path / f"replay-{uuid.uuid4().hex}.sqlite",
+            database_signature=first.database_signature,
+            log_signature=first.log_signature,
+        )
+        prev = pending = None
+        for start in range(1, last + 1, 3):
+            gens = list(range(start, min(start + 3, last + 1)))
+            batch = replayer_module.read_batch(
+                logs, gens, prev=prev, log_signature=first.log_signature, pending=pending,
+                cache=cache,
+            )  # fmt: skip
+            db.apply(batch.transactions, waypoint=gens[-1], committed=gens[-1],
+                     last_log_time=batch.close_time, puts=batch.puts)  # fmt: skip
+            prev, pending = batch.last_header, batch.pending
+        return db
+
+    reads = Reads(monkeypatch, replayer_module)
+    cache = GenerationCache(most=2 * LOG)
+    db = replay(cache)
+    assert db.content_digest == digest
+    for item_id, body in bodies.items():
+        assert db.item("m", item_id).body == body
+    db.close()
+    assert not reads.twice() and cache.records_read > 0
+
+    # A part damaged on disk after its generation was verified and let go of: read alone
+    # by its position, its record's CRC32C refuses it.
+    target = logs / closed_log_name(5)
+    cache = GenerationCache(most=0)  # nothing kept: the positions alone
+
+    def load():
+        return verify_closed(logfile.read_closed(target), 5)
+
+    part = next(r for r in load().records if r.type is RecordType.PART)
+    blob = decode_part(part)[0]
+    assert [r.offset for r in cache.records(target, blob, load)] and cache.loads == 1
+    (again,) = cache.records(target, blob, load)[:1]
+    assert bytes(again.payload) == part.payload
+    assert cache.loads == 1 and cache.records_read >= 1
+    with open(target, "r+b") as f:  # in place: the same file, the same size
+        f.seek(part.offset + part.size // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(LogRecordError, match="generation 5"):
+        cache.records(target, blob, load)
