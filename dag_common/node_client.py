@@ -55,6 +55,7 @@ from dag_common.store_api import (
     Item,
     Items,
     ItemsAnswer,
+    ItemsQuery,
     LogPosition,
     Mailbox,
     Rolled,
@@ -387,26 +388,8 @@ class NodeStoreClient:
         )
         return Written.model_validate(body)
 
-    async def items(
-        self,
-        database: str,
-        mailbox: str,
-        since_change: int,
-        limit: int | None = None,
-        *,
-        count: bool = False,
-        page_bytes: int | None = None,
-        bodies: bool = True,
-    ) -> Items:
-        params = {"since_change": str(since_change)}
-        if limit is not None:
-            params["limit"] = str(limit)
-        if page_bytes is not None:
-            params["page_bytes"] = str(page_bytes)
-        if count:
-            params["count"] = "true"
-        if not bodies:
-            params["bodies"] = "false"
+    async def items(self, database: str, mailbox: str, query: ItemsQuery) -> Items:
+        params, bodies = query.params(), query.bodies
         path, take = f"/mailboxes/{mailbox}/items", self._bodies_as_bytes and bodies
         try:
             _, body = await self.call("GET", database, path, params=params, take_bodies=take)
@@ -416,7 +399,7 @@ class NodeStoreClient:
         return Items(
             items=tuple(lenient_item(i, bodies) for i in page.items),
             last_change_number=(
-                since_change if page.last_change_number is None else page.last_change_number
+                query.since_change if page.last_change_number is None else page.last_change_number
             ),
             epoch=page.epoch,
             more=page.more,

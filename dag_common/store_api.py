@@ -18,6 +18,7 @@ from typing import Annotated, Protocol, TypedDict
 from pydantic import AliasChoices, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from dag_common.api_types import MAX_FLAGS, Flag, Folder, ItemId, Text
+from dag_common.items_query import ItemsQuery
 from dag_common.json_object import JsonObject
 from dag_common.mailbox_digest import body_hash, item_term_of_hash, utf8_size
 from dag_common.model import Lsn, Position
@@ -43,7 +44,7 @@ class Item:
     error, or what came back is not an item; `item_id` is "" when not even that is known.
     The mover skips it as a bad item (`item_limits`).
 
-    Listed without its body (`NodeStore.items(bodies=False)`, what a reconcile compares):
+    Listed without its body (`ItemsQuery.bodies` off, what a reconcile compares):
     `body` is "", `body_hash` (the body's SHA-256, which the node keeps for the digest)
     stands for it and `body_size` says its size.  Such an item cannot be written.
 
@@ -509,22 +510,8 @@ class NodeStore(Protocol):
 
     async def create_folder(self, database: str, mailbox: str, folder: str) -> Written: ...
 
-    async def items(
-        self,
-        database: str,
-        mailbox: str,
-        since_change: int,
-        limit: int | None = None,
-        *,
-        count: bool = False,
-        page_bytes: int | None = None,
-        bodies: bool = True,
-    ) -> Items:
-        """Changes after `since_change`; with `limit`, a page of about that many; with
-        `page_bytes`, a page whose bodies stop once they reach that many bytes (one change
-        at least; with `bodies` off, the rows as listed); with `count`, how many live items
-        all the pages hold (`Items.live`); with `bodies` off, each item without its body
-        (`Item`: its hash and size instead)."""
+    async def items(self, database: str, mailbox: str, query: ItemsQuery) -> Items:
+        """The changes of `mailbox` that `query` asks for."""
         ...
 
     async def put_items(self, database: str, mailbox: str, items: list[Item]) -> Written: ...

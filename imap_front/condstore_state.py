@@ -34,6 +34,7 @@ from imap_front.condstore import (
 )
 from imap_front.fetch_bodies import BodiesLines, streamable
 from imap_front.fetch_lines import ListedLines, answerable, listed_only, pairs
+from imap_front.merged_lines import MergedLines
 from imap_front.selected import FLAGS_ATTR, MODSEQ_ATTR, UID_ATTR, CompactMessages
 
 _Ret = tuple[CommandResponse, Any]
@@ -58,7 +59,7 @@ class CondstoreState(ConnectionState):
         self._tell_selected()
         untagged = getattr(response, "_untagged", None)
         lines = untagged[0] if untagged else None
-        if isinstance(lines, ListedLines | BodiesLines) and len(untagged) > 1:
+        if isinstance(lines, MergedLines) and len(untagged) > 1:
             response._untagged = [lines, *lines.absorb(untagged[1:])]  # type: ignore[attr-defined]
             response._mergeable = {}  # type: ignore[attr-defined]
         return response

@@ -19,17 +19,17 @@ read-ahead's window: nothing is gathered for the whole command.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
 from pymap.message import BaseLoadedMessage
-from pymap.parsing.response import UntaggedResponse
 from pymap.parsing.response.specials import FetchResponse
 from pymap.parsing.specials import FetchAttribute, FetchValue
 from pymap.selected import SelectedMailbox
 
 from imap_front.condstore import ModseqAttributes
+from imap_front.merged_lines import MergedLines
 
 DIRECT_AT = 16 * 1024  # a body this large goes to the transport as it is, not copied
 WRITE_AT = 64 * 1024  # bytes of lines gathered before they are handed on (protocol's)
@@ -63,9 +63,10 @@ def streamable(attributes: Sequence[FetchAttribute]) -> bool:
     return body
 
 
-class BodiesLines(UntaggedResponse):
+class BodiesLines(MergedLines[FetchAttribute, FetchValue]):
     """The FETCH lines of a range's messages, each with its whole body (`streamable`),
-    written by `stream`; `write` (a log's rendering) writes pymap's placeholders."""
+    written by `stream`; `write` (a log's rendering) writes pymap's placeholders.  A later
+    FETCH answer of one of them is merged in as pymap's `FetchResponse.merge` does."""
 
     def __init__(
         self, messages: list[tuple[int, Any]], attributes: Sequence[FetchAttribute],
@@ -75,19 +76,14 @@ class BodiesLines(UntaggedResponse):
         self._messages = messages
         self._attributes = attributes
         self._selected = selected
-        self._merged: dict[int, dict[FetchAttribute, FetchValue]] = {}
 
-    def absorb(self, untagged: list[UntaggedResponse]) -> list[UntaggedResponse]:
-        """`untagged` less the FETCH answers of messages written here, merged into their
-        lines as pymap's `FetchResponse.merge` does (their values win, new items last)."""
-        seqs = {seq for seq, _ in self._messages}
-        left: list[UntaggedResponse] = []
-        for each in untagged:
-            if isinstance(each, FetchResponse) and each.seq in seqs:
-                self._merged.setdefault(each.seq, {}).update(each.data)
-            else:
-                left.append(each)
-        return left
+    def _take(
+        self, into: dict[FetchAttribute, FetchValue], data: Mapping[FetchAttribute, FetchValue]
+    ) -> None:
+        into.update(data)
+
+    def _seqs(self) -> set[int]:
+        return {seq for seq, _ in self._messages}
 
     def _data(self, seq: int, msg: Any) -> tuple[ModseqAttributes, dict[Any, FetchValue]]:
         values = ModseqAttributes(msg, self._selected, self._attributes)

@@ -23,18 +23,17 @@ item, and an item the command did not ask for is added at the end of the line.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from pymap.parsing.primitives import List
-from pymap.parsing.response import UntaggedResponse
-from pymap.parsing.response.specials import FetchResponse
-from pymap.parsing.specials import DateTime, FetchAttribute
+from pymap.parsing.specials import DateTime, FetchAttribute, FetchValue
 from pymap.parsing.specials.flag import Flag
 from pymap.selected import SessionFlags
 
 from imap_front.condstore import shown
 from imap_front.listing import Ordered
+from imap_front.merged_lines import MergedLines
 from imap_front.node_api import Listed
 from imap_front.selected import FLAG_SETS
 
@@ -190,8 +189,9 @@ def _merge(items: tuple[bytes, ...], parts: list[bytes], other: dict[bytes, byte
     return list(at.values())
 
 
-class ListedLines(UntaggedResponse):
-    """A range's FETCH lines from the listed rows (`render`), rendered when written."""
+class ListedLines(MergedLines[bytes, bytes]):
+    """A range's FETCH lines from the listed rows (`render`), rendered when written; a
+    later FETCH answer of one of them is kept as its items' bytes, merged in as rendered."""
 
     def __init__(
         self, items: tuple[bytes, ...], rows: Chosen, session_flags: SessionFlags,
@@ -200,22 +200,15 @@ class ListedLines(UntaggedResponse):
         self._items = items
         self._rows = rows
         self._session_flags = session_flags
-        self._merged: dict[int, dict[bytes, bytes]] = {}
 
-    def absorb(self, untagged: list[UntaggedResponse]) -> list[UntaggedResponse]:
-        """`untagged` less the FETCH answers of messages these lines answer, merged into
-        their lines (pymap merges a command's FETCH answers of one message)."""
-        left: list[UntaggedResponse] = []
-        seqs = (range(1, len(self._rows) + 1) if isinstance(self._rows, Ordered)
-                else frozenset(seq for seq, _ in self._rows))  # fmt: skip
-        for each in untagged:
-            if isinstance(each, FetchResponse) and each.seq in seqs:
-                into = self._merged.setdefault(each.seq, {})
-                for attr, value in each.data.items():
-                    into[attr.value] = bytes(value)
-            else:
-                left.append(each)
-        return left
+    def _take(self, into: dict[bytes, bytes], data: Mapping[FetchAttribute, FetchValue]) -> None:
+        for attr, value in data.items():
+            into[attr.value] = bytes(value)
+
+    def _seqs(self) -> Container[int]:
+        if isinstance(self._rows, Ordered):
+            return range(1, len(self._rows) + 1)
+        return frozenset(seq for seq, _ in self._rows)
 
     @property
     def lines(self) -> bytes:

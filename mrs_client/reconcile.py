@@ -46,6 +46,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
+from dag_common.items_query import ItemsQuery
 from dag_common.store_api import (
     Digest,
     Item,
@@ -230,9 +231,8 @@ class Reconciler:
                         self.nodes, db, name, since, self.page, page_bytes=self.page_bytes,
                         bodies=False,
                     )  # fmt: skip
-                return await self.nodes.items(
-                    db, name, since, self.page, page_bytes=self.page_bytes, bodies=False
-                )
+                query = ItemsQuery(since, self.page, page_bytes=self.page_bytes, bodies=False)
+                return await self.nodes.items(db, name, query)
 
             listed = await self.call(what, page)
             self.watch.see(side, listed.epoch, what)

@@ -17,6 +17,9 @@ it is: the move stalls and asks again, as for any read.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from dag_common.items_query import ItemsQuery
 from dag_common.store_api import Item, Items, NodeStore
 from mrs_client.errors import NodeCallError
 
@@ -43,10 +46,9 @@ async def read_page(
     (`NodeStore.items`, with or without `bodies`); short of a damaged change, or that change
     alone as an unreadable item.  (A damaged body is found by a listing with bodies only:
     without them, its row lists well, with the hash it was written with.)"""
+    query = ItemsQuery(since, limit, count=count, page_bytes=page_bytes, bodies=bodies)
     try:
-        return await nodes.items(
-            database, mailbox, since, limit, count=count, page_bytes=page_bytes, bodies=bodies
-        )
+        return await nodes.items(database, mailbox, query)
     except NodeCallError as exc:
         if not _damaged(exc):
             raise
@@ -55,16 +57,14 @@ async def read_page(
     while size > 1:
         size = max(1, size // 2)
         try:
-            return await nodes.items(
-                database, mailbox, since, size, page_bytes=page_bytes, bodies=bodies
-            )
+            return await nodes.items(database, mailbox, replace(query, limit=size, count=False))
         except NodeCallError as exc:
             if not _damaged(exc):
                 raise
             error = exc
     # A page of one change failed: once more, lest a passing 500 be taken for damage.
     try:
-        return await nodes.items(database, mailbox, since, 1, bodies=bodies)
+        return await nodes.items(database, mailbox, ItemsQuery(since, 1, bodies=bodies))
     except NodeCallError as exc:
         if not _damaged(exc):
             raise
@@ -82,7 +82,7 @@ async def _damaged_change(
 
     async def reads(s: int) -> Items | None:
         try:
-            return await nodes.items(database, mailbox, s, 1, bodies=bodies)
+            return await nodes.items(database, mailbox, ItemsQuery(s, 1, bodies=bodies))
         except NodeCallError as exc:
             if not _damaged(exc):
                 raise

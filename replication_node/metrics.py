@@ -158,6 +158,13 @@ class NodeMetrics:
             _COPY,
             registry=r,
         )
+        self.llr_generations_mended = Counter(
+            "replication_llr_generations_mended_total",
+            "Generations of the active's LLR window damaged on its disk and taken whole from "
+            "a copy (active/log_mend.py).",
+            _COPY,
+            registry=r,
+        )
         # ---- a passive copy's pipeline ---------------------------------------------------
         self.generations_copied = Counter(
             "replication_generations_copied_total",
@@ -228,6 +235,10 @@ class NodeMetrics:
     def truncated(self, database: str) -> Counter:
         """The active's count of generations its log truncation deleted."""
         return self.truncated_generations.labels(database, self.node)
+
+    def mended(self, database: str) -> Callable[[], None]:
+        """Counts a generation of the active's LLR window taken whole from a copy."""
+        return self.llr_generations_mended.labels(database, self.node).inc
 
     def watch(self, collector: Collector) -> None:
         """Read `collector` at every scrape (the node's status)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -50,6 +50,7 @@ from replication_node.cluster.activation import Activation
 from replication_node.cluster.failover import FailoverMonitor
 from replication_node.cluster.manager import InstanceSpec, desired_spec, plan_instances
 from replication_node.cluster.peers import HttpPeers, PeerProgress, copy_awaiting_logs
+from replication_node.cluster.step_down import step_down
 from replication_node.cluster.switchover import Switchover
 from replication_node.errors import BadRequest, ClusterStoreError, Conflict, NotFound
 from replication_node.log.operations import BackupKind
@@ -104,6 +105,7 @@ class Node:
         self._peers: HttpPeers | None = None
         self._activation: Activation | None = None
         self._switchover: Switchover | None = None
+        self._stepping_down: set[asyncio.Task[str]] = set()  # (`_step_down`)
         self._reconcile_lock = asyncio.Lock()
         self._stopping = False
         self._progress: PeerProgress | None = None  # asked for the active's truncation
@@ -204,7 +206,9 @@ class Node:
 
     async def stop(self) -> None:
         self._stopping = True  # a reconcile from now on (an admin call in flight) starts nothing
-        await cancel_and_wait([self._refresh_task, self._failover_task, self._idle_task])
+        await cancel_and_wait(
+            [self._refresh_task, self._failover_task, self._idle_task, *self._stepping_down]
+        )
         async with self._reconcile_lock:  # one already running ends first
             for db in list(self._instances):
                 await self._stop_instance(db)
@@ -302,6 +306,9 @@ class Node:
                 )
                 if self._session is not None
                 else None,
+                # A damaged generation of its LLR window: from a copy, or the role handed on.
+                copy_logs=self._copy_logs(spec.database, (self.name,)),
+                step_down=lambda db=spec.database: self._step_down(db),
             )
         else:
             assert self._session is not None
@@ -324,17 +331,7 @@ class Node:
                 ),
                 clock=self._clock,
                 metrics=self.metrics,
-                peers=[
-                    HttpCopyLogs(
-                        c.node,
-                        self.config.node(c.node).url,
-                        spec.database,
-                        session=self._session,
-                        token=self.token,
-                    )
-                    for c in self.config.database(spec.database).copies
-                    if c.node not in (self.name, spec.active_node)
-                ],
+                peers=self._copy_logs(spec.database, (self.name, spec.active_node)),
             )
         self._instances[spec.database] = instance
         self._specs[spec.database] = spec
@@ -345,6 +342,40 @@ class Node:
             if isinstance(instance, ActiveInstance):
                 instance.error = f"failed to mount: {exc}"
                 instance.copy = None
+
+    def _copy_logs(self, database: str, besides: tuple[str, ...]) -> list[HttpCopyLogs]:
+        """The log shares of the copies of `database` on other nodes than `besides`, for a
+        generation that cannot be had whole otherwise (`shipping/copy_share.py`)."""
+        if self._session is None:
+            return []
+        return [
+            HttpCopyLogs(
+                c.node,
+                self.config.node(c.node).url,
+                database,
+                session=self._session,
+                token=self.token,
+            )
+            for c in self.config.database(database).copies
+            if c.node not in besides
+        ]
+
+    def _step_down(self, database: str) -> Awaitable[str]:
+        """Switch `database` over from this node to a healthy copy (`cluster/step_down.py`),
+        in a task of the node's: the switchover's end stops the instance that asked."""
+        assert self._switchover is not None
+        task = asyncio.create_task(
+            step_down(self._switchover, self.config, database, self.name),
+            name=f"step-down {database}",
+        )
+        self._stepping_down.add(task)
+        task.add_done_callback(self._stepped_down)
+        return asyncio.shield(task)
+
+    def _stepped_down(self, task: asyncio.Task[str]) -> None:
+        self._stepping_down.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # the mend says why
+            logger.info("%s", task.exception())
 
     async def _stop_instance(self, database: str) -> None:
         instance = self._instances.pop(database, None)

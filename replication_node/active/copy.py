@@ -324,7 +324,7 @@ class ActiveCopy:
             self._close_times[event.generation] = event.close_time
             self._required_after[event.generation] = event.required_from
             self.last_closed_time = event.close_time
-            task = asyncio.get_running_loop().create_task(self._flush_llr_after_roll())
+            task = asyncio.get_running_loop().create_task(self.flush_llr_after_roll())
             self._flush_tasks.add(task)
             task.add_done_callback(self._flush_tasks.discard)
 
@@ -366,8 +366,8 @@ class ActiveCopy:
         """How many generations LLR is behind the one it is due to write (any thread)."""
         return self._closed_seen + 1 - self.llr_depth - self.db.header.waypoint
 
-    async def _flush_llr_after_roll(self) -> None:
-        """The LLR flush a roll starts in the background.  A failure (the database file's
+    async def flush_llr_after_roll(self) -> None:
+        """The LLR flush a roll (or a mend: `log_mend`) starts.  A failure (the database file's
         disk full) is reported, never dropped: nothing is lost by it, since the transactions
         stay in the overlay and in the log, and the next roll tries again."""
         try:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -38,6 +38,7 @@ from replication_node.active.copy import ActiveCopy, CopyPaths
 from replication_node.active.handover import HANDOVER_HOLD, copy_waiting_for_last_logs
 from replication_node.active.imap_counters import MAX_UID, lost_reservation
 from replication_node.active.lease import LeaseKeeper
+from replication_node.active.log_mend import CopyLogs, LogMend, StepDown
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.active.mounting import open_active_copy
 from replication_node.active.publication import ActivePublication
@@ -48,10 +49,12 @@ from replication_node.active.switchover import SwitchoverQuiesce
 from replication_node.active.truncator import ActiveTruncator
 from replication_node.admin_api import BackupLease, BackupStamp
 from replication_node.errors import (
+    Conflict,
     CopyFailed,
     Deposed,
     HeldForHandOver,
     LeaseLost,
+    LogFormatError,
     LogStreamStopped,
     NotActive,
 )
@@ -99,6 +102,8 @@ class ActiveInstance:
         synchronous_copies: int = 0,
         synchronous_wait: float = 5.0,
         redelivery: DumpsterRedelivery | None = None,
+        copy_logs: Sequence[CopyLogs] = (),
+        step_down: StepDown | None = None,
     ) -> None:
         self.database = database
         self.node = node
@@ -140,6 +145,10 @@ class ActiveInstance:
             clock=clock,
             handing_over=lambda: self.switching_to,
         )
+        self.mend = LogMend(
+            database=database, epoch=epoch, copies=copy_logs, clock=clock, step_down=step_down,
+            on_mended=metrics.mended(database) if metrics else None,
+        )  # fmt: skip
         # The one backup of this database that may run (from any copy), by lease.
         self.backups = BackupLeases(clock=clock, ttl=lease_ttl)
         # Asks the transports to redeliver after a lossy activation (`redelivery.py`).
@@ -269,6 +278,7 @@ class ActiveInstance:
         stream = self.copy.stream
         stream.keep_spares(self.spare_log_files)
         self._mount_tasks = [
+            asyncio.create_task(self.mend.run(self.copy), name=f"log-mend {self.database}"),
             asyncio.create_task(
                 stream.run_idle_roller(self._roll_interval.total_seconds()),
                 name=f"idle-roll {self.database}",
@@ -425,6 +435,8 @@ class ActiveInstance:
         re-mount and no automatic failover until `db mount`.  False if not mounted."""
         if self.copy is None:
             return False
+        if damage := self.copy.bodies.damage_note():  # its LLR cannot flush (`log_mend`)
+            raise Conflict(f"{self.database} cannot be dismounted cleanly: {damage}")
         for task in self._mount_tasks:
             task.cancel()
         copy, self.copy, self.store = self.copy, None, None
@@ -458,11 +470,11 @@ class ActiveInstance:
                     await copy.dismount()
                     await self.lease.release()
                     await self.publish()
-                except (Deposed, LeaseLost, LogStreamStopped) as exc:  # failed meanwhile
-                    failed = exc
+                except (Deposed, LeaseLost, LogStreamStopped, LogFormatError) as exc:
+                    failed = exc  # meanwhile; or a damaged LLR generation unmended (`log_mend`)
             if clean and failed is not None:
                 logger.warning(
-                    "%s on %s: stopped without a clean shutdown, its log stream had stopped: %s",
+                    "%s on %s: not stopped cleanly (its log stream or its LLR flush failed): %s",
                     self.database,
                     self.node,
                     failed,

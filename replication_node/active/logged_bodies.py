@@ -28,7 +28,8 @@ which nothing else keeps them.
 A closed generation whose bytes no longer verify (its header or a record's CRC32C) is
 remembered with the error (`damaged`, until it reads whole again): the active's status
 says so (`damage_note`), as the LLR flush, which must read those bodies too, cannot go past
-it.
+it; and the active's mend is told (`on_damage`), which takes the generation whole from a
+copy (`log_mend.py`) and finds it whole again (`recheck`).
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ class LogBodies:
         # the first generations of the bodies being sent on (`checked_parts`), how many each
         self._reading: collections.Counter[int] = collections.Counter()
         self._reading_lock = threading.Lock()  # readers in worker threads and on the loop
+        # told of each damaged generation found (any thread): the mend (`log_mend.LogMend`)
+        self.on_damage: Callable[[int], None] | None = None
 
     def _load(self, gen: int) -> ScanResult:
         closed = self._dir / logfile.closed_log_name(gen)
@@ -103,7 +106,23 @@ class LogBodies:
         if gen not in self.damaged:
             logger.error("%s: %s", self._dir, error)
         self.damaged[gen] = error
+        if self.on_damage is not None:
+            self.on_damage(gen)
         return LogRecordError(error)
+
+    def recheck(self, gen: int) -> bool:
+        """Whether damaged generation `gen` reads whole now (mended, or put back), or is no
+        longer on disk (truncated: nothing reads it any more); forgotten as damaged then."""
+        try:
+            logfile.verify_closed(
+                logfile.read_closed(self._dir / logfile.closed_log_name(gen)), gen
+            )
+        except FileNotFoundError:
+            pass
+        except LogFormatError:
+            return False
+        self.damaged.pop(gen, None)
+        return True
 
     def damage_note(self) -> str | None:
         """What the status says of damaged generations (None: none found)."""

@@ -5,7 +5,8 @@ operator or while its last logs are held for a copy taking over (then read from 
 it holds, `held_for` the copy).  The seeds' LastLogGenerated counts the log being written
 once it holds an acknowledged commit; the other markers are its closed generations.
 `note` says what an operator should know besides: commits waiting for synchronous copies,
-a generation of the LLR window found damaged (its bodies cannot be read nor flushed).
+a generation of the LLR window found damaged (its bodies cannot be read nor flushed) and
+what its mend tried (`log_mend.py`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def active_status(instance: ActiveInstance) -> CopyStatusReport:
         )
     if instance.copy is not None and (damage := instance.copy.bodies.damage_note()):
         notes.append(damage)  # a generation in the LLR window damaged (`logged_bodies`)
+        if instance.mend.note:  # and what its mend tried (`log_mend`)
+            notes.append(instance.mend.note)
     note = "; ".join(notes) or None
     return CopyStatusReport(
         database=instance.database,

@@ -51,9 +51,9 @@ from replication_node.backup.files import (
 from replication_node.backup.manifest import MANIFEST_NAME, FileEntry, LogEntry, Manifest
 from replication_node.errors import BackupError, BadRequest, Conflict, InspectionFailed
 from replication_node.log import logfile
+from replication_node.log.inspector import inspect_generation
 from replication_node.log.logfile import RecordType, anchor_header, closed_log_name
 from replication_node.log.spanning import decode_carried, required_from
-from replication_node.passive.inspector import inspect_generation
 from replication_node.storage.header import DatabaseHeader, read_header
 from replication_node.storage.ops import BackupKind
 from replication_node.storage.stoppable import Interrupt, run_in_thread

@@ -38,9 +38,9 @@ from replication_node.errors import (
     DatabaseError,
     InspectionFailed,
 )
+from replication_node.log.inspector import inspect_generation
 from replication_node.log.logfile import LogHeader
 from replication_node.log.spanning import Pending, required_from
-from replication_node.passive.inspector import inspect_generation
 from replication_node.passive.replayer import read_batch
 from replication_node.storage.database import Database
 from replication_node.storage.header import DatabaseHeader, DatabaseState

@@ -43,6 +43,7 @@ from dag_common.errors import (
     failure,
 )
 from dag_common.http_client import client_session
+from dag_common.items_query import ItemsQuery
 from dag_common.mailbox_answers import MailboxPlace
 from dag_common.node_client import NodeStoreClient
 from dag_common.node_status import AUTH_FAILED
@@ -177,7 +178,7 @@ async def _list(config: ClusterConfig, client: NodeStoreClient, args: argparse.N
     deleted = 0
     since = args.since
     while True:
-        page = await client.items(db, name, since, PAGE)
+        page = await client.items(db, name, ItemsQuery(since, PAGE))
         for item in page.items:
             if item.deleted:
                 deleted += 1

@@ -57,6 +57,7 @@ from replication_node.errors import (
     LogFormatError,
     LogShareError,
 )
+from replication_node.log.inspector import InspectedLog, OutOfDateLog, inspect_generation
 from replication_node.log.logfile import (
     OPEN_LOG_NAME,
     LogHeader,
@@ -65,7 +66,6 @@ from replication_node.log.logfile import (
     seal_open_log,
 )
 from replication_node.log.spanning import Pending
-from replication_node.passive.inspector import InspectedLog, OutOfDateLog, inspect_generation
 from replication_node.passive.markers import Markers
 from replication_node.passive.stream_check import check_rejoin, check_stream
 from replication_node.shipping.interfaces import CopyLogs, LogShareInfo, LogSource

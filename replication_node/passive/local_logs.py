@@ -10,6 +10,7 @@ import os
 from dag_common.clock import Clock
 from dag_common.durable import fsync_dir
 from replication_node.errors import LogFormatError
+from replication_node.log.inspector import OutOfDateLog
 from replication_node.log.logdir import list_closed_generations, remove_prepared
 from replication_node.log.logfile import (
     OPEN_LOG_NAME,
@@ -20,7 +21,6 @@ from replication_node.log.logfile import (
     scan,
 )
 from replication_node.passive.copier import OUT_OF_DATE_DIR
-from replication_node.passive.inspector import OutOfDateLog
 from replication_node.passive.markers import Markers
 from replication_node.storage.header import DatabaseHeader
 from replication_node.storage.paths import CopyPaths

@@ -10,7 +10,8 @@
     passive (logshare_client.py is its LogSource; passive/copier.py pulls closed
       │      generations and inspects them, passive/blocks.py writes the blocks it receives)
       │  copy_share.py      another copy's inspected generations, for a generation the active
-      │                     could not give whole (asked by the copier)
+      │                     could not give whole (asked by the copier), or that was damaged
+      │                     on the active's own disk in its LLR window (active/log_mend.py)
       ▼
     replay (passive/replayer.py), truncation (active/truncator.py, from the copies' replay)
 

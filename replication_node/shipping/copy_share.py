@@ -1,6 +1,9 @@
 """The copies' log share: a passive copy serves the closed generations it has inspected, for
 another copy that could not get one whole from the active (a bit flipped on the active's
-disk, say).  Read-only, behind the cluster token like every node route:
+disk, say), and for the active itself, whose own copy of a generation in its LLR window was
+damaged on its disk after its commits were acknowledged (`active/log_mend.py`: checked
+there as a passive's inspection checks one, and against the active's own records).
+Read-only, behind the cluster token like every node route:
 
     /v1/databases/{db}/copy/logs/{E0000000A.log}?epoch=N
                       the bytes of one closed generation this node's passive copy holds,
@@ -15,7 +18,8 @@ fetched from that epoch's active (or from a copy on it) and chained to the ones 
 generation from a fork of another epoch is refused by the epoch; one damaged on the serving
 copy's disk is refused by the asking copy's inspection.
 
-`HttpCopyLogs` is the asking side, one per other copy of the database.
+`HttpCopyLogs` is the asking side, one per other copy of the database (the active asks with
+its own epoch: a copy following it has inspected its stream's generations on it).
 """
 
 from __future__ import annotations

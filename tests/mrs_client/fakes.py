@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dag_common.clock import ManualClock
+from dag_common.items_query import ItemsQuery
 from dag_common.mailbox_digest import body_hash, mailbox_digest
 from dag_common.model import Lsn
 from dag_common.store_api import (
@@ -209,19 +210,11 @@ class FakeNodes:
         db = self._call("create_folder", database, mailbox)
         return db.commit([("folder", (mailbox, folder))])
 
-    async def items(
-        self,
-        database: str,
-        mailbox: str,
-        since_change: int,
-        limit: int | None = None,
-        *,
-        count: bool = False,
-        page_bytes: int | None = None,
-        bodies: bool = True,
-    ) -> Items:
+    async def items(self, database: str, mailbox: str, query: ItemsQuery) -> Items:
         """As a node lists: a page cut by `limit` changes and, as its bodies (or without
         `bodies`, its rows) reach `page_bytes`, one change at least."""
+        since_change, limit, page_bytes = query.since_change, query.limit, query.page_bytes
+        count, bodies = query.count, query.bodies
         db = self._call("items", database, mailbox)
         self.listings.append((database, since_change, bodies))
         rows = sorted(

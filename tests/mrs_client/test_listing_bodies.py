@@ -15,6 +15,7 @@ import pytest
 
 from dag_common.counted_text import held_utf8, is_bytes_only
 from dag_common.items_payload import ItemsPayload
+from dag_common.items_query import ItemsQuery
 from dag_common.node_client import NodeStoreClient
 from tests.mrs_client.test_node_client import broken_node, row  # noqa: F401 (a fixture)
 
@@ -42,7 +43,7 @@ async def test_large_bodies_come_as_the_bytes_the_node_listed(broken_node, seed)
     state["listing"] = json.dumps(
         {"items": rows, "last_change_number": 3, "epoch": 2}, ensure_ascii=ascii_only
     ).encode()
-    listed = await as_bytes(client).items("DB2", "alice", 0, 10)
+    listed = await as_bytes(client).items("DB2", "alice", ItemsQuery(0, 10))
     assert [i.item_id for i in listed.items] == ["m1", "m2", "m3"]
     assert not any(i.unreadable for i in listed.items)
     assert listed.items[0].body == "small"
@@ -52,7 +53,7 @@ async def test_large_bodies_come_as_the_bytes_the_node_listed(broken_node, seed)
         assert item.hashed_body() == hashlib.sha256(text.encode()).hexdigest()
         assert item.size == len(text.encode()) + 1  # the subject "s"
     # written on as the same JSON as the page read as text
-    as_text = await client.items("DB2", "alice", 0, 10)
+    as_text = await client.items("DB2", "alice", ItemsQuery(0, 10))
     assert ItemsPayload(list(listed.items)).decode() == ItemsPayload(list(as_text.items)).decode()
 
 
@@ -62,7 +63,7 @@ async def test_a_large_body_that_is_not_utf8_text_is_read_again_as_text(broken_n
     state, client = broken_node
     rows = [row("m1", 1, body="x" * (2 * MIB) + "\ud800"), row("m2", 2, body="y" * MIB * 2)]
     state["listing"] = json.dumps({"items": rows, "last_change_number": 2, "epoch": 2}).encode()
-    listed = await as_bytes(client).items("DB2", "alice", 0, 10)
+    listed = await as_bytes(client).items("DB2", "alice", ItemsQuery(0, 10))
     assert "lone surrogate" in listed.items[0].unreadable
     assert listed.items[1].body == "y" * MIB * 2  # read as text, this time
 
@@ -78,13 +79,13 @@ async def test_a_page_holds_its_large_body_once(broken_node, tmp_path):  # noqa:
     )
     mover = as_bytes(client)
     with page.open("rb") as state["listing"]:
-        await mover.items("DB2", "alice", 0, 1)  # the connection made, the server warm
+        await mover.items("DB2", "alice", ItemsQuery(0, 1))  # the connection made, the server warm
     state["listing"] = page.open("rb")
     gc.collect()
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        listed = await mover.items("DB2", "alice", 0, 1)
+        listed = await mover.items("DB2", "alice", ItemsQuery(0, 1))
         peak = tracemalloc.get_traced_memory()[1] - before
     finally:
         tracemalloc.stop()

@@ -12,6 +12,7 @@ import pytest
 from aiohttp import web
 
 from dag_common.config import parse_config
+from dag_common.items_query import ItemsQuery
 from dag_common.node_client import NodeStoreClient
 from dag_common.rfc822 import BodyFormat
 from dag_common.store_api import Item
@@ -314,7 +315,7 @@ async def test_an_item_of_a_listing_that_is_not_one_comes_back_unreadable(broken
         row("m5", 5, body="été"),
     ]
     state["listing"] = json.dumps({"items": rows, "last_change_number": 5, "epoch": 2}).encode()
-    listed = await client.items("DB2", "alice", 0, 10)
+    listed = await client.items("DB2", "alice", ItemsQuery(0, 10))
     assert [(i.item_id, i.change_number, bool(i.unreadable)) for i in listed.items] == [
         ("m1", 1, False),
         ("m2", 2, True),
@@ -337,7 +338,7 @@ async def test_an_items_format_is_read_and_one_the_mover_does_not_know_is_unread
     state, client = broken_node
     rows = [row("m1", 1), row("m2", 2, format="message-8bit"), row("m3", 3, format="mbox")]
     state["listing"] = json.dumps({"items": rows, "last_change_number": 3}).encode()
-    listed = await client.items("DB2", "alice", 0, 10)
+    listed = await client.items("DB2", "alice", ItemsQuery(0, 10))
     assert [(i.format, bool(i.unreadable)) for i in listed.items] == [
         (BodyFormat.TEXT, False),
         (BodyFormat.MESSAGE_8BIT, False),
@@ -358,7 +359,7 @@ async def test_a_listing_without_bodies_comes_back_as_items_without_bodies(broke
         older,
     ]
     state["listing"] = json.dumps({"items": rows, "last_change_number": 4, "epoch": 2}).encode()
-    listed = await client.items("DB2", "alice", 0, 10, bodies=False)
+    listed = await client.items("DB2", "alice", ItemsQuery(0, 10, bodies=False))
     first, *bad, last = listed.items
     assert (first.body, first.body_hash, first.size, first.has_body) == ("", "ab" * 32, 4, False)
     assert [(i.item_id, bool(i.unreadable)) for i in bad] == [("m2", True), ("m3", True)]

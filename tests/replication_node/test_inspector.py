@@ -8,8 +8,8 @@ import pytest
 
 from replication_node.errors import Diverged, InspectionFailed
 from replication_node.log import logfile
+from replication_node.log.inspector import OutOfDateLog, inspect_generation
 from replication_node.log.operations import PutItem
-from replication_node.passive.inspector import OutOfDateLog, inspect_generation
 from tests.replication_node.helpers import mount
 
 

@@ -17,11 +17,11 @@ from replication_node.active.item_writes import stage_plan
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.errors import InspectionFailed, LogRecordError
 from replication_node.log import logfile, logstream
+from replication_node.log.inspector import inspect_generation
 from replication_node.log.logdir import list_closed_generations
 from replication_node.log.logfile import HEADER_SIZE, LogHeader, RecordType, encode_record
 from replication_node.log.recovery import plan_recovery
 from replication_node.log.spanning import BlobId, PendingBlob, decode_part, encode_part, track
-from replication_node.passive.inspector import inspect_generation
 from tests.cluster_harness import wait_until
 from tests.replication_node.disk import Op, Step, TestDisk
 from tests.replication_node.helpers import (
