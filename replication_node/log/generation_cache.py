@@ -7,8 +7,8 @@ closed generation again (a fresh 1 MiB mapping, its page faults, its CRC32C scan
 passive, the replay's read, then its check of a large body's UTF-8 and SHA-256, then the
 row's write of its parts; on the active, each LLR flush read the generations of its bodies,
 and the next flush the generation the two shared.  A generation holds the parts of more than
-one body, and a body's parts span generations, so a reader of its own per body read most
-generations twice or three times.
+one body, and a body's parts span generations, so a reader of its own per body read each
+generation once for every body with a part in it (below: 16 times and more).
 
 What is kept is what was verified (`logfile.verify_closed`: the header, every record's
 CRC32C, CLOSE last), as it was verified: a `ScanResult` over the bytes read, which nothing
@@ -33,8 +33,10 @@ Where each generation's PART records are (which body, what offset, how long) is 
 it is verified (`records`), and kept after its bytes are let go of (a few numbers a part):
 a reader of a body whose generation is no longer kept reads that body's records alone, each
 by its position, and checks each one's frame and CRC32C as a scan does (`record_at`), rather
-than the whole generation again.  This is what bounds the reads where 16 sessions stage
-1 MiB bodies at once: their parts interleave, so a body's parts span as many generations as
+than the whole generation again (one that fails is read whole again by the stage's loader,
+which reports what is wrong with the file its own way: the active's notes the damage and
+tells its mend).  This is what bounds the reads where 16 sessions stage 1 MiB bodies at
+once: their parts interleave, so a body's parts span as many generations as
 bodies are staged beside it (16 or more), and a reader of its own read each of those whole,
 16 MiB and more read for a 1 MiB body, once for each of the stage's readers; the bytes kept
 could not hold that span within a bound of a few generations.
@@ -164,19 +166,29 @@ class GenerationCache:
             else:
                 result = None
         if result is None and noted is not None and noted.ident == ident:
-            where = noted.parts.get(blob, [])
-            out = []
-            if where:
-                with open(path, "rb") as f:
-                    for offset, size in where:
-                        data = os.pread(f.fileno(), size, offset)
-                        out.append(record_at(data, noted.generation, offset, noted.salt))
+            try:
+                return self._read_alone(path, noted, blob)
+            except (OSError, LogRecordError):
+                # Read whole again and verified by the stage's own loader, which says what
+                # is wrong with the file its way (the active's: damage noted, its mend told).
                 with self._lock:
-                    self.records_read += len(out)
-            return out
+                    if self._noted.get(path) is noted:
+                        del self._noted[path]
         if result is None:
             result = self._load(path, ident, load)
         return [r for r in result.records if r.type is RecordType.PART and _of(r) == blob]
+
+    def _read_alone(self, path: Path, noted: _Noted, blob: BlobId) -> list[LogRecord]:
+        where = noted.parts.get(blob, [])
+        out = []
+        if where:
+            with open(path, "rb") as f:
+                for offset, size in where:
+                    data = os.pread(f.fileno(), size, offset)
+                    out.append(record_at(data, noted.generation, offset, noted.salt))
+            with self._lock:
+                self.records_read += len(out)
+        return out
 
     def forget_below(self, generation: int) -> None:
         """Let go of the generations below `generation` (the stage will not read them)."""
