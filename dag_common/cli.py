@@ -13,7 +13,7 @@ traceback goes to the debug log (`--verbose`, where a command has it).
 A command line starts in the time an operator does not notice (issue 48): this module
 imports nothing but the standard library and the ground floor's plain-Python modules, and a
 command's module, which brings aiohttp, pydantic, the config and the rest, is imported only
-when that command is chosen (`Lazy`, `add_commands`), so `--help` and a mistyped command
+when that command is chosen (`Lazy`, `Group`, `add_commands`), so `--help` and a mistyped command
 answer at once.  `tests/dag_common/test_cli_help.py` holds every console script to it.
 """
 
@@ -63,23 +63,40 @@ class Lazy:
     help: str
     build: str
 
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        module, _, function = self.build.partition(":")
+        getattr(importlib.import_module(module), function)(parser)
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A subcommand that only chooses among its own `commands` (the one chosen named in
+    `dest`), each module imported only when its command is chosen."""
+
+    name: str
+    help: str
+    dest: str
+    commands: tuple[Lazy | Group, ...]
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        add_commands(parser, self.dest, self.commands)
+
 
 class _Parsers(dict[str, argparse.ArgumentParser]):
-    """The subcommands' parsers by name, each built by its `Lazy.build` the first time it is
-    looked up: argparse looks up only the one chosen, and its listing of the commands reads
-    the names and helps alone.  A reader of every parser (the reference's pages, the help
-    tests) walks `items()`, which builds them all."""
+    """The subcommands' parsers by name, each built by its `Lazy` or `Group` the first time
+    it is looked up: argparse looks up only the one chosen, and its listing of the commands
+    reads the names and helps alone.  A reader of every parser (the reference's pages, the
+    help tests) walks `items()`, which builds them all."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.builders: dict[str, str] = {}
+        self.builders: dict[str, Lazy | Group] = {}
 
     def __getitem__(self, name: str) -> argparse.ArgumentParser:
         parser = super().__getitem__(name)
-        build = self.builders.pop(name, None)
-        if build is not None:
-            module, _, function = build.partition(":")
-            getattr(importlib.import_module(module), function)(parser)
+        command = self.builders.pop(name, None)
+        if command is not None:
+            command.add_to(parser)
         return parser
 
     def values(self) -> list[argparse.ArgumentParser]:  # type: ignore[override]
@@ -97,16 +114,18 @@ class _LazySubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]
         self._name_parser_map = self.choices = _Parsers()
 
 
-def add_commands(parser: argparse.ArgumentParser, dest: str, commands: Iterable[Lazy]) -> None:
+def add_commands(
+    parser: argparse.ArgumentParser, dest: str, commands: Iterable[Lazy | Group]
+) -> None:
     """Add `commands` to `parser` as its subcommands (one must be given), each module
     imported only when its command is chosen."""
     sub = parser.add_subparsers(dest=dest, required=True, action=_LazySubParsers)
     for command in commands:
         sub.add_parser(command.name, help=command.help)
-        sub.choices.builders[command.name] = command.build
+        sub.choices.builders[command.name] = command
 
 
-def command_line(prog: str, commands: Iterable[Lazy], **kw: Any) -> argparse.ArgumentParser:
+def command_line(prog: str, commands: Iterable[Lazy | Group], **kw: Any) -> argparse.ArgumentParser:
     """A console script's parser: `prog`, its `--version`, and its `commands` (one must be
     chosen; `args.command` names it), each command's module imported only when it is chosen.
     `kw`: argparse.ArgumentParser's own (description, formatter_class)."""
@@ -123,7 +142,7 @@ class Script:
     `main` (in-process callers, tests) and `entry` (the console script, `exit_now`)."""
 
     prog: str
-    commands: tuple[Lazy, ...]
+    commands: tuple[Lazy | Group, ...]
     description: str
     formatter_class: type[argparse.HelpFormatter] = argparse.HelpFormatter
     bad_input: tuple[type[BaseException], ...] = ()

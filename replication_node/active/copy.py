@@ -39,6 +39,7 @@ from replication_node.active.listing import (
     items_page,
     listing_apart,
     live_count,
+    with_body,
 )
 from replication_node.active.logged_bodies import LogBodies, body_bytes, read_back, without_body
 from replication_node.errors import SwitchingOver, TransactionTooLarge
@@ -480,6 +481,8 @@ class ActiveCopy:
         return [overlay.over_file(r) for r in rows]  # type: ignore[misc]
 
     def items(self, mailbox: str, since_change: int = 0) -> list[ItemRow]:
+        """Every change after `since_change` with its body: the overlay's as `_with_body`
+        gives them, the file's read whole (tests and benches: no route lists so)."""
         stored = [] if self.overlay.hides(mailbox) else self.db.items(mailbox, since_change)
         rows = {r.item_id: r for r in self._file_rows(mailbox, stored)}
         for (m, item_id), (_, row) in self.overlay.items.items():
@@ -506,7 +509,7 @@ class ActiveCopy:
         for (m, item_id), (_, row) in self.overlay.items.items():
             if m != mailbox:
                 continue
-            old = None if hidden else self.overlay.over_file(self.db.item(mailbox, item_id))
+            old = None if hidden else self.overlay.over_file(self.db.item_head(mailbox, item_id))
             for sign, each in ((-1, old), (1, row)):
                 if each is not None and not each.deleted and each.folder in counts:
                     counts[each.folder][0] += sign
@@ -568,32 +571,23 @@ class ActiveCopy:
         blobs: bool = False,
     ) -> ItemsPage:
         """A page of the file's changes with the overlay's merged in, cut by count and bytes
-        over both (`listing.items_page`).  With `blobs`, a body the overlay holds in the log
-        is a `LogText`, read a part at a time as it is written, as the file's are."""
-        with_body = self._with_log_text if blobs else self._with_body
+        over both (`listing.items_page`), the overlay's bodies as `_with_body` gives them.
+        With `blobs`, the file's large bodies are read a part at a time as they are written."""
         return items_page(
             self.overlay, self.db, mailbox, since_change, limit, max_bytes,
-            bodies=bodies, with_body=with_body, blobs=blobs,
+            bodies=bodies, with_body=self._with_body, blobs=blobs,
         )  # fmt: skip
 
-    def item(self, mailbox: str, item_id: str, *, body: bool = True) -> ItemRow | None:
-        """An item; without `body`, one whose body the log holds comes without it (its hash)."""
-        row = self.overlay.current_item(self.db, mailbox, item_id)
-        return self._with_body(row) if body and row is not None else row
+    def item(self, mailbox: str, item_id: str) -> ItemRow | None:
+        """An item's row, no body read: its body only if the overlay holds it in memory,
+        else "" with its hash (`ItemRow`), as the overlay holds it or the file's head.  No
+        reader needs a body whole: those that send one read it a part at a time (the
+        listing, `bodies_apart`)."""
+        return self.overlay.current_item(self.db, mailbox, item_id)
 
     def _with_body(self, row: ItemRow) -> ItemRow:
-        """An overlay row with its body, read back from the log if it is held there."""
-        logged = self.overlay.logged_body(row.mailbox, row.item_id)
-        if logged is None or row.deleted:
-            return row
-        return row._replace(body=self.bodies.text(logged), body_hash="")
-
-    def _with_log_text(self, row: ItemRow) -> ItemRow:
-        """An overlay row with its body as a `LogText` if the log holds it (not read here)."""
-        logged = self.overlay.logged_body(row.mailbox, row.item_id)
-        if logged is None or row.deleted:
-            return row
-        return row._replace(body=self.bodies.text_of(row, logged), body_hash="")
+        """An overlay row with its body as a reader is given it (`listing.with_body`)."""
+        return with_body(self.overlay, self.db, self.bodies, row)
 
 
 _uid = attrgetter("uid", "item_id")

@@ -592,7 +592,7 @@ def _change_feed(copy: ActiveCopy) -> ChangeFeed:
     item's folder is read from its tombstone, in the overlay by then."""
 
     def folder_of(mailbox: str, item_id: str) -> str | None:
-        row = copy.item(mailbox, item_id, body=False)
+        row = copy.item(mailbox, item_id)
         return row.folder if row is not None else None
 
     floor = max(copy.header.last_change_number, copy.overlay.max_change_number)

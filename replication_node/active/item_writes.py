@@ -83,7 +83,7 @@ class ItemWrites(StoreCore):
                 flags = tuple(sorted(set(i.flags)))
                 # none given: the commit's time, which the record has
                 received = i.received.isoformat() if i.received is not None else ""
-                held = None if i.item_id is None else self.copy.item(mailbox, item_id, body=False)
+                held = None if i.item_id is None else self.copy.item(mailbox, item_id)
                 if i.uid is not None:  # a move's copy: the source's UID and modseq
                     uid, modseq = i.uid, i.modseq or self.counters.modseq(folder)
                     self.counters.given(folder, uid, modseq)
@@ -182,7 +182,7 @@ class ItemWrites(StoreCore):
         self, mailbox: str, item_id: str, *, override_lock: bool = False
     ) -> Written:
         self._live_mailbox(mailbox, override_lock=override_lock)
-        row = self.copy.item(mailbox, item_id, body=False)
+        row = self.copy.item(mailbox, item_id)
         if row is None or row.deleted:
             raise NotFound(f"mailbox {mailbox!r} has no item {item_id!r}")
         folder = self._folder_row(mailbox, row.folder, missing=None)

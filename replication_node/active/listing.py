@@ -18,15 +18,22 @@ cursor, the change number (unique in a mailbox), so a page cut after the row tha
 `max_bytes`, whichever source it came from, ends at that row's number and the next page
 resumes just after it: no row lost or repeated.  An overlay row's body is read back from
 the log only once the row is in the page.
+
+An overlay row whose body the file holds (a flag change, a move, a copy of an item the file
+has: `LlrOverlay.in_file`) is given to readers with the body read from the file a part at a
+time (`with_body`, `bodies_apart`), as the file's own rows are: the overlay never held it.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 
 from dag_common.mailbox_digest import DigestRow
-from replication_node.active.logged_bodies import without_body
+from replication_node.active.logged_bodies import LogBodies, without_body
+from replication_node.storage.bodies import APART
+from replication_node.storage.body_reads import BlobBody, BlobText, text_parts
 from replication_node.storage.database import Database
 from replication_node.storage.file_reads import Held
 from replication_node.storage.ops import floored
@@ -82,16 +89,50 @@ def bodies_apart(
     overlay: LlrOverlay, db: Database, mailbox: str, ids: Sequence[str]
 ) -> tuple[Database, Held]:
     """The file to read the bodies of `ids` from off the loop, and what the overlay holds of
-    them (taken on the loop: its rows are immutable, the file may be behind it)."""
+    them (taken on the loop: its rows are immutable, the file may be behind it).  A row whose
+    body is the file's own row's (a flag change, a move: `LlrOverlay.in_file`) is left to the
+    file; a copy's is a `BlobText` read from the file's rows that hold it, when written."""
     held: Held = {}
     hidden = overlay.hides(mailbox)
     for item in ids:
         row = overlay.item(mailbox, item)
-        if row is not None:
-            held[item] = None if row.deleted else (row.body, row.format, row.subject)
-        elif hidden:
+        in_file = overlay.file_body(mailbox, item)
+        if row is None:
+            if hidden:
+                held[item] = None
+        elif row.deleted:
             held[item] = None
+        elif in_file is None:
+            held[item] = (row.body, row.format, row.subject)
+        elif in_file != (item,):
+            held[item] = (_file_text(db, row, in_file), row.format, row.subject)
     return db, held
+
+
+def _file_text(db: Database, row: ItemRow, in_file: tuple[str, ...]) -> BlobText:
+    """An overlay row's body the file holds (in the rows `in_file`), read a part at a time
+    when it is written (`FileReads.held_part`)."""
+    head = BlobBody(row.mailbox, row.item_id, row.format, row.subject, row.size, row.body_hash)
+    return BlobText(head, functools.partial(db.held_part, in_file))
+
+
+def with_body(overlay: LlrOverlay, db: Database, bodies: LogBodies, row: ItemRow) -> ItemRow:
+    """An overlay row with its body as a reader is given it, none read whole past `APART`:
+    one the log holds as a `LogText`, one the file holds (`LlrOverlay.in_file`) as a
+    `BlobText` of the file, each read a part at a time as it is written; a smaller one the
+    file holds read whole, as the file's own rows are."""
+    if row.deleted:
+        return row
+    logged = overlay.logged_body(row.mailbox, row.item_id)
+    if logged is not None:
+        return row._replace(body=bodies.text_of(row, logged), body_hash="")
+    in_file = overlay.file_body(row.mailbox, row.item_id)
+    if in_file is None:
+        return row
+    body = _file_text(db, row, in_file)
+    if row.size < APART:
+        return row._replace(body="".join(text_parts(body.parts())), body_hash="")
+    return row._replace(body=body, body_hash="")
 
 
 def digest_rows(overlay: LlrOverlay, db: Database, mailbox: str) -> list[DigestRow]:
@@ -118,7 +159,7 @@ def live_count(overlay: LlrOverlay, db: Database, mailbox: str, since_change: in
     count = 0 if hidden else db.live_count(mailbox, since_change)
     for (m, item_id), (_, row) in overlay.items.items():
         if m == mailbox:
-            old = None if hidden else db.item(mailbox, item_id)
+            old = None if hidden else db.item_head(mailbox, item_id)
             count -= bool(old and not old.deleted and old.change_number > since_change)
             count += bool(not row.deleted and row.change_number > since_change)
     return count

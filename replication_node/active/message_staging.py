@@ -29,6 +29,7 @@ import codecs
 import contextlib
 import hashlib
 from dataclasses import dataclass
+from typing import NoReturn
 
 from dag_common.counted_text import CountedText, known
 from dag_common.errors import BadRequest, RequestTooLarge
@@ -121,12 +122,7 @@ class MessageStager:
         subject = subject_of(bytes(self._head))
         size = len(subject.encode("utf-8")) + self._stored
         if size > self._max:
-            raise RequestTooLarge(
-                f"the item is {size} bytes (its subject and body in UTF-8), over the "
-                f"max_item_size of {self._database}, {bytes_and_mib(self._max)}; nothing "
-                "written",
-                {"max_item_size": self._max, "item_size": size},
-            )
+            self._refuse(size, f"the item is {size} bytes (its subject and body in UTF-8), over")
         message_sha = self._message_sha.hexdigest()
         body_sha = message_sha if self._body_sha is None else self._body_sha.hexdigest()
         fmt = BodyFormat.MESSAGE_8BIT if self._eight_bit else BodyFormat.MESSAGE
@@ -176,12 +172,16 @@ class MessageStager:
     def _within_max(self, count: int, what: str, of: str) -> None:
         """RequestTooLarge once `count` bytes of `what` are over the max_item_size."""
         if count > self._max:
-            raise RequestTooLarge(
-                f"{what} is over the max_item_size of {self._database}, "
-                f"{bytes_and_mib(self._max)} (refused after {count} bytes{of}); nothing "
-                "written",
-                {"max_item_size": self._max, "item_size": count},
-            )
+            self._refuse(count, f"{what} is over", f" (refused after {count} bytes{of})")
+
+    def _refuse(self, size: int, over: str, after: str = "") -> NoReturn:
+        """The one refusal of an item over the max_item_size: `over` says what is, `after`
+        how far it was read."""
+        limit = f"the max_item_size of {self._database}, {bytes_and_mib(self._max)}"
+        raise RequestTooLarge(
+            f"{over} {limit}{after}; nothing written",
+            {"max_item_size": self._max, "item_size": size},
+        )
 
     def _start(self, data: bytes | memoryview) -> None:
         continues = None if self._ref is None else self._ref.id

@@ -5,29 +5,12 @@ Exit codes: 0 ok, 1 operation failed, 2 bad input or config.
 
 from __future__ import annotations
 
-import argparse
+from dag_common.cli import Group, Lazy, Script
 
-from dag_common.cli import Lazy, Script, add_commands
-
-# Each command's module is imported only when it is chosen (`dag_common.cli.Lazy`): this
-# table is what `replication-node --help` needs, and all it imports.
+# Each command's module is imported only when it is chosen (`dag_common.cli.Lazy`; a
+# `Group` only chooses among its table's): these tables are what `replication-node --help`
+# needs, and all it imports.
 _CLI = "replication_node.cli"
-
-COMMANDS = (
-    Lazy("log", "log file tools", f"{_CLI}.main:build_log"),
-    Lazy("db", "database file tools, and the admin calls of a database's copies",
-         f"{_CLI}.main:build_db"),
-    Lazy("serve", "run one node", f"{_CLI}.serve:build_serve"),
-    Lazy("cluster", "run every node of a config locally; pause or resume automatic failover",
-         f"{_CLI}.main:build_cluster"),
-    Lazy("mailbox",
-         "create a mailbox, write test items, list them, say where one is; list, purge and "
-         "restore soft-deleted mailboxes (the node API)",
-         f"{_CLI}.mailbox:register"),
-    Lazy("status", "copy status of the whole cluster", f"{_CLI}.status:register"),
-    Lazy("audit", "recent operator, mover and refused calls on every node, by time",
-         f"{_CLI}.audit:register"),
-)  # fmt: skip
 
 LOG_COMMANDS = (
     Lazy("dump", "header, records and checksum verdicts of a log file",
@@ -71,19 +54,21 @@ CLUSTER_COMMANDS = (
 )  # fmt: skip
 
 
-def build_log(parser: argparse.ArgumentParser) -> None:
-    """`log`: its commands."""
-    add_commands(parser, "log_cmd", LOG_COMMANDS)
-
-
-def build_db(parser: argparse.ArgumentParser) -> None:
-    """`db`: its commands."""
-    add_commands(parser, "db_cmd", DB_COMMANDS)
-
-
-def build_cluster(parser: argparse.ArgumentParser) -> None:
-    """`cluster`: its commands."""
-    add_commands(parser, "cluster_cmd", CLUSTER_COMMANDS)
+COMMANDS = (
+    Group("log", "log file tools", "log_cmd", LOG_COMMANDS),
+    Group("db", "database file tools, and the admin calls of a database's copies", "db_cmd",
+          DB_COMMANDS),
+    Lazy("serve", "run one node", f"{_CLI}.serve:build_serve"),
+    Group("cluster", "run every node of a config locally; pause or resume automatic failover",
+          "cluster_cmd", CLUSTER_COMMANDS),
+    Lazy("mailbox",
+         "create a mailbox, write test items, list them, say where one is; list, purge and "
+         "restore soft-deleted mailboxes (the node API)",
+         f"{_CLI}.mailbox:register"),
+    Lazy("status", "copy status of the whole cluster", f"{_CLI}.status:register"),
+    Lazy("audit", "recent operator, mover and refused calls on every node, by time",
+         f"{_CLI}.audit:register"),
+)  # fmt: skip
 
 
 SCRIPT = Script("replication-node", COMMANDS, description=__doc__)

@@ -171,11 +171,6 @@ class LogStream:
         return records if generation == self._file.settled.generation else 0
 
     @property
-    def announced_generation(self) -> int:
-        """The highest generation announced to hold a commit (0: none yet)."""
-        return self._announcer.announced
-
-    @property
     def announcements(self) -> int:
         """How many generations were announced (one store write each)."""
         return self._announcer.announcements

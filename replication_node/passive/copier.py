@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING
 from dag_common.backoff import Backoff
 from dag_common.clock import Clock
 from dag_common.durable import fsync_dir
+from replication_node.admin_api import OpenLogKept
 from replication_node.errors import (
     CopyFailed,
     Diverged,
@@ -552,3 +553,17 @@ def _drop_written(write: asyncio.Future[Path]) -> None:
     """Delete the file a cancelled fetch wrote into Inspector (if it got that far)."""
     if not write.cancelled() and write.exception() is None:
         write.result().unlink(missing_ok=True)
+
+
+async def keep_open_log(
+    copier: Copier, data: bytes, error: type[Exception], said: str, kept_through: int | None = None
+) -> OpenLogKept | None:
+    """`data` kept as the open generation (`Copier.copy_open_log`), as an answer says it (None:
+    it held no transaction); `error(f"{said}: …")` if it fails inspection."""
+    try:
+        kept = await copier.copy_open_log(data)
+    except InspectionFailed as exc:
+        raise error(f"{said}: {exc}") from exc
+    if kept is None:
+        return None
+    return OpenLogKept(generation=kept.generation, size=kept.size, kept_through=kept_through)

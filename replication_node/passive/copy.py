@@ -28,19 +28,18 @@ from dag_common.backoff import Backoff
 from dag_common.clock import Clock
 from dag_common.model import CopyMode, CopyRole, CopyStatus, CopyStatusReport
 from dag_common.tasks import cancel_and_wait
-from replication_node.admin_api import BlockBufferAnswer, LastLogsAnswer, OpenLogKept
+from replication_node.admin_api import BlockBufferAnswer, LastLogsAnswer
 from replication_node.errors import (
     Conflict,
     CopyFailed,
     DatabaseError,
-    InspectionFailed,
     LogShareError,
     NotFound,
 )
 from replication_node.log.logfile import closed_log_name, scan
 from replication_node.log.truncation import delete_through, passive_truncation_limit
 from replication_node.passive.blocks import BlockReceiver
-from replication_node.passive.copier import Copier
+from replication_node.passive.copier import Copier, keep_open_log
 from replication_node.passive.copy_state import CopyState
 from replication_node.passive.local_logs import prepare_local_logs
 from replication_node.passive.markers import Markers
@@ -361,18 +360,15 @@ class PassiveCopy:
             kept = None
             if info.open_commits:
                 data = await self._source.fetch_open_log()
-                try:
-                    kept = await copier.copy_open_log(data)
-                except InspectionFailed as exc:
-                    raise LogShareError(f"the open log from {active_node}: {exc}") from exc
+                kept = await keep_open_log(
+                    copier, data, LogShareError, f"the open log from {active_node}"
+                )
             return LastLogsAnswer(
                 database=self.database,
                 node=self.settings.node,
                 source=active_node,
                 closed_through=info.last_generation,
-                open_log=OpenLogKept(generation=kept.generation, size=kept.size)
-                if kept is not None
-                else None,
+                open_log=kept,
                 last_log_inspected=m.last_log_inspected,
             )
         finally:
@@ -392,19 +388,16 @@ class PassiveCopy:
                 "in block mode"
             )
         data = await blocks.keep_buffer()
-        kept, kept_through = None, None
+        kept = None
         if data is not None:
             kept_through = scan(data).valid_end  # the end of its last whole record
-            try:
-                kept = await copier.copy_open_log(data)
-            except InspectionFailed as exc:
-                raise Conflict(f"the block-mode buffer cannot be kept: {exc}") from exc
+            kept = await keep_open_log(
+                copier, data, Conflict, "the block-mode buffer cannot be kept", kept_through
+            )
         return BlockBufferAnswer(
             database=self.database,
             node=self.settings.node,
-            kept=OpenLogKept(generation=kept.generation, size=kept.size, kept_through=kept_through)
-            if kept
-            else None,
+            kept=kept,
             last_log_inspected=self.markers.last_log_inspected,
         )
 

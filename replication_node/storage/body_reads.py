@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import codecs
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from dag_common.rfc822 import BodyFormat
 from replication_node.errors import BodyChanged
-from replication_node.storage.bodies import APART_SIZE, IS_APART
+from replication_node.storage.bodies import APART, APART_SIZE, IS_APART
 
 PART = 1024 * 1024  # bytes of a body read at a time
 # Whether an item's body is read a part at a time (a SQL condition over `items`): kept
@@ -108,6 +108,29 @@ def read_part(conn: sqlite3.Connection, body: BlobBody, offset: int, n: int = PA
             return blob.read(n)
     except sqlite3.OperationalError as exc:  # the row's blob gone under its rowid
         raise BodyChanged(f"item {body.item_id!r} of {body.mailbox!r}: {exc}") from exc
+
+
+def read_held_part(
+    conn: sqlite3.Connection, ids: Sequence[str], body: BlobBody, offset: int
+) -> bytes:
+    """A part of `body` (an LLR overlay row's head, its body in the file: `overlay.in_file`)
+    from `offset`, read from the first of `ids` whose row holds that body (live, the same
+    hash, format and size), inside `conn`'s read transaction: kept apart, by `read_part`;
+    in `body` (under `APART`), read whole and cut.  `BodyChanged` if none holds it."""
+    for item_id in ids:
+        held = replace(body, item_id=item_id)
+        try:
+            return read_part(conn, held, offset)
+        except BodyChanged:
+            pass
+        row = conn.execute(
+            "SELECT body FROM items WHERE mailbox=? AND item_id=? AND deleted=0"
+            " AND body_hash=? AND format=? AND size=?",
+            (body.mailbox, item_id, body.body_hash, body.format.value, body.size),
+        ).fetchone()
+        if row is not None and body.size < APART:
+            return row[0].encode("utf-8", "surrogatepass")[offset : offset + PART]
+    raise BodyChanged(f"item {body.item_id!r} of {body.mailbox!r} changed while read")
 
 
 def parts(conn: sqlite3.Connection, body: BlobBody) -> Iterator[bytes]:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dag_common.mailbox_digest import DigestRow
 from dag_common.rfc822 import BodyFormat
 from replication_node.storage.bodies import BODY_TEXT, ITEMS, MESSAGE_BYTES
-from replication_node.storage.body_reads import BlobBody, BlobText, read_part
+from replication_node.storage.body_reads import BlobBody, BlobText, read_held_part, read_part
 from replication_node.storage.columns import (
     FOLDER_COLUMNS,
     ITEM_BLOB_COLUMNS,
@@ -273,6 +273,25 @@ class FileReads:
             finally:
                 self._reads.execute("COMMIT")
 
+    def held_part(self, ids: Sequence[str], body: BlobBody, offset: int) -> bytes:
+        """A part of an LLR overlay row's body that this file holds, from the first of `ids`
+        that holds it (`body_reads.read_held_part`), in a read transaction of its own."""
+        with self._read_lock:
+            self._reads.execute("BEGIN")
+            try:
+                return read_held_part(self._reads, ids, body, offset)
+            finally:
+                self._reads.execute("COMMIT")
+
+    def item_head(self, mailbox: str, item_id: str) -> ItemRow | None:
+        """An item's row without its body (`ItemRow`: its hash in the body's place)."""
+        with self._read_lock:
+            row = self._reads.execute(
+                f"SELECT {ITEM_HEAD_COLUMNS} FROM items WHERE mailbox=? AND item_id=?",
+                (mailbox, item_id),
+            ).fetchone()
+        return item_head_of(row) if row else None
+
     def item(self, mailbox: str, item_id: str) -> ItemRow | None:
         with self._read_lock:
             row = self._reads.execute(
@@ -307,8 +326,9 @@ def _folder_items(
 
 StoredBody = tuple[str, BodyFormat, str]  # an item's body, its format, its subject
 # What a reader holds of some item ids apart from its file (the active's LLR overlay): an id's
-# body, or None (deleted, or its mailbox removed in a generation the file does not have yet).
-# An id absent is read from the file.
+# body (a `BlobText` read a part at a time: from the log, or from the file's rows that hold a
+# copy's), or None (deleted, or its mailbox removed in a generation the file does not have
+# yet).  An id absent is read from the file.
 Held = dict[str, StoredBody | None]
 StoredBytes = tuple[bytes | str, BodyFormat, str]  # `message_stored`'s: a message as its bytes
 

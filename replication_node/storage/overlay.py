@@ -31,6 +31,14 @@ reader or the LLR flush needs the body (`ActiveCopy`, issue 52).  The log keeps 
 commit is past the database file's waypoint, and a part before the waypoint is in Logs
 Required, so the truncator keeps every generation an entry names, as crash recovery needs
 them.  Transactions recovered at mount carry their bodies (read back once, by recovery).
+
+Nor is a body the file holds: a row read from the file to be changed (a flag change, a
+move, a copy, a delete mark) is read without its body (`FileRows.item_head`), and held so,
+`in_file` naming the file's rows that hold its body: the item's own, then for a copy those
+it was copied from (at any waypoint the first the file has live with the row's hash: the
+source's until the copy's generation is written).  Readers take it from the file a part at
+a time (`ActiveCopy`), where a flag change of a 30 MiB item was held whole until the flush
+(issue 52).  The flush replays the held transactions (no body in these): the same file.
 """
 
 from __future__ import annotations
@@ -90,7 +98,9 @@ class FileRows(Protocol):
 
     def mailbox(self, name: str) -> MailboxRow | None: ...
 
-    def item(self, mailbox: str, item_id: str) -> ItemRow | None: ...
+    def item_head(self, mailbox: str, item_id: str) -> ItemRow | None:
+        """The item's row without its body (its hash in the body's place)."""
+        ...
 
     def folder_rows(self, mailbox: str | None) -> list[FolderRow]: ...
 
@@ -122,6 +132,9 @@ class LlrOverlay:
         self.items: dict[tuple[str, str], tuple[int, ItemRow]] = {}
         # the bodies of rows of `items` held as their place in the log (see the module)
         self.logged: dict[tuple[str, str], LoggedBody] = {}
+        # the bodies of rows of `items` the file holds: the item ids whose rows hold it, the
+        # item's own first (see the module)
+        self.in_file: dict[tuple[str, str], tuple[str, ...]] = {}
         self.removed: dict[str, int] = {}  # mailbox -> generation of its removal
         # mailbox -> [(generation, folder, new name)], in log order: the file's rows renamed
         self.renames: dict[str, list[tuple[int, str, str]]] = {}
@@ -174,9 +187,10 @@ class LlrOverlay:
         return folder
 
     def current_item(self, db: FileRows, mailbox: str, item_id: str) -> ItemRow | None:
-        """An item as the overlay over the file has it."""
+        """An item as the overlay over the file has it; a row of the file without its body
+        (`FileRows.item_head`)."""
         return self._current(
-            self.items, mailbox, item_id, lambda: self.over_file(db.item(mailbox, item_id))
+            self.items, mailbox, item_id, lambda: self.over_file(db.item_head(mailbox, item_id))
         )
 
     def current_mailbox(self, db: FileRows, name: str) -> MailboxRow | None:
@@ -246,6 +260,24 @@ class LlrOverlay:
         row = self.current_item(db, mailbox, item_id)
         return row if row is not None and not row.deleted and row.folder == folder else None
 
+    def _body_ids(self, key: tuple[str, str]) -> tuple[str, ...] | None:
+        """The rows of the file holding the body of the item's current row (`in_file`),
+        asked before a row made from it is held: None if the overlay holds the body (in
+        memory, or in the log); the item's own if the row is the file's."""
+        if key in self.items:
+            return self.in_file.get(key)
+        return (key[1],)
+
+    def _hold(
+        self, key: tuple[str, str], gen: int, row: ItemRow, in_file: tuple[str, ...] | None
+    ) -> None:
+        """Hold `row` for `key`, its body in the file's rows `in_file` (None: not there)."""
+        self.items[key] = (gen, row)
+        if in_file is None:
+            self.in_file.pop(key, None)
+        else:
+            self.in_file[key] = in_file
+
     # ---- taking transactions ------------------------------------------------------------
 
     def add(self, txn: Transaction, db: FileRows) -> None:
@@ -279,6 +311,7 @@ class LlrOverlay:
                 key = (op.mailbox, op.item_id)
                 row = item_row(op, when)
                 ref = staged.get(index)
+                self.in_file.pop(key, None)
                 if ref is None:
                     self.logged.pop(key, None)
                 else:
@@ -325,6 +358,7 @@ class LlrOverlay:
                     self.folders = {k: v for k, v in self.folders.items() if k[0] != name}
                     self.items = {k: v for k, v in self.items.items() if k[0] != name}
                     self.logged = {k: v for k, v in self.logged.items() if k[0] != name}
+                    self.in_file = {k: v for k, v in self.in_file.items() if k[0] != name}
                     self.assigned = {k: v for k, v in self.assigned.items() if k[0] != name}
                     self.moved_out = {k: v for k, v in self.moved_out.items() if k[0] != name}
                     self.renames.pop(name, None)
@@ -348,7 +382,8 @@ class LlrOverlay:
                                 flags=flags_after(row.flags, op), modseq=op.modseq,
                                 change_number=op.cn + i, commit_time=when,
                             )  # fmt: skip
-                            self.items[(op.mailbox, item_id)] = (gen, changed)
+                            key = (op.mailbox, item_id)
+                            self._hold(key, gen, changed, self._body_ids(key))
                     self._lift(db, gen, op.mailbox, op.folder, 1, op.modseq)
                 case MoveItems():
                     source = self._folder(db, op.mailbox, op.folder)
@@ -362,7 +397,8 @@ class LlrOverlay:
                                 folder=op.to, uid=uid, modseq=op.modseq,
                                 change_number=op.cn + i, commit_time=when,
                             )  # fmt: skip
-                            self.items[(op.mailbox, item_id)] = (gen, moved)
+                            key = (op.mailbox, item_id)
+                            self._hold(key, gen, moved, self._body_ids(key))
                     uids = [u for _, u in op.items]
                     self._lift(db, gen, op.mailbox, op.folder, 1, op.modseq)
                     self._lift(db, gen, op.mailbox, op.to, max(uids, default=0) + 1, op.modseq)
@@ -374,7 +410,9 @@ class LlrOverlay:
                                 item_id=new_id, folder=op.to, uid=uid, modseq=op.modseq,
                                 change_number=op.cn + i, commit_time=when,
                             )  # fmt: skip
-                            self.items[(op.mailbox, new_id)] = (gen, copied)
+                            ids = self._body_ids((op.mailbox, item_id))
+                            in_file = None if ids is None else (new_id, *ids)
+                            self._hold((op.mailbox, new_id), gen, copied, in_file)
                             logged = self.logged.get((op.mailbox, item_id))
                             if logged is not None:
                                 self.logged[(op.mailbox, new_id)] = logged
@@ -413,7 +451,7 @@ class LlrOverlay:
         live = current is not None and not current.deleted
         if folder is not None and not (live and current.folder == folder):
             return
-        self.items[key] = (gen, tombstone_row(current, op, when))
+        self._hold(key, gen, tombstone_row(current, op, when), None)
         self.logged.pop(key, None)
         if live:
             self._lift(db, gen, op.mailbox, current.folder, 1, op.modseq)
@@ -474,7 +512,7 @@ class LlrOverlay:
         todo: list[tuple[str, str, str]] = []
         for mailbox, _, item_id in db.unassigned():
             if not self.hides(mailbox) and (mailbox, item_id) not in self.items:
-                row = self.over_file(db.item(mailbox, item_id))
+                row = self.over_file(db.item_head(mailbox, item_id))
                 if row is not None and row.uid == 0:
                     todo.append((mailbox, row.folder, item_id))
         for (mailbox, item_id), (_, row) in self.items.items():
@@ -517,6 +555,7 @@ class LlrOverlay:
         self.folders = {k: v for k, v in self.folders.items() if v[0] > generation}
         self.items = {k: v for k, v in self.items.items() if v[0] > generation}
         self.logged = {k: v for k, v in self.logged.items() if k in self.items}
+        self.in_file = {k: v for k, v in self.in_file.items() if k in self.items}
         self.removed = {k: g for k, g in self.removed.items() if g > generation}
         self.assigned = {k: v for k, v in self.assigned.items() if v[0] > generation}
         self.moved_out = {k: v for k, v in self.moved_out.items() if v[0] > generation}
@@ -548,6 +587,12 @@ class LlrOverlay:
     def item(self, mailbox: str, item_id: str) -> ItemRow | None:
         entry = self.items.get((mailbox, item_id))
         return entry[1] if entry else None
+
+    def file_body(self, mailbox: str, item_id: str) -> tuple[str, ...] | None:
+        """The item ids whose rows in the file hold the body of the overlay's row of an
+        item (its own first; the first the file has live with the row's hash is it), if
+        the file holds it rather than the overlay (see the module)."""
+        return self.in_file.get((mailbox, item_id))
 
     def logged_body(self, mailbox: str, item_id: str) -> LoggedBody | None:
         """Where the body of the overlay's row of an item is in the log, if it holds it

@@ -20,6 +20,8 @@ from replication_node.log.operations import Operation, PutItem
 from replication_node.node import Node
 from replication_node.passive.copy import PassiveCopy
 from replication_node.passive.settings import PassiveSettings
+from replication_node.storage.body_reads import BlobText, text_parts
+from replication_node.storage.file_reads import message_body
 from tests.cluster_harness import serve_app
 from tests.replication_node.share import Share
 
@@ -33,6 +35,25 @@ def commit_staged(active, text: str, ref):
     """The commit of item `big` whose body was staged as `ref`."""
     put = PutItem("m", active.next_change_number(), "big", "Inbox", "", text)
     return active.commit([put], staged={0: ref})
+
+
+def text_of(body: str) -> str:
+    """A body as a reader gets it, whole: a `BlobText` (a large body read a part at a time,
+    from the file or the active's log) read now."""
+    return "".join(text_parts(body.parts())) if isinstance(body, BlobText) else body
+
+
+def body_of(copy: ActiveCopy, mailbox: str, item_id: str) -> str | None:
+    """An item's body as the active's readers that send it read it (`bodies_apart`: the LLR
+    overlay's, a part at a time from the log or the file, else the file's row), whole: what
+    a test compares (`ActiveCopy.item` reads no body).  None: no such item, or a tombstone."""
+    db, held = copy.bodies_apart(mailbox, [item_id])
+    if item_id in held:
+        stored = held[item_id]
+    else:
+        with db.reading_apart() as conn:
+            stored = message_body(conn, mailbox, item_id)
+    return None if stored is None else text_of(stored[0])
 
 
 def op(i: int, size: int = 500) -> list[Operation]:

@@ -13,7 +13,7 @@ import pytest
 from dag_common.store_api import ItemIn
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.log.body import BodyReader
-from tests.replication_node.helpers import mount, text_body
+from tests.replication_node.helpers import body_of, mount, text_body
 
 MIB = 1 << 20
 # One to four bytes a character in UTF-8, mixed.
@@ -66,7 +66,7 @@ async def test_a_text_not_ascii_spanning_generations_commits_its_utf8_bytes(tmp_
     assert (ref.size, ref.crc) == (len(data), crc32c.crc32c(data))
     await copy.abort_staged([ref])
     await store.put_items("m", [ItemIn(item_id="big", body=text)])
-    assert copy.item("m", "big").body == text
+    assert body_of(copy, "m", "big") == text
     await copy.dismount()
 
 
@@ -87,5 +87,5 @@ async def test_writing_an_8_mib_item_holds_less_than_one_and_a_half_more_copies_
     finally:
         tracemalloc.stop()
     assert peak < 1.5, f"the write held {peak:.2f} times the item"
-    assert copy.item("m", "big").body == text
+    assert body_of(copy, "m", "big") == text
     await copy.dismount()

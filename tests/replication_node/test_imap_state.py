@@ -23,7 +23,7 @@ from replication_node.log.events import Transaction
 from replication_node.log.operations import CreateMailbox, PutItem
 from replication_node.storage.database import Database
 from replication_node.storage.paths import CopyPaths
-from tests.replication_node.helpers import mount
+from tests.replication_node.helpers import body_of, mount
 
 SEEN, DELETED = "\\Seen", "\\Deleted"
 
@@ -72,7 +72,7 @@ async def test_puts_flags_moves_copies_and_expunges_number_as_imap_asks(tmp_path
     assert copy_uids == [4]  # the Inbox's next: a UID is never given twice
     clone = copy.folder_items("m", "Inbox")[-1]
     assert clone.item_id != "a" and clone.flags == (SEEN, "work")
-    assert copy.item("m", clone.item_id).body == "1"
+    assert body_of(copy, "m", clone.item_id) == "1"
 
     # expunge: only what is flagged \Deleted (among the UIDs given)
     _written, gone = await store.expunge("m", "Inbox", uids=[2, 4])

@@ -17,7 +17,7 @@ from replication_node.active.truncator import ActiveTruncator
 from replication_node.errors import LogRecordError
 from replication_node.log.logfile import closed_log_name
 from replication_node.storage.body_reads import text_parts
-from tests.replication_node.helpers import mount
+from tests.replication_node.helpers import body_of, mount, text_of
 
 SIZE = 64 * 1024
 
@@ -62,12 +62,12 @@ async def test_a_staged_body_is_held_in_the_log_and_read_back_by_every_read(tmp_
 
     # Every read gives the body back: the item, the listing (with and without bodies), the
     # copy's (which names the same place), and the digest.
-    assert copy.item("m", "big").body == big
-    assert copy.item("m", "big", body=False).body == ""
+    assert body_of(copy, "m", "big") == big
+    assert copy.item("m", "big").body == "", "no body read"
     listed = {r.item_id: r for r in copy.items_page("m", 0, 100).items}
-    assert listed["big"].body == big and listed["small"].body == small
+    assert text_of(listed["big"].body) == big and listed["small"].body == small
     (copied,) = [r for r in listed.values() if r.item_id not in ("big", "small")]
-    assert copied.body == big
+    assert text_of(copied.body) == big
     hashes = {r.item_id: r.body_hash for r in copy.items_page("m", 0, 100, bodies=False).items}
     assert hashes["big"] == body_hash(big)
     held = rows_digest("m", copy.digest_rows("m"))
@@ -83,13 +83,13 @@ async def test_a_staged_body_is_held_in_the_log_and_read_back_by_every_read(tmp_
 
     # Rolled (the commit's generation closed) and still held: read from its closed file.
     await copy.roll()
-    assert copy.item("m", "big").body == big
+    assert body_of(copy, "m", "big") == big
 
     # Written into the database file by the LLR flush (read back from the log for it): the
     # same rows, the same digest, nothing left in the overlay.
     await copy._flush_llr(through=copy.stream.last_closed_generation)
     assert not copy.overlay.logged
-    assert copy.item("m", "big").body == big
+    assert body_of(copy, "m", "big") == big
     assert copy.db.item("m", copied.item_id).body == big
     assert rows_digest("m", copy.digest_rows("m")) == held
     await copy.dismount()
@@ -104,7 +104,7 @@ async def test_a_body_whose_log_is_gone_is_an_error_never_an_empty_body(tmp_path
     first = copy.overlay.logged_body("m", "big").ref.id.generation
     (copy.paths.logs / closed_log_name(first)).unlink()  # what the truncator never does
     with pytest.raises(LogRecordError):
-        copy.item("m", "big")
+        body_of(copy, "m", "big")
     await copy.crash_close()
 
 
@@ -131,7 +131,7 @@ async def test_a_message_put_again_as_its_bytes_keeps_its_uid_in_the_overlay_and
     await copy._flush_llr(through=copy.stream.last_closed_generation)
     assert copy.db.item("m", "msg").body == raw.decode()
     assert (await store.put_items("m", [put()])).uid == uid
-    assert copy.item("m", "msg").body == raw.decode()
+    assert body_of(copy, "m", "msg") == raw.decode()
     await copy.dismount()
 
 

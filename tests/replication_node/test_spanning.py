@@ -25,6 +25,7 @@ from replication_node.log.spanning import BlobId, PendingBlob, decode_part, enco
 from tests.cluster_harness import wait_until
 from tests.replication_node.disk import Op, Step, TestDisk
 from tests.replication_node.helpers import (
+    body_of,
     commit_staged,
     mount,
     passive,
@@ -75,7 +76,7 @@ async def test_an_item_ten_times_a_log_file_commits_once_across_generations(tmp_
     await store.create_mailbox("m")
     text = text_body(300_000)
     result = await store.put_items("m", [ItemIn(item_id="big", body=text)])
-    assert copy.item("m", "big").body == text
+    assert body_of(copy, "m", "big") == text
     await copy.roll()
     spans = chained(generations(copy.paths.logs))
     (begun,) = [b for s in spans for b in s.begun]
@@ -90,7 +91,7 @@ async def test_an_item_ten_times_a_log_file_commits_once_across_generations(tmp_
     # a crash: recovery reads the body back from the parts on disk, whole
     await copy.crash_close()
     copy = await mount(tmp_path, log_file_size=SIZE, create=False)
-    assert copy.item("m", "big").body == text
+    assert body_of(copy, "m", "big") == text
     await copy.crash_close()
 
 

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from dag_common.store_api import ItemIn
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.errors import BadRequest
-from tests.replication_node.helpers import mount
+from tests.replication_node.helpers import body_of, mount
 
 LONE = "\ud800"  # a lone surrogate: valid in JSON text, not in UTF-8
 
@@ -50,7 +50,7 @@ async def test_the_store_assigns_ids_without_changing_the_items_it_is_given(tmp_
     written = await store.put_items("m", items)
     assert items == [ItemIn(body="one"), ItemIn(item_id="two", body="two")]
     assert written.item_ids is not None and written.item_ids[1] == "two"
-    assert copy.item("m", written.item_ids[0]).body == "one"
+    assert body_of(copy, "m", written.item_ids[0]) == "one"
     again = await store.put_items("m", items)  # the same items again: a new item, a replacement
     assert again.item_ids[0] != written.item_ids[0] and again.item_ids[1] == "two"
     assert len([i for i in copy.items("m") if not i.deleted]) == 3
