@@ -406,6 +406,7 @@ class ActiveCopy:
                 last_log_time=self._close_times.get(target),
                 required_from=required,
             )
+            self.bodies.flushed(below=required or target + 1)  # the next reads from there
             for gen in [g for g in self._required_after if g <= target]:
                 del self._required_after[gen]
             # What the next roll writes into the log for the copies to compare.

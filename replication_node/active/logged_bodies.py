@@ -49,9 +49,10 @@ from dag_common.mailbox_digest import body_hash
 from replication_node.errors import LogFormatError, LogRecordError
 from replication_node.log import logfile
 from replication_node.log.events import Transaction
-from replication_node.log.logfile import ScanResult
+from replication_node.log.generation_cache import GenerationCache
+from replication_node.log.logfile import LogRecord, ScanResult
 from replication_node.log.operations import PutItem
-from replication_node.log.spanning import BlobRef, BodyParts, BodyReader
+from replication_node.log.spanning import BlobId, BlobRef, BodyParts, BodyReader
 from replication_node.storage.body_reads import BlobBody, BlobText
 from replication_node.storage.file_reads import Held
 from replication_node.storage.overlay import LlrOverlay, LoggedBody
@@ -71,6 +72,9 @@ class LogBodies:
         self._dir = log_dir
         # closed generations (or bodies) found damaged: generation -> the error (`damaged`)
         self.damaged: dict[int, str] = {}
+        # The closed generations the LLR flush read lately (`with_bodies`): a generation
+        # holds parts of the bodies of two flushes or more, read from the file once.
+        self._flushed = GenerationCache()
         # the first generations of the bodies being sent on (`checked_parts`), how many each
         self._reading: collections.Counter[int] = collections.Counter()
         self._reading_lock = threading.Lock()  # readers in worker threads and on the loop
@@ -197,13 +201,26 @@ class LogBodies:
         except UnicodeDecodeError as exc:
             raise LogRecordError(f"body {logged.ref.id} is not UTF-8 text") from exc
 
+    def _flush_load(self, gen: int) -> ScanResult:
+        closed = self._dir / logfile.closed_log_name(gen)
+        return self._flushed.get(closed, functools.partial(self._load, gen))
+
+    def _flush_records(self, gen: int, blob: BlobId) -> list[LogRecord]:
+        closed = self._dir / logfile.closed_log_name(gen)
+        return self._flushed.records(closed, blob, functools.partial(self._load, gen))
+
+    def flushed(self, below: int) -> None:
+        """The LLR flush will read no generation below `below` again."""
+        self._flushed.forget_below(below)
+
     def with_bodies(self, txns: Iterable[Transaction]) -> Iterator[Transaction]:
         """The overlay's transactions for the LLR flush, each staged body in its put as its
         UTF-8 bytes alone (`counted_text.known` with no text): a body counted where it came
         in as the parts to read back from the log (`storage.body_parts`: its row is written
         from them a part at a time, no copy of it held here), another read back whole (its
         SHA-256 counted from it; `tables.put_rows` gives SQLite the bytes, cast to the same
-        text)."""
+        text).  The generations are read through the flush's own `GenerationCache`: each
+        closed file read and verified once for the flushes, not once per body."""
         for txn in txns:
             if not txn.staged:
                 yield txn
@@ -217,7 +234,8 @@ class LogBodies:
                 counts = op.body
                 if type(counts) is CountedText and counts.utf8_size == ref.size:
                     # Written into its row a part at a time as they are read (`body_parts`).
-                    parts = functools.partial(BodyReader(self._load).parts, ref, txn.generation)
+                    reader = BodyReader(self._flush_load, records=self._flush_records)
+                    parts = functools.partial(reader.parts, ref, txn.generation)
                     body = known(
                         "",
                         utf8_size=ref.size,
@@ -225,7 +243,8 @@ class LogBodies:
                         utf8=BodyParts(ref.size, parts),  # type: ignore[arg-type]
                     )
                 else:
-                    raw = self.raw(LoggedBody(ref, txn.generation))
+                    reader = BodyReader(self._flush_load, records=self._flush_records)
+                    raw = reader.read(ref, txn.generation)
                     sha256 = hashlib.sha256(raw).hexdigest()
                     body = known("", utf8_size=len(raw), sha256=sha256, utf8=raw)
                     del raw

@@ -304,6 +304,8 @@ def _names(pending: Pending) -> str:
 # Loads one generation's records (a closed generation, or the open log): LogRecordError or
 # OSError if it cannot.
 Loader = Callable[[int], ScanResult]
+# One body's PART records in one generation, each checked (`generation_cache.records`).
+PartRecords = Callable[[int, BlobId], Iterable[LogRecord]]
 # A UTF-8 check's slice (`counted_text`'s): under the allocator's mmap threshold.
 _CHECK_SLICE = 64 * 1024
 
@@ -325,17 +327,28 @@ class BodyReader:
     """Reads staged bodies back from the log files, one generation at a time: only the body
     being read, never the log, is held in memory."""
 
-    def __init__(self, load: Loader, *, as_bytes: bool = False) -> None:
+    def __init__(
+        self, load: Loader, *, as_bytes: bool = False, records: PartRecords | None = None
+    ) -> None:
         """`as_bytes`: `bodies` gives each body as its UTF-8 bytes alone, no text (for a
-        reader whose every body goes into a row and nowhere else: a passive's replay)."""
+        reader whose every body goes into a row and nowhere else: a passive's replay).
+        `records`: a body's PART records in a generation, read without the generation's
+        other records (`generation_cache`); without it, from the whole generation `load`s."""
         self._load = load
         self._as_bytes = as_bytes
+        self._records = records
         self._cached: tuple[int, ScanResult] | None = None
 
     def _generation(self, gen: int) -> ScanResult:
         if self._cached is None or self._cached[0] != gen:
             self._cached = (gen, self._load(gen))
         return self._cached[1]
+
+    def _part_records(self, gen: int, blob: BlobId) -> Iterable[LogRecord]:
+        """The records of generation `gen` holding `blob`'s parts, among others or not."""
+        if self._records is not None:
+            return self._records(gen, blob)
+        return self._generation(gen).records
 
     def read(self, ref: BlobRef, through: int) -> bytearray:
         """The bytes of `ref`, from its first part up to generation `through` at most;
@@ -357,7 +370,7 @@ class BodyReader:
         size and CRC32C: a caller writing them as they come undoes what it wrote then."""
         size = crc = parts = 0
         for gen in range(ref.id.generation, through + 1):
-            for rec in self._generation(gen).records:
+            for rec in self._part_records(gen, ref.id):
                 if rec.type is not RecordType.PART:
                     continue
                 blob, part, chunk = decode_part(rec)
@@ -385,7 +398,8 @@ class BodyReader:
         UTF-8 a part at a time here, and read again from the log as its row is written, so
         that a replay holds a part of it, not the whole beside SQLite's copies (issue 52).
         The parts are read again by a reader of their own (this one's cached generation
-        is the reading thread's)."""
+        is the reading thread's), from the generations its loader keeps: a replay's are
+        read from their files once, for both reads (`generation_cache`)."""
         h = hashlib.sha256()
         decoder = codecs.getincrementaldecoder("utf-8")()
         try:
@@ -396,7 +410,7 @@ class BodyReader:
             decoder.decode(b"", final=True)
         except UnicodeDecodeError as exc:
             raise LogRecordError(f"body {ref.id} is not UTF-8 text") from exc
-        parts = functools.partial(BodyReader(self._load).parts, ref, through)
+        parts = functools.partial(BodyReader(self._load, records=self._records).parts, ref, through)
         return known(
             "",
             utf8_size=ref.size,

@@ -39,10 +39,12 @@ from typing import TYPE_CHECKING
 from dag_common.clock import Clock
 from replication_node.errors import CopyFailed, DatabaseError, LogFormatError
 from replication_node.log.events import Transaction
+from replication_node.log.generation_cache import GenerationCache
 from replication_node.log.logfile import (
     DIGEST_VERSION,
     ContentDigest,
     LogHeader,
+    LogRecord,
     ScanResult,
     anchor_header,
     chain_problem,
@@ -51,7 +53,7 @@ from replication_node.log.logfile import (
     verify_closed,
 )
 from replication_node.log.recovery import transactions_of
-from replication_node.log.spanning import BodyReader, Pending, required_from, track
+from replication_node.log.spanning import BlobId, BodyReader, Pending, required_from, track
 from replication_node.passive.markers import Markers
 from replication_node.storage.database import Database
 from replication_node.storage.stoppable import run_in_thread
@@ -115,10 +117,12 @@ def read_batch(
     log_signature: uuid.UUID,
     pending: Pending | None = None,
     where: Mapping[int, Path] | None = None,
+    cache: GenerationCache | None = None,
 ) -> ReplayBatch:
     """Read, verify and chain-check `generations` (worker thread); CopyFailed if any fails.
     `pending`: the staged bodies the generation before them left pending, if known;
-    `where`: the file of each generation, when not all in `log_dir` (a restore's sets).
+    `where`: the file of each generation, when not all in `log_dir` (a restore's sets);
+    `cache`: the generations verified lately, shared with the batches before and after.
     The rows of the transactions' puts are computed with the read (`tables.put_rows`: the
     items' hashes), so that a read ahead does that work while a COMMIT waits."""
     txns: list[Transaction] = []
@@ -129,20 +133,22 @@ def read_batch(
         found = where.get(gen) if where is not None else None
         return found or log_dir / closed_log_name(gen)
 
-    # The generations just verified, the last two: a body's parts are in the generation
-    # that commits it and the ones just before, which the body reader would otherwise read
-    # and verify again.
-    verified: dict[int, ScanResult] = {}
+    # Each generation is read and verified once for the replay: a body's parts are in the
+    # generation that commits it and the ones before (this batch's or the last one's), which
+    # its check (`BodyReader.bodies`) and then its row's write (`body_parts.put_apart`, in
+    # `Database.apply`) read again from the verified bytes kept (`generation_cache`).
+    cache = GenerationCache() if cache is None else cache
 
     def load(gen: int) -> ScanResult:
-        return verified.get(gen) or verify_closed(read_closed(path(gen)), gen)
+        return cache.get(path(gen), lambda: verify_closed(read_closed(path(gen)), gen))
 
-    reader = BodyReader(load, as_bytes=True)  # its bodies go into rows alone
+    def records(gen: int, blob: BlobId) -> list[LogRecord]:
+        return cache.records(path(gen), blob, lambda: verify_closed(read_closed(path(gen)), gen))
+
+    reader = BodyReader(load, as_bytes=True, records=records)  # its bodies go into rows alone
     for gen in generations:
         try:
-            result = verify_closed(read_closed(path(gen)), gen)
-            verified[gen] = result
-            verified.pop(gen - 2, None)
+            result = load(gen)
         except (OSError, LogFormatError) as exc:
             raise CopyFailed(f"inspected generation {gen} cannot be replayed: {exc}") from exc
         problem = chain_problem(prev, result.header, log_signature)
@@ -195,6 +201,9 @@ class Replayer:
         # What the last replayed generation left pending (None after a start: the next
         # generation's CARRIED record says it).
         self._pending: Pending | None = None
+        # The generations read for the replay, kept for their bodies' later reads (the read
+        # ahead's too): each is read and verified once (`generation_cache`).
+        self._cache = GenerationCache()
         self._check_every = content_check_every
         # The next batch, read while the last one commits: its first generation, the read.
         self._ahead: tuple[int, asyncio.Future[ReplayBatch]] | None = None
@@ -268,6 +277,8 @@ class Replayer:
             committing.set()
         self._prev = batch.last_header
         self._pending = batch.pending
+        # What the next batches read again: the parts of the bodies still pending.
+        self._cache.forget_below(required_from(batch.pending or {}) or generations[-1] + 1)
         for generation in generations:
             before = self._known[generation] = digests.get(generation, before)
         self._compare(batch.digests)
@@ -309,6 +320,7 @@ class Replayer:
             prev=self._prev,
             log_signature=self._db.header.log_signature,
             pending=self._pending,
+            cache=self._cache,
         )
         return generations, batch
 
@@ -324,6 +336,7 @@ class Replayer:
             prev=before.last_header,
             log_signature=self._db.header.log_signature,
             pending=before.pending,
+            cache=self._cache,
         )
 
     def _drop_ahead(self) -> None:
