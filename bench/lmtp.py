@@ -46,7 +46,6 @@ import json
 import os
 import platform
 import random
-import shutil
 import smtplib
 import sys
 import threading
@@ -65,6 +64,7 @@ from urllib.parse import quote
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.workdir import add_work_dir, work_dir  # noqa: E402
 from dag_common.api_types import item_id_for  # noqa: E402
 from tests.cluster_harness import LocalCluster, wait_until  # noqa: E402
 from tests.mail_servers import HOST, Dovecot, start_dovecot  # noqa: E402
@@ -573,7 +573,7 @@ def main() -> None:
     parser.add_argument("--mailboxes", type=int, default=100, help="recipients, round-robin")
     parser.add_argument("--count-4k", type=int, help="4 KiB messages per side (10000)")
     parser.add_argument("--count-1m", type=int, help="1 MiB messages per side (500)")
-    parser.add_argument("--dir", default="var/bench-lmtp", help="work directory (wiped)")
+    add_work_dir(parser, "var/bench-lmtp")
     parser.add_argument("--small", action="store_true", help="400 and 20 messages: seconds")
     args = parser.parse_args()
     args.sides = [s.strip() for s in args.sides.split(",") if s.strip()]
@@ -583,11 +583,9 @@ def main() -> None:
     args.count_1m = args.count_1m or (20 if args.small else 500)
     if min(args.sessions, args.mailboxes, args.count_4k, args.count_1m) < 1:
         parser.error("--sessions, --mailboxes, --count-4k, --count-1m: >= 1")
-    base = Path(args.dir).resolve()
-    shutil.rmtree(base, ignore_errors=True)
-    base.mkdir(parents=True)
     started = time.perf_counter()
-    out = asyncio.run(run(base, args))
+    with work_dir(args) as base:
+        out = asyncio.run(run(base, args))
     report(args, out)
     print(f"(whole run: {time.perf_counter() - started:.1f} s)")
 

@@ -72,6 +72,7 @@ sys.path.insert(0, str(ROOT))
 import aiohttp  # noqa: E402
 
 from bench.move import ACTIVE, SOURCE, TARGET, databases, mrs_args, settle  # noqa: E402
+from bench.workdir import add_work_dir, work_dir  # noqa: E402
 from dag_common.memory import resident_memory  # noqa: E402
 from tests.cluster_harness import LocalCluster, wait_until, write_cluster_config  # noqa: E402
 
@@ -451,7 +452,7 @@ def main() -> None:
     parser.add_argument("--largest", type=int, default=30, help="the largest item, MiB")
     parser.add_argument("--idle", type=float, default=30, help="seconds idle before the last RSS")
     parser.add_argument("--settle", type=float, default=5, help="seconds idle before rest")
-    parser.add_argument("--dir", default=str(ROOT / "var" / "bench-memory"))
+    add_work_dir(parser, str(ROOT / "var" / "bench-memory"))
     parser.add_argument("--quick", action="store_true", help="a 100 MB mailbox, short waits")
     parser.add_argument(
         "--no-reconcile", dest="reconcile", action="store_false", help="skip phase 6"
@@ -476,13 +477,15 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.mailbox_mb, args.idle, args.settle, args.transport_mb = 100, 15, 1, 100
-    if not args.only_transport:
-        figures = asyncio.run(run(args))
-        report(args, figures)
-        if figures.trouble:
-            sys.exit(1)
-    if args.transport_mb > 0:
-        transport_report(args, asyncio.run(transport_phase(args)))
+    with work_dir(args) as base:
+        args.dir = str(base)
+        if not args.only_transport:
+            figures = asyncio.run(run(args))
+            report(args, figures)
+            if figures.trouble:
+                sys.exit(1)
+        if args.transport_mb > 0:
+            transport_report(args, asyncio.run(transport_phase(args)))
 
 
 if __name__ == "__main__":
