@@ -26,9 +26,13 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
     PYTHONUNBUFFERED=1
 RUN groupadd --gid 10001 dag \
  && useradd --uid 10001 --gid dag --home-dir /var/lib/dag --create-home --shell /usr/sbin/nologin dag
-# The wheels are mounted, not copied: a COPY would stay in its layer after the rm.
+# The wheels are mounted, not copied: a COPY would stay in its layer after the rm.  In the
+# same layer (a later one would only hide them): pyarrow's own test suite and C++ headers,
+# 12 MB that no process here runs or compiles against.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-index --find-links /wheels dag-replication
+    pip install --no-index --find-links /wheels dag-replication \
+ && python3 -c "import pathlib, shutil, pyarrow; \
+[shutil.rmtree(pathlib.Path(pyarrow.__file__).parent / d) for d in ('tests', 'include')]"
 # The standard library's bytecode, which the base leaves out (as Debian's and the official
 # slim images do): the pods' root is read-only, so without it every command compiled what
 # it imports at each start (`replication-node status` in a pod: 0.55 s, bench/README.md
