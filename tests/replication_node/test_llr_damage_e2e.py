@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -106,6 +106,16 @@ async def damaged_in_the_window(c: LocalCluster, root: Path) -> tuple[bytes, Pat
     return raw, damaged, flip(damaged)
 
 
+def flushed(c: LocalCluster, root: Path) -> Callable[[], Awaitable[bool]]:
+    """Whether mbx1 has flushed the body into its file and its status has no note left."""
+
+    async def check() -> bool:
+        copy = (await c.status("mbx1"))["DB1"]
+        return "big" in rows_in_file(root, "mbx1") and copy["note"] is None
+
+    return check
+
+
 async def test_a_damaged_generation_of_the_llr_window_is_taken_whole_from_a_copy(
     tmp_path: Path,
 ) -> None:
@@ -119,12 +129,9 @@ async def test_a_damaged_generation_of_the_llr_window_is_taken_whole_from_a_copy
             # The window moves past the body: the LLR flush reads it back from the log and
             # meets the damage (before the mend: failed at every roll, the window stuck).
             await roll(c, DEPTH + 5)
-
-            async def flushed() -> bool:
-                copy = (await c.status("mbx1"))["DB1"]
-                return "big" in rows_in_file(tmp_path, "mbx1") and copy["note"] is None
-
-            await c.wait_for("the body flushed into mbx1's file, no note", flushed, timeout=120)
+            await c.wait_for(
+                "the body flushed into mbx1's file, no note", flushed(c, tmp_path), timeout=120
+            )
         assert damaged.read_bytes() == whole  # the copy's bytes are the active's, whole
         got = await c.ok("GET", "mbx1", f"{PREFIX}/items/big/message", timeout=LONG)
         assert hashlib.sha256(got).digest() == hashlib.sha256(raw).digest()
@@ -183,12 +190,9 @@ async def test_with_no_copy_to_give_it_the_active_says_so_and_mends_once_one_com
         # The copy back: asked again, it gives the generation; the flush goes on.
         c.start_node("mbx2")
         await c.wait_healthy("mbx2")
-
-        async def mended() -> bool:
-            copy = (await c.status("mbx1"))["DB1"]
-            return "big" in rows_in_file(tmp_path, "mbx1") and copy["note"] is None
-
-        await c.wait_for("mbx1 mended from mbx2, the body flushed", mended, timeout=120)
+        await c.wait_for(
+            "mbx1 mended from mbx2, the body flushed", flushed(c, tmp_path), timeout=120
+        )
         assert damaged.read_bytes() == whole
         assert await c.ok("GET", "mbx1", f"{PREFIX}/items/big/message", timeout=LONG) == raw
         assert not {*acked, "big"} - await item_ids(c, "mbx1")

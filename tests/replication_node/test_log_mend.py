@@ -20,6 +20,7 @@ from replication_node.active.mailbox_store import MailboxStore
 from replication_node.errors import Conflict, InspectionFailed, LogRecordError, LogShareError
 from replication_node.log import logfile
 from replication_node.log.logfile import closed_log_name
+from tests.cluster_harness import wait_until
 from tests.replication_node.helpers import mount
 
 SIZE = 64 * 1024
@@ -49,16 +50,6 @@ class Given:
         if isinstance(answer, Exception):
             raise answer
         return answer
-
-
-async def until(check, seconds: float = 10.0) -> None:
-    """Return once `check()` holds (the mend's task runs meanwhile); TimeoutError if not."""
-
-    async def poll() -> None:
-        while not check():
-            await asyncio.sleep(0.01)
-
-    await asyncio.wait_for(poll(), seconds)
 
 
 async def damaged_copy(tmp_path, clock=None) -> tuple[ActiveCopy, str, int, bytes]:
@@ -149,7 +140,7 @@ async def test_the_active_takes_a_damaged_generation_whole_from_the_copy_that_ha
     )  # fmt: skip
     task = asyncio.create_task(mend.run(copy))
     try:
-        await until(lambda: mend.mended == 1)
+        await wait_until("the generation mended", lambda: mend.mended == 1, timeout=10)
         assert not copy.bodies.damaged
         assert (copy.paths.logs / closed_log_name(gen)).read_bytes() == whole
         assert copy.bodies.text(logged) == big
@@ -181,11 +172,15 @@ async def test_with_no_copy_giving_it_sound_the_active_steps_down_and_says_so(tm
         with pytest.raises(LogRecordError):
             copy.bodies.text(logged)  # found: the mend is woken
 
-        await until(lambda: bool(clock.pending_sleeps()))  # the first round's pause
+        await wait_until(  # the first round's pause
+            "the mend paused", lambda: bool(clock.pending_sleeps()), timeout=10
+        )
         assert damaged_too.asked == 1 and not refusals
         assert "no copy gave it sound (mbx2: " in (mend.note or "")
         await clock.advance(clock.pending_sleeps()[0])
-        await until(lambda: "take over" in (mend.note or ""))
+        await wait_until(
+            "a note of a copy taking over", lambda: "take over" in (mend.note or ""), timeout=10
+        )
         assert refusals == [True] and damaged_too.asked == 2
         assert "no copy could take over either: mbx2: cannot switch" in (mend.note or "")
         assert gen in copy.bodies.damaged  # still refused, never served
