@@ -191,15 +191,14 @@ async def in_process(base: Path, mb: int, rounds: int) -> None:
             for d in (paths.logs, paths.inspector, paths.ignored):
                 d.mkdir(parents=True, exist_ok=True)
             with contextlib.closing(Database.open(paths.database)) as db:
-                signatures = db.header.log_signature, db.header.database_signature
+                header = db.header
             markers = Markers()  # the seed's waypoint 0: copied = inspected = replayed = 0
             inspected = asyncio.Event()
             copier = Copier(
                 source=source,
                 paths=paths,
                 markers=markers,
-                log_signature=signatures[0],
-                database_signature=signatures[1],
+                header=header,
                 clock=clock,
                 on_inspected=inspected.set,
             )
