@@ -57,7 +57,6 @@ from replication_node.log.operations import BackupKind
 from replication_node.log.truncation import CopyProgress
 from replication_node.metrics import NodeMetrics, NodeStatusCollector
 from replication_node.passive.copy import PassiveCopy
-from replication_node.passive.settings import PassiveSettings
 from replication_node.shipping.copy_share import HttpCopyLogs
 from replication_node.shipping.logshare_client import HttpLogSource
 from replication_node.storage.idle_memory import Holders, IdleMemory
@@ -276,9 +275,9 @@ class Node:
                 database=spec.database,
                 node=self.name,
                 site=self.site,
-                activation_preference=spec.activation_preference,
+                activation_preference=spec.copy.activation_preference,
                 paths=self.paths(spec.database),
-                log_file_size=spec.log_file_size,
+                log_file_size=spec.copy.log_file_size,
                 llr_depth=spec.llr_depth,
                 roll_interval=spec.roll_interval,
                 clock=self._clock,
@@ -290,7 +289,7 @@ class Node:
                 on_failure=self.config.defaults.on_active_failure,
                 metrics=self.metrics,
                 copy_awaiting_logs=lambda db=spec.database: self._copy_awaiting_logs(db),
-                scrub_interval=spec.scrub_interval,
+                scrub_interval=spec.copy.scrub_interval,
                 lease_ttl=self.config.defaults.lease_ttl.total_seconds(),
                 synchronous_copies=spec.synchronous_copies,
                 synchronous_wait=self.config.defaults.synchronous_wait.total_seconds(),
@@ -313,18 +312,7 @@ class Node:
         else:
             assert self._session is not None
             instance = PassiveCopy(
-                settings=PassiveSettings(
-                    database=spec.database,
-                    node=self.name,
-                    site=self.site,
-                    activation_preference=spec.activation_preference,
-                    replay_lag_time=spec.replay_lag_time,
-                    truncation_lag_time=spec.truncation_lag_time,
-                    scrub_interval=spec.scrub_interval,
-                    content_check_every=spec.content_check_every,
-                    block_mode=spec.block_mode,
-                    log_file_size=spec.log_file_size,
-                ),
+                settings=spec.copy,
                 paths=self.paths(spec.database),
                 source=HttpLogSource(
                     spec.active_url, spec.database, session=self._session, token=self.token
