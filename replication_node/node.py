@@ -35,6 +35,7 @@ from dag_common.tasks import cancel_and_wait
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
 from replication_node.active.redelivery import DumpsterRedelivery
+from replication_node.active.settings import ActiveSettings
 from replication_node.admin_api import (
     ActivationAnswer,
     BlockBufferAnswer,
@@ -271,28 +272,31 @@ class Node:
         copy = self.config.database(spec.database).copy_on(self.name)
         assert copy is not None
         if spec.role is CopyRole.ACTIVE:
+            defaults = self.config.defaults
             instance: ActiveInstance | PassiveCopy = ActiveInstance(
-                database=spec.database,
-                node=self.name,
-                site=self.site,
-                activation_preference=spec.copy.activation_preference,
+                settings=ActiveSettings(
+                    database=spec.database,
+                    node=self.name,
+                    site=self.site,
+                    activation_preference=spec.copy.activation_preference,
+                    epoch=spec.epoch,
+                    log_file_size=spec.copy.log_file_size,
+                    llr_depth=spec.llr_depth,
+                    roll_interval=spec.roll_interval,
+                    scrub_interval=spec.copy.scrub_interval,
+                    lease_ttl=defaults.lease_ttl.total_seconds(),
+                    synchronous_copies=spec.synchronous_copies,
+                    synchronous_wait=defaults.synchronous_wait.total_seconds(),
+                    circular_logging=defaults.circular_logging,
+                    spare_log_files=defaults.log_spare_files,
+                    on_failure=defaults.on_active_failure,
+                ),
                 paths=self.paths(spec.database),
-                log_file_size=spec.copy.log_file_size,
-                llr_depth=spec.llr_depth,
-                roll_interval=spec.roll_interval,
                 clock=self._clock,
                 cluster_store=self.cluster_store,
-                epoch=spec.epoch,
                 peer_progress=lambda db=spec.database: self._peer_progress(db),
-                circular_logging=self.config.defaults.circular_logging,
-                spare_log_files=self.config.defaults.log_spare_files,
-                on_failure=self.config.defaults.on_active_failure,
                 metrics=self.metrics,
                 copy_awaiting_logs=lambda db=spec.database: self._copy_awaiting_logs(db),
-                scrub_interval=spec.copy.scrub_interval,
-                lease_ttl=self.config.defaults.lease_ttl.total_seconds(),
-                synchronous_copies=spec.synchronous_copies,
-                synchronous_wait=self.config.defaults.synchronous_wait.total_seconds(),
                 redelivery=DumpsterRedelivery(
                     config=self.config,
                     database=spec.database,

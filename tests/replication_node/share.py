@@ -14,6 +14,7 @@ from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from dag_common.store_api import ItemIn
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
+from replication_node.active.settings import ActiveSettings
 from replication_node.http.auth import auth_middleware
 from replication_node.shipping.logshare import add_log_share_routes
 from replication_node.shipping.logshare_client import HttpLogSource
@@ -78,20 +79,22 @@ async def start_share(
     record = await store.set_active("DB1", "a", expected_epoch=0, start_generation=1)
     assert record is not None and record.epoch == 1
     active = ActiveInstance(
-        database="DB1",
-        node="a",
-        site="s",
-        activation_preference=1,
+        settings=ActiveSettings(
+            database="DB1",
+            node="a",
+            site="s",
+            activation_preference=1,
+            epoch=1,
+            log_file_size=32 * 1024,
+            llr_depth=2,
+            roll_interval=timedelta(hours=1),
+            synchronous_copies=synchronous_copies,
+            synchronous_wait=synchronous_wait,
+            spare_log_files=spare_log_files,
+        ),
         paths=CopyPaths(root / "active" / "DB1", "DB1"),
-        log_file_size=32 * 1024,
-        llr_depth=2,
-        roll_interval=timedelta(hours=1),
         clock=clock or SystemClock(),
         cluster_store=store,
-        epoch=1,
-        synchronous_copies=synchronous_copies,
-        synchronous_wait=synchronous_wait,
-        spare_log_files=spare_log_files,
     )
     await active.start()
     app = web.Application(middlewares=[auth_middleware(TOKEN)])

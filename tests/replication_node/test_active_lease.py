@@ -17,6 +17,7 @@ from dag_common.store_api import ItemIn
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
 from replication_node.active.lease import SAFETY, LeaseKeeper
+from replication_node.active.settings import ActiveSettings
 from replication_node.cluster.activation import wait_out_lease
 from replication_node.errors import (
     ClusterStoreError,
@@ -74,18 +75,20 @@ class StoreWithFaults(EmbeddedClusterStore):
 def instance(paths: CopyPaths, clock: ManualClock, store: StoreWithFaults) -> ActiveInstance:
     """DB1's active copy on node a at epoch 1, under `paths` (not started)."""
     return ActiveInstance(
-        database="DB1",
-        node="a",
-        site="s",
-        activation_preference=1,
+        settings=ActiveSettings(
+            database="DB1",
+            node="a",
+            site="s",
+            activation_preference=1,
+            epoch=1,
+            log_file_size=64 * 1024,
+            llr_depth=2,
+            roll_interval=timedelta(hours=1),
+            lease_ttl=TTL,
+        ),
         paths=paths,
-        log_file_size=64 * 1024,
-        llr_depth=2,
-        roll_interval=timedelta(hours=1),
         clock=clock,
         cluster_store=store,
-        epoch=1,
-        lease_ttl=TTL,
     )
 
 

@@ -17,6 +17,7 @@ from dag_common.model import CopyStatus
 from dag_common.store_api import ItemIn
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
+from replication_node.active.settings import ActiveSettings
 from replication_node.errors import Conflict, HeldForHandOver
 from replication_node.log.logfile import (
     OPEN_LOG_NAME,
@@ -91,19 +92,21 @@ def instance(root, store, clock, waiting=None, hold=30.0):
         return waiting
 
     return ActiveInstance(
-        database="DB1",
-        node="a",
-        site="s",
-        activation_preference=1,
+        settings=ActiveSettings(
+            database="DB1",
+            node="a",
+            site="s",
+            activation_preference=1,
+            epoch=1,
+            log_file_size=64 * 1024,
+            llr_depth=2,
+            roll_interval=timedelta(hours=1),
+            handover_hold=hold,
+        ),
         paths=CopyPaths(root / "DB1", "DB1"),
-        log_file_size=64 * 1024,
-        llr_depth=2,
-        roll_interval=timedelta(hours=1),
         clock=clock,
         cluster_store=store,
-        epoch=1,
         copy_awaiting_logs=copy_awaiting_logs,
-        handover_hold=hold,
     )
 
 

@@ -18,6 +18,7 @@ from dag_common.model import CopyStatus
 from dag_common.store_api import ItemIn
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
+from replication_node.active.settings import ActiveSettings
 from replication_node.errors import (
     ClusterStoreError,
     Deposed,
@@ -191,18 +192,20 @@ async def test_numbers_refused_as_too_large_are_taken_back(tmp_path):
 
 def instance(root, store, node, epoch, clock, lease_ttl=10.0):
     return ActiveInstance(
-        database="DB1",
-        node=node,
-        site="s",
-        activation_preference=1,
+        settings=ActiveSettings(
+            database="DB1",
+            node=node,
+            site="s",
+            activation_preference=1,
+            epoch=epoch,
+            log_file_size=16 * 1024,
+            llr_depth=2,
+            roll_interval=timedelta(hours=1),
+            lease_ttl=lease_ttl,
+        ),
         paths=CopyPaths(root / "DB1", "DB1"),
-        log_file_size=16 * 1024,
-        llr_depth=2,
-        roll_interval=timedelta(hours=1),
         clock=clock,
         cluster_store=store,
-        epoch=epoch,
-        lease_ttl=lease_ttl,
     )
 
 
