@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from datetime import timedelta
 
 import pytest
 
@@ -17,7 +16,6 @@ from dag_common.store_api import ItemIn
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
 from replication_node.active.lease import SAFETY, LeaseKeeper
-from replication_node.active.settings import ActiveSettings
 from replication_node.cluster.activation import wait_out_lease
 from replication_node.errors import (
     ClusterStoreError,
@@ -28,6 +26,7 @@ from replication_node.errors import (
 )
 from replication_node.log.operations import SetMailbox
 from tests.cluster_harness import wait_until
+from tests.replication_node.share import db1_active
 
 TTL = 6.0
 
@@ -75,17 +74,7 @@ class StoreWithFaults(EmbeddedClusterStore):
 def instance(paths: CopyPaths, clock: ManualClock, store: StoreWithFaults) -> ActiveInstance:
     """DB1's active copy on node a at epoch 1, under `paths` (not started)."""
     return ActiveInstance(
-        settings=ActiveSettings(
-            database="DB1",
-            node="a",
-            site="s",
-            activation_preference=1,
-            epoch=1,
-            log_file_size=64 * 1024,
-            llr_depth=2,
-            roll_interval=timedelta(hours=1),
-            lease_ttl=TTL,
-        ),
+        settings=db1_active(lease_ttl=TTL),
         paths=paths,
         clock=clock,
         cluster_store=store,

@@ -17,7 +17,6 @@ from dag_common.model import CopyStatus
 from dag_common.store_api import ItemIn
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
-from replication_node.active.settings import ActiveSettings
 from replication_node.errors import Conflict, HeldForHandOver
 from replication_node.log.logfile import (
     OPEN_LOG_NAME,
@@ -30,6 +29,7 @@ from replication_node.log.logfile import (
     verify_closed,
 )
 from tests.cluster_harness import wait_until
+from tests.replication_node.share import db1_active
 
 T0 = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
 
@@ -92,17 +92,7 @@ def instance(root, store, clock, waiting=None, hold=30.0):
         return waiting
 
     return ActiveInstance(
-        settings=ActiveSettings(
-            database="DB1",
-            node="a",
-            site="s",
-            activation_preference=1,
-            epoch=1,
-            log_file_size=64 * 1024,
-            llr_depth=2,
-            roll_interval=timedelta(hours=1),
-            handover_hold=hold,
-        ),
+        settings=db1_active(handover_hold=hold),
         paths=CopyPaths(root / "DB1", "DB1"),
         clock=clock,
         cluster_store=store,
