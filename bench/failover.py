@@ -221,22 +221,25 @@ async def commit_latencies(commits: int) -> dict[str, list[float]]:
     from replication_node.active.copy import ActiveCopy, CopyPaths
     from replication_node.active.instance import ActiveInstance
     from replication_node.active.mailbox_store import MailboxStore
+    from replication_node.active.settings import ActiveSettings
 
     with tempfile.TemporaryDirectory(dir=ROOT / "var") as tmp:
         store = EmbeddedClusterStore(Path(tmp) / "cluster.db")
         await store.set_active("DB1", "a", expected_epoch=0, start_generation=1)
         leased = ActiveInstance(
-            database="DB1",
-            node="a",
-            site="s",
-            activation_preference=1,
+            settings=ActiveSettings(
+                database="DB1",
+                node="a",
+                site="s",
+                activation_preference=1,
+                epoch=1,
+                log_file_size=1024 * 1024,
+                llr_depth=10,
+                roll_interval=timedelta(hours=1),
+            ),
             paths=CopyPaths(Path(tmp) / "DB1", "DB1"),
-            log_file_size=1024 * 1024,
-            llr_depth=10,
-            roll_interval=timedelta(hours=1),
             clock=SystemClock(),
             cluster_store=store,
-            epoch=1,
         )
         await leased.start()
         assert leased.store is not None

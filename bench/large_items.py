@@ -103,6 +103,7 @@ from replication_node.active import llr_pacing  # noqa: E402
 from replication_node.active.copy import ActiveCopy, CopyPaths  # noqa: E402
 from replication_node.active.instance import ActiveInstance  # noqa: E402
 from replication_node.active.mailbox_store import MailboxStore  # noqa: E402
+from replication_node.active.settings import ActiveSettings  # noqa: E402
 from replication_node.http.auth import auth_middleware  # noqa: E402
 from replication_node.log import logstream, span, writer  # noqa: E402
 from replication_node.log.files import write_all  # noqa: E402
@@ -519,19 +520,21 @@ async def replication(base: Path, sizes: Sizes) -> None:
     record = await store.set_active(DB, "a", expected_epoch=0, start_generation=1)
     assert record is not None
     active = ActiveInstance(
-        database=DB,
-        node="a",
-        site="local",
-        activation_preference=1,
+        settings=ActiveSettings(
+            database=DB,
+            node="a",
+            site="local",
+            activation_preference=1,
+            epoch=record.epoch,
+            log_file_size=LOG_FILE_SIZE,
+            llr_depth=LLR_DEPTH,
+            roll_interval=timedelta(hours=1),
+            spare_log_files=SPARES,
+        ),
         paths=CopyPaths(base / "active", DB),
-        log_file_size=LOG_FILE_SIZE,
-        llr_depth=LLR_DEPTH,
-        roll_interval=timedelta(hours=1),
         clock=clock,
         cluster_store=store,
-        epoch=record.epoch,
         peer_progress=None,  # nothing is truncated under the passive
-        spare_log_files=SPARES,
     )
     await active.start()
     assert active.copy is not None and active.store is not None

@@ -64,6 +64,7 @@ from dag_common.cluster_store.embedded import EmbeddedClusterStore  # noqa: E402
 from dag_common.store_api import ItemIn  # noqa: E402
 from replication_node.active.copy import CopyPaths  # noqa: E402
 from replication_node.active.instance import ActiveInstance  # noqa: E402
+from replication_node.active.settings import ActiveSettings  # noqa: E402
 from replication_node.http.auth import auth_middleware  # noqa: E402
 from replication_node.log.logdir import list_closed_generations  # noqa: E402
 from replication_node.log.logfile import OPEN_LOG_NAME, closed_log_name  # noqa: E402
@@ -115,17 +116,19 @@ async def in_process(base: Path, mb: int, rounds: int) -> None:
     record = await store.set_active(DB, "bench", expected_epoch=0)
     assert record is not None
     instance = ActiveInstance(
-        database=DB,
-        node="bench",
-        site="local",
-        activation_preference=1,
+        settings=ActiveSettings(
+            database=DB,
+            node="bench",
+            site="local",
+            activation_preference=1,
+            epoch=record.epoch,
+            log_file_size=MIB,
+            llr_depth=10,
+            roll_interval=timedelta(hours=1),
+        ),
         paths=CopyPaths(base / "active", DB),
-        log_file_size=MIB,
-        llr_depth=10,
-        roll_interval=timedelta(hours=1),
         clock=clock,
         cluster_store=store,
-        epoch=record.epoch,
         peer_progress=None,  # nothing is truncated under the copier
     )
     await instance.start()
@@ -191,15 +194,14 @@ async def in_process(base: Path, mb: int, rounds: int) -> None:
             for d in (paths.logs, paths.inspector, paths.ignored):
                 d.mkdir(parents=True, exist_ok=True)
             with contextlib.closing(Database.open(paths.database)) as db:
-                signatures = db.header.log_signature, db.header.database_signature
+                header = db.header
             markers = Markers()  # the seed's waypoint 0: copied = inspected = replayed = 0
             inspected = asyncio.Event()
             copier = Copier(
                 source=source,
                 paths=paths,
                 markers=markers,
-                log_signature=signatures[0],
-                database_signature=signatures[1],
+                header=header,
                 clock=clock,
                 on_inspected=inspected.set,
             )

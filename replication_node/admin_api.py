@@ -167,9 +167,9 @@ write at or below its offset of its generation survived even where the open log 
 lost.  Written and read as `{"generation": g, "through_byte": b}`, as before it was one."""
 
 
-class ActivationAnswer(BaseModel):
-    """`POST /v1/databases/{db}/activate`: the activation that won, as `cluster/activation`
-    returns it: the new epoch, what it lost, and why it was allowed."""
+class RoleMoved(BaseModel):
+    """What an activation and a switchover both answer: the active role of `database` moved
+    from `previous_node` to `node`, at the new `epoch`."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -177,6 +177,12 @@ class ActivationAnswer(BaseModel):
     node: str
     epoch: int
     previous_node: str
+
+
+class ActivationAnswer(RoleMoved):
+    """`POST /v1/databases/{db}/activate`: the activation that won, as `cluster/activation`
+    returns it: the new epoch, what it lost, and why it was allowed."""
+
     cause: ActivationCause
     lost_logs: int
     lost_open_log: bool
@@ -186,17 +192,11 @@ class ActivationAnswer(BaseModel):
     reason: str
 
 
-class SwitchoverAnswer(BaseModel):
+class SwitchoverAnswer(RoleMoved):
     """`POST /v1/databases/{db}/switchover`: the role moved, nothing lost, as
     `cluster/switchover` returns it: the new epoch and the last generation the old active
     closed (the new stream goes on from the next one)."""
 
-    model_config = ConfigDict(frozen=True)
-
-    database: str
-    node: str
-    epoch: int
-    previous_node: str
     last_log_generated: int
     lost_logs: int = 0
     lost_open_log: bool = False

@@ -35,6 +35,7 @@ from dag_common.tasks import cancel_and_wait
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
 from replication_node.active.redelivery import DumpsterRedelivery
+from replication_node.active.settings import ActiveSettings
 from replication_node.admin_api import (
     ActivationAnswer,
     BlockBufferAnswer,
@@ -57,7 +58,6 @@ from replication_node.log.operations import BackupKind
 from replication_node.log.truncation import CopyProgress
 from replication_node.metrics import NodeMetrics, NodeStatusCollector
 from replication_node.passive.copy import PassiveCopy
-from replication_node.passive.settings import PassiveSettings
 from replication_node.shipping.copy_share import HttpCopyLogs
 from replication_node.shipping.logshare_client import HttpLogSource
 from replication_node.storage.idle_memory import Holders, IdleMemory
@@ -272,28 +272,31 @@ class Node:
         copy = self.config.database(spec.database).copy_on(self.name)
         assert copy is not None
         if spec.role is CopyRole.ACTIVE:
+            defaults = self.config.defaults
             instance: ActiveInstance | PassiveCopy = ActiveInstance(
-                database=spec.database,
-                node=self.name,
-                site=self.site,
-                activation_preference=spec.activation_preference,
+                settings=ActiveSettings(
+                    database=spec.database,
+                    node=self.name,
+                    site=self.site,
+                    activation_preference=spec.copy.activation_preference,
+                    epoch=spec.epoch,
+                    log_file_size=spec.copy.log_file_size,
+                    llr_depth=spec.llr_depth,
+                    roll_interval=spec.roll_interval,
+                    scrub_interval=spec.copy.scrub_interval,
+                    lease_ttl=defaults.lease_ttl.total_seconds(),
+                    synchronous_copies=spec.synchronous_copies,
+                    synchronous_wait=defaults.synchronous_wait.total_seconds(),
+                    circular_logging=defaults.circular_logging,
+                    spare_log_files=defaults.log_spare_files,
+                    on_failure=defaults.on_active_failure,
+                ),
                 paths=self.paths(spec.database),
-                log_file_size=spec.log_file_size,
-                llr_depth=spec.llr_depth,
-                roll_interval=spec.roll_interval,
                 clock=self._clock,
                 cluster_store=self.cluster_store,
-                epoch=spec.epoch,
                 peer_progress=lambda db=spec.database: self._peer_progress(db),
-                circular_logging=self.config.defaults.circular_logging,
-                spare_log_files=self.config.defaults.log_spare_files,
-                on_failure=self.config.defaults.on_active_failure,
                 metrics=self.metrics,
                 copy_awaiting_logs=lambda db=spec.database: self._copy_awaiting_logs(db),
-                scrub_interval=spec.scrub_interval,
-                lease_ttl=self.config.defaults.lease_ttl.total_seconds(),
-                synchronous_copies=spec.synchronous_copies,
-                synchronous_wait=self.config.defaults.synchronous_wait.total_seconds(),
                 redelivery=DumpsterRedelivery(
                     config=self.config,
                     database=spec.database,
@@ -313,18 +316,7 @@ class Node:
         else:
             assert self._session is not None
             instance = PassiveCopy(
-                settings=PassiveSettings(
-                    database=spec.database,
-                    node=self.name,
-                    site=self.site,
-                    activation_preference=spec.activation_preference,
-                    replay_lag_time=spec.replay_lag_time,
-                    truncation_lag_time=spec.truncation_lag_time,
-                    scrub_interval=spec.scrub_interval,
-                    content_check_every=spec.content_check_every,
-                    block_mode=spec.block_mode,
-                    log_file_size=spec.log_file_size,
-                ),
+                settings=spec.copy,
                 paths=self.paths(spec.database),
                 source=HttpLogSource(
                     spec.active_url, spec.database, session=self._session, token=self.token

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from dag_common.backoff import Backoff
@@ -35,7 +35,7 @@ from dag_common.tasks import cancel_and_wait
 from replication_node.active.backup_leases import BackupLeases, begin_answer, stamp
 from replication_node.active.change_feed import ChangeFeed
 from replication_node.active.copy import ActiveCopy, CopyPaths
-from replication_node.active.handover import HANDOVER_HOLD, copy_waiting_for_last_logs
+from replication_node.active.handover import copy_waiting_for_last_logs
 from replication_node.active.imap_counters import MAX_UID, lost_reservation
 from replication_node.active.lease import LeaseKeeper
 from replication_node.active.log_mend import CopyLogs, LogMend, StepDown
@@ -43,6 +43,7 @@ from replication_node.active.mailbox_store import MailboxStore
 from replication_node.active.mounting import open_active_copy
 from replication_node.active.publication import ActivePublication
 from replication_node.active.redelivery import DumpsterRedelivery
+from replication_node.active.settings import ActiveSettings
 from replication_node.active.share import ActiveLogShare
 from replication_node.active.status import active_status
 from replication_node.active.switchover import SwitchoverQuiesce
@@ -78,43 +79,26 @@ class ActiveInstance:
     def __init__(
         self,
         *,
-        database: str,
-        node: str,
-        site: str,
-        activation_preference: int,
+        settings: ActiveSettings,
         paths: CopyPaths,
-        log_file_size: int,
-        llr_depth: int,
-        roll_interval: timedelta,
         clock: Clock,
         cluster_store: ClusterStore,
-        epoch: int,
         peer_progress: Callable[[], Awaitable[list[CopyProgress]]] | None = None,
-        circular_logging: bool = True,
-        spare_log_files: int = 0,
-        truncation_interval: float = 5.0,
-        on_failure: ActiveFailurePolicy = ActiveFailurePolicy.REMOUNT,
         metrics: NodeMetrics | None = None,
         copy_awaiting_logs: Callable[[], Awaitable[str | None]] | None = None,
-        handover_hold: float = HANDOVER_HOLD,
-        scrub_interval: timedelta | None = None,
-        lease_ttl: float = 10.0,
-        synchronous_copies: int = 0,
-        synchronous_wait: float = 5.0,
         redelivery: DumpsterRedelivery | None = None,
         copy_logs: Sequence[CopyLogs] = (),
         step_down: StepDown | None = None,
     ) -> None:
-        self.database = database
-        self.node = node
-        self.site = site
-        self.activation_preference = activation_preference
+        self.settings = settings
         self.paths = paths
-        self._log_file_size = log_file_size
-        self._llr_depth = llr_depth
-        self._roll_interval = roll_interval
         self._clock = clock
-        self.epoch = epoch
+        self._copy_awaiting_logs = copy_awaiting_logs
+        # Asks the transports to redeliver after a lossy activation (`redelivery.py`).
+        self.redelivery = redelivery
+        # Which copy it is and the epoch it serves: what the node and its routes ask of it.
+        database, node, epoch = settings.database, settings.node, settings.epoch
+        self.database, self.node, self.epoch = database, node, epoch
         self.copy: ActiveCopy | None = None
         self.store: MailboxStore | None = None
         # The mounted copy's change feed (`change_feed.py`): one per mount, ended with it.
@@ -122,14 +106,11 @@ class ActiveInstance:
         self._tasks: list[asyncio.Task[None]] = []
         self.error: str | None = None
         self.last_close_time: datetime | None = None
-        self._on_failure = on_failure
-        self.synchronous_copies, self._synchronous_wait = synchronous_copies, synchronous_wait
         self._mount_tasks: list[asyncio.Task[None]] = []  # the idle roller and the watch
         self.dismounted_by_operator = False
         # A mount (crash recovery, opening the files) is under way: not mounted yet, not failed.
         self.mounting = False
         self._stream_metrics = metrics.stream(database) if metrics else None
-        self._copy_awaiting_logs = copy_awaiting_logs
         self.publication = ActivePublication(
             cluster_store=cluster_store, database=database, node=node, epoch=epoch, clock=clock
         )
@@ -141,7 +122,7 @@ class ActiveInstance:
             database=database,
             node=node,
             epoch=epoch,
-            ttl=lease_ttl,
+            ttl=settings.lease_ttl,
             clock=clock,
             handing_over=lambda: self.switching_to,
         )
@@ -150,21 +131,11 @@ class ActiveInstance:
             on_mended=metrics.mended(database) if metrics else None,
         )  # fmt: skip
         # The one backup of this database that may run (from any copy), by lease.
-        self.backups = BackupLeases(clock=clock, ttl=lease_ttl)
-        # Asks the transports to redeliver after a lossy activation (`redelivery.py`).
-        self.redelivery = redelivery
-        self.circular_logging = circular_logging
-        self.spare_log_files = spare_log_files
+        self.backups = BackupLeases(clock=clock, ttl=settings.lease_ttl)
         # What passive copies pull: the stream mounted, or its last logs held for a copy
         # taking over.
         self.share = ActiveLogShare(
-            database=database,
-            node=node,
-            epoch=epoch,
-            logs=paths.logs,
-            clock=clock,
-            mounted=lambda: self.copy,
-            hold=handover_hold,
+            settings=settings, logs=paths.logs, clock=clock, mounted=lambda: self.copy
         )
         self.truncator = (
             ActiveTruncator(
@@ -174,8 +145,8 @@ class ActiveInstance:
                 # with the backup stamps not yet in the file: the stamp is durable in the log
                 header=lambda: self.copy.merged_header if self.copy else None,
                 peer_progress=peer_progress,
-                circular_logging=circular_logging,
-                interval=truncation_interval,
+                circular_logging=settings.circular_logging,
+                interval=settings.truncation_interval,
                 truncated=metrics.truncated(database) if metrics else None,
                 read_hold=lambda: self.copy.bodies.reading_from() if self.copy else None,
             )
@@ -187,10 +158,10 @@ class ActiveInstance:
             Scrubber(
                 path=paths.database,
                 clock=clock,
-                interval=scrub_interval.total_seconds(),
+                interval=settings.scrub_interval.total_seconds(),
                 on_damage=lambda reason: None,
             )
-            if scrub_interval is not None
+            if settings.scrub_interval is not None
             else None
         )
 
@@ -250,18 +221,12 @@ class ActiveInstance:
         await self.lease.acquire()
         record = await self.publication.record()
         self.copy = await open_active_copy(
+            settings=self.settings,
             paths=self.paths,
-            database=self.database,
-            node=self.node,
-            epoch=self.epoch,
-            log_file_size=self._log_file_size,
-            llr_depth=self._llr_depth,
             clock=self._clock,
             record=record,
             publish_open_log=self.publish_open_log,
             lease=self.lease,
-            synchronous_copies=self.synchronous_copies,
-            synchronous_wait=self._synchronous_wait,
         )
         # No generation above the waypoint (a clean mount): the file knows its last log's time.
         self.last_close_time = self.copy.last_closed_time or self.copy.header.last_log_time
@@ -276,11 +241,11 @@ class ActiveInstance:
         # After the copy's own listener: a transaction is in the overlay when this one sees it.
         self.copy.stream.add_listener(self._on_event)
         stream = self.copy.stream
-        stream.keep_spares(self.spare_log_files)
+        stream.keep_spares(self.settings.spare_log_files)
         self._mount_tasks = [
             asyncio.create_task(self.mend.run(self.copy), name=f"log-mend {self.database}"),
             asyncio.create_task(
-                stream.run_idle_roller(self._roll_interval.total_seconds()),
+                stream.run_idle_roller(self.settings.roll_interval.total_seconds()),
                 name=f"idle-roll {self.database}",
             ),
             asyncio.create_task(self._watch(stream), name=f"watch {self.database}"),
@@ -348,7 +313,7 @@ class ActiveInstance:
         await self._drop_copy(f"dismounted after a failure of its log stream: {failure}")
         if isinstance(failure, Deposed):
             return  # another copy is active: the node's reconcile makes this one passive
-        if self._on_failure is ActiveFailurePolicy.REMOUNT:
+        if self.settings.on_failure is ActiveFailurePolicy.REMOUNT:
             self._tasks.append(
                 asyncio.create_task(self._remount_loop(), name=f"remount {self.database}")
             )
@@ -549,7 +514,7 @@ class ActiveInstance:
             self._mounted().merged_header,
             node=node,
             kind=kind,
-            circular_logging=self.circular_logging,
+            circular_logging=self.settings.circular_logging,
             epoch=self.epoch,
         )
 

@@ -64,6 +64,7 @@ from replication_node.log import logfile
 from replication_node.log.inspector import InspectedLog, inspect_generation
 from replication_node.log.logfile import HEADER_SIZE, LogHeader, chain_problem, iter_records
 from replication_node.shipping.interfaces import CopyLogs as CopyLogs
+from replication_node.storage.header import DatabaseHeader
 
 if TYPE_CHECKING:
     from replication_node.active.copy import ActiveCopy
@@ -92,8 +93,7 @@ class LocalView:
     next: LogHeader | None  # its next generation's (closed, or E00.log), if it reads
     commits: tuple[tuple[int, datetime], ...]  # the overlay's commits there: offset, time
     highest_known: int  # the last generation the active closed
-    log_signature: object
-    database_signature: object
+    header: DatabaseHeader  # its database file's: the signatures its logs carry
 
 
 def check_replacement(data: bytes, view: LocalView) -> InspectedLog:
@@ -103,13 +103,13 @@ def check_replacement(data: bytes, view: LocalView) -> InspectedLog:
     inspected = inspect_generation(
         data,
         generation=gen,
-        log_signature=view.log_signature,  # type: ignore[arg-type]
-        database_signature=view.database_signature,  # type: ignore[arg-type]
+        log_signature=view.header.log_signature,
+        database_signature=view.header.database_signature,
         prev=view.prev,
         highest_known=view.highest_known,
     )
     if view.next is not None:
-        problem = chain_problem(inspected.header, view.next, view.log_signature)
+        problem = chain_problem(inspected.header, view.next, view.header.log_signature)
         if problem:
             raise InspectionFailed(f"the active's own next generation: {problem}")
     if len(view.local) > len(data):
@@ -302,8 +302,7 @@ async def _local_view(copy: ActiveCopy, gen: int, path: Path) -> LocalView:
         next=following,
         commits=commits,
         highest_known=highest,
-        log_signature=header.log_signature,
-        database_signature=header.database_signature,
+        header=header,
     )
 
 

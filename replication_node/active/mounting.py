@@ -17,27 +17,23 @@ from dag_common.cluster_store.interface import ActiveRecord
 from dag_common.durable import atomic_write
 from replication_node.active.copy import ActiveCopy, CopyPaths, OpenLogPublisher
 from replication_node.active.lease import LeaseKeeper
+from replication_node.active.settings import ActiveSettings
 from replication_node.errors import RecoveryError
 from replication_node.log.logdir import list_closed_generations
 
 
 async def open_active_copy(
     *,
+    settings: ActiveSettings,
     paths: CopyPaths,
-    database: str,
-    node: str,
-    epoch: int,
-    log_file_size: int,
-    llr_depth: int,
     clock: Clock,
     record: ActiveRecord | None,
     publish_open_log: OpenLogPublisher,
     lease: LeaseKeeper | None = None,
-    synchronous_copies: int = 0,
-    synchronous_wait: float = 5.0,
 ) -> ActiveCopy:
-    """Mount the copy from disk (creating it the first time) as the active at `epoch`;
-    `record` is the cluster store's record of the database, read before."""
+    """Mount the copy from disk (creating it the first time) as the active at its settings'
+    epoch; `record` is the cluster store's record of the database, read before."""
+    epoch = settings.epoch
     create = not paths.database.exists() and not list_closed_generations_safe(paths.logs)
     # Before the first log is written as active: should this copy be passive again one
     # day, its logs above the waypoint are its own and must be checked, not replayed.
@@ -47,19 +43,21 @@ async def open_active_copy(
     # an open log that was lost with it.
     copy = await ActiveCopy.mount(
         paths=paths,
-        log_file_size=log_file_size,
-        llr_depth=llr_depth,
+        log_file_size=settings.log_file_size,
+        llr_depth=settings.llr_depth,
         clock=clock,
         create=create,
         change_number_floor=record.change_number_ceiling if record else 0,
         publish_open_log=publish_open_log,
         lease=lease,
-        synchronous_copies=synchronous_copies,
-        synchronous_wait=synchronous_wait,
+        synchronous_copies=settings.synchronous_copies,
+        synchronous_wait=settings.synchronous_wait,
         epoch=epoch,
     )
-    if record is not None and (record.node, record.epoch) == (node, epoch):
-        await _check_announced_logs(copy, record.open_generation, database=database, epoch=epoch)
+    if record is not None and (record.node, record.epoch) == (settings.node, epoch):
+        await _check_announced_logs(
+            copy, record.open_generation, database=settings.database, epoch=epoch
+        )
     return copy
 
 

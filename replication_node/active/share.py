@@ -21,7 +21,8 @@ from pathlib import Path
 
 from dag_common.clock import Clock
 from replication_node.active.copy import ActiveCopy
-from replication_node.active.handover import HANDOVER_HOLD, LastLogsHold
+from replication_node.active.handover import LastLogsHold
+from replication_node.active.settings import ActiveSettings
 from replication_node.errors import Conflict, LogFormatError, LogShareError
 from replication_node.log.blocks import BlockFeed
 from replication_node.log.logdir import list_closed_generations
@@ -37,21 +38,20 @@ class ActiveLogShare:
     def __init__(
         self,
         *,
-        database: str,
-        node: str,
-        epoch: int,
+        settings: ActiveSettings,
         logs: Path,
         clock: Clock,
         mounted: Callable[[], ActiveCopy | None],
-        hold: float = HANDOVER_HOLD,
     ) -> None:
-        self.database = database
-        self.node = node
-        self.epoch = epoch
+        self.database, self.node, self.epoch = settings.database, settings.node, settings.epoch
         self._logs = logs
         self._mounted = mounted  # the mounted copy, None while not mounted
         self.last_logs = LastLogsHold(
-            database=database, node=node, logs=logs, clock=clock, seconds=hold
+            database=self.database,
+            node=self.node,
+            logs=logs,
+            clock=clock,
+            seconds=settings.handover_hold,
         )
         # Notified when a generation closes or an open one is announced (the log share's
         # notification stream waits on it), and when the copy mounts or dismounts.

@@ -35,7 +35,7 @@ def active_status(instance: ActiveInstance) -> CopyStatusReport:
         status = CopyStatus.FAILED if instance.error else CopyStatus.DISMOUNTED
     scrub = instance.scrubber.last if instance.scrubber else None
     followers = sorted(instance.copy.stream.feed.followers) if instance.copy is not None else []
-    need = instance.synchronous_copies
+    need = instance.settings.synchronous_copies
     notes = []
     if instance.copy is not None and len(followers) < need:
         notes.append(
@@ -50,10 +50,10 @@ def active_status(instance: ActiveInstance) -> CopyStatusReport:
     return CopyStatusReport(
         database=instance.database,
         node=instance.node,
-        site=instance.site,
+        site=instance.settings.site,
         role=CopyRole.ACTIVE,
         status=status,
-        activation_preference=instance.activation_preference,
+        activation_preference=instance.settings.activation_preference,
         last_log_generated=held.generated_at_risk if held else share.generated_at_risk,
         open_commits=held.open_commits if held else share.open_commits,
         last_log_copy_notified=generated,

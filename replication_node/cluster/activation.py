@@ -166,9 +166,7 @@ class Activation:
         dial = dial_override or config.mount_dial_of(db)
         assessment = assess_activation(
             node=node,
-            old_active=record.node,
-            last_log_generated=record.last_log_generated,
-            open_generation=record.open_generation,
+            old=record,
             reports=reports,
             dial=dial,
             synchronous_copies=config.synchronous_copies_of(db),

@@ -12,27 +12,27 @@ from datetime import timedelta
 
 from dag_common.config import ClusterConfig
 from dag_common.model import CopyRole
+from replication_node.passive.settings import PassiveSettings
 
 
 @dataclass(frozen=True, slots=True)
 class InstanceSpec:
     """Everything a replica instance is started with; a change means a restart."""
 
-    database: str
     role: CopyRole
     active_node: str
     active_url: str
-    activation_preference: int
-    replay_lag_time: timedelta
-    truncation_lag_time: timedelta
-    log_file_size: int
+    # The copy's own settings, from the config: what a passive instance runs with, and
+    # where an active one takes its preference, log size and scrub from.
+    copy: PassiveSettings
     llr_depth: int
     roll_interval: timedelta
     epoch: int
-    scrub_interval: timedelta | None = None
-    content_check_every: int | None = None
     synchronous_copies: int = 0  # an active's: a change restarts it with the new setting
-    block_mode: bool = True  # a passive's
+
+    @property
+    def database(self) -> str:
+        return self.copy.database
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,20 +64,25 @@ def desired_spec(
     # The epoch matters to an active instance only (it publishes under it); a passive just
     # follows the active's url, so a new epoch on the same active does not restart it.
     role = CopyRole.ACTIVE if active_node == node else CopyRole.PASSIVE
-    return InstanceSpec(
+    settings = PassiveSettings(
         database=database,
-        role=role,
-        active_node=active_node,
-        active_url=active.url,
+        node=node,
+        site=config.node(node).site,
         activation_preference=copy.activation_preference,
         replay_lag_time=copy.replay_lag_time,
         truncation_lag_time=copy.truncation_lag_time,
+        scrub_interval=config.defaults.scrub_interval,
+        content_check_every=config.defaults.content_check_every,
+        block_mode=config.block_mode_of(db),
         log_file_size=config.log_file_size_of(db),
+    )
+    return InstanceSpec(
+        role=role,
+        active_node=active_node,
+        active_url=active.url,
+        copy=settings,
         llr_depth=config.llr_depth_of(db),
         roll_interval=config.log_roll_interval_of(db),
         epoch=epoch if role is CopyRole.ACTIVE else 0,
-        scrub_interval=config.defaults.scrub_interval,
-        content_check_every=config.defaults.content_check_every,
         synchronous_copies=config.synchronous_copies_of(db) if role is CopyRole.ACTIVE else 0,
-        block_mode=config.block_mode_of(db),
     )

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from dag_common.cluster_store.interface import ActiveRecord
 from dag_common.model import AutoDatabaseMountDial, CopyRole, CopyStatus, CopyStatusReport
 from replication_node.log.sizes import HEADER_SIZE
 
@@ -300,25 +301,24 @@ class ActivationAssessment:
 def assess_activation(
     *,
     node: str,
-    old_active: str,
-    last_log_generated: int,
-    open_generation: int,
+    old: ActiveRecord,
     reports: dict[str, CopyStatusReport | None],
     dial: AutoDatabaseMountDial,
     synchronous_copies: int,
 ) -> ActivationAssessment:
-    """May the copy on `node` take over from the lost `old_active`, whose stream the cluster
-    store knows through `last_log_generated` (and `open_generation`, announced before the
+    """May the copy on `node` take over from the lost active `old`, as the cluster store
+    knows it (its node, its last closed generation, and its open one, announced before the
     open log's first acknowledgement), with every copy's report by node (None: no answer)?"""
+    old_active = old.node
     # The store's LastLogGenerated is published just after each roll and may miss the last
     # one; any copy that was told of a later generation by the active's notifications knows
     # better.  The higher figure counts: lost logs are never underestimated from what is known.
     at_risk = generations_at_risk(
-        last_log_generated=last_log_generated,
-        open_generation=open_generation,
+        last_log_generated=old.last_log_generated,
+        open_generation=old.open_generation,
         reports=[r for r in reports.values() if r is not None],
     )
-    copy, old = reports.get(node), reports.get(old_active)
+    copy, old_report = reports.get(node), reports.get(old_active)
     # Synchronous copies: every commit the lost active acknowledged was held by that many
     # copies in block mode; if this copy's buffer must hold them all, it counts as the open
     # generation held (kept before the role moves).
@@ -342,7 +342,7 @@ def assess_activation(
         ),
         at_risk=at_risk,
         dial=dial,
-        active_reachable=old is not None and old.status is CopyStatus.MOUNTED,
+        active_reachable=old_report is not None and old_report.status is CopyStatus.MOUNTED,
         active_node=old_active,
     )
     return ActivationAssessment(at_risk, covered, held, decision)

@@ -40,7 +40,6 @@ import asyncio
 import itertools
 import logging
 import os
-import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -70,6 +69,7 @@ from replication_node.log.spanning import Pending
 from replication_node.passive.markers import Markers
 from replication_node.passive.stream_check import check_rejoin, check_stream
 from replication_node.shipping.interfaces import CopyLogs, LogShareInfo, LogSource
+from replication_node.storage.header import DatabaseHeader
 from replication_node.storage.paths import CopyPaths
 
 if TYPE_CHECKING:
@@ -95,8 +95,7 @@ class Copier:
         source: LogSource,
         paths: CopyPaths,
         markers: Markers,
-        log_signature: uuid.UUID,
-        database_signature: uuid.UUID,
+        header: DatabaseHeader,
         clock: Clock,
         on_inspected: Callable[[], None],
         out_of_date: dict[int, OutOfDateLog] | None = None,
@@ -107,17 +106,17 @@ class Copier:
         metrics: CopyMetrics | None = None,
         blocks: BlockReceiver | None = None,
         peers: Sequence[CopyLogs] = (),
-        required_from: int = 0,
     ) -> None:
         self._source = source
-        # The database's Logs Required (0: none): fetched first if not on disk.
-        self._required_from = required_from
+        # The database file's header: the signatures a generation must carry, and its Logs
+        # Required (0: none), fetched first if not on disk.
+        self._required_from = header.required_from
         self._peers = tuple(peers)  # the database's other passive copies
         self._blocks = blocks  # block mode: the closed generations it received
         self._paths = paths
         self._markers = markers
-        self._log_signature = log_signature
-        self._database_signature = database_signature
+        self._log_signature = header.log_signature
+        self._database_signature = header.database_signature
         self._clock = clock
         self._on_inspected = on_inspected
         self._out_of_date = dict(out_of_date or {})

@@ -283,8 +283,7 @@ class PassiveCopy:
             source=self._source,
             paths=self.paths,
             markers=self.markers,
-            log_signature=header.log_signature,
-            database_signature=header.database_signature,
+            header=header,
             clock=self._clock,
             on_inspected=inspected.set,
             out_of_date=out_of_date,
@@ -294,7 +293,6 @@ class PassiveCopy:
             metrics=self._metrics,
             blocks=blocks if self.settings.block_mode else None,
             peers=self._peers,
-            required_from=header.required_from,
         )
         replayer = Replayer(
             db=self._db,

@@ -8,7 +8,8 @@ from datetime import timedelta
 
 @dataclass(frozen=True, slots=True)
 class PassiveSettings:
-    """Per-copy settings of a passive copy, from the cluster config."""
+    """One copy's settings, from the cluster config: all a passive copy runs with; an
+    active one takes its preference, log size and scrub from them (`InstanceSpec.copy`)."""
 
     database: str
     node: str

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -14,6 +15,7 @@ from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from dag_common.store_api import ItemIn
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
+from replication_node.active.settings import ActiveSettings
 from replication_node.http.auth import auth_middleware
 from replication_node.shipping.logshare import add_log_share_routes
 from replication_node.shipping.logshare_client import HttpLogSource
@@ -64,6 +66,22 @@ class Share:
         self.store.close()
 
 
+def db1_active(**changes: Any) -> ActiveSettings:
+    """The settings of DB1's active copy on node a at epoch 1 (a 64 KiB log, LLR depth 2),
+    as the tests start it, with `changes`."""
+    settings = ActiveSettings(
+        database="DB1",
+        node="a",
+        site="s",
+        activation_preference=1,
+        epoch=1,
+        log_file_size=64 * 1024,
+        llr_depth=2,
+        roll_interval=timedelta(hours=1),
+    )
+    return replace(settings, **changes)
+
+
 async def start_share(
     root: Path,
     *,
@@ -78,20 +96,15 @@ async def start_share(
     record = await store.set_active("DB1", "a", expected_epoch=0, start_generation=1)
     assert record is not None and record.epoch == 1
     active = ActiveInstance(
-        database="DB1",
-        node="a",
-        site="s",
-        activation_preference=1,
+        settings=db1_active(
+            log_file_size=32 * 1024,
+            synchronous_copies=synchronous_copies,
+            synchronous_wait=synchronous_wait,
+            spare_log_files=spare_log_files,
+        ),
         paths=CopyPaths(root / "active" / "DB1", "DB1"),
-        log_file_size=32 * 1024,
-        llr_depth=2,
-        roll_interval=timedelta(hours=1),
         clock=clock or SystemClock(),
         cluster_store=store,
-        epoch=1,
-        synchronous_copies=synchronous_copies,
-        synchronous_wait=synchronous_wait,
-        spare_log_files=spare_log_files,
     )
     await active.start()
     app = web.Application(middlewares=[auth_middleware(TOKEN)])

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from datetime import timedelta
 
 import pytest
 
@@ -27,6 +26,7 @@ from replication_node.errors import (
 )
 from replication_node.log.operations import SetMailbox
 from tests.cluster_harness import wait_until
+from tests.replication_node.share import db1_active
 
 TTL = 6.0
 
@@ -74,18 +74,10 @@ class StoreWithFaults(EmbeddedClusterStore):
 def instance(paths: CopyPaths, clock: ManualClock, store: StoreWithFaults) -> ActiveInstance:
     """DB1's active copy on node a at epoch 1, under `paths` (not started)."""
     return ActiveInstance(
-        database="DB1",
-        node="a",
-        site="s",
-        activation_preference=1,
+        settings=db1_active(lease_ttl=TTL),
         paths=paths,
-        log_file_size=64 * 1024,
-        llr_depth=2,
-        roll_interval=timedelta(hours=1),
         clock=clock,
         cluster_store=store,
-        epoch=1,
-        lease_ttl=TTL,
     )
 
 

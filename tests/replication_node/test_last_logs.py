@@ -29,6 +29,7 @@ from replication_node.log.logfile import (
     verify_closed,
 )
 from tests.cluster_harness import wait_until
+from tests.replication_node.share import db1_active
 
 T0 = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
 
@@ -91,19 +92,11 @@ def instance(root, store, clock, waiting=None, hold=30.0):
         return waiting
 
     return ActiveInstance(
-        database="DB1",
-        node="a",
-        site="s",
-        activation_preference=1,
+        settings=db1_active(handover_hold=hold),
         paths=CopyPaths(root / "DB1", "DB1"),
-        log_file_size=64 * 1024,
-        llr_depth=2,
-        roll_interval=timedelta(hours=1),
         clock=clock,
         cluster_store=store,
-        epoch=1,
         copy_awaiting_logs=copy_awaiting_logs,
-        handover_hold=hold,
     )
 
 

@@ -72,5 +72,5 @@ def test_changed_lag_restarts_the_instance():
         }
     ]
     changed = spec(config=cfg)
-    assert changed.replay_lag_time == timedelta(hours=1)
+    assert changed.copy.replay_lag_time == timedelta(hours=1)
     assert plan_instances({"DB1": spec()}, {"DB1": changed}).start == ("DB1",)

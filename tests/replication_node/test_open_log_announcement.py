@@ -7,7 +7,6 @@ Real log files and, where the store's answer matters, a real embedded cluster st
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 
 import msgspec
 import pytest
@@ -28,6 +27,7 @@ from replication_node.errors import (
 from replication_node.log.logfile import HEADER_SIZE, OPEN_LOG_NAME
 from tests.cluster_harness import wait_until
 from tests.replication_node.helpers import mount, op
+from tests.replication_node.share import db1_active
 
 
 class Recorder:
@@ -191,18 +191,10 @@ async def test_numbers_refused_as_too_large_are_taken_back(tmp_path):
 
 def instance(root, store, node, epoch, clock, lease_ttl=10.0):
     return ActiveInstance(
-        database="DB1",
-        node=node,
-        site="s",
-        activation_preference=1,
+        settings=db1_active(node=node, epoch=epoch, log_file_size=16 * 1024, lease_ttl=lease_ttl),
         paths=CopyPaths(root / "DB1", "DB1"),
-        log_file_size=16 * 1024,
-        llr_depth=2,
-        roll_interval=timedelta(hours=1),
         clock=clock,
         cluster_store=store,
-        epoch=epoch,
-        lease_ttl=lease_ttl,
     )
 
 
