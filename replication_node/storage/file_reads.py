@@ -12,6 +12,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
+from dag_common.items_query import ItemsQuery
 from dag_common.mailbox_digest import DigestRow
 from dag_common.rfc822 import BodyFormat
 from replication_node.storage.bodies import BODY_TEXT, ITEMS, MESSAGE_BYTES
@@ -211,24 +212,17 @@ class FileReads:
             ).fetchone()
         return int(count)
 
-    def items_page(
-        self,
-        mailbox: str,
-        since_change: int,
-        limit: int,
-        max_bytes: int | None = None,
-        *,
-        bodies: bool = True,
-        blobs: bool = False,
-    ) -> ItemsPage:
-        """The first `limit` changes after `since_change` (see `ItemsPage`); with
-        `max_bytes`, no more than reach that many bytes (`ItemRow.listed_size`: of bodies,
-        or without `bodies` of the rows as listed; at least one change).  The rows are read
-        one at a time, so a page cut by bytes reads no body past its end: 2,000 items of
-        30 MiB asked for at once are a page of three.  Without `bodies` no body is read at
-        all: each row carries the hash the digest keeps (`ItemRow`).  With `blobs`, a body
-        kept apart (`bodies.py`) is not read: the row's body is a `BlobText`, read a part at a
-        time when it is written (`body_part`; the listing's, `items_stream`)."""
+    def items_page(self, mailbox: str, query: ItemsQuery, *, blobs: bool = False) -> ItemsPage:
+        """The first `query.limit` changes after `query.since_change` (see `ItemsPage`; no
+        `limit`: every one); with `page_bytes`, no more than reach that many bytes
+        (`ItemRow.listed_size`: of bodies, or without `bodies` of the rows as listed; at least
+        one change).  The rows are read one at a time, so a page cut by bytes reads no body
+        past its end: 2,000 items of 30 MiB asked for at once are a page of three.  Without
+        `bodies` no body is read at all: each row carries the hash the digest keeps
+        (`ItemRow`).  With `blobs`, a body kept apart (`bodies.py`) is not read: the row's
+        body is a `BlobText`, read a part at a time when it is written (`body_part`; the
+        listing's, `items_stream`)."""
+        since_change, limit, bodies = query.since_change, query.limit, query.bodies
         columns, row_of = (ITEM_COLUMNS, item_of) if bodies else (ITEM_HEAD_COLUMNS, item_head_of)
         source = ITEMS if bodies else "items"
         if bodies and blobs:
@@ -239,19 +233,19 @@ class FileReads:
             cursor = self._reads.execute(
                 f"SELECT {columns} FROM {source} WHERE mailbox=? AND change_number>?"
                 " ORDER BY change_number LIMIT ?",
-                (mailbox, since_change, limit),
+                (mailbox, since_change, -1 if limit is None else limit),  # -1: no LIMIT
             )
             try:
                 for r in cursor:
                     row = row_of(r)
                     rows.append(row)
                     held += row.listed_size(bodies)
-                    if max_bytes is not None and held >= max_bytes:
+                    if query.page_bytes is not None and held >= query.page_bytes:
                         cut = True
                         break
             finally:
                 cursor.close()
-        if not cut and len(rows) < limit:
+        if not cut and (limit is None or len(rows) < limit):
             return ItemsPage(rows, max([since_change, *(r.change_number for r in rows)]), True)
         return ItemsPage(rows, rows[-1].change_number, False)
 
