@@ -223,8 +223,7 @@ class FileReads:
         body is a `BlobText`, read a part at a time when it is written (`body_part`; the
         listing's, `items_stream`)."""
         since_change, limit, bodies = query.since_change, query.limit, query.bodies
-        columns, row_of = (ITEM_COLUMNS, item_of) if bodies else (ITEM_HEAD_COLUMNS, item_head_of)
-        source = ITEMS if bodies else "items"
+        columns, source, row_of = _item_reads(bodies)
         if bodies and blobs:
             columns, row_of = ITEM_BLOB_COLUMNS, self._blob_row_of
         rows: list[ItemRow] = []
@@ -279,20 +278,27 @@ class FileReads:
 
     def item_head(self, mailbox: str, item_id: str) -> ItemRow | None:
         """An item's row without its body (`ItemRow`: its hash in the body's place)."""
-        with self._read_lock:
-            row = self._reads.execute(
-                f"SELECT {ITEM_HEAD_COLUMNS} FROM items WHERE mailbox=? AND item_id=?",
-                (mailbox, item_id),
-            ).fetchone()
-        return item_head_of(row) if row else None
+        return self._item(mailbox, item_id, bodies=False)
 
     def item(self, mailbox: str, item_id: str) -> ItemRow | None:
+        return self._item(mailbox, item_id, bodies=True)
+
+    def _item(self, mailbox: str, item_id: str, *, bodies: bool) -> ItemRow | None:
+        columns, source, row_of = _item_reads(bodies)
         with self._read_lock:
             row = self._reads.execute(
-                f"SELECT {ITEM_COLUMNS} FROM {ITEMS} WHERE mailbox=? AND item_id=?",
+                f"SELECT {columns} FROM {source} WHERE mailbox=? AND item_id=?",
                 (mailbox, item_id),
             ).fetchone()
-        return item_of(row) if row else None
+        return row_of(row) if row else None
+
+
+def _item_reads(bodies: bool) -> tuple[str, str, Callable[[sqlite3.Row], ItemRow]]:
+    """How items are read with their bodies or (without `bodies`) with their hashes in the
+    bodies' place: the columns, the table (joined to the bodies') and the row they make."""
+    if bodies:
+        return ITEM_COLUMNS, ITEMS, item_of
+    return ITEM_HEAD_COLUMNS, "items", item_head_of
 
 
 def _folder_items(
