@@ -44,6 +44,7 @@ from replication_node.active.listing import (
 )
 from replication_node.active.logged_bodies import LogBodies, body_bytes, read_back, without_body
 from replication_node.errors import SwitchingOver, TransactionTooLarge
+from replication_node.log.body import BodyReader
 from replication_node.log.events import (
     ClosedGeneration,
     Committed,
@@ -254,19 +255,13 @@ class ActiveCopy:
             self._lease.refuse_without_lease()
         await self.stream.await_synchronous_followers()
 
-    async def stage(
-        self,
-        data: bytes | memoryview | str,
-        size: int | None = None,
-        *,
-        continues: BlobId | None = None,
-    ) -> BlobRef:
+    async def stage(self, body: BodyReader, *, continues: BlobId | None = None) -> BlobRef:
         """Stage a large body in the log (`LogStream.stage`, `continues` one staged as it
         arrives); refused like a commit, before anything is written, while the lease cannot
         be shown or a switchover began."""
         if self._lease is not None:
             self._lease.refuse_without_lease()
-        return await self.stream.stage(data, size, continues=continues)
+        return await self.stream.stage(body, continues=continues)
 
     async def abort_staged(self, blobs: list[BlobRef]) -> None:
         """Abort staged bodies no commit will use; best effort: a stream that stopped meanwhile
