@@ -205,6 +205,20 @@ def add_duration(
     )
 
 
+def add_count(
+    parser: argparse.ArgumentParser, flag: str, *, least: int, of: str, default: int, help: str
+) -> None:
+    """A whole-number option (`--limit 50`): `least` or more `of` (`whole_number`); its help
+    says its default."""
+    parser.add_argument(
+        flag,
+        type=whole_number(least, of),
+        default=default,
+        metavar="N",
+        help=f"{help}; default {default}",
+    )
+
+
 def add_timeout(
     parser: argparse.ArgumentParser, default: str, *, waits: str = "each node's answer"
 ) -> None:

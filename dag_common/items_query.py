@@ -1,5 +1,6 @@
 """What a read of a mailbox's changes asks of a node (GET …/mailboxes/{mailbox}/items, the
-store call `store_api.NodeStore.items`), and the query string that carries it."""
+store call `store_api.NodeStore.items`), and the query string that carries it.  On the node
+the same query reads a page of the store (`MailboxReader.items_page`)."""
 
 from __future__ import annotations
 

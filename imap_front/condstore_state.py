@@ -53,9 +53,14 @@ class CondstoreState(ConnectionState):
     async def do_command(self, cmd: Any) -> CommandResponse:
         """pymap's, with the FETCH answers the command's update brings merged into a FETCH
         of listing items or of whole bodies (`fetch_lines.ListedLines`,
-        `fetch_bodies.BodiesLines`), as pymap merges its own."""
+        `fetch_bodies.BodiesLines`), as pymap merges its own.  A modifier a command does not
+        take, or a modseq out of range (`BadModseq`, raised by the command's checks before it
+        reads or writes anything), is answered BAD."""
         self._tell_selected()
-        response = await super().do_command(cmd)
+        try:
+            response = await super().do_command(cmd)
+        except BadModseq as exc:
+            return ResponseBad(cmd.tag, exc.args[0])
         self._tell_selected()
         untagged = getattr(response, "_untagged", None)
         lines = untagged[0] if untagged else None
@@ -71,10 +76,7 @@ class CondstoreState(ConnectionState):
             messages.condstore = True
 
     async def do_select(self, cmd: SelectCommand) -> _Ret:  # EXAMINE delegates here
-        try:
-            only_options(cmd.options, [CONDSTORE], cmd.command)
-        except BadModseq as exc:
-            return ResponseBad(cmd.tag, exc.args[0]), None
+        only_options(cmd.options, [CONDSTORE], cmd.command)
         if cmd.options.has(CONDSTORE):
             self.condstore = True
         response, selected = await super().do_select(cmd)
@@ -84,11 +86,8 @@ class CondstoreState(ConnectionState):
         return response, selected
 
     async def do_fetch(self, cmd: FetchCommand) -> _Ret:
-        try:
-            only_options(cmd.options, [b"CHANGEDSINCE"], b"FETCH")
-            since = option_value(cmd.options, b"CHANGEDSINCE", zero=False)
-        except BadModseq as exc:
-            return ResponseBad(cmd.tag, exc.args[0]), None
+        only_options(cmd.options, [b"CHANGEDSINCE"], b"FETCH")
+        since = option_value(cmd.options, b"CHANGEDSINCE", zero=False)
         attributes = list(cmd.attributes)
         wants = any(a.value == b"MODSEQ" for a in attributes)
         if since is not None or wants:
@@ -133,11 +132,8 @@ class CondstoreState(ConnectionState):
         return response, updates
 
     async def do_store(self, cmd: StoreCommand) -> _Ret:
-        try:
-            only_options(cmd.options, [b"UNCHANGEDSINCE"], b"STORE")
-            since = option_value(cmd.options, b"UNCHANGEDSINCE", zero=True)
-        except BadModseq as exc:
-            return ResponseBad(cmd.tag, exc.args[0]), None
+        only_options(cmd.options, [b"UNCHANGEDSINCE"], b"STORE")
+        since = option_value(cmd.options, b"UNCHANGEDSINCE", zero=True)
         if since is None and not self.condstore:
             return await super().do_store(cmd)
         self.condstore = True

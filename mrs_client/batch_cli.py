@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from dag_common.cli import ExitCode, add_config, add_duration, add_json, in_words, whole_number
+from dag_common.cli import ExitCode, add_config, add_count, add_duration, add_json, in_words
 from dag_common.clock import SystemClock
 from dag_common.config import ClusterConfig, load_config
 from dag_common.echo import quoted
@@ -68,9 +68,6 @@ def _rate(text: str) -> float | None:
             f"{quoted(text)} is not a rate in MB/s (more than 0, or none)"
         )
     return value
-
-
-_count = whole_number(0, "items")
 
 
 # ---- create ---------------------------------------------------------------------------------
@@ -357,18 +354,20 @@ def build(parent: argparse.ArgumentParser) -> None:
         default=MovePriority.NORMAL,
         help="Lowest … Normal … Emergency (a CSV line may say its own)",
     )
-    create.add_argument(
+    add_count(
+        create,
         "--large-item-limit",
-        type=_count,
+        least=0,
+        of="items",
         default=0,
-        metavar="N",
         help="each move skips and reports up to N items over the target's max_item_size",
     )
-    create.add_argument(
+    add_count(
+        create,
         "--bad-item-limit",
-        type=_count,
+        least=0,
+        of="items",
         default=0,
-        metavar="N",
         help="each move skips and reports up to N source items that cannot be read",
     )
     create.add_argument(
@@ -378,11 +377,12 @@ def build(parent: argparse.ArgumentParser) -> None:
         metavar="X",
         help="the batch's throughput cap, MB/s over all its moves",
     )
-    create.add_argument(
+    add_count(
+        create,
         "--stall-retries",
-        type=whole_number(0, "retries"),
+        least=0,
+        of="retries",
         default=3,
-        metavar="N",
         help="queue a move failed by the stall limit again, up to N times",
     )
     add_duration(

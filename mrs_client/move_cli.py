@@ -183,13 +183,14 @@ async def _run_move(args: argparse.Namespace, config: ClusterConfig, move_id: st
         mover = on.mover(progress=report)
         try:
             if move_id is None:
-                record = await mover.submit(
+                record = await mover.request(
                     args.mailbox,
                     args.to,
                     with_archive=args.with_archive,
                     large_item_limit=args.large_item_limit,
                     bad_item_limit=args.bad_item_limit,
                 )
+                await mover.submit(record)
                 move_id = record.id
             else:
                 existing = await requests.get(move_id)

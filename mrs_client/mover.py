@@ -142,23 +142,9 @@ class Mover:
 
     # ---- creating a request ----------------------------------------------------------------
 
-    async def submit(
-        self,
-        mailbox: str,
-        target_db: str,
-        *,
-        with_archive: bool = False,
-        large_item_limit: int = 0,
-        bad_item_limit: int = 0,
-    ) -> MoveRecord:
-        """Validate and record a move; MoveRejected (nothing changed) if it cannot be."""
-        record = await self.request(
-            mailbox,
-            target_db,
-            with_archive=with_archive,
-            large_item_limit=large_item_limit,
-            bad_item_limit=bad_item_limit,
-        )
+    async def submit(self, record: MoveRecord) -> MoveRecord:
+        """Record a move `request` made (it refused one that cannot be: nothing recorded),
+        and say so."""
         await self.requests.create([record])
         self._progress(
             record,

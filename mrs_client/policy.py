@@ -262,25 +262,26 @@ def gate(
     if answer.status is GuaranteeStatus.SATISFIED:
         return Decision(Verdict.CONTINUE, reason=answer.reason)
     since = stalled_since or now
-    stalled = now - since
-    if stalled >= settings.stall_limit:
-        return Decision(
-            Verdict.FAIL,
-            reason=(
-                f"stalled for {stalled.total_seconds():.0f}s (limit "
-                f"{settings.stall_limit.total_seconds():.0f}s) waiting for the data guarantee: "
-                f"{answer.status}: {answer.reason}"
-            ),
-            stalled_since=since,
-        )
+    if over := _past_limit(since, now, settings.stall_limit):
+        waiting = f"waiting for the data guarantee: {answer.status}: {answer.reason}"
+        return Decision(Verdict.FAIL, reason=f"stalled for {over} {waiting}", stalled_since=since)
     wait = max(settings.stall_retry_interval, answer.retry_after)
-    wait = min(wait, since + settings.stall_limit - now) if stalled < settings.stall_limit else wait
+    wait = min(wait, since + settings.stall_limit - now)
     return Decision(
         Verdict.WAIT,
         wait=max(wait, timedelta(0)),
         reason=f"{answer.status}: {answer.reason}",
         stalled_since=since,
     )
+
+
+def _past_limit(since: datetime, now: datetime, limit: timedelta) -> str | None:
+    """How long it has been since `since`, against `limit`, as a failure says it ("900s
+    (limit 900s)"), once that is reached; None before."""
+    waited = now - since
+    if waited < limit:
+        return None
+    return f"{waited.total_seconds():.0f}s (limit {limit.total_seconds():.0f}s)"
 
 
 def flush_gate(
@@ -314,17 +315,10 @@ def flush_gate(
             answer.retry_after,
             f"Satisfied for epoch {answer.epoch}, an older one than the roll's {epoch}",
         )
-    waited = now - flush_started
-    if waited >= settings.flush_limit:
-        return Decision(
-            Verdict.FAIL,
-            reason=(
-                f"CheckReplicationFlush not satisfied after {waited.total_seconds():.0f}s "
-                f"(limit {settings.flush_limit.total_seconds():.0f}s): "
-                f"{answer.status}: {answer.reason}"
-            ),
-            stalled_since=flush_started,
-        )
+    if over := _past_limit(flush_started, now, settings.flush_limit):
+        failure = f"CheckReplicationFlush not satisfied after {over}"
+        reason = f"{failure}: {answer.status}: {answer.reason}"
+        return Decision(Verdict.FAIL, reason=reason, stalled_since=flush_started)
     return Decision(
         Verdict.WAIT,
         wait=min(settings.flush_retry_interval, flush_started + settings.flush_limit - now),

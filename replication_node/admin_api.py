@@ -8,6 +8,7 @@ activation (the record's own fields, with `required` and a `summary` sentence).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
@@ -32,6 +33,16 @@ class CopyAction(StrEnum):
     SUSPEND = "suspend"
     RESUME = "resume"
     RESEED = "reseed"
+
+
+@dataclass(frozen=True, slots=True)
+class CopyOrder:
+    """An administrator's `action` on a passive copy, with its `reason` (suspend); with
+    `activation_only` (suspend, resume), of the copy's activation only: it replicates on."""
+
+    action: CopyAction
+    reason: str = ""
+    activation_only: bool = False
 
 
 class EpochEntry(BaseModel):

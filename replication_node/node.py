@@ -40,6 +40,7 @@ from replication_node.admin_api import (
     ActivationAnswer,
     BlockBufferAnswer,
     CopyAction,
+    CopyOrder,
     LastLogsAnswer,
     SwitchoverAnswer,
 )
@@ -524,23 +525,17 @@ class Node:
             failover_paused=self._failover.pause if self._failover else None,
         )
 
-    async def copy_action(
-        self,
-        database: str,
-        action: CopyAction,
-        *,
-        reason: str = "",
-        activation_only: bool = False,
-    ) -> CopyStatusReport:
+    async def copy_action(self, database: str, order: CopyOrder) -> CopyStatusReport:
         """Suspend, resume or reseed this node's passive copy of `database`; with
         `activation_only`, suspend or resume only its activation (it replicates on).  The
         copy's status once done."""
+        action, reason = order.action, order.reason
         if database not in self._instances:
             raise NotFound(f"no copy of {database} on {self.name}")
         instance = self._passive(
             database, f"the copy of {database} on {self.name} is active; {action} a passive copy"
         )
-        match action, activation_only:
+        match action, order.activation_only:
             case CopyAction.RESEED, True:
                 raise BadRequest("activation_only: only suspend and resume take it")
             case CopyAction.SUSPEND, True:

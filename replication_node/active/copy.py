@@ -29,6 +29,7 @@ from datetime import datetime
 from operator import attrgetter
 
 from dag_common.clock import Clock
+from dag_common.items_query import ItemsQuery
 from dag_common.mailbox_digest import DigestRow
 from dag_common.model import RollCause
 from replication_node.active import llr_pacing
@@ -43,6 +44,7 @@ from replication_node.active.listing import (
 )
 from replication_node.active.logged_bodies import LogBodies, body_bytes, read_back, without_body
 from replication_node.errors import SwitchingOver, TransactionTooLarge
+from replication_node.log.body import BodyReader
 from replication_node.log.events import (
     ClosedGeneration,
     Committed,
@@ -253,19 +255,13 @@ class ActiveCopy:
             self._lease.refuse_without_lease()
         await self.stream.await_synchronous_followers()
 
-    async def stage(
-        self,
-        data: bytes | memoryview | str,
-        size: int | None = None,
-        *,
-        continues: BlobId | None = None,
-    ) -> BlobRef:
+    async def stage(self, body: BodyReader, *, continues: BlobId | None = None) -> BlobRef:
         """Stage a large body in the log (`LogStream.stage`, `continues` one staged as it
         arrives); refused like a commit, before anything is written, while the lease cannot
         be shown or a switchover began."""
         if self._lease is not None:
             self._lease.refuse_without_lease()
-        return await self.stream.stage(data, size, continues=continues)
+        return await self.stream.stage(body, continues=continues)
 
     async def abort_staged(self, blobs: list[BlobRef]) -> None:
         """Abort staged bodies no commit will use; best effort: a stream that stopped meanwhile
@@ -560,23 +556,13 @@ class ActiveCopy:
     def live_count(self, mailbox: str, since_change: int) -> int:
         return live_count(self.overlay, self.db, mailbox, since_change)  # (`listing.py`)
 
-    def items_page(
-        self,
-        mailbox: str,
-        since_change: int,
-        limit: int,
-        max_bytes: int | None = None,
-        *,
-        bodies: bool = True,
-        blobs: bool = False,
-    ) -> ItemsPage:
+    def items_page(self, mailbox: str, query: ItemsQuery, *, blobs: bool = False) -> ItemsPage:
         """A page of the file's changes with the overlay's merged in, cut by count and bytes
         over both (`listing.items_page`), the overlay's bodies as `_with_body` gives them.
         With `blobs`, the file's large bodies are read a part at a time as they are written."""
         return items_page(
-            self.overlay, self.db, mailbox, since_change, limit, max_bytes,
-            bodies=bodies, with_body=self._with_body, blobs=blobs,
-        )  # fmt: skip
+            self.overlay, self.db, mailbox, query, with_body=self._with_body, blobs=blobs
+        )
 
     def item(self, mailbox: str, item_id: str) -> ItemRow | None:
         """An item's row, no body read: its body only if the overlay holds it in memory,

@@ -74,54 +74,34 @@ class FlagWrites(StoreCore):
         replace: Sequence[str] | None = None,
         modseq: int | None = None,
         override_lock: bool = False,
-    ) -> tuple[Written, SetFlags]:
+        unchanged_since: int | None = None,
+    ) -> tuple[Written | None, SetFlags | None, list[ItemRow]]:
         """Change the flags of items of a folder (a STORE): one operation and one modseq;
         with the operation, which says what each item was given.  `modseq`: the source's,
-        given by a move's copy of a flag change (override_lock only)."""
+        given by a move's copy of a flag change (override_lock only).
+
+        With `unchanged_since`, a conditional STORE (RFC 7162 UNCHANGEDSINCE): the flags
+        changed of those items whose modseq is at most `unchanged_since`, the others left as
+        they are and answered (the third value: MODIFIED; else empty).  The check and the
+        numbering have no await between them, and an earlier flag change not yet durable
+        counts (`item_modseq`), so of two conditional STOREs racing on an item only one
+        passes.  Nothing is written when no item passes (None, None, the items)."""
         self._live_mailbox(mailbox, override_lock=override_lock)
         self._folder_row(mailbox, folder)
         if replace is not None and (add or remove):
             raise BadRequest("replace the flags, or add and remove some: not both")
-        chosen = self._chosen(mailbox, folder, uids=uids, item_ids=item_ids)
-        op = self._flags_op(
-            mailbox, folder, chosen, add=add, remove=remove, replace=replace, modseq=modseq,
-            override_lock=override_lock,
-        )  # fmt: skip
-        return await self._commit_flags(op), op
-
-    @admitted
-    async def set_flags_unchanged_since(
-        self,
-        mailbox: str,
-        folder: str,
-        unchanged_since: int,
-        *,
-        uids: Sequence[int] | None = None,
-        item_ids: Sequence[str] | None = None,
-        add: Sequence[str] = (),
-        remove: Sequence[str] = (),
-        replace: Sequence[str] | None = None,
-    ) -> tuple[Written | None, SetFlags | None, list[ItemRow]]:
-        """A conditional STORE (RFC 7162 UNCHANGEDSINCE): the flags changed of those items
-        whose modseq is at most `unchanged_since`, the others left as they are and answered
-        (the third value: MODIFIED).  The check and the numbering have no await between
-        them, and an earlier flag change not yet durable counts (`item_modseq`), so of two
-        conditional STOREs racing on an item only one passes.  Nothing is written when no
-        item passes (None, None, the items)."""
-        self._live_mailbox(mailbox)
-        self._folder_row(mailbox, folder)
-        if replace is not None and (add or remove):
-            raise BadRequest("replace the flags, or add and remove some: not both")
-        if not 0 <= unchanged_since <= 2**63 - 1:
+        if unchanged_since is not None and not 0 <= unchanged_since <= 2**63 - 1:
             raise BadRequest("unchanged_since must be within 0..2^63-1")
         # the rows as listed: each modseq at least the folder's floor (`ops.floored`)
         chosen = self._chosen(mailbox, folder, uids=uids, item_ids=item_ids)
-        passed = [r for r in chosen if self.item_modseq(r) <= unchanged_since]
-        modified = [r for r in chosen if self.item_modseq(r) > unchanged_since]
-        if not passed:
-            return None, None, modified
+        modified: list[ItemRow] = []
+        if unchanged_since is not None:
+            modified = [r for r in chosen if self.item_modseq(r) > unchanged_since]
+            chosen = [r for r in chosen if self.item_modseq(r) <= unchanged_since]
+            if not chosen:
+                return None, None, modified
         op = self._flags_op(
-            mailbox, folder, passed, add=add, remove=remove, replace=replace, modseq=None,
-            override_lock=False,
+            mailbox, folder, chosen, add=add, remove=remove, replace=replace, modseq=modseq,
+            override_lock=override_lock,
         )  # fmt: skip
         return await self._commit_flags(op), op, modified

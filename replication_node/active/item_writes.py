@@ -15,6 +15,7 @@ from replication_node.active.item_ids import new_item_id
 from replication_node.active.message_staging import MessageStager
 from replication_node.active.store_core import MAX_BATCH, StoreCore, admitted
 from replication_node.errors import BadRequest, NotFound
+from replication_node.log.body import BodyReader
 from replication_node.log.operations import CopyItems, DeleteItem, MoveItems, Operation, PutItem
 from replication_node.log.spanning import BlobRef
 from replication_node.storage.reader import FolderRow, ItemRow
@@ -165,8 +166,9 @@ class ItemWrites(StoreCore):
             for i in plan:
                 data = utf8[i]
                 utf8[i] = None
-                staged[i] = await self.copy.stage(items[i].body if data is None else data, sizes[i])
-                del data
+                body = BodyReader(items[i].body if data is None else data, sizes[i])
+                staged[i] = await self.copy.stage(body)
+                del body, data
         except BaseException:
             if staged:
                 await self.copy.abort_staged(list(staged.values()))

@@ -13,9 +13,9 @@ count of live items and a page of the items listing (on the loop, as `ActiveCopy
 
 A page of the listing is cut by bytes over the merged rows, not the file's alone (issue 52):
 the overlay's rows (the last `llr_depth` generations' puts, which may be several items of
-30 MiB) were merged in whole whatever the page's `max_bytes`.  Both sources share one
+30 MiB) were merged in whole whatever the page's `page_bytes`.  Both sources share one
 cursor, the change number (unique in a mailbox), so a page cut after the row that reaches
-`max_bytes`, whichever source it came from, ends at that row's number and the next page
+`page_bytes`, whichever source it came from, ends at that row's number and the next page
 resumes just after it: no row lost or repeated.  An overlay row's body is read back from
 the log only once the row is in the page.
 
@@ -30,6 +30,7 @@ import functools
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 
+from dag_common.items_query import ItemsQuery
 from dag_common.mailbox_digest import DigestRow
 from replication_node.active.logged_bodies import LogBodies, without_body
 from replication_node.storage.bodies import APART
@@ -169,53 +170,44 @@ def items_page(
     overlay: LlrOverlay,
     db: Database,
     mailbox: str,
-    since_change: int,
-    limit: int,
-    max_bytes: int | None,
+    query: ItemsQuery,
     *,
-    bodies: bool,
     with_body: Callable[[ItemRow], ItemRow],
     blobs: bool = False,
 ) -> ItemsPage:
-    """The changes after `since_change`, the overlay's over the file's, at most `limit` and
-    cut once their `listed_size` reaches `max_bytes` (one change at least), as
+    """The changes after `query.since_change`, the overlay's over the file's, at most
+    `limit` and cut once their `listed_size` reaches `page_bytes` (one change at least), as
     `Database.items_page` cuts the file's alone.  `with_body`: an overlay row with its body
     (read back from the log), called only for the rows the page holds; without `bodies`,
     the overlay's rows are hashed instead (`without_body`).  `blobs`: the file's large bodies
     left to be read a part at a time (`FileReads.items_page`)."""
     if overlay.hides(mailbox):  # removed: the file's rows are gone
-        page = ItemsPage([], since_change, True)
+        page = ItemsPage([], query.since_change, True)
     else:
-        page = db.items_page(mailbox, since_change, limit, max_bytes, bodies=bodies, blobs=blobs)
+        page = db.items_page(mailbox, query, blobs=blobs)
         if overlay.renames.get(mailbox) or overlay.assigned:
             page = ItemsPage([overlay.over_file(r) for r in page.items], page.through,  # type: ignore[misc]
                              page.complete)  # fmt: skip
     held = [row for (m, _), (_, row) in overlay.items.items() if m == mailbox]
-    merged = merged_page(page, held, since_change, limit, max_bytes, bodies)
+    merged = merged_page(page, held, query)
     # The file's rows past the cut let go of before an overlay row's body is read back.
     del page
     own = {row.item_id for row in held}
-    fill = with_body if bodies else without_body
+    fill = with_body if query.bodies else without_body
     return ItemsPage(
         [fill(r) if r.item_id in own else r for r in merged.items], merged.through,
         merged.complete,
     )  # fmt: skip
 
 
-def merged_page(
-    file_page: ItemsPage,
-    held: list[ItemRow],
-    since_change: int,
-    limit: int,
-    max_bytes: int | None,
-    bodies: bool,
-) -> ItemsPage:
-    """A page of the file's changes (`file_page`, read after `since_change`) with the
-    overlay's rows of the mailbox (`held`, which supersede the file's rows of the same
-    items) merged in up to where the file's page ends (an overlay change past that end
-    belongs to a later page: it would otherwise hide the file's rows between), then cut
-    after the row that brings the page to `limit` changes or `max_bytes` (`listed_size`).
-    Pure: the rows are as given, bodies or not."""
+def merged_page(file_page: ItemsPage, held: list[ItemRow], query: ItemsQuery) -> ItemsPage:
+    """A page of the file's changes (`file_page`, read for `query`) with the overlay's rows
+    of the mailbox (`held`, which supersede the file's rows of the same items) merged in up
+    to where the file's page ends (an overlay change past that end belongs to a later page:
+    it would otherwise hide the file's rows between), then cut after the row that brings the
+    page to `query.limit` changes or `page_bytes` (`listed_size`).  Pure: the rows are as
+    given, bodies or not."""
+    since_change, limit, page_bytes = query.since_change, query.limit, query.page_bytes
     end = None if file_page.complete else file_page.through
     superseded = {row.item_id for row in held}
     rows = [r for r in file_page.items if r.item_id not in superseded]
@@ -226,8 +218,10 @@ def merged_page(
     rows.sort(key=_change_number)
     weight = 0
     for count, row in enumerate(rows, 1):
-        weight += row.listed_size(bodies)
-        full = count >= limit or (max_bytes is not None and weight >= max_bytes)
+        weight += row.listed_size(query.bodies)
+        full = (limit is not None and count >= limit) or (
+            page_bytes is not None and weight >= page_bytes
+        )
         if full and (count < len(rows) or end is not None):
             return ItemsPage(rows[:count], row.change_number, False)
     if end is not None:

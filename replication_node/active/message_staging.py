@@ -37,6 +37,7 @@ from dag_common.http_body import bytes_and_mib
 from dag_common.rfc822 import BodyFormat, is_message, subject_of
 from replication_node.active.copy import ActiveCopy
 from replication_node.active.logged_bodies import LogBodies
+from replication_node.log.body import BodyReader
 from replication_node.log.spanning import BlobRef
 
 PART = 1 << 20  # bytes staged at a time (two held: one staged, one read)
@@ -185,7 +186,8 @@ class MessageStager:
 
     def _start(self, data: bytes | memoryview) -> None:
         continues = None if self._ref is None else self._ref.id
-        self._staging = asyncio.ensure_future(self._copy.stage(data, continues=continues))
+        staging = self._copy.stage(BodyReader(data), continues=continues)
+        self._staging = asyncio.ensure_future(staging)
         self._parts += 1
 
     async def _staged_so_far(self) -> None:

@@ -17,10 +17,10 @@ from pydantic import ValidationError
 from dag_common.cli import (
     ExitCode,
     add_config,
+    add_count,
     add_json,
     add_timeout,
     database_named,
-    whole_number,
 )
 from dag_common.command_calls import CallFailed, Calls, credential_refused
 from dag_common.config import ClusterConfig, load_config
@@ -95,13 +95,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 def register(audit: argparse.ArgumentParser) -> None:
     """`audit`."""
     audit.add_argument("--database", help="only this database's")
-    audit.add_argument(
-        "--limit",
-        type=whole_number(1, "lines"),
-        default=50,
-        metavar="N",
-        help="lines (default 50)",
-    )
+    add_count(audit, "--limit", least=1, of="lines", default=50, help="the newest N lines")
     add_config(audit)
     add_timeout(audit, "15s")
     add_json(audit)

@@ -21,6 +21,7 @@ from dag_common.store_api import LogPosition, Rolled
 from replication_node.admin_api import (
     AuditAnswer,
     CopyAction,
+    CopyOrder,
     EpochEntry,
     History,
     QuiesceAnswer,
@@ -85,9 +86,8 @@ async def copy_action(request: web.Request) -> web.Response:
     if target != node.name:
         raise NotFound(f"the copy of {db} on {target} is not on this node ({node.name})")
     body = parse(ReasonIn, await json_body(request))
-    result = await node.copy_action(
-        db, CopyAction(action), reason=body.reason, activation_only=body.activation_only
-    )
+    order = CopyOrder(CopyAction(action), body.reason, body.activation_only)
+    result = await node.copy_action(db, order)
     return web.json_response(text=result.model_dump_json())
 
 

@@ -40,6 +40,7 @@ from aiohttp import web
 from dag_common.clock import Clock, sleep_unless
 from dag_common.credentials import Role
 from dag_common.echo import quoted
+from dag_common.items_query import ItemsQuery
 from dag_common.memory import Overloaded
 from dag_common.route_roles import add_route
 from dag_common.store_api import Changes, MailboxState
@@ -208,7 +209,7 @@ def look(copy: MountedCopy, feed: ChangeFeedView, mailbox: str, since: int, epoc
     changed = feed.last_seen(mailbox) > since
     folders: set[str] | None = feed.folders_above(mailbox, since)
     if since < feed.floor:
-        page = copy.items_page(mailbox, since, FOLDER_SCAN, bodies=False)
+        page = copy.items_page(mailbox, ItemsQuery(since, FOLDER_SCAN, bodies=False))
         changed = changed or bool(page.items) or (row is not None and row.change_number > since)
         if page.complete and folders is not None:
             folders.update(r.folder for r in page.items)

@@ -28,7 +28,7 @@ from dag_common.store_api import ACTIVE_ONLY_HEADER
 from replication_node.admin_api import (
     ActivationAnswer,
     BlockBufferAnswer,
-    CopyAction,
+    CopyOrder,
     LastLogsAnswer,
     SwitchoverAnswer,
 )
@@ -65,14 +65,7 @@ class NodeApi(Protocol):
 
     async def reconcile(self) -> None: ...
 
-    async def copy_action(
-        self,
-        database: str,
-        action: CopyAction,
-        *,
-        reason: str = "",
-        activation_only: bool = False,
-    ) -> CopyStatusReport: ...
+    async def copy_action(self, database: str, order: CopyOrder) -> CopyStatusReport: ...
 
     async def activate(
         self, database: str, target: str, dial_override: AutoDatabaseMountDial | None

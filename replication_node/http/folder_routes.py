@@ -10,7 +10,7 @@ copy answers here.  A folder is named in the path (`{folder:.+}`: a child's name
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -157,27 +157,21 @@ async def set_flags(request: web.Request) -> web.Response:
     mailbox = mailbox_name(request)
     store = store_for_write(request)
     rows = {r.item_id: r for r in store.copy.folder_items(mailbox, body.folder)}
-    modified: list[Any] = []
-    if body.unchanged_since is not None:
-        if overriding(request):
-            raise BadRequest("a conditional STORE is a client's: not with override_lock")
-        written, op, skipped = await store.set_flags_unchanged_since(
-            mailbox, body.folder, body.unchanged_since, uids=body.uids,
-            item_ids=body.item_ids, add=body.add, remove=body.remove, replace=body.replace,
-        )  # fmt: skip
-        modified = [{"uid": r.uid, "item_id": r.item_id} for r in skipped]
-    else:
-        written, op = await store.set_flags(
-            mailbox,
-            body.folder,
-            uids=body.uids,
-            item_ids=body.item_ids,
-            add=body.add,
-            remove=body.remove,
-            replace=body.replace,
-            modseq=body.modseq,
-            override_lock=overriding(request),
-        )
+    if body.unchanged_since is not None and overriding(request):
+        raise BadRequest("a conditional STORE is a client's: not with override_lock")
+    written, op, skipped = await store.set_flags(
+        mailbox,
+        body.folder,
+        uids=body.uids,
+        item_ids=body.item_ids,
+        add=body.add,
+        remove=body.remove,
+        replace=body.replace,
+        modseq=body.modseq,
+        override_lock=overriding(request),
+        unchanged_since=body.unchanged_since,
+    )
+    modified = [{"uid": r.uid, "item_id": r.item_id} for r in skipped]
     if op is None or written is None:
         return web.json_response({"modseq": None, "items": [], "modified": modified})
     items = [

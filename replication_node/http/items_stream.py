@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from dag_common.items_query import ItemsQuery
 from dag_common.rfc822 import BodyFormat
 from dag_common.store_api import ItemsAnswer
 from replication_node.http.error_middleware import cut_short
@@ -116,9 +117,8 @@ class Listing:
             if page_bytes is not None:
                 read_bytes = min(read_bytes, page_bytes - held)
             want = MAX_READ if limit is None else limit - count
-            page = self.reader.items_page(
-                self.mailbox, after, want, read_bytes, bodies=bodies, blobs=True
-            )
+            query = ItemsQuery(after, want, page_bytes=read_bytes, bodies=bodies)
+            page = self.reader.items_page(self.mailbox, query, blobs=True)
             rows, after, complete = page.items, page.through, page.complete
             # Each row let go of once written, and all before the next read: a page held
             # while the next was read was its bodies beside the next ones' (a move's source

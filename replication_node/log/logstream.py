@@ -316,26 +316,19 @@ class LogStream:
         )
         return await self._submit(pending)
 
-    async def stage(
-        self,
-        data: bytes | memoryview | str,
-        size: int | None = None,
-        *,
-        continues: BlobId | None = None,
-    ) -> BlobRef:
-        """Write `data` into the log as a staged body (PART records, across as many
+    async def stage(self, body: BodyReader, *, continues: BlobId | None = None) -> BlobRef:
+        """Write `body` into the log as a staged body (PART records, across as many
         generations as it takes, interleaved with other commits); return its reference once
         every part is written.  A text is staged as its UTF-8 bytes, encoded a part at a time
-        by the writer (`body.py`); `size`: its length in UTF-8 when the caller has counted it.
-        The parts are durable at the latest with the commit that names it (a batch that
-        answers a commit settles everything before it, `writer.py`).  Nothing of it is
-        visible until a commit names it (`commit(..., blobs=)`); one that never will must be
-        aborted (`abort`).  `continues`: `data` goes on with that body, pending (a body
-        staged as it arrives, a part at a time: each call's answer is the body so far);
-        StagedBodyLost if it was aborted meanwhile."""
-        if not data:
+        by the writer (`body.py`).  The parts are durable at the latest with the commit that
+        names it (a batch that answers a commit settles everything before it, `writer.py`).
+        Nothing of it is visible until a commit names it (`commit(..., blobs=)`); one that
+        never will must be aborted (`abort`).  `continues`: `body` goes on with that one,
+        pending (a body staged as it arrives, a part at a time: each call's answer is the body
+        so far); StagedBodyLost if it was aborted meanwhile."""
+        if not body.size:
             raise ValueError("an empty body is written inline, never staged")
-        job = StageJob(BodyReader(data, size), continues=continues)
+        job = StageJob(body, continues=continues)
         pending = Pending(None, self._clock.now(), False, self._future(), job=job)
         return await self._submit(pending)
 

@@ -313,15 +313,7 @@ class Replayer:
             return list(batch.generations), batch
         if ahead is not None:
             _forget(ahead[1])
-        batch = await asyncio.to_thread(
-            read_batch,
-            self._log_dir,
-            generations,
-            prev=self._prev,
-            log_signature=self._db.header.log_signature,
-            pending=self._pending,
-            cache=self._cache,
-        )
+        batch = await asyncio.to_thread(self._read_batch, generations, self._prev, self._pending)
         return generations, batch
 
     def _read_after(
@@ -330,14 +322,17 @@ class Replayer:
         """`read_batch` of the generations after `before`, once `committing` is set (worker
         thread)."""
         committing.wait()
+        return self._read_batch(generations, before.last_header, before.pending)
+
+    def _read_batch(
+        self, generations: list[int], prev: LogHeader | None, pending: Pending | None
+    ) -> ReplayBatch:
+        """`read_batch` of `generations` from this copy's logs, after `prev` with `pending`
+        carried over (worker thread)."""
         return read_batch(
-            self._log_dir,
-            generations,
-            prev=before.last_header,
-            log_signature=self._db.header.log_signature,
-            pending=before.pending,
-            cache=self._cache,
-        )
+            self._log_dir, generations, prev=prev, log_signature=self._db.header.log_signature,
+            pending=pending, cache=self._cache,
+        )  # fmt: skip
 
     def _drop_ahead(self) -> None:
         if self._ahead is not None:

@@ -12,6 +12,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
+from dag_common.items_query import ItemsQuery
 from dag_common.mailbox_digest import DigestRow
 from dag_common.rfc822 import BodyFormat
 from replication_node.storage.bodies import BODY_TEXT, ITEMS, MESSAGE_BYTES
@@ -211,26 +212,18 @@ class FileReads:
             ).fetchone()
         return int(count)
 
-    def items_page(
-        self,
-        mailbox: str,
-        since_change: int,
-        limit: int,
-        max_bytes: int | None = None,
-        *,
-        bodies: bool = True,
-        blobs: bool = False,
-    ) -> ItemsPage:
-        """The first `limit` changes after `since_change` (see `ItemsPage`); with
-        `max_bytes`, no more than reach that many bytes (`ItemRow.listed_size`: of bodies,
-        or without `bodies` of the rows as listed; at least one change).  The rows are read
-        one at a time, so a page cut by bytes reads no body past its end: 2,000 items of
-        30 MiB asked for at once are a page of three.  Without `bodies` no body is read at
-        all: each row carries the hash the digest keeps (`ItemRow`).  With `blobs`, a body
-        kept apart (`bodies.py`) is not read: the row's body is a `BlobText`, read a part at a
-        time when it is written (`body_part`; the listing's, `items_stream`)."""
-        columns, row_of = (ITEM_COLUMNS, item_of) if bodies else (ITEM_HEAD_COLUMNS, item_head_of)
-        source = ITEMS if bodies else "items"
+    def items_page(self, mailbox: str, query: ItemsQuery, *, blobs: bool = False) -> ItemsPage:
+        """The first `query.limit` changes after `query.since_change` (see `ItemsPage`; no
+        `limit`: every one); with `page_bytes`, no more than reach that many bytes
+        (`ItemRow.listed_size`: of bodies, or without `bodies` of the rows as listed; at least
+        one change).  The rows are read one at a time, so a page cut by bytes reads no body
+        past its end: 2,000 items of 30 MiB asked for at once are a page of three.  Without
+        `bodies` no body is read at all: each row carries the hash the digest keeps
+        (`ItemRow`).  With `blobs`, a body kept apart (`bodies.py`) is not read: the row's
+        body is a `BlobText`, read a part at a time when it is written (`body_part`; the
+        listing's, `items_stream`)."""
+        since_change, limit, bodies = query.since_change, query.limit, query.bodies
+        columns, source, row_of = _item_reads(bodies)
         if bodies and blobs:
             columns, row_of = ITEM_BLOB_COLUMNS, self._blob_row_of
         rows: list[ItemRow] = []
@@ -239,19 +232,19 @@ class FileReads:
             cursor = self._reads.execute(
                 f"SELECT {columns} FROM {source} WHERE mailbox=? AND change_number>?"
                 " ORDER BY change_number LIMIT ?",
-                (mailbox, since_change, limit),
+                (mailbox, since_change, -1 if limit is None else limit),  # -1: no LIMIT
             )
             try:
                 for r in cursor:
                     row = row_of(r)
                     rows.append(row)
                     held += row.listed_size(bodies)
-                    if max_bytes is not None and held >= max_bytes:
+                    if query.page_bytes is not None and held >= query.page_bytes:
                         cut = True
                         break
             finally:
                 cursor.close()
-        if not cut and len(rows) < limit:
+        if not cut and (limit is None or len(rows) < limit):
             return ItemsPage(rows, max([since_change, *(r.change_number for r in rows)]), True)
         return ItemsPage(rows, rows[-1].change_number, False)
 
@@ -285,20 +278,27 @@ class FileReads:
 
     def item_head(self, mailbox: str, item_id: str) -> ItemRow | None:
         """An item's row without its body (`ItemRow`: its hash in the body's place)."""
-        with self._read_lock:
-            row = self._reads.execute(
-                f"SELECT {ITEM_HEAD_COLUMNS} FROM items WHERE mailbox=? AND item_id=?",
-                (mailbox, item_id),
-            ).fetchone()
-        return item_head_of(row) if row else None
+        return self._item(mailbox, item_id, bodies=False)
 
     def item(self, mailbox: str, item_id: str) -> ItemRow | None:
+        return self._item(mailbox, item_id, bodies=True)
+
+    def _item(self, mailbox: str, item_id: str, *, bodies: bool) -> ItemRow | None:
+        columns, source, row_of = _item_reads(bodies)
         with self._read_lock:
             row = self._reads.execute(
-                f"SELECT {ITEM_COLUMNS} FROM {ITEMS} WHERE mailbox=? AND item_id=?",
+                f"SELECT {columns} FROM {source} WHERE mailbox=? AND item_id=?",
                 (mailbox, item_id),
             ).fetchone()
-        return item_of(row) if row else None
+        return row_of(row) if row else None
+
+
+def _item_reads(bodies: bool) -> tuple[str, str, Callable[[sqlite3.Row], ItemRow]]:
+    """How items are read with their bodies or (without `bodies`) with their hashes in the
+    bodies' place: the columns, the table (joined to the bodies') and the row they make."""
+    if bodies:
+        return ITEM_COLUMNS, ITEMS, item_of
+    return ITEM_HEAD_COLUMNS, "items", item_head_of
 
 
 def _folder_items(

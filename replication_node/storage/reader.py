@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+from dag_common.items_query import ItemsQuery
 from dag_common.mailbox_digest import DigestRow
 from dag_common.rfc822 import BodyFormat
 
@@ -129,16 +130,10 @@ class MailboxReader(Protocol):
 
     def items(self, mailbox: str, since_change: int = 0) -> list[ItemRow]: ...
 
-    def items_page(
-        self,
-        mailbox: str,
-        since_change: int,
-        limit: int,
-        max_bytes: int | None = None,
-        *,
-        bodies: bool = True,
-        blobs: bool = False,
-    ) -> ItemsPage: ...
+    def items_page(self, mailbox: str, query: ItemsQuery, *, blobs: bool = False) -> ItemsPage:
+        """A page of the changes `query` asks for (its `count` aside: `live_count`);
+        `blobs`: a body kept apart left to be read a part at a time as it is written."""
+        ...
 
     def live_count(self, mailbox: str, since_change: int) -> int: ...
 

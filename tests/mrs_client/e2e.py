@@ -122,7 +122,7 @@ async def mover_in_process(c: LocalCluster, settings: MoveSettings = SETTINGS):
         )
 
         async def start(mailbox: str = "alice") -> Run:
-            record = await mover.submit(mailbox, "DB2")
+            record = await mover.submit(await mover.request(mailbox, "DB2"))
             task = asyncio.create_task(mover.run(record.id))
             return Run(nodes, task, lines, record.id, mailbox)
 

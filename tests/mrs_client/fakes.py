@@ -553,7 +553,7 @@ class MoverEnv:
         """Submit (or take `move_id`) and run the move in a task the clock then drives."""
         mover = self.mover(settings)
         if move_id is None:
-            move_id = (await mover.submit("alice", "DB2", **self.limits)).id
+            move_id = (await mover.submit(await mover.request("alice", "DB2", **self.limits))).id
         return asyncio.create_task(mover.run(move_id))
 
     async def drive(self, task: asyncio.Task[Any], until: Callable[[], bool] | None = None) -> None:

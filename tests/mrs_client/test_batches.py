@@ -72,7 +72,7 @@ def test_a_csv_that_cannot_be_read_is_refused_with_each_bad_line_named():
 async def test_a_batch_with_bad_lines_is_refused_whole_and_queues_nothing(tmp_path):
     env = fleet(tmp_path)
     mover = env.mover()
-    already = await mover.submit("erin", "DB2")  # erin is moving
+    already = await mover.submit(await mover.request("erin", "DB2"))  # erin is moving
     lines = parse_csv(
         "mailbox,target_database,priority,archive\n"
         "alice,DB2,,no\n"  # good

@@ -271,7 +271,7 @@ async def test_each_sync_pass_knows_how_many_items_it_copies_before_its_first(tm
     env.directory.entries["alice.archive"] = "DB1"
     env.at_step(4, lambda: env.nodes.fill("DB1", "alice", 7, first=500))
     mover = env.mover()
-    move_id = (await mover.submit("alice", "DB2", with_archive=True)).id
+    move_id = (await mover.submit(await mover.request("alice", "DB2", with_archive=True))).id
     task = asyncio.create_task(mover.run(move_id))
     await env.drive(task)
     env.assert_completed_equal(task.result())
@@ -299,7 +299,7 @@ async def test_a_source_that_cannot_answer_at_submit_is_a_failure_not_bad_input(
 
     env.nodes.before.append(down)
     with pytest.raises(MoveRejected if raised == "MoveRejected" else MoveFailed) as caught:
-        await env.mover().submit("alice", "DB2")
+        await env.mover().request("alice", "DB2")
     assert type(caught.value).__name__ == raised
     assert "cannot check 'alice'" in str(caught.value)
     assert env.stored.list() == []
@@ -359,7 +359,7 @@ async def test_a_move_back_replaces_the_soft_deleted_copy_its_first_move_left(tm
     env.nodes.fill("DB2", "alice", 15, first=500, body="written in DB2")
     in_db2 = env.target()
     mover = env.mover()
-    record = await mover.submit("alice", "DB1")
+    record = await mover.submit(await mover.request("alice", "DB1"))
     assert record.replaces_soft_deleted == ("alice",)
     assert "DB1 holds a soft-deleted copy of alice (an earlier move's source): " in env.lines[-1]
     if crash:
@@ -391,7 +391,7 @@ async def test_a_move_to_a_database_holding_the_mailbox_live_is_still_refused(tm
     env = MoverEnv(tmp_path)
     env.nodes.fill("DB2", "alice", 1)
     with pytest.raises(MoveRejected, match="DB2 already holds a mailbox 'alice'"):
-        await env.mover().submit("alice", "DB2")
+        await env.mover().request("alice", "DB2")
 
 
 async def test_a_replacement_lost_to_a_lossy_failover_of_the_target_is_made_again(tmp_path):
@@ -404,7 +404,7 @@ async def test_a_replacement_lost_to_a_lossy_failover_of_the_target_is_made_agai
     db1 = env.nodes.dbs["DB1"]
     env.at_step(3, lambda: db1.failover(lose=2))  # the fake logs each op: drop, create
     mover = env.mover()
-    record = await mover.submit("alice", "DB1")
+    record = await mover.submit(await mover.request("alice", "DB1"))
     task = asyncio.create_task(mover.run(record.id))
     await env.drive(task)
     back = task.result()

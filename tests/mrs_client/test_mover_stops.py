@@ -102,7 +102,7 @@ async def test_a_move_suspended_while_copying_stops_between_batches_and_resumes(
     assert env.stored.stop_requested(stopped.id) is None
     # Suspended, it keeps its claim and its locked target.
     with pytest.raises(MoveRejected, match="DB2 already holds a mailbox 'alice'"):
-        await env.mover().submit("alice", "DB2")
+        await env.mover().request("alice", "DB2")
     assert env.nodes.dbs["DB2"].boxes["alice"].locked
     # Resumed, it goes on from its cursor: nothing is copied twice.
     env.nodes.before.clear()
@@ -129,7 +129,8 @@ async def test_a_stalled_move_is_suspended_before_it_waits_again(tmp_path):
 
 async def test_suspend_of_a_move_nobody_runs_and_of_finished_ones(tmp_path):
     env = MoverEnv(tmp_path)
-    queued = await env.mover().submit("alice", "DB2")
+    mover = env.mover()
+    queued = await mover.submit(await mover.request("alice", "DB2"))
     said = await stopping.suspend(env.requests, queued.id, clock=env.clock, wait=WAIT)
     assert said.done and said.record.state is MoveState.SUSPENDED
     assert env.stored.get(queued.id).state is MoveState.SUSPENDED
@@ -264,13 +265,14 @@ async def test_a_cancel_killed_half_way_is_finished_by_running_it_again(tmp_path
 
 async def test_a_cancel_before_any_copy_touches_nothing_but_the_request(tmp_path):
     env = MoverEnv(tmp_path)
-    queued = await env.mover().submit("alice", "DB2")
+    mover = env.mover()
+    queued = await mover.submit(await mover.request("alice", "DB2"))
     said = await cancel(env, queued.id)
     assert said.line == (
         f"move {queued.id} cancelled: no target mailbox in DB2, source untouched (never locked)"
     )
     assert len(env.nodes.dbs["DB1"].log) == len(MoverEnv(tmp_path / "b").nodes.dbs["DB1"].log)
-    assert (await env.mover().submit("alice", "DB2")).state is MoveState.QUEUED
+    assert (await mover.submit(await mover.request("alice", "DB2"))).state is MoveState.QUEUED
 
 
 async def test_cancel_is_refused_when_the_directory_moved_before_step_8_was_saved(tmp_path):

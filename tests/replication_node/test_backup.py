@@ -31,6 +31,7 @@ from replication_node.backup.manifest import (
 from replication_node.backup.restore import restore
 from replication_node.backup.sources import ActiveSource
 from replication_node.errors import BackupDamaged, BackupError, BadRequest, Conflict, NotFound
+from replication_node.log.body import BodyReader
 from replication_node.storage.database import Database
 from replication_node.storage.header import DatabaseState
 from replication_node.storage.ops import BackupKind
@@ -326,7 +327,7 @@ async def test_a_backup_whose_first_log_continues_a_staged_body_restores_it_whol
     await share.write(0, 5)
     active = share.active.copy
     text = text_body(90_000, seed=5)
-    ref = await active.stage(text.encode())
+    ref = await active.stage(BodyReader(text.encode()))
     for i in range(4):  # the file's waypoint passes the body's first parts (LLR depth 2)
         await share.write(10 + i, 1)
         await share.roll()

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from dag_common.counted_text import known
+from dag_common.items_query import ItemsQuery
 from dag_common.model import Position
 from replication_node.log import operations as ops
 from replication_node.log.events import Transaction
@@ -109,8 +110,8 @@ def test_a_large_body_is_kept_apart_and_every_reader_reads_its_text(tmp_path):
     assert [(r.item_id, r.body, r.size) for r in db.items("m")] == [
         ("big", LARGE, len(LARGE.encode())), ("small", SMALL, len(SMALL.encode()))
     ]  # fmt: skip
-    assert [r.body for r in db.items_page("m", 0, 10, 1).items] == [LARGE]
-    assert [r.body for r in db.items_page("m", 0, 10, bodies=False).items] == ["", ""]
+    assert [r.body for r in db.items_page("m", ItemsQuery(0, 10, page_bytes=1)).items] == [LARGE]
+    assert [r.body for r in db.items_page("m", ItemsQuery(0, 10, bodies=False)).items] == ["", ""]
     with db.reading_apart() as conn:
         assert message_body(conn, "m", "big")[0] == LARGE
     assert db.content_digest == plain.content_digest

@@ -61,7 +61,7 @@ async def test_a_text_not_ascii_spanning_generations_commits_its_utf8_bytes(tmp_
     store = MailboxStore(copy)
     await store.create_mailbox("m")
     text = mixed_text(120_000, seed=5)  # about 300 KB: ten generations
-    ref = await copy.stage(text)
+    ref = await copy.stage(BodyReader(text))
     data = text.encode()
     assert (ref.size, ref.crc) == (len(data), crc32c.crc32c(data))
     await copy.abort_staged([ref])

@@ -56,7 +56,7 @@ async def test_puts_flags_moves_copies_and_expunges_number_as_imap_asks(tmp_path
     s = status(copy, "m")["Inbox"]
     assert (s.uid_next, s.highest_modseq, s.messages, s.unseen) == (4, 3, 3, 2)
 
-    _, op = await store.set_flags("m", "Inbox", uids=[2, 3], add=[SEEN, DELETED])
+    _, op, _ = await store.set_flags("m", "Inbox", uids=[2, 3], add=[SEEN, DELETED])
     assert op.modseq == 4 and op.item_ids == ("b", "c")
     after = {r.item_id: r for r in copy.folder_items("m", "Inbox")}
     assert after["b"].flags == (DELETED, SEEN) and after["b"].modseq == 4
@@ -433,8 +433,8 @@ async def test_a_conditional_store_changes_only_what_is_unchanged_since(tmp_path
     await store.put_items("m", [ItemIn(item_id=i, body=i) for i in "abc"])
     held = status(copy, "m")["Inbox"].highest_modseq  # 3: each put's
     await store.set_flags("m", "Inbox", uids=[2], add=["x"])  # b now at 4
-    written, op, modified = await store.set_flags_unchanged_since(
-        "m", "Inbox", held, uids=[1, 2, 3], add=[SEEN]
+    written, op, modified = await store.set_flags(
+        "m", "Inbox", uids=[1, 2, 3], add=[SEEN], unchanged_since=held
     )
     assert written is not None and op.item_ids == ("a", "c") and op.modseq == 5
     assert [r.item_id for r in modified] == ["b"]
@@ -442,16 +442,16 @@ async def test_a_conditional_store_changes_only_what_is_unchanged_since(tmp_path
     assert flags == {"a": (SEEN,), "b": ("x",), "c": (SEEN,)}
 
     races = await asyncio.gather(
-        store.set_flags_unchanged_since("m", "Inbox", 5, uids=[1], add=["one"]),
-        store.set_flags_unchanged_since("m", "Inbox", 5, uids=[1], add=["two"]),
+        store.set_flags("m", "Inbox", uids=[1], add=["one"], unchanged_since=5),
+        store.set_flags("m", "Inbox", uids=[1], add=["two"], unchanged_since=5),
     )
     assert sorted(len(m) for _, _, m in races) == [0, 1]
     (a,) = [r for r in copy.folder_items("m", "Inbox") if r.item_id == "a"]
     assert a.flags in ((SEEN, "one"), (SEEN, "two"))
 
     before = [(r.item_id, r.flags, r.modseq) for r in copy.folder_items("m", "Inbox")]
-    nothing = await store.set_flags_unchanged_since("m", "Inbox", 0, uids=[1, 2], add=["z"])
+    nothing = await store.set_flags("m", "Inbox", uids=[1, 2], add=["z"], unchanged_since=0)
     assert nothing[:2] == (None, None) and len(nothing[2]) == 2
     assert [(r.item_id, r.flags, r.modseq) for r in copy.folder_items("m", "Inbox")] == before
     with pytest.raises(BadRequest):
-        await store.set_flags_unchanged_since("m", "Inbox", 2**63, uids=[1], add=["z"])
+        await store.set_flags("m", "Inbox", uids=[1], add=["z"], unchanged_since=2**63)

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dag_common.items_query import ItemsQuery
 from dag_common.model import Position
 from dag_common.store_api import ItemIn
 from replication_node.active.listing import items_page, merged_page
@@ -73,7 +74,9 @@ async def test_the_overlays_large_rows_are_cut_into_pages_by_bytes(tmp_path: Pat
     whole = copy.items("m", 0)
     max_bytes = LARGE + LARGE // 2  # two items a page at most
 
-    pages = _pages(lambda since: copy.items_page("m", since, 100, max_bytes), 0)
+    pages = _pages(
+        lambda since: copy.items_page("m", ItemsQuery(since, 100, page_bytes=max_bytes)), 0
+    )
     for page in pages:
         _check_cut(page, max_bytes, 100)  # before: the overlay's eight whole in the last page
     listed = [r for page in pages for r in page.items]
@@ -85,7 +88,10 @@ async def test_the_overlays_large_rows_are_cut_into_pages_by_bytes(tmp_path: Pat
 
     # Without bodies, cut by the rows as listed; every change once, hashed.
     bound = 2 * ROW_BYTES  # two rows a page (their subjects are empty)
-    bare = _pages(lambda since: copy.items_page("m", since, 100, bound, bodies=False), 0)
+    bare = _pages(
+        lambda since: copy.items_page("m", ItemsQuery(since, 100, page_bytes=bound, bodies=False)),
+        0,
+    )
     for page in bare:
         _check_cut(page, bound, 100, bodies=False)
     assert [(r.item_id, r.change_number) for p in bare for r in p.items] == [
@@ -142,9 +148,8 @@ def test_paging_through_file_and_overlay_gives_every_change_once_in_order(
                 overlay.add(txn, db)
 
             def read(after: int) -> ItemsPage:
-                page = items_page(
-                    overlay, db, "m", after, limit, max_bytes, bodies=bodies, with_body=_same
-                )
+                query = ItemsQuery(after, limit, page_bytes=max_bytes, bodies=bodies)
+                page = items_page(overlay, db, "m", query, with_body=_same)
                 numbers = [r.change_number for r in page.items]
                 assert all(after < n <= page.through for n in numbers)
                 if max_bytes is not None:
@@ -205,7 +210,9 @@ def test_a_merged_page_is_cut_after_the_row_that_reaches_its_bound(
     through: int,
     done: bool,
 ) -> None:
-    page = merged_page(ItemsPage(FILE, 7, complete), HELD, 0, limit, max_bytes, True)
+    page = merged_page(
+        ItemsPage(FILE, 7, complete), HELD, ItemsQuery(0, limit, page_bytes=max_bytes)
+    )
     assert ([r.item_id for r in page.items], page.through, page.complete) == (
         items,
         through,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from dag_common.clock import SystemClock
+from dag_common.items_query import ItemsQuery
 from dag_common.mailbox_digest import body_hash, rows_digest
 from dag_common.rfc822 import counted_message_bytes
 from dag_common.store_api import ItemIn
@@ -64,11 +65,13 @@ async def test_a_staged_body_is_held_in_the_log_and_read_back_by_every_read(tmp_
     # copy's (which names the same place), and the digest.
     assert body_of(copy, "m", "big") == big
     assert copy.item("m", "big").body == "", "no body read"
-    listed = {r.item_id: r for r in copy.items_page("m", 0, 100).items}
+    listed = {r.item_id: r for r in copy.items_page("m", ItemsQuery(0, 100)).items}
     assert text_of(listed["big"].body) == big and listed["small"].body == small
     (copied,) = [r for r in listed.values() if r.item_id not in ("big", "small")]
     assert text_of(copied.body) == big
-    hashes = {r.item_id: r.body_hash for r in copy.items_page("m", 0, 100, bodies=False).items}
+    hashes = {
+        r.item_id: r.body_hash for r in copy.items_page("m", ItemsQuery(0, 100, bodies=False)).items
+    }
     assert hashes["big"] == body_hash(big)
     held = rows_digest("m", copy.digest_rows("m"))
     # The readers that send a body on are given it as a LogText (the batch message read's,
@@ -76,7 +79,9 @@ async def test_a_staged_body_is_held_in_the_log_and_read_back_by_every_read(tmp_
     _, apart = copy.bodies_apart("m", ["big", "small"])
     assert isinstance(apart["big"][0], LogText) and apart["small"][0] == small
     assert "".join(text_parts(apart["big"][0].parts())) == big
-    streamed = {r.item_id: r.body for r in copy.items_page("m", 0, 100, blobs=True).items}
+    streamed = {
+        r.item_id: r.body for r in copy.items_page("m", ItemsQuery(0, 100), blobs=True).items
+    }
     assert isinstance(streamed["big"], LogText) and streamed["small"] == small
     assert b"".join(streamed["big"].parts()) == big.encode()
     assert streamed["big"].head.size == len(big.encode())

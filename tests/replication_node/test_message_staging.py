@@ -16,6 +16,7 @@ from dag_common.rfc822 import BodyFormat, body_of_message
 from dag_common.store_api import ItemIn
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.errors import StagedBodyLost
+from replication_node.log.body import BodyReader
 from tests.replication_node.helpers import body_of, mount
 
 MiB = 1 << 20
@@ -87,12 +88,12 @@ async def test_a_refused_message_is_aborted_and_a_lost_body_takes_no_more_parts(
     await stager.abort()
     assert copy.stream.pending_bodies == []
 
-    ref = await copy.stage(b"x" * 100_000)
+    ref = await copy.stage(BodyReader(b"x" * 100_000))
     await copy.abort_staged([ref])
     with pytest.raises(StagedBodyLost):
-        await copy.stage(b"y" * 1000, continues=ref.id)
-    part = await copy.stage(b"z" * 50_000)
-    whole = await copy.stage(b"z" * 70_000, continues=part.id)
+        await copy.stage(BodyReader(b"y" * 1000), continues=ref.id)
+    part = await copy.stage(BodyReader(b"z" * 50_000))
+    whole = await copy.stage(BodyReader(b"z" * 70_000), continues=part.id)
     assert (whole.id, whole.size) == (part.id, 120_000)
     await copy.abort_staged([whole])
     await copy.roll()

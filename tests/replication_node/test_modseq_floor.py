@@ -56,12 +56,12 @@ async def test_after_a_reservation_every_item_counts_as_changed_since_any_modseq
     assert listed(copy, floor) == [] and await off_loop(copy, floor) == []
 
     # a conditional STORE compares the reported modseq: below the floor, none passes
-    written, _, modified = await store.set_flags_unchanged_since(
-        "m", "Inbox", held, uids=[1, 2, 3], add=["x"]
+    written, _, modified = await store.set_flags(
+        "m", "Inbox", uids=[1, 2, 3], add=["x"], unchanged_since=held
     )
     assert written is None and [r.item_id for r in modified] == ["a", "b", "c"]
-    written, op, modified = await store.set_flags_unchanged_since(
-        "m", "Inbox", floor, uids=[1], add=["x"]
+    written, op, modified = await store.set_flags(
+        "m", "Inbox", uids=[1], add=["x"], unchanged_since=floor
     )
     assert written is not None and op.modseq == floor + 1 and modified == []
     assert listed(copy, floor) == [("a", floor + 1)]

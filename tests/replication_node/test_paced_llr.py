@@ -23,6 +23,7 @@ from replication_node.active import llr_pacing
 from replication_node.active.copy import ActiveCopy
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.errors import DatabaseError
+from replication_node.log.body import BodyReader
 from replication_node.log.events import Transaction
 from replication_node.log.operations import CreateMailbox, PutItem
 from replication_node.storage import database as database_module
@@ -287,7 +288,7 @@ async def test_the_active_holds_llr_back_while_a_large_body_is_staged(tmp_path):
         await clock.advance(1.0)  # nothing written within the last second
         copy.db.pace()
         assert paused == []
-        await copy.stage(BIG.encode())
+        await copy.stage(BodyReader(BIG.encode()))
         assert copy.stream.staging
         copy.db.pace()
         assert paused == [llr_pacing.YIELD_STEP] * llr_pacing.YIELD_STEPS

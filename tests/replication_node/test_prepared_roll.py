@@ -35,6 +35,7 @@ from replication_node.active.handover import last_logs_on_disk
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.errors import LogHeaderError, RecoveryError
 from replication_node.log import logdir, logfile, logstream
+from replication_node.log.body import BodyReader
 from replication_node.log.events import Transaction
 from replication_node.log.files import OpenMode
 from replication_node.log.logfile import (
@@ -238,7 +239,7 @@ async def test_block_mode_gets_a_new_generation_only_once_it_is_durable(tmp_path
 
     monkeypatch.setattr(stream.feed, "publish", publish)
     first = stream.generation
-    await copy.stage(text_body(5 * SIZE).encode())
+    await copy.stage(BodyReader(text_body(5 * SIZE).encode()))
     headers = [g for g, offset in published if offset == 0]
     assert headers == list(range(first + 1, stream.generation + 1))
     assert published == sorted(published), "blocks in log order"
@@ -262,7 +263,7 @@ async def test_commits_beside_a_staged_body_are_answered_only_in_durable_generat
             answered.append(event.generation)
 
     copy.stream.add_listener(on_event)
-    big = asyncio.create_task(copy.stage(text_body(12 * SIZE).encode()))
+    big = asyncio.create_task(copy.stage(BodyReader(text_body(12 * SIZE).encode())))
     i = 0
     while not big.done():
         await store.put_items("m", [ItemIn(item_id=f"s{i}", body="x" * 300)])
@@ -435,7 +436,7 @@ async def staged_span(tmp_path, monkeypatch, disk: TestDisk):
     copy.stream._file.span_limit = 100
     first, begun = copy.stream.generation, copy.stream._file.offset
     text = text_body(4 * SIZE)
-    ref = await copy.stage(text.encode())
+    ref = await copy.stage(BodyReader(text.encode()))
     assert copy.stream._file.span_open and copy.stream.generation == first
     return copy, items(copy), first, text, ref, begun
 
@@ -518,7 +519,7 @@ async def test_an_early_fsync_that_fails_stops_the_stream_before_its_span_is_nam
     disk.fail(Op.FDATASYNC, OSError(errno.EIO, "Input/output error"), when=early, skip=1)
     named = logdir.list_closed_generations(logs)
     text = text_body(6 * SIZE)
-    ref = await copy.stage(text.encode())
+    ref = await copy.stage(BodyReader(text.encode()))
     with pytest.raises(OSError, match="Input/output error"):
         await commit_staged(copy, text, ref)
     (failed,) = disk.failed

@@ -17,6 +17,7 @@ from replication_node.active.item_writes import stage_plan
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.errors import InspectionFailed, LogRecordError
 from replication_node.log import logfile, logstream
+from replication_node.log.body import BodyReader
 from replication_node.log.inspector import inspect_generation
 from replication_node.log.logdir import list_closed_generations
 from replication_node.log.logfile import HEADER_SIZE, LogHeader, RecordType, encode_record
@@ -143,7 +144,7 @@ async def test_a_body_staged_while_no_commit_waits_is_settled_a_span_at_a_time(
     stream.add_listener(lambda e: closed.append(e.generation) if hasattr(e, "close_time") else 0)
     fsyncs, generation = stream.fsyncs, stream.generation
     text = text_body(10 * SIZE)
-    ref = await copy.stage(text.encode())
+    ref = await copy.stage(BodyReader(text.encode()))
     rolls = writer.header.generation - generation
     assert rolls >= 10
     assert list_closed_generations(logs)[-1] == stream.last_closed_generation
@@ -199,7 +200,7 @@ async def test_a_request_waits_one_generation_at_most_behind_a_body_written_on_a
     monkeypatch.setattr(stream, "_put", put)
     monkeypatch.setattr(writer, "roll", roll)
     text = text_body(12 * SIZE)
-    ref = await copy.stage(text.encode())
+    ref = await copy.stage(BodyReader(text.encode()))
     (task,) = small
     ack = await task
     assert ack.lsn.generation <= rolls[1] + 2, "one generation more at most"
@@ -224,7 +225,7 @@ async def test_a_body_staged_while_commits_flow_is_settled_batch_by_batch(tmp_pa
     generation = stream.generation
     settles: list[Step] = []
     disk.watch(Op.FSYNC_DIR, settles.append)
-    await copy.stage(text_body(6 * SIZE).encode())
+    await copy.stage(BodyReader(text_body(6 * SIZE).encode()))
     assert not writer.span_open
     assert stream.generation == writer.header.generation
     assert len(settles) == stream.generation - generation, "one settle a roll"
@@ -235,7 +236,8 @@ async def test_a_body_staged_and_never_committed_is_aborted_by_recovery(tmp_path
     copy = await mount(tmp_path, log_file_size=SIZE)
     store = MailboxStore(copy)
     await store.create_mailbox("m")
-    ref = await copy.stage(text_body(100_000).encode())  # the crash comes before its commit
+    # the crash comes before its commit
+    ref = await copy.stage(BodyReader(text_body(100_000).encode()))
     await copy.crash_close()
     plan = plan_recovery(copy.paths.logs, copy.db.header)
     assert set(plan.pending) == {ref.id}
@@ -259,7 +261,7 @@ async def test_a_torn_part_at_the_end_of_the_open_log_is_cut_and_its_body_aborte
     copy = await mount(tmp_path, log_file_size=SIZE)
     store = MailboxStore(copy)
     await store.create_mailbox("m")
-    await copy.stage(text_body(100_000).encode())
+    await copy.stage(BodyReader(text_body(100_000).encode()))
     await copy.crash_close()
     open_log = copy.paths.logs / logfile.OPEN_LOG_NAME
     data = open_log.read_bytes()
@@ -363,7 +365,7 @@ async def test_a_passive_replays_a_spanning_item_whole_and_keeps_its_parts_until
     await copy.start()
     active = share.active.copy
     text = text_body(150_000, seed=7)
-    ref = await active.stage(text.encode())  # staged; its commit comes later
+    ref = await active.stage(BodyReader(text.encode()))  # staged; its commit comes later
     last = await share.roll()
     await wait_until("replay of the parts", replayed_through(copy, last))
     header = copy._db.header
@@ -387,7 +389,7 @@ async def test_a_copy_seeded_while_a_body_is_staged_fetches_the_logs_required_be
     await share.write(0, 5)
     active = share.active.copy
     text = text_body(100_000, seed=3)
-    ref = await active.stage(text.encode())
+    ref = await active.stage(BodyReader(text.encode()))
     for i in range(4):  # the active's database file moves past the parts (LLR depth 2)
         await share.write(10 + i, 1)
         await share.roll()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from dag_common.items_query import ItemsQuery
 from dag_common.store_api import ItemIn
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.errors import BadRequest
@@ -78,7 +79,7 @@ async def test_pages_of_the_items_listing_add_up_to_the_whole_listing(tmp_path, 
     held: dict[str, dict] = {}
     since, pages = 40, 0
     while True:
-        page = copy.items_page("m", since, limit)
+        page = copy.items_page("m", ItemsQuery(since, limit))
         numbers = [r.change_number for r in page.items]
         assert numbers == sorted(numbers) and all(since < n <= page.through for n in numbers)
         held.update((r.item_id, r) for r in page.items)
@@ -109,7 +110,7 @@ async def test_a_page_of_the_items_listing_is_cut_by_the_bytes_of_its_bodies(tmp
     held: dict[str, object] = {}
     since, pages = 0, []
     while True:
-        page = copy.items_page("m", since, 50, max_bytes)
+        page = copy.items_page("m", ItemsQuery(since, 50, page_bytes=max_bytes))
         file_rows = [r for r in page.items if r.change_number <= page.through]
         pages.append(len(page.items))
         held.update((r.item_id, r) for r in page.items)
