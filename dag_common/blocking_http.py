@@ -22,6 +22,8 @@ from dag_common.auth import bearer
 from dag_common.json_object import JsonObject
 from dag_common.model import NodeStatus
 from dag_common.node_answer import (
+    CLOSED_EARLY,
+    CUT_SHORT,
     NoAnswer,
     StatusUnavailable,
     broken_words,
@@ -86,9 +88,9 @@ def get(
         except TimeoutError:
             raise NoAnswer(timed_out(timeout), sent=True, timed_out=True) from None
         except http.client.RemoteDisconnected as exc:
-            raise NoAnswer("it closed the connection before answering", sent=True) from exc
+            raise NoAnswer(CLOSED_EARLY, sent=True) from exc
         except http.client.IncompleteRead as exc:
-            raise NoAnswer("its answer was cut short", sent=True) from exc
+            raise NoAnswer(CUT_SHORT, sent=True) from exc
         except http.client.HTTPException as exc:
             raise NoAnswer("its answer is not HTTP", sent=True) from exc
         except OSError as exc:  # a reset, a broken pipe

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Annotated, TypeVar
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import (
     AfterValidator,
     ByteSize,
@@ -53,6 +52,7 @@ from dag_common.credentials import (
 )
 from dag_common.errors import ConfigError
 from dag_common.model import AutoDatabaseMountDial, DataMoveReplicationConstraint, Duration
+from dag_common.yaml_file import read_yaml
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 NAME_RULE = "1 to 64 letters, digits, '_', '.' or '-', the first a letter or digit"
@@ -432,17 +432,7 @@ def parse_config(data: object, *, base_dir: Path, source: str = "config") -> Clu
 def load_config(path: str | os.PathLike[str]) -> ClusterConfig:
     """Read, parse and validate a cluster config file."""
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {file}: {exc.strerror or exc}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{file}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(file)
-        what = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{where}: not valid YAML: {what}") from exc
+    data = read_yaml(file, "config", ConfigError)
     return parse_config(data, base_dir=file.resolve().parent, source=str(file))
 
 

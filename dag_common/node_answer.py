@@ -47,6 +47,13 @@ class NoAnswer(Exception):
         self.timed_out = timed_out
 
 
+CLOSED_EARLY = "it closed the connection before answering"
+"""What a call says whose connection the other end closed before any answer."""
+
+CUT_SHORT = "its answer was cut short"
+"""What a call says whose answer ended before the length it announced."""
+
+
 def timed_out(timeout: float) -> str:
     """What a call that got no answer in `timeout` seconds says."""
     return f"no answer within {timeout:g}s"

@@ -29,10 +29,9 @@ from dag_common.auth import bearer
 from dag_common.json_object import JsonObject
 from dag_common.model import NodeStatus
 from dag_common.node_answer import AUTH_FAILED as AUTH_FAILED
-from dag_common.node_answer import UNREACHABLE as UNREACHABLE
-from dag_common.node_answer import NoAnswer as NoAnswer
-from dag_common.node_answer import StatusUnavailable as StatusUnavailable
 from dag_common.node_answer import (
+    CLOSED_EARLY,
+    CUT_SHORT,
     broken_words,
     connect_words,
     json_answer,
@@ -41,6 +40,9 @@ from dag_common.node_answer import (
     timed_out,
     tls_failure,
 )
+from dag_common.node_answer import UNREACHABLE as UNREACHABLE
+from dag_common.node_answer import NoAnswer as NoAnswer
+from dag_common.node_answer import StatusUnavailable as StatusUnavailable
 
 
 async def fetch_node_status(
@@ -86,9 +88,9 @@ def client_failure(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):  # aiohttp's own timeouts are TimeoutErrors too
         return "no answer in time"
     if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "it closed the connection before answering"
+        return CLOSED_EARLY
     if isinstance(exc, aiohttp.ClientPayloadError):
-        return "its answer was cut short"
+        return CUT_SHORT
     if isinstance(exc, aiohttp.InvalidURL):
         return not_a_url(exc.url)
     if isinstance(exc, OSError):  # ClientOSError: a reset, a broken pipe

@@ -13,9 +13,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Protocol, TypedDict
+from typing import Annotated, NamedTuple, Protocol, TypedDict
 
-from pydantic import AliasChoices, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AliasChoices,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    model_validator,
+)
 
 from dag_common.api_types import MAX_FLAGS, Flag, Folder, ItemId, Text
 from dag_common.items_query import ItemsQuery
@@ -280,23 +288,37 @@ class FolderStatus(_Answer):
     modseq_floor: int = 0
 
 
-# A message of a folder's UID listing; six fields from a node that lists no `message_size`
-# yet (a rolling upgrade).
-ListedRow = tuple[int, str, tuple[str, ...], int, int, str, int | None]
-ListedRowBefore = tuple[int, str, tuple[str, ...], int, int, str]
+def _none_if_empty(value: object) -> object:
+    return value if value != "" else None
+
+
+class Listed(NamedTuple):
+    """A message of a folder's UID listing (no body), on the wire `[uid, item_id, flags,
+    modseq, size, received, message_size]`: `received` its INTERNALDATE ("" and None: not
+    known), `message_size` the bytes GET …/message serves (RFC822.SIZE) where the node's row
+    tells it; None: not without reading them (a text item presented as mail, a Latin-1
+    message), or a node that lists six fields (a rolling upgrade)."""
+
+    uid: int
+    item_id: str
+    flags: tuple[str, ...]
+    modseq: int
+    size: int
+    received: Annotated[datetime | None, BeforeValidator(_none_if_empty)]
+    message_size: int | None = None
 
 
 class FolderUids(_Answer):
     """A folder's messages by UID, without bodies (GET …/folders/{folder}/uids): what a
-    client caches of them.  `messages`: `[uid, item_id, flags, modseq, size, received,
-    message_size]` (the bytes GET …/message serves, null where the row cannot tell it)."""
+    client caches of them (the mover's sync, the IMAP front's listing).  `epoch`: the
+    active's when it answered (0: not said)."""
 
     folder: str = ""
     uidvalidity: int = 0
     uid_next: int = 1
     highest_modseq: int = 0
     epoch: int = 0
-    messages: tuple[ListedRow | ListedRowBefore, ...] = ()
+    messages: tuple[Listed, ...] = ()
     expunged: tuple[int, ...] = ()
 
     def by_item(self) -> dict[str, tuple[int, tuple[str, ...]]]:

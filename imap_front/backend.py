@@ -29,7 +29,7 @@ from pymap.token import AllTokens
 from dag_common.clock import Clock
 from dag_common.errors import ClusterStoreError
 from dag_common.node_client import NodeStoreClient
-from dag_common.store_api import Changes
+from dag_common.store_api import Changes, Listed
 from imap_front.errors import Unavailable
 from imap_front.feed_polls import FeedPolls
 from imap_front.fetch_lines import Chosen
@@ -38,7 +38,7 @@ from imap_front.folder_set import Folders
 from imap_front.folders import Folder, Message, Shown
 from imap_front.listing import Rows, RowsCache
 from imap_front.metrics import FrontMetrics
-from imap_front.node_api import FAILOVER_WAIT, MOVE_LOCK_WAIT, Listed, MailboxApi, Stored
+from imap_front.node_api import FAILOVER_WAIT, MOVE_LOCK_WAIT, MailboxApi, Stored
 from imap_front.read_ahead import ReadAhead
 from imap_front.selected import CompactMessages, CompactSelected
 from imap_front.users import User, Users

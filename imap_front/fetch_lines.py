@@ -31,10 +31,10 @@ from pymap.parsing.specials import DateTime, FetchAttribute, FetchValue
 from pymap.parsing.specials.flag import Flag
 from pymap.selected import SessionFlags
 
+from dag_common.store_api import Listed
 from imap_front.condstore import shown
 from imap_front.listing import Ordered
 from imap_front.merged_lines import MergedLines
-from imap_front.node_api import Listed
 from imap_front.selected import FLAG_SETS
 
 LISTED_ITEMS = frozenset({b"UID", b"FLAGS", b"INTERNALDATE", b"MODSEQ", b"RFC822.SIZE"})

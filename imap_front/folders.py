@@ -46,12 +46,12 @@ from pymap.parsing.specials.flag import Flag, Seen
 from pymap.selected import SelectedMailbox, SelectedSet
 
 from dag_common.clock import Clock
-from dag_common.store_api import Changes, MailboxState
+from dag_common.store_api import Changes, Listed, MailboxState
 from imap_front.errors import Bye, Unavailable
 from imap_front.fetching import Bodies, RawLoaded
 from imap_front.listing import Listings, Rows
 from imap_front.metrics import FrontMetrics
-from imap_front.node_api import NODE_INBOX, Listed, MailboxApi, Stored
+from imap_front.node_api import NODE_INBOX, MailboxApi, Stored
 from imap_front.selected import FLAG_SETS, CompactMessages
 
 logger = logging.getLogger(__name__)

@@ -27,7 +27,8 @@ from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from imap_front.node_api import FolderUids, Listed, MailboxApi
+from dag_common.store_api import FolderUids, Listed
+from imap_front.node_api import MailboxApi
 from imap_front.selected import FLAG_SETS, flag_set
 
 

@@ -50,7 +50,7 @@ from dag_common.clock import Clock, SystemClock
 from dag_common.errors import ClusterStoreError, NodeCallError
 from dag_common.node_client import NodeStoreClient
 from dag_common.rfc822 import body_of_message, is_message
-from dag_common.store_api import Changes, FolderStatus, Mailbox, MailboxState, Written
+from dag_common.store_api import Changes, FolderStatus, FolderUids, Mailbox, MailboxState, Written
 from imap_front.errors import Cannot, Unavailable
 from imap_front.feed_polls import FeedPolls
 
@@ -67,33 +67,6 @@ Locate = Callable[[str], Awaitable[str | None]]  # mailbox -> its database (the 
 
 
 @dataclass(frozen=True, slots=True)
-class Listed:
-    """A message as a folder's UID listing gives it (no body)."""
-
-    uid: int
-    item_id: str
-    flags: tuple[str, ...]
-    modseq: int
-    size: int
-    received: datetime | None
-    # The bytes GET …/message serves (RFC822.SIZE), where the node's row tells it; None: not
-    # without reading them (a text item presented as mail, a Latin-1 message).
-    message_size: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class FolderUids:
-    """GET …/folders/{folder}/uids: the folder's counters and its messages."""
-
-    uidvalidity: int
-    uid_next: int
-    highest_modseq: int
-    messages: tuple[Listed, ...]
-    expunged: tuple[int, ...]
-    epoch: int = 0  # the active's when it answered (0: not said)
-
-
-@dataclass(frozen=True, slots=True)
 class Stored:
     """POST …/items/flags's answer: each UID's flags after, the modseq the change took
     (0: nothing written), the UIDs left as they were (a conditional STORE's MODIFIED), and
@@ -103,10 +76,6 @@ class Stored:
     modseq: int = 0
     modified: tuple[int, ...] = ()
     epoch: int = 0
-
-
-def _received(value: Any) -> datetime | None:
-    return datetime.fromisoformat(value) if isinstance(value, str) and value else None
 
 
 def _path(folder: str) -> str:
@@ -224,25 +193,7 @@ class MailboxApi:
             "GET", f"/folders/{_path(folder)}/uids", folder=folder,
             params={"since_modseq": str(since_modseq)},
         )  # fmt: skip
-        return FolderUids(
-            uidvalidity=body["uidvalidity"],
-            uid_next=body["uid_next"],
-            highest_modseq=body["highest_modseq"],
-            messages=tuple(
-                Listed(
-                    m[0],
-                    m[1],
-                    tuple(m[2]),
-                    m[3],
-                    m[4],
-                    _received(m[5]),
-                    m[6] if len(m) > 6 else None,
-                )
-                for m in body["messages"]
-            ),
-            expunged=tuple(body["expunged"]),
-            epoch=int(body.get("epoch") or 0),
-        )
+        return FolderUids.model_validate(body)
 
     async def changes(self, since: int, *, wait: float, epoch: int | None) -> Changes | None:
         """The mailbox's change feed above `since` (None: the active has no such mailbox);

@@ -26,11 +26,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
 from dag_common.api_types import NAME_PATTERN
+from dag_common.yaml_file import read_yaml
 from imap_front.errors import Unavailable, UsersFileError
 
 logger = logging.getLogger(__name__)
@@ -80,15 +80,7 @@ def parse_users(data: object, source: str) -> dict[str, User]:
 
 def read_users(path: Path) -> dict[str, User]:
     """The users of the file at `path`."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsersFileError(f"cannot read users file {path}: {exc.strerror or exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UsersFileError(f"{path}: not valid YAML: {exc}") from None
-    return parse_users(data, str(path))
+    return parse_users(read_yaml(path, "users file", UsersFileError), str(path))
 
 
 def matches(user: User, password: str) -> bool:

@@ -224,27 +224,34 @@ def _utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC)
 
 
+@dataclass(frozen=True, slots=True)
+class RedeliveryNeed:
+    """What a lossy activation asks of the transports: the activation of `epoch` lost what
+    they delivered from `start` to `end`, which every one of `servers` is to resubmit;
+    asked at `now` (the record's `requested`, when it makes a new one)."""
+
+    epoch: int
+    start: datetime
+    end: datetime
+    servers: tuple[str, ...]
+    now: datetime
+
+
 def redelivery_required(
-    current: RedeliveryRecord | None,
-    database: str,
-    *,
-    epoch: int,
-    start: datetime,
-    end: datetime,
-    servers: Iterable[str],
-    now: datetime,
+    current: RedeliveryRecord | None, database: str, need: RedeliveryNeed
 ) -> RedeliveryRecord:
-    """`current` once the lossy activation `epoch` required redelivery from `start` to `end`
-    of `servers`: unchanged if it covers `epoch` already (the new active asks at every mount);
-    a new record if there was none or it ended; else widened to cover both windows, every
-    server asked again (an answer for the narrower window does not cover the wider one).
-    A record with no server to ask ends Success at once."""
+    """`current` once `need` required redelivery: unchanged if it covers its epoch already
+    (the new active asks at every mount); a new record if there was none or it ended; else
+    widened to cover both windows, every server asked again (an answer for the narrower
+    window does not cover the wider one).  A record with no server to ask ends Success at
+    once."""
+    epoch = need.epoch
     if current is not None and epoch in current.epochs:
         return current
-    everyone = tuple(sorted(set(servers)))
-    start, end = _utc(start), _utc(end)
+    everyone = tuple(sorted(set(need.servers)))
+    start, end = _utc(need.start), _utc(need.end)
     if current is None or not current.required:
-        record = RedeliveryRecord(database, (epoch,), start, end, everyone, (), _utc(now))
+        record = RedeliveryRecord(database, (epoch,), start, end, everyone, (), _utc(need.now))
     else:
         record = replace(
             current,
@@ -418,26 +425,12 @@ class ClusterStore(abc.ABC):
         makes of it (nothing if the same), and return that.  `change` is pure: an engine may
         call it again on a fresher read."""
 
-    async def require_redelivery(
-        self,
-        database: str,
-        *,
-        epoch: int,
-        start: datetime,
-        end: datetime,
-        servers: Iterable[str],
-        now: datetime,
-    ) -> RedeliveryRecord:
-        """Require redelivery of `start`..`end` from every server of `servers` for the lossy
-        activation `epoch` (`redelivery_required`); the record as stored."""
-        everyone = tuple(servers)  # `change` may run more than once
-
-        def change(current: RedeliveryRecord | None) -> RedeliveryRecord:
-            return redelivery_required(
-                current, database, epoch=epoch, start=start, end=end, servers=everyone, now=now
-            )
-
-        record = await self._change_redelivery(database, change)
+    async def require_redelivery(self, database: str, need: RedeliveryNeed) -> RedeliveryRecord:
+        """Require redelivery of `database` for a lossy activation (`redelivery_required`);
+        the record as stored."""
+        record = await self._change_redelivery(
+            database, lambda current: redelivery_required(current, database, need)
+        )
         assert record is not None  # redelivery_required always makes one
         return record
 

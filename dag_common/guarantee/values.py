@@ -4,7 +4,7 @@ per-copy verdicts and an `Answer` out. No behaviour beyond small derived propert
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -54,19 +54,10 @@ class Limits:
 
     @classmethod
     def from_config(cls, config: GuaranteeLimits) -> Limits:
-        """Limits and wait times from the cluster config (defaults: the seed's)."""
-        return cls(
-            max_copy_queue_length=config.max_copy_queue_length,
-            max_average_copy_queue_length=config.max_average_copy_queue_length,
-            average_window_time=config.average_window_time,
-            replay_queue_over_lag=config.replay_queue_over_lag,
-            flush_clock_skew=config.flush_clock_skew,
-            flush_max_replay_lag=config.flush_max_replay_lag,
-            wait_no_status=config.wait_no_status,
-            wait_no_healthy_copy=config.wait_no_healthy_copy,
-            wait_behind=config.wait_behind,
-            wait_max=config.wait_max,
-        )
+        """Limits and wait times from the cluster config (defaults: the seed's): every field
+        of these the config has, by its name (`wait_min` it has not)."""
+        configured = GuaranteeLimits.model_fields
+        return cls(**{f.name: getattr(config, f.name) for f in fields(cls) if f.name in configured})
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from dag_common.auth import bearer
 from dag_common.backoff import Backoff
 from dag_common.clock import Clock
-from dag_common.cluster_store.interface import ClusterStore, RedeliveryRecord
+from dag_common.cluster_store.interface import ClusterStore, RedeliveryNeed, RedeliveryRecord
 from dag_common.config import ClusterConfig
 from dag_common.model import RedeliveryAnswer
 
@@ -90,13 +90,9 @@ class DumpsterRedelivery:
             return
         now = self._clock.now()
         start, end = loss_window(last_log_time or mine.began or now, now)
+        servers = tuple(t.name for t in self._config.transports)
         self.record = await self._store.require_redelivery(
-            self._database,
-            epoch=self._epoch,
-            start=start,
-            end=end,
-            servers=[t.name for t in self._config.transports],
-            now=now,
+            self._database, RedeliveryNeed(self._epoch, start, end, servers, now)
         )
         logger.warning(
             "%s: activated on %s losing %d logs: transport dumpster redelivery of %s to %s "

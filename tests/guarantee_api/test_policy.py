@@ -523,6 +523,29 @@ def test_wait_times_come_from_the_config_with_the_seeds_defaults():
     )
     assert short.wait_no_healthy_copy == timedelta(seconds=3)
     assert short.wait_max == timedelta(minutes=1)
+    assert seed == Limits()  # the values' defaults are the config's
+
+
+def test_every_limit_the_config_sets_reaches_the_rules():
+    from dataclasses import fields
+
+    from dag_common.config_guarantee import GuaranteeLimits
+    from dag_common.guarantee.values import Limits
+
+    carried = {f.name for f in fields(Limits)} & set(GuaranteeLimits.model_fields)
+    assert carried == set(GuaranteeLimits.model_fields) - {"average_window"}
+    changed = {
+        "max_copy_queue_length": 3, "max_average_copy_queue_length": 2.5,
+        "average_window_time": "1m", "replay_queue_over_lag": "2m", "flush_clock_skew": "1s",
+        "flush_max_replay_lag": "5m", "wait_no_status": "2s", "wait_no_healthy_copy": "3s",
+        "wait_behind": "4s", "wait_max": "1m",
+    }  # fmt: skip
+    config = GuaranteeLimits.model_validate(changed)
+    limits = Limits.from_config(config)
+    assert {name: getattr(limits, name) for name in carried} == {
+        name: getattr(config, name) for name in carried
+    }
+    assert all(getattr(limits, name) != getattr(Limits(), name) for name in carried)
 
 
 # ---- stream incarnations: an LSN that names its epoch -------------------------------------

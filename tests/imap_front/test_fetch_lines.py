@@ -16,11 +16,11 @@ from pymap.parsing.specials import FetchAttribute, FetchValue, ObjectId
 from pymap.parsing.specials.flag import Deleted, Flagged, Seen
 from pymap.selected import SelectedMailbox
 
+from dag_common.store_api import Listed
 from imap_front.condstore import ModseqAttributes, ModseqFetchAttribute
 from imap_front.fetch_lines import ListedLines, answerable, listed_only, render
 from imap_front.folders import Message
 from imap_front.listing import Ordered
-from imap_front.node_api import Listed
 from imap_front.selected import CompactSelected
 
 NAMES = ["\\Seen", "\\Flagged", "\\Deleted", "\\Answered", "work", "$Label1", "Zeta"]

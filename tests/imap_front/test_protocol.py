@@ -13,7 +13,7 @@ from pymap.imap.state import ConnectionState
 
 from imap_front.errors import UsersFileError
 from imap_front.protocol import FrontConfig
-from imap_front.users import parse_users
+from imap_front.users import parse_users, read_users
 
 HASH = "$argon2id$v=19$m=8192,t=1,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA"
 
@@ -52,6 +52,16 @@ def test_no_login_is_offered_before_tls_even_without_tls():
 def test_a_users_file_that_is_not_one_is_refused_saying_why(data, why):
     with pytest.raises(UsersFileError, match=why):
         parse_users(data, "users.yaml")
+
+
+def test_a_users_file_that_cannot_be_read_or_is_not_yaml_says_where(tmp_path):
+    """Read as the cluster config is (`dag_common.yaml_file`): the line and column."""
+    with pytest.raises(UsersFileError, match=r"cannot read users file .*absent\.yaml"):
+        read_users(tmp_path / "absent.yaml")
+    bad = tmp_path / "users.yaml"
+    bad.write_text("alice:\n  mailbox: [alice\n", encoding="utf-8")
+    with pytest.raises(UsersFileError, match=r"users\.yaml, line 3, column 1: not valid YAML"):
+        read_users(bad)
 
 
 def test_a_user_may_hold_two_hashes_while_a_password_rotates():

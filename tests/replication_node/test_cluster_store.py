@@ -18,7 +18,12 @@ from dag_common.cluster_store.embedded import EmbeddedClusterStore
 from dag_common.cluster_store.engine import LeaseClock
 from dag_common.cluster_store.etcd import EtcdClusterStore
 from dag_common.cluster_store.etcd_gateway import EtcdGateway
-from dag_common.cluster_store.interface import DirectoryEntry, MoveHold, RedeliveryRecord
+from dag_common.cluster_store.interface import (
+    DirectoryEntry,
+    MoveHold,
+    RedeliveryNeed,
+    RedeliveryRecord,
+)
 from dag_common.incarnation import ActivationCause
 from dag_common.model import AutoDatabaseMountDial, FailoverPause
 from mrs_client.move_store.embedded import EmbeddedMoveStore
@@ -304,14 +309,10 @@ def _minutes(n: int) -> datetime:
 
 async def _lossy(store, epoch: int, start: int, end: int, *servers: str, now: int = 60):
     """`require_redelivery` for the lossy activation `epoch`, times in minutes past T0."""
-    return await store.require_redelivery(
-        "DB1",
-        epoch=epoch,
-        start=_minutes(start),
-        end=_minutes(end),
-        servers=servers or ("hub2", "hub1"),
-        now=_minutes(now),
+    need = RedeliveryNeed(
+        epoch, _minutes(start), _minutes(end), servers or ("hub2", "hub1"), _minutes(now)
     )
+    return await store.require_redelivery("DB1", need)
 
 
 async def test_a_lossy_activation_requires_redelivery_once_per_epoch(store):
@@ -385,9 +386,7 @@ async def test_after_a_record_ended_a_new_lossy_epoch_starts_a_new_one(store):
     )
     assert await store.redelivery("DB1") == new
     # with no transport to ask, nothing is to be redelivered
-    none = await store.require_redelivery(
-        "DB2", epoch=2, start=T0, end=T0, servers=[], now=_minutes(1)
-    )
+    none = await store.require_redelivery("DB2", RedeliveryNeed(2, T0, T0, (), _minutes(1)))
     assert (none.servers, none.ended) == ((), "Success")
 
 
@@ -526,7 +525,7 @@ async def test_a_store_file_from_before_gets_the_new_columns_and_keeps_its_recor
     assert await second.pause_failover(_pause())
     assert await first.failover_pause() == _pause()
     required = await first.require_redelivery(
-        "DB1", epoch=4, start=_minutes(1), end=_minutes(2), servers=["hub1"], now=_minutes(3)
+        "DB1", RedeliveryNeed(4, _minutes(1), _minutes(2), ("hub1",), _minutes(3))
     )
     assert await second.redelivery("DB1") == required
     first.close()
