@@ -74,13 +74,9 @@ def status_report(
     note = None
     if activation_suspended:
         note = "activation suspended" + (f": {activation_reason}" if activation_reason else "")
-    return CopyStatusReport(
-        database=s.database,
-        node=s.node,
-        site=s.site,
-        role=CopyRole.PASSIVE,
-        status=status,
-        activation_preference=s.activation_preference,
+    return s.report(
+        CopyRole.PASSIVE,
+        status,
         last_log_generated=m.generated_at_risk,
         open_commits=m.open_commits if m.open_log_at_risk else 0,
         last_log_copy_notified=m.last_log_copy_notified,
