@@ -34,21 +34,21 @@ def copy_status(
     suspended: bool,
     failed: bool,
     phase: CopyStatus,
-    connected: bool,
-    disconnected_since: float | None,
+    markers: Markers,
     no_room: bool = False,
 ) -> CopyStatus:
-    """The copy's status from its state; `phase` is what its pipeline is doing; `no_room`:
-    its volume cannot hold the next generation (Failed, as the write would make it)."""
+    """The copy's status from its state; `phase` is what its pipeline is doing, `markers`
+    whether it reaches its active (`connected`, `disconnected_since`); `no_room`: its volume
+    cannot hold the next generation (Failed, as the write would make it)."""
     if suspended:
         return CopyStatus.FAILED_AND_SUSPENDED if failed else CopyStatus.SUSPENDED
     if no_room:
         return CopyStatus.FAILED
     if phase is not CopyStatus.HEALTHY:
         return phase
-    if connected:
+    if markers.connected:
         return CopyStatus.HEALTHY
-    if disconnected_since is not None:
+    if markers.disconnected_since is not None:
         # Its own files are fine; the active cannot be reached (since its last start,
         # perhaps: the copy need not have reached it first to be healthy).
         return CopyStatus.DISCONNECTED_AND_HEALTHY
