@@ -6,6 +6,7 @@ On the wire the field names are the seeds' words in snake_case; times are RFC 33
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal, NamedTuple
@@ -327,6 +328,30 @@ class CopyStatusReport(BaseModel):
 
 # CopyStatusReport's wire fields for its `block` position, and the part each holds.
 _BLOCK_FIELDS = {"block_generation": "generation", "block_offset": "offset"}
+
+
+@dataclass(frozen=True, slots=True)
+class CopyPlace:
+    """Which copy a report is of: `database`'s copy on `node`, in `site`, at its activation
+    preference.  A copy's settings are one (`ActiveSettings`, `PassiveSettings`), and its
+    status report opens with it (`report`)."""
+
+    database: str
+    node: str
+    site: str
+    activation_preference: int
+
+    def report(self, role: CopyRole, status: CopyStatus, **state: Any) -> CopyStatusReport:
+        """This copy's report in `role` and `status`; `state`: the report's other fields."""
+        return CopyStatusReport(
+            database=self.database,
+            node=self.node,
+            site=self.site,
+            role=role,
+            status=status,
+            activation_preference=self.activation_preference,
+            **state,
+        )
 
 
 class FailoverPause(BaseModel):

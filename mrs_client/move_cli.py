@@ -247,13 +247,7 @@ async def _serve(args: argparse.Namespace, config: ClusterConfig) -> int:
             make_mover=lambda: on.mover(progress=log_line, worker=me),
             active_node=active_node,
             clock=SystemClock(),
-            limits=MoveLimits(
-                per_source_database=args.max_per_source_database,
-                per_target_database=args.max_per_target_database,
-                per_source_node=args.max_per_source_node,
-                per_target_node=args.max_per_target_node,
-                per_worker=args.max_moves,
-            ),
+            limits=MoveLimits(**{field: getattr(args, field) for _, field, _ in _LIMITS}),
             poll=args.poll.total_seconds(),
             grace=args.grace.total_seconds(),
             worker=me,
@@ -267,7 +261,7 @@ async def _serve(args: argparse.Namespace, config: ClusterConfig) -> int:
             else None
         )
         where = f"; metrics and status page on {args.http_listen}" if runner else ""
-        print(f"mrs worker {me} running (at most {args.max_moves} moves){where}", flush=True)
+        print(f"mrs worker {me} running (at most {args.per_worker} moves){where}", flush=True)
         try:
             await worker.run()
         finally:
@@ -517,23 +511,29 @@ def build_cancel(p: argparse.ArgumentParser) -> None:
     _stop_command(p, cmd_cancel)
 
 
+# `mrs serve`'s limits: each one's flag, the `MoveLimits` field it sets (and takes its default
+# from), and what it counts.
+_LIMITS = (
+    ("--max-moves", "per_worker", "moves this worker runs at once"),
+    ("--max-per-source-database", "per_source_database",
+     "moves running at once from one source database (every worker counted)"),
+    ("--max-per-target-database", "per_target_database",
+     "moves running at once into one target database"),
+    ("--max-per-source-node", "per_source_node",
+     "moves running at once from databases active on one node"),
+    ("--max-per-target-node", "per_target_node",
+     "moves running at once into databases active on one node"),
+)  # fmt: skip
+
+
 def build_serve(serve: argparse.ArgumentParser) -> None:
     """`mrs serve`."""
     _common(serve)
     timings(serve)
     limits = MoveLimits()
-    for flag, default, text in (
-        ("--max-moves", limits.per_worker, "moves this worker runs at once"),
-        ("--max-per-source-database", limits.per_source_database,
-         "moves running at once from one source database (every worker counted)"),
-        ("--max-per-target-database", limits.per_target_database,
-         "moves running at once into one target database"),
-        ("--max-per-source-node", limits.per_source_node,
-         "moves running at once from databases active on one node"),
-        ("--max-per-target-node", limits.per_target_node,
-         "moves running at once into databases active on one node"),
-    ):  # fmt: skip
-        serve.add_argument(flag, type=_positive, default=default, metavar="N",
+    for flag, field, text in _LIMITS:
+        default = getattr(limits, field)
+        serve.add_argument(flag, dest=field, type=_positive, default=default, metavar="N",
                            help=f"{text}; default {default}")  # fmt: skip
     add_duration(serve, "--poll", default="1s", help="how often the move store is read")
     serve.add_argument(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Self
 
 from pydantic import (
     BaseModel,
@@ -24,6 +24,9 @@ from pydantic import (
 
 from dag_common.incarnation import ActivationCause, EpochRecord
 from dag_common.model import Position, PositionFields
+
+if TYPE_CHECKING:
+    from dag_common.cluster_store.interface import ActiveRecord
 
 
 class CopyAction(StrEnum):
@@ -188,6 +191,18 @@ class RoleMoved(BaseModel):
     node: str
     epoch: int
     previous_node: str
+
+    @classmethod
+    def between(cls, before: ActiveRecord, after: ActiveRecord, **answer: Any) -> Self:
+        """The role moved from `before` (the active record replaced) to `after` (the one that
+        won the compare-and-set); `answer`: what the answer says besides."""
+        return cls(
+            database=after.database,
+            node=after.node,
+            epoch=after.epoch,
+            previous_node=before.node,
+            **answer,
+        )
 
 
 class ActivationAnswer(RoleMoved):

@@ -25,6 +25,7 @@ from dag_common.memory import MemoryBudget
 from dag_common.memory_metrics import watch_memory
 from dag_common.model import (
     AutoDatabaseMountDial,
+    CopyPlace,
     CopyRole,
     CopyStatus,
     CopyStatusReport,
@@ -508,16 +509,8 @@ class Node:
             else:
                 copy = db.copy_on(self.name)
                 assert copy is not None
-                copies.append(
-                    CopyStatusReport(
-                        database=db.name,
-                        node=self.name,
-                        site=self.site,
-                        role=CopyRole.PASSIVE,
-                        status=CopyStatus.INITIALIZING,
-                        activation_preference=copy.activation_preference,
-                    )
-                )
+                place = CopyPlace(db.name, self.name, self.site, copy.activation_preference)
+                copies.append(place.report(CopyRole.PASSIVE, CopyStatus.INITIALIZING))
         return NodeStatus(
             node=self.name,
             site=self.site,

@@ -32,6 +32,7 @@ from dag_common.clock import Clock
 from dag_common.items_query import ItemsQuery
 from dag_common.mailbox_digest import DigestRow
 from dag_common.model import RollCause
+from dag_common.store_api import FolderStatus
 from replication_node.active import llr_pacing
 from replication_node.active.lease import LeaseKeeper
 from replication_node.active.listing import (
@@ -65,7 +66,7 @@ from replication_node.storage.header import DatabaseHeader, DatabaseState
 from replication_node.storage.ops import SEEN, floored, folder_floor
 from replication_node.storage.overlay import LlrOverlay
 from replication_node.storage.paths import CopyPaths
-from replication_node.storage.reader import FolderRow, FolderStatus, ItemRow, ItemsPage, MailboxRow
+from replication_node.storage.reader import FolderRow, ItemRow, ItemsPage, MailboxRow
 
 logger = logging.getLogger(__name__)
 
@@ -510,7 +511,7 @@ class ActiveCopy:
                 if each is not None and not each.deleted and each.folder in counts:
                     counts[each.folder][0] += sign
                     counts[each.folder][1] += sign * (SEEN not in each.flags)
-        return [FolderStatus.of(f, *counts[f.folder]) for f in folders]
+        return [f.status(*counts[f.folder]) for f in folders]
 
     def folder_items(self, mailbox: str, folder: str, since_modseq: int = 0) -> list[ItemRow]:
         """A folder's items without bodies, by UID (`Database.folder_items`), the overlay's

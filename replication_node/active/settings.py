@@ -6,19 +6,17 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from dag_common.config_defaults import ActiveFailurePolicy
+from dag_common.model import CopyPlace
 from replication_node.active.handover import HANDOVER_HOLD
 
 
 @dataclass(frozen=True, slots=True)
-class ActiveSettings:
+class ActiveSettings(CopyPlace):
     """Per-copy settings of an active copy (`ActiveInstance`), as `PassiveSettings` are a
-    passive one's: which copy it is, the epoch it serves, its log's shape, and how it holds
-    its role; the node builds them from the copy's `InstanceSpec` and the config's defaults."""
+    passive one's: which copy it is (`CopyPlace`), the epoch it serves, its log's shape, and
+    how it holds its role; the node builds them from the copy's `InstanceSpec` and the
+    config's defaults."""
 
-    database: str
-    node: str
-    site: str
-    activation_preference: int
     epoch: int  # the stream incarnation it publishes and writes under
     log_file_size: int
     llr_depth: int

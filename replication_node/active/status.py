@@ -47,13 +47,9 @@ def active_status(instance: ActiveInstance) -> CopyStatusReport:
         if instance.mend.note:  # and what its mend tried (`log_mend`)
             notes.append(instance.mend.note)
     note = "; ".join(notes) or None
-    return CopyStatusReport(
-        database=instance.database,
-        node=instance.node,
-        site=instance.settings.site,
-        role=CopyRole.ACTIVE,
-        status=status,
-        activation_preference=instance.settings.activation_preference,
+    return instance.settings.report(
+        CopyRole.ACTIVE,
+        status,
         last_log_generated=held.generated_at_risk if held else share.generated_at_risk,
         open_commits=held.open_commits if held else share.open_commits,
         last_log_copy_notified=generated,

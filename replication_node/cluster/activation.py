@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from dag_common.clock import Clock
 from dag_common.cluster_store.interface import ActivationCause, ActiveRecord, ClusterStore
@@ -53,6 +54,20 @@ async def active_elsewhere(
     if record.node == node:
         raise Conflict(f"the copy on {node} is already active")
     return record
+
+
+async def take_role(
+    cluster_store: ClusterStore, record: ActiveRecord, node: str, **began: Any
+) -> ActiveRecord:
+    """Make the copy on `node` active in place of `record` (`ClusterStore.set_active`, with
+    how its stream `began`), and answer the record that won; Conflict, nothing done, if the
+    role changed meanwhile."""
+    won = await cluster_store.set_active(
+        record.database, node, expected_epoch=record.epoch, **began
+    )
+    if won is None:
+        raise Conflict(f"the active copy of {record.database} changed meanwhile; nothing was done")
+    return won
 
 
 async def wait_out_lease(
@@ -211,18 +226,16 @@ class Activation:
                 )
         # The new stream forks from the old one after the last generation the copy inspected:
         # it mounts with exactly those, and writes its own from the next one on.
-        won = await self.cluster_store.set_active(
-            database,
+        won = await take_role(
+            self.cluster_store,
+            record,
             node,
-            expected_epoch=record.epoch,
             start_generation=copy.last_log_inspected + 1,
             kept_through=kept_open_log.offset if kept_open_log else None,
             cause=cause,
             mount_dial=dial,
             lost_logs=decision.lost_logs,
         )
-        if won is None:
-            raise Conflict(f"the active copy of {database} changed meanwhile; nothing was done")
         logger.warning(
             "%s: activated on %s at epoch %d (was %s): %s",
             database,
@@ -232,11 +245,9 @@ class Activation:
             reason,
         )
         await self.peers.reconcile_all(database)
-        return ActivationAnswer(
-            database=database,
-            node=node,
-            epoch=won.epoch,
-            previous_node=record.node,
+        return ActivationAnswer.between(
+            record,
+            won,
             cause=cause,
             lost_logs=decision.lost_logs,
             lost_open_log=decision.lost_open_log,

@@ -20,7 +20,7 @@ from dag_common.cluster_store.interface import ActivationCause, ClusterStore
 from dag_common.config import ClusterConfig
 from dag_common.model import CopyRole, CopyStatus
 from replication_node.admin_api import SwitchoverAnswer
-from replication_node.cluster.activation import active_elsewhere
+from replication_node.cluster.activation import active_elsewhere, take_role
 from replication_node.cluster.mount_policy import MOUNTABLE, activation_suspended_reason
 from replication_node.cluster.peers import Peers
 from replication_node.errors import Conflict
@@ -73,16 +73,14 @@ class Switchover:
             await self._catch_up(database, node, generation, previous=record.node)
             # The target replayed every generation the old active closed: the new epoch's
             # stream goes on from the next one, and no write is lost.
-            won = await self.cluster_store.set_active(
-                database,
+            won = await take_role(
+                self.cluster_store,
+                record,
                 node,
-                expected_epoch=record.epoch,
                 start_generation=generation + 1,
                 cause=ActivationCause.SWITCHOVER,
                 lost_logs=0,
             )
-            if won is None:
-                raise Conflict(f"the active copy of {database} changed meanwhile; nothing was done")
         except BaseException:
             await self.peers.unquiesce(record.node, database)
             raise
@@ -95,13 +93,7 @@ class Switchover:
             won.epoch,
         )
         await self.peers.reconcile_all(database)
-        return SwitchoverAnswer(
-            database=database,
-            node=node,
-            epoch=won.epoch,
-            previous_node=record.node,
-            last_log_generated=generation,
-        )
+        return SwitchoverAnswer.between(record, won, last_log_generated=generation)
 
     async def _catch_up(self, database: str, node: str, generation: int, previous: str) -> None:
         """Return once the copy on `node` has replayed `generation`; Conflict if it does not

@@ -28,7 +28,7 @@ from dag_common.http_body import (
 from dag_common.mailbox_answers import MailboxPlace, MovingTo
 from dag_common.mailbox_digest import rows_digest
 from dag_common.route_roles import add_route, require
-from dag_common.store_api import Digest, FolderStatus, ItemsAnswer, Mailbox
+from dag_common.store_api import Digest, ItemsAnswer, Mailbox
 from replication_node.errors import BadRequest, Conflict, NotFound
 from replication_node.http.context import (
     active_for_write,
@@ -125,7 +125,7 @@ async def get_mailbox(request: web.Request) -> web.Response:
         name=row.mailbox,
         display_name=row.display_name,
         folders=tuple(f.folder for f in status),
-        folder_status=tuple(FolderStatus(**f._asdict()) for f in status),
+        folder_status=tuple(status),
         locked=row.locked,
         soft_deleted=row.soft_deleted,
         change_number=row.change_number,

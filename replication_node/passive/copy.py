@@ -573,8 +573,7 @@ class PassiveCopy:
             suspended=self._suspended,
             failed=self._failed,
             phase=self._phase,
-            connected=m.connected,
-            disconnected_since=m.disconnected_since,
+            markers=m,
             no_room=no_room is not None,
         )
         return status_report(

@@ -5,16 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+from dag_common.model import CopyPlace
+
 
 @dataclass(frozen=True, slots=True)
-class PassiveSettings:
-    """One copy's settings, from the cluster config: all a passive copy runs with; an
-    active one takes its preference, log size and scrub from them (`InstanceSpec.copy`)."""
+class PassiveSettings(CopyPlace):
+    """One copy's settings, from the cluster config: all a passive copy runs with (which copy
+    it is: `CopyPlace`); an active one takes its preference, log size and scrub from them
+    (`InstanceSpec.copy`)."""
 
-    database: str
-    node: str
-    site: str
-    activation_preference: int
     replay_lag_time: timedelta = timedelta(0)
     truncation_lag_time: timedelta = timedelta(0)
     max_inspection_failures: int = 3

@@ -34,21 +34,21 @@ def copy_status(
     suspended: bool,
     failed: bool,
     phase: CopyStatus,
-    connected: bool,
-    disconnected_since: float | None,
+    markers: Markers,
     no_room: bool = False,
 ) -> CopyStatus:
-    """The copy's status from its state; `phase` is what its pipeline is doing; `no_room`:
-    its volume cannot hold the next generation (Failed, as the write would make it)."""
+    """The copy's status from its state; `phase` is what its pipeline is doing, `markers`
+    whether it reaches its active (`connected`, `disconnected_since`); `no_room`: its volume
+    cannot hold the next generation (Failed, as the write would make it)."""
     if suspended:
         return CopyStatus.FAILED_AND_SUSPENDED if failed else CopyStatus.SUSPENDED
     if no_room:
         return CopyStatus.FAILED
     if phase is not CopyStatus.HEALTHY:
         return phase
-    if connected:
+    if markers.connected:
         return CopyStatus.HEALTHY
-    if disconnected_since is not None:
+    if markers.disconnected_since is not None:
         # Its own files are fine; the active cannot be reached (since its last start,
         # perhaps: the copy need not have reached it first to be healthy).
         return CopyStatus.DISCONNECTED_AND_HEALTHY
@@ -74,13 +74,9 @@ def status_report(
     note = None
     if activation_suspended:
         note = "activation suspended" + (f": {activation_reason}" if activation_reason else "")
-    return CopyStatusReport(
-        database=s.database,
-        node=s.node,
-        site=s.site,
-        role=CopyRole.PASSIVE,
-        status=status,
-        activation_preference=s.activation_preference,
+    return s.report(
+        CopyRole.PASSIVE,
+        status,
         last_log_generated=m.generated_at_risk,
         open_commits=m.open_commits if m.open_log_at_risk else 0,
         last_log_copy_notified=m.last_log_copy_notified,

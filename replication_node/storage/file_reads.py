@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dag_common.items_query import ItemsQuery
 from dag_common.mailbox_digest import DigestRow
 from dag_common.rfc822 import BodyFormat
+from dag_common.store_api import FolderStatus
 from replication_node.storage.bodies import BODY_TEXT, ITEMS, MESSAGE_BYTES
 from replication_node.storage.body_reads import BlobBody, BlobText, read_held_part, read_part
 from replication_node.storage.columns import (
@@ -31,7 +32,6 @@ from replication_node.storage.columns import (
 from replication_node.storage.ops import floored
 from replication_node.storage.reader import (
     FolderRow,
-    FolderStatus,
     ItemRow,
     ItemsPage,
     MailboxRow,
@@ -92,9 +92,7 @@ class FileReads:
     def folder_status(self, mailbox: str) -> list[FolderStatus]:
         """Each folder's counters with its live items and those not `\\Seen` (STATUS)."""
         counts = self.folder_counts(mailbox)
-        return [
-            FolderStatus.of(f, *counts.get(f.folder, (0, 0))) for f in self.folder_rows(mailbox)
-        ]
+        return [f.status(*counts.get(f.folder, (0, 0))) for f in self.folder_rows(mailbox)]
 
     def folder_items(
         self, mailbox: str, folder: str, since_modseq: int = 0, *, tombstones: bool | None = None

@@ -1,6 +1,7 @@
 """The read side of a copy's store, as the API's GET routes see it: the active copy (its LLR
 overlay merged in) or a passive copy's database file.  Its rows are typed (frozen named
-tuples, the tables' columns); the routes turn them into JSON."""
+tuples, the tables' columns); the routes turn them into JSON.  A folder's STATUS is the
+store API's own `FolderStatus`, which the route answers as it is."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 from dag_common.items_query import ItemsQuery
 from dag_common.mailbox_digest import DigestRow
 from dag_common.rfc822 import BodyFormat
+from dag_common.store_api import FolderStatus
 
 if TYPE_CHECKING:
     from replication_node.storage.file_reads import FileReads, Held
@@ -41,25 +43,11 @@ class FolderRow(NamedTuple):
     highest_modseq: int = 0
     modseq_floor: int = 0
 
-
-class FolderStatus(NamedTuple):
-    """A folder's counters with what it holds (IMAP's STATUS): live items, and those of
-    them without `\\Seen`; its `modseq_floor` (`FolderRow`), which a move carries."""
-
-    folder: str
-    uidvalidity: int
-    uid_next: int
-    highest_modseq: int
-    messages: int
-    unseen: int
-    modseq_floor: int = 0
-
-    @classmethod
-    def of(cls, row: FolderRow, messages: int, unseen: int) -> FolderStatus:
-        """A folder's status: its row's counters, with these counts."""
-        r = row
-        return cls(r.folder, r.uidvalidity, r.uid_next, r.highest_modseq, messages, unseen,
-                   r.modseq_floor)  # fmt: skip
+    def status(self, messages: int, unseen: int) -> FolderStatus:
+        """The folder's STATUS as the store API answers it: the row's counters (its mailbox
+        and change number are not the answer's, which leaves them out), with what it holds:
+        live items, and those of them without `\\Seen`."""
+        return FolderStatus(**self._asdict(), messages=messages, unseen=unseen)
 
 
 class ItemRow(NamedTuple):

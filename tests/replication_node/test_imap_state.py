@@ -132,7 +132,9 @@ async def test_a_renamed_folder_takes_its_children_and_items_and_the_digest_foll
     after = {s.folder: s for s in copy.folder_status("m")}
     assert set(after) == {"Inbox", "Archive/Old", "Archive/Old/2026"}
     for old, new in (("Projects", "Archive/Old"), ("Projects/2026", "Archive/Old/2026")):
-        assert after[new] == before[old]._replace(folder=new)  # UIDVALIDITY, counters kept
+        assert after[new] == before[old].model_copy(
+            update={"folder": new}
+        )  # UIDVALIDITY, counters kept
     items = {r.item_id: r.folder for r in copy.items("m")}
     assert items["i0"] == "Archive/Old" and items["i1"] == "Archive/Old/2026"
     assert [r.uid for r in copy.folder_items("m", "Archive/Old")] == list(range(1, 51))

@@ -32,10 +32,8 @@ S = CopyStatus
     ],
 )
 def test_copy_status(suspended, failed, phase, connected, since, expected):
-    got = copy_status(
-        suspended=suspended, failed=failed, phase=phase, connected=connected,
-        disconnected_since=since,
-    )  # fmt: skip
+    markers = Markers(connected=connected, disconnected_since=since)
+    got = copy_status(suspended=suspended, failed=failed, phase=phase, markers=markers)
     assert got is expected
 
 
