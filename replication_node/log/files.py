@@ -129,7 +129,7 @@ class OsLogFiles:
 OS_FILES: LogFiles = OsLogFiles()
 
 
-def write_all(fd: int, data: bytes, files: LogFiles = OS_FILES) -> None:
+def write_all(fd: int, data: bytes | memoryview, files: LogFiles = OS_FILES) -> None:
     """Write every byte of `data` or raise.  `os.write` may write less than asked without
     an error (a nearly full filesystem does): the rest is written again, and a disk that
     takes nothing more raises ENOSPC then.  Ignoring a short write once acknowledged a record

@@ -20,7 +20,8 @@ When a span is settled: at the end of every batch that answers something (a comm
 request, an abort, the stream's stop). A batch of nothing but staged parts answers nothing that
 needs durability (a staged body counts only once a commit names it, and that commit's batch
 settles), so while no small commits flow (`defer_parts`, set by the stream) it leaves its span
-open, its blocks and events held, its files' writeback started, up to `SPAN_LIMIT` generations.
+open, its blocks and events held, its files' writeback started, up to `SPAN_LIMIT` generations;
+while it holds blocks, up to `SPAN_BYTES` of them.
 Why: an 8 MiB body crosses nine 1 MiB generations. Made durable one at a time, each costs a
 data fsync and a directory fsync, each waiting for a journal commit and a cache flush of its
 own, and the log ran at 0.63-0.67 of a raw append in its file steps alone; written with their
@@ -35,6 +36,15 @@ the span is full; and each generation it closes is fsync'd at once by the syncer
 settle then only waiting for those fsyncs.  Why it goes on: an 8 MiB item spent another 5 ms
 in nine returns to the event loop between batches of one generation each (timed by an ad-hoc
 wrapper outside bench/).
+
+Blocks (`blocks.py`) are made only for a batch begun while a copy follows in block mode
+(`keep_blocks`, set by the stream from its feed): a batch written while none does writes its
+records as they are, a part's chunk from the body's own buffer, and leaves a `gap` where the
+log then stands.  Why (issue 52): a span held its blocks, the joined records of up to 16
+generations, until its settle, and the feed its last 8 MiB, whether or not any copy followed:
+16 + 8 MiB with 1 MiB logs beside the request's body, whatever the item's size, what set a
+node's peak at its first large write (2.1 times a 30 MiB item).  While a copy follows, a span
+holds at most `SPAN_BYTES` of them.
 
 The span, its settle and the fsyncs are `span.py`; every file step goes through `files.py`'s
 `LogFiles`, the operating system's unless the stream was given another (a test's disk).
@@ -133,9 +143,17 @@ _MIN_PART = 4096
 # The most generations a run of batches of staged parts leaves unsettled: an 8 MiB body (nine
 # generations) settles once, at its commit; a 36 MiB one three times.  Bench part 1 (8 MiB
 # items): 4 gave the log 357-415 MB/s, 8 gave 388-460, 16 gave 473-553, 40 no more (484-554).
-# The span's blocks are held in memory until its settle, then published at once (the block
-# feed keeps a publish whole however large, `blocks.BlockFeed.publish`).
+# A span holds no blocks while no copy follows in block mode (module docstring).
 SPAN_LIMIT = 16
+# While a span holds blocks (a copy follows), it settles within this many bytes of generations
+# as well (8 with 1 MiB logs; one at least): its blocks are held in memory until its settle,
+# then published at once, and the block feed keeps a publish whole however large
+# (`blocks.BlockFeed.publish`).  With 1 MiB logs a span of sixteen held 16 MiB of blocks and
+# the feed its last 8 MiB beside a staged body.
+SPAN_BYTES = 8 * 1024 * 1024
+# A piece of a record at least this long is written from where it is when no block is made
+# (a part's chunk: a view of the body); the small ones around it are joined first.
+_WRITTEN_ALONE = 64 * 1024
 
 
 class OpenLogWriter:
@@ -177,8 +195,12 @@ class OpenLogWriter:
         self.digest_provider: Callable[[], ContentDigest | None] | None = None
         self._metrics: StreamMetrics | None = None
         # Every byte range written in this batch, in order, for block mode (`blocks.py`):
-        # taken by the stream once the batch is durable.
+        # taken by the stream once the batch is durable.  Made only while `keep_blocks` (set
+        # by the stream before each batch: a copy follows in block mode), else a gap.
         self.blocks: list[Block] = []
+        self.keep_blocks = True
+        self._keeping = True  # the batch being written makes blocks
+        self._span_blocks = False  # the open span holds blocks (`_span_limit`)
         # The latest time stamped on the stream (creation, commit or close): the floor of the
         # next one.  Read and written on the event loop (commit) and the writer thread (roll);
         # single assignments under the GIL, and a stale read only stamps a time a little low
@@ -199,6 +221,7 @@ class OpenLogWriter:
         # The header of the generation open as the world sees it: E00.log, durable and named.
         self.settled = header
         self.span_limit = SPAN_LIMIT
+        self.span_bytes = SPAN_BYTES
         # Set by the stream when a request is queued, cleared when it takes a batch: a batch
         # going on with a staged body stops at the end of the generation it is writing.
         self.wanted = False
@@ -352,9 +375,14 @@ class OpenLogWriter:
         touched = 0
         buf: list[bytes | memoryview] = []  # the records' pieces, joined once (one copy)
         size = self.header.log_file_size
+        self._keeping = self.keep_blocks
+        began = self._at(self._offset)
 
         def flush() -> None:
-            if buf:
+            if buf and not self._keeping:
+                self._write_pieces(buf)
+                buf.clear()
+            elif buf:
                 room = bytearray(FRAME_ROOM + sum(map(len, buf)))  # joined once, with room
                 at, view = FRAME_ROOM, memoryview(room)
                 for piece in buf:
@@ -438,17 +466,47 @@ class OpenLogWriter:
         flush()
         if self._offset + CLOSE_SIZE + _ROLL_SLACK > size and self.records:
             events.append(self.roll(RollCause.SIZE))
+        if self._keeping:
+            self._span_blocks = True
+        elif self._at(self._offset) != began:
+            if self._held_blocks and self._held_blocks[-1].gap:
+                self._held_blocks.pop()  # this one covers it
+            self.blocks.append(Block(self._at(self._offset), b"", gap=True))
         self._held_blocks += self.blocks
         self._held_events += events
         self.blocks = []
-        if self._deferring and len(self._span) < self.span_limit:
+        if self._deferring and len(self._span) < self._span_limit():
             # Nothing here needs durability yet: writeback started, the rest at the settle.
             self._files.start_writeback(self._fd)
             return results, [], touched
         self._settle()
+        self._span_blocks = False
         self.blocks, self._held_blocks = self._held_blocks, []
         events, self._held_events = self._held_events, []
         return results, events, touched
+
+    def _span_limit(self) -> int:
+        """The most generations a span of staged parts leaves unsettled: `span_limit`, and
+        while it holds blocks as many as `span_bytes` holds (one at least)."""
+        if not (self._keeping or self._span_blocks):
+            return self.span_limit
+        return max(1, min(self.span_limit, self.span_bytes // self.header.log_file_size))
+
+    def _write_pieces(self, pieces: list[bytes | memoryview]) -> None:
+        """Write a batch's records for no block: each large piece (a part's chunk, a view
+        of the body) from where it is, the small ones between them joined."""
+        small: list[bytes | memoryview] = []
+        for piece in pieces:
+            if len(piece) < _WRITTEN_ALONE:
+                small.append(piece)
+                continue
+            if small:
+                write_all(self._fd, b"".join(small), self._files)
+                small.clear()
+            write_all(self._fd, piece, self._files)
+        if small:
+            write_all(self._fd, b"".join(small), self._files)
+        self._unsynced = True
 
     @property
     def span_open(self) -> bool:
@@ -495,7 +553,7 @@ class OpenLogWriter:
             job.blob = self.pending[job.blob.id] = job.blob.add(chunk)
             if take < room:
                 budget -= take
-            elif self._deferring and not self.wanted and len(self._span) + 1 < self.span_limit:
+            elif self._deferring and not self.wanted and len(self._span) + 1 < self._span_limit():
                 # The generation is full: on into the next (its roll, and the one that may
                 # end the batch, bring the span to its limit at most).
                 budget = self.stage_budget
@@ -546,7 +604,8 @@ class OpenLogWriter:
             last = encode_pad(room, close_time, salt=salt) + last
         write_all(self._fd, last, self._files)
         self._files.start_writeback(self._fd)
-        self.blocks.append(Block(self._at(self._offset), last, closed=True))
+        if self._keeping:
+            self.blocks.append(Block(self._at(self._offset), last, closed=True))
         closed = self.header
         self._span.add(closed.generation, self._fd, self._path, early=self._deferring)
         self._fd = -1  # in the span: a roll that fails from here on leaves nothing to close
@@ -563,7 +622,8 @@ class OpenLogWriter:
         spare = self.spares.take() if self.spares is not None else None
         self._fd, self._path = create_hidden(self.log_dir, self.header, carried, spare, self._files)
         self._unsynced = True
-        self.blocks.append(Block(self._at(0), self.header.encode() + carried))
+        if self._keeping:
+            self.blocks.append(Block(self._at(0), self.header.encode() + carried))
         self._offset = HEADER_SIZE + len(carried)
         self.records = self.commits = 0
         if self.metrics is not None:
