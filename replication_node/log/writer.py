@@ -43,7 +43,7 @@ records as they are, a part's chunk from the body's own buffer, and leaves a `ga
 log then stands.  Why (issue 52): a span held its blocks, the joined records of up to 16
 generations, until its settle, and the feed its last 8 MiB, whether or not any copy followed:
 16 + 8 MiB with 1 MiB logs beside the request's body, whatever the item's size, what set a
-node's peak at its first large write (2.1 times a 30 MiB item).  While a copy follows, a span
+node's peak at its first large write (2.1-2.3 times a 30 MiB item).  While a copy follows, a span
 holds at most `SPAN_BYTES` of them.
 
 The span, its settle and the fsyncs are `span.py`; every file step goes through `files.py`'s

@@ -127,7 +127,9 @@ async def test_a_copy_joining_while_generations_were_written_without_blocks_gets
     stream = share.active.copy.stream
     await wait_until("no reader", lambda: not stream.feed.wanted)
     await wait_until("no commit flowing", lambda: not stream.commits_flowing)
-    await stream.stage(text_body(150_000, seed=3).encode())  # five 32 KiB generations
+    stager = share.active.store.message_stager(max_item_size=1 << 20, database="DB1")
+    await stager.add(b"Subject: s\r\n\r\n" + text_body(150_000, seed=3).encode())
+    await stager.finish()  # staged, over five 32 KiB generations; not committed
     assert stream._file.span_open, "the span is left unsettled (nothing answered needs it)"
     assert not stream._file._held_blocks[:-1] and stream._file._held_blocks[-1].gap
     assert stream.generation == first + 1, "nothing of the span is named yet"
