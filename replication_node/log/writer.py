@@ -35,16 +35,10 @@ the span is full; and each generation it closes is fsync'd at once by the syncer
 (`span.Span.add`: why, and what it gained) while the writer writes the next, the
 settle then only waiting for those fsyncs.  Why it goes on: an 8 MiB item spent another 5 ms
 in nine returns to the event loop between batches of one generation each (timed by an ad-hoc
-wrapper outside bench/).
-
-Blocks (`blocks.py`) are made only for a batch begun while a copy follows in block mode
-(`keep_blocks`, set by the stream from its feed): a batch written while none does writes its
-records as they are, a part's chunk from the body's own buffer, and leaves a `gap` where the
-log then stands.  Why (issue 52): a span held its blocks, the joined records of up to 16
-generations, until its settle, and the feed its last 8 MiB, whether or not any copy followed:
-16 + 8 MiB with 1 MiB logs beside the request's body, whatever the item's size, what set a
-node's peak at its first large write (2.1-2.3 times a 30 MiB item).  While a copy follows, a span
-holds at most `SPAN_BYTES` of them.
+wrapper outside bench/).  Blocks are made only for a batch begun while a copy follows in block
+mode (`keep_blocks`, set by the stream; `blocks.py` says why): a batch written while none does
+writes its records as their pieces (`files.write_pieces`: a part's chunk from the body's own
+buffer) and leaves a gap where the log then stands.
 
 The span, its settle and the fsyncs are `span.py`; every file step goes through `files.py`'s
 `LogFiles`, the operating system's unless the stream was given another (a test's disk).
@@ -104,7 +98,7 @@ from replication_node.log.events import (
     StreamEvent,
     Transaction,
 )
-from replication_node.log.files import OS_FILES, LogFiles, OpenMode, write_all
+from replication_node.log.files import OS_FILES, LogFiles, OpenMode, write_all, write_pieces
 from replication_node.log.logdir import (
     create_hidden,
     create_open_log,
@@ -143,17 +137,10 @@ _MIN_PART = 4096
 # The most generations a run of batches of staged parts leaves unsettled: an 8 MiB body (nine
 # generations) settles once, at its commit; a 36 MiB one three times.  Bench part 1 (8 MiB
 # items): 4 gave the log 357-415 MB/s, 8 gave 388-460, 16 gave 473-553, 40 no more (484-554).
-# A span holds no blocks while no copy follows in block mode (module docstring).
 SPAN_LIMIT = 16
-# While a span holds blocks (a copy follows), it settles within this many bytes of generations
-# as well (8 with 1 MiB logs; one at least): its blocks are held in memory until its settle,
-# then published at once, and the block feed keeps a publish whole however large
-# (`blocks.BlockFeed.publish`).  With 1 MiB logs a span of sixteen held 16 MiB of blocks and
-# the feed its last 8 MiB beside a staged body.
+# While a copy follows, a span also settles within this many bytes of generations: its blocks
+# are held until then, and the feed keeps a publish whole (`blocks.BlockFeed.publish`).
 SPAN_BYTES = 8 * 1024 * 1024
-# A piece of a record at least this long is written from where it is when no block is made
-# (a part's chunk: a view of the body); the small ones around it are joined first.
-_WRITTEN_ALONE = 64 * 1024
 
 
 class OpenLogWriter:
@@ -195,12 +182,10 @@ class OpenLogWriter:
         self.digest_provider: Callable[[], ContentDigest | None] | None = None
         self._metrics: StreamMetrics | None = None
         # Every byte range written in this batch, in order, for block mode (`blocks.py`):
-        # taken by the stream once the batch is durable.  Made only while `keep_blocks` (set
-        # by the stream before each batch: a copy follows in block mode), else a gap.
+        # taken by the stream once the batch is durable; made while `keep_blocks` (set by
+        # the stream before each batch; `_keeping`: the batch's), else a gap.
         self.blocks: list[Block] = []
-        self.keep_blocks = True
-        self._keeping = True  # the batch being written makes blocks
-        self._span_blocks = False  # the open span holds blocks (`_span_limit`)
+        self.keep_blocks = self._keeping = True
         # The latest time stamped on the stream (creation, commit or close): the floor of the
         # next one.  Read and written on the event loop (commit) and the writer thread (roll);
         # single assignments under the GIL, and a stale read only stamps a time a little low
@@ -221,7 +206,6 @@ class OpenLogWriter:
         # The header of the generation open as the world sees it: E00.log, durable and named.
         self.settled = header
         self.span_limit = SPAN_LIMIT
-        self.span_bytes = SPAN_BYTES
         # Set by the stream when a request is queued, cleared when it takes a batch: a batch
         # going on with a staged body stops at the end of the generation it is writing.
         self.wanted = False
@@ -379,10 +363,11 @@ class OpenLogWriter:
         began = self._at(self._offset)
 
         def flush() -> None:
-            if buf and not self._keeping:
-                self._write_pieces(buf)
-                buf.clear()
-            elif buf:
+            if not buf:
+                return
+            if not self._keeping:
+                write_pieces(self._fd, buf, self._files)  # no block: nothing joined
+            else:
                 room = bytearray(FRAME_ROOM + sum(map(len, buf)))  # joined once, with room
                 at, view = FRAME_ROOM, memoryview(room)
                 for piece in buf:
@@ -390,9 +375,9 @@ class OpenLogWriter:
                     at += len(piece)
                 data = view[FRAME_ROOM:]
                 write_all(self._fd, data, self._files)
-                self._unsynced = True
                 self.blocks.append(Block(self._at(self._offset - len(data)), data, room=room))
-                buf.clear()
+            self._unsynced = True
+            buf.clear()
 
         def append(record: bytes | list[bytes | memoryview]) -> int:
             """Append one record (whole, or in pieces) to the batch, rolling first if it
@@ -466,12 +451,11 @@ class OpenLogWriter:
         flush()
         if self._offset + CLOSE_SIZE + _ROLL_SLACK > size and self.records:
             events.append(self.roll(RollCause.SIZE))
-        if self._keeping:
-            self._span_blocks = True
-        elif self._at(self._offset) != began:
-            if self._held_blocks and self._held_blocks[-1].gap:
+        if not self._keeping:  # no block (its rolls' neither): a gap where the log stands
+            at = self._at(self._offset)
+            self.blocks = [Block(at, b"", gap=True)] if at != began else []
+            if self.blocks and self._held_blocks and self._held_blocks[-1].gap:
                 self._held_blocks.pop()  # this one covers it
-            self.blocks.append(Block(self._at(self._offset), b"", gap=True))
         self._held_blocks += self.blocks
         self._held_events += events
         self.blocks = []
@@ -480,33 +464,15 @@ class OpenLogWriter:
             self._files.start_writeback(self._fd)
             return results, [], touched
         self._settle()
-        self._span_blocks = False
         self.blocks, self._held_blocks = self._held_blocks, []
         events, self._held_events = self._held_events, []
         return results, events, touched
 
     def _span_limit(self) -> int:
-        """The most generations a span of staged parts leaves unsettled: `span_limit`, and
-        while it holds blocks as many as `span_bytes` holds (one at least)."""
-        if not (self._keeping or self._span_blocks):
-            return self.span_limit
-        return max(1, min(self.span_limit, self.span_bytes // self.header.log_file_size))
-
-    def _write_pieces(self, pieces: list[bytes | memoryview]) -> None:
-        """Write a batch's records for no block: each large piece (a part's chunk, a view
-        of the body) from where it is, the small ones between them joined."""
-        small: list[bytes | memoryview] = []
-        for piece in pieces:
-            if len(piece) < _WRITTEN_ALONE:
-                small.append(piece)
-                continue
-            if small:
-                write_all(self._fd, b"".join(small), self._files)
-                small.clear()
-            write_all(self._fd, piece, self._files)
-        if small:
-            write_all(self._fd, b"".join(small), self._files)
-        self._unsynced = True
+        """The most generations a span of staged parts leaves unsettled (`SPAN_BYTES`)."""
+        if self._keeping or any(not b.gap for b in self._held_blocks):
+            return max(1, min(self.span_limit, SPAN_BYTES // self.header.log_file_size))
+        return self.span_limit
 
     @property
     def span_open(self) -> bool:
@@ -604,8 +570,7 @@ class OpenLogWriter:
             last = encode_pad(room, close_time, salt=salt) + last
         write_all(self._fd, last, self._files)
         self._files.start_writeback(self._fd)
-        if self._keeping:
-            self.blocks.append(Block(self._at(self._offset), last, closed=True))
+        self.blocks.append(Block(self._at(self._offset), last, closed=True))
         closed = self.header
         self._span.add(closed.generation, self._fd, self._path, early=self._deferring)
         self._fd = -1  # in the span: a roll that fails from here on leaves nothing to close
@@ -622,8 +587,7 @@ class OpenLogWriter:
         spare = self.spares.take() if self.spares is not None else None
         self._fd, self._path = create_hidden(self.log_dir, self.header, carried, spare, self._files)
         self._unsynced = True
-        if self._keeping:
-            self.blocks.append(Block(self._at(0), self.header.encode() + carried))
+        self.blocks.append(Block(self._at(0), self.header.encode() + carried))
         self._offset = HEADER_SIZE + len(carried)
         self.records = self.commits = 0
         if self.metrics is not None:
