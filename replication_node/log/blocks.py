@@ -10,7 +10,7 @@ bytes); a follower that falls further behind is dropped and goes back to file mo
 
 Blocks are made only while a copy follows (issue 52): a block is the log's bytes joined and
 held in memory until they are durable, and a staged body's span holds many generations of
-them (`writer.py`), up to 0.8 times a 30 MiB item beside the request's own body, for no one
+them (`writer.py`), about 0.7 times a 30 MiB item beside the request's own body, for no one
 when every copy is in file mode.  A copy that asks to follow takes a `reader` first, before
 it takes its `position`: every batch the writer begins from then on makes its blocks.  A
 batch already being written when it came makes none, and is published as a `gap` (a block
