@@ -39,6 +39,8 @@ _FSYNC_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 )  # fmt: skip
 _GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+_MIB = 1 << 20
+_BLOCK_BUCKETS = tuple(n * _MIB for n in (0.0625, 0.25, 1, 2, 4, 8, 10, 16, 24, 32))
 _REPLAY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 _COPY = ["database", "node"]
@@ -54,6 +56,7 @@ class StreamMetrics:
         self.group_commit_size = metrics.group_commit_size.labels(*labels)
         self.fsync = metrics.fsync_duration.labels(*labels)
         self.rolls = {cause: metrics.log_rolls.labels(*labels, str(cause)) for cause in RollCause}
+        self.block_publish = metrics.block_publish_bytes.labels(*labels)
 
     def group_commit(self, records: int, oldest_wait: float) -> None:
         """One group commit answered: `records` commits, the first queued `oldest_wait` s ago."""
@@ -63,6 +66,10 @@ class StreamMetrics:
 
     def roll(self, cause: RollCause) -> None:
         self.rolls[cause].inc()
+
+    def blocks_published(self, size: int) -> None:
+        """`size` bytes of blocks published to the copies in block mode at once."""
+        self.block_publish.observe(size)
 
 
 class CopyMetrics:
@@ -135,6 +142,15 @@ class NodeMetrics:
             "Duration of each fsync of the active's log (commits and rolls).",
             _COPY,
             buckets=_FSYNC_BUCKETS,
+            registry=r,
+        )
+        self.block_publish_bytes = Histogram(
+            "replication_log_block_publish_bytes",
+            "Bytes of the active's log published at once to the copies in block mode (a "
+            "batch, or a span of a large body's generations held until durable); none is "
+            "made while no copy follows.",
+            _COPY,
+            buckets=_BLOCK_BUCKETS,
             registry=r,
         )
         self.audit_events = Counter(

@@ -8,14 +8,26 @@ feed over a WebSocket (`shipping/blocks.py`): the open log's durable prefix read
 every block as it is published.  The feed keeps the most recent blocks only (`capacity`
 bytes); a follower that falls further behind is dropped and goes back to file mode.
 
+Blocks are made only while a copy follows (issue 52): a block is the log's bytes joined and
+held in memory until they are durable, and a staged body's span holds many generations of
+them (`writer.py`), about 0.7 times a 30 MiB item beside the request's own body, for no one
+when every copy is in file mode.  A copy that asks to follow takes a `reader` first, before
+it takes its `position`: every batch the writer begins from then on makes its blocks.  A
+batch already being written when it came makes none, and is published as a `gap` (a block
+with no bytes at the position the log is durable through); the follower reads what a gap
+leaves out from the log's files, durable and named by then (`shipping/blocks.py`).  Without
+a reader a gap is not kept: a copy that asks later starts at the next block, as after
+`let_go_sent`.
+
 The frames that carry them over the wire are `shipping/frames.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
 from dag_common.clock import Clock, sleep_unless
@@ -33,12 +45,16 @@ class Block(AtPosition):
     `closed`: these are the roll's last bytes, the generation is closed after them.
     `room`: when given, the buffer `data` views, FRAME_ROOM bytes past its start (the writer
     joins a group commit's records there once: a sender writes its header in front of them
-    instead of copying a megabyte into a frame of its own, issue 49)."""
+    instead of copying a megabyte into a frame of its own, issue 49).
+    `gap`: no bytes; the log is durable through `position`, and what was written before it
+    since the last block was made into no block (no copy followed when it was written): a
+    follower reads it from the log's files."""
 
     position: Position
     data: bytes | memoryview
     closed: bool = False
     room: bytearray | None = None
+    gap: bool = False
 
     @property
     def end(self) -> int:
@@ -78,10 +94,27 @@ class BlockFeed:
         # Each running `follow`'s next sequence: what `let_go_sent` may not drop.
         self._cursors: dict[object, int] = {}
         self._kept_at_last_call = 0  # `_next` at the last `let_go_sent`
+        self._readers = 0  # copies following, or asking to (`reader`)
 
     @property
     def followers(self) -> set[str]:
         return set(self._connections)
+
+    @property
+    def wanted(self) -> bool:
+        """Whether a copy follows or asks to: the writer makes blocks for the batches it
+        begins while one does."""
+        return self._readers > 0
+
+    @contextlib.contextmanager
+    def reader(self) -> Iterator[None]:
+        """Held by a copy's connection from before it takes its `position` until it ends:
+        the writer makes blocks for every batch begun meanwhile."""
+        self._readers += 1
+        try:
+            yield
+        finally:
+            self._readers -= 1
 
     def follower_joined(self, node: str) -> None:
         self._connections[node] = self._connections.get(node, 0) + 1
@@ -125,8 +158,16 @@ class BlockFeed:
         """Add blocks made durable (in order) and wake the followers.  The older blocks are
         dropped down to `capacity`, never the ones published here: a settle of many
         generations (`writer.SPAN_LIMIT`) publishes more than the capacity at once, and a
-        follower that was caught up must find all of it."""
+        follower that was caught up must find all of it.  A publish of gaps alone (a batch
+        written while no copy followed) with no reader keeps nothing: no one holds a place
+        in the feed, and a copy that asks later starts at the next block."""
         first = self._next
+        if blocks and not (self._readers or self._cursors) and all(b.gap for b in blocks):
+            self._blocks.clear()
+            self._bytes = 0
+            self._next += 1  # the feed moved (`idle_memory` reads it as activity)
+            self.generation, self.durable = blocks[-1].position
+            return
         for block in blocks:
             self._blocks.append((self._next, block))
             self._next += 1

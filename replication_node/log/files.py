@@ -8,7 +8,8 @@ to build the crash states of a roll and a settle without patching the writer.  R
 log (a scan, a header, the directory's listing) is not here: nothing a crash does depends
 on it.
 
-`write_all` is the log's own rule over the seam: every byte written or an error.
+`write_all` is the log's own rule over the seam: every byte written or an error;
+`write_pieces` writes a batch's records as their pieces, without joining a large one.
 """
 
 from __future__ import annotations
@@ -128,8 +129,12 @@ class OsLogFiles:
 
 OS_FILES: LogFiles = OsLogFiles()
 
+# A piece of a record at least this long is written from where it is by `write_pieces` (a
+# staged part's chunk: a view of the body); the small ones around it are joined first.
+WRITTEN_ALONE = 64 * 1024
 
-def write_all(fd: int, data: bytes, files: LogFiles = OS_FILES) -> None:
+
+def write_all(fd: int, data: bytes | memoryview, files: LogFiles = OS_FILES) -> None:
     """Write every byte of `data` or raise.  `os.write` may write less than asked without
     an error (a nearly full filesystem does): the rest is written again, and a disk that
     takes nothing more raises ENOSPC then.  Ignoring a short write once acknowledged a record
@@ -140,3 +145,19 @@ def write_all(fd: int, data: bytes, files: LogFiles = OS_FILES) -> None:
         if written <= 0:
             raise OSError(errno.ENOSPC, f"write of {len(view)} bytes made no progress")
         view = view[written:]
+
+
+def write_pieces(fd: int, pieces: list[bytes | memoryview], files: LogFiles = OS_FILES) -> None:
+    """Write records given as pieces, in order: each large piece from where it is, the small
+    ones between them joined (`write_all` each)."""
+    small: list[bytes | memoryview] = []
+    for piece in pieces:
+        if len(piece) < WRITTEN_ALONE:
+            small.append(piece)
+            continue
+        if small:
+            write_all(fd, b"".join(small), files)
+            small.clear()
+        write_all(fd, piece, files)
+    if small:
+        write_all(fd, b"".join(small), files)

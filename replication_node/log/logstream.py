@@ -445,6 +445,10 @@ class LogStream:
         # beside it went from 2.2-2.6x their p99 alone to 2.5-3.1x: bench/large_items.py,
         # part 2).
         self._file.defer_parts = not busy
+        # Blocks only for the copies in block mode (`blocks.py`): none while none follows,
+        # nor asks to, unless commits wait for them (synchronous commit counts the blocks
+        # they hold).
+        self._file.keep_blocks = self.feed.wanted or self._synchronous.copies > 0
         self._writing = True
         try:
             results, events, touched = await asyncio.to_thread(
@@ -464,6 +468,8 @@ class LogStream:
             self._staged_seen = self._clock.monotonic()
         blocks, self._file.blocks = self._file.blocks, []
         await self.feed.publish(blocks)  # durable: the copies in block mode may have it
+        if self._metrics is not None and (size := sum(len(b.data) for b in blocks)):
+            self._metrics.blocks_published(size)
         if self._failure is not None:  # fail() while the batch was written
             self._fail_all(self._failure, batch)
             return False

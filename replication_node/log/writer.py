@@ -20,7 +20,8 @@ When a span is settled: at the end of every batch that answers something (a comm
 request, an abort, the stream's stop). A batch of nothing but staged parts answers nothing that
 needs durability (a staged body counts only once a commit names it, and that commit's batch
 settles), so while no small commits flow (`defer_parts`, set by the stream) it leaves its span
-open, its blocks and events held, its files' writeback started, up to `SPAN_LIMIT` generations.
+open, its blocks and events held, its files' writeback started, up to `SPAN_LIMIT` generations;
+while it holds blocks, up to `SPAN_BYTES` of them.
 Why: an 8 MiB body crosses nine 1 MiB generations. Made durable one at a time, each costs a
 data fsync and a directory fsync, each waiting for a journal commit and a cache flush of its
 own, and the log ran at 0.63-0.67 of a raw append in its file steps alone; written with their
@@ -34,7 +35,10 @@ the span is full; and each generation it closes is fsync'd at once by the syncer
 (`span.Span.add`: why, and what it gained) while the writer writes the next, the
 settle then only waiting for those fsyncs.  Why it goes on: an 8 MiB item spent another 5 ms
 in nine returns to the event loop between batches of one generation each (timed by an ad-hoc
-wrapper outside bench/).
+wrapper outside bench/).  Blocks are made only for a batch begun while a copy follows in block
+mode (`keep_blocks`, set by the stream; `blocks.py` says why): a batch written while none does
+writes its records as their pieces (`files.write_pieces`: a part's chunk from the body's own
+buffer) and leaves a gap where the log then stands.
 
 The span, its settle and the fsyncs are `span.py`; every file step goes through `files.py`'s
 `LogFiles`, the operating system's unless the stream was given another (a test's disk).
@@ -94,7 +98,7 @@ from replication_node.log.events import (
     StreamEvent,
     Transaction,
 )
-from replication_node.log.files import OS_FILES, LogFiles, OpenMode, write_all
+from replication_node.log.files import OS_FILES, LogFiles, OpenMode, write_all, write_pieces
 from replication_node.log.logdir import (
     create_hidden,
     create_open_log,
@@ -133,9 +137,10 @@ _MIN_PART = 4096
 # The most generations a run of batches of staged parts leaves unsettled: an 8 MiB body (nine
 # generations) settles once, at its commit; a 36 MiB one three times.  Bench part 1 (8 MiB
 # items): 4 gave the log 357-415 MB/s, 8 gave 388-460, 16 gave 473-553, 40 no more (484-554).
-# The span's blocks are held in memory until its settle, then published at once (the block
-# feed keeps a publish whole however large, `blocks.BlockFeed.publish`).
 SPAN_LIMIT = 16
+# While a copy follows, a span also settles within this many bytes of generations: its blocks
+# are held until then, and the feed keeps a publish whole (`blocks.BlockFeed.publish`).
+SPAN_BYTES = 8 * 1024 * 1024
 
 
 class OpenLogWriter:
@@ -177,8 +182,10 @@ class OpenLogWriter:
         self.digest_provider: Callable[[], ContentDigest | None] | None = None
         self._metrics: StreamMetrics | None = None
         # Every byte range written in this batch, in order, for block mode (`blocks.py`):
-        # taken by the stream once the batch is durable.
+        # taken by the stream once the batch is durable; made while `keep_blocks` (set by
+        # the stream before each batch; `_keeping`: the batch's), else a gap.
         self.blocks: list[Block] = []
+        self.keep_blocks = self._keeping = True
         # The latest time stamped on the stream (creation, commit or close): the floor of the
         # next one.  Read and written on the event loop (commit) and the writer thread (roll);
         # single assignments under the GIL, and a stale read only stamps a time a little low
@@ -352,9 +359,15 @@ class OpenLogWriter:
         touched = 0
         buf: list[bytes | memoryview] = []  # the records' pieces, joined once (one copy)
         size = self.header.log_file_size
+        self._keeping = self.keep_blocks
+        began = self._at(self._offset)
 
         def flush() -> None:
-            if buf:
+            if not buf:
+                return
+            if not self._keeping:
+                write_pieces(self._fd, buf, self._files)  # no block: nothing joined
+            else:
                 room = bytearray(FRAME_ROOM + sum(map(len, buf)))  # joined once, with room
                 at, view = FRAME_ROOM, memoryview(room)
                 for piece in buf:
@@ -362,9 +375,9 @@ class OpenLogWriter:
                     at += len(piece)
                 data = view[FRAME_ROOM:]
                 write_all(self._fd, data, self._files)
-                self._unsynced = True
                 self.blocks.append(Block(self._at(self._offset - len(data)), data, room=room))
-                buf.clear()
+            self._unsynced = True
+            buf.clear()
 
         def append(record: bytes | list[bytes | memoryview]) -> int:
             """Append one record (whole, or in pieces) to the batch, rolling first if it
@@ -438,10 +451,15 @@ class OpenLogWriter:
         flush()
         if self._offset + CLOSE_SIZE + _ROLL_SLACK > size and self.records:
             events.append(self.roll(RollCause.SIZE))
+        if not self._keeping:  # no block (its rolls' neither): a gap where the log stands
+            at = self._at(self._offset)
+            self.blocks = [Block(at, b"", gap=True)] if at != began else []
+            if self.blocks and self._held_blocks and self._held_blocks[-1].gap:
+                self._held_blocks.pop()  # this one covers it
         self._held_blocks += self.blocks
         self._held_events += events
         self.blocks = []
-        if self._deferring and len(self._span) < self.span_limit:
+        if self._deferring and len(self._span) < self._span_limit():
             # Nothing here needs durability yet: writeback started, the rest at the settle.
             self._files.start_writeback(self._fd)
             return results, [], touched
@@ -449,6 +467,12 @@ class OpenLogWriter:
         self.blocks, self._held_blocks = self._held_blocks, []
         events, self._held_events = self._held_events, []
         return results, events, touched
+
+    def _span_limit(self) -> int:
+        """The most generations a span of staged parts leaves unsettled (`SPAN_BYTES`)."""
+        if self._keeping or any(not b.gap for b in self._held_blocks):
+            return max(1, min(self.span_limit, SPAN_BYTES // self.header.log_file_size))
+        return self.span_limit
 
     @property
     def span_open(self) -> bool:
@@ -495,7 +519,7 @@ class OpenLogWriter:
             job.blob = self.pending[job.blob.id] = job.blob.add(chunk)
             if take < room:
                 budget -= take
-            elif self._deferring and not self.wanted and len(self._span) + 1 < self.span_limit:
+            elif self._deferring and not self.wanted and len(self._span) + 1 < self._span_limit():
                 # The generation is full: on into the next (its roll, and the one that may
                 # end the batch, bring the span to its limit at most).
                 budget = self.stage_budget

@@ -13,6 +13,13 @@ of the feed as DATA, with CLOSED after a generation's last bytes (its length and
 of the whole file) and the next generation from its header on; HEARTBEAT when idle.  It
 closes the connection when the copy falls further behind than the feed keeps, or when the
 stream stops.  The copy sends ACK frames (generation, offset held durably).
+
+The connection holds a `reader` of the feed from before it takes its position, so that the
+writer makes blocks for every batch it begins meanwhile (none is made while no copy follows,
+`log/blocks.py`).  A batch already being written when the copy came has no blocks: the feed
+gives a gap where it ends, and the bytes up to it are read from the log's files (durable and
+named once the gap is published) and sent as its blocks would have been, CLOSED frames and
+all (`_send_from_files`): the copy gets every byte, in order, as from the feed.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from dag_common.model import Position
 from dag_common.tasks import cancel_and_wait
 from replication_node.errors import LogShareError
 from replication_node.log.blocks import BlockFeed, FeedBehind
-from replication_node.log.logfile import OPEN_LOG_NAME, LogHeader
+from replication_node.log.logfile import HEADER_SIZE, OPEN_LOG_NAME, LogHeader, closed_log_name
 from replication_node.shipping.frames import (
     BlockProtocolError,
     Frame,
@@ -72,6 +79,55 @@ def _read_prefix(log_dir: Path, generation: int, length: int) -> bytes | None:
     return data
 
 
+def _read_generation(log_dir: Path, generation: int, start: int, stop: int | None) -> bytes | None:
+    """Bytes `start` to `stop` (None: its end) of `generation`'s file, durable; None if it is
+    gone.  Closed, it has its generation's name; still open, it is E00.log, which a settle
+    may rename meanwhile (then it has its name)."""
+    closed = log_dir / closed_log_name(generation)
+    for path in (closed, log_dir / OPEN_LOG_NAME, closed):
+        try:
+            with open(path, "rb") as f:
+                if path != closed and _generation_of(f.read(HEADER_SIZE)) != generation:
+                    continue
+                f.seek(start)
+                data = f.read() if stop is None else f.read(stop - start)
+        except FileNotFoundError:
+            continue
+        return data if stop is None or len(data) == stop - start else None
+    return None
+
+
+def _generation_of(header: bytes) -> int | None:
+    """The generation a log file's header names (None: not a header)."""
+    try:
+        return LogHeader.decode(header).generation
+    except Exception:
+        return None
+
+
+async def _send_from_files(
+    ws: web.WebSocketResponse, log_dir: Path, at: tuple[int, int, int], to: Position
+) -> tuple[int, int, int]:
+    """Send the log from `at` (generation, offset, the CRC32C of the generation so far) up
+    to `to`, read from its files: what batches written while no copy followed made into no
+    block (a gap, `log/blocks.py`), durable and named by the time the feed gives what follows
+    it.  Each generation closed on the way ends with its CLOSED frame, as from the feed.
+    Where it then stands; FeedBehind if a generation's file is gone."""
+    generation, end, crc = at
+    while Position(generation, end) < to:
+        stop = to.offset if generation == to.generation else None
+        data = await asyncio.to_thread(_read_generation, log_dir, generation, end, stop)
+        if data is None:
+            raise FeedBehind(f"generation {generation} is gone from the log's files")
+        if data:
+            await ws.send_bytes(encode_frame(Frame(FrameKind.DATA, generation, end, data)))
+            crc, end = crc32c.crc32c(data, crc), end + len(data)
+        if stop is None:
+            await ws.send_bytes(encode_frame(Frame(FrameKind.CLOSED, generation, end, crc=crc)))
+            generation, crc, end = generation + 1, 0, 0
+    return generation, end, crc
+
+
 async def serve_blocks(
     request: web.Request, source: LogShareSource, heartbeat: float
 ) -> web.StreamResponse:
@@ -85,6 +141,20 @@ async def serve_blocks(
     feed = source.block_feed()
     if feed is None:
         raise _conflict("the active copy is not mounted: no block mode")
+    with feed.reader():  # from before its position: every batch begun from now has blocks
+        return await _serve(request, source, feed, (wanted, start, node), heartbeat)
+
+
+async def _serve(
+    request: web.Request,
+    source: LogShareSource,
+    feed: BlockFeed,
+    asked: tuple[int, int, str],
+    heartbeat: float,
+) -> web.StreamResponse:
+    """`serve_blocks` once the connection reads the feed: `asked` is the generation and
+    offset the copy asked for, and its node."""
+    wanted, start, node = asked
     generation, durable, sequence = feed.position()
     if wanted != generation:
         raise _conflict(
@@ -115,8 +185,14 @@ async def serve_blocks(
             if block is None:
                 await ws.send_bytes(encode_frame(Frame(FrameKind.HEARTBEAT)))
                 continue
-            if block.generation != generation or block.offset != end:
+            if block.position < (generation, end):
                 continue  # written before the prefix was read: the prefix holds it
+            if block.position > (generation, end):  # written while no copy followed
+                at = (generation, end, crc)
+                at = await _send_from_files(ws, source.log_dir, at, block.position)
+                generation, end, crc = at
+            if block.gap:
+                continue
             frame = Frame(FrameKind.DATA, block.generation, block.offset, block.data)
             await ws.send_bytes(encode_frame(frame, room=block.room))  # no copy of the data
             crc, end = crc32c.crc32c(block.data, crc), block.end

@@ -108,6 +108,50 @@ async def test_a_caught_up_copy_follows_in_block_mode_and_builds_each_generation
     await copy.stop()
 
 
+async def test_a_copy_joining_while_generations_were_written_without_blocks_gets_every_byte(
+    share, tmp_path
+):
+    """No block is made while no copy follows (`log/blocks.py`): a copy that asks to follow
+    while a large body's span, written without blocks, is still unsettled is given what
+    the span wrote from the log's files, generation by generation with their CLOSED frames,
+    then the blocks that follow: it holds every byte in order on one connection (a byte
+    missed is a frame out of order, and block mode ends), each generation the active's file
+    byte for byte."""
+    await share.write(0, 10)
+    first = await share.roll()
+    copy = passive(share, tmp_path)  # caught up in file mode, then gone while the span is written
+    await copy.start()
+    await wait_until("replayed", replayed_through(copy, first))
+    await copy.stop()
+    stream = share.active.copy.stream
+    await wait_until("no reader", lambda: not stream.feed.wanted)
+    await wait_until("no commit flowing", lambda: not stream.commits_flowing)
+    stager = share.active.store.message_stager(max_item_size=1 << 20, database="DB1")
+    await stager.add(b"Subject: s\r\n\r\n" + text_body(150_000, seed=3).encode())
+    await stager.finish()  # staged, over five 32 KiB generations; not committed
+    assert stream._file.span_open, "the span is left unsettled (nothing answered needs it)"
+    assert not stream._file._held_blocks[:-1] and stream._file._held_blocks[-1].gap
+    assert stream.generation == first + 1, "nothing of the span is named yet"
+
+    wire = CountingWire(share.source())
+    copy = passive(share, tmp_path, source=wire)
+    await copy.start()
+    await wait_until("block mode", lambda: in_block_mode(copy))
+    await share.write(10, 5)  # a commit settles the span: a gap, then the commit's blocks
+    assert stream.generation > first + 4
+    await wait_until(
+        "the commit held in block mode",
+        lambda: copy.status().block == (stream.generation, stream.feed.durable),
+    )
+    rolled = await share.roll()
+    await wait_until("replayed", replayed_through(copy, rolled))
+    assert in_block_mode(copy) and wire.channels == 1, "block mode never ended"
+    for generation in range(first + 1, rolled + 1):
+        mine = copy.paths.logs / closed_log_name(generation)
+        assert mine.read_bytes() == share.closed_file(generation).read_bytes(), generation
+    await copy.stop()
+
+
 def _flip_a_bit(n: int, frame: Frame) -> Frame:
     if frame.kind is not FrameKind.DATA or n < 3:
         return frame
@@ -377,9 +421,10 @@ async def test_a_copy_may_follow_a_generation_nothing_of_which_is_durable_yet(tm
     generation from its header on."""
     share = await start_share(tmp_path)
     try:
-        await share.write(0, 1)
-        await share.roll()
         stream = share.active.copy.stream
+        with stream.feed.reader():  # a copy asking to follow: the writer makes the blocks
+            await share.write(0, 1)
+            await share.roll()
         feed, generation = stream.feed, stream.generation
         (header_seq,) = [n for n, b in feed._blocks if (b.generation, b.offset) == (generation, 0)]
         # the feed as it stands between the roll and the batch that publishes the header
@@ -426,12 +471,13 @@ async def test_a_group_commit_is_framed_in_the_writers_own_buffer_not_copied(sha
     frame's header: the DATA frame block mode sends is a view of that buffer, the same
     bytes as a frame made by copying them."""
     feed = share.active.copy.stream.feed
-    _, _, sequence = feed.position()
-    await share.write(0, 3)
     block = None
-    async for block in feed.follow(sequence, idle=0.5):
-        if block is None or block.room is not None:
-            break
+    with feed.reader():  # a copy following: the writer makes blocks
+        _, _, sequence = feed.position()
+        await share.write(0, 3)
+        async for block in feed.follow(sequence, idle=0.5):
+            if block is None or block.room is not None:
+                break
     assert block is not None, "a group commit's block was published"
     copied = encode_frame(Frame(FrameKind.DATA, block.generation, block.offset, bytes(block.data)))
     frame = encode_frame(

@@ -238,6 +238,8 @@ async def test_block_mode_gets_a_new_generation_only_once_it_is_durable(tmp_path
         await real_publish(blocks)
 
     monkeypatch.setattr(stream.feed, "publish", publish)
+    reading = stream.feed.reader()  # a copy following to the end: the writer makes blocks
+    reading.__enter__()
     first = stream.generation
     await copy.stage(BodyReader(text_body(5 * SIZE).encode()))
     headers = [g for g, offset in published if offset == 0]
