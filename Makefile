@@ -29,9 +29,11 @@ $(STAMP): $(BIN)/python pyproject.toml
 # store's tests run a real etcd), faketime (clock-skew tests run node processes under
 # libfaketime), a Java runtime (pyspark starts a JVM: spark_metrics), chromium (the
 # report's browser test) and iptables (the partition tests cut links between network
-# namespaces). The demo needs only Java, for its Spark step.
+# namespaces), swaks with Net::SSLeay (its STARTTLS: Debian's swaks only recommends it, as
+# perl/Net/SSLeay.pm:package, a Perl module rather than a command) and isync (mbsync).
+# The demo needs only Java, for its Spark step.
 # podman, buildah, runc and debootstrap build and run the images (make image, tests/image).
-SYSTEM_PACKAGES := promtool:prometheus etcd:etcd-server faketime:faketime java:openjdk-17-jre-headless chromium:chromium iptables:iptables swaks:swaks mbsync:isync
+SYSTEM_PACKAGES := promtool:prometheus etcd:etcd-server faketime:faketime java:openjdk-17-jre-headless chromium:chromium iptables:iptables swaks:swaks perl/Net/SSLeay.pm:libnet-ssleay-perl mbsync:isync
 # Real mail servers, each started by a test or bench/lmtp.py in its own directory (no system
 # service; tools/debconf-preseed.txt answers postfix's question): Postfix relays into the
 # transport's LMTP, Dovecot's LMTP and IMAP are the benchmarks' anchors (bench/lmtp.py, imap.py).

@@ -10,12 +10,23 @@
 # while that lock is what stops it.  A package that cannot be had, or that leaves its
 # command missing, ends this with exit 1 and one line saying which: the tests that need
 # it would only fail later, one by one, or hang.
+#
+# A "command" of the form perl/Some/Module.pm is a Perl module instead, present when a
+# directory of perl's @INC holds that file: swaks speaks STARTTLS only with Net::SSLeay,
+# which Debian's swaks merely recommends (and this installs without recommends).
 set -u
+
+present() {
+  case $1 in
+    perl/*) perl -e 'exit !grep { -e "$_/$ARGV[0]" } @INC' "${1#perl/}" 2>/dev/null ;;
+    *) command -v "$1" >/dev/null 2>&1 ;;
+  esac
+}
 wait_s=${APT_LOCK_WAIT:-600}
 
 missing=""
 for pair in "$@"; do
-  command -v "${pair%%:*}" >/dev/null 2>&1 || missing="$missing ${pair##*:}"
+  present "${pair%%:*}" || missing="$missing ${pair##*:}"
 done
 [ -z "$missing" ] && exit 0
 
@@ -45,6 +56,6 @@ DEBIAN_FRONTEND=noninteractive apt-get -o "DPkg::Lock::Timeout=$wait_s" install 
   --no-install-recommends $missing >/dev/null || fail "apt-get install failed (above)"
 
 for pair in "$@"; do
-  command -v "${pair%%:*}" >/dev/null 2>&1 \
+  present "${pair%%:*}" \
     || fail "${pair##*:} is installed but gives no command ${pair%%:*}"
 done
