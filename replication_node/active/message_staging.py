@@ -8,6 +8,15 @@ for as long as the upload and the staging took, beside the block feed's copies o
 parts just written (bench/README.md, memory).  Here it holds two parts (`PART`): the one
 being staged and the one being read.
 
+The part buffers are taken when a message needs them (the second only once its first part
+is full and more comes) and given back once it is staged whole, every part written: up to
+FREE_MOST of them are kept for the next messages (`_PartBuffers`), so that a message does
+not pay for fresh ones.  A buffer of PART bytes is its own mapping (the allocator's
+threshold, `dag_common.memory`), zero-filled page by page when made and unmapped when
+dropped: two a 1 MiB message, about 1 ms of the active's CPU (issue 49).  What that keeps
+idle is FREE_MOST × PART bytes at most.  An aborted message's buffers are dropped, not given
+back: a part whose staging was cancelled may still be in the writer's hands.
+
 What the log holds is what the route wrote before, byte for byte (`rfc822.py`): a message
 that is UTF-8 as its bytes (`MESSAGE`), else its bytes read as Latin-1 in UTF-8
 (`MESSAGE_8BIT`).  Which one is known only at the end, so the parts are staged as they came
@@ -45,6 +54,7 @@ PART = 1 << 20  # bytes staged at a time (two held: one staged, one read)
 # is in them, or this many.  A header section longer than this is read as far as it goes.
 HEAD_MOST = 1 << 20
 _CHECK_SLICE = 64 * 1024  # a UTF-8 check's slice (`counted_text`'s)
+FREE_MOST = 4  # part buffers kept between messages, at most (see the module)
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,27 @@ class StagedMessage:
     sha256: str
 
 
+class _PartBuffers:
+    """Buffers of PART bytes given back by the messages staged, kept for the next ones (the
+    event loop's: no lock), at most `most`."""
+
+    def __init__(self, most: int) -> None:
+        self._most = most
+        self._free: list[bytearray] = []
+
+    def take(self) -> bytearray:
+        """A buffer of PART bytes (what it holds is left from its last message)."""
+        return self._free.pop() if self._free else bytearray(PART)
+
+    def give(self, buffer: bytearray) -> None:
+        """`buffer` is no longer read (every part from it written): for the next message."""
+        if len(self._free) < self._most:
+            self._free.append(buffer)
+
+
+_BUFFERS = _PartBuffers(FREE_MOST)
+
+
 def _latin_1_as_utf8(part: memoryview) -> bytes:
     """A part's bytes read as Latin-1, in UTF-8 (each byte a character: parts convert alone)."""
     return str(part, "latin-1").encode("utf-8")
@@ -71,7 +102,8 @@ class MessageStager:
         self._copy = copy
         self._max = max_item_size
         self._database = database
-        self._buffers = (bytearray(PART), bytearray(PART))  # filled in turn, never resized
+        # Filled in turn, never resized; taken when first needed (`_buffer`).
+        self._buffers: list[bytearray | None] = [None, None]
         self._which = 0
         self._fill = 0
         self._staging: asyncio.Task[BlobRef] | None = None
@@ -98,7 +130,7 @@ class MessageStager:
             if self._fill == PART:  # full, and more comes: it is not the last
                 await self._stage_part(final=False)
             n = min(PART - self._fill, len(view))
-            self._buffers[self._which][self._fill : self._fill + n] = view[:n]
+            self._buffer()[self._fill : self._fill + n] = view[:n]
             self._fill += n
             view = view[n:]
 
@@ -119,6 +151,7 @@ class MessageStager:
         assert self._staging is not None
         self._ref = await self._staging
         self._staging = None
+        self._give_back()
         subject = subject_of(bytes(self._head))
         size = len(subject.encode("utf-8")) + self._stored
         if size > self._max:
@@ -141,7 +174,7 @@ class MessageStager:
 
     async def _stage_part(self, *, final: bool) -> None:
         """Check the part read and hand it to the writer, once the one before is staged."""
-        buffer = self._buffers[self._which]
+        buffer = self._buffer()
         part = memoryview(buffer)[: self._fill]
         if self._parts == 0 and not is_message(bytes(part[:1000])):
             raise BadRequest(
@@ -168,6 +201,20 @@ class MessageStager:
         self._start(data)
         self._which ^= 1
         self._fill = 0
+
+    def _buffer(self) -> bytearray:
+        """The buffer being filled (taken now if this is its first part)."""
+        buffer = self._buffers[self._which]
+        if buffer is None:
+            buffer = self._buffers[self._which] = _BUFFERS.take()
+        return buffer
+
+    def _give_back(self) -> None:
+        """The buffers for the next message: nothing staged from them is pending."""
+        for i, buffer in enumerate(self._buffers):
+            if buffer is not None:
+                self._buffers[i] = None
+                _BUFFERS.give(buffer)
 
     def _within_max(self, count: int, what: str, of: str) -> None:
         """RequestTooLarge once `count` bytes of `what` are over the max_item_size."""
