@@ -111,7 +111,8 @@ class MessageStager:
         self._declared = size
         self._max = max_item_size
         self._database = database
-        # Filled in turn, never resized; taken when first needed (`_buffer`).
+        # Filled in turn, taken when first needed (`_buffer`).  One of PART is never resized;
+        # a short one grows only past a declared size that was short.
         self._buffers: list[bytearray | None] = [None, None]
         self._which = 0
         self._fill = 0
@@ -216,9 +217,9 @@ class MessageStager:
         self._fill = 0
 
     def _buffer(self) -> bytearray:
-        """The buffer being filled: taken now if this is its first part, one of the part's
-        own length if the message's declared size says it is shorter than PART (every part
-        before it is taken)."""
+        """The buffer being filled, taken now if this is its first part: one of the part's
+        own length if the message's declared size leaves fewer than PART bytes for it, else
+        one of PART (kept, or fresh)."""
         buffer = self._buffers[self._which]
         if buffer is None:
             left = None if self._declared is None else self._declared - self._taken
