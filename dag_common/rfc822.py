@@ -167,6 +167,34 @@ def header_block(raw: bytes) -> bytes:
     return raw
 
 
+# A message's bytes: whole, or in pieces that are never joined (a DATA's, as they were read
+# and checked: a large message is not copied whole once more to be written).
+Raw = bytes | bytearray | tuple[bytes, ...]
+
+
+def message_pieces(raw: Raw) -> tuple[bytes | bytearray, ...]:
+    """The message `raw`'s bytes as pieces, in order (a message whole: one)."""
+    return (raw,) if isinstance(raw, bytes | bytearray) else raw
+
+
+def message_head(raw: Raw) -> bytes | bytearray:
+    """What the header fields of the message `raw` are read from: the message whole, or the
+    first of its pieces through the end of its header section (CRLF CRLF), so that
+    `header_block` reads the same of it.  The first piece itself when the end is in it
+    (nearly always: no copy), else the pieces joined up to the one it is in (all of them if
+    it has none).  A message in pieces is a DATA's, whose lines all end in CRLF (a bare LF
+    is refused): it has no LF LF before its CRLF CRLF."""
+    if isinstance(raw, bytes | bytearray):
+        return raw
+    head = b""
+    for piece in raw:
+        seen = len(head)
+        head += piece
+        if head.find(b"\r\n\r\n", max(0, seen - 3)) >= 0:
+            break
+    return head
+
+
 def subject_of(raw: bytes) -> str:
     """The message's Subject, decoded (RFC 2047 encoded words, UTF-8 headers), unfolded and
     cut to MAX_SUBJECT characters; "" when it has none.  A header the parser cannot decode

@@ -5,7 +5,10 @@ before the content (an empty message: the lone dot at once).  The end is searche
 `StreamReader.readuntil` (a search in C over what is buffered, resumed where it stopped as
 more arrives), and what is buffered before it is taken a piece at a time once more than the
 reader's limit waits: a 1 MiB message is some 16 pieces, not its 13,800 lines, each a trip
-through the event loop.
+through the event loop.  Every byte the search passed (`LimitOverrunError.consumed`: no end
+begins in them) is taken then, in as many pieces as it makes, so that each byte is searched
+once: taking one piece and searching again from its end searched what was buffered behind
+it again (a 1 MiB message searched some three times over, ~1 ms of the transport's CPU).
 
 A piece is at most MOST bytes (a reader lets up to twice its limit wait before it pauses the
 socket, and `LimitOverrunError` offers all of it): under the allocator's mmap threshold
@@ -59,7 +62,15 @@ async def pieces(reader: asyncio.StreamReader, most: int = MOST) -> AsyncIterato
             try:
                 data = await reader.readuntil(END)
             except asyncio.LimitOverrunError as exc:  # more than the limit before an end
-                data = await reader.read(min(exc.consumed, most))
+                # No end begins in its first `consumed` bytes (searched: any that began
+                # there would be buffered whole), so all of them are content, taken now in
+                # pieces: the next search starts past them, not at the piece's end again.
+                left = exc.consumed
+                while left:
+                    piece = await reader.read(min(left, most))
+                    left -= len(piece)
+                    yield piece
+                continue
             else:
                 yield data[: -len(END) + 2]
                 return

@@ -35,7 +35,7 @@ from email.policy import compat32
 from email.utils import format_datetime
 
 from dag_common.api_types import NAME_PATTERN
-from dag_common.rfc822 import ABSENT, header_block, plain_header
+from dag_common.rfc822 import ABSENT, Raw, header_block, message_head, message_pieces, plain_header
 
 MAX_LINE = 998  # octets of a line before its CRLF (RFC 5322 2.1.1)
 PIECE = 64 * 1024  # bytes of a message submitted whole checked at a time (`message_fault`)
@@ -134,7 +134,7 @@ class Content:
         if self.fault is not None:
             self._carry = b""
             return b""
-        if self._stuffed:
+        if self._stuffed and b"." in block:  # a byte looked for in C (memchr): none in base64
             if block[:1] == b".":
                 block = block[1:]
             if b"\r\n." in block:
@@ -205,15 +205,14 @@ def message_id_of(raw: bytes | bytearray) -> str | None:
     return text if _MESSAGE_ID.match(text) else None
 
 
-def made_message_id(
-    raw: bytes | bytearray, sender: str, recipients: Iterable[str], host: str
-) -> str:
+def made_message_id(raw: Raw, sender: str, recipients: Iterable[str], host: str) -> str:
     """A Message-ID for a message without one: the same for the same message sent again
     (its bytes and envelope), so an MTA's retry is queued once."""
     h = hashlib.sha256()
     for part in (sender, *recipients):
         h.update(part.encode("utf-8", "surrogateescape") + b"\0")
-    h.update(raw)
+    for piece in message_pieces(raw):
+        h.update(piece)
     return f"<{h.hexdigest()[:40]}@{host}>"
 
 
@@ -249,23 +248,27 @@ class Prepared:
     writes one after the other), and the id it is queued under."""
 
     head: bytes
-    body: bytes | bytearray  # a bytearray as an HTTP body is read: not copied to bytes
+    # A bytearray as an HTTP body is read, not copied to bytes; a DATA's pieces as they
+    # were read (`Content.feed`'s blocks), not joined: written one after the other.
+    body: Raw
     message_id: str
 
     @property
     def raw(self) -> bytes:
         """The message whole (a copy: for tests and small messages)."""
-        return self.head + self.body
+        return self.head + b"".join(message_pieces(self.body))
 
 
-def prepare(raw: bytes | bytearray, hop: Hop, *, sender: str, recipients: list[str]) -> Prepared:
-    """`raw` as it is queued (see the module's docstring)."""
-    own = message_id_of(raw)
+def prepare(raw: Raw, hop: Hop, *, sender: str, recipients: list[str]) -> Prepared:
+    """`raw` (the message whole, or a DATA's pieces) as it is queued (see the module's
+    docstring)."""
+    head = message_head(raw)
+    own = message_id_of(head)
     if own is not None:
         return Prepared(received(hop, own), raw, own)
     made = made_message_id(raw, sender, recipients, hop.by)
     added = f"Message-ID: {made}\r\n".encode("ascii")
-    if b"message-id:" in header_block(raw).lower():  # one it has, unusable: not a second
+    if b"message-id:" in header_block(head).lower():  # one it has, unusable: not a second
         added = b""
     return Prepared(received(hop, made) + added, raw, made)
 

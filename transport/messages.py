@@ -16,6 +16,9 @@ from dag_common.api_types import Folder, Name, Text
 from dag_common.mailbox_digest import utf8_size  # http_body's would bring aiohttp.web
 from dag_common.rfc822 import (
     BodyFormat,
+    Raw,
+    message_head,
+    message_pieces,
     message_size,
     message_slices,
     subject_of,
@@ -140,20 +143,20 @@ class Queued:
     def of_message(
         cls,
         head: bytes,
-        raw: bytes | bytearray,
+        raw: Raw,
         *,
         message_id: str,
         recipients: list[str],
         folder: str,
     ) -> Queued:
-        """A message as it came (`raw`) behind the header fields the transport puts in
-        front (`head`: its trace, a Message-ID; never a Subject), its subject read from
-        its header section alone.  ValidationError: an envelope `MessageIn` would refuse
-        (the message id, a recipient's or the folder's name)."""
+        """A message as it came (`raw`: whole, or a DATA's pieces) behind the header fields
+        the transport puts in front (`head`: its trace, a Message-ID; never a Subject), its
+        subject read from its header section alone.  ValidationError: an envelope
+        `MessageIn` would refuse (the message id, a recipient's or the folder's name)."""
         MessageIn(message_id=message_id, recipients=recipients, folder=folder)
-        parts = (head, raw) if head else (raw,)
+        parts = (head, *message_pieces(raw)) if head else message_pieces(raw)
         fmt, body_size = message_format(parts)
-        subject = subject_of(raw)
+        subject = subject_of(message_head(raw))
         return cls(message_id, tuple(recipients), folder, subject, parts, fmt,
                    utf8_size(subject) + body_size)  # fmt: skip
 

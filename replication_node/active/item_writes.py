@@ -116,9 +116,12 @@ class ItemWrites(StoreCore):
                 await self.copy.abort_staged(list(staged.values()))
             raise
 
-    def message_stager(self, *, max_item_size: int, database: str) -> MessageStager:
-        """A message's bytes staged into the log as they arrive, for `put_items(staged=)`."""
-        return MessageStager(self.copy, max_item_size=max_item_size, database=database)
+    def message_stager(
+        self, *, max_item_size: int, database: str, size: int | None = None
+    ) -> MessageStager:
+        """A message's bytes staged into the log as they arrive, for `put_items(staged=)`
+        (`size`: its length, if declared)."""
+        return MessageStager(self.copy, max_item_size=max_item_size, database=database, size=size)
 
     def check_put(
         self, mailbox: str, items: Sequence[ItemIn], *, override_lock: bool = False

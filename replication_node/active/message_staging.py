@@ -8,6 +8,18 @@ for as long as the upload and the staging took, beside the block feed's copies o
 parts just written (bench/README.md, memory).  Here it holds two parts (`PART`): the one
 being staged and the one being read.
 
+The part buffers are taken when a message needs them (the second only once its first part
+is full and more comes) and given back once it is staged whole, every part written: up to
+FREE_MOST of them are kept for the next messages (`_PartBuffers`), so that a message does
+not pay for fresh ones.  A buffer of PART bytes is its own mapping (the allocator's
+threshold, `dag_common.memory`), zero-filled page by page when made and unmapped when
+dropped: two a 1 MiB message, ~1.3 ms of the active's CPU (issue 49).  A part known to be
+shorter (the message's declared size) gets a buffer of its own length instead: the few bytes
+of a 1 MiB message past its first MiB (its trace header) take no second buffer of PART, and
+16 sessions' messages are served from four kept.  What this keeps idle is FREE_MOST buffers
+of PART at most.  An aborted message's buffers are dropped, not given back: a part whose
+staging was cancelled may still be in the writer's hands.
+
 What the log holds is what the route wrote before, byte for byte (`rfc822.py`): a message
 that is UTF-8 as its bytes (`MESSAGE`), else its bytes read as Latin-1 in UTF-8
 (`MESSAGE_8BIT`).  Which one is known only at the end, so the parts are staged as they came
@@ -46,6 +58,7 @@ PART = 1 << 20  # bytes staged at a time (two held: one staged, one read)
 # is in them, or this many.  A header section longer than this is read as far as it goes.
 HEAD_MOST = 1 << 20
 _CHECK_SLICE = 64 * 1024  # a UTF-8 check's slice (`counted_text`'s)
+FREE_MOST = 4  # part buffers kept between messages, at most (see the module)
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,27 @@ class StagedMessage:
     sha256: str
 
 
+class _PartBuffers:
+    """Buffers of PART bytes given back by the messages staged, kept for the next ones (the
+    event loop's: no lock), at most `most`."""
+
+    def __init__(self, most: int) -> None:
+        self._most = most
+        self._free: list[bytearray] = []
+
+    def take(self) -> bytearray:
+        """A buffer of PART bytes (what it holds is left from its last message)."""
+        return self._free.pop() if self._free else bytearray(PART)
+
+    def give(self, buffer: bytearray) -> None:
+        """`buffer` is no longer read (every part from it written): for the next message."""
+        if len(self._free) < self._most:
+            self._free.append(buffer)
+
+
+_BUFFERS = _PartBuffers(FREE_MOST)
+
+
 def _latin_1_as_utf8(part: memoryview) -> bytes:
     """A part's bytes read as Latin-1, in UTF-8 (each byte a character: parts convert alone)."""
     return str(part, "latin-1").encode("utf-8")
@@ -68,17 +102,26 @@ def _latin_1_as_utf8(part: memoryview) -> bytes:
 class MessageStager:
     """Stages one message's bytes into `copy`'s log as they are `add`ed (see the module)."""
 
-    def __init__(self, copy: ActiveCopy, *, max_item_size: int, database: str) -> None:
+    def __init__(
+        self, copy: ActiveCopy, *, max_item_size: int, database: str, size: int | None = None
+    ) -> None:
+        """`size`: the message's length if it is known (a plain body's Content-Length): what
+        its parts' buffers are sized by, no more (a body longer than it is staged all the
+        same, in buffers grown or taken as they fill)."""
         self._copy = copy
+        self._declared = size
         self._max = max_item_size
         self._database = database
-        self._buffers = (bytearray(PART), bytearray(PART))  # filled in turn, never resized
+        # Filled in turn, taken when first needed (`_buffer`).  One of PART is never resized;
+        # a short one grows only past a declared size that was short.
+        self._buffers: list[bytearray | None] = [None, None]
         self._which = 0
         self._fill = 0
         self._staging: asyncio.Task[BlobRef] | None = None
         self._ref: BlobRef | None = None  # the body staged so far
         self._parts = 0
         self._size = 0  # bytes of the message read
+        self._taken = 0  # bytes of the message in the parts handed to the writer
         self._stored = 0  # bytes of the body staged (its UTF-8)
         self._message_sha = hashlib.sha256()
         self._body_sha: hashlib._Hash | None = None  # 8-bit: the UTF-8's, apart
@@ -99,7 +142,7 @@ class MessageStager:
             if self._fill == PART:  # full, and more comes: it is not the last
                 await self._stage_part(final=False)
             n = min(PART - self._fill, len(view))
-            self._buffers[self._which][self._fill : self._fill + n] = view[:n]
+            self._buffer()[self._fill : self._fill + n] = view[:n]
             self._fill += n
             view = view[n:]
 
@@ -120,6 +163,7 @@ class MessageStager:
         assert self._staging is not None
         self._ref = await self._staging
         self._staging = None
+        self._give_back()
         subject = subject_of(bytes(self._head))
         size = len(subject.encode("utf-8")) + self._stored
         if size > self._max:
@@ -142,13 +186,13 @@ class MessageStager:
 
     async def _stage_part(self, *, final: bool) -> None:
         """Check the part read and hand it to the writer, once the one before is staged."""
-        buffer = self._buffers[self._which]
+        buffer = self._buffer()
         part = memoryview(buffer)[: self._fill]
         if self._parts == 0 and not is_message(bytes(part[:1000])):
             raise BadRequest(
                 "the body is not an RFC 5322 message: it does not begin with a header field"
             )
-        plain = (buffer if len(part) == PART else part.tobytes()).isascii()
+        plain = (buffer if len(part) == len(buffer) else part.tobytes()).isascii()
         if not self._eight_bit and not self._utf8(part, plain=plain, final=final):
             if self._ascii:  # every byte staged is ASCII: the same bytes as 8-bit
                 self._body_sha = self._message_sha.copy()
@@ -167,8 +211,31 @@ class MessageStager:
         self._stored += len(data)
         self._within_max(self._stored, "the message's body", " of it")
         self._start(data)
+        self._taken += len(part)
+        if len(buffer) < PART:  # a part's own (`_buffer`): never filled again
+            self._buffers[self._which] = None
         self._which ^= 1
         self._fill = 0
+
+    def _buffer(self) -> bytearray:
+        """The buffer being filled, taken now if this is its first part: one of the part's
+        own length if the message's declared size leaves fewer than PART bytes for it, else
+        one of PART (kept, or fresh)."""
+        buffer = self._buffers[self._which]
+        if buffer is None:
+            left = None if self._declared is None else self._declared - self._taken
+            buffer = bytearray(left) if left is not None and 0 < left < PART else _BUFFERS.take()
+            self._buffers[self._which] = buffer
+        return buffer
+
+    def _give_back(self) -> None:
+        """The buffers of PART bytes for the next message: nothing staged from them is
+        pending."""
+        for i, buffer in enumerate(self._buffers):
+            if buffer is not None:
+                self._buffers[i] = None
+                if len(buffer) == PART:
+                    _BUFFERS.give(buffer)
 
     def _within_max(self, count: int, what: str, of: str) -> None:
         """RequestTooLarge once `count` bytes of `what` are over the max_item_size."""

@@ -58,7 +58,11 @@ async def put_streamed(
     store.check_put(mailbox, [fields], override_lock=override_lock)
     await store.copy.admit()
     plain = declared is not None and "Content-Encoding" not in request.headers
-    stager = store.message_stager(max_item_size=write.max_item_size, database=write.database)
+    stager = store.message_stager(
+        max_item_size=write.max_item_size,
+        database=write.database,
+        size=declared if plain else None,
+    )
     read = 0
     try:
         try:

@@ -40,8 +40,10 @@ MESSAGES = {
 }
 
 
-async def staged_write(store: MailboxStore, item_id: str, raw: bytes, step: int) -> str:
-    stager = store.message_stager(max_item_size=36 * MiB, database="DB1")
+async def staged_write(
+    store: MailboxStore, item_id: str, raw: bytes, step: int, size: int | None = None
+) -> str:
+    stager = store.message_stager(max_item_size=36 * MiB, database="DB1", size=size)
     for at in range(0, len(raw), step):
         await stager.add(raw[at : at + step])
     staged = await stager.finish()
@@ -70,6 +72,29 @@ async def test_a_message_staged_as_it_arrives_is_its_bytes(tmp_path, name):
     await copy.crash_close()
     copy = await mount(tmp_path, log_file_size=LOGS, create=False)
     assert body_of(copy, "m", "m1") == text
+    await copy.crash_close()
+
+
+async def test_messages_one_after_another_reuse_buffers_and_stay_their_bytes(tmp_path):
+    """Buffers kept from one message serve the next (what a longer one left in them never
+    reaches a shorter one's body), and a declared size, right or wrong, sizes a short last
+    part's buffer without changing a byte staged."""
+    copy = await mount(tmp_path, log_file_size=LOGS)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    tail = made(b"y" * 70 + b"\r\n", MiB + 300)  # its last part: 300 bytes
+    writes = [
+        ("long", MESSAGES["utf8"], None),
+        ("exact", tail, len(tail)),
+        ("under", tail.replace(b"y", b"u"), len(tail) - 200),  # the last part's buffer grows
+        ("over", tail.replace(b"y", b"o"), len(tail) + 5000),
+        ("none", MESSAGES["ascii"][: 2 * MiB + 5], None),
+    ]
+    for item_id, raw, size in writes:
+        sha256 = await staged_write(store, item_id, raw, step=65_536 + 13, size=size)
+        assert sha256 == hashlib.sha256(raw).hexdigest(), item_id
+    for item_id, raw, _ in writes:
+        assert body_of(copy, "m", item_id) == body_of_message(raw)[0], item_id
     await copy.crash_close()
 
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from transport import mail_policy as policy
+from transport.messages import Queued
 
 HOP = policy.Hop(
     helo="mx.example", peer="10.0.0.7", by="hub1.test", protocol="LMTP",
@@ -104,6 +105,33 @@ def test_a_message_without_an_id_gets_one_made_of_its_bytes_and_envelope():
     assert one.raw.endswith(f"Message-ID: {one.message_id}\r\n".encode() + raw)
     broken = b"Message-ID: two words\r\n\r\nbody\r\n"  # one it has, unusable: not a second
     assert policy.prepare(broken, HOP, sender="", recipients=["bob"]).raw.count(b"Message-ID") == 1
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"Subject: x\r\nMessage-ID:\r\n <a@b>\r\n\r\nbody\r\nmore\r\n",
+        b"Subject: x\r\n\r\nbody\r\nmore\r\n",  # no id: one made of its bytes
+        b"Message-ID: two words\r\n\r\nbody\r\n",  # one it has, unusable
+        b"Subject: all header\r\nX: y\r\n",  # no header section's end
+    ],
+)
+def test_a_message_in_pieces_is_prepared_as_the_same_message_whole(raw):
+    """A DATA's pieces, never joined, cut anywhere (the header section's end among them):
+    the same id, trace, subject and bytes as the message whole."""
+    whole = policy.prepare(raw, HOP, sender="s@x", recipients=["bob"])
+    as_whole = Queued.of_message(whole.head, raw, message_id=whole.message_id,
+                                 recipients=["bob"], folder="Inbox")  # fmt: skip
+    for cuts in ([n] for n in range(1, len(raw))):
+        pieces = tuple(raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True))
+        prepared = policy.prepare(pieces, HOP, sender="s@x", recipients=["bob"])
+        assert prepared.raw == whole.raw and prepared.message_id == whole.message_id, cuts
+        queued = Queued.of_message(prepared.head, prepared.body, message_id=prepared.message_id,
+                                   recipients=["bob"], folder="Inbox")  # fmt: skip
+        assert b"".join(queued.chunks()) == whole.raw, cuts
+        assert (queued.subject, queued.size, queued.format) == (
+            as_whole.subject, as_whole.size, as_whole.format
+        ), cuts  # fmt: skip
 
 
 def test_sessions_per_client_are_bounded_and_given_back():
