@@ -16,7 +16,7 @@ from operator import countOf, itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dag_common.counted_text import CountedText
-from dag_common.mailbox_digest import body_hash, item_term_of_hash, utf8_size
+from dag_common.mailbox_digest import body_hash, item_term_of_hash, text_terms, utf8_size
 from dag_common.rfc822 import BodyFormat
 from replication_node.log.operations import PutItem
 
@@ -75,6 +75,7 @@ def put_rows(txn: Transaction) -> PutRows:
     when = txn.commit_time.isoformat()
     rows: list[tuple[Any, ...]] = []
     terms: list[int] = []
+    term_of, in_mailbox, in_folder = None, "", ""  # the text terms of the last folder put into
     for op in txn.ops:
         if type(op) is PutItem:
             mailbox, item_id, folder, subject, body, fmt, flags, received = (
@@ -91,7 +92,9 @@ def put_rows(txn: Transaction) -> PutRows:
                     (mailbox, item_id, folder, subject, value, size, op.cn, when, hashed,
                      op.uid, op.modseq)
                 )  # fmt: skip
-                terms.append(item_term_of_hash(mailbox, item_id, folder, subject, hashed))
+                if term_of is None or folder != in_folder or mailbox != in_mailbox:
+                    term_of, in_mailbox, in_folder = text_terms(mailbox, folder), mailbox, folder
+                terms.append(term_of(item_id, subject, hashed))
                 continue
             fmt = _TEXT_VALUE if fmt is _TEXT else fmt.value
             rows.append(

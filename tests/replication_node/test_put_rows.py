@@ -14,7 +14,7 @@ from pathlib import Path
 from dag_common.model import Position
 from dag_common.rfc822 import BodyFormat
 from replication_node.log.events import Transaction
-from replication_node.log.operations import CreateFolder, CreateMailbox, PutItem
+from replication_node.log.operations import CreateFolder, CreateMailbox, DeleteItem, PutItem
 from replication_node.storage.database import Database
 from replication_node.storage.puts import lifts, put_rows
 
@@ -119,3 +119,42 @@ def test_lifts_each_folder_past_its_numbered_rows():
         ("m", "Inbox"): (3, 3),
         ("n", "Inbox"): (4, 4),
     }
+
+
+def test_puts_over_rows_the_file_has_count_what_they_replace_whatever_the_ids_range(
+    tmp_path: Path,
+):
+    """A transaction's new ids are looked up only when the file has a row in their range
+    (`tables._ANY_BETWEEN`): a put below, between, above and over the file's ids, and over a
+    tombstone, each leaves the stored digest what the rows add up to (`_apply` checks it)."""
+    setup = Transaction(
+        Position(1, 512),
+        T0,
+        (
+            CreateMailbox("m", 1, "M", uidvalidity=7),
+            put(2, "b", uid=1, modseq=1),
+            put(3, "d", uid=2, modseq=2),
+            put(4, "f", uid=3, modseq=3),
+            DeleteItem("m", 5, "f", modseq=4),
+        ),
+    )
+    later = [
+        Transaction(Position(2, 512), T1, (put(6, "c", uid=4, modseq=5),)),  # none in range
+        Transaction(
+            Position(2, 700), T1, (put(7, "a", uid=5, modseq=6), put(8, "e", uid=6, modseq=7))
+        ),
+        Transaction(
+            Position(2, 900), T1, (put(9, "d", uid=7, modseq=8), put(10, "z", uid=8, modseq=9))
+        ),
+        Transaction(Position(2, 990), T1, (put(11, "f", uid=9, modseq=10),)),  # a tombstone's id
+    ]
+    rows, _ = _apply(tmp_path / "f.sqlite", [[setup], later])
+    assert [(r[0], r[3], r[6]) for r in rows] == [
+        ("a", "body 7", 5),
+        ("b", "body 2", 1),
+        ("c", "body 6", 4),
+        ("d", "body 9", 7),
+        ("e", "body 8", 6),
+        ("f", "body 11", 9),
+        ("z", "body 10", 8),
+    ]
