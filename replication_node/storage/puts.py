@@ -19,11 +19,14 @@ from dag_common.counted_text import CountedText
 from dag_common.mailbox_digest import body_hash, item_term_of_hash, text_terms, utf8_size
 from dag_common.rfc822 import BodyFormat
 from replication_node.log.operations import PutItem
+from replication_node.log.spanning import BodyParts
+from replication_node.storage.bodies import APART
+from replication_node.storage.body_parts import BODY, SIZE
 
 if TYPE_CHECKING:
     from replication_node.log.events import Transaction
 
-__all__ = ["PutRows", "full", "lifts", "put_rows", "statement", "write_puts"]
+__all__ = ["PutRows", "Shape", "full", "lifts", "put_rows", "shape", "statement", "write_puts"]
 
 _PUT = (
     "INSERT OR REPLACE INTO items (mailbox, item_id, folder, subject, body, size, change_number,"
@@ -44,10 +47,36 @@ _PUT_PLAIN = (
 _PLAIN_LEN = 11  # a row for _PUT_PLAIN; one for _PUT has three values more
 
 
+class Shape(NamedTuple):
+    """What `tables.TableWriter` asks of some put rows before it holds them (`shape`): the
+    highest change number, whether a row is `_PUT`'s (`full`), whether a body is of
+    `bodies.APART` bytes or more or held as its parts (`large`), whether each key comes
+    once (`unique`), and how far each folder's counters go (`lifts`)."""
+
+    last_cn: int
+    full: bool
+    large: bool
+    unique: bool
+    lifts: dict[tuple[str, str], tuple[int, int]]
+
+
+def shape(rows: list[tuple[Any, ...]]) -> Shape:
+    """The `Shape` of some put rows (at least one): a few C passes over them."""
+    return Shape(
+        max(map(_CN_OF, rows)),
+        full(rows),
+        max(map(_SIZE_OF, rows)) >= APART or BodyParts in set(map(type, map(_BODY_OF, rows))),
+        len(set(map(_KEY_OF, rows))) == len(rows),
+        lifts(rows),
+    )
+
+
 class PutRows(NamedTuple):
     """A transaction's puts as they are written: each one's row (`_PUT`'s or
     `_PUT_PLAIN`'s), and each row's term in the content digest, in two lists (index i of
-    both: the transaction's i-th put).
+    both: the transaction's i-th put), and the rows' `shape` (None: no put), found with
+    them: a replay finds it on the thread that reads ahead, not on the one that writes
+    (bench/README.md, issue 51's replay against the base).
     Not a pair per put: a replay batch holds tens of thousands of puts until it is in, and a
     pair per put was a container the garbage collector tracked and walked in every
     collection (a row of texts and numbers alone it stops tracking at once; a pair it still
@@ -56,6 +85,7 @@ class PutRows(NamedTuple):
 
     rows: list[tuple[Any, ...]]
     terms: list[int]
+    shape: Shape | None = None
 
 
 def put_rows(txn: Transaction) -> PutRows:
@@ -102,7 +132,7 @@ def put_rows(txn: Transaction) -> PutRows:
                  op.uid, op.modseq, fmt, " ".join(flags), received or when)
             )  # fmt: skip
             terms.append(item_term_of_hash(mailbox, item_id, folder, subject, hashed, fmt))
-    return PutRows(rows, terms)
+    return PutRows(rows, terms, shape(rows) if rows else None)
 
 
 _TEXT = BodyFormat.TEXT
@@ -157,5 +187,11 @@ def lifts(rows: list[tuple[Any, ...]]) -> dict[tuple[str, str], tuple[int, int]]
 # In a put's row (`_PUT`'s columns, `_PUT_PLAIN`'s the first eleven): its mailbox, its
 # folder, its folder's key, its UID, its modseq.
 _MAILBOX, _FOLDER, _WHERE = itemgetter(0), itemgetter(2), itemgetter(0, 2)
+_KEY_OF, _BODY_OF, _SIZE_OF, _CN_OF = (
+    itemgetter(0, 1),
+    itemgetter(BODY),
+    itemgetter(SIZE),
+    itemgetter(6),
+)
 _UID = 9
 _UID_OF, _MODSEQ_OF = itemgetter(_UID), itemgetter(_UID + 1)
