@@ -61,12 +61,16 @@ class Shape(NamedTuple):
 
 
 def shape(rows: list[tuple[Any, ...]]) -> Shape:
-    """The `Shape` of some put rows (at least one): a few C passes over them."""
+    """The `Shape` of some put rows (at least one): a few C passes over them (the keys
+    counted by their item ids when the rows are of one mailbox, nearly always: no tuple
+    made and hashed a row)."""
+    count = len(rows)
+    one_mailbox = countOf(map(_MAILBOX, rows), rows[0][0]) == count
     return Shape(
         max(map(_CN_OF, rows)),
         full(rows),
         max(map(_SIZE_OF, rows)) >= APART or BodyParts in set(map(type, map(_BODY_OF, rows))),
-        len(set(map(_KEY_OF, rows))) == len(rows),
+        len(set(map(_ITEM_ID_OF if one_mailbox else _KEY_OF, rows))) == count,
         lifts(rows),
     )
 
@@ -185,10 +189,12 @@ def lifts(rows: list[tuple[Any, ...]]) -> dict[tuple[str, str], tuple[int, int]]
 
 
 # In a put's row (`_PUT`'s columns, `_PUT_PLAIN`'s the first eleven): its mailbox, its
-# folder, its folder's key, its UID, its modseq.
+# folder, its folder's key; its key, item id, body, size and change number; its UID, its
+# modseq.
 _MAILBOX, _FOLDER, _WHERE = itemgetter(0), itemgetter(2), itemgetter(0, 2)
-_KEY_OF, _BODY_OF, _SIZE_OF, _CN_OF = (
+_KEY_OF, _ITEM_ID_OF, _BODY_OF, _SIZE_OF, _CN_OF = (
     itemgetter(0, 1),
+    itemgetter(1),
     itemgetter(BODY),
     itemgetter(SIZE),
     itemgetter(6),

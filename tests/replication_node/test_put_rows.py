@@ -163,3 +163,14 @@ def test_puts_over_rows_the_file_has_count_what_they_replace_whatever_the_ids_ra
         ("y", "body 13", 10),
         ("z", "body 10", 8),
     ]
+
+
+def test_a_shape_counts_keys_once_each_by_mailbox_and_item_id():
+    def txn(*ops: PutItem) -> Transaction:
+        return Transaction(Position(1, 512), T0, ops)
+
+    two = PutItem("n", 2, "a", "Inbox", "s", "b", uid=1, modseq=1)
+    assert put_rows(txn(put(1, "a", uid=1, modseq=1), two)).shape.unique  # type: ignore[union-attr]
+    twice = txn(put(1, "a", uid=1, modseq=1), put(2, "a", uid=1, modseq=2))
+    assert not put_rows(twice).shape.unique  # type: ignore[union-attr]
+    assert put_rows(txn()).shape is None
