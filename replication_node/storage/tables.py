@@ -113,12 +113,11 @@ class TableWriter:
     other operation, or when the caller is done): sorted by key, so that a batch of random
     item ids goes into the primary-key index in one pass instead of at random pages; the
     same rows in the end, an item put twice in the order it was put.  A put's term and the
-    term of the live row it replaces (in the file, looked up with one statement per
-    mailbox and transaction, and only if the file has a row in the range of its ids: or
-    among the rows held) are counted when its transaction is applied, so `delta` is exact
-    after each one.  A backup stamp touches no table: it is
-    appended to `stamps`, for the caller to write into the header in the same SQLite
-    transaction."""
+    term of the live row it replaces (among the rows held, or in the file: looked up with
+    one statement per mailbox and transaction, when the file has a row in the range of its
+    ids) are counted when its transaction is applied, so `delta` is exact after each one.
+    A backup stamp touches no table: it is appended to `stamps`, for the caller to write
+    into the header in the same SQLite transaction."""
 
     def __init__(self, conn: sqlite3.Connection, stamps: list[RecordBackup] | None = None):
         self._conn = conn
@@ -133,13 +132,13 @@ class TableWriter:
     def apply(self, txn: Transaction, puts: PutRows | None = None) -> int:
         """Apply one transaction; its highest change number.  `puts`: its `put_rows`, if
         they were computed beforehand."""
-        rows, terms, found = put_rows(txn) if puts is None else puts
+        rows, terms, given = put_rows(txn) if puts is None else puts
         ops = txn.ops
         if len(rows) == len(ops):  # puts alone, nearly every transaction: no loop over them
-            if found is None:
+            if given is None:
                 return 0
-            self._hold(rows, terms, found)
-            return found.last_cn
+            self._hold(rows, terms, given)
+            return given.last_cn
         when = txn.commit_time.isoformat()
         first = end = 0  # the puts since the last other operation: rows[first:end]
         last_cn = 0
@@ -161,15 +160,15 @@ class TableWriter:
         return last_cn
 
     def _hold(
-        self, rows: list[tuple[Any, ...]], terms: list[int], found: Shape | None = None
+        self, rows: list[tuple[Any, ...]], terms: list[int], given: Shape | None = None
     ) -> None:
         """Count put rows (with their `terms`) into `delta`, lift their folders' counters
         past their UIDs and modseqs, and hold the rows for `flush`.  Each step over the rows
         is a C loop (`map`, `filterfalse`, `countOf`, `dict.update`): a transaction's puts
-        are hundreds of rows.  `found`: their `shape`, if it was found with them."""
+        are hundreds of rows.  `given`: their `shape`, if it was found with them."""
         if not rows:
             return
-        rows_shape = shape(rows) if found is None else found
+        rows_shape = shape(rows) if given is None else given
         held = self._held
         keys = list(map(_ID, rows))
         missing = list(filterfalse(held.__contains__, keys))
