@@ -216,8 +216,10 @@ def main() -> None:
         best = [math.inf] * 4
         for _ in range(args.rounds):
             full = replay(args.dir)[1:-1]  # the first creates the mailbox, the last is short
+            if not full:
+                parser.error("time: the log is under three batches (write it with --mb 48 or more)")
             for i in range(4):
-                best[i] = min(best[i], *(b[i + 1] / b[0] * 1e6 for b in full))
+                best[i] = min([best[i], *(b[i + 1] / b[0] * 1e6 for b in full)])
         print(", ".join(f"{n} {v:.2f}" for n, v in zip(names, best, strict=True)), "µs/item")
 
 
