@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from datetime import datetime
+from operator import itemgetter
 from pathlib import Path
 
 from dag_common import sqlite_memory
@@ -47,6 +48,7 @@ from replication_node.log.events import Transaction
 from replication_node.log.operations import PutItem, RecordBackup
 from replication_node.storage import file_handles
 from replication_node.storage.body_migration import SCHEMA_VERSION, move_bodies_apart
+from replication_node.storage.body_parts import SIZE
 from replication_node.storage.digest import (
     DIGEST_SCHEMA,
     install_digest,
@@ -88,7 +90,8 @@ _CHECKPOINT_BYTES = 16 << 20
 # changes it only by rewriting the whole file), and a seed, a backup or a restore copies the
 # file and its page size with it.
 PAGE_SIZE = 32768
-# An `apply` whose bodies add up to this many characters or more is paced (`_make_durable`).
+# An `apply` whose bodies add up to this many characters or more is paced (`_make_durable`);
+# a replay's are counted in UTF-8 bytes, as its rows have them (`_rows_size`).
 PACED_BYTES = 1 << 20
 # A backup (seed, snapshot) copies this many pages a step, a stop looked at between two.
 _BACKUP_STEP = 1024
@@ -295,7 +298,11 @@ class Database(FileReads):
             raise DatabaseError(f"waypoint would go back from {self._header.waypoint}")
         if body_bytes is None:
             txns: Iterable[Transaction] = list(transactions)
-            body_bytes = sum(_body_chars(t) for t in txns)  # type: ignore[union-attr]
+            if puts is not None:  # a replay's: its rows have their bodies' sizes, summed in C
+                puts = tuple(puts)
+                body_bytes = sum(map(_rows_size, puts))
+            else:
+                body_bytes = sum(_body_chars(t) for t in txns)  # type: ignore[union-attr]
             alone = False
         else:
             txns, alone = transactions, True
@@ -452,6 +459,16 @@ class Database(FileReads):
             return header
         finally:
             source.close()  # and its read transaction with it
+
+
+def _rows_size(puts: PutRows) -> int:
+    """`_body_chars` of a transaction from its `put_rows`: each body's size in UTF-8 as its
+    row has it (a body's characters, but for one that is not ASCII), without a Python step a
+    put on the replay's critical path (bench/README.md, issue 51's replay against the base)."""
+    return sum(map(_SIZE, puts.rows))
+
+
+_SIZE = itemgetter(SIZE)
 
 
 def _body_chars(txn: Transaction) -> int:

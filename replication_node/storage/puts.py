@@ -16,14 +16,17 @@ from operator import countOf, itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dag_common.counted_text import CountedText
-from dag_common.mailbox_digest import body_hash, item_term_of_hash, utf8_size
+from dag_common.mailbox_digest import body_hash, item_term_of_hash, text_terms, utf8_size
 from dag_common.rfc822 import BodyFormat
 from replication_node.log.operations import PutItem
+from replication_node.log.spanning import BodyParts
+from replication_node.storage.bodies import APART
+from replication_node.storage.body_parts import BODY, SIZE
 
 if TYPE_CHECKING:
     from replication_node.log.events import Transaction
 
-__all__ = ["PutRows", "full", "lifts", "put_rows", "statement", "write_puts"]
+__all__ = ["PutRows", "Shape", "full", "lifts", "put_rows", "shape", "statement", "write_puts"]
 
 _PUT = (
     "INSERT OR REPLACE INTO items (mailbox, item_id, folder, subject, body, size, change_number,"
@@ -44,10 +47,40 @@ _PUT_PLAIN = (
 _PLAIN_LEN = 11  # a row for _PUT_PLAIN; one for _PUT has three values more
 
 
+class Shape(NamedTuple):
+    """What `tables.TableWriter` asks of some put rows before it holds them (`shape`): the
+    highest change number, whether a row is `_PUT`'s (`full`), whether a body is of
+    `bodies.APART` bytes or more or held as its parts (`large`), whether each key comes
+    once (`unique`), and how far each folder's counters go (`lifts`)."""
+
+    last_cn: int
+    full: bool
+    large: bool
+    unique: bool
+    lifts: dict[tuple[str, str], tuple[int, int]]
+
+
+def shape(rows: list[tuple[Any, ...]]) -> Shape:
+    """The `Shape` of some put rows (at least one): a few C passes over them (the keys
+    counted by their item ids when the rows are of one mailbox, nearly always: no tuple
+    made and hashed a row)."""
+    count = len(rows)
+    one_mailbox = countOf(map(_MAILBOX, rows), rows[0][0]) == count
+    return Shape(
+        max(map(_CN_OF, rows)),
+        full(rows),
+        max(map(_SIZE_OF, rows)) >= APART or BodyParts in set(map(type, map(_BODY_OF, rows))),
+        len(set(map(_ITEM_ID_OF if one_mailbox else _KEY_OF, rows))) == count,
+        lifts(rows),
+    )
+
+
 class PutRows(NamedTuple):
     """A transaction's puts as they are written: each one's row (`_PUT`'s or
     `_PUT_PLAIN`'s), and each row's term in the content digest, in two lists (index i of
-    both: the transaction's i-th put).
+    both: the transaction's i-th put), and the rows' `shape` (None: no put), found with
+    them: a replay finds it on the thread that reads ahead, not on the one that writes
+    (bench/README.md, issue 51's replay against the base).
     Not a pair per put: a replay batch holds tens of thousands of puts until it is in, and a
     pair per put was a container the garbage collector tracked and walked in every
     collection (a row of texts and numbers alone it stops tracking at once; a pair it still
@@ -56,6 +89,7 @@ class PutRows(NamedTuple):
 
     rows: list[tuple[Any, ...]]
     terms: list[int]
+    shape: Shape | None = None
 
 
 def put_rows(txn: Transaction) -> PutRows:
@@ -75,6 +109,7 @@ def put_rows(txn: Transaction) -> PutRows:
     when = txn.commit_time.isoformat()
     rows: list[tuple[Any, ...]] = []
     terms: list[int] = []
+    term_of, in_mailbox, in_folder = None, "", ""  # the text terms of the last folder put into
     for op in txn.ops:
         if type(op) is PutItem:
             mailbox, item_id, folder, subject, body, fmt, flags, received = (
@@ -91,7 +126,9 @@ def put_rows(txn: Transaction) -> PutRows:
                     (mailbox, item_id, folder, subject, value, size, op.cn, when, hashed,
                      op.uid, op.modseq)
                 )  # fmt: skip
-                terms.append(item_term_of_hash(mailbox, item_id, folder, subject, hashed))
+                if term_of is None or folder != in_folder or mailbox != in_mailbox:
+                    term_of, in_mailbox, in_folder = text_terms(mailbox, folder), mailbox, folder
+                terms.append(term_of(item_id, subject, hashed))
                 continue
             fmt = _TEXT_VALUE if fmt is _TEXT else fmt.value
             rows.append(
@@ -99,7 +136,7 @@ def put_rows(txn: Transaction) -> PutRows:
                  op.uid, op.modseq, fmt, " ".join(flags), received or when)
             )  # fmt: skip
             terms.append(item_term_of_hash(mailbox, item_id, folder, subject, hashed, fmt))
-    return PutRows(rows, terms)
+    return PutRows(rows, terms, shape(rows) if rows else None)
 
 
 _TEXT = BodyFormat.TEXT
@@ -152,7 +189,15 @@ def lifts(rows: list[tuple[Any, ...]]) -> dict[tuple[str, str], tuple[int, int]]
 
 
 # In a put's row (`_PUT`'s columns, `_PUT_PLAIN`'s the first eleven): its mailbox, its
-# folder, its folder's key, its UID, its modseq.
+# folder, its folder's key; its key, item id, body, size and change number; its UID, its
+# modseq.
 _MAILBOX, _FOLDER, _WHERE = itemgetter(0), itemgetter(2), itemgetter(0, 2)
+_KEY_OF, _ITEM_ID_OF, _BODY_OF, _SIZE_OF, _CN_OF = (
+    itemgetter(0, 1),
+    itemgetter(1),
+    itemgetter(BODY),
+    itemgetter(SIZE),
+    itemgetter(6),
+)
 _UID = 9
 _UID_OF, _MODSEQ_OF = itemgetter(_UID), itemgetter(_UID + 1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from itertools import filterfalse, repeat
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -39,7 +39,6 @@ from replication_node.log.operations import (
     SetMailbox,
     last_cn,
 )
-from replication_node.log.spanning import BodyParts
 from replication_node.storage.bodies import (
     APART,
     DROP_MAILBOX,
@@ -47,7 +46,7 @@ from replication_node.storage.bodies import (
     copy_body,
     drop_body,
 )
-from replication_node.storage.body_parts import BODY, SIZE, joined, put_apart
+from replication_node.storage.body_parts import SIZE, joined, put_apart
 from replication_node.storage.columns import FOLDER_COLUMNS, MAILBOX_COLUMNS, mailbox_of
 from replication_node.storage.moved_out import (
     FORGET_FOLDER,
@@ -64,7 +63,7 @@ from replication_node.storage.ops import (
     mailbox_row,
     renaming,
 )
-from replication_node.storage.puts import PutRows, full, lifts, put_rows, statement, write_puts
+from replication_node.storage.puts import PutRows, Shape, put_rows, shape, statement, write_puts
 from replication_node.storage.reader import FolderRow
 
 if TYPE_CHECKING:
@@ -97,6 +96,12 @@ _LIVE_PUT_OVER = (
     " WHERE mailbox = ? AND deleted = 0 AND item_id IN (SELECT value FROM json_each(?))"
 )
 
+# Whether the file has a row (live or not) with an id from the second to the third in one
+# mailbox: one seek in the primary-key index.  New items' ids come in order (UUIDv7,
+# `active/item_ids.py`), above every id the file has, so a transaction's puts nearly always
+# replace nothing, and this tells it without `_LIVE_PUT_OVER`'s seek per id.
+_ANY_BETWEEN = "SELECT EXISTS(SELECT 1 FROM items WHERE mailbox = ? AND item_id BETWEEN ? AND ?)"
+
 
 class TableWriter:
     """Applies transactions' operations (typed, as the log stream carries them: the same model
@@ -108,11 +113,11 @@ class TableWriter:
     other operation, or when the caller is done): sorted by key, so that a batch of random
     item ids goes into the primary-key index in one pass instead of at random pages; the
     same rows in the end, an item put twice in the order it was put.  A put's term and the
-    term of the live row it replaces (in the file, looked up with one statement per
-    mailbox and transaction, or among the rows held) are counted when its transaction is
-    applied, so `delta` is exact after each one.  A backup stamp touches no table: it is
-    appended to `stamps`, for the caller to write into the header in the same SQLite
-    transaction."""
+    term of the live row it replaces (among the rows held, or in the file: looked up with
+    one statement per mailbox and transaction, when the file has a row in the range of its
+    ids) are counted when its transaction is applied, so `delta` is exact after each one.
+    A backup stamp touches no table: it is appended to `stamps`, for the caller to write
+    into the header in the same SQLite transaction."""
 
     def __init__(self, conn: sqlite3.Connection, stamps: list[RecordBackup] | None = None):
         self._conn = conn
@@ -127,11 +132,13 @@ class TableWriter:
     def apply(self, txn: Transaction, puts: PutRows | None = None) -> int:
         """Apply one transaction; its highest change number.  `puts`: its `put_rows`, if
         they were computed beforehand."""
-        rows, terms = put_rows(txn) if puts is None else puts
+        rows, terms, given = put_rows(txn) if puts is None else puts
         ops = txn.ops
         if len(rows) == len(ops):  # puts alone, nearly every transaction: no loop over them
-            self._hold(rows, terms)
-            return max(map(_CN, ops), default=0)
+            if given is None:
+                return 0
+            self._hold(rows, terms, given)
+            return given.last_cn
         when = txn.commit_time.isoformat()
         first = end = 0  # the puts since the last other operation: rows[first:end]
         last_cn = 0
@@ -152,16 +159,20 @@ class TableWriter:
         self._hold(rows[first:end], terms[first:end])
         return last_cn
 
-    def _hold(self, rows: list[tuple[Any, ...]], terms: list[int]) -> None:
+    def _hold(
+        self, rows: list[tuple[Any, ...]], terms: list[int], given: Shape | None = None
+    ) -> None:
         """Count put rows (with their `terms`) into `delta`, lift their folders' counters
         past their UIDs and modseqs, and hold the rows for `flush`.  Each step over the rows
         is a C loop (`map`, `filterfalse`, `countOf`, `dict.update`): a transaction's puts
-        are hundreds of rows."""
+        are hundreds of rows.  `given`: their `shape`, if it was found with them."""
         if not rows:
             return
+        rows_shape = shape(rows) if given is None else given
         held = self._held
         keys = list(map(_ID, rows))
         missing = list(filterfalse(held.__contains__, keys))
+        replacing = len(missing) < len(keys)  # a key held already, or one the file has
         mailboxes = set(map(_MAILBOX, missing))  # nearly always one
         for mailbox in mailboxes:
             item_ids = (
@@ -169,6 +180,11 @@ class TableWriter:
                 if len(mailboxes) == 1
                 else [i for m, i in missing if m == mailbox]
             )
+            if not self._conn.execute(
+                _ANY_BETWEEN, (mailbox, min(item_ids), max(item_ids))
+            ).fetchone()[0]:
+                continue  # no row of the file has an id in their range: none replaces a row
+            replacing = True
             found = self._conn.execute(_LIVE_PUT_OVER, (mailbox, orjson.dumps(item_ids).decode()))
             for item_id, folder, subject, hashed, fmt, apart in found:
                 held[mailbox, item_id] = item_term_of_hash(
@@ -176,8 +192,8 @@ class TableWriter:
                 )
                 if apart:
                     self._apart.add((mailbox, item_id))
-        if len(set(keys)) == len(keys):  # each key once: what each replaces is held already
-            self.delta += sum(terms) - sum(map(held.get, keys, repeat(0)))
+        if rows_shape.unique:  # each key once: what each replaces is held already
+            self.delta += sum(terms) - (sum(map(held.get, keys, repeat(0))) if replacing else 0)
             held.update(zip(keys, terms, strict=True))
         else:  # an item put twice: the second replaces the first
             change = 0
@@ -186,13 +202,9 @@ class TableWriter:
                 held[key] = term
             self.delta += change
         self._puts += rows
-        if not self._large:
-            self._large = max(map(_SIZE, rows)) >= APART or BodyParts in set(
-                map(type, map(_BODY, rows))
-            )
-        if not self._full:
-            self._full = full(rows)
-        counters = lifts(rows)
+        self._large = self._large or rows_shape.large
+        self._full = self._full or rows_shape.full
+        counters = rows_shape.lifts
         if counters:
             self._conn.executemany(
                 _LIFT,
@@ -229,10 +241,9 @@ class TableWriter:
             self._large = self._full = False
 
 
-# In a put's row: its key, its body, its size; in a key: its mailbox, its item id.
-_ID, _BODY, _SIZE = itemgetter(0, 1), itemgetter(BODY), itemgetter(SIZE)
+# In a put's row: its key; in a key: its mailbox, its item id.
+_ID = itemgetter(0, 1)
 _MAILBOX, _ITEM_ID = itemgetter(0), itemgetter(1)
-_CN = attrgetter("cn")  # a put's change number (`last_cn` of a put)
 
 # A folder's counters past a UID and a modseq given (never lowered).
 _LIFT = (

@@ -16,6 +16,7 @@ from dag_common.mailbox_digest import (
     item_term_of_hash,
     mailbox_digest,
     mailbox_term,
+    text_terms,
     to_hex,
 )
 
@@ -102,3 +103,20 @@ def test_a_term_hashed_in_one_call_is_the_term_hashed_a_slice_at_a_time(fields):
     assert mailbox_digest_module._term(*longer) == mailbox_digest_module._term_by_slices(
         tuple(longer)
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    fields=st.lists(
+        st.text(alphabet="ab\u00e9\U0001f600\ud800", max_size=12), min_size=5, max_size=5
+    )
+)
+def test_a_folders_text_terms_are_its_items_terms(fields):
+    """`text_terms` (the mailbox's and folder's fields encoded once for a run of puts) hashes
+    the bytes `item_term_of_hash` does, lone surrogates too; a field longer than a slice (7
+    code points here) takes `item_term_of_hash` itself."""
+    mailbox, item_id, folder, subject, hashed = fields
+    expected = item_term_of_hash(mailbox, item_id, folder, subject, hashed)
+    assert text_terms(mailbox, folder)(item_id, subject, hashed) == expected
+    with patch.object(mailbox_digest_module, "_SLICE", 7):
+        assert text_terms(mailbox, folder)(item_id, subject, hashed) == expected

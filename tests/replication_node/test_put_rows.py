@@ -14,9 +14,9 @@ from pathlib import Path
 from dag_common.model import Position
 from dag_common.rfc822 import BodyFormat
 from replication_node.log.events import Transaction
-from replication_node.log.operations import CreateFolder, CreateMailbox, PutItem
+from replication_node.log.operations import CreateFolder, CreateMailbox, DeleteItem, PutItem
 from replication_node.storage.database import Database
-from replication_node.storage.puts import lifts, put_rows
+from replication_node.storage.puts import Shape, lifts, put_rows
 
 T0 = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
 T1 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
@@ -39,8 +39,9 @@ def test_a_plain_text_put_has_the_short_row_and_others_the_full_one():
             put(4, "d", uid=4, modseq=4, received="2026-01-01T00:00:00+00:00"),
         ),
     )
-    rows, terms = put_rows(txn)
+    rows, terms, shape = put_rows(txn)
     assert len(terms) == 4
+    assert shape == Shape(4, full=True, large=False, unique=True, lifts={("m", "Inbox"): (4, 4)})
     assert rows[0] == ("m", "a", "Inbox", "s", "body 1", 6, 1, when, rows[0][8], 1, 1)
     assert [len(r) for r in rows] == [11, 14, 14, 14]
     assert rows[1][11:] == ("text", "\\Seen", when)
@@ -119,3 +120,57 @@ def test_lifts_each_folder_past_its_numbered_rows():
         ("m", "Inbox"): (3, 3),
         ("n", "Inbox"): (4, 4),
     }
+
+
+def test_puts_over_rows_the_file_has_count_what_they_replace_whatever_the_ids_range(
+    tmp_path: Path,
+):
+    """A transaction's new ids are looked up only when the file has a row in their range
+    (`tables._ANY_BETWEEN`): a put below, between, above and over the file's ids, and over a
+    tombstone, each leaves the stored digest what the rows add up to (`_apply` checks it)."""
+    setup = Transaction(
+        Position(1, 512),
+        T0,
+        (
+            CreateMailbox("m", 1, "M", uidvalidity=7),
+            put(2, "b", uid=1, modseq=1),
+            put(3, "d", uid=2, modseq=2),
+            put(4, "f", uid=3, modseq=3),
+            DeleteItem("m", 5, "f", modseq=4),
+        ),
+    )
+    later = [
+        Transaction(Position(2, 512), T1, (put(6, "c", uid=4, modseq=5),)),  # none in range
+        Transaction(
+            Position(2, 700), T1, (put(7, "a", uid=5, modseq=6), put(8, "e", uid=6, modseq=7))
+        ),
+        Transaction(
+            Position(2, 900), T1, (put(9, "d", uid=7, modseq=8), put(10, "z", uid=8, modseq=9))
+        ),
+        Transaction(Position(2, 990), T1, (put(11, "f", uid=9, modseq=10),)),  # a tombstone's id
+        Transaction(  # an item put twice in one transaction: the second replaces the first
+            Position(3, 512), T1, (put(12, "y", uid=10, modseq=11), put(13, "y", uid=10, modseq=12))
+        ),
+    ]
+    rows, _ = _apply(tmp_path / "f.sqlite", [[setup], later])
+    assert [(r[0], r[3], r[6]) for r in rows] == [
+        ("a", "body 7", 5),
+        ("b", "body 2", 1),
+        ("c", "body 6", 4),
+        ("d", "body 9", 7),
+        ("e", "body 8", 6),
+        ("f", "body 11", 9),
+        ("y", "body 13", 10),
+        ("z", "body 10", 8),
+    ]
+
+
+def test_a_shape_counts_keys_once_each_by_mailbox_and_item_id():
+    def txn(*ops: PutItem) -> Transaction:
+        return Transaction(Position(1, 512), T0, ops)
+
+    two = PutItem("n", 2, "a", "Inbox", "s", "b", uid=1, modseq=1)
+    assert put_rows(txn(put(1, "a", uid=1, modseq=1), two)).shape.unique  # type: ignore[union-attr]
+    twice = txn(put(1, "a", uid=1, modseq=1), put(2, "a", uid=1, modseq=2))
+    assert not put_rows(twice).shape.unique  # type: ignore[union-attr]
+    assert put_rows(txn()).shape is None

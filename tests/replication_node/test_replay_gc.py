@@ -50,7 +50,7 @@ def test_a_batch_of_puts_and_their_rows_leaves_nothing_tracked_per_put():
     gc.collect()
     before = len(gc.get_objects())
     txn = Transaction(Position(1, 512), T0, decode_payload(payload))
-    rows, terms = put_rows(txn)
+    rows, terms, _ = put_rows(txn)
     assert len(rows) == len(terms) == PUTS
     gc.collect()  # one collection: what it can stop tracking, it has
     assert len(gc.get_objects()) - before < PUTS // 20
