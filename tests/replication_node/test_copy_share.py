@@ -195,7 +195,7 @@ async def test_a_bit_flip_in_a_continuation_is_refused_naming_it_and_taken_from_
         # does llr_depth generations after any write; only then is the flip made, so what is
         # damaged is a generation the copies still need and the active no longer reads.  (An
         # active that must read back a damaged generation still in its LLR window fails its
-        # flush: docs/concepts/memory.md, "Not yet bounded".)
+        # flush: docs/concepts/memory.md, "Held once, on purpose".)
         for _ in range(2):
             await share.roll()
         assert share.active.copy is not None
