@@ -194,8 +194,8 @@ async def test_a_bit_flip_in_a_continuation_is_refused_naming_it_and_taken_from_
         # The active writes its own file past the item (LLR depth 2: two more rolls), as it
         # does llr_depth generations after any write; only then is the flip made, so what is
         # damaged is a generation the copies still need and the active no longer reads.  (An
-        # active that must read back a damaged generation still in its LLR window fails its
-        # flush: docs/concepts/memory.md, "Held once, on purpose".)
+        # active that must read back a damaged generation still in its LLR window takes it
+        # from a copy: `active/log_mend.py`, test_llr_damage_e2e.py.)
         for _ in range(2):
             await share.roll()
         assert share.active.copy is not None
