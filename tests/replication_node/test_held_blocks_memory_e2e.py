@@ -157,7 +157,12 @@ async def test_a_copy_in_block_mode_gets_every_block_and_the_spans_stay_bounded(
             await watcher
         await converged(c, "DB1", "mbx1", ["mbx2"])
 
-        assert modes == {("Block", None)}, modes
+        # A follower slower than the writer for two spans in a row is let go by the active
+        # (the feed keeps SPAN_BYTES, docs/concepts/block-mode.md) and goes on in file mode:
+        # that is allowed on a busy machine (a CI run met it); a frame out of order, a CRC
+        # failure or a gap not caught up from the files is not, and no byte may be missing.
+        assert ("Block", None) in modes, modes
+        assert modes <= {("Block", None), ("File", "the active ended the block connection")}, modes
         digests = [await c.ok("GET", node, f"{PREFIX}/digest") for node in ("mbx1", "mbx2")]
         assert len({(d["item_count"], d["digest"]) for d in digests}) == 1, digests
         assert digests[0]["item_count"] == LARGE_ITEMS + 120
