@@ -23,6 +23,7 @@ then imports neither aiohttp nor asyncio; aiohttp is imported by `Calls` alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -38,11 +39,18 @@ if TYPE_CHECKING:
     import aiohttp
 
 
+class CalleeKind(StrEnum):
+    """What a command calls: said in its sentences ("node mbx3 cannot be reached")."""
+
+    NODE = "node"
+    TRANSPORT = "transport"
+
+
 @dataclass(frozen=True, slots=True)
 class Callee:
     """Whom a command calls: a node or a transport of the config, by its name and url."""
 
-    kind: str  # "node", "transport"
+    kind: CalleeKind
     name: str
     url: str
 
@@ -144,11 +152,11 @@ class Calls:
 
     def node(self, name: str) -> Callee:
         """The config's node `name`."""
-        return Callee("node", name, self._config.node(name).url)
+        return Callee(CalleeKind.NODE, name, self._config.node(name).url)
 
     def transport(self, name: str) -> Callee:
         """The config's transport `name`."""
-        return Callee("transport", name, self._config.transport_node(name).url)
+        return Callee(CalleeKind.TRANSPORT, name, self._config.transport_node(name).url)
 
     async def get(self, callee: Callee, path: str) -> tuple[int, JsonObject]:
         """GET `path` of `callee`: (HTTP status, its JSON object); CallFailed if none."""

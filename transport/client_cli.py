@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 from pydantic import ValidationError
 
 from dag_common.cli import ExitCode, add_config, add_json, add_timeout, transport_named
-from dag_common.command_calls import Callee, Calls, Change, credential_refused, get_now
+from dag_common.command_calls import Callee, CalleeKind, Calls, Change, credential_refused, get_now
 from dag_common.config import ClusterConfig, load_config
 from dag_common.errors import CommandFailed, DagError, failure
 from dag_common.json_object import JsonObject
@@ -102,7 +102,7 @@ def _read(args: argparse.Namespace, path: str) -> tuple[str, JsonObject]:
     aiohttp nor an event loop): the transport's name and its answer, a refusal raised."""
     config = load_config(args.config)
     hub = transport_named(config, args.via, args.config)
-    callee = Callee("transport", hub.name, hub.url)
+    callee = Callee(CalleeKind.TRANSPORT, hub.name, hub.url)
     status, body = get_now(config, callee, path, timeout=args.timeout.total_seconds())
     if status != 200:
         raise _refused(hub.name, status, body)
