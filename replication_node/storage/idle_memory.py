@@ -19,6 +19,9 @@ the live objects, and what gives each back:
   arena they are in.
 - **The active's block-mode buffer**: the blocks every follower has been sent, at every
   tick (`BlockFeed.let_go_sent`).
+- **What the node keeps for its next writes while busy** (`Holders.let_go`): the message
+  stager's part buffers (`active/message_staging.py`), each its own mapping, so let go of
+  before the trim, on the event loop that owns them.
 
 Quiet means nothing was written for a whole `interval`: no database's waypoint moved and no
 log block was published.  Then, once per burst, everything above is released (a worker
@@ -47,10 +50,12 @@ IDLE_INTERVAL = 5.0
 
 @dataclass(frozen=True, slots=True)
 class Holders:
-    """What a node holds memory in: its open database files and its active copies' feeds."""
+    """What a node holds memory in: its open database files, its active copies' feeds, and
+    what it keeps for its next writes while busy (`let_go`: each drops it, on the loop)."""
 
     databases: Sequence[Database]
     feeds: Sequence[BlockFeed]
+    let_go: Sequence[Callable[[], object]] = ()
 
     def activity(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """A mark that moves with every write: each database's waypoint, each feed's next
@@ -107,6 +112,8 @@ class IdleMemory:
 
     async def release(self, holders: Holders) -> bool:
         """Release everything now; False if a database was busy (tried again later)."""
+        for let_go in holders.let_go:
+            let_go()
         released = await asyncio.to_thread(_release, holders.databases)
         self.releases += 1
         logger.debug("idle: SQLite's memory released and the heap trimmed")
