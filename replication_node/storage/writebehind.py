@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from dag_common.durable import (
@@ -79,8 +80,11 @@ def write_behind(
 
 
 _WAL_HEADER = 32
+_WAL_SALT = 16  # where the WAL header's two salts are (8 bytes)
 _FRAME_HEADER = 24
 _PAGE = struct.Struct(">I")  # a frame's page number, the first field of its header
+# A frame header's first 16 bytes: its page, the database's size after a commit frame, salts
+_FRAME_START = struct.Struct(">II8s")
 
 
 def wal_page_ranges(wal: Path, page_size: int) -> list[tuple[int, int]]:
@@ -105,11 +109,65 @@ def wal_page_ranges(wal: Path, page_size: int) -> list[tuple[int, int]]:
                 pages.add(page)
     finally:
         os.close(fd)
+    return page_ranges(pages, page_size)
+
+
+def page_ranges(pages: Iterable[int], page_size: int) -> list[tuple[int, int]]:
+    """The byte ranges of the database file's `pages` (numbered from 1), merged into runs, in
+    file order."""
     ranges: list[tuple[int, int]] = []
-    for page in sorted(pages):
+    for page in sorted(set(pages)):
         start = (page - 1) * page_size
         if ranges and ranges[-1][0] + ranges[-1][1] == start:
             ranges[-1] = (ranges[-1][0], ranges[-1][1] + page_size)
         else:
             ranges.append((start, page_size))
     return ranges
+
+
+@dataclass(frozen=True, slots=True)
+class WalMark:
+    """How far a WAL was seen by the last paced commit: its salts (its header's: they change
+    each time SQLite restarts it), the frames it held then, and the frames checkpointed."""
+
+    salt: bytes
+    frames: int
+    backfilled: int
+
+
+class WalFrames:
+    """The frames of one WAL (its file open here) since `mark` (None, or a mark of an earlier
+    WAL than this one: all of them), while their salts are its header's: the frames SQLite
+    wrote since, not the stale ones of an earlier WAL the file still holds past them (a
+    frame's salts are its WAL's).  `since`: the mark they are counted from."""
+
+    def __init__(self, fd: int, page_size: int, mark: WalMark | None) -> None:
+        self.salt = os.pread(fd, 8, _WAL_SALT)
+        if mark is None or mark.salt != self.salt:
+            mark = WalMark(self.salt, 0, 0)
+        self.since = mark
+        first = self.first = min(mark.frames, mark.backfilled)
+        self.page_size = page_size
+        self.pages: list[int] = []  # frame `first + i` writes page `pages[i]`
+        frame = _FRAME_HEADER + page_size
+        offset = _WAL_HEADER + first * frame
+        while len(header := os.pread(fd, 16, offset)) == 16:
+            page, _, salt = _FRAME_START.unpack(header)
+            if salt != self.salt:
+                break
+            self.pages.append(page)
+            offset += frame
+
+    @property
+    def end(self) -> int:
+        """The frames the WAL holds (the last one with its salts, plus one)."""
+        return self.first + len(self.pages)
+
+    def byte_range(self, start: int) -> tuple[int, int]:
+        """(offset, length) of the WAL's frames from the `start`th on."""
+        frame = _FRAME_HEADER + self.page_size
+        return _WAL_HEADER + start * frame, max(0, self.end - start) * frame
+
+    def pages_of(self, start: int, stop: int) -> list[int]:
+        """The pages frames `start` up to `stop` write (`start` no less than `first`)."""
+        return self.pages[start - self.first : stop - self.first]
