@@ -378,9 +378,10 @@ class Database(FileReads):
 
     def _make_durable(self) -> None:
         """After a paced commit (synchronous=NORMAL: its WAL frames written, not fsync'd):
-        the WAL written a chunk at a time and fdatasync'd (the commit is durable from here),
+        the WAL written a chunk at a time (its frames since the last paced commit,
+        `writebehind.WalFrames`) and fdatasync'd (the commit is durable from here),
         then checkpointed into the database file without SQLite's own fsync, and the file's
-        pages the WAL named written a chunk at a time and fdatasync'd (`writebehind.py`).
+        pages the checkpoint copied written a chunk at a time and fdatasync'd (`writebehind.py`).
 
         Why every crash state is safe.  Before the WAL's fdatasync, the commit's frames may be
         partly on disk: SQLite's recovery takes frames only along an unbroken checksum chain
