@@ -10,17 +10,20 @@ being staged and the one being read.
 
 The part buffers are taken when a message needs them (the second only once its first part
 is full and more comes) and given back once it is staged whole, every part written, for the
-next messages (`PartBuffers`), so that a message does not pay for fresh ones.  A buffer of
-PART bytes is its own mapping (the allocator's threshold, `dag_common.memory`), zero-filled
-page by page when made and unmapped when dropped: ~0.55 ms of the active's CPU and 256 page
-faults each (issue 49).  A part known to be shorter (the message's declared size) gets a
-buffer of its own length instead: the few bytes of a 1 MiB message past its first MiB (its
-trace header) take no second buffer of PART.
+next messages (`PartBuffers`), so that a message does not pay for fresh ones.  Where the
+allocator's mmap threshold is 128 KiB (`dag_common.memory`'s default) a buffer of PART bytes
+is its own mapping, zero-filled page by page when made and unmapped when dropped: ~0.55 ms
+of the active's CPU and 256 page faults each (issue 49); a node's heap serves it
+(`storage/idle_memory.py`, HEAP_BLOCKS), where a fresh one still costs its zero-fill.  A
+part known to be shorter (the message's declared size) gets a buffer of its own length
+instead: the few bytes of a 1 MiB message past its first MiB (its trace header) take no
+second buffer of PART.
 
 While the node is busy every buffer given back is kept (KEPT_MOST at most), so the messages
-staged at once (16 LMTP sessions' 1 MiB messages: 16 buffers) are served from the buffers
-the ones before them used, not from four kept and a dozen fresh each round: what is kept is
-at most what was in use at once, so it never raises the node's peak.  When the node goes
+staged at once (the transport's 32 deliveries at once of 1 MiB messages: 32 buffers) are
+served from the buffers the ones before them used, not from four kept and the rest fresh
+each round: what is kept is at most what was in use at once, so it never raises the node's
+peak.  When the node goes
 quiet they are let go of (`PartBuffers.let_go`, called by `storage/idle_memory.py` with the
 rest of what a burst leaves): idle, the node keeps none.  An aborted message's buffers are
 dropped, not given back: a part whose staging was cancelled may still be in the writer's
@@ -64,8 +67,8 @@ PART = 1 << 20  # bytes staged at a time (two held: one staged, one read)
 # is in them, or this many.  A header section longer than this is read as far as it goes.
 HEAD_MOST = 1 << 20
 _CHECK_SLICE = 64 * 1024  # a UTF-8 check's slice (`counted_text`'s)
-# Part buffers kept between messages while the node is busy, at most (see the module): 16
-# sessions' messages, two parts each.
+# Part buffers kept between messages while the node is busy, at most (see the module): the
+# transport's 32 deliveries at once (`delivery.concurrency`), a part each.
 KEPT_MOST = 32
 
 
