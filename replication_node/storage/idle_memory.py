@@ -45,8 +45,11 @@ from ~500 to ~30 on the active and from ~1,100 to ~40 on a passive; `bench/memor
 Quiet means nothing was written for a whole `interval`: no database's waypoint moved and no
 log block was published.  Then, once per burst, everything above is released (a worker
 thread: the trim walks the arenas); a database busy at that moment is tried again at the next
-tick.  The cost while busy is nothing; after a burst, a first write that reads its index
-pages back from the OS's page cache.
+tick.  At each quiet tick after that the heap alone is trimmed again: reads write nothing,
+so a burst of them (a 30 MiB body sent a part at a time) is no burst here, and what they
+left in the heap (up to HEAP_TOP) is given back within an interval or two all the same (a
+trim: a millisecond or so, each quiet tick).  The cost while busy is nothing; after a burst,
+a first write that reads its index pages back from the OS's page cache.
 """
 
 from __future__ import annotations
@@ -117,6 +120,7 @@ class IdleMemory:
         self._clock = clock
         self._interval = interval
         self.releases = 0  # how many times it released (a test reads it)
+        self.trims = 0  # quiet ticks after a release that trimmed the heap alone
 
     async def run(self) -> None:
         state = IdleState()
@@ -125,8 +129,13 @@ class IdleMemory:
             holders = self._holders()
             for feed in holders.feeds:  # cheap, and needs two ticks (`let_go_sent`)
                 feed.let_go_sent()
-            due, state = release_due(state, holders.activity())
+            mark = holders.activity()
+            quiet = mark == state.last
+            due, state = release_due(state, mark)
             if not due:
+                if quiet:  # released already: what reads left in the heap since (HEAP_TOP)
+                    await asyncio.to_thread(trim_heap)
+                    self.trims += 1
                 continue
             try:
                 done = await self.release(holders)
