@@ -23,24 +23,23 @@ the live objects, and what gives each back:
   stager's part buffers (`active/message_staging.py`), let go of before the trim, on the
   event loop that owns them.
 
-**What the heap keeps while busy** (`HEAP_BLOCKS`, `HEAP_TOP`, `HEAP_ARENAS`: the node's allocator,
-`dag_common.memory.bound_allocator`, set by `replication-node serve`).  A node takes and frees
-blocks of about a megabyte all the time: each generation the LLR flush, the replay and the
-inspection read whole, each part read alone, each group commit's block, each request's body
-chunks.  With glibc's mmap threshold held at 128 KiB each was a fresh mapping, zero-filled
-page by page as it was written and unmapped when freed: ~500 page faults a MiB delivered on
-the active, ~1,100 on a passive, 20-40 % of their CPU a MiB on the 1 MiB LMTP path (bench/
-README.md, "lmtp: the active's part buffers", issue 49).  Up to HEAP_BLOCKS they come from
-the heap instead, where a block freed is the next one's, already mapped, and an arena keeps
-HEAP_TOP free at its top before giving it back; a body past HEAP_BLOCKS is still its own
-mapping, unmapped as soon as it is freed (issue 52's reason for the threshold: a node that
-wrote 30 MiB items held them).  What the heap holds after a burst is given back here, with
-the rest (`trim_heap`), once the node is quiet: its free pages inside every arena and the
-free top of the main one, which is why the node's threads share that one (`HEAP_ARENAS`: a
-thread's own arena keeps its free top, up to HEAP_TOP, whatever `malloc_trim` is asked).
-Measured (bench/README.md, "lmtp: the active's part buffers"): the page faults a MiB fell
-from ~500 to ~30 on the active and from ~1,100 to ~40 on a passive; `bench/memory.py
---quick` kept every target, each node back at its rest when idle.
+**What the heap keeps while busy** (`HEAP_BLOCKS`, `HEAP_TOP`, `HEAP_ARENAS`: the node's
+allocator, `dag_common.memory.bound_allocator`, set by `replication-node serve`).  A node
+takes and frees blocks of about a megabyte all the time: each generation the LLR flush, the
+replay and the inspection read whole, each part read alone, each group commit's block.  With
+glibc's mmap threshold held at 128 KiB each was a fresh mapping, zero-filled page by page as
+it was written and unmapped when freed: ~600 page faults a MiB delivered on the active,
+~1,100 on a passive (with the unmaps, 10 % and 20 % of their CPU on the 1 MiB LMTP path;
+issue 49).  Up to HEAP_BLOCKS they come from the heap instead, where a block freed is the
+next one's, already mapped, and the heap keeps HEAP_TOP free at its top before giving it
+back; a body past HEAP_BLOCKS is still its own mapping, unmapped as soon as it is freed
+(issue 52's reason for the threshold: a node that wrote 30 MiB items held them).  What the
+heap holds after a burst is given back here, with the rest (`trim_heap`), once the node is
+quiet: its free pages inside every arena and the free top of the main one, which is why the
+node's threads share that one (`HEAP_ARENAS`: a thread's own arena keeps its free top, up
+to HEAP_TOP, whatever `malloc_trim` is asked).  Measured (bench/README.md, "lmtp: the
+active's part buffers"): ~30 page faults a MiB on both, their CPU a MiB 9 % and 22 % less;
+`bench/memory.py --quick` kept every target, each node back at its rest when idle.
 
 Quiet means nothing was written for a whole `interval`: no database's waypoint moved and no
 log block was published.  Then, once per burst, everything above is released (a worker
