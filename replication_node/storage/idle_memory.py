@@ -38,7 +38,7 @@ heap holds after a burst is given back here, with the rest (`trim_heap`), once t
 quiet: its free pages inside every arena and the free top of the main one, which is why the
 node's threads share that one (`HEAP_ARENAS`: a thread's own arena keeps its free top, up
 to HEAP_TOP, whatever `malloc_trim` is asked).  Measured (bench/README.md, "lmtp: the
-active's part buffers"): ~30 page faults a MiB on both, their CPU a MiB 9 % and 22 % less;
+active's part buffers"): ~30 page faults a MiB on both, their CPU a MiB 13 % and 25 % less;
 `bench/memory.py --quick` kept every target, each node back at its rest when idle.
 
 Quiet means nothing was written for a whole `interval`: no database's waypoint moved and no
