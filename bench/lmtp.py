@@ -28,7 +28,8 @@ message durable on the active (ours).  Reported per side: messages/s for 4 KiB, 
 for 1 MiB, and the p50/p99 latency of the final `250` (MAIL FROM to the reply after DATA);
 for ours also to durable on the active; the ratios ours / Dovecot (targets: >= 1.0 for
 4 KiB messages/s, >= 0.7 for 1 MiB MB/s).  For ours, the CPU seconds each server process
-(the transport, the active, the passive) used in the phase, beside the client's.
+(the transport, the active, the passive) used in the phase, beside the client's, and the
+page faults each took (minor and major: `/proc/PID/stat`).
 
 Checked at the end, so that a broken run cannot be reported: every Maildir holds exactly the
 messages sent to it, each as sent below the trace headers; every message sent to ours is
@@ -103,10 +104,12 @@ def own_cpu() -> float:
     return t.user + t.system
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) process `pid` has used (Linux: /proc)."""
+def process_stat(pid: int) -> tuple[float, int]:
+    """CPU seconds (user + system) process `pid` has used, and the page faults (minor and
+    major) it took (Linux: /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return cpu, int(fields[7]) + int(fields[9])
 
 
 def load() -> str:
@@ -302,10 +305,10 @@ class Ours:
     def port(self) -> int:
         return self.hubs.lmtp_ports[HUB]
 
-    def cpu(self) -> dict[str, float]:
-        """CPU seconds each of our server processes has used so far."""
+    def cpu(self) -> dict[str, tuple[float, int]]:
+        """CPU seconds each of our server processes has used so far, and its page faults."""
         procs = {HUB: self.hubs.procs[HUB], **self.cluster.procs}
-        return {name: process_cpu(proc.pid) for name, proc in procs.items()}
+        return {name: process_stat(proc.pid) for name, proc in procs.items()}
 
     async def start(self) -> None:
         await self.cluster.start()
@@ -414,6 +417,7 @@ class Phase:
     # ours: CPU seconds of the transport and each node, from the phase's start to the last
     # message durable on the active
     server_cpu: dict[str, float] = field(default_factory=dict)
+    server_faults: dict[str, int] = field(default_factory=dict)  # page faults, the same span
 
     @property
     def rate(self) -> float:
@@ -426,6 +430,10 @@ class Phase:
     @property
     def cpu_text(self) -> str:
         return ", ".join(f"{k} {v:.1f}" for k, v in self.server_cpu.items()) or "-"
+
+    @property
+    def faults_text(self) -> str:
+        return ", ".join(f"{k} {v}" for k, v in self.server_faults.items()) or "-"
 
 
 async def run(base: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -487,12 +495,15 @@ async def run(base: Path, args: argparse.Namespace) -> dict[str, Any]:
                     phase.durable = [times[m] - began[m] for m in times]
                     assert min(phase.durable) > 0, "a message durable before it was sent"
                     phase.seconds = max(times.values()) - sent.start
-                    phase.server_cpu = {k: v - servers[k] for k, v in ours.cpu().items()}
+                    after = ours.cpu()
+                    phase.server_cpu = {k: v[0] - servers[k][0] for k, v in after.items()}
+                    phase.server_faults = {k: v[1] - servers[k][1] for k, v in after.items()}
                 phases.append(phase)
                 p50, p99 = (percentile(phase.latencies, q) * 1e3 for q in (0.5, 0.99))
                 print(f"  {side} {size}: {count} in {phase.seconds:.2f} s, {phase.rate:.1f}/s, "
                       f"{phase.mb_s:.2f} MB/s, 250 p50 {p50:.1f} ms p99 {p99:.1f} ms"
-                      + (f"; server CPU s {phase.cpu_text}" if phase.server_cpu else ""),
+                      + (f"; server CPU s {phase.cpu_text}; page faults {phase.faults_text}"
+                         if phase.server_cpu else ""),
                       flush=True)  # fmt: skip
 
         if dovecot:

@@ -38,15 +38,30 @@ logger = logging.getLogger(__name__)
 # glibc's mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
 # Blocks from this size on get their own mapping: glibc's default threshold, held fixed.
 MMAP_THRESHOLD = 128 * 1024
 # Free memory at the top of the heap past this is given back at once (glibc's default too).
 TRIM_THRESHOLD = 128 * 1024
 
 
-def bound_allocator() -> bool:
+def bound_allocator(
+    *,
+    mmap_threshold: int = MMAP_THRESHOLD,
+    trim_threshold: int = TRIM_THRESHOLD,
+    arenas: int | None = None,
+) -> bool:
     """Hold glibc's mmap threshold at its default, so freed large blocks go back to the
-    kernel (see the module's docstring); True if the allocator took it."""
+    kernel (see the module's docstring); True if the allocator took it.
+
+    A process that frees and takes blocks of one size all the time, and gives its heap back
+    itself once idle (`trim_heap`), may hold its blocks up to `mmap_threshold` in the heap
+    and keep `trim_threshold` free at an arena's top: a replication node's 1 MiB parts and
+    generations (`replication_node/storage/idle_memory.py` says what that saves and what
+    it costs).  A block past `mmap_threshold` is still its own mapping, freed at once.
+    `arenas`: at most this many malloc arenas (`M_ARENA_MAX`), set before threads make
+    their own: `malloc_trim` gives back the free top of the main arena only, so a process
+    that keeps free memory at arenas' tops has its threads share the main one."""
     name = ctypes.util.find_library("c")
     if name is None:
         return False
@@ -57,8 +72,10 @@ def bound_allocator() -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    ok = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
-    ok = mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1 and ok
+    ok = mallopt(_M_MMAP_THRESHOLD, mmap_threshold) == 1
+    ok = mallopt(_M_TRIM_THRESHOLD, trim_threshold) == 1 and ok
+    if arenas is not None:
+        ok = mallopt(_M_ARENA_MAX, arenas) == 1 and ok
     if not ok:
         logger.info("the C library did not take mallopt: freed large blocks may be kept")
     return ok

@@ -35,6 +35,7 @@ from dag_common.route_roles import OnCall
 from dag_common.tasks import cancel_and_wait
 from replication_node.active.copy import CopyPaths
 from replication_node.active.instance import ActiveInstance
+from replication_node.active.message_staging import PART_BUFFERS
 from replication_node.active.redelivery import DumpsterRedelivery
 from replication_node.active.settings import ActiveSettings
 from replication_node.admin_api import (
@@ -141,7 +142,8 @@ class Node:
                     feeds.append(instance.copy.stream.feed)
             else:
                 databases += instance.open_databases()
-        return Holders(databases=databases, feeds=feeds)
+        # The stager's part buffers kept while busy (the process's: let go of by any node).
+        return Holders(databases=databases, feeds=feeds, let_go=(PART_BUFFERS.let_go,))
 
     @property
     def clock(self) -> Clock:

@@ -9,16 +9,25 @@ parts just written (bench/README.md, memory).  Here it holds two parts (`PART`):
 being staged and the one being read.
 
 The part buffers are taken when a message needs them (the second only once its first part
-is full and more comes) and given back once it is staged whole, every part written: up to
-FREE_MOST of them are kept for the next messages (`_PartBuffers`), so that a message does
-not pay for fresh ones.  A buffer of PART bytes is its own mapping (the allocator's
-threshold, `dag_common.memory`), zero-filled page by page when made and unmapped when
-dropped: two a 1 MiB message, ~1.3 ms of the active's CPU (issue 49).  A part known to be
-shorter (the message's declared size) gets a buffer of its own length instead: the few bytes
-of a 1 MiB message past its first MiB (its trace header) take no second buffer of PART, and
-16 sessions' messages are served from four kept.  What this keeps idle is FREE_MOST buffers
-of PART at most.  An aborted message's buffers are dropped, not given back: a part whose
-staging was cancelled may still be in the writer's hands.
+is full and more comes) and given back once it is staged whole, every part written, for the
+next messages (`PartBuffers`), so that a message does not pay for fresh ones.  Where the
+allocator's mmap threshold is 128 KiB (`dag_common.memory`'s default) a buffer of PART bytes
+is its own mapping, zero-filled page by page when made and unmapped when dropped: ~0.55 ms
+of the active's CPU and 256 page faults each (issue 49); a node's heap serves it
+(`storage/idle_memory.py`, HEAP_BLOCKS), where a fresh one still costs its zero-fill.  A
+part known to be shorter (the message's declared size) gets a buffer of its own length
+instead: the few bytes of a 1 MiB message past its first MiB (its trace header) take no
+second buffer of PART.
+
+While the node is busy every buffer given back is kept (KEPT_MOST at most), so the messages
+staged at once (the transport's 32 deliveries at once of 1 MiB messages: 32 buffers) are
+served from the buffers the ones before them used, not from four kept and the rest fresh
+each round: what is kept is at most what was in use at once, so it never raises the node's
+peak.  When the node goes
+quiet they are let go of (`PartBuffers.let_go`, called by `storage/idle_memory.py` with the
+rest of what a burst leaves): idle, the node keeps none.  An aborted message's buffers are
+dropped, not given back: a part whose staging was cancelled may still be in the writer's
+hands.
 
 What the log holds is what the route wrote before, byte for byte (`rfc822.py`): a message
 that is UTF-8 as its bytes (`MESSAGE`), else its bytes read as Latin-1 in UTF-8
@@ -58,7 +67,9 @@ PART = 1 << 20  # bytes staged at a time (two held: one staged, one read)
 # is in them, or this many.  A header section longer than this is read as far as it goes.
 HEAD_MOST = 1 << 20
 _CHECK_SLICE = 64 * 1024  # a UTF-8 check's slice (`counted_text`'s)
-FREE_MOST = 4  # part buffers kept between messages, at most (see the module)
+# Part buffers kept between messages while the node is busy, at most (see the module): the
+# transport's 32 deliveries at once (`delivery.concurrency`), a part each.
+KEPT_MOST = 32
 
 
 @dataclass(frozen=True)
@@ -73,25 +84,41 @@ class StagedMessage:
     sha256: str
 
 
-class _PartBuffers:
+class PartBuffers:
     """Buffers of PART bytes given back by the messages staged, kept for the next ones (the
-    event loop's: no lock), at most `most`."""
+    event loop's: no lock), at most `most`, until the node goes quiet (`let_go`)."""
 
-    def __init__(self, most: int) -> None:
+    def __init__(self, most: int = KEPT_MOST) -> None:
         self._most = most
         self._free: list[bytearray] = []
+        self.made = 0  # buffers of PART made fresh (not kept ones), for tests and benches
 
     def take(self) -> bytearray:
         """A buffer of PART bytes (what it holds is left from its last message)."""
-        return self._free.pop() if self._free else bytearray(PART)
+        if self._free:
+            return self._free.pop()
+        self.made += 1
+        return bytearray(PART)
 
     def give(self, buffer: bytearray) -> None:
         """`buffer` is no longer read (every part from it written): for the next message."""
         if len(self._free) < self._most:
             self._free.append(buffer)
 
+    @property
+    def kept(self) -> int:
+        """Bytes of the buffers kept now."""
+        return len(self._free) * PART
 
-_BUFFERS = _PartBuffers(FREE_MOST)
+    def let_go(self) -> int:
+        """Let go of every buffer kept (the node went quiet): the bytes given back."""
+        kept = self.kept
+        self._free.clear()
+        return kept
+
+
+# The process's: a node's idle release lets go of them (`node.py`).
+PART_BUFFERS = PartBuffers()
 
 
 def _latin_1_as_utf8(part: memoryview) -> bytes:
@@ -224,7 +251,9 @@ class MessageStager:
         buffer = self._buffers[self._which]
         if buffer is None:
             left = None if self._declared is None else self._declared - self._taken
-            buffer = bytearray(left) if left is not None and 0 < left < PART else _BUFFERS.take()
+            buffer = (
+                bytearray(left) if left is not None and 0 < left < PART else PART_BUFFERS.take()
+            )
             self._buffers[self._which] = buffer
         return buffer
 
@@ -235,7 +264,7 @@ class MessageStager:
             if buffer is not None:
                 self._buffers[i] = None
                 if len(buffer) == PART:
-                    _BUFFERS.give(buffer)
+                    PART_BUFFERS.give(buffer)
 
     def _within_max(self, count: int, what: str, of: str) -> None:
         """RequestTooLarge once `count` bytes of `what` are over the max_item_size."""

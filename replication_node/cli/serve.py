@@ -33,6 +33,7 @@ from replication_node.cli.supervisor import NodeSlot, last_line, restartable, wh
 from replication_node.http.app import build_app
 from replication_node.metrics import NodeMetrics
 from replication_node.node import Node
+from replication_node.storage.idle_memory import HEAP_ARENAS, HEAP_BLOCKS, HEAP_TOP
 from replication_node.taskdump import TASK_DUMP_END, describe_tasks
 
 
@@ -147,7 +148,9 @@ def _dump_tasks() -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     _setup_logging(args.verbose)
-    bound_allocator()  # large bodies given back to the kernel once freed (memory.py)
+    # Large bodies given back to the kernel once freed (memory.py); blocks of up to a few
+    # generations kept in the heap while busy, given back once quiet (idle_memory.py).
+    bound_allocator(mmap_threshold=HEAP_BLOCKS, trim_threshold=HEAP_TOP, arenas=HEAP_ARENAS)
     # asyncio's loop: uvloop costs a node more CPU on every large body it reads than it
     # saves on small writes (dag_common/event_loop.py); DG_EVENT_LOOP=uvloop asks for it
     return run(

@@ -29,6 +29,7 @@ moved into their own table, `body_migration.py`'s).
 from __future__ import annotations
 
 import itertools
+import os
 import sqlite3
 import threading
 import uuid
@@ -77,7 +78,13 @@ from replication_node.storage.tables import (
     PutRows,
     TableWriter,
 )
-from replication_node.storage.writebehind import wal_page_ranges, write_behind
+from replication_node.storage.writebehind import (
+    WalFrames,
+    WalMark,
+    page_ranges,
+    wal_page_ranges,
+    write_behind,
+)
 
 _WRITE_CACHE_KIB = 16 * 1024
 _CHECKPOINT_BYTES = 16 << 20
@@ -117,6 +124,8 @@ class Database(FileReads):
         # Called before each chunk of a paced write (`_make_durable`; it may name the chunk's
         # size, `writebehind.write_behind`): the active sets it to give way to its log.
         self.pace: Callable[[], int | None] | None = None
+        # How far the last paced commit saw the WAL (`_make_durable`); None: not known.
+        self._wal_mark: WalMark | None = None
         migrate_header(conn)
         add_format(conn)  # before the digest: a file from before it adds its items up with it
         add_imap_columns(conn)
@@ -369,9 +378,10 @@ class Database(FileReads):
 
     def _make_durable(self) -> None:
         """After a paced commit (synchronous=NORMAL: its WAL frames written, not fsync'd):
-        the WAL written a chunk at a time and fdatasync'd (the commit is durable from here),
+        the WAL written a chunk at a time (its frames since the last paced commit,
+        `writebehind.WalFrames`) and fdatasync'd (the commit is durable from here),
         then checkpointed into the database file without SQLite's own fsync, and the file's
-        pages the WAL named written a chunk at a time and fdatasync'd (`writebehind.py`).
+        pages the checkpoint copied written a chunk at a time and fdatasync'd (`writebehind.py`).
 
         Why every crash state is safe.  Before the WAL's fdatasync, the commit's frames may be
         partly on disk: SQLite's recovery takes frames only along an unbroken checksum chain
@@ -388,17 +398,35 @@ class Database(FileReads):
         published: the rows are in the file, and the next `apply` of the same generations
         writes the same rows again and makes them durable."""
         wal = self.path.with_name(self.path.name + "-wal")
+        mark, self._wal_mark = self._wal_mark, None  # kept again only once all went well
         try:
-            write_behind(wal, pace=self.pace)
+            fd = os.open(wal, os.O_RDONLY)
+            try:
+                # The frames since the last paced commit's (`WalMark`): all of them if the WAL
+                # was restarted since (its salts changed) or none was seen.
+                frames = WalFrames(fd, self._page_size, mark)
+                mark = frames.since
+                write_behind(wal, [frames.byte_range(mark.frames)], fd=fd, pace=self.pace)
+            finally:
+                os.close(fd)
             self._conn.execute("PRAGMA synchronous=OFF")
             try:
-                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                _, log, backfilled = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             finally:
                 self._conn.execute("PRAGMA synchronous=NORMAL")
             assert self._file is not None, "a paced write on a closed database"
-            ranges = wal_page_ranges(wal, self._page_size)
+            if mark.backfilled <= backfilled <= frames.end and log >= 0:
+                # The pages of the frames this checkpoint copied, not of every frame the WAL
+                # ever held (issue 49: a WAL of 40 MiB read a frame header at a time, and its
+                # whole file's ranges looked up, each flush of a 1 MiB body).
+                pages = frames.pages_of(mark.backfilled, backfilled)
+                ranges = page_ranges(pages, self._page_size)
+                self._wal_mark = WalMark(frames.salt, log, backfilled)
+            else:
+                ranges = wal_page_ranges(wal, self._page_size)
             write_behind(self.path, ranges, fd=self._file.fd, pace=self.pace)
         except (OSError, sqlite3.Error) as exc:
+            self._wal_mark = None
             raise DatabaseError(f"{self.path}: making an LLR write durable failed: {exc}") from exc
 
     def release_memory(self) -> bool:

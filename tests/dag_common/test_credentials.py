@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from dag_common import config as config_module
 from dag_common.config import (
     accepted_credentials,
     load_credentials,
@@ -134,6 +135,33 @@ async def test_a_rotation_adds_then_removes_without_a_restart_and_a_bad_file_kee
     (tmp_path / "nodes").write_text("short\n")  # a mistake: nobody is locked out
     assert not accepted.reload()
     assert accepted().identify(B)
+
+
+def test_the_watch_reads_the_config_again_only_once_it_changed(tmp_path, monkeypatch):
+    """Each look of the watch stats the files; the config is parsed again (to learn which
+    files it names) only once it changed, and a credential it then names is watched."""
+    monkeypatch.delenv("DG_AUTH_TOKEN", raising=False)
+    (tmp_path / "nodes").write_text(f"{A}\n")
+    (tmp_path / "store").write_text(f"{B}\n")
+    path = tmp_path / "cluster.yaml"
+    head = "cluster: c\nnodes: [{name: n1, site: s, url: 'http://h:1', data_dir: d}]\n"
+    path.write_text(head + "credentials: [{name: nodes, roles: [replication], file: nodes}]\n")
+    loads = []
+    real = config_module.load_config
+    monkeypatch.setattr(config_module, "load_config", lambda p: loads.append(p) or real(p))
+    accepted = accepted_credentials(path)
+    first = len(loads)
+    for _ in range(5):
+        assert accepted._stamps() == accepted._seen  # nothing changed: nothing parsed
+    assert len(loads) == first
+    path.write_text(
+        head + "credentials: [{name: nodes, roles: [replication], file: nodes},"
+        " {name: store, roles: [store], file: store}]\n"
+    )
+    os.utime(path, ns=(1, 2))
+    assert set(accepted._stamps()) == {path, tmp_path / "nodes", tmp_path / "store"}
+    assert accepted._stamps() != accepted._seen and accepted.reload()
+    assert accepted().identify(B).name == "store"
 
 
 def test_accepted_starts_with_what_load_gives():

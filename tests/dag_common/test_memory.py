@@ -1,10 +1,13 @@
-"""The process's memory: its cgroup's limit as a pod sets it, and the budget of bodies in
-flight (issue 52)."""
+"""The process's memory: its cgroup's limit as a pod sets it, the budget of bodies in
+flight (issue 52), and a node's allocator (issue 49)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
+import subprocess
+import sys
 from asyncio import selector_events, sslproto
 from pathlib import Path
 
@@ -17,6 +20,7 @@ from dag_common.memory import (
     bound_tls_buffers,
     memory_limit,
 )
+from tests.cluster_harness import ROOT
 
 GIB = 1 << 30
 V1_NONE = "9223372036854771712"
@@ -156,3 +160,48 @@ async def test_plain_sockets_read_at_most_64_kib_at_a_time_after_the_bound(monke
         with pytest.raises(ValueError, match="socket read"):
             bound_socket_reads(size)
     assert selector_events._SelectorSocketTransport.max_size == 64 * 1024
+
+
+# A process that takes and frees 1 MiB blocks (a node's parts and generations), bound as a
+# node binds it or as every other process is, then trims its heap as a quiet node does:
+# prints its page faults a block and the RSS it kept past the trim.
+_BLOCKS = """
+import resource, sys, threading
+from dag_common.memory import bound_allocator, resident_memory, trim_heap
+from replication_node.storage.idle_memory import HEAP_ARENAS, HEAP_BLOCKS, HEAP_TOP
+if sys.argv[1] == "node":
+    assert bound_allocator(mmap_threshold=HEAP_BLOCKS, trim_threshold=HEAP_TOP, arenas=HEAP_ARENAS)
+else:
+    assert bound_allocator()
+def work():
+    for _ in range(50):  # eight at once (a span's generations), then freed
+        blocks = [bytearray(1 << 20) for _ in range(8)]  # written whole, as a read fills it
+        del blocks
+rest = resident_memory().resident
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+threads = [threading.Thread(target=work) for _ in range(3)]  # worker threads, as the node's
+for t in threads: t.start()
+for t in threads: t.join()
+faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 1200
+trim_heap()
+print(faults, (resident_memory().resident - rest) / (1 << 20))
+"""
+
+
+@pytest.mark.parametrize("bound", ["node", "default"])
+def test_a_node_reuses_its_freed_blocks_and_gives_them_back_when_trimmed(bound):
+    """A node's allocator (`bound_allocator` with `idle_memory`'s heap settings) serves a
+    1 MiB block from the heap, freed blocks reused already mapped: a few page faults a
+    block, where every other process's maps each afresh and faults in its 256 pages; the
+    trim of a quiet node gives back what its threads' blocks left (one arena)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _BLOCKS, bound],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    faults, kept_mib = map(float, out.stdout.split())
+    if bound == "node":
+        assert faults < 20, faults
+    else:
+        assert faults > 200, faults
+    assert kept_mib < 4, kept_mib  # with an arena a thread: 8 MiB kept at each one's top

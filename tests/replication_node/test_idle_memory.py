@@ -7,9 +7,10 @@ import asyncio
 
 import pytest
 
+from dag_common.clock import ManualClock
 from dag_common.model import Position
 from replication_node.log.blocks import Block, BlockFeed, FeedBehind
-from replication_node.storage.idle_memory import IdleState, release_due
+from replication_node.storage.idle_memory import Holders, IdleMemory, IdleState, release_due
 
 
 @pytest.mark.parametrize(
@@ -55,3 +56,32 @@ async def test_the_feed_lets_go_of_what_every_follower_was_sent_not_what_one_sti
     stale = feed.follow(0, idle=5)
     with pytest.raises(FeedBehind):
         await asyncio.wait_for(anext(stale), 1)
+
+
+async def test_quiet_ticks_after_a_release_trim_the_heap_and_writes_hold_it_off() -> None:
+    """Released once per burst of writes (a block published); at each quiet tick after it
+    the heap alone is trimmed again (reads write nothing: what they left in the heap goes
+    back all the same); a tick after a write does neither."""
+    feed = BlockFeed(generation=1, durable=0, capacity=1 << 20)
+    dropped: list[int] = []
+    holders = Holders(databases=[], feeds=[feed], let_go=(lambda: dropped.append(1),))
+    clock = ManualClock()
+    idle = IdleMemory(holders=lambda: holders, clock=clock, interval=5.0)
+    task = asyncio.create_task(idle.run())
+
+    async def tick() -> tuple[int, int]:
+        await clock.advance(5.0)
+        while not clock.pending_sleeps():  # its release or trim, in a worker thread
+            await asyncio.sleep(0.001)
+        return idle.releases, idle.trims
+
+    try:
+        while not clock.pending_sleeps():
+            await asyncio.sleep(0.001)
+        assert [await tick() for _ in range(3)] == [(0, 0), (1, 0), (1, 1)]
+        await feed.publish(blocks(1, 2, 100))  # a write
+        assert await tick() == (1, 1), "written since the last tick: neither"
+        assert [await tick() for _ in range(3)] == [(2, 1), (2, 2), (2, 3)]
+        assert len(dropped) == 2  # the stager's buffers: once a burst
+    finally:
+        task.cancel()

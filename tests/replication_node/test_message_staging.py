@@ -3,20 +3,26 @@ files, a real active copy, logs of 256 KiB so that a 3 MiB message spans a dozen
 generations and several parts.  The body committed is what the message's bytes make of it
 (`rfc822.counted_message`), for UTF-8, 8-bit after ASCII and 8-bit after non-ASCII UTF-8
 (staged again from the log), and survives a crash; a refused one is aborted; a part that
-goes on with a body aborted meanwhile is refused (`LogStream.stage(continues=)`)."""
+goes on with a body aborted meanwhile is refused (`LogStream.stage(continues=)`).  Messages
+staged at once reuse the part buffers the ones before them used, until the node goes quiet
+(`storage/idle_memory.py`)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 
 import pytest
 
+from dag_common.clock import ManualClock
 from dag_common.errors import BadRequest, RequestTooLarge
 from dag_common.rfc822 import BodyFormat, body_of_message
 from dag_common.store_api import ItemIn
 from replication_node.active.mailbox_store import MailboxStore
+from replication_node.active.message_staging import PART, PART_BUFFERS
 from replication_node.errors import StagedBodyLost
 from replication_node.log.body import BodyReader
+from replication_node.storage.idle_memory import Holders, IdleMemory
 from tests.replication_node.helpers import body_of, mount
 
 MiB = 1 << 20
@@ -123,4 +129,48 @@ async def test_a_refused_message_is_aborted_and_a_lost_body_takes_no_more_parts(
     await copy.abort_staged([whole])
     await copy.roll()
     assert copy.stream.pending_bodies == [] and copy.items("m") == []
+    await copy.crash_close()
+
+
+async def test_messages_staged_at_once_reuse_every_buffer_until_the_node_goes_quiet(tmp_path):
+    """16 messages staged at once, as 16 LMTP sessions stage them, take a buffer of PART
+    each; the next 16 take those again and make none (a stager that kept four made a dozen
+    more each round); the node quiet for an interval lets every kept one go."""
+    copy = await mount(tmp_path, log_file_size=4 * MiB)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    PART_BUFFERS.let_go()
+    lines = [made(f"{i:02d}".encode() * 35 + b"\r\n", MiB) for i in range(16)]
+    raw = [m + b"z" * (MiB + 3 - len(m)) for m in lines]  # as the bench's: 3 bytes past PART
+
+    async def round_of(tag: str) -> None:
+        writes = [
+            staged_write(store, f"{tag}{i}", r, step=65_536 + 13, size=len(r))
+            for i, r in enumerate(raw)
+        ]
+        shas = await asyncio.gather(*writes)
+        assert shas == [hashlib.sha256(r).hexdigest() for r in raw]
+
+    made_before = PART_BUFFERS.made
+    await round_of("a")
+    first = PART_BUFFERS.made - made_before
+    assert 4 < first <= 16  # more at once than four: each its own, none for the 3-byte tail
+    assert PART_BUFFERS.kept == first * PART  # every one given back is kept while busy
+    await round_of("b")
+    assert PART_BUFFERS.made - made_before == first  # the second round made none
+    for i, r in enumerate(raw):
+        assert body_of(copy, "m", f"b{i}") == body_of_message(r)[0]
+
+    clock = ManualClock()
+    holders = Holders(databases=[copy.db], feeds=[copy.stream.feed],
+                      let_go=(PART_BUFFERS.let_go,))  # fmt: skip
+    idle = IdleMemory(holders=lambda: holders, clock=clock, interval=5.0)
+    task = asyncio.create_task(idle.run())
+    try:
+        while idle.releases == 0:  # quiet: a tick to mark, the next to release
+            await clock.advance(5.0)
+            await asyncio.sleep(0.01)
+        assert PART_BUFFERS.kept == 0
+    finally:
+        task.cancel()
     await copy.crash_close()

@@ -303,3 +303,59 @@ async def test_the_active_holds_llr_back_while_a_large_body_is_staged(tmp_path):
         assert paused == [], "the staging stopped: LLR writes"
     finally:
         await copy.crash_close()
+
+
+def test_each_paced_commit_writes_back_its_own_frames_not_the_whole_wal(tmp_path, monkeypatch):
+    """A reader's snapshot keeps SQLite from restarting the WAL, which grows commit after
+    commit (the active's, 34-42 MiB in a 1 MiB phase, issue 49): each paced commit writes
+    back the WAL's frames since the last one's and the file's pages its checkpoint copied,
+    not every frame the WAL holds; once the WAL restarts (its salts change), from its first
+    frame.  Every row is in the file whole all the same."""
+    db = fresh(tmp_path / "db.sqlite")
+    apply(db, [mailbox_txn()], 1)
+    written: list[tuple[str, list[tuple[int, int]]]] = []
+    real = writebehind.write_behind
+
+    def watching(path, ranges=None, **kwargs):
+        whole = [(0, path.stat().st_size)]  # None: the whole file
+        written.append((path.name, whole if ranges is None else list(ranges)))
+        return real(path, ranges, **kwargs)
+
+    monkeypatch.setattr(database_module, "write_behind", watching)
+    frame = 24 + PAGE_SIZE
+    reader = sqlite3.connect(db.path)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM items").fetchone()  # a snapshot held: no restart
+    wal_ends = []
+    for gen in range(2, 6):
+        op = PutItem(mailbox="m", cn=gen, item_id=f"big{gen}", folder="Inbox", body=BIG)
+        written.clear()
+        apply(db, [Transaction(Position(gen, 0), T0, (op,))], gen)
+        (wal_name, wal_ranges), (db_name, db_ranges) = written
+        assert (wal_name, db_name) == ("db.sqlite-wal", "db.sqlite")
+        [(start, length)] = wal_ranges
+        wal_ends.append(start + length)
+        if gen > 2:  # the first: the WAL whole (no mark yet)
+            assert start == wal_ends[-2], "from where the last paced commit's frames ended"
+            assert length < 2 * PACED_BYTES, "the commit's frames, not the WAL's"
+            assert sum(n for _, n in db_ranges) < 2 * PACED_BYTES, "the pages just copied"
+    size = (tmp_path / "db.sqlite-wal").stat().st_size
+    assert size >= 4 * PACED_BYTES and wal_ends[-1] == size, "the WAL grew, every frame seen"
+    reader.rollback()
+    reader.close()
+
+    starts = []
+    for gen in (6, 7):  # 6's checkpoint copies the WAL whole; 7 restarts it
+        op = PutItem(mailbox="m", cn=gen, item_id=f"big{gen}", folder="Inbox", body=BIG)
+        written.clear()
+        apply(db, [Transaction(Position(gen, 0), T0, (op,))], gen)
+        [(start, length)] = written[0][1]
+        starts.append(start)
+        assert length < 2 * PACED_BYTES and frame * (length // frame) == length
+    assert starts == [size, 32], "appended, then from the restarted WAL's first frame"
+    assert (tmp_path / "db.sqlite-wal").stat().st_size > size, "written over, not cut"
+    for gen in range(2, 8):
+        assert db.item("m", f"big{gen}").body == BIG
+    (check,) = db._conn.execute("PRAGMA integrity_check").fetchone()
+    assert check == "ok"
+    db.close()
