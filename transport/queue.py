@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from dag_common.api_types import item_id_for
+from dag_common.message_body import Parts
 from dag_common.rfc822 import BodyFormat, message_bytes
 from transport.bodies import FILE_FROM, BodyFiles
 from transport.dumpster import Entry, evicted
@@ -154,7 +155,7 @@ class Stored:
     # Bytes as queued; text in a row of before bytes were kept; a message's file, not read
     # (`QueueStore.items(files=True)`: sent from it a slice at a time); or the parts it was
     # queued from, still in memory (`delivery.FreshBodies`).
-    body: bytes | str | Path | tuple[bytes | bytearray, ...]
+    body: bytes | str | Path | Parts
 
     @property
     def length(self) -> int:
@@ -164,7 +165,7 @@ class Stored:
             return sum(map(len, self.body))
         return len(self.body)
 
-    def message(self) -> bytes | Path | tuple[bytes | bytearray, ...]:
+    def message(self) -> bytes | Path | Parts:
         """The message's bytes, its file or its parts (a message only): what `PUT
         …/message` sends."""
         if isinstance(self.body, str):
