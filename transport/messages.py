@@ -80,8 +80,8 @@ def message_format(parts: tuple[bytes | bytearray, ...]) -> tuple[BodyFormat, in
     the size in UTF-8 of the body that format gives (what a node counts): as
     `rfc822.body_of_message` decides, without a text of the message.  ASCII, as nearly all
     mail is, is told by `bytes.isascii`; other bytes are decoded a slice at a time and
-    the text let go (a part all ASCII, and no character begun before it, is not: the
-    bench's 1 MiB message has a few 8-bit characters in its first part only)."""
+    the text let go (a part all ASCII, and no character begun before it, is not: a large
+    message's attachment, in base64, is ASCII whatever its text is)."""
     total = sum(map(len, parts))
     if all(p.isascii() for p in parts):
         return BodyFormat.MESSAGE, total
