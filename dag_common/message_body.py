@@ -1,10 +1,12 @@
 """A message a client writes to a node as its bytes (`PUT …/items/{id}/message`), sent a slice
 at a time, and the node's answer checked against what was sent.
 
-The body is bytes the caller holds (the IMAP front's APPEND) or a file (the transport's queue
-keeps a large body in a file of its own, `transport/bodies.py`).  Either is sent in slices of
-SLICE bytes with its Content-Length (the node takes its memory budget's share by it, and
-refuses one over its max_item_size with 413 before reading it).  Bytes handed to aiohttp
+The body is bytes the caller holds (the IMAP front's APPEND), the parts a message came in
+(the transport's delivery of a message it has just queued, `transport/delivery.py`) or a
+file (the transport's queue keeps a large body in a file of its own, `transport/bodies.py`).
+Each is sent in slices of SLICE bytes at most with its Content-Length (the node takes its
+memory budget's share by it, and refuses one over its max_item_size with 413 before reading
+it).  Bytes handed to aiohttp
 whole are written to the socket at once, and what the kernel does not take is copied into
 asyncio's write buffer (a node that does not read at once: up to the whole body again); in
 slices the buffer holds one slice.  A file is read a slice at a time in a worker thread, so
@@ -38,12 +40,21 @@ class BodyChanged(OSError):
     """The file did not hold `size` bytes when it was sent (changed since it was named)."""
 
 
-class MessageBody:
-    """A message's bytes to send: `source` is the bytes, or a file holding them whole."""
+Parts = tuple[bytes | bytearray, ...]  # a message's bytes in order, never joined
 
-    def __init__(self, source: bytes | bytearray | memoryview | Path) -> None:
+
+class MessageBody:
+    """A message's bytes to send: `source` is the bytes, their parts in order, or a file
+    holding them whole."""
+
+    def __init__(self, source: bytes | bytearray | memoryview | Parts | Path) -> None:
         self._source = source
-        self.size = source.stat().st_size if isinstance(source, Path) else len(source)
+        if isinstance(source, Path):
+            self.size = source.stat().st_size
+        elif isinstance(source, tuple):
+            self.size = sum(map(len, source))
+        else:
+            self.size = len(source)
         self._sent = hashlib.sha256()  # what the last attempt has sent so far
         self._count = 0
 
@@ -53,14 +64,20 @@ class MessageBody:
         self._count = 0
         if isinstance(self._source, Path):
             return self._from_file(self._source)
-        return self._from_bytes(memoryview(self._source))
+        if isinstance(self._source, tuple):
+            return self._from_bytes(self._source)
+        return self._from_bytes((self._source,))
 
-    async def _from_bytes(self, view: memoryview) -> AsyncIterator[memoryview]:
-        for at in range(0, len(view), SLICE):
-            part = view[at : at + SLICE]
-            self._sent.update(part)  # before it is sent: an answer may come before the end
-            self._count += len(part)
-            yield part
+    async def _from_bytes(
+        self, parts: tuple[bytes | bytearray | memoryview, ...]
+    ) -> AsyncIterator[memoryview]:
+        for whole in parts:
+            view = memoryview(whole)
+            for at in range(0, len(view), SLICE):
+                part = view[at : at + SLICE]
+                self._sent.update(part)  # before it is sent: an answer may come before the end
+                self._count += len(part)
+                yield part
 
     async def _from_file(self, path: Path) -> AsyncIterator[bytes]:
         with open(path, "rb", buffering=0) as f:  # its reads: in a thread, below

@@ -42,7 +42,7 @@ from dag_common.errors import NodeCallError
 from dag_common.items_payload import ItemsPayload
 from dag_common.listing_bodies import NotTaken, answer_json, read_all
 from dag_common.message_batch import MAX_ANSWER_BYTES, BatchError, parse_answer
-from dag_common.message_body import DIGEST_HEADER, MessageBody
+from dag_common.message_body import DIGEST_HEADER, MessageBody, Parts
 from dag_common.model import CopyRole, CopyStatus
 from dag_common.node_status import StatusUnavailable, client_failure, fetch_node_status
 from dag_common.store_answers import lenient_item
@@ -193,7 +193,7 @@ class NodeStoreClient:
         params: dict[str, str] | None = None,
         ok: tuple[int, ...] = (200, 201),
         raw: bool = False,
-        message: bytes | bytearray | Path | None = None,
+        message: bytes | bytearray | Parts | Path | None = None,
         long_poll: bool = False,
         take_bodies: bool = False,
     ) -> tuple[int, Any]:
@@ -223,7 +223,7 @@ class NodeStoreClient:
         params: dict[str, str] | None,
         ok: tuple[int, ...],
         raw: bool = False,
-        message: bytes | bytearray | Path | None = None,
+        message: bytes | bytearray | Parts | Path | None = None,
         long_poll: bool = False,
         take_bodies: bool = False,
     ) -> tuple[int, Any]:
@@ -511,12 +511,12 @@ class NodeStoreClient:
     # ---- what an IMAP front follows ---------------------------------------------------------
 
     async def put_message(
-        self, database: str, mailbox: str, item_id: str, raw: bytes | bytearray | Path, *,
-        folder: str = "Inbox",
+        self, database: str, mailbox: str, item_id: str, raw: bytes | bytearray | Parts | Path,
+        *, folder: str = "Inbox",
     ) -> Written:  # fmt: skip
-        """Write the message `raw` (its bytes, or a file holding them) as item `item_id`
-        (created or replaced), as its bytes (PUT …/items/{id}/message): the node reads,
-        counts and stages them as they are; sent a slice at a time (`message_body`)."""
+        """Write the message `raw` (its bytes, their parts, or a file holding them) as item
+        `item_id` (created or replaced), as its bytes (PUT …/items/{id}/message): the node
+        reads, counts and stages them as they are; sent a slice at a time (`message_body`)."""
         _, body = await self.call(
             "PUT", database, f"/mailboxes/{mailbox}/items/{item_id}/message", message=raw,
             params={"folder": folder},

@@ -4,7 +4,8 @@ A body of FILE_FROM bytes or more is not a column of the queue's rows: it is wri
 file of its own, fsync'd, before the row that names it is committed (the directory fsync'd
 once per group commit, before it).  SQLite would write it twice (its WAL, then the queue's
 file at the checkpoint), through its pages, and hold a copy of it while it does; a file is
-written once, from the bytes as they came, and read back once per delivery.
+written once, from the bytes as they came, and read back for a delivery that does not send
+it from memory (`delivery.FreshBodies`: a message's first try, just after it was queued).
 
 The order that keeps an accepted message: file written and fsync'd, directory fsync'd, row
 committed, then the acknowledgement.  A file whose row was never committed (a kill before

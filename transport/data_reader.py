@@ -24,6 +24,13 @@ completed by reading exactly its missing bytes, which never reach past an end.
 
 The pieces are as they came (dot-stuffing on, lines unchecked): `mail_policy.Content`
 checks and unstuffs them.
+
+The search itself is `_Buffer.find`: the reader's buffer is made one (`_searched_by_dots`,
+asyncio's `StreamReader._buffer`, a private part asyncio has kept since 3.4).  An end has a
+dot, and most of a large message has none (base64): the dots are found by `memchr` and each
+looked at, rather than `bytes.find` of the end's five bytes, which steps through every byte
+and stops at every CRLF (0.49 ms of CPU a MiB of the bench's message against 0.014, in
+process, issue 49); past DENSE dots in one search (prose) it is `bytes.find` again.
 """
 
 from __future__ import annotations
@@ -33,6 +40,33 @@ from collections.abc import AsyncIterator
 
 END = b"\r\n.\r\n"
 MOST = 64 * 1024  # bytes of a piece at most (below dag_common.memory.MMAP_THRESHOLD)
+DENSE = 32  # dots looked at in one search, at most, before bytes.find takes it over
+
+
+class _Buffer(bytearray):
+    """A StreamReader's buffer whose search for END goes from dot to dot (see the module's
+    docstring); any other search is bytearray's."""
+
+    def find(self, sub, start=0, end=None, /):  # type: ignore[no-untyped-def, override]
+        if sub != END or end is not None or start < 0:
+            return super().find(sub, start) if end is None else super().find(sub, start, end)
+        find = super().find
+        at = find(b".", start + 2)  # the dot of an end beginning at `start` or later
+        for _ in range(DENSE):
+            if at < 0:
+                return -1
+            if self[at - 2 : at] == b"\r\n" and self[at + 1 : at + 3] == b"\r\n":
+                return at - 2
+            at = find(b".", at + 1)
+        # every end whose dot is before `at` ruled out: those beginning at `at - 2` or later
+        return -1 if at < 0 else find(END, at - 2)
+
+
+def _searched_by_dots(reader: asyncio.StreamReader) -> None:
+    """Make `reader`'s buffer a `_Buffer` (once; what it holds is kept)."""
+    buffer = getattr(reader, "_buffer", None)
+    if type(buffer) is bytearray:
+        reader._buffer = _Buffer(buffer)  # type: ignore[attr-defined]
 
 
 def _begun(data: bytes) -> int:
@@ -48,6 +82,7 @@ async def pieces(reader: asyncio.StreamReader, most: int = MOST) -> AsyncIterato
     """The content of a DATA, in pieces of at most `most` bytes (or the reader's limit and
     the end, if more): dot-stuffing still on, the CRLF of its last line included (an empty
     message: no piece).  asyncio.IncompleteReadError: the stream ended before the end."""
+    _searched_by_dots(reader)
     # Read and not given yet: the beginning of an end, perhaps.  At first the CRLF before
     # the content, which is not content (`skip`).
     held, skip = END[:2], 2

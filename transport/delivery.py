@@ -8,6 +8,16 @@ round trip and one fsync for many messages, which is how the transport keeps up 
 client writing items itself.  The node's client (`dag_common.node_client`) finds the
 database's active and follows a switchover.
 
+A message just queued from parts in memory (an LMTP or SMTP DATA, a `message/rfc822` post)
+is delivered from those parts, not read back from the queue: the queue's file and the body's
+file stay its durable copy, written and fsync'd before the sender's answer as ever, and
+anything not delivered from memory (a restart, a retry, a redelivery) is read from them.
+`FreshBodies` holds them until each of the message's deliveries has taken its first try,
+FRESH_BYTES at most (a message past it is read back as before): reading back a 1 MiB body
+from its file was 16 reads in a worker thread into freshly faulted pages, and a trip
+through the queue's writer thread for its row (~1 ms of the transport's CPU a MiB,
+issue 49).
+
 What a failure does is `retry.py`'s rule; a mailbox that failed waits on the monotonic
 clock before its next try, the others go on.  Durable state is `queue.QueueStore`'s: a
 delivery is marked Delivered only after the node acknowledged it (durable there), so a
@@ -21,7 +31,8 @@ import contextlib
 import dataclasses
 import logging
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from dag_common.api_types import item_id_for
@@ -29,8 +40,10 @@ from dag_common.clock import Clock
 from dag_common.config import DEFAULT_MEMORY_BUDGET
 from dag_common.errors import ClusterStoreError, NodeCallError
 from dag_common.memory import MemoryBudget
+from dag_common.message_body import Parts
 from dag_common.node_client import NodeStoreClient
-from transport.messages import Delivery
+from dag_common.rfc822 import BodyFormat
+from transport.messages import Delivery, Queued
 from transport.metrics import TransportMetrics
 from transport.queue import QueueStore, Stored
 from transport.retry import Failure, RetryPolicy, classify, next_try
@@ -42,6 +55,9 @@ BATCH_BYTES = 512 * 1024  # half of a default log file: a batch is never a spann
 # A message this large or larger is written as its bytes, alone (`_write`).
 RAW_FROM = 64 * 1024
 SWEEP_INTERVAL = 3600.0  # seconds between two sweeps of every dumpster
+# Bodies of messages just queued held for their first delivery, in bytes at most (and an
+# eighth of the memory budget at most): the bodies a burst's deliveries are about to send.
+FRESH_BYTES = 16 * 1024 * 1024
 
 
 class Directory(Protocol):
@@ -52,6 +68,78 @@ class FreshDirectory(Directory, Protocol):
     async def fresh(self, mailbox: str) -> str | None:
         """The directory's answer now, not one remembered."""
         ...
+
+
+@dataclass
+class _Fresh:
+    message_id: str
+    subject: str
+    format: BodyFormat
+    parts: Parts
+    size: int  # bytes of the parts
+    waiting: set[int]  # the deliveries (ids) that have not taken it yet
+    using: int = 0  # deliveries sending it now
+
+
+class FreshBodies:
+    """The bodies of messages just queued, for their deliveries' first try (see the module's
+    docstring): `limit` bytes at most, each let go once every delivery of its message has
+    taken it (or failed, or been given up) and finished with it."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self._bodies: dict[str, _Fresh] = {}
+
+    def keep(self, message: Queued, deliveries: list[Delivery]) -> bool:
+        """Hold `message`'s parts (its body as the queue wrote them) for `deliveries`;
+        False if it is not held (no parts: posted as text; past the limit)."""
+        size = message.length
+        if (
+            message.text is not None
+            or not deliveries
+            or self.held + size > self.limit
+            or message.message_id in self._bodies
+        ):
+            return False
+        self._bodies[message.message_id] = _Fresh(
+            message.message_id, message.subject, message.format, message.parts, size,
+            {d.id for d in deliveries},
+        )  # fmt: skip
+        self.held += size
+        return True
+
+    @contextlib.contextmanager
+    def take(self, batch: list[Delivery]) -> Iterator[dict[int, Stored]]:
+        """The bodies held for `batch`'s deliveries, by delivery id, as `Stored` (those not
+        held are absent), for as long as the block runs."""
+        taken: dict[int, tuple[_Fresh, Stored]] = {}
+        for d in batch:
+            fresh = self._bodies.get(d.message_id)
+            if fresh is not None and d.id in fresh.waiting:
+                fresh.waiting.discard(d.id)
+                fresh.using += 1
+                taken[d.id] = (fresh, Stored(d, fresh.subject, fresh.format, fresh.parts))
+        try:
+            yield {i: stored for i, (_, stored) in taken.items()}
+        finally:
+            for fresh, _ in taken.values():
+                fresh.using -= 1
+                self._settle(fresh)
+
+    def drop(self, batch: Iterable[Delivery]) -> None:
+        """`batch`'s deliveries will not take their bodies from here (a try failed before
+        it, or they were given up): read from the queue next time."""
+        for d in batch:
+            fresh = self._bodies.get(d.message_id)
+            if fresh is not None:
+                fresh.waiting.discard(d.id)
+                self._settle(fresh)
+
+    def _settle(self, fresh: _Fresh) -> None:
+        if not fresh.waiting and not fresh.using and self._bodies.get(fresh.message_id) is fresh:
+            del self._bodies[fresh.message_id]
+            self.held -= fresh.size
 
 
 class Deliverer:
@@ -72,6 +160,7 @@ class Deliverer:
         self._store = store
         # The bodies of deliveries in flight, at most (`TransportSettings.memory_budget`).
         self._memory = memory or MemoryBudget(DEFAULT_MEMORY_BUDGET)
+        self.fresh = FreshBodies(min(FRESH_BYTES, self._memory.limit // 8))
         self._directory = directory
         self._nodes = nodes
         self._policy = policy
@@ -136,6 +225,7 @@ class Deliverer:
                 await self._deliver(recipient, batch)
             except Exception:  # a bug or the queue's disk: put the batch back, say it
                 logger.exception("delivering %d messages to %s failed", len(batch), recipient)
+                self.fresh.drop(batch)
                 await self._back_off(recipient, batch, delay=self._policy.max_interval)
 
     def _take(self, waiting: deque[Delivery]) -> list[Delivery]:
@@ -166,8 +256,9 @@ class Deliverer:
             # memory budget: deliveries beyond it wait their turn.
             size = sum(d.size for d in batch)
             async with self._memory.share(size, f"a delivery to {recipient}", patient=True):
-                stored = await self._store.items(batch, files=len(batch) == 1)
-                await self._write(database, recipient, stored)
+                with self.fresh.take(batch) as fresh:
+                    stored = await self._stored(batch, fresh)
+                    await self._write(database, recipient, stored)
         except NodeCallError as exc:
             moved = False
             if exc.status == 404:  # no such mailbox there: has it moved?
@@ -194,6 +285,15 @@ class Deliverer:
         self._streak.pop(recipient, None)
         await self._release(recipient)
 
+    async def _stored(self, batch: list[Delivery], fresh: dict[int, Stored]) -> list[Stored]:
+        """`batch`'s messages: those held in memory as they are, the others read from the
+        queue (a message in a file, alone: as its file)."""
+        rest = [d for d in batch if d.id not in fresh]
+        if rest:
+            read = await self._store.items(rest, files=len(batch) == 1)
+            fresh = fresh | {s.delivery.id: s for s in read}
+        return [fresh[d.id] for d in batch]
+
     async def _write(self, database: str, recipient: str, stored: list[Stored]) -> None:
         """Write a batch's messages: a large message alone as its bytes, as queued (PUT
         …/message, which the node stages as they come, with no JSON to parse or text to
@@ -215,6 +315,7 @@ class Deliverer:
         self, recipient: str, batch: list[Delivery], failure: Failure, error: str
     ) -> None:
         self._metrics.failed.labels(str(failure)).inc()
+        self.fresh.drop(batch)
         streak = self._streak.get(recipient, 0) + 1
         self._streak[recipient] = streak
         now = self._clock.now().timestamp()

@@ -21,7 +21,9 @@ A DATA is read here rather than by aiosmtpd (`smtp_DATA`): aiosmtpd answers its 
 refusals once for an LMTP DATA where RFC 2033 wants one per recipient, takes bare LF as
 data, and holds a message's bytes outside the transport's memory budget.  Its other
 private parts used: `_handle_client` (to count and refuse a session before its greeting),
-`_timeout_cb` (to say 421 before an idle session is closed); aiosmtpd is pinned below 2.
+`_timeout_cb` (to say 421 before an idle session is closed), `_getaddr` (aiosmtpd's
+makes a `Protocol` class at each call, for its type checker alone: a class made for every
+MAIL and RCPT, issue 49); aiosmtpd is pinned below 2.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ import sqlite3
 import ssl
 from collections.abc import Callable
 from datetime import UTC
+from email._header_value_parser import get_addr_spec, get_angle_addr
+from email.errors import HeaderParseError
 from enum import StrEnum
 from typing import Any
 
@@ -305,6 +309,23 @@ class _Mail(SMTP):
 
     def _create_envelope(self) -> _Envelope:
         return _Envelope()
+
+    def _getaddr(self, arg: str) -> tuple[str | None, str | None]:
+        """aiosmtpd's `_getaddr` (an address of MAIL or RCPT and the rest of the line; None,
+        None: not one), without the class it makes at each call."""
+        if not arg:
+            return "", ""
+        try:
+            if arg.lstrip().startswith("<"):
+                address, rest = get_angle_addr(arg)
+            else:
+                address, rest = get_addr_spec(arg)
+        except HeaderParseError:
+            return None, None
+        addr = address.addr_spec
+        if self.local_part_limit and len(addr.rpartition("@")[0]) > self.local_part_limit:
+            return None, None
+        return addr, rest
 
     async def push(self, status: Any) -> None:
         text = status if isinstance(status, str) else bytes(status).decode("utf-8", "replace")

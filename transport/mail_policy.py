@@ -97,7 +97,67 @@ def too_large(size: int, limit: int, database: str) -> Reply:
 def lines_fault(block: bytes, *, stuffed: bool) -> Reply | None:
     """What is wrong with `block`, whole lines each ending in CRLF (or nothing): a bare CR
     or LF, or a line of more than MAX_LINE octets (`stuffed`: once its leading dot is
-    undone); None if nothing.  Bytes methods in C, never a line at a time in Python."""
+    undone); None if nothing.  Bytes methods in C, never a line at a time in Python.
+
+    A run of lines of one length (an attachment's base64 or quoted-printable: nearly all of
+    a large message) is checked by its columns (`_run`): where each line's CRLF is, that
+    they are there, and that no CR or LF is anywhere else.  Only the rest, the lines before
+    and after such runs, is cut into lines (`_lines_fault`): the bench's 1 MiB message cut
+    into its 13,800 lines was 1.56 ms of CPU, checked so 0.51 (in process, issue 49)."""
+    size = len(block)
+    end = _run(block, from_end=True)  # block[end:]: lines checked, none at fault
+    if end == 0:
+        return None
+    start = _run(block, from_end=False)  # block[:start]: the same
+    if start >= end:
+        return None
+    return _lines_fault(block[start:end] if start or end < size else block, stuffed=stuffed)
+
+
+# Lines of one length in a row, at least, for `_run` to take them by their columns.
+RUN = 8
+
+
+def _run(block: bytes, *, from_end: bool) -> int:
+    """Where the run of lines of one length that ends `block` (`from_end`) or begins it
+    ends, each of at most MAX_LINE octets and CRLF, with no CR or LF but theirs: the start
+    of the run (len(block): none), or its end (0: none).  A run of fewer than RUN lines is
+    none."""
+    size = len(block)
+    none = size if from_end else 0
+    if size < RUN * 4:
+        return none
+    # the last line's length or the first's, with its CRLF
+    width = size - block.rfind(b"\n", 0, size - 1) - 1 if from_end else block.find(b"\n") + 1
+    if not 2 < width <= MAX_LINE + 2:
+        return none
+    first = size % width if from_end else 0  # where the lines counted begin
+    with memoryview(block) as view:
+        crs = view[first + width - 2 :: width].tobytes()  # where each one's CR must be
+        lfs = view[first + width - 1 :: width].tobytes()
+        if from_end:
+            count = min(len(crs) - len(crs.rstrip(b"\r")), len(lfs) - len(lfs.rstrip(b"\n")))
+            start = size - count * width
+            if start and block[start - 1] != 0x0A:  # the line before goes on into it
+                count -= 1
+                start += width
+        else:
+            count = min(len(crs) - len(crs.lstrip(b"\r")), len(lfs) - len(lfs.lstrip(b"\n")))
+            start = 0
+        if count < RUN:
+            return none
+        stop = start + count * width
+        rest = bytearray(view[start:stop])
+    with memoryview(rest) as lines:  # their CRLFs blanked: no CR or LF is left
+        lines[width - 2 :: width] = bytes(count)
+        lines[width - 1 :: width] = bytes(count)
+    if rest.find(b"\r") >= 0 or rest.find(b"\n") >= 0:
+        return none
+    return start if from_end else stop
+
+
+def _lines_fault(block: bytes, *, stuffed: bool) -> Reply | None:
+    """`lines_fault`, line by line (each cut from `block`, in C)."""
     lines = block.split(b"\r\n")
     rest = b"".join(lines)  # what is left once every CRLF is gone: no CR, no LF
     if rest.find(b"\r") >= 0 or rest.find(b"\n") >= 0:

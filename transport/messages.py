@@ -80,13 +80,16 @@ def message_format(parts: tuple[bytes | bytearray, ...]) -> tuple[BodyFormat, in
     the size in UTF-8 of the body that format gives (what a node counts): as
     `rfc822.body_of_message` decides, without a text of the message.  ASCII, as nearly all
     mail is, is told by `bytes.isascii`; other bytes are decoded a slice at a time and
-    the text let go."""
+    the text let go (a part all ASCII, and no character begun before it, is not: a large
+    message's attachment, in base64, is ASCII whatever its text is)."""
     total = sum(map(len, parts))
     if all(p.isascii() for p in parts):
         return BodyFormat.MESSAGE, total
     decoder = codecs.getincrementaldecoder("utf-8")()
     try:
         for part in parts:
+            if part.isascii() and not decoder.getstate()[0]:  # no character cut before it
+                continue
             with memoryview(part) as view:  # its slices are views, not copies
                 for start in range(0, len(part), _CHECK):
                     decoder.decode(view[start : start + _CHECK])

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from dag_common.api_types import item_id_for
+from dag_common.message_body import Parts
 from dag_common.rfc822 import BodyFormat, message_bytes
 from transport.bodies import FILE_FROM, BodyFiles
 from transport.dumpster import Entry, evicted
@@ -107,10 +108,13 @@ _DELIVERY = (
 @dataclass(frozen=True)
 class Submitted:
     """What `submit` did: `new` False when the message id was already known (nothing
-    queued: a client's retry of a submission it did not hear answered)."""
+    queued: a client's retry of a submission it did not hear answered); `first`: the
+    message's row was inserted by this submission (its body is the one queued, not that of
+    an earlier submission under the same id)."""
 
     new: bool
     deliveries: list[Delivery]
+    first: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,15 +153,21 @@ class Stored:
     subject: str
     format: BodyFormat
     # Bytes as queued; text in a row of before bytes were kept; a message's file, not read
-    # (`QueueStore.items(files=True)`: sent from it a slice at a time).
-    body: bytes | str | Path
+    # (`QueueStore.items(files=True)`: sent from it a slice at a time); or the parts it was
+    # queued from, still in memory (`delivery.FreshBodies`).
+    body: bytes | str | Path | Parts
 
     @property
     def length(self) -> int:
-        return self.body.stat().st_size if isinstance(self.body, Path) else len(self.body)
+        if isinstance(self.body, Path):
+            return self.body.stat().st_size
+        if isinstance(self.body, tuple):
+            return sum(map(len, self.body))
+        return len(self.body)
 
-    def message(self) -> bytes | Path:
-        """The message's bytes, or its file (a message only): what `PUT …/message` sends."""
+    def message(self) -> bytes | Path | Parts:
+        """The message's bytes, its file or its parts (a message only): what `PUT
+        …/message` sends."""
         if isinstance(self.body, str):
             return message_bytes(self.body, self.format)
         return self.body
@@ -167,6 +177,8 @@ class Stored:
         which reads it from the message's headers (it refuses one that differs); a text
         item is sent as items always were, without a format."""
         body = self.body
+        if isinstance(body, tuple):
+            body = b"".join(body)
         if isinstance(body, bytes):
             body = body.decode("latin-1" if self.format is BodyFormat.MESSAGE_8BIT else "utf-8",
                                "surrogatepass")  # fmt: skip
@@ -365,7 +377,7 @@ class QueueStore:
             return Submitted(True, [
                 Delivery(int(i or 0), message.message_id, r, folder, size, 0, 0, now)
                 for i, r in zip(ids, todo, strict=True)
-            ])  # fmt: skip
+            ], first=not known)  # fmt: skip
 
         try:
             submitted = await self._run(work)

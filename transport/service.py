@@ -149,6 +149,8 @@ class Transport:
             raise
         if submitted.new:
             self.metrics.accepted.inc()
+            if submitted.first:  # its body is the one queued: delivered from memory
+                self._deliverer.fresh.keep(message, submitted.deliveries)
             await self._deliverer.add(submitted.deliveries)
         return submitted
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dag_common.memory import MMAP_THRESHOLD
-from transport.data_reader import MOST, pieces
+from transport.data_reader import DENSE, END, MOST, _Buffer, pieces
 
 NEXT = b"MAIL FROM:<a@x>\r\n"  # a client's next command, pipelined behind the end
 
@@ -83,3 +85,15 @@ async def test_a_large_content_arriving_in_large_reads_comes_in_pieces_of_at_mos
     got, left = await read(stream, list(range(part, len(stream), part)), 1 << 16)
     assert b"".join(got) == content and left == NEXT
     assert max(map(len, got)) <= MOST < MMAP_THRESHOLD
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from([b".", b"\r\n", b"x", b"\r", b"\n", END, b"." * DENSE]),
+                max_size=60),
+       st.integers(0, 200))  # fmt: skip
+def test_the_search_for_the_end_from_dot_to_dot_is_bytes_find(parts, start):
+    """The reader's buffer finds the end where `bytes.find` does, from any offset, however
+    many dots come before it (past DENSE it is `bytes.find` again)."""
+    data = b"".join(parts)
+    assert _Buffer(data).find(END, start) == data.find(END, start)
+    assert _Buffer(data).find(b"\r\n", start) == data.find(b"\r\n", start)

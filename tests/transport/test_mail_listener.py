@@ -53,6 +53,8 @@ class Lab:
     queue: Path
     directory: Directory
     metrics: TransportMetrics
+    store: QueueStore
+    deliverer: Deliverer
 
     def queued(self) -> dict[str, tuple[bytes, list[str]]]:
         """Message id -> (its bytes, its recipients), as the queue's file holds them."""
@@ -106,7 +108,7 @@ async def lab(tmp_path) -> AsyncIterator[Lab]:
         service = MailService(transport=transport, listener=listener, settings=settings,
                               credentials=lambda: credentials)  # fmt: skip
         servers += await service.start([sock])
-    yield Lab(ports, tmp_path / "queue.db", directory, metrics)
+    yield Lab(ports, tmp_path / "queue.db", directory, metrics, store, deliverer)
     for server in servers:
         server.close()
     store.close()
@@ -186,6 +188,40 @@ async def test_lmtp_answers_each_recipient_after_data(lab):
     ((stored, to),) = lab.queued().values()
     assert to == ["bob", "alice"] and stored.endswith(big)
     assert stored.startswith(TRACE + b"\tby hub1.test with LMTP id <big@example>; ")
+
+
+async def test_a_message_just_queued_is_held_for_its_deliveries_as_the_queue_holds_it(lab):
+    """What a delivery sends from memory is the message as queued, byte for byte, taken
+    once by each of its deliveries and then let go; a retry of its id that brings other
+    bytes is not held (the queue keeps the first); a message past the bound is read back."""
+    fresh = lab.deliverer.fresh
+    big = message("<big@example>", body=(b"QUJD" * 19 + b"\r\n") * 2000)  # a file's body
+    smtp = Client(lab.ports[Listener.SMTP])
+    assert (await smtp.run(lambda c: transaction(c, ["bob", "alice"], big)))[-1][0] == 250
+    ((stored, _),) = lab.queued().values()
+    deliveries = await lab.store.queued()
+    assert fresh.held == len(stored)
+    with fresh.take(deliveries[:1]) as taken:
+        (one,) = taken.values()
+        assert b"".join(one.message()) == stored and one.length == len(stored)
+        assert one.subject == "Hi" and one.item()["body"].encode() == stored
+        (read,) = await lab.store.items(deliveries[:1])
+        assert (one.subject, one.format) == (read.subject, read.format)
+        with fresh.take(deliveries[:1]) as again:
+            assert again == {}, "a delivery takes it once"
+    assert fresh.held == len(stored), "alice's delivery has not taken it yet"
+    fresh.drop(deliveries[1:])  # alice's try failed before it: read from the queue next time
+    assert fresh.held == 0
+    with fresh.take(deliveries) as taken:
+        assert taken == {}
+    # the same id again, other bytes, another recipient: queued with the first's bytes
+    other = message("<big@example>", body=b"other\r\n")
+    assert (await smtp.run(lambda c: transaction(c, ["dave@example.org"], other)))[-1][0] == 250
+    assert fresh.held == 0
+    fresh.limit = 200_000  # the bound (an eighth of the memory budget, 16 MiB at most)
+    huge = message("<huge@example>", body=(b"QUJD" * 19 + b"\r\n") * (fresh.limit // 78 + 1))
+    assert (await smtp.run(lambda c: transaction(c, ["bob"], huge)))[-1][0] == 250
+    assert fresh.held == 0 and lab.queued()["<huge@example>"][0].endswith(huge)
 
 
 def lmtp_transaction(conn, to, raw):

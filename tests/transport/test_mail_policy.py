@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from transport import mail_policy as policy
 from transport.messages import Queued
@@ -53,6 +55,59 @@ def test_content_fed_in_pieces_cut_anywhere_finds_the_same_fault(line, fault, wh
         assert c.end() == fault, cuts
         if fault is None:
             assert b"".join(kept) == unstuffed, cuts
+
+
+RUN = b"QUJD" * 19 + b"\r\n"  # an attachment's base64 line: 76 octets and CRLF
+
+
+@pytest.mark.parametrize(("line", "fault"), LINES)
+@pytest.mark.parametrize("where", ["first", "among others", "last", "in place of one"])
+def test_a_fault_in_a_run_of_lines_of_one_length_is_found(line, fault, where):
+    """A large message's lines are mostly of one length (its attachment's base64), which
+    `lines_fault` checks by their columns: a fault among them, at their edges, or in a line
+    of the same length is found as line by line."""
+    run = RUN * 40
+    block = {"first": line + run, "among others": run + line + run, "last": run + line,
+             "in place of one": run + (line * 78)[:76] + b"\r\n" + run}[where]  # fmt: skip
+    assert policy.lines_fault(block, stuffed=True) == policy._lines_fault(block, stuffed=True)
+    if where != "in place of one":
+        assert policy.lines_fault(block, stuffed=True) == fault
+
+
+@pytest.mark.parametrize(("width", "fault"), [
+    (998, None), (999, policy.LINE_TOO_LONG), (1000, policy.LINE_TOO_LONG),
+])  # fmt: skip
+@pytest.mark.parametrize("stuffed", [True, False])
+def test_a_run_of_lines_at_the_bound(width, fault, stuffed):
+    lines = b"x" * width + b"\r\n"
+    assert policy.lines_fault(lines * 20, stuffed=stuffed) == fault
+    dotted = b"." + b"x" * (width - 1) + b"\r\n"  # one octet less once unstuffed
+    assert policy.lines_fault(dotted * 20, stuffed=stuffed) == (
+        policy.LINE_TOO_LONG if width - stuffed > 998 else None
+    )
+
+
+_LINE = st.builds(
+    lambda width, fill, end: fill * width + end,
+    st.sampled_from([0, 1, 75, 76, 997, 998, 999]),
+    st.sampled_from([b"A", b".", b"\r", b"\n", b" "]),
+    st.sampled_from([b"\r\n", b"\r\n", b"\r\n", b"\n", b"\r", b""]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_LINE, st.integers(1, 30)), max_size=5),
+       st.integers(0, 10**6), st.sampled_from([b"", b"\r", b"\n", b"x", b"."]))  # fmt: skip
+def test_lines_fault_by_columns_is_the_line_by_line_check(runs, at, extra):
+    """Whatever the lines: runs of one line repeated, and one octet changed anywhere."""
+    block = bytearray(b"".join(line * n for line, n in runs))
+    if block:
+        block[at % len(block) : at % len(block) + 1] = extra
+    block = bytes(block)
+    for stuffed in (True, False):
+        assert policy.lines_fault(block, stuffed=stuffed) == policy._lines_fault(
+            block, stuffed=stuffed
+        )
 
 
 @pytest.mark.parametrize(("raw", "fault"), [
