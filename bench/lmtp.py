@@ -112,6 +112,11 @@ def process_stat(pid: int) -> tuple[float, int]:
     return cpu, int(fields[7]) + int(fields[9])
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) process `pid` has used (bench/node_messages.py's)."""
+    return process_stat(pid)[0]
+
+
 def load() -> str:
     one, five, _ = os.getloadavg()
     return f"load {one:.2f} (1 min), {five:.2f} (5 min)"
