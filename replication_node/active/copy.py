@@ -522,11 +522,11 @@ class ActiveCopy:
             # the file's modseqs are final unless AssignUids is held here; below the
             # folder's floor (the overlay's may be above the file's) every item is listed
             since = 0 if self.overlay.assigned or floor > since_modseq else since_modseq
-            name = self.overlay.file_name(mailbox, folder)
-            stored = self.db.folder_items(mailbox, name, since, tombstones=since_modseq > 0)
-            for row in self._file_rows(mailbox, stored):
-                if row.folder == folder:
-                    rows[row.item_id] = row
+            for name in self.overlay.file_names(mailbox, folder):
+                stored = self.db.folder_items(mailbox, name, since, tombstones=since_modseq > 0)
+                for row in self._file_rows(mailbox, stored):
+                    if row.folder == folder:
+                        rows[row.item_id] = row
         for (m, item_id), (_, row) in self.overlay.items.items():
             if m == mailbox:
                 rows.pop(item_id, None)

@@ -130,6 +130,24 @@ def renaming(names: Iterable[str], op: RenameFolder) -> dict[str, str] | None:
     return plan
 
 
+def named_before(renames: Iterable[tuple[int, str, str]], folder: str) -> set[str]:
+    """What `folder` was called before `renames` ((generation, old, new), in the order they
+    were made): every name they map to it, undone last first.  Mostly one; two where items
+    were already under the name a rename took: a name without a folder row of its own (an
+    item put into a folder never made) does not stop a rename to it (`renaming`), and those
+    items keep their name.  None for a name renamed away."""
+    names = {folder}
+    for _, old, new in reversed(list(renames)):
+        before = set()
+        for name in names:
+            if under(name, new):  # renamed to it from `old`
+                before.add(old + name[len(new) :])
+            if not under(name, old):  # or called so already, and left as it was
+                before.add(name)
+        names = before
+    return names
+
+
 def set_mailbox_row(row: MailboxRow, op: SetMailbox) -> MailboxRow:
     locked = row.locked if op.locked is None else op.locked
     soft_deleted = row.soft_deleted if op.soft_deleted is None else op.soft_deleted

@@ -78,6 +78,7 @@ from replication_node.storage.ops import (
     flags_after,
     item_row,
     mailbox_row,
+    named_before,
     renaming,
     reserved_folder,
     reserved_mailbox,
@@ -178,13 +179,9 @@ class LlrOverlay:
                 folder = new + folder[len(old) :]
         return folder
 
-    def file_name(self, mailbox: str, folder: str) -> str:
-        """The name in the file of what is `folder` now (the renames undone, last first); the
-        file's rows of that name that are in `folder` now are those `renamed` maps to it."""
-        for _, old, new in reversed(self.renames.get(mailbox, ())):
-            if under(folder, new):
-                folder = old + folder[len(new) :]
-        return folder
+    def file_names(self, mailbox: str, folder: str) -> set[str]:
+        """The names in the file of what is `folder` now (`ops.named_before`)."""
+        return named_before(self.renames.get(mailbox, ()), folder)
 
     def current_item(self, db: FileRows, mailbox: str, item_id: str) -> ItemRow | None:
         """An item as the overlay over the file has it; a row of the file without its body

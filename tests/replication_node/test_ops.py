@@ -5,6 +5,8 @@ operations, whatever they are (property-based, real SQLite)."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -177,9 +179,28 @@ def test_reads_merging_the_overlay_over_the_file_are_the_whole_history(
     """The active's reads (`ActiveCopy`: the file holding the first generations, the overlay
     the rest) equal a file that has every generation, mailboxes removed and made again
     included."""
-    txns = numbered(generations)
     flushed = data.draw(st.integers(0, len(generations)))
-    folder = tmp_path_factory.mktemp("merge")
+    _reads_equal_the_whole_history(tmp_path_factory.mktemp("merge"), generations, flushed)
+
+
+def test_a_folder_renamed_to_a_name_items_of_the_file_already_have_lists_both(tmp_path):
+    """Found by the property above (CI, 2026-11-30): an item put into a folder never made
+    leaves no folder row, so a rename to that name is allowed and leaves the item where it
+    is. The overlay read that folder from the file under the renamed folder's old name only,
+    and the item was missing from its folder's listing until the LLR flush."""
+    put = {"op": "put_item", "mailbox": "bob", "item_id": "i0", "folder": "Projects"}
+    generations = [
+        [[{"op": "create_mailbox", "mailbox": "bob", "display_name": ""}]],
+        [[{**put, "subject": "", "body": "x"}]],
+        [[{"op": "rename_folder", "mailbox": "bob", "folder": "Inbox", "to": "Projects"}]],
+    ]
+    _reads_equal_the_whole_history(tmp_path, generations, flushed=2)
+
+
+def _reads_equal_the_whole_history(
+    folder: Path, generations: list[list[list[dict[str, Any]]]], flushed: int
+) -> None:
+    txns = numbered(generations)
 
     def database(name: str, through: int) -> Database:
         db = Database.create(
