@@ -11,6 +11,7 @@ from dag_common.clock import ManualClock
 from dag_common.model import Position
 from replication_node.log.blocks import Block, BlockFeed, FeedBehind
 from replication_node.storage.idle_memory import Holders, IdleMemory, IdleState, release_due
+from tests.cluster_harness import wait_until
 
 
 @pytest.mark.parametrize(
@@ -69,15 +70,17 @@ async def test_quiet_ticks_after_a_release_trim_the_heap_and_writes_hold_it_off(
     idle = IdleMemory(holders=lambda: holders, clock=clock, interval=5.0)
     task = asyncio.create_task(idle.run())
 
+    def asleep() -> bool:
+        return bool(clock.pending_sleeps())
+
     async def tick() -> tuple[int, int]:
         await clock.advance(5.0)
-        while not clock.pending_sleeps():  # its release or trim, in a worker thread
-            await asyncio.sleep(0.001)
+        # its release or trim runs in a worker thread; then it sleeps to the next tick
+        await wait_until("the idle task asleep after its tick", asleep, timeout=30)
         return idle.releases, idle.trims
 
     try:
-        while not clock.pending_sleeps():
-            await asyncio.sleep(0.001)
+        await wait_until("the idle task asleep", asleep, timeout=30)
         assert [await tick() for _ in range(3)] == [(0, 0), (1, 0), (1, 1)]
         await feed.publish(blocks(1, 2, 100))  # a write
         assert await tick() == (1, 1), "written since the last tick: neither"

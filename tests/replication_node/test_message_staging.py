@@ -23,6 +23,7 @@ from replication_node.active.message_staging import PART, PART_BUFFERS
 from replication_node.errors import StagedBodyLost
 from replication_node.log.body import BodyReader
 from replication_node.storage.idle_memory import Holders, IdleMemory
+from tests.cluster_harness import wait_until
 from tests.replication_node.helpers import body_of, mount
 
 MiB = 1 << 20
@@ -167,9 +168,10 @@ async def test_messages_staged_at_once_reuse_every_buffer_until_the_node_goes_qu
     idle = IdleMemory(holders=lambda: holders, clock=clock, interval=5.0)
     task = asyncio.create_task(idle.run())
     try:
-        while idle.releases == 0:  # quiet: a tick to mark, the next to release
+        for _ in range(2):  # quiet: a tick to mark, the next to release
+            await wait_until("the idle task asleep", lambda: bool(clock.pending_sleeps()))
             await clock.advance(5.0)
-            await asyncio.sleep(0.01)
+        await wait_until("the node's idle release", lambda: idle.releases == 1)
         assert PART_BUFFERS.kept == 0
     finally:
         task.cancel()
