@@ -539,17 +539,18 @@ def accepted_credentials(
     # The files named by the config as it stood at its stamp (inode, size, mtime): read and
     # parsed again only once that changes, not at every look (every 2 s: 14 ms of a node's
     # CPU each, a YAML parse and the config's validation; issue 49's profile of the active).
-    named: list[tuple[object, list[Path]]] = []
+    named: tuple[tuple[int, int, int] | None, list[Path]] | None = None
 
     def files() -> list[Path]:  # the config itself too: a credential added to it counts
+        nonlocal named
         stamp = _stamp(Path(config_path))
-        if named and named[0][0] == stamp:
-            return named[0][1]
+        if named is not None and named[0] == stamp:
+            return named[1]
         try:
             found = [Path(config_path), *credential_files(config(), node)]
         except ConfigError:  # being rewritten: its change is seen on the next look
             return [Path(config_path)]
-        named[:] = [(stamp, found)]  # a change after the stamp: seen at the next look
+        named = (stamp, found)  # a change after the stamp: seen at the next look
         return found
 
     return Accepted(lambda: load_credentials(config()), files, on_reload=on_reload)
