@@ -122,12 +122,25 @@ def body_text_sql(conn: sqlite3.Connection) -> tuple[str, str]:
     """`BODY_TEXT` and `ITEMS` for the file `conn` reads as it is now: before
     `body_migration` has run (the digest is added up before it, and a scrub reads any file)
     a file may have no `bodies` yet, and bodies in a `body_blob` column."""
+    have_bodies, body_blob = _layout(conn)
+    terms = ["CAST(data AS TEXT)"] if have_bodies else []
+    if body_blob:
+        terms.append("CAST(body_blob AS TEXT)")
+    text = f"coalesce({', '.join([*terms, 'body'])})" if terms else "body"
+    return text, ITEMS if have_bodies else "items"
+
+
+def migrated(conn: sqlite3.Connection) -> bool:
+    """Whether the file `conn` reads keeps its bodies as this module says (`bodies`, no
+    `body_blob` column): `body_text_sql` reads any other."""
+    have_bodies, body_blob = _layout(conn)
+    return have_bodies and not body_blob
+
+
+def _layout(conn: sqlite3.Connection) -> tuple[bool, bool]:
+    """Whether the file has `bodies`, and whether its items have `body_blob`."""
     have_bodies = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type='table' AND name='bodies'"
     ).fetchone()
     columns = {row[1] for row in conn.execute("PRAGMA table_info(items)")}
-    terms = ["CAST(data AS TEXT)"] if have_bodies else []
-    if "body_blob" in columns:
-        terms.append("CAST(body_blob AS TEXT)")
-    text = f"coalesce({', '.join([*terms, 'body'])})" if terms else "body"
-    return text, ITEMS if have_bodies else "items"
+    return have_bodies is not None, "body_blob" in columns

@@ -15,6 +15,7 @@ shows, and so does a hash changed with it.
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 
 from dag_common.mailbox_digest import (
@@ -22,10 +23,11 @@ from dag_common.mailbox_digest import (
     body_hash,
     folder_term,
     item_term,
+    item_term_of_hash,
     mailbox_term,
     to_hex,
 )
-from replication_node.storage.bodies import body_text_sql
+from replication_node.storage.bodies import ITEMS, PART, body_text_sql, migrated
 
 DIGEST_SCHEMA = """
 CREATE TABLE IF NOT EXISTS db_digest(id INTEGER PRIMARY KEY CHECK (id = 1), digest TEXT NOT NULL);
@@ -38,15 +40,44 @@ _OLD_TRIGGERS = (
 
 
 def recompute_digest(conn: sqlite3.Connection) -> int:
-    """The content digest added up from the rows themselves (the bodies hashed again)."""
+    """The content digest added up from the rows themselves (the bodies hashed again).
+
+    A body kept apart (`bodies.py`) is hashed from its bytes a part at a time, through
+    incremental BLOB I/O: read as a value, SQLite and Python would each hold it whole, 60 MB
+    for a 30 MiB body, in the node itself when a passive checks its file before replay
+    (`scrub.check_in_thread`)."""
+    if not migrated(conn):
+        # a file from before `bodies` (or with `body_blob`): added up before its bodies are
+        # moved (`body_migration.py`), and a scrub reads any file
+        body, items = body_text_sql(conn)
+        rows = conn.execute(
+            f"SELECT mailbox, item_id, folder, subject, {body}, format FROM {items} "
+            "WHERE deleted = 0"
+        )
+        return (sum(item_term(*row) for row in rows) + _other_terms(conn)) % MODULUS
     total = 0
-    # wherever this file keeps its bodies: a file from before `bodies` is added up before
-    # they are moved (`body_migration.py`), and a scrub reads any file
-    body, items = body_text_sql(conn)
-    for row in conn.execute(
-        f"SELECT mailbox, item_id, folder, subject, {body}, format FROM {items} WHERE deleted = 0"
+    for mailbox, item_id, folder, subject, small, fmt, apart in conn.execute(
+        "SELECT mailbox, item_id, folder, subject, CASE WHEN bodies.rowid IS NULL THEN body "
+        f"END, format, bodies.rowid FROM {ITEMS} WHERE deleted = 0"
     ):
-        total += item_term(*row)
+        digest = body_hash(small) if apart is None else _blob_hash(conn, apart)
+        total += item_term_of_hash(mailbox, item_id, folder, subject, digest, fmt)
+    return (total + _other_terms(conn)) % MODULUS
+
+
+def _blob_hash(conn: sqlite3.Connection, rowid: int) -> str:
+    """SHA-256 (hex) of the bytes of the body apart at `rowid`, read `PART` at a time: the
+    hash `body_hash` gives its text (the file's text is its UTF-8)."""
+    h = hashlib.sha256()
+    with conn.blobopen("bodies", "data", rowid, readonly=True) as blob:
+        while part := blob.read(PART):
+            h.update(part)
+    return h.hexdigest()
+
+
+def _other_terms(conn: sqlite3.Connection) -> int:
+    """The mailboxes' and the folders' terms."""
+    total = 0
     for row in conn.execute("SELECT mailbox, display_name, locked, soft_deleted FROM mailboxes"):
         total += mailbox_term(*row)
     for row in conn.execute("SELECT mailbox, folder FROM folders"):

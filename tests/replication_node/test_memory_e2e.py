@@ -79,10 +79,15 @@ async def mounted(c: LocalCluster) -> None:
 
 
 async def replayed(c: LocalCluster) -> None:
+    """mbx2's copy seeded, checked and replaying (Healthy), and within a generation of the
+    active.  Healthy first: a copy not seeded yet has its markers at 0, within a generation
+    of a new active's, and a rest measured then counts its seed and its start check."""
+
     async def caught_up() -> bool:
         active = (await c.status("mbx1"))["DB1"]
         passive = (await c.status("mbx2"))["DB1"]
-        return passive["last_log_replayed"] >= active["last_log_generated"] - 1
+        healthy = passive["status"] == "Healthy"
+        return healthy and passive["last_log_replayed"] >= active["last_log_generated"] - 1
 
     await wait_until("mbx2 replayed DB1", caught_up, timeout=120)
 
