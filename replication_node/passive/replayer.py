@@ -129,9 +129,16 @@ def read_batch(
     digests: list[ContentDigest] = []
     close_time: datetime | None = None
 
+    paths: dict[int, Path] = {}  # each generation's, made once: looked up for every part
+
     def path(gen: int) -> Path:
-        found = where.get(gen) if where is not None else None
-        return found or log_dir / closed_log_name(gen)
+        found = paths.get(gen)
+        if found is None:
+            found = (where.get(gen) if where is not None else None) or (
+                log_dir / closed_log_name(gen)
+            )
+            paths[gen] = found
+        return found
 
     # Each generation is read and verified once for the replay: a body's parts are in the
     # generation that commits it and the ones before (this batch's or the last one's), which
