@@ -6,8 +6,9 @@ operator's dismount, the quiesce of a switchover (`switchover.py`).  Holds what 
 the `MailboxStore` that turns requests into operations, the idle log roller, the log share
 passive copies pull from (`share.py`), the log truncation (`truncator.py`), and its record
 in the cluster store (`publication.py`): each open log's first commit is announced, with
-the change-number ceiling, before it is acknowledged (`publish_open_log`), and each closed
-generation is published as LastLogGenerated.  And its lease on the role (`lease.py`): taken
+the change-number ceiling, before it is acknowledged (`publish_open_log`), and the closed
+generations are published as LastLogGenerated (`_publish_closes`: at most every
+PUBLISH_EVERY while they close, the last one always).  And its lease on the role (`lease.py`): taken
 before each mount, renewed while mounted, checked before each commit is answered; lost, the
 copy dismounts; released at a switchover's quiesce and at a clean dismount.
 
@@ -70,6 +71,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# LastLogGenerated is published at most this often while generations close (`_publish_closes`).
+PUBLISH_EVERY = 1.0
+
 
 class ActiveInstance:
     """A mounted database copy on this node."""
@@ -107,6 +111,7 @@ class ActiveInstance:
         self.error: str | None = None
         self.last_close_time: datetime | None = None
         self._mount_tasks: list[asyncio.Task[None]] = []  # the idle roller and the watch
+        self._closes = asyncio.Event()  # a generation closed since LastLogGenerated was published
         self.dismounted_by_operator = False
         # A mount (crash recovery, opening the files) is under way: not mounted yet, not failed.
         self.mounting = False
@@ -251,6 +256,7 @@ class ActiveInstance:
             asyncio.create_task(self._watch(stream), name=f"watch {self.database}"),
             asyncio.create_task(self.lease.run(), name=f"lease {self.database}"),
             asyncio.create_task(self._watch_lease(stream), name=f"watch-lease {self.database}"),
+            asyncio.create_task(self._publish_closes(), name=f"publish {self.database}"),
         ]
         await self.publish()
         recovered = self.copy.stream.open_commits
@@ -484,7 +490,22 @@ class ActiveInstance:
 
     async def _closed(self, event: ClosedGeneration) -> None:
         await self.share.notify()
-        await self.publish()
+        self._closes.set()
+
+    async def _publish_closes(self) -> None:
+        """LastLogGenerated published once generations closed, at most every PUBLISH_EVERY:
+        the latest then, the last one of a burst always.  Each is a write to the cluster
+        store (a SQLite transaction with fsync, or an etcd round of consensus); published at
+        each close it was one a MiB written (issue 49's profile of 1 MiB messages).  What
+        it is read for does not wait on it: a failover counts the lost logs from the open
+        generation announced before each generation's first acknowledgement, and from what
+        the copies heard (`mount_policy.generations_at_risk`: LastLogGenerated "may miss the
+        last" roll already); a roll asked for (`roll`) and a dismount publish at once."""
+        while True:
+            await self._closes.wait()
+            self._closes.clear()
+            await self.publish()
+            await self._clock.sleep(PUBLISH_EVERY)
 
     async def publish_open_log(self, generation: int, ceiling: int) -> bool:
         """Announce that the open log `generation` holds a commit (the stream awaits this
