@@ -514,7 +514,7 @@ def credential_files(config: ClusterConfig, node: str | None = None) -> list[Pat
     return files
 
 
-def file_stamp(path: Path) -> tuple[int, int, int] | None:
+def _stamp(path: Path) -> tuple[int, int, int] | None:
     """What changes when `path` is written or replaced (None: it cannot be looked at)."""
     try:
         st = path.stat()
@@ -543,7 +543,7 @@ def accepted_credentials(
 
     def files() -> list[Path]:  # the config itself too: a credential added to it counts
         nonlocal named
-        stamp = file_stamp(Path(config_path))
+        stamp = _stamp(Path(config_path))
         if named is not None and named[0] == stamp:
             return named[1]
         try:

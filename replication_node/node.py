@@ -18,7 +18,7 @@ import aiohttp
 
 from dag_common.clock import Clock
 from dag_common.cluster_store.interface import ActivationCause, ClusterStore
-from dag_common.config import ClusterConfig, file_stamp, load_config
+from dag_common.config import ClusterConfig, load_config
 from dag_common.credentials import Credentials, cluster_only
 from dag_common.errors import ConfigError
 from dag_common.memory import MemoryBudget
@@ -96,7 +96,6 @@ class Node:
         self._clock = clock
         self.cluster_store = cluster_store
         self._config_path = config_path
-        self._config_stamp: tuple[int, int, int] | None = None  # the config's when last read
         self._config_refresh = config_refresh
         self._instances: dict[str, ActiveInstance | PassiveCopy] = {}
         self._specs: dict[str, InstanceSpec] = {}
@@ -224,13 +223,9 @@ class Node:
         """The seeds' configupdater: re-read the config and reconcile every period."""
         while True:
             await self._clock.sleep(self._config_refresh)
-            # Parsed again only when the file changed (inode, size, mtime): a YAML parse and
-            # the config's validation are ~14 ms of the node's CPU, at every period.
-            stamp = None if self._config_path is None else file_stamp(Path(self._config_path))
-            if stamp is not None and stamp != self._config_stamp:
+            if self._config_path is not None:
                 try:
                     self.config = load_config(self._config_path)
-                    self._config_stamp = stamp
                 except ConfigError as exc:
                     logger.error("config reload failed, keeping the running config: %s", exc)
             try:
