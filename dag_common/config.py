@@ -544,7 +544,10 @@ def accepted_credentials(
     def files() -> list[Path]:  # the config itself too: a credential added to it counts
         nonlocal named
         stamp = _stamp(Path(config_path))
-        if named is not None and named[0] == stamp:
+        # A file named gone is looked for again: a relative path is resolved through symlinks
+        # when the config is read, and a secret rotated by swapping one (as a Kubernetes
+        # volume is) leaves the old target deleted and the new one under another name.
+        if named is not None and named[0] == stamp and all(p.exists() for p in named[1]):
             return named[1]
         try:
             found = [Path(config_path), *credential_files(config(), node)]

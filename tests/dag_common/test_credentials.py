@@ -179,3 +179,46 @@ def test_a_service_may_accept_a_secret_by_its_digest_without_holding_it(tmp_path
     accepted = load_credentials(cfg)
     assert accepted.identify(A).name == "ops"
     assert accepted.identify(f"sha256:{hashlib.sha256(A.encode()).hexdigest()}") is None
+
+
+async def test_a_secret_rotated_by_a_symlink_swap_is_followed_each_time(tmp_path, monkeypatch):
+    # As a Kubernetes secret volume rotates: `secrets` is a symlink to a directory of the
+    # current version, swapped for a new one and the old one deleted.  The config names the
+    # file by a relative path, resolved through the symlink when the config is read: each
+    # rotation must be followed, not only the first (the files watched are named again once
+    # one of them is gone, not only when the config changes).
+    monkeypatch.delenv("DG_AUTH_TOKEN", raising=False)
+    C = "c-secret-of-sixteen-or-more"
+
+    def version(name: str, secret: str) -> None:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "nodes").write_text(f"{secret}\n")
+        (tmp_path / "next").symlink_to(name)
+        os.replace(tmp_path / "next", tmp_path / "secrets")
+
+    version("..v1", A)
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        "cluster: c\n"
+        "nodes: [{name: n1, site: s, url: 'http://h:1', data_dir: d}]\n"
+        "credentials: [{name: nodes, roles: [replication], file: secrets/nodes}]\n"
+    )
+    accepted = accepted_credentials(path)
+    assert accepted().identify(A)
+
+    turns = 0
+
+    async def two_looks(_: float) -> None:  # the watch's interval: two looks, then stop
+        nonlocal turns
+        turns += 1
+        if turns % 3 == 0:
+            raise asyncio.CancelledError
+
+    for old, new, secret in (("..v1", "..v2", B), ("..v2", "..v3", C)):
+        version(new, secret)
+        for leftover in (tmp_path / old).iterdir():
+            leftover.unlink()
+        (tmp_path / old).rmdir()
+        with pytest.raises(asyncio.CancelledError):
+            await accepted.watch(two_looks)
+        assert accepted().identify(secret), f"the secret of {new} accepted"
