@@ -9,11 +9,18 @@ Inside it a SIGTERM (a `kill`, `timeout`) ends the run as an exception does, so 
 `finally` blocks stop the nodes, transports and servers it started: before, a terminated
 `bench/lmtp.py` left its two nodes and its transport running for an hour, one still
 replaying, skewing every run after it.
+
+One run at a time in a directory: a second run given the same `--dir` is refused at once (its
+lock, `<dir>.lock`, is held), before it wipes anything.  Before, it wiped the first run's
+cluster under its running nodes and failed on its own `mkdir`, and the first waited an hour for
+deliveries its deleted queue could no longer make.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
+import os
 import shutil
 import signal
 import threading
@@ -42,14 +49,28 @@ def work_dir(args: argparse.Namespace) -> Iterator[Path]:
     (also when the run fails: `--keep` is how to look at a failed run's files).  A SIGTERM
     meanwhile is a SystemExit (exit 143), so the run's own clean-up runs (see the module)."""
     base = Path(args.dir).resolve()
-    shutil.rmtree(base, ignore_errors=True)
-    base.mkdir(parents=True)
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminated) if main else None
+    base.parent.mkdir(parents=True, exist_ok=True)
+    lock = os.open(base.with_name(base.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        yield base
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(lock, 32, 0).decode(errors="replace").strip() or "?"
+            raise SystemExit(
+                f"{base} is in use by another run (pid {holder}): wait for it, or give --dir"
+            ) from None
+        os.ftruncate(lock, 0)
+        os.pwrite(lock, f"{os.getpid()}\n".encode(), 0)
+        shutil.rmtree(base, ignore_errors=True)
+        base.mkdir(parents=True)
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _terminated) if main else None
+        try:
+            yield base
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous)
+            if not args.keep:
+                shutil.rmtree(base, ignore_errors=True)
     finally:
-        if main:
-            signal.signal(signal.SIGTERM, previous)
-        if not args.keep:
-            shutil.rmtree(base, ignore_errors=True)
+        os.close(lock)  # the lock with it; the small file stays, for the next run to take

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -98,3 +99,31 @@ def test_a_bench_work_dir_is_removed_unless_kept(tmp_path, keep):
         raise RuntimeError("the run fails")
     assert where.exists() is keep
     assert parser.parse_args([]).dir == str(tmp_path / "default")
+
+
+def test_a_second_run_in_the_same_work_dir_is_refused_and_wipes_nothing(tmp_path):
+    """bench/workdir.py: while a run holds its directory, another given the same `--dir`
+    stops at once with one line naming it, and the first run's files stay."""
+    import argparse
+
+    from bench.workdir import add_work_dir, work_dir
+
+    parser = argparse.ArgumentParser()
+    add_work_dir(parser, str(tmp_path / "work"))
+    args = parser.parse_args([])
+    with work_dir(args) as base:
+        (base / "cluster").write_text("the first run's")
+        second = subprocess.run(
+            [sys.executable, "-c", "import argparse, sys\n"
+             "from bench.workdir import add_work_dir, work_dir\n"
+             "p = argparse.ArgumentParser(); add_work_dir(p, sys.argv[1])\n"
+             "with work_dir(p.parse_args([])): pass\n", str(base)],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert second.returncode == 1, second
+        assert second.stderr.strip().splitlines() == [
+            f"{base} is in use by another run (pid {os.getpid()}): wait for it, or give --dir"
+        ]
+        assert (base / "cluster").read_text() == "the first run's"
+    with work_dir(args) as base:  # free again once the first ended
+        assert not (base / "cluster").exists()
