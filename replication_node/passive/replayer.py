@@ -134,10 +134,7 @@ def read_batch(
     def path(gen: int) -> Path:
         found = paths.get(gen)
         if found is None:
-            found = (where.get(gen) if where is not None else None) or (
-                log_dir / closed_log_name(gen)
-            )
-            paths[gen] = found
+            found = paths[gen] = (where or {}).get(gen) or log_dir / closed_log_name(gen)
         return found
 
     # Each generation is read and verified once for the replay: a body's parts are in the
