@@ -29,7 +29,7 @@ import ctypes
 import ctypes.util
 import logging
 from asyncio import selector_events, sslproto
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +43,16 @@ _M_ARENA_MAX = -8
 MMAP_THRESHOLD = 128 * 1024
 # Free memory at the top of the heap past this is given back at once (glibc's default too).
 TRIM_THRESHOLD = 128 * 1024
+# A busy process's heap (`busy_heap`), one that gives it back itself once quiet
+# (`trim_when_quiet`): blocks up to HEAP_BLOCKS come from the heap (two generations of the
+# seeds' 1 MiB log files, a message's parts and reads, with room), HEAP_TOP is kept free at
+# its top, and every thread shares one arena (`malloc_trim` gives back the free top of the
+# main one only).  Why, and what it saves: `replication_node/storage/idle_memory.py`.
+HEAP_BLOCKS = 2 * 1024 * 1024
+HEAP_TOP = 16 * 1024 * 1024
+HEAP_ARENAS = 1
+# How long a process must have done nothing before `trim_when_quiet` trims its heap.
+QUIET = 5.0
 
 
 def bound_allocator(
@@ -79,6 +89,34 @@ def bound_allocator(
     if not ok:
         logger.info("the C library did not take mallopt: freed large blocks may be kept")
     return ok
+
+
+def busy_heap() -> bool:
+    """`bound_allocator` for a process that takes and frees blocks of about a megabyte all
+    the time and trims its heap itself once quiet (HEAP_BLOCKS, HEAP_TOP, HEAP_ARENAS)."""
+    return bound_allocator(mmap_threshold=HEAP_BLOCKS, trim_threshold=HEAP_TOP, arenas=HEAP_ARENAS)
+
+
+async def trim_when_quiet(
+    activity: Callable[[], object],
+    sleep: Callable[[float], Awaitable[None]],
+    *,
+    every: float = QUIET,
+) -> None:
+    """Every `every` seconds, give the heap's free memory back (`trim_heap`, in a thread) if
+    `activity()` is what it was at the last look: what a `busy_heap` keeps (up to HEAP_TOP,
+    and the free pages inside) goes back to the kernel once the process is quiet, at the
+    cost of a millisecond or so a look while it stays quiet, and nothing while busy."""
+    last: object = _NEVER
+    while True:
+        await sleep(every)
+        mark = activity()
+        if mark == last:
+            await asyncio.to_thread(trim_heap)
+        last = mark
+
+
+_NEVER = object()
 
 
 def trim_heap() -> bool:
@@ -193,6 +231,7 @@ class MemoryBudget:
         self.wait = wait
         self.in_use = 0
         self.refused = 0
+        self.granted = 0  # shares granted so far (taken or acquired): moves with every body
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     @property
@@ -213,6 +252,7 @@ class MemoryBudget:
                 return
             self._waiters.pop(0)
             self.in_use += size
+            self.granted += 1
             fut.set_result(None)
 
     async def acquire(self, size: int, what: str, *, patient: bool = False) -> None:
@@ -220,6 +260,7 @@ class MemoryBudget:
         takes); `Overloaded` then."""
         if not self._waiters and self._fits(size):
             self.in_use += size
+            self.granted += 1
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((size, fut))
@@ -251,6 +292,7 @@ class MemoryBudget:
         """Count `size` bytes already held (what a read turned out to hold), without waiting:
         work that asks next waits for them to be given back."""
         self.in_use += size
+        self.granted += 1
 
     def release(self, size: int) -> None:
         """Give back `size` bytes taken with `acquire` or `take`."""

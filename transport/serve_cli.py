@@ -17,7 +17,7 @@ from dag_common.config import accepted_credentials, load_config, load_token
 from dag_common.event_loop import EventLoop, run, running
 from dag_common.exclusive import bind_port, lock_directory
 from dag_common.http_client import client_session
-from dag_common.memory import MemoryBudget, bound_allocator
+from dag_common.memory import MemoryBudget, busy_heap, trim_when_quiet
 from dag_common.memory_metrics import watch_memory
 from dag_common.node_client import NodeStoreClient
 from transport.app import build_app
@@ -104,11 +104,19 @@ async def _serve(config_path: Path, name: str, listen_host: str | None) -> int:
             loop.add_signal_handler(sig, stop.set)
         loop.add_signal_handler(signal.SIGHUP, accepted.reload)  # credentials rotated
         watching = asyncio.create_task(accepted.watch(clock.sleep), name="credentials")
+
+        # What its heap keeps while busy (`busy_heap`, below) given back once no body has
+        # been taken for a while: every submission and delivery takes its share of `memory`.
+        def taken() -> object:  # moves with every body a submission or a delivery takes
+            return memory.granted, memory.in_use
+
+        trimming = asyncio.create_task(trim_when_quiet(taken, clock.sleep), name="trim")
         await asyncio.wait(
             [asyncio.ensure_future(stop.wait()), delivering], return_when=asyncio.FIRST_COMPLETED
         )
         logger.info("transport %s stopping", name)
         watching.cancel()
+        trimming.cancel()
     finally:
         for server in servers:  # no new mail sessions; a message not yet answered 250 is
             server.close()  # the MTA's to send again
@@ -130,7 +138,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     )
     # aiosmtpd logs every command line at INFO (an AUTH's credentials among them)
     logging.getLogger("mail.log").setLevel(logging.WARNING)
-    bound_allocator()  # freed bodies back to the kernel (dag_common/memory.py)
+    # Bodies' blocks up to a couple of MiB from the heap, kept there while busy and given back
+    # when quiet (`trim_when_quiet` in `_serve`): a fresh mapping per block was 100-170 page
+    # faults a MiB delivered, ~7 % of the transport's CPU (issue 49; bench/README.md).
+    busy_heap()
     # uvloop: a small message's hop costs a fifth less CPU on it (dag_common/event_loop.py)
     return run(_serve(Path(args.config), args.name, args.listen_host), default=EventLoop.UVLOOP)
 

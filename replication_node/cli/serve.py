@@ -27,13 +27,12 @@ from dag_common.echo import quoted
 from dag_common.errors import ConfigError
 from dag_common.event_loop import EventLoop, run, running
 from dag_common.exclusive import bind_port, lock_directory
-from dag_common.memory import bound_allocator
+from dag_common.memory import busy_heap
 from replication_node.audit import AUDIT_FILE, AuditLog
 from replication_node.cli.supervisor import NodeSlot, last_line, restartable, why_exited
 from replication_node.http.app import build_app
 from replication_node.metrics import NodeMetrics
 from replication_node.node import Node
-from replication_node.storage.idle_memory import HEAP_ARENAS, HEAP_BLOCKS, HEAP_TOP
 from replication_node.taskdump import TASK_DUMP_END, describe_tasks
 
 
@@ -150,7 +149,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _setup_logging(args.verbose)
     # Large bodies given back to the kernel once freed (memory.py); blocks of up to a few
     # generations kept in the heap while busy, given back once quiet (idle_memory.py).
-    bound_allocator(mmap_threshold=HEAP_BLOCKS, trim_threshold=HEAP_TOP, arenas=HEAP_ARENAS)
+    busy_heap()
     # asyncio's loop: uvloop costs a node more CPU on every large body it reads than it
     # saves on small writes (dag_common/event_loop.py); DG_EVENT_LOOP=uvloop asks for it
     return run(

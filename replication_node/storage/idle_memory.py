@@ -24,7 +24,8 @@ the live objects, and what gives each back:
   event loop that owns them.
 
 **What the heap keeps while busy** (`HEAP_BLOCKS`, `HEAP_TOP`, `HEAP_ARENAS`: the node's
-allocator, `dag_common.memory.bound_allocator`, set by `replication-node serve`).  A node
+allocator, `dag_common.memory.busy_heap`, set by `replication-node serve`; the transport's
+too, which trims it when quiet with `dag_common.memory.trim_when_quiet`).  A node
 takes and frees blocks of about a megabyte all the time: each generation the LLR flush, the
 replay and the inspection read whole, each part read alone, each group commit's block.  With
 glibc's mmap threshold held at 128 KiB each was a fresh mapping, zero-filled page by page as
@@ -67,13 +68,6 @@ logger = logging.getLogger(__name__)
 
 # How long a node must have written nothing before it gives memory back.
 IDLE_INTERVAL = 5.0
-# Blocks up to this size come from the heap while the node is busy (two generations of
-# the seeds' 1 MiB log files, their parts and reads with room), larger ones are mappings.
-HEAP_BLOCKS = 2 * 1024 * 1024
-# Free memory an arena keeps at its top before it gives it back (the trim, when quiet).
-HEAP_TOP = 16 * 1024 * 1024
-# One arena for every thread: `malloc_trim` gives back the main arena's top, not another's.
-HEAP_ARENAS = 1
 
 
 @dataclass(frozen=True, slots=True)

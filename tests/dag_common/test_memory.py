@@ -167,10 +167,9 @@ async def test_plain_sockets_read_at_most_64_kib_at_a_time_after_the_bound(monke
 # prints its page faults a block and the RSS it kept past the trim.
 _BLOCKS = """
 import resource, sys, threading
-from dag_common.memory import bound_allocator, resident_memory, trim_heap
-from replication_node.storage.idle_memory import HEAP_ARENAS, HEAP_BLOCKS, HEAP_TOP
+from dag_common.memory import bound_allocator, busy_heap, resident_memory, trim_heap
 if sys.argv[1] == "node":
-    assert bound_allocator(mmap_threshold=HEAP_BLOCKS, trim_threshold=HEAP_TOP, arenas=HEAP_ARENAS)
+    assert busy_heap()
 else:
     assert bound_allocator()
 def work():
@@ -205,3 +204,47 @@ def test_a_node_reuses_its_freed_blocks_and_gives_them_back_when_trimmed(bound):
     else:
         assert faults > 200, faults
     assert kept_mib < 4, kept_mib  # with an arena a thread: 8 MiB kept at each one's top
+
+
+# A busy heap that frees its blocks, then `trim_when_quiet` looking three times with its
+# activity moving (argv[1] "busy") or not ("quiet"): prints what it kept past its rest, MiB.
+_QUIET = """
+import asyncio, sys
+from dag_common.memory import busy_heap, resident_memory, trim_when_quiet
+assert busy_heap()
+rest = resident_memory().resident
+blocks = [bytearray(1 << 20) for _ in range(12)]  # from the heap, written whole
+del blocks  # free at the heap's top: kept (HEAP_TOP) until a trim
+held = (resident_memory().resident - rest) / (1 << 20)
+ticks = 0
+async def sleep(_):
+    global ticks
+    ticks += 1
+    if ticks > 3:
+        raise asyncio.CancelledError
+def activity():
+    return ticks if sys.argv[1] == "busy" else 0
+try:
+    asyncio.run(trim_when_quiet(activity, sleep))
+except asyncio.CancelledError:
+    pass
+print(held, (resident_memory().resident - rest) / (1 << 20))
+"""
+
+
+@pytest.mark.parametrize("activity", ["busy", "quiet"])
+def test_a_busy_heap_is_given_back_once_its_process_is_quiet(activity):
+    """`trim_when_quiet` (the transport's): a process whose heap keeps its freed blocks while
+    busy (`busy_heap`) keeps them while its activity moves, and gives them back to the
+    kernel at a look that finds it where the last one did."""
+    out = subprocess.run(
+        [sys.executable, "-c", _QUIET, activity],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    held, kept = map(float, out.stdout.split())
+    assert held > 10, held  # the freed blocks still resident
+    if activity == "busy":
+        assert kept > 10, kept
+    else:
+        assert kept < 2, kept
