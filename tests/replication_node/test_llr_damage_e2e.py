@@ -5,8 +5,9 @@ inspection checks one and against the active's own records, written in place; th
 goes on past it, the body reads byte for byte, the status note clears, and no acknowledged
 write is lost, with writers running meanwhile.  Where no copy gives it sound: the active
 says so, refuses the body's reads (never serves damaged bytes), and switches over to a
-healthy copy if one can take over, or mends it once a copy comes back.  Over real node
-processes."""
+healthy copy if one can take over, or mends it once a copy comes back; the old active, its
+damaged generation still on its disk, then stops as a passive (FailedAndSuspended, naming
+it) until a reseed from the new active.  Over real node processes."""
 
 from __future__ import annotations
 
@@ -230,5 +231,23 @@ async def test_damaged_on_every_copy_the_active_switches_over_to_a_healthy_one(
         del got
         missing = {*acked, "big"} - await item_ids(c, "mbx2")
         assert not missing, sorted(missing)[:10]
+
+        # The old active, its damaged generation still on its disk and no copy holding that
+        # generation sound, cannot replay the body staged there: as a passive it stops,
+        # FailedAndSuspended, naming the damaged generation (never replaying past it), and
+        # the operator's reseed from the new active makes it Healthy with every item.
+        async def suspended() -> bool:
+            copy = (await c.status("mbx1"))["DB1"]
+            error = copy["error"] or ""
+            return copy["status"] == "FailedAndSuspended" and f"generation {gen}:" in error
+
+        await c.wait_for(f"mbx1 FailedAndSuspended naming generation {gen}", suspended)
+        after = [f"after-{i}" for i in range(5)]
+        for item in after:
+            doc = {"item_id": item, "subject": item, "body": item}
+            await c.ok("POST", "mbx2", f"{PREFIX}/items", json=doc)
+        await c.ok("POST", "mbx1", "/v1/databases/DB1/copies/mbx1/reseed", json={}, timeout=LONG)
+        await converged(c, "DB1", "mbx2", ["mbx1"])
+        assert {*acked, "big", *after} <= rows_in_file(tmp_path, "mbx1")
     finally:
         await c.close()
