@@ -107,16 +107,13 @@ async def trim_when_quiet(
     `activity()` is what it was at the last look: what a `busy_heap` keeps (up to HEAP_TOP,
     and the free pages inside) goes back to the kernel once the process is quiet, at the
     cost of a millisecond or so a look while it stays quiet, and nothing while busy."""
-    last: object = _NEVER
+    last: object = object()  # no mark before the first look
     while True:
         await sleep(every)
         mark = activity()
         if mark == last:
             await asyncio.to_thread(trim_heap)
         last = mark
-
-
-_NEVER = object()
 
 
 def trim_heap() -> bool:

@@ -187,18 +187,24 @@ print(faults, (resident_memory().resident - rest) / (1 << 20))
 """
 
 
-@pytest.mark.parametrize("bound", ["node", "default"])
-def test_a_node_reuses_its_freed_blocks_and_gives_them_back_when_trimmed(bound):
-    """A node's allocator (`bound_allocator` with `idle_memory`'s heap settings) serves a
-    1 MiB block from the heap, freed blocks reused already mapped: a few page faults a
-    block, where every other process's maps each afresh and faults in its 256 pages; the
-    trim of a quiet node gives back what its threads' blocks left (one arena)."""
+def figures_of(script: str, arg: str) -> list[float]:
+    """The figures `script` prints, run in a process of its own with `arg`: an allocator's
+    settings are the process's."""
     out = subprocess.run(
-        [sys.executable, "-c", _BLOCKS, bound],
+        [sys.executable, "-c", script, arg],
         capture_output=True, text=True, check=True, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
-    faults, kept_mib = map(float, out.stdout.split())
+    return [float(x) for x in out.stdout.split()]
+
+
+@pytest.mark.parametrize("bound", ["node", "default"])
+def test_a_node_reuses_its_freed_blocks_and_gives_them_back_when_trimmed(bound):
+    """A node's allocator (`busy_heap`: `bound_allocator` with the HEAP_* settings) serves a
+    1 MiB block from the heap, freed blocks reused already mapped: a few page faults a
+    block, where every other process's maps each afresh and faults in its 256 pages; the
+    trim of a quiet node gives back what its threads' blocks left (one arena)."""
+    faults, kept_mib = figures_of(_BLOCKS, bound)
     if bound == "node":
         assert faults < 20, faults
     else:
@@ -237,12 +243,7 @@ def test_a_busy_heap_is_given_back_once_its_process_is_quiet(activity):
     """`trim_when_quiet` (the transport's): a process whose heap keeps its freed blocks while
     busy (`busy_heap`) keeps them while its activity moves, and gives them back to the
     kernel at a look that finds it where the last one did."""
-    out = subprocess.run(
-        [sys.executable, "-c", _QUIET, activity],
-        capture_output=True, text=True, check=True, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
-    held, kept = map(float, out.stdout.split())
+    held, kept = figures_of(_QUIET, activity)
     assert held > 10, held  # the freed blocks still resident
     if activity == "busy":
         assert kept > 10, kept

@@ -86,6 +86,21 @@ def test_the_kept_digest_is_the_rows_digest_in_any_batching(tmp_path_factory, ge
         prepared.close()
 
 
+def found_by_adding_up(path, needle: bytes, letter: int, kept: str) -> None:
+    """The first byte of `needle` in the file at `path` made `letter`, in place: SQLite's
+    pages stay valid, the digest added up from the rows differs from `kept`, and the scrub
+    says so."""
+    data = bytearray(path.read_bytes())
+    data[data.index(needle)] = letter
+    path.write_bytes(bytes(data))
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert to_hex(recompute_digest(conn)) != kept
+    conn.close()
+    problem = scrub_file(path)[1]
+    assert problem and "do not add up to the content digest" in problem
+
+
 def test_a_row_changed_inside_a_valid_page_is_found_by_adding_up_again(tmp_path):
     db = fresh(tmp_path / "db.sqlite")
     ops = [CreateMailbox("m", 1)] + [
@@ -96,16 +111,7 @@ def test_a_row_changed_inside_a_valid_page_is_found_by_adding_up_again(tmp_path)
     db.close(clean=True)
     assert scrub_file(tmp_path / "db.sqlite")[1] is None
     # one letter of one subject, in place: the page stays valid, SQLite sees nothing
-    data = bytearray((tmp_path / "db.sqlite").read_bytes())
-    at = data.index(b"subject-000123")
-    data[at] = ord("S")
-    (tmp_path / "db.sqlite").write_bytes(bytes(data))
-    conn = sqlite3.connect(tmp_path / "db.sqlite")
-    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert to_hex(recompute_digest(conn)) != kept
-    conn.close()
-    problem = scrub_file(tmp_path / "db.sqlite")[1]
-    assert problem and "do not add up to the content digest" in problem
+    found_by_adding_up(tmp_path / "db.sqlite", b"subject-000123", ord("S"), kept)
     reopened = Database.open(tmp_path / "db.sqlite")
     stored, rows = reopened.recompute_digest()
     assert stored == kept != rows
@@ -281,12 +287,4 @@ def test_a_letter_changed_in_a_body_kept_apart_is_found_by_adding_up_again(tmp_p
         tracemalloc.stop()
     assert held < 3 * PART < len(large), held  # a part or two, not the body
     conn.close()
-    data = bytearray((tmp_path / "db.sqlite").read_bytes())
-    data[data.index(b"line 0031234 of")] = ord("L")
-    (tmp_path / "db.sqlite").write_bytes(bytes(data))
-    conn = sqlite3.connect(tmp_path / "db.sqlite")
-    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert to_hex(recompute_digest(conn)) != kept
-    conn.close()
-    problem = scrub_file(tmp_path / "db.sqlite")[1]
-    assert problem and "do not add up to the content digest" in problem
+    found_by_adding_up(tmp_path / "db.sqlite", b"line 0031234 of", ord("L"), kept)
