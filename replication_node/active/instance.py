@@ -154,6 +154,7 @@ class ActiveInstance:
                 interval=settings.truncation_interval,
                 truncated=metrics.truncated(database) if metrics else None,
                 read_hold=lambda: self.copy.bodies.reading_from() if self.copy else None,
+                spares=lambda: self.copy.stream.spares if self.copy else None,
             )
             if peer_progress is not None
             else None

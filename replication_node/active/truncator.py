@@ -2,13 +2,16 @@
 
 The rules are pure and live in `log/truncation.py` (`active_truncation_limit`); this loop
 asks every copy's progress, applies the limit to the log directory and counts what it
-deleted.  A failed pass is logged and counted, and the next cycle tries again.
+deleted (each generation unlinked, or taken by the log stream's spare pool for a roll to
+write over: `SparePool.retire`).  A failed pass is logged and counted, and the next cycle
+tries again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +19,7 @@ from pathlib import Path
 from prometheus_client import Counter
 
 from dag_common.clock import Clock
+from replication_node.log.spares import SparePool
 from replication_node.log.truncation import CopyProgress, active_truncation_limit, delete_through
 from replication_node.storage.header import DatabaseHeader
 
@@ -40,6 +44,9 @@ class ActiveTruncator:
     # The generations from here on hold a body being sent on from the log
     # (`logged_bodies.LogBodies.reading_from`; None: none).
     read_hold: Callable[[], int | None] = lambda: None
+    # The log stream's spare pool, which takes truncated generations (`SparePool.retire`);
+    # None: each is unlinked.
+    spares: Callable[[], SparePool | None] = lambda: None
 
     async def run(self) -> None:
         """Delete closed generations no copy needs any more (the seeds' truncation rules)."""
@@ -70,7 +77,9 @@ class ActiveTruncator:
         if reading is not None:  # a body is read from them (the LLR flush wrote it since)
             limit = max(min(limit, reading - 1), 0)
         if limit > self.truncated_through:
-            deleted = await asyncio.to_thread(delete_through, self.logs, limit)
+            pool = self.spares()
+            retire = pool.retire if pool is not None else os.unlink
+            deleted = await asyncio.to_thread(delete_through, self.logs, limit, retire)
             if deleted and self.truncated is not None:
                 self.truncated.inc(len(deleted))
             if deleted:

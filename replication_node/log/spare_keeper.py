@@ -1,5 +1,6 @@
 """The log stream's spare keeper: makes spare log files (`spares.py`) while the stream is
-idle, one at a time, until the stream closes.
+idle, one at a time, until the stream closes; removes, the same way, the spares truncation
+left past the pool's target.
 
 Why only while idle: a spare's write and fdatasync take the disk, and a commit waiting
 behind them would pay for it; the stream says when it is idle (`LogStream.idle`: nothing
@@ -58,8 +59,10 @@ class SpareKeeper:
                 await self._clock.sleep(self._busy_pause)
                 continue
             # Shielded: a close waits for the spare being made rather than leave a thread
-            # writing into the log directory after the stream is gone (`close`).
-            self._preparing = loop.run_in_executor(None, pool.prepare_one)
+            # writing into the log directory after the stream is gone (`close`).  First
+            # what truncation left past the target goes (`SparePool.retire`), one at a time.
+            step = pool.trim_one if pool.count > pool.target else pool.prepare_one
+            self._preparing = loop.run_in_executor(None, step)
             try:
                 made = await asyncio.shield(self._preparing)
             except OSError as exc:

@@ -25,7 +25,7 @@ Passive (SCR target rules): a generation may go only when
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -102,13 +102,17 @@ def passive_truncation_limit(
     return max(limit, 0)
 
 
-def delete_through(log_dir: Path, limit: int) -> list[int]:
-    """Delete the closed generations in `log_dir` at or below `limit`, durably; which went."""
+def delete_through(
+    log_dir: Path, limit: int, retire: Callable[[Path], object] = os.unlink
+) -> list[int]:
+    """Delete the closed generations in `log_dir` at or below `limit`, durably; which went.
+    `retire` removes one: unlinked, or taken by the active's spare pool (`SparePool.retire`:
+    renamed to a spare for a roll to write over)."""
     deleted = []
     for gen in list_closed_generations(log_dir):
         if gen > limit:
             break
-        os.unlink(log_dir / closed_log_name(gen))
+        retire(log_dir / closed_log_name(gen))
         deleted.append(gen)
     if deleted:
         fsync_dir(log_dir)

@@ -2,16 +2,27 @@
 generations written over files that exist already, records salted with their header, every
 closed generation `log_file_size` bytes."""
 
+import asyncio
 import os
 import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
+from dag_common.clock import SystemClock
 from dag_common.store_api import ItemIn
 from replication_node.active.mailbox_store import MailboxStore
-from replication_node.log import logfile, spares
+from replication_node.active.truncator import ActiveTruncator
+from replication_node.log import logfile, spares, truncation
+from replication_node.log.files import OS_FILES
 from replication_node.log.logdir import list_closed_generations
 from replication_node.log.logfile import OPEN_LOG_NAME, PREPARED_PREFIX, RecordType
+from replication_node.log.logstream import LogStream
+from replication_node.log.spare_keeper import SpareKeeper
 from replication_node.log.spares import SPARE_PREFIX, SparePool
 from tests.cluster_harness import wait_until
 from tests.replication_node.helpers import items_as_read, mount, passive, replayed_through
@@ -221,3 +232,186 @@ async def test_a_passive_copy_ships_inspects_and_replays_generations_written_ove
             await copy.stop()
     finally:
         await share.close()
+
+
+def generations(logs, count, size=SIZE):
+    """`count` files named as closed generations, each `size` bytes of its own."""
+    paths = []
+    for gen in range(1, count + 1):
+        path = logs / logfile.closed_log_name(gen)
+        path.write_bytes(bytes([gen]) * size)
+        paths.append(path)
+    return paths
+
+
+def test_a_generation_nothing_holds_open_is_recycled_as_a_spare_and_one_held_open_is_unlinked(
+    tmp_path,
+):
+    """`SparePool.retire`, what truncation removes a generation with: renamed to a spare (the
+    same file: its blocks and cached pages) when nothing else has it open; unlinked as before
+    when anything does, in another process too, whose view stays whole."""
+    pool = SparePool(tmp_path, SIZE, 2)
+    free, held, other_size = generations(tmp_path, 3)
+    other_size.write_bytes(bytes(SIZE + 1))
+    inode = free.stat().st_ino
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, str(held)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert reader.stdout.readline() == b"open\n"
+        assert pool.retire(free) is True
+        assert pool.retire(held) is False, "open in another process"
+        assert pool.retire(other_size) is False
+        reader.stdin.close()
+        assert reader.stdout.read() == f"{SIZE} {2}\n".encode(), "its view stayed whole"
+    finally:
+        reader.kill()
+        reader.wait()
+    assert list_closed_generations(tmp_path) == []
+    assert [os.stat(tmp_path / n).st_ino for n in spare_names(tmp_path)] == [inode]
+    assert (pool.count, pool.recycled) == (1, 1)
+    taken = pool.take()
+    assert taken is not None and taken.stat().st_ino == inode
+
+
+# Opens the file named, says so, and once its stdin closes reads it whole: its size and
+# first byte.
+READER = """
+import sys
+f = open(sys.argv[1], "rb")
+print("open", flush=True)
+sys.stdin.read()
+data = f.read()
+print(len(data), data[0])
+"""
+
+
+def test_an_open_waiting_on_the_rename_keeps_the_generation_from_the_pool(tmp_path):
+    """An open that found the generation under its name just before the rename waits for
+    the pool's lease meanwhile: the file is not recycled, and the reader gets it whole."""
+    (path,) = generations(tmp_path, 1)
+    got = []
+    opener_tid = []
+
+    def opener():
+        opener_tid.append(threading.get_native_id())
+        with open(path, "rb") as f:
+            got.append(f.read())
+
+    class RaceAtRename(type(OS_FILES)):
+        def replace(self, src, dst):
+            thread.start()  # it looks the old name up, then waits on the lease
+            wchan = lambda: Path(f"/proc/self/task/{opener_tid[0]}/wchan").read_text()  # noqa: E731
+            spin_until(lambda: opener_tid and wchan() == "__break_lease")
+            super().replace(src, dst)
+
+    thread = threading.Thread(target=opener)
+    pool = SparePool(tmp_path, SIZE, 2, RaceAtRename())
+    assert pool.retire(path) is False
+    thread.join()
+    assert got == [bytes([1]) * SIZE]
+    assert os.listdir(tmp_path) == [] and pool.count == 0
+
+
+def spin_until(cond):
+    deadline = time.monotonic() + 30
+    while not cond():
+        assert time.monotonic() < deadline, "the opener never waited on the lease"
+        time.sleep(0.001)
+
+
+def test_truncation_takes_spares_up_to_its_bound_and_the_rest_is_unlinked(tmp_path, monkeypatch):
+    monkeypatch.setattr(spares, "RECYCLE_FACTOR", 3)
+    pool = SparePool(tmp_path, SIZE, 2)
+    paths = generations(tmp_path, 8)
+    assert truncation.delete_through(tmp_path, 8, pool.retire) == list(range(1, 9))
+    assert list_closed_generations(tmp_path) == []
+    assert (pool.count, pool.recycled) == (6, 6), "three times the target, the rest unlinked"
+    assert len(os.listdir(tmp_path)) == 6
+    assert not any(p.exists() for p in paths)
+    assert [pool.trim_one() for _ in range(5)] == [True] * 4 + [False]
+    assert pool.count == 2 == len(spare_names(tmp_path)) and pool.trimmed == 4
+    empty = SparePool(tmp_path / "none", SIZE, 0)
+    (tmp_path / "none").mkdir()
+    (gen,) = generations(tmp_path / "none", 1)
+    assert empty.retire(gen) is False and not gen.exists(), "no pool: unlinked as before"
+
+
+async def test_the_keeper_trims_what_truncation_left_past_the_target_while_the_log_is_idle(
+    tmp_path,
+):
+    pool = SparePool(tmp_path, SIZE, 2)
+    for path in generations(tmp_path, 5):
+        assert pool.retire(path)
+    idle = False
+    keeper = SpareKeeper(clock=SystemClock(), idle=lambda: idle, busy_pause=0.01)
+    keeper.start(pool)
+    try:
+        await asyncio.sleep(0.1)
+        assert pool.count == 5, "nothing removed while the log is busy"
+        idle = True
+        await wait_until("trimmed to the target", lambda: pool.count == 2, timeout=30)
+        assert len(spare_names(tmp_path)) == 2 and pool.made == 0
+    finally:
+        await keeper.close()
+
+
+async def test_the_rolls_write_over_truncated_generations_and_the_log_keeps_every_commit(
+    tmp_path, monkeypatch
+):
+    """The active's truncator hands its generations to the stream's pool, and the next rolls
+    write over them (their inodes): the generations written so are whole and salted, a crash
+    over one keeps every acknowledged commit, and a generation a reader holds open at the
+    truncation is unlinked, its reader's view whole."""
+    copy = await mount(tmp_path, log_file_size=SIZE)
+    store = MailboxStore(copy)
+    await store.create_mailbox("m")
+    logs = copy.paths.logs
+    # The pool changes only as the test says: the keeper (which makes and trims while the
+    # stream is idle) never finds it idle.
+    monkeypatch.setattr(LogStream, "idle", property(lambda self: False))
+    copy.stream.keep_spares(4)
+    pool = copy.stream.spares
+    while pool.prepare_one():
+        pass
+    for i in range(6):  # four rolls take the spares, two make new files
+        await store.put_items("m", [ItemIn(item_id=f"a{i}", body="a" * 3000)])
+        await copy.roll()
+    await copy._flush_llr(through=copy.stream.last_closed_generation)
+    closed = list_closed_generations(logs)
+    held = open(logs / logfile.closed_log_name(closed[0]), "rb")  # noqa: SIM115
+    held_bytes = held.read()
+    held.seek(0)
+    truncator = ActiveTruncator(
+        database="DB1", logs=logs, clock=SystemClock(), header=lambda: copy.merged_header,
+        peer_progress=_no_peers, spares=lambda: copy.stream.spares,
+    )  # fmt: skip
+    limit = await truncator.truncate_once([])
+    gone = [g for g in closed if g <= limit]
+    assert len(gone) >= 4 and list_closed_generations(logs) == [g for g in closed if g > limit]
+    assert pool.recycled == len(gone) - 1, "all but the one held open"
+    assert held.read() == held_bytes
+    held.close()
+    recycled = {os.stat(logs / n).st_ino for n in spare_names(logs)}
+    assert len(recycled) == pool.count >= len(gone) - 1
+    first = copy.stream.generation
+    for i in range(3):
+        await store.put_items("m", [ItemIn(item_id=f"b{i}", body="b" * 3000)])
+        await copy.roll()
+    await store.put_items("m", [ItemIn(item_id="c0", body="c" * 100)])
+    # The generation open at the truncation had its file already: the next ones, the
+    # truncated generations' files.
+    later = range(first + 1, first + 3)
+    written = [logs / logfile.closed_log_name(g) for g in later]
+    assert {p.stat().st_ino for p in [*written, logs / OPEN_LOG_NAME]} <= recycled
+    for gen, path in zip(later, written, strict=True):
+        assert len(logfile.verify_closed(path.read_bytes(), gen).transactions) == 1
+    await copy.crash_close()
+    copy = await mount(tmp_path, log_file_size=SIZE, create=False)
+    want = {f"a{i}" for i in range(6)} | {f"b{i}" for i in range(3)} | {"c0"}
+    assert {r.item_id for r in copy.items("m")} == want
+    await copy.crash_close()
+
+
+async def _no_peers() -> list:
+    return []
