@@ -178,7 +178,8 @@ class SparePool:
     def retire(self, path: Path) -> bool:
         """Remove the closed generation `path`, which truncation let go: renamed to a spare
         when the pool can take it (fewer than RECYCLE_FACTOR times its target, the disk's
-        room, the file `file_size` bytes, nothing else holding it open), else unlinked.
+        room, the file `file_size` bytes and of one name, nothing else holding it open),
+        else unlinked.
         True when it was recycled.  Not durable until the directory is fsync'd: a crash may
         bring the generation's name back, as after an unlink.  Blocking."""
         spare = self.log_dir / f"{SPARE_PREFIX}{uuid.uuid4().hex}"
@@ -200,7 +201,10 @@ class SparePool:
         under its old name waits for the lease then, and would see it written over)."""
         try:
             with _lease(path) as fd:
-                if os.fstat(fd).st_size != self.file_size:
+                st = os.fstat(fd)
+                # A second name (a passive's block buffer linked into its log) would see
+                # the file written over too.
+                if st.st_size != self.file_size or st.st_nlink != 1:
                     return False
                 self._files.replace(path, spare)
                 return fcntl.fcntl(fd, fcntl.F_GETLEASE) == fcntl.F_WRLCK

@@ -251,8 +251,9 @@ def test_a_generation_nothing_holds_open_is_recycled_as_a_spare_and_one_held_ope
     same file: its blocks and cached pages) when nothing else has it open; unlinked as before
     when anything does, in another process too, whose view stays whole."""
     pool = SparePool(tmp_path, SIZE, 2)
-    free, held, other_size = generations(tmp_path, 3)
+    free, held, other_size, linked = generations(tmp_path, 4)
     other_size.write_bytes(bytes(SIZE + 1))
+    os.link(linked, tmp_path / "second-name")
     inode = free.stat().st_ino
     reader = subprocess.Popen(
         [sys.executable, "-c", READER, str(held)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
@@ -262,6 +263,9 @@ def test_a_generation_nothing_holds_open_is_recycled_as_a_spare_and_one_held_ope
         assert pool.retire(free) is True
         assert pool.retire(held) is False, "open in another process"
         assert pool.retire(other_size) is False
+        assert pool.retire(linked) is False, "written over, its other name would change too"
+        assert (tmp_path / "second-name").read_bytes() == bytes([4]) * SIZE
+        os.unlink(tmp_path / "second-name")
         reader.stdin.close()
         assert reader.stdout.read() == f"{SIZE} {2}\n".encode(), "its view stayed whole"
     finally:
