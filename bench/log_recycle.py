@@ -19,13 +19,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import resource
 import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,7 +67,6 @@ async def one_case(log_dir: Path, recycle: bool, mib: int) -> dict[str, float]:
     while pool.prepare_one():  # as an idle node has them
         pass
     stream.start()
-    retire: Callable[[Path], object] = pool.retire if recycle else os.unlink
     ops = [PutItem("bench", 1, "x", "Inbox", "", "b" * BODY)]
     record = len(encode_transaction(encode_record_ops(ops), clock.now()))
     total = mib << 20
@@ -87,7 +84,7 @@ async def one_case(log_dir: Path, recycle: bool, mib: int) -> dict[str, float]:
             await asyncio.sleep(PASS_EVERY)
             limit = stream.last_closed_generation - KEEP
             if limit > 0:
-                await asyncio.to_thread(delete_through, log_dir, limit, retire)
+                await asyncio.to_thread(delete_through, log_dir, limit, pool if recycle else None)
 
     first = stream.generation
     cpu, start = cpu_seconds(), time.perf_counter()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,9 +76,7 @@ class ActiveTruncator:
         if reading is not None:  # a body is read from them (the LLR flush wrote it since)
             limit = max(min(limit, reading - 1), 0)
         if limit > self.truncated_through:
-            pool = self.spares()
-            retire = pool.retire if pool is not None else os.unlink
-            deleted = await asyncio.to_thread(delete_through, self.logs, limit, retire)
+            deleted = await asyncio.to_thread(delete_through, self.logs, limit, self.spares())
             if deleted and self.truncated is not None:
                 self.truncated.inc(len(deleted))
             if deleted:

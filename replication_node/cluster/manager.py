@@ -75,6 +75,7 @@ def desired_spec(
         content_check_every=config.defaults.content_check_every,
         block_mode=config.block_mode_of(db),
         log_file_size=config.log_file_size_of(db),
+        spare_log_files=config.defaults.log_spare_files,
     )
     return InstanceSpec(
         role=role,

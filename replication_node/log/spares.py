@@ -45,7 +45,12 @@ Where spares come from:
   lease is let go, a window inside one `openat` call at the moment the generation is
   truncated: such a reader may then see the file written over, and fails on it (the next
   generation's header, records salted with it, no CLOSE at the end: `logfile.py`), never
-  takes it for the old one.  A file system that grants no leases (NFS) recycles nothing.
+  takes it for the old one.  A file system that grants no leases (NFS) recycles nothing;
+  nor is a file with a second name recycled (a passive's block buffer linked into its log).
+  A passive copy keeps a pool of its own the same way (`PassiveCopy.spares`, filled by its
+  truncation after each replay batch, its target at most, no spares made): the generations
+  it copies (`Copier._write`) and the block buffers it receives (`BlockReceiver._write`)
+  are written over them (`create`), cut to what they hold if shorter (`fit`).
 - **`prepare_one`**, which the log stream calls while it is idle (`LogStream.keep_spares`:
   nothing written for half a second), so it takes the disk only when no write waits, until
   the pool holds its target.  While idle, the keeper also removes the spares past the
@@ -92,9 +97,18 @@ class SparePool:
     """The spare files of one log directory (`target` at most, each `file_size` bytes)."""
 
     def __init__(
-        self, log_dir: Path, file_size: int, target: int, files: LogFiles = OS_FILES
+        self,
+        log_dir: Path,
+        file_size: int,
+        target: int,
+        files: LogFiles = OS_FILES,
+        *,
+        most: int | None = None,
     ) -> None:
         self.log_dir, self.file_size, self.target = log_dir, file_size, target
+        # The most truncation fills it to (`retire`): RECYCLE_FACTOR times the target unless
+        # said (a passive's, which truncates after every replay batch: its target).
+        self.most = target * RECYCLE_FACTOR if most is None else most
         self._files = files
         self._lock = threading.Lock()
         self._names: list[str] = self._scan()
@@ -177,13 +191,13 @@ class SparePool:
 
     def retire(self, path: Path) -> bool:
         """Remove the closed generation `path`, which truncation let go: renamed to a spare
-        when the pool can take it (fewer than RECYCLE_FACTOR times its target, the disk's
+        when the pool can take it (fewer than `most` spares held, the disk's
         room, the file `file_size` bytes and of one name, nothing else holding it open),
         else unlinked.
         True when it was recycled.  Not durable until the directory is fsync'd: a crash may
         bring the generation's name back, as after an unlink.  Blocking."""
         spare = self.log_dir / f"{SPARE_PREFIX}{uuid.uuid4().hex}"
-        taking = self.target > 0 and self.count < self.target * RECYCLE_FACTOR and self.room()
+        taking = self.target > 0 and self.count < self.most and self.room()
         if taking and self._rename_alone(path, spare):
             with self._lock:
                 self._names.append(spare.name)
@@ -193,6 +207,22 @@ class SparePool:
             with contextlib.suppress(FileNotFoundError):
                 self._files.unlink(gone)
         return False
+
+    def create(self, path: Path) -> int:
+        """A descriptor, open for writing, of a new file at `path` (a passive's copied or
+        received generation) to be written from its start: a spare renamed there when the
+        pool holds one, else a new file.  A spare's old bytes lie past what is written; a
+        writer that ends short of its size truncates it (`fit`).  Blocking."""
+        spare = self.take()
+        if spare is not None:
+            try:
+                self._files.replace(spare, path)
+            except OSError:
+                with contextlib.suppress(FileNotFoundError):
+                    self._files.unlink(spare)
+            else:
+                return os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
 
     def _rename_alone(self, path: Path, spare: Path) -> bool:
         """Whether `path` is now `spare` with nothing else holding it open: renamed under a
@@ -255,3 +285,10 @@ def _lease(path: Path) -> Iterator[int]:
             fcntl.fcntl(fd, _F_SETLEASE, fcntl.F_UNLCK)
     finally:
         os.close(fd)
+
+
+def fit(fd: int, size: int) -> None:
+    """Cut a file written over a spare (`SparePool.create`) to the `size` bytes written, if
+    its old bytes reach past them; before its fsync."""
+    if os.fstat(fd).st_size > size:
+        os.ftruncate(fd, size)

@@ -25,7 +25,7 @@ Passive (SCR target rules): a generation may go only when
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -33,6 +33,7 @@ from pathlib import Path
 from dag_common.durable import fsync_dir
 from replication_node.log.logdir import list_closed_generations
 from replication_node.log.logfile import closed_log_name
+from replication_node.log.spares import SparePool
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,17 +103,19 @@ def passive_truncation_limit(
     return max(limit, 0)
 
 
-def delete_through(
-    log_dir: Path, limit: int, retire: Callable[[Path], object] = os.unlink
-) -> list[int]:
+def delete_through(log_dir: Path, limit: int, spares: SparePool | None = None) -> list[int]:
     """Delete the closed generations in `log_dir` at or below `limit`, durably; which went.
-    `retire` removes one: unlinked, or taken by the active's spare pool (`SparePool.retire`:
-    renamed to a spare for a roll to write over)."""
+    With `spares`, each is offered to the pool first (`SparePool.retire`: renamed to a spare
+    for the next generation to be written over, or unlinked)."""
     deleted = []
     for gen in list_closed_generations(log_dir):
         if gen > limit:
             break
-        retire(log_dir / closed_log_name(gen))
+        path = log_dir / closed_log_name(gen)
+        if spares is not None:
+            spares.retire(path)
+        else:
+            os.unlink(path)
         deleted.append(gen)
     if deleted:
         fsync_dir(log_dir)

@@ -41,7 +41,9 @@ from dag_common.clock import Clock
 from dag_common.durable import fsync_dir
 from dag_common.model import CopyMode, Position
 from replication_node.errors import LogFormatError, LogShareError
+from replication_node.log.files import write_all
 from replication_node.log.logfile import HEADER_SIZE, LogHeader, closed_log_name, scan
+from replication_node.log.spares import SparePool
 from replication_node.passive.markers import Markers
 from replication_node.shipping.frames import BlockProtocolError, Frame, FrameKind
 from replication_node.shipping.interfaces import BlockChannel, LogSource
@@ -117,8 +119,12 @@ class BlockReceiver:
         clock: Clock,
         retry_interval: float = 1.0,
         check_interval: float = 0.1,
+        spares: SparePool | None = None,
     ) -> None:
         self._source = source
+        # Truncated generations a new buffer is written over (`log/spares.py`): a file of
+        # the log's size already, its old bytes past what this one holds.
+        self._spares = spares
         self._node = node
         self._dir = directory
         self._markers = markers
@@ -211,7 +217,12 @@ class BlockReceiver:
         (None: none, or only a header).  Block mode stops first: nothing appends to it."""
         if self.generation != self._markers.last_log_inspected + 1 or self.offset <= HEADER_SIZE:
             return None
-        return await asyncio.to_thread(self._partial().read_bytes)
+        return await asyncio.to_thread(self._held)
+
+    def _held(self) -> bytes:
+        """The bytes the buffer holds durably (a spare's old bytes may lie past them)."""
+        with open(self._partial(), "rb") as f:
+            return f.read(self.offset)
 
     async def _follow(self, generation: int) -> None:
         # A buffer kept from a broken connection goes on where it ended (what it holds was
@@ -290,10 +301,16 @@ class BlockReceiver:
                 continue
             data = entry.read_bytes()
             try:
-                end = scan(data).valid_end
+                result = scan(data)
             except LogFormatError:
                 entry.unlink(missing_ok=True)
                 continue
+            # A buffer written over a spare may still begin with the old generation's
+            # header (a crash before its own header's fsync): not this generation's bytes.
+            if result.header.generation != wanted:
+                entry.unlink(missing_ok=True)
+                continue
+            end = result.valid_end
             if end < len(data):
                 with open(entry, "r+b") as f:
                     f.truncate(end)
@@ -337,12 +354,33 @@ class BlockReceiver:
 
     def _write(self, data: bytes) -> None:
         new = self.offset == 0
-        with open(self._partial(), "ab") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        if not new:
+            fd = os.open(self._partial(), os.O_WRONLY | os.O_CLOEXEC)
+        elif self._spares is not None:
+            fd = self._spares.create(self._partial())
+        else:
+            fd = os.open(self._partial(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            # At its offset, not appended: a buffer written over a spare has the spare's size.
+            os.lseek(fd, self.offset, os.SEEK_SET)
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         if new:  # the buffer itself must survive a crash, not only its bytes
             fsync_dir(self._dir)
+
+    def _seal(self, done: Path) -> None:
+        """The buffer, matched with the active's close, named as its closed generation: cut
+        to what it holds first if it was written over a larger spare."""
+        fd = os.open(self._partial(), os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            if os.fstat(fd).st_size > self.offset:
+                os.ftruncate(fd, self.offset)
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(self._partial(), done)
 
     async def _close(self, frame: Frame) -> None:
         if frame.generation != self.generation or frame.offset != self.offset:
@@ -356,6 +394,6 @@ class BlockReceiver:
                 "active's closed file (CRC32C)"
             )
         done = self._dir / closed_log_name(self.generation)
-        await asyncio.to_thread(os.replace, self._partial(), done)
+        await asyncio.to_thread(self._seal, done)
         self._closed.setdefault(self.generation, asyncio.Event()).set()
         self._start(self.generation + 1, self.epoch)

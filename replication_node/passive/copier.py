@@ -57,6 +57,7 @@ from replication_node.errors import (
     LogFormatError,
     LogShareError,
 )
+from replication_node.log.files import write_all
 from replication_node.log.inspector import InspectedLog, OutOfDateLog, inspect_generation
 from replication_node.log.logfile import (
     OPEN_LOG_NAME,
@@ -66,6 +67,7 @@ from replication_node.log.logfile import (
     seal_open_log,
 )
 from replication_node.log.spanning import Pending
+from replication_node.log.spares import SparePool, fit
 from replication_node.passive.markers import Markers
 from replication_node.passive.stream_check import check_rejoin, check_stream
 from replication_node.shipping.interfaces import CopyLogs, LogShareInfo, LogSource
@@ -106,6 +108,7 @@ class Copier:
         metrics: CopyMetrics | None = None,
         blocks: BlockReceiver | None = None,
         peers: Sequence[CopyLogs] = (),
+        spares: SparePool | None = None,
     ) -> None:
         self._source = source
         # The database file's header: the signatures a generation must carry, and its Logs
@@ -113,6 +116,7 @@ class Copier:
         self._required_from = header.required_from
         self._peers = tuple(peers)  # the database's other passive copies
         self._blocks = blocks  # block mode: the closed generations it received
+        self._spares = spares  # truncated generations to write the copied ones over
         self._paths = paths
         self._markers = markers
         self._log_signature = header.log_signature
@@ -370,13 +374,20 @@ class Copier:
         """Write a copied generation into Inspector, fsync'd, under a name of its own (worker
         thread): a write whose fetch was cancelled may still be running when the generation
         is fetched again, and must not write into the file that one inspects (deleted on
-        start if a crash left it).  Block mode's file (`taken`) is linked there instead."""
+        start if a crash left it).  Block mode's file (`taken`) is linked there instead; else it
+        is written over a truncated generation's file when the pool has one (`spares.py`)."""
         written = self._paths.inspector / f"{closed_log_name(generation)}.{next(self._writes)}"
         if taken is None or not taken.link(written):
-            with open(written, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            if self._spares is None:
+                fd = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            else:
+                fd = self._spares.create(written)
+            try:
+                write_all(fd, data)
+                fit(fd, len(data))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         return written
 
     def _inspect_staged(

@@ -37,6 +37,7 @@ from replication_node.errors import (
     NotFound,
 )
 from replication_node.log.logfile import closed_log_name, scan
+from replication_node.log.spares import SparePool
 from replication_node.log.truncation import delete_through, passive_truncation_limit
 from replication_node.passive.blocks import BlockReceiver
 from replication_node.passive.copier import Copier, keep_open_log
@@ -100,6 +101,18 @@ class PassiveCopy:
         self.scrubber: Scrubber | None = None  # the running pipeline's background scrub
         self.error: str | None = None
         self._metrics = metrics.copy(settings.database) if metrics else None
+        # Truncated generations kept for the next ones to be written over (`log/spares.py`):
+        # at most the target, as this copy truncates after every replay batch.
+        self.spares = (
+            SparePool(
+                paths.logs,
+                settings.log_file_size,
+                settings.spare_log_files,
+                most=settings.spare_log_files,
+            )
+            if settings.spare_log_files > 0
+            else None
+        )
         self._blocks: BlockReceiver | None = None  # the running pipeline's block mode
         self._copier: Copier | None = None  # the running pipeline's
         # The lost active whose last logs this copy waits for, to mount without a loss
@@ -278,6 +291,7 @@ class PassiveCopy:
             log_signature=header.log_signature,
             clock=self._clock,
             retry_interval=self._retry,
+            spares=self.spares,
         )
         copier = Copier(
             source=self._source,
@@ -293,6 +307,7 @@ class PassiveCopy:
             metrics=self._metrics,
             blocks=blocks if self.settings.block_mode else None,
             peers=self._peers,
+            spares=self.spares,
         )
         replayer = Replayer(
             db=self._db,
@@ -415,7 +430,7 @@ class PassiveCopy:
         if self.backup_hold is not None:  # a backup is copying them
             limit = max(min(limit, self.backup_hold - 1), 0)
         if limit and min(m.copied_times, default=limit + 1) <= limit:
-            deleted = delete_through(self.paths.logs, limit)
+            deleted = delete_through(self.paths.logs, limit, self.spares)
             if deleted and self._metrics is not None:
                 self._metrics.truncated.inc(len(deleted))
             for gen in [g for g in m.copied_times if g <= limit]:

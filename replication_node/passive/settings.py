@@ -23,3 +23,6 @@ class PassiveSettings(CopyPlace):
     # The database's log generation size: a copy whose volume has less room than one
     # generation cannot take the next one (its status says so before a write fails).
     log_file_size: int = 1024 * 1024
+    # The generations truncation leaves, kept this many at most as spare log files for the
+    # next copied or received ones to be written over (`log/spares.py`); 0: none.
+    spare_log_files: int = 64

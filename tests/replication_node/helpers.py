@@ -111,10 +111,12 @@ def passive(
     scrub: timedelta | None = None,
     node: str = "p",
     peers: tuple[Any, ...] = (),
+    **settings: Any,
 ) -> PassiveCopy:
     """A passive copy of the share's DB1 (node `node`) under `tmp_path`, pulling from
     `source` (the share's HTTP source unless given); `peers`: the other copies it may ask
-    for a generation the active could not give whole."""
+    for a generation the active could not give whole; `settings`: its PassiveSettings'
+    others."""
     return PassiveCopy(
         settings=PassiveSettings(
             database="DB1",
@@ -123,6 +125,7 @@ def passive(
             activation_preference=2,
             replay_lag_time=lag,
             scrub_interval=scrub,
+            **settings,
         ),
         paths=CopyPaths(tmp_path / ("passive" if node == "p" else node) / "DB1", "DB1"),
         source=source or share.source(),

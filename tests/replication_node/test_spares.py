@@ -17,6 +17,7 @@ from dag_common.clock import SystemClock
 from dag_common.store_api import ItemIn
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.active.truncator import ActiveTruncator
+from replication_node.errors import Conflict
 from replication_node.log import logfile, spares, truncation
 from replication_node.log.files import OS_FILES
 from replication_node.log.logdir import list_closed_generations
@@ -27,6 +28,7 @@ from replication_node.log.spares import SPARE_PREFIX, SparePool
 from tests.cluster_harness import wait_until
 from tests.replication_node.helpers import items_as_read, mount, passive, replayed_through
 from tests.replication_node.share import start_share
+from tests.replication_node.test_block_mode import CountingWire, in_block_mode
 
 SIZE = 64 * 1024
 
@@ -328,7 +330,7 @@ def test_truncation_takes_spares_up_to_its_bound_and_the_rest_is_unlinked(tmp_pa
     monkeypatch.setattr(spares, "RECYCLE_FACTOR", 3)
     pool = SparePool(tmp_path, SIZE, 2)
     paths = generations(tmp_path, 8)
-    assert truncation.delete_through(tmp_path, 8, pool.retire) == list(range(1, 9))
+    assert truncation.delete_through(tmp_path, 8, pool) == list(range(1, 9))
     assert list_closed_generations(tmp_path) == []
     assert (pool.count, pool.recycled) == (6, 6), "three times the target, the rest unlinked"
     assert len(os.listdir(tmp_path)) == 6
@@ -419,3 +421,99 @@ async def test_the_rolls_write_over_truncated_generations_and_the_log_keeps_ever
 
 async def _no_peers() -> list:
     return []
+
+
+SHARE_LOG = 32 * 1024  # the share's generations (`tests/replication_node/share.py`)
+
+
+@pytest.mark.parametrize("block_mode", [False, True], ids=["file mode", "block mode"])
+async def test_a_passive_writes_what_it_copies_over_the_generations_it_truncated(
+    tmp_path, block_mode
+):
+    """A passive copy's truncation keeps its generations as spares (its target at most),
+    and the generations it copies (file mode) or receives (block mode) next are written over
+    them: each byte for byte the active's, every item replayed."""
+    share = await start_share(tmp_path / "a")
+    try:
+        await share.write(0, 5)
+        wire = CountingWire(share.source())
+        copy = passive(
+            share, tmp_path, source=wire,
+            log_file_size=SHARE_LOG, spare_log_files=4, block_mode=block_mode,
+        )  # fmt: skip
+        await copy.start()
+        pool = copy.spares
+        # The active's truncation, its generations unlinked (the copy is the one asked of).
+        truncator = ActiveTruncator(
+            database="DB1", logs=share.active.paths.logs, clock=SystemClock(),
+            header=lambda: share.active.copy.merged_header, peer_progress=_no_peers,
+        )  # fmt: skip
+        for first in range(5, 165, 20):
+            await share.write(first, 20, body=3000)
+            last = await share.roll()
+            await wait_until("replay", replayed_through(copy, last), timeout=60)
+            # Replayed by the copy: the active lets them go, and the copy may then.
+            active = share.active.copy
+            await active._flush_llr(through=active.stream.last_closed_generation)
+            await truncator.truncate_once([])
+        await share.write(165, 1)
+        last = await share.roll()
+        await wait_until("replay", replayed_through(copy, last), timeout=60)
+        assert pool.recycled >= 4 and pool.taken >= 4, (pool.recycled, pool.taken)
+        assert pool.count <= 4
+        if block_mode:
+            assert len(wire.fetched) < last - 3, "most generations received in block mode"
+        held = list_closed_generations(copy.paths.logs)
+        assert held and held[-1] == last
+        for gen in held:
+            theirs = share.closed_file(gen)
+            if theirs.exists():
+                assert (copy.paths.logs / logfile.closed_log_name(gen)).read_bytes() == (
+                    theirs.read_bytes()
+                )
+        assert copy.reader().items("m") == items_as_read(share.active.copy, "m")
+        assert len(copy.reader().items("m")) == 166
+        await copy.stop()
+    finally:
+        await share.close()
+
+
+async def test_a_block_buffer_still_holding_an_old_generation_is_not_kept(tmp_path):
+    """A buffer is written over a spare; a crash before its own header was on disk leaves
+    the old generation's bytes under its name, a whole scan of another generation.  The
+    copy's next start discards it: nothing is resumed from it, nor kept from it for an
+    activation once the active is lost."""
+    share = await start_share(tmp_path / "a")
+    try:
+        await share.write(0, 10)
+        first = await share.roll()
+        copy = passive(share, tmp_path, log_file_size=SHARE_LOG)
+        await copy.start()
+        await wait_until("replayed", replayed_through(copy, first))
+        await wait_until("block mode", lambda: in_block_mode(copy))
+        await share.write(10, 5)
+        feed = share.active.copy.stream.feed
+        await wait_until("held", lambda: copy.status().block.offset == feed.durable)
+        await copy.stop()
+        (buffer,) = (copy.paths.root / "Blocks").glob("*.partial")
+        buffer.write_bytes(share.closed_file(first).read_bytes())  # a spare's old bytes
+        await share.runner.cleanup()  # the active is lost
+        again = passive(share, tmp_path, log_file_size=SHARE_LOG)
+        await again.start()
+        await wait_until("the buffer looked at", lambda: not buffer.exists())
+        answers = []
+
+        async def keep() -> bool:
+            try:  # the pipeline starts again and again while its active is gone
+                answers.append(await again.keep_block_buffer())
+            except Conflict:
+                return False
+            return True
+
+        await wait_until("an answer", keep)
+        assert answers[0].kept is None
+        assert again.status().block.offset == 0
+        assert not buffer.exists()
+        await again.stop()
+    finally:
+        await share.close()
