@@ -116,6 +116,12 @@ class SparePool:
         # past the target, by this pool.
         self.made = self.recycled = self.taken = self.trimmed = 0
 
+    @classmethod
+    def recycling(cls, log_dir: Path, file_size: int, target: int) -> SparePool | None:
+        """A pool only truncation fills (a passive copy's: no spares made), to its target
+        at most, as the copy truncates after every replay batch; None for a target of 0."""
+        return cls(log_dir, file_size, target, most=target) if target > 0 else None
+
     def _scan(self) -> list[str]:
         """The spares already in the directory (made before a restart).  One of another size
         (`log_file_size` changed since) is removed: a generation written over a larger one

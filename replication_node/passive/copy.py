@@ -101,17 +101,9 @@ class PassiveCopy:
         self.scrubber: Scrubber | None = None  # the running pipeline's background scrub
         self.error: str | None = None
         self._metrics = metrics.copy(settings.database) if metrics else None
-        # Truncated generations kept for the next ones to be written over (`log/spares.py`):
-        # at most the target, as this copy truncates after every replay batch.
-        self.spares = (
-            SparePool(
-                paths.logs,
-                settings.log_file_size,
-                settings.spare_log_files,
-                most=settings.spare_log_files,
-            )
-            if settings.spare_log_files > 0
-            else None
+        # Truncated generations kept for the next ones to be written over (`log/spares.py`).
+        self.spares = SparePool.recycling(
+            paths.logs, settings.log_file_size, settings.spare_log_files
         )
         self._blocks: BlockReceiver | None = None  # the running pipeline's block mode
         self._copier: Copier | None = None  # the running pipeline's
