@@ -89,7 +89,7 @@ FREE_POOLS = 4  # times the pool's full size
 FREE_FRACTION = 0.05  # of the file system's size
 # The pool takes truncated generations (`retire`) until it holds this many times its target.
 RECYCLE_FACTOR = 16
-# A file system or platform without leases recycles nothing (`_held_alone`).
+# A platform without file leases recycles nothing (`_lease`).
 _F_SETLEASE = getattr(fcntl, "F_SETLEASE", None)
 
 
@@ -157,16 +157,24 @@ class SparePool:
         """A spare renamed to a new prepared name (`logfile.PREPARED_PREFIX`) for the writer
         to write a generation over; None when the pool is empty (the roll makes a new file).
         Writer thread."""
+        return self._take_as(self.log_dir / f"{PREPARED_PREFIX}{uuid.uuid4().hex}")
+
+    def _take_as(self, path: Path) -> Path | None:
+        """A spare renamed to `path`; None when the pool is empty.  OSError when it cannot
+        be renamed there (another file system): the spare stays in the pool."""
         while True:
             with self._lock:
                 if not self._names:
                     return None
                 name = self._names.pop()
-            path = self.log_dir / f"{PREPARED_PREFIX}{uuid.uuid4().hex}"
             try:
                 self._files.replace(self.log_dir / name, path)
             except FileNotFoundError:
                 continue  # gone (a reseed emptied the directory): the next one
+            except OSError:
+                with self._lock:
+                    self._names.append(name)
+                raise
             self.taken += 1
             return path
 
@@ -197,9 +205,8 @@ class SparePool:
 
     def retire(self, path: Path) -> bool:
         """Remove the closed generation `path`, which truncation let go: renamed to a spare
-        when the pool can take it (fewer than `most` spares held, the disk's
-        room, the file `file_size` bytes and of one name, nothing else holding it open),
-        else unlinked.
+        when the pool can take it (fewer than `most` spares held, the disk's room, the file
+        `file_size` bytes and of one name, nothing else holding it open), else unlinked.
         True when it was recycled.  Not durable until the directory is fsync'd: a crash may
         bring the generation's name back, as after an unlink.  Blocking."""
         spare = self.log_dir / f"{SPARE_PREFIX}{uuid.uuid4().hex}"
@@ -217,16 +224,11 @@ class SparePool:
     def create(self, path: Path) -> int:
         """A descriptor, open for writing, of a new file at `path` (a passive's copied or
         received generation) to be written from its start: a spare renamed there when the
-        pool holds one, else a new file.  A spare's old bytes lie past what is written; a
-        writer that ends short of its size truncates it (`fit`).  Blocking."""
-        spare = self.take()
-        if spare is not None:
-            try:
-                self._files.replace(spare, path)
-            except OSError:
-                with contextlib.suppress(FileNotFoundError):
-                    self._files.unlink(spare)
-            else:
+        pool holds one and `path` is on its file system, else a new file.  A spare's old
+        bytes lie past what is written; a writer that ends short of its size truncates it
+        (`fit`).  Blocking."""
+        with contextlib.suppress(OSError):
+            if self._take_as(path) is not None:
                 return os.open(path, os.O_WRONLY | os.O_CLOEXEC)
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
 

@@ -3,6 +3,7 @@ generations written over files that exist already, records salted with their hea
 closed generation `log_file_size` bytes."""
 
 import asyncio
+import errno
 import os
 import shutil
 import subprocess
@@ -517,3 +518,36 @@ async def test_a_block_buffer_still_holding_an_old_generation_is_not_kept(tmp_pa
         await again.stop()
     finally:
         await share.close()
+
+
+def test_a_file_created_over_a_spare_is_that_spare_and_one_on_another_file_system_is_new(
+    tmp_path,
+):
+    """`SparePool.create`, a passive's copied or received generation: renamed from the pool
+    straight to its name (nothing left under a prepared name); where the rename cannot be
+    made (its directory on another file system, EXDEV), a new file, the spare kept."""
+    (path,) = generations(tmp_path, 1)
+    pool = SparePool(tmp_path, SIZE, 2)
+    assert pool.retire(path)
+    inode = os.stat(tmp_path / spare_names(tmp_path)[0]).st_ino
+    (tmp_path / "in").mkdir()
+    fd = pool.create(tmp_path / "in" / "one")
+    try:
+        os.write(fd, b"new")
+        spares.fit(fd, 3)
+    finally:
+        os.close(fd)
+    assert os.stat(tmp_path / "in" / "one").st_ino == inode
+    assert (tmp_path / "in" / "one").read_bytes() == b"new"
+    assert spare_names(tmp_path) == [] == hidden_left(tmp_path) and pool.taken == 1
+
+    class OtherFileSystem(type(OS_FILES)):
+        def replace(self, src, dst):
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    (tmp_path / "in" / f"{SPARE_PREFIX}kept").write_bytes(bytes(SIZE))
+    far = SparePool(tmp_path / "in", SIZE, 2, OtherFileSystem())
+    fd = far.create(tmp_path / "two")
+    os.close(fd)
+    assert (tmp_path / "two").stat().st_size == 0, "a new file"
+    assert far.count == 1 and far.taken == 0
