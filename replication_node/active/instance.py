@@ -492,6 +492,8 @@ class ActiveInstance:
     async def _closed(self, event: ClosedGeneration) -> None:
         await self.share.notify()
         self._closes.set()
+        if self.truncator is not None:
+            self.truncator.closed()
 
     async def _publish_closes(self) -> None:
         """LastLogGenerated published once generations closed, at most every PUBLISH_EVERY:

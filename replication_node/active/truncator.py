@@ -17,12 +17,19 @@ from pathlib import Path
 
 from prometheus_client import Counter
 
-from dag_common.clock import Clock
+from dag_common.clock import Clock, sleep_unless
 from replication_node.log.spares import SparePool
 from replication_node.log.truncation import CopyProgress, active_truncation_limit, delete_through
 from replication_node.storage.header import DatabaseHeader
 
 logger = logging.getLogger(__name__)
+
+# A pass comes before `interval` once this many generations closed since the last one (the
+# spare pool's default target: what the log's next rolls take), but never sooner than
+# SOONEST seconds after it: an idle or quiet log is looked at every `interval`, and a busy
+# one about every second (bench/README.md, "lmtp: truncated generations recycled").
+BUSY_GENERATIONS = 64
+SOONEST = 1.0
 
 
 @dataclass(kw_only=True, eq=False)
@@ -47,11 +54,28 @@ class ActiveTruncator:
     # None: each is unlinked.
     spares: Callable[[], SparePool | None] = lambda: None
 
+    _closed_since: int = field(default=0, init=False)  # generations closed since a pass
+    _busy: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+
+    def closed(self) -> None:
+        """A generation of the active's log closed: BUSY_GENERATIONS of them since the last
+        pass bring the next one forward (`run`)."""
+        self._closed_since += 1
+        if self._closed_since >= BUSY_GENERATIONS:
+            self._busy.set()
+
     async def run(self) -> None:
-        """Delete closed generations no copy needs any more (the seeds' truncation rules)."""
+        """Delete closed generations no copy needs any more (the seeds' truncation rules):
+        a pass every `interval`, or as soon as SOONEST after the last one while the log is
+        busy (BUSY_GENERATIONS closed since), so that the generations a busy log's next
+        rolls write over come back to its spare pool before they are needed."""
         errors = 0
         while True:
-            await self.clock.sleep(self.interval)
+            soonest = min(SOONEST, self.interval)
+            await self.clock.sleep(soonest)
+            await sleep_unless(self.clock, self.interval - soonest, self._busy)
+            self._busy.clear()
+            self._closed_since = 0
             try:
                 await self.truncate_once(await self.peer_progress())
             except Exception:

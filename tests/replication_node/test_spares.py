@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from dag_common.clock import SystemClock
+from dag_common.clock import ManualClock, SystemClock
 from dag_common.store_api import ItemIn
+from replication_node.active import truncator as truncator_module
 from replication_node.active.mailbox_store import MailboxStore
 from replication_node.active.truncator import ActiveTruncator
 from replication_node.errors import Conflict
@@ -551,3 +552,42 @@ def test_a_file_created_over_a_spare_is_that_spare_and_one_on_another_file_syste
     os.close(fd)
     assert (tmp_path / "two").stat().st_size == 0, "a new file"
     assert far.count == 1 and far.taken == 0
+
+
+async def test_the_truncator_looks_every_interval_and_about_every_second_while_the_log_is_busy():
+    clock = ManualClock()
+    passes = 0
+
+    async def progress() -> list:
+        nonlocal passes
+        passes += 1
+        return []
+
+    async def after(seconds: float) -> int:
+        """The passes once the clock moved `seconds` and the loop ran what that woke."""
+        await clock.advance(seconds)
+        for _ in range(50):
+            await asyncio.sleep(0)
+        return passes
+
+    truncator = ActiveTruncator(
+        database="DB1", logs=Path("/nonexistent"), clock=clock, header=lambda: None,
+        peer_progress=progress, interval=5.0,
+    )  # fmt: skip
+    task = asyncio.create_task(truncator.run())
+    try:
+        assert await after(0) == 0  # its first wait begun
+        assert await after(4.9) == 0, "a quiet log: nothing before the interval"
+        assert await after(0.1) == 1
+        for _ in range(truncator_module.BUSY_GENERATIONS - 1):
+            truncator.closed()
+        assert await after(2.0) == 1, "fewer closes than a busy log's"
+        truncator.closed()
+        assert await after(0.0) == 2, "at the busy log's last close, past the second"
+        for _ in range(truncator_module.BUSY_GENERATIONS):
+            truncator.closed()
+        assert await after(0.5) == 2, "never within a second of the last pass"
+        assert await after(0.5) == 3
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
