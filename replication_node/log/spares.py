@@ -63,7 +63,7 @@ itself: on a small or nearly full disk the log simply writes new files, as it wo
 pool, and never runs the database out of space for its own spares (nor changes what a full
 disk does to it: the resilience suite's small disks get none).  Truncation's take the pool
 to RECYCLE_FACTOR times the target at most, within the same room: a pass removes what a busy
-log wrote since the last one (5 s of it: hundreds of generations), which the next rolls
+log wrote since the last one (a second of it or more, `truncator.py`), which the next rolls
 take; the rest is unlinked, and a quiet log's pool is trimmed back to its target.  Those
 files were the log's a moment before: the disk the log takes at its busiest does not grow.
 """
