@@ -30,10 +30,9 @@ Where spares come from:
 - **Truncation** (`retire`): a closed generation truncation removes is renamed to a spare
   rather than unlinked, as PostgreSQL recycles its WAL segments.  Its blocks stay allocated
   and, above all, its pages stay in the page cache: the next roll writes over cached pages
-  instead of the kernel allocating and filling fresh ones and ext4 allocating an inode.  A
-  fresh page-cache MiB cost 0.28 ms of system time here against 0.06 for one written over
-  (bench/README.md, "lmtp: truncated generations recycled"), and under the bench's load the
-  copy into fresh pages (`copy_folio_from_iter_atomic`) was a fifth of the active's CPU.
+  instead of the kernel allocating and filling fresh ones and ext4 allocating an inode:
+  the log alone used 0.555 of the CPU a MiB it used writing new files
+  (`bench/log_recycle.py`; bench/README.md, "lmtp: truncated generations recycled").
   Only a generation nothing has open: a reader (a copy's pull on the log share, a backup,
   `log dump` in another process) keeps its view whole when the file is unlinked, and would
   not if it were written over.  The kernel says so: it grants a write lease
@@ -50,7 +49,7 @@ Where spares come from:
   A passive copy keeps a pool of its own the same way (`PassiveCopy.spares`, filled by its
   truncation after each replay batch, its target at most, no spares made): the generations
   it copies (`Copier._write`) and the block buffers it receives (`BlockReceiver._write`)
-  are written over them (`create`), cut to what they hold if shorter (`fit`).
+  are written over them (`new_file`), cut to what they hold if shorter (`fit`).
 - **`prepare_one`**, which the log stream calls while it is idle (`LogStream.keep_spares`:
   nothing written for half a second), so it takes the disk only when no write waits, until
   the pool holds its target.  While idle, the keeper also removes the spares past the
@@ -221,16 +220,12 @@ class SparePool:
                 self._files.unlink(gone)
         return False
 
-    def create(self, path: Path) -> int:
-        """A descriptor, open for writing, of a new file at `path` (a passive's copied or
-        received generation) to be written from its start: a spare renamed there when the
-        pool holds one and `path` is on its file system, else a new file.  A spare's old
-        bytes lie past what is written; a writer that ends short of its size truncates it
-        (`fit`).  Blocking."""
+    def take_as(self, path: Path) -> bool:
+        """Whether a spare was renamed to `path` (False: the pool is empty, or `path` is on
+        another file system, the spare kept)."""
         with contextlib.suppress(OSError):
-            if self._take_as(path) is not None:
-                return os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            return self._take_as(path) is not None
+        return False
 
     def _rename_alone(self, path: Path, spare: Path) -> bool:
         """Whether `path` is now `spare` with nothing else holding it open: renamed under a
@@ -295,8 +290,20 @@ def _lease(path: Path) -> Iterator[int]:
         os.close(fd)
 
 
-def fit(fd: int, size: int) -> None:
-    """Cut a file written over a spare (`SparePool.create`) to the `size` bytes written, if
-    its old bytes reach past them; before its fsync."""
-    if os.fstat(fd).st_size > size:
-        os.ftruncate(fd, size)
+def new_file(path: Path, spares: SparePool | None) -> int:
+    """A descriptor, open for writing, of a new file at `path` (a passive's copied or
+    received generation) to be written from its start: a spare of `spares` renamed there
+    when it holds one, else a new file.  A spare's old bytes lie past what is written; a
+    writer that ends short of its size cuts it (`fit`).  Blocking."""
+    if spares is not None and spares.take_as(path):
+        return os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+
+
+def fit(fd: int, size: int) -> bool:
+    """Cut a file written over a spare (`new_file`) to the `size` bytes written, if its old
+    bytes reach past them, before its fsync; whether it was cut."""
+    if os.fstat(fd).st_size <= size:
+        return False
+    os.ftruncate(fd, size)
+    return True

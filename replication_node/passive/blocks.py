@@ -43,7 +43,7 @@ from dag_common.model import CopyMode, Position
 from replication_node.errors import LogFormatError, LogShareError
 from replication_node.log.files import write_all
 from replication_node.log.logfile import HEADER_SIZE, LogHeader, closed_log_name, scan
-from replication_node.log.spares import SparePool
+from replication_node.log.spares import SparePool, fit, new_file
 from replication_node.passive.markers import Markers
 from replication_node.shipping.frames import BlockProtocolError, Frame, FrameKind
 from replication_node.shipping.interfaces import BlockChannel, LogSource
@@ -354,12 +354,10 @@ class BlockReceiver:
 
     def _write(self, data: bytes) -> None:
         new = self.offset == 0
-        if not new:
-            fd = os.open(self._partial(), os.O_WRONLY | os.O_CLOEXEC)
-        elif self._spares is not None:
-            fd = self._spares.create(self._partial())
+        if new:
+            fd = new_file(self._partial(), self._spares)
         else:
-            fd = os.open(self._partial(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            fd = os.open(self._partial(), os.O_WRONLY | os.O_CLOEXEC)
         try:
             # At its offset, not appended: a buffer written over a spare has the spare's size.
             os.lseek(fd, self.offset, os.SEEK_SET)
@@ -375,8 +373,7 @@ class BlockReceiver:
         to what it holds first if it was written over a larger spare."""
         fd = os.open(self._partial(), os.O_WRONLY | os.O_CLOEXEC)
         try:
-            if os.fstat(fd).st_size > self.offset:
-                os.ftruncate(fd, self.offset)
+            if fit(fd, self.offset):
                 os.fsync(fd)
         finally:
             os.close(fd)

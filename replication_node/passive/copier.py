@@ -67,7 +67,7 @@ from replication_node.log.logfile import (
     seal_open_log,
 )
 from replication_node.log.spanning import Pending
-from replication_node.log.spares import SparePool, fit
+from replication_node.log.spares import SparePool, fit, new_file
 from replication_node.passive.markers import Markers
 from replication_node.passive.stream_check import check_rejoin, check_stream
 from replication_node.shipping.interfaces import CopyLogs, LogShareInfo, LogSource
@@ -378,10 +378,7 @@ class Copier:
         is written over a truncated generation's file when the pool has one (`spares.py`)."""
         written = self._paths.inspector / f"{closed_log_name(generation)}.{next(self._writes)}"
         if taken is None or not taken.link(written):
-            if self._spares is None:
-                fd = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            else:
-                fd = self._spares.create(written)
+            fd = new_file(written, self._spares)
             try:
                 write_all(fd, data)
                 fit(fd, len(data))

@@ -352,12 +352,24 @@ async def test_the_keeper_trims_what_truncation_left_past_the_target_while_the_l
     for path in generations(tmp_path, 5):
         assert pool.retire(path)
     idle = False
-    keeper = SpareKeeper(clock=SystemClock(), idle=lambda: idle, busy_pause=0.01)
+    looks = 0
+
+    def is_idle() -> bool:
+        nonlocal looks
+        looks += 1
+        return idle
+
+    clock = ManualClock()
+    keeper = SpareKeeper(clock=clock, idle=is_idle, busy_pause=1.0)
     keeper.start(pool)
     try:
-        await asyncio.sleep(0.1)
+        for _ in range(5):  # the keeper looks once a busy pause, and finds the log busy
+            await wait_until("the keeper waiting", lambda: clock.pending_sleeps() == [1.0])
+            await clock.advance(1.0)
+        await wait_until("its sixth look", lambda: looks == 6)
         assert pool.count == 5, "nothing removed while the log is busy"
         idle = True
+        await clock.advance(1.0)
         await wait_until("trimmed to the target", lambda: pool.count == 2, timeout=30)
         assert len(spare_names(tmp_path)) == 2 and pool.made == 0
     finally:
@@ -527,7 +539,7 @@ async def test_a_block_buffer_still_holding_an_old_generation_is_not_kept(tmp_pa
 def test_a_file_created_over_a_spare_is_that_spare_and_one_on_another_file_system_is_new(
     tmp_path,
 ):
-    """`SparePool.create`, a passive's copied or received generation: renamed from the pool
+    """`spares.new_file`, a passive's copied or received generation: renamed from the pool
     straight to its name (nothing left under a prepared name); where the rename cannot be
     made (its directory on another file system, EXDEV), a new file, the spare kept."""
     (path,) = generations(tmp_path, 1)
@@ -535,7 +547,7 @@ def test_a_file_created_over_a_spare_is_that_spare_and_one_on_another_file_syste
     assert pool.retire(path)
     inode = os.stat(tmp_path / spare_names(tmp_path)[0]).st_ino
     (tmp_path / "in").mkdir()
-    fd = pool.create(tmp_path / "in" / "one")
+    fd = spares.new_file(tmp_path / "in" / "one", pool)
     try:
         os.write(fd, b"new")
         spares.fit(fd, 3)
@@ -551,7 +563,7 @@ def test_a_file_created_over_a_spare_is_that_spare_and_one_on_another_file_syste
 
     (tmp_path / "in" / f"{SPARE_PREFIX}kept").write_bytes(bytes(SIZE))
     far = SparePool(tmp_path / "in", SIZE, 2, OtherFileSystem())
-    fd = far.create(tmp_path / "two")
+    fd = spares.new_file(tmp_path / "two", far)
     os.close(fd)
     assert (tmp_path / "two").stat().st_size == 0, "a new file"
     assert far.count == 1 and far.taken == 0
