@@ -212,7 +212,8 @@ def main() -> None:
     add_work_dir(parser, "var/bench-lmtp-costs")
     parser.add_argument("--small", action="store_true", help="40 messages: seconds")
     args = parser.parse_args()
-    args.count = args.count or (40 if args.small else 600)
+    if args.count is None:
+        args.count = 40 if args.small else 600
     if min(args.sessions, args.mailboxes, args.count) < 1 or args.size_kib < 64:
         parser.error("--sessions, --mailboxes, --count: >= 1; --size-kib: >= 64")
     started = time.perf_counter()
