@@ -595,8 +595,10 @@ def main() -> None:
     args.sides = [s.strip() for s in args.sides.split(",") if s.strip()]
     if not args.sides or set(args.sides) - {Side.DOVECOT, Side.TRANSPORT}:
         parser.error("--sides: dovecot, transport or both")
-    args.count_4k = args.count_4k or (400 if args.small else 10_000)
-    args.count_1m = args.count_1m or (20 if args.small else 500)
+    if args.count_4k is None:
+        args.count_4k = 400 if args.small else 10_000
+    if args.count_1m is None:
+        args.count_1m = 20 if args.small else 500
     if min(args.sessions, args.mailboxes, args.count_4k, args.count_1m) < 1:
         parser.error("--sessions, --mailboxes, --count-4k, --count-1m: >= 1")
     started = time.perf_counter()
