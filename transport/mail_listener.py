@@ -201,16 +201,12 @@ class MailService:
     ) -> str:  # fmt: skip
         if len(envelope.rcpt_tos) >= self.settings.max_recipients:
             return str(policy.TOO_MANY_RECIPIENTS)
-        found: Resolved | None = None
-        for name in policy.mailboxes_of(address):
-            try:
-                found = await self.transport.resolve(name)
-            except ClusterStoreError as exc:
-                logger.warning("%s RCPT %s: the directory cannot be read: %s", self.listener,
-                               address, exc)  # fmt: skip
-                return str(policy.DIRECTORY_UNREADABLE)
-            if found is not None:
-                break
+        try:
+            found = await self.transport.resolve_first(policy.mailboxes_of(address))
+        except ClusterStoreError as exc:
+            logger.warning("%s RCPT %s: the directory cannot be read: %s", self.listener,
+                           address, exc)  # fmt: skip
+            return str(policy.DIRECTORY_UNREADABLE)
         if found is None:
             return str(policy.unknown_recipient(address))
         declared = envelope.declared_size

@@ -23,7 +23,8 @@ from dag_common.config import ClusterConfig
 from dag_common.credentials import Credentials
 from dag_common.errors import ClusterStoreError
 from dag_common.memory import MemoryBudget
-from transport.delivery import Deliverer, Directory
+from transport.delivery import Deliverer
+from transport.directory import CachedDirectory
 from transport.mail_policy import Hop, message_fault, prepare
 from transport.messages import DumpsterState, MessageIn, Queued, QueueState
 from transport.metrics import TransportMetrics
@@ -57,7 +58,7 @@ class Transport:
         name: str,
         token: str,
         store: QueueStore,
-        directory: Directory,
+        directory: CachedDirectory,
         deliverer: Deliverer,
         clock: Clock,
         metrics: TransportMetrics,
@@ -159,8 +160,15 @@ class Transport:
         directory (or in a database the config no longer has: no node takes it).
         ClusterStoreError: the directory cannot be read."""
         database = await self._directory.mailbox_database(mailbox)
-        if database is None:
-            return None
+        return None if database is None else self._resolved(mailbox, database)
+
+    async def resolve_first(self, names: list[str]) -> Resolved | None:
+        """`resolve` of the first of `names` the directory has (an SMTP or LMTP recipient's
+        mailboxes, in order: `mail_policy.mailboxes_of`); None: none of them."""
+        first = await self._directory.first_of(names)
+        return None if first is None else self._resolved(*first)
+
+    def _resolved(self, mailbox: str, database: str) -> Resolved | None:
         try:
             limit = self.config.max_item_size_of(self.config.database(database))
         except KeyError:

@@ -21,6 +21,7 @@ from dag_common.errors import ClusterStoreError
 from tests.prometheus import value
 from tests.transport.harness import queued_messages
 from transport.delivery import Deliverer
+from transport.directory import CachedDirectory
 from transport.mail_listener import Listener, MailService
 from transport.metrics import TransportMetrics
 from transport.queue import QueueStore
@@ -93,8 +94,10 @@ async def lab(tmp_path) -> AsyncIterator[Lab]:
         Credential("sender", frozenset({Role.STORE}), (digest(SECRET),)),
         Credential("watcher", frozenset({Role.MONITOR}), (digest(SECRET[::-1]),)),
     ])  # fmt: skip
+    # Asked afresh each time (a TTL of 0): the tests change the directory between sessions.
     transport = Transport(
-        config=config, name="hub1", token="t" * 20, store=store, directory=directory,
+        config=config, name="hub1", token="t" * 20, store=store,
+        directory=CachedDirectory(directory, clock, ttl=0),
         deliverer=deliverer, clock=clock, metrics=metrics, credentials=lambda: credentials,
     )  # fmt: skip
     settings = MailSettings(
