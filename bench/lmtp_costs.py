@@ -1,12 +1,14 @@
-"""Where a 1 MiB LMTP phase's server CPU goes, process by process (issue 49).
+"""Where an LMTP phase's server CPU goes, process by process (issue 49).
 
-    .venv/bin/python bench/lmtp_costs.py [--small] [--count 600] [--size-kib 1024]
+    .venv/bin/python bench/lmtp_costs.py [--small] [--sizes 1024] [--count N]
         [--sessions 16] [--mailboxes 100] [--dir var/bench-lmtp-costs]
 
 Our side of bench/lmtp.py alone, as it runs there (the same cluster of two nodes and a
-transport, the same client, messages and warm-up), one phase of `--count` 1 MiB messages.
-For each server process (hub1 the transport, mbx1 DB1's active, mbx2 its passive), from the
-phase's first message to its last one durable on the active, per MiB delivered:
+transport, the same client, messages and warm-up), a phase of messages of each of `--sizes`
+KiB (1 MiB: lmtp.py's message; another size: its attachment shorter or longer), `--count`
+each (as many as make 600 MiB, 3,000 at most).  For each server process (hub1 the transport,
+mbx1 DB1's active, mbx2 its passive), from a phase's first message to its last one durable
+on the active, per MiB delivered:
 
 - CPU ms, user and system (`/proc/PID/stat`);
 - context switches, voluntary (the thread waited: a lock, a queue, I/O) and involuntary (the
@@ -16,8 +18,10 @@ phase's first message to its last one durable on the active, per MiB delivered:
   `/proc/PID/io`), and MiB the process sent to the disk (`write_bytes`);
 - page faults, minor and major.
 
-Run at two sizes, the CPU a message splits into what a message costs whatever its size and
-what each MiB of it costs (`CPU = a + b * MiB`): the two call for different cuts.
+With two sizes (`--sizes 128,1024`), each process's CPU a message is split into what a
+message costs whatever its size and what each MiB of it costs (`CPU = a + b * MiB`,
+through the two phases): the two call for different cuts.  Sizes start at 64 KiB: a
+smaller message goes to the active in a batch (`transport.delivery.RAW_FROM`), another path.
 
 Beside them, what one hop into a worker thread and back costs on this machine
 (`asyncio.to_thread` of a function that does nothing, CPU µs in this process, before the
@@ -30,7 +34,7 @@ accounting, so that the next cut is chosen from figures anyone can take again ra
 from a one-off trace.  Checked at the end as lmtp.py checks (every message Delivered once,
 none poisoned, every 25th read back from DB1's active as sent).
 
-`--small`: 40 messages, to check the script in seconds (the figures mean nothing).
+`--small`: 40 messages a phase, to check the script in seconds (the figures mean nothing).
 """
 
 from __future__ import annotations
@@ -67,6 +71,10 @@ from bench.lmtp import (  # noqa: E402
 from bench.workdir import add_work_dir, work_dir  # noqa: E402
 
 HOPS = 2000  # worker-thread round trips timed
+HEAD = (
+    "| process | CPU ms a MiB (user + sys) | context switches a MiB (vol. / invol.) "
+    "| MiB read / written a MiB (syscalls) | MiB to disk a MiB | faults a MiB |"
+)
 
 
 @dataclass(frozen=True)
@@ -126,96 +134,158 @@ async def hop_cost(hops: int = HOPS) -> float:
     return (own_cpu() - start) / hops * 1e6
 
 
+@dataclass(frozen=True)
+class Phase:
+    """One phase's messages and what each process spent on them."""
+
+    size: int  # bytes of a message
+    count: int
+    seconds: float  # the first message sent to the last durable on the active
+    load: str  # at its start
+    spent: dict[str, Counters]  # by process, and "all three"
+
+    @property
+    def mib(self) -> float:
+        return self.count * self.size / MIB
+
+    def cpu_ms(self, process: str, per: str = "message") -> float:
+        c = self.spent[process]
+        return (c.user + c.system) * 1e3 / (self.count if per == "message" else self.mib)
+
+
 async def run(base: Path, args: argparse.Namespace) -> dict[str, Any]:
-    large = tuple(large_template(s, args.size_kib * KIB) for s in range(min(TEMPLATES, 8)))
+    sizes = [(kib, count_for(args, kib)) for kib in args.sizes]
     hop = await hop_cost()
-    ours = Ours(base / "cluster", args, args.count * len(large[0]))
+    ours = Ours(base / "cluster", args, sum(kib * KIB * n for kib, n in sizes))
+    phases: list[Phase] = []
     try:
         await ours.start()
         warm = Batch("cowu", (small_template(0),), args.mailboxes, args.mailboxes)
         deliver(ours.port, warm, args.sessions)
         await ours.durable(warm)
-        batch = Batch("co1m", large, args.mailboxes, args.count)
+        batches = [warm]
         pids = {HUB: ours.hubs.procs[HUB].pid, **{n: p.pid for n, p in ours.cluster.procs.items()}}
-        os.sync()  # no phase pays the warm-up's writeback
-        before = {name: counters(pid) for name, pid in pids.items()}
-        started_load = load()
-        sent = await asyncio.to_thread(deliver, ours.port, batch, args.sessions)
-        times = await ours.durable(batch)
-        spent = {name: counters(pid) - before[name] for name, pid in pids.items()}
-        seconds = max(times.values()) - sent.start
-        checked = await ours.check([warm, batch])
+        for k, (kib, count) in enumerate(sizes):
+            templates = tuple(large_template(s, kib * KIB) for s in range(min(TEMPLATES, 8)))
+            batch = Batch(f"co{k:02d}", templates, args.mailboxes, count)
+            os.sync()  # no phase pays the writeback of the one before
+            before = {name: counters(pid) for name, pid in pids.items()}
+            started_load = load()
+            sent = await asyncio.to_thread(deliver, ours.port, batch, args.sessions)
+            times = await ours.durable(batch)
+            spent = {name: counters(pid) - before[name] for name, pid in pids.items()}
+            spent["all three"] = Counters(
+                *(sum(getattr(c, f.name) for c in spent.values()) for f in fields(Counters))
+            )
+            phases.append(Phase(len(templates[0]), count, max(times.values()) - sent.start,
+                                started_load, spent))  # fmt: skip
+            batches.append(batch)
+        checked = await ours.check(batches)
     finally:
         await ours.stop()
-    return {
-        "size": len(large[0]),
-        "mib": args.count * len(large[0]) / MIB,
-        "seconds": seconds,
-        "hop_us": hop,
-        "load": started_load,
-        "spent": spent,
-        "checked": checked,
-    }
+    return {"hop_us": hop, "phases": phases, "checked": checked}
+
+
+def count_for(args: argparse.Namespace, kib: int) -> int:
+    """Messages of `kib` KiB in a phase: `--count`, or as many as 600 MiB (3,000 at most;
+    `--small`: 40)."""
+    if args.count is not None:
+        return int(args.count)
+    return 40 if args.small else min(3000, 600 * 1024 // kib)
 
 
 def report(args: argparse.Namespace, out: dict[str, Any]) -> None:
-    mib: float = out["mib"]
-    spent: dict[str, Counters] = out["spent"]
-    spent["all three"] = Counters(
-        *(sum(getattr(c, f.name) for c in spent.values()) for f in fields(Counters))
-    )
+    phases: list[Phase] = out["phases"]
     print(
         f"\n{date.today()} - nproc {os.cpu_count()}, {platform.platform()}, Python "
-        f"{platform.python_version()}; {args.count} messages of {out['size']} B, "
-        f"{args.sessions} LMTP sessions, {args.mailboxes} mailboxes; {out['load']} at the "
-        "phase's start"
+        f"{platform.python_version()}; {args.sessions} LMTP sessions, {args.mailboxes} "
+        f"mailboxes; one worker-thread hop here: {out['hop_us']:.0f} µs of CPU"
     )
-    print(
-        f"{mib:.0f} MiB durable on DB1's active in {out['seconds']:.2f} s, "
-        f"{mib * MIB / out['seconds'] / 1e6:.2f} MB/s; one worker-thread hop here: "
-        f"{out['hop_us']:.0f} µs of CPU; all three processes "
-        f"{(spent['all three'].user + spent['all three'].system) * 1e3 / args.count:.2f} ms a "
-        "message\n"
-    )
-    print("| process | CPU ms a MiB (user + sys) | context switches a MiB (vol. / invol.) "
-          "| MiB read / written a MiB (syscalls) | MiB to disk a MiB | faults a MiB |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, c in spent.items():
-        cpu = (c.user + c.system) * 1e3 / mib
+    for phase in phases:
         print(
-            f"| {name} | {cpu:.1f} ({c.user * 1e3 / mib:.1f} + {c.system * 1e3 / mib:.1f}) "
-            f"| {(c.voluntary + c.involuntary) / mib:.0f} ({c.voluntary / mib:.0f} / "
-            f"{c.involuntary / mib:.0f}) | {c.rchar / MIB / mib:.2f} / {c.wchar / MIB / mib:.2f} "
-            f"| {c.write_bytes / MIB / mib:.2f} | {c.faults / mib:.1f} |"
+            f"\n{phase.count} messages of {phase.size} B ({phase.load} at the start): "
+            f"{phase.mib:.0f} MiB durable on DB1's active in {phase.seconds:.2f} s, "
+            f"{phase.mib * MIB / phase.seconds / 1e6:.2f} MB/s; all three processes "
+            f"{phase.cpu_ms('all three'):.2f} ms of CPU a message\n"
         )
+        print(HEAD)
+        print("|---|---:|---:|---:|---:|---:|")
+        mib = phase.mib
+        for name, c in phase.spent.items():
+            print(
+                f"| {name} | {phase.cpu_ms(name, 'MiB'):.1f} ({c.user * 1e3 / mib:.1f} + "
+                f"{c.system * 1e3 / mib:.1f}) | {(c.voluntary + c.involuntary) / mib:.0f} "
+                f"({c.voluntary / mib:.0f} / {c.involuntary / mib:.0f}) | "
+                f"{c.rchar / MIB / mib:.2f} / {c.wchar / MIB / mib:.2f} | "
+                f"{c.write_bytes / MIB / mib:.2f} | {c.faults / mib:.1f} |"
+            )
+    split = split_costs(phases) if len(phases) == 2 else {}
+    if split:
+        small, large = sorted(phases, key=lambda p: p.size)
+        print(f"\nCPU a message = a + b * its MiB, from the phases of {small.size} and "
+              f"{large.size} B:\n")  # fmt: skip
+        print("| process | a: ms a message | b: ms a MiB | a's share of a message of the larger |")
+        print("|---|---:|---:|---:|")
+        for name, (a, b) in split.items():
+            share = a / large.cpu_ms(name) if large.cpu_ms(name) else 0.0
+            print(f"| {name} | {a:.2f} | {b:.2f} | {share:.0%} |")
     print(f"\nchecked: the transport's queue and messages read back from DB1's active "
           f"(every 25th, as sent): {out['checked']}")  # fmt: skip
     summary = {
         "date": str(date.today()),
         "small": args.small,
-        "count": args.count,
-        "size": out["size"],
-        "mb_s": mib * MIB / out["seconds"] / 1e6,
         "hop_us": out["hop_us"],
-        "cpu_ms_a_mib": {n: (c.user + c.system) * 1e3 / mib for n, c in spent.items()},
-        "switches_a_mib": {n: (c.voluntary + c.involuntary) / mib for n, c in spent.items()},
+        "phases": [
+            {
+                "size": p.size,
+                "count": p.count,
+                "mb_s": p.mib * MIB / p.seconds / 1e6,
+                "cpu_ms_a_mib": {n: p.cpu_ms(n, "MiB") for n in p.spent},
+                "switches_a_mib": {
+                    n: (c.voluntary + c.involuntary) / p.mib for n, c in p.spent.items()
+                },
+            }
+            for p in phases
+        ],
+        "split": {n: {"a_ms": a, "b_ms_a_mib": b} for n, (a, b) in split.items()},
     }
     print(json.dumps(summary))
 
 
+def split_costs(phases: list[Phase]) -> dict[str, tuple[float, float]]:
+    """By process: (a, b) of CPU ms a message = a + b * MiB, through the two phases' points
+    (none if their sizes are the same)."""
+    small, large = sorted(phases, key=lambda p: p.size)
+    dx = (large.size - small.size) / MIB
+    if dx <= 0:
+        return {}
+    out = {}
+    for name in small.spent:
+        b = (large.cpu_ms(name) - small.cpu_ms(name)) / dx
+        out[name] = (small.cpu_ms(name) - b * small.size / MIB, b)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, help="messages (600)")
-    parser.add_argument("--size-kib", type=int, default=1024, help="a message's size (1024)")
+    parser.add_argument("--count", type=int,
+                        help="messages a phase (as many as 600 MiB, 3,000 at most)")  # fmt: skip
+    parser.add_argument("--sizes", default="1024",
+                        help="a phase's message size in KiB, comma-separated (1024; 128,1024 "
+                             "splits the CPU a message into a + b * MiB)")  # fmt: skip
     parser.add_argument("--sessions", type=int, default=16, help="LMTP sessions at once")
     parser.add_argument("--mailboxes", type=int, default=100, help="recipients, round-robin")
     add_work_dir(parser, "var/bench-lmtp-costs")
-    parser.add_argument("--small", action="store_true", help="40 messages: seconds")
+    parser.add_argument("--small", action="store_true", help="40 messages a phase: seconds")
     args = parser.parse_args()
-    if args.count is None:
-        args.count = 40 if args.small else 600
-    if min(args.sessions, args.mailboxes, args.count) < 1 or args.size_kib < 64:
-        parser.error("--sessions, --mailboxes, --count: >= 1; --size-kib: >= 64")
+    try:
+        args.sizes = [int(k) for k in args.sizes.split(",") if k.strip()]
+    except ValueError:
+        parser.error(f"--sizes: KiB, comma-separated, not {args.sizes!r}")
+    if not args.sizes or min(args.sizes) < 64:
+        parser.error("--sizes: each 64 KiB or more (a smaller message is delivered in a batch)")
+    if min(args.sessions, args.mailboxes) < 1 or (args.count is not None and args.count < 1):
+        parser.error("--sessions, --mailboxes, --count: >= 1")
     started = time.perf_counter()
     with work_dir(args) as base:
         out = asyncio.run(run(base, args))
