@@ -164,7 +164,9 @@ class Transport:
 
     async def resolve_first(self, names: list[str]) -> Resolved | None:
         """`resolve` of the first of `names` the directory has (an SMTP or LMTP recipient's
-        mailboxes, in order: `mail_policy.mailboxes_of`); None: none of them."""
+        mailboxes, in order: `mail_policy.mailboxes_of`); None: none of them.  One found in a
+        database the config no longer has is None too: its mail is refused, never given to
+        the next name's mailbox instead."""
         first = await self._directory.first_of(names)
         return None if first is None else self._resolved(*first)
 
