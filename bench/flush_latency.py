@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import os
 import platform
-import shutil
 import statistics
 import sys
 import time
@@ -34,6 +33,7 @@ import grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.workdir import add_work_dir, work_dir  # noqa: E402
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb  # noqa: E402
 from dag_common._generated.dataguarantee.v1 import (  # noqa: E402
     data_guarantee_pb2_grpc as pb_grpc,
@@ -104,8 +104,7 @@ def summary(times: list[float]) -> str:
     )
 
 
-async def main_async(args: argparse.Namespace) -> None:
-    base = Path(args.dir).resolve()
+async def main_async(args: argparse.Namespace, base: Path) -> None:
     cluster = LocalCluster(
         base,
         nodes=[("mbx1", "redmond"), ("mbx2", "redmond"), ("mbx3", "dublin")],
@@ -143,15 +142,14 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=10, help="trials per mode per round")
     parser.add_argument("--rounds", type=int, default=2, help="polled, pushed: this many times")
     parser.add_argument("--poll-interval", default="5s", help="the service's poll_interval")
-    parser.add_argument("--dir", default="var/bench-flush-latency", help="work dir (wiped)")
+    add_work_dir(parser, "var/bench-flush-latency")
     args = parser.parse_args()
-    shutil.rmtree(args.dir, ignore_errors=True)
-    Path(args.dir).mkdir(parents=True)
     print(
         f"{date.today().isoformat()} - nproc {os.cpu_count()}, {platform.platform()}, "
         f"Python {platform.python_version()}; poll_interval {args.poll_interval}\n"
     )
-    asyncio.run(main_async(args))
+    with work_dir(args) as base:
+        asyncio.run(main_async(args, base))
 
 
 if __name__ == "__main__":

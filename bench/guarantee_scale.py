@@ -26,7 +26,6 @@ import asyncio
 import os
 import platform
 import random
-import shutil
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.workdir import add_work_dir, work_dir  # noqa: E402
 from dag_common._generated.dataguarantee.v1 import data_guarantee_pb2 as pb  # noqa: E402
 from dag_common._generated.dataguarantee.v1 import (  # noqa: E402
     data_guarantee_pb2_grpc as pb_grpc,
@@ -150,8 +150,7 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def main_async(args: argparse.Namespace) -> None:
-    base = Path(args.dir).resolve()
+async def main_async(args: argparse.Namespace, base: Path) -> None:
     names = [f"n{i:03d}" for i in range(args.nodes)]
     per_db, dbs = 3, args.nodes * args.copies_per_node // 3
     placement: dict[str, list[tuple[str, int]]] = {n: [] for n in names}
@@ -275,15 +274,14 @@ def main() -> None:
     parser.add_argument("--changes", type=float, default=10.0, help="per copy per second")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--in-flight", type=int, default=64)
-    parser.add_argument("--dir", default="var/bench-guarantee-scale")
+    add_work_dir(parser, "var/bench-guarantee-scale")
     args = parser.parse_args()
-    shutil.rmtree(args.dir, ignore_errors=True)
-    Path(args.dir).mkdir(parents=True)
     print(
         f"{date.today().isoformat()} - nproc {os.cpu_count()}, {platform.platform()}, "
         f"Python {platform.python_version()}\n"
     )
-    asyncio.run(main_async(args))
+    with work_dir(args) as base:
+        asyncio.run(main_async(args, base))
 
 
 if __name__ == "__main__":

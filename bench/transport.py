@@ -2,7 +2,7 @@
 writes, and the dumpster's redelivery of a loss window.
 
     .venv/bin/python bench/transport.py [--messages 8000] [--concurrency 16] [--mailboxes 8]
-        [--rounds 4] [--redeliver 5000] [--dir var/bench-transport] [--quick]
+        [--rounds 4] [--redeliver 5000] [--dir var/bench-transport] [--keep] [--quick]
 
 One cluster: two `replication-node serve` processes on loopback (tests.cluster_harness), DB1
 active on mbx1 with a passive copy on mbx2, log_file_size 1 MiB and llr_depth 10 (the
@@ -13,7 +13,7 @@ retry timings) except `max_dumpster_size_per_database`, sized to keep everything
 delivers (at least 100 MB).  `--mailboxes` mailboxes in DB1; client n writes to mailbox
 n mod `--mailboxes`.  Messages and items are 4 KiB: a body of 4,096 characters of text
 that does not compress to a pattern, and a short subject.  `--dir` is wiped at the start
-and left behind for inspection.
+and removed at the end unless `--keep` (`bench/workdir.py`: one run at a time in it).
 
 1. Throughput at the same concurrency.  `--concurrency` clients in this process, closed
    loop, one request at a time each:
@@ -74,7 +74,6 @@ import os
 import platform
 import random
 import re
-import shutil
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -86,6 +85,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.workdir import add_work_dir, work_dir  # noqa: E402
 from dag_common.api_types import item_id_for  # noqa: E402
 from tests.cluster_harness import LocalCluster, wait_until  # noqa: E402
 from tests.transport.harness import Hubs  # noqa: E402
@@ -667,7 +667,7 @@ def main() -> None:
     parser.add_argument("--mailboxes", type=int, default=8, help="mailboxes in DB1")
     parser.add_argument("--rounds", type=int, help="part 1: interleaved pairs of rounds (4)")
     parser.add_argument("--redeliver", type=int, help="part 2: messages in the window (5000)")
-    parser.add_argument("--dir", default="var/bench-transport", help="work directory (wiped)")
+    add_work_dir(parser, "var/bench-transport")
     parser.add_argument("--quick", action="store_true", help="small numbers, in seconds")
     args = parser.parse_args()
     sizes = QUICK if args.quick else FULL
@@ -678,11 +678,9 @@ def main() -> None:
     args.warm_messages = sizes.warm_messages
     if min(args.messages // args.rounds, args.redeliver, args.concurrency, args.mailboxes) < 1:
         parser.error("--messages per round, --redeliver, --concurrency, --mailboxes: >= 1")
-    base = Path(args.dir).resolve()
-    shutil.rmtree(base, ignore_errors=True)
-    base.mkdir(parents=True)
     started = time.perf_counter()
-    out = asyncio.run(run(base, args))
+    with work_dir(args) as base:
+        out = asyncio.run(run(base, args))
     report(args, out)
     print(f"(whole run: {time.perf_counter() - started:.1f} s)")
 
