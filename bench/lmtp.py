@@ -65,7 +65,7 @@ from urllib.parse import quote
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.workdir import add_work_dir, work_dir  # noqa: E402
+from bench.workdir import add_work_dir, run_and_report  # noqa: E402
 from dag_common.api_types import item_id_for  # noqa: E402
 from tests.cluster_harness import LocalCluster, wait_until  # noqa: E402
 from tests.mail_servers import HOST, Dovecot, start_dovecot  # noqa: E402
@@ -601,11 +601,7 @@ def main() -> None:
         args.count_1m = 20 if args.small else 500
     if min(args.sessions, args.mailboxes, args.count_4k, args.count_1m) < 1:
         parser.error("--sessions, --mailboxes, --count-4k, --count-1m: >= 1")
-    started = time.perf_counter()
-    with work_dir(args) as base:
-        out = asyncio.run(run(base, args))
-    report(args, out)
-    print(f"(whole run: {time.perf_counter() - started:.1f} s)")
+    run_and_report(args, run, report)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,6 @@ import json
 import os
 import platform
 import sys
-import time
 from dataclasses import dataclass, fields
 from datetime import date
 from pathlib import Path
@@ -68,7 +67,7 @@ from bench.lmtp import (  # noqa: E402
     own_cpu,
     small_template,
 )
-from bench.workdir import add_work_dir, work_dir  # noqa: E402
+from bench.workdir import add_work_dir, run_and_report  # noqa: E402
 
 HOPS = 2000  # worker-thread round trips timed
 HEAD = (
@@ -89,6 +88,10 @@ class Counters:
     wchar: int
     write_bytes: int  # bytes sent to the disk
     faults: int
+
+    @property
+    def switches(self) -> int:
+        return self.voluntary + self.involuntary
 
     def __sub__(self, other: Counters) -> Counters:
         return Counters(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(self)))
@@ -148,6 +151,10 @@ class Phase:
     def mib(self) -> float:
         return self.count * self.size / MIB
 
+    @property
+    def mb_s(self) -> float:
+        return self.mib * MIB / self.seconds / 1e6
+
     def cpu_ms(self, process: str, per: str = "message") -> float:
         c = self.spent[process]
         return (c.user + c.system) * 1e3 / (self.count if per == "message" else self.mib)
@@ -205,7 +212,7 @@ def report(args: argparse.Namespace, out: dict[str, Any]) -> None:
         print(
             f"\n{phase.count} messages of {phase.size} B ({phase.load} at the start): "
             f"{phase.mib:.0f} MiB durable on DB1's active in {phase.seconds:.2f} s, "
-            f"{phase.mib * MIB / phase.seconds / 1e6:.2f} MB/s; all three processes "
+            f"{phase.mb_s:.2f} MB/s; all three processes "
             f"{phase.cpu_ms('all three'):.2f} ms of CPU a message\n"
         )
         print(HEAD)
@@ -214,7 +221,7 @@ def report(args: argparse.Namespace, out: dict[str, Any]) -> None:
         for name, c in phase.spent.items():
             print(
                 f"| {name} | {phase.cpu_ms(name, 'MiB'):.1f} ({c.user * 1e3 / mib:.1f} + "
-                f"{c.system * 1e3 / mib:.1f}) | {(c.voluntary + c.involuntary) / mib:.0f} "
+                f"{c.system * 1e3 / mib:.1f}) | {c.switches / mib:.0f} "
                 f"({c.voluntary / mib:.0f} / {c.involuntary / mib:.0f}) | "
                 f"{c.rchar / MIB / mib:.2f} / {c.wchar / MIB / mib:.2f} | "
                 f"{c.write_bytes / MIB / mib:.2f} | {c.faults / mib:.1f} |"
@@ -239,11 +246,9 @@ def report(args: argparse.Namespace, out: dict[str, Any]) -> None:
             {
                 "size": p.size,
                 "count": p.count,
-                "mb_s": p.mib * MIB / p.seconds / 1e6,
+                "mb_s": p.mb_s,
                 "cpu_ms_a_mib": {n: p.cpu_ms(n, "MiB") for n in p.spent},
-                "switches_a_mib": {
-                    n: (c.voluntary + c.involuntary) / p.mib for n, c in p.spent.items()
-                },
+                "switches_a_mib": {n: c.switches / p.mib for n, c in p.spent.items()},
             }
             for p in phases
         ],
@@ -286,11 +291,7 @@ def main() -> None:
         parser.error("--sizes: each 64 KiB or more (a smaller message is delivered in a batch)")
     if min(args.sessions, args.mailboxes) < 1 or (args.count is not None and args.count < 1):
         parser.error("--sessions, --mailboxes, --count: >= 1")
-    started = time.perf_counter()
-    with work_dir(args) as base:
-        out = asyncio.run(run(base, args))
-    report(args, out)
-    print(f"(whole run: {time.perf_counter() - started:.1f} s)")
+    run_and_report(args, run, report)
 
 
 if __name__ == "__main__":

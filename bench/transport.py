@@ -85,7 +85,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.workdir import add_work_dir, work_dir  # noqa: E402
+from bench.workdir import add_work_dir, run_and_report  # noqa: E402
 from dag_common.api_types import item_id_for  # noqa: E402
 from tests.cluster_harness import LocalCluster, wait_until  # noqa: E402
 from tests.transport.harness import Hubs  # noqa: E402
@@ -678,11 +678,7 @@ def main() -> None:
     args.warm_messages = sizes.warm_messages
     if min(args.messages // args.rounds, args.redeliver, args.concurrency, args.mailboxes) < 1:
         parser.error("--messages per round, --redeliver, --concurrency, --mailboxes: >= 1")
-    started = time.perf_counter()
-    with work_dir(args) as base:
-        out = asyncio.run(run(base, args))
-    report(args, out)
-    print(f"(whole run: {time.perf_counter() - started:.1f} s)")
+    run_and_report(args, run, report)
 
 
 if __name__ == "__main__":

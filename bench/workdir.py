@@ -19,14 +19,17 @@ deliveries its deleted queue could no longer make.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import fcntl
 import os
 import shutil
 import signal
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 def add_work_dir(parser: argparse.ArgumentParser, default: str) -> None:
@@ -74,3 +77,17 @@ def work_dir(args: argparse.Namespace) -> Iterator[Path]:
                 shutil.rmtree(base, ignore_errors=True)
     finally:
         os.close(lock)  # the lock with it; the small file stays, for the next run to take
+
+
+def run_and_report(
+    args: argparse.Namespace,
+    run: Callable[[Path, argparse.Namespace], Awaitable[Any]],
+    report: Callable[[argparse.Namespace, Any], None],
+) -> None:
+    """A benchmark's whole run: `run(base, args)` in `work_dir(args)`, then `report(args,
+    what it returned)` and the whole run's time."""
+    started = time.perf_counter()
+    with work_dir(args) as base:
+        out = asyncio.run(run(base, args))
+    report(args, out)
+    print(f"(whole run: {time.perf_counter() - started:.1f} s)")
