@@ -26,9 +26,11 @@ import io
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import IntEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from dag_common.credentials import CREDENTIAL_FILE_ENV, TOKEN_ENV
@@ -361,7 +363,14 @@ def error(message: str) -> None:
 def _os_error(exc: OSError) -> str:
     if exc.filename is not None and exc.strerror:
         return f"{exc.filename}: {exc.strerror}"
-    return exc.strerror or str(exc) or type(exc).__name__
+    said = exc.strerror or str(exc) or type(exc).__name__
+    # No file named: say which call failed, or "error: Invalid argument" is all there is
+    # (a node under libfaketime once exited with only that, and it was never seen again).
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return said
+    last = frames[-1]
+    return f"{said} (in {last.name}, {Path(last.filename).name}:{last.lineno})"
 
 
 def _stdout_to_devnull() -> None:
@@ -430,6 +439,7 @@ def run(
         error("a call got no answer in time")
         return ExitCode.FAILED
     except OSError as exc:
+        logger.debug("OS error", exc_info=True)
         error(_os_error(exc))
         return ExitCode.FAILED
     except Exception as exc:  # a bug (or a call's failure no command said): one line

@@ -403,8 +403,11 @@ class OpenLogWriter:
                 continue
             if isinstance(p.job, AbortJob):
                 for blob in p.job.blobs:
-                    if self.pending.pop(blob, None) is not None:
+                    if blob in self.pending:
+                        # Pending until its ABORT is written: a roll that record needs first
+                        # (the open log recovered full) carries the body to the next one.
                         append(encode_abort(blob, self.last_time))
+                        del self.pending[blob]
                 continue
             if p.data is None:
                 if self.records or p.force:
@@ -545,7 +548,7 @@ class OpenLogWriter:
             job.abort_on = StagedBodyLost("the log was closed while the body was staged")
         for blob in sorted(self.pending):
             append(encode_abort(blob, self.last_time))
-        self.pending.clear()
+            del self.pending[blob]  # after its ABORT: a roll that record needs carries it
 
     def fsync(self) -> None:
         """fsync the open generation's file (worker thread)."""

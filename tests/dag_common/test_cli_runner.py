@@ -45,6 +45,7 @@ def _parser(raise_: BaseException | None) -> argparse.ArgumentParser:
         (aiohttp.ClientConnectionError("Cannot connect to host"), 1, "Cannot connect to host"),
         (TimeoutError(), 1, "a call got no answer in time"),
         (FileNotFoundError(2, "No such file or directory", "/x/y"), 1, "/x/y: No such file"),
+        (OSError(22, "Invalid argument"), 1, "Invalid argument (in command, test_cli_runner.py:"),
         (KeyboardInterrupt(), 1, None),
         (KeyError("copies"), 1, "unexpected KeyError: 'copies' (a bug; --verbose shows where)"),
     ],

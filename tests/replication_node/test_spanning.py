@@ -22,7 +22,16 @@ from replication_node.log.inspector import inspect_generation
 from replication_node.log.logdir import list_closed_generations
 from replication_node.log.logfile import HEADER_SIZE, LogHeader, RecordType, encode_record
 from replication_node.log.recovery import plan_recovery
-from replication_node.log.spanning import BlobId, PendingBlob, decode_part, encode_part, track
+from replication_node.log.spanning import (
+    PART_OVERHEAD,
+    BlobId,
+    PendingBlob,
+    decode_part,
+    encode_abort,
+    encode_part,
+    track,
+)
+from replication_node.log.writer import CLOSE_SIZE
 from tests.cluster_harness import wait_until
 from tests.replication_node.disk import Op, Step, TestDisk
 from tests.replication_node.helpers import (
@@ -408,3 +417,58 @@ async def test_a_copy_seeded_while_a_body_is_staged_fetches_the_logs_required_be
     await wait_until("replay of the commit", replayed_through(copy, last))
     assert copy.reader().item("m", "big").body == text
     await copy.stop()
+
+
+@pytest.mark.parametrize("short", [0, 12, 24])
+async def test_a_recovered_open_log_left_full_by_a_part_carries_the_body_its_abort_rolls_to(
+    tmp_path, short
+):
+    """Killed between a part's write and the roll it made due, the active recovers an open
+    log with no room for the ABORT of the body it never committed: that record rolls first,
+    and the generation it lands in must carry the body (found by CI: generation 10 began
+    with an ABORT it did not carry, and every copy's inspection refused it)."""
+    copy = await mount(tmp_path, log_file_size=SIZE)
+    ref = await copy.stage(BodyReader(text_body(40_000).encode()))  # ends in the open log
+    await copy.crash_close()
+    open_log = copy.paths.logs / logfile.OPEN_LOG_NAME
+    data = open_log.read_bytes()
+    scan = logfile.scan(data)
+    last = scan.records[-1]
+    blob, index, _ = decode_part(last)
+    assert blob == ref.id
+    # the part the killed writer wrote last: it ends `short` bytes before the room kept for
+    # the close, less than an ABORT needs
+    abort = len(encode_abort(blob, last.commit_time))
+    assert short < abort
+    end = SIZE - CLOSE_SIZE - short
+    chunk = b"y" * (end - len(data) - PART_OVERHEAD)
+    part = encode_part(blob, index + 1, chunk, last.commit_time, salt=scan.header.salt)
+    open_log.write_bytes(data + part)
+    copy = await mount(tmp_path, log_file_size=SIZE, create=False)
+    assert any("never committed" in note for note in copy.recovery_notes)
+    await MailboxStore(copy).create_mailbox("m")
+    await copy.roll()
+    spans = chained(generations(copy.paths.logs))  # refuses an ABORT of a body not carried
+    assert [b for s in spans for b in s.aborted] == [ref.id]
+    assert spans[-1].pending == {}
+    await copy.crash_close()
+
+
+async def test_a_dismount_aborting_more_bodies_than_the_open_log_has_room_for_carries_each(
+    tmp_path,
+):
+    """The ABORTs a dismount writes for the bodies still staged may need a roll half-way:
+    the generation it opens carries the bodies not aborted yet, and no other."""
+    copy = await mount(tmp_path, log_file_size=SIZE)
+    await copy.roll(force=True)
+    refs = [await copy.stage(BodyReader(text_body(400).encode())) for _ in range(39)]
+    writer = copy.stream._file
+    # the last body leaves 700 bytes before the room kept for the close: 28 ABORTs' worth
+    room = SIZE - CLOSE_SIZE - writer._offset - PART_OVERHEAD
+    refs.append(await copy.stage(BodyReader(b"z" * (room - 700))))
+    assert SIZE - CLOSE_SIZE - writer._offset == 700
+    assert 40 * len(encode_abort(refs[0].id, datetime.now(UTC))) > 700
+    await copy.dismount()
+    spans = chained(generations(copy.paths.logs))
+    assert sorted(b for s in spans for b in s.aborted) == sorted(r.id for r in refs)
+    assert spans[-1].pending == {}
