@@ -402,12 +402,9 @@ class OpenLogWriter:
                 staging.append(i)
                 continue
             if isinstance(p.job, AbortJob):
-                for blob in p.job.blobs:
-                    if blob in self.pending:
-                        # Pending until its ABORT is written: a roll that record needs first
-                        # (the open log recovered full) carries the body to the next one.
-                        append(encode_abort(blob, self.last_time))
-                        del self.pending[blob]
+                for blob in (b for b in p.job.blobs if b in self.pending):
+                    append(encode_abort(blob, self.last_time))  # a roll first carries it
+                    del self.pending[blob]  # (the open log recovered full)
                 continue
             if p.data is None:
                 if self.records or p.force:
