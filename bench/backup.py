@@ -1,7 +1,7 @@
 """Backup from a passive copy (issue 15): its rate beside a plain copy of the same files,
 and what it costs the active's commits.
 
-    .venv/bin/python bench/backup.py --mb 100 [--dir var/bench-backup]
+    .venv/bin/python bench/backup.py --mb 100 [--dir var/bench-backup] [--keep]
 
 Two `replication-node serve` processes on loopback (tests.cluster_harness): DB1 active on
 mbx1, a passive copy on mbx2, 1 MiB logs, LLR depth 10, circular logging off.  `--mb` MB of
@@ -16,7 +16,8 @@ items (4 KB, 50 a request) are written and the copy has replayed them; then, in 
    backup holds) into a new directory, then an fsync of each file and of the directory;
    MB/s over the same bytes.
 
-MB are 10^6 bytes.  `--dir` is wiped at the start and left behind for inspection.
+MB are 10^6 bytes.  `--dir` is wiped at the start and removed at the end unless `--keep`
+(`bench/workdir.py`: one run at a time in it).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import asyncio
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import time
@@ -37,6 +37,7 @@ from statistics import median, quantiles
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.workdir import add_work_dir, work_dir  # noqa: E402
 from tests.cluster_harness import LocalCluster  # noqa: E402
 from tests.replication_node.e2e import converged  # noqa: E402
 
@@ -94,8 +95,6 @@ def plain_copy(files: list[Path], to: Path) -> float:
 
 
 async def main(mb: int, seconds: float, root: Path) -> None:
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
     c = LocalCluster(
         root,
         nodes=[("mbx1", "redmond"), ("mbx2", "redmond")],
@@ -195,6 +194,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=100, help="MB of items written first")
     parser.add_argument("--seconds", type=float, default=5.0, help="commit probe alone")
-    parser.add_argument("--dir", type=Path, default=ROOT / "var" / "bench-backup")
+    add_work_dir(parser, str(ROOT / "var" / "bench-backup"))
     args = parser.parse_args()
-    asyncio.run(main(args.mb, args.seconds, args.dir.resolve()))
+    with work_dir(args) as base:
+        asyncio.run(main(args.mb, args.seconds, base))

@@ -3,6 +3,7 @@ at a kill -9 of the active, and commit latency and throughput at 16 writers, for
 block mode and one synchronous copy, in one run.
 
     .venv/bin/python bench/block_mode.py [--runs 3] [--seconds 5] [--dir var/bench-block]
+        [--keep]
 
 Each run starts a fresh cluster of three `replication-node serve` processes on loopback
 (DB1 active on mbx1, passive copies on mbx2 and mbx3, 1 MiB logs, failover_after 2 s, lease
@@ -15,6 +16,9 @@ acknowledged items the new active does not have.
 - file: `block_mode: false` (Exchange 2010 RTM: whole closed generations only);
 - block: block mode (the default), no synchronous copy;
 - sync1: block mode, `synchronous_copies: 1`, the Lossless dial.
+
+Each run's cluster is in its own directory under `--dir`; `--dir` is wiped at the start and
+removed at the end unless `--keep` (`bench/workdir.py`: one run at a time in it).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.workdir import add_work_dir, work_dir  # noqa: E402
 from tests.cluster_harness import THREE_NODES, LocalCluster  # noqa: E402
 from tests.replication_node.e2e import in_block_mode, mounted_on  # noqa: E402
 
@@ -118,19 +123,13 @@ async def one_run(root: Path, mode: str, seconds: float) -> dict[str, float]:
         await cluster.close()
 
 
-async def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--modes", default="file,block,sync1")
-    parser.add_argument("--dir", type=Path, default=ROOT / "var" / "bench-block")
-    args = parser.parse_args()
+async def main_async(args: argparse.Namespace, base: Path) -> int:
     print(f"# bench/block_mode.py, {date.today()}, {platform.node()}, {os.cpu_count()} cores")
     print(f"# 16 writers, {args.seconds:g}s measured, then kill -9; {args.runs} runs per mode")
     for mode in args.modes.split(","):
         results = []
         for i in range(args.runs):
-            r = await one_run(args.dir / f"{mode}-{i}", mode, args.seconds)
+            r = await one_run(base / f"{mode}-{i}", mode, args.seconds)
             results.append(r)
             print(
                 f"{mode} run {i + 1}: p50 {r['p50']:.2f}ms p99 {r['p99']:.2f}ms "
@@ -145,9 +144,19 @@ async def main() -> int:
             f"{[int(r['lost']) for r in results]}",
             flush=True,
         )
-    shutil.rmtree(args.dir, ignore_errors=True)
     return 0
 
 
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--modes", default="file,block,sync1")
+    add_work_dir(parser, str(ROOT / "var" / "bench-block"))
+    args = parser.parse_args()
+    with work_dir(args) as base:
+        return asyncio.run(main_async(args, base))
+
+
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(main())

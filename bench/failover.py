@@ -4,13 +4,15 @@ active's node dies or hangs, and after a partition; and what the lease check cos
 
     .venv/bin/python bench/failover.py [--runs 20]
                                        [--events switchover,switchover-load,kill,stop,partition]
-                                       [--commits 2000] [--dir var/bench-failover]
+                                       [--commits 2000] [--dir var/bench-failover] [--keep]
 
 Clusters: the harness's three nodes (mbx1 and mbx2 in redmond, mbx3 in dublin), DB1 active on
 mbx1 with passive copies on mbx2 and mbx3, `failover_after` 4 s (as a new user would set it),
 the default lease TTL and log size.  switchover, kill and stop run `replication-node serve`
 processes on loopback over the embedded cluster store; partition runs them and a one-member
-etcd each in its own network namespace on a bridge (tests/netns.py; root only).
+etcd each in its own network namespace on a bridge (tests/netns.py; root only).  Each run's
+cluster is in its own directory under `--dir`; `--dir` is wiped at the start and removed at the
+end unless `--keep` (`bench/workdir.py`: one run at a time in it).
 
 Each run starts a fresh cluster, writes 200 items and waits until both copies replayed them,
 then at time 0:
@@ -59,6 +61,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.workdir import add_work_dir, work_dir  # noqa: E402
 from dag_common.store_api import ItemIn  # noqa: E402
 from tests.cluster_harness import THREE_NODES, LocalCluster, wait_until  # noqa: E402
 from tests.replication_node.e2e import converged, databases, write  # noqa: E402
@@ -277,21 +280,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
-async def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--events", default="switchover,switchover-load,kill,stop,partition,commit")
-    parser.add_argument("--commits", type=int, default=2000)
-    parser.add_argument("--dir", type=Path, default=ROOT / "var" / "bench-failover")
-    parser.add_argument(
-        "--failover-after", default=FAILOVER_AFTER, help="'default': the config's own default"
-    )
-    args = parser.parse_args()
-    if args.failover_after == "default":
-        DEFAULTS.pop("failover_after")
-    else:
-        DEFAULTS["failover_after"] = args.failover_after
-    (ROOT / "var").mkdir(exist_ok=True)
+async def main_async(args: argparse.Namespace, base: Path) -> int:
     print(f"# bench/failover.py, {date.today()}, {platform.node()}, {os.cpu_count()} cores")
     print(f"# failover_after {args.failover_after}, {args.runs} runs per event")
     for event in args.events.split(","):
@@ -305,7 +294,7 @@ async def main() -> int:
                 )
             continue
         if event == "switchover-load":
-            runs = await switchovers_under_load(args.dir / event, args.runs)
+            runs = await switchovers_under_load(base / event, args.runs)
             for name, values, unit in (
                 ("call", [r[0] for r in runs], "s"),
                 ("without writes", [r[1] for r in runs], "s"),
@@ -321,7 +310,7 @@ async def main() -> int:
             continue
         times = []
         for i in range(args.runs):
-            where = args.dir / f"{event}-{i}"
+            where = base / f"{event}-{i}"
             if event == "partition":
                 seconds, said = await partition_run(where)
             else:
@@ -333,9 +322,27 @@ async def main() -> int:
             f"min {min(times):.2f}s max {max(times):.2f}s mean {statistics.mean(times):.2f}s",
             flush=True,
         )
-    shutil.rmtree(args.dir, ignore_errors=True)
     return 0
 
 
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--events", default="switchover,switchover-load,kill,stop,partition,commit")
+    parser.add_argument("--commits", type=int, default=2000)
+    add_work_dir(parser, str(ROOT / "var" / "bench-failover"))
+    parser.add_argument(
+        "--failover-after", default=FAILOVER_AFTER, help="'default': the config's own default"
+    )
+    args = parser.parse_args()
+    if args.failover_after == "default":
+        DEFAULTS.pop("failover_after")
+    else:
+        DEFAULTS["failover_after"] = args.failover_after
+    (ROOT / "var").mkdir(exist_ok=True)  # commit_latencies' temporary directory
+    with work_dir(args) as base:
+        return asyncio.run(main_async(args, base))
+
+
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(main())

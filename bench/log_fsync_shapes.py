@@ -2,6 +2,7 @@
 against a raw fsync'd append of the same bytes (issue 29, target 1: >= 0.8)?
 
     .venv/bin/python bench/log_fsync_shapes.py [--rounds 30] [--item-mib 8] [--dir DIR]
+        [--keep]
 
 No log, no LLR, no Python objects: only the file system calls, so each figure is a ceiling for
 a log that took that shape.  An item of `--item-mib` MiB is cut as the log cuts a staged body
@@ -51,7 +52,9 @@ roll on disk.  Shapes:
 Rounds: every shape once a round, in a rotated order, each after `sync` (a quiet disk: none
 pays for another's writeback); the ratio raw / shape is taken within the round (the disk's
 rate varies by 5x from minute to minute here).  Prints each shape's median MB/s and the
-median and quartiles of its per-round ratio, and the load.
+median and quartiles of its per-round ratio, and the load.  `--dir` (default
+var/bench-log-fsync-shapes) is wiped at the start and removed at the end unless `--keep`
+(`bench/workdir.py`: one run at a time in it).
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.workdir import add_work_dir, work_dir  # noqa: E402
 from dag_common import durable  # noqa: E402
 from dag_common.durable import fsync_dir  # noqa: E402
 
@@ -310,28 +314,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--item-mib", type=int, default=8)
-    parser.add_argument("--dir", default="var/bench-log-fsync-shapes", help="wiped, then removed")
+    add_work_dir(parser, "var/bench-log-fsync-shapes")
     args = parser.parse_args()
     if not durable.AVAILABLE:
         sys.exit("log_fsync_shapes: sync_file_range(2) is not available here (Linux only)")
-    base = Path(args.dir).resolve()
-    shutil.rmtree(base, ignore_errors=True)
-    base.mkdir(parents=True)
-    parts = parts_of(args.item_mib * MIB)
-    blob = os.urandom(args.item_mib * MIB)
-    data, at = [], 0
-    for size in parts:
-        data.append(memoryview(blob)[at : at + size])
-        at += size
-    one, five, _ = os.getloadavg()
-    print(
-        f"{platform.platform()}, nproc {os.cpu_count()}; item {args.item_mib} MiB in "
-        f"{len(parts)} generations; {args.rounds} rounds; load {one:.2f} (1 min) {five:.2f} (5 min)"
-    )
-    names = list(SHAPES)
-    seconds: dict[str, list[float]] = {n: [] for n in names}
-    ratios: dict[str, list[float]] = {n: [] for n in names}
-    try:
+    with work_dir(args) as base:  # the lock first: a refused run prints one line
+        parts = parts_of(args.item_mib * MIB)
+        blob = os.urandom(args.item_mib * MIB)
+        data, at = [], 0
+        for size in parts:
+            data.append(memoryview(blob)[at : at + size])
+            at += size
+        one, five, _ = os.getloadavg()
+        print(
+            f"{platform.platform()}, nproc {os.cpu_count()}; item {args.item_mib} MiB in "
+            f"{len(parts)} generations; {args.rounds} rounds; "
+            f"load {one:.2f} (1 min) {five:.2f} (5 min)"
+        )
+        names = list(SHAPES)
+        seconds: dict[str, list[float]] = {n: [] for n in names}
+        ratios: dict[str, list[float]] = {n: [] for n in names}
         for r in range(args.rounds):
             order = names[r % len(names) :] + names[: r % len(names)]
             took: dict[str, float] = {}
@@ -341,8 +343,6 @@ def main() -> None:
             for name in names:
                 seconds[name].append(took[name])
                 ratios[name].append(took["raw"] / took[name])
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
     mb = args.item_mib * MIB / MB
     print("\n| shape | MB/s, median | vs raw, median of rounds | quartiles | min-max |")
     print("|---|---:|---:|---:|---:|")

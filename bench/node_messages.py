@@ -3,19 +3,21 @@ active (no transport), as JSON items (`POST …/items`) and as their bytes (`PUT
 …/items/{id}/message`), one route after the other in one run (issues 49 and 52).
 
     .venv/bin/python bench/node_messages.py [--quick] [--count 200] [--clients 16]
+        [--dir var/bench-node-messages] [--keep]
 
 The cluster is bench/lmtp.py's (DB1 active on mbx1, a copy on mbx2, 1 MiB logs, LLR depth
 10), 100 mailboxes; the messages are lmtp.py's 1 MiB multipart/mixed (7-bit: base64) and an
 8-bit one of the same size (Latin-1 text, not UTF-8).  Reported per route and kind: MB/s of
 messages answered 201 (durable on the active), and the CPU seconds the active and the
 passive used (the passive: until it replayed everything).  `--quick`: 12 messages, seconds.
+`--dir` is wiped at the start and removed at the end unless `--keep` (`bench/workdir.py`: one
+run at a time in it).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import time
 from pathlib import Path
@@ -28,6 +30,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from lmtp import ACTIVE, DB, PASSIVE, large_template, load, process_cpu  # noqa: E402
 
+from bench.workdir import add_work_dir, work_dir  # noqa: E402
 from dag_common.rfc822 import body_of_message  # noqa: E402
 from tests.cluster_harness import LocalCluster  # noqa: E402
 from tests.replication_node.e2e import converged  # noqa: E402
@@ -81,12 +84,7 @@ async def phase(c: LocalCluster, route: str, raw: bytes, count: int, clients: in
     }  # fmt: skip
 
 
-async def run(args: argparse.Namespace) -> None:
-    base = Path(args.dir)
-    if base.exists():
-        import shutil
-
-        shutil.rmtree(base)
+async def run(args: argparse.Namespace, base: Path) -> None:
     c = LocalCluster(
         base,
         nodes=[(ACTIVE, "redmond"), (PASSIVE, "redmond")],
@@ -122,13 +120,13 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=200, help="messages per phase")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2, help="json and raw alternated")
-    parser.add_argument("--dir", default="var/bench-node-messages")
+    add_work_dir(parser, "var/bench-node-messages")
     parser.add_argument("--quick", action="store_true", help="12 messages, one round")
     args = parser.parse_args()
     if args.quick:
         args.count, args.rounds = 12, 1
-    os.makedirs(args.dir, exist_ok=True)
-    asyncio.run(run(args))
+    with work_dir(args) as base:
+        asyncio.run(run(args, base))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@
    samples are ~46 hours and 50 M ~9.6 days. Queues are 0 or 1 most of the time, with
    episodes of falling behind (up to 30 logs) that drain a log a second; statuses other than
    Healthy, and unreachable nodes, come in episodes too; log times step by generation (20 s).
-   Made once per size and kept under `--dir` (delete it to regenerate).
+   Made once per size and kept under `--dir` (delete it to regenerate): one run at a time in
+   it (bench/workdir.py's lock, without its wipe), a second given the same `--dir` refused.
 2. Spark `local[2]`, one session, warmed up once on the smallest size, then per size:
    (a) the copy windows (1 min; count, mean, max, p95 of both queues, the fractions, the
        largest replay lag), executed to the end into Spark's `noop` sink;
@@ -45,6 +46,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
+from bench.workdir import work_dir  # noqa: E402
 from dag_common.history_schema import SCHEMA  # noqa: E402
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
@@ -264,15 +266,9 @@ def cluster_aggregate(root: Path, out: Path, base: Path) -> float:
     return elapsed
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="10,50", help="millions of samples, comma-separated")
-    parser.add_argument("--cluster-sizes", default="10", help="sizes also run on the cluster")
-    parser.add_argument("--dir", default="var/bench-spark", type=Path)
-    args = parser.parse_args()
+def run(args: argparse.Namespace, base: Path) -> int:
     sizes = [int(s) for s in args.sizes.split(",") if s]
     cluster_sizes = [int(s) for s in args.cluster_sizes.split(",") if s]
-    base = args.dir.resolve()
     print(f"machine: {os.cpu_count()} cores; {time.strftime('%Y-%m-%d')}")
     data = {m: make_history(base / f"history-{m}m", m * 1_000_000) for m in sizes}
 
@@ -314,6 +310,18 @@ def main() -> int:
             flush=True,
         )
     return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10,50", help="millions of samples, comma-separated")
+    parser.add_argument("--cluster-sizes", default="10", help="sizes also run on the cluster")
+    parser.add_argument(
+        "--dir", default="var/bench-spark", type=Path, help="kept between runs, one at a time"
+    )
+    args = parser.parse_args()
+    with work_dir(args, wipe=False) as base:  # the history made in it is kept for the next run
+        return run(args, base)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,10 @@ One run at a time in a directory: a second run given the same `--dir` is refused
 lock, `<dir>.lock`, is held), before it wipes anything.  Before, it wiped the first run's
 cluster under its running nodes and failed on its own `mkdir`, and the first waited an hour for
 deliveries its deleted queue could no longer make.
+
+`work_dir(args, wipe=False)` is the lock and the SIGTERM alone, for a script that keeps what it
+made under `--dir` for its next run (bench/spark_history.py's generated input): the directory
+is made if missing, neither emptied at the start nor removed at the end.
 """
 
 from __future__ import annotations
@@ -47,10 +51,12 @@ def _terminated(signum: int, _frame: object) -> None:
 
 
 @contextmanager
-def work_dir(args: argparse.Namespace) -> Iterator[Path]:
+def work_dir(args: argparse.Namespace, *, wipe: bool = True) -> Iterator[Path]:
     """The work directory `args.dir`, emptied; removed on the way out unless `args.keep`
     (also when the run fails: `--keep` is how to look at a failed run's files).  A SIGTERM
-    meanwhile is a SystemExit (exit 143), so the run's own clean-up runs (see the module)."""
+    meanwhile is a SystemExit (exit 143), so the run's own clean-up runs (see the module).
+    `wipe=False`: the directory as it is (made if missing), left as it is at the end
+    (`args.keep` is not read): only the lock and the SIGTERM."""
     base = Path(args.dir).resolve()
     base.parent.mkdir(parents=True, exist_ok=True)
     lock = os.open(base.with_name(base.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
@@ -64,8 +70,9 @@ def work_dir(args: argparse.Namespace) -> Iterator[Path]:
             ) from None
         os.ftruncate(lock, 0)
         os.pwrite(lock, f"{os.getpid()}\n".encode(), 0)
-        shutil.rmtree(base, ignore_errors=True)
-        base.mkdir(parents=True)
+        if wipe:
+            shutil.rmtree(base, ignore_errors=True)
+        base.mkdir(parents=True, exist_ok=not wipe)
         main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, _terminated) if main else None
         try:
@@ -73,7 +80,7 @@ def work_dir(args: argparse.Namespace) -> Iterator[Path]:
         finally:
             if main:
                 signal.signal(signal.SIGTERM, previous)
-            if not args.keep:
+            if wipe and not args.keep:
                 shutil.rmtree(base, ignore_errors=True)
     finally:
         os.close(lock)  # the lock with it; the small file stays, for the next run to take

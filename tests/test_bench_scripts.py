@@ -127,3 +127,22 @@ def test_a_second_run_in_the_same_work_dir_is_refused_and_wipes_nothing(tmp_path
         assert (base / "cluster").read_text() == "the first run's"
     with work_dir(args) as base:  # free again once the first ended
         assert not (base / "cluster").exists()
+
+
+def test_a_bench_work_dir_without_wipe_keeps_what_is_in_it(tmp_path):
+    """bench/workdir.py's `wipe=False` (bench/spark_history.py's generated input, kept between
+    runs): the lock alone; the files found stay, and the directory stays at the end."""
+    import argparse
+
+    from bench.workdir import work_dir
+
+    where = tmp_path / "work"
+    (where / "history").mkdir(parents=True)
+    args = argparse.Namespace(dir=where)
+    with work_dir(args, wipe=False) as base:
+        assert (base / "history").is_dir()
+        (base / "out").write_text("x")
+    assert (where / "history").is_dir() and (where / "out").exists()
+    with work_dir(argparse.Namespace(dir=tmp_path / "new"), wipe=False) as base:
+        assert base.is_dir()  # made when missing
+    assert base.is_dir()
