@@ -43,6 +43,8 @@ _M_ARENA_MAX = -8
 MMAP_THRESHOLD = 128 * 1024
 # Free memory at the top of the heap past this is given back at once (glibc's default too).
 TRIM_THRESHOLD = 128 * 1024
+# The threshold this process's allocator holds (`bound_allocator`), for `bound_socket_reads`.
+_mmap_threshold = MMAP_THRESHOLD
 # A busy process's heap (`busy_heap`), one that gives it back itself once quiet
 # (`trim_when_quiet`): blocks up to HEAP_BLOCKS come from the heap (two generations of the
 # seeds' 1 MiB log files, a message's parts and reads, with room), HEAP_TOP is kept free at
@@ -82,7 +84,10 @@ def bound_allocator(
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
+    global _mmap_threshold
     ok = mallopt(_M_MMAP_THRESHOLD, mmap_threshold) == 1
+    if ok:
+        _mmap_threshold = mmap_threshold
     ok = mallopt(_M_TRIM_THRESHOLD, trim_threshold) == 1 and ok
     if arenas is not None:
         ok = mallopt(_M_ARENA_MAX, arenas) == 1 and ok
@@ -158,30 +163,41 @@ def bound_tls_buffers(size: int = TLS_READ_BUFFER) -> None:
     sslproto.SSLProtocol.max_size = size
 
 
-# What asyncio reads a plain socket's bytes into, per read, at most (see below).
+# What asyncio reads a plain socket's bytes into, per read, at most (see below): its own
+# size where the allocator serves it from the heap (`busy_heap`), else this bound.
+ASYNCIO_READ_SIZE = 256 * 1024
 SOCKET_READ_SIZE = 64 * 1024
 
 
-def bound_socket_reads(size: int = SOCKET_READ_SIZE) -> None:
+def bound_socket_reads(size: int | None = None) -> None:
     """Each plain (not TLS) socket asyncio's own event loop serves or connects in this process
-    reads at most `size` bytes at a time instead of 256 KiB.  asyncio's loop only: uvloop's
-    (`dag_common/event_loop.py`, the nodes' and the transport's) reads into one buffer of
-    the loop's and has no per-read allocation to bound; `event_loop.run` calls this only
-    when it runs asyncio's loop.
+    reads at most `size` bytes at a time: by default asyncio's own 256 KiB if the allocator
+    serves a block of that size from the heap (`busy_heap`: a node's), 64 KiB if not.
+    asyncio's loop only: uvloop's (`dag_common/event_loop.py`, the transport's) reads into one
+    buffer of the loop's and has no per-read allocation to bound; `event_loop.run` calls
+    this only when it runs asyncio's loop.
 
     asyncio's transport allocates a fresh bytes object of its `max_size` (256 KiB) for every
-    `recv`, and shrinks it to what came.  At 256 KiB that block is past the allocator's mmap
-    threshold (`bound_allocator`), so each read of a large body is its own `mmap`, page faults
-    on every page the kernel copies into, and a `munmap`: per MiB received, 4-8 mappings and
-    256 faults (strace and perf of a node taking 1 MiB messages: a node's sockets' reads were
-    the largest single source of its page faults, issue 49).  Below the threshold the block
-    comes from the heap and its pages are reused, already mapped; the reads are more (16 per
-    MiB), each a few microseconds.  A TLS connection reads through `SSLProtocol`'s buffer
-    instead (`bound_tls_buffers`).  asyncio offers no setting: the class attribute each
-    transport reads is set, in the serving process only (a loop's transports other than
-    asyncio's selector ones never read it)."""
-    if size < 1024 or size >= MMAP_THRESHOLD:
-        raise ValueError(f"a socket read of {size} bytes: 1024 up to {MMAP_THRESHOLD} only")
+    `recv`, and shrinks it to what came.  Past the allocator's mmap threshold
+    (`bound_allocator`) that block is its own `mmap`, page faults on every page the kernel
+    copies into, and a `munmap`: per MiB received, 4-8 mappings and 256 faults (strace and
+    perf of a node taking 1 MiB messages: a node's sockets' reads were the largest single
+    source of its page faults, issue 49).  Below the threshold the block comes from the
+    heap and its pages are reused, already mapped.  The reads are then as large as the heap
+    allows: each read is a trip through the protocol's Python (aiohttp's parser, a stream's
+    feed, the reader's wake-up), and a node taking 1 MiB messages in 64 KiB reads rather
+    than 256 KiB ones used ~4 % more CPU a MiB (bench/README.md, "lmtp: a node's socket
+    reads"). A TLS connection reads through `SSLProtocol`'s buffer instead
+    (`bound_tls_buffers`).  asyncio offers no setting: the class attribute each transport
+    reads is set, in the serving process only (a loop's transports other than asyncio's
+    selector ones never read it)."""
+    if size is None:
+        size = ASYNCIO_READ_SIZE if _mmap_threshold > ASYNCIO_READ_SIZE else SOCKET_READ_SIZE
+    if size < 1024 or size >= _mmap_threshold:
+        raise ValueError(
+            f"a socket read of {size} bytes: 1024 up to the allocator's mmap threshold "
+            f"({_mmap_threshold}) only"
+        )
     selector_events._SelectorSocketTransport.max_size = size
 
 

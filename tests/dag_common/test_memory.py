@@ -162,6 +162,32 @@ async def test_plain_sockets_read_at_most_64_kib_at_a_time_after_the_bound(monke
     assert selector_events._SelectorSocketTransport.max_size == 64 * 1024
 
 
+def test_a_process_whose_heap_serves_256_kib_blocks_reads_its_sockets_256_kib_at_a_time():
+    """In a process on `busy_heap` (a node's), a read of asyncio's own 256 KiB comes from
+    the heap: the bound is that size, four times fewer reads of a large body than 64 KiB;
+    a size at or past the heap's threshold is still refused."""
+    out = subprocess.run(
+        [sys.executable, "-c", _HEAP_READS],
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+        env={"PYTHONPATH": str(ROOT), "PATH": os.environ["PATH"]},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(256 * 1024), "refused"]
+
+
+_HEAP_READS = """
+from asyncio import selector_events
+from dag_common.memory import HEAP_BLOCKS, bound_socket_reads, busy_heap
+assert busy_heap()
+bound_socket_reads()
+print(selector_events._SelectorSocketTransport.max_size)
+try:
+    bound_socket_reads(HEAP_BLOCKS)
+except ValueError:
+    print("refused")
+"""
+
+
 # A process that takes and frees 1 MiB blocks (a node's parts and generations), bound as a
 # node binds it or as every other process is, then trims its heap as a quiet node does:
 # prints its page faults a block and the RSS it kept past the trim.
