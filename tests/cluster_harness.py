@@ -441,16 +441,25 @@ class LocalCluster:
 FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 
 
-def faketime_env(offset: str) -> dict[str, str]:
-    """The environment that runs a process `offset` off the real clock (libfaketime, Debian's
-    `faketime` package).  Wall time only: the monotonic clock is one per machine, and these
-    node processes share one machine's embedded cluster store, whose leases expire by it
-    (a node on another machine would use etcd, whose leases expire by etcd's clock)."""
+def libfaketime_env(**settings: str) -> dict[str, str]:
+    """The environment that runs a process under libfaketime (Debian's `faketime` package)
+    with `settings`, its FAKETIME* variables.  Wall time only: the monotonic clock is one
+    per machine, and these node processes share one machine's embedded cluster store, whose
+    leases expire by it (a node on another machine would use etcd, whose leases expire by
+    etcd's clock).  Python's `time.sleep`, which libfaketime breaks with that setting, is
+    mended at the process's start (`tests/faketime_site`)."""
     return {
         "LD_PRELOAD": str(FAKETIME_LIB),
-        "FAKETIME": offset,
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "PYTHONPATH": f"{ROOT / 'tests' / 'faketime_site'}{os.pathsep}{ROOT}",
+        **settings,
     }
+
+
+def faketime_env(offset: str) -> dict[str, str]:
+    """The environment that runs a process `offset` off the real clock (`+2h`, `-90s`) for
+    its whole life (`libfaketime_env`)."""
+    return libfaketime_env(FAKETIME=offset)
 
 
 @contextlib.contextmanager

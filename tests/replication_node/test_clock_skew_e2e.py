@@ -5,6 +5,9 @@ time older than the logs its copies already replayed."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from datetime import datetime
 
@@ -19,6 +22,24 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not FAKETIME_LIB.exists(), reason="Debian's faketime is not installed"),
 ]
+
+
+def test_a_process_the_harness_skews_reads_the_skewed_wall_clock_and_still_sleeps():
+    """`faketime_env`: the wall clock two hours ahead, the monotonic clock the machine's, and
+    `time.sleep` sleeping (libfaketime alone fails it with EINVAL: a node that slept at
+    start-up exited with "error: Invalid argument"; tests/faketime_site mends it)."""
+    code = "import time; w, m = time.time(), time.monotonic(); time.sleep(0.01); print(w, m)"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **faketime_env("+2h")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    wall, mono = map(float, out.stdout.split())
+    assert 7000 < wall - time.time() < 7400
+    assert 0 <= time.monotonic() - mono < 60
 
 
 def cluster_of(tmp_path, *, lag: str = "0s") -> LocalCluster:

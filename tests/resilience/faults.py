@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from tests.cluster_harness import FAKETIME_LIB, LocalCluster
+from tests.cluster_harness import FAKETIME_LIB, LocalCluster, faketime_env, libfaketime_env
 from tests.netns import NetnsLab
 from tests.resilience.invariants import FaultWindow
 
@@ -217,12 +217,9 @@ class FakeClock:
 
     def env(self) -> dict[str, str]:
         self.spec.write_text("+0\n") if not self.spec.exists() else None
-        return {
-            "LD_PRELOAD": str(FAKETIME_LIB),
-            "FAKETIME_TIMESTAMP_FILE": str(self.spec),
-            "FAKETIME_CACHE_DURATION": str(self.CACHE),
-            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-        }
+        return libfaketime_env(
+            FAKETIME_TIMESTAMP_FILE=str(self.spec), FAKETIME_CACHE_DURATION=str(self.CACHE)
+        )
 
     async def jump(self, offset: str) -> None:
         """Move the clock to `offset` from the real one; return once every clock reading of
@@ -239,11 +236,7 @@ def skewed_clock_env(offset: str) -> dict[str, str]:
     needs no spec file to read again (FakeClock's, read at every clock call before it had a
     cache, cost 20x a clock read here, which a busy gRPC server paid on every call it
     timed)."""
-    return {
-        "LD_PRELOAD": str(FAKETIME_LIB),
-        "FAKETIME": offset,
-        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-    }
+    return faketime_env(offset)
 
 
 def faketime_available() -> bool:
