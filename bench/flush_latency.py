@@ -144,11 +144,11 @@ def main() -> None:
     parser.add_argument("--poll-interval", default="5s", help="the service's poll_interval")
     add_work_dir(parser, "var/bench-flush-latency")
     args = parser.parse_args()
-    print(
-        f"{date.today().isoformat()} - nproc {os.cpu_count()}, {platform.platform()}, "
-        f"Python {platform.python_version()}; poll_interval {args.poll_interval}\n"
-    )
-    with work_dir(args) as base:
+    with work_dir(args) as base:  # a refused run prints its one line, no header
+        print(
+            f"{date.today().isoformat()} - nproc {os.cpu_count()}, {platform.platform()}, "
+            f"Python {platform.python_version()}; poll_interval {args.poll_interval}\n"
+        )
         asyncio.run(main_async(args, base))
 
 

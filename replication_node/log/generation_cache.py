@@ -182,10 +182,13 @@ class GenerationCache:
         where = noted.parts.get(blob, [])
         out = []
         if where:
-            with open(path, "rb") as f:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # no file object: preads only
+            try:
                 for offset, size in where:
-                    data = os.pread(f.fileno(), size, offset)
+                    data = os.pread(fd, size, offset)
                     out.append(record_at(data, noted.generation, offset, noted.salt))
+            finally:
+                os.close(fd)
             with self._lock:
                 self.records_read += len(out)
         return out
