@@ -1,5 +1,5 @@
 """Loaded at start-up by the processes the tests run under libfaketime (its directory is
-first on their PYTHONPATH: `cluster_harness.faketime_env`), and by nothing else.
+first on their PYTHONPATH: `cluster_harness.libfaketime_env`), and by nothing else.
 
 Debian's libfaketime 0.9.10 fails `clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, ...)` with
 EINVAL whenever `FAKETIME_DONT_FAKE_MONOTONIC` is set, and that call is Python 3.11's
