@@ -1,14 +1,14 @@
 """Where an LMTP phase's server CPU goes, process by process (issue 49).
 
-    .venv/bin/python bench/lmtp_costs.py [--small] [--sizes 1024] [--count N]
+    .venv/bin/python bench/lmtp_costs.py [--small] [--sizes 1024] [--count N] [--copies 2]
         [--sessions 16] [--mailboxes 100] [--dir var/bench-lmtp-costs]
 
 Our side of bench/lmtp.py alone, as it runs there (the same cluster of two nodes and a
 transport, the same client, messages and warm-up), a phase of messages of each of `--sizes`
 KiB (1 MiB: lmtp.py's message; another size: its attachment shorter or longer), `--count`
 each (as many as make 600 MiB, 3,000 at most).  For each server process (hub1 the transport,
-mbx1 DB1's active, mbx2 its passive), from a phase's first message to its last one durable
-on the active, per MiB delivered:
+mbx1 DB1's active, mbx2 its passive, none with `--copies 1`; "all" the processes together),
+from a phase's first message to its last one durable on the active, per MiB delivered:
 
 - CPU ms, user and system (`/proc/PID/stat`);
 - context switches, voluntary (the thread waited: a lock, a queue, I/O) and involuntary (the
@@ -61,6 +61,7 @@ from bench.lmtp import (  # noqa: E402
     TEMPLATES,
     Batch,
     Ours,
+    add_copies,
     deliver,
     large_template,
     load,
@@ -70,6 +71,7 @@ from bench.lmtp import (  # noqa: E402
 from bench.workdir import add_work_dir, run_and_report  # noqa: E402
 
 HOPS = 2000  # worker-thread round trips timed
+ALL = "all"  # the server processes together (the transport and each copy)
 HEAD = (
     "| process | CPU ms a MiB (user + sys) | context switches a MiB (vol. / invol.) "
     "| MiB read / written a MiB (syscalls) | MiB to disk a MiB | faults a MiB |"
@@ -145,7 +147,7 @@ class Phase:
     count: int
     seconds: float  # the first message sent to the last durable on the active
     load: str  # at its start
-    spent: dict[str, Counters]  # by process, and "all three"
+    spent: dict[str, Counters]  # by process, and ALL (the server processes together)
 
     @property
     def mib(self) -> float:
@@ -181,7 +183,7 @@ async def run(base: Path, args: argparse.Namespace) -> dict[str, Any]:
             sent = await asyncio.to_thread(deliver, ours.port, batch, args.sessions)
             times = await ours.durable(batch)
             spent = {name: counters(pid) - before[name] for name, pid in pids.items()}
-            spent["all three"] = Counters(
+            spent[ALL] = Counters(
                 *(sum(getattr(c, f.name) for c in spent.values()) for f in fields(Counters))
             )
             phases.append(Phase(len(templates[0]), count, max(times.values()) - sent.start,
@@ -212,8 +214,8 @@ def report(args: argparse.Namespace, out: dict[str, Any]) -> None:
         print(
             f"\n{phase.count} messages of {phase.size} B ({phase.load} at the start): "
             f"{phase.mib:.0f} MiB durable on DB1's active in {phase.seconds:.2f} s, "
-            f"{phase.mb_s:.2f} MB/s; all three processes "
-            f"{phase.cpu_ms('all three'):.2f} ms of CPU a message\n"
+            f"{phase.mb_s:.2f} MB/s; the server processes "
+            f"{phase.cpu_ms(ALL):.2f} ms of CPU a message\n"
         )
         print(HEAD)
         print("|---|---:|---:|---:|---:|---:|")
@@ -278,6 +280,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1024",
                         help="a phase's message size in KiB, comma-separated (1024; 128,1024 "
                              "splits the CPU a message into a + b * MiB)")  # fmt: skip
+    add_copies(parser)
     parser.add_argument("--sessions", type=int, default=16, help="LMTP sessions at once")
     parser.add_argument("--mailboxes", type=int, default=100, help="recipients, round-robin")
     add_work_dir(parser, "var/bench-lmtp-costs")
