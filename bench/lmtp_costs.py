@@ -61,7 +61,6 @@ from bench.lmtp import (  # noqa: E402
     TEMPLATES,
     Batch,
     Ours,
-    add_copies,
     deliver,
     large_template,
     load,
@@ -165,7 +164,7 @@ class Phase:
 async def run(base: Path, args: argparse.Namespace) -> dict[str, Any]:
     sizes = [(kib, count_for(args, kib)) for kib in args.sizes]
     hop = await hop_cost()
-    ours = Ours(base / "cluster", args, sum(kib * KIB * n for kib, n in sizes))
+    ours = Ours(base / "cluster", args, sum(kib * KIB * n for kib, n in sizes), args.copies)
     phases: list[Phase] = []
     try:
         await ours.start()
@@ -280,7 +279,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="1024",
                         help="a phase's message size in KiB, comma-separated (1024; 128,1024 "
                              "splits the CPU a message into a + b * MiB)")  # fmt: skip
-    add_copies(parser)
+    parser.add_argument("--copies", type=int, choices=(1, 2), default=2,
+                        help="DB1's copies: 2 (a passive on mbx2, as bench/lmtp.py's transport "
+                        "side) or 1 (the active alone, its alone side)")  # fmt: skip
     parser.add_argument("--sessions", type=int, default=16, help="LMTP sessions at once")
     parser.add_argument("--mailboxes", type=int, default=100, help="recipients, round-robin")
     add_work_dir(parser, "var/bench-lmtp-costs")
