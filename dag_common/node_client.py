@@ -42,7 +42,7 @@ from dag_common.errors import NodeCallError
 from dag_common.items_payload import ItemsPayload
 from dag_common.listing_bodies import NotTaken, answer_json, read_all
 from dag_common.message_batch import MAX_ANSWER_BYTES, BatchError, parse_answer
-from dag_common.message_body import DIGEST_HEADER, MessageBody, Parts
+from dag_common.message_body import CRC_HEADER, MessageBody, Parts
 from dag_common.model import CopyRole, CopyStatus
 from dag_common.node_status import StatusUnavailable, client_failure, fetch_node_status
 from dag_common.store_answers import lenient_item
@@ -285,7 +285,7 @@ class NodeStoreClient:
                     # to the bytes as long as the response lives.
                     read = read_all(resp.content) if take_bodies else resp.content.read()
                     status, answer = resp.status, await read
-                    digest = resp.headers.get(DIGEST_HEADER)
+                    digest = resp.headers.get(CRC_HEADER)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 self._active.pop(database, None)
                 if follow_until is not None and self._clock.monotonic() < follow_until:

@@ -52,6 +52,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import NoReturn
 
+import crc32c
+
 from dag_common.counted_text import CountedText, known
 from dag_common.errors import BadRequest, RequestTooLarge
 from dag_common.http_body import bytes_and_mib
@@ -75,13 +77,15 @@ KEPT_MOST = 32
 @dataclass(frozen=True)
 class StagedMessage:
     """A message staged whole: its body as the store counts it (no text, no bytes: they
-    are in the log under `ref`), its format and subject, and the SHA-256 of its bytes."""
+    are in the log under `ref`), its format and subject, and the SHA-256 and CRC32C of its
+    bytes (the writer's check of what it sent: `dag_common.message_body`)."""
 
     ref: BlobRef
     body: CountedText
     format: BodyFormat
     subject: str
     sha256: str
+    crc32c: int
 
 
 class PartBuffers:
@@ -151,6 +155,7 @@ class MessageStager:
         self._taken = 0  # bytes of the message in the parts handed to the writer
         self._stored = 0  # bytes of the body staged (its UTF-8)
         self._message_sha = hashlib.sha256()
+        self._message_crc = 0
         self._body_sha: hashlib._Hash | None = None  # 8-bit: the UTF-8's, apart
         self._decoder = codecs.getincrementaldecoder("utf-8")()
         self._ascii = True  # every byte staged so far is ASCII
@@ -199,7 +204,7 @@ class MessageStager:
         body_sha = message_sha if self._body_sha is None else self._body_sha.hexdigest()
         fmt = BodyFormat.MESSAGE_8BIT if self._eight_bit else BodyFormat.MESSAGE
         body = known("", utf8_size=self._stored, sha256=body_sha)
-        return StagedMessage(self._ref, body, fmt, subject, message_sha)
+        return StagedMessage(self._ref, body, fmt, subject, message_sha, self._message_crc)
 
     async def abort(self) -> None:
         """Abort what was staged (the write failed or was refused): no commit will use it."""
@@ -227,6 +232,7 @@ class MessageStager:
                 await self._again()
             self._eight_bit = True
         self._message_sha.update(part)
+        self._message_crc = crc32c.crc32c(part, self._message_crc)
         if self._eight_bit:
             data: bytes | memoryview = _latin_1_as_utf8(part)
             assert self._body_sha is not None

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from dag_common.errors import BadRequest, BodyIncomplete, RequestTooLarge
 from dag_common.http_body import bytes_and_mib
+from dag_common.message_body import digest_headers
 from dag_common.store_api import ItemIn
 from replication_node.http.context import store_for_write
 from replication_node.http.store_routes import ItemWrite, overriding
@@ -40,9 +41,9 @@ def streams(request: web.Request) -> bool:
 
 async def put_streamed(
     request: web.Request, fields: ItemIn, write: ItemWrite
-) -> tuple[dict[str, object], str]:
+) -> tuple[dict[str, object], dict[str, str]]:
     """Stage the request's message as it arrives and commit it as `fields`' item; the
-    written answer and the message's SHA-256."""
+    written answer and the headers naming the message's digests (`digest_headers`)."""
     declared = request.content_length
     if declared is not None and declared > write.max_item_size:
         raise RequestTooLarge(
@@ -93,4 +94,4 @@ async def put_streamed(
         logger.info("%s %s: refused after %d bytes: %r", request.method, request.path, read, exc)
         await stager.abort()
         raise
-    return result.wire(), staged.sha256
+    return result.wire(), digest_headers(staged.sha256, staged.crc32c)

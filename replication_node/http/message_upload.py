@@ -16,7 +16,9 @@ not read whole: it is staged as it arrives (`message_streaming.py`).
 
 The same roles, memory budget, max_item_size and answers as the JSON write (400 a bad
 request, nothing written; 409 a locked mailbox; 413 over the limit; 503 past the budget),
-and the message's SHA-256 in `X-Message-SHA256`, as `GET …/message` gives it back.
+and the message's SHA-256 in `X-Message-SHA256`, as `GET …/message` gives it back, with its
+CRC32C in `X-Message-CRC32C`, which the writer checks against what it sent
+(`dag_common/message_body.py`).
 Query: `folder` (Inbox), `flags` (IMAP flags, space separated), `received` (ISO 8601 with
 its offset: IMAP's INTERNALDATE), `override_lock` (a move's, the mover's only).
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 
+import crc32c
 from aiohttp import web
 
 from dag_common.credentials import Role
@@ -34,6 +37,7 @@ from dag_common.http_body import (
     expect_within,
     read_body,
 )
+from dag_common.message_body import digest_headers
 from dag_common.rfc822 import counted_message, counted_message_bytes, is_message, subject_of
 from dag_common.route_roles import add_route
 from dag_common.store_api import ItemIn
@@ -73,14 +77,15 @@ async def put_message(request: web.Request) -> web.Response:
     size = body_share(request, write.limit)
     async with node_of(request).memory.share(size, f"a message written to {write.database}"):
         if streams(request):  # a large one: staged as it arrives (`message_streaming.py`)
-            answer, sha256 = await put_streamed(request, fields, write)
-            return web.json_response(answer, status=201, headers={"X-Message-SHA256": sha256})
+            answer, digests = await put_streamed(request, fields, write)
+            return web.json_response(answer, status=201, headers=digests)
         raw = await read_body(request, write.limit)
         if not is_message(raw):
             raise BadRequest(
                 "the body is not an RFC 5322 message: it does not begin with a header field"
             )
         subject = subject_of(raw)
+        crc = crc32c.crc32c(raw)
         if len(raw) > _OFF_LOOP:
             # Carried as its bytes alone (no text of it made, issue 52): staged into the log
             # as they came, or decoded there if the store writes it inline after all.
@@ -97,7 +102,7 @@ async def put_message(request: web.Request) -> web.Response:
         result = await store_for_write(request).put_items(
             request.match_info["mailbox"], [item], override_lock=overriding(request)
         )
-    return web.json_response(result.wire(), status=201, headers={"X-Message-SHA256": sha256})
+    return web.json_response(result.wire(), status=201, headers=digest_headers(sha256, crc))
 
 
 def add_message_upload_routes(app: web.Application) -> None:

@@ -1,7 +1,7 @@
 """A message written as its bytes (`NodeStoreClient.put_message`, `dag_common/message_body.py`)
 against fake nodes on real aiohttp servers (port 0): bytes or a file, sent a slice at a time
 with its Content-Length, whole again to the node a switchover names, and the node's
-`X-Message-SHA256` checked against what was sent."""
+`X-Message-CRC32C` checked against what was sent."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import hashlib
 from pathlib import Path
 
 import aiohttp
+import crc32c
 import pytest
 from aiohttp import web
 
 from dag_common.config import parse_config
 from dag_common.errors import NodeCallError
 from dag_common.memory import MMAP_THRESHOLD
-from dag_common.message_body import PIECE, SLICE, MessageBody
+from dag_common.message_body import PIECE, SLICE, MessageBody, digest_headers
 from dag_common.node_client import NodeStoreClient
 from tests.cluster_harness import cluster_config, serve_app
 
@@ -51,9 +52,12 @@ class FakeNode:
                 {"error": "passive", "active_node": self.cluster["active"], "active_url": url},
                 status=409,
             )
-        digest = hashlib.sha256(raw + b"x" if self.cluster.get("lie") else raw).hexdigest()
+        stored = raw + b"x" if self.cluster.get("lie") else raw
+        headers = digest_headers(hashlib.sha256(stored).hexdigest(), crc32c.crc32c(stored))
+        if self.cluster.get("sha_only"):  # a node from before the CRC32C
+            del headers["X-Message-CRC32C"]
         answer = {"change_number": 3, "epoch": 1, "lsn": {"generation": 2, "offset": 0, "epoch": 1}}
-        return web.json_response(answer, status=201, headers={"X-Message-SHA256": digest})
+        return web.json_response(answer, status=201, headers=headers)
 
 
 @pytest.fixture
@@ -122,6 +126,15 @@ async def test_an_answer_for_other_bytes_than_those_sent_is_a_failed_call(nodes,
     assert caught.value.status is None  # sent again later, as any call that got no answer
 
 
+async def test_a_node_that_names_no_crc32c_is_not_checked(nodes, tmp_path):
+    """A node from before `X-Message-CRC32C` (its SHA-256 alone) is not checked, as one
+    that names no digest never was: the write stands (it is not sent again for ever)."""
+    cluster, found, client = nodes
+    cluster["lie"] = cluster["sha_only"] = True
+    written = await client.put_message("DB1", "carol", "i1", source("bytes", tmp_path))
+    assert written.change_number == 3 and len(found["a"].got) == 1
+
+
 @pytest.mark.parametrize("kind", ["bytes", "file"])
 async def test_a_body_is_read_and_sent_a_slice_at_a_time(kind, tmp_path):
     """Bytes held are sent as views of SLICE bytes; a file is read a slice a trip to its
@@ -133,7 +146,8 @@ async def test_a_body_is_read_and_sent_a_slice_at_a_time(kind, tmp_path):
         parts = [bytes(p) async for p in body.payload()]
         assert max(map(len, parts)) == most and b"".join(parts) == MESSAGE
         assert PIECE < MMAP_THRESHOLD
-        assert body.check(hashlib.sha256(MESSAGE).hexdigest()) is None
+        assert body.check(f"{crc32c.crc32c(MESSAGE):08x}") is None
+        assert body.check(f"{crc32c.crc32c(MESSAGE[1:]):08x}") is not None
 
 
 async def test_a_file_shorter_than_it_was_is_an_error_not_a_short_message(tmp_path):

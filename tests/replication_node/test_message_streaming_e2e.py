@@ -13,6 +13,7 @@ import gzip
 import hashlib
 from collections.abc import AsyncIterator
 
+import crc32c
 import pytest
 
 from tests.replication_node.e2e import converged, two_nodes
@@ -63,6 +64,7 @@ async def test_messages_staged_as_they_arrive_are_kept_byte_for_byte(cluster):
         status, answer, headers = await upload(c, item_id, raw)
         assert status == 201, (item_id, answer)
         assert headers["X-Message-SHA256"] == hashlib.sha256(raw).hexdigest()
+        assert headers["X-Message-CRC32C"] == f"{crc32c.crc32c(raw):08x}"  # the writer's check
 
     async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: chunked
         raw = kept["ascii"]

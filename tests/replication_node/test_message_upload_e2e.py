@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 
 import aiohttp
+import crc32c
 import pytest
 
 from tests.cluster_harness import LocalCluster
@@ -64,6 +65,7 @@ async def test_uploaded_messages_come_back_byte_for_byte_on_both_copies(cluster)
         status, answer, headers = await upload(c, item_id, raw, flags="\\Seen $Junk")
         assert status == 201, (item_id, answer)
         assert headers["X-Message-SHA256"] == hashlib.sha256(raw).hexdigest()
+        assert headers["X-Message-CRC32C"] == f"{crc32c.crc32c(raw):08x}"  # the writer's check
         assert answer["item_id"] == item_id
     for item_id, raw in kept.items():
         await assert_kept(c, "mbx1", item_id, raw)
