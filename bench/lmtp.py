@@ -117,10 +117,16 @@ def own_cpu() -> float:
     return t.user + t.system
 
 
+def stat_fields(pid: int) -> list[str]:
+    """Process `pid`'s `/proc/PID/stat` past its command's name (Linux): [0] its state,
+    [7] and [9] its minor and major faults, [11] and [12] its user and system ticks."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def process_stat(pid: int) -> tuple[float, int]:
     """CPU seconds (user + system) process `pid` has used, and the page faults (minor and
-    major) it took (Linux: /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    major) it took."""
+    fields = stat_fields(pid)
     cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return cpu, int(fields[7]) + int(fields[9])
 

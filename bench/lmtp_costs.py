@@ -66,6 +66,7 @@ from bench.lmtp import (  # noqa: E402
     load,
     own_cpu,
     small_template,
+    stat_fields,
 )
 from bench.workdir import add_work_dir, run_and_report  # noqa: E402
 
@@ -100,7 +101,7 @@ class Counters:
 
 def counters(pid: int) -> Counters:
     """Process `pid`'s counters now (Linux: /proc)."""
-    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    stat = stat_fields(pid)
     tick = os.sysconf("SC_CLK_TCK")
     voluntary = involuntary = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
