@@ -358,8 +358,19 @@ class ClusterConfig(_Model):
 
 
 def _resolve(config: ClusterConfig, base: Path) -> ClusterConfig:
+    """Relative paths made absolute against `base`.  A directory the process keeps its data
+    in is resolved through its symlinks, once; a file it reads again as it changes (a
+    credential, a TLS pair, the IMAP users, the cluster store's secrets: `file`) is not, so
+    that it names the file where the operator put it: a Kubernetes volume (a ConfigMap's or
+    a Secret's) holds each file as `name -> ..data/name`, `..data` a link to a versioned
+    directory swapped on each update and the old one removed, and a path resolved at start-up
+    would name the old version for ever, then nothing."""
+
     def fix(path: Path) -> Path:
         return path if path.is_absolute() else (base / path).resolve()
+
+    def file(path: Path) -> Path:
+        return Path(os.path.abspath(base / path))  # absolute, `..` folded, links kept
 
     update: dict[str, object] = {
         "nodes": [n.model_copy(update={"data_dir": fix(n.data_dir)}) for n in config.nodes],
@@ -371,20 +382,20 @@ def _resolve(config: ClusterConfig, base: Path) -> ClusterConfig:
         ),
     }
     if config.auth_token_file is not None:
-        update["auth_token_file"] = fix(config.auth_token_file)
+        update["auth_token_file"] = file(config.auth_token_file)
     if config.imap.users_file is not None:
-        update["imap"] = config.imap.model_copy(update={"users_file": fix(config.imap.users_file)})
+        update["imap"] = config.imap.model_copy(update={"users_file": file(config.imap.users_file)})
     update["credentials"] = [
-        c.model_copy(update={"file": fix(c.file)}) if c.file is not None else c
+        c.model_copy(update={"file": file(c.file)}) if c.file is not None else c
         for c in config.credentials
     ]
     if config.tls is not None:
         client_ca = config.tls.client_ca_file
         update["tls"] = TlsConfig(
-            cert_file=fix(config.tls.cert_file),
-            key_file=fix(config.tls.key_file),
-            ca_file=fix(config.tls.ca_file),
-            client_ca_file=fix(client_ca) if client_ca is not None else None,
+            cert_file=file(config.tls.cert_file),
+            key_file=file(config.tls.key_file),
+            ca_file=file(config.tls.ca_file),
+            client_ca_file=file(client_ca) if client_ca is not None else None,
         )
     store = config.cluster_store
     if isinstance(store, EmbeddedStore):
@@ -392,7 +403,7 @@ def _resolve(config: ClusterConfig, base: Path) -> ClusterConfig:
     else:
         files = ("ca_file", "cert_file", "key_file", "password_file")
         update["cluster_store"] = store.model_copy(
-            update={f: fix(getattr(store, f)) for f in files if getattr(store, f) is not None}
+            update={f: file(getattr(store, f)) for f in files if getattr(store, f) is not None}
         )
     return config.model_copy(update=update)
 
@@ -433,7 +444,8 @@ def load_config(path: str | os.PathLike[str]) -> ClusterConfig:
     """Read, parse and validate a cluster config file."""
     file = Path(path)
     data = read_yaml(file, "config", ConfigError)
-    return parse_config(data, base_dir=file.resolve().parent, source=str(file))
+    # Beside the file as named, not where its links lead (`_resolve`: a Kubernetes volume).
+    return parse_config(data, base_dir=file.absolute().parent, source=str(file))
 
 
 def load_token(config: ClusterConfig) -> str:

@@ -386,12 +386,13 @@ def config_page() -> str:
         "# Cluster config\n",
         "One YAML file, read by every program (`--config`), validated once at start-up: a "
         "wrong field is refused with its path and why (exit 2). Relative paths resolve "
-        "against the file's directory. Every field below, with its type, default and bounds "
-        "from the pydantic models' JSON schema (`dag_common/config.py` and its sections, "
-        "`config_defaults.py`, `config_store.py`, `config_guarantee.py`, `config_tls.py`), the "
-        "comment written "
-        "above it in the model, and what its validators refuse. An example is "
-        "`examples/cluster.yaml`; the contract is in [Design](../DESIGN.md).\n",
+        "against the file's directory as named (a file a Kubernetes volume holds is followed "
+        "through its links as the volume is updated). Every field below, with its type, "
+        "default and bounds from the pydantic models' JSON schema (`dag_common/config.py` "
+        "and its sections, `config_defaults.py`, `config_store.py`, `config_guarantee.py`, "
+        "`config_tls.py`), the comment written above it in the model, and what its "
+        "validators refuse. An example is `examples/cluster.yaml`; the contract is in "
+        "[Design](../DESIGN.md).\n",
     ]
     for model in config_models():
         name = model.__name__

@@ -160,3 +160,45 @@ def test_the_example_config_loads_with_paths_beside_it():
     assert {n.site for n in config.nodes} == {"redmond", "dublin"}
     assert [d.name for d in config.databases] == ["DB1", "DB2"]
     assert all(n.data_dir.parent == ROOT / "examples" / "var" for n in config.nodes)
+
+
+def test_files_named_relative_to_a_kubernetes_volume_follow_its_updates(tmp_path):
+    """A ConfigMap's or Secret's volume holds each file as `name -> ..data/name`, `..data` a
+    link to a versioned directory that each update swaps and removes.  The files the config
+    names relative to itself are read where the operator put them (through `..data`), so
+    that an update (a rotated credential) is read, and the removed version never named."""
+    from dag_common.config import load_config
+
+    volume = tmp_path / "etc-dag"
+    old = volume / "..2026_11_30_10_00_00.1"
+    old.mkdir(parents=True)
+    (old / "cluster.yaml").write_text(
+        "cluster: dag1\n"
+        "credentials:\n"
+        "  - {name: movers, roles: [mover], file: movers.tokens}\n"
+        "tls: {cert_file: tls/node.crt, key_file: tls/node.key, ca_file: tls/ca.crt}\n"
+        "nodes:\n"
+        "  - {name: mbx1, site: redmond, url: 'http://127.0.0.1:7101', data_dir: data}\n"
+        "databases: []\n"
+    )
+    (old / "movers.tokens").write_text("first\n")
+    (volume / "..data").symlink_to(old.name)
+    for name in ("cluster.yaml", "movers.tokens", "tls"):
+        (volume / name).symlink_to(f"..data/{name}")
+
+    config = load_config(volume / "cluster.yaml")
+    (movers,) = [c for c in config.credentials if c.name == "movers"]
+    assert movers.file == volume / "movers.tokens"
+    assert config.tls is not None and config.tls.cert_file == volume / "tls" / "node.crt"
+    assert config.nodes[0].data_dir == volume / "data"  # a directory: resolved (no link here)
+
+    # The update: a new version, `..data` swapped, the old one removed (as the kubelet does).
+    new = volume / "..2026_11_30_11_00_00.2"
+    new.mkdir()
+    (new / "movers.tokens").write_text("second\n")
+    (volume / "..data_tmp").symlink_to(new.name)
+    (volume / "..data_tmp").replace(volume / "..data")
+    (old / "movers.tokens").unlink()
+    (old / "cluster.yaml").unlink()
+    old.rmdir()
+    assert movers.file.read_text() == "second\n"
