@@ -20,6 +20,7 @@ import contextlib
 import random
 import sqlite3
 import string
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -61,6 +62,18 @@ def cluster(root: Path, **node_settings: object) -> LocalCluster:
     return c
 
 
+@contextlib.asynccontextmanager
+async def started(root: Path, **node_settings: object) -> AsyncIterator[LocalCluster]:
+    """`cluster(root, **node_settings)` started, with DB1 mounted on mbx1; closed after."""
+    c = cluster(root, **node_settings)
+    await c.start()
+    try:
+        await mounted(c)
+        yield c
+    finally:
+        await c.close()
+
+
 async def metric(c: LocalCluster, name: str) -> float | None:
     """The value of mbx1's metric `name` (one sample, no labels); None if it has none."""
     text = (await c.call("GET", "mbx1", "/metrics"))[1].decode()
@@ -95,10 +108,7 @@ async def replayed(c: LocalCluster) -> None:
 async def test_large_items_and_a_whole_listing_keep_the_nodes_memory_bounded(
     tmp_path: Path,
 ) -> None:
-    c = cluster(tmp_path)
-    await c.start()
-    try:
-        await mounted(c)
+    async with started(tmp_path) as c:
         await c.ok("PUT", "mbx1", PREFIX, json={"display_name": "Big"})
         pids = {node: proc.pid for node, proc in c.procs.items()}
         rest = {node: resident_memory(pid).resident for node, pid in pids.items()}
@@ -144,8 +154,6 @@ async def test_large_items_and_a_whole_listing_keep_the_nodes_memory_bounded(
         assert sorted(i["item_id"] for i in answer["items"]) == [f"m{i}" for i in range(ITEMS)]
         assert all(i["body"] == text for i in answer["items"])
         assert answer["more"] is False and answer["last_change_number"] >= ITEMS
-    finally:
-        await c.close()
 
 
 async def test_writes_past_the_memory_budget_wait_or_are_refused_and_store_nothing(
@@ -154,10 +162,7 @@ async def test_writes_past_the_memory_budget_wait_or_are_refused_and_store_nothi
     # A budget of 8 MiB.  A client uploading slowly holds its share from its first byte; a
     # write that finds no room within the budget's wait (5 s) is refused whole, 503 with
     # Retry-After; once the share is given back, writes go through, taking turns.
-    c = cluster(tmp_path, memory_budget="8MiB")
-    await c.start()
-    try:
-        await mounted(c)
+    async with started(tmp_path, memory_budget="8MiB") as c:
         await c.ok("PUT", "mbx1", PREFIX, json={"display_name": "Big"})
         text = body(6 * MIB, seed=7)
         item = {"item_id": "w", "subject": "s", "body": text}
@@ -196,8 +201,6 @@ async def test_writes_past_the_memory_budget_wait_or_are_refused_and_store_nothi
         assert await metric(c, "memory_budget_in_use_bytes") == 0
         assert await metric(c, "memory_budget_refused_total") == 1
         assert await metric(c, "process_resident_memory_bytes") > 0
-    finally:
-        await c.close()
 
 
 async def test_a_node_gone_quiet_after_a_burst_of_large_items_gives_its_memory_back(
@@ -208,10 +211,7 @@ async def test_a_node_gone_quiet_after_a_burst_of_large_items_gives_its_memory_b
     # (and the active its block-mode buffer) for as long as it stayed idle: a passive at rest
     # + 35 MB, the active at rest + 55 MB, here.  The active also keeps its LLR overlay's last
     # item until ten more generations roll (not this mechanism's): counted in its bound.
-    c = cluster(tmp_path)
-    await c.start()
-    try:
-        await mounted(c)
+    async with started(tmp_path) as c:
         await c.ok("PUT", "mbx1", PREFIX, json={"display_name": "Big"})
         await replayed(c)
         pids = {node: proc.pid for node, proc in c.procs.items()}
@@ -227,9 +227,7 @@ async def test_a_node_gone_quiet_after_a_burst_of_large_items_gives_its_memory_b
 
         # The node releases once it has written nothing for 5-10 s (storage/idle_memory.py).
         await wait_until("both nodes back near rest", given_back, timeout=60)
-    finally:
         now = {node: resident_memory(proc.pid).resident for node, proc in c.procs.items()}
-        await c.close()
     assert all(now[n] <= bound[n] for n in bound), (rest, now, bound)
 
 
@@ -255,10 +253,7 @@ async def test_a_large_raw_message_is_staged_as_it_arrives_and_held_by_parts_unt
     # that, its bytes, its text and the counted text's copy at once.  Then two more are
     # written, so that its flush (the body read back from the log for SQLite) runs beside
     # them.
-    c = cluster(tmp_path)
-    await c.start()
-    try:
-        await mounted(c)
+    async with started(tmp_path) as c:
         await c.ok("PUT", "mbx1", PREFIX, json={"display_name": "Big"})
         pid = c.procs["mbx1"].pid
         rest = resident_memory(pid).resident
@@ -285,8 +280,6 @@ async def test_a_large_raw_message_is_staged_as_it_arrives_and_held_by_parts_unt
         assert peak < FIXED + 4 * MESSAGE, (rest, peaks, peak)
         stored = await c.ok("GET", "mbx1", f"{PREFIX}/items/m0/message")
         assert stored == message(MESSAGE, 0)
-    finally:
-        await c.close()
 
 
 def mime_text(size: int, seed: int) -> str:
@@ -303,10 +296,7 @@ async def test_a_large_json_item_is_held_once_at_the_edge_of_the_active(tmp_path
     # the edge, as it does a raw message (the test above), beside the block feed's copies of
     # the parts just written (what sets the first write's peak, 2.1 times the item, before
     # and after).  Then the first item's LLR flush runs beside the next writes.
-    c = cluster(tmp_path)
-    await c.start()
-    try:
-        await mounted(c)
+    async with started(tmp_path) as c:
         await c.ok("PUT", "mbx1", PREFIX, json={"display_name": "Big"})
         pid = c.procs["mbx1"].pid
         rest = resident_memory(pid).resident
@@ -338,46 +328,18 @@ async def test_a_large_json_item_is_held_once_at_the_edge_of_the_active(tmp_path
         assert [i["subject"] for i in stored["items"]] == ["large 0", "café", "large 2"]
         raw = await c.ok("GET", "mbx1", f"{PREFIX}/items/j1/message", timeout=LONG)
         assert raw == texts[1].encode()
-    finally:
-        await c.close()
-
-
-async def test_a_passive_replays_a_large_item_into_its_row_from_the_log(tmp_path: Path) -> None:
-    # A passive's replay reads a staged body of 1 MiB or more a part at a time, to hash and
-    # check it, and writes its row from the log again a part at a time (`body_parts.py`):
-    # it holds the body twice for the moment of the row's insert (SQLite's zeros and its
-    # record), beside the next batch read ahead.  Before: the body read back whole and
-    # SQLite's two copies of it (4.1-4.2 times the item over rest; 2.7-3.0 now).
-    c = cluster(tmp_path)
-    await c.start()
-    try:
-        await mounted(c)
-        await c.ok("PUT", "mbx1", PREFIX, json={"display_name": "Big"})
-        await replayed(c)
-        pid = c.procs["mbx2"].pid
-        rest = resident_memory(pid).resident
-        for i in range(3):
-            item = {"item_id": f"p{i}", "subject": f"large {i}", "body": mime_text(MESSAGE, i)}
-            await c.ok("POST", "mbx1", f"{PREFIX}/items", json=item, timeout=LONG)
-        await replayed(c)
-        peak = resident_memory(pid).peak - rest
-        assert peak < 3.5 * MESSAGE, (rest, peak)
-    finally:
-        await c.close()
 
 
 async def test_a_passive_replaying_large_items_holds_no_whole_copy_of_one(tmp_path: Path) -> None:
-    # Each large body is inserted into its row as a zeroblob in the row's last column, which
+    # A passive's replay reads a staged body of 1 MiB or more a part at a time, to hash and
+    # check it, and inserts it into its row as a zeroblob in the row's last column, which
     # SQLite keeps lazy (its zeros go into the pages one at a time, never made in memory),
     # then written from the log a part at a time (`storage/body_parts.py`): what a passive
     # holds beside its rest while it replays items of 30 MiB is SQLite's page cache (16 MiB)
-    # and a part.  Before: the zeros of a text of the body's size and the row's record
-    # built of them, twice the item for the moment of each insert (2.7-3.0 times the item
-    # over rest).
-    c = cluster(tmp_path)
-    await c.start()
-    try:
-        await mounted(c)
+    # and a part.  Before: the body read back whole and SQLite's two copies of it (4.1-4.2
+    # times the item over rest), then the zeros of a text of the body's size and the row's
+    # record built of them, twice the item for the moment of each insert (2.7-3.0).
+    async with started(tmp_path) as c:
         await c.ok("PUT", "mbx1", PREFIX, json={"display_name": "Big"})
         await replayed(c)
         pid = c.procs["mbx2"].pid
@@ -392,5 +354,3 @@ async def test_a_passive_replaying_large_items_holds_no_whole_copy_of_one(tmp_pa
         with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
             query = f"SELECT {BODY_TEXT} FROM {ITEMS_AND_BODIES} WHERE item_id = 'q0'"
             assert db.execute(query).fetchone() == (mime_text(MESSAGE, 0),)
-    finally:
-        await c.close()
