@@ -48,11 +48,15 @@ class CachedDirectory:
         is `mailbox_database`'s, so that a delivery's `fresh` answer is the one given."""
         key = tuple(names)
         known = self._first.get(key)
+        gone = None  # the one remembered, which the store just said is no more
         if known is not None and self._clock.monotonic() < known[1]:
             database = await self.mailbox_database(known[0])
             if database is not None:
                 return known[0], database
+            gone = known[0]
         for name in names:
+            if name == gone:  # not asked twice in a row
+                continue
             database = await self.mailbox_database(name)
             if database is not None:
                 if len(self._first) > 100_000:  # bounded: forget everything, ask again

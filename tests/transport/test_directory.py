@@ -82,3 +82,20 @@ async def test_a_mailbox_named_as_the_address_takes_its_mail_within_the_ttl():
     del store.placed["bob@example.org"]  # gone: the next one, once its answer is old
     await clock.advance(2.1)
     assert await directory.first_of(names) == ("bob", "DB3")
+
+
+async def test_a_mailbox_remembered_for_an_address_and_removed_is_asked_of_the_store_once():
+    """The mailbox an address was found to be is deleted within the TTL: the store, asked
+    for it, says it is gone, and the address's other names are asked; not it a second
+    time."""
+    store, clock = Store(), ManualClock()
+    directory = CachedDirectory(store, clock, ttl=2.0)
+    store.placed["bob@example.org"] = "DB1"
+    names = ["bob@example.org", "bob"]
+    assert await directory.first_of(names) == ("bob@example.org", "DB1")
+    del store.placed["bob@example.org"]
+    await directory.fresh("bob@example.org")  # a delivery's 404: asked afresh, gone
+    store.placed["bob"] = "DB2"
+    asked = store.asked
+    assert await directory.first_of(names) == ("bob", "DB2")
+    assert store.asked == asked + 2, "the address once (it is gone), then its local part"
