@@ -20,7 +20,8 @@ began).  The issue measures ours "until durable on the recipient database's acti
 machine's two vCPUs.  In `transport` the passive, which in a deployment runs on a server of
 its own, takes a third of the same two vCPUs (its replay and the active's log shipping to it,
 ~8 ms of CPU a MiB: bench/lmtp_costs.py), and the active's durability waits for none of it;
-both ratios are reported, beside each other.
+both ratios are reported, beside each other.  Both clusters are up throughout; what the
+ones idle during a phase use is reported with it (`beside_cpu`).
 
 Messages are realistic MIME made with the `email` package: 4 KiB ones (multipart/alternative,
 a text and an HTML part) and 1 MiB ones (multipart/mixed, a short letter and a PDF-like
@@ -452,6 +453,8 @@ class Phase:
     # message durable on the active
     server_cpu: dict[str, float] = field(default_factory=dict)
     server_faults: dict[str, int] = field(default_factory=dict)  # page faults, the same span
+    # CPU seconds our clusters not in this phase (up, idle) used meanwhile
+    beside_cpu: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -513,6 +516,8 @@ async def run(base: Path, args: argparse.Namespace) -> dict[str, Any]:
                 cpu = own_cpu()
                 ours = clusters.get(side)
                 servers = ours.cpu() if ours else {}
+                others = [c for c in clusters.values() if c is not ours]
+                beside = sum(v[0] for c in others for v in c.cpu().values())
                 sent = await asyncio.to_thread(deliver, ports[side], batch, args.sessions)
                 phase = Phase(side, size, count, count * len(templates[0]), 0.0, sent.latencies,
                               client_cpu=own_cpu() - cpu)  # fmt: skip
@@ -528,12 +533,15 @@ async def run(base: Path, args: argparse.Namespace) -> dict[str, Any]:
                     after = ours.cpu()
                     phase.server_cpu = {k: v[0] - servers[k][0] for k, v in after.items()}
                     phase.server_faults = {k: v[1] - servers[k][1] for k, v in after.items()}
+                phase.beside_cpu = sum(v[0] for c in others for v in c.cpu().values()) - beside
                 phases.append(phase)
                 p50, p99 = (percentile(phase.latencies, q) * 1e3 for q in (0.5, 0.99))
                 print(f"  {side} {size}: {count} in {phase.seconds:.2f} s, {phase.rate:.1f}/s, "
                       f"{phase.mb_s:.2f} MB/s, 250 p50 {p50:.1f} ms p99 {p99:.1f} ms"
                       + (f"; server CPU s {phase.cpu_text}; page faults {phase.faults_text}"
-                         if phase.server_cpu else ""),
+                         if phase.server_cpu else "")
+                      + (f"; our clusters idle beside it {phase.beside_cpu:.1f} CPU s"
+                         if others else ""),
                       flush=True)  # fmt: skip
 
         if dovecot:
