@@ -7,13 +7,16 @@ a copy of them, their text, and SQLite's copy as it stored them (5-6x the messag
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
 from dag_common.api_types import item_id_for
 from dag_common.memory import resident_memory
-from tests.cluster_harness import wait_until
+from tests.cluster_harness import LocalCluster, wait_until
 from tests.replication_node.e2e import two_nodes
 from tests.transport.harness import Hubs
 
@@ -31,23 +34,39 @@ def message(n: int) -> bytes:
     return head + line * (SIZE // len(line))
 
 
-async def test_a_large_message_costs_the_transport_about_its_size_once(tmp_path):
-    cluster = two_nodes(tmp_path, log_file_size="4MiB", max_item_size="36MiB")
+@contextlib.asynccontextmanager
+async def carol_locked(root: Path) -> AsyncIterator[tuple[LocalCluster, Hubs]]:
+    """DB1 on two nodes with carol's mailbox, locked (what is sent to her waits in the
+    queue), and hub1 serving; all stopped after."""
+    cluster = two_nodes(root, log_file_size="4MiB", max_item_size="36MiB")
     hubs = Hubs(cluster, "hub1", max_dumpster_size_per_database="1GB")
     await cluster.start()
     try:
         await cluster.wait_status("mbx1", "DB1", "Mounted")
         await cluster.ok("PUT", "mbx1", BOX, json={})
+        await cluster.ok("POST", "mbx1", BOX + "/lock")
         await hubs.start("hub1")
+        yield cluster, hubs
+    finally:
+        hubs.stop_all()
+        await cluster.close()
+
+
+async def post_messages(hubs: Hubs) -> None:
+    """MESSAGES messages of SIZE for carol, posted as they are (`message/rfc822`)."""
+    for n in range(MESSAGES):
+        status, answer = await hubs.call(
+            "POST", "hub1", "/v1/messages", params={"to": "carol"}, data=message(n),
+            headers={"Content-Type": "message/rfc822"},
+        )  # fmt: skip
+        assert status == 201, answer
+
+
+async def test_a_large_message_costs_the_transport_about_its_size_once(tmp_path):
+    async with carol_locked(tmp_path) as (cluster, hubs):
         pid = hubs.procs["hub1"].pid
         rest = resident_memory(pid).resident
-        await cluster.ok("POST", "mbx1", BOX + "/lock")
-        for n in range(MESSAGES):
-            status, answer = await hubs.call(
-                "POST", "hub1", "/v1/messages", params={"to": "carol"}, data=message(n),
-                headers={"Content-Type": "message/rfc822"},
-            )  # fmt: skip
-            assert status == 201, answer
+        await post_messages(hubs)
         queued = resident_memory(pid).peak
         await cluster.ok("POST", "mbx1", BOX + "/unlock")
         await hubs.drained("hub1", timeout=300)
@@ -59,9 +78,6 @@ async def test_a_large_message_costs_the_transport_about_its_size_once(tmp_path)
             sent = message(n)
             assert status == 200 and raw.startswith(b"Received: ")
             assert hashlib.sha256(raw[-len(sent) :]).digest() == hashlib.sha256(sent).digest()
-    finally:
-        hubs.stop_all()
-        await cluster.close()
     bound = rest + 5 * SIZE
     mb = 1e6
     assert queued <= bound, f"peak {queued / mb:.0f} MB queueing, over {bound / mb:.0f} MB"
@@ -74,20 +90,8 @@ async def test_a_delivery_sends_a_large_message_from_its_file_and_memory_goes_ba
     to the node a slice at a time (`dag_common/message_body.py`): it held the body read
     whole, and for a node that did not take it at once asyncio's copy of the rest, 1-2x the
     message.  Once drained the transport is back near its rest (issue 52: within 25 %)."""
-    cluster = two_nodes(tmp_path, log_file_size="4MiB", max_item_size="36MiB")
-    hubs = Hubs(cluster, "hub1", max_dumpster_size_per_database="1GB")
-    await cluster.start()
-    try:
-        await cluster.wait_status("mbx1", "DB1", "Mounted")
-        await cluster.ok("PUT", "mbx1", BOX, json={})
-        await hubs.start("hub1")
-        await cluster.ok("POST", "mbx1", BOX + "/lock")
-        for n in range(MESSAGES):
-            status, answer = await hubs.call(
-                "POST", "hub1", "/v1/messages", params={"to": "carol"}, data=message(n),
-                headers={"Content-Type": "message/rfc822"},
-            )  # fmt: skip
-            assert status == 201, answer
+    async with carol_locked(tmp_path) as (cluster, hubs):
+        await post_messages(hubs)
         hubs.stop_all()
         await hubs.start("hub1")
         pid = hubs.procs["hub1"].pid
@@ -105,9 +109,6 @@ async def test_a_delivery_sends_a_large_message_from_its_file_and_memory_goes_ba
             return resident_memory(pid).resident <= 1.25 * rest
 
         await wait_until("the transport back near its rest", given_back, timeout=60)
-    finally:
-        hubs.stop_all()
-        await cluster.close()
     bound = rest + SIZE // 2
     mb = 1e6
     assert delivered <= bound, f"peak {delivered / mb:.0f} MB delivering, over {bound / mb:.0f}"
@@ -121,9 +122,6 @@ async def test_a_large_message_posted_as_json_is_held_once(tmp_path):
     node reads it); then a text item (whose delivery, as JSON items, is not bounded yet)
     and an 8-bit message (its Latin-1 characters turned back into its bytes in the same
     buffer); all delivered byte for byte."""
-    cluster = two_nodes(tmp_path, log_file_size="4MiB", max_item_size="36MiB")
-    hubs = Hubs(cluster, "hub1", max_dumpster_size_per_database="1GB")
-    await cluster.start()
     latin = b"Subject: caf\xe9\r\nMessage-ID: <latin@example>\r\n\r\n"
     latin += b"cr\xe8me \xe0\r\n" * 30000
     messages = {f"<msg{n}@example>": message(n) for n in range(2)}
@@ -133,25 +131,21 @@ async def test_a_large_message_posted_as_json_is_held_once(tmp_path):
         "<latin@example>": {"body": latin.decode("latin-1"), "format": "message-8bit"},
     }
 
-    async def post(message_id: str, fields: dict[str, str]) -> None:
+    async def post(hubs: Hubs, message_id: str, fields: dict[str, str]) -> None:
         status, answer = await hubs.call(
             "POST", "hub1", "/v1/messages",
             json={"message_id": message_id, "recipients": ["carol"], **fields},
         )  # fmt: skip
         assert status == 201, answer
 
-    try:
-        await cluster.wait_status("mbx1", "DB1", "Mounted")
-        await cluster.ok("PUT", "mbx1", BOX, json={})
-        await hubs.start("hub1")
+    async with carol_locked(tmp_path) as (cluster, hubs):
         pid = hubs.procs["hub1"].pid
         rest = resident_memory(pid).resident
-        await cluster.ok("POST", "mbx1", BOX + "/lock")
         for message_id, fields in posted.items():
-            await post(message_id, fields)
+            await post(hubs, message_id, fields)
         queued = resident_memory(pid).peak
         for message_id, fields in then.items():
-            await post(message_id, fields)
+            await post(hubs, message_id, fields)
         await cluster.ok("POST", "mbx1", BOX + "/unlock")
         await hubs.drained("hub1", timeout=300)
         items = await cluster.items("mbx1", "DB1", "carol")
@@ -164,9 +158,6 @@ async def test_a_large_message_posted_as_json_is_held_once(tmp_path):
                 "GET", "mbx1", f"{BOX}/items/{item_id_for(message_id)}/message"
             )
             assert status == 200 and got == raw, message_id
-    finally:
-        hubs.stop_all()
-        await cluster.close()
     # Measured: rest + 1.27x the message (2.1x parsed whole, on main, in the same run).
     bound = rest + 1.6 * SIZE
     mb = 1e6
