@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from tests.cluster_harness import FAKETIME_LIB, LocalCluster, faketime_env, libfaketime_env
+from tests.cluster_harness import FAKETIME_LIB, LocalCluster, libfaketime_env
 from tests.netns import NetnsLab
 from tests.resilience.invariants import FaultWindow
 
@@ -228,15 +228,6 @@ class FakeClock:
         tmp.write_text(f"{offset}\n")
         tmp.replace(self.spec)
         await asyncio.sleep(2 * self.CACHE + 0.5)
-
-
-def skewed_clock_env(offset: str) -> dict[str, str]:
-    """A process's wall clock `offset` from the machine's (`+1h`, `-90s`) for its whole life,
-    the monotonic clock left real.  Read from the environment: a clock that never moves
-    needs no spec file to read again (FakeClock's, read at every clock call before it had a
-    cache, cost 20x a clock read here, which a busy gRPC server paid on every call it
-    timed)."""
-    return faketime_env(offset)
 
 
 def faketime_available() -> bool:
