@@ -473,6 +473,11 @@ class Phase:
         return ", ".join(f"{k} {v}" for k, v in self.server_faults.items()) or "-"
 
 
+def cpu_of(clusters: list[Ours]) -> float:
+    """CPU seconds the server processes of `clusters` have used so far, together."""
+    return sum(cpu for ours in clusters for cpu, _ in ours.cpu().values())
+
+
 async def run(base: Path, args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     small = tuple(small_template(s) for s in range(TEMPLATES))
@@ -517,7 +522,7 @@ async def run(base: Path, args: argparse.Namespace) -> dict[str, Any]:
                 ours = clusters.get(side)
                 servers = ours.cpu() if ours else {}
                 others = [c for c in clusters.values() if c is not ours]
-                beside = sum(v[0] for c in others for v in c.cpu().values())
+                beside = cpu_of(others)
                 sent = await asyncio.to_thread(deliver, ports[side], batch, args.sessions)
                 phase = Phase(side, size, count, count * len(templates[0]), 0.0, sent.latencies,
                               client_cpu=own_cpu() - cpu)  # fmt: skip
@@ -533,7 +538,7 @@ async def run(base: Path, args: argparse.Namespace) -> dict[str, Any]:
                     after = ours.cpu()
                     phase.server_cpu = {k: v[0] - servers[k][0] for k, v in after.items()}
                     phase.server_faults = {k: v[1] - servers[k][1] for k, v in after.items()}
-                phase.beside_cpu = sum(v[0] for c in others for v in c.cpu().values()) - beside
+                phase.beside_cpu = cpu_of(others) - beside
                 phases.append(phase)
                 p50, p99 = (percentile(phase.latencies, q) * 1e3 for q in (0.5, 0.99))
                 print(f"  {side} {size}: {count} in {phase.seconds:.2f} s, {phase.rate:.1f}/s, "
